@@ -1,0 +1,126 @@
+//! The gap: what the auditor reports. Shared by the ledger, the store, the HTTP API and the CLI.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A Kafka offset. Kafka uses signed 64-bit offsets; negative values never reach the ledger.
+pub type Offset = i64;
+
+/// One partition of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TopicPartition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition number.
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    /// Builds a topic-partition.
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self { topic: topic.into(), partition }
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// Lifecycle of a gap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GapState {
+    /// At least one of its records is still missing.
+    Open,
+    /// Every missing record was found later: the sink was slow, not lossy.
+    Late,
+    /// Its records were replayed and then confirmed.
+    Repaired,
+    /// Kafka no longer holds (some of) its records; replay is impossible.
+    Unrecoverable,
+    /// An operator acknowledged it (`gap-auditor ack`); it no longer alerts.
+    Acknowledged,
+}
+
+impl GapState {
+    /// The snake_case name used in the API, the store and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GapState::Open => "open",
+            GapState::Late => "late",
+            GapState::Repaired => "repaired",
+            GapState::Unrecoverable => "unrecoverable",
+            GapState::Acknowledged => "acknowledged",
+        }
+    }
+
+    /// Parses the snake_case name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "open" => GapState::Open,
+            "late" => GapState::Late,
+            "repaired" => GapState::Repaired,
+            "unrecoverable" => GapState::Unrecoverable,
+            "acknowledged" => GapState::Acknowledged,
+            _ => return None,
+        })
+    }
+
+    /// Whether the gap still needs an operator: records are (or may be) lost and nobody
+    /// acknowledged it. `?state=open` lists these.
+    pub fn is_unresolved(self) -> bool {
+        matches!(self, GapState::Open | GapState::Unrecoverable)
+    }
+}
+
+impl fmt::Display for GapState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A maximal run of missing expected records in one partition, with no confirmed expected
+/// record between them. Identity: (audit, topic, partition, first offset at detection).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gap {
+    /// `audit:topic:partition:first_offset` — deterministic, so a crash and a re-detection
+    /// produce the same id and the store's upsert keeps one row.
+    pub id: String,
+    /// Audit name.
+    pub audit: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// First offset of the gap (inclusive).
+    pub first_offset: Offset,
+    /// Last offset of the gap (inclusive).
+    pub last_offset: Offset,
+    /// Expected records in the gap that are still missing. For a gap of unknown size
+    /// (Kafka deleted the records before the auditor read them) this is the offset span.
+    pub missing_records: u64,
+    /// Whether `missing_records` is exact (false when Kafka deleted the records unread).
+    pub size_known: bool,
+    /// Kafka timestamp of the first missing record, when known.
+    pub first_timestamp: Option<DateTime<Utc>>,
+    /// Kafka timestamp of the last missing record, when known.
+    pub last_timestamp: Option<DateTime<Utc>>,
+    /// When the auditor first declared records of this gap missing.
+    pub detected_at: DateTime<Utc>,
+    /// Current state.
+    pub state: GapState,
+    /// When Kafka retention deletes (or deleted) the gap's first record, when known.
+    pub unrecoverable_at: Option<DateTime<Utc>>,
+    /// Operator's reason, set by `gap-auditor ack`.
+    pub ack_reason: Option<String>,
+}
+
+impl Gap {
+    /// The deterministic id for a gap.
+    pub fn make_id(audit: &str, topic: &str, partition: i32, first_offset: Offset) -> String {
+        format!("{audit}:{topic}:{partition}:{first_offset}")
+    }
+}

@@ -1,0 +1,607 @@
+//! The HTTP server (`server.listen`): Prometheus scrape endpoint, health and readiness
+//! probes, and the JSON API over the gap store and the live status board.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /metrics` | Prometheus text format 0.0.4 |
+//! | `GET /healthz` | 200 `ok` while the process runs |
+//! | `GET /readyz` | 200 when Kafka and every sink answered recently, else 503 saying what is stale |
+//! | `GET /api/gaps?state=open\|all\|<state>&audit=NAME` | JSON array of gaps, newest first |
+//! | `GET /api/status` | `{"audits": [...]}` |
+//!
+//! Unknown paths get 404, other methods on a known path 405 (`HEAD` is served like `GET`,
+//! as load balancers probe with it). The server is plain hyper 1 over HTTP/1.1: a scrape
+//! endpoint needs no framework, and fewer dependencies means less to audit in a sidecar.
+
+use crate::metrics::Metrics;
+use crate::status::StatusBoard;
+use crate::store::{GapFilter, StateFilter, Store};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::Serialize;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How long a client may take to send its request headers: an idle or slow client must not
+/// pin a connection (and its task) forever.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for in-flight requests before giving up on them; the process
+/// exit must not hang on a stuck client.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Back-off after a failed `accept` (e.g. EMFILE), so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Content type of the Prometheus text exposition format.
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What the handlers need. Cheap to clone: every field is shared.
+#[derive(Clone)]
+pub struct HttpState {
+    /// Metric families rendered by `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Live status for `/api/status` and `/readyz`.
+    pub status: StatusBoard,
+    /// Gap store for `/api/gaps`.
+    pub store: Arc<Store>,
+}
+
+/// Serves HTTP on `listener` until `shutdown` is cancelled, then stops accepting, lets
+/// in-flight requests finish (closing idle keep-alive connections at once, waiting at most
+/// 10 s) and returns. Takes a bound listener so tests can bind port 0 and callers report
+/// bind errors with the configured address. Failed accepts are logged and retried, never
+/// fatal: the scrape endpoint must outlive a burst of connection errors.
+pub async fn serve(
+    listener: TcpListener,
+    state: HttpState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let connections = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(error = %e, "http accept failed");
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
+                }
+            }
+        };
+        let state = state.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(handle(&state, req).await) }
+            });
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            let result = tokio::select! {
+                result = conn.as_mut() => result,
+                _ = shutdown.cancelled() => {
+                    // Finish the request in flight, then close; idle connections close now.
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "http connection ended with an error");
+            }
+        });
+    }
+    drop(listener); // stop accepting before draining: new clients get a refusal, not a hang
+    connections.close();
+    if tokio::time::timeout(DRAIN_TIMEOUT, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            remaining = connections.len(),
+            "http shutdown: gave up waiting for in-flight requests"
+        );
+    }
+    Ok(())
+}
+
+/// Routes one request. Never fails: every error is an HTTP answer.
+async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let method = req.method();
+    if method != Method::GET && method != Method::HEAD {
+        return match req.uri().path() {
+            "/metrics" | "/healthz" | "/readyz" | "/api/gaps" | "/api/status" => {
+                let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+                resp.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+                resp
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        };
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let body = state.metrics.render();
+            let mut resp = Response::new(Full::new(Bytes::from(body)));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(METRICS_CONTENT_TYPE),
+            );
+            resp
+        }
+        "/healthz" => text(StatusCode::OK, "ok"),
+        "/readyz" => {
+            let reasons = state.status.not_ready_reasons(chrono::Utc::now());
+            if reasons.is_empty() {
+                text(StatusCode::OK, "ready\n")
+            } else {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("not ready:\n{}\n", reasons.join("\n")),
+                )
+            }
+        }
+        "/api/gaps" => api_gaps(state, req.uri().query().unwrap_or("")).await,
+        "/api/status" => json(
+            StatusCode::OK,
+            &serde_json::json!({ "audits": state.status.snapshot() }),
+        ),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+/// `GET /api/gaps`: parses the (percent-encoded) query, reads the store on the blocking
+/// pool — SQLite calls block and may wait up to the busy timeout for a CLI's write lock.
+async fn api_gaps(state: &HttpState, query: &str) -> Response<Full<Bytes>> {
+    let filter = match parse_gap_query(query) {
+        Ok(filter) => filter,
+        Err(bad) => return json(StatusCode::BAD_REQUEST, &bad),
+    };
+    let store = Arc::clone(&state.store);
+    match tokio::task::spawn_blocking(move || store.list_gaps(&filter)).await {
+        Ok(Ok(gaps)) => json(StatusCode::OK, &gaps),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "api/gaps: store read failed");
+            json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &ApiError::new(None, e.to_string()),
+            )
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "api/gaps: store task failed");
+            json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &ApiError::new(None, "store task failed".into()),
+            )
+        }
+    }
+}
+
+/// JSON error body: `{"error": "...", "parameter": "state"}`.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct ApiError {
+    error: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameter: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(parameter: Option<&'static str>, error: String) -> ApiError {
+        ApiError { error, parameter }
+    }
+}
+
+/// Parses `state` (default `open`) and `audit` (empty means every audit). Unknown
+/// parameters are ignored, as HTTP APIs conventionally do; a repeated parameter keeps its
+/// last value.
+fn parse_gap_query(query: &str) -> Result<GapFilter, ApiError> {
+    let mut filter = GapFilter {
+        state: StateFilter::Unresolved,
+        audit: None,
+    };
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        match key.as_ref() {
+            "state" => {
+                filter.state = StateFilter::parse(&value).ok_or_else(|| {
+                    ApiError::new(
+                        Some("state"),
+                        format!(
+                            "invalid value {value:?} for query parameter `state`: expected open, \
+                             all, late, repaired, unrecoverable or acknowledged"
+                        ),
+                    )
+                })?;
+            }
+            "audit" => filter.audit = (!value.is_empty()).then(|| value.into_owned()),
+            _ => {}
+        }
+    }
+    Ok(filter)
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_owned())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
+    let (status, body) = match serde_json::to_vec(value) {
+        Ok(body) => (status, body),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot serialize JSON response");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                br#"{"error":"serialization failed"}"#.to_vec(),
+            )
+        }
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    // Live data: a proxy must not serve yesterday's gap list.
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gap::{Gap, GapState};
+    use crate::status::{AuditStatus, PartitionStatus, SinkState};
+    use chrono::{TimeZone, Utc};
+    use serde_json::Value;
+    use std::net::SocketAddr;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::task::JoinHandle;
+
+    struct Server {
+        addr: SocketAddr,
+        state: HttpState,
+        shutdown: CancellationToken,
+        task: JoinHandle<std::io::Result<()>>,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let state = HttpState {
+            metrics: Arc::new(Metrics::new()),
+            status: StatusBoard::new(),
+            store: Arc::new(Store::open(dir.path()).unwrap()),
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(serve(listener, state.clone(), shutdown.clone()));
+        Server {
+            addr,
+            state,
+            shutdown,
+            task,
+            _dir: dir,
+        }
+    }
+
+    struct Reply {
+        status: u16,
+        headers: String,
+        body: String,
+    }
+
+    impl Reply {
+        fn json(&self) -> Value {
+            serde_json::from_str(&self.body)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+        }
+    }
+
+    /// A minimal HTTP/1.1 client: one request per connection, `Connection: close`.
+    async fn request(addr: SocketAddr, method: &str, target: &str) -> Reply {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("{method} {target} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw))
+            .await
+            .expect("response in time")
+            .unwrap();
+        let raw = String::from_utf8(raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").expect("header/body separator");
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        Reply {
+            status,
+            headers: head.to_ascii_lowercase(),
+            body: body.to_string(),
+        }
+    }
+
+    async fn get(addr: SocketAddr, target: &str) -> Reply {
+        request(addr, "GET", target).await
+    }
+
+    fn sample_gap(audit: &str, first: i64, state: GapState) -> Gap {
+        let t = Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap();
+        Gap {
+            id: Gap::make_id(audit, "test", 0, first),
+            audit: audit.to_string(),
+            topic: "test".to_string(),
+            partition: 0,
+            first_offset: first,
+            last_offset: first + 4,
+            missing_records: 5,
+            size_known: true,
+            first_timestamp: Some(t),
+            last_timestamp: None,
+            detected_at: t + chrono::TimeDelta::seconds(first),
+            state,
+            unrecoverable_at: Some(t + chrono::TimeDelta::days(7)),
+            ack_reason: None,
+        }
+    }
+
+    fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatus {
+        AuditStatus {
+            audit: audit.to_string(),
+            consumer_group: "gap-auditor".to_string(),
+            pipeline_group: None,
+            sink_kind: "doris".to_string(),
+            sink_state: SinkState::Up,
+            sink_error: None,
+            last_sink_ok: ok_at,
+            last_kafka_ok: ok_at,
+            verify_interval_ms: 5_000,
+            partitions: vec![PartitionStatus {
+                topic: "test".to_string(),
+                partition: 0,
+                consumed: 100,
+                settled: 90,
+                pipeline_committed: Some(95),
+                log_end: Some(100),
+                log_start: None,
+                pending: 10,
+                missing: 0,
+                paused: false,
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn health_metrics_and_errors() {
+        let srv = start().await;
+        let r = get(srv.addr, "/healthz").await;
+        assert_eq!((r.status, r.body.as_str()), (200, "ok"));
+
+        srv.state
+            .metrics
+            .records_lost
+            .with_label_values(&["a", "t", "0"])
+            .inc_by(3);
+        let r = get(srv.addr, "/metrics").await;
+        assert_eq!(r.status, 200);
+        assert!(
+            r.headers
+                .contains("content-type: text/plain; version=0.0.4"),
+            "{}",
+            r.headers
+        );
+        assert!(r.body.contains("# TYPE gap_auditor_build_info gauge"));
+        assert!(
+            r.body.contains(
+                "gap_auditor_records_lost_total{audit=\"a\",partition=\"0\",topic=\"t\"} 3"
+            )
+        );
+
+        assert_eq!(get(srv.addr, "/nope").await.status, 404);
+        assert_eq!(get(srv.addr, "/metrics/").await.status, 404);
+        let r = request(srv.addr, "POST", "/api/gaps").await;
+        assert_eq!(r.status, 405);
+        assert!(r.headers.contains("allow: get, head"));
+        assert_eq!(request(srv.addr, "DELETE", "/metrics").await.status, 405);
+        let r = request(srv.addr, "HEAD", "/healthz").await;
+        assert_eq!((r.status, r.body.as_str()), (200, ""));
+        srv.shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn api_gaps_fields_and_filters() {
+        let srv = start().await;
+        let open = sample_gap("dns logs", 10, GapState::Open);
+        let late = sample_gap("dns logs", 50, GapState::Late);
+        let other = sample_gap("other", 10, GapState::Open);
+        srv.state
+            .store
+            .commit_round("dns logs", &[open.clone(), late.clone()], &[])
+            .unwrap();
+        srv.state
+            .store
+            .commit_round("other", std::slice::from_ref(&other), &[])
+            .unwrap();
+
+        // Default: unresolved gaps of every audit.
+        let r = get(srv.addr, "/api/gaps").await;
+        assert_eq!(r.status, 200);
+        assert!(r.headers.contains("content-type: application/json"));
+        let v = r.json();
+        let arr = v.as_array().unwrap();
+        assert_eq!(arr.len(), 2);
+        let g = arr
+            .iter()
+            .find(|g| g["id"] == open.id.as_str())
+            .unwrap()
+            .as_object()
+            .unwrap();
+        let mut keys: Vec<&str> = g.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let mut want = vec![
+            "id",
+            "audit",
+            "topic",
+            "partition",
+            "first_offset",
+            "last_offset",
+            "missing_records",
+            "first_timestamp",
+            "last_timestamp",
+            "detected_at",
+            "state",
+            "unrecoverable_at",
+            "size_known",
+            "ack_reason",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        assert_eq!(g["audit"], "dns logs");
+        assert_eq!(g["partition"], 0);
+        assert_eq!(g["first_offset"], 10);
+        assert_eq!(g["last_offset"], 14);
+        assert_eq!(g["missing_records"], 5);
+        assert_eq!(g["state"], "open");
+        assert_eq!(g["first_timestamp"], "2024-05-01T12:00:00Z");
+        assert_eq!(g["last_timestamp"], Value::Null);
+        assert_eq!(g["unrecoverable_at"], "2024-05-08T12:00:00Z");
+
+        // Percent-decoded audit name, state filters.
+        let ids = |v: Value| -> Vec<String> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g["id"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let r = get(srv.addr, "/api/gaps?audit=dns%20logs&state=all").await;
+        assert_eq!(ids(r.json()), vec![late.id.clone(), open.id.clone()]);
+        let r = get(srv.addr, "/api/gaps?state=late&audit=dns+logs").await;
+        assert_eq!(ids(r.json()), vec![late.id.clone()]);
+        let r = get(srv.addr, "/api/gaps?state=%6Fpen&audit=other").await;
+        assert_eq!(ids(r.json()), vec![other.id.clone()]);
+        let r = get(srv.addr, "/api/gaps?state=acknowledged").await;
+        assert_eq!(r.json(), serde_json::json!([]));
+
+        // A bad state is a 400 naming the parameter.
+        let r = get(srv.addr, "/api/gaps?state=bogus%27").await;
+        assert_eq!(r.status, 400);
+        let e = r.json();
+        assert_eq!(e["parameter"], "state");
+        assert!(e["error"].as_str().unwrap().contains("state"), "{e}");
+        srv.shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn readyz_and_status() {
+        let srv = start().await;
+        let r = get(srv.addr, "/readyz").await;
+        assert_eq!(r.status, 503);
+        assert!(r.body.contains("no audit"), "{}", r.body);
+        let r = get(srv.addr, "/api/status").await;
+        assert_eq!(r.json(), serde_json::json!({ "audits": [] }));
+
+        srv.state.status.update(audit_status("dns_logs", None));
+        let r = get(srv.addr, "/readyz").await;
+        assert_eq!(r.status, 503);
+        assert!(
+            r.body.contains("dns_logs") && r.body.contains("Kafka"),
+            "{}",
+            r.body
+        );
+
+        srv.state
+            .status
+            .update(audit_status("dns_logs", Some(Utc::now())));
+        let r = get(srv.addr, "/readyz").await;
+        assert_eq!(r.status, 200, "{}", r.body);
+
+        let v = get(srv.addr, "/api/status").await.json();
+        let a = &v["audits"][0];
+        assert_eq!(a["audit"], "dns_logs");
+        assert_eq!(a["sink_state"], "up");
+        let p = &a["partitions"][0];
+        assert_eq!(
+            (p["consumed"].as_i64(), p["settled"].as_i64()),
+            (Some(100), Some(90))
+        );
+        assert_eq!(p["pipeline_committed"], 95);
+        assert_eq!(p["log_end"], 100);
+        srv.shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn shutdown_returns_even_with_an_idle_keep_alive_connection() {
+        let srv = start().await;
+        // A keep-alive client that finished one request and stays connected.
+        let mut idle = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        let n = idle.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+
+        srv.shutdown.cancel();
+        let result = tokio::time::timeout(Duration::from_secs(5), srv.task)
+            .await
+            .expect("serve() returns promptly after cancel")
+            .unwrap();
+        assert!(result.is_ok());
+        // The idle connection was closed by the server, and nobody listens any more.
+        let n = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(matches!(n, Ok(0) | Err(_)));
+        assert!(tokio::net::TcpStream::connect(srv.addr).await.is_err());
+    }
+
+    #[test]
+    fn gap_query_parsing() {
+        let f = parse_gap_query("").unwrap();
+        assert_eq!(
+            f,
+            GapFilter {
+                state: StateFilter::Unresolved,
+                audit: None
+            }
+        );
+        let f = parse_gap_query("audit=&state=all&x=1").unwrap();
+        assert_eq!(
+            f,
+            GapFilter {
+                state: StateFilter::All,
+                audit: None
+            }
+        );
+        let f = parse_gap_query("audit=a%26b&state=unrecoverable").unwrap();
+        assert_eq!(
+            f,
+            GapFilter {
+                state: StateFilter::Only(GapState::Unrecoverable),
+                audit: Some("a&b".into())
+            }
+        );
+        let e = parse_gap_query("state=").unwrap_err();
+        assert_eq!(e.parameter, Some("state"));
+    }
+}

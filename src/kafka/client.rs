@@ -1,0 +1,35 @@
+//! librdkafka configuration shared by every client the auditor creates.
+
+use crate::config::KafkaConfig;
+use rdkafka::ClientConfig;
+
+/// The base configuration: brokers, the user's pass-through properties (SASL, SSL, ...),
+/// and settings the auditor's correctness depends on, which the user cannot override.
+pub fn base(kafka: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &kafka.brokers);
+    c.set("session.timeout.ms", millis(kafka.session_timeout));
+    c.set("heartbeat.interval.ms", millis(kafka.heartbeat_interval));
+    for (k, v) in &kafka.properties {
+        c.set(k, v.expose());
+    }
+    c
+}
+
+/// A consumer configuration for `group`, with offsets moved only by explicit commits.
+pub fn consumer(kafka: &KafkaConfig, group: &str) -> ClientConfig {
+    let mut c = base(kafka);
+    c.set("group.id", group);
+    // Offsets move only on proof: the audit commits the settled watermark itself.
+    c.set("enable.auto.commit", "false");
+    c.set("enable.auto.offset.store", "false");
+    c.set("isolation.level", kafka.isolation_level.as_librdkafka());
+    // An explicit start offset is always assigned; when it is out of range anyway (topic
+    // recreated), re-reading is safe and skipping is not.
+    c.set("auto.offset.reset", "earliest");
+    c
+}
+
+fn millis(d: std::time::Duration) -> String {
+    d.as_millis().max(1).to_string()
+}

@@ -1,0 +1,109 @@
+//! Offset lookups with group-less or never-joining clients: the auditor's own committed
+//! offsets, watermarks, time lookups, and the pipeline group's commits.
+//!
+//! A consumer created with a `group.id` joins that group only when it subscribes; these
+//! clients never subscribe, never assign and never commit, so the pipeline's group sees no
+//! member, no rebalance and no offset change from the auditor (OffsetFetch is read-only).
+
+use super::client;
+use crate::config::KafkaConfig;
+use crate::gap::{Offset, TopicPartition};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset as KOffset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Blocking offset lookups for the auditor's own group. Call from `spawn_blocking`.
+pub struct Lookup {
+    consumer: BaseConsumer,
+}
+
+impl Lookup {
+    /// A lookup client for `group` (the auditor's own group).
+    pub fn new(kafka: &KafkaConfig, group: &str) -> Result<Self, KafkaError> {
+        let consumer: BaseConsumer = client::consumer(kafka, group).create()?;
+        Ok(Self { consumer })
+    }
+
+    /// The group's committed offsets (`None` where it has none).
+    pub fn committed(&self, tps: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
+        committed_of(&self.consumer, tps)
+    }
+
+    /// (log start, log end) of a partition.
+    pub fn watermarks(&self, tp: &TopicPartition) -> Result<(Offset, Offset), KafkaError> {
+        self.consumer.fetch_watermarks(&tp.topic, tp.partition, TIMEOUT)
+    }
+
+    /// The first offset with a timestamp at or after `ms` (`None`: no such record yet).
+    pub fn offset_for_time(&self, tp: &TopicPartition, ms: i64) -> Result<Option<Offset>, KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::Offset(ms))?;
+        let out = self.consumer.offsets_for_times(tpl, TIMEOUT)?;
+        Ok(out
+            .find_partition(&tp.topic, tp.partition)
+            .and_then(|e| match e.offset() {
+                KOffset::Offset(o) if o >= 0 => Some(o),
+                _ => None,
+            }))
+    }
+
+    /// Partitions of `topic`, from metadata (also a cheap liveness probe of the cluster).
+    pub fn partitions(&self, topic: &str) -> Result<Vec<i32>, KafkaError> {
+        let md = self.consumer.fetch_metadata(Some(topic), TIMEOUT)?;
+        Ok(md
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic)
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect())
+    }
+}
+
+/// Read-only view of the pipeline group's committed offsets.
+pub struct PipelineReader {
+    consumer: BaseConsumer,
+    group: String,
+}
+
+impl PipelineReader {
+    /// A reader for the pipeline's group. It never joins it (see module docs).
+    pub fn new(kafka: &KafkaConfig, group: &str) -> Result<Self, KafkaError> {
+        let consumer: BaseConsumer = client::consumer(kafka, group).create()?;
+        Ok(Self {
+            consumer,
+            group: group.to_string(),
+        })
+    }
+
+    /// The pipeline group's name.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Committed offsets of the pipeline group (`None`: never committed on that partition).
+    pub fn committed(&self, tps: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
+        committed_of(&self.consumer, tps)
+    }
+}
+
+fn committed_of(c: &BaseConsumer, tps: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    for tp in tps {
+        tpl.add_partition(&tp.topic, tp.partition);
+    }
+    let out = c.committed_offsets(tpl, TIMEOUT)?;
+    Ok(tps
+        .iter()
+        .map(|tp| {
+            let o = out.find_partition(&tp.topic, tp.partition).and_then(|e| match e.offset() {
+                KOffset::Offset(o) if o >= 0 => Some(o),
+                _ => None,
+            });
+            (tp.clone(), o)
+        })
+        .collect())
+}

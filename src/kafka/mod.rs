@@ -1,0 +1,13 @@
+//! Everything that talks to Kafka: the tailing consumer of the auditor's own group, the
+//! read-only view of the pipeline group's commits, and offset lookups.
+//!
+//! librdkafka's callbacks never do work: the rebalance callback hands the assignment to the
+//! audit task over the event channel and waits for its answer (start offsets to assign,
+//! settled offsets to commit on revoke), the statistics callback only stores watermarks.
+
+pub mod client;
+pub mod lookup;
+pub mod tail;
+
+pub use lookup::{Lookup, PipelineReader};
+pub use tail::{Command, Tagged, TailEvent, TailHandle, Watermarks};

@@ -1,0 +1,347 @@
+//! The tailing consumer: one OS thread per audit owns the librdkafka consumer, polls it,
+//! decodes and tags every record (so payloads never cross the channel), and sends batches and
+//! rebalance events to the audit task over ONE bounded channel, which keeps their order:
+//! every record of a partition is delivered before that partition's revocation.
+//!
+//! The rebalance callback does no work: it flushes the pending batch, sends the event, and
+//! blocks until the audit task answers with the offsets to assign (on assign) or to commit
+//! (on revoke). The audit task runs on the tokio runtime, never on this thread, so this wait
+//! cannot deadlock.
+
+use super::client;
+use crate::config::KafkaConfig;
+use crate::gap::{Offset, TopicPartition};
+use crate::record::{Decoder, Tag};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::message::{Message, Timestamp};
+use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset as KOffset, TopicPartitionList};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Records per batch sent to the audit task.
+const BATCH: usize = 4096;
+/// Longest time a record waits in a batch.
+const BATCH_AGE: Duration = Duration::from_millis(50);
+
+/// One consumed record, decoded and tagged; the payload stays behind.
+#[derive(Debug, Clone)]
+pub struct Tagged {
+    /// Topic (shared string).
+    pub topic: Arc<str>,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: Offset,
+    /// Kafka timestamp (unix ms), when the record has one.
+    pub timestamp_ms: Option<i64>,
+    /// Expected (with key) or filtered (with reason).
+    pub tag: Tag,
+}
+
+/// What the tailing thread tells the audit task.
+#[derive(Debug)]
+pub enum TailEvent {
+    /// Records in offset order per partition.
+    Records(Vec<Tagged>),
+    /// Partitions assigned to this auditor; answer with the offset to start each at.
+    Assigned {
+        /// The new partitions.
+        partitions: Vec<TopicPartition>,
+        /// The audit task's answer.
+        reply: oneshot::Sender<Vec<(TopicPartition, Offset)>>,
+    },
+    /// Partitions taken away; answer with the settled offsets to commit for them.
+    Revoked {
+        /// The partitions.
+        partitions: Vec<TopicPartition>,
+        /// The audit task's answer.
+        reply: oneshot::Sender<Vec<(TopicPartition, Offset)>>,
+    },
+    /// A consumer error worth surfacing (broker down, authorization...).
+    Error(String),
+}
+
+/// What the audit task asks of the tailing thread.
+#[derive(Debug)]
+pub enum Command {
+    /// Commit these offsets for the auditor's own group.
+    Commit(Vec<(TopicPartition, Offset)>),
+    /// Pause (true) or resume (false) every assigned partition (backpressure).
+    Pause(bool),
+}
+
+/// (log start, log end) per partition as last learnt by librdkafka while fetching.
+pub type Watermarks = Arc<Mutex<HashMap<TopicPartition, (Offset, Offset)>>>;
+
+struct TailContext {
+    events: mpsc::Sender<TailEvent>,
+    batch: Mutex<Vec<Tagged>>,
+    watermarks: Watermarks,
+    stopping: Arc<AtomicBool>,
+}
+
+impl TailContext {
+    fn flush(&self) -> bool {
+        let batch = match self.batch.lock() {
+            Ok(mut b) if !b.is_empty() => std::mem::take(&mut *b),
+            _ => return true,
+        };
+        self.events.blocking_send(TailEvent::Records(batch)).is_ok()
+    }
+}
+
+impl ClientContext for TailContext {
+    fn stats(&self, s: Statistics) {
+        let Ok(mut w) = self.watermarks.lock() else { return };
+        for (name, t) in &s.topics {
+            for (p, ps) in &t.partitions {
+                if *p < 0 || ps.hi_offset < 0 {
+                    continue;
+                }
+                w.insert(TopicPartition::new(name.clone(), *p), (ps.lo_offset, ps.hi_offset));
+            }
+        }
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        let _ = self.events.try_send(TailEvent::Error(format!("{error}: {reason}")));
+    }
+}
+
+impl ConsumerContext for TailContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let partitions: Vec<TopicPartition> = tpl
+            .elements()
+            .iter()
+            .map(|e| TopicPartition::new(e.topic(), e.partition()))
+            .collect();
+        // Records fetched before the rebalance go first, so the audit task sees them before
+        // it settles or forgets their partitions.
+        let alive = self.flush();
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let (tx, rx) = oneshot::channel();
+                let answer = if alive && !self.stopping.load(Ordering::SeqCst) {
+                    self.events
+                        .blocking_send(TailEvent::Assigned { partitions, reply: tx })
+                        .ok()
+                        .and_then(|_| rx.blocking_recv().ok())
+                } else {
+                    None
+                };
+                for (tp, o) in answer.unwrap_or_default() {
+                    if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, KOffset::Offset(o)) {
+                        tracing::error!(%tp, error = %e, "cannot set start offset");
+                    }
+                }
+                let r = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "assign failed");
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let (tx, rx) = oneshot::channel();
+                let answer = if alive {
+                    self.events
+                        .blocking_send(TailEvent::Revoked { partitions, reply: tx })
+                        .ok()
+                        .and_then(|_| rx.blocking_recv().ok())
+                } else {
+                    None
+                };
+                if let Some(offsets) = answer.filter(|o| !o.is_empty()) {
+                    commit(consumer, &offsets);
+                }
+                let r = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "unassign failed");
+                }
+            }
+            other => {
+                tracing::error!(error = ?other, "rebalance error");
+                let _ = consumer.unassign();
+            }
+        }
+    }
+}
+
+fn commit(consumer: &BaseConsumer<TailContext>, offsets: &[(TopicPartition, Offset)]) {
+    let mut tpl = TopicPartitionList::new();
+    for (tp, o) in offsets {
+        if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::Offset(*o)) {
+            tracing::error!(%tp, error = %e, "cannot build commit");
+        }
+    }
+    if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+        tracing::warn!(error = %e, "commit of the settled watermark failed; retried next round");
+    }
+}
+
+/// The running tailing thread.
+pub struct TailHandle {
+    /// Events for the audit task.
+    pub events: mpsc::Receiver<TailEvent>,
+    /// Commands for the thread.
+    pub commands: std::sync::mpsc::Sender<Command>,
+    /// Watermarks learnt from librdkafka statistics.
+    pub watermarks: Watermarks,
+    stopping: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TailHandle {
+    /// Asks the thread to close the consumer (which revokes its partitions through the
+    /// event channel: keep answering events until [`Self::events`] ends).
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits for the thread after the event channel ended.
+    pub fn join(mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts tailing `topics` with `group`, decoding with `decoder`.
+pub fn start(kafka: &KafkaConfig, group: &str, topics: &[String], decoder: Decoder) -> Result<TailHandle, rdkafka::error::KafkaError> {
+    let (tx, rx) = mpsc::channel(64);
+    let (ctx_tx, ctx_rx) = std::sync::mpsc::channel::<Command>();
+    let watermarks: Watermarks = Arc::default();
+    let stopping = Arc::new(AtomicBool::new(false));
+    let mut cfg = client::consumer(kafka, group);
+    cfg.set("statistics.interval.ms", kafka.statistics_interval.as_millis().max(100).to_string());
+    let ctx = TailContext {
+        events: tx,
+        batch: Mutex::new(Vec::with_capacity(BATCH)),
+        watermarks: watermarks.clone(),
+        stopping: stopping.clone(),
+    };
+    let consumer: BaseConsumer<TailContext> = cfg.create_with_context(ctx)?;
+    let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&refs)?;
+    let stop = stopping.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("tail-{group}"))
+        .spawn(move || poll_loop(consumer, decoder, ctx_rx, stop))
+        .map_err(|e| rdkafka::error::KafkaError::ClientCreation(e.to_string()))?;
+    Ok(TailHandle {
+        events: rx,
+        commands: ctx_tx,
+        watermarks,
+        stopping,
+        thread: Some(thread),
+    })
+}
+
+fn poll_loop(consumer: BaseConsumer<TailContext>, decoder: Decoder, commands: std::sync::mpsc::Receiver<Command>, stopping: Arc<AtomicBool>) {
+    let mut topics: HashMap<String, Arc<str>> = HashMap::new();
+    let mut oldest: Option<Instant> = None;
+    let mut paused = false;
+    while !stopping.load(Ordering::SeqCst) {
+        while let Ok(cmd) = commands.try_recv() {
+            match cmd {
+                Command::Commit(offsets) => commit(&consumer, &offsets),
+                Command::Pause(p) if p != paused => {
+                    if let Ok(a) = consumer.assignment() {
+                        let r = if p { consumer.pause(&a) } else { consumer.resume(&a) };
+                        if let Err(e) = r {
+                            tracing::warn!(error = %e, "pause/resume failed");
+                        } else {
+                            paused = p;
+                        }
+                    }
+                }
+                Command::Pause(_) => {}
+            }
+        }
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let topic = match topics.get(m.topic()) {
+                    Some(t) => t.clone(),
+                    None => {
+                        let t: Arc<str> = Arc::from(m.topic());
+                        topics.insert(m.topic().to_string(), t.clone());
+                        t
+                    }
+                };
+                let timestamp_ms = match m.timestamp() {
+                    Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
+                    _ => None,
+                };
+                let tagged = Tagged {
+                    topic,
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    timestamp_ms,
+                    tag: decoder.tag(m.payload()),
+                };
+                let full = match consumer.context().batch.lock() {
+                    Ok(mut b) => {
+                        b.push(tagged);
+                        b.len() >= BATCH
+                    }
+                    Err(_) => true,
+                };
+                let started = *oldest.get_or_insert_with(Instant::now);
+                if (full || started.elapsed() >= BATCH_AGE) && !consumer.context().flush() {
+                    break;
+                }
+                if full || started.elapsed() >= BATCH_AGE {
+                    oldest = None;
+                }
+            }
+            Some(Err(e)) => {
+                if !consumer.context().flush() {
+                    break;
+                }
+                oldest = None;
+                let _ = consumer.context().events.blocking_send(TailEvent::Error(e.to_string()));
+            }
+            None => {
+                if !consumer.context().flush() {
+                    break;
+                }
+                oldest = None;
+            }
+        }
+    }
+    // Flush what was read, then leave the group: closing revokes the partitions through
+    // the rebalance callback, whose answer carries the final settled offsets to commit.
+    consumer.context().flush();
+    if let Err(e) = consumer.unsubscribe_and_close() {
+        tracing::debug!(error = %e, "consumer close");
+    }
+    drop(consumer);
+}
+
+trait CloseExt {
+    fn unsubscribe_and_close(&self) -> Result<(), rdkafka::error::KafkaError>;
+}
+
+impl CloseExt for BaseConsumer<TailContext> {
+    fn unsubscribe_and_close(&self) -> Result<(), rdkafka::error::KafkaError> {
+        self.unsubscribe();
+        // Serve the revoke callback that unsubscribing triggers.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match self.poll(Duration::from_millis(100)) {
+                Some(_) => continue,
+                None => {
+                    if self.assignment().map(|a| a.count() == 0).unwrap_or(true) {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,115 @@
+//! The due rule (SPEC "Due rule"), pure.
+//!
+//! A record at offset `o` is due when the pipeline's group has committed an offset `> o`
+//! AND `grace` has passed since the auditor first saw such a commit. Equivalently: `o` is due
+//! iff `o < frontier(now)`, where `frontier(now)` is the largest committed offset observed at
+//! or before `now - grace`. Observations are kept only as long as they can still matter, so
+//! this state is O(grace / poll interval), never O(records).
+//!
+//! Without a pipeline group, or while the group has never committed on the partition, a
+//! record is due once it was first seen more than `grace` ago (time-only fallback).
+
+use crate::gap::Offset;
+use std::collections::VecDeque;
+
+/// Where the due boundary lies for one partition at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frontier {
+    /// Records with offset `< 0.0` are due (pipeline rule).
+    Offset(Offset),
+    /// Records first seen at or before this wall-clock time (unix ms) are due (fallback).
+    SeenBefore(i64),
+}
+
+/// The pipeline group's committed offsets of one partition, as observed over time.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineCommits {
+    /// `(observed_at_ms, committed)`, observed_at ascending, committed strictly increasing
+    /// (a rewind is kept out: once the pipeline passed a record it was due to write it).
+    observations: VecDeque<(i64, Offset)>,
+    /// The latest committed offset seen (may be lower than the max after a rewind).
+    latest: Option<Offset>,
+}
+
+impl PipelineCommits {
+    /// Records one poll of the pipeline group's committed offset (`None`: no commit).
+    pub fn observe(&mut self, now_ms: i64, committed: Option<Offset>) {
+        let Some(c) = committed else { return };
+        self.latest = Some(c);
+        if self.observations.back().is_none_or(|&(_, max)| c > max) {
+            self.observations.push_back((now_ms, c));
+        }
+    }
+
+    /// The latest committed offset observed, for status and metrics.
+    pub fn latest(&self) -> Option<Offset> {
+        self.latest
+    }
+
+    /// The due frontier at `now_ms`; prunes observations that can no longer matter.
+    pub fn frontier(&mut self, now_ms: i64, grace_ms: i64) -> Frontier {
+        let cutoff = now_ms.saturating_sub(grace_ms);
+        if self.observations.is_empty() {
+            return Frontier::SeenBefore(cutoff);
+        }
+        // Keep only the newest observation at or before the cutoff plus all later ones.
+        while self.observations.len() >= 2 && self.observations[1].0 <= cutoff {
+            self.observations.pop_front();
+        }
+        match self.observations.front() {
+            Some(&(at, c)) if at <= cutoff => Frontier::Offset(c),
+            // The pipeline committed, but not yet `grace` ago: nothing is due by commit.
+            // The time fallback must not apply once a commit exists (that would call lag loss).
+            _ => Frontier::Offset(0),
+        }
+    }
+
+    /// Number of retained observations (for tests of boundedness).
+    pub fn retained(&self) -> usize {
+        self.observations.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_commit_falls_back_to_time() {
+        let mut p = PipelineCommits::default();
+        assert_eq!(p.frontier(10_000, 3_000), Frontier::SeenBefore(7_000));
+        p.observe(10_000, None);
+        assert_eq!(p.frontier(10_000, 3_000), Frontier::SeenBefore(7_000));
+    }
+
+    #[test]
+    fn commit_becomes_effective_after_grace() {
+        let mut p = PipelineCommits::default();
+        p.observe(1_000, Some(4));
+        assert_eq!(p.frontier(1_000, 3_000), Frontier::Offset(0));
+        assert_eq!(p.frontier(3_999, 3_000), Frontier::Offset(0));
+        assert_eq!(p.frontier(4_000, 3_000), Frontier::Offset(4));
+        p.observe(5_000, Some(10));
+        assert_eq!(p.frontier(6_000, 3_000), Frontier::Offset(4));
+        assert_eq!(p.frontier(8_000, 3_000), Frontier::Offset(10));
+    }
+
+    #[test]
+    fn rewind_does_not_move_the_frontier_back() {
+        let mut p = PipelineCommits::default();
+        p.observe(0, Some(10));
+        p.observe(1_000, Some(3));
+        assert_eq!(p.latest(), Some(3));
+        assert_eq!(p.frontier(10_000, 3_000), Frontier::Offset(10));
+    }
+
+    #[test]
+    fn observations_stay_bounded() {
+        let mut p = PipelineCommits::default();
+        for i in 0..10_000 {
+            p.observe(i * 100, Some(i));
+            p.frontier(i * 100, 1_000);
+        }
+        assert!(p.retained() <= 12, "retained {}", p.retained());
+    }
+}

@@ -1,0 +1,14 @@
+//! The offset ledger: pure bookkeeping of every consumed offset, the due rule, gap merging
+//! and the settled watermark. No Kafka, no sink, no clock: everything it needs is passed in,
+//! so all of it is unit- and property-tested without a broker.
+
+pub mod due;
+pub mod partition;
+pub mod runs;
+
+#[cfg(test)]
+mod tests;
+
+pub use due::{Frontier, PipelineCommits};
+pub use partition::{Applied, GapRecord, MissingRun, Observed, PartitionLedger, Segment, Snapshot, Verdict};
+pub use runs::OffsetRun;

@@ -1,0 +1,576 @@
+//! The ledger of one partition: what the auditor has read, what it still has to verify, what
+//! is missing, and which gaps that makes. Pure: no clock (callers pass `now_ms`), no I/O.
+//!
+//! Offsets below `next_offset` are all *observed*. Each observed offset is exactly one of:
+//! - a hole (no record: transaction marker, aborted record, compaction) — never expected;
+//! - filtered (a record the pipeline is not supposed to write) — never expected;
+//! - pending (expected, not yet decided), kept in `pending` as runs in offset order;
+//! - confirmed (found in the sink) — forgotten once decided;
+//! - missing (due and absent) — kept in `missing` as runs, each inside exactly one gap.
+//!
+//! Decisions are applied strictly in offset order on a prefix of `pending`, so "no confirmed
+//! expected record between two missing ones" (the gap definition) reduces to remembering
+//! whether the last decided record was missing (`tail_gap`).
+
+use super::due::{Frontier, PipelineCommits};
+use super::runs::{self, OffsetRun};
+use crate::gap::Offset;
+use crate::record::Key;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+
+/// A pending run is extended by a new record only while it is younger than this, so that the
+/// time-only due rule (which uses the run's LAST seen time, the conservative choice) never
+/// delays a record by more than this much.
+const RUN_SEEN_SPAN_MS: i64 = 1_000;
+
+/// What the decoder said about one consumed record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// The pipeline should write it; `key` is set for the `key_columns` strategy.
+    Expected {
+        /// Match key (key_columns only).
+        key: Option<Key>,
+    },
+    /// Not expected in the sink.
+    Filtered,
+}
+
+/// Contiguous expected offsets read close together in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PendingRun {
+    run: OffsetRun,
+    first_seen_ms: i64,
+    last_seen_ms: i64,
+    min_ts: Option<i64>,
+    max_ts: Option<i64>,
+    /// One key per offset when keyed; empty otherwise.
+    keys: Vec<Key>,
+}
+
+impl PendingRun {
+    /// Splits off offsets `>= at` into a new run (keys follow their offsets). Timestamps are
+    /// inherited by both halves as bounds: they are exact only for unsplit runs.
+    fn split_off(&mut self, at: Offset) -> PendingRun {
+        debug_assert!(self.run.first < at && at <= self.run.last);
+        let keys = if self.keys.is_empty() {
+            Vec::new()
+        } else {
+            self.keys.split_off((at - self.run.first) as usize)
+        };
+        let right = PendingRun {
+            run: OffsetRun::new(at, self.run.last),
+            keys,
+            ..self.clone()
+        };
+        self.run.last = at - 1;
+        right
+    }
+}
+
+/// A run of missing records awaiting re-checks (late arrival) or given up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissingRun {
+    /// The offsets.
+    pub run: OffsetRun,
+    /// First offset of the gap the run belongs to.
+    pub gap: Offset,
+    /// When these records were declared missing (unix ms).
+    pub detected_ms: i64,
+    /// Record timestamp bounds (unix ms).
+    pub min_ts: Option<i64>,
+    /// Record timestamp bounds (unix ms).
+    pub max_ts: Option<i64>,
+    /// Keys per offset (key_columns), cleared when re-checks are given up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<Key>,
+    /// No more re-checks (`give_up_after` elapsed).
+    #[serde(default)]
+    pub given_up: bool,
+}
+
+impl MissingRun {
+    fn key_of(&self, o: Offset) -> Option<&Key> {
+        self.keys.get((o - self.run.first) as usize)
+    }
+
+    fn sub(&self, r: OffsetRun) -> MissingRun {
+        let keys = if self.keys.is_empty() {
+            Vec::new()
+        } else {
+            let a = (r.first - self.run.first) as usize;
+            let b = (r.last - self.run.first) as usize + 1;
+            self.keys.get(a..b).map(<[Key]>::to_vec).unwrap_or_default()
+        };
+        MissingRun {
+            run: r,
+            keys,
+            ..self.clone()
+        }
+    }
+}
+
+/// The ledger's view of one gap (the audit turns it into a [`crate::gap::Gap`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GapRecord {
+    /// First offset at detection: the gap's identity.
+    pub first: Offset,
+    /// Last offset (grows while the gap is extended).
+    pub last: Offset,
+    /// Records still missing.
+    pub missing: u64,
+    /// Whether `missing` is exact (false: Kafka deleted the records before they were read).
+    pub size_known: bool,
+    /// Record timestamp bounds (unix ms).
+    pub min_ts: Option<i64>,
+    /// Record timestamp bounds (unix ms).
+    pub max_ts: Option<i64>,
+    /// When first detected (unix ms).
+    pub detected_ms: i64,
+}
+
+/// The sink's answer about one due segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The sink could not be asked (error, timeout): nothing is decided.
+    Unknown,
+    /// The offsets of the segment found in the sink, and extra rows beyond one per offset.
+    Known {
+        /// Present offsets (normalized runs inside the segment).
+        present: Vec<OffsetRun>,
+        /// Rows beyond the first per present offset.
+        duplicate_rows: u64,
+    },
+}
+
+/// A due segment handed to the verifier: contiguous expected offsets (+ keys when keyed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// The offsets.
+    pub run: OffsetRun,
+    /// One key per offset (key_columns), else empty.
+    pub keys: Vec<Key>,
+    /// Record timestamp bounds, for the visibility histogram.
+    pub max_ts: Option<i64>,
+}
+
+/// Counts produced by applying verdicts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Records found on time.
+    pub confirmed: u64,
+    /// Records newly declared missing.
+    pub lost: u64,
+    /// Missing records found later.
+    pub late: u64,
+    /// Extra rows seen.
+    pub duplicates: u64,
+    /// (record max timestamp, count) of confirmed runs, for the visibility histogram.
+    pub confirmed_ts: Vec<(Option<i64>, u64)>,
+}
+
+impl Applied {
+    fn add(&mut self, other: Applied) {
+        self.confirmed += other.confirmed;
+        self.lost += other.lost;
+        self.late += other.late;
+        self.duplicates += other.duplicates;
+        self.confirmed_ts.extend(other.confirmed_ts);
+    }
+}
+
+/// What survives a restart: the decided-but-unresolved part of the ledger. Pending records
+/// are not persisted: they lie at or above the settled watermark and are read again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Missing runs.
+    pub missing: Vec<MissingRun>,
+    /// Gaps still open, or the tail gap.
+    pub gaps: Vec<GapRecord>,
+    /// First offset of the gap the next missing record extends.
+    pub tail_gap: Option<Offset>,
+}
+
+/// The ledger of one partition.
+#[derive(Debug, Clone)]
+pub struct PartitionLedger {
+    next_offset: Offset,
+    keyed: bool,
+    pending: VecDeque<PendingRun>,
+    pending_count: u64,
+    missing: BTreeMap<Offset, MissingRun>,
+    missing_count: u64,
+    gaps: BTreeMap<Offset, GapRecord>,
+    dirty_gaps: std::collections::BTreeSet<Offset>,
+    tail_gap: Option<Offset>,
+    /// The pipeline group's commits on this partition (due rule input).
+    pub pipeline: PipelineCommits,
+}
+
+impl PartitionLedger {
+    /// A fresh ledger whose next record is expected at `next_offset`. `keyed`: keep a match key
+    /// per pending record (key_columns); otherwise memory is O(runs).
+    pub fn new(next_offset: Offset, keyed: bool) -> Self {
+        Self {
+            next_offset,
+            keyed,
+            pending: VecDeque::new(),
+            pending_count: 0,
+            missing: BTreeMap::new(),
+            missing_count: 0,
+            gaps: BTreeMap::new(),
+            dirty_gaps: Default::default(),
+            tail_gap: None,
+            pipeline: PipelineCommits::default(),
+        }
+    }
+
+    /// Restores a ledger from its persisted snapshot, resuming at the settled watermark.
+    pub fn restore(settled: Offset, keyed: bool, snap: Snapshot) -> Self {
+        let mut l = Self::new(settled, keyed);
+        for m in snap.missing {
+            l.missing_count += m.run.len();
+            l.missing.insert(m.run.first, m);
+        }
+        for g in snap.gaps {
+            l.gaps.insert(g.first, g);
+        }
+        l.tail_gap = snap.tail_gap;
+        l
+    }
+
+    /// The persisted part of the ledger.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            missing: self.missing.values().cloned().collect(),
+            gaps: self.gaps.values().cloned().collect(),
+            tail_gap: self.tail_gap,
+        }
+    }
+
+    /// The next offset the consumer will deliver.
+    pub fn next_offset(&self) -> Offset {
+        self.next_offset
+    }
+
+    /// Expected records not yet decided.
+    pub fn pending(&self) -> u64 {
+        self.pending_count
+    }
+
+    /// Records currently missing (in open gaps).
+    pub fn missing(&self) -> u64 {
+        self.missing_count
+    }
+
+    /// Gaps with missing records.
+    pub fn open_gaps(&self) -> usize {
+        self.gaps.values().filter(|g| g.missing > 0).count()
+    }
+
+    /// Smallest record timestamp among open gaps (for retention deadlines).
+    pub fn oldest_open_gap_ts(&self) -> Option<i64> {
+        self.gaps.values().filter(|g| g.missing > 0).filter_map(|g| g.min_ts).min()
+    }
+
+    /// Offset below which every expected record is confirmed or missing (the latter persisted
+    /// by the caller before committing this value). The caller commits it to Kafka.
+    pub fn settled(&self) -> Offset {
+        self.pending.front().map_or(self.next_offset, |p| p.run.first)
+    }
+
+    /// Takes one consumed record. Offsets at or below an already observed one are ignored
+    /// (re-delivery after a seek); the jump from `next_offset` to `offset` is a hole.
+    pub fn ingest(&mut self, offset: Offset, ts_ms: Option<i64>, what: Observed, now_ms: i64) -> bool {
+        if offset < self.next_offset {
+            return false;
+        }
+        self.next_offset = offset + 1;
+        let Observed::Expected { key } = what else {
+            return true;
+        };
+        self.pending_count += 1;
+        if let Some(last) = self.pending.back_mut()
+            && last.run.last + 1 == offset
+            && now_ms - last.first_seen_ms < RUN_SEEN_SPAN_MS
+        {
+            last.run.last = offset;
+            last.last_seen_ms = now_ms.max(last.last_seen_ms);
+            last.min_ts = min_opt(last.min_ts, ts_ms);
+            last.max_ts = max_opt(last.max_ts, ts_ms);
+            if self.keyed {
+                last.keys.push(key.unwrap_or_else(|| Key(Vec::new())));
+            }
+            return true;
+        }
+        self.pending.push_back(PendingRun {
+            run: OffsetRun::new(offset, offset),
+            first_seen_ms: now_ms,
+            last_seen_ms: now_ms,
+            min_ts: ts_ms,
+            max_ts: ts_ms,
+            keys: if self.keyed {
+                vec![key.unwrap_or_else(|| Key(Vec::new()))]
+            } else {
+                Vec::new()
+            },
+        });
+        true
+    }
+
+    /// Records that Kafka deleted offsets `first..=last` before the auditor read them
+    /// (its resume point fell below the log start): a gap of unknown size, never silence.
+    /// Moves `next_offset` past them.
+    pub fn skipped_by_retention(&mut self, first: Offset, last: Offset, now_ms: i64) -> Option<GapRecord> {
+        if last < first || last < self.next_offset {
+            return None;
+        }
+        let first = first.max(self.next_offset);
+        let g = GapRecord {
+            first,
+            last,
+            missing: (last - first + 1) as u64,
+            size_known: false,
+            min_ts: None,
+            max_ts: None,
+            detected_ms: now_ms,
+        };
+        self.next_offset = last + 1;
+        // Such a gap is never re-checked: its records are gone. It is not the tail: a later
+        // missing record is a different incident.
+        self.tail_gap = None;
+        self.dirty_gaps.insert(first);
+        self.gaps.insert(first, g.clone());
+        Some(g)
+    }
+
+    /// The due prefix of pending records, split at the due frontier, at most `limit` records,
+    /// as segments in offset order. `verdicts` passed to [`Self::apply`] must align with it.
+    pub fn due(&mut self, now_ms: i64, grace_ms: i64, limit: u64) -> Vec<Segment> {
+        let frontier = self.pipeline.frontier(now_ms, grace_ms);
+        let mut out = Vec::new();
+        let mut budget = limit;
+        let mut i = 0;
+        while i < self.pending.len() && budget > 0 {
+            let run = self.pending[i].run;
+            let due_last = match frontier {
+                Frontier::Offset(f) => (f - 1).min(run.last),
+                Frontier::SeenBefore(t) => {
+                    if self.pending[i].last_seen_ms <= t {
+                        run.last
+                    } else {
+                        break;
+                    }
+                }
+            };
+            if due_last < run.first {
+                break;
+            }
+            let cap_last = run.first + (budget.min(run.len()) as Offset) - 1;
+            let cut = due_last.min(cap_last);
+            if cut < run.last {
+                let right = self.pending[i].split_off(cut + 1);
+                self.pending.insert(i + 1, right);
+            }
+            let p = &self.pending[i];
+            budget -= p.run.len();
+            out.push(Segment {
+                run: p.run,
+                keys: p.keys.clone(),
+                max_ts: p.max_ts,
+            });
+            i += 1;
+            if cut < run.last {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Applies the verifier's answers for the segments returned by the last [`Self::due`].
+    /// Only the longest prefix of Known verdicts is applied; the rest stays pending, so
+    /// decisions always advance in offset order.
+    pub fn apply(&mut self, verdicts: &[Verdict], now_ms: i64) -> Applied {
+        let mut out = Applied::default();
+        for v in verdicts {
+            let Verdict::Known { present, duplicate_rows } = v else {
+                break;
+            };
+            let Some(p) = self.pending.pop_front() else { break };
+            self.pending_count -= p.run.len();
+            out.duplicates += duplicate_rows;
+            let present = runs::intersect(p.run, &runs::normalize(present.clone()));
+            // Walk the segment in offset order, alternating present and absent runs.
+            let absent = runs::subtract(p.run, &present);
+            let mut events: Vec<(OffsetRun, bool)> = present.iter().map(|r| (*r, true)).collect();
+            events.extend(absent.iter().map(|r| (*r, false)));
+            events.sort_unstable_by_key(|(r, _)| r.first);
+            for (r, found) in events {
+                if found {
+                    out.confirmed += r.len();
+                    out.confirmed_ts.push((p.max_ts, r.len()));
+                    self.tail_gap = None;
+                } else {
+                    out.lost += r.len();
+                    let keys = if p.keys.is_empty() {
+                        Vec::new()
+                    } else {
+                        let a = (r.first - p.run.first) as usize;
+                        p.keys[a..a + r.len() as usize].to_vec()
+                    };
+                    self.declare_missing(r, keys, p.min_ts, p.max_ts, now_ms);
+                }
+            }
+        }
+        out
+    }
+
+    fn declare_missing(&mut self, r: OffsetRun, keys: Vec<Key>, min_ts: Option<i64>, max_ts: Option<i64>, now_ms: i64) {
+        let gap_first = match self.tail_gap.and_then(|t| self.gaps.get_mut(&t)) {
+            Some(g) => {
+                g.last = r.last;
+                g.missing += r.len();
+                g.min_ts = min_opt(g.min_ts, min_ts);
+                g.max_ts = max_opt(g.max_ts, max_ts);
+                g.first
+            }
+            None => {
+                self.gaps.insert(
+                    r.first,
+                    GapRecord {
+                        first: r.first,
+                        last: r.last,
+                        missing: r.len(),
+                        size_known: true,
+                        min_ts,
+                        max_ts,
+                        detected_ms: now_ms,
+                    },
+                );
+                r.first
+            }
+        };
+        self.tail_gap = Some(gap_first);
+        self.dirty_gaps.insert(gap_first);
+        self.missing_count += r.len();
+        self.missing.insert(
+            r.first,
+            MissingRun {
+                run: r,
+                gap: gap_first,
+                detected_ms: now_ms,
+                min_ts,
+                max_ts,
+                keys,
+                given_up: false,
+            },
+        );
+    }
+
+    /// Missing runs still worth re-checking; runs older than `give_up_ms` are given up
+    /// (they stay missing and in their gap, their keys are dropped).
+    pub fn rechecks(&mut self, now_ms: i64, give_up_ms: i64) -> Vec<Segment> {
+        let mut out = Vec::new();
+        for m in self.missing.values_mut() {
+            if m.given_up {
+                continue;
+            }
+            if now_ms - m.detected_ms >= give_up_ms {
+                m.given_up = true;
+                m.keys = Vec::new();
+                continue;
+            }
+            out.push(Segment {
+                run: m.run,
+                keys: m.keys.clone(),
+                max_ts: m.max_ts,
+            });
+        }
+        out
+    }
+
+    /// Applies re-check answers (aligned with the last [`Self::rechecks`]): offsets found
+    /// now are late; they leave their missing run and their gap's missing count.
+    pub fn apply_rechecks(&mut self, segments: &[Segment], verdicts: &[Verdict]) -> Applied {
+        let mut out = Applied::default();
+        for (seg, v) in segments.iter().zip(verdicts) {
+            let Verdict::Known { present, duplicate_rows } = v else {
+                continue;
+            };
+            let present = runs::intersect(seg.run, &runs::normalize(present.clone()));
+            if present.is_empty() {
+                continue;
+            }
+            let Some(m) = self.missing.remove(&seg.run.first) else {
+                continue;
+            };
+            out.duplicates += duplicate_rows;
+            let found = runs::count(&present);
+            out.late += found;
+            self.missing_count -= found;
+            for rest in runs::subtract(m.run, &present) {
+                let sub = m.sub(rest);
+                self.missing.insert(rest.first, sub);
+            }
+            if let Some(g) = self.gaps.get_mut(&m.gap) {
+                g.missing = g.missing.saturating_sub(found);
+                self.dirty_gaps.insert(m.gap);
+            }
+        }
+        out
+    }
+
+    /// Gaps changed since the last call. Gaps with nothing missing that are not the tail
+    /// are forgotten afterwards (their final state is in the returned list).
+    pub fn take_dirty_gaps(&mut self) -> Vec<GapRecord> {
+        let dirty = std::mem::take(&mut self.dirty_gaps);
+        let out: Vec<GapRecord> = dirty.iter().filter_map(|f| self.gaps.get(f).cloned()).collect();
+        let tail = self.tail_gap;
+        self.gaps.retain(|f, g| g.missing > 0 || Some(*f) == tail);
+        out
+    }
+
+    /// The key of a missing offset (for replay tooling and tests).
+    pub fn missing_key(&self, o: Offset) -> Option<&Key> {
+        self.missing.range(..=o).next_back().and_then(|(_, m)| if m.run.contains(o) { m.key_of(o) } else { None })
+    }
+
+    /// All missing offsets as runs (tests, status).
+    pub fn missing_runs(&self) -> Vec<OffsetRun> {
+        self.missing.values().map(|m| m.run).collect()
+    }
+
+    /// Pending offsets as runs (tests).
+    pub fn pending_runs(&self) -> Vec<OffsetRun> {
+        runs::normalize(self.pending.iter().map(|p| p.run).collect())
+    }
+
+    /// The gaps the ledger currently holds.
+    pub fn gaps(&self) -> impl Iterator<Item = &GapRecord> {
+        self.gaps.values()
+    }
+}
+
+impl Applied {
+    /// Merges two outcomes.
+    pub fn merge(mut self, other: Applied) -> Applied {
+        self.add(other);
+        self
+    }
+}
+
+fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+fn max_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}

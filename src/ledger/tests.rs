@@ -1,0 +1,446 @@
+//! Ledger tests: the seed incident, holes, late arrivals, restore, and properties that
+//! compare the ledger with a brute-force model of SPEC's gap definition.
+
+use super::*;
+use crate::gap::Offset;
+use crate::record::Key;
+use proptest::prelude::*;
+use std::collections::BTreeSet;
+
+const GRACE: i64 = 1_000;
+
+fn exp() -> Observed {
+    Observed::Expected { key: None }
+}
+
+fn r(a: Offset, b: Offset) -> OffsetRun {
+    OffsetRun::new(a, b)
+}
+
+/// Answers like a sink holding exactly `present`.
+fn oracle(segs: &[Segment], present: &BTreeSet<Offset>) -> Vec<Verdict> {
+    segs.iter()
+        .map(|s| Verdict::Known {
+            present: runs::normalize(
+                (s.run.first..=s.run.last)
+                    .filter(|o| present.contains(o))
+                    .map(|o| r(o, o))
+                    .collect(),
+            ),
+            duplicate_rows: 0,
+        })
+        .collect()
+}
+
+#[test]
+fn seed_incident_one_gap_of_two_records() {
+    // Pipeline wrote 0-1, died, 2-3 produced meanwhile, restarted from latest, wrote 4-5.
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..6 {
+        l.ingest(o, Some(1_000 + o), exp(), 0);
+    }
+    l.pipeline.observe(0, Some(6));
+    assert!(l.due(GRACE - 1, GRACE, 100).is_empty(), "nothing due before grace");
+    let segs = l.due(GRACE, GRACE, 100);
+    assert_eq!(segs.iter().map(|s| s.run.len()).sum::<u64>(), 6);
+    let sink: BTreeSet<Offset> = [0, 1, 4, 5].into();
+    let applied = l.apply(&oracle(&segs, &sink), GRACE);
+    assert_eq!((applied.confirmed, applied.lost), (4, 2));
+    let gaps = l.take_dirty_gaps();
+    assert_eq!(gaps.len(), 1);
+    assert_eq!((gaps[0].first, gaps[0].last, gaps[0].missing), (2, 3, 2));
+    assert_eq!((gaps[0].min_ts, gaps[0].max_ts), (Some(1_000), Some(1_005)), "bounds of the unsplit run");
+    assert_eq!(l.settled(), 6);
+    assert_eq!(l.missing(), 2);
+}
+
+#[test]
+fn lag_is_never_loss() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..10 {
+        l.ingest(o, None, exp(), 0);
+    }
+    // The pipeline committed 3 long ago and nothing since: only 0..=2 may be due.
+    l.pipeline.observe(0, Some(3));
+    let segs = l.due(100_000, GRACE, 100);
+    assert_eq!(segs.iter().map(|s| s.run).collect::<Vec<_>>(), vec![r(0, 2)]);
+    let applied = l.apply(&oracle(&segs, &BTreeSet::new()), 100_000);
+    assert_eq!(applied.lost, 3);
+    assert_eq!(l.pending(), 7, "3..=9 are lag, not loss");
+    assert_eq!(l.settled(), 3);
+}
+
+#[test]
+fn commit_not_yet_grace_old_makes_nothing_due_even_for_old_records() {
+    let mut l = PartitionLedger::new(0, false);
+    l.ingest(0, None, exp(), 0);
+    l.pipeline.observe(50_000, Some(1));
+    assert!(l.due(50_500, GRACE, 100).is_empty());
+    assert_eq!(l.due(51_000, GRACE, 100).len(), 1);
+}
+
+#[test]
+fn time_fallback_uses_first_seen_plus_grace() {
+    let mut l = PartitionLedger::new(0, false);
+    l.ingest(0, None, exp(), 0);
+    l.ingest(1, None, exp(), 500);
+    assert!(l.due(999, GRACE, 100).is_empty());
+    // Run 0..=1 was last extended at 500: conservative, due at 1500.
+    assert!(l.due(1_000, GRACE, 100).is_empty());
+    assert_eq!(l.due(1_500, GRACE, 100)[0].run, r(0, 1));
+}
+
+#[test]
+fn holes_and_filtered_records_are_never_expected_and_do_not_split_gaps() {
+    let mut l = PartitionLedger::new(0, false);
+    l.ingest(0, None, exp(), 0);
+    l.ingest(1, None, Observed::Filtered, 0);
+    // 2 is a transaction marker: no record.
+    l.ingest(3, None, exp(), 0);
+    l.ingest(5, None, exp(), 0);
+    l.pipeline.observe(0, Some(6));
+    let segs = l.due(GRACE, GRACE, 100);
+    let runs: Vec<OffsetRun> = segs.iter().map(|s| s.run).collect();
+    assert_eq!(runs, vec![r(0, 0), r(3, 3), r(5, 5)]);
+    l.apply(&oracle(&segs, &BTreeSet::new()), GRACE);
+    let gaps = l.take_dirty_gaps();
+    assert_eq!(gaps.len(), 1, "one gap across holes and filtered records: {gaps:?}");
+    assert_eq!((gaps[0].first, gaps[0].last, gaps[0].missing), (0, 5, 3));
+}
+
+#[test]
+fn a_confirmed_record_splits_gaps_and_gaps_extend_across_rounds() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..6 {
+        l.ingest(o, None, exp(), 0);
+    }
+    let sink: BTreeSet<Offset> = [2].into();
+    l.pipeline.observe(0, Some(2));
+    let segs = l.due(GRACE, GRACE, 100);
+    l.apply(&oracle(&segs, &sink), GRACE);
+    l.pipeline.observe(GRACE, Some(6));
+    let segs = l.due(2 * GRACE, GRACE, 100);
+    l.apply(&oracle(&segs, &sink), 2 * GRACE);
+    let gaps: Vec<(Offset, Offset, u64)> = l.gaps().map(|g| (g.first, g.last, g.missing)).collect();
+    assert_eq!(gaps, vec![(0, 1, 2), (3, 5, 3)]);
+}
+
+#[test]
+fn duplicates_never_mask_a_missing_record() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..4 {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(4));
+    let segs = l.due(GRACE, GRACE, 100);
+    // Offset 1 stored twice, offset 2 absent: 4 rows for 4 records, yet one is missing.
+    let v = vec![Verdict::Known { present: vec![r(0, 1), r(3, 3)], duplicate_rows: 1 }];
+    let a = l.apply(&v, GRACE);
+    assert_eq!((a.confirmed, a.lost, a.duplicates), (3, 1, 1));
+    assert_eq!(l.missing_runs(), vec![r(2, 2)]);
+    let _ = segs;
+}
+
+#[test]
+fn unknown_verdicts_decide_nothing_and_keep_order() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..3 {
+        l.ingest(o, None, exp(), 0);
+    }
+    for o in 10..13 {
+        l.ingest(o, None, exp(), 5_000);
+    }
+    l.pipeline.observe(0, Some(20));
+    let segs = l.due(10_000, GRACE, 100);
+    assert_eq!(segs.len(), 2);
+    let v = vec![Verdict::Unknown, Verdict::Known { present: vec![], duplicate_rows: 0 }];
+    assert_eq!(l.apply(&v, 10_000), Applied::default());
+    assert_eq!(l.pending(), 6);
+    assert_eq!(l.settled(), 0);
+    assert!(l.take_dirty_gaps().is_empty());
+}
+
+#[test]
+fn late_records_close_the_gap() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..4 {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(4));
+    let segs = l.due(GRACE, GRACE, 100);
+    l.apply(&oracle(&segs, &[0, 3].into()), GRACE);
+    assert_eq!(l.take_dirty_gaps()[0].missing, 2);
+    let checks = l.rechecks(2 * GRACE, 100 * GRACE);
+    assert_eq!(checks.iter().map(|s| s.run).collect::<Vec<_>>(), vec![r(1, 2)]);
+    let a = l.apply_rechecks(&checks, &oracle(&checks, &[2].into()));
+    assert_eq!(a.late, 1);
+    assert_eq!(l.missing_runs(), vec![r(1, 1)]);
+    let checks = l.rechecks(3 * GRACE, 100 * GRACE);
+    let a = l.apply_rechecks(&checks, &oracle(&checks, &[1].into()));
+    assert_eq!(a.late, 1);
+    assert_eq!(l.missing(), 0);
+    let gaps = l.take_dirty_gaps();
+    assert_eq!(gaps[0].missing, 0, "gap fully late");
+    assert_eq!(l.open_gaps(), 0);
+}
+
+#[test]
+fn give_up_stops_rechecks_but_keeps_the_loss() {
+    let mut l = PartitionLedger::new(0, true);
+    l.ingest(0, None, Observed::Expected { key: Some(Key(vec!["a".into()])) }, 0);
+    l.pipeline.observe(0, Some(1));
+    let segs = l.due(GRACE, GRACE, 100);
+    assert_eq!(segs[0].keys, vec![Key(vec!["a".into()])]);
+    l.apply(&oracle(&segs, &BTreeSet::new()), GRACE);
+    assert_eq!(l.rechecks(GRACE + 10, 100).len(), 1);
+    assert!(l.rechecks(GRACE + 100, 100).is_empty());
+    assert_eq!(l.missing(), 1);
+    assert_eq!(l.open_gaps(), 1);
+}
+
+#[test]
+fn keys_follow_their_offsets_through_splits() {
+    let mut l = PartitionLedger::new(0, true);
+    for o in 0..5 {
+        l.ingest(o, None, Observed::Expected { key: Some(Key(vec![format!("k{o}")])) }, 0);
+    }
+    l.pipeline.observe(0, Some(3));
+    let segs = l.due(GRACE, GRACE, 100);
+    assert_eq!(segs[0].keys.iter().map(|k| k.0[0].as_str()).collect::<Vec<_>>(), ["k0", "k1", "k2"]);
+    l.apply(&oracle(&segs, &[0, 2].into()), GRACE);
+    assert_eq!(l.missing_key(1), Some(&Key(vec!["k1".into()])));
+    l.pipeline.observe(GRACE, Some(5));
+    let segs = l.due(3 * GRACE, GRACE, 1);
+    assert_eq!(segs.len(), 1);
+    assert_eq!(segs[0].keys, vec![Key(vec!["k3".into()])], "limit cuts inside a run");
+}
+
+#[test]
+fn restore_from_snapshot_continues_the_same_gap() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..4 {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(4));
+    let segs = l.due(GRACE, GRACE, 100);
+    l.apply(&oracle(&segs, &[0].into()), GRACE);
+    l.take_dirty_gaps();
+    let snap = l.snapshot();
+    let json = serde_json::to_string(&snap).expect("serialize");
+    let snap2: Snapshot = serde_json::from_str(&json).expect("deserialize");
+    let mut l2 = PartitionLedger::restore(l.settled(), false, snap2);
+    assert_eq!(l2.missing(), 3);
+    l2.ingest(4, None, exp(), 2 * GRACE);
+    l2.pipeline.observe(0, Some(5));
+    let segs = l2.due(3 * GRACE, GRACE, 100);
+    l2.apply(&oracle(&segs, &BTreeSet::new()), 3 * GRACE);
+    let gaps = l2.take_dirty_gaps();
+    assert_eq!(gaps.len(), 1);
+    assert_eq!((gaps[0].first, gaps[0].last, gaps[0].missing), (1, 4, 4), "extends the restored tail gap");
+}
+
+#[test]
+fn retention_skip_is_a_gap_of_unknown_size() {
+    let mut l = PartitionLedger::new(10, false);
+    let g = l.skipped_by_retention(10, 99, 0).expect("gap");
+    assert!(!g.size_known);
+    assert_eq!((g.first, g.last, g.missing), (10, 99, 90));
+    assert_eq!(l.next_offset(), 100);
+    assert!(l.ingest(100, None, exp(), 0));
+}
+
+#[test]
+fn redelivered_offsets_are_ignored() {
+    let mut l = PartitionLedger::new(0, false);
+    assert!(l.ingest(0, None, exp(), 0));
+    assert!(l.ingest(1, None, exp(), 0));
+    assert!(!l.ingest(1, None, exp(), 0));
+    assert!(!l.ingest(0, None, exp(), 0));
+    assert_eq!(l.pending(), 2);
+}
+
+/// Aborted transactional records: a read_committed consumer never receives them, so for the
+/// ledger they are holes exactly like commit markers (the test broker, tansu, does not hide
+/// them; this is why their semantics are proven here). A read_uncommitted auditor would
+/// receive them as records: then they are expected, like the pipeline that reads them.
+#[test]
+fn aborted_records_skipped_by_read_committed_are_holes() {
+    let mut l = PartitionLedger::new(0, false);
+    // Offsets 0-1 committed txn + marker at 2; 3-4 aborted + abort marker 5; 6 committed.
+    for o in [0, 1, 6] {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(7));
+    let segs = l.due(GRACE, GRACE, 100);
+    l.apply(&oracle(&segs, &[0, 1, 6].into()), GRACE);
+    assert_eq!(l.missing(), 0);
+    assert!(l.take_dirty_gaps().is_empty());
+    assert_eq!(l.settled(), 7);
+}
+
+// ---------------------------------------------------------------- properties
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Hole,
+    Filtered,
+    Present,
+    Absent,
+}
+
+fn arb_kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![1 => Just(Kind::Hole), 1 => Just(Kind::Filtered), 4 => Just(Kind::Present), 2 => Just(Kind::Absent)]
+}
+
+/// SPEC's gap definition, brute force: maximal runs of absent expected records with no
+/// present expected record between them.
+fn model_gaps(kinds: &[Kind]) -> Vec<(Offset, Offset, u64)> {
+    let mut out: Vec<(Offset, Offset, u64)> = Vec::new();
+    let mut open = false;
+    for (o, k) in kinds.iter().enumerate() {
+        let o = o as Offset;
+        match k {
+            Kind::Present => open = false,
+            Kind::Absent => {
+                if open {
+                    let g = out.last_mut().expect("open gap");
+                    g.1 = o;
+                    g.2 += 1;
+                } else {
+                    out.push((o, o, 1));
+                    open = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Runs the ledger over `kinds` with rounds of `limits` (cycled), the pipeline committing
+/// `step` offsets per round, and Unknown answers where `flaky` says so.
+fn run_ledger(kinds: &[Kind], limits: &[u64], step: i64, flaky: &[bool]) -> (PartitionLedger, Vec<GapRecord>, Applied) {
+    let present: BTreeSet<Offset> =
+        kinds.iter().enumerate().filter(|(_, k)| **k == Kind::Present).map(|(o, _)| o as Offset).collect();
+    let mut l = PartitionLedger::new(0, false);
+    for (o, k) in kinds.iter().enumerate() {
+        match k {
+            Kind::Hole => {}
+            Kind::Filtered => {
+                l.ingest(o as Offset, None, Observed::Filtered, 0);
+            }
+            _ => {
+                l.ingest(o as Offset, None, exp(), 0);
+            }
+        }
+    }
+    let mut all_gaps: std::collections::BTreeMap<Offset, GapRecord> = Default::default();
+    let mut total = Applied::default();
+    let mut committed = 0;
+    let end = kinds.len() as Offset;
+    let mut round = 0usize;
+    let mut now = 0;
+    while l.pending() > 0 || committed < end {
+        committed = (committed + step).min(end);
+        l.pipeline.observe(now, Some(committed));
+        now += GRACE;
+        let limit = limits[round % limits.len()].max(1);
+        let segs = l.due(now, GRACE, limit);
+        let before = l.settled();
+        let verdicts: Vec<Verdict> = if flaky[round % flaky.len()] {
+            segs.iter().map(|_| Verdict::Unknown).collect()
+        } else {
+            oracle(&segs, &present)
+        };
+        let a = l.apply(&verdicts, now);
+        total = total.merge(a);
+        // The settled watermark never passes a pending record and never moves back.
+        assert!(l.settled() >= before);
+        if let Some(first_pending) = l.pending_runs().first() {
+            assert!(l.settled() <= first_pending.first);
+        }
+        for g in l.take_dirty_gaps() {
+            all_gaps.insert(g.first, g);
+        }
+        round += 1;
+        assert!(round < 10_000, "no progress");
+    }
+    (l, all_gaps.into_values().collect(), total)
+}
+
+proptest! {
+    #[test]
+    fn gaps_match_the_model_whatever_the_round_boundaries(
+        kinds in prop::collection::vec(arb_kind(), 0..120),
+        limits in prop::collection::vec(1u64..40, 1..5),
+        step in 1i64..50,
+        flaky in prop::collection::vec(prop::bool::weighted(0.2), 1..6),
+    ) {
+        prop_assume!(flaky.iter().any(|f| !f));
+        let (l, gaps, total) = run_ledger(&kinds, &limits, step, &flaky);
+        let got: Vec<(Offset, Offset, u64)> = gaps.iter().map(|g| (g.first, g.last, g.missing)).collect();
+        prop_assert_eq!(got, model_gaps(&kinds));
+        let absent = kinds.iter().filter(|k| **k == Kind::Absent).count() as u64;
+        let present = kinds.iter().filter(|k| **k == Kind::Present).count() as u64;
+        prop_assert_eq!(total.lost, absent, "each missing record reported exactly once");
+        prop_assert_eq!(total.confirmed, present, "nothing present reported");
+        // Every missing offset lies in exactly one gap.
+        let missing: Vec<Offset> = l.missing_runs().iter().flat_map(|r| r.first..=r.last).collect();
+        prop_assert_eq!(missing.len() as u64, absent);
+        for o in missing {
+            let n = gaps.iter().filter(|g| g.first <= o && o <= g.last).count();
+            prop_assert_eq!(n, 1);
+        }
+        // Trailing holes are only known once a later record arrives.
+        let last_record = kinds.iter().rposition(|k| *k != Kind::Hole).map_or(0, |i| i as Offset + 1);
+        prop_assert_eq!(l.settled(), last_record);
+    }
+
+    #[test]
+    fn snapshot_restore_mid_stream_gives_the_same_gaps(
+        kinds in prop::collection::vec(arb_kind(), 1..80),
+        cut in 0usize..80,
+    ) {
+        let present: BTreeSet<Offset> =
+            kinds.iter().enumerate().filter(|(_, k)| **k == Kind::Present).map(|(o, _)| o as Offset).collect();
+        let cut = cut.min(kinds.len());
+        // First life: read and decide up to `cut`, then "crash" keeping only the snapshot.
+        let mut l = PartitionLedger::new(0, false);
+        let feed = |l: &mut PartitionLedger, from: usize, to: usize| {
+            for (o, k) in kinds.iter().enumerate().take(to).skip(from) {
+                match k {
+                    Kind::Hole => {}
+                    Kind::Filtered => { l.ingest(o as Offset, None, Observed::Filtered, 0); }
+                    _ => { l.ingest(o as Offset, None, exp(), 0); }
+                }
+            }
+        };
+        feed(&mut l, 0, cut);
+        l.pipeline.observe(0, Some(cut as Offset));
+        let segs = l.due(GRACE, GRACE, u64::MAX);
+        l.apply(&oracle(&segs, &present), GRACE);
+        let mut gaps: std::collections::BTreeMap<Offset, GapRecord> = Default::default();
+        for g in l.take_dirty_gaps() { gaps.insert(g.first, g); }
+        let settled = l.settled();
+        let snap: Snapshot = serde_json::from_str(&serde_json::to_string(&l.snapshot()).expect("ser")).expect("de");
+        // Second life resumes at the settled watermark.
+        let mut l2 = PartitionLedger::restore(settled, false, snap);
+        feed(&mut l2, settled as usize, kinds.len());
+        l2.pipeline.observe(0, Some(kinds.len() as Offset));
+        let segs = l2.due(GRACE, GRACE, u64::MAX);
+        l2.apply(&oracle(&segs, &present), GRACE);
+        for g in l2.take_dirty_gaps() { gaps.insert(g.first, g); }
+        let got: Vec<(Offset, Offset, u64)> = gaps.values().map(|g| (g.first, g.last, g.missing)).collect();
+        prop_assert_eq!(got, model_gaps(&kinds));
+    }
+
+    #[test]
+    fn memory_is_runs_not_records_without_keys(n in 1usize..5_000) {
+        let mut l = PartitionLedger::new(0, false);
+        for o in 0..n {
+            l.ingest(o as Offset, None, exp(), 0);
+        }
+        prop_assert_eq!(l.pending_runs().len(), 1);
+        prop_assert_eq!(l.pending(), n as u64);
+    }
+}

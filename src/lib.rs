@@ -1,0 +1,35 @@
+//! gap-auditor: proves, record by record, that what a streaming pipeline read from Kafka
+//! landed in its sink (Apache Doris over the MySQL protocol, or Elasticsearch), and names
+//! exactly which offsets did not.
+//!
+//! The data flow, top-down:
+//!
+//! ```text
+//!  kafka::tail      consume the audited topics with the auditor's own group
+//!     │             (rebalance events + record batches over one channel)
+//!  record           decode (csv | json | raw), filter, build the match key  → Tag
+//!     │
+//!  ledger           per partition: runs of offsets pending → confirmed | missing | late;
+//!     │             the due rule; gap merging; the settled watermark      (pure, no I/O)
+//!  verify + sink    ask the sink about DUE records only: offset-range counts with
+//!     │             bisection, or batched key counts; errors are "unknown", never "missing"
+//!  store            persist gaps + progress (SQLite) BEFORE committing the settled offset
+//!     │
+//!  metrics / http   Prometheus families, /api/gaps, /api/status
+//! ```
+//!
+//! `audit` owns the loop that ties these together; `main.rs` is a thin CLI over it.
+
+pub mod audit;
+pub mod config;
+pub mod demo;
+pub mod gap;
+pub mod http;
+pub mod kafka;
+pub mod ledger;
+pub mod metrics;
+pub mod record;
+pub mod sink;
+pub mod status;
+pub mod store;
+pub mod verify;

@@ -1,0 +1,560 @@
+//! Prometheus metric families. Names, types, help texts and labels follow the contract's
+//! table exactly: alert rules and dashboards are written against them (loss is
+//! `increase(gap_auditor_records_lost_total[5m]) > 0`).
+//!
+//! Every family lives on this struct's own [`Registry`] rather than the process-global
+//! default one, so tests (and a `demo` run inside a test) can build as many independent
+//! `Metrics` as they like without duplicate-registration errors.
+//!
+//! Label conventions: `audit`, `topic`, `partition` (the partition as a decimal string)
+//! unless noted. Units are base units (seconds, records, offsets) as Prometheus expects.
+
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// Labels of the per-partition families.
+const PARTITION_LABELS: &[&str] = &["audit", "topic", "partition"];
+/// Labels of `gap_auditor_records_filtered_total`.
+const FILTERED_LABELS: &[&str] = &["audit", "topic", "partition", "reason"];
+
+/// Buckets of `gap_auditor_sink_visibility_seconds`: from sub-second (ES refresh) to an hour
+/// (a Flink job with long checkpoints, Doris publish under load).
+const VISIBILITY_BUCKETS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+/// Buckets of `gap_auditor_sink_query_seconds`: 1 ms (a cached point lookup) to 10 s (a
+/// range count on a cold table).
+const QUERY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// All metric families of the auditor, registered on [`Metrics::registry`].
+#[derive(Clone)]
+pub struct Metrics {
+    /// The registry every family below is registered on; [`Metrics::render`] encodes it.
+    pub registry: Registry,
+    /// `gap_auditor_records_consumed_total{audit,topic,partition}`.
+    pub records_consumed: IntCounterVec,
+    /// `gap_auditor_records_expected_total{audit,topic,partition}`.
+    pub records_expected: IntCounterVec,
+    /// `gap_auditor_records_filtered_total{audit,topic,partition,reason}`; reason is
+    /// `filter`, `undecodable` or `tombstone`.
+    pub records_filtered: IntCounterVec,
+    /// `gap_auditor_records_confirmed_total{audit,topic,partition}`.
+    pub records_confirmed: IntCounterVec,
+    /// `gap_auditor_records_lost_total{audit,topic,partition}`: each record counted once.
+    pub records_lost: IntCounterVec,
+    /// `gap_auditor_records_late_total{audit,topic,partition}`.
+    pub records_late: IntCounterVec,
+    /// `gap_auditor_records_duplicated_total{audit,topic,partition}`.
+    pub records_duplicated: IntCounterVec,
+    /// `gap_auditor_records_pending{audit,topic,partition}`.
+    pub records_pending: IntGaugeVec,
+    /// `gap_auditor_records_missing{audit,topic,partition}`.
+    pub records_missing: IntGaugeVec,
+    /// `gap_auditor_gaps_open{audit,topic,partition}`.
+    pub gaps_open: IntGaugeVec,
+    /// `gap_auditor_gap_unrecoverable_seconds{audit,topic,partition}`.
+    pub gap_unrecoverable_seconds: GaugeVec,
+    /// `gap_auditor_consumed_offset{audit,topic,partition}`.
+    pub consumed_offset: IntGaugeVec,
+    /// `gap_auditor_settled_offset{audit,topic,partition}`.
+    pub settled_offset: IntGaugeVec,
+    /// `gap_auditor_pipeline_committed_offset{audit,topic,partition}`.
+    pub pipeline_committed_offset: IntGaugeVec,
+    /// `gap_auditor_log_end_offset{audit,topic,partition}`.
+    pub log_end_offset: IntGaugeVec,
+    /// `gap_auditor_sink_visibility_seconds{audit,topic}` (histogram).
+    pub sink_visibility_seconds: HistogramVec,
+    /// `gap_auditor_sink_queries_total{audit,result}`; result is `ok` or `error`.
+    pub sink_queries: IntCounterVec,
+    /// `gap_auditor_sink_query_seconds{audit}` (histogram).
+    pub sink_query_seconds: HistogramVec,
+    /// `gap_auditor_sink_up{audit}`.
+    pub sink_up: IntGaugeVec,
+    /// `gap_auditor_kafka_up{audit}`.
+    pub kafka_up: IntGaugeVec,
+    /// `gap_auditor_build_info{version}`, always 1.
+    pub build_info: IntGaugeVec,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// Builds a vector family and registers it. The names and label sets are constants of this
+/// file, so a failure is a programming error caught by every test run, not a runtime
+/// condition: hence `expect`.
+fn register<C: Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
+    registry
+        .register(Box::new(c.clone()))
+        .expect("metric families are constant and registered once");
+    c
+}
+
+fn int_counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(
+        r,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter"),
+    )
+}
+
+fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    register(
+        r,
+        IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge"),
+    )
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str], b: &[f64]) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(b.to_vec());
+    register(r, HistogramVec::new(opts, labels).expect("valid histogram"))
+}
+
+impl Metrics {
+    /// Creates every family on a fresh registry and sets
+    /// `gap_auditor_build_info{version=<crate version>} 1`.
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let p = PARTITION_LABELS;
+        let m = Metrics {
+            records_consumed: int_counter(
+                &r,
+                "gap_auditor_records_consumed_total",
+                "Records read from Kafka by the auditor.",
+                p,
+            ),
+            records_expected: int_counter(
+                &r,
+                "gap_auditor_records_expected_total",
+                "Records consumed that the pipeline is expected to write to the sink.",
+                p,
+            ),
+            records_filtered: int_counter(
+                &r,
+                "gap_auditor_records_filtered_total",
+                "Records consumed that are not expected in the sink, by reason (filter, undecodable, tombstone).",
+                FILTERED_LABELS,
+            ),
+            records_confirmed: int_counter(
+                &r,
+                "gap_auditor_records_confirmed_total",
+                "Expected records found in the sink.",
+                p,
+            ),
+            records_lost: int_counter(
+                &r,
+                "gap_auditor_records_lost_total",
+                "Expected records declared missing from the sink (each record counted once).",
+                p,
+            ),
+            records_late: int_counter(
+                &r,
+                "gap_auditor_records_late_total",
+                "Records found in the sink after they had been declared missing.",
+                p,
+            ),
+            records_duplicated: int_counter(
+                &r,
+                "gap_auditor_records_duplicated_total",
+                "Extra copies of expected records found in the sink.",
+                p,
+            ),
+            records_pending: int_gauge(
+                &r,
+                "gap_auditor_records_pending",
+                "Expected records not yet due or not yet verified.",
+                p,
+            ),
+            records_missing: int_gauge(
+                &r,
+                "gap_auditor_records_missing",
+                "Expected records currently missing from the sink (in open gaps).",
+                p,
+            ),
+            gaps_open: int_gauge(&r, "gap_auditor_gaps_open", "Open gaps.", p),
+            gap_unrecoverable_seconds: register(
+                &r,
+                GaugeVec::new(
+                    Opts::new(
+                        "gap_auditor_gap_unrecoverable_seconds",
+                        "Seconds until Kafka retention deletes the records of the oldest open gap (0 once they are gone).",
+                    ),
+                    p,
+                )
+                .expect("valid gauge"),
+            ),
+            consumed_offset: int_gauge(
+                &r,
+                "gap_auditor_consumed_offset",
+                "Next offset the auditor will read.",
+                p,
+            ),
+            settled_offset: int_gauge(
+                &r,
+                "gap_auditor_settled_offset",
+                "Settled watermark: every expected record below it is confirmed or recorded in a gap.",
+                p,
+            ),
+            pipeline_committed_offset: int_gauge(
+                &r,
+                "gap_auditor_pipeline_committed_offset",
+                "Offset committed by the pipeline's consumer group.",
+                p,
+            ),
+            log_end_offset: int_gauge(
+                &r,
+                "gap_auditor_log_end_offset",
+                "Partition high watermark (log end offset).",
+                p,
+            ),
+            sink_visibility_seconds: histogram(
+                &r,
+                "gap_auditor_sink_visibility_seconds",
+                "Time from a record's Kafka timestamp to its first confirmation in the sink.",
+                &["audit", "topic"],
+                VISIBILITY_BUCKETS,
+            ),
+            sink_queries: int_counter(
+                &r,
+                "gap_auditor_sink_queries_total",
+                "Sink queries, by result (ok, error).",
+                &["audit", "result"],
+            ),
+            sink_query_seconds: histogram(
+                &r,
+                "gap_auditor_sink_query_seconds",
+                "Sink query latency.",
+                &["audit"],
+                QUERY_BUCKETS,
+            ),
+            sink_up: int_gauge(
+                &r,
+                "gap_auditor_sink_up",
+                "1 when the last sink query succeeded, else 0.",
+                &["audit"],
+            ),
+            kafka_up: int_gauge(
+                &r,
+                "gap_auditor_kafka_up",
+                "1 when the Kafka broker answered recently, else 0.",
+                &["audit"],
+            ),
+            build_info: int_gauge(
+                &r,
+                "gap_auditor_build_info",
+                "Build information of the running gap-auditor; always 1.",
+                &["version"],
+            ),
+            registry: r,
+        };
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        m
+    }
+
+    /// The registry in the Prometheus text exposition format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding only fails on a malformed family, which the constant definitions above
+        // rule out; an empty page is better than taking the HTTP server down.
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into())
+    }
+
+    /// Drops every per-partition series of `audit`'s `topic`/`partition` (all reasons of the
+    /// filtered counter included), so that after a rebalance moves the partition to another
+    /// auditor instance its gauges do not linger here with stale values.
+    pub fn remove_partition(&self, audit: &str, topic: &str, partition: i32) {
+        let partition = partition.to_string();
+        let key = [audit, topic, partition.as_str()];
+        for c in [
+            &self.records_consumed,
+            &self.records_expected,
+            &self.records_confirmed,
+            &self.records_lost,
+            &self.records_late,
+            &self.records_duplicated,
+        ] {
+            // Err only means the series did not exist: nothing to drop.
+            let _ = c.remove_label_values(&key);
+        }
+        for g in [
+            &self.records_pending,
+            &self.records_missing,
+            &self.gaps_open,
+            &self.consumed_offset,
+            &self.settled_offset,
+            &self.pipeline_committed_offset,
+            &self.log_end_offset,
+        ] {
+            let _ = g.remove_label_values(&key);
+        }
+        let _ = self.gap_unrecoverable_seconds.remove_label_values(&key);
+        remove_with_prefix(&self.records_filtered, FILTERED_LABELS, &key);
+    }
+}
+
+/// Removes every series of `vec` whose first labels equal `prefix`, whatever the values of
+/// the remaining labels. The reason label of the filtered counter is open-ended in
+/// principle, so the series to drop are found by looking at what exists.
+fn remove_with_prefix<T: MetricVecBuilder>(vec: &MetricVec<T>, names: &[&str], prefix: &[&str]) {
+    let mut doomed: Vec<Vec<String>> = Vec::new();
+    for family in vec.collect() {
+        for metric in family.get_metric() {
+            let labels = metric.get_label();
+            let value = |name: &str| {
+                labels
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map(|l| l.value().to_string())
+            };
+            let values: Option<Vec<String>> = names.iter().map(|n| value(n)).collect();
+            if let Some(values) = values
+                && values.iter().zip(prefix).all(|(v, p)| v == p)
+            {
+                doomed.push(values);
+            }
+        }
+    }
+    for values in doomed {
+        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+        let _ = vec.remove_label_values(&refs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    /// The contract's table: (name, TYPE).
+    const SPEC_FAMILIES: &[(&str, &str)] = &[
+        ("gap_auditor_records_consumed_total", "counter"),
+        ("gap_auditor_records_expected_total", "counter"),
+        ("gap_auditor_records_filtered_total", "counter"),
+        ("gap_auditor_records_confirmed_total", "counter"),
+        ("gap_auditor_records_lost_total", "counter"),
+        ("gap_auditor_records_late_total", "counter"),
+        ("gap_auditor_records_duplicated_total", "counter"),
+        ("gap_auditor_records_pending", "gauge"),
+        ("gap_auditor_records_missing", "gauge"),
+        ("gap_auditor_gaps_open", "gauge"),
+        ("gap_auditor_gap_unrecoverable_seconds", "gauge"),
+        ("gap_auditor_consumed_offset", "gauge"),
+        ("gap_auditor_settled_offset", "gauge"),
+        ("gap_auditor_pipeline_committed_offset", "gauge"),
+        ("gap_auditor_log_end_offset", "gauge"),
+        ("gap_auditor_sink_visibility_seconds", "histogram"),
+        ("gap_auditor_sink_queries_total", "counter"),
+        ("gap_auditor_sink_query_seconds", "histogram"),
+        ("gap_auditor_sink_up", "gauge"),
+        ("gap_auditor_kafka_up", "gauge"),
+        ("gap_auditor_build_info", "gauge"),
+    ];
+
+    /// Gives every family at least one series, so that vector families (which render
+    /// nothing until a label set exists) appear in the output.
+    fn touch_all(m: &Metrics, audit: &str, topic: &str, partition: &str) {
+        let l = [audit, topic, partition];
+        for c in [
+            &m.records_consumed,
+            &m.records_expected,
+            &m.records_confirmed,
+            &m.records_lost,
+            &m.records_late,
+            &m.records_duplicated,
+        ] {
+            c.with_label_values(&l).inc();
+        }
+        for g in [
+            &m.records_pending,
+            &m.records_missing,
+            &m.gaps_open,
+            &m.consumed_offset,
+            &m.settled_offset,
+            &m.pipeline_committed_offset,
+            &m.log_end_offset,
+        ] {
+            g.with_label_values(&l).set(7);
+        }
+        m.gap_unrecoverable_seconds
+            .with_label_values(&l)
+            .set(3600.5);
+        for reason in ["filter", "undecodable", "tombstone"] {
+            m.records_filtered
+                .with_label_values(&[audit, topic, partition, reason])
+                .inc();
+        }
+        m.sink_visibility_seconds
+            .with_label_values(&[audit, topic])
+            .observe(1.5);
+        m.sink_queries.with_label_values(&[audit, "ok"]).inc();
+        m.sink_queries.with_label_values(&[audit, "error"]).inc();
+        m.sink_query_seconds
+            .with_label_values(&[audit])
+            .observe(0.02);
+        m.sink_up.with_label_values(&[audit]).set(1);
+        m.kafka_up.with_label_values(&[audit]).set(1);
+    }
+
+    /// Runs `promtool check metrics` on `text`. `None` when promtool is not installed.
+    fn promtool_check(text: &str) -> Option<Result<(), String>> {
+        let mut child = match Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => return Some(Err(format!("cannot run promtool: {e}"))),
+        };
+        let written = child
+            .stdin
+            .take()
+            .map(|mut stdin| stdin.write_all(text.as_bytes()));
+        let out = match child.wait_with_output() {
+            Ok(out) => out,
+            Err(e) => return Some(Err(format!("promtool failed: {e}"))),
+        };
+        if let Some(Err(e)) = written {
+            return Some(Err(format!("cannot feed promtool: {e}")));
+        }
+        let report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // promtool exits 0 with lint warnings on stdout only in some versions: treat any
+        // output as a finding.
+        if out.status.success() && report.trim().is_empty() {
+            Some(Ok(()))
+        } else {
+            Some(Err(format!(
+                "promtool check metrics ({}):\n{report}",
+                out.status
+            )))
+        }
+    }
+
+    #[test]
+    fn every_spec_family_has_help_and_type() {
+        let m = Metrics::new();
+        touch_all(&m, "a", "t", "0");
+        let text = m.render();
+        for (name, kind) in SPEC_FAMILIES {
+            assert!(
+                text.contains(&format!("# HELP {name} ")),
+                "no HELP for {name}:\n{text}"
+            );
+            assert!(
+                text.contains(&format!("# TYPE {name} {kind}\n")),
+                "no TYPE {kind} for {name}"
+            );
+        }
+        let families = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        assert_eq!(
+            families,
+            SPEC_FAMILIES.len(),
+            "a family outside the contract:\n{text}"
+        );
+        assert!(text.contains(&format!(
+            "gap_auditor_build_info{{version=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        )));
+        for line in [
+            "gap_auditor_sink_visibility_seconds_bucket{audit=\"a\",topic=\"t\",le=\"3600\"} 1",
+            "gap_auditor_sink_visibility_seconds_bucket{audit=\"a\",topic=\"t\",le=\"1\"} 0",
+            "gap_auditor_sink_query_seconds_bucket{audit=\"a\",le=\"0.001\"} 0",
+            "gap_auditor_sink_query_seconds_bucket{audit=\"a\",le=\"10\"} 1",
+        ] {
+            assert!(text.contains(line), "no {line:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn build_info_is_present_without_touching_anything() {
+        let text = Metrics::new().render();
+        assert!(
+            text.contains("# TYPE gap_auditor_build_info gauge"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn independent_instances_do_not_collide() {
+        let a = Metrics::new();
+        let b = Metrics::new();
+        a.records_lost.with_label_values(&["x", "t", "0"]).inc();
+        assert!(!b.render().contains("gap_auditor_records_lost_total{"));
+    }
+
+    #[test]
+    fn remove_partition_drops_only_that_partition() {
+        let m = Metrics::new();
+        touch_all(&m, "a", "t", "0");
+        touch_all(&m, "a", "t", "1");
+        touch_all(&m, "b", "t", "0");
+        m.remove_partition("a", "t", 0);
+        let text = m.render();
+        let stale: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("audit=\"a\"") && l.contains("partition=\"0\""))
+            .collect();
+        assert!(stale.is_empty(), "stale series remain: {stale:#?}");
+        assert!(text.contains(
+            "gap_auditor_records_filtered_total{audit=\"a\",partition=\"1\",reason=\"tombstone\",topic=\"t\"} 1"
+        ));
+        assert!(
+            text.contains("gap_auditor_settled_offset{audit=\"b\",partition=\"0\",topic=\"t\"} 7")
+        );
+        // Non-partition families are untouched.
+        assert!(text.contains("gap_auditor_sink_up{audit=\"a\"} 1"));
+        // Removing again (or an unknown partition) is harmless.
+        m.remove_partition("a", "t", 0);
+        m.remove_partition("zzz", "t", 9);
+    }
+
+    /// Lints the exposition with promtool. Locally it is skipped (with a note) when promtool
+    /// is not installed; in CI (`CI` set) or with `GAP_AUDITOR_TEST_PROMTOOL=1` it must run.
+    #[test]
+    fn promtool_accepts_the_exposition() {
+        let m = Metrics::new();
+        touch_all(&m, "dns_logs", "test", "0");
+        touch_all(&m, "dns_logs", "test", "1");
+        let required = std::env::var_os("CI").is_some()
+            || std::env::var_os("GAP_AUDITOR_TEST_PROMTOOL").is_some();
+        match promtool_check(&m.render()) {
+            Some(result) => {
+                if let Err(report) = result {
+                    panic!("{report}");
+                }
+            }
+            None if required => panic!(
+                "promtool is not installed but CI/GAP_AUDITOR_TEST_PROMTOOL requires the metrics \
+                 lint: run scripts/test.sh (it installs promtool, Debian package `prometheus`)"
+            ),
+            None => eprintln!(
+                "SKIPPED promtool lint: promtool not on PATH (apt-get install prometheus, or run \
+                 scripts/test.sh)"
+            ),
+        }
+    }
+}

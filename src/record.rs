@@ -1,0 +1,1042 @@
+//! Record decoding: turns one Kafka record value into a [`Tag`], either *expected* in the
+//! sink (with the match key when the audit matches by key columns) or *filtered* with the
+//! reason that labels `gap_auditor_records_filtered_total`.
+//!
+//! Pure and allocation-light: no I/O, no clock, no panics on any input (record contents
+//! are attacker controlled). All configuration work (delimiter check, field-name to index
+//! resolution, JSON pointer detection) happens once in [`Decoder::new`], so [`Decoder::tag`]
+//! is a straight pass over the bytes.
+//!
+//! Order of the checks in [`Decoder::tag`], each one ending the classification:
+//! 1. no value → `tombstone`;
+//! 2. not UTF-8, invalid JSON, malformed quoting → `undecodable`;
+//! 3. `field_count` / `min_fields`, then `require`, then the key fields (absent or empty)
+//!    → `filter`: a record whose key cannot be built can never be found in the sink, so it
+//!    is not expected there.
+//!
+//! The number of fields a record has: csv, the fields after the split; json, the members
+//! of the top-level object (0 for any other document); raw, always 1.
+//!
+//! Design note for `doc_id` matching (Elasticsearch): the document id is rendered from a
+//! template over `{topic}`, `{partition}`, `{offset}`, `{key}` and record fields. The
+//! coordinates are not part of the record value, so the id cannot be built here alone; the
+//! plan is for [`Tag::Expected`] to carry the template's field values (resolved through the
+//! same locators as key fields) and for the id to be rendered next to the ledger, where the
+//! coordinates are known. Until then `doc_id` audits get `key: None`, like `offset_columns`.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The values of the match key fields of one record, in key order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Key(pub Vec<String>);
+
+/// Why a consumed record is not expected in the sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FilterReason {
+    /// Decoded, but rejected by the audit's filter or missing a key field.
+    Filter,
+    /// Not UTF-8, not JSON, or malformed CSV quoting.
+    Undecodable,
+    /// A null value (a compaction delete marker).
+    Tombstone,
+}
+
+impl FilterReason {
+    /// Every reason, so that metric series can be created up front with a zero value.
+    pub const ALL: [FilterReason; 3] = [
+        FilterReason::Filter,
+        FilterReason::Undecodable,
+        FilterReason::Tombstone,
+    ];
+
+    /// The `reason` label value of `gap_auditor_records_filtered_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FilterReason::Filter => "filter",
+            FilterReason::Undecodable => "undecodable",
+            FilterReason::Tombstone => "tombstone",
+        }
+    }
+}
+
+/// The classification of one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tag {
+    /// The pipeline must write this record. `key` is set for the `key_columns` strategy only.
+    Expected {
+        /// The match key, or `None` when the audit does not match by key columns.
+        key: Option<Key>,
+    },
+    /// Not expected in the sink, for this reason.
+    Filtered(FilterReason),
+}
+
+/// The record formats the decoder understands (mirrors `record.format` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeFormat {
+    /// Delimiter-separated text.
+    Csv,
+    /// A JSON document, fields addressed by top-level name or JSON pointer.
+    Json,
+    /// The whole value is one field.
+    Raw,
+}
+
+/// Everything the decoder needs, in plain types, so that this module depends on the config
+/// structs in [`DecoderSpec::from_config`] only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecoderSpec {
+    /// The record format.
+    pub format: DecodeFormat,
+    /// csv: the field delimiter, exactly one character (may be multi-byte UTF-8).
+    pub delimiter: String,
+    /// csv: RFC 4180 double-quote handling; off = plain split.
+    pub quote: bool,
+    /// csv: the names of the columns in order; raw: `fields[0]` names the value.
+    pub fields: Vec<String>,
+    /// The exact number of fields a record must have (see the module docs for json/raw).
+    pub field_count: Option<usize>,
+    /// The minimum number of fields a record must have.
+    pub min_fields: Option<usize>,
+    /// Fields that must be present and non-empty.
+    pub require: Vec<String>,
+    /// The match key fields, in order; `Some` only for the `key_columns` strategy.
+    pub key: Option<Vec<String>>,
+}
+
+impl Default for DecoderSpec {
+    /// A csv decoder with the config defaults: `,`, no quoting, no fields, no filter, no key.
+    fn default() -> Self {
+        DecoderSpec {
+            format: DecodeFormat::Csv,
+            delimiter: ",".to_string(),
+            quote: false,
+            fields: Vec::new(),
+            field_count: None,
+            min_fields: None,
+            require: Vec::new(),
+            key: None,
+        }
+    }
+}
+
+impl DecoderSpec {
+    /// Builds the spec from an audit's `record` and `match` sections. A key is requested only
+    /// for `key_columns`; the other strategies locate records by coordinates.
+    pub fn from_config(
+        record: &crate::config::RecordConfig,
+        matching: &crate::config::MatchConfig,
+    ) -> Self {
+        use crate::config::{MatchStrategy, RecordFormat};
+        DecoderSpec {
+            format: match record.format {
+                RecordFormat::Csv => DecodeFormat::Csv,
+                RecordFormat::Json => DecodeFormat::Json,
+                RecordFormat::Raw => DecodeFormat::Raw,
+            },
+            delimiter: record.delimiter.clone(),
+            quote: record.quote,
+            fields: record.fields.clone(),
+            field_count: record.filter.field_count,
+            min_fields: record.filter.min_fields,
+            require: record.filter.require.clone(),
+            key: match matching.strategy {
+                MatchStrategy::KeyColumns => Some(matching.key.clone()),
+                MatchStrategy::OffsetColumns | MatchStrategy::DocId => None,
+            },
+        }
+    }
+}
+
+/// A decoder specification that cannot work. Messages name the offending setting; the
+/// config layer prefixes the key path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// The csv delimiter is empty or longer than one character.
+    #[error("delimiter must be exactly one character, got {0:?}")]
+    Delimiter(String),
+    /// With `quote = true` the delimiter cannot be the quote character itself.
+    #[error("delimiter {0:?} cannot be used with quote = true")]
+    QuoteDelimiter(char),
+    /// A field name appears twice in `fields`, so it would address two columns.
+    #[error("field {0:?} is listed twice in fields")]
+    DuplicateField(String),
+    /// A `require` or `key` entry names no field of the record.
+    #[error("{role} field {name:?} is not one of the record fields {known:?}")]
+    UnknownField {
+        /// `"require"` or `"key"`.
+        role: &'static str,
+        /// The unknown name.
+        name: String,
+        /// The names that are valid here.
+        known: Vec<String>,
+    },
+    /// `key_columns` matching with an empty key list.
+    #[error("the match key names no field")]
+    EmptyKey,
+}
+
+/// Where a named field is found in a decoded record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Locator {
+    /// csv: the field at this index.
+    Index(usize),
+    /// json: a top-level member of the object.
+    Name(String),
+    /// json: an RFC 6901 pointer (`/a/b`).
+    Pointer(String),
+    /// raw: the whole value.
+    Whole,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Csv { delimiter: char, quote: bool },
+    Json,
+    Raw,
+}
+
+/// Classifies record values for one audit. Build once with [`Decoder::new`]; `tag` is pure
+/// and can be called from any thread.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    kind: Kind,
+    field_count: Option<usize>,
+    min_fields: Option<usize>,
+    require: Vec<Locator>,
+    key: Option<Vec<Locator>>,
+}
+
+/// The name a raw record's single field goes by when `fields` is empty.
+const RAW_FIELD: &str = "value";
+
+impl Decoder {
+    /// Validates the spec and resolves every field name to its locator.
+    pub fn new(spec: DecoderSpec) -> Result<Decoder, RecordError> {
+        let kind = match spec.format {
+            DecodeFormat::Csv => {
+                let mut chars = spec.delimiter.chars();
+                let delimiter = match (chars.next(), chars.next()) {
+                    (Some(c), None) => c,
+                    _ => return Err(RecordError::Delimiter(spec.delimiter)),
+                };
+                if spec.quote && delimiter == '"' {
+                    return Err(RecordError::QuoteDelimiter(delimiter));
+                }
+                Kind::Csv {
+                    delimiter,
+                    quote: spec.quote,
+                }
+            }
+            DecodeFormat::Json => Kind::Json,
+            DecodeFormat::Raw => Kind::Raw,
+        };
+        for (i, name) in spec.fields.iter().enumerate() {
+            if spec.fields[..i].contains(name) {
+                return Err(RecordError::DuplicateField(name.clone()));
+            }
+        }
+        if spec.key.as_ref().is_some_and(Vec::is_empty) {
+            return Err(RecordError::EmptyKey);
+        }
+
+        let locate = |role: &'static str, name: &String| -> Result<Locator, RecordError> {
+            match kind {
+                Kind::Csv { .. } => spec
+                    .fields
+                    .iter()
+                    .position(|f| f == name)
+                    .map(Locator::Index)
+                    .ok_or_else(|| RecordError::UnknownField {
+                        role,
+                        name: name.clone(),
+                        known: spec.fields.clone(),
+                    }),
+                // JSON fields need not be listed in `fields`: the document names them.
+                Kind::Json if name.starts_with('/') => Ok(Locator::Pointer(name.clone())),
+                Kind::Json => Ok(Locator::Name(name.clone())),
+                Kind::Raw => {
+                    let raw_name = spec.fields.first().map_or(RAW_FIELD, String::as_str);
+                    if name == raw_name {
+                        Ok(Locator::Whole)
+                    } else {
+                        Err(RecordError::UnknownField {
+                            role,
+                            name: name.clone(),
+                            known: vec![raw_name.to_string()],
+                        })
+                    }
+                }
+            }
+        };
+        let require = spec
+            .require
+            .iter()
+            .map(|n| locate("require", n))
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = match &spec.key {
+            Some(names) => Some(
+                names
+                    .iter()
+                    .map(|n| locate("key", n))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            None => None,
+        };
+        Ok(Decoder {
+            kind,
+            field_count: spec.field_count,
+            min_fields: spec.min_fields,
+            require,
+            key,
+        })
+    }
+
+    /// Classifies one Kafka record value. `None` = tombstone. Never panics on any input.
+    pub fn tag(&self, value: Option<&[u8]>) -> Tag {
+        let Some(bytes) = value else {
+            return Tag::Filtered(FilterReason::Tombstone);
+        };
+        // One UTF-8 check for every format: non-UTF-8 input is `undecodable` by the same
+        // rule everywhere, and the decoders below work on `&str` and can borrow from it.
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return Tag::Filtered(FilterReason::Undecodable);
+        };
+        let decoded = match self.kind {
+            Kind::Csv { delimiter, quote } => {
+                let line = strip_line_end(text);
+                let fields = if quote {
+                    match split_quoted(line, delimiter) {
+                        Some(fields) => fields,
+                        None => return Tag::Filtered(FilterReason::Undecodable),
+                    }
+                } else {
+                    line.split(delimiter).map(Cow::Borrowed).collect()
+                };
+                Decoded::Csv(fields)
+            }
+            Kind::Json => match serde_json::from_str::<Value>(text) {
+                Ok(doc) => Decoded::Json(doc),
+                Err(_) => return Tag::Filtered(FilterReason::Undecodable),
+            },
+            Kind::Raw => Decoded::Raw(text),
+        };
+        self.classify(&decoded)
+    }
+
+    /// Applies the field-count filters and `require`, and builds the key.
+    fn classify(&self, decoded: &Decoded<'_>) -> Tag {
+        let count = decoded.field_count();
+        if self.field_count.is_some_and(|n| count != n)
+            || self.min_fields.is_some_and(|n| count < n)
+        {
+            return Tag::Filtered(FilterReason::Filter);
+        }
+        let present = |loc: &Locator| decoded.get(loc).filter(|v| !v.is_empty());
+        if !self.require.iter().all(|loc| present(loc).is_some()) {
+            return Tag::Filtered(FilterReason::Filter);
+        }
+        let key = match &self.key {
+            None => None,
+            Some(locators) => {
+                let mut values = Vec::with_capacity(locators.len());
+                for loc in locators {
+                    match present(loc) {
+                        Some(v) => values.push(v.into_owned()),
+                        None => return Tag::Filtered(FilterReason::Filter),
+                    }
+                }
+                Some(Key(values))
+            }
+        };
+        Tag::Expected { key }
+    }
+}
+
+/// A record value after format decoding, before filtering.
+enum Decoded<'a> {
+    Csv(Vec<Cow<'a, str>>),
+    Json(Value),
+    Raw(&'a str),
+}
+
+impl Decoded<'_> {
+    /// How many fields the record has, for `field_count` and `min_fields`.
+    fn field_count(&self) -> usize {
+        match self {
+            Decoded::Csv(fields) => fields.len(),
+            Decoded::Json(doc) => doc.as_object().map_or(0, serde_json::Map::len),
+            Decoded::Raw(_) => 1,
+        }
+    }
+
+    /// The text of a field, or `None` when the record does not have it.
+    fn get(&self, loc: &Locator) -> Option<Cow<'_, str>> {
+        match (self, loc) {
+            (Decoded::Csv(fields), Locator::Index(i)) => {
+                fields.get(*i).map(|f| Cow::Borrowed(f.as_ref()))
+            }
+            (Decoded::Json(doc), Locator::Name(name)) => doc
+                .as_object()
+                .and_then(|o| o.get(name))
+                .and_then(json_text),
+            (Decoded::Json(doc), Locator::Pointer(ptr)) => doc.pointer(ptr).and_then(json_text),
+            (Decoded::Raw(text), Locator::Whole) => Some(Cow::Borrowed(text)),
+            // Decoder::new only builds locators of the decoder's own format.
+            _ => None,
+        }
+    }
+}
+
+/// The text a JSON value is matched by: strings as they are, scalars as their JSON text,
+/// containers as compact JSON; null counts as absent.
+fn json_text(value: &Value) -> Option<Cow<'_, str>> {
+    match value {
+        Value::Null => None,
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Bool(b) => Some(Cow::Borrowed(if *b { "true" } else { "false" })),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
+        // Member order follows serde_json's map (sorted keys), not the source text.
+        Value::Array(_) | Value::Object(_) => Some(Cow::Owned(value.to_string())),
+    }
+}
+
+/// Removes one trailing line end: producers that write log lines often keep the newline.
+fn strip_line_end(text: &str) -> &str {
+    text.strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(text)
+}
+
+/// Splits RFC 4180 style: a field that starts with `"` runs to the next lone `"`, with `""`
+/// standing for one quote; it may contain the delimiter and line breaks. A quote inside an
+/// unquoted field is kept as is (log lines carry stray quotes). Returns `None` for an
+/// unterminated quoted field or text between a closing quote and the next delimiter.
+fn split_quoted(line: &str, delimiter: char) -> Option<Vec<Cow<'_, str>>> {
+    let mut fields = Vec::new();
+    let mut rest = line;
+    loop {
+        if let Some(mut inner) = rest.strip_prefix('"') {
+            let mut field = String::new();
+            loop {
+                let end = inner.find('"')?;
+                field.push_str(&inner[..end]);
+                inner = &inner[end + 1..];
+                match inner.strip_prefix('"') {
+                    Some(after) => {
+                        field.push('"');
+                        inner = after;
+                    }
+                    None => break,
+                }
+            }
+            fields.push(Cow::Owned(field));
+            if inner.is_empty() {
+                return Some(fields);
+            }
+            rest = inner.strip_prefix(delimiter)?;
+        } else {
+            match rest.find(delimiter) {
+                Some(at) => {
+                    fields.push(Cow::Borrowed(&rest[..at]));
+                    rest = &rest[at + delimiter.len_utf8()..];
+                }
+                None => {
+                    fields.push(Cow::Borrowed(rest));
+                    return Some(fields);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SEED_LINE: &str = "192.168.1.10|www.example.com|2024-01-01 10:00:00|93.184.216.34|NOERROR|A|ns1.example.com|-|8.8.8.8";
+
+    fn seed_fields() -> Vec<String> {
+        [
+            "client_ip",
+            "domain",
+            "time",
+            "target_ip",
+            "rcode",
+            "query_type",
+            "authority_record",
+            "add_msg",
+            "dns_ip",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+
+    fn strings(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The seed audit: `|`-separated DNS lines, 9 fields, key on the first three.
+    fn seed_decoder() -> Decoder {
+        Decoder::new(DecoderSpec {
+            delimiter: "|".into(),
+            fields: seed_fields(),
+            field_count: Some(9),
+            key: Some(strings(&["client_ip", "domain", "time"])),
+            ..DecoderSpec::default()
+        })
+        .expect("seed spec is valid")
+    }
+
+    fn expected(key: &[&str]) -> Tag {
+        Tag::Expected {
+            key: Some(Key(strings(key))),
+        }
+    }
+
+    const FILTERED: Tag = Tag::Filtered(FilterReason::Filter);
+    const UNDECODABLE: Tag = Tag::Filtered(FilterReason::Undecodable);
+
+    fn json_decoder(key: &[&str]) -> Decoder {
+        Decoder::new(DecoderSpec {
+            format: DecodeFormat::Json,
+            key: Some(strings(key)),
+            ..DecoderSpec::default()
+        })
+        .expect("json spec is valid")
+    }
+
+    #[test]
+    fn reason_labels() {
+        let labels: Vec<_> = FilterReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(labels, ["filter", "undecodable", "tombstone"]);
+    }
+
+    #[test]
+    fn seed_line_is_expected_with_its_key() {
+        let tag = seed_decoder().tag(Some(SEED_LINE.as_bytes()));
+        assert_eq!(
+            tag,
+            expected(&["192.168.1.10", "www.example.com", "2024-01-01 10:00:00"])
+        );
+    }
+
+    #[test]
+    fn seed_line_with_trailing_newline() {
+        let d = seed_decoder();
+        for end in ["\n", "\r\n"] {
+            let line = format!("{SEED_LINE}{end}");
+            assert!(matches!(
+                d.tag(Some(line.as_bytes())),
+                Tag::Expected { key: Some(_) }
+            ));
+        }
+        // Only one line end is stripped: the ninth field of this one is "8.8.8.8\n".
+        let line = format!("{SEED_LINE}\n\n");
+        let d = Decoder::new(DecoderSpec {
+            delimiter: "|".into(),
+            fields: seed_fields(),
+            key: Some(strings(&["dns_ip"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(line.as_bytes())), expected(&["8.8.8.8\n"]));
+    }
+
+    #[test]
+    fn wrong_field_counts_are_filtered() {
+        let d = seed_decoder();
+        let eight = SEED_LINE.rsplit_once('|').expect("has fields").0;
+        let ten = format!("{SEED_LINE}|extra");
+        assert_eq!(d.tag(Some(eight.as_bytes())), FILTERED);
+        assert_eq!(d.tag(Some(ten.as_bytes())), FILTERED);
+    }
+
+    #[test]
+    fn empty_lines_are_filtered() {
+        let d = seed_decoder();
+        for line in ["", "\n", "\r\n"] {
+            assert_eq!(d.tag(Some(line.as_bytes())), FILTERED, "{line:?}");
+        }
+        // Without a field count, an empty line still has no key.
+        let d = Decoder::new(DecoderSpec {
+            delimiter: "|".into(),
+            fields: seed_fields(),
+            key: Some(strings(&["client_ip"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(b"")), FILTERED);
+    }
+
+    #[test]
+    fn empty_key_field_is_filtered() {
+        let line = SEED_LINE.replacen("www.example.com", "", 1);
+        assert_eq!(seed_decoder().tag(Some(line.as_bytes())), FILTERED);
+    }
+
+    #[test]
+    fn non_utf8_is_undecodable_in_every_format() {
+        let bad: &[u8] = b"192.168.1.10|\xff\xfe|2024";
+        for format in [DecodeFormat::Csv, DecodeFormat::Json, DecodeFormat::Raw] {
+            let d = Decoder::new(DecoderSpec {
+                format,
+                delimiter: "|".into(),
+                ..DecoderSpec::default()
+            })
+            .expect("valid");
+            assert_eq!(d.tag(Some(bad)), UNDECODABLE, "{format:?}");
+            // Truncated multi-byte sequence.
+            assert_eq!(d.tag(Some(&"é".as_bytes()[..1])), UNDECODABLE, "{format:?}");
+        }
+    }
+
+    #[test]
+    fn tombstone_in_every_format() {
+        for format in [DecodeFormat::Csv, DecodeFormat::Json, DecodeFormat::Raw] {
+            let d = Decoder::new(DecoderSpec {
+                format,
+                ..DecoderSpec::default()
+            })
+            .expect("valid");
+            assert_eq!(d.tag(None), Tag::Filtered(FilterReason::Tombstone));
+        }
+    }
+
+    #[test]
+    fn offset_strategies_get_no_key() {
+        let d = Decoder::new(DecoderSpec {
+            delimiter: "|".into(),
+            fields: seed_fields(),
+            field_count: Some(9),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(
+            d.tag(Some(SEED_LINE.as_bytes())),
+            Tag::Expected { key: None }
+        );
+        // The filter still applies without a key.
+        assert_eq!(d.tag(Some(b"a|b")), FILTERED);
+    }
+
+    #[test]
+    fn min_fields_and_require() {
+        let d = Decoder::new(DecoderSpec {
+            fields: strings(&["a", "b", "c"]),
+            min_fields: Some(2),
+            require: strings(&["b"]),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(b"1")), FILTERED);
+        assert_eq!(d.tag(Some(b"1,")), FILTERED, "b present but empty");
+        assert_eq!(d.tag(Some(b"1,2")), Tag::Expected { key: None });
+        assert_eq!(d.tag(Some(b"1,2,3,4")), Tag::Expected { key: None });
+    }
+
+    #[test]
+    fn multibyte_delimiter() {
+        let d = Decoder::new(DecoderSpec {
+            delimiter: "¦".into(),
+            fields: strings(&["a", "b"]),
+            key: Some(strings(&["b", "a"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some("x|y¦zé".as_bytes())), expected(&["zé", "x|y"]));
+    }
+
+    #[test]
+    fn plain_split_keeps_quotes() {
+        let d = Decoder::new(DecoderSpec {
+            fields: strings(&["a", "b", "c"]),
+            key: Some(strings(&["a", "b", "c"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(br#""x,y",z"#)), expected(&["\"x", "y\"", "z"]));
+    }
+
+    #[test]
+    fn quoted_csv() {
+        let d = Decoder::new(DecoderSpec {
+            quote: true,
+            fields: strings(&["a", "b", "c"]),
+            field_count: Some(3),
+            key: Some(strings(&["a", "b", "c"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(
+            d.tag(Some(br#""x,y","say ""hi""",z"#)),
+            expected(&["x,y", "say \"hi\"", "z"])
+        );
+        assert_eq!(
+            d.tag(Some(b"\"multi\nline\",b,c\r\n")),
+            expected(&["multi\nline", "b", "c"])
+        );
+        // A stray quote inside an unquoted field is data.
+        assert_eq!(d.tag(Some(br#"a"b,c,d"#)), expected(&["a\"b", "c", "d"]));
+        // A quoted empty field is empty: the key cannot be built.
+        assert_eq!(d.tag(Some(br#""",b,c"#)), FILTERED);
+        // Malformed quoting cannot be decoded.
+        assert_eq!(d.tag(Some(br#""unterminated,b,c"#)), UNDECODABLE);
+        assert_eq!(d.tag(Some(br#""x"y,b,c"#)), UNDECODABLE);
+        // Trailing delimiter after a quoted field gives an empty last field.
+        assert_eq!(d.tag(Some(br#"a,"b","#)), FILTERED);
+    }
+
+    #[test]
+    fn json_by_name_and_pointer() {
+        let d = json_decoder(&["client_ip", "/q/name", "/q/type"]);
+        let doc = br#"{"client_ip":"10.0.0.1","q":{"name":"example.com","type":"A"}}"#;
+        assert_eq!(
+            d.tag(Some(doc)),
+            expected(&["10.0.0.1", "example.com", "A"])
+        );
+    }
+
+    #[test]
+    fn json_nested_arrays_and_escaped_pointers() {
+        let d = json_decoder(&["/answers/1/ip", "/a~1b", "/m~0n"]);
+        let doc = br#"{"answers":[{"ip":"1.1.1.1"},{"ip":"2.2.2.2"}],"a/b":"slash","m~n":"tilde"}"#;
+        assert_eq!(d.tag(Some(doc)), expected(&["2.2.2.2", "slash", "tilde"]));
+        // A top-level name is not split on '/' or '.'.
+        let d = json_decoder(&["a.b"]);
+        assert_eq!(
+            d.tag(Some(br#"{"a.b":"x","a":{"b":"y"}}"#)),
+            expected(&["x"])
+        );
+    }
+
+    #[test]
+    fn json_scalars_and_containers() {
+        let d = json_decoder(&["i", "f", "b", "o", "a", "s"]);
+        let doc = br#"{"i":42,"f":1.5,"b":false,"o":{"z":1,"y":[true,null]},"a":[1,"x"],"s":"\u00e9\"q"}"#;
+        assert_eq!(
+            d.tag(Some(doc)),
+            expected(&[
+                "42",
+                "1.5",
+                "false",
+                r#"{"y":[true,null],"z":1}"#,
+                r#"[1,"x"]"#,
+                "é\"q"
+            ])
+        );
+    }
+
+    #[test]
+    fn json_absent_null_and_empty_are_filtered() {
+        let d = json_decoder(&["k"]);
+        assert_eq!(d.tag(Some(br#"{"other":1}"#)), FILTERED);
+        assert_eq!(d.tag(Some(br#"{"k":null}"#)), FILTERED);
+        assert_eq!(d.tag(Some(br#"{"k":""}"#)), FILTERED);
+        assert_eq!(d.tag(Some(br#"{"k":0}"#)), expected(&["0"]));
+    }
+
+    #[test]
+    fn json_non_object_is_filtered_not_undecodable() {
+        let d = json_decoder(&["k"]);
+        for doc in [&b"[1,2]"[..], b"\"k\"", b"17", b"null", b"true"] {
+            assert_eq!(d.tag(Some(doc)), FILTERED);
+        }
+        // A pointer can address into an array root.
+        let d = json_decoder(&["/1"]);
+        assert_eq!(d.tag(Some(b"[1,2]")), expected(&["2"]));
+        // Without key or require, any valid JSON is expected.
+        let d = Decoder::new(DecoderSpec {
+            format: DecodeFormat::Json,
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(b"[1,2]\n")), Tag::Expected { key: None });
+    }
+
+    #[test]
+    fn json_field_counts_are_top_level_members() {
+        let d = Decoder::new(DecoderSpec {
+            format: DecodeFormat::Json,
+            min_fields: Some(2),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(br#"{"a":{"b":1,"c":2}}"#)), FILTERED);
+        assert_eq!(d.tag(Some(br#"[1,2,3]"#)), FILTERED);
+        assert_eq!(
+            d.tag(Some(br#"{"a":1,"b":null}"#)),
+            Tag::Expected { key: None }
+        );
+        let d = Decoder::new(DecoderSpec {
+            format: DecodeFormat::Json,
+            field_count: Some(1),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(br#"{"a":1}"#)), Tag::Expected { key: None });
+        assert_eq!(d.tag(Some(br#"{"a":1,"b":2}"#)), FILTERED);
+    }
+
+    #[test]
+    fn raw_has_one_field() {
+        let spec = |field_count, min_fields| DecoderSpec {
+            format: DecodeFormat::Raw,
+            field_count,
+            min_fields,
+            ..DecoderSpec::default()
+        };
+        let tag = |spec| Decoder::new(spec).expect("valid").tag(Some(b"x"));
+        assert_eq!(tag(spec(Some(1), Some(1))), Tag::Expected { key: None });
+        assert_eq!(tag(spec(Some(2), None)), FILTERED);
+        assert_eq!(tag(spec(None, Some(2))), FILTERED);
+    }
+
+    #[test]
+    fn invalid_json_is_undecodable() {
+        let d = json_decoder(&["k"]);
+        let deep = "[".repeat(10_000);
+        for doc in [
+            &b""[..],
+            b"{",
+            b"{\"k\":1} trailing",
+            b"{'k':1}",
+            b"{\"k\":1,}",
+            SEED_LINE.as_bytes(),
+            deep.as_bytes(),
+        ] {
+            assert_eq!(
+                d.tag(Some(doc)),
+                UNDECODABLE,
+                "{:?}",
+                String::from_utf8_lossy(doc)
+            );
+        }
+    }
+
+    #[test]
+    fn raw_value() {
+        let d = Decoder::new(DecoderSpec {
+            format: DecodeFormat::Raw,
+            key: Some(strings(&["value"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(SEED_LINE.as_bytes())), expected(&[SEED_LINE]));
+        // raw keeps the bytes as they are, line end included.
+        assert_eq!(d.tag(Some(b"x\n")), expected(&["x\n"]));
+        assert_eq!(d.tag(Some(b"")), FILTERED);
+
+        let named = Decoder::new(DecoderSpec {
+            format: DecodeFormat::Raw,
+            fields: strings(&["line"]),
+            require: strings(&["line"]),
+            key: Some(strings(&["line"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(named.tag(Some(b"abc")), expected(&["abc"]));
+    }
+
+    #[test]
+    fn invalid_specs_are_refused() {
+        let err = |spec: DecoderSpec| Decoder::new(spec).expect_err("invalid spec");
+        assert_eq!(
+            err(DecoderSpec {
+                delimiter: "".into(),
+                ..DecoderSpec::default()
+            }),
+            RecordError::Delimiter(String::new())
+        );
+        assert_eq!(
+            err(DecoderSpec {
+                delimiter: "||".into(),
+                ..DecoderSpec::default()
+            }),
+            RecordError::Delimiter("||".into())
+        );
+        assert_eq!(
+            err(DecoderSpec {
+                delimiter: "\"".into(),
+                quote: true,
+                ..DecoderSpec::default()
+            }),
+            RecordError::QuoteDelimiter('"')
+        );
+        assert_eq!(
+            err(DecoderSpec {
+                fields: strings(&["a", "b", "a"]),
+                ..DecoderSpec::default()
+            }),
+            RecordError::DuplicateField("a".into())
+        );
+        assert!(matches!(
+            err(DecoderSpec {
+                fields: strings(&["a"]),
+                key: Some(strings(&["b"])),
+                ..DecoderSpec::default()
+            }),
+            RecordError::UnknownField { role: "key", .. }
+        ));
+        assert!(matches!(
+            err(DecoderSpec {
+                fields: strings(&["a"]),
+                require: strings(&["z"]),
+                ..DecoderSpec::default()
+            }),
+            RecordError::UnknownField {
+                role: "require",
+                ..
+            }
+        ));
+        assert_eq!(
+            err(DecoderSpec {
+                key: Some(Vec::new()),
+                ..DecoderSpec::default()
+            }),
+            RecordError::EmptyKey
+        );
+        assert!(matches!(
+            err(DecoderSpec {
+                format: DecodeFormat::Raw,
+                key: Some(strings(&["line"])),
+                ..DecoderSpec::default()
+            }),
+            RecordError::UnknownField { role: "key", .. }
+        ));
+        let msg = err(DecoderSpec {
+            fields: strings(&["a"]),
+            key: Some(strings(&["b"])),
+            ..DecoderSpec::default()
+        })
+        .to_string();
+        assert_eq!(
+            msg,
+            r#"key field "b" is not one of the record fields ["a"]"#
+        );
+    }
+
+    #[test]
+    fn key_serde_round_trip() {
+        let key = Key(strings(&["a", "b"]));
+        let json = serde_json::to_string(&key).expect("serializes");
+        assert_eq!(json, r#"["a","b"]"#);
+        let back: Key = serde_json::from_str(&json).expect("deserializes");
+        assert_eq!(back, key);
+    }
+
+    /// Every decoder shape `tag` must survive: each format, quoting on and off, one- and
+    /// multi-byte delimiters, names and pointers, filters.
+    fn all_decoders() -> Vec<Decoder> {
+        let mut specs = Vec::new();
+        for quote in [false, true] {
+            for delimiter in ["|", ",", "¦", "\n"] {
+                specs.push(DecoderSpec {
+                    delimiter: delimiter.into(),
+                    quote,
+                    fields: strings(&["a", "b", "c"]),
+                    min_fields: Some(2),
+                    require: strings(&["b"]),
+                    key: Some(strings(&["c", "a"])),
+                    ..DecoderSpec::default()
+                });
+            }
+        }
+        specs.push(DecoderSpec {
+            format: DecodeFormat::Json,
+            require: strings(&["/x/0"]),
+            key: Some(strings(&["a", "/b/c", "/", "/~", "/~2"])),
+            ..DecoderSpec::default()
+        });
+        specs.push(DecoderSpec {
+            format: DecodeFormat::Raw,
+            key: Some(strings(&["value"])),
+            ..DecoderSpec::default()
+        });
+        specs
+            .into_iter()
+            .map(|s| Decoder::new(s).expect("valid"))
+            .collect()
+    }
+
+    /// Byte strings biased towards the characters the decoders treat specially.
+    fn tricky_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let special = prop::sample::select(vec![
+            b'"', b',', b'|', b'\n', b'\r', b'{', b'}', b'[', b']', b':', b'\\', b'/', b'~', 0xc2,
+            0xa6, 0xff, 0x00,
+        ]);
+        prop::collection::vec(prop_oneof![any::<u8>(), special], 0..64)
+    }
+
+    proptest! {
+        #[test]
+        fn tag_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256),
+                            tricky in tricky_bytes()) {
+            for d in all_decoders() {
+                let _ = d.tag(Some(&bytes));
+                let _ = d.tag(Some(&tricky));
+            }
+        }
+
+        #[test]
+        fn tag_never_panics_on_json_shaped_text(text in r#"[\{\}\[\]":,/a-c0-9 ~\\.-]{0,64}"#) {
+            for d in all_decoders() {
+                let _ = d.tag(Some(text.as_bytes()));
+            }
+        }
+
+        #[test]
+        fn plain_csv_round_trips(
+            fields in prop::collection::vec("[^|\r\n]{1,12}", 1..12),
+        ) {
+            let names: Vec<String> = (0..fields.len()).map(|i| format!("f{i}")).collect();
+            let d = Decoder::new(DecoderSpec {
+                delimiter: "|".into(),
+                fields: names.clone(),
+                field_count: Some(fields.len()),
+                key: Some(names),
+                ..DecoderSpec::default()
+            }).expect("valid");
+            let line = fields.join("|");
+            prop_assert_eq!(d.tag(Some(line.as_bytes())), Tag::Expected { key: Some(Key(fields)) });
+        }
+
+        #[test]
+        fn plain_csv_round_trips_multibyte_delimiter(
+            fields in prop::collection::vec("[^→\r\n]{1,12}", 1..12),
+        ) {
+            let names: Vec<String> = (0..fields.len()).map(|i| format!("f{i}")).collect();
+            let d = Decoder::new(DecoderSpec {
+                delimiter: "→".into(),
+                fields: names.clone(),
+                key: Some(names),
+                ..DecoderSpec::default()
+            }).expect("valid");
+            let line = format!("{}\n", fields.join("→"));
+            prop_assert_eq!(d.tag(Some(line.as_bytes())), Tag::Expected { key: Some(Key(fields)) });
+        }
+
+        #[test]
+        fn quoted_csv_round_trips(fields in prop::collection::vec(".{1,12}", 1..8)) {
+            let names: Vec<String> = (0..fields.len()).map(|i| format!("f{i}")).collect();
+            let d = Decoder::new(DecoderSpec {
+                quote: true,
+                fields: names.clone(),
+                field_count: Some(fields.len()),
+                key: Some(names),
+                ..DecoderSpec::default()
+            }).expect("valid");
+            let line: Vec<String> = fields
+                .iter()
+                .map(|f| format!("\"{}\"", f.replace('"', "\"\"")))
+                .collect();
+            let line = line.join(",");
+            prop_assert_eq!(d.tag(Some(line.as_bytes())), Tag::Expected { key: Some(Key(fields)) });
+        }
+    }
+}

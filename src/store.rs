@@ -1,0 +1,940 @@
+//! The embedded gap store: every gap ever detected and each partition's audit progress, in
+//! one SQLite file (`<state.path>/gaps.sqlite`).
+//!
+//! Why SQLite rather than a pure-Rust embedded store such as redb:
+//!
+//! - **Several processes share the file.** The daemon writes it while short-lived CLI
+//!   commands (`gap-auditor gaps`, `gap-auditor ack`) read and update the same file. SQLite
+//!   in WAL mode gives one writer plus any number of readers across processes, with a busy
+//!   timeout for the rare write/write overlap; redb takes an exclusive file lock, so the CLI
+//!   could not run while the daemon does.
+//! - **Atomic rounds.** A verify round's gaps and the partition progress (settled
+//!   watermark and ledger state) go in one transaction, so after a crash the store never
+//!   holds a watermark that skips past a gap it does not also hold. The auditor commits
+//!   its Kafka offset only after that transaction is durable (`synchronous = FULL`).
+//! - **Operators can look inside** with the stock `sqlite3` shell during an incident.
+//!
+//! Timestamps are stored as RFC 3339 UTC text with exactly nine fractional digits
+//! (`2024-05-01T12:00:00.000000000Z`): readable in the sqlite3 shell, lossless for
+//! `DateTime<Utc>`, and of fixed width so text order is time order (`ORDER BY
+//! detected_at` and `MIN()` work on the column directly).
+//!
+//! The schema version lives in `PRAGMA user_version`; [`Store::open`] migrates forward and
+//! refuses a file written by a newer binary instead of misreading it.
+
+use crate::gap::{Gap, GapState, Offset};
+use chrono::{DateTime, SecondsFormat, Utc};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// File name of the store inside the state directory.
+pub const DB_FILE: &str = "gaps.sqlite";
+
+/// Schema version this binary writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i32 = 1;
+
+/// How long a statement waits for another process's write lock before failing. The daemon's
+/// round transactions are short; 5 s covers an fsync on a slow disk with a wide margin.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Every gap state, to turn [`StateFilter::Unresolved`] into a SQL `IN` list without
+/// duplicating the rule of [`GapState::is_unresolved`].
+const ALL_STATES: [GapState; 5] = [
+    GapState::Open,
+    GapState::Late,
+    GapState::Repaired,
+    GapState::Unrecoverable,
+    GapState::Acknowledged,
+];
+
+const SCHEMA_V1: &str = "
+CREATE TABLE IF NOT EXISTS gaps (
+    id               TEXT PRIMARY KEY NOT NULL,
+    audit            TEXT NOT NULL,
+    topic            TEXT NOT NULL,
+    partition        INTEGER NOT NULL,
+    first_offset     INTEGER NOT NULL,
+    last_offset      INTEGER NOT NULL,
+    missing_records  INTEGER NOT NULL,
+    size_known       INTEGER NOT NULL,
+    first_timestamp  TEXT,
+    last_timestamp   TEXT,
+    detected_at      TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    unrecoverable_at TEXT,
+    ack_reason       TEXT,
+    updated_at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS gaps_detected_at ON gaps (detected_at DESC);
+CREATE INDEX IF NOT EXISTS gaps_audit_state ON gaps (audit, state);
+CREATE TABLE IF NOT EXISTS progress (
+    audit      TEXT NOT NULL,
+    topic      TEXT NOT NULL,
+    partition  INTEGER NOT NULL,
+    settled    INTEGER NOT NULL,
+    ledger     TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (audit, topic, partition)
+) WITHOUT ROWID;
+";
+
+/// Errors of the gap store. Each names the database file (and the gap id where one is
+/// involved) so an operator can find what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The state directory could not be created.
+    #[error("cannot create state directory {path}: {source}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A SQLite call failed; `context` says which operation.
+    #[error("gap store {path}: {context}: {source}")]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// What the store was doing.
+        context: String,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// The file was written by a newer gap-auditor with a schema this binary does not know.
+    #[error(
+        "gap store {path} has schema version {found}, this binary supports up to {supported}; \
+         upgrade gap-auditor"
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// `PRAGMA user_version` found in the file.
+        found: i32,
+        /// Highest version this binary understands.
+        supported: i32,
+    },
+    /// SQLite refused WAL mode (e.g. the directory is on a network filesystem without
+    /// shared-memory support); without it the CLI and the daemon would block each other.
+    #[error("gap store {path}: cannot enable WAL journal mode (got {mode:?})")]
+    NoWal {
+        /// The database file.
+        path: PathBuf,
+        /// The journal mode SQLite reported.
+        mode: String,
+    },
+    /// A stored value could not be decoded or a value does not fit the schema.
+    #[error("gap store {path}: {what}")]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong, naming the gap id or partition.
+        what: String,
+    },
+}
+
+/// Persisted progress of one partition of one audit: where the auditor resumes after a
+/// restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionProgress {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Settled watermark: every expected record below it is confirmed or in a stored gap.
+    pub settled: Offset,
+    /// Opaque persisted ledger state of the partition (owned by the ledger); stored as TEXT.
+    pub ledger: serde_json::Value,
+    /// When this row was last written.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Which gap states [`Store::list_gaps`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateFilter {
+    /// `open`: gaps that still need an operator ([`GapState::is_unresolved`]).
+    Unresolved,
+    /// `all`: every gap.
+    All,
+    /// Exactly one state.
+    Only(GapState),
+}
+
+impl StateFilter {
+    /// Parses the `--state` / `?state=` value: `open` (unresolved), `all`, or any state name.
+    /// Note `open` means "unresolved" (open or unrecoverable), the operator's meaning.
+    pub fn parse(s: &str) -> Option<StateFilter> {
+        match s {
+            "open" => Some(StateFilter::Unresolved),
+            "all" => Some(StateFilter::All),
+            other => GapState::parse(other).map(StateFilter::Only),
+        }
+    }
+
+    /// Whether a gap in `state` passes this filter.
+    pub fn matches(self, state: GapState) -> bool {
+        match self {
+            StateFilter::Unresolved => state.is_unresolved(),
+            StateFilter::All => true,
+            StateFilter::Only(s) => s == state,
+        }
+    }
+}
+
+/// Filter for [`Store::list_gaps`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GapFilter {
+    /// Which states.
+    pub state: StateFilter,
+    /// Only this audit, when set.
+    pub audit: Option<String>,
+}
+
+impl Default for GapFilter {
+    /// Unresolved gaps of every audit: what `gaps` and `/api/gaps` show without options.
+    fn default() -> Self {
+        GapFilter {
+            state: StateFilter::Unresolved,
+            audit: None,
+        }
+    }
+}
+
+/// The gap store. One SQLite connection behind a mutex: rounds are serialized anyway, and
+/// a single connection keeps the write path simple. `Send + Sync`, share it in an `Arc`.
+pub struct Store {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the store in `dir` (creating the directory and `gaps.sqlite` inside it) with
+    /// WAL journaling, a 5 s busy timeout and `synchronous = FULL` — a commit must survive
+    /// `kill -9` and power loss before the auditor commits its Kafka offsets — and migrates
+    /// the schema (versioned with `PRAGMA user_version`).
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join(DB_FILE);
+        let sq = |context: &str| {
+            let path = path.clone();
+            let context = context.to_string();
+            move |source| StoreError::Sqlite {
+                path,
+                context,
+                source,
+            }
+        };
+
+        let mut conn = Connection::open(&path).map_err(sq("open"))?;
+        // Set first: the pragmas and the migration below may meet another process's lock.
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(sq("set busy_timeout"))?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(sq("set journal_mode=WAL"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::NoWal { path, mode });
+        }
+        // FULL fsyncs the WAL at every commit. NORMAL, the usual WAL setting, may lose the
+        // last commits on power loss; the settled watermark is committed to Kafka right after
+        // a round, so a lost round would make the auditor skip records after a restart.
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(sq("set synchronous=FULL"))?;
+
+        // IMMEDIATE: two processes starting on a fresh file must not both run the migration.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sq("begin migration"))?;
+        let version: i32 = tx
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(sq("read user_version"))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                path,
+                found: version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        if version < 1 {
+            tx.execute_batch(SCHEMA_V1)
+                .map_err(sq("create schema v1"))?;
+        }
+        // Future migrations: `if version < 2 { ... }`, each idempotent within this tx.
+        if version != SCHEMA_VERSION {
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(sq("write user_version"))?;
+        }
+        tx.commit().map_err(sq("commit migration"))?;
+
+        Ok(Store {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes one verify round in one transaction: upserts `gaps` by id and the per-partition
+    /// `progress` of `audit`. An upsert updates offsets, counts, timestamps and state, but
+    /// never overwrites what an operator set: a gap in state `acknowledged` stays
+    /// acknowledged, and an `ack_reason` is kept. `detected_at` keeps the earliest value,
+    /// so a re-detection after a crash does not make an old gap look new.
+    pub fn commit_round(
+        &self,
+        audit: &str,
+        gaps: &[Gap],
+        progress: &[PartitionProgress],
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let now = fmt_ts(Utc::now());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(format!("begin round of audit {audit}")))?;
+        {
+            let mut upsert_gap = tx
+                .prepare_cached(
+                    "INSERT INTO gaps (id, audit, topic, partition, first_offset, last_offset,
+                        missing_records, size_known, first_timestamp, last_timestamp,
+                        detected_at, state, unrecoverable_at, ack_reason, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                     ON CONFLICT (id) DO UPDATE SET
+                        last_offset      = excluded.last_offset,
+                        missing_records  = excluded.missing_records,
+                        size_known       = excluded.size_known,
+                        first_timestamp  = excluded.first_timestamp,
+                        last_timestamp   = excluded.last_timestamp,
+                        detected_at      = MIN(gaps.detected_at, excluded.detected_at),
+                        state            = CASE WHEN gaps.state = 'acknowledged'
+                                                THEN gaps.state ELSE excluded.state END,
+                        unrecoverable_at = excluded.unrecoverable_at,
+                        ack_reason       = COALESCE(gaps.ack_reason, excluded.ack_reason),
+                        updated_at       = excluded.updated_at",
+                )
+                .map_err(self.sq("prepare gap upsert".to_string()))?;
+            for gap in gaps {
+                let missing =
+                    i64::try_from(gap.missing_records).map_err(|_| StoreError::Corrupt {
+                        path: self.path.clone(),
+                        what: format!(
+                            "gap {}: missing_records {} exceeds the i64 range",
+                            gap.id, gap.missing_records
+                        ),
+                    })?;
+                upsert_gap
+                    .execute(params![
+                        gap.id,
+                        gap.audit,
+                        gap.topic,
+                        gap.partition,
+                        gap.first_offset,
+                        gap.last_offset,
+                        missing,
+                        gap.size_known,
+                        gap.first_timestamp.map(fmt_ts),
+                        gap.last_timestamp.map(fmt_ts),
+                        fmt_ts(gap.detected_at),
+                        gap.state.as_str(),
+                        gap.unrecoverable_at.map(fmt_ts),
+                        gap.ack_reason,
+                        now,
+                    ])
+                    .map_err(self.sq(format!("upsert gap {}", gap.id)))?;
+            }
+
+            let mut upsert_progress = tx
+                .prepare_cached(
+                    "INSERT INTO progress (audit, topic, partition, settled, ledger, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (audit, topic, partition) DO UPDATE SET
+                        settled = excluded.settled,
+                        ledger = excluded.ledger,
+                        updated_at = excluded.updated_at",
+                )
+                .map_err(self.sq("prepare progress upsert".to_string()))?;
+            for p in progress {
+                let ledger = serde_json::to_string(&p.ledger).map_err(|e| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    what: format!("ledger of {audit}/{}-{}: {e}", p.topic, p.partition),
+                })?;
+                upsert_progress
+                    .execute(params![
+                        audit,
+                        p.topic,
+                        p.partition,
+                        p.settled,
+                        ledger,
+                        fmt_ts(p.updated_at)
+                    ])
+                    .map_err(self.sq(format!(
+                        "upsert progress of {audit}/{}-{}",
+                        p.topic, p.partition
+                    )))?;
+            }
+        }
+        tx.commit()
+            .map_err(self.sq(format!("commit round of audit {audit}")))
+    }
+
+    /// Progress rows of one audit, ordered by topic and partition.
+    pub fn load_progress(&self, audit: &str) -> Result<Vec<PartitionProgress>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("load progress of audit {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition, settled, ledger, updated_at FROM progress
+                 WHERE audit = ?1 ORDER BY topic, partition",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![audit], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, i32>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, String>(4)?,
+                ))
+            })
+            .map_err(self.sq(ctx()))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (topic, partition, settled, ledger, updated_at) = row.map_err(self.sq(ctx()))?;
+            let what = format!("progress of {audit}/{topic}-{partition}");
+            let ledger = serde_json::from_str(&ledger).map_err(|e| StoreError::Corrupt {
+                path: self.path.clone(),
+                what: format!("{what}: ledger is not JSON: {e}"),
+            })?;
+            let updated_at = self.parse_ts(&updated_at, &what)?;
+            out.push(PartitionProgress {
+                topic,
+                partition,
+                settled,
+                ledger,
+                updated_at,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Gaps matching `filter`, newest detected first (ties by id, for a stable order).
+    pub fn list_gaps(&self, filter: &GapFilter) -> Result<Vec<Gap>, StoreError> {
+        let states: Option<Vec<&'static str>> = match filter.state {
+            StateFilter::All => None,
+            f => Some(
+                ALL_STATES
+                    .iter()
+                    .filter(|s| f.matches(**s))
+                    .map(|s| s.as_str())
+                    .collect(),
+            ),
+        };
+        let mut sql = format!("SELECT {GAP_COLUMNS} FROM gaps WHERE 1 = 1");
+        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::new();
+        if let Some(states) = &states {
+            // Placeholders only: the state names are constants, but binding keeps one pattern.
+            let marks: Vec<&str> = states.iter().map(|_| "?").collect();
+            sql.push_str(&format!(" AND state IN ({})", marks.join(", ")));
+            for s in states {
+                args.push(s);
+            }
+        }
+        if let Some(audit) = &filter.audit {
+            sql.push_str(" AND audit = ?");
+            args.push(audit);
+        }
+        sql.push_str(" ORDER BY detected_at DESC, id ASC");
+
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare(&sql)
+            .map_err(self.sq("list gaps".to_string()))?;
+        let rows = stmt
+            .query_map(args.as_slice(), RawGap::from_row)
+            .map_err(self.sq("list gaps".to_string()))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let raw = row.map_err(self.sq("list gaps".to_string()))?;
+            out.push(self.decode_gap(raw)?);
+        }
+        Ok(out)
+    }
+
+    /// One gap by id.
+    pub fn get_gap(&self, id: &str) -> Result<Option<Gap>, StoreError> {
+        let conn = self.lock();
+        let raw = conn
+            .query_row(
+                &format!("SELECT {GAP_COLUMNS} FROM gaps WHERE id = ?1"),
+                params![id],
+                RawGap::from_row,
+            )
+            .optional()
+            .map_err(self.sq(format!("read gap {id}")))?;
+        drop(conn);
+        raw.map(|r| self.decode_gap(r)).transpose()
+    }
+
+    /// Marks a gap acknowledged with the operator's reason (stops its alert). A later
+    /// [`Store::commit_round`] never reverts it. `Ok(false)` when no gap has this id.
+    pub fn ack(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let changed = conn
+            .execute(
+                "UPDATE gaps SET state = 'acknowledged', ack_reason = ?2, updated_at = ?3
+                 WHERE id = ?1",
+                params![id, reason, fmt_ts(Utc::now())],
+            )
+            .map_err(self.sq(format!("ack gap {id}")))?;
+        Ok(changed > 0)
+    }
+
+    /// Locks the connection. A panic while the lock was held cannot leave SQLite
+    /// half-written (an unfinished transaction rolls back when dropped), so a poisoned
+    /// mutex is safe to reuse rather than a reason to fail every later call.
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Error mapper for a SQLite failure while doing `context`.
+    fn sq(&self, context: String) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+        move |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            context,
+            source,
+        }
+    }
+
+    fn parse_ts(&self, s: &str, what: &str) -> Result<DateTime<Utc>, StoreError> {
+        DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(|e| StoreError::Corrupt {
+                path: self.path.clone(),
+                what: format!("{what}: bad timestamp {s:?}: {e}"),
+            })
+    }
+
+    fn parse_opt_ts(
+        &self,
+        s: Option<String>,
+        what: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        s.map(|s| self.parse_ts(&s, what)).transpose()
+    }
+
+    fn decode_gap(&self, raw: RawGap) -> Result<Gap, StoreError> {
+        let what = format!("gap {}", raw.id);
+        let state = GapState::parse(&raw.state).ok_or_else(|| StoreError::Corrupt {
+            path: self.path.clone(),
+            what: format!("{what}: unknown state {:?}", raw.state),
+        })?;
+        let missing_records =
+            u64::try_from(raw.missing_records).map_err(|_| StoreError::Corrupt {
+                path: self.path.clone(),
+                what: format!("{what}: negative missing_records {}", raw.missing_records),
+            })?;
+        Ok(Gap {
+            first_timestamp: self.parse_opt_ts(raw.first_timestamp, &what)?,
+            last_timestamp: self.parse_opt_ts(raw.last_timestamp, &what)?,
+            detected_at: self.parse_ts(&raw.detected_at, &what)?,
+            unrecoverable_at: self.parse_opt_ts(raw.unrecoverable_at, &what)?,
+            id: raw.id,
+            audit: raw.audit,
+            topic: raw.topic,
+            partition: raw.partition,
+            first_offset: raw.first_offset,
+            last_offset: raw.last_offset,
+            missing_records,
+            size_known: raw.size_known,
+            state,
+            ack_reason: raw.ack_reason,
+        })
+    }
+}
+
+/// Column list shared by every gap query, in [`RawGap::from_row`] order.
+const GAP_COLUMNS: &str = "id, audit, topic, partition, first_offset, last_offset, \
+    missing_records, size_known, first_timestamp, last_timestamp, detected_at, state, \
+    unrecoverable_at, ack_reason";
+
+/// A gap row as SQLite returns it, before timestamps and state are decoded (decoding errors
+/// are reported as [`StoreError::Corrupt`] with the gap id, not as a bare SQLite error).
+struct RawGap {
+    id: String,
+    audit: String,
+    topic: String,
+    partition: i32,
+    first_offset: i64,
+    last_offset: i64,
+    missing_records: i64,
+    size_known: bool,
+    first_timestamp: Option<String>,
+    last_timestamp: Option<String>,
+    detected_at: String,
+    state: String,
+    unrecoverable_at: Option<String>,
+    ack_reason: Option<String>,
+}
+
+impl RawGap {
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawGap> {
+        Ok(RawGap {
+            id: row.get(0)?,
+            audit: row.get(1)?,
+            topic: row.get(2)?,
+            partition: row.get(3)?,
+            first_offset: row.get(4)?,
+            last_offset: row.get(5)?,
+            missing_records: row.get(6)?,
+            size_known: row.get(7)?,
+            first_timestamp: row.get(8)?,
+            last_timestamp: row.get(9)?,
+            detected_at: row.get(10)?,
+            state: row.get(11)?,
+            unrecoverable_at: row.get(12)?,
+            ack_reason: row.get(13)?,
+        })
+    }
+}
+
+/// Fixed-width RFC 3339 (nine fractional digits, `Z`): lossless and text-sortable.
+fn fmt_ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Nanos, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    fn ts(secs: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + secs, 123_456_789)
+            .unwrap()
+    }
+
+    fn gap(audit: &str, partition: i32, first: Offset, detected: i64, state: GapState) -> Gap {
+        Gap {
+            id: Gap::make_id(audit, "t", partition, first),
+            audit: audit.to_string(),
+            topic: "t".to_string(),
+            partition,
+            first_offset: first,
+            last_offset: first + 9,
+            missing_records: 10,
+            size_known: true,
+            first_timestamp: Some(ts(0)),
+            last_timestamp: Some(ts(5)),
+            detected_at: ts(detected),
+            state,
+            unrecoverable_at: Some(ts(86_400)),
+            ack_reason: None,
+        }
+    }
+
+    fn progress(partition: i32, settled: Offset) -> PartitionProgress {
+        PartitionProgress {
+            topic: "t".to_string(),
+            partition,
+            settled,
+            ledger: json!({"runs": [[settled, settled + 5]], "note": "opaque"}),
+            updated_at: ts(10),
+        }
+    }
+
+    fn all(audit: Option<&str>) -> GapFilter {
+        GapFilter {
+            state: StateFilter::All,
+            audit: audit.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn round_trip_gaps_and_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("nested/state")).unwrap();
+        let mut g = gap("a", 0, 100, 1, GapState::Open);
+        g.first_timestamp = None;
+        g.size_known = false;
+        let g2 = gap("a", 1, 7, 2, GapState::Unrecoverable);
+        store
+            .commit_round(
+                "a",
+                &[g.clone(), g2.clone()],
+                &[progress(0, 110), progress(1, 20)],
+            )
+            .unwrap();
+
+        assert_eq!(store.get_gap(&g.id).unwrap(), Some(g.clone()));
+        assert_eq!(store.get_gap("nope").unwrap(), None);
+        // Newest detected first.
+        assert_eq!(store.list_gaps(&all(None)).unwrap(), vec![g2, g]);
+        assert_eq!(
+            store.load_progress("a").unwrap(),
+            vec![progress(0, 110), progress(1, 20)]
+        );
+        assert!(store.load_progress("other").unwrap().is_empty());
+    }
+
+    #[test]
+    fn upsert_is_idempotent_and_updates_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let g = gap("a", 0, 100, 5, GapState::Open);
+        store
+            .commit_round("a", std::slice::from_ref(&g), &[progress(0, 100)])
+            .unwrap();
+        store
+            .commit_round("a", std::slice::from_ref(&g), &[progress(0, 100)])
+            .unwrap();
+        assert_eq!(store.list_gaps(&all(None)).unwrap(), vec![g.clone()]);
+
+        let mut grown = g.clone();
+        grown.last_offset = 150;
+        grown.missing_records = 51;
+        grown.detected_at = ts(50); // re-detected after a crash: must keep the first time
+        grown.state = GapState::Late;
+        store
+            .commit_round("a", std::slice::from_ref(&grown), &[progress(0, 151)])
+            .unwrap();
+        let rows = store.list_gaps(&all(None)).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            rows[0],
+            Gap {
+                detected_at: g.detected_at,
+                ..grown
+            }
+        );
+        let p = store.load_progress("a").unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].settled, 151);
+    }
+
+    #[test]
+    fn ack_survives_a_later_round() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let g = gap("a", 0, 100, 5, GapState::Open);
+        store
+            .commit_round("a", std::slice::from_ref(&g), &[])
+            .unwrap();
+        assert!(store.ack(&g.id, "known outage").unwrap());
+        assert!(!store.ack("a:t:0:999", "x").unwrap());
+
+        let mut again = g.clone();
+        again.missing_records = 3;
+        store.commit_round("a", &[again], &[]).unwrap();
+        let got = store.get_gap(&g.id).unwrap().unwrap();
+        assert_eq!(got.state, GapState::Acknowledged);
+        assert_eq!(got.ack_reason.as_deref(), Some("known outage"));
+        assert_eq!(got.missing_records, 3, "counts still update");
+    }
+
+    #[test]
+    fn filters_by_state_and_audit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let open_a = gap("a", 0, 1, 1, GapState::Open);
+        let late_a = gap("a", 0, 50, 2, GapState::Late);
+        let unrec_b = gap("b", 0, 1, 3, GapState::Unrecoverable);
+        let acked_b = gap("b", 1, 1, 4, GapState::Open);
+        store
+            .commit_round("a", &[open_a.clone(), late_a.clone()], &[])
+            .unwrap();
+        store
+            .commit_round("b", &[unrec_b.clone(), acked_b.clone()], &[])
+            .unwrap();
+        store.ack(&acked_b.id, "fine").unwrap();
+
+        let ids = |f: GapFilter| -> Vec<String> {
+            store
+                .list_gaps(&f)
+                .unwrap()
+                .into_iter()
+                .map(|g| g.id)
+                .collect()
+        };
+        assert_eq!(
+            ids(GapFilter::default()),
+            vec![unrec_b.id.clone(), open_a.id.clone()]
+        );
+        assert_eq!(
+            ids(GapFilter {
+                state: StateFilter::Unresolved,
+                audit: Some("a".into())
+            }),
+            vec![open_a.id.clone()]
+        );
+        assert_eq!(
+            ids(GapFilter {
+                state: StateFilter::Only(GapState::Late),
+                audit: None
+            }),
+            vec![late_a.id.clone()]
+        );
+        assert_eq!(
+            ids(GapFilter {
+                state: StateFilter::Only(GapState::Acknowledged),
+                audit: None
+            }),
+            vec![acked_b.id.clone()]
+        );
+        assert_eq!(ids(all(Some("b"))), vec![acked_b.id, unrec_b.id]);
+        assert_eq!(ids(all(Some("zzz"))), Vec::<String>::new());
+        // Values are bound, never spliced into SQL.
+        assert!(ids(all(Some("' OR 1=1 --"))).is_empty());
+    }
+
+    #[test]
+    fn all_states_lists_every_variant() {
+        // No wildcard: adding a GapState variant breaks this match until ALL_STATES (used
+        // by the `open` filter) is updated too.
+        for s in ALL_STATES {
+            match s {
+                GapState::Open
+                | GapState::Late
+                | GapState::Repaired
+                | GapState::Unrecoverable
+                | GapState::Acknowledged => {}
+            }
+        }
+        assert_eq!(ALL_STATES.len(), 5);
+    }
+
+    #[test]
+    fn concurrent_writers_wait_instead_of_failing() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Store::open(dir.path()).unwrap();
+        let cli = Store::open(dir.path()).unwrap();
+        let gaps: Vec<Gap> = (0..50)
+            .map(|i| gap("a", 0, i * 100, i, GapState::Open))
+            .collect();
+        daemon.commit_round("a", &gaps, &[]).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..50 {
+                    daemon.commit_round("a", &gaps, &[progress(0, i)]).unwrap();
+                }
+            });
+            s.spawn(|| {
+                for g in &gaps {
+                    assert!(cli.ack(&g.id, "bulk").unwrap());
+                }
+            });
+        });
+        let acked = GapFilter {
+            state: StateFilter::Only(GapState::Acknowledged),
+            audit: None,
+        };
+        assert_eq!(cli.list_gaps(&acked).unwrap().len(), 50);
+        assert_eq!(cli.load_progress("a").unwrap()[0].settled, 49);
+    }
+
+    #[test]
+    fn state_filter_parse() {
+        assert_eq!(StateFilter::parse("open"), Some(StateFilter::Unresolved));
+        assert_eq!(StateFilter::parse("all"), Some(StateFilter::All));
+        assert_eq!(
+            StateFilter::parse("late"),
+            Some(StateFilter::Only(GapState::Late))
+        );
+        assert_eq!(
+            StateFilter::parse("acknowledged"),
+            Some(StateFilter::Only(GapState::Acknowledged))
+        );
+        assert_eq!(StateFilter::parse("OPEN"), None);
+        assert_eq!(StateFilter::parse(""), None);
+    }
+
+    #[test]
+    fn second_connection_reads_and_acks_while_first_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Store::open(dir.path()).unwrap();
+        let g = gap("a", 0, 100, 5, GapState::Open);
+        daemon
+            .commit_round("a", std::slice::from_ref(&g), &[progress(0, 110)])
+            .unwrap();
+
+        let cli = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            cli.list_gaps(&GapFilter::default()).unwrap(),
+            vec![g.clone()]
+        );
+        assert!(cli.ack(&g.id, "from the CLI").unwrap());
+
+        // The daemon sees the ack and its next round does not undo it.
+        assert_eq!(
+            daemon.get_gap(&g.id).unwrap().unwrap().state,
+            GapState::Acknowledged
+        );
+        daemon
+            .commit_round("a", std::slice::from_ref(&g), &[progress(0, 120)])
+            .unwrap();
+        assert_eq!(
+            cli.get_gap(&g.id).unwrap().unwrap().state,
+            GapState::Acknowledged
+        );
+        assert_eq!(cli.load_progress("a").unwrap()[0].settled, 120);
+    }
+
+    #[test]
+    fn reopen_keeps_data_and_schema_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = gap("a", 3, 42, 5, GapState::Open);
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store
+                .commit_round("a", std::slice::from_ref(&g), &[progress(3, 52)])
+                .unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.get_gap(&g.id).unwrap(), Some(g));
+        assert_eq!(store.load_progress("a").unwrap(), vec![progress(3, 52)]);
+        assert_eq!(store.path(), dir.path().join(DB_FILE));
+        let conn = store.lock();
+        let v: i32 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let mode: String = conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn refuses_a_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+        drop(conn);
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(DB_FILE),
+            "message names the file: {err}"
+        );
+    }
+}

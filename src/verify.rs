@@ -1,0 +1,455 @@
+//! Turning sink counts into verdicts, exactly and cheaply.
+//!
+//! `offset_columns`: one `COUNT(*), COUNT(DISTINCT offset)` over all due runs of a partition.
+//! When the distinct count equals the expected count every record is present (the predicate
+//! is restricted to expected offsets, so rows at other offsets cannot compensate for a
+//! missing one, and duplicates only raise `rows`). Otherwise the runs are bisected — the right
+//! half's count is derived from the parent's, so each split costs one query — and ranges of
+//! at most `list_threshold` records are listed offset by offset. With no loss this is one
+//! query per partition per round, whatever the record rate.
+//!
+//! `key_columns`: distinct keys are counted in batches; a key carried by `m` due records
+//! needs `m` rows beyond those already claimed by earlier confirmations of the same key
+//! ([`KeyHistory`]), so neither repeated keys nor duplicated rows hide a missing record.
+//!
+//! Any error makes the whole partition's answer Unknown for the round: unknown is not missing.
+
+use crate::gap::{Offset, TopicPartition};
+use crate::ledger::{OffsetRun, Segment, Verdict, runs};
+use crate::record::Key;
+use crate::sink::{RangeCount, SinkError, Verifier};
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// Knobs of the verification algorithms.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Keys per query (`batch_size`).
+    pub batch_size: usize,
+    /// Upper bound of SQL text spent on keys in one query, in bytes.
+    pub max_key_bytes: usize,
+    /// Most offset runs OR-ed in one predicate.
+    pub max_runs_per_query: usize,
+    /// Ranges with at most this many expected records are listed rather than bisected.
+    pub list_threshold: u64,
+}
+
+impl Limits {
+    /// Defaults derived from the audit's `batch_size`.
+    pub fn from_batch_size(batch_size: usize) -> Self {
+        Self {
+            batch_size: batch_size.max(1),
+            max_key_bytes: 1 << 20,
+            max_runs_per_query: 256,
+            list_threshold: batch_size.clamp(1, 10_000) as u64,
+        }
+    }
+}
+
+/// Called after every sink query with its latency and whether it succeeded.
+pub type QueryObserver<'a> = &'a (dyn Fn(Duration, bool) + Send + Sync);
+
+async fn observed<T>(
+    obs: QueryObserver<'_>,
+    fut: impl std::future::Future<Output = Result<T, SinkError>>,
+) -> Result<T, SinkError> {
+    let t = Instant::now();
+    let r = fut.await;
+    obs(t.elapsed(), r.is_ok());
+    r
+}
+
+/// Verifies segments of one partition by offset ranges. Returns one verdict per segment.
+pub async fn by_offsets<V: Verifier>(
+    sink: &V,
+    tp: &TopicPartition,
+    segments: &[Segment],
+    limits: Limits,
+    obs: QueryObserver<'_>,
+) -> Result<Vec<Verdict>, SinkError> {
+    if segments.is_empty() {
+        return Ok(Vec::new());
+    }
+    let all: Vec<OffsetRun> = runs::normalize(segments.iter().map(|s| s.run).collect());
+    let mut present: Vec<OffsetRun> = Vec::new();
+    let mut duplicates = 0u64;
+    for chunk in all.chunks(limits.max_runs_per_query.max(1)) {
+        let known = observed(obs, sink.count_offsets(tp, chunk)).await?;
+        let (p, d) = resolve(sink, tp, chunk.to_vec(), known, limits, obs).await?;
+        present.extend(p);
+        duplicates += d;
+    }
+    let present = runs::normalize(present);
+    // Duplicates are reported once, with the first segment: they are a partition-level count.
+    Ok(segments
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Verdict::Known {
+            present: runs::intersect(s.run, &present),
+            duplicate_rows: if i == 0 { duplicates } else { 0 },
+        })
+        .collect())
+}
+
+/// Finds the present offsets among `runs` given their aggregate count, by bisection.
+async fn resolve<V: Verifier>(
+    sink: &V,
+    tp: &TopicPartition,
+    runs_in: Vec<OffsetRun>,
+    known: RangeCount,
+    limits: Limits,
+    obs: QueryObserver<'_>,
+) -> Result<(Vec<OffsetRun>, u64), SinkError> {
+    let mut present = Vec::new();
+    let mut duplicates = 0u64;
+    let mut stack = vec![(runs_in, known)];
+    while let Some((rs, c)) = stack.pop() {
+        let expected = runs::count(&rs);
+        if c.distinct >= expected {
+            // Every expected offset is there (distinct can't exceed: the predicate only
+            // matches expected offsets; a sink that says more is answering something else).
+            present.extend(rs);
+            duplicates += c.rows.saturating_sub(c.distinct);
+        } else if c.distinct == 0 {
+            duplicates += 0;
+        } else if expected <= limits.list_threshold {
+            let listed = observed(obs, sink.list_offsets(tp, &rs)).await?;
+            for (o, n) in listed {
+                if rs.iter().any(|r| r.contains(o)) {
+                    present.push(OffsetRun::new(o, o));
+                    duplicates += n.saturating_sub(1);
+                }
+            }
+        } else {
+            let (left, right) = runs::split_at_count(&rs, expected / 2);
+            let lc = observed(obs, sink.count_offsets(tp, &left)).await?;
+            let rc = RangeCount {
+                rows: c.rows.saturating_sub(lc.rows),
+                distinct: c.distinct.saturating_sub(lc.distinct),
+            };
+            stack.push((right, rc));
+            stack.push((left, lc));
+        }
+    }
+    Ok((runs::normalize(present), duplicates))
+}
+
+/// Rows already claimed per key by earlier confirmations, so that a later record with the
+/// same key needs a row of its own. Bounded: the oldest keys are forgotten first.
+#[derive(Debug, Default)]
+pub struct KeyHistory {
+    claimed: HashMap<Key, u64>,
+    order: VecDeque<Key>,
+    capacity: usize,
+}
+
+impl KeyHistory {
+    /// A history remembering at most `capacity` keys.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            claimed: HashMap::new(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    fn get(&self, k: &Key) -> u64 {
+        self.claimed.get(k).copied().unwrap_or(0)
+    }
+
+    fn claim(&mut self, k: &Key, rows: u64) {
+        match self.claimed.get_mut(k) {
+            Some(c) => *c = (*c).max(rows),
+            None => {
+                if self.order.len() >= self.capacity
+                    && let Some(old) = self.order.pop_front()
+                {
+                    self.claimed.remove(&old);
+                }
+                self.claimed.insert(k.clone(), rows);
+                self.order.push_back(k.clone());
+            }
+        }
+    }
+
+    /// Number of keys remembered.
+    pub fn len(&self) -> usize {
+        self.claimed.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.claimed.is_empty()
+    }
+}
+
+/// Verifies segments (of any partitions) by key. Returns one verdict per segment.
+///
+/// Within a key, records are matched to rows in offset order: when a key has fewer rows than
+/// records, the LAST records carrying it are declared missing (the sink cannot say which
+/// copy is absent; see docs on key_columns).
+pub async fn by_keys<V: Verifier>(
+    sink: &V,
+    segments: &[Segment],
+    history: &mut KeyHistory,
+    limits: Limits,
+    obs: QueryObserver<'_>,
+) -> Result<Vec<Verdict>, SinkError> {
+    // Distinct keys in first-seen order, each with the (segment, offset) slots carrying it.
+    let mut index: HashMap<&Key, usize> = HashMap::new();
+    let mut keys: Vec<&Key> = Vec::new();
+    let mut slots: Vec<Vec<(usize, Offset)>> = Vec::new();
+    for (si, s) in segments.iter().enumerate() {
+        for (i, k) in s.keys.iter().enumerate() {
+            let o = s.run.first + i as Offset;
+            let ki = *index.entry(k).or_insert_with(|| {
+                keys.push(k);
+                slots.push(Vec::new());
+                keys.len() - 1
+            });
+            slots[ki].push((si, o));
+        }
+    }
+    let mut counts: Vec<u64> = Vec::with_capacity(keys.len());
+    for batch in key_batches(&keys, limits) {
+        let got = observed(obs, sink.count_keys(batch)).await?;
+        if got.len() != batch.len() {
+            return Err(SinkError::Rejected(format!(
+                "sink answered {} counts for {} keys",
+                got.len(),
+                batch.len()
+            )));
+        }
+        counts.extend(got);
+    }
+    let mut present: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];
+    let mut dups: Vec<u64> = vec![0; segments.len()];
+    for (ki, k) in keys.iter().enumerate() {
+        let rows = counts[ki];
+        let available = rows.saturating_sub(history.get(k));
+        let m = slots[ki].len() as u64;
+        let found = available.min(m);
+        for &(si, o) in slots[ki].iter().take(found as usize) {
+            present[si].push(OffsetRun::new(o, o));
+        }
+        if available > m
+            && let Some(&(si, _)) = slots[ki].first()
+        {
+            dups[si] += available - m;
+        }
+        if found > 0 || rows > 0 {
+            history.claim(k, history.get(k) + found + available.saturating_sub(m));
+        }
+    }
+    Ok(present
+        .into_iter()
+        .zip(dups)
+        .map(|(p, d)| Verdict::Known {
+            present: runs::normalize(p),
+            duplicate_rows: d,
+        })
+        .collect())
+}
+
+/// Splits keys into batches bounded by count and by SQL text size.
+fn key_batches<'a, 'k>(keys: &'a [&'k Key], limits: Limits) -> Vec<&'a [&'k Key]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0usize;
+    for (i, k) in keys.iter().enumerate() {
+        let size: usize = k.0.iter().map(|v| v.len() * 2 + 16).sum();
+        if i > start && (i - start >= limits.batch_size || bytes + size > limits.max_key_bytes) {
+            out.push(&keys[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += size;
+    }
+    if start < keys.len() {
+        out.push(&keys[start..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::memory::MemorySink;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("t", 0)
+    }
+
+    fn seg(a: Offset, b: Offset) -> Segment {
+        Segment {
+            run: OffsetRun::new(a, b),
+            keys: Vec::new(),
+            max_ts: None,
+        }
+    }
+
+    fn present_of(v: &[Verdict]) -> Vec<Offset> {
+        v.iter()
+            .flat_map(|v| match v {
+                Verdict::Known { present, .. } => present.iter().flat_map(|r| r.first..=r.last).collect(),
+                Verdict::Unknown => Vec::new(),
+            })
+            .collect()
+    }
+
+    fn dups_of(v: &[Verdict]) -> u64 {
+        v.iter()
+            .map(|v| match v {
+                Verdict::Known { duplicate_rows, .. } => *duplicate_rows,
+                Verdict::Unknown => 0,
+            })
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn no_loss_costs_one_query_per_partition() {
+        let sink = MemorySink::new();
+        for o in 0..100_000 {
+            sink.insert_offset("t", 0, o);
+        }
+        let n = AtomicUsize::new(0);
+        let obs = |_d: Duration, _ok: bool| {
+            n.fetch_add(1, Ordering::Relaxed);
+        };
+        let segs = vec![seg(0, 49_999), seg(50_000, 99_999)];
+        let v = by_offsets(&sink, &tp(), &segs, Limits::from_batch_size(1000), &obs).await.expect("ok");
+        assert_eq!(present_of(&v).len(), 100_000);
+        assert_eq!(n.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn rows_at_unexpected_offsets_never_compensate() {
+        let sink = MemorySink::new();
+        // Expected: 0 and 2 (1 is filtered). Sink: 0 and 1 (the filtered one, written anyway).
+        sink.insert_offset("t", 0, 0);
+        sink.insert_offset("t", 0, 1);
+        let segs = vec![seg(0, 0), seg(2, 2)];
+        let v = by_offsets(&sink, &tp(), &segs, Limits::from_batch_size(1000), &|_, _| {}).await.expect("ok");
+        assert_eq!(present_of(&v), vec![0]);
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_never_hides_a_missing_offset() {
+        let sink = MemorySink::new();
+        for o in [0, 1, 1, 3] {
+            sink.insert_offset("t", 0, o);
+        }
+        let v = by_offsets(&sink, &tp(), &[seg(0, 3)], Limits::from_batch_size(1000), &|_, _| {}).await.expect("ok");
+        assert_eq!(present_of(&v), vec![0, 1, 3]);
+        assert_eq!(dups_of(&v), 1);
+    }
+
+    #[tokio::test]
+    async fn bisection_queries_grow_with_log_of_the_range() {
+        let sink = MemorySink::new();
+        for o in 0..1_000_000 {
+            if o != 777_777 {
+                sink.insert_offset("t", 0, o);
+            }
+        }
+        let n = AtomicUsize::new(0);
+        let obs = |_d: Duration, _ok: bool| {
+            n.fetch_add(1, Ordering::Relaxed);
+        };
+        let v = by_offsets(&sink, &tp(), &[seg(0, 999_999)], Limits::from_batch_size(1000), &obs).await.expect("ok");
+        assert_eq!(present_of(&v).len(), 999_999);
+        assert!(!present_of(&v).contains(&777_777));
+        let q = n.load(Ordering::Relaxed);
+        assert!(q <= 12, "{q} queries");
+    }
+
+    #[tokio::test]
+    async fn errors_are_unknown_not_missing() {
+        let sink = MemorySink::new();
+        sink.set_down(true);
+        let r = by_offsets(&sink, &tp(), &[seg(0, 3)], Limits::from_batch_size(10), &|_, _| {}).await;
+        assert!(r.is_err());
+        let mut h = KeyHistory::new(10);
+        let s = Segment {
+            run: OffsetRun::new(0, 0),
+            keys: vec![Key(vec!["a".into()])],
+            max_ts: None,
+        };
+        assert!(by_keys(&sink, &[s], &mut h, Limits::from_batch_size(10), &|_, _| {}).await.is_err());
+    }
+
+    fn kseg(first: Offset, keys: &[&str]) -> Segment {
+        Segment {
+            run: OffsetRun::new(first, first + keys.len() as Offset - 1),
+            keys: keys.iter().map(|k| Key(vec![k.to_string()])).collect(),
+            max_ts: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn repeated_keys_are_a_multiplicity() {
+        let sink = MemorySink::new();
+        sink.insert_key(&Key(vec!["a".into()]));
+        let mut h = KeyHistory::new(100);
+        // Two records with key a, one row: one of them is missing.
+        let v = by_keys(&sink, &[kseg(0, &["a", "b", "a"])], &mut h, Limits::from_batch_size(2), &|_, _| {})
+            .await
+            .expect("ok");
+        assert_eq!(present_of(&v), vec![0]);
+        // A later record with key a: the one row is already claimed.
+        let v = by_keys(&sink, &[kseg(3, &["a"])], &mut h, Limits::from_batch_size(2), &|_, _| {}).await.expect("ok");
+        assert!(present_of(&v).is_empty());
+    }
+
+    #[tokio::test]
+    async fn duplicated_rows_do_not_confirm_a_later_record_with_the_same_key() {
+        let sink = MemorySink::new();
+        let a = Key(vec!["a".into()]);
+        sink.insert_key(&a);
+        sink.insert_key(&a);
+        let mut h = KeyHistory::new(100);
+        let v = by_keys(&sink, &[kseg(0, &["a"])], &mut h, Limits::from_batch_size(10), &|_, _| {}).await.expect("ok");
+        assert_eq!((present_of(&v), dups_of(&v)), (vec![0], 1));
+        let v = by_keys(&sink, &[kseg(1, &["a"])], &mut h, Limits::from_batch_size(10), &|_, _| {}).await.expect("ok");
+        assert!(present_of(&v).is_empty(), "the duplicate row was already counted");
+    }
+
+    #[test]
+    fn key_batches_respect_count_and_bytes() {
+        let big = Key(vec!["x".repeat(100_000)]);
+        let small = Key(vec!["y".into()]);
+        let keys: Vec<&Key> = vec![&small, &big, &big, &small, &small, &small];
+        let limits = Limits { batch_size: 2, max_key_bytes: 150_000, max_runs_per_query: 8, list_threshold: 8 };
+        let b = key_batches(&keys, limits);
+        assert_eq!(b.iter().map(|b| b.len()).collect::<Vec<_>>(), vec![1, 1, 1, 2, 1]);
+    }
+
+    proptest! {
+        #[test]
+        fn offsets_verdict_is_exact(
+            sink_rows in prop::collection::vec((0i64..300, 1u64..3), 0..300),
+            segs in prop::collection::vec((0i64..300, 0i64..30), 1..8),
+            threshold in 1u64..50,
+            max_runs in 1usize..5,
+        ) {
+            let sink = MemorySink::new();
+            let mut rows: BTreeMap<Offset, u64> = BTreeMap::new();
+            for (o, n) in &sink_rows {
+                for _ in 0..*n { sink.insert_offset("t", 0, *o); }
+                *rows.entry(*o).or_default() += n;
+            }
+            let segments: Vec<Segment> = runs::normalize(segs.iter().map(|(a, l)| OffsetRun::new(*a, a + l)).collect())
+                .into_iter().map(|r| seg(r.first, r.last)).collect();
+            let limits = Limits { batch_size: 10, max_key_bytes: 1 << 20, max_runs_per_query: max_runs, list_threshold: threshold };
+            let rt = tokio::runtime::Builder::new_current_thread().build().expect("rt");
+            let v = rt.block_on(by_offsets(&sink, &tp(), &segments, limits, &|_, _| {})).expect("ok");
+            let want: Vec<Offset> = segments.iter().flat_map(|s| s.run.first..=s.run.last).filter(|o| rows.contains_key(o)).collect();
+            let want_dups: u64 = want.iter().map(|o| rows[o] - 1).sum();
+            prop_assert_eq!(present_of(&v), want);
+            prop_assert_eq!(dups_of(&v), want_dups);
+        }
+    }
+}
