@@ -20,6 +20,7 @@
 //!
 //! `audit` owns the loop that ties these together; `main.rs` is a thin CLI over it.
 
+pub mod app;
 pub mod audit;
 pub mod config;
 pub mod demo;

@@ -83,6 +83,10 @@ impl Verifier for MemorySink {
         "memory"
     }
 
+    async fn ping(&self) -> Result<(), SinkError> {
+        self.check()
+    }
+
     async fn count_offsets(&self, tp: &TopicPartition, runs: &[OffsetRun]) -> Result<RangeCount, SinkError> {
         self.check()?;
         let found = self.scan(tp, runs);

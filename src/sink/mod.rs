@@ -38,6 +38,10 @@ pub trait Verifier: Send + Sync {
     /// Short name for logs and status (`doris`, `mysql`, `memory`).
     fn kind(&self) -> &'static str;
 
+    /// The cheapest question the sink can answer: proves it is reachable in rounds where
+    /// nothing was due (readiness, `sink_up`).
+    fn ping(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
+
     /// Rows and distinct offsets whose (topic,) partition and offset fall in `runs`
     /// (offset_columns strategy).
     fn count_offsets(

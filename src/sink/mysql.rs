@@ -136,6 +136,12 @@ impl Verifier for MysqlSink {
         self.kind
     }
 
+    async fn ping(&self) -> Result<(), SinkError> {
+        let mut c = self.conn().await?;
+        let _: Option<i64> = self.with_timeout(c.query_first("SELECT 1")).await?;
+        Ok(())
+    }
+
     async fn count_offsets(&self, tp: &TopicPartition, runs: &[OffsetRun]) -> Result<RangeCount, SinkError> {
         let mut c = self.conn().await?;
         let nbe = self.nbe(&mut c).await?;

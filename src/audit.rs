@@ -1,0 +1,677 @@
+//! The audit loop: one task per audit ties the flow together.
+//!
+//! ```text
+//! tail thread ──events──▶ ingest into the ledger (per partition)
+//! every verify_interval:
+//!   poll the pipeline group's commits ─▶ due rule
+//!   due records ─▶ verify (sink) ─▶ ledger verdicts ─▶ gaps
+//!   store.commit_round(gaps, progress)   ── persisted FIRST
+//!   commit settled offsets to our group  ── then Kafka
+//!   metrics + status
+//! ```
+//!
+//! Crash safety: gaps and progress are written in one SQLite transaction before the settled
+//! watermark is committed to Kafka; on restart the store's progress wins (it is never behind
+//! Kafka's commit), so nothing decided is decided twice and nothing unread is skipped.
+
+use crate::config::{AuditConfig, KafkaConfig, MatchStrategy, StartPosition};
+use crate::gap::{Gap, GapState, Offset, TopicPartition};
+use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle};
+use crate::ledger::{Applied, GapRecord, Observed, PartitionLedger, Segment, Snapshot, Verdict};
+use crate::metrics::Metrics;
+use crate::record::{Decoder, DecoderSpec, Tag};
+use crate::sink::{SinkError, Verifier};
+use crate::status::{AuditStatus, PartitionStatus, SinkState, StatusBoard};
+use crate::store::{PartitionProgress, Store};
+use crate::verify::{self, KeyHistory, Limits};
+use anyhow::Context;
+use chrono::{DateTime, TimeZone, Utc};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Everything one audit needs.
+pub struct AuditDeps<V> {
+    /// The audit's configuration.
+    pub config: AuditConfig,
+    /// Kafka connection settings.
+    pub kafka: KafkaConfig,
+    /// The auditor's own consumer group for this audit.
+    pub group: String,
+    /// The sink to verify against.
+    pub sink: V,
+    /// The gap store.
+    pub store: Arc<Store>,
+    /// Metric families.
+    pub metrics: Arc<Metrics>,
+    /// Live status board.
+    pub status: StatusBoard,
+}
+
+struct Part {
+    ledger: PartitionLedger,
+    log: Option<(Offset, Offset)>,
+}
+
+struct Audit<V> {
+    cfg: AuditConfig,
+    kafka: KafkaConfig,
+    group: String,
+    sink: V,
+    store: Arc<Store>,
+    metrics: Arc<Metrics>,
+    status: StatusBoard,
+    lookup: Arc<Lookup>,
+    pipeline: Option<Arc<PipelineReader>>,
+    parts: BTreeMap<TopicPartition, Part>,
+    keys: KeyHistory,
+    limits: Limits,
+    /// Gaps changed but not yet persisted (a failed store write is retried next round).
+    unsaved: BTreeMap<String, Gap>,
+    committed: HashMap<TopicPartition, Offset>,
+    commands: std::sync::mpsc::Sender<Command>,
+    lookup_watermarks: crate::kafka::Watermarks,
+    paused: bool,
+    sink_state: SinkState,
+    sink_error: Option<String>,
+    last_sink_ok: Option<DateTime<Utc>>,
+    last_kafka_ok: Option<DateTime<Utc>>,
+}
+
+/// Runs one audit until `cancel` fires, then drains: persists, commits the settled
+/// watermark (through the revocation that closing the consumer triggers) and returns.
+pub async fn run<V: Verifier + 'static>(deps: AuditDeps<V>, cancel: CancellationToken) -> anyhow::Result<()> {
+    let AuditDeps {
+        config,
+        kafka,
+        group,
+        sink,
+        store,
+        metrics,
+        status,
+    } = deps;
+    let decoder = Decoder::new(DecoderSpec::from_config(&config.record, &config.matching))
+        .with_context(|| format!("audit {}: record decoding", config.name))?;
+    let lookup = Arc::new(Lookup::new(&kafka, &group).context("creating the Kafka lookup client")?);
+    let pipeline = match &config.pipeline_group {
+        Some(g) => Some(Arc::new(PipelineReader::new(&kafka, g).context("creating the pipeline group reader")?)),
+        None => None,
+    };
+    let mut tail: TailHandle =
+        kafka::tail::start(&kafka, &group, &config.topics, decoder).context("starting the Kafka consumer")?;
+    let limits = Limits::from_batch_size(config.batch_size);
+    let key_capacity = config.max_pending.min(1_000_000);
+    let mut a = Audit {
+        keys: KeyHistory::new(key_capacity),
+        limits,
+        lookup,
+        pipeline,
+        parts: BTreeMap::new(),
+        unsaved: BTreeMap::new(),
+        committed: HashMap::new(),
+        commands: tail.commands.clone(),
+        lookup_watermarks: tail.watermarks.clone(),
+        paused: false,
+        sink_state: SinkState::Unknown,
+        sink_error: None,
+        last_sink_ok: None,
+        last_kafka_ok: None,
+        cfg: config,
+        kafka,
+        group,
+        sink,
+        store,
+        metrics,
+        status,
+    };
+    tracing::info!(audit = %a.cfg.name, group = %a.group, topics = ?a.cfg.topics, sink = a.sink.kind(), "audit started");
+    a.publish();
+    let mut tick = tokio::time::interval(a.cfg.verify_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            ev = tail.events.recv() => match ev {
+                Some(ev) => a.on_event(ev).await,
+                None => anyhow::bail!("audit {}: the Kafka consumer thread stopped", a.cfg.name),
+            },
+            _ = tick.tick() => a.round().await,
+        }
+    }
+    // Drain: persist what is decided, then let the consumer close; its revocation asks for
+    // the settled offsets to commit.
+    tracing::info!(audit = %a.cfg.name, "shutting down: persisting and committing the settled watermark");
+    a.persist().await;
+    tail.stop();
+    while let Some(ev) = tail.events.recv().await {
+        a.on_event(ev).await;
+    }
+    tokio::task::spawn_blocking(move || tail.join()).await.ok();
+    a.status.remove(&a.cfg.name);
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn ms_to_time(ms: i64) -> Option<DateTime<Utc>> {
+    Utc.timestamp_millis_opt(ms).single()
+}
+
+impl<V: Verifier> Audit<V> {
+    fn keyed(&self) -> bool {
+        self.cfg.matching.strategy == MatchStrategy::KeyColumns
+    }
+
+    async fn on_event(&mut self, ev: TailEvent) {
+        match ev {
+            TailEvent::Records(batch) => self.ingest(batch),
+            TailEvent::Assigned { partitions, reply } => {
+                let starts = self.assign(partitions).await;
+                let _ = reply.send(starts);
+            }
+            TailEvent::Revoked { partitions, reply } => {
+                let offsets = self.revoke(&partitions).await;
+                let _ = reply.send(offsets);
+            }
+            TailEvent::Error(e) => {
+                tracing::warn!(audit = %self.cfg.name, error = %e, "kafka consumer error");
+            }
+        }
+    }
+
+    fn ingest(&mut self, batch: Vec<Tagged>) {
+        let now = now_ms();
+        let audit = self.cfg.name.clone();
+        // Count per partition and reason first: one label lookup per batch, not per record.
+        let mut counts: HashMap<(Arc<str>, i32), [u64; 5]> = HashMap::new();
+        for r in batch {
+            let Some(part) = self.parts.get_mut(&TopicPartition::new(&*r.topic, r.partition)) else {
+                tracing::debug!(topic = %r.topic, partition = r.partition, offset = r.offset, "record of an unassigned partition ignored");
+                continue;
+            };
+            let c = counts.entry((r.topic.clone(), r.partition)).or_default();
+            c[0] += 1;
+            let observed = match r.tag {
+                Tag::Expected { key } => {
+                    c[1] += 1;
+                    Observed::Expected { key }
+                }
+                Tag::Filtered(reason) => {
+                    let i = crate::record::FilterReason::ALL.iter().position(|x| *x == reason).unwrap_or(0);
+                    c[2 + i] += 1;
+                    Observed::Filtered
+                }
+            };
+            part.ledger.ingest(r.offset, r.timestamp_ms, observed, now);
+        }
+        for ((topic, p), c) in counts {
+            let p = p.to_string();
+            let l = [audit.as_str(), &*topic, p.as_str()];
+            let m = &self.metrics;
+            m.records_consumed.with_label_values(&l).inc_by(c[0]);
+            m.records_expected.with_label_values(&l).inc_by(c[1]);
+            for (i, reason) in crate::record::FilterReason::ALL.iter().enumerate() {
+                if c[2 + i] > 0 {
+                    m.records_filtered
+                        .with_label_values(&[audit.as_str(), &*topic, p.as_str(), reason.as_str()])
+                        .inc_by(c[2 + i]);
+                }
+            }
+        }
+    }
+
+    /// Decides where each newly assigned partition starts: the store's settled watermark,
+    /// else the group's committed offset, else `kafka.start`. A resume point below the log
+    /// start means Kafka deleted records the auditor never read: a gap of unknown size.
+    async fn assign(&mut self, partitions: Vec<TopicPartition>) -> Vec<(TopicPartition, Offset)> {
+        let progress: HashMap<TopicPartition, PartitionProgress> = {
+            let store = self.store.clone();
+            let audit = self.cfg.name.clone();
+            match tokio::task::spawn_blocking(move || store.load_progress(&audit)).await {
+                Ok(Ok(rows)) => rows.into_iter().map(|p| (TopicPartition::new(p.topic.clone(), p.partition), p)).collect(),
+                Ok(Err(e)) => {
+                    tracing::error!(audit = %self.cfg.name, error = %e, "cannot read progress from the store; falling back to Kafka commits");
+                    HashMap::new()
+                }
+                Err(_) => HashMap::new(),
+            }
+        };
+        let lookup = self.lookup.clone();
+        let start = self.kafka.start;
+        let tps = partitions.clone();
+        let stored: HashMap<TopicPartition, Offset> = progress.iter().map(|(k, v)| (k.clone(), v.settled)).collect();
+        let resolved = tokio::task::spawn_blocking(move || resolve_starts(&lookup, &tps, &stored, start)).await;
+        let resolved = match resolved {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "start offset resolution panicked");
+                Vec::new()
+            }
+        };
+        let now = now_ms();
+        let keyed = self.keyed();
+        let mut out = Vec::new();
+        for (tp, start, log) in resolved {
+            let mut ledger = match progress.get(&tp) {
+                Some(p) => match serde_json::from_value::<Snapshot>(p.ledger.clone()) {
+                    Ok(snap) => PartitionLedger::restore(p.settled, keyed, snap),
+                    Err(e) => {
+                        tracing::error!(%tp, error = %e, "stored ledger state unreadable; resuming at the settled offset without it");
+                        PartitionLedger::new(p.settled, keyed)
+                    }
+                },
+                None => PartitionLedger::new(start.resume, keyed),
+            };
+            if let Some((first, last)) = start.deleted {
+                if let Some(g) = ledger.skipped_by_retention(first, last, now) {
+                    tracing::error!(audit = %self.cfg.name, %tp, first, last,
+                        "Kafka deleted offsets {first}..={last} before the auditor read them: recorded as a gap of unknown size");
+                    let gap = self.to_gap(&tp, &g);
+                    self.unsaved.insert(gap.id.clone(), gap);
+                }
+            }
+            tracing::info!(audit = %self.cfg.name, %tp, offset = ledger.next_offset(), "partition assigned");
+            out.push((tp.clone(), ledger.next_offset()));
+            self.parts.insert(tp, Part { ledger, log });
+        }
+        if !self.unsaved.is_empty() {
+            self.persist().await;
+        }
+        out
+    }
+
+    async fn revoke(&mut self, partitions: &[TopicPartition]) -> Vec<(TopicPartition, Offset)> {
+        let ok = self.persist().await;
+        let mut out = Vec::new();
+        for tp in partitions {
+            if let Some(part) = self.parts.remove(tp) {
+                if ok {
+                    out.push((tp.clone(), part.ledger.settled()));
+                }
+                self.metrics.remove_partition(&self.cfg.name, &tp.topic, tp.partition);
+                self.committed.remove(tp);
+                tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
+            }
+        }
+        self.publish();
+        out
+    }
+
+    /// One verify round.
+    async fn round(&mut self) {
+        self.poll_pipeline().await;
+        let now = now_ms();
+        let grace = self.cfg.grace.as_millis() as i64;
+        let give_up = self.cfg.give_up_after.as_millis() as i64;
+        let limit = match self.cfg.matching.strategy {
+            MatchStrategy::KeyColumns => (self.cfg.batch_size as u64 * 100).max(100_000),
+            _ => self.cfg.max_pending as u64,
+        };
+        let mut queried = false;
+        let mut failure: Option<SinkError> = None;
+        let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
+        for tp in &tps {
+            let (segs, checks) = match self.parts.get_mut(tp) {
+                Some(p) => (p.ledger.due(now, grace, limit), p.ledger.rechecks(now, give_up)),
+                None => continue,
+            };
+            if segs.is_empty() && checks.is_empty() {
+                continue;
+            }
+            queried = true;
+            let due_result = self.verify(tp, &segs).await;
+            let check_result = if due_result.is_ok() { self.verify(tp, &checks).await } else { Ok(Vec::new()) };
+            let decided_at = now_ms();
+            let Some(part) = self.parts.get_mut(tp) else { continue };
+            let mut applied = Applied::default();
+            match due_result {
+                Ok(v) => applied = applied.merge(part.ledger.apply(&v, decided_at)),
+                Err(e) => failure = Some(e),
+            }
+            match check_result {
+                Ok(v) if !v.is_empty() => applied = applied.merge(part.ledger.apply_rechecks(&checks, &v)),
+                Ok(_) => {}
+                Err(e) => failure = Some(e),
+            }
+            let dirty = part.ledger.take_dirty_gaps();
+            self.account(tp, &applied, decided_at);
+            for g in dirty {
+                let gap = self.to_gap(tp, &g);
+                log_gap(&gap);
+                self.unsaved.insert(gap.id.clone(), gap);
+            }
+        }
+        if !queried && failure.is_none() {
+            let t = std::time::Instant::now();
+            let r = self.sink.ping().await;
+            self.observe_query(t.elapsed(), r.is_ok());
+            if let Err(e) = r {
+                failure = Some(e);
+            }
+        }
+        match failure {
+            Some(e) => {
+                if self.sink_state != SinkState::Down {
+                    tracing::warn!(audit = %self.cfg.name, error = %e, "sink unreachable: nothing is declared missing until it answers");
+                }
+                self.sink_state = SinkState::Down;
+                self.sink_error = Some(e.to_string());
+            }
+            None => {
+                if self.sink_state == SinkState::Down {
+                    tracing::info!(audit = %self.cfg.name, "sink answers again");
+                }
+                self.sink_state = SinkState::Up;
+                self.sink_error = None;
+                self.last_sink_ok = Some(Utc::now());
+            }
+        }
+        self.metrics
+            .sink_up
+            .with_label_values(&[self.cfg.name.as_str()])
+            .set(i64::from(self.sink_state == SinkState::Up));
+        if self.persist().await {
+            self.commit_settled();
+        }
+        self.backpressure();
+        self.publish();
+    }
+
+    async fn verify(&mut self, tp: &TopicPartition, segs: &[Segment]) -> Result<Vec<Verdict>, SinkError> {
+        if segs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let metrics = self.metrics.clone();
+        let audit = self.cfg.name.clone();
+        let obs = move |d: Duration, ok: bool| {
+            metrics
+                .sink_queries
+                .with_label_values(&[audit.as_str(), if ok { "ok" } else { "error" }])
+                .inc();
+            metrics.sink_query_seconds.with_label_values(&[audit.as_str()]).observe(d.as_secs_f64());
+        };
+        match self.cfg.matching.strategy {
+            MatchStrategy::KeyColumns => verify::by_keys(&self.sink, segs, &mut self.keys, self.limits, &obs).await,
+            _ => verify::by_offsets(&self.sink, tp, segs, self.limits, &obs).await,
+        }
+    }
+
+    fn observe_query(&self, d: Duration, ok: bool) {
+        let a = self.cfg.name.as_str();
+        self.metrics.sink_queries.with_label_values(&[a, if ok { "ok" } else { "error" }]).inc();
+        self.metrics.sink_query_seconds.with_label_values(&[a]).observe(d.as_secs_f64());
+    }
+
+    fn account(&self, tp: &TopicPartition, a: &Applied, now: i64) {
+        let p = tp.partition.to_string();
+        let l = [self.cfg.name.as_str(), tp.topic.as_str(), p.as_str()];
+        let m = &self.metrics;
+        m.records_confirmed.with_label_values(&l).inc_by(a.confirmed);
+        m.records_lost.with_label_values(&l).inc_by(a.lost);
+        m.records_late.with_label_values(&l).inc_by(a.late);
+        m.records_duplicated.with_label_values(&l).inc_by(a.duplicates);
+        let h = m.sink_visibility_seconds.with_label_values(&[self.cfg.name.as_str(), tp.topic.as_str()]);
+        for (ts, n) in &a.confirmed_ts {
+            if let Some(ts) = ts {
+                let secs = (now - ts).max(0) as f64 / 1000.0;
+                for _ in 0..*n {
+                    h.observe(secs);
+                }
+            }
+        }
+    }
+
+    fn to_gap(&self, tp: &TopicPartition, g: &GapRecord) -> Gap {
+        Gap {
+            id: Gap::make_id(&self.cfg.name, &tp.topic, tp.partition, g.first),
+            audit: self.cfg.name.clone(),
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            first_offset: g.first,
+            last_offset: g.last,
+            missing_records: g.missing,
+            size_known: g.size_known,
+            first_timestamp: g.min_ts.and_then(ms_to_time),
+            last_timestamp: g.max_ts.and_then(ms_to_time),
+            detected_at: ms_to_time(g.detected_ms).unwrap_or_else(Utc::now),
+            state: if !g.size_known {
+                GapState::Unrecoverable
+            } else if g.missing > 0 {
+                GapState::Open
+            } else {
+                GapState::Late
+            },
+            unrecoverable_at: None,
+            ack_reason: None,
+        }
+    }
+
+    /// Writes unsaved gaps and every partition's progress in one transaction.
+    async fn persist(&mut self) -> bool {
+        let gaps: Vec<Gap> = self.unsaved.values().cloned().collect();
+        let now = Utc::now();
+        let progress: Vec<PartitionProgress> = self
+            .parts
+            .iter()
+            .map(|(tp, p)| PartitionProgress {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                settled: p.ledger.settled(),
+                ledger: serde_json::to_value(p.ledger.snapshot()).unwrap_or(serde_json::Value::Null),
+                updated_at: now,
+            })
+            .collect();
+        if gaps.is_empty() && progress.is_empty() {
+            return true;
+        }
+        let store = self.store.clone();
+        let audit = self.cfg.name.clone();
+        match tokio::task::spawn_blocking(move || store.commit_round(&audit, &gaps, &progress)).await {
+            Ok(Ok(())) => {
+                self.unsaved.clear();
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "gap store write failed; the settled watermark stays uncommitted until it succeeds");
+                false
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "gap store write panicked");
+                false
+            }
+        }
+    }
+
+    fn commit_settled(&mut self) {
+        let mut offsets = Vec::new();
+        for (tp, p) in &self.parts {
+            let s = p.ledger.settled();
+            if self.committed.get(tp) != Some(&s) {
+                offsets.push((tp.clone(), s));
+            }
+        }
+        if offsets.is_empty() {
+            return;
+        }
+        for (tp, s) in &offsets {
+            self.committed.insert(tp.clone(), *s);
+        }
+        let _ = self.commands.send(Command::Commit(offsets));
+    }
+
+    fn backpressure(&mut self) {
+        let pending: u64 = self.parts.values().map(|p| p.ledger.pending()).sum();
+        let max = self.cfg.max_pending as u64;
+        let pause = if self.paused { pending > max * 9 / 10 } else { pending >= max };
+        if pause != self.paused {
+            self.paused = pause;
+            if pause {
+                tracing::warn!(audit = %self.cfg.name, pending, max_pending = max, "pending records at max_pending: consumption paused until verification catches up");
+            } else {
+                tracing::info!(audit = %self.cfg.name, pending, "consumption resumed");
+            }
+            let _ = self.commands.send(Command::Pause(pause));
+        }
+    }
+
+    async fn poll_pipeline(&mut self) {
+        let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
+        if tps.is_empty() {
+            return;
+        }
+        let now = now_ms();
+        let result = match self.pipeline.clone() {
+            Some(reader) => {
+                let tps = tps.clone();
+                tokio::task::spawn_blocking(move || reader.committed(&tps).map(Some)).await
+            }
+            // Without a pipeline group, a metadata request proves the cluster answers.
+            None => {
+                let lookup = self.lookup.clone();
+                let topic = tps[0].topic.clone();
+                tokio::task::spawn_blocking(move || lookup.partitions(&topic).map(|_| None)).await
+            }
+        };
+        match result {
+            Ok(Ok(commits)) => {
+                self.last_kafka_ok = Some(Utc::now());
+                if let Some(commits) = commits {
+                    for (tp, c) in commits {
+                        if let Some(p) = self.parts.get_mut(&tp) {
+                            p.ledger.pipeline.observe(now, c);
+                        }
+                    }
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read from Kafka this round"),
+            Err(e) => tracing::error!(error = %e, "kafka lookup panicked"),
+        }
+        let up = self.last_kafka_ok.is_some_and(|t| (Utc::now() - t).to_std().unwrap_or_default() <= self.cfg.verify_interval * 3);
+        self.metrics.kafka_up.with_label_values(&[self.cfg.name.as_str()]).set(i64::from(up));
+    }
+
+    /// Refreshes gauges and the status board.
+    fn publish(&mut self) {
+        let watermarks = self.watermarks();
+        let audit = self.cfg.name.clone();
+        let mut partitions = Vec::new();
+        for (tp, part) in self.parts.iter_mut() {
+            if let Some(w) = watermarks.get(tp) {
+                part.log = Some(*w);
+            }
+            let p = tp.partition.to_string();
+            let l = [audit.as_str(), tp.topic.as_str(), p.as_str()];
+            let m = &self.metrics;
+            let led = &part.ledger;
+            m.records_pending.with_label_values(&l).set(led.pending() as i64);
+            m.records_missing.with_label_values(&l).set(led.missing() as i64);
+            m.gaps_open.with_label_values(&l).set(led.open_gaps() as i64);
+            m.consumed_offset.with_label_values(&l).set(led.next_offset());
+            m.settled_offset.with_label_values(&l).set(led.settled());
+            if let Some(c) = led.pipeline.latest() {
+                m.pipeline_committed_offset.with_label_values(&l).set(c);
+            }
+            if let Some((_, end)) = part.log {
+                m.log_end_offset.with_label_values(&l).set(end);
+            }
+            partitions.push(PartitionStatus {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                consumed: led.next_offset(),
+                settled: led.settled(),
+                pipeline_committed: led.pipeline.latest(),
+                log_end: part.log.map(|(_, e)| e),
+                log_start: part.log.map(|(s, _)| s).filter(|s| *s >= 0),
+                pending: led.pending(),
+                missing: led.missing(),
+                paused: self.paused,
+            });
+        }
+        self.status.update(AuditStatus {
+            audit,
+            consumer_group: self.group.clone(),
+            pipeline_group: self.cfg.pipeline_group.clone(),
+            sink_kind: self.sink.kind().to_string(),
+            sink_state: self.sink_state,
+            sink_error: self.sink_error.clone(),
+            last_sink_ok: self.last_sink_ok,
+            last_kafka_ok: self.last_kafka_ok,
+            verify_interval_ms: self.cfg.verify_interval.as_millis() as u64,
+            partitions,
+        });
+    }
+
+    fn watermarks(&self) -> HashMap<TopicPartition, (Offset, Offset)> {
+        // The tail thread owns the map; a copy keeps the lock short.
+        self.lookup_watermarks.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+use crate::kafka::Tagged;
+
+fn log_gap(g: &Gap) {
+    match g.state {
+        GapState::Open => tracing::error!(
+            audit = %g.audit, topic = %g.topic, partition = g.partition, first_offset = g.first_offset,
+            last_offset = g.last_offset, missing_records = g.missing_records, gap = %g.id,
+            "records missing in the sink: {}-{} offsets {}–{}, {} records",
+            g.topic, g.partition, g.first_offset, g.last_offset, g.missing_records
+        ),
+        _ => tracing::info!(
+            audit = %g.audit, topic = %g.topic, partition = g.partition, first_offset = g.first_offset,
+            last_offset = g.last_offset, missing_records = g.missing_records, state = %g.state, gap = %g.id,
+            "gap {} is now {}", g.id, g.state
+        ),
+    }
+}
+
+/// Where a partition starts and whether Kafka deleted records below that point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Start {
+    resume: Offset,
+    deleted: Option<(Offset, Offset)>,
+}
+
+fn resolve_starts(
+    lookup: &Lookup,
+    tps: &[TopicPartition],
+    stored: &HashMap<TopicPartition, Offset>,
+    start: StartPosition,
+) -> Vec<(TopicPartition, Start, Option<(Offset, Offset)>)> {
+    let committed = match lookup.committed(tps) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the auditor group's committed offsets");
+            Default::default()
+        }
+    };
+    let mut out = Vec::new();
+    for tp in tps {
+        let log = lookup.watermarks(tp).ok();
+        let resumed = stored.get(tp).copied().or_else(|| committed.get(tp).copied().flatten());
+        let s = match (resumed, log) {
+            (Some(r), Some((low, _))) if r < low => Start {
+                resume: low,
+                deleted: Some((r, low - 1)),
+            },
+            (Some(r), _) => Start { resume: r, deleted: None },
+            (None, log) => {
+                let (low, high) = log.unwrap_or((0, 0));
+                let at = |ms: i64| lookup.offset_for_time(tp, ms).ok().flatten().unwrap_or(high);
+                let resume = match start {
+                    StartPosition::Latest => high,
+                    StartPosition::Earliest => low,
+                    StartPosition::Time(t) => at(t.timestamp_millis()),
+                    StartPosition::Ago(d) => at(now_ms() - d.as_millis() as i64),
+                };
+                Start { resume, deleted: None }
+            }
+        };
+        out.push((tp.clone(), s, log));
+    }
+    out
+}

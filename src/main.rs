@@ -1,0 +1,247 @@
+//! The `gap-auditor` command line: parse, load config, run a command, map errors to exit codes.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use gap_auditor::config::{Config, ConfigError};
+use gap_auditor::gap::Gap;
+use gap_auditor::store::{GapFilter, StateFilter, Store};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
+
+/// Proves, record by record, that what a pipeline read from Kafka landed in its sink
+/// (Apache Doris / MySQL protocol), and names exactly which offsets did not.
+///
+/// Start with `gap-auditor demo` (no external services), then write a config from
+/// config/gap-auditor.toml and run `gap-auditor validate-config -c FILE` and
+/// `gap-auditor run -c FILE`. Every config key can be overridden with an environment
+/// variable GAP_AUDITOR__SECTION__KEY (e.g. GAP_AUDITOR__KAFKA__BROKERS=host:9092).
+#[derive(Parser, Debug)]
+#[command(name = "gap-auditor", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the daemon: tail the topics, verify against the sink, report gaps.
+    ///
+    /// Serves /metrics, /healthz, /readyz, /api/gaps and /api/status on server.listen.
+    /// Exits 0 on SIGINT/SIGTERM after persisting gaps and committing the settled
+    /// watermark, 2 on a bad configuration, 1 on a runtime failure.
+    Run {
+        /// Configuration file (TOML or YAML). Default: ./gap-auditor.toml, then
+        /// ./config/gap-auditor.toml, else the environment only.
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// List gaps from the store (state.path). Works while the daemon runs.
+    Gaps {
+        /// Configuration file (for state.path).
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// `open` (unresolved: open or unrecoverable), `all`, or one state name
+        /// (open, late, repaired, unrecoverable, acknowledged).
+        #[arg(long, default_value = "open")]
+        state: String,
+        /// Only this audit.
+        #[arg(long)]
+        audit: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Mark a gap acknowledged (stops its alert); the reason is kept with the gap.
+    Ack {
+        /// Configuration file (for state.path).
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Gap id as shown by `gaps` (audit:topic:partition:first_offset).
+        #[arg(long)]
+        gap: String,
+        /// Why it is acceptable (kept in the store and shown in the API).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Load and validate the configuration; connect to nothing. Exit 0 valid, 2 invalid.
+    ValidateConfig {
+        /// Configuration file.
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Self-contained demonstration: an in-process Kafka mock cluster, a simulated
+    /// pipeline that loses two records across a restart, and a simulated sink table.
+    Demo {
+        /// Where to serve /metrics and the API while the demo runs.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: std::net::SocketAddr,
+    },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match cli.command {
+        Cmd::ValidateConfig { config } => match Config::load(config.as_deref()) {
+            Ok(c) => {
+                println!("configuration OK: {} audit(s): {}", c.audits.len(), c.audits.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", "));
+                ExitCode::SUCCESS
+            }
+            Err(e) => config_error(&e),
+        },
+        Cmd::Run { config } => {
+            let cfg = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => return config_error(&e),
+            };
+            runtime(|| async move {
+                let cancel = CancellationToken::new();
+                spawn_signal_handler(cancel.clone());
+                gap_auditor::app::run(cfg, cancel).await
+            })
+        }
+        Cmd::Gaps { config, state, audit, format } => {
+            let Some(state) = StateFilter::parse(&state) else {
+                eprintln!("error: --state: expected open, all, late, repaired, unrecoverable or acknowledged, got {state:?}");
+                return ExitCode::from(2);
+            };
+            let store = match open_store(config) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            match store.list_gaps(&GapFilter { state, audit }) {
+                Ok(gaps) => {
+                    print_gaps(&gaps, format);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Ack { config, gap, reason } => {
+            let store = match open_store(config) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            match store.ack(&gap, &reason) {
+                Ok(true) => {
+                    println!("gap {gap} acknowledged");
+                    ExitCode::SUCCESS
+                }
+                Ok(false) => {
+                    eprintln!("error: no gap with id {gap:?} (see `gap-auditor gaps --state all`)");
+                    ExitCode::from(2)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Demo { listen } => runtime(|| async move {
+            let cancel = CancellationToken::new();
+            spawn_signal_handler(cancel.clone());
+            gap_auditor::demo::run(listen, cancel).await
+        }),
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("GAP_AUDITOR_LOG").unwrap_or_else(|_| EnvFilter::new("info,rdkafka=warn"));
+    let json = std::env::var("GAP_AUDITOR_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn config_error(e: &ConfigError) -> ExitCode {
+    eprintln!("error: invalid configuration: {e}");
+    ExitCode::from(2)
+}
+
+fn runtime<F, Fut>(f: F) -> ExitCode
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(f()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn spawn_signal_handler(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot install the SIGTERM handler");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+        tracing::info!("signal received: draining");
+        cancel.cancel();
+    });
+}
+
+fn open_store(config: Option<PathBuf>) -> Result<Store, ExitCode> {
+    let cfg = Config::load(config.as_deref()).map_err(|e| config_error(&e))?;
+    Store::open(&cfg.state.path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn print_gaps(gaps: &[Gap], format: Format) {
+    if format == Format::Json {
+        match serde_json::to_string_pretty(gaps) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("error: {e}"),
+        }
+        return;
+    }
+    if gaps.is_empty() {
+        println!("no gaps");
+        return;
+    }
+    println!("{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20}", "ID", "PARTITION", "FIRST", "LAST", "MISSING", "STATE", "DETECTED");
+    for g in gaps {
+        let missing = if g.size_known { g.missing_records.to_string() } else { format!("≤{}", g.missing_records) };
+        println!(
+            "{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20}",
+            g.id,
+            format!("{}-{}", g.topic, g.partition),
+            g.first_offset,
+            g.last_offset,
+            missing,
+            g.state.as_str(),
+            g.detected_at.format("%Y-%m-%d %H:%M:%S")
+        );
+    }
+}
