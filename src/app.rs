@@ -40,14 +40,22 @@ impl Verifier for AnySink {
         }
     }
 
-    async fn count_offsets(&self, tp: &TopicPartition, runs: &[OffsetRun]) -> Result<RangeCount, SinkError> {
+    async fn count_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<RangeCount, SinkError> {
         match self {
             AnySink::Mysql(s) => s.count_offsets(tp, runs).await,
             AnySink::Memory(s) => s.count_offsets(tp, runs).await,
         }
     }
 
-    async fn list_offsets(&self, tp: &TopicPartition, runs: &[OffsetRun]) -> Result<Vec<(Offset, u64)>, SinkError> {
+    async fn list_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<Vec<(Offset, u64)>, SinkError> {
         match self {
             AnySink::Mysql(s) => s.list_offsets(tp, runs).await,
             AnySink::Memory(s) => s.list_offsets(tp, runs).await,
@@ -75,10 +83,20 @@ pub fn build_sink(audit: &AuditConfig) -> anyhow::Result<AnySink> {
                 topic_column: audit.matching.topic_column.clone(),
                 key_columns: audit.matching.sink_columns().to_vec(),
             };
-            let kind = if s.kind == SinkKind::Doris { "doris" } else { "mysql" };
+            let kind = if s.kind == SinkKind::Doris {
+                "doris"
+            } else {
+                "mysql"
+            };
             let password = s.password.as_ref().map(|p| p.expose().to_string());
-            let sink = MysqlSink::new(s.url.expose(), password.as_deref(), target, s.query_timeout, kind)
-                .map_err(|e| anyhow::anyhow!("audits.{}.sink: {e}", audit.name))?;
+            let sink = MysqlSink::new(
+                s.url.expose(),
+                password.as_deref(),
+                target,
+                s.query_timeout,
+                kind,
+            )
+            .map_err(|e| anyhow::anyhow!("audits.{}.sink: {e}", audit.name))?;
             Ok(AnySink::Mysql(sink))
         }
         SinkKind::Elasticsearch => anyhow::bail!(
@@ -90,7 +108,10 @@ pub fn build_sink(audit: &AuditConfig) -> anyhow::Result<AnySink> {
 
 /// Runs the daemon until `cancel` fires (SIGINT/SIGTERM), then drains every audit.
 pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
-    let store = Arc::new(Store::open(&config.state.path).with_context(|| format!("opening the gap store in {}", config.state.path.display()))?);
+    let store =
+        Arc::new(Store::open(&config.state.path).with_context(|| {
+            format!("opening the gap store in {}", config.state.path.display())
+        })?);
     let metrics = Arc::new(Metrics::new());
     let status = StatusBoard::new();
     let mut sinks = Vec::new();
@@ -135,7 +156,11 @@ pub async fn run_with(
         };
         let c = cancel.clone();
         let name = a.name.clone();
-        tasks.spawn(async move { audit::run(deps, c).await.with_context(|| format!("audit {name}")) });
+        tasks.spawn(async move {
+            audit::run(deps, c)
+                .await
+                .with_context(|| format!("audit {name}"))
+        });
     }
     let mut result = Ok(());
     while let Some(r) = tasks.join_next().await {

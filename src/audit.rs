@@ -81,7 +81,10 @@ struct Audit<V> {
 
 /// Runs one audit until `cancel` fires, then drains: persists, commits the settled
 /// watermark (through the revocation that closing the consumer triggers) and returns.
-pub async fn run<V: Verifier + 'static>(deps: AuditDeps<V>, cancel: CancellationToken) -> anyhow::Result<()> {
+pub async fn run<V: Verifier + 'static>(
+    deps: AuditDeps<V>,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
     let AuditDeps {
         config,
         kafka,
@@ -95,11 +98,13 @@ pub async fn run<V: Verifier + 'static>(deps: AuditDeps<V>, cancel: Cancellation
         .with_context(|| format!("audit {}: record decoding", config.name))?;
     let lookup = Arc::new(Lookup::new(&kafka, &group).context("creating the Kafka lookup client")?);
     let pipeline = match &config.pipeline_group {
-        Some(g) => Some(Arc::new(PipelineReader::new(&kafka, g).context("creating the pipeline group reader")?)),
+        Some(g) => Some(Arc::new(
+            PipelineReader::new(&kafka, g).context("creating the pipeline group reader")?,
+        )),
         None => None,
     };
-    let mut tail: TailHandle =
-        kafka::tail::start(&kafka, &group, &config.topics, decoder).context("starting the Kafka consumer")?;
+    let mut tail: TailHandle = kafka::tail::start(&kafka, &group, &config.topics, decoder)
+        .context("starting the Kafka consumer")?;
     let limits = Limits::from_batch_size(config.batch_size);
     let key_capacity = config.max_pending.min(1_000_000);
     let mut a = Audit {
@@ -189,7 +194,10 @@ impl<V: Verifier> Audit<V> {
         // Count per partition and reason first: one label lookup per batch, not per record.
         let mut counts: HashMap<(Arc<str>, i32), [u64; 5]> = HashMap::new();
         for r in batch {
-            let Some(part) = self.parts.get_mut(&TopicPartition::new(&*r.topic, r.partition)) else {
+            let Some(part) = self
+                .parts
+                .get_mut(&TopicPartition::new(&*r.topic, r.partition))
+            else {
                 tracing::debug!(topic = %r.topic, partition = r.partition, offset = r.offset, "record of an unassigned partition ignored");
                 continue;
             };
@@ -201,7 +209,10 @@ impl<V: Verifier> Audit<V> {
                     Observed::Expected { key }
                 }
                 Tag::Filtered(reason) => {
-                    let i = crate::record::FilterReason::ALL.iter().position(|x| *x == reason).unwrap_or(0);
+                    let i = crate::record::FilterReason::ALL
+                        .iter()
+                        .position(|x| *x == reason)
+                        .unwrap_or(0);
                     c[2 + i] += 1;
                     Observed::Filtered
                 }
@@ -232,7 +243,10 @@ impl<V: Verifier> Audit<V> {
             let store = self.store.clone();
             let audit = self.cfg.name.clone();
             match tokio::task::spawn_blocking(move || store.load_progress(&audit)).await {
-                Ok(Ok(rows)) => rows.into_iter().map(|p| (TopicPartition::new(p.topic.clone(), p.partition), p)).collect(),
+                Ok(Ok(rows)) => rows
+                    .into_iter()
+                    .map(|p| (TopicPartition::new(p.topic.clone(), p.partition), p))
+                    .collect(),
                 Ok(Err(e)) => {
                     tracing::error!(audit = %self.cfg.name, error = %e, "cannot read progress from the store; falling back to Kafka commits");
                     HashMap::new()
@@ -243,8 +257,13 @@ impl<V: Verifier> Audit<V> {
         let lookup = self.lookup.clone();
         let start = self.kafka.start;
         let tps = partitions.clone();
-        let stored: HashMap<TopicPartition, Offset> = progress.iter().map(|(k, v)| (k.clone(), v.settled)).collect();
-        let resolved = tokio::task::spawn_blocking(move || resolve_starts(&lookup, &tps, &stored, start)).await;
+        let stored: HashMap<TopicPartition, Offset> = progress
+            .iter()
+            .map(|(k, v)| (k.clone(), v.settled))
+            .collect();
+        let resolved =
+            tokio::task::spawn_blocking(move || resolve_starts(&lookup, &tps, &stored, start))
+                .await;
         let resolved = match resolved {
             Ok(r) => r,
             Err(e) => {
@@ -266,13 +285,13 @@ impl<V: Verifier> Audit<V> {
                 },
                 None => PartitionLedger::new(start.resume, keyed),
             };
-            if let Some((first, last)) = start.deleted {
-                if let Some(g) = ledger.skipped_by_retention(first, last, now) {
-                    tracing::error!(audit = %self.cfg.name, %tp, first, last,
-                        "Kafka deleted offsets {first}..={last} before the auditor read them: recorded as a gap of unknown size");
-                    let gap = self.to_gap(&tp, &g);
-                    self.unsaved.insert(gap.id.clone(), gap);
-                }
+            if let Some((first, last)) = start.deleted
+                && let Some(g) = ledger.skipped_by_retention(first, last, now)
+            {
+                tracing::error!(audit = %self.cfg.name, %tp, first, last,
+                    "Kafka deleted offsets {first}..={last} before the auditor read them: recorded as a gap of unknown size");
+                let gap = self.to_gap(&tp, &g);
+                self.unsaved.insert(gap.id.clone(), gap);
             }
             tracing::info!(audit = %self.cfg.name, %tp, offset = ledger.next_offset(), "partition assigned");
             out.push((tp.clone(), ledger.next_offset()));
@@ -292,7 +311,8 @@ impl<V: Verifier> Audit<V> {
                 if ok {
                     out.push((tp.clone(), part.ledger.settled()));
                 }
-                self.metrics.remove_partition(&self.cfg.name, &tp.topic, tp.partition);
+                self.metrics
+                    .remove_partition(&self.cfg.name, &tp.topic, tp.partition);
                 self.committed.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
@@ -316,7 +336,10 @@ impl<V: Verifier> Audit<V> {
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
         for tp in &tps {
             let (segs, checks) = match self.parts.get_mut(tp) {
-                Some(p) => (p.ledger.due(now, grace, limit), p.ledger.rechecks(now, give_up)),
+                Some(p) => (
+                    p.ledger.due(now, grace, limit),
+                    p.ledger.rechecks(now, give_up),
+                ),
                 None => continue,
             };
             if segs.is_empty() && checks.is_empty() {
@@ -324,16 +347,24 @@ impl<V: Verifier> Audit<V> {
             }
             queried = true;
             let due_result = self.verify(tp, &segs).await;
-            let check_result = if due_result.is_ok() { self.verify(tp, &checks).await } else { Ok(Vec::new()) };
+            let check_result = if due_result.is_ok() {
+                self.verify(tp, &checks).await
+            } else {
+                Ok(Vec::new())
+            };
             let decided_at = now_ms();
-            let Some(part) = self.parts.get_mut(tp) else { continue };
+            let Some(part) = self.parts.get_mut(tp) else {
+                continue;
+            };
             let mut applied = Applied::default();
             match due_result {
                 Ok(v) => applied = applied.merge(part.ledger.apply(&v, decided_at)),
                 Err(e) => failure = Some(e),
             }
             match check_result {
-                Ok(v) if !v.is_empty() => applied = applied.merge(part.ledger.apply_rechecks(&checks, &v)),
+                Ok(v) if !v.is_empty() => {
+                    applied = applied.merge(part.ledger.apply_rechecks(&checks, &v))
+                }
                 Ok(_) => {}
                 Err(e) => failure = Some(e),
             }
@@ -381,7 +412,11 @@ impl<V: Verifier> Audit<V> {
         self.publish();
     }
 
-    async fn verify(&mut self, tp: &TopicPartition, segs: &[Segment]) -> Result<Vec<Verdict>, SinkError> {
+    async fn verify(
+        &mut self,
+        tp: &TopicPartition,
+        segs: &[Segment],
+    ) -> Result<Vec<Verdict>, SinkError> {
         if segs.is_empty() {
             return Ok(Vec::new());
         }
@@ -392,29 +427,46 @@ impl<V: Verifier> Audit<V> {
                 .sink_queries
                 .with_label_values(&[audit.as_str(), if ok { "ok" } else { "error" }])
                 .inc();
-            metrics.sink_query_seconds.with_label_values(&[audit.as_str()]).observe(d.as_secs_f64());
+            metrics
+                .sink_query_seconds
+                .with_label_values(&[audit.as_str()])
+                .observe(d.as_secs_f64());
         };
         match self.cfg.matching.strategy {
-            MatchStrategy::KeyColumns => verify::by_keys(&self.sink, segs, &mut self.keys, self.limits, &obs).await,
+            MatchStrategy::KeyColumns => {
+                verify::by_keys(&self.sink, segs, &mut self.keys, self.limits, &obs).await
+            }
             _ => verify::by_offsets(&self.sink, tp, segs, self.limits, &obs).await,
         }
     }
 
     fn observe_query(&self, d: Duration, ok: bool) {
         let a = self.cfg.name.as_str();
-        self.metrics.sink_queries.with_label_values(&[a, if ok { "ok" } else { "error" }]).inc();
-        self.metrics.sink_query_seconds.with_label_values(&[a]).observe(d.as_secs_f64());
+        self.metrics
+            .sink_queries
+            .with_label_values(&[a, if ok { "ok" } else { "error" }])
+            .inc();
+        self.metrics
+            .sink_query_seconds
+            .with_label_values(&[a])
+            .observe(d.as_secs_f64());
     }
 
     fn account(&self, tp: &TopicPartition, a: &Applied, now: i64) {
         let p = tp.partition.to_string();
         let l = [self.cfg.name.as_str(), tp.topic.as_str(), p.as_str()];
         let m = &self.metrics;
-        m.records_confirmed.with_label_values(&l).inc_by(a.confirmed);
+        m.records_confirmed
+            .with_label_values(&l)
+            .inc_by(a.confirmed);
         m.records_lost.with_label_values(&l).inc_by(a.lost);
         m.records_late.with_label_values(&l).inc_by(a.late);
-        m.records_duplicated.with_label_values(&l).inc_by(a.duplicates);
-        let h = m.sink_visibility_seconds.with_label_values(&[self.cfg.name.as_str(), tp.topic.as_str()]);
+        m.records_duplicated
+            .with_label_values(&l)
+            .inc_by(a.duplicates);
+        let h = m
+            .sink_visibility_seconds
+            .with_label_values(&[self.cfg.name.as_str(), tp.topic.as_str()]);
         for (ts, n) in &a.confirmed_ts {
             if let Some(ts) = ts {
                 let secs = (now - ts).max(0) as f64 / 1000.0;
@@ -461,7 +513,8 @@ impl<V: Verifier> Audit<V> {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
                 settled: p.ledger.settled(),
-                ledger: serde_json::to_value(p.ledger.snapshot()).unwrap_or(serde_json::Value::Null),
+                ledger: serde_json::to_value(p.ledger.snapshot())
+                    .unwrap_or(serde_json::Value::Null),
                 updated_at: now,
             })
             .collect();
@@ -470,7 +523,9 @@ impl<V: Verifier> Audit<V> {
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
-        match tokio::task::spawn_blocking(move || store.commit_round(&audit, &gaps, &progress)).await {
+        match tokio::task::spawn_blocking(move || store.commit_round(&audit, &gaps, &progress))
+            .await
+        {
             Ok(Ok(())) => {
                 self.unsaved.clear();
                 true
@@ -506,7 +561,11 @@ impl<V: Verifier> Audit<V> {
     fn backpressure(&mut self) {
         let pending: u64 = self.parts.values().map(|p| p.ledger.pending()).sum();
         let max = self.cfg.max_pending as u64;
-        let pause = if self.paused { pending > max * 9 / 10 } else { pending >= max };
+        let pause = if self.paused {
+            pending > max * 9 / 10
+        } else {
+            pending >= max
+        };
         if pause != self.paused {
             self.paused = pause;
             if pause {
@@ -547,11 +606,18 @@ impl<V: Verifier> Audit<V> {
                     }
                 }
             }
-            Ok(Err(e)) => tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read from Kafka this round"),
+            Ok(Err(e)) => {
+                tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read from Kafka this round")
+            }
             Err(e) => tracing::error!(error = %e, "kafka lookup panicked"),
         }
-        let up = self.last_kafka_ok.is_some_and(|t| (Utc::now() - t).to_std().unwrap_or_default() <= self.cfg.verify_interval * 3);
-        self.metrics.kafka_up.with_label_values(&[self.cfg.name.as_str()]).set(i64::from(up));
+        let up = self.last_kafka_ok.is_some_and(|t| {
+            (Utc::now() - t).to_std().unwrap_or_default() <= self.cfg.verify_interval * 3
+        });
+        self.metrics
+            .kafka_up
+            .with_label_values(&[self.cfg.name.as_str()])
+            .set(i64::from(up));
     }
 
     /// Refreshes gauges and the status board.
@@ -567,10 +633,18 @@ impl<V: Verifier> Audit<V> {
             let l = [audit.as_str(), tp.topic.as_str(), p.as_str()];
             let m = &self.metrics;
             let led = &part.ledger;
-            m.records_pending.with_label_values(&l).set(led.pending() as i64);
-            m.records_missing.with_label_values(&l).set(led.missing() as i64);
-            m.gaps_open.with_label_values(&l).set(led.open_gaps() as i64);
-            m.consumed_offset.with_label_values(&l).set(led.next_offset());
+            m.records_pending
+                .with_label_values(&l)
+                .set(led.pending() as i64);
+            m.records_missing
+                .with_label_values(&l)
+                .set(led.missing() as i64);
+            m.gaps_open
+                .with_label_values(&l)
+                .set(led.open_gaps() as i64);
+            m.consumed_offset
+                .with_label_values(&l)
+                .set(led.next_offset());
             m.settled_offset.with_label_values(&l).set(led.settled());
             if let Some(c) = led.pipeline.latest() {
                 m.pipeline_committed_offset.with_label_values(&l).set(c);
@@ -607,7 +681,10 @@ impl<V: Verifier> Audit<V> {
 
     fn watermarks(&self) -> HashMap<TopicPartition, (Offset, Offset)> {
         // The tail thread owns the map; a copy keeps the lock short.
-        self.lookup_watermarks.lock().map(|m| m.clone()).unwrap_or_default()
+        self.lookup_watermarks
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -629,6 +706,9 @@ fn log_gap(g: &Gap) {
     }
 }
 
+/// (log start, log end) of a partition.
+type LogRange = (Offset, Offset);
+
 /// Where a partition starts and whether Kafka deleted records below that point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Start {
@@ -641,7 +721,7 @@ fn resolve_starts(
     tps: &[TopicPartition],
     stored: &HashMap<TopicPartition, Offset>,
     start: StartPosition,
-) -> Vec<(TopicPartition, Start, Option<(Offset, Offset)>)> {
+) -> Vec<(TopicPartition, Start, Option<LogRange>)> {
     let committed = match lookup.committed(tps) {
         Ok(c) => c,
         Err(e) => {
@@ -652,23 +732,38 @@ fn resolve_starts(
     let mut out = Vec::new();
     for tp in tps {
         let log = lookup.watermarks(tp).ok();
-        let resumed = stored.get(tp).copied().or_else(|| committed.get(tp).copied().flatten());
+        let resumed = stored
+            .get(tp)
+            .copied()
+            .or_else(|| committed.get(tp).copied().flatten());
         let s = match (resumed, log) {
             (Some(r), Some((low, _))) if r < low => Start {
                 resume: low,
                 deleted: Some((r, low - 1)),
             },
-            (Some(r), _) => Start { resume: r, deleted: None },
+            (Some(r), _) => Start {
+                resume: r,
+                deleted: None,
+            },
             (None, log) => {
                 let (low, high) = log.unwrap_or((0, 0));
-                let at = |ms: i64| lookup.offset_for_time(tp, ms).ok().flatten().unwrap_or(high);
+                let at = |ms: i64| {
+                    lookup
+                        .offset_for_time(tp, ms)
+                        .ok()
+                        .flatten()
+                        .unwrap_or(high)
+                };
                 let resume = match start {
                     StartPosition::Latest => high,
                     StartPosition::Earliest => low,
                     StartPosition::Time(t) => at(t.timestamp_millis()),
                     StartPosition::Ago(d) => at(now_ms() - d.as_millis() as i64),
                 };
-                Start { resume, deleted: None }
+                Start {
+                    resume,
+                    deleted: None,
+                }
             }
         };
         out.push((tp.clone(), s, log));

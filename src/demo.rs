@@ -48,7 +48,9 @@ fn key_of(line: &str) -> Key {
 /// Runs the demonstration; returns once the gap is reported (or after a timeout).
 pub async fn run(listen: SocketAddr, cancel: CancellationToken) -> anyhow::Result<()> {
     let cluster = MockCluster::new(1).context("starting librdkafka's mock cluster")?;
-    cluster.create_topic(TOPIC, 1, 1).context("creating topic")?;
+    cluster
+        .create_topic(TOPIC, 1, 1)
+        .context("creating topic")?;
     let brokers = cluster.bootstrap_servers();
     let state = tempdir()?;
     println!("gap-auditor demo — the seed incident, end to end (nothing external needed)\n");
@@ -87,7 +89,12 @@ kind = "doris"
 url = "mysql://root@127.0.0.1:9030/example_db"
 table = "dns_logs_from_flink01"
 "#,
-        state = state.path().display().to_string().replace('\\', "\\\\").replace('"', "\\\"")
+        state = state
+            .path()
+            .display()
+            .to_string()
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
     );
     let config = Config::from_toml_str(&toml).context("demo configuration")?;
     let sink = Arc::new(MemorySink::new());
@@ -125,7 +132,10 @@ table = "dns_logs_from_flink01"
     };
     let mut found = Vec::new();
     while Instant::now() < deadline && !cancel.is_cancelled() {
-        let confirmed: u64 = metrics.records_confirmed.with_label_values(&["dns_logs", TOPIC, "0"]).get();
+        let confirmed: u64 = metrics
+            .records_confirmed
+            .with_label_values(&["dns_logs", TOPIC, "0"])
+            .get();
         found = store.list_gaps(&filter)?;
         if !found.is_empty() && confirmed >= 4 {
             break;
@@ -150,11 +160,16 @@ table = "dns_logs_from_flink01"
         m(&metrics.records_confirmed),
         m(&metrics.records_lost)
     );
-    println!("the pipeline's group lag is 0 — it committed past the lost records; only the audit sees them.");
+    println!(
+        "the pipeline's group lag is 0 — it committed past the lost records; only the audit sees them."
+    );
     auditor_cancel.cancel();
     auditor.await.context("auditor task")??;
     drop(cluster);
-    if found.iter().any(|g| g.first_offset == 2 && g.last_offset == 3 && g.missing_records == 2) {
+    if found
+        .iter()
+        .any(|g| g.first_offset == 2 && g.last_offset == 3 && g.missing_records == 2)
+    {
         Ok(())
     } else {
         anyhow::bail!("the demo did not find the expected gap (offsets 2–3)")
@@ -163,7 +178,9 @@ table = "dns_logs_from_flink01"
 
 /// The incident: write 0–1, crash, 2–3 produced meanwhile, restart from latest, write 4–5.
 fn simulate_incident(brokers: &str, sink: &MemorySink) -> anyhow::Result<()> {
-    let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
     let produce = |from: usize, to: usize| -> anyhow::Result<()> {
         for i in from..to {
             let line = dns_line(i);
@@ -186,16 +203,24 @@ fn simulate_incident(brokers: &str, sink: &MemorySink) -> anyhow::Result<()> {
         let h = s.spawn(|| run_pipeline(brokers, sink, KOffset::End, 2));
         std::thread::sleep(Duration::from_millis(1500));
         produce(4, 6)?;
-        h.join().map_err(|_| anyhow::anyhow!("pipeline thread panicked"))?
+        h.join()
+            .map_err(|_| anyhow::anyhow!("pipeline thread panicked"))?
     });
     restarted?;
-    println!("pipeline [SIMULATED]: wrote offsets 4–5, committed 6 — its lag is 0, nothing looks wrong");
+    println!(
+        "pipeline [SIMULATED]: wrote offsets 4–5, committed 6 — its lag is 0, nothing looks wrong"
+    );
     Ok(())
 }
 
 /// A pipeline run: assign partition 0 at `start`, write `count` records to the sink, commit
 /// after each write (as Flink does on checkpoint).
-fn run_pipeline(brokers: &str, sink: &MemorySink, start: KOffset, count: usize) -> anyhow::Result<()> {
+fn run_pipeline(
+    brokers: &str,
+    sink: &MemorySink,
+    start: KOffset,
+    count: usize,
+) -> anyhow::Result<()> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", PIPELINE_GROUP)
@@ -218,7 +243,10 @@ fn run_pipeline(brokers: &str, sink: &MemorySink, start: KOffset, count: usize) 
             written += 1;
         }
     }
-    anyhow::ensure!(written == count, "pipeline read {written} of {count} records");
+    anyhow::ensure!(
+        written == count,
+        "pipeline read {written} of {count} records"
+    );
     Ok(())
 }
 

@@ -19,7 +19,10 @@ pub struct TopicPartition {
 impl TopicPartition {
     /// Builds a topic-partition.
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        Self { topic: topic.into(), partition }
+        Self {
+            topic: topic.into(),
+            partition,
+        }
     }
 }
 

@@ -90,7 +90,15 @@ fn main() -> ExitCode {
     match cli.command {
         Cmd::ValidateConfig { config } => match Config::load(config.as_deref()) {
             Ok(c) => {
-                println!("configuration OK: {} audit(s): {}", c.audits.len(), c.audits.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", "));
+                println!(
+                    "configuration OK: {} audit(s): {}",
+                    c.audits.len(),
+                    c.audits
+                        .iter()
+                        .map(|a| a.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
                 ExitCode::SUCCESS
             }
             Err(e) => config_error(&e),
@@ -106,9 +114,16 @@ fn main() -> ExitCode {
                 gap_auditor::app::run(cfg, cancel).await
             })
         }
-        Cmd::Gaps { config, state, audit, format } => {
+        Cmd::Gaps {
+            config,
+            state,
+            audit,
+            format,
+        } => {
             let Some(state) = StateFilter::parse(&state) else {
-                eprintln!("error: --state: expected open, all, late, repaired, unrecoverable or acknowledged, got {state:?}");
+                eprintln!(
+                    "error: --state: expected open, all, late, repaired, unrecoverable or acknowledged, got {state:?}"
+                );
                 return ExitCode::from(2);
             };
             let store = match open_store(config) {
@@ -126,7 +141,11 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Ack { config, gap, reason } => {
+        Cmd::Ack {
+            config,
+            gap,
+            reason,
+        } => {
             let store = match open_store(config) {
                 Ok(s) => s,
                 Err(code) => return code,
@@ -156,9 +175,12 @@ fn main() -> ExitCode {
 
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("GAP_AUDITOR_LOG").unwrap_or_else(|_| EnvFilter::new("info,rdkafka=warn"));
+    let filter = EnvFilter::try_from_env("GAP_AUDITOR_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,rdkafka=warn"));
     let json = std::env::var("GAP_AUDITOR_LOG_FORMAT").is_ok_and(|v| v == "json");
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {
@@ -176,7 +198,10 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -194,13 +219,14 @@ where
 
 fn spawn_signal_handler(cancel: CancellationToken) {
     tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot install the SIGTERM handler");
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot install the SIGTERM handler");
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {},
             _ = term.recv() => {},
@@ -230,9 +256,16 @@ fn print_gaps(gaps: &[Gap], format: Format) {
         println!("no gaps");
         return;
     }
-    println!("{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20}", "ID", "PARTITION", "FIRST", "LAST", "MISSING", "STATE", "DETECTED");
+    println!(
+        "{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20}",
+        "ID", "PARTITION", "FIRST", "LAST", "MISSING", "STATE", "DETECTED"
+    );
     for g in gaps {
-        let missing = if g.size_known { g.missing_records.to_string() } else { format!("≤{}", g.missing_records) };
+        let missing = if g.size_known {
+            g.missing_records.to_string()
+        } else {
+            format!("≤{}", g.missing_records)
+        };
         println!(
             "{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20}",
             g.id,

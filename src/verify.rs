@@ -294,7 +294,9 @@ mod tests {
     fn present_of(v: &[Verdict]) -> Vec<Offset> {
         v.iter()
             .flat_map(|v| match v {
-                Verdict::Known { present, .. } => present.iter().flat_map(|r| r.first..=r.last).collect(),
+                Verdict::Known { present, .. } => {
+                    present.iter().flat_map(|r| r.first..=r.last).collect()
+                }
                 Verdict::Unknown => Vec::new(),
             })
             .collect()
@@ -320,7 +322,9 @@ mod tests {
             n.fetch_add(1, Ordering::Relaxed);
         };
         let segs = vec![seg(0, 49_999), seg(50_000, 99_999)];
-        let v = by_offsets(&sink, &tp(), &segs, Limits::from_batch_size(1000), &obs).await.expect("ok");
+        let v = by_offsets(&sink, &tp(), &segs, Limits::from_batch_size(1000), &obs)
+            .await
+            .expect("ok");
         assert_eq!(present_of(&v).len(), 100_000);
         assert_eq!(n.load(Ordering::Relaxed), 1);
     }
@@ -332,7 +336,15 @@ mod tests {
         sink.insert_offset("t", 0, 0);
         sink.insert_offset("t", 0, 1);
         let segs = vec![seg(0, 0), seg(2, 2)];
-        let v = by_offsets(&sink, &tp(), &segs, Limits::from_batch_size(1000), &|_, _| {}).await.expect("ok");
+        let v = by_offsets(
+            &sink,
+            &tp(),
+            &segs,
+            Limits::from_batch_size(1000),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok");
         assert_eq!(present_of(&v), vec![0]);
     }
 
@@ -342,7 +354,15 @@ mod tests {
         for o in [0, 1, 1, 3] {
             sink.insert_offset("t", 0, o);
         }
-        let v = by_offsets(&sink, &tp(), &[seg(0, 3)], Limits::from_batch_size(1000), &|_, _| {}).await.expect("ok");
+        let v = by_offsets(
+            &sink,
+            &tp(),
+            &[seg(0, 3)],
+            Limits::from_batch_size(1000),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok");
         assert_eq!(present_of(&v), vec![0, 1, 3]);
         assert_eq!(dups_of(&v), 1);
     }
@@ -359,7 +379,15 @@ mod tests {
         let obs = |_d: Duration, _ok: bool| {
             n.fetch_add(1, Ordering::Relaxed);
         };
-        let v = by_offsets(&sink, &tp(), &[seg(0, 999_999)], Limits::from_batch_size(1000), &obs).await.expect("ok");
+        let v = by_offsets(
+            &sink,
+            &tp(),
+            &[seg(0, 999_999)],
+            Limits::from_batch_size(1000),
+            &obs,
+        )
+        .await
+        .expect("ok");
         assert_eq!(present_of(&v).len(), 999_999);
         assert!(!present_of(&v).contains(&777_777));
         let q = n.load(Ordering::Relaxed);
@@ -370,7 +398,14 @@ mod tests {
     async fn errors_are_unknown_not_missing() {
         let sink = MemorySink::new();
         sink.set_down(true);
-        let r = by_offsets(&sink, &tp(), &[seg(0, 3)], Limits::from_batch_size(10), &|_, _| {}).await;
+        let r = by_offsets(
+            &sink,
+            &tp(),
+            &[seg(0, 3)],
+            Limits::from_batch_size(10),
+            &|_, _| {},
+        )
+        .await;
         assert!(r.is_err());
         let mut h = KeyHistory::new(10);
         let s = Segment {
@@ -378,7 +413,11 @@ mod tests {
             keys: vec![Key(vec!["a".into()])],
             max_ts: None,
         };
-        assert!(by_keys(&sink, &[s], &mut h, Limits::from_batch_size(10), &|_, _| {}).await.is_err());
+        assert!(
+            by_keys(&sink, &[s], &mut h, Limits::from_batch_size(10), &|_, _| {})
+                .await
+                .is_err()
+        );
     }
 
     fn kseg(first: Offset, keys: &[&str]) -> Segment {
@@ -395,12 +434,26 @@ mod tests {
         sink.insert_key(&Key(vec!["a".into()]));
         let mut h = KeyHistory::new(100);
         // Two records with key a, one row: one of them is missing.
-        let v = by_keys(&sink, &[kseg(0, &["a", "b", "a"])], &mut h, Limits::from_batch_size(2), &|_, _| {})
-            .await
-            .expect("ok");
+        let v = by_keys(
+            &sink,
+            &[kseg(0, &["a", "b", "a"])],
+            &mut h,
+            Limits::from_batch_size(2),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok");
         assert_eq!(present_of(&v), vec![0]);
         // A later record with key a: the one row is already claimed.
-        let v = by_keys(&sink, &[kseg(3, &["a"])], &mut h, Limits::from_batch_size(2), &|_, _| {}).await.expect("ok");
+        let v = by_keys(
+            &sink,
+            &[kseg(3, &["a"])],
+            &mut h,
+            Limits::from_batch_size(2),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok");
         assert!(present_of(&v).is_empty());
     }
 
@@ -411,10 +464,29 @@ mod tests {
         sink.insert_key(&a);
         sink.insert_key(&a);
         let mut h = KeyHistory::new(100);
-        let v = by_keys(&sink, &[kseg(0, &["a"])], &mut h, Limits::from_batch_size(10), &|_, _| {}).await.expect("ok");
+        let v = by_keys(
+            &sink,
+            &[kseg(0, &["a"])],
+            &mut h,
+            Limits::from_batch_size(10),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok");
         assert_eq!((present_of(&v), dups_of(&v)), (vec![0], 1));
-        let v = by_keys(&sink, &[kseg(1, &["a"])], &mut h, Limits::from_batch_size(10), &|_, _| {}).await.expect("ok");
-        assert!(present_of(&v).is_empty(), "the duplicate row was already counted");
+        let v = by_keys(
+            &sink,
+            &[kseg(1, &["a"])],
+            &mut h,
+            Limits::from_batch_size(10),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok");
+        assert!(
+            present_of(&v).is_empty(),
+            "the duplicate row was already counted"
+        );
     }
 
     #[test]
@@ -422,9 +494,17 @@ mod tests {
         let big = Key(vec!["x".repeat(100_000)]);
         let small = Key(vec!["y".into()]);
         let keys: Vec<&Key> = vec![&small, &big, &big, &small, &small, &small];
-        let limits = Limits { batch_size: 2, max_key_bytes: 150_000, max_runs_per_query: 8, list_threshold: 8 };
+        let limits = Limits {
+            batch_size: 2,
+            max_key_bytes: 150_000,
+            max_runs_per_query: 8,
+            list_threshold: 8,
+        };
         let b = key_batches(&keys, limits);
-        assert_eq!(b.iter().map(|b| b.len()).collect::<Vec<_>>(), vec![1, 1, 1, 2, 1]);
+        assert_eq!(
+            b.iter().map(|b| b.len()).collect::<Vec<_>>(),
+            vec![1, 1, 1, 2, 1]
+        );
     }
 
     proptest! {

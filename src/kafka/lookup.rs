@@ -29,17 +29,25 @@ impl Lookup {
     }
 
     /// The group's committed offsets (`None` where it has none).
-    pub fn committed(&self, tps: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
+    pub fn committed(
+        &self,
+        tps: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
         committed_of(&self.consumer, tps)
     }
 
     /// (log start, log end) of a partition.
     pub fn watermarks(&self, tp: &TopicPartition) -> Result<(Offset, Offset), KafkaError> {
-        self.consumer.fetch_watermarks(&tp.topic, tp.partition, TIMEOUT)
+        self.consumer
+            .fetch_watermarks(&tp.topic, tp.partition, TIMEOUT)
     }
 
     /// The first offset with a timestamp at or after `ms` (`None`: no such record yet).
-    pub fn offset_for_time(&self, tp: &TopicPartition, ms: i64) -> Result<Option<Offset>, KafkaError> {
+    pub fn offset_for_time(
+        &self,
+        tp: &TopicPartition,
+        ms: i64,
+    ) -> Result<Option<Offset>, KafkaError> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::Offset(ms))?;
         let out = self.consumer.offsets_for_times(tpl, TIMEOUT)?;
@@ -85,12 +93,18 @@ impl PipelineReader {
     }
 
     /// Committed offsets of the pipeline group (`None`: never committed on that partition).
-    pub fn committed(&self, tps: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
+    pub fn committed(
+        &self,
+        tps: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
         committed_of(&self.consumer, tps)
     }
 }
 
-fn committed_of(c: &BaseConsumer, tps: &[TopicPartition]) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
+fn committed_of(
+    c: &BaseConsumer,
+    tps: &[TopicPartition],
+) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
     let mut tpl = TopicPartitionList::new();
     for tp in tps {
         tpl.add_partition(&tp.topic, tp.partition);
@@ -99,10 +113,12 @@ fn committed_of(c: &BaseConsumer, tps: &[TopicPartition]) -> Result<BTreeMap<Top
     Ok(tps
         .iter()
         .map(|tp| {
-            let o = out.find_partition(&tp.topic, tp.partition).and_then(|e| match e.offset() {
-                KOffset::Offset(o) if o >= 0 => Some(o),
-                _ => None,
-            });
+            let o = out
+                .find_partition(&tp.topic, tp.partition)
+                .and_then(|e| match e.offset() {
+                    KOffset::Offset(o) if o >= 0 => Some(o),
+                    _ => None,
+                });
             (tp.clone(), o)
         })
         .collect())

@@ -98,25 +98,40 @@ impl TailContext {
 
 impl ClientContext for TailContext {
     fn stats(&self, s: Statistics) {
-        let Ok(mut w) = self.watermarks.lock() else { return };
+        let Ok(mut w) = self.watermarks.lock() else {
+            return;
+        };
         for (name, t) in &s.topics {
             for (p, ps) in &t.partitions {
                 if *p < 0 || ps.hi_offset < 0 {
                     continue;
                 }
-                w.insert(TopicPartition::new(name.clone(), *p), (ps.lo_offset, ps.hi_offset));
+                w.insert(
+                    TopicPartition::new(name.clone(), *p),
+                    (ps.lo_offset, ps.hi_offset),
+                );
             }
         }
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        let _ = self.events.try_send(TailEvent::Error(format!("{error}: {reason}")));
+        let _ = self
+            .events
+            .try_send(TailEvent::Error(format!("{error}: {reason}")));
     }
 }
 
 impl ConsumerContext for TailContext {
-    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
-        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
         let partitions: Vec<TopicPartition> = tpl
             .elements()
             .iter()
@@ -130,18 +145,27 @@ impl ConsumerContext for TailContext {
                 let (tx, rx) = oneshot::channel();
                 let answer = if alive && !self.stopping.load(Ordering::SeqCst) {
                     self.events
-                        .blocking_send(TailEvent::Assigned { partitions, reply: tx })
+                        .blocking_send(TailEvent::Assigned {
+                            partitions,
+                            reply: tx,
+                        })
                         .ok()
                         .and_then(|_| rx.blocking_recv().ok())
                 } else {
                     None
                 };
                 for (tp, o) in answer.unwrap_or_default() {
-                    if let Err(e) = tpl.set_partition_offset(&tp.topic, tp.partition, KOffset::Offset(o)) {
+                    if let Err(e) =
+                        tpl.set_partition_offset(&tp.topic, tp.partition, KOffset::Offset(o))
+                    {
                         tracing::error!(%tp, error = %e, "cannot set start offset");
                     }
                 }
-                let r = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                let r = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
                 if let Err(e) = r {
                     tracing::error!(error = %e, "assign failed");
                 }
@@ -150,7 +174,10 @@ impl ConsumerContext for TailContext {
                 let (tx, rx) = oneshot::channel();
                 let answer = if alive {
                     self.events
-                        .blocking_send(TailEvent::Revoked { partitions, reply: tx })
+                        .blocking_send(TailEvent::Revoked {
+                            partitions,
+                            reply: tx,
+                        })
                         .ok()
                         .and_then(|_| rx.blocking_recv().ok())
                 } else {
@@ -159,7 +186,11 @@ impl ConsumerContext for TailContext {
                 if let Some(offsets) = answer.filter(|o| !o.is_empty()) {
                     commit(consumer, &offsets);
                 }
-                let r = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
+                let r = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
                 if let Err(e) = r {
                     tracing::error!(error = %e, "unassign failed");
                 }
@@ -212,13 +243,21 @@ impl TailHandle {
 }
 
 /// Starts tailing `topics` with `group`, decoding with `decoder`.
-pub fn start(kafka: &KafkaConfig, group: &str, topics: &[String], decoder: Decoder) -> Result<TailHandle, rdkafka::error::KafkaError> {
+pub fn start(
+    kafka: &KafkaConfig,
+    group: &str,
+    topics: &[String],
+    decoder: Decoder,
+) -> Result<TailHandle, rdkafka::error::KafkaError> {
     let (tx, rx) = mpsc::channel(64);
     let (ctx_tx, ctx_rx) = std::sync::mpsc::channel::<Command>();
     let watermarks: Watermarks = Arc::default();
     let stopping = Arc::new(AtomicBool::new(false));
     let mut cfg = client::consumer(kafka, group);
-    cfg.set("statistics.interval.ms", kafka.statistics_interval.as_millis().max(100).to_string());
+    cfg.set(
+        "statistics.interval.ms",
+        kafka.statistics_interval.as_millis().max(100).to_string(),
+    );
     let ctx = TailContext {
         events: tx,
         batch: Mutex::new(Vec::with_capacity(BATCH)),
@@ -242,7 +281,12 @@ pub fn start(kafka: &KafkaConfig, group: &str, topics: &[String], decoder: Decod
     })
 }
 
-fn poll_loop(consumer: BaseConsumer<TailContext>, decoder: Decoder, commands: std::sync::mpsc::Receiver<Command>, stopping: Arc<AtomicBool>) {
+fn poll_loop(
+    consumer: BaseConsumer<TailContext>,
+    decoder: Decoder,
+    commands: std::sync::mpsc::Receiver<Command>,
+    stopping: Arc<AtomicBool>,
+) {
     let mut topics: HashMap<String, Arc<str>> = HashMap::new();
     let mut oldest: Option<Instant> = None;
     let mut paused = false;
@@ -252,7 +296,11 @@ fn poll_loop(consumer: BaseConsumer<TailContext>, decoder: Decoder, commands: st
                 Command::Commit(offsets) => commit(&consumer, &offsets),
                 Command::Pause(p) if p != paused => {
                     if let Ok(a) = consumer.assignment() {
-                        let r = if p { consumer.pause(&a) } else { consumer.resume(&a) };
+                        let r = if p {
+                            consumer.pause(&a)
+                        } else {
+                            consumer.resume(&a)
+                        };
                         if let Err(e) = r {
                             tracing::warn!(error = %e, "pause/resume failed");
                         } else {
@@ -304,7 +352,10 @@ fn poll_loop(consumer: BaseConsumer<TailContext>, decoder: Decoder, commands: st
                     break;
                 }
                 oldest = None;
-                let _ = consumer.context().events.blocking_send(TailEvent::Error(e.to_string()));
+                let _ = consumer
+                    .context()
+                    .events
+                    .blocking_send(TailEvent::Error(e.to_string()));
             }
             None => {
                 if !consumer.context().flush() {

@@ -10,5 +10,7 @@ pub mod runs;
 mod tests;
 
 pub use due::{Frontier, PipelineCommits};
-pub use partition::{Applied, GapRecord, MissingRun, Observed, PartitionLedger, Segment, Snapshot, Verdict};
+pub use partition::{
+    Applied, GapRecord, MissingRun, Observed, PartitionLedger, Segment, Snapshot, Verdict,
+};
 pub use runs::OffsetRun;

@@ -270,18 +270,30 @@ impl PartitionLedger {
 
     /// Smallest record timestamp among open gaps (for retention deadlines).
     pub fn oldest_open_gap_ts(&self) -> Option<i64> {
-        self.gaps.values().filter(|g| g.missing > 0).filter_map(|g| g.min_ts).min()
+        self.gaps
+            .values()
+            .filter(|g| g.missing > 0)
+            .filter_map(|g| g.min_ts)
+            .min()
     }
 
     /// Offset below which every expected record is confirmed or missing (the latter persisted
     /// by the caller before committing this value). The caller commits it to Kafka.
     pub fn settled(&self) -> Offset {
-        self.pending.front().map_or(self.next_offset, |p| p.run.first)
+        self.pending
+            .front()
+            .map_or(self.next_offset, |p| p.run.first)
     }
 
     /// Takes one consumed record. Offsets at or below an already observed one are ignored
     /// (re-delivery after a seek); the jump from `next_offset` to `offset` is a hole.
-    pub fn ingest(&mut self, offset: Offset, ts_ms: Option<i64>, what: Observed, now_ms: i64) -> bool {
+    pub fn ingest(
+        &mut self,
+        offset: Offset,
+        ts_ms: Option<i64>,
+        what: Observed,
+        now_ms: i64,
+    ) -> bool {
         if offset < self.next_offset {
             return false;
         }
@@ -321,7 +333,12 @@ impl PartitionLedger {
     /// Records that Kafka deleted offsets `first..=last` before the auditor read them
     /// (its resume point fell below the log start): a gap of unknown size, never silence.
     /// Moves `next_offset` past them.
-    pub fn skipped_by_retention(&mut self, first: Offset, last: Offset, now_ms: i64) -> Option<GapRecord> {
+    pub fn skipped_by_retention(
+        &mut self,
+        first: Offset,
+        last: Offset,
+        now_ms: i64,
+    ) -> Option<GapRecord> {
         if last < first || last < self.next_offset {
             return None;
         }
@@ -393,10 +410,16 @@ impl PartitionLedger {
     pub fn apply(&mut self, verdicts: &[Verdict], now_ms: i64) -> Applied {
         let mut out = Applied::default();
         for v in verdicts {
-            let Verdict::Known { present, duplicate_rows } = v else {
+            let Verdict::Known {
+                present,
+                duplicate_rows,
+            } = v
+            else {
                 break;
             };
-            let Some(p) = self.pending.pop_front() else { break };
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
             self.pending_count -= p.run.len();
             out.duplicates += duplicate_rows;
             let present = runs::intersect(p.run, &runs::normalize(present.clone()));
@@ -425,7 +448,14 @@ impl PartitionLedger {
         out
     }
 
-    fn declare_missing(&mut self, r: OffsetRun, keys: Vec<Key>, min_ts: Option<i64>, max_ts: Option<i64>, now_ms: i64) {
+    fn declare_missing(
+        &mut self,
+        r: OffsetRun,
+        keys: Vec<Key>,
+        min_ts: Option<i64>,
+        max_ts: Option<i64>,
+        now_ms: i64,
+    ) {
         let gap_first = match self.tail_gap.and_then(|t| self.gaps.get_mut(&t)) {
             Some(g) => {
                 g.last = r.last;
@@ -494,7 +524,11 @@ impl PartitionLedger {
     pub fn apply_rechecks(&mut self, segments: &[Segment], verdicts: &[Verdict]) -> Applied {
         let mut out = Applied::default();
         for (seg, v) in segments.iter().zip(verdicts) {
-            let Verdict::Known { present, duplicate_rows } = v else {
+            let Verdict::Known {
+                present,
+                duplicate_rows,
+            } = v
+            else {
                 continue;
             };
             let present = runs::intersect(seg.run, &runs::normalize(present.clone()));
@@ -524,7 +558,10 @@ impl PartitionLedger {
     /// are forgotten afterwards (their final state is in the returned list).
     pub fn take_dirty_gaps(&mut self) -> Vec<GapRecord> {
         let dirty = std::mem::take(&mut self.dirty_gaps);
-        let out: Vec<GapRecord> = dirty.iter().filter_map(|f| self.gaps.get(f).cloned()).collect();
+        let out: Vec<GapRecord> = dirty
+            .iter()
+            .filter_map(|f| self.gaps.get(f).cloned())
+            .collect();
         let tail = self.tail_gap;
         self.gaps.retain(|f, g| g.missing > 0 || Some(*f) == tail);
         out
@@ -532,7 +569,10 @@ impl PartitionLedger {
 
     /// The key of a missing offset (for replay tooling and tests).
     pub fn missing_key(&self, o: Offset) -> Option<&Key> {
-        self.missing.range(..=o).next_back().and_then(|(_, m)| if m.run.contains(o) { m.key_of(o) } else { None })
+        self.missing
+            .range(..=o)
+            .next_back()
+            .and_then(|(_, m)| if m.run.contains(o) { m.key_of(o) } else { None })
     }
 
     /// All missing offsets as runs (tests, status).

@@ -134,7 +134,10 @@ mod tests {
 
     #[test]
     fn subtract_leaves_the_holes() {
-        assert_eq!(subtract(r(0, 9), &[r(2, 3), r(5, 5)]), vec![r(0, 1), r(4, 4), r(6, 9)]);
+        assert_eq!(
+            subtract(r(0, 9), &[r(2, 3), r(5, 5)]),
+            vec![r(0, 1), r(4, 4), r(6, 9)]
+        );
         assert_eq!(subtract(r(0, 9), &[r(0, 9)]), vec![]);
         assert_eq!(subtract(r(3, 4), &[r(0, 1), r(8, 9)]), vec![r(3, 4)]);
     }

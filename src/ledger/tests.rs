@@ -40,7 +40,10 @@ fn seed_incident_one_gap_of_two_records() {
         l.ingest(o, Some(1_000 + o), exp(), 0);
     }
     l.pipeline.observe(0, Some(6));
-    assert!(l.due(GRACE - 1, GRACE, 100).is_empty(), "nothing due before grace");
+    assert!(
+        l.due(GRACE - 1, GRACE, 100).is_empty(),
+        "nothing due before grace"
+    );
     let segs = l.due(GRACE, GRACE, 100);
     assert_eq!(segs.iter().map(|s| s.run.len()).sum::<u64>(), 6);
     let sink: BTreeSet<Offset> = [0, 1, 4, 5].into();
@@ -49,7 +52,11 @@ fn seed_incident_one_gap_of_two_records() {
     let gaps = l.take_dirty_gaps();
     assert_eq!(gaps.len(), 1);
     assert_eq!((gaps[0].first, gaps[0].last, gaps[0].missing), (2, 3, 2));
-    assert_eq!((gaps[0].min_ts, gaps[0].max_ts), (Some(1_000), Some(1_005)), "bounds of the unsplit run");
+    assert_eq!(
+        (gaps[0].min_ts, gaps[0].max_ts),
+        (Some(1_000), Some(1_005)),
+        "bounds of the unsplit run"
+    );
     assert_eq!(l.settled(), 6);
     assert_eq!(l.missing(), 2);
 }
@@ -63,7 +70,10 @@ fn lag_is_never_loss() {
     // The pipeline committed 3 long ago and nothing since: only 0..=2 may be due.
     l.pipeline.observe(0, Some(3));
     let segs = l.due(100_000, GRACE, 100);
-    assert_eq!(segs.iter().map(|s| s.run).collect::<Vec<_>>(), vec![r(0, 2)]);
+    assert_eq!(
+        segs.iter().map(|s| s.run).collect::<Vec<_>>(),
+        vec![r(0, 2)]
+    );
     let applied = l.apply(&oracle(&segs, &BTreeSet::new()), 100_000);
     assert_eq!(applied.lost, 3);
     assert_eq!(l.pending(), 7, "3..=9 are lag, not loss");
@@ -104,7 +114,11 @@ fn holes_and_filtered_records_are_never_expected_and_do_not_split_gaps() {
     assert_eq!(runs, vec![r(0, 0), r(3, 3), r(5, 5)]);
     l.apply(&oracle(&segs, &BTreeSet::new()), GRACE);
     let gaps = l.take_dirty_gaps();
-    assert_eq!(gaps.len(), 1, "one gap across holes and filtered records: {gaps:?}");
+    assert_eq!(
+        gaps.len(),
+        1,
+        "one gap across holes and filtered records: {gaps:?}"
+    );
     assert_eq!((gaps[0].first, gaps[0].last, gaps[0].missing), (0, 5, 3));
 }
 
@@ -134,7 +148,10 @@ fn duplicates_never_mask_a_missing_record() {
     l.pipeline.observe(0, Some(4));
     let segs = l.due(GRACE, GRACE, 100);
     // Offset 1 stored twice, offset 2 absent: 4 rows for 4 records, yet one is missing.
-    let v = vec![Verdict::Known { present: vec![r(0, 1), r(3, 3)], duplicate_rows: 1 }];
+    let v = vec![Verdict::Known {
+        present: vec![r(0, 1), r(3, 3)],
+        duplicate_rows: 1,
+    }];
     let a = l.apply(&v, GRACE);
     assert_eq!((a.confirmed, a.lost, a.duplicates), (3, 1, 1));
     assert_eq!(l.missing_runs(), vec![r(2, 2)]);
@@ -153,7 +170,13 @@ fn unknown_verdicts_decide_nothing_and_keep_order() {
     l.pipeline.observe(0, Some(20));
     let segs = l.due(10_000, GRACE, 100);
     assert_eq!(segs.len(), 2);
-    let v = vec![Verdict::Unknown, Verdict::Known { present: vec![], duplicate_rows: 0 }];
+    let v = vec![
+        Verdict::Unknown,
+        Verdict::Known {
+            present: vec![],
+            duplicate_rows: 0,
+        },
+    ];
     assert_eq!(l.apply(&v, 10_000), Applied::default());
     assert_eq!(l.pending(), 6);
     assert_eq!(l.settled(), 0);
@@ -171,7 +194,10 @@ fn late_records_close_the_gap() {
     l.apply(&oracle(&segs, &[0, 3].into()), GRACE);
     assert_eq!(l.take_dirty_gaps()[0].missing, 2);
     let checks = l.rechecks(2 * GRACE, 100 * GRACE);
-    assert_eq!(checks.iter().map(|s| s.run).collect::<Vec<_>>(), vec![r(1, 2)]);
+    assert_eq!(
+        checks.iter().map(|s| s.run).collect::<Vec<_>>(),
+        vec![r(1, 2)]
+    );
     let a = l.apply_rechecks(&checks, &oracle(&checks, &[2].into()));
     assert_eq!(a.late, 1);
     assert_eq!(l.missing_runs(), vec![r(1, 1)]);
@@ -187,7 +213,14 @@ fn late_records_close_the_gap() {
 #[test]
 fn give_up_stops_rechecks_but_keeps_the_loss() {
     let mut l = PartitionLedger::new(0, true);
-    l.ingest(0, None, Observed::Expected { key: Some(Key(vec!["a".into()])) }, 0);
+    l.ingest(
+        0,
+        None,
+        Observed::Expected {
+            key: Some(Key(vec!["a".into()])),
+        },
+        0,
+    );
     l.pipeline.observe(0, Some(1));
     let segs = l.due(GRACE, GRACE, 100);
     assert_eq!(segs[0].keys, vec![Key(vec!["a".into()])]);
@@ -202,17 +235,35 @@ fn give_up_stops_rechecks_but_keeps_the_loss() {
 fn keys_follow_their_offsets_through_splits() {
     let mut l = PartitionLedger::new(0, true);
     for o in 0..5 {
-        l.ingest(o, None, Observed::Expected { key: Some(Key(vec![format!("k{o}")])) }, 0);
+        l.ingest(
+            o,
+            None,
+            Observed::Expected {
+                key: Some(Key(vec![format!("k{o}")])),
+            },
+            0,
+        );
     }
     l.pipeline.observe(0, Some(3));
     let segs = l.due(GRACE, GRACE, 100);
-    assert_eq!(segs[0].keys.iter().map(|k| k.0[0].as_str()).collect::<Vec<_>>(), ["k0", "k1", "k2"]);
+    assert_eq!(
+        segs[0]
+            .keys
+            .iter()
+            .map(|k| k.0[0].as_str())
+            .collect::<Vec<_>>(),
+        ["k0", "k1", "k2"]
+    );
     l.apply(&oracle(&segs, &[0, 2].into()), GRACE);
     assert_eq!(l.missing_key(1), Some(&Key(vec!["k1".into()])));
     l.pipeline.observe(GRACE, Some(5));
     let segs = l.due(3 * GRACE, GRACE, 1);
     assert_eq!(segs.len(), 1);
-    assert_eq!(segs[0].keys, vec![Key(vec!["k3".into()])], "limit cuts inside a run");
+    assert_eq!(
+        segs[0].keys,
+        vec![Key(vec!["k3".into()])],
+        "limit cuts inside a run"
+    );
 }
 
 #[test]
@@ -236,7 +287,11 @@ fn restore_from_snapshot_continues_the_same_gap() {
     l2.apply(&oracle(&segs, &BTreeSet::new()), 3 * GRACE);
     let gaps = l2.take_dirty_gaps();
     assert_eq!(gaps.len(), 1);
-    assert_eq!((gaps[0].first, gaps[0].last, gaps[0].missing), (1, 4, 4), "extends the restored tail gap");
+    assert_eq!(
+        (gaps[0].first, gaps[0].last, gaps[0].missing),
+        (1, 4, 4),
+        "extends the restored tail gap"
+    );
 }
 
 #[test]
@@ -319,9 +374,18 @@ fn model_gaps(kinds: &[Kind]) -> Vec<(Offset, Offset, u64)> {
 
 /// Runs the ledger over `kinds` with rounds of `limits` (cycled), the pipeline committing
 /// `step` offsets per round, and Unknown answers where `flaky` says so.
-fn run_ledger(kinds: &[Kind], limits: &[u64], step: i64, flaky: &[bool]) -> (PartitionLedger, Vec<GapRecord>, Applied) {
-    let present: BTreeSet<Offset> =
-        kinds.iter().enumerate().filter(|(_, k)| **k == Kind::Present).map(|(o, _)| o as Offset).collect();
+fn run_ledger(
+    kinds: &[Kind],
+    limits: &[u64],
+    step: i64,
+    flaky: &[bool],
+) -> (PartitionLedger, Vec<GapRecord>, Applied) {
+    let present: BTreeSet<Offset> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| **k == Kind::Present)
+        .map(|(o, _)| o as Offset)
+        .collect();
     let mut l = PartitionLedger::new(0, false);
     for (o, k) in kinds.iter().enumerate() {
         match k {

@@ -32,7 +32,9 @@ impl MemorySink {
     /// Adds a row carrying Kafka coordinates.
     pub fn insert_offset(&self, topic: &str, partition: i32, offset: Offset) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        *t.offsets.entry((topic.to_string(), partition, offset)).or_default() += 1;
+        *t.offsets
+            .entry((topic.to_string(), partition, offset))
+            .or_default() += 1;
     }
 
     /// Adds a row carrying a match key.
@@ -87,7 +89,11 @@ impl Verifier for MemorySink {
         self.check()
     }
 
-    async fn count_offsets(&self, tp: &TopicPartition, runs: &[OffsetRun]) -> Result<RangeCount, SinkError> {
+    async fn count_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<RangeCount, SinkError> {
         self.check()?;
         let found = self.scan(tp, runs);
         Ok(RangeCount {
@@ -96,7 +102,11 @@ impl Verifier for MemorySink {
         })
     }
 
-    async fn list_offsets(&self, tp: &TopicPartition, runs: &[OffsetRun]) -> Result<Vec<(Offset, u64)>, SinkError> {
+    async fn list_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<Vec<(Offset, u64)>, SinkError> {
         self.check()?;
         Ok(self.scan(tp, runs))
     }
@@ -104,6 +114,9 @@ impl Verifier for MemorySink {
     async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
         self.check()?;
         let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(keys.iter().map(|k| t.keys.get(*k).copied().unwrap_or(0)).collect())
+        Ok(keys
+            .iter()
+            .map(|k| t.keys.get(*k).copied().unwrap_or(0))
+            .collect())
     }
 }

@@ -59,5 +59,6 @@ pub trait Verifier: Send + Sync {
     ) -> impl Future<Output = Result<Vec<(Offset, u64)>, SinkError>> + Send;
 
     /// Rows per key, aligned with `keys` (key_columns strategy). Keys are distinct.
-    fn count_keys(&self, keys: &[&Key]) -> impl Future<Output = Result<Vec<u64>, SinkError>> + Send;
+    fn count_keys(&self, keys: &[&Key])
+    -> impl Future<Output = Result<Vec<u64>, SinkError>> + Send;
 }

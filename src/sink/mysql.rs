@@ -44,14 +44,28 @@ pub struct MysqlSink {
 impl MysqlSink {
     /// Builds the pool (connects lazily). `url` is `mysql://user[:password]@host:port/db`;
     /// errors never echo the URL (it may hold a password).
-    pub fn new(url: &str, password: Option<&str>, target: MysqlTarget, timeout: Duration, kind: &'static str) -> Result<Self, SinkError> {
-        let opts = Opts::from_url(url).map_err(|e| SinkError::Rejected(format!("invalid sink url: {}", redact_url_error(&e.to_string()))))?;
+    pub fn new(
+        url: &str,
+        password: Option<&str>,
+        target: MysqlTarget,
+        timeout: Duration,
+        kind: &'static str,
+    ) -> Result<Self, SinkError> {
+        let opts = Opts::from_url(url).map_err(|e| {
+            SinkError::Rejected(format!(
+                "invalid sink url: {}",
+                redact_url_error(&e.to_string())
+            ))
+        })?;
         let mut b = OptsBuilder::from_opts(opts)
             .prefer_socket(false)
             .max_allowed_packet(Some(16 << 20))
             .wait_timeout(Some(28_800))
             .stmt_cache_size(0)
-            .pool_opts(PoolOpts::default().with_constraints(PoolConstraints::new(0, 4).unwrap_or_default()));
+            .pool_opts(
+                PoolOpts::default()
+                    .with_constraints(PoolConstraints::new(0, 4).unwrap_or_default()),
+            );
         if let Some(p) = password {
             b = b.pass(Some(p.to_string()));
         }
@@ -64,7 +78,10 @@ impl MysqlSink {
         })
     }
 
-    async fn with_timeout<T>(&self, fut: impl std::future::Future<Output = Result<T, mysql_async::Error>>) -> Result<T, SinkError> {
+    async fn with_timeout<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, mysql_async::Error>>,
+    ) -> Result<T, SinkError> {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
@@ -73,7 +90,10 @@ impl MysqlSink {
             }
             Err(_) => {
                 self.forget_mode();
-                Err(SinkError::Unavailable(format!("query timed out after {:?}", self.timeout)))
+                Err(SinkError::Unavailable(format!(
+                    "query timed out after {:?}",
+                    self.timeout
+                )))
             }
         }
     }
@@ -90,7 +110,9 @@ impl MysqlSink {
         {
             return Ok(v);
         }
-        let mode: Option<String> = self.with_timeout(conn.query_first("SELECT @@sql_mode")).await?;
+        let mode: Option<String> = self
+            .with_timeout(conn.query_first("SELECT @@sql_mode"))
+            .await?;
         let v = mode.is_some_and(|m| m.to_ascii_uppercase().contains("NO_BACKSLASH_ESCAPES"));
         if let Ok(mut m) = self.no_backslash_escapes.lock() {
             *m = Some(v);
@@ -142,7 +164,11 @@ impl Verifier for MysqlSink {
         Ok(())
     }
 
-    async fn count_offsets(&self, tp: &TopicPartition, runs: &[OffsetRun]) -> Result<RangeCount, SinkError> {
+    async fn count_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<RangeCount, SinkError> {
         let mut c = self.conn().await?;
         let nbe = self.nbe(&mut c).await?;
         let q = sql::count_offsets(&self.offset_query(tp), runs, nbe);
@@ -154,12 +180,19 @@ impl Verifier for MysqlSink {
         })
     }
 
-    async fn list_offsets(&self, tp: &TopicPartition, runs: &[OffsetRun]) -> Result<Vec<(Offset, u64)>, SinkError> {
+    async fn list_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<Vec<(Offset, u64)>, SinkError> {
         let mut c = self.conn().await?;
         let nbe = self.nbe(&mut c).await?;
         let q = sql::list_offsets(&self.offset_query(tp), runs, nbe);
         let rows: Vec<(Option<i64>, i64)> = self.with_timeout(c.query(q)).await?;
-        Ok(rows.into_iter().filter_map(|(o, n)| o.map(|o| (o, n.max(0) as u64))).collect())
+        Ok(rows
+            .into_iter()
+            .filter_map(|(o, n)| o.map(|o| (o, n.max(0) as u64)))
+            .collect())
     }
 
     async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
@@ -173,7 +206,10 @@ impl Verifier for MysqlSink {
         let rows: Vec<(Option<i64>, i64)> = self.with_timeout(c.query(q)).await?;
         let mut out = vec![0u64; keys.len()];
         for (k, n) in rows {
-            if let Some(slot) = k.and_then(|k| usize::try_from(k).ok()).and_then(|k| out.get_mut(k)) {
+            if let Some(slot) = k
+                .and_then(|k| usize::try_from(k).ok())
+                .and_then(|k| out.get_mut(k))
+            {
                 *slot += n.max(0) as u64;
             }
         }
@@ -184,7 +220,9 @@ impl Verifier for MysqlSink {
 /// Server errors (bad table, syntax, access) are the operator's to fix; the rest is transient.
 fn classify(e: &mysql_async::Error) -> SinkError {
     match e {
-        mysql_async::Error::Server(s) => SinkError::Rejected(format!("{} ({}): {}", s.code, s.state, s.message)),
+        mysql_async::Error::Server(s) => {
+            SinkError::Rejected(format!("{} ({}): {}", s.code, s.state, s.message))
+        }
         other => SinkError::Unavailable(redact_url_error(&other.to_string())),
     }
 }
