@@ -131,7 +131,13 @@ impl StatusBoard {
                     s.audit
                 ));
             }
-            if !fresh(s.last_sink_ok) {
+            if s.sink_state == SinkState::Down {
+                // SPEC: ready only when the sink answered within the LAST verify round.
+                reasons.push(format!(
+                    "audit {}: the last verify round could not query the sink",
+                    s.audit
+                ));
+            } else if !fresh(s.last_sink_ok) {
                 reasons.push(format!(
                     "audit {}: no successful sink query in the last {secs}s",
                     s.audit
@@ -213,6 +219,18 @@ mod tests {
         assert!(b.is_ready(at(60)));
         assert!(!b.is_ready(at(61)));
         assert!(ready_window(u64::MAX) > TimeDelta::days(365), "no overflow");
+    }
+
+    #[test]
+    fn a_failed_last_round_is_not_ready_even_with_a_recent_success() {
+        let b = StatusBoard::new();
+        let mut s = status("a", 1_000, Some(0), Some(0));
+        s.sink_state = SinkState::Down;
+        b.update(s);
+        assert_eq!(
+            b.not_ready_reasons(at(1)),
+            vec!["audit a: the last verify round could not query the sink"]
+        );
     }
 
     #[test]

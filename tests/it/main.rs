@@ -3,5 +3,7 @@
 //! test binary; tests that stop a shared service live in their own binaries (tests/*.rs),
 //! which cargo runs one after another.
 
+mod crash;
+mod input;
 mod scenarios;
 mod support;

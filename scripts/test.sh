@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The project's one test command (README, CI): starts the real services, then format
+# check, lints and every test with their addresses in GAP_AUDITOR_TEST_* variables.
+# Services this script started are stopped at the end unless KEEP_ENV=1; ones that were
+# already running are left as they were.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+RUN=${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}
+section() { printf '\n==== %s ====\n' "$*"; }
+
+section "test services (tansu, MariaDB)"
+if [[ ${KEEP_ENV:-0} != 1 && $(scripts/test-env.sh status) == *down* ]]; then
+  trap 'section "stopping test services"; scripts/test-env.sh stop' EXIT
+fi
+scripts/test-env.sh start
+# shellcheck source=/dev/null
+. "$RUN/env"
+
+section "cargo fmt --check"
+cargo fmt --all -- --check
+
+section "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+section "cargo test --all-targets"
+cargo test --all-targets
+
+section "cargo test --doc"
+cargo test --doc
+
+section "all checks passed"
