@@ -50,20 +50,23 @@ install_packages() {
   command -v promtool >/dev/null || pkgs+=(prometheus)
   ((${#pkgs[@]})) || return 0
   log "installing ${pkgs[*]} (apt)"
+  # Root installs directly (CI, containers); a developer account goes through sudo.
+  local sudo=()
+  ((EUID == 0)) || sudo=(sudo)
   # Keep the packages from starting system services: ours have their own dirs and ports.
   local own_policy=
   if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-    chmod 755 /usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee /usr/sbin/policy-rc.d >/dev/null
+    "${sudo[@]}" chmod 755 /usr/sbin/policy-rc.d
     own_policy=1
   fi
   local rc=0
   {
-    apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${sudo[@]}" apt-get update -qq &&
+      "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         -o DPkg::Lock::Timeout=300 "${pkgs[@]}" >/dev/null
   } || rc=$?
-  [[ -z $own_policy ]] || rm -f /usr/sbin/policy-rc.d
+  [[ -z $own_policy ]] || "${sudo[@]}" rm -f /usr/sbin/policy-rc.d
   ((rc == 0)) || die "apt-get install ${pkgs[*]} failed ($rc)"
 }
 

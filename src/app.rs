@@ -91,6 +91,7 @@ pub fn build_sink(audit: &AuditConfig) -> anyhow::Result<AnySink> {
             let password = s.password.as_ref().map(|p| p.expose().to_string());
             let sink = MysqlSink::new(
                 s.url.expose(),
+                s.username.as_deref(),
                 password.as_deref(),
                 target,
                 s.query_timeout,

@@ -15,7 +15,11 @@ use support::*;
 fn mysql_ctl(action: &str) {
     let ctl = std::env::var("GAP_AUDITOR_TEST_MYSQL_CTL")
         .expect("GAP_AUDITOR_TEST_MYSQL_CTL is not set: run scripts/test.sh");
-    let st = Command::new("bash").arg(&ctl).arg(action).status().expect("run mysql-ctl");
+    let st = Command::new("bash")
+        .arg(&ctl)
+        .arg(action)
+        .status()
+        .expect("run mysql-ctl");
     assert!(st.success(), "mysql-ctl {action} failed");
 }
 
@@ -53,18 +57,28 @@ async fn sink_down_is_unknown_not_missing() {
     .await;
     p.send_all(0, &lines[0..5]).await;
     run_pipeline(&pipeline, &topic, 0, 0, 5, &db, &table).await;
-    auditor.wait_for(30, "first 5 confirmed, sink up", |a| a.confirmed(&topic, 0) == 5 && a.sink_up() == 1).await;
+    auditor
+        .wait_for(30, "first 5 confirmed, sink up", |a| {
+            a.confirmed(&topic, 0) == 5 && a.sink_up() == 1
+        })
+        .await;
 
     // The pipeline writes the next 5 rows, then the sink goes down before they are due.
     p.send_all(0, &lines[5..10]).await;
     run_pipeline(&pipeline, &topic, 0, 5, 5, &db, &table).await;
     let guard = Restart;
     mysql_ctl("stop");
-    auditor.wait_for(30, "sink_up 0", |a| a.sink_up() == 0).await;
+    auditor
+        .wait_for(30, "sink_up 0", |a| a.sink_up() == 0)
+        .await;
     // Several verify rounds (more than 2) with every pending record due and the sink down.
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
-        assert_eq!(auditor.lost(&topic, 0), 0, "a down sink produced missing records");
+        assert_eq!(
+            auditor.lost(&topic, 0),
+            0,
+            "a down sink produced missing records"
+        );
         assert_eq!(auditor.sink_up(), 0);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -43,9 +43,11 @@ pub struct MysqlSink {
 
 impl MysqlSink {
     /// Builds the pool (connects lazily). `url` is `mysql://user[:password]@host:port/db`;
-    /// errors never echo the URL (it may hold a password).
+    /// `user`/`password`, when given, override the url's. Errors never echo the URL (it may
+    /// hold a password).
     pub fn new(
         url: &str,
+        user: Option<&str>,
         password: Option<&str>,
         target: MysqlTarget,
         timeout: Duration,
@@ -66,6 +68,9 @@ impl MysqlSink {
                 PoolOpts::default()
                     .with_constraints(PoolConstraints::new(0, 4).unwrap_or_default()),
             );
+        if let Some(u) = user {
+            b = b.user(Some(u.to_string()));
+        }
         if let Some(p) = password {
             b = b.pass(Some(p.to_string()));
         }

@@ -8,7 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn spawn_auditor(config: &std::path::Path, log: &std::path::Path) -> Child {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
     Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
         .args(["run", "-c"])
         .arg(config)
@@ -37,7 +41,10 @@ async fn kill_9_and_restart_yields_the_same_gaps_once() {
     let p = TestProducer::new(&topic);
     const N: usize = 240;
     let lines: Vec<String> = (0..N).map(dns_line).collect();
-    assert_eq!(p.send_all(0, &lines).await.last().copied(), Some(N as i64 - 1));
+    assert_eq!(
+        p.send_all(0, &lines).await.last().copied(),
+        Some(N as i64 - 1)
+    );
     // Lost ranges the pipeline "drops": three gaps.
     let lost = |o: usize| (40..50).contains(&o) || o == 120 || (200..205).contains(&o);
     let expected = vec![(0, 40, 49, 10), (0, 120, 120, 1), (0, 200, 204, 5)];
@@ -101,7 +108,10 @@ async fn kill_9_and_restart_yields_the_same_gaps_once() {
     }
     // Graceful stop of the last one (SIGTERM path: exit 0).
     let pid = child.id().to_string();
-    let st = Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+    let st = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM");
     assert!(st.success());
     let code = child.wait().expect("wait");
     assert!(code.success(), "SIGTERM must exit 0, got {code:?}");
@@ -115,10 +125,22 @@ async fn kill_9_and_restart_yields_the_same_gaps_once() {
         .expect("gaps");
     let mut got: Vec<(i64, i64, i64, i64)> = gaps
         .iter()
-        .map(|g| (g.partition as i64, g.first_offset, g.last_offset, g.missing_records as i64))
+        .map(|g| {
+            (
+                g.partition as i64,
+                g.first_offset,
+                g.last_offset,
+                g.missing_records as i64,
+            )
+        })
         .collect();
     got.sort();
-    assert_eq!(got, expected, "log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+    assert_eq!(
+        got,
+        expected,
+        "log:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
     let mut ids: Vec<&str> = gaps.iter().map(|g| g.id.as_str()).collect();
     ids.sort();
     ids.dedup();
@@ -127,7 +149,14 @@ async fn kill_9_and_restart_yields_the_same_gaps_once() {
 
 /// Writes every record except the `lost` ones, committing 20 records at a time with a
 /// pause between steps.
-async fn stepwise_pipeline(group: &str, topic: &str, table: &str, db: &Db, n: usize, lost: impl Fn(usize) -> bool) {
+async fn stepwise_pipeline(
+    group: &str,
+    topic: &str,
+    table: &str,
+    db: &Db,
+    n: usize,
+    lost: impl Fn(usize) -> bool,
+) {
     use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
     use rdkafka::message::Message;
     use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -138,13 +167,19 @@ async fn stepwise_pipeline(group: &str, topic: &str, table: &str, db: &Db, n: us
         .create()
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Offset(0)).expect("tpl");
+    tpl.add_partition_offset(topic, 0, Offset::Offset(0))
+        .expect("tpl");
     consumer.assign(&tpl).expect("assign");
     let mut done = 0usize;
     let deadline = Instant::now() + Duration::from_secs(60);
     while done < n {
-        assert!(Instant::now() < deadline, "stepwise pipeline stuck at {done}");
-        let Some(m) = consumer.poll(Duration::from_millis(50)) else { continue };
+        assert!(
+            Instant::now() < deadline,
+            "stepwise pipeline stuck at {done}"
+        );
+        let Some(m) = consumer.poll(Duration::from_millis(50)) else {
+            continue;
+        };
         let m = m.expect("poll");
         let offset = m.offset();
         if !lost(offset as usize)
@@ -155,7 +190,8 @@ async fn stepwise_pipeline(group: &str, topic: &str, table: &str, db: &Db, n: us
         done += 1;
         if done % 20 == 0 || done == n {
             let mut c = TopicPartitionList::new();
-            c.add_partition_offset(topic, 0, Offset::Offset(offset + 1)).expect("tpl");
+            c.add_partition_offset(topic, 0, Offset::Offset(offset + 1))
+                .expect("tpl");
             consumer.commit(&c, CommitMode::Sync).expect("commit");
             tokio::time::sleep(Duration::from_millis(300)).await;
         }

@@ -6,4 +6,5 @@
 mod crash;
 mod input;
 mod scenarios;
+mod seed_config;
 mod support;

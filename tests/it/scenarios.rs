@@ -114,7 +114,9 @@ async fn lag_and_a_slow_sink_are_not_loss() {
     .await;
     p.send_all(0, &lines[0..4]).await;
     run_pipeline(&pipeline, &topic, 0, 0, 4, &db, &table).await;
-    auditor.wait_for(30, "first 4 confirmed", |a| a.confirmed(&topic, 0) == 4).await;
+    auditor
+        .wait_for(30, "first 4 confirmed", |a| a.confirmed(&topic, 0) == 4)
+        .await;
     // The pipeline stalls for 3x grace while 8 more records arrive.
     p.send_all(0, &lines[4..12]).await;
     let stall_until = std::time::Instant::now() + Duration::from_secs(6);
@@ -123,7 +125,16 @@ async fn lag_and_a_slow_sink_are_not_loss() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Catching up, with a sink that shows each row 1 s after the commit.
-    run_slow_pipeline(&pipeline, &topic, 4, 8, &table, Duration::from_secs(1), &auditor).await;
+    run_slow_pipeline(
+        &pipeline,
+        &topic,
+        4,
+        8,
+        &table,
+        Duration::from_secs(1),
+        &auditor,
+    )
+    .await;
     auditor
         .wait_for(30, "all 12 confirmed", |a| {
             assert_eq!(a.lost(&topic, 0), 0, "lag reported as loss");
@@ -136,7 +147,15 @@ async fn lag_and_a_slow_sink_are_not_loss() {
 
 /// Commits each record first, writes its row `delay` later (checking for false loss while
 /// it waits).
-async fn run_slow_pipeline(group: &str, topic: &str, start: i64, count: usize, table: &str, delay: Duration, a: &Auditor) {
+async fn run_slow_pipeline(
+    group: &str,
+    topic: &str,
+    start: i64,
+    count: usize,
+    table: &str,
+    delay: Duration,
+    a: &Auditor,
+) {
     use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
     use rdkafka::message::Message;
     use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -148,17 +167,21 @@ async fn run_slow_pipeline(group: &str, topic: &str, start: i64, count: usize, t
         .create()
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Offset(start)).expect("tpl");
+    tpl.add_partition_offset(topic, 0, Offset::Offset(start))
+        .expect("tpl");
     consumer.assign(&tpl).expect("assign");
     let mut done = 0;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while done < count {
         assert!(std::time::Instant::now() < deadline, "slow pipeline stuck");
-        let Some(m) = consumer.poll(Duration::from_millis(50)) else { continue };
+        let Some(m) = consumer.poll(Duration::from_millis(50)) else {
+            continue;
+        };
         let m = m.expect("poll");
         let (payload, offset) = (m.payload().map(<[u8]>::to_vec), m.offset());
         let mut c = TopicPartitionList::new();
-        c.add_partition_offset(topic, 0, Offset::Offset(offset + 1)).expect("tpl");
+        c.add_partition_offset(topic, 0, Offset::Offset(offset + 1))
+            .expect("tpl");
         consumer.commit(&c, CommitMode::Sync).expect("commit");
         let until = std::time::Instant::now() + delay;
         while std::time::Instant::now() < until {

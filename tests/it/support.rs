@@ -334,6 +334,7 @@ impl Auditor {
         let sink = MysqlSink::new(
             a.sink.url.expose(),
             None,
+            None,
             target,
             a.sink.query_timeout,
             "mysql",
