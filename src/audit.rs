@@ -70,6 +70,10 @@ struct Audit<V> {
     /// Gaps changed but not yet persisted (a failed store write is retried next round).
     unsaved: BTreeMap<String, Gap>,
     committed: HashMap<TopicPartition, Offset>,
+    /// (settled, ledger revision) last written per partition: unchanged ones are skipped.
+    persisted: HashMap<TopicPartition, (Offset, u64)>,
+    /// Gap ids an operator acknowledged (refreshed from the store every round).
+    acknowledged: std::collections::HashSet<String>,
     commands: std::sync::mpsc::Sender<Command>,
     lookup_watermarks: crate::kafka::Watermarks,
     paused: bool,
@@ -115,6 +119,8 @@ pub async fn run<V: Verifier + 'static>(
         parts: BTreeMap::new(),
         unsaved: BTreeMap::new(),
         committed: HashMap::new(),
+        persisted: HashMap::new(),
+        acknowledged: Default::default(),
         commands: tail.commands.clone(),
         lookup_watermarks: tail.watermarks.clone(),
         paused: false,
@@ -290,6 +296,16 @@ impl<V: Verifier> Audit<V> {
             {
                 tracing::error!(audit = %self.cfg.name, %tp, first, last,
                     "Kafka deleted offsets {first}..={last} before the auditor read them: recorded as a gap of unknown size");
+                // Counted as lost so the loss alert fires; the gap says its size is an upper
+                // bound (offsets may include holes or filtered records nobody can check now).
+                self.metrics
+                    .records_lost
+                    .with_label_values(&[
+                        self.cfg.name.as_str(),
+                        tp.topic.as_str(),
+                        &tp.partition.to_string(),
+                    ])
+                    .inc_by(g.missing);
                 let gap = self.to_gap(&tp, &g);
                 self.unsaved.insert(gap.id.clone(), gap);
             }
@@ -314,6 +330,7 @@ impl<V: Verifier> Audit<V> {
                 self.metrics
                     .remove_partition(&self.cfg.name, &tp.topic, tp.partition);
                 self.committed.remove(tp);
+                self.persisted.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }
@@ -409,6 +426,7 @@ impl<V: Verifier> Audit<V> {
             self.commit_settled();
         }
         self.backpressure();
+        self.refresh_acknowledged().await;
         self.publish();
     }
 
@@ -502,20 +520,28 @@ impl<V: Verifier> Audit<V> {
         }
     }
 
-    /// Writes unsaved gaps and every partition's progress in one transaction.
+    /// Writes unsaved gaps and the progress of every partition that changed, in one
+    /// transaction.
     async fn persist(&mut self) -> bool {
         let gaps: Vec<Gap> = self.unsaved.values().cloned().collect();
         let now = Utc::now();
+        let mut marks = Vec::new();
         let progress: Vec<PartitionProgress> = self
             .parts
             .iter()
-            .map(|(tp, p)| PartitionProgress {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                settled: p.ledger.settled(),
-                ledger: serde_json::to_value(p.ledger.snapshot())
-                    .unwrap_or(serde_json::Value::Null),
-                updated_at: now,
+            .filter(|(tp, p)| {
+                self.persisted.get(*tp) != Some(&(p.ledger.settled(), p.ledger.revision()))
+            })
+            .map(|(tp, p)| {
+                marks.push((tp.clone(), (p.ledger.settled(), p.ledger.revision())));
+                PartitionProgress {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    settled: p.ledger.settled(),
+                    ledger: serde_json::to_value(p.ledger.snapshot())
+                        .unwrap_or(serde_json::Value::Null),
+                    updated_at: now,
+                }
             })
             .collect();
         if gaps.is_empty() && progress.is_empty() {
@@ -528,6 +554,7 @@ impl<V: Verifier> Audit<V> {
         {
             Ok(Ok(())) => {
                 self.unsaved.clear();
+                self.persisted.extend(marks);
                 true
             }
             Ok(Err(e)) => {
@@ -538,6 +565,19 @@ impl<V: Verifier> Audit<V> {
                 tracing::error!(audit = %self.cfg.name, error = %e, "gap store write panicked");
                 false
             }
+        }
+    }
+
+    /// Reloads which gaps an operator acknowledged (`gap-auditor ack` writes the store from
+    /// another process), so they stop counting as open.
+    async fn refresh_acknowledged(&mut self) {
+        let store = self.store.clone();
+        let filter = crate::store::GapFilter {
+            state: crate::store::StateFilter::Only(GapState::Acknowledged),
+            audit: Some(self.cfg.name.clone()),
+        };
+        if let Ok(Ok(gaps)) = tokio::task::spawn_blocking(move || store.list_gaps(&filter)).await {
+            self.acknowledged = gaps.into_iter().map(|g| g.id).collect();
         }
     }
 

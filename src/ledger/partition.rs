@@ -203,6 +203,8 @@ pub struct PartitionLedger {
     gaps: BTreeMap<Offset, GapRecord>,
     dirty_gaps: std::collections::BTreeSet<Offset>,
     tail_gap: Option<Offset>,
+    /// Bumped whenever [`Self::snapshot`] would change, so callers persist only changes.
+    revision: u64,
     /// The pipeline group's commits on this partition (due rule input).
     pub pipeline: PipelineCommits,
 }
@@ -221,6 +223,7 @@ impl PartitionLedger {
             gaps: BTreeMap::new(),
             dirty_gaps: Default::default(),
             tail_gap: None,
+            revision: 0,
             pipeline: PipelineCommits::default(),
         }
     }
@@ -246,6 +249,11 @@ impl PartitionLedger {
             gaps: self.gaps.values().cloned().collect(),
             tail_gap: self.tail_gap,
         }
+    }
+
+    /// Changes whenever the persisted part ([`Self::snapshot`]) changes.
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     /// The next offset the consumer will deliver.
@@ -356,6 +364,7 @@ impl PartitionLedger {
         // Such a gap is never re-checked: its records are gone. It is not the tail: a later
         // missing record is a different incident.
         self.tail_gap = None;
+        self.revision += 1;
         self.dirty_gaps.insert(first);
         self.gaps.insert(first, g.clone());
         Some(g)
@@ -432,7 +441,9 @@ impl PartitionLedger {
                 if found {
                     out.confirmed += r.len();
                     out.confirmed_ts.push((p.max_ts, r.len()));
-                    self.tail_gap = None;
+                    if self.tail_gap.take().is_some() {
+                        self.revision += 1;
+                    }
                 } else {
                     out.lost += r.len();
                     let keys = if p.keys.is_empty() {
@@ -481,6 +492,7 @@ impl PartitionLedger {
             }
         };
         self.tail_gap = Some(gap_first);
+        self.revision += 1;
         self.dirty_gaps.insert(gap_first);
         self.missing_count += r.len();
         self.missing.insert(
@@ -507,6 +519,7 @@ impl PartitionLedger {
             }
             if now_ms - m.detected_ms >= give_up_ms {
                 m.given_up = true;
+                self.revision += 1;
                 m.keys = Vec::new();
                 continue;
             }
@@ -539,6 +552,7 @@ impl PartitionLedger {
                 continue;
             };
             out.duplicates += duplicate_rows;
+            self.revision += 1;
             let found = runs::count(&present);
             out.late += found;
             self.missing_count -= found;
@@ -563,7 +577,11 @@ impl PartitionLedger {
             .filter_map(|f| self.gaps.get(f).cloned())
             .collect();
         let tail = self.tail_gap;
+        let before = self.gaps.len();
         self.gaps.retain(|f, g| g.missing > 0 || Some(*f) == tail);
+        if self.gaps.len() != before {
+            self.revision += 1;
+        }
         out
     }
 

@@ -416,14 +416,24 @@ fn run_ledger(
         } else {
             oracle(&segs, &present)
         };
+        let (rev, snap) = (l.revision(), l.snapshot());
         let a = l.apply(&verdicts, now);
         total = total.merge(a);
+        let dirty = l.take_dirty_gaps();
+        // Callers persist only on a new revision: an unchanged one must mean an unchanged snapshot.
+        if l.revision() == rev {
+            assert_eq!(
+                l.snapshot(),
+                snap,
+                "snapshot changed without a revision bump"
+            );
+        }
         // The settled watermark never passes a pending record and never moves back.
         assert!(l.settled() >= before);
         if let Some(first_pending) = l.pending_runs().first() {
             assert!(l.settled() <= first_pending.first);
         }
-        for g in l.take_dirty_gaps() {
+        for g in dirty {
             all_gaps.insert(g.first, g);
         }
         round += 1;

@@ -188,7 +188,7 @@ async fn stepwise_pipeline(
             db.insert_line(table, p, 0, offset).await;
         }
         done += 1;
-        if done % 20 == 0 || done == n {
+        if done.is_multiple_of(20) || done == n {
             let mut c = TopicPartitionList::new();
             c.add_partition_offset(topic, 0, Offset::Offset(offset + 1))
                 .expect("tpl");
