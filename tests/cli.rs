@@ -1,0 +1,170 @@
+//! The command line as an operator meets it: exit codes, messages naming the bad key,
+//! secrets kept out of errors, and `gaps`/`ack` on a store shared with a running daemon.
+//! No external service needed.
+
+use gap_auditor::gap::{Gap, GapState};
+use gap_auditor::store::Store;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_gap-auditor"));
+    // Overrides from the developer's shell must not leak into these tests.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("GAP_AUDITOR__") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn run(c: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = c.output().expect("run gap-auditor");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gap-auditor.toml");
+
+#[test]
+fn validate_config_accepts_the_documented_example() {
+    let (code, out, err) = run(bin().args(["validate-config", "-c", EXAMPLE]));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("dns_logs"), "{out}");
+}
+
+#[test]
+fn validate_config_names_the_bad_key_and_exits_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(EXAMPLE).expect("example").replace(
+        "mysql://root@127.0.0.1:9030/example_db",
+        "ftp://root:hunter2@db:9030/example_db",
+    );
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, text).expect("write");
+    let (code, out, err) = run(bin().args(["validate-config", "-c"]).arg(&path));
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("audits[0].sink.url: scheme must be mysql, http or https"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("hunter2") && !out.contains("hunter2"),
+        "secret leaked: {err}"
+    );
+}
+
+#[test]
+fn run_refuses_a_bad_config_with_exit_2() {
+    let (code, _, err) = run(bin()
+        .args(["run", "-c", EXAMPLE])
+        .env("GAP_AUDITOR__AUDITS__0__GRACE", "soon"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("audits[0].grace"), "{err}");
+}
+
+#[test]
+fn a_missing_config_file_is_an_error_not_a_default() {
+    let (code, _, err) =
+        run(bin().args(["validate-config", "-c", "/nonexistent/gap-auditor.toml"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/gap-auditor.toml"), "{err}");
+}
+
+#[test]
+fn gaps_and_ack_work_on_the_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let store = Store::open(&state).expect("store");
+    let gap = Gap {
+        id: Gap::make_id("dns_logs", "test", 0, 2),
+        audit: "dns_logs".into(),
+        topic: "test".into(),
+        partition: 0,
+        first_offset: 2,
+        last_offset: 3,
+        missing_records: 2,
+        size_known: true,
+        first_timestamp: None,
+        last_timestamp: None,
+        detected_at: chrono::Utc::now(),
+        state: GapState::Open,
+        unrecoverable_at: None,
+        ack_reason: None,
+    };
+    store.commit_round("dns_logs", &[gap], &[]).expect("commit");
+    let env = ("GAP_AUDITOR__STATE__PATH", state.to_str().expect("utf8"));
+
+    let (code, out, err) = run(bin().args(["gaps", "-c", EXAMPLE]).env(env.0, env.1));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("dns_logs:test:0:2") && out.contains("open"),
+        "{out}"
+    );
+
+    let (code, out, _) = run(bin()
+        .args(["gaps", "-c", EXAMPLE, "--format", "json"])
+        .env(env.0, env.1));
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v[0]["first_offset"], 2);
+    assert_eq!(v[0]["missing_records"], 2);
+
+    let (code, _, err) = run(bin()
+        .args([
+            "ack",
+            "-c",
+            EXAMPLE,
+            "--gap",
+            "dns_logs:test:0:2",
+            "--reason",
+            "replayed by hand",
+        ])
+        .env(env.0, env.1));
+    assert_eq!(code, 0, "{err}");
+    // The daemon's connection (still open here) sees the operator's change.
+    let g = store
+        .get_gap("dns_logs:test:0:2")
+        .expect("get")
+        .expect("gap");
+    assert_eq!(g.state, GapState::Acknowledged);
+    assert_eq!(g.ack_reason.as_deref(), Some("replayed by hand"));
+    let (_, out, _) = run(bin().args(["gaps", "-c", EXAMPLE]).env(env.0, env.1));
+    assert!(
+        out.contains("no gaps"),
+        "acknowledged gaps leave the open list: {out}"
+    );
+
+    let (code, _, err) = run(bin()
+        .args(["ack", "-c", EXAMPLE, "--gap", "nope", "--reason", "x"])
+        .env(env.0, env.1));
+    assert_eq!(code, 2);
+    assert!(err.contains("no gap with id"), "{err}");
+}
+
+#[test]
+fn help_teaches_the_commands() {
+    let (code, out, _) = run(bin().arg("--help"));
+    assert_eq!(code, 0);
+    for c in ["run", "gaps", "ack", "validate-config", "demo"] {
+        assert!(out.contains(c), "--help lists {c}: {out}");
+    }
+}
+
+/// The demo is the README's first command: it must find the seed's gap and exit 0.
+#[test]
+fn demo_finds_the_seed_gap() {
+    let (code, out, err) = run(bin().args(["demo", "--listen", "127.0.0.1:0"]));
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("GAP test-0 offsets 2–3, 2 records"), "{out}");
+    assert!(
+        out.contains("SIMULATED"),
+        "simulated parts are labelled: {out}"
+    );
+}
