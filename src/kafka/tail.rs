@@ -96,6 +96,23 @@ impl TailContext {
     }
 }
 
+impl TailContext {
+    /// Hands a rebalance to the audit task and waits for its answer (`None` when the task
+    /// is gone: shutting down).
+    fn ask(
+        &self,
+        alive: bool,
+        event: impl FnOnce(oneshot::Sender<Vec<(TopicPartition, Offset)>>) -> TailEvent,
+    ) -> Option<Vec<(TopicPartition, Offset)>> {
+        if !alive {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        self.events.blocking_send(event(tx)).ok()?;
+        rx.blocking_recv().ok()
+    }
+}
+
 impl ClientContext for TailContext {
     fn stats(&self, s: Statistics) {
         let Ok(mut w) = self.watermarks.lock() else {
@@ -142,17 +159,10 @@ impl ConsumerContext for TailContext {
         let alive = self.flush();
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let (tx, rx) = oneshot::channel();
-                let answer = if alive && !self.stopping.load(Ordering::SeqCst) {
-                    self.events
-                        .blocking_send(TailEvent::Assigned {
-                            partitions,
-                            reply: tx,
-                        })
-                        .ok()
-                        .and_then(|_| rx.blocking_recv().ok())
-                } else {
+                let answer = if self.stopping.load(Ordering::SeqCst) {
                     None
+                } else {
+                    self.ask(alive, |reply| TailEvent::Assigned { partitions, reply })
                 };
                 for (tp, o) in answer.unwrap_or_default() {
                     if let Err(e) =
@@ -171,18 +181,7 @@ impl ConsumerContext for TailContext {
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                let (tx, rx) = oneshot::channel();
-                let answer = if alive {
-                    self.events
-                        .blocking_send(TailEvent::Revoked {
-                            partitions,
-                            reply: tx,
-                        })
-                        .ok()
-                        .and_then(|_| rx.blocking_recv().ok())
-                } else {
-                    None
-                };
+                let answer = self.ask(alive, |reply| TailEvent::Revoked { partitions, reply });
                 if let Some(offsets) = answer.filter(|o| !o.is_empty()) {
                     commit(consumer, &offsets);
                 }

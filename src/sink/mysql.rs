@@ -2,8 +2,9 @@
 //!
 //! Doris before 2.0 has no server-side prepared statements, so every query goes over the TEXT
 //! protocol (`COM_QUERY`) with values escaped by [`super::sql`]. Connection setup sends no
-//! statement at all (no `SET`, no `SELECT @@socket`/`@@max_allowed_packet` probes): Doris
-//! rejects some session statements that MySQL clients send on connect. The server's
+//! statement at all (no `SET`, no `SELECT @@socket`/`@@max_allowed_packet` probes) and
+//! pooled connections are not reset on return: Doris rejects some session statements and
+//! commands that MySQL clients send by default. The server's
 //! `NO_BACKSLASH_ESCAPES` mode decides how literals are escaped; it is read once per pool
 //! (re-read after any error) with `SELECT @@sql_mode`.
 
@@ -66,7 +67,10 @@ impl MysqlSink {
             .stmt_cache_size(0)
             .pool_opts(
                 PoolOpts::default()
-                    .with_constraints(PoolConstraints::new(0, 4).unwrap_or_default()),
+                    .with_constraints(PoolConstraints::new(0, 4).unwrap_or_default())
+                    // No COM_RESET_CONNECTION when a connection returns to the pool: older
+                    // Doris FEs do not implement it, and the auditor sets no session state.
+                    .with_reset_connection(false),
             );
         if let Some(u) = user {
             b = b.user(Some(u.to_string()));
