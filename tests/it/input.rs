@@ -121,6 +121,25 @@ fn settled(a: &Auditor) -> Option<i64> {
         .map(|p| p.settled)
 }
 
+/// Waits until `cond` holds; fails at once (not at the timeout) when the auditor task ended
+/// or a sink query failed: in these tests the sink is always up, so any error is a bug.
+async fn wait_decided(a: &Auditor, secs: u64, what: &str, cond: impl Fn(&Auditor) -> bool) {
+    a.wait_for(secs, what, |a| {
+        cond(a) || a.handle.is_finished() || sink_errors(a) > 0
+    })
+    .await;
+    assert!(
+        !a.handle.is_finished(),
+        "the auditor task ended while waiting for: {what}"
+    );
+    assert_eq!(
+        sink_errors(a),
+        0,
+        "a sink query failed while waiting for: {what}\nstatus: {:?}",
+        a.status.snapshot()
+    );
+}
+
 // ------------------------------------------------------------------------------ duplicates
 
 /// Guarantee 1 (a duplicate never hides a missing record). Ten records at offsets 0–9; the
@@ -160,11 +179,10 @@ async fn duplicates_scenario(strategy: &str) {
         "rows == records: 9 distinct + 1 copy"
     );
 
-    auditor
-        .wait_for(30, "every record decided (settled at 10)", |a| {
-            settled(a) == Some(10)
-        })
-        .await;
+    wait_decided(&auditor, 30, "every record decided (settled at 10)", |a| {
+        settled(a) == Some(10)
+    })
+    .await;
     // A few more rounds: nothing may change.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let gaps = api_gaps(&auditor).await;
@@ -370,9 +388,10 @@ async fn hostile_key_values_no_query_error_correct_verdicts() {
     let count_of = |r: &'static str| fates.iter().filter(|(_, f)| *f == Filtered(r)).count() as u64;
     assert_eq!(db.count(&table).await, written as i64);
 
-    auditor
-        .wait_for(40, "every record decided", |a| settled(a) == Some(n as i64))
-        .await;
+    wait_decided(&auditor, 40, "every record decided", |a| {
+        settled(a) == Some(n as i64)
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     assert_eq!(
@@ -384,7 +403,6 @@ async fn hostile_key_values_no_query_error_correct_verdicts() {
     assert_eq!(auditor.sink_up(), 1);
     let gaps = api_gaps(&auditor).await;
     let want = model_gaps(&fates);
-    eprintln!("DBG want {want:?}");
     assert_eq!(gap_tuples(&gaps), want, "{gaps:?}");
     assert_eq!(auditor.lost(&topic, 0), lost as u64);
     assert_eq!(auditor.confirmed(&topic, 0), written as u64);
@@ -412,8 +430,9 @@ async fn hostile_key_values_no_query_error_correct_verdicts() {
 
 /// Guarantee 4 (offset holes are never loss), for transaction commit markers. Twelve records
 /// are produced by a TRANSACTIONAL producer, three per transaction, one record per batch;
-/// each commit marker takes an offset that no consumer ever receives (on tansu: 3, 7, 11, 15
-/// — checked here from the acks and from the offsets the stand-in reads back). The pipeline
+/// each commit marker takes an offset that no consumer ever receives (on tansu: 3, 7 and 11
+/// between the records, 15 after the last — the holes are checked here from the acks and
+/// from the offsets the stand-in reads back, or the test would prove nothing). The pipeline
 /// writes every record. Expected: no gap, 12 confirmed, and the settled watermark past the
 /// last record. With `offset_columns`, a verifier that treated a range's offsets as
 /// contiguous (expected = last - first + 1) would find fewer distinct offsets than it
@@ -479,16 +498,14 @@ async fn transaction_markers_are_holes_not_loss() {
     let holes: Vec<i64> = (0..last).filter(|o| !acks.contains(o)).collect();
     assert_eq!(holes.len(), TXNS - 1, "one marker per commit: {acks:?}");
 
-    eprintln!("DBG acks {acks:?}");
     let read = run_pipeline_plan(&pipeline, &topic, 0, 0, n, &db, &table, |_| 1).await;
     assert_eq!(read, acks, "the stand-in reads exactly the acked offsets");
     assert_eq!(db.count(&table).await, n as i64);
 
-    auditor
-        .wait_for(30, "settled past the last record", |a| {
-            settled(a).is_some_and(|s| s > last)
-        })
-        .await;
+    wait_decided(&auditor, 30, "settled past the last record", |a| {
+        settled(a).is_some_and(|s| s > last)
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let gaps = api_gaps(&auditor).await;
     assert!(gaps.is_empty(), "markers reported as loss: {gaps:?}");
@@ -678,28 +695,32 @@ async fn pipeline_group_is_never_touched() {
         listen: "127.0.0.1:0",
     }))
     .await;
-    auditor
-        .wait_for(30, "all 6 confirmed via the pipeline's commits", |a| {
+    wait_decided(
+        &auditor,
+        30,
+        "all 6 confirmed via the pipeline's commits",
+        |a| {
             a.confirmed(&topic, 0) == 6
                 && a.status.snapshot().first().is_some_and(|s| {
                     s.partitions
                         .first()
                         .is_some_and(|p| p.pipeline_committed == Some(6))
                 })
-        })
-        .await;
-    // Positive control: the auditor's own group has its member, and the probe sees it.
+        },
+    )
+    .await;
+    // Several more rounds, looking at the pipeline group while the auditor polls it.
+    for round in 0..4 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        untouched(&format!("during the run, check {round}"));
+    }
+    // Positive control (the membership probe can fail): the auditor's own group has its member, and the probe sees it.
     let (own_state, own_members) = tokio::task::block_in_place(|| describe_group_raw(&own));
     assert_eq!(
         own_members.len(),
         1,
         "the auditor's own group (state {own_state})"
     );
-    // Several more rounds, looking at the pipeline group while the auditor polls it.
-    for round in 0..4 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        untouched(&format!("during the run, check {round}"));
-    }
     assert!(api_gaps(&auditor).await.is_empty());
     auditor.stop().await;
     untouched("after the auditor stopped");
