@@ -188,6 +188,7 @@ impl<V: Verifier> Audit<V> {
                 let offsets = self.revoke(&partitions).await;
                 let _ = reply.send(offsets);
             }
+            TailEvent::OffsetOutOfRange => self.out_of_range().await,
             TailEvent::Error(e) => {
                 tracing::warn!(audit = %self.cfg.name, error = %e, "kafka consumer error");
             }
@@ -239,6 +240,73 @@ impl<V: Verifier> Audit<V> {
                 }
             }
         }
+    }
+
+    /// A fetch position left the log. For each partition: below the log start means Kafka
+    /// deleted records the auditor never read — recorded as a gap of unknown size, then
+    /// reading resumes at the log start; beyond the log end means the topic was recreated or
+    /// truncated — the partition restarts at the log start. Every other partition is simply
+    /// re-positioned where its ledger stands (re-delivered records are ignored).
+    async fn out_of_range(&mut self) {
+        let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
+        let lookup = self.lookup.clone();
+        let marks = tokio::task::spawn_blocking(move || {
+            tps.into_iter()
+                .map(|tp| {
+                    let w = lookup.watermarks(&tp);
+                    (tp, w)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let now = now_ms();
+        let keyed = self.keyed();
+        let mut positions = Vec::new();
+        for (tp, w) in marks {
+            let Ok((low, high)) = w else {
+                tracing::warn!(%tp, "offset out of range, and the watermarks cannot be read; retrying on the next error");
+                continue;
+            };
+            let Some(part) = self.parts.get_mut(&tp) else {
+                continue;
+            };
+            let next = part.ledger.next_offset();
+            let seek = if next < low {
+                if let Some(g) = part.ledger.skipped_by_retention(next, low - 1, now) {
+                    self.record_deleted(&tp, &g);
+                }
+                low
+            } else if next > high {
+                tracing::error!(audit = %self.cfg.name, %tp, next, low, high,
+                    "the auditor's position is beyond the log end (topic recreated or truncated?): restarting the partition at the log start");
+                part.ledger = PartitionLedger::new(low, keyed);
+                low
+            } else {
+                next
+            };
+            positions.push((tp, seek));
+        }
+        self.persist().await;
+        let _ = self.commands.send(Command::Reposition(positions));
+    }
+
+    /// Reports offsets Kafka deleted before the auditor read them.
+    fn record_deleted(&mut self, tp: &TopicPartition, g: &GapRecord) {
+        tracing::error!(audit = %self.cfg.name, %tp, first = g.first, last = g.last,
+            "Kafka deleted offsets {}..={} before the auditor read them: recorded as a gap of unknown size", g.first, g.last);
+        // Counted as lost so the loss alert fires; the gap says its size is an upper bound
+        // (offsets may include holes or filtered records nobody can check any more).
+        self.metrics
+            .records_lost
+            .with_label_values(&[
+                self.cfg.name.as_str(),
+                tp.topic.as_str(),
+                &tp.partition.to_string(),
+            ])
+            .inc_by(g.missing);
+        let gap = self.to_gap(tp, g);
+        self.unsaved.insert(gap.id.clone(), gap);
     }
 
     /// Decides where each newly assigned partition starts: the store's settled watermark,
@@ -294,20 +362,7 @@ impl<V: Verifier> Audit<V> {
             if let Some((first, last)) = start.deleted
                 && let Some(g) = ledger.skipped_by_retention(first, last, now)
             {
-                tracing::error!(audit = %self.cfg.name, %tp, first, last,
-                    "Kafka deleted offsets {first}..={last} before the auditor read them: recorded as a gap of unknown size");
-                // Counted as lost so the loss alert fires; the gap says its size is an upper
-                // bound (offsets may include holes or filtered records nobody can check now).
-                self.metrics
-                    .records_lost
-                    .with_label_values(&[
-                        self.cfg.name.as_str(),
-                        tp.topic.as_str(),
-                        &tp.partition.to_string(),
-                    ])
-                    .inc_by(g.missing);
-                let gap = self.to_gap(&tp, &g);
-                self.unsaved.insert(gap.id.clone(), gap);
+                self.record_deleted(&tp, &g);
             }
             tracing::info!(audit = %self.cfg.name, %tp, offset = ledger.next_offset(), "partition assigned");
             out.push((tp.clone(), ledger.next_offset()));

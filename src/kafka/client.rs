@@ -30,6 +30,16 @@ pub fn consumer(kafka: &KafkaConfig, group: &str) -> ClientConfig {
     c
 }
 
+/// The tailing consumer's configuration: like [`consumer`], but an out-of-range position is
+/// an ERROR the audit handles, never a silent jump. A position falls out of range when Kafka
+/// retention deletes records the auditor has not read yet (it lagged or was paused); jumping
+/// to the log start would make the deleted records look like offset holes.
+pub fn tailing_consumer(kafka: &KafkaConfig, group: &str) -> ClientConfig {
+    let mut c = consumer(kafka, group);
+    c.set("auto.offset.reset", "error");
+    c
+}
+
 fn millis(d: std::time::Duration) -> String {
     d.as_millis().max(1).to_string()
 }

@@ -13,6 +13,7 @@ use crate::config::KafkaConfig;
 use crate::gap::{Offset, TopicPartition};
 use crate::record::{Decoder, Tag};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, Timestamp};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
@@ -65,6 +66,10 @@ pub enum TailEvent {
     },
     /// A consumer error worth surfacing (broker down, authorization...).
     Error(String),
+    /// A fetch position fell outside the log (retention deleted unread records, or the
+    /// topic was recreated). librdkafka does not say which partition: the audit checks all
+    /// of them against their watermarks and answers with [`Command::Seek`].
+    OffsetOutOfRange,
 }
 
 /// What the audit task asks of the tailing thread.
@@ -74,6 +79,11 @@ pub enum Command {
     Commit(Vec<(TopicPartition, Offset)>),
     /// Pause (true) or resume (false) every assigned partition (backpressure).
     Pause(bool),
+    /// Restart fetching of these partitions at these offsets (after
+    /// [`TailEvent::OffsetOutOfRange`]). librdkafka stops fetching a partition whose position
+    /// is out of range and refuses to seek it; re-assigning the same partitions with explicit
+    /// offsets restarts their fetchers without leaving the group.
+    Reposition(Vec<(TopicPartition, Offset)>),
 }
 
 /// (log start, log end) per partition as last learnt by librdkafka while fetching.
@@ -214,6 +224,29 @@ fn commit(consumer: &BaseConsumer<TailContext>, offsets: &[(TopicPartition, Offs
     }
 }
 
+fn reposition(consumer: &BaseConsumer<TailContext>, offsets: &[(TopicPartition, Offset)]) {
+    let mut tpl = TopicPartitionList::new();
+    for (tp, o) in offsets {
+        if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::Offset(*o)) {
+            tracing::error!(%tp, error = %e, "cannot build the new position");
+        }
+    }
+    let r = if matches!(
+        consumer.rebalance_protocol(),
+        RebalanceProtocol::Cooperative
+    ) {
+        consumer
+            .incremental_unassign(&tpl)
+            .and_then(|_| consumer.incremental_assign(&tpl))
+    } else {
+        // Same partitions as owned (the audit sends every assigned one): only positions change.
+        consumer.assign(&tpl)
+    };
+    if let Err(e) = r {
+        tracing::error!(error = %e, "re-positioning the consumer failed");
+    }
+}
+
 /// The running tailing thread.
 pub struct TailHandle {
     /// Events for the audit task.
@@ -252,7 +285,7 @@ pub fn start(
     let (ctx_tx, ctx_rx) = std::sync::mpsc::channel::<Command>();
     let watermarks: Watermarks = Arc::default();
     let stopping = Arc::new(AtomicBool::new(false));
-    let mut cfg = client::consumer(kafka, group);
+    let mut cfg = client::tailing_consumer(kafka, group);
     cfg.set(
         "statistics.interval.ms",
         kafka.statistics_interval.as_millis().max(100).to_string(),
@@ -308,6 +341,12 @@ fn poll_loop(
                     }
                 }
                 Command::Pause(_) => {}
+                Command::Reposition(offsets) => {
+                    reposition(&consumer, &offsets);
+                    if paused && let Ok(a) = consumer.assignment() {
+                        let _ = consumer.pause(&a);
+                    }
+                }
             }
         }
         match consumer.poll(Duration::from_millis(100)) {
@@ -351,10 +390,13 @@ fn poll_loop(
                     break;
                 }
                 oldest = None;
-                let _ = consumer
-                    .context()
-                    .events
-                    .blocking_send(TailEvent::Error(e.to_string()));
+                let event = match e {
+                    KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset) => {
+                        TailEvent::OffsetOutOfRange
+                    }
+                    e => TailEvent::Error(e.to_string()),
+                };
+                let _ = consumer.context().events.blocking_send(event);
             }
             None => {
                 if !consumer.context().flush() {
