@@ -76,7 +76,7 @@ struct Audit<V> {
     acknowledged: std::collections::HashSet<String>,
     commands: std::sync::mpsc::Sender<Command>,
     lookup_watermarks: crate::kafka::Watermarks,
-    paused: bool,
+    flow: Arc<crate::kafka::tail::Flow>,
     sink_state: SinkState,
     sink_error: Option<String>,
     last_sink_ok: Option<DateTime<Utc>>,
@@ -107,8 +107,14 @@ pub async fn run<V: Verifier + 'static>(
         )),
         None => None,
     };
-    let mut tail: TailHandle = kafka::tail::start(&kafka, &group, &config.topics, decoder)
-        .context("starting the Kafka consumer")?;
+    let mut tail: TailHandle = kafka::tail::start(
+        &kafka,
+        &group,
+        &config.topics,
+        decoder,
+        config.max_pending as u64,
+    )
+    .context("starting the Kafka consumer")?;
     let limits = Limits::from_batch_size(config.batch_size);
     let key_capacity = config.max_pending.min(1_000_000);
     let mut a = Audit {
@@ -123,7 +129,7 @@ pub async fn run<V: Verifier + 'static>(
         acknowledged: Default::default(),
         commands: tail.commands.clone(),
         lookup_watermarks: tail.watermarks.clone(),
-        paused: false,
+        flow: tail.flow.clone(),
         sink_state: SinkState::Unknown,
         sink_error: None,
         last_sink_ok: None,
@@ -179,7 +185,12 @@ impl<V: Verifier> Audit<V> {
 
     async fn on_event(&mut self, ev: TailEvent) {
         match ev {
-            TailEvent::Records(batch) => self.ingest(batch),
+            TailEvent::Records(batch) => {
+                let n = batch.len() as u64;
+                self.ingest(batch);
+                self.flow.ingested(n);
+                self.update_flow();
+            }
             TailEvent::Assigned { partitions, reply } => {
                 let starts = self.assign(partitions).await;
                 let _ = reply.send(starts);
@@ -480,7 +491,7 @@ impl<V: Verifier> Audit<V> {
         if self.persist().await {
             self.commit_settled();
         }
-        self.backpressure();
+        self.update_flow();
         self.refresh_acknowledged().await;
         self.publish();
     }
@@ -653,23 +664,10 @@ impl<V: Verifier> Audit<V> {
         let _ = self.commands.send(Command::Commit(offsets));
     }
 
-    fn backpressure(&mut self) {
-        let pending: u64 = self.parts.values().map(|p| p.ledger.pending()).sum();
-        let max = self.cfg.max_pending as u64;
-        let pause = if self.paused {
-            pending > max * 9 / 10
-        } else {
-            pending >= max
-        };
-        if pause != self.paused {
-            self.paused = pause;
-            if pause {
-                tracing::warn!(audit = %self.cfg.name, pending, max_pending = max, "pending records at max_pending: consumption paused until verification catches up");
-            } else {
-                tracing::info!(audit = %self.cfg.name, pending, "consumption resumed");
-            }
-            let _ = self.commands.send(Command::Pause(pause));
-        }
+    /// Tells the tailing thread how many records are undecided (it pauses at max_pending).
+    fn update_flow(&self) {
+        self.flow
+            .set_pending(self.parts.values().map(|p| p.ledger.pending()).sum());
     }
 
     async fn poll_pipeline(&mut self) {
@@ -757,7 +755,7 @@ impl<V: Verifier> Audit<V> {
                 log_start: part.log.map(|(s, _)| s).filter(|s| *s >= 0),
                 pending: led.pending(),
                 missing: led.missing(),
-                paused: self.paused,
+                paused: self.flow.is_paused(),
             });
         }
         self.status.update(AuditStatus {

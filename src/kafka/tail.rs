@@ -19,7 +19,7 @@ use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset as KOffset, TopicPartitionList};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -77,13 +77,68 @@ pub enum TailEvent {
 pub enum Command {
     /// Commit these offsets for the auditor's own group.
     Commit(Vec<(TopicPartition, Offset)>),
-    /// Pause (true) or resume (false) every assigned partition (backpressure).
-    Pause(bool),
     /// Restart fetching of these partitions at these offsets (after
     /// [`TailEvent::OffsetOutOfRange`]). librdkafka stops fetching a partition whose position
     /// is out of range and refuses to seek it; re-assigning the same partitions with explicit
     /// offsets restarts their fetchers without leaving the group.
     Reposition(Vec<(TopicPartition, Offset)>),
+}
+
+/// Backpressure between the audit task and the tailing thread. The thread pauses every
+/// assigned partition as soon as undecided records (in the ledger, or read and not yet
+/// ingested) reach `max_pending`, and resumes below 90 % of it: pending memory is capped by
+/// configuration, and nothing is dropped (paused partitions resume where they stopped).
+#[derive(Debug)]
+pub struct Flow {
+    max: u64,
+    pending: AtomicU64,
+    in_flight: AtomicU64,
+    paused: AtomicBool,
+}
+
+impl Flow {
+    /// A flow capped at `max_pending` records.
+    pub fn new(max_pending: u64) -> Self {
+        Self {
+            max: max_pending.max(1),
+            pending: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            paused: AtomicBool::new(false),
+        }
+    }
+
+    /// The audit ingested `n` records handed over by the thread.
+    pub fn ingested(&self, n: u64) {
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+
+    /// The ledger now holds `n` undecided records.
+    pub fn set_pending(&self, n: u64) {
+        self.pending.store(n, Ordering::Release);
+    }
+
+    /// Records not yet decided, counting those in transit.
+    pub fn load(&self) -> u64 {
+        self.pending.load(Ordering::Acquire) + self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Whether consumption is paused right now.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
+    }
+
+    fn want_pause(&self, paused: bool) -> bool {
+        let load = self.load();
+        if paused {
+            load > self.max / 10 * 9
+        } else {
+            load >= self.max
+        }
+    }
 }
 
 /// (log start, log end) per partition as last learnt by librdkafka while fetching.
@@ -94,6 +149,8 @@ struct TailContext {
     batch: Mutex<Vec<Tagged>>,
     watermarks: Watermarks,
     stopping: Arc<AtomicBool>,
+    /// Bumped by every rebalance, so a paused thread re-pauses newly assigned partitions.
+    generation: AtomicU64,
 }
 
 impl TailContext {
@@ -167,6 +224,7 @@ impl ConsumerContext for TailContext {
         // Records fetched before the rebalance go first, so the audit task sees them before
         // it settles or forgets their partitions.
         let alive = self.flush();
+        self.generation.fetch_add(1, Ordering::AcqRel);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let answer = if self.stopping.load(Ordering::SeqCst) {
@@ -255,6 +313,8 @@ pub struct TailHandle {
     pub commands: std::sync::mpsc::Sender<Command>,
     /// Watermarks learnt from librdkafka statistics.
     pub watermarks: Watermarks,
+    /// Backpressure shared with the thread.
+    pub flow: Arc<Flow>,
     stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -274,17 +334,20 @@ impl TailHandle {
     }
 }
 
-/// Starts tailing `topics` with `group`, decoding with `decoder`.
+/// Starts tailing `topics` with `group`, decoding with `decoder`, pausing at `max_pending`
+/// undecided records.
 pub fn start(
     kafka: &KafkaConfig,
     group: &str,
     topics: &[String],
     decoder: Decoder,
+    max_pending: u64,
 ) -> Result<TailHandle, rdkafka::error::KafkaError> {
-    let (tx, rx) = mpsc::channel(64);
+    let (tx, rx) = mpsc::channel(16);
     let (ctx_tx, ctx_rx) = std::sync::mpsc::channel::<Command>();
     let watermarks: Watermarks = Arc::default();
     let stopping = Arc::new(AtomicBool::new(false));
+    let flow = Arc::new(Flow::new(max_pending));
     let mut cfg = client::tailing_consumer(kafka, group);
     cfg.set(
         "statistics.interval.ms",
@@ -295,124 +358,182 @@ pub fn start(
         batch: Mutex::new(Vec::with_capacity(BATCH)),
         watermarks: watermarks.clone(),
         stopping: stopping.clone(),
+        generation: AtomicU64::new(0),
     };
     let consumer: BaseConsumer<TailContext> = cfg.create_with_context(ctx)?;
     let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer.subscribe(&refs)?;
-    let stop = stopping.clone();
+    let tail = Tail {
+        consumer,
+        decoder,
+        commands: ctx_rx,
+        stopping: stopping.clone(),
+        flow: flow.clone(),
+        topics: HashMap::new(),
+        batch_started: None,
+        paused: None,
+    };
     let thread = std::thread::Builder::new()
         .name(format!("tail-{group}"))
-        .spawn(move || poll_loop(consumer, decoder, ctx_rx, stop))
+        .spawn(move || tail.run())
         .map_err(|e| rdkafka::error::KafkaError::ClientCreation(e.to_string()))?;
     Ok(TailHandle {
         events: rx,
         commands: ctx_tx,
         watermarks,
+        flow,
         stopping,
         thread: Some(thread),
     })
 }
 
-fn poll_loop(
+/// The state of the tailing thread.
+struct Tail {
     consumer: BaseConsumer<TailContext>,
     decoder: Decoder,
     commands: std::sync::mpsc::Receiver<Command>,
     stopping: Arc<AtomicBool>,
-) {
-    let mut topics: HashMap<String, Arc<str>> = HashMap::new();
-    let mut oldest: Option<Instant> = None;
-    let mut paused = false;
-    while !stopping.load(Ordering::SeqCst) {
-        while let Ok(cmd) = commands.try_recv() {
+    flow: Arc<Flow>,
+    topics: HashMap<String, Arc<str>>,
+    batch_started: Option<Instant>,
+    /// `Some(generation)` while paused: the rebalance generation the pause was applied to.
+    paused: Option<u64>,
+}
+
+impl Tail {
+    fn run(mut self) {
+        while !self.stopping.load(Ordering::SeqCst) {
+            self.serve_commands();
+            self.apply_backpressure();
+            let polled = self.consumer.poll(Duration::from_millis(100));
+            let keep_going = match polled {
+                Some(Ok(m)) => {
+                    let tagged = tag(&mut self.topics, &self.decoder, &m);
+                    drop(m);
+                    self.push(tagged)
+                }
+                Some(Err(e)) => self.flush() && self.report(e),
+                None => self.flush(),
+            };
+            if !keep_going {
+                break;
+            }
+        }
+        // Flush what was read, then leave the group: closing revokes the partitions through
+        // the rebalance callback, whose answer carries the final settled offsets to commit.
+        self.flush();
+        if let Err(e) = self.consumer.unsubscribe_and_close() {
+            tracing::debug!(error = %e, "consumer close");
+        }
+    }
+
+    fn serve_commands(&mut self) {
+        while let Ok(cmd) = self.commands.try_recv() {
             match cmd {
-                Command::Commit(offsets) => commit(&consumer, &offsets),
-                Command::Pause(p) if p != paused => {
-                    if let Ok(a) = consumer.assignment() {
-                        let r = if p {
-                            consumer.pause(&a)
-                        } else {
-                            consumer.resume(&a)
-                        };
-                        if let Err(e) = r {
-                            tracing::warn!(error = %e, "pause/resume failed");
-                        } else {
-                            paused = p;
-                        }
-                    }
-                }
-                Command::Pause(_) => {}
+                Command::Commit(offsets) => commit(&self.consumer, &offsets),
                 Command::Reposition(offsets) => {
-                    reposition(&consumer, &offsets);
-                    if paused && let Ok(a) = consumer.assignment() {
-                        let _ = consumer.pause(&a);
+                    reposition(&self.consumer, &offsets);
+                    // Re-assigned partitions start unpaused: re-apply on the next check.
+                    if self.paused.is_some() {
+                        self.paused = Some(u64::MAX);
                     }
                 }
             }
         }
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => {
-                let topic = match topics.get(m.topic()) {
-                    Some(t) => t.clone(),
-                    None => {
-                        let t: Arc<str> = Arc::from(m.topic());
-                        topics.insert(m.topic().to_string(), t.clone());
-                        t
-                    }
-                };
-                let timestamp_ms = match m.timestamp() {
-                    Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
-                    _ => None,
-                };
-                let tagged = Tagged {
-                    topic,
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    timestamp_ms,
-                    tag: decoder.tag(m.payload()),
-                };
-                let full = match consumer.context().batch.lock() {
-                    Ok(mut b) => {
-                        b.push(tagged);
-                        b.len() >= BATCH
-                    }
-                    Err(_) => true,
-                };
-                let started = *oldest.get_or_insert_with(Instant::now);
-                if (full || started.elapsed() >= BATCH_AGE) && !consumer.context().flush() {
-                    break;
+    }
+
+    /// Pauses every assigned partition while the flow is at its cap (re-applied after a
+    /// rebalance), resumes below it.
+    fn apply_backpressure(&mut self) {
+        let want = self.flow.want_pause(self.paused.is_some());
+        let generation = self.consumer.context().generation.load(Ordering::Acquire);
+        if want == self.paused.is_some() && (!want || self.paused == Some(generation)) {
+            return;
+        }
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
+        let r = if want {
+            self.consumer.pause(&assignment)
+        } else {
+            self.consumer.resume(&assignment)
+        };
+        match r {
+            Ok(()) => {
+                if want && self.paused.is_none() {
+                    tracing::warn!(
+                        undecided = self.flow.load(),
+                        max_pending = self.flow.max,
+                        "max_pending reached: consumption paused until verification catches up"
+                    );
+                } else if !want {
+                    tracing::info!(undecided = self.flow.load(), "consumption resumed");
                 }
-                if full || started.elapsed() >= BATCH_AGE {
-                    oldest = None;
-                }
+                self.paused = want.then_some(generation);
+                self.flow.paused.store(want, Ordering::Release);
             }
-            Some(Err(e)) => {
-                if !consumer.context().flush() {
-                    break;
-                }
-                oldest = None;
-                let event = match e {
-                    KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset) => {
-                        TailEvent::OffsetOutOfRange
-                    }
-                    e => TailEvent::Error(e.to_string()),
-                };
-                let _ = consumer.context().events.blocking_send(event);
-            }
-            None => {
-                if !consumer.context().flush() {
-                    break;
-                }
-                oldest = None;
-            }
+            Err(e) => tracing::warn!(error = %e, "pause/resume failed"),
         }
     }
-    // Flush what was read, then leave the group: closing revokes the partitions through
-    // the rebalance callback, whose answer carries the final settled offsets to commit.
-    consumer.context().flush();
-    if let Err(e) = consumer.unsubscribe_and_close() {
-        tracing::debug!(error = %e, "consumer close");
+
+    /// Adds a record to the batch; sends the batch when full or old. False: audit gone.
+    fn push(&mut self, tagged: Tagged) -> bool {
+        self.flow.in_flight.fetch_add(1, Ordering::AcqRel);
+        let full = match self.consumer.context().batch.lock() {
+            Ok(mut b) => {
+                b.push(tagged);
+                b.len() >= BATCH
+            }
+            Err(_) => true,
+        };
+        let started = *self.batch_started.get_or_insert_with(Instant::now);
+        if full || started.elapsed() >= BATCH_AGE {
+            return self.flush();
+        }
+        true
     }
-    drop(consumer);
+
+    fn flush(&mut self) -> bool {
+        self.batch_started = None;
+        self.consumer.context().flush()
+    }
+
+    fn report(&self, e: KafkaError) -> bool {
+        let event = match e {
+            KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset) => {
+                TailEvent::OffsetOutOfRange
+            }
+            e => TailEvent::Error(e.to_string()),
+        };
+        self.consumer.context().events.blocking_send(event).is_ok()
+    }
+}
+
+/// Decodes and tags one message; the topic name is interned.
+fn tag(
+    topics: &mut HashMap<String, Arc<str>>,
+    decoder: &Decoder,
+    m: &rdkafka::message::BorrowedMessage<'_>,
+) -> Tagged {
+    let topic = match topics.get(m.topic()) {
+        Some(t) => t.clone(),
+        None => {
+            let t: Arc<str> = Arc::from(m.topic());
+            topics.insert(m.topic().to_string(), t.clone());
+            t
+        }
+    };
+    let timestamp_ms = match m.timestamp() {
+        Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
+        _ => None,
+    };
+    Tagged {
+        topic,
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp_ms,
+        tag: decoder.tag(m.payload()),
+    }
 }
 
 trait CloseExt {
