@@ -219,23 +219,30 @@ impl<V: Verifier> Audit<V> {
                 tracing::debug!(topic = %r.topic, partition = r.partition, offset = r.offset, "record of an unassigned partition ignored");
                 continue;
             };
+            let reason = match &r.tag {
+                Tag::Expected { .. } => None,
+                Tag::Filtered(reason) => Some(*reason),
+            };
+            let observed = match r.tag {
+                Tag::Expected { key } => Observed::Expected { key },
+                Tag::Filtered(_) => Observed::Filtered,
+            };
+            // A record delivered again after a re-positioning is not counted twice.
+            if !part.ledger.ingest(r.offset, r.timestamp_ms, observed, now) {
+                continue;
+            }
             let c = counts.entry((r.topic.clone(), r.partition)).or_default();
             c[0] += 1;
-            let observed = match r.tag {
-                Tag::Expected { key } => {
-                    c[1] += 1;
-                    Observed::Expected { key }
-                }
-                Tag::Filtered(reason) => {
+            match reason {
+                None => c[1] += 1,
+                Some(reason) => {
                     let i = crate::record::FilterReason::ALL
                         .iter()
                         .position(|x| *x == reason)
                         .unwrap_or(0);
                     c[2 + i] += 1;
-                    Observed::Filtered
                 }
-            };
-            part.ledger.ingest(r.offset, r.timestamp_ms, observed, now);
+            }
         }
         for ((topic, p), c) in counts {
             let p = p.to_string();
