@@ -1,66 +1,35 @@
 //! Behaviour that needs a broker with exact watermarks and retention: librdkafka's mock
 //! cluster (`rdkafka::mocking`), which deletes a partition's oldest records once it holds
-//! more than ~5 MiB — tansu's memory storage never deletes anything. No external service.
+//! more than ~5 MiB — tansu's memory storage never deletes anything — and exact control of
+//! backpressure. No external service.
 
-use gap_auditor::app::{self, AnySink};
-use gap_auditor::config::Config;
+#[path = "it/support.rs"]
+mod support;
+
+use gap_auditor::app::AnySink;
 use gap_auditor::gap::GapState;
-use gap_auditor::metrics::Metrics;
 use gap_auditor::sink::memory::MemorySink;
-use gap_auditor::status::StatusBoard;
-use gap_auditor::store::{GapFilter, PartitionProgress, StateFilter, Store};
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use gap_auditor::store::{PartitionProgress, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
+use support::{Auditor, MockKafka};
 
 /// The auditor stopped at offset 0 long ago; meanwhile Kafka retention deleted the start of
 /// the partition. On restart it must report the deleted range as a gap of unknown size
 /// (state `unrecoverable`, counted as lost), never skip it silently.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resume_below_log_start_is_an_unknown_size_gap() {
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    cluster.create_topic("t", 1, 1).expect("topic");
-    let brokers = cluster.bootstrap_servers();
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer");
-    let payload = "x".repeat(1024);
-    for _ in 0..8_000 {
-        loop {
-            match producer.send(
-                BaseRecord::<(), str>::to("t")
-                    .partition(0)
-                    .payload(&payload),
-            ) {
-                Ok(()) => break,
-                Err((_, _)) => {
-                    producer.poll(Duration::from_millis(10));
-                }
-            }
-        }
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
-    let probe: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .expect("probe");
-    let (low, high) = probe
-        .fetch_watermarks("t", 0, Duration::from_secs(5))
-        .expect("watermarks");
+    let kafka = MockKafka::new();
+    kafka.produce(8_000, &"x".repeat(1024));
+    let (low, high) = kafka.watermarks();
     assert!(
         low > 0,
         "the mock cluster must have deleted old records (low={low}, high={high})"
     );
 
     let state = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(Store::open(state.path()).expect("store"));
-    store
+    Store::open(state.path())
+        .expect("store")
         .commit_round(
             "a",
             &[],
@@ -73,69 +42,134 @@ async fn resume_below_log_start_is_an_unknown_size_gap() {
             }],
         )
         .expect("seed progress");
-    let config = Config::from_toml_str(&format!(
-        r#"
-[kafka]
-brokers = "{brokers}"
-session_timeout = "6s"
-heartbeat_interval = "500ms"
-[state]
-path = "{}"
-[[audits]]
-name = "a"
-topics = ["t"]
-grace = "1s"
-verify_interval = "500ms"
-[audits.record]
-format = "raw"
-[audits.match]
-strategy = "offset_columns"
-[audits.sink]
-kind = "mysql"
-url = "mysql://u@127.0.0.1:1/db"
-table = "x"
-"#,
-        state.path().display()
-    ))
-    .expect("config");
-    let metrics = Arc::new(Metrics::new());
-    let cancel = CancellationToken::new();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let task = tokio::spawn(app::run_with(
-        config,
-        vec![AnySink::Memory(Arc::new(MemorySink::new()))],
-        store.clone(),
-        metrics.clone(),
-        StatusBoard::new(),
-        listener,
-        cancel.clone(),
-    ));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let gaps = loop {
-        let gaps = store
-            .list_gaps(&GapFilter {
-                state: StateFilter::All,
-                audit: None,
-            })
-            .expect("gaps");
-        if !gaps.is_empty() {
-            break gaps;
-        }
-        assert!(Instant::now() < deadline, "no gap for the deleted range");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let lost = metrics
-        .records_lost
-        .with_label_values(&["a", "t", "0"])
-        .get();
-    cancel.cancel();
-    task.await.expect("join").expect("auditor");
+    let config = kafka.config(
+        state.path(),
+        "",
+        "grace = \"1s\"\nverify_interval = \"500ms\"",
+    );
+    let auditor = Auditor::start_with(config, AnySink::Memory(Arc::new(MemorySink::new()))).await;
+    auditor
+        .wait_for(30, "a gap for the deleted range", |a| {
+            !a.stored_gaps().is_empty()
+        })
+        .await;
+    let gaps = auditor.stored_gaps();
+    let lost = auditor.lost("t", 0);
+    auditor.stop().await;
     assert_eq!(gaps.len(), 1);
     let g = &gaps[0];
     assert_eq!((g.first_offset, g.last_offset), (0, low - 1));
     assert!(!g.size_known);
     assert_eq!(g.state, GapState::Unrecoverable);
     assert_eq!(lost, low as u64, "counted as lost so the loss alert fires");
+}
+
+fn paused(a: &Auditor) -> bool {
+    a.status
+        .snapshot()
+        .first()
+        .is_some_and(|s| s.partitions.iter().any(|p| p.paused))
+}
+
+/// Retention racing a lagging auditor. The auditor is paused by backpressure
+/// (`max_pending`) while Kafka deletes records it has not read. When it resumes, its fetch
+/// position is below the log start: the deleted range must become ONE gap of unknown size
+/// (`unrecoverable`, counted as lost), never offset holes, and reading must continue at the
+/// log start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_deleted_while_paused_are_an_unknown_size_gap_not_holes() {
+    let kafka = MockKafka::new();
+    // Every offset is "in the sink": the only loss is what retention deletes unread.
+    let sink = Arc::new(MemorySink::new());
+    for o in 0..20_000 {
+        sink.insert_offset("t", 0, o);
+    }
+    let state = tempfile::tempdir().expect("tempdir");
+    let config = kafka.config(
+        state.path(),
+        "start = \"earliest\"",
+        "grace = \"4s\"\nverify_interval = \"250ms\"\nbatch_size = 50\nmax_pending = 100",
+    );
+    let auditor = Auditor::start_with(config, AnySink::Memory(sink)).await;
+    kafka.produce(200, "small record");
+    auditor.wait_for(30, "paused at max_pending", paused).await;
+    assert_eq!(
+        auditor.consumed("t", 0),
+        100,
+        "paused exactly at max_pending"
+    );
+    // While it is paused (records not due before 4 s), retention deletes past offset 200:
+    // 100..200 were produced before the pause but never read; they are part of the loss.
+    kafka.produce(8_000, &"x".repeat(1024));
+    let (low, _) = kafka.watermarks();
+    assert!(
+        low > 200,
+        "the mock must have deleted unread records (low={low})"
+    );
+    // Paused at 100 undecided records, the auditor confirms about 100 records per grace
+    // period: 300 confirmed means it resumed AT the log start and kept verifying from there.
+    auditor
+        .wait_for(60, "300 confirmed", |a| a.confirmed("t", 0) >= 300)
+        .await;
+    let consumed_at = auditor.status.snapshot()[0].partitions[0].consumed;
+    assert!(consumed_at > low, "reading continued at the log start");
+    let lost = auditor.lost("t", 0);
+    let gaps = auditor.stored_gaps();
+    auditor.stop().await;
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    let g = &gaps[0];
+    assert_eq!((g.first_offset, g.last_offset), (100, low - 1));
+    assert!(!g.size_known);
+    assert_eq!(g.state, GapState::Unrecoverable);
+    assert_eq!(lost, (low - 100) as u64);
+}
+
+/// SPEC guarantee 6: pending state is capped by `max_pending`; above it consumption
+/// pauses, and nothing is dropped — every record is verified once the backlog drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pending_is_capped_by_max_pending_and_nothing_is_dropped() {
+    const N: u64 = 2_000;
+    const MAX: u64 = 500;
+    let kafka = MockKafka::new();
+    kafka.produce(N as usize, "r");
+    let sink = Arc::new(MemorySink::new());
+    for o in 0..N as i64 {
+        sink.insert_offset("t", 0, o);
+    }
+    let state = tempfile::tempdir().expect("tempdir");
+    let config = kafka.config(
+        state.path(),
+        "start = \"earliest\"",
+        &format!(
+            "grace = \"3s\"\nverify_interval = \"200ms\"\nbatch_size = 100\nmax_pending = {MAX}"
+        ),
+    );
+    let auditor = Auditor::start_with(config, AnySink::Memory(sink)).await;
+    auditor
+        .wait_for(30, "assigned", |a| a.consumed("t", 0) > 0)
+        .await;
+    // Until the first records are due (3 s after they were read) nothing is decided, so
+    // everything consumed is pending.
+    let mut saw_pause = false;
+    let mut peak = 0;
+    let until = Instant::now() + Duration::from_millis(2_000);
+    while Instant::now() < until {
+        assert_eq!(auditor.confirmed("t", 0), 0, "nothing is due yet");
+        let consumed = auditor.consumed("t", 0);
+        peak = peak.max(consumed);
+        assert!(
+            consumed <= MAX,
+            "pending {consumed} above max_pending {MAX}"
+        );
+        saw_pause |= paused(&auditor);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(peak, MAX, "consumption stops exactly at the cap");
+    assert!(saw_pause, "status shows the pause");
+    auditor
+        .wait_for(90, "every record verified", |a| a.confirmed("t", 0) == N)
+        .await;
+    assert_eq!(auditor.consumed("t", 0), N);
+    assert_eq!(auditor.lost("t", 0), 0, "nothing dropped, nothing lost");
+    auditor.stop().await;
 }

@@ -9,135 +9,15 @@
 //! offset each.
 
 use crate::support::*;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::Message;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const AUDIT: &str = "dns_logs";
-
-/// The pipeline stand-in of `support::run_pipeline`, with a plan: for each record it reads it
-/// writes `copies(offset)` rows (0 = the pipeline loses it, 2 = a duplicate), then commits
-/// offset+1 (so the group passes lost records too, as a real lossy pipeline does). Stops after
-/// `count` records; returns the offsets it read, in order. Uses assign(): it never joins the
-/// group, so the group has committed offsets but no member.
-#[allow(clippy::too_many_arguments)]
-async fn run_pipeline_plan(
-    group: &str,
-    topic: &str,
-    partition: i32,
-    start: i64,
-    count: usize,
-    db: &Db,
-    table: &str,
-    copies: impl Fn(i64) -> usize,
-) -> Vec<i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", kafka())
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .expect("pipeline consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, KOffset::Offset(start))
-        .expect("tpl");
-    consumer.assign(&tpl).expect("assign");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = Vec::new();
-    while seen.len() < count {
-        assert!(
-            Instant::now() < deadline,
-            "pipeline stand-in read only {}/{count} records: {seen:?}",
-            seen.len()
-        );
-        let msg = consumer.poll(Duration::from_millis(50)).map(|m| {
-            let m = m.expect("pipeline poll");
-            (m.payload().map(<[u8]>::to_vec), m.offset())
-        });
-        let Some((payload, offset)) = msg else {
-            tokio::task::yield_now().await;
-            continue;
-        };
-        if let Some(p) = payload {
-            for _ in 0..copies(offset) {
-                db.insert_line(table, &p, partition, offset).await;
-            }
-        }
-        let mut c = TopicPartitionList::new();
-        c.add_partition_offset(topic, partition, KOffset::Offset(offset + 1))
-            .expect("tpl");
-        consumer
-            .commit(&c, CommitMode::Sync)
-            .expect("pipeline commit");
-        seen.push(offset);
-    }
-    seen
-}
-
-/// An auditor on one topic/table with the pipeline group set, 2 s grace, 500 ms rounds.
-async fn start_auditor(
-    topic: &str,
-    table: &str,
-    pipeline: &str,
-    strategy: &str,
-    state: &tempfile::TempDir,
-) -> Auditor {
-    let group = unique("auditor");
-    Auditor::start(&config_toml(&AuditSpec {
-        topic,
-        table,
-        pipeline_group: Some(pipeline),
-        strategy,
-        grace: "2s",
-        verify_interval: "500ms",
-        state_dir: state.path(),
-        group: &group,
-        listen: "127.0.0.1:0",
-    }))
-    .await
-}
-
-fn filtered(a: &Auditor, topic: &str, reason: &str) -> u64 {
-    a.metrics
-        .records_filtered
-        .with_label_values(&[AUDIT, topic, "0", reason])
-        .get()
-}
-
-fn sink_errors(a: &Auditor) -> u64 {
-    a.metrics
-        .sink_queries
-        .with_label_values(&[AUDIT, "error"])
-        .get()
-}
-
-fn settled(a: &Auditor) -> Option<i64> {
-    a.status
-        .snapshot()
-        .first()
-        .and_then(|s| s.partitions.first())
-        .map(|p| p.settled)
-}
-
-/// Waits until `cond` holds; fails at once (not at the timeout) when the auditor task ended
-/// or a sink query failed: in these tests the sink is always up, so any error is a bug.
-async fn wait_decided(a: &Auditor, secs: u64, what: &str, cond: impl Fn(&Auditor) -> bool) {
-    a.wait_for(secs, what, |a| {
-        cond(a) || a.handle.is_finished() || sink_errors(a) > 0
-    })
-    .await;
-    assert!(
-        !a.handle.is_finished(),
-        "the auditor task ended while waiting for: {what}"
-    );
-    assert_eq!(
-        sink_errors(a),
-        0,
-        "a sink query failed while waiting for: {what}\nstatus: {:?}",
-        a.status.snapshot()
-    );
+/// The pipeline stand-in of a scenario, failing after 30 s. It commits every record it reads,
+/// including those it loses (`copies` 0), as a real lossy pipeline does.
+fn stand_in(s: &Scenario) -> Pipeline<'static> {
+    s.pipeline().deadline(Duration::from_secs(30))
 }
 
 // ------------------------------------------------------------------------------ duplicates
@@ -154,46 +34,40 @@ async fn wait_decided(a: &Auditor, secs: u64, what: &str, cond: impl Fn(&Auditor
 async fn duplicates_scenario(strategy: &str) {
     const LOST: i64 = 4;
     const DOUBLED: i64 = 6;
-    let topic = unique("dup");
-    let table = unique("dup_t");
-    let pipeline = unique("dup_pipeline");
-    let state = tempfile::tempdir().expect("tempdir");
-    create_topic(&topic, 1).await;
-    let db = Db::new();
-    db.create_dns_table(&table).await;
-    let auditor = start_auditor(&topic, &table, &pipeline, strategy, &state).await;
+    let s = Scenario::new("dup").await;
+    let topic = &s.topic;
+    let auditor = s.start_auditor(strategy, "2s", "500ms").await;
 
-    let lines: Vec<String> = (0..10).map(dns_line).collect();
-    let acks = TestProducer::new(&topic).send_all(0, &lines).await;
+    let acks = s.send(&dns_lines(0..10)).await;
     assert_eq!(acks, (0..10).collect::<Vec<i64>>());
-    let read = run_pipeline_plan(&pipeline, &topic, 0, 0, 10, &db, &table, |o| match o {
-        LOST => 0,
-        DOUBLED => 2,
-        _ => 1,
-    })
-    .await;
+    let read = stand_in(&s)
+        .records(10)
+        .copies(|o| match o {
+            LOST => 0,
+            DOUBLED => 2,
+            _ => 1,
+        })
+        .run()
+        .await;
     assert_eq!(read, acks);
-    assert_eq!(
-        db.count(&table).await,
-        10,
-        "rows == records: 9 distinct + 1 copy"
-    );
+    assert_eq!(s.rows().await, 10, "rows == records: 9 distinct + 1 copy");
 
-    wait_decided(&auditor, 30, "every record decided (settled at 10)", |a| {
-        settled(a) == Some(10)
-    })
-    .await;
+    auditor
+        .wait_decided(30, "every record decided (settled at 10)", |a| {
+            a.settled() == Some(10)
+        })
+        .await;
     // A few more rounds: nothing may change.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let gaps = api_gaps(&auditor).await;
     assert_eq!(gap_tuples(&gaps), vec![(0, LOST, LOST, 1)], "{gaps:?}");
     assert_eq!(gaps[0]["state"], "open");
-    assert_eq!(auditor.lost(&topic, 0), 1);
-    assert_eq!(auditor.confirmed(&topic, 0), 9);
-    let dups = auditor.counter(&auditor.metrics.records_duplicated, &topic, 0);
+    assert_eq!(auditor.lost(topic, 0), 1);
+    assert_eq!(auditor.confirmed(topic, 0), 9);
+    let dups = auditor.duplicated(topic, 0);
     assert!(dups >= 1, "the extra copy of offset {DOUBLED} is counted");
     assert_eq!(dups, 1, "exactly one extra row");
-    assert_eq!(sink_errors(&auditor), 0);
+    assert_eq!(auditor.sink_errors(), 0);
     auditor.stop().await;
 }
 
@@ -276,14 +150,9 @@ fn model_gaps(fates: &[(i64, Fate)]) -> Vec<(i64, i64, i64, i64)> {
 /// to ~64 KiB pass through tansu unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_key_values_no_query_error_correct_verdicts() {
-    let topic = unique("hostile");
-    let table = unique("hostile_t");
+    let s = Scenario::new("hostile").await;
+    let (topic, table, db) = (&s.topic, &s.table, &s.db);
     let canary = unique("canary");
-    let pipeline = unique("hostile_pipeline");
-    let state = tempfile::tempdir().expect("tempdir");
-    create_topic(&topic, 1).await;
-    let db = Db::new();
-    db.create_dns_table(&table).await;
     db.create_dns_table(&canary).await;
     db.insert_line(&canary, dns_line(1).as_bytes(), 0, 0).await;
 
@@ -364,38 +233,38 @@ async fn hostile_key_values_no_query_error_correct_verdicts() {
     crlf.extend_from_slice(b"\r\n");
     stream.push((crlf, Written));
 
-    let auditor = start_auditor(&topic, &table, &pipeline, "key_columns", &state).await;
-    let p = TestProducer::new(&topic);
+    let auditor = s.start_auditor("key_columns", "2s", "500ms").await;
     let mut fates = Vec::new();
     for (i, (value, fate)) in stream.iter().enumerate() {
-        let o = p.send(0, value).await;
+        let o = s.producer.send(0, value).await;
         assert_eq!(o, i as i64, "one record per batch: contiguous offsets");
         fates.push((o, *fate));
     }
     let n = stream.len();
     let by_offset = fates.clone();
-    let read = run_pipeline_plan(&pipeline, &topic, 0, 0, n, &db, &table, |o| match by_offset
-        [o as usize]
-        .1
-    {
-        Written => 1,
-        _ => 0,
-    })
-    .await;
+    let read = stand_in(&s)
+        .records(n)
+        .copies(move |o| match by_offset[o as usize].1 {
+            Written => 1,
+            _ => 0,
+        })
+        .run()
+        .await;
     assert_eq!(read.len(), n);
     let written = fates.iter().filter(|(_, f)| *f == Written).count();
     let lost = fates.iter().filter(|(_, f)| *f == Lost).count();
     let count_of = |r: &'static str| fates.iter().filter(|(_, f)| *f == Filtered(r)).count() as u64;
-    assert_eq!(db.count(&table).await, written as i64);
+    assert_eq!(s.rows().await, written as i64);
 
-    wait_decided(&auditor, 40, "every record decided", |a| {
-        settled(a) == Some(n as i64)
-    })
-    .await;
+    auditor
+        .wait_decided(40, "every record decided", |a| {
+            a.settled() == Some(n as i64)
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     assert_eq!(
-        sink_errors(&auditor),
+        auditor.sink_errors(),
         0,
         "no sink query failed: {:?}",
         auditor.status.snapshot()
@@ -404,24 +273,18 @@ async fn hostile_key_values_no_query_error_correct_verdicts() {
     let gaps = api_gaps(&auditor).await;
     let want = model_gaps(&fates);
     assert_eq!(gap_tuples(&gaps), want, "{gaps:?}");
-    assert_eq!(auditor.lost(&topic, 0), lost as u64);
-    assert_eq!(auditor.confirmed(&topic, 0), written as u64);
+    assert_eq!(auditor.lost(topic, 0), lost as u64);
+    assert_eq!(auditor.confirmed(topic, 0), written as u64);
+    assert_eq!(auditor.duplicated(topic, 0), 0);
     assert_eq!(
-        auditor.counter(&auditor.metrics.records_duplicated, &topic, 0),
-        0
-    );
-    assert_eq!(
-        filtered(&auditor, &topic, "undecodable"),
+        auditor.filtered(topic, 0, "undecodable"),
         count_of("undecodable")
     );
-    assert_eq!(filtered(&auditor, &topic, "filter"), count_of("filter"));
-    assert_eq!(filtered(&auditor, &topic, "tombstone"), 0);
-    assert_eq!(
-        auditor.counter(&auditor.metrics.records_consumed, &topic, 0),
-        n as u64
-    );
+    assert_eq!(auditor.filtered(topic, 0, "filter"), count_of("filter"));
+    assert_eq!(auditor.filtered(topic, 0, "tombstone"), 0);
+    assert_eq!(auditor.consumed(topic, 0), n as u64);
     // No injection: both tables are still there, with their rows.
-    assert_eq!(db.count(&table).await, written as i64);
+    assert_eq!(s.rows().await, written as i64);
     assert_eq!(db.count(&canary).await, 1);
     auditor.stop().await;
 }
@@ -449,14 +312,9 @@ async fn hostile_key_values_no_query_error_correct_verdicts() {
 async fn transaction_markers_are_holes_not_loss() {
     const TXNS: usize = 4;
     const PER_TXN: usize = 3;
-    let topic = unique("txn");
-    let table = unique("txn_t");
-    let pipeline = unique("txn_pipeline");
-    let state = tempfile::tempdir().expect("tempdir");
-    create_topic(&topic, 1).await;
-    let db = Db::new();
-    db.create_dns_table(&table).await;
-    let auditor = start_auditor(&topic, &table, &pipeline, "offset_columns", &state).await;
+    let s = Scenario::new("txn").await;
+    let topic = &s.topic;
+    let auditor = s.start_auditor("offset_columns", "2s", "500ms").await;
 
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", kafka())
@@ -473,7 +331,7 @@ async fn transaction_markers_are_holes_not_loss() {
             let line = dns_line(t * PER_TXN + i);
             let (partition, offset) = producer
                 .send(
-                    FutureRecord::<(), str>::to(&topic)
+                    FutureRecord::<(), str>::to(topic)
                         .partition(0)
                         .payload(&line),
                     Duration::from_secs(10),
@@ -498,29 +356,30 @@ async fn transaction_markers_are_holes_not_loss() {
     let holes: Vec<i64> = (0..last).filter(|o| !acks.contains(o)).collect();
     assert_eq!(holes.len(), TXNS - 1, "one marker per commit: {acks:?}");
 
-    let read = run_pipeline_plan(&pipeline, &topic, 0, 0, n, &db, &table, |_| 1).await;
+    let read = stand_in(&s).records(n).run().await;
     assert_eq!(read, acks, "the stand-in reads exactly the acked offsets");
-    assert_eq!(db.count(&table).await, n as i64);
+    assert_eq!(s.rows().await, n as i64);
 
-    wait_decided(&auditor, 30, "settled past the last record", |a| {
-        settled(a).is_some_and(|s| s > last)
-    })
-    .await;
+    auditor
+        .wait_decided(30, "settled past the last record", |a| {
+            a.settled().is_some_and(|s| s > last)
+        })
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let gaps = api_gaps(&auditor).await;
     assert!(gaps.is_empty(), "markers reported as loss: {gaps:?}");
-    assert_eq!(auditor.lost(&topic, 0), 0);
-    assert_eq!(auditor.confirmed(&topic, 0), n as u64);
-    assert_eq!(
-        auditor.counter(&auditor.metrics.records_consumed, &topic, 0),
-        n as u64
-    );
+    assert_eq!(auditor.lost(topic, 0), 0);
+    assert_eq!(auditor.confirmed(topic, 0), n as u64);
+    assert_eq!(auditor.consumed(topic, 0), n as u64);
     for reason in ["filter", "undecodable", "tombstone"] {
-        assert_eq!(filtered(&auditor, &topic, reason), 0, "{reason}");
+        assert_eq!(auditor.filtered(topic, 0, reason), 0, "{reason}");
     }
-    let s = settled(&auditor).expect("status");
-    assert!(s > last, "settled {s} is past the last record {last}");
-    assert_eq!(sink_errors(&auditor), 0);
+    let settled = auditor.settled().expect("status");
+    assert!(
+        settled > last,
+        "settled {settled} is past the last record {last}"
+    );
+    assert_eq!(auditor.sink_errors(), 0);
     auditor.stop().await;
 }
 
@@ -529,12 +388,7 @@ async fn transaction_markers_are_holes_not_loss() {
 /// The pipeline group's committed offsets, read with a client that has its group.id and
 /// never subscribes (OffsetFetch only).
 fn group_commits(group: &str, topic: &str) -> Option<i64> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", kafka())
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("offset reader");
+    let c: BaseConsumer = group_client(group).create().expect("offset reader");
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition(topic, 0);
     let out = c
@@ -646,34 +500,24 @@ fn describe_group_raw(group: &str) -> (String, Vec<String>) {
 /// Offsets are read with a never-subscribing client carrying the group's id (OffsetFetch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pipeline_group_is_never_touched() {
-    let topic = unique("untouched");
-    let table = unique("untouched_t");
-    let pipeline = unique("untouched_pipeline");
-    let own = unique("auditor");
-    let state = tempfile::tempdir().expect("tempdir");
-    create_topic(&topic, 1).await;
-    let db = Db::new();
-    db.create_dns_table(&table).await;
-    let lines: Vec<String> = (0..6).map(dns_line).collect();
-    assert_eq!(
-        TestProducer::new(&topic).send_all(0, &lines).await,
-        (0..6).collect::<Vec<i64>>()
-    );
-    run_pipeline_plan(&pipeline, &topic, 0, 0, 6, &db, &table, |_| 1).await;
+    let s = Scenario::new("untouched").await;
+    let (topic, pipeline, own) = (&s.topic, &s.pipeline_group, &s.auditor_group);
+    assert_eq!(s.send(&dns_lines(0..6)).await, (0..6).collect::<Vec<i64>>());
+    stand_in(&s).records(6).run().await;
 
     let untouched = |when: &str| {
         tokio::task::block_in_place(|| {
             assert_eq!(
-                group_commits(&pipeline, &topic),
+                group_commits(pipeline, topic),
                 Some(6),
                 "{when}: the pipeline group's committed offset"
             );
-            let (state, members) = describe_group_raw(&pipeline);
+            let (state, members) = describe_group_raw(pipeline);
             assert!(
                 members.is_empty(),
                 "{when}: pipeline group has members {members:?} (state {state})"
             );
-            let listed = describe_group(&pipeline);
+            let listed = describe_group(pipeline);
             assert_eq!(
                 listed,
                 vec![("Empty".to_string(), 0)],
@@ -683,39 +527,24 @@ async fn pipeline_group_is_never_touched() {
     };
     untouched("before the auditor");
 
-    let auditor = Auditor::start(&config_toml(&AuditSpec {
-        topic: &topic,
-        table: &table,
-        pipeline_group: Some(&pipeline),
-        strategy: "offset_columns",
-        grace: "2s",
-        verify_interval: "500ms",
-        state_dir: state.path(),
-        group: &own,
-        listen: "127.0.0.1:0",
-    }))
-    .await;
-    wait_decided(
-        &auditor,
-        30,
-        "all 6 confirmed via the pipeline's commits",
-        |a| {
-            a.confirmed(&topic, 0) == 6
+    let auditor = s.start_auditor("offset_columns", "2s", "500ms").await;
+    auditor
+        .wait_decided(30, "all 6 confirmed via the pipeline's commits", |a| {
+            a.confirmed(topic, 0) == 6
                 && a.status.snapshot().first().is_some_and(|s| {
                     s.partitions
                         .first()
                         .is_some_and(|p| p.pipeline_committed == Some(6))
                 })
-        },
-    )
-    .await;
+        })
+        .await;
     // Several more rounds, looking at the pipeline group while the auditor polls it.
     for round in 0..4 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         untouched(&format!("during the run, check {round}"));
     }
     // Positive control (the membership probe can fail): the auditor's own group has its member, and the probe sees it.
-    let (own_state, own_members) = tokio::task::block_in_place(|| describe_group_raw(&own));
+    let (own_state, own_members) = tokio::task::block_in_place(|| describe_group_raw(own));
     assert_eq!(
         own_members.len(),
         1,
