@@ -6,8 +6,10 @@
 //!   to the sink and commits after writing, killed after records 0–1 and restarted from
 //!   `latest` after 2–3 were produced, exactly like the Flink job of the incident.
 //! - Sink: SIMULATED — an in-process table standing in for Doris.
-//! - Auditor: the real daemon code (`app::run_with`), verifying by key columns
-//!   (client_ip, domain, time) as `config/gap-auditor.toml` does for the seed's table.
+//! - Auditor: the real daemon code (`app::run_with`) running the repository's documented
+//!   `config/gap-auditor.toml` (key columns client_ip, domain, time against the seed's
+//!   table), with brokers, start, state path and timings overridden through
+//!   `GAP_AUDITOR__…` variables exactly as an operator would.
 
 use crate::app::{self, AnySink};
 use crate::config::Config;
@@ -28,6 +30,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 const TOPIC: &str = "test";
+/// `config/gap-auditor.toml`, built in so the demo needs no file.
+const EXAMPLE_CONFIG: &str = include_str!("../config/gap-auditor.toml");
 const PIPELINE_GROUP: &str = "FlinkSQLFromKafka2Doris";
 
 /// The seed's records: pipe-delimited DNS log lines, 9 fields.
@@ -57,48 +61,31 @@ pub async fn run(listen: SocketAddr, cancel: CancellationToken) -> anyhow::Resul
     println!("  Kafka    : librdkafka mock cluster at {brokers}, topic `{TOPIC}`");
     println!("  pipeline : SIMULATED consumer group `{PIPELINE_GROUP}` (writes, then commits)");
     println!("  sink     : SIMULATED in-process table standing in for Doris");
-    println!("  auditor  : the real daemon, key_columns (client_ip, domain, time), grace 2s\n");
-
-    let toml = format!(
-        r#"
-[kafka]
-brokers = "{brokers}"
-group_id = "gap-auditor"
-start = "earliest"
-session_timeout = "6s"
-heartbeat_interval = "500ms"
-[state]
-path = "{state}"
-[[audits]]
-name = "dns_logs"
-topics = ["{TOPIC}"]
-pipeline_group = "{PIPELINE_GROUP}"
-grace = "2s"
-verify_interval = "1s"
-[audits.record]
-format = "csv"
-delimiter = "|"
-fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
-[audits.record.filter]
-field_count = 9
-[audits.match]
-strategy = "key_columns"
-key = ["client_ip","domain","time"]
-[audits.sink]
-kind = "doris"
-url = "mysql://root@127.0.0.1:9030/example_db"
-table = "dns_logs_from_flink01"
-"#,
-        state = state
-            .path()
-            .display()
-            .to_string()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
+    println!(
+        "  auditor  : the real daemon running config/gap-auditor.toml (key_columns client_ip,\n             domain, time), brokers/state/grace overridden by GAP_AUDITOR__ variables\n"
     );
-    let config = Config::from_toml_str(&toml).context("demo configuration")?;
+
+    // The repository's documented example config, as shipped, with only what a deployment
+    // changes overridden the way an operator would: through GAP_AUDITOR__ variables.
+    let example = state.path().join("gap-auditor.toml");
+    std::fs::write(&example, EXAMPLE_CONFIG).context("writing the example config")?;
+    let overrides = [
+        ("KAFKA__BROKERS", brokers.as_str()),
+        ("KAFKA__START", "earliest"),
+        ("KAFKA__SESSION_TIMEOUT", "6s"),
+        ("KAFKA__HEARTBEAT_INTERVAL", "500ms"),
+        (
+            "STATE__PATH",
+            &state.path().join("store").display().to_string(),
+        ),
+        ("AUDITS__0__GRACE", "2s"),
+        ("AUDITS__0__VERIFY_INTERVAL", "1s"),
+    ]
+    .map(|(k, v)| (format!("GAP_AUDITOR__{k}"), v.to_string()));
+    let config = Config::load_with_env(Some(&example), overrides).context("demo configuration")?;
+    let store_path = config.state.path.clone();
     let sink = Arc::new(MemorySink::new());
-    let store = Arc::new(Store::open(state.path())?);
+    let store = Arc::new(Store::open(&store_path)?);
     let metrics = Arc::new(Metrics::new());
     let status = StatusBoard::new();
     let listener = match tokio::net::TcpListener::bind(listen).await {
