@@ -16,7 +16,10 @@
 
 use crate::config::{AuditConfig, KafkaConfig, MatchStrategy, StartPosition};
 use crate::gap::{Gap, GapState, Offset, TopicPartition};
+use crate::kafka::retention::{self, Retention};
 use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle};
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
 use crate::ledger::{Applied, GapRecord, Observed, PartitionLedger, Segment, Snapshot, Verdict};
 use crate::metrics::Metrics;
 use crate::record::{Decoder, DecoderSpec, Tag};
@@ -30,6 +33,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// How often topic retention settings are read again.
+const RETENTION_REFRESH: Duration = Duration::from_secs(600);
 
 /// Everything one audit needs.
 pub struct AuditDeps<V> {
@@ -52,6 +58,8 @@ pub struct AuditDeps<V> {
 struct Part {
     ledger: PartitionLedger,
     log: Option<(Offset, Offset)>,
+    /// The pipeline group has stopped committing while the log grows (reported once).
+    stalled: bool,
 }
 
 struct Audit<V> {
@@ -77,6 +85,11 @@ struct Audit<V> {
     commands: std::sync::mpsc::Sender<Command>,
     lookup_watermarks: crate::kafka::Watermarks,
     flow: Arc<crate::kafka::tail::Flow>,
+    /// Admin client for DescribeConfigs (retention deadlines).
+    admin: Option<AdminClient<DefaultClientContext>>,
+    /// Retention settings per topic, refreshed every [`RETENTION_REFRESH`].
+    retention: HashMap<String, Retention>,
+    retention_read_at: Option<std::time::Instant>,
     sink_state: SinkState,
     sink_error: Option<String>,
     last_sink_ok: Option<DateTime<Utc>>,
@@ -130,6 +143,15 @@ pub async fn run<V: Verifier + 'static>(
         commands: tail.commands.clone(),
         lookup_watermarks: tail.watermarks.clone(),
         flow: tail.flow.clone(),
+        admin: match kafka::client::base(&kafka).create::<AdminClient<DefaultClientContext>>() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::warn!(error = %e, "no admin client: retention deadlines unknown");
+                None
+            }
+        },
+        retention: HashMap::new(),
+        retention_read_at: None,
         sink_state: SinkState::Unknown,
         sink_error: None,
         last_sink_ok: None,
@@ -282,49 +304,55 @@ impl<V: Verifier> Audit<V> {
         let keyed = self.keyed();
         let mut positions = Vec::new();
         for (tp, w) in marks {
-            let Ok((low, high)) = w else {
-                tracing::warn!(%tp, "offset out of range, and the watermarks cannot be read; retrying on the next error");
-                continue;
-            };
-            let Some(part) = self.parts.get_mut(&tp) else {
+            // Taken out of the map while it is changed, so gaps can be reported through self.
+            let Some(mut part) = self.parts.remove(&tp) else {
                 continue;
             };
             let next = part.ledger.next_offset();
-            let seek = if next < low {
-                if let Some(g) = part.ledger.skipped_by_retention(next, low - 1, now) {
-                    self.record_deleted(&tp, &g);
+            let seek = match w {
+                Err(e) => {
+                    tracing::warn!(%tp, error = %e, "offset out of range, and the watermarks cannot be read; restarting at the ledger's position");
+                    next
                 }
-                low
-            } else if next > high {
-                tracing::error!(audit = %self.cfg.name, %tp, next, low, high,
-                    "the auditor's position is beyond the log end (topic recreated or truncated?): restarting the partition at the log start");
-                part.ledger = PartitionLedger::new(low, keyed);
-                low
-            } else {
-                next
+                Ok((low, _)) if next < low => {
+                    if part.ledger.skipped_by_retention(next, low - 1, now).is_some() {
+                        self.report_deleted(&tp, &mut part.ledger);
+                    }
+                    low
+                }
+                Ok((low, high)) if next > high => {
+                    tracing::error!(audit = %self.cfg.name, %tp, next, low, high,
+                        "the auditor's position is beyond the log end (topic recreated or truncated?): restarting the partition at the log start");
+                    part.ledger = PartitionLedger::new(low, keyed);
+                    low
+                }
+                Ok(_) => next,
             };
+            self.parts.insert(tp.clone(), part);
             positions.push((tp, seek));
         }
         self.persist().await;
         let _ = self.commands.send(Command::Reposition(positions));
     }
 
-    /// Reports offsets Kafka deleted before the auditor read them.
-    fn record_deleted(&mut self, tp: &TopicPartition, g: &GapRecord) {
-        tracing::error!(audit = %self.cfg.name, %tp, first = g.first, last = g.last,
-            "Kafka deleted offsets {}..={} before the auditor read them: recorded as a gap of unknown size", g.first, g.last);
-        // Counted as lost so the loss alert fires; the gap says its size is an upper bound
-        // (offsets may include holes or filtered records nobody can check any more).
-        self.metrics
-            .records_lost
-            .with_label_values(&[
-                self.cfg.name.as_str(),
-                tp.topic.as_str(),
-                &tp.partition.to_string(),
-            ])
-            .inc_by(g.missing);
-        let gap = self.to_gap(tp, g);
-        self.unsaved.insert(gap.id.clone(), gap);
+    /// Reports the gaps a ledger just recorded for offsets Kafka deleted before the auditor
+    /// read them, right away: they must reach the store before the settled offset that skips
+    /// them does.
+    fn report_deleted(&mut self, tp: &TopicPartition, ledger: &mut PartitionLedger) {
+        for g in ledger.take_dirty_gaps() {
+            if g.is_new && !g.size_known {
+                tracing::error!(audit = %self.cfg.name, %tp, first = g.first, last = g.last,
+                    "Kafka deleted offsets {}..={} before the auditor read them: recorded as a gap of unknown size", g.first, g.last);
+                // Counted as lost so the loss alert fires; the gap says its size is an upper
+                // bound (offsets may include holes or filtered records nobody can check).
+                let p = tp.partition.to_string();
+                self.metrics
+                    .records_lost
+                    .with_label_values(&[self.cfg.name.as_str(), tp.topic.as_str(), &p])
+                    .inc_by(g.missing);
+            }
+            self.report_gap(tp, &g);
+        }
     }
 
     /// Decides where each newly assigned partition starts: the store's settled watermark,
@@ -378,13 +406,17 @@ impl<V: Verifier> Audit<V> {
                 None => PartitionLedger::new(start.resume, keyed),
             };
             if let Some((first, last)) = start.deleted
-                && let Some(g) = ledger.skipped_by_retention(first, last, now)
+                && ledger.skipped_by_retention(first, last, now).is_some()
             {
-                self.record_deleted(&tp, &g);
+                self.report_deleted(&tp, &mut ledger);
             }
             tracing::info!(audit = %self.cfg.name, %tp, offset = ledger.next_offset(), "partition assigned");
             out.push((tp.clone(), ledger.next_offset()));
-            self.parts.insert(tp, Part { ledger, log });
+            self.parts.insert(tp, Part {
+                    ledger,
+                    log,
+                    stalled: false,
+                });
         }
         if !self.unsaved.is_empty() {
             self.persist().await;
@@ -461,9 +493,7 @@ impl<V: Verifier> Audit<V> {
             let dirty = part.ledger.take_dirty_gaps();
             self.account(tp, &applied, decided_at);
             for g in dirty {
-                let gap = self.to_gap(tp, &g);
-                log_gap(&gap);
-                self.unsaved.insert(gap.id.clone(), gap);
+                self.report_gap(tp, &g);
             }
         }
         if !queried && failure.is_none() {
@@ -495,6 +525,8 @@ impl<V: Verifier> Audit<V> {
             .sink_up
             .with_label_values(&[self.cfg.name.as_str()])
             .set(i64::from(self.sink_state == SinkState::Up));
+        self.refresh_retention().await;
+        self.watch_log_start();
         if self.persist().await {
             self.commit_settled();
         }
@@ -581,16 +613,87 @@ impl<V: Verifier> Audit<V> {
             first_timestamp: g.min_ts.and_then(ms_to_time),
             last_timestamp: g.max_ts.and_then(ms_to_time),
             detected_at: ms_to_time(g.detected_ms).unwrap_or_else(Utc::now),
-            state: if !g.size_known {
-                GapState::Unrecoverable
-            } else if g.missing > 0 {
-                GapState::Open
-            } else {
+            state: if g.missing == 0 && g.size_known {
                 GapState::Late
+            } else if g.deleted_ms.is_some() {
+                GapState::Unrecoverable
+            } else {
+                GapState::Open
             },
-            unrecoverable_at: None,
+            unrecoverable_at: match g.deleted_ms {
+                Some(ms) => ms_to_time(ms),
+                None => self.deadline_ms(tp, g).and_then(ms_to_time),
+            },
             ack_reason: None,
+            cause: g.cause,
+            pipeline_commit_from: g.commit.map(|c| c.from),
+            pipeline_commit_to: g.commit.map(|c| c.to),
+            pipeline_commit_at: g.commit.and_then(|c| ms_to_time(c.at_ms)),
         }
+    }
+
+    /// When retention will delete the gap's first record (time-based; size-based deletion
+    /// shows up as the log start passing the gap).
+    fn deadline_ms(&self, tp: &TopicPartition, g: &GapRecord) -> Option<i64> {
+        self.retention.get(&tp.topic)?.deadline_ms(g.min_ts)
+    }
+
+    /// Reads the topics' retention settings (at start, then every 10 minutes).
+    async fn refresh_retention(&mut self) {
+        if self.retention_read_at.is_some_and(|t| t.elapsed() < RETENTION_REFRESH) {
+            return;
+        }
+        self.retention_read_at = Some(std::time::Instant::now());
+        let Some(admin) = &self.admin else { return };
+        for topic in &self.cfg.topics {
+            match retention::describe(admin, topic).await {
+                Ok(r) => {
+                    if r.compact {
+                        tracing::info!(audit = %self.cfg.name, topic, "compacted topic: a replay can only recover each key's latest record");
+                    }
+                    self.retention.insert(topic.clone(), r);
+                }
+                Err(e) => tracing::warn!(audit = %self.cfg.name, topic, error = %e,
+                    "cannot read the topic's retention (DescribeConfigs): gap deadlines unknown, the log start is still watched"),
+            }
+        }
+    }
+
+    /// Gaps whose first record Kafka deleted (the log start passed them) become
+    /// unrecoverable.
+    fn watch_log_start(&mut self) {
+        let now = now_ms();
+        let watermarks = self.watermarks();
+        let mut changed = Vec::new();
+        for (tp, part) in self.parts.iter_mut() {
+            if let Some(w) = watermarks.get(tp) {
+                part.log = Some(*w);
+            }
+            if let Some((start, _)) = part.log
+                && start > 0
+                && part.ledger.log_start_moved(start, now)
+            {
+                changed.push((tp.clone(), part.ledger.take_dirty_gaps()));
+            }
+        }
+        for (tp, gaps) in changed {
+            for g in gaps {
+                self.report_gap(&tp, &g);
+            }
+        }
+    }
+
+    /// Logs a changed gap and counts new ones by cause.
+    fn report_gap(&mut self, tp: &TopicPartition, g: &GapRecord) {
+        let gap = self.to_gap(tp, g);
+        if g.is_new {
+            self.metrics
+                .gaps_detected
+                .with_label_values(&[self.cfg.name.as_str(), g.cause.as_str()])
+                .inc();
+        }
+        log_gap(&gap, self.cfg.pipeline_group.as_deref());
+        self.unsaved.insert(gap.id.clone(), gap);
     }
 
     /// Writes unsaved gaps and the progress of every partition that changed, in one
@@ -700,9 +803,7 @@ impl<V: Verifier> Audit<V> {
                 self.last_kafka_ok = Some(Utc::now());
                 if let Some(commits) = commits {
                     for (tp, c) in commits {
-                        if let Some(p) = self.parts.get_mut(&tp) {
-                            p.ledger.pipeline.observe(now, c);
-                        }
+                        self.observe_pipeline(&tp, c, now);
                     }
                 }
             }
@@ -718,6 +819,36 @@ impl<V: Verifier> Audit<V> {
             .kafka_up
             .with_label_values(&[self.cfg.name.as_str()])
             .set(i64::from(up));
+    }
+
+    /// Feeds one poll of the pipeline group's commit to the ledger and reports the events
+    /// that are not loss: rewinds (reprocessing; duplicates expected) and stalls (no commit
+    /// movement while the log grows for longer than max(2 × grace, 60 s)).
+    fn observe_pipeline(&mut self, tp: &TopicPartition, committed: Option<Offset>, now: i64) {
+        let audit = self.cfg.name.clone();
+        let group = self.cfg.pipeline_group.clone().unwrap_or_default();
+        let stall_after = (self.cfg.grace.as_millis() as i64 * 2).max(60_000);
+        let Some(p) = self.parts.get_mut(tp) else { return };
+        let step = p.ledger.pipeline.observe(now, committed);
+        let labels = [audit.as_str(), tp.topic.as_str(), &tp.partition.to_string()];
+        if let Some(s) = step.filter(|s| s.is_rewind()) {
+            self.metrics.pipeline_rewinds.with_label_values(&labels).inc();
+            tracing::warn!(audit = %audit, %tp, from = s.from, to = s.to, pipeline_group = %group,
+                "pipeline group {group} rewound {tp} from {} to {}: it is re-reading, expect duplicates (not loss)", s.from, s.to);
+        }
+        let log_end = p.log.map(|(_, end)| end);
+        let behind = matches!((committed, log_end), (Some(c), Some(end)) if end > c);
+        let idle = p.ledger.pipeline.last_move_ms().is_some_and(|t| now - t > stall_after);
+        let stalled = behind && idle && step.is_none();
+        if stalled && !p.stalled {
+            self.metrics.pipeline_stalls.with_label_values(&labels).inc();
+            tracing::warn!(audit = %audit, %tp, committed = ?committed, log_end = ?log_end, pipeline_group = %group,
+                "pipeline group {group} has not committed on {tp} for {} s while the log grew: stalled (lag, not loss)",
+                stall_after / 1000);
+        } else if !stalled && p.stalled {
+            tracing::info!(audit = %audit, %tp, pipeline_group = %group, "pipeline group {group} commits on {tp} again");
+        }
+        p.stalled = stalled;
     }
 
     /// Refreshes gauges and the status board.
@@ -736,12 +867,29 @@ impl<V: Verifier> Audit<V> {
             m.records_pending
                 .with_label_values(&l)
                 .set(led.pending() as i64);
-            m.records_missing
-                .with_label_values(&l)
-                .set(led.missing() as i64);
-            m.gaps_open
-                .with_label_values(&l)
-                .set(led.open_gaps() as i64);
+            // Acknowledged gaps no longer count as open (they stop alerting); the countdown
+            // covers the open ones: 0 once Kafka deleted one, no series without any.
+            let (mut open, mut missing, mut deadlines) = (0i64, 0i64, Vec::new());
+            for g in led.gaps().filter(|g| g.missing > 0) {
+                let id = Gap::make_id(&audit, &tp.topic, tp.partition, g.first);
+                if self.acknowledged.contains(&id) {
+                    continue;
+                }
+                open += 1;
+                missing += g.missing as i64;
+                deadlines.push(match g.deleted_ms {
+                    Some(at) => Some(at),
+                    None => self.retention.get(&tp.topic).and_then(|r| r.deadline_ms(g.min_ts)),
+                });
+            }
+            m.records_missing.with_label_values(&l).set(missing);
+            m.gaps_open.with_label_values(&l).set(open);
+            match retention::seconds_left(deadlines, now_ms()) {
+                Some(secs) => m.gap_unrecoverable_seconds.with_label_values(&l).set(secs),
+                None => {
+                    let _ = m.gap_unrecoverable_seconds.remove_label_values(&l);
+                }
+            }
             m.consumed_offset
                 .with_label_values(&l)
                 .set(led.next_offset());
@@ -790,12 +938,22 @@ impl<V: Verifier> Audit<V> {
 
 use crate::kafka::Tagged;
 
-fn log_gap(g: &Gap) {
+fn log_gap(g: &Gap, pipeline_group: Option<&str>) {
+    // "pipeline group G moved from 2 to 4 at 12:03:10 while records 2–3 were absent".
+    let why = match (g.pipeline_commit_from, g.pipeline_commit_to, g.pipeline_commit_at) {
+        (Some(from), Some(to), Some(at)) => format!(
+            " — pipeline group {} moved from {from} to {to} at {} while they were absent from the sink ({})",
+            pipeline_group.unwrap_or("?"),
+            at.format("%H:%M:%S"),
+            g.cause.as_str()
+        ),
+        _ => format!(" ({})", g.cause.as_str()),
+    };
     match g.state {
         GapState::Open => tracing::error!(
             audit = %g.audit, topic = %g.topic, partition = g.partition, first_offset = g.first_offset,
-            last_offset = g.last_offset, missing_records = g.missing_records, gap = %g.id,
-            "records missing in the sink: {}-{} offsets {}–{}, {} records",
+            last_offset = g.last_offset, missing_records = g.missing_records, gap = %g.id, cause = g.cause.as_str(),
+            "records missing in the sink: {}-{} offsets {}–{}, {} records{why}",
             g.topic, g.partition, g.first_offset, g.last_offset, g.missing_records
         ),
         _ => tracing::info!(

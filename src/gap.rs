@@ -85,6 +85,46 @@ impl fmt::Display for GapState {
     }
 }
 
+/// Why records went missing, as far as the pipeline group's commits tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GapCause {
+    /// The pipeline's committed offset jumped from exactly where the loss begins over
+    /// records it never wrote: the signature of a restart from `latest` (or any restart that
+    /// did not resume from its checkpoint).
+    SkippedByRestart,
+    /// The records were committed in the middle of normal progress (records before them in
+    /// the same commit step were written) but never written: loss between source and sink.
+    DroppedInFlight,
+    /// Kafka deleted the records before the auditor could read them.
+    DeletedUnread,
+    /// No pipeline group configured, or its commit history does not cover the gap.
+    #[default]
+    Unknown,
+}
+
+impl GapCause {
+    /// The snake_case name used in the API, the store, logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GapCause::SkippedByRestart => "skipped_by_restart",
+            GapCause::DroppedInFlight => "dropped_in_flight",
+            GapCause::DeletedUnread => "deleted_unread",
+            GapCause::Unknown => "unknown",
+        }
+    }
+
+    /// Parses the snake_case name (unknown names are `Unknown`).
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "skipped_by_restart" => GapCause::SkippedByRestart,
+            "dropped_in_flight" => GapCause::DroppedInFlight,
+            "deleted_unread" => GapCause::DeletedUnread,
+            _ => GapCause::Unknown,
+        }
+    }
+}
+
 /// A maximal run of missing expected records in one partition, with no confirmed expected
 /// record between them. Identity: (audit, topic, partition, first offset at detection).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +157,19 @@ pub struct Gap {
     pub state: GapState,
     /// When Kafka retention deletes (or deleted) the gap's first record, when known.
     pub unrecoverable_at: Option<DateTime<Utc>>,
+    /// Why the records went missing (see [`GapCause`]).
+    #[serde(default)]
+    pub cause: GapCause,
+    /// The pipeline group's committed offset before the commit step that passed over the
+    /// gap's first record.
+    #[serde(default)]
+    pub pipeline_commit_from: Option<Offset>,
+    /// The committed offset after that step.
+    #[serde(default)]
+    pub pipeline_commit_to: Option<Offset>,
+    /// When the auditor first saw that step.
+    #[serde(default)]
+    pub pipeline_commit_at: Option<DateTime<Utc>>,
     /// Operator's reason, set by `gap-auditor ack`.
     pub ack_reason: Option<String>,
 }

@@ -361,6 +361,10 @@ mod tests {
             state,
             unrecoverable_at: Some(t + chrono::TimeDelta::days(7)),
             ack_reason: None,
+            cause: Default::default(),
+            pipeline_commit_from: None,
+            pipeline_commit_to: None,
+            pipeline_commit_at: None,
         }
     }
 
@@ -472,6 +476,11 @@ mod tests {
             "unrecoverable_at",
             "size_known",
             "ack_reason",
+            // Root cause (issue 6): the pipeline commit step that passed over the gap.
+            "cause",
+            "pipeline_commit_from",
+            "pipeline_commit_to",
+            "pipeline_commit_at",
         ];
         want.sort_unstable();
         assert_eq!(keys, want);

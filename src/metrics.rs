@@ -79,6 +79,14 @@ pub struct Metrics {
     pub kafka_up: IntGaugeVec,
     /// `gap_auditor_build_info{version}`, always 1.
     pub build_info: IntGaugeVec,
+    /// Beyond SPEC's table: gaps detected, by cause (audit, cause) — no topic/partition, so
+    /// its cardinality is fixed.
+    pub gaps_detected: IntCounterVec,
+    /// Beyond SPEC's table: the pipeline group's committed offset moved backwards
+    /// (reprocessing: duplicates expected, not loss).
+    pub pipeline_rewinds: IntCounterVec,
+    /// Beyond SPEC's table: the pipeline group stopped committing while the log grew.
+    pub pipeline_stalls: IntCounterVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -257,6 +265,24 @@ impl Metrics {
                 "Build information of the running gap-auditor; always 1.",
                 &["version"],
             ),
+            gaps_detected: int_counter(
+                &r,
+                "gap_auditor_gaps_detected_total",
+                "Gaps detected, by cause: skipped_by_restart, dropped_in_flight, deleted_unread, unknown.",
+                &["audit", "cause"],
+            ),
+            pipeline_rewinds: int_counter(
+                &r,
+                "gap_auditor_pipeline_rewinds_total",
+                "Times the pipeline group's committed offset moved backwards (reprocessing, not loss).",
+                p,
+            ),
+            pipeline_stalls: int_counter(
+                &r,
+                "gap_auditor_pipeline_stalls_total",
+                "Times the pipeline group stopped committing while the log end kept growing.",
+                p,
+            ),
             registry: r,
         };
         m.build_info
@@ -289,6 +315,8 @@ impl Metrics {
             &self.records_lost,
             &self.records_late,
             &self.records_duplicated,
+            &self.pipeline_rewinds,
+            &self.pipeline_stalls,
         ] {
             // Err only means the series did not exist: nothing to drop.
             let _ = c.remove_label_values(&key);
@@ -368,6 +396,13 @@ mod tests {
         ("gap_auditor_build_info", "gauge"),
     ];
 
+    /// Families beyond the contract's table (root-cause reporting), kept deliberately few.
+    const EXTRA_FAMILIES: &[(&str, &str)] = &[
+        ("gap_auditor_gaps_detected_total", "counter"),
+        ("gap_auditor_pipeline_rewinds_total", "counter"),
+        ("gap_auditor_pipeline_stalls_total", "counter"),
+    ];
+
     /// Gives every family at least one series, so that vector families (which render
     /// nothing until a label set exists) appear in the output.
     fn touch_all(m: &Metrics, audit: &str, topic: &str, partition: &str) {
@@ -411,6 +446,9 @@ mod tests {
             .observe(0.02);
         m.sink_up.with_label_values(&[audit]).set(1);
         m.kafka_up.with_label_values(&[audit]).set(1);
+        m.gaps_detected.with_label_values(&[audit, "skipped_by_restart"]).inc();
+        m.pipeline_rewinds.with_label_values(&[audit, topic, partition]).inc();
+        m.pipeline_stalls.with_label_values(&[audit, topic, partition]).inc();
     }
 
     /// Runs `promtool check metrics` on `text`. `None` when promtool is not installed.
@@ -459,7 +497,7 @@ mod tests {
         let m = Metrics::new();
         touch_all(&m, "a", "t", "0");
         let text = m.render();
-        for (name, kind) in SPEC_FAMILIES {
+        for (name, kind) in SPEC_FAMILIES.iter().chain(EXTRA_FAMILIES) {
             assert!(
                 text.contains(&format!("# HELP {name} ")),
                 "no HELP for {name}:\n{text}"
@@ -472,7 +510,7 @@ mod tests {
         let families = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(
             families,
-            SPEC_FAMILIES.len(),
+            SPEC_FAMILIES.len() + EXTRA_FAMILIES.len(),
             "a family outside the contract:\n{text}"
         );
         assert!(text.contains(&format!(

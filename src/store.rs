@@ -22,7 +22,7 @@
 //! The schema version lives in `PRAGMA user_version`; [`Store::open`] migrates forward and
 //! refuses a file written by a newer binary instead of misreading it.
 
-use crate::gap::{Gap, GapState, Offset};
+use crate::gap::{Gap, GapCause, GapState, Offset};
 use chrono::{DateTime, SecondsFormat, Utc};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
@@ -34,7 +34,7 @@ use std::time::Duration;
 pub const DB_FILE: &str = "gaps.sqlite";
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 1;
+const SCHEMA_VERSION: i32 = 2;
 
 /// How long a statement waits for another process's write lock before failing. The daemon's
 /// round transactions are short; 5 s covers an fsync on a slow disk with a wide margin.
@@ -79,6 +79,14 @@ CREATE TABLE IF NOT EXISTS progress (
     updated_at TEXT NOT NULL,
     PRIMARY KEY (audit, topic, partition)
 ) WITHOUT ROWID;
+";
+
+/// v2: why a gap happened (the pipeline commit step that passed over it).
+const SCHEMA_V2: &str = "
+ALTER TABLE gaps ADD COLUMN cause TEXT NOT NULL DEFAULT 'unknown';
+ALTER TABLE gaps ADD COLUMN pipeline_commit_from INTEGER;
+ALTER TABLE gaps ADD COLUMN pipeline_commit_to INTEGER;
+ALTER TABLE gaps ADD COLUMN pipeline_commit_at TEXT;
 ";
 
 /// Errors of the gap store. Each names the database file (and the gap id where one is
@@ -272,7 +280,11 @@ impl Store {
             tx.execute_batch(SCHEMA_V1)
                 .map_err(sq("create schema v1"))?;
         }
-        // Future migrations: `if version < 2 { ... }`, each idempotent within this tx.
+        if version < 2 {
+            tx.execute_batch(SCHEMA_V2)
+                .map_err(sq("migrate schema to v2"))?;
+        }
+        // Future migrations: `if version < 3 { ... }`, each within this tx.
         if version != SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sq("write user_version"))?;
@@ -311,8 +323,10 @@ impl Store {
                 .prepare_cached(
                     "INSERT INTO gaps (id, audit, topic, partition, first_offset, last_offset,
                         missing_records, size_known, first_timestamp, last_timestamp,
-                        detected_at, state, unrecoverable_at, ack_reason, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                        detected_at, state, unrecoverable_at, ack_reason, updated_at,
+                        cause, pipeline_commit_from, pipeline_commit_to, pipeline_commit_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                        ?16, ?17, ?18, ?19)
                      ON CONFLICT (id) DO UPDATE SET
                         last_offset      = excluded.last_offset,
                         missing_records  = excluded.missing_records,
@@ -324,7 +338,11 @@ impl Store {
                                                 THEN gaps.state ELSE excluded.state END,
                         unrecoverable_at = excluded.unrecoverable_at,
                         ack_reason       = COALESCE(gaps.ack_reason, excluded.ack_reason),
-                        updated_at       = excluded.updated_at",
+                        updated_at       = excluded.updated_at,
+                        cause            = excluded.cause,
+                        pipeline_commit_from = excluded.pipeline_commit_from,
+                        pipeline_commit_to   = excluded.pipeline_commit_to,
+                        pipeline_commit_at   = excluded.pipeline_commit_at",
                 )
                 .map_err(self.sq("prepare gap upsert".to_string()))?;
             for gap in gaps {
@@ -353,6 +371,10 @@ impl Store {
                         gap.unrecoverable_at.map(fmt_ts),
                         gap.ack_reason,
                         now,
+                        gap.cause.as_str(),
+                        gap.pipeline_commit_from,
+                        gap.pipeline_commit_to,
+                        gap.pipeline_commit_at.map(fmt_ts),
                     ])
                     .map_err(self.sq(format!("upsert gap {}", gap.id)))?;
             }
@@ -565,6 +587,10 @@ impl Store {
             size_known: raw.size_known,
             state,
             ack_reason: raw.ack_reason,
+            cause: GapCause::parse(&raw.cause),
+            pipeline_commit_from: raw.pipeline_commit_from,
+            pipeline_commit_to: raw.pipeline_commit_to,
+            pipeline_commit_at: self.parse_opt_ts(raw.pipeline_commit_at, &what)?,
         })
     }
 }
@@ -572,7 +598,8 @@ impl Store {
 /// Column list shared by every gap query, in [`RawGap::from_row`] order.
 const GAP_COLUMNS: &str = "id, audit, topic, partition, first_offset, last_offset, \
     missing_records, size_known, first_timestamp, last_timestamp, detected_at, state, \
-    unrecoverable_at, ack_reason";
+    unrecoverable_at, ack_reason, cause, pipeline_commit_from, pipeline_commit_to, \
+    pipeline_commit_at";
 
 /// A gap row as SQLite returns it, before timestamps and state are decoded (decoding errors
 /// are reported as [`StoreError::Corrupt`] with the gap id, not as a bare SQLite error).
@@ -591,6 +618,10 @@ struct RawGap {
     state: String,
     unrecoverable_at: Option<String>,
     ack_reason: Option<String>,
+    cause: String,
+    pipeline_commit_from: Option<i64>,
+    pipeline_commit_to: Option<i64>,
+    pipeline_commit_at: Option<String>,
 }
 
 impl RawGap {
@@ -610,6 +641,10 @@ impl RawGap {
             state: row.get(11)?,
             unrecoverable_at: row.get(12)?,
             ack_reason: row.get(13)?,
+            cause: row.get(14)?,
+            pipeline_commit_from: row.get(15)?,
+            pipeline_commit_to: row.get(16)?,
+            pipeline_commit_at: row.get(17)?,
         })
     }
 }
@@ -646,6 +681,10 @@ mod tests {
             state,
             unrecoverable_at: Some(ts(86_400)),
             ack_reason: None,
+            cause: Default::default(),
+            pipeline_commit_from: None,
+            pipeline_commit_to: None,
+            pipeline_commit_at: None,
         }
     }
 
@@ -936,5 +975,37 @@ mod tests {
             err.to_string().contains(DB_FILE),
             "message names the file: {err}"
         );
+    }
+
+    #[test]
+    fn a_v1_store_is_migrated_and_keeps_its_gaps() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path()).unwrap();
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(SCHEMA_V1).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        conn.execute(
+            "INSERT INTO gaps (id, audit, topic, partition, first_offset, last_offset,
+                missing_records, size_known, detected_at, state, updated_at)
+             VALUES ('a:t:0:2', 'a', 't', 0, 2, 3, 2, 1, ?1, 'open', ?1)",
+            params![fmt_ts(Utc::now())],
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(dir.path()).unwrap();
+        let g = store.get_gap("a:t:0:2").unwrap().expect("gap survives the migration");
+        assert_eq!((g.first_offset, g.last_offset, g.missing_records), (2, 3, 2));
+        assert_eq!(g.cause, GapCause::Unknown);
+        assert_eq!(g.pipeline_commit_from, None);
+        let mut g2 = g.clone();
+        g2.cause = GapCause::SkippedByRestart;
+        g2.pipeline_commit_from = Some(2);
+        g2.pipeline_commit_to = Some(4);
+        g2.pipeline_commit_at = Some(Utc::now());
+        store.commit_round("a", &[g2.clone()], &[]).unwrap();
+        let back = store.get_gap("a:t:0:2").unwrap().unwrap();
+        assert_eq!(back.cause, GapCause::SkippedByRestart);
+        assert_eq!((back.pipeline_commit_from, back.pipeline_commit_to), (Some(2), Some(4)));
+        assert_eq!(back.pipeline_commit_at, g2.pipeline_commit_at);
     }
 }

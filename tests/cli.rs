@@ -97,6 +97,10 @@ fn gaps_and_ack_work_on_the_store() {
         state: GapState::Open,
         unrecoverable_at: None,
         ack_reason: None,
+        cause: Default::default(),
+        pipeline_commit_from: None,
+        pipeline_commit_to: None,
+        pipeline_commit_at: None,
     };
     store.commit_round("dns_logs", &[gap], &[]).expect("commit");
     let env = ("GAP_AUDITOR__STATE__PATH", state.to_str().expect("utf8"));

@@ -173,3 +173,67 @@ async fn pending_is_capped_by_max_pending_and_nothing_is_dropped() {
     assert_eq!(auditor.lost("t", 0), 0, "nothing dropped, nothing lost");
     auditor.stop().await;
 }
+
+/// Issue 6: an open gap turns `unrecoverable` once Kafka's log start passes it (here the
+/// mock deletes old records by size, as `retention.bytes` would), its countdown gauge drops
+/// to 0, and `unrecoverable_at` says when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_open_gap_turns_unrecoverable_when_the_log_start_passes_it() {
+    let kafka = MockKafka::new();
+    let sink = Arc::new(MemorySink::new());
+    for o in (0..20_000).filter(|o| *o != 3) {
+        sink.insert_offset("t", 0, o);
+    }
+    let state = tempfile::tempdir().expect("tempdir");
+    let config = kafka.config(
+        state.path(),
+        "start = \"earliest\"",
+        "grace = \"1s\"\nverify_interval = \"250ms\"",
+    );
+    let auditor = Auditor::start_with(config, AnySink::Memory(sink)).await;
+    kafka.produce(10, "r");
+    auditor
+        .wait_for(30, "the gap at 3 is open", |a| {
+            a.stored_gaps()
+                .iter()
+                .any(|g| g.first_offset == 3 && g.state == GapState::Open)
+        })
+        .await;
+    // Before: no deadline yet (the mock answers no DescribeConfigs) or a positive one.
+    assert!(
+        countdown(&auditor).is_none_or(|v| v != "0"),
+        "{:?}",
+        countdown(&auditor)
+    );
+    kafka.produce(8_000, &"x".repeat(1024));
+    let (low, _) = kafka.watermarks();
+    assert!(low > 3, "the mock deleted offset 3 (low={low})");
+    auditor
+        .wait_for(30, "the gap at 3 is unrecoverable", |a| {
+            a.stored_gaps()
+                .iter()
+                .any(|g| g.first_offset == 3 && g.state == GapState::Unrecoverable)
+        })
+        .await;
+    let gaps = auditor.stored_gaps();
+    let g = gaps.iter().find(|g| g.first_offset == 3).expect("gap");
+    assert!(g.unrecoverable_at.is_some(), "{g:?}");
+    assert_eq!(g.missing_records, 1);
+    // Read the exposition, not the vector: `with_label_values` would create a 0 series.
+    auditor
+        .wait_for(10, "the countdown is over", |a| {
+            countdown(a).is_some_and(|v| v == "0")
+        })
+        .await;
+    auditor.stop().await;
+}
+
+/// The value of `gap_auditor_gap_unrecoverable_seconds` for a/t/0 in /metrics, if exported.
+fn countdown(a: &Auditor) -> Option<String> {
+    a.metrics
+        .render()
+        .lines()
+        .find(|l| l.starts_with("gap_auditor_gap_unrecoverable_seconds{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_string)
+}

@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod lookup;
+pub mod retention;
 pub mod tail;
 
 pub use lookup::{Lookup, PipelineReader};

@@ -21,6 +21,28 @@ pub enum Frontier {
     SeenBefore(i64),
 }
 
+/// Commit steps kept per partition for cause attribution: gaps are decided `grace` after
+/// the step that passed them, so only recent steps matter.
+const MAX_STEPS: usize = 256;
+
+/// One movement of the pipeline group's committed offset, as first seen by the auditor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CommitStep {
+    /// Committed offset before.
+    pub from: Offset,
+    /// Committed offset after.
+    pub to: Offset,
+    /// When the auditor first saw it (unix ms).
+    pub at_ms: i64,
+}
+
+impl CommitStep {
+    /// Whether the step moved backwards (the pipeline is re-reading: duplicates, not loss).
+    pub fn is_rewind(&self) -> bool {
+        self.to < self.from
+    }
+}
+
 /// The pipeline group's committed offsets of one partition, as observed over time.
 #[derive(Debug, Clone, Default)]
 pub struct PipelineCommits {
@@ -29,16 +51,58 @@ pub struct PipelineCommits {
     observations: VecDeque<(i64, Offset)>,
     /// The latest committed offset seen (may be lower than the max after a rewind).
     latest: Option<Offset>,
+    /// Recent movements, oldest first.
+    steps: VecDeque<CommitStep>,
+    /// When the committed offset last moved (or was first seen), unix ms.
+    last_move_ms: Option<i64>,
 }
 
 impl PipelineCommits {
     /// Records one poll of the pipeline group's committed offset (`None`: no commit).
-    pub fn observe(&mut self, now_ms: i64, committed: Option<Offset>) {
-        let Some(c) = committed else { return };
+    /// Returns the step when the offset moved.
+    pub fn observe(&mut self, now_ms: i64, committed: Option<Offset>) -> Option<CommitStep> {
+        let c = committed?;
+        let step = match self.latest {
+            Some(prev) if prev != c => Some(CommitStep {
+                from: prev,
+                to: c,
+                at_ms: now_ms,
+            }),
+            _ => None,
+        };
+        if self.latest.is_none() || step.is_some() {
+            self.last_move_ms = Some(now_ms);
+        }
+        if let Some(s) = step {
+            if self.steps.len() >= MAX_STEPS {
+                self.steps.pop_front();
+            }
+            self.steps.push_back(s);
+        }
         self.latest = Some(c);
         if self.observations.back().is_none_or(|&(_, max)| c > max) {
             self.observations.push_back((now_ms, c));
         }
+        step
+    }
+
+    /// The most recent forward step that passed over offset `o` (`from <= o < to`).
+    pub fn step_over(&self, o: Offset) -> Option<CommitStep> {
+        self.steps
+            .iter()
+            .rev()
+            .find(|s| !s.is_rewind() && s.from <= o && o < s.to)
+            .copied()
+    }
+
+    /// Whether any commit was ever observed.
+    pub fn has_commits(&self) -> bool {
+        self.latest.is_some()
+    }
+
+    /// When the committed offset last moved (unix ms).
+    pub fn last_move_ms(&self) -> Option<i64> {
+        self.last_move_ms
     }
 
     /// The latest committed offset observed, for status and metrics.
@@ -101,6 +165,23 @@ mod tests {
         p.observe(1_000, Some(3));
         assert_eq!(p.latest(), Some(3));
         assert_eq!(p.frontier(10_000, 3_000), Frontier::Offset(10));
+    }
+
+    #[test]
+    fn steps_are_recorded_and_found() {
+        let mut p = PipelineCommits::default();
+        assert_eq!(p.observe(0, Some(2)), None, "the first sight is not a step");
+        assert_eq!(p.observe(10, Some(2)), None);
+        let s = p.observe(20, Some(4)).expect("step");
+        assert_eq!((s.from, s.to, s.at_ms), (2, 4, 20));
+        assert_eq!(p.step_over(2), Some(s));
+        assert_eq!(p.step_over(3), Some(s));
+        assert_eq!(p.step_over(4), None);
+        assert_eq!(p.step_over(1), None);
+        let r = p.observe(30, Some(1)).expect("rewind");
+        assert!(r.is_rewind());
+        assert_eq!(p.step_over(3), Some(s), "rewinds never pass over records");
+        assert_eq!(p.last_move_ms(), Some(30));
     }
 
     #[test]

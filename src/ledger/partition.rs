@@ -12,9 +12,9 @@
 //! expected record between two missing ones" (the gap definition) reduces to remembering
 //! whether the last decided record was missing (`tail_gap`).
 
-use super::due::{Frontier, PipelineCommits};
+use super::due::{CommitStep, Frontier, PipelineCommits};
 use super::runs::{self, OffsetRun};
-use crate::gap::Offset;
+use crate::gap::{GapCause, Offset};
 use crate::record::Key;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -127,6 +127,19 @@ pub struct GapRecord {
     pub max_ts: Option<i64>,
     /// When first detected (unix ms).
     pub detected_ms: i64,
+    /// Why the records went missing.
+    #[serde(default)]
+    pub cause: GapCause,
+    /// The pipeline commit step that passed over the gap's first record.
+    #[serde(default)]
+    pub commit: Option<CommitStep>,
+    /// When the auditor saw Kafka's log start pass the gap's first offset (unix ms): its
+    /// records can no longer be replayed.
+    #[serde(default)]
+    pub deleted_ms: Option<i64>,
+    /// Set on the first report of a new gap only (not persisted).
+    #[serde(skip)]
+    pub is_new: bool,
 }
 
 /// The sink's answer about one due segment.
@@ -359,6 +372,10 @@ impl PartitionLedger {
             min_ts: None,
             max_ts: None,
             detected_ms: now_ms,
+            cause: GapCause::DeletedUnread,
+            commit: None,
+            deleted_ms: Some(now_ms),
+            is_new: true,
         };
         self.next_offset = last + 1;
         // Such a gap is never re-checked: its records are gone. It is not the tail: a later
@@ -476,6 +493,7 @@ impl PartitionLedger {
                 g.first
             }
             None => {
+                let (cause, commit) = self.cause_of(r.first);
                 self.gaps.insert(
                     r.first,
                     GapRecord {
@@ -486,6 +504,10 @@ impl PartitionLedger {
                         min_ts,
                         max_ts,
                         detected_ms: now_ms,
+                        cause,
+                        commit,
+                        deleted_ms: None,
+                        is_new: true,
                     },
                 );
                 r.first
@@ -507,6 +529,38 @@ impl PartitionLedger {
                 given_up: false,
             },
         );
+    }
+
+    /// Attributes a new gap starting at `first` to the pipeline commit step that passed over
+    /// it. A step starting exactly at the gap means the pipeline's committed position was
+    /// the first record it then never wrote: it resumed elsewhere (a restart from `latest`,
+    /// a lost checkpoint). A step starting before the gap passed over records it did write:
+    /// the gap's records were dropped in flight. Heuristic limit: a batch whose FIRST
+    /// record is dropped in flight looks like a restart.
+    fn cause_of(&self, first: Offset) -> (GapCause, Option<CommitStep>) {
+        match self.pipeline.step_over(first) {
+            Some(s) if s.from == first => (GapCause::SkippedByRestart, Some(s)),
+            Some(s) => (GapCause::DroppedInFlight, Some(s)),
+            None => (GapCause::Unknown, None),
+        }
+    }
+
+    /// Kafka's log start is now `log_start`: open gaps whose first record it deleted become
+    /// unrecoverable (at least their prefix can no longer be replayed). Returns whether any
+    /// gap changed (then it is reported by [`Self::take_dirty_gaps`]).
+    pub fn log_start_moved(&mut self, log_start: Offset, now_ms: i64) -> bool {
+        let mut changed = false;
+        for g in self.gaps.values_mut() {
+            if g.missing > 0 && g.deleted_ms.is_none() && g.first < log_start {
+                g.deleted_ms = Some(now_ms);
+                self.dirty_gaps.insert(g.first);
+                changed = true;
+            }
+        }
+        if changed {
+            self.revision += 1;
+        }
+        changed
     }
 
     /// Missing runs still worth re-checking; runs older than `give_up_ms` are given up
@@ -574,7 +628,12 @@ impl PartitionLedger {
         let dirty = std::mem::take(&mut self.dirty_gaps);
         let out: Vec<GapRecord> = dirty
             .iter()
-            .filter_map(|f| self.gaps.get(f).cloned())
+            .filter_map(|f| {
+                let g = self.gaps.get_mut(f)?;
+                let out = g.clone();
+                g.is_new = false;
+                Some(out)
+            })
             .collect();
         let tail = self.tail_gap;
         let before = self.gaps.len();

@@ -518,3 +518,70 @@ proptest! {
         prop_assert_eq!(l.pending(), n as u64);
     }
 }
+
+#[test]
+fn cause_skipped_by_restart_is_the_commit_jump_from_the_first_missing_record() {
+    use crate::gap::GapCause;
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..6 {
+        l.ingest(o, None, exp(), 0);
+    }
+    // Committed 2 before the crash, 4 right after the restart from latest, then 6.
+    l.pipeline.observe(0, Some(2));
+    l.pipeline.observe(1_000, Some(4));
+    l.pipeline.observe(2_000, Some(6));
+    let segs = l.due(10_000, GRACE, 100);
+    l.apply(&oracle(&segs, &[0, 1, 4, 5].into()), 10_000);
+    let g = &l.take_dirty_gaps()[0];
+    assert_eq!(g.cause, GapCause::SkippedByRestart);
+    let step = g.commit.expect("step");
+    assert_eq!((step.from, step.to, step.at_ms), (2, 4, 1_000));
+}
+
+#[test]
+fn cause_dropped_in_flight_is_a_hole_inside_normal_progress() {
+    use crate::gap::GapCause;
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..10 {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(0));
+    l.pipeline.observe(1_000, Some(10));
+    let segs = l.due(10_000, GRACE, 100);
+    let sink: BTreeSet<Offset> = (0..10).filter(|o| *o != 5).collect();
+    l.apply(&oracle(&segs, &sink), 10_000);
+    let g = &l.take_dirty_gaps()[0];
+    assert_eq!((g.first, g.cause), (5, GapCause::DroppedInFlight));
+    assert_eq!(g.commit.map(|s| (s.from, s.to)), Some((0, 10)));
+}
+
+#[test]
+fn cause_is_unknown_without_pipeline_commits() {
+    use crate::gap::GapCause;
+    let mut l = PartitionLedger::new(0, false);
+    l.ingest(0, None, exp(), 0);
+    let segs = l.due(10_000, GRACE, 100);
+    l.apply(&oracle(&segs, &BTreeSet::new()), 10_000);
+    let g = &l.take_dirty_gaps()[0];
+    assert_eq!((g.cause, g.commit), (GapCause::Unknown, None));
+}
+
+#[test]
+fn a_gap_becomes_unrecoverable_when_the_log_start_passes_it() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..6 {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(6));
+    let segs = l.due(GRACE, GRACE, 100);
+    l.apply(&oracle(&segs, &[0, 1, 4, 5].into()), GRACE);
+    l.take_dirty_gaps();
+    let rev = l.revision();
+    assert!(!l.log_start_moved(2, 5_000), "the log start has not passed offset 2 yet");
+    assert_eq!(l.revision(), rev);
+    assert!(l.log_start_moved(3, 6_000));
+    let g = &l.take_dirty_gaps()[0];
+    assert_eq!((g.first, g.deleted_ms), (2, Some(6_000)));
+    assert!(!l.log_start_moved(10, 7_000), "reported once");
+    assert_ne!(l.revision(), rev, "persisted");
+}

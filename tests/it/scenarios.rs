@@ -5,11 +5,13 @@ use std::time::Duration;
 
 /// The seed ([`Scenario::play_seed_incident`]): the pipeline writes 0–1 and commits 2; it
 /// stops; 2–3 are produced; it restarts "from latest" (at 4) and writes 4–5. Exactly one gap
-/// {partition 0, 2..=3, 2 records}; 0,1,4,5 confirmed.
+/// {partition 0, 2..=3, 2 records}, caused by the pipeline's 2 → 4 commit jump; 0,1,4,5
+/// confirmed.
 async fn seed_scenario(strategy: &str) {
     let s = Scenario::new("seed").await;
     let auditor = s.start_auditor(strategy, "2s", "500ms").await;
-    s.play_seed_incident().await;
+    s.play_seed_incident(|| async { pipeline_committed(&auditor) == Some(2) })
+        .await;
     assert_eq!(s.rows().await, 4);
 
     let topic = &s.topic;
@@ -24,6 +26,19 @@ async fn seed_scenario(strategy: &str) {
     assert_eq!(gap_tuples(&gaps), vec![(0, 2, 3, 2)], "{gaps:?}");
     assert_eq!(gaps[0]["state"], "open");
     assert_eq!(gaps[0]["id"], format!("dns_logs:{topic}:0:2"));
+    // Root cause: the pipeline's commit jumped 2 → 4 over records it never wrote.
+    assert_eq!(gaps[0]["cause"], "skipped_by_restart", "{gaps:?}");
+    assert_eq!(gaps[0]["pipeline_commit_from"], 2);
+    assert_eq!(gaps[0]["pipeline_commit_to"], 4);
+    assert!(gaps[0]["pipeline_commit_at"].is_string(), "{gaps:?}");
+    assert_eq!(
+        auditor
+            .metrics
+            .gaps_detected
+            .with_label_values(&["dns_logs", "skipped_by_restart"])
+            .get(),
+        1
+    );
     assert_eq!(auditor.lost(topic, 0), 2);
     assert_eq!(auditor.confirmed(topic, 0), 4);
     let (_, metrics) = auditor.get("/metrics").await;
@@ -85,6 +100,93 @@ async fn lag_and_a_slow_sink_are_not_loss() {
             a.confirmed(topic, 0) == 12
         })
         .await;
+    assert!(api_gaps(&auditor).await.is_empty());
+    auditor.stop().await;
+}
+
+/// Waits until the auditor has seen the pipeline group commit `offset` on partition 0.
+async fn until_seen(a: &Auditor, offset: i64) {
+    a.wait_for(30, &format!("pipeline commit {offset} seen"), |a| {
+        pipeline_committed(a) == Some(offset)
+    })
+    .await;
+}
+
+/// A pipeline that commits normally — one checkpoint over records 0–9 — but silently drops
+/// record 5: the gap is `dropped_in_flight`, attributed to the 0 → 10 commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cause_dropped_in_flight() {
+    let s = Scenario::new("inflight").await;
+    let auditor = s.start_auditor("offset_columns", "2s", "500ms").await;
+    s.send(&dns_lines(0..10)).await;
+    // The job starts at 0 and checkpoints its start position first.
+    s.pipeline().commit_start().records(0).run().await;
+    until_seen(&auditor, 0).await;
+    s.pipeline()
+        .records(10)
+        .copies(|o| usize::from(o != 5))
+        .commit_every(10, Duration::ZERO)
+        .run()
+        .await;
+    let topic = &s.topic;
+    auditor
+        .wait_for(30, "9 confirmed, 1 lost", |a| {
+            a.confirmed(topic, 0) == 9 && a.lost(topic, 0) == 1
+        })
+        .await;
+    let gaps = api_gaps(&auditor).await;
+    assert_eq!(gap_tuples(&gaps), vec![(0, 5, 5, 1)]);
+    assert_eq!(gaps[0]["cause"], "dropped_in_flight", "{gaps:?}");
+    assert_eq!(gaps[0]["pipeline_commit_from"], 0);
+    assert_eq!(gaps[0]["pipeline_commit_to"], 10);
+    auditor.stop().await;
+}
+
+/// A rewind: the pipeline re-reads from an older offset and writes those records again.
+/// That is a rewind event and duplicates, never loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rewind_is_duplicates_not_loss() {
+    let s = Scenario::new("rewind").await;
+    let auditor = s.start_auditor("offset_columns", "4s", "500ms").await;
+    s.send(&dns_lines(0..10)).await;
+    s.pipeline().commit_start().records(0).run().await;
+    until_seen(&auditor, 0).await;
+    s.pipeline()
+        .records(10)
+        .commit_every(10, Duration::ZERO)
+        .run()
+        .await;
+    until_seen(&auditor, 10).await;
+    // Restored from an older checkpoint: back to 5, then 5–9 written again.
+    s.pipeline()
+        .start_at(5)
+        .commit_start()
+        .records(0)
+        .run()
+        .await;
+    until_seen(&auditor, 5).await;
+    s.pipeline()
+        .start_at(5)
+        .records(5)
+        .commit_every(5, Duration::ZERO)
+        .run()
+        .await;
+    let topic = &s.topic;
+    auditor
+        .wait_for(30, "10 confirmed", |a| a.confirmed(topic, 0) == 10)
+        .await;
+    assert_eq!(auditor.lost(topic, 0), 0, "a rewind is not loss");
+    assert_eq!(
+        auditor.duplicated(topic, 0),
+        5,
+        "the re-written rows are duplicates"
+    );
+    let rewinds = auditor
+        .metrics
+        .pipeline_rewinds
+        .with_label_values(&["dns_logs", topic, "0"])
+        .get();
+    assert_eq!(rewinds, 1);
     assert!(api_gaps(&auditor).await.is_empty());
     auditor.stop().await;
 }

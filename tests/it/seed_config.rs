@@ -50,9 +50,18 @@ async fn documented_config_catches_the_seed_incident() {
     );
 
     // The incident: seed-shaped lines; the pipeline's rows go into the seed table.
-    s.play_seed_incident().await;
-
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    s.play_seed_incident(|| async move {
+        let Ok((200, body)) =
+            tokio::time::timeout(Duration::from_secs(2), http_get(addr, "/api/status")).await
+        else {
+            return false;
+        };
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        status["audits"][0]["partitions"][0]["pipeline_committed"] == 2
+    })
+    .await;
+
     let gaps = auditor
         .wait_until(60, || async move {
             let body =
@@ -89,4 +98,9 @@ async fn documented_config_catches_the_seed_incident() {
         log_text.contains("offsets 2–3, 2 records"),
         "the gap is logged:\n{log_text}"
     );
+    // The gap log line names the commit that skipped the records.
+    let line = format!("pipeline group {} moved from 2 to 4 at", s.pipeline_group);
+    assert!(log_text.contains(&line), "{line:?} in the log:\n{log_text}");
+    assert!(log_text.contains("(skipped_by_restart)"), "{log_text}");
+    assert_eq!(gaps_now[0]["cause"], "skipped_by_restart");
 }

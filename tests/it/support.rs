@@ -395,21 +395,37 @@ impl Scenario {
             pause_after_commit: Duration::ZERO,
             write_after_commit: None,
             deadline: Duration::from_secs(60),
+            commit_start: false,
         }
     }
 
     /// The seed incident on partition 0: the pipeline writes 0–1 and commits 2; it stops;
     /// 2–3 are produced; it restarts "from latest" (at 4, the end the test knows from the
-    /// producer's acks) and writes 4–5, which are produced 300 ms after its restart.
-    pub async fn play_seed_incident(&self) {
+    /// producer's acks), commits 4 at once like Flink's first checkpoint after the restart,
+    /// and writes 4–5, which are produced 1.2 s later (so a 500 ms poll sees the 2 → 4 jump).
+    /// `seen_commit_2` tells when the auditor has observed the pipeline's commit 2: a real
+    /// auditor runs long before an incident, so it sees the commit before the jump.
+    pub async fn play_seed_incident<F, Fut>(&self, seen_commit_2: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
         let lines = dns_lines(0..6);
         assert_eq!(self.send(&lines[0..2]).await, vec![0, 1]);
         self.pipeline().records(2).run().await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !seen_commit_2().await {
+            assert!(
+                Instant::now() < deadline,
+                "the auditor never saw the pipeline's commit 2"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         // The job is killed; records arrive meanwhile.
         assert_eq!(self.send(&lines[2..4]).await, vec![2, 3]);
         // Restart from latest-offset: the end is 4.
-        let restarted = tokio::spawn(self.pipeline().start_at(4).records(2).run());
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let restarted = tokio::spawn(self.pipeline().start_at(4).commit_start().records(2).run());
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
         assert_eq!(self.send(&lines[4..6]).await, vec![4, 5]);
         restarted.await.expect("pipeline restarted");
     }
@@ -447,6 +463,7 @@ pub struct Pipeline<'a> {
     pause_after_commit: Duration,
     write_after_commit: Option<(Duration, Check<'a>)>,
     deadline: Duration,
+    commit_start: bool,
 }
 
 impl<'a> Pipeline<'a> {
@@ -492,6 +509,13 @@ impl<'a> Pipeline<'a> {
         self
     }
 
+    /// Commits its start offset as soon as it starts, before reading anything — what a
+    /// Flink job restarted from `latest` does at its first checkpoint.
+    pub fn commit_start(mut self) -> Self {
+        self.commit_start = true;
+        self
+    }
+
     /// Fails the test when it has not read `count` records by then (default 60 s).
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
@@ -522,6 +546,11 @@ impl<'a> Pipeline<'a> {
         tpl.add_partition_offset(&self.topic, self.partition, KOffset::Offset(self.start))
             .expect("tpl");
         consumer.assign(&tpl).expect("assign");
+        if self.commit_start {
+            consumer
+                .commit(&tpl, CommitMode::Sync)
+                .expect("commit the start offset");
+        }
         let deadline = Instant::now() + self.deadline;
         let mut seen = Vec::new();
         while seen.len() < self.count {
@@ -1074,4 +1103,13 @@ table = "x"
         ))
         .expect("config")
     }
+}
+
+/// The pipeline group's committed offset the auditor last saw on partition 0.
+pub fn pipeline_committed(a: &Auditor) -> Option<i64> {
+    a.status
+        .snapshot()
+        .first()
+        .and_then(|s| s.partitions.first())
+        .and_then(|p| p.pipeline_committed)
 }
