@@ -79,12 +79,15 @@ ENV_VARS=(
   GAP_AUDITOR_TEST_RUN GAP_AUDITOR_TEST_KAFKA GAP_AUDITOR_TEST_TANSU GAP_AUDITOR_TEST_TANSU_PID
   GAP_AUDITOR_TEST_MYSQL GAP_AUDITOR_TEST_MYSQL_PORT GAP_AUDITOR_TEST_MYSQL_SOCKET
   GAP_AUDITOR_TEST_MYSQLD_PID GAP_AUDITOR_TEST_MYSQL_CMD GAP_AUDITOR_TEST_MYSQL_CTL
+  GAP_AUDITOR_TEST_ES GAP_AUDITOR_TEST_ES_PORT GAP_AUDITOR_TEST_ES_PID GAP_AUDITOR_TEST_ES_CMD
+  GAP_AUDITOR_TEST_ES_CTL
 )
 
 # Written whole to a temp file then renamed, so a test never sources a half-written file.
 write_env() {
   local file=$GAP_AUDITOR_TEST_RUN/env v
-  for v in "${ENV_VARS[@]}"; do printf 'export %s=%q\n' "$v" "${!v}"; done >"$file.tmp"
+  # `-`: an env file written before a service existed lacks its variables.
+  for v in "${ENV_VARS[@]}"; do printf 'export %s=%q\n' "$v" "${!v-}"; done >"$file.tmp"
   mv -f "$file.tmp" "$file"
 }
 
@@ -97,4 +100,22 @@ start_mysqld() {
     spawn "$run/mariadbd.pid" "$run/mariadb.log" bash -c "exec $GAP_AUDITOR_TEST_MYSQL_CMD"
   fi
   wait_until 60 "$run/mariadbd.pid" "$run/mariadb.log" mysql_ready
+}
+
+# The Elasticsearch API answers (noida-db serves HTTP as soon as it listens).
+es_ready() {
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$GAP_AUDITOR_TEST_ES_PORT && printf 'GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' >&3 && grep -q 'You Know, for Search' <&3" 2>/dev/null
+}
+
+# Starts noida-db (Elasticsearch API) from the recorded command line unless it runs; returns
+# once it answers. Its data dir survives restarts.
+start_noida() {
+  local run=$GAP_AUDITOR_TEST_RUN port=$GAP_AUDITOR_TEST_ES_PORT
+  if ! pidfile_alive "$run/noida-db.pid"; then
+    port_open "$port" && die "port $port is taken by a process we did not start"
+    log "starting noida-db (Elasticsearch API) on 127.0.0.1:$port"
+    mkdir -p "$run/es"
+    spawn "$run/noida-db.pid" "$run/noida-db.log" bash -c "exec $GAP_AUDITOR_TEST_ES_CMD"
+  fi
+  wait_until 30 "$run/noida-db.pid" "$run/noida-db.log" es_ready
 }

