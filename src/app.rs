@@ -8,6 +8,7 @@ use crate::http::{self, HttpState};
 use crate::ledger::OffsetRun;
 use crate::metrics::Metrics;
 use crate::record::Key;
+use crate::sink::elasticsearch::{ElasticsearchSink, EsAuth, EsTarget};
 use crate::sink::memory::MemorySink;
 use crate::sink::mysql::{MysqlSink, MysqlTarget};
 use crate::sink::{RangeCount, SinkError, Verifier};
@@ -23,6 +24,8 @@ pub enum AnySink {
     Mysql(MysqlSink),
     /// The in-process table (demo and tests).
     Memory(Arc<MemorySink>),
+    /// Elasticsearch (or an API-compatible server) over HTTP.
+    Elasticsearch(ElasticsearchSink),
 }
 
 impl Verifier for AnySink {
@@ -30,6 +33,7 @@ impl Verifier for AnySink {
         match self {
             AnySink::Mysql(s) => s.kind(),
             AnySink::Memory(s) => s.kind(),
+            AnySink::Elasticsearch(s) => s.kind(),
         }
     }
 
@@ -37,6 +41,7 @@ impl Verifier for AnySink {
         match self {
             AnySink::Mysql(s) => s.ping().await,
             AnySink::Memory(s) => s.ping().await,
+            AnySink::Elasticsearch(s) => s.ping().await,
         }
     }
 
@@ -48,6 +53,7 @@ impl Verifier for AnySink {
         match self {
             AnySink::Mysql(s) => s.count_offsets(tp, runs).await,
             AnySink::Memory(s) => s.count_offsets(tp, runs).await,
+            AnySink::Elasticsearch(s) => s.count_offsets(tp, runs).await,
         }
     }
 
@@ -59,6 +65,7 @@ impl Verifier for AnySink {
         match self {
             AnySink::Mysql(s) => s.list_offsets(tp, runs).await,
             AnySink::Memory(s) => s.list_offsets(tp, runs).await,
+            AnySink::Elasticsearch(s) => s.list_offsets(tp, runs).await,
         }
     }
 
@@ -66,6 +73,15 @@ impl Verifier for AnySink {
         match self {
             AnySink::Mysql(s) => s.count_keys(keys).await,
             AnySink::Memory(s) => s.count_keys(keys).await,
+            AnySink::Elasticsearch(s) => s.count_keys(keys).await,
+        }
+    }
+
+    async fn find_ids(&self, ids: &[&str]) -> Result<Vec<bool>, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.find_ids(ids).await,
+            AnySink::Memory(s) => s.find_ids(ids).await,
+            AnySink::Elasticsearch(s) => s.find_ids(ids).await,
         }
     }
 }
@@ -100,10 +116,46 @@ pub fn build_sink(audit: &AuditConfig) -> anyhow::Result<AnySink> {
             .map_err(|e| anyhow::anyhow!("audits.{}.sink: {e}", audit.name))?;
             Ok(AnySink::Mysql(sink))
         }
-        SinkKind::Elasticsearch => anyhow::bail!(
-            "audit {}: sink.kind = elasticsearch is not available in this build yet (the Elasticsearch verifier is issue 3)",
-            audit.name
-        ),
+        SinkKind::Elasticsearch => {
+            let target = EsTarget {
+                index: s.index.clone().unwrap_or_default(),
+                partition_field: audit.matching.partition_column.clone(),
+                offset_field: audit.matching.offset_column.clone(),
+                topic_field: audit.matching.topic_column.clone(),
+                key_fields: audit.matching.sink_columns().to_vec(),
+            };
+            let auth = match (&s.api_key, s.effective_username(), s.effective_password()) {
+                (Some(k), _, _) => EsAuth::ApiKey(k.expose().to_string()),
+                (None, Some(username), password) => EsAuth::Basic {
+                    username,
+                    password: password.map(|p| p.expose().to_string()).unwrap_or_default(),
+                },
+                (None, None, Some(_)) => anyhow::bail!(
+                    "audits.{}.sink.password: a password needs a username (sink.username)",
+                    audit.name
+                ),
+                (None, None, None) => EsAuth::None,
+            };
+            let ca = match &s.ca_file {
+                Some(path) => Some(std::fs::read(path).with_context(|| {
+                    format!(
+                        "audits.{}.sink.ca_file: cannot read {}",
+                        audit.name,
+                        path.display()
+                    )
+                })?),
+                None => None,
+            };
+            let sink = ElasticsearchSink::new(
+                &s.url.without_credentials(),
+                auth,
+                ca.as_deref(),
+                target,
+                s.query_timeout,
+            )
+            .map_err(|e| anyhow::anyhow!("audits.{}.sink: {e}", audit.name))?;
+            Ok(AnySink::Elasticsearch(sink))
+        }
     }
 }
 

@@ -18,8 +18,6 @@ use crate::config::{AuditConfig, KafkaConfig, MatchStrategy, StartPosition};
 use crate::gap::{Gap, GapState, Offset, TopicPartition};
 use crate::kafka::retention::{self, Retention};
 use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle};
-use rdkafka::admin::AdminClient;
-use rdkafka::client::DefaultClientContext;
 use crate::ledger::{Applied, GapRecord, Observed, PartitionLedger, Segment, Snapshot, Verdict};
 use crate::metrics::Metrics;
 use crate::record::{Decoder, DecoderSpec, Tag};
@@ -29,6 +27,8 @@ use crate::store::{PartitionProgress, Store};
 use crate::verify::{self, KeyHistory, Limits};
 use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -201,8 +201,13 @@ fn ms_to_time(ms: i64) -> Option<DateTime<Utc>> {
 }
 
 impl<V: Verifier> Audit<V> {
+    /// Whether the ledger keeps one key per pending record: the match key (`key_columns`) or
+    /// the document id (`doc_id`).
     fn keyed(&self) -> bool {
-        self.cfg.matching.strategy == MatchStrategy::KeyColumns
+        matches!(
+            self.cfg.matching.strategy,
+            MatchStrategy::KeyColumns | MatchStrategy::DocId
+        )
     }
 
     async fn on_event(&mut self, ev: TailEvent) {
@@ -315,7 +320,11 @@ impl<V: Verifier> Audit<V> {
                     next
                 }
                 Ok((low, _)) if next < low => {
-                    if part.ledger.skipped_by_retention(next, low - 1, now).is_some() {
+                    if part
+                        .ledger
+                        .skipped_by_retention(next, low - 1, now)
+                        .is_some()
+                    {
                         self.report_deleted(&tp, &mut part.ledger);
                     }
                     low
@@ -412,11 +421,14 @@ impl<V: Verifier> Audit<V> {
             }
             tracing::info!(audit = %self.cfg.name, %tp, offset = ledger.next_offset(), "partition assigned");
             out.push((tp.clone(), ledger.next_offset()));
-            self.parts.insert(tp, Part {
+            self.parts.insert(
+                tp,
+                Part {
                     ledger,
                     log,
                     stalled: false,
-                });
+                },
+            );
         }
         if !self.unsaved.is_empty() {
             self.persist().await;
@@ -450,7 +462,9 @@ impl<V: Verifier> Audit<V> {
         let grace = self.cfg.grace.as_millis() as i64;
         let give_up = self.cfg.give_up_after.as_millis() as i64;
         let limit = match self.cfg.matching.strategy {
-            MatchStrategy::KeyColumns => (self.cfg.batch_size as u64 * 100).max(100_000),
+            MatchStrategy::KeyColumns | MatchStrategy::DocId => {
+                (self.cfg.batch_size as u64 * 100).max(100_000)
+            }
             _ => self.cfg.max_pending as u64,
         };
         let mut queried = false;
@@ -559,7 +573,10 @@ impl<V: Verifier> Audit<V> {
             MatchStrategy::KeyColumns => {
                 verify::by_keys(&self.sink, segs, &mut self.keys, self.limits, &obs).await
             }
-            _ => verify::by_offsets(&self.sink, tp, segs, self.limits, &obs).await,
+            MatchStrategy::DocId => verify::by_ids(&self.sink, segs, self.limits, &obs).await,
+            MatchStrategy::OffsetColumns => {
+                verify::by_offsets(&self.sink, tp, segs, self.limits, &obs).await
+            }
         }
     }
 
@@ -640,7 +657,10 @@ impl<V: Verifier> Audit<V> {
 
     /// Reads the topics' retention settings (at start, then every 10 minutes).
     async fn refresh_retention(&mut self) {
-        if self.retention_read_at.is_some_and(|t| t.elapsed() < RETENTION_REFRESH) {
+        if self
+            .retention_read_at
+            .is_some_and(|t| t.elapsed() < RETENTION_REFRESH)
+        {
             return;
         }
         self.retention_read_at = Some(std::time::Instant::now());
@@ -828,20 +848,32 @@ impl<V: Verifier> Audit<V> {
         let audit = self.cfg.name.clone();
         let group = self.cfg.pipeline_group.clone().unwrap_or_default();
         let stall_after = (self.cfg.grace.as_millis() as i64 * 2).max(60_000);
-        let Some(p) = self.parts.get_mut(tp) else { return };
+        let Some(p) = self.parts.get_mut(tp) else {
+            return;
+        };
         let step = p.ledger.pipeline.observe(now, committed);
         let labels = [audit.as_str(), tp.topic.as_str(), &tp.partition.to_string()];
         if let Some(s) = step.filter(|s| s.is_rewind()) {
-            self.metrics.pipeline_rewinds.with_label_values(&labels).inc();
+            self.metrics
+                .pipeline_rewinds
+                .with_label_values(&labels)
+                .inc();
             tracing::warn!(audit = %audit, %tp, from = s.from, to = s.to, pipeline_group = %group,
                 "pipeline group {group} rewound {tp} from {} to {}: it is re-reading, expect duplicates (not loss)", s.from, s.to);
         }
         let log_end = p.log.map(|(_, end)| end);
         let behind = matches!((committed, log_end), (Some(c), Some(end)) if end > c);
-        let idle = p.ledger.pipeline.last_move_ms().is_some_and(|t| now - t > stall_after);
+        let idle = p
+            .ledger
+            .pipeline
+            .last_move_ms()
+            .is_some_and(|t| now - t > stall_after);
         let stalled = behind && idle && step.is_none();
         if stalled && !p.stalled {
-            self.metrics.pipeline_stalls.with_label_values(&labels).inc();
+            self.metrics
+                .pipeline_stalls
+                .with_label_values(&labels)
+                .inc();
             tracing::warn!(audit = %audit, %tp, committed = ?committed, log_end = ?log_end, pipeline_group = %group,
                 "pipeline group {group} has not committed on {tp} for {} s while the log grew: stalled (lag, not loss)",
                 stall_after / 1000);
@@ -879,7 +911,10 @@ impl<V: Verifier> Audit<V> {
                 missing += g.missing as i64;
                 deadlines.push(match g.deleted_ms {
                     Some(at) => Some(at),
-                    None => self.retention.get(&tp.topic).and_then(|r| r.deadline_ms(g.min_ts)),
+                    None => self
+                        .retention
+                        .get(&tp.topic)
+                        .and_then(|r| r.deadline_ms(g.min_ts)),
                 });
             }
             m.records_missing.with_label_values(&l).set(missing);
@@ -940,7 +975,11 @@ use crate::kafka::Tagged;
 
 fn log_gap(g: &Gap, pipeline_group: Option<&str>) {
     // "pipeline group G moved from 2 to 4 at 12:03:10 while records 2–3 were absent".
-    let why = match (g.pipeline_commit_from, g.pipeline_commit_to, g.pipeline_commit_at) {
+    let why = match (
+        g.pipeline_commit_from,
+        g.pipeline_commit_to,
+        g.pipeline_commit_at,
+    ) {
         (Some(from), Some(to), Some(at)) => format!(
             " — pipeline group {} moved from {from} to {to} at {} while they were absent from the sink ({})",
             pipeline_group.unwrap_or("?"),

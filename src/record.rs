@@ -17,12 +17,13 @@
 //! The number of fields a record has: csv, the fields after the split; json, the members
 //! of the top-level object (0 for any other document); raw, always 1.
 //!
-//! Design note for `doc_id` matching (Elasticsearch): the document id is rendered from a
-//! template over `{topic}`, `{partition}`, `{offset}`, `{key}` and record fields. The
-//! coordinates are not part of the record value, so the id cannot be built here alone; the
-//! plan is for [`Tag::Expected`] to carry the template's field values (resolved through the
-//! same locators as key fields) and for the id to be rendered next to the ledger, where the
-//! coordinates are known. Until then `doc_id` audits get `key: None`, like `offset_columns`.
+//! `doc_id` matching (Elasticsearch): the document `_id` is rendered from a template over
+//! `{topic}`, `{partition}`, `{offset}`, `{key}` (the Kafka message key, UTF-8) and record
+//! fields, with the Kafka coordinates passed in by [`Decoder::tag_record`]. The id travels
+//! as the record's match key, `Key(vec![id])`, so the ledger keeps it like a `key_columns`
+//! key. A record whose id cannot be built (a field absent or empty, no Kafka key where the
+//! template needs one) is `filter`ed; a Kafka key that is not UTF-8 is `undecodable`. The
+//! built-in names win over record fields of the same name.
 
 use std::borrow::Cow;
 
@@ -62,12 +63,26 @@ impl FilterReason {
     }
 }
 
+/// The Kafka side of a record: what `doc_id` templates can use besides the value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordMeta<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The partition.
+    pub partition: i32,
+    /// The offset.
+    pub offset: i64,
+    /// The message key, when the record has one.
+    pub key: Option<&'a [u8]>,
+}
+
 /// The classification of one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Tag {
     /// The pipeline must write this record. `key` is set for the `key_columns` strategy only.
     Expected {
-        /// The match key, or `None` when the audit does not match by key columns.
+        /// The match key (`key_columns`), or the document id as a one-value key
+        /// (`doc_id`); `None` for `offset_columns`.
         key: Option<Key>,
     },
     /// Not expected in the sink, for this reason.
@@ -105,6 +120,8 @@ pub struct DecoderSpec {
     pub require: Vec<String>,
     /// The match key fields, in order; `Some` only for the `key_columns` strategy.
     pub key: Option<Vec<String>>,
+    /// The document id template; `Some` only for the `doc_id` strategy.
+    pub id_template: Option<String>,
 }
 
 impl Default for DecoderSpec {
@@ -119,6 +136,7 @@ impl Default for DecoderSpec {
             min_fields: None,
             require: Vec::new(),
             key: None,
+            id_template: None,
         }
     }
 }
@@ -146,6 +164,10 @@ impl DecoderSpec {
             key: match matching.strategy {
                 MatchStrategy::KeyColumns => Some(matching.key.clone()),
                 MatchStrategy::OffsetColumns | MatchStrategy::DocId => None,
+            },
+            id_template: match matching.strategy {
+                MatchStrategy::DocId => Some(matching.id_template().to_string()),
+                MatchStrategy::OffsetColumns | MatchStrategy::KeyColumns => None,
             },
         }
     }
@@ -177,6 +199,9 @@ pub enum RecordError {
     /// `key_columns` matching with an empty key list.
     #[error("the match key names no field")]
     EmptyKey,
+    /// A `doc_id` template that cannot be parsed.
+    #[error("id_template: {0}")]
+    IdTemplate(String),
 }
 
 /// Where a named field is found in a decoded record.
@@ -190,6 +215,17 @@ enum Locator {
     Pointer(String),
     /// raw: the whole value.
     Whole,
+}
+
+/// One piece of a parsed `doc_id` template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum IdPart {
+    Literal(String),
+    Topic,
+    Partition,
+    Offset,
+    KafkaKey,
+    Field(Locator),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,6 +244,7 @@ pub struct Decoder {
     min_fields: Option<usize>,
     require: Vec<Locator>,
     key: Option<Vec<Locator>>,
+    id: Option<Vec<IdPart>>,
 }
 
 /// The name a raw record's single field goes by when `fields` is empty.
@@ -286,17 +323,49 @@ impl Decoder {
             ),
             None => None,
         };
+        let id = match &spec.id_template {
+            Some(template) => {
+                let mut parts = Vec::new();
+                for piece in parse_template(template).map_err(RecordError::IdTemplate)? {
+                    parts.push(match piece {
+                        TemplatePiece::Literal(l) => IdPart::Literal(l.to_string()),
+                        TemplatePiece::Name("topic") => IdPart::Topic,
+                        TemplatePiece::Name("partition") => IdPart::Partition,
+                        TemplatePiece::Name("offset") => IdPart::Offset,
+                        TemplatePiece::Name("key") => IdPart::KafkaKey,
+                        TemplatePiece::Name(name) => {
+                            IdPart::Field(locate("id_template", &name.to_string())?)
+                        }
+                    });
+                }
+                if !parts.iter().any(|p| !matches!(p, IdPart::Literal(_))) {
+                    return Err(RecordError::IdTemplate(
+                        "must contain at least one placeholder such as {offset}".into(),
+                    ));
+                }
+                Some(parts)
+            }
+            None => None,
+        };
         Ok(Decoder {
             kind,
             field_count: spec.field_count,
             min_fields: spec.min_fields,
             require,
             key,
+            id,
         })
     }
 
-    /// Classifies one Kafka record value. `None` = tombstone. Never panics on any input.
+    /// Classifies one Kafka record value without its Kafka metadata (all zero/empty, no key):
+    /// enough for every strategy but `doc_id`, whose ids need [`Decoder::tag_record`].
     pub fn tag(&self, value: Option<&[u8]>) -> Tag {
+        self.tag_record(value, &RecordMeta::default())
+    }
+
+    /// Classifies one Kafka record, its value (`None` = tombstone) and its coordinates and
+    /// key (for `doc_id` templates). Never panics on any input.
+    pub fn tag_record(&self, value: Option<&[u8]>, meta: &RecordMeta<'_>) -> Tag {
         let Some(bytes) = value else {
             return Tag::Filtered(FilterReason::Tombstone);
         };
@@ -324,11 +393,11 @@ impl Decoder {
             },
             Kind::Raw => Decoded::Raw(text),
         };
-        self.classify(&decoded)
+        self.classify(&decoded, meta)
     }
 
-    /// Applies the field-count filters and `require`, and builds the key.
-    fn classify(&self, decoded: &Decoded<'_>) -> Tag {
+    /// Applies the field-count filters and `require`, and builds the key or document id.
+    fn classify(&self, decoded: &Decoded<'_>, meta: &RecordMeta<'_>) -> Tag {
         let count = decoded.field_count();
         if self.field_count.is_some_and(|n| count != n)
             || self.min_fields.is_some_and(|n| count < n)
@@ -352,8 +421,90 @@ impl Decoder {
                 Some(Key(values))
             }
         };
+        if let Some(parts) = &self.id {
+            return match build_id(parts, decoded, meta) {
+                Ok(id) => Tag::Expected {
+                    key: Some(Key(vec![id])),
+                },
+                Err(reason) => Tag::Filtered(reason),
+            };
+        }
         Tag::Expected { key }
     }
+}
+
+/// Renders a document id; a field or Kafka key that is absent or empty filters the record,
+/// a Kafka key that is not UTF-8 makes it undecodable.
+fn build_id(
+    parts: &[IdPart],
+    decoded: &Decoded<'_>,
+    meta: &RecordMeta<'_>,
+) -> Result<String, FilterReason> {
+    use std::fmt::Write;
+    let mut id = String::new();
+    for part in parts {
+        match part {
+            IdPart::Literal(l) => id.push_str(l),
+            IdPart::Topic => id.push_str(meta.topic),
+            IdPart::Partition => {
+                let _ = write!(id, "{}", meta.partition);
+            }
+            IdPart::Offset => {
+                let _ = write!(id, "{}", meta.offset);
+            }
+            IdPart::KafkaKey => {
+                let bytes = meta
+                    .key
+                    .filter(|k| !k.is_empty())
+                    .ok_or(FilterReason::Filter)?;
+                id.push_str(std::str::from_utf8(bytes).map_err(|_| FilterReason::Undecodable)?);
+            }
+            IdPart::Field(loc) => {
+                let v = decoded
+                    .get(loc)
+                    .filter(|v| !v.is_empty())
+                    .ok_or(FilterReason::Filter)?;
+                id.push_str(&v);
+            }
+        }
+    }
+    Ok(id)
+}
+
+/// A piece of a `{name}` template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TemplatePiece<'a> {
+    Literal(&'a str),
+    Name(&'a str),
+}
+
+/// Splits `a{b}c` into literals and placeholder names (no escapes: `{` and `}` are always
+/// delimiters, as `config` validates).
+fn parse_template(template: &str) -> Result<Vec<TemplatePiece<'_>>, String> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest[open..].starts_with('}') {
+            return Err("has a `}` without a matching `{`".to_owned());
+        }
+        if open > 0 {
+            out.push(TemplatePiece::Literal(&rest[..open]));
+        }
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else {
+            return Err("has a `{` without a matching `}`".to_owned());
+        };
+        let name = &after[..close];
+        if name.is_empty() || name.contains('{') {
+            return Err("has an empty or nested `{}` placeholder".to_owned());
+        }
+        out.push(TemplatePiece::Name(name));
+        rest = &after[close + 1..];
+    }
+    if !rest.is_empty() {
+        out.push(TemplatePiece::Literal(rest));
+    }
+    Ok(out)
 }
 
 /// A record value after format decoding, before filtering.
@@ -928,6 +1079,106 @@ mod tests {
         assert_eq!(json, r#"["a","b"]"#);
         let back: Key = serde_json::from_str(&json).expect("deserializes");
         assert_eq!(back, key);
+    }
+
+    fn id_decoder(template: &str, format: DecodeFormat, fields: &[&str]) -> Decoder {
+        Decoder::new(DecoderSpec {
+            format,
+            delimiter: "|".into(),
+            fields: strings(fields),
+            id_template: Some(template.into()),
+            ..DecoderSpec::default()
+        })
+        .expect("valid")
+    }
+
+    fn meta<'a>(key: Option<&'a [u8]>) -> RecordMeta<'a> {
+        RecordMeta {
+            topic: "dns",
+            partition: 3,
+            offset: 1234,
+            key,
+        }
+    }
+
+    #[test]
+    fn doc_id_from_kafka_coordinates() {
+        // Kafka Connect's convention with key.ignore=true.
+        let d = id_decoder("{topic}+{partition}+{offset}", DecodeFormat::Raw, &[]);
+        assert_eq!(
+            d.tag_record(Some(b"anything"), &meta(None)),
+            expected(&["dns+3+1234"])
+        );
+        // The value's filters still apply first.
+        assert_eq!(
+            d.tag_record(None, &meta(None)),
+            Tag::Filtered(FilterReason::Tombstone)
+        );
+        assert_eq!(d.tag_record(Some(b"\xff"), &meta(None)), UNDECODABLE);
+    }
+
+    #[test]
+    fn doc_id_from_kafka_key_and_fields() {
+        let d = id_decoder(
+            "{key}:{client_ip}/{time}",
+            DecodeFormat::Csv,
+            &["client_ip", "domain", "time"],
+        );
+        assert_eq!(
+            d.tag_record(Some(b"1.2.3.4|x.org|10:00"), &meta(Some(b"k1"))),
+            expected(&["k1:1.2.3.4/10:00"])
+        );
+        // No Kafka key, or an empty one, where the template needs it: not expected.
+        assert_eq!(
+            d.tag_record(Some(b"1.2.3.4|x.org|10:00"), &meta(None)),
+            FILTERED
+        );
+        assert_eq!(
+            d.tag_record(Some(b"1.2.3.4|x.org|10:00"), &meta(Some(b""))),
+            FILTERED
+        );
+        // A Kafka key that is not UTF-8 cannot become an id.
+        assert_eq!(
+            d.tag_record(Some(b"1.2.3.4|x.org|10:00"), &meta(Some(b"\xff"))),
+            UNDECODABLE
+        );
+        // An empty field in the template: not expected.
+        assert_eq!(
+            d.tag_record(Some(b"|x.org|10:00"), &meta(Some(b"k"))),
+            FILTERED
+        );
+    }
+
+    #[test]
+    fn doc_id_json_pointer_and_builtins_win() {
+        let d = id_decoder("{/a/b}-{offset}", DecodeFormat::Json, &[]);
+        assert_eq!(
+            d.tag_record(Some(br#"{"a":{"b":7},"offset":"field"}"#), &meta(None)),
+            expected(&["7-1234"])
+        );
+    }
+
+    #[test]
+    fn doc_id_templates_are_checked() {
+        let err = |t: &str| {
+            Decoder::new(DecoderSpec {
+                fields: strings(&["a"]),
+                id_template: Some(t.into()),
+                ..DecoderSpec::default()
+            })
+            .expect_err("invalid template")
+        };
+        assert!(matches!(err("x{"), RecordError::IdTemplate(_)));
+        assert!(matches!(err("x}"), RecordError::IdTemplate(_)));
+        assert!(matches!(err("{}"), RecordError::IdTemplate(_)));
+        assert!(matches!(err("plain"), RecordError::IdTemplate(_)));
+        assert!(matches!(
+            err("{zz}"),
+            RecordError::UnknownField {
+                role: "id_template",
+                ..
+            }
+        ));
     }
 
     /// Every decoder shape `tag` must survive: each format, quoting on and off, one- and

@@ -251,6 +251,73 @@ pub async fn by_keys<V: Verifier>(
         .collect())
 }
 
+/// Verifies segments (of any partitions) by document id (`doc_id`: each record's key is
+/// `Key(vec![id])`). Returns one verdict per segment.
+///
+/// An id names at most one document of an index, so there is nothing like a duplicate to
+/// count. Several records can share an id when the template does not include the offset
+/// (`{key}`: the pipeline upserts, the last write wins): the one document confirms all of
+/// them, since the sink keeps no trace of the overwritten writes. A segment without one id
+/// per offset cannot be asked about and stays unknown.
+pub async fn by_ids<V: Verifier>(
+    sink: &V,
+    segments: &[Segment],
+    limits: Limits,
+    obs: QueryObserver<'_>,
+) -> Result<Vec<Verdict>, SinkError> {
+    let mut index: HashMap<&Key, usize> = HashMap::new();
+    let mut keys: Vec<&Key> = Vec::new();
+    for s in segments {
+        if s.keys.len() as u64 != s.run.len() {
+            continue;
+        }
+        for k in &s.keys {
+            index.entry(k).or_insert_with(|| {
+                keys.push(k);
+                keys.len() - 1
+            });
+        }
+    }
+    let mut found: Vec<bool> = Vec::with_capacity(keys.len());
+    for batch in key_batches(&keys, limits) {
+        let ids: Vec<&str> = batch
+            .iter()
+            .map(|k| k.0.first().map_or("", String::as_str))
+            .collect();
+        let got = observed(obs, sink.find_ids(&ids)).await?;
+        if got.len() != ids.len() {
+            return Err(SinkError::Rejected(format!(
+                "sink answered {} results for {} ids",
+                got.len(),
+                ids.len()
+            )));
+        }
+        found.extend(got);
+    }
+    Ok(segments
+        .iter()
+        .map(|s| {
+            if s.keys.len() as u64 != s.run.len() {
+                return Verdict::Unknown;
+            }
+            let present = s
+                .keys
+                .iter()
+                .enumerate()
+                .filter(|(_, k)| index.get(k).is_some_and(|&i| found[i]))
+                .map(|(i, _)| {
+                    let o = s.run.first + i as Offset;
+                    OffsetRun::new(o, o)
+                })
+                .collect();
+            Verdict::Known {
+                present: runs::normalize(present),
+                duplicate_rows: 0,
+            }
+        })
+        .collect())
+}
+
 /// Splits keys into batches bounded by count and by SQL text size.
 fn key_batches<'a, 'k>(keys: &'a [&'k Key], limits: Limits) -> Vec<&'a [&'k Key]> {
     let mut out = Vec::new();
@@ -487,6 +554,100 @@ mod tests {
             present_of(&v).is_empty(),
             "the duplicate row was already counted"
         );
+    }
+
+    fn idseg(first: Offset, ids: &[&str]) -> Segment {
+        kseg(first, ids)
+    }
+
+    #[tokio::test]
+    async fn ids_found_missing_and_shared() {
+        let sink = MemorySink::new();
+        for id in ["t+0+0", "t+0+2", "shared"] {
+            sink.insert_id(id);
+        }
+        let n = AtomicUsize::new(0);
+        let obs = |_d: Duration, _ok: bool| {
+            n.fetch_add(1, Ordering::Relaxed);
+        };
+        let segs = vec![
+            idseg(0, &["t+0+0", "t+0+1", "t+0+2"]),
+            idseg(5, &["shared", "shared", "t+0+6"]),
+        ];
+        let v = by_ids(&sink, &segs, Limits::from_batch_size(2), &obs)
+            .await
+            .expect("ok");
+        assert_eq!(present_of(&v), vec![0, 2, 5, 6]);
+        assert_eq!(dups_of(&v), 0);
+        // 5 distinct ids in batches of 2: 3 queries.
+        assert_eq!(n.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn ids_errors_are_unknown_and_keyless_segments_stay_unknown() {
+        let sink = MemorySink::new();
+        sink.insert_id("a");
+        let keyless = seg(0, 1);
+        let v = by_ids(
+            &sink,
+            &[keyless, idseg(2, &["a"])],
+            Limits::from_batch_size(10),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok");
+        assert_eq!(v[0], Verdict::Unknown);
+        assert_eq!(present_of(&v[1..]), vec![2]);
+        sink.set_down(true);
+        assert!(
+            by_ids(
+                &sink,
+                &[idseg(0, &["a"])],
+                Limits::from_batch_size(10),
+                &|_, _| {}
+            )
+            .await
+            .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn sql_sinks_refuse_ids() {
+        struct NoIds;
+        impl Verifier for NoIds {
+            fn kind(&self) -> &'static str {
+                "none"
+            }
+            async fn ping(&self) -> Result<(), SinkError> {
+                Ok(())
+            }
+            async fn count_offsets(
+                &self,
+                _: &TopicPartition,
+                _: &[OffsetRun],
+            ) -> Result<RangeCount, SinkError> {
+                Ok(RangeCount::default())
+            }
+            async fn list_offsets(
+                &self,
+                _: &TopicPartition,
+                _: &[OffsetRun],
+            ) -> Result<Vec<(Offset, u64)>, SinkError> {
+                Ok(Vec::new())
+            }
+            async fn count_keys(&self, _: &[&Key]) -> Result<Vec<u64>, SinkError> {
+                Ok(Vec::new())
+            }
+        }
+        let e = by_ids(
+            &NoIds,
+            &[idseg(0, &["a"])],
+            Limits::from_batch_size(10),
+            &|_, _| {},
+        )
+        .await
+        .expect_err("refused");
+        assert!(matches!(e, SinkError::Rejected(m) if m.contains("doc_id")));
     }
 
     #[test]

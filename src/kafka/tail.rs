@@ -527,12 +527,18 @@ fn tag(
         Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
         _ => None,
     };
+    let meta = crate::record::RecordMeta {
+        topic: m.topic(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key(),
+    };
     Tagged {
         topic,
         partition: m.partition(),
         offset: m.offset(),
         timestamp_ms,
-        tag: decoder.tag(m.payload()),
+        tag: decoder.tag_record(m.payload(), &meta),
     }
 }
 

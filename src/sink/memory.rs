@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 struct Table {
     offsets: BTreeMap<(String, i32, Offset), u64>,
     keys: HashMap<Key, u64>,
+    ids: std::collections::HashSet<String>,
 }
 
 /// A thread-safe in-memory table counting rows by Kafka coordinates and by key.
@@ -41,6 +42,12 @@ impl MemorySink {
     pub fn insert_key(&self, key: &Key) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         *t.keys.entry(key.clone()).or_default() += 1;
+    }
+
+    /// Adds (or overwrites) a document with this id.
+    pub fn insert_id(&self, id: &str) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.ids.insert(id.to_string());
     }
 
     /// Simulates an outage: every query fails while set.
@@ -118,5 +125,11 @@ impl Verifier for MemorySink {
             .iter()
             .map(|k| t.keys.get(*k).copied().unwrap_or(0))
             .collect())
+    }
+
+    async fn find_ids(&self, ids: &[&str]) -> Result<Vec<bool>, SinkError> {
+        self.check()?;
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(ids.iter().map(|id| t.ids.contains(*id)).collect())
     }
 }

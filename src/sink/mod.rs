@@ -2,6 +2,7 @@
 //! algorithms that turn counts into verdicts (range counts, bisection, key multiplicity) live
 //! in [`crate::verify`] so they are tested without a database.
 
+pub mod elasticsearch;
 pub mod memory;
 pub mod mysql;
 pub mod sql;
@@ -61,4 +62,17 @@ pub trait Verifier: Send + Sync {
     /// Rows per key, aligned with `keys` (key_columns strategy). Keys are distinct.
     fn count_keys(&self, keys: &[&Key])
     -> impl Future<Output = Result<Vec<u64>, SinkError>> + Send;
+
+    /// Whether a document exists with each id, aligned with `ids` (doc_id strategy). Ids are
+    /// distinct. An id names at most one document of an index, so there are no duplicates
+    /// to count. Sinks without document ids refuse the question.
+    fn find_ids(&self, ids: &[&str]) -> impl Future<Output = Result<Vec<bool>, SinkError>> + Send {
+        let _ = ids;
+        let kind = self.kind();
+        async move {
+            Err(SinkError::Rejected(format!(
+                "sink kind {kind} has no document ids: match.strategy doc_id needs elasticsearch"
+            )))
+        }
+    }
 }

@@ -224,6 +224,15 @@ impl Verifier for MysqlSink {
         }
         Ok(out)
     }
+
+    async fn find_ids(&self, _ids: &[&str]) -> Result<Vec<bool>, SinkError> {
+        // Config validation already refuses doc_id with a SQL sink; this is the backstop.
+        Err(SinkError::Rejected(format!(
+            "match.strategy doc_id needs an elasticsearch sink; {} rows have no document id \
+             (use offset_columns or key_columns)",
+            self.kind
+        )))
+    }
 }
 
 /// Server errors (bad table, syntax, access) are the operator's to fix; the rest is transient.
