@@ -22,6 +22,7 @@
 
 pub mod app;
 pub mod audit;
+pub mod check;
 pub mod config;
 pub mod demo;
 pub mod gap;
@@ -30,6 +31,7 @@ pub mod kafka;
 pub mod ledger;
 pub mod metrics;
 pub mod record;
+pub mod replay;
 pub mod sink;
 pub mod status;
 pub mod store;

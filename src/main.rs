@@ -69,6 +69,65 @@ enum Cmd {
         #[arg(short, long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Audit a closed range of the past once (everything in it is due) and print the gaps.
+    ///
+    /// Bounds are RFC 3339 times or `offset:N`; --from is inclusive, --to exclusive. Exits 0
+    /// when nothing is lost, 1 when records are missing, 2 on an error (including a sink
+    /// that cannot be queried: unknown is not missing). Shows a progress bar on a terminal.
+    Check {
+        /// Configuration file.
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Only this audit (default: every audit).
+        #[arg(long)]
+        audit: Option<String>,
+        /// Start: RFC 3339 time (e.g. 2024-05-01T12:00:00Z) or offset:N (inclusive).
+        #[arg(long)]
+        from: gap_auditor::check::Bound,
+        /// End: RFC 3339 time or offset:N (exclusive).
+        #[arg(long)]
+        to: gap_auditor::check::Bound,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Re-read exactly the lost offsets from Kafka and write them again (idempotent: only
+    /// records still absent from the sink are written).
+    ///
+    /// Exits 0 when every record is written or already present, 1 when some could not be
+    /// written, 2 on an error — including offsets Kafka already deleted (the gap is then
+    /// marked unrecoverable). A replayed gap turns `repaired` once the daemon confirms it.
+    #[command(group(clap::ArgGroup::new("what").required(true).args(["gap", "audit"])))]
+    #[command(group(clap::ArgGroup::new("dest").required(true).args(["to_topic", "to_sink"])))]
+    Replay {
+        /// Configuration file.
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The gap to repair (id from `gaps`).
+        #[arg(long, conflicts_with_all = ["audit", "partition", "offsets"])]
+        gap: Option<String>,
+        /// Audit (with --partition and --offsets).
+        #[arg(long, requires_all = ["partition", "offsets"])]
+        audit: Option<String>,
+        /// Topic (default: the audit's only topic).
+        #[arg(long, requires = "audit")]
+        topic: Option<String>,
+        /// Partition.
+        #[arg(long)]
+        partition: Option<i32>,
+        /// Inclusive offset range A-B.
+        #[arg(long, value_parser = gap_auditor::replay::parse_offsets)]
+        offsets: Option<(i64, i64)>,
+        /// Re-produce to this topic (with a `gap-auditor.origin` header).
+        #[arg(long)]
+        to_topic: Option<String>,
+        /// Write into the audit's sink (MySQL/Doris INSERT).
+        #[arg(long)]
+        to_sink: bool,
+        /// Show what would be written; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Self-contained demonstration: an in-process Kafka mock cluster, a simulated
     /// pipeline that loses two records across a restart, and a simulated sink table.
     Demo {
@@ -165,6 +224,68 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Check {
+            config,
+            audit,
+            from,
+            to,
+            format,
+        } => {
+            let cfg = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => return config_error(&e),
+            };
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the runtime: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            match rt.block_on(gap_auditor::check::run(
+                &cfg,
+                audit.as_deref(),
+                from,
+                to,
+                tty,
+            )) {
+                Ok(report) => {
+                    print_check(&report, format);
+                    if report.lost > 0 {
+                        ExitCode::from(1)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Replay {
+            config,
+            gap,
+            audit,
+            topic,
+            partition,
+            offsets,
+            to_topic,
+            to_sink,
+            dry_run,
+        } => {
+            let cfg = match Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => return config_error(&e),
+            };
+            replay(
+                &cfg, gap, audit, topic, partition, offsets, to_topic, to_sink, dry_run,
+            )
+        }
         Cmd::Demo { listen } => runtime(|| async move {
             let cancel = CancellationToken::new();
             spawn_signal_handler(cancel.clone());
@@ -242,6 +363,171 @@ fn open_store(config: Option<PathBuf>) -> Result<Store, ExitCode> {
         eprintln!("error: {e}");
         ExitCode::from(2)
     })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn replay(
+    cfg: &Config,
+    gap: Option<String>,
+    audit: Option<String>,
+    topic: Option<String>,
+    partition: Option<i32>,
+    offsets: Option<(i64, i64)>,
+    to_topic: Option<String>,
+    to_sink: bool,
+    dry_run: bool,
+) -> ExitCode {
+    use gap_auditor::replay::{self, Destination, Outcome, ReplayError, Target};
+    let store = match Store::open(&cfg.state.path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let target = match (gap, audit, partition, offsets) {
+        (Some(id), ..) => replay::target_of_gap(&store, &id),
+        (None, Some(audit), Some(partition), Some((first, last))) => {
+            let topics = cfg
+                .audit(&audit)
+                .map(|a| a.topics.clone())
+                .unwrap_or_default();
+            match topic.or_else(|| (topics.len() == 1).then(|| topics[0].clone())) {
+                Some(topic) => Ok(Target {
+                    audit,
+                    tp: gap_auditor::gap::TopicPartition::new(topic, partition),
+                    first,
+                    last,
+                    gap_id: None,
+                }),
+                None => Err(anyhow::anyhow!(
+                    "--topic: audit {audit:?} reads several topics (or none); name one"
+                )),
+            }
+        }
+        _ => Err(anyhow::anyhow!(
+            "give --gap ID, or --audit NAME --partition P --offsets A-B"
+        )),
+    };
+    let target = match target {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let dest = match to_topic {
+        Some(t) => Destination::Topic(t),
+        None if to_sink => Destination::Sink,
+        None => {
+            eprintln!("error: give --to-topic T or --to-sink");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = rt.block_on(replay::run(cfg, &target, &dest, dry_run));
+    let outcomes = match result {
+        Ok(o) => o,
+        Err(ReplayError::Deleted {
+            tp,
+            first,
+            log_start,
+        }) => {
+            eprintln!(
+                "error: {}",
+                ReplayError::Deleted {
+                    tp: tp.clone(),
+                    first,
+                    log_start
+                }
+            );
+            if let Some(id) = &target.gap_id
+                && let Err(e) = store.mark_unrecoverable(id, chrono::Utc::now())
+            {
+                eprintln!("error: cannot mark gap {id} unrecoverable: {e}");
+            }
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let verb = if dry_run { "would write" } else { "written" };
+    let (mut written, mut failed) = (0, 0);
+    for o in &outcomes {
+        match o {
+            Outcome::Written { offset } => {
+                written += 1;
+                println!(
+                    "{}-{} offset {offset}: {verb}",
+                    target.tp.topic, target.tp.partition
+                );
+            }
+            Outcome::Present { offset } => {
+                println!(
+                    "{}-{} offset {offset}: already in the sink, skipped",
+                    target.tp.topic, target.tp.partition
+                )
+            }
+            Outcome::Filtered { offset, reason } => {
+                println!(
+                    "{}-{} offset {offset}: not expected in the sink ({reason}), skipped",
+                    target.tp.topic, target.tp.partition
+                )
+            }
+            Outcome::Failed { offset, error } => {
+                failed += 1;
+                println!(
+                    "{}-{} offset {offset}: FAILED: {error}",
+                    target.tp.topic, target.tp.partition
+                );
+            }
+        }
+    }
+    println!("{written} record(s) {verb}, {failed} failed");
+    if !dry_run
+        && written > 0
+        && let Some(id) = &target.gap_id
+        && let Err(e) = store.mark_replayed(id)
+    {
+        eprintln!("error: cannot mark gap {id} replayed: {e}");
+    }
+    if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_check(report: &gap_auditor::check::Report, format: Format) {
+    if format == Format::Json {
+        match serde_json::to_string_pretty(report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("error: {e}"),
+        }
+        return;
+    }
+    for r in &report.ranges {
+        println!(
+            "checked {} {}-{} offsets [{}, {})",
+            r.audit, r.topic, r.partition, r.from, r.to
+        );
+    }
+    println!(
+        "records: {} read, {} expected, {} confirmed, {} missing, {} duplicate rows\n",
+        report.consumed, report.expected, report.confirmed, report.lost, report.duplicated
+    );
+    print_gaps(&report.gaps, Format::Table);
 }
 
 fn print_gaps(gaps: &[Gap], format: Format) {

@@ -446,9 +446,15 @@ mod tests {
             .observe(0.02);
         m.sink_up.with_label_values(&[audit]).set(1);
         m.kafka_up.with_label_values(&[audit]).set(1);
-        m.gaps_detected.with_label_values(&[audit, "skipped_by_restart"]).inc();
-        m.pipeline_rewinds.with_label_values(&[audit, topic, partition]).inc();
-        m.pipeline_stalls.with_label_values(&[audit, topic, partition]).inc();
+        m.gaps_detected
+            .with_label_values(&[audit, "skipped_by_restart"])
+            .inc();
+        m.pipeline_rewinds
+            .with_label_values(&[audit, topic, partition])
+            .inc();
+        m.pipeline_stalls
+            .with_label_values(&[audit, topic, partition])
+            .inc();
     }
 
     /// Runs `promtool check metrics` on `text`. `None` when promtool is not installed.

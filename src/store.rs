@@ -34,7 +34,7 @@ use std::time::Duration;
 pub const DB_FILE: &str = "gaps.sqlite";
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 2;
+const SCHEMA_VERSION: i32 = 3;
 
 /// How long a statement waits for another process's write lock before failing. The daemon's
 /// round transactions are short; 5 s covers an fsync on a slow disk with a wide margin.
@@ -87,6 +87,12 @@ ALTER TABLE gaps ADD COLUMN cause TEXT NOT NULL DEFAULT 'unknown';
 ALTER TABLE gaps ADD COLUMN pipeline_commit_from INTEGER;
 ALTER TABLE gaps ADD COLUMN pipeline_commit_to INTEGER;
 ALTER TABLE gaps ADD COLUMN pipeline_commit_at TEXT;
+";
+
+/// v3: when `gap-auditor replay` wrote a gap's records again, so that the daemon reports
+/// the gap `repaired` (not merely `late`) once it confirms them.
+const SCHEMA_V3: &str = "
+ALTER TABLE gaps ADD COLUMN replayed_at TEXT;
 ";
 
 /// Errors of the gap store. Each names the database file (and the gap id where one is
@@ -284,7 +290,11 @@ impl Store {
             tx.execute_batch(SCHEMA_V2)
                 .map_err(sq("migrate schema to v2"))?;
         }
-        // Future migrations: `if version < 3 { ... }`, each within this tx.
+        if version < 3 {
+            tx.execute_batch(SCHEMA_V3)
+                .map_err(sq("migrate schema to v3"))?;
+        }
+        // Future migrations: `if version < 4 { ... }`, each within this tx.
         if version != SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sq("write user_version"))?;
@@ -335,7 +345,11 @@ impl Store {
                         last_timestamp   = excluded.last_timestamp,
                         detected_at      = MIN(gaps.detected_at, excluded.detected_at),
                         state            = CASE WHEN gaps.state = 'acknowledged'
-                                                THEN gaps.state ELSE excluded.state END,
+                                                THEN gaps.state
+                                                WHEN excluded.state = 'late'
+                                                     AND gaps.replayed_at IS NOT NULL
+                                                THEN 'repaired'
+                                                ELSE excluded.state END,
                         unrecoverable_at = excluded.unrecoverable_at,
                         ack_reason       = COALESCE(gaps.ack_reason, excluded.ack_reason),
                         updated_at       = excluded.updated_at,
@@ -514,6 +528,35 @@ impl Store {
 
     /// Marks a gap acknowledged with the operator's reason (stops its alert). A later
     /// [`Store::commit_round`] never reverts it. `Ok(false)` when no gap has this id.
+    /// Records that `gap-auditor replay` wrote the gap's records again: once the daemon
+    /// confirms them the gap becomes `repaired`. Ok(false) when no such gap.
+    pub fn mark_replayed(&self, id: &str) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let n = conn
+            .execute(
+                "UPDATE gaps SET replayed_at = ?2, updated_at = ?2 WHERE id = ?1",
+                params![id, fmt_ts(Utc::now())],
+            )
+            .map_err(self.sq(format!("mark gap {id} replayed")))?;
+        Ok(n > 0)
+    }
+
+    /// Kafka no longer holds the gap's records (a replay found them deleted).
+    pub fn mark_unrecoverable(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let n = conn
+            .execute(
+                "UPDATE gaps SET state = CASE WHEN state = 'acknowledged' THEN state
+                                               ELSE 'unrecoverable' END,
+                                 unrecoverable_at = COALESCE(unrecoverable_at, ?2),
+                                 updated_at = ?2
+                 WHERE id = ?1",
+                params![id, fmt_ts(at)],
+            )
+            .map_err(self.sq(format!("mark gap {id} unrecoverable")))?;
+        Ok(n > 0)
+    }
+
     pub fn ack(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
         let conn = self.lock();
         let changed = conn
@@ -993,8 +1036,14 @@ mod tests {
         .unwrap();
         drop(conn);
         let store = Store::open(dir.path()).unwrap();
-        let g = store.get_gap("a:t:0:2").unwrap().expect("gap survives the migration");
-        assert_eq!((g.first_offset, g.last_offset, g.missing_records), (2, 3, 2));
+        let g = store
+            .get_gap("a:t:0:2")
+            .unwrap()
+            .expect("gap survives the migration");
+        assert_eq!(
+            (g.first_offset, g.last_offset, g.missing_records),
+            (2, 3, 2)
+        );
         assert_eq!(g.cause, GapCause::Unknown);
         assert_eq!(g.pipeline_commit_from, None);
         let mut g2 = g.clone();
@@ -1005,7 +1054,36 @@ mod tests {
         store.commit_round("a", &[g2.clone()], &[]).unwrap();
         let back = store.get_gap("a:t:0:2").unwrap().unwrap();
         assert_eq!(back.cause, GapCause::SkippedByRestart);
-        assert_eq!((back.pipeline_commit_from, back.pipeline_commit_to), (Some(2), Some(4)));
+        assert_eq!(
+            (back.pipeline_commit_from, back.pipeline_commit_to),
+            (Some(2), Some(4))
+        );
         assert_eq!(back.pipeline_commit_at, g2.pipeline_commit_at);
+    }
+
+    #[test]
+    fn a_replayed_gap_turns_repaired_when_its_records_arrive() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut g = gap("a", 0, 2, 0, GapState::Open);
+        store.commit_round("a", &[g.clone()], &[]).unwrap();
+        assert!(store.mark_replayed(&g.id).unwrap());
+        assert!(!store.mark_replayed("nope").unwrap());
+        g.missing_records = 0;
+        g.state = GapState::Late;
+        store.commit_round("a", &[g.clone()], &[]).unwrap();
+        assert_eq!(
+            store.get_gap(&g.id).unwrap().unwrap().state,
+            GapState::Repaired
+        );
+
+        let other = gap("a", 0, 9, 0, GapState::Open);
+        store
+            .commit_round("a", std::slice::from_ref(&other), &[])
+            .unwrap();
+        assert!(store.mark_unrecoverable(&other.id, Utc::now()).unwrap());
+        let back = store.get_gap(&other.id).unwrap().unwrap();
+        assert_eq!(back.state, GapState::Unrecoverable);
+        assert!(back.unrecoverable_at.is_some());
     }
 }

@@ -92,7 +92,13 @@ async fn records_deleted_while_paused_are_an_unknown_size_gap_not_holes() {
     );
     let auditor = Auditor::start_with(config, AnySink::Memory(sink)).await;
     kafka.produce(200, "small record");
-    auditor.wait_for(30, "paused at max_pending", paused).await;
+    // The pause can show before the audit task has ingested the records in flight.
+    auditor
+        .wait_for(30, "paused with 100 records read", |a| {
+            paused(a) && a.consumed("t", 0) == 100
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         auditor.consumed("t", 0),
         100,
@@ -236,4 +242,61 @@ fn countdown(a: &Auditor) -> Option<String> {
         .find(|l| l.starts_with("gap_auditor_gap_unrecoverable_seconds{"))
         .and_then(|l| l.rsplit(' ').next())
         .map(str::to_string)
+}
+
+/// Replaying offsets Kafka already deleted: exit 2, a message naming the log start offset,
+/// and the gap becomes `unrecoverable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replay_of_deleted_offsets_is_refused_and_the_gap_is_unrecoverable() {
+    let kafka = MockKafka::new();
+    kafka.produce(8_000, &"x".repeat(1024));
+    let (low, _) = kafka.watermarks();
+    assert!(low > 10, "the mock deleted the start (low={low})");
+    let state = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(state.path()).expect("store");
+    let mut gap = gap_auditor::gap::Gap {
+        id: gap_auditor::gap::Gap::make_id("a", "t", 0, 2),
+        audit: "a".into(),
+        topic: "t".into(),
+        partition: 0,
+        first_offset: 2,
+        last_offset: 3,
+        missing_records: 2,
+        size_known: true,
+        first_timestamp: None,
+        last_timestamp: None,
+        detected_at: chrono::Utc::now(),
+        state: GapState::Open,
+        unrecoverable_at: None,
+        ack_reason: None,
+        cause: Default::default(),
+        pipeline_commit_from: None,
+        pipeline_commit_to: None,
+        pipeline_commit_at: None,
+    };
+    store.commit_round("a", &[gap.clone()], &[]).expect("gap");
+    let config = state.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[kafka]\nbrokers = \"{}\"\n[state]\npath = \"{}\"\n[[audits]]\nname = \"a\"\ntopics = [\"t\"]\n\
+             [audits.record]\nformat = \"raw\"\n[audits.match]\nstrategy = \"offset_columns\"\n\
+             [audits.sink]\nkind = \"mysql\"\nurl = \"mysql://u@127.0.0.1:1/db\"\ntable = \"x\"\n",
+            kafka.brokers,
+            state.path().display()
+        ),
+    )
+    .expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
+        .args(["replay", "-c"])
+        .arg(&config)
+        .args(["--gap", &gap.id, "--to-topic", "t"])
+        .output()
+        .expect("run replay");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("log start offset {low}")), "{err}");
+    gap = store.get_gap(&gap.id).expect("get").expect("gap");
+    assert_eq!(gap.state, GapState::Unrecoverable);
+    assert!(gap.unrecoverable_at.is_some());
 }

@@ -30,7 +30,10 @@ impl Retention {
             delete: true,
             compact: false,
         };
-        let limit = |v: Option<&str>| v.and_then(|v| v.trim().parse::<i64>().ok()).filter(|n| *n >= 0);
+        let limit = |v: Option<&str>| {
+            v.and_then(|v| v.trim().parse::<i64>().ok())
+                .filter(|n| *n >= 0)
+        };
         for (name, value) in entries {
             match name {
                 "retention.ms" => r.ms = limit(value),
@@ -58,7 +61,10 @@ impl Retention {
 }
 
 /// Reads the retention settings of `topic`.
-pub async fn describe(admin: &AdminClient<DefaultClientContext>, topic: &str) -> Result<Retention, KafkaError> {
+pub async fn describe(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> Result<Retention, KafkaError> {
     let spec = ResourceSpecifier::Topic(topic);
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
     let results = admin.describe_configs([&spec], &opts).await?;
@@ -67,7 +73,12 @@ pub async fn describe(admin: &AdminClient<DefaultClientContext>, topic: &str) ->
         .next()
         .ok_or_else(|| KafkaError::AdminOpCreation("empty DescribeConfigs answer".into()))?
         .map_err(KafkaError::AdminOp)?;
-    Ok(Retention::from_entries(resource.entries.iter().map(|e| (e.name.as_str(), e.value.as_deref()))))
+    Ok(Retention::from_entries(
+        resource
+            .entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref())),
+    ))
 }
 
 /// Seconds left before the first open gap's records are deleted, for the
@@ -96,8 +107,14 @@ mod tests {
             ("retention.bytes", Some("-1")),
             ("cleanup.policy", Some("compact,delete")),
         ]);
-        assert_eq!((r.ms, r.bytes, r.delete, r.compact), (Some(60_000), None, true, true));
-        let r = Retention::from_entries([("retention.ms", Some("-1")), ("cleanup.policy", Some("compact"))]);
+        assert_eq!(
+            (r.ms, r.bytes, r.delete, r.compact),
+            (Some(60_000), None, true, true)
+        );
+        let r = Retention::from_entries([
+            ("retention.ms", Some("-1")),
+            ("cleanup.policy", Some("compact")),
+        ]);
         assert_eq!((r.ms, r.delete), (None, false));
     }
 
@@ -107,7 +124,11 @@ mod tests {
         assert_eq!(r.deadline_ms(Some(1_000)), Some(61_000));
         assert_eq!(r.deadline_ms(None), None);
         let compact = Retention::from_entries([("cleanup.policy", Some("compact"))]);
-        assert_eq!(compact.deadline_ms(Some(1_000)), None, "compaction never deletes by time");
+        assert_eq!(
+            compact.deadline_ms(Some(1_000)),
+            None,
+            "compaction never deletes by time"
+        );
     }
 
     #[test]

@@ -577,7 +577,10 @@ fn a_gap_becomes_unrecoverable_when_the_log_start_passes_it() {
     l.apply(&oracle(&segs, &[0, 1, 4, 5].into()), GRACE);
     l.take_dirty_gaps();
     let rev = l.revision();
-    assert!(!l.log_start_moved(2, 5_000), "the log start has not passed offset 2 yet");
+    assert!(
+        !l.log_start_moved(2, 5_000),
+        "the log start has not passed offset 2 yet"
+    );
     assert_eq!(l.revision(), rev);
     assert!(l.log_start_moved(3, 6_000));
     let g = &l.take_dirty_gaps()[0];

@@ -3,8 +3,10 @@
 //! test binary; tests that stop a shared service live in their own binaries (tests/*.rs),
 //! which cargo runs one after another.
 
+mod check;
 mod crash;
 mod input;
+mod replay;
 mod scenarios;
 mod seed_config;
 mod support;

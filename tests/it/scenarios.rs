@@ -10,7 +10,8 @@ use std::time::Duration;
 async fn seed_scenario(strategy: &str) {
     let s = Scenario::new("seed").await;
     let auditor = s.start_auditor(strategy, "2s", "500ms").await;
-    s.play_seed_incident(|| async { pipeline_committed(&auditor) == Some(2) })
+    let a = &auditor;
+    s.play_seed_incident(|o| async move { pipeline_committed(a) == Some(o) })
         .await;
     assert_eq!(s.rows().await, 4);
 

@@ -51,14 +51,14 @@ async fn documented_config_catches_the_seed_incident() {
 
     // The incident: seed-shaped lines; the pipeline's rows go into the seed table.
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-    s.play_seed_incident(|| async move {
+    s.play_seed_incident(|o| async move {
         let Ok((200, body)) =
             tokio::time::timeout(Duration::from_secs(2), http_get(addr, "/api/status")).await
         else {
             return false;
         };
         let status: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        status["audits"][0]["partitions"][0]["pipeline_committed"] == 2
+        status["audits"][0]["partitions"][0]["pipeline_committed"] == o
     })
     .await;
 

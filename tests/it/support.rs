@@ -402,30 +402,37 @@ impl Scenario {
     /// The seed incident on partition 0: the pipeline writes 0–1 and commits 2; it stops;
     /// 2–3 are produced; it restarts "from latest" (at 4, the end the test knows from the
     /// producer's acks), commits 4 at once like Flink's first checkpoint after the restart,
-    /// and writes 4–5, which are produced 1.2 s later (so a 500 ms poll sees the 2 → 4 jump).
-    /// `seen_commit_2` tells when the auditor has observed the pipeline's commit 2: a real
-    /// auditor runs long before an incident, so it sees the commit before the jump.
-    pub async fn play_seed_incident<F, Fut>(&self, seen_commit_2: F)
+    /// and writes 4–5, which are produced once the auditor has seen the 2 → 4 jump.
+    /// `seen_commit(o)` tells when the auditor has observed the pipeline's commit `o`: a
+    /// real auditor runs long before an incident and polls faster than a pipeline restarts,
+    /// so it sees commit 2, then the jump to 4, before anything else happens.
+    pub async fn play_seed_incident<F, Fut>(&self, seen_commit: F)
     where
-        F: Fn() -> Fut,
+        F: Fn(i64) -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
         let lines = dns_lines(0..6);
         assert_eq!(self.send(&lines[0..2]).await, vec![0, 1]);
         self.pipeline().records(2).run().await;
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !seen_commit_2().await {
-            assert!(
-                Instant::now() < deadline,
-                "the auditor never saw the pipeline's commit 2"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let wait_seen = |offset: i64| {
+            let seen = &seen_commit;
+            async move {
+                while !seen(offset).await {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the auditor never saw the pipeline's commit {offset}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        wait_seen(2).await;
         // The job is killed; records arrive meanwhile.
         assert_eq!(self.send(&lines[2..4]).await, vec![2, 3]);
         // Restart from latest-offset: the end is 4.
         let restarted = tokio::spawn(self.pipeline().start_at(4).commit_start().records(2).run());
-        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        wait_seen(4).await;
         assert_eq!(self.send(&lines[4..6]).await, vec![4, 5]);
         restarted.await.expect("pipeline restarted");
     }
@@ -469,6 +476,12 @@ pub struct Pipeline<'a> {
 impl<'a> Pipeline<'a> {
     pub fn partition(mut self, partition: i32) -> Self {
         self.partition = partition;
+        self
+    }
+
+    /// Reads another topic (e.g. a repair topic the pipeline also consumes).
+    pub fn reading(mut self, topic: &str) -> Self {
+        self.topic = topic.to_string();
         self
     }
 
