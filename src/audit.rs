@@ -618,35 +618,11 @@ impl<V: Verifier> Audit<V> {
     }
 
     fn to_gap(&self, tp: &TopicPartition, g: &GapRecord) -> Gap {
-        Gap {
-            id: Gap::make_id(&self.cfg.name, &tp.topic, tp.partition, g.first),
-            audit: self.cfg.name.clone(),
-            topic: tp.topic.clone(),
-            partition: tp.partition,
-            first_offset: g.first,
-            last_offset: g.last,
-            missing_records: g.missing,
-            size_known: g.size_known,
-            first_timestamp: g.min_ts.and_then(ms_to_time),
-            last_timestamp: g.max_ts.and_then(ms_to_time),
-            detected_at: ms_to_time(g.detected_ms).unwrap_or_else(Utc::now),
-            state: if g.missing == 0 && g.size_known {
-                GapState::Late
-            } else if g.deleted_ms.is_some() {
-                GapState::Unrecoverable
-            } else {
-                GapState::Open
-            },
-            unrecoverable_at: match g.deleted_ms {
-                Some(ms) => ms_to_time(ms),
-                None => self.deadline_ms(tp, g).and_then(ms_to_time),
-            },
-            ack_reason: None,
-            cause: g.cause,
-            pipeline_commit_from: g.commit.map(|c| c.from),
-            pipeline_commit_to: g.commit.map(|c| c.to),
-            pipeline_commit_at: g.commit.and_then(|c| ms_to_time(c.at_ms)),
+        let mut gap = g.to_gap(&self.cfg.name, tp);
+        if gap.unrecoverable_at.is_none() {
+            gap.unrecoverable_at = self.deadline_ms(tp, g).and_then(ms_to_time);
         }
+        gap
     }
 
     /// When retention will delete the gap's first record (time-based; size-based deletion
@@ -843,11 +819,11 @@ impl<V: Verifier> Audit<V> {
 
     /// Feeds one poll of the pipeline group's commit to the ledger and reports the events
     /// that are not loss: rewinds (reprocessing; duplicates expected) and stalls (no commit
-    /// movement while the log grows for longer than max(2 × grace, 60 s)).
+    /// movement for `stall_after` while the log grows).
     fn observe_pipeline(&mut self, tp: &TopicPartition, committed: Option<Offset>, now: i64) {
         let audit = self.cfg.name.clone();
         let group = self.cfg.pipeline_group.clone().unwrap_or_default();
-        let stall_after = (self.cfg.grace.as_millis() as i64 * 2).max(60_000);
+        let stall_after = self.cfg.stall_after.as_millis() as i64;
         let Some(p) = self.parts.get_mut(tp) else {
             return;
         };

@@ -7,13 +7,13 @@
 
 use crate::app::{self, AnySink};
 use crate::config::{AuditConfig, Config, MatchStrategy};
-use crate::gap::{Gap, GapState, Offset, TopicPartition};
+use crate::gap::{Gap, Offset, TopicPartition};
 use crate::kafka::client;
 use crate::ledger::{Observed, PartitionLedger, Verdict};
 use crate::record::{Decoder, DecoderSpec, Tag};
 use crate::verify::{self, KeyHistory, Limits};
 use anyhow::{Context, bail};
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Message, Timestamp};
@@ -181,30 +181,9 @@ async fn check_audit(
             report.duplicated += applied.duplicates;
         }
         for g in ledger.take_dirty_gaps() {
-            report.gaps.push(Gap {
-                id: Gap::make_id(&audit.name, &tp.topic, tp.partition, g.first),
-                audit: audit.name.clone(),
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                first_offset: g.first,
-                last_offset: g.last,
-                missing_records: g.missing,
-                size_known: g.size_known,
-                first_timestamp: g
-                    .min_ts
-                    .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
-                last_timestamp: g
-                    .max_ts
-                    .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
-                detected_at: Utc::now(),
-                state: GapState::Open,
-                unrecoverable_at: None,
-                ack_reason: None,
-                cause: g.cause,
-                pipeline_commit_from: None,
-                pipeline_commit_to: None,
-                pipeline_commit_at: None,
-            });
+            let mut gap = g.to_gap(&audit.name, &tp);
+            gap.detected_at = Utc::now();
+            report.gaps.push(gap);
         }
     }
     bar.finish_and_clear();

@@ -717,6 +717,9 @@ fn default_verify_interval() -> Duration {
 fn default_give_up_after() -> Duration {
     Duration::from_secs(24 * 3600)
 }
+fn default_stall_after() -> Duration {
+    Duration::from_secs(300)
+}
 fn default_batch_size() -> usize {
     1000
 }
@@ -767,6 +770,11 @@ pub struct AuditConfig {
     /// Default `24h`.
     #[serde(default = "default_give_up_after", deserialize_with = "de_duration")]
     pub give_up_after: Duration,
+    /// Report the pipeline group as stalled when its committed offset has not moved for
+    /// this long while the log grew (lag, not loss). Set it above the pipeline's commit
+    /// interval (Flink: the checkpoint interval). Default `5m`.
+    #[serde(default = "default_stall_after", deserialize_with = "de_duration")]
+    pub stall_after: Duration,
     /// Keys per sink query for `key_columns` / `doc_id`. Default 1000, 1..=100000.
     #[serde(default = "default_batch_size")]
     pub batch_size: usize,
@@ -1581,6 +1589,9 @@ impl AuditConfig {
         }
         if self.verify_interval.is_zero() {
             return err(format!("{p}.verify_interval"), "must be > 0");
+        }
+        if self.stall_after.is_zero() {
+            return err(format!("{p}.stall_after"), "must be > 0");
         }
         if self.give_up_after.is_zero() {
             return err(format!("{p}.give_up_after"), "must be > 0");

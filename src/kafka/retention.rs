@@ -73,6 +73,13 @@ pub async fn describe(
         .next()
         .ok_or_else(|| KafkaError::AdminOpCreation("empty DescribeConfigs answer".into()))?
         .map_err(KafkaError::AdminOp)?;
+    // A real Kafka lists every topic config; an empty answer (some Kafka-compatible brokers)
+    // would turn into Kafka's defaults, which may be wrong: treat it as unknown.
+    if resource.entries.is_empty() {
+        return Err(KafkaError::AdminOpCreation(format!(
+            "the broker returned no configuration for topic {topic}"
+        )));
+    }
     Ok(Retention::from_entries(
         resource
             .entries

@@ -142,6 +142,42 @@ pub struct GapRecord {
     pub is_new: bool,
 }
 
+impl GapRecord {
+    /// The gap as reported (API, store, CLI). `unrecoverable_at` is when the log start was
+    /// seen passing it; callers that know the topic's retention fill in the deadline.
+    pub fn to_gap(&self, audit: &str, tp: &crate::gap::TopicPartition) -> crate::gap::Gap {
+        use crate::gap::{Gap, GapState};
+        use chrono::{TimeZone, Utc};
+        let time = |ms: i64| Utc.timestamp_millis_opt(ms).single();
+        Gap {
+            id: Gap::make_id(audit, &tp.topic, tp.partition, self.first),
+            audit: audit.to_string(),
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            first_offset: self.first,
+            last_offset: self.last,
+            missing_records: self.missing,
+            size_known: self.size_known,
+            first_timestamp: self.min_ts.and_then(time),
+            last_timestamp: self.max_ts.and_then(time),
+            detected_at: time(self.detected_ms).unwrap_or_else(Utc::now),
+            state: if self.missing == 0 && self.size_known {
+                GapState::Late
+            } else if self.deleted_ms.is_some() {
+                GapState::Unrecoverable
+            } else {
+                GapState::Open
+            },
+            unrecoverable_at: self.deleted_ms.and_then(time),
+            ack_reason: None,
+            cause: self.cause,
+            pipeline_commit_from: self.commit.map(|c| c.from),
+            pipeline_commit_to: self.commit.map(|c| c.to),
+            pipeline_commit_at: self.commit.and_then(|c| time(c.at_ms)),
+        }
+    }
+}
+
 /// The sink's answer about one due segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

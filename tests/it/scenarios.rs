@@ -191,3 +191,47 @@ async fn rewind_is_duplicates_not_loss() {
     assert!(api_gaps(&auditor).await.is_empty());
     auditor.stop().await;
 }
+
+/// A stall: the pipeline stops committing while records keep arriving. It is reported
+/// (event + `gap_auditor_pipeline_stalls_total`) and is never loss; it clears when the
+/// pipeline moves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stall_is_reported_and_is_not_loss() {
+    let s = Scenario::new("stall").await;
+    let toml = config_toml(&s.spec("offset_columns", "1s", "300ms"))
+        .replace("grace = \"1s\"", "grace = \"1s\"\nstall_after = \"2s\"");
+    let auditor = Auditor::start(&toml).await;
+    s.send(&dns_lines(0..5)).await;
+    s.pipeline().commit_start().records(0).run().await;
+    until_seen(&auditor, 0).await;
+    s.pipeline().records(5).run().await;
+    until_seen(&auditor, 5).await;
+    // The pipeline stops; the topic keeps growing.
+    s.send(&dns_lines(5..10)).await;
+    let topic = s.topic.clone();
+    let stalls = |a: &Auditor| {
+        a.metrics
+            .pipeline_stalls
+            .with_label_values(&["dns_logs", &topic, "0"])
+            .get()
+    };
+    auditor
+        .wait_for(30, "the stall is reported", |a| {
+            assert_eq!(a.lost(&topic, 0), 0, "a stall is not loss");
+            stalls(a) == 1
+        })
+        .await;
+    keep_checking(Duration::from_secs(1), Duration::from_millis(100), || {
+        assert_eq!(stalls(&auditor), 1, "reported once per stall");
+        assert_eq!(auditor.lost(&topic, 0), 0);
+    })
+    .await;
+    // It resumes: everything is confirmed, nothing lost.
+    s.pipeline().start_at(5).records(5).run().await;
+    auditor
+        .wait_for(30, "all 10 confirmed", |a| a.confirmed(&topic, 0) == 10)
+        .await;
+    assert_eq!(auditor.lost(&topic, 0), 0);
+    assert!(api_gaps(&auditor).await.is_empty());
+    auditor.stop().await;
+}
