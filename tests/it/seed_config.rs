@@ -52,9 +52,8 @@ async fn documented_config_catches_the_seed_incident() {
     // The incident: seed-shaped lines; the pipeline's rows go into the seed table.
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     s.play_seed_incident(|o| async move {
-        let Ok((200, body)) =
-            tokio::time::timeout(Duration::from_secs(2), http_get(addr, "/api/status")).await
-        else {
+        // The daemon may still be starting: nothing listening yet is "not seen".
+        let Some((200, body)) = try_http_get(addr, "/api/status").await else {
             return false;
         };
         let status: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
@@ -64,13 +63,10 @@ async fn documented_config_catches_the_seed_incident() {
 
     let gaps = auditor
         .wait_until(60, || async move {
-            let body =
-                match tokio::time::timeout(Duration::from_secs(2), http_get(addr, "/api/gaps"))
-                    .await
-                {
-                    Ok((200, body)) => body,
-                    _ => String::new(),
-                };
+            let body = match try_http_get(addr, "/api/gaps").await {
+                Some((200, body)) => body,
+                _ => String::new(),
+            };
             let gaps: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap_or_default();
             if gaps.is_empty() {
                 Err("no gap reported".to_string())

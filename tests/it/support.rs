@@ -939,6 +939,14 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
+/// Like [`http_get`], but `None` while nothing listens (a daemon still starting).
+pub async fn try_http_get(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    tokio::net::TcpStream::connect(addr).await.ok()?;
+    tokio::time::timeout(std::time::Duration::from_secs(2), http_get(addr, path))
+        .await
+        .ok()
+}
+
 /// Minimal HTTP/1.1 GET (no client dependency needed).
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
