@@ -1004,7 +1004,17 @@ fn resolve_starts(
     };
     let mut out = Vec::new();
     for tp in tps {
-        let log = lookup.watermarks(tp).ok();
+        // Retried: without watermarks a `latest` start would fall back to offset 0 and audit
+        // history the pipeline may have expired from the sink long ago.
+        let log = (0..3).find_map(|attempt| {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            lookup
+                .watermarks(tp)
+                .inspect_err(|e| tracing::warn!(%tp, error = %e, attempt, "cannot read watermarks"))
+                .ok()
+        });
         let resumed = stored
             .get(tp)
             .copied()
