@@ -235,15 +235,9 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
             };
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let rt = match tokio_runtime() {
                 Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the runtime: {e}");
-                    return ExitCode::from(2);
-                }
+                Err(code) => return code,
             };
             let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
             match rt.block_on(gap_auditor::check::run(
@@ -307,6 +301,17 @@ fn init_tracing() {
     } else {
         builder.init();
     }
+}
+
+/// The runtime for one-shot commands; failing to start it is an error (exit 2).
+fn tokio_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: cannot start the runtime: {e}");
+            ExitCode::from(2)
+        })
 }
 
 fn config_error(e: &ConfigError) -> ExitCode {
@@ -424,18 +429,12 @@ fn replay(
             return ExitCode::from(2);
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio_runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let result = rt.block_on(replay::run(cfg, &target, &dest, dry_run));
-    let outcomes = match result {
+    let replayed = match result {
         Ok(o) => o,
         Err(ReplayError::Deleted {
             tp,
@@ -464,7 +463,7 @@ fn replay(
     };
     let verb = if dry_run { "would write" } else { "written" };
     let (mut written, mut failed) = (0, 0);
-    for o in &outcomes {
+    for o in &replayed.outcomes {
         match o {
             Outcome::Written { offset } => {
                 written += 1;
@@ -494,6 +493,9 @@ fn replay(
             }
         }
     }
+    for note in &replayed.notes {
+        println!("{note}");
+    }
     println!("{written} record(s) {verb}, {failed} failed");
     if !dry_run
         && written > 0
@@ -502,7 +504,7 @@ fn replay(
     {
         eprintln!("error: cannot mark gap {id} replayed: {e}");
     }
-    if failed > 0 {
+    if failed > 0 || replayed.partial {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

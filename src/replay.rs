@@ -3,18 +3,30 @@
 //! first which of the records are still absent, and only those are written, so running the
 //! same replay twice changes nothing.
 //!
-//! Sinks: MySQL/Doris by `INSERT` over the text protocol (csv records: `record.fields` name
-//! the columns, key fields map to `match.columns`, and `offset_columns` audits also write the
-//! partition/offset/topic columns). Doris Stream Load and Elasticsearch `_bulk` are not in
-//! this build.
+//! Sinks:
+//! - MySQL/Doris by `INSERT` over the text protocol (csv records: `record.fields` name the
+//!   columns, key fields map to `match.columns`, and `offset_columns` audits also write the
+//!   partition/offset/topic columns);
+//! - Doris by Stream Load when `sink.stream_load_url` is set ([`crate::sink::stream_load`]):
+//!   the same rows as JSON lines (json records as they are), ONE load per replay under a
+//!   deterministic label, so a repeated load is refused as `Label Already Exists`
+//!   (reported as already in the sink);
+//! - Elasticsearch by `_bulk` `create` actions with the audit's document id (`doc_id`), so
+//!   an existing document answers 409 (already in the sink) and is never overwritten;
+//!   documents are the JSON record as it is, or an object of `record.fields` for csv, plus
+//!   the partition/offset(/topic) fields for `offset_columns`. Per-item errors name their
+//!   offset.
 
 use crate::app::{self, AnySink};
 use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkKind};
 use crate::gap::{Offset, TopicPartition};
 use crate::kafka::client;
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
+use crate::record::RecordMeta;
 use crate::record::{Decoder, DecoderSpec, Tag};
+use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
 use crate::sink::sql;
+use crate::sink::stream_load::{self, StreamLoad};
 use crate::store::Store;
 use crate::verify::{self, KeyHistory, Limits};
 use anyhow::{Context, bail};
@@ -22,6 +34,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, Timestamp};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset as KOffset, TopicPartitionList};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
 use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -103,6 +117,22 @@ pub enum ReplayError {
     Other(#[from] anyhow::Error),
 }
 
+/// What a replay did: one outcome per offset read, plus notes on the write as a whole
+/// (Stream Load's row counts and status).
+#[derive(Debug, Clone, Default)]
+pub struct Replayed {
+    /// Per offset, in offset order.
+    pub outcomes: Vec<Outcome>,
+    /// Remarks on the write as a whole, for the operator.
+    pub notes: Vec<String>,
+    /// The sink accepted the write but not every row of it (Stream Load filtered or
+    /// unselected rows): a partial result even though no offset is known to have failed.
+    pub partial: bool,
+}
+
+/// Bulk requests carry at most this many documents.
+const BULK_DOCS: usize = 500;
+
 /// One record read back from Kafka.
 struct Record {
     offset: Offset,
@@ -118,7 +148,7 @@ pub async fn run(
     target: &Target,
     dest: &Destination,
     dry_run: bool,
-) -> Result<Vec<Outcome>, ReplayError> {
+) -> Result<Replayed, ReplayError> {
     let audit = config
         .audit(&target.audit)
         .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
@@ -141,9 +171,21 @@ pub async fn run(
     );
     let mut ledger = PartitionLedger::new(target.first, keyed);
     let mut outcomes = Vec::new();
+    let mut ids: HashMap<Offset, String> = HashMap::new();
     for r in &records {
-        match decoder.tag(r.value.as_deref()) {
+        let meta = RecordMeta {
+            topic: &target.tp.topic,
+            partition: target.tp.partition,
+            offset: r.offset,
+            key: r.key.as_deref(),
+        };
+        match decoder.tag_record(r.value.as_deref(), &meta) {
             Tag::Expected { key } => {
+                if audit.matching.strategy == MatchStrategy::DocId
+                    && let Some(id) = key.as_ref().and_then(|k| k.0.first())
+                {
+                    ids.insert(r.offset, id.clone());
+                }
                 ledger.ingest(r.offset, r.timestamp, Observed::Expected { key }, 0);
             }
             Tag::Filtered(reason) => outcomes.push(Outcome::Filtered {
@@ -181,6 +223,7 @@ pub async fn run(
         .filter(|r| absent.iter().any(|a| a.contains(r.offset)))
         .collect();
 
+    let mut report = Replayed::default();
     if dry_run {
         outcomes.extend(
             missing
@@ -192,7 +235,9 @@ pub async fn run(
             Destination::Topic(topic) => {
                 outcomes.extend(to_topic(config, target, topic, &missing).await?)
             }
-            Destination::Sink => outcomes.extend(to_sink(audit, &sink, target, &missing).await),
+            Destination::Sink => {
+                outcomes.extend(to_sink(audit, &sink, target, &missing, &ids, &mut report).await)
+            }
         }
     }
     outcomes.sort_by_key(|o| match o {
@@ -201,20 +246,29 @@ pub async fn run(
         | Outcome::Filtered { offset, .. }
         | Outcome::Failed { offset, .. } => *offset,
     });
-    Ok(outcomes)
+    report.outcomes = outcomes;
+    Ok(report)
 }
 
 fn sink_supported(audit: &AuditConfig) -> anyhow::Result<()> {
     match audit.sink.kind {
         SinkKind::Doris | SinkKind::Mysql if audit.record.format == RecordFormat::Csv => Ok(()),
+        SinkKind::Doris
+            if audit.sink.stream_load_url.is_some()
+                && audit.record.format == RecordFormat::Json =>
+        {
+            Ok(())
+        }
         SinkKind::Doris | SinkKind::Mysql => bail!(
             "--to-sink writes csv records (record.fields name the columns); audit {} uses {:?}: use --to-topic",
             audit.name,
             audit.record.format
         ),
-        SinkKind::Elasticsearch => {
-            bail!("--to-sink for Elasticsearch (_bulk) is not in this build: use --to-topic")
-        }
+        SinkKind::Elasticsearch if audit.record.format == RecordFormat::Raw => bail!(
+            "--to-sink for Elasticsearch writes csv or json records; audit {} uses raw: use --to-topic",
+            audit.name
+        ),
+        SinkKind::Elasticsearch => Ok(()),
     }
 }
 
@@ -343,22 +397,303 @@ async fn to_topic(
     Ok(out)
 }
 
+fn all_failed(records: &[&Record], error: &str) -> Vec<Outcome> {
+    records
+        .iter()
+        .map(|r| Outcome::Failed {
+            offset: r.offset,
+            error: error.to_string(),
+        })
+        .collect()
+}
+
+/// Writes the records into the audit's sink: Elasticsearch `_bulk`, Doris Stream Load, or
+/// SQL `INSERT`s.
+async fn to_sink(
+    audit: &AuditConfig,
+    sink: &AnySink,
+    target: &Target,
+    records: &[&Record],
+    ids: &HashMap<Offset, String>,
+    report: &mut Replayed,
+) -> Vec<Outcome> {
+    if records.is_empty() {
+        return Vec::new();
+    }
+    match sink {
+        AnySink::Elasticsearch(es) => to_elasticsearch(audit, es, target, records, ids).await,
+        AnySink::Mysql(_) if audit.sink.stream_load_url.is_some() => {
+            to_stream_load(audit, target, records, report).await
+        }
+        AnySink::Mysql(_) => to_sql(audit, sink, target, records).await,
+        AnySink::Memory(_) => all_failed(records, "this sink cannot be written by replay"),
+    }
+}
+
+/// `_bulk` `create` actions, [`BULK_DOCS`] per request; the document id is the audit's
+/// (`doc_id`), else the server picks one.
+async fn to_elasticsearch(
+    audit: &AuditConfig,
+    es: &ElasticsearchSink,
+    target: &Target,
+    records: &[&Record],
+    ids: &HashMap<Offset, String>,
+) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    let mut batch: Vec<(Offset, (Option<String>, Value))> = Vec::new();
+    for r in records {
+        match document(audit, target, r) {
+            Err(error) => out.push(Outcome::Failed {
+                offset: r.offset,
+                error,
+            }),
+            Ok(doc) => batch.push((r.offset, (ids.get(&r.offset).cloned(), Value::Object(doc)))),
+        }
+    }
+    for chunk in batch.chunks(BULK_DOCS) {
+        let docs: Vec<(Option<String>, Value)> = chunk.iter().map(|(_, d)| d.clone()).collect();
+        match es.bulk_create(&docs).await {
+            Err(e) => out.extend(chunk.iter().map(|(offset, _)| Outcome::Failed {
+                offset: *offset,
+                error: e.to_string(),
+            })),
+            Ok(items) => {
+                for ((offset, _), item) in chunk.iter().zip(items) {
+                    let offset = *offset;
+                    out.push(match item {
+                        BulkCreate::Created => Outcome::Written { offset },
+                        BulkCreate::Exists => Outcome::Present { offset },
+                        BulkCreate::Failed(error) => Outcome::Failed { offset, error },
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// ONE Stream Load of all the records as JSON lines, under a label derived from the audit,
+/// partition and offsets.
+async fn to_stream_load(
+    audit: &AuditConfig,
+    target: &Target,
+    records: &[&Record],
+    report: &mut Replayed,
+) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    let mut body = Vec::new();
+    let mut loaded: Vec<Offset> = Vec::new();
+    for r in records {
+        match document(audit, target, r) {
+            Err(error) => out.push(Outcome::Failed {
+                offset: r.offset,
+                error,
+            }),
+            Ok(doc) => {
+                body.extend(Value::Object(doc).to_string().into_bytes());
+                body.push(b'\n');
+                loaded.push(r.offset);
+            }
+        }
+    }
+    let (Some(&first), Some(&last)) = (loaded.first(), loaded.last()) else {
+        return out;
+    };
+    let per_offset =
+        |f: &dyn Fn(Offset) -> Outcome| loaded.iter().map(|o| f(*o)).collect::<Vec<_>>();
+    let loader = match stream_loader(audit) {
+        Ok(l) => l,
+        Err(e) => {
+            out.extend(per_offset(&|offset| Outcome::Failed {
+                offset,
+                error: e.clone(),
+            }));
+            return out;
+        }
+    };
+    let label = stream_load::label(
+        &audit.name,
+        &target.tp.topic,
+        target.tp.partition,
+        first,
+        last,
+        loaded.len(),
+    );
+    let n = loaded.len() as u64;
+    match loader.load(&label, body).await {
+        Err(e) => out.extend(per_offset(&|offset| Outcome::Failed {
+            offset,
+            error: e.clone(),
+        })),
+        Ok(res) => {
+            let counts = format!(
+                "{} loaded, {} filtered, {} unselected of {} sent",
+                res.number_loaded_rows, res.number_filtered_rows, res.number_unselected_rows, n
+            );
+            let error_url = res
+                .error_url
+                .as_deref()
+                .map(|u| format!(" (rejected rows: {u})"))
+                .unwrap_or_default();
+            match res.status.as_str() {
+                "Success" | "Publish Timeout" => {
+                    report.notes.push(format!(
+                        "stream load {label}: {}: {counts}{error_url}{}",
+                        res.status,
+                        if res.status == "Publish Timeout" {
+                            " (committed; the rows become visible once published)"
+                        } else {
+                            ""
+                        }
+                    ));
+                    if res.number_filtered_rows > 0
+                        || res.number_unselected_rows > 0
+                        || res.number_loaded_rows < n
+                    {
+                        report.partial = true;
+                    }
+                    out.extend(per_offset(&|offset| Outcome::Written { offset }));
+                }
+                "Label Already Exists" => {
+                    report.notes.push(format!(
+                        "stream load {label}: Label Already Exists (existing load {}): these \
+                         records were loaded by an earlier replay; nothing written",
+                        res.existing_job_status.as_deref().unwrap_or("?")
+                    ));
+                    out.extend(per_offset(&|offset| Outcome::Present { offset }));
+                }
+                other => {
+                    let error = format!(
+                        "stream load {label}: {other}: {} ({counts}){error_url}",
+                        res.message
+                    );
+                    out.extend(per_offset(&|offset| Outcome::Failed {
+                        offset,
+                        error: error.clone(),
+                    }));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The Stream Load client of a doris audit: database from `sink.table` (`db.table`) or the
+/// url, credentials from `sink.username`/`password` (or the url's).
+fn stream_loader(audit: &AuditConfig) -> Result<StreamLoad, String> {
+    let s = &audit.sink;
+    let base = s
+        .stream_load_url
+        .as_deref()
+        .ok_or("sink.stream_load_url is not set")?;
+    let table = s.table.as_deref().ok_or("sink.table is not set")?;
+    let (db, table) = match table.split_once('.') {
+        Some((db, t)) => (db.to_string(), t.to_string()),
+        None => {
+            let u = url::Url::parse(s.url.expose()).map_err(|e| format!("sink.url: {e}"))?;
+            (u.path().trim_matches('/').to_string(), table.to_string())
+        }
+    };
+    let user = s.effective_username().unwrap_or_default();
+    let password = s
+        .effective_password()
+        .map(|p| p.expose().to_string())
+        .unwrap_or_default();
+    StreamLoad::new(
+        base,
+        &db,
+        &table,
+        &user,
+        &password,
+        s.query_timeout.max(Duration::from_secs(60)),
+    )
+}
+
+/// The document (Elasticsearch) or JSON row (Stream Load) of one record: a json record as
+/// it is, csv `record.fields` mapped to their columns, raw as `{fields[0]: value}`; plus the
+/// partition/offset(/topic) for `offset_columns`.
+fn document(
+    audit: &AuditConfig,
+    target: &Target,
+    r: &Record,
+) -> Result<Map<String, Value>, String> {
+    let value = r.value.as_deref().ok_or("tombstone")?;
+    let text = std::str::from_utf8(value).map_err(|_| "not UTF-8")?;
+    let mut doc = match audit.record.format {
+        RecordFormat::Json => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(m)) => m,
+            Ok(_) => return Err("the JSON record is not an object".into()),
+            Err(e) => return Err(format!("not JSON: {e}")),
+        },
+        RecordFormat::Csv => csv_columns(audit, text)
+            .into_iter()
+            .map(|(c, v)| (c, Value::String(v)))
+            .collect(),
+        RecordFormat::Raw => {
+            let name = audit
+                .record
+                .fields
+                .first()
+                .ok_or("record.fields names no field for the raw value")?;
+            let mut m = Map::new();
+            m.insert(
+                name.clone(),
+                Value::String(strip_line_end(text).to_string()),
+            );
+            m
+        }
+    };
+    if audit.matching.strategy == MatchStrategy::OffsetColumns {
+        doc.insert(
+            audit.matching.partition_column.clone(),
+            Value::from(target.tp.partition),
+        );
+        doc.insert(audit.matching.offset_column.clone(), Value::from(r.offset));
+        if let Some(t) = &audit.matching.topic_column {
+            doc.insert(t.clone(), Value::String(target.tp.topic.clone()));
+        }
+    }
+    Ok(doc)
+}
+
+fn strip_line_end(text: &str) -> &str {
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    text.strip_suffix('\r').unwrap_or(text)
+}
+
+/// (column, value) of a csv record: `record.fields` in order, key fields renamed to their
+/// `match.columns`.
+fn csv_columns(audit: &AuditConfig, text: &str) -> Vec<(String, String)> {
+    let text = strip_line_end(text);
+    let key_columns = audit.matching.sink_columns();
+    audit
+        .record
+        .fields
+        .iter()
+        .zip(text.split(audit.record.delimiter.as_str()))
+        .map(|(name, v)| {
+            let column = audit
+                .matching
+                .key
+                .iter()
+                .position(|k| k == name)
+                .and_then(|i| key_columns.get(i))
+                .unwrap_or(name);
+            (column.clone(), v.to_string())
+        })
+        .collect()
+}
+
 /// Inserts the records' rows into the SQL sink, one statement per record (a failure names
 /// its offset and does not hide the others).
-async fn to_sink(
+async fn to_sql(
     audit: &AuditConfig,
     sink: &AnySink,
     target: &Target,
     records: &[&Record],
 ) -> Vec<Outcome> {
     let AnySink::Mysql(mysql) = sink else {
-        return records
-            .iter()
-            .map(|r| Outcome::Failed {
-                offset: r.offset,
-                error: "this sink cannot be written by replay".into(),
-            })
-            .collect();
+        return all_failed(records, "this sink cannot be written by replay");
     };
     let nbe = match mysql.no_backslash_escapes().await {
         Ok(v) => v,
@@ -402,22 +737,11 @@ fn insert_statement(
     let table = audit.sink.table.as_deref().ok_or("sink.table is not set")?;
     let value = r.value.as_deref().ok_or("tombstone")?;
     let text = std::str::from_utf8(value).map_err(|_| "not UTF-8")?;
-    let text = text.strip_suffix('\n').unwrap_or(text);
-    let text = text.strip_suffix('\r').unwrap_or(text);
-    let fields: Vec<&str> = text.split(audit.record.delimiter.as_str()).collect();
     let mut columns = Vec::new();
     let mut values = Vec::new();
-    let key_columns = audit.matching.sink_columns();
-    for (name, v) in audit.record.fields.iter().zip(&fields) {
-        let column = audit
-            .matching
-            .key
-            .iter()
-            .position(|k| k == name)
-            .and_then(|i| key_columns.get(i))
-            .unwrap_or(name);
-        columns.push(sql::ident(column));
-        values.push(sql::string_literal(v, nbe));
+    for (column, v) in csv_columns(audit, text) {
+        columns.push(sql::ident(&column));
+        values.push(sql::string_literal(&v, nbe));
     }
     if audit.matching.strategy == MatchStrategy::OffsetColumns {
         columns.push(sql::ident(&audit.matching.partition_column));

@@ -43,7 +43,7 @@ use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::request::JsonBody;
 use elasticsearch::http::response::Response;
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
-use elasticsearch::{CountParts, Elasticsearch, MgetParts, MsearchParts, SearchParts};
+use elasticsearch::{BulkParts, CountParts, Elasticsearch, MgetParts, MsearchParts, SearchParts};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -318,6 +318,42 @@ impl ElasticsearchSink {
             }
         }
         Ok(ids.iter().map(|id| found.contains(*id)).collect())
+    }
+}
+
+impl ElasticsearchSink {
+    /// Writes `docs` with ONE `_bulk` of `create` actions into the index (`replay
+    /// --to-sink`). With an id, `create` is idempotent: an existing document answers 409 per
+    /// item ([`BulkCreate::Exists`]) and is left untouched; without one the server picks
+    /// the id. Per-item outcomes are aligned with `docs`; an error of the whole request
+    /// (transport, 4xx/5xx) is returned as such.
+    pub async fn bulk_create(
+        &self,
+        docs: &[(Option<String>, Value)],
+    ) -> Result<Vec<BulkCreate>, SinkError> {
+        if docs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut body: Vec<JsonBody<Value>> = Vec::with_capacity(docs.len() * 2);
+        for (id, doc) in docs {
+            let meta = match id {
+                Some(id) => json!({ "create": { "_id": id } }),
+                None => json!({ "create": {} }),
+            };
+            body.push(meta.into());
+            body.push(doc.clone().into());
+        }
+        let v = self
+            .call(
+                "bulk",
+                self.client
+                    .bulk(BulkParts::Index(&self.target.index))
+                    .request_timeout(self.timeout)
+                    .body(body)
+                    .send(),
+            )
+            .await?;
+        parse_bulk_create(&v, docs.len()).map_err(|e| prefix("bulk", e))
     }
 }
 
@@ -799,6 +835,49 @@ pub fn bulk_item_errors(v: &Value) -> Vec<BulkItemError> {
         }
     }
     out
+}
+
+/// What `_bulk` did with one `create` item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BulkCreate {
+    /// Written (201).
+    Created,
+    /// A document with this id already exists (409 `version_conflict_engine_exception`).
+    Exists,
+    /// Refused: the item's status, error type and reason.
+    Failed(String),
+}
+
+/// Per-item outcomes of a `_bulk` of `create` actions, aligned with the request.
+pub fn parse_bulk_create(v: &Value, n: usize) -> Result<Vec<BulkCreate>, SinkError> {
+    let items = v
+        .get("items")
+        .and_then(Value::as_array)
+        .ok_or_else(|| SinkError::Rejected("answer without `items`".into()))?;
+    if items.len() != n {
+        return Err(SinkError::Rejected(format!(
+            "{} items answered for {n} documents",
+            items.len()
+        )));
+    }
+    Ok(items
+        .iter()
+        .map(|item| {
+            let r = item
+                .as_object()
+                .and_then(|m| m.values().next())
+                .unwrap_or(&Value::Null);
+            let status = r.get("status").and_then(Value::as_u64).unwrap_or(0);
+            match (status, r.get("error")) {
+                (200..=299, None) => BulkCreate::Created,
+                (409, _) => BulkCreate::Exists,
+                (_, e) => {
+                    let (kind, reason) = e.map(describe).unwrap_or_default();
+                    BulkCreate::Failed(format!("HTTP {status} {kind}: {reason}"))
+                }
+            }
+        })
+        .collect())
 }
 
 // ------------------------------------------------------------------------ classification

@@ -6,6 +6,7 @@ pub mod elasticsearch;
 pub mod memory;
 pub mod mysql;
 pub mod sql;
+pub mod stream_load;
 
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;

@@ -358,3 +358,21 @@ fn credentials_never_reach_debug_output() {
     .expect("refused");
     assert!(!e.to_string().contains("hunter2"));
 }
+
+#[test]
+fn bulk_create_items_created_existing_and_failed() {
+    // Shape of Elasticsearch 8's documented `_bulk` answer with `create` actions.
+    let v = j(r#"{"took":3,"errors":true,"items":[
+        {"create":{"_index":"i","_id":"a","_version":1,"result":"created","status":201}},
+        {"create":{"_index":"i","_id":"b","status":409,"error":{"type":"version_conflict_engine_exception","reason":"[b]: version conflict, document already exists (current version [1])"}}},
+        {"create":{"_index":"i","_id":"c","status":400,"error":{"type":"document_parsing_exception","reason":"failed to parse field [offset]"}}}
+    ]}"#);
+    let got = parse_bulk_create(&v, 3).expect("parsed");
+    assert_eq!(got[0], BulkCreate::Created);
+    assert_eq!(got[1], BulkCreate::Exists);
+    assert!(
+        matches!(&got[2], BulkCreate::Failed(m) if m.contains("400") && m.contains("failed to parse")),
+        "{got:?}"
+    );
+    assert!(parse_bulk_create(&v, 2).is_err(), "misaligned answer");
+}
