@@ -13,23 +13,8 @@ mod es_support;
 
 use es_support::*;
 use gap_auditor::gap::GapState;
-use std::process::Command;
 use std::time::Duration;
 use support::*;
-
-fn replay(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
-        .args(["replay", "-c"])
-        .arg(config)
-        .args(args)
-        .output()
-        .expect("run replay");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// Documents in `index` after a refresh.
 async fn doc_count(index: &str) -> u64 {
@@ -74,12 +59,12 @@ async fn replay_to_elasticsearch_doc_id_repairs_the_seed_gap() {
     assert_eq!(doc_count(&s.index).await, 3);
     let id = format!("es_audit:{topic}:0:1");
 
-    let (code, out, err) = replay(&config, &["--gap", &id, "--to-sink", "--dry-run"]);
+    let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-sink", "--dry-run"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("2 record(s) would write"), "{out}");
     assert_eq!(doc_count(&s.index).await, 3, "a dry run writes nothing");
 
-    let (code, out, err) = replay(&config, &["--gap", &id, "--to-sink"]);
+    let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-sink"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("offset 1: written") && out.contains("offset 2: written"),
@@ -109,14 +94,14 @@ async fn replay_to_elasticsearch_doc_id_repairs_the_seed_gap() {
     .await;
 
     // Idempotent: everything is present now; nothing is written.
-    let (code, out, err) = replay(&config, &["--gap", &id, "--to-sink"]);
+    let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-sink"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("0 record(s) written"), "{out}");
     assert!(out.contains("offset 1: already in the sink"), "{out}");
     assert_eq!(doc_count(&s.index).await, 5, "no duplicate documents");
 
     // Replaying offsets that are all present (0-4 by coordinates) writes nothing either.
-    let (code, out, err) = replay(
+    let (code, out, err) = run_replay(
         &config,
         &[
             "--audit",

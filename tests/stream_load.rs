@@ -350,20 +350,6 @@ async fn wrong_password_and_malformed_rows_are_reported() {
     assert!(d.state.lock().unwrap().labels.is_empty());
 }
 
-fn replay(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
-        .args(["replay", "-c"])
-        .arg(config)
-        .args(args)
-        .output()
-        .expect("run replay");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The real binary: a doris audit with `stream_load_url` on the fake FE. The presence check
 /// asks MariaDB (the MySQL-protocol stand-in for Doris's FE), which never receives the
 /// rows (the fake BE keeps them), so the second replay finds the records still absent and
@@ -394,7 +380,7 @@ async fn replay_to_doris_by_stream_load_is_idempotent_by_label() {
         "--to-sink",
     ];
 
-    let (code, out, err) = replay(&config, &args);
+    let (code, out, err) = run_replay(&config, &args);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("offset 2: written") && out.contains("offset 3: written"),
@@ -423,7 +409,7 @@ async fn replay_to_doris_by_stream_load_is_idempotent_by_label() {
         );
     }
 
-    let (code, out, err) = replay(&config, &args);
+    let (code, out, err) = run_replay(&config, &args);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("Label Already Exists"), "{out}");
     assert!(out.contains("offset 2: already in the sink"), "{out}");

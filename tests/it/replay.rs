@@ -3,21 +3,6 @@
 
 use crate::support::*;
 use gap_auditor::gap::GapState;
-use std::process::Command;
-
-fn replay(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
-        .args(["replay", "-c"])
-        .arg(config)
-        .args(args)
-        .output()
-        .expect("run replay");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn missing(a: &Auditor, topic: &str) -> i64 {
     a.metrics
@@ -41,12 +26,12 @@ async fn replay_to_sink_repairs_the_seed_gap(strategy: &str) {
         .await;
     let id = format!("dns_logs:{topic}:0:2");
 
-    let (code, out, err) = replay(&config, &["--gap", &id, "--to-sink", "--dry-run"]);
+    let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-sink", "--dry-run"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("2 record(s) would write"), "{out}");
     assert_eq!(s.rows().await, 4, "a dry run writes nothing");
 
-    let (code, out, err) = replay(&config, &["--gap", &id, "--to-sink"]);
+    let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-sink"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("offset 2: written") && out.contains("offset 3: written"),
@@ -66,7 +51,7 @@ async fn replay_to_sink_repairs_the_seed_gap(strategy: &str) {
     assert_eq!(auditor.counter(&auditor.metrics.records_late, &topic, 0), 2);
 
     // Idempotent: everything is present now.
-    let (code, out, err) = replay(&config, &["--gap", &id, "--to-sink"]);
+    let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-sink"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("0 record(s) written"), "{out}");
     assert!(out.contains("offset 2: already in the sink"), "{out}");
@@ -105,7 +90,7 @@ async fn replay_to_topic_reaches_the_sink_through_the_pipeline() {
     let repair = unique("repair");
     create_topic(&repair, 1).await;
     let id = format!("dns_logs:{topic}:0:2");
-    let (code, out, err) = replay(&config, &["--gap", &id, "--to-topic", &repair]);
+    let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-topic", &repair]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("2 record(s) written"), "{out}");
 

@@ -1134,3 +1134,18 @@ pub fn pipeline_committed(a: &Auditor) -> Option<i64> {
         .and_then(|s| s.partitions.first())
         .and_then(|p| p.pipeline_committed)
 }
+
+/// Runs `gap-auditor replay -c CONFIG ARGS…` (the real binary): (exit code, stdout, stderr).
+pub fn run_replay(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
+        .args(["replay", "-c"])
+        .arg(config)
+        .args(args)
+        .output()
+        .expect("run replay");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
