@@ -895,8 +895,14 @@ impl<V: Verifier> Audit<V> {
             }
             m.records_missing.with_label_values(&l).set(missing);
             m.gaps_open.with_label_values(&l).set(open);
+            // Open gaps without a known deletion time (retention unknown, infinite, or a
+            // compacted topic) export +Inf: never alerting, yet visible.
             match retention::seconds_left(deadlines, now_ms()) {
                 Some(secs) => m.gap_unrecoverable_seconds.with_label_values(&l).set(secs),
+                None if open > 0 => m
+                    .gap_unrecoverable_seconds
+                    .with_label_values(&l)
+                    .set(f64::INFINITY),
                 None => {
                     let _ = m.gap_unrecoverable_seconds.remove_label_values(&l);
                 }
