@@ -238,11 +238,13 @@ impl<V: Verifier> Audit<V> {
         let audit = self.cfg.name.clone();
         // Count per partition and reason first: one label lookup per batch, not per record.
         let mut counts: HashMap<(Arc<str>, i32), [u64; 5]> = HashMap::new();
+        // One lookup key reused for the whole batch: no String allocated per record.
+        let mut key = TopicPartition::new(String::new(), 0);
         for r in batch {
-            let Some(part) = self
-                .parts
-                .get_mut(&TopicPartition::new(&*r.topic, r.partition))
-            else {
+            key.topic.clear();
+            key.topic.push_str(&r.topic);
+            key.partition = r.partition;
+            let Some(part) = self.parts.get_mut(&key) else {
                 tracing::debug!(topic = %r.topic, partition = r.partition, offset = r.offset, "record of an unassigned partition ignored");
                 continue;
             };

@@ -1,0 +1,39 @@
+//! Keeps the benchmark harness (`src/bin/bench.rs`) from rotting: runs it in `--smoke` mode
+//! (20k records, tiny ledgers) against the test broker and checks it completes and prints
+//! its table. No timing is asserted: the figures of a smoke run mean nothing.
+
+use std::process::Command;
+use std::time::Instant;
+
+#[test]
+fn bench_smoke_runs_and_prints_the_table() {
+    let brokers = std::env::var("GAP_AUDITOR_TEST_KAFKA").expect(
+        "GAP_AUDITOR_TEST_KAFKA is not set: run scripts/test.sh (it starts tansu and MariaDB)",
+    );
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--smoke", "--brokers", &brokers])
+        .output()
+        .expect("run the bench binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bench --smoke failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("| Measure | Value | Baseline (same run) | Ratio | Target |"),
+        "no table header in:\n{stdout}"
+    );
+    for row in [
+        "Bare BaseConsumer",
+        "Auditor tail + decode + ledger, key_columns",
+        "Auditor tail + decode + ledger, offset_columns",
+        "Decoder::tag, json",
+        "Ledger RSS growth",
+    ] {
+        assert!(stdout.contains(row), "no {row:?} row in:\n{stdout}");
+    }
+    eprintln!("bench --smoke took {:?}", started.elapsed());
+}
