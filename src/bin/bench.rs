@@ -6,8 +6,8 @@
 //!
 //! - baseline: a bare rdkafka `BaseConsumer` (group-less `assign()`) that only counts;
 //! - the auditor's path: `kafka::tail::start` with the seed decoder, every record ingested
-//!   into a `PartitionLedger` per partition the way `Audit::ingest` does it (key_columns,
-//!   then offset_columns);
+//!   into a `PartitionLedger` per partition by the daemon's own `audit::ingest_batch`
+//!   (key_columns, then offset_columns);
 //! - decode-only records/s on one core (csv and json);
 //! - ledger memory (RSS growth) for 10 M contiguous unkeyed offsets and 1 M keyed records.
 //!
@@ -26,7 +26,7 @@ use gap_auditor::kafka::tail::{self, TailEvent};
 use gap_auditor::ledger::PartitionLedger;
 use gap_auditor::ledger::partition::Observed;
 use gap_auditor::metrics::Metrics;
-use gap_auditor::record::{DecodeFormat, Decoder, DecoderSpec, FilterReason, Key, Tag};
+use gap_auditor::record::{DecodeFormat, Decoder, DecoderSpec, Key, Tag};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -34,7 +34,6 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 4;
@@ -331,7 +330,7 @@ fn bare_consume(brokers: &str, topic: &str, n: u64) -> Result<f64> {
     Ok(per_sec(count, first.elapsed()))
 }
 
-/// The auditor's path: `tail::start` + per-partition ledgers, ingested as `Audit::ingest`.
+/// The auditor's path: `tail::start` + per-partition ledgers fed by `audit::ingest_batch`.
 async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) -> Result<f64> {
     let kafka = KafkaConfig {
         brokers: brokers.to_string(),
@@ -365,7 +364,8 @@ async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) -> Res
             TailEvent::Records(batch) => {
                 first.get_or_insert_with(Instant::now);
                 let len = batch.len() as u64;
-                ingested += ingest(&audit, &metrics, &mut parts, batch);
+                ingested +=
+                    gap_auditor::audit::ingest_batch(&audit, &metrics, &mut parts, batch, now_ms());
                 tail.flow.ingested(len);
                 tail.flow
                     .set_pending(parts.values().map(PartitionLedger::pending).sum());
@@ -404,67 +404,6 @@ async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) -> Res
         bail!("ledgers hold {pending} pending records, expected {n}");
     }
     Ok(rate)
-}
-
-/// A copy of `Audit::ingest`'s per-record work (ledger lookup, tag → observed, ledger
-/// ingest, per-batch metric counts). Returns the records newly ingested.
-fn ingest(
-    audit: &str,
-    metrics: &Metrics,
-    parts: &mut HashMap<TopicPartition, PartitionLedger>,
-    batch: Vec<tail::Tagged>,
-) -> u64 {
-    let now = now_ms();
-    let mut counts: HashMap<(Arc<str>, i32), [u64; 5]> = HashMap::new();
-    let mut total = 0;
-    let mut key = TopicPartition::new(String::new(), 0);
-    for r in batch {
-        key.topic.clear();
-        key.topic.push_str(&r.topic);
-        key.partition = r.partition;
-        let Some(ledger) = parts.get_mut(&key) else {
-            continue;
-        };
-        let reason = match &r.tag {
-            Tag::Expected { .. } => None,
-            Tag::Filtered(reason) => Some(*reason),
-        };
-        let observed = match r.tag {
-            Tag::Expected { key } => Observed::Expected { key },
-            Tag::Filtered(_) => Observed::Filtered,
-        };
-        if !ledger.ingest(r.offset, r.timestamp_ms, observed, now) {
-            continue;
-        }
-        total += 1;
-        let c = counts.entry((r.topic.clone(), r.partition)).or_default();
-        c[0] += 1;
-        match reason {
-            None => c[1] += 1,
-            Some(reason) => {
-                let i = FilterReason::ALL
-                    .iter()
-                    .position(|x| *x == reason)
-                    .unwrap_or(0);
-                c[2 + i] += 1;
-            }
-        }
-    }
-    for ((topic, p), c) in counts {
-        let p = p.to_string();
-        let l = [audit, &*topic, p.as_str()];
-        metrics.records_consumed.with_label_values(&l).inc_by(c[0]);
-        metrics.records_expected.with_label_values(&l).inc_by(c[1]);
-        for (i, reason) in FilterReason::ALL.iter().enumerate() {
-            if c[2 + i] > 0 {
-                metrics
-                    .records_filtered
-                    .with_label_values(&[audit, &*topic, p.as_str(), reason.as_str()])
-                    .inc_by(c[2 + i]);
-            }
-        }
-    }
-    total
 }
 
 // ---------------------------------------------------------------------------------------
