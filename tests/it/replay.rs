@@ -11,12 +11,14 @@ fn missing(a: &Auditor, topic: &str) -> i64 {
         .get()
 }
 
-async fn replay_to_sink_repairs_the_seed_gap(strategy: &str) {
-    let s = Scenario::new("replay").await;
-    let spec = s.spec(strategy, "1s", "300ms");
+/// The seed incident under an in-process daemon whose config is also written to a file for
+/// the binary: (scenario, daemon, config path, id of the {2,3} gap once reported).
+async fn seed_gap(name: &str, strategy: &str) -> (Scenario, Auditor, std::path::PathBuf, String) {
+    let s = Scenario::new(name).await;
+    let toml = config_toml(&s.spec(strategy, "1s", "300ms"));
     let config = s.state.path().join("gap-auditor.toml");
-    std::fs::write(&config, config_toml(&spec)).expect("config");
-    let auditor = Auditor::start(&config_toml(&spec)).await;
+    std::fs::write(&config, &toml).expect("config");
+    let auditor = Auditor::start(&toml).await;
     let a = &auditor;
     s.play_seed_incident(|o| async move { pipeline_committed(a) == Some(o) })
         .await;
@@ -25,6 +27,12 @@ async fn replay_to_sink_repairs_the_seed_gap(strategy: &str) {
         .wait_for(60, "the seed gap", |a| a.lost(&topic, 0) == 2)
         .await;
     let id = format!("dns_logs:{topic}:0:2");
+    (s, auditor, config, id)
+}
+
+async fn replay_to_sink_repairs_the_seed_gap(strategy: &str) {
+    let (s, auditor, config, id) = seed_gap("replay", strategy).await;
+    let topic = s.topic.clone();
 
     let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-sink", "--dry-run"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -75,21 +83,10 @@ async fn replay_to_sink_key_columns() {
 async fn replay_to_topic_reaches_the_sink_through_the_pipeline() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message};
-    let s = Scenario::new("replaytopic").await;
-    let spec = s.spec("key_columns", "1s", "300ms");
-    let config = s.state.path().join("gap-auditor.toml");
-    std::fs::write(&config, config_toml(&spec)).expect("config");
-    let auditor = Auditor::start(&config_toml(&spec)).await;
-    let a = &auditor;
-    s.play_seed_incident(|o| async move { pipeline_committed(a) == Some(o) })
-        .await;
+    let (s, auditor, config, id) = seed_gap("replaytopic", "key_columns").await;
     let topic = s.topic.clone();
-    auditor
-        .wait_for(60, "the seed gap", |a| a.lost(&topic, 0) == 2)
-        .await;
     let repair = unique("repair");
     create_topic(&repair, 1).await;
-    let id = format!("dns_logs:{topic}:0:2");
     let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-topic", &repair]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("2 record(s) written"), "{out}");
