@@ -5,6 +5,7 @@
 
 mod check;
 mod crash;
+mod figures;
 mod input;
 mod replay;
 mod scenarios;
