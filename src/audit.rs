@@ -78,6 +78,11 @@ struct Audit<V> {
     limits: Limits,
     /// Gaps changed but not yet persisted (a failed store write is retried next round).
     unsaved: BTreeMap<String, Gap>,
+    /// Verdicts (and new gaps' causes) decided but not yet persisted: they reach the
+    /// counters only once the store holds them, so a crash between deciding and persisting
+    /// cannot count a record in this lifetime and again in the next, which re-decides it.
+    uncounted: Vec<(TopicPartition, Applied, i64)>,
+    uncounted_causes: Vec<&'static str>,
     committed: HashMap<TopicPartition, Offset>,
     /// (settled, ledger revision) last written per partition: unchanged ones are skipped.
     persisted: HashMap<TopicPartition, (Offset, u64)>,
@@ -138,6 +143,8 @@ pub async fn run<V: Verifier + 'static>(
         pipeline,
         parts: BTreeMap::new(),
         unsaved: BTreeMap::new(),
+        uncounted: Vec::new(),
+        uncounted_causes: Vec::new(),
         committed: HashMap::new(),
         persisted: HashMap::new(),
         acknowledged: Default::default(),
@@ -311,11 +318,11 @@ impl<V: Verifier> Audit<V> {
                     "Kafka deleted offsets {}..={} before the auditor read them: recorded as a gap of unknown size", g.first, g.last);
                 // Counted as lost so the loss alert fires; the gap says its size is an upper
                 // bound (offsets may include holes or filtered records nobody can check).
-                let p = tp.partition.to_string();
-                self.metrics
-                    .records_lost
-                    .with_label_values(&[self.cfg.name.as_str(), tp.topic.as_str(), &p])
-                    .inc_by(g.missing);
+                let lost = Applied {
+                    lost: g.missing,
+                    ..Applied::default()
+                };
+                self.uncounted.push((tp.clone(), lost, now_ms()));
             }
             self.report_gap(tp, &g);
         }
@@ -462,7 +469,7 @@ impl<V: Verifier> Audit<V> {
                 Err(e) => failure = Some(e),
             }
             let dirty = part.ledger.take_dirty_gaps();
-            self.account(tp, &applied, decided_at);
+            self.uncounted.push((tp.clone(), applied, decided_at));
             for g in dirty {
                 self.report_gap(tp, &g);
             }
@@ -547,6 +554,19 @@ impl<V: Verifier> Audit<V> {
             .sink_query_seconds
             .with_label_values(&[a])
             .observe(d.as_secs_f64());
+    }
+
+    /// Adds the verdicts and gaps the store now holds to the counters (see `uncounted`).
+    fn count_persisted(&mut self) {
+        for (tp, applied, decided_at) in std::mem::take(&mut self.uncounted) {
+            self.account(&tp, &applied, decided_at);
+        }
+        for cause in std::mem::take(&mut self.uncounted_causes) {
+            self.metrics
+                .gaps_detected
+                .with_label_values(&[self.cfg.name.as_str(), cause])
+                .inc();
+        }
     }
 
     fn account(&self, tp: &TopicPartition, a: &Applied, now: i64) {
@@ -640,10 +660,7 @@ impl<V: Verifier> Audit<V> {
     fn report_gap(&mut self, tp: &TopicPartition, g: &GapRecord) {
         let gap = self.to_gap(tp, g);
         if g.is_new {
-            self.metrics
-                .gaps_detected
-                .with_label_values(&[self.cfg.name.as_str(), g.cause.as_str()])
-                .inc();
+            self.uncounted_causes.push(g.cause.as_str());
         }
         log_gap(&gap, self.cfg.pipeline_group.as_deref());
         self.unsaved.insert(gap.id.clone(), gap);
@@ -674,6 +691,7 @@ impl<V: Verifier> Audit<V> {
             })
             .collect();
         if gaps.is_empty() && progress.is_empty() {
+            self.count_persisted();
             return true;
         }
         let store = self.store.clone();
@@ -684,6 +702,7 @@ impl<V: Verifier> Audit<V> {
             Ok(Ok(())) => {
                 self.unsaved.clear();
                 self.persisted.extend(marks);
+                self.count_persisted();
                 true
             }
             Ok(Err(e)) => {
