@@ -20,6 +20,18 @@
 //!
 //! `audit` owns the loop that ties these together; `main.rs` is a thin CLI over it.
 
+/// The git revision this binary was built from (`build.rs`: `git rev-parse --short=12`,
+/// else the `GAP_AUDITOR_GIT_REV` build variable, else `unknown`).
+pub const REVISION: &str = env!("GAP_AUDITOR_REVISION");
+
+/// `gap-auditor --version`: the crate version and the revision, `0.1.0 (rev 1a2b3c4d5e6f)`.
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (rev ",
+    env!("GAP_AUDITOR_REVISION"),
+    ")"
+);
+
 pub mod app;
 pub mod audit;
 pub mod check;

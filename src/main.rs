@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 /// `gap-auditor run -c FILE`. Every config key can be overridden with an environment
 /// variable GAP_AUDITOR__SECTION__KEY (e.g. GAP_AUDITOR__KAFKA__BROKERS=host:9092).
 #[derive(Parser, Debug)]
-#[command(name = "gap-auditor", version, about, long_about)]
+#[command(name = "gap-auditor", version = gap_auditor::LONG_VERSION, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

@@ -77,7 +77,7 @@ pub struct Metrics {
     pub sink_up: IntGaugeVec,
     /// `gap_auditor_kafka_up{audit}`.
     pub kafka_up: IntGaugeVec,
-    /// `gap_auditor_build_info{version}`, always 1.
+    /// `gap_auditor_build_info{version, revision}`, always 1.
     pub build_info: IntGaugeVec,
     /// Beyond SPEC's table: gaps detected, by cause (audit, cause) — no topic/partition, so
     /// its cardinality is fixed.
@@ -132,7 +132,7 @@ fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str], b: &[f64]) -
 
 impl Metrics {
     /// Creates every family on a fresh registry and sets
-    /// `gap_auditor_build_info{version=<crate version>} 1`.
+    /// `gap_auditor_build_info{version=<crate version>, revision=<git revision>} 1`.
     pub fn new() -> Metrics {
         let r = Registry::new();
         let p = PARTITION_LABELS;
@@ -263,7 +263,7 @@ impl Metrics {
                 &r,
                 "gap_auditor_build_info",
                 "Build information of the running gap-auditor; always 1.",
-                &["version"],
+                &["version", "revision"],
             ),
             gaps_detected: int_counter(
                 &r,
@@ -286,7 +286,7 @@ impl Metrics {
             registry: r,
         };
         m.build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), crate::REVISION])
             .set(1);
         m
     }
@@ -520,7 +520,8 @@ mod tests {
             "a family outside the contract:\n{text}"
         );
         assert!(text.contains(&format!(
-            "gap_auditor_build_info{{version=\"{}\"}} 1\n",
+            "gap_auditor_build_info{{revision=\"{}\",version=\"{}\"}} 1\n",
+            crate::REVISION,
             env!("CARGO_PKG_VERSION")
         )));
         for line in [

@@ -161,6 +161,34 @@ fn help_teaches_the_commands() {
     }
 }
 
+/// `--version` names the commit, so an operator can tell which build runs. In a git
+/// checkout (this test's case, and CI's) it must be a real commit of this repository, not
+/// the `unknown` fallback.
+#[test]
+fn version_carries_the_git_revision() {
+    let (code, out, err) = run(bin().arg("--version"));
+    assert_eq!(code, 0, "{err}");
+    let rev = gap_auditor::REVISION;
+    assert_eq!(
+        out,
+        format!("gap-auditor {} (rev {rev})\n", env!("CARGO_PKG_VERSION"))
+    );
+    let in_git = Command::new("git")
+        .args(["rev-parse", "--git-dir"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if in_git {
+        assert_eq!(rev.len(), 12, "short=12 hash expected, got {rev:?}");
+        let known = Command::new("git")
+            .args(["cat-file", "-e", &format!("{rev}^{{commit}}")])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("git cat-file");
+        assert!(known.success(), "{rev} is no commit of this repository");
+    }
+}
+
 /// The demo is the README's first command: it must find the seed's gap and exit 0.
 #[test]
 fn demo_finds_the_seed_gap() {
