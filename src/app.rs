@@ -192,6 +192,7 @@ pub async fn run_with(
         metrics: metrics.clone(),
         status: status.clone(),
         store: store.clone(),
+        api_token: config.server.api_token.clone(),
     };
     let http_cancel = cancel.child_token();
     let server = tokio::spawn(http::serve(listener, http_state, http_cancel.clone()));

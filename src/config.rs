@@ -681,12 +681,21 @@ impl Default for KafkaConfig {
 pub struct ServerConfig {
     /// Address and port to listen on, default `0.0.0.0:9464`.
     pub listen: SocketAddr,
+    /// Optional bearer token required on `/api/*` (`Authorization: Bearer TOKEN`);
+    /// `/metrics`, `/healthz` and `/readyz` stay open for scrapers and probes. Prefer
+    /// `api_token_file` or `GAP_AUDITOR__SERVER__API_TOKEN`. Unset: `/api/*` is open.
+    pub api_token: Option<Secret>,
+    /// File holding the API token (read at load, one trailing newline trimmed). Exclusive
+    /// with `api_token`; after loading, the value is in `api_token` and this is `None`.
+    pub api_token_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
+            api_token: None,
+            api_token_file: None,
         }
     }
 }
@@ -1314,6 +1323,11 @@ impl Config {
             self.kafka.properties.insert(key, value);
         }
         for (i, audit) in self.audits.iter_mut().enumerate() {
+        if let Some(path) = self.server.api_token_file.take() {
+            let token = read_secret_file("server.api_token_file", &path)?;
+            check_api_token("server.api_token_file", &token)?;
+            self.server.api_token = Some(token);
+        }
             let sink = &mut audit.sink;
             if let Some(path) = sink.password_file.take() {
                 sink.password = Some(read_secret_file(
@@ -1479,6 +1493,7 @@ impl Config {
         let mut names: HashMap<&str, usize> = HashMap::new();
         let mut groups: HashMap<String, usize> = HashMap::new();
         for (i, audit) in self.audits.iter().enumerate() {
+        self.server.validate()?;
             let p = format!("audits[{i}]");
             audit.validate(&p)?;
             if let Some(first) = names.insert(audit.name.as_str(), i) {
@@ -1533,8 +1548,11 @@ impl Config {
                 "must be shorter than kafka.session_timeout",
             );
         }
-        for key in k.properties.keys().chain(k.property_files.keys()) {
-            let path = format!("kafka.properties[\"{key}\"]");
+        let keys = (k.properties.keys().map(|key| ("properties", key)))
+            .chain(k.property_files.keys().map(|key| ("property_files", key)));
+        for (section, key) in keys {
+            // Name the map the key was written in, so the user edits the right line.
+            let path = format!("kafka.{section}[\"{key}\"]");
             if key.trim().is_empty() {
                 return err(path, "property name must not be empty");
             }
@@ -1578,6 +1596,37 @@ impl AuditConfig {
         }
         for (j, topic) in self.topics.iter().enumerate() {
             if let Some(problem) = topic_problem(topic) {
+/// A bearer token must be non-empty and a valid HTTP header value (visible ASCII), or no
+/// client could ever send it. Messages never quote the token.
+fn check_api_token(path: &str, token: &Secret) -> Result<(), ConfigError> {
+    let t = token.expose();
+    if t.is_empty() {
+        return err(path, "must not be empty (omit it to leave /api open)");
+    }
+    if !t.bytes().all(|b| b.is_ascii_graphic()) {
+        return err(
+            path,
+            "must be printable ASCII without spaces (it is sent in an HTTP header)",
+        );
+    }
+    Ok(())
+}
+
+impl ServerConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.api_token.is_some() && self.api_token_file.is_some() {
+            return err(
+                "server.api_token_file",
+                "set either api_token or api_token_file, not both",
+            );
+        }
+        if let Some(token) = &self.api_token {
+            check_api_token("server.api_token", token)?;
+        }
+        Ok(())
+    }
+}
+
                 return err(format!("{p}.topics[{j}]"), problem);
             }
             if self.topics[..j].contains(topic) {
@@ -1972,6 +2021,18 @@ topics = ["test"]
 pipeline_group = "FlinkSQLFromKafka2Doris"
 [audits.record]
 format = "csv"
+            // Basic auth needs both halves; a lone password would silently be dropped.
+            if self.username.is_none() && url_user.is_none() {
+                if self.password.is_some() {
+                    return err(format!("{p}.password"), "needs a username (sink.username)");
+                }
+                if self.password_file.is_some() {
+                    return err(
+                        format!("{p}.password_file"),
+                        "needs a username (sink.username)",
+                    );
+                }
+            }
 delimiter = "|"
 fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
 [audits.record.filter]
@@ -2740,6 +2801,703 @@ index = "dns_logs"
         for secret in [
             "url-secret",
             "sasl-secret",
+    // ---- every rule, one table ----------------------------------------------------
+
+    /// A valid single-audit Elasticsearch config (doc_id, json, basic auth in the url).
+    fn es_base() -> Config {
+        let mut cfg = match Config::from_toml_str(&format!("{BASE}{ES_AUDIT}")) {
+            Ok(c) => c,
+            Err(e) => panic!("ES base config must validate: {e}"),
+        };
+        cfg.audits.remove(0);
+        assert_eq!(cfg.validate(), Ok(()));
+        cfg
+    }
+
+    /// A secret value used in the rules below: no message may echo it.
+    const SECRET: &str = "hunter2-must-not-appear";
+
+    type Edit = Box<dyn FnOnce(&mut Config)>;
+
+    /// Issue 8, item 7: every rule of [`Config::validate`] (and of the secret files read at
+    /// load, below), each with the key path its message must name and a word of the
+    /// message. Each edit breaks exactly one rule of a valid config, so the path proves the
+    /// rule fired, not an earlier one. Keep this table in step with the validation code:
+    /// a new rule without a row here is a rule nobody checked names its key.
+    #[test]
+    fn every_validation_rule_names_its_key() {
+        fn doris(edit: impl FnOnce(&mut Config) + 'static) -> (bool, Edit) {
+            (false, Box::new(edit))
+        }
+        fn es(edit: impl FnOnce(&mut Config) + 'static) -> (bool, Edit) {
+            (true, Box::new(edit))
+        }
+        fn second_audit(c: &mut Config, name: &str, group: Option<&str>) {
+            let mut a = c.audits[0].clone();
+            a.name = name.into();
+            a.group_id = group.map(str::to_owned);
+            c.audits.push(a);
+        }
+        let days30 = Duration::from_secs(30 * 86_400);
+        let offsets = |c: &mut Config| c.audits[0].matching.strategy = MatchStrategy::OffsetColumns;
+        let rules: Vec<(&str, &str, (bool, Edit))> = vec![
+            // ---- top level and [kafka]
+            ("audits", "at least one", doris(|c| c.audits.clear())),
+            (
+                "kafka.brokers",
+                "is required",
+                doris(|c| c.kafka.brokers = " ".into()),
+            ),
+            (
+                "kafka.brokers",
+                "empty entry",
+                doris(|c| c.kafka.brokers = "a:1,,b:2".into()),
+            ),
+            (
+                "kafka.group_id",
+                "must not be empty",
+                doris(|c| c.kafka.group_id = " ".into()),
+            ),
+            (
+                "kafka.session_timeout",
+                "at least 1ms",
+                doris(|c| c.kafka.session_timeout = Duration::ZERO),
+            ),
+            (
+                "kafka.session_timeout",
+                "too long",
+                doris(move |c| c.kafka.session_timeout = days30),
+            ),
+            (
+                "kafka.heartbeat_interval",
+                "at least 1ms",
+                doris(|c| c.kafka.heartbeat_interval = Duration::ZERO),
+            ),
+            (
+                "kafka.heartbeat_interval",
+                "too long",
+                doris(move |c| c.kafka.heartbeat_interval = days30),
+            ),
+            (
+                "kafka.statistics_interval",
+                "at least 1ms",
+                doris(|c| c.kafka.statistics_interval = Duration::ZERO),
+            ),
+            (
+                "kafka.statistics_interval",
+                "too long",
+                doris(move |c| c.kafka.statistics_interval = days30),
+            ),
+            (
+                "kafka.heartbeat_interval",
+                "shorter than kafka.session_timeout",
+                doris(|c| c.kafka.heartbeat_interval = c.kafka.session_timeout),
+            ),
+            (
+                "kafka.properties[\" \"]",
+                "must not be empty",
+                doris(|c| {
+                    c.kafka.properties.insert(" ".into(), SECRET.into());
+                }),
+            ),
+            (
+                "kafka.properties[\"GROUP.ID\"]",
+                "managed by gap-auditor",
+                doris(|c| {
+                    c.kafka.properties.insert("GROUP.ID".into(), SECRET.into());
+                }),
+            ),
+            (
+                "kafka.property_files[\"bootstrap.servers\"]",
+                "use kafka.brokers",
+                doris(|c| {
+                    c.kafka
+                        .property_files
+                        .insert("bootstrap.servers".into(), "/f".into());
+                }),
+            ),
+            (
+                "kafka.property_files[\"sasl.password\"]",
+                "also set in kafka.properties",
+                doris(|c| {
+                    c.kafka
+                        .properties
+                        .insert("sasl.password".into(), SECRET.into());
+                    c.kafka
+                        .property_files
+                        .insert("sasl.password".into(), "/f".into());
+                }),
+            ),
+            // ---- [server]
+            (
+                "server.api_token_file",
+                "not both",
+                doris(|c| {
+                    c.server.api_token = Some(SECRET.into());
+                    c.server.api_token_file = Some("/run/secrets/token".into());
+                }),
+            ),
+            (
+                "server.api_token",
+                "must not be empty",
+                doris(|c| c.server.api_token = Some("".into())),
+            ),
+            (
+                "server.api_token",
+                "printable ASCII",
+                doris(|c| c.server.api_token = Some(format!("{SECRET} x").into())),
+            ),
+            (
+                "server.api_token",
+                "printable ASCII",
+                doris(|c| c.server.api_token = Some(format!("{SECRET}é").into())),
+            ),
+            // ---- [state]
+            (
+                "state.path",
+                "must not be empty",
+                doris(|c| c.state.path = PathBuf::new()),
+            ),
+            // ---- [[audits]] across entries
+            (
+                "audits[1].name",
+                "duplicate audit name",
+                doris(|c| second_audit(c, "dns_logs", Some("g2"))),
+            ),
+            (
+                "audits[0].pipeline_group",
+                "never share the pipeline's group",
+                doris(|c| c.audits[0].pipeline_group = Some("gap-auditor".into())),
+            ),
+            (
+                "audits[1].group_id",
+                "already used by audits[0]",
+                doris(|c| second_audit(c, "other", Some("gap-auditor.dns_logs"))),
+            ),
+            // ---- one audit
+            (
+                "audits[0].name",
+                "is required",
+                doris(|c| c.audits[0].name = String::new()),
+            ),
+            (
+                "audits[0].name",
+                "not a valid audit name",
+                doris(|c| c.audits[0].name = "dns logs".into()),
+            ),
+            (
+                "audits[0].topics",
+                "at least one topic",
+                doris(|c| c.audits[0].topics.clear()),
+            ),
+            (
+                "audits[0].topics[0]",
+                "must not be empty",
+                doris(|c| c.audits[0].topics[0] = String::new()),
+            ),
+            (
+                "audits[0].topics[0]",
+                "longer than 249",
+                doris(|c| c.audits[0].topics[0] = "t".repeat(250)),
+            ),
+            (
+                "audits[0].topics[0]",
+                "not a valid topic name",
+                doris(|c| c.audits[0].topics[0] = "..".into()),
+            ),
+            (
+                "audits[0].topics[0]",
+                "not a valid topic name",
+                doris(|c| c.audits[0].topics[0] = "a/b".into()),
+            ),
+            (
+                "audits[0].topics[1]",
+                "duplicate topic",
+                doris(|c| c.audits[0].topics.push("test".into())),
+            ),
+            (
+                "audits[0].verify_interval",
+                "> 0",
+                doris(|c| c.audits[0].verify_interval = Duration::ZERO),
+            ),
+            (
+                "audits[0].stall_after",
+                "> 0",
+                doris(|c| c.audits[0].stall_after = Duration::ZERO),
+            ),
+            (
+                "audits[0].give_up_after",
+                "> 0",
+                doris(|c| c.audits[0].give_up_after = Duration::ZERO),
+            ),
+            (
+                "audits[0].batch_size",
+                "between 1 and 100000",
+                doris(|c| c.audits[0].batch_size = 0),
+            ),
+            (
+                "audits[0].batch_size",
+                "between 1 and 100000",
+                doris(|c| c.audits[0].batch_size = 100_001),
+            ),
+            (
+                "audits[0].max_pending",
+                "at least batch_size",
+                doris(|c| c.audits[0].max_pending = 999),
+            ),
+            // ---- [audits.record]
+            (
+                "audits[0].record.fields[1]",
+                "must not be empty",
+                doris(|c| c.audits[0].record.fields[1] = " ".into()),
+            ),
+            (
+                "audits[0].record.fields[1]",
+                "duplicate field",
+                doris(|c| c.audits[0].record.fields[1] = "client_ip".into()),
+            ),
+            (
+                "audits[0].record.fields",
+                "needs the column names",
+                doris(|c| c.audits[0].record.fields.clear()),
+            ),
+            (
+                "audits[0].record.delimiter",
+                "exactly one character",
+                doris(|c| c.audits[0].record.delimiter = "||".into()),
+            ),
+            (
+                "audits[0].record.delimiter",
+                "exactly one character",
+                doris(|c| c.audits[0].record.delimiter = String::new()),
+            ),
+            (
+                "audits[0].record.delimiter",
+                "line break",
+                doris(|c| c.audits[0].record.delimiter = "\r".into()),
+            ),
+            (
+                "audits[0].record.delimiter",
+                "quote = true",
+                doris(|c| {
+                    c.audits[0].record.delimiter = "\"".into();
+                    c.audits[0].record.quote = true;
+                }),
+            ),
+            (
+                "audits[0].record.filter.field_count",
+                "> 0",
+                doris(|c| c.audits[0].record.filter.field_count = Some(0)),
+            ),
+            (
+                "audits[0].record.filter.field_count",
+                "less than the 9 names",
+                doris(|c| c.audits[0].record.filter.field_count = Some(5)),
+            ),
+            (
+                "audits[0].record.filter.min_fields",
+                "> 0",
+                doris(|c| c.audits[0].record.filter.min_fields = Some(0)),
+            ),
+            (
+                "audits[0].record.filter.min_fields",
+                "more than field_count",
+                doris(|c| c.audits[0].record.filter.min_fields = Some(10)),
+            ),
+            (
+                "audits[0].record.filter.require[0]",
+                "must not be empty",
+                doris(|c| c.audits[0].record.filter.require = vec![" ".into()]),
+            ),
+            (
+                "audits[0].record.filter.require[0]",
+                "is not in audits[0].record.fields",
+                doris(|c| c.audits[0].record.filter.require = vec!["nope".into()]),
+            ),
+            // ---- [audits.match]
+            (
+                "audits[0].match.key",
+                "at least one record field",
+                doris(|c| {
+                    c.audits[0].matching.key.clear();
+                    c.audits[0].matching.columns.clear();
+                }),
+            ),
+            (
+                "audits[0].match.key[1]",
+                "must not be empty",
+                doris(|c| c.audits[0].matching.key[1] = " ".into()),
+            ),
+            (
+                "audits[0].match.key[2]",
+                "is not in audits[0].record.fields",
+                doris(|c| c.audits[0].matching.key[2] = "timestamp".into()),
+            ),
+            (
+                "audits[0].match.columns",
+                "has 2 entries but match.key has 3",
+                doris(|c| c.audits[0].matching.columns = vec!["a".into(), "b".into()]),
+            ),
+            (
+                "audits[0].match.columns[0]",
+                "must not be empty",
+                doris(|c| c.audits[0].matching.columns[0] = String::new()),
+            ),
+            (
+                "audits[0].match.columns[1]",
+                "not a usable identifier",
+                doris(|c| c.audits[0].matching.columns[1] = "a`b".into()),
+            ),
+            (
+                "audits[0].match.columns[2]",
+                "not a usable identifier",
+                doris(|c| c.audits[0].matching.columns[2] = "a\nb".into()),
+            ),
+            (
+                "audits[0].match.partition_column",
+                "must not be empty",
+                doris(move |c| {
+                    offsets(c);
+                    c.audits[0].matching.partition_column = String::new();
+                }),
+            ),
+            (
+                "audits[0].match.offset_column",
+                "not a usable identifier",
+                doris(move |c| {
+                    offsets(c);
+                    c.audits[0].matching.offset_column = "o`".into();
+                }),
+            ),
+            (
+                "audits[0].match.topic_column",
+                "not a usable identifier",
+                doris(move |c| {
+                    offsets(c);
+                    c.audits[0].matching.topic_column = Some("t\tx".into());
+                }),
+            ),
+            (
+                "audits[0].match.topic_column",
+                "more than one topic",
+                doris(move |c| {
+                    offsets(c);
+                    c.audits[0].topics.push("test2".into());
+                }),
+            ),
+            (
+                "audits[0].match.strategy",
+                "needs sink.kind = elasticsearch",
+                doris(|c| c.audits[0].matching.strategy = MatchStrategy::DocId),
+            ),
+            (
+                "audits[0].match.id_template",
+                "without a matching `}`",
+                es(|c| c.audits[0].matching.id_template = Some("{offset".into())),
+            ),
+            (
+                "audits[0].match.id_template",
+                "without a matching `{`",
+                es(|c| c.audits[0].matching.id_template = Some("offset}".into())),
+            ),
+            (
+                "audits[0].match.id_template",
+                "empty or nested",
+                es(|c| c.audits[0].matching.id_template = Some("a{}".into())),
+            ),
+            (
+                "audits[0].match.id_template",
+                "at least one placeholder",
+                es(|c| c.audits[0].matching.id_template = Some("constant".into())),
+            ),
+            (
+                "audits[0].match.id_template",
+                "placeholder {b} is neither",
+                es(|c| {
+                    c.audits[0].record.format = RecordFormat::Csv;
+                    c.audits[0].record.fields = vec!["a".into()];
+                    c.audits[0].matching.id_template = Some("{a}-{b}".into());
+                }),
+            ),
+            // ---- [audits.sink], every kind
+            (
+                "audits[0].sink.url",
+                "not a valid URL",
+                doris(|c| c.audits[0].sink.url = SecretUrl::new(format!("{SECRET}@nowhere"))),
+            ),
+            (
+                "audits[0].sink.url",
+                "scheme must be mysql, http or https (got `ftp`)",
+                doris(|c| c.audits[0].sink.url = SecretUrl::new(format!("ftp://u:{SECRET}@h/db"))),
+            ),
+            (
+                "audits[0].sink.url",
+                "kind doris needs mysql://",
+                doris(|c| {
+                    c.audits[0].sink.url = SecretUrl::new(format!("http://u:{SECRET}@h:9030/db"))
+                }),
+            ),
+            (
+                "audits[0].sink.url",
+                "kind elasticsearch needs http",
+                es(|c| {
+                    c.audits[0].sink.url = SecretUrl::new(format!("mysql://u:{SECRET}@h:9030/db"))
+                }),
+            ),
+            (
+                "audits[0].sink.url",
+                "has no host",
+                doris(|c| c.audits[0].sink.url = SecretUrl::new("mysql:example_db")),
+            ),
+            (
+                "audits[0].sink.username",
+                "differs from the user name in the url",
+                doris(|c| c.audits[0].sink.username = Some("other".into())),
+            ),
+            (
+                "audits[0].sink.password_file",
+                "not both",
+                doris(|c| {
+                    c.audits[0].sink.password = Some(SECRET.into());
+                    c.audits[0].sink.password_file = Some("/run/secrets/pw".into());
+                }),
+            ),
+            (
+                "audits[0].sink.password",
+                "url already carries a password",
+                doris(|c| {
+                    c.audits[0].sink.url =
+                        SecretUrl::new(format!("mysql://root:{SECRET}@h:9030/db"));
+                    c.audits[0].sink.password = Some(SECRET.into());
+                }),
+            ),
+            (
+                "audits[0].sink.password_file",
+                "url already carries a password",
+                doris(|c| {
+                    c.audits[0].sink.url =
+                        SecretUrl::new(format!("mysql://root:{SECRET}@h:9030/db"));
+                    c.audits[0].sink.password_file = Some("/run/secrets/pw".into());
+                }),
+            ),
+            (
+                "audits[0].sink.api_key_file",
+                "not both",
+                es(|c| {
+                    c.audits[0].sink.api_key = Some(SECRET.into());
+                    c.audits[0].sink.api_key_file = Some("/run/secrets/key".into());
+                }),
+            ),
+            (
+                "audits[0].sink.query_timeout",
+                "> 0",
+                doris(|c| c.audits[0].sink.query_timeout = Duration::ZERO),
+            ),
+            (
+                "audits[0].sink.index",
+                "applies to elasticsearch",
+                doris(|c| c.audits[0].sink.index = Some("i".into())),
+            ),
+            (
+                "audits[0].sink.api_key",
+                "elasticsearch only",
+                doris(|c| c.audits[0].sink.api_key = Some(SECRET.into())),
+            ),
+            (
+                "audits[0].sink.api_key",
+                "elasticsearch only",
+                doris(|c| c.audits[0].sink.api_key_file = Some("/run/secrets/key".into())),
+            ),
+            (
+                "audits[0].sink.table",
+                "is required for kind doris",
+                doris(|c| c.audits[0].sink.table = None),
+            ),
+            (
+                "audits[0].sink.table",
+                "`table` or `database.table`",
+                doris(|c| c.audits[0].sink.table = Some("a.b.c".into())),
+            ),
+            (
+                "audits[0].sink.table",
+                "not a usable identifier",
+                doris(|c| c.audits[0].sink.table = Some("db.t`".into())),
+            ),
+            (
+                "audits[0].sink.table",
+                "names no database",
+                doris(|c| {
+                    c.audits[0].sink.url = SecretUrl::new(format!("mysql://root:{SECRET}@h:9030"))
+                }),
+            ),
+            (
+                "audits[0].sink.stream_load_url",
+                "applies to kind doris only",
+                doris(|c| {
+                    c.audits[0].sink.kind = SinkKind::Mysql;
+                    c.audits[0].sink.stream_load_url = Some("http://fe:8030".into());
+                }),
+            ),
+            (
+                "audits[0].sink.stream_load_url",
+                "not a valid URL",
+                doris(|c| c.audits[0].sink.stream_load_url = Some("//fe:8030".into())),
+            ),
+            (
+                "audits[0].sink.stream_load_url",
+                "scheme must be http or https",
+                doris(|c| c.audits[0].sink.stream_load_url = Some("ftp://fe:8030".into())),
+            ),
+            (
+                "audits[0].sink.stream_load_url",
+                "must not carry credentials",
+                doris(|c| {
+                    c.audits[0].sink.stream_load_url = Some(format!("http://u:{SECRET}@fe:8030"))
+                }),
+            ),
+            (
+                "audits[0].sink.table",
+                "kind elasticsearch uses `index`",
+                es(|c| c.audits[0].sink.table = Some("t".into())),
+            ),
+            (
+                "audits[0].sink.stream_load_url",
+                "applies to kind doris only",
+                es(|c| c.audits[0].sink.stream_load_url = Some("http://fe:8030".into())),
+            ),
+            (
+                "audits[0].sink.index",
+                "is required for kind elasticsearch",
+                es(|c| c.audits[0].sink.index = None),
+            ),
+            (
+                "audits[0].sink.index",
+                "not a valid index name",
+                es(|c| c.audits[0].sink.index = Some("Logs".into())),
+            ),
+            (
+                "audits[0].sink.index",
+                "not a valid index name",
+                es(|c| c.audits[0].sink.index = Some("_x".into())),
+            ),
+            (
+                "audits[0].sink.index",
+                "not a valid index name",
+                es(|c| c.audits[0].sink.index = Some("a b".into())),
+            ),
+            (
+                "audits[0].sink.api_key",
+                "either api_key or username/password",
+                es(|c| c.audits[0].sink.api_key = Some(SECRET.into())),
+            ),
+            (
+                "audits[0].sink.password",
+                "needs a username",
+                es(|c| {
+                    c.audits[0].sink.url = SecretUrl::new("https://127.0.0.1:9200");
+                    c.audits[0].sink.password = Some(SECRET.into());
+                }),
+            ),
+            (
+                "audits[0].sink.password_file",
+                "needs a username",
+                es(|c| {
+                    c.audits[0].sink.url = SecretUrl::new("https://127.0.0.1:9200");
+                    c.audits[0].sink.password_file = Some("/run/secrets/pw".into());
+                }),
+            ),
+        ];
+        let count = rules.len();
+        for (path, needle, (on_es, edit)) in rules {
+            let mut cfg = if on_es { es_base() } else { base() };
+            edit(&mut cfg);
+            let e = match cfg.validate() {
+                Err(e) => e,
+                Ok(()) => panic!("rule for {path} ({needle}) did not fire"),
+            };
+            assert_err(&e, path, needle);
+            assert!(!e.to_string().contains(SECRET), "secret echoed: {e}");
+        }
+        eprintln!("{count} validation rules checked");
+    }
+
+    /// The rules checked while loading: secret files (unreadable, not UTF-8, empty token)
+    /// name the key and the file, never the content.
+    #[test]
+    fn every_secret_file_rule_names_its_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("missing");
+        let binary = dir.path().join("binary");
+        std::fs::write(&binary, [0xff, b'h', b'u', b'n']).expect("write");
+        let empty = write_temp(&dir, "empty", "\n");
+        let m = format!("{:?}", missing.display().to_string());
+        let b = format!("{:?}", binary.display().to_string());
+        let e = format!("{:?}", empty.display().to_string());
+        let sink = |line: String| BASE.replace("table = ", &format!("{line}\ntable = "));
+        let es_sink = |line: String| {
+            ES_AUDIT
+                .replace("elastic:es-url-secret@", "")
+                .replace("index = ", &format!("{line}\nindex = "))
+        };
+        let server = |line: String| BASE.replace("[kafka]", &format!("[server]\n{line}\n[kafka]"));
+        let property = |line: String| {
+            BASE.replace(
+                "[[audits]]",
+                &format!("[kafka.property_files]\n{line}\n[[audits]]"),
+            )
+        };
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                sink(format!("password_file = {m}")),
+                "audits[0].sink.password_file",
+                "cannot read",
+            ),
+            (
+                sink(format!("password_file = {b}")),
+                "audits[0].sink.password_file",
+                "not valid UTF-8",
+            ),
+            (
+                sink(format!("ca_file = {m}")),
+                "audits[0].sink.ca_file",
+                "cannot read",
+            ),
+            (
+                format!(
+                    "[kafka]\nbrokers = \"127.0.0.1:9092\"\n{}",
+                    es_sink(format!("api_key_file = {m}"))
+                ),
+                "audits[0].sink.api_key_file",
+                "cannot read",
+            ),
+            (
+                property(format!("\"sasl.password\" = {m}")),
+                "kafka.property_files[\"sasl.password\"]",
+                "cannot read",
+            ),
+            (
+                server(format!("api_token_file = {m}")),
+                "server.api_token_file",
+                "cannot read",
+            ),
+            (
+                server(format!("api_token_file = {b}")),
+                "server.api_token_file",
+                "not valid UTF-8",
+            ),
+            (
+                server(format!("api_token_file = {e}")),
+                "server.api_token_file",
+                "must not be empty",
+            ),
+        ];
+        for (toml, path, needle) in cases {
+            let err = toml_err(&toml);
+            assert_err(&err, path, needle);
+            assert!(!err.message.contains("hun"), "content echoed: {err}");
+        }
+    }
+
             "kafka-file-secret",
             "es-api-key-secret",
             "sink-password-secret",

@@ -10,9 +10,19 @@
 //! | `GET /api/status` | `{"audits": [...]}` |
 //!
 //! Unknown paths get 404, other methods on a known path 405 (`HEAD` is served like `GET`,
-//! as load balancers probe with it). The server is plain hyper 1 over HTTP/1.1: a scrape
-//! endpoint needs no framework, and fewer dependencies means less to audit in a sidecar.
+//! as load balancers probe with it). The API is read-only: every method but `GET`/`HEAD`
+//! anywhere under `/api/` is 405, so nothing reachable over HTTP changes a gap (`ack` is a
+//! CLI command on the host). The server is plain hyper 1 over HTTP/1.1: a scrape endpoint
+//! needs no framework, and fewer dependencies means less to audit in a sidecar.
+//!
+//! With `server.api_token` set, every request under `/api/` must carry
+//! `Authorization: Bearer TOKEN`; otherwise it gets 401 with `WWW-Authenticate: Bearer`
+//! before anything else is looked at (method, path, query), so an unauthenticated client
+//! learns nothing but that a token is needed. `/metrics`, `/healthz` and `/readyz` stay
+//! open: Prometheus and orchestrator probes rarely carry credentials, and they expose no
+//! record contents. The token is compared in constant time (`subtle`) and never logged.
 
+use crate::config::Secret;
 use crate::metrics::Metrics;
 use crate::status::StatusBoard;
 use crate::store::{GapFilter, StateFilter, Store};
@@ -53,6 +63,8 @@ pub struct HttpState {
     pub status: StatusBoard,
     /// Gap store for `/api/gaps`.
     pub store: Arc<Store>,
+    /// `server.api_token`: when set, `/api/*` requires `Authorization: Bearer` with it.
+    pub api_token: Option<Secret>,
 }
 
 /// Serves HTTP on `listener` until `shutdown` is cancelled, then stops accepting, lets
@@ -121,12 +133,91 @@ pub async fn serve(
     Ok(())
 }
 
+/// True for every path the API owns: `/api` itself and anything below it.
+fn is_api_path(path: &str) -> bool {
+    path == "/api" || path.starts_with("/api/")
+}
+
+/// Why a request under `/api/` was refused; the variants differ only in the
+/// `WWW-Authenticate` error code (RFC 6750 section 3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AuthFailure {
+    /// No `Authorization: Bearer` header at all.
+    Missing,
+    /// A header that is not a bearer token, or the wrong token.
+    Invalid,
+}
+
+/// Checks the request's bearer token against `expected`. The comparison is constant time
+/// over the bytes (only the length can be learned from timing), so the token cannot be
+/// guessed byte by byte.
+fn check_bearer(headers: &hyper::HeaderMap, expected: &Secret) -> Result<(), AuthFailure> {
+    use subtle::ConstantTimeEq;
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or(AuthFailure::Missing)?;
+    let value = value.as_bytes();
+    // The scheme name is case-insensitive (RFC 7235 section 2.1); one or more spaces follow.
+    let (scheme, token) = match value.iter().position(|b| *b == b' ') {
+        Some(at) => (&value[..at], &value[at..]),
+        None => return Err(AuthFailure::Invalid),
+    };
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return Err(AuthFailure::Invalid);
+    }
+    let token = token.trim_ascii();
+    if bool::from(token.ct_eq(expected.expose().as_bytes())) {
+        Ok(())
+    } else {
+        Err(AuthFailure::Invalid)
+    }
+}
+
+/// 401 with the challenge a client needs to retry with a token.
+fn unauthorized(failure: AuthFailure) -> Response<Full<Bytes>> {
+    let (challenge, message) = match failure {
+        AuthFailure::Missing => (
+            r#"Bearer realm="gap-auditor""#,
+            "this endpoint needs Authorization: Bearer <server.api_token>",
+        ),
+        AuthFailure::Invalid => (
+            r#"Bearer realm="gap-auditor", error="invalid_token""#,
+            "invalid bearer token",
+        ),
+    };
+    let mut resp = json(
+        StatusCode::UNAUTHORIZED,
+        &ApiError::new(None, message.into()),
+    );
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
+    resp
+}
+
 /// Routes one request. Never fails: every error is an HTTP answer.
 async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let api = is_api_path(req.uri().path());
+    if api
+        && let Some(token) = &state.api_token
+        && let Err(failure) = check_bearer(req.headers(), token)
+    {
+        // The presented value is never logged: it may be a real token sent to the wrong
+        // place, or a near miss of ours.
+        tracing::debug!(path = req.uri().path(), ?failure, "api request refused");
+        return unauthorized(failure);
+    }
     let method = req.method();
     if method != Method::GET && method != Method::HEAD {
         return match req.uri().path() {
-            "/metrics" | "/healthz" | "/readyz" | "/api/gaps" | "/api/status" => {
+            _ if api => {
+                let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+                resp.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+                resp
+            }
+            "/metrics" | "/healthz" | "/readyz" => {
                 let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
                 resp.headers_mut()
                     .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
@@ -288,11 +379,16 @@ mod tests {
     }
 
     async fn start() -> Server {
+        start_with(None).await
+    }
+
+    async fn start_with(api_token: Option<Secret>) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let state = HttpState {
             metrics: Arc::new(Metrics::new()),
             status: StatusBoard::new(),
             store: Arc::new(Store::open(dir.path()).unwrap()),
+            api_token,
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -322,8 +418,15 @@ mod tests {
 
     /// A minimal HTTP/1.1 client: one request per connection, `Connection: close`.
     async fn request(addr: SocketAddr, method: &str, target: &str) -> Reply {
+        request_with(addr, method, target, "").await
+    }
+
+    /// Like [`request`], with extra header lines (each ending in `\r\n`).
+    async fn request_with(addr: SocketAddr, method: &str, target: &str, headers: &str) -> Reply {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let req = format!("{method} {target} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        let req = format!(
+            "{method} {target} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{headers}\r\n"
+        );
         s.write_all(req.as_bytes()).await.unwrap();
         let mut raw = Vec::new();
         tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw))
@@ -518,6 +621,136 @@ mod tests {
         assert_eq!(e["parameter"], "state");
         assert!(e["error"].as_str().unwrap().contains("state"), "{e}");
         srv.shutdown.cancel();
+    }
+
+    /// Every method but GET/HEAD, on every path under /api (known or not), is 405 and
+    /// changes nothing in the store.
+    #[tokio::test]
+    async fn api_is_read_only() {
+        let srv = start().await;
+        let gap = sample_gap("a", 10, GapState::Open);
+        srv.state
+            .store
+            .commit_round("a", std::slice::from_ref(&gap), &[])
+            .unwrap();
+        let before = get(srv.addr, "/api/gaps?state=all").await.body;
+        for method in ["POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "ACK"] {
+            for path in [
+                "/api",
+                "/api/",
+                "/api/gaps",
+                "/api/gaps?state=all",
+                "/api/status",
+                "/api/ack",
+                &format!("/api/gaps/{}", gap.id),
+            ] {
+                let r = request_with(
+                    srv.addr,
+                    method,
+                    path,
+                    "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+                )
+                .await;
+                assert_eq!(r.status, 405, "{method} {path}: {}", r.body);
+                assert!(r.headers.contains("allow: get, head"), "{}", r.headers);
+            }
+        }
+        assert_eq!(get(srv.addr, "/api/gaps?state=all").await.body, before);
+        srv.shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn api_token_guards_api_only() {
+        const TOKEN: &str = "s3cr3t-T0ken_with.symbols~+/=";
+        let srv = start_with(Some(Secret::new(TOKEN))).await;
+        let auth = |value: &str| format!("Authorization: {value}\r\n");
+
+        // No header: 401 with a plain Bearer challenge, before method or path matter.
+        for (method, path) in [
+            ("GET", "/api/status"),
+            ("GET", "/api/gaps?state=all"),
+            ("HEAD", "/api/gaps"),
+            ("GET", "/api/nope"),
+            ("POST", "/api/gaps"),
+        ] {
+            let r = request(srv.addr, method, path).await;
+            assert_eq!(r.status, 401, "{method} {path}");
+            assert!(
+                r.headers
+                    .contains("www-authenticate: bearer realm=\"gap-auditor\""),
+                "{}",
+                r.headers
+            );
+        }
+        // Wrong tokens: a prefix, an extension, another case, another scheme, empty.
+        let wrong = [
+            auth(&format!("Bearer {}", &TOKEN[..TOKEN.len() - 1])),
+            auth(&format!("Bearer {TOKEN}x")),
+            auth(&format!("Bearer {}", TOKEN.to_uppercase())),
+            auth(&format!("Basic {TOKEN}")),
+            auth(&format!("Token {TOKEN}")),
+            auth("Bearer"),
+            auth("Bearer "),
+            auth(TOKEN),
+        ];
+        for header in &wrong {
+            let r = request_with(srv.addr, "GET", "/api/status", header).await;
+            assert_eq!(r.status, 401, "{header}");
+            assert!(
+                r.headers.contains("error=\"invalid_token\""),
+                "{}",
+                r.headers
+            );
+            assert!(!r.body.contains(TOKEN) && !r.headers.contains(&TOKEN.to_lowercase()));
+        }
+        // The right token, with any case of the scheme and extra spaces.
+        for header in [
+            auth(&format!("Bearer {TOKEN}")),
+            auth(&format!("bearer {TOKEN}")),
+            auth(&format!("BEARER   {TOKEN}")),
+        ] {
+            let r = request_with(srv.addr, "GET", "/api/status", &header).await;
+            assert_eq!(r.status, 200, "{header}: {}", r.body);
+            assert_eq!(r.json(), serde_json::json!({ "audits": [] }));
+            let r = request_with(srv.addr, "GET", "/api/gaps", &header).await;
+            assert_eq!(r.status, 200, "{header}: {}", r.body);
+            // Authenticated is still read-only.
+            let r = request_with(srv.addr, "DELETE", "/api/gaps", &header).await;
+            assert_eq!(r.status, 405);
+        }
+        // Scrapes and probes stay open.
+        assert_eq!(get(srv.addr, "/metrics").await.status, 200);
+        assert_eq!(get(srv.addr, "/healthz").await.status, 200);
+        assert_eq!(get(srv.addr, "/readyz").await.status, 503, "no audit yet");
+        assert_eq!(get(srv.addr, "/nope").await.status, 404);
+        srv.shutdown.cancel();
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        let token = Secret::new("abc");
+        let mut h = hyper::HeaderMap::new();
+        assert_eq!(check_bearer(&h, &token), Err(AuthFailure::Missing));
+        for (value, want) in [
+            ("Bearer abc", Ok(())),
+            ("bEaReR abc ", Ok(())),
+            ("Bearer  abc", Ok(())),
+            ("Bearer ab", Err(AuthFailure::Invalid)),
+            ("Bearer abcd", Err(AuthFailure::Invalid)),
+            ("Bearer a bc", Err(AuthFailure::Invalid)),
+            ("Bearerabc", Err(AuthFailure::Invalid)),
+            ("Basic abc", Err(AuthFailure::Invalid)),
+            ("", Err(AuthFailure::Invalid)),
+        ] {
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+            assert_eq!(check_bearer(&h, &token), want, "{value:?}");
+        }
+        // Non-UTF-8 header bytes are compared as bytes, never panic.
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_bytes(b"Bearer \xff\xfe").unwrap(),
+        );
+        assert_eq!(check_bearer(&h, &token), Err(AuthFailure::Invalid));
     }
 
     #[tokio::test]
