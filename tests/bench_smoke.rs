@@ -1,4 +1,4 @@
-//! Keeps the benchmark harness (`src/bin/bench.rs`) from rotting: runs it in `--smoke` mode
+//! Keeps the benchmark harness (`src/bin/bench/`) from rotting: runs it in `--smoke` mode
 //! (20k records, tiny ledgers) against the test broker and checks it completes and prints
 //! its table. No timing is asserted: the figures of a smoke run mean nothing.
 

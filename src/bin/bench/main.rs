@@ -1,0 +1,158 @@
+//! End-to-end throughput and memory benchmark (issue 7, first increment).
+//!
+//! Against a Kafka broker (`--brokers`, default `$GAP_AUDITOR_TEST_KAFKA`) it creates a
+//! unique 4-partition topic, produces `--records` seed-shaped DNS lines (~200 bytes, 9
+//! `|`-separated fields), then measures in the SAME run, each from offset 0:
+//!
+//! - baseline: a bare rdkafka `BaseConsumer` (group-less `assign()`) that only counts;
+//! - the auditor's path: `kafka::tail::start` with the seed decoder, every record ingested
+//!   into a `PartitionLedger` per partition by the daemon's own `audit::ingest_batch`
+//!   (key_columns, then offset_columns);
+//! - decode-only records/s on one core (csv and json);
+//! - ledger memory (RSS growth) for 10 M contiguous unkeyed offsets and 1 M keyed records.
+//!
+//! Prints a Markdown table; `--write docs/BENCHMARKS.md` also writes it with the machine
+//! description and the command. `--smoke` runs everything tiny (CI keeps it from rotting;
+//! no timing is asserted anywhere).
+//!
+//! Throughput windows start at the first record delivered, so the consumer-group join of
+//! the auditor's path (about `session.timeout.ms / 2`) is not counted against it.
+
+mod decode;
+mod memory;
+mod tail;
+mod util;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use std::fmt::Write as _;
+use util::Row;
+
+#[derive(Parser, Debug)]
+#[command(about = "gap-auditor throughput and memory benchmark")]
+struct Args {
+    /// Kafka bootstrap brokers (default: $GAP_AUDITOR_TEST_KAFKA).
+    #[arg(long, env = "GAP_AUDITOR_TEST_KAFKA")]
+    brokers: Option<String>,
+    /// Records to produce and consume.
+    #[arg(long, default_value_t = 2_000_000)]
+    records: usize,
+    /// Contiguous offsets for the unkeyed ledger memory figure.
+    #[arg(long, default_value_t = 10_000_000)]
+    offsets: u64,
+    /// Keyed records for the keyed ledger memory figure.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Tiny sizes (seconds): 20k records, 100k offsets, 20k keys.
+    #[arg(long)]
+    smoke: bool,
+    /// Also write the table, machine description and command to this Markdown file.
+    #[arg(long)]
+    write: Option<std::path::PathBuf>,
+}
+
+fn machine() -> String {
+    let nproc = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<u64>().ok())
+        })
+        .map(|kb| format!("{:.1} GiB", kb as f64 / 1024.0 / 1024.0))
+        .unwrap_or_else(|| "unknown".into());
+    let os = std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("PRETTY_NAME=")).map(|l| {
+                l.trim_start_matches("PRETTY_NAME=")
+                    .trim_matches('"')
+                    .to_string()
+            })
+        })
+        .unwrap_or_else(|| "unknown".into());
+    format!("- nproc: {nproc}\n- CPU: {cpu}\n- memory: {mem}\n- OS: {os}\n")
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| Measure | Value | Baseline (same run) | Ratio | Target |\n|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            r.what, r.value, r.baseline, r.ratio, r.target
+        );
+    }
+    s
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
+    let mut args = Args::parse();
+    if args.smoke {
+        args.records = args.records.min(20_000);
+        args.offsets = args.offsets.min(100_000);
+        args.keys = args.keys.min(20_000);
+    }
+    let brokers = args
+        .brokers
+        .clone()
+        .context("no broker: pass --brokers or set GAP_AUDITOR_TEST_KAFKA")?;
+    let n = args.records as u64;
+    let mut rows = Vec::new();
+
+    // Memory first, while the heap is fresh (freed memory would hide growth later).
+    memory::rows(args.offsets, args.keys, &mut rows);
+
+    // Decoding, one core.
+    let (avg, javg) = decode::rows(args.smoke, &mut rows)?;
+
+    // Kafka: tailing vs the bare consumer.
+    tail::rows(&brokers, n, avg, &mut rows).await?;
+    let table = table(&rows);
+    println!("{table}");
+    if let Some(path) = &args.write {
+        let command: Vec<String> = std::env::args().collect();
+        let doc = format!(
+            "# Benchmarks\n\n\
+             Generated by `src/bin/bench/`. Every throughput figure is compared with its \
+             baseline measured in the SAME run.\n\n\
+             ## Command\n\n```sh\n. /tmp/gap-auditor-test/env\ncargo run --release --bin bench -- {}\n```\n\n\
+             ## Machine\n\n{}\n\
+             ## Results\n\n{table}\n\
+             csv payload: seed-shaped 9-field `|` lines, avg {avg} bytes; json payload: the \
+             same fields as a JSON object, avg {javg} bytes.\n",
+            command
+                .iter()
+                .skip(1)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" "),
+            machine(),
+        );
+        // Hand-written analysis after `## Notes` survives a re-run.
+        let notes = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|old| old.find("\n## Notes").map(|i| old[i..].to_string()))
+            .unwrap_or_default();
+        let doc = doc + &notes;
+        std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! Tailing: the auditor's consume + decode + ledger path vs a bare consumer, same topic.
+
+use crate::util::{PARTITIONS, Row, decoder, dns_line, fmt_rate, now_ms, per_sec, row, unique};
+use anyhow::{Result, bail};
+use gap_auditor::config::KafkaConfig;
+use gap_auditor::gap::TopicPartition;
+use gap_auditor::kafka::tail::{self, TailEvent};
+use gap_auditor::ledger::PartitionLedger;
+use gap_auditor::metrics::Metrics;
+use gap_auditor::record::DecodeFormat;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+pub async fn create_topic(brokers: &str, topic: &str) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let r = admin
+        .create_topics(
+            &[NewTopic::new(topic, PARTITIONS, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await?;
+    for x in r {
+        x.map_err(|(t, e)| anyhow::anyhow!("create topic {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Produces `n` lines round-robin over the partitions, in big batches.
+pub fn produce(brokers: &str, topic: &str, n: usize) -> Result<Duration> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "50")
+        .set("batch.size", "1000000")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576")
+        .set("message.max.bytes", "2000000")
+        .create()?;
+    let start = Instant::now();
+    for i in 0..n {
+        let line = dns_line(i);
+        let mut rec = BaseRecord::<(), str>::to(topic)
+            .partition(i as i32 % PARTITIONS)
+            .payload(&line);
+        loop {
+            match producer.send(rec) {
+                Ok(()) => break,
+                Err((e, r)) => {
+                    if !matches!(
+                        e.rdkafka_error_code(),
+                        Some(rdkafka::error::RDKafkaErrorCode::QueueFull)
+                    ) {
+                        bail!("produce: {e}");
+                    }
+                    rec = r;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+        if i % 10_000 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer.flush(Duration::from_secs(120))?;
+    Ok(start.elapsed())
+}
+
+/// Baseline: a bare consumer, `assign()` from offset 0 (it never joins a group: rdkafka
+/// wants a `group.id` for `assign()`, a unique one that is never used), counting records.
+pub fn bare_consume(brokers: &str, topic: &str, n: u64) -> Result<f64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", unique("bench_bare"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset(topic, p, KOffset::Offset(0))?;
+    }
+    consumer.assign(&tpl)?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut count = 0u64;
+    let mut first: Option<Instant> = None;
+    while count < n {
+        if Instant::now() > deadline {
+            bail!("bare consumer read {count} of {n} records before the deadline");
+        }
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(_m)) => {
+                first.get_or_insert_with(Instant::now);
+                count += 1;
+            }
+            Some(Err(e)) => bail!("bare consumer: {e}"),
+            None => {}
+        }
+    }
+    let first = first.unwrap_or_else(Instant::now);
+    Ok(per_sec(count, first.elapsed()))
+}
+
+/// The auditor's path: `tail::start` + per-partition ledgers fed by `audit::ingest_batch`.
+pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) -> Result<f64> {
+    let kafka = KafkaConfig {
+        brokers: brokers.to_string(),
+        session_timeout: Duration::from_secs(6),
+        heartbeat_interval: Duration::from_millis(500),
+        ..KafkaConfig::default()
+    };
+    let group = unique("bench_group");
+    let mut tail = tail::start(
+        &kafka,
+        &group,
+        &[topic.to_string()],
+        decoder(DecodeFormat::Csv, keyed)?,
+        // As the daemon would with a max_pending above the whole run: never pauses here.
+        n.saturating_mul(2).max(1),
+    )?;
+    let metrics = Metrics::new();
+    let audit = "bench".to_string();
+    let mut parts: HashMap<TopicPartition, PartitionLedger> = HashMap::new();
+    let mut ingested = 0u64;
+    let mut first: Option<Instant> = None;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while ingested < n {
+        let ev = tokio::time::timeout_at(deadline.into(), tail.events.recv())
+            .await
+            .map_err(|_| anyhow::anyhow!("auditor path read {ingested} of {n} records"))?;
+        let Some(ev) = ev else {
+            bail!("tailing thread ended early after {ingested} records");
+        };
+        match ev {
+            TailEvent::Records(batch) => {
+                first.get_or_insert_with(Instant::now);
+                let len = batch.len() as u64;
+                ingested +=
+                    gap_auditor::audit::ingest_batch(&audit, &metrics, &mut parts, batch, now_ms());
+                tail.flow.ingested(len);
+                tail.flow
+                    .set_pending(parts.values().map(PartitionLedger::pending).sum());
+            }
+            TailEvent::Assigned { partitions, reply } => {
+                let starts = partitions
+                    .into_iter()
+                    .map(|tp| {
+                        parts.insert(tp.clone(), PartitionLedger::new(0, keyed));
+                        (tp, 0)
+                    })
+                    .collect();
+                let _ = reply.send(starts);
+            }
+            TailEvent::Revoked { reply, .. } => {
+                let _ = reply.send(Vec::new());
+            }
+            TailEvent::Error(e) => eprintln!("tail error: {e}"),
+            TailEvent::OffsetOutOfRange => bail!("offset out of range"),
+        }
+    }
+    let rate = per_sec(ingested, first.unwrap_or_else(Instant::now).elapsed());
+    // Leave the group cleanly: answer revocations until the thread ends.
+    tail.stop();
+    while let Some(ev) = tail.events.recv().await {
+        match ev {
+            TailEvent::Assigned { reply, .. } | TailEvent::Revoked { reply, .. } => {
+                let _ = reply.send(Vec::new());
+            }
+            _ => {}
+        }
+    }
+    tokio::task::spawn_blocking(move || tail.join()).await?;
+    let pending: u64 = parts.values().map(PartitionLedger::pending).sum();
+    if pending != n {
+        bail!("ledgers hold {pending} pending records, expected {n}");
+    }
+    Ok(rate)
+}
+
+/// Produces `n` records to a fresh topic and adds the bare-consumer baseline row and the
+/// auditor-path rows (key_columns, offset_columns) with their ratio to the baseline.
+pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Result<()> {
+    let brokers = brokers.to_string();
+    let topic = unique("bench");
+    create_topic(&brokers, &topic).await?;
+    let b = brokers.clone();
+    let t = topic.clone();
+    let produced = tokio::task::spawn_blocking(move || produce(&b, &t, n as usize)).await??;
+    eprintln!(
+        "produced {n} records (avg {avg} B) to {topic} in {:.1}s",
+        produced.as_secs_f64()
+    );
+
+    let b = brokers.clone();
+    let t = topic.clone();
+    let bare = tokio::task::spawn_blocking(move || bare_consume(&b, &t, n)).await??;
+    eprintln!("bare consumer: {}", fmt_rate(bare));
+    rows.push(row(
+        &format!("Bare BaseConsumer, count only ({n} × {avg} B, {PARTITIONS} partitions)"),
+        fmt_rate(bare),
+        "(baseline)",
+        "1.00".into(),
+        "—",
+    ));
+    for (name, keyed) in [
+        ("key_columns (client_ip,domain,time)", true),
+        ("offset_columns (no key)", false),
+    ] {
+        let r = auditor_consume(&brokers, &topic, n, keyed).await?;
+        eprintln!("auditor path, {name}: {}", fmt_rate(r));
+        rows.push(row(
+            &format!("Auditor tail + decode + ledger, {name}"),
+            fmt_rate(r),
+            &fmt_rate(bare),
+            format!("{:.2}", r / bare),
+            "≥ 0.90",
+        ));
+    }
+    Ok(())
+}

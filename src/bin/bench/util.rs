@@ -1,0 +1,118 @@
+//! Shared helpers of the benchmark: payloads, decoder, result rows, RSS and formatting.
+
+use anyhow::{Context, Result};
+use gap_auditor::record::{DecodeFormat, Decoder, DecoderSpec};
+use std::time::Duration;
+
+/// Partitions of the tailing topic.
+pub const PARTITIONS: i32 = 4;
+/// Field names of the seed's DNS log lines.
+pub const FIELDS: [&str; 9] = [
+    "client_ip",
+    "domain",
+    "time",
+    "target_ip",
+    "rcode",
+    "query_type",
+    "authority_record",
+    "add_msg",
+    "dns_ip",
+];
+/// The seed's key columns.
+pub const KEY: [&str; 3] = ["client_ip", "domain", "time"];
+
+/// One row of the result table.
+pub struct Row {
+    pub what: String,
+    pub value: String,
+    pub baseline: String,
+    pub ratio: String,
+    pub target: String,
+}
+
+pub fn row(what: &str, value: String, baseline: &str, ratio: String, target: &str) -> Row {
+    Row {
+        what: what.to_string(),
+        value,
+        baseline: baseline.to_string(),
+        ratio,
+        target: target.to_string(),
+    }
+}
+
+/// A seed-shaped DNS log line of about 200 bytes; `i` makes it unique.
+pub fn dns_line(i: usize) -> String {
+    format!(
+        "10.{}.{}.{}|host{i:08}.subdomain.example-cdn-provider.com.cn|2024-05-01 12:{:02}:{:02}|93.184.216.34|NOERROR|A|ns1.authoritative-dns.example-cdn-provider.com|query-from-recursive-resolver-pool-{:04}|8.8.8.8",
+        (i / 65_536) % 256,
+        (i / 256) % 256,
+        i % 256,
+        (i / 60) % 60,
+        i % 60,
+        i % 10_000
+    )
+}
+
+pub fn dns_json(i: usize) -> String {
+    let line = dns_line(i);
+    let obj: serde_json::Map<String, serde_json::Value> = FIELDS
+        .iter()
+        .zip(line.split('|'))
+        .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
+        .collect();
+    serde_json::Value::Object(obj).to_string()
+}
+
+pub fn decoder(format: DecodeFormat, keyed: bool) -> Result<Decoder> {
+    let spec = DecoderSpec {
+        format,
+        delimiter: "|".into(),
+        quote: false,
+        fields: FIELDS.iter().map(|s| s.to_string()).collect(),
+        field_count: matches!(format, DecodeFormat::Csv).then_some(9),
+        min_fields: None,
+        require: Vec::new(),
+        key: keyed.then(|| KEY.iter().map(|s| s.to_string()).collect()),
+        id_template: None,
+    };
+    Decoder::new(spec).context("decoder")
+}
+
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Resident set size in bytes (/proc/self/statm).
+pub fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+pub fn per_sec(n: u64, d: Duration) -> f64 {
+    n as f64 / d.as_secs_f64().max(1e-9)
+}
+
+pub fn fmt_rate(r: f64) -> String {
+    if r >= 1e6 {
+        format!("{:.2} M rec/s", r / 1e6)
+    } else {
+        format!("{:.0} k rec/s", r / 1e3)
+    }
+}
+
+pub fn mib(b: u64) -> String {
+    format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+pub fn unique(prefix: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!("{prefix}_{}_{t}", std::process::id())
+}
