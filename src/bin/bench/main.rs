@@ -9,7 +9,10 @@
 //!   into a `PartitionLedger` per partition by the daemon's own `audit::ingest_batch`
 //!   (key_columns, then offset_columns);
 //! - decode-only records/s on one core (csv and json);
-//! - ledger memory (RSS growth) for 10 M contiguous unkeyed offsets and 1 M keyed records.
+//! - ledger memory (RSS growth) for 10 M contiguous unkeyed offsets and 1 M keyed records;
+//! - verification on MariaDB (`--mysql`, default `$GAP_AUDITOR_TEST_MYSQL`) through the
+//!   crate's verifier: offset_columns queries per round and to locate 1/10/100 missing rows
+//!   among 10 M, key_columns keys/s (see `verify.rs`).
 //!
 //! Prints a Markdown table; `--write docs/BENCHMARKS.md` also writes it with the machine
 //! description and the command. `--smoke` runs everything tiny (CI keeps it from rotting;
@@ -22,6 +25,7 @@ mod decode;
 mod memory;
 mod tail;
 mod util;
+mod verify;
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -43,12 +47,40 @@ struct Args {
     /// Keyed records for the keyed ledger memory figure.
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
-    /// Tiny sizes (seconds): 20k records, 100k offsets, 20k keys.
+    /// MariaDB URL for the verification figures (default: $GAP_AUDITOR_TEST_MYSQL).
+    #[arg(long, env = "GAP_AUDITOR_TEST_MYSQL")]
+    mysql: Option<String>,
+    /// Rows of the offset_columns verification table.
+    #[arg(long, default_value_t = 10_000_000)]
+    verify_rows: u64,
+    /// Rows of the key_columns verification table.
+    #[arg(long, default_value_t = 1_000_000)]
+    key_rows: u64,
+    /// Keys verified against it.
+    #[arg(long, default_value_t = 200_000)]
+    keys_asked: u64,
+    /// Run only these sections (default: all). `--write` wants all of them.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Section>,
+    /// Tiny sizes (seconds): 20k records, 100k offsets, 20k keys, 20k-row sink tables.
     #[arg(long)]
     smoke: bool,
     /// Also write the table, machine description and command to this Markdown file.
     #[arg(long)]
     write: Option<std::path::PathBuf>,
+}
+
+/// Parts of the benchmark that `--only` can select.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Section {
+    /// Ledger memory.
+    Memory,
+    /// Decoder rates.
+    Decode,
+    /// Tailing vs the bare consumer.
+    Tail,
+    /// Verification on MariaDB.
+    Verify,
 }
 
 fn machine() -> String {
@@ -108,7 +140,11 @@ async fn main() -> Result<()> {
         args.records = args.records.min(20_000);
         args.offsets = args.offsets.min(100_000);
         args.keys = args.keys.min(20_000);
+        args.verify_rows = args.verify_rows.min(20_000);
+        args.key_rows = args.key_rows.min(20_000);
+        args.keys_asked = args.keys_asked.min(5_000);
     }
+    let run = |s: Section| args.only.is_empty() || args.only.contains(&s);
     let brokers = args
         .brokers
         .clone()
@@ -117,13 +153,36 @@ async fn main() -> Result<()> {
     let mut rows = Vec::new();
 
     // Memory first, while the heap is fresh (freed memory would hide growth later).
-    memory::rows(args.offsets, args.keys, &mut rows);
+    if run(Section::Memory) {
+        memory::rows(args.offsets, args.keys, &mut rows);
+    }
 
-    // Decoding, one core.
-    let (avg, javg) = decode::rows(args.smoke, &mut rows)?;
+    // Decoding, one core (always: the tailing rows name the payload size).
+    let mut decoded = Vec::new();
+    let (avg, javg) = decode::rows(args.smoke, &mut decoded)?;
+    if run(Section::Decode) {
+        rows.extend(decoded);
+    }
 
     // Kafka: tailing vs the bare consumer.
-    tail::rows(&brokers, n, avg, &mut rows).await?;
+    if run(Section::Tail) {
+        tail::rows(&brokers, n, avg, &mut rows).await?;
+    }
+
+    // Verification on MariaDB.
+    let mut verified = verify::Report {
+        rows: Vec::new(),
+        explain: String::new(),
+    };
+    if run(Section::Verify) {
+        let url = args
+            .mysql
+            .clone()
+            .context("no MariaDB: pass --mysql or set GAP_AUDITOR_TEST_MYSQL")?;
+        verify::offset_rows(&url, args.verify_rows, &mut verified).await?;
+        verify::key_rows(&url, args.key_rows, args.keys_asked, &mut verified).await?;
+        rows.append(&mut verified.rows);
+    }
     let table = table(&rows);
     println!("{table}");
     if let Some(path) = &args.write {
@@ -136,7 +195,9 @@ async fn main() -> Result<()> {
              ## Machine\n\n{}\n\
              ## Results\n\n{table}\n\
              csv payload: seed-shaped 9-field `|` lines, avg {avg} bytes; json payload: the \
-             same fields as a JSON object, avg {javg} bytes.\n",
+             same fields as a JSON object, avg {javg} bytes.\n\n\
+             ## Verification\n\n{}\n\
+             EXPLAIN of the queries the verifier sends, on the bench tables:\n\n{}\n",
             command
                 .iter()
                 .skip(1)
@@ -144,6 +205,8 @@ async fn main() -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(" "),
             machine(),
+            verify::NOTES,
+            verified.explain,
         );
         // Hand-written analysis after `## Notes` survives a re-run.
         let notes = std::fs::read_to_string(path)
