@@ -44,6 +44,14 @@ if ! venv_current; then
   python3 -m venv "$VENV"
   "$VENV/bin/python3" -m pip install --quiet --disable-pip-version-check "${PY_TOOLS[@]}" >/dev/null
 fi
+if ! command -v systemd-analyze >/dev/null; then
+  # A container without systemd: the package brings systemd-analyze (nothing is started).
+  log "installing systemd (apt) for systemd-analyze"
+  sudo=(); ((EUID == 0)) || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    -o DPkg::Lock::Timeout=300 systemd >/dev/null
+fi
 for tool in promtool amtool systemd-analyze; do
   command -v "$tool" >/dev/null || die "$tool is needed (scripts/test-env.sh installs promtool and amtool; systemd-analyze is Debian's systemd)"
 done
