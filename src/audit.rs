@@ -421,6 +421,8 @@ impl<V: Verifier> Audit<V> {
 
     /// One verify round.
     async fn round(&mut self) {
+        // Timed for the scale benchmark and for operators (debug level: once per round).
+        let started = std::time::Instant::now();
         self.poll_pipeline().await;
         let now = now_ms();
         let grace = self.cfg.grace.as_millis() as i64;
@@ -511,6 +513,12 @@ impl<V: Verifier> Audit<V> {
         self.update_flow();
         self.refresh_acknowledged().await;
         self.publish();
+        tracing::debug!(
+            audit = %self.cfg.name,
+            partitions = tps.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "verify round finished"
+        );
     }
 
     async fn verify(
