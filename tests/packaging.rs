@@ -579,12 +579,18 @@ fn marked_blocks(text: &str) -> Vec<(usize, String)> {
 }
 
 fn validate(name: &str, toml: &str) -> Result<(), String> {
+    validate_with_env(name, toml, &[])
+}
+
+/// `validate-config` with environment overrides, as a deployment sets them.
+fn validate_with_env(name: &str, toml: &str, env: &[(String, String)]) -> Result<(), String> {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("snippet.toml");
     std::fs::write(&path, toml).expect("write snippet");
     let out = clean_env(&mut Command::new(BIN))
         .args(["validate-config", "-c"])
         .arg(&path)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(dir.path())
         .output()
         .expect("run validate-config");
@@ -664,6 +670,56 @@ fn deployment_configs_validate() {
     let cm = yaml_docs("deploy/kubernetes/configmap.yaml");
     let toml = s(&cm[0]["data"]["gap-auditor.toml"], "ConfigMap data");
     validate("deploy/kubernetes/configmap.yaml", toml).unwrap_or_else(|e| panic!("{e}"));
+
+    // The GAP_AUDITOR__ variables each manifest sets must name real keys (an unknown key
+    // is refused), with their literal values or a placeholder for secrets.
+    for file in [
+        "deploy/kubernetes/deployment.yaml",
+        "deploy/kubernetes/flink-sidecar.yaml",
+    ] {
+        let mut env = Vec::new();
+        for doc in yaml_docs(file) {
+            for c in doc["spec"]["template"]["spec"]["containers"]
+                .as_vec()
+                .into_iter()
+                .flatten()
+                .filter(|c| c["name"].as_str() == Some("gap-auditor"))
+            {
+                for e in c["env"].as_vec().into_iter().flatten() {
+                    let name = s(&e["name"], "env name");
+                    if name.starts_with("GAP_AUDITOR__") {
+                        let value = e["value"].as_str().unwrap_or("placeholder");
+                        env.push((name.to_owned(), value.to_owned()));
+                    }
+                }
+            }
+        }
+        assert!(env.len() >= 3, "{file}: {env:?}");
+        validate_with_env(file, toml, &env).unwrap_or_else(|e| panic!("{e}"));
+    }
+    // The image's and the unit's own overrides, on the documented example config.
+    let mut env = Vec::new();
+    for ins in dockerfile_instructions() {
+        if let Some(kv) = ins.strip_prefix("ENV GAP_AUDITOR__")
+            && let Some((k, v)) = kv.split_once('=')
+        {
+            env.push((format!("GAP_AUDITOR__{k}"), v.to_owned()));
+        }
+    }
+    for line in read("deploy/systemd/gap-auditor.service").lines() {
+        if let Some(kv) = line.strip_prefix("Environment=GAP_AUDITOR__")
+            && let Some((k, v)) = kv.split_once('=')
+        {
+            env.push((format!("GAP_AUDITOR__{k}"), v.to_owned()));
+        }
+    }
+    assert_eq!(env.len(), 2, "{env:?}");
+    validate_with_env(
+        "Dockerfile + systemd ENV",
+        &read("config/gap-auditor.toml"),
+        &env,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Paths in the docs and deploy files that point into the repository exist.
