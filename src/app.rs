@@ -207,6 +207,7 @@ pub async fn run_with(
             store: store.clone(),
             metrics: metrics.clone(),
             status: status.clone(),
+            handover_topic: config.state.handover_topic.clone(),
         };
         let c = cancel.clone();
         let name = a.name.clone();

@@ -16,6 +16,7 @@
 
 use crate::config::{AuditConfig, KafkaConfig, MatchStrategy, StartPosition};
 use crate::gap::{Gap, GapState, Offset, TopicPartition};
+use crate::handover::{self, Handover, PartitionState};
 use crate::kafka::retention::{self, Retention};
 use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle};
 use crate::ledger::{Applied, GapRecord, Observed, PartitionLedger, Segment, Snapshot, Verdict};
@@ -29,7 +30,7 @@ use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -53,6 +54,8 @@ pub struct AuditDeps<V> {
     pub metrics: Arc<Metrics>,
     /// Live status board.
     pub status: StatusBoard,
+    /// `state.handover_topic`: where partition state is handed to the next owner.
+    pub handover_topic: Option<String>,
 }
 
 /// One assigned partition's state.
@@ -100,6 +103,10 @@ struct Audit<V> {
     sink_error: Option<String>,
     last_sink_ok: Option<DateTime<Utc>>,
     last_kafka_ok: Option<DateTime<Utc>>,
+    /// Hands partition state to the next owner (several instances in one group).
+    handover: Option<Arc<Handover>>,
+    /// Partitions whose state changed since it was last handed over.
+    handover_dirty: BTreeSet<TopicPartition>,
 }
 
 /// Runs one audit until `cancel` fires, then drains: persists, commits the settled
@@ -116,6 +123,7 @@ pub async fn run<V: Verifier + 'static>(
         store,
         metrics,
         status,
+        handover_topic,
     } = deps;
     let decoder = Decoder::new(DecoderSpec::from_config(&config.record, &config.matching))
         .with_context(|| format!("audit {}: record decoding", config.name))?;
@@ -124,6 +132,17 @@ pub async fn run<V: Verifier + 'static>(
         Some(g) => Some(Arc::new(
             PipelineReader::new(&kafka, g).context("creating the pipeline group reader")?,
         )),
+        None => None,
+    };
+    // Before the consumer joins the group: the first assignment already reads it.
+    let handover = match &handover_topic {
+        Some(t) => {
+            let h = Handover::new(&kafka, t).context("state.handover_topic")?;
+            if let Err(e) = h.ensure_topic().await {
+                tracing::warn!(error = %e, "cannot create the handover topic; it must exist already");
+            }
+            Some(Arc::new(h))
+        }
         None => None,
     };
     let mut tail: TailHandle = kafka::tail::start(
@@ -164,6 +183,8 @@ pub async fn run<V: Verifier + 'static>(
         sink_error: None,
         last_sink_ok: None,
         last_kafka_ok: None,
+        handover,
+        handover_dirty: BTreeSet::new(),
         cfg: config,
         kafka,
         group,
@@ -332,7 +353,7 @@ impl<V: Verifier> Audit<V> {
     /// else the group's committed offset, else `kafka.start`. A resume point below the log
     /// start means Kafka deleted records the auditor never read: a gap of unknown size.
     async fn assign(&mut self, partitions: Vec<TopicPartition>) -> Vec<(TopicPartition, Offset)> {
-        let progress: HashMap<TopicPartition, PartitionProgress> = {
+        let mut progress: HashMap<TopicPartition, PartitionProgress> = {
             let store = self.store.clone();
             let audit = self.cfg.name.clone();
             match tokio::task::spawn_blocking(move || store.load_progress(&audit)).await {
@@ -347,6 +368,7 @@ impl<V: Verifier> Audit<V> {
                 Err(_) => HashMap::new(),
             }
         };
+        self.take_over(&partitions, &mut progress).await;
         let lookup = self.lookup.clone();
         let start = self.kafka.start;
         let tps = partitions.clone();
@@ -397,7 +419,136 @@ impl<V: Verifier> Audit<V> {
         if !self.unsaved.is_empty() {
             self.persist().await;
         }
+        if self.handover.is_some() {
+            self.forget_not_owned().await;
+        }
         out
+    }
+
+    /// After an assignment (with a handover topic): the store may still hold open gaps of
+    /// partitions this instance owned before a rebalance or a restart, which another
+    /// instance owns now and took over from the handover topic. Those copies are dropped:
+    /// an unresolved gap is listed by its partition's owner only. Not done at revoke: the
+    /// partition may come straight back (eager rebalances revoke everything), and a store
+    /// stopped between revoke and assignment keeps what it followed.
+    async fn forget_not_owned(&self) {
+        let store = self.store.clone();
+        let audit = self.cfg.name.clone();
+        let owned: BTreeSet<TopicPartition> = self.parts.keys().cloned().collect();
+        let r = tokio::task::spawn_blocking(move || {
+            let filter = crate::store::GapFilter {
+                state: crate::store::StateFilter::Unresolved,
+                audit: Some(audit.clone()),
+            };
+            let elsewhere: BTreeSet<TopicPartition> = store
+                .list_gaps(&filter)?
+                .into_iter()
+                .map(|g| TopicPartition::new(g.topic, g.partition))
+                .filter(|tp| !owned.contains(tp))
+                .collect();
+            let mut n = 0;
+            for tp in elsewhere {
+                n += store
+                    .forget_unresolved(&audit, &tp.topic, tp.partition, Offset::MAX, &[])?
+                    .len();
+            }
+            Ok::<_, crate::store::StoreError>(n)
+        })
+        .await;
+        match r {
+            Ok(Ok(n)) if n > 0 => {
+                tracing::info!(audit = %self.cfg.name, gaps = n, "open gaps of partitions other instances own now dropped from the local store")
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(audit = %self.cfg.name, error = %e, "cannot drop gaps of partitions owned elsewhere")
+            }
+            Err(e) => {
+                tracing::warn!(audit = %self.cfg.name, error = %e, "dropping gaps owned elsewhere panicked")
+            }
+        }
+    }
+
+    /// With `state.handover_topic`: the previous owner's state of newly assigned partitions
+    /// replaces the local progress when it is at least as far, and its gaps are written to
+    /// the local store (so `gaps` and /api/gaps show them) without being counted again —
+    /// the previous owner counted them. Without a readable handover topic the partitions
+    /// resume from the local store or the group's commit: nothing unread is skipped, but
+    /// the previous owner's open gaps are not followed here.
+    async fn take_over(
+        &mut self,
+        partitions: &[TopicPartition],
+        progress: &mut HashMap<TopicPartition, PartitionProgress>,
+    ) {
+        let Some(h) = self.handover.clone() else {
+            return;
+        };
+        let audit = self.cfg.name.clone();
+        let tps = partitions.to_vec();
+        let states = match tokio::task::spawn_blocking(move || h.read(&audit, &tps)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "handover read panicked");
+                return;
+            }
+        };
+        let mut imports = Vec::new();
+        for (tp, st) in states {
+            let local = progress.get(&tp).map(|p| p.settled);
+            if !handover::prefer_handover(local, &st) {
+                tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled,
+                    "the local store is further than the handover topic: resuming from it");
+                continue;
+            }
+            tracing::info!(audit = %self.cfg.name, %tp, settled = st.settled, gaps = st.gaps.len(),
+                previous_owner = %st.owner, "partition state taken over from its previous owner");
+            let row = PartitionProgress {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                settled: st.settled,
+                ledger: st.ledger.clone(),
+                updated_at: Utc::now(),
+            };
+            progress.insert(tp, row.clone());
+            imports.push((row, st.gaps));
+        }
+        if imports.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        let audit = self.cfg.name.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            for (row, gaps) in imports {
+                let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
+                store.commit_round(&audit, &gaps, std::slice::from_ref(&row))?;
+                let dropped = store.forget_unresolved(
+                    &audit,
+                    &row.topic,
+                    row.partition,
+                    row.settled,
+                    &keep,
+                )?;
+                if !dropped.is_empty() {
+                    tracing::info!(audit = %audit, topic = %row.topic, partition = row.partition, ?dropped,
+                        "stale copies of gaps another instance resolved dropped from the local store");
+                }
+            }
+            Ok::<_, crate::store::StoreError>(())
+        })
+        .await;
+        match written {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "handover import panicked")
+            }
+        }
     }
 
     async fn revoke(&mut self, partitions: &[TopicPartition]) -> Vec<(TopicPartition, Offset)> {
@@ -408,10 +559,12 @@ impl<V: Verifier> Audit<V> {
                 if ok {
                     out.push((tp.clone(), part.ledger.settled()));
                 }
+                // Counters stay: summed over the instances of the group they are the truth.
                 self.metrics
-                    .remove_partition(&self.cfg.name, &tp.topic, tp.partition);
+                    .remove_partition_gauges(&self.cfg.name, &tp.topic, tp.partition);
                 self.committed.remove(tp);
                 self.persisted.remove(tp);
+                self.handover_dirty.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }
@@ -700,7 +853,15 @@ impl<V: Verifier> Audit<V> {
             .collect();
         if gaps.is_empty() && progress.is_empty() {
             self.count_persisted();
-            return true;
+            return self.hand_over().await;
+        }
+        if self.handover.is_some() {
+            self.handover_dirty
+                .extend(marks.iter().map(|(tp, _)| tp.clone()));
+            self.handover_dirty.extend(
+                gaps.iter()
+                    .map(|g| TopicPartition::new(g.topic.clone(), g.partition)),
+            );
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
@@ -711,7 +872,7 @@ impl<V: Verifier> Audit<V> {
                 self.unsaved.clear();
                 self.persisted.extend(marks);
                 self.count_persisted();
-                true
+                self.hand_over().await
             }
             Ok(Err(e)) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "gap store write failed; the settled watermark stays uncommitted until it succeeds");
@@ -719,6 +880,90 @@ impl<V: Verifier> Audit<V> {
             }
             Err(e) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "gap store write panicked");
+                false
+            }
+        }
+    }
+
+    /// Publishes the state of every partition that changed since its last handover, with
+    /// its gaps read back from the store (states as an operator left them), and waits for
+    /// the broker's acknowledgement: only then may their settled offsets be committed.
+    /// `false` keeps them dirty for the next round and the settled watermark uncommitted.
+    async fn hand_over(&mut self) -> bool {
+        let Some(h) = self.handover.clone() else {
+            return true;
+        };
+        let tps: Vec<TopicPartition> = self
+            .handover_dirty
+            .iter()
+            .filter(|tp| self.parts.contains_key(*tp))
+            .cloned()
+            .collect();
+        if tps.is_empty() {
+            self.handover_dirty.clear();
+            return true;
+        }
+        let now = Utc::now();
+        let mut states = Vec::new();
+        for tp in &tps {
+            let Some(p) = self.parts.get(tp) else {
+                continue;
+            };
+            let snap = p.ledger.snapshot();
+            let ids: Vec<String> = snap
+                .gaps
+                .iter()
+                .map(|g| Gap::make_id(&self.cfg.name, &tp.topic, tp.partition, g.first))
+                .collect();
+            states.push((
+                PartitionState {
+                    version: handover::VERSION,
+                    audit: self.cfg.name.clone(),
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    settled: p.ledger.settled(),
+                    ledger: serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null),
+                    gaps: Vec::new(),
+                    written_at: now,
+                    owner: h.owner().to_string(),
+                },
+                ids,
+            ));
+        }
+        let store = self.store.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for (mut st, ids) in states {
+                for id in ids {
+                    if let Some(g) = store.get_gap(&id)? {
+                        st.gaps.push(g);
+                    }
+                }
+                out.push(st);
+            }
+            Ok::<_, crate::store::StoreError>(out)
+        })
+        .await;
+        let states = match read {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read gaps for the handover topic; the settled watermark stays uncommitted");
+                return false;
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "handover gap read panicked");
+                return false;
+            }
+        };
+        match h.publish(&states).await {
+            Ok(()) => {
+                for tp in &tps {
+                    self.handover_dirty.remove(tp);
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot publish partition state to the handover topic; the settled watermark stays uncommitted until it succeeds");
                 false
             }
         }

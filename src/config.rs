@@ -707,12 +707,18 @@ pub struct StateConfig {
     /// Directory of the embedded store, default `./gap-auditor-state`. Keep it on
     /// persistent storage: it is what makes restarts exact.
     pub path: PathBuf,
+    /// Compacted Kafka topic through which instances of one auditor group hand a
+    /// partition's state (settled watermark, ledger, open gaps) to its next owner. Unset:
+    /// a single instance per group (see docs/SCALING.md).
+    #[serde(deserialize_with = "de_opt_string")]
+    pub handover_topic: Option<String>,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
         Self {
             path: PathBuf::from("./gap-auditor-state"),
+            handover_topic: None,
         }
     }
 }
@@ -1317,17 +1323,17 @@ impl Config {
 
     /// Reads `*_file` secrets into their value keys and checks `ca_file` is readable.
     fn read_secret_files(&mut self) -> Result<(), ConfigError> {
+        if let Some(path) = self.server.api_token_file.take() {
+            let token = read_secret_file("server.api_token_file", &path)?;
+            check_api_token("server.api_token_file", &token)?;
+            self.server.api_token = Some(token);
+        }
         let files = std::mem::take(&mut self.kafka.property_files);
         for (key, path) in files {
             let value = read_secret_file(&format!("kafka.property_files[\"{key}\"]"), &path)?;
             self.kafka.properties.insert(key, value);
         }
         for (i, audit) in self.audits.iter_mut().enumerate() {
-        if let Some(path) = self.server.api_token_file.take() {
-            let token = read_secret_file("server.api_token_file", &path)?;
-            check_api_token("server.api_token_file", &token)?;
-            self.server.api_token = Some(token);
-        }
             let sink = &mut audit.sink;
             if let Some(path) = sink.password_file.take() {
                 sink.password = Some(read_secret_file(
@@ -1487,13 +1493,26 @@ impl Config {
             return err("audits", "at least one [[audits]] is required");
         }
         self.validate_kafka()?;
+        self.server.validate()?;
         if self.state.path.as_os_str().is_empty() {
             return err("state.path", "must not be empty");
+        }
+        if let Some(t) = &self.state.handover_topic {
+            if let Some(problem) = topic_problem(t) {
+                return err("state.handover_topic", problem);
+            }
+            if let Some(i) = self.audits.iter().position(|a| a.topics.contains(t)) {
+                return err(
+                    "state.handover_topic",
+                    format!(
+                        "`{t}` is audited by audits[{i}]; the handover topic must be a topic of its own"
+                    ),
+                );
+            }
         }
         let mut names: HashMap<&str, usize> = HashMap::new();
         let mut groups: HashMap<String, usize> = HashMap::new();
         for (i, audit) in self.audits.iter().enumerate() {
-        self.server.validate()?;
             let p = format!("audits[{i}]");
             audit.validate(&p)?;
             if let Some(first) = names.insert(audit.name.as_str(), i) {
@@ -1577,25 +1596,6 @@ impl Config {
     }
 }
 
-impl AuditConfig {
-    fn validate(&self, p: &str) -> Result<(), ConfigError> {
-        if self.name.is_empty() {
-            return err(format!("{p}.name"), "is required");
-        }
-        if !is_valid_audit_name(&self.name) {
-            return err(
-                format!("{p}.name"),
-                format!(
-                    "`{}` is not a valid audit name (letters, digits, `_`, `.`, `-`)",
-                    self.name.escape_default()
-                ),
-            );
-        }
-        if self.topics.is_empty() {
-            return err(format!("{p}.topics"), "at least one topic is required");
-        }
-        for (j, topic) in self.topics.iter().enumerate() {
-            if let Some(problem) = topic_problem(topic) {
 /// A bearer token must be non-empty and a valid HTTP header value (visible ASCII), or no
 /// client could ever send it. Messages never quote the token.
 fn check_api_token(path: &str, token: &Secret) -> Result<(), ConfigError> {
@@ -1627,6 +1627,25 @@ impl ServerConfig {
     }
 }
 
+impl AuditConfig {
+    fn validate(&self, p: &str) -> Result<(), ConfigError> {
+        if self.name.is_empty() {
+            return err(format!("{p}.name"), "is required");
+        }
+        if !is_valid_audit_name(&self.name) {
+            return err(
+                format!("{p}.name"),
+                format!(
+                    "`{}` is not a valid audit name (letters, digits, `_`, `.`, `-`)",
+                    self.name.escape_default()
+                ),
+            );
+        }
+        if self.topics.is_empty() {
+            return err(format!("{p}.topics"), "at least one topic is required");
+        }
+        for (j, topic) in self.topics.iter().enumerate() {
+            if let Some(problem) = topic_problem(topic) {
                 return err(format!("{p}.topics[{j}]"), problem);
             }
             if self.topics[..j].contains(topic) {
@@ -2002,6 +2021,18 @@ impl SinkConfig {
                     "use either api_key or username/password, not both",
                 );
             }
+            // Basic auth needs both halves; a lone password would silently be dropped.
+            if self.username.is_none() && url_user.is_none() {
+                if self.password.is_some() {
+                    return err(format!("{p}.password"), "needs a username (sink.username)");
+                }
+                if self.password_file.is_some() {
+                    return err(
+                        format!("{p}.password_file"),
+                        "needs a username (sink.username)",
+                    );
+                }
+            }
         }
         Ok(())
     }
@@ -2021,18 +2052,6 @@ topics = ["test"]
 pipeline_group = "FlinkSQLFromKafka2Doris"
 [audits.record]
 format = "csv"
-            // Basic auth needs both halves; a lone password would silently be dropped.
-            if self.username.is_none() && url_user.is_none() {
-                if self.password.is_some() {
-                    return err(format!("{p}.password"), "needs a username (sink.username)");
-                }
-                if self.password_file.is_some() {
-                    return err(
-                        format!("{p}.password_file"),
-                        "needs a username (sink.username)",
-                    );
-                }
-            }
 delimiter = "|"
 fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
 [audits.record.filter]
@@ -2075,6 +2094,21 @@ index = "dns_logs"
             Err(e) => e,
             Ok(()) => panic!("expected a validation error"),
         }
+    }
+
+    #[test]
+    fn handover_topic_is_optional_and_validated() {
+        assert_eq!(base().state.handover_topic, None);
+        let with = format!("{BASE}\n[state]\nhandover_topic = \"gap-auditor.handover\"\n");
+        let cfg = Config::from_toml_str(&with).expect("a valid handover topic");
+        assert_eq!(
+            cfg.state.handover_topic.as_deref(),
+            Some("gap-auditor.handover")
+        );
+        let e = invalid(|c| c.state.handover_topic = Some("bad topic".into()));
+        assert_err(&e, "state.handover_topic", "not a valid topic name");
+        let e = invalid(|c| c.state.handover_topic = Some("test".into()));
+        assert_err(&e, "state.handover_topic", "audited by audits[0]");
     }
 
     fn toml_err(s: &str) -> ConfigError {
@@ -2767,40 +2801,6 @@ index = "dns_logs"
         );
     }
 
-    // ---- secrets ------------------------------------------------------------------
-
-    #[test]
-    fn debug_output_contains_no_secret() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let api_key = write_temp(&dir, "key", "es-api-key-secret\n");
-        let kafka_pw = write_temp(&dir, "kpw", "kafka-file-secret");
-        let toml = format!(
-            "{}{}",
-            BASE.replace("mysql://root@", "mysql://root:url-secret%21@")
-                .replace(
-                    "[[audits]]",
-                    &format!(
-                        "[kafka.properties]\n\"sasl.password\" = \"sasl-secret\"\n\
-                         [kafka.property_files]\n\"ssl.key.password\" = {:?}\n[[audits]]",
-                        kafka_pw.display().to_string()
-                    )
-                ),
-            ES_AUDIT.replace("elastic:es-url-secret@", "").replace(
-                "index =",
-                &format!(
-                    "api_key_file = {:?}\nindex =",
-                    api_key.display().to_string()
-                )
-            )
-        );
-        let mut cfg = Config::from_toml_str(&toml).expect("valid");
-        cfg.audits[0].sink.url = SecretUrl::new("mysql://root@127.0.0.1:9030/example_db");
-        cfg.audits[0].sink.password = Some(Secret::new("sink-password-secret"));
-        cfg.validate().expect("still valid");
-        let all = format!("{cfg:?} {:#?}", cfg);
-        for secret in [
-            "url-secret",
-            "sasl-secret",
     // ---- every rule, one table ----------------------------------------------------
 
     /// A valid single-audit Elasticsearch config (doc_id, json, basic auth in the url).
@@ -3498,6 +3498,40 @@ index = "dns_logs"
         }
     }
 
+    // ---- secrets ------------------------------------------------------------------
+
+    #[test]
+    fn debug_output_contains_no_secret() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let api_key = write_temp(&dir, "key", "es-api-key-secret\n");
+        let kafka_pw = write_temp(&dir, "kpw", "kafka-file-secret");
+        let toml = format!(
+            "{}{}",
+            BASE.replace("mysql://root@", "mysql://root:url-secret%21@")
+                .replace(
+                    "[[audits]]",
+                    &format!(
+                        "[kafka.properties]\n\"sasl.password\" = \"sasl-secret\"\n\
+                         [kafka.property_files]\n\"ssl.key.password\" = {:?}\n[[audits]]",
+                        kafka_pw.display().to_string()
+                    )
+                ),
+            ES_AUDIT.replace("elastic:es-url-secret@", "").replace(
+                "index =",
+                &format!(
+                    "api_key_file = {:?}\nindex =",
+                    api_key.display().to_string()
+                )
+            )
+        );
+        let mut cfg = Config::from_toml_str(&toml).expect("valid");
+        cfg.audits[0].sink.url = SecretUrl::new("mysql://root@127.0.0.1:9030/example_db");
+        cfg.audits[0].sink.password = Some(Secret::new("sink-password-secret"));
+        cfg.validate().expect("still valid");
+        let all = format!("{cfg:?} {:#?}", cfg);
+        for secret in [
+            "url-secret",
+            "sasl-secret",
             "kafka-file-secret",
             "es-api-key-secret",
             "sink-password-secret",

@@ -38,6 +38,7 @@ pub mod check;
 pub mod config;
 pub mod demo;
 pub mod gap;
+pub mod handover;
 pub mod http;
 pub mod kafka;
 pub mod ledger;

@@ -302,10 +302,10 @@ impl Metrics {
         String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into())
     }
 
-    /// Drops every per-partition series of `audit`'s `topic`/`partition` (all reasons of the
-    /// filtered counter included), so that after a rebalance moves the partition to another
-    /// auditor instance its gauges do not linger here with stale values.
+    /// Drops every per-partition series of `audit`'s `topic`/`partition`, counters (all
+    /// reasons of the filtered counter included) and gauges.
     pub fn remove_partition(&self, audit: &str, topic: &str, partition: i32) {
+        self.remove_partition_gauges(audit, topic, partition);
         let partition = partition.to_string();
         let key = [audit, topic, partition.as_str()];
         for c in [
@@ -321,6 +321,16 @@ impl Metrics {
             // Err only means the series did not exist: nothing to drop.
             let _ = c.remove_label_values(&key);
         }
+        remove_with_prefix(&self.records_filtered, FILTERED_LABELS, &key);
+    }
+
+    /// Drops the per-partition GAUGES of a partition this instance no longer owns (a
+    /// rebalance moved it), keeping its counters: their final values are what this instance
+    /// counted, so summing a counter over the instances of one auditor group stays the
+    /// truth. The new owner publishes the gauges from then on.
+    pub fn remove_partition_gauges(&self, audit: &str, topic: &str, partition: i32) {
+        let partition = partition.to_string();
+        let key = [audit, topic, partition.as_str()];
         for g in [
             &self.records_pending,
             &self.records_missing,
@@ -333,7 +343,6 @@ impl Metrics {
             let _ = g.remove_label_values(&key);
         }
         let _ = self.gap_unrecoverable_seconds.remove_label_values(&key);
-        remove_with_prefix(&self.records_filtered, FILTERED_LABELS, &key);
     }
 }
 
@@ -575,6 +584,28 @@ mod tests {
         // Removing again (or an unknown partition) is harmless.
         m.remove_partition("a", "t", 0);
         m.remove_partition("zzz", "t", 9);
+    }
+
+    #[test]
+    fn removing_gauges_keeps_the_counters_of_a_moved_partition() {
+        let m = Metrics::new();
+        touch_all(&m, "a", "t", "0");
+        m.remove_partition_gauges("a", "t", 0);
+        let text = m.render();
+        assert!(
+            !text.contains("gap_auditor_settled_offset{audit=\"a\""),
+            "{text}"
+        );
+        assert!(
+            !text.contains("gap_auditor_records_missing{audit=\"a\""),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "gap_auditor_records_lost_total{audit=\"a\",partition=\"0\",topic=\"t\"}"
+            ),
+            "{text}"
+        );
     }
 
     /// Lints the exposition with promtool. Locally it is skipped (with a note) when promtool

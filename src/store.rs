@@ -526,8 +526,6 @@ impl Store {
         raw.map(|r| self.decode_gap(r)).transpose()
     }
 
-    /// Marks a gap acknowledged with the operator's reason (stops its alert). A later
-    /// [`Store::commit_round`] never reverts it. `Ok(false)` when no gap has this id.
     /// Records that `gap-auditor replay` wrote the gap's records again: once the daemon
     /// confirms them the gap becomes `repaired`. Ok(false) when no such gap.
     pub fn mark_replayed(&self, id: &str) -> Result<bool, StoreError> {
@@ -557,6 +555,59 @@ impl Store {
         Ok(n > 0)
     }
 
+    /// Drops this store's copies of the unresolved gaps of one partition below `below`,
+    /// except `keep` — for several auditor instances sharing a `state.handover_topic`, where
+    /// an unresolved gap is listed by the instance that owns its partition:
+    /// - for a partition another instance owns now (`below` = `Offset::MAX`, nothing
+    ///   kept): that owner took the gaps over from the handover topic and follows them;
+    /// - for a partition coming back: an unresolved gap always stays in the owner's
+    ///   ledger, so one below the handed-over settled watermark that is not among the
+    ///   handed-over gaps (`keep`) was resolved by another instance, whose store holds its
+    ///   final state.
+    ///
+    /// Acknowledged, late and repaired rows are never dropped. Returns the dropped ids.
+    pub fn forget_unresolved(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        below: Offset,
+        keep: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || format!("drop stale gaps of {audit} {topic}-{partition}");
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let ids: Vec<String> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT id FROM gaps WHERE audit = ?1 AND topic = ?2 AND partition = ?3
+                        AND state IN ('open', 'unrecoverable') AND first_offset < ?4",
+                )
+                .map_err(self.sq(ctx()))?;
+            let rows = stmt
+                .query_map(params![audit, topic, partition, below], |r| r.get(0))
+                .map_err(self.sq(ctx()))?;
+            let mut ids = Vec::new();
+            for r in rows {
+                let id: String = r.map_err(self.sq(ctx()))?;
+                if !keep.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            ids
+        };
+        for id in &ids {
+            tx.execute("DELETE FROM gaps WHERE id = ?1", params![id])
+                .map_err(self.sq(ctx()))?;
+        }
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(ids)
+    }
+
+    /// Marks a gap acknowledged with the operator's reason (stops its alert). A later
+    /// [`Store::commit_round`] never reverts it. `Ok(false)` when no gap has this id.
     pub fn ack(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
         let conn = self.lock();
         let changed = conn
@@ -1059,6 +1110,52 @@ mod tests {
             (Some(2), Some(4))
         );
         assert_eq!(back.pipeline_commit_at, g2.pipeline_commit_at);
+    }
+
+    #[test]
+    fn unresolved_copies_of_a_moved_partition_are_forgotten_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let resolved_elsewhere = gap("a", 0, 10, 2, GapState::Open);
+        let handed_over = gap("a", 0, 20, 2, GapState::Open);
+        let above = gap("a", 0, 90, 2, GapState::Open);
+        let late = gap("a", 0, 5, 0, GapState::Late);
+        let other_partition = gap("a", 1, 10, 2, GapState::Open);
+        let other_audit = gap("b", 0, 10, 2, GapState::Open);
+        let all = [
+            &resolved_elsewhere,
+            &handed_over,
+            &above,
+            &late,
+            &other_partition,
+            &other_audit,
+        ];
+        for g in all {
+            store
+                .commit_round(&g.audit, std::slice::from_ref(g), &[])
+                .unwrap();
+        }
+        let acked = gap("a", 0, 30, 2, GapState::Open);
+        store
+            .commit_round("a", std::slice::from_ref(&acked), &[])
+            .unwrap();
+        assert!(store.ack(&acked.id, "known").unwrap());
+        let dropped = store
+            .forget_unresolved("a", "t", 0, 50, std::slice::from_ref(&handed_over.id))
+            .unwrap();
+        assert_eq!(dropped, vec![resolved_elsewhere.id.clone()]);
+        assert_eq!(store.get_gap(&resolved_elsewhere.id).unwrap(), None);
+        for g in all.iter().skip(1).copied().chain([&acked]) {
+            assert!(store.get_gap(&g.id).unwrap().is_some(), "{} kept", g.id);
+        }
+        // Owned elsewhere: every unresolved gap of the partition goes, acknowledged/late stay.
+        let dropped = store
+            .forget_unresolved("a", "t", 0, Offset::MAX, &[])
+            .unwrap();
+        assert_eq!(dropped.len(), 2, "{dropped:?}");
+        assert!(store.get_gap(&acked.id).unwrap().is_some());
+        assert!(store.get_gap(&late.id).unwrap().is_some());
+        assert!(store.get_gap(&other_partition.id).unwrap().is_some());
     }
 
     #[test]
