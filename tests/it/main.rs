@@ -7,6 +7,7 @@ mod check;
 mod crash;
 mod figures;
 mod input;
+mod multi;
 mod replay;
 mod scenarios;
 mod seed_config;

@@ -1,0 +1,459 @@
+//! Horizontal scale (issue 8, item 5): two auditor PROCESSES in one auditor group on a
+//! 6-partition topic, each with its own store, sharing a handover topic. Kafka's group
+//! protocol splits the partitions; instance A runs alone, B joins mid-run (split), A stops
+//! (B takes all), A comes back mid-run (split again). Losses happen before and after every
+//! rebalance, and a gap A detected is repaired (`replay --to-sink` against B's store) after
+//! its partition moved to B. At the end: the union of the stores' gaps is exactly the
+//! truth, no gap was detected twice, the lost counters summed over the process lifetimes
+//! are the truth, and the owners' `records_missing` are the unrepaired losses.
+
+use crate::figures;
+use crate::support::*;
+use gap_auditor::gap::{Gap, GapState};
+use gap_auditor::store::Store;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const PARTITIONS: i32 = 6;
+/// Records produced per partition per phase.
+const PHASE: i64 = 30;
+const PHASES: i64 = 4;
+
+/// The pipeline "loses" these offsets (per partition). Runs never touch a phase boundary,
+/// so each is one gap. Phase 1 loses on every partition: whichever partitions move to B,
+/// some carry a gap A detected.
+fn lost(p: i32, o: i64) -> bool {
+    let p = p as i64;
+    match o / PHASE {
+        0 => (3 + p..=4 + p).contains(&o),
+        1 => match p {
+            0 => o == 40,
+            2 => (45..=47).contains(&o),
+            3 => o == 35,
+            5 => (50..=51).contains(&o),
+            _ => false,
+        },
+        2 => match p {
+            1 => (70..=72).contains(&o),
+            4 => o == 65,
+            5 => o == 80,
+            _ => false,
+        },
+        _ => match p {
+            0 => (100..=101).contains(&o),
+            3 => o == 110,
+            4 => (95..=96).contains(&o),
+            _ => false,
+        },
+    }
+}
+
+/// The gaps `lost` implies: (partition, first, last, records).
+fn expected_gaps() -> Vec<(i64, i64, i64, i64)> {
+    let mut out = Vec::new();
+    for p in 0..PARTITIONS {
+        let mut run: Option<(i64, i64)> = None;
+        for o in 0..PHASE * PHASES + 1 {
+            match (lost(p, o), run) {
+                (true, None) => run = Some((o, o)),
+                (true, Some((f, _))) => run = Some((f, o)),
+                (false, Some((f, l))) => {
+                    out.push((p as i64, f, l, l - f + 1));
+                    run = None;
+                }
+                (false, None) => {}
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// One auditor process of the group.
+struct Instance {
+    name: &'static str,
+    daemon: Option<Daemon>,
+    config: PathBuf,
+    log: PathBuf,
+    store: PathBuf,
+    addr: SocketAddr,
+}
+
+impl Instance {
+    fn new(s: &Scenario, name: &'static str, handover: &str) -> Instance {
+        let store = s.state.path().join(name);
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let spec = AuditSpec {
+            state_dir: &store,
+            listen: &listen,
+            ..s.spec("offset_columns", "1s", "300ms")
+        };
+        let toml = config_toml(&spec).replace(
+            "[state]\n",
+            &format!("[state]\nhandover_topic = \"{handover}\"\n"),
+        );
+        assert!(toml.contains("handover_topic"), "{toml}");
+        let config = s.state.path().join(format!("{name}.toml"));
+        std::fs::write(&config, toml).expect("config");
+        Instance {
+            name,
+            daemon: None,
+            config,
+            log: s.state.path().join(format!("{name}.log")),
+            store,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+
+    fn start(&mut self) {
+        assert!(self.daemon.is_none());
+        self.daemon = Some(Daemon::spawn(
+            &self.config,
+            vec![("GAP_AUDITOR_LOG", "info,gap_auditor=debug".into())],
+            self.log.clone(),
+        ));
+    }
+
+    /// SIGTERM; it must exit 0.
+    fn stop(&mut self) {
+        self.daemon.take().expect("running").stop();
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// (partition, settled) of each partition it owns, `None` while it does not answer.
+    async fn owned(&self) -> Option<BTreeMap<i32, i64>> {
+        let (code, body) = try_http_get(self.addr, "/api/status").await?;
+        if code != 200 {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let parts = v["audits"].get(0)?["partitions"].as_array()?.clone();
+        Some(
+            parts
+                .iter()
+                .filter_map(|p| Some((p["partition"].as_i64()? as i32, p["settled"].as_i64()?)))
+                .collect(),
+        )
+    }
+
+    /// Sum of every series of a metric family, read from /metrics.
+    async fn metric(&self, family: &str) -> f64 {
+        let (code, body) = http_get(self.addr, "/metrics").await;
+        assert_eq!(code, 200);
+        sum_family(&body, family)
+    }
+
+    /// Ids from `/api/gaps?state=open`.
+    async fn open_gap_ids(&self) -> BTreeSet<String> {
+        let (code, body) = http_get(self.addr, "/api/gaps?state=open").await;
+        assert_eq!(code, 200, "{body}");
+        let v: Vec<serde_json::Value> = serde_json::from_str(&body).expect("gaps json");
+        v.iter()
+            .filter_map(|g| g["id"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    fn gaps(&self) -> Vec<Gap> {
+        stored_gaps(&Store::open(&self.store).expect("store"))
+    }
+}
+
+/// Sum of the values of every series of `family` in a Prometheus exposition.
+fn sum_family(text: &str, family: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until the running instances own every partition between them, each owning at
+/// least one, and every partition is settled at `settled`; returns who owns what.
+async fn wait_owned(running: &[&Instance], settled: i64, what: &str) -> Vec<BTreeSet<i32>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut owned = Vec::new();
+        for i in running {
+            owned.push(i.owned().await.unwrap_or_default());
+        }
+        let all: BTreeSet<i32> = owned.iter().flat_map(|o| o.keys().copied()).collect();
+        let total: usize = owned.iter().map(BTreeMap::len).sum();
+        let ok = all.len() == PARTITIONS as usize
+            && total == PARTITIONS as usize
+            && owned.iter().all(|o| !o.is_empty())
+            && owned.iter().flat_map(|o| o.values()).all(|s| *s >= settled);
+        if ok {
+            return owned.iter().map(|o| o.keys().copied().collect()).collect();
+        }
+        if std::time::Instant::now() > deadline {
+            let last = owned;
+            let logs: String = running
+                .iter()
+                .map(|i| format!("--- {} log:\n{}\n", i.name, i.log_text()))
+                .collect();
+            panic!("{what}: not reached within 120 s; owned/settled: {last:?}\n{logs}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Produces phase `k` (offsets k*PHASE..) on every partition, one record per batch.
+async fn produce_phase(s: &Scenario, k: i64) {
+    for p in 0..PARTITIONS {
+        let base = (p as usize) * 10_000 + (k * PHASE) as usize;
+        let offsets = s
+            .producer
+            .send_all(p, &dns_lines(base..base + PHASE as usize))
+            .await;
+        assert_eq!(
+            offsets.first().copied(),
+            Some(k * PHASE),
+            "partition {p} phase {k}"
+        );
+    }
+}
+
+/// The pipeline stand-in over phase `k` of every partition, in steps of 5 records.
+fn pipeline_phase(s: &Scenario, k: i64) -> tokio::task::JoinHandle<()> {
+    let pipes: Vec<_> = (0..PARTITIONS)
+        .map(|p| {
+            s.pipeline()
+                .partition(p)
+                .start_at(k * PHASE)
+                .records(PHASE as usize)
+                .copies(move |o| usize::from(!lost(p, o)))
+                .commit_every(5, Duration::from_millis(100))
+        })
+        .collect();
+    tokio::spawn(async move {
+        for pipe in pipes {
+            pipe.run().await;
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_split_partitions_and_hand_over_gaps() {
+    let s = Scenario::with_partitions("multi", PARTITIONS).await;
+    let handover = unique("handover");
+    let mut a = Instance::new(&s, "a", &handover);
+    let mut b = Instance::new(&s, "b", &handover);
+    let expected = expected_gaps();
+    let truth_lost: i64 = expected.iter().map(|g| g.3).sum();
+
+    // Phase 1: A alone decides losses on every partition.
+    produce_phase(&s, 0).await;
+    a.start();
+    pipeline_phase(&s, 0).await.expect("pipeline phase 1");
+    let owned = wait_owned(&[&a], PHASE, "A alone owns and settles all").await;
+    assert_eq!(owned[0].len(), 6);
+    let a_gaps_phase1 = a.gaps();
+    assert_eq!(
+        a_gaps_phase1.len(),
+        PARTITIONS as usize,
+        "A saw every phase-1 gap"
+    );
+
+    // Phase 2: records and pipeline in flight while B joins: a rebalance mid-run.
+    produce_phase(&s, 1).await;
+    let pipe = pipeline_phase(&s, 1);
+    b.start();
+    pipe.await.expect("pipeline phase 2");
+    let owned = wait_owned(&[&a, &b], 2 * PHASE, "A and B split the partitions").await;
+    let (a_owns, b_owns) = (owned[0].clone(), owned[1].clone());
+    assert!(a_owns.is_disjoint(&b_owns));
+
+    // A gap A detected on a partition that moved to B is in B's store (handed over), not
+    // in A's, and B repairs it: `replay` against B's config finds it by its global id.
+    let moved = *b_owns.first().expect("B owns a partition");
+    let repaired_id = Gap::make_id("dns_logs", &s.topic, moved, 3 + moved as i64);
+    assert!(
+        a_gaps_phase1.iter().any(|g| g.id == repaired_id),
+        "A detected {repaired_id}"
+    );
+    let b_copy = b
+        .gaps()
+        .into_iter()
+        .find(|g| g.id == repaired_id)
+        .unwrap_or_else(|| panic!("{repaired_id} handed over to B; B log:\n{}", b.log_text()));
+    assert_eq!(b_copy.state, GapState::Open);
+    assert!(
+        !a.gaps().iter().any(|g| g.id == repaired_id),
+        "A no longer lists a gap of a partition it handed over"
+    );
+    let (code, out, err) = run_replay(&b.config, &["--gap", &repaired_id, "--to-sink"]);
+    assert_eq!(code, 0, "replay on B: {out}{err}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !b
+        .gaps()
+        .iter()
+        .any(|g| g.id == repaired_id && g.state == GapState::Repaired)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B never marked {repaired_id} repaired; B log:\n{}",
+            b.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A stops (SIGTERM) once it has decided all it owns; its counters' last values count.
+    let a1_lost = a.metric("gap_auditor_records_lost_total").await;
+    let a1_detected = a.metric("gap_auditor_gaps_detected_total").await;
+    a.stop();
+    let owned = wait_owned(&[&b], 2 * PHASE, "B takes all").await;
+    assert_eq!(owned[0].len(), 6);
+
+    // Phase 3: B alone.
+    produce_phase(&s, 2).await;
+    pipeline_phase(&s, 2).await.expect("pipeline phase 3");
+    wait_owned(&[&b], 3 * PHASE, "B settles phase 3").await;
+
+    // Phase 4: A comes back mid-run (split again), with a stale store of its own.
+    produce_phase(&s, 3).await;
+    let pipe = pipeline_phase(&s, 3);
+    a.start();
+    pipe.await.expect("pipeline phase 4");
+    let owned = wait_owned(&[&a, &b], 4 * PHASE, "A and B split again").await;
+    assert!(owned[0].is_disjoint(&owned[1]));
+
+    // Final figures: B ran throughout, A twice.
+    let b_lost = b.metric("gap_auditor_records_lost_total").await;
+    let b_detected = b.metric("gap_auditor_gaps_detected_total").await;
+    let a2_lost = a.metric("gap_auditor_records_lost_total").await;
+    let a2_detected = a.metric("gap_auditor_gaps_detected_total").await;
+    let missing = a.metric("gap_auditor_records_missing").await
+        + b.metric("gap_auditor_records_missing").await;
+    // While both run, an open gap is listed by its partition's owner only.
+    let (open_a, open_b) = (a.open_gap_ids().await, b.open_gap_ids().await);
+    assert!(
+        open_a.is_disjoint(&open_b),
+        "open on both: {:?}",
+        open_a.intersection(&open_b).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        open_a.len() + open_b.len(),
+        expected.len() - 1,
+        "every unrepaired gap is open on exactly one instance"
+    );
+    a.stop();
+    wait_owned(&[&b], 4 * PHASE, "B takes all again").await;
+    b.stop();
+
+    // Union of the stores, by id: unresolved gaps live only with their owner.
+    let mut union: BTreeMap<String, Gap> = BTreeMap::new();
+    let mut in_both = Vec::new();
+    for g in a.gaps().into_iter().chain(b.gaps()) {
+        if let Some(prev) = union.insert(g.id.clone(), g.clone())
+            && (prev.state, prev.missing_records) != (g.state, g.missing_records)
+        {
+            in_both.push((prev, g));
+        }
+    }
+    assert!(
+        in_both.is_empty(),
+        "a gap differs between stores: {in_both:#?}"
+    );
+    let reported: Vec<(i64, i64, i64, i64)> = {
+        let mut v: Vec<_> = union
+            .values()
+            .map(|g| {
+                // The repaired gap's original size: it had records_missing 0 at the end.
+                let n = if g.id == repaired_id {
+                    g.last_offset - g.first_offset + 1
+                } else {
+                    g.missing_records as i64
+                };
+                (g.partition as i64, g.first_offset, g.last_offset, n)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let summed_lost = a1_lost + a2_lost + b_lost;
+    let summed_detected = a1_detected + a2_detected + b_detected;
+    let repaired_size = 2.0;
+    let exp_set: BTreeSet<_> = expected.iter().copied().collect();
+    let rep_set: BTreeSet<_> = reported.iter().copied().collect();
+    let false_pos: u64 = rep_set.difference(&exp_set).map(|g| g.3 as u64).sum();
+    let false_neg: u64 = exp_set.difference(&rep_set).map(|g| g.3 as u64).sum();
+    figures::record(&figures::Figures {
+        scenario: "multi_instance_rebalance",
+        runs: 1,
+        faults: 3,
+        expected_lost: truth_lost as u64,
+        reported_lost: summed_lost as u64,
+        expected_gaps: expected.len() as u64,
+        reported_gaps: union.len() as u64,
+        false_positives: false_pos,
+        false_negatives: false_neg,
+        notes: format!(
+            "2 processes, 6 partitions, 3 rebalances (join, SIGTERM, rejoin); split {a_owns:?}/{b_owns:?}; \
+             lost_total A1 {a1_lost} + B {b_lost} + A2 {a2_lost}; gaps_detected_total summed {summed_detected}; gap {repaired_id} detected by A, repaired on B; \
+             records_missing at the end {missing} (unrepaired truth {})",
+            truth_lost as f64 - repaired_size
+        ),
+    });
+    let story = |i: &Instance| -> String {
+        i.log_text()
+            .lines()
+            .filter(|l| {
+                [
+                    "handover",
+                    "handed",
+                    "taken over",
+                    "dropped",
+                    "revoked",
+                    "assigned",
+                    "ERROR",
+                    "WARN",
+                ]
+                .iter()
+                .any(|k| l.contains(k))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        reported,
+        expected,
+        "union of the stores' gaps\n--- A:\n{}\n--- B:\n{}",
+        story(&a),
+        story(&b)
+    );
+    assert_eq!(
+        union[&repaired_id].state,
+        GapState::Repaired,
+        "{:?}",
+        union[&repaired_id]
+    );
+    assert!(
+        union
+            .values()
+            .filter(|g| g.id != repaired_id)
+            .all(|g| g.state == GapState::Open),
+        "{union:#?}"
+    );
+    assert_eq!(
+        summed_detected,
+        expected.len() as f64,
+        "no gap detected by two instances (gaps_detected_total summed over lifetimes)"
+    );
+    assert_eq!(
+        summed_lost, truth_lost as f64,
+        "records_lost_total summed over process lifetimes (A1 {a1_lost}, B {b_lost}, A2 {a2_lost})"
+    );
+    assert_eq!(
+        missing,
+        truth_lost as f64 - repaired_size,
+        "records_missing of the final owners = unrepaired losses"
+    );
+}
