@@ -784,8 +784,9 @@ async fn hostile_payloads_through_kafka_are_counted_not_fatal() {
         "[".repeat(126),
         "]".repeat(126)
     );
-    // (value, fate): Some(true) written, Some(false) lost, None filtered with the reason.
-    let stream: Vec<(Option<Vec<u8>>, Result<bool, &str>)> = vec![
+    // (value, fate): Ok(true) written, Ok(false) lost, Err(reason) filtered with the reason.
+    type Payload = (Option<Vec<u8>>, Result<bool, &'static str>);
+    let stream: Vec<Payload> = vec![
         (Some(doc("10.2.0.0").into_bytes()), Ok(true)),
         (Some("[".repeat(100_000).into_bytes()), Err("undecodable")),
         (Some(big.into_bytes()), Ok(true)),
