@@ -4,8 +4,6 @@
 //! sets it, runs the suite and renders `docs/RELIABILITY.md` from those lines, so the
 //! document only ever shows numbers a test produced.
 
-#![allow(dead_code)] // until the fault suite records its first figures
-
 use serde::Serialize;
 use std::io::Write;
 

@@ -5,6 +5,7 @@
 
 mod check;
 mod crash;
+mod faults;
 mod figures;
 mod input;
 mod multi;

@@ -46,8 +46,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// A broker address that replaces `GAP_AUDITOR_TEST_KAFKA` for the whole test binary: set
+/// (once, before any client is made) by a binary that runs its own private broker.
+pub static KAFKA_OVERRIDE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// Address of the test broker. Fails loudly: these tests need the real services.
 pub fn kafka() -> String {
+    if let Some(k) = KAFKA_OVERRIDE.get() {
+        return k.clone();
+    }
     std::env::var("GAP_AUDITOR_TEST_KAFKA").expect(
         "GAP_AUDITOR_TEST_KAFKA is not set: run scripts/test.sh (it starts tansu and MariaDB)",
     )
@@ -866,6 +873,16 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .expect("spawn gap-auditor")
+    }
+
+    /// The process id of the running child.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Starts it again (after [`Daemon::stop`]) with the same config, environment and log.
+    pub fn restart(&mut self) {
+        self.child = Self::spawn_child(&self.config, &self.env, &self.log);
     }
 
     /// SIGKILL: no drain, no final commit, no store close.
