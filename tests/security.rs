@@ -14,6 +14,8 @@
 //! (`GAP_AUDITOR_TEST_MYSQL_SOCKET`, the `mariadb` client) to create a user with a password
 //! of our own: the shared test user's password (`gap`) is too common a string to search for.
 
+#[path = "it/figures.rs"]
+mod figures;
 #[path = "it/support.rs"]
 mod support;
 
@@ -376,6 +378,25 @@ async fn no_secret_in_logs_api_or_metrics() {
         "the refused login was logged"
     );
     assert_no_secret("stdout/stderr of `run`", &text);
+    figures::record(&figures::Figures {
+        scenario: "secrets_never_leak_run",
+        runs: 1,
+        faults: needles().len() as u32,
+        expected_lost: 3,
+        reported_lost: mine[0]["missing_records"].as_u64().unwrap_or(0),
+        expected_gaps: 1,
+        reported_gaps: mine.len() as u64,
+        false_positives: 0,
+        false_negatives: 0,
+        notes: format!(
+            "{} secrets (MySQL/ES passwords in URLs, ES api_key, sasl.password, API token, \
+             Basic-auth form) searched in {} bytes of debug logs and {} HTTP answers: 0 found; \
+             one sink refused the login",
+            needles().len(),
+            text.len(),
+            answers.len()
+        ),
+    });
     eprintln!(
         "searched {} bytes of logs and {} HTTP answers for {} secrets: none found",
         text.len(),
