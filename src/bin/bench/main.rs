@@ -21,8 +21,11 @@
 //! Throughput windows start at the first record delivered, so the consumer-group join of
 //! the auditor's path (about `session.timeout.ms / 2`) is not counted against it.
 
+mod daemon;
 mod decode;
+mod latency;
 mod memory;
+mod scale;
 mod tail;
 mod util;
 mod verify;
@@ -59,6 +62,25 @@ struct Args {
     /// Keys verified against it.
     #[arg(long, default_value_t = 200_000)]
     keys_asked: u64,
+    /// The daemon binary for the latency and scale figures (default: `gap-auditor` next to
+    /// this binary; `cargo build --release --bins` builds both).
+    #[arg(long)]
+    daemon: Option<std::path::PathBuf>,
+    /// Injected losses for the detection-latency figure.
+    #[arg(long, default_value_t = 100)]
+    losses: usize,
+    /// Topics of the scale run.
+    #[arg(long, default_value_t = 10)]
+    scale_topics: usize,
+    /// Partitions per topic of the scale run.
+    #[arg(long, default_value_t = 100)]
+    scale_partitions: i32,
+    /// Records per second (all partitions) of the scale run.
+    #[arg(long, default_value_t = 500)]
+    scale_rate: u64,
+    /// Seconds of production in the scale run.
+    #[arg(long, default_value_t = 60)]
+    scale_seconds: u64,
     /// Run only these sections (default: all). `--write` wants all of them.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
@@ -81,6 +103,10 @@ enum Section {
     Tail,
     /// Verification on MariaDB.
     Verify,
+    /// Detection latency through the daemon binary.
+    Latency,
+    /// 1,000 partitions through the daemon binary.
+    Scale,
 }
 
 fn machine() -> String {
@@ -143,6 +169,11 @@ async fn main() -> Result<()> {
         args.verify_rows = args.verify_rows.min(20_000);
         args.key_rows = args.key_rows.min(20_000);
         args.keys_asked = args.keys_asked.min(5_000);
+        args.losses = args.losses.min(5);
+        args.scale_topics = args.scale_topics.min(2);
+        args.scale_partitions = args.scale_partitions.min(5);
+        args.scale_rate = args.scale_rate.min(50);
+        args.scale_seconds = args.scale_seconds.min(6);
     }
     let run = |s: Section| args.only.is_empty() || args.only.contains(&s);
     let brokers = args
@@ -182,6 +213,29 @@ async fn main() -> Result<()> {
         verify::offset_rows(&url, args.verify_rows, &mut verified).await?;
         verify::key_rows(&url, args.key_rows, args.keys_asked, &mut verified).await?;
         rows.append(&mut verified.rows);
+    }
+
+    // The daemon binary end to end: detection latency, then scale.
+    if run(Section::Latency) || run(Section::Scale) {
+        let bin = daemon::binary(args.daemon.as_deref())?;
+        let url = args
+            .mysql
+            .clone()
+            .context("no MariaDB: pass --mysql or set GAP_AUDITOR_TEST_MYSQL")?;
+        if run(Section::Latency) {
+            latency::rows(&bin, &brokers, &url, args.losses, &mut rows).await?;
+        }
+        if run(Section::Scale) {
+            let sizes = scale::Sizes {
+                topics: args.scale_topics,
+                partitions: args.scale_partitions,
+                rate: args.scale_rate,
+                duration: std::time::Duration::from_secs(args.scale_seconds),
+                // The default interval; 1 s keeps the smoke run short.
+                verify_interval: std::time::Duration::from_secs(if args.smoke { 1 } else { 5 }),
+            };
+            scale::rows(&bin, &brokers, &url, &sizes, &mut rows).await?;
+        }
     }
     let table = table(&rows);
     println!("{table}");

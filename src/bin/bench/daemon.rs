@@ -1,0 +1,326 @@
+//! The real daemon binary for the end-to-end figures (detection latency, scale): its
+//! config, process, /metrics, RSS and debug log; plus the pipeline stand-in's pieces
+//! (topics, sink table, producer, committing consumer).
+
+use anyhow::{Context, Result, bail};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset as KOffset, TopicPartitionList};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The daemon binary: `--daemon`, else `gap-auditor` next to this bench binary.
+pub fn binary(arg: Option<&Path>) -> Result<PathBuf> {
+    let path = match arg {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .context("locating the bench binary")?
+            .with_file_name("gap-auditor"),
+    };
+    if !path.is_file() {
+        bail!(
+            "daemon binary {} not found: build it first (`cargo build --release --bins`) or pass --daemon",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Creates `topics`, each with `partitions` partitions, in one admin request.
+pub async fn create_topics(brokers: &str, topics: &[String], partitions: i32) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let new: Vec<NewTopic> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+        .collect();
+    let r = admin
+        .create_topics(
+            &new,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await?;
+    for x in r {
+        x.map_err(|(t, e)| anyhow::anyhow!("create topic {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// A producer that sends each record in its own batch (tansu's ListOffsets "latest" is
+/// wrong for multi-record batches) and reports where it landed.
+pub fn producer(brokers: &str) -> Result<FutureProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "0")
+        .set("batch.num.messages", "1")
+        .create()?)
+}
+
+/// Sends one record and returns its offset.
+pub async fn send(p: &FutureProducer, topic: &str, partition: i32, line: &str) -> Result<i64> {
+    let rec = FutureRecord::<(), str>::to(topic)
+        .partition(partition)
+        .payload(line);
+    match p.send(rec, Duration::from_secs(30)).await {
+        Ok(d) => Ok(d.offset),
+        Err((e, _)) => bail!("produce to {topic}/{partition}: {e}"),
+    }
+}
+
+/// The pipeline group's committer: commits offsets without joining the group (assign-less
+/// commits), as the test suite's `Pipeline` stand-in does.
+pub fn committer(brokers: &str, group: &str) -> Result<BaseConsumer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?)
+}
+
+/// Commits `next` (the offset after the last processed record) for each (topic, partition).
+pub fn commit(c: &BaseConsumer, offsets: &[(String, i32, i64)]) -> Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    for (t, p, next) in offsets {
+        tpl.add_partition_offset(t, *p, KOffset::Offset(*next))?;
+    }
+    c.commit(&tpl, CommitMode::Sync)
+        .context("pipeline commit")?;
+    Ok(())
+}
+
+/// The settings of one audit that the benches vary.
+pub struct Spec<'a> {
+    /// Topics audited.
+    pub topics: &'a [String],
+    /// Sink table (columns kafka_topic, kafka_partition, kafka_offset).
+    pub table: &'a str,
+    /// The pipeline's consumer group.
+    pub pipeline_group: &'a str,
+    /// `grace`.
+    pub grace: &'a str,
+    /// `verify_interval`.
+    pub verify_interval: &'a str,
+}
+
+/// A daemon process running one offset_columns audit against MariaDB.
+pub struct Daemon {
+    child: Child,
+    /// `host:port` of its HTTP server.
+    pub addr: String,
+    /// Its stderr (JSON log lines).
+    pub log: PathBuf,
+    dir: PathBuf,
+    http: reqwest::Client,
+}
+
+impl Daemon {
+    /// Writes the config and starts `gap-auditor run -c` with JSON logs at debug level for
+    /// the audit loop (the per-round timing line).
+    pub fn start(bin: &Path, brokers: &str, mysql: &str, spec: &Spec<'_>) -> Result<Daemon> {
+        let dir = std::env::temp_dir().join(crate::util::unique("gap_auditor_bench"));
+        std::fs::create_dir_all(&dir)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let topics: Vec<String> = spec.topics.iter().map(|t| format!("\"{t}\"")).collect();
+        let config = format!(
+            r#"
+[kafka]
+brokers = "{brokers}"
+group_id = "{group}"
+start = "earliest"
+session_timeout = "6s"
+heartbeat_interval = "500ms"
+[server]
+listen = "{addr}"
+[state]
+path = "{state}"
+[[audits]]
+name = "bench"
+topics = [{topics}]
+pipeline_group = "{pipeline}"
+grace = "{grace}"
+verify_interval = "{verify}"
+[audits.record]
+format = "csv"
+delimiter = "|"
+fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
+[audits.record.filter]
+field_count = 9
+[audits.match]
+strategy = "offset_columns"
+topic_column = "kafka_topic"
+partition_column = "kafka_partition"
+offset_column = "kafka_offset"
+[audits.sink]
+kind = "mysql"
+url = "{mysql}"
+table = "{table}"
+query_timeout = "30s"
+"#,
+            group = crate::util::unique("bench_auditor"),
+            state = dir.join("state.db").display(),
+            topics = topics.join(","),
+            pipeline = spec.pipeline_group,
+            grace = spec.grace,
+            verify = spec.verify_interval,
+            table = spec.table,
+        );
+        let cfg = dir.join("gap-auditor.toml");
+        std::fs::write(&cfg, config)?;
+        let log = dir.join("daemon.log");
+        let child = Command::new(bin)
+            .args(["run", "-c"])
+            .arg(&cfg)
+            .env(
+                "GAP_AUDITOR_LOG",
+                "info,gap_auditor::audit=debug,rdkafka=warn",
+            )
+            .env("GAP_AUDITOR_LOG_FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Daemon {
+            child,
+            addr,
+            log,
+            dir,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()?,
+        })
+    }
+
+    /// The sum over all series of metric `name` (0 when absent).
+    pub async fn metric(&self, name: &str) -> Result<f64> {
+        let text = self
+            .http
+            .get(format!("http://{}/metrics", self.addr))
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(sum_metric(&text, name))
+    }
+
+    /// Waits until `metric(name) >= at_least`.
+    pub async fn wait_metric(
+        &mut self,
+        name: &str,
+        at_least: f64,
+        within: Duration,
+    ) -> Result<f64> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("daemon exited ({status}); log: {}", self.log.display());
+            }
+            if let Ok(v) = self.metric(name).await
+                && v >= at_least
+            {
+                return Ok(v);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{name} did not reach {at_least} within {within:?}; log: {}",
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Resident set size of the daemon process, bytes.
+    pub fn rss(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|k| k.parse::<u64>().ok())
+            })
+            .map_or(0, |kb| kb * 1024)
+    }
+
+    /// (partitions, took_ms) of every "verify round finished" debug line so far.
+    pub fn rounds(&self) -> Vec<(u64, u64)> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["fields"]["message"] == "verify round finished")
+            .filter_map(|v| {
+                Some((
+                    v["fields"]["partitions"].as_u64()?,
+                    v["fields"]["took_ms"].as_u64()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Stops it with SIGTERM (a clean shutdown), SIGKILL after 20 s; removes its files.
+    pub async fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sums the samples of `name` in a Prometheus text exposition.
+pub fn sum_metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Creates the offset_columns sink table with the recommended index.
+pub async fn create_sink_table(conn: &mut mysql_async::Conn, table: &str) -> Result<()> {
+    use mysql_async::prelude::Queryable;
+    conn.query_drop(format!(
+        "CREATE TABLE {table} (\
+           kafka_topic VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+           kafka_partition INT NOT NULL, kafka_offset BIGINT NOT NULL, \
+           line VARCHAR(1024) NOT NULL, \
+           KEY idx_topic_partition_offset (kafka_topic, kafka_partition, kafka_offset)) \
+         ENGINE=InnoDB"
+    ))
+    .await
+    .with_context(|| format!("creating {table}"))?;
+    Ok(())
+}
+
+/// Median and maximum of `xs` (0, 0 when empty).
+pub fn median_max(xs: &mut [f64]) -> (f64, f64) {
+    if xs.is_empty() {
+        return (0.0, 0.0);
+    }
+    xs.sort_by(f64::total_cmp);
+    let mid = xs.len() / 2;
+    let median = if xs.len().is_multiple_of(2) {
+        (xs[mid - 1] + xs[mid]) / 2.0
+    } else {
+        xs[mid]
+    };
+    (median, xs[xs.len() - 1])
+}
