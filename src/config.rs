@@ -2958,6 +2958,16 @@ index = "dns_logs"
                 "must not be empty",
                 doris(|c| c.state.path = PathBuf::new()),
             ),
+            (
+                "state.handover_topic",
+                "not a valid topic name",
+                doris(|c| c.state.handover_topic = Some("a b".into())),
+            ),
+            (
+                "state.handover_topic",
+                "audited by audits[0]",
+                doris(|c| c.state.handover_topic = Some("test".into())),
+            ),
             // ---- [[audits]] across entries
             (
                 "audits[1].name",
