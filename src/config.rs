@@ -3559,6 +3559,62 @@ index = "dns_logs"
         );
     }
 
+    /// `server.api_token` from the file (trimmed), from the file key, or from the
+    /// environment; never in `Debug`; unset by default (the API stays open).
+    #[test]
+    fn api_token_sources() {
+        assert!(base().server.api_token.is_none());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = write_temp(&dir, "token", "tok-from-file\r\n");
+        let server = |line: String| BASE.replace("[kafka]", &format!("[server]\n{line}\n[kafka]"));
+        let from_file = Config::from_toml_str(&server(format!(
+            "api_token_file = {:?}",
+            file.display().to_string()
+        )))
+        .expect("token file");
+        assert_eq!(
+            from_file.server.api_token.as_ref().map(Secret::expose),
+            Some("tok-from-file")
+        );
+        assert_eq!(from_file.server.api_token_file, None);
+        assert_eq!(from_file.validate(), Ok(()), "a loaded config stays valid");
+        let inline = Config::from_toml_str(&server("api_token = \"tok-inline\"".into()))
+            .expect("inline token");
+        assert_eq!(
+            inline.server.api_token.as_ref().map(Secret::expose),
+            Some("tok-inline")
+        );
+        let toml_path = write_temp(&dir, "c.toml", BASE);
+        let from_env = Config::load_with_env(
+            Some(&toml_path),
+            env(&[("GAP_AUDITOR__SERVER__API_TOKEN", "tok-from-env")]),
+        )
+        .expect("env token");
+        assert_eq!(
+            from_env.server.api_token.as_ref().map(Secret::expose),
+            Some("tok-from-env")
+        );
+        // The environment overrides the file's inline token, as for every key.
+        let toml_path = write_temp(
+            &dir,
+            "c2.toml",
+            &server("api_token = \"tok-inline\"".into()),
+        );
+        let both = Config::load_with_env(
+            Some(&toml_path),
+            env(&[("GAP_AUDITOR__SERVER__API_TOKEN", "tok-from-env")]),
+        )
+        .expect("env wins");
+        assert_eq!(
+            both.server.api_token.as_ref().map(Secret::expose),
+            Some("tok-from-env")
+        );
+        for cfg in [&from_file, &inline, &from_env] {
+            let shown = format!("{cfg:?}");
+            assert!(!shown.contains("tok-"), "token in Debug: {shown}");
+        }
+    }
+
     #[test]
     fn secret_url_redaction() {
         let url = SecretUrl::new("mysql://root:p%40ss@127.0.0.1:9030/example_db");
