@@ -378,6 +378,38 @@ async fn no_secret_in_logs_api_or_metrics() {
         "the refused login was logged"
     );
     assert_no_secret("stdout/stderr of `run`", &text);
+
+    // The one-shot `check` over the same config: its report, its errors (the refused
+    // login ends it with exit 2) and its debug log.
+    let mut checked = 0;
+    for (name, want) in [
+        ("mysql_ok", 1),
+        ("mysql_bad_login", 2),
+        ("es_basic", 1),
+        ("es_api_key", 1),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
+            .args(["check", "-c"])
+            .arg(&cfg)
+            .args(["--audit", name, "--from", "offset:0", "--to", "offset:6"])
+            .env("GAP_AUDITOR_LOG", "debug")
+            .env("GAP_AUDITOR__SERVER__API_TOKEN", API_TOKEN)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run check");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(want),
+            "check --audit {name}: {text}"
+        );
+        assert_no_secret(&format!("check --audit {name}"), &text);
+        checked += text.len();
+    }
     figures::record(&figures::Figures {
         scenario: "secrets_never_leak_run",
         runs: 1,
@@ -390,8 +422,8 @@ async fn no_secret_in_logs_api_or_metrics() {
         false_negatives: 0,
         notes: format!(
             "{} secrets (MySQL/ES passwords in URLs, ES api_key, sasl.password, API token, \
-             Basic-auth form) searched in {} bytes of debug logs and {} HTTP answers: 0 found; \
-             one sink refused the login",
+             Basic-auth form) searched in {} bytes of debug logs of `run`, {} HTTP answers and \
+             {checked} bytes of `check` output: 0 found; one sink refused the login",
             needles().len(),
             text.len(),
             answers.len()
