@@ -514,7 +514,7 @@ impl<V: Verifier> Audit<V> {
                 updated_at: Utc::now(),
             };
             progress.insert(tp, row.clone());
-            imports.push((row, st.gaps));
+            imports.push((row, st.gaps, st.replayed));
         }
         if imports.is_empty() {
             return;
@@ -522,9 +522,12 @@ impl<V: Verifier> Audit<V> {
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
         let written = tokio::task::spawn_blocking(move || {
-            for (row, gaps) in imports {
+            for (row, gaps, replayed) in imports {
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
                 store.commit_round(&audit, &gaps, std::slice::from_ref(&row))?;
+                for id in &replayed {
+                    store.mark_replayed(id)?;
+                }
                 let dropped = store.forget_unresolved(
                     &audit,
                     &row.topic,
@@ -924,6 +927,7 @@ impl<V: Verifier> Audit<V> {
                     settled: p.ledger.settled(),
                     ledger: serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null),
                     gaps: Vec::new(),
+                    replayed: Vec::new(),
                     written_at: now,
                     owner: h.owner().to_string(),
                 },
@@ -936,6 +940,9 @@ impl<V: Verifier> Audit<V> {
             for (mut st, ids) in states {
                 for id in ids {
                     if let Some(g) = store.get_gap(&id)? {
+                        if store.is_replayed(&id)? {
+                            st.replayed.push(id);
+                        }
                         st.gaps.push(g);
                     }
                 }
@@ -978,6 +985,15 @@ impl<V: Verifier> Audit<V> {
             audit: Some(self.cfg.name.clone()),
         };
         if let Ok(Ok(gaps)) = tokio::task::spawn_blocking(move || store.list_gaps(&filter)).await {
+            // A new acknowledgement changes what the next owner must know.
+            if self.handover.is_some() {
+                for g in gaps.iter().filter(|g| !self.acknowledged.contains(&g.id)) {
+                    let tp = TopicPartition::new(g.topic.clone(), g.partition);
+                    if self.parts.contains_key(&tp) {
+                        self.handover_dirty.insert(tp);
+                    }
+                }
+            }
             self.acknowledged = gaps.into_iter().map(|g| g.id).collect();
         }
     }

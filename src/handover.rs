@@ -90,6 +90,10 @@ pub struct PartitionState {
     /// The gaps the ledger still tracks, as the owner's store holds them (state, cause,
     /// acknowledgement and all).
     pub gaps: Vec<Gap>,
+    /// Ids of those gaps whose records `gap-auditor replay` wrote again (so that the next
+    /// owner reports them `repaired`, not merely `late`, once it confirms them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replayed: Vec<String>,
     /// When the owner wrote this record.
     pub written_at: DateTime<Utc>,
     /// Who wrote it (`host:pid`), for operators.
@@ -450,6 +454,7 @@ mod tests {
                 pipeline_commit_at: None,
                 ack_reason: Some("known".into()),
             }],
+            replayed: vec![Gap::make_id("dns", "logs", 3, 10)],
             written_at: Utc.timestamp_opt(at_s, 0).unwrap(),
             owner: "h:1".into(),
         }

@@ -539,6 +539,21 @@ impl Store {
         Ok(n > 0)
     }
 
+    /// Whether `gap-auditor replay` marked the gap ([`Store::mark_replayed`]); `false` for
+    /// an unknown id.
+    pub fn is_replayed(&self, id: &str) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let at: Option<Option<String>> = conn
+            .query_row(
+                "SELECT replayed_at FROM gaps WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sq(format!("read gap {id}")))?;
+        Ok(at.flatten().is_some())
+    }
+
     /// Kafka no longer holds the gap's records (a replay found them deleted).
     pub fn mark_unrecoverable(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
         let conn = self.lock();
@@ -1164,7 +1179,10 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         let mut g = gap("a", 0, 2, 0, GapState::Open);
         store.commit_round("a", &[g.clone()], &[]).unwrap();
+        assert!(!store.is_replayed(&g.id).unwrap());
         assert!(store.mark_replayed(&g.id).unwrap());
+        assert!(store.is_replayed(&g.id).unwrap());
+        assert!(!store.is_replayed("nope").unwrap());
         assert!(!store.mark_replayed("nope").unwrap());
         g.missing_records = 0;
         g.state = GapState::Late;

@@ -305,12 +305,41 @@ async fn two_instances_split_partitions_and_hand_over_gaps() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // An operator acknowledges a gap on A (`gap-auditor ack`, A's store); the
+    // acknowledgement travels with the partition when A stops.
+    let acked_p = *a_owns.first().expect("A owns a partition");
+    let acked_id = Gap::make_id("dns_logs", &s.topic, acked_p, 3 + acked_p as i64);
+    let open_before = a.metric("gap_auditor_gaps_open").await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
+        .args(["ack", "-c"])
+        .arg(&a.config)
+        .args(["--gap", &acked_id, "--reason", "known incident"])
+        .output()
+        .expect("run ack");
+    assert!(out.status.success(), "ack: {out:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while a.metric("gap_auditor_gaps_open").await != open_before - 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never saw the acknowledgement"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // A stops (SIGTERM) once it has decided all it owns; its counters' last values count.
     let a1_lost = a.metric("gap_auditor_records_lost_total").await;
     let a1_detected = a.metric("gap_auditor_gaps_detected_total").await;
     a.stop();
     let owned = wait_owned(&[&b], 2 * PHASE, "B takes all").await;
     assert_eq!(owned[0].len(), 6);
+    let b_acked = b.gaps().into_iter().find(|g| g.id == acked_id);
+    assert!(
+        b_acked
+            .as_ref()
+            .is_some_and(|g| g.state == GapState::Acknowledged
+                && g.ack_reason.as_deref() == Some("known incident")),
+        "the acknowledgement reached B: {b_acked:?}"
+    );
 
     // Phase 3: B alone.
     produce_phase(&s, 2).await;
@@ -341,8 +370,8 @@ async fn two_instances_split_partitions_and_hand_over_gaps() {
     );
     assert_eq!(
         open_a.len() + open_b.len(),
-        expected.len() - 1,
-        "every unrepaired gap is open on exactly one instance"
+        expected.len() - 2,
+        "every gap neither repaired nor acknowledged is open on exactly one instance"
     );
     a.stop();
     wait_owned(&[&b], 4 * PHASE, "B takes all again").await;
@@ -380,7 +409,8 @@ async fn two_instances_split_partitions_and_hand_over_gaps() {
     };
     let summed_lost = a1_lost + a2_lost + b_lost;
     let summed_detected = a1_detected + a2_detected + b_detected;
-    let repaired_size = 2.0;
+    // Phase-1 gaps are 2 records long.
+    let (repaired_size, acked_size) = (2.0, 2.0);
     let exp_set: BTreeSet<_> = expected.iter().copied().collect();
     let rep_set: BTreeSet<_> = reported.iter().copied().collect();
     let false_pos: u64 = rep_set.difference(&exp_set).map(|g| g.3 as u64).sum();
@@ -398,8 +428,9 @@ async fn two_instances_split_partitions_and_hand_over_gaps() {
         notes: format!(
             "2 processes, 6 partitions, 3 rebalances (join, SIGTERM, rejoin); split {a_owns:?}/{b_owns:?}; \
              lost_total A1 {a1_lost} + B {b_lost} + A2 {a2_lost}; gaps_detected_total summed {summed_detected}; gap {repaired_id} detected by A, repaired on B; \
-             records_missing at the end {missing} (unrepaired truth {})",
-            truth_lost as f64 - repaired_size
+             gap {acked_id} acknowledged on A, acknowledged on B after the move; \
+             records_missing at the end {missing} (truth: lost, neither repaired nor acknowledged, {})",
+            truth_lost as f64 - repaired_size - acked_size
         ),
     });
     let story = |i: &Instance| -> String {
@@ -435,10 +466,11 @@ async fn two_instances_split_partitions_and_hand_over_gaps() {
         "{:?}",
         union[&repaired_id]
     );
+    assert_eq!(union[&acked_id].state, GapState::Acknowledged);
     assert!(
         union
             .values()
-            .filter(|g| g.id != repaired_id)
+            .filter(|g| g.id != repaired_id && g.id != acked_id)
             .all(|g| g.state == GapState::Open),
         "{union:#?}"
     );
@@ -453,7 +485,7 @@ async fn two_instances_split_partitions_and_hand_over_gaps() {
     );
     assert_eq!(
         missing,
-        truth_lost as f64 - repaired_size,
-        "records_missing of the final owners = unrepaired losses"
+        truth_lost as f64 - repaired_size - acked_size,
+        "records_missing of the final owners = losses neither repaired nor acknowledged"
     );
 }
