@@ -1,0 +1,105 @@
+//! Criterion benches of the pure ledger: ingest, the due rule, and a whole
+//! ingest → due → apply cycle (what one verify round does per partition).
+//!
+//! `cargo bench --bench ledger`. Built (not timed) by `cargo test --all-targets`.
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use gap_auditor::ledger::{Observed, PartitionLedger, PipelineCommits, Verdict};
+use gap_auditor::record::Key;
+use std::hint::black_box;
+
+const N: i64 = 10_000;
+
+fn key(i: i64) -> Key {
+    Key(vec![
+        format!("10.0.{}.{}", (i / 256) % 256, i % 256),
+        format!("h{i:08}.example.io"),
+        format!("12:{:02}:{:02}", (i / 60) % 60, i % 60),
+    ])
+}
+
+fn filled(keyed: bool) -> PartitionLedger {
+    let mut l = PartitionLedger::new(0, keyed);
+    for o in 0..N {
+        let key = keyed.then(|| key(o));
+        l.ingest(o, Some(1_000), Observed::Expected { key }, 1_000);
+    }
+    l
+}
+
+fn ingest(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ledger_ingest");
+    g.throughput(Throughput::Elements(N as u64));
+    g.bench_function("contiguous_unkeyed", |b| {
+        b.iter(|| black_box(filled(false)).pending())
+    });
+    let keys: Vec<Key> = (0..N).map(key).collect();
+    g.bench_function("contiguous_keyed", |b| {
+        b.iter_batched(
+            || keys.clone(),
+            |keys| {
+                let mut l = PartitionLedger::new(0, true);
+                for (o, k) in keys.into_iter().enumerate() {
+                    let o = o as i64;
+                    l.ingest(o, Some(1_000), Observed::Expected { key: Some(k) }, 1_000);
+                }
+                black_box(l.pending())
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+fn due_rule(c: &mut Criterion) {
+    let mut g = c.benchmark_group("due_rule");
+    // The frontier of a partition with a commit observed every second for 10 minutes.
+    g.bench_function("frontier_600_observations", |b| {
+        b.iter_batched(
+            || {
+                let mut p = PipelineCommits::default();
+                for s in 0..600i64 {
+                    p.observe(s * 1_000, Some(s * 100));
+                }
+                p
+            },
+            |mut p| black_box(p.frontier(600_000, 30_000)),
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+fn round(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ledger_round");
+    g.throughput(Throughput::Elements(N as u64));
+    for keyed in [false, true] {
+        let name = if keyed { "keyed" } else { "unkeyed" };
+        // A round in which every record is due and found: due() then apply().
+        g.bench_function(format!("due_apply_all_present_{name}"), |b| {
+            b.iter_batched(
+                || {
+                    let mut l = filled(keyed);
+                    l.pipeline.observe(1_000, Some(N));
+                    l
+                },
+                |mut l| {
+                    let segs = l.due(100_000, 0, u64::MAX);
+                    let verdicts: Vec<Verdict> = segs
+                        .iter()
+                        .map(|s| Verdict::Known {
+                            present: vec![s.run],
+                            duplicate_rows: 0,
+                        })
+                        .collect();
+                    black_box(l.apply(&verdicts, 100_000))
+                },
+                BatchSize::LargeInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, ingest, due_rule, round);
+criterion_main!(benches);
