@@ -92,7 +92,7 @@ fn mariadb_root(sql: &str) {
         "GAP_AUDITOR_TEST_MYSQL_SOCKET is not set: run scripts/test.sh (it starts MariaDB)",
     );
     let out = Command::new("mariadb")
-        .args(["--socket", &socket, "-uroot", "-e", sql])
+        .args(["--no-defaults", "--socket", &socket, "-uroot", "-e", sql])
         .output()
         .expect("the mariadb client runs");
     assert!(
