@@ -106,6 +106,9 @@ sed 's/^ProtectSystem=strict$/ProtectSystm=strict/' "$WORK/unit/gap-auditor.serv
 must_reject "systemd-analyze verify (misspelt key)" verify_unit "$WORK/bad-unit/gap-auditor.service"
 verify_unit "$WORK/unit/gap-auditor.service" || fail "systemd-analyze verify"
 
+log "bash -n deploy/compose/producer.sh"
+bash -n deploy/compose/producer.sh || fail "producer.sh does not parse"
+
 log "promtool check config / amtool check-config (deploy/compose)"
 promtool check config deploy/compose/prometheus.yml >/dev/null || fail "promtool check config"
 amtool check-config deploy/compose/alertmanager.yml >/dev/null || fail "amtool check-config"
