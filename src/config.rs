@@ -3431,6 +3431,206 @@ index = "dns_logs"
         eprintln!("{count} validation rules checked");
     }
 
+    /// Parsing: every key with its own parser (enums, durations, numbers, booleans, lists,
+    /// the listen address, start positions) and every section's unknown-key check, given a
+    /// bad value, names the key path. `(anchor, replacement, path, word of the message)`:
+    /// the anchor is replaced once in [`BASE`].
+    #[test]
+    fn every_parse_error_names_its_key() {
+        let name = "name = \"dns_logs\"";
+        let kafka = "[kafka]";
+        let record = "[audits.record]";
+        let filter = "[audits.record.filter]";
+        let matching = "[audits.match]";
+        let sink = "[audits.sink]";
+        let cases: Vec<(&str, String, &str, &str)> = vec![
+            (
+                kafka,
+                format!("{kafka}\nstart = \"soon\""),
+                "kafka.start",
+                "start position",
+            ),
+            (
+                kafka,
+                format!("{kafka}\nisolation_level = \"dirty\""),
+                "kafka.isolation_level",
+                "read_committed",
+            ),
+            (
+                kafka,
+                format!("{kafka}\nsession_timeout = \"soon\""),
+                "kafka.session_timeout",
+                "soon",
+            ),
+            (
+                kafka,
+                format!("{kafka}\nheartbeat_interval = \"-1s\""),
+                "kafka.heartbeat_interval",
+                "negative",
+            ),
+            (
+                kafka,
+                format!("{kafka}\nstatistics_interval = [1]"),
+                "kafka.statistics_interval",
+                "duration",
+            ),
+            (
+                kafka,
+                format!("{kafka}\nproperties = 5"),
+                "kafka.properties",
+                "invalid type",
+            ),
+            (
+                kafka,
+                format!("{kafka}\ngroupid = \"x\""),
+                "kafka",
+                "unknown field `groupid`",
+            ),
+            (
+                kafka,
+                format!("[server]\nlisten = \"localhost\"\n{kafka}"),
+                "server.listen",
+                "invalid",
+            ),
+            (
+                kafka,
+                format!("[server]\nlisten_on = 1\n{kafka}"),
+                "server",
+                "unknown field `listen_on`",
+            ),
+            (
+                kafka,
+                format!("[server]\napi_token = [\"t\"]\n{kafka}"),
+                "server.api_token",
+                "invalid type",
+            ),
+            (
+                kafka,
+                format!("[state]\ndir = \"x\"\n{kafka}"),
+                "state",
+                "unknown field `dir`",
+            ),
+            (
+                name,
+                format!("{name}\ngrace = \"soon\""),
+                "audits[0].grace",
+                "soon",
+            ),
+            (
+                name,
+                format!("{name}\nverify_interval = \"-5s\""),
+                "audits[0].verify_interval",
+                "negative",
+            ),
+            (
+                name,
+                format!("{name}\ngive_up_after = \"x\""),
+                "audits[0].give_up_after",
+                "duration",
+            ),
+            (
+                name,
+                format!("{name}\nstall_after = true"),
+                "audits[0].stall_after",
+                "duration",
+            ),
+            (
+                name,
+                format!("{name}\nbatch_size = \"lots\""),
+                "audits[0].batch_size",
+                "invalid",
+            ),
+            (
+                name,
+                format!("{name}\nmax_pending = -1"),
+                "audits[0].max_pending",
+                "invalid",
+            ),
+            (
+                name,
+                format!("{name}\ntopic = \"x\""),
+                "audits[0]",
+                "unknown field `topic`",
+            ),
+            (
+                name,
+                format!("{name}\ngroup_id = [1]"),
+                "audits[0].group_id",
+                "invalid type",
+            ),
+            (
+                "format = \"csv\"",
+                "format = \"xml\"".to_string(),
+                "audits[0].record.format",
+                "csv",
+            ),
+            (
+                record,
+                format!("{record}\nquote = \"maybe\""),
+                "audits[0].record.quote",
+                "invalid",
+            ),
+            (
+                record,
+                format!("{record}\nseparator = \"|\""),
+                "audits[0].record",
+                "unknown field `separator`",
+            ),
+            (
+                filter,
+                format!("{filter}\nmin_fields = \"some\""),
+                "audits[0].record.filter.min_fields",
+                "invalid",
+            ),
+            (
+                filter,
+                format!("{filter}\nrequired = [\"a\"]"),
+                "audits[0].record.filter",
+                "unknown field `required`",
+            ),
+            (
+                matching,
+                format!("{matching}\ntopic_column = {{ a = 1 }}"),
+                "audits[0].match.topic_column",
+                "invalid type",
+            ),
+            (
+                matching,
+                format!("{matching}\nkeys = [\"a\"]"),
+                "audits[0].match",
+                "unknown field `keys`",
+            ),
+            (
+                sink,
+                format!("{sink}\nquery_timeout = \"later\""),
+                "audits[0].sink.query_timeout",
+                "later",
+            ),
+            (
+                sink,
+                format!("{sink}\npassword = {{ a = 1 }}"),
+                "audits[0].sink.password",
+                "invalid type",
+            ),
+            (
+                sink,
+                format!("{sink}\npasword = \"x\""),
+                "audits[0].sink",
+                "unknown field `pasword`",
+            ),
+        ];
+        let count = cases.len();
+        for (anchor, replacement, path, needle) in cases {
+            assert_eq!(BASE.matches(anchor).count(), 1, "{anchor}");
+            let e = toml_err(&BASE.replacen(anchor, &replacement, 1));
+            assert_err(&e, path, needle);
+        }
+        // The strategy enum sits after `[audits.match]`, so it is replaced, not added.
+        let e = toml_err(&BASE.replace("\"key_columns\"", "\"fuzzy\""));
+        assert_err(&e, "audits[0].match.strategy", "key_columns");
+        eprintln!("{} parse errors checked", count + 1);
+    }
+
     /// The rules checked while loading: secret files (unreadable, not UTF-8, empty token)
     /// name the key and the file, never the content.
     #[test]
