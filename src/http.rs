@@ -196,6 +196,14 @@ fn unauthorized(failure: AuthFailure) -> Response<Full<Bytes>> {
     resp
 }
 
+/// 405 naming the methods every route accepts.
+fn method_not_allowed() -> Response<Full<Bytes>> {
+    let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    resp
+}
+
 /// Routes one request. Never fails: every error is an HTTP answer.
 async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let api = is_api_path(req.uri().path());
@@ -210,19 +218,10 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Full<Byte
     }
     let method = req.method();
     if method != Method::GET && method != Method::HEAD {
+        // Read-only: everything under /api/, known route or not, and the probes.
         return match req.uri().path() {
-            _ if api => {
-                let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-                resp.headers_mut()
-                    .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-                resp
-            }
-            "/metrics" | "/healthz" | "/readyz" => {
-                let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-                resp.headers_mut()
-                    .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-                resp
-            }
+            _ if api => method_not_allowed(),
+            "/metrics" | "/healthz" | "/readyz" => method_not_allowed(),
             _ => text(StatusCode::NOT_FOUND, "not found\n"),
         };
     }
