@@ -196,8 +196,8 @@ async fn kill_9_at_random_moments_of_a_100k_run() {
         &reported,
         scraped_sum,
         format!(
-            "{n} records, {KILLS} kill -9 ({assigned_at_kill} with partitions assigned), \
-             restarted each time; records_lost_total summed over the {} lifetimes (last \
+            "seed {seed}: {n} records, {KILLS} kill -9 ({assigned_at_kill} with partitions \
+             assigned), restarted each time; records_lost_total summed over the {} lifetimes (last \
              scrape before each kill) = {scraped_sum}, persisted per lifetime sum = \
              {persisted_sum}, every lifetime exported <= what it persisted; produce {:.1} s, \
              pipeline {:.1} s, kills {:.1} s, settled after {:.1} s",
@@ -205,7 +205,8 @@ async fn kill_9_at_random_moments_of_a_100k_run() {
             produced_in.as_secs_f64(),
             pipeline_done.as_secs_f64(),
             kills_done.as_secs_f64(),
-            total.as_secs_f64()
+            total.as_secs_f64(),
+            seed = rng.seed,
         ),
     );
 

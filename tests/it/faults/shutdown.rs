@@ -43,8 +43,11 @@ async fn sigterm_mid_round_commits_the_settled_watermark_and_exits_0() {
         state_dir: &store_dir,
         ..s.spec("offset_columns", "1s", "500ms")
     };
+    // A round queries the sink once per batch_size due records: with 1000, a round of
+    // this run's backlog is a few 700 ms queries, and that is what SIGTERM waits for.
     let toml = via_proxy(&config_toml(&spec), proxy.addr)
-        .replace("query_timeout = \"3s\"", "query_timeout = \"20s\"");
+        .replace("query_timeout = \"3s\"", "query_timeout = \"20s\"")
+        .replace("batch_size = 100", "batch_size = 1000");
     let cfg = s.state.path().join("gap-auditor.toml");
     std::fs::write(&cfg, toml).expect("config");
     let mut daemon = Daemon::spawn(
@@ -122,9 +125,10 @@ async fn sigterm_mid_round_commits_the_settled_watermark_and_exits_0() {
         &reported,
         reported_lost,
         format!(
-            "{} SIGTERMs (4 mid-run with sink replies delayed 700 ms > verify_interval 500 ms, \
+            "seed {}: {} SIGTERMs (4 mid-run with sink replies delayed 700 ms > verify_interval 500 ms, \
              1 after settling): all exit 0; time to exit {} s (bound {} s); group committed == \
              stored settled at every stop: {commits:?}",
+            rng.seed,
             exits.len(),
             secs.join(", "),
             BOUND.as_secs()

@@ -15,7 +15,11 @@ use std::time::Duration;
 
 /// A small seeded generator (SplitMix64): the fault moments of a run are reproducible from
 /// the seed it prints. `GAP_AUDITOR_FAULT_SEED` replays a given run.
-pub struct Rng(u64);
+pub struct Rng {
+    state: u64,
+    /// The seed, for the figures' notes.
+    pub seed: u64,
+}
 
 impl Rng {
     /// Seeded from `GAP_AUDITOR_FAULT_SEED`, else from the clock; prints the seed.
@@ -30,12 +34,12 @@ impl Rng {
                     .unwrap_or(42)
             });
         eprintln!("{what}: GAP_AUDITOR_FAULT_SEED={seed}");
-        Rng(seed)
+        Rng { state: seed, seed }
     }
 
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)

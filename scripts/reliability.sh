@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs the fault suite and renders docs/RELIABILITY.md from the figures it records.
+#   scripts/reliability.sh
+# Tests run: the `faults::` scenarios, the multi-instance (`multi::`) and hostile-input
+# (`input::`) tests of tests/it, and tests/faults_private.rs (private broker). Each writes one
+# JSON line per scenario run to $GAP_AUDITOR_FIGURES (a fresh file here); the document is
+# rendered from those lines only, also when a test fails (its row then shows the mismatch,
+# and this script exits non-zero). Settings: GAP_AUDITOR_FAULT_SEED replays the random
+# moments of a run; GAP_AUDITOR_FAULT_RECORDS resizes the kill -9 run (default 100000);
+# RELIABILITY_OUT (default docs/RELIABILITY.md).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+RUN=${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}
+OUT=${RELIABILITY_OUT:-docs/RELIABILITY.md}
+
+# Same service handling as scripts/test.sh: start what is down, stop at the end only what
+# this script started.
+if [[ ${KEEP_ENV:-0} != 1 && $(scripts/test-env.sh status) == *down* ]]; then
+  trap 'scripts/test-env.sh stop' EXIT
+fi
+scripts/test-env.sh start
+# shellcheck source=/dev/null
+. "$RUN/env"
+
+GAP_AUDITOR_FIGURES=$(mktemp "${TMPDIR:-/tmp}/gap-auditor-figures.XXXXXX")
+export GAP_AUDITOR_FIGURES
+echo "figures: $GAP_AUDITOR_FIGURES"
+
+start=$SECONDS
+rc=0
+cargo test --test it -- faults:: multi:: input:: || rc=$?
+cargo test --test faults_private || rc=$?
+
+python3 scripts/render-reliability.py "$GAP_AUDITOR_FIGURES" "$OUT" \
+  --exit-code "$rc" --seconds $((SECONDS - start)) --command "scripts/reliability.sh"
+echo "wrote $OUT"
+exit "$rc"
