@@ -555,6 +555,16 @@ impl<V: Verifier> Audit<V> {
     }
 
     async fn revoke(&mut self, partitions: &[TopicPartition]) -> Vec<(TopicPartition, Offset)> {
+        // The next owner gets the latest state of each, marks set from the CLI (replay)
+        // included, even when the ledger did not change since the last handover.
+        if self.handover.is_some() {
+            let owned: Vec<TopicPartition> = partitions
+                .iter()
+                .filter(|tp| self.parts.contains_key(*tp))
+                .cloned()
+                .collect();
+            self.handover_dirty.extend(owned);
+        }
         let ok = self.persist().await;
         let mut out = Vec::new();
         for tp in partitions {

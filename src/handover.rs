@@ -202,20 +202,22 @@ impl std::fmt::Debug for Handover {
 }
 
 impl Handover {
-    /// A handover client for `topic`: an idempotent producer with `acks=all` and one
-    /// record per batch (tansu's "latest" offset is wrong for multi-record batches, and the
-    /// reader stops at the high watermark).
+    /// A handover client for `topic`: an idempotent producer with `acks=all`, by default
+    /// one record per batch (some brokers, tansu among them, report a wrong high watermark
+    /// for multi-record batches, and the reader stops at the high watermark);
+    /// `kafka.properties` may raise `linger.ms` and `batch.num.messages`.
     pub fn new(kafka: &KafkaConfig, topic: &str) -> Result<Handover, HandoverError> {
         let base = crate::kafka::client::base(kafka);
         let mut p = base.clone();
-        p.set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("linger.ms", "0")
-            .set("batch.num.messages", "1")
-            .set(
-                "message.timeout.ms",
-                PRODUCE_TIMEOUT.as_millis().to_string(),
-            );
+        for (k, v) in [("linger.ms", "0"), ("batch.num.messages", "1")] {
+            if !kafka.properties.contains_key(k) {
+                p.set(k, v);
+            }
+        }
+        p.set("acks", "all").set("enable.idempotence", "true").set(
+            "message.timeout.ms",
+            PRODUCE_TIMEOUT.as_millis().to_string(),
+        );
         let producer: FutureProducer = p.create().map_err(|e| HandoverError::Kafka {
             topic: topic.to_string(),
             context: "creating the producer".into(),
