@@ -11,7 +11,7 @@ use std::hint::black_box;
 const N: i64 = 10_000;
 
 fn key(i: i64) -> Key {
-    Key(vec![
+    Key::new([
         format!("10.0.{}.{}", (i / 256) % 256, i % 256),
         format!("h{i:08}.example.io"),
         format!("12:{:02}:{:02}", (i / 60) % 60, i % 60),

@@ -46,7 +46,7 @@ fn dns_line(i: usize) -> String {
 }
 
 fn key_of(line: &str) -> Key {
-    Key(line.split('|').take(3).map(str::to_string).collect())
+    Key::new(line.split('|').take(3))
 }
 
 /// Runs the demonstration; returns once the gap is reported (or after a timeout).

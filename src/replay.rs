@@ -182,9 +182,9 @@ pub async fn run(
         match decoder.tag_record(r.value.as_deref(), &meta) {
             Tag::Expected { key } => {
                 if audit.matching.strategy == MatchStrategy::DocId
-                    && let Some(id) = key.as_ref().and_then(|k| k.0.first())
+                    && let Some(id) = key.as_ref().and_then(|k| k.first())
                 {
-                    ids.insert(r.offset, id.clone());
+                    ids.insert(r.offset, id.to_string());
                 }
                 ledger.ingest(r.offset, r.timestamp, Observed::Expected { key }, 0);
             }

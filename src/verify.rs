@@ -280,10 +280,7 @@ pub async fn by_ids<V: Verifier>(
     }
     let mut found: Vec<bool> = Vec::with_capacity(keys.len());
     for batch in key_batches(&keys, limits) {
-        let ids: Vec<&str> = batch
-            .iter()
-            .map(|k| k.0.first().map_or("", String::as_str))
-            .collect();
+        let ids: Vec<&str> = batch.iter().map(|k| k.first().unwrap_or("")).collect();
         let got = observed(obs, sink.find_ids(&ids)).await?;
         if got.len() != ids.len() {
             return Err(SinkError::Rejected(format!(
@@ -324,7 +321,7 @@ fn key_batches<'a, 'k>(keys: &'a [&'k Key], limits: Limits) -> Vec<&'a [&'k Key]
     let mut start = 0;
     let mut bytes = 0usize;
     for (i, k) in keys.iter().enumerate() {
-        let size: usize = k.0.iter().map(|v| v.len() * 2 + 16).sum();
+        let size: usize = k.values().map(|v| v.len() * 2 + 16).sum();
         if i > start && (i - start >= limits.batch_size || bytes + size > limits.max_key_bytes) {
             out.push(&keys[start..i]);
             start = i;
@@ -477,7 +474,7 @@ mod tests {
         let mut h = KeyHistory::new(10);
         let s = Segment {
             run: OffsetRun::new(0, 0),
-            keys: vec![Key(vec!["a".into()])],
+            keys: vec![Key::new(["a"])],
             max_ts: None,
         };
         assert!(
@@ -490,7 +487,7 @@ mod tests {
     fn kseg(first: Offset, keys: &[&str]) -> Segment {
         Segment {
             run: OffsetRun::new(first, first + keys.len() as Offset - 1),
-            keys: keys.iter().map(|k| Key(vec![k.to_string()])).collect(),
+            keys: keys.iter().map(|k| Key::new([k])).collect(),
             max_ts: None,
         }
     }
@@ -498,7 +495,7 @@ mod tests {
     #[tokio::test]
     async fn repeated_keys_are_a_multiplicity() {
         let sink = MemorySink::new();
-        sink.insert_key(&Key(vec!["a".into()]));
+        sink.insert_key(&Key::new(["a"]));
         let mut h = KeyHistory::new(100);
         // Two records with key a, one row: one of them is missing.
         let v = by_keys(
@@ -527,7 +524,7 @@ mod tests {
     #[tokio::test]
     async fn duplicated_rows_do_not_confirm_a_later_record_with_the_same_key() {
         let sink = MemorySink::new();
-        let a = Key(vec!["a".into()]);
+        let a = Key::new(["a"]);
         sink.insert_key(&a);
         sink.insert_key(&a);
         let mut h = KeyHistory::new(100);
@@ -652,8 +649,8 @@ mod tests {
 
     #[test]
     fn key_batches_respect_count_and_bytes() {
-        let big = Key(vec!["x".repeat(100_000)]);
-        let small = Key(vec!["y".into()]);
+        let big = Key::new(["x".repeat(100_000)]);
+        let small = Key::new(["y"]);
         let keys: Vec<&Key> = vec![&small, &big, &big, &small, &small, &small];
         let limits = Limits {
             batch_size: 2,

@@ -156,7 +156,8 @@ struct TailContext {
 impl TailContext {
     fn flush(&self) -> bool {
         let batch = match self.batch.lock() {
-            Ok(mut b) if !b.is_empty() => std::mem::take(&mut *b),
+            // Full capacity up front: a batch grown by doubling copies itself a dozen times.
+            Ok(mut b) if !b.is_empty() => std::mem::replace(&mut *b, Vec::with_capacity(BATCH)),
             _ => return true,
         };
         self.events.blocking_send(TailEvent::Records(batch)).is_ok()

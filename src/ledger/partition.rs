@@ -368,7 +368,8 @@ impl PartitionLedger {
             last.min_ts = min_opt(last.min_ts, ts_ms);
             last.max_ts = max_opt(last.max_ts, ts_ms);
             if self.keyed {
-                last.keys.push(key.unwrap_or_else(|| Key(Vec::new())));
+                last.keys
+                    .push(key.unwrap_or_else(|| Key::new([] as [&str; 0])));
             }
             return true;
         }
@@ -379,7 +380,7 @@ impl PartitionLedger {
             min_ts: ts_ms,
             max_ts: ts_ms,
             keys: if self.keyed {
-                vec![key.unwrap_or_else(|| Key(Vec::new()))]
+                vec![key.unwrap_or_else(|| Key::new([] as [&str; 0]))]
             } else {
                 Vec::new()
             },

@@ -217,13 +217,13 @@ fn give_up_stops_rechecks_but_keeps_the_loss() {
         0,
         None,
         Observed::Expected {
-            key: Some(Key(vec!["a".into()])),
+            key: Some(Key::new(["a"])),
         },
         0,
     );
     l.pipeline.observe(0, Some(1));
     let segs = l.due(GRACE, GRACE, 100);
-    assert_eq!(segs[0].keys, vec![Key(vec!["a".into()])]);
+    assert_eq!(segs[0].keys, vec![Key::new(["a"])]);
     l.apply(&oracle(&segs, &BTreeSet::new()), GRACE);
     assert_eq!(l.rechecks(GRACE + 10, 100).len(), 1);
     assert!(l.rechecks(GRACE + 100, 100).is_empty());
@@ -239,7 +239,7 @@ fn keys_follow_their_offsets_through_splits() {
             o,
             None,
             Observed::Expected {
-                key: Some(Key(vec![format!("k{o}")])),
+                key: Some(Key::new([format!("k{o}")])),
             },
             0,
         );
@@ -250,18 +250,18 @@ fn keys_follow_their_offsets_through_splits() {
         segs[0]
             .keys
             .iter()
-            .map(|k| k.0[0].as_str())
+            .map(|k| k.first().unwrap_or(""))
             .collect::<Vec<_>>(),
         ["k0", "k1", "k2"]
     );
     l.apply(&oracle(&segs, &[0, 2].into()), GRACE);
-    assert_eq!(l.missing_key(1), Some(&Key(vec!["k1".into()])));
+    assert_eq!(l.missing_key(1), Some(&Key::new(["k1"])));
     l.pipeline.observe(GRACE, Some(5));
     let segs = l.due(3 * GRACE, GRACE, 1);
     assert_eq!(segs.len(), 1);
     assert_eq!(
         segs[0].keys,
-        vec![Key(vec!["k3".into()])],
+        vec![Key::new(["k3"])],
         "limit cuts inside a run"
     );
 }

@@ -436,11 +436,11 @@ impl Verifier for ElasticsearchSink {
         }
         if let Some(k) = keys
             .iter()
-            .find(|k| k.0.len() != self.target.key_fields.len())
+            .find(|k| k.len() != self.target.key_fields.len())
         {
             return Err(SinkError::Rejected(format!(
                 "a key has {} values for {} key fields",
-                k.0.len(),
+                k.len(),
                 self.target.key_fields.len()
             )));
         }
@@ -541,11 +541,11 @@ pub fn keys_body(fields: &[String], keys: &[&Key]) -> Value {
     for (i, k) in keys.iter().enumerate() {
         let terms: Vec<Value> = fields
             .iter()
-            .zip(&k.0)
+            .zip(k.values())
             .map(|(f, v)| obj("term", obj(f, json!(v))))
             .collect();
         filters.insert(i.to_string(), json!({ "bool": { "filter": terms } }));
-        if let Some(v) = k.0.first()
+        if let Some(v) = k.first()
             && seen.insert(v)
         {
             first.push(v);

@@ -210,7 +210,7 @@ impl Verifier for MysqlSink {
         }
         let mut c = self.conn().await?;
         let nbe = self.nbe(&mut c).await?;
-        let values: Vec<&[String]> = keys.iter().map(|k| k.0.as_slice()).collect();
+        let values: Vec<Vec<&str>> = keys.iter().map(|k| k.values().collect()).collect();
         let q = sql::count_keys(&self.target.table, &self.target.key_columns, &values, nbe);
         let rows: Vec<(Option<i64>, i64)> = self.with_timeout(c.query(q)).await?;
         let mut out = vec![0u64; keys.len()];

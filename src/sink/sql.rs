@@ -134,17 +134,21 @@ pub fn list_offsets(q: &OffsetQuery<'_>, runs: &[OffsetRun], nbe: bool) -> Strin
 }
 
 /// `(c1 = 'v' AND c2 = 'w')`: the row test for one key.
-fn key_condition(columns: &[String], key: &[String], nbe: bool) -> String {
+fn key_condition(columns: &[String], key: &[impl AsRef<str>], nbe: bool) -> String {
     if columns.is_empty() || key.len() != columns.len() {
         // A programming error (config validation ties key and columns together); never
         // matching shows up as "missing", which is loud, instead of matching wrong rows.
-        debug_assert!(false, "key {key:?} does not fit columns {columns:?}");
+        debug_assert!(
+            false,
+            "a key of {} values does not fit columns {columns:?}",
+            key.len()
+        );
         return "(1 = 0)".to_string();
     }
     let parts: Vec<String> = columns
         .iter()
         .zip(key)
-        .map(|(c, v)| format!("{} = {}", ident(c), string_literal(v, nbe)))
+        .map(|(c, v)| format!("{} = {}", ident(c), string_literal(v.as_ref(), nbe)))
         .collect();
     format!("({})", parts.join(" AND "))
 }
@@ -166,10 +170,14 @@ fn key_condition(columns: &[String], key: &[String], nbe: bool) -> String {
 /// (1.2+, by default) resolve a GROUP BY name against the table's columns before the select
 /// aliases, so `GROUP BY k` would silently group by a table column named `k`. Ordinals are
 /// accepted by MySQL, MariaDB, Doris's legacy planner and its Nereids planner.
-pub fn count_keys(table: &str, columns: &[String], keys: &[&[String]], nbe: bool) -> String {
+pub fn count_keys<K, S>(table: &str, columns: &[String], keys: &[K], nbe: bool) -> String
+where
+    K: AsRef<[S]>,
+    S: AsRef<str>,
+{
     let conditions: Vec<String> = keys
         .iter()
-        .map(|key| key_condition(columns, key, nbe))
+        .map(|key| key_condition(columns, key.as_ref(), nbe))
         .collect();
     let mut case = String::from("CASE");
     for (i, cond) in conditions.iter().enumerate() {
@@ -511,7 +519,7 @@ mod tests {
     #[test]
     fn count_keys_empty_batch_is_valid_and_selects_nothing() {
         assert_eq!(
-            count_keys("t", &strings(&["c"]), &[], false),
+            count_keys::<&[String], String>("t", &strings(&["c"]), &[], false),
             "SELECT CASE WHEN 1 = 0 THEN 0 END AS k, COUNT(*) FROM `t` WHERE 1 = 0 GROUP BY 1"
         );
     }

@@ -35,12 +35,12 @@ pub fn ledger_keys_memory(n: u64) -> (u64, u64) {
         }
         let i = o as usize;
         // client_ip (~11 B) + domain (~17 B) + time (~12 B) ≈ 40 bytes of key.
-        let key = Key(vec![
+        let key = Key::new([
             format!("10.{}.{}.{}", (i / 65_536) % 256, (i / 256) % 256, i % 256),
             format!("h{i:08}.example.io"),
             format!("12:{:02}:{:02}.{:03}", (i / 60) % 60, i % 60, i % 1000),
         ]);
-        key_bytes += key.0.iter().map(|s| s.len() as u64).sum::<u64>();
+        key_bytes += key.text_len() as u64;
         ledger.ingest(o, Some(now), Observed::Expected { key: Some(key) }, now);
     }
     let grown = rss_bytes().saturating_sub(before);

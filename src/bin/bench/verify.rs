@@ -381,7 +381,7 @@ async fn offset_rows_on(
 /// The key of sequence number `i`, exactly as the SQL load builds it: ~40 bytes over
 /// (client_ip, domain, time).
 fn key_of(i: u64) -> Key {
-    Key(vec![
+    Key::new([
         format!("10.{}.{}.{}", (i / 65_536) % 256, (i / 256) % 256, i % 256),
         format!("h{i:08}.example.io"),
         format!("12:{:02}:{:02}.{:03}", (i / 60) % 60, i % 60, i % 1000),
@@ -466,7 +466,7 @@ async fn key_rows_on(
         next += n;
     }
     let sample: Vec<&Key> = segments[0].keys.iter().take(BATCH_SIZE).collect();
-    let values: Vec<&[String]> = sample.iter().map(|k| k.0.as_slice()).collect();
+    let values: Vec<Vec<&str>> = sample.iter().map(|k| k.values().collect()).collect();
     let q = sql::count_keys(table, &columns, &values, false);
     let e = explain(conn, &q).await?;
     report.explain.push_str(&format!(
@@ -583,11 +583,11 @@ fn join_count_keys(table: &str, columns: &[String], keys: &[&Key]) -> String {
         .iter()
         .enumerate()
         .map(|(i, k)| {
-            let cols: Vec<String> =
-                k.0.iter()
-                    .enumerate()
-                    .map(|(j, v)| format!("{} AS c{j}", sql::string_literal(v, false)))
-                    .collect();
+            let cols: Vec<String> = k
+                .values()
+                .enumerate()
+                .map(|(j, v)| format!("{} AS c{j}", sql::string_literal(v, false)))
+                .collect();
             format!("SELECT {i} AS i, {}", cols.join(", "))
         })
         .collect();

@@ -150,8 +150,8 @@ fn paging_never_splits_an_offset_across_pages() {
 
 #[test]
 fn key_count_request_and_answer() {
-    let k1 = Key(vec!["10.0.0.1".into(), "12:00".into()]);
-    let k2 = Key(vec!["10.0.0.1".into(), "12:01\"; DROP".into()]);
+    let k1 = Key::new(["10.0.0.1", "12:00"]);
+    let k2 = Key::new(["10.0.0.1", "12:01\"; DROP"]);
     let b = keys_body(&target().key_fields, &[&k1, &k2]);
     assert_eq!(
         b["query"],
