@@ -1,6 +1,8 @@
 //! Keeps the benchmark harness (`src/bin/bench/`) from rotting: runs it in `--smoke` mode
-//! (20k records, tiny ledgers) against the test broker and checks it completes and prints
-//! its table. No timing is asserted: the figures of a smoke run mean nothing.
+//! (20k records, tiny ledgers, 20k-row MariaDB tables, 5 injected losses, 10 partitions
+//! through the daemon binary) against the test broker and MariaDB and checks it completes
+//! and prints every row of its table. No timing is asserted: the figures of a smoke run mean
+//! nothing.
 
 use std::process::Command;
 use std::time::Instant;
@@ -10,9 +12,20 @@ fn bench_smoke_runs_and_prints_the_table() {
     let brokers = std::env::var("GAP_AUDITOR_TEST_KAFKA").expect(
         "GAP_AUDITOR_TEST_KAFKA is not set: run scripts/test.sh (it starts tansu and MariaDB)",
     );
+    let mysql = std::env::var("GAP_AUDITOR_TEST_MYSQL").expect(
+        "GAP_AUDITOR_TEST_MYSQL is not set: run scripts/test.sh (it starts tansu and MariaDB)",
+    );
     let started = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["--smoke", "--brokers", &brokers])
+        .args([
+            "--smoke",
+            "--brokers",
+            &brokers,
+            "--mysql",
+            &mysql,
+            "--daemon",
+        ])
+        .arg(env!("CARGO_BIN_EXE_gap-auditor"))
         .output()
         .expect("run the bench binary");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -32,6 +45,14 @@ fn bench_smoke_runs_and_prints_the_table() {
         "Auditor tail + decode + ledger, offset_columns",
         "Decoder::tag, json",
         "Ledger RSS growth",
+        "offset_columns round, no loss",
+        "offset_columns, locate 1 random missing",
+        "offset_columns, locate 100 random missing",
+        "key_columns verify",
+        "Detection latency",
+        "Scale, verify-round time",
+        "Scale, sink queries per round",
+        "Scale, daemon RSS",
     ] {
         assert!(stdout.contains(row), "no {row:?} row in:\n{stdout}");
     }

@@ -192,3 +192,16 @@ async fn measure(
     }
     Ok(daemon::median_max(&mut latencies))
 }
+
+/// How the detection-latency figure is made (written into docs/BENCHMARKS.md).
+pub const NOTES: &str = "\
+The real daemon binary (`gap-auditor run`, offset_columns on MariaDB, `verify_interval` 1 s, \
+`grace` 2 s) audits a 1-partition topic. The bench plays the pipeline: every 250 ms it \
+produces one record it \"loses\" (no row) and one it writes, then commits past both as the \
+pipeline group (assign-less commits, like the test suite's `Pipeline` stand-in). A lost \
+record is due `grace` after the daemon first sees that commit, so latency is measured from \
+`commit start + grace` — an upper bound: the daemon sees the commit only at its next round, \
+up to one `verify_interval` later, and that wait is counted against it. /metrics is polled \
+every 50 ms; the k-th loss is detected at the first poll where \
+`gap_auditor_records_lost_total` reaches k (losses become due in order). The run fails if a \
+loss is never counted or more are counted than injected.\n";
