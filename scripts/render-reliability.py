@@ -29,7 +29,7 @@ CATALOGUE = [
     ("hostile_payloads", "6", "hostile records through Kafka (nesting bombs, 1 MiB values, invalid UTF-8, ...)"),
     ("escaper_mariadb_round_trip", "6", "hostile strings through the SQL literal escaper and the real MariaDB"),
     ("sink_never_answers_bounded_memory", "8", "sink accepts connections and never answers; memory sampled while paused"),
-    ("graceful_shutdown_sigterm", "shutdown", "SIGTERM mid-round (sink replies slower than a round), restarted each time"),
+    ("graceful_shutdown_sigterm", "graceful shutdown", "SIGTERM mid-round (sink replies slower than a round), restarted each time"),
 ]
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.
@@ -185,7 +185,8 @@ def main():
     w("")
     for scenario, item, what in CATALOGUE + extra:
         lines = runs.get(scenario, [])
-        w(f"### `{scenario}`" + (f" (item {item})" if item else ""))
+        label = f"item {item}" if item.isdigit() else item
+        w(f"### `{scenario}`" + (f" ({label})" if item else ""))
         w("")
         if what:
             w(what + ".")
