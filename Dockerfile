@@ -12,13 +12,14 @@ ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS chef
-# rdkafka builds librdkafka from source (./configure + make, C and C++), the ssl-vendored
-# feature builds OpenSSL (perl, make), zstd-sys and the bundled SQLite need a C compiler;
-# zlib is linked from the system (libz-sys finds it with pkg-config).
+# rdkafka builds librdkafka from source (./configure + make, C and C++; no cmake), the
+# ssl-vendored feature builds OpenSSL (perl, make), zstd-sys and the bundled SQLite need a
+# C compiler; zlib is linked from the system (libz-sys finds it with pkg-config), so the
+# binary needs only libc, libm, libgcc_s and libz at run time, all in debian slim.
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      build-essential cmake perl pkg-config python3 zlib1g-dev ca-certificates \
+      build-essential perl pkg-config python3 zlib1g-dev ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 RUN cargo install --locked cargo-chef@0.1.78
 WORKDIR /src
