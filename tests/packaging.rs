@@ -496,6 +496,42 @@ fn kubernetes_manifests_have_the_required_fields() {
         auditors, 2,
         "the standalone Deployment and the Flink sidecar"
     );
+
+    // A Service in front of auditor pods publishes them while /readyz fails: a sink outage
+    // makes the pod unready exactly when its metrics (sink_up 0) must still be scraped.
+    let auditor_pods: Vec<&Yaml> = resources
+        .iter()
+        .filter(|(_, d)| d["kind"].as_str() == Some("Deployment"))
+        .map(|(_, d)| &d["spec"]["template"])
+        .filter(|t| {
+            t["spec"]["containers"]
+                .as_vec()
+                .into_iter()
+                .flatten()
+                .any(|c| c["name"].as_str() == Some("gap-auditor"))
+        })
+        .collect();
+    let mut services = 0;
+    for (file, svc) in resources
+        .iter()
+        .filter(|(_, d)| d["kind"].as_str() == Some("Service"))
+    {
+        let selector = svc["spec"]["selector"].as_hash().expect("selector");
+        let selects_auditor = auditor_pods.iter().any(|t| {
+            selector
+                .iter()
+                .all(|(k, v)| &t["metadata"]["labels"][s(k, "label")] == v)
+        });
+        if selects_auditor {
+            services += 1;
+            assert_eq!(
+                svc["spec"]["publishNotReadyAddresses"].as_bool(),
+                Some(true),
+                "{file}: not-ready auditor pods would vanish from the Service"
+            );
+        }
+    }
+    assert_eq!(services, 2, "a Service for each auditor pod");
 }
 
 // ---------------------------------------------------------------------------------------
