@@ -6,7 +6,8 @@
 #
 # Stages: chef (toolchain + cargo-chef) -> planner (dependency recipe) -> builder (dependencies
 # cooked in their own layer, so editing src/ does not rebuild librdkafka and OpenSSL) ->
-# runtime (debian slim, non-root, the binary and the example config only).
+# runtime (debian slim, non-root: the binary, config/ with the example at
+# /etc/gap-auditor/gap-auditor.toml, the dashboard).
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
