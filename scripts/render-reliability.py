@@ -23,6 +23,7 @@ CATALOGUE = [
     ("sink_outage_2m", "2", "sink unreachable for 2 minutes (proxy resets every connection) while records keep arriving"),
     ("sink_slow_2x_verify_interval", "2", "every sink reply delayed 2x verify_interval"),
     ("broker_unavailable_1m", "3", "broker unreachable for 1 minute (private tansu behind a proxy)"),
+    ("broker_frozen_30s", "3", "broker process frozen (SIGSTOP) for 30 s: connections open, nothing answers"),
     ("pipeline_lag_10x_grace", "4", "pipeline stops committing for 10x grace while records arrive"),
     ("pipeline_rewind", "4", "pipeline rewinds to an older checkpoint and writes records again"),
     ("multi_instance_rebalance", "5", "two instances in one group on 6 partitions; an instance stopped and started mid-run"),
@@ -45,8 +46,10 @@ METHOD = [
     "The pipeline keeps writing straight to MariaDB, so only the auditor's path fails.",
     "- The broker outage uses a private tansu on free ports that advertises a proxy's "
     "address, so every client connection goes through the proxy, which refuses them for a "
-    "minute. The tansu build the suite uses stores in memory only, so stopping its process "
-    "would bring it back empty: a different fault (a recreated topic), not an outage.",
+    "minute; then the tansu process itself is frozen (SIGSTOP) for 30 s, so connections "
+    "stay open and requests time out. The tansu build the suite uses stores in memory only, "
+    "so killing and restarting its process would bring it back empty: a different fault (a "
+    "recreated topic), not an outage.",
     "- `kill -9` and `records_lost_total`: counters are per process and restart at 0. The "
     "daemon increments its verdict counters only after the SQLite transaction that holds "
     "the verdicts (docs/SEMANTICS.md, Offsets), so a lifetime never exports a loss it did "
