@@ -105,6 +105,7 @@ async fn kill_9_at_random_moments_of_a_100k_run() {
     let mut lives = Vec::new();
     let mut stored_at_start = 0;
     let mut assigned_at_kill = 0;
+    let mut startup_kills = 0;
     let assigned = |t: &Option<String>| {
         t.as_ref().is_some_and(|t| {
             sample(t, "gap_auditor_settled_offset", &[("topic", &topic)]).is_some()
@@ -114,6 +115,7 @@ async fn kill_9_at_random_moments_of_a_100k_run() {
         // One kill in four at a random moment of startup (store open, group join); the
         // others at a random moment up to 3 s after the lifetime got its partition.
         if rng.range(0, 4) == 0 {
+            startup_kills += 1;
             tokio::time::sleep(Duration::from_millis(rng.range(100, 3000))).await;
         } else {
             let since = Instant::now();
@@ -196,8 +198,8 @@ async fn kill_9_at_random_moments_of_a_100k_run() {
         &reported,
         scraped_sum,
         format!(
-            "seed {seed}: {n} records, {KILLS} kill -9 ({assigned_at_kill} with partitions \
-             assigned), restarted each time; records_lost_total summed over the {} lifetimes (last \
+            "seed {seed}: {n} records, {KILLS} kill -9 ({startup_kills} aimed at startup; \
+             {assigned_at_kill} with the partition assigned), restarted each time; records_lost_total summed over the {} lifetimes (last \
              scrape before each kill) = {scraped_sum}, persisted per lifetime sum = \
              {persisted_sum}, every lifetime exported <= what it persisted; produce {:.1} s, \
              pipeline {:.1} s, kills {:.1} s, settled after {:.1} s",
