@@ -59,6 +59,37 @@ impl Key {
         Self(buf.into_boxed_slice())
     }
 
+    /// A key of the values `values` yields, or `None` as soon as one is `None` (a field
+    /// missing). Built in a per-thread scratch buffer, so the only allocation is the key's
+    /// own: this runs once per consumed record on the tailing thread.
+    pub fn try_collect<'a>(values: impl Iterator<Item = Option<Cow<'a, str>>>) -> Option<Self> {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        fn build<'a>(
+            buf: &mut Vec<u8>,
+            values: impl Iterator<Item = Option<Cow<'a, str>>>,
+        ) -> Option<Key> {
+            buf.clear();
+            for v in values {
+                buf.extend_from_slice(v?.as_bytes());
+                buf.push(KEY_END);
+            }
+            Some(Key(Box::from(&buf[..])))
+        }
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buf) => {
+                let key = build(&mut buf, values);
+                // One huge hostile key must not pin its size for the thread's lifetime.
+                if buf.capacity() > 64 * 1024 {
+                    *buf = Vec::new();
+                }
+                key
+            }
+            Err(_) => build(&mut Vec::new(), values),
+        })
+    }
+
     /// The values, in key order.
     pub fn values(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
         KeyValues {
@@ -346,6 +377,8 @@ pub struct Decoder {
     require: Vec<Locator>,
     key: Option<Vec<Locator>>,
     id: Option<Vec<IdPart>>,
+    /// csv: fields a record usually has, so splitting allocates once instead of growing.
+    width: usize,
 }
 
 /// The name a raw record's single field goes by when `fields` is empty.
@@ -450,6 +483,7 @@ impl Decoder {
         };
         Ok(Decoder {
             kind,
+            width: spec.field_count.unwrap_or(spec.fields.len()).clamp(1, 64),
             field_count: spec.field_count,
             min_fields: spec.min_fields,
             require,
@@ -484,7 +518,9 @@ impl Decoder {
                         None => return Tag::Filtered(FilterReason::Undecodable),
                     }
                 } else {
-                    line.split(delimiter).map(Cow::Borrowed).collect()
+                    let mut fields = Vec::with_capacity(self.width);
+                    fields.extend(line.split(delimiter).map(Cow::Borrowed));
+                    fields
                 };
                 Decoded::Csv(fields)
             }
@@ -511,16 +547,10 @@ impl Decoder {
         }
         let key = match &self.key {
             None => None,
-            Some(locators) => {
-                let mut values = Vec::with_capacity(locators.len());
-                for loc in locators {
-                    match present(loc) {
-                        Some(v) => values.push(v),
-                        None => return Tag::Filtered(FilterReason::Filter),
-                    }
-                }
-                Some(Key::new(&values))
-            }
+            Some(locators) => match Key::try_collect(locators.iter().map(present)) {
+                Some(key) => Some(key),
+                None => return Tag::Filtered(FilterReason::Filter),
+            },
         };
         if let Some(parts) = &self.id {
             return match build_id(parts, decoded, meta) {
@@ -1173,6 +1203,10 @@ mod tests {
         );
     }
 
+    fn values_of<'a>(v: &'a [&'a str]) -> impl Iterator<Item = Option<Cow<'a, str>>> {
+        v.iter().map(|s| Some(Cow::Borrowed(*s)))
+    }
+
     #[test]
     fn key_keeps_values_apart() {
         let cases: [&[&str]; 6] = [
@@ -1195,6 +1229,12 @@ mod tests {
                 values.iter().map(|v| v.len()).sum::<usize>()
             );
         }
+        let collected = Key::try_collect(values_of(&["a", "", "é"]));
+        assert_eq!(collected, Some(Key::new(["a", "", "é"])));
+        let missing = [Some(Cow::Borrowed("a")), None, Some(Cow::Borrowed("c"))];
+        assert_eq!(Key::try_collect(missing.into_iter()), None);
+        // The scratch buffer is reset: a failed key leaves nothing for the next one.
+        assert_eq!(Key::try_collect(values_of(&["z"])), Some(Key::new(["z"])));
         // Values never run into each other.
         assert_ne!(Key::new(["a", "b"]), Key::new(["ab"]));
         assert_ne!(Key::new(["a", ""]), Key::new(["a"]));

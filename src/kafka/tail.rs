@@ -370,8 +370,9 @@ pub fn start(
         commands: ctx_rx,
         stopping: stopping.clone(),
         flow: flow.clone(),
-        topics: HashMap::new(),
+        topics: Vec::new(),
         batch_started: None,
+        pushed: 0,
         paused: None,
     };
     let thread = std::thread::Builder::new()
@@ -395,8 +396,11 @@ struct Tail {
     commands: std::sync::mpsc::Receiver<Command>,
     stopping: Arc<AtomicBool>,
     flow: Arc<Flow>,
-    topics: HashMap<String, Arc<str>>,
+    /// Interned topic names: an audit reads a handful, so a scan beats hashing every record.
+    topics: Vec<Arc<str>>,
     batch_started: Option<Instant>,
+    /// Records pushed since the last flush.
+    pushed: u32,
     /// `Some(generation)` while paused: the rebalance generation the pause was applied to.
     paused: Option<u64>,
 }
@@ -487,8 +491,15 @@ impl Tail {
             }
             Err(_) => true,
         };
+        if full {
+            return self.flush();
+        }
+        // Reading the clock costs as much as the rest of this function: past the first
+        // records of a batch (a slow topic, where age matters) look at it every 64th.
+        let len = self.pushed;
+        self.pushed += 1;
         let started = *self.batch_started.get_or_insert_with(Instant::now);
-        if full || started.elapsed() >= BATCH_AGE {
+        if (len < 64 || len.is_multiple_of(64)) && started.elapsed() >= BATCH_AGE {
             return self.flush();
         }
         true
@@ -496,6 +507,7 @@ impl Tail {
 
     fn flush(&mut self) -> bool {
         self.batch_started = None;
+        self.pushed = 0;
         self.consumer.context().flush()
     }
 
@@ -512,15 +524,16 @@ impl Tail {
 
 /// Decodes and tags one message; the topic name is interned.
 fn tag(
-    topics: &mut HashMap<String, Arc<str>>,
+    topics: &mut Vec<Arc<str>>,
     decoder: &Decoder,
     m: &rdkafka::message::BorrowedMessage<'_>,
 ) -> Tagged {
-    let topic = match topics.get(m.topic()) {
+    let name = m.topic();
+    let topic = match topics.iter().find(|t| ***t == *name) {
         Some(t) => t.clone(),
         None => {
-            let t: Arc<str> = Arc::from(m.topic());
-            topics.insert(m.topic().to_string(), t.clone());
+            let t: Arc<str> = Arc::from(name);
+            topics.push(t.clone());
             t
         }
     };
