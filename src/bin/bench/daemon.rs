@@ -51,6 +51,26 @@ pub async fn create_topics(brokers: &str, topics: &[String], partitions: i32) ->
     Ok(())
 }
 
+/// Deletes the topics a bench created (best effort: the shared broker outlives the run).
+pub async fn delete_topics(brokers: &str, topics: &[String]) {
+    let admin: Result<AdminClient<DefaultClientContext>, _> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create();
+    let Ok(admin) = admin else { return };
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    match admin.delete_topics(&names, &opts).await {
+        Ok(results) => {
+            for r in results {
+                if let Err((t, e)) = r {
+                    eprintln!("could not delete topic {t}: {e}");
+                }
+            }
+        }
+        Err(e) => eprintln!("could not delete topics: {e}"),
+    }
+}
+
 /// A producer that sends each record in its own batch (tansu's ListOffsets "latest" is
 /// wrong for multi-record batches) and reports where it landed.
 pub fn producer(brokers: &str) -> Result<FutureProducer> {

@@ -55,6 +55,7 @@ pub async fn rows(
     )
     .await;
     d.stop().await;
+    daemon::delete_topics(brokers, std::slice::from_ref(&topic)).await;
     let _ = conn
         .query_drop(format!("DROP TABLE IF EXISTS {table}"))
         .await;

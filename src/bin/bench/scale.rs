@@ -60,6 +60,7 @@ pub async fn rows(
     )
     .await;
     d.stop().await;
+    daemon::delete_topics(brokers, &topics).await;
     let _ = conn
         .query_drop(format!("DROP TABLE IF EXISTS {table}"))
         .await;
