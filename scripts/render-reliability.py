@@ -27,6 +27,7 @@ CATALOGUE = [
     ("pipeline_lag_10x_grace", "4", "pipeline stops committing for 10x grace while records arrive"),
     ("pipeline_rewind", "4", "pipeline rewinds to an older checkpoint and writes records again"),
     ("multi_instance_rebalance", "5", "two instances in one group on 6 partitions; an instance stopped and started mid-run"),
+    ("multi_instance_kill9", "5", "two instances in one group; a partition owner killed (-9) mid-run, the other takes over"),
     ("hostile_payloads", "6", "hostile records through Kafka (nesting bombs, 1 MiB values, invalid UTF-8, ...)"),
     ("escaper_mariadb_round_trip", "6", "hostile strings through the SQL literal escaper and the real MariaDB"),
     ("sink_never_answers_bounded_memory", "8", "sink accepts connections and never answers; memory sampled while paused"),
