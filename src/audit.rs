@@ -85,7 +85,7 @@ struct Audit<V> {
     /// counters only once the store holds them, so a crash between deciding and persisting
     /// cannot count a record in this lifetime and again in the next, which re-decides it.
     uncounted: Vec<(TopicPartition, Applied, i64)>,
-    uncounted_causes: Vec<&'static str>,
+    uncounted_causes: Vec<(TopicPartition, &'static str)>,
     committed: HashMap<TopicPartition, Offset>,
     /// (settled, ledger revision) last written per partition: unchanged ones are skipped.
     persisted: HashMap<TopicPartition, (Offset, u64)>,
@@ -581,6 +581,13 @@ impl<V: Verifier> Audit<V> {
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }
+        if !ok {
+            // Not stored, so not counted: the next owner decides these records again and
+            // counts them there.
+            self.uncounted.retain(|(tp, ..)| !partitions.contains(tp));
+            self.uncounted_causes
+                .retain(|(tp, _)| !partitions.contains(tp));
+        }
         self.publish();
         out
     }
@@ -735,7 +742,7 @@ impl<V: Verifier> Audit<V> {
         for (tp, applied, decided_at) in std::mem::take(&mut self.uncounted) {
             self.account(&tp, &applied, decided_at);
         }
-        for cause in std::mem::take(&mut self.uncounted_causes) {
+        for (_, cause) in std::mem::take(&mut self.uncounted_causes) {
             self.metrics
                 .gaps_detected
                 .with_label_values(&[self.cfg.name.as_str(), cause])
@@ -834,7 +841,7 @@ impl<V: Verifier> Audit<V> {
     fn report_gap(&mut self, tp: &TopicPartition, g: &GapRecord) {
         let gap = self.to_gap(tp, g);
         if g.is_new {
-            self.uncounted_causes.push(g.cause.as_str());
+            self.uncounted_causes.push((tp.clone(), g.cause.as_str()));
         }
         log_gap(&gap, self.cfg.pipeline_group.as_deref());
         self.unsaved.insert(gap.id.clone(), gap);
