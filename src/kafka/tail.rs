@@ -396,7 +396,8 @@ struct Tail {
     commands: std::sync::mpsc::Receiver<Command>,
     stopping: Arc<AtomicBool>,
     flow: Arc<Flow>,
-    /// Interned topic names: an audit reads a handful, so a scan beats hashing every record.
+    /// Topic names interned for the current batch: an audit reads a handful, so a scan
+    /// beats hashing every record.
     topics: Vec<Arc<str>>,
     batch_started: Option<Instant>,
     /// Records pushed since the last flush.
@@ -508,6 +509,10 @@ impl Tail {
     fn flush(&mut self) -> bool {
         self.batch_started = None;
         self.pushed = 0;
+        // Fresh topic names for the next batch: every record clones its topic's Arc here and
+        // the audit task drops it on another core; sharing one Arc across batches would make
+        // both threads fight over its reference count's cache line for every record.
+        self.topics.clear();
         self.consumer.context().flush()
     }
 
