@@ -2,12 +2,13 @@
 # Runs the fault suite and renders docs/RELIABILITY.md from the figures it records.
 #   scripts/reliability.sh
 # Tests run: the `faults::` scenarios, the multi-instance (`multi::`) and hostile-input
-# (`input::`) tests of tests/it, and tests/faults_private.rs (private broker). Each writes one
-# JSON line per scenario run to $GAP_AUDITOR_FIGURES (a fresh file here); the document is
-# rendered from those lines only, also when a test fails (its row then shows the mismatch,
-# and this script exits non-zero). Settings: GAP_AUDITOR_FAULT_SEED replays the random
-# moments of a run; GAP_AUDITOR_FAULT_RECORDS resizes the kill -9 run (default 100000);
-# RELIABILITY_OUT (default docs/RELIABILITY.md).
+# (`input::`) tests of tests/it, tests/faults_private.rs (private broker) and
+# tests/security.rs (known secrets searched in logs and answers). Each writes one JSON line
+# per scenario run to $GAP_AUDITOR_FIGURES (a fresh file here); the document is rendered
+# from those lines only, also when a test fails (its row then shows the mismatch, and this
+# script exits non-zero). Settings: GAP_AUDITOR_FAULT_SEED replays the random moments of a
+# run; GAP_AUDITOR_FAULT_RECORDS resizes the kill -9 run (default 100000); RELIABILITY_OUT
+# (default docs/RELIABILITY.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,6 +32,7 @@ start=$SECONDS
 rc=0
 cargo test --test it -- faults:: multi:: input:: || rc=$?
 cargo test --test faults_private || rc=$?
+cargo test --test security || rc=$?
 
 python3 scripts/render-reliability.py "$GAP_AUDITOR_FIGURES" "$OUT" \
   --exit-code "$rc" --seconds $((SECONDS - start)) --command "scripts/reliability.sh"
