@@ -644,7 +644,11 @@ impl<V: Verifier> Audit<V> {
                 Err(e) => failure = Some(e),
             }
             let dirty = part.ledger.take_dirty_gaps();
-            self.uncounted.push((tp.clone(), applied, decided_at));
+            // Only rounds that decided something: while the store refuses writes this list
+            // must grow with verdicts, not with partitions × rounds.
+            if applied != Applied::default() {
+                self.uncounted.push((tp.clone(), applied, decided_at));
+            }
             for g in dirty {
                 self.report_gap(tp, &g);
             }
