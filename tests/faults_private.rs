@@ -175,7 +175,8 @@ async fn broker_unavailable_or_frozen_resumes_at_the_settled_watermark() {
     let duplicated = auditor.duplicated(topic, 0);
     let reported = gap_tuples(&api_gaps(&auditor).await);
     let reported_lost = auditor.lost(topic, 0);
-    let committed = group_committed(&s.auditor_group, topic);
+    let committed =
+        group_committed_reaches(&s.auditor_group, topic, 100, Duration::from_secs(15)).await;
     record(
         "broker_unavailable_1m",
         1,

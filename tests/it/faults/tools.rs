@@ -267,6 +267,29 @@ impl BulkPipeline {
 
 /// The auditor group's committed offset on partition 0 of `topic` (read with the group's
 /// id by a client that never joins it).
+/// The group's committed offset once it reaches `want`, or the last one seen after
+/// `within`: the auditor commits its settled watermark after the round that settled it
+/// persisted, so right after `settled` moves the commit may still be on its way.
+pub async fn group_committed_reaches(
+    group: &str,
+    topic: &str,
+    want: i64,
+    within: Duration,
+) -> Option<i64> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let (g, t) = (group.to_string(), topic.to_string());
+        let got = tokio::task::spawn_blocking(move || group_committed(&g, &t))
+            .await
+            .expect("committed offsets task");
+        if got == Some(want) || std::time::Instant::now() >= deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The group's committed offset for partition 0 of `topic`.
 pub fn group_committed(group: &str, topic: &str) -> Option<i64> {
     let c: BaseConsumer = group_client(group).create().expect("consumer");
     let mut tpl = TopicPartitionList::new();
