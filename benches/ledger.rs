@@ -90,6 +90,7 @@ fn round(c: &mut Criterion) {
                         .map(|s| Verdict::Known {
                             present: vec![s.run],
                             duplicate_rows: 0,
+                            shared_keys: Vec::new(),
                         })
                         .collect();
                     black_box(l.apply(&verdicts, 100_000))

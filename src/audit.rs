@@ -19,13 +19,15 @@ use crate::gap::{Gap, GapState, Offset, TopicPartition};
 use crate::handover::{self, Handover, PartitionState};
 use crate::kafka::retention::{self, Retention};
 use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle};
-use crate::ledger::{Applied, GapRecord, Observed, PartitionLedger, Segment, Snapshot, Verdict};
+use crate::ledger::{
+    Applied, GapRecord, KeyBook, Observed, PartitionLedger, Segment, Snapshot, Verdict,
+};
 use crate::metrics::Metrics;
 use crate::record::{Decoder, DecoderSpec, FilterReason, Tag};
 use crate::sink::{SinkError, Verifier};
 use crate::status::{AuditStatus, PartitionStatus, SinkState, StatusBoard};
 use crate::store::{PartitionProgress, Store};
-use crate::verify::{self, KeyHistory, Limits};
+use crate::verify::Checker;
 use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use rdkafka::admin::AdminClient;
@@ -77,8 +79,8 @@ struct Audit<V> {
     lookup: Arc<Lookup>,
     pipeline: Option<Arc<PipelineReader>>,
     parts: BTreeMap<TopicPartition, Part>,
-    keys: KeyHistory,
-    limits: Limits,
+    /// The one verification dispatch, with the audit-wide key multiset (key_columns).
+    checker: Checker,
     /// Gaps changed but not yet persisted (a failed store write is retried next round).
     unsaved: BTreeMap<String, Gap>,
     /// Verdicts (and new gaps' causes) decided but not yet persisted: they reach the
@@ -103,6 +105,11 @@ struct Audit<V> {
     sink_error: Option<String>,
     last_sink_ok: Option<DateTime<Utc>>,
     last_kafka_ok: Option<DateTime<Utc>>,
+    /// The last read of the pipeline group's commits succeeded (with a pipeline group).
+    pipeline_read_ok: bool,
+    /// Why verdicts are held back (a configured pipeline group that cannot be read or has
+    /// no commit), as last logged; `None` while they are not.
+    pipeline_hold: Option<String>,
     /// Hands partition state to the next owner (several instances in one group).
     handover: Option<Arc<Handover>>,
     /// Partitions whose state changed since it was last handed over.
@@ -153,11 +160,9 @@ pub async fn run<V: Verifier + 'static>(
         config.max_pending as u64,
     )
     .context("starting the Kafka consumer")?;
-    let limits = Limits::from_batch_size(config.batch_size);
     let key_capacity = config.max_pending.min(1_000_000);
     let mut a = Audit {
-        keys: KeyHistory::new(key_capacity),
-        limits,
+        checker: Checker::new(config.matching.strategy, config.batch_size, key_capacity),
         lookup,
         pipeline,
         parts: BTreeMap::new(),
@@ -183,6 +188,8 @@ pub async fn run<V: Verifier + 'static>(
         sink_error: None,
         last_sink_ok: None,
         last_kafka_ok: None,
+        pipeline_read_ok: false,
+        pipeline_hold: None,
         handover,
         handover_dirty: BTreeSet::new(),
         cfg: config,
@@ -267,6 +274,7 @@ impl<V: Verifier> Audit<V> {
             &self.cfg.name,
             &self.metrics,
             &mut self.parts,
+            self.checker.book_mut(),
             batch,
             now_ms(),
         );
@@ -317,6 +325,9 @@ impl<V: Verifier> Audit<V> {
                 Ok((low, high)) if next > high => {
                     tracing::error!(audit = %self.cfg.name, %tp, next, low, high,
                         "the auditor's position is beyond the log end (topic recreated or truncated?): restarting the partition at the log start");
+                    if let Some(book) = self.checker.book_mut() {
+                        book.release(&part.ledger);
+                    }
                     part.ledger = PartitionLedger::new(low, keyed);
                     low
                 }
@@ -407,6 +418,14 @@ impl<V: Verifier> Audit<V> {
             }
             tracing::info!(audit = %self.cfg.name, %tp, offset = ledger.next_offset(), "partition assigned");
             out.push((tp.clone(), ledger.next_offset()));
+            // A partition assigned again (eager rebalances revoke and assign everything)
+            // replaces its old ledger: the old one's claims go first.
+            if let Some(book) = self.checker.book_mut() {
+                if let Some(old) = self.parts.get(&tp) {
+                    book.release(&old.ledger);
+                }
+                book.adopt(&ledger);
+            }
             self.parts.insert(
                 tp,
                 Part {
@@ -569,6 +588,9 @@ impl<V: Verifier> Audit<V> {
         let mut out = Vec::new();
         for tp in partitions {
             if let Some(part) = self.parts.remove(tp) {
+                if let Some(book) = self.checker.book_mut() {
+                    book.release(&part.ledger);
+                }
                 if ok {
                     out.push((tp.clone(), part.ledger.settled()));
                 }
@@ -608,22 +630,30 @@ impl<V: Verifier> Audit<V> {
         };
         let mut queried = false;
         let mut failure: Option<SinkError> = None;
+        let hold = self.hold_verdicts();
+        let time_rule = self.pipeline.is_none();
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
         for tp in &tps {
             let (segs, checks) = match self.parts.get_mut(tp) {
-                Some(p) => (
-                    p.ledger.due(now, grace, limit),
-                    p.ledger.rechecks(now, give_up),
-                ),
+                Some(p) => {
+                    // Set every round, so no ledger (new, restored, reset) can miss it.
+                    p.ledger.pipeline.set_time_rule(time_rule);
+                    let due = if hold {
+                        Vec::new()
+                    } else {
+                        p.ledger.due(now, grace, limit)
+                    };
+                    (due, p.ledger.rechecks(now, give_up))
+                }
                 None => continue,
             };
             if segs.is_empty() && checks.is_empty() {
                 continue;
             }
             queried = true;
-            let due_result = self.verify(tp, &segs).await;
+            let due_result = self.verify(tp, &segs, false).await;
             let check_result = if due_result.is_ok() {
-                self.verify(tp, &checks).await
+                self.verify(tp, &checks, true).await
             } else {
                 Ok(Vec::new())
             };
@@ -642,6 +672,11 @@ impl<V: Verifier> Audit<V> {
                 }
                 Ok(_) => {}
                 Err(e) => failure = Some(e),
+            }
+            if let Some(book) = self.checker.book_mut() {
+                for k in part.ledger.take_released_keys() {
+                    book.forget_missing(&k);
+                }
             }
             let dirty = part.ledger.take_dirty_gaps();
             // Only rounds that decided something: while the store refuses writes this list
@@ -702,6 +737,7 @@ impl<V: Verifier> Audit<V> {
         &mut self,
         tp: &TopicPartition,
         segs: &[Segment],
+        recheck: bool,
     ) -> Result<Vec<Verdict>, SinkError> {
         if segs.is_empty() {
             return Ok(Vec::new());
@@ -718,15 +754,53 @@ impl<V: Verifier> Audit<V> {
                 .with_label_values(&[audit.as_str()])
                 .observe(d.as_secs_f64());
         };
-        match self.cfg.matching.strategy {
-            MatchStrategy::KeyColumns => {
-                verify::by_keys(&self.sink, segs, &mut self.keys, self.limits, &obs).await
-            }
-            MatchStrategy::DocId => verify::by_ids(&self.sink, segs, self.limits, &obs).await,
-            MatchStrategy::OffsetColumns => {
-                verify::by_offsets(&self.sink, tp, segs, self.limits, &obs).await
-            }
+        if recheck {
+            self.checker.recheck(&self.sink, tp, segs, &obs).await
+        } else {
+            self.checker.due(&self.sink, tp, segs, &obs).await
         }
+    }
+
+    /// With a configured pipeline group, whether verdicts wait this round: the group could
+    /// not be read, or it has no commit on any partition this audit owns (a misspelt name, a
+    /// job before its first checkpoint). Lag is never loss, so nothing becomes due on time
+    /// alone (SPEC "Due rule"). Sets `gap_auditor_pipeline_group_up` and logs changes.
+    fn hold_verdicts(&mut self) -> bool {
+        let Some(group) = self.cfg.pipeline_group.clone() else {
+            return false;
+        };
+        let reason = if !self.pipeline_read_ok {
+            Some(format!(
+                "the pipeline group {group:?} cannot be read (no DESCRIBE permission on it, or its coordinator is unavailable)"
+            ))
+        } else if !self.parts.is_empty()
+            && !self.parts.values().any(|p| p.ledger.pipeline.has_commits())
+        {
+            Some(format!(
+                "the pipeline group {group:?} has no committed offset on any audited partition (is pipeline_group spelt right? has the job completed its first checkpoint?)"
+            ))
+        } else {
+            None
+        };
+        let up = reason.is_none() && !self.parts.is_empty();
+        self.metrics
+            .pipeline_group_up
+            .with_label_values(&[self.cfg.name.as_str()])
+            .set(i64::from(up));
+        match (&reason, &self.pipeline_hold) {
+            (Some(r), None) => {
+                tracing::warn!(audit = %self.cfg.name, pipeline_group = %group,
+                    "verdicts held back: {r}; nothing is declared missing until its commits are seen")
+            }
+            (None, Some(_)) => {
+                tracing::info!(audit = %self.cfg.name, pipeline_group = %group,
+                    "pipeline group commits read again: verdicts resume")
+            }
+            _ => {}
+        }
+        let hold = reason.is_some();
+        self.pipeline_hold = reason;
+        hold
     }
 
     fn observe_query(&self, d: Duration, ok: bool) {
@@ -1060,6 +1134,7 @@ impl<V: Verifier> Audit<V> {
                 tokio::task::spawn_blocking(move || lookup.partitions(&topic).map(|_| None)).await
             }
         };
+        self.pipeline_read_ok = matches!(result, Ok(Ok(Some(_))));
         match result {
             Ok(Ok(commits)) => {
                 self.last_kafka_ok = Some(Utc::now());
@@ -1093,7 +1168,15 @@ impl<V: Verifier> Audit<V> {
         let Some(p) = self.parts.get_mut(tp) else {
             return;
         };
-        let step = p.ledger.pipeline.observe(now, committed);
+        // A commit beyond what the log holds cannot have passed over records not written
+        // yet: capped at the log end (or what the auditor has read), later records become
+        // due `grace` after they exist, never on arrival.
+        let log_end = p.log.map(|(_, end)| end);
+        let held = log_end.unwrap_or(0).max(p.ledger.next_offset());
+        let step = p
+            .ledger
+            .pipeline
+            .observe(now, committed.map(|c| c.min(held)));
         let labels = [audit.as_str(), tp.topic.as_str(), &tp.partition.to_string()];
         if let Some(s) = step.filter(|s| s.is_rewind()) {
             self.metrics
@@ -1103,7 +1186,6 @@ impl<V: Verifier> Audit<V> {
             tracing::warn!(audit = %audit, %tp, from = s.from, to = s.to, pipeline_group = %group,
                 "pipeline group {group} rewound {tp} from {} to {}: it is re-reading, expect duplicates (not loss)", s.from, s.to);
         }
-        let log_end = p.log.map(|(_, end)| end);
         let behind = matches!((committed, log_end), (Some(c), Some(end)) if end > c);
         let idle = p
             .ledger
@@ -1277,6 +1359,7 @@ pub fn ingest_batch(
     audit: &str,
     metrics: &Metrics,
     ledgers: &mut impl Ledgers,
+    mut book: Option<&mut KeyBook>,
     batch: Vec<Tagged>,
     now: i64,
 ) -> u64 {
@@ -1303,8 +1386,18 @@ pub fn ingest_batch(
             match ledger.as_deref_mut() {
                 None => ignored += 1,
                 Some(ledger) => {
+                    let fresh = r.offset >= ledger.next_offset();
                     let (slot, observed) = match r.tag {
-                        Tag::Expected { key } => (1, Observed::Expected { key }),
+                        Tag::Expected { key } => {
+                            // The audit-wide multiset learns of the record as it is read, so
+                            // a row it will need is never charged as another's duplicate.
+                            if fresh
+                                && let (Some(book), Some(k)) = (book.as_deref_mut(), key.as_ref())
+                            {
+                                book.pend(k);
+                            }
+                            (1, Observed::Expected { key })
+                        }
                         Tag::Filtered(reason) => {
                             let i = FilterReason::ALL
                                 .iter()

@@ -10,8 +10,8 @@ use crate::config::{AuditConfig, Config, MatchStrategy};
 use crate::gap::{Gap, Offset, TopicPartition};
 use crate::kafka::client;
 use crate::ledger::{Observed, PartitionLedger, Verdict};
-use crate::record::{Decoder, DecoderSpec, Tag};
-use crate::verify::{self, KeyHistory, Limits};
+use crate::record::{Decoder, DecoderSpec, RecordMeta, Tag};
+use crate::verify::Checker;
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -128,8 +128,14 @@ async fn check_audit(
         audit.matching.strategy,
         MatchStrategy::KeyColumns | MatchStrategy::DocId
     );
-    let limits = Limits::from_batch_size(audit.batch_size);
-    let mut keys = KeyHistory::new(audit.max_pending.min(1_000_000));
+    let mut checker = Checker::new(
+        audit.matching.strategy,
+        audit.batch_size,
+        audit.max_pending.min(1_000_000),
+    );
+    // Every partition is read before any is verified: the key multiset is the audit's, so
+    // a row that a record of a later partition holds is never charged as a duplicate.
+    let mut read = Vec::new();
     for (tp, first, end) in ranges {
         report.ranges.push(CheckedRange {
             audit: audit.name.clone(),
@@ -153,7 +159,12 @@ async fn check_audit(
         .context("reading the range")??;
         report.consumed += consumed;
         report.expected += expected;
-        let mut ledger = ledger;
+        if let Some(book) = checker.book_mut() {
+            book.adopt(&ledger);
+        }
+        read.push((tp, end, ledger));
+    }
+    for (tp, end, mut ledger) in read {
         // Everything in the past is due: the frontier is the end of the range.
         ledger.pipeline.observe(0, Some(end));
         let now = Utc::now().timestamp_millis();
@@ -163,18 +174,10 @@ async fn check_audit(
                 break;
             }
             let obs = |_d: Duration, _ok: bool| {};
-            let verdicts: Vec<Verdict> = match audit.matching.strategy {
-                MatchStrategy::KeyColumns => {
-                    verify::by_keys(sink, &segs, &mut keys, limits, &obs).await
-                }
-                MatchStrategy::DocId => verify::by_ids(sink, &segs, limits, &obs).await,
-                MatchStrategy::OffsetColumns => {
-                    verify::by_offsets(sink, &tp, &segs, limits, &obs).await
-                }
-            }
-            .map_err(|e| {
-                anyhow::anyhow!("audit {}: {e}: cannot decide, nothing reported", audit.name)
-            })?;
+            let verdicts: Vec<Verdict> =
+                checker.due(sink, &tp, &segs, &obs).await.map_err(|e| {
+                    anyhow::anyhow!("audit {}: {e}: cannot decide, nothing reported", audit.name)
+                })?;
             let applied = ledger.apply(&verdicts, now);
             report.confirmed += applied.confirmed;
             report.lost += applied.lost;
@@ -293,7 +296,15 @@ fn read_range(
                     Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
                     _ => None,
                 };
-                let observed = match decoder.tag(m.payload()) {
+                // The record's coordinates, as the daemon's tail passes them: doc_id templates
+                // are built from them.
+                let meta = RecordMeta {
+                    topic: m.topic(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key(),
+                };
+                let observed = match decoder.tag_record(m.payload(), &meta) {
                     Tag::Expected { key } => {
                         expected += 1;
                         Observed::Expected { key }

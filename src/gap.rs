@@ -172,6 +172,11 @@ pub struct Gap {
     pub pipeline_commit_at: Option<DateTime<Utc>>,
     /// Operator's reason, set by `gap-auditor ack`.
     pub ack_reason: Option<String>,
+    /// Some missing record of the gap carries a key other records share (`key_columns`):
+    /// the sink holds fewer rows than records for that key, and cannot say which of the
+    /// records is the absent one; the gap names the shortfall's position by offset order.
+    #[serde(default)]
+    pub shared_key: bool,
 }
 
 impl Gap {

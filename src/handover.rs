@@ -454,6 +454,7 @@ mod tests {
                 pipeline_commit_from: Some(9),
                 pipeline_commit_to: Some(20),
                 pipeline_commit_at: None,
+                shared_key: false,
                 ack_reason: Some("known".into()),
             }],
             replayed: vec![Gap::make_id("dns", "logs", 3, 10)],

@@ -467,6 +467,7 @@ mod tests {
             pipeline_commit_from: None,
             pipeline_commit_to: None,
             pipeline_commit_at: None,
+            shared_key: false,
         }
     }
 
@@ -583,6 +584,8 @@ mod tests {
             "pipeline_commit_from",
             "pipeline_commit_to",
             "pipeline_commit_at",
+            // key_columns: a missing record's key was shared by other records.
+            "shared_key",
         ];
         want.sort_unstable();
         assert_eq!(keys, want);

@@ -49,3 +49,6 @@ pub mod sink;
 pub mod status;
 pub mod store;
 pub mod verify;
+
+#[cfg(test)]
+mod model_tests;

@@ -77,6 +77,9 @@ pub struct Metrics {
     pub sink_up: IntGaugeVec,
     /// `gap_auditor_kafka_up{audit}`.
     pub kafka_up: IntGaugeVec,
+    /// `gap_auditor_pipeline_group_up{audit}`: the configured pipeline group's commits
+    /// were read and it has commits (0: verdicts are held back). Absent without a group.
+    pub pipeline_group_up: IntGaugeVec,
     /// `gap_auditor_build_info{version, revision}`, always 1.
     pub build_info: IntGaugeVec,
     /// Beyond SPEC's table: gaps detected, by cause (audit, cause) — no topic/partition, so
@@ -259,6 +262,12 @@ impl Metrics {
                 "1 when the Kafka broker answered recently, else 0.",
                 &["audit"],
             ),
+            pipeline_group_up: int_gauge(
+                &r,
+                "gap_auditor_pipeline_group_up",
+                "1 when the pipeline group's commits were read and it has commits; 0 holds verdicts back.",
+                &["audit"],
+            ),
             build_info: int_gauge(
                 &r,
                 "gap_auditor_build_info",
@@ -402,6 +411,7 @@ mod tests {
         ("gap_auditor_sink_query_seconds", "histogram"),
         ("gap_auditor_sink_up", "gauge"),
         ("gap_auditor_kafka_up", "gauge"),
+        ("gap_auditor_pipeline_group_up", "gauge"),
         ("gap_auditor_build_info", "gauge"),
     ];
 
@@ -455,6 +465,7 @@ mod tests {
             .observe(0.02);
         m.sink_up.with_label_values(&[audit]).set(1);
         m.kafka_up.with_label_values(&[audit]).set(1);
+        m.pipeline_group_up.with_label_values(&[audit]).set(1);
         m.gaps_detected
             .with_label_values(&[audit, "skipped_by_restart"])
             .inc();

@@ -28,7 +28,7 @@ use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
 use crate::sink::sql;
 use crate::sink::stream_load::{self, StreamLoad};
 use crate::store::Store;
-use crate::verify::{self, KeyHistory, Limits};
+use crate::verify::Checker;
 use anyhow::{Context, bail};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, Timestamp};
@@ -196,19 +196,15 @@ pub async fn run(
     }
     ledger.pipeline.observe(0, Some(target.last + 1));
     let segs = ledger.due(i64::MAX / 2, 0, u64::MAX);
-    let limits = Limits::from_batch_size(audit.batch_size);
     let obs = |_d: Duration, _ok: bool| {};
-    let verdicts: Vec<Verdict> = match audit.matching.strategy {
-        MatchStrategy::KeyColumns => {
-            let mut history = KeyHistory::new(1);
-            verify::by_keys(&sink, &segs, &mut history, limits, &obs).await
-        }
-        MatchStrategy::DocId => verify::by_ids(&sink, &segs, limits, &obs).await,
-        MatchStrategy::OffsetColumns => {
-            verify::by_offsets(&sink, &target.tp, &segs, limits, &obs).await
-        }
+    let mut checker = Checker::new(audit.matching.strategy, audit.batch_size, 1);
+    if let Some(book) = checker.book_mut() {
+        book.adopt(&ledger);
     }
-    .map_err(|e| anyhow::anyhow!("cannot ask the sink which records are missing: {e}"))?;
+    let verdicts: Vec<Verdict> = checker
+        .due(&sink, &target.tp, &segs, &obs)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot ask the sink which records are missing: {e}"))?;
     let mut absent: Vec<OffsetRun> = Vec::new();
     for (seg, v) in segs.iter().zip(&verdicts) {
         if let Verdict::Known { present, .. } = v {

@@ -34,7 +34,7 @@ use std::time::Duration;
 pub const DB_FILE: &str = "gaps.sqlite";
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 3;
+const SCHEMA_VERSION: i32 = 4;
 
 /// How long a statement waits for another process's write lock before failing. The daemon's
 /// round transactions are short; 5 s covers an fsync on a slow disk with a wide margin.
@@ -93,6 +93,11 @@ ALTER TABLE gaps ADD COLUMN pipeline_commit_at TEXT;
 /// the gap `repaired` (not merely `late`) once it confirms them.
 const SCHEMA_V3: &str = "
 ALTER TABLE gaps ADD COLUMN replayed_at TEXT;
+";
+
+/// v4: whether a gap's key was shared by other records (key_columns multiset).
+const SCHEMA_V4: &str = "
+ALTER TABLE gaps ADD COLUMN shared_key INTEGER NOT NULL DEFAULT 0;
 ";
 
 /// Errors of the gap store. Each names the database file (and the gap id where one is
@@ -294,7 +299,11 @@ impl Store {
             tx.execute_batch(SCHEMA_V3)
                 .map_err(sq("migrate schema to v3"))?;
         }
-        // Future migrations: `if version < 4 { ... }`, each within this tx.
+        if version < 4 {
+            tx.execute_batch(SCHEMA_V4)
+                .map_err(sq("migrate schema to v4"))?;
+        }
+        // Future migrations: `if version < 5 { ... }`, each within this tx.
         if version != SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sq("write user_version"))?;
@@ -334,9 +343,10 @@ impl Store {
                     "INSERT INTO gaps (id, audit, topic, partition, first_offset, last_offset,
                         missing_records, size_known, first_timestamp, last_timestamp,
                         detected_at, state, unrecoverable_at, ack_reason, updated_at,
-                        cause, pipeline_commit_from, pipeline_commit_to, pipeline_commit_at)
+                        cause, pipeline_commit_from, pipeline_commit_to, pipeline_commit_at,
+                        shared_key)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                        ?16, ?17, ?18, ?19)
+                        ?16, ?17, ?18, ?19, ?20)
                      ON CONFLICT (id) DO UPDATE SET
                         last_offset      = excluded.last_offset,
                         missing_records  = excluded.missing_records,
@@ -356,7 +366,8 @@ impl Store {
                         cause            = excluded.cause,
                         pipeline_commit_from = excluded.pipeline_commit_from,
                         pipeline_commit_to   = excluded.pipeline_commit_to,
-                        pipeline_commit_at   = excluded.pipeline_commit_at",
+                        pipeline_commit_at   = excluded.pipeline_commit_at,
+                        shared_key           = excluded.shared_key",
                 )
                 .map_err(self.sq("prepare gap upsert".to_string()))?;
             for gap in gaps {
@@ -389,6 +400,7 @@ impl Store {
                         gap.pipeline_commit_from,
                         gap.pipeline_commit_to,
                         gap.pipeline_commit_at.map(fmt_ts),
+                        gap.shared_key,
                     ])
                     .map_err(self.sq(format!("upsert gap {}", gap.id)))?;
             }
@@ -700,6 +712,7 @@ impl Store {
             pipeline_commit_from: raw.pipeline_commit_from,
             pipeline_commit_to: raw.pipeline_commit_to,
             pipeline_commit_at: self.parse_opt_ts(raw.pipeline_commit_at, &what)?,
+            shared_key: raw.shared_key,
         })
     }
 }
@@ -708,7 +721,7 @@ impl Store {
 const GAP_COLUMNS: &str = "id, audit, topic, partition, first_offset, last_offset, \
     missing_records, size_known, first_timestamp, last_timestamp, detected_at, state, \
     unrecoverable_at, ack_reason, cause, pipeline_commit_from, pipeline_commit_to, \
-    pipeline_commit_at";
+    pipeline_commit_at, shared_key";
 
 /// A gap row as SQLite returns it, before timestamps and state are decoded (decoding errors
 /// are reported as [`StoreError::Corrupt`] with the gap id, not as a bare SQLite error).
@@ -731,6 +744,7 @@ struct RawGap {
     pipeline_commit_from: Option<i64>,
     pipeline_commit_to: Option<i64>,
     pipeline_commit_at: Option<String>,
+    shared_key: bool,
 }
 
 impl RawGap {
@@ -754,6 +768,7 @@ impl RawGap {
             pipeline_commit_from: row.get(15)?,
             pipeline_commit_to: row.get(16)?,
             pipeline_commit_at: row.get(17)?,
+            shared_key: row.get(18)?,
         })
     }
 }
@@ -794,6 +809,7 @@ mod tests {
             pipeline_commit_from: None,
             pipeline_commit_to: None,
             pipeline_commit_at: None,
+            shared_key: false,
         }
     }
 

@@ -8,17 +8,20 @@
 //! at most `list_threshold` records are listed offset by offset. With no loss this is one
 //! query per partition per round, whatever the record rate.
 //!
-//! `key_columns`: distinct keys are counted in batches; a key carried by `m` due records
-//! needs `m` rows beyond those already claimed by earlier confirmations of the same key
-//! ([`KeyHistory`]), so neither repeated keys nor duplicated rows hide a missing record.
+//! `key_columns`: distinct keys are counted in batches and matched against the audit's
+//! [`KeyBook`]: a key carried by `m` due records needs `m` rows beyond those already held by
+//! confirmed records of the same key on any partition, so neither repeated keys nor
+//! duplicated rows hide a missing record, and a row a pending record of another partition
+//! still needs is never charged as a duplicate.
 //!
 //! Any error makes the whole partition's answer Unknown for the round: unknown is not missing.
 
+use crate::config::MatchStrategy;
 use crate::gap::{Offset, TopicPartition};
-use crate::ledger::{OffsetRun, Segment, Verdict, runs};
+use crate::ledger::{KeyBook, OffsetRun, Segment, Verdict, runs};
 use crate::record::Key;
 use crate::sink::{RangeCount, SinkError, Verifier};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Knobs of the verification algorithms.
@@ -44,6 +47,93 @@ impl Limits {
             list_threshold: batch_size.clamp(1, 10_000) as u64,
         }
     }
+}
+
+/// The one dispatch from a matching strategy to its verification, shared by `run`, `check`
+/// and `replay` (SPEC guarantee 9: a copy drifts, and a drifted copy gives a wrong answer).
+/// Owns the audit's [`KeyBook`] for `key_columns`.
+#[derive(Debug)]
+pub struct Checker {
+    strategy: MatchStrategy,
+    limits: Limits,
+    book: Option<KeyBook>,
+}
+
+impl Checker {
+    /// A checker for `strategy` with `batch_size` keys per query; `key_capacity` bounds the
+    /// idle keys the key book remembers (key_columns).
+    pub fn new(strategy: MatchStrategy, batch_size: usize, key_capacity: usize) -> Self {
+        Self {
+            strategy,
+            limits: Limits::from_batch_size(batch_size),
+            book: (strategy == MatchStrategy::KeyColumns).then(|| KeyBook::new(key_capacity)),
+        }
+    }
+
+    /// The audit's key multiset (key_columns only): fed with every ingested key.
+    pub fn book_mut(&mut self) -> Option<&mut KeyBook> {
+        self.book.as_mut()
+    }
+
+    /// The audit's key multiset, read-only.
+    pub fn book(&self) -> Option<&KeyBook> {
+        self.book.as_ref()
+    }
+
+    /// The verification knobs.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Verifies due segments of one partition. One verdict per segment.
+    pub async fn due<V: Verifier>(
+        &mut self,
+        sink: &V,
+        tp: &TopicPartition,
+        segs: &[Segment],
+        obs: QueryObserver<'_>,
+    ) -> Result<Vec<Verdict>, SinkError> {
+        self.ask(sink, tp, segs, KeyRound::Due, obs).await
+    }
+
+    /// Re-checks missing segments of one partition (late arrivals). One verdict per segment.
+    pub async fn recheck<V: Verifier>(
+        &mut self,
+        sink: &V,
+        tp: &TopicPartition,
+        segs: &[Segment],
+        obs: QueryObserver<'_>,
+    ) -> Result<Vec<Verdict>, SinkError> {
+        self.ask(sink, tp, segs, KeyRound::Recheck, obs).await
+    }
+
+    async fn ask<V: Verifier>(
+        &mut self,
+        sink: &V,
+        tp: &TopicPartition,
+        segs: &[Segment],
+        round: KeyRound,
+        obs: QueryObserver<'_>,
+    ) -> Result<Vec<Verdict>, SinkError> {
+        if segs.is_empty() {
+            return Ok(Vec::new());
+        }
+        match (self.strategy, self.book.as_mut()) {
+            (MatchStrategy::KeyColumns, Some(book)) => {
+                by_keys(sink, segs, book, round, self.limits, obs).await
+            }
+            (MatchStrategy::DocId, _) => by_ids(sink, segs, self.limits, obs).await,
+            (MatchStrategy::OffsetColumns, _) => by_offsets(sink, tp, segs, self.limits, obs).await,
+            (MatchStrategy::KeyColumns, None) => unreachable_book(),
+        }
+    }
+}
+
+/// `Checker::new` always builds the book for key_columns.
+fn unreachable_book() -> Result<Vec<Verdict>, SinkError> {
+    Err(SinkError::Rejected(
+        "key_columns checker without a key book".to_string(),
+    ))
 }
 
 /// Called after every sink query with its latency and whether it succeeded.
@@ -87,6 +177,7 @@ pub async fn by_offsets<V: Verifier>(
         .map(|(i, s)| Verdict::Known {
             present: runs::intersect(s.run, &present),
             duplicate_rows: if i == 0 { duplicates } else { 0 },
+            shared_keys: Vec::new(),
         })
         .collect())
 }
@@ -134,64 +225,27 @@ async fn resolve<V: Verifier>(
     Ok((runs::normalize(present), duplicates))
 }
 
-/// Rows already claimed per key by earlier confirmations, so that a later record with the
-/// same key needs a row of its own. Bounded: the oldest keys are forgotten first.
-#[derive(Debug, Default)]
-pub struct KeyHistory {
-    claimed: HashMap<Key, u64>,
-    order: VecDeque<Key>,
-    capacity: usize,
+/// Which records a key round decides: due pending ones, or missing ones re-checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRound {
+    /// Due records, pending until now.
+    Due,
+    /// Missing records, asked about again (late arrivals).
+    Recheck,
 }
 
-impl KeyHistory {
-    /// A history remembering at most `capacity` keys.
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            claimed: HashMap::new(),
-            order: VecDeque::new(),
-            capacity: capacity.max(1),
-        }
-    }
-
-    fn get(&self, k: &Key) -> u64 {
-        self.claimed.get(k).copied().unwrap_or(0)
-    }
-
-    fn claim(&mut self, k: &Key, rows: u64) {
-        match self.claimed.get_mut(k) {
-            Some(c) => *c = (*c).max(rows),
-            None => {
-                if self.order.len() >= self.capacity
-                    && let Some(old) = self.order.pop_front()
-                {
-                    self.claimed.remove(&old);
-                }
-                self.claimed.insert(k.clone(), rows);
-                self.order.push_back(k.clone());
-            }
-        }
-    }
-
-    /// Number of keys remembered.
-    pub fn len(&self) -> usize {
-        self.claimed.len()
-    }
-
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.claimed.is_empty()
-    }
-}
-
-/// Verifies segments (of any partitions) by key. Returns one verdict per segment.
+/// Verifies segments (of any partitions) by key against the audit's [`KeyBook`], which it
+/// updates (SPEC "key_columns": one multiset per audit, across partitions and rounds).
+/// Returns one verdict per segment; on error nothing is decided and the book is unchanged.
 ///
-/// Within a key, records are matched to rows in offset order: when a key has fewer rows than
-/// records, the LAST records carrying it are declared missing (the sink cannot say which
-/// copy is absent; see docs on key_columns).
+/// Within a key, records are matched to rows in the order given: when a key has fewer free
+/// rows than due records, the LAST of them are declared missing (the sink cannot say which
+/// copy is absent; the verdict marks them `shared` when another record carries the key).
 pub async fn by_keys<V: Verifier>(
     sink: &V,
     segments: &[Segment],
-    history: &mut KeyHistory,
+    book: &mut KeyBook,
+    round: KeyRound,
     limits: Limits,
     obs: QueryObserver<'_>,
 ) -> Result<Vec<Verdict>, SinkError> {
@@ -223,30 +277,40 @@ pub async fn by_keys<V: Verifier>(
         counts.extend(got);
     }
     let mut present: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];
+    let mut shared: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];
     let mut dups: Vec<u64> = vec![0; segments.len()];
     for (ki, k) in keys.iter().enumerate() {
         let rows = counts[ki];
-        let available = rows.saturating_sub(history.get(k));
         let m = slots[ki].len() as u64;
-        let found = available.min(m);
-        for &(si, o) in slots[ki].iter().take(found as usize) {
-            present[si].push(OffsetRun::new(o, o));
+        let (found, duplicates, is_shared) = match round {
+            KeyRound::Due => {
+                let o = book.decide_due(k, m, rows);
+                (o.confirmed, o.duplicates, o.shared)
+            }
+            KeyRound::Recheck => {
+                let o = book.recheck(k, m, rows);
+                (o.late, o.duplicates, false)
+            }
+        };
+        for (i, &(si, o)) in slots[ki].iter().enumerate() {
+            if (i as u64) < found {
+                present[si].push(OffsetRun::new(o, o));
+            } else if is_shared {
+                shared[si].push(OffsetRun::new(o, o));
+            }
         }
-        if available > m
-            && let Some(&(si, _)) = slots[ki].first()
-        {
-            dups[si] += available - m;
-        }
-        if found > 0 || rows > 0 {
-            history.claim(k, history.get(k) + found + available.saturating_sub(m));
+        if let Some(&(si, _)) = slots[ki].first() {
+            dups[si] += duplicates;
         }
     }
     Ok(present
         .into_iter()
         .zip(dups)
-        .map(|(p, d)| Verdict::Known {
+        .zip(shared)
+        .map(|((p, d), sh)| Verdict::Known {
             present: runs::normalize(p),
             duplicate_rows: d,
+            shared_keys: runs::normalize(sh),
         })
         .collect())
 }
@@ -310,6 +374,7 @@ pub async fn by_ids<V: Verifier>(
             Verdict::Known {
                 present: runs::normalize(present),
                 duplicate_rows: 0,
+                shared_keys: Vec::new(),
             }
         })
         .collect())
@@ -471,16 +536,29 @@ mod tests {
         )
         .await;
         assert!(r.is_err());
-        let mut h = KeyHistory::new(10);
+        let mut b = KeyBook::new(10);
         let s = Segment {
             run: OffsetRun::new(0, 0),
             keys: vec![Key::new(["a"])],
             max_ts: None,
         };
+        pended(&mut b, std::slice::from_ref(&s));
         assert!(
-            by_keys(&sink, &[s], &mut h, Limits::from_batch_size(10), &|_, _| {})
-                .await
-                .is_err()
+            by_keys(
+                &sink,
+                &[s],
+                &mut b,
+                KeyRound::Due,
+                Limits::from_batch_size(10),
+                &|_, _| {}
+            )
+            .await
+            .is_err()
+        );
+        assert_eq!(
+            b.counts(&Key::new(["a"])),
+            (1, 0, 0),
+            "an error decides nothing"
         );
     }
 
@@ -492,65 +570,121 @@ mod tests {
         }
     }
 
+    /// Ingests the segments' keys into the book (the daemon does it as it reads them).
+    fn pended(book: &mut KeyBook, segs: &[Segment]) {
+        for s in segs {
+            for k in &s.keys {
+                book.pend(k);
+            }
+        }
+    }
+
+    async fn due_keys(sink: &MemorySink, book: &mut KeyBook, segs: &[Segment]) -> Vec<Verdict> {
+        by_keys(
+            sink,
+            segs,
+            book,
+            KeyRound::Due,
+            Limits::from_batch_size(2),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok")
+    }
+
+    async fn recheck_keys(sink: &MemorySink, book: &mut KeyBook, segs: &[Segment]) -> Vec<Verdict> {
+        by_keys(
+            sink,
+            segs,
+            book,
+            KeyRound::Recheck,
+            Limits::from_batch_size(2),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok")
+    }
+
     #[tokio::test]
     async fn repeated_keys_are_a_multiplicity() {
         let sink = MemorySink::new();
         sink.insert_key(&Key::new(["a"]));
-        let mut h = KeyHistory::new(100);
-        // Two records with key a, one row: one of them is missing.
-        let v = by_keys(
-            &sink,
-            &[kseg(0, &["a", "b", "a"])],
-            &mut h,
-            Limits::from_batch_size(2),
-            &|_, _| {},
-        )
-        .await
-        .expect("ok");
+        let mut b = KeyBook::new(100);
+        // Two records with key a, one row: one of them is missing, and it says so.
+        let segs = [kseg(0, &["a", "b", "a"])];
+        pended(&mut b, &segs);
+        let v = due_keys(&sink, &mut b, &segs).await;
         assert_eq!(present_of(&v), vec![0]);
-        // A later record with key a: the one row is already claimed.
-        let v = by_keys(
-            &sink,
-            &[kseg(3, &["a"])],
-            &mut h,
-            Limits::from_batch_size(2),
-            &|_, _| {},
-        )
-        .await
-        .expect("ok");
+        assert!(
+            matches!(&v[0], Verdict::Known { shared_keys, .. } if shared_keys == &vec![OffsetRun::new(2, 2)]),
+            "{v:?}"
+        );
+        // A later record with key a: the one row is already held by offset 0.
+        let segs = [kseg(3, &["a"])];
+        pended(&mut b, &segs);
+        let v = due_keys(&sink, &mut b, &segs).await;
         assert!(present_of(&v).is_empty());
     }
 
     #[tokio::test]
-    async fn duplicated_rows_do_not_confirm_a_later_record_with_the_same_key() {
+    async fn a_shared_key_across_partitions_and_rounds_is_no_loss() {
+        // FINDINGS: one key on p0 and p1 (A and AAAA in one second), both rows present.
         let sink = MemorySink::new();
         let a = Key::new(["a"]);
         sink.insert_key(&a);
         sink.insert_key(&a);
-        let mut h = KeyHistory::new(100);
-        let v = by_keys(
-            &sink,
-            &[kseg(0, &["a"])],
-            &mut h,
-            Limits::from_batch_size(10),
-            &|_, _| {},
-        )
-        .await
-        .expect("ok");
-        assert_eq!((present_of(&v), dups_of(&v)), (vec![0], 1));
-        let v = by_keys(
-            &sink,
-            &[kseg(1, &["a"])],
-            &mut h,
-            Limits::from_batch_size(10),
-            &|_, _| {},
-        )
-        .await
-        .expect("ok");
-        assert!(
-            present_of(&v).is_empty(),
-            "the duplicate row was already counted"
+        let mut b = KeyBook::new(100);
+        let p0 = [kseg(0, &["a"])];
+        let p1 = [kseg(0, &["a"])];
+        pended(&mut b, &p0);
+        pended(&mut b, &p1);
+        let v0 = due_keys(&sink, &mut b, &p0).await;
+        assert_eq!((present_of(&v0), dups_of(&v0)), (vec![0], 0));
+        let v1 = due_keys(&sink, &mut b, &p1).await;
+        assert_eq!((present_of(&v1), dups_of(&v1)), (vec![0], 0));
+    }
+
+    #[tokio::test]
+    async fn rechecks_find_late_rows_of_shared_keys() {
+        let sink = MemorySink::new();
+        let a = Key::new(["a"]);
+        sink.insert_key(&a);
+        let mut b = KeyBook::new(100);
+        let segs = [kseg(0, &["a", "a"])];
+        pended(&mut b, &segs);
+        let v = due_keys(&sink, &mut b, &segs).await;
+        assert_eq!(present_of(&v), vec![0]);
+        let missing = [kseg(1, &["a"])];
+        assert!(present_of(&recheck_keys(&sink, &mut b, &missing).await).is_empty());
+        sink.insert_key(&a);
+        assert_eq!(
+            present_of(&recheck_keys(&sink, &mut b, &missing).await),
+            vec![1]
         );
+        assert_eq!(b.counts(&a), (0, 2, 0));
+    }
+
+    #[tokio::test]
+    async fn duplicated_rows_are_counted_once_nothing_waits_for_the_key() {
+        let sink = MemorySink::new();
+        let a = Key::new(["a"]);
+        sink.insert_key(&a);
+        sink.insert_key(&a);
+        let mut b = KeyBook::new(100);
+        let segs = [kseg(0, &["a"])];
+        pended(&mut b, &segs);
+        let v = due_keys(&sink, &mut b, &segs).await;
+        assert_eq!((present_of(&v), dups_of(&v)), (vec![0], 1));
+        // SPEC: never missing while rows >= due + confirmed: the extra row (counted as a
+        // duplicate before this record was read) confirms a later record with the key.
+        let segs = [kseg(1, &["a"])];
+        pended(&mut b, &segs);
+        let v = due_keys(&sink, &mut b, &segs).await;
+        assert_eq!((present_of(&v), dups_of(&v)), (vec![1], 0));
+        let segs = [kseg(2, &["a"])];
+        pended(&mut b, &segs);
+        let v = due_keys(&sink, &mut b, &segs).await;
+        assert!(present_of(&v).is_empty(), "two rows, three records");
     }
 
     fn idseg(first: Offset, ids: &[&str]) -> Segment {

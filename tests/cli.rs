@@ -101,6 +101,7 @@ fn gaps_and_ack_work_on_the_store() {
         pipeline_commit_from: None,
         pipeline_commit_to: None,
         pipeline_commit_at: None,
+        shared_key: false,
     };
     store.commit_round("dns_logs", &[gap], &[]).expect("commit");
     let env = ("GAP_AUDITOR__STATE__PATH", state.to_str().expect("utf8"));

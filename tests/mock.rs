@@ -273,6 +273,7 @@ async fn replay_of_deleted_offsets_is_refused_and_the_gap_is_unrecoverable() {
         pipeline_commit_from: None,
         pipeline_commit_to: None,
         pipeline_commit_at: None,
+        shared_key: false,
     };
     store.commit_round("a", &[gap.clone()], &[]).expect("gap");
     let config = state.path().join("c.toml");

@@ -6,8 +6,11 @@
 //! or before `now - grace`. Observations are kept only as long as they can still matter, so
 //! this state is O(grace / poll interval), never O(records).
 //!
-//! Without a pipeline group, or while the group has never committed on the partition, a
-//! record is due once it was first seen more than `grace` ago (time-only fallback).
+//! Only where NO pipeline group is configured is a record due once it was first seen more
+//! than `grace` ago (the time-only rule). With a configured group, time alone never makes a
+//! record due (SPEC "Due rule"): a partition the group has not committed on yet is lag, and
+//! the audit holds every verdict back while the group cannot be read or has no commit at all
+//! (a misspelt name must never page "data loss"); see [`PipelineCommits::set_time_rule`].
 
 use crate::gap::Offset;
 use std::collections::VecDeque;
@@ -55,9 +58,17 @@ pub struct PipelineCommits {
     steps: VecDeque<CommitStep>,
     /// When the committed offset last moved (or was first seen), unix ms.
     last_move_ms: Option<i64>,
+    /// No pipeline group is configured: records are due by time alone.
+    time_rule: bool,
 }
 
 impl PipelineCommits {
+    /// Whether records are due by time alone (true only where no pipeline group is
+    /// configured). Off, a partition without a commit has nothing due.
+    pub fn set_time_rule(&mut self, on: bool) {
+        self.time_rule = on;
+    }
+
     /// Records one poll of the pipeline group's committed offset (`None`: no commit).
     /// Returns the step when the offset moved.
     pub fn observe(&mut self, now_ms: i64, committed: Option<Offset>) -> Option<CommitStep> {
@@ -114,7 +125,11 @@ impl PipelineCommits {
     pub fn frontier(&mut self, now_ms: i64, grace_ms: i64) -> Frontier {
         let cutoff = now_ms.saturating_sub(grace_ms);
         if self.observations.is_empty() {
-            return Frontier::SeenBefore(cutoff);
+            return if self.time_rule {
+                Frontier::SeenBefore(cutoff)
+            } else {
+                Frontier::Offset(0)
+            };
         }
         // Keep only the newest observation at or before the cutoff plus all later ones.
         while self.observations.len() >= 2 && self.observations[1].0 <= cutoff {
@@ -139,8 +154,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn no_commit_falls_back_to_time() {
+    fn a_configured_group_without_commits_makes_nothing_due() {
         let mut p = PipelineCommits::default();
+        assert_eq!(p.frontier(10_000, 3_000), Frontier::Offset(0));
+        p.observe(10_000, None);
+        assert_eq!(p.frontier(1_000_000, 3_000), Frontier::Offset(0));
+    }
+
+    #[test]
+    fn no_group_falls_back_to_time() {
+        let mut p = PipelineCommits::default();
+        p.set_time_rule(true);
         assert_eq!(p.frontier(10_000, 3_000), Frontier::SeenBefore(7_000));
         p.observe(10_000, None);
         assert_eq!(p.frontier(10_000, 3_000), Frontier::SeenBefore(7_000));
@@ -161,6 +185,7 @@ mod tests {
     #[test]
     fn rewind_does_not_move_the_frontier_back() {
         let mut p = PipelineCommits::default();
+        p.set_time_rule(true);
         p.observe(0, Some(10));
         p.observe(1_000, Some(3));
         assert_eq!(p.latest(), Some(3));

@@ -3,6 +3,7 @@
 //! so all of it is unit- and property-tested without a broker.
 
 pub mod due;
+pub mod keys;
 pub mod partition;
 pub mod runs;
 
@@ -10,6 +11,7 @@ pub mod runs;
 mod tests;
 
 pub use due::{Frontier, PipelineCommits};
+pub use keys::KeyBook;
 pub use partition::{
     Applied, GapRecord, MissingRun, Observed, PartitionLedger, Segment, Snapshot, Verdict,
 };

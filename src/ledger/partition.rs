@@ -137,6 +137,9 @@ pub struct GapRecord {
     /// records can no longer be replayed.
     #[serde(default)]
     pub deleted_ms: Option<i64>,
+    /// Some missing record of the gap carries a key other records share (key_columns).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_key: bool,
     /// Set on the first report of a new gap only (not persisted).
     #[serde(skip)]
     pub is_new: bool,
@@ -174,6 +177,7 @@ impl GapRecord {
             pipeline_commit_from: self.commit.map(|c| c.from),
             pipeline_commit_to: self.commit.map(|c| c.to),
             pipeline_commit_at: self.commit.and_then(|c| time(c.at_ms)),
+            shared_key: self.shared_key,
         }
     }
 }
@@ -189,6 +193,9 @@ pub enum Verdict {
         present: Vec<OffsetRun>,
         /// Rows beyond the first per present offset.
         duplicate_rows: u64,
+        /// Absent offsets whose key other records share (key_columns): the gap says so,
+        /// since the sink cannot tell which record of the key is the absent one.
+        shared_keys: Vec<OffsetRun>,
     },
 }
 
@@ -252,6 +259,9 @@ pub struct PartitionLedger {
     gaps: BTreeMap<Offset, GapRecord>,
     dirty_gaps: std::collections::BTreeSet<Offset>,
     tail_gap: Option<Offset>,
+    /// Keys of missing records given up since [`Self::take_released_keys`]: the audit's
+    /// key book stops holding claims for them.
+    released_keys: Vec<Key>,
     /// Bumped whenever [`Self::snapshot`] would change, so callers persist only changes.
     revision: u64,
     /// The pipeline group's commits on this partition (due rule input).
@@ -272,6 +282,7 @@ impl PartitionLedger {
             gaps: BTreeMap::new(),
             dirty_gaps: Default::default(),
             tail_gap: None,
+            released_keys: Vec::new(),
             revision: 0,
             pipeline: PipelineCommits::default(),
         }
@@ -412,6 +423,7 @@ impl PartitionLedger {
             cause: GapCause::DeletedUnread,
             commit: None,
             deleted_ms: Some(now_ms),
+            shared_key: false,
             is_new: true,
         };
         self.next_offset = last + 1;
@@ -476,6 +488,7 @@ impl PartitionLedger {
             let Verdict::Known {
                 present,
                 duplicate_rows,
+                shared_keys,
             } = v
             else {
                 break;
@@ -506,7 +519,8 @@ impl PartitionLedger {
                         let a = (r.first - p.run.first) as usize;
                         p.keys[a..a + r.len() as usize].to_vec()
                     };
-                    self.declare_missing(r, keys, p.min_ts, p.max_ts, now_ms);
+                    let shared = !runs::intersect(r, shared_keys).is_empty();
+                    self.declare_missing(r, keys, p.min_ts, p.max_ts, shared, now_ms);
                 }
             }
         }
@@ -519,10 +533,12 @@ impl PartitionLedger {
         keys: Vec<Key>,
         min_ts: Option<i64>,
         max_ts: Option<i64>,
+        shared_key: bool,
         now_ms: i64,
     ) {
         let gap_first = match self.tail_gap.and_then(|t| self.gaps.get_mut(&t)) {
             Some(g) => {
+                g.shared_key |= shared_key;
                 g.last = r.last;
                 g.missing += r.len();
                 g.min_ts = min_opt(g.min_ts, min_ts);
@@ -544,6 +560,7 @@ impl PartitionLedger {
                         cause,
                         commit,
                         deleted_ms: None,
+                        shared_key,
                         is_new: true,
                     },
                 );
@@ -611,7 +628,7 @@ impl PartitionLedger {
             if now_ms - m.detected_ms >= give_up_ms {
                 m.given_up = true;
                 self.revision += 1;
-                m.keys = Vec::new();
+                self.released_keys.append(&mut m.keys);
                 continue;
             }
             out.push(Segment {
@@ -631,6 +648,7 @@ impl PartitionLedger {
             let Verdict::Known {
                 present,
                 duplicate_rows,
+                ..
             } = v
             else {
                 continue;
@@ -679,6 +697,24 @@ impl PartitionLedger {
             self.revision += 1;
         }
         out
+    }
+
+    /// Keys of missing records given up since the last call (see [`super::KeyBook`]).
+    pub fn take_released_keys(&mut self) -> Vec<Key> {
+        std::mem::take(&mut self.released_keys)
+    }
+
+    /// Keys of pending records (each once per record).
+    pub fn pending_keys(&self) -> impl Iterator<Item = &Key> {
+        self.pending.iter().flat_map(|p| p.keys.iter())
+    }
+
+    /// Keys of missing records still re-checked (each once per record).
+    pub fn missing_keys(&self) -> impl Iterator<Item = &Key> {
+        self.missing
+            .values()
+            .filter(|m| !m.given_up)
+            .flat_map(|m| m.keys.iter())
     }
 
     /// The key of a missing offset (for replay tooling and tests).

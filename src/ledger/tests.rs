@@ -28,6 +28,7 @@ fn oracle(segs: &[Segment], present: &BTreeSet<Offset>) -> Vec<Verdict> {
                     .collect(),
             ),
             duplicate_rows: 0,
+            shared_keys: Vec::new(),
         })
         .collect()
 }
@@ -90,8 +91,25 @@ fn commit_not_yet_grace_old_makes_nothing_due_even_for_old_records() {
 }
 
 #[test]
+fn a_configured_pipeline_group_without_commits_never_makes_records_due() {
+    let mut l = PartitionLedger::new(0, false);
+    l.ingest(0, None, exp(), 0);
+    assert!(
+        l.due(1_000_000_000, GRACE, 100).is_empty(),
+        "lag, never loss"
+    );
+    l.pipeline.observe(1_000_000_000, Some(1));
+    assert!(
+        l.due(1_000_000_000, GRACE, 100).is_empty(),
+        "grace since the commit"
+    );
+    assert_eq!(l.due(1_000_000_000 + GRACE, GRACE, 100).len(), 1);
+}
+
+#[test]
 fn time_fallback_uses_first_seen_plus_grace() {
     let mut l = PartitionLedger::new(0, false);
+    l.pipeline.set_time_rule(true);
     l.ingest(0, None, exp(), 0);
     l.ingest(1, None, exp(), 500);
     assert!(l.due(999, GRACE, 100).is_empty());
@@ -151,6 +169,7 @@ fn duplicates_never_mask_a_missing_record() {
     let v = vec![Verdict::Known {
         present: vec![r(0, 1), r(3, 3)],
         duplicate_rows: 1,
+        shared_keys: Vec::new(),
     }];
     let a = l.apply(&v, GRACE);
     assert_eq!((a.confirmed, a.lost, a.duplicates), (3, 1, 1));
@@ -175,6 +194,7 @@ fn unknown_verdicts_decide_nothing_and_keep_order() {
         Verdict::Known {
             present: vec![],
             duplicate_rows: 0,
+            shared_keys: Vec::new(),
         },
     ];
     assert_eq!(l.apply(&v, 10_000), Applied::default());
@@ -559,6 +579,7 @@ fn cause_dropped_in_flight_is_a_hole_inside_normal_progress() {
 fn cause_is_unknown_without_pipeline_commits() {
     use crate::gap::GapCause;
     let mut l = PartitionLedger::new(0, false);
+    l.pipeline.set_time_rule(true);
     l.ingest(0, None, exp(), 0);
     let segs = l.due(10_000, GRACE, 100);
     l.apply(&oracle(&segs, &BTreeSet::new()), 10_000);

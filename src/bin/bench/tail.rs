@@ -126,6 +126,8 @@ pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) ->
     let metrics = Metrics::new();
     let audit = "bench".to_string();
     let mut parts: HashMap<TopicPartition, PartitionLedger> = HashMap::new();
+    // The daemon feeds the audit-wide key multiset as it reads (key_columns).
+    let mut book = keyed.then(|| gap_auditor::ledger::KeyBook::new(n as usize));
     let mut ingested = 0u64;
     let mut first: Option<Instant> = None;
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -140,8 +142,14 @@ pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) ->
             TailEvent::Records(batch) => {
                 first.get_or_insert_with(Instant::now);
                 let len = batch.len() as u64;
-                ingested +=
-                    gap_auditor::audit::ingest_batch(&audit, &metrics, &mut parts, batch, now_ms());
+                ingested += gap_auditor::audit::ingest_batch(
+                    &audit,
+                    &metrics,
+                    &mut parts,
+                    book.as_mut(),
+                    batch,
+                    now_ms(),
+                );
                 tail.flow.ingested(len);
                 tail.flow
                     .set_pending(parts.values().map(PartitionLedger::pending).sum());

@@ -14,11 +14,12 @@
 use crate::util::{Row, row, unique};
 use anyhow::{Context, Result, bail};
 use gap_auditor::gap::TopicPartition;
+use gap_auditor::ledger::KeyBook;
 use gap_auditor::ledger::{OffsetRun, Segment, Verdict};
 use gap_auditor::record::Key;
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
 use gap_auditor::sink::sql::{self, OffsetQuery};
-use gap_auditor::verify::{self, KeyHistory, Limits};
+use gap_auditor::verify::{self, KeyRound, Limits};
 use mysql_async::prelude::Queryable;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -563,12 +564,18 @@ async fn by_keys_rate(
 ) -> Result<(f64, u64, Duration)> {
     let counter = Counter::default();
     let obs = |d: Duration, ok: bool| counter.observe(d, ok);
-    let mut history = KeyHistory::new(asked as usize);
+    let mut book = KeyBook::new(asked as usize);
+    for s in segments {
+        for k in &s.keys {
+            book.pend(k);
+        }
+    }
     let t = Instant::now();
     let verdicts = verify::by_keys(
         sink,
         segments,
-        &mut history,
+        &mut book,
+        KeyRound::Due,
         Limits::from_batch_size(batch),
         &obs,
     )

@@ -1,0 +1,385 @@
+//! The audit-wide key multiset of `key_columns` (SPEC "Matching strategies"), pure.
+//!
+//! Sink rows carry no Kafka coordinates, so a row only says "some record with this key was
+//! written". Records sharing a key are therefore matched against that key's rows as a
+//! multiset over the whole AUDIT — every partition, every round:
+//!
+//! - per key the book counts the records that are `pending` (ingested, not decided), the ones
+//!   `confirmed` (each holds one row) and the ones `missing` (declared absent, re-checked);
+//! - due records of a key with `rows` sink rows: `rows − confirmed` rows are free, and that
+//!   many due records are confirmed; only the shortfall is missing. So a record is never
+//!   declared missing while the sink holds at least as many rows for its key as there are
+//!   due and confirmed records with it;
+//! - a row beyond every record of its key is a duplicate, charged only once no record with the
+//!   key is pending or missing anywhere (the row may still be the one that record needs);
+//! - a missing record turns late when a free row appears.
+//!
+//! What the book cannot know, and why it errs only towards "confirmed": records it has not
+//! ingested yet (another partition read later, another instance's partitions) and keys it
+//! has forgotten (see [`KeyBook::new`]) hold no claim on rows, so rows they own may confirm a
+//! record that is really missing — a loss missed, never a loss invented. docs/SEMANTICS.md
+//! states the limits.
+
+use super::PartitionLedger;
+use crate::record::Key;
+use std::collections::{HashMap, VecDeque};
+
+/// One key's records, as the book knows them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Entry {
+    pending: u64,
+    confirmed: u64,
+    missing: u64,
+    /// Extra rows already counted as duplicates (so a row is counted once).
+    duplicates: u64,
+    /// Bumped whenever the entry becomes idle (nothing pending or missing), so a stale queue
+    /// slot of an entry that was busy again since is recognised.
+    idle_since: u64,
+}
+
+impl Entry {
+    fn busy(&self) -> bool {
+        self.pending > 0 || self.missing > 0
+    }
+}
+
+/// What one decision about a key's due records found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DueOutcome {
+    /// Due records confirmed (the first ones, in the order given).
+    pub confirmed: u64,
+    /// Extra rows newly counted as duplicates.
+    pub duplicates: u64,
+    /// Another record (on any partition, decided or not) carries the same key: a shortfall
+    /// cannot say which of them is the absent one.
+    pub shared: bool,
+}
+
+/// What one re-check of a key's missing records found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecheckOutcome {
+    /// Missing records now found (late).
+    pub late: u64,
+    /// Extra rows newly counted as duplicates.
+    pub duplicates: u64,
+}
+
+/// The audit-wide multiset of keys (see the module docs).
+#[derive(Debug, Clone)]
+pub struct KeyBook {
+    entries: HashMap<Key, Entry>,
+    /// Idle keys in the order they became idle; the oldest are forgotten beyond `capacity`.
+    idle: VecDeque<(Key, u64)>,
+    capacity: usize,
+    clock: u64,
+}
+
+impl Default for KeyBook {
+    fn default() -> Self {
+        Self::new(1_000_000)
+    }
+}
+
+impl KeyBook {
+    /// A book that remembers at most `capacity` idle keys (confirmed records only). Keys with
+    /// pending or missing records are always kept: they are bounded by `max_pending` and by
+    /// the missing records. Forgetting an idle key lets a later record with that key be
+    /// confirmed by the forgotten record's row (a loss missed, never one invented).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            idle: VecDeque::new(),
+            capacity: capacity.max(1),
+            clock: 0,
+        }
+    }
+
+    /// A record with key `k` was ingested and waits for its verdict.
+    pub fn pend(&mut self, k: &Key) {
+        match self.entries.get_mut(k) {
+            Some(e) => e.pending += 1,
+            None => {
+                self.entries.insert(
+                    k.clone(),
+                    Entry {
+                        pending: 1,
+                        ..Entry::default()
+                    },
+                );
+            }
+        }
+    }
+
+    /// A pending record left without a verdict (its partition was revoked or reset).
+    pub fn unpend(&mut self, k: &Key) {
+        self.change(k, |e| e.pending = e.pending.saturating_sub(1));
+    }
+
+    /// A missing record restored from the store or a handover: it is missing again here.
+    pub fn restore_missing(&mut self, k: &Key) {
+        match self.entries.get_mut(k) {
+            Some(e) => e.missing += 1,
+            None => {
+                self.entries.insert(
+                    k.clone(),
+                    Entry {
+                        missing: 1,
+                        ..Entry::default()
+                    },
+                );
+            }
+        }
+    }
+
+    /// A missing record is no longer followed (given up, or its partition left): it stays in
+    /// its gap but holds no claim any more.
+    pub fn forget_missing(&mut self, k: &Key) {
+        self.change(k, |e| e.missing = e.missing.saturating_sub(1));
+    }
+
+    /// Decides `due` pending records with key `k`, the sink holding `rows` rows for it. The
+    /// first `confirmed` of them are present, the rest missing.
+    pub fn decide_due(&mut self, k: &Key, due: u64, rows: u64) -> DueOutcome {
+        let mut out = DueOutcome::default();
+        self.change(k, |e| {
+            let others = e.pending.saturating_sub(due) + e.confirmed + e.missing;
+            let free = rows.saturating_sub(e.confirmed);
+            let found = free.min(due);
+            e.pending = e.pending.saturating_sub(due);
+            e.confirmed += found;
+            e.missing += due - found;
+            out.confirmed = found;
+            out.shared = others > 0 || due > 1;
+            out.duplicates = charge_duplicates(e, rows);
+        });
+        out
+    }
+
+    /// Re-checks `missing` missing records with key `k`, the sink now holding `rows` rows.
+    pub fn recheck(&mut self, k: &Key, missing: u64, rows: u64) -> RecheckOutcome {
+        let mut out = RecheckOutcome::default();
+        self.change(k, |e| {
+            let free = rows.saturating_sub(e.confirmed);
+            let late = free.min(missing).min(e.missing);
+            e.missing -= late;
+            e.confirmed += late;
+            out.late = late;
+            out.duplicates = charge_duplicates(e, rows);
+        });
+        out
+    }
+
+    /// Applies `f` to the entry of `k` (created when absent) and keeps the idle queue right.
+    fn change(&mut self, k: &Key, f: impl FnOnce(&mut Entry)) {
+        let was_busy;
+        let now_busy;
+        let stamp;
+        {
+            let e = match self.entries.get_mut(k) {
+                Some(e) => e,
+                None => self.entries.entry(k.clone()).or_default(),
+            };
+            was_busy = e.busy() || e.idle_since == 0;
+            f(e);
+            now_busy = e.busy();
+            if !now_busy && was_busy {
+                self.clock += 1;
+                e.idle_since = self.clock;
+            }
+            stamp = e.idle_since;
+        }
+        if !now_busy && was_busy {
+            self.idle.push_back((k.clone(), stamp));
+            self.evict();
+        }
+    }
+
+    fn evict(&mut self) {
+        while self.idle.len() > self.capacity {
+            let Some((k, stamp)) = self.idle.pop_front() else {
+                break;
+            };
+            if let Some(e) = self.entries.get(&k)
+                && !e.busy()
+                && e.idle_since == stamp
+            {
+                self.entries.remove(&k);
+            }
+        }
+        // Stale slots (entries busy again since) are dropped as they reach the front; the
+        // queue never holds more than `capacity` plus the keys that became busy again.
+    }
+
+    /// Takes a ledger's records into the book (a partition assigned or restored): its
+    /// pending keys and the missing keys it still re-checks.
+    pub fn adopt(&mut self, l: &PartitionLedger) {
+        for k in l.pending_keys() {
+            self.pend(k);
+        }
+        for k in l.missing_keys() {
+            self.restore_missing(k);
+        }
+    }
+
+    /// Lets a ledger's undecided records go (a partition revoked or reset): what
+    /// [`Self::adopt`] and ingesting added, taken back.
+    pub fn release(&mut self, l: &PartitionLedger) {
+        for k in l.pending_keys() {
+            self.unpend(k);
+        }
+        for k in l.missing_keys() {
+            self.forget_missing(k);
+        }
+    }
+
+    /// Keys known (busy or remembered idle).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the book knows no key.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Records with key `k` pending, confirmed and missing, as the book counts them (tests,
+    /// status).
+    pub fn counts(&self, k: &Key) -> (u64, u64, u64) {
+        self.entries
+            .get(k)
+            .map_or((0, 0, 0), |e| (e.pending, e.confirmed, e.missing))
+    }
+
+    /// Sum of pending records over all keys (tests: must equal the ledgers' pending keys).
+    pub fn total_pending(&self) -> u64 {
+        self.entries.values().map(|e| e.pending).sum()
+    }
+
+    /// Sum of missing records over all keys (tests: must equal the ledgers' followed
+    /// missing keys).
+    pub fn total_missing(&self) -> u64 {
+        self.entries.values().map(|e| e.missing).sum()
+    }
+}
+
+/// Rows beyond every record of the key are duplicates once nothing with the key is pending
+/// or missing; returns the rows not counted before.
+fn charge_duplicates(e: &mut Entry, rows: u64) -> u64 {
+    if e.busy() {
+        return 0;
+    }
+    let extra = rows.saturating_sub(e.confirmed);
+    let new = extra.saturating_sub(e.duplicates);
+    e.duplicates = e.duplicates.max(extra);
+    new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(s: &str) -> Key {
+        Key::new([s])
+    }
+
+    #[test]
+    fn a_shared_key_on_two_partitions_is_confirmed_twice_by_two_rows() {
+        let mut b = KeyBook::new(10);
+        b.pend(&k("a"));
+        b.pend(&k("a"));
+        // Partition 0 decides first: its record takes one row, the other row is the pending
+        // record's, not a duplicate.
+        let o = b.decide_due(&k("a"), 1, 2);
+        assert_eq!((o.confirmed, o.duplicates, o.shared), (1, 0, true));
+        let o = b.decide_due(&k("a"), 1, 2);
+        assert_eq!((o.confirmed, o.duplicates), (1, 0));
+        assert_eq!(b.counts(&k("a")), (0, 2, 0));
+    }
+
+    #[test]
+    fn a_shortfall_is_missing_and_turns_late_when_the_row_lands() {
+        let mut b = KeyBook::new(10);
+        b.pend(&k("a"));
+        b.pend(&k("a"));
+        let o = b.decide_due(&k("a"), 2, 1);
+        assert_eq!((o.confirmed, o.shared), (1, true));
+        assert_eq!(b.counts(&k("a")), (0, 1, 1));
+        assert_eq!(b.recheck(&k("a"), 1, 1).late, 0);
+        let r = b.recheck(&k("a"), 1, 2);
+        assert_eq!((r.late, r.duplicates), (1, 0));
+        assert_eq!(b.counts(&k("a")), (0, 2, 0));
+    }
+
+    #[test]
+    fn duplicates_are_charged_once_and_only_when_nothing_waits_for_the_key() {
+        let mut b = KeyBook::new(10);
+        b.pend(&k("a"));
+        b.pend(&k("a"));
+        assert_eq!(
+            b.decide_due(&k("a"), 1, 3).duplicates,
+            0,
+            "one record still pending"
+        );
+        assert_eq!(b.decide_due(&k("a"), 1, 3).duplicates, 1);
+        b.pend(&k("a"));
+        // The third record finds the extra row free: confirmed, no loss, nothing recharged.
+        let o = b.decide_due(&k("a"), 1, 3);
+        assert_eq!((o.confirmed, o.duplicates), (1, 0));
+        b.pend(&k("a"));
+        // Five rows for four records: the one extra row was charged before (it is the row the
+        // third record then took: a duplicate counted early is never taken back).
+        assert_eq!(b.decide_due(&k("a"), 1, 5).duplicates, 0);
+        assert_eq!(
+            b.recheck(&k("a"), 0, 6).duplicates,
+            1,
+            "a sixth row is a new duplicate"
+        );
+    }
+
+    #[test]
+    fn a_unique_key_is_not_shared() {
+        let mut b = KeyBook::new(10);
+        b.pend(&k("a"));
+        let o = b.decide_due(&k("a"), 1, 0);
+        assert_eq!((o.confirmed, o.shared), (0, false));
+    }
+
+    #[test]
+    fn idle_keys_are_forgotten_oldest_first_busy_ones_never() {
+        let mut b = KeyBook::new(2);
+        for s in ["a", "b", "c"] {
+            b.pend(&k(s));
+            b.decide_due(&k(s), 1, 1);
+        }
+        b.pend(&k("m"));
+        b.decide_due(&k("m"), 1, 0);
+        b.pend(&k("p"));
+        assert_eq!(
+            b.counts(&k("a")),
+            (0, 0, 0),
+            "the oldest idle key is forgotten"
+        );
+        assert_eq!(b.counts(&k("c")), (0, 1, 0));
+        assert_eq!(b.counts(&k("m")), (0, 0, 1), "missing keys are kept");
+        assert_eq!(b.counts(&k("p")), (1, 0, 0), "pending keys are kept");
+        for i in 0..100 {
+            let key = k(&format!("x{i}"));
+            b.pend(&key);
+            b.decide_due(&key, 1, 1);
+        }
+        assert!(b.len() <= 2 + 2, "{} keys", b.len());
+        assert_eq!(b.counts(&k("m")), (0, 0, 1));
+    }
+
+    #[test]
+    fn unpend_and_forget_release_claims() {
+        let mut b = KeyBook::new(10);
+        b.pend(&k("a"));
+        b.unpend(&k("a"));
+        assert_eq!(b.total_pending(), 0);
+        b.restore_missing(&k("a"));
+        assert_eq!(b.total_missing(), 1);
+        b.forget_missing(&k("a"));
+        assert_eq!(b.total_missing(), 0);
+    }
+}

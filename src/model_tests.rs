@@ -1,0 +1,288 @@
+//! Model-based test of the key_columns core: ingest → ledger → due rule → `Checker` (the
+//! daemon's verification dispatch) against an in-memory sink → verdicts, checked after
+//! every round against a brute-force model of the sink's rows.
+//!
+//! Keys come from a pool of one to four values, so most keys are shared within and across
+//! partitions; the pipeline writes in several steps and commits after writing (at least
+//! once), drops records, writes some two or three times, and writes some only rounds after
+//! it committed them (rows that arrive late). The auditor's tail runs ahead of or behind the
+//! pipeline. The model: per key, with `decided` records decided and `rows` rows in the sink,
+//! exactly `max(0, decided − rows)` are missing at the end of every round — never more (no
+//! false loss while enough rows exist), never fewer (every shortfall declared).
+
+use crate::config::MatchStrategy;
+use crate::gap::{Offset, TopicPartition};
+use crate::ledger::{Observed, PartitionLedger};
+use crate::record::Key;
+use crate::sink::memory::MemorySink;
+use crate::verify::Checker;
+use proptest::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+
+const GRACE: i64 = 1_000;
+const ROUND: i64 = 1_000;
+
+/// One Kafka record as the pipeline treats it.
+#[derive(Debug, Clone)]
+struct Rec {
+    key: u8,
+    /// Rows the pipeline writes for it: 0 dropped, 1 normal, 2–3 duplicated.
+    copies: u8,
+    /// Rounds after its commit before its rows land (0: before the commit).
+    delay: u8,
+}
+
+fn rec() -> impl Strategy<Value = Rec> {
+    (
+        0u8..4,
+        prop_oneof![1 => Just(0u8), 6 => Just(1u8), 1 => 2u8..4],
+        prop_oneof![5 => Just(0u8), 1 => 1u8..4],
+    )
+        .prop_map(|(key, copies, delay)| Rec { key, copies, delay })
+}
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    pool: u8,
+    partitions: Vec<Vec<Rec>>,
+    /// Per round and partition: records the pipeline writes, how many of its written
+    /// records it has not committed yet (commits lag writes: a checkpoint not completed),
+    /// and records the auditor's tail reads.
+    steps: Vec<Vec<(u8, u8, u8)>>,
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    (
+        1u8..=4,
+        prop::collection::vec(prop::collection::vec(rec(), 0..24), 1..=3),
+        prop::collection::vec(prop::collection::vec((0u8..6, 0u8..4, 0u8..8), 3), 1..10),
+    )
+        .prop_map(|(pool, partitions, steps)| Scenario {
+            pool,
+            partitions,
+            steps,
+        })
+}
+
+fn key(pool: u8, k: u8) -> Key {
+    Key::new([format!("k{}", k % pool)])
+}
+
+struct World {
+    sink: MemorySink,
+    rows: HashMap<Key, u64>,
+    /// Rows due to land in a later round: (round, key, copies).
+    later: Vec<(usize, Key, u64)>,
+    written: Vec<usize>,
+    committed: Vec<usize>,
+    read: Vec<usize>,
+}
+
+impl World {
+    fn write(&mut self, k: Key, n: u64) {
+        for _ in 0..n {
+            self.sink.insert_key(&k);
+        }
+        *self.rows.entry(k).or_default() += n;
+    }
+}
+
+async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
+    let tps: Vec<TopicPartition> = (0..s.partitions.len())
+        .map(|p| TopicPartition::new("t", p as i32))
+        .collect();
+    let mut ledgers: Vec<PartitionLedger> =
+        tps.iter().map(|_| PartitionLedger::new(0, true)).collect();
+    let mut checker = Checker::new(MatchStrategy::KeyColumns, 2, 1_000);
+    let mut w = World {
+        sink: MemorySink::new(),
+        rows: HashMap::new(),
+        later: Vec::new(),
+        written: vec![0; tps.len()],
+        committed: vec![0; tps.len()],
+        read: vec![0; tps.len()],
+    };
+    let (mut lost, mut late) = (0u64, 0u64);
+    // The scheduled rounds, then enough to finish: everything written, read and decided.
+    let finish = vec![(u8::MAX, 0, u8::MAX); 3];
+    let rounds = s.steps.len() + 8;
+    for round in 0..rounds {
+        let now = (round as i64 + 1) * ROUND * 10;
+        let step = s.steps.get(round).unwrap_or(&finish);
+        // Rows promised for this round land.
+        let (land, keep): (Vec<_>, Vec<_>) = w.later.drain(..).partition(|(r, ..)| *r <= round);
+        w.later = keep;
+        for (_, k, n) in land {
+            w.write(k, n);
+        }
+        for (p, recs) in s.partitions.iter().enumerate() {
+            let (write, hold, read) = step[p];
+            // The pipeline writes its next records, then commits past all but `hold` of
+            // what it wrote (at least once: never past a record it has not written).
+            let upto = (w.written[p] + write as usize).min(recs.len());
+            for r in &recs[w.written[p]..upto] {
+                let k = key(s.pool, r.key);
+                if r.delay == 0 {
+                    w.write(k, r.copies.into());
+                } else {
+                    w.later.push((round + r.delay as usize, k, r.copies.into()));
+                }
+            }
+            w.written[p] = upto;
+            w.committed[p] = w.committed[p].max(upto.saturating_sub(hold as usize));
+            ledgers[p]
+                .pipeline
+                .observe(now, Some(w.committed[p] as Offset));
+            // The auditor's tail reads, ahead of or behind the pipeline.
+            let to = (w.read[p] + read as usize).min(recs.len());
+            for (o, r) in recs.iter().enumerate().take(to).skip(w.read[p]) {
+                let k = key(s.pool, r.key);
+                if let Some(book) = checker.book_mut() {
+                    book.pend(&k);
+                }
+                ledgers[p].ingest(o as Offset, None, Observed::Expected { key: Some(k) }, now);
+            }
+            w.read[p] = to;
+        }
+        // One verify round, `grace` after the commits: partition by partition, as the
+        // daemon's round does.
+        let at = now + GRACE;
+        for (p, tp) in tps.iter().enumerate() {
+            let segs = ledgers[p].due(at, GRACE, 1_000);
+            let v = checker
+                .due(&w.sink, tp, &segs, &|_, _| {})
+                .await
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let before = key_counts(&s, &ledgers, &w);
+            lost += ledgers[p].apply(&v, at).lost;
+            check_verdicts(&before, &key_counts(&s, &ledgers, &w), &w, round)?;
+            let checks = ledgers[p].rechecks(at, i64::MAX / 4);
+            let v = checker
+                .recheck(&w.sink, tp, &checks, &|_, _| {})
+                .await
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            late += ledgers[p].apply_rechecks(&checks, &v).late;
+        }
+        // After the round's re-checks: every shortfall declared, nothing more.
+        check_keys(&s, &ledgers, &w, round)?;
+        check_book(&ledgers, &checker)?;
+    }
+    // Everything landed and was decided: the report is the model's shortfall, exactly.
+    let mut records: HashMap<Key, u64> = HashMap::new();
+    for recs in &s.partitions {
+        for r in recs {
+            *records.entry(key(s.pool, r.key)).or_default() += 1;
+        }
+    }
+    let shortfall: u64 = records
+        .iter()
+        .map(|(k, n)| n.saturating_sub(w.rows.get(k).copied().unwrap_or(0)))
+        .sum();
+    let pending: u64 = ledgers.iter().map(|l| l.pending()).sum();
+    prop_assert_eq!(pending, 0, "every record decided");
+    let missing: u64 = ledgers.iter().map(|l| l.missing()).sum();
+    prop_assert_eq!(missing, shortfall);
+    prop_assert_eq!(
+        lost - late,
+        shortfall,
+        "counters: lost {} late {}",
+        lost,
+        late
+    );
+    let in_gaps: u64 = ledgers
+        .iter()
+        .flat_map(|l| l.gaps().map(|g| g.missing))
+        .sum();
+    prop_assert_eq!(in_gaps, shortfall, "gaps hold exactly the missing records");
+    Ok(())
+}
+
+/// Per key: (decided, missing) records among those the auditor has read.
+fn key_counts(s: &Scenario, ledgers: &[PartitionLedger], w: &World) -> BTreeMap<Key, (u64, u64)> {
+    let mut out: BTreeMap<Key, (u64, u64)> = BTreeMap::new();
+    for (p, l) in ledgers.iter().enumerate() {
+        let pending = l.pending_runs();
+        let gone = l.missing_runs();
+        for o in 0..w.read[p] {
+            let k = key(s.pool, s.partitions[p][o].key);
+            let off = o as Offset;
+            let e = out.entry(k).or_default();
+            if !pending.iter().any(|r| r.contains(off)) {
+                e.0 += 1;
+            }
+            if gone.iter().any(|r| r.contains(off)) {
+                e.1 += 1;
+            }
+        }
+    }
+    out
+}
+
+/// At the moment of a verdict (SPEC): a record is never declared missing while the sink
+/// holds at least as many rows for its key as there are due and confirmed records with it.
+fn check_verdicts(
+    before: &BTreeMap<Key, (u64, u64)>,
+    after: &BTreeMap<Key, (u64, u64)>,
+    w: &World,
+    round: usize,
+) -> Result<(), TestCaseError> {
+    for (k, &(d1, m1)) in after {
+        let (d0, m0) = before.get(k).copied().unwrap_or_default();
+        let rows = w.rows.get(k).copied().unwrap_or(0);
+        let (due, declared, confirmed) = (d1 - d0, m1.saturating_sub(m0), d0 - m0);
+        prop_assert!(
+            declared <= (confirmed + due).saturating_sub(rows),
+            "round {}: key {:?}: {} declared missing of {} due, {} confirmed, {} rows",
+            round,
+            k,
+            declared,
+            due,
+            confirmed,
+            rows
+        );
+    }
+    Ok(())
+}
+
+/// After a round's re-checks, per key: missing == max(0, decided − rows): every shortfall
+/// declared, nothing more.
+fn check_keys(
+    s: &Scenario,
+    ledgers: &[PartitionLedger],
+    w: &World,
+    round: usize,
+) -> Result<(), TestCaseError> {
+    for (k, (d, m)) in key_counts(s, ledgers, w) {
+        let rows = w.rows.get(&k).copied().unwrap_or(0);
+        prop_assert_eq!(
+            m,
+            d.saturating_sub(rows),
+            "round {}: key {:?}: {} decided, {} rows",
+            round,
+            k,
+            d,
+            rows
+        );
+    }
+    Ok(())
+}
+
+/// The book agrees with the ledgers.
+fn check_book(ledgers: &[PartitionLedger], checker: &Checker) -> Result<(), TestCaseError> {
+    let book = checker.book().expect("key_columns has a book");
+    let pending: u64 = ledgers.iter().map(|l| l.pending()).sum();
+    let missing: u64 = ledgers.iter().map(|l| l.missing()).sum();
+    prop_assert_eq!(book.total_pending(), pending);
+    prop_assert_eq!(book.total_missing(), missing);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn key_matching_equals_the_model(s in scenario()) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        rt.block_on(simulate(s))?;
+    }
+}
