@@ -10,9 +10,10 @@
 //! Order of the checks in [`Decoder::tag`], each one ending the classification:
 //! 1. no value → `tombstone`;
 //! 2. not UTF-8, invalid JSON, malformed quoting → `undecodable`;
-//! 3. `field_count` / `min_fields`, then `require`, then the key fields (absent or empty)
-//!    → `filter`: a record whose key cannot be built can never be found in the sink, so it
-//!    is not expected there.
+//! 3. `field_count` / `min_fields`, then `require`, then the key fields (absent) → `filter`:
+//!    a record whose key cannot be built can never be found in the sink, so it is not
+//!    expected there. An EMPTY key field is a value like any other (SPEC: empty matches
+//!    empty): the pipeline writes such records, so they are audited, never skipped.
 //!
 //! The number of fields a record has: csv, the fields after the split; json, the members
 //! of the top-level object (0 for any other document); raw, always 1.
@@ -547,7 +548,7 @@ impl Decoder {
         }
         let key = match &self.key {
             None => None,
-            Some(locators) => match Key::try_collect(locators.iter().map(present)) {
+            Some(locators) => match Key::try_collect(locators.iter().map(|l| decoded.get(l))) {
                 Some(key) => Some(key),
                 None => return Tag::Filtered(FilterReason::Filter),
             },
@@ -845,7 +846,8 @@ mod tests {
         for line in ["", "\n", "\r\n"] {
             assert_eq!(d.tag(Some(line.as_bytes())), FILTERED, "{line:?}");
         }
-        // Without a field count, an empty line still has no key.
+        // Without a field count, an empty line is one empty field: its key is empty, and
+        // empty matches empty (SPEC), so it is audited like any record the pipeline writes.
         let d = Decoder::new(DecoderSpec {
             delimiter: "|".into(),
             fields: seed_fields(),
@@ -853,13 +855,32 @@ mod tests {
             ..DecoderSpec::default()
         })
         .expect("valid");
-        assert_eq!(d.tag(Some(b"")), FILTERED);
+        assert_eq!(d.tag(Some(b"")), expected(&[""]));
+        // A key field the line does not have at all still cannot be built.
+        let d = Decoder::new(DecoderSpec {
+            delimiter: "|".into(),
+            fields: seed_fields(),
+            key: Some(strings(&["domain"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(b"1.2.3.4")), FILTERED);
     }
 
     #[test]
-    fn empty_key_field_is_filtered() {
+    fn empty_key_fields_are_audited() {
+        // FINDINGS: a record whose key fields are empty was counted filtered{reason="filter"}
+        // and never audited, although the pipeline writes it. Empty matches empty.
         let line = SEED_LINE.replacen("www.example.com", "", 1);
-        assert_eq!(seed_decoder().tag(Some(line.as_bytes())), FILTERED);
+        let Tag::Expected { key: Some(k) } = seed_decoder().tag(Some(line.as_bytes())) else {
+            panic!("an empty key field must be expected");
+        };
+        assert_eq!(k.to_vec()[1], "");
+        let empty = "||||||||";
+        assert!(matches!(
+            seed_decoder().tag(Some(empty.as_bytes())),
+            Tag::Expected { key: Some(k) } if k.to_vec() == vec!["", "", ""]
+        ));
     }
 
     #[test]
@@ -965,13 +986,13 @@ mod tests {
         );
         // A stray quote inside an unquoted field is data.
         assert_eq!(d.tag(Some(br#"a"b,c,d"#)), expected(&["a\"b", "c", "d"]));
-        // A quoted empty field is empty: the key cannot be built.
-        assert_eq!(d.tag(Some(br#""",b,c"#)), FILTERED);
+        // A quoted empty field is empty, a value like any other.
+        assert_eq!(d.tag(Some(br#""",b,c"#)), expected(&["", "b", "c"]));
         // Malformed quoting cannot be decoded.
         assert_eq!(d.tag(Some(br#""unterminated,b,c"#)), UNDECODABLE);
         assert_eq!(d.tag(Some(br#""x"y,b,c"#)), UNDECODABLE);
         // Trailing delimiter after a quoted field gives an empty last field.
-        assert_eq!(d.tag(Some(br#"a,"b","#)), FILTERED);
+        assert_eq!(d.tag(Some(br#"a,"b","#)), expected(&["a", "b", ""]));
     }
 
     #[test]
@@ -1015,11 +1036,12 @@ mod tests {
     }
 
     #[test]
-    fn json_absent_null_and_empty_are_filtered() {
+    fn json_absent_and_null_are_filtered_empty_is_audited() {
         let d = json_decoder(&["k"]);
         assert_eq!(d.tag(Some(br#"{"other":1}"#)), FILTERED);
+        // NULL in the sink never equals a literal: no key to look for.
         assert_eq!(d.tag(Some(br#"{"k":null}"#)), FILTERED);
-        assert_eq!(d.tag(Some(br#"{"k":""}"#)), FILTERED);
+        assert_eq!(d.tag(Some(br#"{"k":""}"#)), expected(&[""]));
         assert_eq!(d.tag(Some(br#"{"k":0}"#)), expected(&["0"]));
     }
 
@@ -1112,7 +1134,8 @@ mod tests {
         assert_eq!(d.tag(Some(SEED_LINE.as_bytes())), expected(&[SEED_LINE]));
         // raw keeps the bytes as they are, line end included.
         assert_eq!(d.tag(Some(b"x\n")), expected(&["x\n"]));
-        assert_eq!(d.tag(Some(b"")), FILTERED);
+        // An empty value (not a tombstone) is an empty key: audited, empty matches empty.
+        assert_eq!(d.tag(Some(b"")), expected(&[""]));
 
         let named = Decoder::new(DecoderSpec {
             format: DecodeFormat::Raw,
@@ -1657,8 +1680,9 @@ mod tests {
                     if std::str::from_utf8(value).is_err() {
                         prop_assert_eq!(tag, UNDECODABLE);
                     } else if let Tag::Expected { key: Some(key) } = tag {
-                        // A key never has an empty part: it could not be found in a sink.
-                        prop_assert!(key.values().all(|p| !p.is_empty()));
+                        // Every expected record has a key to look for (its parts may be
+                        // empty: empty matches empty); a document id is never empty.
+                        prop_assert!(!key.is_empty());
                     }
                 }
             }
@@ -1686,7 +1710,7 @@ mod tests {
         }
 
         /// The key builder over JSON: any member names and string values serialized by
-        /// serde_json come back exactly (an empty value filters the record).
+        /// serde_json come back exactly (an empty value is a value).
         #[test]
         fn json_key_round_trips(
             members in prop::collection::btree_map("[^/].{0,8}", ".{0,16}", 1..6),
@@ -1699,11 +1723,7 @@ mod tests {
                 key: Some(names),
                 ..DecoderSpec::default()
             }).expect("valid");
-            let want = if values.iter().any(String::is_empty) {
-                FILTERED
-            } else {
-                Tag::Expected { key: Some(Key::new(&values)) }
-            };
+            let want = Tag::Expected { key: Some(Key::new(&values)) };
             prop_assert_eq!(d.tag(Some(doc.as_bytes())), want);
         }
 

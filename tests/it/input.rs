@@ -220,8 +220,9 @@ async fn hostile_key_values_no_query_error_correct_verdicts() {
         (keyed_line("10.1.0.22", "line1\r\nline2\rline3\n.com", t), Written),
         (keyed_line("10.1.0.23", "ctrl\u{1a}z.com", t), Lost),
         (keyed_line("10.1.0.23", "\u{1a}", t), Written),
-        // an empty key field: not expected (the key cannot be built)
-        (keyed_line("10.1.0.24", "", t), Filtered("filter")),
+        // an empty key field is a value (SPEC: empty matches empty): audited, never skipped
+        (keyed_line("10.1.0.24", "", t), Written),
+        (keyed_line("10.1.0.28", "", t), Lost),
         // 64 KiB keys differing only in the last byte
         (keyed_line("10.1.0.25", &format!("{big}1"), t), Written),
         (keyed_line("10.1.0.25", &format!("{big}2"), t), Lost),
