@@ -200,6 +200,7 @@ pub async fn run<V: Verifier + 'static>(
         metrics,
         status,
     };
+    a.load_key_book().await;
     tracing::info!(audit = %a.cfg.name, group = %a.group, topics = ?a.cfg.topics, sink = a.sink.kind(), "audit started");
     a.publish();
     let mut tick = tokio::time::interval(a.cfg.verify_interval);
@@ -228,8 +229,9 @@ pub async fn run<V: Verifier + 'static>(
     Ok(())
 }
 
+/// Ages (grace, give-up) are measured on a clock that never steps: [`crate::clock`].
 fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
+    crate::clock::now_ms()
 }
 
 fn ms_to_time(ms: i64) -> Option<DateTime<Utc>> {
@@ -325,8 +327,9 @@ impl<V: Verifier> Audit<V> {
                 Ok((low, high)) if next > high => {
                     tracing::error!(audit = %self.cfg.name, %tp, next, low, high,
                         "the auditor's position is beyond the log end (topic recreated or truncated?): restarting the partition at the log start");
+                    // The old records' confirmations stay: their rows are still in the sink.
                     if let Some(book) = self.checker.book_mut() {
-                        book.release(&part.ledger);
+                        book.release(&mut part.ledger, true);
                     }
                     part.ledger = PartitionLedger::new(low, keyed);
                     low
@@ -401,12 +404,16 @@ impl<V: Verifier> Audit<V> {
         let keyed = self.keyed();
         let mut out = Vec::new();
         for (tp, start, log) in resolved {
+            // Where the ledger resumes: the store's settled offset, or the auditor group's
+            // commit when that is further (see `resolve_starts`); records Kafka deleted below
+            // it are recorded by `skipped_by_retention` next.
+            let at = start.deleted.map_or(start.resume, |(first, _)| first);
             let mut ledger = match progress.get(&tp) {
                 Some(p) => match serde_json::from_value::<Snapshot>(p.ledger.clone()) {
-                    Ok(snap) => PartitionLedger::restore(p.settled, keyed, snap),
+                    Ok(snap) => PartitionLedger::restore(at.max(p.settled), keyed, snap),
                     Err(e) => {
                         tracing::error!(%tp, error = %e, "stored ledger state unreadable; resuming at the settled offset without it");
-                        PartitionLedger::new(p.settled, keyed)
+                        PartitionLedger::new(at.max(p.settled), keyed)
                     }
                 },
                 None => PartitionLedger::new(start.resume, keyed),
@@ -421,8 +428,8 @@ impl<V: Verifier> Audit<V> {
             // A partition assigned again (eager rebalances revoke and assign everything)
             // replaces its old ledger: the old one's claims go first.
             if let Some(book) = self.checker.book_mut() {
-                if let Some(old) = self.parts.get(&tp) {
-                    book.release(&old.ledger);
+                if let Some(old) = self.parts.get_mut(&tp) {
+                    book.release(&mut old.ledger, false);
                 }
                 book.adopt(&ledger);
             }
@@ -587,9 +594,11 @@ impl<V: Verifier> Audit<V> {
         let ok = self.persist().await;
         let mut out = Vec::new();
         for tp in partitions {
-            if let Some(part) = self.parts.remove(tp) {
+            if let Some(mut part) = self.parts.remove(tp) {
+                // Verdicts that did not reach the store are decided again by the next owner
+                // (maybe this instance): their confirmations must not hold rows twice.
                 if let Some(book) = self.checker.book_mut() {
-                    book.release(&part.ledger);
+                    book.release(&mut part.ledger, ok);
                 }
                 if ok {
                     out.push((tp.clone(), part.ledger.settled()));
@@ -643,7 +652,14 @@ impl<V: Verifier> Audit<V> {
                     } else {
                         p.ledger.due(now, grace, limit)
                     };
-                    (due, p.ledger.rechecks(now, give_up))
+                    let checks = p.ledger.rechecks(now, give_up);
+                    // Given-up records hold no claim on their keys' rows any more.
+                    if let Some(book) = self.checker.book_mut() {
+                        for k in p.ledger.take_released_keys() {
+                            book.forget_missing(&k);
+                        }
+                    }
+                    (due, checks)
                 }
                 None => continue,
             };
@@ -672,11 +688,6 @@ impl<V: Verifier> Audit<V> {
                 }
                 Ok(_) => {}
                 Err(e) => failure = Some(e),
-            }
-            if let Some(book) = self.checker.book_mut() {
-                for k in part.ledger.take_released_keys() {
-                    book.forget_missing(&k);
-                }
             }
             let dirty = part.ledger.take_dirty_gaps();
             // Only rounds that decided something: while the store refuses writes this list
@@ -758,6 +769,33 @@ impl<V: Verifier> Audit<V> {
             self.checker.recheck(&self.sink, tp, segs, &obs).await
         } else {
             self.checker.due(&self.sink, tp, segs, &obs).await
+        }
+    }
+
+    /// key_columns: the confirmed counts stored with the settled offsets, so records decided
+    /// before a restart keep their rows (a shared key's later record needs its own row).
+    /// Unreadable, the book starts empty: a loss may then be missed, never invented.
+    async fn load_key_book(&mut self) {
+        if self.checker.book().is_none() {
+            return;
+        }
+        let store = self.store.clone();
+        let audit = self.cfg.name.clone();
+        match tokio::task::spawn_blocking(move || store.load_key_book(&audit)).await {
+            Ok(Ok(rows)) => {
+                let n = rows.len();
+                let keys = rows
+                    .into_iter()
+                    .filter_map(|(k, c)| Some((crate::record::Key::from_bytes(&k)?, c)));
+                if let Some(book) = self.checker.book_mut() {
+                    book.load(keys);
+                }
+                tracing::debug!(audit = %self.cfg.name, keys = n, "key book loaded from the store");
+            }
+            Ok(Err(e)) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the key book from the store: shared keys start unclaimed")
+            }
+            Err(e) => tracing::error!(audit = %self.cfg.name, error = %e, "key book load panicked"),
         }
     }
 
@@ -949,7 +987,17 @@ impl<V: Verifier> Audit<V> {
                 }
             })
             .collect();
-        if gaps.is_empty() && progress.is_empty() {
+        let keys: Vec<(Vec<u8>, u64)> = self
+            .checker
+            .book()
+            .map(|b| {
+                b.changes()
+                    .into_iter()
+                    .map(|(k, n)| (k.as_bytes().to_vec(), n))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if gaps.is_empty() && progress.is_empty() && keys.is_empty() {
             self.count_persisted();
             return self.hand_over().await;
         }
@@ -963,12 +1011,20 @@ impl<V: Verifier> Audit<V> {
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
-        match tokio::task::spawn_blocking(move || store.commit_round(&audit, &gaps, &progress))
-            .await
+        match tokio::task::spawn_blocking(move || {
+            store.commit_round_with_keys(&audit, &gaps, &progress, &keys)
+        })
+        .await
         {
             Ok(Ok(())) => {
                 self.unsaved.clear();
                 self.persisted.extend(marks);
+                if let Some(book) = self.checker.book_mut() {
+                    book.persisted();
+                }
+                for p in self.parts.values_mut() {
+                    p.ledger.stored();
+                }
                 self.count_persisted();
                 self.hand_over().await
             }
@@ -1479,10 +1535,35 @@ fn resolve_starts(
                 .inspect_err(|e| tracing::warn!(%tp, error = %e, attempt, "cannot read watermarks"))
                 .ok()
         });
-        let resumed = stored
-            .get(tp)
-            .copied()
-            .or_else(|| committed.get(tp).copied().flatten());
+        let resumed = match (
+            stored.get(tp).copied(),
+            committed.get(tp).copied().flatten(),
+        ) {
+            // The store is never behind the group commit it made itself (store, then
+            // commit): a commit ahead of it comes from another owner that left no handover,
+            // an operator's reset, or a store restored from a backup. Records below the
+            // commit were decided (and counted) by whoever committed it: not again here.
+            (Some(s), Some(c)) if c > s => {
+                tracing::warn!(%tp, stored = s, committed = c,
+                    "the auditor group's commit is ahead of the local store (another owner without handover, a reset, or a restored backup): resuming at the commit; nothing below it is decided again");
+                Some(c)
+            }
+            (Some(s), _) => Some(s),
+            (None, c) => c,
+        };
+        // A partition with no position while others of its topic have one was added after
+        // the audit started following the topic: all of it is new, so all of it is audited
+        // (kafka.start applies to the topic's first start, not to partitions added later).
+        let added_later = resumed.is_none()
+            && stored
+                .keys()
+                .chain(
+                    committed
+                        .iter()
+                        .filter(|(_, c)| c.is_some())
+                        .map(|(k, _)| k),
+                )
+                .any(|k| k.topic == tp.topic && k.partition != tp.partition);
         let s = match (resumed, log) {
             (Some(r), Some((low, _))) if r < low => Start {
                 resume: low,
@@ -1502,6 +1583,11 @@ fn resolve_starts(
                         .unwrap_or(high)
                 };
                 let resume = match start {
+                    _ if added_later => {
+                        tracing::info!(%tp, log_start = low,
+                            "partition added after the audit started: reading it from its log start");
+                        low
+                    }
                     StartPosition::Latest => high,
                     StartPosition::Earliest => low,
                     StartPosition::Time(t) => at(t.timestamp_millis()),

@@ -35,6 +35,7 @@ pub const LONG_VERSION: &str = concat!(
 pub mod app;
 pub mod audit;
 pub mod check;
+pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod gap;

@@ -433,7 +433,7 @@ fn replay(
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    let result = rt.block_on(replay::run(cfg, &target, &dest, dry_run));
+    let result = rt.block_on(replay::run(cfg, &store, &target, &dest, dry_run));
     let replayed = match result {
         Ok(o) => o,
         Err(ReplayError::Deleted {

@@ -12,7 +12,7 @@
 
 use crate::config::MatchStrategy;
 use crate::gap::{Offset, TopicPartition};
-use crate::ledger::{Observed, PartitionLedger};
+use crate::ledger::{Observed, PartitionLedger, Snapshot};
 use crate::record::Key;
 use crate::sink::memory::MemorySink;
 use crate::verify::Checker;
@@ -49,6 +49,30 @@ struct Scenario {
     /// records it has not committed yet (commits lag writes: a checkpoint not completed),
     /// and records the auditor's tail reads.
     steps: Vec<Vec<(u8, u8, u8)>>,
+    /// Per round, what happens to the auditor (see [`Event`]).
+    events: Vec<Event>,
+}
+
+/// What befalls the auditor in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    None,
+    /// The store refuses this round's write (the verdicts stay in memory, uncounted).
+    StoreFails,
+    /// kill -9 at the start of the round: everything is rebuilt from the store.
+    Crash,
+    /// The partitions are revoked (their last verdicts not stored) and assigned again:
+    /// the process, and its key book, live on.
+    Rebalance,
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        8 => Just(Event::None),
+        1 => Just(Event::StoreFails),
+        1 => Just(Event::Crash),
+        1 => Just(Event::Rebalance),
+    ]
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
@@ -56,11 +80,13 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         1u8..=4,
         prop::collection::vec(prop::collection::vec(rec(), 0..24), 1..=3),
         prop::collection::vec(prop::collection::vec((0u8..6, 0u8..4, 0u8..8), 3), 1..10),
+        prop::collection::vec(event(), 10),
     )
-        .prop_map(|(pool, partitions, steps)| Scenario {
+        .prop_map(|(pool, partitions, steps, events)| Scenario {
             pool,
             partitions,
             steps,
+            events,
         })
 }
 
@@ -102,13 +128,53 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         committed: vec![0; tps.len()],
         read: vec![0; tps.len()],
     };
+    // What the store holds: per partition (settled, ledger snapshot), the key book's
+    // confirmed counts, and the counters of the verdicts it holds.
+    let mut stored: Vec<(Offset, Snapshot)> = vec![(0, Snapshot::default()); tps.len()];
+    let mut stored_book: HashMap<Key, u64> = HashMap::new();
     let (mut lost, mut late) = (0u64, 0u64);
+    let (mut uncounted_lost, mut uncounted_late) = (0u64, 0u64);
     // The scheduled rounds, then enough to finish: everything written, read and decided.
     let finish = vec![(u8::MAX, 0, u8::MAX); 3];
     let rounds = s.steps.len() + 8;
     for round in 0..rounds {
         let now = (round as i64 + 1) * ROUND * 10;
         let step = s.steps.get(round).unwrap_or(&finish);
+        let event = if round < s.steps.len() {
+            s.events.get(round).copied().unwrap_or(Event::None)
+        } else {
+            Event::None
+        };
+        match event {
+            Event::Crash => {
+                checker = Checker::new(MatchStrategy::KeyColumns, 2, 1_000);
+                if let Some(book) = checker.book_mut() {
+                    book.load(stored_book.iter().map(|(k, n)| (k.clone(), *n)));
+                }
+                for (p, l) in ledgers.iter_mut().enumerate() {
+                    *l = PartitionLedger::restore(stored[p].0, true, stored[p].1.clone());
+                    if let Some(book) = checker.book_mut() {
+                        book.adopt(l);
+                    }
+                    w.read[p] = stored[p].0 as usize;
+                }
+                (uncounted_lost, uncounted_late) = (0, 0);
+            }
+            Event::Rebalance => {
+                for (p, l) in ledgers.iter_mut().enumerate() {
+                    let mut fresh =
+                        PartitionLedger::restore(stored[p].0, true, stored[p].1.clone());
+                    if let Some(book) = checker.book_mut() {
+                        book.release(l, false);
+                        book.adopt(&fresh);
+                    }
+                    std::mem::swap(l, &mut fresh);
+                    w.read[p] = stored[p].0 as usize;
+                }
+                (uncounted_lost, uncounted_late) = (0, 0);
+            }
+            Event::None | Event::StoreFails => {}
+        }
         // Rows promised for this round land.
         let (land, keep): (Vec<_>, Vec<_>) = w.later.drain(..).partition(|(r, ..)| *r <= round);
         w.later = keep;
@@ -154,14 +220,38 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                 .await
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             let before = key_counts(&s, &ledgers, &w);
-            lost += ledgers[p].apply(&v, at).lost;
+            uncounted_lost += ledgers[p].apply(&v, at).lost;
             check_verdicts(&before, &key_counts(&s, &ledgers, &w), &w, round)?;
             let checks = ledgers[p].rechecks(at, i64::MAX / 4);
             let v = checker
                 .recheck(&w.sink, tp, &checks, &|_, _| {})
                 .await
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            late += ledgers[p].apply_rechecks(&checks, &v).late;
+            uncounted_late += ledgers[p].apply_rechecks(&checks, &v).late;
+            if let Some(book) = checker.book_mut() {
+                for k in ledgers[p].take_released_keys() {
+                    book.forget_missing(&k);
+                }
+            }
+        }
+        // Persist, as the daemon does: ledgers, key book and counters in one write.
+        if event != Event::StoreFails {
+            for (p, l) in ledgers.iter_mut().enumerate() {
+                stored[p] = (l.settled(), l.snapshot());
+                l.stored();
+            }
+            if let Some(book) = checker.book_mut() {
+                for (k, n) in book.changes() {
+                    if n == 0 {
+                        stored_book.remove(&k);
+                    } else {
+                        stored_book.insert(k, n);
+                    }
+                }
+                book.persisted();
+            }
+            lost += std::mem::take(&mut uncounted_lost);
+            late += std::mem::take(&mut uncounted_late);
         }
         // After the round's re-checks: every shortfall declared, nothing more.
         check_keys(&s, &ledgers, &w, round)?;

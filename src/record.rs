@@ -91,6 +91,28 @@ impl Key {
         })
     }
 
+    /// The packed form (each value's UTF-8 bytes, then `0xFF`): how the store keeps keys.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// A key from its packed form ([`Self::as_bytes`]); `None` unless every value is UTF-8
+    /// ended by `0xFF`.
+    pub fn from_bytes(b: &[u8]) -> Option<Key> {
+        if !b.is_empty() && b.last() != Some(&KEY_END) {
+            return None;
+        }
+        let body = b.strip_suffix(&[KEY_END]).unwrap_or(b);
+        if !b.is_empty()
+            && !body
+                .split(|&c| c == KEY_END)
+                .all(|v| std::str::from_utf8(v).is_ok())
+        {
+            return None;
+        }
+        Some(Key(Box::from(b)))
+    }
+
     /// The values, in key order.
     pub fn values(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
         KeyValues {
@@ -865,6 +887,19 @@ mod tests {
         })
         .expect("valid");
         assert_eq!(d.tag(Some(b"1.2.3.4")), FILTERED);
+    }
+
+    #[test]
+    fn keys_round_trip_through_their_packed_form() {
+        for k in [
+            Key::new(["a", "", "é\0"]),
+            Key::new([""]),
+            Key::new([] as [&str; 0]),
+        ] {
+            assert_eq!(Key::from_bytes(k.as_bytes()), Some(k.clone()));
+        }
+        assert_eq!(Key::from_bytes(b"a"), None, "no terminator");
+        assert_eq!(Key::from_bytes(b"\xfe\xff"), None, "not UTF-8");
     }
 
     #[test]

@@ -145,6 +145,7 @@ struct Record {
 /// Replays `target` to `dest`. Returns one outcome per offset read.
 pub async fn run(
     config: &Config,
+    store: &crate::store::Store,
     target: &Target,
     dest: &Destination,
     dry_run: bool,
@@ -199,6 +200,20 @@ pub async fn run(
     let obs = |_d: Duration, _ok: bool| {};
     let mut checker = Checker::new(audit.matching.strategy, audit.batch_size, 1);
     if let Some(book) = checker.book_mut() {
+        // The daemon's claims on these keys' rows (records it confirmed), so a shared key's
+        // row that another record holds is not taken for the missing one's (SPEC guarantee
+        // 9: replay decides as run does).
+        let keys: Vec<crate::record::Key> = {
+            let mut k: Vec<_> = ledger.pending_keys().cloned().collect();
+            k.sort_unstable();
+            k.dedup();
+            k
+        };
+        let packed: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+        let claimed = store
+            .key_confirmed(&audit.name, &packed)
+            .context("reading the key book from the store")?;
+        book.load(keys.into_iter().zip(claimed));
         book.adopt(&ledger);
     }
     let verdicts: Vec<Verdict> = checker

@@ -34,7 +34,7 @@ use std::time::Duration;
 pub const DB_FILE: &str = "gaps.sqlite";
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 4;
+const SCHEMA_VERSION: i32 = 5;
 
 /// How long a statement waits for another process's write lock before failing. The daemon's
 /// round transactions are short; 5 s covers an fsync on a slow disk with a wide margin.
@@ -98,6 +98,17 @@ ALTER TABLE gaps ADD COLUMN replayed_at TEXT;
 /// v4: whether a gap's key was shared by other records (key_columns multiset).
 const SCHEMA_V4: &str = "
 ALTER TABLE gaps ADD COLUMN shared_key INTEGER NOT NULL DEFAULT 0;
+";
+
+/// v5: the key_columns multiset's confirmed counts, written with the settled offsets they
+/// lie below, so a restart decides shared keys as the process before it would have.
+const SCHEMA_V5: &str = "
+CREATE TABLE IF NOT EXISTS key_book (
+    audit     TEXT NOT NULL,
+    key       BLOB NOT NULL,
+    confirmed INTEGER NOT NULL,
+    PRIMARY KEY (audit, key)
+) WITHOUT ROWID;
 ";
 
 /// Errors of the gap store. Each names the database file (and the gap id where one is
@@ -303,7 +314,11 @@ impl Store {
             tx.execute_batch(SCHEMA_V4)
                 .map_err(sq("migrate schema to v4"))?;
         }
-        // Future migrations: `if version < 5 { ... }`, each within this tx.
+        if version < 5 {
+            tx.execute_batch(SCHEMA_V5)
+                .map_err(sq("migrate schema to v5"))?;
+        }
+        // Future migrations: `if version < 6 { ... }`, each within this tx.
         if version != SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sq("write user_version"))?;
@@ -331,6 +346,18 @@ impl Store {
         audit: &str,
         gaps: &[Gap],
         progress: &[PartitionProgress],
+    ) -> Result<(), StoreError> {
+        self.commit_round_with_keys(audit, gaps, progress, &[])
+    }
+
+    /// [`Self::commit_round`], plus key_columns confirmed counts in the same transaction:
+    /// `(packed key, confirmed)`, 0 deleting the key.
+    pub fn commit_round_with_keys(
+        &self,
+        audit: &str,
+        gaps: &[Gap],
+        progress: &[PartitionProgress],
+        keys: &[(Vec<u8>, u64)],
     ) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let now = fmt_ts(Utc::now());
@@ -434,9 +461,66 @@ impl Store {
                         p.topic, p.partition
                     )))?;
             }
+            if !keys.is_empty() {
+                let mut upsert_key = tx
+                    .prepare_cached(
+                        "INSERT INTO key_book (audit, key, confirmed) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (audit, key) DO UPDATE SET confirmed = excluded.confirmed",
+                    )
+                    .map_err(self.sq("prepare key upsert".to_string()))?;
+                let mut delete_key = tx
+                    .prepare_cached("DELETE FROM key_book WHERE audit = ?1 AND key = ?2")
+                    .map_err(self.sq("prepare key delete".to_string()))?;
+                for (k, n) in keys {
+                    let r = match i64::try_from(*n) {
+                        Ok(0) => delete_key.execute(params![audit, k]),
+                        Ok(n) => upsert_key.execute(params![audit, k, n]),
+                        Err(_) => upsert_key.execute(params![audit, k, i64::MAX]),
+                    };
+                    r.map_err(self.sq(format!("write the key book of audit {audit}")))?;
+                }
+            }
         }
         tx.commit()
             .map_err(self.sq(format!("commit round of audit {audit}")))
+    }
+
+    /// The key_columns confirmed counts of one audit, as `(packed key, confirmed)`.
+    pub fn load_key_book(&self, audit: &str) -> Result<Vec<(Vec<u8>, u64)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("load the key book of audit {audit}");
+        let mut stmt = conn
+            .prepare_cached("SELECT key, confirmed FROM key_book WHERE audit = ?1")
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![audit], |row| {
+                Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, i64>(1)?))
+            })
+            .map_err(self.sq(ctx()))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (k, n) = row.map_err(self.sq(ctx()))?;
+            out.push((k, n.max(0) as u64));
+        }
+        Ok(out)
+    }
+
+    /// Confirmed counts of the given keys (packed), for `replay`; absent keys are 0.
+    pub fn key_confirmed(&self, audit: &str, keys: &[Vec<u8>]) -> Result<Vec<u64>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the key book of audit {audit}");
+        let mut stmt = conn
+            .prepare_cached("SELECT confirmed FROM key_book WHERE audit = ?1 AND key = ?2")
+            .map_err(self.sq(ctx()))?;
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let n: Option<i64> = stmt
+                .query_row(params![audit, k], |row| row.get(0))
+                .optional()
+                .map_err(self.sq(ctx()))?;
+            out.push(n.unwrap_or(0).max(0) as u64);
+        }
+        Ok(out)
     }
 
     /// Progress rows of one audit, ordered by topic and partition.
@@ -811,6 +895,31 @@ mod tests {
             pipeline_commit_at: None,
             shared_key: false,
         }
+    }
+
+    #[test]
+    fn the_key_book_is_written_with_the_round_and_deleted_at_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let a = b"10.0.0.1\xffa.com\xff".to_vec();
+        let b = b"x\xff".to_vec();
+        store
+            .commit_round_with_keys(
+                "au",
+                &[],
+                &[progress(0, 5)],
+                &[(a.clone(), 2), (b.clone(), 1)],
+            )
+            .unwrap();
+        let mut book = store.load_key_book("au").unwrap();
+        book.sort();
+        assert_eq!(book, vec![(a.clone(), 2), (b.clone(), 1)]);
+        store
+            .commit_round_with_keys("au", &[], &[], &[(b.clone(), 0), (a.clone(), 3)])
+            .unwrap();
+        assert_eq!(store.load_key_book("au").unwrap(), vec![(a.clone(), 3)]);
+        assert_eq!(store.key_confirmed("au", &[a, b]).unwrap(), vec![3, 0]);
+        assert!(store.load_key_book("other").unwrap().is_empty());
     }
 
     fn progress(partition: i32, settled: Offset) -> PartitionProgress {

@@ -22,7 +22,7 @@
 
 use super::PartitionLedger;
 use crate::record::Key;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// One key's records, as the book knows them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -72,6 +72,10 @@ pub struct KeyBook {
     idle: VecDeque<(Key, u64)>,
     capacity: usize,
     clock: u64,
+    /// Keys whose confirmed count changed (or that were forgotten) since the last
+    /// [`KeyBook::persisted`]: what the store must write in the same transaction as the
+    /// settled offsets those confirmations lie below.
+    dirty: HashSet<Key>,
 }
 
 impl Default for KeyBook {
@@ -91,7 +95,40 @@ impl KeyBook {
             idle: VecDeque::new(),
             capacity: capacity.max(1),
             clock: 0,
+            dirty: HashSet::new(),
         }
+    }
+
+    /// Loads confirmed counts persisted with the settled offsets (a restart): the rows those
+    /// records hold stay theirs, so a later record with the key needs a row of its own.
+    pub fn load(&mut self, confirmed: impl IntoIterator<Item = (Key, u64)>) {
+        for (k, n) in confirmed {
+            if n == 0 {
+                continue;
+            }
+            self.change(&k, |e| e.confirmed += n);
+        }
+        self.dirty.clear();
+    }
+
+    /// A confirmation taken back: the record will be decided again (its partition left
+    /// before the verdict could be stored, and resumes below it).
+    pub fn unconfirm(&mut self, k: &Key) {
+        self.change(k, |e| e.confirmed = e.confirmed.saturating_sub(1));
+    }
+
+    /// Confirmed counts changed since the last [`Self::persisted`], as `(key, confirmed)`;
+    /// 0 means the key is no longer kept (delete it).
+    pub fn changes(&self) -> Vec<(Key, u64)> {
+        self.dirty
+            .iter()
+            .map(|k| (k.clone(), self.entries.get(k).map_or(0, |e| e.confirmed)))
+            .collect()
+    }
+
+    /// The store now holds [`Self::changes`].
+    pub fn persisted(&mut self) {
+        self.dirty.clear();
     }
 
     /// A record with key `k` was ingested and waits for its verdict.
@@ -180,7 +217,11 @@ impl KeyBook {
                 None => self.entries.entry(k.clone()).or_default(),
             };
             was_busy = e.busy() || e.idle_since == 0;
+            let confirmed = e.confirmed;
             f(e);
+            if e.confirmed != confirmed && !self.dirty.contains(k) {
+                self.dirty.insert(k.clone());
+            }
             now_busy = e.busy();
             if !now_busy && was_busy {
                 self.clock += 1;
@@ -199,11 +240,15 @@ impl KeyBook {
             let Some((k, stamp)) = self.idle.pop_front() else {
                 break;
             };
-            if let Some(e) = self.entries.get(&k)
-                && !e.busy()
-                && e.idle_since == stamp
+            let forget = self
+                .entries
+                .get(&k)
+                .is_some_and(|e| !e.busy() && e.idle_since == stamp);
+            if forget
+                && let Some(e) = self.entries.remove(&k)
+                && e.confirmed > 0
             {
-                self.entries.remove(&k);
+                self.dirty.insert(k);
             }
         }
         // Stale slots (entries busy again since) are dropped as they reach the front; the
@@ -222,13 +267,24 @@ impl KeyBook {
     }
 
     /// Lets a ledger's undecided records go (a partition revoked or reset): what
-    /// [`Self::adopt`] and ingesting added, taken back.
-    pub fn release(&mut self, l: &PartitionLedger) {
+    /// [`Self::adopt`] and ingesting added, taken back. With `stored` false, its verdicts
+    /// since the last successful store write were not kept and will be decided again from
+    /// the stored state: their confirmations are taken back too.
+    pub fn release(&mut self, l: &mut PartitionLedger, stored: bool) {
         for k in l.pending_keys() {
             self.unpend(k);
         }
         for k in l.missing_keys() {
             self.forget_missing(k);
+        }
+        for k in l.take_released_keys() {
+            self.forget_missing(&k);
+        }
+        let unstored = l.take_unstored_confirmations();
+        if !stored {
+            for k in &unstored {
+                self.unconfirm(k);
+            }
         }
     }
 

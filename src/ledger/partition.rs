@@ -262,6 +262,9 @@ pub struct PartitionLedger {
     /// Keys of missing records given up since [`Self::take_released_keys`]: the audit's
     /// key book stops holding claims for them.
     released_keys: Vec<Key>,
+    /// Keys of records confirmed since [`Self::stored`] (keyed ledgers): taken back from the
+    /// key book if the ledger is dropped before its verdicts reach the store.
+    unstored_confirmations: Vec<Key>,
     /// Bumped whenever [`Self::snapshot`] would change, so callers persist only changes.
     revision: u64,
     /// The pipeline group's commits on this partition (due rule input).
@@ -283,6 +286,7 @@ impl PartitionLedger {
             dirty_gaps: Default::default(),
             tail_gap: None,
             released_keys: Vec::new(),
+            unstored_confirmations: Vec::new(),
             revision: 0,
             pipeline: PipelineCommits::default(),
         }
@@ -506,6 +510,11 @@ impl PartitionLedger {
             events.sort_unstable_by_key(|(r, _)| r.first);
             for (r, found) in events {
                 if found {
+                    if !p.keys.is_empty() {
+                        let a = (r.first - p.run.first) as usize;
+                        self.unstored_confirmations
+                            .extend_from_slice(&p.keys[a..a + r.len() as usize]);
+                    }
                     out.confirmed += r.len();
                     out.confirmed_ts.push((p.max_ts, r.len()));
                     if self.tail_gap.take().is_some() {
@@ -663,6 +672,13 @@ impl PartitionLedger {
             out.duplicates += duplicate_rows;
             self.revision += 1;
             let found = runs::count(&present);
+            for r in &present {
+                for o in r.first..=r.last {
+                    if let Some(k) = m.key_of(o) {
+                        self.unstored_confirmations.push(k.clone());
+                    }
+                }
+            }
             out.late += found;
             self.missing_count -= found;
             for rest in runs::subtract(m.run, &present) {
@@ -697,6 +713,16 @@ impl PartitionLedger {
             self.revision += 1;
         }
         out
+    }
+
+    /// The store now holds this ledger's verdicts (see [`Self::take_unstored_confirmations`]).
+    pub fn stored(&mut self) {
+        self.unstored_confirmations.clear();
+    }
+
+    /// Keys of records confirmed since the last [`Self::stored`].
+    pub fn take_unstored_confirmations(&mut self) -> Vec<Key> {
+        std::mem::take(&mut self.unstored_confirmations)
     }
 
     /// Keys of missing records given up since the last call (see [`super::KeyBook`]).

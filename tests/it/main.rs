@@ -13,3 +13,4 @@ mod replay;
 mod scenarios;
 mod seed_config;
 mod support;
+mod verdicts;
