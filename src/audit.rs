@@ -105,6 +105,9 @@ struct Audit<V> {
     sink_error: Option<String>,
     last_sink_ok: Option<DateTime<Utc>>,
     last_kafka_ok: Option<DateTime<Utc>>,
+    /// Shutdown: a round in flight stops asking the sink (its open questions stay unknown,
+    /// nothing is decided on them), so SIGTERM never waits for a long backlog round.
+    cancel: CancellationToken,
     /// The last read of the pipeline group's commits succeeded (with a pipeline group).
     pipeline_read_ok: bool,
     /// Why verdicts are held back (a configured pipeline group that cannot be read or has
@@ -188,6 +191,7 @@ pub async fn run<V: Verifier + 'static>(
         sink_error: None,
         last_sink_ok: None,
         last_kafka_ok: None,
+        cancel: cancel.clone(),
         pipeline_read_ok: false,
         pipeline_hold: None,
         handover,
@@ -643,6 +647,9 @@ impl<V: Verifier> Audit<V> {
         let time_rule = self.pipeline.is_none();
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
         for tp in &tps {
+            if self.cancel.is_cancelled() {
+                break;
+            }
             let (segs, checks) = match self.parts.get_mut(tp) {
                 Some(p) => {
                     // Set every round, so no ledger (new, restored, reset) can miss it.
@@ -698,6 +705,11 @@ impl<V: Verifier> Audit<V> {
             for g in dirty {
                 self.report_gap(tp, &g);
             }
+        }
+        if self.cancel.is_cancelled() {
+            // Shutting down: what was decided is persisted by the drain; the questions cut
+            // short say nothing about the sink.
+            return;
         }
         if !queried && failure.is_none() {
             let t = std::time::Instant::now();
@@ -765,10 +777,20 @@ impl<V: Verifier> Audit<V> {
                 .with_label_values(&[audit.as_str()])
                 .observe(d.as_secs_f64());
         };
-        if recheck {
-            self.checker.recheck(&self.sink, tp, segs, &obs).await
-        } else {
-            self.checker.due(&self.sink, tp, segs, &obs).await
+        let cancel = self.cancel.clone();
+        let ask = async {
+            if recheck {
+                self.checker.recheck(&self.sink, tp, segs, &obs).await
+            } else {
+                self.checker.due(&self.sink, tp, segs, &obs).await
+            }
+        };
+        // Dropping the verification mid-way is safe: verdicts (and the key book) change
+        // only once every query of it has answered.
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = ask => r,
         }
     }
 
