@@ -203,17 +203,9 @@ pub async fn run(
         // The daemon's claims on these keys' rows (records it confirmed), so a shared key's
         // row that another record holds is not taken for the missing one's (SPEC guarantee
         // 9: replay decides as run does).
-        let keys: Vec<crate::record::Key> = {
-            let mut k: Vec<_> = ledger.pending_keys().cloned().collect();
-            k.sort_unstable();
-            k.dedup();
-            k
-        };
-        let packed: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
-        let claimed = store
-            .key_confirmed(&audit.name, &packed)
+        let claims = claims_outside(store, &audit.name, target, &ledger)
             .context("reading the key book from the store")?;
-        book.load(keys.into_iter().zip(claimed));
+        book.load(claims);
         book.adopt(&ledger);
     }
     let verdicts: Vec<Verdict> = checker
@@ -439,6 +431,51 @@ async fn to_sink(
         AnySink::Mysql(_) => to_sql(audit, sink, target, records).await,
         AnySink::Memory(_) => all_failed(records, "this sink cannot be written by replay"),
     }
+}
+
+/// Rows of the range's keys that records OUTSIDE the range hold, as the daemon stored them:
+/// its confirmed counts per key, less the range's own records it confirmed (decided below
+/// its settled offset and not missing) — those rows are the ones replay looks for.
+fn claims_outside(
+    store: &crate::store::Store,
+    audit: &str,
+    target: &Target,
+    ledger: &PartitionLedger,
+) -> Result<Vec<(crate::record::Key, u64)>, crate::store::StoreError> {
+    use std::collections::BTreeMap;
+    let progress = store
+        .load_progress(audit)?
+        .into_iter()
+        .find(|p| p.topic == target.tp.topic && p.partition == target.tp.partition);
+    let (settled, missing) = match progress {
+        Some(p) => {
+            let snap: crate::ledger::Snapshot =
+                serde_json::from_value(p.ledger).unwrap_or_default();
+            let runs: Vec<OffsetRun> = snap.missing.iter().map(|m| m.run).collect();
+            (p.settled, runs)
+        }
+        None => (0, Vec::new()),
+    };
+    let mut inside: BTreeMap<crate::record::Key, u64> = BTreeMap::new();
+    for seg in ledger.pending_segments() {
+        for (i, k) in seg.keys.iter().enumerate() {
+            let o = seg.run.first + i as Offset;
+            let confirmed_by_daemon = o < settled && !missing.iter().any(|r| r.contains(o));
+            let n = inside.entry(k.clone()).or_default();
+            *n += u64::from(confirmed_by_daemon);
+        }
+    }
+    let keys: Vec<crate::record::Key> = inside.keys().cloned().collect();
+    let packed: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+    let stored = store.key_confirmed(audit, &packed)?;
+    Ok(keys
+        .into_iter()
+        .zip(stored)
+        .map(|(k, n)| {
+            let own = inside.get(&k).copied().unwrap_or(0);
+            (k, n.saturating_sub(own))
+        })
+        .collect())
 }
 
 /// `_bulk` `create` actions, [`BULK_DOCS`] per request; the document id is the audit's
@@ -706,32 +743,25 @@ async fn to_sql(
     let AnySink::Mysql(mysql) = sink else {
         return all_failed(records, "this sink cannot be written by replay");
     };
-    let nbe = match mysql.no_backslash_escapes().await {
-        Ok(v) => v,
-        Err(e) => {
-            return records
-                .iter()
-                .map(|r| Outcome::Failed {
-                    offset: r.offset,
-                    error: e.to_string(),
-                })
-                .collect();
-        }
-    };
     let mut out = Vec::new();
     for r in records {
-        let statement = insert_statement(audit, target, r, nbe);
-        out.push(match statement {
-            Err(e) => Outcome::Failed {
+        // Structural errors (no table, a tombstone, not UTF-8) do not depend on the session.
+        if let Err(e) = insert_statement(audit, target, r, false) {
+            out.push(Outcome::Failed {
                 offset: r.offset,
                 error: e,
-            },
-            Ok(q) => match mysql.execute(&q).await {
-                Ok(()) => Outcome::Written { offset: r.offset },
-                Err(e) => Outcome::Failed {
-                    offset: r.offset,
-                    error: e.to_string(),
-                },
+            });
+            continue;
+        }
+        // Escaped for the session it runs on: NO_BACKSLASH_ESCAPES is per connection.
+        let written = mysql
+            .execute_escaped(|nbe| insert_statement(audit, target, r, nbe).unwrap_or_default())
+            .await;
+        out.push(match written {
+            Ok(()) => Outcome::Written { offset: r.offset },
+            Err(e) => Outcome::Failed {
+                offset: r.offset,
+                error: e.to_string(),
             },
         });
     }

@@ -418,3 +418,198 @@ async fn listing_pages_exactly_against_the_server() {
     assert_eq!((c.rows, c.distinct), (12, 9));
     delete_index(&index).await;
 }
+
+/// A verifier over `index` with these fields (direct calls, no auditor).
+fn field_sink(
+    index: &str,
+    partition: &str,
+    offset: &str,
+    topic: Option<&str>,
+    keys: &[&str],
+) -> gap_auditor::sink::elasticsearch::ElasticsearchSink {
+    use gap_auditor::sink::elasticsearch::{ElasticsearchSink, EsAuth, EsTarget};
+    ElasticsearchSink::new(
+        &es_url(),
+        EsAuth::None,
+        None,
+        EsTarget {
+            index: index.into(),
+            partition_field: partition.into(),
+            offset_field: offset.into(),
+            topic_field: topic.map(str::to_string),
+            key_fields: keys.iter().map(|k| k.to_string()).collect(),
+        },
+        Duration::from_secs(5),
+    )
+    .expect("sink")
+}
+
+fn rejection<T: std::fmt::Debug>(r: Result<T, gap_auditor::sink::SinkError>) -> String {
+    match r {
+        Err(gap_auditor::sink::SinkError::Rejected(m)) => m,
+        other => panic!("expected a Rejected error, got {other:?}"),
+    }
+}
+
+/// A queried field that is not in the index mapping, or is mapped `text`, is a clear error
+/// naming the field and the index — never "0 found" (which made all 20 documents read as
+/// missing). A fitting field (the `.keyword` sub-field of a dynamically mapped string)
+/// answers exactly. Direct verifier calls against noida-db, which answers `_field_caps` as
+/// Elasticsearch does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unmapped_or_text_fields_are_rejected_not_zero_found() {
+    use gap_auditor::gap::TopicPartition;
+    use gap_auditor::ledger::OffsetRun;
+    use gap_auditor::record::Key;
+    use gap_auditor::sink::Verifier;
+    // Upper case and punctuation: an analyzed `text` field cannot match it with `term`.
+    let topic = "Dns.Logs-1";
+    let tp = TopicPartition::new(topic, 0);
+    let runs = [OffsetRun::new(0, 19)];
+    let docs: Vec<_> = (0..20i64)
+        .map(|o| (None, doc_of(topic, 0, o, &dns_line(o as usize))))
+        .collect();
+    let key = Key::new([dns_line(3).split('|').next().expect("client_ip")]);
+
+    // Explicit mapping (integer, long, keyword): a misspelt field.
+    let index = unique("es_fields").to_lowercase();
+    create_index(&index).await;
+    bulk_write(&index, &docs).await;
+    let misspelt = field_sink(&index, "partition", "kafka_offst", Some("topic"), &[]);
+    for m in [
+        rejection(misspelt.count_offsets(&tp, &runs).await),
+        rejection(misspelt.list_offsets(&tp, &runs).await),
+    ] {
+        assert!(
+            m.contains("`kafka_offst`") && m.contains("does not exist"),
+            "{m}"
+        );
+        assert!(m.contains(&index), "names the index: {m}");
+    }
+    let m = rejection(
+        field_sink(&index, "partition", "offset", None, &["client_ipp"])
+            .count_keys(&[&key])
+            .await,
+    );
+    assert!(m.contains("`client_ipp`") && m.contains(&index), "{m}");
+    let good = field_sink(&index, "partition", "offset", Some("topic"), &["client_ip"]);
+    let c = good.count_offsets(&tp, &runs).await.expect("count");
+    assert_eq!((c.rows, c.distinct), (20, 20));
+    assert_eq!(good.count_keys(&[&key]).await.expect("keys"), vec![1]);
+
+    // Dynamic mapping (no index created first): strings become `text` + `.keyword`.
+    let dynamic = unique("es_fields_dyn").to_lowercase();
+    bulk_write(&dynamic, &docs).await;
+    let text_topic = field_sink(&dynamic, "partition", "offset", Some("topic"), &[]);
+    let m = rejection(text_topic.count_offsets(&tp, &runs).await);
+    assert!(m.contains("`topic`") && m.contains("`text`"), "{m}");
+    assert!(m.contains("`topic.keyword`") && m.contains(&dynamic), "{m}");
+    let m = rejection(
+        field_sink(&dynamic, "partition", "offset", None, &["client_ip"])
+            .count_keys(&[&key])
+            .await,
+    );
+    assert!(m.contains("`client_ip`") && m.contains("`text`"), "{m}");
+    let kw = field_sink(
+        &dynamic,
+        "partition",
+        "offset",
+        Some("topic.keyword"),
+        &["client_ip.keyword"],
+    );
+    let c = kw.count_offsets(&tp, &runs).await.expect("count");
+    assert_eq!((c.rows, c.distinct), (20, 20));
+    assert_eq!(kw.count_keys(&[&key]).await.expect("keys"), vec![1]);
+    delete_index(&index).await;
+    delete_index(&dynamic).await;
+}
+
+/// The mapping check is cached, and redone after a failed question: the index is deleted
+/// (an error) and recreated by a writer whose offsets are strings (dynamically `text`):
+/// the next question is refused for the mapping, not answered from a stale check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_mapping_is_checked_again_after_an_error() {
+    use gap_auditor::gap::TopicPartition;
+    use gap_auditor::ledger::OffsetRun;
+    use gap_auditor::sink::Verifier;
+    let index = unique("es_recheck").to_lowercase();
+    create_index(&index).await;
+    let docs: Vec<_> = (0..5i64)
+        .map(|o| (None, doc_of("t", 0, o, &dns_line(o as usize))))
+        .collect();
+    bulk_write(&index, &docs).await;
+    let sink = field_sink(&index, "partition", "offset", Some("topic"), &[]);
+    let tp = TopicPartition::new("t", 0);
+    let runs = [OffsetRun::new(0, 4)];
+    for _ in 0..2 {
+        assert_eq!(
+            sink.count_offsets(&tp, &runs)
+                .await
+                .expect("count")
+                .distinct,
+            5
+        );
+    }
+    delete_index(&index).await;
+    let m = rejection(sink.count_offsets(&tp, &runs).await);
+    assert!(m.contains("index_not_found_exception"), "{m}");
+    let strings: Vec<_> = (0..5i64)
+        .map(|o| {
+            let mut d = doc_of("t", 0, o, &dns_line(o as usize));
+            d["offset"] = serde_json::json!(o.to_string());
+            (None, d)
+        })
+        .collect();
+    bulk_write(&index, &strings).await;
+    let m = rejection(sink.count_offsets(&tp, &runs).await);
+    assert!(m.contains("`offset`") && m.contains("`text`"), "{m}");
+    delete_index(&index).await;
+}
+
+/// End to end, the case that paged "data loss": `offset_column` misspelt, all 20 documents
+/// present. The audit reports a sink error naming the field (`sink_up` 0) and declares
+/// nothing missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn misspelt_offset_column_is_a_sink_error_not_loss() {
+    let s = EsScenario::new("es_misspelt", 1, true).await;
+    let topic = s.topic.clone();
+    let toml = es_config_toml(&s.spec("offset_columns", "1s", "500ms")).replace(
+        "offset_column = \"offset\"",
+        "offset_column = \"kafka_offst\"",
+    );
+    assert!(toml.contains("kafka_offst"));
+    let a = Auditor::start(&toml).await;
+    TestProducer::new(&topic)
+        .send_all(0, &dns_lines(0..20))
+        .await;
+    s.pipeline("offset_columns").records(20).run().await;
+    a.wait_for(30, "sink_up 0 with an error", |a| {
+        a.sink_up() == 0
+            && a.status
+                .snapshot()
+                .first()
+                .and_then(|s| s.sink_error.clone())
+                .is_some()
+    })
+    .await;
+    keep_checking(Duration::from_secs(3), Duration::from_millis(100), || {
+        assert_eq!(
+            a.lost(&topic, 0),
+            0,
+            "a misspelt field produced missing records"
+        );
+    })
+    .await;
+    let err = a.status.snapshot()[0]
+        .sink_error
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        err.contains("`kafka_offst`") && err.contains(&s.index),
+        "the error names the field and the index: {err}"
+    );
+    assert!(api_gaps(&a).await.is_empty());
+    assert_eq!(a.confirmed(&topic, 0), 0, "nothing decided");
+    a.stop().await;
+    s.cleanup().await;
+}

@@ -730,6 +730,15 @@ impl PartitionLedger {
         std::mem::take(&mut self.released_keys)
     }
 
+    /// The pending records as segments (offsets with their keys), in offset order.
+    pub fn pending_segments(&self) -> impl Iterator<Item = Segment> + '_ {
+        self.pending.iter().map(|p| Segment {
+            run: p.run,
+            keys: p.keys.clone(),
+            max_ts: p.max_ts,
+        })
+    }
+
     /// Keys of pending records (each once per record).
     pub fn pending_keys(&self) -> impl Iterator<Item = &Key> {
         self.pending.iter().flat_map(|p| p.keys.iter())

@@ -11,9 +11,10 @@
 //!   whatever the number of shards; a plain `_count` cannot tell a duplicate from a present
 //!   record, and `cardinality` is approximate. A histogram is exact by construction (every
 //!   shard returns every bucket; there is no top-N cut as in `terms`). Ranges are split at
-//!   65,536 offsets (the default `search.max_buckets`, so the limit cannot trip however the
-//!   server counts buckets); several pieces go in one `_msearch`, so a count is always ONE
-//!   HTTP request.
+//!   65,535 offsets, so one search can never hold more buckets than the smallest default
+//!   `search.max_buckets` (65,535 on Elasticsearch 7.x and OpenSearch; 65,536 on 8.x),
+//!   however the server counts them; several pieces go in one `_msearch`, so a count is
+//!   always ONE HTTP request.
 //! - **Listing** (small ranges only): `_source: false` hits sorted by the offset field, paged
 //!   with `search_after` (never `from`, so `max_result_window` never applies). No tiebreaker
 //!   is needed because only per-offset counts are kept: a full page drops its last offset and
@@ -29,6 +30,17 @@
 //!   index, so duplicates are impossible by construction. When the index is a pattern or an
 //!   alias of several indices, where `_mget` cannot work, an `ids` query is used instead.
 //!
+//! **Field mappings.** A field the queries name that is not in the index mapping matches no
+//! document, and a `text` field (analyzed) matches exact values only by accident: either
+//! would make every record read as missing while the server answers 200. So before the
+//! first question that names fields (and again after any failed question, and every
+//! [`MAPPING_RECHECK`]), ONE `_field_caps` request checks them ([`check_field_caps`]): a
+//! missing field, a `text`-like or object field, a non-numeric offset field, a keyword-less
+//! topic field is a [`SinkError::Rejected`] naming the field, the index and the fix — never
+//! "0 found". `_field_caps` needs only the `read` privilege (`_mapping` needs
+//! `view_index_metadata`) and merges the mappings of every index a pattern or alias covers,
+//! listing conflicting types per index. In the steady state a question is still ONE request.
+//!
 //! Wildcards that match nothing are an error (`allow_no_indices=false`): an index that does
 //! not exist is reported as such, never as "everything missing". Answers with failed shards
 //! or `timed_out: true` are incomplete, hence unknown. Every status and error body is
@@ -43,14 +55,21 @@ use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::request::JsonBody;
 use elasticsearch::http::response::Response;
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
-use elasticsearch::{BulkParts, CountParts, Elasticsearch, MgetParts, MsearchParts, SearchParts};
+use elasticsearch::{
+    BulkParts, CountParts, Elasticsearch, FieldCapsParts, MgetParts, MsearchParts, SearchParts,
+};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Offsets covered by one histogram search (the default `search.max_buckets`).
-pub const COUNT_SPAN: u64 = 65_536;
+/// Offsets covered by one histogram search: at most this many buckets per search, within the
+/// default `search.max_buckets` of Elasticsearch 7.x and OpenSearch (65,535).
+pub const COUNT_SPAN: u64 = 65_535;
+/// How long a successful mapping check is trusted (it is also redone after any failed
+/// question): an index pattern can gain an index with another mapping.
+pub const MAPPING_RECHECK: Duration = Duration::from_secs(600);
 /// Keys in one `filters` search.
 pub const KEYS_PER_SEARCH: usize = 10_000;
 /// Hits per `search_after` page (`index.max_result_window` default).
@@ -106,6 +125,42 @@ pub struct ElasticsearchSink {
     /// doc_id: `_mget` cannot address this target (pattern, multi-index alias): use `ids`
     /// searches.
     ids_by_search: AtomicBool,
+    /// When the fields of each [`FieldSet`] last passed the mapping check (`None`: never, or
+    /// a question using them failed since).
+    fields_checked: [Mutex<Option<Instant>>; 2],
+}
+
+/// The fields one kind of question names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldSet {
+    /// Range counts and listings (offset_columns): partition, offset and topic fields.
+    Offsets = 0,
+    /// Key counts (key_columns): the key fields.
+    Keys = 1,
+}
+
+/// What a queried field is used for, which decides the mapping types it may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldRole {
+    /// `term` on the Kafka partition: numeric or keyword.
+    Partition,
+    /// `range`, `histogram` and sort on the Kafka offset: numeric, with doc values.
+    Offset,
+    /// `term` on the topic: keyword.
+    Topic,
+    /// `term` on a key value: any exact-value type (keyword, numeric, date, ip, ...).
+    Key,
+}
+
+impl FieldRole {
+    fn describe(self) -> &'static str {
+        match self {
+            FieldRole::Partition => "partition field (match.partition_column)",
+            FieldRole::Offset => "offset field (match.offset_column)",
+            FieldRole::Topic => "topic field (match.topic_column)",
+            FieldRole::Key => "key field (match.columns / match.key)",
+        }
+    }
 }
 
 impl ElasticsearchSink {
@@ -157,6 +212,7 @@ impl ElasticsearchSink {
             timeout,
             page_size: MAX_PAGE,
             ids_by_search: AtomicBool::new(pattern),
+            fields_checked: [Mutex::new(None), Mutex::new(None)],
         })
     }
 
@@ -168,6 +224,64 @@ impl ElasticsearchSink {
 
     fn index(&self) -> [&str; 1] {
         [self.target.index.as_str()]
+    }
+
+    /// Checks the mapping of the fields `set` names, unless a check passed within
+    /// [`MAPPING_RECHECK`] and no question using them failed since: ONE `_field_caps`.
+    async fn ensure_fields(&self, set: FieldSet) -> Result<(), SinkError> {
+        let slot = &self.fields_checked[set as usize];
+        let fresh = slot
+            .lock()
+            .ok()
+            .and_then(|g| *g)
+            .is_some_and(|at| at.elapsed() < MAPPING_RECHECK);
+        if fresh {
+            return Ok(());
+        }
+        let reqs = field_requirements(&self.target, set);
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        let names = field_caps_fields(&reqs);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let index = self.index();
+        let v = self
+            .call(
+                "field caps",
+                self.client
+                    .field_caps(FieldCapsParts::Index(&index))
+                    .fields(&names)
+                    .allow_no_indices(false)
+                    .request_timeout(self.timeout)
+                    .send(),
+            )
+            .await?;
+        check_field_caps(&v, &self.target.index, &reqs)?;
+        if let Ok(mut g) = slot.lock() {
+            *g = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// A question using `set` failed: check its fields again before the next one.
+    fn forget_fields(&self, set: FieldSet) {
+        if let Ok(mut g) = self.fields_checked[set as usize].lock() {
+            *g = None;
+        }
+    }
+
+    /// Runs `question` after the mapping check of `set`; a failure re-arms the check.
+    async fn checked<T>(
+        &self,
+        set: FieldSet,
+        question: impl std::future::Future<Output = Result<T, SinkError>>,
+    ) -> Result<T, SinkError> {
+        self.ensure_fields(set).await?;
+        let r = question.await;
+        if r.is_err() {
+            self.forget_fields(set);
+        }
+        r
     }
 
     /// Sends one request and returns its JSON body; any failure is classified here.
@@ -387,20 +501,75 @@ impl Verifier for ElasticsearchSink {
         if runs.is_empty() {
             return Ok(RangeCount::default());
         }
-        let bodies: Vec<Value> = chunk_runs(runs, COUNT_SPAN)
-            .iter()
-            .map(|c| count_body(&self.target, tp, c))
-            .collect();
-        let mut total = RangeCount::default();
-        for a in self.searches("range count", bodies).await? {
-            let c = parse_count(&a)?;
-            total.rows += c.rows;
-            total.distinct += c.distinct;
-        }
-        Ok(total)
+        self.checked(FieldSet::Offsets, async {
+            let bodies = count_bodies(&self.target, tp, runs);
+            let mut total = RangeCount::default();
+            for a in self.searches("range count", bodies).await? {
+                let c = parse_count(&a)?;
+                total.rows += c.rows;
+                total.distinct += c.distinct;
+            }
+            Ok(total)
+        })
+        .await
     }
 
     async fn list_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<Vec<(Offset, u64)>, SinkError> {
+        self.checked(FieldSet::Offsets, self.list_pages(tp, runs))
+            .await
+    }
+
+    async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Some(k) = keys
+            .iter()
+            .find(|k| k.len() != self.target.key_fields.len())
+        {
+            return Err(SinkError::Rejected(format!(
+                "a key has {} values for {} key fields",
+                k.len(),
+                self.target.key_fields.len()
+            )));
+        }
+        self.checked(FieldSet::Keys, async {
+            let bodies: Vec<Value> = keys
+                .chunks(KEYS_PER_SEARCH)
+                .map(|c| keys_body(&self.target.key_fields, c))
+                .collect();
+            let mut out = Vec::with_capacity(keys.len());
+            let answers = self.searches("key count", bodies).await?;
+            for (a, c) in answers.iter().zip(keys.chunks(KEYS_PER_SEARCH)) {
+                out.extend(parse_keys(a, c.len())?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn find_ids(&self, ids: &[&str]) -> Result<Vec<bool>, SinkError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.ids_by_search.load(Ordering::Relaxed) {
+            if let Some(found) = self.ids_by_mget(ids).await? {
+                return Ok(found);
+            }
+            tracing::info!(index = %self.target.index, "the index is an alias of several indices: verifying document ids with `ids` searches instead of _mget");
+            self.ids_by_search.store(true, Ordering::Relaxed);
+        }
+        self.ids_by_query(ids).await
+    }
+}
+
+impl ElasticsearchSink {
+    /// The listing of [`Verifier::list_offsets`], page by page.
+    async fn list_pages(
         &self,
         tp: &TopicPartition,
         runs: &[OffsetRun],
@@ -428,46 +597,6 @@ impl Verifier for ElasticsearchSink {
                 }
             }
         }
-    }
-
-    async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        if let Some(k) = keys
-            .iter()
-            .find(|k| k.len() != self.target.key_fields.len())
-        {
-            return Err(SinkError::Rejected(format!(
-                "a key has {} values for {} key fields",
-                k.len(),
-                self.target.key_fields.len()
-            )));
-        }
-        let bodies: Vec<Value> = keys
-            .chunks(KEYS_PER_SEARCH)
-            .map(|c| keys_body(&self.target.key_fields, c))
-            .collect();
-        let mut out = Vec::with_capacity(keys.len());
-        let answers = self.searches("key count", bodies).await?;
-        for (a, c) in answers.iter().zip(keys.chunks(KEYS_PER_SEARCH)) {
-            out.extend(parse_keys(a, c.len())?);
-        }
-        Ok(out)
-    }
-
-    async fn find_ids(&self, ids: &[&str]) -> Result<Vec<bool>, SinkError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        if !self.ids_by_search.load(Ordering::Relaxed) {
-            if let Some(found) = self.ids_by_mget(ids).await? {
-                return Ok(found);
-            }
-            tracing::info!(index = %self.target.index, "the index is an alias of several indices: verifying document ids with `ids` searches instead of _mget");
-            self.ids_by_search.store(true, Ordering::Relaxed);
-        }
-        self.ids_by_query(ids).await
     }
 }
 
@@ -510,6 +639,15 @@ pub fn count_body(t: &EsTarget, tp: &TopicPartition, runs: &[OffsetRun]) -> Valu
             "field": t.offset_field, "interval": 1, "min_doc_count": 2
         } } },
     })
+}
+
+/// The range count of `runs` as searches of at most [`COUNT_SPAN`] offsets each (so at most
+/// that many histogram buckets each), sent together in one `_msearch` when there are several.
+pub fn count_bodies(t: &EsTarget, tp: &TopicPartition, runs: &[OffsetRun]) -> Vec<Value> {
+    chunk_runs(runs, COUNT_SPAN)
+        .iter()
+        .map(|c| count_body(t, tp, c))
+        .collect()
 }
 
 /// One listing page: offsets only, ascending, after `after` when given.
@@ -585,6 +723,184 @@ pub fn chunk_runs(runs: &[OffsetRun], span: u64) -> Vec<Vec<OffsetRun>> {
         out.push(cur);
     }
     out
+}
+
+// ------------------------------------------------------------------------ field mappings
+
+/// The fields a [`FieldSet`] names, with what each is used for.
+pub fn field_requirements(t: &EsTarget, set: FieldSet) -> Vec<(FieldRole, &str)> {
+    match set {
+        FieldSet::Offsets => {
+            let mut v = vec![
+                (FieldRole::Partition, t.partition_field.as_str()),
+                (FieldRole::Offset, t.offset_field.as_str()),
+            ];
+            if let Some(f) = &t.topic_field {
+                v.push((FieldRole::Topic, f.as_str()));
+            }
+            v
+        }
+        FieldSet::Keys => t
+            .key_fields
+            .iter()
+            .map(|f| (FieldRole::Key, f.as_str()))
+            .collect(),
+    }
+}
+
+/// The `fields` of the `_field_caps` request: each field, and its `.keyword` sub-field (the
+/// dynamic mapping of a string), so that an error can point at it.
+pub fn field_caps_fields(reqs: &[(FieldRole, &str)]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, f) in reqs {
+        for name in [f.to_string(), format!("{f}.keyword")] {
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+const NUMERIC: &[&str] = &[
+    "long",
+    "integer",
+    "short",
+    "byte",
+    "unsigned_long",
+    "double",
+    "float",
+    "half_float",
+    "scaled_float",
+];
+const KEYWORD: &[&str] = &["keyword", "constant_keyword", "wildcard"];
+/// Analyzed (full-text) types: a `term` on them compares against tokens, not the value.
+const FULL_TEXT: &[&str] = &[
+    "text",
+    "match_only_text",
+    "annotated_text",
+    "search_as_you_type",
+    "semantic_text",
+    "completion",
+];
+/// Containers: no value of their own to compare.
+const CONTAINER: &[&str] = &["object", "nested"];
+
+/// Checks a `_field_caps` answer for the fields of `reqs` (see the module docs): every field
+/// exists in the mapping of `index` (in every index of a pattern that maps it, with types
+/// fit for its role: numeric offsets, numeric or keyword partitions, keyword topics, no
+/// full-text or object key fields) and is searchable. An error names the field, the index
+/// and what is wrong.
+pub fn check_field_caps(
+    v: &Value,
+    index: &str,
+    reqs: &[(FieldRole, &str)],
+) -> Result<(), SinkError> {
+    let fields = v.get("fields").and_then(Value::as_object).ok_or_else(|| {
+        SinkError::Rejected(format!(
+            "field caps of index `{index}`: answer without `fields`"
+        ))
+    })?;
+    for (role, name) in reqs {
+        let Some(types) = fields.get(*name).and_then(Value::as_object) else {
+            return Err(SinkError::Rejected(format!(
+                "field `{name}` ({}) does not exist in the mapping of index `{index}`: no                  document could match, so every record would read as missing; check the                  field name in the audit's match section",
+                role.describe()
+            )));
+        };
+        let keyword_sub = fields
+            .get(&format!("{name}.keyword"))
+            .and_then(Value::as_object)
+            .is_some_and(|t| t.keys().any(|k| KEYWORD.contains(&k.as_str())));
+        for (ty, caps) in types {
+            if ty == "unmapped" {
+                // Only with include_unmapped, which is not asked: indices without the field
+                // hold no document of the pipeline.
+                continue;
+            }
+            let where_ = listed(caps, "indices").unwrap_or_else(|| format!("in index `{index}`"));
+            let ty = ty.as_str();
+            let problem = if FULL_TEXT.contains(&ty) {
+                Some(format!(
+                    "is mapped as `{ty}` (analyzed full text) {where_}: term and range queries                      compare its tokens, not the value, so records would read as missing; map                      it as {}{}",
+                    expected(*role),
+                    if keyword_sub {
+                        format!(" or name its keyword sub-field `{name}.keyword`")
+                    } else {
+                        String::new()
+                    }
+                ))
+            } else if CONTAINER.contains(&ty) {
+                Some(format!(
+                    "is an `{ty}` {where_}, not a value; name the leaf field (`{name}.sub`)"
+                ))
+            } else {
+                let fits = match role {
+                    FieldRole::Offset => NUMERIC.contains(&ty),
+                    FieldRole::Partition => NUMERIC.contains(&ty) || KEYWORD.contains(&ty),
+                    FieldRole::Topic => KEYWORD.contains(&ty),
+                    FieldRole::Key => true,
+                };
+                (!fits).then(|| {
+                    format!(
+                        "is mapped as `{ty}` {where_}; it must be {}",
+                        expected(*role)
+                    )
+                })
+            };
+            let problem = problem.or_else(|| {
+                if caps.get("searchable").and_then(Value::as_bool) == Some(false) {
+                    return Some(format!(
+                        "is not searchable (`index: false`) {}",
+                        listed(caps, "non_searchable_indices").unwrap_or(where_.clone())
+                    ));
+                }
+                if let Some(ix) = listed(caps, "non_searchable_indices") {
+                    return Some(format!("is not searchable (`index: false`) {ix}"));
+                }
+                if *role == FieldRole::Offset {
+                    if caps.get("aggregatable").and_then(Value::as_bool) == Some(false) {
+                        return Some(format!(
+                            "has no doc values {} (the duplicate histogram and the listing's                              sort need them)",
+                            listed(caps, "non_aggregatable_indices").unwrap_or(where_.clone())
+                        ));
+                    }
+                    if let Some(ix) = listed(caps, "non_aggregatable_indices") {
+                        return Some(format!("has no doc values {ix}"));
+                    }
+                }
+                None
+            });
+            if let Some(p) = problem {
+                return Err(SinkError::Rejected(format!(
+                    "field `{name}` ({}) of index `{index}` {p}",
+                    role.describe()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn expected(role: FieldRole) -> &'static str {
+    match role {
+        FieldRole::Offset => "a numeric type (`long`)",
+        FieldRole::Partition => "a numeric type (`integer`) or `keyword`",
+        FieldRole::Topic => "`keyword`",
+        FieldRole::Key => "`keyword` (or another exact-value type)",
+    }
+}
+
+/// `in `a`, `b`` from a list of indices in a field caps entry, if there is one.
+fn listed(caps: &Value, key: &str) -> Option<String> {
+    let ix: Vec<String> = caps
+        .get(key)?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|i| format!("`{i}`"))
+        .collect();
+    (!ix.is_empty()).then(|| format!("in {}", ix.join(", ")))
 }
 
 // ------------------------------------------------------------------------ answers

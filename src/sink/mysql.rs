@@ -4,19 +4,40 @@
 //! protocol (`COM_QUERY`) with values escaped by [`super::sql`]. Connection setup sends no
 //! statement at all (no `SET`, no `SELECT @@socket`/`@@max_allowed_packet` probes) and
 //! pooled connections are not reset on return: Doris rejects some session statements and
-//! commands that MySQL clients send by default. The server's
-//! `NO_BACKSLASH_ESCAPES` mode decides how literals are escaped; it is read once per pool
-//! (re-read after any error) with `SELECT @@sql_mode`.
+//! commands that MySQL clients send by default.
+//!
+//! **Session checks.** How a literal must be escaped is a property of the SESSION: its
+//! `sql_mode` (`NO_BACKSLASH_ESCAPES`) and its character set (backslash escaping is only
+//! sound in a character set where no multi-byte character contains the byte `0x5C`, as GBK,
+//! Big5 and SJIS characters can; and the values are sent as UTF-8). A pool behind a proxy,
+//! or a server whose global `sql_mode` changed, can hand out sessions that differ. So each
+//! physical connection is checked once, the first time it is used (cached by its
+//! connection id, re-checked after any error and every [`SESSION_RECHECK`]):
+//! `SELECT @@sql_mode, @@character_set_client, @@character_set_connection`. A session whose
+//! character set is not utf8mb4/utf8mb3/utf8 gets `SET NAMES utf8mb4` (which Doris, MySQL
+//! and MariaDB accept), checked again, and refused with a clear error if it did not take.
+//! The query is then escaped for THAT session and sent on it.
+//!
+//! **Rows.** Every answer is read as untyped [`Row`]s and converted value by value
+//! ([`column`]): an unexpected type or a NULL (a `VARCHAR` offset column holding `abc`) is a
+//! [`SinkError::Rejected`] naming the query and the column, never a panic (mysql_async's
+//! typed `query::<(i64, i64)>` panics on a value it cannot convert).
 
 use super::sql::{self, OffsetQuery};
 use super::{RangeCount, SinkError, Verifier};
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
 use crate::record::Key;
-use mysql_async::prelude::Queryable;
-use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use mysql_async::prelude::{FromValue, Queryable};
+use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, Value};
+use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long a session check of one connection is trusted (errors clear it sooner).
+pub const SESSION_RECHECK: Duration = Duration::from_secs(300);
+/// Session checks kept at most (the pool holds 4 connections; ids of closed ones linger).
+const MAX_SESSIONS: usize = 64;
 
 /// Where the sink rows are and how a record is matched to them.
 #[derive(Debug, Clone)]
@@ -33,13 +54,21 @@ pub struct MysqlTarget {
     pub key_columns: Vec<String>,
 }
 
+/// What the session check found out about one connection.
+#[derive(Debug, Clone, Copy)]
+struct Session {
+    no_backslash_escapes: bool,
+    checked_at: Instant,
+}
+
 /// A pooled MySQL-protocol connection to the sink.
 pub struct MysqlSink {
     pool: Pool,
     target: MysqlTarget,
     timeout: Duration,
     kind: &'static str,
-    no_backslash_escapes: Mutex<Option<bool>>,
+    /// Session checks by connection id.
+    sessions: Mutex<HashMap<u32, Session>>,
 }
 
 impl MysqlSink {
@@ -69,7 +98,8 @@ impl MysqlSink {
                 PoolOpts::default()
                     .with_constraints(PoolConstraints::new(0, 4).unwrap_or_default())
                     // No COM_RESET_CONNECTION when a connection returns to the pool: older
-                    // Doris FEs do not implement it, and the auditor sets no session state.
+                    // Doris FEs do not implement it, and the auditor sets no session state
+                    // (but `SET NAMES utf8mb4` where a session needs it, see the module docs).
                     .with_reset_connection(false),
             );
         if let Some(u) = user {
@@ -83,7 +113,7 @@ impl MysqlSink {
             target,
             timeout,
             kind,
-            no_backslash_escapes: Mutex::new(None),
+            sessions: Mutex::new(HashMap::new()),
         })
     }
 
@@ -94,11 +124,11 @@ impl MysqlSink {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
-                self.forget_mode();
+                self.forget_sessions();
                 Err(classify(&e))
             }
             Err(_) => {
-                self.forget_mode();
+                self.forget_sessions();
                 Err(SinkError::Unavailable(format!(
                     "query timed out after {:?}",
                     self.timeout
@@ -107,26 +137,95 @@ impl MysqlSink {
         }
     }
 
-    fn forget_mode(&self) {
-        if let Ok(mut m) = self.no_backslash_escapes.lock() {
-            *m = None;
+    /// After any failure every connection is checked again before its next query.
+    fn forget_sessions(&self) {
+        if let Ok(mut m) = self.sessions.lock() {
+            m.clear();
         }
     }
 
-    async fn nbe(&self, conn: &mut mysql_async::Conn) -> Result<bool, SinkError> {
-        if let Ok(m) = self.no_backslash_escapes.lock()
-            && let Some(v) = *m
+    /// Runs `q` on `conn` and returns its rows, untyped (see [`column`]).
+    async fn rows(&self, conn: &mut mysql_async::Conn, q: String) -> Result<Vec<Row>, SinkError> {
+        self.with_timeout(conn.query::<Row, _>(q)).await
+    }
+
+    /// The session check of `conn` (see the module docs): whether its literals must be
+    /// written for NO_BACKSLASH_ESCAPES. Fixes a non-UTF-8 character set or refuses it.
+    async fn session(&self, conn: &mut mysql_async::Conn) -> Result<bool, SinkError> {
+        let id = conn.id();
+        if let Ok(m) = self.sessions.lock()
+            && let Some(s) = m.get(&id)
+            && s.checked_at.elapsed() < SESSION_RECHECK
         {
-            return Ok(v);
+            return Ok(s.no_backslash_escapes);
         }
-        let mode: Option<String> = self
-            .with_timeout(conn.query_first("SELECT @@sql_mode"))
+        let mut state = self.read_session(conn).await?;
+        if !utf8_charset(&state.1) || !utf8_charset(&state.2) {
+            tracing::info!(
+                connection = id,
+                character_set_client = %state.1,
+                character_set_connection = %state.2,
+                "the sink session does not use UTF-8: sending SET NAMES utf8mb4"
+            );
+            self.with_timeout(conn.query_drop("SET NAMES utf8mb4"))
+                .await?;
+            state = self.read_session(conn).await?;
+            if !utf8_charset(&state.1) || !utf8_charset(&state.2) {
+                return Err(SinkError::Rejected(format!(
+                    "the sink session's character set is character_set_client={} / \
+                     character_set_connection={} and SET NAMES utf8mb4 did not change it: \
+                     values are sent as UTF-8 and escaped for it, so the auditor refuses to \
+                     query this session (configure the server, proxy or user for utf8mb4)",
+                    state.1, state.2
+                )));
+            }
+        }
+        let nbe = state
+            .0
+            .to_ascii_uppercase()
+            .contains("NO_BACKSLASH_ESCAPES");
+        if let Ok(mut m) = self.sessions.lock() {
+            if m.len() >= MAX_SESSIONS {
+                m.clear();
+            }
+            m.insert(
+                id,
+                Session {
+                    no_backslash_escapes: nbe,
+                    checked_at: Instant::now(),
+                },
+            );
+        }
+        Ok(nbe)
+    }
+
+    /// (sql_mode, character_set_client, character_set_connection) of the session.
+    async fn read_session(
+        &self,
+        conn: &mut mysql_async::Conn,
+    ) -> Result<(String, String, String), SinkError> {
+        const WHAT: &str = "session check";
+        let rows = self
+            .rows(
+                conn,
+                "SELECT @@sql_mode, @@character_set_client, @@character_set_connection".into(),
+            )
             .await?;
-        let v = mode.is_some_and(|m| m.to_ascii_uppercase().contains("NO_BACKSLASH_ESCAPES"));
-        if let Ok(mut m) = self.no_backslash_escapes.lock() {
-            *m = Some(v);
-        }
-        Ok(v)
+        let row = rows
+            .first()
+            .ok_or_else(|| SinkError::Rejected(format!("{WHAT}: the server returned no row")))?;
+        Ok((
+            text(row, 0, WHAT)?.unwrap_or_default(),
+            text(row, 1, WHAT)?.unwrap_or_default(),
+            text(row, 2, WHAT)?.unwrap_or_default(),
+        ))
+    }
+
+    /// A connection whose session passed the check, and its NO_BACKSLASH_ESCAPES mode.
+    async fn checked_conn(&self) -> Result<(mysql_async::Conn, bool), SinkError> {
+        let mut c = self.conn().await?;
+        let nbe = self.session(&mut c).await?;
+        Ok((c, nbe))
     }
 
     async fn conn(&self) -> Result<mysql_async::Conn, SinkError> {
@@ -144,16 +243,30 @@ impl MysqlSink {
         }
     }
 
-    /// Runs one arbitrary statement (tests and `replay` use it to write rows).
+    /// Runs one arbitrary statement (tests use it to write rows), on a connection whose
+    /// session passed the check. A statement that holds escaped literals must be built for
+    /// the session it runs on: use [`Self::execute_escaped`].
     pub async fn execute(&self, sql: &str) -> Result<(), SinkError> {
-        let mut c = self.conn().await?;
+        let (mut c, _) = self.checked_conn().await?;
         self.with_timeout(c.query_drop(sql)).await
     }
 
-    /// Whether the server runs with NO_BACKSLASH_ESCAPES (for callers that build SQL).
+    /// Builds a statement for the session it will run on (`build` gets its
+    /// NO_BACKSLASH_ESCAPES mode, to pass to [`super::sql::string_literal`]) and runs it on
+    /// that same connection. `replay --to-sink` writes rows with it.
+    pub async fn execute_escaped(
+        &self,
+        build: impl FnOnce(bool) -> String,
+    ) -> Result<(), SinkError> {
+        let (mut c, nbe) = self.checked_conn().await?;
+        let sql = build(nbe);
+        self.with_timeout(c.query_drop(sql)).await
+    }
+
+    /// Whether one (checked) session of the pool runs with NO_BACKSLASH_ESCAPES. Other
+    /// sessions may differ: to send a statement built with it, use [`Self::execute_escaped`].
     pub async fn no_backslash_escapes(&self) -> Result<bool, SinkError> {
-        let mut c = self.conn().await?;
-        self.nbe(&mut c).await
+        self.checked_conn().await.map(|(_, nbe)| nbe)
     }
 
     /// Closes the pool.
@@ -168,9 +281,9 @@ impl Verifier for MysqlSink {
     }
 
     async fn ping(&self) -> Result<(), SinkError> {
+        // No session check: `SELECT 1` has no literal, and the check costs a round trip.
         let mut c = self.conn().await?;
-        let _: Option<i64> = self.with_timeout(c.query_first("SELECT 1")).await?;
-        Ok(())
+        self.rows(&mut c, "SELECT 1".into()).await.map(drop)
     }
 
     async fn count_offsets(
@@ -178,14 +291,16 @@ impl Verifier for MysqlSink {
         tp: &TopicPartition,
         runs: &[OffsetRun],
     ) -> Result<RangeCount, SinkError> {
-        let mut c = self.conn().await?;
-        let nbe = self.nbe(&mut c).await?;
+        const WHAT: &str = "range count";
+        let (mut c, nbe) = self.checked_conn().await?;
         let q = sql::count_offsets(&self.offset_query(tp), runs, nbe);
-        let row: Option<(Option<i64>, Option<i64>)> = self.with_timeout(c.query_first(q)).await?;
-        let (rows, distinct) = row.unwrap_or((Some(0), Some(0)));
+        let rows = self.rows(&mut c, q).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| SinkError::Rejected(format!("{WHAT}: the server returned no row")))?;
         Ok(RangeCount {
-            rows: rows.unwrap_or(0).max(0) as u64,
-            distinct: distinct.unwrap_or(0).max(0) as u64,
+            rows: count(row, 0, WHAT)?,
+            distinct: count(row, 1, WHAT)?,
         })
     }
 
@@ -194,32 +309,37 @@ impl Verifier for MysqlSink {
         tp: &TopicPartition,
         runs: &[OffsetRun],
     ) -> Result<Vec<(Offset, u64)>, SinkError> {
-        let mut c = self.conn().await?;
-        let nbe = self.nbe(&mut c).await?;
+        const WHAT: &str = "offset listing";
+        let (mut c, nbe) = self.checked_conn().await?;
         let q = sql::list_offsets(&self.offset_query(tp), runs, nbe);
-        let rows: Vec<(Option<i64>, i64)> = self.with_timeout(c.query(q)).await?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(o, n)| o.map(|o| (o, n.max(0) as u64)))
-            .collect())
+        let mut out = Vec::new();
+        for row in self.rows(&mut c, q).await? {
+            let offset: Option<i64> = column(&row, 0, WHAT, "an integer offset")?;
+            let n = count(&row, 1, WHAT)?;
+            if let Some(o) = offset {
+                out.push((o, n));
+            }
+        }
+        Ok(out)
     }
 
     async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
+        const WHAT: &str = "key count";
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut c = self.conn().await?;
-        let nbe = self.nbe(&mut c).await?;
+        let (mut c, nbe) = self.checked_conn().await?;
         let values: Vec<Vec<&str>> = keys.iter().map(|k| k.values().collect()).collect();
         let q = sql::count_keys(&self.target.table, &self.target.key_columns, &values, nbe);
-        let rows: Vec<(Option<i64>, i64)> = self.with_timeout(c.query(q)).await?;
         let mut out = vec![0u64; keys.len()];
-        for (k, n) in rows {
+        for row in self.rows(&mut c, q).await? {
+            let k: Option<i64> = column(&row, 0, WHAT, "a key index")?;
+            let n = count(&row, 1, WHAT)?;
             if let Some(slot) = k
                 .and_then(|k| usize::try_from(k).ok())
                 .and_then(|k| out.get_mut(k))
             {
-                *slot += n.max(0) as u64;
+                *slot += n;
             }
         }
         Ok(out)
@@ -232,6 +352,73 @@ impl Verifier for MysqlSink {
              (use offset_columns or key_columns)",
             self.kind
         )))
+    }
+}
+
+/// Whether a character set name is a UTF-8 one (MariaDB 10.6+ says `utf8mb3` for `utf8`).
+fn utf8_charset(name: &str) -> bool {
+    matches!(
+        name.trim().to_ascii_lowercase().as_str(),
+        "utf8mb4" | "utf8mb3" | "utf8"
+    )
+}
+
+/// Column `i` of `row` as `T`, or a [`SinkError::Rejected`] naming the query (`what`), the
+/// column and the value: a value of another type, or a NULL where `T` has none, is an answer
+/// the auditor cannot trust (the table's column types are not what the audit assumes).
+fn column<T: FromValue>(row: &Row, i: usize, what: &str, expected: &str) -> Result<T, SinkError> {
+    let name = || {
+        row.columns_ref()
+            .get(i)
+            .map(|c| format!("`{}`", c.name_str()))
+            .unwrap_or_else(|| format!("#{}", i + 1))
+    };
+    match row.get_opt::<T, usize>(i) {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(SinkError::Rejected(format!(
+            "{what}: column {} holds {}, not {expected}: check the column's type in the sink \
+             table (the query result cannot be trusted)",
+            name(),
+            shown(&e.0)
+        ))),
+        None => Err(SinkError::Rejected(format!(
+            "{what}: the answer has no column {}",
+            name()
+        ))),
+    }
+}
+
+/// A row count: a non-negative integer, never NULL.
+fn count(row: &Row, i: usize, what: &str) -> Result<u64, SinkError> {
+    let n: i64 = column(row, i, what, "a row count")?;
+    u64::try_from(n).map_err(|_| SinkError::Rejected(format!("{what}: a negative row count ({n})")))
+}
+
+/// A text value as the server sent it (lossy UTF-8; numbers as digits); `None` for NULL.
+fn text(row: &Row, i: usize, what: &str) -> Result<Option<String>, SinkError> {
+    match row.as_ref(i) {
+        None => Err(SinkError::Rejected(format!(
+            "{what}: the answer has no column #{}",
+            i + 1
+        ))),
+        Some(Value::NULL) => Ok(None),
+        Some(Value::Bytes(b)) => Ok(Some(String::from_utf8_lossy(b).into_owned())),
+        Some(v) => Ok(Some(v.as_sql(false).trim_matches('\'').to_string())),
+    }
+}
+
+/// A value for an error message: its SQL form, cut to 60 characters.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::NULL => "NULL".into(),
+        v => {
+            let s = v.as_sql(false);
+            let mut out: String = s.chars().take(60).collect();
+            if s.chars().count() > 60 {
+                out.push('…');
+            }
+            out
+        }
     }
 }
 

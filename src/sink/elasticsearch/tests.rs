@@ -376,3 +376,238 @@ fn bulk_create_items_created_existing_and_failed() {
     );
     assert!(parse_bulk_create(&v, 2).is_err(), "misaligned answer");
 }
+
+/// Every search of a range count holds at most 65,535 offsets, hence at most 65,535
+/// histogram buckets: within `search.max_buckets` of Elasticsearch 7.x and OpenSearch
+/// (65,535), not only of 8.x (65,536); and the pieces cover the runs exactly.
+#[test]
+fn range_count_requests_fit_the_smallest_default_max_buckets() {
+    fn offsets_of(body: &Value) -> Vec<(i64, i64)> {
+        body.pointer("/query/bool/filter/2/bool/should")
+            .and_then(Value::as_array)
+            .expect("the runs' should clause")
+            .iter()
+            .map(|r| {
+                let g = &r["range"]["offset"];
+                (
+                    g["gte"].as_i64().expect("gte"),
+                    g["lte"].as_i64().expect("lte"),
+                )
+            })
+            .collect()
+    }
+    let cases: Vec<Vec<OffsetRun>> = vec![
+        vec![OffsetRun::new(0, 65_534)],
+        vec![OffsetRun::new(0, 65_535)],
+        vec![OffsetRun::new(10, 200_009)],
+        vec![
+            OffsetRun::new(0, 40_000),
+            OffsetRun::new(50_000, 90_000),
+            OffsetRun::new(1 << 40, (1 << 40) + 70_000),
+        ],
+    ];
+    for runs in cases {
+        let bodies = count_bodies(&target(), &tp(), &runs);
+        let want: u64 = runs.iter().map(|r| (r.last - r.first + 1) as u64).sum();
+        assert_eq!(bodies.len() as u64, want.div_ceil(65_535), "{runs:?}");
+        let mut covered: Vec<(i64, i64)> = Vec::new();
+        for b in &bodies {
+            let span: i64 = offsets_of(b).iter().map(|(a, z)| z - a + 1).sum();
+            assert!(
+                span <= 65_535,
+                "one search covers {span} offsets (buckets): {runs:?}"
+            );
+            // The duplicate histogram is the only bucket aggregation.
+            assert_eq!(b["aggs"]["dups"]["histogram"]["interval"], 1);
+            covered.extend(offsets_of(b));
+        }
+        // Exactly the runs, in order, cut where needed.
+        let mut merged: Vec<(i64, i64)> = Vec::new();
+        for (a, z) in covered {
+            match merged.last_mut() {
+                Some((_, last)) if *last + 1 == a => *last = z,
+                _ => merged.push((a, z)),
+            }
+        }
+        let want_runs: Vec<(i64, i64)> = runs.iter().map(|r| (r.first, r.last)).collect();
+        assert_eq!(merged, want_runs);
+    }
+    assert_eq!(
+        count_bodies(&target(), &tp(), &[OffsetRun::new(0, 65_534)]).len(),
+        1
+    );
+    assert_eq!(
+        count_bodies(&target(), &tp(), &[OffsetRun::new(0, 65_535)]).len(),
+        2
+    );
+}
+
+/// The field caps response of Elasticsearch's documentation (`GET _field_caps?fields=
+/// rating,title`): `rating` is `long` in two indices and `keyword` in two others, `title`
+/// is `text`.
+fn documented_field_caps() -> Value {
+    j(r#"{
+      "indices": [ "index1", "index2", "index3", "index4", "index5" ],
+      "fields": {
+        "rating": {
+          "long": {
+            "metadata_field": false, "searchable": true, "aggregatable": false,
+            "indices": [ "index1", "index2" ],
+            "non_aggregatable_indices": [ "index1" ]
+          },
+          "keyword": {
+            "metadata_field": false, "searchable": false, "aggregatable": true,
+            "indices": [ "index3", "index4" ],
+            "non_searchable_indices": [ "index4" ]
+          }
+        },
+        "title": {
+          "text": { "metadata_field": false, "searchable": true, "aggregatable": false }
+        }
+      }
+    }"#)
+}
+
+fn rejected(r: Result<(), SinkError>) -> String {
+    match r {
+        Err(SinkError::Rejected(m)) => m,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[test]
+fn field_caps_request_names_each_field_and_its_keyword_sub_field() {
+    let t = target();
+    let reqs = field_requirements(&t, FieldSet::Offsets);
+    assert_eq!(
+        reqs,
+        vec![
+            (FieldRole::Partition, "partition"),
+            (FieldRole::Offset, "offset"),
+            (FieldRole::Topic, "topic"),
+        ]
+    );
+    assert_eq!(
+        field_caps_fields(&reqs),
+        [
+            "partition",
+            "partition.keyword",
+            "offset",
+            "offset.keyword",
+            "topic",
+            "topic.keyword"
+        ]
+    );
+    assert_eq!(
+        field_requirements(&t, FieldSet::Keys),
+        vec![(FieldRole::Key, "client_ip"), (FieldRole::Key, "time")]
+    );
+}
+
+#[test]
+fn a_field_missing_from_the_mapping_is_rejected_not_zero_found() {
+    let caps = documented_field_caps();
+    let m = rejected(check_field_caps(
+        &caps,
+        "dns_logs",
+        &[(FieldRole::Key, "title_raw")],
+    ));
+    assert!(
+        m.contains("`title_raw`") && m.contains("does not exist"),
+        "{m}"
+    );
+    assert!(m.contains("`dns_logs`"), "names the index: {m}");
+    assert!(m.contains("key field"), "names the role: {m}");
+    // An empty answer (`fields: {}`) too.
+    let m = rejected(check_field_caps(
+        &j(r#"{"indices":["dns_logs"],"fields":{}}"#),
+        "dns_logs",
+        &[(FieldRole::Offset, "kafka_offst")],
+    ));
+    assert!(
+        m.contains("`kafka_offst`") && m.contains("offset_column"),
+        "{m}"
+    );
+    // An answer that is not a field caps answer is no pass either.
+    assert!(check_field_caps(&j("{}"), "dns_logs", &[(FieldRole::Key, "a")]).is_err());
+}
+
+#[test]
+fn a_text_field_is_rejected_with_its_keyword_sub_field_suggested() {
+    let m = rejected(check_field_caps(
+        &documented_field_caps(),
+        "idx",
+        &[(FieldRole::Key, "title")],
+    ));
+    assert!(
+        m.contains("`title`") && m.contains("`text`") && m.contains("`idx`"),
+        "{m}"
+    );
+    // The dynamic mapping of a string: `text` with a `keyword` sub-field.
+    let dynamic = j(r#"{"indices":["idx"],"fields":{
+        "topic":{"text":{"type":"text","metadata_field":false,"searchable":true,"aggregatable":false}},
+        "topic.keyword":{"keyword":{"type":"keyword","metadata_field":false,"searchable":true,"aggregatable":true}}}}"#);
+    let m = rejected(check_field_caps(
+        &dynamic,
+        "idx",
+        &[(FieldRole::Topic, "topic")],
+    ));
+    assert!(m.contains("`topic.keyword`"), "suggests the sub-field: {m}");
+    // That sub-field itself passes.
+    check_field_caps(&dynamic, "idx", &[(FieldRole::Topic, "topic.keyword")]).expect("keyword");
+}
+
+#[test]
+fn conflicting_or_unfit_types_name_the_indices() {
+    let caps = documented_field_caps();
+    // As the offset: `keyword` in index3/index4 (and no doc values in index1).
+    let m = rejected(check_field_caps(
+        &caps,
+        "index*",
+        &[(FieldRole::Offset, "rating")],
+    ));
+    assert!(m.contains("`rating`") && m.contains("`index*`"), "{m}");
+    assert!(
+        m.contains("index1") || m.contains("index3"),
+        "names the indices: {m}"
+    );
+    // As a key: `keyword` is fine, but index4 cannot search it.
+    let m = rejected(check_field_caps(
+        &caps,
+        "index*",
+        &[(FieldRole::Key, "rating")],
+    ));
+    assert!(m.contains("searchable") && m.contains("index4"), "{m}");
+    // A keyword offset, an object key field.
+    let odd = j(r#"{"indices":["i"],"fields":{
+        "offset":{"keyword":{"type":"keyword","searchable":true,"aggregatable":true}},
+        "ip":{"object":{"type":"object","searchable":false,"aggregatable":false}}}}"#);
+    let m = rejected(check_field_caps(
+        &odd,
+        "i",
+        &[(FieldRole::Offset, "offset")],
+    ));
+    assert!(m.contains("`keyword`") && m.contains("numeric"), "{m}");
+    let m = rejected(check_field_caps(&odd, "i", &[(FieldRole::Key, "ip")]));
+    assert!(m.contains("`object`"), "{m}");
+}
+
+#[test]
+fn a_fitting_mapping_passes() {
+    // As noida-db and Elasticsearch answer for the test index (integer, long, keyword).
+    let caps = j(r#"{"indices":["dns"],"fields":{
+        "partition":{"integer":{"type":"integer","metadata_field":false,"searchable":true,"aggregatable":true}},
+        "offset":{"long":{"type":"long","metadata_field":false,"searchable":true,"aggregatable":true}},
+        "topic":{"keyword":{"type":"keyword","metadata_field":false,"searchable":true,"aggregatable":true}},
+        "client_ip":{"keyword":{"type":"keyword","metadata_field":false,"searchable":true,"aggregatable":true}},
+        "time":{"date":{"type":"date","metadata_field":false,"searchable":true,"aggregatable":true}}}}"#);
+    let t = target();
+    check_field_caps(&caps, "dns", &field_requirements(&t, FieldSet::Offsets)).expect("offsets");
+    check_field_caps(&caps, "dns", &field_requirements(&t, FieldSet::Keys)).expect("keys");
+    // A keyword partition is fine too (a `term` on "3" matches).
+    let kw = j(
+        r#"{"fields":{"partition":{"keyword":{"type":"keyword","searchable":true,"aggregatable":true}}}}"#,
+    );
+    check_field_caps(&kw, "dns", &[(FieldRole::Partition, "partition")])
+        .expect("keyword partition");
+}

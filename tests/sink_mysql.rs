@@ -1,0 +1,312 @@
+//! The MySQL-protocol verifier against the real MariaDB that `scripts/test-env.sh` starts
+//! (`GAP_AUDITOR_TEST_MYSQL`; root over `GAP_AUDITOR_TEST_MYSQL_SOCKET` with the `mariadb`
+//! client for the global settings). MariaDB stands in for Doris here: what is checked is
+//! the client side (how answers are read, how each session is checked), which is the same.
+//!
+//! - Values of an unexpected type in an answer are errors naming the query and the column,
+//!   never a panic (mysql_async's typed row conversion panics on them).
+//! - NO_BACKSLASH_ESCAPES is read per connection: the GLOBAL `sql_mode` is changed while the
+//!   pool opens new connections, so one pool holds sessions of both modes.
+//! - A session whose character set is not UTF-8 (`gbk`, set by `init_connect` for one
+//!   dedicated user only, so no other test's connections change) is switched with
+//!   `SET NAMES utf8mb4` before any literal is sent.
+//!
+//! The global changes last well under a second and are undone on drop (also on panic).
+
+use gap_auditor::gap::TopicPartition;
+use gap_auditor::ledger::OffsetRun;
+use gap_auditor::record::Key;
+use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
+use gap_auditor::sink::{SinkError, Verifier};
+use mysql_async::prelude::Queryable;
+use std::process::Command;
+use std::time::Duration;
+
+fn mysql_url() -> String {
+    std::env::var("GAP_AUDITOR_TEST_MYSQL")
+        .expect("GAP_AUDITOR_TEST_MYSQL is not set: run scripts/test.sh (it starts MariaDB)")
+}
+
+fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() % 100_000_000)
+        .unwrap_or(0);
+    format!(
+        "{prefix}_{}_{t}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Runs SQL as MariaDB's root over the server's socket; returns the output (batch mode).
+fn mariadb_root(sql: &str) -> String {
+    let socket = std::env::var("GAP_AUDITOR_TEST_MYSQL_SOCKET").expect(
+        "GAP_AUDITOR_TEST_MYSQL_SOCKET is not set: run scripts/test.sh (it starts MariaDB)",
+    );
+    let out = Command::new("mariadb")
+        .args([
+            "--no-defaults",
+            "--socket",
+            &socket,
+            "-uroot",
+            "-N",
+            "-B",
+            "-r",
+            "-e",
+            sql,
+        ])
+        .output()
+        .expect("the mariadb client runs");
+    assert!(
+        out.status.success(),
+        "mariadb -uroot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim_end_matches('\n')
+        .to_string()
+}
+
+/// Sets a GLOBAL variable (a string) and puts the old value back on drop.
+struct Global {
+    name: &'static str,
+    old: String,
+}
+
+impl Global {
+    fn set(name: &'static str, value: &str) -> Global {
+        let old = mariadb_root(&format!("SELECT @@GLOBAL.{name}"));
+        mariadb_root(&format!("SET GLOBAL {name} = {}", quote(value)));
+        Global { name, old }
+    }
+}
+
+impl Drop for Global {
+    fn drop(&mut self) {
+        mariadb_root(&format!("SET GLOBAL {} = {}", self.name, quote(&self.old)));
+    }
+}
+
+/// A literal for root's own statements (no backslash or quote in what is passed here
+/// except `'`, doubled).
+fn quote(s: &str) -> String {
+    assert!(!s.contains('\\'));
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A pool of the test user for setup (prepared statements: independent of the auditor's
+/// own escaping).
+fn setup_pool() -> mysql_async::Pool {
+    mysql_async::Pool::new(mysql_url().as_str())
+}
+
+fn offsets_target(table: &str) -> MysqlTarget {
+    MysqlTarget {
+        table: table.into(),
+        partition_column: "partition".into(),
+        offset_column: "offset".into(),
+        topic_column: None,
+        key_columns: Vec::new(),
+    }
+}
+
+fn keys_target(table: &str) -> MysqlTarget {
+    MysqlTarget {
+        table: table.into(),
+        partition_column: "partition".into(),
+        offset_column: "offset".into(),
+        topic_column: None,
+        key_columns: vec!["k".into()],
+    }
+}
+
+fn sink_at(url: &str, target: MysqlTarget) -> MysqlSink {
+    MysqlSink::new(url, None, None, target, Duration::from_secs(10), "mysql").expect("sink")
+}
+
+fn rejected<T: std::fmt::Debug>(r: Result<T, SinkError>) -> String {
+    match r {
+        Err(SinkError::Rejected(m)) => m,
+        other => panic!("expected a Rejected error, got {other:?}"),
+    }
+}
+
+/// An offset column that is not an integer column (`VARCHAR` holding `abc`, which MariaDB
+/// compares as 0, or `DOUBLE` holding 2.5) answers the listing with values the auditor
+/// cannot read as offsets: an error naming the query, the column and the value, not a panic
+/// (the typed conversion used before panicked in the audit task: a crash loop). A NULL
+/// offset is skipped (it is no offset), a NULL or non-integer count is an error the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unexpected_column_types_are_errors_not_panics() {
+    let pool = setup_pool();
+    let mut c = pool.get_conn().await.expect("conn");
+    let tp = TopicPartition::new("t", 0);
+    let runs = [OffsetRun::new(0, 9)];
+    for (ty, value, shown) in [("VARCHAR(20)", "abc", "'abc'"), ("DOUBLE", "2.5", "2.5")] {
+        let table = unique("sink_types");
+        c.query_drop(format!(
+            "CREATE TABLE `{table}` (`partition` INT, `offset` {ty})"
+        ))
+        .await
+        .expect("create");
+        c.exec_drop(
+            format!("INSERT INTO `{table}` VALUES (0, ?), (0, '1')"),
+            (value,),
+        )
+        .await
+        .expect("insert");
+        let sink = sink_at(&mysql_url(), offsets_target(&table));
+        let m = rejected(sink.list_offsets(&tp, &runs).await);
+        assert!(m.contains("offset listing"), "{ty}: names the query: {m}");
+        assert!(m.contains("`offset`"), "{ty}: names the column: {m}");
+        assert!(m.contains(shown), "{ty}: shows the value: {m}");
+        // Counts are integers whatever the column: they still work, on the same pool.
+        let n = sink.count_offsets(&tp, &runs).await.expect("count");
+        assert_eq!(n.rows, 2, "{ty}: {n:?}");
+        sink.close().await;
+        c.query_drop(format!("DROP TABLE `{table}`"))
+            .await
+            .expect("drop");
+    }
+    drop(c);
+    pool.disconnect().await.expect("disconnect");
+}
+
+/// A key holding a backslash, counted over sessions of BOTH backslash modes of ONE pool:
+/// the first connection is opened with the server's default mode, then the GLOBAL sql_mode
+/// gains NO_BACKSLASH_ESCAPES while four concurrent questions make the pool open three new
+/// connections, then it is put back. Every answer must find the row. With the mode read
+/// once per pool, the new sessions got literals escaped for the other mode (`'a\\b'` is two
+/// backslashes under NO_BACKSLASH_ESCAPES) and found nothing: missing records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backslash_mode_is_read_per_connection() {
+    let pool = setup_pool();
+    let mut c = pool.get_conn().await.expect("conn");
+    let table = unique("sink_nbe");
+    c.query_drop(format!(
+        "CREATE TABLE `{table}` (k VARCHAR(80) COLLATE utf8mb4_bin) DEFAULT CHARSET = utf8mb4"
+    ))
+    .await
+    .expect("create");
+    let value = r"C:\dns\a'b\n";
+    c.exec_drop(format!("INSERT INTO `{table}` VALUES (?)"), (value,))
+        .await
+        .expect("insert");
+    let key = Key::new([value]);
+    let keys = [&key];
+    let sink = sink_at(&mysql_url(), keys_target(&table));
+    assert_eq!(sink.count_keys(&keys).await.expect("first"), vec![1]);
+    // Let the first connection return to the pool.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mode = mariadb_root("SELECT @@GLOBAL.sql_mode");
+    assert!(
+        !mode.contains("NO_BACKSLASH_ESCAPES"),
+        "the test needs the default: {mode}"
+    );
+    let answers = {
+        let _nbe = Global::set("sql_mode", &format!("{mode},NO_BACKSLASH_ESCAPES"));
+        // Proof that new sessions get the mode while it is set.
+        let mut probe = mysql_async::Conn::from_url(mysql_url())
+            .await
+            .expect("probe");
+        let m: Option<String> = probe.query_first("SELECT @@sql_mode").await.expect("mode");
+        assert!(m.unwrap_or_default().contains("NO_BACKSLASH_ESCAPES"));
+        probe.disconnect().await.expect("disconnect");
+        futures::future::join_all((0..4).map(|_| sink.count_keys(&keys))).await
+    };
+    for a in answers {
+        assert_eq!(a.expect("count"), vec![1], "a session of the other mode");
+    }
+    // The pool now mixes both modes; whichever connection answers, the row is found.
+    for _ in 0..3 {
+        for a in futures::future::join_all((0..4).map(|_| sink.count_keys(&keys))).await {
+            assert_eq!(a.expect("count"), vec![1]);
+        }
+    }
+    sink.close().await;
+    c.query_drop(format!("DROP TABLE `{table}`"))
+        .await
+        .expect("drop");
+    drop(c);
+    pool.disconnect().await.expect("disconnect");
+}
+
+/// A MariaDB user with the test user's rights; dropped on drop.
+struct User(String);
+
+impl User {
+    fn create(prefix: &str) -> User {
+        let name = format!("{prefix}{}", std::process::id());
+        mariadb_root(&format!(
+            "DROP USER IF EXISTS '{name}'@'127.0.0.1'; \
+             CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY 'pw'; \
+             GRANT ALL PRIVILEGES ON `gap\\_auditor\\_test%`.* TO '{name}'@'127.0.0.1';"
+        ));
+        User(name)
+    }
+
+    fn url(&self) -> String {
+        let base = mysql_url();
+        let (_, rest) = base.split_once('@').expect("user@ in the test MySQL url");
+        format!("mysql://{}:pw@{rest}", self.0)
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        mariadb_root(&format!("DROP USER IF EXISTS '{}'@'127.0.0.1'", self.0));
+    }
+}
+
+/// A session whose character set is GBK (`init_connect`, for one dedicated user only:
+/// other users' sessions are set to their own values, unchanged): the auditor's UTF-8
+/// literals would be read as GBK — non-ASCII keys never match, and backslash escaping is
+/// unsound. The verifier switches such a session to utf8mb4 before sending any literal, so
+/// the key is found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_utf8_session_is_switched_to_utf8mb4() {
+    let user = User::create("gacs");
+    let pool = setup_pool();
+    let mut c = pool.get_conn().await.expect("conn");
+    let table = unique("sink_cs");
+    c.query_drop(format!(
+        "CREATE TABLE `{table}` (k VARCHAR(80) COLLATE utf8mb4_bin) DEFAULT CHARSET = utf8mb4"
+    ))
+    .await
+    .expect("create");
+    let value = "Zürich\\縗'é";
+    c.exec_drop(format!("INSERT INTO `{table}` VALUES (?)"), (value,))
+        .await
+        .expect("insert");
+    let me = format!("SUBSTRING_INDEX(USER(),'@',1) = '{}'", user.0);
+    let init = format!(
+        "SET character_set_client = IF({me}, 'gbk', @@character_set_client), \
+         character_set_connection = IF({me}, 'gbk', @@character_set_connection), \
+         character_set_results = IF({me}, 'gbk', @@character_set_results)"
+    );
+    let _init = Global::set("init_connect", &init);
+    // The dedicated user's sessions really are GBK.
+    let mut probe = mysql_async::Conn::from_url(user.url())
+        .await
+        .expect("probe");
+    let cs: Option<String> = probe
+        .query_first("SELECT @@character_set_connection")
+        .await
+        .expect("charset");
+    assert_eq!(cs.as_deref(), Some("gbk"));
+    probe.disconnect().await.expect("disconnect");
+    let sink = sink_at(&user.url(), keys_target(&table));
+    let key = Key::new([value]);
+    for _ in 0..3 {
+        assert_eq!(sink.count_keys(&[&key]).await.expect("count"), vec![1]);
+    }
+    sink.close().await;
+    c.query_drop(format!("DROP TABLE `{table}`"))
+        .await
+        .expect("drop");
+    drop(c);
+    pool.disconnect().await.expect("disconnect");
+}
