@@ -1,9 +1,13 @@
 //! `gap-auditor check`: audits a closed range of the past once, without the daemon.
 //!
-//! Everything in the past is due, so the pipeline-commit due rule does not apply: every
-//! expected record of the range is verified against the sink. Bounds are times (RFC 3339,
-//! resolved per partition with offsets-for-times) or `offset:N`; `--from` is inclusive,
-//! `--to` exclusive (Kafka's "next offset" convention), both clamped to what Kafka holds.
+//! The daemon's due rule applies (SPEC guarantee 9: `check` never reports what `run` would
+//! not): with a `pipeline_group`, only records below its committed offset are checked —
+//! records beyond it are lag, listed as not checked — and a group that cannot be read or has
+//! no commit at all gives no verdict (exit 2); records younger than `grace` (by their Kafka
+//! timestamp) are not checked either. What is checked is decided by the daemon's ledger and
+//! [`Checker`]. Bounds are times (RFC 3339, resolved per partition with offsets-for-times) or
+//! `offset:N`; `--from` is inclusive, `--to` exclusive (Kafka's "next offset" convention),
+//! both clamped to what Kafka holds.
 
 use crate::app::{self, AnySink};
 use crate::config::{AuditConfig, Config, MatchStrategy};
@@ -81,8 +85,14 @@ pub struct CheckedRange {
     pub partition: i32,
     /// First offset (inclusive).
     pub from: Offset,
-    /// End offset (exclusive).
+    /// End offset (exclusive) of what was checked.
     pub to: Offset,
+    /// The end asked for, when the due rule checked less (`to` < `requested_to`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_to: Option<Offset>,
+    /// Why the records in `[to, requested_to)` were not checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_checked: Option<String>,
 }
 
 /// Checks `[from, to)` for the named audit (or every audit).
@@ -122,7 +132,24 @@ async fn check_audit(
     let ranges = tokio::task::spawn_blocking(move || resolve_ranges(&kafka, &topics, from, to))
         .await
         .context("resolving the range")??;
-    let total: u64 = ranges.iter().map(|(_, f, t)| (t - f).max(0) as u64).sum();
+    let ranges = match &audit.pipeline_group {
+        Some(group) => {
+            let kafka = config.kafka.clone();
+            let group = group.clone();
+            tokio::task::spawn_blocking(move || pipeline_ends(&kafka, &group, ranges))
+                .await
+                .context("reading the pipeline group")??
+        }
+        None => ranges
+            .into_iter()
+            .map(|(tp, f, t)| (tp, f, t, None))
+            .collect(),
+    };
+    let grace_cutoff = Utc::now().timestamp_millis() - audit.grace.as_millis() as i64;
+    let total: u64 = ranges
+        .iter()
+        .map(|(_, f, t, _)| (t - f).max(0) as u64)
+        .sum();
     let bar = progress_bar(total, progress);
     let keyed = matches!(
         audit.matching.strategy,
@@ -136,15 +163,18 @@ async fn check_audit(
     // Every partition is read before any is verified: the key multiset is the audit's, so
     // a row that a record of a later partition holds is never charged as a duplicate.
     let mut read = Vec::new();
-    for (tp, first, end) in ranges {
-        report.ranges.push(CheckedRange {
+    for (tp, first, end, lag) in ranges {
+        let mut checked = CheckedRange {
             audit: audit.name.clone(),
             topic: tp.topic.clone(),
             partition: tp.partition,
             from: first,
             to: end,
-        });
+            requested_to: lag.as_ref().map(|(asked, _)| *asked),
+            not_checked: lag.map(|(_, why)| why),
+        };
         if end <= first {
+            report.ranges.push(checked);
             continue;
         }
         let decoder = Decoder::new(DecoderSpec::from_config(&audit.record, &audit.matching))
@@ -152,11 +182,24 @@ async fn check_audit(
         let kafka = config.kafka.clone();
         let tp2 = tp.clone();
         let b = bar.clone();
-        let (ledger, consumed, expected) = tokio::task::spawn_blocking(move || {
-            read_range(&kafka, &tp2, first, end, &decoder, keyed, &b)
+        let (ledger, consumed, expected, young) = tokio::task::spawn_blocking(move || {
+            read_range(&kafka, &tp2, first, end, &decoder, keyed, grace_cutoff, &b)
         })
         .await
         .context("reading the range")??;
+        // Records within `grace` of now are not due yet: the range ends before the first.
+        if let Some(at) = young {
+            checked.requested_to = Some(checked.requested_to.unwrap_or(end));
+            checked.to = at;
+            checked.not_checked = Some(match checked.not_checked.take() {
+                Some(why) => why,
+                None => format!(
+                    "records from offset {at} are younger than grace ({}): not due yet",
+                    humantime::format_duration(audit.grace)
+                ),
+            });
+        }
+        report.ranges.push(checked);
         report.consumed += consumed;
         report.expected += expected;
         if let Some(book) = checker.book_mut() {
@@ -261,7 +304,55 @@ fn resolve_ranges(
     Ok(out)
 }
 
-/// Reads `[first, end)` of one partition into a fresh ledger.
+/// A partition's range `[first, end)` to check, and, when the due rule shortened it, the end
+/// asked for and why.
+type DueRange = (TopicPartition, Offset, Offset, Option<(Offset, String)>);
+
+/// The pipeline group's committed offsets end each range: records it has not passed are
+/// lag, never loss. A group that cannot be read, or that has no commit on any partition of
+/// the range (a misspelt name), gives no verdict at all.
+fn pipeline_ends(
+    kafka: &crate::config::KafkaConfig,
+    group: &str,
+    ranges: Vec<(TopicPartition, Offset, Offset)>,
+) -> anyhow::Result<Vec<DueRange>> {
+    let reader = crate::kafka::PipelineReader::new(kafka, group)
+        .with_context(|| format!("creating a reader of pipeline group {group:?}"))?;
+    let tps: Vec<TopicPartition> = ranges.iter().map(|(tp, ..)| tp.clone()).collect();
+    let committed = reader.committed(&tps).with_context(|| {
+        format!(
+            "cannot read the committed offsets of pipeline group {group:?} (no DESCRIBE              permission on it, or its coordinator is unavailable): check gives no verdict              without them, lag is never loss"
+        )
+    })?;
+    if !committed.values().any(Option::is_some) {
+        bail!(
+            "pipeline group {group:?} has no committed offset on any partition of the range              (is pipeline_group spelt right? has the job completed its first checkpoint?):              check gives no verdict without it, lag is never loss"
+        );
+    }
+    Ok(ranges
+        .into_iter()
+        .map(|(tp, first, end)| match committed.get(&tp).copied().flatten() {
+            Some(c) if c >= end => (tp, first, end, None),
+            Some(c) => {
+                let to = c.max(first);
+                let why = format!(
+                    "the pipeline group {group:?} has committed {c}: records from {to} are lag, not checked"
+                );
+                (tp, first, to, Some((end, why)))
+            }
+            None => {
+                let why = format!(
+                    "the pipeline group {group:?} has no commit on this partition: lag, not checked"
+                );
+                (tp, first, first, Some((end, why)))
+            }
+        })
+        .collect())
+}
+
+/// Reads `[first, end)` of one partition into a fresh ledger. Stops before the first record
+/// with a timestamp after `grace_cutoff_ms` (not due yet) and returns its offset.
+#[allow(clippy::too_many_arguments)]
 fn read_range(
     kafka: &crate::config::KafkaConfig,
     tp: &TopicPartition,
@@ -269,8 +360,9 @@ fn read_range(
     end: Offset,
     decoder: &Decoder,
     keyed: bool,
+    grace_cutoff_ms: i64,
     bar: &ProgressBar,
-) -> anyhow::Result<(PartitionLedger, u64, u64)> {
+) -> anyhow::Result<(PartitionLedger, u64, u64, Option<Offset>)> {
     let mut cfg = client::base(kafka);
     cfg.set("group.id", "gap-auditor-check")
         .set("enable.auto.commit", "false")
@@ -284,6 +376,7 @@ fn read_range(
     consumer.assign(&tpl)?;
     let mut ledger = PartitionLedger::new(first, keyed);
     let (mut consumed, mut expected) = (0u64, 0u64);
+    let mut young = None;
     let mut idle = 0;
     loop {
         match consumer.poll(Duration::from_millis(200)) {
@@ -296,6 +389,10 @@ fn read_range(
                     Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
                     _ => None,
                 };
+                if ts.is_some_and(|t| t > grace_cutoff_ms) {
+                    young = Some(m.offset());
+                    break;
+                }
                 // The record's coordinates, as the daemon's tail passes them: doc_id templates
                 // are built from them.
                 let meta = RecordMeta {
@@ -328,7 +425,7 @@ fn read_range(
             }
         }
     }
-    Ok((ledger, consumed, expected))
+    Ok((ledger, consumed, expected, young))
 }
 
 #[cfg(test)]

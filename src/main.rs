@@ -524,6 +524,9 @@ fn print_check(report: &gap_auditor::check::Report, format: Format) {
             "checked {} {}-{} offsets [{}, {})",
             r.audit, r.topic, r.partition, r.from, r.to
         );
+        if let (Some(asked), Some(why)) = (r.requested_to, &r.not_checked) {
+            println!("  not checked [{}, {}): {why}", r.to, asked);
+        }
     }
     println!(
         "records: {} read, {} expected, {} confirmed, {} missing, {} duplicate rows\n",
