@@ -44,6 +44,10 @@ pub enum GapState {
     Repaired,
     /// Kafka no longer holds (some of) its records; replay is impossible.
     Unrecoverable,
+    /// Kafka deleted the records before the auditor could read them: nobody can tell
+    /// whether they were expected, or whether they are in the sink (SPEC guarantee 8). Not
+    /// counted as lost: `gap_auditor_records_unverifiable_total`.
+    Unverifiable,
     /// An operator acknowledged it (`gap-auditor ack`); it no longer alerts.
     Acknowledged,
 }
@@ -56,6 +60,7 @@ impl GapState {
             GapState::Late => "late",
             GapState::Repaired => "repaired",
             GapState::Unrecoverable => "unrecoverable",
+            GapState::Unverifiable => "unverifiable",
             GapState::Acknowledged => "acknowledged",
         }
     }
@@ -67,6 +72,7 @@ impl GapState {
             "late" => GapState::Late,
             "repaired" => GapState::Repaired,
             "unrecoverable" => GapState::Unrecoverable,
+            "unverifiable" => GapState::Unverifiable,
             "acknowledged" => GapState::Acknowledged,
             _ => return None,
         })
@@ -75,7 +81,10 @@ impl GapState {
     /// Whether the gap still needs an operator: records are (or may be) lost and nobody
     /// acknowledged it. `?state=open` lists these.
     pub fn is_unresolved(self) -> bool {
-        matches!(self, GapState::Open | GapState::Unrecoverable)
+        matches!(
+            self,
+            GapState::Open | GapState::Unrecoverable | GapState::Unverifiable
+        )
     }
 }
 

@@ -49,6 +49,9 @@ pub struct Metrics {
     pub records_lost: IntCounterVec,
     /// `gap_auditor_records_late_total{audit,topic,partition}`.
     pub records_late: IntCounterVec,
+    /// `gap_auditor_records_unverifiable_total{audit,topic,partition}`: records Kafka
+    /// deleted before the auditor could check them (never added to `records_lost_total`).
+    pub records_unverifiable: IntCounterVec,
     /// `gap_auditor_records_duplicated_total{audit,topic,partition}`.
     pub records_duplicated: IntCounterVec,
     /// `gap_auditor_records_pending{audit,topic,partition}`.
@@ -174,6 +177,12 @@ impl Metrics {
                 &r,
                 "gap_auditor_records_late_total",
                 "Records found in the sink after they had been declared missing.",
+                p,
+            ),
+            records_unverifiable: int_counter(
+                &r,
+                "gap_auditor_records_unverifiable_total",
+                "Records Kafka deleted before the auditor could check them (offsets; an upper bound on records).",
                 p,
             ),
             records_duplicated: int_counter(
@@ -323,6 +332,7 @@ impl Metrics {
             &self.records_confirmed,
             &self.records_lost,
             &self.records_late,
+            &self.records_unverifiable,
             &self.records_duplicated,
             &self.pipeline_rewinds,
             &self.pipeline_stalls,
@@ -398,6 +408,7 @@ mod tests {
         ("gap_auditor_records_lost_total", "counter"),
         ("gap_auditor_records_late_total", "counter"),
         ("gap_auditor_records_duplicated_total", "counter"),
+        ("gap_auditor_records_unverifiable_total", "counter"),
         ("gap_auditor_records_pending", "gauge"),
         ("gap_auditor_records_missing", "gauge"),
         ("gap_auditor_gaps_open", "gauge"),
@@ -432,6 +443,7 @@ mod tests {
             &m.records_confirmed,
             &m.records_lost,
             &m.records_late,
+            &m.records_unverifiable,
             &m.records_duplicated,
         ] {
             c.with_label_values(&l).inc();

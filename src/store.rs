@@ -42,11 +42,12 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every gap state, to turn [`StateFilter::Unresolved`] into a SQL `IN` list without
 /// duplicating the rule of [`GapState::is_unresolved`].
-const ALL_STATES: [GapState; 5] = [
+const ALL_STATES: [GapState; 6] = [
     GapState::Open,
     GapState::Late,
     GapState::Repaired,
     GapState::Unrecoverable,
+    GapState::Unverifiable,
     GapState::Acknowledged,
 ];
 
@@ -1086,10 +1087,11 @@ mod tests {
                 | GapState::Late
                 | GapState::Repaired
                 | GapState::Unrecoverable
+                | GapState::Unverifiable
                 | GapState::Acknowledged => {}
             }
         }
-        assert_eq!(ALL_STATES.len(), 5);
+        assert_eq!(ALL_STATES.len(), 6);
     }
 
     #[test]

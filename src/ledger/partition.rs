@@ -137,6 +137,11 @@ pub struct GapRecord {
     /// records can no longer be replayed.
     #[serde(default)]
     pub deleted_ms: Option<i64>,
+    /// A range Kafka deleted unread, not yet asked about: the sink may still settle it
+    /// (offset_columns counts its offsets; SPEC guarantee 8). Until then nothing about it is
+    /// counted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsettled: bool,
     /// Some missing record of the gap carries a key other records share (key_columns).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared_key: bool,
@@ -164,8 +169,12 @@ impl GapRecord {
             first_timestamp: self.min_ts.and_then(time),
             last_timestamp: self.max_ts.and_then(time),
             detected_at: time(self.detected_ms).unwrap_or_else(Utc::now),
-            state: if self.missing == 0 && self.size_known {
+            state: if self.missing == 0
+                && (self.size_known || self.cause == crate::gap::GapCause::DeletedUnread)
+            {
                 GapState::Late
+            } else if !self.size_known && self.cause == crate::gap::GapCause::DeletedUnread {
+                GapState::Unverifiable
             } else if self.deleted_ms.is_some() {
                 GapState::Unrecoverable
             } else {
@@ -221,6 +230,8 @@ pub struct Applied {
     pub late: u64,
     /// Extra rows seen.
     pub duplicates: u64,
+    /// Records Kafka deleted before they could be checked (never counted as lost).
+    pub unverifiable: u64,
     /// (record max timestamp, count) of confirmed runs, for the visibility histogram.
     pub confirmed_ts: Vec<(Option<i64>, u64)>,
 }
@@ -229,6 +240,7 @@ impl Applied {
     fn add(&mut self, other: Applied) {
         self.confirmed += other.confirmed;
         self.lost += other.lost;
+        self.unverifiable += other.unverifiable;
         self.late += other.late;
         self.duplicates += other.duplicates;
         self.confirmed_ts.extend(other.confirmed_ts);
@@ -427,6 +439,7 @@ impl PartitionLedger {
             cause: GapCause::DeletedUnread,
             commit: None,
             deleted_ms: Some(now_ms),
+            unsettled: true,
             shared_key: false,
             is_new: true,
         };
@@ -438,6 +451,35 @@ impl PartitionLedger {
         self.dirty_gaps.insert(first);
         self.gaps.insert(first, g.clone());
         Some(g)
+    }
+
+    /// Ranges Kafka deleted unread that the sink has not been asked about yet.
+    pub fn deleted_to_settle(&self) -> Vec<OffsetRun> {
+        self.gaps
+            .values()
+            .filter(|g| g.unsettled)
+            .map(|g| OffsetRun::new(g.first, g.last))
+            .collect()
+    }
+
+    /// The sink's answer about a deleted range (`present`: offsets found there, for
+    /// offset_columns; empty where the sink cannot tell): present offsets were written,
+    /// the rest stay in the gap, unverifiable. Returns what to count.
+    pub fn settle_deleted(&mut self, first: Offset, present: &[OffsetRun]) -> Applied {
+        let Some(g) = self.gaps.get_mut(&first).filter(|g| g.unsettled) else {
+            return Applied::default();
+        };
+        let span = OffsetRun::new(g.first, g.last);
+        let found = runs::count(&runs::intersect(span, &runs::normalize(present.to_vec())));
+        g.unsettled = false;
+        g.missing = g.missing.saturating_sub(found);
+        self.revision += 1;
+        self.dirty_gaps.insert(first);
+        Applied {
+            confirmed: found,
+            unverifiable: span.len() - found,
+            ..Applied::default()
+        }
     }
 
     /// The due prefix of pending records, split at the due frontier, at most `limit` records,
@@ -569,6 +611,7 @@ impl PartitionLedger {
                         cause,
                         commit,
                         deleted_ms: None,
+                        unsettled: false,
                         shared_key,
                         is_new: true,
                     },
