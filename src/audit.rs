@@ -1351,8 +1351,12 @@ impl<V: Verifier> Audit<V> {
                 .set(led.pending() as i64);
             // Acknowledged gaps no longer count as open (they stop alerting); the countdown
             // covers the open ones: 0 once Kafka deleted one, no series without any.
+            // Unverifiable ranges (deleted unread) are not missing records: nobody knows
+            // whether they were written (GapAuditorRecordsUnverifiable covers them).
             let (mut open, mut missing, mut deadlines) = (0i64, 0i64, Vec::new());
-            for g in led.gaps().filter(|g| g.missing > 0) {
+            let unverifiable =
+                |g: &GapRecord| !g.size_known && g.cause == crate::gap::GapCause::DeletedUnread;
+            for g in led.gaps().filter(|g| g.missing > 0 && !unverifiable(g)) {
                 let id = Gap::make_id(&audit, &tp.topic, tp.partition, g.first);
                 if self.acknowledged.contains(&id) {
                     continue;

@@ -40,6 +40,8 @@ const ALERTS: &[&str] = &[
     "GapAuditorPipelineStalled",
     "GapAuditorSinkDown",
     "GapAuditorKafkaDown",
+    "GapAuditorRecordsUnverifiable",
+    "GapAuditorPipelineGroupDown",
     "GapAuditorNotSettling",
     "GapAuditorDuplicates",
     "GapAuditorDown",
@@ -67,6 +69,8 @@ const SPEC_METRICS: &[(&str, bool)] = &[
     ("gap_auditor_sink_query_seconds", true),
     ("gap_auditor_sink_up", false),
     ("gap_auditor_kafka_up", false),
+    ("gap_auditor_pipeline_group_up", false),
+    ("gap_auditor_records_unverifiable_total", false),
     ("gap_auditor_build_info", false),
 ];
 
@@ -263,7 +267,7 @@ fn rule_unit_tests_notice_a_missing_alert() {
     }
 }
 
-/// Static checks, no tool needed: exactly the 8 alerts, each with a runbook link to
+/// Static checks, no tool needed: exactly these 10 alerts, each with a runbook link to
 /// its own section of docs/RUNBOOK.md, firing AND quiet promtool cases, a line in the
 /// README's alert list; only SPEC metric names anywhere.
 #[test]
@@ -491,7 +495,10 @@ fn dashboard_is_wired_to_its_variables() {
             let extra = EXTRA_METRICS.iter().find(|(m, _)| *m == name);
             let needs: &[&str] = if let Some((_, extra_labels)) = extra {
                 extra_labels
-            } else if name.starts_with("gap_auditor_sink_") || name == "gap_auditor_kafka_up" {
+            } else if name.starts_with("gap_auditor_sink_")
+                || name == "gap_auditor_kafka_up"
+                || name == "gap_auditor_pipeline_group_up"
+            {
                 if name.starts_with("gap_auditor_sink_visibility") {
                     &["audit", "topic"]
                 } else {
