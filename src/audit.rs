@@ -318,7 +318,7 @@ impl<V: Verifier> Audit<V> {
                     tracing::warn!(%tp, error = %e, "offset out of range, and the watermarks cannot be read; restarting at the ledger's position");
                     next
                 }
-                Ok((low, _)) if next < low => {
+                Ok((low, _)) if next < low && part.ledger.is_anchored() => {
                     if part
                         .ledger
                         .skipped_by_retention(next, low - 1, now)
@@ -1043,7 +1043,8 @@ impl<V: Verifier> Audit<V> {
             .parts
             .iter()
             .filter(|(tp, p)| {
-                self.persisted.get(*tp) != Some(&(p.ledger.settled(), p.ledger.revision()))
+                p.ledger.is_anchored()
+                    && self.persisted.get(*tp) != Some(&(p.ledger.settled(), p.ledger.revision()))
             })
             .map(|(tp, p)| {
                 marks.push((tp.clone(), (p.ledger.settled(), p.ledger.revision())));
@@ -1130,7 +1131,7 @@ impl<V: Verifier> Audit<V> {
         let now = Utc::now();
         let mut states = Vec::new();
         for tp in &tps {
-            let Some(p) = self.parts.get(tp) else {
+            let Some(p) = self.parts.get(tp).filter(|p| p.ledger.is_anchored()) else {
                 continue;
             };
             let snap = p.ledger.snapshot();
@@ -1223,7 +1224,7 @@ impl<V: Verifier> Audit<V> {
         let mut offsets = Vec::new();
         for (tp, p) in &self.parts {
             let s = p.ledger.settled();
-            if self.committed.get(tp) != Some(&s) {
+            if p.ledger.is_anchored() && self.committed.get(tp) != Some(&s) {
                 offsets.push((tp.clone(), s));
             }
         }
@@ -1576,6 +1577,11 @@ pub fn ingest_batch(
 /// (log start, log end) of a partition.
 type LogRange = (Offset, Offset);
 
+/// librdkafka's logical offsets, for a start that could not be resolved (see
+/// [`PartitionLedger::is_anchored`]).
+const LOGICAL_END: Offset = -1;
+const LOGICAL_BEGINNING: Offset = -2;
+
 /// Where a partition starts and whether Kafka deleted records below that point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Start {
@@ -1647,14 +1653,41 @@ fn resolve_starts(
                 resume: r,
                 deleted: None,
             },
-            (None, log) => {
-                let (low, high) = log.unwrap_or((0, 0));
+            // Without the watermarks no start can be resolved to an offset: guessing 0 would
+            // audit history the pipeline may have expired from the sink long ago (false
+            // loss). The consumer starts at the logical end (or beginning) instead, and the
+            // ledger anchors on the first record it reads.
+            (None, None) => {
+                let (resume, what) = if added_later || start == StartPosition::Earliest {
+                    (LOGICAL_BEGINNING, "log start")
+                } else {
+                    (LOGICAL_END, "log end")
+                };
+                tracing::error!(%tp, "cannot read the watermarks of {tp}: starting at its {what} as the consumer finds it; its audit begins with the first record read");
+                Start {
+                    resume,
+                    deleted: None,
+                }
+            }
+            (None, Some((low, high))) => {
+                // A failed time lookup is retried, then said loudly: never a silent `latest`.
                 let at = |ms: i64| {
-                    lookup
-                        .offset_for_time(tp, ms)
-                        .ok()
-                        .flatten()
-                        .unwrap_or(high)
+                    let found = (0..3).find_map(|attempt| {
+                        if attempt > 0 {
+                            std::thread::sleep(Duration::from_millis(500));
+                        }
+                        lookup
+                            .offset_for_time(tp, ms)
+                            .inspect_err(|e| tracing::warn!(%tp, error = %e, attempt, "cannot look up the offset for the start time"))
+                            .ok()
+                    });
+                    match found {
+                        Some(o) => o.unwrap_or(high),
+                        None => {
+                            tracing::error!(%tp, log_end = high, "the offset for kafka.start's time cannot be looked up: starting at the log end; records before it are not audited");
+                            high
+                        }
+                    }
                 };
                 let resume = match start {
                     _ if added_later => {

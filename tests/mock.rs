@@ -317,3 +317,58 @@ async fn replay_of_deleted_offsets_is_refused_and_the_gap_is_unrecoverable() {
     assert_eq!(gap.state, GapState::Unrecoverable);
     assert!(gap.unrecoverable_at.is_some());
 }
+
+/// Issue 13 item 12: at the first start (no stored position, no commit) the watermark
+/// lookups fail. The old code resolved `start = "latest"` to offset 0 and audited the
+/// whole history — 100 records the sink never had (the pipeline's history expired there):
+/// 100 false losses. Now the consumer starts at its logical end and the ledger anchors on
+/// the first record it reads: the 100 old records are not audited, the 10 new ones are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failed_watermark_lookups_at_first_start_never_audit_history() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let kafka = MockKafka::new();
+    kafka.produce(100, "old");
+    // The ListOffsets requests of the auditor's start resolution (3 attempts, low and high
+    // watermark each) fail, non-retriably; the consumer's own lookups after them succeed.
+    kafka.cluster.request_errors(
+        RDKafkaApiKey::ListOffsets,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 6],
+    );
+    let sink = Arc::new(MemorySink::new());
+    for o in 100..110 {
+        sink.insert_offset("t", 0, o);
+    }
+    let state = tempfile::tempdir().expect("tempdir");
+    let config = kafka.config(
+        state.path(),
+        "start = \"latest\"",
+        "grace = \"1s\"\nverify_interval = \"250ms\"",
+    );
+    let auditor = Auditor::start_with(config, AnySink::Memory(sink)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while auditor
+        .status
+        .snapshot()
+        .first()
+        .is_none_or(|s| s.partitions.is_empty())
+    {
+        assert!(Instant::now() < deadline, "never assigned");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    kafka.produce(10, "new");
+    auditor
+        .wait_for(30, "the 10 new records confirmed", |a| {
+            a.confirmed("t", 0) == 10
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(auditor.lost("t", 0), 0, "history was audited");
+    assert_eq!(auditor.confirmed("t", 0), 10);
+    assert!(
+        auditor.stored_gaps().is_empty(),
+        "{:?}",
+        auditor.stored_gaps()
+    );
+    auditor.stop().await;
+}

@@ -234,8 +234,10 @@ impl ConsumerContext for TailContext {
                     self.ask(alive, |reply| TailEvent::Assigned { partitions, reply })
                 };
                 for (tp, o) in answer.unwrap_or_default() {
+                    // A negative start is librdkafka's logical end (-1) or beginning (-2): the
+                    // audit could not resolve it to an offset and anchors on the first record.
                     if let Err(e) =
-                        tpl.set_partition_offset(&tp.topic, tp.partition, KOffset::Offset(o))
+                        tpl.set_partition_offset(&tp.topic, tp.partition, KOffset::from_raw(o))
                     {
                         tracing::error!(%tp, error = %e, "cannot set start offset");
                     }

@@ -332,6 +332,13 @@ impl PartitionLedger {
         self.revision
     }
 
+    /// Whether the ledger knows where it stands: false for a ledger started at a logical
+    /// position (negative: the log end or start as the consumer finds it) until its first
+    /// record. An unanchored ledger's settled offset must be neither stored nor committed.
+    pub fn is_anchored(&self) -> bool {
+        self.next_offset >= 0
+    }
+
     /// The next offset the consumer will deliver.
     pub fn next_offset(&self) -> Offset {
         self.next_offset
