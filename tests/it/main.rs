@@ -14,3 +14,4 @@ mod scenarios;
 mod seed_config;
 mod support;
 mod verdicts;
+mod verdicts_more;
