@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the fault suite and renders docs/RELIABILITY.md from the figures it records.
 #   scripts/reliability.sh
-# Tests run: the `faults::` scenarios, the multi-instance (`multi::`) and hostile-input
-# (`input::`) tests of tests/it, tests/faults_private.rs (private broker) and
+# Tests run: the `faults::` scenarios, the multi-instance (`multi::`), hostile-input
+# (`input::`) and real-data verdict (`verdicts::`, `verdicts_more::`) tests of tests/it, tests/faults_private.rs (private broker) and
 # tests/security.rs (known secrets searched in logs and answers). Each writes one JSON line
 # per scenario run to $GAP_AUDITOR_FIGURES (a fresh file here); the document is rendered
 # from those lines only, also when a test fails (its row then shows the mismatch, and this
@@ -30,7 +30,7 @@ echo "figures: $GAP_AUDITOR_FIGURES"
 
 start=$SECONDS
 rc=0
-cargo test --test it -- faults:: multi:: input:: || rc=$?
+cargo test --test it -- faults:: multi:: input:: verdicts || rc=$?
 cargo test --test faults_private || rc=$?
 cargo test --test security || rc=$?
 

@@ -33,6 +33,10 @@ CATALOGUE = [
     ("sink_never_answers_bounded_memory", "8", "sink accepts connections and never answers; memory sampled while paused"),
     ("secrets_never_leak_run", "security", "known secrets configured (sink passwords, ES api_key, SASL password, API token); logs, HTTP answers and `check` output searched for them"),
     ("graceful_shutdown_sigterm", "graceful shutdown", "SIGTERM mid-round (sink replies slower than a round), restarted each time"),
+    ("sigterm_key_columns_backlog", "13.17", "SIGTERM during a key_columns round over 20,000 due keys, sink replies delayed 700 ms"),
+    ("shared_key_two_partitions", "13.1", "one key on two partitions (a DNS A and AAAA answer in one second), both rows written, the pipeline committed past both"),
+    ("shared_key_commits_in_steps", "13.2", "keys carried by two records each, rows written first, commits one offset per round; one row never written"),
+    ("misspelt_pipeline_group", "13.5", "pipeline_group misspelt by one letter while the pipeline lags 3x grace"),
 ]
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.
