@@ -874,13 +874,14 @@ impl<V: Verifier> Audit<V> {
         let Some(group) = self.cfg.pipeline_group.clone() else {
             return false;
         };
-        let reason = if !self.pipeline_read_ok {
+        let reason = if self.parts.is_empty() {
+            // Nothing assigned yet: nothing to hold, and nothing was read.
+            None
+        } else if !self.pipeline_read_ok {
             Some(format!(
                 "the pipeline group {group:?} cannot be read (no DESCRIBE permission on it, or its coordinator is unavailable)"
             ))
-        } else if !self.parts.is_empty()
-            && !self.parts.values().any(|p| p.ledger.pipeline.has_commits())
-        {
+        } else if !self.parts.values().any(|p| p.ledger.pipeline.has_commits()) {
             Some(format!(
                 "the pipeline group {group:?} has no committed offset on any audited partition (is pipeline_group spelt right? has the job completed its first checkpoint?)"
             ))
