@@ -15,16 +15,49 @@ use std::time::Instant;
 /// Unix milliseconds, monotonic within the process (see the module docs).
 pub fn now_ms() -> i64 {
     static ANCHOR: OnceLock<(Instant, i64)> = OnceLock::new();
-    let (at, wall) = ANCHOR.get_or_init(|| (Instant::now(), chrono::Utc::now().timestamp_millis()));
+    let (at, wall) = ANCHOR.get_or_init(|| (Instant::now(), wall_ms()));
     wall.saturating_add(i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX / 2))
+}
+
+/// The system's wall clock (in tests: plus a step the test sets, as NTP or an operator
+/// would).
+fn wall_ms() -> i64 {
+    let now = chrono::Utc::now().timestamp_millis();
+    #[cfg(test)]
+    let now = now + tests::STEP.load(std::sync::atomic::Ordering::SeqCst);
+    now
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    /// A step of the wall clock, in ms (see [`wall_ms`]).
+    pub(super) static STEP: AtomicI64 = AtomicI64::new(0);
+    /// The step is process-wide: the tests that read the wall clock take turns.
+    static WALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn a_wall_clock_step_does_not_age_anything() {
+        let _turn = WALL.lock().unwrap_or_else(|e| e.into_inner());
+        let before = now_ms();
+        let wall_before = wall_ms();
+        // NTP corrects a VM that was paused: the wall clock jumps an hour ahead.
+        STEP.store(3_600_000, Ordering::SeqCst);
+        let wall_jump = wall_ms() - wall_before;
+        let aged = now_ms() - before;
+        STEP.store(0, Ordering::SeqCst);
+        assert!(wall_jump >= 3_600_000, "the step is seen by the wall clock");
+        assert!(
+            aged < 1_000,
+            "{aged} ms passed on the audit clock: grace would have been cut short"
+        );
+    }
 
     #[test]
     fn never_goes_back_and_follows_the_wall_clock() {
+        let _turn = WALL.lock().unwrap_or_else(|e| e.into_inner());
         let mut last = now_ms();
         for _ in 0..10_000 {
             let t = now_ms();
