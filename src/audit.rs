@@ -412,7 +412,7 @@ impl<V: Verifier> Audit<V> {
             let at = start.deleted.map_or(start.resume, |(first, _)| first);
             let mut ledger = match progress.get(&tp) {
                 Some(p) => match serde_json::from_value::<Snapshot>(p.ledger.clone()) {
-                    Ok(snap) => PartitionLedger::restore(at.max(p.settled), keyed, snap),
+                    Ok(snap) => PartitionLedger::restore_at(at, p.settled, keyed, snap),
                     Err(e) => {
                         tracing::error!(%tp, error = %e, "stored ledger state unreadable; resuming at the settled offset without it");
                         PartitionLedger::new(at.max(p.settled), keyed)
@@ -534,6 +534,13 @@ impl<V: Verifier> Audit<V> {
             }
             tracing::info!(audit = %self.cfg.name, %tp, settled = st.settled, gaps = st.gaps.len(),
                 previous_owner = %st.owner, "partition state taken over from its previous owner");
+            // The previous owner's claims on its missing records' keys: at least as many rows
+            // are held as it had confirmed (max, never a sum: the counts may overlap ours).
+            if let Some(book) = self.checker.book_mut() {
+                for (values, n) in &st.key_claims {
+                    book.claim_at_least(&crate::record::Key::new(values), *n);
+                }
+            }
             let row = PartitionProgress {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
@@ -620,6 +627,10 @@ impl<V: Verifier> Audit<V> {
             self.uncounted.retain(|(tp, ..)| !partitions.contains(tp));
             self.uncounted_causes
                 .retain(|(tp, _)| !partitions.contains(tp));
+        }
+        // Keys the release forgot (beyond the book's capacity) leave the store too.
+        if ok && self.checker.book().is_some_and(KeyBook::has_changes) {
+            self.persist().await;
         }
         self.publish();
         out
@@ -888,7 +899,8 @@ impl<V: Verifier> Audit<V> {
         } else {
             None
         };
-        let up = reason.is_none() && !self.parts.is_empty();
+        // An instance that owns nothing holds nothing back (a standby must not page).
+        let up = reason.is_none();
         self.metrics
             .pipeline_group_up
             .with_label_values(&[self.cfg.name.as_str()])
@@ -1043,9 +1055,10 @@ impl<V: Verifier> Audit<V> {
         let progress: Vec<PartitionProgress> = self
             .parts
             .iter()
+            // An unanchored ledger is stored too (its negative settled offset says "known,
+            // no position yet"), so a restart does not take it for a partition added later.
             .filter(|(tp, p)| {
-                p.ledger.is_anchored()
-                    && self.persisted.get(*tp) != Some(&(p.ledger.settled(), p.ledger.revision()))
+                self.persisted.get(*tp) != Some(&(p.ledger.settled(), p.ledger.revision()))
             })
             .map(|(tp, p)| {
                 marks.push((tp.clone(), (p.ledger.settled(), p.ledger.revision())));
@@ -1141,6 +1154,18 @@ impl<V: Verifier> Audit<V> {
                 .iter()
                 .map(|g| Gap::make_id(&self.cfg.name, &tp.topic, tp.partition, g.first))
                 .collect();
+            let key_claims: Vec<(Vec<String>, u64)> = match self.checker.book() {
+                Some(book) => {
+                    let mut keys: Vec<&crate::record::Key> = p.ledger.missing_keys().collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    keys.into_iter()
+                        .map(|k| (k.to_vec(), book.counts(k).1))
+                        .filter(|(_, n)| *n > 0)
+                        .collect()
+                }
+                None => Vec::new(),
+            };
             states.push((
                 PartitionState {
                     version: handover::VERSION,
@@ -1151,6 +1176,7 @@ impl<V: Verifier> Audit<V> {
                     ledger: serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null),
                     gaps: Vec::new(),
                     replayed: Vec::new(),
+                    key_claims,
                     written_at: now,
                     owner: h.owner().to_string(),
                 },
@@ -1299,12 +1325,15 @@ impl<V: Verifier> Audit<V> {
         // A commit beyond what the log holds cannot have passed over records not written
         // yet: capped at the log end (or what the auditor has read), later records become
         // due `grace` after they exist, never on arrival.
+        // Uncapped while neither the log end nor an anchored position is known; steps and
+        // causes always follow the real commit.
         let log_end = p.log.map(|(_, end)| end);
-        let held = log_end.unwrap_or(0).max(p.ledger.next_offset());
-        let step = p
-            .ledger
-            .pipeline
-            .observe(now, committed.map(|c| c.min(held)));
+        let anchored = p.ledger.is_anchored().then(|| p.ledger.next_offset());
+        let held = match (log_end, anchored) {
+            (Some(e), Some(n)) => Some(e.max(n)),
+            (e, n) => e.or(n),
+        };
+        let step = p.ledger.pipeline.observe_capped(now, committed, held);
         let labels = [audit.as_str(), tp.topic.as_str(), &tp.partition.to_string()];
         if let Some(s) = step.filter(|s| s.is_rewind()) {
             self.metrics
@@ -1616,10 +1645,9 @@ fn resolve_starts(
                 .inspect_err(|e| tracing::warn!(%tp, error = %e, attempt, "cannot read watermarks"))
                 .ok()
         });
-        let resumed = match (
-            stored.get(tp).copied(),
-            committed.get(tp).copied().flatten(),
-        ) {
+        // A negative stored offset: the partition was assigned before but never anchored.
+        let stored_at = stored.get(tp).copied().filter(|s| *s >= 0);
+        let resumed = match (stored_at, committed.get(tp).copied().flatten()) {
             // The store is never behind the group commit it made itself (store, then
             // commit): a commit ahead of it comes from another owner that left no handover,
             // an operator's reset, or a store restored from a backup. Records below the
@@ -1636,6 +1664,7 @@ fn resolve_starts(
         // the audit started following the topic: all of it is new, so all of it is audited
         // (kafka.start applies to the topic's first start, not to partitions added later).
         let added_later = resumed.is_none()
+            && !stored.contains_key(tp)
             && stored
                 .keys()
                 .chain(

@@ -1,10 +1,11 @@
 //! `gap-auditor check`: audits a closed range of the past once, without the daemon.
 //!
 //! The daemon's due rule applies (SPEC guarantee 9: `check` never reports what `run` would
-//! not): with a `pipeline_group`, only records below its committed offset are checked —
-//! records beyond it are lag, listed as not checked — and a group that cannot be read or has
-//! no commit at all gives no verdict (exit 2); records younger than `grace` (by their Kafka
-//! timestamp) are not checked either. What is checked is decided by the daemon's ledger and
+//! not): with a `pipeline_group`, only records below its committed offsets are checked, and
+//! only `grace` after those commits were read (check waits it out) — records beyond them are
+//! lag, listed as not checked — and a group that cannot be read or has no commit at all
+//! gives no verdict (exit 2). Without a group, records younger than `grace` by their Kafka
+//! timestamp (or without one) are not checked. What is checked is decided by the daemon's ledger and
 //! [`Checker`]. Bounds are times (RFC 3339, resolved per partition with offsets-for-times) or
 //! `offset:N`; `--from` is inclusive, `--to` exclusive (Kafka's "next offset" convention),
 //! both clamped to what Kafka holds.
@@ -136,16 +137,31 @@ async fn check_audit(
         Some(group) => {
             let kafka = config.kafka.clone();
             let group = group.clone();
-            tokio::task::spawn_blocking(move || pipeline_ends(&kafka, &group, ranges))
+            let ends = tokio::task::spawn_blocking(move || pipeline_ends(&kafka, &group, ranges))
                 .await
-                .context("reading the pipeline group")??
+                .context("reading the pipeline group")??;
+            // The due rule: `grace` after the pipeline's commit was seen. Records below the
+            // commits just read are due once grace has passed since.
+            if !audit.grace.is_zero() {
+                eprintln!(
+                    "waiting grace ({}) after reading the pipeline group's commits (the due rule)",
+                    humantime::format_duration(audit.grace)
+                );
+                tokio::time::sleep(audit.grace).await;
+            }
+            ends
         }
         None => ranges
             .into_iter()
             .map(|(tp, f, t)| (tp, f, t, None))
             .collect(),
     };
-    let grace_cutoff = Utc::now().timestamp_millis() - audit.grace.as_millis() as i64;
+    // Without a pipeline group (the time-only rule) a record is due `grace` after it was
+    // produced, by its Kafka timestamp; with one, the commits above already waited it out.
+    let grace_cutoff = match audit.pipeline_group {
+        Some(_) => i64::MAX,
+        None => Utc::now().timestamp_millis() - audit.grace.as_millis() as i64,
+    };
     let total: u64 = ranges
         .iter()
         .map(|(_, f, t, _)| (t - f).max(0) as u64)
@@ -389,7 +405,9 @@ fn read_range(
                     Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
                     _ => None,
                 };
-                if ts.is_some_and(|t| t > grace_cutoff_ms) {
+                // Under the time-only rule a record without a timestamp cannot be shown to be
+                // older than grace: not due.
+                if grace_cutoff_ms < i64::MAX && ts.is_none_or(|t| t > grace_cutoff_ms) {
                     young = Some(m.offset());
                     break;
                 }

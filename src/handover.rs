@@ -94,6 +94,11 @@ pub struct PartitionState {
     /// owner reports them `repaired`, not merely `late`, once it confirms them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replayed: Vec<String>,
+    /// key_columns: the owner's confirmed counts of the keys its missing records carry
+    /// (each key's values), so the next owner does not take a row those confirmed records
+    /// hold for a missing record's (a shared-key loss closed as late).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_claims: Vec<(Vec<String>, u64)>,
     /// When the owner wrote this record.
     pub written_at: DateTime<Utc>,
     /// Who wrote it (`host:pid`), for operators.
@@ -458,6 +463,7 @@ mod tests {
                 ack_reason: Some("known".into()),
             }],
             replayed: vec![Gap::make_id("dns", "logs", 3, 10)],
+            key_claims: vec![(vec!["10.0.0.1".into(), "a.com".into()], 2)],
             written_at: Utc.timestamp_opt(at_s, 0).unwrap(),
             owner: "h:1".into(),
         }

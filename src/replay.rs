@@ -198,7 +198,12 @@ pub async fn run(
     ledger.pipeline.observe(0, Some(target.last + 1));
     let segs = ledger.due(i64::MAX / 2, 0, u64::MAX);
     let obs = |_d: Duration, _ok: bool| {};
-    let mut checker = Checker::new(audit.matching.strategy, audit.batch_size, 1);
+    // Room for every claim loaded and every record read: the book must forget none here.
+    let mut checker = Checker::new(
+        audit.matching.strategy,
+        audit.batch_size,
+        records.len().saturating_mul(2) + 1,
+    );
     if let Some(book) = checker.book_mut() {
         // The daemon's claims on these keys' rows (records it confirmed), so a shared key's
         // row that another record holds is not taken for the missing one's (SPEC guarantee

@@ -72,7 +72,20 @@ impl PipelineCommits {
     /// Records one poll of the pipeline group's committed offset (`None`: no commit).
     /// Returns the step when the offset moved.
     pub fn observe(&mut self, now_ms: i64, committed: Option<Offset>) -> Option<CommitStep> {
+        self.observe_capped(now_ms, committed, None)
+    }
+
+    /// [`Self::observe`], with the due frontier capped at `cap` (the log end: a commit beyond
+    /// what the log holds cannot have passed records not written yet). Steps, rewinds and
+    /// stalls follow the real commit, so causes are never attributed to a capped value.
+    pub fn observe_capped(
+        &mut self,
+        now_ms: i64,
+        committed: Option<Offset>,
+        cap: Option<Offset>,
+    ) -> Option<CommitStep> {
         let c = committed?;
+        let due_to = cap.map_or(c, |cap| c.min(cap));
         let step = match self.latest {
             Some(prev) if prev != c => Some(CommitStep {
                 from: prev,
@@ -91,8 +104,12 @@ impl PipelineCommits {
             self.steps.push_back(s);
         }
         self.latest = Some(c);
-        if self.observations.back().is_none_or(|&(_, max)| c > max) {
-            self.observations.push_back((now_ms, c));
+        if self
+            .observations
+            .back()
+            .is_none_or(|&(_, max)| due_to > max)
+        {
+            self.observations.push_back((now_ms, due_to));
         }
         step
     }
@@ -207,6 +224,24 @@ mod tests {
         assert!(r.is_rewind());
         assert_eq!(p.step_over(3), Some(s), "rewinds never pass over records");
         assert_eq!(p.last_move_ms(), Some(30));
+    }
+
+    #[test]
+    fn a_capped_commit_keeps_its_real_steps() {
+        let mut p = PipelineCommits::default();
+        p.observe_capped(0, Some(2), Some(2));
+        // The pipeline jumps to 1000 while the log holds 5: due up to 5 only, and the step
+        // recorded is the real 2 -> 1000, not the cap's movements.
+        let s = p.observe_capped(10, Some(1000), Some(5)).expect("step");
+        assert_eq!((s.from, s.to), (2, 1000));
+        assert_eq!(p.frontier(20, 5), Frontier::Offset(5));
+        assert_eq!(
+            p.observe_capped(30, Some(1000), Some(8)),
+            None,
+            "the cap moved, not the commit"
+        );
+        assert_eq!(p.frontier(40, 5), Frontier::Offset(8));
+        assert_eq!(p.latest(), Some(1000));
     }
 
     #[test]

@@ -102,13 +102,27 @@ impl KeyBook {
     /// Loads confirmed counts persisted with the settled offsets (a restart): the rows those
     /// records hold stay theirs, so a later record with the key needs a row of its own.
     pub fn load(&mut self, confirmed: impl IntoIterator<Item = (Key, u64)>) {
+        let before = std::mem::take(&mut self.dirty);
         for (k, n) in confirmed {
             if n == 0 {
                 continue;
             }
             self.change(&k, |e| e.confirmed += n);
         }
-        self.dirty.clear();
+        // Loaded counts are what the store holds already; keys forgotten while loading
+        // (more rows than the capacity) stay dirty, so the next write deletes their rows.
+        let loaded = std::mem::replace(&mut self.dirty, before);
+        for k in loaded {
+            if !self.entries.contains_key(&k) {
+                self.dirty.insert(k);
+            }
+        }
+    }
+
+    /// At least `n` rows of `k` are held by confirmed records (another owner's claims, handed
+    /// over with a partition).
+    pub fn claim_at_least(&mut self, k: &Key, n: u64) {
+        self.change(k, |e| e.confirmed = e.confirmed.max(n));
     }
 
     /// A confirmation taken back: the record will be decided again (its partition left
@@ -124,6 +138,11 @@ impl KeyBook {
             .iter()
             .map(|k| (k.clone(), self.entries.get(k).map_or(0, |e| e.confirmed)))
             .collect()
+    }
+
+    /// Whether [`Self::changes`] has anything to write.
+    pub fn has_changes(&self) -> bool {
+        !self.dirty.is_empty()
     }
 
     /// The store now holds [`Self::changes`].
@@ -425,6 +444,19 @@ mod tests {
         }
         assert!(b.len() <= 2 + 2, "{} keys", b.len());
         assert_eq!(b.counts(&k("m")), (0, 0, 1));
+    }
+
+    #[test]
+    fn keys_forgotten_while_loading_are_deleted_from_the_store() {
+        let mut b = KeyBook::new(2);
+        b.load([(k("a"), 1), (k("b"), 1), (k("c"), 1)]);
+        let changes = b.changes();
+        assert_eq!(
+            changes,
+            vec![(k("a"), 0)],
+            "the oldest loaded key is forgotten"
+        );
+        assert_eq!(b.counts(&k("c")), (0, 1, 0));
     }
 
     #[test]

@@ -318,6 +318,17 @@ impl PartitionLedger {
         l
     }
 
+    /// Restores a ledger at `at`, which may be beyond the snapshot's settled offset (another
+    /// owner decided `[settled, at)`): then the next missing record does not extend the
+    /// snapshot's tail gap across records decided elsewhere.
+    pub fn restore_at(at: Offset, settled: Offset, keyed: bool, snap: Snapshot) -> Self {
+        let mut l = Self::restore(at.max(settled), keyed, snap);
+        if at > settled {
+            l.tail_gap = None;
+        }
+        l
+    }
+
     /// The persisted part of the ledger.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
