@@ -613,3 +613,61 @@ async fn misspelt_offset_column_is_a_sink_error_not_loss() {
     a.stop().await;
     s.cleanup().await;
 }
+
+/// Issue 13 item 4 on Elasticsearch: records whose key fields are empty are audited (SPEC:
+/// empty matches empty). A pipeline writes an empty field as `""` (a keyword) or leaves it
+/// out (a date or ip field cannot hold `""`). Both documents are found; a third record
+/// with an empty key that was never written is not; and no `term ""` ever reaches the date
+/// field (a 400 for the whole batch would leave every key unknown, round after round).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn empty_key_values_match_empty_or_absent_fields() {
+    use gap_auditor::record::Key;
+    use gap_auditor::sink::Verifier;
+    use serde_json::json;
+    let index = unique("es_empty_keys");
+    let r = es_client()
+        .indices()
+        .create(elasticsearch::indices::IndicesCreateParts::Index(&index))
+        .body(json!({ "mappings": { "properties": {
+            "partition": {"type": "integer"}, "offset": {"type": "long"},
+            "client_ip": {"type": "keyword"}, "domain": {"type": "keyword"},
+            "time": {"type": "date", "format": "yyyy-MM-dd HH:mm:ss"}
+        } } }))
+        .send()
+        .await
+        .expect("create index");
+    assert!(
+        r.status_code().is_success(),
+        "{}",
+        r.text().await.unwrap_or_default()
+    );
+    bulk_write(
+        &index,
+        &[
+            // domain written as "", time absent (empty in the record).
+            (None, json!({"partition": 0, "offset": 0, "client_ip": "10.0.0.1", "domain": ""})),
+            // domain absent too.
+            (None, json!({"partition": 0, "offset": 1, "client_ip": "10.0.0.2", "time": "2024-01-01 10:00:00"})),
+        ],
+    )
+    .await;
+    let sink = field_sink(
+        &index,
+        "partition",
+        "offset",
+        None,
+        &["client_ip", "domain", "time"],
+    );
+    let keys = [
+        Key::new(["10.0.0.1", "", ""]),
+        Key::new(["10.0.0.2", "", "2024-01-01 10:00:00"]),
+        Key::new(["10.0.0.3", "", ""]),
+    ];
+    let refs: Vec<&Key> = keys.iter().collect();
+    let counts = sink
+        .count_keys(&refs)
+        .await
+        .expect("no 400 on the date field");
+    assert_eq!(counts, vec![1, 1, 0]);
+    delete_index(&index).await;
+}

@@ -128,6 +128,11 @@ pub struct ElasticsearchSink {
     /// When the fields of each [`FieldSet`] last passed the mapping check (`None`: never, or
     /// a question using them failed since).
     fields_checked: [Mutex<Option<Instant>>; 2],
+    /// Per key field, whether every index maps it as a keyword-like (string) type, from the
+    /// last mapping check: an EMPTY key value can only be a `term` on those; on any other
+    /// type (date, ip, numbers) `term ""` is a 400 for the whole batch, and the empty field
+    /// can only be absent from the document.
+    key_fields_are_strings: Mutex<Vec<bool>>,
 }
 
 /// The fields one kind of question names.
@@ -213,6 +218,7 @@ impl ElasticsearchSink {
             page_size: MAX_PAGE,
             ids_by_search: AtomicBool::new(pattern),
             fields_checked: [Mutex::new(None), Mutex::new(None)],
+            key_fields_are_strings: Mutex::new(Vec::new()),
         })
     }
 
@@ -257,6 +263,16 @@ impl ElasticsearchSink {
             )
             .await?;
         check_field_caps(&v, &self.target.index, &reqs)?;
+        if set == FieldSet::Keys
+            && let Ok(mut g) = self.key_fields_are_strings.lock()
+        {
+            *g = self
+                .target
+                .key_fields
+                .iter()
+                .map(|f| field_is_string(&v, f))
+                .collect();
+        }
         if let Ok(mut g) = slot.lock() {
             *g = Some(Instant::now());
         }
@@ -538,9 +554,14 @@ impl Verifier for ElasticsearchSink {
             )));
         }
         self.checked(FieldSet::Keys, async {
+            let strings = self
+                .key_fields_are_strings
+                .lock()
+                .map(|g| g.clone())
+                .unwrap_or_default();
             let bodies: Vec<Value> = keys
                 .chunks(KEYS_PER_SEARCH)
-                .map(|c| keys_body(&self.target.key_fields, c))
+                .map(|c| keys_body_typed(&self.target.key_fields, c, &strings))
                 .collect();
             let mut out = Vec::with_capacity(keys.len());
             let answers = self.searches("key count", bodies).await?;
@@ -673,24 +694,56 @@ pub fn list_body(
 
 /// Documents per key: a keyed `filters` aggregation, bucket `i` for `keys[i]`.
 pub fn keys_body(fields: &[String], keys: &[&Key]) -> Value {
+    keys_body_typed(fields, keys, &[])
+}
+
+/// [`keys_body`] knowing which key fields are strings (`strings[i]`; a field not listed is
+/// taken for a string). An empty key value (SPEC: empty matches empty) matches a document
+/// whose field is `""` or absent (a pipeline writes an empty field either way); on a field
+/// that is not a string type only "absent" can be asked (`term ""` on a date is a 400).
+pub fn keys_body_typed(fields: &[String], keys: &[&Key], strings: &[bool]) -> Value {
+    let is_string = |i: usize| strings.get(i).copied().unwrap_or(true);
     let mut filters = Map::new();
     let mut first: Vec<&str> = Vec::new();
     let mut seen: HashSet<&str> = HashSet::new();
+    let mut first_empty = false;
     for (i, k) in keys.iter().enumerate() {
         let terms: Vec<Value> = fields
             .iter()
             .zip(k.values())
-            .map(|(f, v)| obj("term", obj(f, json!(v))))
+            .enumerate()
+            .map(|(fi, (f, v))| {
+                let missing = json!({ "bool": { "must_not": [ obj("exists", json!({ "field": f })) ] } });
+                match (v.is_empty(), is_string(fi)) {
+                    (false, _) => obj("term", obj(f, json!(v))),
+                    (true, true) => json!({ "bool": { "should": [ obj("term", obj(f, json!(""))), missing ], "minimum_should_match": 1 } }),
+                    (true, false) => missing,
+                }
+            })
             .collect();
         filters.insert(i.to_string(), json!({ "bool": { "filter": terms } }));
-        if let Some(v) = k.first()
-            && seen.insert(v)
-        {
-            first.push(v);
+        match k.first() {
+            Some("") => first_empty = true,
+            Some(v) if seen.insert(v) => first.push(v),
+            _ => {}
         }
     }
     let pre = match fields.first() {
-        Some(f) => json!({ "bool": { "filter": [ obj("terms", obj(f, json!(first))) ] } }),
+        Some(f) if !first_empty => {
+            json!({ "bool": { "filter": [ obj("terms", obj(f, json!(first))) ] } })
+        }
+        Some(f) => {
+            let mut any = vec![obj("terms", obj(f, json!(first)))];
+            if first_empty {
+                any.push(
+                    json!({ "bool": { "must_not": [ obj("exists", json!({ "field": f })) ] } }),
+                );
+                if is_string(0) {
+                    any.push(obj("term", obj(f, json!(""))));
+                }
+            }
+            json!({ "bool": { "filter": [ { "bool": { "should": any, "minimum_should_match": 1 } } ] } })
+        }
         None => json!({ "match_none": {} }),
     };
     json!({
@@ -774,6 +827,17 @@ const NUMERIC: &[&str] = &[
     "scaled_float",
 ];
 const KEYWORD: &[&str] = &["keyword", "constant_keyword", "wildcard"];
+/// Whether `_field_caps` maps `field` as a keyword-like type in every index (an empty
+/// string is a value there; on other types it cannot be asked for).
+fn field_is_string(v: &Value, field: &str) -> bool {
+    v.get("fields")
+        .and_then(|f| f.get(field))
+        .and_then(Value::as_object)
+        .is_some_and(|types| {
+            !types.is_empty() && types.keys().all(|t| KEYWORD.contains(&t.as_str()))
+        })
+}
+
 /// Analyzed (full-text) types: a `term` on them compares against tokens, not the value.
 const FULL_TEXT: &[&str] = &[
     "text",
