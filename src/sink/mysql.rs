@@ -14,16 +14,30 @@
 //! physical connection is checked once, the first time it is used (cached by its
 //! connection id, re-checked after any error and every [`SESSION_RECHECK`]):
 //! `SELECT @@sql_mode, @@character_set_client, @@character_set_connection`. A session whose
-//! character set is not utf8mb4/utf8mb3/utf8 gets `SET NAMES utf8mb4` (which Doris, MySQL
+//! character set is not utf8mb4 (on Doris also `utf8`) gets `SET NAMES utf8mb4` (which Doris, MySQL
 //! and MariaDB accept), checked again, and refused with a clear error if it did not take.
 //! The query is then escaped for THAT session and sent on it.
+//!
+//! **Key columns (kind `mysql` only).** `key_columns` counts rows per key with one `CASE`
+//! query per batch ([`sql::count_keys_compared`]), and the auditor's keys are exact byte
+//! strings, so the sink must compare exactly too. Doris does; MySQL/MariaDB compare with the
+//! column's collation, and a PAD SPACE one (MariaDB `utf8mb4_bin` and every `_ci`/`_cs`;
+//! MySQL 5.7 `_bin`) finds `'a.com'` equal to `'a.com '` (`_ci`: to `'A.com'` too). So before
+//! the first key query (and again after any error, like the session check) the sink reads
+//! the key columns' collations from `information_schema.COLUMNS`; every string column
+//! whose collation is not a NO PAD binary one is compared as `CAST(c AS BINARY)` in the
+//! `CASE` (the `WHERE` stays plain, so the key index still selects the candidates), and one
+//! WARN names them, recommending `utf8mb4_nopad_bin` (docs/SINK-DDL.md). Non-string
+//! columns (`DATETIME`) stay plain: their literal may be written differently. A key column
+//! information_schema does not list is left plain (the query's own error will say why) and
+//! nothing is cached, so the next query looks again. Doris gets the plain SQL, unchanged.
 //!
 //! **Rows.** Every answer is read as untyped [`Row`]s and converted value by value
 //! ([`column`]): an unexpected type or a NULL (a `VARCHAR` offset column holding `abc`) is a
 //! [`SinkError::Rejected`] naming the query and the column, never a panic (mysql_async's
 //! typed `query::<(i64, i64)>` panics on a value it cannot convert).
 
-use super::sql::{self, OffsetQuery};
+use super::sql::{self, KeyCompare, OffsetQuery};
 use super::{RangeCount, SinkError, Verifier};
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
@@ -69,6 +83,64 @@ pub struct MysqlSink {
     kind: &'static str,
     /// Session checks by connection id.
     sessions: Mutex<HashMap<u32, Session>>,
+    /// kind `mysql`: how each key column is compared in a key count's attribution, read
+    /// from information_schema (see the module docs). Cleared with the session checks.
+    key_compare: Mutex<Option<Vec<KeyCompare>>>,
+    /// The inexact key columns last warned about: one WARN per audit (again only if they
+    /// change).
+    warned_inexact: Mutex<Option<Vec<String>>>,
+}
+
+/// One column as `information_schema.COLUMNS` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ColumnInfo {
+    name: String,
+    data_type: String,
+    collation: Option<String>,
+    charset: Option<String>,
+}
+
+/// What the collations of the key columns mean for the key count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KeyColumnCheck {
+    /// Per key column, in key order.
+    compare: Vec<KeyCompare>,
+    /// `column (type, collation)` of each column compared exactly by the auditor.
+    inexact: Vec<String>,
+    /// Key columns information_schema does not list (left plain; nothing cached).
+    missing: Vec<String>,
+}
+
+/// Matches the key columns to information_schema's rows (column names are
+/// case-insensitive in MySQL and MariaDB) and decides each one's comparison.
+fn check_key_columns(key_columns: &[String], info: &[ColumnInfo]) -> KeyColumnCheck {
+    let mut out = KeyColumnCheck {
+        compare: Vec::with_capacity(key_columns.len()),
+        inexact: Vec::new(),
+        missing: Vec::new(),
+    };
+    for column in key_columns {
+        let found = info.iter().find(|c| c.name == *column).or_else(|| {
+            info.iter()
+                .find(|c| c.name.to_lowercase() == column.to_lowercase())
+        });
+        let Some(c) = found else {
+            out.missing.push(column.clone());
+            out.compare.push(KeyCompare::Plain);
+            continue;
+        };
+        let compare = sql::key_compare_for(c.collation.as_deref(), c.charset.as_deref());
+        if compare != KeyCompare::Plain {
+            out.inexact.push(format!(
+                "{} ({}, {})",
+                column,
+                c.data_type,
+                c.collation.as_deref().unwrap_or("?")
+            ));
+        }
+        out.compare.push(compare);
+    }
+    out
 }
 
 impl MysqlSink {
@@ -114,6 +186,8 @@ impl MysqlSink {
             timeout,
             kind,
             sessions: Mutex::new(HashMap::new()),
+            key_compare: Mutex::new(None),
+            warned_inexact: Mutex::new(None),
         })
     }
 
@@ -137,11 +211,75 @@ impl MysqlSink {
         }
     }
 
-    /// After any failure every connection is checked again before its next query.
+    /// After any failure every connection is checked again before its next query, and the
+    /// key columns' collations are read again before the next key count.
     fn forget_sessions(&self) {
         if let Ok(mut m) = self.sessions.lock() {
             m.clear();
         }
+        if let Ok(mut k) = self.key_compare.lock() {
+            *k = None;
+        }
+    }
+
+    /// How each key column is compared in a key count (see the module docs): all plain
+    /// for Doris; for MySQL/MariaDB read from information_schema on `conn` (its session
+    /// checked, `nbe` its mode) and cached until the next error.
+    async fn key_compare(
+        &self,
+        conn: &mut mysql_async::Conn,
+        nbe: bool,
+    ) -> Result<Vec<KeyCompare>, SinkError> {
+        const WHAT: &str = "key column check";
+        if self.kind != "mysql" {
+            return Ok(Vec::new());
+        }
+        if let Ok(k) = self.key_compare.lock()
+            && let Some(k) = k.as_ref()
+        {
+            return Ok(k.clone());
+        }
+        let Some(q) = sql::column_collations(&self.target.table, nbe) else {
+            // Not a table name the key query can write either: its error will say so.
+            return Ok(Vec::new());
+        };
+        let mut info = Vec::new();
+        for row in self.rows(conn, q).await? {
+            info.push(ColumnInfo {
+                name: text(&row, 0, WHAT)?.unwrap_or_default(),
+                data_type: text(&row, 1, WHAT)?.unwrap_or_default(),
+                collation: text(&row, 2, WHAT)?,
+                charset: text(&row, 3, WHAT)?,
+            });
+        }
+        let check = check_key_columns(&self.target.key_columns, &info);
+        if !check.missing.is_empty() {
+            tracing::debug!(
+                table = %self.target.table,
+                missing = ?check.missing,
+                "key columns not in information_schema.COLUMNS: compared plainly"
+            );
+            return Ok(check.compare);
+        }
+        if !check.inexact.is_empty()
+            && let Ok(mut w) = self.warned_inexact.lock()
+            && w.as_ref() != Some(&check.inexact)
+        {
+            tracing::warn!(
+                table = %self.target.table,
+                columns = %check.inexact.join(", "),
+                "key columns with a collation that is not byte-exact (PAD SPACE ignores \
+                 trailing spaces, _ci ignores case): the auditor compares them byte-exactly \
+                 itself (CAST(column AS BINARY) when attributing rows to keys); give them a \
+                 NO PAD binary collation, utf8mb4_nopad_bin on MariaDB or utf8mb4_0900_bin \
+                 on MySQL 8 (docs/SINK-DDL.md)"
+            );
+            *w = Some(check.inexact.clone());
+        }
+        if let Ok(mut k) = self.key_compare.lock() {
+            *k = Some(check.compare.clone());
+        }
+        Ok(check.compare)
     }
 
     /// Runs `q` on `conn` and returns its rows, untyped (see [`column`]).
@@ -160,7 +298,10 @@ impl MysqlSink {
             return Ok(s.no_backslash_escapes);
         }
         let mut state = self.read_session(conn).await?;
-        if !utf8_charset(&state.1) || !utf8_charset(&state.2) {
+        // MySQL/MariaDB's utf8mb3 cannot carry 4-byte characters (emoji in a record value
+        // would not compare as sent): only utf8mb4 there. Doris's `utf8` is full UTF-8.
+        let full = self.kind != "mysql";
+        if !utf8_charset(&state.1, full) || !utf8_charset(&state.2, full) {
             tracing::info!(
                 connection = id,
                 character_set_client = %state.1,
@@ -170,7 +311,7 @@ impl MysqlSink {
             self.with_timeout(conn.query_drop("SET NAMES utf8mb4"))
                 .await?;
             state = self.read_session(conn).await?;
-            if !utf8_charset(&state.1) || !utf8_charset(&state.2) {
+            if !utf8_charset(&state.1, full) || !utf8_charset(&state.2, full) {
                 return Err(SinkError::Rejected(format!(
                     "the sink session's character set is character_set_client={} / \
                      character_set_connection={} and SET NAMES utf8mb4 did not change it: \
@@ -329,8 +470,15 @@ impl Verifier for MysqlSink {
             return Ok(Vec::new());
         }
         let (mut c, nbe) = self.checked_conn().await?;
+        let compare = self.key_compare(&mut c, nbe).await?;
         let values: Vec<Vec<&str>> = keys.iter().map(|k| k.values().collect()).collect();
-        let q = sql::count_keys(&self.target.table, &self.target.key_columns, &values, nbe);
+        let q = sql::count_keys_compared(
+            &self.target.table,
+            &self.target.key_columns,
+            &compare,
+            &values,
+            nbe,
+        );
         let mut out = vec![0u64; keys.len()];
         for row in self.rows(&mut c, q).await? {
             let k: Option<i64> = column(&row, 0, WHAT, "a key index")?;
@@ -355,12 +503,14 @@ impl Verifier for MysqlSink {
     }
 }
 
-/// Whether a character set name is a UTF-8 one (MariaDB 10.6+ says `utf8mb3` for `utf8`).
-fn utf8_charset(name: &str) -> bool {
-    matches!(
-        name.trim().to_ascii_lowercase().as_str(),
-        "utf8mb4" | "utf8mb3" | "utf8"
-    )
+/// Whether a session character set carries every UTF-8 value: `utf8mb4`; with `utf8_is_full`
+/// (Doris, whose `utf8` is full UTF-8) also `utf8`. MySQL/MariaDB's `utf8` is `utf8mb3`.
+fn utf8_charset(name: &str, utf8_is_full: bool) -> bool {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "utf8mb4" => true,
+        "utf8" => utf8_is_full,
+        _ => false,
+    }
 }
 
 /// Column `i` of `row` as `T`, or a [`SinkError::Rejected`] naming the query (`what`), the
@@ -458,5 +608,68 @@ mod tests {
         let s = redact_url_error("bad url mysql://root:hunter2@db:9030/x here");
         assert!(!s.contains("hunter2"), "{s}");
         assert!(s.contains("mysql://[redacted]@db:9030/x"));
+    }
+
+    fn info(name: &str, data_type: &str, collation: Option<&str>) -> ColumnInfo {
+        ColumnInfo {
+            name: name.into(),
+            data_type: data_type.into(),
+            collation: collation.map(Into::into),
+            charset: collation.map(|c| c.split('_').next().unwrap_or_default().to_string()),
+        }
+    }
+
+    fn columns(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn key_columns_by_collation() {
+        let table = [
+            info("client_ip", "varchar", Some("utf8mb4_nopad_bin")),
+            info("Domain", "longtext", Some("utf8mb4_bin")),
+            info("time", "datetime", None),
+            info("host", "varchar", Some("utf8mb4_general_ci")),
+            info("legacy", "varchar", Some("latin1_swedish_ci")),
+            info("raw", "varbinary", None),
+        ];
+        let got = check_key_columns(
+            &columns(&["client_ip", "domain", "time", "host", "legacy", "raw"]),
+            &table,
+        );
+        assert_eq!(
+            got.compare,
+            vec![
+                KeyCompare::Plain,
+                KeyCompare::Binary,
+                KeyCompare::Plain,
+                KeyCompare::Binary,
+                KeyCompare::Utf8Binary,
+                KeyCompare::Plain,
+            ]
+        );
+        assert_eq!(
+            got.inexact,
+            vec![
+                "domain (longtext, utf8mb4_bin)",
+                "host (varchar, utf8mb4_general_ci)",
+                "legacy (varchar, latin1_swedish_ci)",
+            ]
+        );
+        assert!(got.missing.is_empty());
+    }
+
+    #[test]
+    fn a_key_column_information_schema_does_not_list_stays_plain() {
+        let table = [info("domain", "varchar", Some("utf8mb4_bin"))];
+        let got = check_key_columns(&columns(&["client_ip", "domain"]), &table);
+        assert_eq!(got.compare, vec![KeyCompare::Plain, KeyCompare::Binary]);
+        assert_eq!(got.missing, vec!["client_ip"]);
+        // No table at all: everything plain, everything missing.
+        let got = check_key_columns(&columns(&["a"]), &[]);
+        assert_eq!(
+            (got.compare, got.missing),
+            (vec![KeyCompare::Plain], columns(&["a"]))
+        );
     }
 }

@@ -133,8 +133,83 @@ pub fn list_offsets(q: &OffsetQuery<'_>, runs: &[OffsetRun], nbe: bool) -> Strin
     )
 }
 
-/// `(c1 = 'v' AND c2 = 'w')`: the row test for one key.
-fn key_condition(columns: &[String], key: &[impl AsRef<str>], nbe: bool) -> String {
+/// How one key column is compared in the ATTRIBUTION of a key count (the `CASE` of
+/// [`count_keys_compared`]); the `WHERE` always compares plainly so that the column's index
+/// narrows the candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyCompare {
+    /// `c = 'v'`: the sink's own comparison. Doris (it compares bytes), string columns with
+    /// a byte-exact collation (NO PAD binary), and every non-string column (a `DATETIME`
+    /// equals its record's text however that text writes it).
+    #[default]
+    Plain,
+    /// `CAST(c AS BINARY) = 'v'`: byte-exact, for a UTF-8 string column whose collation is
+    /// PAD SPACE or ignores case. The literal is UTF-8 (the session check makes sure), so
+    /// both sides are compared as UTF-8 bytes.
+    Binary,
+    /// `CAST(CONVERT(c USING utf8mb4) AS BINARY) = 'v'`: the same for a string column in
+    /// another character set (`latin1`), compared as its UTF-8 bytes.
+    Utf8Binary,
+}
+
+/// How a MySQL/MariaDB key column must be compared, from its `information_schema.COLUMNS`
+/// `COLLATION_NAME` and `CHARACTER_SET_NAME`: no collation (not a string column, or a binary
+/// string) or a NO PAD binary one (`binary`, MariaDB `*_nopad_bin`, MySQL 8 `*_0900_bin`) is
+/// byte-exact already; every other collation — PAD SPACE (`utf8mb4_bin` on MariaDB and
+/// MySQL, every `_ci`/`_cs`/`_bin` of MySQL 5.7) or NO PAD but not binary (`*_nopad_*_ci`,
+/// `utf8mb4_0900_ai_ci`, `utf8mb4_0900_as_cs`, which ignore case or equate some distinct
+/// strings) — gets an exact comparison.
+pub fn key_compare_for(collation: Option<&str>, charset: Option<&str>) -> KeyCompare {
+    let Some(collation) = collation.map(|c| c.trim().to_ascii_lowercase()) else {
+        return KeyCompare::Plain;
+    };
+    if collation.is_empty()
+        || collation == "binary"
+        || collation.ends_with("_nopad_bin")
+        || collation.ends_with("_0900_bin")
+    {
+        return KeyCompare::Plain;
+    }
+    match charset.map(|c| c.trim().to_ascii_lowercase()).as_deref() {
+        Some("utf8mb4" | "utf8mb3" | "utf8") => KeyCompare::Binary,
+        // No charset given: derive it from the collation's name (`utf8mb4_bin`).
+        None if collation.starts_with("utf8mb4_")
+            || collation.starts_with("utf8mb3_")
+            || collation.starts_with("utf8_") =>
+        {
+            KeyCompare::Binary
+        }
+        _ => KeyCompare::Utf8Binary,
+    }
+}
+
+/// `SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME FROM
+/// information_schema.COLUMNS WHERE TABLE_SCHEMA = … AND TABLE_NAME = …`: the types and
+/// collations of `table`'s columns, for [`key_compare_for`]. `table` is `t` (the session's
+/// `DATABASE()`) or `db.t`, split as [`table_ident`] splits it; `None` for a name of more
+/// parts (which [`table_ident`] cannot write as a valid table either).
+pub fn column_collations(table: &str, nbe: bool) -> Option<String> {
+    let parts: Vec<&str> = table.split('.').collect();
+    let (schema, name) = match parts.as_slice() {
+        [name] => ("DATABASE()".to_string(), *name),
+        [db, name] => (string_literal(db, nbe), *name),
+        _ => return None,
+    };
+    Some(format!(
+        "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME \
+         FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {}",
+        string_literal(name, nbe)
+    ))
+}
+
+/// `(c1 = 'v' AND c2 = 'w')`: the row test for one key, each column compared as
+/// `compare` says (missing entries, or an empty `compare`, are [`KeyCompare::Plain`]).
+fn key_condition(
+    columns: &[String],
+    compare: &[KeyCompare],
+    key: &[impl AsRef<str>],
+    nbe: bool,
+) -> String {
     if columns.is_empty() || key.len() != columns.len() {
         // A programming error (config validation ties key and columns together); never
         // matching shows up as "missing", which is loud, instead of matching wrong rows.
@@ -148,7 +223,28 @@ fn key_condition(columns: &[String], key: &[impl AsRef<str>], nbe: bool) -> Stri
     let parts: Vec<String> = columns
         .iter()
         .zip(key)
-        .map(|(c, v)| format!("{} = {}", ident(c), string_literal(v.as_ref(), nbe)))
+        .enumerate()
+        .map(|(i, (c, v))| {
+            let value = string_literal(v.as_ref(), nbe);
+            let test = match compare.get(i).copied().unwrap_or_default() {
+                KeyCompare::Plain => format!("{} = {value}", ident(c)),
+                KeyCompare::Binary => format!("CAST({} AS BINARY) = {value}", ident(c)),
+                KeyCompare::Utf8Binary => {
+                    format!(
+                        "CAST(CONVERT({} USING utf8mb4) AS BINARY) = {value}",
+                        ident(c)
+                    )
+                }
+            };
+            // An empty field (SPEC: empty matches empty) is written as '' or as NULL (a
+            // Flink/Doris load turns an empty CSV field into NULL for DATETIME and number
+            // columns, where '' cannot be stored).
+            if v.as_ref().is_empty() {
+                format!("({test} OR {} IS NULL)", ident(c))
+            } else {
+                test
+            }
+        })
         .collect();
     format!("({})", parts.join(" AND "))
 }
@@ -159,12 +255,11 @@ fn key_condition(columns: &[String], key: &[impl AsRef<str>], nbe: bool) -> Stri
 /// FROM t WHERE (...) OR (...) GROUP BY 1`
 ///
 /// Each result row is `(k, rows)` where `k` is the index of the key in `keys`; keys with no
-/// row do not appear. The caller must ignore a NULL or out-of-range `k` (none is produced
-/// while `keys` is non-empty). Keys must be distinct: a row is counted under the FIRST key
-/// it matches, so pass each key once and account for multiplicity on the client. Note that
-/// the comparison uses the column's collation: on MySQL/MariaDB with a case-insensitive or
-/// PAD SPACE collation, keys differing only in case or trailing spaces match the same rows
-/// (Doris compares bytes).
+/// row do not appear. The caller must ignore a NULL or out-of-range `k`. Keys must be
+/// distinct: a row is counted under the FIRST key it matches, so pass each key once and
+/// account for multiplicity on the client. Every column is compared with `=`, so with the
+/// column's collation: right for Doris (it compares bytes) and byte-exact collations; see
+/// [`count_keys_compared`] for the others.
 ///
 /// `GROUP BY 1` (the ordinal of the CASE expression) rather than the alias: MySQL and Doris
 /// (1.2+, by default) resolve a GROUP BY name against the table's columns before the select
@@ -175,12 +270,45 @@ where
     K: AsRef<[S]>,
     S: AsRef<str>,
 {
+    count_keys_compared(table, columns, &[], keys, nbe)
+}
+
+/// [`count_keys`] with the `CASE` (which key a row is counted under) comparing column `i`
+/// as `compare[i]` says, while the `WHERE` stays plain so that an index on the key columns
+/// still selects the candidate rows (`CAST(c AS BINARY)` in the `WHERE` would scan).
+///
+/// Why: on MySQL/MariaDB a PAD SPACE collation (MariaDB `utf8mb4_bin` and every `_ci`/`_cs`
+/// one; MySQL 5.7 `_bin`) finds `'a.com'` equal to `'a.com '` (and a `_ci` one to
+/// `'A.com'`), so a row would be counted under whichever of those keys comes first in the
+/// batch, or under a lost key asked alone: a loss missed or the wrong record reported,
+/// depending on which keys share a batch. The auditor's keys are exact byte strings; with
+/// [`KeyCompare::Binary`] on such columns a row is counted only under its own key, and a row
+/// the `WHERE` let through that equals no key exactly gets a NULL `k` (ignored).
+pub fn count_keys_compared<K, S>(
+    table: &str,
+    columns: &[String],
+    compare: &[KeyCompare],
+    keys: &[K],
+    nbe: bool,
+) -> String
+where
+    K: AsRef<[S]>,
+    S: AsRef<str>,
+{
+    let exact = compare.iter().any(|c| *c != KeyCompare::Plain);
     let conditions: Vec<String> = keys
         .iter()
-        .map(|key| key_condition(columns, key.as_ref(), nbe))
+        .map(|key| key_condition(columns, &[], key.as_ref(), nbe))
         .collect();
+    let attributions: Vec<String> = if exact {
+        keys.iter()
+            .map(|key| key_condition(columns, compare, key.as_ref(), nbe))
+            .collect()
+    } else {
+        conditions.clone()
+    };
     let mut case = String::from("CASE");
-    for (i, cond) in conditions.iter().enumerate() {
+    for (i, cond) in attributions.iter().enumerate() {
         case.push_str(&format!(" WHEN {cond} THEN {i}"));
     }
     let filter = if conditions.is_empty() {
@@ -489,6 +617,17 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_key_value_matches_empty_or_null() {
+        let columns = strings(&["client_ip", "time"]);
+        let k = strings(&["10.0.0.1", ""]);
+        let q = count_keys("t", &columns, &[k.as_slice()], false);
+        assert!(
+            q.contains("(`client_ip` = '10.0.0.1' AND (`time` = '' OR `time` IS NULL))"),
+            "{q}"
+        );
+    }
+
+    #[test]
     fn count_keys_sql() {
         let columns = strings(&["client_ip", "domain", "time"]);
         let k0 = strings(&["192.168.1.10", "www.example.com", "2024-01-01 10:00:00"]);
@@ -522,6 +661,133 @@ mod tests {
             count_keys::<&[String], String>("t", &strings(&["c"]), &[], false),
             "SELECT CASE WHEN 1 = 0 THEN 0 END AS k, COUNT(*) FROM `t` WHERE 1 = 0 GROUP BY 1"
         );
+    }
+
+    #[test]
+    fn count_keys_compared_exact_in_the_case_plain_in_the_where() {
+        let columns = strings(&["client_ip", "domain", "time"]);
+        let compare = [
+            KeyCompare::Binary,
+            KeyCompare::Utf8Binary,
+            KeyCompare::Plain,
+        ];
+        let k0 = strings(&["10.0.0.1", "a.com ", "2024-01-01T10:00:00"]);
+        let k1 = strings(&["10.0.0.1", "A.com", "2024-01-01 10:00:01"]);
+        assert_eq!(
+            count_keys_compared("db.t", &columns, &compare, &[&k0, &k1], false),
+            "SELECT CASE \
+             WHEN (CAST(`client_ip` AS BINARY) = '10.0.0.1' AND CAST(CONVERT(`domain` USING utf8mb4) AS BINARY) = 'a.com ' AND `time` = '2024-01-01T10:00:00') THEN 0 \
+             WHEN (CAST(`client_ip` AS BINARY) = '10.0.0.1' AND CAST(CONVERT(`domain` USING utf8mb4) AS BINARY) = 'A.com' AND `time` = '2024-01-01 10:00:01') THEN 1 \
+             END AS k, COUNT(*) FROM `db`.`t` \
+             WHERE (`client_ip` = '10.0.0.1' AND `domain` = 'a.com ' AND `time` = '2024-01-01T10:00:00') \
+             OR (`client_ip` = '10.0.0.1' AND `domain` = 'A.com' AND `time` = '2024-01-01 10:00:01') \
+             GROUP BY 1"
+        );
+    }
+
+    #[test]
+    fn count_keys_compared_plain_is_count_keys() {
+        let columns = strings(&["client_ip", "domain", "time"]);
+        let k0 = strings(&["192.168.1.10", "www.example.com", "2024-01-01 10:00:00"]);
+        let k1 = strings(&["10.0.0.1", "o'reilly.com", "2024-01-01 10:00:01"]);
+        let plain = count_keys("t", &columns, &[&k0, &k1], true);
+        for compare in [
+            &[][..],
+            &[KeyCompare::Plain; 3][..],
+            &[KeyCompare::Plain][..],
+        ] {
+            assert_eq!(
+                count_keys_compared("t", &columns, compare, &[&k0, &k1], true),
+                plain
+            );
+        }
+        // One exact column: only its comparison changes, only in the CASE.
+        let one = count_keys_compared(
+            "t",
+            &columns,
+            &[KeyCompare::Plain, KeyCompare::Binary],
+            &[&k0],
+            false,
+        );
+        assert_eq!(
+            one,
+            "SELECT CASE WHEN (`client_ip` = '192.168.1.10' AND CAST(`domain` AS BINARY) = \
+             'www.example.com' AND `time` = '2024-01-01 10:00:00') THEN 0 END AS k, COUNT(*) \
+             FROM `t` WHERE (`client_ip` = '192.168.1.10' AND `domain` = 'www.example.com' \
+             AND `time` = '2024-01-01 10:00:00') GROUP BY 1"
+        );
+        assert_eq!(
+            count_keys_compared::<&[String], String>(
+                "t",
+                &columns,
+                &[KeyCompare::Binary],
+                &[],
+                false
+            ),
+            "SELECT CASE WHEN 1 = 0 THEN 0 END AS k, COUNT(*) FROM `t` WHERE 1 = 0 GROUP BY 1"
+        );
+    }
+
+    #[test]
+    fn which_collations_are_compared_exactly() {
+        use KeyCompare::*;
+        let cases = [
+            // Byte-exact already: no collation (DATETIME, INT, VARBINARY), NO PAD binary.
+            (None, None, Plain),
+            (Some("binary"), Some("binary"), Plain),
+            (Some("utf8mb4_nopad_bin"), Some("utf8mb4"), Plain),
+            (Some("utf8mb3_nopad_bin"), Some("utf8mb3"), Plain),
+            (Some("latin1_nopad_bin"), Some("latin1"), Plain),
+            (Some("utf8mb4_0900_bin"), Some("utf8mb4"), Plain),
+            (Some("UTF8MB4_NOPAD_BIN"), None, Plain),
+            // PAD SPACE binary (MariaDB, MySQL 5.7 and 8).
+            (Some("utf8mb4_bin"), Some("utf8mb4"), Binary),
+            (Some("utf8_bin"), Some("utf8"), Binary),
+            (Some("utf8mb3_bin"), None, Binary),
+            // Case-insensitive, or NO PAD but not binary.
+            (Some("utf8mb4_general_ci"), Some("utf8mb4"), Binary),
+            (Some("utf8mb4_unicode_ci"), Some("utf8mb4"), Binary),
+            (Some("utf8mb4_nopad_general_ci"), Some("utf8mb4"), Binary),
+            (Some("utf8mb4_0900_ai_ci"), Some("utf8mb4"), Binary),
+            (Some("utf8mb4_0900_as_cs"), Some("utf8mb4"), Binary),
+            (Some("utf8mb4_uca1400_as_cs"), Some("utf8mb4"), Binary),
+            // Not UTF-8: compared as its UTF-8 conversion.
+            (Some("latin1_swedish_ci"), Some("latin1"), Utf8Binary),
+            (Some("latin1_bin"), None, Utf8Binary),
+            (Some("ascii_general_ci"), Some("ascii"), Utf8Binary),
+        ];
+        for (collation, charset, want) in cases {
+            assert_eq!(key_compare_for(collation, charset), want, "{collation:?}");
+        }
+    }
+
+    #[test]
+    fn column_collations_sql() {
+        assert_eq!(
+            column_collations("dns_logs", false).as_deref(),
+            Some(
+                "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME \
+                 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
+                 AND TABLE_NAME = 'dns_logs'"
+            )
+        );
+        assert_eq!(
+            column_collations("ex'db.t\\x", false).as_deref(),
+            Some(
+                "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME \
+                 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'ex''db' \
+                 AND TABLE_NAME = 't\\\\x'"
+            )
+        );
+        assert_eq!(
+            column_collations("db.t\\x", true).as_deref(),
+            Some(
+                "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME \
+                 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'db' \
+                 AND TABLE_NAME = 't\\x'"
+            )
+        );
+        assert_eq!(column_collations("a.b.c", false), None);
     }
 
     proptest! {
@@ -644,10 +910,19 @@ mod tests {
         ) {
             let columns = strings(&["c`1", "c2"]);
             let hostile: Vec<&[String]> = keys.iter().map(Vec::as_slice).collect();
-            let tame_keys: Vec<Vec<String>> = keys.iter().map(|_| strings(&["v", "v"])).collect();
+            // Only emptiness shapes the statement (an empty value also matches NULL).
+            let tame_keys: Vec<Vec<String>> = keys
+                .iter()
+                .map(|k| k.iter().map(|v| if v.is_empty() { String::new() } else { "v".into() }).collect())
+                .collect();
             let tame: Vec<&[String]> = tame_keys.iter().map(Vec::as_slice).collect();
             let got = skeleton(&count_keys("db.t", &columns, &hostile, nbe), nbe);
             let want = skeleton(&count_keys("db.t", &columns, &tame, nbe), nbe);
+            prop_assert!(want.is_some());
+            prop_assert_eq!(got, want);
+            let compare = [KeyCompare::Binary, KeyCompare::Utf8Binary];
+            let got = skeleton(&count_keys_compared("db.t", &columns, &compare, &hostile, nbe), nbe);
+            let want = skeleton(&count_keys_compared("db.t", &columns, &compare, &tame, nbe), nbe);
             prop_assert!(want.is_some());
             prop_assert_eq!(got, want);
         }

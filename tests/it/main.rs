@@ -8,6 +8,7 @@ mod crash;
 mod faults;
 mod figures;
 mod input;
+mod keys_at_scale;
 mod multi;
 mod replay;
 mod scenarios;

@@ -200,8 +200,11 @@ impl Db {
         }
     }
 
-    /// Creates the seed-shaped table with Kafka coordinate columns too. Binary collation:
-    /// Doris compares strings byte-wise, MariaDB's default collation would not.
+    /// Creates the seed-shaped table with Kafka coordinate columns too. Key columns in
+    /// `utf8mb4_bin`: case-sensitive, but PAD SPACE on MariaDB ('a' = 'a '), so NOT
+    /// byte-exact like Doris. Kept on purpose: the sink (kind `mysql`) must notice and
+    /// compare such columns byte-exactly itself, and every key_columns test on these tables
+    /// exercises that (tests/it/keys_at_scale.rs; byte-exact tables use `utf8mb4_nopad_bin`).
     pub async fn create_dns_table(&self, table: &str) {
         let mut c = self.pool.get_conn().await.expect("mysql conn");
         c.query_drop(format!(
