@@ -13,7 +13,7 @@
 use crate::app::{self, AnySink};
 use crate::config::{AuditConfig, Config, MatchStrategy};
 use crate::gap::{Gap, Offset, TopicPartition};
-use crate::kafka::client;
+use crate::kafka::{client, range};
 use crate::ledger::{Observed, PartitionLedger, Verdict};
 use crate::record::{Decoder, DecoderSpec, RecordMeta, Tag};
 use crate::verify::Checker;
@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Message, Timestamp};
+use rdkafka::message::Message;
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::str::FromStr;
 use std::time::Duration;
@@ -379,70 +379,37 @@ fn read_range(
     grace_cutoff_ms: i64,
     bar: &ProgressBar,
 ) -> anyhow::Result<(PartitionLedger, u64, u64, Option<Offset>)> {
-    let mut cfg = client::base(kafka);
-    cfg.set("group.id", "gap-auditor-check")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("isolation.level", kafka.isolation_level.as_librdkafka())
-        .set("enable.partition.eof", "true");
-    let consumer: BaseConsumer = cfg.create().context("creating the Kafka consumer")?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::Offset(first))?;
-    // assign(), never subscribe(): no group membership, no commit.
-    consumer.assign(&tpl)?;
     let mut ledger = PartitionLedger::new(first, keyed);
     let (mut consumed, mut expected) = (0u64, 0u64);
     let mut young = None;
-    let mut idle = 0;
-    loop {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                idle = 0;
-                if m.offset() >= end {
-                    break;
-                }
-                let ts = match m.timestamp() {
-                    Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
-                    _ => None,
-                };
-                // Under the time-only rule a record without a timestamp cannot be shown to be
-                // older than grace: not due.
-                if grace_cutoff_ms < i64::MAX && ts.is_none_or(|t| t > grace_cutoff_ms) {
-                    young = Some(m.offset());
-                    break;
-                }
-                // The record's coordinates, as the daemon's tail passes them: doc_id templates
-                // are built from them.
-                let meta = RecordMeta {
-                    topic: m.topic(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key(),
-                };
-                let observed = match decoder.tag_record(m.payload(), &meta) {
-                    Tag::Expected { key } => {
-                        expected += 1;
-                        Observed::Expected { key }
-                    }
-                    Tag::Filtered(_) => Observed::Filtered,
-                };
-                consumed += 1;
-                bar.inc(1);
-                ledger.ingest(m.offset(), ts, observed, 0);
-                if m.offset() + 1 >= end {
-                    break;
-                }
-            }
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
-            Some(Err(e)) => bail!("reading {tp}: {e}"),
-            None => {
-                idle += 1;
-                if idle > 50 {
-                    bail!("reading {tp}: no record for 10 s before offset {end}");
-                }
-            }
+    range::read(kafka, "gap-auditor-check", tp, first, end, |m| {
+        let ts = range::timestamp_ms(m);
+        // Under the time-only rule a record without a timestamp cannot be shown to be
+        // older than grace: not due.
+        if grace_cutoff_ms < i64::MAX && ts.is_none_or(|t| t > grace_cutoff_ms) {
+            young = Some(m.offset());
+            return range::Flow::Stop;
         }
-    }
+        // The record's coordinates, as the daemon's tail passes them: doc_id templates are
+        // built from them.
+        let meta = RecordMeta {
+            topic: m.topic(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key(),
+        };
+        let observed = match decoder.tag_record(m.payload(), &meta) {
+            Tag::Expected { key } => {
+                expected += 1;
+                Observed::Expected { key }
+            }
+            Tag::Filtered(_) => Observed::Filtered,
+        };
+        consumed += 1;
+        bar.inc(1);
+        ledger.ingest(m.offset(), ts, observed, 0);
+        range::Flow::Continue
+    })?;
     Ok((ledger, consumed, expected, young))
 }
 

@@ -20,7 +20,7 @@
 use crate::app::{self, AnySink};
 use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkKind};
 use crate::gap::{Offset, TopicPartition};
-use crate::kafka::client;
+use crate::kafka::{client, range};
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
 use crate::record::RecordMeta;
 use crate::record::{Decoder, DecoderSpec, Tag};
@@ -31,9 +31,8 @@ use crate::store::Store;
 use crate::verify::Checker;
 use anyhow::{Context, bail};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders, Timestamp};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Offset as KOffset, TopicPartitionList};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -307,53 +306,27 @@ fn read_offsets(
     if t.first >= high {
         return Ok(Vec::new());
     }
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&t.tp.topic, t.tp.partition, KOffset::Offset(t.first))
-        .context("building the assignment")?;
-    consumer.assign(&tpl).context("assigning the partition")?;
     let mut out = Vec::new();
-    let mut idle = 0;
-    loop {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                idle = 0;
-                if m.offset() > t.last {
-                    break;
-                }
-                let headers = m
-                    .headers()
-                    .map(|h| {
-                        h.iter()
-                            .map(|Header { key, value }| {
-                                (key.to_string(), value.map(<[u8]>::to_vec))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                out.push(Record {
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
-                    timestamp: match m.timestamp() {
-                        Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
-                        _ => None,
-                    },
-                    headers,
-                });
-                if m.offset() >= t.last {
-                    break;
-                }
-            }
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
-            Some(Err(e)) => return Err(anyhow::anyhow!("reading {}: {e}", t.tp).into()),
-            None => {
-                idle += 1;
-                if idle > 50 {
-                    return Err(anyhow::anyhow!("reading {}: no record for 10 s", t.tp).into());
-                }
-            }
-        }
-    }
+    let end = t.last.saturating_add(1).min(high);
+    range::read(kafka, "gap-auditor-replay", &t.tp, t.first, end, |m| {
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|Header { key, value }| (key.to_string(), value.map(<[u8]>::to_vec)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(Record {
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            timestamp: range::timestamp_ms(m),
+            headers,
+        });
+        range::Flow::Continue
+    })
+    .map_err(anyhow::Error::from)?;
     Ok(out)
 }
 

@@ -1,5 +1,6 @@
 //! Everything that talks to Kafka: the tailing consumer of the auditor's own group, the
-//! read-only view of the pipeline group's commits, and offset lookups.
+//! read-only view of the pipeline group's commits, offset lookups, and the bounded range
+//! read of `check` and `replay`.
 //!
 //! librdkafka's callbacks never do work: the rebalance callback hands the assignment to the
 //! audit task over the event channel and waits for its answer (start offsets to assign,
@@ -7,6 +8,7 @@
 
 pub mod client;
 pub mod lookup;
+pub mod range;
 pub mod retention;
 pub mod tail;
 
