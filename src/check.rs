@@ -176,8 +176,10 @@ async fn check_audit(
         audit.batch_size,
         audit.max_pending.min(1_000_000),
     );
-    // Every partition is read before any is verified: the key multiset is the audit's, so
-    // a row that a record of a later partition holds is never charged as a duplicate.
+    // key_columns: every partition is read before any is verified — the key multiset is the
+    // audit's, so a row that a record of a later partition holds is never charged as a
+    // duplicate. The other strategies verify each partition as soon as it is read, so only
+    // one partition's ledger is held at a time.
     let mut read = Vec::new();
     for (tp, first, end, lag) in ranges {
         let mut checked = CheckedRange {
@@ -218,37 +220,53 @@ async fn check_audit(
         report.ranges.push(checked);
         report.consumed += consumed;
         report.expected += expected;
-        if let Some(book) = checker.book_mut() {
-            book.adopt(&ledger);
-        }
-        read.push((tp, end, ledger));
-    }
-    for (tp, end, mut ledger) in read {
-        // Everything in the past is due: the frontier is the end of the range.
-        ledger.pipeline.observe(0, Some(end));
-        let now = Utc::now().timestamp_millis();
-        loop {
-            let segs = ledger.due(now, 0, 1_000_000);
-            if segs.is_empty() {
-                break;
+        match checker.book_mut() {
+            Some(book) => {
+                book.adopt(&ledger);
+                read.push((tp, end, ledger));
             }
-            let obs = |_d: Duration, _ok: bool| {};
-            let verdicts: Vec<Verdict> =
-                checker.due(sink, &tp, &segs, &obs).await.map_err(|e| {
-                    anyhow::anyhow!("audit {}: {e}: cannot decide, nothing reported", audit.name)
-                })?;
-            let applied = ledger.apply(&verdicts, now);
-            report.confirmed += applied.confirmed;
-            report.lost += applied.lost;
-            report.duplicated += applied.duplicates;
+            None => verify_range(&mut checker, sink, audit, &tp, end, ledger, report).await?,
         }
-        for g in ledger.take_dirty_gaps() {
-            let mut gap = g.to_gap(&audit.name, &tp);
-            gap.detected_at = Utc::now();
-            report.gaps.push(gap);
-        }
+    }
+    for (tp, end, ledger) in read {
+        verify_range(&mut checker, sink, audit, &tp, end, ledger, report).await?;
     }
     bar.finish_and_clear();
+    Ok(())
+}
+
+/// Decides every record of a read range (all of it is due: the due rule already ended the
+/// range) and adds the verdicts and gaps to the report.
+async fn verify_range(
+    checker: &mut Checker,
+    sink: &AnySink,
+    audit: &AuditConfig,
+    tp: &TopicPartition,
+    end: Offset,
+    mut ledger: PartitionLedger,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    ledger.pipeline.observe(0, Some(end));
+    let now = Utc::now().timestamp_millis();
+    loop {
+        let segs = ledger.due(now, 0, 1_000_000);
+        if segs.is_empty() {
+            break;
+        }
+        let obs = |_d: Duration, _ok: bool| {};
+        let verdicts: Vec<Verdict> = checker.due(sink, tp, &segs, &obs).await.map_err(|e| {
+            anyhow::anyhow!("audit {}: {e}: cannot decide, nothing reported", audit.name)
+        })?;
+        let applied = ledger.apply(&verdicts, now);
+        report.confirmed += applied.confirmed;
+        report.lost += applied.lost;
+        report.duplicated += applied.duplicates;
+    }
+    for g in ledger.take_dirty_gaps() {
+        let mut gap = g.to_gap(&audit.name, tp);
+        gap.detected_at = Utc::now();
+        report.gaps.push(gap);
+    }
     Ok(())
 }
 
