@@ -654,6 +654,7 @@ impl<V: Verifier> Audit<V> {
         let mut failure: Option<SinkError> = None;
         let hold = self.hold_verdicts();
         let time_rule = self.pipeline.is_none();
+        let keyed_book = self.checker.book().is_some();
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
         if let Err(e) = self.settle_deleted(&tps).await {
             failure = Some(e);
@@ -666,6 +667,7 @@ impl<V: Verifier> Audit<V> {
                 Some(p) => {
                     // Set every round, so no ledger (new, restored, reset) can miss it.
                     p.ledger.pipeline.set_time_rule(time_rule);
+                    p.ledger.track_confirmations(keyed_book);
                     let due = if hold {
                         Vec::new()
                     } else {

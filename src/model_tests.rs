@@ -214,6 +214,8 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         // daemon's round does.
         let at = now + GRACE;
         for (p, tp) in tps.iter().enumerate() {
+            // As the daemon's round does: a key book tracks confirmations until stored.
+            ledgers[p].track_confirmations(true);
             let segs = ledgers[p].due(at, GRACE, 1_000);
             let v = checker
                 .due(&w.sink, tp, &segs, &|_, _| {})

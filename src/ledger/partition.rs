@@ -277,6 +277,9 @@ pub struct PartitionLedger {
     /// Keys of records confirmed since [`Self::stored`] (keyed ledgers): taken back from the
     /// key book if the ledger is dropped before its verdicts reach the store.
     unstored_confirmations: Vec<Key>,
+    /// Whether confirmations are tracked at all: only an audit-wide key book (key_columns)
+    /// needs them; doc_id ledgers are keyed too and must not clone every confirmed id.
+    track_confirmations: bool,
     /// Bumped whenever [`Self::snapshot`] would change, so callers persist only changes.
     revision: u64,
     /// The pipeline group's commits on this partition (due rule input).
@@ -299,6 +302,7 @@ impl PartitionLedger {
             tail_gap: None,
             released_keys: Vec::new(),
             unstored_confirmations: Vec::new(),
+            track_confirmations: false,
             revision: 0,
             pipeline: PipelineCommits::default(),
         }
@@ -570,7 +574,7 @@ impl PartitionLedger {
             events.sort_unstable_by_key(|(r, _)| r.first);
             for (r, found) in events {
                 if found {
-                    if !p.keys.is_empty() {
+                    if self.track_confirmations && !p.keys.is_empty() {
                         let a = (r.first - p.run.first) as usize;
                         self.unstored_confirmations
                             .extend_from_slice(&p.keys[a..a + r.len() as usize]);
@@ -733,7 +737,7 @@ impl PartitionLedger {
             out.duplicates += duplicate_rows;
             self.revision += 1;
             let found = runs::count(&present);
-            for r in &present {
+            for r in present.iter().filter(|_| self.track_confirmations) {
                 for o in r.first..=r.last {
                     if let Some(k) = m.key_of(o) {
                         self.unstored_confirmations.push(k.clone());
@@ -774,6 +778,12 @@ impl PartitionLedger {
             self.revision += 1;
         }
         out
+    }
+
+    /// Tracks the keys of confirmations until [`Self::stored`] (see
+    /// [`Self::take_unstored_confirmations`]); off by default.
+    pub fn track_confirmations(&mut self, on: bool) {
+        self.track_confirmations = on;
     }
 
     /// The store now holds this ledger's verdicts (see [`Self::take_unstored_confirmations`]).
