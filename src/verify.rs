@@ -54,35 +54,47 @@ impl Limits {
 /// Owns the audit's [`KeyBook`] for `key_columns`.
 #[derive(Debug)]
 pub struct Checker {
-    strategy: MatchStrategy,
+    how: How,
     limits: Limits,
-    book: Option<KeyBook>,
+}
+
+/// The strategy, carrying the state it needs: only key matching has any.
+#[derive(Debug)]
+enum How {
+    Offsets,
+    Ids,
+    Keys(KeyBook),
 }
 
 impl Checker {
     /// A checker for `strategy` with `batch_size` keys per query; `key_capacity` bounds the
     /// idle keys the key book remembers (key_columns).
     pub fn new(strategy: MatchStrategy, batch_size: usize, key_capacity: usize) -> Self {
+        let how = match strategy {
+            MatchStrategy::OffsetColumns => How::Offsets,
+            MatchStrategy::DocId => How::Ids,
+            MatchStrategy::KeyColumns => How::Keys(KeyBook::new(key_capacity)),
+        };
         Self {
-            strategy,
+            how,
             limits: Limits::from_batch_size(batch_size),
-            book: (strategy == MatchStrategy::KeyColumns).then(|| KeyBook::new(key_capacity)),
         }
     }
 
     /// The audit's key multiset (key_columns only): fed with every ingested key.
     pub fn book_mut(&mut self) -> Option<&mut KeyBook> {
-        self.book.as_mut()
+        match &mut self.how {
+            How::Keys(book) => Some(book),
+            _ => None,
+        }
     }
 
     /// The audit's key multiset, read-only.
     pub fn book(&self) -> Option<&KeyBook> {
-        self.book.as_ref()
-    }
-
-    /// The verification knobs.
-    pub fn limits(&self) -> Limits {
-        self.limits
+        match &self.how {
+            How::Keys(book) => Some(book),
+            _ => None,
+        }
     }
 
     /// Verifies due segments of one partition. One verdict per segment.
@@ -118,22 +130,12 @@ impl Checker {
         if segs.is_empty() {
             return Ok(Vec::new());
         }
-        match (self.strategy, self.book.as_mut()) {
-            (MatchStrategy::KeyColumns, Some(book)) => {
-                by_keys(sink, segs, book, round, self.limits, obs).await
-            }
-            (MatchStrategy::DocId, _) => by_ids(sink, segs, self.limits, obs).await,
-            (MatchStrategy::OffsetColumns, _) => by_offsets(sink, tp, segs, self.limits, obs).await,
-            (MatchStrategy::KeyColumns, None) => unreachable_book(),
+        match &mut self.how {
+            How::Keys(book) => by_keys(sink, segs, book, round, self.limits, obs).await,
+            How::Ids => by_ids(sink, segs, self.limits, obs).await,
+            How::Offsets => by_offsets(sink, tp, segs, self.limits, obs).await,
         }
     }
-}
-
-/// `Checker::new` always builds the book for key_columns.
-fn unreachable_book() -> Result<Vec<Verdict>, SinkError> {
-    Err(SinkError::Rejected(
-        "key_columns checker without a key book".to_string(),
-    ))
 }
 
 /// Called after every sink query with its latency and whether it succeeded.
