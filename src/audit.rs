@@ -233,6 +233,18 @@ pub async fn run<V: Verifier + 'static>(
     Ok(())
 }
 
+/// Counts one sink query and its latency.
+fn observe(metrics: &Metrics, audit: &str, d: Duration, ok: bool) {
+    metrics
+        .sink_queries
+        .with_label_values(&[audit, if ok { "ok" } else { "error" }])
+        .inc();
+    metrics
+        .sink_query_seconds
+        .with_label_values(&[audit])
+        .observe(d.as_secs_f64());
+}
+
 /// Ages (grace, give-up) are measured on a clock that never steps: [`crate::clock`].
 fn now_ms() -> i64 {
     crate::clock::now_ms()
@@ -450,6 +462,9 @@ impl<V: Verifier> Audit<V> {
         if self.handover.is_some() {
             self.forget_not_owned().await;
         }
+        // Restored ledgers may hold gaps acknowledged meanwhile (in the store, or by the
+        // previous owner): the next refresh takes every acknowledgement out of them again.
+        self.acknowledged.clear();
         out
     }
 
@@ -547,6 +562,7 @@ impl<V: Verifier> Audit<V> {
                 settled: st.settled,
                 ledger: st.ledger.clone(),
                 updated_at: Utc::now(),
+                items: None,
             };
             progress.insert(tp, row.clone());
             imports.push((row, st.gaps, st.replayed));
@@ -659,57 +675,65 @@ impl<V: Verifier> Audit<V> {
         if let Err(e) = self.settle_deleted(&tps).await {
             failure = Some(e);
         }
+        let budget = self.checker.recheck_budget();
         for tp in &tps {
-            if self.cancel.is_cancelled() {
+            // A sink that failed once this round (a timeout, a refusal) is not asked again
+            // until the next: a black-holed sink costs one timeout per round, not one per
+            // partition, and the tail's events keep being drained.
+            if self.cancel.is_cancelled() || failure.is_some() {
                 break;
             }
-            let (segs, checks) = match self.parts.get_mut(tp) {
+            let segs = match self.parts.get_mut(tp) {
                 Some(p) => {
                     // Set every round, so no ledger (new, restored, reset) can miss it.
                     p.ledger.pipeline.set_time_rule(time_rule);
                     p.ledger.track_confirmations(keyed_book);
-                    let due = if hold {
-                        Vec::new()
-                    } else {
-                        p.ledger.due(now, grace, limit)
-                    };
-                    let checks = p.ledger.rechecks(now, give_up);
+                    p.ledger.give_up(now, give_up);
                     // Given-up records hold no claim on their keys' rows any more.
                     if let Some(book) = self.checker.book_mut() {
                         for k in p.ledger.take_released_keys() {
                             book.forget_missing(&k);
                         }
                     }
-                    (due, checks)
+                    if hold {
+                        Vec::new()
+                    } else {
+                        p.ledger.due(now, grace, limit)
+                    }
                 }
                 None => continue,
             };
-            if segs.is_empty() && checks.is_empty() {
-                continue;
+            let mut applied = Applied::default();
+            if !segs.is_empty() {
+                queried = true;
+                match self.verify(tp, &segs, false).await {
+                    Ok(v) => {
+                        let decided_at = now_ms();
+                        if let Some(part) = self.parts.get_mut(tp) {
+                            applied = part.ledger.apply(&v, decided_at);
+                        }
+                    }
+                    Err(e) => failure = Some(e),
+                }
             }
-            queried = true;
-            let due_result = self.verify(tp, &segs, false).await;
-            let check_result = if due_result.is_ok() {
-                self.verify(tp, &checks, true).await
-            } else {
-                Ok(Vec::new())
-            };
+            // Late arrivals, after the due verdicts (which may have grown the missing span).
+            if failure.is_none() {
+                match self.recheck(tp, budget).await {
+                    Ok(Some(a)) => {
+                        queried = true;
+                        applied = applied.merge(a);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        queried = true;
+                        failure = Some(e);
+                    }
+                }
+            }
             let decided_at = now_ms();
             let Some(part) = self.parts.get_mut(tp) else {
                 continue;
             };
-            let mut applied = Applied::default();
-            match due_result {
-                Ok(v) => applied = applied.merge(part.ledger.apply(&v, decided_at)),
-                Err(e) => failure = Some(e),
-            }
-            match check_result {
-                Ok(v) if !v.is_empty() => {
-                    applied = applied.merge(part.ledger.apply_rechecks(&checks, &v))
-                }
-                Ok(_) => {}
-                Err(e) => failure = Some(e),
-            }
             let dirty = part.ledger.take_dirty_gaps();
             // Only rounds that decided something: while the store refuses writes this list
             // must grow with verdicts, not with partitions × rounds.
@@ -720,6 +744,7 @@ impl<V: Verifier> Audit<V> {
                 self.report_gap(tp, &g);
             }
         }
+        self.cap_missing_keys();
         if self.cancel.is_cancelled() {
             // Shutting down: what was decided is persisted by the drain; the questions cut
             // short say nothing about the sink.
@@ -770,6 +795,70 @@ impl<V: Verifier> Audit<V> {
         );
     }
 
+    /// Re-checks one partition's missing records within the round's budget
+    /// ([`Checker::recheck_ledger`]). `None`: the sink was not asked.
+    async fn recheck(
+        &mut self,
+        tp: &TopicPartition,
+        budget: crate::ledger::RecheckBudget,
+    ) -> Result<Option<Applied>, SinkError> {
+        let Some(part) = self.parts.get_mut(tp) else {
+            return Ok(None);
+        };
+        let metrics = self.metrics.clone();
+        let audit = self.cfg.name.clone();
+        let obs = move |d: Duration, ok: bool| observe(&metrics, &audit, d, ok);
+        let cancel = self.cancel.clone();
+        // Dropping it mid-way is safe: the ledger changes only once answers are applied.
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = self.checker.recheck_ledger(&self.sink, tp, &mut part.ledger, budget, &obs) => r,
+        }
+    }
+
+    /// key_columns / doc_id: keeps the keys held for missing records within
+    /// `max_missing_keys` (memory bounded in a total loss), giving up the oldest first.
+    fn cap_missing_keys(&mut self) {
+        let cap = self.cfg.max_missing_keys as u64;
+        let mut total: u64 = self
+            .parts
+            .values()
+            .map(|p| p.ledger.missing_key_count())
+            .sum();
+        if total <= cap {
+            return;
+        }
+        let mut dropped = 0;
+        while total > cap {
+            // The partition holding the most keys gives up its oldest runs first.
+            let Some(part) = self
+                .parts
+                .values_mut()
+                .max_by_key(|p| p.ledger.missing_key_count())
+            else {
+                break;
+            };
+            let n = part.ledger.drop_missing_keys(total - cap);
+            if n == 0 {
+                break;
+            }
+            total -= n;
+            dropped += n;
+            if let Some(book) = self.checker.book_mut() {
+                for k in part.ledger.take_released_keys() {
+                    book.forget_missing(&k);
+                }
+            }
+        }
+        self.metrics
+            .missing_keys_dropped
+            .with_label_values(&[self.cfg.name.as_str()])
+            .inc_by(dropped);
+        tracing::warn!(audit = %self.cfg.name, dropped, max_missing_keys = cap,
+            "max_missing_keys reached: the oldest {dropped} missing records are no longer re-checked (they stay missing; a late arrival among them goes unseen)");
+    }
+
     async fn verify(
         &mut self,
         tp: &TopicPartition,
@@ -781,16 +870,7 @@ impl<V: Verifier> Audit<V> {
         }
         let metrics = self.metrics.clone();
         let audit = self.cfg.name.clone();
-        let obs = move |d: Duration, ok: bool| {
-            metrics
-                .sink_queries
-                .with_label_values(&[audit.as_str(), if ok { "ok" } else { "error" }])
-                .inc();
-            metrics
-                .sink_query_seconds
-                .with_label_values(&[audit.as_str()])
-                .observe(d.as_secs_f64());
-        };
+        let obs = move |d: Duration, ok: bool| observe(&metrics, &audit, d, ok);
         let cancel = self.cancel.clone();
         let ask = async {
             if recheck {
@@ -924,15 +1004,7 @@ impl<V: Verifier> Audit<V> {
     }
 
     fn observe_query(&self, d: Duration, ok: bool) {
-        let a = self.cfg.name.as_str();
-        self.metrics
-            .sink_queries
-            .with_label_values(&[a, if ok { "ok" } else { "error" }])
-            .inc();
-        self.metrics
-            .sink_query_seconds
-            .with_label_values(&[a])
-            .observe(d.as_secs_f64());
+        observe(&self.metrics, &self.cfg.name, d, ok);
     }
 
     /// Adds the verdicts and gaps the store now holds to the counters (see `uncounted`).
@@ -1064,13 +1136,16 @@ impl<V: Verifier> Audit<V> {
             })
             .map(|(tp, p)| {
                 marks.push((tp.clone(), (p.ledger.settled(), p.ledger.revision())));
+                // What changed since the last write, not the whole ledger: under a systematic
+                // loss it holds hundreds of thousands of gaps.
+                let (ledger, items) = ledger_write(&p.ledger);
                 PartitionProgress {
                     topic: tp.topic.clone(),
                     partition: tp.partition,
                     settled: p.ledger.settled(),
-                    ledger: serde_json::to_value(p.ledger.snapshot())
-                        .unwrap_or(serde_json::Value::Null),
+                    ledger,
                     updated_at: now,
+                    items,
                 }
             })
             .collect();
@@ -1236,13 +1311,21 @@ impl<V: Verifier> Audit<V> {
             audit: Some(self.cfg.name.clone()),
         };
         if let Ok(Ok(gaps)) = tokio::task::spawn_blocking(move || store.list_gaps(&filter)).await {
-            // A new acknowledgement changes what the next owner must know.
-            if self.handover.is_some() {
-                for g in gaps.iter().filter(|g| !self.acknowledged.contains(&g.id)) {
-                    let tp = TopicPartition::new(g.topic.clone(), g.partition);
-                    if self.parts.contains_key(&tp) {
-                        self.handover_dirty.insert(tp);
+            for g in gaps.iter().filter(|g| !self.acknowledged.contains(&g.id)) {
+                let tp = TopicPartition::new(g.topic.clone(), g.partition);
+                let Some(part) = self.parts.get_mut(&tp) else {
+                    continue;
+                };
+                // Out of the hot ledger: no more re-checks, gauges or claims on its keys.
+                part.ledger.acknowledge(g.first_offset);
+                if let Some(book) = self.checker.book_mut() {
+                    for k in part.ledger.take_released_keys() {
+                        book.forget_missing(&k);
                     }
+                }
+                // A new acknowledgement changes what the next owner must know.
+                if self.handover.is_some() {
+                    self.handover_dirty.insert(tp);
                 }
             }
             self.acknowledged = gaps.into_iter().map(|g| g.id).collect();
@@ -1266,10 +1349,11 @@ impl<V: Verifier> Audit<V> {
         let _ = self.commands.send(Command::Commit(offsets));
     }
 
-    /// Tells the tailing thread how many records are undecided (it pauses at max_pending).
+    /// Tells the tailing thread how many records are undecided per partition (it pauses the
+    /// partitions holding the backlog, see [`crate::kafka::tail::Flow`]).
     fn update_flow(&self) {
         self.flow
-            .set_pending(self.parts.values().map(|p| p.ledger.pending()).sum());
+            .set_pending(self.parts.iter().map(|(tp, p)| (tp, p.ledger.pending())));
     }
 
     async fn poll_pipeline(&mut self) {
@@ -1378,33 +1462,28 @@ impl<V: Verifier> Audit<V> {
             let p = tp.partition.to_string();
             let l = [audit.as_str(), tp.topic.as_str(), p.as_str()];
             let m = &self.metrics;
-            let led = &part.ledger;
             m.records_pending
                 .with_label_values(&l)
-                .set(led.pending() as i64);
-            // Acknowledged gaps no longer count as open (they stop alerting); the countdown
-            // covers the open ones: 0 once Kafka deleted one, no series without any.
-            // Unverifiable ranges (deleted unread) are not missing records: nobody knows
-            // whether they were written (GapAuditorRecordsUnverifiable covers them).
-            let (mut open, mut missing, mut deadlines) = (0i64, 0i64, Vec::new());
-            let unverifiable =
-                |g: &GapRecord| !g.size_known && g.cause == crate::gap::GapCause::DeletedUnread;
-            for g in led.gaps().filter(|g| g.missing > 0 && !unverifiable(g)) {
-                let id = Gap::make_id(&audit, &tp.topic, tp.partition, g.first);
-                if self.acknowledged.contains(&id) {
-                    continue;
-                }
-                open += 1;
-                missing += g.missing as i64;
-                deadlines.push(match g.deleted_ms {
-                    Some(at) => Some(at),
-                    None => self
-                        .retention
+                .set(part.ledger.pending() as i64);
+            // Acknowledged gaps left the ledger (they stop alerting); the countdown covers
+            // the open ones: 0 once Kafka deleted one, no series without any. Unverifiable
+            // ranges (deleted unread) are not missing records: nobody knows whether they
+            // were written (GapAuditorRecordsUnverifiable covers them). Cached in the
+            // ledger: an idle round does not walk every gap.
+            let gauges = part.ledger.gauges();
+            let led = &part.ledger;
+            let deadlines = [
+                gauges.deleted_ms,
+                gauges.oldest_undeleted_ts.and_then(|ts| {
+                    self.retention
                         .get(&tp.topic)
-                        .and_then(|r| r.deadline_ms(g.min_ts)),
-                });
-            }
-            m.records_missing.with_label_values(&l).set(missing);
+                        .and_then(|r| r.deadline_ms(Some(ts)))
+                }),
+            ];
+            let open = gauges.open as i64;
+            m.records_missing
+                .with_label_values(&l)
+                .set(gauges.missing as i64);
             m.gaps_open.with_label_values(&l).set(open);
             // Open gaps without a known deletion time (retention unknown, infinite, or a
             // compacted topic) export +Inf: never alerting, yet visible.
@@ -1492,6 +1571,35 @@ fn log_gap(g: &Gap, pipeline_group: Option<&str>) {
             audit = %g.audit, topic = %g.topic, partition = g.partition, first_offset = g.first_offset,
             last_offset = g.last_offset, missing_records = g.missing_records, state = %g.state, gap = %g.id,
             "gap {} is now {}", g.id, g.state
+        ),
+    }
+}
+
+/// A ledger's store write: its changes since the last write ([`PartitionLedger::delta`]),
+/// or, should an item not serialize, the whole ledger (which replaces what is stored).
+fn ledger_write(
+    ledger: &PartitionLedger,
+) -> (serde_json::Value, Option<crate::store::LedgerItems>) {
+    fn items<T: serde::Serialize>(
+        list: Vec<(Offset, Option<T>)>,
+    ) -> Option<Vec<(Offset, Option<String>)>> {
+        list.into_iter()
+            .map(|(f, v)| match v {
+                Some(v) => serde_json::to_string(&v).ok().map(|b| (f, Some(b))),
+                None => Some((f, None)),
+            })
+            .collect()
+    }
+    let d = ledger.delta();
+    let head = serde_json::json!({ "tail_gap": d.tail_gap });
+    match (items(d.missing), items(d.gaps)) {
+        (Some(missing), Some(gaps)) if !d.replace => (
+            head,
+            Some(crate::store::LedgerItems { missing, gaps }),
+        ),
+        _ => (
+            serde_json::to_value(ledger.snapshot()).unwrap_or(serde_json::Value::Null),
+            None,
         ),
     }
 }

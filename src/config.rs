@@ -741,6 +741,9 @@ fn default_batch_size() -> usize {
 fn default_max_pending() -> usize {
     2_000_000
 }
+fn default_max_missing_keys() -> usize {
+    1_000_000
+}
 fn default_query_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -797,6 +800,12 @@ pub struct AuditConfig {
     /// Default 2000000, at least `batch_size`. Nothing is ever dropped.
     #[serde(default = "default_max_pending")]
     pub max_pending: usize,
+    /// `key_columns` / `doc_id`: most keys kept for missing records, across the audit's
+    /// partitions, so that they can be re-checked (late arrivals). Beyond it the oldest
+    /// missing records stop being re-checked early, as after `give_up_after`: they stay
+    /// missing, counted in `gap_auditor_missing_keys_dropped_total`. Default 1000000.
+    #[serde(default = "default_max_missing_keys")]
+    pub max_missing_keys: usize,
     /// `[audits.record]`: how Kafka record values are decoded and filtered.
     #[serde(default)]
     pub record: RecordConfig,

@@ -83,6 +83,9 @@ pub struct Metrics {
     /// `gap_auditor_pipeline_group_up{audit}`: the configured pipeline group's commits
     /// were read and it has commits (0: verdicts are held back). Absent without a group.
     pub pipeline_group_up: IntGaugeVec,
+    /// `gap_auditor_missing_keys_dropped_total{audit}`: keys of missing records no longer
+    /// kept for re-checks because `max_missing_keys` was reached (they stay missing).
+    pub missing_keys_dropped: IntCounterVec,
     /// `gap_auditor_build_info{version, revision}`, always 1.
     pub build_info: IntGaugeVec,
     /// Beyond SPEC's table: gaps detected, by cause (audit, cause) — no topic/partition, so
@@ -277,6 +280,12 @@ impl Metrics {
                 "1 when the pipeline group's commits were read and it has commits; 0 holds verdicts back.",
                 &["audit"],
             ),
+            missing_keys_dropped: int_counter(
+                &r,
+                "gap_auditor_missing_keys_dropped_total",
+                "Keys of missing records dropped beyond max_missing_keys: those records are no longer re-checked (they stay missing).",
+                &["audit"],
+            ),
             build_info: int_gauge(
                 &r,
                 "gap_auditor_build_info",
@@ -431,6 +440,7 @@ mod tests {
         ("gap_auditor_gaps_detected_total", "counter"),
         ("gap_auditor_pipeline_rewinds_total", "counter"),
         ("gap_auditor_pipeline_stalls_total", "counter"),
+        ("gap_auditor_missing_keys_dropped_total", "counter"),
     ];
 
     /// Gives every family at least one series, so that vector families (which render
@@ -478,6 +488,7 @@ mod tests {
         m.sink_up.with_label_values(&[audit]).set(1);
         m.kafka_up.with_label_values(&[audit]).set(1);
         m.pipeline_group_up.with_label_values(&[audit]).set(1);
+        m.missing_keys_dropped.with_label_values(&[audit]).inc();
         m.gaps_detected
             .with_label_values(&[audit, "skipped_by_restart"])
             .inc();

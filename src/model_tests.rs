@@ -12,7 +12,7 @@
 
 use crate::config::MatchStrategy;
 use crate::gap::{Offset, TopicPartition};
-use crate::ledger::{Observed, PartitionLedger, Snapshot};
+use crate::ledger::{Observed, PartitionLedger, RecheckBudget, Snapshot};
 use crate::record::Key;
 use crate::sink::memory::MemorySink;
 use crate::verify::Checker;
@@ -131,6 +131,7 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
     // What the store holds: per partition (settled, ledger snapshot), the key book's
     // confirmed counts, and the counters of the verdicts it holds.
     let mut stored: Vec<(Offset, Snapshot)> = vec![(0, Snapshot::default()); tps.len()];
+    let mut items: Vec<StoredItems> = vec![StoredItems::default(); tps.len()];
     let mut stored_book: HashMap<Key, u64> = HashMap::new();
     let (mut lost, mut late) = (0u64, 0u64);
     let (mut uncounted_lost, mut uncounted_late) = (0u64, 0u64);
@@ -224,12 +225,11 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             let before = key_counts(&s, &ledgers, &w);
             uncounted_lost += ledgers[p].apply(&v, at).lost;
             check_verdicts(&before, &key_counts(&s, &ledgers, &w), &w, round)?;
-            let checks = ledgers[p].rechecks(at, i64::MAX / 4);
-            let v = checker
-                .recheck(&w.sink, tp, &checks, &|_, _| {})
+            let rechecked = checker
+                .recheck_ledger(&w.sink, tp, &mut ledgers[p], RecheckBudget::UNLIMITED, &|_, _| {})
                 .await
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            uncounted_late += ledgers[p].apply_rechecks(&checks, &v).late;
+            uncounted_late += rechecked.map_or(0, |a| a.late);
             if let Some(book) = checker.book_mut() {
                 for k in ledgers[p].take_released_keys() {
                     book.forget_missing(&k);
@@ -239,7 +239,9 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         // Persist, as the daemon does: ledgers, key book and counters in one write.
         if event != Event::StoreFails {
             for (p, l) in ledgers.iter_mut().enumerate() {
-                stored[p] = (l.settled(), l.snapshot());
+                // Written as the daemon writes it: only what changed since the last write.
+                stored[p] = (l.settled(), items[p].write(l));
+                prop_assert_eq!(&stored[p].1, &l.snapshot(), "round {}: the deltas add up to the ledger", round);
                 l.stored();
             }
             if let Some(book) = checker.book_mut() {
@@ -287,6 +289,43 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         .sum();
     prop_assert_eq!(in_gaps, shortfall, "gaps hold exactly the missing records");
     Ok(())
+}
+
+/// What the store holds of one ledger, written by deltas (as `ledger_items` rows).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StoredItems {
+    missing: BTreeMap<Offset, crate::ledger::MissingRun>,
+    gaps: BTreeMap<Offset, crate::ledger::GapRecord>,
+}
+
+impl StoredItems {
+    /// Applies the ledger's delta and returns the snapshot a restart would load.
+    pub(crate) fn write(&mut self, l: &PartitionLedger) -> Snapshot {
+        let d = l.delta();
+        if d.replace {
+            let snap = l.snapshot();
+            self.missing = snap.missing.iter().map(|m| (m.run.first, m.clone())).collect();
+            self.gaps = snap.gaps.iter().map(|g| (g.first, g.clone())).collect();
+        } else {
+            for (f, m) in d.missing {
+                match m {
+                    Some(m) => self.missing.insert(f, m),
+                    None => self.missing.remove(&f),
+                };
+            }
+            for (f, g) in d.gaps {
+                match g {
+                    Some(g) => self.gaps.insert(f, g),
+                    None => self.gaps.remove(&f),
+                };
+            }
+        }
+        Snapshot {
+            missing: self.missing.values().cloned().collect(),
+            gaps: self.gaps.values().cloned().collect(),
+            tail_gap: d.tail_gap,
+        }
+    }
 }
 
 /// Per key: (decided, missing) records among those the auditor has read.
@@ -369,8 +408,164 @@ fn check_book(ledgers: &[PartitionLedger], checker: &Checker) -> Result<(), Test
     Ok(())
 }
 
+/// One offset_columns record as the pipeline treats it.
+#[derive(Debug, Clone)]
+struct OffsetRec {
+    /// Expected in the sink (else filtered: the ledger never expects it).
+    expected: bool,
+    /// Rows the pipeline writes (a filtered record may be written all the same).
+    copies: u8,
+    /// Rounds after its commit before its rows land (0: before the due check).
+    delay: u8,
+}
+
+fn offset_rec() -> impl Strategy<Value = OffsetRec> {
+    (
+        prop_oneof![5 => Just(true), 1 => Just(false)],
+        prop_oneof![2 => Just(0u8), 5 => Just(1u8), 1 => Just(2u8)],
+        prop_oneof![4 => Just(0u8), 1 => 1u8..6],
+    )
+        .prop_map(|(expected, copies, delay)| OffsetRec {
+            expected,
+            copies,
+            delay,
+        })
+}
+
+/// offset_columns with the probe and a small re-check budget, checked against the truth:
+/// nothing present at its verdict is declared missing, every late arrival is found within
+/// a rotation, the missing records end exactly the absent ones, idle rounds cost one query,
+/// and restarts (from the stored deltas) change none of it.
+async fn simulate_offsets(
+    recs: Vec<OffsetRec>,
+    per_round: Vec<u8>,
+    runs_budget: usize,
+    crashes: Vec<bool>,
+    downs: Vec<bool>,
+) -> Result<(), TestCaseError> {
+    let tp = TopicPartition::new("t", 0);
+    let sink = MemorySink::new();
+    let mut checker = Checker::new(MatchStrategy::OffsetColumns, 2, 1_000);
+    let budget = RecheckBudget {
+        runs: runs_budget,
+        records: u64::MAX,
+    };
+    let mut ledger = PartitionLedger::new(0, false);
+    let mut items = StoredItems::default();
+    let mut stored = (0, Snapshot::default());
+    let mut later: Vec<(usize, Offset, u8)> = Vec::new();
+    let mut landed = vec![false; recs.len()];
+    let (mut read, mut written) = (0usize, 0usize);
+    // Enough idle rounds for a rotation over every run, plus two to measure the idle cost.
+    let rounds = per_round.len() + 6 + recs.len() / runs_budget.max(1) + 2;
+    let mut idle_queries = Vec::new();
+    for round in 0..rounds {
+        let now = (round as i64 + 1) * ROUND * 10;
+        if crashes.get(round).copied().unwrap_or(false) {
+            ledger = PartitionLedger::restore(stored.0, false, stored.1.clone());
+            read = stored.0 as usize;
+        }
+        let (land, keep): (Vec<_>, Vec<_>) = later.drain(..).partition(|(r, ..)| *r <= round);
+        later = keep;
+        for (_, o, n) in land {
+            for _ in 0..n {
+                sink.insert_offset("t", 0, o);
+            }
+            landed[o as usize] = true;
+        }
+        let write = per_round.get(round).copied().unwrap_or(u8::MAX) as usize;
+        let upto = (written + write).min(recs.len());
+        for (o, r) in recs.iter().enumerate().take(upto).skip(written) {
+            if r.copies == 0 {
+                continue;
+            }
+            if r.delay == 0 {
+                for _ in 0..r.copies {
+                    sink.insert_offset("t", 0, o as Offset);
+                }
+                landed[o] = true;
+            } else {
+                later.push((round + r.delay as usize, o as Offset, r.copies));
+            }
+        }
+        written = upto;
+        ledger.pipeline.observe(now, Some(written as Offset));
+        for (o, r) in recs.iter().enumerate().take(written).skip(read) {
+            let what = if r.expected {
+                Observed::Expected { key: None }
+            } else {
+                Observed::Filtered
+            };
+            ledger.ingest(o as Offset, None, what, now);
+        }
+        read = written;
+        let at = now + GRACE;
+        let before = sink.queries();
+        let segs = ledger.due(at, GRACE, 1_000);
+        let v = checker
+            .due(&sink, &tp, &segs, &|_, _| {})
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let was_missing: Vec<Offset> = expand(&ledger.missing_runs());
+        ledger.apply(&v, at);
+        for o in expand(&ledger.missing_runs()) {
+            prop_assert!(
+                was_missing.contains(&o) || !landed[o as usize],
+                "round {}: offset {} declared missing while in the sink",
+                round,
+                o
+            );
+        }
+        // The sink fails some re-checks: nothing may be taken as looked at.
+        let down = downs.get(round).copied().unwrap_or(false);
+        sink.set_down(down);
+        let r = checker
+            .recheck_ledger(&sink, &tp, &mut ledger, budget, &|_, _| {})
+            .await;
+        sink.set_down(false);
+        prop_assert!(r.is_ok() || down, "re-check failed: {:?}", r.err());
+        ledger.take_dirty_gaps();
+        stored = (ledger.settled(), items.write(&ledger));
+        prop_assert_eq!(&stored.1, &ledger.snapshot(), "round {}: deltas add up", round);
+        ledger.stored();
+        if round + 2 >= rounds {
+            idle_queries.push(sink.queries() - before);
+        }
+    }
+    let truth: Vec<Offset> = recs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.expected && r.copies == 0)
+        .map(|(o, _)| o as Offset)
+        .collect();
+    prop_assert_eq!(expand(&ledger.missing_runs()), truth.clone(), "missing runs are the absent records");
+    prop_assert_eq!(ledger.missing(), truth.len() as u64);
+    let in_gaps: u64 = ledger.gaps().map(|g| g.missing).sum();
+    prop_assert_eq!(in_gaps, truth.len() as u64, "gaps hold exactly the absent records");
+    for q in idle_queries {
+        prop_assert!(q <= 1, "an idle round cost {} queries", q);
+    }
+    Ok(())
+}
+
+fn expand(runs: &[crate::ledger::OffsetRun]) -> Vec<Offset> {
+    runs.iter().flat_map(|r| r.first..=r.last).collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn offset_rechecks_with_a_probe_equal_the_model(
+        recs in prop::collection::vec(offset_rec(), 0..60),
+        per_round in prop::collection::vec(0u8..12, 1..8),
+        runs_budget in 1usize..4,
+        crashes in prop::collection::vec(prop_oneof![6 => Just(false), 1 => Just(true)], 0..12),
+        downs in prop::collection::vec(prop_oneof![4 => Just(false), 1 => Just(true)], 0..12),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        rt.block_on(simulate_offsets(recs, per_round, runs_budget, crashes, downs))?;
+    }
 
     #[test]
     fn key_matching_equals_the_model(s in scenario()) {

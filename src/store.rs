@@ -34,7 +34,7 @@ use std::time::Duration;
 pub const DB_FILE: &str = "gaps.sqlite";
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 5;
+const SCHEMA_VERSION: i32 = 6;
 
 /// How long a statement waits for another process's write lock before failing. The daemon's
 /// round transactions are short; 5 s covers an fsync on a slow disk with a wide margin.
@@ -112,6 +112,32 @@ CREATE TABLE IF NOT EXISTS key_book (
 ) WITHOUT ROWID;
 ";
 
+/// v6: a partition's missing runs and ledger gaps, one row each (`kind` 0: missing run, 1:
+/// gap), so that a round writes what changed, not the whole ledger: under a systematic
+/// loss the ledger holds hundreds of thousands of them. `progress.ledger` keeps the rest.
+const SCHEMA_V6: &str = "
+CREATE TABLE IF NOT EXISTS ledger_items (
+    audit     TEXT NOT NULL,
+    topic     TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    kind      INTEGER NOT NULL,
+    first     INTEGER NOT NULL,
+    body      TEXT NOT NULL,
+    PRIMARY KEY (audit, topic, partition, kind, first)
+) WITHOUT ROWID;
+";
+
+/// `ledger_items.kind` of a missing run.
+const ITEM_MISSING: i64 = 0;
+/// `ledger_items.kind` of a ledger gap.
+const ITEM_GAP: i64 = 1;
+/// Where the items of each kind live in the ledger's JSON snapshot, and the path to their
+/// first offset.
+const ITEM_KINDS: [(i64, &str, &[&str]); 2] = [
+    (ITEM_MISSING, "missing", &["run", "first"]),
+    (ITEM_GAP, "gaps", &["first"]),
+];
+
 /// Errors of the gap store. Each names the database file (and the gap id where one is
 /// involved) so an operator can find what failed.
 #[derive(Debug, thiserror::Error)]
@@ -176,10 +202,25 @@ pub struct PartitionProgress {
     pub partition: i32,
     /// Settled watermark: every expected record below it is confirmed or in a stored gap.
     pub settled: Offset,
-    /// Opaque persisted ledger state of the partition (owned by the ledger); stored as TEXT.
+    /// Opaque persisted ledger state of the partition (owned by the ledger). Its `missing`
+    /// and `gaps` arrays are stored one row per item; the rest as TEXT. Written whole
+    /// (replacing every stored item) unless `items` is set.
     pub ledger: serde_json::Value,
     /// When this row was last written.
     pub updated_at: DateTime<Utc>,
+    /// A delta instead of a whole ledger: `ledger` then holds no `missing`/`gaps` arrays,
+    /// and only these items change. Never set by [`Store::load_progress`].
+    #[serde(skip)]
+    pub items: Option<LedgerItems>,
+}
+
+/// Changed items of a partition's ledger, by first offset, as JSON text; `None` deletes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LedgerItems {
+    /// Missing runs.
+    pub missing: Vec<(Offset, Option<String>)>,
+    /// Ledger gaps.
+    pub gaps: Vec<(Offset, Option<String>)>,
 }
 
 /// Which gap states [`Store::list_gaps`] returns.
@@ -319,7 +360,22 @@ impl Store {
             tx.execute_batch(SCHEMA_V5)
                 .map_err(sq("migrate schema to v5"))?;
         }
-        // Future migrations: `if version < 6 { ... }`, each within this tx.
+        if version < 6 {
+            tx.execute_batch(SCHEMA_V6)
+                .map_err(sq("migrate schema to v6"))?;
+            migrate_items(&tx).map_err(|e| match e {
+                ItemError::Sql(source) => StoreError::Sqlite {
+                    path: path.clone(),
+                    context: "migrate ledgers to ledger_items".to_string(),
+                    source,
+                },
+                ItemError::Shape(what) => StoreError::Corrupt {
+                    path: path.clone(),
+                    what,
+                },
+            })?;
+        }
+        // Future migrations: `if version < 7 { ... }`, each within this tx.
         if version != SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sq("write user_version"))?;
@@ -444,9 +500,28 @@ impl Store {
                 )
                 .map_err(self.sq("prepare progress upsert".to_string()))?;
             for p in progress {
-                let ledger = serde_json::to_string(&p.ledger).map_err(|e| StoreError::Corrupt {
+                let what = || format!("ledger of {audit}/{}-{}", p.topic, p.partition);
+                let item_err = |e: ItemError| match e {
+                    ItemError::Sql(source) => StoreError::Sqlite {
+                        path: self.path.clone(),
+                        context: format!("write the {}", what()),
+                        source,
+                    },
+                    ItemError::Shape(w) => StoreError::Corrupt {
+                        path: self.path.clone(),
+                        what: format!("{}: {w}", what()),
+                    },
+                };
+                let mut head = p.ledger.clone();
+                match &p.items {
+                    None => replace_items(&tx, audit, &p.topic, p.partition, &mut head)
+                        .map_err(item_err)?,
+                    Some(items) => write_items(&tx, audit, &p.topic, p.partition, items)
+                        .map_err(item_err)?,
+                }
+                let ledger = serde_json::to_string(&head).map_err(|e| StoreError::Corrupt {
                     path: self.path.clone(),
-                    what: format!("ledger of {audit}/{}-{}: {e}", p.topic, p.partition),
+                    what: format!("{}: {e}", what()),
                 })?;
                 upsert_progress
                     .execute(params![
@@ -549,9 +624,20 @@ impl Store {
         for row in rows {
             let (topic, partition, settled, ledger, updated_at) = row.map_err(self.sq(ctx()))?;
             let what = format!("progress of {audit}/{topic}-{partition}");
-            let ledger = serde_json::from_str(&ledger).map_err(|e| StoreError::Corrupt {
+            let mut ledger = serde_json::from_str(&ledger).map_err(|e| StoreError::Corrupt {
                 path: self.path.clone(),
                 what: format!("{what}: ledger is not JSON: {e}"),
+            })?;
+            read_items(&conn, audit, &topic, partition, &mut ledger).map_err(|e| match e {
+                ItemError::Sql(source) => StoreError::Sqlite {
+                    path: self.path.clone(),
+                    context: format!("read the items of {what}"),
+                    source,
+                },
+                ItemError::Shape(w) => StoreError::Corrupt {
+                    path: self.path.clone(),
+                    what: format!("{what}: {w}"),
+                },
             })?;
             let updated_at = self.parse_ts(&updated_at, &what)?;
             out.push(PartitionProgress {
@@ -560,6 +646,7 @@ impl Store {
                 settled,
                 ledger,
                 updated_at,
+                items: None,
             });
         }
         Ok(out)
@@ -859,6 +946,143 @@ impl RawGap {
 }
 
 /// Fixed-width RFC 3339 (nine fractional digits, `Z`): lossless and text-sortable.
+/// Why a ledger's items could not be written or read.
+enum ItemError {
+    Sql(rusqlite::Error),
+    Shape(String),
+}
+
+impl From<rusqlite::Error> for ItemError {
+    fn from(e: rusqlite::Error) -> Self {
+        ItemError::Sql(e)
+    }
+}
+
+/// Stores a whole ledger: its `missing` and `gaps` arrays (taken out of `head`) replace
+/// every item stored for the partition.
+fn replace_items(
+    conn: &Connection,
+    audit: &str,
+    topic: &str,
+    partition: i32,
+    head: &mut serde_json::Value,
+) -> Result<(), ItemError> {
+    conn.prepare_cached(
+        "DELETE FROM ledger_items WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+    )?
+    .execute(params![audit, topic, partition])?;
+    let mut insert = conn.prepare_cached(
+        "INSERT OR REPLACE INTO ledger_items (audit, topic, partition, kind, first, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for (kind, field, path) in ITEM_KINDS {
+        let Some(items) = head.as_object_mut().and_then(|o| o.remove(field)) else {
+            continue;
+        };
+        let serde_json::Value::Array(items) = items else {
+            return Err(ItemError::Shape(format!("`{field}` is not an array")));
+        };
+        for item in items {
+            let first = path
+                .iter()
+                .try_fold(&item, |v, k| v.get(k))
+                .and_then(serde_json::Value::as_i64)
+                .ok_or_else(|| {
+                    ItemError::Shape(format!("an item of `{field}` has no {}", path.join(".")))
+                })?;
+            insert.execute(params![audit, topic, partition, kind, first, item.to_string()])?;
+        }
+    }
+    Ok(())
+}
+
+/// Stores the changed items of a ledger (upserts and deletes).
+fn write_items(
+    conn: &Connection,
+    audit: &str,
+    topic: &str,
+    partition: i32,
+    items: &LedgerItems,
+) -> Result<(), ItemError> {
+    let mut upsert = conn.prepare_cached(
+        "INSERT OR REPLACE INTO ledger_items (audit, topic, partition, kind, first, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut delete = conn.prepare_cached(
+        "DELETE FROM ledger_items
+         WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND kind = ?4 AND first = ?5",
+    )?;
+    for (kind, list) in [(ITEM_MISSING, &items.missing), (ITEM_GAP, &items.gaps)] {
+        for (first, body) in list {
+            match body {
+                Some(b) => upsert.execute(params![audit, topic, partition, kind, first, b])?,
+                None => delete.execute(params![audit, topic, partition, kind, first])?,
+            };
+        }
+    }
+    Ok(())
+}
+
+/// Puts a partition's stored items back into its ledger's JSON (`missing`, `gaps`), in
+/// offset order.
+fn read_items(
+    conn: &Connection,
+    audit: &str,
+    topic: &str,
+    partition: i32,
+    head: &mut serde_json::Value,
+) -> Result<(), ItemError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT kind, body FROM ledger_items
+         WHERE audit = ?1 AND topic = ?2 AND partition = ?3 ORDER BY kind, first",
+    )?;
+    let rows: Vec<(i64, String)> = stmt
+        .query_map(params![audit, topic, partition], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let Some(obj) = head.as_object_mut() else {
+        return Err(ItemError::Shape("ledger is not a JSON object".to_string()));
+    };
+    for (kind, body) in rows {
+        let Some((_, field, _)) = ITEM_KINDS.iter().find(|(k, ..)| *k == kind) else {
+            return Err(ItemError::Shape(format!("unknown item kind {kind}")));
+        };
+        let item: serde_json::Value = serde_json::from_str(&body)
+            .map_err(|e| ItemError::Shape(format!("an item of `{field}` is not JSON: {e}")))?;
+        match obj
+            .entry(field.to_string())
+            .or_insert_with(|| serde_json::Value::Array(Vec::new()))
+        {
+            serde_json::Value::Array(a) => a.push(item),
+            _ => return Err(ItemError::Shape(format!("`{field}` is not an array"))),
+        }
+    }
+    Ok(())
+}
+
+/// v6: moves the `missing` and `gaps` arrays of every stored ledger into `ledger_items`.
+fn migrate_items(tx: &Connection) -> Result<(), ItemError> {
+    let rows: Vec<(String, String, i32, String)> = tx
+        .prepare("SELECT audit, topic, partition, ledger FROM progress")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    for (audit, topic, partition, ledger) in rows {
+        let mut head: serde_json::Value = serde_json::from_str(&ledger).map_err(|e| {
+            ItemError::Shape(format!("ledger of {audit}/{topic}-{partition} is not JSON: {e}"))
+        })?;
+        replace_items(tx, &audit, &topic, partition, &mut head)?;
+        tx.execute(
+            "UPDATE progress SET ledger = ?4 WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            params![audit, topic, partition, head.to_string()],
+        )?;
+    }
+    Ok(())
+}
+
 fn fmt_ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Nanos, true)
 }
@@ -925,6 +1149,7 @@ mod tests {
 
     fn progress(partition: i32, settled: Offset) -> PartitionProgress {
         PartitionProgress {
+            items: None,
             topic: "t".to_string(),
             partition,
             settled,
@@ -1211,6 +1436,81 @@ mod tests {
             err.to_string().contains(DB_FILE),
             "message names the file: {err}"
         );
+    }
+
+    /// A ledger with its items: missing runs and gaps as the ledger serializes them.
+    fn full_ledger(firsts: &[i64]) -> serde_json::Value {
+        json!({
+            "missing": firsts.iter().map(|f| json!({"run": {"first": f, "last": f}, "gap": f})).collect::<Vec<_>>(),
+            "gaps": firsts.iter().map(|f| json!({"first": f, "last": f, "missing": 1})).collect::<Vec<_>>(),
+            "tail_gap": firsts.last(),
+        })
+    }
+
+    /// v6 stores a ledger's items one row each and writes deltas: before, every round that
+    /// decided anything rewrote the whole ledger JSON (6 MB at 10,000 gaps). A delta must
+    /// upsert and delete exactly its items, a whole write must replace every stored item,
+    /// and a load must give back the ledger as written.
+    #[test]
+    fn ledger_items_are_written_as_deltas_and_loaded_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut p = progress(0, 10);
+        p.ledger = full_ledger(&[1, 3, 5]);
+        store.commit_round("a", &[], &[p.clone()]).unwrap();
+        assert_eq!(store.load_progress("a").unwrap()[0].ledger, full_ledger(&[1, 3, 5]));
+        // Delta: 3 goes, 7 comes; 1 and 5 are not written at all.
+        let item = |f: i64| json!({"run": {"first": f, "last": f}, "gap": f}).to_string();
+        let gap = |f: i64| json!({"first": f, "last": f, "missing": 1}).to_string();
+        let mut d = progress(0, 12);
+        d.ledger = json!({"tail_gap": 7});
+        d.items = Some(LedgerItems {
+            missing: vec![(3, None), (7, Some(item(7)))],
+            gaps: vec![(3, None), (7, Some(gap(7)))],
+        });
+        store.commit_round("a", &[], &[d]).unwrap();
+        let back = store.load_progress("a").unwrap();
+        assert_eq!(back[0].settled, 12);
+        assert_eq!(back[0].ledger, full_ledger(&[1, 5, 7]));
+        // A whole write replaces everything: nothing stale survives.
+        p.ledger = full_ledger(&[9]);
+        store.commit_round("a", &[], &[p]).unwrap();
+        assert_eq!(store.load_progress("a").unwrap()[0].ledger, full_ledger(&[9]));
+        let rows: i64 = store
+            .lock()
+            .query_row("SELECT COUNT(*) FROM ledger_items", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 2);
+    }
+
+    /// A v5 store kept each ledger whole in `progress.ledger`: the migration moves its items
+    /// into rows, so that the first delta written afterwards cannot drop them.
+    #[test]
+    fn a_v5_ledger_is_migrated_into_items() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        for schema in [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5] {
+            conn.execute_batch(schema).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 5).unwrap();
+        conn.execute(
+            "INSERT INTO progress (audit, topic, partition, settled, ledger, updated_at)
+             VALUES ('a', 't', 0, 10, ?1, ?2)",
+            params![full_ledger(&[1, 3]).to_string(), fmt_ts(Utc::now())],
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(dir.path()).unwrap();
+        let head: String = store
+            .lock()
+            .query_row("SELECT ledger FROM progress", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(head, json!({"tail_gap": 3}).to_string());
+        let mut d = progress(0, 11);
+        d.ledger = json!({"tail_gap": 3});
+        d.items = Some(LedgerItems::default());
+        store.commit_round("a", &[], &[d]).unwrap();
+        assert_eq!(store.load_progress("a").unwrap()[0].ledger, full_ledger(&[1, 3]));
     }
 
     #[test]

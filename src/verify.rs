@@ -18,7 +18,9 @@
 
 use crate::config::MatchStrategy;
 use crate::gap::{Offset, TopicPartition};
-use crate::ledger::{KeyBook, OffsetRun, Segment, Verdict, runs};
+use crate::ledger::{
+    Applied, KeyBook, OffsetRun, PartitionLedger, RecheckBudget, Segment, Verdict, runs,
+};
 use crate::record::Key;
 use crate::sink::{RangeCount, SinkError, Verifier};
 use std::collections::HashMap;
@@ -117,6 +119,75 @@ impl Checker {
         obs: QueryObserver<'_>,
     ) -> Result<Vec<Verdict>, SinkError> {
         self.ask(sink, tp, segs, KeyRound::Recheck, obs).await
+    }
+
+    /// offset_columns: whether re-checks go through a probe (one range count over a
+    /// partition's missing span, see [`crate::ledger::Probe`]) before any run is looked at.
+    pub fn probes(&self) -> bool {
+        matches!(self.how, How::Offsets)
+    }
+
+    /// Counts the distinct offsets the sink holds in `span` (the probe; offset_columns).
+    pub async fn probe<V: Verifier>(
+        &self,
+        sink: &V,
+        tp: &TopicPartition,
+        span: OffsetRun,
+        obs: QueryObserver<'_>,
+    ) -> Result<u64, SinkError> {
+        Ok(observed(obs, sink.count_offsets(tp, &[span])).await?.distinct)
+    }
+
+    /// Re-checks one partition's missing records (late arrivals) within `budget`, the one
+    /// sequence `run` and the models share: with a probe (offset_columns) one range count
+    /// first, and the runs only when it moved or a look is under way. `None`: the sink was
+    /// not asked. On error nothing is decided and the rotation does not advance.
+    pub async fn recheck_ledger<V: Verifier>(
+        &mut self,
+        sink: &V,
+        tp: &TopicPartition,
+        ledger: &mut PartitionLedger,
+        budget: RecheckBudget,
+        obs: QueryObserver<'_>,
+    ) -> Result<Option<Applied>, SinkError> {
+        let mut asked = false;
+        if self.probes() && !ledger.look_in_progress() {
+            let Some(probe) = ledger.probe() else {
+                return Ok(None);
+            };
+            let distinct = self.probe(sink, tp, probe.span, obs).await?;
+            asked = true;
+            if !ledger.probe_answered(distinct) {
+                return Ok(Some(Applied::default()));
+            }
+        }
+        let checks = ledger.rechecks(budget);
+        let verdicts = if checks.is_empty() {
+            Vec::new()
+        } else {
+            asked = true;
+            self.recheck(sink, tp, &checks, obs).await?
+        };
+        // Applied even when empty: it moves the rotation on (and may complete a look).
+        let applied = ledger.apply_rechecks(&checks, &verdicts);
+        Ok(asked.then_some(applied))
+    }
+
+    /// What one round may re-check on one partition: 16 queries' worth (runs OR-ed per
+    /// query for offsets, keys per query otherwise), so that a massive incident costs the
+    /// sink a bounded load per round and the rotation covers it over several rounds.
+    pub fn recheck_budget(&self) -> RecheckBudget {
+        const QUERIES: usize = 16;
+        match self.how {
+            How::Offsets => RecheckBudget {
+                runs: self.limits.max_runs_per_query.max(1) * QUERIES,
+                records: u64::MAX,
+            },
+            How::Ids | How::Keys(_) => RecheckBudget {
+                runs: usize::MAX,
+                records: (self.limits.batch_size.max(1) * QUERIES) as u64,
+            },
+        }
     }
 
     async fn ask<V: Verifier>(

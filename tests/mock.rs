@@ -40,6 +40,7 @@ async fn resume_below_log_start_is_an_unknown_size_gap() {
                 settled: 0,
                 ledger: serde_json::json!({}),
                 updated_at: chrono::Utc::now(),
+                items: None,
             }],
         )
         .expect("seed progress");

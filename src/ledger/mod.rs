@@ -13,6 +13,7 @@ mod tests;
 pub use due::{Frontier, PipelineCommits};
 pub use keys::KeyBook;
 pub use partition::{
-    Applied, GapRecord, MissingRun, Observed, PartitionLedger, Segment, Snapshot, Verdict,
+    Applied, Delta, GapGauges, GapRecord, MissingRun, Observed, PartitionLedger, Probe,
+    RecheckBudget, Segment, Snapshot, Verdict,
 };
 pub use runs::OffsetRun;

@@ -17,7 +17,7 @@ use super::runs::{self, OffsetRun};
 use crate::gap::{GapCause, Offset};
 use crate::record::Key;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A pending run is extended by a new record only while it is younger than this, so that the
 /// time-only due rule (which uses the run's LAST seen time, the conservative choice) never
@@ -252,8 +252,10 @@ impl Applied {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Missing runs.
+    #[serde(default)]
     pub missing: Vec<MissingRun>,
     /// Gaps still open, or the tail gap.
+    #[serde(default)]
     pub gaps: Vec<GapRecord>,
     /// First offset of the gap the next missing record extends.
     pub tail_gap: Option<Offset>,
@@ -282,8 +284,110 @@ pub struct PartitionLedger {
     track_confirmations: bool,
     /// Bumped whenever [`Self::snapshot`] would change, so callers persist only changes.
     revision: u64,
+    /// Missing runs and gaps (by first offset) changed since [`Self::stored`]: the next
+    /// store write carries only these ([`Self::delta`]), so a round's write does not grow
+    /// with the number of gaps.
+    unstored_missing: BTreeSet<Offset>,
+    unstored_gaps: BTreeSet<Offset>,
+    /// A fresh ledger: whatever the store holds for the partition is stale, so the first
+    /// write replaces it whole.
+    unstored_replace: bool,
+    /// offset_columns re-checks: one range count tells whether anything arrived late.
+    probe: Option<Probe>,
+    /// Confirmed offsets decided beyond the probe's span, not yet inside it: they join the
+    /// baseline when a later missing run extends the span over them.
+    confirmed_beyond_probe: u64,
+    /// Where the next budgeted re-check pass continues (rotation over the missing runs).
+    recheck_cursor: Offset,
+    /// Where the cursor goes once the last [`Self::rechecks`] is answered (`None` inside:
+    /// the rotation passed the last run).
+    recheck_next: Option<Option<Offset>>,
+    /// Gauges computed at a revision: idle rounds do not walk every gap.
+    gauges: Option<(u64, GapGauges)>,
+    /// Keys held by `missing` runs.
+    missing_keys: u64,
+    /// The log start last passed to [`Self::log_start_moved`].
+    log_start: Offset,
+    /// Gaps that stopped being the tail since [`Self::take_dirty_gaps`]: forgotten there
+    /// if nothing in them is missing.
+    untailed: Vec<Offset>,
     /// The pipeline group's commits on this partition (due rule input).
     pub pipeline: PipelineCommits,
+}
+
+/// The range count that stands for re-checking every missing run of a partition
+/// (offset_columns): `baseline` is how many distinct offsets of `span` the sink held at the
+/// last full look (kept exact as new missing runs extend the span, from the verdicts that
+/// confirmed the records in between). A count that differs means something changed in the
+/// span — a late arrival, or rows at offsets the ledger never expected — and only then are
+/// the runs re-checked one by one, within a per-round budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// From the first missing offset to the last (grows only, until nothing is missing).
+    pub span: OffsetRun,
+    /// Distinct offsets present in `span` at the last complete look; `None`: unknown (a
+    /// restored ledger), so the first answer starts a look.
+    pub baseline: Option<u64>,
+    /// A look in progress: the count that started it, which becomes the baseline once the
+    /// rotation over the missing runs completes.
+    pub look: Option<u64>,
+}
+
+/// How much one round may re-check on one partition: missing runs (each one OR-ed range of
+/// a query) and records (each one key of a query). Exhausted, the next round continues
+/// where this one stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecheckBudget {
+    /// Missing runs per round.
+    pub runs: usize,
+    /// Records per round (a run longer than what is left is re-checked in part).
+    pub records: u64,
+}
+
+impl RecheckBudget {
+    /// No limit (tests, `check`, the model).
+    pub const UNLIMITED: RecheckBudget = RecheckBudget {
+        runs: usize::MAX,
+        records: u64::MAX,
+    };
+}
+
+/// Per-partition gap gauges, as [`PartitionLedger::gauges`] computes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GapGauges {
+    /// Gaps with missing records that count as open (not unverifiable, not acknowledged).
+    pub open: u64,
+    /// Their missing records.
+    pub missing: u64,
+    /// Earliest time Kafka was seen deleting one of their first records (unix ms).
+    pub deleted_ms: Option<i64>,
+    /// Oldest record timestamp among the open gaps Kafka has not deleted (for the
+    /// retention deadline).
+    pub oldest_undeleted_ts: Option<i64>,
+    /// Open gaps among them without any record timestamp (deadline unknown).
+    pub undeleted_without_ts: u64,
+}
+
+/// The part of a ledger the store does not hold yet: changed missing runs and gaps (`None`:
+/// deleted), and the tail gap.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delta {
+    /// Write the whole ledger instead ([`PartitionLedger::snapshot`]): what the store holds
+    /// for the partition is not this ledger's past.
+    pub replace: bool,
+    /// Missing runs by first offset.
+    pub missing: Vec<(Offset, Option<MissingRun>)>,
+    /// Gaps by first offset.
+    pub gaps: Vec<(Offset, Option<GapRecord>)>,
+    /// First offset of the gap the next missing record extends.
+    pub tail_gap: Option<Offset>,
+}
+
+impl Delta {
+    /// Nothing but the tail gap changed.
+    pub fn is_empty(&self) -> bool {
+        self.missing.is_empty() && self.gaps.is_empty()
+    }
 }
 
 impl PartitionLedger {
@@ -304,6 +408,17 @@ impl PartitionLedger {
             unstored_confirmations: Vec::new(),
             track_confirmations: false,
             revision: 0,
+            unstored_missing: BTreeSet::new(),
+            unstored_gaps: BTreeSet::new(),
+            unstored_replace: true,
+            probe: None,
+            confirmed_beyond_probe: 0,
+            recheck_cursor: Offset::MIN,
+            recheck_next: None,
+            gauges: None,
+            untailed: Vec::new(),
+            log_start: Offset::MIN,
+            missing_keys: 0,
             pipeline: PipelineCommits::default(),
         }
     }
@@ -311,14 +426,32 @@ impl PartitionLedger {
     /// Restores a ledger from its persisted snapshot, resuming at the settled watermark.
     pub fn restore(settled: Offset, keyed: bool, snap: Snapshot) -> Self {
         let mut l = Self::new(settled, keyed);
+        let mut stale = BTreeSet::new();
         for m in snap.missing {
-            l.missing_count += m.run.len();
-            l.missing.insert(m.run.first, m);
+            if m.given_up {
+                // Written by a version that kept given-up runs: they leave the store too.
+                stale.insert(m.run.first);
+                continue;
+            }
+            l.insert_missing(m);
         }
+        // The store holds what was restored; only the stale runs are to write (delete).
+        l.unstored_missing = stale;
+        l.unstored_replace = false;
         for g in snap.gaps {
+            // Given-up runs are not kept: the gaps count every missing record.
+            if g.size_known {
+                l.missing_count += g.missing;
+            }
             l.gaps.insert(g.first, g);
         }
         l.tail_gap = snap.tail_gap;
+        // What was re-checked before is unknown: the first probe answer starts a look.
+        l.probe = l.span_of_missing().map(|span| Probe {
+            span,
+            baseline: None,
+            look: None,
+        });
         l
     }
 
@@ -327,8 +460,8 @@ impl PartitionLedger {
     /// snapshot's tail gap across records decided elsewhere.
     pub fn restore_at(at: Offset, settled: Offset, keyed: bool, snap: Snapshot) -> Self {
         let mut l = Self::restore(at.max(settled), keyed, snap);
-        if at > settled {
-            l.tail_gap = None;
+        if at > settled && let Some(t) = l.tail_gap.take() {
+            l.untailed.push(t);
         }
         l
     }
@@ -468,9 +601,12 @@ impl PartitionLedger {
         self.next_offset = last + 1;
         // Such a gap is never re-checked: its records are gone. It is not the tail: a later
         // missing record is a different incident.
-        self.tail_gap = None;
+        if let Some(t) = self.tail_gap.take() {
+            self.untailed.push(t);
+        }
         self.revision += 1;
         self.dirty_gaps.insert(first);
+        self.unstored_gaps.insert(first);
         self.gaps.insert(first, g.clone());
         Some(g)
     }
@@ -497,6 +633,7 @@ impl PartitionLedger {
         g.missing = g.missing.saturating_sub(found);
         self.revision += 1;
         self.dirty_gaps.insert(first);
+        self.unstored_gaps.insert(first);
         Applied {
             confirmed: found,
             unverifiable: span.len() - found,
@@ -581,7 +718,11 @@ impl PartitionLedger {
                     }
                     out.confirmed += r.len();
                     out.confirmed_ts.push((p.max_ts, r.len()));
-                    if self.tail_gap.take().is_some() {
+                    if self.probe.is_some_and(|pr| r.first > pr.span.last) {
+                        self.confirmed_beyond_probe += r.len();
+                    }
+                    if let Some(t) = self.tail_gap.take() {
+                        self.untailed.push(t);
                         self.revision += 1;
                     }
                 } else {
@@ -620,6 +761,9 @@ impl PartitionLedger {
             }
             None => {
                 let (cause, commit) = self.cause_of(r.first);
+                // Declared after Kafka deleted its first record (it was read in time, then
+                // waited out grace): unrecoverable from the start.
+                let deleted_ms = (r.first < self.log_start).then_some(now_ms);
                 self.gaps.insert(
                     r.first,
                     GapRecord {
@@ -632,7 +776,7 @@ impl PartitionLedger {
                         detected_ms: now_ms,
                         cause,
                         commit,
-                        deleted_ms: None,
+                        deleted_ms,
                         unsettled: false,
                         shared_key,
                         is_new: true,
@@ -644,19 +788,76 @@ impl PartitionLedger {
         self.tail_gap = Some(gap_first);
         self.revision += 1;
         self.dirty_gaps.insert(gap_first);
+        self.unstored_gaps.insert(gap_first);
         self.missing_count += r.len();
-        self.missing.insert(
-            r.first,
-            MissingRun {
+        // The probe's span grows over the records decided since its end: those confirmed
+        // are present, so the baseline (and a look's count) grows by exactly them.
+        match self.probe.as_mut() {
+            Some(p) => {
+                let grown = std::mem::take(&mut self.confirmed_beyond_probe);
+                p.span.last = p.span.last.max(r.last);
+                p.baseline = p.baseline.map(|b| b + grown);
+                p.look = p.look.map(|c| c + grown);
+            }
+            None => {
+                // Just counted absent: the sink holds none of these offsets.
+                self.confirmed_beyond_probe = 0;
+                self.probe = Some(Probe {
+                    span: r,
+                    baseline: Some(0),
+                    look: None,
+                });
+            }
+        }
+        // Adjacent to the previous run of the same gap (one pending run decided in parts
+        // over several rounds): one run, so that a total loss keeps one entry per gap.
+        if let Some(mut prev) = self
+            .missing
+            .range(..r.first)
+            .next_back()
+            .filter(|(_, m)| {
+                m.gap == gap_first
+                    && m.run.last + 1 == r.first
+                    && m.keys.is_empty() == keys.is_empty()
+            })
+            .map(|(f, _)| *f)
+            .and_then(|f| self.remove_missing(f))
+        {
+            prev.run.last = r.last;
+            prev.min_ts = min_opt(prev.min_ts, min_ts);
+            prev.max_ts = max_opt(prev.max_ts, max_ts);
+            // The later detection time: re-checks of the earlier records last a little
+            // longer, never shorter.
+            prev.detected_ms = prev.detected_ms.max(now_ms);
+            let mut keys = keys;
+            prev.keys.append(&mut keys);
+            self.insert_missing(prev);
+            return;
+        }
+        self.insert_missing(MissingRun {
                 run: r,
                 gap: gap_first,
                 detected_ms: now_ms,
                 min_ts,
                 max_ts,
-                keys,
-                given_up: false,
-            },
-        );
+            keys,
+            given_up: false,
+        });
+    }
+
+    /// Every change to `missing` goes through here and [`Self::remove_missing`]: the store
+    /// write and the key count follow it.
+    fn insert_missing(&mut self, m: MissingRun) {
+        self.unstored_missing.insert(m.run.first);
+        self.missing_keys += m.keys.len() as u64;
+        self.missing.insert(m.run.first, m);
+    }
+
+    fn remove_missing(&mut self, first: Offset) -> Option<MissingRun> {
+        let m = self.missing.remove(&first)?;
+        self.unstored_missing.insert(first);
+        self.missing_keys -= m.keys.len() as u64;
+        Some(m)
     }
 
     /// Attributes a new gap starting at `first` to the pipeline commit step that passed over
@@ -678,39 +879,158 @@ impl PartitionLedger {
     /// gap changed (then it is reported by [`Self::take_dirty_gaps`]).
     pub fn log_start_moved(&mut self, log_start: Offset, now_ms: i64) -> bool {
         let mut changed = false;
-        for g in self.gaps.values_mut() {
-            if g.missing > 0 && g.deleted_ms.is_none() && g.first < log_start {
+        if log_start <= self.log_start {
+            return false;
+        }
+        // Only the gaps the log start passed since last time (later gaps below it are born
+        // unrecoverable, see `declare_missing`).
+        for g in self.gaps.range_mut(self.log_start..log_start).map(|(_, g)| g) {
+            if g.missing > 0 && g.deleted_ms.is_none() {
                 g.deleted_ms = Some(now_ms);
                 self.dirty_gaps.insert(g.first);
+                self.unstored_gaps.insert(g.first);
                 changed = true;
             }
         }
+        self.log_start = log_start;
         if changed {
             self.revision += 1;
         }
         changed
     }
 
-    /// Missing runs still worth re-checking; runs older than `give_up_ms` are given up
-    /// (they stay missing and in their gap, their keys are dropped).
-    pub fn rechecks(&mut self, now_ms: i64, give_up_ms: i64) -> Vec<Segment> {
+    /// Gives up missing runs older than `give_up_ms`: they stay missing and in their gap,
+    /// but leave the ledger (their keys are released, see [`Self::take_released_keys`]), so
+    /// neither memory nor re-checks keep growing with an incident's age.
+    pub fn give_up(&mut self, now_ms: i64, give_up_ms: i64) {
+        // Runs are declared in offset order, so detection times rise with offsets: the scan
+        // stops at the first run still young (a clock step back only delays a give-up).
+        let old: Vec<Offset> = self
+            .missing
+            .iter()
+            .take_while(|(_, m)| now_ms - m.detected_ms >= give_up_ms)
+            .map(|(f, _)| *f)
+            .collect();
+        for f in old {
+            self.give_up_run(f);
+        }
+    }
+
+    fn give_up_run(&mut self, first: Offset) -> u64 {
+        let Some(mut m) = self.remove_missing(first) else {
+            return 0;
+        };
+        self.revision += 1;
+        let keys = m.keys.len() as u64;
+        self.released_keys.append(&mut m.keys);
+        if self.missing.is_empty() {
+            self.probe = None;
+        }
+        keys
+    }
+
+    /// Keys held for missing records (re-checks need them).
+    pub fn missing_key_count(&self) -> u64 {
+        self.missing_keys
+    }
+
+    /// Gives up the oldest missing runs until at most `keep` keys are held (the audit's
+    /// `max_missing_keys` budget): their records stay missing, never re-checked again.
+    /// Returns the keys dropped.
+    pub fn drop_missing_keys(&mut self, mut excess: u64) -> u64 {
+        let mut dropped = 0;
+        while excess > 0 {
+            // The oldest first (offset order is detection order): the closest to giving up.
+            let Some(first) = self
+                .missing
+                .iter()
+                .find(|(_, m)| !m.keys.is_empty())
+                .map(|(f, _)| *f)
+            else {
+                break;
+            };
+            let n = self.give_up_run(first);
+            dropped += n;
+            excess = excess.saturating_sub(n);
+        }
+        dropped
+    }
+
+    /// offset_columns: the range to count instead of re-checking every missing run, with
+    /// what it held (see [`Probe`]). `None`: nothing to re-check.
+    pub fn probe(&self) -> Option<Probe> {
+        self.probe
+    }
+
+    /// The probe's answer: how many distinct offsets of its span the sink holds now.
+    /// Returns whether the missing runs must be looked at one by one ([`Self::rechecks`]);
+    /// while a look is in progress it continues whatever the count.
+    pub fn probe_answered(&mut self, distinct: u64) -> bool {
+        let Some(p) = self.probe.as_mut() else {
+            return false;
+        };
+        if p.look.is_some() {
+            return true;
+        }
+        if p.baseline == Some(distinct) {
+            return false;
+        }
+        p.look = Some(distinct);
+        self.recheck_cursor = p.span.first;
+        true
+    }
+
+    /// Whether a look (offset_columns) or a rotation (keys) is between two rounds.
+    pub fn look_in_progress(&self) -> bool {
+        self.probe.is_some_and(|p| p.look.is_some())
+    }
+
+    fn span_of_missing(&self) -> Option<OffsetRun> {
+        let first = self.missing.values().next()?.run.first;
+        let last = self.missing.values().next_back()?.run.last;
+        Some(OffsetRun::new(first, last))
+    }
+
+    /// Missing records to re-check this round, at most `budget`, continuing where the last
+    /// call stopped (a rotation: the next call after the last run starts over). A look
+    /// started by [`Self::probe_answered`] is complete once the rotation passes the last
+    /// run: its count becomes the probe's baseline.
+    pub fn rechecks(&mut self, budget: RecheckBudget) -> Vec<Segment> {
         let mut out = Vec::new();
-        for m in self.missing.values_mut() {
-            if m.given_up {
-                continue;
+        let (mut runs_left, mut records_left) = (budget.runs, budget.records);
+        let cursor = self.recheck_cursor;
+        // A run re-checked in part last round continues at the cursor.
+        let start = self
+            .missing
+            .range(..=cursor)
+            .next_back()
+            .filter(|(_, m)| m.run.contains(cursor))
+            .map_or(cursor, |(f, _)| *f);
+        let mut next = None;
+        for (f, m) in self.missing.range(start..) {
+            if runs_left == 0 || records_left == 0 {
+                next = Some(*f);
+                break;
             }
-            if now_ms - m.detected_ms >= give_up_ms {
-                m.given_up = true;
-                self.revision += 1;
-                self.released_keys.append(&mut m.keys);
-                continue;
-            }
+            let from = m.run.first.max(cursor);
+            let avail = (m.run.last - from) as u64 + 1;
+            let take = avail.min(records_left);
+            let part = OffsetRun::new(from, from + take as Offset - 1);
             out.push(Segment {
-                run: m.run,
-                keys: m.keys.clone(),
+                run: part,
+                keys: m.sub(part).keys,
                 max_ts: m.max_ts,
             });
+            runs_left -= 1;
+            records_left -= take;
+            if take < avail {
+                next = Some(part.last + 1);
+                break;
+            }
         }
+        // Advanced only once the answers are applied: a failed query re-checks the same
+        // runs next round, and a look never completes on questions the sink did not answer.
+        self.recheck_next = Some(next);
         out
     }
 
@@ -718,6 +1038,21 @@ impl PartitionLedger {
     /// now are late; they leave their missing run and their gap's missing count.
     pub fn apply_rechecks(&mut self, segments: &[Segment], verdicts: &[Verdict]) -> Applied {
         let mut out = Applied::default();
+        let answered = verdicts.len() == segments.len()
+            && verdicts.iter().all(|v| matches!(v, Verdict::Known { .. }));
+        if let Some(next) = self.recheck_next.take().filter(|_| answered) {
+            match next {
+                Some(c) => self.recheck_cursor = c,
+                None => {
+                    self.recheck_cursor = Offset::MIN;
+                    if let Some(p) = self.probe.as_mut()
+                        && let Some(c) = p.look.take()
+                    {
+                        p.baseline = Some(c);
+                    }
+                }
+            }
+        }
         for (seg, v) in segments.iter().zip(verdicts) {
             let Verdict::Known {
                 present,
@@ -731,7 +1066,17 @@ impl PartitionLedger {
             if present.is_empty() {
                 continue;
             }
-            let Some(m) = self.missing.remove(&seg.run.first) else {
+            // The run holding the segment (a segment may be part of a run).
+            let Some(first) = self
+                .missing
+                .range(..=seg.run.first)
+                .next_back()
+                .filter(|(_, m)| m.run.contains(seg.run.first) && m.run.contains(seg.run.last))
+                .map(|(f, _)| *f)
+            else {
+                continue;
+            };
+            let Some(m) = self.remove_missing(first) else {
                 continue;
             };
             out.duplicates += duplicate_rows;
@@ -747,15 +1092,92 @@ impl PartitionLedger {
             out.late += found;
             self.missing_count -= found;
             for rest in runs::subtract(m.run, &present) {
-                let sub = m.sub(rest);
-                self.missing.insert(rest.first, sub);
+                self.insert_missing(m.sub(rest));
             }
             if let Some(g) = self.gaps.get_mut(&m.gap) {
                 g.missing = g.missing.saturating_sub(found);
                 self.dirty_gaps.insert(m.gap);
+                self.unstored_gaps.insert(m.gap);
             }
         }
+        if self.missing.is_empty() {
+            self.probe = None;
+        }
         out
+    }
+
+    /// An operator acknowledged the gap starting at `first`: it leaves the hot ledger (no
+    /// re-checks, no gauges; its missing runs' keys are released). A missing record right
+    /// after it opens a new gap: the operator accepted that incident, not later losses.
+    /// Returns whether anything changed.
+    pub fn acknowledge(&mut self, first: Offset) -> bool {
+        let Some(g) = self.gaps.remove(&first) else {
+            return false;
+        };
+        if g.size_known {
+            self.missing_count = self.missing_count.saturating_sub(g.missing);
+        }
+        self.unstored_gaps.insert(first);
+        let runs: Vec<Offset> = self
+            .missing
+            .iter()
+            .filter(|(_, m)| m.gap == first)
+            .map(|(f, _)| *f)
+            .collect();
+        for f in runs {
+            self.give_up_run(f);
+        }
+        if self.tail_gap == Some(first) {
+            self.tail_gap = None;
+        }
+        self.dirty_gaps.remove(&first);
+        self.revision += 1;
+        true
+    }
+
+    /// Open-gap gauges, recomputed only when the ledger changed (idle rounds cost O(1)).
+    pub fn gauges(&mut self) -> GapGauges {
+        if let Some((rev, g)) = &self.gauges
+            && *rev == self.revision
+        {
+            return g.clone();
+        }
+        let mut out = GapGauges::default();
+        for g in self.gaps.values() {
+            let unverifiable = !g.size_known && g.cause == GapCause::DeletedUnread;
+            if g.missing == 0 || unverifiable {
+                continue;
+            }
+            out.open += 1;
+            out.missing += g.missing;
+            match g.deleted_ms {
+                Some(at) => out.deleted_ms = min_opt(out.deleted_ms, Some(at)),
+                None => match g.min_ts {
+                    Some(ts) => out.oldest_undeleted_ts = min_opt(out.oldest_undeleted_ts, Some(ts)),
+                    None => out.undeleted_without_ts += 1,
+                },
+            }
+        }
+        self.gauges = Some((self.revision, out.clone()));
+        out
+    }
+
+    /// What the store does not hold yet (see [`Self::stored`]).
+    pub fn delta(&self) -> Delta {
+        Delta {
+            replace: self.unstored_replace,
+            missing: self
+                .unstored_missing
+                .iter()
+                .map(|f| (*f, self.missing.get(f).cloned()))
+                .collect(),
+            gaps: self
+                .unstored_gaps
+                .iter()
+                .map(|f| (*f, self.gaps.get(f).cloned()))
+                .collect(),
+            tail_gap: self.tail_gap,
+        }
     }
 
     /// Gaps changed since the last call. Gaps with nothing missing that are not the tail
@@ -771,11 +1193,17 @@ impl PartitionLedger {
                 Some(out)
             })
             .collect();
+        // Only gaps that changed, or stopped being the tail, can have become forgettable:
+        // a round does not walk every gap.
         let tail = self.tail_gap;
-        let before = self.gaps.len();
-        self.gaps.retain(|f, g| g.missing > 0 || Some(*f) == tail);
-        if self.gaps.len() != before {
-            self.revision += 1;
+        let mut check: Vec<Offset> = dirty.into_iter().collect();
+        check.append(&mut self.untailed);
+        for f in check {
+            if Some(f) != tail && self.gaps.get(&f).is_some_and(|g| g.missing == 0) {
+                self.gaps.remove(&f);
+                self.unstored_gaps.insert(f);
+                self.revision += 1;
+            }
         }
         out
     }
@@ -789,6 +1217,9 @@ impl PartitionLedger {
     /// The store now holds this ledger's verdicts (see [`Self::take_unstored_confirmations`]).
     pub fn stored(&mut self) {
         self.unstored_confirmations.clear();
+        self.unstored_missing.clear();
+        self.unstored_gaps.clear();
+        self.unstored_replace = false;
     }
 
     /// Keys of records confirmed since the last [`Self::stored`].
