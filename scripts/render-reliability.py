@@ -31,6 +31,7 @@ CATALOGUE = [
     ("hostile_payloads", "6", "hostile records through Kafka (nesting bombs, 1 MiB values, invalid UTF-8, ...)"),
     ("escaper_mariadb_round_trip", "6", "hostile strings through the SQL literal escaper and the real MariaDB"),
     ("sink_never_answers_bounded_memory", "8", "sink accepts connections and never answers; memory sampled while paused"),
+    ("stalled_partition_backpressure", "14", "one partition's pipeline stops committing while more than `max_pending` records arrive on it (4 partitions; the old rule then paused all four) and the other three receive records with known losses"),
     ("secrets_never_leak_run", "security", "known secrets configured (sink passwords, ES api_key, SASL password, API token); logs, HTTP answers and `check` output searched for them"),
     ("graceful_shutdown_sigterm", "graceful shutdown", "SIGTERM mid-round (sink replies slower than a round), restarted each time"),
     ("sigterm_key_columns_backlog", "13.17", "SIGTERM during a key_columns round over 20,000 due keys, sink replies delayed 700 ms"),

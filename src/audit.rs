@@ -1517,7 +1517,7 @@ impl<V: Verifier> Audit<V> {
                 log_start: part.log.map(|(s, _)| s).filter(|s| *s >= 0),
                 pending: led.pending(),
                 missing: led.missing(),
-                paused: self.flow.is_paused(),
+                paused: self.flow.is_paused(tp),
             });
         }
         self.status.update(AuditStatus {

@@ -18,7 +18,7 @@ use rdkafka::message::{Message, Timestamp};
 use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset as KOffset, TopicPartitionList};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -84,16 +84,53 @@ pub enum Command {
     Reposition(Vec<(TopicPartition, Offset)>),
 }
 
-/// Backpressure between the audit task and the tailing thread. The thread pauses every
-/// assigned partition as soon as undecided records (in the ledger, or read and not yet
-/// ingested) reach `max_pending`, and resumes below 90 % of it: pending memory is capped by
-/// configuration, and nothing is dropped (paused partitions resume where they stopped).
+/// Backpressure between the audit task and the tailing thread, decided per partition.
+///
+/// A partition's load is its undecided records: pending in the ledger, plus read and not
+/// yet ingested. With `M = max_pending` and `n` partitions assigned to this audit, the
+/// thread pauses:
+/// - while the total load is at least `M / 2`, every partition holding at least its fair
+///   share `M / n`; such a partition resumes once it holds less than 90 % of its share, or
+///   once the total falls below 90 % of `M / 2`;
+/// - when the total reaches `M`, every partition, until the total falls below 90 % of `M`.
+///
+/// Why per partition: the due rule keeps a partition's records undecided for as long as its
+/// pipeline does not commit, so one stalled partition grows without bound. Pausing on the
+/// sum alone let it fill `max_pending` and stop the reading of the healthy partitions, whose
+/// losses then went undetected, and whose unread ranges became unverifiable once the pause
+/// outlasted retention. Here a stalled partition stops once the total reaches `M / 2` (or at
+/// its share, when that is more), which leaves the other half of the budget to the rest: a
+/// partition below its share is never paused while the total is under `M`, and the total
+/// reaches `M` only when the healthy traffic itself needs more than the budget left to it
+/// (`max_pending` too small for it). A partition over its share whose records keep being
+/// decided falls back under 90 % of it within a round or two and resumes: throttled, never
+/// blinded.
+///
+/// Memory stays capped at `M` records plus the one record a poll hands over (librdkafka
+/// drops a paused partition's prefetched records and fetches them again on resume), and
+/// nothing is dropped: a paused partition resumes where it stopped. With one assigned
+/// partition its share is `M`: a plain cap at `M`, as before.
 #[derive(Debug)]
 pub struct Flow {
     max: u64,
+    /// Ledger pending of all partitions: the thread's per-record check reads only atomics.
     pending: AtomicU64,
     in_flight: AtomicU64,
-    paused: AtomicBool,
+    /// Bumped whenever loads change by something else than the thread reading a record.
+    version: AtomicU64,
+    loads: Mutex<Loads>,
+    /// What the thread has paused, for the status page.
+    paused: Mutex<HashSet<TopicPartition>>,
+}
+
+/// Per-partition loads, as the audit and the thread last reported them.
+#[derive(Debug, Default)]
+struct Loads {
+    pending: HashMap<TopicPartition, u64>,
+    in_flight: HashMap<TopicPartition, u64>,
+    /// Records per partition of each batch sent and not yet ingested, oldest first: the
+    /// audit acknowledges batches in order and by size only.
+    sent: VecDeque<Vec<(TopicPartition, u64)>>,
 }
 
 impl Flow {
@@ -103,22 +140,60 @@ impl Flow {
             max: max_pending.max(1),
             pending: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
-            paused: AtomicBool::new(false),
+            version: AtomicU64::new(0),
+            loads: Mutex::default(),
+            paused: Mutex::default(),
         }
     }
 
-    /// The audit ingested `n` records handed over by the thread.
+    /// The audit ingested `n` records handed over by the thread (a whole batch, in order).
     pub fn ingested(&self, n: u64) {
         let _ = self
             .in_flight
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
                 Some(v.saturating_sub(n))
             });
+        if let Ok(mut l) = self.loads.lock() {
+            let Loads {
+                in_flight, sent, ..
+            } = &mut *l;
+            let mut left = n;
+            while left > 0 {
+                let Some(batch) = sent.front_mut() else { break };
+                for (tp, c) in batch.iter_mut() {
+                    let take = (*c).min(left);
+                    *c -= take;
+                    left -= take;
+                    if let Some(f) = in_flight.get_mut(tp) {
+                        *f = f.saturating_sub(take);
+                        if *f == 0 {
+                            in_flight.remove(tp);
+                        }
+                    }
+                }
+                batch.retain(|(_, c)| *c > 0);
+                if batch.is_empty() {
+                    sent.pop_front();
+                }
+            }
+        }
+        self.version.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The ledger now holds `n` undecided records.
-    pub fn set_pending(&self, n: u64) {
-        self.pending.store(n, Ordering::Release);
+    /// The ledger now holds these undecided records per partition (every partition the
+    /// audit owns; others count as empty).
+    pub fn set_pending<'a>(&self, parts: impl IntoIterator<Item = (&'a TopicPartition, u64)>) {
+        let map: HashMap<TopicPartition, u64> = parts
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(tp, n)| (tp.clone(), n))
+            .collect();
+        let total = map.values().sum();
+        if let Ok(mut l) = self.loads.lock() {
+            l.pending = map;
+        }
+        self.pending.store(total, Ordering::Release);
+        self.version.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Records not yet decided, counting those in transit.
@@ -126,18 +201,130 @@ impl Flow {
         self.pending.load(Ordering::Acquire) + self.in_flight.load(Ordering::Acquire)
     }
 
-    /// Whether consumption is paused right now.
-    pub fn is_paused(&self) -> bool {
-        self.paused.load(Ordering::Acquire)
+    /// Whether consumption of `tp` is paused right now.
+    pub fn is_paused(&self, tp: &TopicPartition) -> bool {
+        self.paused.lock().map(|p| p.contains(tp)).unwrap_or(false)
     }
 
-    fn want_pause(&self, paused: bool) -> bool {
-        let load = self.load();
-        if paused {
-            load > self.max / 10 * 9
-        } else {
-            load >= self.max
+    /// A batch left the thread with these records per partition.
+    fn sent(&self, counts: Vec<(TopicPartition, u64)>) {
+        if counts.is_empty() {
+            return;
         }
+        if let Ok(mut l) = self.loads.lock() {
+            for (tp, c) in &counts {
+                *l.in_flight.entry(tp.clone()).or_default() += c;
+            }
+            l.sent.push_back(counts);
+        }
+    }
+
+    /// Load of each of `tps`, adding `unsent` (records still in the thread's batch).
+    fn loads_of(&self, tps: &[TopicPartition], unsent: &[(Arc<str>, i32, u64)]) -> Vec<u64> {
+        let Ok(l) = self.loads.lock() else {
+            return vec![0; tps.len()];
+        };
+        tps.iter()
+            .map(|tp| {
+                let held = unsent
+                    .iter()
+                    .filter(|(t, p, _)| *p == tp.partition && **t == *tp.topic)
+                    .map(|(_, _, c)| c)
+                    .sum::<u64>();
+                l.pending.get(tp).copied().unwrap_or(0)
+                    + l.in_flight.get(tp).copied().unwrap_or(0)
+                    + held
+            })
+            .collect()
+    }
+
+    fn soft_mark(&self) -> u64 {
+        (self.max / 2).max(1)
+    }
+}
+
+/// The first entries of `items`, joined, with how many more there are.
+fn first_few(items: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = items
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > SHOWN {
+        s.push_str(&format!(" and {} more", items.len() - SHOWN));
+    }
+    s
+}
+
+/// 90 % of `x`: the hysteresis of every backpressure mark.
+fn ninety(x: u64) -> u64 {
+    x - x / 10
+}
+
+/// Which backpressure marks are engaged.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Pressure {
+    /// The total reached `max_pending / 2`: partitions over their share pause.
+    soft: bool,
+    /// The total reached `max_pending`: every partition pauses.
+    hard: bool,
+}
+
+/// What [`plan`] decided.
+#[derive(Debug, PartialEq, Eq)]
+struct Plan {
+    pressure: Pressure,
+    /// Per partition (same order as the loads): paused or not.
+    pause: Vec<bool>,
+    /// Records the thread may read before this plan can change without anything else
+    /// happening (at least 1).
+    headroom: u64,
+}
+
+/// The rule of [`Flow`], on `loads` of the assigned partitions (`was_paused` says which of
+/// them are paused now) and the `total` load.
+fn plan(max: u64, total: u64, loads: &[u64], was_paused: &[bool], prev: Pressure) -> Plan {
+    let max = max.max(1);
+    let soft_mark = (max / 2).max(1);
+    let share = (max / loads.len().max(1) as u64).max(1);
+    let pressure = Pressure {
+        hard: if prev.hard {
+            total > ninety(max)
+        } else {
+            total >= max
+        },
+        soft: if prev.soft {
+            total > ninety(soft_mark)
+        } else {
+            total >= soft_mark
+        },
+    };
+    let pause: Vec<bool> = loads
+        .iter()
+        .zip(was_paused.iter().copied().chain(std::iter::repeat(false)))
+        .map(|(&load, was)| {
+            pressure.hard || (pressure.soft && (load >= share || (was && load > ninety(share))))
+        })
+        .collect();
+    let mut headroom = u64::MAX;
+    if !pressure.hard {
+        headroom = headroom.min(max.saturating_sub(total));
+        if pressure.soft {
+            for (load, paused) in loads.iter().zip(&pause) {
+                if !paused {
+                    headroom = headroom.min(share.saturating_sub(*load));
+                }
+            }
+        } else {
+            headroom = headroom.min(soft_mark.saturating_sub(total));
+        }
+    }
+    Plan {
+        pressure,
+        pause,
+        headroom: headroom.max(1),
     }
 }
 
@@ -151,6 +338,7 @@ struct TailContext {
     stopping: Arc<AtomicBool>,
     /// Bumped by every rebalance, so a paused thread re-pauses newly assigned partitions.
     generation: AtomicU64,
+    flow: Arc<Flow>,
 }
 
 impl TailContext {
@@ -160,8 +348,42 @@ impl TailContext {
             Ok(mut b) if !b.is_empty() => std::mem::replace(&mut *b, Vec::with_capacity(BATCH)),
             _ => return true,
         };
+        // Registered before sending: the audit acknowledges the batch as soon as it has it.
+        self.flow.sent(
+            per_partition(&batch)
+                .into_iter()
+                .map(|(t, p, c)| (TopicPartition::new(&*t, p), c))
+                .collect(),
+        );
         self.events.blocking_send(TailEvent::Records(batch)).is_ok()
     }
+
+    /// Records per partition of the batch not sent yet.
+    fn unsent(&self) -> Vec<(Arc<str>, i32, u64)> {
+        self.batch
+            .lock()
+            .map(|b| per_partition(&b))
+            .unwrap_or_default()
+    }
+}
+
+/// Records per (topic, partition) of `batch`.
+fn per_partition(batch: &[Tagged]) -> Vec<(Arc<str>, i32, u64)> {
+    let mut out: Vec<(Arc<str>, i32, u64)> = Vec::new();
+    for t in batch {
+        // A poll hands over a partition's records in runs: the last entry is nearly always it.
+        let same = |(topic, p, _): &(Arc<str>, i32, u64)| {
+            *p == t.partition && (Arc::ptr_eq(topic, &t.topic) || **topic == *t.topic)
+        };
+        if let Some(e) = out.last_mut().filter(|e| same(e)) {
+            e.2 += 1;
+        } else if let Some(e) = out.iter_mut().find(|e| same(e)) {
+            e.2 += 1;
+        } else {
+            out.push((t.topic.clone(), t.partition, 1));
+        }
+    }
+    out
 }
 
 impl TailContext {
@@ -362,6 +584,7 @@ pub fn start(
         watermarks: watermarks.clone(),
         stopping: stopping.clone(),
         generation: AtomicU64::new(0),
+        flow: flow.clone(),
     };
     let consumer: BaseConsumer<TailContext> = cfg.create_with_context(ctx)?;
     let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -375,7 +598,7 @@ pub fn start(
         topics: Vec::new(),
         batch_started: None,
         pushed: 0,
-        paused: None,
+        bp: Backpressure::default(),
     };
     let thread = std::thread::Builder::new()
         .name(format!("tail-{group}"))
@@ -404,8 +627,28 @@ struct Tail {
     batch_started: Option<Instant>,
     /// Records pushed since the last flush.
     pushed: u32,
-    /// `Some(generation)` while paused: the rebalance generation the pause was applied to.
-    paused: Option<u64>,
+    bp: Backpressure,
+}
+
+/// The thread's side of [`Flow`]: what it has paused, and when to look again.
+#[derive(Debug, Default)]
+struct Backpressure {
+    pressure: Pressure,
+    /// Partitions paused in librdkafka.
+    paused: HashSet<TopicPartition>,
+    /// Rebalance generation the pauses were applied to; `u64::MAX` forces a re-apply
+    /// (re-assigned partitions start unpaused).
+    generation: u64,
+    /// [`Flow`] version the plan was made on.
+    version: u64,
+    /// Total load at which the plan must be made again, the audit saying nothing.
+    recheck_at: u64,
+}
+
+impl Backpressure {
+    fn calm(&self) -> bool {
+        self.pressure == Pressure::default() && self.paused.is_empty()
+    }
 }
 
 impl Tail {
@@ -442,46 +685,108 @@ impl Tail {
                 Command::Reposition(offsets) => {
                     reposition(&self.consumer, &offsets);
                     // Re-assigned partitions start unpaused: re-apply on the next check.
-                    if self.paused.is_some() {
-                        self.paused = Some(u64::MAX);
-                    }
+                    self.bp.generation = u64::MAX;
                 }
             }
         }
     }
 
-    /// Pauses every assigned partition while the flow is at its cap (re-applied after a
-    /// rebalance), resumes below it.
+    /// Applies the rule of [`Flow`]. Runs before every poll, so the common cases cost a few
+    /// atomic loads: nothing paused and the total under `max_pending / 2`, or nothing changed
+    /// since the last plan and no partition can have reached a mark by reading.
     fn apply_backpressure(&mut self) {
-        let want = self.flow.want_pause(self.paused.is_some());
+        let total = self.flow.load();
+        if self.bp.calm() && total < self.flow.soft_mark() {
+            return;
+        }
+        let version = self.flow.version.load(Ordering::Acquire);
         let generation = self.consumer.context().generation.load(Ordering::Acquire);
-        if want == self.paused.is_some() && (!want || self.paused == Some(generation)) {
+        if version == self.bp.version
+            && generation == self.bp.generation
+            && total < self.bp.recheck_at
+        {
             return;
         }
         let Ok(assignment) = self.consumer.assignment() else {
             return;
         };
-        let r = if want {
-            self.consumer.pause(&assignment)
-        } else {
-            self.consumer.resume(&assignment)
-        };
-        match r {
-            Ok(()) => {
-                if want && self.paused.is_none() {
-                    tracing::warn!(
-                        undecided = self.flow.load(),
-                        max_pending = self.flow.max,
-                        "max_pending reached: consumption paused until verification catches up"
-                    );
-                } else if !want {
-                    tracing::info!(undecided = self.flow.load(), "consumption resumed");
-                }
-                self.paused = want.then_some(generation);
-                self.flow.paused.store(want, Ordering::Release);
+        let tps: Vec<TopicPartition> = assignment
+            .elements()
+            .iter()
+            .map(|e| TopicPartition::new(e.topic(), e.partition()))
+            .collect();
+        let loads = self.flow.loads_of(&tps, &self.consumer.context().unsent());
+        let was: Vec<bool> = tps.iter().map(|tp| self.bp.paused.contains(tp)).collect();
+        let plan = plan(self.flow.max, total, &loads, &was, self.bp.pressure);
+        // After a rebalance librdkafka's pause state is not ours any more (new partitions
+        // start unpaused, kept ones may stay paused): state every partition again.
+        let fresh = generation != self.bp.generation;
+        let (mut pause, mut resume) = (TopicPartitionList::new(), TopicPartitionList::new());
+        let (mut paused_now, mut resumed_now) = (Vec::new(), Vec::new());
+        let mut want = HashSet::new();
+        for (i, tp) in tps.iter().enumerate() {
+            let (now, before) = (plan.pause[i], was[i]);
+            if fresh || now != before {
+                let list = if now { &mut pause } else { &mut resume };
+                list.add_partition(&tp.topic, tp.partition);
             }
-            Err(e) => tracing::warn!(error = %e, "pause/resume failed"),
+            if now != before {
+                let changed = if now {
+                    &mut paused_now
+                } else {
+                    &mut resumed_now
+                };
+                changed.push(format!("{tp} ({} undecided)", loads[i]));
+            }
+            if now {
+                want.insert(tp.clone());
+            }
         }
+        let mut r = Ok(());
+        if pause.count() > 0 {
+            r = self.consumer.pause(&pause);
+        }
+        if r.is_ok() && resume.count() > 0 {
+            r = self.consumer.resume(&resume);
+        }
+        if let Err(e) = r {
+            // Planned again at the next poll.
+            tracing::warn!(error = %e, "pause/resume failed");
+            self.bp.generation = u64::MAX;
+            return;
+        }
+        // One line per change of plan, naming the first few partitions: a cap reached on a
+        // thousand partitions must not log a thousand lines.
+        if !paused_now.is_empty() {
+            tracing::warn!(
+                partitions = paused_now.len(),
+                first = %first_few(&paused_now),
+                paused = want.len(),
+                assigned = tps.len(),
+                undecided = total,
+                max_pending = self.flow.max,
+                "backpressure: partitions paused until their records are decided"
+            );
+        }
+        if !resumed_now.is_empty() {
+            tracing::info!(
+                partitions = resumed_now.len(),
+                first = %first_few(&resumed_now),
+                paused = want.len(),
+                undecided = total,
+                "backpressure: partitions resumed"
+            );
+        }
+        if let Ok(mut p) = self.flow.paused.lock() {
+            p.clone_from(&want);
+        }
+        self.bp = Backpressure {
+            pressure: plan.pressure,
+            paused: want,
+            generation,
+            version,
+            recheck_at: total.saturating_add(plan.headroom),
+        };
     }
 
     /// Adds a record to the batch; sends the batch when full or old. False: audit gone.
@@ -583,5 +888,170 @@ impl CloseExt for BaseConsumer<TailContext> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn calm() -> Pressure {
+        Pressure::default()
+    }
+
+    #[test]
+    fn one_partition_is_a_plain_cap_with_hysteresis() {
+        let p = plan(1000, 999, &[999], &[false], calm());
+        assert_eq!(p.pause, vec![false]);
+        assert_eq!(p.headroom, 1, "the next record reaches the cap");
+        let p = plan(1000, 1000, &[1000], &[false], calm());
+        assert_eq!(p.pause, vec![true]);
+        let p2 = plan(1000, 901, &[901], &[true], p.pressure);
+        assert_eq!(p2.pause, vec![true], "stays paused down to 90 %");
+        let p3 = plan(1000, 900, &[900], &[true], p2.pressure);
+        assert_eq!(p3.pause, vec![false]);
+    }
+
+    #[test]
+    fn only_the_partition_holding_the_backlog_pauses() {
+        // max 2000, 4 partitions: share 500, soft mark 1000.
+        let p = plan(2000, 999, &[990, 3, 3, 3], &[false; 4], calm());
+        assert_eq!(p.pause, vec![false; 4]);
+        assert_eq!(p.headroom, 1);
+        let p = plan(2000, 1000, &[991, 3, 3, 3], &[false; 4], calm());
+        assert_eq!(p.pause, vec![true, false, false, false]);
+        assert!(p.pressure.soft && !p.pressure.hard);
+        // The others may each read up to their share before anything changes.
+        assert_eq!(p.headroom, 497);
+        // A healthy partition under its share is never paused below the cap...
+        let q = plan(
+            2000,
+            1990,
+            &[991, 499, 499, 1],
+            &[true, false, false, false],
+            p.pressure,
+        );
+        assert_eq!(q.pause, vec![true, false, false, false]);
+        // ...and only the cap at max_pending pauses everything.
+        let q = plan(
+            2000,
+            2000,
+            &[991, 499, 499, 11],
+            &[true, false, false, false],
+            q.pressure,
+        );
+        assert_eq!(q.pause, vec![true; 4]);
+    }
+
+    #[test]
+    fn a_paused_partition_resumes_under_ninety_percent_of_its_share_or_of_the_soft_mark() {
+        let soft = Pressure {
+            soft: true,
+            hard: false,
+        };
+        let was = [true, false];
+        // max 2000, 2 partitions: share 1000, soft mark 1000.
+        assert_eq!(
+            plan(2000, 1500, &[901, 599], &was, soft).pause,
+            vec![true, false]
+        );
+        assert_eq!(
+            plan(2000, 1500, &[900, 600], &was, soft).pause,
+            vec![false, false]
+        );
+        let p = plan(2000, 900, &[899, 1], &was, soft);
+        assert_eq!(p.pause, vec![false, false]);
+        assert!(!p.pressure.soft, "total under 90 % of the soft mark");
+    }
+
+    /// Steps of a simulated tail: every unpaused partition reads one record per step; the
+    /// healthy ones decide each record `decide_after` steps after reading it, the stalled
+    /// partition 0 never does. Returns (peak total, steps partition >0 was paused, peak of
+    /// partition 0).
+    fn simulate(max: u64, n: usize, decide_after: usize, steps: usize) -> (u64, usize, u64) {
+        let mut read_at: Vec<VecDeque<usize>> = vec![VecDeque::new(); n];
+        let mut pressure = calm();
+        let mut paused = vec![false; n];
+        let (mut peak, mut healthy_paused, mut peak0) = (0, 0, 0);
+        for step in 0..steps {
+            for q in read_at.iter_mut().skip(1) {
+                while q.front().is_some_and(|&t| t + decide_after <= step) {
+                    q.pop_front();
+                }
+            }
+            for p in 0..n {
+                let loads: Vec<u64> = read_at.iter().map(|q| q.len() as u64).collect();
+                let total = loads.iter().sum();
+                let plan = plan(max, total, &loads, &paused, pressure);
+                pressure = plan.pressure;
+                paused = plan.pause;
+                if !paused[p] {
+                    read_at[p].push_back(step);
+                }
+            }
+            let total: u64 = read_at.iter().map(|q| q.len() as u64).sum();
+            peak = peak.max(total);
+            peak0 = peak0.max(read_at[0].len() as u64);
+            healthy_paused += paused.iter().skip(1).filter(|p| **p).count();
+        }
+        (peak, healthy_paused, peak0)
+    }
+
+    #[test]
+    fn a_stalled_partition_stops_at_half_the_budget_and_never_pauses_the_healthy_ones() {
+        // Healthy partitions hold 100 records each in the steady state, under their share.
+        let (peak, healthy_paused, peak0) = simulate(2000, 4, 100, 20_000);
+        assert!(peak <= 2000, "memory capped: {peak}");
+        // The total reached the soft mark (1000) with the healthy ones at 99-100 each.
+        assert!(
+            (700..=703).contains(&peak0),
+            "stalled partition stopped at the soft mark: {peak0}"
+        );
+        assert_eq!(healthy_paused, 0);
+    }
+
+    #[test]
+    fn healthy_partitions_over_their_share_are_throttled_within_the_cap() {
+        // 600 each in the steady state, over the 500 share: they read in bursts, the total
+        // stays capped.
+        let (peak, healthy_paused, _) = simulate(2000, 4, 600, 20_000);
+        assert!(peak <= 2000, "memory capped: {peak}");
+        assert!(healthy_paused > 0);
+    }
+
+    fn tagged(topic: &Arc<str>, partition: i32) -> Tagged {
+        Tagged {
+            topic: topic.clone(),
+            partition,
+            offset: 0,
+            timestamp_ms: None,
+            tag: crate::record::Tag::Filtered(crate::record::FilterReason::Filter),
+        }
+    }
+
+    #[test]
+    fn loads_follow_batches_in_transit_and_the_ledger() {
+        let t: Arc<str> = Arc::from("t");
+        let batch = vec![tagged(&t, 0), tagged(&t, 0), tagged(&t, 1), tagged(&t, 0)];
+        let counts = per_partition(&batch);
+        assert_eq!(
+            counts.iter().map(|c| (c.1, c.2)).collect::<Vec<_>>(),
+            [(0, 3), (1, 1)]
+        );
+
+        let flow = Flow::new(100);
+        let (p0, p1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let tps = [p0.clone(), p1.clone()];
+        flow.sent(vec![(p0.clone(), 3), (p1.clone(), 1)]);
+        flow.sent(vec![(p1.clone(), 5)]);
+        assert_eq!(flow.loads_of(&tps, &[(t.clone(), 0, 2)]), [5, 6]);
+        let v = flow.version.load(Ordering::Acquire);
+        flow.ingested(4);
+        flow.set_pending([(&p0, 3), (&p1, 0)]);
+        assert!(flow.version.load(Ordering::Acquire) > v);
+        assert_eq!(flow.loads_of(&tps, &[]), [3, 5]);
+        flow.ingested(5);
+        assert_eq!(flow.loads_of(&tps, &[]), [3, 0]);
+        assert_eq!(flow.pending.load(Ordering::Acquire), 3);
     }
 }

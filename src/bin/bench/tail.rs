@@ -152,7 +152,7 @@ pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) ->
                 );
                 tail.flow.ingested(len);
                 tail.flow
-                    .set_pending(parts.values().map(PartitionLedger::pending).sum());
+                    .set_pending(parts.iter().map(|(tp, l)| (tp, l.pending())));
             }
             TailEvent::Assigned { partitions, reply } => {
                 let starts = partitions

@@ -11,6 +11,7 @@ mod lag;
 pub mod proxy;
 mod shutdown;
 mod sink;
+mod stalled_partition;
 mod tools;
 
 pub use tools::*;
