@@ -129,9 +129,11 @@ enum Cmd {
         dry_run: bool,
     },
     /// Self-contained demonstration: an in-process Kafka mock cluster, a simulated
-    /// pipeline that loses two records across a restart, and a simulated sink table.
+    /// pipeline that loses two records across a restart, a simulated sink table, the
+    /// auditor naming the cause, and the replay that repairs the gap.
     Demo {
-        /// Where to serve /metrics and the API while the demo runs.
+        /// Where to serve /metrics and the API while the demo runs (a free port of the
+        /// same address when it is in use).
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: std::net::SocketAddr,
     },
@@ -145,7 +147,7 @@ enum Format {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(matches!(cli.command, Cmd::Demo { .. }));
     match cli.command {
         Cmd::ValidateConfig { config } => match Config::load(config.as_deref()) {
             Ok(c) => {
@@ -288,13 +290,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+/// `demo` tells its story on stdout: its log keeps to what needs attention (the gap's
+/// alert), in plain text unless stderr is a terminal, so a captured run reads cleanly.
+fn init_tracing(demo: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("GAP_AUDITOR_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,rdkafka=warn"));
+    let default = if demo { "warn" } else { "info,rdkafka=warn" };
+    let filter =
+        EnvFilter::try_from_env("GAP_AUDITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let json = std::env::var("GAP_AUDITOR_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let ansi = !demo || std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();

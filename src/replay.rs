@@ -16,6 +16,8 @@
 //!   documents are the JSON record as it is, or an object of `record.fields` for csv, plus
 //!   the partition/offset(/topic) fields for `offset_columns`. Per-item errors name their
 //!   offset.
+//! - the in-process table of `gap-auditor demo`, through [`run_with`], so the demo repairs
+//!   with this code and not a copy of it.
 
 use crate::app::{self, AnySink};
 use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkKind};
@@ -25,6 +27,7 @@ use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
 use crate::record::RecordMeta;
 use crate::record::{Decoder, DecoderSpec, Tag};
 use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
+use crate::sink::memory::MemorySink;
 use crate::sink::sql;
 use crate::sink::stream_load::{self, StreamLoad};
 use crate::store::Store;
@@ -152,6 +155,22 @@ pub async fn run(
     let audit = config
         .audit(&target.audit)
         .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
+    let sink = app::build_sink(audit)?;
+    run_with(config, store, target, dest, dry_run, &sink).await
+}
+
+/// Like [`run`], against a sink the caller built (the demo's in-process table).
+pub async fn run_with(
+    config: &Config,
+    store: &crate::store::Store,
+    target: &Target,
+    dest: &Destination,
+    dry_run: bool,
+    sink: &AnySink,
+) -> Result<Replayed, ReplayError> {
+    let audit = config
+        .audit(&target.audit)
+        .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
     if let Destination::Sink = dest {
         sink_supported(audit)?;
     }
@@ -162,7 +181,6 @@ pub async fn run(
         .context("reading from Kafka")??;
     let decoder = Decoder::new(DecoderSpec::from_config(&audit.record, &audit.matching))
         .with_context(|| format!("audits.{}.record", audit.name))?;
-    let sink = app::build_sink(audit)?;
 
     // Which expected records are still absent from the sink?
     let keyed = matches!(
@@ -213,7 +231,7 @@ pub async fn run(
         book.adopt(&ledger);
     }
     let verdicts: Vec<Verdict> = checker
-        .due(&sink, &target.tp, &segs, &obs)
+        .due(sink, &target.tp, &segs, &obs)
         .await
         .map_err(|e| anyhow::anyhow!("cannot ask the sink which records are missing: {e}"))?;
     let mut absent: Vec<OffsetRun> = Vec::new();
@@ -243,7 +261,8 @@ pub async fn run(
                 outcomes.extend(to_topic(config, target, topic, &missing).await?)
             }
             Destination::Sink => {
-                outcomes.extend(to_sink(audit, &sink, target, &missing, &ids, &mut report).await)
+                let written = to_sink(audit, sink, &decoder, target, &missing, &ids, &mut report);
+                outcomes.extend(written.await)
             }
         }
     }
@@ -393,6 +412,7 @@ fn all_failed(records: &[&Record], error: &str) -> Vec<Outcome> {
 async fn to_sink(
     audit: &AuditConfig,
     sink: &AnySink,
+    decoder: &Decoder,
     target: &Target,
     records: &[&Record],
     ids: &HashMap<Offset, String>,
@@ -407,8 +427,55 @@ async fn to_sink(
             to_stream_load(audit, target, records, report).await
         }
         AnySink::Mysql(_) => to_sql(audit, sink, target, records).await,
-        AnySink::Memory(_) => all_failed(records, "this sink cannot be written by replay"),
+        AnySink::Memory(table) => to_memory(audit, table, decoder, target, records, ids),
     }
+}
+
+/// Adds the records' rows to the in-process table, as the audit's strategy finds them: by
+/// offset, by key, or by document id.
+fn to_memory(
+    audit: &AuditConfig,
+    table: &MemorySink,
+    decoder: &Decoder,
+    target: &Target,
+    records: &[&Record],
+    ids: &HashMap<Offset, String>,
+) -> Vec<Outcome> {
+    let tp = &target.tp;
+    records
+        .iter()
+        .map(|r| {
+            let offset = r.offset;
+            match audit.matching.strategy {
+                MatchStrategy::OffsetColumns => {
+                    table.insert_offset(&tp.topic, tp.partition, offset)
+                }
+                MatchStrategy::DocId => match ids.get(&offset) {
+                    Some(id) => table.insert_id(id),
+                    None => {
+                        let error = "no document id".to_string();
+                        return Outcome::Failed { offset, error };
+                    }
+                },
+                MatchStrategy::KeyColumns => {
+                    let meta = RecordMeta {
+                        topic: &tp.topic,
+                        partition: tp.partition,
+                        offset,
+                        key: r.key.as_deref(),
+                    };
+                    match decoder.tag_record(r.value.as_deref(), &meta) {
+                        Tag::Expected { key: Some(k) } => table.insert_key(&k),
+                        _ => {
+                            let error = "no match key".to_string();
+                            return Outcome::Failed { offset, error };
+                        }
+                    }
+                }
+            }
+            Outcome::Written { offset }
+        })
+        .collect()
 }
 
 /// Rows of the range's keys that records OUTSIDE the range hold, as the daemon stored them:

@@ -189,15 +189,3 @@ fn version_carries_the_git_revision() {
         assert!(known.success(), "{rev} is no commit of this repository");
     }
 }
-
-/// The demo is the README's first command: it must find the seed's gap and exit 0.
-#[test]
-fn demo_finds_the_seed_gap() {
-    let (code, out, err) = run(bin().args(["demo", "--listen", "127.0.0.1:0"]));
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("GAP test-0 offsets 2–3, 2 records"), "{out}");
-    assert!(
-        out.contains("SIMULATED"),
-        "simulated parts are labelled: {out}"
-    );
-}

@@ -3,8 +3,28 @@
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use std::time::Duration;
+
+/// Bounds each of the two requests [`describe`] makes; the caller's verify round waits on
+/// them.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a topic's retention could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionError {
+    /// The broker does not implement DescribeConfigs (librdkafka's mock cluster, some
+    /// Kafka-compatible brokers): a property of the broker, not a failure; asking again
+    /// later gives the same answer.
+    #[error("the broker does not implement DescribeConfigs")]
+    Unsupported,
+    /// The broker answered with no configuration for the topic.
+    #[error("the broker returned no configuration for topic {0}")]
+    Empty(String),
+    /// Kafka could not be asked, or refused.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+}
 
 /// A topic's deletion settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,25 +80,38 @@ impl Retention {
     }
 }
 
-/// Reads the retention settings of `topic`.
+/// Reads the retention settings of `topic`, from a broker that leads one of its partitions.
+///
+/// Topic configs can be read from any broker (Kafka's own admin client sends the request
+/// to its least loaded broker); librdkafka sends it to the controller unless told
+/// otherwise, and waits out the whole timeout when the controller that metadata names is
+/// no broker it knows — librdkafka's mock cluster names broker 0, which does not exist.
 pub async fn describe(
     admin: &AdminClient<DefaultClientContext>,
     topic: &str,
-) -> Result<Retention, KafkaError> {
+) -> Result<Retention, RetentionError> {
+    let broker = blocking(|| some_broker(admin, topic))?;
     let spec = ResourceSpecifier::Topic(topic);
-    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
-    let results = admin.describe_configs([&spec], &opts).await?;
-    let resource = results
-        .into_iter()
-        .next()
-        .ok_or_else(|| KafkaError::AdminOpCreation("empty DescribeConfigs answer".into()))?
-        .map_err(KafkaError::AdminOp)?;
+    let opts = AdminOptions::new()
+        .request_timeout(Some(TIMEOUT))
+        .broker_id(broker);
+    let results = match admin.describe_configs([&spec], &opts).await {
+        Err(KafkaError::AdminOp(RDKafkaErrorCode::UnsupportedFeature)) => {
+            return Err(RetentionError::Unsupported);
+        }
+        r => r?,
+    };
+    let resource = match results.into_iter().next() {
+        None => return Err(RetentionError::Empty(topic.to_string())),
+        Some(Err(RDKafkaErrorCode::UnsupportedFeature)) => {
+            return Err(RetentionError::Unsupported);
+        }
+        Some(r) => r.map_err(KafkaError::AdminOp)?,
+    };
     // A real Kafka lists every topic config; an empty answer (some Kafka-compatible brokers)
     // would turn into Kafka's defaults, which may be wrong: treat it as unknown.
     if resource.entries.is_empty() {
-        return Err(KafkaError::AdminOpCreation(format!(
-            "the broker returned no configuration for topic {topic}"
-        )));
+        return Err(RetentionError::Empty(topic.to_string()));
     }
     Ok(Retention::from_entries(
         resource
@@ -86,6 +119,33 @@ pub async fn describe(
             .iter()
             .map(|e| (e.name.as_str(), e.value.as_deref())),
     ))
+}
+
+/// A broker leading a partition of `topic`, else any broker the metadata lists; `None`
+/// (librdkafka's own choice) when it lists none.
+fn some_broker(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> Result<Option<i32>, KafkaError> {
+    let md = admin.inner().fetch_metadata(Some(topic), TIMEOUT)?;
+    let leader = md
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions())
+        .map(|p| p.leader())
+        .find(|id| *id >= 0);
+    Ok(leader.or_else(|| md.brokers().first().map(|b| b.id())))
+}
+
+/// Runs a blocking librdkafka call from async code without stalling the other tasks of a
+/// multi-threaded runtime (a current-thread runtime, as in tests, just waits).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
 }
 
 /// Seconds left before the first open gap's records are deleted, for the
@@ -135,6 +195,27 @@ mod tests {
             compact.deadline_ms(Some(1_000)),
             None,
             "compaction never deletes by time"
+        );
+    }
+
+    /// librdkafka sent DescribeConfigs to the controller named in metadata; the mock
+    /// cluster names broker 0, which does not exist, so every read waited out the whole
+    /// 10 s timeout (blocking the verify round) and then logged a WARN.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_broker_without_describe_configs_answers_at_once() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("t", 1, 1).expect("topic");
+        let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .create()
+            .expect("admin client");
+        let started = std::time::Instant::now();
+        let r = describe(&admin, "t").await;
+        assert!(matches!(r, Err(RetentionError::Unsupported)), "{r:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
         );
     }
 
