@@ -4,12 +4,32 @@
 //! protocol moves a partition to another instance, the new owner needs what the old one
 //! knew: the settled watermark, the ledger snapshot (missing runs under re-check, open
 //! gaps, the tail gap) and the open gaps as reported (state, acknowledgement, cause). The
-//! old owner publishes that, per partition, to a compacted Kafka topic keyed
-//! `{audit}\0{topic}\0{partition}` on every persist — acknowledged by the broker BEFORE the
-//! settled offset is committed, the same ordering the store follows — and the new owner
-//! reads the latest record per assigned partition when it is assigned one.
+//! old owner publishes that, per partition, to a compacted Kafka topic on every persist —
+//! acknowledged by the broker BEFORE the settled offset is committed, the same ordering the
+//! store follows — and the new owner reads the latest complete state per assigned partition
+//! when it is assigned one.
 //!
-//! The pure parts (record key, encoding, which record is newest, which state wins) are
+//! A partition's state (one JSON document, [`PartitionState`]) grows with its open gaps and
+//! soon passes a broker's message size limit (`message.max.bytes`, 1 MB by default). So it
+//! travels in one of two shapes (docs/SCALING.md, "Record format"):
+//!
+//! - **single**: the document as one record keyed `{audit}\0{topic}\0{partition}`, when it
+//!   fits the limit — the format of version 1, which older binaries read and write;
+//! - **chunked**: a *set* of records keyed `{audit}\0{topic}\0{partition}\0{slot}\0{index}`,
+//!   each value a one-line JSON [`ChunkHeader`] (set id, index, count, total size,
+//!   checksum), a newline and a slice of the document. A set counts only once every one of
+//!   its `count` chunks is the live record of its key (what log compaction would keep), so
+//!   a set cut short by a crash is never taken: the reader keeps the state that completed
+//!   before it. Sets alternate between two slots, and a writer never writes into the slot
+//!   of the latest complete set, so even after compaction a crash mid-publish cannot destroy
+//!   the previous complete state; chunks an older, longer set left behind in a slot are
+//!   deleted (tombstones) once a newer set is acknowledged, and are never mixed into it
+//!   (they carry another set id).
+//!
+//! Every record of this binary goes to partition 0 of the handover topic: a set's chunks
+//! must share one log to be ordered.
+//!
+//! The pure parts (keys, encoding, chunk planning, reassembly, which state wins) are
 //! separate from the Kafka I/O ([`Handover`]) and unit-tested below.
 
 use crate::config::KafkaConfig;
@@ -19,16 +39,42 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Version of the record format this binary writes; records of a newer version are ignored
-/// (with a warning) rather than misread.
+/// Version of the state document this binary writes; documents of a newer version are
+/// ignored (with a warning) rather than misread.
 pub const VERSION: u32 = 1;
+
+/// Version of the chunk envelope ([`ChunkHeader::chunk`]); chunks of a newer envelope are
+/// ignored rather than misread.
+pub const CHUNK_VERSION: u32 = 1;
+
+/// librdkafka's default `message.max.bytes`: the record limit when `kafka.properties` sets
+/// none.
+pub const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
+
+/// Bytes of the record limit kept for what is neither key nor value: librdkafka counts its
+/// per-message wire overhead against `message.max.bytes` at enqueue, and a broker counts the
+/// record batch header (61 bytes) and the record's framing against its own limit.
+pub const FRAMING: usize = 512;
+
+/// The smallest chunk payload worth sending: a limit that leaves less room next to the key
+/// and header is a configuration error, not something to work around with 10,000 chunks.
+const MIN_CHUNK: usize = 1024;
+
+/// How often one publish halves its record size after the broker refused a record as too
+/// large (the broker's or topic's own limit is below the producer's `message.max.bytes`).
+const MAX_SHRINKS: u32 = 8;
+
+/// The handover topic partition every record of this binary is produced to.
+const PARTITION: i32 = 0;
 
 /// How long a handover produce (all partitions of one persist) may take before the persist
 /// counts as failed and the settled offset stays uncommitted.
@@ -61,6 +107,19 @@ pub enum HandoverError {
         high: Vec<Offset>,
         /// The limit.
         secs: u64,
+    },
+    /// `message.max.bytes` (or what the broker accepted) leaves no room for a chunk next
+    /// to a record's key, header and framing.
+    #[error(
+        "handover topic {topic}: a record limit of {limit} bytes leaves no room for a chunk of partition state (at least {need} bytes needed; raise kafka.properties.\"message.max.bytes\" and the topic's max.message.bytes)"
+    )]
+    LimitTooSmall {
+        /// The handover topic.
+        topic: String,
+        /// The record limit in force.
+        limit: usize,
+        /// The smallest limit that works for this key.
+        need: usize,
     },
     /// A record is not a handover document.
     #[error("handover record {key:?}: {what}")]
@@ -112,19 +171,23 @@ impl PartitionState {
     }
 }
 
-/// The compaction key of a partition's state: `{audit}\0{topic}\0{partition}`. NUL cannot
-/// occur in an audit or topic name, so keys never collide.
+/// The key of a partition's state as a single record: `{audit}\0{topic}\0{partition}`,
+/// also the prefix of its chunks' keys ([`chunk_key`]). NUL cannot occur in an audit or
+/// topic name, so keys never collide.
 pub fn key(audit: &str, tp: &TopicPartition) -> Vec<u8> {
     format!("{audit}\u{0}{}\u{0}{}", tp.topic, tp.partition).into_bytes()
 }
 
-/// The record value of a partition's state.
+/// A partition's state as a JSON document (the value of a single record, the payload a
+/// chunked set splits).
 pub fn encode(state: &PartitionState) -> Vec<u8> {
     // Serializing plain data (strings, numbers, JSON values) cannot fail.
     serde_json::to_vec(state).unwrap_or_default()
 }
 
-/// Decodes a record. `Ok(None)`: a tombstone, or a record of a newer format version.
+/// Decodes a state document read under single-record key `key` (a reassembled set is
+/// checked against the key it was assembled for). `Ok(None)`: a tombstone, or a document
+/// of a newer format version.
 pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<PartitionState>, HandoverError> {
     let Some(value) = value else {
         return Ok(None);
@@ -158,8 +221,9 @@ pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<PartitionState>
 }
 
 /// Of two states of one partition, the one to keep: the higher settled watermark, then the
-/// later write. (Records of one key are read in log order; this decides between partitions
-/// of the handover topic should a key appear in two, after a repartitioning.)
+/// later write. (Within one partition of the handover topic the log order decides; this
+/// decides between partitions, should a partition's state appear in two: written by an
+/// older binary to a topic of several partitions, or after a repartitioning.)
 pub fn newer(a: PartitionState, b: PartitionState) -> PartitionState {
     if (b.settled, b.written_at) >= (a.settled, a.written_at) {
         b
@@ -190,32 +254,513 @@ pub fn owner_id() -> String {
     format!("{host}:{}", std::process::id())
 }
 
+/// The record size limit the handover producer must respect: `message.max.bytes` as
+/// configured in `kafka.properties` (librdkafka refuses a larger record at enqueue), else
+/// librdkafka's default. A value librdkafka would not accept either falls back to the
+/// default (creating the producer then fails with librdkafka's own message).
+pub fn record_limit(kafka: &KafkaConfig) -> usize {
+    kafka
+        .properties
+        .get("message.max.bytes")
+        .and_then(|v| v.expose().trim().parse::<usize>().ok())
+        .filter(|v| *v > 0)
+        .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES)
+}
+
+/// The key of chunk `index` of a set in `slot` (0 or 1) of the partition whose single-record
+/// key is `base`: `{base}\0{slot}\0{index}`. Keys are per slot and index, not per set, so a
+/// compacted topic keeps at most two sets per partition.
+pub fn chunk_key(base: &[u8], slot: u8, index: u32) -> Vec<u8> {
+    let mut k = base.to_vec();
+    k.extend_from_slice(format!("\u{0}{slot}\u{0}{index}").as_bytes());
+    k
+}
+
+/// What a handover key names: the partition's single record, or one chunk of a set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyKind {
+    Single,
+    Chunk { slot: u8, index: u32 },
+}
+
+/// Splits a handover key into its single-record key (the partition) and what it names;
+/// `None` for keys this binary did not write.
+fn parse_key(k: &[u8]) -> Option<(&[u8], KeyKind)> {
+    let nuls: Vec<usize> = k
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == 0)
+        .map(|(i, _)| i)
+        .collect();
+    match nuls.as_slice() {
+        [_, _] => Some((k, KeyKind::Single)),
+        [_, _, s, i] => {
+            let slot = std::str::from_utf8(&k[s + 1..*i])
+                .ok()?
+                .parse::<u8>()
+                .ok()?;
+            let index = std::str::from_utf8(&k[i + 1..]).ok()?.parse::<u32>().ok()?;
+            (slot < 2).then_some((&k[..*s], KeyKind::Chunk { slot, index }))
+        }
+        _ => None,
+    }
+}
+
+/// The first line of a chunk's value (JSON), followed by `\n` and the chunk's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkHeader {
+    /// Envelope version ([`CHUNK_VERSION`]).
+    pub chunk: u32,
+    /// The set this chunk belongs to: unique per publish (`owner/nanos/sequence`), so
+    /// chunks of two publishes are never joined even when their slots and indexes match.
+    pub set: String,
+    /// Position of the chunk in the document, from 0.
+    pub index: u32,
+    /// Chunks in the set.
+    pub count: u32,
+    /// Length of the whole document.
+    pub bytes: u64,
+    /// FNV-1a 64 of the whole document: catches chunks joined wrongly whatever the cause.
+    pub fnv: u64,
+}
+
+/// FNV-1a, 64 bits: no dependency, and enough to tell two documents apart.
+fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn chunk_value(h: &ChunkHeader, data: &[u8]) -> Vec<u8> {
+    // Serializing plain data cannot fail; JSON text has no raw newline.
+    let mut v = serde_json::to_vec(h).unwrap_or_default();
+    v.push(b'\n');
+    v.extend_from_slice(data);
+    v
+}
+
+fn parse_chunk(v: &[u8]) -> Option<(ChunkHeader, &[u8])> {
+    let nl = v.iter().position(|b| *b == b'\n')?;
+    let h: ChunkHeader = serde_json::from_slice(&v[..nl]).ok()?;
+    (h.chunk <= CHUNK_VERSION && h.count > 0 && h.index < h.count).then_some((h, &v[nl + 1..]))
+}
+
+/// Where the latest complete state of a partition is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latest {
+    /// The single record.
+    Single,
+    /// The set in this slot.
+    Chunks(u8),
+}
+
+/// What the handover keys of one partition hold, as far as this process knows (from its
+/// read at assignment and its own publishes since).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slots {
+    /// The latest complete state; `None`: unknown, or nothing.
+    pub latest: Option<Latest>,
+    /// Per slot, how many chunk keys (indexes `0..n`) may hold a record: those beyond a new
+    /// set's count are deleted once it is acknowledged.
+    pub written: [u32; 2],
+    /// The single-record key may hold a record (deleted when a set replaces it).
+    pub single_live: bool,
+}
+
+impl Default for Slots {
+    /// Nothing known: write slot 0, and delete a single record that may be there.
+    fn default() -> Self {
+        Slots {
+            latest: None,
+            written: [0, 0],
+            single_live: true,
+        }
+    }
+}
+
+/// What one partition's publish sends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The records that carry the state: one single record, or a set's chunks.
+    pub records: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Tombstones sent once `records` are acknowledged: chunks of older sets that no
+    /// longer belong to a live state, or the single record a set replaces.
+    pub cleanup: Vec<Vec<u8>>,
+    /// What the keys hold once `records` are acknowledged.
+    pub done: Slots,
+    /// What the keys may hold if the publish fails part way: the latest complete state is
+    /// unchanged (or is the single record, which is atomic), and the slot written may hold
+    /// more chunks.
+    pub failed: Slots,
+}
+
+/// Plans the records of one partition's state `doc` under single-record key `base`, each
+/// record (key + value + [`FRAMING`]) within `limit` bytes. A document that fits stays one
+/// single record (version 1, readable by older binaries); a larger one becomes a set of
+/// chunks in the slot that does NOT hold the latest complete state. `Err(need)`: `limit`
+/// leaves no room for a chunk; `need` is the smallest that would.
+pub fn plan(
+    doc: &[u8],
+    base: &[u8],
+    slots: &Slots,
+    limit: usize,
+    set: &str,
+) -> Result<Plan, usize> {
+    if base.len() + doc.len() + FRAMING <= limit {
+        let cleanup = (0..2u8)
+            .flat_map(|s| (0..slots.written[usize::from(s)]).map(move |i| chunk_key(base, s, i)))
+            .collect();
+        return Ok(Plan {
+            records: vec![(base.to_vec(), doc.to_vec())],
+            cleanup,
+            done: Slots {
+                latest: Some(Latest::Single),
+                written: [0, 0],
+                single_live: true,
+            },
+            failed: Slots {
+                single_live: true,
+                ..*slots
+            },
+        });
+    }
+    let slot: u8 = match slots.latest {
+        Some(Latest::Chunks(s)) => 1 - s.min(1),
+        _ => 0,
+    };
+    // Worst-case widths: the header and key must fit whatever the final count and index.
+    let widest = ChunkHeader {
+        chunk: CHUNK_VERSION,
+        set: set.to_string(),
+        index: u32::MAX,
+        count: u32::MAX,
+        bytes: u64::MAX,
+        fnv: u64::MAX,
+    };
+    let reserve = FRAMING + chunk_key(base, slot, u32::MAX).len() + chunk_value(&widest, &[]).len();
+    let room = limit.saturating_sub(reserve);
+    if room < MIN_CHUNK {
+        return Err(reserve + MIN_CHUNK);
+    }
+    let pieces: Vec<&[u8]> = doc.chunks(room).collect();
+    let count = u32::try_from(pieces.len()).map_err(|_| usize::MAX)?;
+    let (bytes, fnv) = (doc.len() as u64, fnv1a(doc));
+    let records = pieces
+        .iter()
+        .zip(0u32..)
+        .map(|(data, index)| {
+            let h = ChunkHeader {
+                chunk: CHUNK_VERSION,
+                set: set.to_string(),
+                index,
+                count,
+                bytes,
+                fnv,
+            };
+            (chunk_key(base, slot, index), chunk_value(&h, data))
+        })
+        .collect();
+    let s = usize::from(slot);
+    let mut cleanup: Vec<Vec<u8>> = (count..slots.written[s])
+        .map(|i| chunk_key(base, slot, i))
+        .collect();
+    if slots.single_live {
+        cleanup.push(base.to_vec());
+    }
+    let mut done = Slots {
+        latest: Some(Latest::Chunks(slot)),
+        written: slots.written,
+        single_live: false,
+    };
+    done.written[s] = count;
+    let mut failed = *slots;
+    failed.written[s] = failed.written[s].max(count);
+    Ok(Plan {
+        records,
+        cleanup,
+        done,
+        failed,
+    })
+}
+
+/// The set a chunk belongs to: everything its header says about the whole, so a chunk
+/// whose header disagrees is of another set.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SetId {
+    slot: u8,
+    set: String,
+    count: u32,
+    bytes: u64,
+    fnv: u64,
+}
+
+/// A complete state as read, decoded only at the end (a partition's log may hold many
+/// complete states; only the last one is used).
+#[derive(Debug, Clone)]
+struct Complete {
+    doc: Vec<u8>,
+    from: Latest,
+}
+
+/// One partition's keys in one handover partition, replayed in log order.
+#[derive(Debug, Default)]
+struct KeyLog {
+    /// The live record of each chunk key (slot, index): its set and bytes.
+    chunks: HashMap<(u8, u32), (SetId, Vec<u8>)>,
+    /// Live chunks per set.
+    live: HashMap<SetId, u32>,
+    single_live: bool,
+    /// The latest complete state, and the one before it (used if the latest does not
+    /// decode).
+    latest: Option<Complete>,
+    before: Option<Complete>,
+}
+
+impl KeyLog {
+    fn complete(&mut self, c: Complete) {
+        self.before = self.latest.replace(c);
+    }
+
+    fn forget_chunk(&mut self, at: (u8, u32)) {
+        if let Some((id, _)) = self.chunks.remove(&at)
+            && let Some(n) = self.live.get_mut(&id)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.live.remove(&id);
+            }
+        }
+    }
+
+    fn push(&mut self, base: &[u8], kind: KeyKind, value: Option<&[u8]>) {
+        match (kind, value) {
+            (KeyKind::Single, Some(v)) => {
+                self.single_live = true;
+                self.complete(Complete {
+                    doc: v.to_vec(),
+                    from: Latest::Single,
+                });
+            }
+            // A tombstone of the single record forgets the state it held, not a set's.
+            (KeyKind::Single, None) => {
+                self.single_live = false;
+                if self
+                    .latest
+                    .as_ref()
+                    .is_some_and(|c| c.from == Latest::Single)
+                {
+                    self.latest = None;
+                    self.before = None;
+                }
+            }
+            (KeyKind::Chunk { slot, index }, v) => {
+                // Any record under a chunk key replaces the one before it, as compaction
+                // will: that chunk no longer counts for its set.
+                self.forget_chunk((slot, index));
+                let Some(v) = v else { return };
+                let Some((h, data)) = parse_chunk(v).filter(|(h, _)| h.index == index) else {
+                    tracing::warn!(key = %String::from_utf8_lossy(base).replace('\0', "/"), slot, index,
+                        "unreadable handover chunk (or of a newer gap-auditor) ignored");
+                    return;
+                };
+                let id = SetId {
+                    slot,
+                    set: h.set,
+                    count: h.count,
+                    bytes: h.bytes,
+                    fnv: h.fnv,
+                };
+                self.chunks
+                    .insert((slot, index), (id.clone(), data.to_vec()));
+                let n = self.live.entry(id.clone()).or_insert(0);
+                *n += 1;
+                if *n == id.count {
+                    self.assemble(base, &id);
+                }
+            }
+        }
+    }
+
+    /// Called when all `count` chunk keys of `id`'s slot below its count hold its chunks.
+    fn assemble(&mut self, base: &[u8], id: &SetId) {
+        let mut doc = Vec::with_capacity(usize::try_from(id.bytes).unwrap_or(0));
+        for i in 0..id.count {
+            match self.chunks.get(&(id.slot, i)) {
+                Some((c, data)) if c == id => doc.extend_from_slice(data),
+                _ => return,
+            }
+        }
+        if doc.len() as u64 != id.bytes || fnv1a(&doc) != id.fnv {
+            tracing::warn!(key = %String::from_utf8_lossy(base).replace('\0', "/"), set = %id.set,
+                "handover chunks do not add up to their document (size or checksum): set ignored");
+            return;
+        }
+        self.complete(Complete {
+            doc,
+            from: Latest::Chunks(id.slot),
+        });
+    }
+
+    /// What the keys hold, for the next publish.
+    fn slots(&self) -> Slots {
+        let mut written = [0u32, 0];
+        for (slot, index) in self.chunks.keys() {
+            let w = &mut written[usize::from(*slot)];
+            *w = (*w).max(index + 1);
+        }
+        Slots {
+            latest: self.latest.as_ref().map(|c| c.from),
+            written,
+            single_live: self.single_live,
+        }
+    }
+
+    /// The latest complete state that decodes (the one before it if the latest does not).
+    fn state(&self, base: &[u8]) -> Option<PartitionState> {
+        for c in [&self.latest, &self.before].into_iter().flatten() {
+            match decode(base, Some(&c.doc)) {
+                Ok(Some(s)) => return Some(s),
+                Ok(None) => return None,
+                Err(e) => tracing::warn!(error = %e, "unreadable handover state skipped"),
+            }
+        }
+        None
+    }
+}
+
+/// Rebuilds the latest complete state of some partitions from the handover topic's records,
+/// fed in log order per handover partition ([`Reassembler::push`]).
+#[derive(Debug)]
+pub struct Reassembler {
+    /// Single-record key → partition, of the partitions wanted.
+    wanted: HashMap<Vec<u8>, TopicPartition>,
+    logs: HashMap<(i32, Vec<u8>), KeyLog>,
+}
+
+impl Reassembler {
+    /// A reassembler for partitions `tps` of `audit`; records of others are skipped.
+    pub fn new(audit: &str, tps: &[TopicPartition]) -> Reassembler {
+        Reassembler {
+            wanted: tps.iter().map(|tp| (key(audit, tp), tp.clone())).collect(),
+            logs: HashMap::new(),
+        }
+    }
+
+    /// Feeds one record of handover partition `partition` (`value` `None`: a tombstone).
+    pub fn push(&mut self, partition: i32, key: &[u8], value: Option<&[u8]>) {
+        let Some((base, kind)) = parse_key(key) else {
+            return;
+        };
+        if !self.wanted.contains_key(base) {
+            return;
+        }
+        self.logs
+            .entry((partition, base.to_vec()))
+            .or_default()
+            .push(base, kind, value);
+    }
+
+    /// The latest complete state of each wanted partition that has one, and what its keys
+    /// in handover partition 0 hold (for [`plan`]; every wanted partition has an entry).
+    pub fn finish(
+        self,
+    ) -> (
+        HashMap<TopicPartition, PartitionState>,
+        HashMap<Vec<u8>, Slots>,
+    ) {
+        let mut states: HashMap<TopicPartition, PartitionState> = HashMap::new();
+        let mut slots: HashMap<Vec<u8>, Slots> = self
+            .wanted
+            .keys()
+            .map(|k| {
+                (
+                    k.clone(),
+                    Slots {
+                        single_live: false,
+                        ..Slots::default()
+                    },
+                )
+            })
+            .collect();
+        for ((partition, base), log) in &self.logs {
+            if *partition == PARTITION {
+                slots.insert(base.clone(), log.slots());
+            }
+            let Some(tp) = self.wanted.get(base) else {
+                continue;
+            };
+            if let Some(s) = log.state(base) {
+                let s = match states.remove(tp) {
+                    Some(prev) => newer(prev, s),
+                    None => s,
+                };
+                states.insert(tp.clone(), s);
+            }
+        }
+        (states, slots)
+    }
+}
+
 /// The Kafka side: a producer for the states and short-lived readers at assignment.
 pub struct Handover {
     topic: String,
     base: ClientConfig,
     producer: FutureProducer,
     owner: String,
+    /// The largest record (key + value + framing) sent: `message.max.bytes`, lowered for
+    /// good when the broker refuses a record as too large.
+    limit: AtomicUsize,
+    /// What each partition's keys hold (single-record key → [`Slots`]), from the read at
+    /// assignment and this process's publishes since.
+    slots: Mutex<HashMap<Vec<u8>, Slots>>,
+    /// Makes set ids unique within this process.
+    sets: AtomicU64,
 }
 
 impl std::fmt::Debug for Handover {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Handover")
             .field("topic", &self.topic)
+            .field("limit", &self.limit)
             .finish_non_exhaustive()
     }
+}
+
+/// One record in flight, and which state it carries.
+struct Sent {
+    state: usize,
+    delivery: DeliveryFuture,
+}
+
+/// Whether a produce failed because the record is over a size limit (librdkafka's at
+/// enqueue, or the broker's / topic's).
+fn too_large(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::MessageBatchTooLarge)
+    )
 }
 
 impl Handover {
     /// A handover client for `topic`: an idempotent producer with `acks=all`, by default
     /// one record per batch (some brokers, tansu among them, report a wrong high watermark
-    /// for multi-record batches, and the reader stops at the high watermark);
-    /// `kafka.properties` may raise `linger.ms` and `batch.num.messages`.
+    /// for multi-record batches, and the reader stops at the high watermark) and lz4
+    /// compression (state documents are repetitive JSON); `kafka.properties` may raise
+    /// `linger.ms` and `batch.num.messages` and choose `compression.type`. Records are cut
+    /// to `kafka.properties."message.max.bytes"` ([`record_limit`]).
     pub fn new(kafka: &KafkaConfig, topic: &str) -> Result<Handover, HandoverError> {
         let base = crate::kafka::client::base(kafka);
         let mut p = base.clone();
-        for (k, v) in [("linger.ms", "0"), ("batch.num.messages", "1")] {
-            if !kafka.properties.contains_key(k) {
+        let user_set = |k: &str| {
+            kafka.properties.contains_key(k)
+                || (k == "compression.type" && kafka.properties.contains_key("compression.codec"))
+        };
+        for (k, v) in [
+            ("linger.ms", "0"),
+            ("batch.num.messages", "1"),
+            ("compression.type", "lz4"),
+        ] {
+            if !user_set(k) {
                 p.set(k, v);
             }
         }
@@ -233,6 +778,9 @@ impl Handover {
             base,
             producer,
             owner: owner_id(),
+            limit: AtomicUsize::new(record_limit(kafka)),
+            slots: Mutex::new(HashMap::new()),
+            sets: AtomicU64::new(0),
         })
     }
 
@@ -246,7 +794,12 @@ impl Handover {
         &self.owner
     }
 
-    fn kafka_err(&self, context: &str) -> impl FnOnce(rdkafka::error::KafkaError) -> HandoverError {
+    /// The largest record this client sends now (key, value and framing), in bytes.
+    pub fn record_limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    fn kafka_err(&self, context: &str) -> impl FnOnce(KafkaError) -> HandoverError {
         let topic = self.topic.clone();
         let context = context.to_string();
         move |e| HandoverError::Kafka {
@@ -256,9 +809,25 @@ impl Handover {
         }
     }
 
+    fn slots_of(&self, base: &[u8]) -> Slots {
+        let m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(base).copied().unwrap_or_default()
+    }
+
+    fn set_slots(&self, base: &[u8], s: Slots) {
+        let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(base.to_vec(), s);
+    }
+
+    fn new_set_id(&self) -> String {
+        let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+        let seq = self.sets.fetch_add(1, Ordering::Relaxed);
+        format!("{}/{nanos:x}/{seq}", self.owner)
+    }
+
     /// Creates the topic (one partition, `cleanup.policy=compact`) unless it exists. A
-    /// broker that ignores the config still works: only the latest record per key is ever
-    /// used, compaction only bounds the topic's size.
+    /// broker that ignores the config still works: only the latest complete state per
+    /// partition is ever used, compaction only bounds the topic's size.
     pub async fn ensure_topic(&self) -> Result<(), HandoverError> {
         let admin: AdminClient<DefaultClientContext> = self
             .base
@@ -281,7 +850,7 @@ impl Handover {
                     return Err(HandoverError::Kafka {
                         topic: self.topic.clone(),
                         context: "creating the topic".into(),
-                        source: Box::new(rdkafka::error::KafkaError::AdminOp(code)),
+                        source: Box::new(KafkaError::AdminOp(code)),
                     });
                 }
             }
@@ -289,42 +858,134 @@ impl Handover {
         Ok(())
     }
 
-    /// Produces one record per state and waits until the broker acknowledged every one
-    /// (`acks=all`). Only then may the settled offsets of these partitions be committed.
+    /// Publishes each state — one record, or a set of chunks each within the record limit —
+    /// and waits until the broker acknowledged every record (`acks=all`). Only then may the
+    /// settled offsets of these partitions be committed. A state the broker refuses as too
+    /// large is cut again at half the size (up to [`MAX_SHRINKS`] times, kept for later
+    /// publishes). After the acknowledgement, chunks older sets left behind are deleted
+    /// (tombstones; their failure only leaves garbage the reader ignores).
     pub async fn publish(&self, states: &[PartitionState]) -> Result<(), HandoverError> {
-        let mut pending = Vec::with_capacity(states.len());
-        for s in states {
-            let k = key(&s.audit, &s.tp());
-            let v = encode(s);
-            let rec = FutureRecord::to(&self.topic).key(&k).payload(&v);
-            let fut = self
-                .producer
-                .send_result(rec)
-                .map_err(|(e, _)| e)
-                .map_err(self.kafka_err("enqueueing a state"))?;
-            pending.push(fut);
-        }
-        for fut in pending {
-            match fut.await {
-                Ok(Ok(_)) => {}
-                Ok(Err((e, _))) => return Err(self.kafka_err("producing a state")(e)),
-                Err(_) => {
-                    return Err(self.kafka_err("producing a state")(
-                        rdkafka::error::KafkaError::Canceled,
-                    ));
+        let docs: Vec<(Vec<u8>, Vec<u8>)> = states
+            .iter()
+            .map(|s| (key(&s.audit, &s.tp()), encode(s)))
+            .collect();
+        let mut todo: Vec<usize> = (0..docs.len()).collect();
+        let mut cleanup: Vec<DeliveryFuture> = Vec::new();
+        let mut shrinks = 0;
+        loop {
+            let limit = self.record_limit();
+            let mut sent: Vec<Sent> = Vec::new();
+            let mut plans: HashMap<usize, Plan> = HashMap::new();
+            let mut refused: HashSet<usize> = HashSet::new();
+            let mut failure: Option<HandoverError> = None;
+            'states: for &i in &todo {
+                let (base, doc) = &docs[i];
+                let plan = plan(doc, base, &self.slots_of(base), limit, &self.new_set_id())
+                    .map_err(|need| HandoverError::LimitTooSmall {
+                        topic: self.topic.clone(),
+                        limit,
+                        need,
+                    })?;
+                // From the first enqueue on, the slot may hold this set's chunks.
+                self.set_slots(base, plan.failed);
+                for (k, v) in &plan.records {
+                    let rec = FutureRecord::to(&self.topic)
+                        .partition(PARTITION)
+                        .key(k)
+                        .payload(v);
+                    match self.producer.send_result(rec) {
+                        Ok(delivery) => sent.push(Sent { state: i, delivery }),
+                        Err((e, _)) if too_large(&e) => {
+                            refused.insert(i);
+                            continue 'states;
+                        }
+                        Err((e, _)) => {
+                            failure = Some(self.kafka_err("enqueueing a state")(e));
+                            break 'states;
+                        }
+                    }
                 }
+                plans.insert(i, plan);
+            }
+            // Everything enqueued is awaited, also after a failure: what reached the broker
+            // is what the slots must account for.
+            let mut ok: HashSet<usize> = plans.keys().copied().collect();
+            for s in sent {
+                let e = match s.delivery.await {
+                    Ok(Ok(_)) => continue,
+                    Ok(Err((e, _))) => e,
+                    Err(_) => KafkaError::Canceled,
+                };
+                ok.remove(&s.state);
+                if too_large(&e) {
+                    refused.insert(s.state);
+                } else if failure.is_none() {
+                    failure = Some(self.kafka_err("producing a state")(e));
+                }
+            }
+            for i in ok.iter().filter(|i| !refused.contains(i)) {
+                let Some(plan) = plans.remove(i) else {
+                    continue;
+                };
+                self.set_slots(&docs[*i].0, plan.done);
+                for k in &plan.cleanup {
+                    let rec = FutureRecord::<[u8], [u8]>::to(&self.topic)
+                        .partition(PARTITION)
+                        .key(k);
+                    if let Ok(d) = self.producer.send_result(rec) {
+                        cleanup.push(d);
+                    }
+                }
+                let records = plan.records.len();
+                if records > 1 {
+                    tracing::debug!(topic = %self.topic, partition = %states[*i].tp(), records,
+                        bytes = docs[*i].1.len(), "partition state published in chunks");
+                }
+            }
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            if refused.is_empty() {
+                break;
+            }
+            shrinks += 1;
+            let smaller = limit / 2;
+            if shrinks > MAX_SHRINKS {
+                return Err(HandoverError::LimitTooSmall {
+                    topic: self.topic.clone(),
+                    limit: smaller,
+                    need: limit,
+                });
+            }
+            tracing::warn!(topic = %self.topic, refused_at = limit, now = smaller,
+                "the broker refused a handover record as too large (its limit is below kafka.properties.\"message.max.bytes\"): cutting partition state into smaller chunks");
+            self.limit.store(smaller, Ordering::Relaxed);
+            todo = refused.into_iter().collect();
+            todo.sort_unstable();
+        }
+        for d in cleanup {
+            if let Ok(Err((e, _))) = d.await {
+                tracing::debug!(topic = %self.topic, error = %e, "deleting stale handover chunks failed; they stay until the next publish of their partition replaces them");
             }
         }
         Ok(())
     }
 
     /// Reads the topic from the beginning to its high watermark (blocking: call it from
-    /// `spawn_blocking`) and returns the latest state of each of `tps` of `audit`.
+    /// `spawn_blocking`) and returns the latest complete state of each of `tps` of `audit`.
     pub fn read(
         &self,
         audit: &str,
         tps: &[TopicPartition],
     ) -> Result<HashMap<TopicPartition, PartitionState>, HandoverError> {
+        // Until this read succeeds, nothing is known about these partitions' keys: what this
+        // process knew from an earlier ownership is stale (another owner wrote since).
+        {
+            let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            for tp in tps {
+                m.remove(&key(audit, tp));
+            }
+        }
         let mut c = self.base.clone();
         // A group id is needed by librdkafka for a consumer; assign() never joins it and
         // nothing is committed.
@@ -357,14 +1018,10 @@ impl Handover {
                     .map_err(self.kafka_err("assigning"))?;
             }
         }
-        let wanted: std::collections::HashSet<Vec<u8>> =
-            tps.iter().map(|tp| key(audit, tp)).collect();
-        // Per partition state: the handover partition it was read from and the state.
-        let mut out: HashMap<TopicPartition, (i32, PartitionState)> = HashMap::new();
-        if high.is_empty() {
-            return Ok(HashMap::new());
+        let mut r = Reassembler::new(audit, tps);
+        if !high.is_empty() {
+            consumer.assign(&tpl).map_err(self.kafka_err("assigning"))?;
         }
-        consumer.assign(&tpl).map_err(self.kafka_err("assigning"))?;
         let mut reached: HashMap<i32, Offset> = HashMap::new();
         let deadline = Instant::now() + READ_TIMEOUT;
         while high
@@ -392,39 +1049,15 @@ impl Handover {
             };
             let m = m.map_err(self.kafka_err("reading"))?;
             reached.insert(m.partition(), m.offset() + 1);
-            let Some(k) = m.key() else { continue };
-            if !wanted.contains(k) {
-                continue;
-            }
-            match decode(k, m.payload()) {
-                Ok(Some(s)) => {
-                    let tp = s.tp();
-                    let s = match out.remove(&tp) {
-                        // Within one handover partition the log order decides; across
-                        // partitions (the topic was repartitioned) the state itself.
-                        Some((p, prev)) if p != m.partition() => newer(prev, s),
-                        _ => s,
-                    };
-                    out.insert(tp, (m.partition(), s));
-                }
-                // A tombstone forgets the partition's state.
-                Ok(None) if m.payload().is_none() => {
-                    out.remove(&k_tp(audit, tps, k));
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "unreadable handover record skipped"),
+            if let Some(k) = m.key() {
+                r.push(m.partition(), k, m.payload());
             }
         }
-        Ok(out.into_iter().map(|(tp, (_, s))| (tp, s)).collect())
+        let (states, slots) = r.finish();
+        let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        m.extend(slots);
+        Ok(states)
     }
-}
-
-/// The partition of `tps` whose key is `k` (only called with a wanted key).
-fn k_tp(audit: &str, tps: &[TopicPartition], k: &[u8]) -> TopicPartition {
-    tps.iter()
-        .find(|tp| key(audit, tp) == k)
-        .cloned()
-        .unwrap_or_else(|| TopicPartition::new(String::new(), -1))
 }
 
 #[cfg(test)]
@@ -527,5 +1160,449 @@ mod tests {
             "equal: gap states may be newer"
         );
         assert!(!prefer_handover(Some(101), &h));
+    }
+
+    // ---------------------------------------------------------------- chunked states
+
+    /// A state with `n` open gaps (and a ledger naming each), about 600 bytes per gap.
+    fn big(settled: Offset, n: usize) -> PartitionState {
+        let mut s = state(settled, 1_700_000_000 + settled);
+        let proto = s.gaps[0].clone();
+        s.gaps = (0..n)
+            .map(|i| {
+                let first = 2 * i as Offset + 1;
+                Gap {
+                    id: Gap::make_id("dns", "logs", 3, first),
+                    first_offset: first,
+                    last_offset: first,
+                    missing_records: 1,
+                    state: GapState::Open,
+                    ack_reason: None,
+                    ..proto.clone()
+                }
+            })
+            .collect();
+        s.ledger = serde_json::json!({
+            "gaps": (0..n).map(|i| serde_json::json!({"first": 2 * i + 1, "last": 2 * i + 1})).collect::<Vec<_>>(),
+        });
+        s
+    }
+
+    /// A handover log: (handover partition, key, value) in offset order.
+    type Log = Vec<(i32, Vec<u8>, Option<Vec<u8>>)>;
+
+    fn base() -> Vec<u8> {
+        key("dns", &TopicPartition::new("logs", 3))
+    }
+
+    fn tps() -> Vec<TopicPartition> {
+        vec![TopicPartition::new("logs", 3)]
+    }
+
+    /// A writer as [`Handover::publish`] drives [`plan`]: its own [`Slots`], updated as a
+    /// publish succeeds or fails.
+    struct Writer {
+        slots: Slots,
+        n: u32,
+    }
+
+    impl Writer {
+        fn new() -> Writer {
+            Writer {
+                slots: Slots::default(),
+                n: 0,
+            }
+        }
+
+        fn plan(&mut self, s: &PartitionState, limit: usize) -> Plan {
+            self.n += 1;
+            plan(
+                &encode(s),
+                &base(),
+                &self.slots,
+                limit,
+                &format!("w/{}", self.n),
+            )
+            .expect("limit leaves room")
+        }
+
+        /// The whole publish: records, then (acknowledged) the tombstones.
+        fn publish(&mut self, log: &mut Log, s: &PartitionState, limit: usize) -> Plan {
+            let p = self.plan(s, limit);
+            log.extend(
+                p.records
+                    .iter()
+                    .map(|(k, v)| (0, k.clone(), Some(v.clone()))),
+            );
+            log.extend(p.cleanup.iter().map(|k| (0, k.clone(), None)));
+            self.slots = p.done;
+            p.clone()
+        }
+
+        /// A crash after the first `sent` records of the publish.
+        fn crash(&mut self, log: &mut Log, s: &PartitionState, limit: usize, sent: usize) {
+            let p = self.plan(s, limit);
+            assert!(sent < p.records.len(), "the crash must cut the set short");
+            log.extend(
+                p.records
+                    .iter()
+                    .take(sent)
+                    .map(|(k, v)| (0, k.clone(), Some(v.clone()))),
+            );
+            self.slots = p.failed;
+        }
+    }
+
+    fn read(log: &Log) -> (Option<PartitionState>, Slots) {
+        let mut r = Reassembler::new("dns", &tps());
+        for (p, k, v) in log {
+            r.push(*p, k, v.as_deref());
+        }
+        let (mut states, slots) = r.finish();
+        (
+            states.remove(&TopicPartition::new("logs", 3)),
+            slots
+                .get(&base())
+                .copied()
+                .expect("slots of a wanted partition"),
+        )
+    }
+
+    /// What log compaction keeps: the last record of each key, at its offset (tombstones
+    /// included, as before `delete.retention.ms`; `drop_tombstones` for after it).
+    fn compact(log: &Log, drop_tombstones: bool) -> Log {
+        let last: HashMap<(i32, &[u8]), usize> = log
+            .iter()
+            .enumerate()
+            .map(|(i, (p, k, _))| ((*p, k.as_slice()), i))
+            .collect();
+        log.iter()
+            .enumerate()
+            .filter(|(i, (p, k, v))| {
+                last.get(&(*p, k.as_slice())) == Some(i) && !(drop_tombstones && v.is_none())
+            })
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    /// Reads `log` as written and after compaction: both must give `want`.
+    fn assert_reads(log: &Log, want: Option<&PartitionState>, what: &str) {
+        assert_eq!(read(log).0.as_ref(), want, "{what}: as written");
+        assert_eq!(
+            read(&compact(log, false)).0.as_ref(),
+            want,
+            "{what}: compacted"
+        );
+        assert_eq!(
+            read(&compact(log, true)).0.as_ref(),
+            want,
+            "{what}: compacted, tombstones gone"
+        );
+    }
+
+    const LIMIT: usize = 100_000;
+
+    #[test]
+    fn a_large_state_is_cut_into_chunks_within_the_limit_and_reassembled() {
+        let s = big(4000, 2000);
+        let doc = encode(&s);
+        assert!(doc.len() > 8 * LIMIT, "{} bytes", doc.len());
+        let mut log = Log::new();
+        let p = Writer::new().publish(&mut log, &s, LIMIT);
+        assert!(p.records.len() > 8, "{} chunks", p.records.len());
+        for (k, v) in &p.records {
+            assert!(
+                k.len() + v.len() + FRAMING <= LIMIT,
+                "{} bytes",
+                k.len() + v.len()
+            );
+            assert!(k.starts_with(&base()));
+        }
+        assert_reads(&log, Some(&s), "one set");
+        // Only the pieces of the document travel, plus a header line per chunk.
+        let payload: usize = p.records.iter().map(|(_, v)| v.len()).sum();
+        assert!(payload < doc.len() + 200 * p.records.len());
+    }
+
+    #[test]
+    fn a_state_that_fits_stays_one_record_in_the_version_1_format() {
+        let s = state(42, 1_700_000_100);
+        let mut log = Log::new();
+        let p = Writer::new().publish(&mut log, &s, LIMIT);
+        assert_eq!(
+            p.records,
+            vec![(base(), encode(&s))],
+            "what older binaries read"
+        );
+        assert_reads(&log, Some(&s), "single record");
+        // And an older binary's record is read as before.
+        assert_reads(&vec![(0, base(), Some(encode(&s)))], Some(&s), "v1 record");
+    }
+
+    #[test]
+    fn a_set_cut_short_by_a_crash_is_never_taken_the_previous_state_is() {
+        let (a, b, c) = (big(100, 1000), big(200, 1200), big(300, 1100));
+        let mut w = Writer::new();
+        let mut log = Log::new();
+        // Nothing complete yet: no state at all, not a piece of one.
+        w.crash(&mut log, &a, LIMIT, 3);
+        assert_reads(&log, None, "only a partial set");
+        w.publish(&mut log, &a, LIMIT);
+        assert_reads(&log, Some(&a), "A complete");
+        for sent in [1, 5] {
+            w.crash(&mut log, &b, LIMIT, sent);
+            assert_reads(&log, Some(&a), "B cut short: A stays");
+        }
+        // The retry after the crash writes B's slot again, never A's.
+        let slot_of = |p: &Plan| match parse_key(&p.records[0].0) {
+            Some((_, KeyKind::Chunk { slot, .. })) => slot,
+            other => panic!("not a chunk: {other:?}"),
+        };
+        let a_slot = match read(&log).1.latest {
+            Some(Latest::Chunks(s)) => s,
+            other => panic!("A is the latest complete state: {other:?}"),
+        };
+        let p = w.publish(&mut log, &c, LIMIT);
+        assert_ne!(slot_of(&p), a_slot);
+        assert_reads(&log, Some(&c), "C complete");
+    }
+
+    #[test]
+    fn a_writer_never_writes_into_the_slot_of_the_latest_complete_state() {
+        let mut w = Writer::new();
+        let mut log = Log::new();
+        let mut last = None;
+        for i in 0..6 {
+            let p = w.publish(&mut log, &big(i, 300 + 50 * i as usize), LIMIT);
+            let Some(Latest::Chunks(slot)) = p.done.latest else {
+                panic!("chunked")
+            };
+            assert_ne!(
+                Some(slot),
+                last,
+                "publish {i} overwrote the latest complete set"
+            );
+            last = Some(slot);
+            // A crash in the next publish would only touch the other slot.
+            let next = w.plan(&big(99, 400), LIMIT);
+            assert!(
+                next.records.iter().all(|(k, _)| matches!(parse_key(k),
+                    Some((_, KeyKind::Chunk { slot: s, .. })) if s != slot)),
+                "the next set goes to the other slot"
+            );
+        }
+    }
+
+    #[test]
+    fn chunks_an_older_longer_set_left_are_deleted_and_never_mixed_into_a_newer_one() {
+        let long = big(100, 2000);
+        let mid = big(150, 600);
+        let short = big(200, 500);
+        let mut w = Writer::new();
+        let mut log = Log::new();
+        let p_long = w.publish(&mut log, &long, LIMIT); // slot 0
+        w.publish(&mut log, &mid, LIMIT); // slot 1
+        let p_short = w.publish(&mut log, &short, LIMIT); // slot 0 again, fewer chunks
+        assert!(p_short.records.len() < p_long.records.len());
+        // The newer set's tombstones cover exactly the older set's extra chunks.
+        let stale: Vec<Vec<u8>> = (p_short.records.len() as u32..p_long.records.len() as u32)
+            .map(|i| chunk_key(&base(), 0, i))
+            .collect();
+        assert_eq!(p_short.cleanup, stale);
+        assert_reads(&log, Some(&short), "short over long");
+        // Without the tombstones (they failed) the leftovers still do not count.
+        let no_cleanup: Log = log
+            .iter()
+            .filter(|(_, k, v)| v.is_some() || !stale.contains(k))
+            .cloned()
+            .collect();
+        assert_reads(&no_cleanup, Some(&short), "leftovers, no tombstones");
+        let (_, slots) = read(&no_cleanup);
+        assert_eq!(
+            slots.written[0],
+            p_long.records.len() as u32,
+            "the reader sees the leftovers, so the next owner deletes them"
+        );
+    }
+
+    #[test]
+    fn interleaved_sets_of_two_writers_complete_whole_or_not_at_all() {
+        let (x, y) = (big(100, 900), big(101, 900));
+        // Two writers that both believe slot 0 is free (a stale owner and the new one).
+        let px = Writer::new().plan(&x, LIMIT);
+        let py = Writer::new().plan(&y, LIMIT);
+        assert_eq!(px.records.len(), py.records.len());
+        let n = px.records.len();
+        let rec = |p: &Plan, i: usize| (0, p.records[i].0.clone(), Some(p.records[i].1.clone()));
+        // x0 y0 y1 x1 ... : y has every key last, so y is complete; x never is.
+        let mut log: Log = vec![rec(&px, 0), rec(&py, 0)];
+        for i in 1..n {
+            log.push(rec(&py, i));
+            log.push(rec(&px, i));
+        }
+        // Keys 1.. end with x's chunk, key 0 with y's: neither set is whole.
+        assert_reads(&log, None, "no set whole");
+        // y's remaining chunk rewritten last: y whole.
+        log.push(rec(&py, 1));
+        for i in 2..n {
+            log.push(rec(&py, i));
+        }
+        assert_reads(&log, Some(&y), "y whole, never a mix with x");
+        // In different slots both complete: the later completion (log order) wins.
+        let mut wx = Writer::new();
+        let mut log = Log::new();
+        wx.publish(&mut log, &x, LIMIT);
+        let py = wx.plan(&y, LIMIT); // the other slot
+        let half = py.records.len() / 2;
+        let mut mixed: Log = py.records[..half]
+            .iter()
+            .map(|(k, v)| (0, k.clone(), Some(v.clone())))
+            .collect();
+        mixed.splice(0..0, log.clone());
+        assert_reads(&mixed, Some(&x), "y half written");
+        mixed.extend(
+            py.records[half..]
+                .iter()
+                .map(|(k, v)| (0, k.clone(), Some(v.clone()))),
+        );
+        assert_reads(&mixed, Some(&y), "y complete after x");
+    }
+
+    #[test]
+    fn a_single_record_and_sets_replace_each_other_in_log_order() {
+        let small = state(10, 1_700_000_010);
+        let large = big(20, 1500);
+        let small2 = state(30, 1_700_000_030);
+        let mut w = Writer::new();
+        // An older binary's record, then this binary takes over and publishes a set.
+        let mut log: Log = vec![(0, base(), Some(encode(&small)))];
+        let (_, slots) = read(&log);
+        assert!(slots.single_live);
+        w.slots = slots;
+        let p = w.publish(&mut log, &large, LIMIT);
+        assert_eq!(p.cleanup, vec![base()], "the set deletes the single record");
+        assert_reads(&log, Some(&large), "set over single record");
+        // The state shrinks again: one record, and the set's chunks are deleted.
+        let p = w.publish(&mut log, &small2, LIMIT);
+        assert_eq!(p.records.len(), 1);
+        assert_eq!(p.cleanup.len(), large_chunks(&large));
+        assert_reads(&log, Some(&small2), "single record over set");
+        // A set cut short after a single record: the single record stays.
+        w.crash(&mut log, &large, LIMIT, 2);
+        assert_reads(&log, Some(&small2), "single record, partial set after it");
+        // A tombstone of the single key (an operator deleting the state) forgets it.
+        log.push((0, base(), None));
+        assert_reads(&log, None, "single record deleted");
+    }
+
+    fn large_chunks(s: &PartitionState) -> usize {
+        Writer::new().plan(s, LIMIT).records.len()
+    }
+
+    #[test]
+    fn a_damaged_chunk_spoils_only_its_own_set() {
+        let (a, b) = (big(100, 800), big(200, 800));
+        let mut w = Writer::new();
+        let mut log = Log::new();
+        w.publish(&mut log, &a, LIMIT);
+        let n = log.len();
+        w.publish(&mut log, &b, LIMIT);
+        // One byte of B's payload flipped: the checksum refuses B, A stays.
+        let (_, _, v) = &mut log[n + 1];
+        let v = v.as_mut().expect("a chunk");
+        let last = v.len() - 1;
+        v[last] ^= 0x20;
+        assert_reads(&log, Some(&a), "B damaged");
+        // A chunk whose header is not JSON is ignored the same way.
+        let (_, _, v) = &mut log[n + 1];
+        *v = Some(b"garbage".to_vec());
+        assert_reads(&log, Some(&a), "B unreadable");
+        // A chunk filed under another index is not taken for that index.
+        let mut log2 = Log::new();
+        Writer::new().publish(&mut log2, &a, LIMIT);
+        let moved = log2[0].2.clone();
+        log2[1].2 = moved;
+        assert_reads(&log2, None, "chunk 0 under key 1");
+    }
+
+    #[test]
+    fn states_of_other_partitions_and_audits_are_skipped() {
+        let mut log = Log::new();
+        let mut other = big(5, 400);
+        other.partition = 4;
+        let p = plan(
+            &encode(&other),
+            &key("dns", &other.tp()),
+            &Slots::default(),
+            LIMIT,
+            "o/1",
+        )
+        .expect("plan");
+        log.extend(p.records.into_iter().map(|(k, v)| (0, k, Some(v))));
+        log.push((
+            0,
+            key("dns2", &TopicPartition::new("logs", 3)),
+            Some(encode(&state(1, 1))),
+        ));
+        log.push((0, b"not ours".to_vec(), Some(b"{}".to_vec())));
+        let (s, slots) = read(&log);
+        assert_eq!(s, None);
+        assert_eq!(
+            slots,
+            Slots {
+                latest: None,
+                written: [0, 0],
+                single_live: false
+            },
+            "a partition with nothing published: slot 0, nothing to delete"
+        );
+    }
+
+    #[test]
+    fn across_handover_partitions_the_newer_state_wins() {
+        let (old, new) = (state(10, 5), state(20, 6));
+        let mut r = Reassembler::new("dns", &tps());
+        r.push(0, &base(), Some(&encode(&new)));
+        r.push(3, &base(), Some(&encode(&old)));
+        let (states, _) = r.finish();
+        assert_eq!(states.get(&TopicPartition::new("logs", 3)), Some(&new));
+    }
+
+    #[test]
+    fn the_record_limit_is_message_max_bytes() {
+        let mut k = KafkaConfig::default();
+        assert_eq!(record_limit(&k), DEFAULT_MESSAGE_MAX_BYTES);
+        k.properties.insert(
+            "message.max.bytes".into(),
+            crate::config::Secret::new("100000"),
+        );
+        assert_eq!(record_limit(&k), 100_000);
+        k.properties.insert(
+            "message.max.bytes".into(),
+            crate::config::Secret::new("lots"),
+        );
+        assert_eq!(record_limit(&k), DEFAULT_MESSAGE_MAX_BYTES);
+    }
+
+    #[test]
+    fn a_limit_without_room_for_a_chunk_is_refused_with_what_would_do() {
+        let s = big(1, 50);
+        let need = plan(&encode(&s), &base(), &Slots::default(), 1500, "x/1").unwrap_err();
+        assert!(need > 1500);
+        assert!(plan(&encode(&s), &base(), &Slots::default(), need, "x/1").is_ok());
+    }
+
+    #[test]
+    fn chunk_keys_parse_back() {
+        let b = base();
+        assert_eq!(parse_key(&b), Some((&b[..], KeyKind::Single)));
+        let k = chunk_key(&b, 1, 17);
+        assert_eq!(
+            parse_key(&k),
+            Some((&b[..], KeyKind::Chunk { slot: 1, index: 17 }))
+        );
+        assert_eq!(parse_key(&chunk_key(&b, 2, 0)), None, "two slots only");
+        assert_eq!(parse_key(b"a\0b"), None);
+        assert_eq!(parse_key(b"a\0b\0c\0d"), None);
     }
 }

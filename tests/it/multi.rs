@@ -5,7 +5,8 @@
 //! rebalance, and a gap A detected is repaired (`replay --to-sink` against B's store) after
 //! its partition moved to B. At the end: the union of the stores' gaps is exactly the
 //! truth, no gap was detected twice, the lost counters summed over the process lifetimes
-//! are the truth, and the owners' `records_missing` are the unrepaired losses.
+//! are the truth, and the owners' `records_missing` are the unrepaired losses. The same
+//! with `kill -9` of an owner, and (issue 14) with 2,000 gaps through a 100 kB record limit.
 
 use crate::figures;
 use crate::support::*;
@@ -83,6 +84,16 @@ struct Instance {
 
 impl Instance {
     fn new(s: &Scenario, name: &'static str, handover: &str) -> Instance {
+        Self::with_properties(s, name, handover, &[])
+    }
+
+    /// An instance whose `kafka.properties` (librdkafka settings) include `properties`.
+    fn with_properties(
+        s: &Scenario,
+        name: &'static str,
+        handover: &str,
+        properties: &[(&str, &str)],
+    ) -> Instance {
         let store = s.state.path().join(name);
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
@@ -96,6 +107,18 @@ impl Instance {
             &format!("[state]\nhandover_topic = \"{handover}\"\n"),
         );
         assert!(toml.contains("handover_topic"), "{toml}");
+        let props: String = properties
+            .iter()
+            .map(|(k, v)| format!("\"{k}\" = \"{v}\"\n"))
+            .collect();
+        let toml = if props.is_empty() {
+            toml
+        } else {
+            toml.replace(
+                "[server]\n",
+                &format!("[kafka.properties]\n{props}[server]\n"),
+            )
+        };
         let config = s.state.path().join(format!("{name}.toml"));
         std::fs::write(&config, toml).expect("config");
         Instance {
@@ -581,4 +604,367 @@ async fn an_owner_killed_mid_run_loses_no_verdict() {
     });
     assert_eq!(open, expected, "the survivor's open gaps; B log:\n{b_log}");
     assert_eq!(missing, truth_lost as f64, "the survivor's records_missing");
+}
+
+// ------------------------------------------------------- handover under a small record limit
+
+/// Records of the 100 kB-limit scenario: phase 1 loses every second record (2,000 gaps of
+/// one record), phase 2 every tenth, phase 3 every tenth.
+const BIG_PHASES: [(i64, i64); 3] = [(0, 4000), (4000, 4200), (4200, 4300)];
+
+fn big_lost(o: i64) -> bool {
+    if o < BIG_PHASES[0].1 {
+        o % 2 == 1
+    } else {
+        o % 10 == 5
+    }
+}
+
+/// The auditor group's committed offset of partition 0, once it equals `want` (or what it
+/// is after `secs`).
+async fn committed_within(group: &str, topic: &str, want: i64, secs: u64) -> Option<i64> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (g, t) = (group.to_string(), topic.to_string());
+        let got = tokio::task::spawn_blocking(move || crate::faults::group_committed(&g, &t))
+            .await
+            .expect("committed offsets task");
+        if got == Some(want) || std::time::Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits until `i` owns partition 0 settled at `settled` or beyond.
+async fn wait_settled(i: &Instance, settled: i64, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(o) = i.owned().await
+            && o.get(&0).is_some_and(|s| *s >= settled)
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {} never owned partition 0 settled at {settled} (owns {:?}); log:\n{}",
+            i.name,
+            i.owned().await,
+            i.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// What the handover topic holds, read back as an outside consumer: records, the largest
+/// record (key + value), and how many of them are chunks.
+fn handover_topic_facts(topic: &str) -> (usize, usize, usize) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let c: BaseConsumer = group_client(&unique("handover_reader"))
+        .create()
+        .expect("reader");
+    let (_, high) = c
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .expect("watermarks");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .expect("tpl");
+    c.assign(&tpl).expect("assign");
+    let (mut n, mut largest, mut chunks) = (0, 0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut reached = 0;
+    while reached < high && std::time::Instant::now() < deadline {
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.expect("read the handover topic");
+        reached = m.offset() + 1;
+        n += 1;
+        let k = m.key().unwrap_or_default();
+        largest = largest.max(k.len() + m.payload().map_or(0, <[u8]>::len));
+        if k.iter().filter(|b| **b == 0).count() == 4 && m.payload().is_some() {
+            chunks += 1;
+        }
+    }
+    (n, largest, chunks)
+}
+
+/// Whether the test broker refuses a 150 kB record on a topic created with
+/// `max.message.bytes=100000` (from a producer allowed 1 MB).
+async fn broker_enforces_topic_limit() -> bool {
+    let probe = unique("limit_probe");
+    create_topic_with(&probe, 1, &[("max.message.bytes", "100000")]).await;
+    let p: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka())
+        .create()
+        .expect("producer");
+    let big = vec![b'x'; 150_000];
+    p.send(
+        rdkafka::producer::FutureRecord::<(), [u8]>::to(&probe).payload(&big),
+        Duration::from_secs(10),
+    )
+    .await
+    .is_err()
+}
+
+/// Issue 14: 2,000 gaps handed over on a broker limited to 100 kB messages. Before, a
+/// partition's state was ONE handover record (JSON); with 2,000 open gaps it is about 1 MB,
+/// above the limit, so every publish failed (`MSG_SIZE_TOO_LARGE`), `hand_over` returned
+/// false, the settled offset was never committed again (the group's commit stayed where it
+/// was when the state last fit: 0 here, 109 failed publishes in one run of the old code),
+/// and the next owner found only that stale state. Now the state is cut into chunks that
+/// each fit, and reassembled only when complete.
+///
+/// The limit: tansu 0.6 accepts a topic's `max.message.bytes` but does not enforce it (the
+/// test probes this and records it), so the auditors' own producers are limited with
+/// `kafka.properties."message.max.bytes" = "100000"`, which librdkafka enforces client-side
+/// (a larger record fails at enqueue). The handover topic is also created with
+/// `max.message.bytes=100000`, so a broker that enforces it (Apache Kafka) tests the same.
+/// Broker behaviour relied on: one record per batch (the handover producer's default), so
+/// the high watermark the reader stops at is right on tansu.
+///
+/// A decides 2,000 gaps and commits; B joins, A stops: B takes the state over (all 2,000
+/// gaps in its store, none detected again), decides 20 more, commits; A comes back with its
+/// stale store, B stops: A takes B's state over and decides 10 more, commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_thousand_gaps_hand_over_through_a_100_kb_record_limit() {
+    let started = std::time::Instant::now();
+    let s = Scenario::with_partitions("handover_limit", 1).await;
+    let handover = unique("handover");
+    create_topic_with(
+        &handover,
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("max.message.bytes", "100000"),
+        ],
+    )
+    .await;
+    let enforced = broker_enforces_topic_limit().await;
+    let limit = [("message.max.bytes", "100000")];
+    let mut a = Instance::with_properties(&s, "a", &handover, &limit);
+    let mut b = Instance::with_properties(&s, "b", &handover, &limit);
+    let expected: Vec<(i64, i64, i64, i64)> = (0..BIG_PHASES[2].1)
+        .filter(|o| big_lost(*o))
+        .map(|o| (0, o, o, 1))
+        .collect();
+    let phase1_gaps = expected.iter().filter(|g| g.1 < BIG_PHASES[0].1).count();
+    assert_eq!(phase1_gaps, 2000);
+    let pipeline = |(from, to): (i64, i64)| {
+        s.pipeline()
+            .start_at(from)
+            .records((to - from) as usize)
+            .copies(|o| usize::from(!big_lost(o)))
+            .commit_every(250, Duration::ZERO)
+            .deadline(Duration::from_secs(120))
+    };
+    let produce = |(from, to): (i64, i64)| {
+        let s = &s;
+        async move {
+            let offsets = s
+                .producer
+                .send_all(0, &dns_lines(from as usize..to as usize))
+                .await;
+            assert_eq!(offsets.first().copied(), Some(from));
+        }
+    };
+
+    // Phase 1: A alone decides 2,000 gaps and must commit its settled watermark.
+    produce(BIG_PHASES[0]).await;
+    pipeline_starts_on(&s, 1).await;
+    a.start();
+    let t = std::time::Instant::now();
+    pipeline(BIG_PHASES[0]).run().await;
+    wait_settled(&a, BIG_PHASES[0].1, "A decides phase 1").await;
+    let committed1 = committed_within(&s.auditor_group, &s.topic, BIG_PHASES[0].1, 30).await;
+    let a_settle_s = t.elapsed().as_secs_f64();
+    let a_gaps = a.gaps().len();
+    let a1_lost = a.metric("gap_auditor_records_lost_total").await;
+    let a1_detected = a.metric("gap_auditor_gaps_detected_total").await;
+    let publish_errors = |i: &Instance| {
+        i.log_text()
+            .matches("cannot publish partition state")
+            .count()
+    };
+    assert_eq!(
+        committed1,
+        Some(BIG_PHASES[0].1),
+        "A's settled watermark committed with {a_gaps} gaps in its store ({} failed handover publishes); A log tail:\n{}",
+        publish_errors(&a),
+        tail(&a.log_text(), 30)
+    );
+    assert_eq!(a_gaps, 2000, "A's store");
+    let a1_errors = publish_errors(&a);
+
+    // B joins, A stops (SIGTERM): B owns partition 0 with the state A handed over.
+    b.start();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    a.stop();
+    let t = std::time::Instant::now();
+    wait_settled(&b, BIG_PHASES[0].1, "B takes over from A").await;
+    let b_takeover_s = t.elapsed().as_secs_f64();
+    let b_gaps = b.gaps();
+    assert_eq!(
+        stored_gap_tuples(&b_gaps),
+        expected[..phase1_gaps].to_vec(),
+        "B's store holds every gap A handed over; B log tail:\n{}",
+        tail(&b.log_text(), 30)
+    );
+    assert!(b_gaps.iter().all(|g| g.state == GapState::Open));
+    assert_eq!(
+        b.metric("gap_auditor_gaps_detected_total").await,
+        0.0,
+        "B detected none of A's gaps again"
+    );
+    assert_eq!(b.metric("gap_auditor_records_missing").await, 2000.0);
+
+    // Phase 2: B decides 20 more and commits, publishing 2,020 gaps.
+    produce(BIG_PHASES[1]).await;
+    pipeline(BIG_PHASES[1]).run().await;
+    wait_settled(&b, BIG_PHASES[1].1, "B decides phase 2").await;
+    let committed2 = committed_within(&s.auditor_group, &s.topic, BIG_PHASES[1].1, 30).await;
+    assert_eq!(
+        committed2,
+        Some(BIG_PHASES[1].1),
+        "B's settled watermark committed ({} failed handover publishes)",
+        publish_errors(&b)
+    );
+
+    // A comes back with its stale store (2,000 gaps at 4,000), B stops: A takes B's state.
+    a.start();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let b_lost = b.metric("gap_auditor_records_lost_total").await;
+    let b_detected = b.metric("gap_auditor_gaps_detected_total").await;
+    let b_errors = publish_errors(&b);
+    b.stop();
+    let t = std::time::Instant::now();
+    wait_settled(&a, BIG_PHASES[1].1, "A takes over from B").await;
+    let a_takeover_s = t.elapsed().as_secs_f64();
+    assert_eq!(
+        stored_gap_tuples(&a.gaps()),
+        expected
+            .iter()
+            .filter(|g| g.1 < BIG_PHASES[1].1)
+            .copied()
+            .collect::<Vec<_>>(),
+        "A's store after taking B's state over"
+    );
+    produce(BIG_PHASES[2]).await;
+    pipeline(BIG_PHASES[2]).run().await;
+    wait_settled(&a, BIG_PHASES[2].1, "A decides phase 3").await;
+    let committed3 = committed_within(&s.auditor_group, &s.topic, BIG_PHASES[2].1, 30).await;
+    let a2_lost = a.metric("gap_auditor_records_lost_total").await;
+    let a2_detected = a.metric("gap_auditor_gaps_detected_total").await;
+    let missing = a.metric("gap_auditor_records_missing").await;
+    // A's log holds both of its lifetimes.
+    let a2_errors = publish_errors(&a) - a1_errors;
+    a.stop();
+
+    let (records, largest, chunks) = {
+        let t = handover.clone();
+        tokio::task::spawn_blocking(move || handover_topic_facts(&t))
+            .await
+            .expect("read the handover topic")
+    };
+    // The final state as a reader reassembles it (what the next owner would take over).
+    let final_state = {
+        let k = gap_auditor::config::KafkaConfig {
+            brokers: kafka(),
+            ..Default::default()
+        };
+        let h = gap_auditor::handover::Handover::new(&k, &handover).expect("handover client");
+        let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+        let tps = vec![tp.clone()];
+        tokio::task::spawn_blocking(move || h.read("dns_logs", &tps))
+            .await
+            .expect("read task")
+            .expect("read the handover topic")
+            .remove(&tp)
+            .expect("a complete state of partition 0")
+    };
+    let final_bytes = gap_auditor::handover::encode(&final_state).len();
+
+    let reported = stored_gap_tuples(&a.gaps());
+    let exp_set: BTreeSet<_> = expected.iter().copied().collect();
+    let rep_set: BTreeSet<_> = reported.iter().copied().collect();
+    let truth_lost = expected.len() as f64;
+    let summed_lost = a1_lost + b_lost + a2_lost;
+    let summed_detected = a1_detected + b_detected + a2_detected;
+    figures::record(&figures::Figures {
+        scenario: "handover_2000_gaps_100kb_limit",
+        runs: 1,
+        faults: 2,
+        expected_lost: expected.len() as u64,
+        reported_lost: summed_lost as u64,
+        expected_gaps: expected.len() as u64,
+        reported_gaps: reported.len() as u64,
+        false_positives: rep_set.difference(&exp_set).map(|g| g.3 as u64).sum(),
+        false_negatives: exp_set.difference(&rep_set).map(|g| g.3 as u64).sum(),
+        notes: format!(
+            "record limit 100000 B (kafka.properties message.max.bytes; tansu {} a topic's max.message.bytes); \
+             2 handovers (A -> B with 2000 gaps, B -> A with 2020); final state {final_bytes} B of JSON \
+             ({:.1}x the limit), read back complete; handover topic: {records} records, {chunks} chunks, \
+             largest record {largest} B; failed publishes A {a1_errors} + B {b_errors} + A {a2_errors}; \
+             commits: {committed1:?} / {committed2:?} / {committed3:?} (settled 4000 / 4200 / 4300); \
+             gaps_detected_total A {a1_detected} + B {b_detected} + A {a2_detected}; \
+             A settled phase 1 in {a_settle_s:.1} s; takeover A -> B {b_takeover_s:.1} s, B -> A {a_takeover_s:.1} s; \
+             records_missing at the end {missing}; whole test {:.0} s",
+            if enforced {
+                "enforces"
+            } else {
+                "accepts but does not enforce"
+            },
+            final_bytes as f64 / 100_000.0,
+            started.elapsed().as_secs_f64(),
+        ),
+    });
+    assert_eq!(reported, expected, "the final owner's gaps");
+    assert_eq!(
+        summed_detected, truth_lost,
+        "no gap detected twice (gaps_detected_total over the 3 lifetimes)"
+    );
+    assert_eq!(
+        summed_lost, truth_lost,
+        "records_lost_total over the 3 lifetimes"
+    );
+    assert_eq!(missing, truth_lost, "records_missing of the final owner");
+    assert_eq!(
+        committed3,
+        Some(BIG_PHASES[2].1),
+        "A's commit after the second takeover"
+    );
+    assert_eq!(final_state.gaps.len(), expected.len());
+    assert!(
+        largest <= 100_000,
+        "every handover record within the limit: largest {largest} B"
+    );
+    assert!(
+        final_bytes > 100_000,
+        "the state really is larger than one record"
+    );
+    assert!(chunks > 0);
+    assert_eq!(
+        a1_errors + b_errors + a2_errors,
+        0,
+        "no handover publish failed"
+    );
+}
+
+/// The last `n` lines of a log.
+fn tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// [`pipeline_starts`] for a topic of `partitions` partitions.
+async fn pipeline_starts_on(s: &Scenario, partitions: i32) {
+    for p in 0..partitions {
+        s.pipeline()
+            .partition(p)
+            .commit_start()
+            .records(0)
+            .run()
+            .await;
+    }
 }

@@ -99,6 +99,29 @@ pub async fn create_topic(name: &str, partitions: i32) {
     }
 }
 
+/// Creates a topic on the test broker with topic configs (`max.message.bytes`,
+/// `cleanup.policy`, ...). A broker may accept configs it does not enforce: tansu does.
+pub async fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka())
+        .create()
+        .expect("admin client");
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        topic = topic.set(k, v);
+    }
+    let r = admin
+        .create_topics(
+            &[topic],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("create_topics");
+    for x in r {
+        x.expect("topic created");
+    }
+}
+
 /// Client settings of a member of consumer group `group` that commits by hand.
 pub fn group_client(group: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
