@@ -37,6 +37,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// Most offset_columns records one round verifies on one partition: at most half as many new
+/// gaps (every second record lost), so a round's transient memory stays bounded however
+/// large the backlog. Rounds follow each other at once while a partition has more due.
+const OFFSET_ROUND_RECORDS: u64 = 100_000;
+
 /// How often topic retention settings are read again.
 const RETENTION_REFRESH: Duration = Duration::from_secs(600);
 
@@ -117,6 +122,10 @@ struct Audit<V> {
     handover: Option<Arc<Handover>>,
     /// Partitions whose state changed since it was last handed over.
     handover_dirty: BTreeSet<TopicPartition>,
+    /// Gap changes of this round, logged together when it persists.
+    gap_log: GapLog,
+    /// The last round left due records for the next (its per-partition limit was hit).
+    backlog: bool,
 }
 
 /// Runs one audit until `cancel` fires, then drains: persists, commits the settled
@@ -196,6 +205,8 @@ pub async fn run<V: Verifier + 'static>(
         pipeline_hold: None,
         handover,
         handover_dirty: BTreeSet::new(),
+        gap_log: GapLog::default(),
+        backlog: false,
         cfg: config,
         kafka,
         group,
@@ -217,7 +228,14 @@ pub async fn run<V: Verifier + 'static>(
                 Some(ev) => a.on_event(ev).await,
                 None => anyhow::bail!("audit {}: the Kafka consumer thread stopped", a.cfg.name),
             },
-            _ = tick.tick() => a.round().await,
+            _ = tick.tick() => {
+                a.round().await;
+                // A backlog is worked off round after round (events are still drained in
+                // between: they come first), not one bounded round per verify_interval.
+                if a.backlog {
+                    tick.reset_immediately();
+                }
+            }
         }
     }
     // Drain: persist what is decided, then let the consumer close; its revocation asks for
@@ -664,8 +682,11 @@ impl<V: Verifier> Audit<V> {
             MatchStrategy::KeyColumns | MatchStrategy::DocId => {
                 (self.cfg.batch_size as u64 * 100).max(100_000)
             }
-            _ => self.cfg.max_pending as u64,
+            // Bounded so that one round's transient work (new gaps, their store rows) stays
+            // bounded in an incident; a round that hits it is followed at once by another.
+            _ => (self.cfg.max_pending as u64).min(OFFSET_ROUND_RECORDS),
         };
+        self.backlog = false;
         let mut queried = false;
         let mut failure: Option<SinkError> = None;
         let hold = self.hold_verdicts();
@@ -698,7 +719,10 @@ impl<V: Verifier> Audit<V> {
                     if hold {
                         Vec::new()
                     } else {
-                        p.ledger.due(now, grace, limit)
+                        let due = p.ledger.due(now, grace, limit);
+                        let n: u64 = due.iter().map(|s| s.run.len()).sum();
+                        self.backlog |= n >= limit;
+                        due
                     }
                 }
                 None => continue,
@@ -1080,6 +1104,11 @@ impl<V: Verifier> Audit<V> {
                     }
                     self.retention.insert(topic.clone(), r);
                 }
+                // A property of the broker that every refresh would find again: not a warning.
+                Err(retention::RetentionError::Unsupported) => {
+                    tracing::info!(audit = %self.cfg.name, topic,
+                    "the broker does not implement DescribeConfigs: gap deadlines unknown, the log start is still watched")
+                }
                 Err(e) => tracing::warn!(audit = %self.cfg.name, topic, error = %e,
                     "cannot read the topic's retention (DescribeConfigs): gap deadlines unknown, the log start is still watched"),
             }
@@ -1116,14 +1145,17 @@ impl<V: Verifier> Audit<V> {
         if g.is_new {
             self.uncounted_causes.push((tp.clone(), g.cause.as_str()));
         }
-        log_gap(&gap, self.cfg.pipeline_group.as_deref());
+        self.gap_log.add(&gap);
         self.unsaved.insert(gap.id.clone(), gap);
     }
 
     /// Writes unsaved gaps and the progress of every partition that changed, in one
     /// transaction.
     async fn persist(&mut self) -> bool {
-        let gaps: Vec<Gap> = self.unsaved.values().cloned().collect();
+        self.gap_log.flush(self.cfg.pipeline_group.as_deref());
+        // Moved, not copied (an incident round holds tens of thousands); put back if the
+        // write fails.
+        let gaps: Vec<Gap> = std::mem::take(&mut self.unsaved).into_values().collect();
         let now = Utc::now();
         let mut marks = Vec::new();
         let progress: Vec<PartitionProgress> = self
@@ -1174,12 +1206,12 @@ impl<V: Verifier> Audit<V> {
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
         match tokio::task::spawn_blocking(move || {
-            store.commit_round_with_keys(&audit, &gaps, &progress, &keys)
+            let r = store.commit_round_with_keys(&audit, &gaps, &progress, &keys);
+            (r, gaps)
         })
         .await
         {
-            Ok(Ok(())) => {
-                self.unsaved.clear();
+            Ok((Ok(()), _)) => {
                 self.persisted.extend(marks);
                 if let Some(book) = self.checker.book_mut() {
                     book.persisted();
@@ -1190,14 +1222,38 @@ impl<V: Verifier> Audit<V> {
                 self.count_persisted();
                 self.hand_over().await
             }
-            Ok(Err(e)) => {
+            Ok((Err(e), gaps)) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "gap store write failed; the settled watermark stays uncommitted until it succeeds");
+                self.keep_unsaved(gaps);
                 false
             }
             Err(e) => {
+                // The gaps went with the panicked task: their ledgers still hold them, so
+                // they are written again whole (see `resave_gaps`).
                 tracing::error!(audit = %self.cfg.name, error = %e, "gap store write panicked");
+                self.resave_gaps();
                 false
             }
+        }
+    }
+
+    /// Puts gaps whose write failed back, unless a newer version arrived meanwhile.
+    fn keep_unsaved(&mut self, gaps: Vec<Gap>) {
+        for g in gaps {
+            self.unsaved.entry(g.id.clone()).or_insert(g);
+        }
+    }
+
+    /// After a lost write: every gap the ledgers hold is to be written again.
+    fn resave_gaps(&mut self) {
+        let all: Vec<(TopicPartition, GapRecord)> = self
+            .parts
+            .iter()
+            .flat_map(|(tp, p)| p.ledger.gaps().map(move |g| (tp.clone(), g.clone())))
+            .collect();
+        for (tp, g) in all {
+            let gap = self.to_gap(&tp, &g);
+            self.unsaved.entry(gap.id.clone()).or_insert(gap);
         }
     }
 
@@ -1226,11 +1282,21 @@ impl<V: Verifier> Audit<V> {
                 continue;
             };
             let snap = p.ledger.snapshot();
-            let ids: Vec<String> = snap
+            let mut ids: Vec<String> = snap
                 .gaps
                 .iter()
                 .map(|g| Gap::make_id(&self.cfg.name, &tp.topic, tp.partition, g.first))
                 .collect();
+            // Acknowledged gaps left the ledger, not the partition's story: the next owner
+            // must know them too (ids are `audit:topic:partition:first`; neither names
+            // contain `:`).
+            let prefix = format!("{}:{}:{}:", self.cfg.name, tp.topic, tp.partition);
+            ids.extend(
+                self.acknowledged
+                    .iter()
+                    .filter(|id| id.starts_with(&prefix))
+                    .cloned(),
+            );
             let key_claims: Vec<(Vec<String>, u64)> = match self.checker.book() {
                 Some(book) => {
                     let mut keys: Vec<&crate::record::Key> = p.ledger.missing_keys().collect();
@@ -1544,6 +1610,58 @@ impl<V: Verifier> Audit<V> {
 }
 
 use crate::kafka::Tagged;
+
+/// A round's gap changes, logged as at most [`GapLog::SHOWN`] lines of each kind plus one
+/// summary line: an incident opening 100,000 gaps must not write 100,000 ERROR lines (the
+/// store, the API and the metrics hold every one of them).
+#[derive(Debug, Default)]
+struct GapLog {
+    opened: Vec<Gap>,
+    opened_count: u64,
+    opened_records: u64,
+    changed: Vec<Gap>,
+    changed_count: u64,
+}
+
+impl GapLog {
+    const SHOWN: usize = 5;
+
+    fn add(&mut self, g: &Gap) {
+        if g.state == GapState::Open {
+            self.opened_count += 1;
+            self.opened_records += g.missing_records;
+            if self.opened.len() < Self::SHOWN {
+                self.opened.push(g.clone());
+            }
+        } else {
+            self.changed_count += 1;
+            if self.changed.len() < Self::SHOWN {
+                self.changed.push(g.clone());
+            }
+        }
+    }
+
+    fn flush(&mut self, pipeline_group: Option<&str>) {
+        let log = std::mem::take(self);
+        for g in log.opened.iter().chain(&log.changed) {
+            log_gap(g, pipeline_group);
+        }
+        let more_opened = log.opened_count - log.opened.len() as u64;
+        if more_opened > 0 {
+            let audit = log.opened.first().map_or("", |g| g.audit.as_str());
+            tracing::error!(audit, gaps = log.opened_count, missing_records = log.opened_records,
+                "{} gaps opened or grew this round ({} records missing in them); {more_opened} more not logged one by one: see `gap-auditor gaps` or /api/gaps",
+                log.opened_count, log.opened_records);
+        }
+        let more_changed = log.changed_count - log.changed.len() as u64;
+        if more_changed > 0 {
+            let audit = log.changed.first().map_or("", |g| g.audit.as_str());
+            tracing::info!(audit, gaps = log.changed_count,
+                "{} gaps changed state this round; {more_changed} more not logged one by one",
+                log.changed_count);
+        }
+    }
+}
 
 fn log_gap(g: &Gap, pipeline_group: Option<&str>) {
     // "pipeline group G moved from 2 to 4 at 12:03:10 while records 2–3 were absent".

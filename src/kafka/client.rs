@@ -35,6 +35,12 @@ pub fn consumer(kafka: &KafkaConfig, group: &str) -> ClientConfig {
     if !kafka.properties.contains_key("fetch.queue.backoff.ms") {
         c.set("fetch.queue.backoff.ms", "5");
     }
+    // Another: librdkafka prefetches up to 64 MiB per consumer by default, memory a sidecar
+    // beside the pipeline holds for nothing once it keeps up (a fetch is 1 MiB per
+    // partition); 16 MiB still keeps many partitions' fetches in flight.
+    if !kafka.properties.contains_key("queued.max.messages.kbytes") {
+        c.set("queued.max.messages.kbytes", "16384");
+    }
     c
 }
 

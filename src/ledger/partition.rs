@@ -77,15 +77,12 @@ pub struct MissingRun {
     pub gap: Offset,
     /// When these records were declared missing (unix ms).
     pub detected_ms: i64,
-    /// Record timestamp bounds (unix ms).
-    pub min_ts: Option<i64>,
-    /// Record timestamp bounds (unix ms).
-    pub max_ts: Option<i64>,
-    /// Keys per offset (key_columns), cleared when re-checks are given up.
+    /// Keys per offset (key_columns / doc_id).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<Key>,
-    /// No more re-checks (`give_up_after` elapsed).
-    #[serde(default)]
+    /// Read only: versions before 6 kept given-up runs (now they leave the ledger; their
+    /// timestamps, which nothing read, are no longer kept either: 500,000 runs, 16 MB).
+    #[serde(default, skip_serializing)]
     pub given_up: bool,
 }
 
@@ -306,6 +303,8 @@ pub struct PartitionLedger {
     gauges: Option<(u64, GapGauges)>,
     /// Keys held by `missing` runs.
     missing_keys: u64,
+    /// Map sizes at the last [`Self::compact`].
+    compacted_at: usize,
     /// The log start last passed to [`Self::log_start_moved`].
     log_start: Offset,
     /// Gaps that stopped being the tail since [`Self::take_dirty_gaps`]: forgotten there
@@ -419,6 +418,7 @@ impl PartitionLedger {
             untailed: Vec::new(),
             log_start: Offset::MIN,
             missing_keys: 0,
+            compacted_at: 0,
             pipeline: PipelineCommits::default(),
         }
     }
@@ -824,8 +824,6 @@ impl PartitionLedger {
             .and_then(|f| self.remove_missing(f))
         {
             prev.run.last = r.last;
-            prev.min_ts = min_opt(prev.min_ts, min_ts);
-            prev.max_ts = max_opt(prev.max_ts, max_ts);
             // The later detection time: re-checks of the earlier records last a little
             // longer, never shorter.
             prev.detected_ms = prev.detected_ms.max(now_ms);
@@ -835,11 +833,9 @@ impl PartitionLedger {
             return;
         }
         self.insert_missing(MissingRun {
-                run: r,
-                gap: gap_first,
-                detected_ms: now_ms,
-                min_ts,
-                max_ts,
+            run: r,
+            gap: gap_first,
+            detected_ms: now_ms,
             keys,
             given_up: false,
         });
@@ -1019,7 +1015,7 @@ impl PartitionLedger {
             out.push(Segment {
                 run: part,
                 keys: m.sub(part).keys,
-                max_ts: m.max_ts,
+                max_ts: None,
             });
             runs_left -= 1;
             records_left -= take;
@@ -1193,6 +1189,7 @@ impl PartitionLedger {
                 Some(out)
             })
             .collect();
+        self.compact();
         // Only gaps that changed, or stopped being the tail, can have become forgettable:
         // a round does not walk every gap.
         let tail = self.tail_gap;
@@ -1206,6 +1203,21 @@ impl PartitionLedger {
             }
         }
         out
+    }
+
+    /// Rebuilds the gap and missing maps once they doubled since the last rebuild. Gaps are
+    /// declared in offset order, so a map grows by appends, which leave every node but the
+    /// last half full: rebuilt from sorted entries, nodes are full, and an incident with
+    /// 500,000 gaps holds about half the memory. Amortized O(1) per gap.
+    fn compact(&mut self) {
+        const MIN: usize = 4096;
+        let len = self.gaps.len().max(self.missing.len());
+        if len < MIN || len < 2 * self.compacted_at {
+            return;
+        }
+        self.gaps = std::mem::take(&mut self.gaps).into_iter().collect();
+        self.missing = std::mem::take(&mut self.missing).into_iter().collect();
+        self.compacted_at = len;
     }
 
     /// Tracks the keys of confirmations until [`Self::stored`] (see

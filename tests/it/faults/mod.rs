@@ -11,7 +11,9 @@ mod lag;
 pub mod proxy;
 mod shutdown;
 mod sink;
+mod hung_sink;
 mod stalled_partition;
+mod systematic_loss;
 mod tools;
 
 pub use tools::*;
