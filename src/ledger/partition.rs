@@ -945,6 +945,23 @@ impl PartitionLedger {
             else {
                 break;
             };
+            // A run holding more keys than are to go (runs of a total loss merge into one
+            // per gap) gives up only its oldest records: the rest keep being re-checked.
+            let keys = self.missing.get(&first).map_or(0, |m| m.keys.len() as u64);
+            if keys > excess
+                && let Some(m) = self.remove_missing(first)
+            {
+                let cut = first + excess as Offset;
+                let (old, rest) = (
+                    m.sub(OffsetRun::new(first, cut - 1)),
+                    m.sub(OffsetRun::new(cut, m.run.last)),
+                );
+                self.released_keys.extend(old.keys);
+                self.insert_missing(rest);
+                self.revision += 1;
+                dropped += excess;
+                break;
+            }
             let n = self.give_up_run(first);
             dropped += n;
             excess = excess.saturating_sub(n);
