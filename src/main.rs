@@ -314,7 +314,8 @@ fn init_tracing(demo: bool) {
     let filter =
         EnvFilter::try_from_env("GAP_AUDITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let json = std::env::var("GAP_AUDITOR_LOG_FORMAT").is_ok_and(|v| v == "json");
-    let ansi = !demo || std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Colours only for a terminal: logs redirected to a file or a collector stay plain.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
@@ -456,7 +457,39 @@ fn replay(
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    // Marked BEFORE writing: a daemon round that confirms the records between the write and
+    // a later mark would store the gap `late` for good, never `repaired`. Taken back below
+    // when nothing was written.
+    let marked_here = match (&target.gap_id, dry_run) {
+        (Some(id), false) => match store.is_replayed(id) {
+            Ok(true) => false,
+            Ok(false) => match store.mark_replayed(id) {
+                Ok(marked) => marked,
+                Err(e) => {
+                    eprintln!("error: cannot mark gap {id} replayed: {e}");
+                    return ExitCode::from(2);
+                }
+            },
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => false,
+    };
     let result = rt.block_on(replay::run(cfg, &store, &target, &dest, dry_run));
+    let unmark = |written: usize| {
+        if marked_here
+            && written == 0
+            && let Some(id) = &target.gap_id
+            && let Err(e) = store.clear_replayed(id)
+        {
+            eprintln!("error: cannot take back the replay mark of gap {id}: {e}");
+        }
+    };
+    if result.is_err() {
+        unmark(0);
+    }
     let replayed = match result {
         Ok(o) => o,
         Err(ReplayError::Deleted {
@@ -520,13 +553,7 @@ fn replay(
         println!("{note}");
     }
     println!("{written} record(s) {verb}, {failed} failed");
-    if !dry_run
-        && written > 0
-        && let Some(id) = &target.gap_id
-        && let Err(e) = store.mark_replayed(id)
-    {
-        eprintln!("error: cannot mark gap {id} replayed: {e}");
-    }
+    unmark(written);
     if failed > 0 || replayed.partial {
         ExitCode::from(1)
     } else {

@@ -723,6 +723,20 @@ impl Store {
         Ok(n > 0)
     }
 
+    /// Takes back [`Store::mark_replayed`] (a replay that wrote nothing). A gap the daemon
+    /// already reported `repaired` keeps that state.
+    pub fn clear_replayed(&self, id: &str) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let n = conn
+            .execute(
+                "UPDATE gaps SET replayed_at = NULL, updated_at = ?2
+                 WHERE id = ?1 AND state <> 'repaired'",
+                params![id, fmt_ts(Utc::now())],
+            )
+            .map_err(self.sq(format!("clear the replay mark of gap {id}")))?;
+        Ok(n > 0)
+    }
+
     /// Whether `gap-auditor replay` marked the gap ([`Store::mark_replayed`]); `false` for
     /// an unknown id.
     pub fn is_replayed(&self, id: &str) -> Result<bool, StoreError> {
@@ -1627,5 +1641,32 @@ mod tests {
         let back = store.get_gap(&other.id).unwrap().unwrap();
         assert_eq!(back.state, GapState::Unrecoverable);
         assert!(back.unrecoverable_at.is_some());
+    }
+
+    /// `replay` marks a gap before writing (a round confirming the records in between must
+    /// see the mark) and takes the mark back when it wrote nothing; a gap already reported
+    /// repaired keeps its state.
+    #[test]
+    fn a_replay_mark_is_taken_back_unless_the_gap_is_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mut g = gap("a", 0, 2, 0, GapState::Open);
+        store.commit_round("a", &[g.clone()], &[]).unwrap();
+        store.mark_replayed(&g.id).unwrap();
+        assert!(store.clear_replayed(&g.id).unwrap());
+        assert!(!store.is_replayed(&g.id).unwrap());
+        g.missing_records = 0;
+        g.state = GapState::Late;
+        store.commit_round("a", &[g.clone()], &[]).unwrap();
+        assert_eq!(store.get_gap(&g.id).unwrap().unwrap().state, GapState::Late, "late, not repaired: nothing was replayed");
+        let h = gap("a", 0, 7, 0, GapState::Open);
+        store.commit_round("a", &[h.clone()], &[]).unwrap();
+        store.mark_replayed(&h.id).unwrap();
+        let mut late = h.clone();
+        late.missing_records = 0;
+        late.state = GapState::Late;
+        store.commit_round("a", &[late], &[]).unwrap();
+        assert!(!store.clear_replayed(&h.id).unwrap());
+        assert_eq!(store.get_gap(&h.id).unwrap().unwrap().state, GapState::Repaired);
     }
 }
