@@ -1649,16 +1649,24 @@ impl GapLog {
         let more_opened = log.opened_count - log.opened.len() as u64;
         if more_opened > 0 {
             let audit = log.opened.first().map_or("", |g| g.audit.as_str());
-            tracing::error!(audit, gaps = log.opened_count, missing_records = log.opened_records,
+            tracing::error!(
+                audit,
+                gaps = log.opened_count,
+                missing_records = log.opened_records,
                 "{} gaps opened or grew this round ({} records missing in them); {more_opened} more not logged one by one: see `gap-auditor gaps` or /api/gaps",
-                log.opened_count, log.opened_records);
+                log.opened_count,
+                log.opened_records
+            );
         }
         let more_changed = log.changed_count - log.changed.len() as u64;
         if more_changed > 0 {
             let audit = log.changed.first().map_or("", |g| g.audit.as_str());
-            tracing::info!(audit, gaps = log.changed_count,
+            tracing::info!(
+                audit,
+                gaps = log.changed_count,
                 "{} gaps changed state this round; {more_changed} more not logged one by one",
-                log.changed_count);
+                log.changed_count
+            );
         }
     }
 }
@@ -1711,10 +1719,9 @@ fn ledger_write(
     let d = ledger.delta();
     let head = serde_json::json!({ "tail_gap": d.tail_gap });
     match (items(d.missing), items(d.gaps)) {
-        (Some(missing), Some(gaps)) if !d.replace => (
-            head,
-            Some(crate::store::LedgerItems { missing, gaps }),
-        ),
+        (Some(missing), Some(gaps)) if !d.replace => {
+            (head, Some(crate::store::LedgerItems { missing, gaps }))
+        }
         _ => (
             serde_json::to_value(ledger.snapshot()).unwrap_or(serde_json::Value::Null),
             None,

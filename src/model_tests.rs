@@ -226,7 +226,13 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             uncounted_lost += ledgers[p].apply(&v, at).lost;
             check_verdicts(&before, &key_counts(&s, &ledgers, &w), &w, round)?;
             let rechecked = checker
-                .recheck_ledger(&w.sink, tp, &mut ledgers[p], RecheckBudget::UNLIMITED, &|_, _| {})
+                .recheck_ledger(
+                    &w.sink,
+                    tp,
+                    &mut ledgers[p],
+                    RecheckBudget::UNLIMITED,
+                    &|_, _| {},
+                )
                 .await
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             uncounted_late += rechecked.map_or(0, |a| a.late);
@@ -241,7 +247,12 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             for (p, l) in ledgers.iter_mut().enumerate() {
                 // Written as the daemon writes it: only what changed since the last write.
                 stored[p] = (l.settled(), items[p].write(l));
-                prop_assert_eq!(&stored[p].1, &l.snapshot(), "round {}: the deltas add up to the ledger", round);
+                prop_assert_eq!(
+                    &stored[p].1,
+                    &l.snapshot(),
+                    "round {}: the deltas add up to the ledger",
+                    round
+                );
                 l.stored();
             }
             if let Some(book) = checker.book_mut() {
@@ -304,7 +315,11 @@ impl StoredItems {
         let d = l.delta();
         if d.replace {
             let snap = l.snapshot();
-            self.missing = snap.missing.iter().map(|m| (m.run.first, m.clone())).collect();
+            self.missing = snap
+                .missing
+                .iter()
+                .map(|m| (m.run.first, m.clone()))
+                .collect();
             self.gaps = snap.gaps.iter().map(|g| (g.first, g.clone())).collect();
         } else {
             for (f, m) in d.missing {
@@ -526,7 +541,12 @@ async fn simulate_offsets(
         prop_assert!(r.is_ok() || down, "re-check failed: {:?}", r.err());
         ledger.take_dirty_gaps();
         stored = (ledger.settled(), items.write(&ledger));
-        prop_assert_eq!(&stored.1, &ledger.snapshot(), "round {}: deltas add up", round);
+        prop_assert_eq!(
+            &stored.1,
+            &ledger.snapshot(),
+            "round {}: deltas add up",
+            round
+        );
         ledger.stored();
         if round + 2 >= rounds {
             idle_queries.push(sink.queries() - before);
@@ -538,10 +558,18 @@ async fn simulate_offsets(
         .filter(|(_, r)| r.expected && r.copies == 0)
         .map(|(o, _)| o as Offset)
         .collect();
-    prop_assert_eq!(expand(&ledger.missing_runs()), truth.clone(), "missing runs are the absent records");
+    prop_assert_eq!(
+        expand(&ledger.missing_runs()),
+        truth.clone(),
+        "missing runs are the absent records"
+    );
     prop_assert_eq!(ledger.missing(), truth.len() as u64);
     let in_gaps: u64 = ledger.gaps().map(|g| g.missing).sum();
-    prop_assert_eq!(in_gaps, truth.len() as u64, "gaps hold exactly the absent records");
+    prop_assert_eq!(
+        in_gaps,
+        truth.len() as u64,
+        "gaps hold exactly the absent records"
+    );
     for q in idle_queries {
         prop_assert!(q <= 1, "an idle round cost {} queries", q);
     }

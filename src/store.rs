@@ -516,8 +516,9 @@ impl Store {
                 match &p.items {
                     None => replace_items(&tx, audit, &p.topic, p.partition, &mut head)
                         .map_err(item_err)?,
-                    Some(items) => write_items(&tx, audit, &p.topic, p.partition, items)
-                        .map_err(item_err)?,
+                    Some(items) => {
+                        write_items(&tx, audit, &p.topic, p.partition, items).map_err(item_err)?
+                    }
                 }
                 let ledger = serde_json::to_string(&head).map_err(|e| StoreError::Corrupt {
                     path: self.path.clone(),
@@ -1004,7 +1005,14 @@ fn replace_items(
                 .ok_or_else(|| {
                     ItemError::Shape(format!("an item of `{field}` has no {}", path.join(".")))
                 })?;
-            insert.execute(params![audit, topic, partition, kind, first, item.to_string()])?;
+            insert.execute(params![
+                audit,
+                topic,
+                partition,
+                kind,
+                first,
+                item.to_string()
+            ])?;
         }
     }
     Ok(())
@@ -1082,11 +1090,15 @@ fn read_items(
 fn migrate_items(tx: &Connection) -> Result<(), ItemError> {
     let rows: Vec<(String, String, i32, String)> = tx
         .prepare("SELECT audit, topic, partition, ledger FROM progress")?
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?
         .collect::<Result<_, _>>()?;
     for (audit, topic, partition, ledger) in rows {
         let mut head: serde_json::Value = serde_json::from_str(&ledger).map_err(|e| {
-            ItemError::Shape(format!("ledger of {audit}/{topic}-{partition} is not JSON: {e}"))
+            ItemError::Shape(format!(
+                "ledger of {audit}/{topic}-{partition} is not JSON: {e}"
+            ))
         })?;
         replace_items(tx, &audit, &topic, partition, &mut head)?;
         tx.execute(
@@ -1472,7 +1484,10 @@ mod tests {
         let mut p = progress(0, 10);
         p.ledger = full_ledger(&[1, 3, 5]);
         store.commit_round("a", &[], &[p.clone()]).unwrap();
-        assert_eq!(store.load_progress("a").unwrap()[0].ledger, full_ledger(&[1, 3, 5]));
+        assert_eq!(
+            store.load_progress("a").unwrap()[0].ledger,
+            full_ledger(&[1, 3, 5])
+        );
         // Delta: 3 goes, 7 comes; 1 and 5 are not written at all.
         let item = |f: i64| json!({"run": {"first": f, "last": f}, "gap": f}).to_string();
         let gap = |f: i64| json!({"first": f, "last": f, "missing": 1}).to_string();
@@ -1489,7 +1504,10 @@ mod tests {
         // A whole write replaces everything: nothing stale survives.
         p.ledger = full_ledger(&[9]);
         store.commit_round("a", &[], &[p]).unwrap();
-        assert_eq!(store.load_progress("a").unwrap()[0].ledger, full_ledger(&[9]));
+        assert_eq!(
+            store.load_progress("a").unwrap()[0].ledger,
+            full_ledger(&[9])
+        );
         let rows: i64 = store
             .lock()
             .query_row("SELECT COUNT(*) FROM ledger_items", [], |r| r.get(0))
@@ -1524,7 +1542,10 @@ mod tests {
         d.ledger = json!({"tail_gap": 3});
         d.items = Some(LedgerItems::default());
         store.commit_round("a", &[], &[d]).unwrap();
-        assert_eq!(store.load_progress("a").unwrap()[0].ledger, full_ledger(&[1, 3]));
+        assert_eq!(
+            store.load_progress("a").unwrap()[0].ledger,
+            full_ledger(&[1, 3])
+        );
     }
 
     #[test]
@@ -1658,7 +1679,11 @@ mod tests {
         g.missing_records = 0;
         g.state = GapState::Late;
         store.commit_round("a", &[g.clone()], &[]).unwrap();
-        assert_eq!(store.get_gap(&g.id).unwrap().unwrap().state, GapState::Late, "late, not repaired: nothing was replayed");
+        assert_eq!(
+            store.get_gap(&g.id).unwrap().unwrap().state,
+            GapState::Late,
+            "late, not repaired: nothing was replayed"
+        );
         let h = gap("a", 0, 7, 0, GapState::Open);
         store.commit_round("a", &[h.clone()], &[]).unwrap();
         store.mark_replayed(&h.id).unwrap();
@@ -1667,6 +1692,9 @@ mod tests {
         late.state = GapState::Late;
         store.commit_round("a", &[late], &[]).unwrap();
         assert!(!store.clear_replayed(&h.id).unwrap());
-        assert_eq!(store.get_gap(&h.id).unwrap().unwrap().state, GapState::Repaired);
+        assert_eq!(
+            store.get_gap(&h.id).unwrap().unwrap().state,
+            GapState::Repaired
+        );
     }
 }

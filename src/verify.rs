@@ -135,7 +135,9 @@ impl Checker {
         span: OffsetRun,
         obs: QueryObserver<'_>,
     ) -> Result<u64, SinkError> {
-        Ok(observed(obs, sink.count_offsets(tp, &[span])).await?.distinct)
+        Ok(observed(obs, sink.count_offsets(tp, &[span]))
+            .await?
+            .distinct)
     }
 
     /// Re-checks one partition's missing records (late arrivals) within `budget`, the one

@@ -460,7 +460,9 @@ impl PartitionLedger {
     /// snapshot's tail gap across records decided elsewhere.
     pub fn restore_at(at: Offset, settled: Offset, keyed: bool, snap: Snapshot) -> Self {
         let mut l = Self::restore(at.max(settled), keyed, snap);
-        if at > settled && let Some(t) = l.tail_gap.take() {
+        if at > settled
+            && let Some(t) = l.tail_gap.take()
+        {
             l.untailed.push(t);
         }
         l
@@ -880,7 +882,11 @@ impl PartitionLedger {
         }
         // Only the gaps the log start passed since last time (later gaps below it are born
         // unrecoverable, see `declare_missing`).
-        for g in self.gaps.range_mut(self.log_start..log_start).map(|(_, g)| g) {
+        for g in self
+            .gaps
+            .range_mut(self.log_start..log_start)
+            .map(|(_, g)| g)
+        {
             if g.missing > 0 && g.deleted_ms.is_none() {
                 g.deleted_ms = Some(now_ms);
                 self.dirty_gaps.insert(g.first);
@@ -1166,7 +1172,9 @@ impl PartitionLedger {
             match g.deleted_ms {
                 Some(at) => out.deleted_ms = min_opt(out.deleted_ms, Some(at)),
                 None => match g.min_ts {
-                    Some(ts) => out.oldest_undeleted_ts = min_opt(out.oldest_undeleted_ts, Some(ts)),
+                    Some(ts) => {
+                        out.oldest_undeleted_ts = min_opt(out.oldest_undeleted_ts, Some(ts))
+                    }
                     None => out.undeleted_without_ts += 1,
                 },
             }

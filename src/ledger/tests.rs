@@ -666,7 +666,11 @@ fn total_loss(n: Offset, rounds: Offset) -> PartitionLedger {
 #[test]
 fn dropping_missing_keys_cuts_the_oldest_records_off_a_merged_run() {
     let mut l = total_loss(100, 4);
-    assert_eq!(l.missing_runs(), vec![r(0, 99)], "adjacent runs of one gap merge");
+    assert_eq!(
+        l.missing_runs(),
+        vec![r(0, 99)],
+        "adjacent runs of one gap merge"
+    );
     assert_eq!(l.missing_key_count(), 100);
     assert_eq!(l.drop_missing_keys(30), 30);
     assert_eq!(l.missing_key_count(), 70);
@@ -678,7 +682,10 @@ fn dropping_missing_keys_cuts_the_oldest_records_off_a_merged_run() {
     assert_eq!(l.missing(), 100);
     assert_eq!(l.gauges().missing, 100);
     assert_eq!(l.rechecks(RecheckBudget::UNLIMITED)[0].run, r(30, 99));
-    assert_eq!(l.rechecks(RecheckBudget::UNLIMITED)[0].keys[0], Key::new(["k30"]));
+    assert_eq!(
+        l.rechecks(RecheckBudget::UNLIMITED)[0].keys[0],
+        Key::new(["k30"])
+    );
 }
 
 /// An acknowledged gap leaves the hot ledger: no re-checks, no gauges, its keys released,
@@ -695,8 +702,19 @@ fn an_acknowledged_gap_leaves_the_hot_ledger() {
     assert_eq!(l.take_released_keys().len(), 10);
     assert_eq!(l.missing(), 0);
     let d = l.delta();
-    assert!(d.gaps.contains(&(0, None)), "the store drops it: {:?}", d.gaps);
-    l.ingest(10, None, Observed::Expected { key: Some(Key::new(["k10"])) }, 100 * GRACE);
+    assert!(
+        d.gaps.contains(&(0, None)),
+        "the store drops it: {:?}",
+        d.gaps
+    );
+    l.ingest(
+        10,
+        None,
+        Observed::Expected {
+            key: Some(Key::new(["k10"])),
+        },
+        100 * GRACE,
+    );
     l.pipeline.observe(100 * GRACE, Some(11));
     let segs = l.due(101 * GRACE, GRACE, 100);
     l.apply(&oracle(&segs, &BTreeSet::new()), 101 * GRACE);
@@ -716,7 +734,10 @@ fn rechecks_rotate_within_the_budget() {
     let segs = l.due(GRACE, GRACE, 100);
     // Even offsets present: five one-record gaps at 1, 3, 5, 7, 9.
     l.apply(&oracle(&segs, &[0, 2, 4, 6, 8].into()), GRACE);
-    let budget = RecheckBudget { runs: 2, records: u64::MAX };
+    let budget = RecheckBudget {
+        runs: 2,
+        records: u64::MAX,
+    };
     let mut seen = Vec::new();
     for _ in 0..3 {
         let c = l.rechecks(budget);
@@ -726,10 +747,17 @@ fn rechecks_rotate_within_the_budget() {
     }
     assert_eq!(seen, vec![1, 3, 5, 7, 9]);
     let c = l.rechecks(budget);
-    assert_eq!(c.iter().map(|s| s.run.first).collect::<Vec<_>>(), vec![1, 3], "starts over");
+    assert_eq!(
+        c.iter().map(|s| s.run.first).collect::<Vec<_>>(),
+        vec![1, 3],
+        "starts over"
+    );
     // Unanswered (an error): the rotation does not move on.
     let again = l.rechecks(budget);
-    assert_eq!(again.iter().map(|s| s.run.first).collect::<Vec<_>>(), vec![1, 3]);
+    assert_eq!(
+        again.iter().map(|s| s.run.first).collect::<Vec<_>>(),
+        vec![1, 3]
+    );
 }
 
 /// Compaction rebuilds the maps; nothing in them changes.
@@ -749,7 +777,10 @@ fn compaction_keeps_every_gap_and_run() {
     };
     let (runs_before, gaps_before) = (l.missing_runs(), gaps(&l));
     l.take_dirty_gaps();
-    assert!(l.missing_runs() == runs_before, "missing runs changed by the rebuild");
+    assert!(
+        l.missing_runs() == runs_before,
+        "missing runs changed by the rebuild"
+    );
     assert!(gaps(&l) == gaps_before, "gaps changed by the rebuild");
     assert_eq!(l.gaps().count(), 10_000);
 }

@@ -59,7 +59,10 @@ impl<'a> Writer<'a> {
             let offsets = self.s.producer.send_all(p, &lines).await;
             for (line, o) in lines.iter().zip(&offsets) {
                 if !lost(p, *o) {
-                    self.s.db.insert_line(&self.s.table, line.as_bytes(), p, *o).await;
+                    self.s
+                        .db
+                        .insert_line(&self.s.table, line.as_bytes(), p, *o)
+                        .await;
                 }
             }
             self.next[p as usize] = offsets.last().map_or(base, |o| o + 1);
@@ -94,8 +97,12 @@ async fn a_sink_that_never_answers_costs_no_rebalance_and_no_false_loss() {
     let total = |t: &str, name: &str| -> f64 {
         (0..PARTITIONS)
             .map(|p| {
-                sample(t, name, &[("topic", topic.as_str()), ("partition", &p.to_string())])
-                    .unwrap_or(0.0)
+                sample(
+                    t,
+                    name,
+                    &[("topic", topic.as_str()), ("partition", &p.to_string())],
+                )
+                .unwrap_or(0.0)
             })
             .sum()
     };

@@ -6,12 +6,12 @@
 //! the shared MariaDB, so no other test ever sees them.
 
 mod backpressure;
+mod hung_sink;
 mod kill9;
 mod lag;
 pub mod proxy;
 mod shutdown;
 mod sink;
-mod hung_sink;
 mod stalled_partition;
 mod systematic_loss;
 mod tools;

@@ -93,7 +93,8 @@ async fn every_second_record_lost_stays_exact_bounded_and_cheap_when_idle() {
 
     // Idle: nothing arrives, nothing is due. Ten rounds of verify_interval = 1 s.
     let t = scrape(addr).await.expect("/metrics");
-    let queries = |t: &str| sample(t, "gap_auditor_sink_queries_total", &[("result", "ok")]).unwrap_or(0.0);
+    let queries =
+        |t: &str| sample(t, "gap_auditor_sink_queries_total", &[("result", "ok")]).unwrap_or(0.0);
     let (q0, w0) = (queries(&t), written_bytes(pid).expect("/proc/PID/io"));
     let idle = Duration::from_secs(10);
     tokio::time::sleep(idle).await;
@@ -123,7 +124,9 @@ async fn every_second_record_lost_stays_exact_bounded_and_cheap_when_idle() {
         .prepare("SELECT partition, first_offset, last_offset, missing_records FROM gaps WHERE topic = ?1 ORDER BY first_offset")
         .expect("query");
     let reported: Vec<(i64, i64, i64, i64)> = stmt
-        .query_map([&topic], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .query_map([&topic], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
         .expect("rows")
         .collect::<Result<_, _>>()
         .expect("gap rows");
