@@ -1685,7 +1685,9 @@ mod tests {
             "late, not repaired: nothing was replayed"
         );
         let h = gap("a", 0, 7, 0, GapState::Open);
-        store.commit_round("a", &[h.clone()], &[]).unwrap();
+        store
+            .commit_round("a", std::slice::from_ref(&h), &[])
+            .unwrap();
         store.mark_replayed(&h.id).unwrap();
         let mut late = h.clone();
         late.missing_records = 0;
