@@ -40,7 +40,11 @@ use tokio_util::sync::CancellationToken;
 /// Most offset_columns records one round verifies on one partition: at most half as many new
 /// gaps (every second record lost), so a round's transient memory stays bounded however
 /// large the backlog. Rounds follow each other at once while a partition has more due.
-const OFFSET_ROUND_RECORDS: u64 = 100_000;
+const OFFSET_ROUND_RECORDS: u64 = 50_000;
+
+/// A round that wrote at least this many gaps returns its transient memory to the system
+/// afterwards ([`crate::memory::release_free`]).
+const TRIM_AFTER_GAPS: usize = 10_000;
 
 /// How often topic retention settings are read again.
 const RETENTION_REFRESH: Duration = Duration::from_secs(600);
@@ -1156,6 +1160,7 @@ impl<V: Verifier> Audit<V> {
         // Moved, not copied (an incident round holds tens of thousands); put back if the
         // write fails.
         let gaps: Vec<Gap> = std::mem::take(&mut self.unsaved).into_values().collect();
+        let big_round = gaps.len() >= TRIM_AFTER_GAPS;
         let now = Utc::now();
         let mut marks = Vec::new();
         let progress: Vec<PartitionProgress> = self
@@ -1211,7 +1216,11 @@ impl<V: Verifier> Audit<V> {
         })
         .await
         {
-            Ok((Ok(()), _)) => {
+            Ok((Ok(()), gaps)) => {
+                drop(gaps);
+                if big_round {
+                    crate::memory::release_free();
+                }
                 self.persisted.extend(marks);
                 if let Some(book) = self.checker.book_mut() {
                     book.persisted();
@@ -1330,10 +1339,12 @@ impl<V: Verifier> Audit<V> {
         let read = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             for (mut st, ids) in states {
-                for id in ids {
-                    if let Some(g) = store.get_gap(&id)? {
-                        if store.is_replayed(&id)? {
-                            st.replayed.push(id);
+                // One query per partition, not one per gap (an incident holds 100,000s).
+                let ids: std::collections::HashSet<String> = ids.into_iter().collect();
+                for (g, replayed) in store.gaps_of_partition(&st.audit, &st.topic, st.partition)? {
+                    if ids.contains(&g.id) {
+                        if replayed {
+                            st.replayed.push(g.id.clone());
                         }
                         st.gaps.push(g);
                     }

@@ -43,6 +43,7 @@ pub mod handover;
 pub mod http;
 pub mod kafka;
 pub mod ledger;
+pub mod memory;
 pub mod metrics;
 pub mod record;
 pub mod replay;

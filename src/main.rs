@@ -145,23 +145,8 @@ enum Format {
     Json,
 }
 
-/// glibc gives every thread that allocates its own arena (up to 8 per core), and memory
-/// freed in one arena is not reused by another: an incident round's transient allocations
-/// on one thread left ~100 MiB resident beside a 500,000-gap ledger built on another. Two
-/// arenas keep the daemon's memory near what it holds. `MALLOC_ARENA_MAX` set by the
-/// operator wins. Before any thread starts.
-fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: mallopt only adjusts allocator parameters; called once, single-threaded.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
-        }
-    }
-}
-
 fn main() -> ExitCode {
-    limit_malloc_arenas();
+    gap_auditor::memory::limit_arenas();
     let cli = Cli::parse();
     init_tracing(matches!(cli.command, Cmd::Demo { .. }));
     match cli.command {
