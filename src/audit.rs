@@ -697,17 +697,25 @@ impl<V: Verifier> Audit<V> {
         let time_rule = self.pipeline.is_none();
         let keyed_book = self.checker.book().is_some();
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
+        // A sink that could not be reached once this round (a timeout, a refused
+        // connection) is not asked again until the next: a black-holed sink costs one
+        // timeout per round, not one per partition, and the tail's events keep being
+        // drained. A refusal (a server error) may be about one partition's data (a key
+        // value the sink's column type rejects): it ends that partition's work only, or one
+        // poisoned record would stop every later partition's verdicts for good.
+        let trips = |e: &SinkError| matches!(e, SinkError::Unavailable(_));
+        let mut tripped = false;
         if let Err(e) = self.settle_deleted(&tps).await {
+            tripped = trips(&e);
             failure = Some(e);
         }
         let budget = self.checker.recheck_budget();
         for tp in &tps {
-            // A sink that failed once this round (a timeout, a refusal) is not asked again
-            // until the next: a black-holed sink costs one timeout per round, not one per
-            // partition, and the tail's events keep being drained.
-            if self.cancel.is_cancelled() || failure.is_some() {
+            if self.cancel.is_cancelled() || tripped {
                 break;
             }
+            // Whether this partition's due records hit the round's limit (a backlog).
+            let mut full = false;
             let segs = match self.parts.get_mut(tp) {
                 Some(p) => {
                     // Set every round, so no ledger (new, restored, reset) can miss it.
@@ -725,13 +733,14 @@ impl<V: Verifier> Audit<V> {
                     } else {
                         let due = p.ledger.due(now, grace, limit);
                         let n: u64 = due.iter().map(|s| s.run.len()).sum();
-                        self.backlog |= n >= limit;
+                        full = n >= limit;
                         due
                     }
                 }
                 None => continue,
             };
             let mut applied = Applied::default();
+            let mut failed_here = false;
             if !segs.is_empty() {
                 queried = true;
                 match self.verify(tp, &segs, false).await {
@@ -740,12 +749,19 @@ impl<V: Verifier> Audit<V> {
                         if let Some(part) = self.parts.get_mut(tp) {
                             applied = part.ledger.apply(&v, decided_at);
                         }
+                        // Only a backlog that is being worked off calls for the next round
+                        // at once: one the sink refuses would spin rounds back to back.
+                        self.backlog |= full;
                     }
-                    Err(e) => failure = Some(e),
+                    Err(e) => {
+                        failed_here = true;
+                        tripped |= trips(&e);
+                        failure = Some(e);
+                    }
                 }
             }
             // Late arrivals, after the due verdicts (which may have grown the missing span).
-            if failure.is_none() {
+            if !failed_here {
                 match self.recheck(tp, budget).await {
                     Ok(Some(a)) => {
                         queried = true;
@@ -754,6 +770,7 @@ impl<V: Verifier> Audit<V> {
                     Ok(None) => {}
                     Err(e) => {
                         queried = true;
+                        tripped |= trips(&e);
                         failure = Some(e);
                     }
                 }
@@ -793,6 +810,12 @@ impl<V: Verifier> Audit<V> {
                 }
                 self.sink_state = SinkState::Down;
                 self.sink_error = Some(e.to_string());
+                // An unreachable sink: the next round waits verify_interval, backlog or not
+                // (an instant refusal of the connection would otherwise spin rounds back to
+                // back, each polling the pipeline group and the store).
+                if tripped {
+                    self.backlog = false;
+                }
             }
             None => {
                 if self.sink_state == SinkState::Down {
@@ -1878,8 +1901,53 @@ fn resolve_starts(
             Default::default()
         }
     };
-    let mut out = Vec::new();
-    for tp in tps {
+    // Each partition's lookups (up to 3 watermark reads and 3 time lookups, seconds each
+    // when the broker is slow) run in parallel: this runs while the consumer waits in its
+    // rebalance callback, and one after another they took minutes for a large assignment.
+    const PARALLEL: usize = 32;
+    let mut out = Vec::with_capacity(tps.len());
+    for chunk in tps.chunks(PARALLEL) {
+        let resolved: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|tp| {
+                    let committed = &committed;
+                    scope.spawn(move || resolve_start(lookup, tp, stored, committed, start))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join()).collect()
+        });
+        for (tp, r) in chunk.iter().zip(resolved) {
+            match r {
+                Ok(r) => out.push(r),
+                // A lookup thread that panicked: the partition starts as if nothing could be
+                // read (its audit anchors on the first record), never at a guessed offset.
+                Err(_) => {
+                    tracing::error!(%tp, "start offset lookup panicked: starting at the log end as the consumer finds it");
+                    out.push((
+                        tp.clone(),
+                        Start {
+                            resume: LOGICAL_END,
+                            deleted: None,
+                        },
+                        None,
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Where one assigned partition resumes ([`resolve_starts`]).
+fn resolve_start(
+    lookup: &Lookup,
+    tp: &TopicPartition,
+    stored: &HashMap<TopicPartition, Offset>,
+    committed: &BTreeMap<TopicPartition, Option<Offset>>,
+    start: StartPosition,
+) -> (TopicPartition, Start, Option<LogRange>) {
+    {
         // Retried: without watermarks a `latest` start would fall back to offset 0 and audit
         // history the pipeline may have expired from the sink long ago.
         let log = (0..3).find_map(|attempt| {
@@ -1982,7 +2050,6 @@ fn resolve_starts(
                 }
             }
         };
-        out.push((tp.clone(), s, log));
+        (tp.clone(), s, log)
     }
-    out
 }

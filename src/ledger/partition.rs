@@ -299,6 +299,11 @@ pub struct PartitionLedger {
     /// Where the cursor goes once the last [`Self::rechecks`] is answered (`None` inside:
     /// the rotation passed the last run).
     recheck_next: Option<Option<Offset>>,
+    /// The last missing offset when the current rotation started: the rotation ends there,
+    /// not at the last run (runs declared since are behind it only if they arrive slower
+    /// than the budget; otherwise a rotation, and a look, would never end and the runs it
+    /// passed would never be re-checked again). `None`: set by the next [`Self::rechecks`].
+    recheck_lap_end: Option<Offset>,
     /// Gauges computed at a revision: idle rounds do not walk every gap.
     gauges: Option<(u64, GapGauges)>,
     /// Keys held by `missing` runs.
@@ -414,6 +419,7 @@ impl PartitionLedger {
             confirmed_beyond_probe: 0,
             recheck_cursor: Offset::MIN,
             recheck_next: None,
+            recheck_lap_end: None,
             gauges: None,
             untailed: Vec::new(),
             log_start: Offset::MIN,
@@ -759,6 +765,12 @@ impl PartitionLedger {
                 g.missing += r.len();
                 g.min_ts = min_opt(g.min_ts, min_ts);
                 g.max_ts = max_opt(g.max_ts, max_ts);
+                // A gap with nothing missing when the log start passed its first offset was
+                // skipped by `log_start_moved` (which never looks below the last log start
+                // again): growing again, it is unrecoverable now.
+                if g.deleted_ms.is_none() && g.first < self.log_start {
+                    g.deleted_ms = Some(now_ms);
+                }
                 g.first
             }
             None => {
@@ -996,6 +1008,7 @@ impl PartitionLedger {
         }
         p.look = Some(distinct);
         self.recheck_cursor = p.span.first;
+        self.recheck_lap_end = None;
         true
     }
 
@@ -1011,9 +1024,12 @@ impl PartitionLedger {
     }
 
     /// Missing records to re-check this round, at most `budget`, continuing where the last
-    /// call stopped (a rotation: the next call after the last run starts over). A look
-    /// started by [`Self::probe_answered`] is complete once the rotation passes the last
-    /// run: its count becomes the probe's baseline.
+    /// call stopped (a rotation: the next call after the last run starts over). A rotation
+    /// covers the records missing when it started: records declared since wait for the next
+    /// one, so that a rotation ends even while an incident adds runs faster than the budget.
+    /// A look started by [`Self::probe_answered`] is complete once its rotation ends: its
+    /// count becomes the probe's baseline (rows landing in the span since make the next
+    /// probe differ from it, so they start another look).
     pub fn rechecks(&mut self, budget: RecheckBudget) -> Vec<Segment> {
         let mut out = Vec::new();
         let (mut runs_left, mut records_left) = (budget.runs, budget.records);
@@ -1025,14 +1041,24 @@ impl PartitionLedger {
             .next_back()
             .filter(|(_, m)| m.run.contains(cursor))
             .map_or(cursor, |(f, _)| *f);
+        let last_missing = self.missing.values().next_back().map(|m| m.run.last);
+        let lap_end = *self
+            .recheck_lap_end
+            .get_or_insert(last_missing.unwrap_or(Offset::MIN));
         let mut next = None;
         for (f, m) in self.missing.range(start..) {
+            // Records declared since the rotation started (new runs, or a run that grew) are
+            // the next rotation's.
+            let last = m.run.last.min(lap_end);
+            let from = m.run.first.max(cursor);
+            if from > last {
+                break;
+            }
             if runs_left == 0 || records_left == 0 {
                 next = Some(*f);
                 break;
             }
-            let from = m.run.first.max(cursor);
-            let avail = (m.run.last - from) as u64 + 1;
+            let avail = (last - from) as u64 + 1;
             let take = avail.min(records_left);
             let part = OffsetRun::new(from, from + take as Offset - 1);
             out.push(Segment {
@@ -1064,6 +1090,7 @@ impl PartitionLedger {
                 Some(c) => self.recheck_cursor = c,
                 None => {
                     self.recheck_cursor = Offset::MIN;
+                    self.recheck_lap_end = None;
                     if let Some(p) = self.probe.as_mut()
                         && let Some(c) = p.look.take()
                     {
@@ -1137,9 +1164,11 @@ impl PartitionLedger {
             self.missing_count = self.missing_count.saturating_sub(g.missing);
         }
         self.unstored_gaps.insert(first);
+        // A gap's runs lie inside it: not a walk over every run of the partition per
+        // acknowledgement (an operator acknowledging an incident's gaps one by one).
         let runs: Vec<Offset> = self
             .missing
-            .iter()
+            .range(g.first..=g.last)
             .filter(|(_, m)| m.gap == first)
             .map(|(f, _)| *f)
             .collect();
