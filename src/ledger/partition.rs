@@ -335,7 +335,17 @@ pub struct Probe {
     /// A look in progress: the count that started it, which becomes the baseline once the
     /// rotation over the missing runs completes.
     pub look: Option<u64>,
+    /// Answers equal to the baseline since the last look (see [`FORCE_LOOK_EVERY`]).
+    pub unchanged: u32,
 }
+
+/// A look is made after this many probes that matched the baseline, whatever they said: a
+/// row deleted from the sink inside the span (an operator's DELETE, a partition dropped by
+/// TTL, an upsert moving a key's row) as a missing record lands late leaves the count
+/// unchanged, and without this the late arrival would stay reported missing until given
+/// up. 720 rounds: an hour at the default 5 s verify_interval, a look's cost spread over
+/// its rotation.
+pub const FORCE_LOOK_EVERY: u32 = 720;
 
 /// How much one round may re-check on one partition: missing runs (each one OR-ed range of
 /// a query) and records (each one key of a query). Exhausted, the next round continues
@@ -457,6 +467,7 @@ impl PartitionLedger {
             span,
             baseline: None,
             look: None,
+            unchanged: 0,
         });
         l
     }
@@ -820,6 +831,7 @@ impl PartitionLedger {
                     span: r,
                     baseline: Some(0),
                     look: None,
+                    unchanged: 0,
                 });
             }
         }
@@ -1003,9 +1015,11 @@ impl PartitionLedger {
         if p.look.is_some() {
             return true;
         }
-        if p.baseline == Some(distinct) {
+        if p.baseline == Some(distinct) && p.unchanged < FORCE_LOOK_EVERY {
+            p.unchanged += 1;
             return false;
         }
+        p.unchanged = 0;
         p.look = Some(distinct);
         self.recheck_cursor = p.span.first;
         self.recheck_lap_end = None;
