@@ -1555,10 +1555,23 @@ impl<V: Verifier> Audit<V> {
         let watermarks = self.watermarks();
         let audit = self.cfg.name.clone();
         let mut partitions = Vec::new();
+        let mut completeness = Vec::with_capacity(self.parts.len());
         for (tp, part) in self.parts.iter_mut() {
             if let Some(w) = watermarks.get(tp) {
                 part.log = Some(*w);
             }
+            // Caught up only against the log end learnt while fetching (librdkafka's
+            // statistics): the start-up lookup may be stale, and on tansu it is too low.
+            let caught_up = part.ledger.is_anchored()
+                && watermarks
+                    .get(tp)
+                    .is_some_and(|(_, end)| part.ledger.next_offset() >= *end);
+            completeness.push(crate::completeness::PartitionInput {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                ledger: part.ledger.completeness(),
+                caught_up,
+            });
             let p = tp.partition.to_string();
             let l = [audit.as_str(), tp.topic.as_str(), p.as_str()];
             let m = &self.metrics;
@@ -1620,6 +1633,27 @@ impl<V: Verifier> Audit<V> {
                 paused: self.flow.is_paused(tp),
             });
         }
+        let completeness = crate::completeness::evaluate(
+            &audit,
+            &completeness,
+            now_ms(),
+            self.completeness_horizon_ms(),
+        );
+        let gauge = self
+            .metrics
+            .complete_until_timestamp_seconds
+            .with_label_values(&[audit.as_str()]);
+        match completeness.complete_until_ms {
+            Some(ms) => gauge.set(ms as f64 / 1000.0),
+            // Unknown is not "complete up to 1970": no series, so a lag panel shows no data
+            // rather than 55 years (GapAuditorCompletenessLag covers a lasting absence).
+            None => {
+                let _ = self
+                    .metrics
+                    .complete_until_timestamp_seconds
+                    .remove_label_values(&[audit.as_str()]);
+            }
+        }
         self.status.update(AuditStatus {
             audit,
             consumer_group: self.group.clone(),
@@ -1631,7 +1665,16 @@ impl<V: Verifier> Audit<V> {
             last_kafka_ok: self.last_kafka_ok,
             verify_interval_ms: self.cfg.verify_interval.as_millis() as u64,
             partitions,
+            completeness,
         });
+    }
+
+    /// How long a record produced to an idle partition may take to be seen: grace (the
+    /// producer's delivery is assumed shorter), plus the age of the log end the auditor
+    /// knows (librdkafka's statistics interval) and of the published round.
+    fn completeness_horizon_ms(&self) -> i64 {
+        let d = self.cfg.grace + self.kafka.statistics_interval + self.cfg.verify_interval;
+        i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
     }
 
     fn watermarks(&self) -> HashMap<TopicPartition, (Offset, Offset)> {
@@ -1838,6 +1881,7 @@ pub fn ingest_batch(
                     };
                     // A record delivered again after a re-positioning is not counted twice.
                     if ledger.ingest(r.offset, r.timestamp_ms, observed, now) {
+                        ledger.note_record_ts(r.timestamp_ms);
                         total += 1;
                         c[0] += 1;
                         c[slot] += 1;

@@ -8,6 +8,7 @@
 //! | `GET /readyz` | 200 when Kafka and every sink answered recently, else 503 saying what is stale |
 //! | `GET /api/gaps?state=open\|all\|<state>&audit=NAME` | JSON array of gaps, newest first |
 //! | `GET /api/status` | `{"audits": [...]}` |
+//! | `GET /api/completeness?audit=NAME&until=RFC3339` | `{"complete", "complete_until", "blocking", ...}` ([`crate::completeness::Answer`]) |
 //!
 //! Unknown paths get 404, other methods on a known path 405 (`HEAD` is served like `GET`,
 //! as load balancers probe with it). The API is read-only: every method but `GET`/`HEAD`
@@ -252,6 +253,7 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Full<Byte
             StatusCode::OK,
             &serde_json::json!({ "audits": state.status.snapshot() }),
         ),
+        "/api/completeness" => api_completeness(state, req.uri().query().unwrap_or("")),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -281,6 +283,93 @@ async fn api_gaps(state: &HttpState, query: &str) -> Response<Full<Bytes>> {
             )
         }
     }
+}
+
+/// `GET /api/completeness`: answered from the round last published on the status board (at
+/// most one verify interval old), so a sensor polling it costs the audit nothing.
+fn api_completeness(state: &HttpState, query: &str) -> Response<Full<Bytes>> {
+    let q = match parse_completeness_query(query) {
+        Ok(q) => q,
+        Err(bad) => return json(StatusCode::BAD_REQUEST, &bad),
+    };
+    let audits = state.status.audits();
+    let audit = match q.audit {
+        Some(a) => a,
+        // One audit needs no name; with several, guessing would answer the wrong question.
+        None if audits.len() == 1 => audits[0].clone(),
+        None => {
+            return json(
+                StatusCode::BAD_REQUEST,
+                &serde_json::json!({
+                    "error": "query parameter `audit` is required: this process runs several audits",
+                    "parameter": "audit",
+                    "audits": audits,
+                }),
+            );
+        }
+    };
+    let Some(c) = state.status.completeness(&audit) else {
+        // `audits` tells a sensor whether the name is wrong (it lists others) or the daemon
+        // is still starting (empty).
+        return json(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({
+                "error": format!("no audit {audit:?} in this process"),
+                "parameter": "audit",
+                "audits": audits,
+            }),
+        );
+    };
+    let until = q
+        .until_ms
+        .unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
+    json(
+        StatusCode::OK,
+        &crate::completeness::answer(&audit, &c, until),
+    )
+}
+
+/// The parameters of `/api/completeness`.
+#[derive(Debug, PartialEq, Eq)]
+struct CompletenessQuery {
+    audit: Option<String>,
+    /// `None`: now.
+    until_ms: Option<i64>,
+}
+
+fn parse_completeness_query(query: &str) -> Result<CompletenessQuery, ApiError> {
+    let mut q = CompletenessQuery {
+        audit: None,
+        until_ms: None,
+    };
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        match key.as_ref() {
+            "audit" => q.audit = (!value.is_empty()).then(|| value.into_owned()),
+            "until" if !value.is_empty() => {
+                q.until_ms = Some(parse_time(&value).ok_or_else(|| {
+                    ApiError::new(
+                        Some("until"),
+                        format!(
+                            "invalid value {value:?} for query parameter `until`: expected an \
+                             RFC 3339 time such as 2024-05-01T12:00:00Z (percent-encode a `+` \
+                             offset as %2B)"
+                        ),
+                    )
+                })?);
+            }
+            _ => {}
+        }
+    }
+    Ok(q)
+}
+
+/// RFC 3339, in ms. A `+hh:mm` offset sent unencoded arrives as a space (form decoding):
+/// taken back, since nothing else can have been meant.
+fn parse_time(s: &str) -> Option<i64> {
+    let parse = |s: &str| chrono::DateTime::parse_from_rfc3339(s.trim()).ok();
+    parse(s)
+        .or_else(|| parse(&s.trim().replace(' ', "+")))
+        .map(|t| t.timestamp_millis())
 }
 
 /// JSON error body: `{"error": "...", "parameter": "state"}`.
@@ -494,7 +583,43 @@ mod tests {
                 missing: 0,
                 paused: false,
             }],
+            completeness: Default::default(),
         }
+    }
+
+    /// The seed incident as the ledgers would publish it: the gap {2, 3} of partition 0
+    /// (first record at 12:00:02), records of partition 1 pending since 12:00:05.
+    fn seed_completeness(audit: &str) -> crate::completeness::AuditCompleteness {
+        use crate::completeness::{
+            BlockingGap, LedgerCompleteness, PartitionInput, Since, evaluate,
+        };
+        let t0 = Utc
+            .with_ymd_and_hms(2024, 5, 1, 12, 0, 0)
+            .unwrap()
+            .timestamp_millis();
+        let p0 = LedgerCompleteness {
+            gaps: vec![BlockingGap {
+                first: 2,
+                since: Since::At(t0 + 2_000),
+                missing: 2,
+                state: GapState::Open,
+            }],
+            blocking_gaps: 1,
+            newest_ts: Some(t0 + 5_000),
+            ..Default::default()
+        };
+        let p1 = LedgerCompleteness {
+            pending: Some(Since::At(t0 + 5_000)),
+            newest_ts: Some(t0 + 6_000),
+            ..Default::default()
+        };
+        let part = |partition, ledger| PartitionInput {
+            topic: "test".to_string(),
+            partition,
+            ledger,
+            caught_up: true,
+        };
+        evaluate(audit, &[part(0, p0), part(1, p1)], t0 + 60_000, 3_000)
     }
 
     #[tokio::test]
@@ -791,6 +916,110 @@ mod tests {
         assert_eq!(p["pipeline_committed"], 95);
         assert_eq!(p["log_end"], 100);
         srv.shutdown.cancel();
+    }
+
+    /// The contract's fields; `until` percent-encoded or not; an unknown audit is a 404
+    /// listing the known ones; a bad `until` a 400 naming it; one audit needs no name.
+    #[tokio::test]
+    async fn api_completeness_answers_for_an_until() {
+        let srv = start().await;
+        let r = get(srv.addr, "/api/completeness?audit=dns_logs").await;
+        assert_eq!(r.status, 404, "nothing published yet");
+        assert_eq!(r.json()["audits"], serde_json::json!([]));
+
+        let mut st = audit_status("dns_logs", Some(Utc::now()));
+        st.completeness = seed_completeness("dns_logs");
+        srv.state.status.update(st);
+
+        let v = get(
+            srv.addr,
+            "/api/completeness?audit=dns_logs&until=2024-05-01T12:00:02Z",
+        )
+        .await
+        .json();
+        assert_eq!(v["complete"], true, "{v}");
+        assert_eq!(v["complete_until"], "2024-05-01T12:00:02Z");
+        assert_eq!(v["blocking"], serde_json::json!([]));
+
+        // 14:00:03+02:00 is 12:00:03Z; the `+` sent raw decodes as a space.
+        for until in ["2024-05-01T14:00:03%2B02:00", "2024-05-01T14:00:03+02:00"] {
+            let r = get(srv.addr, &format!("/api/completeness?until={until}")).await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            let v = r.json();
+            assert_eq!(v["complete"], false);
+            assert_eq!(v["until"], "2024-05-01T12:00:03Z");
+            assert_eq!(v["blocking"], serde_json::json!(["dns_logs:test:0:2"]));
+            assert_eq!(v["blockers"][0]["state"], "open");
+        }
+        let v = get(
+            srv.addr,
+            "/api/completeness?audit=dns_logs&until=2024-05-01T12:00:06Z",
+        )
+        .await
+        .json();
+        assert_eq!(
+            v["blocking"],
+            serde_json::json!(["dns_logs:test:0:2", "pending:test-1"])
+        );
+        assert!(
+            v["reason"].as_str().unwrap().contains("blocked by 1 gap"),
+            "{v}"
+        );
+        let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "audit",
+                "blockers",
+                "blocking",
+                "complete",
+                "complete_until",
+                "partitions",
+                "reason",
+                "truncated",
+                "until"
+            ]
+        );
+
+        let r = get(
+            srv.addr,
+            "/api/completeness?audit=dns&until=2024-05-01T12:00:00Z",
+        )
+        .await;
+        assert_eq!(r.status, 404);
+        assert_eq!(r.json()["audits"], serde_json::json!(["dns_logs"]));
+        let r = get(srv.addr, "/api/completeness?audit=dns_logs&until=yesterday").await;
+        assert_eq!(r.status, 400);
+        assert_eq!(r.json()["parameter"], "until");
+
+        // Several audits: the name is required.
+        srv.state.status.update(audit_status("other", None));
+        let r = get(srv.addr, "/api/completeness?until=2024-05-01T12:00:00Z").await;
+        assert_eq!(r.status, 400);
+        assert_eq!(r.json()["parameter"], "audit");
+        // The status shows the time only.
+        let v = get(srv.addr, "/api/status").await.json();
+        assert_eq!(v["audits"][0]["complete_until"], "2024-05-01T12:00:02Z");
+        assert_eq!(v["audits"][1]["complete_until"], Value::Null);
+        srv.shutdown.cancel();
+    }
+
+    #[test]
+    fn completeness_query_parsing() {
+        let q = parse_completeness_query("").unwrap();
+        assert_eq!(
+            q,
+            CompletenessQuery {
+                audit: None,
+                until_ms: None
+            }
+        );
+        let q = parse_completeness_query("audit=a%20b&until=1970-01-01T00:00:01.5Z").unwrap();
+        assert_eq!(q.audit.as_deref(), Some("a b"));
+        assert_eq!(q.until_ms, Some(1_500));
+        assert_eq!(parse_time("1970-01-01T01:00:00 01:00"), Some(0));
+        assert!(parse_completeness_query("until=12:00").is_err());
     }
 
     #[tokio::test]

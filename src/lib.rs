@@ -36,6 +36,7 @@ pub mod app;
 pub mod audit;
 pub mod check;
 pub mod clock;
+pub mod completeness;
 pub mod config;
 pub mod demo;
 pub mod gap;
@@ -51,6 +52,7 @@ pub mod sink;
 pub mod status;
 pub mod store;
 pub mod verify;
+pub mod wait;
 
 #[cfg(test)]
 mod model_tests;

@@ -26,7 +26,8 @@ struct Cli {
 enum Cmd {
     /// Run the daemon: tail the topics, verify against the sink, report gaps.
     ///
-    /// Serves /metrics, /healthz, /readyz, /api/gaps and /api/status on server.listen.
+    /// Serves /metrics, /healthz, /readyz, /api/gaps, /api/status and /api/completeness on
+    /// server.listen.
     /// Exits 0 on SIGINT/SIGTERM after persisting gaps and committing the settled
     /// watermark, 2 on a bad configuration, 1 on a runtime failure.
     Run {
@@ -127,6 +128,53 @@ enum Cmd {
         /// Show what would be written; write nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Wait until everything produced before a time is confirmed in the sink: a sensor for
+    /// the batch jobs downstream ("is hour H complete in Doris?").
+    ///
+    /// Polls the running daemon's GET /api/completeness (server.listen of the config, or
+    /// --url) until every expected record with a timestamp before --until is confirmed in
+    /// the sink. Exits 0 when complete; 1 as soon as a gap blocks it (the gap is named:
+    /// repair it with `replay`, or accept it with `ack`, then wait again); 2 on an error
+    /// (bad arguments or config, unknown audit, refused token); 3 when --timeout passes
+    /// first (lag, grace, or a sink that does not answer: try again later). While no daemon
+    /// answers, the store (state.path) is read instead: a gap found there exits 1; nothing
+    /// there proves completeness, so the wait goes on.
+    ///
+    /// `--timeout 0s` checks once (exit 3: not yet), for schedulers that retry by themselves,
+    /// e.g. Airflow's BashSensor(retry_exit_code=3). docs/OPERATOR.md has Airflow and cron
+    /// examples; docs/SEMANTICS.md says exactly what "complete" means.
+    #[command(after_long_help = "Examples:\n  \
+        # on the daemon's host: is the hour 10:00-11:00 complete? wait up to 2 hours\n  \
+        gap-auditor wait -c gap-auditor.toml --audit dns_logs --until 2024-05-01T11:00:00Z --timeout 2h\n  \
+        # from a scheduler's host: one check (exit 3 = not yet, retry later)\n  \
+        gap-auditor wait --url http://auditor:9464 --audit dns_logs --until 2024-05-01T11:00:00Z --timeout 0s")]
+    Wait {
+        /// Configuration file (server.listen, server.api_token, state.path). Not needed
+        /// with --url; the token then comes from GAP_AUDITOR__SERVER__API_TOKEN.
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The audit whose sink is waited on.
+        #[arg(long)]
+        audit: String,
+        /// Everything produced (record timestamp) before this RFC 3339 time must be in the
+        /// sink, e.g. 2024-05-01T11:00:00Z for the hour 10:00-11:00; or `now`.
+        #[arg(long, value_name = "TIME", value_parser = parse_until)]
+        until: chrono::DateTime<chrono::Utc>,
+        /// Give up after this long with exit 3 (e.g. 30m, 2h; 0s checks once). Default:
+        /// wait until complete or blocked.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        timeout: Option<std::time::Duration>,
+        /// Time between two polls.
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+        poll: std::time::Duration,
+        /// Daemon to ask (http://host:port), instead of the config's server.listen. Repeat
+        /// it for every instance of a scaled-out audit: complete only when each one is.
+        #[arg(long = "url", value_name = "URL")]
+        urls: Vec<String>,
+        /// Output format of the final answer.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
     },
     /// Self-contained demonstration: an in-process Kafka mock cluster, a simulated
     /// pipeline that loses two records across a restart, a simulated sink table, the
@@ -283,6 +331,26 @@ fn main() -> ExitCode {
                 &cfg, gap, audit, topic, partition, offsets, to_topic, to_sink, dry_run,
             )
         }
+        Cmd::Wait {
+            config,
+            audit,
+            until,
+            timeout,
+            poll,
+            urls,
+            format,
+        } => {
+            let code = gap_auditor::wait::run(gap_auditor::wait::Args {
+                config,
+                audit,
+                until,
+                timeout,
+                poll,
+                urls,
+                json: format == Format::Json,
+            });
+            ExitCode::from(code as u8)
+        }
         Cmd::Demo { listen } => runtime(|| async move {
             let cancel = CancellationToken::new();
             spawn_signal_handler(cancel.clone());
@@ -321,6 +389,16 @@ fn tokio_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
             eprintln!("error: cannot start the runtime: {e}");
             ExitCode::from(2)
         })
+}
+
+/// `--until`: RFC 3339, or `now`.
+fn parse_until(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if s.eq_ignore_ascii_case("now") {
+        return Ok(chrono::Utc::now());
+    }
+    chrono::DateTime::parse_from_rfc3339(s.trim())
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("{e}: expected an RFC 3339 time such as 2024-05-01T11:00:00Z, or now"))
 }
 
 fn config_error(e: &ConfigError) -> ExitCode {

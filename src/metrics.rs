@@ -88,6 +88,9 @@ pub struct Metrics {
     pub missing_keys_dropped: IntCounterVec,
     /// `gap_auditor_build_info{version, revision}`, always 1.
     pub build_info: IntGaugeVec,
+    /// `gap_auditor_complete_until_timestamp_seconds{audit}`: the sink is proven complete up
+    /// to this record time (Unix seconds); absent while unknown (SPEC "Completeness").
+    pub complete_until_timestamp_seconds: GaugeVec,
     /// Beyond SPEC's table: gaps detected, by cause (audit, cause) — no topic/partition, so
     /// its cardinality is fixed.
     pub gaps_detected: IntCounterVec,
@@ -286,6 +289,17 @@ impl Metrics {
                 "Keys of missing records dropped beyond max_missing_keys: those records are no longer re-checked (they stay missing).",
                 &["audit"],
             ),
+            complete_until_timestamp_seconds: register(
+                &r,
+                GaugeVec::new(
+                    Opts::new(
+                        "gap_auditor_complete_until_timestamp_seconds",
+                        "The sink is proven complete up to this record time (Unix seconds): every expected record with an earlier timestamp is confirmed. Absent while unknown.",
+                    ),
+                    &["audit"],
+                )
+                .expect("valid gauge"),
+            ),
             build_info: int_gauge(
                 &r,
                 "gap_auditor_build_info",
@@ -432,6 +446,7 @@ mod tests {
         ("gap_auditor_sink_up", "gauge"),
         ("gap_auditor_kafka_up", "gauge"),
         ("gap_auditor_pipeline_group_up", "gauge"),
+        ("gap_auditor_complete_until_timestamp_seconds", "gauge"),
         ("gap_auditor_build_info", "gauge"),
     ];
 
@@ -488,6 +503,9 @@ mod tests {
         m.sink_up.with_label_values(&[audit]).set(1);
         m.kafka_up.with_label_values(&[audit]).set(1);
         m.pipeline_group_up.with_label_values(&[audit]).set(1);
+        m.complete_until_timestamp_seconds
+            .with_label_values(&[audit])
+            .set(1_714_564_800.5);
         m.missing_keys_dropped.with_label_values(&[audit]).inc();
         m.gaps_detected
             .with_label_values(&[audit, "skipped_by_restart"])

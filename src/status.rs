@@ -6,6 +6,7 @@
 //! a map insert. Nothing here may hold a secret: `/api/status` serializes it verbatim, so
 //! callers redact sink error texts before they get here.
 
+use crate::completeness::AuditCompleteness;
 use crate::gap::Offset;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
@@ -52,6 +53,18 @@ pub struct AuditStatus {
     pub verify_interval_ms: u64,
     /// Per assigned partition.
     pub partitions: Vec<PartitionStatus>,
+    /// Completeness as of this round (SPEC "Completeness"): `/api/completeness` answers from
+    /// it; `/api/status` shows only its time, as `complete_until`.
+    #[serde(rename = "complete_until", serialize_with = "complete_until")]
+    pub completeness: AuditCompleteness,
+}
+
+fn complete_until<S: serde::Serializer>(c: &AuditCompleteness, s: S) -> Result<S::Ok, S::Error> {
+    use chrono::TimeZone;
+    let t = c
+        .complete_until_ms
+        .and_then(|ms| Utc.timestamp_millis_opt(ms).single());
+    serde::Serialize::serialize(&t, s)
 }
 
 /// Status of one partition of an audit.
@@ -100,6 +113,16 @@ impl StatusBoard {
     /// Every audit's status, ordered by audit name.
     pub fn snapshot(&self) -> Vec<AuditStatus> {
         self.read().values().cloned().collect()
+    }
+
+    /// One audit's completeness as of its last round (`None`: no such audit on the board).
+    pub fn completeness(&self, audit: &str) -> Option<AuditCompleteness> {
+        self.read().get(audit).map(|s| s.completeness.clone())
+    }
+
+    /// The names of the audits on the board, ordered.
+    pub fn audits(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
     }
 
     /// Forgets an audit (it stopped).
@@ -194,6 +217,10 @@ mod tests {
                 missing: 1,
                 paused: false,
             }],
+            completeness: AuditCompleteness {
+                complete_until_ms: Some(1_700_000_000_000),
+                ..Default::default()
+            },
         }
     }
 
@@ -269,6 +296,11 @@ mod tests {
         assert_eq!(v["sink_state"], "up");
         assert_eq!(v["partitions"][0]["pipeline_committed"], 9);
         assert_eq!(v["last_kafka_ok"], "2023-11-14T22:13:20Z");
+        assert_eq!(v["complete_until"], "2023-11-14T22:13:20Z");
+        let c = b.completeness("zeta");
+        assert_eq!(c.and_then(|c| c.complete_until_ms), Some(1_700_000_000_000));
+        assert_eq!(b.audits(), ["alpha", "zeta"]);
+        assert!(b.completeness("nope").is_none());
         assert_eq!(serde_json::to_value(SinkState::Unknown).unwrap(), "unknown");
     }
 }

@@ -43,6 +43,7 @@ const ALERTS: &[&str] = &[
     "GapAuditorRecordsUnverifiable",
     "GapAuditorPipelineGroupDown",
     "GapAuditorNotSettling",
+    "GapAuditorCompletenessLag",
     "GapAuditorDuplicates",
     "GapAuditorDown",
 ];
@@ -71,6 +72,7 @@ const SPEC_METRICS: &[(&str, bool)] = &[
     ("gap_auditor_kafka_up", false),
     ("gap_auditor_pipeline_group_up", false),
     ("gap_auditor_records_unverifiable_total", false),
+    ("gap_auditor_complete_until_timestamp_seconds", false),
     ("gap_auditor_build_info", false),
 ];
 
@@ -267,7 +269,7 @@ fn rule_unit_tests_notice_a_missing_alert() {
     }
 }
 
-/// Static checks, no tool needed: exactly these 10 alerts, each with a runbook link to
+/// Static checks, no tool needed: exactly these 11 alerts, each with a runbook link to
 /// its own section of docs/RUNBOOK.md, firing AND quiet promtool cases, a line in the
 /// README's alert list; only SPEC metric names anywhere.
 #[test]
@@ -498,6 +500,7 @@ fn dashboard_is_wired_to_its_variables() {
             } else if name.starts_with("gap_auditor_sink_")
                 || name == "gap_auditor_kafka_up"
                 || name == "gap_auditor_pipeline_group_up"
+                || name == "gap_auditor_complete_until_timestamp_seconds"
             {
                 if name.starts_with("gap_auditor_sink_visibility") {
                     &["audit", "topic"]
@@ -535,6 +538,7 @@ fn dashboard_is_wired_to_its_variables() {
         ("Sink visibility latency", "heatmap"),
         ("Sink visibility percentiles", "timeseries"),
         ("Offsets", "timeseries"),
+        ("Completeness lag", "timeseries"),
         ("Sink queries", "timeseries"),
         ("Sink query latency", "timeseries"),
         ("Sink query errors", "timeseries"),

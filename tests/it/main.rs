@@ -4,6 +4,7 @@
 //! which cargo runs one after another.
 
 mod check;
+mod completeness;
 mod crash;
 mod faults;
 mod figures;
