@@ -678,6 +678,10 @@ impl<V: Verifier> Audit<V> {
     async fn round(&mut self) {
         // Timed for the scale benchmark and for operators (debug level: once per round).
         let started = std::time::Instant::now();
+        // First: a gap acknowledged since the last round leaves the ledger before anything
+        // is decided, so a missing record right after it opens a new gap (that pages)
+        // instead of growing the acknowledged one silently.
+        self.refresh_acknowledged().await;
         self.poll_pipeline().await;
         let now = now_ms();
         let grace = self.cfg.grace.as_millis() as i64;
@@ -836,7 +840,6 @@ impl<V: Verifier> Audit<V> {
             self.commit_settled();
         }
         self.update_flow();
-        self.refresh_acknowledged().await;
         self.publish();
         tracing::debug!(
             audit = %self.cfg.name,
@@ -1234,7 +1237,15 @@ impl<V: Verifier> Audit<V> {
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
         match tokio::task::spawn_blocking(move || {
-            let r = store.commit_round_with_keys(&audit, &gaps, &progress, &keys);
+            // A panic in the write must not take the gaps with it: they go back to `unsaved`.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                store.commit_round_with_keys(&audit, &gaps, &progress, &keys)
+            }))
+            .unwrap_or_else(|_| {
+                Err(crate::store::StoreError::Panicked(format!(
+                    "the round of audit {audit} panicked while writing"
+                )))
+            });
             (r, gaps)
         })
         .await

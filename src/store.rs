@@ -142,6 +142,9 @@ const ITEM_KINDS: [(i64, &str, &[&str]); 2] = [
 /// involved) so an operator can find what failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// A store call panicked (caught by the caller, so nothing it carried is lost).
+    #[error("gap store write panicked: {0}")]
+    Panicked(String),
     /// The state directory could not be created.
     #[error("cannot create state directory {path}: {source}")]
     CreateDir {
