@@ -245,7 +245,8 @@ pub struct Answer {
     pub complete: bool,
     /// The sink is proven complete up to this record time (`null`: unknown).
     pub complete_until: Option<DateTime<Utc>>,
-    /// What blocks `until`: gap ids and `pending:<topic>-<partition>`, earliest first.
+    /// What blocks `until`: gap ids, and `pending` followed by each
+    /// `pending:<topic>-<partition>`, earliest first.
     pub blocking: Vec<String>,
     /// The same, with their record times, gap states and sizes.
     pub blockers: Vec<BlockerView>,
@@ -265,6 +266,20 @@ impl Answer {
     pub fn blocked_by_gap(&self) -> bool {
         self.blockers.iter().any(|b| b.kind == BlockerKind::Gap)
     }
+}
+
+/// `blocking` as SPEC names it: gap ids, and `"pending"` for records not confirmed yet,
+/// followed here by the partitions holding them (`pending:<topic>-<partition>`), so that a
+/// client testing for `"pending"` and one reading which partition both find theirs.
+fn blocking_ids(blockers: &[BlockerView]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(blockers.len() + 1);
+    for b in blockers {
+        if b.kind != BlockerKind::Gap && !out.iter().any(|x| x == "pending") {
+            out.push("pending".to_string());
+        }
+        out.push(b.id.clone());
+    }
+    out
 }
 
 fn time(ms: i64) -> Option<DateTime<Utc>> {
@@ -295,7 +310,7 @@ pub fn answer(audit: &str, c: &AuditCompleteness, until_ms: i64) -> Answer {
         until,
         complete,
         complete_until,
-        blocking: blockers.iter().map(|b| b.id.clone()).collect(),
+        blocking: blocking_ids(&blockers),
         blockers,
         truncated,
         partitions: c.partitions,
@@ -457,7 +472,7 @@ mod tests {
         let c = evaluate("dns", &[part(3, l, true)], T0 + 60_000, 3_000);
         assert_eq!(c.complete_until_ms, Some(T0 + 1_000));
         let a = answer("dns", &c, T0 + 5_000);
-        assert_eq!(a.blocking, vec!["pending:t-3"]);
+        assert_eq!(a.blocking, vec!["pending", "pending:t-3"]);
         assert!(!a.blocked_by_gap());
         assert_eq!(decide(&[a]), Decision::NotYet);
         assert!(a_reason_mentions(&c, T0 + 5_000, "not confirmed yet"));
@@ -525,7 +540,7 @@ mod tests {
         assert_eq!(c.complete_until_ms, None);
         let a = answer("dns", &c, T0);
         assert!(!a.complete);
-        assert_eq!(a.blocking, vec!["pending:t-1"]);
+        assert_eq!(a.blocking, vec!["pending", "pending:t-1"]);
         assert_eq!(a.blockers[0].since, None);
     }
 
@@ -609,7 +624,7 @@ mod tests {
         assert_eq!(v["until"], "2024-05-01T12:00:10Z");
         assert_eq!(
             v["blocking"],
-            serde_json::json!(["dns:t:0:2", "pending:t-0"])
+            serde_json::json!(["dns:t:0:2", "pending", "pending:t-0"])
         );
         assert_eq!(v["blockers"][0]["kind"], "gap");
         assert_eq!(v["blockers"][0]["state"], "open");
@@ -617,7 +632,7 @@ mod tests {
         assert_eq!(v["blockers"][1]["kind"], "pending");
         assert_eq!(v["blockers"][1]["since"], "2024-05-01T12:00:03Z");
         let back: Answer = serde_json::from_value(v).unwrap();
-        assert_eq!(back.blocking.len(), 2);
+        assert_eq!(back.blocking.len(), 3);
     }
 
     /// The ledger side: [`crate::ledger::PartitionLedger::completeness`] on the seed

@@ -959,7 +959,7 @@ mod tests {
         .json();
         assert_eq!(
             v["blocking"],
-            serde_json::json!(["dns_logs:test:0:2", "pending:test-1"])
+            serde_json::json!(["dns_logs:test:0:2", "pending", "pending:test-1"])
         );
         assert!(
             v["reason"].as_str().unwrap().contains("blocked by 1 gap"),
