@@ -249,6 +249,18 @@ impl KeyBook {
             stamp = e.idle_since;
         }
         if !now_busy && was_busy {
+            // An idle entry that holds no row (nothing confirmed, no duplicate counted) says
+            // nothing an absent one does not: forgotten at once, not queued. In a total loss
+            // every dropped missing key became such an entry, and up to the idle capacity
+            // (1,000,000 keys, ~250 MB) of them were kept.
+            if self
+                .entries
+                .get(k)
+                .is_some_and(|e| e.confirmed == 0 && e.duplicates == 0)
+            {
+                self.entries.remove(k);
+                return;
+            }
             self.idle.push_back((k.clone(), stamp));
             self.evict();
         }
@@ -469,5 +481,33 @@ mod tests {
         assert_eq!(b.total_missing(), 1);
         b.forget_missing(&k("a"));
         assert_eq!(b.total_missing(), 0);
+    }
+}
+
+#[cfg(test)]
+mod idle_tests {
+    use super::*;
+
+    /// A key whose records went missing and were then given up (or dropped beyond
+    /// `max_missing_keys`) holds no row: the book forgets it at once. It used to queue it as
+    /// idle, up to the idle capacity: in a total loss, a million such entries (~250 MB) that
+    /// said nothing an absent entry does not.
+    #[test]
+    fn a_given_up_key_without_rows_is_forgotten_at_once() {
+        let mut book = KeyBook::new(1_000_000);
+        let k = Key::new(["a"]);
+        book.pend(&k);
+        let out = book.decide_due(&k, 1, 0);
+        assert_eq!(out.confirmed, 0);
+        assert_eq!(book.counts(&k), (0, 0, 1), "missing");
+        book.forget_missing(&k);
+        assert_eq!(book.len(), 0, "nothing confirmed, nothing kept");
+        // A key with a confirmed row is still remembered while idle (a later record with
+        // it must not take that row).
+        let c = Key::new(["c"]);
+        book.pend(&c);
+        book.decide_due(&c, 1, 1);
+        assert_eq!(book.len(), 1);
+        assert_eq!(book.counts(&c).1, 1);
     }
 }

@@ -24,6 +24,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// delays a record by more than this much.
 const RUN_SEEN_SPAN_MS: i64 = 1_000;
 
+/// Most keys one merged missing run carries (see `declare_missing`): it bounds what a round
+/// rewrites when the run changes.
+const MERGED_KEYS_MAX: usize = 4096;
+
 /// What the decoder said about one consumed record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Observed {
@@ -849,6 +853,9 @@ impl PartitionLedger {
                 m.gap == gap_first
                     && m.run.last + 1 == r.first
                     && m.keys.is_empty() == keys.is_empty()
+                    // A run carrying keys is rewritten whole whenever it changes: merged
+                    // without bound, a total loss rewrote every missing key each round.
+                    && (keys.is_empty() || m.keys.len() + keys.len() <= MERGED_KEYS_MAX)
             })
             .map(|(f, _)| *f)
             .and_then(|f| self.remove_missing(f))

@@ -1300,3 +1300,15 @@ fn review_a_late_arrival_behind_the_rotation_is_found_while_runs_keep_coming() {
         "record 3 has been in the sink for 195 rounds"
     );
 }
+
+/// Runs carrying keys merge only up to 4,096 keys: a run is rewritten whole in the store
+/// whenever it changes, and merged without bound a total loss rewrote every missing key
+/// each round (27.5 MiB a round at 1,000,000 keys).
+#[test]
+fn keyed_runs_merge_only_up_to_a_bounded_size() {
+    // Six rounds of 1,000 missing records: four merge (4,000 keys), the fifth would pass
+    // the bound and starts a run of its own.
+    let l = total_loss(6_000, 6);
+    assert_eq!(l.missing_runs(), vec![r(0, 3999), r(4000, 5999)]);
+    assert_eq!(l.gaps().count(), 1, "still one gap");
+}
