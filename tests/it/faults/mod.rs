@@ -7,6 +7,7 @@
 
 mod backpressure;
 mod hung_sink;
+mod keys_total_loss;
 mod kill9;
 mod lag;
 pub mod proxy;
