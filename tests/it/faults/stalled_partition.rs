@@ -26,8 +26,7 @@ use super::*;
 use crate::support::*;
 use mysql_async::prelude::Queryable;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
+use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -74,37 +73,6 @@ fn truth(p: i32, range: Range<i64>) -> Vec<(i64, i64, i64, i64)> {
         }
     }
     out
-}
-
-/// Produces the lines of `range` to `partition` of a topic whose partition ends at
-/// `range.start`, in batches, the last alone: its acknowledged offset proves the offsets.
-async fn produce_range(topic: &str, partition: i32, range: Range<i64>) {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", kafka())
-        .set("linger.ms", "20")
-        .set("enable.idempotence", "true")
-        .create()
-        .expect("bulk producer");
-    for o in range.start..range.end - 1 {
-        let v = dns_line(o as usize);
-        let mut rec = BaseRecord::<(), str>::to(topic)
-            .partition(partition)
-            .payload(&v);
-        loop {
-            match producer.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    producer.poll(Duration::from_millis(5));
-                }
-            }
-        }
-    }
-    producer.flush(Duration::from_secs(60)).expect("flush");
-    let last = TestProducer::new(topic)
-        .send(partition, dns_line(range.end as usize - 1).as_bytes())
-        .await;
-    assert_eq!(last, range.end - 1, "partition {partition} holds {range:?}");
 }
 
 /// The pipeline of every partition: writes the rows of a range (minus `lost`) and commits

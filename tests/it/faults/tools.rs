@@ -11,6 +11,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::time::Duration;
 
 /// A small seeded generator (SplitMix64): the fault moments of a run are reproducible from
@@ -168,21 +169,29 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// Produces `n` DNS lines (values of [`dns_line`]) to partition 0 of a FRESH topic in
-/// multi-record batches (fast), then the last one alone: its acknowledged offset proves
-/// the topic holds offsets `0..n` in order (tansu reports the end right only for a last
-/// batch of one record; see support.rs).
+/// Produces `n` DNS lines (values of [`dns_line`]) to partition 0 of a FRESH topic (see
+/// [`produce_range`]).
 pub async fn produce_bulk(topic: &str, n: usize) {
     assert!(n >= 2);
+    produce_range(topic, 0, 0..n as i64).await;
+}
+
+/// Produces the lines of `range` to `partition` of a topic whose partition ends at
+/// `range.start`, in multi-record batches (fast), then the last one alone: its acknowledged
+/// offset proves the partition holds `range` in order (tansu reports the end right only for
+/// a last batch of one record; see support.rs).
+pub async fn produce_range(topic: &str, partition: i32, range: Range<i64>) {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", kafka())
         .set("linger.ms", "20")
         .set("enable.idempotence", "true")
         .create()
         .expect("bulk producer");
-    for i in 0..n - 1 {
-        let v = dns_line(i);
-        let mut rec = BaseRecord::<(), str>::to(topic).partition(0).payload(&v);
+    for o in range.start..range.end - 1 {
+        let v = dns_line(o as usize);
+        let mut rec = BaseRecord::<(), str>::to(topic)
+            .partition(partition)
+            .payload(&v);
         loop {
             match producer.send(rec) {
                 Ok(()) => break,
@@ -193,11 +202,11 @@ pub async fn produce_bulk(topic: &str, n: usize) {
             }
         }
     }
-    producer.flush(Duration::from_secs(120)).expect("flush");
+    producer.flush(Duration::from_secs(60)).expect("flush");
     let last = TestProducer::new(topic)
-        .send(0, dns_line(n - 1).as_bytes())
+        .send(partition, dns_line(range.end as usize - 1).as_bytes())
         .await;
-    assert_eq!(last, n as i64 - 1, "the topic holds exactly offsets 0..{n}");
+    assert_eq!(last, range.end - 1, "partition {partition} holds {range:?}");
 }
 
 /// The pipeline's side of a bulk run, without re-reading Kafka: writes the rows of
