@@ -3,10 +3,15 @@
 //! rebalance events to the audit task over ONE bounded channel, which keeps their order:
 //! every record of a partition is delivered before that partition's revocation.
 //!
-//! The rebalance callback does no work: it flushes the pending batch, sends the event, and
-//! blocks until the audit task answers with the offsets to assign (on assign) or to commit
-//! (on revoke). The audit task runs on the tokio runtime, never on this thread, so this wait
-//! cannot deadlock.
+//! The rebalance callback does no work. On revoke it flushes the pending batch, sends the
+//! event and blocks until the audit task answers with the settled offsets to commit (they
+//! must be committed before the partitions go). On assign it completes librdkafka's side of
+//! the rebalance with none of the new partitions fetching, sends the event and returns: the
+//! audit task resolves the starts (store, handover topic, watermark and time lookups: up to
+//! tens of seconds) while this thread keeps reading the partitions it had, serving commits
+//! and backpressure; the new partitions are assigned at their starts once the answer comes
+//! ([`Starting`]). The audit task runs on the tokio runtime, never on this thread, so no
+//! wait here can deadlock.
 
 use super::client;
 use crate::config::KafkaConfig;
@@ -339,6 +344,18 @@ struct TailContext {
     /// Bumped by every rebalance, so a paused thread re-pauses newly assigned partitions.
     generation: AtomicU64,
     flow: Arc<Flow>,
+    /// Assignments whose starts the audit task has not answered yet.
+    starting: Mutex<Vec<Starting>>,
+}
+
+/// Partitions assigned by the group whose start offsets the audit task is still resolving.
+/// They are not in librdkafka's assignment yet, so nothing is fetched for them before their
+/// start is known (a fetch at the group's committed offset could run ahead of the store's
+/// settled offset).
+struct Starting {
+    /// The partitions still waiting (a revocation takes its own out).
+    partitions: HashSet<TopicPartition>,
+    reply: oneshot::Receiver<Vec<(TopicPartition, Offset)>>,
 }
 
 impl TailContext {
@@ -450,36 +467,71 @@ impl ConsumerContext for TailContext {
         self.generation.fetch_add(1, Ordering::AcqRel);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let answer = if self.stopping.load(Ordering::SeqCst) {
-                    None
-                } else {
-                    self.ask(alive, |reply| TailEvent::Assigned { partitions, reply })
-                };
-                for (tp, o) in answer.unwrap_or_default() {
-                    // A negative start is librdkafka's logical end (-1) or beginning (-2): the
-                    // audit could not resolve it to an offset and anchors on the first record.
-                    if let Err(e) =
-                        tpl.set_partition_offset(&tp.topic, tp.partition, KOffset::from_raw(o))
-                    {
-                        tracing::error!(%tp, error = %e, "cannot set start offset");
-                    }
-                }
+                // Nothing assigned yet: librdkafka's rebalance completes with the new
+                // partitions idle, and they are assigned at their starts when the audit task
+                // answers (`Tail::serve_starts`), outside this callback.
+                let none = TopicPartitionList::new();
                 let r = if cooperative {
-                    consumer.incremental_assign(tpl)
+                    consumer.incremental_assign(&none)
                 } else {
-                    consumer.assign(tpl)
+                    consumer.assign(&none)
                 };
                 if let Err(e) = r {
                     tracing::error!(error = %e, "assign failed");
                 }
+                // Cooperative rebalances also assign nothing (their first phase): no event.
+                if alive && !self.stopping.load(Ordering::SeqCst) && !partitions.is_empty() {
+                    let (reply, rx) = oneshot::channel();
+                    let waiting: HashSet<TopicPartition> = partitions.iter().cloned().collect();
+                    if self
+                        .events
+                        .blocking_send(TailEvent::Assigned { partitions, reply })
+                        .is_ok()
+                        && let Ok(mut s) = self.starting.lock()
+                    {
+                        s.push(Starting {
+                            partitions: waiting,
+                            reply: rx,
+                        });
+                    }
+                }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                // Starts still awaited for these partitions will not be applied: the audit
+                // task answered them before this revocation (one ordered channel), and the
+                // offsets it commits for them now are those starts.
+                if let Ok(mut s) = self.starting.lock() {
+                    for st in s.iter_mut() {
+                        for tp in &partitions {
+                            st.partitions.remove(tp);
+                        }
+                    }
+                    s.retain(|st| !st.partitions.is_empty());
+                }
                 let answer = self.ask(alive, |reply| TailEvent::Revoked { partitions, reply });
                 if let Some(offsets) = answer.filter(|o| !o.is_empty()) {
                     commit(consumer, &offsets);
                 }
                 let r = if cooperative {
-                    consumer.incremental_unassign(tpl)
+                    // Only what librdkafka holds: a partition revoked before its start was
+                    // applied is not in its assignment, and unassigning it would fail the
+                    // whole call and stall the rebalance.
+                    let held: HashSet<(String, i32)> = consumer
+                        .assignment()
+                        .map(|a| {
+                            a.elements()
+                                .iter()
+                                .map(|e| (e.topic().to_string(), e.partition()))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let mut drop = TopicPartitionList::new();
+                    for e in tpl.elements() {
+                        if held.contains(&(e.topic().to_string(), e.partition())) {
+                            drop.add_partition(e.topic(), e.partition());
+                        }
+                    }
+                    consumer.incremental_unassign(&drop)
                 } else {
                     consumer.unassign()
                 };
@@ -504,6 +556,40 @@ fn commit(consumer: &BaseConsumer<TailContext>, offsets: &[(TopicPartition, Offs
     }
     if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
         tracing::warn!(error = %e, "commit of the settled watermark failed; retried next round");
+    }
+}
+
+/// Adds partitions to librdkafka's assignment at the starts the audit task resolved.
+fn start_at(consumer: &BaseConsumer<TailContext>, starts: &[(TopicPartition, Offset)]) {
+    let cooperative = matches!(
+        consumer.rebalance_protocol(),
+        RebalanceProtocol::Cooperative
+    );
+    // Cooperative rebalances add to the assignment. An eager assign replaces it: what is
+    // held (nothing, normally: the callback assigned nothing) stays at its position.
+    let mut tpl = if cooperative {
+        TopicPartitionList::new()
+    } else {
+        consumer.position().unwrap_or_default()
+    };
+    for (tp, o) in starts {
+        // A negative start is librdkafka's logical end (-1) or beginning (-2): the audit
+        // could not resolve it to an offset and anchors on the first record.
+        let r = match tpl.find_partition(&tp.topic, tp.partition) {
+            Some(_) => tpl.set_partition_offset(&tp.topic, tp.partition, KOffset::from_raw(*o)),
+            None => tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::from_raw(*o)),
+        };
+        if let Err(e) = r {
+            tracing::error!(%tp, error = %e, "cannot set start offset");
+        }
+    }
+    let r = if cooperative {
+        consumer.incremental_assign(&tpl)
+    } else {
+        consumer.assign(&tpl)
+    };
+    if let Err(e) = r {
+        tracing::error!(error = %e, "assigning the new partitions at their starts failed");
     }
 }
 
@@ -585,6 +671,7 @@ pub fn start(
         stopping: stopping.clone(),
         generation: AtomicU64::new(0),
         flow: flow.clone(),
+        starting: Mutex::default(),
     };
     let consumer: BaseConsumer<TailContext> = cfg.create_with_context(ctx)?;
     let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -655,6 +742,7 @@ impl Tail {
     fn run(mut self) {
         while !self.stopping.load(Ordering::SeqCst) {
             self.serve_commands();
+            self.serve_starts();
             self.apply_backpressure();
             let polled = self.consumer.poll(Duration::from_millis(100));
             let keep_going = match polled {
@@ -687,6 +775,41 @@ impl Tail {
                     // Re-assigned partitions start unpaused: re-apply on the next check.
                     self.bp.generation = u64::MAX;
                 }
+            }
+        }
+    }
+
+    /// Assigns the partitions whose starts the audit task has answered, at those starts.
+    fn serve_starts(&mut self) {
+        let ready: Vec<Vec<(TopicPartition, Offset)>> = {
+            let Ok(mut s) = self.consumer.context().starting.lock() else {
+                return;
+            };
+            if s.is_empty() {
+                return;
+            }
+            let mut ready = Vec::new();
+            s.retain_mut(|st| match st.reply.try_recv() {
+                Ok(starts) => {
+                    ready.push(
+                        starts
+                            .into_iter()
+                            .filter(|(tp, _)| st.partitions.contains(tp))
+                            .collect(),
+                    );
+                    false
+                }
+                Err(oneshot::error::TryRecvError::Empty) => true,
+                // The audit task is gone: the event channel ends and so does this thread.
+                Err(oneshot::error::TryRecvError::Closed) => false,
+            });
+            ready
+        };
+        for starts in ready {
+            if !starts.is_empty() {
+                start_at(&self.consumer, &starts);
+                // Newly assigned partitions start unpaused: re-apply on the next check.
+                self.bp.generation = u64::MAX;
             }
         }
     }

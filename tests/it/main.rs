@@ -15,5 +15,6 @@ mod replay;
 mod scenarios;
 mod seed_config;
 mod support;
+mod tail_assign;
 mod verdicts;
 mod verdicts_more;
