@@ -102,6 +102,8 @@ struct Audit<V> {
     persisted: HashMap<TopicPartition, (Offset, u64)>,
     /// Gap ids an operator acknowledged (refreshed from the store every round).
     acknowledged: std::collections::HashSet<String>,
+    /// Where the store's ack log was read up to; `None`: list every acknowledged gap next.
+    ack_position: Option<i64>,
     commands: std::sync::mpsc::Sender<Command>,
     lookup_watermarks: crate::kafka::Watermarks,
     flow: Arc<crate::kafka::tail::Flow>,
@@ -188,6 +190,7 @@ pub async fn run<V: Verifier + 'static>(
         committed: HashMap::new(),
         persisted: HashMap::new(),
         acknowledged: Default::default(),
+        ack_position: None,
         commands: tail.commands.clone(),
         lookup_watermarks: tail.watermarks.clone(),
         flow: tail.flow.clone(),
@@ -487,6 +490,7 @@ impl<V: Verifier> Audit<V> {
         // Restored ledgers may hold gaps acknowledged meanwhile (in the store, or by the
         // previous owner): the next refresh takes every acknowledgement out of them again.
         self.acknowledged.clear();
+        self.ack_position = None;
         out
     }
 
@@ -1417,30 +1421,60 @@ impl<V: Verifier> Audit<V> {
     /// another process), so they stop counting as open.
     async fn refresh_acknowledged(&mut self) {
         let store = self.store.clone();
-        let filter = crate::store::GapFilter {
-            state: crate::store::StateFilter::Only(GapState::Acknowledged),
-            audit: Some(self.cfg.name.clone()),
-        };
-        if let Ok(Ok(gaps)) = tokio::task::spawn_blocking(move || store.list_gaps(&filter)).await {
-            for g in gaps.iter().filter(|g| !self.acknowledged.contains(&g.id)) {
-                let tp = TopicPartition::new(g.topic.clone(), g.partition);
-                let Some(part) = self.parts.get_mut(&tp) else {
-                    continue;
+        let audit = self.cfg.name.clone();
+        let since = self.ack_position;
+        // After a start or an assignment every acknowledged gap (restored ledgers may hold
+        // any of them); then only those acknowledged since, from the store's ack log, so a
+        // round does not read every acknowledgement ever given.
+        let read = tokio::task::spawn_blocking(move || match since {
+            None => {
+                // Position first: an ack landing during the listing is read again next
+                // round, never missed.
+                let position = store.ack_position()?;
+                let filter = crate::store::GapFilter {
+                    state: crate::store::StateFilter::Only(GapState::Acknowledged),
+                    audit: Some(audit),
                 };
-                // Out of the hot ledger: no more re-checks, gauges or claims on its keys.
-                part.ledger.acknowledge(g.first_offset);
-                if let Some(book) = self.checker.book_mut() {
-                    for k in part.ledger.take_released_keys() {
-                        book.forget_missing(&k);
-                    }
-                }
-                // A new acknowledgement changes what the next owner must know.
-                if self.handover.is_some() {
-                    self.handover_dirty.insert(tp);
+                Ok::<_, crate::store::StoreError>((store.list_gaps(&filter)?, position, true))
+            }
+            Some(since) => {
+                let (gaps, position) = store.acks_since(&audit, since)?;
+                Ok((gaps, position, false))
+            }
+        })
+        .await;
+        let (gaps, position, full) = match read {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read acknowledgements; retried next round");
+                return;
+            }
+            Err(_) => return,
+        };
+        for g in gaps.iter().filter(|g| !self.acknowledged.contains(&g.id)) {
+            let tp = TopicPartition::new(g.topic.clone(), g.partition);
+            let Some(part) = self.parts.get_mut(&tp) else {
+                continue;
+            };
+            // Out of the hot ledger: no more re-checks, gauges or claims on its keys.
+            part.ledger.acknowledge(g.first_offset);
+            if let Some(book) = self.checker.book_mut() {
+                for k in part.ledger.take_released_keys() {
+                    book.forget_missing(&k);
                 }
             }
-            self.acknowledged = gaps.into_iter().map(|g| g.id).collect();
+            // A new acknowledgement changes what the next owner must know.
+            if self.handover.is_some() {
+                self.handover_dirty.insert(tp);
+            }
         }
+        let ids = gaps.into_iter().map(|g| g.id);
+        if full {
+            self.acknowledged = ids.collect();
+        } else {
+            self.acknowledged.extend(ids);
+        }
+        self.ack_position = Some(position);
     }
 
     fn commit_settled(&mut self) {

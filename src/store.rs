@@ -34,7 +34,7 @@ use std::time::Duration;
 pub const DB_FILE: &str = "gaps.sqlite";
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 6;
+const SCHEMA_VERSION: i32 = 7;
 
 /// How long a statement waits for another process's write lock before failing. The daemon's
 /// round transactions are short; 5 s covers an fsync on a slow disk with a wide margin.
@@ -125,6 +125,15 @@ CREATE TABLE IF NOT EXISTS ledger_items (
     body      TEXT NOT NULL,
     PRIMARY KEY (audit, topic, partition, kind, first)
 ) WITHOUT ROWID;
+";
+
+/// v7: every acknowledgement in order, so the daemon reads only the new ones each round
+/// (listing every acknowledged gap made a round's cost grow with all the acks ever given).
+const SCHEMA_V7: &str = "
+CREATE TABLE IF NOT EXISTS ack_log (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    gap_id TEXT NOT NULL
+);
 ";
 
 /// `ledger_items.kind` of a missing run.
@@ -378,7 +387,11 @@ impl Store {
                 },
             })?;
         }
-        // Future migrations: `if version < 7 { ... }`, each within this tx.
+        if version < 7 {
+            tx.execute_batch(SCHEMA_V7)
+                .map_err(sq("migrate schema to v7"))?;
+        }
+        // Future migrations: `if version < 8 { ... }`, each within this tx.
         if version != SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(sq("write user_version"))?;
@@ -855,15 +868,69 @@ impl Store {
     /// Marks a gap acknowledged with the operator's reason (stops its alert). A later
     /// [`Store::commit_round`] never reverts it. `Ok(false)` when no gap has this id.
     pub fn ack(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
-        let conn = self.lock();
-        let changed = conn
+        let mut conn = self.lock();
+        let ctx = || format!("ack gap {id}");
+        let tx = conn.transaction().map_err(self.sq(ctx()))?;
+        let changed = tx
             .execute(
                 "UPDATE gaps SET state = 'acknowledged', ack_reason = ?2, updated_at = ?3
                  WHERE id = ?1",
                 params![id, reason, fmt_ts(Utc::now())],
             )
-            .map_err(self.sq(format!("ack gap {id}")))?;
+            .map_err(self.sq(ctx()))?;
+        if changed > 0 {
+            tx.execute("INSERT INTO ack_log (gap_id) VALUES (?1)", params![id])
+                .map_err(self.sq(ctx()))?;
+        }
+        tx.commit().map_err(self.sq(ctx()))?;
         Ok(changed > 0)
+    }
+
+    /// The position of the newest acknowledgement ([`Store::acks_since`] from it on).
+    pub fn ack_position(&self) -> Result<i64, StoreError> {
+        self.lock()
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM ack_log", [], |r| {
+                r.get(0)
+            })
+            .map_err(self.sq("read the ack log position".to_string()))
+    }
+
+    /// Gaps of `audit` acknowledged after position `since` (still acknowledged), and the
+    /// newest position read: a round's cost follows the new acknowledgements only.
+    pub fn acks_since(&self, audit: &str, since: i64) -> Result<(Vec<Gap>, i64), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read acknowledgements of {audit} since {since}");
+        let newest: i64 = conn
+            .query_row(
+                "SELECT COALESCE(MAX(seq), ?1) FROM ack_log WHERE seq > ?1",
+                params![since],
+                |r| r.get(0),
+            )
+            .map_err(self.sq(ctx()))?;
+        if newest == since {
+            return Ok((Vec::new(), since));
+        }
+        let cols = GAP_COLUMNS
+            .split(',')
+            .map(|c| format!("g.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT DISTINCT {cols} FROM ack_log a JOIN gaps g ON g.id = a.gap_id
+                 WHERE a.seq > ?1 AND a.seq <= ?2 AND g.audit = ?3
+                   AND g.state = 'acknowledged'"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![since, newest, audit], RawGap::from_row)
+            .map_err(self.sq(ctx()))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let raw = row.map_err(self.sq(ctx()))?;
+            out.push(self.decode_gap(raw)?);
+        }
+        Ok((out, newest))
     }
 
     /// Locks the connection. A panic while the lock was held cannot leave SQLite
@@ -1303,6 +1370,44 @@ mod tests {
         assert_eq!(got.state, GapState::Acknowledged);
         assert_eq!(got.ack_reason.as_deref(), Some("known outage"));
         assert_eq!(got.missing_records, 3, "counts still update");
+    }
+
+    #[test]
+    fn acks_since_reads_only_the_new_acknowledgements_of_one_audit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let gaps: Vec<Gap> = (0..4)
+            .map(|i| gap("a", 0, i * 10, i, GapState::Open))
+            .collect();
+        store.commit_round("a", &gaps, &[]).unwrap();
+        let other = gap("b", 0, 0, 0, GapState::Open);
+        store
+            .commit_round("b", std::slice::from_ref(&other), &[])
+            .unwrap();
+        let start = store.ack_position().unwrap();
+        assert_eq!(store.acks_since("a", start).unwrap(), (Vec::new(), start));
+
+        assert!(store.ack(&gaps[1].id, "x").unwrap());
+        assert!(store.ack(&other.id, "x").unwrap());
+        let (got, pos) = store.acks_since("a", start).unwrap();
+        assert_eq!(got.iter().map(|g| &g.id).collect::<Vec<_>>(), [&gaps[1].id]);
+        assert_eq!(got[0].state, GapState::Acknowledged);
+        assert!(pos > start);
+        // Read up to `pos`: nothing new; a gap acknowledged twice is listed once.
+        assert_eq!(store.acks_since("a", pos).unwrap(), (Vec::new(), pos));
+        assert!(store.ack(&gaps[3].id, "y").unwrap());
+        assert!(store.ack(&gaps[3].id, "z").unwrap());
+        let (got, pos2) = store.acks_since("a", pos).unwrap();
+        assert_eq!(got.iter().map(|g| &g.id).collect::<Vec<_>>(), [&gaps[3].id]);
+        assert_eq!(store.acks_since("a", pos2).unwrap().0, Vec::new());
+        // An unknown id logs nothing.
+        assert!(!store.ack("a:t:0:999", "x").unwrap());
+        assert_eq!(store.acks_since("a", pos2).unwrap().0, Vec::new());
+        // A second process (the `ack` command) is read the same way.
+        let cli = Store::open(dir.path()).unwrap();
+        assert!(cli.ack(&gaps[0].id, "cli").unwrap());
+        let (got, _) = store.acks_since("a", pos2).unwrap();
+        assert_eq!(got.iter().map(|g| &g.id).collect::<Vec<_>>(), [&gaps[0].id]);
     }
 
     #[test]
