@@ -565,20 +565,17 @@ fn start_at(consumer: &BaseConsumer<TailContext>, starts: &[(TopicPartition, Off
         consumer.rebalance_protocol(),
         RebalanceProtocol::Cooperative
     );
-    // Cooperative rebalances add to the assignment. An eager assign replaces it: what is
-    // held (nothing, normally: the callback assigned nothing) stays at its position.
-    let mut tpl = if cooperative {
-        TopicPartitionList::new()
-    } else {
-        consumer.position().unwrap_or_default()
-    };
+    // Cooperative rebalances add to the assignment. An eager one hands over the whole
+    // assignment in one event, so its starts are the whole assignment: `assign` replaces
+    // what is held, which is nothing or (after a `Command::Reposition` for an offset out
+    // of range) some of these same partitions. Not kept from `position()`: a partition not
+    // fetched yet has no position, and assigning it that logical offset would restart it
+    // at the group's commit.
+    let mut tpl = TopicPartitionList::new();
     for (tp, o) in starts {
         // A negative start is librdkafka's logical end (-1) or beginning (-2): the audit
         // could not resolve it to an offset and anchors on the first record.
-        let r = match tpl.find_partition(&tp.topic, tp.partition) {
-            Some(_) => tpl.set_partition_offset(&tp.topic, tp.partition, KOffset::from_raw(*o)),
-            None => tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::from_raw(*o)),
-        };
+        let r = tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::from_raw(*o));
         if let Err(e) = r {
             tracing::error!(%tp, error = %e, "cannot set start offset");
         }
