@@ -5,8 +5,11 @@
 //! that grows for the whole run. The daemon's resident memory must be flat after the first
 //! minute: every later VmRSS sample (one every 10 s) within 10 % of the sample at 1 minute.
 //! Also asserted: the cap was reached before that sample, `records_lost_total` rises in
-//! every 10 s window after it (the daemon still verifies), no panic, and at the end every
-//! record is decided lost (nothing confirmed) in one gap per partition.
+//! every 30 s window after it (the daemon still verifies), no panic, and at the end every
+//! record is decided lost (nothing confirmed) in one gap per partition. Why 30 s, not one
+//! 10 s sample: the counter moves once the round's verdicts are in the store, whose commit
+//! fsyncs; with four cargo builds writing to the same disk (load 6 on 2 cores) one commit
+//! took over 10 s, and the daemon rightly decided nothing more until it was done.
 //!
 //! What the old code did wrong: a missing record's key was kept for re-checks (late
 //! arrivals) until `give_up_after` (24 h by default), and nothing else bounded them:
@@ -263,18 +266,17 @@ struct Sample {
     cpu: f64,
 }
 
-/// Not yet flat (issue 14 open): after 1e3074f a 120 s run held 102,764 KiB at 60 s and
-/// 118,724 KiB from 90 s (+15.5 %), one doubling of the key book's hash table once the live
-/// keys (pending + `max_missing_keys`) pass half of it. Run it with `--ignored`.
+/// Before b125c2c the key book was a hash table and a 180 s run went from 116,788 KiB at
+/// 60 s to 132,404 KiB at 100 s (+13 %, one doubling once the live keys passed 7/8 of
+/// 131,072 buckets) and 138,480 KiB at 170 s; on a B-tree a 240 s run stayed within +1.1 %.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "issue 14: the key book's hash table still doubles once after the first minute (+15 %)"]
 async fn key_columns_total_loss_keeps_rss_flat() {
     let secs = run_secs();
     let cap = cap();
     assert!(
-        secs >= BASELINE_SECS + 2 * SAMPLE_EVERY,
+        secs >= BASELINE_SECS + 3 * SAMPLE_EVERY,
         "GAP_AUDITOR_KEYS_LOSS_SECS={secs}: at least {} s",
-        BASELINE_SECS + 2 * SAMPLE_EVERY
+        BASELINE_SECS + 3 * SAMPLE_EVERY
     );
     let s = Scenario::with_partitions("keyloss", PARTITIONS).await;
     let topic = s.topic.clone();
@@ -503,14 +505,15 @@ async fn key_columns_total_loss_keeps_rss_flat() {
     let seq: Vec<&Sample> = std::iter::once(&baseline)
         .chain(after.iter().copied())
         .collect();
-    for w in seq.windows(2) {
+    // Three samples: 30 s (see the module docs).
+    for w in seq.windows(4) {
         assert!(
-            w[1].lost > w[0].lost,
+            w[3].lost > w[0].lost,
             "records_lost_total stopped increasing between {} s and {} s ({}; {} produced)",
             w[0].secs,
-            w[1].secs,
-            w[1].lost,
-            w[1].produced
+            w[3].secs,
+            w[3].lost,
+            w[3].produced
         );
     }
     assert_eq!(panics, 0, "the daemon panicked");
