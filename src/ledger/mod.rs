@@ -6,6 +6,7 @@ pub mod due;
 pub mod keys;
 pub mod partition;
 pub mod runs;
+pub mod sharded;
 
 #[cfg(test)]
 mod tests;
