@@ -557,6 +557,11 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     d.deserialize_any(DurationVisitor)
 }
 
+/// A duration that may be left out (`None`: the key was not written).
+fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
 /// A list of strings, or one comma-separated string (handy in environment overrides).
 fn de_string_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     struct ListVisitor;
@@ -637,26 +642,94 @@ pub struct KafkaConfig {
     pub start: StartPosition,
     /// `read_committed` (default) or `read_uncommitted`: match what the pipeline reads.
     pub isolation_level: IsolationLevel,
-    /// Extra librdkafka properties passed as is (SASL, SSL, ...), e.g.
-    /// `"security.protocol" = "SASL_SSL"`. Every value is treated as a secret in logs.
-    /// Properties the auditor manages itself (`group.id`, `enable.auto.commit`, ...) are
-    /// refused. Unquoted dotted TOML keys (`sasl.mechanism = "PLAIN"`) work too.
+    /// Extra librdkafka properties passed as is (SASL, SSL, tuning such as
+    /// `fetch.max.bytes`), e.g. `"security.protocol" = "SASL_SSL"`. Every value is treated
+    /// as a secret in logs. Refused: only the properties whose change would break the
+    /// audit's semantics (`group.id`, `bootstrap.servers`/`metadata.broker.list`,
+    /// `enable.auto.commit`, `enable.auto.offset.store`, `auto.offset.reset`,
+    /// `isolation.level`); each error names the key to use instead. `session.timeout.ms`,
+    /// `heartbeat.interval.ms` and `statistics.interval.ms` may be set here OR with their
+    /// dedicated key (`session_timeout`, ...), not both: setting both is an error naming
+    /// both keys. Unquoted dotted TOML keys (`sasl.mechanism = "PLAIN"`) work too.
     pub properties: BTreeMap<String, Secret>,
     /// librdkafka properties whose value is read from a file at load time (one trailing
     /// newline trimmed), e.g. `"sasl.password" = "/run/secrets/kafka_password"`. After
     /// loading, the values are in `properties` and this map is empty.
     pub property_files: BTreeMap<String, PathBuf>,
     /// Consumer group session timeout (librdkafka `session.timeout.ms`), default `10s`.
-    #[serde(deserialize_with = "de_duration")]
-    pub session_timeout: Duration,
+    /// Or `properties."session.timeout.ms"` (milliseconds), not both. Read the value in
+    /// effect with [`KafkaConfig::session_timeout`].
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub session_timeout: Option<Duration>,
     /// Consumer heartbeat interval (librdkafka `heartbeat.interval.ms`), default `1s`;
-    /// must be shorter than `session_timeout`.
-    #[serde(deserialize_with = "de_duration")]
-    pub heartbeat_interval: Duration,
+    /// must be shorter than the session timeout. Or `properties."heartbeat.interval.ms"`,
+    /// not both.
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub heartbeat_interval: Option<Duration>,
     /// How often librdkafka reports statistics (`statistics.interval.ms`), default `1s`;
-    /// the source of log start/end offsets (lag, retention deadlines).
-    #[serde(deserialize_with = "de_duration")]
-    pub statistics_interval: Duration,
+    /// the source of log start/end offsets (lag, retention deadlines), so it cannot be
+    /// turned off. Or `properties."statistics.interval.ms"`, not both.
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub statistics_interval: Option<Duration>,
+}
+
+/// librdkafka timing properties that also have a dedicated key: (property, dedicated key,
+/// default). Either one may be set; setting both is a config error.
+pub const TIMING_PROPERTIES: &[(&str, &str, Duration)] = &[
+    (
+        "session.timeout.ms",
+        "kafka.session_timeout",
+        Duration::from_secs(10),
+    ),
+    (
+        "heartbeat.interval.ms",
+        "kafka.heartbeat_interval",
+        Duration::from_secs(1),
+    ),
+    (
+        "statistics.interval.ms",
+        "kafka.statistics_interval",
+        Duration::from_secs(1),
+    ),
+];
+
+impl KafkaConfig {
+    /// The session timeout in effect: `session_timeout`, else the property, else `10s`.
+    pub fn session_timeout(&self) -> Duration {
+        self.timing(0, self.session_timeout)
+    }
+
+    /// The heartbeat interval in effect: `heartbeat_interval`, else the property, else `1s`.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.timing(1, self.heartbeat_interval)
+    }
+
+    /// The statistics interval in effect: `statistics_interval`, else the property, else `1s`.
+    pub fn statistics_interval(&self) -> Duration {
+        self.timing(2, self.statistics_interval)
+    }
+
+    /// Whether `name` is one of [`TIMING_PROPERTIES`]: the client builder sets those from
+    /// the values in effect rather than copying the property.
+    pub fn is_timing_property(name: &str) -> bool {
+        TIMING_PROPERTIES.iter().any(|(p, _, _)| *p == name)
+    }
+
+    fn timing(&self, i: usize, dedicated: Option<Duration>) -> Duration {
+        let (property, _, default) = TIMING_PROPERTIES[i];
+        dedicated
+            .or_else(|| {
+                self.properties
+                    .get(property)
+                    .and_then(|v| parse_millis(v.expose()).ok())
+            })
+            .unwrap_or(default)
+    }
+}
+
+/// A librdkafka `*.ms` value: whole milliseconds.
+fn parse_millis(v: &str) -> Result<Duration, ()> {
+    v.trim().parse::<u64>().map(Duration::from_millis).map_err(|_| ())
 }
 
 impl Default for KafkaConfig {
@@ -668,9 +741,9 @@ impl Default for KafkaConfig {
             isolation_level: IsolationLevel::ReadCommitted,
             properties: BTreeMap::new(),
             property_files: BTreeMap::new(),
-            session_timeout: Duration::from_secs(10),
-            heartbeat_interval: Duration::from_secs(1),
-            statistics_interval: Duration::from_secs(1),
+            session_timeout: None,
+            heartbeat_interval: None,
+            statistics_interval: None,
         }
     }
 }
@@ -1388,7 +1461,9 @@ fn read_secret_file(key: &str, path: &Path) -> Result<Secret, ConfigError> {
 // Validation
 // ---------------------------------------------------------------------------------------
 
-/// librdkafka properties the auditor sets itself, with the key to use instead.
+/// librdkafka properties the auditor sets itself because the audit's semantics depend on
+/// them (which brokers and group, offsets moved only by its own commits, what it reads),
+/// with the key to use instead. Every other property, tuning included, passes through.
 const MANAGED_PROPERTIES: &[(&str, &str)] = &[
     ("bootstrap.servers", "use kafka.brokers"),
     ("metadata.broker.list", "use kafka.brokers"),
@@ -1403,9 +1478,6 @@ const MANAGED_PROPERTIES: &[(&str, &str)] = &[
     ),
     ("auto.offset.reset", "use kafka.start"),
     ("isolation.level", "use kafka.isolation_level"),
-    ("session.timeout.ms", "use kafka.session_timeout"),
-    ("heartbeat.interval.ms", "use kafka.heartbeat_interval"),
-    ("statistics.interval.ms", "use kafka.statistics_interval"),
 ];
 
 const MAX_BATCH_SIZE: usize = 100_000;
@@ -1553,6 +1625,36 @@ impl Config {
         Ok(())
     }
 
+    /// Checks the timing `i` of [`TIMING_PROPERTIES`] and names the key its value comes
+    /// from: the dedicated key or the property, never both.
+    fn timing_source(&self, i: usize, dedicated: Option<Duration>) -> Result<String, ConfigError> {
+        let k = &self.kafka;
+        let (property, key, _) = TIMING_PROPERTIES[i];
+        if k.property_files.contains_key(property) {
+            return err(
+                format!("kafka.property_files[\"{property}\"]"),
+                format!("is not a secret: set it in kafka.properties or as {key}"),
+            );
+        }
+        let path = format!("kafka.properties[\"{property}\"]");
+        match (dedicated, k.properties.get(property)) {
+            (Some(_), Some(_)) => err(path, format!("is also set as {key}; set one of them")),
+            (Some(d), None) => {
+                check_duration_ms(key, d)?;
+                Ok(key.to_owned())
+            }
+            (None, Some(v)) => {
+                // Not quoted: every property value is treated as a secret.
+                let d = parse_millis(v.expose()).map_err(|()| {
+                    ConfigError::new(&path, "must be a whole number of milliseconds")
+                })?;
+                check_duration_ms(&path, d)?;
+                Ok(path)
+            }
+            (None, None) => Ok(key.to_owned()),
+        }
+    }
+
     fn validate_kafka(&self) -> Result<(), ConfigError> {
         let k = &self.kafka;
         if k.brokers.trim().is_empty() {
@@ -1567,13 +1669,13 @@ impl Config {
         if k.group_id.trim().is_empty() {
             return err("kafka.group_id", "must not be empty");
         }
-        check_duration_ms("kafka.session_timeout", k.session_timeout)?;
-        check_duration_ms("kafka.heartbeat_interval", k.heartbeat_interval)?;
-        check_duration_ms("kafka.statistics_interval", k.statistics_interval)?;
-        if k.heartbeat_interval >= k.session_timeout {
+        let session = self.timing_source(0, k.session_timeout)?;
+        let heartbeat = self.timing_source(1, k.heartbeat_interval)?;
+        self.timing_source(2, k.statistics_interval)?;
+        if k.heartbeat_interval() >= k.session_timeout() {
             return err(
-                "kafka.heartbeat_interval",
-                "must be shorter than kafka.session_timeout",
+                heartbeat,
+                format!("must be shorter than {session}"),
             );
         }
         let keys = (k.properties.keys().map(|key| ("properties", key)))
@@ -2193,9 +2295,9 @@ index = "dns_logs"
         assert_eq!(cfg.kafka.group_id, "gap-auditor");
         assert_eq!(cfg.kafka.start, StartPosition::Latest);
         assert_eq!(cfg.kafka.isolation_level.as_librdkafka(), "read_committed");
-        assert_eq!(cfg.kafka.session_timeout, Duration::from_secs(10));
-        assert_eq!(cfg.kafka.heartbeat_interval, Duration::from_secs(1));
-        assert_eq!(cfg.kafka.statistics_interval, Duration::from_secs(1));
+        assert_eq!(cfg.kafka.session_timeout(), Duration::from_secs(10));
+        assert_eq!(cfg.kafka.heartbeat_interval(), Duration::from_secs(1));
+        assert_eq!(cfg.kafka.statistics_interval(), Duration::from_secs(1));
         assert_eq!(cfg.server.listen, "0.0.0.0:9464".parse().expect("addr"));
         assert_eq!(cfg.state.path, PathBuf::from("./gap-auditor-state"));
         let a = &cfg.audits[0];
@@ -2779,14 +2881,64 @@ index = "dns_logs"
             "kafka.properties[\"enable.auto.commit\"]",
             "managed by gap-auditor",
         );
-        let e = invalid(|c| c.kafka.heartbeat_interval = Duration::from_secs(10));
+        let e = invalid(|c| c.kafka.heartbeat_interval = Some(Duration::from_secs(10)));
         assert_err(
             &e,
             "kafka.heartbeat_interval",
             "shorter than kafka.session_timeout",
         );
-        let e = invalid(|c| c.kafka.statistics_interval = Duration::ZERO);
+        let e = invalid(|c| c.kafka.statistics_interval = Some(Duration::ZERO));
         assert_err(&e, "kafka.statistics_interval", "at least 1ms");
+    }
+
+    #[test]
+    fn only_properties_that_break_the_audit_are_refused() {
+        for name in [
+            "group.id",
+            "bootstrap.servers",
+            "metadata.broker.list",
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+            "auto.offset.reset",
+            "isolation.level",
+        ] {
+            let e = invalid(|c| {
+                c.kafka.properties.insert(name.into(), Secret::new("x"));
+            });
+            assert_err(
+                &e,
+                &format!("kafka.properties[\"{name}\"]"),
+                "managed by gap-auditor",
+            );
+        }
+        let toml = BASE.replace(
+            "[[audits]]",
+            "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\
+             \"heartbeat.interval.ms\" = \"500\"\n\"statistics.interval.ms\" = \"250\"\n\
+             \"fetch.max.bytes\" = \"1048576\"\n\"max.partition.fetch.bytes\" = \"262144\"\n\n[[audits]]",
+        );
+        let cfg = Config::from_toml_str(&toml).expect("tuning properties are accepted");
+        let k = &cfg.kafka;
+        assert_eq!(k.session_timeout(), Duration::from_millis(6000));
+        assert_eq!(k.heartbeat_interval(), Duration::from_millis(500));
+        assert_eq!(k.statistics_interval(), Duration::from_millis(250));
+        assert_eq!(k.properties["fetch.max.bytes"].expose(), "1048576");
+    }
+
+    #[test]
+    fn a_timing_set_both_ways_names_both_keys() {
+        for (property, key, _) in TIMING_PROPERTIES {
+            let dedicated = key.trim_start_matches("kafka.");
+            let toml = BASE.replace(
+                "brokers = \"127.0.0.1:9092\"\n",
+                &format!(
+                    "brokers = \"127.0.0.1:9092\"\n{dedicated} = \"500ms\"\n\
+                     [kafka.properties]\n\"{property}\" = \"500\"\n"
+                ),
+            );
+            let e = toml_err(&toml);
+            assert_err(&e, &format!("kafka.properties[\"{property}\"]"), key);
+        }
     }
 
     #[test]
@@ -2873,37 +3025,37 @@ index = "dns_logs"
             (
                 "kafka.session_timeout",
                 "at least 1ms",
-                doris(|c| c.kafka.session_timeout = Duration::ZERO),
+                doris(|c| c.kafka.session_timeout = Some(Duration::ZERO)),
             ),
             (
                 "kafka.session_timeout",
                 "too long",
-                doris(move |c| c.kafka.session_timeout = days30),
+                doris(move |c| c.kafka.session_timeout = Some(days30)),
             ),
             (
                 "kafka.heartbeat_interval",
                 "at least 1ms",
-                doris(|c| c.kafka.heartbeat_interval = Duration::ZERO),
+                doris(|c| c.kafka.heartbeat_interval = Some(Duration::ZERO)),
             ),
             (
                 "kafka.heartbeat_interval",
                 "too long",
-                doris(move |c| c.kafka.heartbeat_interval = days30),
+                doris(move |c| c.kafka.heartbeat_interval = Some(days30)),
             ),
             (
                 "kafka.statistics_interval",
                 "at least 1ms",
-                doris(|c| c.kafka.statistics_interval = Duration::ZERO),
+                doris(|c| c.kafka.statistics_interval = Some(Duration::ZERO)),
             ),
             (
                 "kafka.statistics_interval",
                 "too long",
-                doris(move |c| c.kafka.statistics_interval = days30),
+                doris(move |c| c.kafka.statistics_interval = Some(days30)),
             ),
             (
                 "kafka.heartbeat_interval",
                 "shorter than kafka.session_timeout",
-                doris(|c| c.kafka.heartbeat_interval = c.kafka.session_timeout),
+                doris(|c| c.kafka.heartbeat_interval = Some(c.kafka.session_timeout())),
             ),
             (
                 "kafka.properties[\" \"]",
@@ -2917,6 +3069,52 @@ index = "dns_logs"
                 "managed by gap-auditor",
                 doris(|c| {
                     c.kafka.properties.insert("GROUP.ID".into(), SECRET.into());
+                }),
+            ),
+            (
+                "kafka.properties[\"session.timeout.ms\"]",
+                "also set as kafka.session_timeout",
+                doris(|c| {
+                    c.kafka.session_timeout = Some(Duration::from_secs(6));
+                    c.kafka
+                        .properties
+                        .insert("session.timeout.ms".into(), "6000".into());
+                }),
+            ),
+            (
+                "kafka.properties[\"heartbeat.interval.ms\"]",
+                "whole number of milliseconds",
+                doris(|c| {
+                    c.kafka
+                        .properties
+                        .insert("heartbeat.interval.ms".into(), SECRET.into());
+                }),
+            ),
+            (
+                "kafka.properties[\"statistics.interval.ms\"]",
+                "at least 1ms",
+                doris(|c| {
+                    c.kafka
+                        .properties
+                        .insert("statistics.interval.ms".into(), "0".into());
+                }),
+            ),
+            (
+                "kafka.properties[\"heartbeat.interval.ms\"]",
+                "shorter than kafka.properties[\"session.timeout.ms\"]",
+                doris(|c| {
+                    let p = &mut c.kafka.properties;
+                    p.insert("session.timeout.ms".into(), "3000".into());
+                    p.insert("heartbeat.interval.ms".into(), "3000".into());
+                }),
+            ),
+            (
+                "kafka.property_files[\"session.timeout.ms\"]",
+                "is not a secret",
+                doris(|c| {
+                    c.kafka
+                        .property_files
+                        .insert("session.timeout.ms".into(), "/f".into());
                 }),
             ),
             (
