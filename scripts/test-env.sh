@@ -3,6 +3,7 @@
 # (MySQL protocol, stand-in for Doris) and noida-db (an Elasticsearch-8-API-compatible
 # server, stand-in for Elasticsearch); installs them and promtool, only when missing.
 #   scripts/test-env.sh [start|stop|status|clean]     then: source "$RUN/env"
+#   scripts/test-env.sh deps    only the apt packages (build prerequisites included)
 # Settings: GAP_AUDITOR_CACHE (installed binaries), GAP_AUDITOR_RUN (data, logs, pids, env),
 # KAFKA_PORT (19092), MYSQL_PORT (13306), ES_PORT (19200). Notes on the servers:
 # tests/support/env.md.
@@ -52,7 +53,9 @@ install_tansu() {
 # Debian packages, one apt-get update for all of them and none when all are there:
 # MariaDB; prometheus (promtool for the metrics lint and rule tests, the server for the
 # observability end-to-end test) and prometheus-alertmanager (same test: it starts both on
-# free ports itself); node and npm for scripts/check-dashboard.sh.
+# free ports itself); node and npm for scripts/check-dashboard.sh; and the build's own
+# prerequisites: cmake (librdkafka is built with CMake, which finds the static libcurl
+# behind OIDC) and libsasl2-dev (Kerberos/GSSAPI through Cyrus SASL).
 install_packages() {
   local pkgs=()
   command -v mariadbd >/dev/null && command -v mariadb >/dev/null \
@@ -60,6 +63,8 @@ install_packages() {
   command -v promtool >/dev/null && command -v prometheus >/dev/null || pkgs+=(prometheus)
   command -v prometheus-alertmanager >/dev/null || pkgs+=(prometheus-alertmanager)
   command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
+  command -v cmake >/dev/null || pkgs+=(cmake)
+  [[ -e /usr/include/sasl/sasl.h ]] || pkgs+=(libsasl2-dev)
   ((${#pkgs[@]})) || return 0
   log "installing ${pkgs[*]} (apt)"
   # Root installs directly (CI, containers); a developer account goes through sudo.
@@ -177,6 +182,9 @@ case ${1:-start} in
     write_env
     log "ready: source $RUN/env"
     ;;
+  deps)
+    install_packages
+    ;;
   stop)
     stop_pidfile "$RUN/tansu.pid"
     stop_pidfile "$RUN/mariadbd.pid"
@@ -192,5 +200,5 @@ case ${1:-start} in
     pidfile_alive "$RUN/mariadbd.pid" && port_open "$MYSQL_PORT" && echo "mariadb: up" || echo "mariadb: down"
     pidfile_alive "$RUN/noida-db.pid" && port_open "$ES_PORT" && echo "noida-db (elasticsearch API): up" || echo "noida-db (elasticsearch API): down"
     ;;
-  *) die "usage: $0 [start|stop|status|clean]" ;;
+  *) die "usage: $0 [start|stop|status|clean|deps]" ;;
 esac
