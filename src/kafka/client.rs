@@ -111,7 +111,11 @@ table = "t"
         assert_eq!(native(&c, "session.timeout.ms"), "6000");
         assert_eq!(native(&c, "heartbeat.interval.ms"), "500");
         assert_eq!(native(&c, "fetch.max.bytes"), "1048576");
-        assert_eq!(native(&c, "fetch.queue.backoff.ms"), "50", "the user's value wins");
+        assert_eq!(
+            native(&c, "fetch.queue.backoff.ms"),
+            "50",
+            "the user's value wins"
+        );
         // Managed ones keep the auditor's values.
         assert_eq!(native(&c, "enable.auto.commit"), "false");
         assert_eq!(native(&c, "auto.offset.reset"), "error");
@@ -159,7 +163,9 @@ mod build_features {
     }
 
     fn create(c: &ClientConfig) -> Result<(), String> {
-        c.create::<BaseConsumer>().map(drop).map_err(|e| e.to_string())
+        c.create::<BaseConsumer>()
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -177,7 +183,10 @@ mod build_features {
             "oidc",
             "zstd",
         ] {
-            assert!(have.contains(&f), "librdkafka built without {f}: {features}");
+            assert!(
+                have.contains(&f),
+                "librdkafka built without {f}: {features}"
+            );
         }
     }
 
