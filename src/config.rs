@@ -434,6 +434,26 @@ string_enum! {
     }
 }
 
+string_enum! {
+    /// `sink.tls` of a doris/mysql sink, named after MySQL's `--ssl-mode` (MySQL's own
+    /// `PREFERRED`, falling back to plain text, is not offered: a setting that silently
+    /// drops encryption is no security setting).
+    #[derive(Default)]
+    pub enum SinkTls ("sink tls mode") {
+        /// Plain text (the default without `ca_file`).
+        #[default]
+        Disabled = "disabled",
+        /// Encrypted, the server certificate NOT verified (MySQL `REQUIRED`).
+        Required = "required",
+        /// Encrypted, the certificate chain verified against `ca_file` (else the system
+        /// roots), the host name not checked (MySQL `VERIFY_CA`).
+        VerifyCa = "verify_ca",
+        /// As `verify_ca`, and the certificate must name the url's host (MySQL
+        /// `VERIFY_IDENTITY`; the default when `ca_file` is set).
+        VerifyIdentity = "verify_identity",
+    }
+}
+
 impl SinkKind {
     /// True for the kinds queried with SQL over the MySQL protocol.
     pub fn is_sql(&self) -> bool {
@@ -555,6 +575,21 @@ impl Visitor<'_> for DurationVisitor {
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     d.deserialize_any(DurationVisitor)
+}
+
+/// `sink.tls`: MySQL's spelling (`VERIFY_CA`) is accepted too.
+fn de_opt_tls<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SinkTls>, D::Error> {
+    let Some(s) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if s.trim().is_empty() {
+        return Ok(None);
+    }
+    s.trim()
+        .to_ascii_lowercase()
+        .parse()
+        .map(Some)
+        .map_err(de::Error::custom)
 }
 
 /// A duration that may be left out (`None`: the key was not written).
@@ -729,7 +764,10 @@ impl KafkaConfig {
 
 /// A librdkafka `*.ms` value: whole milliseconds.
 fn parse_millis(v: &str) -> Result<Duration, ()> {
-    v.trim().parse::<u64>().map(Duration::from_millis).map_err(|_| ())
+    v.trim()
+        .parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| ())
 }
 
 impl Default for KafkaConfig {
@@ -1011,9 +1049,28 @@ pub struct SinkConfig {
     /// File holding the API key; exclusive with `api_key`; moved into `api_key` at load.
     #[serde(default)]
     pub api_key_file: Option<PathBuf>,
-    /// PEM CA bundle to verify the sink's TLS certificate.
+    /// PEM CA bundle to verify the sink's TLS certificate. Elasticsearch (https url):
+    /// trusted besides the system roots. doris/mysql: for `tls = "verify_ca"` or
+    /// `"verify_identity"` (the default `tls` once this is set) and for Stream Load over an
+    /// https `stream_load_url`; only these CAs are trusted there (MySQL's `--ssl-ca`).
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// doris/mysql: TLS on the MySQL protocol, `disabled` | `required` | `verify_ca` |
+    /// `verify_identity` (MySQL's `--ssl-mode` names; upper case accepted). Default
+    /// `disabled`, or `verify_identity` when `ca_file` is set. Also how Stream Load
+    /// verifies an https `stream_load_url` (`required`: not at all; `verify_ca`: no host
+    /// name check). Read the mode in effect with [`SinkConfig::tls_mode`].
+    #[serde(default, deserialize_with = "de_opt_tls")]
+    pub tls: Option<SinkTls>,
+    /// doris/mysql: client certificate and key as a PKCS#12 archive (`openssl pkcs12
+    /// -export -in client.pem -inkey client.key -out client.p12`), for servers that
+    /// require one (`REQUIRE X509`). Needs `tls` other than `disabled`.
+    #[serde(default)]
+    pub client_identity_file: Option<PathBuf>,
+    /// Password of `client_identity_file`, if it has one; prefer the environment
+    /// (`GAP_AUDITOR__AUDITS__0__SINK__CLIENT_IDENTITY_PASSWORD`).
+    #[serde(default)]
+    pub client_identity_password: Option<Secret>,
     /// doris: the FE HTTP address used by `replay --to-sink` (Stream Load), e.g.
     /// `http://127.0.0.1:8030`. Credentials come from username/password, not this url.
     #[serde(default, deserialize_with = "de_opt_string")]
@@ -1025,6 +1082,16 @@ pub struct SinkConfig {
 }
 
 impl SinkConfig {
+    /// The TLS mode in effect (doris/mysql): `tls`, else `verify_identity` when `ca_file`
+    /// is set, else `disabled`.
+    pub fn tls_mode(&self) -> SinkTls {
+        match (self.tls, &self.ca_file) {
+            (Some(mode), _) => mode,
+            (None, Some(_)) => SinkTls::VerifyIdentity,
+            (None, None) => SinkTls::Disabled,
+        }
+    }
+
     /// The user name to authenticate with: `username`, else the url's.
     pub fn effective_username(&self) -> Option<String> {
         self.username.clone().or_else(|| self.url.username())
@@ -1403,7 +1470,8 @@ impl Config {
         }
     }
 
-    /// Reads `*_file` secrets into their value keys and checks `ca_file` is readable.
+    /// Reads `*_file` secrets into their value keys and checks `ca_file` and
+    /// `client_identity_file` are readable.
     fn read_secret_files(&mut self) -> Result<(), ConfigError> {
         if let Some(path) = self.server.api_token_file.take() {
             let token = read_secret_file("server.api_token_file", &path)?;
@@ -1429,13 +1497,18 @@ impl Config {
                     &path,
                 )?);
             }
-            if let Some(path) = &sink.ca_file
-                && let Err(e) = std::fs::File::open(path)
-            {
-                return err(
-                    format!("audits[{i}].sink.ca_file"),
-                    format!("cannot read {}: {e}", path.display()),
-                );
+            for (key, file) in [
+                ("ca_file", &sink.ca_file),
+                ("client_identity_file", &sink.client_identity_file),
+            ] {
+                if let Some(path) = file
+                    && let Err(e) = std::fs::File::open(path)
+                {
+                    return err(
+                        format!("audits[{i}].sink.{key}"),
+                        format!("cannot read {}: {e}", path.display()),
+                    );
+                }
             }
         }
         Ok(())
@@ -1673,10 +1746,7 @@ impl Config {
         let heartbeat = self.timing_source(1, k.heartbeat_interval)?;
         self.timing_source(2, k.statistics_interval)?;
         if k.heartbeat_interval() >= k.session_timeout() {
-            return err(
-                heartbeat,
-                format!("must be shorter than {session}"),
-            );
+            return err(heartbeat, format!("must be shorter than {session}"));
         }
         let keys = (k.properties.keys().map(|key| ("properties", key)))
             .chain(k.property_files.keys().map(|key| ("property_files", key)));
@@ -1970,7 +2040,66 @@ impl RecordConfig {
     }
 }
 
+/// mysql_async's own TLS url parameters: TLS is configured with `sink.tls` instead, so one
+/// setting decides.
+const URL_TLS_PARAMS: &[&str] = &[
+    "require_ssl",
+    "verify_ca",
+    "verify_identity",
+    "built_in_roots",
+];
+
 impl SinkConfig {
+    /// `tls`, `ca_file` and the client identity of a doris/mysql sink agree.
+    fn validate_sql_tls(&self, p: &str, url: &url::Url) -> Result<(), ConfigError> {
+        if let Some((name, _)) = url
+            .query_pairs()
+            .find(|(name, _)| URL_TLS_PARAMS.contains(&name.as_ref()))
+        {
+            return err(
+                format!("{p}.url"),
+                format!("TLS is set with {p}.tls, not the url parameter `{name}`"),
+            );
+        }
+        let mode = self.tls_mode();
+        if self.ca_file.is_some() {
+            match mode {
+                SinkTls::Disabled => {
+                    return err(
+                        format!("{p}.ca_file"),
+                        format!(
+                            "is set but {p}.tls is \"disabled\": set tls = \"verify_ca\" or \
+                             \"verify_identity\", or remove ca_file"
+                        ),
+                    );
+                }
+                SinkTls::Required => {
+                    return err(
+                        format!("{p}.ca_file"),
+                        format!(
+                            "is set but {p}.tls = \"required\" does not verify the server: \
+                             use \"verify_ca\" or \"verify_identity\""
+                        ),
+                    );
+                }
+                SinkTls::VerifyCa | SinkTls::VerifyIdentity => {}
+            }
+        }
+        if self.client_identity_file.is_some() && mode == SinkTls::Disabled {
+            return err(
+                format!("{p}.client_identity_file"),
+                format!("needs {p}.tls other than \"disabled\""),
+            );
+        }
+        if self.client_identity_password.is_some() && self.client_identity_file.is_none() {
+            return err(
+                format!("{p}.client_identity_password"),
+                "is set without client_identity_file",
+            );
+        }
+        Ok(())
+    }
+
     fn validate(&self, p: &str) -> Result<(), ConfigError> {
         let url_path = format!("{p}.url");
         let url = match self.url.parse() {
@@ -2077,6 +2206,7 @@ impl SinkConfig {
                     ),
                 );
             }
+            self.validate_sql_tls(p, &url)?;
             if let Some(stream_load) = &self.stream_load_url {
                 let sp = format!("{p}.stream_load_url");
                 if self.kind != SinkKind::Doris {
@@ -2102,6 +2232,22 @@ impl SinkConfig {
                     format!("{p}.table"),
                     "applies to doris/mysql; kind elasticsearch uses `index`",
                 );
+            }
+            for (key, set) in [
+                ("tls", self.tls.is_some()),
+                ("client_identity_file", self.client_identity_file.is_some()),
+                (
+                    "client_identity_password",
+                    self.client_identity_password.is_some(),
+                ),
+            ] {
+                if set {
+                    return err(
+                        format!("{p}.{key}"),
+                        "applies to doris/mysql; elasticsearch uses TLS when its url is https \
+                         (verified against ca_file or the system roots)",
+                    );
+                }
             }
             if self.stream_load_url.is_some() {
                 return err(format!("{p}.stream_load_url"), "applies to kind doris only");
@@ -2820,6 +2966,45 @@ index = "dns_logs"
         // must not be, anywhere else in the message.
         let without_path = e.message.replace(&binary.display().to_string(), "");
         assert!(!without_path.contains("pw"), "{e}");
+    }
+
+    #[test]
+    fn sink_tls_modes() {
+        let with = |extra: &str| BASE.replace("table = ", &format!("{extra}\ntable = "));
+        let mode = |extra: &str| match Config::from_toml_str(&with(extra)) {
+            Ok(c) => c.audits[0].sink.tls_mode(),
+            Err(e) => panic!("{extra}: {e}"),
+        };
+        assert_eq!(mode(""), SinkTls::Disabled);
+        assert_eq!(mode("tls = \"required\""), SinkTls::Required);
+        assert_eq!(
+            mode("tls = \"VERIFY_CA\""),
+            SinkTls::VerifyCa,
+            "MySQL's spelling"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not checked at load").expect("write");
+        let ca_file = format!("ca_file = {:?}", ca.display().to_string());
+        assert_eq!(
+            mode(&ca_file),
+            SinkTls::VerifyIdentity,
+            "ca_file alone verifies"
+        );
+        assert_eq!(
+            mode(&format!("{ca_file}\ntls = \"verify_ca\"")),
+            SinkTls::VerifyCa
+        );
+        let e = toml_err(&with("tls = \"preferred\""));
+        assert_err(&e, "audits[0].sink.tls", "verify_identity");
+        let e = toml_err(&with(
+            "tls = \"required\"\nclient_identity_file = \"/nonexistent.p12\"",
+        ));
+        assert_err(
+            &e,
+            "audits[0].sink.client_identity_file",
+            "/nonexistent.p12",
+        );
     }
 
     #[test]
@@ -3549,6 +3734,53 @@ index = "dns_logs"
                 doris(|c| {
                     c.audits[0].sink.url = SecretUrl::new(format!("mysql://root:{SECRET}@h:9030"))
                 }),
+            ),
+            (
+                "audits[0].sink.url",
+                "not the url parameter `require_ssl`",
+                doris(|c| {
+                    c.audits[0].sink.url =
+                        SecretUrl::new("mysql://root@127.0.0.1:9030/db?require_ssl=true")
+                }),
+            ),
+            (
+                "audits[0].sink.ca_file",
+                "tls is \"disabled\"",
+                doris(|c| {
+                    c.audits[0].sink.ca_file = Some("/ca.pem".into());
+                    c.audits[0].sink.tls = Some(SinkTls::Disabled);
+                }),
+            ),
+            (
+                "audits[0].sink.ca_file",
+                "does not verify the server",
+                doris(|c| {
+                    c.audits[0].sink.ca_file = Some("/ca.pem".into());
+                    c.audits[0].sink.tls = Some(SinkTls::Required);
+                }),
+            ),
+            (
+                "audits[0].sink.client_identity_file",
+                "needs audits[0].sink.tls",
+                doris(|c| c.audits[0].sink.client_identity_file = Some("/id.p12".into())),
+            ),
+            (
+                "audits[0].sink.client_identity_password",
+                "without client_identity_file",
+                doris(|c| {
+                    c.audits[0].sink.tls = Some(SinkTls::Required);
+                    c.audits[0].sink.client_identity_password = Some(SECRET.into());
+                }),
+            ),
+            (
+                "audits[0].sink.tls",
+                "applies to doris/mysql",
+                es(|c| c.audits[0].sink.tls = Some(SinkTls::VerifyCa)),
+            ),
+            (
+                "audits[0].sink.client_identity_file",
+                "applies to doris/mysql",
+                es(|c| c.audits[0].sink.client_identity_file = Some("/id.p12".into())),
             ),
             (
                 "audits[0].sink.stream_load_url",
