@@ -4,7 +4,7 @@
 # (a test CA made here with openssl; for the sink.tls tests) and noida-db (an
 # Elasticsearch-8-API-compatible server, stand-in for Elasticsearch); installs them and
 # promtool, only when missing.
-#   scripts/test-env.sh [start|stop|status|clean]     then: source "$RUN/env"
+#   scripts/test-env.sh [start|stop [SERVICE...]|status|clean]   then: source "$RUN/env"
 #   scripts/test-env.sh deps    only the apt packages (build prerequisites included)
 # Settings: GAP_AUDITOR_CACHE (installed binaries), GAP_AUDITOR_RUN (data, logs, pids, env),
 # KAFKA_PORT (19092), MYSQL_PORT (13306), MYSQL_TLS_PORT (13307), ES_PORT (19200).
@@ -277,12 +277,19 @@ case ${1:-start} in
   deps)
     install_packages
     ;;
-  stop)
-    stop_pidfile "$RUN/tansu.pid"
-    stop_pidfile "$RUN/mariadbd.pid"
-    stop_pidfile "$TLS_PID"
-    stop_pidfile "$RUN/noida-db.pid"
-    rm -f "$RUN/env"
+  stop) # all, or only the services named: tansu mariadb mariadb-tls noida-db
+    shift
+    (($#)) || set -- tansu mariadb mariadb-tls noida-db all
+    for s in "$@"; do
+      case $s in
+        tansu) stop_pidfile "$RUN/tansu.pid" ;;
+        mariadb) stop_pidfile "$RUN/mariadbd.pid" ;;
+        mariadb-tls) stop_pidfile "$TLS_PID" ;;
+        noida-db) stop_pidfile "$RUN/noida-db.pid" ;;
+        all) rm -f "$RUN/env" ;;
+        *) die "unknown service $s (tansu, mariadb, mariadb-tls, noida-db)" ;;
+      esac
+    done
     ;;
   clean) # also forgets MariaDB's data (tansu keeps nothing anyway: memory storage)
     "$0" stop
