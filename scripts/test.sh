@@ -9,9 +9,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 RUN=${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}
 section() { printf '\n==== %s ====\n' "$*"; }
 
-section "test services (tansu, MariaDB, noida-db for the Elasticsearch API)"
-if [[ ${KEEP_ENV:-0} != 1 && $(scripts/test-env.sh status) == *down* ]]; then
-  trap 'section "stopping test services"; scripts/test-env.sh stop' EXIT
+section "test services (tansu, MariaDB, a TLS-only MariaDB, noida-db for the Elasticsearch API)"
+# Only what this run starts is stopped at the end: on a shared machine the others belong
+# to someone else.
+before=$(scripts/test-env.sh status)
+started=()
+for s in "tansu:tansu" "mariadb:mariadb" "mariadb (TLS only):mariadb-tls" \
+  "noida-db (elasticsearch API):noida-db"; do
+  [[ $before == *"${s%:*}: down"* ]] && started+=("${s##*:}")
+done
+if [[ ${KEEP_ENV:-0} != 1 ]] && ((${#started[@]})); then
+  trap 'section "stopping test services this run started: ${started[*]}"; scripts/test-env.sh stop "${started[@]}"' EXIT
 fi
 scripts/test-env.sh start
 # shellcheck source=/dev/null

@@ -11,6 +11,7 @@ use crate::record::Key;
 use crate::sink::elasticsearch::{ElasticsearchSink, EsAuth, EsTarget};
 use crate::sink::memory::MemorySink;
 use crate::sink::mysql::{MysqlSink, MysqlTarget};
+use crate::sink::tls::TlsSettings;
 use crate::sink::{RangeCount, SinkError, Verifier};
 use crate::status::StatusBoard;
 use crate::store::Store;
@@ -112,6 +113,7 @@ pub fn build_sink(audit: &AuditConfig) -> anyhow::Result<AnySink> {
                 target,
                 s.query_timeout,
                 kind,
+                &TlsSettings::from_config(s),
             )
             .map_err(|e| anyhow::anyhow!("audits.{}.sink: {e}", audit.name))?;
             Ok(AnySink::Mysql(sink))

@@ -1718,7 +1718,7 @@ impl<V: Verifier> Audit<V> {
     /// producer's delivery is assumed shorter), plus the age of the log end the auditor
     /// knows (librdkafka's statistics interval) and of the published round.
     fn completeness_horizon_ms(&self) -> i64 {
-        let d = self.cfg.grace + self.kafka.statistics_interval + self.cfg.verify_interval;
+        let d = self.cfg.grace + self.kafka.statistics_interval() + self.cfg.verify_interval;
         i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
     }
 

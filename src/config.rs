@@ -434,6 +434,26 @@ string_enum! {
     }
 }
 
+string_enum! {
+    /// `sink.tls` of a doris/mysql sink, named after MySQL's `--ssl-mode` (MySQL's own
+    /// `PREFERRED`, falling back to plain text, is not offered: a setting that silently
+    /// drops encryption is no security setting).
+    #[derive(Default)]
+    pub enum SinkTls ("sink tls mode") {
+        /// Plain text (the default without `ca_file`).
+        #[default]
+        Disabled = "disabled",
+        /// Encrypted, the server certificate NOT verified (MySQL `REQUIRED`).
+        Required = "required",
+        /// Encrypted, the certificate chain verified against `ca_file` (else the system
+        /// roots), the host name not checked (MySQL `VERIFY_CA`).
+        VerifyCa = "verify_ca",
+        /// As `verify_ca`, and the certificate must name the url's host (MySQL
+        /// `VERIFY_IDENTITY`; the default when `ca_file` is set).
+        VerifyIdentity = "verify_identity",
+    }
+}
+
 impl SinkKind {
     /// True for the kinds queried with SQL over the MySQL protocol.
     pub fn is_sql(&self) -> bool {
@@ -557,6 +577,26 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     d.deserialize_any(DurationVisitor)
 }
 
+/// `sink.tls`: MySQL's spelling (`VERIFY_CA`) is accepted too.
+fn de_opt_tls<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SinkTls>, D::Error> {
+    let Some(s) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if s.trim().is_empty() {
+        return Ok(None);
+    }
+    s.trim()
+        .to_ascii_lowercase()
+        .parse()
+        .map(Some)
+        .map_err(de::Error::custom)
+}
+
+/// A duration that may be left out (`None`: the key was not written).
+fn de_opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    de_duration(d).map(Some)
+}
+
 /// A list of strings, or one comma-separated string (handy in environment overrides).
 fn de_string_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     struct ListVisitor;
@@ -637,26 +677,97 @@ pub struct KafkaConfig {
     pub start: StartPosition,
     /// `read_committed` (default) or `read_uncommitted`: match what the pipeline reads.
     pub isolation_level: IsolationLevel,
-    /// Extra librdkafka properties passed as is (SASL, SSL, ...), e.g.
-    /// `"security.protocol" = "SASL_SSL"`. Every value is treated as a secret in logs.
-    /// Properties the auditor manages itself (`group.id`, `enable.auto.commit`, ...) are
-    /// refused. Unquoted dotted TOML keys (`sasl.mechanism = "PLAIN"`) work too.
+    /// Extra librdkafka properties passed as is (SASL, SSL, tuning such as
+    /// `fetch.max.bytes`), e.g. `"security.protocol" = "SASL_SSL"`. Every value is treated
+    /// as a secret in logs. Refused: only the properties whose change would break the
+    /// audit's semantics (`group.id`, `bootstrap.servers`/`metadata.broker.list`,
+    /// `enable.auto.commit`, `enable.auto.offset.store`, `auto.offset.reset`,
+    /// `isolation.level`); each error names the key to use instead. `session.timeout.ms`,
+    /// `heartbeat.interval.ms` and `statistics.interval.ms` may be set here OR with their
+    /// dedicated key (`session_timeout`, ...), not both: setting both is an error naming
+    /// both keys. Unquoted dotted TOML keys (`sasl.mechanism = "PLAIN"`) work too.
     pub properties: BTreeMap<String, Secret>,
     /// librdkafka properties whose value is read from a file at load time (one trailing
     /// newline trimmed), e.g. `"sasl.password" = "/run/secrets/kafka_password"`. After
     /// loading, the values are in `properties` and this map is empty.
     pub property_files: BTreeMap<String, PathBuf>,
     /// Consumer group session timeout (librdkafka `session.timeout.ms`), default `10s`.
-    #[serde(deserialize_with = "de_duration")]
-    pub session_timeout: Duration,
+    /// Or `properties."session.timeout.ms"` (milliseconds), not both. Read the value in
+    /// effect with [`KafkaConfig::session_timeout`].
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub session_timeout: Option<Duration>,
     /// Consumer heartbeat interval (librdkafka `heartbeat.interval.ms`), default `1s`;
-    /// must be shorter than `session_timeout`.
-    #[serde(deserialize_with = "de_duration")]
-    pub heartbeat_interval: Duration,
+    /// must be shorter than the session timeout. Or `properties."heartbeat.interval.ms"`,
+    /// not both.
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub heartbeat_interval: Option<Duration>,
     /// How often librdkafka reports statistics (`statistics.interval.ms`), default `1s`;
-    /// the source of log start/end offsets (lag, retention deadlines).
-    #[serde(deserialize_with = "de_duration")]
-    pub statistics_interval: Duration,
+    /// the source of log start/end offsets (lag, retention deadlines), so it cannot be
+    /// turned off. Or `properties."statistics.interval.ms"`, not both.
+    #[serde(deserialize_with = "de_opt_duration")]
+    pub statistics_interval: Option<Duration>,
+}
+
+/// librdkafka timing properties that also have a dedicated key: (property, dedicated key,
+/// default). Either one may be set; setting both is a config error.
+pub const TIMING_PROPERTIES: &[(&str, &str, Duration)] = &[
+    (
+        "session.timeout.ms",
+        "kafka.session_timeout",
+        Duration::from_secs(10),
+    ),
+    (
+        "heartbeat.interval.ms",
+        "kafka.heartbeat_interval",
+        Duration::from_secs(1),
+    ),
+    (
+        "statistics.interval.ms",
+        "kafka.statistics_interval",
+        Duration::from_secs(1),
+    ),
+];
+
+impl KafkaConfig {
+    /// The session timeout in effect: `session_timeout`, else the property, else `10s`.
+    pub fn session_timeout(&self) -> Duration {
+        self.timing(0, self.session_timeout)
+    }
+
+    /// The heartbeat interval in effect: `heartbeat_interval`, else the property, else `1s`.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.timing(1, self.heartbeat_interval)
+    }
+
+    /// The statistics interval in effect: `statistics_interval`, else the property, else `1s`.
+    pub fn statistics_interval(&self) -> Duration {
+        self.timing(2, self.statistics_interval)
+    }
+
+    /// Whether `name` is one of [`TIMING_PROPERTIES`]: the client builder sets those from
+    /// the values in effect rather than copying the property.
+    pub fn is_timing_property(name: &str) -> bool {
+        TIMING_PROPERTIES.iter().any(|(p, _, _)| *p == name)
+    }
+
+    fn timing(&self, i: usize, dedicated: Option<Duration>) -> Duration {
+        let (property, _, default) = TIMING_PROPERTIES[i];
+        dedicated
+            .or_else(|| {
+                self.properties
+                    .get(property)
+                    .and_then(|v| parse_millis(v.expose()).ok())
+            })
+            .unwrap_or(default)
+    }
+}
+
+/// A librdkafka `*.ms` value: whole milliseconds.
+fn parse_millis(v: &str) -> Result<Duration, ()> {
+    v.trim()
+        .parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| ())
 }
 
 impl Default for KafkaConfig {
@@ -668,9 +779,9 @@ impl Default for KafkaConfig {
             isolation_level: IsolationLevel::ReadCommitted,
             properties: BTreeMap::new(),
             property_files: BTreeMap::new(),
-            session_timeout: Duration::from_secs(10),
-            heartbeat_interval: Duration::from_secs(1),
-            statistics_interval: Duration::from_secs(1),
+            session_timeout: None,
+            heartbeat_interval: None,
+            statistics_interval: None,
         }
     }
 }
@@ -938,9 +1049,28 @@ pub struct SinkConfig {
     /// File holding the API key; exclusive with `api_key`; moved into `api_key` at load.
     #[serde(default)]
     pub api_key_file: Option<PathBuf>,
-    /// PEM CA bundle to verify the sink's TLS certificate.
+    /// PEM CA bundle to verify the sink's TLS certificate. Elasticsearch (https url):
+    /// trusted besides the system roots. doris/mysql: for `tls = "verify_ca"` or
+    /// `"verify_identity"` (the default `tls` once this is set) and for Stream Load over an
+    /// https `stream_load_url`; only these CAs are trusted there (MySQL's `--ssl-ca`).
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    /// doris/mysql: TLS on the MySQL protocol, `disabled` | `required` | `verify_ca` |
+    /// `verify_identity` (MySQL's `--ssl-mode` names; upper case accepted). Default
+    /// `disabled`, or `verify_identity` when `ca_file` is set. Also how Stream Load
+    /// verifies an https `stream_load_url` (`required`: not at all; `verify_ca`: no host
+    /// name check). Read the mode in effect with [`SinkConfig::tls_mode`].
+    #[serde(default, deserialize_with = "de_opt_tls")]
+    pub tls: Option<SinkTls>,
+    /// doris/mysql: client certificate and key as a PKCS#12 archive (`openssl pkcs12
+    /// -export -in client.pem -inkey client.key -out client.p12`), for servers that
+    /// require one (`REQUIRE X509`). Needs `tls` other than `disabled`.
+    #[serde(default)]
+    pub client_identity_file: Option<PathBuf>,
+    /// Password of `client_identity_file`, if it has one; prefer the environment
+    /// (`GAP_AUDITOR__AUDITS__0__SINK__CLIENT_IDENTITY_PASSWORD`).
+    #[serde(default)]
+    pub client_identity_password: Option<Secret>,
     /// doris: the FE HTTP address used by `replay --to-sink` (Stream Load), e.g.
     /// `http://127.0.0.1:8030`. Credentials come from username/password, not this url.
     #[serde(default, deserialize_with = "de_opt_string")]
@@ -952,6 +1082,16 @@ pub struct SinkConfig {
 }
 
 impl SinkConfig {
+    /// The TLS mode in effect (doris/mysql): `tls`, else `verify_identity` when `ca_file`
+    /// is set, else `disabled`.
+    pub fn tls_mode(&self) -> SinkTls {
+        match (self.tls, &self.ca_file) {
+            (Some(mode), _) => mode,
+            (None, Some(_)) => SinkTls::VerifyIdentity,
+            (None, None) => SinkTls::Disabled,
+        }
+    }
+
     /// The user name to authenticate with: `username`, else the url's.
     pub fn effective_username(&self) -> Option<String> {
         self.username.clone().or_else(|| self.url.username())
@@ -1330,7 +1470,8 @@ impl Config {
         }
     }
 
-    /// Reads `*_file` secrets into their value keys and checks `ca_file` is readable.
+    /// Reads `*_file` secrets into their value keys and checks `ca_file` and
+    /// `client_identity_file` are readable.
     fn read_secret_files(&mut self) -> Result<(), ConfigError> {
         if let Some(path) = self.server.api_token_file.take() {
             let token = read_secret_file("server.api_token_file", &path)?;
@@ -1356,13 +1497,18 @@ impl Config {
                     &path,
                 )?);
             }
-            if let Some(path) = &sink.ca_file
-                && let Err(e) = std::fs::File::open(path)
-            {
-                return err(
-                    format!("audits[{i}].sink.ca_file"),
-                    format!("cannot read {}: {e}", path.display()),
-                );
+            for (key, file) in [
+                ("ca_file", &sink.ca_file),
+                ("client_identity_file", &sink.client_identity_file),
+            ] {
+                if let Some(path) = file
+                    && let Err(e) = std::fs::File::open(path)
+                {
+                    return err(
+                        format!("audits[{i}].sink.{key}"),
+                        format!("cannot read {}: {e}", path.display()),
+                    );
+                }
             }
         }
         Ok(())
@@ -1388,7 +1534,9 @@ fn read_secret_file(key: &str, path: &Path) -> Result<Secret, ConfigError> {
 // Validation
 // ---------------------------------------------------------------------------------------
 
-/// librdkafka properties the auditor sets itself, with the key to use instead.
+/// librdkafka properties the auditor sets itself because the audit's semantics depend on
+/// them (which brokers and group, offsets moved only by its own commits, what it reads),
+/// with the key to use instead. Every other property, tuning included, passes through.
 const MANAGED_PROPERTIES: &[(&str, &str)] = &[
     ("bootstrap.servers", "use kafka.brokers"),
     ("metadata.broker.list", "use kafka.brokers"),
@@ -1403,9 +1551,6 @@ const MANAGED_PROPERTIES: &[(&str, &str)] = &[
     ),
     ("auto.offset.reset", "use kafka.start"),
     ("isolation.level", "use kafka.isolation_level"),
-    ("session.timeout.ms", "use kafka.session_timeout"),
-    ("heartbeat.interval.ms", "use kafka.heartbeat_interval"),
-    ("statistics.interval.ms", "use kafka.statistics_interval"),
 ];
 
 const MAX_BATCH_SIZE: usize = 100_000;
@@ -1553,6 +1698,36 @@ impl Config {
         Ok(())
     }
 
+    /// Checks the timing `i` of [`TIMING_PROPERTIES`] and names the key its value comes
+    /// from: the dedicated key or the property, never both.
+    fn timing_source(&self, i: usize, dedicated: Option<Duration>) -> Result<String, ConfigError> {
+        let k = &self.kafka;
+        let (property, key, _) = TIMING_PROPERTIES[i];
+        if k.property_files.contains_key(property) {
+            return err(
+                format!("kafka.property_files[\"{property}\"]"),
+                format!("is not a secret: set it in kafka.properties or as {key}"),
+            );
+        }
+        let path = format!("kafka.properties[\"{property}\"]");
+        match (dedicated, k.properties.get(property)) {
+            (Some(_), Some(_)) => err(path, format!("is also set as {key}; set one of them")),
+            (Some(d), None) => {
+                check_duration_ms(key, d)?;
+                Ok(key.to_owned())
+            }
+            (None, Some(v)) => {
+                // Not quoted: every property value is treated as a secret.
+                let d = parse_millis(v.expose()).map_err(|()| {
+                    ConfigError::new(&path, "must be a whole number of milliseconds")
+                })?;
+                check_duration_ms(&path, d)?;
+                Ok(path)
+            }
+            (None, None) => Ok(key.to_owned()),
+        }
+    }
+
     fn validate_kafka(&self) -> Result<(), ConfigError> {
         let k = &self.kafka;
         if k.brokers.trim().is_empty() {
@@ -1567,14 +1742,11 @@ impl Config {
         if k.group_id.trim().is_empty() {
             return err("kafka.group_id", "must not be empty");
         }
-        check_duration_ms("kafka.session_timeout", k.session_timeout)?;
-        check_duration_ms("kafka.heartbeat_interval", k.heartbeat_interval)?;
-        check_duration_ms("kafka.statistics_interval", k.statistics_interval)?;
-        if k.heartbeat_interval >= k.session_timeout {
-            return err(
-                "kafka.heartbeat_interval",
-                "must be shorter than kafka.session_timeout",
-            );
+        let session = self.timing_source(0, k.session_timeout)?;
+        let heartbeat = self.timing_source(1, k.heartbeat_interval)?;
+        self.timing_source(2, k.statistics_interval)?;
+        if k.heartbeat_interval() >= k.session_timeout() {
+            return err(heartbeat, format!("must be shorter than {session}"));
         }
         let keys = (k.properties.keys().map(|key| ("properties", key)))
             .chain(k.property_files.keys().map(|key| ("property_files", key)));
@@ -1868,7 +2040,66 @@ impl RecordConfig {
     }
 }
 
+/// mysql_async's own TLS url parameters: TLS is configured with `sink.tls` instead, so one
+/// setting decides.
+const URL_TLS_PARAMS: &[&str] = &[
+    "require_ssl",
+    "verify_ca",
+    "verify_identity",
+    "built_in_roots",
+];
+
 impl SinkConfig {
+    /// `tls`, `ca_file` and the client identity of a doris/mysql sink agree.
+    fn validate_sql_tls(&self, p: &str, url: &url::Url) -> Result<(), ConfigError> {
+        if let Some((name, _)) = url
+            .query_pairs()
+            .find(|(name, _)| URL_TLS_PARAMS.contains(&name.as_ref()))
+        {
+            return err(
+                format!("{p}.url"),
+                format!("TLS is set with {p}.tls, not the url parameter `{name}`"),
+            );
+        }
+        let mode = self.tls_mode();
+        if self.ca_file.is_some() {
+            match mode {
+                SinkTls::Disabled => {
+                    return err(
+                        format!("{p}.ca_file"),
+                        format!(
+                            "is set but {p}.tls is \"disabled\": set tls = \"verify_ca\" or \
+                             \"verify_identity\", or remove ca_file"
+                        ),
+                    );
+                }
+                SinkTls::Required => {
+                    return err(
+                        format!("{p}.ca_file"),
+                        format!(
+                            "is set but {p}.tls = \"required\" does not verify the server: \
+                             use \"verify_ca\" or \"verify_identity\""
+                        ),
+                    );
+                }
+                SinkTls::VerifyCa | SinkTls::VerifyIdentity => {}
+            }
+        }
+        if self.client_identity_file.is_some() && mode == SinkTls::Disabled {
+            return err(
+                format!("{p}.client_identity_file"),
+                format!("needs {p}.tls other than \"disabled\""),
+            );
+        }
+        if self.client_identity_password.is_some() && self.client_identity_file.is_none() {
+            return err(
+                format!("{p}.client_identity_password"),
+                "is set without client_identity_file",
+            );
+        }
+        Ok(())
+    }
+
     fn validate(&self, p: &str) -> Result<(), ConfigError> {
         let url_path = format!("{p}.url");
         let url = match self.url.parse() {
@@ -1975,6 +2206,7 @@ impl SinkConfig {
                     ),
                 );
             }
+            self.validate_sql_tls(p, &url)?;
             if let Some(stream_load) = &self.stream_load_url {
                 let sp = format!("{p}.stream_load_url");
                 if self.kind != SinkKind::Doris {
@@ -2000,6 +2232,22 @@ impl SinkConfig {
                     format!("{p}.table"),
                     "applies to doris/mysql; kind elasticsearch uses `index`",
                 );
+            }
+            for (key, set) in [
+                ("tls", self.tls.is_some()),
+                ("client_identity_file", self.client_identity_file.is_some()),
+                (
+                    "client_identity_password",
+                    self.client_identity_password.is_some(),
+                ),
+            ] {
+                if set {
+                    return err(
+                        format!("{p}.{key}"),
+                        "applies to doris/mysql; elasticsearch uses TLS when its url is https \
+                         (verified against ca_file or the system roots)",
+                    );
+                }
             }
             if self.stream_load_url.is_some() {
                 return err(format!("{p}.stream_load_url"), "applies to kind doris only");
@@ -2193,9 +2441,9 @@ index = "dns_logs"
         assert_eq!(cfg.kafka.group_id, "gap-auditor");
         assert_eq!(cfg.kafka.start, StartPosition::Latest);
         assert_eq!(cfg.kafka.isolation_level.as_librdkafka(), "read_committed");
-        assert_eq!(cfg.kafka.session_timeout, Duration::from_secs(10));
-        assert_eq!(cfg.kafka.heartbeat_interval, Duration::from_secs(1));
-        assert_eq!(cfg.kafka.statistics_interval, Duration::from_secs(1));
+        assert_eq!(cfg.kafka.session_timeout(), Duration::from_secs(10));
+        assert_eq!(cfg.kafka.heartbeat_interval(), Duration::from_secs(1));
+        assert_eq!(cfg.kafka.statistics_interval(), Duration::from_secs(1));
         assert_eq!(cfg.server.listen, "0.0.0.0:9464".parse().expect("addr"));
         assert_eq!(cfg.state.path, PathBuf::from("./gap-auditor-state"));
         let a = &cfg.audits[0];
@@ -2721,6 +2969,45 @@ index = "dns_logs"
     }
 
     #[test]
+    fn sink_tls_modes() {
+        let with = |extra: &str| BASE.replace("table = ", &format!("{extra}\ntable = "));
+        let mode = |extra: &str| match Config::from_toml_str(&with(extra)) {
+            Ok(c) => c.audits[0].sink.tls_mode(),
+            Err(e) => panic!("{extra}: {e}"),
+        };
+        assert_eq!(mode(""), SinkTls::Disabled);
+        assert_eq!(mode("tls = \"required\""), SinkTls::Required);
+        assert_eq!(
+            mode("tls = \"VERIFY_CA\""),
+            SinkTls::VerifyCa,
+            "MySQL's spelling"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not checked at load").expect("write");
+        let ca_file = format!("ca_file = {:?}", ca.display().to_string());
+        assert_eq!(
+            mode(&ca_file),
+            SinkTls::VerifyIdentity,
+            "ca_file alone verifies"
+        );
+        assert_eq!(
+            mode(&format!("{ca_file}\ntls = \"verify_ca\"")),
+            SinkTls::VerifyCa
+        );
+        let e = toml_err(&with("tls = \"preferred\""));
+        assert_err(&e, "audits[0].sink.tls", "verify_identity");
+        let e = toml_err(&with(
+            "tls = \"required\"\nclient_identity_file = \"/nonexistent.p12\"",
+        ));
+        assert_err(
+            &e,
+            "audits[0].sink.client_identity_file",
+            "/nonexistent.p12",
+        );
+    }
+
+    #[test]
     fn ca_file_must_exist() {
         let e = toml_err(&BASE.replace("table = ", "ca_file = \"/nonexistent/ca.pem\"\ntable = "));
         assert_err(&e, "audits[0].sink.ca_file", "/nonexistent/ca.pem");
@@ -2779,14 +3066,64 @@ index = "dns_logs"
             "kafka.properties[\"enable.auto.commit\"]",
             "managed by gap-auditor",
         );
-        let e = invalid(|c| c.kafka.heartbeat_interval = Duration::from_secs(10));
+        let e = invalid(|c| c.kafka.heartbeat_interval = Some(Duration::from_secs(10)));
         assert_err(
             &e,
             "kafka.heartbeat_interval",
             "shorter than kafka.session_timeout",
         );
-        let e = invalid(|c| c.kafka.statistics_interval = Duration::ZERO);
+        let e = invalid(|c| c.kafka.statistics_interval = Some(Duration::ZERO));
         assert_err(&e, "kafka.statistics_interval", "at least 1ms");
+    }
+
+    #[test]
+    fn only_properties_that_break_the_audit_are_refused() {
+        for name in [
+            "group.id",
+            "bootstrap.servers",
+            "metadata.broker.list",
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+            "auto.offset.reset",
+            "isolation.level",
+        ] {
+            let e = invalid(|c| {
+                c.kafka.properties.insert(name.into(), Secret::new("x"));
+            });
+            assert_err(
+                &e,
+                &format!("kafka.properties[\"{name}\"]"),
+                "managed by gap-auditor",
+            );
+        }
+        let toml = BASE.replace(
+            "[[audits]]",
+            "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\
+             \"heartbeat.interval.ms\" = \"500\"\n\"statistics.interval.ms\" = \"250\"\n\
+             \"fetch.max.bytes\" = \"1048576\"\n\"max.partition.fetch.bytes\" = \"262144\"\n\n[[audits]]",
+        );
+        let cfg = Config::from_toml_str(&toml).expect("tuning properties are accepted");
+        let k = &cfg.kafka;
+        assert_eq!(k.session_timeout(), Duration::from_millis(6000));
+        assert_eq!(k.heartbeat_interval(), Duration::from_millis(500));
+        assert_eq!(k.statistics_interval(), Duration::from_millis(250));
+        assert_eq!(k.properties["fetch.max.bytes"].expose(), "1048576");
+    }
+
+    #[test]
+    fn a_timing_set_both_ways_names_both_keys() {
+        for (property, key, _) in TIMING_PROPERTIES {
+            let dedicated = key.trim_start_matches("kafka.");
+            let toml = BASE.replace(
+                "brokers = \"127.0.0.1:9092\"\n",
+                &format!(
+                    "brokers = \"127.0.0.1:9092\"\n{dedicated} = \"500ms\"\n\
+                     [kafka.properties]\n\"{property}\" = \"500\"\n"
+                ),
+            );
+            let e = toml_err(&toml);
+            assert_err(&e, &format!("kafka.properties[\"{property}\"]"), key);
+        }
     }
 
     #[test]
@@ -2873,37 +3210,37 @@ index = "dns_logs"
             (
                 "kafka.session_timeout",
                 "at least 1ms",
-                doris(|c| c.kafka.session_timeout = Duration::ZERO),
+                doris(|c| c.kafka.session_timeout = Some(Duration::ZERO)),
             ),
             (
                 "kafka.session_timeout",
                 "too long",
-                doris(move |c| c.kafka.session_timeout = days30),
+                doris(move |c| c.kafka.session_timeout = Some(days30)),
             ),
             (
                 "kafka.heartbeat_interval",
                 "at least 1ms",
-                doris(|c| c.kafka.heartbeat_interval = Duration::ZERO),
+                doris(|c| c.kafka.heartbeat_interval = Some(Duration::ZERO)),
             ),
             (
                 "kafka.heartbeat_interval",
                 "too long",
-                doris(move |c| c.kafka.heartbeat_interval = days30),
+                doris(move |c| c.kafka.heartbeat_interval = Some(days30)),
             ),
             (
                 "kafka.statistics_interval",
                 "at least 1ms",
-                doris(|c| c.kafka.statistics_interval = Duration::ZERO),
+                doris(|c| c.kafka.statistics_interval = Some(Duration::ZERO)),
             ),
             (
                 "kafka.statistics_interval",
                 "too long",
-                doris(move |c| c.kafka.statistics_interval = days30),
+                doris(move |c| c.kafka.statistics_interval = Some(days30)),
             ),
             (
                 "kafka.heartbeat_interval",
                 "shorter than kafka.session_timeout",
-                doris(|c| c.kafka.heartbeat_interval = c.kafka.session_timeout),
+                doris(|c| c.kafka.heartbeat_interval = Some(c.kafka.session_timeout())),
             ),
             (
                 "kafka.properties[\" \"]",
@@ -2917,6 +3254,52 @@ index = "dns_logs"
                 "managed by gap-auditor",
                 doris(|c| {
                     c.kafka.properties.insert("GROUP.ID".into(), SECRET.into());
+                }),
+            ),
+            (
+                "kafka.properties[\"session.timeout.ms\"]",
+                "also set as kafka.session_timeout",
+                doris(|c| {
+                    c.kafka.session_timeout = Some(Duration::from_secs(6));
+                    c.kafka
+                        .properties
+                        .insert("session.timeout.ms".into(), "6000".into());
+                }),
+            ),
+            (
+                "kafka.properties[\"heartbeat.interval.ms\"]",
+                "whole number of milliseconds",
+                doris(|c| {
+                    c.kafka
+                        .properties
+                        .insert("heartbeat.interval.ms".into(), SECRET.into());
+                }),
+            ),
+            (
+                "kafka.properties[\"statistics.interval.ms\"]",
+                "at least 1ms",
+                doris(|c| {
+                    c.kafka
+                        .properties
+                        .insert("statistics.interval.ms".into(), "0".into());
+                }),
+            ),
+            (
+                "kafka.properties[\"heartbeat.interval.ms\"]",
+                "shorter than kafka.properties[\"session.timeout.ms\"]",
+                doris(|c| {
+                    let p = &mut c.kafka.properties;
+                    p.insert("session.timeout.ms".into(), "3000".into());
+                    p.insert("heartbeat.interval.ms".into(), "3000".into());
+                }),
+            ),
+            (
+                "kafka.property_files[\"session.timeout.ms\"]",
+                "is not a secret",
+                doris(|c| {
+                    c.kafka
+                        .property_files
+                        .insert("session.timeout.ms".into(), "/f".into());
                 }),
             ),
             (
@@ -3351,6 +3734,53 @@ index = "dns_logs"
                 doris(|c| {
                     c.audits[0].sink.url = SecretUrl::new(format!("mysql://root:{SECRET}@h:9030"))
                 }),
+            ),
+            (
+                "audits[0].sink.url",
+                "not the url parameter `require_ssl`",
+                doris(|c| {
+                    c.audits[0].sink.url =
+                        SecretUrl::new("mysql://root@127.0.0.1:9030/db?require_ssl=true")
+                }),
+            ),
+            (
+                "audits[0].sink.ca_file",
+                "tls is \"disabled\"",
+                doris(|c| {
+                    c.audits[0].sink.ca_file = Some("/ca.pem".into());
+                    c.audits[0].sink.tls = Some(SinkTls::Disabled);
+                }),
+            ),
+            (
+                "audits[0].sink.ca_file",
+                "does not verify the server",
+                doris(|c| {
+                    c.audits[0].sink.ca_file = Some("/ca.pem".into());
+                    c.audits[0].sink.tls = Some(SinkTls::Required);
+                }),
+            ),
+            (
+                "audits[0].sink.client_identity_file",
+                "needs audits[0].sink.tls",
+                doris(|c| c.audits[0].sink.client_identity_file = Some("/id.p12".into())),
+            ),
+            (
+                "audits[0].sink.client_identity_password",
+                "without client_identity_file",
+                doris(|c| {
+                    c.audits[0].sink.tls = Some(SinkTls::Required);
+                    c.audits[0].sink.client_identity_password = Some(SECRET.into());
+                }),
+            ),
+            (
+                "audits[0].sink.tls",
+                "applies to doris/mysql",
+                es(|c| c.audits[0].sink.tls = Some(SinkTls::VerifyCa)),
+            ),
+            (
+                "audits[0].sink.client_identity_file",
+                "applies to doris/mysql",
+                es(|c| c.audits[0].sink.client_identity_file = Some("/id.p12".into())),
             ),
             (
                 "audits[0].sink.stream_load_url",

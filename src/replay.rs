@@ -30,6 +30,7 @@ use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
 use crate::sink::memory::MemorySink;
 use crate::sink::sql;
 use crate::sink::stream_load::{self, StreamLoad};
+use crate::sink::tls::TlsSettings;
 use crate::store::Store;
 use crate::verify::Checker;
 use anyhow::{Context, bail};
@@ -699,6 +700,7 @@ fn stream_loader(audit: &AuditConfig) -> Result<StreamLoad, String> {
         &user,
         &password,
         s.query_timeout.max(Duration::from_secs(60)),
+        &TlsSettings::from_config(s),
     )
 }
 

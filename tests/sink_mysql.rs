@@ -12,13 +12,20 @@
 //!   `SET NAMES utf8mb4` before any literal is sent.
 //!
 //! The global changes last well under a second and are undone on drop (also on panic).
+//!
+//! TLS (`sink.tls`, `sink.ca_file`, the client identity) runs against the second MariaDB
+//! that test-env.sh starts with a test CA's certificate and `require_secure_transport=ON`
+//! (`GAP_AUDITOR_TEST_MYSQL_TLS`): a connection that succeeds there was encrypted.
 
+use gap_auditor::config::SinkTls;
 use gap_auditor::gap::TopicPartition;
 use gap_auditor::ledger::OffsetRun;
 use gap_auditor::record::Key;
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
+use gap_auditor::sink::tls::TlsSettings;
 use gap_auditor::sink::{SinkError, Verifier};
 use mysql_async::prelude::Queryable;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -124,7 +131,16 @@ fn keys_target(table: &str) -> MysqlTarget {
 }
 
 fn sink_at(url: &str, target: MysqlTarget) -> MysqlSink {
-    MysqlSink::new(url, None, None, target, Duration::from_secs(10), "mysql").expect("sink")
+    MysqlSink::new(
+        url,
+        None,
+        None,
+        target,
+        Duration::from_secs(10),
+        "mysql",
+        &TlsSettings::default(),
+    )
+    .expect("sink")
 }
 
 fn rejected<T: std::fmt::Debug>(r: Result<T, SinkError>) -> String {
@@ -309,4 +325,125 @@ async fn a_non_utf8_session_is_switched_to_utf8mb4() {
         .expect("drop");
     drop(c);
     pool.disconnect().await.expect("disconnect");
+}
+
+// ---- TLS --------------------------------------------------------------------------------
+
+fn tls_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run scripts/test.sh (it starts the TLS-only MariaDB)")
+    })
+}
+
+/// A ping of the TLS-only server as `user` with `tls`.
+async fn tls_ping(user: &str, tls: TlsSettings) -> Result<(), SinkError> {
+    let url = tls_env("GAP_AUDITOR_TEST_MYSQL_TLS").replacen("//gap:", &format!("//{user}:"), 1);
+    let sink = MysqlSink::new(
+        &url,
+        None,
+        None,
+        offsets_target("t"),
+        Duration::from_secs(10),
+        "mysql",
+        &tls,
+    )
+    .expect("sink");
+    let r = sink.ping().await;
+    sink.close().await;
+    r
+}
+
+fn tls(mode: SinkTls, ca: Option<&str>) -> TlsSettings {
+    TlsSettings {
+        mode,
+        ca_file: ca.map(|v| PathBuf::from(tls_env(v))),
+        ..TlsSettings::default()
+    }
+}
+
+#[tokio::test]
+async fn tls_verified_against_the_test_ca_connects() {
+    for mode in [SinkTls::VerifyCa, SinkTls::VerifyIdentity] {
+        tls_ping("gap", tls(mode, Some("GAP_AUDITOR_TEST_TLS_CA")))
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn tls_with_a_wrong_ca_fails_clearly() {
+    for mode in [SinkTls::VerifyCa, SinkTls::VerifyIdentity] {
+        let e = tls_ping("gap", tls(mode, Some("GAP_AUDITOR_TEST_TLS_OTHER_CA")))
+            .await
+            .expect_err("a certificate from another CA must be refused");
+        let m = e.to_string();
+        assert!(matches!(e, SinkError::Unavailable(_)), "{m}");
+        assert!(m.contains("TLS handshake with the sink failed"), "{m}");
+        assert!(m.contains("certificate verify failed"), "{m}");
+    }
+}
+
+#[tokio::test]
+async fn tls_required_connects_to_the_tls_only_server_without_a_ca() {
+    tls_ping("gap", tls(SinkTls::Required, None))
+        .await
+        .expect("required: encrypted, not verified");
+}
+
+#[tokio::test]
+async fn tls_disabled_against_the_tls_only_server_fails_clearly() {
+    let e = tls_ping("gap", tls(SinkTls::Disabled, None))
+        .await
+        .expect_err("plain text must be refused by the TLS-only server");
+    let m = e.to_string();
+    assert!(matches!(e, SinkError::Rejected(_)), "{m}");
+    assert!(m.contains("1045"), "{m}");
+    assert!(m.contains("sink.tls is \"disabled\""), "{m}");
+}
+
+#[tokio::test]
+async fn tls_client_certificate_is_presented() {
+    let mut with_cert = tls(SinkTls::VerifyIdentity, Some("GAP_AUDITOR_TEST_TLS_CA"));
+    with_cert.identity_file = Some(tls_env("GAP_AUDITOR_TEST_TLS_CLIENT_P12").into());
+    with_cert.identity_password = Some(tls_env("GAP_AUDITOR_TEST_TLS_CLIENT_P12_PASSWORD"));
+    tls_ping("gap_x509", with_cert)
+        .await
+        .expect("REQUIRE X509 with the client certificate");
+    let e = tls_ping(
+        "gap_x509",
+        tls(SinkTls::VerifyIdentity, Some("GAP_AUDITOR_TEST_TLS_CA")),
+    )
+    .await
+    .expect_err("REQUIRE X509 without a client certificate");
+    assert!(e.to_string().contains("1045"), "{e}");
+}
+
+/// From the config keys to the connection: `ca_file` alone means verify_identity.
+#[tokio::test]
+async fn tls_from_the_config() {
+    let toml = format!(
+        r#"
+[kafka]
+brokers = "127.0.0.1:1"
+[[audits]]
+name = "a"
+topics = ["t"]
+[audits.record]
+format = "raw"
+fields = ["v"]
+[audits.match]
+strategy = "offset_columns"
+[audits.sink]
+kind = "mysql"
+url = "{url}"
+table = "t"
+ca_file = "{ca}"
+"#,
+        url = tls_env("GAP_AUDITOR_TEST_MYSQL_TLS"),
+        ca = tls_env("GAP_AUDITOR_TEST_TLS_CA"),
+    );
+    let cfg = gap_auditor::config::Config::from_toml_str(&toml).expect("config");
+    assert_eq!(cfg.audits[0].sink.tls_mode(), SinkTls::VerifyIdentity);
+    let sink = gap_auditor::app::build_sink(&cfg.audits[0]).expect("sink");
+    sink.ping().await.expect("TLS from sink.ca_file");
 }

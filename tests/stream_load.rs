@@ -9,13 +9,20 @@
 //! with `NumberFilteredRows` and an `ErrorURL` when a row is malformed (the default
 //! `max_filter_ratio` is 0). What it does NOT prove: Doris's real column mapping, types,
 //! transactions and publish timing.
+//!
+//! Over https the fake FE presents the server certificate of the test CA that
+//! scripts/test-env.sh makes (`GAP_AUDITOR_TEST_TLS_*`), to show that Stream Load trusts
+//! `sink.ca_file` the way the sink's MySQL connection does.
 
 #[path = "it/support.rs"]
 mod support;
 
+use gap_auditor::config::SinkTls;
 use gap_auditor::sink::stream_load::{StreamLoad, label};
+use gap_auditor::sink::tls::TlsSettings;
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -275,7 +282,16 @@ fn lines(rows: &[Value]) -> Vec<u8> {
 }
 
 fn loader(fe: &str, password: &str) -> StreamLoad {
-    StreamLoad::new(fe, "db1", "dns", "root", password, Duration::from_secs(10)).expect("loader")
+    StreamLoad::new(
+        fe,
+        "db1",
+        "dns",
+        "root",
+        password,
+        Duration::from_secs(10),
+        &TlsSettings::default(),
+    )
+    .expect("loader")
 }
 
 #[tokio::test]
@@ -419,4 +435,134 @@ async fn replay_to_doris_by_stream_load_is_idempotent_by_label() {
         1,
         "nothing loaded twice"
     );
+}
+
+fn tls_env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run scripts/test.sh (it makes the test CA)"))
+}
+
+/// An https FE that answers every load with the documented `Success` result (no FE → BE
+/// redirect: that is covered above), presenting the test CA's certificate for 127.0.0.1.
+async fn https_fe() -> String {
+    use tokio_native_tls::native_tls;
+    let p12 = std::fs::read(tls_env("GAP_AUDITOR_TEST_TLS_SERVER_P12")).expect("server.p12");
+    let identity = native_tls::Identity::from_pkcs12(
+        &p12,
+        &tls_env("GAP_AUDITOR_TEST_TLS_CLIENT_P12_PASSWORD"),
+    )
+    .expect("server identity");
+    let acceptor = tokio_native_tls::TlsAcceptor::from(
+        native_tls::TlsAcceptor::new(identity).expect("acceptor"),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake: nothing to answer.
+                let Ok(mut s) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let head_end = loop {
+                    let Ok(n) = s.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if head.contains("expect: 100-continue") {
+                    let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
+                }
+                let mut body = buf[head_end..].to_vec();
+                while body.len() < length {
+                    let Ok(n) = s.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    body.extend_from_slice(&chunk[..n]);
+                }
+                let rows = body
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .count();
+                let result = json!({"Status": "Success", "Label": "l", "Message": "OK",
+                    "NumberTotalRows": rows, "NumberLoadedRows": rows,
+                    "NumberFilteredRows": 0, "NumberUnselectedRows": 0})
+                .to_string();
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                     Connection: close\r\n\r\n{result}",
+                    result.len()
+                );
+                let _ = s.write_all(answer.as_bytes()).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    format!("https://127.0.0.1:{port}")
+}
+
+#[tokio::test]
+async fn stream_load_over_https_trusts_the_sink_ca() {
+    let fe = https_fe().await;
+    let rows = vec![json!({"client_ip": "1.2.3.4", "offset": 2})];
+    let ca = |v: &str| Some(PathBuf::from(tls_env(v)));
+    let cases = [
+        (SinkTls::VerifyIdentity, ca("GAP_AUDITOR_TEST_TLS_CA"), true),
+        (SinkTls::VerifyCa, ca("GAP_AUDITOR_TEST_TLS_CA"), true),
+        (
+            SinkTls::VerifyCa,
+            ca("GAP_AUDITOR_TEST_TLS_OTHER_CA"),
+            false,
+        ),
+        // No ca_file: the system roots, which do not know the test CA.
+        (SinkTls::Disabled, None, false),
+        (SinkTls::Required, None, true),
+    ];
+    for (mode, ca_file, ok) in cases {
+        let tls = TlsSettings {
+            mode,
+            ca_file: ca_file.clone(),
+            ..TlsSettings::default()
+        };
+        let l = StreamLoad::new(
+            &fe,
+            "db1",
+            "dns",
+            "root",
+            "s3cret",
+            Duration::from_secs(10),
+            &tls,
+        )
+        .expect("loader");
+        let r = l.load("l", lines(&rows)).await;
+        match (ok, r) {
+            (true, Ok(r)) => assert_eq!((r.status.as_str(), r.number_loaded_rows), ("Success", 1)),
+            (false, Err(e)) => assert!(
+                e.contains("certificate verify failed"),
+                "{mode} {ca_file:?}: {e}"
+            ),
+            (true, Err(e)) => panic!("{mode} {ca_file:?}: {e}"),
+            (false, Ok(r)) => {
+                panic!("{mode} {ca_file:?}: loaded despite an untrusted certificate: {r:?}")
+            }
+        }
+    }
 }

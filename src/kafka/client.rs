@@ -3,15 +3,21 @@
 use crate::config::KafkaConfig;
 use rdkafka::ClientConfig;
 
-/// The base configuration: brokers, the user's pass-through properties (SASL, SSL, ...),
-/// and settings the auditor's correctness depends on, which the user cannot override.
+/// The base configuration: brokers, the user's pass-through properties (SASL, SSL,
+/// tuning, ...), and settings the auditor's correctness depends on, which the user cannot
+/// override (config validation refuses them).
 pub fn base(kafka: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &kafka.brokers);
-    c.set("session.timeout.ms", millis(kafka.session_timeout));
-    c.set("heartbeat.interval.ms", millis(kafka.heartbeat_interval));
+    // The values in effect, whether they came from the dedicated keys or the properties.
+    c.set("session.timeout.ms", millis(kafka.session_timeout()));
+    c.set("heartbeat.interval.ms", millis(kafka.heartbeat_interval()));
     for (k, v) in &kafka.properties {
-        c.set(k, v.expose());
+        // `statistics.interval.ms` is set by the tailing consumer only: the other clients
+        // have no statistics handler, and rdkafka's default one logs every report.
+        if !KafkaConfig::is_timing_property(k) {
+            c.set(k, v.expose());
+        }
     }
     c
 }
@@ -56,4 +62,154 @@ pub fn tailing_consumer(kafka: &KafkaConfig, group: &str) -> ClientConfig {
 
 fn millis(d: std::time::Duration) -> String {
     d.as_millis().max(1).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const CONFIG: &str = r#"
+[kafka]
+brokers = "127.0.0.1:1"
+[kafka.properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+"statistics.interval.ms" = "250"
+"fetch.max.bytes" = "1048576"
+"fetch.queue.backoff.ms" = "50"
+
+[[audits]]
+name = "a"
+topics = ["t"]
+[audits.record]
+format = "raw"
+fields = ["v"]
+[audits.match]
+strategy = "key_columns"
+key = ["v"]
+[audits.sink]
+kind = "mysql"
+url = "mysql://u@127.0.0.1:3306/db"
+table = "t"
+"#;
+
+    /// librdkafka's own view of a configuration: what `rd_kafka_conf_get` answers after
+    /// every property went through `rd_kafka_conf_set` (an unknown or out-of-range one
+    /// fails here, as it would when the client is created).
+    fn native(c: &ClientConfig, key: &str) -> String {
+        match c.create_native_config() {
+            Ok(n) => n.get(key).unwrap_or_else(|e| panic!("{key}: {e}")),
+            Err(e) => panic!("librdkafka refused the configuration: {e}"),
+        }
+    }
+
+    #[test]
+    fn tuning_properties_reach_librdkafka() {
+        let cfg = Config::from_toml_str(CONFIG).expect("config");
+        let c = tailing_consumer(&cfg.kafka, "g");
+        assert_eq!(native(&c, "session.timeout.ms"), "6000");
+        assert_eq!(native(&c, "heartbeat.interval.ms"), "500");
+        assert_eq!(native(&c, "fetch.max.bytes"), "1048576");
+        assert_eq!(
+            native(&c, "fetch.queue.backoff.ms"),
+            "50",
+            "the user's value wins"
+        );
+        // Managed ones keep the auditor's values.
+        assert_eq!(native(&c, "enable.auto.commit"), "false");
+        assert_eq!(native(&c, "auto.offset.reset"), "error");
+        assert_eq!(native(&c, "group.id"), "g");
+        // Only the tailing consumer reports statistics (crate::kafka::tail sets it).
+        assert_eq!(native(&base(&cfg.kafka), "statistics.interval.ms"), "0");
+    }
+
+    #[test]
+    fn dedicated_keys_reach_librdkafka() {
+        let toml = CONFIG
+            .replace("\"session.timeout.ms\" = \"6000\"\n", "")
+            .replace("\"heartbeat.interval.ms\" = \"500\"\n", "")
+            .replace(
+                "brokers = \"127.0.0.1:1\"\n",
+                "brokers = \"127.0.0.1:1\"\nsession_timeout = \"7s\"\nheartbeat_interval = \"700ms\"\n",
+            );
+        let cfg = Config::from_toml_str(&toml).expect("config");
+        let c = consumer(&cfg.kafka, "g");
+        assert_eq!(native(&c, "session.timeout.ms"), "7000");
+        assert_eq!(native(&c, "heartbeat.interval.ms"), "700");
+    }
+}
+
+/// The librdkafka linked in offers what secured clusters need: Kerberos (GSSAPI, through
+/// Cyrus SASL) and OIDC (`sasl.oauthbearer.method=oidc`, through libcurl). A build that
+/// drops either does so silently (librdkafka's build probes and disables), so these fail
+/// instead. No KDC or OIDC provider is contacted: clients are only created.
+#[cfg(test)]
+mod build_features {
+    use super::base;
+    use crate::config::Config;
+    use rdkafka::ClientConfig;
+    use rdkafka::consumer::BaseConsumer;
+
+    fn with_properties(props: &str) -> ClientConfig {
+        let toml = format!(
+            "[kafka]\nbrokers = \"127.0.0.1:1\"\n[kafka.properties]\n{props}\n\
+             [[audits]]\nname = \"a\"\ntopics = [\"t\"]\n[audits.record]\nformat = \"raw\"\n\
+             fields = [\"v\"]\n[audits.match]\nstrategy = \"key_columns\"\nkey = [\"v\"]\n\
+             [audits.sink]\nkind = \"mysql\"\nurl = \"mysql://u@127.0.0.1:3306/db\"\ntable = \"t\"\n"
+        );
+        let cfg = Config::from_toml_str(&toml).expect("config");
+        base(&cfg.kafka)
+    }
+
+    fn create(c: &ClientConfig) -> Result<(), String> {
+        c.create::<BaseConsumer>()
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn builtin_features_list_kerberos_and_oidc() {
+        let n = ClientConfig::new().create_native_config().expect("config");
+        let features = n.get("builtin.features").expect("builtin.features");
+        let have: Vec<&str> = features.split(',').collect();
+        for f in [
+            "ssl",
+            "sasl_plain",
+            "sasl_scram",
+            "sasl_gssapi",
+            "sasl_oauthbearer",
+            "http",
+            "oidc",
+            "zstd",
+        ] {
+            assert!(
+                have.contains(&f),
+                "librdkafka built without {f}: {features}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_kerberos_client_can_be_created() {
+        // min.time.before.relogin = 0: no kinit at creation (no keytab here).
+        let c = with_properties(
+            "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanisms\" = \"GSSAPI\"\n\
+             \"sasl.kerberos.service.name\" = \"kafka\"\n\
+             \"sasl.kerberos.min.time.before.relogin\" = \"0\"\n",
+        );
+        create(&c).expect("a GSSAPI client");
+    }
+
+    #[test]
+    fn an_oidc_client_can_be_created() {
+        let c = with_properties(
+            "\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanisms\" = \"OAUTHBEARER\"\n\
+             \"sasl.oauthbearer.method\" = \"oidc\"\n\
+             \"sasl.oauthbearer.client.id\" = \"gap-auditor\"\n\
+             \"sasl.oauthbearer.client.secret\" = \"s\"\n\
+             \"sasl.oauthbearer.token.endpoint.url\" = \"http://127.0.0.1:1/token\"\n",
+        );
+        create(&c).expect("an OIDC client");
+    }
 }

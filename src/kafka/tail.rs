@@ -659,7 +659,7 @@ pub fn start(
     let mut cfg = client::tailing_consumer(kafka, group);
     cfg.set(
         "statistics.interval.ms",
-        kafka.statistics_interval.as_millis().max(100).to_string(),
+        kafka.statistics_interval().as_millis().max(100).to_string(),
     );
     let ctx = TailContext {
         events: tx,

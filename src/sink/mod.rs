@@ -7,6 +7,7 @@ pub mod memory;
 pub mod mysql;
 pub mod sql;
 pub mod stream_load;
+pub mod tls;
 
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;

@@ -38,6 +38,7 @@
 //! typed `query::<(i64, i64)>` panics on a value it cannot convert).
 
 use super::sql::{self, KeyCompare, OffsetQuery};
+use super::tls::{self, TlsSettings};
 use super::{RangeCount, SinkError, Verifier};
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
@@ -81,6 +82,8 @@ pub struct MysqlSink {
     target: MysqlTarget,
     timeout: Duration,
     kind: &'static str,
+    /// Whether connections are encrypted: only to explain refusals.
+    tls_enabled: bool,
     /// Session checks by connection id.
     sessions: Mutex<HashMap<u32, Session>>,
     /// kind `mysql`: how each key column is compared in a key count's attribution, read
@@ -145,8 +148,8 @@ fn check_key_columns(key_columns: &[String], info: &[ColumnInfo]) -> KeyColumnCh
 
 impl MysqlSink {
     /// Builds the pool (connects lazily). `url` is `mysql://user[:password]@host:port/db`;
-    /// `user`/`password`, when given, override the url's. Errors never echo the URL (it may
-    /// hold a password).
+    /// `user`/`password`, when given, override the url's; `tls` decides encryption and
+    /// verification ([`super::tls`]). Errors never echo the URL (it may hold a password).
     pub fn new(
         url: &str,
         user: Option<&str>,
@@ -154,6 +157,7 @@ impl MysqlSink {
         target: MysqlTarget,
         timeout: Duration,
         kind: &'static str,
+        tls: &TlsSettings,
     ) -> Result<Self, SinkError> {
         let opts = Opts::from_url(url).map_err(|e| {
             SinkError::Rejected(format!(
@@ -166,6 +170,7 @@ impl MysqlSink {
             .max_allowed_packet(Some(16 << 20))
             .wait_timeout(Some(28_800))
             .stmt_cache_size(0)
+            .ssl_opts(tls.ssl_opts())
             .pool_opts(
                 PoolOpts::default()
                     .with_constraints(PoolConstraints::new(0, 4).unwrap_or_default())
@@ -185,6 +190,7 @@ impl MysqlSink {
             target,
             timeout,
             kind,
+            tls_enabled: tls.mode != crate::config::SinkTls::Disabled,
             sessions: Mutex::new(HashMap::new()),
             key_compare: Mutex::new(None),
             warned_inexact: Mutex::new(None),
@@ -199,7 +205,7 @@ impl MysqlSink {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 self.forget_sessions();
-                Err(classify(&e))
+                Err(classify(&e, self.tls_enabled))
             }
             Err(_) => {
                 self.forget_sessions();
@@ -573,12 +579,18 @@ fn shown(v: &Value) -> String {
 }
 
 /// Server errors (bad table, syntax, access) are the operator's to fix; the rest is transient.
-fn classify(e: &mysql_async::Error) -> SinkError {
+fn classify(e: &mysql_async::Error, tls_enabled: bool) -> SinkError {
     match e {
         mysql_async::Error::Server(s) => {
-            SinkError::Rejected(format!("{} ({}): {}", s.code, s.state, s.message))
+            let mut m = format!("{} ({}): {}", s.code, s.state, s.message);
+            if !tls_enabled && let Some(hint) = tls::plain_text_hint(s.code) {
+                m.push_str(hint);
+            }
+            SinkError::Rejected(m)
         }
-        other => SinkError::Unavailable(redact_url_error(&other.to_string())),
+        other => SinkError::Unavailable(
+            tls::explain(other).unwrap_or_else(|| redact_url_error(&other.to_string())),
+        ),
     }
 }
 

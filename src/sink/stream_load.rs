@@ -12,6 +12,7 @@
 //! Not tested against a real Doris (none runs here): tests/stream_load.rs drives it
 //! against a fake FE + BE that follow Doris's documented behaviour.
 
+use crate::sink::tls::TlsSettings;
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -66,7 +67,8 @@ pub struct LoadResult {
 }
 
 impl StreamLoad {
-    /// `base` is the FE HTTP address (`http://fe:8030`), without credentials.
+    /// `base` is the FE HTTP address (`http://fe:8030`), without credentials; over https,
+    /// `tls` says which CA to trust and how strictly ([`crate::sink::tls`]).
     pub fn new(
         base: &str,
         db: &str,
@@ -74,15 +76,20 @@ impl StreamLoad {
         username: &str,
         password: &str,
         timeout: Duration,
+        tls: &TlsSettings,
     ) -> Result<Self, String> {
         let mut base = url::Url::parse(base).map_err(|e| format!("stream_load_url: {e}"))?;
         if !base.path().ends_with('/') {
             let p = format!("{}/", base.path());
             base.set_path(&p);
         }
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(timeout)
+            .timeout(timeout);
+        // The CA and verification of the sink's MySQL connection apply here too.
+        let client = tls
+            .http_client(builder)
+            .map_err(|e| e.to_string())?
             .build()
             .map_err(|e| format!("http client: {e}"))?;
         Ok(Self {
@@ -118,7 +125,7 @@ impl StreamLoad {
                 .body(body.clone())
                 .send()
                 .await
-                .map_err(|e| format!("stream load to {}: {e}", redacted(&url)))?;
+                .map_err(|e| format!("stream load to {}: {}", redacted(&url), chain(&e)))?;
             let status = resp.status();
             if status.is_redirection() {
                 let location = resp
@@ -190,6 +197,22 @@ fn redacted(u: &url::Url) -> String {
     let _ = u.set_password(None);
     let _ = u.set_username("");
     u.to_string()
+}
+
+/// An error with its causes: reqwest's own text ("error sending request") hides why (a
+/// refused certificate, a refused connection).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
 }
 
 fn snippet(s: &str) -> String {

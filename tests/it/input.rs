@@ -719,6 +719,7 @@ async fn escaper_round_trips_hostile_strings_through_mariadb() {
         },
         Duration::from_secs(30),
         "mysql",
+        &gap_auditor::sink::tls::TlsSettings::default(),
     )
     .expect("sink");
     // Present keys counted 0 would be false losses; absent keys counted would hide a loss.

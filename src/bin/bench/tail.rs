@@ -110,8 +110,8 @@ pub fn bare_consume(brokers: &str, topic: &str, n: u64) -> Result<f64> {
 pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) -> Result<f64> {
     let kafka = KafkaConfig {
         brokers: brokers.to_string(),
-        session_timeout: Duration::from_secs(6),
-        heartbeat_interval: Duration::from_millis(500),
+        session_timeout: Some(Duration::from_secs(6)),
+        heartbeat_interval: Some(Duration::from_millis(500)),
         ..KafkaConfig::default()
     };
     let group = unique("bench_group");

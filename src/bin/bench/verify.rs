@@ -19,6 +19,7 @@ use gap_auditor::ledger::{OffsetRun, Segment, Verdict};
 use gap_auditor::record::Key;
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
 use gap_auditor::sink::sql::{self, OffsetQuery};
+use gap_auditor::sink::tls::TlsSettings;
 use gap_auditor::verify::{self, KeyRound, Limits};
 use mysql_async::prelude::Queryable;
 use std::collections::BTreeSet;
@@ -145,8 +146,16 @@ fn abbreviate(q: &str) -> String {
 }
 
 fn sink(url: &str, target: MysqlTarget) -> Result<MysqlSink> {
-    MysqlSink::new(url, None, None, target, Duration::from_secs(300), "mysql")
-        .map_err(|e| anyhow::anyhow!("{e}"))
+    MysqlSink::new(
+        url,
+        None,
+        None,
+        target,
+        Duration::from_secs(300),
+        "mysql",
+        &TlsSettings::default(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// One offset_columns round over `segments` (per partition), as the audit runs it: returns
