@@ -32,11 +32,11 @@ RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
 COPY --from=planner /src/recipe.json recipe.json
-RUN cargo chef cook --release --locked --recipe-path recipe.json --bin gap-auditor
+RUN cargo chef cook --release --locked --features kerberos-oidc --recipe-path recipe.json --bin gap-auditor
 COPY . .
 # .git is not in the build context (.dockerignore): build.rs reads the revision from here.
 ARG GAP_AUDITOR_GIT_REV=unknown
-RUN cargo build --release --locked --bin gap-auditor \
+RUN cargo build --release --locked --features kerberos-oidc --bin gap-auditor \
  && install -D -m 0755 target/release/gap-auditor /out/gap-auditor \
  && /out/gap-auditor --version
 

@@ -40,6 +40,11 @@ cargo test --all-targets
 section "cargo test --doc"
 cargo test --doc
 
+# Kerberos and OIDC are a feature (cmake, libsasl2-dev: installed with the services above),
+# on in the container image: the build with it must keep listing them in librdkafka.
+section "cargo test --features kerberos-oidc (librdkafka's builtin.features)"
+cargo test --features kerberos-oidc --lib kafka::client::build_features
+
 section "packaging lint (hadolint, docker compose config, kubernetes-validate, systemd-analyze)"
 scripts/check-packaging.sh
 
