@@ -516,15 +516,7 @@ impl ConsumerContext for TailContext {
                     // Only what librdkafka holds: a partition revoked before its start was
                     // applied is not in its assignment, and unassigning it would fail the
                     // whole call and stall the rebalance.
-                    let held: HashSet<(String, i32)> = consumer
-                        .assignment()
-                        .map(|a| {
-                            a.elements()
-                                .iter()
-                                .map(|e| (e.topic().to_string(), e.partition()))
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let held = held(consumer);
                     let mut drop = TopicPartitionList::new();
                     for e in tpl.elements() {
                         if held.contains(&(e.topic().to_string(), e.partition())) {
@@ -559,6 +551,19 @@ fn commit(consumer: &BaseConsumer<TailContext>, offsets: &[(TopicPartition, Offs
     }
 }
 
+/// The partitions in librdkafka's assignment.
+fn held(consumer: &BaseConsumer<TailContext>) -> HashSet<(String, i32)> {
+    consumer
+        .assignment()
+        .map(|a| {
+            a.elements()
+                .iter()
+                .map(|e| (e.topic().to_string(), e.partition()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Adds partitions to librdkafka's assignment at the starts the audit task resolved.
 fn start_at(consumer: &BaseConsumer<TailContext>, starts: &[(TopicPartition, Offset)]) {
     let cooperative = matches!(
@@ -591,8 +596,15 @@ fn start_at(consumer: &BaseConsumer<TailContext>, starts: &[(TopicPartition, Off
 }
 
 fn reposition(consumer: &BaseConsumer<TailContext>, offsets: &[(TopicPartition, Offset)]) {
+    // Only what librdkafka holds: a partition revoked since the audit sent this would make
+    // the cooperative unassign refuse the whole list, and nothing would restart.
+    let held = held(consumer);
     let mut tpl = TopicPartitionList::new();
     for (tp, o) in offsets {
+        if !held.contains(&(tp.topic.to_string(), tp.partition)) {
+            tracing::debug!(%tp, "not re-positioned: no longer assigned");
+            continue;
+        }
         if let Err(e) = tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::Offset(*o)) {
             tracing::error!(%tp, error = %e, "cannot build the new position");
         }
@@ -738,8 +750,10 @@ impl Backpressure {
 impl Tail {
     fn run(mut self) {
         while !self.stopping.load(Ordering::SeqCst) {
-            self.serve_commands();
+            // Starts first: a command may name partitions whose start was answered before
+            // it was sent (see `Command::Reposition`).
             self.serve_starts();
+            self.serve_commands();
             self.apply_backpressure();
             let polled = self.consumer.poll(Duration::from_millis(100));
             let keep_going = match polled {
@@ -768,6 +782,9 @@ impl Tail {
             match cmd {
                 Command::Commit(offsets) => commit(&self.consumer, &offsets),
                 Command::Reposition(offsets) => {
+                    // The audit answered these partitions' starts before it sent this: apply
+                    // them, so that every partition named is held when it is re-positioned.
+                    self.serve_starts();
                     reposition(&self.consumer, &offsets);
                     // Re-assigned partitions start unpaused: re-apply on the next check.
                     self.bp.generation = u64::MAX;

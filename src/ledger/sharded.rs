@@ -190,7 +190,7 @@ mod tests {
     fn grows_in_small_steps() {
         let mut m: ShardedMap<u64, u64> = ShardedMap::new();
         let mut one: HashMap<u64, u64> = HashMap::new();
-        let mut step = |n: u64, m: &mut ShardedMap<u64, u64>, one: &mut HashMap<u64, u64>| {
+        let step = |n: u64, m: &mut ShardedMap<u64, u64>, one: &mut HashMap<u64, u64>| {
             for k in m.len() as u64..n {
                 m.insert(k, k);
                 one.insert(k, k);

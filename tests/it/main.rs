@@ -16,5 +16,6 @@ mod scenarios;
 mod seed_config;
 mod support;
 mod tail_assign;
+mod tail_races;
 mod verdicts;
 mod verdicts_more;
