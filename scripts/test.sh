@@ -32,7 +32,7 @@ cargo test --all-targets
 section "cargo test --doc"
 cargo test --doc
 
-section "packaging lint (hadolint, docker compose config, kubernetes-validate, systemd-analyze)"
+section "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze)"
 scripts/check-packaging.sh
 
 section "all checks passed"
