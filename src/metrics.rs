@@ -10,6 +10,8 @@
 //! unless noted. Units are base units (seconds, records, offsets) as Prometheus expects.
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
+#[cfg(target_os = "linux")]
+use prometheus::process_collector::ProcessCollector;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
     TextEncoder,
@@ -99,6 +101,11 @@ pub struct Metrics {
     pub pipeline_rewinds: IntCounterVec,
     /// Beyond SPEC's table: the pipeline group stopped committing while the log grew.
     pub pipeline_stalls: IntCounterVec,
+    /// Beyond SPEC's table: `gap_auditor_audit_info{audit, pipeline_group, sink_kind,
+    /// strategy}`, 1 per configured audit (see [`Metrics::set_audit_info`]).
+    pub audit_info: IntGaugeVec,
+    /// Every family registered on `registry`, for [`Metrics::family_names`].
+    families: Vec<String>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -113,223 +120,243 @@ impl Default for Metrics {
     }
 }
 
-/// Builds a vector family and registers it. The names and label sets are constants of this
-/// file, so a failure is a programming error caught by every test run, not a runtime
-/// condition: hence `expect`.
-fn register<C: Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
-    registry
-        .register(Box::new(c.clone()))
-        .expect("metric families are constant and registered once");
-    c
+/// Registers families on one registry and remembers their names, so that the metrics
+/// reference (docs/METRICS.md) can be checked against what is really registered, families
+/// that have no series yet included.
+struct Families {
+    registry: Registry,
+    names: Vec<String>,
 }
 
-fn int_counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    register(
-        r,
-        IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter"),
-    )
-}
+impl Families {
+    /// Registers `c` and returns the handle the auditor updates (a clone shares the series).
+    fn register<C: Collector + Clone + 'static>(&mut self, c: C) -> C {
+        self.add(Box::new(c.clone()));
+        c
+    }
 
-fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    register(
-        r,
-        IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge"),
-    )
-}
+    /// The names and label sets are constants of this file, so a failure is a programming
+    /// error caught by every test run, not a runtime condition: hence `expect`.
+    fn add(&mut self, c: Box<dyn Collector>) {
+        self.names
+            .extend(c.desc().iter().map(|d| d.fq_name.clone()));
+        self.registry
+            .register(c)
+            .expect("metric families are constant and registered once");
+    }
 
-fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str], b: &[f64]) -> HistogramVec {
-    let opts = HistogramOpts::new(name, help).buckets(b.to_vec());
-    register(r, HistogramVec::new(opts, labels).expect("valid histogram"))
+    fn int_counter(&mut self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.register(IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter"))
+    }
+
+    fn int_gauge(&mut self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.register(IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge"))
+    }
+
+    fn gauge(&mut self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+        self.register(GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge"))
+    }
+
+    fn histogram(&mut self, name: &str, help: &str, labels: &[&str], b: &[f64]) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(b.to_vec());
+        self.register(HistogramVec::new(opts, labels).expect("valid histogram"))
+    }
+
+    /// The standard `process_*` families (resident memory, start time, open and maximum
+    /// file descriptors, CPU seconds, threads, virtual memory), read from /proc at each
+    /// scrape. Linux only: /proc is where they come from.
+    #[cfg(target_os = "linux")]
+    fn process(&mut self) {
+        self.add(Box::new(ProcessCollector::for_self()));
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn process(&mut self) {}
 }
 
 impl Metrics {
     /// Creates every family on a fresh registry and sets
     /// `gap_auditor_build_info{version=<crate version>, revision=<git revision>} 1`.
     pub fn new() -> Metrics {
-        let r = Registry::new();
+        let mut f = Families {
+            registry: Registry::new(),
+            names: Vec::new(),
+        };
+        f.process();
         let p = PARTITION_LABELS;
         let m = Metrics {
-            records_consumed: int_counter(
-                &r,
+            records_consumed: f.int_counter(
                 "gap_auditor_records_consumed_total",
                 "Records read from Kafka by the auditor.",
                 p,
             ),
-            records_expected: int_counter(
-                &r,
+            records_expected: f.int_counter(
                 "gap_auditor_records_expected_total",
                 "Records consumed that the pipeline is expected to write to the sink.",
                 p,
             ),
-            records_filtered: int_counter(
-                &r,
+            records_filtered: f.int_counter(
                 "gap_auditor_records_filtered_total",
                 "Records consumed that are not expected in the sink, by reason (filter, undecodable, tombstone).",
                 FILTERED_LABELS,
             ),
-            records_confirmed: int_counter(
-                &r,
+            records_confirmed: f.int_counter(
                 "gap_auditor_records_confirmed_total",
                 "Expected records found in the sink.",
                 p,
             ),
-            records_lost: int_counter(
-                &r,
+            records_lost: f.int_counter(
                 "gap_auditor_records_lost_total",
                 "Expected records declared missing from the sink (each record counted once).",
                 p,
             ),
-            records_late: int_counter(
-                &r,
+            records_late: f.int_counter(
                 "gap_auditor_records_late_total",
                 "Records found in the sink after they had been declared missing.",
                 p,
             ),
-            records_unverifiable: int_counter(
-                &r,
+            records_unverifiable: f.int_counter(
                 "gap_auditor_records_unverifiable_total",
                 "Records Kafka deleted before the auditor could check them (offsets; an upper bound on records).",
                 p,
             ),
-            records_duplicated: int_counter(
-                &r,
+            records_duplicated: f.int_counter(
                 "gap_auditor_records_duplicated_total",
                 "Extra copies of expected records found in the sink.",
                 p,
             ),
-            records_pending: int_gauge(
-                &r,
+            records_pending: f.int_gauge(
                 "gap_auditor_records_pending",
                 "Expected records not yet due or not yet verified.",
                 p,
             ),
-            records_missing: int_gauge(
-                &r,
+            records_missing: f.int_gauge(
                 "gap_auditor_records_missing",
                 "Expected records currently missing from the sink (in open gaps).",
                 p,
             ),
-            gaps_open: int_gauge(&r, "gap_auditor_gaps_open", "Open gaps.", p),
-            gap_unrecoverable_seconds: register(
-                &r,
-                GaugeVec::new(
-                    Opts::new(
-                        "gap_auditor_gap_unrecoverable_seconds",
-                        "Seconds until Kafka retention deletes the records of the oldest open gap (0 once they are gone).",
-                    ),
-                    p,
-                )
-                .expect("valid gauge"),
+            gaps_open: f.int_gauge(
+                "gap_auditor_gaps_open", "Open gaps.", p),
+            gap_unrecoverable_seconds: f.gauge(
+                "gap_auditor_gap_unrecoverable_seconds",
+                "Seconds until Kafka retention deletes the records of the oldest open gap (0 once they are gone).",
+                p,
             ),
-            consumed_offset: int_gauge(
-                &r,
+            consumed_offset: f.int_gauge(
                 "gap_auditor_consumed_offset",
                 "Next offset the auditor will read.",
                 p,
             ),
-            settled_offset: int_gauge(
-                &r,
+            settled_offset: f.int_gauge(
                 "gap_auditor_settled_offset",
                 "Settled watermark: every expected record below it is confirmed or recorded in a gap.",
                 p,
             ),
-            pipeline_committed_offset: int_gauge(
-                &r,
+            pipeline_committed_offset: f.int_gauge(
                 "gap_auditor_pipeline_committed_offset",
                 "Offset committed by the pipeline's consumer group.",
                 p,
             ),
-            log_end_offset: int_gauge(
-                &r,
+            log_end_offset: f.int_gauge(
                 "gap_auditor_log_end_offset",
                 "Partition high watermark (log end offset).",
                 p,
             ),
-            sink_visibility_seconds: histogram(
-                &r,
+            sink_visibility_seconds: f.histogram(
                 "gap_auditor_sink_visibility_seconds",
                 "Time from a record's Kafka timestamp to its first confirmation in the sink.",
                 &["audit", "topic"],
                 VISIBILITY_BUCKETS,
             ),
-            sink_queries: int_counter(
-                &r,
+            sink_queries: f.int_counter(
                 "gap_auditor_sink_queries_total",
                 "Sink queries, by result (ok, error).",
                 &["audit", "result"],
             ),
-            sink_query_seconds: histogram(
-                &r,
+            sink_query_seconds: f.histogram(
                 "gap_auditor_sink_query_seconds",
                 "Sink query latency.",
                 &["audit"],
                 QUERY_BUCKETS,
             ),
-            sink_up: int_gauge(
-                &r,
+            sink_up: f.int_gauge(
                 "gap_auditor_sink_up",
                 "1 when the last sink query succeeded, else 0.",
                 &["audit"],
             ),
-            kafka_up: int_gauge(
-                &r,
+            kafka_up: f.int_gauge(
                 "gap_auditor_kafka_up",
                 "1 when the Kafka broker answered recently, else 0.",
                 &["audit"],
             ),
-            pipeline_group_up: int_gauge(
-                &r,
+            pipeline_group_up: f.int_gauge(
                 "gap_auditor_pipeline_group_up",
                 "1 when the pipeline group's commits were read and it has commits; 0 holds verdicts back.",
                 &["audit"],
             ),
-            missing_keys_dropped: int_counter(
-                &r,
+            missing_keys_dropped: f.int_counter(
                 "gap_auditor_missing_keys_dropped_total",
                 "Keys of missing records dropped beyond max_missing_keys: those records are no longer re-checked (they stay missing).",
                 &["audit"],
             ),
-            complete_until_timestamp_seconds: register(
-                &r,
-                GaugeVec::new(
-                    Opts::new(
-                        "gap_auditor_complete_until_timestamp_seconds",
-                        "The sink is proven complete up to this record time (Unix seconds): every expected record with an earlier timestamp is confirmed. Absent while unknown.",
-                    ),
-                    &["audit"],
-                )
-                .expect("valid gauge"),
+            complete_until_timestamp_seconds: f.gauge(
+                "gap_auditor_complete_until_timestamp_seconds",
+                "The sink is proven complete up to this record time (Unix seconds): every expected record with an earlier timestamp is confirmed. Absent while unknown.",
+                &["audit"],
             ),
-            build_info: int_gauge(
-                &r,
+            build_info: f.int_gauge(
                 "gap_auditor_build_info",
                 "Build information of the running gap-auditor; always 1.",
                 &["version", "revision"],
             ),
-            gaps_detected: int_counter(
-                &r,
+            gaps_detected: f.int_counter(
                 "gap_auditor_gaps_detected_total",
                 "Gaps detected, by cause: skipped_by_restart, dropped_in_flight, deleted_unread, unknown.",
                 &["audit", "cause"],
             ),
-            pipeline_rewinds: int_counter(
-                &r,
+            pipeline_rewinds: f.int_counter(
                 "gap_auditor_pipeline_rewinds_total",
                 "Times the pipeline group's committed offset moved backwards (reprocessing, not loss).",
                 p,
             ),
-            pipeline_stalls: int_counter(
-                &r,
+            pipeline_stalls: f.int_counter(
                 "gap_auditor_pipeline_stalls_total",
                 "Times the pipeline group stopped committing while the log end kept growing.",
                 p,
             ),
-            registry: r,
+            audit_info: f.int_gauge(
+                "gap_auditor_audit_info",
+                "One series per configured audit, always 1: its pipeline group (empty without one), sink kind and match strategy, to join with lag exporters.",
+                &["audit", "pipeline_group", "sink_kind", "strategy"],
+            ),
+            registry: f.registry,
+            families: f.names,
         };
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), crate::REVISION])
             .set(1);
         m
+    }
+
+    /// Sets `gap_auditor_audit_info{audit, pipeline_group, sink_kind, strategy} 1` for one
+    /// configured audit; `pipeline_group` is the empty string (no label, to Prometheus)
+    /// when the audit has none.
+    pub fn set_audit_info(
+        &self,
+        audit: &str,
+        pipeline_group: Option<&str>,
+        sink_kind: &str,
+        strategy: &str,
+    ) {
+        self.audit_info
+            .with_label_values(&[audit, pipeline_group.unwrap_or(""), sink_kind, strategy])
+            .set(1);
+    }
+
+    /// The name of every family registered on [`Metrics::registry`], series or not, in
+    /// registration order.
+    pub fn family_names(&self) -> &[String] {
+        &self.families
     }
 
     /// The registry in the Prometheus text exposition format (version 0.0.4).
@@ -419,6 +446,7 @@ fn remove_with_prefix<T: MetricVecBuilder>(vec: &MetricVec<T>, names: &[&str], p
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::io::Write;
     use std::process::{Command, Stdio};
 
@@ -456,6 +484,18 @@ mod tests {
         ("gap_auditor_pipeline_rewinds_total", "counter"),
         ("gap_auditor_pipeline_stalls_total", "counter"),
         ("gap_auditor_missing_keys_dropped_total", "counter"),
+        ("gap_auditor_audit_info", "gauge"),
+    ];
+
+    /// The prometheus crate's process collector (Linux): the names every exporter uses.
+    const PROCESS_FAMILIES: &[(&str, &str)] = &[
+        ("process_cpu_seconds_total", "counter"),
+        ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
+        ("process_virtual_memory_bytes", "gauge"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+        ("process_threads", "gauge"),
     ];
 
     /// Gives every family at least one series, so that vector families (which render
@@ -516,6 +556,12 @@ mod tests {
         m.pipeline_stalls
             .with_label_values(&[audit, topic, partition])
             .inc();
+        m.set_audit_info(
+            audit,
+            Some("FlinkSQLFromKafka2Doris"),
+            "doris",
+            "key_columns",
+        );
     }
 
     /// Runs `promtool check metrics` on `text`. `None` when promtool is not installed.
@@ -564,7 +610,11 @@ mod tests {
         let m = Metrics::new();
         touch_all(&m, "a", "t", "0");
         let text = m.render();
-        for (name, kind) in SPEC_FAMILIES.iter().chain(EXTRA_FAMILIES) {
+        for (name, kind) in SPEC_FAMILIES
+            .iter()
+            .chain(EXTRA_FAMILIES)
+            .chain(PROCESS_FAMILIES)
+        {
             assert!(
                 text.contains(&format!("# HELP {name} ")),
                 "no HELP for {name}:\n{text}"
@@ -577,7 +627,7 @@ mod tests {
         let families = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(
             families,
-            SPEC_FAMILIES.len() + EXTRA_FAMILIES.len(),
+            SPEC_FAMILIES.len() + EXTRA_FAMILIES.len() + PROCESS_FAMILIES.len(),
             "a family outside the contract:\n{text}"
         );
         assert!(text.contains(&format!(
@@ -683,6 +733,223 @@ mod tests {
                 "SKIPPED promtool lint: promtool not on PATH (apt-get install prometheus, or run \
                  scripts/test.sh)"
             ),
+        }
+    }
+
+    /// The process collector is on the auditor's own registry and reads this process:
+    /// its start time is in the past and recent, it holds memory and file descriptors.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_families_describe_this_process() {
+        let m = Metrics::new();
+        let families = m.registry.gather();
+        let value = |name: &str| -> f64 {
+            let f = families
+                .iter()
+                .find(|f| f.name() == name)
+                .unwrap_or_else(|| panic!("{name} not gathered"));
+            let metric = &f.get_metric()[0];
+            if f.get_field_type() == prometheus::proto::MetricType::COUNTER {
+                metric.get_counter().value()
+            } else {
+                metric.get_gauge().value()
+            }
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_secs_f64();
+        let start = value("process_start_time_seconds");
+        // Test binaries start fresh; an hour covers a slow machine with a long test run.
+        assert!(
+            start <= now + 1.0 && start > now - 3600.0,
+            "start {start}, now {now}"
+        );
+        assert!(value("process_resident_memory_bytes") > 1e6);
+        assert!(value("process_open_fds") >= 3.0);
+        assert!(value("process_max_fds") >= value("process_open_fds"));
+    }
+
+    #[test]
+    fn audit_info_has_one_series_per_audit_and_an_empty_group_when_none() {
+        let m = Metrics::new();
+        m.set_audit_info(
+            "dns_logs",
+            Some("FlinkSQLFromKafka2Doris"),
+            "doris",
+            "key_columns",
+        );
+        m.set_audit_info("es_logs", None, "elasticsearch", "doc_id");
+        let text = m.render();
+        for line in [
+            "gap_auditor_audit_info{audit=\"dns_logs\",pipeline_group=\"FlinkSQLFromKafka2Doris\",sink_kind=\"doris\",strategy=\"key_columns\"} 1\n",
+            "gap_auditor_audit_info{audit=\"es_logs\",pipeline_group=\"\",sink_kind=\"elasticsearch\",strategy=\"doc_id\"} 1\n",
+        ] {
+            assert!(text.contains(line), "no {line:?} in:\n{text}");
+        }
+    }
+
+    // ------------------------------------------------------ the metrics reference
+
+    const METRICS_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/METRICS.md");
+
+    /// One row of docs/METRICS.md's tables: name, type, label names.
+    #[derive(Debug, PartialEq)]
+    struct DocRow {
+        kind: String,
+        labels: Vec<String>,
+    }
+
+    /// The rows of `doc`'s tables whose first cell is a backticked metric name:
+    /// `| `name` | type | `a`, `b` | meaning |`. A name twice is an error.
+    fn doc_rows(doc: &str) -> Result<BTreeMap<String, DocRow>, String> {
+        let mut rows = BTreeMap::new();
+        for line in doc.lines().filter(|l| l.trim_start().starts_with('|')) {
+            let cells: Vec<&str> = line
+                .trim()
+                .trim_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect();
+            let Some(name) = cells
+                .first()
+                .and_then(|c| c.strip_prefix('`'))
+                .and_then(|c| c.strip_suffix('`'))
+            else {
+                continue;
+            };
+            if cells.len() < 4 {
+                return Err(format!(
+                    "row of {name}: expected name | type | labels | meaning"
+                ));
+            }
+            let mut labels: Vec<String> = cells[2]
+                .split(',')
+                .map(|l| l.trim().trim_matches('`').to_string())
+                .filter(|l| !l.is_empty() && l != "—")
+                .collect();
+            labels.sort();
+            let row = DocRow {
+                kind: cells[1].to_string(),
+                labels,
+            };
+            if rows.insert(name.to_string(), row).is_some() {
+                return Err(format!("{name} is listed twice"));
+            }
+        }
+        Ok(rows)
+    }
+
+    /// What the registry really serves: name -> (type, label names), `le` of histograms
+    /// left out (it is the bucket, not a label one selects on).
+    fn registered_rows(m: &Metrics) -> BTreeMap<String, DocRow> {
+        use prometheus::proto::MetricType;
+        m.registry
+            .gather()
+            .iter()
+            .map(|f| {
+                let kind = match f.get_field_type() {
+                    MetricType::COUNTER => "counter",
+                    MetricType::GAUGE => "gauge",
+                    MetricType::HISTOGRAM => "histogram",
+                    MetricType::SUMMARY => "summary",
+                    MetricType::UNTYPED => "untyped",
+                };
+                let mut labels: Vec<String> = f.get_metric()[0]
+                    .get_label()
+                    .iter()
+                    .map(|l| l.name().to_string())
+                    .collect();
+                labels.sort();
+                (
+                    f.name().to_string(),
+                    DocRow {
+                        kind: kind.to_string(),
+                        labels,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Differences between the doc's rows and the registry's, one line each.
+    fn reference_mismatches(
+        doc: &BTreeMap<String, DocRow>,
+        real: &BTreeMap<String, DocRow>,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, row) in real {
+            match doc.get(name) {
+                None => out.push(format!("{name} is registered but not in docs/METRICS.md")),
+                Some(d) if d != row => out.push(format!(
+                    "{name}: docs/METRICS.md says {d:?}, the registry serves {row:?}"
+                )),
+                Some(_) => {}
+            }
+        }
+        for name in doc.keys().filter(|n| !real.contains_key(*n)) {
+            out.push(format!(
+                "{name} is in docs/METRICS.md but no such family is registered"
+            ));
+        }
+        out
+    }
+
+    /// docs/METRICS.md lists exactly the registered families, with their types and labels.
+    /// Every family is touched first (vector families render nothing without a series),
+    /// and that touching is itself checked against the registration list, so a family
+    /// added later cannot slip past both.
+    #[test]
+    fn the_metrics_reference_lists_exactly_the_registered_families() {
+        let m = Metrics::new();
+        touch_all(&m, "a", "t", "0");
+        let real = registered_rows(&m);
+        let registered: BTreeSet<&str> = m.family_names().iter().map(String::as_str).collect();
+        assert_eq!(
+            real.keys().map(String::as_str).collect::<BTreeSet<_>>(),
+            registered,
+            "touch_all must give every registered family a series"
+        );
+        let doc = std::fs::read_to_string(METRICS_DOC).expect("docs/METRICS.md");
+        let rows = doc_rows(&doc).unwrap_or_else(|e| panic!("docs/METRICS.md: {e}"));
+        let mismatches = reference_mismatches(&rows, &real);
+        assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    }
+
+    /// The comparison above can fail: a doc without one family, with an invented one, or
+    /// with a wrong label set is caught.
+    #[test]
+    fn the_reference_check_notices_a_missing_an_invented_and_a_wrong_row() {
+        let m = Metrics::new();
+        touch_all(&m, "a", "t", "0");
+        let real = registered_rows(&m);
+        let doc = std::fs::read_to_string(METRICS_DOC).expect("docs/METRICS.md");
+        let lost = "| `gap_auditor_records_lost_total` |";
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(lost))
+            .expect("the lost counter's row");
+        for (what, broken) in [
+            ("missing", doc.replace(row, "")),
+            (
+                "invented",
+                doc.replace(
+                    row,
+                    &format!(
+                        "{row}\n| `gap_auditor_records_vanished_total` | counter | `audit` | x |"
+                    ),
+                ),
+            ),
+            (
+                "wrong labels",
+                doc.replace(row, &row.replacen("`partition`", "`offset`", 1)),
+            ),
+        ] {
+            let rows = doc_rows(&broken).expect("parses");
+            assert!(
+                !reference_mismatches(&rows, &real).is_empty(),
+                "a {what} row passed"
+            );
         }
     }
 }

@@ -14,6 +14,7 @@ fn bin() -> Command {
             c.env_remove(k);
         }
     }
+    c.env_remove("GAP_AUDITOR_CONFIG");
     c
 }
 
@@ -153,13 +154,139 @@ fn gaps_and_ack_work_on_the_store() {
     assert!(err.contains("no gap with id"), "{err}");
 }
 
+/// `--help` teaches what an operator needs first: every command, every sink kind and
+/// strategy, how the config is found, and an example.
 #[test]
-fn help_teaches_the_commands() {
-    let (code, out, _) = run(bin().arg("--help"));
-    assert_eq!(code, 0);
-    for c in ["run", "gaps", "ack", "validate-config", "demo"] {
-        assert!(out.contains(c), "--help lists {c}: {out}");
+fn help_teaches_the_commands_sinks_and_strategies() {
+    let (code, out, err) = run(bin().arg("--help"));
+    assert_eq!(code, 0, "{err}");
+    for c in [
+        "run",
+        "gaps",
+        "ack",
+        "validate-config",
+        "check",
+        "replay",
+        "wait",
+        "demo",
+    ] {
+        assert!(
+            out.contains(&format!("\n  {c} ")),
+            "--help lists {c}: {out}"
+        );
     }
+    for word in [
+        "Doris",
+        "MySQL",
+        "Elasticsearch",
+        "doris ",
+        "mysql ",
+        "elasticsearch ",
+        "offset_columns",
+        "key_columns",
+        "doc_id",
+        "GAP_AUDITOR_CONFIG",
+        "GAP_AUDITOR__SECTION__KEY",
+        "GAP_AUDITOR_LOG_FORMAT=json",
+        "Examples:",
+        "gap-auditor run",
+        "docs/METRICS.md",
+    ] {
+        assert!(out.contains(word), "--help names {word:?}:\n{out}");
+    }
+    // The short help (-h) still names every sink kind and points at the long one.
+    let (code, short, _) = run(bin().arg("-h"));
+    assert_eq!(code, 0);
+    for word in [
+        "Doris",
+        "MySQL",
+        "Elasticsearch",
+        "offset_columns",
+        "--help",
+    ] {
+        assert!(short.contains(word), "-h names {word:?}:\n{short}");
+    }
+    // Every command takes the global -c.
+    for c in [
+        "run",
+        "gaps",
+        "check",
+        "wait",
+        "replay",
+        "ack",
+        "validate-config",
+    ] {
+        let (code, out, _) = run(bin().args([c, "--help"]));
+        assert_eq!(code, 0);
+        assert!(out.contains("-c, --config <FILE>"), "{c} --help:\n{out}");
+    }
+}
+
+/// A copy of the example whose only audit is renamed, in a fresh directory: its name in
+/// the output proves this file was read, and not ./config/gap-auditor.toml found by
+/// default from the working directory.
+fn renamed_example(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(EXAMPLE)
+        .expect("example")
+        .replace("name = \"dns_logs\"", &format!("name = \"{name}\""));
+    assert!(text.contains(name), "the example's audit is named dns_logs");
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+#[test]
+fn config_flag_goes_before_or_after_the_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = renamed_example(dir.path(), "audit_from_flag");
+    for args in [
+        vec![
+            "-c".into(),
+            file.clone().into_os_string(),
+            "validate-config".into(),
+        ],
+        vec![
+            "validate-config".into(),
+            "-c".into(),
+            file.clone().into_os_string(),
+        ],
+        vec![
+            "--config".into(),
+            file.clone().into_os_string(),
+            "validate-config".into(),
+        ],
+    ] {
+        let (code, out, err) = run(bin().args(&args).current_dir(dir.path()));
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        assert!(out.contains("audit_from_flag"), "{args:?}: {out}");
+    }
+}
+
+#[test]
+fn gap_auditor_config_names_the_file_and_the_flag_wins_over_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let from_env = renamed_example(dir.path(), "audit_from_env");
+    let from_flag = renamed_example(dir.path(), "audit_from_flag");
+    let (code, out, err) = run(bin()
+        .arg("validate-config")
+        .env("GAP_AUDITOR_CONFIG", &from_env)
+        .current_dir(dir.path()));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("audit_from_env"), "{out}");
+    let (code, out, err) = run(bin()
+        .args(["validate-config", "-c"])
+        .arg(&from_flag)
+        .env("GAP_AUDITOR_CONFIG", &from_env)
+        .current_dir(dir.path()));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("audit_from_flag"), "{out}");
+    // The variable reaches every command: `run` refuses the file it names.
+    let (code, _, err) = run(bin()
+        .arg("run")
+        .env("GAP_AUDITOR_CONFIG", "/nonexistent/from-env.toml")
+        .current_dir(dir.path()));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/nonexistent/from-env.toml"), "{err}");
 }
 
 /// `--version` names the commit, so an operator can tell which build runs. In a git

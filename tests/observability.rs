@@ -30,6 +30,8 @@ use tokio::sync::mpsc;
 const RULES: &str = "config/alerts/gap-auditor.rules.yml";
 const RULE_TESTS: &str = "config/alerts/gap-auditor.rules.test.yml";
 const PROMETHEUS_EXAMPLE: &str = "config/prometheus.yml";
+const ALERTMANAGER_EXAMPLE: &str = "config/alertmanager.yml";
+const RENDER: &str = "scripts/render-alerts.py";
 const DASHBOARD: &str = "dashboards/gap-auditor.json";
 const RUNBOOK: &str = "docs/RUNBOOK.md";
 
@@ -45,6 +47,7 @@ const ALERTS: &[&str] = &[
     "GapAuditorNotSettling",
     "GapAuditorCompletenessLag",
     "GapAuditorDuplicates",
+    "GapAuditorTargetDown",
     "GapAuditorDown",
 ];
 
@@ -269,8 +272,8 @@ fn rule_unit_tests_notice_a_missing_alert() {
     }
 }
 
-/// Static checks, no tool needed: exactly these 11 alerts, each with a runbook link to
-/// its own section of docs/RUNBOOK.md, firing AND quiet promtool cases, a line in the
+/// Static checks, no tool needed: exactly these alerts, each with a runbook link to its
+/// own section of docs/RUNBOOK.md (relative: scripts/render-alerts.py prefixes a base), firing AND quiet promtool cases, a line in the
 /// README's alert list; only SPEC metric names anywhere.
 #[test]
 fn every_alert_has_tests_a_runbook_section_and_a_readme_line() {
@@ -289,10 +292,7 @@ fn every_alert_has_tests_a_runbook_section_and_a_readme_line() {
             .as_deref()
             .unwrap_or_else(|| panic!("{name} has no runbook_url annotation"));
         let anchor = format!("docs/RUNBOOK.md#{}", name.to_lowercase());
-        assert!(
-            url.starts_with("https://") && url.ends_with(&anchor),
-            "{name}: runbook_url {url} must link to …/{anchor}"
-        );
+        assert_eq!(url, &anchor, "{name}: runbook_url");
         assert!(
             sections.contains(&name.as_str()),
             "{RUNBOOK} has no section `## {name}` (the anchor of its runbook_url)"
@@ -339,6 +339,272 @@ fn every_alert_has_tests_a_runbook_section_and_a_readme_line() {
 
     assert_spec_metrics_only(RULES, &rules);
     assert_spec_metrics_only(RULE_TESTS, &read(RULE_TESTS));
+}
+
+/// `scripts/render-alerts.py` (python3), or `None` after saying why the test is skipped.
+fn render_alerts(args: &[&str], out: &Path) -> Option<()> {
+    let python = tool("python3", "python3")?;
+    let st = Command::new(python)
+        .arg(repo(RENDER))
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .expect("run render-alerts.py");
+    assert!(st.success(), "render-alerts.py {args:?}");
+    Some(())
+}
+
+/// The scrape job is a parameter: rendered for another job name, the rules pass the whole
+/// unit test suite with that job in every series — and the suite notices when the rules
+/// still expect the default (so the parameter, and only it, carries the job name).
+#[test]
+fn the_scrape_job_is_one_parameter_of_the_rules() {
+    let Some(promtool_bin) = tool("promtool", "prometheus") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rules = dir.path().join("gap-auditor.rules.yml");
+    if render_alerts(&["--job", "flink-sidecars"], &rules).is_none() {
+        return;
+    }
+    let renamed = read(RULE_TESTS)
+        .replace("job=\"gap-auditor\"", "job=\"flink-sidecars\"")
+        .replace("job=\\\"gap-auditor\\\"", "job=\\\"flink-sidecars\\\"")
+        .replace("job: gap-auditor", "job: flink-sidecars")
+        .replace("(job gap-auditor)", "(job flink-sidecars)");
+    assert!(!renamed.contains("gap-auditor\"") && !renamed.contains("job: gap-auditor"));
+    std::fs::write(dir.path().join("t.yml"), &renamed).expect("write");
+    let (ok, out) = promtool(&promtool_bin, dir.path(), &["test", "rules", "t.yml"]);
+    assert!(ok, "rules rendered with --job flink-sidecars:\n{out}");
+    // The default rules against the renamed series: the job-bound alerts must fail.
+    std::fs::copy(repo(RULES), &rules).expect("copy");
+    let (ok, out) = promtool(&promtool_bin, dir.path(), &["test", "rules", "t.yml"]);
+    assert!(!ok, "the default rules pass for another job name:\n{out}");
+    for alert in ["GapAuditorTargetDown", "GapAuditorDown"] {
+        assert!(out.contains(alert), "{alert} did not notice:\n{out}");
+    }
+}
+
+/// --runbook-base turns every relative runbook link into one under the base, and nothing
+/// else changes (promtool still accepts the file).
+#[test]
+fn a_runbook_base_prefixes_every_runbook_link() {
+    let Some(promtool_bin) = tool("promtool", "prometheus") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("r.yml");
+    let base = "https://git.example.com/data/gap-auditor/blob/v0.1.0";
+    if render_alerts(&["--runbook-base", &format!("{base}/")], &out).is_none() {
+        return;
+    }
+    let rendered = std::fs::read_to_string(&out).expect("rendered");
+    let links = alerts_with_runbooks(&rendered);
+    assert_eq!(links.len(), ALERTS.len());
+    for (name, url) in links {
+        assert_eq!(
+            url.as_deref(),
+            Some(format!("{base}/docs/RUNBOOK.md#{}", name.to_lowercase()).as_str())
+        );
+    }
+    let original = read(RULES);
+    let back = rendered.replace(&format!("{base}/docs/RUNBOOK.md#"), "docs/RUNBOOK.md#");
+    assert_eq!(back, original, "only the links changed");
+    let (ok, text) = promtool(&promtool_bin, dir.path(), &["check", "rules", "r.yml"]);
+    assert!(ok, "{text}");
+}
+
+// ---------------------------------------------------------- Alertmanager: the example
+
+/// POSTs alerts to Alertmanager's v2 API, as Prometheus does.
+async fn post_alerts(am: SocketAddr, alerts: &[BTreeMap<&str, String>]) {
+    let now = chrono::Utc::now();
+    let body: Vec<Value> = alerts
+        .iter()
+        .map(|labels| {
+            serde_json::json!({
+                "labels": labels,
+                "annotations": {"summary": "test"},
+                "startsAt": now.to_rfc3339(),
+                "endsAt": (now + chrono::Duration::hours(1)).to_rfc3339(),
+            })
+        })
+        .collect();
+    let r = reqwest::Client::new()
+        .post(format!("http://{am}/api/v2/alerts"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_string(&body).expect("json"))
+        .send()
+        .await
+        .expect("POST /api/v2/alerts");
+    assert!(r.status().is_success(), "POST alerts: {}", r.status());
+}
+
+/// (alertname, instance, audit, partition) of an alert's labels.
+fn alert_key(labels: &Value) -> (String, String, String, String) {
+    let l = |k: &str| labels[k].as_str().unwrap_or("").to_string();
+    (l("alertname"), l("instance"), l("audit"), l("partition"))
+}
+
+/// config/alertmanager.yml, unchanged, in a real Alertmanager (`prometheus-alertmanager`):
+/// one Flink restart that loses records on 64 partitions is ONE group (one notification)
+/// to the pager; during a Kafka outage of one instance, the symptoms it explains on that
+/// instance and audit are inhibited, while loss verdicts, other instances and other audits
+/// are not. Alerts are posted to its API as Prometheus posts them; the groups and the
+/// inhibition state are read back from the API (its receivers deliver nowhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_alertmanager_pages_once_per_audit_and_inhibits_only_explained_symptoms() {
+    let (Some(alertmanager), Some(amtool)) = (
+        tool("prometheus-alertmanager", "prometheus-alertmanager"),
+        tool("amtool", "prometheus-alertmanager"),
+    ) else {
+        return;
+    };
+    let check = Command::new(amtool)
+        .args(["check-config", ALERTMANAGER_EXAMPLE])
+        .current_dir(repo(""))
+        .output()
+        .expect("amtool");
+    assert!(
+        check.status.success(),
+        "amtool check-config: {}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut am = Server::start(
+        "alertmanager",
+        &alertmanager,
+        &[
+            format!("--config.file={}", repo(ALERTMANAGER_EXAMPLE).display()),
+            "--storage.path=am-data".into(),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+            "--cluster.listen-address=".into(),
+            "--log.level=warn".into(),
+        ],
+        dir.path(),
+        port,
+    );
+    am.ready(20).await;
+
+    let alert = |name: &str, instance: &str, audit: &str, partition: Option<u32>| {
+        let severity = match name {
+            "GapAuditorDataLoss" | "GapAuditorGapUnrecoverableSoon" => "critical",
+            _ => "warning",
+        };
+        let mut l: BTreeMap<&str, String> = [
+            ("alertname", name.to_string()),
+            ("severity", severity.to_string()),
+            ("job", "gap-auditor".to_string()),
+            ("instance", instance.to_string()),
+            ("audit", audit.to_string()),
+        ]
+        .into();
+        if let Some(p) = partition {
+            l.insert("topic", "test".into());
+            l.insert("partition", p.to_string());
+        }
+        l
+    };
+    let (a1, a2) = ("auditor-1:9464", "auditor-2:9464");
+    let mut alerts: Vec<BTreeMap<&str, String>> = (0..64)
+        .map(|p| alert("GapAuditorDataLoss", a1, "dns_logs", Some(p)))
+        .collect();
+    // Sources, firing on auditor-1 for dns_logs.
+    for name in ["GapAuditorKafkaDown", "GapAuditorSinkDown"] {
+        alerts.push(alert(name, a1, "dns_logs", None));
+    }
+    // What the outage explains on auditor-1 / dns_logs: inhibited.
+    let inhibited = [
+        alert("GapAuditorPipelineStalled", a1, "dns_logs", Some(0)),
+        alert("GapAuditorPipelineGroupDown", a1, "dns_logs", None),
+        alert("GapAuditorCompletenessLag", a1, "dns_logs", None),
+        alert("GapAuditorNotSettling", a1, "dns_logs", Some(1)),
+    ];
+    // Never inhibited: verdicts on the same instance and audit, and symptoms elsewhere.
+    let kept = [
+        alert("GapAuditorGapUnrecoverableSoon", a1, "dns_logs", Some(2)),
+        alert("GapAuditorRecordsUnverifiable", a1, "dns_logs", Some(3)),
+        alert("GapAuditorDuplicates", a1, "dns_logs", Some(4)),
+        alert("GapAuditorPipelineStalled", a2, "dns_logs", Some(5)),
+        alert("GapAuditorPipelineStalled", a1, "other", Some(0)),
+        alert("GapAuditorCompletenessLag", a1, "third", None),
+    ];
+    alerts.extend(inhibited.iter().cloned());
+    alerts.extend(kept.iter().cloned());
+    post_alerts(am.addr, &alerts).await;
+
+    let key = |l: &BTreeMap<&str, String>| {
+        let g = |k: &str| l.get(k).cloned().unwrap_or_default();
+        (g("alertname"), g("instance"), g("audit"), g("partition"))
+    };
+    let want_inhibited: BTreeSet<_> = inhibited.iter().map(key).collect();
+    // The inhibitor and the dispatcher take the alerts asynchronously: poll.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, body) = http_get(am.addr, "/api/v2/alerts").await;
+        let got: Vec<Value> = serde_json::from_str(&body).unwrap_or_default();
+        let suppressed: BTreeSet<_> = got
+            .iter()
+            .filter(|a| {
+                a["status"]["inhibitedBy"]
+                    .as_array()
+                    .is_some_and(|v| !v.is_empty())
+            })
+            .map(|a| alert_key(&a["labels"]))
+            .collect();
+        let (_, body) = http_get(am.addr, "/api/v2/alerts/groups").await;
+        let groups: Vec<Value> = serde_json::from_str(&body).unwrap_or_default();
+        let loss_groups: Vec<&Value> = groups
+            .iter()
+            .filter(|g| g["labels"]["alertname"] == "GapAuditorDataLoss")
+            .collect();
+        let settled = got.len() == alerts.len()
+            && suppressed == want_inhibited
+            && loss_groups.len() == 1
+            && loss_groups[0]["alerts"].as_array().map(Vec::len) == Some(64);
+        if settled {
+            let g = loss_groups[0];
+            assert_eq!(g["labels"]["audit"], "dns_logs", "{g}");
+            assert!(
+                g["labels"].get("partition").is_none(),
+                "grouped by partition: {}",
+                g["labels"]
+            );
+            assert_eq!(g["receiver"]["name"], "pager", "{}", g["receiver"]);
+            for a in g["alerts"].as_array().expect("alerts") {
+                assert!(
+                    a["status"]["inhibitedBy"]
+                        .as_array()
+                        .is_none_or(|v| v.is_empty()),
+                    "a data-loss alert is inhibited: {a}"
+                );
+            }
+            // Every group is one (alertname, audit): 64 partitions of one audit never
+            // make more than one.
+            for g in &groups {
+                let mut labels: Vec<&str> = g["labels"]
+                    .as_object()
+                    .expect("labels")
+                    .keys()
+                    .map(String::as_str)
+                    .collect();
+                labels.sort();
+                assert_eq!(labels, ["alertname", "audit"], "{}", g["labels"]);
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Alertmanager with {ALERTMANAGER_EXAMPLE}: suppressed {suppressed:#?}, want \
+             {want_inhibited:#?}; {} DataLoss group(s): {loss_groups:#?}\n{}",
+            loss_groups.len(),
+            am.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(am);
 }
 
 // ------------------------------------------------------------------------ the dashboard

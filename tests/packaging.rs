@@ -370,7 +370,10 @@ fn k8s_files() -> Vec<String> {
     files
 }
 
-/// Every gap-auditor container: probes on /healthz and /readyz through the named port 9464.
+/// Every gap-auditor container: probes through the named port 9464, liveness on /healthz;
+/// readiness on /readyz in its own pod, but on /healthz beside a Flink JobManager (a pod is
+/// Ready only when every container is: the auditor's view of Doris or Kafka must not take
+/// the JobManager out of its Service).
 fn check_auditor_container(file: &str, c: &Yaml) {
     let port = c["ports"]
         .as_vec()
@@ -384,9 +387,14 @@ fn check_auditor_container(file: &str, c: &Yaml) {
         Some("/healthz"),
         "{file}: liveness"
     );
+    let readiness = if file.ends_with("flink-sidecar.yaml") {
+        "/healthz"
+    } else {
+        "/readyz"
+    };
     assert_eq!(
         c["readinessProbe"]["httpGet"]["path"].as_str(),
-        Some("/readyz"),
+        Some(readiness),
         "{file}: readiness"
     );
     let args: Vec<&str> = c["args"]
@@ -405,6 +413,20 @@ fn check_auditor_container(file: &str, c: &Yaml) {
         Some(false),
         "{file}"
     );
+}
+
+/// The `job` label of the rules' gap_auditor:scrape_job recording rule: the scrape job
+/// the alerts on `up` expect.
+fn rules_scrape_job() -> String {
+    let rules = yaml_docs("config/alerts/gap-auditor.rules.yml");
+    rules[0]["groups"]
+        .as_vec()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_vec().cloned().unwrap_or_default())
+        .find(|r| r["record"].as_str() == Some("gap_auditor:scrape_job"))
+        .and_then(|r| r["labels"]["job"].as_str().map(str::to_owned))
+        .expect("a gap_auditor:scrape_job rule with a job label")
 }
 
 #[test]
@@ -428,7 +450,7 @@ fn kubernetes_manifests_have_the_required_fields() {
     let config_maps = named("ConfigMap");
     let secrets = named("Secret");
     let claims = named("PersistentVolumeClaim");
-    let mut auditors = 0;
+    let (mut auditors, mut pod_monitors, mut prometheus_rules) = (0, 0, 0);
     for (file, doc) in &resources {
         match s(&doc["kind"], "kind") {
             "Kustomization" => {
@@ -476,6 +498,60 @@ fn kubernetes_manifests_have_the_required_fields() {
                     "{file}: terminationGracePeriodSeconds"
                 );
             }
+            "PodMonitor" => {
+                // It selects the pods holding an auditor container, through that
+                // container's port, and labels the job as the alert rules expect.
+                let selector = doc["spec"]["selector"]["matchLabels"]
+                    .as_hash()
+                    .expect("PodMonitor selector");
+                let pods: Vec<&Yaml> = resources
+                    .iter()
+                    .filter(|(_, d)| d["kind"].as_str() == Some("Deployment"))
+                    .map(|(_, d)| &d["spec"]["template"])
+                    .filter(|t| {
+                        selector
+                            .iter()
+                            .all(|(k, v)| &t["metadata"]["labels"][s(k, "label")] == v)
+                    })
+                    .collect();
+                assert_eq!(pods.len(), 1, "{file}: selects one pod template");
+                let auditor = pods[0]["spec"]["containers"]
+                    .as_vec()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["name"].as_str() == Some("gap-auditor"))
+                    .unwrap_or_else(|| panic!("{file}: the selected pods have no auditor"));
+                for ep in doc["spec"]["podMetricsEndpoints"]
+                    .as_vec()
+                    .expect("endpoints")
+                {
+                    let port = s(&ep["port"], "endpoint port");
+                    assert!(
+                        auditor["ports"]
+                            .as_vec()
+                            .into_iter()
+                            .flatten()
+                            .any(|p| p["name"].as_str() == Some(port)),
+                        "{file}: the auditor container has no port {port}"
+                    );
+                    let job = ep["relabelings"]
+                        .as_vec()
+                        .into_iter()
+                        .flatten()
+                        .find(|r| r["targetLabel"].as_str() == Some("job"))
+                        .and_then(|r| r["replacement"].as_str());
+                    assert_eq!(job, Some(rules_scrape_job().as_str()), "{file}: job label");
+                }
+                pod_monitors += 1;
+            }
+            "PrometheusRule" => {
+                let rules = yaml_docs("config/alerts/gap-auditor.rules.yml");
+                assert_eq!(
+                    doc["spec"], rules[0],
+                    "{file}: not the rule file (scripts/render-alerts.py --prometheus-rule -o {file})"
+                );
+                prometheus_rules += 1;
+            }
             "ServiceMonitor" => {
                 let ports: BTreeSet<String> = resources
                     .iter()
@@ -496,6 +572,8 @@ fn kubernetes_manifests_have_the_required_fields() {
         auditors, 2,
         "the standalone Deployment and the Flink sidecar"
     );
+    assert_eq!(pod_monitors, 1, "a PodMonitor for the Flink sidecar");
+    assert_eq!(prometheus_rules, 1, "the alert rules as a PrometheusRule");
 
     // A Service in front of auditor pods publishes them while /readyz fails: a sink outage
     // makes the pod unready exactly when its metrics (sink_up 0) must still be scraped.

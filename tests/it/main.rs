@@ -6,6 +6,7 @@
 mod check;
 mod completeness;
 mod crash;
+mod daemon_surface;
 mod faults;
 mod figures;
 mod input;

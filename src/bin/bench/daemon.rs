@@ -276,13 +276,9 @@ query_timeout = "30s"
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         text.lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["fields"]["message"] == "verify round finished")
-            .filter_map(|v| {
-                Some((
-                    v["fields"]["partitions"].as_u64()?,
-                    v["fields"]["took_ms"].as_u64()?,
-                ))
-            })
+            // JSON log lines carry the event's fields at the top level (src/logging.rs).
+            .filter(|v| v["message"] == "verify round finished")
+            .filter_map(|v| Some((v["partitions"].as_u64()?, v["took_ms"].as_u64()?)))
             .collect()
     }
 
