@@ -407,6 +407,34 @@ string_enum! {
         Json = "json",
         /// The whole value as one field.
         Raw = "raw",
+        /// Avro in the Confluent wire format; the schema from `schema_registry`.
+        Avro = "avro",
+        /// Protobuf in the Confluent wire format; the schema from `schema_registry`.
+        Protobuf = "protobuf",
+    }
+}
+
+string_enum! {
+    /// Whether record values carry the Confluent Schema Registry header.
+    pub enum Framing ("framing") {
+        /// Plain values (default for csv, json and raw).
+        None = "none",
+        /// A magic byte and a 4-byte schema id before the value (always for avro and
+        /// protobuf; for json: JSON Schema serializers). The schema of a json value is not
+        /// needed to decode it and is not fetched.
+        Confluent = "confluent",
+    }
+}
+
+string_enum! {
+    /// How avro/protobuf timestamps are rendered for matching (docs/OPERATOR.md).
+    pub enum TimestampText ("timestamp format") {
+        /// `2024-05-01 12:00:00.123` (default; Flink's SQL text, DATETIME columns).
+        Sql = "sql",
+        /// `2024-05-01T12:00:00.123`.
+        Iso8601 = "iso8601",
+        /// `1714564800123`.
+        EpochMillis = "epoch_millis",
     }
 }
 
@@ -834,6 +862,14 @@ pub struct RecordConfig {
     pub fields: Vec<String>,
     /// `[audits.record.filter]`: which decoded records the pipeline is expected to write.
     pub filter: FilterConfig,
+    /// `none` (default) or `confluent`: values start with the Schema Registry header.
+    /// avro and protobuf are always framed.
+    pub framing: Framing,
+    /// avro/protobuf: how timestamps are rendered, `sql` (default), `iso8601` or
+    /// `epoch_millis`.
+    pub timestamp_format: TimestampText,
+    /// `[audits.record.schema_registry]`: where avro/protobuf schemas come from.
+    pub schema_registry: Option<SchemaRegistryConfig>,
 }
 
 impl Default for RecordConfig {
@@ -844,7 +880,73 @@ impl Default for RecordConfig {
             quote: false,
             fields: Vec::new(),
             filter: FilterConfig::default(),
+            framing: Framing::None,
+            timestamp_format: TimestampText::Sql,
+            schema_registry: None,
         }
+    }
+}
+
+/// `[audits.record.schema_registry]`: the Confluent-compatible Schema Registry holding the
+/// writer schemas of avro/protobuf records (`GET /schemas/ids/{id}`). Schemas are cached
+/// per id for the life of the process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaRegistryConfig {
+    /// `http(s)://host:8081` (a path prefix is kept). Required. Credentials go in
+    /// `username`/`password`, not here.
+    pub url: String,
+    /// Basic auth user.
+    #[serde(default, deserialize_with = "de_opt_string")]
+    pub username: Option<String>,
+    /// Basic auth password. Prefer `password_file` or the environment
+    /// (`GAP_AUDITOR__AUDITS__0__RECORD__SCHEMA_REGISTRY__PASSWORD`).
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// File holding the password; exclusive with `password`; moved into it at load.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// PEM CA bundle to verify the registry's TLS certificate.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Timeout of one registry request, default `5s`. A schema that cannot be fetched
+    /// leaves its records unknown (retried), never filtered.
+    #[serde(default = "default_registry_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+}
+
+fn default_registry_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl SchemaRegistryConfig {
+    fn validate(&self, p: &str) -> Result<(), ConfigError> {
+        let url: url::Url = match self.url.parse() {
+            Ok(u) => u,
+            Err(e) => return err(format!("{p}.url"), format!("not a valid URL ({e})")),
+        };
+        if !matches!(url.scheme(), "http" | "https") {
+            return err(format!("{p}.url"), "scheme must be http or https");
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return err(
+                format!("{p}.url"),
+                "must not embed credentials: set username and password (or password_file)",
+            );
+        }
+        if self.password.is_some() && self.password_file.is_some() {
+            return err(
+                format!("{p}.password_file"),
+                "set either password or password_file, not both",
+            );
+        }
+        if self.username.is_none() && (self.password.is_some() || self.password_file.is_some()) {
+            return err(format!("{p}.username"), "a password needs a username");
+        }
+        if self.timeout.is_zero() {
+            return err(format!("{p}.timeout"), "must be > 0");
+        }
+        Ok(())
     }
 }
 
@@ -1364,6 +1466,26 @@ impl Config {
                     format!("cannot read {}: {e}", path.display()),
                 );
             }
+            if let Some(reg) = &mut audit.record.schema_registry {
+                let p = format!("audits[{i}].record.schema_registry");
+                if let Some(path) = reg.password_file.take() {
+                    if reg.password.is_some() {
+                        return err(
+                            format!("{p}.password_file"),
+                            "set either password or password_file, not both",
+                        );
+                    }
+                    reg.password = Some(read_secret_file(&format!("{p}.password_file"), &path)?);
+                }
+                if let Some(path) = &reg.ca_file
+                    && let Err(e) = std::fs::File::open(path)
+                {
+                    return err(
+                        format!("{p}.ca_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                    );
+                }
+            }
         }
         Ok(())
     }
@@ -1783,6 +1905,26 @@ impl AuditConfig {
 
 impl RecordConfig {
     fn validate(&self, p: &str) -> Result<(), ConfigError> {
+        let schema_format = matches!(self.format, RecordFormat::Avro | RecordFormat::Protobuf);
+        match &self.schema_registry {
+            Some(r) => r.validate(&format!("{p}.schema_registry"))?,
+            None if schema_format => {
+                return err(
+                    format!("{p}.schema_registry.url"),
+                    format!("format {} needs the schema registry", self.format.as_str()),
+                );
+            }
+            None => {}
+        }
+        if schema_format && !self.fields.is_empty() {
+            return err(
+                format!("{p}.fields"),
+                format!(
+                    "format {} names its fields in the writer schema: address them by name or /pointer, without fields",
+                    self.format.as_str()
+                ),
+            );
+        }
         for (j, field) in self.fields.iter().enumerate() {
             if field.trim().is_empty() {
                 return err(format!("{p}.fields[{j}]"), "must not be empty");

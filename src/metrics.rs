@@ -99,6 +99,13 @@ pub struct Metrics {
     pub pipeline_rewinds: IntCounterVec,
     /// Beyond SPEC's table: the pipeline group stopped committing while the log grew.
     pub pipeline_stalls: IntCounterVec,
+    /// Beyond SPEC's table: `gap_auditor_records_awaiting_schema{audit,topic,partition}`,
+    /// records read but not decided because their schema is not fetched yet (and the
+    /// records behind them): neither expected nor filtered.
+    pub records_awaiting_schema: IntGaugeVec,
+    /// Beyond SPEC's table: `gap_auditor_schema_registry_up{audit}`, 1 when the last
+    /// schema fetch succeeded; absent for audits without a schema registry.
+    pub schema_registry_up: IntGaugeVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -283,6 +290,18 @@ impl Metrics {
                 "1 when the pipeline group's commits were read and it has commits; 0 holds verdicts back.",
                 &["audit"],
             ),
+            records_awaiting_schema: int_gauge(
+                &r,
+                "gap_auditor_records_awaiting_schema",
+                "Records read but not decided yet because their schema is being fetched from the schema registry (and the records behind them): neither expected nor filtered.",
+                PARTITION_LABELS,
+            ),
+            schema_registry_up: int_gauge(
+                &r,
+                "gap_auditor_schema_registry_up",
+                "1 when the last schema registry fetch succeeded, else 0 (records wait for their schema, unknown).",
+                &["audit"],
+            ),
             missing_keys_dropped: int_counter(
                 &r,
                 "gap_auditor_missing_keys_dropped_total",
@@ -381,6 +400,7 @@ impl Metrics {
             &self.settled_offset,
             &self.pipeline_committed_offset,
             &self.log_end_offset,
+            &self.records_awaiting_schema,
         ] {
             let _ = g.remove_label_values(&key);
         }
@@ -456,6 +476,8 @@ mod tests {
         ("gap_auditor_pipeline_rewinds_total", "counter"),
         ("gap_auditor_pipeline_stalls_total", "counter"),
         ("gap_auditor_missing_keys_dropped_total", "counter"),
+        ("gap_auditor_records_awaiting_schema", "gauge"),
+        ("gap_auditor_schema_registry_up", "gauge"),
     ];
 
     /// Gives every family at least one series, so that vector families (which render
@@ -481,9 +503,11 @@ mod tests {
             &m.settled_offset,
             &m.pipeline_committed_offset,
             &m.log_end_offset,
+            &m.records_awaiting_schema,
         ] {
             g.with_label_values(&l).set(7);
         }
+        m.schema_registry_up.with_label_values(&[audit]).set(1);
         m.gap_unrecoverable_seconds
             .with_label_values(&l)
             .set(3600.5);

@@ -25,7 +25,7 @@ use crate::gap::{Offset, TopicPartition};
 use crate::kafka::{client, range};
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
 use crate::record::RecordMeta;
-use crate::record::{Decoder, DecoderSpec, Tag};
+use crate::record::{Decoder, Tag};
 use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
 use crate::sink::memory::MemorySink;
 use crate::sink::sql;
@@ -179,7 +179,7 @@ pub async fn run_with(
     let records = tokio::task::spawn_blocking(move || read_offsets(&kafka, &t))
         .await
         .context("reading from Kafka")??;
-    let decoder = Decoder::new(DecoderSpec::from_config(&audit.record, &audit.matching))
+    let decoder = crate::record::decoder_for(audit)
         .with_context(|| format!("audits.{}.record", audit.name))?;
 
     // Which expected records are still absent from the sink?
@@ -197,7 +197,22 @@ pub async fn run_with(
             offset: r.offset,
             key: r.key.as_deref(),
         };
-        match decoder.tag_record(r.value.as_deref(), &meta) {
+        // The daemon's decoding, schema fetched when not cached (a registry that cannot
+        // give it fails the replay: it never guesses).
+        let tag = decoder
+            .tag_resolved(r.value.as_deref(), &meta)
+            .await
+            .with_context(|| format!("offset {}: the record's schema", r.offset))?;
+        match tag {
+            // tag_resolved never leaves a record unresolved; should it, nothing is guessed.
+            Tag::Unresolved(u) => {
+                return Err(anyhow::anyhow!(
+                    "offset {}: schema id {} unknown",
+                    r.offset,
+                    u.schema_id
+                )
+                .into());
+            }
             Tag::Expected { key } => {
                 if audit.matching.strategy == MatchStrategy::DocId
                     && let Some(id) = key.as_ref().and_then(|k| k.first())
@@ -710,9 +725,21 @@ fn document(
     target: &Target,
     r: &Record,
 ) -> Result<Map<String, Value>, String> {
-    let value = r.value.as_deref().ok_or("tombstone")?;
+    let mut value = r.value.as_deref().ok_or("tombstone")?;
+    if audit.record.framing == crate::config::Framing::Confluent {
+        value = crate::record::registry::split_frame(value)
+            .ok_or("no Confluent Schema Registry header")?
+            .1;
+    }
     let text = std::str::from_utf8(value).map_err(|_| "not UTF-8")?;
     let mut doc = match audit.record.format {
+        RecordFormat::Avro | RecordFormat::Protobuf => {
+            return Err(
+                "replay --to-sink does not write avro/protobuf records (the pipeline's own \
+                 column mapping decides their rows): use --to-topic"
+                    .into(),
+            );
+        }
         RecordFormat::Json => match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(m)) => m,
             Ok(_) => return Err("the JSON record is not an object".into()),
