@@ -6,12 +6,14 @@
 mod check;
 mod completeness;
 mod crash;
+mod fake_registry;
 mod faults;
 mod figures;
 mod input;
 mod keys_at_scale;
 mod multi;
 mod replay;
+mod schema_registry;
 mod scenarios;
 mod seed_config;
 mod support;
