@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts the real services the integration tests use: tansu (Kafka protocol), MariaDB
 # (MySQL protocol, stand-in for Doris) and noida-db (an Elasticsearch-8-API-compatible
-# server, stand-in for Elasticsearch); installs them and promtool, only when missing.
+# server, stand-in for Elasticsearch); installs them, promtool and the Python Schema
+# Registry serializers (Avro/Protobuf producers of the tests), only when missing.
 #   scripts/test-env.sh [start|stop|status|clean]     then: source "$RUN/env"
 # Settings: GAP_AUDITOR_CACHE (installed binaries), GAP_AUDITOR_RUN (data, logs, pids, env),
 # KAFKA_PORT (19092), MYSQL_PORT (13306), ES_PORT (19200). Notes on the servers:
@@ -100,6 +101,20 @@ noida_binary() {
   "$NOIDA_VENV/bin/python3" -c 'import os, noida_db; print(os.path.join(os.path.dirname(noida_db.__file__), "noida-db"))'
 }
 
+# Confluent's Schema Registry serializers (Avro on fastavro, Protobuf on Google's runtime)
+# for tests/it/schema_registry.rs, which produce through them: pinned, in their own venv.
+SR_VENV=$CACHE/sr-venv
+SR_PACKAGES=("confluent-kafka[schemaregistry,avro,protobuf]==2.16.1" "fastavro==1.13.1" "protobuf==7.36.2")
+install_sr_python() {
+  local want=${SR_PACKAGES[*]}
+  [[ -x $SR_VENV/bin/python3 && $(cat "$SR_VENV/.pinned" 2>/dev/null) == "$want" ]] && return 0
+  log "installing the Schema Registry serializers into $SR_VENV"
+  rm -rf "$SR_VENV"
+  python3 -m venv "$SR_VENV"
+  "$SR_VENV/bin/python3" -m pip install --quiet --disable-pip-version-check "${SR_PACKAGES[@]}" >/dev/null
+  echo "$want" >"$SR_VENV/.pinned"
+}
+
 start_tansu() {
   if pidfile_alive "$RUN/tansu.pid"; then
     wait_until 30 "$RUN/tansu.pid" "$RUN/tansu.log" port_open "$KAFKA_PORT"
@@ -159,6 +174,7 @@ set_env_vars() {
   GAP_AUDITOR_TEST_ES_CMD=$(printf '%q ' "${es_cmd[@]}")
   GAP_AUDITOR_TEST_ES_CMD=${GAP_AUDITOR_TEST_ES_CMD% }
   GAP_AUDITOR_TEST_ES_CTL=$HERE/es-ctl.sh
+  GAP_AUDITOR_TEST_SR_PYTHON=$SR_VENV/bin/python3
 }
 
 case ${1:-start} in
@@ -167,6 +183,7 @@ case ${1:-start} in
     install_tansu
     install_packages
     install_noida
+    install_sr_python
     set_env_vars
     start_tansu
     start_mariadb

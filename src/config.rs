@@ -2262,6 +2262,171 @@ index = "dns_logs"
         assert_err(&e, "state.handover_topic", "audited by audits[0]");
     }
 
+    /// The seed audit on an Avro topic: key fields named by the writer schema.
+    const AVRO: &str = r#"
+[kafka]
+brokers = "127.0.0.1:9092"
+
+[[audits]]
+name = "dns_avro"
+topics = ["dns-avro"]
+[audits.record]
+format = "avro"
+timestamp_format = "iso8601"
+[audits.record.schema_registry]
+url = "https://registry.example:8081/prefix"
+username = "auditor"
+password = "registry-secret"
+[audits.match]
+strategy = "key_columns"
+key = ["client_ip", "/geo/country", "time"]
+[audits.sink]
+kind = "doris"
+url = "mysql://root@127.0.0.1:9030/example_db"
+table = "dns_logs_from_flink01"
+"#;
+
+    fn avro() -> Config {
+        Config::from_toml_str(AVRO).expect("the avro example is valid")
+    }
+
+    fn invalid_avro(edit: impl FnOnce(&mut Config)) -> ConfigError {
+        let mut cfg = avro();
+        edit(&mut cfg);
+        cfg.validate().expect_err("expected a validation error")
+    }
+
+    fn registry(c: &mut Config) -> &mut SchemaRegistryConfig {
+        c.audits[0]
+            .record
+            .schema_registry
+            .as_mut()
+            .expect("registry section")
+    }
+
+    #[test]
+    fn avro_and_protobuf_load_with_their_registry() {
+        let cfg = avro();
+        let r = &cfg.audits[0].record;
+        assert_eq!(r.format, RecordFormat::Avro);
+        assert_eq!(r.timestamp_format, TimestampText::Iso8601);
+        let reg = r.schema_registry.as_ref().expect("registry");
+        assert_eq!(reg.timeout, Duration::from_secs(5), "default timeout");
+        assert!(!format!("{cfg:?}").contains("registry-secret"), "redacted");
+        let proto =
+            Config::from_toml_str(&AVRO.replace("\"avro\"", "\"protobuf\"")).expect("protobuf");
+        assert_eq!(proto.audits[0].record.format, RecordFormat::Protobuf);
+        // json with the Confluent header, no registry needed.
+        let framed = BASE.replace(
+            "format = \"csv\"\ndelimiter = \"|\"\nfields = [\"client_ip\",\"domain\",\"time\",\"target_ip\",\"rcode\",\"query_type\",\"authority_record\",\"add_msg\",\"dns_ip\"]",
+            "format = \"json\"\nframing = \"confluent\"",
+        );
+        let cfg =
+            Config::from_toml_str(&framed.replace("field_count = 9", "")).expect("framed json");
+        assert_eq!(cfg.audits[0].record.framing, Framing::Confluent);
+        let e = toml_err(&AVRO.replace("\"iso8601\"", "\"unix\""));
+        assert!(e.to_string().contains("timestamp format"), "{e}");
+    }
+
+    #[test]
+    fn schema_formats_need_a_registry() {
+        let e = invalid_avro(|c| c.audits[0].record.schema_registry = None);
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.url",
+            "format avro needs the schema registry",
+        );
+    }
+
+    #[test]
+    fn schema_formats_take_no_field_list() {
+        let e = invalid_avro(|c| c.audits[0].record.fields = vec!["client_ip".into()]);
+        assert_err(&e, "audits[0].record.fields", "writer schema");
+    }
+
+    #[test]
+    fn registry_url_is_http_without_credentials() {
+        let e = invalid_avro(|c| registry(c).url = "ftp://registry:8081".into());
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.url",
+            "scheme must be http or https",
+        );
+        let e = invalid_avro(|c| registry(c).url = "not a url".into());
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.url",
+            "not a valid URL",
+        );
+        let e = invalid_avro(|c| registry(c).url = "http://u:url-secret@registry:8081".into());
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.url",
+            "must not embed credentials",
+        );
+        assert!(!e.to_string().contains("url-secret"), "{e}");
+    }
+
+    #[test]
+    fn registry_password_rules() {
+        let e = invalid_avro(|c| registry(c).password_file = Some("/run/secrets/pw".into()));
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.password_file",
+            "not both",
+        );
+        let e = invalid_avro(|c| registry(c).username = None);
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.username",
+            "a password needs a username",
+        );
+        let e = invalid_avro(|c| registry(c).timeout = Duration::ZERO);
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.timeout",
+            "must be > 0",
+        );
+    }
+
+    #[test]
+    fn registry_password_file_is_read_at_load() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pw = write_temp(&dir, "registry-pw", "from-a-file\n");
+        let toml = AVRO.replace(
+            "password = \"registry-secret\"",
+            &format!("password_file = {:?}", pw.display().to_string()),
+        );
+        let cfg = Config::from_toml_str(&toml).expect("password_file");
+        let reg = cfg.audits[0]
+            .record
+            .schema_registry
+            .as_ref()
+            .expect("registry");
+        assert_eq!(
+            reg.password.as_ref().map(Secret::expose),
+            Some("from-a-file")
+        );
+        assert_eq!(reg.password_file, None);
+        assert_eq!(cfg.validate(), Ok(()), "a loaded config stays valid");
+        let missing = AVRO.replace(
+            "password = \"registry-secret\"",
+            "password_file = \"/nonexistent/registry-pw\"",
+        );
+        let e = toml_err(&missing);
+        assert_eq!(e.path, "audits[0].record.schema_registry.password_file");
+        let ca = AVRO.replace(
+            "username = \"auditor\"",
+            "username = \"auditor\"\nca_file = \"/nonexistent/ca.pem\"",
+        );
+        let e = toml_err(&ca);
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.ca_file",
+            "cannot read",
+        );
+    }
+
     fn toml_err(s: &str) -> ConfigError {
         match Config::from_toml_str(s) {
             Err(e) => e,

@@ -252,7 +252,11 @@ async fn the_fake_answers_the_documented_shapes() {
     )
     .expect("json");
     assert_eq!(got, json!({"id": 1}));
-    assert_eq!(r.register("t-value", json!({"schema": "\"string\""})), 1, "same schema, same id");
+    assert_eq!(
+        r.register("t-value", json!({"schema": "\"string\""})),
+        1,
+        "same schema, same id"
+    );
     let got: Value = serde_json::from_slice(
         &client
             .get(format!("{}/schemas/ids/1", r.url))
@@ -264,7 +268,11 @@ async fn the_fake_answers_the_documented_shapes() {
             .expect("body"),
     )
     .expect("json");
-    assert_eq!(got, json!({"schema": "\"string\""}), "AVRO has no schemaType");
+    assert_eq!(
+        got,
+        json!({"schema": "\"string\""}),
+        "AVRO has no schemaType"
+    );
     let missing = client
         .get(format!("{}/schemas/ids/99", r.url))
         .send()

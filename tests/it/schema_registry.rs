@@ -76,11 +76,24 @@ impl Source {
 }
 
 /// Produces `records` to partition 0 with the reference serializer; returns their offsets.
-fn produce(topic: &str, registry: &str, format: &str, records: &[Source], auth: Option<(&str, &str)>) -> Vec<i64> {
+fn produce(
+    topic: &str,
+    registry: &str,
+    format: &str,
+    records: &[Source],
+    auth: Option<(&str, &str)>,
+) -> Vec<i64> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/sr_produce.py");
     let mut cmd = std::process::Command::new(python());
     cmd.arg(script)
-        .args(["--brokers", &kafka(), "--topic", topic, "--registry", registry])
+        .args([
+            "--brokers",
+            &kafka(),
+            "--topic",
+            topic,
+            "--registry",
+            registry,
+        ])
         .args(["--format", format]);
     if let Some((u, p)) = auth {
         cmd.args(["--user", u, "--password", p]);
@@ -140,7 +153,15 @@ async fn write_rows(db: &Db, table: &str, records: &[&Source]) {
                 &r.client_ip,
                 &r.domain,
                 r.datetime(),
-                mysql_async::Value::Date(date.year() as u16, date.month() as u8, date.day() as u8, 0, 0, 0, 0),
+                mysql_async::Value::Date(
+                    date.year() as u16,
+                    date.month() as u8,
+                    date.day() as u8,
+                    0,
+                    0,
+                    0,
+                    0,
+                ),
                 &r.price,
                 "AAAA",
             ),
@@ -241,9 +262,11 @@ fn committed_seen(a: &Auditor, offset: i64) -> bool {
 }
 
 async fn wait_seen(a: &Auditor, offset: i64) {
-    a.wait_for(60, &format!("the auditor sees the pipeline's commit {offset}"), |a| {
-        committed_seen(a, offset)
-    })
+    a.wait_for(
+        60,
+        &format!("the auditor sees the pipeline's commit {offset}"),
+        |a| committed_seen(a, offset),
+    )
     .await;
 }
 
@@ -264,15 +287,24 @@ async fn avro_seed_incident_is_caught_exactly_with_key_columns_on_avro_fields() 
     let src: Vec<Source> = (0..6).map(Source::nth).collect();
     let a = Auditor::start(&audit_toml(&s, "avro", &registry.url, "", "1s")).await;
 
-    assert_eq!(produce(&s.topic, &registry.url, "avro", &src[0..2], None), [0, 1]);
+    assert_eq!(
+        produce(&s.topic, &registry.url, "avro", &src[0..2], None),
+        [0, 1]
+    );
     write_rows(&s.db, &s.table, &[&src[0], &src[1]]).await;
     commit(&s.group, &s.topic, 2);
     wait_seen(&a, 2).await;
     // The job is killed; 2–3 arrive meanwhile; it restarts from latest (4), commits at once.
-    assert_eq!(produce(&s.topic, &registry.url, "avro", &src[2..4], None), [2, 3]);
+    assert_eq!(
+        produce(&s.topic, &registry.url, "avro", &src[2..4], None),
+        [2, 3]
+    );
     commit(&s.group, &s.topic, 4);
     wait_seen(&a, 4).await;
-    assert_eq!(produce(&s.topic, &registry.url, "avro", &src[4..6], None), [4, 5]);
+    assert_eq!(
+        produce(&s.topic, &registry.url, "avro", &src[4..6], None),
+        [4, 5]
+    );
     write_rows(&s.db, &s.table, &[&src[4], &src[5]]).await;
     commit(&s.group, &s.topic, 6);
 
@@ -283,7 +315,11 @@ async fn avro_seed_incident_is_caught_exactly_with_key_columns_on_avro_fields() 
     // A few more rounds: nothing else is reported, nothing is filtered.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(a.lost(&s.topic, 0), 2);
-    assert_eq!(a.confirmed(&s.topic, 0), 4, "every present row matched, timestamps included");
+    assert_eq!(
+        a.confirmed(&s.topic, 0),
+        4,
+        "every present row matched, timestamps included"
+    );
     assert_eq!(a.filtered(&s.topic, 0, "undecodable"), 0);
     assert_eq!(a.filtered(&s.topic, 0, "filter"), 0);
     assert_eq!(a.consumed(&s.topic, 0), 6);
@@ -309,13 +345,27 @@ async fn protobuf_records_through_an_authenticated_registry_are_audited_exactly(
     let registry = FakeRegistry::start_with_auth(Some(("auditor", "s3cr3t"))).await;
     let pw = s.state.path().join("registry-password");
     std::fs::write(&pw, "s3cr3t\n").expect("password file");
-    let auth = format!("username = \"auditor\"\npassword_file = {:?}", pw.display().to_string());
+    let auth = format!(
+        "username = \"auditor\"\npassword_file = {:?}",
+        pw.display().to_string()
+    );
     let src: Vec<Source> = (0..6).map(Source::nth).collect();
     assert_eq!(
-        produce(&s.topic, &registry.url, "protobuf", &src, Some(("auditor", "s3cr3t"))),
+        produce(
+            &s.topic,
+            &registry.url,
+            "protobuf",
+            &src,
+            Some(("auditor", "s3cr3t"))
+        ),
         [0, 1, 2, 3, 4, 5]
     );
-    let written: Vec<&Source> = src.iter().enumerate().filter(|(i, _)| *i != 3).map(|(_, r)| r).collect();
+    let written: Vec<&Source> = src
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3)
+        .map(|(_, r)| r)
+        .collect();
     write_rows(&s.db, &s.table, &written).await;
     commit(&s.group, &s.topic, 6);
 
@@ -342,9 +392,17 @@ async fn records_whose_schema_cannot_be_fetched_wait_unknown_and_are_decided_whe
     let s = setup("sr_down").await;
     let registry = FakeRegistry::start().await;
     let src: Vec<Source> = (0..5).map(Source::nth).collect();
-    assert_eq!(produce(&s.topic, &registry.url, "avro", &src, None), [0, 1, 2, 3, 4]);
+    assert_eq!(
+        produce(&s.topic, &registry.url, "avro", &src, None),
+        [0, 1, 2, 3, 4]
+    );
     let before = registry.requests();
-    let written: Vec<&Source> = src.iter().enumerate().filter(|(i, _)| *i != 1).map(|(_, r)| r).collect();
+    let written: Vec<&Source> = src
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(_, r)| r)
+        .collect();
     write_rows(&s.db, &s.table, &written).await;
     commit(&s.group, &s.topic, 5);
     registry.set_down(true);
@@ -363,21 +421,41 @@ async fn records_whose_schema_cannot_be_fetched_wait_unknown_and_are_decided_whe
     // Far past grace (500 ms) and the pipeline's commit: still nothing decided.
     keep_checking(Duration::from_secs(4), Duration::from_millis(100), || {
         assert_eq!(a.lost(&s.topic, 0), 0, "unknown is never missing");
-        assert_eq!(a.filtered(&s.topic, 0, "undecodable"), 0, "unknown is never filtered");
-        assert_eq!(a.consumed(&s.topic, 0), 0, "nothing decided, nothing counted");
-        assert_eq!(a.settled(), Some(0), "the settled watermark waits before them");
+        assert_eq!(
+            a.filtered(&s.topic, 0, "undecodable"),
+            0,
+            "unknown is never filtered"
+        );
+        assert_eq!(
+            a.consumed(&s.topic, 0),
+            0,
+            "nothing decided, nothing counted"
+        );
+        assert_eq!(
+            a.settled(),
+            Some(0),
+            "the settled watermark waits before them"
+        );
     })
     .await;
     let tried = registry.requests() - before;
-    assert!(tried >= 3, "the fetch is retried while the registry is down: {tried} requests");
+    assert!(
+        tried >= 3,
+        "the fetch is retried while the registry is down: {tried} requests"
+    );
 
     let started = Instant::now();
     registry.set_down(false);
-    a.wait_decided(40, "1 lost, 4 confirmed after the registry came back", |a| {
-        a.lost(&s.topic, 0) >= 1 && a.confirmed(&s.topic, 0) >= 4
-    })
+    a.wait_decided(
+        40,
+        "1 lost, 4 confirmed after the registry came back",
+        |a| a.lost(&s.topic, 0) >= 1 && a.confirmed(&s.topic, 0) >= 4,
+    )
     .await;
-    eprintln!("decided {:?} after the registry came back", started.elapsed());
+    eprintln!(
+        "decided {:?} after the registry came back",
+        started.elapsed()
+    );
     assert_eq!(awaiting(&a, &s.topic), 0);
     assert_eq!(up(&a), 1);
     assert_eq!(gap_tuples(&api_gaps(&a).await), [(0, 1, 1, 1)]);
@@ -393,11 +471,20 @@ async fn avro_records_read_as_csv_count_as_undecodable() {
     let s = Scenario::new("sr_wrong_format").await;
     let registry = FakeRegistry::start().await;
     let src: Vec<Source> = (0..3).map(Source::nth).collect();
-    assert_eq!(produce(&s.topic, &registry.url, "avro", &src, None), [0, 1, 2]);
+    assert_eq!(
+        produce(&s.topic, &registry.url, "avro", &src, None),
+        [0, 1, 2]
+    );
     let a = s.start_auditor("offset_columns", "1s", "300ms").await;
-    a.wait_decided(30, "3 undecodable", |a| a.filtered(&s.topic, 0, "undecodable") >= 3)
-        .await;
+    a.wait_decided(30, "3 undecodable", |a| {
+        a.filtered(&s.topic, 0, "undecodable") >= 3
+    })
+    .await;
     assert_eq!(a.filtered(&s.topic, 0, "undecodable"), 3);
-    assert_eq!(a.lost(&s.topic, 0), 0, "nothing expected: the silence the alert is for");
+    assert_eq!(
+        a.lost(&s.topic, 0),
+        0,
+        "nothing expected: the silence the alert is for"
+    );
     a.stop().await;
 }
