@@ -2390,6 +2390,23 @@ table = "dns_logs_from_flink01"
     }
 
     #[test]
+    fn registry_password_from_the_environment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let toml = AVRO.replace("password = \"registry-secret\"\n", "");
+        let path = write_temp(&dir, "gap-auditor.toml", &toml);
+        let cfg = Config::load_with_env(
+            Some(&path),
+            env(&[(
+                "GAP_AUDITOR__AUDITS__0__RECORD__SCHEMA_REGISTRY__PASSWORD",
+                "env-registry-pw",
+            )]),
+        )
+        .expect("env override");
+        let reg = cfg.audits[0].record.schema_registry.as_ref().expect("registry");
+        assert_eq!(reg.password.as_ref().map(Secret::expose), Some("env-registry-pw"));
+    }
+
+    #[test]
     fn registry_password_file_is_read_at_load() {
         let dir = tempfile::tempdir().expect("tempdir");
         let pw = write_temp(&dir, "registry-pw", "from-a-file\n");

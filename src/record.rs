@@ -9,8 +9,7 @@
 //!
 //! Order of the checks in [`Decoder::tag`], each one ending the classification:
 //! 1. no value → `tombstone`;
-//! 2. not UTF-8, invalid JSON, malformed quoting, a csv value starting with NUL (binary:
-//!    a Schema Registry frame read with the wrong `format`) → `undecodable`;
+//! 2. not UTF-8, invalid JSON, malformed quoting → `undecodable`;
 //! 3. `field_count` / `min_fields`, then `require`, then the key fields (absent) → `filter`:
 //!    a record whose key cannot be built can never be found in the sink, so it is not
 //!    expected there. An EMPTY key field is a value like any other (SPEC: empty matches
@@ -717,12 +716,6 @@ impl Decoder {
             return Tag::Filtered(FilterReason::Undecodable);
         };
         let decoded = match self.kind {
-            // A text line never starts with NUL; a Schema Registry frame always does (magic
-            // byte 0). Such records would otherwise split into one field and be counted as
-            // `filter`, hiding a wrong `format` from the coverage guard.
-            Kind::Csv { .. } if bytes.first() == Some(&0) => {
-                return Tag::Filtered(FilterReason::Undecodable);
-            }
             Kind::Csv { delimiter, quote } => {
                 let line = strip_line_end(text);
                 let fields = if quote {
@@ -1199,13 +1192,6 @@ mod tests {
         v.extend(br#"{"a":{"b":"x"}}"#);
         assert_eq!(d.tag(Some(&v)), expected(&["x"]));
         assert_eq!(d.tag(Some(br#"{"a":{"b":"x"}}"#)), UNDECODABLE, "no header");
-        // The same frame read as csv: binary, not a short line.
-        let csv = Decoder::new(DecoderSpec {
-            fields: strings(&["a"]),
-            ..DecoderSpec::default()
-        })
-        .expect("valid");
-        assert_eq!(csv.tag(Some(&v)), UNDECODABLE);
     }
 
     #[test]

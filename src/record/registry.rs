@@ -311,11 +311,14 @@ struct Failure {
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// Turns a fetched schema into what the decoder uses.
+type Compile<S> = dyn Fn(u32, &RawSchema) -> Result<S, SchemaError> + Send + Sync;
+
 /// The registry as one audit sees it: the client, the per-id cache of compiled schemas
 /// (`S`: what the decoder compiles a [`RawSchema`] into) and the ids waiting to be fetched.
 pub struct Registry<S> {
     client: RegistryClient,
-    compile: Box<dyn Fn(u32, &RawSchema) -> Result<S, SchemaError> + Send + Sync>,
+    compile: Box<Compile<S>>,
     cache: RwLock<HashMap<u32, Entry<S>>>,
     wanted: Mutex<HashSet<u32>>,
     failures: Mutex<HashMap<u32, Failure>>,
