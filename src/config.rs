@@ -2402,8 +2402,15 @@ table = "dns_logs_from_flink01"
             )]),
         )
         .expect("env override");
-        let reg = cfg.audits[0].record.schema_registry.as_ref().expect("registry");
-        assert_eq!(reg.password.as_ref().map(Secret::expose), Some("env-registry-pw"));
+        let reg = cfg.audits[0]
+            .record
+            .schema_registry
+            .as_ref()
+            .expect("registry");
+        assert_eq!(
+            reg.password.as_ref().map(Secret::expose),
+            Some("env-registry-pw")
+        );
     }
 
     #[test]
