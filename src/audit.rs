@@ -1711,6 +1711,7 @@ impl<V: Verifier> Audit<V> {
                 pending: led.pending(),
                 missing: led.missing(),
                 paused: self.flow.is_paused(tp),
+                awaiting_schema: part.held.len() as u64,
             });
         }
         let completeness = crate::completeness::evaluate(

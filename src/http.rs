@@ -582,6 +582,7 @@ mod tests {
                 pending: 10,
                 missing: 0,
                 paused: false,
+                awaiting_schema: 0,
             }],
             completeness: Default::default(),
         }

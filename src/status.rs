@@ -90,6 +90,14 @@ pub struct PartitionStatus {
     pub missing: u64,
     /// Whether consumption is paused for backpressure (`max_pending`).
     pub paused: bool,
+    /// Records waiting for their schema (avro/protobuf), and those behind them: neither
+    /// pending nor filtered yet. Left out of the JSON while 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub awaiting_schema: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The shared board: cheap to clone (an `Arc`), ordered by audit name so the API output is
@@ -216,6 +224,7 @@ mod tests {
                 pending: 4,
                 missing: 1,
                 paused: false,
+                awaiting_schema: 0,
             }],
             completeness: AuditCompleteness {
                 complete_until_ms: Some(1_700_000_000_000),

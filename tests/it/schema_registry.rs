@@ -418,6 +418,8 @@ async fn records_whose_schema_cannot_be_fetched_wait_unknown_and_are_decided_whe
         awaiting(a, &s.topic) == 5 && up(a) == 0
     })
     .await;
+    let (_, status) = a.get("/api/status").await;
+    assert!(status.contains(r#""awaiting_schema":5"#), "{status}");
     // Far past grace (500 ms) and the pipeline's commit: still nothing decided.
     keep_checking(Duration::from_secs(4), Duration::from_millis(100), || {
         assert_eq!(a.lost(&s.topic, 0), 0, "unknown is never missing");
