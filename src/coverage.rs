@@ -96,7 +96,10 @@ pub async fn startup_check(
 
 fn log(audit: &str, topic: &str, s: &Summary) {
     let ids: Vec<u32> = s.schema_ids.iter().copied().collect();
-    if s.records == 0 {
+    if let Some(e) = &s.schema_error {
+        tracing::warn!(%audit, %topic, records = s.records, schema_ids = ?ids, error = %e,
+            "startup check: the newest records cannot be decoded yet: their schema cannot be fetched (they wait, unknown, and are retried)");
+    } else if s.records == 0 {
         tracing::info!(%audit, %topic, "startup check: no records to sample yet");
     } else if s.alarming() {
         tracing::warn!(%audit, %topic, records = s.records, expected = s.expected,
@@ -108,9 +111,6 @@ fn log(audit: &str, topic: &str, s: &Summary) {
         tracing::info!(%audit, %topic, records = s.records, expected = s.expected,
             undecodable = s.undecodable(), filter = s.filtered[0], tombstone = s.filtered[2],
             schema_ids = ?ids, "startup check: sampled the newest records");
-    }
-    if let Some(e) = &s.schema_error {
-        tracing::warn!(%audit, %topic, error = %e, "startup check: a record's schema cannot be fetched yet (its records wait, unknown)");
     }
 }
 
@@ -124,6 +124,10 @@ fn sample(
     let mut s = Summary::default();
     let partitions = lookup.partitions(topic).map_err(|e| e.to_string())?;
     for p in partitions.into_iter().take(PARTITIONS) {
+        if s.schema_error.is_some() {
+            // One registry error is the finding; asking again per record would only wait.
+            break;
+        }
         let tp = TopicPartition::new(topic, p);
         let (low, high) = lookup.watermarks(&tp).map_err(|e| e.to_string())?;
         let first = low.max(high - PER_PARTITION);
@@ -148,7 +152,8 @@ fn sample(
                 }
                 Err(e) => {
                     s.records += 1;
-                    s.schema_error.get_or_insert_with(|| e.to_string());
+                    s.schema_error = Some(e.to_string());
+                    return range::Flow::Stop;
                 }
             }
             range::Flow::Continue

@@ -179,16 +179,16 @@ impl RegistryClient {
         if let Some((user, password)) = &self.auth {
             req = req.basic_auth(user, Some(password.expose()));
         }
-        // The error's Display names the URL, never the credentials (they go in a header).
+        // Credentials go in a header, never in the URL the error could print.
         let resp = req
             .send()
             .await
-            .map_err(|e| RegistryError::Unavailable(e.without_url().to_string()))?;
+            .map_err(|e| RegistryError::Unavailable(chain(&e)))?;
         let status = resp.status();
         let body = resp
             .bytes()
             .await
-            .map_err(|e| RegistryError::Unavailable(e.without_url().to_string()))?;
+            .map_err(|e| RegistryError::Unavailable(chain(&e)))?;
         if status.is_success() {
             return serde_json::from_slice(&body).map_err(|e| RegistryError::Refused {
                 id,
@@ -274,6 +274,22 @@ impl RegistryClient {
             references,
         })
     }
+}
+
+/// An error with its causes ("error sending request: ... Connection refused"): reqwest's
+/// own text names only the outermost.
+fn chain(e: &reqwest::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 /// A path segment with everything but unreserved characters percent-encoded (subjects may
