@@ -305,6 +305,18 @@ fn sink_supported(audit: &AuditConfig) -> anyhow::Result<()> {
             audit.name,
             audit.record.format
         ),
+        SinkKind::Elasticsearch
+            if matches!(
+                audit.record.format,
+                RecordFormat::Avro | RecordFormat::Protobuf
+            ) =>
+        {
+            bail!(
+                "--to-sink does not write {} records (the pipeline's own mapping decides their documents); audit {}: use --to-topic, which re-produces the original bytes",
+                audit.record.format,
+                audit.name
+            )
+        }
         SinkKind::Elasticsearch if audit.record.format == RecordFormat::Raw => bail!(
             "--to-sink for Elasticsearch writes csv or json records; audit {} uses raw: use --to-topic",
             audit.name
@@ -960,5 +972,41 @@ table = "t1"
             q,
             "INSERT INTO `t1` (`client_ip`, `domain`) VALUES ('1.2.3.4', 'o''reilly\\\\.com')"
         );
+    }
+
+    #[test]
+    fn to_sink_refuses_schema_registry_formats_up_front() {
+        for (kind, url) in [
+            ("elasticsearch", "http://es:9200"),
+            ("doris", "mysql://u@h:9030/db"),
+        ] {
+            let target = if kind == "elasticsearch" {
+                "index = \"i\""
+            } else {
+                "table = \"t\""
+            };
+            let cfg = Config::from_toml_str(&format!(
+                r#"
+[kafka]
+brokers = "k:9092"
+[[audits]]
+name = "a"
+topics = ["t"]
+[audits.record]
+format = "avro"
+[audits.record.schema_registry]
+url = "http://registry:8081"
+[audits.match]
+strategy = "offset_columns"
+[audits.sink]
+kind = "{kind}"
+url = "{url}"
+{target}
+"#
+            ))
+            .expect("config");
+            let e = sink_supported(&cfg.audits[0]).expect_err("refused");
+            assert!(e.to_string().contains("--to-topic"), "{kind}: {e}");
+        }
     }
 }

@@ -288,3 +288,49 @@ async fn the_fake_answers_the_documented_shapes() {
     assert_eq!(down.status(), 503);
     assert_eq!(r.id_gets(), 2, "the 503 is not counted as an id GET");
 }
+
+/// The auditor's registry client against the fake: references are fetched through
+/// `GET /subjects/{subject}/versions/{version}`, dependencies first, and the schema they
+/// make compiles and decodes.
+#[tokio::test]
+async fn references_are_fetched_dependencies_first() {
+    use gap_auditor::record::avro::AvroSchema;
+    use gap_auditor::record::registry::RegistryClient;
+    let r = FakeRegistry::start().await;
+    let country = r#"{"type":"enum","name":"Country","namespace":"ex","symbols":["DE","FR"]}"#;
+    let geo = r#"{"type":"record","name":"Geo","namespace":"ex","fields":[{"name":"country","type":"ex.Country"}]}"#;
+    let top = r#"{"type":"record","name":"Top","namespace":"ex","fields":[{"name":"geo","type":"ex.Geo"}]}"#;
+    r.register("country", json!({"schema": country}));
+    r.register(
+        "geo",
+        json!({"schema": geo, "references": [{"name": "ex.Country", "subject": "country", "version": 1}]}),
+    );
+    let id = r.register(
+        "top/value",
+        json!({"schema": top, "references": [{"name": "ex.Geo", "subject": "geo", "version": 1}]}),
+    );
+    let cfg = gap_auditor::config::SchemaRegistryConfig {
+        url: r.url.clone(),
+        username: None,
+        password: None,
+        password_file: None,
+        ca_file: None,
+        timeout: std::time::Duration::from_secs(2),
+    };
+    let client = RegistryClient::new(&cfg).expect("client");
+    let raw = client.fetch(id as u32).await.expect("fetched");
+    let names: Vec<&str> = raw.references.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["ex.Country", "ex.Geo"], "dependencies first");
+    let schema = AvroSchema::compile(id as u32, &raw).expect("compiles");
+    // Top { geo: Geo { country: FR } }: the enum index 1 (zigzag 2).
+    let v = schema
+        .decode(&[2], gap_auditor::record::TimestampFormat::Sql)
+        .expect("decodes");
+    assert_eq!(v.pointer("/geo/country"), Some(&json!("FR")));
+    // An id the registry does not know is NotFound, not Unavailable.
+    let e = client.fetch(999).await.expect_err("unknown id");
+    assert_eq!(
+        e,
+        gap_auditor::record::registry::RegistryError::NotFound(999)
+    );
+}
