@@ -1745,6 +1745,11 @@ impl<V: Verifier> Audit<V> {
             last_sink_ok: self.last_sink_ok,
             last_kafka_ok: self.last_kafka_ok,
             verify_interval_ms: self.cfg.verify_interval.as_millis() as u64,
+            schema_registry_error: self
+                .decoder
+                .registry()
+                .and_then(|r| r.health())
+                .and_then(Result::err),
             partitions,
             completeness,
         });

@@ -420,6 +420,10 @@ async fn records_whose_schema_cannot_be_fetched_wait_unknown_and_are_decided_whe
     .await;
     let (_, status) = a.get("/api/status").await;
     assert!(status.contains(r#""awaiting_schema":5"#), "{status}");
+    assert!(status.contains(r#""schema_registry_error":"#), "{status}");
+    let (code, ready) = a.get("/readyz").await;
+    assert_eq!(code, 503, "{ready}");
+    assert!(ready.contains("the last schema fetch failed"), "{ready}");
     // Far past grace (500 ms) and the pipeline's commit: still nothing decided.
     keep_checking(Duration::from_secs(4), Duration::from_millis(100), || {
         assert_eq!(a.lost(&s.topic, 0), 0, "unknown is never missing");
@@ -460,6 +464,13 @@ async fn records_whose_schema_cannot_be_fetched_wait_unknown_and_are_decided_whe
     );
     assert_eq!(awaiting(&a, &s.topic), 0);
     assert_eq!(up(&a), 1);
+    a.wait_for(10, "ready again", |a| {
+        a.status
+            .snapshot()
+            .first()
+            .is_some_and(|s| s.schema_registry_error.is_none())
+    })
+    .await;
     assert_eq!(gap_tuples(&api_gaps(&a).await), [(0, 1, 1, 1)]);
     assert_eq!(a.consumed(&s.topic, 0), 5);
     a.stop().await;
