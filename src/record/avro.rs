@@ -16,6 +16,12 @@ use serde_json::{Map, Number, Value};
 use super::logical::{self, TimestampFormat};
 use super::registry::{RawSchema, SchemaError, SchemaType};
 
+/// Most bytes apache-avro allocates for one value: a hostile length prefix (a string "of"
+/// 500 MB in a 100-byte record) fails when the bytes run out, but only after the allocation;
+/// the crate's default lets that be 512 MiB, on the tailing thread. Kafka records this size
+/// are far past any broker's default limit.
+const MAX_ALLOCATION: usize = 64 * 1024 * 1024;
+
 /// A writer schema from the registry, with every named type it or its references define.
 #[derive(Debug)]
 pub struct AvroSchema {
@@ -27,6 +33,8 @@ pub struct AvroSchema {
 impl AvroSchema {
     /// Parses a registry schema (with its references) of type AVRO.
     pub fn compile(id: u32, raw: &RawSchema) -> Result<Self, SchemaError> {
+        // Process-wide and set once: before the first Avro value is decoded.
+        apache_avro::util::max_allocation_bytes(MAX_ALLOCATION);
         let bad = |reason: String| SchemaError { id, reason };
         if raw.schema_type != SchemaType::Avro {
             return Err(bad(format!(
@@ -272,6 +280,35 @@ mod tests {
         assert_eq!(v["time"], "0");
         assert!(s.decode(&[0xFF; 3], TimestampFormat::Sql).is_err());
         assert!(s.decode(&[], TimestampFormat::Sql).is_err());
+    }
+
+    proptest::proptest! {
+        /// Record contents are hostile: any payload decodes or is an error, never a panic,
+        /// and a length prefix beyond the payload never allocates past the cap.
+        #[test]
+        fn any_payload_decodes_or_fails_cleanly(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let s = AvroSchema::compile(1, &raw(SCHEMA)).expect("schema");
+            let _ = s.decode(&bytes, TimestampFormat::Sql);
+        }
+    }
+
+    #[test]
+    fn a_huge_length_prefix_is_an_error_not_an_allocation() {
+        let s = AvroSchema::compile(1, &raw(SCHEMA)).expect("schema");
+        // client_ip: a string claiming 100 MiB (over the cap, under the crate's default),
+        // then nothing.
+        let mut zigzag = (100u64 << 20) << 1;
+        let mut bytes = Vec::new();
+        while zigzag >= 0x80 {
+            bytes.push((zigzag as u8) | 0x80);
+            zigzag >>= 7;
+        }
+        bytes.push(zigzag as u8);
+        let e = s
+            .decode(&bytes, TimestampFormat::Sql)
+            .expect_err("too long");
+        assert!(e.contains("alloc") || e.contains("memory"), "{e}");
+        assert_eq!(apache_avro::util::max_allocation_bytes(0), MAX_ALLOCATION);
     }
 
     #[test]

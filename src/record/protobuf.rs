@@ -351,6 +351,15 @@ message DnsLog {
         );
     }
 
+    proptest::proptest! {
+        /// Hostile payloads: decoded or an error, never a panic.
+        #[test]
+        fn any_payload_decodes_or_fails_cleanly(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let s = schema(PROTO);
+            let _ = s.decode(&bytes, TimestampFormat::Sql);
+        }
+    }
+
     #[test]
     fn bad_schemas_are_schema_errors() {
         let bad = RawSchema {
