@@ -48,6 +48,7 @@ fn decoder(format: DecodeFormat, keyed: bool) -> Decoder {
         require: Vec::new(),
         key: keyed.then(|| vec!["client_ip".into(), "domain".into(), "time".into()]),
         id_template: None,
+        ..DecoderSpec::default()
     })
     .expect("bench decoder spec is valid")
 }

@@ -2,8 +2,9 @@
 # Starts the real services the integration tests use: tansu (Kafka protocol), MariaDB
 # (MySQL protocol, stand-in for Doris), a second MariaDB that accepts TLS connections only
 # (a test CA made here with openssl; for the sink.tls tests) and noida-db (an
-# Elasticsearch-8-API-compatible server, stand-in for Elasticsearch); installs them and
-# promtool, only when missing.
+# Elasticsearch-8-API-compatible server, stand-in for Elasticsearch); installs them,
+# promtool and the Python Schema Registry serializers (Avro/Protobuf producers of the
+# tests), only when missing.
 #   scripts/test-env.sh [start|stop [SERVICE...]|status|clean]   then: source "$RUN/env"
 #   scripts/test-env.sh deps    only the apt packages (build prerequisites included)
 # Settings: GAP_AUDITOR_CACHE (installed binaries), GAP_AUDITOR_RUN (data, logs, pids, env),
@@ -112,6 +113,20 @@ install_noida() {
 # pid file names the server itself and `noida-db` is its process name.
 noida_binary() {
   "$NOIDA_VENV/bin/python3" -c 'import os, noida_db; print(os.path.join(os.path.dirname(noida_db.__file__), "noida-db"))'
+}
+
+# Confluent's Schema Registry serializers (Avro on fastavro, Protobuf on Google's runtime)
+# for tests/it/schema_registry.rs, which produce through them: pinned, in their own venv.
+SR_VENV=$CACHE/sr-venv
+SR_PACKAGES=("confluent-kafka[schemaregistry,avro,protobuf]==2.16.1" "fastavro==1.13.1" "protobuf==7.36.2")
+install_sr_python() {
+  local want=${SR_PACKAGES[*]}
+  [[ -x $SR_VENV/bin/python3 && $(cat "$SR_VENV/.pinned" 2>/dev/null) == "$want" ]] && return 0
+  log "installing the Schema Registry serializers into $SR_VENV"
+  rm -rf "$SR_VENV"
+  python3 -m venv "$SR_VENV"
+  "$SR_VENV/bin/python3" -m pip install --quiet --disable-pip-version-check "${SR_PACKAGES[@]}" >/dev/null
+  echo "$want" >"$SR_VENV/.pinned"
 }
 
 start_tansu() {
@@ -253,6 +268,7 @@ set_env_vars() {
   GAP_AUDITOR_TEST_TLS_CLIENT_P12=$TLS_DIR/client.p12
   GAP_AUDITOR_TEST_TLS_SERVER_P12=$TLS_DIR/server.p12
   GAP_AUDITOR_TEST_TLS_CLIENT_P12_PASSWORD=$TLS_P12_PASSWORD
+  GAP_AUDITOR_TEST_SR_PYTHON=$SR_VENV/bin/python3
 }
 
 case ${1:-start} in
@@ -261,6 +277,7 @@ case ${1:-start} in
     install_tansu
     install_packages
     install_noida
+    install_sr_python
     set_env_vars
     start_tansu
     start_mariadb

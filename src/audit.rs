@@ -17,13 +17,14 @@
 use crate::config::{AuditConfig, KafkaConfig, MatchStrategy, StartPosition};
 use crate::gap::{Gap, GapState, Offset, TopicPartition};
 use crate::handover::{self, Handover, PartitionState};
+use crate::held::Held;
 use crate::kafka::retention::{self, Retention};
 use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle};
 use crate::ledger::{
     Applied, GapRecord, KeyBook, Observed, PartitionLedger, Segment, Snapshot, Verdict,
 };
 use crate::metrics::Metrics;
-use crate::record::{Decoder, DecoderSpec, FilterReason, Tag};
+use crate::record::{Decoder, FilterReason, Tag};
 use crate::sink::{SinkError, Verifier};
 use crate::status::{AuditStatus, PartitionStatus, SinkState, StatusBoard};
 use crate::store::{PartitionProgress, Store};
@@ -75,6 +76,8 @@ struct Part {
     log: Option<(Offset, Offset)>,
     /// The pipeline group has stopped committing while the log grows (reported once).
     stalled: bool,
+    /// Records waiting for their schema, and every later one behind them.
+    held: Held,
 }
 
 struct Audit<V> {
@@ -132,6 +135,8 @@ struct Audit<V> {
     gap_log: GapLog,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
+    /// The audit's decoder (the tail has a copy): held records are decoded again with it.
+    decoder: Decoder,
 }
 
 /// Runs one audit until `cancel` fires, then drains: persists, commits the settled
@@ -150,8 +155,16 @@ pub async fn run<V: Verifier + 'static>(
         status,
         handover_topic,
     } = deps;
-    let decoder = Decoder::new(DecoderSpec::from_config(&config.record, &config.matching))
+    let decoder = crate::record::decoder_for(&config)
         .with_context(|| format!("audit {}: record decoding", config.name))?;
+    // The only task that waits for the schema registry: the tail asks, this fetches.
+    let mut arrivals = match decoder.registry() {
+        Some(r) => {
+            tokio::spawn(r.clone().run_fetcher(cancel.child_token()));
+            Some(r.arrivals())
+        }
+        None => None,
+    };
     let lookup = Arc::new(Lookup::new(&kafka, &group).context("creating the Kafka lookup client")?);
     let pipeline = match &config.pipeline_group {
         Some(g) => Some(Arc::new(
@@ -174,7 +187,7 @@ pub async fn run<V: Verifier + 'static>(
         &kafka,
         &group,
         &config.topics,
-        decoder,
+        decoder.clone(),
         config.max_pending as u64,
     )
     .context("starting the Kafka consumer")?;
@@ -214,6 +227,7 @@ pub async fn run<V: Verifier + 'static>(
         handover_dirty: BTreeSet::new(),
         gap_log: GapLog::default(),
         backlog: false,
+        decoder,
         cfg: config,
         kafka,
         group,
@@ -223,6 +237,14 @@ pub async fn run<V: Verifier + 'static>(
         status,
     };
     a.load_key_book().await;
+    // The coverage guard's startup check: what do the newest records decode to?
+    tokio::spawn(crate::coverage::startup_check(
+        a.cfg.name.clone(),
+        a.kafka.clone(),
+        a.lookup.clone(),
+        a.cfg.topics.clone(),
+        a.decoder.clone(),
+    ));
     tracing::info!(audit = %a.cfg.name, group = %a.group, topics = ?a.cfg.topics, sink = a.sink.kind(), "audit started");
     a.publish();
     let mut tick = tokio::time::interval(a.cfg.verify_interval);
@@ -235,7 +257,15 @@ pub async fn run<V: Verifier + 'static>(
                 Some(ev) => a.on_event(ev).await,
                 None => anyhow::bail!("audit {}: the Kafka consumer thread stopped", a.cfg.name),
             },
+            // A schema arrived: the records waiting for it are decoded and go on.
+            Ok(()) = async {
+                match arrivals.as_mut() {
+                    Some(rx) => rx.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => a.release_held(),
             _ = tick.tick() => {
+                a.release_held();
                 a.round().await;
                 // A backlog is worked off round after round (events are still drained in
                 // between: they come first), not one bounded round per verify_interval.
@@ -323,6 +353,28 @@ impl<V: Verifier> Audit<V> {
         );
     }
 
+    /// Hands every held record whose schema is now cached to the ledger, in offset order,
+    /// and refreshes the flow control (held records count as pending there).
+    fn release_held(&mut self) {
+        let mut ready = Vec::new();
+        for part in self.parts.values_mut() {
+            if !part.held.is_empty() {
+                ready.extend(part.held.release(&self.decoder));
+            }
+        }
+        if !ready.is_empty() {
+            ingest_batch(
+                &self.cfg.name,
+                &self.metrics,
+                &mut self.parts,
+                self.checker.book_mut(),
+                ready,
+                now_ms(),
+            );
+            self.update_flow();
+        }
+    }
+
     /// A fetch position left the log. For each partition: below the log start means Kafka
     /// deleted records the auditor never read — recorded as a gap of unknown size, then
     /// reading resumes at the log start; beyond the log end means the topic was recreated or
@@ -377,6 +429,8 @@ impl<V: Verifier> Audit<V> {
                 }
                 Ok(_) => next,
             };
+            // Held records are read again from the new position.
+            part.held.clear();
             self.parts.insert(tp.clone(), part);
             positions.push((tp, seek));
         }
@@ -478,6 +532,7 @@ impl<V: Verifier> Audit<V> {
                     ledger,
                     log,
                     stalled: false,
+                    held: Held::default(),
                 },
             );
         }
@@ -1497,8 +1552,11 @@ impl<V: Verifier> Audit<V> {
     /// Tells the tailing thread how many records are undecided per partition (it pauses the
     /// partitions holding the backlog, see [`crate::kafka::tail::Flow`]).
     fn update_flow(&self) {
-        self.flow
-            .set_pending(self.parts.iter().map(|(tp, p)| (tp, p.ledger.pending())));
+        self.flow.set_pending(
+            self.parts
+                .iter()
+                .map(|(tp, p)| (tp, p.ledger.pending() + p.held.len() as u64)),
+        );
     }
 
     async fn poll_pipeline(&mut self) {
@@ -1597,6 +1655,14 @@ impl<V: Verifier> Audit<V> {
 
     /// Refreshes gauges and the status board.
     fn publish(&mut self) {
+        if let Some(r) = self.decoder.registry()
+            && let Some(h) = r.health()
+        {
+            self.metrics
+                .schema_registry_up
+                .with_label_values(&[self.cfg.name.as_str()])
+                .set(i64::from(h.is_ok()));
+        }
         let watermarks = self.watermarks();
         let audit = self.cfg.name.clone();
         let mut partitions = Vec::new();
@@ -1623,6 +1689,9 @@ impl<V: Verifier> Audit<V> {
             m.records_pending
                 .with_label_values(&l)
                 .set(part.ledger.pending() as i64);
+            m.records_awaiting_schema
+                .with_label_values(&l)
+                .set(part.held.len() as i64);
             // Acknowledged gaps left the ledger (they stop alerting); the countdown covers
             // the open ones: 0 once Kafka deleted one, no series without any. Unverifiable
             // ranges (deleted unread) are not missing records: nobody knows whether they
@@ -1676,6 +1745,7 @@ impl<V: Verifier> Audit<V> {
                 pending: led.pending(),
                 missing: led.missing(),
                 paused: self.flow.is_paused(tp),
+                awaiting_schema: part.held.len() as u64,
             });
         }
         let completeness = crate::completeness::evaluate(
@@ -1709,6 +1779,11 @@ impl<V: Verifier> Audit<V> {
             last_sink_ok: self.last_sink_ok,
             last_kafka_ok: self.last_kafka_ok,
             verify_interval_ms: self.cfg.verify_interval.as_millis() as u64,
+            schema_registry_error: self
+                .decoder
+                .registry()
+                .and_then(|r| r.health())
+                .and_then(Result::err),
             partitions,
             completeness,
         });
@@ -1851,21 +1926,32 @@ fn ledger_write(
     }
 }
 
-/// Where [`ingest_batch`] finds each partition's ledger.
+/// Where [`ingest_batch`] finds each partition's ledger and held records.
 pub trait Ledgers {
-    /// The ledger of `tp`, when the partition is assigned.
-    fn ledger_mut(&mut self, tp: &TopicPartition) -> Option<&mut PartitionLedger>;
+    /// The ledger of `tp` and the records held before it, when the partition is assigned.
+    /// Without a [`Held`] (the benchmark, whose formats never wait for a schema) a record
+    /// that waits for its schema is counted undecodable.
+    fn slot_mut(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Option<(&mut PartitionLedger, Option<&mut Held>)>;
 }
 
 impl Ledgers for BTreeMap<TopicPartition, Part> {
-    fn ledger_mut(&mut self, tp: &TopicPartition) -> Option<&mut PartitionLedger> {
-        self.get_mut(tp).map(|p| &mut p.ledger)
+    fn slot_mut(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Option<(&mut PartitionLedger, Option<&mut Held>)> {
+        self.get_mut(tp).map(|p| (&mut p.ledger, Some(&mut p.held)))
     }
 }
 
 impl Ledgers for HashMap<TopicPartition, PartitionLedger> {
-    fn ledger_mut(&mut self, tp: &TopicPartition) -> Option<&mut PartitionLedger> {
-        self.get_mut(tp)
+    fn slot_mut(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Option<(&mut PartitionLedger, Option<&mut Held>)> {
+        self.get_mut(tp).map(|l| (l, None))
     }
 }
 
@@ -1895,17 +1981,36 @@ pub fn ingest_batch(
         key.topic.clear();
         key.topic.push_str(&topic);
         key.partition = partition;
-        let mut ledger = ledgers.ledger_mut(&key);
+        let mut slot = ledgers.slot_mut(&key);
         // Counter slots: 0 consumed, 1 expected, 2.. filtered by reason.
         let mut c = [0u64; 5];
         let mut ignored = 0u64;
         let mut next = Some(first);
         while let Some(r) = next {
-            match ledger.as_deref_mut() {
+            match slot.as_mut() {
                 None => ignored += 1,
-                Some(ledger) => {
+                Some((ledger, held)) => {
+                    // Records waiting for their schema, and everything behind them, wait.
+                    let r = match held.as_deref_mut() {
+                        Some(h) if r.offset >= ledger.next_offset() => match h.admit(r) {
+                            Some(r) => r,
+                            None => {
+                                next = records
+                                    .next_if(|n| n.partition == partition && *n.topic == *topic);
+                                continue;
+                            }
+                        },
+                        _ => r,
+                    };
                     let fresh = r.offset >= ledger.next_offset();
                     let (slot, observed) = match r.tag {
+                        Tag::Unresolved(_) => (
+                            2 + FilterReason::ALL
+                                .iter()
+                                .position(|x| *x == FilterReason::Undecodable)
+                                .unwrap_or(0),
+                            Observed::Filtered,
+                        ),
                         Tag::Expected { key } => {
                             // The audit-wide multiset learns of the record as it is read, so
                             // a row it will need is never charged as another's duplicate.

@@ -15,7 +15,7 @@ use crate::config::{AuditConfig, Config, MatchStrategy};
 use crate::gap::{Gap, Offset, TopicPartition};
 use crate::kafka::{client, range};
 use crate::ledger::{Observed, PartitionLedger, Verdict};
-use crate::record::{Decoder, DecoderSpec, RecordMeta, Tag};
+use crate::record::{Decoder, RecordMeta, Tag};
 use crate::verify::Checker;
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
@@ -195,7 +195,7 @@ async fn check_audit(
             report.ranges.push(checked);
             continue;
         }
-        let decoder = Decoder::new(DecoderSpec::from_config(&audit.record, &audit.matching))
+        let decoder = crate::record::decoder_for(audit)
             .with_context(|| format!("audits.{}.record", audit.name))?;
         let kafka = config.kafka.clone();
         let tp2 = tp.clone();
@@ -400,6 +400,10 @@ fn read_range(
     let mut ledger = PartitionLedger::new(first, keyed);
     let (mut consumed, mut expected) = (0u64, 0u64);
     let mut young = None;
+    // Schemas not cached yet are fetched on the spot (this is a blocking-pool thread): the
+    // daemon's decoding, and an error rather than a guess when the registry cannot answer.
+    let runtime = tokio::runtime::Handle::current();
+    let mut schema_error = None;
     range::read(kafka, "gap-auditor-check", tp, first, end, |m| {
         let ts = range::timestamp_ms(m);
         // Under the time-only rule a record without a timestamp cannot be shown to be
@@ -416,18 +420,36 @@ fn read_range(
             offset: m.offset(),
             key: m.key(),
         };
-        let observed = match decoder.tag_record(m.payload(), &meta) {
+        let tag = match runtime.block_on(decoder.tag_resolved(m.payload(), &meta)) {
+            Ok(tag) => tag,
+            Err(e) => {
+                schema_error = Some(anyhow::anyhow!("offset {}: {e}", m.offset()));
+                return range::Flow::Stop;
+            }
+        };
+        let observed = match tag {
             Tag::Expected { key } => {
                 expected += 1;
                 Observed::Expected { key }
             }
             Tag::Filtered(_) => Observed::Filtered,
+            Tag::Unresolved(u) => {
+                schema_error = Some(anyhow::anyhow!(
+                    "offset {}: schema id {} unknown",
+                    m.offset(),
+                    u.schema_id
+                ));
+                return range::Flow::Stop;
+            }
         };
         consumed += 1;
         bar.inc(1);
         ledger.ingest(m.offset(), ts, observed, 0);
         range::Flow::Continue
     })?;
+    if let Some(e) = schema_error {
+        return Err(e);
+    }
     Ok((ledger, consumed, expected, young))
 }
 

@@ -407,6 +407,34 @@ string_enum! {
         Json = "json",
         /// The whole value as one field.
         Raw = "raw",
+        /// Avro in the Confluent wire format; the schema from `schema_registry`.
+        Avro = "avro",
+        /// Protobuf in the Confluent wire format; the schema from `schema_registry`.
+        Protobuf = "protobuf",
+    }
+}
+
+string_enum! {
+    /// Whether record values carry the Confluent Schema Registry header.
+    pub enum Framing ("framing") {
+        /// Plain values (default for csv, json and raw).
+        None = "none",
+        /// A magic byte and a 4-byte schema id before the value (always for avro and
+        /// protobuf; for json: JSON Schema serializers). The schema of a json value is not
+        /// needed to decode it and is not fetched.
+        Confluent = "confluent",
+    }
+}
+
+string_enum! {
+    /// How avro/protobuf timestamps are rendered for matching (docs/OPERATOR.md).
+    pub enum TimestampText ("timestamp format") {
+        /// `2024-05-01 12:00:00.123` (default; Flink's SQL text, DATETIME columns).
+        Sql = "sql",
+        /// `2024-05-01T12:00:00.123`.
+        Iso8601 = "iso8601",
+        /// `1714564800123`.
+        EpochMillis = "epoch_millis",
     }
 }
 
@@ -945,6 +973,14 @@ pub struct RecordConfig {
     pub fields: Vec<String>,
     /// `[audits.record.filter]`: which decoded records the pipeline is expected to write.
     pub filter: FilterConfig,
+    /// `none` (default) or `confluent`: values start with the Schema Registry header.
+    /// avro and protobuf are always framed.
+    pub framing: Framing,
+    /// avro/protobuf: how timestamps are rendered, `sql` (default), `iso8601` or
+    /// `epoch_millis`.
+    pub timestamp_format: TimestampText,
+    /// `[audits.record.schema_registry]`: where avro/protobuf schemas come from.
+    pub schema_registry: Option<SchemaRegistryConfig>,
 }
 
 impl Default for RecordConfig {
@@ -955,7 +991,73 @@ impl Default for RecordConfig {
             quote: false,
             fields: Vec::new(),
             filter: FilterConfig::default(),
+            framing: Framing::None,
+            timestamp_format: TimestampText::Sql,
+            schema_registry: None,
         }
+    }
+}
+
+/// `[audits.record.schema_registry]`: the Confluent-compatible Schema Registry holding the
+/// writer schemas of avro/protobuf records (`GET /schemas/ids/{id}`). Schemas are cached
+/// per id for the life of the process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaRegistryConfig {
+    /// `http(s)://host:8081` (a path prefix is kept). Required. Credentials go in
+    /// `username`/`password`, not here.
+    pub url: String,
+    /// Basic auth user.
+    #[serde(default, deserialize_with = "de_opt_string")]
+    pub username: Option<String>,
+    /// Basic auth password. Prefer `password_file` or the environment
+    /// (`GAP_AUDITOR__AUDITS__0__RECORD__SCHEMA_REGISTRY__PASSWORD`).
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// File holding the password; exclusive with `password`; moved into it at load.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// PEM CA bundle to verify the registry's TLS certificate.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Timeout of one registry request, default `5s`. A schema that cannot be fetched
+    /// leaves its records unknown (retried), never filtered.
+    #[serde(default = "default_registry_timeout", deserialize_with = "de_duration")]
+    pub timeout: Duration,
+}
+
+fn default_registry_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl SchemaRegistryConfig {
+    fn validate(&self, p: &str) -> Result<(), ConfigError> {
+        let url: url::Url = match self.url.parse() {
+            Ok(u) => u,
+            Err(e) => return err(format!("{p}.url"), format!("not a valid URL ({e})")),
+        };
+        if !matches!(url.scheme(), "http" | "https") {
+            return err(format!("{p}.url"), "scheme must be http or https");
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return err(
+                format!("{p}.url"),
+                "must not embed credentials: set username and password (or password_file)",
+            );
+        }
+        if self.password.is_some() && self.password_file.is_some() {
+            return err(
+                format!("{p}.password_file"),
+                "set either password or password_file, not both",
+            );
+        }
+        if self.username.is_none() && (self.password.is_some() || self.password_file.is_some()) {
+            return err(format!("{p}.username"), "a password needs a username");
+        }
+        if self.timeout.is_zero() {
+            return err(format!("{p}.timeout"), "must be > 0");
+        }
+        Ok(())
     }
 }
 
@@ -1510,6 +1612,26 @@ impl Config {
                     );
                 }
             }
+            if let Some(reg) = &mut audit.record.schema_registry {
+                let p = format!("audits[{i}].record.schema_registry");
+                if let Some(path) = reg.password_file.take() {
+                    if reg.password.is_some() {
+                        return err(
+                            format!("{p}.password_file"),
+                            "set either password or password_file, not both",
+                        );
+                    }
+                    reg.password = Some(read_secret_file(&format!("{p}.password_file"), &path)?);
+                }
+                if let Some(path) = &reg.ca_file
+                    && let Err(e) = std::fs::File::open(path)
+                {
+                    return err(
+                        format!("{p}.ca_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                    );
+                }
+            }
         }
         Ok(())
     }
@@ -1955,6 +2077,26 @@ impl AuditConfig {
 
 impl RecordConfig {
     fn validate(&self, p: &str) -> Result<(), ConfigError> {
+        let schema_format = matches!(self.format, RecordFormat::Avro | RecordFormat::Protobuf);
+        match &self.schema_registry {
+            Some(r) => r.validate(&format!("{p}.schema_registry"))?,
+            None if schema_format => {
+                return err(
+                    format!("{p}.schema_registry.url"),
+                    format!("format {} needs the schema registry", self.format.as_str()),
+                );
+            }
+            None => {}
+        }
+        if schema_format && !self.fields.is_empty() {
+            return err(
+                format!("{p}.fields"),
+                format!(
+                    "format {} names its fields in the writer schema: address them by name or /pointer, without fields",
+                    self.format.as_str()
+                ),
+            );
+        }
         for (j, field) in self.fields.iter().enumerate() {
             if field.trim().is_empty() {
                 return err(format!("{p}.fields[{j}]"), "must not be empty");
@@ -2366,6 +2508,195 @@ index = "dns_logs"
         assert_err(&e, "state.handover_topic", "not a valid topic name");
         let e = invalid(|c| c.state.handover_topic = Some("test".into()));
         assert_err(&e, "state.handover_topic", "audited by audits[0]");
+    }
+
+    /// The seed audit on an Avro topic: key fields named by the writer schema.
+    const AVRO: &str = r#"
+[kafka]
+brokers = "127.0.0.1:9092"
+
+[[audits]]
+name = "dns_avro"
+topics = ["dns-avro"]
+[audits.record]
+format = "avro"
+timestamp_format = "iso8601"
+[audits.record.schema_registry]
+url = "https://registry.example:8081/prefix"
+username = "auditor"
+password = "registry-secret"
+[audits.match]
+strategy = "key_columns"
+key = ["client_ip", "/geo/country", "time"]
+[audits.sink]
+kind = "doris"
+url = "mysql://root@127.0.0.1:9030/example_db"
+table = "dns_logs_from_flink01"
+"#;
+
+    fn avro() -> Config {
+        Config::from_toml_str(AVRO).expect("the avro example is valid")
+    }
+
+    fn invalid_avro(edit: impl FnOnce(&mut Config)) -> ConfigError {
+        let mut cfg = avro();
+        edit(&mut cfg);
+        cfg.validate().expect_err("expected a validation error")
+    }
+
+    fn registry(c: &mut Config) -> &mut SchemaRegistryConfig {
+        c.audits[0]
+            .record
+            .schema_registry
+            .as_mut()
+            .expect("registry section")
+    }
+
+    #[test]
+    fn avro_and_protobuf_load_with_their_registry() {
+        let cfg = avro();
+        let r = &cfg.audits[0].record;
+        assert_eq!(r.format, RecordFormat::Avro);
+        assert_eq!(r.timestamp_format, TimestampText::Iso8601);
+        let reg = r.schema_registry.as_ref().expect("registry");
+        assert_eq!(reg.timeout, Duration::from_secs(5), "default timeout");
+        assert!(!format!("{cfg:?}").contains("registry-secret"), "redacted");
+        let proto =
+            Config::from_toml_str(&AVRO.replace("\"avro\"", "\"protobuf\"")).expect("protobuf");
+        assert_eq!(proto.audits[0].record.format, RecordFormat::Protobuf);
+        // json with the Confluent header, no registry needed.
+        let framed = BASE.replace(
+            "format = \"csv\"\ndelimiter = \"|\"\nfields = [\"client_ip\",\"domain\",\"time\",\"target_ip\",\"rcode\",\"query_type\",\"authority_record\",\"add_msg\",\"dns_ip\"]",
+            "format = \"json\"\nframing = \"confluent\"",
+        );
+        let cfg =
+            Config::from_toml_str(&framed.replace("field_count = 9", "")).expect("framed json");
+        assert_eq!(cfg.audits[0].record.framing, Framing::Confluent);
+        let e = toml_err(&AVRO.replace("\"iso8601\"", "\"unix\""));
+        assert!(e.to_string().contains("timestamp format"), "{e}");
+    }
+
+    #[test]
+    fn schema_formats_need_a_registry() {
+        let e = invalid_avro(|c| c.audits[0].record.schema_registry = None);
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.url",
+            "format avro needs the schema registry",
+        );
+    }
+
+    #[test]
+    fn schema_formats_take_no_field_list() {
+        let e = invalid_avro(|c| c.audits[0].record.fields = vec!["client_ip".into()]);
+        assert_err(&e, "audits[0].record.fields", "writer schema");
+    }
+
+    #[test]
+    fn registry_url_is_http_without_credentials() {
+        let e = invalid_avro(|c| registry(c).url = "ftp://registry:8081".into());
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.url",
+            "scheme must be http or https",
+        );
+        let e = invalid_avro(|c| registry(c).url = "not a url".into());
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.url",
+            "not a valid URL",
+        );
+        let e = invalid_avro(|c| registry(c).url = "http://u:url-secret@registry:8081".into());
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.url",
+            "must not embed credentials",
+        );
+        assert!(!e.to_string().contains("url-secret"), "{e}");
+    }
+
+    #[test]
+    fn registry_password_rules() {
+        let e = invalid_avro(|c| registry(c).password_file = Some("/run/secrets/pw".into()));
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.password_file",
+            "not both",
+        );
+        let e = invalid_avro(|c| registry(c).username = None);
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.username",
+            "a password needs a username",
+        );
+        let e = invalid_avro(|c| registry(c).timeout = Duration::ZERO);
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.timeout",
+            "must be > 0",
+        );
+    }
+
+    #[test]
+    fn registry_password_from_the_environment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let toml = AVRO.replace("password = \"registry-secret\"\n", "");
+        let path = write_temp(&dir, "gap-auditor.toml", &toml);
+        let cfg = Config::load_with_env(
+            Some(&path),
+            env(&[(
+                "GAP_AUDITOR__AUDITS__0__RECORD__SCHEMA_REGISTRY__PASSWORD",
+                "env-registry-pw",
+            )]),
+        )
+        .expect("env override");
+        let reg = cfg.audits[0]
+            .record
+            .schema_registry
+            .as_ref()
+            .expect("registry");
+        assert_eq!(
+            reg.password.as_ref().map(Secret::expose),
+            Some("env-registry-pw")
+        );
+    }
+
+    #[test]
+    fn registry_password_file_is_read_at_load() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pw = write_temp(&dir, "registry-pw", "from-a-file\n");
+        let toml = AVRO.replace(
+            "password = \"registry-secret\"",
+            &format!("password_file = {:?}", pw.display().to_string()),
+        );
+        let cfg = Config::from_toml_str(&toml).expect("password_file");
+        let reg = cfg.audits[0]
+            .record
+            .schema_registry
+            .as_ref()
+            .expect("registry");
+        assert_eq!(
+            reg.password.as_ref().map(Secret::expose),
+            Some("from-a-file")
+        );
+        assert_eq!(reg.password_file, None);
+        assert_eq!(cfg.validate(), Ok(()), "a loaded config stays valid");
+        let missing = AVRO.replace(
+            "password = \"registry-secret\"",
+            "password_file = \"/nonexistent/registry-pw\"",
+        );
+        let e = toml_err(&missing);
+        assert_eq!(e.path, "audits[0].record.schema_registry.password_file");
+        let ca = AVRO.replace(
+            "username = \"auditor\"",
+            "username = \"auditor\"\nca_file = \"/nonexistent/ca.pem\"",
+        );
+        let e = toml_err(&ca);
+        assert_err(
+            &e,
+            "audits[0].record.schema_registry.ca_file",
+            "cannot read",
+        );
     }
 
     fn toml_err(s: &str) -> ConfigError {

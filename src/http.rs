@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
 //! | `GET /healthz` | 200 `ok` while the process runs |
-//! | `GET /readyz` | 200 when Kafka and every sink answered recently, else 503 saying what is stale |
+//! | `GET /readyz` | 200 when Kafka and every sink answered recently (and the last schema fetch succeeded), else 503 saying what is stale |
 //! | `GET /api/gaps?state=open\|all\|<state>&audit=NAME` | JSON array of gaps, newest first |
 //! | `GET /api/status` | `{"audits": [...]}` |
 //! | `GET /api/completeness?audit=NAME&until=RFC3339` | `{"complete", "complete_until", "blocking", ...}` ([`crate::completeness::Answer`]) |
@@ -571,6 +571,7 @@ mod tests {
             last_sink_ok: ok_at,
             last_kafka_ok: ok_at,
             verify_interval_ms: 5_000,
+            schema_registry_error: None,
             partitions: vec![PartitionStatus {
                 topic: "test".to_string(),
                 partition: 0,
@@ -582,6 +583,7 @@ mod tests {
                 pending: 10,
                 missing: 0,
                 paused: false,
+                awaiting_schema: 0,
             }],
             completeness: Default::default(),
         }

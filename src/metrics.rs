@@ -106,6 +106,13 @@ pub struct Metrics {
     pub audit_info: IntGaugeVec,
     /// Every family registered on `registry`, for [`Metrics::family_names`].
     families: Vec<String>,
+    /// Beyond SPEC's table: `gap_auditor_records_awaiting_schema{audit,topic,partition}`,
+    /// records read but not decided because their schema is not fetched yet (and the
+    /// records behind them): neither expected nor filtered.
+    pub records_awaiting_schema: IntGaugeVec,
+    /// Beyond SPEC's table: `gap_auditor_schema_registry_up{audit}`, 1 when the last
+    /// schema fetch succeeded; absent for audits without a schema registry.
+    pub schema_registry_up: IntGaugeVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -294,6 +301,16 @@ impl Metrics {
                 "1 when the pipeline group's commits were read and it has commits; 0 holds verdicts back.",
                 &["audit"],
             ),
+            records_awaiting_schema: f.int_gauge(
+                "gap_auditor_records_awaiting_schema",
+                "Records read but not decided yet because their schema is being fetched from the schema registry (and the records behind them): neither expected nor filtered.",
+                PARTITION_LABELS,
+            ),
+            schema_registry_up: f.int_gauge(
+                "gap_auditor_schema_registry_up",
+                "1 when the last schema registry fetch succeeded, else 0 (records wait for their schema, unknown).",
+                &["audit"],
+            ),
             missing_keys_dropped: f.int_counter(
                 "gap_auditor_missing_keys_dropped_total",
                 "Keys of missing records dropped beyond max_missing_keys: those records are no longer re-checked (they stay missing).",
@@ -408,6 +425,7 @@ impl Metrics {
             &self.settled_offset,
             &self.pipeline_committed_offset,
             &self.log_end_offset,
+            &self.records_awaiting_schema,
         ] {
             let _ = g.remove_label_values(&key);
         }
@@ -485,6 +503,8 @@ mod tests {
         ("gap_auditor_pipeline_stalls_total", "counter"),
         ("gap_auditor_missing_keys_dropped_total", "counter"),
         ("gap_auditor_audit_info", "gauge"),
+        ("gap_auditor_records_awaiting_schema", "gauge"),
+        ("gap_auditor_schema_registry_up", "gauge"),
     ];
 
     /// The prometheus crate's process collector (Linux): the names every exporter uses.
@@ -521,9 +541,11 @@ mod tests {
             &m.settled_offset,
             &m.pipeline_committed_offset,
             &m.log_end_offset,
+            &m.records_awaiting_schema,
         ] {
             g.with_label_values(&l).set(7);
         }
+        m.schema_registry_up.with_label_values(&[audit]).set(1);
         m.gap_unrecoverable_seconds
             .with_label_values(&l)
             .set(3600.5);

@@ -15,8 +15,17 @@
 //!    expected there. An EMPTY key field is a value like any other (SPEC: empty matches
 //!    empty): the pipeline writes such records, so they are audited, never skipped.
 //!
-//! The number of fields a record has: csv, the fields after the split; json, the members
-//! of the top-level object (0 for any other document); raw, always 1.
+//! The number of fields a record has: csv, the fields after the split; json, avro and
+//! protobuf, the members of the top-level object (0 for any other document); raw, always 1.
+//!
+//! Schema Registry formats (`avro`, `protobuf`; and any format with `framing =
+//! "confluent"`): the value starts with the Confluent header (magic byte, schema id), a
+//! value without it is `undecodable`. Avro and Protobuf records are decoded with the writer
+//! schema of that id ([`registry`]) into a JSON tree and addressed like json records
+//! ([`avro`], [`protobuf`], logical types in [`logical`]). A record whose schema is not in
+//! the cache yet is neither expected nor filtered: [`Tag::Unresolved`] keeps its bytes, and
+//! the audit decodes it again once the schema arrives (unknown is never filtered). A schema
+//! the registry served but that cannot be used makes its records `undecodable`.
 //!
 //! `doc_id` matching (Elasticsearch): the document `_id` is rendered from a template over
 //! `{topic}`, `{partition}`, `{offset}`, `{key}` (the Kafka message key, UTF-8) and record
@@ -26,10 +35,18 @@
 //! template needs one) is `filter`ed; a Kafka key that is not UTF-8 is `undecodable`. The
 //! built-in names win over record fields of the same name.
 
+pub mod avro;
+pub mod logical;
+pub mod protobuf;
+pub mod registry;
+
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use logical::TimestampFormat;
 
 /// The values of the match key fields of one record, in key order.
 ///
@@ -242,6 +259,68 @@ pub enum Tag {
     },
     /// Not expected in the sink, for this reason.
     Filtered(FilterReason),
+    /// Cannot be decided yet: its schema is not in the cache (being fetched). Carries what
+    /// [`Decoder::retag`] needs to decode it once the schema is there.
+    Unresolved(Box<Unresolved>),
+}
+
+/// A record waiting for its schema: its value and Kafka key, kept as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unresolved {
+    /// The schema id from the record's framing.
+    pub schema_id: u32,
+    /// The record value.
+    pub value: Box<[u8]>,
+    /// The Kafka message key (doc_id templates may use it).
+    pub key: Option<Box<[u8]>>,
+}
+
+/// A compiled writer schema, of the audit's record format.
+#[derive(Debug)]
+pub enum Compiled {
+    /// An Avro schema.
+    Avro(avro::AvroSchema),
+    /// A Protobuf schema.
+    Protobuf(protobuf::ProtoSchema),
+}
+
+/// The schema registry of an audit, caching compiled schemas by id.
+pub type SchemaRegistry = registry::Registry<Compiled>;
+
+/// The registry for an audit of `format` (avro or protobuf): fetched schemas are compiled
+/// for that format, a schema of another type is unusable.
+pub fn schema_registry(
+    cfg: &crate::config::SchemaRegistryConfig,
+    format: DecodeFormat,
+) -> Result<SchemaRegistry, String> {
+    let client = registry::RegistryClient::new(cfg)?;
+    Ok(registry::Registry::new(
+        client,
+        move |id, raw| match format {
+            DecodeFormat::Protobuf => {
+                protobuf::ProtoSchema::compile(id, raw).map(Compiled::Protobuf)
+            }
+            _ => avro::AvroSchema::compile(id, raw).map(Compiled::Avro),
+        },
+    ))
+}
+
+/// The decoder of an audit, exactly as `run`, `check` and `replay` use it: its record
+/// spec, and the schema registry when the format needs one.
+pub fn decoder_for(audit: &crate::config::AuditConfig) -> Result<Decoder, RecordError> {
+    let spec = DecoderSpec::from_config(&audit.record, &audit.matching);
+    let format = spec.format;
+    let decoder = Decoder::new(spec)?;
+    if !format.needs_registry() {
+        return Ok(decoder);
+    }
+    let cfg = audit
+        .record
+        .schema_registry
+        .as_ref()
+        .ok_or(RecordError::NoRegistry)?;
+    let registry = schema_registry(cfg, format).map_err(RecordError::Registry)?;
+    Ok(decoder.with_registry(Arc::new(registry)))
 }
 
 /// The record formats the decoder understands (mirrors `record.format` in the config).
@@ -253,6 +332,17 @@ pub enum DecodeFormat {
     Json,
     /// The whole value is one field.
     Raw,
+    /// Avro, Confluent-framed, the schema from the registry.
+    Avro,
+    /// Protobuf, Confluent-framed, the schema from the registry.
+    Protobuf,
+}
+
+impl DecodeFormat {
+    /// Whether records of this format are decoded with a registry schema.
+    pub fn needs_registry(self) -> bool {
+        matches!(self, DecodeFormat::Avro | DecodeFormat::Protobuf)
+    }
 }
 
 /// Everything the decoder needs, in plain types, so that this module depends on the config
@@ -277,6 +367,10 @@ pub struct DecoderSpec {
     pub key: Option<Vec<String>>,
     /// The document id template; `Some` only for the `doc_id` strategy.
     pub id_template: Option<String>,
+    /// Values carry the Confluent header (always for avro and protobuf).
+    pub confluent_framing: bool,
+    /// How logical-type timestamps are rendered (avro, protobuf).
+    pub timestamp_format: TimestampFormat,
 }
 
 impl Default for DecoderSpec {
@@ -292,6 +386,8 @@ impl Default for DecoderSpec {
             require: Vec::new(),
             key: None,
             id_template: None,
+            confluent_framing: false,
+            timestamp_format: TimestampFormat::Sql,
         }
     }
 }
@@ -303,13 +399,22 @@ impl DecoderSpec {
         record: &crate::config::RecordConfig,
         matching: &crate::config::MatchConfig,
     ) -> Self {
-        use crate::config::{MatchStrategy, RecordFormat};
+        use crate::config::{Framing, MatchStrategy, RecordFormat, TimestampText};
+        let format = match record.format {
+            RecordFormat::Csv => DecodeFormat::Csv,
+            RecordFormat::Json => DecodeFormat::Json,
+            RecordFormat::Raw => DecodeFormat::Raw,
+            RecordFormat::Avro => DecodeFormat::Avro,
+            RecordFormat::Protobuf => DecodeFormat::Protobuf,
+        };
         DecoderSpec {
-            format: match record.format {
-                RecordFormat::Csv => DecodeFormat::Csv,
-                RecordFormat::Json => DecodeFormat::Json,
-                RecordFormat::Raw => DecodeFormat::Raw,
+            confluent_framing: format.needs_registry() || record.framing == Framing::Confluent,
+            timestamp_format: match record.timestamp_format {
+                TimestampText::Sql => TimestampFormat::Sql,
+                TimestampText::Iso8601 => TimestampFormat::Iso8601,
+                TimestampText::EpochMillis => TimestampFormat::EpochMillis,
             },
+            format,
             delimiter: record.delimiter.clone(),
             quote: record.quote,
             fields: record.fields.clone(),
@@ -357,6 +462,12 @@ pub enum RecordError {
     /// A `doc_id` template that cannot be parsed.
     #[error("id_template: {0}")]
     IdTemplate(String),
+    /// avro/protobuf without `record.schema_registry`.
+    #[error("format avro and protobuf need record.schema_registry.url")]
+    NoRegistry,
+    /// The registry client cannot be built.
+    #[error("{0}")]
+    Registry(String),
 }
 
 /// Where a named field is found in a decoded record.
@@ -388,6 +499,8 @@ enum Kind {
     Csv { delimiter: char, quote: bool },
     Json,
     Raw,
+    Avro,
+    Protobuf,
 }
 
 /// Classifies record values for one audit. Build once with [`Decoder::new`]; `tag` is pure
@@ -402,6 +515,11 @@ pub struct Decoder {
     id: Option<Vec<IdPart>>,
     /// csv: fields a record usually has, so splitting allocates once instead of growing.
     width: usize,
+    /// Values start with the Confluent header.
+    framed: bool,
+    timestamp_format: TimestampFormat,
+    /// avro/protobuf: where schemas come from (none: every record is undecodable).
+    registry: Option<Arc<SchemaRegistry>>,
 }
 
 /// The name a raw record's single field goes by when `fields` is empty.
@@ -427,6 +545,8 @@ impl Decoder {
             }
             DecodeFormat::Json => Kind::Json,
             DecodeFormat::Raw => Kind::Raw,
+            DecodeFormat::Avro => Kind::Avro,
+            DecodeFormat::Protobuf => Kind::Protobuf,
         };
         for (i, name) in spec.fields.iter().enumerate() {
             if spec.fields[..i].contains(name) {
@@ -449,9 +569,12 @@ impl Decoder {
                         name: name.clone(),
                         known: spec.fields.clone(),
                     }),
-                // JSON fields need not be listed in `fields`: the document names them.
-                Kind::Json if name.starts_with('/') => Ok(Locator::Pointer(name.clone())),
-                Kind::Json => Ok(Locator::Name(name.clone())),
+                // JSON fields need not be listed in `fields`: the document (or the writer
+                // schema) names them.
+                Kind::Json | Kind::Avro | Kind::Protobuf if name.starts_with('/') => {
+                    Ok(Locator::Pointer(name.clone()))
+                }
+                Kind::Json | Kind::Avro | Kind::Protobuf => Ok(Locator::Name(name.clone())),
                 Kind::Raw => {
                     let raw_name = spec.fields.first().map_or(RAW_FIELD, String::as_str);
                     if name == raw_name {
@@ -512,7 +635,58 @@ impl Decoder {
             require,
             key,
             id,
+            framed: spec.confluent_framing || spec.format.needs_registry(),
+            timestamp_format: spec.timestamp_format,
+            registry: None,
         })
+    }
+
+    /// This decoder, taking avro/protobuf schemas from `registry`.
+    pub fn with_registry(mut self, registry: Arc<SchemaRegistry>) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// The schema registry, for formats that need one.
+    pub fn registry(&self) -> Option<&Arc<SchemaRegistry>> {
+        self.registry.as_ref()
+    }
+
+    /// Decodes a record that waited for its schema, with the Kafka coordinates of `meta`
+    /// (its key comes from the record itself). `Unresolved` again while the schema is
+    /// still not in the cache.
+    pub fn retag(&self, u: &Unresolved, meta: &RecordMeta<'_>) -> Tag {
+        let meta = RecordMeta {
+            key: u.key.as_deref(),
+            ..*meta
+        };
+        self.tag_record(Some(&u.value), &meta)
+    }
+
+    /// Like [`Decoder::tag_record`], but a record whose schema is not cached yet is fetched
+    /// (and awaited) rather than left unresolved: for `check` and `replay`, which must give
+    /// the daemon's verdicts. Errors when the registry cannot give the schema.
+    pub async fn tag_resolved(
+        &self,
+        value: Option<&[u8]>,
+        meta: &RecordMeta<'_>,
+    ) -> Result<Tag, registry::RegistryError> {
+        match self.tag_record(value, meta) {
+            Tag::Unresolved(u) => {
+                if let Some(r) = &self.registry {
+                    r.resolve(u.schema_id).await?;
+                }
+                match self.retag(&u, meta) {
+                    // Only if the cache dropped it between the fetch and here.
+                    Tag::Unresolved(_) => Err(registry::RegistryError::Unavailable(format!(
+                        "schema id {} fetched but not cached",
+                        u.schema_id
+                    ))),
+                    tag => Ok(tag),
+                }
+            }
+            tag => Ok(tag),
+        }
     }
 
     /// Classifies one Kafka record value without its Kafka metadata (all zero/empty, no key):
@@ -524,9 +698,18 @@ impl Decoder {
     /// Classifies one Kafka record, its value (`None` = tombstone) and its coordinates and
     /// key (for `doc_id` templates). Never panics on any input.
     pub fn tag_record(&self, value: Option<&[u8]>, meta: &RecordMeta<'_>) -> Tag {
-        let Some(bytes) = value else {
+        let Some(mut bytes) = value else {
             return Tag::Filtered(FilterReason::Tombstone);
         };
+        if self.framed {
+            let Some((id, payload)) = registry::split_frame(bytes) else {
+                return Tag::Filtered(FilterReason::Undecodable);
+            };
+            match self.kind {
+                Kind::Avro | Kind::Protobuf => return self.tag_schema(id, bytes, payload, meta),
+                _ => bytes = payload,
+            }
+        }
         // One UTF-8 check for every format: non-UTF-8 input is `undecodable` by the same
         // rule everywhere, and the decoders below work on `&str` and can borrow from it.
         let Ok(text) = std::str::from_utf8(bytes) else {
@@ -552,8 +735,88 @@ impl Decoder {
                 Err(_) => return Tag::Filtered(FilterReason::Undecodable),
             },
             Kind::Raw => Decoded::Raw(text),
+            // Framed formats returned above.
+            Kind::Avro | Kind::Protobuf => return Tag::Filtered(FilterReason::Undecodable),
         };
         self.classify(&decoded, meta)
+    }
+
+    /// An avro/protobuf record of schema `id`: decoded with the cached schema, or left
+    /// unresolved (with its bytes) while the schema is being fetched.
+    fn tag_schema(&self, id: u32, value: &[u8], payload: &[u8], meta: &RecordMeta<'_>) -> Tag {
+        let Some(registry) = &self.registry else {
+            return Tag::Filtered(FilterReason::Undecodable);
+        };
+        let schema = match registry.lookup(id) {
+            registry::Lookup::Ready(s) => s,
+            registry::Lookup::Broken(_) => return Tag::Filtered(FilterReason::Undecodable),
+            registry::Lookup::Waiting => {
+                return Tag::Unresolved(Box::new(Unresolved {
+                    schema_id: id,
+                    value: Box::from(value),
+                    key: meta.key.map(Box::from),
+                }));
+            }
+        };
+        let doc = match &*schema {
+            Compiled::Avro(s) => s.decode(payload, self.timestamp_format),
+            Compiled::Protobuf(s) => s.decode(payload, self.timestamp_format),
+        };
+        match doc {
+            Ok(doc) => self.classify(&Decoded::Json(doc), meta),
+            Err(_) => Tag::Filtered(FilterReason::Undecodable),
+        }
+    }
+
+    /// Why a value is undecodable, in words, for the startup check's log line: `None` when
+    /// it decodes (or is still waiting for its schema). Never prints record contents.
+    pub fn explain(&self, value: &[u8]) -> Option<String> {
+        let framed = registry::split_frame(value);
+        let looks_framed = framed.is_some();
+        let bytes = if self.framed {
+            match framed {
+                Some((id, payload)) => {
+                    if let (Kind::Avro | Kind::Protobuf, Some(r)) = (self.kind, &self.registry) {
+                        return match r.lookup(id) {
+                            registry::Lookup::Ready(s) => match &*s {
+                                Compiled::Avro(s) => s.decode(payload, self.timestamp_format),
+                                Compiled::Protobuf(s) => s.decode(payload, self.timestamp_format),
+                            }
+                            .err()
+                            .map(|e| format!("schema id {id}: {e}")),
+                            registry::Lookup::Broken(e) => Some(e.to_string()),
+                            registry::Lookup::Waiting => None,
+                        };
+                    }
+                    payload
+                }
+                None => {
+                    return Some(
+                        "no Confluent Schema Registry header (magic byte 0, 4-byte schema id)"
+                            .into(),
+                    );
+                }
+            }
+        } else {
+            value
+        };
+        if !self.framed && looks_framed {
+            return Some(
+                "starts with a Confluent Schema Registry header (magic byte 0, schema id): \
+                 set record.format = \"avro\" or \"protobuf\", or framing = \"confluent\""
+                    .into(),
+            );
+        }
+        match std::str::from_utf8(bytes) {
+            Err(e) => Some(format!("not UTF-8 ({e})")),
+            Ok(text) if self.kind == Kind::Json => serde_json::from_str::<Value>(text)
+                .err()
+                .map(|e| format!("not JSON ({e})")),
+            Ok(_) if matches!(self.kind, Kind::Csv { quote: true, .. }) => {
+                Some("malformed quoting".into())
+            }
+            Ok(_) => None,
+        }
     }
 
     /// Applies the field-count filters and `require`, and builds the key or document id.
@@ -814,6 +1077,131 @@ mod tests {
             ..DecoderSpec::default()
         })
         .expect("json spec is valid")
+    }
+
+    /// A registry nobody answers at (port 9 on loopback): only `insert` fills its cache.
+    fn offline_registry(format: DecodeFormat) -> Arc<SchemaRegistry> {
+        let cfg = crate::config::SchemaRegistryConfig {
+            url: "http://127.0.0.1:9".into(),
+            username: None,
+            password: None,
+            password_file: None,
+            ca_file: None,
+            timeout: std::time::Duration::from_millis(200),
+        };
+        Arc::new(schema_registry(&cfg, format).expect("client"))
+    }
+
+    const DNS_AVRO: &str = r#"{"type":"record","name":"Dns","fields":[
+        {"name":"client_ip","type":"string"},
+        {"name":"domain","type":["null","string"]},
+        {"name":"time","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#;
+
+    /// Confluent framing of schema `id` around an Avro datum of [`DNS_AVRO`].
+    fn dns_avro(id: u32, ip: &str, domain: Option<&str>, ms: i64) -> Vec<u8> {
+        use apache_avro::types::Value as A;
+        let schema = apache_avro::Schema::parse_str(DNS_AVRO).expect("schema");
+        let mut r = apache_avro::types::Record::new(&schema).expect("record");
+        r.put("client_ip", ip);
+        r.put(
+            "domain",
+            match domain {
+                Some(d) => A::Union(1, Box::new(A::String(d.into()))),
+                None => A::Union(0, Box::new(A::Null)),
+            },
+        );
+        r.put("time", A::TimestampMillis(ms));
+        let mut out = vec![0];
+        out.extend(id.to_be_bytes());
+        out.extend(
+            apache_avro::writer::datum::GenericDatumWriter::builder(&schema)
+                .build()
+                .expect("writer")
+                .write_value_to_vec(r)
+                .expect("encode"),
+        );
+        out
+    }
+
+    #[test]
+    fn avro_records_wait_for_their_schema_then_decode_like_json() {
+        let registry = offline_registry(DecodeFormat::Avro);
+        let d = Decoder::new(DecoderSpec {
+            format: DecodeFormat::Avro,
+            key: Some(strings(&["client_ip", "domain", "time"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid")
+        .with_registry(registry.clone());
+        let value = dns_avro(7, "10.0.0.1", Some("a.example"), 1_714_564_800_000);
+        let meta = RecordMeta {
+            key: Some(b"k"),
+            ..RecordMeta::default()
+        };
+        // Not cached: neither expected nor filtered, and the bytes are kept.
+        let Tag::Unresolved(u) = d.tag_record(Some(&value), &meta) else {
+            panic!("a record without its schema must wait");
+        };
+        assert_eq!(
+            (u.schema_id, &*u.value, u.key.as_deref()),
+            (7, &value[..], Some(&b"k"[..]))
+        );
+        assert_eq!(registry.waiting(), vec![(7, None)], "asked for");
+        registry.insert(
+            7,
+            &registry::RawSchema {
+                schema_type: registry::SchemaType::Avro,
+                text: DNS_AVRO.into(),
+                references: Vec::new(),
+            },
+        );
+        assert_eq!(
+            d.retag(&u, &RecordMeta::default()),
+            expected(&["10.0.0.1", "a.example", "2024-05-01 12:00:00"])
+        );
+        // A null union branch is an absent field: the key cannot be built.
+        assert_eq!(d.tag(Some(&dns_avro(7, "10.0.0.1", None, 0))), FILTERED);
+        // Not framed, garbage after the header, a schema that is not Avro.
+        assert_eq!(d.tag(Some(b"10.0.0.1|a")), UNDECODABLE);
+        assert_eq!(d.tag(Some(&[0, 0, 0, 0, 7, 0xFF])), UNDECODABLE);
+        registry.insert(
+            8,
+            &registry::RawSchema {
+                schema_type: registry::SchemaType::Protobuf,
+                text: "syntax = \"proto3\";".into(),
+                references: Vec::new(),
+            },
+        );
+        assert_eq!(d.tag(Some(&dns_avro(8, "1", Some("d"), 0))), UNDECODABLE);
+        let why = d
+            .explain(&dns_avro(8, "1", Some("d"), 0))
+            .expect("explained");
+        assert!(why.contains("schema id 8"), "{why}");
+    }
+
+    #[test]
+    fn json_with_confluent_framing_strips_the_header() {
+        let d = Decoder::new(DecoderSpec {
+            format: DecodeFormat::Json,
+            confluent_framing: true,
+            key: Some(strings(&["/a/b"])),
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        let mut v = vec![0, 0, 0, 0, 3];
+        v.extend(br#"{"a":{"b":"x"}}"#);
+        assert_eq!(d.tag(Some(&v)), expected(&["x"]));
+        assert_eq!(d.tag(Some(br#"{"a":{"b":"x"}}"#)), UNDECODABLE, "no header");
+    }
+
+    #[test]
+    fn without_a_registry_schema_formats_are_undecodable_never_waiting_forever() {
+        let d = Decoder::new(DecoderSpec {
+            format: DecodeFormat::Protobuf,
+            ..DecoderSpec::default()
+        })
+        .expect("valid");
+        assert_eq!(d.tag(Some(&[0, 0, 0, 0, 1, 0])), UNDECODABLE);
     }
 
     #[test]

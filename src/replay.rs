@@ -25,7 +25,7 @@ use crate::gap::{Offset, TopicPartition};
 use crate::kafka::{client, range};
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
 use crate::record::RecordMeta;
-use crate::record::{Decoder, DecoderSpec, Tag};
+use crate::record::{Decoder, Tag};
 use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
 use crate::sink::memory::MemorySink;
 use crate::sink::sql;
@@ -180,7 +180,7 @@ pub async fn run_with(
     let records = tokio::task::spawn_blocking(move || read_offsets(&kafka, &t))
         .await
         .context("reading from Kafka")??;
-    let decoder = Decoder::new(DecoderSpec::from_config(&audit.record, &audit.matching))
+    let decoder = crate::record::decoder_for(audit)
         .with_context(|| format!("audits.{}.record", audit.name))?;
 
     // Which expected records are still absent from the sink?
@@ -198,7 +198,22 @@ pub async fn run_with(
             offset: r.offset,
             key: r.key.as_deref(),
         };
-        match decoder.tag_record(r.value.as_deref(), &meta) {
+        // The daemon's decoding, schema fetched when not cached (a registry that cannot
+        // give it fails the replay: it never guesses).
+        let tag = decoder
+            .tag_resolved(r.value.as_deref(), &meta)
+            .await
+            .with_context(|| format!("offset {}: the record's schema", r.offset))?;
+        match tag {
+            // tag_resolved never leaves a record unresolved; should it, nothing is guessed.
+            Tag::Unresolved(u) => {
+                return Err(anyhow::anyhow!(
+                    "offset {}: schema id {} unknown",
+                    r.offset,
+                    u.schema_id
+                )
+                .into());
+            }
             Tag::Expected { key } => {
                 if audit.matching.strategy == MatchStrategy::DocId
                     && let Some(id) = key.as_ref().and_then(|k| k.first())
@@ -291,6 +306,18 @@ fn sink_supported(audit: &AuditConfig) -> anyhow::Result<()> {
             audit.name,
             audit.record.format
         ),
+        SinkKind::Elasticsearch
+            if matches!(
+                audit.record.format,
+                RecordFormat::Avro | RecordFormat::Protobuf
+            ) =>
+        {
+            bail!(
+                "--to-sink does not write {} records (the pipeline's own mapping decides their documents); audit {}: use --to-topic, which re-produces the original bytes",
+                audit.record.format,
+                audit.name
+            )
+        }
         SinkKind::Elasticsearch if audit.record.format == RecordFormat::Raw => bail!(
             "--to-sink for Elasticsearch writes csv or json records; audit {} uses raw: use --to-topic",
             audit.name
@@ -712,9 +739,21 @@ fn document(
     target: &Target,
     r: &Record,
 ) -> Result<Map<String, Value>, String> {
-    let value = r.value.as_deref().ok_or("tombstone")?;
+    let mut value = r.value.as_deref().ok_or("tombstone")?;
+    if audit.record.framing == crate::config::Framing::Confluent {
+        value = crate::record::registry::split_frame(value)
+            .ok_or("no Confluent Schema Registry header")?
+            .1;
+    }
     let text = std::str::from_utf8(value).map_err(|_| "not UTF-8")?;
     let mut doc = match audit.record.format {
+        RecordFormat::Avro | RecordFormat::Protobuf => {
+            return Err(
+                "replay --to-sink does not write avro/protobuf records (the pipeline's own \
+                 column mapping decides their rows): use --to-topic"
+                    .into(),
+            );
+        }
         RecordFormat::Json => match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(m)) => m,
             Ok(_) => return Err("the JSON record is not an object".into()),
@@ -935,5 +974,41 @@ table = "t1"
             q,
             "INSERT INTO `t1` (`client_ip`, `domain`) VALUES ('1.2.3.4', 'o''reilly\\\\.com')"
         );
+    }
+
+    #[test]
+    fn to_sink_refuses_schema_registry_formats_up_front() {
+        for (kind, url) in [
+            ("elasticsearch", "http://es:9200"),
+            ("doris", "mysql://u@h:9030/db"),
+        ] {
+            let target = if kind == "elasticsearch" {
+                "index = \"i\""
+            } else {
+                "table = \"t\""
+            };
+            let cfg = Config::from_toml_str(&format!(
+                r#"
+[kafka]
+brokers = "k:9092"
+[[audits]]
+name = "a"
+topics = ["t"]
+[audits.record]
+format = "avro"
+[audits.record.schema_registry]
+url = "http://registry:8081"
+[audits.match]
+strategy = "offset_columns"
+[audits.sink]
+kind = "{kind}"
+url = "{url}"
+{target}
+"#
+            ))
+            .expect("config");
+            let e = sink_supported(&cfg.audits[0]).expect_err("refused");
+            assert!(e.to_string().contains("--to-topic"), "{kind}: {e}");
+        }
     }
 }

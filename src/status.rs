@@ -51,6 +51,10 @@ pub struct AuditStatus {
     pub last_kafka_ok: Option<DateTime<Utc>>,
     /// The audit's verify interval, in milliseconds.
     pub verify_interval_ms: u64,
+    /// avro/protobuf: the error of the last schema fetch, when it failed (records wait,
+    /// unknown, until it succeeds). Left out of the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_registry_error: Option<String>,
     /// Per assigned partition.
     pub partitions: Vec<PartitionStatus>,
     /// Completeness as of this round (SPEC "Completeness"): `/api/completeness` answers from
@@ -90,6 +94,14 @@ pub struct PartitionStatus {
     pub missing: u64,
     /// Whether consumption is paused for backpressure (`max_pending`).
     pub paused: bool,
+    /// Records waiting for their schema (avro/protobuf), and those behind them: neither
+    /// pending nor filtered yet. Left out of the JSON while 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub awaiting_schema: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The shared board: cheap to clone (an `Arc`), ordered by audit name so the API output is
@@ -166,6 +178,13 @@ impl StatusBoard {
                     s.audit
                 ));
             }
+            // The registry is a dependency like the sink: while it fails, records wait.
+            if let Some(e) = &s.schema_registry_error {
+                reasons.push(format!(
+                    "audit {}: the last schema fetch failed: {e}",
+                    s.audit
+                ));
+            }
         }
         reasons
     }
@@ -205,6 +224,7 @@ mod tests {
             last_sink_ok: sink.map(|s| base + TimeDelta::seconds(s)),
             last_kafka_ok: kafka.map(|s| base + TimeDelta::seconds(s)),
             verify_interval_ms: interval_ms,
+            schema_registry_error: None,
             partitions: vec![PartitionStatus {
                 topic: "t".to_string(),
                 partition: 0,
@@ -216,6 +236,7 @@ mod tests {
                 pending: 4,
                 missing: 1,
                 paused: false,
+                awaiting_schema: 0,
             }],
             completeness: AuditCompleteness {
                 complete_until_ms: Some(1_700_000_000_000),
@@ -246,6 +267,19 @@ mod tests {
         assert!(b.is_ready(at(60)));
         assert!(!b.is_ready(at(61)));
         assert!(ready_window(u64::MAX) > TimeDelta::days(365), "no overflow");
+    }
+
+    #[test]
+    fn a_failing_schema_registry_is_not_ready() {
+        let b = StatusBoard::new();
+        let mut s = status("a", 1_000, Some(0), Some(0));
+        s.schema_registry_error = Some("schema registry unavailable: HTTP 503".into());
+        b.update(s);
+        let reasons = b.not_ready_reasons(at(1));
+        assert_eq!(
+            reasons,
+            ["audit a: the last schema fetch failed: schema registry unavailable: HTTP 503"]
+        );
     }
 
     #[test]

@@ -29,6 +29,8 @@ use tokio::sync::mpsc;
 
 const RULES: &str = "config/alerts/gap-auditor.rules.yml";
 const RULE_TESTS: &str = "config/alerts/gap-auditor.rules.test.yml";
+/// The coverage group's own promtool tests (issue 19), run together with [`RULE_TESTS`].
+const COVERAGE_RULE_TESTS: &str = "config/alerts/coverage.rules.test.yml";
 const PROMETHEUS_EXAMPLE: &str = "config/prometheus.yml";
 const ALERTMANAGER_EXAMPLE: &str = "config/alertmanager.yml";
 const RENDER: &str = "scripts/render-alerts.py";
@@ -49,6 +51,9 @@ const ALERTS: &[&str] = &[
     "GapAuditorDuplicates",
     "GapAuditorTargetDown",
     "GapAuditorDown",
+    // Issue 19: the coverage group.
+    "GapAuditorRecordsUndecodable",
+    "GapAuditorSchemaRegistryDown",
 ];
 
 /// SPEC's metric table (the contract): (name, histogram?).
@@ -91,6 +96,11 @@ const EXTRA_METRICS: &[(&str, &[&str])] = &[
         "gap_auditor_pipeline_stalls_total",
         &["audit", "topic", "partition"],
     ),
+    (
+        "gap_auditor_records_awaiting_schema",
+        &["audit", "topic", "partition"],
+    ),
+    ("gap_auditor_schema_registry_up", &["audit"]),
 ];
 
 fn repo(rel: &str) -> PathBuf {
@@ -230,7 +240,7 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
     let root = repo("");
     for args in [
         vec!["check", "rules", RULES],
-        vec!["test", "rules", RULE_TESTS],
+        vec!["test", "rules", RULE_TESTS, COVERAGE_RULE_TESTS],
         vec!["check", "config", PROMETHEUS_EXAMPLE],
     ] {
         let (ok, out) = promtool(&promtool_bin, &root, &args);
@@ -254,6 +264,11 @@ fn rule_unit_tests_notice_a_missing_alert() {
     let tests = read(RULE_TESTS);
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("gap-auditor.rules.test.yml"), &tests).expect("write");
+    std::fs::write(
+        dir.path().join("coverage.rules.test.yml"),
+        read(COVERAGE_RULE_TESTS),
+    )
+    .expect("write");
     for alert in ALERTS {
         let line = format!("- alert: {alert}\n");
         assert!(rules.contains(&line), "{alert} not in {RULES}");
@@ -262,7 +277,12 @@ fn rule_unit_tests_notice_a_missing_alert() {
         let (ok, out) = promtool(
             &promtool_bin,
             dir.path(),
-            &["test", "rules", "gap-auditor.rules.test.yml"],
+            &[
+                "test",
+                "rules",
+                "gap-auditor.rules.test.yml",
+                "coverage.rules.test.yml",
+            ],
         );
         assert!(
             !ok,
@@ -304,7 +324,11 @@ fn every_alert_has_tests_a_runbook_section_and_a_readme_line() {
         "one runbook section per alert: {sections:?}"
     );
 
-    let coverage = unit_test_coverage(&read(RULE_TESTS));
+    let coverage = unit_test_coverage(&format!(
+        "{}\n{}",
+        read(RULE_TESTS),
+        read(COVERAGE_RULE_TESTS)
+    ));
     for name in ALERTS {
         let (firing, quiet) = coverage.get(*name).copied().unwrap_or_default();
         assert!(firing, "{RULE_TESTS} has no firing case for {name}");
@@ -339,6 +363,7 @@ fn every_alert_has_tests_a_runbook_section_and_a_readme_line() {
 
     assert_spec_metrics_only(RULES, &rules);
     assert_spec_metrics_only(RULE_TESTS, &read(RULE_TESTS));
+    assert_spec_metrics_only(COVERAGE_RULE_TESTS, &read(COVERAGE_RULE_TESTS));
 }
 
 /// `scripts/render-alerts.py` (python3), or `None` after saying why the test is skipped.

@@ -41,6 +41,7 @@ fn decoder() -> Decoder {
         require: Vec::new(),
         key: None,
         id_template: None,
+        ..DecoderSpec::default()
     })
     .expect("decoder")
 }

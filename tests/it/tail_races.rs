@@ -39,6 +39,7 @@ fn decoder() -> Decoder {
         require: Vec::new(),
         key: None,
         id_template: None,
+        ..DecoderSpec::default()
     })
     .expect("decoder")
 }

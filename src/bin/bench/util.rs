@@ -74,6 +74,7 @@ pub fn decoder(format: DecodeFormat, keyed: bool) -> Result<Decoder> {
         require: Vec::new(),
         key: keyed.then(|| KEY.iter().map(|s| s.to_string()).collect()),
         id_template: None,
+        ..DecoderSpec::default()
     };
     Decoder::new(spec).context("decoder")
 }
