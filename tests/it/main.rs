@@ -9,6 +9,7 @@ mod crash;
 mod faults;
 mod figures;
 mod input;
+mod key_forms;
 mod keys_at_scale;
 mod multi;
 mod replay;
