@@ -35,7 +35,8 @@ pub struct Limits {
     pub batch_size: usize,
     /// Upper bound of SQL text spent on keys in one query, in bytes.
     pub max_key_bytes: usize,
-    /// Most offset runs OR-ed in one predicate.
+    /// Most offset ranges OR-ed in one predicate (runs separated by at most
+    /// [`runs::MAX_BRIDGED_GAP`] offsets share one range).
     pub max_runs_per_query: usize,
     /// Ranges with at most this many expected records are listed rather than bisected.
     pub list_threshold: u64,
@@ -240,7 +241,9 @@ pub async fn by_offsets<V: Verifier>(
     let all: Vec<OffsetRun> = runs::normalize(segments.iter().map(|s| s.run).collect());
     let mut present: Vec<OffsetRun> = Vec::new();
     let mut duplicates = 0u64;
-    for chunk in all.chunks(limits.max_runs_per_query.max(1)) {
+    // One query per chunk: a chunk bridges the filtered offsets between its runs (see
+    // `runs::cover`), so interleaved filtered records do not multiply the queries.
+    for chunk in runs::query_chunks(&all, limits.max_runs_per_query) {
         let known = observed(obs, sink.count_offsets(tp, chunk)).await?;
         let (p, d) = resolve(sink, tp, chunk.to_vec(), known, limits, obs).await?;
         present.extend(p);

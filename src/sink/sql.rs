@@ -83,8 +83,10 @@ pub struct OffsetQuery<'a> {
 }
 
 /// The WHERE condition shared by the offset queries: this partition (and topic), and an
-/// offset inside one of the runs. Only the expected runs are listed so that rows at offsets
-/// outside them (filtered records, transaction markers) can never make up for a missing one.
+/// offset inside one of the runs. Only the expected offsets are selected so that rows at
+/// offsets outside them (filtered records, transaction markers) can never make up for a
+/// missing one: short gaps between runs are bridged into one `BETWEEN` and their offsets
+/// excluded by `NOT IN` ([`crate::ledger::runs::cover`]), longer ones separate ranges.
 fn offsets_predicate(q: &OffsetQuery<'_>, runs: &[OffsetRun], nbe: bool) -> String {
     let offset = ident(q.offset_column);
     let mut sql = format!("{} = {}", ident(q.partition_column), q.partition);
@@ -100,7 +102,10 @@ fn offsets_predicate(q: &OffsetQuery<'_>, runs: &[OffsetRun], nbe: bool) -> Stri
         // Nothing expected: match nothing rather than emit invalid SQL.
         sql.push_str("1 = 0");
     }
-    for (i, run) in runs.iter().enumerate() {
+    // Runs separated by a few unexpected offsets (filtered records) are asked as one span
+    // with those offsets excluded by name: the same offset set, one range instead of many.
+    let cover = crate::ledger::runs::cover(&crate::ledger::runs::normalize(runs.to_vec()));
+    for (i, run) in cover.spans.iter().enumerate() {
         if i > 0 {
             sql.push_str(" OR ");
         }
@@ -112,6 +117,15 @@ fn offsets_predicate(q: &OffsetQuery<'_>, runs: &[OffsetRun], nbe: bool) -> Stri
         }
     }
     sql.push(')');
+    if !cover.excluded.is_empty() {
+        let names: Vec<String> = cover
+            .excluded
+            .iter()
+            .flat_map(|r| r.first..=r.last)
+            .map(|o| o.to_string())
+            .collect();
+        sql.push_str(&format!(" AND {offset} NOT IN ({})", names.join(", ")));
+    }
     sql
 }
 
@@ -702,9 +716,9 @@ mod tests {
     #[test]
     fn single_offset_runs_use_equality() {
         assert_eq!(
-            count_offsets(&q(None), &[run(7, 7), run(9, 12), run(15, 15)], false),
+            count_offsets(&q(None), &[run(7, 7), run(19, 22), run(35, 35)], false),
             "SELECT COUNT(*), COUNT(DISTINCT `offset`) FROM `example_db`.`dns_logs` \
-             WHERE `partition` = 3 AND (`offset` = 7 OR `offset` BETWEEN 9 AND 12 OR `offset` = 15)"
+             WHERE `partition` = 3 AND (`offset` = 7 OR `offset` BETWEEN 19 AND 22 OR `offset` = 35)"
         );
     }
 
@@ -716,10 +730,17 @@ mod tests {
              WHERE `partition` = 3 AND (`offset` = 5) GROUP BY `offset`"
         );
         assert_eq!(
+            list_offsets(&q(Some("topic")), &[run(1, 2), run(14, 14)], false),
+            "SELECT `offset`, COUNT(*) FROM `example_db`.`dns_logs` \
+             WHERE `partition` = 3 AND `topic` = 'test' \
+             AND (`offset` BETWEEN 1 AND 2 OR `offset` = 14) GROUP BY `offset`"
+        );
+        // A filtered record between two runs: one range, its offset excluded.
+        assert_eq!(
             list_offsets(&q(Some("topic")), &[run(1, 2), run(4, 4)], false),
             "SELECT `offset`, COUNT(*) FROM `example_db`.`dns_logs` \
              WHERE `partition` = 3 AND `topic` = 'test' \
-             AND (`offset` BETWEEN 1 AND 2 OR `offset` = 4) GROUP BY `offset`"
+             AND (`offset` BETWEEN 1 AND 4) AND `offset` NOT IN (3) GROUP BY `offset`"
         );
     }
 
@@ -742,6 +763,20 @@ mod tests {
             count_offsets(&query, &[run(1, 1)], true),
             "SELECT COUNT(*), COUNT(DISTINCT `o`) FROM `t``x` WHERE `p``` = -1 \
              AND `to` = 'it''s\\' AND (`o` = 1)"
+        );
+    }
+
+    #[test]
+    fn filtered_offsets_between_runs_are_excluded_by_name() {
+        assert_eq!(
+            count_offsets(
+                &q(None),
+                &[run(0, 0), run(2, 4), run(6, 6), run(100, 100)],
+                false
+            ),
+            "SELECT COUNT(*), COUNT(DISTINCT `offset`) FROM `example_db`.`dns_logs` \
+             WHERE `partition` = 3 AND (`offset` BETWEEN 0 AND 6 OR `offset` = 100) \
+             AND `offset` NOT IN (1, 5)"
         );
     }
 

@@ -12,6 +12,7 @@ mod input;
 mod key_forms;
 mod keys_at_scale;
 mod multi;
+mod offsets_interleaved;
 mod replay;
 mod scenarios;
 mod seed_config;
