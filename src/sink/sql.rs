@@ -31,6 +31,14 @@
 /// are: values are compared with `=`, never `LIKE`.
 pub fn string_literal(s: &str, no_backslash_escapes: bool) -> String {
     let mut out = String::with_capacity(s.len() + 2);
+    push_string_literal(&mut out, s, no_backslash_escapes);
+    out
+}
+
+/// [`string_literal`], appended to `out` (the key query writes thousands of them into one
+/// statement).
+pub fn push_string_literal(out: &mut String, s: &str, no_backslash_escapes: bool) {
+    out.reserve(s.len() + 2);
     out.push('\'');
     for c in s.chars() {
         match c {
@@ -46,7 +54,6 @@ pub fn string_literal(s: &str, no_backslash_escapes: bool) -> String {
         }
     }
     out.push('\'');
-    out
 }
 
 /// Quotes one identifier (column, table or database name) with backticks, doubling any
@@ -403,52 +410,51 @@ where
     let valid = !columns.is_empty() && keys.iter().all(|k| k.as_ref().len() == columns.len());
     debug_assert!(valid, "keys do not fit columns {columns:?}");
     let compare_of = |i: usize| compare.get(i).copied().unwrap_or_default();
-    let mut derived: Vec<String> = Vec::new();
+    // The derived table, written straight into one buffer: a batch holds thousands of
+    // values, and this runs for every key the audit verifies.
+    let mut derived = String::with_capacity(keys.len() * (24 + 24 * columns.len()));
+    let mut rows = 0usize;
     // Columns where a derived row holds NULL: compared with `<=>` there.
     let mut nullable = vec![false; columns.len()];
+    let mut empty: Vec<usize> = Vec::with_capacity(columns.len());
     for (i, key) in keys.iter().enumerate() {
         let key = key.as_ref();
         if !valid {
             break;
         }
-        let empty: Vec<usize> = (0..key.len())
-            .filter(|&c| key[c].as_ref().is_empty())
-            .collect();
+        empty.clear();
+        empty.extend((0..key.len()).filter(|&c| key[c].as_ref().is_empty()));
         for &c in &empty {
             nullable[c] = true;
         }
         // Every combination of '' and NULL over the empty values.
         for mask in 0..(1usize << empty.len().min(16)) {
-            let j = derived.len();
-            let values: Vec<String> = key
-                .iter()
-                .enumerate()
-                .map(|(c, v)| {
-                    let null = empty
-                        .iter()
-                        .position(|&e| e == c)
-                        .is_some_and(|bit| mask & (1 << bit) != 0);
-                    let value = if null {
-                        "NULL".to_string()
-                    } else {
-                        string_literal(v.as_ref(), nbe)
-                    };
-                    if derived.is_empty() {
-                        format!("{value} AS c{c}")
-                    } else {
-                        value
-                    }
-                })
-                .collect();
-            if derived.is_empty() {
-                derived.push(format!("SELECT {i} AS i, {j} AS j, {}", values.join(", ")));
+            let first = rows == 0;
+            if first {
+                derived.push_str(&format!("SELECT {i} AS i, {rows} AS j"));
             } else {
-                derived.push(format!("SELECT {i}, {j}, {}", values.join(", ")));
+                derived.push_str(&format!(" UNION ALL SELECT {i}, {rows}"));
             }
+            for (c, v) in key.iter().enumerate() {
+                derived.push_str(", ");
+                let null = empty
+                    .iter()
+                    .position(|&e| e == c)
+                    .is_some_and(|bit| mask & (1 << bit) != 0);
+                if null {
+                    derived.push_str("NULL");
+                } else {
+                    push_string_literal(&mut derived, v.as_ref(), nbe);
+                }
+                if first {
+                    derived.push_str(&format!(" AS c{c}"));
+                }
+            }
+            rows += 1;
         }
     }
     let table = table_ident(table);
-    if derived.is_empty() {
+    if rows == 0 {
         // An empty (or invalid) batch: a valid statement that selects no row.
         return format!(
             "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (SELECT 0 AS i, 0 AS j) k \
@@ -475,7 +481,7 @@ where
     format!(
         "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM ({}) k JOIN {table} t ON {} \
          GROUP BY {}",
-        derived.join(" UNION ALL "),
+        derived,
         on.join(" AND "),
         group.join(", ")
     )
