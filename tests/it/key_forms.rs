@@ -377,3 +377,69 @@ async fn the_join_form_looks_each_key_up_in_the_key_index() {
         assert_eq!(rows.len(), keys.len(), "every key found once");
     }
 }
+
+/// A key column in a character set that cannot hold every key (`latin1`): the CASE form's
+/// `domain = '日本.example'` is refused by the server ("Illegal mix of collations"), which
+/// made every key count of a batch holding such a key fail. The JOIN form compares the
+/// column's UTF-8 conversion with the key, so it answers: no row for the key latin1 cannot
+/// hold, and the same counts as the CASE form for the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latin1_key_column_answers_for_keys_it_cannot_hold() {
+    let db = Db::new();
+    let t = unique("keyforms_latin1");
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop(format!(
+        "CREATE TABLE `{t}` (client_ip VARCHAR(80) COLLATE utf8mb4_nopad_bin, \
+         domain VARCHAR(200) CHARACTER SET latin1 COLLATE latin1_swedish_ci, \
+         time VARCHAR(40) COLLATE utf8mb4_nopad_bin, KEY k (client_ip, domain, time))"
+    ))
+    .await
+    .expect("create");
+    drop(c);
+    let rows = [
+        [Some("10.0.0.1"), Some("é.example"), Some("t")],
+        [Some("10.0.0.1"), Some("a.example"), Some("t")],
+        [Some("10.0.0.1"), Some("a.example "), Some("t")],
+    ];
+    insert(&db, &t, &rows).await;
+    let k = |d: &str| Key::new(["10.0.0.1", d, "t"]);
+    let tame = [
+        k("A.example"),
+        k("a.example"),
+        k("é.example"),
+        k("a.example "),
+    ];
+    let compare = [
+        KeyCompare::Plain,
+        sql::key_compare_for(Some("latin1_swedish_ci"), Some("latin1")),
+        KeyCompare::Plain,
+    ];
+    assert_eq!(compare[1], KeyCompare::Utf8Binary);
+    let want = case_counts(&db, &t, &compare, &tame).await;
+    assert_eq!(want, vec![0, 1, 1, 1]);
+    assert_eq!(join_counts(&db, &t, &compare, &tame).await, want);
+    let sink = sink(&t, "mysql");
+    let refs: Vec<&Key> = tame.iter().collect();
+    assert_eq!(sink.count_keys(&refs).await.expect("count"), want);
+    // A key latin1 cannot hold, among the others.
+    let cjk = k("日本.example");
+    let values: Vec<Vec<&str>> = [&cjk, &tame[1]]
+        .iter()
+        .map(|k| k.values().collect())
+        .collect();
+    let q = sql::count_keys_compared(&t, &columns(), &compare, &values, false);
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop("SET NAMES utf8mb4").await.expect("names");
+    let refused = c.query::<(Option<i64>, i64), _>(q).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("Illegal mix")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        sink.count_keys(&[&cjk, &tame[1]]).await.expect("count"),
+        vec![0, 1]
+    );
+    sink.close().await;
+}
