@@ -1,5 +1,6 @@
 //! Criterion benches of the SQL text builders: literal escaping and the per-batch key
-//! query (`sql::count_keys`, 1000 keys) and the offset range count. `cargo bench --bench sql`.
+//! query (`sql::count_keys_joined`, the shipped form, and `sql::count_keys`, the CASE form
+//! it replaced; 1000 keys) and the offset range count. `cargo bench --bench sql`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use gap_auditor::ledger::OffsetRun;
@@ -38,9 +39,22 @@ fn queries(c: &mut Criterion) {
         .collect();
     let refs: Vec<&[String]> = keys.iter().map(Vec::as_slice).collect();
     let mut g = c.benchmark_group("sql_queries");
+    g.bench_function("count_keys_joined_1000", |b| {
+        b.iter(|| {
+            black_box(sql::count_keys_joined(
+                "db.dns_logs",
+                &columns,
+                &[],
+                &refs,
+                false,
+            ))
+        })
+    });
     g.bench_function("count_keys_1000", |b| {
         b.iter(|| black_box(sql::count_keys("db.dns_logs", &columns, &refs, false)))
     });
+    // Every second offset filtered: the runs are bridged into one range and a NOT IN list.
+    let interleaved: Vec<OffsetRun> = (0..4_000).map(|i| OffsetRun::new(2 * i, 2 * i)).collect();
     let q = OffsetQuery {
         table: "db.dns_logs",
         partition_column: "kafka_partition",
@@ -54,6 +68,9 @@ fn queries(c: &mut Criterion) {
         .collect();
     g.bench_function("count_offsets_256_runs", |b| {
         b.iter(|| black_box(sql::count_offsets(&q, &runs, false)))
+    });
+    g.bench_function("count_offsets_4000_interleaved", |b| {
+        b.iter(|| black_box(sql::count_offsets(&q, &interleaved, false)))
     });
     g.finish();
 }

@@ -78,6 +78,22 @@ impl Verifier for AnySink {
         }
     }
 
+    fn max_key_rows(&self) -> usize {
+        match self {
+            AnySink::Mysql(s) => s.max_key_rows(),
+            AnySink::Memory(s) => s.max_key_rows(),
+            AnySink::Elasticsearch(s) => s.max_key_rows(),
+        }
+    }
+
+    fn parallelism(&self) -> usize {
+        match self {
+            AnySink::Mysql(s) => s.parallelism(),
+            AnySink::Memory(s) => s.parallelism(),
+            AnySink::Elasticsearch(s) => s.parallelism(),
+        }
+    }
+
     async fn find_ids(&self, ids: &[&str]) -> Result<Vec<bool>, SinkError> {
         match self {
             AnySink::Mysql(s) => s.find_ids(ids).await,

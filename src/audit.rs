@@ -895,6 +895,7 @@ impl<V: Verifier> Audit<V> {
             .set(i64::from(self.sink_state == SinkState::Up));
         self.refresh_retention().await;
         self.watch_log_start();
+        let verified_ms = started.elapsed().as_millis() as u64;
         if self.persist().await {
             self.commit_settled();
         }
@@ -904,6 +905,8 @@ impl<V: Verifier> Audit<V> {
             audit = %self.cfg.name,
             partitions = tps.len(),
             took_ms = started.elapsed().as_millis() as u64,
+            // Before the store write: the rest of `took_ms` is persisting the round.
+            verified_ms,
             "verify round finished"
         );
     }

@@ -564,7 +564,13 @@ impl Store {
                 let mut delete_key = tx
                     .prepare_cached("DELETE FROM key_book WHERE audit = ?1 AND key = ?2")
                     .map_err(self.sq("prepare key delete".to_string()))?;
-                for (k, n) in keys {
+                // In key order: the table is a B-tree on (audit, key), and a round's keys
+                // come in hash order. Sorted, each page is visited once and in order, instead
+                // of every write landing on a random page (a page-cache miss per key once
+                // the book outgrows the cache): 400,000 keys took 6.9 s unsorted.
+                let mut sorted: Vec<&(Vec<u8>, u64)> = keys.iter().collect();
+                sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                for (k, n) in sorted {
                     let r = match i64::try_from(*n) {
                         Ok(0) => delete_key.execute(params![audit, k]),
                         Ok(n) => upsert_key.execute(params![audit, k, n]),

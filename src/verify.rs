@@ -8,7 +8,8 @@
 //! at most `list_threshold` records are listed offset by offset. With no loss this is one
 //! query per partition per round, whatever the record rate.
 //!
-//! `key_columns`: distinct keys are counted in batches and matched against the audit's
+//! `key_columns`: distinct keys are counted in batches (several at once, as many as the
+//! sink's pool allows; every batch answers before anything is decided) and matched against the audit's
 //! [`KeyBook`]: a key carried by `m` due records needs `m` rows beyond those already held by
 //! confirmed records of the same key on any partition, so neither repeated keys nor
 //! duplicated rows hide a missing record, and a row a pending record of another partition
@@ -23,6 +24,7 @@ use crate::ledger::{
 };
 use crate::record::Key;
 use crate::sink::{RangeCount, SinkError, Verifier};
+use futures::stream::{self, StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -33,7 +35,8 @@ pub struct Limits {
     pub batch_size: usize,
     /// Upper bound of SQL text spent on keys in one query, in bytes.
     pub max_key_bytes: usize,
-    /// Most offset runs OR-ed in one predicate.
+    /// Most offset ranges OR-ed in one predicate (runs separated by at most
+    /// [`runs::MAX_BRIDGED_GAP`] offsets share one range).
     pub max_runs_per_query: usize,
     /// Ranges with at most this many expected records are listed rather than bisected.
     pub list_threshold: u64,
@@ -238,7 +241,9 @@ pub async fn by_offsets<V: Verifier>(
     let all: Vec<OffsetRun> = runs::normalize(segments.iter().map(|s| s.run).collect());
     let mut present: Vec<OffsetRun> = Vec::new();
     let mut duplicates = 0u64;
-    for chunk in all.chunks(limits.max_runs_per_query.max(1)) {
+    // One query per chunk: a chunk bridges the filtered offsets between its runs (see
+    // `runs::cover`), so interleaved filtered records do not multiply the queries.
+    for chunk in runs::query_chunks(&all, limits.max_runs_per_query) {
         let known = observed(obs, sink.count_offsets(tp, chunk)).await?;
         let (p, d) = resolve(sink, tp, chunk.to_vec(), known, limits, obs).await?;
         present.extend(p);
@@ -346,18 +351,19 @@ pub async fn by_keys<V: Verifier>(
             slots[ki].push((si, o));
         }
     }
-    let mut counts: Vec<u64> = Vec::with_capacity(keys.len());
-    for batch in key_batches(&keys, limits) {
-        let got = observed(obs, sink.count_keys(batch)).await?;
-        if got.len() != batch.len() {
-            return Err(SinkError::Rejected(format!(
-                "sink answered {} counts for {} keys",
-                got.len(),
-                batch.len()
-            )));
-        }
-        counts.extend(got);
+    // Batches are counted `parallelism` at a time (the sink's pool), answers kept in batch
+    // order; nothing is decided before every batch has answered, so the verdicts cannot
+    // depend on which query came back first.
+    let batches = key_batches(&keys, limits, sink.max_key_rows());
+    let mut asked = Vec::with_capacity(batches.len());
+    for batch in &batches {
+        asked.push(count_batch(sink, batch, obs));
     }
+    let answers: Vec<Vec<u64>> = stream::iter(asked)
+        .buffered(sink.parallelism().max(1))
+        .try_collect()
+        .await?;
+    let counts: Vec<u64> = answers.into_iter().flatten().collect();
     let mut present: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];
     let mut shared: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];
     let mut dups: Vec<u64> = vec![0; segments.len()];
@@ -397,6 +403,23 @@ pub async fn by_keys<V: Verifier>(
         .collect())
 }
 
+/// Row counts of one key batch, checked to be one per key.
+async fn count_batch<V: Verifier>(
+    sink: &V,
+    batch: &[&Key],
+    obs: QueryObserver<'_>,
+) -> Result<Vec<u64>, SinkError> {
+    let got = observed(obs, sink.count_keys(batch)).await?;
+    if got.len() != batch.len() {
+        return Err(SinkError::Rejected(format!(
+            "sink answered {} counts for {} keys",
+            got.len(),
+            batch.len()
+        )));
+    }
+    Ok(got)
+}
+
 /// Verifies segments (of any partitions) by document id (`doc_id`: each record's key is
 /// `Key(vec![id])`). Returns one verdict per segment.
 ///
@@ -425,7 +448,7 @@ pub async fn by_ids<V: Verifier>(
         }
     }
     let mut found: Vec<bool> = Vec::with_capacity(keys.len());
-    for batch in key_batches(&keys, limits) {
+    for batch in key_batches(&keys, limits, sink.max_key_rows()) {
         let ids: Vec<&str> = batch.iter().map(|k| k.first().unwrap_or("")).collect();
         let got = observed(obs, sink.find_ids(&ids)).await?;
         if got.len() != ids.len() {
@@ -462,19 +485,28 @@ pub async fn by_ids<V: Verifier>(
         .collect())
 }
 
-/// Splits keys into batches bounded by count and by SQL text size.
-fn key_batches<'a, 'k>(keys: &'a [&'k Key], limits: Limits) -> Vec<&'a [&'k Key]> {
+/// Splits keys into batches bounded by count, by SQL text size and by the sink's bound on
+/// derived-key rows per query (`max_rows`, [`crate::sink::sql::derived_rows`] per key).
+fn key_batches<'a, 'k>(keys: &'a [&'k Key], limits: Limits, max_rows: usize) -> Vec<&'a [&'k Key]> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut bytes = 0usize;
+    let mut rows = 0usize;
     for (i, k) in keys.iter().enumerate() {
         let size: usize = k.values().map(|v| v.len() * 2 + 16).sum();
-        if i > start && (i - start >= limits.batch_size || bytes + size > limits.max_key_bytes) {
+        let weight = crate::sink::sql::derived_rows(k.values());
+        if i > start
+            && (i - start >= limits.batch_size
+                || bytes + size > limits.max_key_bytes
+                || rows + weight > max_rows)
+        {
             out.push(&keys[start..i]);
             start = i;
             bytes = 0;
+            rows = 0;
         }
         bytes += size;
+        rows += weight;
     }
     if start < keys.len() {
         out.push(&keys[start..]);
@@ -936,11 +968,132 @@ mod tests {
             max_runs_per_query: 8,
             list_threshold: 8,
         };
-        let b = key_batches(&keys, limits);
+        let b = key_batches(&keys, limits, usize::MAX);
         assert_eq!(
             b.iter().map(|b| b.len()).collect::<Vec<_>>(),
             vec![1, 1, 1, 2, 1]
         );
+    }
+
+    #[test]
+    fn key_batches_respect_the_sinks_derived_row_bound() {
+        let plain = Key::new(["a", "b"]);
+        let one_empty = Key::new(["", "b"]);
+        let two_empty = Key::new(["", ""]);
+        let keys: Vec<&Key> = vec![&plain, &one_empty, &two_empty, &plain, &plain, &two_empty];
+        // Weights 1, 2, 4, 1, 1, 4 under a bound of 4 rows per query.
+        let b = key_batches(&keys, Limits::from_batch_size(100), 4);
+        assert_eq!(
+            b.iter().map(|b| b.len()).collect::<Vec<_>>(),
+            vec![2, 1, 2, 1]
+        );
+        // A key heavier than the bound still goes, alone.
+        let b = key_batches(&keys, Limits::from_batch_size(100), 1);
+        assert_eq!(b.len(), 6);
+    }
+
+    /// A sink that answers key counts several at a time, slowly and out of order, and
+    /// remembers how many were in flight at once.
+    struct Concurrent {
+        inner: MemorySink,
+        in_flight: AtomicUsize,
+        most: AtomicUsize,
+        calls: AtomicUsize,
+    }
+
+    impl Verifier for Concurrent {
+        fn kind(&self) -> &'static str {
+            "concurrent"
+        }
+        async fn ping(&self) -> Result<(), SinkError> {
+            Ok(())
+        }
+        async fn count_offsets(
+            &self,
+            tp: &TopicPartition,
+            runs: &[OffsetRun],
+        ) -> Result<RangeCount, SinkError> {
+            self.inner.count_offsets(tp, runs).await
+        }
+        async fn list_offsets(
+            &self,
+            tp: &TopicPartition,
+            runs: &[OffsetRun],
+        ) -> Result<Vec<(Offset, u64)>, SinkError> {
+            self.inner.list_offsets(tp, runs).await
+        }
+        async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
+            let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(n, Ordering::SeqCst);
+            let call = self.calls.fetch_add(1, Ordering::SeqCst);
+            // Earlier batches answer later.
+            tokio::time::sleep(Duration::from_millis(20 - (call as u64 % 4) * 5)).await;
+            let r = self.inner.count_keys(keys).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            r
+        }
+        fn max_key_rows(&self) -> usize {
+            3
+        }
+        fn parallelism(&self) -> usize {
+            3
+        }
+    }
+
+    #[tokio::test]
+    async fn key_batches_are_counted_concurrently_with_the_same_verdicts() {
+        let names: Vec<String> = (0..40).map(|i| format!("k{}", i % 23)).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let segs = [kseg(0, &refs[..20]), kseg(20, &refs[20..])];
+        let fill = |sink: &MemorySink| {
+            for (i, k) in names.iter().enumerate().take(23) {
+                // Some keys have no row, some one, some two.
+                for _ in 0..(i % 3) {
+                    sink.insert_key(&Key::new([k.as_str()]));
+                }
+            }
+        };
+        let serial = MemorySink::new();
+        fill(&serial);
+        let mut book = KeyBook::new(100);
+        pended(&mut book, &segs);
+        let want = by_keys(
+            &serial,
+            &segs,
+            &mut book,
+            KeyRound::Due,
+            Limits::from_batch_size(1000),
+            &|_, _| {},
+        )
+        .await
+        .expect("ok");
+        let concurrent = Concurrent {
+            inner: MemorySink::new(),
+            in_flight: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+            calls: AtomicUsize::new(0),
+        };
+        fill(&concurrent.inner);
+        let mut book = KeyBook::new(100);
+        pended(&mut book, &segs);
+        let n = AtomicUsize::new(0);
+        let obs = |_d: Duration, _ok: bool| {
+            n.fetch_add(1, Ordering::Relaxed);
+        };
+        let got = by_keys(
+            &concurrent,
+            &segs,
+            &mut book,
+            KeyRound::Due,
+            Limits::from_batch_size(1000),
+            &obs,
+        )
+        .await
+        .expect("ok");
+        assert_eq!(got, want);
+        // 23 distinct keys, at most 3 per query (the sink's bound): 8 queries, 3 at once.
+        assert_eq!(n.load(Ordering::Relaxed), 8);
+        assert_eq!(concurrent.most.load(Ordering::SeqCst), 3);
     }
 
     proptest! {

@@ -236,6 +236,7 @@ impl KeyBook {
         let was_busy;
         let now_busy;
         let stamp;
+        let holds_nothing;
         {
             let e = match self.entries.get_mut(k) {
                 Some(e) => e,
@@ -253,17 +254,14 @@ impl KeyBook {
                 e.idle_since = self.clock;
             }
             stamp = e.idle_since;
+            holds_nothing = e.confirmed == 0 && e.duplicates == 0;
         }
         if !now_busy && was_busy {
             // An idle entry that holds no row (nothing confirmed, no duplicate counted) says
             // nothing an absent one does not: forgotten at once, not queued. In a total loss
             // every dropped missing key became such an entry, and up to the idle capacity
             // (1,000,000 keys, ~250 MB) of them were kept.
-            if self
-                .entries
-                .get(k)
-                .is_some_and(|e| e.confirmed == 0 && e.duplicates == 0)
-            {
+            if holds_nothing {
                 self.entries.remove(k);
                 return;
             }

@@ -110,6 +110,93 @@ pub fn split_at_count(runs: &[OffsetRun], n: u64) -> (Vec<OffsetRun>, Vec<Offset
     (left, right)
 }
 
+/// Gaps of at most this many offsets between two runs are bridged in a query predicate:
+/// the runs are asked as one span with the gap's offsets excluded by name (`NOT IN`), so
+/// records filtered between expected ones (or transaction markers) no longer split the
+/// predicate into one range per expected run (docs/SEMANTICS.md, "Filtered records inside a
+/// counted range").
+pub const MAX_BRIDGED_GAP: u64 = 4;
+/// Most excluded offsets one predicate names: below Doris's `expr_children_limit` (10000)
+/// for the `NOT IN` list, and ES's default `index.max_terms_count` (65536).
+pub const MAX_EXCLUDED: u64 = 8_000;
+
+/// The predicate form of a set of runs: offsets in one of `spans` and in none of
+/// `excluded`. The same offset set as the runs, written with fewer ranges.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Cover {
+    /// Disjoint ranges, ascending.
+    pub spans: Vec<OffsetRun>,
+    /// The bridged gaps inside the spans (each at most [`MAX_BRIDGED_GAP`] offsets).
+    pub excluded: Vec<OffsetRun>,
+}
+
+impl Cover {
+    /// Offsets named in the exclusion list.
+    pub fn excluded_count(&self) -> u64 {
+        count(&self.excluded)
+    }
+}
+
+/// The [`Cover`] of `runs` (normalized): neighbouring runs whose gap is at most
+/// [`MAX_BRIDGED_GAP`] share a span.
+pub fn cover(runs: &[OffsetRun]) -> Cover {
+    let mut out = Cover::default();
+    for r in runs {
+        match out.spans.last_mut() {
+            Some(span)
+                if r.first > span.last && (r.first - span.last - 1) as u64 <= MAX_BRIDGED_GAP =>
+            {
+                if r.first > span.last + 1 {
+                    out.excluded
+                        .push(OffsetRun::new(span.last + 1, r.first - 1));
+                }
+                span.last = r.last;
+            }
+            _ => out.spans.push(*r),
+        }
+    }
+    out
+}
+
+/// Splits `runs` (normalized) into consecutive slices whose [`cover`]s have at most
+/// `max_spans` spans and [`MAX_EXCLUDED`] excluded offsets each: one query each.
+pub fn query_chunks(runs: &[OffsetRun], max_spans: usize) -> Vec<&[OffsetRun]> {
+    let max_spans = max_spans.max(1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut spans = 0usize;
+    let mut excluded = 0u64;
+    for i in 0..runs.len() {
+        // What adding run i costs: a bridged gap, or a new span.
+        let (new_span, gap) = match i.checked_sub(1).map(|p| runs[p]) {
+            Some(prev) if i > start => {
+                let gap = (runs[i].first - prev.last - 1).max(0) as u64;
+                if gap <= MAX_BRIDGED_GAP {
+                    (false, gap)
+                } else {
+                    (true, 0)
+                }
+            }
+            _ => (true, 0),
+        };
+        if i > start && ((new_span && spans + 1 > max_spans) || excluded + gap > MAX_EXCLUDED) {
+            out.push(&runs[start..i]);
+            start = i;
+            spans = 1;
+            excluded = 0;
+            continue;
+        }
+        if new_span {
+            spans += 1;
+        }
+        excluded += gap;
+    }
+    if start < runs.len() {
+        out.push(&runs[start..]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,7 +241,66 @@ mod tests {
             .prop_map(|v| v.into_iter().map(|(a, l)| r(a, a + l)).collect())
     }
 
+    #[test]
+    fn cover_bridges_short_gaps_only() {
+        // Every second offset filtered, then a long gap.
+        let runs = [r(0, 0), r(2, 2), r(4, 5), r(100, 101)];
+        assert_eq!(
+            cover(&runs),
+            Cover {
+                spans: vec![r(0, 5), r(100, 101)],
+                excluded: vec![r(1, 1), r(3, 3)],
+            }
+        );
+        let gap = MAX_BRIDGED_GAP as i64;
+        assert_eq!(cover(&[r(0, 0), r(gap + 1, gap + 1)]).spans.len(), 1);
+        assert_eq!(cover(&[r(0, 0), r(gap + 2, gap + 2)]).spans.len(), 2);
+        assert_eq!(cover(&[]), Cover::default());
+    }
+
+    #[test]
+    fn half_filtered_due_records_are_one_query() {
+        // 50,000 due records with a filtered one after each: 50,000 runs, one span.
+        let runs: Vec<OffsetRun> = (0..50_000).map(|i| r(2 * i, 2 * i)).collect();
+        let chunks = query_chunks(&runs, 256);
+        // 49,999 excluded offsets at MAX_EXCLUDED per query.
+        assert_eq!(chunks.len(), 49_999usize.div_ceil(MAX_EXCLUDED as usize));
+        for c in &chunks {
+            let cv = cover(c);
+            assert_eq!(cv.spans.len(), 1);
+            assert!(cv.excluded_count() <= MAX_EXCLUDED);
+        }
+    }
+
     proptest! {
+        #[test]
+        fn a_cover_is_the_same_offset_set(runs in arb_runs()) {
+            let n = normalize(runs);
+            let c = cover(&n);
+            let mut want = expand(&c.spans);
+            for o in expand(&c.excluded) {
+                prop_assert!(want.remove(&o), "excluded {} outside the spans", o);
+            }
+            prop_assert_eq!(want, expand(&n));
+            for e in &c.excluded {
+                prop_assert!(e.len() <= MAX_BRIDGED_GAP);
+            }
+        }
+
+        #[test]
+        fn query_chunks_keep_every_run_within_bounds(runs in arb_runs(), max_spans in 1usize..4) {
+            let n = normalize(runs);
+            let chunks = query_chunks(&n, max_spans);
+            let joined: Vec<OffsetRun> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            prop_assert_eq!(&joined, &n);
+            for c in chunks {
+                prop_assert!(!c.is_empty());
+                let cv = cover(c);
+                prop_assert!(cv.spans.len() <= max_spans);
+                prop_assert!(cv.excluded_count() <= MAX_EXCLUDED);
+            }
+        }
+
         #[test]
         fn normalize_preserves_the_offset_set(runs in arb_runs()) {
             let n = normalize(runs.clone());

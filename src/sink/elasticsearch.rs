@@ -637,7 +637,11 @@ pub fn offsets_query(t: &EsTarget, tp: &TopicPartition, runs: &[OffsetRun]) -> V
     if let Some(f) = &t.topic_field {
         filter.push(obj("term", obj(f, json!(tp.topic))));
     }
-    let should: Vec<Value> = runs
+    // Short gaps between runs (filtered records) are bridged and their offsets excluded by
+    // name, as in the SQL predicate: the same offsets, far fewer range clauses.
+    let cover = crate::ledger::runs::cover(&crate::ledger::runs::normalize(runs.to_vec()));
+    let should: Vec<Value> = cover
+        .spans
         .iter()
         .map(|r| {
             obj(
@@ -647,7 +651,18 @@ pub fn offsets_query(t: &EsTarget, tp: &TopicPartition, runs: &[OffsetRun]) -> V
         })
         .collect();
     filter.push(json!({ "bool": { "should": should, "minimum_should_match": 1 } }));
-    json!({ "bool": { "filter": filter } })
+    if cover.excluded.is_empty() {
+        return json!({ "bool": { "filter": filter } });
+    }
+    let excluded: Vec<Offset> = cover
+        .excluded
+        .iter()
+        .flat_map(|r| r.first..=r.last)
+        .collect();
+    json!({ "bool": {
+        "filter": filter,
+        "must_not": [ obj("terms", obj(&t.offset_field, json!(excluded))) ],
+    } })
 }
 
 /// The range count: exact hit total plus the offsets held by two or more documents.

@@ -65,6 +65,19 @@ pub trait Verifier: Send + Sync {
     fn count_keys(&self, keys: &[&Key])
     -> impl Future<Output = Result<Vec<u64>, SinkError>> + Send;
 
+    /// The most derived-key rows ([`sql::derived_rows`] per key) one [`Self::count_keys`]
+    /// may carry: a bound the sink's query parser sets (Doris's expression limits), on top
+    /// of `batch_size`. Unbounded by default.
+    fn max_key_rows(&self) -> usize {
+        usize::MAX
+    }
+
+    /// How many questions may be in flight at once (the sink's connection pool): key
+    /// batches are counted this many at a time. One by default.
+    fn parallelism(&self) -> usize {
+        1
+    }
+
     /// Whether a document exists with each id, aligned with `ids` (doc_id strategy). Ids are
     /// distinct. An id names at most one document of an index, so there are no duplicates
     /// to count. Sinks without document ids refuse the question.

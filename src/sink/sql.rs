@@ -17,7 +17,12 @@
 //!
 //! Key matching never uses row constructors (`(a, b) IN ((..))`, rejected by Doris) and
 //! never compares returned column values on the client (a DATETIME column comes back
-//! reformatted): the server compares, and says which key matched by its index.
+//! reformatted): the server compares, and says which key matched by its index. The sink
+//! sends the JOIN form ([`count_keys_joined`]: one index lookup per key, no expression that
+//! grows with the batch, so Doris's `expr_depth_limit` / `expr_children_limit` bound only
+//! the derived table, see [`derived_rows`]); the CASE form ([`count_keys_compared`], O(batch²)
+//! on the server) is kept as the reference the JOIN form is tested against, key by key, on
+//! real MariaDB (tests/it/key_forms.rs).
 
 /// Quotes a string as a MySQL string literal. With `no_backslash_escapes == false` (the
 /// server default, and Doris), backslash is an escape character: `\` `"` NUL `\n` `\r` and
@@ -26,6 +31,14 @@
 /// are: values are compared with `=`, never `LIKE`.
 pub fn string_literal(s: &str, no_backslash_escapes: bool) -> String {
     let mut out = String::with_capacity(s.len() + 2);
+    push_string_literal(&mut out, s, no_backslash_escapes);
+    out
+}
+
+/// [`string_literal`], appended to `out` (the key query writes thousands of them into one
+/// statement).
+pub fn push_string_literal(out: &mut String, s: &str, no_backslash_escapes: bool) {
+    out.reserve(s.len() + 2);
     out.push('\'');
     for c in s.chars() {
         match c {
@@ -41,7 +54,6 @@ pub fn string_literal(s: &str, no_backslash_escapes: bool) -> String {
         }
     }
     out.push('\'');
-    out
 }
 
 /// Quotes one identifier (column, table or database name) with backticks, doubling any
@@ -78,8 +90,10 @@ pub struct OffsetQuery<'a> {
 }
 
 /// The WHERE condition shared by the offset queries: this partition (and topic), and an
-/// offset inside one of the runs. Only the expected runs are listed so that rows at offsets
-/// outside them (filtered records, transaction markers) can never make up for a missing one.
+/// offset inside one of the runs. Only the expected offsets are selected so that rows at
+/// offsets outside them (filtered records, transaction markers) can never make up for a
+/// missing one: short gaps between runs are bridged into one `BETWEEN` and their offsets
+/// excluded by `NOT IN` ([`crate::ledger::runs::cover`]), longer ones separate ranges.
 fn offsets_predicate(q: &OffsetQuery<'_>, runs: &[OffsetRun], nbe: bool) -> String {
     let offset = ident(q.offset_column);
     let mut sql = format!("{} = {}", ident(q.partition_column), q.partition);
@@ -95,7 +109,10 @@ fn offsets_predicate(q: &OffsetQuery<'_>, runs: &[OffsetRun], nbe: bool) -> Stri
         // Nothing expected: match nothing rather than emit invalid SQL.
         sql.push_str("1 = 0");
     }
-    for (i, run) in runs.iter().enumerate() {
+    // Runs separated by a few unexpected offsets (filtered records) are asked as one span
+    // with those offsets excluded by name: the same offset set, one range instead of many.
+    let cover = crate::ledger::runs::cover(&crate::ledger::runs::normalize(runs.to_vec()));
+    for (i, run) in cover.spans.iter().enumerate() {
         if i > 0 {
             sql.push_str(" OR ");
         }
@@ -107,6 +124,15 @@ fn offsets_predicate(q: &OffsetQuery<'_>, runs: &[OffsetRun], nbe: bool) -> Stri
         }
     }
     sql.push(')');
+    if !cover.excluded.is_empty() {
+        let names: Vec<String> = cover
+            .excluded
+            .iter()
+            .flat_map(|r| r.first..=r.last)
+            .map(|o| o.to_string())
+            .collect();
+        sql.push_str(&format!(" AND {offset} NOT IN ({})", names.join(", ")));
+    }
     sql
 }
 
@@ -322,6 +348,142 @@ where
     format!(
         "SELECT {case} AS k, COUNT(*) FROM {} WHERE {filter} GROUP BY 1",
         table_ident(table)
+    )
+}
+
+/// The SQL expression of sink column `c` as compared exactly (`compare`): the column itself,
+/// or its UTF-8 bytes. The join form groups rows by these, and compares them with the keys.
+fn exact_column(column: &str, compare: KeyCompare) -> String {
+    match compare {
+        KeyCompare::Plain => column.to_string(),
+        KeyCompare::Binary => format!("CAST({column} AS BINARY)"),
+        KeyCompare::Utf8Binary => format!("CAST(CONVERT({column} USING utf8mb4) AS BINARY)"),
+    }
+}
+
+/// How many rows of the derived key table one key takes in [`count_keys_joined`]: each
+/// empty value doubles it (the key is written once with `''` and once with `NULL` there).
+/// Batches are bounded by this weight (Doris's expression limits, see the module docs).
+pub fn derived_rows<S: AsRef<str>>(key: impl IntoIterator<Item = S>) -> usize {
+    let empty = key.into_iter().filter(|v| v.as_ref().is_empty()).count();
+    1usize << empty.min(16)
+}
+
+/// Row counts per key for the `key_columns` strategy, the JOIN form (the one the sink
+/// sends): the batch's keys become a derived table, one index lookup per key.
+///
+/// `SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (SELECT 0 AS i, 0 AS j, 'v' AS c0,
+/// 'w' AS c1 UNION ALL SELECT 1, 1, ...) k JOIN t ON t.c1 = k.c0 AND t.c2 = k.c1
+/// GROUP BY t.c1, t.c2`
+///
+/// Each answer row is one group of sink rows with equal key columns (compared exactly), so
+/// every row of a group matches the same keys: `MIN(k.i)` is the FIRST key of the batch it
+/// matches, which is where [`count_keys_compared`] (the CASE form) counts it, and
+/// `COUNT(*) / COUNT(DISTINCT k.j)` is the number of rows in the group (each row joins once
+/// per derived row it matches). So both forms give the same count for every key, including
+/// keys the sink equates (a `DATETIME` column equals `'2024-05-01 12:00:00'` and
+/// `'2024-05-01T12:00:00'`: the row is counted under the first of them, not under both).
+///
+/// Comparisons: `c = k.cN`, the sink's own (an index on the key columns is used, and a
+/// non-string column converts the derived string as it converts a literal); for a column
+/// with a non-exact collation also `CAST(c AS BINARY) = k.cN` (see
+/// [`count_keys_compared`]; a non-UTF-8 column is compared through `CONVERT(c USING
+/// utf8mb4)`, MariaDB refuses to compare it with a utf8mb4 derived column). An empty value
+/// matches `''` or NULL (SPEC: empty matches empty): such a key gets one derived row with
+/// `''` and one with `NULL` in that column, compared NULL-safely (`<=>`) in columns where a
+/// NULL occurs. Keys must be distinct, as for [`count_keys`].
+///
+/// No expression grows with the batch (the ON clause has two comparisons per column at
+/// most, the GROUP BY one expression per column): only the derived table does, by
+/// [`derived_rows`] per key, so the batch bound is a bound on branches of one `UNION ALL`.
+pub fn count_keys_joined<K, S>(
+    table: &str,
+    columns: &[String],
+    compare: &[KeyCompare],
+    keys: &[K],
+    nbe: bool,
+) -> String
+where
+    K: AsRef<[S]>,
+    S: AsRef<str>,
+{
+    let valid = !columns.is_empty() && keys.iter().all(|k| k.as_ref().len() == columns.len());
+    debug_assert!(valid, "keys do not fit columns {columns:?}");
+    let compare_of = |i: usize| compare.get(i).copied().unwrap_or_default();
+    // The derived table, written straight into one buffer: a batch holds thousands of
+    // values, and this runs for every key the audit verifies.
+    let mut derived = String::with_capacity(keys.len() * (24 + 24 * columns.len()));
+    let mut rows = 0usize;
+    // Columns where a derived row holds NULL: compared with `<=>` there.
+    let mut nullable = vec![false; columns.len()];
+    let mut empty: Vec<usize> = Vec::with_capacity(columns.len());
+    for (i, key) in keys.iter().enumerate() {
+        let key = key.as_ref();
+        if !valid {
+            break;
+        }
+        empty.clear();
+        empty.extend((0..key.len()).filter(|&c| key[c].as_ref().is_empty()));
+        for &c in &empty {
+            nullable[c] = true;
+        }
+        // Every combination of '' and NULL over the empty values.
+        for mask in 0..(1usize << empty.len().min(16)) {
+            let first = rows == 0;
+            if first {
+                derived.push_str(&format!("SELECT {i} AS i, {rows} AS j"));
+            } else {
+                derived.push_str(&format!(" UNION ALL SELECT {i}, {rows}"));
+            }
+            for (c, v) in key.iter().enumerate() {
+                derived.push_str(", ");
+                let null = empty
+                    .iter()
+                    .position(|&e| e == c)
+                    .is_some_and(|bit| mask & (1 << bit) != 0);
+                if null {
+                    derived.push_str("NULL");
+                } else {
+                    push_string_literal(&mut derived, v.as_ref(), nbe);
+                }
+                if first {
+                    derived.push_str(&format!(" AS c{c}"));
+                }
+            }
+            rows += 1;
+        }
+    }
+    let table = table_ident(table);
+    if rows == 0 {
+        // An empty (or invalid) batch: a valid statement that selects no row.
+        return format!(
+            "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (SELECT 0 AS i, 0 AS j) k \
+             JOIN {table} t ON 1 = 0 GROUP BY k.i"
+        );
+    }
+    let mut on: Vec<String> = Vec::new();
+    let mut group: Vec<String> = Vec::new();
+    for (c, name) in columns.iter().enumerate() {
+        let column = format!("t.{}", ident(name));
+        let eq = if nullable[c] { "<=>" } else { "=" };
+        let exact = compare_of(c);
+        match exact {
+            KeyCompare::Utf8Binary => {
+                on.push(format!("CONVERT({column} USING utf8mb4) {eq} k.c{c}"));
+            }
+            _ => on.push(format!("{column} {eq} k.c{c}")),
+        }
+        if exact != KeyCompare::Plain {
+            on.push(format!("{} {eq} k.c{c}", exact_column(&column, exact)));
+        }
+        group.push(exact_column(&column, exact));
+    }
+    format!(
+        "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM ({}) k JOIN {table} t ON {} \
+         GROUP BY {}",
+        derived,
+        on.join(" AND "),
+        group.join(", ")
     )
 }
 
@@ -560,9 +722,9 @@ mod tests {
     #[test]
     fn single_offset_runs_use_equality() {
         assert_eq!(
-            count_offsets(&q(None), &[run(7, 7), run(9, 12), run(15, 15)], false),
+            count_offsets(&q(None), &[run(7, 7), run(19, 22), run(35, 35)], false),
             "SELECT COUNT(*), COUNT(DISTINCT `offset`) FROM `example_db`.`dns_logs` \
-             WHERE `partition` = 3 AND (`offset` = 7 OR `offset` BETWEEN 9 AND 12 OR `offset` = 15)"
+             WHERE `partition` = 3 AND (`offset` = 7 OR `offset` BETWEEN 19 AND 22 OR `offset` = 35)"
         );
     }
 
@@ -574,10 +736,17 @@ mod tests {
              WHERE `partition` = 3 AND (`offset` = 5) GROUP BY `offset`"
         );
         assert_eq!(
+            list_offsets(&q(Some("topic")), &[run(1, 2), run(14, 14)], false),
+            "SELECT `offset`, COUNT(*) FROM `example_db`.`dns_logs` \
+             WHERE `partition` = 3 AND `topic` = 'test' \
+             AND (`offset` BETWEEN 1 AND 2 OR `offset` = 14) GROUP BY `offset`"
+        );
+        // A filtered record between two runs: one range, its offset excluded.
+        assert_eq!(
             list_offsets(&q(Some("topic")), &[run(1, 2), run(4, 4)], false),
             "SELECT `offset`, COUNT(*) FROM `example_db`.`dns_logs` \
              WHERE `partition` = 3 AND `topic` = 'test' \
-             AND (`offset` BETWEEN 1 AND 2 OR `offset` = 4) GROUP BY `offset`"
+             AND (`offset` BETWEEN 1 AND 4) AND `offset` NOT IN (3) GROUP BY `offset`"
         );
     }
 
@@ -600,6 +769,20 @@ mod tests {
             count_offsets(&query, &[run(1, 1)], true),
             "SELECT COUNT(*), COUNT(DISTINCT `o`) FROM `t``x` WHERE `p``` = -1 \
              AND `to` = 'it''s\\' AND (`o` = 1)"
+        );
+    }
+
+    #[test]
+    fn filtered_offsets_between_runs_are_excluded_by_name() {
+        assert_eq!(
+            count_offsets(
+                &q(None),
+                &[run(0, 0), run(2, 4), run(6, 6), run(100, 100)],
+                false
+            ),
+            "SELECT COUNT(*), COUNT(DISTINCT `offset`) FROM `example_db`.`dns_logs` \
+             WHERE `partition` = 3 AND (`offset` BETWEEN 0 AND 6 OR `offset` = 100) \
+             AND `offset` NOT IN (1, 5)"
         );
     }
 
@@ -725,6 +908,168 @@ mod tests {
                 false
             ),
             "SELECT CASE WHEN 1 = 0 THEN 0 END AS k, COUNT(*) FROM `t` WHERE 1 = 0 GROUP BY 1"
+        );
+    }
+
+    #[test]
+    fn count_keys_joined_sql() {
+        let columns = strings(&["client_ip", "domain", "time"]);
+        let k0 = strings(&["10.0.0.1", "o'reilly.com", "2024-01-01 10:00:00"]);
+        let k1 = strings(&["10.0.0.2", "b.com", "2024-01-01T10:00:01"]);
+        assert_eq!(
+            count_keys_joined("db.t", &columns, &[], &[&k0, &k1], false),
+            "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (\
+             SELECT 0 AS i, 0 AS j, '10.0.0.1' AS c0, 'o''reilly.com' AS c1, '2024-01-01 10:00:00' AS c2 \
+             UNION ALL SELECT 1, 1, '10.0.0.2', 'b.com', '2024-01-01T10:00:01') k \
+             JOIN `db`.`t` t ON t.`client_ip` = k.c0 AND t.`domain` = k.c1 AND t.`time` = k.c2 \
+             GROUP BY t.`client_ip`, t.`domain`, t.`time`"
+        );
+        // Exact columns: compared (and grouped) by their bytes beside the plain comparison
+        // the index serves; a non-UTF-8 column through its UTF-8 conversion.
+        let compare = [
+            KeyCompare::Binary,
+            KeyCompare::Utf8Binary,
+            KeyCompare::Plain,
+        ];
+        assert_eq!(
+            count_keys_joined("t", &columns, &compare, &[&k0], true),
+            "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (\
+             SELECT 0 AS i, 0 AS j, '10.0.0.1' AS c0, 'o''reilly.com' AS c1, '2024-01-01 10:00:00' AS c2) k \
+             JOIN `t` t ON t.`client_ip` = k.c0 AND CAST(t.`client_ip` AS BINARY) = k.c0 \
+             AND CONVERT(t.`domain` USING utf8mb4) = k.c1 \
+             AND CAST(CONVERT(t.`domain` USING utf8mb4) AS BINARY) = k.c1 AND t.`time` = k.c2 \
+             GROUP BY CAST(t.`client_ip` AS BINARY), CAST(CONVERT(t.`domain` USING utf8mb4) AS BINARY), t.`time`"
+        );
+    }
+
+    #[test]
+    fn an_empty_value_is_asked_as_empty_and_as_null() {
+        let columns = strings(&["a", "b", "c"]);
+        let k0 = strings(&["", "x", ""]);
+        let k1 = strings(&["y", "z", "w"]);
+        assert_eq!(derived_rows(&k0), 4);
+        assert_eq!(derived_rows(&k1), 1);
+        assert_eq!(
+            count_keys_joined("t", &columns, &[], &[&k0, &k1], false),
+            "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (\
+             SELECT 0 AS i, 0 AS j, '' AS c0, 'x' AS c1, '' AS c2 \
+             UNION ALL SELECT 0, 1, NULL, 'x', '' \
+             UNION ALL SELECT 0, 2, '', 'x', NULL \
+             UNION ALL SELECT 0, 3, NULL, 'x', NULL \
+             UNION ALL SELECT 1, 4, 'y', 'z', 'w') k \
+             JOIN `t` t ON t.`a` <=> k.c0 AND t.`b` = k.c1 AND t.`c` <=> k.c2 \
+             GROUP BY t.`a`, t.`b`, t.`c`"
+        );
+    }
+
+    #[test]
+    fn count_keys_joined_empty_or_invalid_batch_selects_nothing() {
+        let want = "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (SELECT 0 AS i, 0 AS j) k \
+                    JOIN `t` t ON 1 = 0 GROUP BY k.i";
+        assert_eq!(
+            count_keys_joined::<&[String], String>("t", &strings(&["c"]), &[], &[], false),
+            want
+        );
+    }
+
+    /// The shape of a statement as Doris's planners see its expressions: the deepest
+    /// expression (parentheses nest; `a AND b AND c` is a left-deep binary tree, one level
+    /// per operator) and the most children of one node (operands of one AND/OR chain,
+    /// items of one comma list, WHEN arms of one CASE, branches of one UNION ALL). Literals
+    /// and identifiers are lexed away first ([`skeleton`]).
+    fn doris_shape(sql: &str) -> (usize, usize) {
+        let sk = skeleton(sql, false).expect("lexes");
+        // One frame per open parenthesis: (AND/OR operators, commas, WHENs, UNIONs,
+        // deepest child).
+        let mut stack: Vec<[usize; 5]> = vec![[0; 5]];
+        let mut children = 0usize;
+        let mut depth = 0usize;
+        let words: Vec<String> = sk
+            .replace('(', " ( ")
+            .replace(')', " ) ")
+            .replace(',', " , ")
+            .split_whitespace()
+            .map(str::to_ascii_uppercase)
+            .collect();
+        let close = |f: [usize; 5]| -> (usize, usize) {
+            let kids = (f[0] + 1).max(f[1] + 1).max(f[2] * 2 + 1).max(f[3] + 1);
+            (f[0] + f[4] + 1, kids)
+        };
+        for w in &words {
+            let top = stack.last_mut().expect("frame");
+            match w.as_str() {
+                "(" => stack.push([0; 5]),
+                ")" => {
+                    let f = stack.pop().expect("balanced");
+                    let (d, k) = close(f);
+                    children = children.max(k);
+                    let parent = stack.last_mut().expect("balanced");
+                    parent[4] = parent[4].max(d);
+                }
+                "AND" | "OR" => top[0] += 1,
+                "," => top[1] += 1,
+                "WHEN" => top[2] += 1,
+                "UNION" => {
+                    // Each branch has its own select list.
+                    children = children.max(top[1] + 1);
+                    top[1] = 0;
+                    top[3] += 1;
+                }
+                _ => {}
+            }
+        }
+        let (d, k) = close(stack.pop().expect("top"));
+        depth = depth.max(d);
+        (depth, children.max(k))
+    }
+
+    #[test]
+    fn doris_expression_limits_hold_for_the_join_form_at_its_bound() {
+        use crate::sink::mysql::DORIS_MAX_KEY_ROWS;
+        const EXPR_DEPTH_LIMIT: usize = 3000;
+        const EXPR_CHILDREN_LIMIT: usize = 10_000;
+        // The bound in keys of one derived row each, and in keys with empty values (four
+        // derived rows each), over 3 and over 8 key columns.
+        for width in [3usize, 8] {
+            let columns: Vec<String> = (0..width).map(|c| format!("c{c}")).collect();
+            let full: Vec<Vec<String>> = (0..DORIS_MAX_KEY_ROWS)
+                .map(|i| (0..width).map(|c| format!("v{i}-{c}")).collect())
+                .collect();
+            let empties: Vec<Vec<String>> = (0..DORIS_MAX_KEY_ROWS / 4)
+                .map(|i| {
+                    (0..width)
+                        .map(|c| {
+                            if c < 2 {
+                                String::new()
+                            } else {
+                                format!("v{i}")
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            for keys in [&full, &empties] {
+                let rows: usize = keys.iter().map(derived_rows).sum();
+                assert!(rows <= DORIS_MAX_KEY_ROWS);
+                let (depth, children) =
+                    doris_shape(&count_keys_joined("db.t", &columns, &[], keys, false));
+                assert!(
+                    depth < 50 && children <= DORIS_MAX_KEY_ROWS,
+                    "width {width}: depth {depth}, children {children}"
+                );
+                assert!(depth < EXPR_DEPTH_LIMIT && children < EXPR_CHILDREN_LIMIT);
+            }
+        }
+        // The measure sees what the limits are about: the CASE form's OR chain and WHEN
+        // arms grow with the batch, past both limits at 5,000 keys.
+        let columns = strings(&["a", "b", "c"]);
+        let keys: Vec<Vec<String>> = (0..5_000)
+            .map(|i| vec![format!("a{i}"), format!("b{i}"), format!("c{i}")])
+            .collect();
+        let (depth, children) = doris_shape(&count_keys("t", &columns, &keys, false));
+        assert!(
+            depth > EXPR_DEPTH_LIMIT && children > EXPR_CHILDREN_LIMIT,
+            "CASE form at 5,000 keys: depth {depth}, children {children}"
         );
     }
 

@@ -125,9 +125,24 @@ pub struct Spec<'a> {
     pub grace: &'a str,
     /// `verify_interval`.
     pub verify_interval: &'a str,
+    /// The `[audits.match]` table's body: [`OFFSET_MATCH`] for offset_columns.
+    pub matching: &'a str,
+    /// `max_pending` (the daemon's default when `None`).
+    pub max_pending: Option<u64>,
 }
 
-/// A daemon process running one offset_columns audit against MariaDB.
+/// The offset_columns match of the latency and scale runs (sink columns as
+/// [`create_sink_table`] makes them).
+pub const OFFSET_MATCH: &str = r#"strategy = "offset_columns"
+topic_column = "kafka_topic"
+partition_column = "kafka_partition"
+offset_column = "kafka_offset""#;
+
+/// The seed's key_columns match (sink columns as [`create_seed_table`] makes them).
+pub const KEY_MATCH: &str = r#"strategy = "key_columns"
+key = ["client_ip","domain","time"]"#;
+
+/// A daemon process running one audit against MariaDB.
 pub struct Daemon {
     child: Child,
     /// `host:port` of its HTTP server.
@@ -167,6 +182,7 @@ topics = [{topics}]
 pipeline_group = "{pipeline}"
 grace = "{grace}"
 verify_interval = "{verify}"
+{max_pending}
 [audits.record]
 format = "csv"
 delimiter = "|"
@@ -174,10 +190,7 @@ fields = ["client_ip","domain","time","target_ip","rcode","query_type","authorit
 [audits.record.filter]
 field_count = 9
 [audits.match]
-strategy = "offset_columns"
-topic_column = "kafka_topic"
-partition_column = "kafka_partition"
-offset_column = "kafka_offset"
+{matching}
 [audits.sink]
 kind = "mysql"
 url = "{mysql}"
@@ -191,6 +204,11 @@ query_timeout = "30s"
             grace = spec.grace,
             verify = spec.verify_interval,
             table = spec.table,
+            matching = spec.matching,
+            max_pending = spec
+                .max_pending
+                .map(|n| format!("max_pending = {n}"))
+                .unwrap_or_default(),
         );
         let cfg = dir.join("gap-auditor.toml");
         std::fs::write(&cfg, config)?;
@@ -258,6 +276,11 @@ query_timeout = "30s"
         }
     }
 
+    /// CPU time (user + system) the daemon process has used so far.
+    pub fn cpu(&self) -> Duration {
+        crate::util::cpu_of(&format!("/proc/{}/stat", self.child.id()))
+    }
+
     /// Resident set size of the daemon process, bytes.
     pub fn rss(&self) -> u64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
@@ -279,6 +302,24 @@ query_timeout = "30s"
             // JSON log lines carry the event's fields at the top level (src/logging.rs).
             .filter(|v| v["message"] == "verify round finished")
             .filter_map(|v| Some((v["partitions"].as_u64()?, v["took_ms"].as_u64()?)))
+            .collect()
+    }
+
+    /// (took_ms, verified_ms) of every "verify round finished" line that verified
+    /// something (took at least 50 ms): the round's whole time, and its time before the store
+    /// write.
+    pub fn round_split(&self) -> Vec<(u64, u64)> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["fields"]["message"] == "verify round finished")
+            .filter_map(|v| {
+                Some((
+                    v["fields"]["took_ms"].as_u64()?,
+                    v["fields"]["verified_ms"].as_u64()?,
+                ))
+            })
+            .filter(|(took, _)| *took >= 50)
             .collect()
     }
 
@@ -320,6 +361,23 @@ pub async fn create_sink_table(conn: &mut mysql_async::Conn, table: &str) -> Res
            line VARCHAR(1024) NOT NULL, \
            KEY idx_topic_partition_offset (kafka_topic, kafka_partition, kafka_offset)) \
          ENGINE=InnoDB"
+    ))
+    .await
+    .with_context(|| format!("creating {table}"))?;
+    Ok(())
+}
+
+/// Creates the seed's table (its Doris DDL for MariaDB: `time` a DATETIME) with the key
+/// index docs/SINK-DDL.md recommends, in byte-exact `utf8mb4_nopad_bin`.
+pub async fn create_seed_table(conn: &mut mysql_async::Conn, table: &str) -> Result<()> {
+    use mysql_async::prelude::Queryable;
+    conn.query_drop(format!(
+        "CREATE TABLE {table} (\
+           client_ip VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, \
+           domain VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, \
+           time DATETIME NOT NULL, target_ip VARCHAR(64), rcode VARCHAR(16), \
+           query_type VARCHAR(16), authority_record VARCHAR(512), add_msg VARCHAR(512), \
+           dns_ip VARCHAR(64)) ENGINE=InnoDB"
     ))
     .await
     .with_context(|| format!("creating {table}"))?;

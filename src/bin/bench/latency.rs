@@ -46,6 +46,8 @@ pub async fn rows(
             topics: &topics,
             table: &table,
             pipeline_group: &pipeline,
+            matching: daemon::OFFSET_MATCH,
+            max_pending: None,
             grace: &format!("{}ms", GRACE.as_millis()),
             verify_interval: &format!("{}ms", VERIFY_INTERVAL.as_millis()),
         },

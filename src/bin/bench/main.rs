@@ -12,7 +12,9 @@
 //! - ledger memory (RSS growth) for 10 M contiguous unkeyed offsets and 1 M keyed records;
 //! - verification on MariaDB (`--mysql`, default `$GAP_AUDITOR_TEST_MYSQL`) through the
 //!   crate's verifier: offset_columns queries per round and to locate 1/10/100 missing rows
-//!   among 10 M, key_columns keys/s (see `verify.rs`).
+//!   among 10 M, key_columns keys/s (see `verify.rs`);
+//! - key_columns end to end through the real daemon binary beside the bare consumer on the
+//!   same topic, with CPU per record for both (see `keys_e2e.rs`).
 //!
 //! Prints a Markdown table; `--write docs/BENCHMARKS.md` also writes it with the machine
 //! description and the command. `--smoke` runs everything tiny (CI keeps it from rotting;
@@ -23,6 +25,7 @@
 
 mod daemon;
 mod decode;
+mod keys_e2e;
 mod latency;
 mod memory;
 mod scale;
@@ -66,6 +69,9 @@ struct Args {
     /// this binary; `cargo build --release --bins` builds both).
     #[arg(long)]
     daemon: Option<std::path::PathBuf>,
+    /// Records of the key_columns end-to-end run through the daemon.
+    #[arg(long, default_value_t = 1_000_000)]
+    key_records: u64,
     /// Injected losses for the detection-latency figure.
     #[arg(long, default_value_t = 100)]
     losses: usize,
@@ -103,6 +109,8 @@ enum Section {
     Tail,
     /// Verification on MariaDB.
     Verify,
+    /// key_columns end to end through the daemon binary, beside the bare consumer.
+    KeysE2e,
     /// Detection latency through the daemon binary.
     Latency,
     /// 1,000 partitions through the daemon binary.
@@ -169,6 +177,7 @@ async fn main() -> Result<()> {
         args.verify_rows = args.verify_rows.min(20_000);
         args.key_rows = args.key_rows.min(20_000);
         args.keys_asked = args.keys_asked.min(5_000);
+        args.key_records = args.key_records.min(20_000);
         args.losses = args.losses.min(5);
         args.scale_topics = args.scale_topics.min(2);
         args.scale_partitions = args.scale_partitions.min(5);
@@ -216,12 +225,15 @@ async fn main() -> Result<()> {
     }
 
     // The daemon binary end to end: detection latency, then scale.
-    if run(Section::Latency) || run(Section::Scale) {
+    if run(Section::KeysE2e) || run(Section::Latency) || run(Section::Scale) {
         let bin = daemon::binary(args.daemon.as_deref())?;
         let url = args
             .mysql
             .clone()
             .context("no MariaDB: pass --mysql or set GAP_AUDITOR_TEST_MYSQL")?;
+        if run(Section::KeysE2e) {
+            keys_e2e::rows(&bin, &brokers, &url, args.key_records, &mut rows).await?;
+        }
         if run(Section::Latency) {
             latency::rows(&bin, &brokers, &url, args.losses, &mut rows).await?;
         }
@@ -252,6 +264,7 @@ async fn main() -> Result<()> {
              same fields as a JSON object, avg {javg} bytes.\n\n\
              ## Verification\n\n{}\n\
              EXPLAIN of the queries the verifier sends, on the bench tables:\n\n{}\n\
+             ## key_columns end to end\n\n{}\n\
              ## Detection latency\n\n{}\n\
              ## Scale\n\n{}\n\
              ## max_pending\n\n\
@@ -267,6 +280,7 @@ async fn main() -> Result<()> {
             machine(),
             verify::NOTES,
             verified.explain,
+            keys_e2e::NOTES,
             latency::NOTES,
             scale::NOTES,
         );

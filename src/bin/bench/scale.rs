@@ -51,6 +51,8 @@ pub async fn rows(
             topics: &topics,
             table: &table,
             pipeline_group: &pipeline,
+            matching: daemon::OFFSET_MATCH,
+            max_pending: None,
             grace: GRACE,
             verify_interval: &format!("{}ms", sizes.verify_interval.as_millis()),
         },

@@ -117,3 +117,29 @@ pub fn unique(prefix: &str) -> String {
         .unwrap_or(0);
     format!("{prefix}_{}_{t}", std::process::id())
 }
+
+/// CPU time (user + system) of the process whose `/proc/PID/stat` is at `path` (fields 14
+/// and 15, in clock ticks).
+pub fn cpu_of(path: &str) -> Duration {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = text.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // After ")": field 3 is index 0, so utime (14) is 11 and stime (15) is 12.
+    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_micros(ticks * 1_000_000 / hz)
+}
+
+/// CPU time (user + system) of this process so far, to the microsecond.
+pub fn cpu_self() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(us(u.ru_utime) + us(u.ru_stime))
+}

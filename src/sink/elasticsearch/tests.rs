@@ -50,6 +50,35 @@ fn range_count_request() {
     assert!(!text.contains("cardinality") && !text.contains("\"from\""));
 }
 
+/// Filtered records between expected ones: one range, their offsets excluded with a
+/// `terms` query in `must_not` (the documented bool query clauses), so a document at a
+/// filtered offset is never counted.
+#[test]
+fn filtered_offsets_between_runs_are_excluded_by_terms() {
+    let b = count_body(
+        &target(),
+        &tp(),
+        &[
+            OffsetRun::new(0, 0),
+            OffsetRun::new(2, 2),
+            OffsetRun::new(5, 6),
+        ],
+    );
+    assert_eq!(
+        b["query"],
+        j(r#"{ "bool": {
+          "filter": [
+            { "term": { "partition": 3 } },
+            { "term": { "topic": "dns" } },
+            { "bool": { "should": [
+                { "range": { "offset": { "gte": 0, "lte": 6 } } }
+              ], "minimum_should_match": 1 } }
+          ],
+          "must_not": [ { "terms": { "offset": [1, 3, 4] } } ]
+        } }"#)
+    );
+}
+
 #[test]
 fn range_count_answer_counts_duplicates_apart() {
     // Search response shape of the reference (hits.total with relation, _shards), with the

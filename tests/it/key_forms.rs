@@ -1,0 +1,446 @@
+//! Issue 15: the key count's JOIN form (`sql::count_keys_joined`, what the sink sends) gives
+//! every key the same row count as the CASE form (`sql::count_keys_compared`, what it sent
+//! before), on real MariaDB.
+//!
+//! The CASE form defines the semantics the key book was built and tested on: a row is
+//! counted once, under the FIRST key of the batch it matches (compared exactly on columns
+//! whose collation is not byte-exact), and an empty key value matches `''` or NULL. The
+//! JOIN form reaches the same answer differently (derived key table, groups of equal rows,
+//! `MIN(k.i)`), so it is checked against the CASE form on random batches drawn from small
+//! pools built to collide: trailing spaces and case (equal under PAD SPACE and `_ci`),
+//! hostile bytes (quotes, backslashes, NUL, injections, CJK), empty values against NULL and
+//! `''` rows, duplicate rows, and DATETIME texts the server equates
+//! (`2024-05-01 12:00:00` = `2024-05-01T12:00:00` = `2024-5-1 12:0:0`) or cannot read.
+//! Both the product's sink (kind `mysql`, collations read from information_schema; kind
+//! `doris`, plain comparisons) and the bare statements are compared.
+
+use crate::faults::Rng;
+use crate::support::*;
+use gap_auditor::record::Key;
+use gap_auditor::sink::Verifier;
+use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
+use gap_auditor::sink::sql::{self, KeyCompare};
+use mysql_async::prelude::Queryable;
+use std::time::Duration;
+
+const IPS: &[&str] = &["10.0.0.1", "10.0.0.1 ", "", "10.0.0.2"];
+const DOMAINS: &[&str] = &[
+    "a.example",
+    "a.example ",
+    "a.example  ",
+    "A.example",
+    "",
+    "o'reilly''s.com",
+    "back\\slash\\",
+    "x\"y",
+    "é.example",
+    "日本.example",
+    "' OR '1'='1",
+    "nul\0byte",
+    "tab\t",
+];
+/// Texts of one time: the first four are equal as DATETIME.
+const TIMES: &[&str] = &[
+    "2024-05-01 12:00:00",
+    "2024-05-01T12:00:00",
+    "2024-05-01 12:00:00.000",
+    "2024-5-1 12:0:0",
+    "2024-05-01 12:00:01",
+    "",
+    "not a time",
+];
+
+fn columns() -> Vec<String> {
+    ["client_ip", "domain", "time"].map(String::from).to_vec()
+}
+
+fn pick<'a>(rng: &mut Rng, pool: &[&'a str]) -> &'a str {
+    pool[rng.range(0, pool.len() as u64) as usize]
+}
+
+/// A table with key columns in `collation` and `time` of `time_type`, indexed as
+/// docs/SINK-DDL.md recommends.
+async fn create(db: &Db, table: &str, collation: &str, time_type: &str) {
+    let time = if time_type.starts_with("VARCHAR") {
+        format!("{time_type} COLLATE {collation}")
+    } else {
+        time_type.to_string()
+    };
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop(format!(
+        "CREATE TABLE `{table}` (client_ip VARCHAR(80) COLLATE {collation}, \
+         domain VARCHAR(200) COLLATE {collation}, time {time}, \
+         KEY k (client_ip, domain, time)) DEFAULT CHARSET = utf8mb4 COLLATE = {collation}"
+    ))
+    .await
+    .expect("create table");
+}
+
+/// Inserts rows with a prepared statement (independent of the auditor's escaping); `None`
+/// is NULL.
+async fn insert(db: &Db, table: &str, rows: &[[Option<&str>; 3]]) {
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    for r in rows {
+        c.exec_drop(
+            format!("INSERT INTO `{table}` (client_ip, domain, time) VALUES (?, ?, ?)"),
+            (r[0], r[1], r[2]),
+        )
+        .await
+        .expect("insert");
+    }
+}
+
+fn sink(table: &str, kind: &'static str) -> MysqlSink {
+    MysqlSink::new(
+        &mysql_url(),
+        None,
+        None,
+        MysqlTarget {
+            table: table.to_string(),
+            partition_column: String::new(),
+            offset_column: String::new(),
+            topic_column: None,
+            key_columns: columns(),
+        },
+        Duration::from_secs(30),
+        kind,
+        &gap_auditor::sink::tls::TlsSettings::default(),
+    )
+    .expect("sink")
+}
+
+/// Counts per key of the CASE form, sent as is.
+async fn case_counts(db: &Db, table: &str, compare: &[KeyCompare], keys: &[Key]) -> Vec<u64> {
+    let values: Vec<Vec<&str>> = keys.iter().map(|k| k.values().collect()).collect();
+    let q = sql::count_keys_compared(table, &columns(), compare, &values, false);
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop("SET NAMES utf8mb4").await.expect("names");
+    let mut out = vec![0u64; keys.len()];
+    for (k, n) in c
+        .query::<(Option<i64>, i64), _>(q)
+        .await
+        .expect("CASE form")
+    {
+        if let Some(k) = k {
+            out[k as usize] += n as u64;
+        }
+    }
+    out
+}
+
+/// Counts per key of the JOIN form, sent as is.
+async fn join_counts(db: &Db, table: &str, compare: &[KeyCompare], keys: &[Key]) -> Vec<u64> {
+    let values: Vec<Vec<&str>> = keys.iter().map(|k| k.values().collect()).collect();
+    let q = sql::count_keys_joined(table, &columns(), compare, &values, false);
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop("SET NAMES utf8mb4").await.expect("names");
+    let mut out = vec![0u64; keys.len()];
+    for (k, n, per_row) in c
+        .query::<(Option<i64>, i64, i64), _>(q)
+        .await
+        .expect("JOIN form")
+    {
+        assert!(per_row > 0 && n % per_row == 0, "{n} joined over {per_row}");
+        if let Some(k) = k {
+            out[k as usize] += (n / per_row) as u64;
+        }
+    }
+    out
+}
+
+/// A DATETIME key column (the seed's DDL) on both forms: the server converts the key's text
+/// the same way for a literal and for a derived-table value, so every text it reads as
+/// the row's time finds the row; a text it cannot read, or another time, does not; an
+/// empty value finds the NULL row; within one batch the row goes to the first equal text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_datetime_key_column_converts_alike_in_both_forms() {
+    let db = Db::new();
+    let t = unique("keyforms_dt");
+    create(&db, &t, "utf8mb4_nopad_bin", "DATETIME").await;
+    insert(
+        &db,
+        &t,
+        &[
+            [
+                Some("10.0.0.1"),
+                Some("a.example"),
+                Some("2024-05-01 12:00:00"),
+            ],
+            [Some("10.0.0.1"), Some("a.example"), None],
+        ],
+    )
+    .await;
+    let k = |time: &str| Key::new(["10.0.0.1", "a.example", time]);
+    let alone = [
+        ("2024-05-01 12:00:00", 1),
+        ("2024-05-01T12:00:00", 1),
+        ("2024-05-01 12:00:00.000", 1),
+        ("2024-5-1 12:0:0", 1),
+        ("2024-05-01 12:00:01", 0),
+        ("not a time", 0),
+        ("", 1),
+    ];
+    let product = sink(&t, "mysql");
+    let doris = sink(&t, "doris");
+    for (time, want) in alone {
+        let keys = [k(time)];
+        for (form, got) in [
+            ("CASE", case_counts(&db, &t, &[], &keys).await),
+            ("JOIN", join_counts(&db, &t, &[], &keys).await),
+            (
+                "sink mysql",
+                product.count_keys(&[&keys[0]]).await.expect("count"),
+            ),
+            (
+                "sink doris",
+                doris.count_keys(&[&keys[0]]).await.expect("count"),
+            ),
+        ] {
+            assert_eq!(got, vec![want], "{form}: time {time:?}");
+        }
+    }
+    // Equal texts in one batch: the row is counted once, under the first of them.
+    let batch = [
+        k("2024-05-01 12:00:01"),
+        k("2024-05-01T12:00:00"),
+        k("2024-05-01 12:00:00"),
+        k(""),
+    ];
+    let refs: Vec<&Key> = batch.iter().collect();
+    for (form, got) in [
+        ("CASE", case_counts(&db, &t, &[], &batch).await),
+        ("JOIN", join_counts(&db, &t, &[], &batch).await),
+        (
+            "sink mysql",
+            product.count_keys(&refs).await.expect("count"),
+        ),
+        ("sink doris", doris.count_keys(&refs).await.expect("count")),
+    ] {
+        assert_eq!(got, vec![0, 1, 0, 1], "{form}");
+    }
+    product.close().await;
+    doris.close().await;
+}
+
+/// The property: random batches over colliding pools, on PAD SPACE, case-insensitive and
+/// byte-exact key columns, DATETIME and string times; every form agrees with the CASE form
+/// key by key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_join_form_counts_every_key_as_the_case_form_does() {
+    let db = Db::new();
+    let mut rng = Rng::from_env("key forms");
+    let tables = [
+        ("utf8mb4_bin", "DATETIME"),
+        ("utf8mb4_general_ci", "VARCHAR(40)"),
+        ("utf8mb4_nopad_bin", "DATETIME"),
+        ("utf8mb4_nopad_bin", "VARCHAR(40)"),
+    ];
+    let mut checked = 0u64;
+    let mut nonzero = 0u64;
+    for (collation, time_type) in tables {
+        let t = unique("keyforms_prop");
+        create(&db, &t, collation, time_type).await;
+        let datetime = time_type == "DATETIME";
+        // Rows: 80 draws, each 1–3 copies, some values NULL.
+        let mut rows: Vec<[Option<&str>; 3]> = Vec::new();
+        for _ in 0..80 {
+            let null = |rng: &mut Rng, v: &'static str| (rng.range(0, 8) != 0).then_some(v);
+            let ip = pick(&mut rng, IPS);
+            let domain = pick(&mut rng, DOMAINS);
+            // A DATETIME column stores only readable times (strict mode refuses the rest).
+            let time = if datetime {
+                pick(&mut rng, &TIMES[..5])
+            } else {
+                pick(&mut rng, TIMES)
+            };
+            let row = [
+                null(&mut rng, ip),
+                null(&mut rng, domain),
+                null(&mut rng, time),
+            ];
+            for _ in 0..rng.range(1, 4) {
+                rows.push(row);
+            }
+        }
+        insert(&db, &t, &rows).await;
+        let string = sql::key_compare_for(Some(collation), Some("utf8mb4"));
+        let compare = [
+            string,
+            string,
+            if datetime { KeyCompare::Plain } else { string },
+        ];
+        let product = sink(&t, "mysql");
+        let doris = sink(&t, "doris");
+        for case in 0..40 {
+            let mut keys: Vec<Key> = Vec::new();
+            for _ in 0..rng.range(1, 17) {
+                let k = Key::new([
+                    pick(&mut rng, IPS),
+                    pick(&mut rng, DOMAINS),
+                    pick(&mut rng, TIMES),
+                ]);
+                // The verifier passes distinct keys.
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+            let refs: Vec<&Key> = keys.iter().collect();
+            let want = case_counts(&db, &t, &compare, &keys).await;
+            let what = format!("{collation}/{time_type}, case {case}, keys {keys:?}");
+            assert_eq!(
+                join_counts(&db, &t, &compare, &keys).await,
+                want,
+                "JOIN: {what}"
+            );
+            assert_eq!(
+                product.count_keys(&refs).await.expect("count"),
+                want,
+                "sink mysql: {what}"
+            );
+            // Plain comparisons (what kind doris sends) agree with the plain CASE form.
+            let plain = case_counts(&db, &t, &[], &keys).await;
+            assert_eq!(
+                join_counts(&db, &t, &[], &keys).await,
+                plain,
+                "plain JOIN: {what}"
+            );
+            assert_eq!(
+                doris.count_keys(&refs).await.expect("count"),
+                plain,
+                "sink doris: {what}"
+            );
+            checked += keys.len() as u64;
+            nonzero += want.iter().filter(|&&n| n > 0).count() as u64;
+        }
+        product.close().await;
+        doris.close().await;
+    }
+    eprintln!("key forms: {checked} key counts compared, {nonzero} of them non-zero");
+    // The pools collide often enough that the property is about rows, not empty answers.
+    assert!(nonzero * 10 >= checked, "{nonzero} of {checked}");
+}
+
+/// The JOIN form is one index lookup per key: EXPLAIN shows the sink table read by `ref`
+/// on the key index, driven by the derived key table, for exact (CAST) and plain columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_join_form_looks_each_key_up_in_the_key_index() {
+    let db = Db::new();
+    let t = unique("keyforms_explain");
+    create(&db, &t, "utf8mb4_bin", "DATETIME").await;
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop(format!(
+        "INSERT INTO `{t}` (client_ip, domain, time) SELECT CONCAT('10.0.', seq DIV 250, '.', \
+         seq MOD 250), CONCAT('d', seq, '.example'), '2024-05-01 12:00:00' FROM seq_1_to_5000"
+    ))
+    .await
+    .expect("rows");
+    c.query_drop(format!("ANALYZE TABLE `{t}`"))
+        .await
+        .expect("analyze");
+    c.query_drop("SET NAMES utf8mb4").await.expect("names");
+    let keys: Vec<[String; 3]> = (1..200)
+        .map(|i| {
+            [
+                format!("10.0.{}.{}", i / 250, i % 250),
+                format!("d{i}.example"),
+                "2024-05-01T12:00:00".to_string(),
+            ]
+        })
+        .collect();
+    for compare in [
+        [KeyCompare::Binary, KeyCompare::Binary, KeyCompare::Plain],
+        [KeyCompare::Plain; 3],
+    ] {
+        let q = sql::count_keys_joined(&t, &columns(), &compare, &keys, false);
+        let plan: Vec<mysql_async::Row> = c.query(format!("EXPLAIN {q}")).await.expect("explain");
+        let lines: Vec<(Option<String>, Option<String>, Option<String>)> = plan
+            .iter()
+            .map(|r| {
+                let f = |name: &str| {
+                    r.get_opt::<Option<String>, &str>(name)
+                        .and_then(Result::ok)
+                        .flatten()
+                };
+                (f("table"), f("type"), f("key"))
+            })
+            .collect();
+        eprintln!("EXPLAIN {compare:?}: {:?}", &lines[..lines.len().min(2)]);
+        let table = lines
+            .iter()
+            .find(|l| l.0.as_deref() == Some("t"))
+            .expect("the sink table in the plan");
+        assert_eq!(
+            (table.1.as_deref(), table.2.as_deref()),
+            (Some("ref"), Some("k")),
+            "{lines:?}"
+        );
+        let rows: Vec<(i64, i64, i64)> = c.query(q).await.expect("count");
+        assert_eq!(rows.len(), keys.len(), "every key found once");
+    }
+}
+
+/// A key column in a character set that cannot hold every key (`latin1`): the CASE form's
+/// `domain = '日本.example'` is refused by the server ("Illegal mix of collations"), which
+/// made every key count of a batch holding such a key fail. The JOIN form compares the
+/// column's UTF-8 conversion with the key, so it answers: no row for the key latin1 cannot
+/// hold, and the same counts as the CASE form for the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latin1_key_column_answers_for_keys_it_cannot_hold() {
+    let db = Db::new();
+    let t = unique("keyforms_latin1");
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop(format!(
+        "CREATE TABLE `{t}` (client_ip VARCHAR(80) COLLATE utf8mb4_nopad_bin, \
+         domain VARCHAR(200) CHARACTER SET latin1 COLLATE latin1_swedish_ci, \
+         time VARCHAR(40) COLLATE utf8mb4_nopad_bin, KEY k (client_ip, domain, time))"
+    ))
+    .await
+    .expect("create");
+    drop(c);
+    let rows = [
+        [Some("10.0.0.1"), Some("é.example"), Some("t")],
+        [Some("10.0.0.1"), Some("a.example"), Some("t")],
+        [Some("10.0.0.1"), Some("a.example "), Some("t")],
+    ];
+    insert(&db, &t, &rows).await;
+    let k = |d: &str| Key::new(["10.0.0.1", d, "t"]);
+    let tame = [
+        k("A.example"),
+        k("a.example"),
+        k("é.example"),
+        k("a.example "),
+    ];
+    let compare = [
+        KeyCompare::Plain,
+        sql::key_compare_for(Some("latin1_swedish_ci"), Some("latin1")),
+        KeyCompare::Plain,
+    ];
+    assert_eq!(compare[1], KeyCompare::Utf8Binary);
+    let want = case_counts(&db, &t, &compare, &tame).await;
+    assert_eq!(want, vec![0, 1, 1, 1]);
+    assert_eq!(join_counts(&db, &t, &compare, &tame).await, want);
+    let sink = sink(&t, "mysql");
+    let refs: Vec<&Key> = tame.iter().collect();
+    assert_eq!(sink.count_keys(&refs).await.expect("count"), want);
+    // A key latin1 cannot hold, among the others.
+    let cjk = k("日本.example");
+    let values: Vec<Vec<&str>> = [&cjk, &tame[1]]
+        .iter()
+        .map(|k| k.values().collect())
+        .collect();
+    let q = sql::count_keys_compared(&t, &columns(), &compare, &values, false);
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop("SET NAMES utf8mb4").await.expect("names");
+    let refused = c.query::<(Option<i64>, i64), _>(q).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("Illegal mix")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        sink.count_keys(&[&cjk, &tame[1]]).await.expect("count"),
+        vec![0, 1]
+    );
+    sink.close().await;
+}
