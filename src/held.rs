@@ -42,10 +42,17 @@ impl Held {
     }
 
     /// Takes a record from the tail: given back when it can go to the ledger now (decided,
-    /// and nothing held before it), else kept. Offsets at or before the last held one are
+    /// and nothing held before it), else kept. A record before the first held one is given
+    /// back: it is one [`Self::release`] handed over (the ledger takes offsets below the
+    /// held ones only from there). Offsets from the first held one to the last are
     /// re-deliveries and dropped (the ledger ignores old offsets the same way).
     pub fn admit(&mut self, r: Tagged) -> Option<Tagged> {
-        if let Some(last) = self.records.back() {
+        if let (Some(first), Some(last)) = (self.records.front(), self.records.back()) {
+            if r.offset < first.offset {
+                // Released while later records still wait: dropping it here lost it for
+                // good (the ledger then saw the next offset and skipped it as a hole).
+                return Some(r);
+            }
             if r.offset > last.offset {
                 self.records.push_back(r);
             }
@@ -136,6 +143,22 @@ mod tests {
         assert!(h.admit(tagged(1, DECIDED)).is_none());
         assert_eq!(h.len(), 2, "re-deliveries are not held twice");
         assert_eq!(h.waiting_for(), Some(7));
+    }
+
+    #[test]
+    fn a_record_released_ahead_of_those_still_held_goes_on() {
+        let mut h = Held::default();
+        assert!(h.admit(tagged(5, unresolved(7))).is_none());
+        assert!(h.admit(tagged(6, unresolved(8))).is_none());
+        // `release` handed offset 5 over while 6 still waits: it comes back through here.
+        h.records.pop_front();
+        let back = h.admit(tagged(5, DECIDED));
+        assert_eq!(back.map(|r| r.offset), Some(5));
+        assert_eq!(h.len(), 1, "the held one stays");
+        assert!(
+            h.admit(tagged(6, DECIDED)).is_none(),
+            "a re-delivery of a held one"
+        );
     }
 
     #[test]
