@@ -22,6 +22,80 @@ use super::registry::{RawSchema, SchemaError, SchemaType};
 /// are far past any broker's default limit.
 const MAX_ALLOCATION: usize = 64 * 1024 * 1024;
 
+/// Steps the recursion check may take before it calls a schema recursive (a schema with
+/// many shared named types is walked once per path to them).
+const RECURSION_CHECK_STEPS: usize = 100_000;
+
+/// Whether a named type in `s` contains itself (through fields, unions, arrays, maps or
+/// references); also true when the walk needs more than `budget` steps.
+fn recursive(
+    s: &Schema,
+    names: &HashMap<Name, Schema>,
+    path: &mut Vec<Name>,
+    budget: &mut usize,
+) -> bool {
+    if *budget == 0 {
+        return true;
+    }
+    *budget -= 1;
+    match s {
+        Schema::Record(r) => {
+            if path.contains(&r.name) {
+                return true;
+            }
+            path.push(r.name.clone());
+            let found = r
+                .fields
+                .iter()
+                .any(|f| recursive(&f.schema, names, path, budget));
+            path.pop();
+            found
+        }
+        Schema::Ref { name } => {
+            path.contains(name)
+                || names
+                    .get(name)
+                    .is_some_and(|t| recursive(t, names, path, budget))
+        }
+        Schema::Array(a) => recursive(&a.items, names, path, budget),
+        Schema::Map(m) => recursive(&m.types, names, path, budget),
+        Schema::Union(u) => u
+            .variants()
+            .iter()
+            .any(|v| recursive(v, names, path, budget)),
+        _ => false,
+    }
+}
+
+/// The schema text with `logicalType: uuid` taken off string types. apache-avro parses such
+/// a string into a UUID and prints it back canonical (lowercase), and fails the record when
+/// the text is not a UUID; Flink and Kafka Connect read the field as a string and write the
+/// producer's text, which the key comparison (byte-exact) must see unchanged.
+fn keep_uuid_text(text: &str) -> String {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(o) => {
+                if o.get("type").and_then(Value::as_str) == Some("string")
+                    && o.get("logicalType").and_then(Value::as_str) == Some("uuid")
+                {
+                    o.remove("logicalType");
+                }
+                o.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(mut v) => {
+            strip(&mut v);
+            v.to_string()
+        }
+        // Not JSON: the parser below says why.
+        Err(_) => text.to_string(),
+    }
+}
+
 /// A writer schema from the registry, with every named type it or its references define.
 #[derive(Debug)]
 pub struct AvroSchema {
@@ -42,14 +116,20 @@ impl AvroSchema {
                 raw.schema_type
             )));
         }
+        let text = keep_uuid_text(&raw.text);
         let (schema, references) = if raw.references.is_empty() {
             (
-                Schema::parse_str(&raw.text)
+                Schema::parse_str(&text)
                     .map_err(|e| bad(format!("not a valid Avro schema: {e}")))?,
                 Vec::new(),
             )
         } else {
-            Schema::parse_str_with_list(&raw.text, raw.references.iter().map(|(_, t)| t.as_str()))
+            let refs: Vec<String> = raw
+                .references
+                .iter()
+                .map(|(_, t)| keep_uuid_text(t))
+                .collect();
+            Schema::parse_str_with_list(&text, refs.iter().map(String::as_str))
                 .map_err(|e| bad(format!("not a valid Avro schema: {e}")))?
         };
         let mut all: Vec<&Schema> = references.iter().collect();
@@ -60,6 +140,17 @@ impl AvroSchema {
             .iter()
             .map(|(n, s)| (n.clone(), (*s).clone()))
             .collect();
+        let mut budget = RECURSION_CHECK_STEPS;
+        if recursive(&schema, &names, &mut Vec::new(), &mut budget) {
+            // apache-avro decodes nested values by recursion without a depth limit, and a
+            // type that contains itself lets a record nest one level per byte: a few KB
+            // overflowed the tailing thread's stack, which aborts the process (and again at
+            // every restart, the record being re-read). Such records are undecodable.
+            return Err(bad(
+                "a recursive Avro schema (a named type contains itself): not supported, its records are undecodable"
+                    .to_string(),
+            ));
+        }
         Ok(Self {
             schema,
             references,
@@ -318,6 +409,52 @@ mod tests {
         proto.schema_type = SchemaType::Protobuf;
         let e = AvroSchema::compile(3, &proto).expect_err("protobuf is not avro");
         assert!(e.to_string().contains("schema id 3"), "{e}");
+    }
+
+    #[test]
+    fn a_recursive_schema_is_refused_before_a_record_can_nest_deeply() {
+        let err = AvroSchema::compile(
+            1,
+            &raw(r#"{"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"]}]}"#),
+        )
+        .expect_err("recursive");
+        assert!(err.reason.contains("recursive"), "{}", err.reason);
+        // Through an array and a second type, too.
+        let err = AvroSchema::compile(
+            1,
+            &raw(r#"{"type":"record","name":"A","fields":[{"name":"b","type":{"type":"record","name":"B","fields":[{"name":"as","type":{"type":"array","items":"A"}}]}}]}"#),
+        )
+        .expect_err("recursive through B");
+        assert!(err.reason.contains("recursive"), "{}", err.reason);
+        // A named type used twice side by side is not recursion.
+        AvroSchema::compile(
+            1,
+            &raw(r#"{"type":"record","name":"P","fields":[{"name":"a","type":{"type":"record","name":"Pt","fields":[{"name":"x","type":"int"}]}},{"name":"b","type":"Pt"}]}"#),
+        )
+        .expect("not recursive");
+    }
+
+    #[test]
+    fn a_uuid_string_keeps_the_producers_text() {
+        let s = AvroSchema::compile(
+            1,
+            &raw(r#"{"type":"record","name":"U","fields":[{"name":"id","type":{"type":"string","logicalType":"uuid"}}]}"#),
+        )
+        .expect("schema");
+        let enc = |t: &str| {
+            let mut b = vec![(t.len() as u8) << 1];
+            b.extend_from_slice(t.as_bytes());
+            b
+        };
+        let upper = "550E8400-E29B-41D4-A716-446655440000";
+        let v = s
+            .decode(&enc(upper), TimestampFormat::Sql)
+            .expect("decodes");
+        assert_eq!(v["id"], upper, "the text the pipeline writes");
+        let v = s
+            .decode(&enc("order-42"), TimestampFormat::Sql)
+            .expect("not a uuid: still a string");
+        assert_eq!(v["id"], "order-42");
     }
 
     #[test]
