@@ -30,7 +30,8 @@ const SLOW_ANSWER: Duration = Duration::from_secs(8);
 /// Where the partition given back to A starts (the answer), below its end.
 const RESTART_AT: i64 = 3;
 
-fn decoder() -> Decoder {
+/// A one-field csv decoder without a key (offset_columns): every record is expected.
+pub(crate) fn decoder() -> Decoder {
     Decoder::new(DecoderSpec {
         format: DecodeFormat::Csv,
         delimiter: "|".into(),
@@ -46,7 +47,8 @@ fn decoder() -> Decoder {
     .expect("decoder")
 }
 
-fn kafka_config() -> KafkaConfig {
+/// The test broker with short group timeouts and cooperative-sticky assignment.
+pub(crate) fn kafka_config() -> KafkaConfig {
     let mut k = KafkaConfig {
         brokers: kafka(),
         session_timeout: Some(Duration::from_secs(6)),
@@ -142,7 +144,8 @@ fn serve(
     })
 }
 
-async fn wait_for(what: &str, timeout: Duration, cond: impl Fn() -> bool) {
+/// Polls `cond` every 50 ms, failing the test after `timeout`.
+pub(crate) async fn wait_for(what: &str, timeout: Duration, cond: impl Fn() -> bool) {
     let deadline = Instant::now() + timeout;
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

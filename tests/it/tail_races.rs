@@ -17,46 +17,16 @@
 //! 3. Cooperative: a partition revoked while its start is pending.
 
 use crate::support::*;
+use crate::tail_assign::{decoder, kafka_config, wait_for};
 use gap_auditor::config::KafkaConfig;
 use gap_auditor::gap::TopicPartition;
 use gap_auditor::kafka::tail::{self, Command, TailEvent};
-use gap_auditor::record::{DecodeFormat, Decoder, DecoderSpec};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 const RESTART_AT: i64 = 3;
-
-fn decoder() -> Decoder {
-    Decoder::new(DecoderSpec {
-        format: DecodeFormat::Csv,
-        delimiter: "|".into(),
-        quote: false,
-        fields: vec!["v".into()],
-        field_count: None,
-        min_fields: None,
-        require: Vec::new(),
-        key: None,
-        id_template: None,
-        ..DecoderSpec::default()
-    })
-    .expect("decoder")
-}
-
-fn kafka_config() -> KafkaConfig {
-    let mut k = KafkaConfig {
-        brokers: kafka(),
-        session_timeout: Some(Duration::from_secs(6)),
-        heartbeat_interval: Some(Duration::from_millis(500)),
-        ..KafkaConfig::default()
-    };
-    k.properties.insert(
-        "partition.assignment.strategy".into(),
-        "cooperative-sticky".into(),
-    );
-    k
-}
 
 type Reply = oneshot::Sender<Vec<(TopicPartition, i64)>>;
 
@@ -67,14 +37,6 @@ struct Shared {
     revoked: Vec<Vec<i32>>,
     /// The held-back answer of the second assignment of member A.
     held: Option<(Vec<TopicPartition>, Reply)>,
-}
-
-async fn wait_for(what: &str, timeout: Duration, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
