@@ -346,6 +346,9 @@ struct TailContext {
     flow: Arc<Flow>,
     /// Assignments whose starts the audit task has not answered yet.
     starting: Mutex<Vec<Starting>>,
+    /// Whether `starting` holds anything: the poll loop looks before every poll, and an
+    /// atomic load is cheaper than the lock there.
+    any_starting: AtomicBool,
 }
 
 /// Partitions assigned by the group whose start offsets the audit task is still resolving.
@@ -493,6 +496,7 @@ impl ConsumerContext for TailContext {
                             partitions: waiting,
                             reply: rx,
                         });
+                        self.any_starting.store(true, Ordering::Release);
                     }
                 }
             }
@@ -507,6 +511,7 @@ impl ConsumerContext for TailContext {
                         }
                     }
                     s.retain(|st| !st.partitions.is_empty());
+                    self.any_starting.store(!s.is_empty(), Ordering::Release);
                 }
                 let answer = self.ask(alive, |reply| TailEvent::Revoked { partitions, reply });
                 if let Some(offsets) = answer.filter(|o| !o.is_empty()) {
@@ -681,6 +686,7 @@ pub fn start(
         generation: AtomicU64::new(0),
         flow: flow.clone(),
         starting: Mutex::default(),
+        any_starting: AtomicBool::new(false),
     };
     let consumer: BaseConsumer<TailContext> = cfg.create_with_context(ctx)?;
     let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -795,13 +801,14 @@ impl Tail {
 
     /// Assigns the partitions whose starts the audit task has answered, at those starts.
     fn serve_starts(&mut self) {
+        let ctx = self.consumer.context();
+        if !ctx.any_starting.load(Ordering::Acquire) {
+            return;
+        }
         let ready: Vec<Vec<(TopicPartition, Offset)>> = {
-            let Ok(mut s) = self.consumer.context().starting.lock() else {
+            let Ok(mut s) = ctx.starting.lock() else {
                 return;
             };
-            if s.is_empty() {
-                return;
-            }
             let mut ready = Vec::new();
             s.retain_mut(|st| match st.reply.try_recv() {
                 Ok(starts) => {
@@ -817,6 +824,7 @@ impl Tail {
                 // The audit task is gone: the event channel ends and so does this thread.
                 Err(oneshot::error::TryRecvError::Closed) => false,
             });
+            ctx.any_starting.store(!s.is_empty(), Ordering::Release);
             ready
         };
         for starts in ready {
