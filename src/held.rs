@@ -9,7 +9,10 @@
 //! (and so the settled watermark the auditor commits) stays before the first held record:
 //! after a crash, a rebalance or a re-positioning they are read again. The tail's
 //! backpressure counts held records as pending, so a registry that stays down pauses
-//! consumption at `max_pending` instead of filling memory.
+//! consumption at `max_pending` instead of filling memory. It counts their bytes too
+//! ([`Held::flow_load`]): a record waiting for its schema keeps its whole value, and
+//! `max_pending` records of a megabyte each would be a terabyte, so [`HELD_BYTES_MAX`] of
+//! held values weigh as much as `max_pending` records.
 //!
 //! Only the first held record's schema is asked for ([`SchemaRegistry::want`]): the ids
 //! behind it are asked for when they come to the front, so one id the registry cannot give
@@ -28,10 +31,27 @@ use crate::kafka::Tagged;
 use crate::ledger::KeyBook;
 use crate::record::{Decoder, Key, RecordMeta, SchemaRegistry, Tag};
 
+/// Bytes of held record values (and Kafka keys) that weigh as much as `max_pending`
+/// records in the tail's flow control: with the registry down, an audit holds about this
+/// much before its waiting partitions pause (they pause earlier when other partitions need
+/// the budget, see [`crate::kafka::tail::Flow`]).
+pub const HELD_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+/// Bytes a held record keeps: what [`Tag::Unresolved`] carries (decided records keep only
+/// their tag).
+fn held_bytes(r: &Tagged) -> u64 {
+    match &r.tag {
+        Tag::Unresolved(u) => (u.value.len() + u.key.as_ref().map_or(0, |k| k.len())) as u64,
+        _ => 0,
+    }
+}
+
 /// One partition's held records, oldest first.
 #[derive(Debug, Default)]
 pub struct Held {
     records: VecDeque<Tagged>,
+    /// Sum of [`held_bytes`] over `records`.
+    bytes: u64,
     /// Where the first held record's schema is asked for (`None`: nobody asks, tests).
     registry: Option<Arc<SchemaRegistry>>,
 }
@@ -51,6 +71,7 @@ impl Held {
     pub fn for_decoder(decoder: &Decoder) -> Self {
         Self {
             records: VecDeque::new(),
+            bytes: 0,
             registry: decoder.registry().cloned(),
         }
     }
@@ -63,6 +84,20 @@ impl Held {
     /// How many records are held.
     pub fn len(&self) -> usize {
         self.records.len()
+    }
+
+    /// Bytes the held records keep (their values and Kafka keys).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// What the held records weigh in the tail's flow control of an audit capped at
+    /// `max_pending` records: one per record, and `max_pending` per [`HELD_BYTES_MAX`]
+    /// bytes kept, so large values pause their partition by memory, not only by count.
+    pub fn flow_load(&self, max_pending: u64) -> u64 {
+        let by_bytes =
+            u128::from(self.bytes) * u128::from(max_pending) / u128::from(HELD_BYTES_MAX);
+        (self.records.len() as u64).saturating_add(u64::try_from(by_bytes).unwrap_or(u64::MAX))
     }
 
     /// The schema id the first held record waits for.
@@ -107,6 +142,7 @@ impl Held {
         if let (Some(book), Some(k)) = (book, pended_key(&r)) {
             book.pend(k);
         }
+        self.bytes += held_bytes(&r);
         self.records.push_back(r);
     }
 
@@ -117,6 +153,7 @@ impl Held {
     pub fn release(&mut self, decoder: &Decoder, mut book: Option<&mut KeyBook>) -> Vec<Tagged> {
         let mut out = Vec::new();
         while let Some(front) = self.records.front_mut() {
+            let kept = held_bytes(front);
             let mut pended = true;
             if let Tag::Unresolved(u) = &front.tag {
                 let meta = RecordMeta {
@@ -138,6 +175,8 @@ impl Held {
                 pended = false;
             }
             if let Some(r) = self.records.pop_front() {
+                // Counted as kept, whatever it was retagged to meanwhile.
+                self.bytes = self.bytes.saturating_sub(kept);
                 if pended && let (Some(book), Some(k)) = (book.as_deref_mut(), pended_key(&r)) {
                     book.unpend(k);
                 }
@@ -155,6 +194,7 @@ impl Held {
     /// again from the ledger's position), taking their keys out of `book`.
     pub fn clear(&mut self, book: Option<&mut KeyBook>) {
         let records = std::mem::take(&mut self.records);
+        self.bytes = 0;
         if let Some(book) = book {
             for k in records.iter().filter_map(pended_key) {
                 book.unpend(k);
@@ -240,6 +280,47 @@ mod tests {
         assert_eq!(out[0].tag, Tag::Filtered(FilterReason::Undecodable));
         assert!(h.is_empty());
         assert!(h.admit(tagged(3, DECIDED), None).is_some());
+    }
+
+    /// Issue 19 review: held records were bounded by count only, and each keeps its value.
+    #[test]
+    fn held_bytes_weigh_in_the_flow_control() {
+        let big = |offset: i64| {
+            tagged(
+                offset,
+                Tag::Unresolved(Box::new(Unresolved {
+                    schema_id: 7,
+                    value: vec![0u8; 1 << 20].into_boxed_slice(),
+                    key: Some(Box::from(&b"k"[..])),
+                })),
+            )
+        };
+        let max_pending = 100_000;
+        let mut h = Held::default();
+        h.admit(big(0), None);
+        h.admit(tagged(1, DECIDED), None);
+        assert_eq!(
+            h.bytes(),
+            (1 << 20) + 1,
+            "the value and the key; decided ones keep none"
+        );
+        // 256 records of 1 MiB: far under max_pending by count, at it by bytes.
+        for o in 2..257 {
+            h.admit(big(o), None);
+        }
+        assert_eq!(h.len(), 257);
+        assert!(
+            h.flow_load(max_pending) >= max_pending,
+            "{}",
+            h.flow_load(max_pending)
+        );
+        // Small values weigh about their count.
+        let mut small = Held::default();
+        small.admit(tagged(0, unresolved(7)), None);
+        small.admit(tagged(1, unresolved(7)), None);
+        assert_eq!(small.flow_load(max_pending), 2);
+        h.clear(None);
+        assert_eq!((h.bytes(), h.flow_load(max_pending)), (0, 0));
     }
 
     /// Issue 19 review: the ledger side of a held partition, through the daemon's own
@@ -394,8 +475,10 @@ mod tests {
             ingest_batch("a", &m, &mut parts, Some(&mut book), batch, 0);
             reg.insert(8, &raw());
             let (_, held) = parts.0.get_mut(&tp).expect("part");
+            assert_eq!(held.bytes(), 7, "the one waiting keeps its value");
             let ready = held.release(&d, Some(&mut book));
             assert_eq!(ready.len(), 3);
+            assert_eq!(held.bytes(), 0);
             assert_eq!(book.total_pending(), 0, "out of the held ones");
             ingest_batch("a", &m, &mut parts, Some(&mut book), ready, 0);
             let (ledger, _) = &parts.0[&tp];
