@@ -328,13 +328,11 @@ mod tests {
     mod with_the_ledger {
         use super::*;
         use crate::audit::{Ledgers, ingest_batch};
-        use crate::config::SchemaRegistryConfig;
         use crate::gap::TopicPartition;
         use crate::ledger::PartitionLedger;
         use crate::metrics::Metrics;
         use crate::record::registry::{RawSchema, SchemaType};
         use std::collections::BTreeMap;
-        use std::time::Duration;
 
         const SCHEMA: &str =
             r#"{"type":"record","name":"R","fields":[{"name":"a","type":"string"}]}"#;
@@ -352,14 +350,7 @@ mod tests {
 
         /// An avro key_columns decoder (key: field `a`) with a registry nobody answers.
         fn decoder() -> Decoder {
-            let cfg = SchemaRegistryConfig {
-                url: "http://127.0.0.1:9/".into(),
-                username: None,
-                password: None,
-                password_file: None,
-                ca_file: None,
-                timeout: Duration::from_secs(1),
-            };
+            let cfg = crate::record::registry::test_config("http://127.0.0.1:9/");
             let reg = crate::record::schema_registry(&cfg, DecodeFormat::Avro).expect("registry");
             Decoder::new(DecoderSpec {
                 format: DecodeFormat::Avro,

@@ -721,6 +721,20 @@ impl<S: Send + Sync + 'static> Registry<S> {
     }
 }
 
+/// A registry config for `url` with nothing else set (tests: `http://127.0.0.1:9/` is a
+/// registry nobody answers).
+#[cfg(test)]
+pub(crate) fn test_config(url: &str) -> SchemaRegistryConfig {
+    SchemaRegistryConfig {
+        url: url.into(),
+        username: None,
+        password: None,
+        password_file: None,
+        ca_file: None,
+        timeout: Duration::from_secs(2),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -810,15 +824,7 @@ mod tests {
     }
 
     fn registry(url: &str, policy: NotFoundPolicy) -> Arc<Registry<()>> {
-        let cfg = SchemaRegistryConfig {
-            url: url.into(),
-            username: None,
-            password: None,
-            password_file: None,
-            ca_file: None,
-            timeout: Duration::from_secs(2),
-        };
-        let client = RegistryClient::new(&cfg).expect("client");
+        let client = RegistryClient::new(&test_config(url)).expect("client");
         Arc::new(Registry::new(client, |_, _| Ok(())).with_not_found_policy(policy))
     }
 
