@@ -350,7 +350,7 @@ mod tests {
 
         /// An avro key_columns decoder (key: field `a`) with a registry nobody answers.
         fn decoder() -> Decoder {
-            let cfg = crate::record::registry::test_config("http://127.0.0.1:9/");
+            let cfg = crate::record::registry::test_support::test_config("http://127.0.0.1:9/");
             let reg = crate::record::schema_registry(&cfg, DecodeFormat::Avro).expect("registry");
             Decoder::new(DecoderSpec {
                 format: DecodeFormat::Avro,
@@ -479,6 +479,57 @@ mod tests {
                 3,
                 "as many as the ledger's pending keys"
             );
+        }
+
+        /// A schema id the registry answers 404 for, for good: once the fetcher gives it up
+        /// the partition goes on, the record counted undecodable, the one behind it
+        /// decided as usual. (Before: held for ever.)
+        #[tokio::test]
+        async fn an_id_the_registry_never_knows_releases_its_partition_as_undecodable() {
+            use crate::record::registry::test_support::{QUICK, answering, test_config};
+            let (url, _) = answering("404 Not Found").await;
+            let reg = Arc::new(
+                crate::record::schema_registry(&test_config(&url), DecodeFormat::Avro)
+                    .expect("registry")
+                    .with_not_found_policy(QUICK),
+            );
+            let d = Decoder::new(DecoderSpec {
+                format: DecodeFormat::Avro,
+                key: Some(vec!["a".into()]),
+                ..DecoderSpec::default()
+            })
+            .expect("decoder")
+            .with_registry(reg.clone());
+            reg.insert(7, &raw());
+            let cancel = tokio_util::sync::CancellationToken::new();
+            tokio::spawn(reg.clone().run_fetcher(cancel.clone()));
+            let m = Metrics::new();
+            let mut parts = slots(&d, 1);
+            let batch = vec![record(&d, 0, 0, 8), record(&d, 0, 1, 7)];
+            ingest_batch("a", &m, &mut parts, None, batch, 0);
+            let tp = TopicPartition::new("t", 0);
+            let mut ready = Vec::new();
+            for _ in 0..200 {
+                let (_, held) = parts.0.get_mut(&tp).expect("part");
+                ready = held.release(&d, None);
+                if !ready.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            cancel.cancel();
+            assert_eq!(ready.len(), 2, "released once the 404s are final");
+            assert_eq!(ready[0].tag, Tag::Filtered(FilterReason::Undecodable));
+            ingest_batch("a", &m, &mut parts, None, ready, 0);
+            let (ledger, held) = &parts.0[&tp];
+            assert!(held.is_empty());
+            assert_eq!(ledger.next_offset(), 2, "the partition goes on");
+            assert_eq!(ledger.pending(), 1, "the record behind it is expected");
+            let undecodable = m
+                .records_filtered
+                .with_label_values(&["a", "t", "0", "undecodable"])
+                .get();
+            assert_eq!(undecodable, 1);
         }
 
         #[test]
