@@ -396,6 +396,7 @@ impl<V: Verifier> Audit<V> {
                 continue;
             };
             let next = part.ledger.next_offset();
+            let mut replaced = false;
             let seek = match w {
                 Err(e) => {
                     tracing::warn!(%tp, error = %e, "offset out of range, and the watermarks cannot be read; restarting at the ledger's position");
@@ -419,12 +420,12 @@ impl<V: Verifier> Audit<V> {
                         book.release(&mut part.ledger, true);
                     }
                     part.ledger = PartitionLedger::new(low, keyed);
+                    replaced = true;
                     low
                 }
                 Ok(_) => next,
             };
-            // Held records are read again from the new position.
-            part.held.clear(self.checker.book_mut());
+            reposition_held(&mut part, seek, replaced, self.checker.book_mut());
             self.parts.insert(tp.clone(), part);
             positions.push((tp, seek));
         }
@@ -1955,6 +1956,13 @@ impl Ledgers for HashMap<TopicPartition, PartitionLedger> {
     }
 }
 
+/// What [`Audit::out_of_range`] does to a partition's held records when it re-positions
+/// the partition at `seek` (`replaced`: its ledger was started again).
+fn reposition_held(part: &mut Part, _seek: Offset, _replaced: bool, book: Option<&mut KeyBook>) {
+    // Held records are read again from the new position.
+    part.held.clear(book);
+}
+
 /// Hands every held record whose schema is now cached to its ledger, in offset order
 /// ([`Audit::release_held`]). Returns how many records were new.
 fn release_held(
@@ -2368,5 +2376,61 @@ mod held_release_tests {
             "all four records are expected"
         );
         assert!(parts[&tp].held.is_empty());
+    }
+
+    /// Review of issue 19: an offset out of range on any partition re-positions every
+    /// partition, but the tailing thread keeps reading until it sees the command, so batches
+    /// read before the re-positioning are still on their way. A partition holding records
+    /// forgot them, and the first of those stale batches went to the ledger, which took the
+    /// jump over the forgotten offsets as a hole: never expected, never audited. The
+    /// re-delivery of the forgotten records came too late (old offsets, ignored).
+    #[test]
+    fn records_read_before_a_reposition_do_not_skip_the_held_ones() {
+        let d = decoder();
+        let reg = d.registry().expect("registry").clone();
+        let raw = RawSchema {
+            schema_type: SchemaType::Avro,
+            text: SCHEMA.into(),
+            references: Vec::new(),
+        };
+        reg.insert(7, &raw);
+        let m = Metrics::new();
+        let tp = TopicPartition::new("t", 0);
+        let mut parts = BTreeMap::new();
+        parts.insert(
+            tp.clone(),
+            Part {
+                ledger: PartitionLedger::new(10, false),
+                log: None,
+                stalled: false,
+                held: Held::for_decoder(&d),
+            },
+        );
+        // Offset 10 waits for schema 8; 11 and 12 (schema 7) wait behind it.
+        let batch = vec![record(&d, 10, 8), record(&d, 11, 7), record(&d, 12, 7)];
+        ingest_batch("a", &m, &mut parts, None, batch, 0);
+        assert_eq!(parts[&tp].held.len(), 3);
+        // Another partition's offset left the log: this one is re-positioned where its
+        // ledger stands.
+        let seek = parts[&tp].ledger.next_offset();
+        let part = parts.get_mut(&tp).expect("part");
+        reposition_held(part, seek, false, None);
+        // A batch the tail read before it saw the re-positioning, then the re-delivery.
+        let stale = vec![record(&d, 13, 7), record(&d, 14, 7)];
+        ingest_batch("a", &m, &mut parts, None, stale, 0);
+        let again = (10..15)
+            .map(|o| record(&d, o, if o == 10 { 8 } else { 7 }))
+            .collect();
+        ingest_batch("a", &m, &mut parts, None, again, 0);
+        reg.insert(8, &raw);
+        release_held("a", &m, &mut parts, &d, None, 0);
+        let p = &parts[&tp];
+        assert!(p.held.is_empty());
+        assert_eq!(p.ledger.next_offset(), 15);
+        assert_eq!(
+            p.ledger.pending(),
+            5,
+            "offsets 10 to 14 are all expected, none skipped as a hole"
+        );
     }
 }
