@@ -1958,9 +1958,15 @@ impl Ledgers for HashMap<TopicPartition, PartitionLedger> {
 
 /// What [`Audit::out_of_range`] does to a partition's held records when it re-positions
 /// the partition at `seek` (`replaced`: its ledger was started again).
-fn reposition_held(part: &mut Part, _seek: Offset, _replaced: bool, book: Option<&mut KeyBook>) {
-    // Held records are read again from the new position.
-    part.held.clear(book);
+/// The held records at or after `seek` stay ([`Held::forget_below`]): batches the tail read
+/// before it re-positions are still on their way, and must queue behind them. A ledger
+/// started again (topic recreated) forgets them all.
+fn reposition_held(part: &mut Part, seek: Offset, replaced: bool, book: Option<&mut KeyBook>) {
+    if replaced {
+        part.held.clear(book);
+    } else {
+        part.held.forget_below(seek, book);
+    }
 }
 
 /// Hands every held record whose schema is now cached to its ledger, in offset order

@@ -190,8 +190,31 @@ impl Held {
         out
     }
 
-    /// Forgets everything (the partition is re-positioned or revoked: the records are read
-    /// again from the ledger's position), taking their keys out of `book`.
+    /// Forgets the records below `offset` (the partition is re-positioned there, its ledger
+    /// not started again), taking their keys out of `book`; the others stay. The tailing
+    /// thread may still hand over records it read before the re-positioning: kept, those
+    /// after the held ones are held behind them, as before; forgotten, the first of them
+    /// would reach the ledger, which takes the jump over the forgotten offsets as a hole.
+    /// The re-delivered ones are dropped like any re-delivery.
+    pub fn forget_below(&mut self, offset: i64, mut book: Option<&mut KeyBook>) {
+        while self.records.front().is_some_and(|r| r.offset < offset) {
+            if let Some(r) = self.records.pop_front() {
+                self.bytes = self.bytes.saturating_sub(held_bytes(&r));
+                if let (Some(book), Some(k)) = (book.as_deref_mut(), pended_key(&r)) {
+                    book.unpend(k);
+                }
+            }
+        }
+        if let Some(Tag::Unresolved(u)) = self.records.front().map(|r| &r.tag)
+            && let Some(reg) = &self.registry
+        {
+            // A new front: its schema is the one worth fetching now.
+            reg.want(u.schema_id);
+        }
+    }
+
+    /// Forgets everything (the partition is revoked, or its ledger started again: the
+    /// records are read again from the ledger's position), taking their keys out of `book`.
     pub fn clear(&mut self, book: Option<&mut KeyBook>) {
         let records = std::mem::take(&mut self.records);
         self.bytes = 0;
@@ -280,6 +303,26 @@ mod tests {
         assert_eq!(out[0].tag, Tag::Filtered(FilterReason::Undecodable));
         assert!(h.is_empty());
         assert!(h.admit(tagged(3, DECIDED), None).is_some());
+    }
+
+    #[test]
+    fn forgetting_below_an_offset_takes_those_keys_out_of_the_book() {
+        let keyed = || Tag::Expected {
+            key: Some(Key::new(["x"])),
+        };
+        let mut book = KeyBook::default();
+        let mut h = Held::default();
+        h.admit(tagged(5, unresolved(7)), Some(&mut book));
+        h.admit(tagged(6, keyed()), Some(&mut book));
+        h.admit(tagged(7, keyed()), Some(&mut book));
+        assert_eq!(book.total_pending(), 2);
+        h.forget_below(7, Some(&mut book));
+        assert_eq!((h.len(), book.total_pending()), (1, 1));
+        assert_eq!(h.bytes(), 0, "the one keeping bytes is gone");
+        h.forget_below(7, Some(&mut book));
+        assert_eq!((h.len(), book.total_pending()), (1, 1), "idempotent");
+        h.clear(Some(&mut book));
+        assert_eq!(book.total_pending(), 0);
     }
 
     /// Issue 19 review: held records were bounded by count only, and each keeps its value.
