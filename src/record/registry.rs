@@ -743,6 +743,18 @@ pub(crate) mod test_support {
     pub(crate) async fn answering(
         status: &'static str,
     ) -> (String, Arc<std::sync::atomic::AtomicU32>) {
+        answering_with(
+            status,
+            r#"{"error_code":40403,"message":"Schema not found"}"#,
+        )
+        .await
+    }
+
+    /// A server that answers every request with `status` and `body` (and counts them).
+    pub(crate) async fn answering_with(
+        status: &'static str,
+        body: &'static str,
+    ) -> (String, Arc<std::sync::atomic::AtomicU32>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -761,7 +773,6 @@ pub(crate) mod test_support {
                         Ok(n) => got.extend_from_slice(&buf[..n]),
                     }
                 }
-                let body = r#"{"error_code":40403,"message":"Schema not found"}"#;
                 let resp = format!(
                     "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
@@ -882,6 +893,36 @@ mod tests {
             "not asked again"
         );
         cancel.cancel();
+    }
+
+    /// Review of issue 19: a 404 that is not the registry's "schema not found" (a
+    /// `schema_registry.url` with a wrong path prefix, a proxy or ingress with no route for
+    /// it, Confluent's own `{"error_code":404}` for an unknown path) says nothing about the
+    /// id. Counted as one, every id was given up after 5 minutes: every record undecodable
+    /// and settled past for good, where a mistyped URL must leave the records waiting.
+    #[tokio::test]
+    async fn a_404_that_is_not_the_registrys_answer_is_never_final() {
+        for body in [
+            "<html><body><h1>404 Not Found</h1>nginx</body></html>",
+            r#"{"error_code":404,"message":"HTTP 404 Not Found"}"#,
+        ] {
+            let (url, _) = answering_with("404 Not Found", body).await;
+            let r = registry(&url, QUICK);
+            let cancel = tokio_util::sync::CancellationToken::new();
+            tokio::spawn(r.clone().run_fetcher(cancel.clone()));
+            r.want(9);
+            assert!(
+                wait_until(|| r.waiting_ids().first().is_some_and(|w| w.attempts >= 4)).await,
+                "retried: {:?}",
+                r.waiting_ids()
+            );
+            cancel.cancel();
+            assert!(
+                matches!(r.lookup(9), Lookup::Waiting),
+                "not given up on a 404 of {body}"
+            );
+            assert_eq!(r.waiting_ids()[0].not_found, 0, "{body}");
+        }
     }
 
     #[tokio::test]
