@@ -17,8 +17,9 @@
 //! id read after it. The record waits, unknown, until [`Registry::arrivals`] moves. `check`
 //! and `replay` are not on a hot path and await [`Registry::resolve`].
 //!
-//! An id the registry answers 404 for is retried like an unreachable registry, but not for
-//! ever: after [`NOT_FOUND_FINAL_COUNT`] consecutive 404s spanning at least
+//! An id the registry answers 404 for (its own "not found": a body with an `error_code`
+//! 40401-40499; another 404, a wrong URL path or a proxy, is an error like a 403) is retried
+//! like an unreachable registry, but not for ever: after [`NOT_FOUND_FINAL_COUNT`] consecutive 404s spanning at least
 //! [`NOT_FOUND_FINAL_AFTER`] the id is final — its records are `undecodable` (counted, and
 //! watched by the coverage alert) and its partition goes on. A registry that is down (no
 //! answer, 5xx) or refuses (401/403) never makes an id final: those records wait, unknown.
@@ -205,13 +206,34 @@ impl RegistryClient {
                 message: format!("not a schema response: {e}"),
             });
         }
+        let json = serde_json::from_slice::<serde_json::Value>(&body).ok();
         if status == reqwest::StatusCode::NOT_FOUND {
-            return Err(RegistryError::NotFound(id));
+            // Only the registry's own "not found" (40401 subject, 40402 version, 40403
+            // schema: Confluent, Karapace, Redpanda, Apicurio's ccompat API) is about the id.
+            // Another 404 (a wrong path prefix in schema_registry.url, a proxy with no route,
+            // Confluent's `{"error_code":404}` for an unknown path) says nothing about it and
+            // must never make it final.
+            let code = json
+                .as_ref()
+                .and_then(|v| v.get("error_code"))
+                .and_then(serde_json::Value::as_i64);
+            if code.is_some_and(|c| (40401..=40499).contains(&c)) {
+                return Err(RegistryError::NotFound(id));
+            }
         }
-        let message = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
+        let message = json
+            .as_ref()
             .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_owned))
             .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Err(RegistryError::Refused {
+                id,
+                status: status.as_u16(),
+                message: format!(
+                    "not the schema registry's \"not found\" (check schema_registry.url): {message}"
+                ),
+            });
+        }
         if status.is_server_error() {
             return Err(RegistryError::Unavailable(format!(
                 "HTTP {status}: {message}"
