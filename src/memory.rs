@@ -2,6 +2,10 @@
 //! tens of MiB for a moment (new gaps, their store rows); glibc keeps freed memory in its
 //! arenas, so without help the resident size only ever grows towards the peak of every
 //! round's garbage.
+//!
+//! The Rust side allocates from jemalloc (`main.rs`), whose background thread returns
+//! freed pages within a second; what is here is for the C libraries that still call
+//! glibc's malloc (librdkafka, SQLite).
 
 /// Limits glibc to two malloc arenas, unless `MALLOC_ARENA_MAX` is set (the operator's
 /// choice wins). glibc gives each allocating thread its own arena (up to 8 per core), and

@@ -3,7 +3,8 @@
 //! machine audits them, for 10 minutes. The real binary, the shared tansu and MariaDB; the
 //! sink table stays empty, so every record is missing and each partition holds one gap
 //! that grows for the whole run. The daemon's resident memory must be flat after the first
-//! minute: every later VmRSS sample (one every 10 s) within 10 % of the sample at 1 minute.
+//! minute: every later VmRSS sample (one every 10 s) within 10 % of the first minute's level
+//! (the highest sample of its last 30 s; see the assertion for why not one sample).
 //! Also asserted: the cap was reached before that sample, `records_lost_total` rises in
 //! every 30 s window after it (the daemon still verifies), no panic, and at the end every
 //! record is decided lost (nothing confirmed) in one gap per partition. Why 30 s, not one
@@ -68,7 +69,7 @@ const BATCH: usize = 2_000;
 const COMMIT_EVERY: Duration = Duration::from_millis(500);
 /// VmRSS sampling period.
 const SAMPLE_EVERY: u64 = 10;
-/// The baseline sample: RSS must be flat after it.
+/// The end of the first minute: RSS must be flat after it.
 const BASELINE_SECS: u64 = 60;
 /// Allowed growth over the baseline.
 const FLAT: f64 = 1.10;
@@ -432,6 +433,18 @@ async fn key_columns_total_loss_keeps_rss_flat() {
         .find(|x| x.secs >= BASELINE_SECS)
         .cloned()
         .expect("a sample at 1 minute");
+    // The first minute's level: the highest sample of its last 30 s (cap reached by then,
+    // asserted below). One sample alone is a coin toss: resident memory follows the backlog
+    // the load leaves in librdkafka's queue and the ledger, and a loaded run once put a
+    // trough at 60 s (82 MiB, 96 MiB at 40 s), which made +10 % of it a test of the load.
+    // A creep is still caught: every later sample, spikes too, must stay within +10 % of
+    // the highest level the first minute reached.
+    let level = samples
+        .iter()
+        .filter(|x| x.secs + 30 >= BASELINE_SECS && x.secs <= baseline.secs)
+        .map(|x| x.rss_kib)
+        .max()
+        .unwrap_or(baseline.rss_kib);
     let after: Vec<&Sample> = samples.iter().filter(|x| x.secs > baseline.secs).collect();
     let max_after = after.iter().map(|x| x.rss_kib).max().unwrap_or(0);
     let min_after = after.iter().map(|x| x.rss_kib).min().unwrap_or(0);
@@ -455,8 +468,8 @@ async fn key_columns_total_loss_keeps_rss_flat() {
          {WINDOW} undecided and waited {:.0} s of it), all lost; after the first minute the \
          daemon decided {rate:.0} rec/s at {:.0} % of a core, {per_round_queries:.1} sink \
          queries and {:.1} MiB written per 1 s round, records_pending peak {pending_peak}; cap {}, \
-         {dropped} keys dropped in all; VmRSS {} MiB idle, {} MiB at 1 min, then {}..{} MiB \
-         (max {:+.1} % of the 1-min sample, bound +{:.0} %: {}), peak VmHWM {} MiB; VmRSS per \
+         {dropped} keys dropped in all; VmRSS {} MiB idle, {} MiB in the first minute's last \
+         30 s, then {}..{} MiB (max {:+.1} % of that, bound +{:.0} %: {}), peak VmHWM {} MiB; VmRSS per \
          minute (MiB): {}; {scrape_failures} failed scrapes, {panics} panics",
         max_pending().map_or("default".to_string(), |m| m.to_string()),
         n as f64 / load_secs,
@@ -465,12 +478,12 @@ async fn key_columns_total_loss_keeps_rss_flat() {
         per_round_bytes / (1024.0 * 1024.0),
         cap_reached_at.map_or("never reached".to_string(), |s| format!("reached by {s} s")),
         rss_idle / 1024,
-        baseline.rss_kib / 1024,
+        level / 1024,
         min_after / 1024,
         max_after / 1024,
-        (max_after as f64 / baseline.rss_kib as f64 - 1.0) * 100.0,
+        (max_after as f64 / level as f64 - 1.0) * 100.0,
         (FLAT - 1.0) * 100.0,
-        if max_after as f64 <= FLAT * baseline.rss_kib as f64 {
+        if max_after as f64 <= FLAT * level as f64 {
             "flat"
         } else {
             "NOT FLAT"
@@ -493,9 +506,9 @@ async fn key_columns_total_loss_keeps_rss_flat() {
     });
 
     assert!(
-        max_after as f64 <= FLAT * baseline.rss_kib as f64,
-        "VmRSS grew after the first minute: {} KiB at {} s, max {max_after} KiB; samples: {:?}",
-        baseline.rss_kib,
+        max_after as f64 <= FLAT * level as f64,
+        "VmRSS grew after the first minute: up to {level} KiB by {} s, max {max_after} KiB \
+         after; samples: {:?}",
         baseline.secs,
         samples
             .iter()
