@@ -1,3 +1,4 @@
+use super::rebalance::per_partition;
 use super::*;
 
 fn calm() -> Pressure {
