@@ -4,10 +4,10 @@
 //!
 //! Pure and allocation-light: no I/O, no clock, no panics on any input (record contents
 //! are attacker controlled). All configuration work (delimiter check, field-name to index
-//! resolution, JSON pointer detection) happens once in [`Decoder::new`], so [`Decoder::tag`]
-//! is a straight pass over the bytes.
+//! resolution, JSON pointer detection) happens once in [`Decoder::new`], so
+//! [`Decoder::tag_record`] is a straight pass over the bytes.
 //!
-//! Order of the checks in [`Decoder::tag`], each one ending the classification:
+//! Order of the checks in [`Decoder::tag_record`], each one ending the classification:
 //! 1. no value → `tombstone`;
 //! 2. not UTF-8, invalid JSON, malformed quoting → `undecodable`;
 //! 3. `field_count` / `min_fields`, then `require`, then the key fields (absent) → `filter`:
@@ -206,8 +206,8 @@ enum Kind {
     Protobuf,
 }
 
-/// Classifies record values for one audit. Build once with [`Decoder::new`]; `tag` is pure
-/// and can be called from any thread.
+/// Classifies record values for one audit. Build once with [`Decoder::new`]; `tag_record` is
+/// pure and can be called from any thread.
 #[derive(Debug, Clone)]
 pub struct Decoder {
     kind: Kind,
@@ -390,12 +390,6 @@ impl Decoder {
             }
             tag => Ok(tag),
         }
-    }
-
-    /// Classifies one Kafka record value without its Kafka metadata (all zero/empty, no key):
-    /// enough for every strategy but `doc_id`, whose ids need [`Decoder::tag_record`].
-    pub fn tag(&self, value: Option<&[u8]>) -> Tag {
-        self.tag_record(value, &RecordMeta::default())
     }
 
     /// Classifies one Kafka record, its value (`None` = tombstone) and its coordinates and
