@@ -34,7 +34,7 @@ use crate::sink::tls::TlsSettings;
 use crate::store::Store;
 use crate::verify::Checker;
 use anyhow::{Context, bail};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Map, Value};
@@ -338,14 +338,8 @@ fn read_offsets(
     kafka: &crate::config::KafkaConfig,
     t: &Target,
 ) -> Result<Vec<Record>, ReplayError> {
-    let mut cfg = client::base(kafka);
-    cfg.set("group.id", "gap-auditor-replay")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("isolation.level", kafka.isolation_level.as_librdkafka())
-        .set("auto.offset.reset", "error")
-        .set("enable.partition.eof", "true");
-    let consumer: BaseConsumer = cfg.create().context("creating the Kafka consumer")?;
+    let consumer =
+        range::consumer(kafka, "gap-auditor-replay").context("creating the Kafka consumer")?;
     let (low, high) = consumer
         .fetch_watermarks(&t.tp.topic, t.tp.partition, TIMEOUT)
         .with_context(|| format!("reading the watermarks of {}", t.tp))?;
