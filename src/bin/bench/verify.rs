@@ -92,6 +92,36 @@ fn ceil_log2(x: f64) -> u64 {
     if x <= 1.0 { 0 } else { x.log2().ceil() as u64 }
 }
 
+/// A table made for one measurement on its own pool, dropped afterwards whatever the
+/// measurement's outcome (the bench leaves nothing behind in the shared database).
+struct ScratchTable {
+    pool: mysql_async::Pool,
+    conn: mysql_async::Conn,
+    name: String,
+}
+
+impl ScratchTable {
+    /// Creates a table named `prefix` plus a unique suffix with the column definitions `ddl`.
+    async fn create(url: &str, prefix: &str, ddl: &str) -> Result<ScratchTable> {
+        let pool = mysql_async::Pool::new(url);
+        let mut conn = pool.get_conn().await.context("MariaDB connection")?;
+        let name = unique(prefix);
+        conn.query_drop(format!("CREATE TABLE {name} ({ddl}) ENGINE=InnoDB"))
+            .await?;
+        Ok(ScratchTable { pool, conn, name })
+    }
+
+    /// Drops the table and closes the pool; failures are ignored (it is a clean-up).
+    async fn remove(mut self) {
+        let _ = self
+            .conn
+            .query_drop(format!("DROP TABLE IF EXISTS {}", self.name))
+            .await;
+        drop(self.conn);
+        let _ = self.pool.disconnect().await;
+    }
+}
+
 /// Loads `total` rows `INSERT ... SELECT` from the sequence engine in chunks; `select`
 /// maps `seq` to the column list.
 async fn load(

@@ -16,23 +16,17 @@ fn key_of(i: u64) -> Key {
 /// key_columns: verifies `asked` keys spread over a table of `total` rows, in batches of
 /// `BATCH_SIZE`, through `verify::by_keys`.
 pub async fn key_rows(url: &str, total: u64, asked: u64, report: &mut Report) -> Result<()> {
-    let pool = mysql_async::Pool::new(url);
-    let mut conn = pool.get_conn().await.context("MariaDB connection")?;
-    let table = unique("bench_keys");
-    conn.query_drop(format!(
-        "CREATE TABLE {table} (\
-           client_ip VARCHAR(45) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-           domain VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-           time VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-           rcode VARCHAR(16) NOT NULL) ENGINE=InnoDB"
-    ))
+    let mut t = ScratchTable::create(
+        url,
+        "bench_keys",
+        "client_ip VARCHAR(45) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+         domain VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+         time VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+         rcode VARCHAR(16) NOT NULL",
+    )
     .await?;
-    let result = key_rows_on(url, &mut conn, &table, total, asked, report).await;
-    let _ = conn
-        .query_drop(format!("DROP TABLE IF EXISTS {table}"))
-        .await;
-    drop(conn);
-    let _ = pool.disconnect().await;
+    let result = key_rows_on(url, &mut t.conn, &t.name, total, asked, report).await;
+    t.remove().await;
     result
 }
 

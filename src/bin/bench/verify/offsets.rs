@@ -35,6 +35,27 @@ async fn offsets_round(
     Ok(missing)
 }
 
+/// [`offsets_round`] on a complete table: its queries and wall time, an error if anything
+/// was reported missing.
+async fn no_loss_round(
+    sink: &MysqlSink,
+    topic: &str,
+    segments: &[(i32, Vec<Segment>)],
+    counter: &Counter,
+) -> Result<(u64, Duration)> {
+    let t = Instant::now();
+    let missing = offsets_round(sink, topic, segments, counter).await?;
+    let wall = t.elapsed();
+    let queries = counter.take();
+    if !missing.is_empty() {
+        bail!(
+            "{} offsets reported missing from a complete table",
+            missing.len()
+        );
+    }
+    Ok((queries, wall))
+}
+
 fn whole_partitions(per_partition: i64, from: i64) -> Vec<(i32, Vec<Segment>)> {
     (0..PARTITIONS)
         .map(|p| {
@@ -54,20 +75,15 @@ fn whole_partitions(per_partition: i64, from: i64) -> Vec<(i32, Vec<Segment>)> {
 pub async fn offset_rows(url: &str, total: u64, report: &mut Report) -> Result<()> {
     let per_partition = (total / PARTITIONS as u64) as i64;
     let total = per_partition as u64 * PARTITIONS as u64;
-    let pool = mysql_async::Pool::new(url);
-    let mut conn = pool.get_conn().await.context("MariaDB connection")?;
-    let table = unique("bench_offsets");
-    conn.query_drop(format!(
-        "CREATE TABLE {table} (kafka_partition INT NOT NULL, kafka_offset BIGINT NOT NULL, \
-         domain VARCHAR(255) NOT NULL) ENGINE=InnoDB"
-    ))
+    let mut t = ScratchTable::create(
+        url,
+        "bench_offsets",
+        "kafka_partition INT NOT NULL, kafka_offset BIGINT NOT NULL, \
+         domain VARCHAR(255) NOT NULL",
+    )
     .await?;
-    let result = offset_rows_on(url, &mut conn, &table, per_partition, total, report).await;
-    let _ = conn
-        .query_drop(format!("DROP TABLE IF EXISTS {table}"))
-        .await;
-    drop(conn);
-    let _ = pool.disconnect().await;
+    let result = offset_rows_on(url, &mut t.conn, &t.name, per_partition, total, report).await;
+    t.remove().await;
     result
 }
 
@@ -136,16 +152,7 @@ async fn offset_rows_on(
     // A steady-state round: the last 10 000 offsets of each partition became due.
     let recent = (per_partition - 10_000).max(0);
     let segs = whole_partitions(per_partition, recent);
-    let t = Instant::now();
-    let missing = offsets_round(&sink, topic, &segs, &counter).await?;
-    let wall = t.elapsed();
-    let queries = counter.take();
-    if !missing.is_empty() {
-        bail!(
-            "{} offsets reported missing from a complete table",
-            missing.len()
-        );
-    }
+    let (queries, wall) = no_loss_round(&sink, topic, &segs, &counter).await?;
     report.rows.push(row(
         &format!(
             "offset_columns round, no loss, {PARTITIONS} × {} due of {total} rows",
@@ -159,16 +166,7 @@ async fn offset_rows_on(
 
     // Every row due at once (catch-up after a long outage): still one query per partition.
     let segs = whole_partitions(per_partition, 0);
-    let t = Instant::now();
-    let missing = offsets_round(&sink, topic, &segs, &counter).await?;
-    let wall = t.elapsed();
-    let queries = counter.take();
-    if !missing.is_empty() {
-        bail!(
-            "{} offsets reported missing from a complete table",
-            missing.len()
-        );
-    }
+    let (queries, wall) = no_loss_round(&sink, topic, &segs, &counter).await?;
     eprintln!("verify: no-loss round over {total} rows: {queries} queries, {wall:?}");
     report.rows.push(row(
         &format!("offset_columns round, no loss, all {total} rows due"),
