@@ -396,16 +396,21 @@ fn plain_split_keeps_quotes() {
     );
 }
 
-#[test]
-fn quoted_csv() {
-    let d = Decoder::new(DecoderSpec {
+/// A quoting CSV decoder over `fields`, all of them the key.
+fn quoted_keyed(fields: &[&str]) -> Decoder {
+    Decoder::new(DecoderSpec {
         quote: true,
-        fields: strings(&["a", "b", "c"]),
-        field_count: Some(3),
-        key: Some(strings(&["a", "b", "c"])),
+        fields: strings(fields),
+        field_count: Some(fields.len()),
+        key: Some(strings(fields)),
         ..DecoderSpec::default()
     })
-    .expect("valid");
+    .expect("valid")
+}
+
+#[test]
+fn quoted_csv() {
+    let d = quoted_keyed(&["a", "b", "c"]);
     assert_eq!(
         d.tag_value(Some(br#""x,y","say ""hi""",z"#)),
         expected(&["x,y", "say \"hi\"", "z"])
@@ -1020,14 +1025,7 @@ fn one_mebibyte_values() {
         );
         // ... quoted, with delimiters, doubled quotes and line breaks inside.
         let quoted_field = "x,\"\r\n".repeat(MIB / 5);
-        let q = Decoder::new(DecoderSpec {
-            quote: true,
-            fields: strings(&["a", "b"]),
-            field_count: Some(2),
-            key: Some(strings(&["a", "b"])),
-            ..DecoderSpec::default()
-        })
-        .expect("valid");
+        let q = quoted_keyed(&["a", "b"]);
         let line = format!("\"{}\",b", quoted_field.replace('"', "\"\""));
         assert_eq!(
             q.tag_value(Some(line.as_bytes())),
@@ -1075,14 +1073,7 @@ fn one_mebibyte_values() {
 /// CSV with delimiters, quotes and line breaks inside fields, quoted (RFC 4180) and not.
 #[test]
 fn csv_embedded_delimiters_quotes_and_newlines() {
-    let q = Decoder::new(DecoderSpec {
-        quote: true,
-        fields: strings(&["a", "b", "c"]),
-        field_count: Some(3),
-        key: Some(strings(&["a", "b", "c"])),
-        ..DecoderSpec::default()
-    })
-    .expect("valid");
+    let q = quoted_keyed(&["a", "b", "c"]);
     assert_eq!(
         q.tag_value(Some(b"\"x,y\",\"say \"\"hi\"\"\",\"l1\nl2\r\nl3\"")),
         expected(&["x,y", "say \"hi\"", "l1\nl2\r\nl3"])

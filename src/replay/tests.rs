@@ -1,5 +1,15 @@
 use super::*;
 
+/// A one-audit configuration (audit `a` on topic `t`) with these `record`, `match` and
+/// `sink` sections.
+fn config(record: &str, matching: &str, sink: &str) -> Config {
+    Config::from_toml_str(&format!(
+        "[kafka]\nbrokers = \"k:9092\"\n[[audits]]\nname = \"a\"\ntopics = [\"t\"]\n\
+         [audits.record]\n{record}\n[audits.match]\n{matching}\n[audits.sink]\n{sink}\n"
+    ))
+    .expect("config")
+}
+
 #[test]
 fn offsets_parse() {
     assert_eq!(parse_offsets("2-3"), Ok((2, 3)));
@@ -10,28 +20,17 @@ fn offsets_parse() {
 
 #[test]
 fn insert_maps_fields_to_columns_and_escapes_values() {
-    let cfg = Config::from_toml_str(
-        r#"
-[kafka]
-brokers = "k:9092"
-[[audits]]
-name = "a"
-topics = ["t"]
-[audits.record]
-format = "csv"
+    let cfg = config(
+        r#"format = "csv"
 delimiter = "|"
-fields = ["ip", "domain"]
-[audits.match]
-strategy = "key_columns"
+fields = ["ip", "domain"]"#,
+        r#"strategy = "key_columns"
 key = ["ip", "domain"]
-columns = ["client_ip", "domain"]
-[audits.sink]
-kind = "mysql"
+columns = ["client_ip", "domain"]"#,
+        r#"kind = "mysql"
 url = "mysql://u@h:3306/db"
-table = "t1"
-"#,
-    )
-    .expect("config");
+table = "t1""#,
+    );
     let r = Record {
         offset: 5,
         key: None,
@@ -64,26 +63,13 @@ fn to_sink_refuses_schema_registry_formats_up_front() {
         } else {
             "table = \"t\""
         };
-        let cfg = Config::from_toml_str(&format!(
-            r#"
-[kafka]
-brokers = "k:9092"
-[[audits]]
-name = "a"
-topics = ["t"]
-[audits.record]
-format = "avro"
+        let cfg = config(
+            r#"format = "avro"
 [audits.record.schema_registry]
-url = "http://registry:8081"
-[audits.match]
-strategy = "offset_columns"
-[audits.sink]
-kind = "{kind}"
-url = "{url}"
-{target}
-"#
-        ))
-        .expect("config");
+url = "http://registry:8081""#,
+            r#"strategy = "offset_columns""#,
+            &format!("kind = \"{kind}\"\nurl = \"{url}\"\n{target}"),
+        );
         let e = sink_supported(&cfg.audits[0]).expect_err("refused");
         assert!(e.to_string().contains("--to-topic"), "{kind}: {e}");
     }
