@@ -53,6 +53,7 @@ mod key;
 mod spec;
 mod text;
 
+pub use doc_id::template_placeholders;
 use doc_id::{TemplatePiece, build_id, parse_template};
 pub use key::Key;
 pub use spec::{DecodeFormat, DecoderSpec, SchemaRegistry, decoder_for, schema_registry};

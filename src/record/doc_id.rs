@@ -76,3 +76,16 @@ pub(super) fn parse_template(template: &str) -> Result<Vec<TemplatePiece<'_>>, S
     }
     Ok(out)
 }
+
+/// The placeholder names of a `{name}` template, in order, or what is wrong with it. The
+/// same parser the decoder renders ids with, so config validation and decoding cannot
+/// disagree about what a template means.
+pub fn template_placeholders(template: &str) -> Result<Vec<&str>, String> {
+    Ok(parse_template(template)?
+        .into_iter()
+        .filter_map(|p| match p {
+            TemplatePiece::Name(n) => Some(n),
+            TemplatePiece::Literal(_) => None,
+        })
+        .collect())
+}

@@ -1194,3 +1194,15 @@ proptest! {
         prop_assert_eq!(d.tag_record(Some(b"v"), &m), want);
     }
 }
+
+#[test]
+fn template_placeholders_name_the_fields_or_the_problem() {
+    assert_eq!(
+        template_placeholders("{topic}-{partition}/{ip}x"),
+        Ok(vec!["topic", "partition", "ip"])
+    );
+    assert_eq!(template_placeholders("plain"), Ok(vec![]));
+    for bad in ["a}", "{a", "{}", "{a{b}"] {
+        assert!(template_placeholders(bad).is_err(), "{bad}");
+    }
+}
