@@ -238,7 +238,10 @@ mod tests {
             m.remove(&k);
         }
         let bound = SHARDS * SHRINK_ABOVE + 4 * m.len();
-        eprintln!("buckets: {peak} at 200,000 keys, {} at 10,000", m.capacity());
+        eprintln!(
+            "buckets: {peak} at 200,000 keys, {} at 10,000",
+            m.capacity()
+        );
         assert!(peak > bound, "the test needs a peak above the bound");
         assert!(
             m.capacity() <= bound,
