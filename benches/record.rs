@@ -2,7 +2,7 @@
 //! format and for json. `cargo bench --bench record`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use gap_auditor::record::{DecodeFormat, Decoder, DecoderSpec};
+use gap_auditor::record::{DecodeFormat, Decoder, DecoderSpec, RecordMeta};
 use std::hint::black_box;
 
 const FIELDS: [&str; 9] = [
@@ -67,7 +67,7 @@ fn tag(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 for p in payloads {
-                    black_box(d.tag(Some(p)));
+                    black_box(d.tag_record(Some(p), &RecordMeta::default()));
                 }
             })
         });

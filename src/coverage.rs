@@ -181,9 +181,9 @@ mod tests {
         // A Confluent-framed Avro value: magic 0, schema id 1, then binary.
         let avro = [0u8, 0, 0, 0, 1, 0x14, 0xC3, 0x28];
         for _ in 0..99 {
-            s.add(&d.tag(Some(&avro)));
+            s.add(&d.tag_record(Some(&avro), &RecordMeta::default()));
         }
-        s.add(&d.tag(Some(b"x|y")));
+        s.add(&d.tag_record(Some(b"x|y"), &RecordMeta::default()));
         assert_eq!((s.records, s.expected, s.undecodable()), (100, 1, 99));
         assert!(s.alarming());
         let why = d.explain(&avro).expect("explained");
@@ -192,9 +192,9 @@ mod tests {
 
         let mut ok = Summary::default();
         for _ in 0..100 {
-            ok.add(&d.tag(Some(b"x|y")));
+            ok.add(&d.tag_record(Some(b"x|y"), &RecordMeta::default()));
         }
-        ok.add(&d.tag(Some(&avro)));
+        ok.add(&d.tag_record(Some(&avro), &RecordMeta::default()));
         assert!(!ok.alarming(), "1 in 101 is under 1 %");
     }
 }

@@ -52,6 +52,24 @@ pub fn timestamp_ms(m: &impl Message) -> Option<i64> {
     }
 }
 
+/// The consumer a range read uses, unassigned: group-less in effect (`name` is its
+/// `group.id`, never joined), nothing committed or stored, the audit's isolation level, an
+/// error rather than a silent jump when an offset is gone, and end-of-partition reported.
+/// Also what a caller asks for watermarks before reading, so both see the same log end.
+pub fn consumer(
+    kafka: &KafkaConfig,
+    name: &str,
+) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
+    let mut cfg = client::base(kafka);
+    cfg.set("group.id", name)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("isolation.level", kafka.isolation_level.as_librdkafka())
+        .set("auto.offset.reset", "error")
+        .set("enable.partition.eof", "true");
+    cfg.create()
+}
+
 /// Reads `tp` from `first` until `end` (exclusive), the partition's end, or `each` says
 /// stop, handing every record to `each`. `name` is the consumer's `group.id` (never joined).
 pub fn read(
@@ -69,14 +87,7 @@ pub fn read(
     if end <= first {
         return Ok(());
     }
-    let mut cfg = client::base(kafka);
-    cfg.set("group.id", name)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("isolation.level", kafka.isolation_level.as_librdkafka())
-        .set("auto.offset.reset", "error")
-        .set("enable.partition.eof", "true");
-    let consumer: BaseConsumer = cfg.create().map_err(fail)?;
+    let consumer = consumer(kafka, name).map_err(fail)?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&tp.topic, tp.partition, KOffset::Offset(first))
         .map_err(fail)?;

@@ -50,6 +50,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod columns;
+mod values;
+
+use columns::{ColumnInfo, check_key_columns, utf8_charset};
+use values::{classify, column, count, redact_url_error, text};
+
 /// How long a session check of one connection is trusted (errors clear it sooner).
 pub const SESSION_RECHECK: Duration = Duration::from_secs(300);
 /// Session checks kept at most (the pool holds 4 connections; ids of closed ones linger).
@@ -100,58 +106,6 @@ pub struct MysqlSink {
     /// The inexact key columns last warned about: one WARN per audit (again only if they
     /// change).
     warned_inexact: Mutex<Option<Vec<String>>>,
-}
-
-/// One column as `information_schema.COLUMNS` describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ColumnInfo {
-    name: String,
-    data_type: String,
-    collation: Option<String>,
-    charset: Option<String>,
-}
-
-/// What the collations of the key columns mean for the key count.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct KeyColumnCheck {
-    /// Per key column, in key order.
-    compare: Vec<KeyCompare>,
-    /// `column (type, collation)` of each column compared exactly by the auditor.
-    inexact: Vec<String>,
-    /// Key columns information_schema does not list (left plain; nothing cached).
-    missing: Vec<String>,
-}
-
-/// Matches the key columns to information_schema's rows (column names are
-/// case-insensitive in MySQL and MariaDB) and decides each one's comparison.
-fn check_key_columns(key_columns: &[String], info: &[ColumnInfo]) -> KeyColumnCheck {
-    let mut out = KeyColumnCheck {
-        compare: Vec::with_capacity(key_columns.len()),
-        inexact: Vec::new(),
-        missing: Vec::new(),
-    };
-    for column in key_columns {
-        let found = info.iter().find(|c| c.name == *column).or_else(|| {
-            info.iter()
-                .find(|c| c.name.to_lowercase() == column.to_lowercase())
-        });
-        let Some(c) = found else {
-            out.missing.push(column.clone());
-            out.compare.push(KeyCompare::Plain);
-            continue;
-        };
-        let compare = sql::key_compare_for(c.collation.as_deref(), c.charset.as_deref());
-        if compare != KeyCompare::Plain {
-            out.inexact.push(format!(
-                "{} ({}, {})",
-                column,
-                c.data_type,
-                c.collation.as_deref().unwrap_or("?")
-            ));
-        }
-        out.compare.push(compare);
-    }
-    out
 }
 
 impl MysqlSink {
@@ -538,179 +492,5 @@ impl Verifier for MysqlSink {
     }
 }
 
-/// Whether a session character set carries every UTF-8 value: `utf8mb4`; with `utf8_is_full`
-/// (Doris, whose `utf8` is full UTF-8) also `utf8`. MySQL/MariaDB's `utf8` is `utf8mb3`.
-fn utf8_charset(name: &str, utf8_is_full: bool) -> bool {
-    match name.trim().to_ascii_lowercase().as_str() {
-        "utf8mb4" => true,
-        "utf8" => utf8_is_full,
-        _ => false,
-    }
-}
-
-/// Column `i` of `row` as `T`, or a [`SinkError::Rejected`] naming the query (`what`), the
-/// column and the value: a value of another type, or a NULL where `T` has none, is an answer
-/// the auditor cannot trust (the table's column types are not what the audit assumes).
-fn column<T: FromValue>(row: &Row, i: usize, what: &str, expected: &str) -> Result<T, SinkError> {
-    let name = || {
-        row.columns_ref()
-            .get(i)
-            .map(|c| format!("`{}`", c.name_str()))
-            .unwrap_or_else(|| format!("#{}", i + 1))
-    };
-    match row.get_opt::<T, usize>(i) {
-        Some(Ok(v)) => Ok(v),
-        Some(Err(e)) => Err(SinkError::Rejected(format!(
-            "{what}: column {} holds {}, not {expected}: check the column's type in the sink \
-             table (the query result cannot be trusted)",
-            name(),
-            shown(&e.0)
-        ))),
-        None => Err(SinkError::Rejected(format!(
-            "{what}: the answer has no column {}",
-            name()
-        ))),
-    }
-}
-
-/// A row count: a non-negative integer, never NULL.
-fn count(row: &Row, i: usize, what: &str) -> Result<u64, SinkError> {
-    let n: i64 = column(row, i, what, "a row count")?;
-    u64::try_from(n).map_err(|_| SinkError::Rejected(format!("{what}: a negative row count ({n})")))
-}
-
-/// A text value as the server sent it (lossy UTF-8; numbers as digits); `None` for NULL.
-fn text(row: &Row, i: usize, what: &str) -> Result<Option<String>, SinkError> {
-    match row.as_ref(i) {
-        None => Err(SinkError::Rejected(format!(
-            "{what}: the answer has no column #{}",
-            i + 1
-        ))),
-        Some(Value::NULL) => Ok(None),
-        Some(Value::Bytes(b)) => Ok(Some(String::from_utf8_lossy(b).into_owned())),
-        Some(v) => Ok(Some(v.as_sql(false).trim_matches('\'').to_string())),
-    }
-}
-
-/// A value for an error message: its SQL form, cut to 60 characters.
-fn shown(v: &Value) -> String {
-    match v {
-        Value::NULL => "NULL".into(),
-        v => {
-            let s = v.as_sql(false);
-            let mut out: String = s.chars().take(60).collect();
-            if s.chars().count() > 60 {
-                out.push('…');
-            }
-            out
-        }
-    }
-}
-
-/// Server errors (bad table, syntax, access) are the operator's to fix; the rest is transient.
-fn classify(e: &mysql_async::Error, tls_enabled: bool) -> SinkError {
-    match e {
-        mysql_async::Error::Server(s) => {
-            let mut m = format!("{} ({}): {}", s.code, s.state, s.message);
-            if !tls_enabled && let Some(hint) = tls::plain_text_hint(s.code) {
-                m.push_str(hint);
-            }
-            SinkError::Rejected(m)
-        }
-        other => SinkError::Unavailable(
-            tls::explain(other).unwrap_or_else(|| redact_url_error(&other.to_string())),
-        ),
-    }
-}
-
-/// Error texts of URL parsing and connection can quote the URL; strip anything that looks
-/// like `user:password@`.
-fn redact_url_error(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for word in s.split_inclusive(char::is_whitespace) {
-        match (word.find("://"), word.rfind('@')) {
-            (Some(a), Some(b)) if b > a => {
-                out.push_str(&word[..a + 3]);
-                out.push_str("[redacted]");
-                out.push_str(&word[b..]);
-            }
-            _ => out.push_str(word),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn url_errors_lose_their_credentials() {
-        let s = redact_url_error("bad url mysql://root:hunter2@db:9030/x here");
-        assert!(!s.contains("hunter2"), "{s}");
-        assert!(s.contains("mysql://[redacted]@db:9030/x"));
-    }
-
-    fn info(name: &str, data_type: &str, collation: Option<&str>) -> ColumnInfo {
-        ColumnInfo {
-            name: name.into(),
-            data_type: data_type.into(),
-            collation: collation.map(Into::into),
-            charset: collation.map(|c| c.split('_').next().unwrap_or_default().to_string()),
-        }
-    }
-
-    fn columns(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn key_columns_by_collation() {
-        let table = [
-            info("client_ip", "varchar", Some("utf8mb4_nopad_bin")),
-            info("Domain", "longtext", Some("utf8mb4_bin")),
-            info("time", "datetime", None),
-            info("host", "varchar", Some("utf8mb4_general_ci")),
-            info("legacy", "varchar", Some("latin1_swedish_ci")),
-            info("raw", "varbinary", None),
-        ];
-        let got = check_key_columns(
-            &columns(&["client_ip", "domain", "time", "host", "legacy", "raw"]),
-            &table,
-        );
-        assert_eq!(
-            got.compare,
-            vec![
-                KeyCompare::Plain,
-                KeyCompare::Binary,
-                KeyCompare::Plain,
-                KeyCompare::Binary,
-                KeyCompare::Utf8Binary,
-                KeyCompare::Plain,
-            ]
-        );
-        assert_eq!(
-            got.inexact,
-            vec![
-                "domain (longtext, utf8mb4_bin)",
-                "host (varchar, utf8mb4_general_ci)",
-                "legacy (varchar, latin1_swedish_ci)",
-            ]
-        );
-        assert!(got.missing.is_empty());
-    }
-
-    #[test]
-    fn a_key_column_information_schema_does_not_list_stays_plain() {
-        let table = [info("domain", "varchar", Some("utf8mb4_bin"))];
-        let got = check_key_columns(&columns(&["client_ip", "domain"]), &table);
-        assert_eq!(got.compare, vec![KeyCompare::Plain, KeyCompare::Binary]);
-        assert_eq!(got.missing, vec!["client_ip"]);
-        // No table at all: everything plain, everything missing.
-        let got = check_key_columns(&columns(&["a"]), &[]);
-        assert_eq!(
-            (got.compare, got.missing),
-            (vec![KeyCompare::Plain], columns(&["a"]))
-        );
-    }
-}
+mod tests;

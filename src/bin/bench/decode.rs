@@ -1,18 +1,21 @@
-//! Decoding rate of `Decoder::tag` on one core.
+//! Decoding rate of `Decoder::tag_record` on one core.
 
 use crate::util::{Row, decoder, dns_json, dns_line, fmt_rate, per_sec, row};
 use anyhow::Result;
-use gap_auditor::record::{DecodeFormat, Decoder, Tag};
+use gap_auditor::record::{DecodeFormat, Decoder, RecordMeta, Tag};
 use std::time::{Duration, Instant};
 
-/// Records/s of `Decoder::tag` on one core over pre-built payloads; runs at least `min`.
+/// Records/s of `Decoder::tag_record` on one core over pre-built payloads; runs at least `min`.
 pub fn decode_rate(decoder: &Decoder, payloads: &[Vec<u8>], min: Duration) -> f64 {
     let mut n = 0u64;
     let mut expected = 0u64;
     let start = Instant::now();
     while start.elapsed() < min || n == 0 {
         for p in payloads {
-            if matches!(decoder.tag(Some(p)), Tag::Expected { .. }) {
+            if matches!(
+                decoder.tag_record(Some(p), &RecordMeta::default()),
+                Tag::Expected { .. }
+            ) {
                 expected += 1;
             }
         }

@@ -27,6 +27,12 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod keys;
+mod offsets;
+
+pub use keys::key_rows;
+pub use offsets::offset_rows;
+
 /// Partitions of the offset_columns table (the tailing topic's count).
 const PARTITIONS: i32 = 4;
 /// Rows per `INSERT ... SELECT` statement while loading (keeps each transaction small).
@@ -84,6 +90,36 @@ fn secs(d: Duration) -> String {
 /// `⌈log2(x)⌉` for x ≥ 1 (0 below).
 fn ceil_log2(x: f64) -> u64 {
     if x <= 1.0 { 0 } else { x.log2().ceil() as u64 }
+}
+
+/// A table made for one measurement on its own pool, dropped afterwards whatever the
+/// measurement's outcome (the bench leaves nothing behind in the shared database).
+struct ScratchTable {
+    pool: mysql_async::Pool,
+    conn: mysql_async::Conn,
+    name: String,
+}
+
+impl ScratchTable {
+    /// Creates a table named `prefix` plus a unique suffix with the column definitions `ddl`.
+    async fn create(url: &str, prefix: &str, ddl: &str) -> Result<ScratchTable> {
+        let pool = mysql_async::Pool::new(url);
+        let mut conn = pool.get_conn().await.context("MariaDB connection")?;
+        let name = unique(prefix);
+        conn.query_drop(format!("CREATE TABLE {name} ({ddl}) ENGINE=InnoDB"))
+            .await?;
+        Ok(ScratchTable { pool, conn, name })
+    }
+
+    /// Drops the table and closes the pool; failures are ignored (it is a clean-up).
+    async fn remove(mut self) {
+        let _ = self
+            .conn
+            .query_drop(format!("DROP TABLE IF EXISTS {}", self.name))
+            .await;
+        drop(self.conn);
+        let _ = self.pool.disconnect().await;
+    }
 }
 
 /// Loads `total` rows `INSERT ... SELECT` from the sequence engine in chunks; `select`
@@ -157,481 +193,6 @@ fn sink(url: &str, target: MysqlTarget) -> Result<MysqlSink> {
         &TlsSettings::default(),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-/// One offset_columns round over `segments` (per partition), as the audit runs it: returns
-/// the missing offsets per partition.
-async fn offsets_round(
-    sink: &MysqlSink,
-    topic: &str,
-    segments: &[(i32, Vec<Segment>)],
-    counter: &Counter,
-) -> Result<BTreeSet<(i32, i64)>> {
-    let obs = |d: Duration, ok: bool| counter.observe(d, ok);
-    let limits = Limits::from_batch_size(BATCH_SIZE);
-    let mut missing = BTreeSet::new();
-    for (p, segs) in segments {
-        let tp = TopicPartition {
-            topic: topic.to_string(),
-            partition: *p,
-        };
-        let verdicts = verify::by_offsets(sink, &tp, segs, limits, &obs)
-            .await
-            .map_err(|e| anyhow::anyhow!("by_offsets: {e}"))?;
-        for (s, v) in segs.iter().zip(verdicts) {
-            let Verdict::Known { present, .. } = v else {
-                bail!("verdict unknown for partition {p}");
-            };
-            for gap in gap_auditor::ledger::runs::subtract(s.run, &present) {
-                for o in gap.first..=gap.last {
-                    missing.insert((*p, o));
-                }
-            }
-        }
-    }
-    Ok(missing)
-}
-
-fn whole_partitions(per_partition: i64, from: i64) -> Vec<(i32, Vec<Segment>)> {
-    (0..PARTITIONS)
-        .map(|p| {
-            (
-                p,
-                vec![Segment {
-                    run: OffsetRun::new(from, per_partition - 1),
-                    keys: Vec::new(),
-                    max_ts: None,
-                }],
-            )
-        })
-        .collect()
-}
-
-/// offset_columns on a table of `total` rows over 4 partitions.
-pub async fn offset_rows(url: &str, total: u64, report: &mut Report) -> Result<()> {
-    let per_partition = (total / PARTITIONS as u64) as i64;
-    let total = per_partition as u64 * PARTITIONS as u64;
-    let pool = mysql_async::Pool::new(url);
-    let mut conn = pool.get_conn().await.context("MariaDB connection")?;
-    let table = unique("bench_offsets");
-    conn.query_drop(format!(
-        "CREATE TABLE {table} (kafka_partition INT NOT NULL, kafka_offset BIGINT NOT NULL, \
-         domain VARCHAR(255) NOT NULL) ENGINE=InnoDB"
-    ))
-    .await?;
-    let result = offset_rows_on(url, &mut conn, &table, per_partition, total, report).await;
-    let _ = conn
-        .query_drop(format!("DROP TABLE IF EXISTS {table}"))
-        .await;
-    drop(conn);
-    let _ = pool.disconnect().await;
-    result
-}
-
-async fn offset_rows_on(
-    url: &str,
-    conn: &mut mysql_async::Conn,
-    table: &str,
-    per_partition: i64,
-    total: u64,
-    report: &mut Report,
-) -> Result<()> {
-    let took = load(
-        conn,
-        table,
-        "kafka_partition, kafka_offset, domain",
-        &format!(
-            "seq % {PARTITIONS}, seq DIV {PARTITIONS}, \
-             CONCAT('host', LPAD(seq, 8, '0'), '.subdomain.example-cdn-provider.com.cn')"
-        ),
-        total,
-    )
-    .await?;
-    let t = Instant::now();
-    conn.query_drop(format!(
-        "ALTER TABLE {table} ADD INDEX idx_partition_offset (kafka_partition, kafka_offset)"
-    ))
-    .await?;
-    conn.query_drop(format!("ANALYZE TABLE {table}")).await?;
-    eprintln!(
-        "verify: loaded {total} rows into {table} in {} + index {}",
-        secs(took),
-        secs(t.elapsed())
-    );
-    let topic = "bench";
-    let target = MysqlTarget {
-        table: table.to_string(),
-        partition_column: "kafka_partition".into(),
-        offset_column: "kafka_offset".into(),
-        topic_column: None,
-        key_columns: Vec::new(),
-    };
-    let sink = sink(url, target)?;
-    let counter = Counter::default();
-    let q = OffsetQuery {
-        table,
-        partition_column: "kafka_partition",
-        offset_column: "kafka_offset",
-        topic_column: None,
-        topic,
-        partition: 1,
-    };
-    let count_q = sql::count_offsets(&q, &[OffsetRun::new(1000, 1999)], false);
-    let list_q = sql::list_offsets(
-        &q,
-        &[OffsetRun::new(1000, 1499), OffsetRun::new(1501, 1999)],
-        false,
-    );
-    for (what, query) in [("range count", &count_q), ("listing", &list_q)] {
-        let e = explain(conn, query).await?;
-        report.explain.push_str(&format!(
-            "- offset_columns {what}, {total} rows: `` {} `` → {e}\n",
-            abbreviate(query)
-        ));
-    }
-
-    // A steady-state round: the last 10 000 offsets of each partition became due.
-    let recent = (per_partition - 10_000).max(0);
-    let segs = whole_partitions(per_partition, recent);
-    let t = Instant::now();
-    let missing = offsets_round(&sink, topic, &segs, &counter).await?;
-    let wall = t.elapsed();
-    let queries = counter.take();
-    if !missing.is_empty() {
-        bail!(
-            "{} offsets reported missing from a complete table",
-            missing.len()
-        );
-    }
-    report.rows.push(row(
-        &format!(
-            "offset_columns round, no loss, {PARTITIONS} × {} due of {total} rows",
-            per_partition - recent
-        ),
-        format!("{queries} queries, {}", secs(wall)),
-        &format!("P = {PARTITIONS}"),
-        format!("{:.2}", queries as f64 / PARTITIONS as f64),
-        "≤ P queries",
-    ));
-
-    // Every row due at once (catch-up after a long outage): still one query per partition.
-    let segs = whole_partitions(per_partition, 0);
-    let t = Instant::now();
-    let missing = offsets_round(&sink, topic, &segs, &counter).await?;
-    let wall = t.elapsed();
-    let queries = counter.take();
-    if !missing.is_empty() {
-        bail!(
-            "{} offsets reported missing from a complete table",
-            missing.len()
-        );
-    }
-    eprintln!("verify: no-loss round over {total} rows: {queries} queries, {wall:?}");
-    report.rows.push(row(
-        &format!("offset_columns round, no loss, all {total} rows due"),
-        format!("{queries} queries, {}", secs(wall)),
-        &format!("P = {PARTITIONS}"),
-        format!("{:.2}", queries as f64 / PARTITIONS as f64),
-        "≤ P queries",
-    ));
-
-    // Locate g random missing rows among all of them (a catch-up round), then among the
-    // steady-state round's due records.
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let recent_segs = whole_partitions(per_partition, recent);
-    let cases = [
-        (1usize, 0, &segs, false),
-        (10, 0, &segs, false),
-        (100, 0, &segs, false),
-        (10, recent, &recent_segs, true),
-    ];
-    for (g, from, segs, steady) in cases {
-        let due = (per_partition - from) as u64 * PARTITIONS as u64;
-        let levels = ceil_log2(due as f64 / BATCH_SIZE as f64);
-        let mut lost = BTreeSet::new();
-        while lost.len() < g {
-            let p = (rng.next() % PARTITIONS as u64) as i32;
-            let o = from + (rng.next() % (per_partition - from) as u64) as i64;
-            lost.insert((p, o));
-        }
-        let cond: Vec<String> = lost
-            .iter()
-            .map(|(p, o)| format!("(kafka_partition = {p} AND kafka_offset = {o})"))
-            .collect();
-        conn.query_drop(format!("DELETE FROM {table} WHERE {}", cond.join(" OR ")))
-            .await?;
-        let t = Instant::now();
-        let missing = offsets_round(&sink, topic, segs, &counter).await;
-        let wall = t.elapsed();
-        let queries = counter.take();
-        // Put the rows back before judging, so the next case starts complete.
-        let values: Vec<String> = lost
-            .iter()
-            .map(|(p, o)| format!("({p}, {o}, 'restored')"))
-            .collect();
-        conn.query_drop(format!(
-            "INSERT INTO {table} (kafka_partition, kafka_offset, domain) VALUES {}",
-            values.join(", ")
-        ))
-        .await?;
-        let missing = missing?;
-        if missing != lost {
-            bail!(
-                "located {} missing rows, deleted {}: the verifier got it wrong",
-                missing.len(),
-                lost.len()
-            );
-        }
-        let bound = PARTITIONS as u64 + g as u64 * levels;
-        let among = if !steady {
-            format!("{total} rows")
-        } else {
-            format!("the {due} due of a steady-state round ({total}-row table)")
-        };
-        eprintln!("verify: {g} missing among {among}: {queries} queries (bound {bound}), {wall:?}");
-        report.rows.push(row(
-            &format!("offset_columns, locate {g} random missing among {among}"),
-            format!("{queries} queries, {}", secs(wall)),
-            &format!(
-                "P + g·⌈log2(n/b)⌉ = {PARTITIONS} + {g}·{levels} = {bound} (b = {BATCH_SIZE})"
-            ),
-            format!("{:.2}", queries as f64 / bound as f64),
-            "≤ bound (ratio ≤ 1)",
-        ));
-    }
-    sink.close().await;
-    Ok(())
-}
-
-/// The key of sequence number `i`, exactly as the SQL load builds it: ~40 bytes over
-/// (client_ip, domain, time).
-fn key_of(i: u64) -> Key {
-    Key::new([
-        format!("10.{}.{}.{}", (i / 65_536) % 256, (i / 256) % 256, i % 256),
-        format!("h{i:08}.example.io"),
-        format!("12:{:02}:{:02}.{:03}", (i / 60) % 60, i % 60, i % 1000),
-    ])
-}
-
-/// key_columns: verifies `asked` keys spread over a table of `total` rows, in batches of
-/// `BATCH_SIZE`, through `verify::by_keys`.
-pub async fn key_rows(url: &str, total: u64, asked: u64, report: &mut Report) -> Result<()> {
-    let pool = mysql_async::Pool::new(url);
-    let mut conn = pool.get_conn().await.context("MariaDB connection")?;
-    let table = unique("bench_keys");
-    conn.query_drop(format!(
-        "CREATE TABLE {table} (\
-           client_ip VARCHAR(45) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-           domain VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-           time VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-           rcode VARCHAR(16) NOT NULL) ENGINE=InnoDB"
-    ))
-    .await?;
-    let result = key_rows_on(url, &mut conn, &table, total, asked, report).await;
-    let _ = conn
-        .query_drop(format!("DROP TABLE IF EXISTS {table}"))
-        .await;
-    drop(conn);
-    let _ = pool.disconnect().await;
-    result
-}
-
-async fn key_rows_on(
-    url: &str,
-    conn: &mut mysql_async::Conn,
-    table: &str,
-    total: u64,
-    asked: u64,
-    report: &mut Report,
-) -> Result<()> {
-    let took = load(
-        conn,
-        table,
-        "client_ip, domain, time, rcode",
-        "CONCAT('10.', (seq DIV 65536) % 256, '.', (seq DIV 256) % 256, '.', seq % 256), \
-         CONCAT('h', LPAD(seq, 8, '0'), '.example.io'), \
-         CONCAT('12:', LPAD((seq DIV 60) % 60, 2, '0'), ':', LPAD(seq % 60, 2, '0'), '.', \
-                LPAD(seq % 1000, 3, '0')), 'NOERROR'",
-        total,
-    )
-    .await?;
-    conn.query_drop(format!(
-        "ALTER TABLE {table} ADD INDEX idx_key (client_ip, domain, time)"
-    ))
-    .await?;
-    conn.query_drop(format!("ANALYZE TABLE {table}")).await?;
-    eprintln!(
-        "verify: loaded {total} keyed rows into {table} in {}",
-        secs(took)
-    );
-    let columns: Vec<String> = ["client_ip", "domain", "time"].map(String::from).into();
-    let sink = sink(
-        url,
-        MysqlTarget {
-            table: table.to_string(),
-            partition_column: String::new(),
-            offset_column: String::new(),
-            topic_column: None,
-            key_columns: columns.clone(),
-        },
-    )?;
-    // Keys spread over the whole table, one segment per partition as the ledger hands them.
-    let asked = asked.min(total).max(1);
-    let step = (total / asked).max(1);
-    let mut segments = Vec::new();
-    let per_segment = asked.div_ceil(PARTITIONS as u64);
-    let mut next = 0u64;
-    while next < asked {
-        let n = per_segment.min(asked - next);
-        segments.push(Segment {
-            run: OffsetRun::new(next as i64, (next + n - 1) as i64),
-            keys: (next..next + n).map(|i| key_of(i * step)).collect(),
-            max_ts: None,
-        });
-        next += n;
-    }
-    let sample: Vec<&Key> = segments[0].keys.iter().take(BATCH_SIZE).collect();
-    let values: Vec<Vec<&str>> = sample.iter().map(|k| k.values().collect()).collect();
-    let q = sql::count_keys_joined(table, &columns, &[KeyCompare::Binary; 3], &values, false);
-    let e = explain(conn, &q).await?;
-    report.explain.push_str(&format!(
-        "- key_columns count, {} keys per query, {total} rows: `` {} `` → {e}\n",
-        values.len(),
-        abbreviate(&q)
-    ));
-
-    // The shipped verifier at the default batch size (JOIN form, batches over the pool),
-    // the same one query at a time, and the CASE form it replaced, on the same keys.
-    let (rate, queries, wall) = by_keys_rate(&sink, &segments, asked, BATCH_SIZE).await?;
-    eprintln!("verify: {asked} keys, shipped: {queries} queries, {wall:?}: {rate:.0} keys/s");
-    let serial = OneAtATime(&sink);
-    let (serial_rate, serial_queries, serial_wall) =
-        by_keys_rate(&serial, &segments, asked, BATCH_SIZE).await?;
-    eprintln!(
-        "verify: {asked} keys, one query at a time: {serial_wall:?}: {serial_rate:.0} keys/s"
-    );
-    let keys: Vec<&Key> = segments.iter().flat_map(|s| s.keys.iter()).collect();
-    let compare = [KeyCompare::Binary; 3];
-    let t = Instant::now();
-    let mut found = 0u64;
-    let mut case_queries = 0u64;
-    for batch in keys.chunks(BATCH_SIZE) {
-        let values: Vec<Vec<&str>> = batch.iter().map(|k| k.values().collect()).collect();
-        let q = sql::count_keys_compared(table, &columns, &compare, &values, false);
-        let got: Vec<(Option<i64>, i64)> = conn.query(q).await.context("CASE count")?;
-        found += got.iter().filter(|(k, _)| k.is_some()).count() as u64;
-        case_queries += 1;
-    }
-    let case_wall = t.elapsed();
-    if found != asked {
-        bail!("the CASE form found {found} of {asked} keys");
-    }
-    let case_rate = asked as f64 / case_wall.as_secs_f64().max(1e-9);
-    eprintln!("verify: CASE form, {asked} keys: {case_rate:.0} keys/s");
-    report.rows.push(row(
-        &format!(
-            "key_columns verify (shipped: JOIN form, {} batches at once), {asked} keys among {total} rows, batches of {BATCH_SIZE}",
-            gap_auditor::sink::mysql::POOL_SIZE
-        ),
-        format!("{:.1} k keys/s ({queries} queries, {})", rate / 1e3, secs(wall)),
-        &format!("CASE form (before) {:.1} k keys/s", case_rate / 1e3),
-        format!("{:.2}", rate / case_rate.max(1e-9)),
-        "≥ 100 k keys/s",
-    ));
-    report.rows.push(row(
-        "key_columns verify, JOIN form one query at a time, same keys",
-        format!(
-            "{:.1} k keys/s ({serial_queries} queries, {})",
-            serial_rate / 1e3,
-            secs(serial_wall)
-        ),
-        &format!("CASE form (before) {:.1} k keys/s", case_rate / 1e3),
-        format!("{:.2}", serial_rate / case_rate.max(1e-9)),
-        "— (diagnostic)",
-    ));
-    report.rows.push(row(
-        "key_columns verify, CASE form (before), one query at a time, same keys",
-        format!(
-            "{:.1} k keys/s ({case_queries} queries, {})",
-            case_rate / 1e3,
-            secs(case_wall)
-        ),
-        "—",
-        "—".into(),
-        "— (baseline)",
-    ));
-    sink.close().await;
-    Ok(())
-}
-
-/// The shipped sink with its batches asked one at a time (the diagnostic row).
-struct OneAtATime<'a>(&'a MysqlSink);
-
-impl Verifier for OneAtATime<'_> {
-    fn kind(&self) -> &'static str {
-        self.0.kind()
-    }
-    async fn ping(&self) -> Result<(), SinkError> {
-        self.0.ping().await
-    }
-    async fn count_offsets(
-        &self,
-        tp: &TopicPartition,
-        runs: &[OffsetRun],
-    ) -> Result<RangeCount, SinkError> {
-        self.0.count_offsets(tp, runs).await
-    }
-    async fn list_offsets(
-        &self,
-        tp: &TopicPartition,
-        runs: &[OffsetRun],
-    ) -> Result<Vec<(i64, u64)>, SinkError> {
-        self.0.list_offsets(tp, runs).await
-    }
-    async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
-        self.0.count_keys(keys).await
-    }
-}
-
-/// Keys/s of `verify::by_keys` over `segments` with `batch` keys per query.
-async fn by_keys_rate<V: Verifier>(
-    sink: &V,
-    segments: &[Segment],
-    asked: u64,
-    batch: usize,
-) -> Result<(f64, u64, Duration)> {
-    let counter = Counter::default();
-    let obs = |d: Duration, ok: bool| counter.observe(d, ok);
-    let mut book = KeyBook::new(asked as usize);
-    for s in segments {
-        for k in &s.keys {
-            book.pend(k);
-        }
-    }
-    let t = Instant::now();
-    let verdicts = verify::by_keys(
-        sink,
-        segments,
-        &mut book,
-        KeyRound::Due,
-        Limits::from_batch_size(batch),
-        &obs,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("by_keys: {e}"))?;
-    let wall = t.elapsed();
-    let mut found = 0u64;
-    for v in verdicts {
-        let Verdict::Known { present, .. } = v else {
-            bail!("a key_columns verdict came back unknown");
-        };
-        found += gap_auditor::ledger::runs::count(&present);
-    }
-    if found != asked {
-        bail!("key_columns found {found} of {asked} keys that are all in the table");
-    }
-    let rate = asked as f64 / wall.as_secs_f64().max(1e-9);
-    Ok((rate, counter.take(), wall))
 }
 
 /// How the verification figures are made (written into docs/BENCHMARKS.md by `--write`).

@@ -1,0 +1,229 @@
+//! `key_columns` verification rates: key rounds through the key book, and one key
+//! question at a time for comparison.
+
+use super::*;
+
+/// The key of sequence number `i`, exactly as the SQL load builds it: ~40 bytes over
+/// (client_ip, domain, time).
+fn key_of(i: u64) -> Key {
+    Key::new([
+        format!("10.{}.{}.{}", (i / 65_536) % 256, (i / 256) % 256, i % 256),
+        format!("h{i:08}.example.io"),
+        format!("12:{:02}:{:02}.{:03}", (i / 60) % 60, i % 60, i % 1000),
+    ])
+}
+
+/// key_columns: verifies `asked` keys spread over a table of `total` rows, in batches of
+/// `BATCH_SIZE`, through `verify::by_keys`.
+pub async fn key_rows(url: &str, total: u64, asked: u64, report: &mut Report) -> Result<()> {
+    let mut t = ScratchTable::create(
+        url,
+        "bench_keys",
+        "client_ip VARCHAR(45) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+         domain VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+         time VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+         rcode VARCHAR(16) NOT NULL",
+    )
+    .await?;
+    let result = key_rows_on(url, &mut t.conn, &t.name, total, asked, report).await;
+    t.remove().await;
+    result
+}
+
+async fn key_rows_on(
+    url: &str,
+    conn: &mut mysql_async::Conn,
+    table: &str,
+    total: u64,
+    asked: u64,
+    report: &mut Report,
+) -> Result<()> {
+    let took = load(
+        conn,
+        table,
+        "client_ip, domain, time, rcode",
+        "CONCAT('10.', (seq DIV 65536) % 256, '.', (seq DIV 256) % 256, '.', seq % 256), \
+         CONCAT('h', LPAD(seq, 8, '0'), '.example.io'), \
+         CONCAT('12:', LPAD((seq DIV 60) % 60, 2, '0'), ':', LPAD(seq % 60, 2, '0'), '.', \
+                LPAD(seq % 1000, 3, '0')), 'NOERROR'",
+        total,
+    )
+    .await?;
+    conn.query_drop(format!(
+        "ALTER TABLE {table} ADD INDEX idx_key (client_ip, domain, time)"
+    ))
+    .await?;
+    conn.query_drop(format!("ANALYZE TABLE {table}")).await?;
+    eprintln!(
+        "verify: loaded {total} keyed rows into {table} in {}",
+        secs(took)
+    );
+    let columns: Vec<String> = ["client_ip", "domain", "time"].map(String::from).into();
+    let sink = sink(
+        url,
+        MysqlTarget {
+            table: table.to_string(),
+            partition_column: String::new(),
+            offset_column: String::new(),
+            topic_column: None,
+            key_columns: columns.clone(),
+        },
+    )?;
+    // Keys spread over the whole table, one segment per partition as the ledger hands them.
+    let asked = asked.min(total).max(1);
+    let step = (total / asked).max(1);
+    let mut segments = Vec::new();
+    let per_segment = asked.div_ceil(PARTITIONS as u64);
+    let mut next = 0u64;
+    while next < asked {
+        let n = per_segment.min(asked - next);
+        segments.push(Segment {
+            run: OffsetRun::new(next as i64, (next + n - 1) as i64),
+            keys: (next..next + n).map(|i| key_of(i * step)).collect(),
+            max_ts: None,
+        });
+        next += n;
+    }
+    let sample: Vec<&Key> = segments[0].keys.iter().take(BATCH_SIZE).collect();
+    let values: Vec<Vec<&str>> = sample.iter().map(|k| k.values().collect()).collect();
+    let q = sql::count_keys_joined(table, &columns, &[KeyCompare::Binary; 3], &values, false);
+    let e = explain(conn, &q).await?;
+    report.explain.push_str(&format!(
+        "- key_columns count, {} keys per query, {total} rows: `` {} `` → {e}\n",
+        values.len(),
+        abbreviate(&q)
+    ));
+
+    // The shipped verifier at the default batch size (JOIN form, batches over the pool),
+    // the same one query at a time, and the CASE form it replaced, on the same keys.
+    let (rate, queries, wall) = by_keys_rate(&sink, &segments, asked, BATCH_SIZE).await?;
+    eprintln!("verify: {asked} keys, shipped: {queries} queries, {wall:?}: {rate:.0} keys/s");
+    let serial = OneAtATime(&sink);
+    let (serial_rate, serial_queries, serial_wall) =
+        by_keys_rate(&serial, &segments, asked, BATCH_SIZE).await?;
+    eprintln!(
+        "verify: {asked} keys, one query at a time: {serial_wall:?}: {serial_rate:.0} keys/s"
+    );
+    let keys: Vec<&Key> = segments.iter().flat_map(|s| s.keys.iter()).collect();
+    let compare = [KeyCompare::Binary; 3];
+    let t = Instant::now();
+    let mut found = 0u64;
+    let mut case_queries = 0u64;
+    for batch in keys.chunks(BATCH_SIZE) {
+        let values: Vec<Vec<&str>> = batch.iter().map(|k| k.values().collect()).collect();
+        let q = sql::count_keys_compared(table, &columns, &compare, &values, false);
+        let got: Vec<(Option<i64>, i64)> = conn.query(q).await.context("CASE count")?;
+        found += got.iter().filter(|(k, _)| k.is_some()).count() as u64;
+        case_queries += 1;
+    }
+    let case_wall = t.elapsed();
+    if found != asked {
+        bail!("the CASE form found {found} of {asked} keys");
+    }
+    let case_rate = asked as f64 / case_wall.as_secs_f64().max(1e-9);
+    eprintln!("verify: CASE form, {asked} keys: {case_rate:.0} keys/s");
+    report.rows.push(row(
+        &format!(
+            "key_columns verify (shipped: JOIN form, {} batches at once), {asked} keys among {total} rows, batches of {BATCH_SIZE}",
+            gap_auditor::sink::mysql::POOL_SIZE
+        ),
+        format!("{:.1} k keys/s ({queries} queries, {})", rate / 1e3, secs(wall)),
+        &format!("CASE form (before) {:.1} k keys/s", case_rate / 1e3),
+        format!("{:.2}", rate / case_rate.max(1e-9)),
+        "≥ 100 k keys/s",
+    ));
+    report.rows.push(row(
+        "key_columns verify, JOIN form one query at a time, same keys",
+        format!(
+            "{:.1} k keys/s ({serial_queries} queries, {})",
+            serial_rate / 1e3,
+            secs(serial_wall)
+        ),
+        &format!("CASE form (before) {:.1} k keys/s", case_rate / 1e3),
+        format!("{:.2}", serial_rate / case_rate.max(1e-9)),
+        "— (diagnostic)",
+    ));
+    report.rows.push(row(
+        "key_columns verify, CASE form (before), one query at a time, same keys",
+        format!(
+            "{:.1} k keys/s ({case_queries} queries, {})",
+            case_rate / 1e3,
+            secs(case_wall)
+        ),
+        "—",
+        "—".into(),
+        "— (baseline)",
+    ));
+    sink.close().await;
+    Ok(())
+}
+
+/// The shipped sink with its batches asked one at a time (the diagnostic row).
+struct OneAtATime<'a>(&'a MysqlSink);
+
+impl Verifier for OneAtATime<'_> {
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+    async fn ping(&self) -> Result<(), SinkError> {
+        self.0.ping().await
+    }
+    async fn count_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<RangeCount, SinkError> {
+        self.0.count_offsets(tp, runs).await
+    }
+    async fn list_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<Vec<(i64, u64)>, SinkError> {
+        self.0.list_offsets(tp, runs).await
+    }
+    async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
+        self.0.count_keys(keys).await
+    }
+}
+
+/// Keys/s of `verify::by_keys` over `segments` with `batch` keys per query.
+async fn by_keys_rate<V: Verifier>(
+    sink: &V,
+    segments: &[Segment],
+    asked: u64,
+    batch: usize,
+) -> Result<(f64, u64, Duration)> {
+    let counter = Counter::default();
+    let obs = |d: Duration, ok: bool| counter.observe(d, ok);
+    let mut book = KeyBook::new(asked as usize);
+    for s in segments {
+        for k in &s.keys {
+            book.pend(k);
+        }
+    }
+    let t = Instant::now();
+    let verdicts = verify::by_keys(
+        sink,
+        segments,
+        &mut book,
+        KeyRound::Due,
+        Limits::from_batch_size(batch),
+        &obs,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("by_keys: {e}"))?;
+    let wall = t.elapsed();
+    let mut found = 0u64;
+    for v in verdicts {
+        let Verdict::Known { present, .. } = v else {
+            bail!("a key_columns verdict came back unknown");
+        };
+        found += gap_auditor::ledger::runs::count(&present);
+    }
+    if found != asked {
+        bail!("key_columns found {found} of {asked} keys that are all in the table");
+    }
+    let rate = asked as f64 / wall.as_secs_f64().max(1e-9);
+    Ok((rate, counter.take(), wall))
+}

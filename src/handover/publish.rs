@@ -1,0 +1,301 @@
+//! Publishing: the plan of which records a state needs (single or a chunk set in the free
+//! slot, tombstones for what an older set left), and the produce that waits for every ack.
+
+use super::*;
+
+/// The record size limit the handover producer must respect: `message.max.bytes` as
+/// configured in `kafka.properties` (librdkafka refuses a larger record at enqueue), else
+/// librdkafka's default. A value librdkafka would not accept either falls back to the
+/// default (creating the producer then fails with librdkafka's own message).
+pub fn record_limit(kafka: &KafkaConfig) -> usize {
+    kafka
+        .properties
+        .get("message.max.bytes")
+        .and_then(|v| v.expose().trim().parse::<usize>().ok())
+        .filter(|v| *v > 0)
+        .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES)
+}
+
+/// What one partition's publish sends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The records that carry the state: one single record, or a set's chunks.
+    pub records: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Tombstones sent once `records` are acknowledged: chunks of older sets that no
+    /// longer belong to a live state, or the single record a set replaces.
+    pub cleanup: Vec<Vec<u8>>,
+    /// What the keys hold once `records` are acknowledged.
+    pub done: Slots,
+    /// What the keys may hold if the publish fails part way: the latest complete state is
+    /// unchanged (or is the single record, which is atomic), and the slot written may hold
+    /// more chunks.
+    pub failed: Slots,
+}
+
+/// Plans the records of one partition's state `doc` under single-record key `base`, each
+/// record (key + value + [`FRAMING`]) within `limit` bytes. A document that fits stays one
+/// single record (version 1, readable by older binaries); a larger one becomes a set of
+/// chunks in the slot that does NOT hold the latest complete state. `Err(need)`: `limit`
+/// leaves no room for a chunk; `need` is the smallest that would.
+pub fn plan(
+    doc: &[u8],
+    base: &[u8],
+    slots: &Slots,
+    limit: usize,
+    set: &str,
+) -> Result<Plan, usize> {
+    if base.len() + doc.len() + FRAMING <= limit {
+        let cleanup = (0..2u8)
+            .flat_map(|s| (0..slots.written[usize::from(s)]).map(move |i| chunk_key(base, s, i)))
+            .collect();
+        return Ok(Plan {
+            records: vec![(base.to_vec(), doc.to_vec())],
+            cleanup,
+            done: Slots {
+                latest: Some(Latest::Single),
+                written: [0, 0],
+                single_live: true,
+            },
+            failed: Slots {
+                single_live: true,
+                ..*slots
+            },
+        });
+    }
+    let slot: u8 = match slots.latest {
+        Some(Latest::Chunks(s)) => 1 - s.min(1),
+        _ => 0,
+    };
+    // Worst-case widths: the header and key must fit whatever the final count and index.
+    let widest = ChunkHeader {
+        chunk: CHUNK_VERSION,
+        set: set.to_string(),
+        index: u32::MAX,
+        count: u32::MAX,
+        bytes: u64::MAX,
+        fnv: u64::MAX,
+    };
+    let reserve = FRAMING + chunk_key(base, slot, u32::MAX).len() + chunk_value(&widest, &[]).len();
+    let room = limit.saturating_sub(reserve);
+    if room < MIN_CHUNK {
+        return Err(reserve + MIN_CHUNK);
+    }
+    let pieces: Vec<&[u8]> = doc.chunks(room).collect();
+    let count = u32::try_from(pieces.len()).map_err(|_| usize::MAX)?;
+    let (bytes, fnv) = (doc.len() as u64, fnv1a(doc));
+    let records = pieces
+        .iter()
+        .zip(0u32..)
+        .map(|(data, index)| {
+            let h = ChunkHeader {
+                chunk: CHUNK_VERSION,
+                set: set.to_string(),
+                index,
+                count,
+                bytes,
+                fnv,
+            };
+            (chunk_key(base, slot, index), chunk_value(&h, data))
+        })
+        .collect();
+    let s = usize::from(slot);
+    let mut cleanup: Vec<Vec<u8>> = (count..slots.written[s])
+        .map(|i| chunk_key(base, slot, i))
+        .collect();
+    if slots.single_live {
+        cleanup.push(base.to_vec());
+    }
+    let mut done = Slots {
+        latest: Some(Latest::Chunks(slot)),
+        written: slots.written,
+        single_live: false,
+    };
+    done.written[s] = count;
+    let mut failed = *slots;
+    failed.written[s] = failed.written[s].max(count);
+    Ok(Plan {
+        records,
+        cleanup,
+        done,
+        failed,
+    })
+}
+
+/// One record in flight, and which state it carries.
+struct Sent {
+    state: usize,
+    delivery: DeliveryFuture,
+}
+
+/// Whether a produce failed because the record is over a size limit (librdkafka's at
+/// enqueue, or the broker's / topic's).
+fn too_large(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::MessageBatchTooLarge)
+    )
+}
+
+impl Handover {
+    fn slots_of(&self, base: &[u8]) -> Slots {
+        let m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(base).copied().unwrap_or_default()
+    }
+
+    fn set_slots(&self, base: &[u8], s: Slots) {
+        let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        m.insert(base.to_vec(), s);
+    }
+
+    fn new_set_id(&self) -> String {
+        let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+        let seq = self.sets.fetch_add(1, Ordering::Relaxed);
+        format!("{}/{nanos:x}/{seq}", self.owner)
+    }
+
+    /// Creates the topic (one partition, `cleanup.policy=compact`) unless it exists. A
+    /// broker that ignores the config still works: only the latest complete state per
+    /// partition is ever used, compaction only bounds the topic's size.
+    pub async fn ensure_topic(&self) -> Result<(), HandoverError> {
+        let admin: AdminClient<DefaultClientContext> = self
+            .base
+            .create()
+            .map_err(self.kafka_err("creating the admin client"))?;
+        let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
+            .set("cleanup.policy", "compact");
+        let r = admin
+            .create_topics(
+                &[topic],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            )
+            .await
+            .map_err(self.kafka_err("creating the topic"))?;
+        for x in r {
+            match x {
+                Ok(_) => tracing::info!(topic = %self.topic, "handover topic created (compacted)"),
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, code)) => {
+                    return Err(HandoverError::Kafka {
+                        topic: self.topic.clone(),
+                        context: "creating the topic".into(),
+                        source: Box::new(KafkaError::AdminOp(code)),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes each state — one record, or a set of chunks each within the record limit —
+    /// and waits until the broker acknowledged every record (`acks=all`). Only then may the
+    /// settled offsets of these partitions be committed. A state the broker refuses as too
+    /// large is cut again at half the size (up to [`MAX_SHRINKS`] times, kept for later
+    /// publishes). After the acknowledgement, chunks older sets left behind are deleted
+    /// (tombstones; their failure only leaves garbage the reader ignores).
+    pub async fn publish(&self, states: &[PartitionState]) -> Result<(), HandoverError> {
+        let docs: Vec<(Vec<u8>, Vec<u8>)> = states
+            .iter()
+            .map(|s| (key(&s.audit, &s.tp()), encode(s)))
+            .collect();
+        let mut todo: Vec<usize> = (0..docs.len()).collect();
+        let mut cleanup: Vec<DeliveryFuture> = Vec::new();
+        let mut shrinks = 0;
+        loop {
+            let limit = self.record_limit();
+            let mut sent: Vec<Sent> = Vec::new();
+            let mut plans: HashMap<usize, Plan> = HashMap::new();
+            let mut refused: HashSet<usize> = HashSet::new();
+            let mut failure: Option<HandoverError> = None;
+            'states: for &i in &todo {
+                let (base, doc) = &docs[i];
+                let plan = plan(doc, base, &self.slots_of(base), limit, &self.new_set_id())
+                    .map_err(|need| HandoverError::LimitTooSmall {
+                        topic: self.topic.clone(),
+                        limit,
+                        need,
+                    })?;
+                // From the first enqueue on, the slot may hold this set's chunks.
+                self.set_slots(base, plan.failed);
+                for (k, v) in &plan.records {
+                    let rec = FutureRecord::to(&self.topic)
+                        .partition(PARTITION)
+                        .key(k)
+                        .payload(v);
+                    match self.producer.send_result(rec) {
+                        Ok(delivery) => sent.push(Sent { state: i, delivery }),
+                        Err((e, _)) if too_large(&e) => {
+                            refused.insert(i);
+                            continue 'states;
+                        }
+                        Err((e, _)) => {
+                            failure = Some(self.kafka_err("enqueueing a state")(e));
+                            break 'states;
+                        }
+                    }
+                }
+                plans.insert(i, plan);
+            }
+            // Everything enqueued is awaited, also after a failure: what reached the broker
+            // is what the slots must account for.
+            let mut ok: HashSet<usize> = plans.keys().copied().collect();
+            for s in sent {
+                let e = match s.delivery.await {
+                    Ok(Ok(_)) => continue,
+                    Ok(Err((e, _))) => e,
+                    Err(_) => KafkaError::Canceled,
+                };
+                ok.remove(&s.state);
+                if too_large(&e) {
+                    refused.insert(s.state);
+                } else if failure.is_none() {
+                    failure = Some(self.kafka_err("producing a state")(e));
+                }
+            }
+            for i in ok.iter().filter(|i| !refused.contains(i)) {
+                let Some(plan) = plans.remove(i) else {
+                    continue;
+                };
+                self.set_slots(&docs[*i].0, plan.done);
+                for k in &plan.cleanup {
+                    let rec = FutureRecord::<[u8], [u8]>::to(&self.topic)
+                        .partition(PARTITION)
+                        .key(k);
+                    if let Ok(d) = self.producer.send_result(rec) {
+                        cleanup.push(d);
+                    }
+                }
+                let records = plan.records.len();
+                if records > 1 {
+                    tracing::debug!(topic = %self.topic, partition = %states[*i].tp(), records,
+                        bytes = docs[*i].1.len(), "partition state published in chunks");
+                }
+            }
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            if refused.is_empty() {
+                break;
+            }
+            shrinks += 1;
+            let smaller = limit / 2;
+            if shrinks > MAX_SHRINKS {
+                return Err(HandoverError::LimitTooSmall {
+                    topic: self.topic.clone(),
+                    limit: smaller,
+                    need: limit,
+                });
+            }
+            tracing::warn!(topic = %self.topic, refused_at = limit, now = smaller,
+                "the broker refused a handover record as too large (its limit is below kafka.properties.\"message.max.bytes\"): cutting partition state into smaller chunks");
+            self.limit.store(smaller, Ordering::Relaxed);
+            todo = refused.into_iter().collect();
+            todo.sort_unstable();
+        }
+        for d in cleanup {
+            if let Ok(Err((e, _))) = d.await {
+                tracing::debug!(topic = %self.topic, error = %e, "deleting stale handover chunks failed; they stay until the next publish of their partition replaces them");
+            }
+        }
+        Ok(())
+    }
+}

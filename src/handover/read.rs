@@ -1,0 +1,312 @@
+//! Reading: the handover topic read to its end, and the latest complete state of each
+//! partition reassembled from single records and chunk sets.
+
+use super::*;
+
+/// The set a chunk belongs to: everything its header says about the whole, so a chunk
+/// whose header disagrees is of another set.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SetId {
+    slot: u8,
+    set: String,
+    count: u32,
+    bytes: u64,
+    fnv: u64,
+}
+
+/// A complete state as read, decoded only at the end (a partition's log may hold many
+/// complete states; only the last one is used).
+#[derive(Debug, Clone)]
+struct Complete {
+    doc: Vec<u8>,
+    from: Latest,
+}
+
+/// One partition's keys in one handover partition, replayed in log order.
+#[derive(Debug, Default)]
+struct KeyLog {
+    /// The live record of each chunk key (slot, index): its set and bytes.
+    chunks: HashMap<(u8, u32), (SetId, Vec<u8>)>,
+    /// Live chunks per set.
+    live: HashMap<SetId, u32>,
+    single_live: bool,
+    /// The latest complete state, and the one before it (used if the latest does not
+    /// decode).
+    latest: Option<Complete>,
+    before: Option<Complete>,
+}
+
+impl KeyLog {
+    fn complete(&mut self, c: Complete) {
+        self.before = self.latest.replace(c);
+    }
+
+    fn forget_chunk(&mut self, at: (u8, u32)) {
+        if let Some((id, _)) = self.chunks.remove(&at)
+            && let Some(n) = self.live.get_mut(&id)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.live.remove(&id);
+            }
+        }
+    }
+
+    fn push(&mut self, base: &[u8], kind: KeyKind, value: Option<&[u8]>) {
+        match (kind, value) {
+            (KeyKind::Single, Some(v)) => {
+                self.single_live = true;
+                self.complete(Complete {
+                    doc: v.to_vec(),
+                    from: Latest::Single,
+                });
+            }
+            // A tombstone of the single record forgets the state it held, not a set's.
+            (KeyKind::Single, None) => {
+                self.single_live = false;
+                if self
+                    .latest
+                    .as_ref()
+                    .is_some_and(|c| c.from == Latest::Single)
+                {
+                    self.latest = None;
+                    self.before = None;
+                }
+            }
+            (KeyKind::Chunk { slot, index }, v) => {
+                // Any record under a chunk key replaces the one before it, as compaction
+                // will: that chunk no longer counts for its set.
+                self.forget_chunk((slot, index));
+                let Some(v) = v else { return };
+                let Some((h, data)) = parse_chunk(v).filter(|(h, _)| h.index == index) else {
+                    tracing::warn!(key = %String::from_utf8_lossy(base).replace('\0', "/"), slot, index,
+                        "unreadable handover chunk (or of a newer gap-auditor) ignored");
+                    return;
+                };
+                let id = SetId {
+                    slot,
+                    set: h.set,
+                    count: h.count,
+                    bytes: h.bytes,
+                    fnv: h.fnv,
+                };
+                self.chunks
+                    .insert((slot, index), (id.clone(), data.to_vec()));
+                let n = self.live.entry(id.clone()).or_insert(0);
+                *n += 1;
+                if *n == id.count {
+                    self.assemble(base, &id);
+                }
+            }
+        }
+    }
+
+    /// Called when all `count` chunk keys of `id`'s slot below its count hold its chunks.
+    fn assemble(&mut self, base: &[u8], id: &SetId) {
+        let mut doc = Vec::with_capacity(usize::try_from(id.bytes).unwrap_or(0));
+        for i in 0..id.count {
+            match self.chunks.get(&(id.slot, i)) {
+                Some((c, data)) if c == id => doc.extend_from_slice(data),
+                _ => return,
+            }
+        }
+        if doc.len() as u64 != id.bytes || fnv1a(&doc) != id.fnv {
+            tracing::warn!(key = %String::from_utf8_lossy(base).replace('\0', "/"), set = %id.set,
+                "handover chunks do not add up to their document (size or checksum): set ignored");
+            return;
+        }
+        self.complete(Complete {
+            doc,
+            from: Latest::Chunks(id.slot),
+        });
+    }
+
+    /// What the keys hold, for the next publish.
+    fn slots(&self) -> Slots {
+        let mut written = [0u32, 0];
+        for (slot, index) in self.chunks.keys() {
+            let w = &mut written[usize::from(*slot)];
+            *w = (*w).max(index + 1);
+        }
+        Slots {
+            latest: self.latest.as_ref().map(|c| c.from),
+            written,
+            single_live: self.single_live,
+        }
+    }
+
+    /// The latest complete state that decodes (the one before it if the latest does not).
+    fn state(&self, base: &[u8]) -> Option<PartitionState> {
+        for c in [&self.latest, &self.before].into_iter().flatten() {
+            match decode(base, Some(&c.doc)) {
+                Ok(Some(s)) => return Some(s),
+                Ok(None) => return None,
+                Err(e) => tracing::warn!(error = %e, "unreadable handover state skipped"),
+            }
+        }
+        None
+    }
+}
+
+/// Rebuilds the latest complete state of some partitions from the handover topic's records,
+/// fed in log order per handover partition ([`Reassembler::push`]).
+#[derive(Debug)]
+pub struct Reassembler {
+    /// Single-record key → partition, of the partitions wanted.
+    wanted: HashMap<Vec<u8>, TopicPartition>,
+    logs: HashMap<(i32, Vec<u8>), KeyLog>,
+}
+
+impl Reassembler {
+    /// A reassembler for partitions `tps` of `audit`; records of others are skipped.
+    pub fn new(audit: &str, tps: &[TopicPartition]) -> Reassembler {
+        Reassembler {
+            wanted: tps.iter().map(|tp| (key(audit, tp), tp.clone())).collect(),
+            logs: HashMap::new(),
+        }
+    }
+
+    /// Feeds one record of handover partition `partition` (`value` `None`: a tombstone).
+    pub fn push(&mut self, partition: i32, key: &[u8], value: Option<&[u8]>) {
+        let Some((base, kind)) = parse_key(key) else {
+            return;
+        };
+        if !self.wanted.contains_key(base) {
+            return;
+        }
+        self.logs
+            .entry((partition, base.to_vec()))
+            .or_default()
+            .push(base, kind, value);
+    }
+
+    /// The latest complete state of each wanted partition that has one, and what its keys
+    /// in handover partition 0 hold (for [`plan`]; every wanted partition has an entry).
+    pub fn finish(
+        self,
+    ) -> (
+        HashMap<TopicPartition, PartitionState>,
+        HashMap<Vec<u8>, Slots>,
+    ) {
+        let mut states: HashMap<TopicPartition, PartitionState> = HashMap::new();
+        let mut slots: HashMap<Vec<u8>, Slots> = self
+            .wanted
+            .keys()
+            .map(|k| {
+                (
+                    k.clone(),
+                    Slots {
+                        single_live: false,
+                        ..Slots::default()
+                    },
+                )
+            })
+            .collect();
+        for ((partition, base), log) in &self.logs {
+            if *partition == PARTITION {
+                slots.insert(base.clone(), log.slots());
+            }
+            let Some(tp) = self.wanted.get(base) else {
+                continue;
+            };
+            if let Some(s) = log.state(base) {
+                let s = match states.remove(tp) {
+                    Some(prev) => newer(prev, s),
+                    None => s,
+                };
+                states.insert(tp.clone(), s);
+            }
+        }
+        (states, slots)
+    }
+}
+
+impl Handover {
+    /// Reads the topic from the beginning to its high watermark (blocking: call it from
+    /// `spawn_blocking`) and returns the latest complete state of each of `tps` of `audit`.
+    pub fn read(
+        &self,
+        audit: &str,
+        tps: &[TopicPartition],
+    ) -> Result<HashMap<TopicPartition, PartitionState>, HandoverError> {
+        // Until this read succeeds, nothing is known about these partitions' keys: what this
+        // process knew from an earlier ownership is stale (another owner wrote since).
+        {
+            let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            for tp in tps {
+                m.remove(&key(audit, tp));
+            }
+        }
+        let mut c = self.base.clone();
+        // A group id is needed by librdkafka for a consumer; assign() never joins it and
+        // nothing is committed.
+        c.set(
+            "group.id",
+            format!("gap-auditor-handover-reader-{}", self.owner),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest");
+        let consumer: BaseConsumer = c.create().map_err(self.kafka_err("creating a reader"))?;
+        let timeout = Duration::from_secs(10);
+        let md = consumer
+            .fetch_metadata(Some(&self.topic), timeout)
+            .map_err(self.kafka_err("reading its metadata"))?;
+        let parts: Vec<i32> = md
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        let mut high = HashMap::new();
+        for p in &parts {
+            let (low, hi) = consumer
+                .fetch_watermarks(&self.topic, *p, timeout)
+                .map_err(self.kafka_err("reading its watermarks"))?;
+            if hi > low {
+                high.insert(*p, hi);
+                tpl.add_partition_offset(&self.topic, *p, rdkafka::Offset::Offset(low))
+                    .map_err(self.kafka_err("assigning"))?;
+            }
+        }
+        let mut r = Reassembler::new(audit, tps);
+        if !high.is_empty() {
+            consumer.assign(&tpl).map_err(self.kafka_err("assigning"))?;
+        }
+        let mut reached: HashMap<i32, Offset> = HashMap::new();
+        let deadline = Instant::now() + READ_TIMEOUT;
+        while high
+            .iter()
+            .any(|(p, h)| reached.get(p).is_none_or(|r| r < h))
+        {
+            if Instant::now() > deadline {
+                let mut ps: Vec<i32> = high.keys().copied().collect();
+                ps.sort();
+                return Err(HandoverError::ReadTimeout {
+                    topic: self.topic.clone(),
+                    reached: ps
+                        .iter()
+                        .map(|p| reached.get(p).copied().unwrap_or(-1))
+                        .collect(),
+                    high: ps
+                        .iter()
+                        .map(|p| high.get(p).copied().unwrap_or(-1))
+                        .collect(),
+                    secs: READ_TIMEOUT.as_secs(),
+                });
+            }
+            let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+                continue;
+            };
+            let m = m.map_err(self.kafka_err("reading"))?;
+            reached.insert(m.partition(), m.offset() + 1);
+            if let Some(k) = m.key() {
+                r.push(m.partition(), k, m.payload());
+            }
+        }
+        let (states, slots) = r.finish();
+        let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        m.extend(slots);
+        Ok(states)
+    }
+}

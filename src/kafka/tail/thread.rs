@@ -1,0 +1,339 @@
+//! The tail thread's loop: poll, tag, batch and send; serve commands and pending starts
+//! between polls; pause and resume partitions under backpressure.
+
+use super::*;
+
+/// The first entries of `items`, joined, with how many more there are.
+fn first_few(items: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = items
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > SHOWN {
+        s.push_str(&format!(" and {} more", items.len() - SHOWN));
+    }
+    s
+}
+
+/// The state of the tailing thread.
+pub(super) struct Tail {
+    pub(super) consumer: BaseConsumer<TailContext>,
+    pub(super) decoder: Decoder,
+    pub(super) commands: std::sync::mpsc::Receiver<Command>,
+    pub(super) stopping: Arc<AtomicBool>,
+    pub(super) flow: Arc<Flow>,
+    /// Topic names interned for the current batch: an audit reads a handful, so a scan
+    /// beats hashing every record.
+    pub(super) topics: Vec<Arc<str>>,
+    pub(super) batch_started: Option<Instant>,
+    /// Records pushed since the last flush.
+    pub(super) pushed: u32,
+    pub(super) bp: Backpressure,
+}
+
+/// The thread's side of [`Flow`]: what it has paused, and when to look again.
+#[derive(Debug, Default)]
+pub(super) struct Backpressure {
+    pub(super) pressure: Pressure,
+    /// Partitions paused in librdkafka.
+    pub(super) paused: HashSet<TopicPartition>,
+    /// Rebalance generation the pauses were applied to; `u64::MAX` forces a re-apply
+    /// (re-assigned partitions start unpaused).
+    pub(super) generation: u64,
+    /// [`Flow`] version the plan was made on.
+    pub(super) version: u64,
+    /// Total load at which the plan must be made again, the audit saying nothing.
+    pub(super) recheck_at: u64,
+}
+
+impl Backpressure {
+    fn calm(&self) -> bool {
+        self.pressure == Pressure::default() && self.paused.is_empty()
+    }
+}
+
+impl Tail {
+    pub(super) fn run(mut self) {
+        while !self.stopping.load(Ordering::SeqCst) {
+            // Starts first: a command may name partitions whose start was answered before
+            // it was sent (see `Command::Reposition`).
+            self.serve_starts();
+            self.serve_commands();
+            self.apply_backpressure();
+            let polled = self.consumer.poll(Duration::from_millis(100));
+            let keep_going = match polled {
+                Some(Ok(m)) => {
+                    let tagged = tag(&mut self.topics, &self.decoder, &m);
+                    drop(m);
+                    self.push(tagged)
+                }
+                Some(Err(e)) => self.flush() && self.report(e),
+                None => self.flush(),
+            };
+            if !keep_going {
+                break;
+            }
+        }
+        // Flush what was read, then leave the group: closing revokes the partitions through
+        // the rebalance callback, whose answer carries the final settled offsets to commit.
+        self.flush();
+        if let Err(e) = self.consumer.unsubscribe_and_close() {
+            tracing::debug!(error = %e, "consumer close");
+        }
+    }
+
+    fn serve_commands(&mut self) {
+        while let Ok(cmd) = self.commands.try_recv() {
+            match cmd {
+                Command::Commit(offsets) => commit(&self.consumer, &offsets),
+                Command::Reposition(offsets) => {
+                    // The audit answered these partitions' starts before it sent this: apply
+                    // them, so that every partition named is held when it is re-positioned.
+                    self.serve_starts();
+                    reposition(&self.consumer, &offsets);
+                    // Re-assigned partitions start unpaused: re-apply on the next check.
+                    self.bp.generation = u64::MAX;
+                }
+            }
+        }
+    }
+
+    /// Assigns the partitions whose starts the audit task has answered, at those starts.
+    fn serve_starts(&mut self) {
+        let ctx = self.consumer.context();
+        if !ctx.any_starting.load(Ordering::Acquire) {
+            return;
+        }
+        let ready: Vec<Vec<(TopicPartition, Offset)>> = {
+            let Ok(mut s) = ctx.starting.lock() else {
+                return;
+            };
+            let mut ready = Vec::new();
+            s.retain_mut(|st| match st.reply.try_recv() {
+                Ok(starts) => {
+                    ready.push(
+                        starts
+                            .into_iter()
+                            .filter(|(tp, _)| st.partitions.contains(tp))
+                            .collect(),
+                    );
+                    false
+                }
+                Err(oneshot::error::TryRecvError::Empty) => true,
+                // The audit task is gone: the event channel ends and so does this thread.
+                Err(oneshot::error::TryRecvError::Closed) => false,
+            });
+            ctx.any_starting.store(!s.is_empty(), Ordering::Release);
+            ready
+        };
+        for starts in ready {
+            if !starts.is_empty() {
+                start_at(&self.consumer, &starts);
+                // Newly assigned partitions start unpaused: re-apply on the next check.
+                self.bp.generation = u64::MAX;
+            }
+        }
+    }
+
+    /// Applies the rule of [`Flow`]. Runs before every poll, so the common cases cost a few
+    /// atomic loads: nothing paused and the total under `max_pending / 2`, or nothing changed
+    /// since the last plan and no partition can have reached a mark by reading.
+    fn apply_backpressure(&mut self) {
+        let total = self.flow.load();
+        if self.bp.calm() && total < self.flow.soft_mark() {
+            return;
+        }
+        let version = self.flow.version.load(Ordering::Acquire);
+        let generation = self.consumer.context().generation.load(Ordering::Acquire);
+        if version == self.bp.version
+            && generation == self.bp.generation
+            && total < self.bp.recheck_at
+        {
+            return;
+        }
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
+        let tps: Vec<TopicPartition> = assignment
+            .elements()
+            .iter()
+            .map(|e| TopicPartition::new(e.topic(), e.partition()))
+            .collect();
+        let loads = self.flow.loads_of(&tps, &self.consumer.context().unsent());
+        let was: Vec<bool> = tps.iter().map(|tp| self.bp.paused.contains(tp)).collect();
+        let plan = plan(self.flow.max, total, &loads, &was, self.bp.pressure);
+        // After a rebalance librdkafka's pause state is not ours any more (new partitions
+        // start unpaused, kept ones may stay paused): state every partition again.
+        let fresh = generation != self.bp.generation;
+        let (mut pause, mut resume) = (TopicPartitionList::new(), TopicPartitionList::new());
+        let (mut paused_now, mut resumed_now) = (Vec::new(), Vec::new());
+        let mut want = HashSet::new();
+        for (i, tp) in tps.iter().enumerate() {
+            let (now, before) = (plan.pause[i], was[i]);
+            if fresh || now != before {
+                let list = if now { &mut pause } else { &mut resume };
+                list.add_partition(&tp.topic, tp.partition);
+            }
+            if now != before {
+                let changed = if now {
+                    &mut paused_now
+                } else {
+                    &mut resumed_now
+                };
+                changed.push(format!("{tp} ({} undecided)", loads[i]));
+            }
+            if now {
+                want.insert(tp.clone());
+            }
+        }
+        let mut r = Ok(());
+        if pause.count() > 0 {
+            r = self.consumer.pause(&pause);
+        }
+        if r.is_ok() && resume.count() > 0 {
+            r = self.consumer.resume(&resume);
+        }
+        if let Err(e) = r {
+            // Planned again at the next poll.
+            tracing::warn!(error = %e, "pause/resume failed");
+            self.bp.generation = u64::MAX;
+            return;
+        }
+        // One line per change of plan, naming the first few partitions: a cap reached on a
+        // thousand partitions must not log a thousand lines.
+        if !paused_now.is_empty() {
+            tracing::warn!(
+                partitions = paused_now.len(),
+                first = %first_few(&paused_now),
+                paused = want.len(),
+                assigned = tps.len(),
+                undecided = total,
+                max_pending = self.flow.max,
+                "backpressure: partitions paused until their records are decided"
+            );
+        }
+        if !resumed_now.is_empty() {
+            tracing::info!(
+                partitions = resumed_now.len(),
+                first = %first_few(&resumed_now),
+                paused = want.len(),
+                undecided = total,
+                "backpressure: partitions resumed"
+            );
+        }
+        if let Ok(mut p) = self.flow.paused.lock() {
+            p.clone_from(&want);
+        }
+        self.bp = Backpressure {
+            pressure: plan.pressure,
+            paused: want,
+            generation,
+            version,
+            recheck_at: total.saturating_add(plan.headroom),
+        };
+    }
+
+    /// Adds a record to the batch; sends the batch when full or old. False: audit gone.
+    fn push(&mut self, tagged: Tagged) -> bool {
+        self.flow.in_flight.fetch_add(1, Ordering::AcqRel);
+        let full = match self.consumer.context().batch.lock() {
+            Ok(mut b) => {
+                b.push(tagged);
+                b.len() >= BATCH
+            }
+            Err(_) => true,
+        };
+        if full {
+            return self.flush();
+        }
+        // Reading the clock costs as much as the rest of this function: past the first
+        // records of a batch (a slow topic, where age matters) look at it every 64th.
+        let len = self.pushed;
+        self.pushed += 1;
+        let started = *self.batch_started.get_or_insert_with(Instant::now);
+        if (len < 64 || len.is_multiple_of(64)) && started.elapsed() >= BATCH_AGE {
+            return self.flush();
+        }
+        true
+    }
+
+    pub(super) fn flush(&mut self) -> bool {
+        self.batch_started = None;
+        self.pushed = 0;
+        // Fresh topic names for the next batch: every record clones its topic's Arc here and
+        // the audit task drops it on another core; sharing one Arc across batches would make
+        // both threads fight over its reference count's cache line for every record.
+        self.topics.clear();
+        self.consumer.context().flush()
+    }
+
+    fn report(&self, e: KafkaError) -> bool {
+        let event = match e {
+            KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset) => {
+                TailEvent::OffsetOutOfRange
+            }
+            e => TailEvent::Error(e.to_string()),
+        };
+        self.consumer.context().events.blocking_send(event).is_ok()
+    }
+}
+
+/// Decodes and tags one message; the topic name is interned.
+pub(super) fn tag(
+    topics: &mut Vec<Arc<str>>,
+    decoder: &Decoder,
+    m: &rdkafka::message::BorrowedMessage<'_>,
+) -> Tagged {
+    let name = m.topic();
+    let topic = match topics.iter().find(|t| ***t == *name) {
+        Some(t) => t.clone(),
+        None => {
+            let t: Arc<str> = Arc::from(name);
+            topics.push(t.clone());
+            t
+        }
+    };
+    let timestamp_ms = match m.timestamp() {
+        Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
+        _ => None,
+    };
+    let meta = crate::record::RecordMeta {
+        topic: m.topic(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key(),
+    };
+    Tagged {
+        topic,
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp_ms,
+        tag: decoder.tag_record(m.payload(), &meta),
+    }
+}
+
+trait CloseExt {
+    fn unsubscribe_and_close(&self) -> Result<(), rdkafka::error::KafkaError>;
+}
+
+impl CloseExt for BaseConsumer<TailContext> {
+    fn unsubscribe_and_close(&self) -> Result<(), rdkafka::error::KafkaError> {
+        self.unsubscribe();
+        // Serve the revoke callback that unsubscribing triggers.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match self.poll(Duration::from_millis(100)) {
+                Some(_) => continue,
+                None => {
+                    if self.assignment().map(|a| a.count() == 0).unwrap_or(true) {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

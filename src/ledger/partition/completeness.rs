@@ -1,0 +1,80 @@
+//! Completeness (issue 18, SPEC "Completeness"): what this partition holds back, computed only
+//! when the ledger changed. Kept apart from the rest of the ledger on purpose.
+
+use super::*;
+
+/// The newest record time read, and [`PartitionLedger::completeness`]'s last answer with the
+/// ledger state it was computed at.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CompletenessCache {
+    newest_ts: Option<i64>,
+    /// ((revision, next offset, pending count), aggregate). Pending records change without a
+    /// revision (it follows only the persisted part): every change to them moves the next
+    /// offset (a record read) or the pending count (records decided), so the triple changes
+    /// whenever the answer can.
+    cached: Option<((u64, Offset, u64), crate::completeness::LedgerCompleteness)>,
+}
+
+impl PartitionLedger {
+    /// Notes the timestamp of a record just taken by [`Self::ingest`], expected or filtered:
+    /// a filtered record is decided too, so it moves completeness forward.
+    pub fn note_record_ts(&mut self, ts: Option<i64>) {
+        if let Some(t) = ts {
+            self.completeness.newest_ts = Some(self.completeness.newest_ts.map_or(t, |n| n.max(t)));
+        }
+    }
+
+    /// What this partition holds completeness back at: its oldest pending record, its
+    /// earliest gaps with records missing (acknowledged gaps left the ledger; late and
+    /// repaired ones have none missing). Recomputed only after a change, so an idle round
+    /// costs O(1); a change costs one pass over the pending runs and the gaps, as
+    /// [`Self::gauges`] does. Timestamps are bounds: a pending run split by the due frontier
+    /// keeps both halves' bounds, so a hold may be a little earlier than exact, never later.
+    pub fn completeness(&mut self) -> crate::completeness::LedgerCompleteness {
+        use crate::completeness::{BlockingGap, LedgerCompleteness, MAX_LISTED_GAPS, Since};
+        let key = (self.revision, self.next_offset, self.pending_count);
+        if let Some((k, c)) = &self.completeness.cached
+            && *k == key
+        {
+            return c.clone();
+        }
+        let pending = self.pending.iter().map(|p| Since::of(p.min_ts)).min();
+        let mut blocking = 0u64;
+        // The earliest MAX_LISTED_GAPS by record time, kept sorted while scanning.
+        let mut earliest: Vec<(Since, Offset)> = Vec::with_capacity(MAX_LISTED_GAPS + 1);
+        for g in self.gaps.values().filter(|g| g.missing > 0) {
+            blocking += 1;
+            let s = Since::of(g.min_ts);
+            if earliest.len() == MAX_LISTED_GAPS
+                && earliest.last().is_some_and(|(last, _)| *last <= s)
+            {
+                continue;
+            }
+            let at = earliest.partition_point(|(x, f)| (*x, *f) <= (s, g.first));
+            earliest.insert(at, (s, g.first));
+            earliest.truncate(MAX_LISTED_GAPS);
+        }
+        // States as reported (the same rule as the API's), for the kept few only.
+        let nowhere = crate::gap::TopicPartition::new(String::new(), 0);
+        let gaps = earliest
+            .into_iter()
+            .filter_map(|(since, first)| {
+                let g = self.gaps.get(&first)?;
+                Some(BlockingGap {
+                    first,
+                    since,
+                    missing: g.missing,
+                    state: g.to_gap("", &nowhere).state,
+                })
+            })
+            .collect();
+        let out = LedgerCompleteness {
+            pending,
+            gaps,
+            blocking_gaps: blocking,
+            newest_ts: self.completeness.newest_ts,
+        };
+        self.completeness.cached = Some((key, out.clone()));
+        out
+    }
+}

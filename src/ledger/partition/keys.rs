@@ -1,0 +1,94 @@
+//! Keys: the bounded set of missing keys, and the confirmations the key book must store.
+
+use super::*;
+
+impl PartitionLedger {
+    /// Keys held for missing records (re-checks need them).
+    pub fn missing_key_count(&self) -> u64 {
+        self.missing_keys
+    }
+
+    /// Gives up the oldest missing runs until at most `keep` keys are held (the audit's
+    /// `max_missing_keys` budget): their records stay missing, never re-checked again.
+    /// Returns the keys dropped.
+    pub fn drop_missing_keys(&mut self, mut excess: u64) -> u64 {
+        let mut dropped = 0;
+        while excess > 0 {
+            // The oldest first (offset order is detection order): the closest to giving up.
+            let Some(first) = self
+                .missing
+                .iter()
+                .find(|(_, m)| !m.keys.is_empty())
+                .map(|(f, _)| *f)
+            else {
+                break;
+            };
+            // A run holding more keys than are to go (runs of a total loss merge into one
+            // per gap) gives up only its oldest records: the rest keep being re-checked.
+            let keys = self.missing.get(&first).map_or(0, |m| m.keys.len() as u64);
+            if keys > excess
+                && let Some(m) = self.remove_missing(first)
+            {
+                let cut = first + excess as Offset;
+                let (old, rest) = (
+                    m.sub(OffsetRun::new(first, cut - 1)),
+                    m.sub(OffsetRun::new(cut, m.run.last)),
+                );
+                self.released_keys.extend(old.keys);
+                self.insert_missing(rest);
+                self.revision += 1;
+                dropped += excess;
+                break;
+            }
+            let n = self.give_up_run(first);
+            dropped += n;
+            excess = excess.saturating_sub(n);
+        }
+        dropped
+    }
+
+    /// Tracks the keys of confirmations until [`Self::stored`] (see
+    /// [`Self::take_unstored_confirmations`]); off by default.
+    pub fn track_confirmations(&mut self, on: bool) {
+        self.track_confirmations = on;
+    }
+
+    /// The store now holds this ledger's verdicts (see [`Self::take_unstored_confirmations`]).
+    pub fn stored(&mut self) {
+        self.unstored_confirmations.clear();
+        self.unstored_missing.clear();
+        self.unstored_gaps.clear();
+        self.unstored_replace = false;
+    }
+
+    /// Keys of records confirmed since the last [`Self::stored`].
+    pub fn take_unstored_confirmations(&mut self) -> Vec<Key> {
+        std::mem::take(&mut self.unstored_confirmations)
+    }
+
+    /// Keys of missing records given up since the last call (see [`super::KeyBook`]).
+    pub fn take_released_keys(&mut self) -> Vec<Key> {
+        std::mem::take(&mut self.released_keys)
+    }
+
+    /// Keys of pending records (each once per record).
+    pub fn pending_keys(&self) -> impl Iterator<Item = &Key> {
+        self.pending.iter().flat_map(|p| p.keys.iter())
+    }
+
+    /// Keys of missing records still re-checked (each once per record).
+    pub fn missing_keys(&self) -> impl Iterator<Item = &Key> {
+        self.missing
+            .values()
+            .filter(|m| !m.given_up)
+            .flat_map(|m| m.keys.iter())
+    }
+
+    /// The key of a missing offset (for replay tooling and tests).
+    pub fn missing_key(&self, o: Offset) -> Option<&Key> {
+        self.missing
+            .range(..=o)
+            .next_back()
+            .and_then(|(_, m)| if m.run.contains(o) { m.key_of(o) } else { None })
+    }
+}

@@ -1,0 +1,203 @@
+//! Looking again: the sink probe, rechecks of missing runs and operator acknowledgements.
+
+use super::*;
+
+impl PartitionLedger {
+    /// offset_columns: the range to count instead of re-checking every missing run, with
+    /// what it held (see [`Probe`]). `None`: nothing to re-check.
+    pub fn probe(&self) -> Option<Probe> {
+        self.probe
+    }
+
+    /// The probe's answer: how many distinct offsets of its span the sink holds now.
+    /// Returns whether the missing runs must be looked at one by one ([`Self::rechecks`]);
+    /// while a look is in progress it continues whatever the count.
+    pub fn probe_answered(&mut self, distinct: u64) -> bool {
+        let Some(p) = self.probe.as_mut() else {
+            return false;
+        };
+        if p.look.is_some() {
+            return true;
+        }
+        if p.baseline == Some(distinct) && p.unchanged < FORCE_LOOK_EVERY {
+            p.unchanged += 1;
+            return false;
+        }
+        p.unchanged = 0;
+        p.look = Some(distinct);
+        self.recheck_cursor = p.span.first;
+        self.recheck_lap_end = None;
+        true
+    }
+
+    /// Whether a look (offset_columns) or a rotation (keys) is between two rounds.
+    pub fn look_in_progress(&self) -> bool {
+        self.probe.is_some_and(|p| p.look.is_some())
+    }
+
+    pub(super) fn span_of_missing(&self) -> Option<OffsetRun> {
+        let first = self.missing.values().next()?.run.first;
+        let last = self.missing.values().next_back()?.run.last;
+        Some(OffsetRun::new(first, last))
+    }
+
+    /// Missing records to re-check this round, at most `budget`, continuing where the last
+    /// call stopped (a rotation: the next call after the last run starts over). A rotation
+    /// covers the records missing when it started: records declared since wait for the next
+    /// one, so that a rotation ends even while an incident adds runs faster than the budget.
+    /// A look started by [`Self::probe_answered`] is complete once its rotation ends: its
+    /// count becomes the probe's baseline (rows landing in the span since make the next
+    /// probe differ from it, so they start another look).
+    pub fn rechecks(&mut self, budget: RecheckBudget) -> Vec<Segment> {
+        let mut out = Vec::new();
+        let (mut runs_left, mut records_left) = (budget.runs, budget.records);
+        let cursor = self.recheck_cursor;
+        // A run re-checked in part last round continues at the cursor.
+        let start = self
+            .missing
+            .range(..=cursor)
+            .next_back()
+            .filter(|(_, m)| m.run.contains(cursor))
+            .map_or(cursor, |(f, _)| *f);
+        let last_missing = self.missing.values().next_back().map(|m| m.run.last);
+        let lap_end = *self
+            .recheck_lap_end
+            .get_or_insert(last_missing.unwrap_or(Offset::MIN));
+        let mut next = None;
+        for (f, m) in self.missing.range(start..) {
+            // Records declared since the rotation started (new runs, or a run that grew) are
+            // the next rotation's.
+            let last = m.run.last.min(lap_end);
+            let from = m.run.first.max(cursor);
+            if from > last {
+                break;
+            }
+            if runs_left == 0 || records_left == 0 {
+                next = Some(*f);
+                break;
+            }
+            let avail = (last - from) as u64 + 1;
+            let take = avail.min(records_left);
+            let part = OffsetRun::new(from, from + take as Offset - 1);
+            out.push(Segment {
+                run: part,
+                keys: m.sub(part).keys,
+                max_ts: None,
+            });
+            runs_left -= 1;
+            records_left -= take;
+            if take < avail {
+                next = Some(part.last + 1);
+                break;
+            }
+        }
+        // Advanced only once the answers are applied: a failed query re-checks the same
+        // runs next round, and a look never completes on questions the sink did not answer.
+        self.recheck_next = Some(next);
+        out
+    }
+
+    /// Applies re-check answers (aligned with the last [`Self::rechecks`]): offsets found
+    /// now are late; they leave their missing run and their gap's missing count.
+    pub fn apply_rechecks(&mut self, segments: &[Segment], verdicts: &[Verdict]) -> Applied {
+        let mut out = Applied::default();
+        let answered = verdicts.len() == segments.len()
+            && verdicts.iter().all(|v| matches!(v, Verdict::Known { .. }));
+        if let Some(next) = self.recheck_next.take().filter(|_| answered) {
+            match next {
+                Some(c) => self.recheck_cursor = c,
+                None => {
+                    self.recheck_cursor = Offset::MIN;
+                    self.recheck_lap_end = None;
+                    if let Some(p) = self.probe.as_mut()
+                        && let Some(c) = p.look.take()
+                    {
+                        p.baseline = Some(c);
+                    }
+                }
+            }
+        }
+        for (seg, v) in segments.iter().zip(verdicts) {
+            let Verdict::Known {
+                present,
+                duplicate_rows,
+                ..
+            } = v
+            else {
+                continue;
+            };
+            let present = runs::intersect(seg.run, &runs::normalize(present.clone()));
+            if present.is_empty() {
+                continue;
+            }
+            // The run holding the segment (a segment may be part of a run).
+            let Some(first) = self
+                .missing
+                .range(..=seg.run.first)
+                .next_back()
+                .filter(|(_, m)| m.run.contains(seg.run.first) && m.run.contains(seg.run.last))
+                .map(|(f, _)| *f)
+            else {
+                continue;
+            };
+            let Some(m) = self.remove_missing(first) else {
+                continue;
+            };
+            out.duplicates += duplicate_rows;
+            self.revision += 1;
+            let found = runs::count(&present);
+            for r in present.iter().filter(|_| self.track_confirmations) {
+                for o in r.first..=r.last {
+                    if let Some(k) = m.key_of(o) {
+                        self.unstored_confirmations.push(k.clone());
+                    }
+                }
+            }
+            out.late += found;
+            self.missing_count -= found;
+            for rest in runs::subtract(m.run, &present) {
+                self.insert_missing(m.sub(rest));
+            }
+            if let Some(g) = self.gaps.get_mut(&m.gap) {
+                g.missing = g.missing.saturating_sub(found);
+                self.dirty_gaps.insert(m.gap);
+                self.unstored_gaps.insert(m.gap);
+            }
+        }
+        if self.missing.is_empty() {
+            self.probe = None;
+        }
+        out
+    }
+
+    /// An operator acknowledged the gap starting at `first`: it leaves the hot ledger (no
+    /// re-checks, no gauges; its missing runs' keys are released). A missing record right
+    /// after it opens a new gap: the operator accepted that incident, not later losses.
+    /// Returns whether anything changed.
+    pub fn acknowledge(&mut self, first: Offset) -> bool {
+        let Some(g) = self.gaps.remove(&first) else {
+            return false;
+        };
+        if g.size_known {
+            self.missing_count = self.missing_count.saturating_sub(g.missing);
+        }
+        self.unstored_gaps.insert(first);
+        // A gap's runs lie inside it: not a walk over every run of the partition per
+        // acknowledgement (an operator acknowledging an incident's gaps one by one).
+        let runs: Vec<Offset> = self
+            .missing
+            .range(g.first..=g.last)
+            .filter(|(_, m)| m.gap == first)
+            .map(|(f, _)| *f)
+            .collect();
+        for f in runs {
+            self.give_up_run(f);
+        }
+        if self.tail_gap == Some(first) {
+            self.tail_gap = None;
+        }
+        self.dirty_gaps.remove(&first);
+        self.revision += 1;
+        true
+    }
+}

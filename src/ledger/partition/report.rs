@@ -1,0 +1,120 @@
+//! Reporting: gauges, deltas and dirty gaps for persistence, and read-only views of the runs.
+
+use super::*;
+
+impl PartitionLedger {
+    /// Open-gap gauges, recomputed only when the ledger changed (idle rounds cost O(1)).
+    pub fn gauges(&mut self) -> GapGauges {
+        if let Some((rev, g)) = &self.gauges
+            && *rev == self.revision
+        {
+            return g.clone();
+        }
+        let mut out = GapGauges::default();
+        for g in self.gaps.values() {
+            let unverifiable = !g.size_known && g.cause == GapCause::DeletedUnread;
+            if g.missing == 0 || unverifiable {
+                continue;
+            }
+            out.open += 1;
+            out.missing += g.missing;
+            match g.deleted_ms {
+                Some(at) => out.deleted_ms = min_opt(out.deleted_ms, Some(at)),
+                None => match g.min_ts {
+                    Some(ts) => {
+                        out.oldest_undeleted_ts = min_opt(out.oldest_undeleted_ts, Some(ts))
+                    }
+                    None => out.undeleted_without_ts += 1,
+                },
+            }
+        }
+        self.gauges = Some((self.revision, out.clone()));
+        out
+    }
+
+    /// What the store does not hold yet (see [`Self::stored`]).
+    pub fn delta(&self) -> Delta {
+        Delta {
+            replace: self.unstored_replace,
+            missing: self
+                .unstored_missing
+                .iter()
+                .map(|f| (*f, self.missing.get(f).cloned()))
+                .collect(),
+            gaps: self
+                .unstored_gaps
+                .iter()
+                .map(|f| (*f, self.gaps.get(f).cloned()))
+                .collect(),
+            tail_gap: self.tail_gap,
+        }
+    }
+
+    /// Gaps changed since the last call. Gaps with nothing missing that are not the tail
+    /// are forgotten afterwards (their final state is in the returned list).
+    pub fn take_dirty_gaps(&mut self) -> Vec<GapRecord> {
+        let dirty = std::mem::take(&mut self.dirty_gaps);
+        let out: Vec<GapRecord> = dirty
+            .iter()
+            .filter_map(|f| {
+                let g = self.gaps.get_mut(f)?;
+                let out = g.clone();
+                g.is_new = false;
+                Some(out)
+            })
+            .collect();
+        self.compact();
+        // Only gaps that changed, or stopped being the tail, can have become forgettable:
+        // a round does not walk every gap.
+        let tail = self.tail_gap;
+        let mut check: Vec<Offset> = dirty.into_iter().collect();
+        check.append(&mut self.untailed);
+        for f in check {
+            if Some(f) != tail && self.gaps.get(&f).is_some_and(|g| g.missing == 0) {
+                self.gaps.remove(&f);
+                self.unstored_gaps.insert(f);
+                self.revision += 1;
+            }
+        }
+        out
+    }
+
+    /// Rebuilds the gap and missing maps once they doubled since the last rebuild. Gaps are
+    /// declared in offset order, so a map grows by appends, which leave every node but the
+    /// last half full: rebuilt from sorted entries, nodes are full, and an incident with
+    /// 500,000 gaps holds about half the memory. Amortized O(1) per gap.
+    fn compact(&mut self) {
+        const MIN: usize = 4096;
+        let len = self.gaps.len().max(self.missing.len());
+        if len < MIN || len < 2 * self.compacted_at {
+            return;
+        }
+        self.gaps = std::mem::take(&mut self.gaps).into_iter().collect();
+        self.missing = std::mem::take(&mut self.missing).into_iter().collect();
+        self.compacted_at = len;
+    }
+
+    /// The pending records as segments (offsets with their keys), in offset order.
+    pub fn pending_segments(&self) -> impl Iterator<Item = Segment> + '_ {
+        self.pending.iter().map(|p| Segment {
+            run: p.run,
+            keys: p.keys.clone(),
+            max_ts: p.max_ts,
+        })
+    }
+
+    /// All missing offsets as runs (tests, status).
+    pub fn missing_runs(&self) -> Vec<OffsetRun> {
+        self.missing.values().map(|m| m.run).collect()
+    }
+
+    /// Pending offsets as runs (tests).
+    pub fn pending_runs(&self) -> Vec<OffsetRun> {
+        runs::normalize(self.pending.iter().map(|p| p.run).collect())
+    }
+
+    /// The gaps the ledger currently holds.
+    pub fn gaps(&self) -> impl Iterator<Item = &GapRecord> {
+        self.gaps.values()
+    }
+}

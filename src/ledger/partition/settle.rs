@@ -1,0 +1,304 @@
+//! Deciding: the due rule, verdicts applied in offset order, missing runs and their gaps,
+//! and the runs retention or the give-up time settle without a verdict.
+
+use super::*;
+
+impl PartitionLedger {
+    /// The due prefix of pending records, split at the due frontier, at most `limit` records,
+    /// as segments in offset order. `verdicts` passed to [`Self::apply`] must align with it.
+    pub fn due(&mut self, now_ms: i64, grace_ms: i64, limit: u64) -> Vec<Segment> {
+        let frontier = self.pipeline.frontier(now_ms, grace_ms);
+        let mut out = Vec::new();
+        let mut budget = limit;
+        let mut i = 0;
+        while i < self.pending.len() && budget > 0 {
+            let run = self.pending[i].run;
+            let due_last = match frontier {
+                Frontier::Offset(f) => (f - 1).min(run.last),
+                Frontier::SeenBefore(t) => {
+                    if self.pending[i].last_seen_ms <= t {
+                        run.last
+                    } else {
+                        break;
+                    }
+                }
+            };
+            if due_last < run.first {
+                break;
+            }
+            let cap_last = run.first + (budget.min(run.len()) as Offset) - 1;
+            let cut = due_last.min(cap_last);
+            if cut < run.last {
+                let right = self.pending[i].split_off(cut + 1);
+                self.pending.insert(i + 1, right);
+            }
+            let p = &self.pending[i];
+            budget -= p.run.len();
+            out.push(Segment {
+                run: p.run,
+                keys: p.keys.clone(),
+                max_ts: p.max_ts,
+            });
+            i += 1;
+            if cut < run.last {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Applies the verifier's answers for the segments returned by the last [`Self::due`].
+    /// Only the longest prefix of Known verdicts is applied; the rest stays pending, so
+    /// decisions always advance in offset order.
+    pub fn apply(&mut self, verdicts: &[Verdict], now_ms: i64) -> Applied {
+        let mut out = Applied::default();
+        for v in verdicts {
+            let Verdict::Known {
+                present,
+                duplicate_rows,
+                shared_keys,
+            } = v
+            else {
+                break;
+            };
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            self.pending_count -= p.run.len();
+            out.duplicates += duplicate_rows;
+            let present = runs::intersect(p.run, &runs::normalize(present.clone()));
+            // Walk the segment in offset order, alternating present and absent runs.
+            let absent = runs::subtract(p.run, &present);
+            let mut events: Vec<(OffsetRun, bool)> = present.iter().map(|r| (*r, true)).collect();
+            events.extend(absent.iter().map(|r| (*r, false)));
+            events.sort_unstable_by_key(|(r, _)| r.first);
+            for (r, found) in events {
+                if found {
+                    if self.track_confirmations && !p.keys.is_empty() {
+                        let a = (r.first - p.run.first) as usize;
+                        self.unstored_confirmations
+                            .extend_from_slice(&p.keys[a..a + r.len() as usize]);
+                    }
+                    out.confirmed += r.len();
+                    out.confirmed_ts.push((p.max_ts, r.len()));
+                    if self.probe.is_some_and(|pr| r.first > pr.span.last) {
+                        self.confirmed_beyond_probe += r.len();
+                    }
+                    if let Some(t) = self.tail_gap.take() {
+                        self.untailed.push(t);
+                        self.revision += 1;
+                    }
+                } else {
+                    out.lost += r.len();
+                    let keys = if p.keys.is_empty() {
+                        Vec::new()
+                    } else {
+                        let a = (r.first - p.run.first) as usize;
+                        p.keys[a..a + r.len() as usize].to_vec()
+                    };
+                    let shared = !runs::intersect(r, shared_keys).is_empty();
+                    self.declare_missing(r, keys, p.min_ts, p.max_ts, shared, now_ms);
+                }
+            }
+        }
+        out
+    }
+
+    fn declare_missing(
+        &mut self,
+        r: OffsetRun,
+        keys: Vec<Key>,
+        min_ts: Option<i64>,
+        max_ts: Option<i64>,
+        shared_key: bool,
+        now_ms: i64,
+    ) {
+        let gap_first = match self.tail_gap.and_then(|t| self.gaps.get_mut(&t)) {
+            Some(g) => {
+                g.shared_key |= shared_key;
+                g.last = r.last;
+                g.missing += r.len();
+                g.min_ts = min_opt(g.min_ts, min_ts);
+                g.max_ts = max_opt(g.max_ts, max_ts);
+                // A gap with nothing missing when the log start passed its first offset was
+                // skipped by `log_start_moved` (which never looks below the last log start
+                // again): growing again, it is unrecoverable now.
+                if g.deleted_ms.is_none() && g.first < self.log_start {
+                    g.deleted_ms = Some(now_ms);
+                }
+                g.first
+            }
+            None => {
+                let (cause, commit) = self.cause_of(r.first);
+                // Declared after Kafka deleted its first record (it was read in time, then
+                // waited out grace): unrecoverable from the start.
+                let deleted_ms = (r.first < self.log_start).then_some(now_ms);
+                self.gaps.insert(
+                    r.first,
+                    GapRecord {
+                        first: r.first,
+                        last: r.last,
+                        missing: r.len(),
+                        size_known: true,
+                        min_ts,
+                        max_ts,
+                        detected_ms: now_ms,
+                        cause,
+                        commit,
+                        deleted_ms,
+                        unsettled: false,
+                        shared_key,
+                        is_new: true,
+                    },
+                );
+                r.first
+            }
+        };
+        self.tail_gap = Some(gap_first);
+        self.revision += 1;
+        self.dirty_gaps.insert(gap_first);
+        self.unstored_gaps.insert(gap_first);
+        self.missing_count += r.len();
+        // The probe's span grows over the records decided since its end: those confirmed
+        // are present, so the baseline (and a look's count) grows by exactly them.
+        match self.probe.as_mut() {
+            Some(p) => {
+                let grown = std::mem::take(&mut self.confirmed_beyond_probe);
+                p.span.last = p.span.last.max(r.last);
+                p.baseline = p.baseline.map(|b| b + grown);
+                p.look = p.look.map(|c| c + grown);
+            }
+            None => {
+                // Just counted absent: the sink holds none of these offsets.
+                self.confirmed_beyond_probe = 0;
+                self.probe = Some(Probe {
+                    span: r,
+                    baseline: Some(0),
+                    look: None,
+                    unchanged: 0,
+                });
+            }
+        }
+        // Adjacent to the previous run of the same gap (one pending run decided in parts
+        // over several rounds): one run, so that a total loss keeps one entry per gap.
+        if let Some(mut prev) = self
+            .missing
+            .range(..r.first)
+            .next_back()
+            .filter(|(_, m)| {
+                m.gap == gap_first
+                    && m.run.last + 1 == r.first
+                    && m.keys.is_empty() == keys.is_empty()
+                    // A run carrying keys is rewritten whole whenever it changes: merged
+                    // without bound, a total loss rewrote every missing key each round.
+                    && (keys.is_empty() || m.keys.len() + keys.len() <= MERGED_KEYS_MAX)
+            })
+            .map(|(f, _)| *f)
+            .and_then(|f| self.remove_missing(f))
+        {
+            prev.run.last = r.last;
+            // The later detection time: re-checks of the earlier records last a little
+            // longer, never shorter.
+            prev.detected_ms = prev.detected_ms.max(now_ms);
+            let mut keys = keys;
+            prev.keys.append(&mut keys);
+            self.insert_missing(prev);
+            return;
+        }
+        self.insert_missing(MissingRun {
+            run: r,
+            gap: gap_first,
+            detected_ms: now_ms,
+            keys,
+            given_up: false,
+        });
+    }
+
+    /// Every change to `missing` goes through here and [`Self::remove_missing`]: the store
+    /// write and the key count follow it.
+    pub(super) fn insert_missing(&mut self, m: MissingRun) {
+        self.unstored_missing.insert(m.run.first);
+        self.missing_keys += m.keys.len() as u64;
+        self.missing.insert(m.run.first, m);
+    }
+
+    pub(super) fn remove_missing(&mut self, first: Offset) -> Option<MissingRun> {
+        let m = self.missing.remove(&first)?;
+        self.unstored_missing.insert(first);
+        self.missing_keys -= m.keys.len() as u64;
+        Some(m)
+    }
+
+    /// Attributes a new gap starting at `first` to the pipeline commit step that passed over
+    /// it. A step starting exactly at the gap means the pipeline's committed position was
+    /// the first record it then never wrote: it resumed elsewhere (a restart from `latest`,
+    /// a lost checkpoint). A step starting before the gap passed over records it did write:
+    /// the gap's records were dropped in flight. Heuristic limit: a batch whose FIRST
+    /// record is dropped in flight looks like a restart.
+    fn cause_of(&self, first: Offset) -> (GapCause, Option<CommitStep>) {
+        match self.pipeline.step_over(first) {
+            Some(s) if s.from == first => (GapCause::SkippedByRestart, Some(s)),
+            Some(s) => (GapCause::DroppedInFlight, Some(s)),
+            None => (GapCause::Unknown, None),
+        }
+    }
+
+    /// Kafka's log start is now `log_start`: open gaps whose first record it deleted become
+    /// unrecoverable (at least their prefix can no longer be replayed). Returns whether any
+    /// gap changed (then it is reported by [`Self::take_dirty_gaps`]).
+    pub fn log_start_moved(&mut self, log_start: Offset, now_ms: i64) -> bool {
+        let mut changed = false;
+        if log_start <= self.log_start {
+            return false;
+        }
+        // Only the gaps the log start passed since last time (later gaps below it are born
+        // unrecoverable, see `declare_missing`).
+        for g in self
+            .gaps
+            .range_mut(self.log_start..log_start)
+            .map(|(_, g)| g)
+        {
+            if g.missing > 0 && g.deleted_ms.is_none() {
+                g.deleted_ms = Some(now_ms);
+                self.dirty_gaps.insert(g.first);
+                self.unstored_gaps.insert(g.first);
+                changed = true;
+            }
+        }
+        self.log_start = log_start;
+        if changed {
+            self.revision += 1;
+        }
+        changed
+    }
+
+    /// Gives up missing runs older than `give_up_ms`: they stay missing and in their gap,
+    /// but leave the ledger (their keys are released, see [`Self::take_released_keys`]), so
+    /// neither memory nor re-checks keep growing with an incident's age.
+    pub fn give_up(&mut self, now_ms: i64, give_up_ms: i64) {
+        // Runs are declared in offset order, so detection times rise with offsets: the scan
+        // stops at the first run still young (a clock step back only delays a give-up).
+        let old: Vec<Offset> = self
+            .missing
+            .iter()
+            .take_while(|(_, m)| now_ms - m.detected_ms >= give_up_ms)
+            .map(|(f, _)| *f)
+            .collect();
+        for f in old {
+            self.give_up_run(f);
+        }
+    }
+
+    pub(super) fn give_up_run(&mut self, first: Offset) -> u64 {
+        let Some(mut m) = self.remove_missing(first) else {
+            return 0;
+        };
+        self.revision += 1;
+        let keys = m.keys.len() as u64;
+        self.released_keys.append(&mut m.keys);
+        if self.missing.is_empty() {
+            self.probe = None;
+        }
+        keys
+    }
+}

@@ -1,0 +1,147 @@
+//! `--to-sink`: the missing records written where the audit checks them, by sink kind (SQL
+//! insert, the in-memory table, or the document sinks of `documents`).
+
+use super::documents::{csv_columns, to_elasticsearch, to_stream_load};
+use super::topic::all_failed;
+use super::*;
+
+/// Writes the records into the audit's sink: Elasticsearch `_bulk`, Doris Stream Load, or
+/// SQL `INSERT`s.
+pub(super) async fn to_sink(
+    audit: &AuditConfig,
+    sink: &AnySink,
+    decoder: &Decoder,
+    target: &Target,
+    records: &[&Record],
+    ids: &HashMap<Offset, String>,
+    report: &mut Replayed,
+) -> Vec<Outcome> {
+    if records.is_empty() {
+        return Vec::new();
+    }
+    match sink {
+        AnySink::Elasticsearch(es) => to_elasticsearch(audit, es, target, records, ids).await,
+        AnySink::Mysql(_) if audit.sink.stream_load_url.is_some() => {
+            to_stream_load(audit, target, records, report).await
+        }
+        AnySink::Mysql(_) => to_sql(audit, sink, target, records).await,
+        AnySink::Memory(table) => to_memory(audit, table, decoder, target, records, ids),
+    }
+}
+
+/// Adds the records' rows to the in-process table, as the audit's strategy finds them: by
+/// offset, by key, or by document id.
+fn to_memory(
+    audit: &AuditConfig,
+    table: &MemorySink,
+    decoder: &Decoder,
+    target: &Target,
+    records: &[&Record],
+    ids: &HashMap<Offset, String>,
+) -> Vec<Outcome> {
+    let tp = &target.tp;
+    records
+        .iter()
+        .map(|r| {
+            let offset = r.offset;
+            match audit.matching.strategy {
+                MatchStrategy::OffsetColumns => {
+                    table.insert_offset(&tp.topic, tp.partition, offset)
+                }
+                MatchStrategy::DocId => match ids.get(&offset) {
+                    Some(id) => table.insert_id(id),
+                    None => {
+                        let error = "no document id".to_string();
+                        return Outcome::Failed { offset, error };
+                    }
+                },
+                MatchStrategy::KeyColumns => {
+                    let meta = RecordMeta {
+                        topic: &tp.topic,
+                        partition: tp.partition,
+                        offset,
+                        key: r.key.as_deref(),
+                    };
+                    match decoder.tag_record(r.value.as_deref(), &meta) {
+                        Tag::Expected { key: Some(k) } => table.insert_key(&k),
+                        _ => {
+                            let error = "no match key".to_string();
+                            return Outcome::Failed { offset, error };
+                        }
+                    }
+                }
+            }
+            Outcome::Written { offset }
+        })
+        .collect()
+}
+
+/// Inserts the records' rows into the SQL sink, one statement per record (a failure names
+/// its offset and does not hide the others).
+async fn to_sql(
+    audit: &AuditConfig,
+    sink: &AnySink,
+    target: &Target,
+    records: &[&Record],
+) -> Vec<Outcome> {
+    let AnySink::Mysql(mysql) = sink else {
+        return all_failed(records, "this sink cannot be written by replay");
+    };
+    let mut out = Vec::new();
+    for r in records {
+        // Structural errors (no table, a tombstone, not UTF-8) do not depend on the session.
+        if let Err(e) = insert_statement(audit, target, r, false) {
+            out.push(Outcome::Failed {
+                offset: r.offset,
+                error: e,
+            });
+            continue;
+        }
+        // Escaped for the session it runs on: NO_BACKSLASH_ESCAPES is per connection.
+        let written = mysql
+            .execute_escaped(|nbe| insert_statement(audit, target, r, nbe).unwrap_or_default())
+            .await;
+        out.push(match written {
+            Ok(()) => Outcome::Written { offset: r.offset },
+            Err(e) => Outcome::Failed {
+                offset: r.offset,
+                error: e.to_string(),
+            },
+        });
+    }
+    out
+}
+
+/// `INSERT INTO t (cols) VALUES (literals)` for one csv record.
+pub(super) fn insert_statement(
+    audit: &AuditConfig,
+    target: &Target,
+    r: &Record,
+    nbe: bool,
+) -> Result<String, String> {
+    let table = audit.sink.table.as_deref().ok_or("sink.table is not set")?;
+    let value = r.value.as_deref().ok_or("tombstone")?;
+    let text = std::str::from_utf8(value).map_err(|_| "not UTF-8")?;
+    let mut columns = Vec::new();
+    let mut values = Vec::new();
+    for (column, v) in csv_columns(audit, text) {
+        columns.push(sql::ident(&column));
+        values.push(sql::string_literal(&v, nbe));
+    }
+    if audit.matching.strategy == MatchStrategy::OffsetColumns {
+        columns.push(sql::ident(&audit.matching.partition_column));
+        values.push(target.tp.partition.to_string());
+        columns.push(sql::ident(&audit.matching.offset_column));
+        values.push(r.offset.to_string());
+        if let Some(t) = &audit.matching.topic_column {
+            columns.push(sql::ident(t));
+            values.push(sql::string_literal(&target.tp.topic, nbe));
+        }
+    }
+    Ok(format!(
+        "INSERT INTO {} ({}) VALUES ({})",
+        sql::table_ident(table),
+        columns.join(", "),
+        values.join(", ")
+    ))
+}

@@ -1,0 +1,71 @@
+use super::*;
+
+#[test]
+fn url_errors_lose_their_credentials() {
+    let s = redact_url_error("bad url mysql://root:hunter2@db:9030/x here");
+    assert!(!s.contains("hunter2"), "{s}");
+    assert!(s.contains("mysql://[redacted]@db:9030/x"));
+}
+
+fn info(name: &str, data_type: &str, collation: Option<&str>) -> ColumnInfo {
+    ColumnInfo {
+        name: name.into(),
+        data_type: data_type.into(),
+        collation: collation.map(Into::into),
+        charset: collation.map(|c| c.split('_').next().unwrap_or_default().to_string()),
+    }
+}
+
+fn columns(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn key_columns_by_collation() {
+    let table = [
+        info("client_ip", "varchar", Some("utf8mb4_nopad_bin")),
+        info("Domain", "longtext", Some("utf8mb4_bin")),
+        info("time", "datetime", None),
+        info("host", "varchar", Some("utf8mb4_general_ci")),
+        info("legacy", "varchar", Some("latin1_swedish_ci")),
+        info("raw", "varbinary", None),
+    ];
+    let got = check_key_columns(
+        &columns(&["client_ip", "domain", "time", "host", "legacy", "raw"]),
+        &table,
+    );
+    assert_eq!(
+        got.compare,
+        vec![
+            KeyCompare::Plain,
+            KeyCompare::Binary,
+            KeyCompare::Plain,
+            KeyCompare::Binary,
+            KeyCompare::Utf8Binary,
+            KeyCompare::Plain,
+        ]
+    );
+    assert_eq!(
+        got.inexact,
+        vec![
+            "domain (longtext, utf8mb4_bin)",
+            "host (varchar, utf8mb4_general_ci)",
+            "legacy (varchar, latin1_swedish_ci)",
+        ]
+    );
+    assert!(got.missing.is_empty());
+}
+
+#[test]
+fn a_key_column_information_schema_does_not_list_stays_plain() {
+    let table = [info("domain", "varchar", Some("utf8mb4_bin"))];
+    let got = check_key_columns(&columns(&["client_ip", "domain"]), &table);
+    assert_eq!(got.compare, vec![KeyCompare::Plain, KeyCompare::Binary]);
+    assert_eq!(got.missing, vec!["client_ip"]);
+    // No table at all: everything plain, everything missing.
+    let got = check_key_columns(&columns(&["a"]), &[]);
+    assert_eq!(
+        (got.compare, got.missing),
+        (vec![KeyCompare::Plain], columns(&["a"]))
+    );
+}

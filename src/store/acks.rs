@@ -1,0 +1,74 @@
+//! The acknowledgement log: operator acks, and the ordered log the daemon reads a round at a
+//! time.
+
+use super::*;
+
+impl Store {
+    /// Marks a gap acknowledged with the operator's reason (stops its alert). A later
+    /// [`Store::commit_round`] never reverts it. `Ok(false)` when no gap has this id.
+    pub fn ack(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || format!("ack gap {id}");
+        let tx = conn.transaction().map_err(self.sq(ctx()))?;
+        let changed = tx
+            .execute(
+                "UPDATE gaps SET state = 'acknowledged', ack_reason = ?2, updated_at = ?3
+                 WHERE id = ?1",
+                params![id, reason, fmt_ts(Utc::now())],
+            )
+            .map_err(self.sq(ctx()))?;
+        if changed > 0 {
+            tx.execute("INSERT INTO ack_log (gap_id) VALUES (?1)", params![id])
+                .map_err(self.sq(ctx()))?;
+        }
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(changed > 0)
+    }
+
+    /// The position of the newest acknowledgement ([`Store::acks_since`] from it on).
+    pub fn ack_position(&self) -> Result<i64, StoreError> {
+        self.lock()
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM ack_log", [], |r| {
+                r.get(0)
+            })
+            .map_err(self.sq("read the ack log position".to_string()))
+    }
+
+    /// Gaps of `audit` acknowledged after position `since` (still acknowledged), and the
+    /// newest position read: a round's cost follows the new acknowledgements only.
+    pub fn acks_since(&self, audit: &str, since: i64) -> Result<(Vec<Gap>, i64), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read acknowledgements of {audit} since {since}");
+        let newest: i64 = conn
+            .query_row(
+                "SELECT COALESCE(MAX(seq), ?1) FROM ack_log WHERE seq > ?1",
+                params![since],
+                |r| r.get(0),
+            )
+            .map_err(self.sq(ctx()))?;
+        if newest == since {
+            return Ok((Vec::new(), since));
+        }
+        let cols = GAP_COLUMNS
+            .split(',')
+            .map(|c| format!("g.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT DISTINCT {cols} FROM ack_log a JOIN gaps g ON g.id = a.gap_id
+                 WHERE a.seq > ?1 AND a.seq <= ?2 AND g.audit = ?3
+                   AND g.state = 'acknowledged'"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![since, newest, audit], RawGap::from_row)
+            .map_err(self.sq(ctx()))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let raw = row.map_err(self.sq(ctx()))?;
+            out.push(self.decode_gap(raw)?);
+        }
+        Ok((out, newest))
+    }
+}

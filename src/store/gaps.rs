@@ -1,0 +1,300 @@
+//! Gap rows: listing, lookup and the state changes of the CLI commands (`replay`,
+//! `unrecoverable`, `forget`), with the row decoding that names the gap on corruption.
+
+use super::*;
+
+/// Column list shared by every gap query, in [`RawGap::from_row`] order.
+pub(super) const GAP_COLUMNS: &str = "id, audit, topic, partition, first_offset, last_offset, \
+    missing_records, size_known, first_timestamp, last_timestamp, detected_at, state, \
+    unrecoverable_at, ack_reason, cause, pipeline_commit_from, pipeline_commit_to, \
+    pipeline_commit_at, shared_key";
+
+/// A gap row as SQLite returns it, before timestamps and state are decoded (decoding errors
+/// are reported as [`StoreError::Corrupt`] with the gap id, not as a bare SQLite error).
+pub(super) struct RawGap {
+    id: String,
+    audit: String,
+    topic: String,
+    partition: i32,
+    first_offset: i64,
+    last_offset: i64,
+    missing_records: i64,
+    size_known: bool,
+    first_timestamp: Option<String>,
+    last_timestamp: Option<String>,
+    detected_at: String,
+    state: String,
+    unrecoverable_at: Option<String>,
+    ack_reason: Option<String>,
+    cause: String,
+    pipeline_commit_from: Option<i64>,
+    pipeline_commit_to: Option<i64>,
+    pipeline_commit_at: Option<String>,
+    shared_key: bool,
+}
+
+impl RawGap {
+    pub(super) fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawGap> {
+        Ok(RawGap {
+            id: row.get(0)?,
+            audit: row.get(1)?,
+            topic: row.get(2)?,
+            partition: row.get(3)?,
+            first_offset: row.get(4)?,
+            last_offset: row.get(5)?,
+            missing_records: row.get(6)?,
+            size_known: row.get(7)?,
+            first_timestamp: row.get(8)?,
+            last_timestamp: row.get(9)?,
+            detected_at: row.get(10)?,
+            state: row.get(11)?,
+            unrecoverable_at: row.get(12)?,
+            ack_reason: row.get(13)?,
+            cause: row.get(14)?,
+            pipeline_commit_from: row.get(15)?,
+            pipeline_commit_to: row.get(16)?,
+            pipeline_commit_at: row.get(17)?,
+            shared_key: row.get(18)?,
+        })
+    }
+}
+
+impl Store {
+    /// Gaps matching `filter`, newest detected first (ties by id, for a stable order).
+    pub fn list_gaps(&self, filter: &GapFilter) -> Result<Vec<Gap>, StoreError> {
+        let states: Option<Vec<&'static str>> = match filter.state {
+            StateFilter::All => None,
+            f => Some(
+                ALL_STATES
+                    .iter()
+                    .filter(|s| f.matches(**s))
+                    .map(|s| s.as_str())
+                    .collect(),
+            ),
+        };
+        let mut sql = format!("SELECT {GAP_COLUMNS} FROM gaps WHERE 1 = 1");
+        let mut args: Vec<&dyn rusqlite::ToSql> = Vec::new();
+        if let Some(states) = &states {
+            // Placeholders only: the state names are constants, but binding keeps one pattern.
+            let marks: Vec<&str> = states.iter().map(|_| "?").collect();
+            sql.push_str(&format!(" AND state IN ({})", marks.join(", ")));
+            for s in states {
+                args.push(s);
+            }
+        }
+        if let Some(audit) = &filter.audit {
+            sql.push_str(" AND audit = ?");
+            args.push(audit);
+        }
+        sql.push_str(" ORDER BY detected_at DESC, id ASC");
+
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare(&sql)
+            .map_err(self.sq("list gaps".to_string()))?;
+        let rows = stmt
+            .query_map(args.as_slice(), RawGap::from_row)
+            .map_err(self.sq("list gaps".to_string()))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let raw = row.map_err(self.sq("list gaps".to_string()))?;
+            out.push(self.decode_gap(raw)?);
+        }
+        Ok(out)
+    }
+
+    /// Every gap of one partition of `audit`, with whether `replay` marked it, in offset
+    /// order: one query for a handover (which used to ask for each gap by id).
+    pub fn gaps_of_partition(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<(Gap, bool)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the gaps of {audit}/{topic}-{partition}");
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL FROM gaps
+                 WHERE audit = ?1 AND topic = ?2 AND partition = ?3 ORDER BY first_offset"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![audit, topic, partition], |row| {
+                Ok((RawGap::from_row(row)?, row.get::<_, bool>(19)?))
+            })
+            .map_err(self.sq(ctx()))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (raw, replayed) = row.map_err(self.sq(ctx()))?;
+            out.push((self.decode_gap(raw)?, replayed));
+        }
+        Ok(out)
+    }
+
+    /// One gap by id.
+    pub fn get_gap(&self, id: &str) -> Result<Option<Gap>, StoreError> {
+        let conn = self.lock();
+        let raw = conn
+            .query_row(
+                &format!("SELECT {GAP_COLUMNS} FROM gaps WHERE id = ?1"),
+                params![id],
+                RawGap::from_row,
+            )
+            .optional()
+            .map_err(self.sq(format!("read gap {id}")))?;
+        drop(conn);
+        raw.map(|r| self.decode_gap(r)).transpose()
+    }
+
+    /// Records that `gap-auditor replay` wrote the gap's records again: once the daemon
+    /// confirms them the gap becomes `repaired`. Ok(false) when no such gap.
+    pub fn mark_replayed(&self, id: &str) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let n = conn
+            .execute(
+                "UPDATE gaps SET replayed_at = ?2, updated_at = ?2 WHERE id = ?1",
+                params![id, fmt_ts(Utc::now())],
+            )
+            .map_err(self.sq(format!("mark gap {id} replayed")))?;
+        Ok(n > 0)
+    }
+
+    /// Takes back [`Store::mark_replayed`] (a replay that wrote nothing). A gap the daemon
+    /// already reported `repaired` keeps that state.
+    pub fn clear_replayed(&self, id: &str) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let n = conn
+            .execute(
+                "UPDATE gaps SET replayed_at = NULL, updated_at = ?2
+                 WHERE id = ?1 AND state <> 'repaired'",
+                params![id, fmt_ts(Utc::now())],
+            )
+            .map_err(self.sq(format!("clear the replay mark of gap {id}")))?;
+        Ok(n > 0)
+    }
+
+    /// Whether `gap-auditor replay` marked the gap ([`Store::mark_replayed`]); `false` for
+    /// an unknown id.
+    pub fn is_replayed(&self, id: &str) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let at: Option<Option<String>> = conn
+            .query_row(
+                "SELECT replayed_at FROM gaps WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sq(format!("read gap {id}")))?;
+        Ok(at.flatten().is_some())
+    }
+
+    /// Kafka no longer holds the gap's records (a replay found them deleted).
+    pub fn mark_unrecoverable(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
+        let conn = self.lock();
+        let n = conn
+            .execute(
+                "UPDATE gaps SET state = CASE WHEN state = 'acknowledged' THEN state
+                                               ELSE 'unrecoverable' END,
+                                 unrecoverable_at = COALESCE(unrecoverable_at, ?2),
+                                 updated_at = ?2
+                 WHERE id = ?1",
+                params![id, fmt_ts(at)],
+            )
+            .map_err(self.sq(format!("mark gap {id} unrecoverable")))?;
+        Ok(n > 0)
+    }
+
+    /// Drops this store's copies of the unresolved gaps of one partition below `below`,
+    /// except `keep` — for several auditor instances sharing a `state.handover_topic`, where
+    /// an unresolved gap is listed by the instance that owns its partition:
+    /// - for a partition another instance owns now (`below` = `Offset::MAX`, nothing
+    ///   kept): that owner took the gaps over from the handover topic and follows them;
+    /// - for a partition coming back: an unresolved gap always stays in the owner's
+    ///   ledger, so one below the handed-over settled watermark that is not among the
+    ///   handed-over gaps (`keep`) was resolved by another instance, whose store holds its
+    ///   final state.
+    ///
+    /// Acknowledged, late and repaired rows are never dropped. Returns the dropped ids.
+    pub fn forget_unresolved(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        below: Offset,
+        keep: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || format!("drop stale gaps of {audit} {topic}-{partition}");
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let ids: Vec<String> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT id FROM gaps WHERE audit = ?1 AND topic = ?2 AND partition = ?3
+                        AND state IN ('open', 'unrecoverable') AND first_offset < ?4",
+                )
+                .map_err(self.sq(ctx()))?;
+            let rows = stmt
+                .query_map(params![audit, topic, partition, below], |r| r.get(0))
+                .map_err(self.sq(ctx()))?;
+            let mut ids = Vec::new();
+            for r in rows {
+                let id: String = r.map_err(self.sq(ctx()))?;
+                if !keep.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            ids
+        };
+        for id in &ids {
+            tx.execute("DELETE FROM gaps WHERE id = ?1", params![id])
+                .map_err(self.sq(ctx()))?;
+        }
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(ids)
+    }
+
+    fn parse_opt_ts(
+        &self,
+        s: Option<String>,
+        what: &str,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        s.map(|s| self.parse_ts(&s, what)).transpose()
+    }
+
+    pub(super) fn decode_gap(&self, raw: RawGap) -> Result<Gap, StoreError> {
+        let what = format!("gap {}", raw.id);
+        let state = GapState::parse(&raw.state).ok_or_else(|| StoreError::Corrupt {
+            path: self.path.clone(),
+            what: format!("{what}: unknown state {:?}", raw.state),
+        })?;
+        let missing_records =
+            u64::try_from(raw.missing_records).map_err(|_| StoreError::Corrupt {
+                path: self.path.clone(),
+                what: format!("{what}: negative missing_records {}", raw.missing_records),
+            })?;
+        Ok(Gap {
+            first_timestamp: self.parse_opt_ts(raw.first_timestamp, &what)?,
+            last_timestamp: self.parse_opt_ts(raw.last_timestamp, &what)?,
+            detected_at: self.parse_ts(&raw.detected_at, &what)?,
+            unrecoverable_at: self.parse_opt_ts(raw.unrecoverable_at, &what)?,
+            id: raw.id,
+            audit: raw.audit,
+            topic: raw.topic,
+            partition: raw.partition,
+            first_offset: raw.first_offset,
+            last_offset: raw.last_offset,
+            missing_records,
+            size_known: raw.size_known,
+            state,
+            ack_reason: raw.ack_reason,
+            cause: GapCause::parse(&raw.cause),
+            pipeline_commit_from: raw.pipeline_commit_from,
+            pipeline_commit_to: raw.pipeline_commit_to,
+            pipeline_commit_at: self.parse_opt_ts(raw.pipeline_commit_at, &what)?,
+            shared_key: raw.shared_key,
+        })
+    }
+}

@@ -1,0 +1,149 @@
+//! The schema and its migrations: one SQL batch per version, applied in order by
+//! [`Store::open`] inside one IMMEDIATE transaction.
+
+use super::*;
+
+/// Schema version this binary writes (`PRAGMA user_version`).
+pub(super) const SCHEMA_VERSION: i32 = 7;
+
+pub(super) const SCHEMA_V1: &str = "
+CREATE TABLE IF NOT EXISTS gaps (
+    id               TEXT PRIMARY KEY NOT NULL,
+    audit            TEXT NOT NULL,
+    topic            TEXT NOT NULL,
+    partition        INTEGER NOT NULL,
+    first_offset     INTEGER NOT NULL,
+    last_offset      INTEGER NOT NULL,
+    missing_records  INTEGER NOT NULL,
+    size_known       INTEGER NOT NULL,
+    first_timestamp  TEXT,
+    last_timestamp   TEXT,
+    detected_at      TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    unrecoverable_at TEXT,
+    ack_reason       TEXT,
+    updated_at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS gaps_detected_at ON gaps (detected_at DESC);
+CREATE INDEX IF NOT EXISTS gaps_audit_state ON gaps (audit, state);
+CREATE TABLE IF NOT EXISTS progress (
+    audit      TEXT NOT NULL,
+    topic      TEXT NOT NULL,
+    partition  INTEGER NOT NULL,
+    settled    INTEGER NOT NULL,
+    ledger     TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (audit, topic, partition)
+) WITHOUT ROWID;
+";
+
+/// v2: why a gap happened (the pipeline commit step that passed over it).
+pub(super) const SCHEMA_V2: &str = "
+ALTER TABLE gaps ADD COLUMN cause TEXT NOT NULL DEFAULT 'unknown';
+ALTER TABLE gaps ADD COLUMN pipeline_commit_from INTEGER;
+ALTER TABLE gaps ADD COLUMN pipeline_commit_to INTEGER;
+ALTER TABLE gaps ADD COLUMN pipeline_commit_at TEXT;
+";
+
+/// v3: when `gap-auditor replay` wrote a gap's records again, so that the daemon reports
+/// the gap `repaired` (not merely `late`) once it confirms them.
+pub(super) const SCHEMA_V3: &str = "
+ALTER TABLE gaps ADD COLUMN replayed_at TEXT;
+";
+
+/// v4: whether a gap's key was shared by other records (key_columns multiset).
+pub(super) const SCHEMA_V4: &str = "
+ALTER TABLE gaps ADD COLUMN shared_key INTEGER NOT NULL DEFAULT 0;
+";
+
+/// v5: the key_columns multiset's confirmed counts, written with the settled offsets they
+/// lie below, so a restart decides shared keys as the process before it would have.
+pub(super) const SCHEMA_V5: &str = "
+CREATE TABLE IF NOT EXISTS key_book (
+    audit     TEXT NOT NULL,
+    key       BLOB NOT NULL,
+    confirmed INTEGER NOT NULL,
+    PRIMARY KEY (audit, key)
+) WITHOUT ROWID;
+";
+
+/// v6: a partition's missing runs and ledger gaps, one row each (`kind` 0: missing run, 1:
+/// gap), so that a round writes what changed, not the whole ledger: under a systematic
+/// loss the ledger holds hundreds of thousands of them. `progress.ledger` keeps the rest.
+const SCHEMA_V6: &str = "
+CREATE TABLE IF NOT EXISTS ledger_items (
+    audit     TEXT NOT NULL,
+    topic     TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    kind      INTEGER NOT NULL,
+    first     INTEGER NOT NULL,
+    body      TEXT NOT NULL,
+    PRIMARY KEY (audit, topic, partition, kind, first)
+) WITHOUT ROWID;
+";
+
+/// v7: every acknowledgement in order, so the daemon reads only the new ones each round
+/// (listing every acknowledged gap made a round's cost grow with all the acks ever given).
+const SCHEMA_V7: &str = "
+CREATE TABLE IF NOT EXISTS ack_log (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    gap_id TEXT NOT NULL
+);
+";
+
+/// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
+/// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
+const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
+    (SCHEMA_V1, "create schema v1"),
+    (SCHEMA_V2, "migrate schema to v2"),
+    (SCHEMA_V3, "migrate schema to v3"),
+    (SCHEMA_V4, "migrate schema to v4"),
+    (SCHEMA_V5, "migrate schema to v5"),
+    (SCHEMA_V6, "migrate schema to v6"),
+    (SCHEMA_V7, "migrate schema to v7"),
+];
+
+/// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the
+/// caller writes `user_version` and commits).
+pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), StoreError> {
+    for (to, (sql, context)) in (1..).zip(MIGRATIONS) {
+        if version >= to {
+            continue;
+        }
+        tx.execute_batch(sql).map_err(|source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            context: context.to_string(),
+            source,
+        })?;
+        if to == 6 {
+            // v6 also moves the items out of every stored ledger's JSON.
+            migrate_items(tx).map_err(|e| {
+                e.into_store(path, "migrate ledgers to ledger_items".to_string(), "")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// v6: moves the `missing` and `gaps` arrays of every stored ledger into `ledger_items`.
+fn migrate_items(tx: &Connection) -> Result<(), ItemError> {
+    let rows: Vec<(String, String, i32, String)> = tx
+        .prepare("SELECT audit, topic, partition, ledger FROM progress")?
+        .query_map([], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    for (audit, topic, partition, ledger) in rows {
+        let mut head: serde_json::Value = serde_json::from_str(&ledger).map_err(|e| {
+            ItemError::Shape(format!(
+                "ledger of {audit}/{topic}-{partition} is not JSON: {e}"
+            ))
+        })?;
+        replace_items(tx, &audit, &topic, partition, &mut head)?;
+        tx.execute(
+            "UPDATE progress SET ledger = ?4 WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            params![audit, topic, partition, head.to_string()],
+        )?;
+    }
+    Ok(())
+}

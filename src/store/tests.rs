@@ -1,0 +1,644 @@
+use super::*;
+use chrono::TimeZone;
+use serde_json::json;
+
+fn ts(secs: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_700_000_000 + secs, 123_456_789)
+        .unwrap()
+}
+
+fn gap(audit: &str, partition: i32, first: Offset, detected: i64, state: GapState) -> Gap {
+    Gap {
+        id: Gap::make_id(audit, "t", partition, first),
+        audit: audit.to_string(),
+        topic: "t".to_string(),
+        partition,
+        first_offset: first,
+        last_offset: first + 9,
+        missing_records: 10,
+        size_known: true,
+        first_timestamp: Some(ts(0)),
+        last_timestamp: Some(ts(5)),
+        detected_at: ts(detected),
+        state,
+        unrecoverable_at: Some(ts(86_400)),
+        ack_reason: None,
+        cause: Default::default(),
+        pipeline_commit_from: None,
+        pipeline_commit_to: None,
+        pipeline_commit_at: None,
+        shared_key: false,
+    }
+}
+
+#[test]
+fn the_key_book_is_written_with_the_round_and_deleted_at_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let a = b"10.0.0.1\xffa.com\xff".to_vec();
+    let b = b"x\xff".to_vec();
+    store
+        .commit_round_with_keys(
+            "au",
+            &[],
+            &[progress(0, 5)],
+            &[(a.clone(), 2), (b.clone(), 1)],
+        )
+        .unwrap();
+    let mut book = store.load_key_book("au").unwrap();
+    book.sort();
+    assert_eq!(book, vec![(a.clone(), 2), (b.clone(), 1)]);
+    store
+        .commit_round_with_keys("au", &[], &[], &[(b.clone(), 0), (a.clone(), 3)])
+        .unwrap();
+    assert_eq!(store.load_key_book("au").unwrap(), vec![(a.clone(), 3)]);
+    assert_eq!(store.key_confirmed("au", &[a, b]).unwrap(), vec![3, 0]);
+    assert!(store.load_key_book("other").unwrap().is_empty());
+}
+
+fn progress(partition: i32, settled: Offset) -> PartitionProgress {
+    PartitionProgress {
+        items: None,
+        topic: "t".to_string(),
+        partition,
+        settled,
+        ledger: json!({"runs": [[settled, settled + 5]], "note": "opaque"}),
+        updated_at: ts(10),
+    }
+}
+
+fn all(audit: Option<&str>) -> GapFilter {
+    GapFilter {
+        state: StateFilter::All,
+        audit: audit.map(str::to_string),
+    }
+}
+
+#[test]
+fn round_trip_gaps_and_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("nested/state")).unwrap();
+    let mut g = gap("a", 0, 100, 1, GapState::Open);
+    g.first_timestamp = None;
+    g.size_known = false;
+    let g2 = gap("a", 1, 7, 2, GapState::Unrecoverable);
+    store
+        .commit_round(
+            "a",
+            &[g.clone(), g2.clone()],
+            &[progress(0, 110), progress(1, 20)],
+        )
+        .unwrap();
+
+    assert_eq!(store.get_gap(&g.id).unwrap(), Some(g.clone()));
+    assert_eq!(store.get_gap("nope").unwrap(), None);
+    // Newest detected first.
+    assert_eq!(store.list_gaps(&all(None)).unwrap(), vec![g2, g]);
+    assert_eq!(
+        store.load_progress("a").unwrap(),
+        vec![progress(0, 110), progress(1, 20)]
+    );
+    assert!(store.load_progress("other").unwrap().is_empty());
+}
+
+#[test]
+fn upsert_is_idempotent_and_updates_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let g = gap("a", 0, 100, 5, GapState::Open);
+    store
+        .commit_round("a", std::slice::from_ref(&g), &[progress(0, 100)])
+        .unwrap();
+    store
+        .commit_round("a", std::slice::from_ref(&g), &[progress(0, 100)])
+        .unwrap();
+    assert_eq!(store.list_gaps(&all(None)).unwrap(), vec![g.clone()]);
+
+    let mut grown = g.clone();
+    grown.last_offset = 150;
+    grown.missing_records = 51;
+    grown.detected_at = ts(50); // re-detected after a crash: must keep the first time
+    grown.state = GapState::Late;
+    store
+        .commit_round("a", std::slice::from_ref(&grown), &[progress(0, 151)])
+        .unwrap();
+    let rows = store.list_gaps(&all(None)).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0],
+        Gap {
+            detected_at: g.detected_at,
+            ..grown
+        }
+    );
+    let p = store.load_progress("a").unwrap();
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].settled, 151);
+}
+
+#[test]
+fn ack_survives_a_later_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let g = gap("a", 0, 100, 5, GapState::Open);
+    store
+        .commit_round("a", std::slice::from_ref(&g), &[])
+        .unwrap();
+    assert!(store.ack(&g.id, "known outage").unwrap());
+    assert!(!store.ack("a:t:0:999", "x").unwrap());
+
+    let mut again = g.clone();
+    again.missing_records = 3;
+    store.commit_round("a", &[again], &[]).unwrap();
+    let got = store.get_gap(&g.id).unwrap().unwrap();
+    assert_eq!(got.state, GapState::Acknowledged);
+    assert_eq!(got.ack_reason.as_deref(), Some("known outage"));
+    assert_eq!(got.missing_records, 3, "counts still update");
+}
+
+#[test]
+fn acks_since_reads_only_the_new_acknowledgements_of_one_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let gaps: Vec<Gap> = (0..4)
+        .map(|i| gap("a", 0, i * 10, i, GapState::Open))
+        .collect();
+    store.commit_round("a", &gaps, &[]).unwrap();
+    let other = gap("b", 0, 0, 0, GapState::Open);
+    store
+        .commit_round("b", std::slice::from_ref(&other), &[])
+        .unwrap();
+    let start = store.ack_position().unwrap();
+    assert_eq!(store.acks_since("a", start).unwrap(), (Vec::new(), start));
+
+    assert!(store.ack(&gaps[1].id, "x").unwrap());
+    assert!(store.ack(&other.id, "x").unwrap());
+    let (got, pos) = store.acks_since("a", start).unwrap();
+    assert_eq!(got.iter().map(|g| &g.id).collect::<Vec<_>>(), [&gaps[1].id]);
+    assert_eq!(got[0].state, GapState::Acknowledged);
+    assert!(pos > start);
+    // Read up to `pos`: nothing new; a gap acknowledged twice is listed once.
+    assert_eq!(store.acks_since("a", pos).unwrap(), (Vec::new(), pos));
+    assert!(store.ack(&gaps[3].id, "y").unwrap());
+    assert!(store.ack(&gaps[3].id, "z").unwrap());
+    let (got, pos2) = store.acks_since("a", pos).unwrap();
+    assert_eq!(got.iter().map(|g| &g.id).collect::<Vec<_>>(), [&gaps[3].id]);
+    assert_eq!(store.acks_since("a", pos2).unwrap().0, Vec::new());
+    // An unknown id logs nothing.
+    assert!(!store.ack("a:t:0:999", "x").unwrap());
+    assert_eq!(store.acks_since("a", pos2).unwrap().0, Vec::new());
+    // A second process (the `ack` command) is read the same way.
+    let cli = Store::open(dir.path()).unwrap();
+    assert!(cli.ack(&gaps[0].id, "cli").unwrap());
+    let (got, _) = store.acks_since("a", pos2).unwrap();
+    assert_eq!(got.iter().map(|g| &g.id).collect::<Vec<_>>(), [&gaps[0].id]);
+}
+
+#[test]
+fn filters_by_state_and_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let open_a = gap("a", 0, 1, 1, GapState::Open);
+    let late_a = gap("a", 0, 50, 2, GapState::Late);
+    let unrec_b = gap("b", 0, 1, 3, GapState::Unrecoverable);
+    let acked_b = gap("b", 1, 1, 4, GapState::Open);
+    store
+        .commit_round("a", &[open_a.clone(), late_a.clone()], &[])
+        .unwrap();
+    store
+        .commit_round("b", &[unrec_b.clone(), acked_b.clone()], &[])
+        .unwrap();
+    store.ack(&acked_b.id, "fine").unwrap();
+
+    let ids = |f: GapFilter| -> Vec<String> {
+        store
+            .list_gaps(&f)
+            .unwrap()
+            .into_iter()
+            .map(|g| g.id)
+            .collect()
+    };
+    assert_eq!(
+        ids(GapFilter::default()),
+        vec![unrec_b.id.clone(), open_a.id.clone()]
+    );
+    assert_eq!(
+        ids(GapFilter {
+            state: StateFilter::Unresolved,
+            audit: Some("a".into())
+        }),
+        vec![open_a.id.clone()]
+    );
+    assert_eq!(
+        ids(GapFilter {
+            state: StateFilter::Only(GapState::Late),
+            audit: None
+        }),
+        vec![late_a.id.clone()]
+    );
+    assert_eq!(
+        ids(GapFilter {
+            state: StateFilter::Only(GapState::Acknowledged),
+            audit: None
+        }),
+        vec![acked_b.id.clone()]
+    );
+    assert_eq!(ids(all(Some("b"))), vec![acked_b.id, unrec_b.id]);
+    assert_eq!(ids(all(Some("zzz"))), Vec::<String>::new());
+    // Values are bound, never spliced into SQL.
+    assert!(ids(all(Some("' OR 1=1 --"))).is_empty());
+}
+
+#[test]
+fn all_states_lists_every_variant() {
+    // No wildcard: adding a GapState variant breaks this match until ALL_STATES (used
+    // by the `open` filter) is updated too.
+    for s in ALL_STATES {
+        match s {
+            GapState::Open
+            | GapState::Late
+            | GapState::Repaired
+            | GapState::Unrecoverable
+            | GapState::Unverifiable
+            | GapState::Acknowledged => {}
+        }
+    }
+    assert_eq!(ALL_STATES.len(), 6);
+}
+
+#[test]
+fn concurrent_writers_wait_instead_of_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Store::open(dir.path()).unwrap();
+    let cli = Store::open(dir.path()).unwrap();
+    let gaps: Vec<Gap> = (0..50)
+        .map(|i| gap("a", 0, i * 100, i, GapState::Open))
+        .collect();
+    daemon.commit_round("a", &gaps, &[]).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..50 {
+                daemon.commit_round("a", &gaps, &[progress(0, i)]).unwrap();
+            }
+        });
+        s.spawn(|| {
+            for g in &gaps {
+                assert!(cli.ack(&g.id, "bulk").unwrap());
+            }
+        });
+    });
+    let acked = GapFilter {
+        state: StateFilter::Only(GapState::Acknowledged),
+        audit: None,
+    };
+    assert_eq!(cli.list_gaps(&acked).unwrap().len(), 50);
+    assert_eq!(cli.load_progress("a").unwrap()[0].settled, 49);
+}
+
+#[test]
+fn state_filter_parse() {
+    assert_eq!(StateFilter::parse("open"), Some(StateFilter::Unresolved));
+    assert_eq!(StateFilter::parse("all"), Some(StateFilter::All));
+    assert_eq!(
+        StateFilter::parse("late"),
+        Some(StateFilter::Only(GapState::Late))
+    );
+    assert_eq!(
+        StateFilter::parse("acknowledged"),
+        Some(StateFilter::Only(GapState::Acknowledged))
+    );
+    assert_eq!(StateFilter::parse("OPEN"), None);
+    assert_eq!(StateFilter::parse(""), None);
+}
+
+#[test]
+fn second_connection_reads_and_acks_while_first_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Store::open(dir.path()).unwrap();
+    let g = gap("a", 0, 100, 5, GapState::Open);
+    daemon
+        .commit_round("a", std::slice::from_ref(&g), &[progress(0, 110)])
+        .unwrap();
+
+    let cli = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        cli.list_gaps(&GapFilter::default()).unwrap(),
+        vec![g.clone()]
+    );
+    assert!(cli.ack(&g.id, "from the CLI").unwrap());
+
+    // The daemon sees the ack and its next round does not undo it.
+    assert_eq!(
+        daemon.get_gap(&g.id).unwrap().unwrap().state,
+        GapState::Acknowledged
+    );
+    daemon
+        .commit_round("a", std::slice::from_ref(&g), &[progress(0, 120)])
+        .unwrap();
+    assert_eq!(
+        cli.get_gap(&g.id).unwrap().unwrap().state,
+        GapState::Acknowledged
+    );
+    assert_eq!(cli.load_progress("a").unwrap()[0].settled, 120);
+}
+
+#[test]
+fn reopen_keeps_data_and_schema_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = gap("a", 3, 42, 5, GapState::Open);
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .commit_round("a", std::slice::from_ref(&g), &[progress(3, 52)])
+            .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.get_gap(&g.id).unwrap(), Some(g));
+    assert_eq!(store.load_progress("a").unwrap(), vec![progress(3, 52)]);
+    assert_eq!(store.path(), dir.path().join(DB_FILE));
+    let conn = store.lock();
+    let v: i32 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, SCHEMA_VERSION);
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[test]
+fn refuses_a_newer_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path()).unwrap());
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(DB_FILE),
+        "message names the file: {err}"
+    );
+}
+
+/// A ledger with its items: missing runs and gaps as the ledger serializes them.
+fn full_ledger(firsts: &[i64]) -> serde_json::Value {
+    json!({
+        "missing": firsts.iter().map(|f| json!({"run": {"first": f, "last": f}, "gap": f})).collect::<Vec<_>>(),
+        "gaps": firsts.iter().map(|f| json!({"first": f, "last": f, "missing": 1})).collect::<Vec<_>>(),
+        "tail_gap": firsts.last(),
+    })
+}
+
+/// v6 stores a ledger's items one row each and writes deltas: before, every round that
+/// decided anything rewrote the whole ledger JSON (6 MB at 10,000 gaps). A delta must
+/// upsert and delete exactly its items, a whole write must replace every stored item,
+/// and a load must give back the ledger as written.
+#[test]
+fn ledger_items_are_written_as_deltas_and_loaded_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut p = progress(0, 10);
+    p.ledger = full_ledger(&[1, 3, 5]);
+    store.commit_round("a", &[], &[p.clone()]).unwrap();
+    assert_eq!(
+        store.load_progress("a").unwrap()[0].ledger,
+        full_ledger(&[1, 3, 5])
+    );
+    // Delta: 3 goes, 7 comes; 1 and 5 are not written at all.
+    let item = |f: i64| json!({"run": {"first": f, "last": f}, "gap": f}).to_string();
+    let gap = |f: i64| json!({"first": f, "last": f, "missing": 1}).to_string();
+    let mut d = progress(0, 12);
+    d.ledger = json!({"tail_gap": 7});
+    d.items = Some(LedgerItems {
+        missing: vec![(3, None), (7, Some(item(7)))],
+        gaps: vec![(3, None), (7, Some(gap(7)))],
+    });
+    store.commit_round("a", &[], &[d]).unwrap();
+    let back = store.load_progress("a").unwrap();
+    assert_eq!(back[0].settled, 12);
+    assert_eq!(back[0].ledger, full_ledger(&[1, 5, 7]));
+    // A whole write replaces everything: nothing stale survives.
+    p.ledger = full_ledger(&[9]);
+    store.commit_round("a", &[], &[p]).unwrap();
+    assert_eq!(
+        store.load_progress("a").unwrap()[0].ledger,
+        full_ledger(&[9])
+    );
+    let rows: i64 = store
+        .lock()
+        .query_row("SELECT COUNT(*) FROM ledger_items", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 2);
+}
+
+/// A v5 store kept each ledger whole in `progress.ledger`: the migration moves its items
+/// into rows, so that the first delta written afterwards cannot drop them.
+#[test]
+fn a_v5_ledger_is_migrated_into_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    for schema in [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5] {
+        conn.execute_batch(schema).unwrap();
+    }
+    conn.pragma_update(None, "user_version", 5).unwrap();
+    conn.execute(
+        "INSERT INTO progress (audit, topic, partition, settled, ledger, updated_at)
+             VALUES ('a', 't', 0, 10, ?1, ?2)",
+        params![full_ledger(&[1, 3]).to_string(), fmt_ts(Utc::now())],
+    )
+    .unwrap();
+    drop(conn);
+    let store = Store::open(dir.path()).unwrap();
+    let head: String = store
+        .lock()
+        .query_row("SELECT ledger FROM progress", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(head, json!({"tail_gap": 3}).to_string());
+    let mut d = progress(0, 11);
+    d.ledger = json!({"tail_gap": 3});
+    d.items = Some(LedgerItems::default());
+    store.commit_round("a", &[], &[d]).unwrap();
+    assert_eq!(
+        store.load_progress("a").unwrap()[0].ledger,
+        full_ledger(&[1, 3])
+    );
+}
+
+#[test]
+fn a_v1_store_is_migrated_and_keeps_its_gaps() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    conn.execute_batch(SCHEMA_V1).unwrap();
+    conn.pragma_update(None, "user_version", 1).unwrap();
+    conn.execute(
+        "INSERT INTO gaps (id, audit, topic, partition, first_offset, last_offset,
+                missing_records, size_known, detected_at, state, updated_at)
+             VALUES ('a:t:0:2', 'a', 't', 0, 2, 3, 2, 1, ?1, 'open', ?1)",
+        params![fmt_ts(Utc::now())],
+    )
+    .unwrap();
+    drop(conn);
+    let store = Store::open(dir.path()).unwrap();
+    let g = store
+        .get_gap("a:t:0:2")
+        .unwrap()
+        .expect("gap survives the migration");
+    assert_eq!(
+        (g.first_offset, g.last_offset, g.missing_records),
+        (2, 3, 2)
+    );
+    assert_eq!(g.cause, GapCause::Unknown);
+    assert_eq!(g.pipeline_commit_from, None);
+    let mut g2 = g.clone();
+    g2.cause = GapCause::SkippedByRestart;
+    g2.pipeline_commit_from = Some(2);
+    g2.pipeline_commit_to = Some(4);
+    g2.pipeline_commit_at = Some(Utc::now());
+    store.commit_round("a", &[g2.clone()], &[]).unwrap();
+    let back = store.get_gap("a:t:0:2").unwrap().unwrap();
+    assert_eq!(back.cause, GapCause::SkippedByRestart);
+    assert_eq!(
+        (back.pipeline_commit_from, back.pipeline_commit_to),
+        (Some(2), Some(4))
+    );
+    assert_eq!(back.pipeline_commit_at, g2.pipeline_commit_at);
+}
+
+#[test]
+fn unresolved_copies_of_a_moved_partition_are_forgotten_others_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let resolved_elsewhere = gap("a", 0, 10, 2, GapState::Open);
+    let handed_over = gap("a", 0, 20, 2, GapState::Open);
+    let above = gap("a", 0, 90, 2, GapState::Open);
+    let late = gap("a", 0, 5, 0, GapState::Late);
+    let other_partition = gap("a", 1, 10, 2, GapState::Open);
+    let other_audit = gap("b", 0, 10, 2, GapState::Open);
+    let all = [
+        &resolved_elsewhere,
+        &handed_over,
+        &above,
+        &late,
+        &other_partition,
+        &other_audit,
+    ];
+    for g in all {
+        store
+            .commit_round(&g.audit, std::slice::from_ref(g), &[])
+            .unwrap();
+    }
+    let acked = gap("a", 0, 30, 2, GapState::Open);
+    store
+        .commit_round("a", std::slice::from_ref(&acked), &[])
+        .unwrap();
+    assert!(store.ack(&acked.id, "known").unwrap());
+    let dropped = store
+        .forget_unresolved("a", "t", 0, 50, std::slice::from_ref(&handed_over.id))
+        .unwrap();
+    assert_eq!(dropped, vec![resolved_elsewhere.id.clone()]);
+    assert_eq!(store.get_gap(&resolved_elsewhere.id).unwrap(), None);
+    for g in all.iter().skip(1).copied().chain([&acked]) {
+        assert!(store.get_gap(&g.id).unwrap().is_some(), "{} kept", g.id);
+    }
+    // Owned elsewhere: every unresolved gap of the partition goes, acknowledged/late stay.
+    let dropped = store
+        .forget_unresolved("a", "t", 0, Offset::MAX, &[])
+        .unwrap();
+    assert_eq!(dropped.len(), 2, "{dropped:?}");
+    assert!(store.get_gap(&acked.id).unwrap().is_some());
+    assert!(store.get_gap(&late.id).unwrap().is_some());
+    assert!(store.get_gap(&other_partition.id).unwrap().is_some());
+}
+
+#[test]
+fn a_replayed_gap_turns_repaired_when_its_records_arrive() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut g = gap("a", 0, 2, 0, GapState::Open);
+    store.commit_round("a", &[g.clone()], &[]).unwrap();
+    assert!(!store.is_replayed(&g.id).unwrap());
+    assert!(store.mark_replayed(&g.id).unwrap());
+    assert!(store.is_replayed(&g.id).unwrap());
+    assert!(!store.is_replayed("nope").unwrap());
+    assert!(!store.mark_replayed("nope").unwrap());
+    g.missing_records = 0;
+    g.state = GapState::Late;
+    store.commit_round("a", &[g.clone()], &[]).unwrap();
+    assert_eq!(
+        store.get_gap(&g.id).unwrap().unwrap().state,
+        GapState::Repaired
+    );
+
+    let other = gap("a", 0, 9, 0, GapState::Open);
+    store
+        .commit_round("a", std::slice::from_ref(&other), &[])
+        .unwrap();
+    assert!(store.mark_unrecoverable(&other.id, Utc::now()).unwrap());
+    let back = store.get_gap(&other.id).unwrap().unwrap();
+    assert_eq!(back.state, GapState::Unrecoverable);
+    assert!(back.unrecoverable_at.is_some());
+}
+
+/// A handover reads a partition's gaps in one query, with their replay marks.
+#[test]
+fn gaps_of_one_partition_come_in_offset_order_with_their_replay_marks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let gaps = [
+        gap("a", 0, 9, 0, GapState::Open),
+        gap("a", 0, 2, 0, GapState::Acknowledged),
+        gap("a", 1, 5, 0, GapState::Open),
+        gap("b", 0, 4, 0, GapState::Open),
+    ];
+    store.commit_round("a", &gaps, &[]).unwrap();
+    store.mark_replayed(&gaps[0].id).unwrap();
+    let got: Vec<(Offset, bool)> = store
+        .gaps_of_partition("a", "t", 0)
+        .unwrap()
+        .into_iter()
+        .map(|(g, r)| (g.first_offset, r))
+        .collect();
+    assert_eq!(got, vec![(2, false), (9, true)]);
+}
+
+/// `replay` marks a gap before writing (a round confirming the records in between must
+/// see the mark) and takes the mark back when it wrote nothing; a gap already reported
+/// repaired keeps its state.
+#[test]
+fn a_replay_mark_is_taken_back_unless_the_gap_is_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut g = gap("a", 0, 2, 0, GapState::Open);
+    store.commit_round("a", &[g.clone()], &[]).unwrap();
+    store.mark_replayed(&g.id).unwrap();
+    assert!(store.clear_replayed(&g.id).unwrap());
+    assert!(!store.is_replayed(&g.id).unwrap());
+    g.missing_records = 0;
+    g.state = GapState::Late;
+    store.commit_round("a", &[g.clone()], &[]).unwrap();
+    assert_eq!(
+        store.get_gap(&g.id).unwrap().unwrap().state,
+        GapState::Late,
+        "late, not repaired: nothing was replayed"
+    );
+    let h = gap("a", 0, 7, 0, GapState::Open);
+    store
+        .commit_round("a", std::slice::from_ref(&h), &[])
+        .unwrap();
+    store.mark_replayed(&h.id).unwrap();
+    let mut late = h.clone();
+    late.missing_records = 0;
+    late.state = GapState::Late;
+    store.commit_round("a", &[late], &[]).unwrap();
+    assert!(!store.clear_replayed(&h.id).unwrap());
+    assert_eq!(
+        store.get_gap(&h.id).unwrap().unwrap().state,
+        GapState::Repaired
+    );
+}
