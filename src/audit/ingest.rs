@@ -1,0 +1,196 @@
+//! Ingest: records from the tailing thread, and held records whose schema arrived, into
+//! the partition ledgers, counted once per partition and reason.
+
+use super::*;
+
+impl<V: Verifier> Audit<V> {
+    pub(super) fn ingest(&mut self, batch: Vec<Tagged>) {
+        ingest_batch(
+            &self.cfg.name,
+            &self.metrics,
+            &mut self.parts,
+            self.checker.book_mut(),
+            batch,
+            now_ms(),
+        );
+    }
+
+    /// Hands every held record whose schema is now cached to the ledger, in offset order,
+    /// and refreshes the flow control (held records count as pending there).
+    pub(super) fn release_held(&mut self) {
+        let released = release_held(
+            &self.cfg.name,
+            &self.metrics,
+            &mut self.parts,
+            &self.decoder,
+            self.checker.book_mut(),
+            now_ms(),
+        );
+        if released > 0 {
+            self.update_flow();
+        }
+    }
+}
+
+/// Where [`ingest_batch`] finds each partition's ledger and held records.
+pub trait Ledgers {
+    /// The ledger of `tp` and the records held before it, when the partition is assigned.
+    /// Without a [`Held`] (the benchmark, whose formats never wait for a schema) a record
+    /// that waits for its schema is counted undecodable.
+    fn slot_mut(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Option<(&mut PartitionLedger, Option<&mut Held>)>;
+}
+
+impl Ledgers for BTreeMap<TopicPartition, Part> {
+    fn slot_mut(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Option<(&mut PartitionLedger, Option<&mut Held>)> {
+        self.get_mut(tp).map(|p| (&mut p.ledger, Some(&mut p.held)))
+    }
+}
+
+impl Ledgers for HashMap<TopicPartition, PartitionLedger> {
+    fn slot_mut(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Option<(&mut PartitionLedger, Option<&mut Held>)> {
+        self.get_mut(tp).map(|l| (l, None))
+    }
+}
+
+/// Hands every held record whose schema is now cached to its ledger, in offset order
+/// ([`Audit::release_held`]). Returns how many records were new.
+pub(super) fn release_held(
+    audit: &str,
+    metrics: &Metrics,
+    parts: &mut BTreeMap<TopicPartition, Part>,
+    decoder: &Decoder,
+    book: Option<&mut KeyBook>,
+    now: i64,
+) -> u64 {
+    let mut ready = Vec::new();
+    for part in parts.values_mut() {
+        if !part.held.is_empty() {
+            ready.extend(part.held.release(decoder));
+        }
+    }
+    if ready.is_empty() {
+        return 0;
+    }
+    ingest_batch(audit, metrics, parts, book, ready, now)
+}
+
+/// Feeds one batch from the tailing thread into the ledgers and counts it, once per
+/// partition and reason (one label lookup per batch, not per record). Records of
+/// unassigned partitions and re-delivered offsets are not counted. Returns how many records
+/// were new. The daemon's hot path, public so the benchmark measures this very code.
+pub fn ingest_batch(
+    audit: &str,
+    metrics: &Metrics,
+    ledgers: &mut impl Ledgers,
+    mut book: Option<&mut KeyBook>,
+    batch: Vec<Tagged>,
+    now: i64,
+) -> u64 {
+    let mut counts: HashMap<(Arc<str>, i32), [u64; 5]> = HashMap::new();
+    let mut total = 0;
+    // One lookup key reused for the whole batch: no String allocated per record.
+    let mut key = TopicPartition::new(String::new(), 0);
+    // librdkafka hands out a partition's records in runs: look the ledger and the counters
+    // up once per run, not per record (two hashes of the topic name per record showed as
+    // the audit task's main cost in the tailing benchmark).
+    let mut records = batch.into_iter().peekable();
+    while let Some(first) = records.next() {
+        let topic = first.topic.clone();
+        let partition = first.partition;
+        key.topic.clear();
+        key.topic.push_str(&topic);
+        key.partition = partition;
+        let mut slot = ledgers.slot_mut(&key);
+        // Counter slots: 0 consumed, 1 expected, 2.. filtered by reason.
+        let mut c = [0u64; 5];
+        let mut ignored = 0u64;
+        let mut next = Some(first);
+        while let Some(r) = next {
+            match slot.as_mut() {
+                None => ignored += 1,
+                Some((ledger, held)) => {
+                    // Records waiting for their schema, and everything behind them, wait.
+                    let r = match held.as_deref_mut() {
+                        Some(h) if r.offset >= ledger.next_offset() => match h.admit(r) {
+                            Some(r) => r,
+                            None => {
+                                next = records
+                                    .next_if(|n| n.partition == partition && *n.topic == *topic);
+                                continue;
+                            }
+                        },
+                        _ => r,
+                    };
+                    let fresh = r.offset >= ledger.next_offset();
+                    let (slot, observed) = match r.tag {
+                        Tag::Unresolved(_) => (
+                            2 + FilterReason::ALL
+                                .iter()
+                                .position(|x| *x == FilterReason::Undecodable)
+                                .unwrap_or(0),
+                            Observed::Filtered,
+                        ),
+                        Tag::Expected { key } => {
+                            // The audit-wide multiset learns of the record as it is read, so
+                            // a row it will need is never charged as another's duplicate.
+                            if fresh
+                                && let (Some(book), Some(k)) = (book.as_deref_mut(), key.as_ref())
+                            {
+                                book.pend(k);
+                            }
+                            (1, Observed::Expected { key })
+                        }
+                        Tag::Filtered(reason) => {
+                            let i = FilterReason::ALL
+                                .iter()
+                                .position(|x| *x == reason)
+                                .unwrap_or(0);
+                            (2 + i, Observed::Filtered)
+                        }
+                    };
+                    // A record delivered again after a re-positioning is not counted twice.
+                    if ledger.ingest(r.offset, r.timestamp_ms, observed, now) {
+                        ledger.note_record_ts(r.timestamp_ms);
+                        total += 1;
+                        c[0] += 1;
+                        c[slot] += 1;
+                    }
+                }
+            }
+            next = records.next_if(|n| n.partition == partition && *n.topic == *topic);
+        }
+        if ignored > 0 {
+            tracing::debug!(%topic, partition, records = ignored, "records of an unassigned partition ignored");
+        }
+        if c[0] > 0 {
+            let sum = counts.entry((topic, partition)).or_default();
+            for (s, v) in sum.iter_mut().zip(c) {
+                *s += v;
+            }
+        }
+    }
+    for ((topic, p), c) in counts {
+        let p = p.to_string();
+        let l = [audit, &*topic, p.as_str()];
+        metrics.records_consumed.with_label_values(&l).inc_by(c[0]);
+        metrics.records_expected.with_label_values(&l).inc_by(c[1]);
+        for (i, reason) in FilterReason::ALL.iter().enumerate() {
+            if c[2 + i] > 0 {
+                metrics
+                    .records_filtered
+                    .with_label_values(&[audit, &*topic, p.as_str(), reason.as_str()])
+                    .inc_by(c[2 + i]);
+            }
+        }
+    }
+    total
+}
