@@ -19,7 +19,10 @@ use crate::gap::{Gap, GapState, Offset, TopicPartition};
 use crate::handover::{self, Handover, PartitionState};
 use crate::held::Held;
 use crate::kafka::retention::{self, Retention};
-use crate::kafka::{self, Command, Lookup, PipelineReader, Tagged, TailEvent, TailHandle};
+use crate::kafka::tail::Flow;
+use crate::kafka::{
+    self, Command, Lookup, PipelineReader, Tagged, TailEvent, TailHandle, Watermarks,
+};
 use crate::ledger::{
     Applied, GapRecord, KeyBook, Observed, PartitionLedger, Segment, Snapshot, Verdict,
 };
@@ -38,8 +41,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+mod blocking;
 mod gap_log;
 mod ingest;
+mod kafka_view;
 mod partitions;
 mod persist;
 mod pipeline;
@@ -49,8 +54,10 @@ mod starts;
 #[cfg(test)]
 mod tests;
 
+use blocking::blocking;
 use gap_log::GapLog;
 pub use ingest::{Ledgers, ingest_batch};
+pub use kafka_view::{Cluster, KafkaView};
 
 /// Most offset_columns records one round verifies on one partition: at most half as many new
 /// gaps (every second record lost), so a round's transient memory stays bounded however
@@ -102,8 +109,8 @@ struct Audit<V> {
     store: Arc<Store>,
     metrics: Arc<Metrics>,
     status: StatusBoard,
-    lookup: Arc<Lookup>,
-    pipeline: Option<Arc<PipelineReader>>,
+    /// Kafka lookups (the auditor group, watermarks, the pipeline group's commits).
+    kafka_view: Arc<dyn KafkaView>,
     parts: BTreeMap<TopicPartition, Part>,
     /// The one verification dispatch, with the audit-wide key multiset (key_columns).
     checker: Checker,
@@ -122,8 +129,8 @@ struct Audit<V> {
     /// Where the store's ack log was read up to; `None`: list every acknowledged gap next.
     ack_position: Option<i64>,
     commands: std::sync::mpsc::Sender<Command>,
-    lookup_watermarks: crate::kafka::Watermarks,
-    flow: Arc<crate::kafka::tail::Flow>,
+    lookup_watermarks: Watermarks,
+    flow: Arc<Flow>,
     /// Admin client for DescribeConfigs (retention deadlines).
     admin: Option<AdminClient<DefaultClientContext>>,
     /// Retention settings per topic, refreshed every [`RETENTION_REFRESH`].
@@ -153,23 +160,72 @@ struct Audit<V> {
     decoder: Decoder,
 }
 
+/// The Kafka side of an audit and its decoder: rdkafka clients and the tail's channels in
+/// [`run`], fakes in the unit tests.
+struct Wiring {
+    kafka_view: Arc<dyn KafkaView>,
+    commands: std::sync::mpsc::Sender<Command>,
+    watermarks: Watermarks,
+    flow: Arc<Flow>,
+    admin: Option<AdminClient<DefaultClientContext>>,
+    handover: Option<Arc<Handover>>,
+    decoder: Decoder,
+    cancel: CancellationToken,
+}
+
+impl<V: Verifier> Audit<V> {
+    /// An audit owning no partition yet (`deps.handover_topic` is already in `w.handover`).
+    fn new(deps: AuditDeps<V>, w: Wiring) -> Self {
+        let config = deps.config;
+        let key_capacity = config.max_pending.min(1_000_000);
+        Audit {
+            checker: Checker::new(config.matching.strategy, config.batch_size, key_capacity),
+            kafka_view: w.kafka_view,
+            parts: BTreeMap::new(),
+            unsaved: BTreeMap::new(),
+            uncounted: Vec::new(),
+            uncounted_causes: Vec::new(),
+            committed: HashMap::new(),
+            persisted: HashMap::new(),
+            acknowledged: Default::default(),
+            ack_position: None,
+            commands: w.commands,
+            lookup_watermarks: w.watermarks,
+            flow: w.flow,
+            admin: w.admin,
+            retention: HashMap::new(),
+            retention_read_at: None,
+            sink_state: SinkState::Unknown,
+            sink_error: None,
+            last_sink_ok: None,
+            last_kafka_ok: None,
+            cancel: w.cancel,
+            pipeline_read_ok: false,
+            pipeline_hold: None,
+            handover: w.handover,
+            handover_dirty: BTreeSet::new(),
+            gap_log: GapLog::default(),
+            backlog: false,
+            decoder: w.decoder,
+            cfg: config,
+            kafka: deps.kafka,
+            group: deps.group,
+            sink: deps.sink,
+            store: deps.store,
+            metrics: deps.metrics,
+            status: deps.status,
+        }
+    }
+}
+
 /// Runs one audit until `cancel` fires, then drains: persists, commits the settled
 /// watermark (through the revocation that closing the consumer triggers) and returns.
 pub async fn run<V: Verifier + 'static>(
     deps: AuditDeps<V>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    let AuditDeps {
-        config,
-        kafka,
-        group,
-        sink,
-        store,
-        metrics,
-        status,
-        handover_topic,
-    } = deps;
-    let decoder = crate::record::decoder_for(&config)
+    let (config, kafka, group) = (&deps.config, &deps.kafka, &deps.group);
+    let decoder = crate::record::decoder_for(config)
         .with_context(|| format!("audit {}: record decoding", config.name))?;
     // The only task that waits for the schema registry: the tail asks, this fetches.
     let mut arrivals = match decoder.registry() {
@@ -179,17 +235,17 @@ pub async fn run<V: Verifier + 'static>(
         }
         None => None,
     };
-    let lookup = Arc::new(Lookup::new(&kafka, &group).context("creating the Kafka lookup client")?);
+    let lookup = Arc::new(Lookup::new(kafka, group).context("creating the Kafka lookup client")?);
     let pipeline = match &config.pipeline_group {
-        Some(g) => Some(Arc::new(
-            PipelineReader::new(&kafka, g).context("creating the pipeline group reader")?,
-        )),
+        Some(g) => {
+            Some(PipelineReader::new(kafka, g).context("creating the pipeline group reader")?)
+        }
         None => None,
     };
     // Before the consumer joins the group: the first assignment already reads it.
-    let handover = match &handover_topic {
+    let handover = match &deps.handover_topic {
         Some(t) => {
-            let h = Handover::new(&kafka, t).context("state.handover_topic")?;
+            let h = Handover::new(kafka, t).context("state.handover_topic")?;
             if let Err(e) = h.ensure_topic().await {
                 tracing::warn!(error = %e, "cannot create the handover topic; it must exist already");
             }
@@ -198,64 +254,40 @@ pub async fn run<V: Verifier + 'static>(
         None => None,
     };
     let mut tail: TailHandle = kafka::tail::start(
-        &kafka,
-        &group,
+        kafka,
+        group,
         &config.topics,
         decoder.clone(),
         config.max_pending as u64,
     )
     .context("starting the Kafka consumer")?;
-    let key_capacity = config.max_pending.min(1_000_000);
-    let mut a = Audit {
-        checker: Checker::new(config.matching.strategy, config.batch_size, key_capacity),
-        lookup,
-        pipeline,
-        parts: BTreeMap::new(),
-        unsaved: BTreeMap::new(),
-        uncounted: Vec::new(),
-        uncounted_causes: Vec::new(),
-        committed: HashMap::new(),
-        persisted: HashMap::new(),
-        acknowledged: Default::default(),
-        ack_position: None,
-        commands: tail.commands.clone(),
-        lookup_watermarks: tail.watermarks.clone(),
-        flow: tail.flow.clone(),
-        admin: match kafka::client::base(&kafka).create::<AdminClient<DefaultClientContext>>() {
-            Ok(a) => Some(a),
-            Err(e) => {
-                tracing::warn!(error = %e, "no admin client: retention deadlines unknown");
-                None
-            }
-        },
-        retention: HashMap::new(),
-        retention_read_at: None,
-        sink_state: SinkState::Unknown,
-        sink_error: None,
-        last_sink_ok: None,
-        last_kafka_ok: None,
-        cancel: cancel.clone(),
-        pipeline_read_ok: false,
-        pipeline_hold: None,
-        handover,
-        handover_dirty: BTreeSet::new(),
-        gap_log: GapLog::default(),
-        backlog: false,
-        decoder,
-        cfg: config,
-        kafka,
-        group,
-        sink,
-        store,
-        metrics,
-        status,
+    let admin = match kafka::client::base(kafka).create::<AdminClient<DefaultClientContext>>() {
+        Ok(a) => Some(a),
+        Err(e) => {
+            tracing::warn!(error = %e, "no admin client: retention deadlines unknown");
+            None
+        }
     };
+    let wiring = Wiring {
+        kafka_view: Arc::new(Cluster {
+            lookup: lookup.clone(),
+            pipeline,
+        }),
+        commands: tail.commands.clone(),
+        watermarks: tail.watermarks.clone(),
+        flow: tail.flow.clone(),
+        admin,
+        handover,
+        decoder,
+        cancel: cancel.clone(),
+    };
+    let mut a = Audit::new(deps, wiring);
     a.load_key_book().await;
     // The coverage guard's startup check: what do the newest records decode to?
     tokio::spawn(crate::coverage::startup_check(
         a.cfg.name.clone(),
         a.kafka.clone(),
-        a.lookup.clone(),
+        lookup,
         a.cfg.topics.clone(),
         a.decoder.clone(),
     ));

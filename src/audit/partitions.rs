@@ -3,6 +3,7 @@
 
 use super::starts::resolve_starts;
 use super::*;
+use std::convert::Infallible;
 
 impl<V: Verifier> Audit<V> {
     /// A fetch position left the log. For each partition: below the log start means Kafka
@@ -12,14 +13,16 @@ impl<V: Verifier> Audit<V> {
     /// re-positioned where its ledger stands (re-delivered records are ignored).
     pub(super) async fn out_of_range(&mut self) {
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
-        let lookup = self.lookup.clone();
-        let marks = tokio::task::spawn_blocking(move || {
-            tps.into_iter()
-                .map(|tp| {
-                    let w = lookup.watermarks(&tp);
-                    (tp, w)
-                })
-                .collect::<Vec<_>>()
+        let view = self.kafka_view.clone();
+        let marks = blocking(move || {
+            Ok::<_, Infallible>(
+                tps.into_iter()
+                    .map(|tp| {
+                        let w = view.watermarks(&tp);
+                        (tp, w)
+                    })
+                    .collect::<Vec<_>>(),
+            )
         })
         .await
         .unwrap_or_default();
@@ -96,20 +99,19 @@ impl<V: Verifier> Audit<V> {
         let mut progress: HashMap<TopicPartition, PartitionProgress> = {
             let store = self.store.clone();
             let audit = self.cfg.name.clone();
-            match tokio::task::spawn_blocking(move || store.load_progress(&audit)).await {
-                Ok(Ok(rows)) => rows
+            match blocking(move || store.load_progress(&audit)).await {
+                Ok(rows) => rows
                     .into_iter()
                     .map(|p| (TopicPartition::new(p.topic.clone(), p.partition), p))
                     .collect(),
-                Ok(Err(e)) => {
+                Err(e) => {
                     tracing::error!(audit = %self.cfg.name, error = %e, "cannot read progress from the store; falling back to Kafka commits");
                     HashMap::new()
                 }
-                Err(_) => HashMap::new(),
             }
         };
         self.take_over(&partitions, &mut progress).await;
-        let lookup = self.lookup.clone();
+        let view = self.kafka_view.clone();
         let start = self.kafka.start;
         let tps = partitions.clone();
         let stored: HashMap<TopicPartition, Offset> = progress
@@ -117,7 +119,7 @@ impl<V: Verifier> Audit<V> {
             .map(|(k, v)| (k.clone(), v.settled))
             .collect();
         let resolved =
-            tokio::task::spawn_blocking(move || resolve_starts(&lookup, &tps, &stored, start))
+            blocking(move || Ok::<_, Infallible>(resolve_starts(&*view, &tps, &stored, start)))
                 .await;
         let resolved = match resolved {
             Ok(r) => r,
@@ -192,7 +194,7 @@ impl<V: Verifier> Audit<V> {
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
         let owned: BTreeSet<TopicPartition> = self.parts.keys().cloned().collect();
-        let r = tokio::task::spawn_blocking(move || {
+        let r = blocking(move || {
             let filter = crate::store::GapFilter {
                 state: crate::store::StateFilter::Unresolved,
                 audit: Some(audit.clone()),
@@ -213,15 +215,12 @@ impl<V: Verifier> Audit<V> {
         })
         .await;
         match r {
-            Ok(Ok(n)) if n > 0 => {
+            Ok(n) if n > 0 => {
                 tracing::info!(audit = %self.cfg.name, gaps = n, "open gaps of partitions other instances own now dropped from the local store")
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(audit = %self.cfg.name, error = %e, "cannot drop gaps of partitions owned elsewhere")
-            }
+            Ok(_) => {}
             Err(e) => {
-                tracing::warn!(audit = %self.cfg.name, error = %e, "dropping gaps owned elsewhere panicked")
+                tracing::warn!(audit = %self.cfg.name, error = %e, "cannot drop gaps of partitions owned elsewhere")
             }
         }
     }
@@ -242,14 +241,10 @@ impl<V: Verifier> Audit<V> {
         };
         let audit = self.cfg.name.clone();
         let tps = partitions.to_vec();
-        let states = match tokio::task::spawn_blocking(move || h.read(&audit, &tps)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps");
-                return;
-            }
+        let states = match blocking(move || h.read(&audit, &tps)).await {
+            Ok(s) => s,
             Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "handover read panicked");
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps");
                 return;
             }
         };
@@ -286,7 +281,7 @@ impl<V: Verifier> Audit<V> {
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
-        let written = tokio::task::spawn_blocking(move || {
+        let written = blocking(move || {
             for (row, gaps, replayed) in imports {
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
                 store.commit_round(&audit, &gaps, std::slice::from_ref(&row))?;
@@ -308,14 +303,8 @@ impl<V: Verifier> Audit<V> {
             Ok::<_, crate::store::StoreError>(())
         })
         .await;
-        match written {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
-            }
-            Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "handover import panicked")
-            }
+        if let Err(e) = written {
+            tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
         }
     }
 
@@ -378,8 +367,8 @@ impl<V: Verifier> Audit<V> {
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
-        match tokio::task::spawn_blocking(move || store.load_key_book(&audit)).await {
-            Ok(Ok(rows)) => {
+        match blocking(move || store.load_key_book(&audit)).await {
+            Ok(rows) => {
                 let n = rows.len();
                 let keys = rows
                     .into_iter()
@@ -389,10 +378,9 @@ impl<V: Verifier> Audit<V> {
                 }
                 tracing::debug!(audit = %self.cfg.name, keys = n, "key book loaded from the store");
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the key book from the store: shared keys start unclaimed")
             }
-            Err(e) => tracing::error!(audit = %self.cfg.name, error = %e, "key book load panicked"),
         }
     }
 }

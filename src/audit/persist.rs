@@ -2,6 +2,7 @@
 //! the settled offsets to Kafka (store → handover → commit).
 
 use super::*;
+use std::convert::Infallible;
 
 impl<V: Verifier> Audit<V> {
     pub(super) fn to_gap(&self, tp: &TopicPartition, g: &GapRecord) -> Gap {
@@ -85,7 +86,8 @@ impl<V: Verifier> Audit<V> {
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
-        match tokio::task::spawn_blocking(move || {
+        // The gaps come back with the write's outcome (put back into `unsaved` should it fail).
+        match blocking(move || {
             // A panic in the write must not take the gaps with it: they go back to `unsaved`.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 store.commit_round_with_keys(&audit, &gaps, &progress, &keys)
@@ -95,7 +97,7 @@ impl<V: Verifier> Audit<V> {
                     "the round of audit {audit} panicked while writing"
                 )))
             });
-            (r, gaps)
+            Ok::<_, Infallible>((r, gaps))
         })
         .await
         {
@@ -219,7 +221,7 @@ impl<V: Verifier> Audit<V> {
             ));
         }
         let store = self.store.clone();
-        let read = tokio::task::spawn_blocking(move || {
+        let read = blocking(move || {
             let mut out = Vec::new();
             for (mut st, ids) in states {
                 // One query per partition, not one per gap (an incident holds 100,000s).
@@ -238,13 +240,9 @@ impl<V: Verifier> Audit<V> {
         })
         .await;
         let states = match read {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read gaps for the handover topic; the settled watermark stays uncommitted");
-                return false;
-            }
+            Ok(s) => s,
             Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "handover gap read panicked");
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read gaps for the handover topic; the settled watermark stays uncommitted");
                 return false;
             }
         };
@@ -271,7 +269,7 @@ impl<V: Verifier> Audit<V> {
         // After a start or an assignment every acknowledged gap (restored ledgers may hold
         // any of them); then only those acknowledged since, from the store's ack log, so a
         // round does not read every acknowledgement ever given.
-        let read = tokio::task::spawn_blocking(move || match since {
+        let read = blocking(move || match since {
             None => {
                 // Position first: an ack landing during the listing is read again next
                 // round, never missed.
@@ -289,12 +287,11 @@ impl<V: Verifier> Audit<V> {
         })
         .await;
         let (gaps, position, full) = match read {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
+            Ok(r) => r,
+            Err(e) => {
                 tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read acknowledgements; retried next round");
                 return;
             }
-            Err(_) => return,
         };
         for g in gaps.iter().filter(|g| !self.acknowledged.contains(&g.id)) {
             let tp = TopicPartition::new(g.topic.clone(), g.partition);

@@ -54,21 +54,16 @@ impl<V: Verifier> Audit<V> {
             return;
         }
         let now = now_ms();
-        let result = match self.pipeline.clone() {
-            Some(reader) => {
-                let tps = tps.clone();
-                tokio::task::spawn_blocking(move || reader.committed(&tps).map(Some)).await
-            }
+        let view = self.kafka_view.clone();
+        let result = blocking(move || match view.pipeline_committed(&tps) {
+            Some(commits) => commits.map(Some),
             // Without a pipeline group, a metadata request proves the cluster answers.
-            None => {
-                let lookup = self.lookup.clone();
-                let topic = tps[0].topic.clone();
-                tokio::task::spawn_blocking(move || lookup.partitions(&topic).map(|_| None)).await
-            }
-        };
-        self.pipeline_read_ok = matches!(result, Ok(Ok(Some(_))));
+            None => view.partitions(&tps[0].topic).map(|_| None),
+        })
+        .await;
+        self.pipeline_read_ok = matches!(result, Ok(Some(_)));
         match result {
-            Ok(Ok(commits)) => {
+            Ok(commits) => {
                 self.last_kafka_ok = Some(Utc::now());
                 if let Some(commits) = commits {
                     for (tp, c) in commits {
@@ -76,10 +71,9 @@ impl<V: Verifier> Audit<V> {
                     }
                 }
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read from Kafka this round")
             }
-            Err(e) => tracing::error!(error = %e, "kafka lookup panicked"),
         }
         let up = self.last_kafka_ok.is_some_and(|t| {
             (Utc::now() - t).to_std().unwrap_or_default() <= self.cfg.verify_interval * 3

@@ -28,7 +28,7 @@ impl<V: Verifier> Audit<V> {
         let mut queried = false;
         let mut failure: Option<SinkError> = None;
         let hold = self.hold_verdicts();
-        let time_rule = self.pipeline.is_none();
+        let time_rule = self.cfg.pipeline_group.is_none();
         let keyed_book = self.checker.book().is_some();
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
         // A sink that could not be reached once this round (a timeout, a refused

@@ -19,7 +19,7 @@ pub(super) struct Start {
 }
 
 pub(super) fn resolve_starts(
-    lookup: &Lookup,
+    lookup: &dyn KafkaView,
     tps: &[TopicPartition],
     stored: &HashMap<TopicPartition, Offset>,
     start: StartPosition,
@@ -71,7 +71,7 @@ pub(super) fn resolve_starts(
 
 /// Where one assigned partition resumes ([`resolve_starts`]).
 fn resolve_start(
-    lookup: &Lookup,
+    lookup: &dyn KafkaView,
     tp: &TopicPartition,
     stored: &HashMap<TopicPartition, Offset>,
     committed: &BTreeMap<TopicPartition, Option<Offset>>,
