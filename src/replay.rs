@@ -19,7 +19,6 @@
 //! - the in-process table of `gap-auditor demo`, through [`run_with`], so the demo repairs
 //!   with this code and not a copy of it.
 
-use crate::app::{self, AnySink};
 use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkKind};
 use crate::gap::{Offset, TopicPartition};
 use crate::kafka::{client, range};
@@ -31,6 +30,7 @@ use crate::sink::memory::MemorySink;
 use crate::sink::sql;
 use crate::sink::stream_load::{self, StreamLoad};
 use crate::sink::tls::TlsSettings;
+use crate::sink::{self, AnySink};
 use crate::store::Store;
 use crate::verify::Checker;
 use anyhow::{Context, bail};
@@ -156,7 +156,7 @@ pub async fn run(
     let audit = config
         .audit(&target.audit)
         .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
-    let sink = app::build_sink(audit)?;
+    let sink = sink::build_sink(audit)?;
     run_with(config, store, target, dest, dry_run, &sink).await
 }
 
