@@ -6,7 +6,6 @@ use super::*;
 impl<V: Verifier> Audit<V> {
     pub(super) fn ingest(&mut self, batch: Vec<Tagged>) {
         ingest_batch(
-            &self.cfg.name,
             &self.metrics,
             &mut self.parts,
             self.checker.book_mut(),
@@ -19,7 +18,6 @@ impl<V: Verifier> Audit<V> {
     /// and refreshes the flow control (held records count as pending there).
     pub(super) fn release_held(&mut self) {
         let released = release_held(
-            &self.cfg.name,
             &self.metrics,
             &mut self.parts,
             &self.decoder,
@@ -64,8 +62,7 @@ impl Ledgers for HashMap<TopicPartition, PartitionLedger> {
 /// Hands every held record whose schema is now cached to its ledger, in offset order
 /// ([`Audit::release_held`]). Returns how many records were new.
 pub(super) fn release_held(
-    audit: &str,
-    metrics: &Metrics,
+    metrics: &AuditMetrics,
     parts: &mut BTreeMap<TopicPartition, Part>,
     decoder: &Decoder,
     book: Option<&mut KeyBook>,
@@ -80,7 +77,7 @@ pub(super) fn release_held(
     if ready.is_empty() {
         return 0;
     }
-    ingest_batch(audit, metrics, parts, book, ready, now)
+    ingest_batch(metrics, parts, book, ready, now)
 }
 
 /// Feeds one batch from the tailing thread into the ledgers and counts it, once per
@@ -88,14 +85,13 @@ pub(super) fn release_held(
 /// unassigned partitions and re-delivered offsets are not counted. Returns how many records
 /// were new. The daemon's hot path, public so the benchmark measures this very code.
 pub fn ingest_batch(
-    audit: &str,
-    metrics: &Metrics,
+    metrics: &AuditMetrics,
     ledgers: &mut impl Ledgers,
     mut book: Option<&mut KeyBook>,
     batch: Vec<Tagged>,
     now: i64,
 ) -> u64 {
-    let mut counts: HashMap<(Arc<str>, i32), [u64; 5]> = HashMap::new();
+    let mut counts: HashMap<(Arc<str>, i32), Ingested> = HashMap::new();
     let mut total = 0;
     // One lookup key reused for the whole batch: no String allocated per record.
     let mut key = TopicPartition::new(String::new(), 0);
@@ -110,8 +106,7 @@ pub fn ingest_batch(
         key.topic.push_str(&topic);
         key.partition = partition;
         let mut slot = ledgers.slot_mut(&key);
-        // Counter slots: 0 consumed, 1 expected, 2.. filtered by reason.
-        let mut c = [0u64; 5];
+        let mut c = Ingested::default();
         let mut ignored = 0u64;
         let mut next = Some(first);
         while let Some(r) = next {
@@ -131,14 +126,8 @@ pub fn ingest_batch(
                         _ => r,
                     };
                     let fresh = r.offset >= ledger.next_offset();
-                    let (slot, observed) = match r.tag {
-                        Tag::Unresolved(_) => (
-                            2 + FilterReason::ALL
-                                .iter()
-                                .position(|x| *x == FilterReason::Undecodable)
-                                .unwrap_or(0),
-                            Observed::Filtered,
-                        ),
+                    let (filtered, observed) = match r.tag {
+                        Tag::Unresolved(_) => (Some(FilterReason::Undecodable), Observed::Filtered),
                         Tag::Expected { key } => {
                             // The audit-wide multiset learns of the record as it is read, so
                             // a row it will need is never charged as another's duplicate.
@@ -147,22 +136,15 @@ pub fn ingest_batch(
                             {
                                 book.pend(k);
                             }
-                            (1, Observed::Expected { key })
+                            (None, Observed::Expected { key })
                         }
-                        Tag::Filtered(reason) => {
-                            let i = FilterReason::ALL
-                                .iter()
-                                .position(|x| *x == reason)
-                                .unwrap_or(0);
-                            (2 + i, Observed::Filtered)
-                        }
+                        Tag::Filtered(reason) => (Some(reason), Observed::Filtered),
                     };
                     // A record delivered again after a re-positioning is not counted twice.
                     if ledger.ingest(r.offset, r.timestamp_ms, observed, now) {
                         ledger.note_record_ts(r.timestamp_ms);
                         total += 1;
-                        c[0] += 1;
-                        c[slot] += 1;
+                        c.add(filtered);
                     }
                 }
             }
@@ -171,26 +153,14 @@ pub fn ingest_batch(
         if ignored > 0 {
             tracing::debug!(%topic, partition, records = ignored, "records of an unassigned partition ignored");
         }
-        if c[0] > 0 {
-            let sum = counts.entry((topic, partition)).or_default();
-            for (s, v) in sum.iter_mut().zip(c) {
-                *s += v;
-            }
+        if c.consumed > 0 {
+            counts.entry((topic, partition)).or_default().merge(&c);
         }
     }
     for ((topic, p), c) in counts {
-        let p = p.to_string();
-        let l = [audit, &*topic, p.as_str()];
-        metrics.records_consumed.with_label_values(&l).inc_by(c[0]);
-        metrics.records_expected.with_label_values(&l).inc_by(c[1]);
-        for (i, reason) in FilterReason::ALL.iter().enumerate() {
-            if c[2 + i] > 0 {
-                metrics
-                    .records_filtered
-                    .with_label_values(&[audit, &*topic, p.as_str(), reason.as_str()])
-                    .inc_by(c[2 + i]);
-            }
-        }
+        metrics
+            .partition(&TopicPartition::new(topic.to_string(), p))
+            .ingested(&c);
     }
     total
 }

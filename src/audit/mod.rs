@@ -26,7 +26,7 @@ use crate::kafka::{
 use crate::ledger::{
     Applied, GapRecord, KeyBook, Observed, PartitionLedger, Segment, Snapshot, Verdict,
 };
-use crate::metrics::Metrics;
+use crate::metrics::{AuditMetrics, Ingested, Metrics, PartitionGauges};
 use crate::record::{Decoder, FilterReason, Tag};
 use crate::sink::{SinkError, Verifier};
 use crate::status::{AuditStatus, PartitionStatus, SinkState, StatusBoard};
@@ -107,7 +107,8 @@ struct Audit<V> {
     group: String,
     sink: V,
     store: Arc<Store>,
-    metrics: Arc<Metrics>,
+    /// The audit's series, one method per event.
+    metrics: AuditMetrics,
     status: StatusBoard,
     /// Kafka lookups (the auditor group, watermarks, the pipeline group's commits).
     kafka_view: Arc<dyn KafkaView>,
@@ -178,6 +179,7 @@ impl<V: Verifier> Audit<V> {
     fn new(deps: AuditDeps<V>, w: Wiring) -> Self {
         let config = deps.config;
         let key_capacity = config.max_pending.min(1_000_000);
+        let metrics = AuditMetrics::new(deps.metrics, &config.name);
         Audit {
             checker: Checker::new(config.matching.strategy, config.batch_size, key_capacity),
             kafka_view: w.kafka_view,
@@ -212,7 +214,7 @@ impl<V: Verifier> Audit<V> {
             group: deps.group,
             sink: deps.sink,
             store: deps.store,
-            metrics: deps.metrics,
+            metrics,
             status: deps.status,
         }
     }
@@ -332,18 +334,6 @@ pub async fn run<V: Verifier + 'static>(
     tokio::task::spawn_blocking(move || tail.join()).await.ok();
     a.status.remove(&a.cfg.name);
     Ok(())
-}
-
-/// Counts one sink query and its latency.
-fn observe(metrics: &Metrics, audit: &str, d: Duration, ok: bool) {
-    metrics
-        .sink_queries
-        .with_label_values(&[audit, if ok { "ok" } else { "error" }])
-        .inc();
-    metrics
-        .sink_query_seconds
-        .with_label_values(&[audit])
-        .observe(d.as_secs_f64());
 }
 
 /// Ages (grace, give-up) are measured on a clock that never steps: [`crate::clock`].

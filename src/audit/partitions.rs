@@ -335,8 +335,7 @@ impl<V: Verifier> Audit<V> {
                     out.push((tp.clone(), part.ledger.settled()));
                 }
                 // Counters stay: summed over the instances of the group they are the truth.
-                self.metrics
-                    .remove_partition_gauges(&self.cfg.name, &tp.topic, tp.partition);
+                self.metrics.partition_revoked(tp);
                 self.committed.remove(tp);
                 self.persisted.remove(tp);
                 self.handover_dirty.remove(tp);

@@ -28,10 +28,7 @@ impl<V: Verifier> Audit<V> {
         };
         // An instance that owns nothing holds nothing back (a standby must not page).
         let up = reason.is_none();
-        self.metrics
-            .pipeline_group_up
-            .with_label_values(&[self.cfg.name.as_str()])
-            .set(i64::from(up));
+        self.metrics.pipeline_group_up(up);
         match (&reason, &self.pipeline_hold) {
             (Some(r), None) => {
                 tracing::warn!(audit = %self.cfg.name, pipeline_group = %group,
@@ -78,10 +75,7 @@ impl<V: Verifier> Audit<V> {
         let up = self.last_kafka_ok.is_some_and(|t| {
             (Utc::now() - t).to_std().unwrap_or_default() <= self.cfg.verify_interval * 3
         });
-        self.metrics
-            .kafka_up
-            .with_label_values(&[self.cfg.name.as_str()])
-            .set(i64::from(up));
+        self.metrics.kafka_up(up);
     }
 
     /// Feeds one poll of the pipeline group's commit to the ledger and reports the events
@@ -111,12 +105,8 @@ impl<V: Verifier> Audit<V> {
             (e, n) => e.or(n),
         };
         let step = p.ledger.pipeline.observe_capped(now, committed, held);
-        let labels = [audit.as_str(), tp.topic.as_str(), &tp.partition.to_string()];
         if let Some(s) = step.filter(|s| s.is_rewind()) {
-            self.metrics
-                .pipeline_rewinds
-                .with_label_values(&labels)
-                .inc();
+            self.metrics.partition(tp).pipeline_rewound();
             tracing::warn!(audit = %audit, %tp, from = s.from, to = s.to, pipeline_group = %group,
                 "pipeline group {group} rewound {tp} from {} to {}: it is re-reading, expect duplicates (not loss)", s.from, s.to);
         }
@@ -128,10 +118,7 @@ impl<V: Verifier> Audit<V> {
             .is_some_and(|t| now - t > stall_after);
         let stalled = behind && idle && step.is_none();
         if stalled && !p.stalled {
-            self.metrics
-                .pipeline_stalls
-                .with_label_values(&labels)
-                .inc();
+            self.metrics.partition(tp).pipeline_stalled();
             tracing::warn!(audit = %audit, %tp, committed = ?committed, log_end = ?log_end, pipeline_group = %group,
                 "pipeline group {group} has not committed on {tp} for {} s while the log grew: stalled (lag, not loss)",
                 stall_after / 1000);

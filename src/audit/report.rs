@@ -7,41 +7,10 @@ impl<V: Verifier> Audit<V> {
     /// Adds the verdicts and gaps the store now holds to the counters (see `uncounted`).
     pub(super) fn count_persisted(&mut self) {
         for (tp, applied, decided_at) in std::mem::take(&mut self.uncounted) {
-            self.account(&tp, &applied, decided_at);
+            self.metrics.partition(&tp).decided(&applied, decided_at);
         }
         for (_, cause) in std::mem::take(&mut self.uncounted_causes) {
-            self.metrics
-                .gaps_detected
-                .with_label_values(&[self.cfg.name.as_str(), cause])
-                .inc();
-        }
-    }
-
-    pub(super) fn account(&self, tp: &TopicPartition, a: &Applied, now: i64) {
-        let p = tp.partition.to_string();
-        let l = [self.cfg.name.as_str(), tp.topic.as_str(), p.as_str()];
-        let m = &self.metrics;
-        m.records_confirmed
-            .with_label_values(&l)
-            .inc_by(a.confirmed);
-        m.records_lost.with_label_values(&l).inc_by(a.lost);
-        m.records_unverifiable
-            .with_label_values(&l)
-            .inc_by(a.unverifiable);
-        m.records_late.with_label_values(&l).inc_by(a.late);
-        m.records_duplicated
-            .with_label_values(&l)
-            .inc_by(a.duplicates);
-        let h = m
-            .sink_visibility_seconds
-            .with_label_values(&[self.cfg.name.as_str(), tp.topic.as_str()]);
-        for (ts, n) in &a.confirmed_ts {
-            if let Some(ts) = ts {
-                let secs = (now - ts).max(0) as f64 / 1000.0;
-                for _ in 0..*n {
-                    h.observe(secs);
-                }
-            }
+            self.metrics.gap_detected(cause);
         }
     }
 
@@ -103,10 +72,7 @@ impl<V: Verifier> Audit<V> {
         if let Some(r) = self.decoder.registry()
             && let Some(h) = r.health()
         {
-            self.metrics
-                .schema_registry_up
-                .with_label_values(&[self.cfg.name.as_str()])
-                .set(i64::from(h.is_ok()));
+            self.metrics.schema_registry_up(h.is_ok());
         }
         let watermarks = self.watermarks();
         let audit = self.cfg.name.clone();
@@ -128,15 +94,6 @@ impl<V: Verifier> Audit<V> {
                 ledger: part.ledger.completeness(),
                 caught_up,
             });
-            let p = tp.partition.to_string();
-            let l = [audit.as_str(), tp.topic.as_str(), p.as_str()];
-            let m = &self.metrics;
-            m.records_pending
-                .with_label_values(&l)
-                .set(part.ledger.pending() as i64);
-            m.records_awaiting_schema
-                .with_label_values(&l)
-                .set(part.held.len() as i64);
             // Acknowledged gaps left the ledger (they stop alerting); the countdown covers
             // the open ones: 0 once Kafka deleted one, no series without any. Unverifiable
             // ranges (deleted unread) are not missing records: nobody knows whether they
@@ -152,33 +109,24 @@ impl<V: Verifier> Audit<V> {
                         .and_then(|r| r.deadline_ms(Some(ts)))
                 }),
             ];
-            let open = gauges.open as i64;
-            m.records_missing
-                .with_label_values(&l)
-                .set(gauges.missing as i64);
-            m.gaps_open.with_label_values(&l).set(open);
             // Open gaps without a known deletion time (retention unknown, infinite, or a
             // compacted topic) export +Inf: never alerting, yet visible.
-            match retention::seconds_left(deadlines, now_ms()) {
-                Some(secs) => m.gap_unrecoverable_seconds.with_label_values(&l).set(secs),
-                None if open > 0 => m
-                    .gap_unrecoverable_seconds
-                    .with_label_values(&l)
-                    .set(f64::INFINITY),
-                None => {
-                    let _ = m.gap_unrecoverable_seconds.remove_label_values(&l);
-                }
-            }
-            m.consumed_offset
-                .with_label_values(&l)
-                .set(led.next_offset());
-            m.settled_offset.with_label_values(&l).set(led.settled());
-            if let Some(c) = led.pipeline.latest() {
-                m.pipeline_committed_offset.with_label_values(&l).set(c);
-            }
-            if let Some((_, end)) = part.log {
-                m.log_end_offset.with_label_values(&l).set(end);
-            }
+            let unrecoverable_seconds = match retention::seconds_left(deadlines, now_ms()) {
+                Some(secs) => Some(secs),
+                None if gauges.open > 0 => Some(f64::INFINITY),
+                None => None,
+            };
+            self.metrics.partition(tp).published(&PartitionGauges {
+                pending: led.pending(),
+                awaiting_schema: part.held.len() as u64,
+                missing: gauges.missing,
+                gaps_open: gauges.open,
+                unrecoverable_seconds,
+                consumed_offset: led.next_offset(),
+                settled_offset: led.settled(),
+                pipeline_committed: led.pipeline.latest(),
+                log_end: part.log.map(|(_, end)| end),
+            });
             partitions.push(PartitionStatus {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
@@ -199,21 +147,9 @@ impl<V: Verifier> Audit<V> {
             now_ms(),
             self.completeness_horizon_ms(),
         );
-        let gauge = self
-            .metrics
-            .complete_until_timestamp_seconds
-            .with_label_values(&[audit.as_str()]);
-        match completeness.complete_until_ms {
-            Some(ms) => gauge.set(ms as f64 / 1000.0),
-            // Unknown is not "complete up to 1970": no series, so a lag panel shows no data
-            // rather than 55 years (GapAuditorCompletenessLag covers a lasting absence).
-            None => {
-                let _ = self
-                    .metrics
-                    .complete_until_timestamp_seconds
-                    .remove_label_values(&[audit.as_str()]);
-            }
-        }
+        // Unknown is not "complete up to 1970": no series, so a lag panel shows no data
+        // rather than 55 years (GapAuditorCompletenessLag covers a lasting absence).
+        self.metrics.complete_until(completeness.complete_until_ms);
         self.status.update(AuditStatus {
             audit,
             consumer_group: self.group.clone(),

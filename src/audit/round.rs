@@ -132,7 +132,7 @@ impl<V: Verifier> Audit<V> {
         if !queried && failure.is_none() {
             let t = std::time::Instant::now();
             let r = self.sink.ping().await;
-            self.observe_query(t.elapsed(), r.is_ok());
+            self.metrics.sink_query(t.elapsed(), r.is_ok());
             if let Err(e) = r {
                 failure = Some(e);
             }
@@ -160,10 +160,7 @@ impl<V: Verifier> Audit<V> {
                 self.last_sink_ok = Some(Utc::now());
             }
         }
-        self.metrics
-            .sink_up
-            .with_label_values(&[self.cfg.name.as_str()])
-            .set(i64::from(self.sink_state == SinkState::Up));
+        self.metrics.sink_up(self.sink_state == SinkState::Up);
         self.refresh_retention().await;
         self.watch_log_start();
         let verified_ms = started.elapsed().as_millis() as u64;
@@ -192,9 +189,8 @@ impl<V: Verifier> Audit<V> {
         let Some(part) = self.parts.get_mut(tp) else {
             return Ok(None);
         };
-        let metrics = self.metrics.clone();
-        let audit = self.cfg.name.clone();
-        let obs = move |d: Duration, ok: bool| observe(&metrics, &audit, d, ok);
+        let metrics = &self.metrics;
+        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
         let cancel = self.cancel.clone();
         // Dropping it mid-way is safe: the ledger changes only once answers are applied.
         tokio::select! {
@@ -238,10 +234,7 @@ impl<V: Verifier> Audit<V> {
                 }
             }
         }
-        self.metrics
-            .missing_keys_dropped
-            .with_label_values(&[self.cfg.name.as_str()])
-            .inc_by(dropped);
+        self.metrics.missing_keys_dropped(dropped);
         tracing::warn!(audit = %self.cfg.name, dropped, max_missing_keys = cap,
             "max_missing_keys reached: the oldest {dropped} missing records are no longer re-checked (they stay missing; a late arrival among them goes unseen)");
     }
@@ -255,9 +248,8 @@ impl<V: Verifier> Audit<V> {
         if segs.is_empty() {
             return Ok(Vec::new());
         }
-        let metrics = self.metrics.clone();
-        let audit = self.cfg.name.clone();
-        let obs = move |d: Duration, ok: bool| observe(&metrics, &audit, d, ok);
+        let metrics = &self.metrics;
+        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
         let cancel = self.cancel.clone();
         let ask = async {
             if recheck {
@@ -317,9 +309,5 @@ impl<V: Verifier> Audit<V> {
             }
         }
         Ok(())
-    }
-
-    pub(super) fn observe_query(&self, d: Duration, ok: bool) {
-        observe(&self.metrics, &self.cfg.name, d, ok);
     }
 }

@@ -9,6 +9,9 @@
 //! Label conventions: `audit`, `topic`, `partition` (the partition as a decimal string)
 //! unless noted. Units are base units (seconds, records, offsets) as Prometheus expects.
 
+pub mod audit;
+
+pub use audit::{AuditMetrics, Ingested, PartitionGauges, PartitionMetrics};
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 #[cfg(target_os = "linux")]
 use prometheus::process_collector::ProcessCollector;

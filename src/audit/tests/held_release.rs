@@ -49,7 +49,7 @@ fn record(d: &Decoder, offset: i64, id: u8) -> Tagged {
 #[test]
 fn a_partial_release_reaches_the_ledger() {
     let d = decoder();
-    let m = Metrics::new();
+    let m = AuditMetrics::new(Arc::new(Metrics::new()), "a");
     let tp = TopicPartition::new("t", 0);
     let mut parts = BTreeMap::new();
     parts.insert(
@@ -70,11 +70,7 @@ fn a_partial_release_reaches_the_ledger() {
         record(&d, 3, 8),
     ];
     assert!(matches!(batch[0].tag, Tag::Unresolved(_)));
-    assert_eq!(
-        ingest_batch("a", &m, &mut parts, None, batch, 0),
-        0,
-        "all held"
-    );
+    assert_eq!(ingest_batch(&m, &mut parts, None, batch, 0), 0, "all held");
     let raw = RawSchema {
         schema_type: SchemaType::Avro,
         text: SCHEMA.into(),
@@ -82,11 +78,11 @@ fn a_partial_release_reaches_the_ledger() {
     };
     // The fetcher caches ids one at a time: 7 first.
     d.registry().expect("registry").insert(7, &raw);
-    assert_eq!(release_held("a", &m, &mut parts, &d, None, 0), 2);
+    assert_eq!(release_held(&m, &mut parts, &d, None, 0), 2);
     assert_eq!(parts[&tp].ledger.next_offset(), 2);
     assert_eq!(parts[&tp].held.len(), 2);
     d.registry().expect("registry").insert(8, &raw);
-    assert_eq!(release_held("a", &m, &mut parts, &d, None, 0), 2);
+    assert_eq!(release_held(&m, &mut parts, &d, None, 0), 2);
     assert_eq!(parts[&tp].ledger.next_offset(), 4);
     assert_eq!(
         parts[&tp].ledger.pending(),
