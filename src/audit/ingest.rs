@@ -10,7 +10,7 @@ impl<V: Verifier> Audit<V> {
             &mut self.parts,
             self.checker.book_mut(),
             batch,
-            now_ms(),
+            self.clock.now_ms(),
         );
     }
 
@@ -22,7 +22,7 @@ impl<V: Verifier> Audit<V> {
             &mut self.parts,
             &self.decoder,
             self.checker.book_mut(),
-            now_ms(),
+            self.clock.now_ms(),
         );
         if released > 0 {
             self.update_flow();

@@ -14,6 +14,7 @@
 //! watermark is committed to Kafka; on restart the store's progress wins (it is never behind
 //! Kafka's commit), so nothing decided is decided twice and nothing unread is skipped.
 
+use crate::clock::Clock;
 use crate::config::{AuditConfig, KafkaConfig, MatchStrategy, StartPosition};
 use crate::gap::{Gap, GapState, Offset, TopicPartition};
 use crate::handover::{self, Handover, PartitionState};
@@ -159,6 +160,9 @@ struct Audit<V> {
     backlog: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
     decoder: Decoder,
+    /// Ages (grace, give-up) are measured on a clock that never steps ([`crate::clock`]);
+    /// unit tests move theirs by hand.
+    clock: Clock,
 }
 
 /// The Kafka side of an audit and its decoder: rdkafka clients and the tail's channels in
@@ -172,6 +176,7 @@ struct Wiring {
     handover: Option<Arc<Handover>>,
     decoder: Decoder,
     cancel: CancellationToken,
+    clock: Clock,
 }
 
 impl<V: Verifier> Audit<V> {
@@ -202,6 +207,7 @@ impl<V: Verifier> Audit<V> {
             last_sink_ok: None,
             last_kafka_ok: None,
             cancel: w.cancel,
+            clock: w.clock,
             pipeline_read_ok: false,
             pipeline_hold: None,
             handover: w.handover,
@@ -282,6 +288,7 @@ pub async fn run<V: Verifier + 'static>(
         handover,
         decoder,
         cancel: cancel.clone(),
+        clock: Clock::system(),
     };
     let mut a = Audit::new(deps, wiring);
     a.load_key_book().await;
@@ -334,11 +341,6 @@ pub async fn run<V: Verifier + 'static>(
     tokio::task::spawn_blocking(move || tail.join()).await.ok();
     a.status.remove(&a.cfg.name);
     Ok(())
-}
-
-/// Ages (grace, give-up) are measured on a clock that never steps: [`crate::clock`].
-fn now_ms() -> i64 {
-    crate::clock::now_ms()
 }
 
 fn ms_to_time(ms: i64) -> Option<DateTime<Utc>> {

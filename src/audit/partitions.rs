@@ -26,7 +26,7 @@ impl<V: Verifier> Audit<V> {
         })
         .await
         .unwrap_or_default();
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let keyed = self.keyed();
         let mut positions = Vec::new();
         for (tp, w) in marks {
@@ -128,7 +128,7 @@ impl<V: Verifier> Audit<V> {
                 Vec::new()
             }
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let keyed = self.keyed();
         let mut out = Vec::new();
         for (tp, start, log) in resolved {

@@ -50,7 +50,7 @@ impl<V: Verifier> Audit<V> {
         if tps.is_empty() {
             return;
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let view = self.kafka_view.clone();
         let result = blocking(move || match view.pipeline_committed(&tps) {
             Some(commits) => commits.map(Some),

@@ -46,7 +46,7 @@ impl<V: Verifier> Audit<V> {
     /// Gaps whose first record Kafka deleted (the log start passed them) become
     /// unrecoverable.
     pub(super) fn watch_log_start(&mut self) {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let watermarks = self.watermarks();
         let mut changed = Vec::new();
         for (tp, part) in self.parts.iter_mut() {
@@ -111,7 +111,7 @@ impl<V: Verifier> Audit<V> {
             ];
             // Open gaps without a known deletion time (retention unknown, infinite, or a
             // compacted topic) export +Inf: never alerting, yet visible.
-            let unrecoverable_seconds = match retention::seconds_left(deadlines, now_ms()) {
+            let unrecoverable_seconds = match retention::seconds_left(deadlines, self.clock.now_ms()) {
                 Some(secs) => Some(secs),
                 None if gauges.open > 0 => Some(f64::INFINITY),
                 None => None,
@@ -144,7 +144,7 @@ impl<V: Verifier> Audit<V> {
         let completeness = crate::completeness::evaluate(
             &audit,
             &completeness,
-            now_ms(),
+            self.clock.now_ms(),
             self.completeness_horizon_ms(),
         );
         // Unknown is not "complete up to 1970": no series, so a lag panel shows no data

@@ -13,7 +13,7 @@ impl<V: Verifier> Audit<V> {
         // instead of growing the acknowledged one silently.
         self.refresh_acknowledged().await;
         self.poll_pipeline().await;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let grace = self.cfg.grace.as_millis() as i64;
         let give_up = self.cfg.give_up_after.as_millis() as i64;
         let limit = match self.cfg.matching.strategy {
@@ -79,7 +79,7 @@ impl<V: Verifier> Audit<V> {
                 queried = true;
                 match self.verify(tp, &segs, false).await {
                     Ok(v) => {
-                        let decided_at = now_ms();
+                        let decided_at = self.clock.now_ms();
                         if let Some(part) = self.parts.get_mut(tp) {
                             applied = part.ledger.apply(&v, decided_at);
                         }
@@ -109,7 +109,7 @@ impl<V: Verifier> Audit<V> {
                     }
                 }
             }
-            let decided_at = now_ms();
+            let decided_at = self.clock.now_ms();
             let Some(part) = self.parts.get_mut(tp) else {
                 continue;
             };
@@ -302,7 +302,7 @@ impl<V: Verifier> Audit<V> {
                     in_sink = applied.confirmed, unverifiable = applied.unverifiable,
                     "offsets Kafka deleted before the auditor read them: {} found in the sink, {} unverifiable (not counted as lost)",
                     applied.confirmed, applied.unverifiable);
-                self.uncounted.push((tp.clone(), applied, now_ms()));
+                self.uncounted.push((tp.clone(), applied, self.clock.now_ms()));
                 for g in dirty {
                     self.report_gap(tp, &g);
                 }

@@ -172,7 +172,7 @@ fn resolve_start(
                     StartPosition::Latest => high,
                     StartPosition::Earliest => low,
                     StartPosition::Time(t) => at(t.timestamp_millis()),
-                    StartPosition::Ago(d) => at(now_ms() - d.as_millis() as i64),
+                    StartPosition::Ago(d) => at(crate::clock::now_ms() - d.as_millis() as i64),
                 };
                 Start {
                     resume,
