@@ -111,11 +111,12 @@ impl<V: Verifier> Audit<V> {
             ];
             // Open gaps without a known deletion time (retention unknown, infinite, or a
             // compacted topic) export +Inf: never alerting, yet visible.
-            let unrecoverable_seconds = match retention::seconds_left(deadlines, self.clock.now_ms()) {
-                Some(secs) => Some(secs),
-                None if gauges.open > 0 => Some(f64::INFINITY),
-                None => None,
-            };
+            let unrecoverable_seconds =
+                match retention::seconds_left(deadlines, self.clock.now_ms()) {
+                    Some(secs) => Some(secs),
+                    None if gauges.open > 0 => Some(f64::INFINITY),
+                    None => None,
+                };
             self.metrics.partition(tp).published(&PartitionGauges {
                 pending: led.pending(),
                 awaiting_schema: part.held.len() as u64,

@@ -302,7 +302,8 @@ impl<V: Verifier> Audit<V> {
                     in_sink = applied.confirmed, unverifiable = applied.unverifiable,
                     "offsets Kafka deleted before the auditor read them: {} found in the sink, {} unverifiable (not counted as lost)",
                     applied.confirmed, applied.unverifiable);
-                self.uncounted.push((tp.clone(), applied, self.clock.now_ms()));
+                self.uncounted
+                    .push((tp.clone(), applied, self.clock.now_ms()));
                 for g in dirty {
                     self.report_gap(tp, &g);
                 }
