@@ -59,6 +59,9 @@ use blocking::blocking;
 use gap_log::GapLog;
 pub use ingest::{Ledgers, ingest_batch};
 pub use kafka_view::{Cluster, KafkaView};
+use persist::{Acks, Writes};
+use pipeline::PipelineWatch;
+use report::{Health, RetentionWatch};
 
 /// Most offset_columns records one round verifies on one partition: at most half as many new
 /// gaps (every second record lost), so a round's transient memory stays bounded however
@@ -113,49 +116,28 @@ struct Audit<V> {
     status: StatusBoard,
     /// Kafka lookups (the auditor group, watermarks, the pipeline group's commits).
     kafka_view: Arc<dyn KafkaView>,
+    /// The tailing thread's side: commands to it, what it learnt, its flow control.
+    tail: TailLink,
     parts: BTreeMap<TopicPartition, Part>,
     /// The one verification dispatch, with the audit-wide key multiset (key_columns).
     checker: Checker,
-    /// Gaps changed but not yet persisted (a failed store write is retried next round).
-    unsaved: BTreeMap<String, Gap>,
-    /// Verdicts (and new gaps' causes) decided but not yet persisted: they reach the
-    /// counters only once the store holds them, so a crash between deciding and persisting
-    /// cannot count a record in this lifetime and again in the next, which re-decides it.
-    uncounted: Vec<(TopicPartition, Applied, i64)>,
-    uncounted_causes: Vec<(TopicPartition, &'static str)>,
-    committed: HashMap<TopicPartition, Offset>,
-    /// (settled, ledger revision) last written per partition: unchanged ones are skipped.
-    persisted: HashMap<TopicPartition, (Offset, u64)>,
-    /// Gap ids an operator acknowledged (refreshed from the store every round).
-    acknowledged: std::collections::HashSet<String>,
-    /// Where the store's ack log was read up to; `None`: list every acknowledged gap next.
-    ack_position: Option<i64>,
-    commands: std::sync::mpsc::Sender<Command>,
-    lookup_watermarks: Watermarks,
-    flow: Arc<Flow>,
-    /// Admin client for DescribeConfigs (retention deadlines).
-    admin: Option<AdminClient<DefaultClientContext>>,
-    /// Retention settings per topic, refreshed every [`RETENTION_REFRESH`].
-    retention: HashMap<String, Retention>,
-    retention_read_at: Option<std::time::Instant>,
-    sink_state: SinkState,
-    sink_error: Option<String>,
-    last_sink_ok: Option<DateTime<Utc>>,
-    last_kafka_ok: Option<DateTime<Utc>>,
+    /// What was decided and is not yet in the store, or in Kafka (persist.rs).
+    writes: Writes,
+    /// Gaps an operator acknowledged (persist.rs).
+    acks: Acks,
+    /// Topic retention, for gap deadlines (report.rs).
+    retention: RetentionWatch,
+    /// Whether the sink and Kafka answer (report.rs).
+    health: Health,
+    /// The pipeline group's readability (pipeline.rs).
+    pipeline: PipelineWatch,
     /// Shutdown: a round in flight stops asking the sink (its open questions stay unknown,
     /// nothing is decided on them), so SIGTERM never waits for a long backlog round.
     cancel: CancellationToken,
-    /// The last read of the pipeline group's commits succeeded (with a pipeline group).
-    pipeline_read_ok: bool,
-    /// Why verdicts are held back (a configured pipeline group that cannot be read or has
-    /// no commit), as last logged; `None` while they are not.
-    pipeline_hold: Option<String>,
     /// Hands partition state to the next owner (several instances in one group).
     handover: Option<Arc<Handover>>,
     /// Partitions whose state changed since it was last handed over.
     handover_dirty: BTreeSet<TopicPartition>,
-    /// Gap changes of this round, logged together when it persists.
-    gap_log: GapLog,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
@@ -163,6 +145,14 @@ struct Audit<V> {
     /// Ages (grace, give-up) are measured on a clock that never steps ([`crate::clock`]);
     /// unit tests move theirs by hand.
     clock: Clock,
+}
+
+/// The audit task's end of the tailing thread.
+struct TailLink {
+    commands: std::sync::mpsc::Sender<Command>,
+    /// (log start, log end) per partition, learnt while fetching.
+    watermarks: Watermarks,
+    flow: Arc<Flow>,
 }
 
 /// The Kafka side of an audit and its decoder: rdkafka clients and the tail's channels in
@@ -188,31 +178,21 @@ impl<V: Verifier> Audit<V> {
         Audit {
             checker: Checker::new(config.matching.strategy, config.batch_size, key_capacity),
             kafka_view: w.kafka_view,
+            tail: TailLink {
+                commands: w.commands,
+                watermarks: w.watermarks,
+                flow: w.flow,
+            },
             parts: BTreeMap::new(),
-            unsaved: BTreeMap::new(),
-            uncounted: Vec::new(),
-            uncounted_causes: Vec::new(),
-            committed: HashMap::new(),
-            persisted: HashMap::new(),
-            acknowledged: Default::default(),
-            ack_position: None,
-            commands: w.commands,
-            lookup_watermarks: w.watermarks,
-            flow: w.flow,
-            admin: w.admin,
-            retention: HashMap::new(),
-            retention_read_at: None,
-            sink_state: SinkState::Unknown,
-            sink_error: None,
-            last_sink_ok: None,
-            last_kafka_ok: None,
+            writes: Writes::default(),
+            acks: Acks::default(),
+            retention: RetentionWatch::new(w.admin),
+            health: Health::default(),
+            pipeline: PipelineWatch::default(),
             cancel: w.cancel,
             clock: w.clock,
-            pipeline_read_ok: false,
-            pipeline_hold: None,
             handover: w.handover,
             handover_dirty: BTreeSet::new(),
-            gap_log: GapLog::default(),
             backlog: false,
             decoder: w.decoder,
             cfg: config,
@@ -362,7 +342,7 @@ impl<V: Verifier> Audit<V> {
             TailEvent::Records(batch) => {
                 let n = batch.len() as u64;
                 self.ingest(batch);
-                self.flow.ingested(n);
+                self.tail.flow.ingested(n);
                 self.update_flow();
             }
             TailEvent::Assigned { partitions, reply } => {
@@ -383,7 +363,7 @@ impl<V: Verifier> Audit<V> {
     /// Tells the tailing thread how many records are undecided per partition (it pauses the
     /// partitions holding the backlog, see [`crate::kafka::tail::Flow`]).
     fn update_flow(&self) {
-        self.flow.set_pending(
+        self.tail.flow.set_pending(
             self.parts
                 .iter()
                 .map(|(tp, p)| (tp, p.ledger.pending() + p.held.len() as u64)),
@@ -392,7 +372,8 @@ impl<V: Verifier> Audit<V> {
 
     fn watermarks(&self) -> HashMap<TopicPartition, (Offset, Offset)> {
         // The tail thread owns the map; a copy keeps the lock short.
-        self.lookup_watermarks
+        self.tail
+            .watermarks
             .lock()
             .map(|m| m.clone())
             .unwrap_or_default()

@@ -68,7 +68,7 @@ impl<V: Verifier> Audit<V> {
             positions.push((tp, seek));
         }
         self.persist().await;
-        let _ = self.commands.send(Command::Reposition(positions));
+        let _ = self.tail.commands.send(Command::Reposition(positions));
     }
 
     /// Reports the gaps a ledger just recorded for offsets Kafka deleted before the auditor
@@ -171,7 +171,7 @@ impl<V: Verifier> Audit<V> {
                 },
             );
         }
-        if !self.unsaved.is_empty() {
+        if !self.writes.gaps.is_empty() {
             self.persist().await;
         }
         if self.handover.is_some() {
@@ -179,8 +179,8 @@ impl<V: Verifier> Audit<V> {
         }
         // Restored ledgers may hold gaps acknowledged meanwhile (in the store, or by the
         // previous owner): the next refresh takes every acknowledgement out of them again.
-        self.acknowledged.clear();
-        self.ack_position = None;
+        self.acks.ids.clear();
+        self.acks.position = None;
         out
     }
 
@@ -336,8 +336,8 @@ impl<V: Verifier> Audit<V> {
                 }
                 // Counters stay: summed over the instances of the group they are the truth.
                 self.metrics.partition_revoked(tp);
-                self.committed.remove(tp);
-                self.persisted.remove(tp);
+                self.writes.committed.remove(tp);
+                self.writes.stored.remove(tp);
                 self.handover_dirty.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
@@ -345,8 +345,11 @@ impl<V: Verifier> Audit<V> {
         if !ok {
             // Not stored, so not counted: the next owner decides these records again and
             // counts them there.
-            self.uncounted.retain(|(tp, ..)| !partitions.contains(tp));
-            self.uncounted_causes
+            self.writes
+                .verdicts
+                .retain(|(tp, ..)| !partitions.contains(tp));
+            self.writes
+                .causes
                 .retain(|(tp, _)| !partitions.contains(tp));
         }
         // Keys the release forgot (beyond the book's capacity) leave the store too.

@@ -4,6 +4,42 @@
 use super::*;
 use std::convert::Infallible;
 
+/// What was decided and is not yet in the store, or not yet in Kafka.
+#[derive(Default)]
+pub(super) struct Writes {
+    /// Gaps changed but not yet persisted (a failed store write is retried next round).
+    pub(super) gaps: BTreeMap<String, Gap>,
+    /// Verdicts (and new gaps' causes) decided but not yet persisted: they reach the
+    /// counters only once the store holds them, so a crash between deciding and persisting
+    /// cannot count a record in this lifetime and again in the next, which re-decides it.
+    pub(super) verdicts: Vec<(TopicPartition, Applied, i64)>,
+    pub(super) causes: Vec<(TopicPartition, &'static str)>,
+    /// (settled, ledger revision) last written per partition: unchanged ones are skipped.
+    pub(super) stored: HashMap<TopicPartition, (Offset, u64)>,
+    /// The settled offset last sent to Kafka per partition.
+    pub(super) committed: HashMap<TopicPartition, Offset>,
+    /// Gap changes of this round, logged together when it persists.
+    pub(super) log: GapLog,
+}
+
+impl Writes {
+    /// Puts gaps whose write failed back, unless a newer version arrived meanwhile.
+    fn put_back(&mut self, gaps: Vec<Gap>) {
+        for g in gaps {
+            self.gaps.entry(g.id.clone()).or_insert(g);
+        }
+    }
+}
+
+/// Gaps an operator acknowledged (`gap-auditor ack` writes the store from another process).
+#[derive(Default)]
+pub(super) struct Acks {
+    /// Their ids (refreshed from the store every round).
+    pub(super) ids: std::collections::HashSet<String>,
+    /// Where the store's ack log was read up to; `None`: list every acknowledged gap next.
+    pub(super) position: Option<i64>,
+}
+
 impl<V: Verifier> Audit<V> {
     pub(super) fn to_gap(&self, tp: &TopicPartition, g: &GapRecord) -> Gap {
         let mut gap = g.to_gap(&self.cfg.name, tp);
@@ -16,26 +52,28 @@ impl<V: Verifier> Audit<V> {
     /// When retention will delete the gap's first record (time-based; size-based deletion
     /// shows up as the log start passing the gap).
     pub(super) fn deadline_ms(&self, tp: &TopicPartition, g: &GapRecord) -> Option<i64> {
-        self.retention.get(&tp.topic)?.deadline_ms(g.min_ts)
+        self.retention.deadline_ms(&tp.topic, g.min_ts)
     }
 
     /// Logs a changed gap and counts new ones by cause.
     pub(super) fn report_gap(&mut self, tp: &TopicPartition, g: &GapRecord) {
         let gap = self.to_gap(tp, g);
         if g.is_new {
-            self.uncounted_causes.push((tp.clone(), g.cause.as_str()));
+            self.writes.causes.push((tp.clone(), g.cause.as_str()));
         }
-        self.gap_log.add(&gap);
-        self.unsaved.insert(gap.id.clone(), gap);
+        self.writes.log.add(&gap);
+        self.writes.gaps.insert(gap.id.clone(), gap);
     }
 
     /// Writes unsaved gaps and the progress of every partition that changed, in one
     /// transaction.
     pub(super) async fn persist(&mut self) -> bool {
-        self.gap_log.flush(self.cfg.pipeline_group.as_deref());
+        self.writes.log.flush(self.cfg.pipeline_group.as_deref());
         // Moved, not copied (an incident round holds tens of thousands); put back if the
         // write fails.
-        let gaps: Vec<Gap> = std::mem::take(&mut self.unsaved).into_values().collect();
+        let gaps: Vec<Gap> = std::mem::take(&mut self.writes.gaps)
+            .into_values()
+            .collect();
         let big_round = gaps.len() >= TRIM_AFTER_GAPS;
         let now = Utc::now();
         let mut marks = Vec::new();
@@ -45,7 +83,7 @@ impl<V: Verifier> Audit<V> {
             // An unanchored ledger is stored too (its negative settled offset says "known,
             // no position yet"), so a restart does not take it for a partition added later.
             .filter(|(tp, p)| {
-                self.persisted.get(*tp) != Some(&(p.ledger.settled(), p.ledger.revision()))
+                self.writes.stored.get(*tp) != Some(&(p.ledger.settled(), p.ledger.revision()))
             })
             .map(|(tp, p)| {
                 marks.push((tp.clone(), (p.ledger.settled(), p.ledger.revision())));
@@ -106,7 +144,7 @@ impl<V: Verifier> Audit<V> {
                 if big_round {
                     crate::memory::release_free();
                 }
-                self.persisted.extend(marks);
+                self.writes.stored.extend(marks);
                 if let Some(book) = self.checker.book_mut() {
                     book.persisted();
                 }
@@ -118,7 +156,7 @@ impl<V: Verifier> Audit<V> {
             }
             Ok((Err(e), gaps)) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "gap store write failed; the settled watermark stays uncommitted until it succeeds");
-                self.keep_unsaved(gaps);
+                self.writes.put_back(gaps);
                 false
             }
             Err(e) => {
@@ -131,13 +169,6 @@ impl<V: Verifier> Audit<V> {
         }
     }
 
-    /// Puts gaps whose write failed back, unless a newer version arrived meanwhile.
-    pub(super) fn keep_unsaved(&mut self, gaps: Vec<Gap>) {
-        for g in gaps {
-            self.unsaved.entry(g.id.clone()).or_insert(g);
-        }
-    }
-
     /// After a lost write: every gap the ledgers hold is to be written again.
     pub(super) fn resave_gaps(&mut self) {
         let all: Vec<(TopicPartition, GapRecord)> = self
@@ -147,7 +178,7 @@ impl<V: Verifier> Audit<V> {
             .collect();
         for (tp, g) in all {
             let gap = self.to_gap(&tp, &g);
-            self.unsaved.entry(gap.id.clone()).or_insert(gap);
+            self.writes.gaps.entry(gap.id.clone()).or_insert(gap);
         }
     }
 
@@ -186,7 +217,8 @@ impl<V: Verifier> Audit<V> {
             // contain `:`).
             let prefix = format!("{}:{}:{}:", self.cfg.name, tp.topic, tp.partition);
             ids.extend(
-                self.acknowledged
+                self.acks
+                    .ids
                     .iter()
                     .filter(|id| id.starts_with(&prefix))
                     .cloned(),
@@ -265,7 +297,7 @@ impl<V: Verifier> Audit<V> {
     pub(super) async fn refresh_acknowledged(&mut self) {
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
-        let since = self.ack_position;
+        let since = self.acks.position;
         // After a start or an assignment every acknowledged gap (restored ledgers may hold
         // any of them); then only those acknowledged since, from the store's ack log, so a
         // round does not read every acknowledgement ever given.
@@ -293,7 +325,7 @@ impl<V: Verifier> Audit<V> {
                 return;
             }
         };
-        for g in gaps.iter().filter(|g| !self.acknowledged.contains(&g.id)) {
+        for g in gaps.iter().filter(|g| !self.acks.ids.contains(&g.id)) {
             let tp = TopicPartition::new(g.topic.clone(), g.partition);
             let Some(part) = self.parts.get_mut(&tp) else {
                 continue;
@@ -312,18 +344,18 @@ impl<V: Verifier> Audit<V> {
         }
         let ids = gaps.into_iter().map(|g| g.id);
         if full {
-            self.acknowledged = ids.collect();
+            self.acks.ids = ids.collect();
         } else {
-            self.acknowledged.extend(ids);
+            self.acks.ids.extend(ids);
         }
-        self.ack_position = Some(position);
+        self.acks.position = Some(position);
     }
 
     pub(super) fn commit_settled(&mut self) {
         let mut offsets = Vec::new();
         for (tp, p) in &self.parts {
             let s = p.ledger.settled();
-            if p.ledger.is_anchored() && self.committed.get(tp) != Some(&s) {
+            if p.ledger.is_anchored() && self.writes.committed.get(tp) != Some(&s) {
                 offsets.push((tp.clone(), s));
             }
         }
@@ -331,9 +363,9 @@ impl<V: Verifier> Audit<V> {
             return;
         }
         for (tp, s) in &offsets {
-            self.committed.insert(tp.clone(), *s);
+            self.writes.committed.insert(tp.clone(), *s);
         }
-        let _ = self.commands.send(Command::Commit(offsets));
+        let _ = self.tail.commands.send(Command::Commit(offsets));
     }
 }
 

@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// Whether the pipeline group's commits can be seen.
+#[derive(Default)]
+pub(super) struct PipelineWatch {
+    /// The last read of the pipeline group's commits succeeded (with a pipeline group).
+    pub(super) read_ok: bool,
+    /// Why verdicts are held back (a configured pipeline group that cannot be read or has
+    /// no commit), as last logged; `None` while they are not.
+    pub(super) hold: Option<String>,
+}
+
 impl<V: Verifier> Audit<V> {
     /// With a configured pipeline group, whether verdicts wait this round: the group could
     /// not be read, or it has no commit on any partition this audit owns (a misspelt name, a
@@ -15,7 +25,7 @@ impl<V: Verifier> Audit<V> {
         let reason = if self.parts.is_empty() {
             // Nothing assigned yet: nothing to hold, and nothing was read.
             None
-        } else if !self.pipeline_read_ok {
+        } else if !self.pipeline.read_ok {
             Some(format!(
                 "the pipeline group {group:?} cannot be read (no DESCRIBE permission on it, or its coordinator is unavailable)"
             ))
@@ -29,7 +39,7 @@ impl<V: Verifier> Audit<V> {
         // An instance that owns nothing holds nothing back (a standby must not page).
         let up = reason.is_none();
         self.metrics.pipeline_group_up(up);
-        match (&reason, &self.pipeline_hold) {
+        match (&reason, &self.pipeline.hold) {
             (Some(r), None) => {
                 tracing::warn!(audit = %self.cfg.name, pipeline_group = %group,
                     "verdicts held back: {r}; nothing is declared missing until its commits are seen")
@@ -41,7 +51,7 @@ impl<V: Verifier> Audit<V> {
             _ => {}
         }
         let hold = reason.is_some();
-        self.pipeline_hold = reason;
+        self.pipeline.hold = reason;
         hold
     }
 
@@ -58,10 +68,10 @@ impl<V: Verifier> Audit<V> {
             None => view.partitions(&tps[0].topic).map(|_| None),
         })
         .await;
-        self.pipeline_read_ok = matches!(result, Ok(Some(_)));
+        self.pipeline.read_ok = matches!(result, Ok(Some(_)));
         match result {
             Ok(commits) => {
-                self.last_kafka_ok = Some(Utc::now());
+                self.health.last_kafka_ok = Some(Utc::now());
                 if let Some(commits) = commits {
                     for (tp, c) in commits {
                         self.observe_pipeline(&tp, c, now);
@@ -72,7 +82,7 @@ impl<V: Verifier> Audit<V> {
                 tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read from Kafka this round")
             }
         }
-        let up = self.last_kafka_ok.is_some_and(|t| {
+        let up = self.health.last_kafka_ok.is_some_and(|t| {
             (Utc::now() - t).to_std().unwrap_or_default() <= self.cfg.verify_interval * 3
         });
         self.metrics.kafka_up(up);

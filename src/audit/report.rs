@@ -3,43 +3,101 @@
 
 use super::*;
 
-impl<V: Verifier> Audit<V> {
-    /// Adds the verdicts and gaps the store now holds to the counters (see `uncounted`).
-    pub(super) fn count_persisted(&mut self) {
-        for (tp, applied, decided_at) in std::mem::take(&mut self.uncounted) {
-            self.metrics.partition(&tp).decided(&applied, decided_at);
+/// Whether the sink and Kafka answer, for the status board.
+#[derive(Default)]
+pub(super) struct Health {
+    pub(super) sink_state: SinkState,
+    pub(super) sink_error: Option<String>,
+    pub(super) last_sink_ok: Option<DateTime<Utc>>,
+    pub(super) last_kafka_ok: Option<DateTime<Utc>>,
+}
+
+/// Topic retention settings, for the deadline of each gap.
+pub(super) struct RetentionWatch {
+    /// Admin client for DescribeConfigs (`None`: deadlines unknown).
+    pub(super) admin: Option<AdminClient<DefaultClientContext>>,
+    /// Retention settings per topic, refreshed every [`RETENTION_REFRESH`].
+    pub(super) topics: HashMap<String, Retention>,
+    pub(super) read_at: Option<std::time::Instant>,
+}
+
+impl Health {
+    /// Records how the sink answered this round (`failure`: it did not); logs the changes.
+    /// Returns whether it is up.
+    pub(super) fn sink_answered(&mut self, audit: &str, failure: Option<&SinkError>) -> bool {
+        match failure {
+            Some(e) => {
+                if self.sink_state != SinkState::Down {
+                    tracing::warn!(audit = %audit, error = %e, "sink unreachable: nothing is declared missing until it answers");
+                }
+                self.sink_state = SinkState::Down;
+                self.sink_error = Some(e.to_string());
+            }
+            None => {
+                if self.sink_state == SinkState::Down {
+                    tracing::info!(audit = %audit, "sink answers again");
+                }
+                self.sink_state = SinkState::Up;
+                self.sink_error = None;
+                self.last_sink_ok = Some(Utc::now());
+            }
         }
-        for (_, cause) in std::mem::take(&mut self.uncounted_causes) {
-            self.metrics.gap_detected(cause);
+        self.sink_state == SinkState::Up
+    }
+}
+
+impl RetentionWatch {
+    pub(super) fn new(admin: Option<AdminClient<DefaultClientContext>>) -> Self {
+        RetentionWatch {
+            admin,
+            topics: HashMap::new(),
+            read_at: None,
         }
     }
 
-    /// Reads the topics' retention settings (at start, then every 10 minutes).
-    pub(super) async fn refresh_retention(&mut self) {
+    /// When retention deletes a record of `topic` with timestamp `ts` (time-based only).
+    pub(super) fn deadline_ms(&self, topic: &str, ts: Option<i64>) -> Option<i64> {
+        self.topics.get(topic)?.deadline_ms(ts)
+    }
+
+    /// Reads the topics' retention settings (at start, then every [`RETENTION_REFRESH`]).
+    pub(super) async fn refresh(&mut self, audit: &str, topics: &[String]) {
         if self
-            .retention_read_at
+            .read_at
             .is_some_and(|t| t.elapsed() < RETENTION_REFRESH)
         {
             return;
         }
-        self.retention_read_at = Some(std::time::Instant::now());
+        self.read_at = Some(std::time::Instant::now());
         let Some(admin) = &self.admin else { return };
-        for topic in &self.cfg.topics {
+        for topic in topics {
             match retention::describe(admin, topic).await {
                 Ok(r) => {
                     if r.compact {
-                        tracing::info!(audit = %self.cfg.name, topic, "compacted topic: a replay can only recover each key's latest record");
+                        tracing::info!(audit = %audit, topic, "compacted topic: a replay can only recover each key's latest record");
                     }
-                    self.retention.insert(topic.clone(), r);
+                    self.topics.insert(topic.clone(), r);
                 }
                 // A property of the broker that every refresh would find again: not a warning.
                 Err(retention::RetentionError::Unsupported) => {
-                    tracing::info!(audit = %self.cfg.name, topic,
+                    tracing::info!(audit = %audit, topic,
                     "the broker does not implement DescribeConfigs: gap deadlines unknown, the log start is still watched")
                 }
-                Err(e) => tracing::warn!(audit = %self.cfg.name, topic, error = %e,
+                Err(e) => tracing::warn!(audit = %audit, topic, error = %e,
                     "cannot read the topic's retention (DescribeConfigs): gap deadlines unknown, the log start is still watched"),
             }
+        }
+    }
+}
+
+impl<V: Verifier> Audit<V> {
+    /// Adds the verdicts and gaps the store now holds to the counters (see `uncounted`).
+    pub(super) fn count_persisted(&mut self) {
+        for (tp, applied, decided_at) in std::mem::take(&mut self.writes.verdicts) {
+            self.metrics.partition(&tp).decided(&applied, decided_at);
+        }
+        for (_, cause) in std::mem::take(&mut self.writes.causes) {
+            self.metrics.gap_detected(cause);
         }
     }
 
@@ -103,11 +161,9 @@ impl<V: Verifier> Audit<V> {
             let led = &part.ledger;
             let deadlines = [
                 gauges.deleted_ms,
-                gauges.oldest_undeleted_ts.and_then(|ts| {
-                    self.retention
-                        .get(&tp.topic)
-                        .and_then(|r| r.deadline_ms(Some(ts)))
-                }),
+                gauges
+                    .oldest_undeleted_ts
+                    .and_then(|ts| self.retention.deadline_ms(&tp.topic, Some(ts))),
             ];
             // Open gaps without a known deletion time (retention unknown, infinite, or a
             // compacted topic) export +Inf: never alerting, yet visible.
@@ -138,7 +194,7 @@ impl<V: Verifier> Audit<V> {
                 log_start: part.log.map(|(s, _)| s).filter(|s| *s >= 0),
                 pending: led.pending(),
                 missing: led.missing(),
-                paused: self.flow.is_paused(tp),
+                paused: self.tail.flow.is_paused(tp),
                 awaiting_schema: part.held.len() as u64,
             });
         }
@@ -156,10 +212,10 @@ impl<V: Verifier> Audit<V> {
             consumer_group: self.group.clone(),
             pipeline_group: self.cfg.pipeline_group.clone(),
             sink_kind: self.sink.kind().to_string(),
-            sink_state: self.sink_state,
-            sink_error: self.sink_error.clone(),
-            last_sink_ok: self.last_sink_ok,
-            last_kafka_ok: self.last_kafka_ok,
+            sink_state: self.health.sink_state,
+            sink_error: self.health.sink_error.clone(),
+            last_sink_ok: self.health.last_sink_ok,
+            last_kafka_ok: self.health.last_kafka_ok,
             verify_interval_ms: self.cfg.verify_interval.as_millis() as u64,
             schema_registry_error: self
                 .decoder

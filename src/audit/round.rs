@@ -117,7 +117,7 @@ impl<V: Verifier> Audit<V> {
             // Only rounds that decided something: while the store refuses writes this list
             // must grow with verdicts, not with partitions × rounds.
             if applied != Applied::default() {
-                self.uncounted.push((tp.clone(), applied, decided_at));
+                self.writes.verdicts.push((tp.clone(), applied, decided_at));
             }
             for g in dirty {
                 self.report_gap(tp, &g);
@@ -137,31 +137,17 @@ impl<V: Verifier> Audit<V> {
                 failure = Some(e);
             }
         }
-        match failure {
-            Some(e) => {
-                if self.sink_state != SinkState::Down {
-                    tracing::warn!(audit = %self.cfg.name, error = %e, "sink unreachable: nothing is declared missing until it answers");
-                }
-                self.sink_state = SinkState::Down;
-                self.sink_error = Some(e.to_string());
-                // An unreachable sink: the next round waits verify_interval, backlog or not
-                // (an instant refusal of the connection would otherwise spin rounds back to
-                // back, each polling the pipeline group and the store).
-                if tripped {
-                    self.backlog = false;
-                }
-            }
-            None => {
-                if self.sink_state == SinkState::Down {
-                    tracing::info!(audit = %self.cfg.name, "sink answers again");
-                }
-                self.sink_state = SinkState::Up;
-                self.sink_error = None;
-                self.last_sink_ok = Some(Utc::now());
-            }
+        // An unreachable sink: the next round waits verify_interval, backlog or not (an
+        // instant refusal of the connection would otherwise spin rounds back to back, each
+        // polling the pipeline group and the store).
+        if failure.is_some() && tripped {
+            self.backlog = false;
         }
-        self.metrics.sink_up(self.sink_state == SinkState::Up);
-        self.refresh_retention().await;
+        let up = self.health.sink_answered(&self.cfg.name, failure.as_ref());
+        self.metrics.sink_up(up);
+        self.retention
+            .refresh(&self.cfg.name, &self.cfg.topics)
+            .await;
         self.watch_log_start();
         let verified_ms = started.elapsed().as_millis() as u64;
         if self.persist().await {
@@ -302,7 +288,8 @@ impl<V: Verifier> Audit<V> {
                     in_sink = applied.confirmed, unverifiable = applied.unverifiable,
                     "offsets Kafka deleted before the auditor read them: {} found in the sink, {} unverifiable (not counted as lost)",
                     applied.confirmed, applied.unverifiable);
-                self.uncounted
+                self.writes
+                    .verdicts
                     .push((tp.clone(), applied, self.clock.now_ms()));
                 for g in dirty {
                     self.report_gap(tp, &g);

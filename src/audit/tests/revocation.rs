@@ -36,7 +36,7 @@ async fn a_revoke_whose_store_write_fails_hands_back_nothing_and_counts_nothing(
     // The next owner resumes from what Kafka holds and decides these records again.
     assert!(out.is_empty(), "{out:?}");
     assert!(
-        h.audit.uncounted.is_empty(),
+        h.audit.writes.verdicts.is_empty(),
         "its verdicts are the next owner's to count"
     );
     h.heal_store();
