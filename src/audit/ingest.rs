@@ -1,7 +1,16 @@
 //! Ingest: records from the tailing thread, and held records whose schema arrived, into
 //! the partition ledgers, counted once per partition and reason.
 
-use super::*;
+use super::{Audit, Part};
+use crate::gap::TopicPartition;
+use crate::held::Held;
+use crate::kafka::Tagged;
+use crate::ledger::{KeyBook, Observed, PartitionLedger};
+use crate::metrics::{AuditMetrics, Ingested};
+use crate::record::{Decoder, FilterReason, Tag};
+use crate::sink::Verifier;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 impl<V: Verifier> Audit<V> {
     pub(super) fn ingest(&mut self, batch: Vec<Tagged>) {

@@ -15,23 +15,18 @@
 //! Kafka's commit), so nothing decided is decided twice and nothing unread is skipped.
 
 use crate::clock::Clock;
-use crate::config::{AuditConfig, KafkaConfig, MatchStrategy, StartPosition};
-use crate::gap::{Gap, GapState, Offset, TopicPartition};
-use crate::handover::{self, Handover, PartitionState};
+use crate::config::{AuditConfig, KafkaConfig, MatchStrategy};
+use crate::gap::{Offset, TopicPartition};
+use crate::handover::Handover;
 use crate::held::Held;
-use crate::kafka::retention::{self, Retention};
 use crate::kafka::tail::Flow;
-use crate::kafka::{
-    self, Command, Lookup, PipelineReader, Tagged, TailEvent, TailHandle, Watermarks,
-};
-use crate::ledger::{
-    Applied, GapRecord, KeyBook, Observed, PartitionLedger, Segment, Snapshot, Verdict,
-};
-use crate::metrics::{AuditMetrics, Ingested, Metrics, PartitionGauges};
-use crate::record::{Decoder, FilterReason, Tag};
-use crate::sink::{SinkError, Verifier};
-use crate::status::{AuditStatus, PartitionStatus, SinkState, StatusBoard};
-use crate::store::{PartitionProgress, Store};
+use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle, Watermarks};
+use crate::ledger::PartitionLedger;
+use crate::metrics::{AuditMetrics, Metrics};
+use crate::record::Decoder;
+use crate::sink::Verifier;
+use crate::status::StatusBoard;
+use crate::store::Store;
 use crate::verify::Checker;
 use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
@@ -55,7 +50,6 @@ mod starts;
 #[cfg(test)]
 mod tests;
 
-use blocking::blocking;
 use gap_log::GapLog;
 pub use ingest::{Ledgers, ingest_batch};
 pub use kafka_view::{Cluster, KafkaView};

@@ -2,7 +2,16 @@
 //! revocation, and re-positioning after an offset left the log.
 
 use super::starts::resolve_starts;
-use super::*;
+use super::{Audit, Part, blocking::blocking};
+use crate::gap::{Offset, TopicPartition};
+use crate::handover;
+use crate::held::Held;
+use crate::kafka::Command;
+use crate::ledger::{KeyBook, PartitionLedger, Snapshot};
+use crate::sink::Verifier;
+use crate::store::PartitionProgress;
+use chrono::Utc;
+use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 
 impl<V: Verifier> Audit<V> {

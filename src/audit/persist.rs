@@ -1,7 +1,16 @@
 //! Persist: gaps and progress to the store first, then the handover topic, and only then
 //! the settled offsets to Kafka (store → handover → commit).
 
-use super::*;
+use super::{Audit, GapLog, TRIM_AFTER_GAPS, blocking::blocking, ms_to_time};
+use crate::gap::{Gap, GapState, Offset, TopicPartition};
+use crate::handover;
+use crate::handover::PartitionState;
+use crate::kafka::Command;
+use crate::ledger::{Applied, GapRecord, PartitionLedger};
+use crate::sink::Verifier;
+use crate::store::PartitionProgress;
+use chrono::Utc;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 
 /// What was decided and is not yet in the store, or not yet in Kafka.

@@ -1,7 +1,10 @@
 //! The pipeline group: its commits feed the due rule; rewinds and stalls are reported,
 //! and verdicts are held back while its commits cannot be seen.
 
-use super::*;
+use super::{Audit, blocking::blocking};
+use crate::gap::{Offset, TopicPartition};
+use crate::sink::Verifier;
+use chrono::Utc;
 
 /// Whether the pipeline group's commits can be seen.
 #[derive(Default)]

@@ -1,7 +1,16 @@
 //! Report: counters once the store holds what they count, gauges, retention deadlines and
 //! the status board.
 
-use super::*;
+use super::{Audit, RETENTION_REFRESH};
+use crate::kafka::retention;
+use crate::kafka::retention::Retention;
+use crate::metrics::PartitionGauges;
+use crate::sink::{SinkError, Verifier};
+use crate::status::{AuditStatus, PartitionStatus, SinkState};
+use chrono::{DateTime, Utc};
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use std::collections::HashMap;
 
 /// Whether the sink and Kafka answer, for the status board.
 #[derive(Default)]

@@ -1,7 +1,12 @@
 //! The verify round: due records → verify against the sink → verdicts into the ledgers,
 //! then persist and commit.
 
-use super::*;
+use super::{Audit, OFFSET_ROUND_RECORDS};
+use crate::config::MatchStrategy;
+use crate::gap::TopicPartition;
+use crate::ledger::{Applied, Segment, Verdict};
+use crate::sink::{SinkError, Verifier};
+use std::time::Duration;
 
 impl<V: Verifier> Audit<V> {
     /// One verify round.

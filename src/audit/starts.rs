@@ -1,7 +1,11 @@
 //! Where an assigned partition starts: the store, the auditor group's commit, or
 //! `kafka.start`, and whether Kafka deleted records below that point.
 
-use super::*;
+use super::KafkaView;
+use crate::config::StartPosition;
+use crate::gap::{Offset, TopicPartition};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 /// (log start, log end) of a partition.
 type LogRange = (Offset, Offset);

@@ -5,6 +5,8 @@
 use crate::audit::ingest::release_held;
 use crate::audit::*;
 use crate::config::SchemaRegistryConfig;
+use crate::kafka::Tagged;
+use crate::record::Tag;
 use crate::record::registry::{RawSchema, SchemaType};
 use crate::record::{DecodeFormat, DecoderSpec, RecordMeta};
 
