@@ -47,8 +47,6 @@ mod pipeline;
 mod report;
 mod round;
 mod starts;
-#[cfg(test)]
-mod tests;
 
 use gap_log::GapLog;
 pub use ingest::{Ledgers, ingest_batch};
@@ -373,3 +371,6 @@ impl<V: Verifier> Audit<V> {
             .unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests;
