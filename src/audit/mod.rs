@@ -50,7 +50,7 @@ mod starts;
 
 use gap_log::GapLog;
 pub use ingest::{Ledgers, ingest_batch};
-pub use kafka_view::{Cluster, KafkaView};
+use kafka_view::{Cluster, KafkaView};
 use persist::{Acks, Writes};
 use pipeline::PipelineWatch;
 use report::{Health, RetentionWatch};
