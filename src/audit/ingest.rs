@@ -74,13 +74,13 @@ pub(super) fn release_held(
     metrics: &AuditMetrics,
     parts: &mut BTreeMap<TopicPartition, Part>,
     decoder: &Decoder,
-    book: Option<&mut KeyBook>,
+    mut book: Option<&mut KeyBook>,
     now: i64,
 ) -> u64 {
     let mut ready = Vec::new();
     for part in parts.values_mut() {
         if !part.held.is_empty() {
-            ready.extend(part.held.release(decoder));
+            ready.extend(part.held.release(decoder, book.as_deref_mut()));
         }
     }
     if ready.is_empty() {
@@ -124,7 +124,9 @@ pub fn ingest_batch(
                 Some((ledger, held)) => {
                     // Records waiting for their schema, and everything behind them, wait.
                     let r = match held.as_deref_mut() {
-                        Some(h) if r.offset >= ledger.next_offset() => match h.admit(r) {
+                        Some(h) if r.offset >= ledger.next_offset() => match h
+                            .admit(r, book.as_deref_mut())
+                        {
                             Some(r) => r,
                             None => {
                                 next = records

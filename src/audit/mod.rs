@@ -355,11 +355,12 @@ impl<V: Verifier> Audit<V> {
     /// Tells the tailing thread how many records are undecided per partition (it pauses the
     /// partitions holding the backlog, see [`crate::kafka::tail::Flow`]).
     fn update_flow(&self) {
-        self.tail.flow.set_pending(
-            self.parts
-                .iter()
-                .map(|(tp, p)| (tp, p.ledger.pending() + p.held.len() as u64)),
-        );
+        self.tail.flow.set_pending(self.parts.iter().map(|(tp, p)| {
+            (
+                tp,
+                p.ledger.pending() + p.held.flow_load(self.cfg.max_pending as u64),
+            )
+        }));
     }
 
     fn watermarks(&self) -> HashMap<TopicPartition, (Offset, Offset)> {

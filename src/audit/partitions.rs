@@ -72,7 +72,7 @@ impl<V: Verifier> Audit<V> {
                 Ok(_) => next,
             };
             // Held records are read again from the new position.
-            part.held.clear();
+            part.held.clear(self.checker.book_mut());
             self.parts.insert(tp.clone(), part);
             positions.push((tp, seek));
         }
@@ -167,6 +167,7 @@ impl<V: Verifier> Audit<V> {
             if let Some(book) = self.checker.book_mut() {
                 if let Some(old) = self.parts.get_mut(&tp) {
                     book.release(&mut old.ledger, false);
+                    old.held.clear(Some(&mut *book));
                 }
                 book.adopt(&ledger);
             }
@@ -176,7 +177,7 @@ impl<V: Verifier> Audit<V> {
                     ledger,
                     log,
                     stalled: false,
-                    held: Held::default(),
+                    held: Held::for_decoder(&self.decoder),
                 },
             );
         }
@@ -339,6 +340,7 @@ impl<V: Verifier> Audit<V> {
                 // (maybe this instance): their confirmations must not hold rows twice.
                 if let Some(book) = self.checker.book_mut() {
                     book.release(&mut part.ledger, ok);
+                    part.held.clear(Some(book));
                 }
                 if ok {
                     out.push((tp.clone(), part.ledger.settled()));
