@@ -37,9 +37,7 @@ impl GapLog {
         for g in log.opened.iter().chain(&log.changed) {
             log_gap(g, pipeline_group);
         }
-        let more_opened = log.opened_count - log.opened.len() as u64;
-        if more_opened > 0 {
-            let audit = log.opened.first().map_or("", |g| g.audit.as_str());
+        if let Some((more_opened, audit)) = unlogged(&log.opened, log.opened_count) {
             tracing::error!(
                 audit,
                 gaps = log.opened_count,
@@ -49,9 +47,7 @@ impl GapLog {
                 log.opened_records
             );
         }
-        let more_changed = log.changed_count - log.changed.len() as u64;
-        if more_changed > 0 {
-            let audit = log.changed.first().map_or("", |g| g.audit.as_str());
+        if let Some((more_changed, audit)) = unlogged(&log.changed, log.changed_count) {
             tracing::info!(
                 audit,
                 gaps = log.changed_count,
@@ -60,6 +56,12 @@ impl GapLog {
             );
         }
     }
+}
+
+/// How many of `count` gaps were not logged one by one, and their audit (`None`: all were).
+fn unlogged(shown: &[Gap], count: u64) -> Option<(u64, &str)> {
+    let more = count - shown.len() as u64;
+    (more > 0).then(|| (more, shown.first().map_or("", |g| g.audit.as_str())))
 }
 
 fn log_gap(g: &Gap, pipeline_group: Option<&str>) {
