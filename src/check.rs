@@ -10,12 +10,12 @@
 //! `offset:N`; `--from` is inclusive, `--to` exclusive (Kafka's "next offset" convention),
 //! both clamped to what Kafka holds.
 
-use crate::app::{self, AnySink};
 use crate::config::{AuditConfig, Config, MatchStrategy};
 use crate::gap::{Gap, Offset, TopicPartition};
 use crate::kafka::{client, range};
 use crate::ledger::{Observed, PartitionLedger, Verdict};
 use crate::record::{Decoder, RecordMeta, Tag};
+use crate::sink::{self, AnySink};
 use crate::verify::Checker;
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
@@ -113,7 +113,7 @@ pub async fn run(
         };
     let mut report = Report::default();
     for a in audits {
-        let sink = app::build_sink(a)?;
+        let sink = sink::build_sink(a)?;
         check_audit(config, a, &sink, from, to, progress, &mut report).await?;
     }
     Ok(report)

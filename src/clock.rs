@@ -9,7 +9,8 @@
 //! never jumps. Times persisted by an earlier process (a gap's `detected_at`) are compared
 //! on the wall scale, which is what they are.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// Unix milliseconds, monotonic within the process (see the module docs).
@@ -17,6 +18,42 @@ pub fn now_ms() -> i64 {
     static ANCHOR: OnceLock<(Instant, i64)> = OnceLock::new();
     let (at, wall) = ANCHOR.get_or_init(|| (Instant::now(), wall_ms()));
     wall.saturating_add(i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX / 2))
+}
+
+/// The audit loop's clock: [`now_ms`] in the daemon; in unit tests one they move by hand,
+/// so grace and give-up ages are tested without sleeping.
+#[derive(Debug, Clone, Default)]
+pub struct Clock {
+    manual: Option<Arc<AtomicI64>>,
+}
+
+impl Clock {
+    /// The process clock ([`now_ms`]).
+    pub fn system() -> Self {
+        Self::default()
+    }
+
+    /// A clock standing at `start_ms` until [`Clock::advance`] moves it.
+    pub fn manual(start_ms: i64) -> Self {
+        Clock {
+            manual: Some(Arc::new(AtomicI64::new(start_ms))),
+        }
+    }
+
+    /// Moves a manual clock (and its clones) forward by `ms`; the system clock moves itself.
+    pub fn advance(&self, ms: i64) {
+        if let Some(t) = &self.manual {
+            t.fetch_add(ms, Ordering::SeqCst);
+        }
+    }
+
+    /// Unix milliseconds on this clock.
+    pub fn now_ms(&self) -> i64 {
+        match &self.manual {
+            Some(t) => t.load(Ordering::SeqCst),
+            None => now_ms(),
+        }
+    }
 }
 
 /// The system's wall clock (in tests: plus a step the test sets, as NTP or an operator

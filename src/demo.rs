@@ -13,12 +13,13 @@
 //!   the start, so it sees the pipeline's commits move and can name the cause.
 //! - Repair: the real `replay` code ([`crate::replay::run_with`]) into the simulated table.
 
-use crate::app::{self, AnySink};
+use crate::app;
 use crate::config::Config;
 use crate::gap::{Gap, GapCause, GapState, Offset};
 use crate::metrics::Metrics;
 use crate::record::Key;
 use crate::replay::{self, Destination, Outcome};
+use crate::sink::AnySink;
 use crate::sink::memory::MemorySink;
 use crate::status::StatusBoard;
 use crate::store::{GapFilter, StateFilter, Store};

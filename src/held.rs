@@ -373,7 +373,7 @@ mod tests {
         use crate::audit::{Ledgers, ingest_batch};
         use crate::gap::TopicPartition;
         use crate::ledger::PartitionLedger;
-        use crate::metrics::Metrics;
+        use crate::metrics::{AuditMetrics, Metrics};
         use crate::record::registry::{RawSchema, SchemaType};
         use std::collections::BTreeMap;
 
@@ -452,7 +452,7 @@ mod tests {
             let d = decoder();
             let reg = d.registry().expect("registry").clone();
             reg.insert(7, &raw());
-            let m = Metrics::new();
+            let m = AuditMetrics::new(std::sync::Arc::new(Metrics::new()), "a");
             let mut book = KeyBook::default();
             let mut parts = slots(&d, 2);
             // Partition 0: offset 0 waits for schema 8; offset 1 (key x, schema 7, decided)
@@ -464,7 +464,7 @@ mod tests {
             ];
             assert!(matches!(batch[0].tag, Tag::Unresolved(_)));
             assert!(matches!(batch[1].tag, Tag::Expected { .. }));
-            ingest_batch("a", &m, &mut parts, Some(&mut book), batch, 0);
+            ingest_batch(&m, &mut parts, Some(&mut book), batch, 0);
             assert_eq!(
                 book.counts(&x()).0,
                 2,
@@ -485,7 +485,7 @@ mod tests {
             let d = decoder();
             let reg = d.registry().expect("registry").clone();
             reg.insert(7, &raw());
-            let m = Metrics::new();
+            let m = AuditMetrics::new(std::sync::Arc::new(Metrics::new()), "a");
             let mut book = KeyBook::default();
             let mut parts = slots(&d, 1);
             let tp = TopicPartition::new("t", 0);
@@ -494,7 +494,7 @@ mod tests {
                 record(&d, 0, 1, 7),
                 record(&d, 0, 2, 7),
             ];
-            ingest_batch("a", &m, &mut parts, Some(&mut book), batch, 0);
+            ingest_batch(&m, &mut parts, Some(&mut book), batch, 0);
             assert_eq!(book.total_pending(), 2, "the two decided ones");
             // Revoked or re-positioned: read again later, so no claim meanwhile.
             let (_, held) = parts.0.get_mut(&tp).expect("part");
@@ -506,7 +506,7 @@ mod tests {
                 record(&d, 0, 1, 7),
                 record(&d, 0, 2, 7),
             ];
-            ingest_batch("a", &m, &mut parts, Some(&mut book), batch, 0);
+            ingest_batch(&m, &mut parts, Some(&mut book), batch, 0);
             reg.insert(8, &raw());
             let (_, held) = parts.0.get_mut(&tp).expect("part");
             assert_eq!(held.bytes(), 7, "the one waiting keeps its value");
@@ -514,7 +514,7 @@ mod tests {
             assert_eq!(ready.len(), 3);
             assert_eq!(held.bytes(), 0);
             assert_eq!(book.total_pending(), 0, "out of the held ones");
-            ingest_batch("a", &m, &mut parts, Some(&mut book), ready, 0);
+            ingest_batch(&m, &mut parts, Some(&mut book), ready, 0);
             let (ledger, _) = &parts.0[&tp];
             assert_eq!(ledger.pending(), 3);
             assert_eq!(
@@ -546,10 +546,10 @@ mod tests {
             reg.insert(7, &raw());
             let cancel = tokio_util::sync::CancellationToken::new();
             tokio::spawn(reg.clone().run_fetcher(cancel.clone()));
-            let m = Metrics::new();
+            let m = AuditMetrics::new(std::sync::Arc::new(Metrics::new()), "a");
             let mut parts = slots(&d, 1);
             let batch = vec![record(&d, 0, 0, 8), record(&d, 0, 1, 7)];
-            ingest_batch("a", &m, &mut parts, None, batch, 0);
+            ingest_batch(&m, &mut parts, None, batch, 0);
             let tp = TopicPartition::new("t", 0);
             let mut ready = Vec::new();
             for _ in 0..200 {
@@ -563,12 +563,13 @@ mod tests {
             cancel.cancel();
             assert_eq!(ready.len(), 2, "released once the 404s are final");
             assert_eq!(ready[0].tag, Tag::Filtered(FilterReason::Undecodable));
-            ingest_batch("a", &m, &mut parts, None, ready, 0);
+            ingest_batch(&m, &mut parts, None, ready, 0);
             let (ledger, held) = &parts.0[&tp];
             assert!(held.is_empty());
             assert_eq!(ledger.next_offset(), 2, "the partition goes on");
             assert_eq!(ledger.pending(), 1, "the record behind it is expected");
             let undecodable = m
+                .families()
                 .records_filtered
                 .with_label_values(&["a", "t", "0", "undecodable"])
                 .get();
@@ -579,7 +580,7 @@ mod tests {
         fn only_the_first_held_records_schema_is_asked_for() {
             let d = decoder();
             let reg = d.registry().expect("registry").clone();
-            let m = Metrics::new();
+            let m = AuditMetrics::new(std::sync::Arc::new(Metrics::new()), "a");
             let mut parts = slots(&d, 1);
             // Three schema ids behind one another: only the front one is worth fetching.
             let batch = vec![
@@ -587,7 +588,7 @@ mod tests {
                 record(&d, 0, 1, 8),
                 record(&d, 0, 2, 9),
             ];
-            ingest_batch("a", &m, &mut parts, None, batch, 0);
+            ingest_batch(&m, &mut parts, None, batch, 0);
             assert_eq!(reg.waiting(), vec![(7, None)]);
             reg.insert(7, &raw());
             let tp = TopicPartition::new("t", 0);

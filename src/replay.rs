@@ -19,13 +19,13 @@
 //! - the in-process table of `gap-auditor demo`, through [`run_with`], so the demo repairs
 //!   with this code and not a copy of it.
 
-use crate::app::{self, AnySink};
 use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkKind};
 use crate::gap::{Offset, TopicPartition};
 use crate::kafka::{client, range};
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
 use crate::record::RecordMeta;
 use crate::record::{Decoder, Tag};
+use crate::sink::AnySink;
 use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
 use crate::sink::memory::MemorySink;
 use crate::sink::sql;
@@ -162,7 +162,7 @@ pub async fn run(
     let audit = config
         .audit(&target.audit)
         .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
-    let sink = app::build_sink(audit)?;
+    let sink = crate::sink::build_sink(audit)?;
     run_with(config, store, target, dest, dry_run, &sink).await
 }
 

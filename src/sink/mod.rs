@@ -9,10 +9,17 @@ pub mod sql;
 pub mod stream_load;
 pub mod tls;
 
+use crate::config::{AuditConfig, SinkKind};
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
 use crate::record::Key;
+use anyhow::Context;
+use elasticsearch::{ElasticsearchSink, EsAuth, EsTarget};
+use memory::MemorySink;
+use mysql::{MysqlSink, MysqlTarget};
 use std::future::Future;
+use std::sync::Arc;
+use tls::TlsSettings;
 
 /// Rows and distinct offsets found in a set of offset runs of one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -88,6 +95,164 @@ pub trait Verifier: Send + Sync {
             Err(SinkError::Rejected(format!(
                 "sink kind {kind} has no document ids: match.strategy doc_id needs elasticsearch"
             )))
+        }
+    }
+}
+
+/// Any sink the daemon can verify against.
+pub enum AnySink {
+    /// Doris or MySQL over the MySQL protocol.
+    Mysql(MysqlSink),
+    /// The in-process table (demo and tests).
+    Memory(Arc<MemorySink>),
+    /// Elasticsearch (or an API-compatible server) over HTTP.
+    Elasticsearch(ElasticsearchSink),
+}
+
+impl Verifier for AnySink {
+    fn kind(&self) -> &'static str {
+        match self {
+            AnySink::Mysql(s) => s.kind(),
+            AnySink::Memory(s) => s.kind(),
+            AnySink::Elasticsearch(s) => s.kind(),
+        }
+    }
+
+    async fn ping(&self) -> Result<(), SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.ping().await,
+            AnySink::Memory(s) => s.ping().await,
+            AnySink::Elasticsearch(s) => s.ping().await,
+        }
+    }
+
+    async fn count_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<RangeCount, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.count_offsets(tp, runs).await,
+            AnySink::Memory(s) => s.count_offsets(tp, runs).await,
+            AnySink::Elasticsearch(s) => s.count_offsets(tp, runs).await,
+        }
+    }
+
+    async fn list_offsets(
+        &self,
+        tp: &TopicPartition,
+        runs: &[OffsetRun],
+    ) -> Result<Vec<(Offset, u64)>, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.list_offsets(tp, runs).await,
+            AnySink::Memory(s) => s.list_offsets(tp, runs).await,
+            AnySink::Elasticsearch(s) => s.list_offsets(tp, runs).await,
+        }
+    }
+
+    async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.count_keys(keys).await,
+            AnySink::Memory(s) => s.count_keys(keys).await,
+            AnySink::Elasticsearch(s) => s.count_keys(keys).await,
+        }
+    }
+
+    fn max_key_rows(&self) -> usize {
+        match self {
+            AnySink::Mysql(s) => s.max_key_rows(),
+            AnySink::Memory(s) => s.max_key_rows(),
+            AnySink::Elasticsearch(s) => s.max_key_rows(),
+        }
+    }
+
+    fn parallelism(&self) -> usize {
+        match self {
+            AnySink::Mysql(s) => s.parallelism(),
+            AnySink::Memory(s) => s.parallelism(),
+            AnySink::Elasticsearch(s) => s.parallelism(),
+        }
+    }
+
+    async fn find_ids(&self, ids: &[&str]) -> Result<Vec<bool>, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.find_ids(ids).await,
+            AnySink::Memory(s) => s.find_ids(ids).await,
+            AnySink::Elasticsearch(s) => s.find_ids(ids).await,
+        }
+    }
+}
+
+/// Builds the sink of an audit. Connects lazily: an unreachable sink is "unknown" at run
+/// time, not a startup failure.
+pub fn build_sink(audit: &AuditConfig) -> anyhow::Result<AnySink> {
+    let s = &audit.sink;
+    match s.kind {
+        SinkKind::Doris | SinkKind::Mysql => {
+            let target = MysqlTarget {
+                table: s.table.clone().unwrap_or_default(),
+                partition_column: audit.matching.partition_column.clone(),
+                offset_column: audit.matching.offset_column.clone(),
+                topic_column: audit.matching.topic_column.clone(),
+                key_columns: audit.matching.sink_columns().to_vec(),
+            };
+            let kind = if s.kind == SinkKind::Doris {
+                "doris"
+            } else {
+                "mysql"
+            };
+            let password = s.password.as_ref().map(|p| p.expose().to_string());
+            let sink = MysqlSink::new(
+                s.url.expose(),
+                s.username.as_deref(),
+                password.as_deref(),
+                target,
+                s.query_timeout,
+                kind,
+                &TlsSettings::from_config(s),
+            )
+            .map_err(|e| anyhow::anyhow!("audits.{}.sink: {e}", audit.name))?;
+            Ok(AnySink::Mysql(sink))
+        }
+        SinkKind::Elasticsearch => {
+            let target = EsTarget {
+                index: s.index.clone().unwrap_or_default(),
+                partition_field: audit.matching.partition_column.clone(),
+                offset_field: audit.matching.offset_column.clone(),
+                topic_field: audit.matching.topic_column.clone(),
+                key_fields: audit.matching.sink_columns().to_vec(),
+            };
+            let auth = match (&s.api_key, s.effective_username(), s.effective_password()) {
+                (Some(k), _, _) => EsAuth::ApiKey(k.expose().to_string()),
+                (None, Some(username), password) => EsAuth::Basic {
+                    username,
+                    password: password.map(|p| p.expose().to_string()).unwrap_or_default(),
+                },
+                (None, None, Some(_)) => anyhow::bail!(
+                    "audits.{}.sink.password: a password needs a username (sink.username)",
+                    audit.name
+                ),
+                (None, None, None) => EsAuth::None,
+            };
+            let ca = match &s.ca_file {
+                Some(path) => Some(std::fs::read(path).with_context(|| {
+                    format!(
+                        "audits.{}.sink.ca_file: cannot read {}",
+                        audit.name,
+                        path.display()
+                    )
+                })?),
+                None => None,
+            };
+            let sink = ElasticsearchSink::new(
+                &s.url.without_credentials(),
+                auth,
+                ca.as_deref(),
+                target,
+                s.query_timeout,
+            )
+            .map_err(|e| anyhow::anyhow!("audits.{}.sink: {e}", audit.name))?;
+            Ok(AnySink::Elasticsearch(sink))
         }
     }
 }

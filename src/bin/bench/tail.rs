@@ -6,7 +6,7 @@ use gap_auditor::config::KafkaConfig;
 use gap_auditor::gap::TopicPartition;
 use gap_auditor::kafka::tail::{self, TailEvent};
 use gap_auditor::ledger::PartitionLedger;
-use gap_auditor::metrics::Metrics;
+use gap_auditor::metrics::{AuditMetrics, Metrics};
 use gap_auditor::record::DecodeFormat;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -123,8 +123,7 @@ pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) ->
         // As the daemon would with a max_pending above the whole run: never pauses here.
         n.saturating_mul(2).max(1),
     )?;
-    let metrics = Metrics::new();
-    let audit = "bench".to_string();
+    let metrics = AuditMetrics::new(std::sync::Arc::new(Metrics::new()), "bench");
     let mut parts: HashMap<TopicPartition, PartitionLedger> = HashMap::new();
     // The daemon feeds the audit-wide key multiset as it reads (key_columns).
     let mut book = keyed.then(|| gap_auditor::ledger::KeyBook::new(n as usize));
@@ -143,7 +142,6 @@ pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) ->
                 first.get_or_insert_with(Instant::now);
                 let len = batch.len() as u64;
                 ingested += gap_auditor::audit::ingest_batch(
-                    &audit,
                     &metrics,
                     &mut parts,
                     book.as_mut(),

@@ -4,7 +4,7 @@
 //! counted twice in `gap_auditor_records_lost_total` across the process lifetimes.
 //!
 //! What is persisted, and so what the counter guarantee is: a round's verdicts and gaps
-//! reach the SQLite store in one transaction, and only then the counters (src/audit.rs,
+//! reach the SQLite store in one transaction, and only then the counters (src/audit/report.rs,
 //! `count_persisted`). A kill before that transaction loses the verdicts AND their counts;
 //! the next lifetime re-decides those records and counts them once. So in every lifetime
 //! the lost count it exported is at most what it persisted (checked here: the last scrape

@@ -1,0 +1,177 @@
+//! Ingest: records from the tailing thread, and held records whose schema arrived, into
+//! the partition ledgers, counted once per partition and reason.
+
+use super::{Audit, Part};
+use crate::gap::TopicPartition;
+use crate::held::Held;
+use crate::kafka::Tagged;
+use crate::ledger::{KeyBook, Observed, PartitionLedger};
+use crate::metrics::{AuditMetrics, Ingested};
+use crate::record::{Decoder, FilterReason, Tag};
+use crate::sink::Verifier;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+impl<V: Verifier> Audit<V> {
+    pub(super) fn ingest(&mut self, batch: Vec<Tagged>) {
+        ingest_batch(
+            &self.metrics,
+            &mut self.parts,
+            self.checker.book_mut(),
+            batch,
+            self.clock.now_ms(),
+        );
+    }
+
+    /// Hands every held record whose schema is now cached to the ledger, in offset order,
+    /// and refreshes the flow control (held records count as pending there).
+    pub(super) fn release_held(&mut self) {
+        let released = release_held(
+            &self.metrics,
+            &mut self.parts,
+            &self.decoder,
+            self.checker.book_mut(),
+            self.clock.now_ms(),
+        );
+        if released > 0 {
+            self.update_flow();
+        }
+    }
+}
+
+/// Where [`ingest_batch`] finds each partition's ledger and held records.
+pub trait Ledgers {
+    /// The ledger of `tp` and the records held before it, when the partition is assigned.
+    /// Without a [`Held`] (the benchmark, whose formats never wait for a schema) a record
+    /// that waits for its schema is counted undecodable.
+    fn slot_mut(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Option<(&mut PartitionLedger, Option<&mut Held>)>;
+}
+
+impl Ledgers for BTreeMap<TopicPartition, Part> {
+    fn slot_mut(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Option<(&mut PartitionLedger, Option<&mut Held>)> {
+        self.get_mut(tp).map(|p| (&mut p.ledger, Some(&mut p.held)))
+    }
+}
+
+impl Ledgers for HashMap<TopicPartition, PartitionLedger> {
+    fn slot_mut(
+        &mut self,
+        tp: &TopicPartition,
+    ) -> Option<(&mut PartitionLedger, Option<&mut Held>)> {
+        self.get_mut(tp).map(|l| (l, None))
+    }
+}
+
+/// Hands every held record whose schema is now cached to its ledger, in offset order
+/// ([`Audit::release_held`]). Returns how many records were new.
+pub(super) fn release_held(
+    metrics: &AuditMetrics,
+    parts: &mut BTreeMap<TopicPartition, Part>,
+    decoder: &Decoder,
+    mut book: Option<&mut KeyBook>,
+    now: i64,
+) -> u64 {
+    let mut ready = Vec::new();
+    for part in parts.values_mut() {
+        if !part.held.is_empty() {
+            ready.extend(part.held.release(decoder, book.as_deref_mut()));
+        }
+    }
+    if ready.is_empty() {
+        return 0;
+    }
+    ingest_batch(metrics, parts, book, ready, now)
+}
+
+/// Feeds one batch from the tailing thread into the ledgers and counts it, once per
+/// partition and reason (one label lookup per batch, not per record). Records of
+/// unassigned partitions and re-delivered offsets are not counted. Returns how many records
+/// were new. The daemon's hot path, public so the benchmark measures this very code.
+pub fn ingest_batch(
+    metrics: &AuditMetrics,
+    ledgers: &mut impl Ledgers,
+    mut book: Option<&mut KeyBook>,
+    batch: Vec<Tagged>,
+    now: i64,
+) -> u64 {
+    let mut counts: HashMap<(Arc<str>, i32), Ingested> = HashMap::new();
+    let mut total = 0;
+    // One lookup key reused for the whole batch: no String allocated per record.
+    let mut key = TopicPartition::new(String::new(), 0);
+    // librdkafka hands out a partition's records in runs: look the ledger and the counters
+    // up once per run, not per record (two hashes of the topic name per record showed as
+    // the audit task's main cost in the tailing benchmark).
+    let mut records = batch.into_iter().peekable();
+    while let Some(first) = records.next() {
+        let topic = first.topic.clone();
+        let partition = first.partition;
+        key.topic.clear();
+        key.topic.push_str(&topic);
+        key.partition = partition;
+        let mut slot = ledgers.slot_mut(&key);
+        let mut c = Ingested::default();
+        let mut ignored = 0u64;
+        let mut next = Some(first);
+        while let Some(r) = next {
+            match slot.as_mut() {
+                None => ignored += 1,
+                Some((ledger, held)) => {
+                    // Records waiting for their schema, and everything behind them, wait.
+                    let r = match held.as_deref_mut() {
+                        Some(h) if r.offset >= ledger.next_offset() => match h
+                            .admit(r, book.as_deref_mut())
+                        {
+                            Some(r) => r,
+                            None => {
+                                next = records
+                                    .next_if(|n| n.partition == partition && *n.topic == *topic);
+                                continue;
+                            }
+                        },
+                        _ => r,
+                    };
+                    let fresh = r.offset >= ledger.next_offset();
+                    let (filtered, observed) = match r.tag {
+                        Tag::Unresolved(_) => (Some(FilterReason::Undecodable), Observed::Filtered),
+                        Tag::Expected { key } => {
+                            // The audit-wide multiset learns of the record as it is read, so
+                            // a row it will need is never charged as another's duplicate.
+                            if fresh
+                                && let (Some(book), Some(k)) = (book.as_deref_mut(), key.as_ref())
+                            {
+                                book.pend(k);
+                            }
+                            (None, Observed::Expected { key })
+                        }
+                        Tag::Filtered(reason) => (Some(reason), Observed::Filtered),
+                    };
+                    // A record delivered again after a re-positioning is not counted twice.
+                    if ledger.ingest(r.offset, r.timestamp_ms, observed, now) {
+                        ledger.note_record_ts(r.timestamp_ms);
+                        total += 1;
+                        c.add(filtered);
+                    }
+                }
+            }
+            next = records.next_if(|n| n.partition == partition && *n.topic == *topic);
+        }
+        if ignored > 0 {
+            tracing::debug!(%topic, partition, records = ignored, "records of an unassigned partition ignored");
+        }
+        if c.consumed > 0 {
+            counts.entry((topic, partition)).or_default().merge(&c);
+        }
+    }
+    for ((topic, p), c) in counts {
+        metrics
+            .partition(&TopicPartition::new(topic.to_string(), p))
+            .ingested(&c);
+    }
+    total
+}

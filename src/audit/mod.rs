@@ -1,0 +1,377 @@
+//! The audit loop: one task per audit ties the flow together.
+//!
+//! ```text
+//! tail thread ──events──▶ ingest into the ledger (per partition)
+//! every verify_interval:
+//!   poll the pipeline group's commits ─▶ due rule
+//!   due records ─▶ verify (sink) ─▶ ledger verdicts ─▶ gaps
+//!   store.commit_round(gaps, progress)   ── persisted FIRST
+//!   commit settled offsets to our group  ── then Kafka
+//!   metrics + status
+//! ```
+//!
+//! Crash safety: gaps and progress are written in one SQLite transaction before the settled
+//! watermark is committed to Kafka; on restart the store's progress wins (it is never behind
+//! Kafka's commit), so nothing decided is decided twice and nothing unread is skipped.
+
+use crate::clock::Clock;
+use crate::config::{AuditConfig, KafkaConfig, MatchStrategy};
+use crate::gap::{Offset, TopicPartition};
+use crate::handover::Handover;
+use crate::held::Held;
+use crate::kafka::tail::Flow;
+use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle, Watermarks};
+use crate::ledger::PartitionLedger;
+use crate::metrics::{AuditMetrics, Metrics};
+use crate::record::Decoder;
+use crate::sink::Verifier;
+use crate::status::StatusBoard;
+use crate::store::Store;
+use crate::verify::Checker;
+use anyhow::Context;
+use chrono::{DateTime, TimeZone, Utc};
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+mod blocking;
+mod gap_log;
+mod ingest;
+mod kafka_view;
+mod partitions;
+mod persist;
+mod pipeline;
+mod report;
+mod round;
+mod starts;
+
+use gap_log::GapLog;
+pub use ingest::{Ledgers, ingest_batch};
+use kafka_view::{Cluster, KafkaView};
+use persist::{Acks, Writes};
+use pipeline::PipelineWatch;
+use report::{Health, RetentionWatch};
+
+/// Most offset_columns records one round verifies on one partition: at most half as many new
+/// gaps (every second record lost), so a round's transient memory stays bounded however
+/// large the backlog. Rounds follow each other at once while a partition has more due.
+const OFFSET_ROUND_RECORDS: u64 = 50_000;
+
+/// A round that wrote at least this many gaps returns its transient memory to the system
+/// afterwards ([`crate::memory::release_free`]).
+const TRIM_AFTER_GAPS: usize = 10_000;
+
+/// How often topic retention settings are read again.
+const RETENTION_REFRESH: Duration = Duration::from_secs(600);
+
+/// Everything one audit needs.
+pub struct AuditDeps<V> {
+    /// The audit's configuration.
+    pub config: AuditConfig,
+    /// Kafka connection settings.
+    pub kafka: KafkaConfig,
+    /// The auditor's own consumer group for this audit.
+    pub group: String,
+    /// The sink to verify against.
+    pub sink: V,
+    /// The gap store.
+    pub store: Arc<Store>,
+    /// Metric families.
+    pub metrics: Arc<Metrics>,
+    /// Live status board.
+    pub status: StatusBoard,
+    /// `state.handover_topic`: where partition state is handed to the next owner.
+    pub handover_topic: Option<String>,
+}
+
+/// One assigned partition's state.
+struct Part {
+    ledger: PartitionLedger,
+    log: Option<(Offset, Offset)>,
+    /// The pipeline group has stopped committing while the log grows (reported once).
+    stalled: bool,
+    /// Records waiting for their schema, and every later one behind them.
+    held: Held,
+}
+
+struct Audit<V> {
+    cfg: AuditConfig,
+    kafka: KafkaConfig,
+    group: String,
+    sink: V,
+    store: Arc<Store>,
+    /// The audit's series, one method per event.
+    metrics: AuditMetrics,
+    status: StatusBoard,
+    /// Kafka lookups (the auditor group, watermarks, the pipeline group's commits).
+    kafka_view: Arc<dyn KafkaView>,
+    /// The tailing thread's side: commands to it, what it learnt, its flow control.
+    tail: TailLink,
+    parts: BTreeMap<TopicPartition, Part>,
+    /// The one verification dispatch, with the audit-wide key multiset (key_columns).
+    checker: Checker,
+    /// What was decided and is not yet in the store, or in Kafka (persist.rs).
+    writes: Writes,
+    /// Gaps an operator acknowledged (persist.rs).
+    acks: Acks,
+    /// Topic retention, for gap deadlines (report.rs).
+    retention: RetentionWatch,
+    /// Whether the sink and Kafka answer (report.rs).
+    health: Health,
+    /// The pipeline group's readability (pipeline.rs).
+    pipeline: PipelineWatch,
+    /// Shutdown: a round in flight stops asking the sink (its open questions stay unknown,
+    /// nothing is decided on them), so SIGTERM never waits for a long backlog round.
+    cancel: CancellationToken,
+    /// Hands partition state to the next owner (several instances in one group).
+    handover: Option<Arc<Handover>>,
+    /// Partitions whose state changed since it was last handed over.
+    handover_dirty: BTreeSet<TopicPartition>,
+    /// The last round left due records for the next (its per-partition limit was hit).
+    backlog: bool,
+    /// The audit's decoder (the tail has a copy): held records are decoded again with it.
+    decoder: Decoder,
+    /// Ages (grace, give-up) are measured on a clock that never steps ([`crate::clock`]);
+    /// unit tests move theirs by hand.
+    clock: Clock,
+}
+
+/// The audit task's end of the tailing thread.
+struct TailLink {
+    commands: std::sync::mpsc::Sender<Command>,
+    /// (log start, log end) per partition, learnt while fetching.
+    watermarks: Watermarks,
+    flow: Arc<Flow>,
+}
+
+/// The Kafka side of an audit and its decoder: rdkafka clients and the tail's channels in
+/// [`run`], fakes in the unit tests.
+struct Wiring {
+    kafka_view: Arc<dyn KafkaView>,
+    commands: std::sync::mpsc::Sender<Command>,
+    watermarks: Watermarks,
+    flow: Arc<Flow>,
+    admin: Option<AdminClient<DefaultClientContext>>,
+    handover: Option<Arc<Handover>>,
+    decoder: Decoder,
+    cancel: CancellationToken,
+    clock: Clock,
+}
+
+impl<V: Verifier> Audit<V> {
+    /// An audit owning no partition yet (`deps.handover_topic` is already in `w.handover`).
+    fn new(deps: AuditDeps<V>, w: Wiring) -> Self {
+        let config = deps.config;
+        let key_capacity = config.max_pending.min(1_000_000);
+        let metrics = AuditMetrics::new(deps.metrics, &config.name);
+        Audit {
+            checker: Checker::new(config.matching.strategy, config.batch_size, key_capacity),
+            kafka_view: w.kafka_view,
+            tail: TailLink {
+                commands: w.commands,
+                watermarks: w.watermarks,
+                flow: w.flow,
+            },
+            parts: BTreeMap::new(),
+            writes: Writes::default(),
+            acks: Acks::default(),
+            retention: RetentionWatch::new(w.admin),
+            health: Health::default(),
+            pipeline: PipelineWatch::default(),
+            cancel: w.cancel,
+            clock: w.clock,
+            handover: w.handover,
+            handover_dirty: BTreeSet::new(),
+            backlog: false,
+            decoder: w.decoder,
+            cfg: config,
+            kafka: deps.kafka,
+            group: deps.group,
+            sink: deps.sink,
+            store: deps.store,
+            metrics,
+            status: deps.status,
+        }
+    }
+}
+
+/// Runs one audit until `cancel` fires, then drains: persists, commits the settled
+/// watermark (through the revocation that closing the consumer triggers) and returns.
+pub async fn run<V: Verifier + 'static>(
+    deps: AuditDeps<V>,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let (config, kafka, group) = (&deps.config, &deps.kafka, &deps.group);
+    let decoder = crate::record::decoder_for(config)
+        .with_context(|| format!("audit {}: record decoding", config.name))?;
+    // The only task that waits for the schema registry: the tail asks, this fetches.
+    let mut arrivals = match decoder.registry() {
+        Some(r) => {
+            tokio::spawn(r.clone().run_fetcher(cancel.child_token()));
+            Some(r.arrivals())
+        }
+        None => None,
+    };
+    let lookup = Arc::new(Lookup::new(kafka, group).context("creating the Kafka lookup client")?);
+    let pipeline = match &config.pipeline_group {
+        Some(g) => {
+            Some(PipelineReader::new(kafka, g).context("creating the pipeline group reader")?)
+        }
+        None => None,
+    };
+    // Before the consumer joins the group: the first assignment already reads it.
+    let handover = match &deps.handover_topic {
+        Some(t) => {
+            let h = Handover::new(kafka, t).context("state.handover_topic")?;
+            if let Err(e) = h.ensure_topic().await {
+                tracing::warn!(error = %e, "cannot create the handover topic; it must exist already");
+            }
+            Some(Arc::new(h))
+        }
+        None => None,
+    };
+    let mut tail: TailHandle = kafka::tail::start(
+        kafka,
+        group,
+        &config.topics,
+        decoder.clone(),
+        config.max_pending as u64,
+    )
+    .context("starting the Kafka consumer")?;
+    let admin = match kafka::client::base(kafka).create::<AdminClient<DefaultClientContext>>() {
+        Ok(a) => Some(a),
+        Err(e) => {
+            tracing::warn!(error = %e, "no admin client: retention deadlines unknown");
+            None
+        }
+    };
+    let wiring = Wiring {
+        kafka_view: Arc::new(Cluster {
+            lookup: lookup.clone(),
+            pipeline,
+        }),
+        commands: tail.commands.clone(),
+        watermarks: tail.watermarks.clone(),
+        flow: tail.flow.clone(),
+        admin,
+        handover,
+        decoder,
+        cancel: cancel.clone(),
+        clock: Clock::system(),
+    };
+    let mut a = Audit::new(deps, wiring);
+    a.load_key_book().await;
+    // The coverage guard's startup check: what do the newest records decode to?
+    tokio::spawn(crate::coverage::startup_check(
+        a.cfg.name.clone(),
+        a.kafka.clone(),
+        lookup,
+        a.cfg.topics.clone(),
+        a.decoder.clone(),
+    ));
+    tracing::info!(audit = %a.cfg.name, group = %a.group, topics = ?a.cfg.topics, sink = a.sink.kind(), "audit started");
+    a.publish();
+    let mut tick = tokio::time::interval(a.cfg.verify_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            ev = tail.events.recv() => match ev {
+                Some(ev) => a.on_event(ev).await,
+                None => anyhow::bail!("audit {}: the Kafka consumer thread stopped", a.cfg.name),
+            },
+            // A schema arrived: the records waiting for it are decoded and go on.
+            Ok(()) = async {
+                match arrivals.as_mut() {
+                    Some(rx) => rx.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => a.release_held(),
+            _ = tick.tick() => {
+                a.release_held();
+                a.round().await;
+                // A backlog is worked off round after round (events are still drained in
+                // between: they come first), not one bounded round per verify_interval.
+                if a.backlog {
+                    tick.reset_immediately();
+                }
+            }
+        }
+    }
+    // Drain: persist what is decided, then let the consumer close; its revocation asks for
+    // the settled offsets to commit.
+    tracing::info!(audit = %a.cfg.name, "shutting down: persisting and committing the settled watermark");
+    a.persist().await;
+    tail.stop();
+    while let Some(ev) = tail.events.recv().await {
+        a.on_event(ev).await;
+    }
+    tokio::task::spawn_blocking(move || tail.join()).await.ok();
+    a.status.remove(&a.cfg.name);
+    Ok(())
+}
+
+fn ms_to_time(ms: i64) -> Option<DateTime<Utc>> {
+    Utc.timestamp_millis_opt(ms).single()
+}
+
+impl<V: Verifier> Audit<V> {
+    /// Whether the ledger keeps one key per pending record: the match key (`key_columns`) or
+    /// the document id (`doc_id`).
+    fn keyed(&self) -> bool {
+        matches!(
+            self.cfg.matching.strategy,
+            MatchStrategy::KeyColumns | MatchStrategy::DocId
+        )
+    }
+
+    async fn on_event(&mut self, ev: TailEvent) {
+        match ev {
+            TailEvent::Records(batch) => {
+                let n = batch.len() as u64;
+                self.ingest(batch);
+                self.tail.flow.ingested(n);
+                self.update_flow();
+            }
+            TailEvent::Assigned { partitions, reply } => {
+                let starts = self.assign(partitions).await;
+                let _ = reply.send(starts);
+            }
+            TailEvent::Revoked { partitions, reply } => {
+                let offsets = self.revoke(&partitions).await;
+                let _ = reply.send(offsets);
+            }
+            TailEvent::OffsetOutOfRange => self.out_of_range().await,
+            TailEvent::Error(e) => {
+                tracing::warn!(audit = %self.cfg.name, error = %e, "kafka consumer error");
+            }
+        }
+    }
+
+    /// Tells the tailing thread how many records are undecided per partition (it pauses the
+    /// partitions holding the backlog, see [`crate::kafka::tail::Flow`]).
+    fn update_flow(&self) {
+        self.tail.flow.set_pending(self.parts.iter().map(|(tp, p)| {
+            (
+                tp,
+                p.ledger.pending() + p.held.flow_load(self.cfg.max_pending as u64),
+            )
+        }));
+    }
+
+    fn watermarks(&self) -> HashMap<TopicPartition, (Offset, Offset)> {
+        // The tail thread owns the map; a copy keeps the lock short.
+        self.tail
+            .watermarks
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,407 @@
+//! Persist: gaps and progress to the store first, then the handover topic, and only then
+//! the settled offsets to Kafka (store → handover → commit).
+
+use super::{Audit, GapLog, TRIM_AFTER_GAPS, blocking::blocking, ms_to_time};
+use crate::gap::{Gap, GapState, Offset, TopicPartition};
+use crate::handover;
+use crate::handover::PartitionState;
+use crate::kafka::Command;
+use crate::ledger::{Applied, GapRecord, PartitionLedger};
+use crate::sink::Verifier;
+use crate::store::PartitionProgress;
+use chrono::Utc;
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+
+/// What was decided and is not yet in the store, or not yet in Kafka.
+#[derive(Default)]
+pub(super) struct Writes {
+    /// Gaps changed but not yet persisted (a failed store write is retried next round).
+    pub(super) gaps: BTreeMap<String, Gap>,
+    /// Verdicts (and new gaps' causes) decided but not yet persisted: they reach the
+    /// counters only once the store holds them, so a crash between deciding and persisting
+    /// cannot count a record in this lifetime and again in the next, which re-decides it.
+    pub(super) verdicts: Vec<(TopicPartition, Applied, i64)>,
+    pub(super) causes: Vec<(TopicPartition, &'static str)>,
+    /// (settled, ledger revision) last written per partition: unchanged ones are skipped.
+    pub(super) stored: HashMap<TopicPartition, (Offset, u64)>,
+    /// The settled offset last sent to Kafka per partition.
+    pub(super) committed: HashMap<TopicPartition, Offset>,
+    /// Gap changes of this round, logged together when it persists.
+    pub(super) log: GapLog,
+}
+
+impl Writes {
+    /// Puts gaps whose write failed back, unless a newer version arrived meanwhile.
+    fn put_back(&mut self, gaps: Vec<Gap>) {
+        for g in gaps {
+            self.gaps.entry(g.id.clone()).or_insert(g);
+        }
+    }
+}
+
+/// Gaps an operator acknowledged (`gap-auditor ack` writes the store from another process).
+#[derive(Default)]
+pub(super) struct Acks {
+    /// Their ids (refreshed from the store every round).
+    pub(super) ids: std::collections::HashSet<String>,
+    /// Where the store's ack log was read up to; `None`: list every acknowledged gap next.
+    pub(super) position: Option<i64>,
+}
+
+impl<V: Verifier> Audit<V> {
+    pub(super) fn to_gap(&self, tp: &TopicPartition, g: &GapRecord) -> Gap {
+        let mut gap = g.to_gap(&self.cfg.name, tp);
+        if gap.unrecoverable_at.is_none() {
+            gap.unrecoverable_at = self.deadline_ms(tp, g).and_then(ms_to_time);
+        }
+        gap
+    }
+
+    /// When retention will delete the gap's first record (time-based; size-based deletion
+    /// shows up as the log start passing the gap).
+    pub(super) fn deadline_ms(&self, tp: &TopicPartition, g: &GapRecord) -> Option<i64> {
+        self.retention.deadline_ms(&tp.topic, g.min_ts)
+    }
+
+    /// Logs a changed gap and counts new ones by cause.
+    pub(super) fn report_gap(&mut self, tp: &TopicPartition, g: &GapRecord) {
+        let gap = self.to_gap(tp, g);
+        if g.is_new {
+            self.writes.causes.push((tp.clone(), g.cause.as_str()));
+        }
+        self.writes.log.add(&gap);
+        self.writes.gaps.insert(gap.id.clone(), gap);
+    }
+
+    /// Writes unsaved gaps and the progress of every partition that changed, in one
+    /// transaction.
+    pub(super) async fn persist(&mut self) -> bool {
+        self.writes.log.flush(self.cfg.pipeline_group.as_deref());
+        // Moved, not copied (an incident round holds tens of thousands); put back if the
+        // write fails.
+        let gaps: Vec<Gap> = std::mem::take(&mut self.writes.gaps)
+            .into_values()
+            .collect();
+        let big_round = gaps.len() >= TRIM_AFTER_GAPS;
+        let now = Utc::now();
+        let mut marks = Vec::new();
+        let progress: Vec<PartitionProgress> = self
+            .parts
+            .iter()
+            // An unanchored ledger is stored too (its negative settled offset says "known,
+            // no position yet"), so a restart does not take it for a partition added later.
+            .filter(|(tp, p)| {
+                self.writes.stored.get(*tp) != Some(&(p.ledger.settled(), p.ledger.revision()))
+            })
+            .map(|(tp, p)| {
+                marks.push((tp.clone(), (p.ledger.settled(), p.ledger.revision())));
+                // What changed since the last write, not the whole ledger: under a systematic
+                // loss it holds hundreds of thousands of gaps.
+                let (ledger, items) = ledger_write(&p.ledger);
+                PartitionProgress {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    settled: p.ledger.settled(),
+                    ledger,
+                    updated_at: now,
+                    items,
+                }
+            })
+            .collect();
+        let keys: Vec<(Vec<u8>, u64)> = self
+            .checker
+            .book()
+            .map(|b| {
+                b.changes()
+                    .into_iter()
+                    .map(|(k, n)| (k.as_bytes().to_vec(), n))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if gaps.is_empty() && progress.is_empty() && keys.is_empty() {
+            self.count_persisted();
+            return self.hand_over().await;
+        }
+        if self.handover.is_some() {
+            self.handover_dirty
+                .extend(marks.iter().map(|(tp, _)| tp.clone()));
+            self.handover_dirty.extend(
+                gaps.iter()
+                    .map(|g| TopicPartition::new(g.topic.clone(), g.partition)),
+            );
+        }
+        let store = self.store.clone();
+        let audit = self.cfg.name.clone();
+        // The gaps come back with the write's outcome (put back into `unsaved` should it fail).
+        match blocking(move || {
+            // A panic in the write must not take the gaps with it: they go back to `unsaved`.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                store.commit_round_with_keys(&audit, &gaps, &progress, &keys)
+            }))
+            .unwrap_or_else(|_| {
+                Err(crate::store::StoreError::Panicked(format!(
+                    "the round of audit {audit} panicked while writing"
+                )))
+            });
+            Ok::<_, Infallible>((r, gaps))
+        })
+        .await
+        {
+            Ok((Ok(()), gaps)) => {
+                drop(gaps);
+                if big_round {
+                    crate::memory::release_free();
+                }
+                self.writes.stored.extend(marks);
+                if let Some(book) = self.checker.book_mut() {
+                    book.persisted();
+                }
+                for p in self.parts.values_mut() {
+                    p.ledger.stored();
+                }
+                self.count_persisted();
+                self.hand_over().await
+            }
+            Ok((Err(e), gaps)) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "gap store write failed; the settled watermark stays uncommitted until it succeeds");
+                self.writes.put_back(gaps);
+                false
+            }
+            Err(e) => {
+                // The gaps went with the panicked task: their ledgers still hold them, so
+                // they are written again whole (see `resave_gaps`).
+                tracing::error!(audit = %self.cfg.name, error = %e, "gap store write panicked");
+                self.resave_gaps();
+                false
+            }
+        }
+    }
+
+    /// After a lost write: every gap the ledgers hold is to be written again.
+    pub(super) fn resave_gaps(&mut self) {
+        let all: Vec<(TopicPartition, GapRecord)> = self
+            .parts
+            .iter()
+            .flat_map(|(tp, p)| p.ledger.gaps().map(move |g| (tp.clone(), g.clone())))
+            .collect();
+        for (tp, g) in all {
+            let gap = self.to_gap(&tp, &g);
+            self.writes.gaps.entry(gap.id.clone()).or_insert(gap);
+        }
+    }
+
+    /// Publishes the state of every partition that changed since its last handover, with
+    /// its gaps read back from the store (states as an operator left them), and waits for
+    /// the broker's acknowledgement: only then may their settled offsets be committed.
+    /// `false` keeps them dirty for the next round and the settled watermark uncommitted.
+    pub(super) async fn hand_over(&mut self) -> bool {
+        let Some(h) = self.handover.clone() else {
+            return true;
+        };
+        let tps: Vec<TopicPartition> = self
+            .handover_dirty
+            .iter()
+            .filter(|tp| self.parts.contains_key(*tp))
+            .cloned()
+            .collect();
+        if tps.is_empty() {
+            self.handover_dirty.clear();
+            return true;
+        }
+        let now = Utc::now();
+        let mut states = Vec::new();
+        for tp in &tps {
+            let Some(p) = self.parts.get(tp).filter(|p| p.ledger.is_anchored()) else {
+                continue;
+            };
+            let snap = p.ledger.snapshot();
+            let mut ids: Vec<String> = snap
+                .gaps
+                .iter()
+                .map(|g| Gap::make_id(&self.cfg.name, &tp.topic, tp.partition, g.first))
+                .collect();
+            // Acknowledged gaps left the ledger, not the partition's story: the next owner
+            // must know them too (ids are `audit:topic:partition:first`; neither names
+            // contain `:`).
+            let prefix = format!("{}:{}:{}:", self.cfg.name, tp.topic, tp.partition);
+            ids.extend(
+                self.acks
+                    .ids
+                    .iter()
+                    .filter(|id| id.starts_with(&prefix))
+                    .cloned(),
+            );
+            let key_claims: Vec<(Vec<String>, u64)> = match self.checker.book() {
+                Some(book) => {
+                    let mut keys: Vec<&crate::record::Key> = p.ledger.missing_keys().collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    keys.into_iter()
+                        .map(|k| (k.to_vec(), book.counts(k).1))
+                        .filter(|(_, n)| *n > 0)
+                        .collect()
+                }
+                None => Vec::new(),
+            };
+            states.push((
+                PartitionState {
+                    version: handover::VERSION,
+                    audit: self.cfg.name.clone(),
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    settled: p.ledger.settled(),
+                    ledger: serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null),
+                    gaps: Vec::new(),
+                    replayed: Vec::new(),
+                    key_claims,
+                    written_at: now,
+                    owner: h.owner().to_string(),
+                },
+                ids,
+            ));
+        }
+        let store = self.store.clone();
+        let read = blocking(move || {
+            let mut out = Vec::new();
+            for (mut st, ids) in states {
+                // One query per partition, not one per gap (an incident holds 100,000s).
+                let ids: std::collections::HashSet<String> = ids.into_iter().collect();
+                for (g, replayed) in store.gaps_of_partition(&st.audit, &st.topic, st.partition)? {
+                    if ids.contains(&g.id) {
+                        if replayed {
+                            st.replayed.push(g.id.clone());
+                        }
+                        st.gaps.push(g);
+                    }
+                }
+                out.push(st);
+            }
+            Ok::<_, crate::store::StoreError>(out)
+        })
+        .await;
+        let states = match read {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read gaps for the handover topic; the settled watermark stays uncommitted");
+                return false;
+            }
+        };
+        match h.publish(&states).await {
+            Ok(()) => {
+                for tp in &tps {
+                    self.handover_dirty.remove(tp);
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot publish partition state to the handover topic; the settled watermark stays uncommitted until it succeeds");
+                false
+            }
+        }
+    }
+
+    /// Reloads which gaps an operator acknowledged (`gap-auditor ack` writes the store from
+    /// another process), so they stop counting as open.
+    pub(super) async fn refresh_acknowledged(&mut self) {
+        let store = self.store.clone();
+        let audit = self.cfg.name.clone();
+        let since = self.acks.position;
+        // After a start or an assignment every acknowledged gap (restored ledgers may hold
+        // any of them); then only those acknowledged since, from the store's ack log, so a
+        // round does not read every acknowledgement ever given.
+        let read = blocking(move || match since {
+            None => {
+                // Position first: an ack landing during the listing is read again next
+                // round, never missed.
+                let position = store.ack_position()?;
+                let filter = crate::store::GapFilter {
+                    state: crate::store::StateFilter::Only(GapState::Acknowledged),
+                    audit: Some(audit),
+                };
+                Ok::<_, crate::store::StoreError>((store.list_gaps(&filter)?, position, true))
+            }
+            Some(since) => {
+                let (gaps, position) = store.acks_since(&audit, since)?;
+                Ok((gaps, position, false))
+            }
+        })
+        .await;
+        let (gaps, position, full) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read acknowledgements; retried next round");
+                return;
+            }
+        };
+        for g in gaps.iter().filter(|g| !self.acks.ids.contains(&g.id)) {
+            let tp = TopicPartition::new(g.topic.clone(), g.partition);
+            let Some(part) = self.parts.get_mut(&tp) else {
+                continue;
+            };
+            // Out of the hot ledger: no more re-checks, gauges or claims on its keys.
+            part.ledger.acknowledge(g.first_offset);
+            if let Some(book) = self.checker.book_mut() {
+                for k in part.ledger.take_released_keys() {
+                    book.forget_missing(&k);
+                }
+            }
+            // A new acknowledgement changes what the next owner must know.
+            if self.handover.is_some() {
+                self.handover_dirty.insert(tp);
+            }
+        }
+        let ids = gaps.into_iter().map(|g| g.id);
+        if full {
+            self.acks.ids = ids.collect();
+        } else {
+            self.acks.ids.extend(ids);
+        }
+        self.acks.position = Some(position);
+    }
+
+    pub(super) fn commit_settled(&mut self) {
+        let mut offsets = Vec::new();
+        for (tp, p) in &self.parts {
+            let s = p.ledger.settled();
+            if p.ledger.is_anchored() && self.writes.committed.get(tp) != Some(&s) {
+                offsets.push((tp.clone(), s));
+            }
+        }
+        if offsets.is_empty() {
+            return;
+        }
+        for (tp, s) in &offsets {
+            self.writes.committed.insert(tp.clone(), *s);
+        }
+        let _ = self.tail.commands.send(Command::Commit(offsets));
+    }
+}
+
+/// A ledger's store write: its changes since the last write ([`PartitionLedger::delta`]),
+/// or, should an item not serialize, the whole ledger (which replaces what is stored).
+pub(super) fn ledger_write(
+    ledger: &PartitionLedger,
+) -> (serde_json::Value, Option<crate::store::LedgerItems>) {
+    pub(super) fn items<T: serde::Serialize>(
+        list: Vec<(Offset, Option<T>)>,
+    ) -> Option<Vec<(Offset, Option<String>)>> {
+        list.into_iter()
+            .map(|(f, v)| match v {
+                Some(v) => serde_json::to_string(&v).ok().map(|b| (f, Some(b))),
+                None => Some((f, None)),
+            })
+            .collect()
+    }
+    let d = ledger.delta();
+    let head = serde_json::json!({ "tail_gap": d.tail_gap });
+    match (items(d.missing), items(d.gaps)) {
+        (Some(missing), Some(gaps)) if !d.replace => {
+            (head, Some(crate::store::LedgerItems { missing, gaps }))
+        }
+        _ => (
+            serde_json::to_value(ledger.snapshot()).unwrap_or(serde_json::Value::Null),
+            None,
+        ),
+    }
+}

@@ -1,0 +1,8 @@
+//! Unit tests of the audit loop's parts (no broker, no database server).
+
+mod counting;
+mod harness;
+mod held_release;
+mod persist;
+mod revocation;
+mod round;

@@ -1,0 +1,63 @@
+//! Revocation: the settled offset goes back to the tail once stored; gauges leave with the
+//! partition, counters stay.
+
+use super::harness::*;
+
+#[tokio::test]
+async fn a_revoked_partition_hands_back_its_stored_settled_offset() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(0..6);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert!(h.families.render().contains("gap_auditor_records_pending{"));
+    let out = h.audit.revoke(&[tp(0)]).await;
+    assert_eq!(out, vec![(tp(0), 6)]);
+    assert!(h.audit.parts.is_empty());
+    let page = h.families.render();
+    assert!(!page.contains("gap_auditor_records_pending{"), "{page}");
+    assert!(!page.contains("gap_auditor_settled_offset{"), "{page}");
+    assert_eq!(h.counter(|m| &m.records_confirmed), 6, "counters stay");
+    assert_eq!(
+        h.store.load_progress(AUDIT).expect("progress")[0].settled,
+        6
+    );
+}
+
+#[tokio::test]
+async fn a_revoke_whose_store_write_fails_hands_back_nothing_and_counts_nothing() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(0..3);
+    h.break_store();
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    let out = h.audit.revoke(&[tp(0)]).await;
+    // The next owner resumes from what Kafka holds and decides these records again.
+    assert!(out.is_empty(), "{out:?}");
+    assert!(
+        h.audit.writes.verdicts.is_empty(),
+        "its verdicts are the next owner's to count"
+    );
+    h.heal_store();
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_lost), 0);
+    assert_eq!(h.counter(|m| &m.records_confirmed), 0);
+}
+
+#[tokio::test]
+async fn a_partition_assigned_again_resumes_at_its_stored_offset() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(0..6);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.revoke(&[tp(0)]).await;
+    h.kafka
+        .watermarks
+        .lock()
+        .expect("lock")
+        .insert(tp(0), (0, 20));
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(starts, vec![(tp(0), 6)], "the store wins over the log end");
+}
