@@ -147,32 +147,7 @@ pub enum Cmd {
     /// marked unrecoverable). A replayed gap turns `repaired` once the daemon confirms it.
     #[command(group(clap::ArgGroup::new("what").required(true).args(["gap", "audit"])))]
     #[command(group(clap::ArgGroup::new("dest").required(true).args(["to_topic", "to_sink"])))]
-    Replay {
-        /// The gap to repair (id from `gaps`).
-        #[arg(long, conflicts_with_all = ["audit", "partition", "offsets"])]
-        gap: Option<String>,
-        /// Audit (with --partition and --offsets).
-        #[arg(long, requires_all = ["partition", "offsets"])]
-        audit: Option<String>,
-        /// Topic (default: the audit's only topic).
-        #[arg(long, requires = "audit")]
-        topic: Option<String>,
-        /// Partition.
-        #[arg(long)]
-        partition: Option<i32>,
-        /// Inclusive offset range A-B.
-        #[arg(long, value_parser = gap_auditor::replay::parse_offsets)]
-        offsets: Option<(i64, i64)>,
-        /// Re-produce to this topic (with a `gap-auditor.origin` header).
-        #[arg(long)]
-        to_topic: Option<String>,
-        /// Write into the audit's sink (MySQL/Doris INSERT).
-        #[arg(long)]
-        to_sink: bool,
-        /// Show what would be written; write nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Replay(ReplayArgs),
     /// Wait until everything produced before a time is confirmed in the sink: a sensor for
     /// the batch jobs downstream ("is hour H complete in Doris?").
     ///
@@ -230,6 +205,35 @@ pub enum Cmd {
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: std::net::SocketAddr,
     },
+}
+
+/// The flags of `replay` (its help text is the variant's, in [`Cmd`]).
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    /// The gap to repair (id from `gaps`).
+    #[arg(long, conflicts_with_all = ["audit", "partition", "offsets"])]
+    pub gap: Option<String>,
+    /// Audit (with --partition and --offsets).
+    #[arg(long, requires_all = ["partition", "offsets"])]
+    pub audit: Option<String>,
+    /// Topic (default: the audit's only topic).
+    #[arg(long, requires = "audit")]
+    pub topic: Option<String>,
+    /// Partition.
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// Inclusive offset range A-B.
+    #[arg(long, value_parser = gap_auditor::replay::parse_offsets)]
+    pub offsets: Option<(i64, i64)>,
+    /// Re-produce to this topic (with a `gap-auditor.origin` header).
+    #[arg(long)]
+    pub to_topic: Option<String>,
+    /// Write into the audit's sink (MySQL/Doris INSERT).
+    #[arg(long)]
+    pub to_sink: bool,
+    /// Show what would be written; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `--format`: how results are printed.

@@ -36,34 +36,10 @@ pub fn dispatch(cli: Cli) -> Outcome {
             to,
             format,
         } => check(config.as_deref(), audit.as_deref(), from, to, format),
-        Cmd::Replay {
-            gap,
-            audit,
-            topic,
-            partition,
-            offsets,
-            to_topic,
-            to_sink,
-            dry_run,
-        } => {
-            let cfg = match load(config.as_deref()) {
-                Ok(c) => c,
-                Err(outcome) => return outcome,
-            };
-            super::replay::replay(
-                &cfg,
-                super::replay::Request {
-                    gap,
-                    audit,
-                    topic,
-                    partition,
-                    offsets,
-                    to_topic,
-                    to_sink,
-                    dry_run,
-                },
-            )
-        }
+        Cmd::Replay(args) => match load(config.as_deref()) {
+            Ok(cfg) => super::replay::replay(&cfg, args),
+            Err(outcome) => outcome,
+        },
         Cmd::Wait {
             audit,
             until,

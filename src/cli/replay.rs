@@ -4,33 +4,14 @@ use gap_auditor::config::Config;
 use gap_auditor::replay::{self, Destination, Outcome as Record, ReplayError, Target};
 use gap_auditor::store::Store;
 
+use super::ReplayArgs;
 use super::commands::tokio_runtime;
 use crate::Outcome;
 
-/// The flags of `replay`, as parsed.
-pub(super) struct Request {
-    /// `--gap`.
-    pub gap: Option<String>,
-    /// `--audit`.
-    pub audit: Option<String>,
-    /// `--topic`.
-    pub topic: Option<String>,
-    /// `--partition`.
-    pub partition: Option<i32>,
-    /// `--offsets A-B`.
-    pub offsets: Option<(i64, i64)>,
-    /// `--to-topic`.
-    pub to_topic: Option<String>,
-    /// `--to-sink`.
-    pub to_sink: bool,
-    /// `--dry-run`.
-    pub dry_run: bool,
-}
-
 /// Replays the target of `request`: exit 0 when every record is written or present, 1 when
 /// some failed or the read was partial, 2 on an error.
-pub(super) fn replay(cfg: &Config, request: Request) -> Outcome {
-    let Request {
+pub(super) fn replay(cfg: &Config, args: ReplayArgs) -> Outcome {
+    let ReplayArgs {
         gap,
         audit,
         topic,
@@ -39,7 +20,7 @@ pub(super) fn replay(cfg: &Config, request: Request) -> Outcome {
         to_topic,
         to_sink,
         dry_run,
-    } = request;
+    } = args;
     let store = match Store::open(&cfg.state.path) {
         Ok(s) => s,
         Err(e) => {
