@@ -21,6 +21,10 @@
 
 #![allow(dead_code)]
 
+#[path = "../support/config_toml.rs"]
+pub mod config_toml;
+pub use config_toml::{AuditToml, ConfigToml, SEED_FIELDS};
+
 use gap_auditor::app::{self, AnySink};
 use gap_auditor::config::Config;
 use gap_auditor::gap::Gap;
@@ -276,7 +280,8 @@ impl Db {
         let mut c = self.pool.get_conn().await.expect("mysql conn");
         c.exec_drop(
             format!(
-                "INSERT INTO `{table}` (client_ip, domain, time, target_ip, rcode, query_type, authority_record, add_msg, dns_ip, `partition`, `offset`) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+                "INSERT INTO `{table}` ({}, `partition`, `offset`) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                SEED_FIELDS.join(", ")
             ),
             (
                 &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], partition, offset,
@@ -651,60 +656,46 @@ pub struct AuditSpec<'a> {
     pub listen: &'a str,
 }
 
+/// The auditor configuration for a test, as the shared builder: the seed audit
+/// `dns_logs` on the test's MySQL table, with the tests' short timings.
+pub fn config_builder(s: &AuditSpec) -> ConfigToml {
+    let mut audit = AuditToml::new("dns_logs", &[s.topic]);
+    if let Some(group) = s.pipeline_group {
+        audit = audit.set("pipeline_group", group);
+    }
+    let audit = audit
+        .set("grace", s.grace)
+        .set("verify_interval", s.verify_interval)
+        .set("batch_size", 100)
+        .seed_csv();
+    let audit = match s.strategy {
+        "key_columns" => audit.seed_key_columns(),
+        _ => audit.offset_columns(),
+    };
+    ConfigToml::new(&kafka())
+        .test_group(s.group)
+        .kafka("statistics_interval", "500ms")
+        .server("listen", s.listen)
+        .state_path(s.state_dir)
+        .audit(
+            audit
+                .sql_sink("mysql", &mysql_url(), s.table)
+                .sink("query_timeout", "3s"),
+        )
+}
+
+/// Audit `a` of topic `t`: raw records matched by offset, against a MySQL URL nothing
+/// listens on, for tests that run the audit against a memory sink or never query it.
+pub fn unreachable_sink_audit() -> AuditToml {
+    AuditToml::new("a", &["t"])
+        .record("format", "raw")
+        .strategy("offset_columns")
+        .sql_sink("mysql", "mysql://u@127.0.0.1:1/db", "x")
+}
+
 /// The auditor configuration for a test, as TOML (also written to files for the binary).
 pub fn config_toml(s: &AuditSpec) -> String {
-    let pipeline = s
-        .pipeline_group
-        .map(|g| format!("pipeline_group = \"{g}\""))
-        .unwrap_or_default();
-    let matching = match s.strategy {
-        "key_columns" => "strategy = \"key_columns\"\nkey = [\"client_ip\",\"domain\",\"time\"]".to_string(),
-        _ => "strategy = \"offset_columns\"\npartition_column = \"partition\"\noffset_column = \"offset\"".to_string(),
-    };
-    format!(
-        r#"
-[kafka]
-brokers = "{brokers}"
-group_id = "{group}"
-start = "earliest"
-session_timeout = "6s"
-heartbeat_interval = "500ms"
-statistics_interval = "500ms"
-[server]
-listen = "{listen}"
-[state]
-path = "{state}"
-[[audits]]
-name = "dns_logs"
-topics = ["{topic}"]
-{pipeline}
-grace = "{grace}"
-verify_interval = "{verify}"
-batch_size = 100
-[audits.record]
-format = "csv"
-delimiter = "|"
-fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
-[audits.record.filter]
-field_count = 9
-[audits.match]
-{matching}
-[audits.sink]
-kind = "mysql"
-url = "{url}"
-table = "{table}"
-query_timeout = "3s"
-"#,
-        brokers = kafka(),
-        group = s.group,
-        listen = s.listen,
-        state = s.state_dir.display(),
-        topic = s.topic,
-        grace = s.grace,
-        verify = s.verify_interval,
-        table = s.table,
-        url = mysql_url(),
-    )
+    config_builder(s).render()
 }
 
 /// An auditor running in this process, with its metrics, status and store at hand.
@@ -1140,32 +1131,13 @@ impl MockKafka {
     /// `state`; `kafka` and `audit` are more lines of the `[kafka]` and `[[audits]]` tables.
     /// The sink is an unreachable MySQL URL: tests run it against a memory sink.
     pub fn config(&self, state: &Path, kafka: &str, audit: &str) -> Config {
-        Config::from_toml_str(&format!(
-            r#"
-[kafka]
-brokers = "{brokers}"
-session_timeout = "6s"
-heartbeat_interval = "500ms"
-{kafka}
-[state]
-path = "{state}"
-[[audits]]
-name = "a"
-topics = ["t"]
-{audit}
-[audits.record]
-format = "raw"
-[audits.match]
-strategy = "offset_columns"
-[audits.sink]
-kind = "mysql"
-url = "mysql://u@127.0.0.1:1/db"
-table = "x"
-"#,
-            brokers = self.brokers,
-            state = state.display(),
-        ))
-        .expect("config")
+        let toml = ConfigToml::new(&self.brokers)
+            .kafka("session_timeout", "6s")
+            .kafka("heartbeat_interval", "500ms")
+            .kafka_lines(kafka)
+            .state_path(state)
+            .audit(unreachable_sink_audit().lines(audit));
+        Config::from_toml_str(&toml.render()).expect("config")
     }
 }
 
