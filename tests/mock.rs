@@ -280,27 +280,7 @@ async fn replay_of_deleted_offsets_is_refused_and_the_gap_is_unrecoverable() {
     assert!(low > 10, "the mock deleted the start (low={low})");
     let state = tempfile::tempdir().expect("tempdir");
     let store = Store::open(state.path()).expect("store");
-    let mut gap = gap_auditor::gap::Gap {
-        id: gap_auditor::gap::Gap::make_id("a", "t", 0, 2),
-        audit: "a".into(),
-        topic: "t".into(),
-        partition: 0,
-        first_offset: 2,
-        last_offset: 3,
-        missing_records: 2,
-        size_known: true,
-        first_timestamp: None,
-        last_timestamp: None,
-        detected_at: chrono::Utc::now(),
-        state: GapState::Open,
-        unrecoverable_at: None,
-        ack_reason: None,
-        cause: Default::default(),
-        pipeline_commit_from: None,
-        pipeline_commit_to: None,
-        pipeline_commit_at: None,
-        shared_key: false,
-    };
+    let mut gap = support::open_gap("a", "t", 2, 3);
     store.commit_round("a", &[gap.clone()], &[]).expect("gap");
     let config = state.path().join("c.toml");
     let toml = ConfigToml::new(&kafka.brokers)
