@@ -405,38 +405,26 @@ async fn no_secret_in_logs_api_or_metrics() {
 /// (parsers quote the offending line).
 #[test]
 fn validate_config_errors_do_not_echo_secrets() {
-    let good = format!(
-        r#"[kafka]
-brokers = "127.0.0.1:9092"
-[kafka.properties]
-"sasl.password" = "{SASL_PW}"
-[server]
-api_token = "{API_TOKEN}"
-[[audits]]
-name = "a"
-topics = ["t"]
-[audits.record]
-fields = ["a", "b"]
-[audits.match]
-strategy = "offset_columns"
-[audits.sink]
-kind = "mysql"
-url = "mysql://u:{MYSQL_PW}@127.0.0.1:3306/db"
-table = "t"
-
-[[audits]]
-name = "b"
-topics = ["t"]
-[audits.record]
-format = "json"
-[audits.match]
-strategy = "doc_id"
-[audits.sink]
-kind = "elasticsearch"
-url = "http://elastic:{ES_PW}@127.0.0.1:9200"
-index = "i"
-"#
-    );
+    let good = ConfigToml::new("127.0.0.1:9092")
+        .kafka_property("sasl.password", SASL_PW)
+        .server("api_token", API_TOKEN)
+        .audit(
+            AuditToml::new("a", &["t"])
+                .record("fields", ["a", "b"])
+                .strategy("offset_columns")
+                .sql_sink(
+                    "mysql",
+                    &format!("mysql://u:{MYSQL_PW}@127.0.0.1:3306/db"),
+                    "t",
+                ),
+        )
+        .audit(
+            AuditToml::new("b", &["t"])
+                .record("format", "json")
+                .strategy("doc_id")
+                .es_sink(&format!("http://elastic:{ES_PW}@127.0.0.1:9200"), "i"),
+        )
+        .render();
     let cases: Vec<(String, &str)> = vec![
         // A syntax error on the line of the password.
         (
