@@ -42,6 +42,13 @@
 //! are read once at load time (relative paths are relative to the working directory) and
 //! one trailing newline sequence is trimmed. Errors name the key and the file, never the
 //! content.
+//!
+//! # Where each job lives
+//!
+//! `schema` (the structs; their doc comments are the user docs), `kinds` (the enumerations
+//! spelled as strings), `deserializers` (durations, lists, the delimiter, the TLS mode),
+//! `loading` (files, the `config` crate, key paths in its errors), `env` (the overrides),
+//! `secrets` ([`Secret`], [`SecretUrl`], the `*_file` keys) and `validate` (every rule, pure).
 
 mod deserializers;
 mod env;
@@ -100,6 +107,7 @@ impl ConfigError {
     }
 }
 
+/// `Err(ConfigError)` for `path`: every rule ends in one, so this keeps them one line.
 fn err<T>(path: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError::new(path, message))
 }
