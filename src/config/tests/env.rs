@@ -15,15 +15,7 @@ fn registry_password_from_the_environment() {
         )]),
     )
     .expect("env override");
-    let reg = cfg.audits[0]
-        .record
-        .schema_registry
-        .as_ref()
-        .expect("registry");
-    assert_eq!(
-        reg.password.as_ref().map(Secret::expose),
-        Some("env-registry-pw")
-    );
+    assert_eq!(registry_password(&cfg), Some("env-registry-pw"));
 }
 
 #[test]

@@ -103,6 +103,14 @@ fn invalid_avro(edit: impl FnOnce(&mut Config)) -> ConfigError {
     cfg.validate().expect_err("expected a validation error")
 }
 
+/// The schema registry password of the first audit, once loaded.
+fn registry_password(c: &Config) -> Option<&str> {
+    let registry = c.audits[0].record.schema_registry.as_ref();
+    registry
+        .and_then(|r| r.password.as_ref())
+        .map(Secret::expose)
+}
+
 fn registry(c: &mut Config) -> &mut SchemaRegistryConfig {
     c.audits[0]
         .record

@@ -11,16 +11,9 @@ fn registry_password_file_is_read_at_load() {
         &format!("password_file = {:?}", pw.display().to_string()),
     );
     let cfg = Config::from_toml_str(&toml).expect("password_file");
-    let reg = cfg.audits[0]
-        .record
-        .schema_registry
-        .as_ref()
-        .expect("registry");
-    assert_eq!(
-        reg.password.as_ref().map(Secret::expose),
-        Some("from-a-file")
-    );
-    assert_eq!(reg.password_file, None);
+    assert_eq!(registry_password(&cfg), Some("from-a-file"));
+    let reg = cfg.audits[0].record.schema_registry.as_ref();
+    assert_eq!(reg.and_then(|r| r.password_file.as_ref()), None);
     assert_eq!(cfg.validate(), Ok(()), "a loaded config stays valid");
     let missing = AVRO.replace(
         "password = \"registry-secret\"",
