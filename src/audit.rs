@@ -424,7 +424,7 @@ impl<V: Verifier> Audit<V> {
                 Ok(_) => next,
             };
             // Held records are read again from the new position.
-            part.held.clear();
+            part.held.clear(self.checker.book_mut());
             self.parts.insert(tp.clone(), part);
             positions.push((tp, seek));
         }
@@ -517,6 +517,7 @@ impl<V: Verifier> Audit<V> {
             if let Some(book) = self.checker.book_mut() {
                 if let Some(old) = self.parts.get_mut(&tp) {
                     book.release(&mut old.ledger, false);
+                    old.held.clear(Some(&mut *book));
                 }
                 book.adopt(&ledger);
             }
@@ -526,7 +527,7 @@ impl<V: Verifier> Audit<V> {
                     ledger,
                     log,
                     stalled: false,
-                    held: Held::default(),
+                    held: Held::for_decoder(&self.decoder),
                 },
             );
         }
@@ -699,6 +700,7 @@ impl<V: Verifier> Audit<V> {
                 // (maybe this instance): their confirmations must not hold rows twice.
                 if let Some(book) = self.checker.book_mut() {
                     book.release(&mut part.ledger, ok);
+                    part.held.clear(Some(book));
                 }
                 if ok {
                     out.push((tp.clone(), part.ledger.settled()));
@@ -1549,11 +1551,12 @@ impl<V: Verifier> Audit<V> {
     /// Tells the tailing thread how many records are undecided per partition (it pauses the
     /// partitions holding the backlog, see [`crate::kafka::tail::Flow`]).
     fn update_flow(&self) {
-        self.flow.set_pending(
-            self.parts
-                .iter()
-                .map(|(tp, p)| (tp, p.ledger.pending() + p.held.len() as u64)),
-        );
+        self.flow.set_pending(self.parts.iter().map(|(tp, p)| {
+            (
+                tp,
+                p.ledger.pending() + p.held.flow_load(self.cfg.max_pending as u64),
+            )
+        }));
     }
 
     async fn poll_pipeline(&mut self) {
@@ -1959,13 +1962,13 @@ fn release_held(
     metrics: &Metrics,
     parts: &mut BTreeMap<TopicPartition, Part>,
     decoder: &Decoder,
-    book: Option<&mut KeyBook>,
+    mut book: Option<&mut KeyBook>,
     now: i64,
 ) -> u64 {
     let mut ready = Vec::new();
     for part in parts.values_mut() {
         if !part.held.is_empty() {
-            ready.extend(part.held.release(decoder));
+            ready.extend(part.held.release(decoder, book.as_deref_mut()));
         }
     }
     if ready.is_empty() {
@@ -2011,7 +2014,9 @@ pub fn ingest_batch(
                 Some((ledger, held)) => {
                     // Records waiting for their schema, and everything behind them, wait.
                     let r = match held.as_deref_mut() {
-                        Some(h) if r.offset >= ledger.next_offset() => match h.admit(r) {
+                        Some(h) if r.offset >= ledger.next_offset() => match h
+                            .admit(r, book.as_deref_mut())
+                        {
                             Some(r) => r,
                             None => {
                                 next = records

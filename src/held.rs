@@ -9,20 +9,73 @@
 //! (and so the settled watermark the auditor commits) stays before the first held record:
 //! after a crash, a rebalance or a re-positioning they are read again. The tail's
 //! backpressure counts held records as pending, so a registry that stays down pauses
-//! consumption at `max_pending` instead of filling memory.
+//! consumption at `max_pending` instead of filling memory. It counts their bytes too
+//! ([`Held::flow_load`]): a record waiting for its schema keeps its whole value, and
+//! `max_pending` records of a megabyte each would be a terabyte, so [`HELD_BYTES_MAX`] of
+//! held values weigh as much as `max_pending` records.
+//!
+//! Only the first held record's schema is asked for ([`SchemaRegistry::want`]): the ids
+//! behind it are asked for when they come to the front, so one id the registry cannot give
+//! does not make the fetcher chase every id read after it.
+//!
+//! Held records with a match key are *pending* in the audit-wide key multiset
+//! ([`KeyBook`]) from the moment they are held: they are records the sink must hold rows
+//! for, so those rows are not free for the same key on another partition (where they would
+//! be charged as duplicates, or confirm a missing record). They leave the book when they go
+//! to the ledger (which pends them again) or are forgotten ([`Held::clear`]).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::kafka::Tagged;
-use crate::record::{Decoder, RecordMeta, Tag};
+use crate::ledger::KeyBook;
+use crate::record::{Decoder, Key, RecordMeta, SchemaRegistry, Tag};
+
+/// Bytes of held record values (and Kafka keys) that weigh as much as `max_pending`
+/// records in the tail's flow control: with the registry down, an audit holds about this
+/// much before its waiting partitions pause (they pause earlier when other partitions need
+/// the budget, see [`crate::kafka::tail::Flow`]).
+pub const HELD_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
+/// Bytes a held record keeps: what [`Tag::Unresolved`] carries (decided records keep only
+/// their tag).
+fn held_bytes(r: &Tagged) -> u64 {
+    match &r.tag {
+        Tag::Unresolved(u) => (u.value.len() + u.key.as_ref().map_or(0, |k| k.len())) as u64,
+        _ => 0,
+    }
+}
 
 /// One partition's held records, oldest first.
 #[derive(Debug, Default)]
 pub struct Held {
     records: VecDeque<Tagged>,
+    /// Sum of [`held_bytes`] over `records`.
+    bytes: u64,
+    /// Where the first held record's schema is asked for (`None`: nobody asks, tests).
+    registry: Option<Arc<SchemaRegistry>>,
+}
+
+/// The key a held record holds pending in the [`KeyBook`]: decided records only (a record
+/// waiting for its schema has no key yet).
+fn pended_key(r: &Tagged) -> Option<&Key> {
+    match &r.tag {
+        Tag::Expected { key } => key.as_ref(),
+        _ => None,
+    }
 }
 
 impl Held {
+    /// Held records of a partition audited with `decoder`: the first one's schema is asked
+    /// of its registry.
+    pub fn for_decoder(decoder: &Decoder) -> Self {
+        Self {
+            records: VecDeque::new(),
+            bytes: 0,
+            registry: decoder.registry().cloned(),
+        }
+    }
+
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
@@ -31,6 +84,20 @@ impl Held {
     /// How many records are held.
     pub fn len(&self) -> usize {
         self.records.len()
+    }
+
+    /// Bytes the held records keep (their values and Kafka keys).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// What the held records weigh in the tail's flow control of an audit capped at
+    /// `max_pending` records: one per record, and `max_pending` per [`HELD_BYTES_MAX`]
+    /// bytes kept, so large values pause their partition by memory, not only by count.
+    pub fn flow_load(&self, max_pending: u64) -> u64 {
+        let by_bytes =
+            u128::from(self.bytes) * u128::from(max_pending) / u128::from(HELD_BYTES_MAX);
+        (self.records.len() as u64).saturating_add(u64::try_from(by_bytes).unwrap_or(u64::MAX))
     }
 
     /// The schema id the first held record waits for.
@@ -46,7 +113,10 @@ impl Held {
     /// back: it is one [`Self::release`] handed over (the ledger takes offsets below the
     /// held ones only from there). Offsets from the first held one to the last are
     /// re-deliveries and dropped (the ledger ignores old offsets the same way).
-    pub fn admit(&mut self, r: Tagged) -> Option<Tagged> {
+    ///
+    /// A record kept with a match key is pended in `book` (see the module docs); the first
+    /// record kept has its schema asked for.
+    pub fn admit(&mut self, r: Tagged, book: Option<&mut KeyBook>) -> Option<Tagged> {
         if let (Some(first), Some(last)) = (self.records.front(), self.records.back()) {
             if r.offset < first.offset {
                 // Released while later records still wait: dropping it here lost it for
@@ -54,23 +124,37 @@ impl Held {
                 return Some(r);
             }
             if r.offset > last.offset {
-                self.records.push_back(r);
+                self.keep(r, book);
             }
             return None;
         }
-        if matches!(r.tag, Tag::Unresolved(_)) {
-            self.records.push_back(r);
+        if let Tag::Unresolved(u) = &r.tag {
+            if let Some(reg) = &self.registry {
+                reg.want(u.schema_id);
+            }
+            self.keep(r, book);
             return None;
         }
         Some(r)
     }
 
+    fn keep(&mut self, r: Tagged, book: Option<&mut KeyBook>) {
+        if let (Some(book), Some(k)) = (book, pended_key(&r)) {
+            book.pend(k);
+        }
+        self.bytes += held_bytes(&r);
+        self.records.push_back(r);
+    }
+
     /// Decodes the held records again, in order, and returns the prefix that is decided
-    /// now; the first record still waiting for its schema stops it (and is asked for
-    /// again).
-    pub fn release(&mut self, decoder: &Decoder) -> Vec<Tagged> {
+    /// now; the first record still waiting for its schema stops it (and is asked for: it
+    /// may be another id than the one just fetched). The returned records leave `book`
+    /// (the ledger pends the ones it takes).
+    pub fn release(&mut self, decoder: &Decoder, mut book: Option<&mut KeyBook>) -> Vec<Tagged> {
         let mut out = Vec::new();
         while let Some(front) = self.records.front_mut() {
+            let kept = held_bytes(front);
+            let mut pended = true;
             if let Tag::Unresolved(u) = &front.tag {
                 let meta = RecordMeta {
                     topic: &front.topic,
@@ -79,11 +163,23 @@ impl Held {
                     key: None,
                 };
                 match decoder.retag(u, &meta) {
-                    Tag::Unresolved(_) => break,
+                    Tag::Unresolved(u) => {
+                        if let Some(reg) = decoder.registry() {
+                            reg.want(u.schema_id);
+                        }
+                        break;
+                    }
                     tag => front.tag = tag,
                 }
+                // Decided only now: it was never in the book.
+                pended = false;
             }
             if let Some(r) = self.records.pop_front() {
+                // Counted as kept, whatever it was retagged to meanwhile.
+                self.bytes = self.bytes.saturating_sub(kept);
+                if pended && let (Some(book), Some(k)) = (book.as_deref_mut(), pended_key(&r)) {
+                    book.unpend(k);
+                }
                 out.push(r);
             }
         }
@@ -95,9 +191,15 @@ impl Held {
     }
 
     /// Forgets everything (the partition is re-positioned or revoked: the records are read
-    /// again from the ledger's position).
-    pub fn clear(&mut self) {
-        self.records = VecDeque::new();
+    /// again from the ledger's position), taking their keys out of `book`.
+    pub fn clear(&mut self, book: Option<&mut KeyBook>) {
+        let records = std::mem::take(&mut self.records);
+        self.bytes = 0;
+        if let Some(book) = book {
+            for k in records.iter().filter_map(pended_key) {
+                book.unpend(k);
+            }
+        }
     }
 }
 
@@ -131,16 +233,16 @@ mod tests {
     fn from_the_first_unresolved_record_the_partition_waits_in_order() {
         let mut h = Held::default();
         assert!(
-            h.admit(tagged(0, DECIDED)).is_some(),
+            h.admit(tagged(0, DECIDED), None).is_some(),
             "nothing held: straight on"
         );
-        assert!(h.admit(tagged(1, unresolved(7))).is_none());
+        assert!(h.admit(tagged(1, unresolved(7)), None).is_none());
         assert!(
-            h.admit(tagged(2, DECIDED)).is_none(),
+            h.admit(tagged(2, DECIDED), None).is_none(),
             "decided, but behind a held one"
         );
-        assert!(h.admit(tagged(2, DECIDED)).is_none());
-        assert!(h.admit(tagged(1, DECIDED)).is_none());
+        assert!(h.admit(tagged(2, DECIDED), None).is_none());
+        assert!(h.admit(tagged(1, DECIDED), None).is_none());
         assert_eq!(h.len(), 2, "re-deliveries are not held twice");
         assert_eq!(h.waiting_for(), Some(7));
     }
@@ -148,15 +250,15 @@ mod tests {
     #[test]
     fn a_record_released_ahead_of_those_still_held_goes_on() {
         let mut h = Held::default();
-        assert!(h.admit(tagged(5, unresolved(7))).is_none());
-        assert!(h.admit(tagged(6, unresolved(8))).is_none());
+        assert!(h.admit(tagged(5, unresolved(7)), None).is_none());
+        assert!(h.admit(tagged(6, unresolved(8)), None).is_none());
         // `release` handed offset 5 over while 6 still waits: it comes back through here.
         h.records.pop_front();
-        let back = h.admit(tagged(5, DECIDED));
+        let back = h.admit(tagged(5, DECIDED), None);
         assert_eq!(back.map(|r| r.offset), Some(5));
         assert_eq!(h.len(), 1, "the held one stays");
         assert!(
-            h.admit(tagged(6, DECIDED)).is_none(),
+            h.admit(tagged(6, DECIDED), None).is_none(),
             "a re-delivery of a held one"
         );
     }
@@ -164,8 +266,8 @@ mod tests {
     #[test]
     fn a_decoder_without_the_schema_releases_nothing_and_one_that_cannot_use_it_everything() {
         let mut h = Held::default();
-        h.admit(tagged(1, unresolved(7)));
-        h.admit(tagged(2, DECIDED));
+        h.admit(tagged(1, unresolved(7)), None);
+        h.admit(tagged(2, DECIDED), None);
         // An avro decoder with no registry: the record is undecodable (decided), so the
         // whole prefix goes on, in order.
         let d = Decoder::new(DecoderSpec {
@@ -173,10 +275,286 @@ mod tests {
             ..DecoderSpec::default()
         })
         .expect("valid");
-        let out = h.release(&d);
+        let out = h.release(&d, None);
         assert_eq!(out.iter().map(|r| r.offset).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(out[0].tag, Tag::Filtered(FilterReason::Undecodable));
         assert!(h.is_empty());
-        assert!(h.admit(tagged(3, DECIDED)).is_some());
+        assert!(h.admit(tagged(3, DECIDED), None).is_some());
+    }
+
+    /// Issue 19 review: held records were bounded by count only, and each keeps its value.
+    #[test]
+    fn held_bytes_weigh_in_the_flow_control() {
+        let big = |offset: i64| {
+            tagged(
+                offset,
+                Tag::Unresolved(Box::new(Unresolved {
+                    schema_id: 7,
+                    value: vec![0u8; 1 << 20].into_boxed_slice(),
+                    key: Some(Box::from(&b"k"[..])),
+                })),
+            )
+        };
+        let max_pending = 100_000;
+        let mut h = Held::default();
+        h.admit(big(0), None);
+        h.admit(tagged(1, DECIDED), None);
+        assert_eq!(
+            h.bytes(),
+            (1 << 20) + 1,
+            "the value and the key; decided ones keep none"
+        );
+        // 256 records of 1 MiB: far under max_pending by count, at it by bytes.
+        for o in 2..257 {
+            h.admit(big(o), None);
+        }
+        assert_eq!(h.len(), 257);
+        assert!(
+            h.flow_load(max_pending) >= max_pending,
+            "{}",
+            h.flow_load(max_pending)
+        );
+        // Small values weigh about their count.
+        let mut small = Held::default();
+        small.admit(tagged(0, unresolved(7)), None);
+        small.admit(tagged(1, unresolved(7)), None);
+        assert_eq!(small.flow_load(max_pending), 2);
+        h.clear(None);
+        assert_eq!((h.bytes(), h.flow_load(max_pending)), (0, 0));
+    }
+
+    /// Issue 19 review: the ledger side of a held partition, through the daemon's own
+    /// [`crate::audit::ingest_batch`].
+    mod with_the_ledger {
+        use super::*;
+        use crate::audit::{Ledgers, ingest_batch};
+        use crate::gap::TopicPartition;
+        use crate::ledger::PartitionLedger;
+        use crate::metrics::Metrics;
+        use crate::record::registry::{RawSchema, SchemaType};
+        use std::collections::BTreeMap;
+
+        const SCHEMA: &str =
+            r#"{"type":"record","name":"R","fields":[{"name":"a","type":"string"}]}"#;
+
+        struct Slots(BTreeMap<TopicPartition, (PartitionLedger, Held)>);
+
+        impl Ledgers for Slots {
+            fn slot_mut(
+                &mut self,
+                tp: &TopicPartition,
+            ) -> Option<(&mut PartitionLedger, Option<&mut Held>)> {
+                self.0.get_mut(tp).map(|(l, h)| (l, Some(h)))
+            }
+        }
+
+        /// An avro key_columns decoder (key: field `a`) with a registry nobody answers.
+        fn decoder() -> Decoder {
+            let cfg = crate::record::registry::test_support::test_config("http://127.0.0.1:9/");
+            let reg = crate::record::schema_registry(&cfg, DecodeFormat::Avro).expect("registry");
+            Decoder::new(DecoderSpec {
+                format: DecodeFormat::Avro,
+                key: Some(vec!["a".into()]),
+                ..DecoderSpec::default()
+            })
+            .expect("decoder")
+            .with_registry(Arc::new(reg))
+        }
+
+        fn raw() -> RawSchema {
+            RawSchema {
+                schema_type: SchemaType::Avro,
+                text: SCHEMA.into(),
+                references: Vec::new(),
+            }
+        }
+
+        /// `{a: "x"}` of schema `id` at `partition`/`offset`, tagged as the tail tags it.
+        fn record(d: &Decoder, partition: i32, offset: i64, id: u8) -> Tagged {
+            let value = [0u8, 0, 0, 0, id, 2, b'x'];
+            let meta = RecordMeta {
+                topic: "t",
+                partition,
+                offset,
+                key: None,
+            };
+            Tagged {
+                topic: Arc::from("t"),
+                partition,
+                offset,
+                timestamp_ms: Some(1),
+                tag: d.tag_record(Some(&value), &meta),
+            }
+        }
+
+        fn slots(d: &Decoder, n: i32) -> Slots {
+            Slots(
+                (0..n)
+                    .map(|p| {
+                        (
+                            TopicPartition::new("t", p),
+                            (PartitionLedger::new(0, true), Held::for_decoder(d)),
+                        )
+                    })
+                    .collect(),
+            )
+        }
+
+        fn x() -> Key {
+            Key::new(["x"])
+        }
+
+        #[test]
+        fn a_record_held_behind_another_keeps_its_row_from_being_a_duplicate() {
+            let d = decoder();
+            let reg = d.registry().expect("registry").clone();
+            reg.insert(7, &raw());
+            let m = Metrics::new();
+            let mut book = KeyBook::default();
+            let mut parts = slots(&d, 2);
+            // Partition 0: offset 0 waits for schema 8; offset 1 (key x, schema 7, decided)
+            // waits behind it. Partition 1: offset 0, key x, decided.
+            let batch = vec![
+                record(&d, 0, 0, 8),
+                record(&d, 0, 1, 7),
+                record(&d, 1, 0, 7),
+            ];
+            assert!(matches!(batch[0].tag, Tag::Unresolved(_)));
+            assert!(matches!(batch[1].tag, Tag::Expected { .. }));
+            ingest_batch("a", &m, &mut parts, Some(&mut book), batch, 0);
+            assert_eq!(
+                book.counts(&x()).0,
+                2,
+                "both records with key x are pending"
+            );
+            // The pipeline wrote both records: two rows for x. Partition 1's record is due.
+            let out = book.decide_due(&x(), 1, 2);
+            assert_eq!(out.confirmed, 1);
+            assert_eq!(
+                out.duplicates, 0,
+                "the second row is the held record's, not a duplicate"
+            );
+            assert!(out.shared, "another record carries the key");
+        }
+
+        #[test]
+        fn held_keys_leave_the_book_when_released_or_forgotten() {
+            let d = decoder();
+            let reg = d.registry().expect("registry").clone();
+            reg.insert(7, &raw());
+            let m = Metrics::new();
+            let mut book = KeyBook::default();
+            let mut parts = slots(&d, 1);
+            let tp = TopicPartition::new("t", 0);
+            let batch = vec![
+                record(&d, 0, 0, 8),
+                record(&d, 0, 1, 7),
+                record(&d, 0, 2, 7),
+            ];
+            ingest_batch("a", &m, &mut parts, Some(&mut book), batch, 0);
+            assert_eq!(book.total_pending(), 2, "the two decided ones");
+            // Revoked or re-positioned: read again later, so no claim meanwhile.
+            let (_, held) = parts.0.get_mut(&tp).expect("part");
+            held.clear(Some(&mut book));
+            assert_eq!(book.total_pending(), 0);
+            // Read again, then schema 8 arrives: each record pended once, by the ledger.
+            let batch = vec![
+                record(&d, 0, 0, 8),
+                record(&d, 0, 1, 7),
+                record(&d, 0, 2, 7),
+            ];
+            ingest_batch("a", &m, &mut parts, Some(&mut book), batch, 0);
+            reg.insert(8, &raw());
+            let (_, held) = parts.0.get_mut(&tp).expect("part");
+            assert_eq!(held.bytes(), 7, "the one waiting keeps its value");
+            let ready = held.release(&d, Some(&mut book));
+            assert_eq!(ready.len(), 3);
+            assert_eq!(held.bytes(), 0);
+            assert_eq!(book.total_pending(), 0, "out of the held ones");
+            ingest_batch("a", &m, &mut parts, Some(&mut book), ready, 0);
+            let (ledger, _) = &parts.0[&tp];
+            assert_eq!(ledger.pending(), 3);
+            assert_eq!(
+                book.total_pending(),
+                3,
+                "as many as the ledger's pending keys"
+            );
+        }
+
+        /// A schema id the registry answers 404 for, for good: once the fetcher gives it up
+        /// the partition goes on, the record counted undecodable, the one behind it
+        /// decided as usual. (Before: held for ever.)
+        #[tokio::test]
+        async fn an_id_the_registry_never_knows_releases_its_partition_as_undecodable() {
+            use crate::record::registry::test_support::{QUICK, answering, test_config};
+            let (url, _) = answering("404 Not Found").await;
+            let reg = Arc::new(
+                crate::record::schema_registry(&test_config(&url), DecodeFormat::Avro)
+                    .expect("registry")
+                    .with_not_found_policy(QUICK),
+            );
+            let d = Decoder::new(DecoderSpec {
+                format: DecodeFormat::Avro,
+                key: Some(vec!["a".into()]),
+                ..DecoderSpec::default()
+            })
+            .expect("decoder")
+            .with_registry(reg.clone());
+            reg.insert(7, &raw());
+            let cancel = tokio_util::sync::CancellationToken::new();
+            tokio::spawn(reg.clone().run_fetcher(cancel.clone()));
+            let m = Metrics::new();
+            let mut parts = slots(&d, 1);
+            let batch = vec![record(&d, 0, 0, 8), record(&d, 0, 1, 7)];
+            ingest_batch("a", &m, &mut parts, None, batch, 0);
+            let tp = TopicPartition::new("t", 0);
+            let mut ready = Vec::new();
+            for _ in 0..200 {
+                let (_, held) = parts.0.get_mut(&tp).expect("part");
+                ready = held.release(&d, None);
+                if !ready.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            cancel.cancel();
+            assert_eq!(ready.len(), 2, "released once the 404s are final");
+            assert_eq!(ready[0].tag, Tag::Filtered(FilterReason::Undecodable));
+            ingest_batch("a", &m, &mut parts, None, ready, 0);
+            let (ledger, held) = &parts.0[&tp];
+            assert!(held.is_empty());
+            assert_eq!(ledger.next_offset(), 2, "the partition goes on");
+            assert_eq!(ledger.pending(), 1, "the record behind it is expected");
+            let undecodable = m
+                .records_filtered
+                .with_label_values(&["a", "t", "0", "undecodable"])
+                .get();
+            assert_eq!(undecodable, 1);
+        }
+
+        #[test]
+        fn only_the_first_held_records_schema_is_asked_for() {
+            let d = decoder();
+            let reg = d.registry().expect("registry").clone();
+            let m = Metrics::new();
+            let mut parts = slots(&d, 1);
+            // Three schema ids behind one another: only the front one is worth fetching.
+            let batch = vec![
+                record(&d, 0, 0, 7),
+                record(&d, 0, 1, 8),
+                record(&d, 0, 2, 9),
+            ];
+            ingest_batch("a", &m, &mut parts, None, batch, 0);
+            assert_eq!(reg.waiting(), vec![(7, None)]);
+            reg.insert(7, &raw());
+            let tp = TopicPartition::new("t", 0);
+            let (_, held) = parts.0.get_mut(&tp).expect("part");
+            assert_eq!(held.release(&d, None).len(), 1);
+            assert_eq!(
+                reg.waiting(),
+                vec![(8, None)],
+                "the next front is asked for"
+            );
+        }
     }
 }

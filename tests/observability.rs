@@ -53,6 +53,7 @@ const ALERTS: &[&str] = &[
     "GapAuditorDown",
     // Issue 19: the coverage group.
     "GapAuditorRecordsUndecodable",
+    "GapAuditorRecordsFiltered",
     "GapAuditorSchemaRegistryDown",
 ];
 

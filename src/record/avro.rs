@@ -96,6 +96,169 @@ fn keep_uuid_text(text: &str) -> String {
     }
 }
 
+/// Most array items and map entries one record may hold over all its collections together:
+/// apache-avro caps each collection at [`MAX_ALLOCATION`] bytes of values, but not their sum.
+/// An item of `null` (or of an empty record) takes no byte, and an empty array one: a few
+/// bytes could declare a million of them per collection, in as many collections as the
+/// record has bytes, each allocated in full.
+const MAX_ITEMS: usize = MAX_ALLOCATION / std::mem::size_of::<Avro>();
+
+/// A walk over one encoded datum, before apache-avro decodes it: it counts the collection
+/// items against [`MAX_ITEMS`], and it finds a datum cut short. apache-avro reads a boolean,
+/// a string or a union index at the end of the input as `null` (for its own default
+/// handling), so a truncated record would decode with its last fields absent — a record
+/// filtered, or expected with another key, instead of undecodable.
+struct Walk<'a> {
+    buf: &'a [u8],
+    names: &'a HashMap<Name, Schema>,
+    items: usize,
+}
+
+impl<'a> Walk<'a> {
+    /// Whether `payload` is exactly one datum of `schema` within the item budget.
+    fn check(
+        schema: &Schema,
+        names: &'a HashMap<Name, Schema>,
+        payload: &'a [u8],
+    ) -> Result<(), String> {
+        let mut w = Walk {
+            buf: payload,
+            names,
+            items: 0,
+        };
+        w.skip(schema)?;
+        if !w.buf.is_empty() {
+            return Err(format!("{} bytes after the record", w.buf.len()));
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, n: usize) -> Result<(), String> {
+        if n > self.buf.len() {
+            return Err("truncated: the record ends before its schema does".into());
+        }
+        self.buf = &self.buf[n..];
+        Ok(())
+    }
+
+    /// A zigzag varint (int or long).
+    fn long(&mut self) -> Result<i64, String> {
+        let mut v: u64 = 0;
+        for i in 0..10 {
+            let Some((&b, rest)) = self.buf.split_first() else {
+                return Err("truncated: the record ends before its schema does".into());
+            };
+            self.buf = rest;
+            v |= u64::from(b & 0x7F) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(((v >> 1) as i64) ^ -((v & 1) as i64));
+            }
+        }
+        Err("a varint longer than 10 bytes".into())
+    }
+
+    fn len(&mut self) -> Result<usize, String> {
+        let n = self.long()?;
+        usize::try_from(n).map_err(|_| format!("negative length {n}"))
+    }
+
+    /// Array or map blocks: a count (negative: followed by the block's byte size), that many
+    /// items, until a count of 0.
+    fn blocks(
+        &mut self,
+        mut item: impl FnMut(&mut Self) -> Result<(), String>,
+    ) -> Result<(), String> {
+        loop {
+            let count = match self.long()? {
+                0 => return Ok(()),
+                c if c < 0 => {
+                    self.long()?;
+                    c.unsigned_abs()
+                }
+                c => c.unsigned_abs(),
+            };
+            let count = usize::try_from(count).unwrap_or(usize::MAX);
+            self.items = self.items.saturating_add(count);
+            if self.items > MAX_ITEMS {
+                return Err(format!(
+                    "more than {MAX_ITEMS} array items and map entries in one record"
+                ));
+            }
+            for _ in 0..count {
+                item(self)?;
+            }
+        }
+    }
+
+    fn skip(&mut self, s: &Schema) -> Result<(), String> {
+        use apache_avro::schema::{DecimalSchema, InnerDecimalSchema, UuidSchema};
+        match s {
+            Schema::Null => Ok(()),
+            Schema::Boolean => self.take(1),
+            Schema::Int
+            | Schema::Long
+            | Schema::Enum(_)
+            | Schema::Date
+            | Schema::TimeMillis
+            | Schema::TimeMicros
+            | Schema::TimestampMillis
+            | Schema::TimestampMicros
+            | Schema::TimestampNanos
+            | Schema::LocalTimestampMillis
+            | Schema::LocalTimestampMicros
+            | Schema::LocalTimestampNanos => self.long().map(drop),
+            Schema::Float => self.take(4),
+            Schema::Double => self.take(8),
+            Schema::Bytes
+            | Schema::String
+            | Schema::BigDecimal
+            | Schema::Uuid(UuidSchema::String | UuidSchema::Bytes)
+            | Schema::Decimal(DecimalSchema {
+                inner: InnerDecimalSchema::Bytes,
+                ..
+            }) => {
+                let n = self.len()?;
+                if n > self.buf.len() {
+                    // Said before apache-avro would allocate `n` bytes for it.
+                    return Err(format!(
+                        "a length of {n} bytes with {} left: truncated (nothing allocated)",
+                        self.buf.len()
+                    ));
+                }
+                self.take(n)
+            }
+            Schema::Fixed(f)
+            | Schema::Duration(f)
+            | Schema::Uuid(UuidSchema::Fixed(f))
+            | Schema::Decimal(DecimalSchema {
+                inner: InnerDecimalSchema::Fixed(f),
+                ..
+            }) => self.take(f.size),
+            Schema::Union(u) => {
+                let i = self.long()?;
+                let branch = usize::try_from(i)
+                    .ok()
+                    .and_then(|i| u.variants().get(i))
+                    .ok_or_else(|| format!("union branch {i} does not exist"))?;
+                self.skip(branch)
+            }
+            Schema::Record(r) => r.fields.iter().try_for_each(|f| self.skip(&f.schema)),
+            Schema::Array(a) => self.blocks(|w| w.skip(&a.items)),
+            Schema::Map(m) => self.blocks(|w| {
+                w.skip(&Schema::String)?;
+                w.skip(&m.types)
+            }),
+            Schema::Ref { name } => {
+                let names = self.names;
+                let t = names
+                    .get(name)
+                    .ok_or_else(|| format!("unresolved name {name}"))?;
+                self.skip(t)
+            }
+        }
+    }
+}
+
 /// A writer schema from the registry, with every named type it or its references define.
 #[derive(Debug)]
 pub struct AvroSchema {
@@ -158,8 +321,11 @@ impl AvroSchema {
         })
     }
 
-    /// Decodes one payload (the bytes after the framing) into a JSON tree.
+    /// Decodes one payload (the bytes after the framing) into a JSON tree. The payload is
+    /// walked first ([`Walk`]): it must hold exactly one datum of the schema and at most
+    /// [`MAX_ITEMS`] collection items, else it is an error (the record `undecodable`).
     pub fn decode(&self, mut payload: &[u8], ts: TimestampFormat) -> Result<Value, String> {
+        Walk::check(&self.schema, &self.names, payload)?;
         let builder = apache_avro::reader::datum::GenericDatumReader::builder(&self.schema);
         let reader = if self.references.is_empty() {
             builder.build()
@@ -170,6 +336,9 @@ impl AvroSchema {
         }
         .map_err(|e| e.to_string())?;
         let value = reader.read_value(&mut payload).map_err(|e| e.to_string())?;
+        if !payload.is_empty() {
+            return Err(format!("{} bytes after the record", payload.len()));
+        }
         Ok(self.to_json(value, Some(&self.schema), ts))
     }
 
@@ -316,11 +485,10 @@ mod tests {
             .expect("encode")
     }
 
-    #[test]
-    fn logical_types_unions_enums_and_refs() {
-        let s = AvroSchema::compile(1, &raw(SCHEMA)).expect("schema");
+    /// A record of [`SCHEMA`] with every field set (each union on its non-null branch).
+    fn full(s: &AvroSchema) -> Vec<u8> {
         let geo = Avro::Record(vec![("country".into(), Avro::String("DE".into()))]);
-        let bytes = encode(&s.schema, |r| {
+        encode(&s.schema, |r| {
             r.put("client_ip", "10.0.0.1");
             r.put("time", Avro::TimestampMillis(1_714_564_800_123));
             r.put("day", Avro::Date(19844));
@@ -335,7 +503,13 @@ mod tests {
             r.put("qtype", Avro::Enum(1, "AAAA".into()));
             r.put("geo", Avro::Union(1, Box::new(geo.clone())));
             r.put("prev", Avro::Union(1, Box::new(geo)));
-        });
+        })
+    }
+
+    #[test]
+    fn logical_types_unions_enums_and_refs() {
+        let s = AvroSchema::compile(1, &raw(SCHEMA)).expect("schema");
+        let bytes = full(&s);
         let v = s.decode(&bytes, TimestampFormat::Sql).expect("decodes");
         assert_eq!(v["client_ip"], "10.0.0.1");
         assert_eq!(v["time"], "2024-05-01 12:00:00.123");
@@ -371,6 +545,86 @@ mod tests {
         assert_eq!(v["time"], "0");
         assert!(s.decode(&[0xFF; 3], TimestampFormat::Sql).is_err());
         assert!(s.decode(&[], TimestampFormat::Sql).is_err());
+    }
+
+    /// Issue 19 review: a record cut short must be undecodable, never a record whose last
+    /// fields read as absent; bytes after the datum (another writer schema than the id
+    /// says) are not ignored either.
+    #[test]
+    fn a_truncated_or_overlong_payload_is_an_error() {
+        let s = AvroSchema::compile(1, &raw(SCHEMA)).expect("schema");
+        let bytes = full(&s);
+        assert!(s.decode(&bytes, TimestampFormat::Sql).is_ok());
+        for cut in 0..bytes.len() {
+            assert!(
+                s.decode(&bytes[..cut], TimestampFormat::Sql).is_err(),
+                "{cut} of {} bytes decoded",
+                bytes.len()
+            );
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(
+            s.decode(&longer, TimestampFormat::Sql).is_err(),
+            "a trailing byte"
+        );
+        // A schema whose last field takes no bytes: the cut is in the field before it.
+        let tail = AvroSchema::compile(
+            2,
+            &raw(r#"{"type":"record","name":"T","fields":[
+                {"name":"a","type":["null","string"]},{"name":"z","type":"null"}]}"#),
+        )
+        .expect("schema");
+        assert!(tail.decode(&[2, 2, b'x'], TimestampFormat::Sql).is_ok());
+        assert!(tail.decode(&[2, 2], TimestampFormat::Sql).is_err());
+        assert!(tail.decode(&[2], TimestampFormat::Sql).is_err());
+    }
+
+    /// Zigzag varint of `v`.
+    fn varint(v: i64) -> Vec<u8> {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        let mut out = Vec::new();
+        loop {
+            let b = (z & 0x7F) as u8;
+            z >>= 7;
+            if z == 0 {
+                out.push(b);
+                return out;
+            }
+            out.push(b | 0x80);
+        }
+    }
+
+    /// Issue 19 review: items that take no byte (nulls) or one (empty arrays) in nested
+    /// collections: each collection within apache-avro's cap, their sum not — a few bytes
+    /// allocating gigabytes on the tailing thread. The record's items are capped together.
+    #[test]
+    fn nested_collections_share_one_item_budget() {
+        let s = AvroSchema::compile(
+            1,
+            &raw(r#"{"type":"record","name":"N","fields":[
+                {"name":"a","type":{"type":"array","items":{"type":"array","items":"null"}}}]}"#),
+        )
+        .expect("schema");
+        // Four inner arrays of a million nulls each: 17 bytes, 4 M values.
+        let mut hostile = varint(4);
+        for _ in 0..4 {
+            hostile.extend(varint(1_000_000));
+            hostile.push(0);
+        }
+        hostile.push(0);
+        let e = s
+            .decode(&hostile, TimestampFormat::Sql)
+            .expect_err("over the budget");
+        assert!(e.contains("array items"), "{e}");
+        // Ordinary nesting decodes: 1,000 empty arrays, and one of 10 nulls.
+        let mut fine = varint(1001);
+        fine.extend(std::iter::repeat_n(0u8, 1000));
+        fine.extend(varint(10));
+        fine.extend([0, 0]);
+        let v = s.decode(&fine, TimestampFormat::Sql).expect("decodes");
+        assert_eq!(v["a"].as_array().map(Vec::len), Some(1001));
+        assert_eq!(v["a"][1000].as_array().map(Vec::len), Some(10));
     }
 
     proptest::proptest! {

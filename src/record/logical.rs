@@ -13,7 +13,8 @@
 //!     'ISO-8601'`);
 //!   - `epoch_millis`: `1714564800123` (Kafka Connect's JSON converter and its
 //!     Elasticsearch sink);
-//! - dates (`date`): `2024-05-01`; times (`time-millis`/`-micros`): `12:00:00.5`;
+//! - dates (Avro `date`, Protobuf `google.type.Date`): `2024-05-01`; times
+//!   (`time-millis`/`-micros`, `google.type.TimeOfDay`): `12:00:00.5`;
 //! - decimals: the plain decimal text with the schema's scale, `-12.50` (what a
 //!   DECIMAL(p, s) column prints; compared as a value by the database anyway).
 
@@ -77,6 +78,13 @@ pub fn date(days: i32) -> Option<String> {
     let epoch = NaiveDate::from_ymd_opt(1970, 1, 1)?;
     let d = epoch.checked_add_signed(chrono::Duration::days(i64::from(days)))?;
     Some(d.format("%Y-%m-%d").to_string())
+}
+
+/// A calendar date given as its parts (Protobuf `google.type.Date`); `None` for a partial
+/// date (a zero year, month or day) or an impossible one.
+pub fn ymd(year: i32, month: i32, day: i32) -> Option<String> {
+    let d = NaiveDate::from_ymd_opt(year, u32::try_from(month).ok()?, u32::try_from(day).ok()?)?;
+    (year > 0).then(|| d.format("%Y-%m-%d").to_string())
 }
 
 /// A time of day given as a count of `unit_nanos`-long units since midnight.

@@ -6,15 +6,20 @@
 //! varint count, then that many zigzag varint indexes into the schema file's messages
 //! (nested by level); a count of 0 means the first message. The registry serves the schema
 //! as `.proto` text or, as Confluent's Python serializer registers it, a base64
-//! `FileDescriptorProto`: both are accepted, and so are references to other schemas and
-//! the `google/protobuf/*.proto` well-known types.
+//! `FileDescriptorProto`: both are accepted, and so are references to other schemas, the
+//! `google/protobuf/*.proto` well-known types and the other files Confluent's registry
+//! knows without a reference (`google/type/*.proto`, `confluent/meta.proto`,
+//! `confluent/type/*.proto`: bundled from their sources, see `protos/README.md`), which
+//! Confluent's serializers never register as references.
 //!
 //! Mapping: proto3 scalars without presence decode to their default (0, "", false) like the
 //! columns Flink and Kafka Connect write for them; fields with presence (messages,
 //! `optional`, oneof members) that are unset are absent; enums → their value's name;
 //! 64-bit integers → their decimal text; bytes → base64; `google.protobuf.Timestamp` → the
 //! timestamp text of [`super::logical`]; wrappers (`google.protobuf.StringValue`, ...) → their
-//! value.
+//! value; `google.type.Date` → `2024-05-01` (a partial date stays its fields),
+//! `google.type.TimeOfDay` → `12:00:00.5`, `confluent.type.Decimal` → its decimal text: the
+//! DATE, TIME and DECIMAL columns Kafka Connect's Protobuf converter maps them to.
 
 use base64::Engine;
 use prost_reflect::prost::bytes::Buf;
@@ -37,7 +42,89 @@ pub struct ProtoSchema {
 /// keep their own names: the imports name them).
 const MAIN_FILE: &str = "gap_auditor_schema.proto";
 
-/// Serves the schema and its references to the compiler, then the well-known types.
+/// The files Confluent's Protobuf provider resolves itself (its built-in locations besides
+/// `google/protobuf/`, which protox bundles): the registry's references win over these.
+const BUNDLED: &[(&str, &str)] = &[
+    (
+        "confluent/meta.proto",
+        include_str!("protos/confluent/meta.proto"),
+    ),
+    (
+        "confluent/type/decimal.proto",
+        include_str!("protos/confluent/type/decimal.proto"),
+    ),
+    (
+        "confluent/type/variant.proto",
+        include_str!("protos/confluent/type/variant.proto"),
+    ),
+    (
+        "google/type/calendar_period.proto",
+        include_str!("protos/google/type/calendar_period.proto"),
+    ),
+    (
+        "google/type/color.proto",
+        include_str!("protos/google/type/color.proto"),
+    ),
+    (
+        "google/type/date.proto",
+        include_str!("protos/google/type/date.proto"),
+    ),
+    (
+        "google/type/datetime.proto",
+        include_str!("protos/google/type/datetime.proto"),
+    ),
+    (
+        "google/type/dayofweek.proto",
+        include_str!("protos/google/type/dayofweek.proto"),
+    ),
+    (
+        "google/type/decimal.proto",
+        include_str!("protos/google/type/decimal.proto"),
+    ),
+    (
+        "google/type/expr.proto",
+        include_str!("protos/google/type/expr.proto"),
+    ),
+    (
+        "google/type/fraction.proto",
+        include_str!("protos/google/type/fraction.proto"),
+    ),
+    (
+        "google/type/interval.proto",
+        include_str!("protos/google/type/interval.proto"),
+    ),
+    (
+        "google/type/latlng.proto",
+        include_str!("protos/google/type/latlng.proto"),
+    ),
+    (
+        "google/type/money.proto",
+        include_str!("protos/google/type/money.proto"),
+    ),
+    (
+        "google/type/month.proto",
+        include_str!("protos/google/type/month.proto"),
+    ),
+    (
+        "google/type/phone_number.proto",
+        include_str!("protos/google/type/phone_number.proto"),
+    ),
+    (
+        "google/type/postal_address.proto",
+        include_str!("protos/google/type/postal_address.proto"),
+    ),
+    (
+        "google/type/quaternion.proto",
+        include_str!("protos/google/type/quaternion.proto"),
+    ),
+    (
+        "google/type/timeofday.proto",
+        include_str!("protos/google/type/timeofday.proto"),
+    ),
+];
+
+/// Serves the schema and its references to the compiler, then the files Confluent's
+/// registry knows built in, then the well-known types.
 struct Sources {
     files: Vec<(String, String)>,
     google: protox::file::GoogleFileResolver,
@@ -64,6 +151,9 @@ impl protox::file::FileResolver for Sources {
                 }
                 None => protox::file::File::from_source(name, text),
             };
+        }
+        if let Some((_, text)) = BUNDLED.iter().find(|(n, _)| *n == name) {
+            return protox::file::File::from_source(name, text);
         }
         self.google.open_file(name)
     }
@@ -148,6 +238,16 @@ fn read_indexes(buf: &mut &[u8]) -> Result<Vec<i64>, String> {
     Ok(out)
 }
 
+/// Largest `confluent.type.Decimal` scale rendered (a hostile one must not allocate a
+/// string of 2^31 zeros); Doris and MySQL DECIMALs stop at 30 and 38 fraction digits.
+const MAX_DECIMAL_SCALE: usize = 100;
+
+/// Field `number` of `msg` (its default when unset), `None` when the message has none.
+fn field(msg: &DynamicMessage, number: u32) -> Option<Pb> {
+    let f = msg.descriptor().get_field(number)?;
+    Some(msg.get_field(&f).into_owned())
+}
+
 fn message_json(msg: &DynamicMessage, ts: TimestampFormat) -> Value {
     let desc = msg.descriptor();
     match desc.full_name() {
@@ -163,6 +263,36 @@ fn message_json(msg: &DynamicMessage, ts: TimestampFormat) -> Value {
             };
             return logical::timestamp(ts, secs, nanos)
                 .map_or_else(|| Value::String(secs.to_string()), Value::String);
+        }
+        "google.type.Date" => {
+            let n = |i: u32| match field(msg, i) {
+                Some(Pb::I32(v)) => v,
+                _ => 0,
+            };
+            if let Some(d) = logical::ymd(n(1), n(2), n(3)) {
+                return Value::String(d);
+            }
+        }
+        "google.type.TimeOfDay" => {
+            let n = |i: u32| match field(msg, i) {
+                Some(Pb::I32(v)) => i64::from(v),
+                _ => 0,
+            };
+            let nanos = (n(1) * 3600 + n(2) * 60 + n(3))
+                .checked_mul(1_000_000_000)
+                .and_then(|s| s.checked_add(n(4)));
+            if let Some(t) = nanos.and_then(|v| logical::time_of_day(v, 1)) {
+                return Value::String(t);
+            }
+        }
+        "confluent.type.Decimal" => {
+            if let (Some(Pb::Bytes(b)), Some(Pb::I32(scale))) = (field(msg, 1), field(msg, 3))
+                && let Ok(scale) = usize::try_from(scale)
+                && scale <= MAX_DECIMAL_SCALE
+            {
+                let unscaled = num_bigint::BigInt::from_signed_bytes_be(&b);
+                return Value::String(logical::decimal(&unscaled, scale));
+            }
         }
         name if name.starts_with("google.protobuf.") && name.ends_with("Value") => {
             if let Some(f) = desc.get_field(1)
@@ -373,5 +503,86 @@ message DnsLog {
             ..bad
         };
         assert!(ProtoSchema::compile(1, &avro).is_err());
+    }
+
+    /// Issue 19 review: imports Confluent's registry resolves itself, with no reference
+    /// entry (its serializers never register them), compile; their types render like the
+    /// columns Kafka Connect maps them to.
+    #[test]
+    fn confluent_built_in_imports_compile_without_references() {
+        let s = schema(
+            r#"
+syntax = "proto3";
+package example;
+import "google/type/date.proto";
+import "google/type/timeofday.proto";
+import "confluent/meta.proto";
+import "confluent/type/decimal.proto";
+message Row {
+  string client_ip = 1 [(confluent.field_meta) = { doc: "the client's address" }];
+  google.type.Date day = 2;
+  google.type.TimeOfDay at = 3;
+  confluent.type.Decimal price = 4;
+  google.type.Date partial = 5;
+}
+"#,
+        );
+        let bytes = encode(&s, &[0], |m| {
+            m.set_field_by_name("client_ip", Pb::String("10.0.0.1".into()));
+            let sub = |m: &DynamicMessage, name: &str| {
+                let Kind::Message(d) = m.descriptor().get_field_by_name(name).expect(name).kind()
+                else {
+                    panic!("{name} is a message")
+                };
+                DynamicMessage::new(d)
+            };
+            let mut day = sub(m, "day");
+            day.set_field_by_name("year", Pb::I32(2024));
+            day.set_field_by_name("month", Pb::I32(5));
+            day.set_field_by_name("day", Pb::I32(1));
+            m.set_field_by_name("day", Pb::Message(day));
+            let mut at = sub(m, "at");
+            at.set_field_by_name("hours", Pb::I32(12));
+            at.set_field_by_name("seconds", Pb::I32(3));
+            at.set_field_by_name("nanos", Pb::I32(500_000_000));
+            m.set_field_by_name("at", Pb::Message(at));
+            let mut price = sub(m, "price");
+            // -1250 in two's complement, big-endian, scale 2.
+            price.set_field_by_name("value", Pb::Bytes((-1250i16).to_be_bytes().to_vec().into()));
+            price.set_field_by_name("scale", Pb::I32(2));
+            m.set_field_by_name("price", Pb::Message(price));
+            let mut partial = sub(m, "partial");
+            partial.set_field_by_name("month", Pb::I32(12));
+            partial.set_field_by_name("day", Pb::I32(24));
+            m.set_field_by_name("partial", Pb::Message(partial));
+        });
+        let v = s.decode(&bytes, TimestampFormat::Sql).expect("decodes");
+        assert_eq!(v["client_ip"], "10.0.0.1");
+        assert_eq!(v["day"], "2024-05-01", "a DATE column's text");
+        assert_eq!(v["at"], "12:00:03.5");
+        assert_eq!(v["price"], "-12.50");
+        assert_eq!(
+            v["partial"]["month"], 12,
+            "a date without a year is no DATE: its fields"
+        );
+    }
+
+    #[test]
+    fn a_reference_the_registry_supplies_wins_over_the_bundled_file() {
+        let own = "syntax = \"proto3\";\npackage google.type;\nmessage Date { string text = 1; }\n";
+        let s = ProtoSchema::compile(
+            9,
+            &RawSchema {
+                schema_type: SchemaType::Protobuf,
+                text: "syntax = \"proto3\";\nimport \"google/type/date.proto\";\nmessage R { google.type.Date d = 1; }\n".into(),
+                references: vec![("google/type/date.proto".into(), own.into())],
+            },
+        )
+        .expect("compiles");
+        let d = s
+            .pool
+            .get_message_by_name("google.type.Date")
+            .expect("Date");
+        assert!(d.get_field_by_name("text").is_some(), "the registry's text");
     }
 }

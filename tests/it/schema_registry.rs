@@ -384,6 +384,37 @@ async fn protobuf_records_through_an_authenticated_registry_are_audited_exactly(
     a.stop().await;
 }
 
+/// Protobuf importing files Confluent's registry knows built in (`google/type/date.proto`
+/// for the `day` key field, `confluent/meta.proto` for a field option), which the reference
+/// serializer never registers as references: the schema compiles from the bundled texts
+/// and `day` matches the DATE column (issue 19 review: every such record was undecodable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn protobuf_importing_confluents_built_in_files_is_audited_exactly() {
+    let s = setup("sr_proto_imports").await;
+    let registry = FakeRegistry::start().await;
+    let src: Vec<Source> = (0..4).map(Source::nth).collect();
+    assert_eq!(
+        produce(&s.topic, &registry.url, "protobuf-imports", &src, None),
+        [0, 1, 2, 3]
+    );
+    write_rows(&s.db, &s.table, &[&src[0], &src[2], &src[3]]).await;
+    commit(&s.group, &s.topic, 4);
+    let toml = audit_toml(&s, "protobuf", &registry.url, "", "1s").replace(
+        r#"key = ["client_ip", "domain", "time"]"#,
+        r#"key = ["client_ip", "day", "time"]"#,
+    );
+    let a = Auditor::start(&toml).await;
+    a.wait_decided(60, "1 lost, 3 confirmed", |a| {
+        a.lost(&s.topic, 0) >= 1 && a.confirmed(&s.topic, 0) >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(a.filtered(&s.topic, 0, "undecodable"), 0);
+    assert_eq!((a.lost(&s.topic, 0), a.confirmed(&s.topic, 0)), (1, 3));
+    assert_eq!(gap_tuples(&api_gaps(&a).await), [(0, 1, 1, 1)]);
+    a.stop().await;
+}
+
 /// A registry that is down when the auditor starts: the records wait, unknown — never
 /// filtered, never lost, the settled watermark does not pass them, `schema_registry_up` is 0
 /// — and are decided exactly once the registry answers again.

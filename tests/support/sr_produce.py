@@ -6,8 +6,13 @@ ProtobufSerializer (Google's protobuf runtime), registering their schema in the 
 --registry (auto.register.schemas, as producers usually run) and framing every value with
 the magic byte and the schema id it got back. Used by tests/it/schema_registry.rs.
 
-    sr_produce.py --brokers HOST:PORT --topic T --registry URL --format avro|protobuf
+    sr_produce.py --brokers HOST:PORT --topic T --registry URL
+                  --format avro|protobuf|protobuf-imports
                   [--partition P] [--user U --password P]  < records.jsonl
+
+protobuf-imports: DnsLog importing the files Confluent's registry knows built in
+(google/type/date.proto for a `day` field, confluent/meta.proto for a field option), which
+the serializer never registers as references.
 
 Each stdin line is a JSON object: client_ip, domain (null: absent), time_ms (epoch ms),
 query_type ("A"/"AAAA"), price (a decimal string, avro only). One offset per record is
@@ -59,16 +64,20 @@ def avro_serializer(registry):
     return AvroSerializer(registry, AVRO_SCHEMA, to_dict, conf={"auto.register.schemas": True})
 
 
-def protobuf_serializer(registry):
+def protobuf_serializer(registry, imports=False):
     """DnsLog built at run time from a FileDescriptorProto (no protoc here), exactly what a
-    generated module holds."""
+    generated module holds. With `imports`, it also imports google/type/date.proto (a `day`
+    field) and confluent/meta.proto (a field option), as schemas of Confluent's own tooling
+    do."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
     F = descriptor_pb2.FieldDescriptorProto
+    deps = ["google/protobuf/timestamp.proto"]
+    if imports:
+        deps += ["google/type/date.proto", "confluent/meta.proto"]
     fd = descriptor_pb2.FileDescriptorProto(name="example/dns.proto", package="example.dns",
-                                            syntax="proto3",
-                                            dependency=["google/protobuf/timestamp.proto"])
+                                            syntax="proto3", dependency=deps)
     # A first message, so that DnsLog's message index is [1] (not the default [0]).
     fd.message_type.add(name="Header").field.add(name="source", number=1, type=F.TYPE_STRING,
                                                  label=F.LABEL_OPTIONAL)
@@ -84,6 +93,16 @@ def protobuf_serializer(registry):
     e.value.add(name="AAAA", number=1)
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    if imports:
+        from google.protobuf import descriptor_pb2 as dpb
+        from google.type import date_pb2
+        from confluent_kafka.schema_registry.confluent import meta_pb2
+        m.field.add(name="day", number=5, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".google.type.Date")
+        m.field[0].options.Extensions[meta_pb2.field_meta].doc = "the client's address"
+        pool.AddSerializedFile(dpb.DESCRIPTOR.serialized_pb)
+        pool.AddSerializedFile(date_pb2.DESCRIPTOR.serialized_pb)
+        pool.AddSerializedFile(meta_pb2.DESCRIPTOR.serialized_pb)
     pool.Add(fd)
     cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("example.dns.DnsLog"))
 
@@ -96,6 +115,9 @@ def protobuf_serializer(registry):
         msg = cls(client_ip=r["client_ip"], domain=r.get("domain") or "",
                   query_type=1 if r.get("query_type") == "AAAA" else 0)
         msg.time.FromMilliseconds(r["time_ms"])
+        if imports:
+            d = datetime.datetime.fromtimestamp(r["time_ms"] / 1000, tz=datetime.timezone.utc)
+            msg.day.year, msg.day.month, msg.day.day = d.year, d.month, d.day
         return msg
 
     return lambda r, ctx: ser(build(r), ctx)
@@ -106,7 +128,7 @@ def main():
     ap.add_argument("--brokers", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--registry", required=True)
-    ap.add_argument("--format", choices=["avro", "protobuf"], required=True)
+    ap.add_argument("--format", choices=["avro", "protobuf", "protobuf-imports"], required=True)
     ap.add_argument("--partition", type=int, default=0)
     ap.add_argument("--user")
     ap.add_argument("--password")
@@ -116,7 +138,10 @@ def main():
     if a.user:
         conf["basic.auth.user.info"] = f"{a.user}:{a.password or ''}"
     registry = SchemaRegistryClient(conf)
-    serialize = avro_serializer(registry) if a.format == "avro" else protobuf_serializer(registry)
+    if a.format == "avro":
+        serialize = avro_serializer(registry)
+    else:
+        serialize = protobuf_serializer(registry, imports=a.format == "protobuf-imports")
 
     producer = Producer({"bootstrap.servers": a.brokers, "linger.ms": 0})
     ctx = SerializationContext(a.topic, MessageField.VALUE)
