@@ -54,6 +54,7 @@ pub mod replay;
 pub mod sink;
 pub mod status;
 pub mod store;
+pub mod template;
 pub mod verify;
 pub mod wait;
 

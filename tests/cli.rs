@@ -2,7 +2,10 @@
 //! secrets kept out of errors, and `gaps`/`ack` on a store shared with a running daemon.
 //! No external service needed.
 
-use gap_auditor::gap::{Gap, GapState};
+#[path = "support/fixtures.rs"]
+mod fixtures;
+
+use gap_auditor::gap::GapState;
 use gap_auditor::store::Store;
 use std::process::{Command, Output};
 
@@ -83,27 +86,7 @@ fn gaps_and_ack_work_on_the_store() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state");
     let store = Store::open(&state).expect("store");
-    let gap = Gap {
-        id: Gap::make_id("dns_logs", "test", 0, 2),
-        audit: "dns_logs".into(),
-        topic: "test".into(),
-        partition: 0,
-        first_offset: 2,
-        last_offset: 3,
-        missing_records: 2,
-        size_known: true,
-        first_timestamp: None,
-        last_timestamp: None,
-        detected_at: chrono::Utc::now(),
-        state: GapState::Open,
-        unrecoverable_at: None,
-        ack_reason: None,
-        cause: Default::default(),
-        pipeline_commit_from: None,
-        pipeline_commit_to: None,
-        pipeline_commit_at: None,
-        shared_key: false,
-    };
+    let gap = fixtures::open_gap("dns_logs", "test", 2, 3);
     store.commit_round("dns_logs", &[gap], &[]).expect("commit");
     let env = ("GAP_AUDITOR__STATE__PATH", state.to_str().expect("utf8"));
 

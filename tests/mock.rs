@@ -12,7 +12,7 @@ use gap_auditor::sink::memory::MemorySink;
 use gap_auditor::store::{PartitionProgress, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{Auditor, MockKafka};
+use support::{Auditor, ConfigToml, MockKafka};
 
 /// The auditor stopped at offset 0 long ago; meanwhile Kafka retention deleted the start of
 /// the partition. On restart it must report the deleted range as a gap of unknown size
@@ -280,40 +280,13 @@ async fn replay_of_deleted_offsets_is_refused_and_the_gap_is_unrecoverable() {
     assert!(low > 10, "the mock deleted the start (low={low})");
     let state = tempfile::tempdir().expect("tempdir");
     let store = Store::open(state.path()).expect("store");
-    let mut gap = gap_auditor::gap::Gap {
-        id: gap_auditor::gap::Gap::make_id("a", "t", 0, 2),
-        audit: "a".into(),
-        topic: "t".into(),
-        partition: 0,
-        first_offset: 2,
-        last_offset: 3,
-        missing_records: 2,
-        size_known: true,
-        first_timestamp: None,
-        last_timestamp: None,
-        detected_at: chrono::Utc::now(),
-        state: GapState::Open,
-        unrecoverable_at: None,
-        ack_reason: None,
-        cause: Default::default(),
-        pipeline_commit_from: None,
-        pipeline_commit_to: None,
-        pipeline_commit_at: None,
-        shared_key: false,
-    };
+    let mut gap = support::open_gap("a", "t", 2, 3);
     store.commit_round("a", &[gap.clone()], &[]).expect("gap");
     let config = state.path().join("c.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[kafka]\nbrokers = \"{}\"\n[state]\npath = \"{}\"\n[[audits]]\nname = \"a\"\ntopics = [\"t\"]\n\
-             [audits.record]\nformat = \"raw\"\n[audits.match]\nstrategy = \"offset_columns\"\n\
-             [audits.sink]\nkind = \"mysql\"\nurl = \"mysql://u@127.0.0.1:1/db\"\ntable = \"x\"\n",
-            kafka.brokers,
-            state.path().display()
-        ),
-    )
-    .expect("config");
+    let toml = ConfigToml::new(&kafka.brokers)
+        .state_path(state.path())
+        .audit(support::unreachable_sink_audit());
+    std::fs::write(&config, toml.render()).expect("config");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
         .args(["replay", "-c"])
         .arg(&config)

@@ -155,82 +155,45 @@ fn config(s: &Scenario, user: &str, index: &str, listen: SocketAddr) -> String {
     let es = std::env::var("GAP_AUDITOR_TEST_ES")
         .expect("GAP_AUDITOR_TEST_ES is not set: run scripts/test.sh (it starts noida-db)");
     let es_basic = es.replacen("://", &format!("://elastic:{ES_PW}@"), 1);
-    let record = r#"[audits.record]
-format = "csv"
-delimiter = "|"
-fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
-[audits.record.filter]
-field_count = 9"#;
-    let common = format!(
-        "topics = [\"{topic}\"]\ngrace = \"1s\"\nverify_interval = \"300ms\"\n{record}",
-        topic = s.topic
-    );
-    format!(
-        r#"
-[kafka]
-brokers = "{brokers}"
-group_id = "{group}"
-start = "earliest"
-session_timeout = "6s"
-heartbeat_interval = "500ms"
-statistics_interval = "500ms"
-[kafka.properties]
-"sasl.username" = "auditor"
-"sasl.password" = "{SASL_PW}"
-debug = "conf,generic"
-[server]
-listen = "{listen}"
-[state]
-path = "{state}"
-
-[[audits]]
-name = "mysql_ok"
-{common}
-[audits.match]
-strategy = "offset_columns"
-[audits.sink]
-kind = "mysql"
-url = "{ok_url}"
-table = "{table}"
-query_timeout = "3s"
-
-[[audits]]
-name = "mysql_bad_login"
-{common}
-[audits.match]
-strategy = "offset_columns"
-[audits.sink]
-kind = "mysql"
-url = "{bad_url}"
-table = "{table}"
-query_timeout = "3s"
-
-[[audits]]
-name = "es_basic"
-{common}
-[audits.match]
-strategy = "doc_id"
-[audits.sink]
-kind = "elasticsearch"
-url = "{es_basic}"
-index = "{index}"
-
-[[audits]]
-name = "es_api_key"
-{common}
-[audits.match]
-strategy = "doc_id"
-[audits.sink]
-kind = "elasticsearch"
-url = "{es}"
-index = "{index}"
-api_key = "{ES_API_KEY}"
-"#,
-        brokers = kafka(),
-        group = s.auditor_group,
-        state = s.state.path().display(),
-        table = s.table,
-    )
+    // Every audit reads the same records; only its sink and credentials differ.
+    let audit = |name: &str| {
+        AuditToml::new(name, &[s.topic.as_str()])
+            .set("grace", "1s")
+            .set("verify_interval", "300ms")
+            .seed_csv()
+    };
+    ConfigToml::new(&kafka())
+        .test_group(&s.auditor_group)
+        .kafka("statistics_interval", "500ms")
+        .kafka_property("sasl.username", "auditor")
+        .kafka_property("sasl.password", SASL_PW)
+        .kafka_property("debug", "conf,generic")
+        .server("listen", listen.to_string())
+        .state_path(s.state.path())
+        .audit(
+            audit("mysql_ok")
+                .strategy("offset_columns")
+                .sql_sink("mysql", &ok_url, &s.table)
+                .sink("query_timeout", "3s"),
+        )
+        .audit(
+            audit("mysql_bad_login")
+                .strategy("offset_columns")
+                .sql_sink("mysql", &bad_url, &s.table)
+                .sink("query_timeout", "3s"),
+        )
+        .audit(
+            audit("es_basic")
+                .strategy("doc_id")
+                .es_sink(&es_basic, index),
+        )
+        .audit(
+            audit("es_api_key")
+                .strategy("doc_id")
+                .es_sink(&es, index)
+                .sink("api_key", ES_API_KEY),
+        )
+        .render()
 }
 
 /// The audit named `name` in an `/api/status` answer.
@@ -442,38 +405,26 @@ async fn no_secret_in_logs_api_or_metrics() {
 /// (parsers quote the offending line).
 #[test]
 fn validate_config_errors_do_not_echo_secrets() {
-    let good = format!(
-        r#"[kafka]
-brokers = "127.0.0.1:9092"
-[kafka.properties]
-"sasl.password" = "{SASL_PW}"
-[server]
-api_token = "{API_TOKEN}"
-[[audits]]
-name = "a"
-topics = ["t"]
-[audits.record]
-fields = ["a", "b"]
-[audits.match]
-strategy = "offset_columns"
-[audits.sink]
-kind = "mysql"
-url = "mysql://u:{MYSQL_PW}@127.0.0.1:3306/db"
-table = "t"
-
-[[audits]]
-name = "b"
-topics = ["t"]
-[audits.record]
-format = "json"
-[audits.match]
-strategy = "doc_id"
-[audits.sink]
-kind = "elasticsearch"
-url = "http://elastic:{ES_PW}@127.0.0.1:9200"
-index = "i"
-"#
-    );
+    let good = ConfigToml::new("127.0.0.1:9092")
+        .kafka_property("sasl.password", SASL_PW)
+        .server("api_token", API_TOKEN)
+        .audit(
+            AuditToml::new("a", &["t"])
+                .record("fields", ["a", "b"])
+                .strategy("offset_columns")
+                .sql_sink(
+                    "mysql",
+                    &format!("mysql://u:{MYSQL_PW}@127.0.0.1:3306/db"),
+                    "t",
+                ),
+        )
+        .audit(
+            AuditToml::new("b", &["t"])
+                .record("format", "json")
+                .strategy("doc_id")
+                .es_sink(&format!("http://elastic:{ES_PW}@127.0.0.1:9200"), "i"),
+        )
+        .render();
     let cases: Vec<(String, &str)> = vec![
         // A syntax error on the line of the password.
         (

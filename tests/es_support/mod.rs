@@ -45,17 +45,7 @@ pub fn es_client() -> Elasticsearch {
 }
 
 /// The DNS fields of [`dns_line`], in order.
-pub const DNS_FIELDS: [&str; 9] = [
-    "client_ip",
-    "domain",
-    "time",
-    "target_ip",
-    "rcode",
-    "query_type",
-    "authority_record",
-    "add_msg",
-    "dns_ip",
-];
+pub const DNS_FIELDS: [&str; 9] = SEED_FIELDS;
 
 /// Creates `index` with the Kafka coordinates as numbers and every DNS field as keyword.
 pub async fn create_index(index: &str) {
@@ -295,56 +285,30 @@ pub struct EsSpec<'a> {
 
 /// The auditor configuration of an Elasticsearch audit named `es_audit`.
 pub fn es_config_toml(s: &EsSpec) -> String {
-    let matching = match s.strategy {
-        "doc_id" => "strategy = \"doc_id\"\nid_template = \"{topic}+{partition}+{offset}\"".to_string(),
-        "key_columns" => "strategy = \"key_columns\"\nkey = [\"client_ip\",\"domain\",\"time\"]".to_string(),
-        _ => "strategy = \"offset_columns\"\npartition_column = \"partition\"\noffset_column = \"offset\"\ntopic_column = \"topic\"".to_string(),
+    let audit = AuditToml::new("es_audit", &[s.topic])
+        .set("pipeline_group", s.pipeline_group)
+        .set("grace", s.grace)
+        .set("verify_interval", s.verify_interval)
+        .set("batch_size", s.batch_size)
+        .seed_csv();
+    let audit = match s.strategy {
+        "doc_id" => audit
+            .strategy("doc_id")
+            .matching("id_template", "{topic}+{partition}+{offset}"),
+        "key_columns" => audit.seed_key_columns(),
+        _ => audit.offset_columns().matching("topic_column", "topic"),
     };
-    format!(
-        r#"
-[kafka]
-brokers = "{brokers}"
-group_id = "{group}"
-start = "earliest"
-session_timeout = "6s"
-heartbeat_interval = "500ms"
-statistics_interval = "500ms"
-[server]
-listen = "127.0.0.1:0"
-[state]
-path = "{state}"
-[[audits]]
-name = "es_audit"
-topics = ["{topic}"]
-pipeline_group = "{pipeline}"
-grace = "{grace}"
-verify_interval = "{verify}"
-batch_size = {batch}
-[audits.record]
-format = "csv"
-delimiter = "|"
-fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
-[audits.record.filter]
-field_count = 9
-[audits.match]
-{matching}
-[audits.sink]
-kind = "elasticsearch"
-url = "{url}"
-index = "{index}"
-query_timeout = "3s"
-"#,
-        brokers = kafka(),
-        group = s.group,
-        state = s.state_dir.display(),
-        topic = s.topic,
-        pipeline = s.pipeline_group,
-        grace = s.grace,
-        verify = s.verify_interval,
-        batch = s.batch_size,
-        url = es_url(),
-        index = s.index,
-    )
+    ConfigToml::new(&kafka())
+        .test_group(s.group)
+        .kafka("statistics_interval", "500ms")
+        .server("listen", "127.0.0.1:0")
+        .state_path(s.state_dir)
+        .audit(
+            audit
+                .es_sink(&es_url(), s.index)
+                .sink("query_timeout", "3s"),
+        )
+        .render()
 }
 
 /// A fresh topic, index, groups and state dir.

@@ -2,7 +2,13 @@
 //! config, process, /metrics, RSS and debug log; plus the pipeline stand-in's pieces
 //! (topics, sink table, producer, committing consumer).
 
+// The integration tests' config builder, so the bench's daemon runs the same
+// configuration shape the suite checks.
+#[path = "../../../tests/support/config_toml.rs"]
+mod config_toml;
+
 use anyhow::{Context, Result, bail};
+use config_toml::{AuditToml, ConfigToml};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -163,53 +169,25 @@ impl Daemon {
             .local_addr()?
             .port();
         let addr = format!("127.0.0.1:{port}");
-        let topics: Vec<String> = spec.topics.iter().map(|t| format!("\"{t}\"")).collect();
-        let config = format!(
-            r#"
-[kafka]
-brokers = "{brokers}"
-group_id = "{group}"
-start = "earliest"
-session_timeout = "6s"
-heartbeat_interval = "500ms"
-[server]
-listen = "{addr}"
-[state]
-path = "{state}"
-[[audits]]
-name = "bench"
-topics = [{topics}]
-pipeline_group = "{pipeline}"
-grace = "{grace}"
-verify_interval = "{verify}"
-{max_pending}
-[audits.record]
-format = "csv"
-delimiter = "|"
-fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
-[audits.record.filter]
-field_count = 9
-[audits.match]
-{matching}
-[audits.sink]
-kind = "mysql"
-url = "{mysql}"
-table = "{table}"
-query_timeout = "30s"
-"#,
-            group = crate::util::unique("bench_auditor"),
-            state = dir.join("state.db").display(),
-            topics = topics.join(","),
-            pipeline = spec.pipeline_group,
-            grace = spec.grace,
-            verify = spec.verify_interval,
-            table = spec.table,
-            matching = spec.matching,
-            max_pending = spec
-                .max_pending
-                .map(|n| format!("max_pending = {n}"))
-                .unwrap_or_default(),
-        );
+        let mut audit = AuditToml::new("bench", spec.topics)
+            .set("pipeline_group", spec.pipeline_group)
+            .set("grace", spec.grace)
+            .set("verify_interval", spec.verify_interval);
+        if let Some(n) = spec.max_pending {
+            audit = audit.set("max_pending", n);
+        }
+        let config = ConfigToml::new(brokers)
+            .test_group(&crate::util::unique("bench_auditor"))
+            .server("listen", addr.as_str())
+            .state_path(dir.join("state.db"))
+            .audit(
+                audit
+                    .seed_csv()
+                    .match_lines(spec.matching)
+                    .sql_sink("mysql", mysql, spec.table)
+                    .sink("query_timeout", "30s"),
+            )
+            .render();
         let cfg = dir.join("gap-auditor.toml");
         std::fs::write(&cfg, config)?;
         let log = dir.join("daemon.log");

@@ -1,0 +1,66 @@
+//! How `check` and `gaps` print their results: a table for a terminal, or JSON.
+
+use gap_auditor::gap::Gap;
+
+use super::Format;
+
+/// Prints a `check` report: the ranges checked, the counts, then the gaps.
+pub(super) fn print_check(report: &gap_auditor::check::Report, format: Format) {
+    if format == Format::Json {
+        match serde_json::to_string_pretty(report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("error: {e}"),
+        }
+        return;
+    }
+    for r in &report.ranges {
+        println!(
+            "checked {} {}-{} offsets [{}, {})",
+            r.audit, r.topic, r.partition, r.from, r.to
+        );
+        if let (Some(asked), Some(why)) = (r.requested_to, &r.not_checked) {
+            println!("  not checked [{}, {}): {why}", r.to, asked);
+        }
+    }
+    println!(
+        "records: {} read, {} expected, {} confirmed, {} missing, {} duplicate rows\n",
+        report.consumed, report.expected, report.confirmed, report.lost, report.duplicated
+    );
+    print_gaps(&report.gaps, Format::Table);
+}
+
+/// Prints gaps as a table (`no gaps` when there are none) or as a JSON array.
+pub(super) fn print_gaps(gaps: &[Gap], format: Format) {
+    if format == Format::Json {
+        match serde_json::to_string_pretty(gaps) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("error: {e}"),
+        }
+        return;
+    }
+    if gaps.is_empty() {
+        println!("no gaps");
+        return;
+    }
+    println!(
+        "{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20}",
+        "ID", "PARTITION", "FIRST", "LAST", "MISSING", "STATE", "DETECTED"
+    );
+    for g in gaps {
+        let missing = if g.size_known {
+            g.missing_records.to_string()
+        } else {
+            format!("≤{}", g.missing_records)
+        };
+        println!(
+            "{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20}",
+            g.id,
+            format!("{}-{}", g.topic, g.partition),
+            g.first_offset,
+            g.last_offset,
+            missing,
+            g.state.as_str(),
+            g.detected_at.format("%Y-%m-%d %H:%M:%S")
+        );
+    }
+}

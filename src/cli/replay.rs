@@ -1,0 +1,176 @@
+//! `replay`: re-read exactly the lost offsets from Kafka and write them again.
+
+use gap_auditor::config::Config;
+use gap_auditor::replay::{self, Destination, Outcome as Record, ReplayError, Target};
+use gap_auditor::store::Store;
+
+use super::ReplayArgs;
+use super::commands::tokio_runtime;
+use crate::Outcome;
+
+/// Replays the target of `request`: exit 0 when every record is written or present, 1 when
+/// some failed or the read was partial, 2 on an error.
+pub(super) fn replay(cfg: &Config, args: ReplayArgs) -> Outcome {
+    let ReplayArgs {
+        gap,
+        audit,
+        topic,
+        partition,
+        offsets,
+        to_topic,
+        to_sink,
+        dry_run,
+    } = args;
+    let store = match Store::open(&cfg.state.path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Outcome::Error;
+        }
+    };
+    let target = match (gap, audit, partition, offsets) {
+        (Some(id), ..) => replay::target_of_gap(&store, &id),
+        (None, Some(audit), Some(partition), Some((first, last))) => {
+            let topics = cfg
+                .audit(&audit)
+                .map(|a| a.topics.clone())
+                .unwrap_or_default();
+            match topic.or_else(|| (topics.len() == 1).then(|| topics[0].clone())) {
+                Some(topic) => Ok(Target {
+                    audit,
+                    tp: gap_auditor::gap::TopicPartition::new(topic, partition),
+                    first,
+                    last,
+                    gap_id: None,
+                }),
+                None => Err(anyhow::anyhow!(
+                    "--topic: audit {audit:?} reads several topics (or none); name one"
+                )),
+            }
+        }
+        _ => Err(anyhow::anyhow!(
+            "give --gap ID, or --audit NAME --partition P --offsets A-B"
+        )),
+    };
+    let target = match target {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Outcome::Error;
+        }
+    };
+    let dest = match to_topic {
+        Some(t) => Destination::Topic(t),
+        None if to_sink => Destination::Sink,
+        None => {
+            eprintln!("error: give --to-topic T or --to-sink");
+            return Outcome::Error;
+        }
+    };
+    let rt = match tokio_runtime() {
+        Ok(rt) => rt,
+        Err(outcome) => return outcome,
+    };
+    // Marked BEFORE writing: a daemon round that confirms the records between the write and
+    // a later mark would store the gap `late` for good, never `repaired`. Taken back below
+    // when nothing was written.
+    let marked_here = match (&target.gap_id, dry_run) {
+        (Some(id), false) => match store.is_replayed(id) {
+            Ok(true) => false,
+            Ok(false) => match store.mark_replayed(id) {
+                Ok(marked) => marked,
+                Err(e) => {
+                    eprintln!("error: cannot mark gap {id} replayed: {e}");
+                    return Outcome::Error;
+                }
+            },
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Outcome::Error;
+            }
+        },
+        _ => false,
+    };
+    let result = rt.block_on(replay::run(cfg, &store, &target, &dest, dry_run));
+    let unmark = |written: usize| {
+        if marked_here
+            && written == 0
+            && let Some(id) = &target.gap_id
+            && let Err(e) = store.clear_replayed(id)
+        {
+            eprintln!("error: cannot take back the replay mark of gap {id}: {e}");
+        }
+    };
+    if result.is_err() {
+        unmark(0);
+    }
+    let replayed = match result {
+        Ok(o) => o,
+        Err(ReplayError::Deleted {
+            tp,
+            first,
+            log_start,
+        }) => {
+            eprintln!(
+                "error: {}",
+                ReplayError::Deleted {
+                    tp: tp.clone(),
+                    first,
+                    log_start
+                }
+            );
+            if let Some(id) = &target.gap_id
+                && let Err(e) = store.mark_unrecoverable(id, chrono::Utc::now())
+            {
+                eprintln!("error: cannot mark gap {id} unrecoverable: {e}");
+            }
+            return Outcome::Error;
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Outcome::Error;
+        }
+    };
+    let verb = if dry_run { "would write" } else { "written" };
+    let (mut written, mut failed) = (0, 0);
+    for o in &replayed.outcomes {
+        match o {
+            Record::Written { offset } => {
+                written += 1;
+                println!(
+                    "{}-{} offset {offset}: {verb}",
+                    target.tp.topic, target.tp.partition
+                );
+            }
+            Record::Present { offset } => {
+                println!(
+                    "{}-{} offset {offset}: already in the sink, skipped",
+                    target.tp.topic, target.tp.partition
+                )
+            }
+            Record::Filtered { offset, reason } => {
+                println!(
+                    "{}-{} offset {offset}: not expected in the sink ({reason}), skipped",
+                    target.tp.topic, target.tp.partition
+                )
+            }
+            Record::Failed { offset, error } => {
+                failed += 1;
+                println!(
+                    "{}-{} offset {offset}: FAILED: {error}",
+                    target.tp.topic, target.tp.partition
+                );
+            }
+        }
+    }
+    for note in &replayed.notes {
+        println!("{note}");
+    }
+    println!("{written} record(s) {verb}, {failed} failed");
+    unmark(written);
+    if failed > 0 || replayed.partial {
+        Outcome::Loss
+    } else {
+        Outcome::Success
+    }
+}

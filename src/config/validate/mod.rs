@@ -1,0 +1,423 @@
+//! Validation: every rule, pure (no files read, nothing connected); the first problem wins
+//! and names its key path.
+
+mod record;
+mod sink;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::schema::parse_millis;
+use super::{
+    AuditConfig, Config, ConfigError, MatchStrategy, RecordFormat, Secret, ServerConfig, SinkKind,
+    TIMING_PROPERTIES, err,
+};
+
+/// librdkafka properties the auditor sets itself because the audit's semantics depend on
+/// them (which brokers and group, offsets moved only by its own commits, what it reads),
+/// with the key to use instead. Every other property, tuning included, passes through.
+const MANAGED_PROPERTIES: &[(&str, &str)] = &[
+    ("bootstrap.servers", "use kafka.brokers"),
+    ("metadata.broker.list", "use kafka.brokers"),
+    ("group.id", "use kafka.group_id or audits[].group_id"),
+    (
+        "enable.auto.commit",
+        "gap-auditor commits only its settled watermark",
+    ),
+    (
+        "enable.auto.offset.store",
+        "gap-auditor commits only its settled watermark",
+    ),
+    ("auto.offset.reset", "use kafka.start"),
+    ("isolation.level", "use kafka.isolation_level"),
+];
+
+const MAX_BATCH_SIZE: usize = 100_000;
+
+fn is_valid_audit_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+fn topic_problem(topic: &str) -> Option<String> {
+    if topic.is_empty() {
+        return Some("topic name must not be empty".to_owned());
+    }
+    if topic.len() > 249 {
+        return Some(format!(
+            "topic name is longer than 249 characters ({})",
+            topic.len()
+        ));
+    }
+    if topic == "." || topic == ".." {
+        return Some(format!("`{topic}` is not a valid topic name"));
+    }
+    if !topic
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Some(format!(
+            "`{topic}` is not a valid topic name (letters, digits, `.`, `_`, `-`)"
+        ));
+    }
+    None
+}
+
+/// A SQL identifier (column, table or database name) that the sink quotes with backticks.
+fn identifier_problem(name: &str) -> Option<String> {
+    if name.trim().is_empty() {
+        return Some("must not be empty".to_owned());
+    }
+    if name.contains('`') || name.chars().any(char::is_control) {
+        return Some(format!(
+            "`{}` is not a usable identifier (no backticks or control characters)",
+            name.escape_default()
+        ));
+    }
+    None
+}
+
+fn check_identifier(path: &str, name: &str) -> Result<(), ConfigError> {
+    match identifier_problem(name) {
+        Some(problem) => err(path, problem),
+        None => Ok(()),
+    }
+}
+
+/// A secret given both inline (`{key}`) and as a file (`{key}_file`): which one wins would be
+/// a guess, so neither does.
+pub(super) fn one_source<T, U>(
+    p: &str,
+    key: &str,
+    value: &Option<T>,
+    file: &Option<U>,
+) -> Result<(), ConfigError> {
+    if value.is_some() && file.is_some() {
+        return err(
+            format!("{p}.{key}_file"),
+            format!("set either {key} or {key}_file, not both"),
+        );
+    }
+    Ok(())
+}
+
+fn check_duration_ms(path: &str, d: Duration) -> Result<(), ConfigError> {
+    if d < Duration::from_millis(1) {
+        return err(path, "must be at least 1ms");
+    }
+    if d.as_millis() > i32::MAX as u128 {
+        return err(path, "is too long for librdkafka (max ~24 days)");
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Checks every rule; the first problem wins and names its key path. Pure: reads no
+    /// files, connects to nothing.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.audits.is_empty() {
+            return err("audits", "at least one [[audits]] is required");
+        }
+        self.validate_kafka()?;
+        self.server.validate()?;
+        if self.state.path.as_os_str().is_empty() {
+            return err("state.path", "must not be empty");
+        }
+        if let Some(t) = &self.state.handover_topic {
+            if let Some(problem) = topic_problem(t) {
+                return err("state.handover_topic", problem);
+            }
+            if let Some(i) = self.audits.iter().position(|a| a.topics.contains(t)) {
+                return err(
+                    "state.handover_topic",
+                    format!(
+                        "`{t}` is audited by audits[{i}]; the handover topic must be a topic of its own"
+                    ),
+                );
+            }
+        }
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        let mut groups: HashMap<String, usize> = HashMap::new();
+        for (i, audit) in self.audits.iter().enumerate() {
+            let p = format!("audits[{i}]");
+            audit.validate(&p)?;
+            if let Some(first) = names.insert(audit.name.as_str(), i) {
+                return err(
+                    format!("{p}.name"),
+                    format!(
+                        "duplicate audit name `{}` (also audits[{first}])",
+                        audit.name
+                    ),
+                );
+            }
+            let group = self.consumer_group(audit);
+            if audit.pipeline_group.as_deref() == Some(group.as_str()) {
+                return err(
+                    format!("{p}.pipeline_group"),
+                    format!(
+                        "`{group}` is also the auditor's own consumer group; the auditor must \
+                         never share the pipeline's group (set kafka.group_id or {p}.group_id)"
+                    ),
+                );
+            }
+            if let Some(first) = groups.insert(group.clone(), i) {
+                return err(
+                    format!("{p}.group_id"),
+                    format!("consumer group `{group}` is already used by audits[{first}]"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the timing `i` of [`TIMING_PROPERTIES`] and names the key its value comes
+    /// from: the dedicated key or the property, never both.
+    fn timing_source(&self, i: usize, dedicated: Option<Duration>) -> Result<String, ConfigError> {
+        let k = &self.kafka;
+        let (property, key, _) = TIMING_PROPERTIES[i];
+        if k.property_files.contains_key(property) {
+            return err(
+                format!("kafka.property_files[\"{property}\"]"),
+                format!("is not a secret: set it in kafka.properties or as {key}"),
+            );
+        }
+        let path = format!("kafka.properties[\"{property}\"]");
+        match (dedicated, k.properties.get(property)) {
+            (Some(_), Some(_)) => err(path, format!("is also set as {key}; set one of them")),
+            (Some(d), None) => {
+                check_duration_ms(key, d)?;
+                Ok(key.to_owned())
+            }
+            (None, Some(v)) => {
+                // Not quoted: every property value is treated as a secret.
+                let d = parse_millis(v.expose()).map_err(|()| {
+                    ConfigError::new(&path, "must be a whole number of milliseconds")
+                })?;
+                check_duration_ms(&path, d)?;
+                Ok(path)
+            }
+            (None, None) => Ok(key.to_owned()),
+        }
+    }
+
+    fn validate_kafka(&self) -> Result<(), ConfigError> {
+        let k = &self.kafka;
+        if k.brokers.trim().is_empty() {
+            return err(
+                "kafka.brokers",
+                "is required (comma-separated host:port list)",
+            );
+        }
+        if k.brokers.split(',').any(|b| b.trim().is_empty()) {
+            return err("kafka.brokers", "has an empty entry in the broker list");
+        }
+        if k.group_id.trim().is_empty() {
+            return err("kafka.group_id", "must not be empty");
+        }
+        let session = self.timing_source(0, k.session_timeout)?;
+        let heartbeat = self.timing_source(1, k.heartbeat_interval)?;
+        self.timing_source(2, k.statistics_interval)?;
+        if k.heartbeat_interval() >= k.session_timeout() {
+            return err(heartbeat, format!("must be shorter than {session}"));
+        }
+        let keys = (k.properties.keys().map(|key| ("properties", key)))
+            .chain(k.property_files.keys().map(|key| ("property_files", key)));
+        for (section, key) in keys {
+            // Name the map the key was written in, so the user edits the right line.
+            let path = format!("kafka.{section}[\"{key}\"]");
+            if key.trim().is_empty() {
+                return err(path, "property name must not be empty");
+            }
+            if let Some((_, instead)) = MANAGED_PROPERTIES
+                .iter()
+                .find(|(name, _)| key.eq_ignore_ascii_case(name))
+            {
+                return err(path, format!("is managed by gap-auditor; {instead}"));
+            }
+        }
+        if let Some(key) = k
+            .property_files
+            .keys()
+            .find(|key| k.properties.contains_key(*key))
+        {
+            return err(
+                format!("kafka.property_files[\"{key}\"]"),
+                "is also set in kafka.properties; set it in one place",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A bearer token must be non-empty and a valid HTTP header value (visible ASCII), or no
+/// client could ever send it. Messages never quote the token.
+pub(super) fn check_api_token(path: &str, token: &Secret) -> Result<(), ConfigError> {
+    let t = token.expose();
+    if t.is_empty() {
+        return err(path, "must not be empty (omit it to leave /api open)");
+    }
+    if !t.bytes().all(|b| b.is_ascii_graphic()) {
+        return err(
+            path,
+            "must be printable ASCII without spaces (it is sent in an HTTP header)",
+        );
+    }
+    Ok(())
+}
+
+impl ServerConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        one_source("server", "api_token", &self.api_token, &self.api_token_file)?;
+        if let Some(token) = &self.api_token {
+            check_api_token("server.api_token", token)?;
+        }
+        Ok(())
+    }
+}
+
+impl AuditConfig {
+    fn validate(&self, p: &str) -> Result<(), ConfigError> {
+        if self.name.is_empty() {
+            return err(format!("{p}.name"), "is required");
+        }
+        if !is_valid_audit_name(&self.name) {
+            return err(
+                format!("{p}.name"),
+                format!(
+                    "`{}` is not a valid audit name (letters, digits, `_`, `.`, `-`)",
+                    self.name.escape_default()
+                ),
+            );
+        }
+        if self.topics.is_empty() {
+            return err(format!("{p}.topics"), "at least one topic is required");
+        }
+        for (j, topic) in self.topics.iter().enumerate() {
+            if let Some(problem) = topic_problem(topic) {
+                return err(format!("{p}.topics[{j}]"), problem);
+            }
+            if self.topics[..j].contains(topic) {
+                return err(
+                    format!("{p}.topics[{j}]"),
+                    format!("duplicate topic `{topic}`"),
+                );
+            }
+        }
+        if self.verify_interval.is_zero() {
+            return err(format!("{p}.verify_interval"), "must be > 0");
+        }
+        if self.stall_after.is_zero() {
+            return err(format!("{p}.stall_after"), "must be > 0");
+        }
+        if self.give_up_after.is_zero() {
+            return err(format!("{p}.give_up_after"), "must be > 0");
+        }
+        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
+            return err(
+                format!("{p}.batch_size"),
+                format!(
+                    "must be between 1 and {MAX_BATCH_SIZE}, got {}",
+                    self.batch_size
+                ),
+            );
+        }
+        if self.max_pending < self.batch_size {
+            return err(
+                format!("{p}.max_pending"),
+                format!(
+                    "must be at least batch_size ({}), got {}",
+                    self.batch_size, self.max_pending
+                ),
+            );
+        }
+        self.record.validate(&format!("{p}.record"))?;
+        self.validate_match(p)?;
+        self.sink.validate(&format!("{p}.sink"))
+    }
+
+    fn validate_match(&self, p: &str) -> Result<(), ConfigError> {
+        let m = &self.matching;
+        let mp = format!("{p}.match");
+        let csv = self.record.format == RecordFormat::Csv;
+        match m.strategy {
+            MatchStrategy::KeyColumns => {
+                if m.key.is_empty() {
+                    return err(
+                        format!("{mp}.key"),
+                        "strategy key_columns needs at least one record field in `key`",
+                    );
+                }
+                for (j, field) in m.key.iter().enumerate() {
+                    if field.trim().is_empty() {
+                        return err(format!("{mp}.key[{j}]"), "must not be empty");
+                    }
+                    if csv && !self.record.fields.contains(field) {
+                        return err(
+                            format!("{mp}.key[{j}]"),
+                            format!("field `{field}` is not in {p}.record.fields"),
+                        );
+                    }
+                }
+                let columns = m.sink_columns();
+                if columns.len() != m.key.len() {
+                    return err(
+                        format!("{mp}.columns"),
+                        format!(
+                            "has {} entries but match.key has {}; they pair up in order",
+                            columns.len(),
+                            m.key.len()
+                        ),
+                    );
+                }
+                for (j, column) in columns.iter().enumerate() {
+                    check_identifier(&format!("{mp}.columns[{j}]"), column)?;
+                }
+            }
+            MatchStrategy::OffsetColumns => {
+                check_identifier(&format!("{mp}.partition_column"), &m.partition_column)?;
+                check_identifier(&format!("{mp}.offset_column"), &m.offset_column)?;
+                if let Some(topic_column) = &m.topic_column {
+                    check_identifier(&format!("{mp}.topic_column"), topic_column)?;
+                } else if self.topics.len() > 1 {
+                    return err(
+                        format!("{mp}.topic_column"),
+                        "is required when the audit reads more than one topic (offsets of \
+                         different topics overlap)",
+                    );
+                }
+            }
+            MatchStrategy::DocId => {
+                if self.sink.kind != SinkKind::Elasticsearch {
+                    return err(
+                        format!("{mp}.strategy"),
+                        "strategy doc_id needs sink.kind = elasticsearch",
+                    );
+                }
+                let template = m.id_template();
+                let names = crate::template::placeholders(template)
+                    .map_err(|problem| ConfigError::new(format!("{mp}.id_template"), problem))?;
+                if names.is_empty() {
+                    return err(
+                        format!("{mp}.id_template"),
+                        "must contain at least one placeholder such as {offset}",
+                    );
+                }
+                for name in names {
+                    let builtin = matches!(name, "topic" | "partition" | "offset" | "key");
+                    if !builtin && csv && !self.record.fields.iter().any(|f| f == name) {
+                        return err(
+                            format!("{mp}.id_template"),
+                            format!(
+                                "placeholder {{{name}}} is neither topic, partition, offset, key \
+                                 nor a field of {p}.record.fields"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
