@@ -53,8 +53,8 @@ mod key;
 mod spec;
 mod text;
 
-pub use doc_id::template_placeholders;
-use doc_id::{TemplatePiece, build_id, parse_template};
+use crate::template::{Piece as TemplatePiece, parse as parse_template};
+use doc_id::build_id;
 pub use key::Key;
 pub use spec::{DecodeFormat, DecoderSpec, SchemaRegistry, decoder_for, schema_registry};
 use text::{Decoded, split_quoted, strip_line_end};

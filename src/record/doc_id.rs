@@ -1,5 +1,5 @@
-//! `doc_id` matching: the `{name}` template of a document id, parsed once, and the id of one
-//! record rendered from it.
+//! `doc_id` matching: the id of one record rendered from its parsed `{name}` template
+//! ([`crate::template`]).
 
 use super::*;
 
@@ -39,53 +39,4 @@ pub(super) fn build_id(
         }
     }
     Ok(id)
-}
-
-/// A piece of a `{name}` template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TemplatePiece<'a> {
-    Literal(&'a str),
-    Name(&'a str),
-}
-
-/// Splits `a{b}c` into literals and placeholder names (no escapes: `{` and `}` are always
-/// delimiters, as `config` validates).
-pub(super) fn parse_template(template: &str) -> Result<Vec<TemplatePiece<'_>>, String> {
-    let mut out = Vec::new();
-    let mut rest = template;
-    while let Some(open) = rest.find(['{', '}']) {
-        if rest[open..].starts_with('}') {
-            return Err("has a `}` without a matching `{`".to_owned());
-        }
-        if open > 0 {
-            out.push(TemplatePiece::Literal(&rest[..open]));
-        }
-        let after = &rest[open + 1..];
-        let Some(close) = after.find('}') else {
-            return Err("has a `{` without a matching `}`".to_owned());
-        };
-        let name = &after[..close];
-        if name.is_empty() || name.contains('{') {
-            return Err("has an empty or nested `{}` placeholder".to_owned());
-        }
-        out.push(TemplatePiece::Name(name));
-        rest = &after[close + 1..];
-    }
-    if !rest.is_empty() {
-        out.push(TemplatePiece::Literal(rest));
-    }
-    Ok(out)
-}
-
-/// The placeholder names of a `{name}` template, in order, or what is wrong with it. The
-/// same parser the decoder renders ids with, so config validation and decoding cannot
-/// disagree about what a template means.
-pub fn template_placeholders(template: &str) -> Result<Vec<&str>, String> {
-    Ok(parse_template(template)?
-        .into_iter()
-        .filter_map(|p| match p {
-            TemplatePiece::Name(n) => Some(n),
-            TemplatePiece::Literal(_) => None,
-        })
-        .collect())
 }

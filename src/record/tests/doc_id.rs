@@ -81,15 +81,3 @@ fn doc_id_templates_are_checked() {
         }
     ));
 }
-
-#[test]
-fn template_placeholders_name_the_fields_or_the_problem() {
-    assert_eq!(
-        template_placeholders("{topic}-{partition}/{ip}x"),
-        Ok(vec!["topic", "partition", "ip"])
-    );
-    assert_eq!(template_placeholders("plain"), Ok(vec![]));
-    for bad in ["a}", "{a", "{}", "{a{b}"] {
-        assert!(template_placeholders(bad).is_err(), "{bad}");
-    }
-}
