@@ -7,8 +7,8 @@
 //! ```text
 //!  kafka::tail      consume the audited topics with the auditor's own group
 //!     │             (rebalance events + record batches over one channel)
-//!  record           decode (csv | json | raw), filter, build the match key  → Tag
-//!     │
+//!  record           decode (csv | json | raw | avro | protobuf), filter, build the match
+//!     │             key → Tag; held: records waiting for their schema (record::registry)
 //!  ledger           per partition: runs of offsets pending → confirmed | missing | late;
 //!     │             the due rule; gap merging; the settled watermark      (pure, no I/O)
 //!  verify + sink    ask the sink about DUE records only: offset-range counts with
@@ -18,7 +18,25 @@
 //!  metrics / http   Prometheus families, /api/gaps, /api/status
 //! ```
 //!
-//! `audit` owns the loop that ties these together; `main.rs` is a thin CLI over it.
+//! Threads and channels of `run`, one set per audit (`app` starts them, `audit` owns the
+//! loop; `main.rs` is a thin CLI over it):
+//!
+//! ```text
+//!  tail thread (OS thread, kafka::tail)          audit task (tokio, audit/)
+//!  ┌───────────────────────────────┐  TailEvent  ┌───────────────────────────────────┐
+//!  │ poll librdkafka, decode + tag │ ──────────▶ │ ingest → ledgers, key book        │
+//!  │ (record), rebalance callbacks │  bounded 16 │ round: due → verify (sink pool)   │
+//!  │                               │ ◀────────── │ persist: store → handover → commit│
+//!  │ assign at starts, commit,     │  Command    │ pipeline group, retention, report │
+//!  │ pause/resume (Flow atomics)   │  (std mpsc) │ answers rebalances (oneshot)      │
+//!  └───────────────────────────────┘             └───────────────────────────────────┘
+//!         ▲ schema cache (read-only)                  │ blocking pool: SQLite, lookups
+//!  registry fetcher task (record::registry) ◀── want(id) ┘ metrics ─▶ http task (/metrics, /api)
+//! ```
+//!
+//! Shutdown is one `CancellationToken`: the audit task drains its round, persists, commits
+//! the settled watermark through the tail thread and ends the event channel; the thread
+//! exits after it.
 
 /// The git revision this binary was built from (`build.rs`: `git rev-parse --short=12`,
 /// else the `GAP_AUDITOR_GIT_REV` build variable, else `unknown`).
