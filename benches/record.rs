@@ -5,17 +5,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use gap_auditor::record::{DecodeFormat, Decoder, DecoderSpec, RecordMeta};
 use std::hint::black_box;
 
-const FIELDS: [&str; 9] = [
-    "client_ip",
-    "domain",
-    "time",
-    "target_ip",
-    "rcode",
-    "query_type",
-    "authority_record",
-    "add_msg",
-    "dns_ip",
-];
+use gap_auditor::demo::SEED_FIELDS as FIELDS;
 
 fn line(i: usize) -> String {
     format!(

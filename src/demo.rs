@@ -39,6 +39,19 @@ const AUDIT: &str = "dns_logs";
 /// `config/gap-auditor.toml`, built in so the demo needs no file.
 const EXAMPLE_CONFIG: &str = include_str!("../config/gap-auditor.toml");
 const PIPELINE_GROUP: &str = "FlinkSQLFromKafka2Doris";
+/// The seed's csv columns (its `dns_logs` lines), in order: what `config/gap-auditor.toml`
+/// declares, and the one list the tests and benchmarks build seed records from.
+pub const SEED_FIELDS: [&str; 9] = [
+    "client_ip",
+    "domain",
+    "time",
+    "target_ip",
+    "rcode",
+    "query_type",
+    "authority_record",
+    "add_msg",
+    "dns_ip",
+];
 /// The example's 30 s grace and 5 s rounds would make a newcomer wait a minute; the mock
 /// cluster and the in-process table answer at once.
 const GRACE: &str = "1s";

@@ -58,3 +58,11 @@ fn a_repaired_gap_keeps_its_size_on_screen() {
         "GAP test-0 offsets 2–3, 2 records, repaired (id dns_logs:test:0:2)"
     );
 }
+
+/// The seed field list is the shipped example config's: a test or benchmark built from it
+/// audits what a newcomer's config audits.
+#[test]
+fn seed_fields_are_the_example_configs() {
+    let cfg = Config::from_toml_str(EXAMPLE_CONFIG).expect("the example config loads");
+    assert_eq!(cfg.audits[0].record.fields, SEED_FIELDS);
+}

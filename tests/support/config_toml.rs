@@ -11,17 +11,7 @@
 use std::fmt::Write as _;
 
 /// The seed record: the columns of the pipeline's `dns_logs` csv lines, in order.
-pub const SEED_FIELDS: [&str; 9] = [
-    "client_ip",
-    "domain",
-    "time",
-    "target_ip",
-    "rcode",
-    "query_type",
-    "authority_record",
-    "add_msg",
-    "dns_ip",
-];
+pub use gap_auditor::demo::SEED_FIELDS;
 
 /// The seed's delimiter.
 pub const SEED_DELIMITER: &str = "|";
