@@ -189,20 +189,28 @@ pub const NOT_FOUND_FINAL_AFTER: Duration = Duration::from_secs(5 * 60);
 /// How often a warning names an id that still waits for its schema.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// When 404s for an id become final: after `count` consecutive ones spanning `after`.
+/// When 404s for an id become final: after `count` consecutive ones spanning `after`; and
+/// how often a given-up id is asked for again (`reprobe`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotFoundPolicy {
     /// Consecutive 404s needed.
     pub count: u32,
     /// Time they must span.
     pub after: Duration,
+    /// How long after giving an id up (or after its last probe) the fetcher asks for it
+    /// again, without holding any record for it.
+    pub reprobe: Duration,
 }
+
+/// A given-up id is asked for again this often ([`NotFoundPolicy::reprobe`]).
+pub const NOT_FOUND_REPROBE: Duration = Duration::from_secs(10 * 60);
 
 impl Default for NotFoundPolicy {
     fn default() -> Self {
         Self {
             count: NOT_FOUND_FINAL_COUNT,
             after: NOT_FOUND_FINAL_AFTER,
+            reprobe: NOT_FOUND_REPROBE,
         }
     }
 }
@@ -238,6 +246,10 @@ pub struct Registry<S> {
     /// The last fetch's outcome: `None` before any, else whether it succeeded (and why not).
     health: Mutex<Option<Result<(), String>>>,
     not_found: NotFoundPolicy,
+    /// Ids given up after 404s, with when they were last asked for: a registry restored
+    /// from a backup, or a replica catching up, serves them again, and their records must
+    /// not stay undecodable until a restart.
+    given_up: Mutex<HashMap<u32, Instant>>,
 }
 
 impl<S> std::fmt::Debug for Registry<S> {
@@ -264,6 +276,7 @@ impl<S: Send + Sync + 'static> Registry<S> {
             arrivals: tokio::sync::watch::channel(0).0,
             health: Mutex::new(None),
             not_found: NotFoundPolicy::default(),
+            given_up: Mutex::new(HashMap::new()),
         }
     }
 
@@ -365,6 +378,9 @@ impl<S: Send + Sync + 'static> Registry<S> {
         if let Ok(mut f) = self.failures.lock() {
             f.remove(&id);
         }
+        if let Ok(mut g) = self.given_up.lock() {
+            g.remove(&id);
+        }
         self.arrivals.send_modify(|n| *n += 1);
     }
 
@@ -434,8 +450,9 @@ impl<S: Send + Sync + 'static> Registry<S> {
                 schema_id = id,
                 not_found = next.not_found,
                 waited_secs = waited,
-                "schema id {id} is not in the schema registry ({} consecutive 404s over {waited} s): its records are undecodable from now on",
-                next.not_found
+                "schema id {id} is not in the schema registry ({} consecutive 404s over {waited} s): its records are undecodable until it is served again (asked for every {} s)",
+                next.not_found,
+                self.not_found.reprobe.as_secs()
             );
             self.store(
                 id,
@@ -447,6 +464,9 @@ impl<S: Send + Sync + 'static> Registry<S> {
                     ),
                 })),
             );
+            if let Ok(mut g) = self.given_up.lock() {
+                g.insert(id, now);
+            }
             return None;
         }
         if first {
@@ -464,12 +484,51 @@ impl<S: Send + Sync + 'static> Registry<S> {
         Some(at)
     }
 
+    /// Asks again for each given-up id whose [`NotFoundPolicy::reprobe`] time has come; one
+    /// served now replaces its broken entry, so its records decode from then on (those
+    /// read meanwhile stay undecodable: counted, never held). Returns the next probe time.
+    async fn reprobe_given_up(&self, now: Instant) -> Option<Instant> {
+        let every = self.not_found.reprobe;
+        let due: Vec<u32> = self
+            .given_up
+            .lock()
+            .map(|g| {
+                g.iter()
+                    .filter(|(_, at)| **at + every <= now)
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in due {
+            match self.client.fetch(id).await {
+                Ok(raw) => {
+                    tracing::warn!(
+                        schema_id = id,
+                        "schema id {id} is served by the schema registry again: its records decode from now on"
+                    );
+                    self.insert(id, &raw);
+                }
+                Err(e) => {
+                    tracing::debug!(schema_id = id, error = %e, "a given-up schema id is still not served");
+                    if let Ok(mut g) = self.given_up.lock() {
+                        g.insert(id, Instant::now());
+                    }
+                }
+            }
+        }
+        self.given_up
+            .lock()
+            .ok()
+            .and_then(|g| g.values().map(|at| *at + every).min())
+    }
+
     /// The audit's fetcher: fetches every wanted id, retrying failed ones with a backoff
-    /// (500 ms doubling to 30 s), until `cancel`. The only place the daemon waits for the
-    /// registry.
+    /// (500 ms doubling to 30 s), and asks for given-up ids again now and then, until
+    /// `cancel`. The only place the daemon waits for the registry.
     pub async fn run_fetcher(self: Arc<Self>, cancel: tokio_util::sync::CancellationToken) {
         loop {
             let now = Instant::now();
+            let mut next_probe = self.reprobe_given_up(now).await;
             let ids: Vec<u32> = self
                 .wanted
                 .lock()
@@ -507,9 +566,21 @@ impl<S: Send + Sync + 'static> Registry<S> {
                     }
                 }
             }
-            let sleep = next_retry
+            // An id given up during this pass is probed from its own time on.
+            next_probe = next_probe.or_else(|| {
+                self.given_up
+                    .lock()
+                    .ok()
+                    .and_then(|g| g.values().map(|at| *at + self.not_found.reprobe).min())
+            });
+            let next = match (next_retry, next_probe) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let sleep = next
                 .map(|at| at.saturating_duration_since(Instant::now()))
-                .unwrap_or(RETRY_MAX);
+                .unwrap_or(RETRY_MAX)
+                .min(RETRY_MAX);
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = self.wake.notified() => {}

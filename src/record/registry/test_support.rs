@@ -61,4 +61,5 @@ pub(crate) async fn answering_with(
 pub(crate) const QUICK: NotFoundPolicy = NotFoundPolicy {
     count: 3,
     after: Duration::from_millis(1),
+    reprobe: Duration::from_secs(3600),
 };

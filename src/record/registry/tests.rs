@@ -104,6 +104,72 @@ async fn an_id_answered_404_for_good_becomes_undecodable() {
     cancel.cancel();
 }
 
+/// Review of issue 19: a given-up id stayed given up until a restart, so a registry
+/// restored from a backup, or a replica catching up after more than the give-up time of
+/// 404s, left every later record of that id undecodable for good. The fetcher now asks for
+/// given-up ids again (without holding any record), and one served again decodes.
+#[tokio::test]
+async fn a_given_up_id_served_again_decodes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/", listener.local_addr().expect("addr"));
+    let serve = Arc::new(AtomicBool::new(false));
+    let s2 = serve.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let (status, body) = if s2.load(Ordering::SeqCst) {
+                ("200 OK", r#"{"schema":"\"string\""}"#)
+            } else {
+                (
+                    "404 Not Found",
+                    r#"{"error_code":40403,"message":"Schema not found"}"#,
+                )
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+        }
+    });
+    let policy = NotFoundPolicy {
+        reprobe: Duration::from_millis(300),
+        ..QUICK
+    };
+    let r = registry(&url, policy);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(r.clone().run_fetcher(cancel.clone()));
+    r.want(9);
+    assert!(
+        wait_until(|| matches!(r.lookup(9), Lookup::Broken(_))).await,
+        "given up after 3 consecutive 404s"
+    );
+    // Probed while still 404: stays given up, and nothing waits for it.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(matches!(r.lookup(9), Lookup::Broken(_)));
+    assert!(r.waiting_ids().is_empty());
+    let mut arrivals = r.arrivals();
+    arrivals.borrow_and_update();
+    serve.store(true, Ordering::SeqCst);
+    assert!(
+        wait_until(|| matches!(r.lookup(9), Lookup::Ready(_))).await,
+        "served again: its records decode"
+    );
+    assert!(arrivals.has_changed().unwrap_or(false), "decoders are told");
+    cancel.cancel();
+}
+
 /// Review of issue 19: a 404 that is not the registry's "schema not found" (a
 /// `schema_registry.url` with a wrong path prefix, a proxy or ingress with no route for
 /// it, Confluent's own `{"error_code":404}` for an unknown path) says nothing about the
