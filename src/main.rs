@@ -71,3 +71,24 @@ fn main() -> ExitCode {
     gap_auditor::logging::init(matches!(cli.command, cli::Cmd::Demo { .. }));
     ExitCode::from(cli::commands::dispatch(cli).code())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+    use gap_auditor::wait::Exit;
+
+    /// SPEC's command table, as main.rs before the cli/ split returned it: 0 done, 1 loss
+    /// (check, replay partial, wait blocked) or a failed run/demo, 2 error, 3 wait timed out.
+    #[test]
+    fn each_outcome_has_the_exit_code_of_the_command_table() {
+        assert_eq!(Outcome::Success.code(), 0);
+        assert_eq!(Outcome::Loss.code(), 1);
+        assert_eq!(Outcome::Failed.code(), 1);
+        assert_eq!(Outcome::Error.code(), 2);
+        assert_eq!(Outcome::TimedOut.code(), 3);
+        for exit in [Exit::Complete, Exit::Blocked, Exit::Error, Exit::TimedOut] {
+            // The old main returned `exit as u8`.
+            assert_eq!(Outcome::from(exit).code(), exit as u8, "{exit:?}");
+        }
+    }
+}

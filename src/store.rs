@@ -42,7 +42,7 @@ use items::{ItemError, read_items, replace_items, write_items};
 use schema::{SCHEMA_VERSION, migrate};
 // The tests build files of older versions from the same batches.
 #[cfg(test)]
-use schema::{SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5};
+use schema::{SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6};
 
 /// File name of the store inside the state directory.
 pub const DB_FILE: &str = "gaps.sqlite";

@@ -505,3 +505,110 @@ fn the_reference_check_notices_a_missing_an_invented_and_a_wrong_row() {
         );
     }
 }
+
+/// The audit facade keeps series handles; a series the loop removes must come back when
+/// the loop reports it again, with the new value — never a handle detached from the
+/// registry whose updates no scrape sees (the old code looked every series up each time).
+#[test]
+fn the_audit_facade_exports_again_what_it_removed() {
+    use super::audit::{AuditMetrics, PartitionGauges};
+    use crate::gap::TopicPartition;
+    let families = std::sync::Arc::new(Metrics::new());
+    let m = AuditMetrics::new(families.clone(), "a");
+    let tp = TopicPartition::new("t".to_string(), 0);
+    let gauges = |settled: i64, unrecoverable: Option<f64>| PartitionGauges {
+        pending: 1,
+        awaiting_schema: 0,
+        missing: 2,
+        gaps_open: 1,
+        unrecoverable_seconds: unrecoverable,
+        consumed_offset: settled + 1,
+        settled_offset: settled,
+        pipeline_committed: Some(settled),
+        log_end: Some(settled + 5),
+    };
+    let series = |page: &str, name: &str| {
+        page.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("audit=\"a\""))
+            .map(|l| l.rsplit(' ').next().unwrap_or("").to_string())
+    };
+    m.partition(&tp).published(&gauges(10, Some(60.0)));
+    m.complete_until(Some(5_000));
+    let page = families.render();
+    assert_eq!(
+        series(&page, "gap_auditor_settled_offset").as_deref(),
+        Some("10")
+    );
+    assert_eq!(
+        series(&page, "gap_auditor_gap_unrecoverable_seconds").as_deref(),
+        Some("60")
+    );
+    assert_eq!(
+        series(&page, "gap_auditor_log_end_offset").as_deref(),
+        Some("15")
+    );
+    assert_eq!(
+        series(&page, "gap_auditor_complete_until_timestamp_seconds").as_deref(),
+        Some("5")
+    );
+
+    // Revoked: every gauge goes, then the partition comes back and is published again.
+    m.partition_revoked(&tp);
+    let page = families.render();
+    for name in [
+        "gap_auditor_settled_offset",
+        "gap_auditor_records_pending",
+        "gap_auditor_gap_unrecoverable_seconds",
+        "gap_auditor_log_end_offset",
+        "gap_auditor_pipeline_committed_offset",
+    ] {
+        assert_eq!(series(&page, name), None, "{name} left with the partition");
+    }
+    m.partition(&tp).published(&gauges(20, Some(30.0)));
+    let page = families.render();
+    assert_eq!(
+        series(&page, "gap_auditor_settled_offset").as_deref(),
+        Some("20")
+    );
+    assert_eq!(
+        series(&page, "gap_auditor_records_pending").as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        series(&page, "gap_auditor_gap_unrecoverable_seconds").as_deref(),
+        Some("30")
+    );
+    assert_eq!(
+        series(&page, "gap_auditor_log_end_offset").as_deref(),
+        Some("25")
+    );
+    assert_eq!(
+        series(&page, "gap_auditor_pipeline_committed_offset").as_deref(),
+        Some("20")
+    );
+
+    // Unknown deadline / completeness: no series; known again: the series is back.
+    m.partition(&tp).published(&gauges(21, None));
+    m.complete_until(None);
+    let page = families.render();
+    assert_eq!(series(&page, "gap_auditor_gap_unrecoverable_seconds"), None);
+    assert_eq!(
+        series(&page, "gap_auditor_complete_until_timestamp_seconds"),
+        None
+    );
+    m.partition(&tp).published(&gauges(22, Some(7.0)));
+    m.complete_until(Some(9_000));
+    let page = families.render();
+    assert_eq!(
+        series(&page, "gap_auditor_gap_unrecoverable_seconds").as_deref(),
+        Some("7")
+    );
+    assert_eq!(
+        series(&page, "gap_auditor_complete_until_timestamp_seconds").as_deref(),
+        Some("9")
+    );
+    assert_eq!(
+        series(&page, "gap_auditor_settled_offset").as_deref(),
+        Some("22")
+    );
+}

@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS key_book (
 /// v6: a partition's missing runs and ledger gaps, one row each (`kind` 0: missing run, 1:
 /// gap), so that a round writes what changed, not the whole ledger: under a systematic
 /// loss the ledger holds hundreds of thousands of them. `progress.ledger` keeps the rest.
-const SCHEMA_V6: &str = "
+pub(super) const SCHEMA_V6: &str = "
 CREATE TABLE IF NOT EXISTS ledger_items (
     audit     TEXT NOT NULL,
     topic     TEXT NOT NULL,
