@@ -187,8 +187,11 @@ impl RegistryClient {
                     message: format!("more than {MAX_REFERENCES} schema references"),
                 });
             }
+            // `deleted=true`: a referenced version soft-deleted since still defines the
+            // schema that references it (Confluent refuses such deletes; other registries
+            // may not), and a 404 for it would count towards giving the id up.
             let path = format!(
-                "subjects/{}/versions/{}",
+                "subjects/{}/versions/{}?deleted=true",
                 utf8_percent_encode(&r.subject),
                 r.version
             );

@@ -244,3 +244,55 @@ fn lookup_asks_for_nothing_and_want_asks_once() {
 fn subjects_are_one_path_segment() {
     assert_eq!(utf8_percent_encode("a/b c:d"), "a%2Fb%20c%3Ad");
 }
+
+/// Review of issue 19: a referenced schema version is fetched with `deleted=true`, so a
+/// version soft-deleted since (the registry still serves it that way) does not make the
+/// schema that references it look absent.
+#[tokio::test]
+async fn references_are_fetched_including_soft_deleted_versions() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/", listener.local_addr().expect("addr"));
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let l2 = lines.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&got)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let body = if line.contains("/schemas/ids/") {
+                r#"{"schema":"syntax = \"proto3\"; import \"dep.proto\"; message A { D d = 1; }","schemaType":"PROTOBUF","references":[{"name":"dep.proto","subject":"dep","version":1}]}"#
+            } else {
+                r#"{"schema":"syntax = \"proto3\"; message D { string x = 1; }","schemaType":"PROTOBUF"}"#
+            };
+            l2.lock().expect("lines").push(line);
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+        }
+    });
+    let client = RegistryClient::new(&test_config(&url)).expect("client");
+    let raw = client.fetch(5).await.expect("fetched");
+    assert_eq!(raw.references.len(), 1);
+    let lines = lines.lock().expect("lines").clone();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("GET /subjects/dep/versions/1?deleted=true ")),
+        "{lines:?}"
+    );
+}
