@@ -290,13 +290,10 @@ impl Daemon {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         text.lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["fields"]["message"] == "verify round finished")
-            .filter_map(|v| {
-                Some((
-                    v["fields"]["took_ms"].as_u64()?,
-                    v["fields"]["verified_ms"].as_u64()?,
-                ))
-            })
+            // Top-level fields, as in `rounds` (the JSON logs are flat since src/logging.rs:
+            // reading `fields` here reported "0 rounds" from then on).
+            .filter(|v| v["message"] == "verify round finished")
+            .filter_map(|v| Some((v["took_ms"].as_u64()?, v["verified_ms"].as_u64()?)))
             .filter(|(took, _)| *took >= 50)
             .collect()
     }
