@@ -111,38 +111,19 @@ async fn an_id_answered_404_for_good_becomes_undecodable() {
 #[tokio::test]
 async fn a_given_up_id_served_again_decodes() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/", listener.local_addr().expect("addr"));
     let serve = Arc::new(AtomicBool::new(false));
     let s2 = serve.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut buf = vec![0u8; 4096];
-            let mut got = Vec::new();
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-            }
-            let (status, body) = if s2.load(Ordering::SeqCst) {
-                ("200 OK", r#"{"schema":"\"string\""}"#)
-            } else {
-                (
-                    "404 Not Found",
-                    r#"{"error_code":40403,"message":"Schema not found"}"#,
-                )
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = s.write_all(resp.as_bytes()).await;
+    let url = serving(move |_| {
+        if s2.load(Ordering::SeqCst) {
+            ("200 OK", r#"{"schema":"\"string\""}"#)
+        } else {
+            (
+                "404 Not Found",
+                r#"{"error_code":40403,"message":"Schema not found"}"#,
+            )
         }
-    });
+    })
+    .await;
     let policy = NotFoundPolicy {
         reprobe: Duration::from_millis(300),
         ..QUICK
@@ -250,41 +231,18 @@ fn subjects_are_one_path_segment() {
 /// schema that references it look absent.
 #[tokio::test]
 async fn references_are_fetched_including_soft_deleted_versions() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/", listener.local_addr().expect("addr"));
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let l2 = lines.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            let mut buf = vec![0u8; 4096];
-            let mut got = Vec::new();
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-            }
-            let line = String::from_utf8_lossy(&got)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            let body = if line.contains("/schemas/ids/") {
-                r#"{"schema":"syntax = \"proto3\"; import \"dep.proto\"; message A { D d = 1; }","schemaType":"PROTOBUF","references":[{"name":"dep.proto","subject":"dep","version":1}]}"#
-            } else {
-                r#"{"schema":"syntax = \"proto3\"; message D { string x = 1; }","schemaType":"PROTOBUF"}"#
-            };
-            l2.lock().expect("lines").push(line);
-            let resp = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = s.write_all(resp.as_bytes()).await;
-        }
-    });
+    let url = serving(move |line| {
+        l2.lock().expect("lines").push(line.to_string());
+        let body = if line.contains("/schemas/ids/") {
+            r#"{"schema":"syntax = \"proto3\"; import \"dep.proto\"; message A { D d = 1; }","schemaType":"PROTOBUF","references":[{"name":"dep.proto","subject":"dep","version":1}]}"#
+        } else {
+            r#"{"schema":"syntax = \"proto3\"; message D { string x = 1; }","schemaType":"PROTOBUF"}"#
+        };
+        ("200 OK", body)
+    })
+    .await;
     let client = RegistryClient::new(&test_config(&url)).expect("client");
     let raw = client.fetch(5).await.expect("fetched");
     assert_eq!(raw.references.len(), 1);
