@@ -25,7 +25,8 @@ use crate::ledger::{
 use crate::record::Key;
 use crate::sink::{RangeCount, SinkError, Verifier};
 use futures::stream::{self, StreamExt, TryStreamExt};
-use std::collections::HashMap;
+// foldhash, seeded per map: keys are record contents (see `ledger::sharded`).
+use foldhash::HashMap;
 use std::time::{Duration, Instant};
 
 /// Knobs of the verification algorithms.
@@ -336,21 +337,42 @@ pub async fn by_keys<V: Verifier>(
     limits: Limits,
     obs: QueryObserver<'_>,
 ) -> Result<Vec<Verdict>, SinkError> {
-    // Distinct keys in first-seen order, each with the (segment, offset) slots carrying it.
-    let mut index: HashMap<&Key, usize> = HashMap::new();
+    // Distinct keys in first-seen order, each with the (segment, offset) slots carrying it,
+    // in the order given: `slots[starts[ki]..starts[ki + 1]]` (one flat array, not a vector
+    // per key: a round decides up to hundreds of thousands of keys).
+    let records: usize = segments.iter().map(|s| s.keys.len()).sum();
+    let mut index: HashMap<&Key, usize> = HashMap::default();
     let mut keys: Vec<&Key> = Vec::new();
-    let mut slots: Vec<Vec<(usize, Offset)>> = Vec::new();
-    for (si, s) in segments.iter().enumerate() {
-        for (i, k) in s.keys.iter().enumerate() {
-            let o = s.run.first + i as Offset;
+    let mut key_of: Vec<usize> = Vec::with_capacity(records);
+    for s in segments {
+        for k in &s.keys {
             let ki = *index.entry(k).or_insert_with(|| {
                 keys.push(k);
-                slots.push(Vec::new());
                 keys.len() - 1
             });
-            slots[ki].push((si, o));
+            key_of.push(ki);
         }
     }
+    drop(index);
+    let mut starts: Vec<usize> = vec![0; keys.len() + 1];
+    for &ki in &key_of {
+        starts[ki + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut slots: Vec<(usize, Offset)> = vec![(0, 0); records];
+    let mut fill = starts.clone();
+    let mut r = 0;
+    for (si, s) in segments.iter().enumerate() {
+        for i in 0..s.keys.len() {
+            let ki = key_of[r];
+            slots[fill[ki]] = (si, s.run.first + i as Offset);
+            fill[ki] += 1;
+            r += 1;
+        }
+    }
+    drop((key_of, fill));
     // Batches are counted `parallelism` at a time (the sink's pool), answers kept in batch
     // order; nothing is decided before every batch has answered, so the verdicts cannot
     // depend on which query came back first.
@@ -369,7 +391,8 @@ pub async fn by_keys<V: Verifier>(
     let mut dups: Vec<u64> = vec![0; segments.len()];
     for (ki, k) in keys.iter().enumerate() {
         let rows = counts[ki];
-        let m = slots[ki].len() as u64;
+        let slots = &slots[starts[ki]..starts[ki + 1]];
+        let m = slots.len() as u64;
         let (found, duplicates, is_shared) = match round {
             KeyRound::Due => {
                 let o = book.decide_due(k, m, rows);
@@ -380,14 +403,14 @@ pub async fn by_keys<V: Verifier>(
                 (o.late, o.duplicates, false)
             }
         };
-        for (i, &(si, o)) in slots[ki].iter().enumerate() {
+        for (i, &(si, o)) in slots.iter().enumerate() {
             if (i as u64) < found {
                 present[si].push(OffsetRun::new(o, o));
             } else if is_shared {
                 shared[si].push(OffsetRun::new(o, o));
             }
         }
-        if let Some(&(si, _)) = slots[ki].first() {
+        if let Some(&(si, _)) = slots.first() {
             dups[si] += duplicates;
         }
     }
@@ -434,7 +457,7 @@ pub async fn by_ids<V: Verifier>(
     limits: Limits,
     obs: QueryObserver<'_>,
 ) -> Result<Vec<Verdict>, SinkError> {
-    let mut index: HashMap<&Key, usize> = HashMap::new();
+    let mut index: HashMap<&Key, usize> = HashMap::default();
     let mut keys: Vec<&Key> = Vec::new();
     for s in segments {
         if s.keys.len() as u64 != s.run.len() {

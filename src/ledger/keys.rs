@@ -23,7 +23,8 @@
 use super::PartitionLedger;
 use super::sharded::ShardedMap;
 use crate::record::Key;
-use std::collections::{HashSet, VecDeque};
+use foldhash::{HashSet, HashSetExt};
+use std::collections::VecDeque;
 
 /// One key's records, as the book knows them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -81,6 +82,7 @@ pub struct KeyBook {
     /// Keys whose confirmed count changed (or that were forgotten) since the last
     /// [`KeyBook::persisted`]: what the store must write in the same transaction as the
     /// settled offsets those confirmations lie below.
+    /// Hashed like `entries` (see [`ShardedMap`]): the keys are record contents.
     dirty: HashSet<Key>,
 }
 

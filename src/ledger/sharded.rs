@@ -11,11 +11,11 @@
 //! points evenly over every factor of two of the key count. Memory then follows the number
 //! of keys nearly linearly, and a lookup costs one hash and a binary search more.
 
-use std::collections::HashMap;
-use std::collections::hash_map::RandomState;
+use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 use std::hash::{BuildHasher, Hash};
 
-/// Tables per map; an empty one costs 48 bytes.
+/// Tables per map; an empty one costs 32 bytes.
 pub const SHARDS: usize = 1024;
 
 /// A shard's table is shrunk only above this many buckets: smaller ones cost little, and
@@ -46,13 +46,32 @@ fn bounds() -> &'static [u64] {
     })
 }
 
-/// A `HashMap` in [`SHARDS`] parts (see the module docs).
-#[derive(Debug, Clone)]
+/// The hash a shard's table files a key under. The shard was chosen by the hash's high
+/// bits, so within one shard they are nearly constant: the table must not see them where
+/// it takes its 7-bit tags (the top bits), or every probe would match every tag.
+fn in_shard(h: u64) -> u64 {
+    h.rotate_left(32)
+}
+
+/// A hash map in [`SHARDS`] parts (see the module docs).
+///
+/// Hashed once per operation with foldhash, seeded at random per map: the keys are record
+/// contents (hostile), and an attacker who cannot see the seed cannot choose colliding
+/// keys. foldhash is hashbrown's default hasher for that trade; SipHash, std's, cost two
+/// hashes per lookup here (shard and table) and was the daemon's top symbol in the
+/// key_columns profile. Should collisions be forced anyway, one shard's table slows down:
+/// the auditor gets slower, its verdicts stay the same.
+#[derive(Clone)]
 pub struct ShardedMap<K, V> {
-    shards: Vec<HashMap<K, V, RandomState>>,
-    /// Chooses the shard. Its own keys: the shards' hashers must not see related bits.
-    pick: RandomState,
+    shards: Vec<HashTable<(K, V)>>,
+    hasher: RandomState,
     len: usize,
+}
+
+impl<K, V> std::fmt::Debug for ShardedMap<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardedMap").field("len", &self.len).finish()
+    }
 }
 
 impl<K: Hash + Eq, V> Default for ShardedMap<K, V> {
@@ -65,26 +84,34 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     /// An empty map (no table allocated until a key arrives in a shard).
     pub fn new() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| HashMap::default()).collect(),
-            pick: RandomState::new(),
+            shards: (0..SHARDS).map(|_| HashTable::new()).collect(),
+            hasher: RandomState::default(),
             len: 0,
         }
     }
 
-    fn shard(&self, k: &K) -> usize {
-        let h = self.pick.hash_one(k);
-        bounds().partition_point(|b| *b < h).min(SHARDS - 1)
+    /// The shard of `k` and the hash its table files it under.
+    fn locate(&self, k: &K) -> (usize, u64) {
+        let h = self.hasher.hash_one(k);
+        let s = bounds().partition_point(|b| *b < h).min(SHARDS - 1);
+        (s, in_shard(h))
+    }
+
+    /// The table hash of a key already stored (for moving entries when a table resizes).
+    fn rehash(hasher: &RandomState) -> impl Fn(&(K, V)) -> u64 + '_ {
+        move |(k, _)| in_shard(hasher.hash_one(k))
     }
 
     /// The value of `k`.
     pub fn get(&self, k: &K) -> Option<&V> {
-        self.shards[self.shard(k)].get(k)
+        let (s, h) = self.locate(k);
+        self.shards[s].find(h, |(x, _)| x == k).map(|(_, v)| v)
     }
 
     /// The value of `k`, to change.
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
-        let s = self.shard(k);
-        self.shards[s].get_mut(k)
+        let (s, h) = self.locate(k);
+        self.shards[s].find_mut(h, |(x, _)| x == k).map(|(_, v)| v)
     }
 
     /// Whether `k` is in the map.
@@ -94,12 +121,18 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
 
     /// Sets `k` to `v`; the old value, if any.
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
-        let s = self.shard(&k);
-        let old = self.shards[s].insert(k, v);
-        if old.is_none() {
-            self.len += 1;
+        let (s, h) = self.locate(&k);
+        let hasher = &self.hasher;
+        match self.shards[s].entry(h, |(x, _)| *x == k, Self::rehash(hasher)) {
+            hashbrown::hash_table::Entry::Occupied(mut e) => {
+                Some(std::mem::replace(&mut e.get_mut().1, v))
+            }
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                e.insert((k, v));
+                self.len += 1;
+                None
+            }
         }
-        old
     }
 
     /// The value of `k`, inserted as `V::default()` when absent (`k` cloned only then).
@@ -108,37 +141,34 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         K: Clone,
         V: Default,
     {
-        let s = self.shard(k);
-        let shard = &mut self.shards[s];
-        if !shard.contains_key(k) {
-            shard.insert(k.clone(), V::default());
-            self.len += 1;
+        let (s, h) = self.locate(k);
+        let hasher = &self.hasher;
+        match self.shards[s].entry(h, |(x, _)| x == k, Self::rehash(hasher)) {
+            hashbrown::hash_table::Entry::Occupied(e) => &mut e.into_mut().1,
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                self.len += 1;
+                &mut e.insert((k.clone(), V::default())).into_mut().1
+            }
         }
-        // Two lookups instead of `entry`, which would clone the key every time.
-        shard
-            .get_mut(k)
-            .expect("present: inserted above when absent")
     }
 
     /// Takes `k` out.
     pub fn remove(&mut self, k: &K) -> Option<V> {
-        let s = self.shard(k);
+        let (s, h) = self.locate(k);
         let shard = &mut self.shards[s];
-        let v = shard.remove(k);
-        if v.is_some() {
-            self.len -= 1;
-            // A table never shrinks by itself, so each shard would keep the largest size it
-            // ever reached, and over a long incident the sum of 1,024 separate peaks creeps
-            // far above the map's own peak (measured: +10 MiB in 4 minutes of a total loss
-            // whose key count only fluctuated). Shrinking a shard that is under a quarter
-            // full to twice its keys leaves it half full: a shard must lose half its keys
-            // again, or double them, before its table moves again, so no key count makes
-            // it resize back and forth.
-            if shard.capacity() > SHRINK_ABOVE && shard.len() * 4 < shard.capacity() {
-                shard.shrink_to(shard.len() * 2);
-            }
+        let ((_, v), _) = shard.find_entry(h, |(x, _)| x == k).ok()?.remove();
+        self.len -= 1;
+        // A table never shrinks by itself, so each shard would keep the largest size it
+        // ever reached, and over a long incident the sum of 1,024 separate peaks creeps
+        // far above the map's own peak (measured: +10 MiB in 4 minutes of a total loss
+        // whose key count only fluctuated). Shrinking a shard that is under a quarter
+        // full to twice its keys leaves it half full: a shard must lose half its keys
+        // again, or double them, before its table moves again, so no key count makes
+        // it resize back and forth.
+        if shard.capacity() > SHRINK_ABOVE && shard.len() * 4 < shard.capacity() {
+            shard.shrink_to(shard.len() * 2, Self::rehash(&self.hasher));
         }
-        v
+        Some(v)
     }
 
     /// Keys held.
@@ -153,18 +183,19 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
 
     /// Every value, in no particular order.
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.shards.iter().flat_map(HashMap::values)
+        self.shards.iter().flat_map(|t| t.iter().map(|(_, v)| v))
     }
 
     /// Buckets allocated over all shards (memory tests).
     pub fn capacity(&self) -> usize {
-        self.shards.iter().map(HashMap::capacity).sum()
+        self.shards.iter().map(HashTable::capacity).sum()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use proptest::prelude::*;
 
     proptest! {

@@ -24,6 +24,8 @@
 //! on the server) is kept as the reference the JOIN form is tested against, key by key, on
 //! real MariaDB (tests/it/key_forms.rs).
 
+use std::fmt::Write as _;
+
 /// Quotes a string as a MySQL string literal. With `no_backslash_escapes == false` (the
 /// server default, and Doris), backslash is an escape character: `\` `"` NUL `\n` `\r` and
 /// Ctrl-Z are written `\\` `\"` `\0` `\n` `\r` `\Z`; `'` is doubled (see the module docs).
@@ -40,19 +42,29 @@ pub fn string_literal(s: &str, no_backslash_escapes: bool) -> String {
 pub fn push_string_literal(out: &mut String, s: &str, no_backslash_escapes: bool) {
     out.reserve(s.len() + 2);
     out.push('\'');
-    for c in s.chars() {
-        match c {
-            '\'' => out.push_str("''"),
-            _ if no_backslash_escapes => out.push(c),
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\0' => out.push_str("\\0"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\u{1a}' => out.push_str("\\Z"),
-            _ => out.push(c),
+    // Every character that needs escaping is ASCII, so plain stretches between them are
+    // copied whole (the common case: a value with nothing to escape is one copy).
+    let special = |b: u8| {
+        b == b'\'' || (!no_backslash_escapes && matches!(b, b'\\' | b'"' | 0 | b'\n' | b'\r' | 0x1a))
+    };
+    let mut plain = 0;
+    for (i, b) in s.bytes().enumerate() {
+        if !special(b) {
+            continue;
         }
+        out.push_str(&s[plain..i]);
+        out.push_str(match b {
+            b'\'' => "''",
+            b'\\' => "\\\\",
+            b'"' => "\\\"",
+            0 => "\\0",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            _ => "\\Z",
+        });
+        plain = i + 1;
     }
+    out.push_str(&s[plain..]);
     out.push('\'');
 }
 
@@ -430,11 +442,12 @@ where
         // Every combination of '' and NULL over the empty values.
         for mask in 0..(1usize << empty.len().min(16)) {
             let first = rows == 0;
-            if first {
-                derived.push_str(&format!("SELECT {i} AS i, {rows} AS j"));
+            // Written in place: `format!` would allocate a string per derived row.
+            let _ = if first {
+                write!(derived, "SELECT {i} AS i, {rows} AS j")
             } else {
-                derived.push_str(&format!(" UNION ALL SELECT {i}, {rows}"));
-            }
+                write!(derived, " UNION ALL SELECT {i}, {rows}")
+            };
             for (c, v) in key.iter().enumerate() {
                 derived.push_str(", ");
                 let null = empty
@@ -447,7 +460,7 @@ where
                     push_string_literal(&mut derived, v.as_ref(), nbe);
                 }
                 if first {
-                    derived.push_str(&format!(" AS c{c}"));
+                    let _ = write!(derived, " AS c{c}");
                 }
             }
             rows += 1;

@@ -733,8 +733,34 @@ fn hostile_string() -> impl Strategy<Value = String> {
     ]
 }
 
+/// The escaping as first written, one character at a time: the reference the copying
+/// version must match byte for byte.
+fn literal_by_chars(s: &str, nbe: bool) -> String {
+    let mut out = String::from("'");
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            _ if nbe => out.push(c),
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\0' => out.push_str("\\0"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\u{1a}' => out.push_str("\\Z"),
+            _ => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    #[test]
+    fn literal_equals_the_character_by_character_escaping(s in hostile_string(), nbe in any::<bool>()) {
+        prop_assert_eq!(string_literal(&s, nbe), literal_by_chars(&s, nbe));
+    }
 
     /// The escaper against the reference models of the three parsers, 20k hostile
     /// strings per run.
