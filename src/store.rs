@@ -24,8 +24,9 @@
 
 use crate::gap::{Gap, GapCause, GapState, Offset};
 use chrono::{DateTime, SecondsFormat, Utc};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -39,10 +40,12 @@ mod schema;
 
 use gaps::{GAP_COLUMNS, RawGap};
 use items::{ItemError, read_items, replace_items, write_items};
+use keys::write_key_claims;
+pub use keys::{KeyClaims, StoredKeys};
 use schema::{SCHEMA_VERSION, migrate};
 // The tests build files of older versions from the same batches.
 #[cfg(test)]
-use schema::{SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6};
+use schema::{SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7};
 
 /// File name of the store inside the state directory.
 pub const DB_FILE: &str = "gaps.sqlite";

@@ -381,16 +381,18 @@ impl<V: Verifier> Audit<V> {
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
-        match blocking(move || store.load_key_book(&audit)).await {
-            Ok(rows) => {
-                let n = rows.len();
-                let keys = rows
+        match blocking(move || store.load_key_log(&audit)).await {
+            Ok(stored) => {
+                let n = stored.claims.len();
+                let keys = stored
+                    .claims
                     .into_iter()
                     .filter_map(|(k, c)| Some((crate::record::Key::from_bytes(&k)?, c)));
                 if let Some(book) = self.checker.book_mut() {
                     book.load(keys);
+                    book.set_log_rows(stored.rows);
                 }
-                tracing::debug!(audit = %self.cfg.name, keys = n, "key book loaded from the store");
+                tracing::debug!(audit = %self.cfg.name, keys = n, log_rows = stored.rows, "key book loaded from the store");
             }
             Err(e) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the key book from the store: shared keys start unclaimed")

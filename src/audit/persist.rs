@@ -6,9 +6,9 @@ use crate::gap::{Gap, GapState, Offset, TopicPartition};
 use crate::handover;
 use crate::handover::PartitionState;
 use crate::kafka::Command;
-use crate::ledger::{Applied, GapRecord, PartitionLedger};
+use crate::ledger::{Applied, ClaimsWrite, GapRecord, KeyBook, PartitionLedger};
 use crate::sink::Verifier;
-use crate::store::PartitionProgress;
+use crate::store::{KeyClaims, PartitionProgress};
 use chrono::Utc;
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
@@ -109,17 +109,12 @@ impl<V: Verifier> Audit<V> {
                 }
             })
             .collect();
-        let keys: Vec<(Vec<u8>, u64)> = self
+        let keys: ClaimsWrite = self
             .checker
             .book()
-            .map(|b| {
-                b.changes()
-                    .into_iter()
-                    .map(|(k, n)| (k.as_bytes().to_vec(), n))
-                    .collect()
-            })
+            .map(KeyBook::claims_to_write)
             .unwrap_or_default();
-        if gaps.is_empty() && progress.is_empty() && keys.is_empty() {
+        if gaps.is_empty() && progress.is_empty() && keys.claims.is_empty() && !keys.whole {
             self.count_persisted();
             return self.hand_over().await;
         }
@@ -137,7 +132,14 @@ impl<V: Verifier> Audit<V> {
         match blocking(move || {
             // A panic in the write must not take the gaps with it: they go back to `unsaved`.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                store.commit_round_with_keys(&audit, &gaps, &progress, &keys)
+                let claims = if keys.whole {
+                    KeyClaims::Whole(&keys.claims)
+                } else {
+                    KeyClaims::Changes(&keys.claims)
+                };
+                store
+                    .commit_round_with_keys(&audit, &gaps, &progress, claims)
+                    .map(|()| keys)
             }))
             .unwrap_or_else(|_| {
                 Err(crate::store::StoreError::Panicked(format!(
@@ -148,14 +150,14 @@ impl<V: Verifier> Audit<V> {
         })
         .await
         {
-            Ok((Ok(()), gaps)) => {
+            Ok((Ok(keys), gaps)) => {
                 drop(gaps);
                 if big_round {
                     crate::memory::release_free();
                 }
                 self.writes.stored.extend(marks);
                 if let Some(book) = self.checker.book_mut() {
-                    book.persisted();
+                    book.written(&keys);
                 }
                 for p in self.parts.values_mut() {
                     p.ledger.stored();

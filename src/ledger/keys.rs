@@ -84,6 +84,32 @@ pub struct KeyBook {
     /// settled offsets those confirmations lie below.
     /// Hashed like `entries` (see [`ShardedMap`]): the keys are record contents.
     dirty: HashSet<Key>,
+    /// Keys with a confirmed count above 0: what a whole write of the book holds.
+    live: u64,
+    /// Rows of the store's key log, dead ones included ([`Self::claims_to_write`]).
+    log_rows: u64,
+    /// Dead rows the log may hold beyond half the live ones before it is rewritten.
+    rewrite_slack: u64,
+}
+
+/// Dead rows the store's key log may hold beyond half its live ones (see
+/// [`KeyBook::claims_to_write`]): small books are never rewritten for a handful of rows.
+pub const LOG_REWRITE_SLACK: u64 = 65_536;
+
+/// The store writes a claim under its key's packed form ([`Key::as_bytes`]).
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+/// What a round writes of the book ([`KeyBook::claims_to_write`]): `(key, confirmed)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimsWrite {
+    /// The keys to write; 0 forgets a key.
+    pub claims: Vec<(Key, u64)>,
+    /// `claims` is the whole book: the store's log is replaced by it, not appended to.
+    pub whole: bool,
 }
 
 impl Default for KeyBook {
@@ -104,7 +130,53 @@ impl KeyBook {
             capacity: capacity.max(1),
             clock: 0,
             dirty: HashSet::new(),
+            live: 0,
+            log_rows: 0,
+            rewrite_slack: LOG_REWRITE_SLACK,
         }
+    }
+
+    /// How many rows the store's key log holds (read with the book at start).
+    pub fn set_log_rows(&mut self, rows: u64) {
+        self.log_rows = rows;
+    }
+
+    /// Sets the dead rows the log may hold beyond half the live ones (tests rewrite often).
+    pub fn set_rewrite_slack(&mut self, rows: u64) {
+        self.rewrite_slack = rows;
+    }
+
+    /// What the next store write must hold. The store keeps the book as a log of changes
+    /// (appending is what keeps a round's write sequential), and every change leaves a dead
+    /// row behind: once those outnumber half the live keys (plus a slack), the write holds
+    /// the whole book instead and the log starts again from it. The log then never holds
+    /// more than 1.5 times the live keys plus the slack (what a restart reads), and each
+    /// changed key costs at most about three row writes in all.
+    pub fn claims_to_write(&self) -> ClaimsWrite {
+        let grown = self.log_rows + self.dirty.len() as u64;
+        if self.has_changes() && grown > self.live + self.live / 2 + self.rewrite_slack {
+            let claims = self
+                .entries
+                .iter()
+                .filter(|(_, e)| e.confirmed > 0)
+                .map(|(k, e)| (k.clone(), e.confirmed))
+                .collect();
+            return ClaimsWrite {
+                claims,
+                whole: true,
+            };
+        }
+        ClaimsWrite {
+            claims: self.changes(),
+            whole: false,
+        }
+    }
+
+    /// The store now holds `w` (from [`Self::claims_to_write`]).
+    pub fn written(&mut self, w: &ClaimsWrite) {
+        let rows = w.claims.len() as u64;
+        self.log_rows = if w.whole { rows } else { self.log_rows + rows };
+        self.persisted();
     }
 
     /// Loads confirmed counts persisted with the settled offsets (a restart): the rows those
@@ -240,15 +312,19 @@ impl KeyBook {
         let stamp;
         let holds_nothing;
         {
-            let e = match self.entries.get_mut(k) {
-                Some(e) => e,
-                None => self.entries.get_or_default(k),
-            };
+            let e = self.entries.get_or_default(k);
             was_busy = e.busy() || e.idle_since == 0;
             let confirmed = e.confirmed;
             f(e);
-            if e.confirmed != confirmed && !self.dirty.contains(k) {
-                self.dirty.insert(k.clone());
+            if e.confirmed != confirmed {
+                match (confirmed > 0, e.confirmed > 0) {
+                    (false, true) => self.live += 1,
+                    (true, false) => self.live -= 1,
+                    _ => {}
+                }
+                if !self.dirty.contains(k) {
+                    self.dirty.insert(k.clone());
+                }
             }
             now_busy = e.busy();
             if !now_busy && was_busy {
@@ -285,6 +361,7 @@ impl KeyBook {
                 && let Some(e) = self.entries.remove(&k)
                 && e.confirmed > 0
             {
+                self.live -= 1;
                 self.dirty.insert(k);
             }
         }
@@ -475,6 +552,41 @@ mod tests {
             "the oldest loaded key is forgotten"
         );
         assert_eq!(b.counts(&k("c")), (0, 1, 0));
+    }
+
+    /// The book is written as changes until the store's log would hold more than 1.5 times
+    /// its live keys plus the slack, then whole: every key confirmed at least once and only
+    /// those, whatever was forgotten or taken back before.
+    #[test]
+    fn claims_are_written_as_changes_then_whole_once_dead_rows_pile_up() {
+        let mut b = KeyBook::new(3);
+        b.set_rewrite_slack(1);
+        for s in ["a", "b", "c", "d"] {
+            b.pend(&k(s));
+            b.decide_due(&k(s), 1, 1);
+        }
+        // "a" is forgotten (capacity 3): a change to 0.
+        let w = b.claims_to_write();
+        assert!(!w.whole, "an empty log takes the changes: {w:?}");
+        assert_eq!(w.claims.len(), 4);
+        b.written(&w);
+        assert!(!b.has_changes());
+        b.unconfirm(&k("b"));
+        let w = b.claims_to_write();
+        // 4 rows + 1 change > 2 live (c, d) + 1 + 1 slack.
+        assert!(w.whole, "{w:?}");
+        let mut claims = w.claims.clone();
+        claims.sort_by(|x, y| x.0.as_bytes().cmp(y.0.as_bytes()));
+        assert_eq!(claims, vec![(k("c"), 1), (k("d"), 1)]);
+        b.written(&w);
+        b.pend(&k("e"));
+        b.decide_due(&k("e"), 1, 1);
+        let w = b.claims_to_write();
+        assert!(
+            !w.whole,
+            "2 rows + 1 change is within 3 live + 1 + 1: {w:?}"
+        );
+        assert_eq!(w.claims, vec![(k("e"), 1)]);
     }
 
     #[test]

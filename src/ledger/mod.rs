@@ -12,7 +12,7 @@ pub mod sharded;
 mod tests;
 
 pub use due::{Frontier, PipelineCommits};
-pub use keys::KeyBook;
+pub use keys::{ClaimsWrite, KeyBook, LOG_REWRITE_SLACK};
 pub use partition::{
     Applied, Delta, GapGauges, GapRecord, MissingRun, Observed, PartitionLedger, Probe,
     RecheckBudget, Segment, Snapshot, Verdict,

@@ -70,7 +70,9 @@ pub struct ShardedMap<K, V> {
 
 impl<K, V> std::fmt::Debug for ShardedMap<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShardedMap").field("len", &self.len).finish()
+        f.debug_struct("ShardedMap")
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -181,6 +183,13 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         self.len == 0
     }
 
+    /// Every key and value, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.shards
+            .iter()
+            .flat_map(|t| t.iter().map(|(k, v)| (k, v)))
+    }
+
     /// Every value, in no particular order.
     pub fn values(&self) -> impl Iterator<Item = &V> {
         self.shards.iter().flat_map(|t| t.iter().map(|(_, v)| v))
@@ -195,8 +204,8 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     proptest! {
         /// Same answers as one HashMap, whatever the operations.

@@ -45,7 +45,8 @@ pub fn push_string_literal(out: &mut String, s: &str, no_backslash_escapes: bool
     // Every character that needs escaping is ASCII, so plain stretches between them are
     // copied whole (the common case: a value with nothing to escape is one copy).
     let special = |b: u8| {
-        b == b'\'' || (!no_backslash_escapes && matches!(b, b'\\' | b'"' | 0 | b'\n' | b'\r' | 0x1a))
+        b == b'\''
+            || (!no_backslash_escapes && matches!(b, b'\\' | b'"' | 0 | b'\n' | b'\r' | 0x1a))
     };
     let mut plain = 0;
     for (i, b) in s.bytes().enumerate() {

@@ -15,17 +15,17 @@ impl Store {
         gaps: &[Gap],
         progress: &[PartitionProgress],
     ) -> Result<(), StoreError> {
-        self.commit_round_with_keys(audit, gaps, progress, &[])
+        self.commit_round_with_keys::<&[u8]>(audit, gaps, progress, KeyClaims::Changes(&[]))
     }
 
     /// [`Self::commit_round`], plus key_columns confirmed counts in the same transaction:
-    /// `(packed key, confirmed)`, 0 deleting the key.
-    pub fn commit_round_with_keys(
+    /// `(packed key, confirmed)` (see [`KeyClaims`]).
+    pub fn commit_round_with_keys<K: AsRef<[u8]>>(
         &self,
         audit: &str,
         gaps: &[Gap],
         progress: &[PartitionProgress],
-        keys: &[(Vec<u8>, u64)],
+        keys: KeyClaims<'_, K>,
     ) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let now = fmt_ts(Utc::now());
@@ -141,31 +141,8 @@ impl Store {
                         p.topic, p.partition
                     )))?;
             }
-            if !keys.is_empty() {
-                let mut upsert_key = tx
-                    .prepare_cached(
-                        "INSERT INTO key_book (audit, key, confirmed) VALUES (?1, ?2, ?3)
-                         ON CONFLICT (audit, key) DO UPDATE SET confirmed = excluded.confirmed",
-                    )
-                    .map_err(self.sq("prepare key upsert".to_string()))?;
-                let mut delete_key = tx
-                    .prepare_cached("DELETE FROM key_book WHERE audit = ?1 AND key = ?2")
-                    .map_err(self.sq("prepare key delete".to_string()))?;
-                // In key order: the table is a B-tree on (audit, key), and a round's keys
-                // come in hash order. Sorted, each page is visited once and in order, instead
-                // of every write landing on a random page (a page-cache miss per key once
-                // the book outgrows the cache): 400,000 keys took 6.9 s unsorted.
-                let mut sorted: Vec<&(Vec<u8>, u64)> = keys.iter().collect();
-                sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                for (k, n) in sorted {
-                    let r = match i64::try_from(*n) {
-                        Ok(0) => delete_key.execute(params![audit, k]),
-                        Ok(n) => upsert_key.execute(params![audit, k, n]),
-                        Err(_) => upsert_key.execute(params![audit, k, i64::MAX]),
-                    };
-                    r.map_err(self.sq(format!("write the key book of audit {audit}")))?;
-                }
-            }
+            write_key_claims(&tx, audit, keys)
+                .map_err(self.sq(format!("write the key book of audit {audit}")))?;
         }
         tx.commit()
             .map_err(self.sq(format!("commit round of audit {audit}")))

@@ -42,18 +42,71 @@ fn the_key_book_is_written_with_the_round_and_deleted_at_zero() {
             "au",
             &[],
             &[progress(0, 5)],
-            &[(a.clone(), 2), (b.clone(), 1)],
+            KeyClaims::Changes(&[(a.clone(), 2), (b.clone(), 1)]),
         )
         .unwrap();
     let mut book = store.load_key_book("au").unwrap();
     book.sort();
     assert_eq!(book, vec![(a.clone(), 2), (b.clone(), 1)]);
     store
-        .commit_round_with_keys("au", &[], &[], &[(b.clone(), 0), (a.clone(), 3)])
+        .commit_round_with_keys(
+            "au",
+            &[],
+            &[],
+            KeyClaims::Changes(&[(b.clone(), 0), (a.clone(), 3)]),
+        )
         .unwrap();
     assert_eq!(store.load_key_book("au").unwrap(), vec![(a.clone(), 3)]);
     assert_eq!(store.key_confirmed("au", &[a, b]).unwrap(), vec![3, 0]);
     assert!(store.load_key_book("other").unwrap().is_empty());
+}
+
+/// The key log: a key's last row wins (a key counted, forgotten, counted again reads as
+/// its last count; one forgotten last reads as absent), claims come back in the order they
+/// were last written, audits do not see each other's rows, and a whole write leaves exactly
+/// the book it was given.
+#[test]
+fn the_key_log_reads_last_rows_and_a_whole_write_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let k = |s: &str| format!("{s}\u{ff}").into_bytes();
+    let changes =
+        |v: &[(&str, u64)]| -> Vec<(Vec<u8>, u64)> { v.iter().map(|(s, n)| (k(s), *n)).collect() };
+    let write = |audit: &str, c: KeyClaims<'_, Vec<u8>>| {
+        store.commit_round_with_keys(audit, &[], &[], c).unwrap()
+    };
+    write(
+        "au",
+        KeyClaims::Changes(&changes(&[("a", 1), ("b", 1), ("c", 2)])),
+    );
+    write("other", KeyClaims::Changes(&changes(&[("a", 7)])));
+    write("au", KeyClaims::Changes(&changes(&[("a", 0), ("c", 3)])));
+    write("au", KeyClaims::Changes(&changes(&[("b", 0), ("a", 4)])));
+    write("au", KeyClaims::Changes(&changes(&[("d", 1)])));
+    let log = store.load_key_log("au").unwrap();
+    assert_eq!(log.rows, 8);
+    assert_eq!(log.claims, changes(&[("c", 3), ("a", 4), ("d", 1)]));
+    assert_eq!(
+        store
+            .key_confirmed("au", &[k("a"), k("b"), k("c"), k("x")])
+            .unwrap(),
+        vec![4, 0, 3, 0]
+    );
+    assert_eq!(store.load_key_book("other").unwrap(), changes(&[("a", 7)]));
+
+    write(
+        "au",
+        KeyClaims::Whole(&changes(&[("d", 1), ("a", 4), ("z", 0), ("c", 3)])),
+    );
+    let log = store.load_key_log("au").unwrap();
+    assert_eq!(log.rows, 3, "dead rows and zero counts are gone");
+    assert_eq!(log.claims, changes(&[("d", 1), ("a", 4), ("c", 3)]));
+    assert_eq!(store.load_key_book("other").unwrap(), changes(&[("a", 7)]));
+    write("au", KeyClaims::Changes(&changes(&[("d", 0)])));
+    assert_eq!(
+        store.load_key_book("au").unwrap(),
+        changes(&[("a", 4), ("c", 3)])
+    );
 }
 
 fn progress(partition: i32, settled: Offset) -> PartitionProgress {
@@ -664,9 +717,9 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
     drop(Store::open(fresh.path()).unwrap());
     let want = schema_of(&fresh.path().join(DB_FILE));
     let batches = [
-        SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+        SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
     ];
-    for version in 1..=6usize {
+    for version in 1..=7usize {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
         for sql in &batches[..version] {
@@ -692,6 +745,14 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
             params![ledger.to_string(), fmt_ts(Utc::now())],
         )
         .unwrap();
+        if version >= 5 {
+            // v5–v7 kept the key book in a table keyed by the key.
+            conn.execute_batch(
+                "INSERT INTO key_book (audit, key, confirmed) VALUES
+                    ('a', x'62ff', 1), ('a', x'61ff', 2), ('b', x'61ff', 5)",
+            )
+            .unwrap();
+        }
         drop(conn);
         let store = Store::open(dir.path()).unwrap();
         let v: i32 = store
@@ -710,6 +771,14 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
         assert_eq!(p[0].settled, 10, "v{version}");
         if version < 6 {
             assert_eq!(p[0].ledger, full_ledger(&[1, 3]), "v{version}");
+        }
+        if version >= 5 {
+            assert_eq!(
+                store.load_key_book("a").unwrap(),
+                vec![(b"a\xff".to_vec(), 2), (b"b\xff".to_vec(), 1)],
+                "v{version}"
+            );
+            assert_eq!(store.load_key_log("b").unwrap().rows, 1, "v{version}");
         }
     }
 }

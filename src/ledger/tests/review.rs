@@ -363,7 +363,13 @@ fn review_a_v5_ledger_with_given_up_runs_survives_migration_deltas_and_restarts(
     {
         // Back to v5: the whole ledger in `progress.ledger`, no items table.
         let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
-        conn.execute_batch("DROP TABLE ledger_items").unwrap();
+        conn.execute_batch(
+            "DROP TABLE ledger_items;
+             DROP TABLE key_log;
+             CREATE TABLE key_book (audit TEXT NOT NULL, key BLOB NOT NULL,
+                 confirmed INTEGER NOT NULL, PRIMARY KEY (audit, key)) WITHOUT ROWID;",
+        )
+        .unwrap();
         conn.execute("UPDATE progress SET ledger = ?1", [v5.to_string()])
             .unwrap();
         conn.pragma_update(None, "user_version", 5).unwrap();
