@@ -115,16 +115,43 @@ pub(super) fn write_key_claims<K: AsRef<[u8]>>(
         tx.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM key_log WHERE audit = ?1")?
             .query_row(params![audit], |r| r.get(0))?
     };
-    let mut append = tx.prepare_cached(
-        "INSERT INTO key_log (audit, seq, key, confirmed) VALUES (?1, ?2, ?3, ?4)",
-    )?;
-    for (k, n) in list {
-        if whole && *n == 0 {
-            continue;
+    // Rows in statements of CHUNK: stepping one statement per row cost more than the row.
+    const CHUNK: usize = 64;
+    let kept: Vec<(&[u8], i64)> = list
+        .iter()
+        .filter(|(_, n)| !(whole && *n == 0))
+        .map(|(k, n)| (k.as_ref(), i64::try_from(*n).unwrap_or(i64::MAX)))
+        .collect();
+    let statement = |rows: usize| {
+        let mut sql = String::from("INSERT INTO key_log (audit, seq, key, confirmed) VALUES ");
+        for i in 0..rows {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str("(?1, ?, ?, ?)");
         }
-        seq += 1;
-        let n = i64::try_from(*n).unwrap_or(i64::MAX);
-        append.execute(params![audit, seq, k.as_ref(), n])?;
+        sql
+    };
+    let full = statement(CHUNK);
+    for chunk in kept.chunks(CHUNK) {
+        // The last, shorter chunk is prepared once, not cached (it would push others out).
+        let (mut cached, mut fresh);
+        let stmt: &mut rusqlite::Statement<'_> = if chunk.len() == CHUNK {
+            cached = tx.prepare_cached(&full)?;
+            &mut cached
+        } else {
+            fresh = tx.prepare(&statement(chunk.len()))?;
+            &mut fresh
+        };
+        stmt.raw_bind_parameter(1, audit)?;
+        for (i, (k, n)) in chunk.iter().enumerate() {
+            seq += 1;
+            let at = 2 + 3 * i;
+            stmt.raw_bind_parameter(at, seq)?;
+            stmt.raw_bind_parameter(at + 1, *k)?;
+            stmt.raw_bind_parameter(at + 2, *n)?;
+        }
+        stmt.raw_execute()?;
     }
     Ok(())
 }
