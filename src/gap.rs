@@ -4,33 +4,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A Kafka offset. Kafka uses signed 64-bit offsets; negative values never reach the ledger.
-pub type Offset = i64;
-
-/// One partition of one topic.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct TopicPartition {
-    /// Topic name.
-    pub topic: String,
-    /// Partition number.
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    /// Builds a topic-partition.
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        Self {
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
-
-impl fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
+// The shared vocabulary (src/types.rs), kept at its old path.
+pub use crate::types::{Offset, TopicPartition};
 
 /// Lifecycle of a gap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

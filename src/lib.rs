@@ -18,6 +18,9 @@
 //!  metrics / http   Prometheus families, /api/gaps, /api/status
 //! ```
 //!
+//! Every step speaks the shared vocabulary of `types`: `Offset`, `TopicPartition`, `Key`
+//! (also at their older paths `gap::` and `record::`).
+//!
 //! Threads and channels of `run`, one set per audit (`app` starts them, `audit` owns the
 //! loop; `main.rs` is a thin CLI over it):
 //!
@@ -73,6 +76,7 @@ pub mod sink;
 pub mod status;
 pub mod store;
 pub mod template;
+pub mod types;
 pub mod verify;
 pub mod wait;
 

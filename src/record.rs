@@ -43,7 +43,6 @@ pub mod registry;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use logical::TimestampFormat;

@@ -204,52 +204,35 @@ async fn setup(name: &str) -> Setup {
     }
 }
 
-/// An audit of `s` in `format`, key_columns on the Avro/Protobuf fields
-/// `client_ip, domain, time`, the registry at `registry` (`auth_toml`: more registry keys).
-fn audit_toml(s: &Setup, format: &str, registry: &str, auth_toml: &str, grace: &str) -> String {
-    format!(
-        r#"
-[kafka]
-brokers = "{brokers}"
-group_id = "{group}"
-start = "earliest"
-session_timeout = "6s"
-heartbeat_interval = "500ms"
-statistics_interval = "500ms"
-[server]
-listen = "127.0.0.1:0"
-[state]
-path = "{state}"
-[[audits]]
-name = "dns_avro"
-topics = ["{topic}"]
-pipeline_group = "{pipeline}"
-grace = "{grace}"
-verify_interval = "300ms"
-batch_size = 100
-[audits.record]
-format = "{format}"
-[audits.record.schema_registry]
-url = "{registry}"
-timeout = "2s"
-{auth_toml}
-[audits.match]
-strategy = "key_columns"
-key = ["client_ip", "domain", "time"]
-[audits.sink]
-kind = "mysql"
-url = "{url}"
-table = "{table}"
-query_timeout = "3s"
-"#,
-        brokers = kafka(),
-        group = unique("auditor"),
-        state = s.state.path().display(),
-        topic = s.topic,
-        pipeline = s.group,
-        table = s.table,
-        url = mysql_url(),
-    )
+/// The key fields the audits match on, as the sink's columns are named.
+const KEY: [&str; 3] = ["client_ip", "domain", "time"];
+
+/// An audit of `s` in `format` (`avro`, `protobuf`), key_columns on the Avro/Protobuf
+/// fields `key`, the registry at `registry` (more registry keys: [`AuditToml::registry`]).
+fn sr_audit(s: &Setup, format: &str, registry: &str, key: &[&str], grace: &str) -> AuditToml {
+    AuditToml::new("dns_avro", &[&s.topic])
+        .set("pipeline_group", &s.group)
+        .set("grace", grace)
+        .set("verify_interval", "300ms")
+        .set("batch_size", 100)
+        .record("format", format)
+        .registry("url", registry)
+        .registry("timeout", "2s")
+        .strategy("key_columns")
+        .matching("key", key)
+        .sql_sink("mysql", &mysql_url(), &s.table)
+        .sink("query_timeout", "3s")
+}
+
+/// The configuration running `audit` alone, with the auditor's own group and `s`'s store.
+fn sr_config(s: &Setup, audit: AuditToml) -> String {
+    ConfigToml::new(&kafka())
+        .test_group(&unique("auditor"))
+        .kafka("statistics_interval", "500ms")
+        .server("listen", "127.0.0.1:0")
+        .state_path(s.state.path())
+        .audit(audit)
+        .render()
 }
 
 fn committed_seen(a: &Auditor, offset: i64) -> bool {
@@ -285,7 +268,8 @@ async fn avro_seed_incident_is_caught_exactly_with_key_columns_on_avro_fields() 
     let s = setup("sr_avro_seed").await;
     let registry = FakeRegistry::start().await;
     let src: Vec<Source> = (0..6).map(Source::nth).collect();
-    let a = Auditor::start(&audit_toml(&s, "avro", &registry.url, "", "1s")).await;
+    let audit = sr_audit(&s, "avro", &registry.url, &KEY, "1s");
+    let a = Auditor::start(&sr_config(&s, audit)).await;
 
     assert_eq!(
         produce(&s.topic, &registry.url, "avro", &src[0..2], None),
@@ -345,10 +329,6 @@ async fn protobuf_records_through_an_authenticated_registry_are_audited_exactly(
     let registry = FakeRegistry::start_with_auth(Some(("auditor", "s3cr3t"))).await;
     let pw = s.state.path().join("registry-password");
     std::fs::write(&pw, "s3cr3t\n").expect("password file");
-    let auth = format!(
-        "username = \"auditor\"\npassword_file = {:?}",
-        pw.display().to_string()
-    );
     let src: Vec<Source> = (0..6).map(Source::nth).collect();
     assert_eq!(
         produce(
@@ -369,7 +349,10 @@ async fn protobuf_records_through_an_authenticated_registry_are_audited_exactly(
     write_rows(&s.db, &s.table, &written).await;
     commit(&s.group, &s.topic, 6);
 
-    let a = Auditor::start(&audit_toml(&s, "protobuf", &registry.url, &auth, "1s")).await;
+    let audit = sr_audit(&s, "protobuf", &registry.url, &KEY, "1s")
+        .registry("username", "auditor")
+        .registry("password_file", &pw);
+    let a = Auditor::start(&sr_config(&s, audit)).await;
     a.wait_decided(60, "1 lost, 5 confirmed", |a| {
         a.lost(&s.topic, 0) >= 1 && a.confirmed(&s.topic, 0) >= 5
     })
@@ -399,10 +382,8 @@ async fn protobuf_importing_confluents_built_in_files_is_audited_exactly() {
     );
     write_rows(&s.db, &s.table, &[&src[0], &src[2], &src[3]]).await;
     commit(&s.group, &s.topic, 4);
-    let toml = audit_toml(&s, "protobuf", &registry.url, "", "1s").replace(
-        r#"key = ["client_ip", "domain", "time"]"#,
-        r#"key = ["client_ip", "day", "time"]"#,
-    );
+    let key = &["client_ip", "day", "time"];
+    let toml = sr_config(&s, sr_audit(&s, "protobuf", &registry.url, key, "1s"));
     let a = Auditor::start(&toml).await;
     a.wait_decided(60, "1 lost, 3 confirmed", |a| {
         a.lost(&s.topic, 0) >= 1 && a.confirmed(&s.topic, 0) >= 3
@@ -438,7 +419,8 @@ async fn records_whose_schema_cannot_be_fetched_wait_unknown_and_are_decided_whe
     commit(&s.group, &s.topic, 5);
     registry.set_down(true);
 
-    let a = Auditor::start(&audit_toml(&s, "avro", &registry.url, "", "500ms")).await;
+    let audit = sr_audit(&s, "avro", &registry.url, &KEY, "500ms");
+    let a = Auditor::start(&sr_config(&s, audit)).await;
     let up = |a: &Auditor| {
         a.metrics
             .schema_registry_up
@@ -555,10 +537,8 @@ async fn avro_logical_types_match_date_decimal_and_datetime_columns_and_check_ag
         .collect();
     write_rows(&s.db, &s.table, &written).await;
     commit(&s.group, &s.topic, 5);
-    let toml = audit_toml(&s, "avro", &registry.url, "", "1s").replace(
-        r#"key = ["client_ip", "domain", "time"]"#,
-        r#"key = ["client_ip", "day", "price", "time"]"#,
-    );
+    let key = &["client_ip", "day", "price", "time"];
+    let toml = sr_config(&s, sr_audit(&s, "avro", &registry.url, key, "1s"));
     let a = Auditor::start(&toml).await;
     a.wait_decided(60, "1 lost, 4 confirmed", |a| {
         a.lost(&s.topic, 0) >= 1 && a.confirmed(&s.topic, 0) >= 4

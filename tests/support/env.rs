@@ -6,21 +6,23 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// (once, before any client is made) by a binary that runs its own private broker.
 pub static KAFKA_OVERRIDE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
+/// Where a service variable is missing: run the whole suite, and gate a new binary.
+const NOT_SET: &str = "run scripts/test.sh (it starts tansu and MariaDB); a test binary that \
+     needs the services has `required-features = [\"services\"]` in Cargo.toml";
+
 /// Address of the test broker. Fails loudly: these tests need the real services.
 pub fn kafka() -> String {
     if let Some(k) = KAFKA_OVERRIDE.get() {
         return k.clone();
     }
-    std::env::var("GAP_AUDITOR_TEST_KAFKA").expect(
-        "GAP_AUDITOR_TEST_KAFKA is not set: run scripts/test.sh (it starts tansu and MariaDB)",
-    )
+    std::env::var("GAP_AUDITOR_TEST_KAFKA")
+        .unwrap_or_else(|_| panic!("GAP_AUDITOR_TEST_KAFKA is not set: {NOT_SET}"))
 }
 
 /// URL of the test MariaDB database.
 pub fn mysql_url() -> String {
-    std::env::var("GAP_AUDITOR_TEST_MYSQL").expect(
-        "GAP_AUDITOR_TEST_MYSQL is not set: run scripts/test.sh (it starts tansu and MariaDB)",
-    )
+    std::env::var("GAP_AUDITOR_TEST_MYSQL")
+        .unwrap_or_else(|_| panic!("GAP_AUDITOR_TEST_MYSQL is not set: {NOT_SET}"))
 }
 
 /// A name unique across tests and runs (topics, groups, tables).

@@ -1,0 +1,202 @@
+//! The shared vocabulary: the few types every layer speaks (the tail thread, the decoder,
+//! the ledger, verification, the sinks, the store, the API) — a Kafka offset, a
+//! topic-partition and a record's match key. Plain data and their own methods, nothing
+//! else, so that any module can use them without depending on another one's logic. The old
+//! paths (`gap::Offset`, `gap::TopicPartition`, `record::Key`) re-export them.
+//!
+//! [`Key`]'s unit tests are the decoder's (src/record/tests/key.rs and the packed-form
+//! round trip in src/record/tests/csv.rs): keys are built there.
+
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+/// A Kafka offset. Kafka uses signed 64-bit offsets; negative values never reach the ledger.
+pub type Offset = i64;
+
+/// One partition of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TopicPartition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition number.
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    /// Builds a topic-partition.
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// The values of the match key fields of one record, in key order.
+///
+/// Packed in ONE allocation, because the ledger holds a key per pending record (millions):
+/// each value's UTF-8 bytes followed by a `0xFF` terminator, a byte UTF-8 never contains.
+/// That is 16 bytes plus the key's bytes and one byte per value, instead of a `Vec` of
+/// `String`s (24 + 24 per value, and an allocation each). It also means one free per key
+/// when the audit task drops it, not four, on memory the tailing thread allocated.
+/// Shared (`Arc`), because the ledger, the key book and each round's due list all hold
+/// the same key: a clone is a count, not a copy (a copy each was 3-5 allocations per
+/// record, and the churn of those small blocks grew the heap over a long total loss).
+/// Serialized as a list of strings, as before (stored ledger snapshots stay readable).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(Arc<[u8]>);
+
+/// Ends every value inside a [`Key`]; never part of valid UTF-8.
+const KEY_END: u8 = 0xFF;
+
+impl Key {
+    /// A key of these values, in key order.
+    pub fn new<I, S>(values: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut buf = Vec::new();
+        for v in values {
+            buf.extend_from_slice(v.as_ref().as_bytes());
+            buf.push(KEY_END);
+        }
+        Self(Arc::from(buf))
+    }
+
+    /// A key of the values `values` yields, or `None` as soon as one is `None` (a field
+    /// missing). Built in a per-thread scratch buffer, so the only allocation is the key's
+    /// own: this runs once per consumed record on the tailing thread.
+    pub fn try_collect<'a>(values: impl Iterator<Item = Option<Cow<'a, str>>>) -> Option<Self> {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        fn build<'a>(
+            buf: &mut Vec<u8>,
+            values: impl Iterator<Item = Option<Cow<'a, str>>>,
+        ) -> Option<Key> {
+            buf.clear();
+            for v in values {
+                buf.extend_from_slice(v?.as_bytes());
+                buf.push(KEY_END);
+            }
+            Some(Key(Arc::from(&buf[..])))
+        }
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buf) => {
+                let key = build(&mut buf, values);
+                // One huge hostile key must not pin its size for the thread's lifetime.
+                if buf.capacity() > 64 * 1024 {
+                    *buf = Vec::new();
+                }
+                key
+            }
+            Err(_) => build(&mut Vec::new(), values),
+        })
+    }
+
+    /// The packed form (each value's UTF-8 bytes, then `0xFF`): how the store keeps keys.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// A key from its packed form ([`Self::as_bytes`]); `None` unless every value is UTF-8
+    /// ended by `0xFF`.
+    pub fn from_bytes(b: &[u8]) -> Option<Key> {
+        if !b.is_empty() && b.last() != Some(&KEY_END) {
+            return None;
+        }
+        let body = b.strip_suffix(&[KEY_END]).unwrap_or(b);
+        if !b.is_empty()
+            && !body
+                .split(|&c| c == KEY_END)
+                .all(|v| std::str::from_utf8(v).is_ok())
+        {
+            return None;
+        }
+        Some(Key(Arc::from(b)))
+    }
+
+    /// The values, in key order.
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        KeyValues {
+            rest: &self.0,
+            left: self.len(),
+        }
+    }
+
+    /// The first value (the document id for `doc_id`).
+    pub fn first(&self) -> Option<&str> {
+        self.values().next()
+    }
+
+    /// How many values the key has.
+    pub fn len(&self) -> usize {
+        self.0.iter().filter(|&&b| b == KEY_END).count()
+    }
+
+    /// Whether the key has no value at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The values as owned strings.
+    pub fn to_vec(&self) -> Vec<String> {
+        self.values().map(str::to_string).collect()
+    }
+
+    /// Bytes of key text (without the terminators): what the key costs beyond its header.
+    pub fn text_len(&self) -> usize {
+        self.0.len() - self.len()
+    }
+}
+
+struct KeyValues<'a> {
+    rest: &'a [u8],
+    left: usize,
+}
+
+impl<'a> Iterator for KeyValues<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let end = self.rest.iter().position(|&b| b == KEY_END)?;
+        let (value, rest) = self.rest.split_at(end);
+        self.rest = rest.get(1..).unwrap_or_default();
+        self.left = self.left.saturating_sub(1);
+        // Only `Key::new` fills the buffer, from `&str`s: every value is valid UTF-8.
+        Some(std::str::from_utf8(value).unwrap_or_default())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for KeyValues<'_> {}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Key").field(&self.to_vec()).finish()
+    }
+}
+
+impl Serialize for Key {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.values())
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Vec::<String>::deserialize(d).map(Key::new)
+    }
+}
