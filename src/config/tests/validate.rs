@@ -559,3 +559,31 @@ fn a_timing_set_both_ways_names_both_keys() {
         assert_err(&e, &format!("kafka.properties[\"{property}\"]"), key);
     }
 }
+
+/// Once only `build_sink` refused a password without a user, when it came from the url
+/// (`https://:secret@host`), and only when the daemon started; validation refuses it now,
+/// naming the key, so `validate-config` and loading do too.
+#[test]
+fn a_url_password_without_a_user_is_refused_by_validation() {
+    let mut cfg = es_base();
+    cfg.audits[0].sink.url = SecretUrl::new("https://:url-only-secret@127.0.0.1:9200");
+    let e = cfg.validate().expect_err("a password without a user");
+    assert_err(&e, "audits[0].sink.url", "needs a username (sink.username");
+    assert!(!e.to_string().contains("url-only-secret"), "{e}");
+
+    let toml = format!(
+        "{BASE}{}",
+        ES_AUDIT.replace("elastic:es-url-secret@", ":es-url-secret@")
+    );
+    let e = toml_err(&toml);
+    assert_err(&e, "audits[1].sink.url", "needs a username");
+    assert!(!e.to_string().contains("es-url-secret"), "{e}");
+
+    // With a user named separately, or an api_key (which wins over a url password, as
+    // before), it is valid.
+    let mut user = cfg.clone();
+    user.audits[0].sink.username = Some("elastic".into());
+    user.validate().expect("user from sink.username");
+    cfg.audits[0].sink.api_key = Some(Secret::new("key"));
+    cfg.validate().expect("api key");
+}

@@ -242,6 +242,15 @@ impl SinkConfig {
                         "needs a username (sink.username)",
                     );
                 }
+                // `https://:secret@host`: the url's own password, without a user (an api_key
+                // wins over it, as before).
+                if !has_api_key && url.password().is_some() {
+                    return err(
+                        url_path,
+                        "carries a password but no user name: a password needs a username \
+                         (sink.username, or user:password@ in the url)",
+                    );
+                }
             }
         }
         Ok(())
