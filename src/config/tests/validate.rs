@@ -214,7 +214,10 @@ fn table_is_required_for_sql_sinks() {
     let mut cfg = base();
     cfg.audits[0].sink.url = SecretUrl::new("mysql://root@127.0.0.1:9030");
     cfg.audits[0].sink.table = Some("example_db.dns_logs_from_flink01".into());
-    assert_eq!(cfg.validate(), Ok(()));
+    let valid = cfg.validate().expect("database.table names the database");
+    let sql = sql_spec(&valid, 0);
+    assert_eq!(sql.table, "example_db.dns_logs_from_flink01");
+    assert_eq!(sql.database, "example_db");
 }
 
 #[test]
@@ -375,7 +378,7 @@ fn csv_needs_fields_and_a_one_char_delimiter() {
     );
     let mut cfg = base();
     cfg.audits[0].record.delimiter = "│".into(); // multi-byte UTF-8, one char
-    assert_eq!(cfg.validate(), Ok(()));
+    cfg.validate().expect("a one-char multi-byte delimiter");
     let tab = Config::from_toml_str(&BASE.replace("delimiter = \"|\"", "delimiter = '\\t'"))
         .expect("tab");
     assert_eq!(tab.audits[0].record.delimiter, "\t");
