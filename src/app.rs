@@ -2,20 +2,29 @@
 //! task per `[[audits]]`, all under one cancellation token.
 
 use crate::audit::{self, AuditDeps};
-use crate::config::Config;
+use crate::config::{AuditConfig, Config, Validated};
 use crate::http::{self, HttpState};
 use crate::metrics::Metrics;
-/// Kept for the commands that still import the factory from here; new code uses
-/// [`crate::sink`] directly.
-pub use crate::sink::{AnySink, build_sink};
+/// Kept for the callers that still import it from here; new code uses [`crate::sink`].
+pub use crate::sink::AnySink;
 use crate::status::StatusBoard;
 use crate::store::Store;
 use anyhow::Context;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+/// The sink of one audit for a caller holding only its configuration (tests, tools):
+/// the audit is validated (its keys named `audits.{name}`), then built from its spec by
+/// [`crate::sink::build_sink`]. The daemon and the commands build from the specs of
+/// [`Validated`] instead.
+pub fn build_sink(audit: &AuditConfig) -> anyhow::Result<AnySink> {
+    let spec = audit.validate(&format!("audits.{}", audit.name))?;
+    crate::sink::build_sink(&audit.name, &spec)
+}
+
 /// Runs the daemon until `cancel` fires (SIGINT/SIGTERM), then drains every audit.
-pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(config: Validated, cancel: CancellationToken) -> anyhow::Result<()> {
+    let (config, specs) = config.into_parts();
     let store =
         Arc::new(Store::open(&config.state.path).with_context(|| {
             format!("opening the gap store in {}", config.state.path.display())
@@ -23,8 +32,8 @@ pub async fn run(config: Config, cancel: CancellationToken) -> anyhow::Result<()
     let metrics = Arc::new(Metrics::new());
     let status = StatusBoard::new();
     let mut sinks = Vec::new();
-    for a in &config.audits {
-        sinks.push(build_sink(a)?);
+    for (a, spec) in config.audits.iter().zip(&specs) {
+        sinks.push(crate::sink::build_sink(&a.name, spec)?);
     }
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await

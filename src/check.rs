@@ -10,7 +10,7 @@
 //! `offset:N`; `--from` is inclusive, `--to` exclusive (Kafka's "next offset" convention),
 //! both clamped to what Kafka holds.
 
-use crate::config::{AuditConfig, Config, MatchStrategy};
+use crate::config::{AuditConfig, Config, MatchStrategy, SinkSpec, Validated};
 use crate::gap::{Gap, Offset, TopicPartition};
 use crate::kafka::{client, range};
 use crate::ledger::{Observed, PartitionLedger, Verdict};
@@ -98,23 +98,23 @@ pub struct CheckedRange {
 
 /// Checks `[from, to)` for the named audit (or every audit).
 pub async fn run(
-    config: &Config,
+    config: &Validated,
     audit: Option<&str>,
     from: Bound,
     to: Bound,
     progress: bool,
 ) -> anyhow::Result<Report> {
-    let audits: Vec<&AuditConfig> =
+    let audits: Vec<(&AuditConfig, &SinkSpec)> =
         match audit {
             Some(name) => vec![config.audit(name).with_context(|| {
                 format!("--audit: no audit named {name:?} in the configuration")
             })?],
-            None => config.audits.iter().collect(),
+            None => config.audits().collect(),
         };
     let mut report = Report::default();
-    for a in audits {
-        let sink = sink::build_sink(a)?;
-        check_audit(config, a, &sink, from, to, progress, &mut report).await?;
+    for (a, spec) in audits {
+        let sink = sink::build_sink(&a.name, spec)?;
+        check_audit(config.config(), a, &sink, from, to, progress, &mut report).await?;
     }
     Ok(report)
 }

@@ -19,7 +19,10 @@
 //! - the in-process table of `gap-auditor demo`, through [`run_with`], so the demo repairs
 //!   with this code and not a copy of it.
 
-use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkKind};
+use crate::config::{
+    AuditConfig, Config, MatchStrategy, RecordFormat, Secret, SinkSpec, SqlSinkSpec,
+    StreamLoadSpec, Validated,
+};
 use crate::gap::{Offset, TopicPartition};
 use crate::kafka::{client, range};
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
@@ -153,20 +156,21 @@ struct Record {
 
 /// Replays `target` to `dest`. Returns one outcome per offset read.
 pub async fn run(
-    config: &Config,
+    config: &Validated,
     store: &crate::store::Store,
     target: &Target,
     dest: &Destination,
     dry_run: bool,
 ) -> Result<Replayed, ReplayError> {
-    let audit = config
+    let (audit, spec) = config
         .audit(&target.audit)
         .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
-    let sink = crate::sink::build_sink(audit)?;
-    run_with(config, store, target, dest, dry_run, &sink).await
+    let sink = crate::sink::build_sink(&audit.name, spec)?;
+    replay(config.config(), spec, store, target, dest, dry_run, &sink).await
 }
 
-/// Like [`run`], against a sink the caller built (the demo's in-process table).
+/// Like [`run`], against a sink the caller built (the demo's in-process table), for a
+/// caller holding only the configuration: the audit is validated here for its sink spec.
 pub async fn run_with(
     config: &Config,
     store: &crate::store::Store,
@@ -178,8 +182,28 @@ pub async fn run_with(
     let audit = config
         .audit(&target.audit)
         .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
+    let spec = audit
+        .validate(&format!("audits.{}", audit.name))
+        .context("invalid configuration")?;
+    replay(config, &spec, store, target, dest, dry_run, sink).await
+}
+
+/// [`run`] once the audit's sink is built; `spec` is the audit's, `sink` built from it (or
+/// the caller's own, see [`run_with`]).
+async fn replay(
+    config: &Config,
+    spec: &SinkSpec,
+    store: &crate::store::Store,
+    target: &Target,
+    dest: &Destination,
+    dry_run: bool,
+    sink: &AnySink,
+) -> Result<Replayed, ReplayError> {
+    let audit = config
+        .audit(&target.audit)
+        .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
     if let Destination::Sink = dest {
-        sink_supported(audit)?;
+        sink_supported(audit, spec)?;
     }
     let kafka = config.kafka.clone();
     let t = target.clone();
@@ -283,6 +307,7 @@ pub async fn run_with(
                 outcomes.extend(to_topic(config, target, topic, &missing).await?)
             }
             Destination::Sink => {
+                let sink = (sink, spec);
                 let written = to_sink(audit, sink, &decoder, target, &missing, &ids, &mut report);
                 outcomes.extend(written.await)
             }
@@ -298,25 +323,19 @@ pub async fn run_with(
     Ok(report)
 }
 
-fn sink_supported(audit: &AuditConfig) -> anyhow::Result<()> {
-    match audit.sink.kind {
-        SinkKind::Doris | SinkKind::Mysql if audit.record.format == RecordFormat::Csv => Ok(()),
-        SinkKind::Doris
-            if audit.sink.stream_load_url.is_some()
-                && audit.record.format == RecordFormat::Json =>
-        {
-            Ok(())
-        }
-        SinkKind::Doris | SinkKind::Mysql => bail!(
+/// Whether `--to-sink` can write this audit's records into its sink (`spec`).
+fn sink_supported(audit: &AuditConfig, spec: &SinkSpec) -> anyhow::Result<()> {
+    let format = audit.record.format;
+    match spec {
+        SinkSpec::Sql(_) if format == RecordFormat::Csv => Ok(()),
+        SinkSpec::Sql(sql) if sql.stream_load.is_some() && format == RecordFormat::Json => Ok(()),
+        SinkSpec::Sql(_) => bail!(
             "--to-sink writes csv records (record.fields name the columns); audit {} uses {:?}: use --to-topic",
             audit.name,
             audit.record.format
         ),
-        SinkKind::Elasticsearch
-            if matches!(
-                audit.record.format,
-                RecordFormat::Avro | RecordFormat::Protobuf
-            ) =>
+        SinkSpec::Elasticsearch(_)
+            if matches!(format, RecordFormat::Avro | RecordFormat::Protobuf) =>
         {
             bail!(
                 "--to-sink does not write {} records (the pipeline's own mapping decides their documents); audit {}: use --to-topic, which re-produces the original bytes",
@@ -324,11 +343,11 @@ fn sink_supported(audit: &AuditConfig) -> anyhow::Result<()> {
                 audit.name
             )
         }
-        SinkKind::Elasticsearch if audit.record.format == RecordFormat::Raw => bail!(
+        SinkSpec::Elasticsearch(_) if format == RecordFormat::Raw => bail!(
             "--to-sink for Elasticsearch writes csv or json records; audit {} uses raw: use --to-topic",
             audit.name
         ),
-        SinkKind::Elasticsearch => Ok(()),
+        SinkSpec::Elasticsearch(_) => Ok(()),
     }
 }
 

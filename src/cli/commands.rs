@@ -4,7 +4,7 @@ use std::fmt::Display;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 
-use gap_auditor::config::Config;
+use gap_auditor::config::Validated;
 use gap_auditor::store::{GapFilter, StateFilter, Store};
 use tokio_util::sync::CancellationToken;
 
@@ -67,13 +67,13 @@ pub(super) fn fail(message: impl Display) -> Outcome {
 }
 
 /// Loads and validates the configuration; a bad one is reported as such (exit 2).
-fn load(config: Option<&Path>) -> Result<Config, Outcome> {
-    Config::load(config).map_err(|e| fail(format_args!("invalid configuration: {e}")))
+fn load(config: Option<&Path>) -> Result<Validated, Outcome> {
+    Validated::load(config).map_err(|e| fail(format_args!("invalid configuration: {e}")))
 }
 
 fn validate_config(config: Option<&Path>) -> Outcome {
     let c = match load(config) {
-        Ok(c) => c,
+        Ok(c) => c.into_config(),
         Err(outcome) => return outcome,
     };
     println!(
@@ -213,5 +213,5 @@ fn spawn_signal_handler(cancel: CancellationToken) {
 
 fn open_store(config: Option<&Path>) -> Result<Store, Outcome> {
     let cfg = load(config)?;
-    Store::open(&cfg.state.path).map_err(fail)
+    Store::open(&cfg.config().state.path).map_err(fail)
 }

@@ -1,6 +1,6 @@
 //! `replay`: re-read exactly the lost offsets from Kafka and write them again.
 
-use gap_auditor::config::Config;
+use gap_auditor::config::Validated;
 use gap_auditor::replay::{self, Destination, Outcome as Record, ReplayError, Target};
 use gap_auditor::store::Store;
 
@@ -10,7 +10,8 @@ use crate::Outcome;
 
 /// Replays the target of `request`: exit 0 when every record is written or present, 1 when
 /// some failed or the read was partial, 2 on an error.
-pub(super) fn replay(cfg: &Config, args: ReplayArgs) -> Outcome {
+pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
+    let cfg = valid.config();
     let ReplayArgs {
         gap,
         audit,
@@ -91,7 +92,7 @@ pub(super) fn replay(cfg: &Config, args: ReplayArgs) -> Outcome {
         },
         _ => false,
     };
-    let result = rt.block_on(replay::run(cfg, &store, &target, &dest, dry_run));
+    let result = rt.block_on(replay::run(valid, &store, &target, &dest, dry_run));
     let unmark = |written: usize| {
         if marked_here
             && written == 0

@@ -7,7 +7,8 @@ use config::{FileFormat, Format, Map, Value as CValue, ValueKind};
 
 use super::env::{apply_env, has_env_prefix};
 use super::{
-    AuditConfig, Config, ConfigError, DEFAULT_CONFIG_PATHS, DEFAULT_ID_TEMPLATE, MatchStrategy, err,
+    AuditConfig, Config, ConfigError, DEFAULT_CONFIG_PATHS, DEFAULT_ID_TEMPLATE, MatchStrategy,
+    Validated, err,
 };
 
 /// Path used for errors that concern the document as a whole.
@@ -16,8 +17,47 @@ const ROOT_PATH: &str = "(top level)";
 impl Config {
     /// Loads the file (TOML or YAML by extension; a missing explicitly given file is an
     /// error; `None` searches [`DEFAULT_CONFIG_PATHS`]), applies the process environment
-    /// overrides `GAP_AUDITOR__SECTION__KEY`, reads `*_file` secrets and validates.
+    /// overrides `GAP_AUDITOR__SECTION__KEY`, reads `*_file` secrets and validates
+    /// ([`Validated::load`] without the sink specs).
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Validated::load(path).map(Validated::into_config)
+    }
+
+    /// Like [`Config::load`], with the environment given explicitly (variables without
+    /// the `GAP_AUDITOR__` prefix are ignored).
+    pub fn load_with_env<I>(path: Option<&Path>, env: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = (String, String)>,
+    {
+        Validated::load_with_env(path, env).map(Validated::into_config)
+    }
+
+    /// Parses a TOML document and validates it (no environment overrides). `*_file`
+    /// secrets are read.
+    pub fn from_toml_str(s: &str) -> Result<Config, ConfigError> {
+        Validated::from_toml_str(s).map(Validated::into_config)
+    }
+
+    /// Parses a YAML document and validates it (no environment overrides).
+    pub fn from_yaml_str(s: &str) -> Result<Config, ConfigError> {
+        Validated::from_str_format(s, FileFormat::Yaml, "(yaml)").map(Validated::into_config)
+    }
+
+    /// The audit named `name`.
+    pub fn audit(&self, name: &str) -> Option<&AuditConfig> {
+        self.audits.iter().find(|a| a.name == name)
+    }
+
+    /// The auditor's own consumer group for `audit` (see [`AuditConfig::consumer_group`]).
+    pub fn consumer_group(&self, audit: &AuditConfig) -> String {
+        audit.consumer_group(&self.kafka, self.audits.len())
+    }
+}
+
+impl Validated {
+    /// [`Config::load`], keeping what validation returned: the configuration with the sink
+    /// spec of every audit.
+    pub fn load(path: Option<&Path>) -> Result<Validated, ConfigError> {
         let mut env = Vec::new();
         for (name, value) in std::env::vars_os() {
             let Some(name) = name.to_str() else { continue };
@@ -32,9 +72,8 @@ impl Config {
         Self::load_with_env(path, env)
     }
 
-    /// Like [`Config::load`], with the environment given explicitly (variables without
-    /// the `GAP_AUDITOR__` prefix are ignored).
-    pub fn load_with_env<I>(path: Option<&Path>, env: I) -> Result<Config, ConfigError>
+    /// [`Config::load_with_env`], keeping the sink specs.
+    pub fn load_with_env<I>(path: Option<&Path>, env: I) -> Result<Validated, ConfigError>
     where
         I: IntoIterator<Item = (String, String)>,
     {
@@ -42,31 +81,19 @@ impl Config {
         load_from(path, &defaults, env)
     }
 
-    /// Parses a TOML document and validates it (no environment overrides). `*_file`
-    /// secrets are read.
-    pub fn from_toml_str(s: &str) -> Result<Config, ConfigError> {
+    /// [`Config::from_toml_str`], keeping the sink specs.
+    pub fn from_toml_str(s: &str) -> Result<Validated, ConfigError> {
         Self::from_str_format(s, FileFormat::Toml, "(toml)")
     }
 
-    /// Parses a YAML document and validates it (no environment overrides).
-    pub fn from_yaml_str(s: &str) -> Result<Config, ConfigError> {
-        Self::from_str_format(s, FileFormat::Yaml, "(yaml)")
-    }
-
-    fn from_str_format(s: &str, format: FileFormat, origin: &str) -> Result<Config, ConfigError> {
+    fn from_str_format(
+        s: &str,
+        format: FileFormat,
+        origin: &str,
+    ) -> Result<Validated, ConfigError> {
         let mut tree = parse_text(s, format, origin)?;
         prepare_tree(&mut tree);
         from_tree(tree)
-    }
-
-    /// The audit named `name`.
-    pub fn audit(&self, name: &str) -> Option<&AuditConfig> {
-        self.audits.iter().find(|a| a.name == name)
-    }
-
-    /// The auditor's own consumer group for `audit` (see [`AuditConfig::consumer_group`]).
-    pub fn consumer_group(&self, audit: &AuditConfig) -> String {
-        audit.consumer_group(&self.kafka, self.audits.len())
     }
 }
 
@@ -74,7 +101,7 @@ pub(super) fn load_from<I>(
     path: Option<&Path>,
     defaults: &[PathBuf],
     env: I,
-) -> Result<Config, ConfigError>
+) -> Result<Validated, ConfigError>
 where
     I: IntoIterator<Item = (String, String)>,
 {
@@ -202,14 +229,20 @@ fn flatten_into(out: &mut Map<String, CValue>, prefix: &str, table: Map<String, 
     }
 }
 
-fn from_tree(tree: Map<String, CValue>) -> Result<Config, ConfigError> {
+fn from_tree(tree: Map<String, CValue>) -> Result<Validated, ConfigError> {
     let mut config: Config = CValue::new(None, ValueKind::Table(tree))
         .try_deserialize()
         .map_err(from_config_crate_error)?;
     config.normalize();
-    config.validate()?;
+    // Every rule before any secret file is opened, so a broken rule is what gets reported
+    // (`password` and `password_file` both set, say, not the file's absence).
+    config.check()?;
     config.read_secret_files()?;
-    Ok(config)
+    // Once more with the secrets read, for specs that hold their values rather than their
+    // files. Reading only moved each `*_file` into its value key, which the first pass
+    // allowed, so this pass passes too.
+    let sinks = config.check()?;
+    Ok(Validated::new(config, sinks))
 }
 
 /// The config crate builds key paths like `audits[0]grace`; restore the dot.

@@ -28,7 +28,10 @@
 //! Then the result is checked by [`Config::validate`]; the first problem is reported as a
 //! [`ConfigError`] naming the key path and what is wrong, e.g.
 //! `audits[0].sink.url: scheme must be mysql, http or https`. Unknown keys are refused
-//! (`audits[0].sink: unknown field `tabel``), so typos never pass silently.
+//! (`audits[0].sink: unknown field `tabel``), so typos never pass silently. What validation
+//! proves comes back typed: [`Validated`] holds the configuration and each audit's
+//! [`SinkSpec`] (SQL table and database, Elasticsearch index and credentials, TLS), which is
+//! all the sinks are built from ([`Validated::load`] loads and validates in one step).
 //!
 //! Durations are written like `30s`, `5m`, `1h`, `250ms`, `1h 30m`; a bare number means
 //! seconds.
@@ -48,7 +51,8 @@
 //! `schema` (the structs; their doc comments are the user docs), `kinds` (the enumerations
 //! spelled as strings), `deserializers` (durations, lists, the delimiter, the TLS mode),
 //! `loading` (files, the `config` crate, key paths in its errors), `env` (the overrides),
-//! `secrets` ([`Secret`], [`SecretUrl`], the `*_file` keys) and `validate` (every rule, pure).
+//! `secrets` ([`Secret`], [`SecretUrl`], the `*_file` keys), `validate` (every rule, pure) and
+//! `spec` (what validation returns: [`Validated`], [`SinkSpec`]).
 
 mod deserializers;
 mod env;
@@ -56,6 +60,7 @@ mod kinds;
 mod loading;
 mod schema;
 mod secrets;
+mod spec;
 mod validate;
 
 #[cfg(test)]
@@ -70,6 +75,10 @@ pub use schema::{
     SchemaRegistryConfig, ServerConfig, SinkConfig, StateConfig, TIMING_PROPERTIES,
 };
 pub use secrets::{Secret, SecretUrl};
+pub use spec::{
+    EsAuthSpec, EsSinkSpec, SecretSource, SinkColumns, SinkSpec, SqlKind, SqlSinkSpec, SqlTls,
+    StreamLoadSpec, Validated,
+};
 
 /// Prefix of environment overrides: `GAP_AUDITOR__KAFKA__BROKERS=...`.
 pub const ENV_PREFIX: &str = "GAP_AUDITOR__";

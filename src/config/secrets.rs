@@ -274,7 +274,7 @@ fn check_readable(key: &str, file: Option<&Path>) -> Result<(), ConfigError> {
 }
 
 /// Reads a secret file. Errors name the key and the file, never the content.
-fn read_secret_file(key: &str, path: &Path) -> Result<Secret, ConfigError> {
+pub(super) fn read_secret_file(key: &str, path: &Path) -> Result<Secret, ConfigError> {
     let bytes = std::fs::read(path)
         .map_err(|e| ConfigError::new(key, format!("cannot read {}: {e}", path.display())))?;
     let mut text = String::from_utf8(bytes)

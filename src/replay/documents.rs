@@ -52,6 +52,7 @@ pub(super) async fn to_elasticsearch(
 /// partition and offsets.
 pub(super) async fn to_stream_load(
     audit: &AuditConfig,
+    sink: (&StreamLoadSpec, &SqlSinkSpec),
     target: &Target,
     records: &[&Record],
     report: &mut Replayed,
@@ -77,7 +78,7 @@ pub(super) async fn to_stream_load(
     };
     let per_offset =
         |f: &dyn Fn(Offset) -> Outcome| loaded.iter().map(|o| f(*o)).collect::<Vec<_>>();
-    let loader = match stream_loader(audit) {
+    let loader = match stream_loader(sink) {
         Ok(l) => l,
         Err(e) => {
             out.extend(per_offset(&|offset| Outcome::Failed {
@@ -154,35 +155,21 @@ pub(super) async fn to_stream_load(
     out
 }
 
-/// The Stream Load client of a doris audit: database from `sink.table` (`db.table`) or the
-/// url, credentials from `sink.username`/`password` (or the url's).
-fn stream_loader(audit: &AuditConfig) -> Result<StreamLoad, String> {
-    let s = &audit.sink;
-    let base = s
-        .stream_load_url
-        .as_deref()
-        .ok_or("sink.stream_load_url is not set")?;
-    let table = s.table.as_deref().ok_or("sink.table is not set")?;
-    let (db, table) = match table.split_once('.') {
-        Some((db, t)) => (db.to_string(), t.to_string()),
-        None => {
-            let u = url::Url::parse(s.url.expose()).map_err(|e| format!("sink.url: {e}"))?;
-            (u.path().trim_matches('/').to_string(), table.to_string())
-        }
+/// The Stream Load client of a doris audit: its spec, with the TLS and the timeout (at least
+/// a minute) of the sink's.
+fn stream_loader((load, sql): (&StreamLoadSpec, &SqlSinkSpec)) -> Result<StreamLoad, String> {
+    let password = match &load.password {
+        Some(p) => p.read().map_err(|e| e.to_string())?,
+        None => Secret::default(),
     };
-    let user = s.effective_username().unwrap_or_default();
-    let password = s
-        .effective_password()
-        .map(|p| p.expose().to_string())
-        .unwrap_or_default();
     StreamLoad::new(
-        base,
-        &db,
-        &table,
-        &user,
-        &password,
-        s.query_timeout.max(Duration::from_secs(60)),
-        &TlsSettings::from_config(s),
+        &load.url,
+        &load.database,
+        &load.table,
+        &load.username,
+        password.expose(),
+        sql.query_timeout.max(Duration::from_secs(60)),
+        &TlsSettings::from(&sql.tls),
     )
 }
 

@@ -5,11 +5,11 @@ use super::documents::{csv_columns, to_elasticsearch, to_stream_load};
 use super::topic::all_failed;
 use super::*;
 
-/// Writes the records into the audit's sink: Elasticsearch `_bulk`, Doris Stream Load, or
-/// SQL `INSERT`s.
+/// Writes the records into the audit's sink (the client, and the spec it was built from):
+/// Elasticsearch `_bulk`, Doris Stream Load, or SQL `INSERT`s.
 pub(super) async fn to_sink(
     audit: &AuditConfig,
-    sink: &AnySink,
+    (sink, spec): (&AnySink, &SinkSpec),
     decoder: &Decoder,
     target: &Target,
     records: &[&Record],
@@ -19,13 +19,18 @@ pub(super) async fn to_sink(
     if records.is_empty() {
         return Vec::new();
     }
-    match sink {
-        AnySink::Elasticsearch(es) => to_elasticsearch(audit, es, target, records, ids).await,
-        AnySink::Mysql(_) if audit.sink.stream_load_url.is_some() => {
-            to_stream_load(audit, target, records, report).await
-        }
-        AnySink::Mysql(_) => to_sql(audit, sink, target, records).await,
-        AnySink::Memory(table) => to_memory(audit, table, decoder, target, records, ids),
+    match (sink, spec) {
+        (AnySink::Elasticsearch(es), _) => to_elasticsearch(audit, es, target, records, ids).await,
+        (AnySink::Mysql(_), SinkSpec::Sql(sql)) => match &sql.stream_load {
+            Some(load) => to_stream_load(audit, (load, sql), target, records, report).await,
+            None => to_sql(audit, sink, &sql.table, target, records).await,
+        },
+        // A caller's own sink of another kind than the audit's (see `run_with`).
+        (AnySink::Mysql(_), SinkSpec::Elasticsearch(_)) => all_failed(
+            records,
+            "the sink is a SQL one but the audit's sink.kind is elasticsearch",
+        ),
+        (AnySink::Memory(table), _) => to_memory(audit, table, decoder, target, records, ids),
     }
 }
 
@@ -81,6 +86,7 @@ fn to_memory(
 async fn to_sql(
     audit: &AuditConfig,
     sink: &AnySink,
+    table: &str,
     target: &Target,
     records: &[&Record],
 ) -> Vec<Outcome> {
@@ -89,8 +95,8 @@ async fn to_sql(
     };
     let mut out = Vec::new();
     for r in records {
-        // Structural errors (no table, a tombstone, not UTF-8) do not depend on the session.
-        if let Err(e) = insert_statement(audit, target, r, false) {
+        // Structural errors (a tombstone, not UTF-8) do not depend on the session.
+        if let Err(e) = insert_statement(audit, table, target, r, false) {
             out.push(Outcome::Failed {
                 offset: r.offset,
                 error: e,
@@ -99,7 +105,9 @@ async fn to_sql(
         }
         // Escaped for the session it runs on: NO_BACKSLASH_ESCAPES is per connection.
         let written = mysql
-            .execute_escaped(|nbe| insert_statement(audit, target, r, nbe).unwrap_or_default())
+            .execute_escaped(|nbe| {
+                insert_statement(audit, table, target, r, nbe).unwrap_or_default()
+            })
             .await;
         out.push(match written {
             Ok(()) => Outcome::Written { offset: r.offset },
@@ -112,14 +120,15 @@ async fn to_sql(
     out
 }
 
-/// `INSERT INTO t (cols) VALUES (literals)` for one csv record.
+/// `INSERT INTO table (cols) VALUES (literals)` for one csv record (`table` is the audit's
+/// `sink.table`).
 pub(super) fn insert_statement(
     audit: &AuditConfig,
+    table: &str,
     target: &Target,
     r: &Record,
     nbe: bool,
 ) -> Result<String, String> {
-    let table = audit.sink.table.as_deref().ok_or("sink.table is not set")?;
     let value = r.value.as_deref().ok_or("tombstone")?;
     let text = std::str::from_utf8(value).map_err(|_| "not UTF-8")?;
     let mut columns = Vec::new();

@@ -2,8 +2,8 @@ use super::*;
 
 /// A one-audit configuration (audit `a` on topic `t`) with these `record`, `match` and
 /// `sink` sections.
-fn config(record: &str, matching: &str, sink: &str) -> Config {
-    Config::from_toml_str(&format!(
+fn config(record: &str, matching: &str, sink: &str) -> Validated {
+    Validated::from_toml_str(&format!(
         "[kafka]\nbrokers = \"k:9092\"\n[[audits]]\nname = \"a\"\ntopics = [\"t\"]\n\
          [audits.record]\n{record}\n[audits.match]\n{matching}\n[audits.sink]\n{sink}\n"
     ))
@@ -45,7 +45,11 @@ table = "t1""#,
         last: 5,
         gap_id: None,
     };
-    let q = insert_statement(&cfg.audits[0], &target, &r, false).expect("statement");
+    let (audit, spec) = cfg.audits().next().expect("one audit");
+    let SinkSpec::Sql(sql) = spec else {
+        panic!("a mysql sink: {spec:?}");
+    };
+    let q = insert_statement(audit, &sql.table, &target, &r, false).expect("statement");
     assert_eq!(
         q,
         "INSERT INTO `t1` (`client_ip`, `domain`) VALUES ('1.2.3.4', 'o''reilly\\\\.com')"
@@ -70,7 +74,8 @@ url = "http://registry:8081""#,
             r#"strategy = "offset_columns""#,
             &format!("kind = \"{kind}\"\nurl = \"{url}\"\n{target}"),
         );
-        let e = sink_supported(&cfg.audits[0]).expect_err("refused");
+        let (audit, spec) = cfg.audits().next().expect("one audit");
+        let e = sink_supported(audit, spec).expect_err("refused");
         assert!(e.to_string().contains("--to-topic"), "{kind}: {e}");
     }
 }

@@ -9,7 +9,7 @@ pub mod sql;
 pub mod stream_load;
 pub mod tls;
 
-use crate::config::{AuditConfig, SinkKind};
+use crate::config::{EsAuthSpec, Secret, SecretSource, SinkSpec, SqlTls};
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
 use crate::record::Key;
@@ -183,76 +183,81 @@ impl Verifier for AnySink {
     }
 }
 
-/// Builds the sink of an audit. Connects lazily: an unreachable sink is "unknown" at run
-/// time, not a startup failure.
-pub fn build_sink(audit: &AuditConfig) -> anyhow::Result<AnySink> {
-    let s = &audit.sink;
-    match s.kind {
-        SinkKind::Doris | SinkKind::Mysql => {
+/// Builds the sink of audit `audit` from its validated spec ([`crate::config::Validated`]).
+/// Connects lazily: an unreachable sink is "unknown" at run time, not a startup failure. What
+/// can still fail here is what validation cannot see: files (CA bundle, client identity, a
+/// secret file of a config that was never loaded) and the clients' own URL parsing.
+pub fn build_sink(audit: &str, spec: &SinkSpec) -> anyhow::Result<AnySink> {
+    match spec {
+        SinkSpec::Sql(s) => {
+            let c = &s.columns;
             let target = MysqlTarget {
-                table: s.table.clone().unwrap_or_default(),
-                partition_column: audit.matching.partition_column.clone(),
-                offset_column: audit.matching.offset_column.clone(),
-                topic_column: audit.matching.topic_column.clone(),
-                key_columns: audit.matching.sink_columns().to_vec(),
+                table: s.table.clone(),
+                partition_column: c.partition.clone(),
+                offset_column: c.offset.clone(),
+                topic_column: c.topic.clone(),
+                key_columns: c.key.clone(),
             };
-            let kind = if s.kind == SinkKind::Doris {
-                "doris"
-            } else {
-                "mysql"
-            };
-            let password = s.password.as_ref().map(|p| p.expose().to_string());
+            let password = s.password.as_ref().map(SecretSource::read).transpose()?;
             let sink = MysqlSink::new(
                 s.url.expose(),
                 s.username.as_deref(),
-                password.as_deref(),
+                password.as_ref().map(Secret::expose),
                 target,
                 s.query_timeout,
-                kind,
-                &TlsSettings::from_config(s),
+                s.kind.as_str(),
+                &TlsSettings::from(&s.tls),
             )
-            .map_err(|e| anyhow::anyhow!("audits.{}.sink: {e}", audit.name))?;
+            .map_err(|e| anyhow::anyhow!("audits.{audit}.sink: {e}"))?;
             Ok(AnySink::Mysql(sink))
         }
-        SinkKind::Elasticsearch => {
+        SinkSpec::Elasticsearch(s) => {
+            let c = &s.columns;
             let target = EsTarget {
-                index: s.index.clone().unwrap_or_default(),
-                partition_field: audit.matching.partition_column.clone(),
-                offset_field: audit.matching.offset_column.clone(),
-                topic_field: audit.matching.topic_column.clone(),
-                key_fields: audit.matching.sink_columns().to_vec(),
+                index: s.index.clone(),
+                partition_field: c.partition.clone(),
+                offset_field: c.offset.clone(),
+                topic_field: c.topic.clone(),
+                key_fields: c.key.clone(),
             };
-            let auth = match (&s.api_key, s.effective_username(), s.effective_password()) {
-                (Some(k), _, _) => EsAuth::ApiKey(k.expose().to_string()),
-                (None, Some(username), password) => EsAuth::Basic {
-                    username,
-                    password: password.map(|p| p.expose().to_string()).unwrap_or_default(),
+            let auth = match &s.auth {
+                EsAuthSpec::None => EsAuth::None,
+                EsAuthSpec::ApiKey(key) => EsAuth::ApiKey(key.read()?.expose().to_string()),
+                EsAuthSpec::Basic { username, password } => EsAuth::Basic {
+                    username: username.clone(),
+                    // A user without a password sends an empty one.
+                    password: match password {
+                        Some(p) => p.read()?.expose().to_string(),
+                        None => String::new(),
+                    },
                 },
-                (None, None, Some(_)) => anyhow::bail!(
-                    "audits.{}.sink.password: a password needs a username (sink.username)",
-                    audit.name
-                ),
-                (None, None, None) => EsAuth::None,
             };
             let ca = match &s.ca_file {
                 Some(path) => Some(std::fs::read(path).with_context(|| {
                     format!(
-                        "audits.{}.sink.ca_file: cannot read {}",
-                        audit.name,
+                        "audits.{audit}.sink.ca_file: cannot read {}",
                         path.display()
                     )
                 })?),
                 None => None,
             };
-            let sink = ElasticsearchSink::new(
-                &s.url.without_credentials(),
-                auth,
-                ca.as_deref(),
-                target,
-                s.query_timeout,
-            )
-            .map_err(|e| anyhow::anyhow!("audits.{}.sink: {e}", audit.name))?;
+            let sink = ElasticsearchSink::new(&s.url, auth, ca.as_deref(), target, s.query_timeout)
+                .map_err(|e| anyhow::anyhow!("audits.{audit}.sink: {e}"))?;
             Ok(AnySink::Elasticsearch(sink))
+        }
+    }
+}
+
+impl From<&SqlTls> for TlsSettings {
+    fn from(tls: &SqlTls) -> Self {
+        Self {
+            mode: tls.mode,
+            ca_file: tls.ca_file.clone(),
+            identity_file: tls.client_identity_file.clone(),
+            identity_password: tls
+                .client_identity_password
+                .as_ref()
+                .map(|p| p.expose().to_string()),
         }
     }
 }

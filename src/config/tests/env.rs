@@ -101,6 +101,9 @@ fn env_can_supply_a_whole_audit() {
         ]),
     )
     .expect("environment only");
+    assert_eq!(sql_spec(&cfg, 0).table, "events");
+    assert_eq!(sql_spec(&cfg, 0).database, "app");
+    let cfg = cfg.into_config();
     assert_eq!(cfg.audits[0].name, "env_audit");
     assert_eq!(cfg.audits[0].topics, ["t1"]);
     assert_eq!(cfg.audits[0].sink.kind, SinkKind::Mysql);

@@ -325,7 +325,7 @@ fn default_paths_are_searched_in_order() {
     let second = write_temp(&dir, "second.toml", BASE);
     let first = dir.path().join("first.toml");
     let cfg = load_from(None, &[first, second], Vec::new()).expect("second file");
-    assert_eq!(cfg.audits[0].name, "dns_logs");
+    assert_eq!(cfg.config().audits[0].name, "dns_logs");
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod env;
 mod loading;
 mod schema;
 mod secrets;
+mod spec;
 mod validate;
 mod validate_table;
 
@@ -65,7 +66,7 @@ fn invalid(edit: impl FnOnce(&mut Config)) -> ConfigError {
     edit(&mut cfg);
     match cfg.validate() {
         Err(e) => e,
-        Ok(()) => panic!("expected a validation error"),
+        Ok(_) => panic!("expected a validation error"),
     }
 }
 
@@ -156,8 +157,29 @@ fn es_base() -> Config {
         Err(e) => panic!("ES base config must validate: {e}"),
     };
     cfg.audits.remove(0);
-    assert_eq!(cfg.validate(), Ok(()));
+    let valid = cfg.validate().expect("the ES audit alone stays valid");
+    assert!(
+        matches!(valid.sinks(), [SinkSpec::Elasticsearch(_)]),
+        "{:?}",
+        valid.sinks()
+    );
     cfg
+}
+
+/// The SQL spec of audit `i`.
+fn sql_spec(valid: &Validated, i: usize) -> &SqlSinkSpec {
+    match &valid.sinks()[i] {
+        SinkSpec::Sql(s) => s,
+        other => panic!("audits[{i}] is not a SQL sink: {other:?}"),
+    }
+}
+
+/// The Elasticsearch spec of audit `i`.
+fn es_spec(valid: &Validated, i: usize) -> &EsSinkSpec {
+    match &valid.sinks()[i] {
+        SinkSpec::Elasticsearch(s) => s,
+        other => panic!("audits[{i}] is not an Elasticsearch sink: {other:?}"),
+    }
 }
 
 /// A secret value used in the rules below: no message may echo it.

@@ -14,7 +14,7 @@ fn registry_password_file_is_read_at_load() {
     assert_eq!(registry_password(&cfg), Some("from-a-file"));
     let reg = cfg.audits[0].record.schema_registry.as_ref();
     assert_eq!(reg.and_then(|r| r.password_file.as_ref()), None);
-    assert_eq!(cfg.validate(), Ok(()), "a loaded config stays valid");
+    cfg.validate().expect("a loaded config stays valid");
     let missing = AVRO.replace(
         "password = \"registry-secret\"",
         "password_file = \"/nonexistent/registry-pw\"",
@@ -67,7 +67,12 @@ fn secret_files_are_read_and_trimmed() {
     );
     assert_eq!(sink.password_file, None);
     assert_eq!(sink.effective_username().as_deref(), Some("root"));
-    assert_eq!(cfg.validate(), Ok(()), "a loaded config stays valid");
+    let valid = cfg.validate().expect("a loaded config stays valid");
+    // The spec holds the value read, not the file.
+    assert_eq!(
+        sql_spec(&valid, 0).password,
+        Some(SecretSource::Value(Secret::new("s3cret-from-file")))
+    );
 }
 
 #[test]
@@ -252,7 +257,7 @@ fn api_token_sources() {
         Some("tok-from-file")
     );
     assert_eq!(from_file.server.api_token_file, None);
-    assert_eq!(from_file.validate(), Ok(()), "a loaded config stays valid");
+    from_file.validate().expect("a loaded config stays valid");
     let inline =
         Config::from_toml_str(&server("api_token = \"tok-inline\"".into())).expect("inline token");
     assert_eq!(

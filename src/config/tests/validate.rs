@@ -214,7 +214,10 @@ fn table_is_required_for_sql_sinks() {
     let mut cfg = base();
     cfg.audits[0].sink.url = SecretUrl::new("mysql://root@127.0.0.1:9030");
     cfg.audits[0].sink.table = Some("example_db.dns_logs_from_flink01".into());
-    assert_eq!(cfg.validate(), Ok(()));
+    let valid = cfg.validate().expect("database.table names the database");
+    let sql = sql_spec(&valid, 0);
+    assert_eq!(sql.table, "example_db.dns_logs_from_flink01");
+    assert_eq!(sql.database, "example_db");
 }
 
 #[test]
@@ -375,7 +378,7 @@ fn csv_needs_fields_and_a_one_char_delimiter() {
     );
     let mut cfg = base();
     cfg.audits[0].record.delimiter = "│".into(); // multi-byte UTF-8, one char
-    assert_eq!(cfg.validate(), Ok(()));
+    cfg.validate().expect("a one-char multi-byte delimiter");
     let tab = Config::from_toml_str(&BASE.replace("delimiter = \"|\"", "delimiter = '\\t'"))
         .expect("tab");
     assert_eq!(tab.audits[0].record.delimiter, "\t");
@@ -558,4 +561,32 @@ fn a_timing_set_both_ways_names_both_keys() {
         let e = toml_err(&toml);
         assert_err(&e, &format!("kafka.properties[\"{property}\"]"), key);
     }
+}
+
+/// Once only `build_sink` refused a password without a user, when it came from the url
+/// (`https://:secret@host`), and only when the daemon started; validation refuses it now,
+/// naming the key, so `validate-config` and loading do too.
+#[test]
+fn a_url_password_without_a_user_is_refused_by_validation() {
+    let mut cfg = es_base();
+    cfg.audits[0].sink.url = SecretUrl::new("https://:url-only-secret@127.0.0.1:9200");
+    let e = cfg.validate().expect_err("a password without a user");
+    assert_err(&e, "audits[0].sink.url", "needs a username (sink.username");
+    assert!(!e.to_string().contains("url-only-secret"), "{e}");
+
+    let toml = format!(
+        "{BASE}{}",
+        ES_AUDIT.replace("elastic:es-url-secret@", ":es-url-secret@")
+    );
+    let e = toml_err(&toml);
+    assert_err(&e, "audits[1].sink.url", "needs a username");
+    assert!(!e.to_string().contains("es-url-secret"), "{e}");
+
+    // With a user named separately, or an api_key (which wins over a url password, as
+    // before), it is valid.
+    let mut user = cfg.clone();
+    user.audits[0].sink.username = Some("elastic".into());
+    user.validate().expect("user from sink.username");
+    cfg.audits[0].sink.api_key = Some(Secret::new("key"));
+    cfg.validate().expect("api key");
 }

@@ -688,6 +688,11 @@ fn every_validation_rule_names_its_key() {
                 c.audits[0].sink.password_file = Some("/run/secrets/pw".into());
             }),
         ),
+        (
+            "audits[0].sink.url",
+            "needs a username",
+            es(|c| c.audits[0].sink.url = SecretUrl::new(format!("https://:{SECRET}@h:9200"))),
+        ),
     ];
     let count = rules.len();
     for (path, needle, (on_es, edit)) in rules {
@@ -695,7 +700,7 @@ fn every_validation_rule_names_its_key() {
         edit(&mut cfg);
         let e = match cfg.validate() {
             Err(e) => e,
-            Ok(()) => panic!("rule for {path} ({needle}) did not fire"),
+            Ok(_) => panic!("rule for {path} ({needle}) did not fire"),
         };
         assert_err(&e, path, needle);
         assert!(!e.to_string().contains(SECRET), "secret echoed: {e}");

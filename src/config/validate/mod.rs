@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::schema::parse_millis;
+use super::spec::{SinkColumns, SinkSpec, Validated};
 use super::{
     AuditConfig, Config, ConfigError, MatchStrategy, RecordFormat, Secret, ServerConfig, SinkKind,
     TIMING_PROPERTIES, err,
@@ -115,8 +116,16 @@ fn check_duration_ms(path: &str, d: Duration) -> Result<(), ConfigError> {
 
 impl Config {
     /// Checks every rule; the first problem wins and names its key path. Pure: reads no
-    /// files, connects to nothing.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// files, connects to nothing. A valid configuration comes back as [`Validated`]: a copy
+    /// of it with the typed [`SinkSpec`] of every audit.
+    pub fn validate(&self) -> Result<Validated, ConfigError> {
+        let sinks = self.check()?;
+        Ok(Validated::new(self.clone(), sinks))
+    }
+
+    /// [`Self::validate`] without the copy: every rule, and the sink spec of every audit in
+    /// `audits` order.
+    pub(super) fn check(&self) -> Result<Vec<SinkSpec>, ConfigError> {
         if self.audits.is_empty() {
             return err("audits", "at least one [[audits]] is required");
         }
@@ -140,9 +149,10 @@ impl Config {
         }
         let mut names: HashMap<&str, usize> = HashMap::new();
         let mut groups: HashMap<String, usize> = HashMap::new();
+        let mut sinks = Vec::with_capacity(self.audits.len());
         for (i, audit) in self.audits.iter().enumerate() {
             let p = format!("audits[{i}]");
-            audit.validate(&p)?;
+            sinks.push(audit.validate(&p)?);
             if let Some(first) = names.insert(audit.name.as_str(), i) {
                 return err(
                     format!("{p}.name"),
@@ -169,7 +179,7 @@ impl Config {
                 );
             }
         }
-        Ok(())
+        Ok(sinks)
     }
 
     /// Checks the timing `i` of [`TIMING_PROPERTIES`] and names the key its value comes
@@ -278,7 +288,10 @@ impl ServerConfig {
 }
 
 impl AuditConfig {
-    fn validate(&self, p: &str) -> Result<(), ConfigError> {
+    /// Checks the rules of this one audit, its keys named under `p` (`audits[0]`), and
+    /// returns its sink spec. The rules across audits (unique names and consumer groups)
+    /// are [`Config::validate`]'s.
+    pub fn validate(&self, p: &str) -> Result<SinkSpec, ConfigError> {
         if self.name.is_empty() {
             return err(format!("{p}.name"), "is required");
         }
@@ -334,7 +347,14 @@ impl AuditConfig {
         }
         self.record.validate(&format!("{p}.record"))?;
         self.validate_match(p)?;
-        self.sink.validate(&format!("{p}.sink"))
+        let m = &self.matching;
+        let columns = SinkColumns {
+            partition: m.partition_column.clone(),
+            offset: m.offset_column.clone(),
+            topic: m.topic_column.clone(),
+            key: m.sink_columns().to_vec(),
+        };
+        self.sink.validate(&format!("{p}.sink"), columns)
     }
 
     fn validate_match(&self, p: &str) -> Result<(), ConfigError> {
