@@ -49,6 +49,8 @@ fn bench_smoke_runs_and_prints_the_table() {
         "offset_columns, locate 1 random missing",
         "offset_columns, locate 100 random missing",
         "key_columns verify",
+        "CPU per record: tail, key_columns vs bare consumer",
+        "CPU per record: tail, offset_columns vs bare consumer",
         "Detection latency",
         "Scale, verify-round time",
         "Scale, sink queries per round",

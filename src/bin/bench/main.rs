@@ -261,7 +261,7 @@ async fn main() -> Result<()> {
              ## Machine\n\n{}\n\
              ## Results\n\n{table}\n\
              csv payload: seed-shaped 9-field `|` lines, avg {avg} bytes; json payload: the \
-             same fields as a JSON object, avg {javg} bytes.\n\n\
+             same fields as a JSON object, avg {javg} bytes. {}\n\n\
              ## Verification\n\n{}\n\
              EXPLAIN of the queries the verifier sends, on the bench tables:\n\n{}\n\
              ## key_columns end to end\n\n{}\n\
@@ -278,6 +278,7 @@ async fn main() -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(" "),
             machine(),
+            tail::NOTES,
             verify::NOTES,
             verified.explain,
             keys_e2e::NOTES,
