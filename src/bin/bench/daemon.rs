@@ -342,7 +342,9 @@ pub fn sum_metric(text: &str, name: &str) -> f64 {
                 .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .sum::<f64>()
+        // An empty f64 sum is -0.0, which prints as "-0".
+        + 0.0
 }
 
 /// Creates the offset_columns sink table with the recommended index.
