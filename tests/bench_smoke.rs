@@ -1,8 +1,8 @@
 //! Keeps the benchmark harness (`src/bin/bench/`) from rotting: runs it in `--smoke` mode
-//! (20k records, tiny ledgers, 20k-row MariaDB tables, 5 injected losses, 10 partitions
-//! through the daemon binary) against the test broker and MariaDB and checks it completes
-//! and prints every row of its table. No timing is asserted: the figures of a smoke run mean
-//! nothing.
+//! (20k records, tiny ledgers, 20k-row MariaDB tables, 20k records end to end per
+//! strategy, 5 injected losses, 10 partitions through the daemon binary) against the test
+//! broker and MariaDB and checks it completes and prints every row of its table. No timing
+//! is asserted: the figures of a smoke run mean nothing.
 
 use std::process::Command;
 use std::time::Instant;
@@ -49,6 +49,14 @@ fn bench_smoke_runs_and_prints_the_table() {
         "offset_columns, locate 1 random missing",
         "offset_columns, locate 100 random missing",
         "key_columns verify",
+        "CPU per record: tail, key_columns vs bare consumer",
+        "CPU per record: tail, offset_columns vs bare consumer",
+        "key_columns end to end, real daemon",
+        "CPU per record: key_columns daemon",
+        "offset_columns end to end, real daemon",
+        "offset_columns end to end: settled behind consumed",
+        "offset_columns end to end: verify rounds",
+        "CPU per record: offset_columns daemon",
         "Detection latency",
         "Scale, verify-round time",
         "Scale, sink queries per round",

@@ -1,4 +1,5 @@
-//! The real daemon binary for the end-to-end figures (detection latency, scale): its
+//! The real daemon binary for the end-to-end figures (key_columns and offset_columns end to
+//! end, detection latency, scale): its
 //! config, process, /metrics, RSS and debug log; plus the pipeline stand-in's pieces
 //! (topics, sink table, producer, committing consumer).
 
@@ -119,6 +120,19 @@ pub fn commit(c: &BaseConsumer, offsets: &[(String, i32, i64)]) -> Result<()> {
     Ok(())
 }
 
+/// Commits the pipeline group `group` past every one of the `n` records [`crate::tail::produce`]
+/// wrote round-robin to `topic` (as if the pipeline had processed them all).
+pub fn commit_past_all(brokers: &str, group: &str, topic: &str, n: u64) -> Result<()> {
+    let p = crate::util::PARTITIONS;
+    let per_partition: Vec<(String, i32, i64)> = (0..p)
+        .map(|i| {
+            let count = (n + (p - 1 - i) as u64) / p as u64;
+            (topic.to_string(), i, count as i64)
+        })
+        .collect();
+    commit(&committer(brokers, group)?, &per_partition)
+}
+
 /// The settings of one audit that the benches vary.
 pub struct Spec<'a> {
     /// Topics audited.
@@ -217,6 +231,11 @@ impl Daemon {
 
     /// The sum over all series of metric `name` (0 when absent).
     pub async fn metric(&self, name: &str) -> Result<f64> {
+        Ok(self.metrics(&[name]).await?[0])
+    }
+
+    /// The sums of several metrics from one scrape (0 for each absent one), in `names` order.
+    pub async fn metrics(&self, names: &[&str]) -> Result<Vec<f64>> {
         let text = self
             .http
             .get(format!("http://{}/metrics", self.addr))
@@ -224,7 +243,7 @@ impl Daemon {
             .await?
             .text()
             .await?;
-        Ok(sum_metric(&text, name))
+        Ok(names.iter().map(|n| sum_metric(&text, n)).collect())
     }
 
     /// Waits until `metric(name) >= at_least`.
@@ -323,7 +342,9 @@ pub fn sum_metric(text: &str, name: &str) -> f64 {
                 .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .sum::<f64>()
+        // An empty f64 sum is -0.0, which prints as "-0".
+        + 0.0
 }
 
 /// Creates the offset_columns sink table with the recommended index.

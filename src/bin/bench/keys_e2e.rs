@@ -15,11 +15,20 @@
 
 use crate::daemon::{self, Daemon, Spec};
 use crate::tail::{bare_consume, create_topic, produce};
-use crate::util::{PARTITIONS, Row, cpu_self, fmt_rate, per_sec, row, unique};
+use crate::util::{Row, cpu_self, fmt_rate, per_sec, row, unique};
 use anyhow::{Context, Result, bail};
 use mysql_async::prelude::Queryable;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// The fields of `util::dns_line(seq)` as SQL over the SEQUENCE engine's `seq` column (the
+/// same formulas), in the seed's column order: sink rows built by the server.
+pub const SEED_ROW_SQL: &str = "\
+CONCAT('10.', (seq DIV 65536) % 256, '.', (seq DIV 256) % 256, '.', seq % 256), \
+CONCAT('host', LPAD(seq, 8, '0'), '.subdomain.example-cdn-provider.com.cn'), \
+CONCAT('2024-05-01 12:', LPAD((seq DIV 60) % 60, 2, '0'), ':', LPAD(seq % 60, 2, '0')), \
+'93.184.216.34', 'NOERROR', 'A', 'ns1.authoritative-dns.example-cdn-provider.com', \
+CONCAT('query-from-recursive-resolver-pool-', LPAD(seq % 10000, 4, '0')), '8.8.8.8'";
 
 /// Rows per `INSERT ... SELECT` while loading the sink table.
 const LOAD_CHUNK: u64 = 500_000;
@@ -110,13 +119,7 @@ async fn measure(
     while from < n {
         let to = (from + LOAD_CHUNK).min(n) - 1;
         conn.query_drop(format!(
-            "INSERT INTO {table} SELECT \
-             CONCAT('10.', (seq DIV 65536) % 256, '.', (seq DIV 256) % 256, '.', seq % 256), \
-             CONCAT('host', LPAD(seq, 8, '0'), '.subdomain.example-cdn-provider.com.cn'), \
-             CONCAT('2024-05-01 12:', LPAD((seq DIV 60) % 60, 2, '0'), ':', LPAD(seq % 60, 2, '0')), \
-             '93.184.216.34', 'NOERROR', 'A', 'ns1.authoritative-dns.example-cdn-provider.com', \
-             CONCAT('query-from-recursive-resolver-pool-', LPAD(seq % 10000, 4, '0')), '8.8.8.8' \
-             FROM seq_{from}_to_{to}"
+            "INSERT INTO {table} SELECT {SEED_ROW_SQL} FROM seq_{from}_to_{to}"
         ))
         .await
         .with_context(|| format!("loading rows {from}..={to}"))?;
@@ -134,14 +137,7 @@ async fn measure(
 
     // The pipeline has written everything and committed past it.
     let pipeline = unique("bench_pipeline");
-    let committer = daemon::committer(brokers, &pipeline)?;
-    let per_partition: Vec<(String, i32, i64)> = (0..PARTITIONS)
-        .map(|p| {
-            let count = (n + (PARTITIONS - 1 - p) as u64) / PARTITIONS as u64;
-            (topic.to_string(), p, count as i64)
-        })
-        .collect();
-    daemon::commit(&committer, &per_partition)?;
+    daemon::commit_past_all(brokers, &pipeline, topic, n)?;
 
     // Baseline, same topic, same run.
     let (b, t) = (brokers.to_string(), topic.to_string());

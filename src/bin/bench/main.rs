@@ -14,7 +14,10 @@
 //!   crate's verifier: offset_columns queries per round and to locate 1/10/100 missing rows
 //!   among 10 M, key_columns keys/s (see `verify.rs`);
 //! - key_columns end to end through the real daemon binary beside the bare consumer on the
-//!   same topic, with CPU per record for both (see `keys_e2e.rs`).
+//!   same topic, with CPU per record for both (see `keys_e2e.rs`);
+//! - offset_columns end to end through the real daemon binary beside the bare consumer:
+//!   the rate to all settled, how many rounds settled trails consumed, CPU per record for
+//!   both (see `offsets_e2e.rs`).
 //!
 //! Prints a Markdown table; `--write docs/BENCHMARKS.md` also writes it with the machine
 //! description and the command. `--smoke` runs everything tiny (CI keeps it from rotting;
@@ -28,6 +31,7 @@ mod decode;
 mod keys_e2e;
 mod latency;
 mod memory;
+mod offsets_e2e;
 mod scale;
 mod tail;
 mod util;
@@ -72,6 +76,9 @@ struct Args {
     /// Records of the key_columns end-to-end run through the daemon.
     #[arg(long, default_value_t = 1_000_000)]
     key_records: u64,
+    /// Records of the offset_columns end-to-end run through the daemon.
+    #[arg(long, default_value_t = 2_000_000)]
+    offset_records: u64,
     /// Injected losses for the detection-latency figure.
     #[arg(long, default_value_t = 100)]
     losses: usize,
@@ -111,6 +118,8 @@ enum Section {
     Verify,
     /// key_columns end to end through the daemon binary, beside the bare consumer.
     KeysE2e,
+    /// offset_columns end to end through the daemon binary, beside the bare consumer.
+    OffsetsE2e,
     /// Detection latency through the daemon binary.
     Latency,
     /// 1,000 partitions through the daemon binary.
@@ -178,6 +187,7 @@ async fn main() -> Result<()> {
         args.key_rows = args.key_rows.min(20_000);
         args.keys_asked = args.keys_asked.min(5_000);
         args.key_records = args.key_records.min(20_000);
+        args.offset_records = args.offset_records.min(20_000);
         args.losses = args.losses.min(5);
         args.scale_topics = args.scale_topics.min(2);
         args.scale_partitions = args.scale_partitions.min(5);
@@ -224,8 +234,16 @@ async fn main() -> Result<()> {
         rows.append(&mut verified.rows);
     }
 
-    // The daemon binary end to end: detection latency, then scale.
-    if run(Section::KeysE2e) || run(Section::Latency) || run(Section::Scale) {
+    // The daemon binary end to end: key_columns, offset_columns, detection latency, scale.
+    if [
+        Section::KeysE2e,
+        Section::OffsetsE2e,
+        Section::Latency,
+        Section::Scale,
+    ]
+    .into_iter()
+    .any(run)
+    {
         let bin = daemon::binary(args.daemon.as_deref())?;
         let url = args
             .mysql
@@ -233,6 +251,9 @@ async fn main() -> Result<()> {
             .context("no MariaDB: pass --mysql or set GAP_AUDITOR_TEST_MYSQL")?;
         if run(Section::KeysE2e) {
             keys_e2e::rows(&bin, &brokers, &url, args.key_records, &mut rows).await?;
+        }
+        if run(Section::OffsetsE2e) {
+            offsets_e2e::rows(&bin, &brokers, &url, args.offset_records, &mut rows).await?;
         }
         if run(Section::Latency) {
             latency::rows(&bin, &brokers, &url, args.losses, &mut rows).await?;
@@ -261,10 +282,11 @@ async fn main() -> Result<()> {
              ## Machine\n\n{}\n\
              ## Results\n\n{table}\n\
              csv payload: seed-shaped 9-field `|` lines, avg {avg} bytes; json payload: the \
-             same fields as a JSON object, avg {javg} bytes.\n\n\
+             same fields as a JSON object, avg {javg} bytes. {}\n\n\
              ## Verification\n\n{}\n\
              EXPLAIN of the queries the verifier sends, on the bench tables:\n\n{}\n\
              ## key_columns end to end\n\n{}\n\
+             ## offset_columns end to end\n\n{}\n\
              ## Detection latency\n\n{}\n\
              ## Scale\n\n{}\n\
              ## max_pending\n\n\
@@ -278,9 +300,11 @@ async fn main() -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(" "),
             machine(),
+            tail::NOTES,
             verify::NOTES,
             verified.explain,
             keys_e2e::NOTES,
+            offsets_e2e::NOTES,
             latency::NOTES,
             scale::NOTES,
         );

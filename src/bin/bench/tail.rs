@@ -1,6 +1,13 @@
 //! Tailing: the auditor's consume + decode + ledger path vs a bare consumer, same topic.
+//!
+//! Both paths run in this process one after the other, so the CPU per record of each is
+//! the process's user + system time (`getrusage(RUSAGE_SELF)`) over that path alone,
+//! consumer creation to the last record (the auditor's path also holds its group join and
+//! leave, idle time that costs next to no CPU), divided by the records.
 
-use crate::util::{PARTITIONS, Row, decoder, dns_line, fmt_rate, now_ms, per_sec, row, unique};
+use crate::util::{
+    PARTITIONS, Row, cpu_self, decoder, dns_line, fmt_rate, now_ms, per_sec, row, unique,
+};
 use anyhow::{Result, bail};
 use gap_auditor::config::KafkaConfig;
 use gap_auditor::gap::TopicPartition;
@@ -204,8 +211,13 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
 
     let b = brokers.clone();
     let t = topic.clone();
+    let cpu0 = cpu_self();
     let bare = tokio::task::spawn_blocking(move || bare_consume(&b, &t, n)).await??;
-    eprintln!("bare consumer: {}", fmt_rate(bare));
+    let bare_cpu = us_per_record(cpu_self().saturating_sub(cpu0), n);
+    eprintln!(
+        "bare consumer: {} ({bare_cpu:.2} µs CPU/record)",
+        fmt_rate(bare)
+    );
     rows.push(row(
         &format!("Bare BaseConsumer, count only ({n} × {avg} B, {PARTITIONS} partitions)"),
         fmt_rate(bare),
@@ -213,12 +225,18 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
         "1.00".into(),
         "—",
     ));
-    for (name, keyed) in [
-        ("key_columns (client_ip,domain,time)", true),
-        ("offset_columns (no key)", false),
+    let mut cpu_rows = Vec::new();
+    for (name, short, keyed) in [
+        ("key_columns (client_ip,domain,time)", "key_columns", true),
+        ("offset_columns (no key)", "offset_columns", false),
     ] {
+        let cpu0 = cpu_self();
         let r = auditor_consume(&brokers, &topic, n, keyed).await?;
-        eprintln!("auditor path, {name}: {}", fmt_rate(r));
+        let cpu = us_per_record(cpu_self().saturating_sub(cpu0), n);
+        eprintln!(
+            "auditor path, {name}: {} ({cpu:.2} µs CPU/record)",
+            fmt_rate(r)
+        );
         rows.push(row(
             &format!("Auditor tail + decode + ledger, {name}"),
             fmt_rate(r),
@@ -226,6 +244,27 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
             format!("{:.2}", r / bare),
             "≥ 0.90",
         ));
+        cpu_rows.push(row(
+            &format!(
+                "CPU per record: tail, {short} vs bare consumer (bench process, that path only)"
+            ),
+            format!("{cpu:.2} µs"),
+            &format!("{bare_cpu:.2} µs"),
+            format!("{:.2}×", cpu / bare_cpu.max(1e-9)),
+            "≤ 1.2×",
+        ));
     }
+    rows.append(&mut cpu_rows);
     Ok(())
+}
+
+/// How the tailing CPU rows are made (written into docs/BENCHMARKS.md).
+pub const NOTES: &str = "CPU per record on the tailing rows: the bench process's user + \
+system time (`getrusage(RUSAGE_SELF)`, every thread: librdkafka's, the tailing thread, the \
+ledger feed) over that path alone, consumer creation to the last record, over the records; \
+the paths run one after the other on the same topic.";
+
+/// Microseconds of CPU per record.
+fn us_per_record(cpu: Duration, n: u64) -> f64 {
+    cpu.as_secs_f64() * 1e6 / n.max(1) as f64
 }
