@@ -30,9 +30,9 @@ echo "figures: $GAP_AUDITOR_FIGURES"
 
 start=$SECONDS
 rc=0
-cargo test --test it -- faults:: multi:: input:: verdicts || rc=$?
-cargo test --test faults_private || rc=$?
-cargo test --test security || rc=$?
+cargo test --features services --test it -- faults:: multi:: input:: verdicts || rc=$?
+cargo test --features services --test faults_private || rc=$?
+cargo test --features services --test security || rc=$?
 
 python3 scripts/render-reliability.py "$GAP_AUDITOR_FIGURES" "$OUT" \
   --exit-code "$rc" --seconds $((SECONDS - start)) --command "scripts/reliability.sh"

@@ -57,6 +57,13 @@ pub struct Key(Arc<[u8]>);
 /// Ends every value inside a [`Key`]; never part of valid UTF-8.
 const KEY_END: u8 = 0xFF;
 
+/// The packed form ([`Key::as_bytes`]): how the store writes a key's claims.
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
 impl Key {
     /// A key of these values, in key order.
     pub fn new<I, S>(values: I) -> Self

@@ -514,12 +514,6 @@ impl SinkConfig {
     pub fn effective_username(&self) -> Option<String> {
         self.username.clone().or_else(|| self.url.username())
     }
-
-    /// The password to authenticate with: `password` (or `password_file`, once loaded),
-    /// else the url's.
-    pub fn effective_password(&self) -> Option<Secret> {
-        self.password.clone().or_else(|| self.url.password())
-    }
 }
 
 impl AuditConfig {

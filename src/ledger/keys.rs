@@ -96,13 +96,6 @@ pub struct KeyBook {
 /// [`KeyBook::claims_to_write`]): small books are never rewritten for a handful of rows.
 pub const LOG_REWRITE_SLACK: u64 = 65_536;
 
-/// The store writes a claim under its key's packed form ([`Key::as_bytes`]).
-impl AsRef<[u8]> for Key {
-    fn as_ref(&self) -> &[u8] {
-        self.as_bytes()
-    }
-}
-
 /// What a round writes of the book ([`KeyBook::claims_to_write`]): `(key, confirmed)`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimsWrite {

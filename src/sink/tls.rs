@@ -14,7 +14,7 @@
 //! without it, the system roots. mysql_async never falls back to plain text: with TLS on, a
 //! server that does not offer it is an error, not a downgrade.
 
-use crate::config::{SinkConfig, SinkTls};
+use crate::config::SinkTls;
 use crate::sink::SinkError;
 use mysql_async::{ClientIdentity, SslOpts};
 use std::path::PathBuf;
@@ -47,19 +47,6 @@ impl std::fmt::Debug for TlsSettings {
 }
 
 impl TlsSettings {
-    /// The settings of a sink's config.
-    pub fn from_config(sink: &SinkConfig) -> Self {
-        Self {
-            mode: sink.tls_mode(),
-            ca_file: sink.ca_file.clone(),
-            identity_file: sink.client_identity_file.clone(),
-            identity_password: sink
-                .client_identity_password
-                .as_ref()
-                .map(|p| p.expose().to_string()),
-        }
-    }
-
     /// mysql_async's options: `None` for plain text.
     pub fn ssl_opts(&self) -> Option<SslOpts> {
         let (accept_any_cert, skip_host_name) = match self.mode {
