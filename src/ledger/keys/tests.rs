@@ -1,0 +1,183 @@
+//! Unit tests of the key book.
+
+use super::*;
+
+fn k(s: &str) -> Key {
+    Key::new([s])
+}
+
+#[test]
+fn a_shared_key_on_two_partitions_is_confirmed_twice_by_two_rows() {
+    let mut b = KeyBook::new(10);
+    b.pend(&k("a"));
+    b.pend(&k("a"));
+    // Partition 0 decides first: its record takes one row, the other row is the pending
+    // record's, not a duplicate.
+    let o = b.decide_due(&k("a"), 1, 2);
+    assert_eq!((o.confirmed, o.duplicates, o.shared), (1, 0, true));
+    let o = b.decide_due(&k("a"), 1, 2);
+    assert_eq!((o.confirmed, o.duplicates), (1, 0));
+    assert_eq!(b.counts(&k("a")), (0, 2, 0));
+}
+
+#[test]
+fn a_shortfall_is_missing_and_turns_late_when_the_row_lands() {
+    let mut b = KeyBook::new(10);
+    b.pend(&k("a"));
+    b.pend(&k("a"));
+    let o = b.decide_due(&k("a"), 2, 1);
+    assert_eq!((o.confirmed, o.shared), (1, true));
+    assert_eq!(b.counts(&k("a")), (0, 1, 1));
+    assert_eq!(b.recheck(&k("a"), 1, 1).late, 0);
+    let r = b.recheck(&k("a"), 1, 2);
+    assert_eq!((r.late, r.duplicates), (1, 0));
+    assert_eq!(b.counts(&k("a")), (0, 2, 0));
+}
+
+#[test]
+fn duplicates_are_charged_once_and_only_when_nothing_waits_for_the_key() {
+    let mut b = KeyBook::new(10);
+    b.pend(&k("a"));
+    b.pend(&k("a"));
+    assert_eq!(
+        b.decide_due(&k("a"), 1, 3).duplicates,
+        0,
+        "one record still pending"
+    );
+    assert_eq!(b.decide_due(&k("a"), 1, 3).duplicates, 1);
+    b.pend(&k("a"));
+    // The third record finds the extra row free: confirmed, no loss, nothing recharged.
+    let o = b.decide_due(&k("a"), 1, 3);
+    assert_eq!((o.confirmed, o.duplicates), (1, 0));
+    b.pend(&k("a"));
+    // Five rows for four records: the one extra row was charged before (it is the row the
+    // third record then took: a duplicate counted early is never taken back).
+    assert_eq!(b.decide_due(&k("a"), 1, 5).duplicates, 0);
+    assert_eq!(
+        b.recheck(&k("a"), 0, 6).duplicates,
+        1,
+        "a sixth row is a new duplicate"
+    );
+}
+
+#[test]
+fn a_unique_key_is_not_shared() {
+    let mut b = KeyBook::new(10);
+    b.pend(&k("a"));
+    let o = b.decide_due(&k("a"), 1, 0);
+    assert_eq!((o.confirmed, o.shared), (0, false));
+}
+
+#[test]
+fn idle_keys_are_forgotten_oldest_first_busy_ones_never() {
+    let mut b = KeyBook::new(2);
+    for s in ["a", "b", "c"] {
+        b.pend(&k(s));
+        b.decide_due(&k(s), 1, 1);
+    }
+    b.pend(&k("m"));
+    b.decide_due(&k("m"), 1, 0);
+    b.pend(&k("p"));
+    assert_eq!(
+        b.counts(&k("a")),
+        (0, 0, 0),
+        "the oldest idle key is forgotten"
+    );
+    assert_eq!(b.counts(&k("c")), (0, 1, 0));
+    assert_eq!(b.counts(&k("m")), (0, 0, 1), "missing keys are kept");
+    assert_eq!(b.counts(&k("p")), (1, 0, 0), "pending keys are kept");
+    for i in 0..100 {
+        let key = k(&format!("x{i}"));
+        b.pend(&key);
+        b.decide_due(&key, 1, 1);
+    }
+    assert!(b.len() <= 2 + 2, "{} keys", b.len());
+    assert_eq!(b.counts(&k("m")), (0, 0, 1));
+}
+
+#[test]
+fn keys_forgotten_while_loading_are_deleted_from_the_store() {
+    let mut b = KeyBook::new(2);
+    b.load([(k("a"), 1), (k("b"), 1), (k("c"), 1)]);
+    let changes = b.changes();
+    assert_eq!(
+        changes,
+        vec![(k("a"), 0)],
+        "the oldest loaded key is forgotten"
+    );
+    assert_eq!(b.counts(&k("c")), (0, 1, 0));
+}
+
+/// The book is written as changes until the store's log would hold more than 1.5 times
+/// its live keys plus the slack, then whole: every key confirmed at least once and only
+/// those, whatever was forgotten or taken back before.
+#[test]
+fn claims_are_written_as_changes_then_whole_once_dead_rows_pile_up() {
+    let mut b = KeyBook::new(3);
+    b.set_rewrite_slack(1);
+    for s in ["a", "b", "c", "d"] {
+        b.pend(&k(s));
+        b.decide_due(&k(s), 1, 1);
+    }
+    // "a" is forgotten (capacity 3): a change to 0.
+    let w = b.claims_to_write();
+    assert!(!w.whole, "an empty log takes the changes: {w:?}");
+    assert_eq!(w.claims.len(), 4);
+    b.written(&w);
+    assert!(!b.has_changes());
+    b.unconfirm(&k("b"));
+    let w = b.claims_to_write();
+    // 4 rows + 1 change > 2 live (c, d) + 1 + 1 slack.
+    assert!(w.whole, "{w:?}");
+    let mut claims = w.claims.clone();
+    claims.sort_by(|x, y| x.0.as_bytes().cmp(y.0.as_bytes()));
+    assert_eq!(claims, vec![(k("c"), 1), (k("d"), 1)]);
+    b.written(&w);
+    b.pend(&k("e"));
+    b.decide_due(&k("e"), 1, 1);
+    let w = b.claims_to_write();
+    assert!(
+        !w.whole,
+        "2 rows + 1 change is within 3 live + 1 + 1: {w:?}"
+    );
+    assert_eq!(w.claims, vec![(k("e"), 1)]);
+}
+
+#[test]
+fn unpend_and_forget_release_claims() {
+    let mut b = KeyBook::new(10);
+    b.pend(&k("a"));
+    b.unpend(&k("a"));
+    assert_eq!(b.total_pending(), 0);
+    b.restore_missing(&k("a"));
+    assert_eq!(b.total_missing(), 1);
+    b.forget_missing(&k("a"));
+    assert_eq!(b.total_missing(), 0);
+}
+
+mod idle_tests {
+    use super::*;
+
+    /// A key whose records went missing and were then given up (or dropped beyond
+    /// `max_missing_keys`) holds no row: the book forgets it at once. It used to queue it as
+    /// idle, up to the idle capacity: in a total loss, a million such entries (~250 MB) that
+    /// said nothing an absent entry does not.
+    #[test]
+    fn a_given_up_key_without_rows_is_forgotten_at_once() {
+        let mut book = KeyBook::new(1_000_000);
+        let k = Key::new(["a"]);
+        book.pend(&k);
+        let out = book.decide_due(&k, 1, 0);
+        assert_eq!(out.confirmed, 0);
+        assert_eq!(book.counts(&k), (0, 0, 1), "missing");
+        book.forget_missing(&k);
+        assert_eq!(book.len(), 0, "nothing confirmed, nothing kept");
+        // A key with a confirmed row is still remembered while idle (a later record with
+        // it must not take that row).
+        let c = Key::new(["c"]);
+        book.pend(&c);
+        book.decide_due(&c, 1, 1);
+        assert_eq!(book.len(), 1);
+        assert_eq!(book.counts(&c).1, 1);
+    }
+}
