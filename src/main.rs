@@ -47,23 +47,8 @@ impl From<gap_auditor::wait::Exit> for Outcome {
     }
 }
 
-/// jemalloc, not glibc's malloc: under a long total loss the audit churns millions of small
-/// keys across threads, and glibc's arenas kept the freed blocks (live heap flat at ~40 MiB
-/// while resident memory crept +10-20 % over 5 minutes, measured with heaptrack on the
-/// keys_total_loss fault test). jemalloc's size classes and decay give the pages back.
-#[global_allocator]
-static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// jemalloc's options (an operator's `_RJEM_MALLOC_CONF` still overrides them): a background
-/// thread returns freed pages after 1 s instead of 10 s, and without waiting for the next
-/// allocation. With the defaults the dirty pages a busy round leaves made resident memory
-/// follow the load (80 to 111 MiB over 10 minutes of a total loss on a loaded machine, live
-/// heap flat); with these it stayed within 93-109 MiB from the first minute on. Two arenas,
-/// as for glibc (`memory::limit_arenas`): the default (4 per core) took 265 MiB peak for the
-/// 500,000-gap round that took 241 MiB with glibc; two, 235 MiB.
-#[unsafe(export_name = "_rjem_malloc_conf")]
-pub static MALLOC_CONF: &[u8] =
-    b"narenas:2,background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+// jemalloc with the daemon's options (see the macro for why).
+gap_auditor::daemon_allocator!();
 
 fn main() -> ExitCode {
     gap_auditor::memory::limit_arenas();

@@ -26,6 +26,10 @@
 //! Throughput windows start at the first record delivered, so the consumer-group join of
 //! the auditor's path (about `session.timeout.ms / 2`) is not counted against it.
 
+// The daemon's allocator and options: the tailing path runs in this process, and must be
+// measured on the allocator it ships with.
+gap_auditor::daemon_allocator!();
+
 mod daemon;
 mod decode;
 mod keys_e2e;
