@@ -100,7 +100,7 @@ pub fn bare_consume(brokers: &str, topic: &str, n: u64) -> Result<f64> {
         // The clock is read once per 4,096 records, not per record: the baseline must not
         // carry a cost a bare consumer does not have (clock_gettime was 4.6 % of its
         // thread in the profile).
-        if count % 4096 == 0 && Instant::now() > deadline {
+        if count.is_multiple_of(4096) && Instant::now() > deadline {
             bail!("bare consumer read {count} of {n} records before the deadline");
         }
         match consumer.poll(Duration::from_millis(100)) {
