@@ -394,3 +394,73 @@ pub fn median_max(xs: &mut [f64]) -> (f64, f64) {
     };
     (median, xs[xs.len() - 1])
 }
+
+/// Rows loaded server-side per statement (MariaDB's SEQUENCE engine).
+const LOAD_CHUNK: u64 = 500_000;
+
+/// Loads the sink table of an end-to-end run: `insert(from, to)` is the statement for rows
+/// `from..=to`, then `index` (its ALTER TABLE clause) and ANALYZE. Returns the time it took.
+pub async fn load_table(
+    conn: &mut mysql_async::Conn,
+    table: &str,
+    n: u64,
+    insert: impl Fn(u64, u64) -> String,
+    index: &str,
+) -> Result<Duration> {
+    use mysql_async::prelude::Queryable;
+    let load = Instant::now();
+    let mut from = 0u64;
+    while from < n {
+        let to = (from + LOAD_CHUNK).min(n) - 1;
+        conn.query_drop(insert(from, to))
+            .await
+            .with_context(|| format!("loading rows {from}..={to}"))?;
+        from = to + 1;
+    }
+    conn.query_drop(format!("ALTER TABLE {table} {index}"))
+        .await?;
+    conn.query_drop(format!("ANALYZE TABLE {table}")).await?;
+    Ok(load.elapsed())
+}
+
+/// The bare consumer on `topic` in this process: its rate and the CPU it took.
+pub async fn bare_baseline(brokers: &str, topic: &str, n: u64) -> Result<(f64, Duration)> {
+    let (b, t) = (brokers.to_string(), topic.to_string());
+    let cpu0 = crate::util::cpu_self();
+    let rate = tokio::task::spawn_blocking(move || crate::tail::bare_consume(&b, &t, n)).await??;
+    Ok((rate, crate::util::cpu_self().saturating_sub(cpu0)))
+}
+
+/// An end-to-end run after its table is loaded: the pipeline group committed past all `n`
+/// records of `topic`, the bare consumer's baseline on it (rate, CPU), then the daemon
+/// started on it with `matching` (grace and verify_interval 1 s). Shared by the key and
+/// offset end-to-end sections, so both measure the same way.
+pub async fn start_after_baseline(
+    bin: &Path,
+    brokers: &str,
+    mysql: &str,
+    topic: &str,
+    table: &str,
+    n: u64,
+    matching: &str,
+) -> Result<(Daemon, f64, Duration)> {
+    let pipeline = crate::util::unique("bench_pipeline");
+    commit_past_all(brokers, &pipeline, topic, n)?;
+    let (bare_rate, bare_cpu) = bare_baseline(brokers, topic, n).await?;
+    let topics = [topic.to_string()];
+    let d = Daemon::start(
+        bin,
+        brokers,
+        mysql,
+        &Spec {
+            topics: &topics,
+            table,
+            pipeline_group: &pipeline,
+            grace: "1s",
+            verify_interval: "1s",
+            matching,
+            max_pending: Some(n.max(2_000_000)),
+        },
+    )?;
+    Ok((d, bare_rate, bare_cpu))
+}

@@ -13,9 +13,9 @@
 //! daemon's "verify round finished" lines split each round into verifying and writing the
 //! store; `GAP_AUDITOR_BENCH_KEEP_LOG=FILE` keeps a copy of its log for a closer look.
 
-use crate::daemon::{self, Daemon, Spec};
-use crate::tail::{bare_consume, create_topic, produce};
-use crate::util::{Row, cpu_self, fmt_rate, per_sec, row, unique};
+use crate::daemon;
+use crate::tail::{create_topic, produce};
+use crate::util::{Row, fmt_rate, per_sec, row, unique};
 use anyhow::{Context, Result, bail};
 use mysql_async::prelude::Queryable;
 use std::path::Path;
@@ -29,9 +29,6 @@ CONCAT('host', LPAD(seq, 8, '0'), '.subdomain.example-cdn-provider.com.cn'), \
 CONCAT('2024-05-01 12:', LPAD((seq DIV 60) % 60, 2, '0'), ':', LPAD(seq % 60, 2, '0')), \
 '93.184.216.34', 'NOERROR', 'A', 'ns1.authoritative-dns.example-cdn-provider.com', \
 CONCAT('query-from-recursive-resolver-pool-', LPAD(seq % 10000, 4, '0')), '8.8.8.8'";
-
-/// Rows per `INSERT ... SELECT` while loading the sink table.
-const LOAD_CHUNK: u64 = 500_000;
 
 /// One measured run: records/s and CPU per record, daemon and bare consumer.
 struct Measured {
@@ -114,52 +111,20 @@ async fn measure(
     n: u64,
 ) -> Result<Measured> {
     // The rows of `util::dns_line(i)`, built by the server (the same formulas).
-    let load = Instant::now();
-    let mut from = 0u64;
-    while from < n {
-        let to = (from + LOAD_CHUNK).min(n) - 1;
-        conn.query_drop(format!(
-            "INSERT INTO {table} SELECT {SEED_ROW_SQL} FROM seq_{from}_to_{to}"
-        ))
-        .await
-        .with_context(|| format!("loading rows {from}..={to}"))?;
-        from = to + 1;
-    }
-    conn.query_drop(format!(
-        "ALTER TABLE {table} ADD INDEX idx_key (client_ip, domain, time)"
-    ))
+    let took = daemon::load_table(
+        conn,
+        table,
+        n,
+        |from, to| format!("INSERT INTO {table} SELECT {SEED_ROW_SQL} FROM seq_{from}_to_{to}"),
+        "ADD INDEX idx_key (client_ip, domain, time)",
+    )
     .await?;
-    conn.query_drop(format!("ANALYZE TABLE {table}")).await?;
-    eprintln!(
-        "keys e2e: loaded {n} rows in {:.1}s",
-        load.elapsed().as_secs_f64()
-    );
+    eprintln!("keys e2e: loaded {n} rows in {:.1}s", took.as_secs_f64());
 
-    // The pipeline has written everything and committed past it.
-    let pipeline = unique("bench_pipeline");
-    daemon::commit_past_all(brokers, &pipeline, topic, n)?;
-
-    // Baseline, same topic, same run.
-    let (b, t) = (brokers.to_string(), topic.to_string());
-    let cpu0 = cpu_self();
-    let bare_rate = tokio::task::spawn_blocking(move || bare_consume(&b, &t, n)).await??;
-    let bare_cpu = cpu_self().saturating_sub(cpu0);
-
-    let topics = [topic.to_string()];
-    let d = Daemon::start(
-        bin,
-        brokers,
-        mysql,
-        &Spec {
-            topics: &topics,
-            table,
-            pipeline_group: &pipeline,
-            grace: "1s",
-            verify_interval: "1s",
-            matching: daemon::KEY_MATCH,
-            max_pending: Some(n.max(2_000_000)),
-        },
-    )?;
+    // The pipeline has written everything and committed past it; baseline, same topic.
+    let (d, bare_rate, bare_cpu) =
+        daemon::start_after_baseline(bin, brokers, mysql, topic, table, n, daemon::KEY_MATCH)
+            .await?;
     let result = async {
         let deadline = Instant::now() + Duration::from_secs(1800);
         let mut first: Option<Instant> = None;

@@ -19,17 +19,15 @@
 //! The run fails if any record is reported lost. `GAP_AUDITOR_BENCH_KEEP_LOG=FILE` keeps a
 //! copy of the daemon's log, `GAP_AUDITOR_BENCH_SAMPLES=FILE` the scrapes as CSV.
 
-use crate::daemon::{self, Daemon, Spec};
+use crate::daemon::{self, Daemon};
 use crate::keys_e2e::SEED_ROW_SQL;
-use crate::tail::{bare_consume, create_topic, produce};
-use crate::util::{PARTITIONS, Row, cpu_self, fmt_rate, per_sec, row, unique};
+use crate::tail::{create_topic, produce};
+use crate::util::{PARTITIONS, Row, fmt_rate, per_sec, row, unique};
 use anyhow::{Context, Result, bail};
 use mysql_async::prelude::Queryable;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Rows per `INSERT ... SELECT` while loading the sink table.
-const LOAD_CHUNK: u64 = 500_000;
 /// The audit's `verify_interval`, seconds (the unit of "rounds behind").
 const VERIFY_INTERVAL_S: f64 = 1.0;
 /// Time between two scrapes of /metrics.
@@ -187,54 +185,25 @@ async fn measure(
     n: u64,
 ) -> Result<Measured> {
     // Record i went to partition i % P at offset i / P (`tail::produce`, a fresh topic).
-    let load = Instant::now();
-    let mut from = 0u64;
-    while from < n {
-        let to = (from + LOAD_CHUNK).min(n) - 1;
-        conn.query_drop(format!(
-            "INSERT INTO {table} (kafka_partition, kafka_offset, line) \
-             SELECT seq % {PARTITIONS}, seq DIV {PARTITIONS}, CONCAT_WS('|', {SEED_ROW_SQL}) \
-             FROM seq_{from}_to_{to}"
-        ))
-        .await
-        .with_context(|| format!("loading rows {from}..={to}"))?;
-        from = to + 1;
-    }
-    conn.query_drop(format!(
-        "ALTER TABLE {table} ADD INDEX idx_kafka (kafka_partition, kafka_offset)"
-    ))
-    .await?;
-    conn.query_drop(format!("ANALYZE TABLE {table}")).await?;
-    eprintln!(
-        "offsets e2e: loaded {n} rows in {:.1}s",
-        load.elapsed().as_secs_f64()
-    );
-
-    // The pipeline has written everything and committed past it.
-    let pipeline = unique("bench_pipeline");
-    daemon::commit_past_all(brokers, &pipeline, topic, n)?;
-
-    // Baseline, same topic, same run.
-    let (b, t) = (brokers.to_string(), topic.to_string());
-    let cpu0 = cpu_self();
-    let bare_rate = tokio::task::spawn_blocking(move || bare_consume(&b, &t, n)).await??;
-    let bare_cpu = cpu_self().saturating_sub(cpu0);
-
-    let topics = [topic.to_string()];
-    let d = Daemon::start(
-        bin,
-        brokers,
-        mysql,
-        &Spec {
-            topics: &topics,
-            table,
-            pipeline_group: &pipeline,
-            grace: "1s",
-            verify_interval: "1s",
-            matching: MATCH,
-            max_pending: Some(n.max(2_000_000)),
+    let took = daemon::load_table(
+        conn,
+        table,
+        n,
+        |from, to| {
+            format!(
+                "INSERT INTO {table} (kafka_partition, kafka_offset, line) \
+                 SELECT seq % {PARTITIONS}, seq DIV {PARTITIONS}, CONCAT_WS('|', {SEED_ROW_SQL}) \
+                 FROM seq_{from}_to_{to}"
+            )
         },
-    )?;
+        "ADD INDEX idx_kafka (kafka_partition, kafka_offset)",
+    )
+    .await?;
+    eprintln!("offsets e2e: loaded {n} rows in {:.1}s", took.as_secs_f64());
+
+    // The pipeline has written everything and committed past it; baseline, same topic.
+    let (d, bare_rate, bare_cpu) =
+        daemon::start_after_baseline(bin, brokers, mysql, topic, table, n, MATCH).await?;
     let result = sample(&d, n).await;
     if let Ok(keep) = std::env::var("GAP_AUDITOR_BENCH_KEEP_LOG") {
         let _ = std::fs::copy(&d.log, keep);
