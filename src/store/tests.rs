@@ -782,3 +782,5 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
         }
     }
 }
+
+mod key_log_props;

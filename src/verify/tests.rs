@@ -603,3 +603,5 @@ proptest! {
         prop_assert_eq!(dups_of(&v), want_dups);
     }
 }
+
+mod slot_order;

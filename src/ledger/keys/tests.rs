@@ -181,3 +181,5 @@ mod idle_tests {
         assert_eq!(book.counts(&c).1, 1);
     }
 }
+
+mod props;
