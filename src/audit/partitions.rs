@@ -395,6 +395,11 @@ impl<V: Verifier> Audit<V> {
                 tracing::debug!(audit = %self.cfg.name, keys = n, log_rows = stored.rows, "key book loaded from the store");
             }
             Err(e) => {
+                // Appended to only: a whole write would delete the claims it could not read,
+                // and the next process that can read them should still find them.
+                if let Some(book) = self.checker.book_mut() {
+                    book.set_rewrite_slack(u64::MAX);
+                }
                 tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the key book from the store: shared keys start unclaimed")
             }
         }

@@ -134,7 +134,9 @@ impl KeyBook {
         self.log_rows = rows;
     }
 
-    /// Sets the dead rows the log may hold beyond half the live ones (tests rewrite often).
+    /// Sets the dead rows the log may hold beyond half the live ones (tests rewrite often;
+    /// `u64::MAX` never rewrites: the store's claims could not be read, and a whole write
+    /// would delete the ones this process never loaded).
     pub fn set_rewrite_slack(&mut self, rows: u64) {
         self.rewrite_slack = rows;
     }
@@ -146,8 +148,12 @@ impl KeyBook {
     /// more than 1.5 times the live keys plus the slack (what a restart reads), and each
     /// changed key costs at most about three row writes in all.
     pub fn claims_to_write(&self) -> ClaimsWrite {
-        let grown = self.log_rows + self.dirty.len() as u64;
-        if self.has_changes() && grown > self.live + self.live / 2 + self.rewrite_slack {
+        let grown = self.log_rows.saturating_add(self.dirty.len() as u64);
+        let bound = self
+            .live
+            .saturating_add(self.live / 2)
+            .saturating_add(self.rewrite_slack);
+        if self.has_changes() && grown > bound {
             let claims = self
                 .entries
                 .iter()
@@ -168,7 +174,11 @@ impl KeyBook {
     /// The store now holds `w` (from [`Self::claims_to_write`]).
     pub fn written(&mut self, w: &ClaimsWrite) {
         let rows = w.claims.len() as u64;
-        self.log_rows = if w.whole { rows } else { self.log_rows + rows };
+        self.log_rows = if w.whole {
+            rows
+        } else {
+            self.log_rows.saturating_add(rows)
+        };
         self.persisted();
     }
 

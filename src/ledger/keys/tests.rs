@@ -183,3 +183,19 @@ mod idle_tests {
 }
 
 mod props;
+
+/// A book whose stored claims could not be read never rewrites the log whole (that would
+/// delete them): it only appends, however many dead rows pile up.
+#[test]
+fn a_book_that_could_not_load_never_writes_whole() {
+    let mut b = KeyBook::new(2);
+    b.set_rewrite_slack(u64::MAX);
+    b.set_log_rows(u64::MAX - 1);
+    for s in ["a", "b", "c", "d"] {
+        b.pend(&k(s));
+        b.decide_due(&k(s), 1, 1);
+    }
+    let w = b.claims_to_write();
+    assert!(!w.whole, "{w:?}");
+    assert_eq!(w.claims.len(), 4);
+}
