@@ -353,6 +353,7 @@ pub async fn by_keys<V: Verifier>(
             key_of.push(ki);
         }
     }
+    // Freed before the queries, which hold the round for as long as the sink takes.
     drop(index);
     let mut starts: Vec<usize> = vec![0; keys.len() + 1];
     for &ki in &key_of {

@@ -192,7 +192,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
 
     /// Every value, in no particular order.
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.shards.iter().flat_map(|t| t.iter().map(|(_, v)| v))
+        self.iter().map(|(_, v)| v)
     }
 
     /// Buckets allocated over all shards (memory tests).
