@@ -56,7 +56,7 @@ use crate::template::{Piece as TemplatePiece, parse as parse_template};
 use doc_id::build_id;
 pub use key::Key;
 pub use spec::{DecodeFormat, DecoderSpec, SchemaRegistry, decoder_for, schema_registry};
-use text::{Decoded, split_quoted, strip_line_end};
+use text::{Decoded, ascii_byte, split_ascii, split_quoted, strip_line_end};
 
 /// Why a consumed record is not expected in the sink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -218,6 +218,9 @@ pub struct Decoder {
     id: Option<Vec<IdPart>>,
     /// csv: fields a record usually has, so splitting allocates once instead of growing.
     width: usize,
+    /// Some filter, key or id reads a field's text; when none does (offset_columns with only
+    /// `field_count`/`min_fields`), a csv record's fields are counted, never split.
+    reads_fields: bool,
     /// Values start with the Confluent header.
     framed: bool,
     timestamp_format: TimestampFormat,
@@ -333,6 +336,7 @@ impl Decoder {
         Ok(Decoder {
             kind,
             width: spec.field_count.unwrap_or(spec.fields.len()).clamp(1, 64),
+            reads_fields: !require.is_empty() || key.is_some() || id.is_some(),
             field_count: spec.field_count,
             min_fields: spec.min_fields,
             require,
@@ -409,23 +413,31 @@ impl Decoder {
         }
         // One UTF-8 check for every format: non-UTF-8 input is `undecodable` by the same
         // rule everywhere, and the decoders below work on `&str` and can borrow from it.
-        let Ok(text) = std::str::from_utf8(bytes) else {
+        let Ok(text) = simdutf8::basic::from_utf8(bytes) else {
             return Tag::Filtered(FilterReason::Undecodable);
         };
         let decoded = match self.kind {
             Kind::Csv { delimiter, quote } => {
                 let line = strip_line_end(text);
-                let fields = if quote {
+                if quote {
                     match split_quoted(line, delimiter) {
-                        Some(fields) => fields,
+                        Some(fields) => Decoded::Csv(fields),
                         None => return Tag::Filtered(FilterReason::Undecodable),
+                    }
+                } else if let Some(d) = ascii_byte(delimiter) {
+                    // The tailing thread's main cost was this split (issue 15): an ASCII
+                    // delimiter is found by one vectorised scan, and counted only when no
+                    // field's text is read.
+                    if self.reads_fields {
+                        Decoded::Csv(split_ascii(line, d, self.width))
+                    } else {
+                        Decoded::Count(memchr::memchr_iter(d, line.as_bytes()).count() + 1)
                     }
                 } else {
                     let mut fields = Vec::with_capacity(self.width);
                     fields.extend(line.split(delimiter).map(Cow::Borrowed));
-                    fields
-                };
-                Decoded::Csv(fields)
+                    Decoded::Csv(fields)
+                }
             }
             Kind::Json => match serde_json::from_str::<Value>(text) {
                 Ok(doc) => Decoded::Json(doc),

@@ -89,6 +89,12 @@ pub(super) fn release_held(
     ingest_batch(metrics, parts, book, ready, now)
 }
 
+/// Whether `r` is of `topic`/`partition`. The tailing thread interns a batch's topic names,
+/// so the pointer comparison decides nearly always.
+fn same_partition(r: &Tagged, topic: &Arc<str>, partition: i32) -> bool {
+    r.partition == partition && (Arc::ptr_eq(&r.topic, topic) || *r.topic == **topic)
+}
+
 /// Feeds one batch from the tailing thread into the ledgers and counts it, once per
 /// partition and reason (one label lookup per batch, not per record). Records of
 /// unassigned partitions and re-delivered offsets are not counted. Returns how many records
@@ -129,8 +135,7 @@ pub fn ingest_batch(
                         {
                             Some(r) => r,
                             None => {
-                                next = records
-                                    .next_if(|n| n.partition == partition && *n.topic == *topic);
+                                next = records.next_if(|n| same_partition(n, &topic, partition));
                                 continue;
                             }
                         },
@@ -159,7 +164,7 @@ pub fn ingest_batch(
                     }
                 }
             }
-            next = records.next_if(|n| n.partition == partition && *n.topic == *topic);
+            next = records.next_if(|n| same_partition(n, &topic, partition));
         }
         if ignored > 0 {
             tracing::debug!(%topic, partition, records = ignored, "records of an unassigned partition ignored");

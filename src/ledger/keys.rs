@@ -235,18 +235,8 @@ impl KeyBook {
 
     /// A record with key `k` was ingested and waits for its verdict.
     pub fn pend(&mut self, k: &Key) {
-        match self.entries.get_mut(k) {
-            Some(e) => e.pending += 1,
-            None => {
-                self.entries.insert(
-                    k.clone(),
-                    Entry {
-                        pending: 1,
-                        ..Entry::default()
-                    },
-                );
-            }
-        }
+        // One hash and one probe: the daemon's hot path on key_columns.
+        self.entries.get_or_default(k).pending += 1;
     }
 
     /// A pending record left without a verdict (its partition was revoked or reset).
@@ -256,18 +246,7 @@ impl KeyBook {
 
     /// A missing record restored from the store or a handover: it is missing again here.
     pub fn restore_missing(&mut self, k: &Key) {
-        match self.entries.get_mut(k) {
-            Some(e) => e.missing += 1,
-            None => {
-                self.entries.insert(
-                    k.clone(),
-                    Entry {
-                        missing: 1,
-                        ..Entry::default()
-                    },
-                );
-            }
-        }
+        self.entries.get_or_default(k).missing += 1;
     }
 
     /// A missing record is no longer followed (given up, or its partition left): it stays in

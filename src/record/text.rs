@@ -6,6 +6,9 @@ use super::*;
 /// A record value after format decoding, before filtering.
 pub(super) enum Decoded<'a> {
     Csv(Vec<Cow<'a, str>>),
+    /// A csv record whose fields are only counted: no filter, key or id reads their text
+    /// (`Decoder::reads_fields`), so [`Decoded::get`] is never asked.
+    Count(usize),
     Json(Value),
     Raw(&'a str),
 }
@@ -15,6 +18,7 @@ impl Decoded<'_> {
     pub(super) fn field_count(&self) -> usize {
         match self {
             Decoded::Csv(fields) => fields.len(),
+            Decoded::Count(n) => *n,
             Decoded::Json(doc) => doc.as_object().map_or(0, serde_json::Map::len),
             Decoded::Raw(_) => 1,
         }
@@ -56,6 +60,26 @@ pub(super) fn strip_line_end(text: &str) -> &str {
     text.strip_suffix("\r\n")
         .or_else(|| text.strip_suffix('\n'))
         .unwrap_or(text)
+}
+
+/// The delimiter as a byte when it is ASCII: an ASCII byte never occurs inside a multi-byte
+/// UTF-8 sequence, so splitting the bytes at it splits the text at char boundaries.
+pub(super) fn ascii_byte(delimiter: char) -> Option<u8> {
+    u8::try_from(delimiter).ok().filter(u8::is_ascii)
+}
+
+/// Splits `line` at every `delimiter` (an ASCII byte, see [`ascii_byte`]), like
+/// `str::split`, in one vectorised scan.
+pub(super) fn split_ascii(line: &str, delimiter: u8, width: usize) -> Vec<Cow<'_, str>> {
+    let mut fields = Vec::with_capacity(width);
+    let mut start = 0;
+    for at in memchr::memchr_iter(delimiter, line.as_bytes()) {
+        // Char boundaries on both sides (see `ascii_byte`): never panics.
+        fields.push(Cow::Borrowed(&line[start..at]));
+        start = at + 1;
+    }
+    fields.push(Cow::Borrowed(&line[start..]));
+    fields
 }
 
 /// Splits RFC 4180 style: a field that starts with `"` runs to the next lone `"`, with `""`

@@ -63,7 +63,16 @@ impl Tail {
             self.serve_starts();
             self.serve_commands();
             self.apply_backpressure();
-            let polled = self.consumer.poll(Duration::from_millis(100));
+            // While records keep coming, poll without a timeout: librdkafka reads the
+            // clock for every poll with one (its deadline), a cost per record the
+            // tailing thread does not need while its queue holds messages.
+            let mut polled = self.consumer.poll(Duration::ZERO);
+            if polled.is_none() {
+                if !self.flush() {
+                    break;
+                }
+                polled = self.consumer.poll(Duration::from_millis(100));
+            }
             let keep_going = match polled {
                 Some(Ok(m)) => {
                     let tagged = tag(&mut self.topics, &self.decoder, &m);
@@ -301,7 +310,7 @@ pub(super) fn tag(
         _ => None,
     };
     let meta = crate::record::RecordMeta {
-        topic: m.topic(),
+        topic: name,
         partition: m.partition(),
         offset: m.offset(),
         key: m.key(),

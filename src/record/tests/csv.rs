@@ -222,3 +222,55 @@ fn quoted_csv() {
     // Trailing delimiter after a quoted field gives an empty last field.
     assert_eq!(d.tag_value(Some(br#"a,"b","#)), expected(&["a", "b", ""]));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+    /// The vectorised split (`split_ascii`) and count (`Decoded::Count`) agree with
+    /// `str::split` on any text, multi-byte characters and empty fields included.
+    #[test]
+    fn ascii_split_and_count_match_str_split(
+        line in "[a|,;\t é€😀\"\\\\]{0,64}",
+        d in prop::sample::select(vec!['|', ',', ';', '\t', 'a']),
+    ) {
+        let b = text::ascii_byte(d).expect("ASCII");
+        let want: Vec<&str> = line.split(d).collect();
+        let got = text::split_ascii(&line, b, 1);
+        prop_assert_eq!(got.iter().map(|c| c.as_ref()).collect::<Vec<_>>(), want.clone());
+        prop_assert_eq!(memchr::memchr_iter(b, line.as_bytes()).count() + 1, want.len());
+    }
+
+    /// A decoder that only counts fields (offset_columns, `field_count`) tags every line
+    /// as one that splits them does (a `require` on field 0 that every line passes).
+    #[test]
+    fn counting_fields_tags_as_splitting_does(line in "x[a|é,]{0,40}", n in 1usize..6) {
+        let spec = |require: Vec<String>| DecoderSpec {
+            delimiter: "|".into(),
+            fields: (0..6).map(|i| format!("f{i}")).collect(),
+            field_count: Some(n),
+            require,
+            ..DecoderSpec::default()
+        };
+        let counting = Decoder::new(spec(Vec::new())).expect("valid");
+        let splitting = Decoder::new(spec(vec!["f0".into()])).expect("valid");
+        prop_assert!(!counting.reads_fields && splitting.reads_fields);
+        prop_assert_eq!(
+            counting.tag_value(Some(line.as_bytes())),
+            splitting.tag_value(Some(line.as_bytes()))
+        );
+    }
+}
+
+#[test]
+fn a_non_ascii_delimiter_still_splits() {
+    let d = Decoder::new(DecoderSpec {
+        delimiter: "§".into(),
+        fields: strings(&["a", "b"]),
+        field_count: Some(2),
+        key: Some(strings(&["b"])),
+        ..DecoderSpec::default()
+    })
+    .expect("valid");
+    assert_eq!(d.tag_value(Some("x§é".as_bytes())), expected(&["é"]));
+    assert_eq!(d.tag_value(Some("x§é§".as_bytes())), FILTERED);
+}
