@@ -32,12 +32,14 @@ use tokio::sync::{mpsc, oneshot};
 
 mod flow;
 mod positions;
+mod queue;
 mod rebalance;
 mod thread;
 
 pub use flow::Flow;
 use flow::{Pressure, plan};
 use positions::{commit, held, reposition, start_at};
+use queue::{MessageQueue, View};
 use rebalance::TailContext;
 use thread::{Backpressure, Tail};
 
@@ -165,6 +167,9 @@ pub fn start(
     let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer.subscribe(&refs)?;
     let tail = Tail {
+        queue: MessageQueue::new(&consumer),
+        forward_at: Instant::now(),
+        routed: HashSet::new(),
         consumer,
         decoder,
         commands: ctx_rx,

@@ -20,6 +20,15 @@ fn first_few(items: &[String]) -> String {
 
 /// The state of the tailing thread.
 pub(super) struct Tail {
+    /// Declared before `consumer`, so dropped first: librdkafka wants an application's
+    /// queues destroyed before the client. `None`: librdkafka gave no queue, and every
+    /// message comes through the consumer's `poll`.
+    pub(super) queue: Option<MessageQueue>,
+    /// When every assigned partition is next forwarded to `queue` again (see `queue.rs`).
+    pub(super) forward_at: Instant,
+    /// Partitions forwarded to `queue` at the start of their fetcher: the only ones
+    /// forwarded again (see `queue.rs`).
+    pub(super) routed: HashSet<TopicPartition>,
     pub(super) consumer: BaseConsumer<TailContext>,
     pub(super) decoder: Decoder,
     pub(super) commands: std::sync::mpsc::Receiver<Command>,
@@ -63,24 +72,29 @@ impl Tail {
             self.serve_starts();
             self.serve_commands();
             self.apply_backpressure();
-            // While records keep coming, poll without a timeout: librdkafka reads the
-            // clock for every poll with one (its deadline), a cost per record the
-            // tailing thread does not need while its queue holds messages.
-            let mut polled = self.consumer.poll(Duration::ZERO);
-            if polled.is_none() {
-                if !self.flush() {
-                    break;
-                }
-                polled = self.consumer.poll(Duration::from_millis(100));
+            if self.forward_at <= Instant::now() {
+                self.forward_all();
             }
+            // The partitions' messages, in batches, then the consumer queue: its events
+            // (rebalances, errors, statistics) and the messages of any partition not
+            // forwarded. Neither waits while the other had something.
+            let Some(read) = self.read_queue(Duration::ZERO) else {
+                break;
+            };
+            let polled = self.consumer.poll(Duration::ZERO);
             let keep_going = match polled {
                 Some(Ok(m)) => {
-                    let tagged = tag(&mut self.topics, &self.decoder, &m);
+                    let tagged = tag(&mut self.topics, &self.decoder, &view(&m));
                     drop(m);
                     self.push(tagged)
                 }
                 Some(Err(e)) => self.flush() && self.report(e),
-                None => self.flush(),
+                None if read == 0 => {
+                    // Nothing anywhere: send what waits, then wait for messages (events
+                    // are served at the next turn, within 100 ms).
+                    self.flush() && self.read_queue(Duration::from_millis(100)).is_some()
+                }
+                None => true,
             };
             if !keep_going {
                 break;
@@ -103,6 +117,8 @@ impl Tail {
                     // them, so that every partition named is held when it is re-positioned.
                     self.serve_starts();
                     reposition(&self.consumer, &offsets);
+                    // Their fetchers restart, without our forwarding (see `queue.rs`).
+                    self.forward(offsets.iter().map(|(tp, _)| tp.clone()).collect(), false);
                     // Re-assigned partitions start unpaused: re-apply on the next check.
                     self.bp.generation = u64::MAX;
                 }
@@ -140,6 +156,7 @@ impl Tail {
         };
         for starts in ready {
             if !starts.is_empty() {
+                self.forward(starts.iter().map(|(tp, _)| tp.clone()).collect(), true);
                 start_at(&self.consumer, &starts);
                 // Newly assigned partitions start unpaused: re-apply on the next check.
                 self.bp.generation = u64::MAX;
@@ -245,6 +262,126 @@ impl Tail {
         };
     }
 
+    /// Forwards these partitions' fetch queues to the thread's queue (see `queue.rs`):
+    /// `starting` ones (their fetcher starts next) become routed when that works; others
+    /// only if they are routed already.
+    fn forward(&mut self, tps: Vec<TopicPartition>, starting: bool) {
+        let Some(q) = &self.queue else {
+            return;
+        };
+        let tps: Vec<&TopicPartition> = if starting {
+            tps.iter().collect()
+        } else {
+            tps.iter().filter(|tp| self.routed.contains(*tp)).collect()
+        };
+        let done = q.forward(&self.consumer, tps.iter().copied());
+        if starting {
+            if done.len() < tps.len() {
+                tracing::debug!(
+                    partitions = tps.len() - done.len(),
+                    "fetch queues not forwarded; read through the consumer queue"
+                );
+            }
+            self.routed.extend(done.into_iter().cloned());
+        }
+    }
+
+    /// Forwards every assigned routed partition again: librdkafka drops a forwarding
+    /// whenever it restarts a fetcher (see `queue.rs`); this bounds how long messages wait.
+    fn forward_all(&mut self) {
+        self.forward_at = Instant::now() + FORWARD_EVERY;
+        let Ok(assignment) = self.consumer.assignment() else {
+            return;
+        };
+        let tps = assignment
+            .elements()
+            .iter()
+            .map(|e| TopicPartition::new(e.topic(), e.partition()))
+            .collect();
+        self.forward(tps, false);
+    }
+
+    /// Reads a batch from the thread's queue into the batch, waiting up to `timeout` for
+    /// it. Returns how many messages it read; `None`: the audit is gone.
+    fn read_queue(&mut self, timeout: Duration) -> Option<usize> {
+        let Some(q) = &self.queue else {
+            // No queue: the consumer queue's poll waits instead.
+            if !timeout.is_zero() {
+                return match self.consumer.poll(timeout) {
+                    Some(Ok(m)) => {
+                        let tagged = tag(&mut self.topics, &self.decoder, &view(&m));
+                        drop(m);
+                        self.push(tagged).then_some(1)
+                    }
+                    Some(Err(e)) => (self.flush() && self.report(e)).then_some(0),
+                    None => Some(0),
+                };
+            }
+            return Some(0);
+        };
+        let messages = q.read(timeout, self.read_limit());
+        let n = messages.len();
+        if n == 0 {
+            return Some(0);
+        }
+        let mut tagged = Vec::with_capacity(n);
+        let mut errors = Vec::new();
+        for m in messages.iter() {
+            match m {
+                Ok(v) => tagged.push(tag(&mut self.topics, &self.decoder, &v)),
+                // Kept in place: a partition's error follows the records before it.
+                Err(e) => errors.push((tagged.len(), e)),
+            }
+        }
+        // The messages go back to librdkafka before anything here can block.
+        drop(messages);
+        let mut rest = tagged.into_iter();
+        let mut done = 0;
+        for (at, e) in errors {
+            if !(self.push_all(rest.by_ref().take(at - done)) && self.flush() && self.report(e)) {
+                return None;
+            }
+            done = at;
+        }
+        self.push_all(rest).then_some(n)
+    }
+
+    /// How many records may be read before the flow must be looked at again: up to the
+    /// next mark [`Self::apply_backpressure`] plans at, and never past `max_pending`, so a
+    /// batch read overshoots neither (one record always may be, as one poll would).
+    fn read_limit(&self) -> usize {
+        let total = self.flow.load();
+        let next = if self.bp.calm() {
+            self.flow.soft_mark()
+        } else {
+            self.bp.recheck_at
+        };
+        let room = next.min(self.flow.max).saturating_sub(total).max(1);
+        usize::try_from(room).unwrap_or(usize::MAX).min(queue::READ)
+    }
+
+    /// Adds records to the batch under one lock; sends it when full or old. False: audit
+    /// gone.
+    fn push_all(&mut self, records: impl ExactSizeIterator<Item = Tagged>) -> bool {
+        let n = records.len();
+        if n == 0 {
+            return true;
+        }
+        self.flow.in_flight.fetch_add(n as u64, Ordering::AcqRel);
+        let full = match self.consumer.context().batch.lock() {
+            Ok(mut b) => {
+                b.extend(records);
+                b.len() >= BATCH
+            }
+            Err(_) => true,
+        };
+        let started = *self.batch_started.get_or_insert_with(Instant::now);
+        if full || started.elapsed() >= BATCH_AGE {
+            return self.flush();
+        }
+        true
+    }
+
     /// Adds a record to the batch; sends the batch when full or old. False: audit gone.
     fn push(&mut self, tagged: Tagged) -> bool {
         self.flow.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -290,13 +427,28 @@ impl Tail {
     }
 }
 
+/// How often every assigned partition is forwarded to the thread's queue again.
+const FORWARD_EVERY: Duration = Duration::from_secs(1);
+
+/// The view of a message the consumer queue handed over.
+fn view<'a>(m: &'a rdkafka::message::BorrowedMessage<'_>) -> View<'a> {
+    let timestamp_ms = match m.timestamp() {
+        Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
+        _ => None,
+    };
+    View {
+        topic: m.topic(),
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp_ms,
+        key: m.key(),
+        payload: m.payload(),
+    }
+}
+
 /// Decodes and tags one message; the topic name is interned.
-pub(super) fn tag(
-    topics: &mut Vec<Arc<str>>,
-    decoder: &Decoder,
-    m: &rdkafka::message::BorrowedMessage<'_>,
-) -> Tagged {
-    let name = m.topic();
+pub(super) fn tag(topics: &mut Vec<Arc<str>>, decoder: &Decoder, m: &View<'_>) -> Tagged {
+    let name = m.topic;
     let topic = match topics.iter().find(|t| ***t == *name) {
         Some(t) => t.clone(),
         None => {
@@ -305,22 +457,18 @@ pub(super) fn tag(
             t
         }
     };
-    let timestamp_ms = match m.timestamp() {
-        Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) if t >= 0 => Some(t),
-        _ => None,
-    };
     let meta = crate::record::RecordMeta {
         topic: name,
-        partition: m.partition(),
-        offset: m.offset(),
-        key: m.key(),
+        partition: m.partition,
+        offset: m.offset,
+        key: m.key,
     };
     Tagged {
         topic,
-        partition: m.partition(),
-        offset: m.offset(),
-        timestamp_ms,
-        tag: decoder.tag_record(m.payload(), &meta),
+        partition: m.partition,
+        offset: m.offset,
+        timestamp_ms: m.timestamp_ms,
+        tag: decoder.tag_record(m.payload, &meta),
     }
 }
 

@@ -1,0 +1,188 @@
+//! The tailing thread's message queue: every assigned partition's fetch queue forwarded to
+//! one queue of the thread's own, read in batches.
+//!
+//! Why: `BaseConsumer::poll` hands over one message per call, and each call took the
+//! queue's lock, read the clock three times (rust-rdkafka's timeout, librdkafka's poll
+//! bookkeeping) and built an event: a quarter of the tailing thread's time in a `perf`
+//! profile of the offset_columns tail (issue 15). `rd_kafka_consume_batch_queue` pays that
+//! once per batch. It cannot read the consumer's own queue (rebalance events there would be
+//! served as librdkafka's default, an unassign), so the partitions' fetch queues are
+//! forwarded here and rebalances, errors, statistics and commits stay on the consumer queue,
+//! which the thread keeps polling.
+//!
+//! librdkafka clears a fetch queue's forwarding whenever it stops the partition's fetcher
+//! (an unassign, a re-assign), and an application forwarding is not restored when the
+//! fetcher starts again: its messages would then wait in the partition's own queue. So a
+//! partition is forwarded before each start of its fetcher, and again once a second while
+//! assigned; forwarding again is idempotent and moves what waited behind what this queue
+//! holds, so a partition's order is kept. A partition whose queue could not be had at its
+//! start stays on the consumer queue, which the thread reads as before, and is never
+//! forwarded later: its messages would then come through both queues, out of order.
+
+use super::TailContext;
+use crate::gap::TopicPartition;
+use rdkafka::bindings as rdsys;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use std::ffi::{CStr, CString};
+use std::time::Duration;
+
+/// Messages taken from the queue per call.
+pub(super) const READ: usize = 1024;
+
+/// A queue of the consumer's, owned by the tailing thread.
+pub(super) struct MessageQueue {
+    ptr: *mut rdsys::rd_kafka_queue_t,
+}
+
+// SAFETY: librdkafka queues are thread-safe (every operation takes the queue's lock); the
+// handle is only used by the tailing thread, and moved to it once.
+unsafe impl Send for MessageQueue {}
+
+impl MessageQueue {
+    /// A new queue of `consumer`'s; `None` if librdkafka gives none.
+    pub(super) fn new(consumer: &BaseConsumer<TailContext>) -> Option<Self> {
+        // SAFETY: the client pointer is valid for the consumer's lifetime, which outlives
+        // this queue (see `Tail`'s field order).
+        let ptr = unsafe { rdsys::rd_kafka_queue_new(consumer.client().native_ptr()) };
+        (!ptr.is_null()).then_some(Self { ptr })
+    }
+
+    /// Forwards the fetch queue of each partition to this queue; the ones that could not be
+    /// are left out of the answer (their messages keep coming through the consumer queue).
+    pub(super) fn forward<'t>(
+        &self,
+        consumer: &BaseConsumer<TailContext>,
+        tps: impl IntoIterator<Item = &'t TopicPartition>,
+    ) -> Vec<&'t TopicPartition> {
+        let mut done = Vec::new();
+        for tp in tps {
+            let Ok(topic) = CString::new(tp.topic.as_bytes()) else {
+                continue;
+            };
+            // SAFETY: valid client pointer and NUL-terminated topic; the returned handle is
+            // one reference, released right after forwarding (the forwarding itself is a
+            // property of the partition's queue and keeps its own reference to ours).
+            unsafe {
+                let q = rdsys::rd_kafka_queue_get_partition(
+                    consumer.client().native_ptr(),
+                    topic.as_ptr(),
+                    tp.partition,
+                );
+                if q.is_null() {
+                    continue;
+                }
+                rdsys::rd_kafka_queue_forward(q, self.ptr);
+                rdsys::rd_kafka_queue_destroy(q);
+            }
+            done.push(tp);
+        }
+        done
+    }
+
+    /// Takes up to `limit` (at most [`READ`], at least 1) messages, waiting up to `timeout`
+    /// for them all (librdkafka returns early only when the batch is full).
+    pub(super) fn read(&self, timeout: Duration, limit: usize) -> Messages {
+        let limit = limit.clamp(1, READ);
+        let mut ptrs: Vec<*mut rdsys::rd_kafka_message_t> = Vec::with_capacity(limit);
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: the buffer holds `limit` pointers; librdkafka writes at most that many
+        // and returns how many (negative: error, none written).
+        let n =
+            unsafe { rdsys::rd_kafka_consume_batch_queue(self.ptr, ms, ptrs.as_mut_ptr(), limit) };
+        if n > 0 {
+            // SAFETY: librdkafka initialised the first `n` (≤ limit) entries.
+            unsafe { ptrs.set_len((n as usize).min(limit)) };
+        }
+        Messages { ptrs }
+    }
+}
+
+impl Drop for MessageQueue {
+    fn drop(&mut self) {
+        // SAFETY: our one reference, released once.
+        unsafe { rdsys::rd_kafka_queue_destroy(self.ptr) }
+    }
+}
+
+/// Messages read from a [`MessageQueue`], destroyed when this is dropped.
+pub(super) struct Messages {
+    ptrs: Vec<*mut rdsys::rd_kafka_message_t>,
+}
+
+impl Messages {
+    /// How many messages were read.
+    pub(super) fn len(&self) -> usize {
+        self.ptrs.len()
+    }
+
+    /// The messages, in the queue's order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = Result<View<'_>, KafkaError>> {
+        // SAFETY: every pointer is a live message until `self` is dropped.
+        self.ptrs.iter().map(|&p| unsafe { View::of(&*p) })
+    }
+}
+
+impl Drop for Messages {
+    fn drop(&mut self) {
+        for &p in &self.ptrs {
+            // SAFETY: each message was handed to us once by consume_batch_queue.
+            unsafe { rdsys::rd_kafka_message_destroy(p) }
+        }
+    }
+}
+
+/// What the tailing thread reads of one message, from either queue.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct View<'a> {
+    pub(super) topic: &'a str,
+    pub(super) partition: i32,
+    pub(super) offset: i64,
+    pub(super) timestamp_ms: Option<i64>,
+    pub(super) key: Option<&'a [u8]>,
+    pub(super) payload: Option<&'a [u8]>,
+}
+
+impl<'a> View<'a> {
+    /// The view of a message, or its error as rust-rdkafka's `poll` gives it.
+    ///
+    /// # Safety
+    /// `m` must be a live message from librdkafka.
+    unsafe fn of(m: &'a rdsys::rd_kafka_message_t) -> Result<View<'a>, KafkaError> {
+        if m.err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(
+                if m.err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                    KafkaError::PartitionEOF(m.partition)
+                } else {
+                    KafkaError::MessageConsumption(RDKafkaErrorCode::from(m.err))
+                },
+            );
+        }
+        // SAFETY (whole block): the message and what it points to live as long as `m`.
+        unsafe {
+            let name = rdsys::rd_kafka_topic_name(m.rkt);
+            let topic = if name.is_null() {
+                ""
+            } else {
+                CStr::from_ptr(name).to_str().unwrap_or("")
+            };
+            let mut kind = rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+            let t = rdsys::rd_kafka_message_timestamp(m, &mut kind);
+            let timestamp_ms = (kind
+                != rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+                && t >= 0)
+                .then_some(t);
+            let bytes = |p: *mut std::ffi::c_void, len: usize| {
+                (!p.is_null()).then(|| std::slice::from_raw_parts(p as *const u8, len))
+            };
+            Ok(View {
+                topic,
+                partition: m.partition,
+                offset: m.offset,
+                timestamp_ms,
+                key: bytes(m.key, m.key_len),
+                payload: bytes(m.payload, m.len),
+            })
+        }
+    }
+}
