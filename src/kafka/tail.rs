@@ -1,7 +1,9 @@
-//! The tailing consumer: one OS thread per audit owns the librdkafka consumer, polls it,
-//! decodes and tags every record (so payloads never cross the channel), and sends batches and
-//! rebalance events to the audit task over ONE bounded channel, which keeps their order:
-//! every record of a partition is delivered before that partition's revocation.
+//! The tailing consumer: one OS thread per audit owns the librdkafka consumer, reads its
+//! partitions' messages in batches (`queue.rs`) and polls it for everything else, decodes and
+//! tags every record (so payloads never cross the channel), and sends batches and rebalance
+//! events to the audit task over ONE bounded channel, which keeps their order: every record
+//! of a partition is delivered before that partition's revocation (a batch read is pushed
+//! whole before the next poll, which is where rebalance callbacks run).
 //!
 //! The rebalance callback does no work. On revoke it flushes the pending batch, sends the
 //! event and blocks until the audit task answers with the settled offsets to commit (they
