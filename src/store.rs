@@ -34,6 +34,7 @@ use std::time::Duration;
 mod acks;
 mod gaps;
 mod items;
+mod key_chunk;
 mod keys;
 mod progress;
 mod schema;
@@ -45,7 +46,9 @@ pub use keys::{KeyClaims, StoredKeys};
 use schema::{SCHEMA_VERSION, migrate};
 // The tests build files of older versions from the same batches.
 #[cfg(test)]
-use schema::{SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7};
+use schema::{
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
+};
 
 /// File name of the store inside the state directory.
 pub const DB_FILE: &str = "gaps.sqlite";

@@ -89,7 +89,8 @@ pub struct KeyBook {
     dirty: HashMap<Key, u64>,
     /// Keys with a confirmed count above 0: what a whole write of the book holds.
     live: u64,
-    /// Rows of the store's key log, dead ones included ([`Self::claims_to_write`]).
+    /// Entries (claims) of the store's key log, dead ones included
+    /// ([`Self::claims_to_write`]).
     log_rows: u64,
     /// Dead rows the log may hold beyond half the live ones before it is rewritten.
     rewrite_slack: u64,
@@ -146,10 +147,11 @@ impl KeyBook {
 
     /// What the next store write must hold. The store keeps the book as a log of changes
     /// (appending is what keeps a round's write sequential), and every change leaves a dead
-    /// row behind: once those outnumber half the live keys (plus a slack), the write holds
+    /// entry behind: once those outnumber half the live keys (plus a slack), the write holds
     /// the whole book instead and the log starts again from it. The log then never holds
-    /// more than 1.5 times the live keys plus the slack (what a restart reads), and each
-    /// changed key costs at most about three row writes in all.
+    /// more than 1.5 times the live keys plus the slack (what a restart reads, and holds in
+    /// memory while it does), and each changed key costs at most about three claim writes
+    /// in all.
     pub fn claims_to_write(&self) -> ClaimsWrite {
         let grown = self.log_rows.saturating_add(self.dirty.len() as u64);
         let bound = self

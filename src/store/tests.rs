@@ -717,9 +717,9 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
     drop(Store::open(fresh.path()).unwrap());
     let want = schema_of(&fresh.path().join(DB_FILE));
     let batches = [
-        SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
+        SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
     ];
-    for version in 1..=7usize {
+    for version in 1..=8usize {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
         for sql in &batches[..version] {
@@ -745,11 +745,20 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
             params![ledger.to_string(), fmt_ts(Utc::now())],
         )
         .unwrap();
-        if version >= 5 {
+        if (5..8).contains(&version) {
             // v5–v7 kept the key book in a table keyed by the key.
             conn.execute_batch(
                 "INSERT INTO key_book (audit, key, confirmed) VALUES
                     ('a', x'62ff', 1), ('a', x'61ff', 2), ('b', x'61ff', 5)",
+            )
+            .unwrap();
+        }
+        if version == 8 {
+            // v8: the same book as a log, with a key counted and then forgotten.
+            conn.execute_batch(
+                "INSERT INTO key_log (audit, seq, key, confirmed) VALUES
+                    ('a', 1, x'63ff', 4), ('a', 2, x'61ff', 2), ('a', 3, x'62ff', 1),
+                    ('a', 4, x'63ff', 0), ('b', 1, x'61ff', 5)",
             )
             .unwrap();
         }
@@ -778,8 +787,136 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
                 vec![(b"a\xff".to_vec(), 2), (b"b\xff".to_vec(), 1)],
                 "v{version}"
             );
+            let rows = if version == 8 { 4 } else { 2 };
+            assert_eq!(store.load_key_log("a").unwrap().rows, rows, "v{version}");
             assert_eq!(store.load_key_log("b").unwrap().rows, 1, "v{version}");
+            // Appended after the migrated rows, which they override.
+            let (a, b, d) = (b"a\xff".to_vec(), b"b\xff".to_vec(), b"d\xff".to_vec());
+            store
+                .commit_round_with_keys(
+                    "a",
+                    &[],
+                    &[],
+                    KeyClaims::Changes(&[(a.clone(), 0), (d.clone(), 3)]),
+                )
+                .unwrap();
+            let log = store.load_key_log("a").unwrap();
+            assert_eq!(
+                log.claims,
+                vec![(b.clone(), 1), (d.clone(), 3)],
+                "v{version}"
+            );
+            assert_eq!(log.rows, rows + 2, "v{version}");
+            assert_eq!(
+                store.key_confirmed("a", &[a, b, d]).unwrap(),
+                vec![0, 1, 3],
+                "v{version}"
+            );
+            assert_eq!(
+                store.load_key_book("b").unwrap(),
+                vec![(b"a\xff".to_vec(), 5)],
+                "v{version}"
+            );
         }
+    }
+}
+
+fn key_chunk_seqs(store: &Store) -> Vec<(String, i64)> {
+    let conn = store.lock();
+    let mut stmt = conn
+        .prepare("SELECT audit, seq FROM key_chunks ORDER BY audit, seq")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Changes go in chunks of 4,096 claims numbered on from the audit's last one, after its
+/// v8 rows, which they override; a whole write empties both tables of that audit alone.
+#[test]
+fn key_claims_are_appended_in_chunks_after_the_v8_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let k = |i: usize| {
+        let mut key = i.to_string().into_bytes();
+        key.push(0xff);
+        key
+    };
+    store
+        .lock()
+        .execute_batch(
+            "INSERT INTO key_log (audit, seq, key, confirmed) VALUES
+                ('au', 1, x'31ff', 2), ('au', 2, x'32ff', 1), ('other', 1, x'31ff', 9)",
+        )
+        .unwrap();
+    let write = |c: KeyClaims<'_, Vec<u8>>| store.commit_round_with_keys("au", &[], &[], c);
+    let first: Vec<(Vec<u8>, u64)> = (0..5000).map(|i| (k(i), 1)).collect();
+    write(KeyClaims::Changes(&first)).unwrap();
+    write(KeyClaims::Changes(&[(k(1), 0), (k(4999), 3)])).unwrap();
+    let au = |seqs: &[i64]| -> Vec<(String, i64)> {
+        seqs.iter().map(|s| ("au".to_string(), *s)).collect()
+    };
+    assert_eq!(
+        key_chunk_seqs(&store),
+        au(&[1, 2, 3]),
+        "4,096 + 904, then 2"
+    );
+    let log = store.load_key_log("au").unwrap();
+    assert_eq!(log.rows, 2 + 5000 + 2);
+    let mut want: Vec<(Vec<u8>, u64)> = (0..4999).filter(|i| *i != 1).map(|i| (k(i), 1)).collect();
+    want.push((k(4999), 3));
+    assert_eq!(log.claims, want);
+    assert_eq!(
+        store.key_confirmed("au", &[k(1), k(2), k(4999)]).unwrap(),
+        vec![0, 1, 3]
+    );
+
+    write(KeyClaims::Whole(&[(k(7), 2), (k(8), 0)])).unwrap();
+    assert_eq!(key_chunk_seqs(&store), au(&[1]));
+    let old: i64 = store
+        .lock()
+        .query_row("SELECT COUNT(*) FROM key_log WHERE audit = 'au'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(old, 0, "the v8 rows went with the whole write");
+    let log = store.load_key_log("au").unwrap();
+    assert_eq!((log.claims, log.rows), (vec![(k(7), 2)], 1));
+    assert_eq!(store.load_key_book("other").unwrap(), vec![(k(1), 9)]);
+}
+
+/// A chunk that does not decode, or is not a BLOB, fails the load (and `replay`'s read)
+/// with an error naming the audit and the chunk; other audits still load.
+#[test]
+fn a_bad_key_chunk_is_an_error_naming_audit_and_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for audit in ["au", "other"] {
+        store
+            .commit_round_with_keys(audit, &[], &[], KeyClaims::Changes(&[(b"k\xff", 1)]))
+            .unwrap();
+    }
+    for (bad, says) in [
+        ("x'05'", "chunk 1 does not decode"),
+        ("'text'", "chunk 1 is Text"),
+    ] {
+        store
+            .lock()
+            .execute(
+                &format!("UPDATE key_chunks SET claims = {bad} WHERE audit = 'au'"),
+                [],
+            )
+            .unwrap();
+        for err in [
+            store.load_key_log("au").unwrap_err(),
+            store.key_confirmed("au", &[b"k\xff".to_vec()]).unwrap_err(),
+        ] {
+            assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+            let text = err.to_string();
+            assert!(text.contains("audit au") && text.contains(says), "{text}");
+        }
+        assert_eq!(store.load_key_book("other").unwrap().len(), 1);
     }
 }
 

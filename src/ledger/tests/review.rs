@@ -366,6 +366,7 @@ fn review_a_v5_ledger_with_given_up_runs_survives_migration_deltas_and_restarts(
         conn.execute_batch(
             "DROP TABLE ledger_items;
              DROP TABLE key_log;
+             DROP TABLE key_chunks;
              CREATE TABLE key_book (audit TEXT NOT NULL, key BLOB NOT NULL,
                  confirmed INTEGER NOT NULL, PRIMARY KEY (audit, key)) WITHOUT ROWID;",
         )

@@ -1,6 +1,7 @@
 //! The key log against a model: arbitrary sequences of change and whole writes for two
-//! audits, batches across the 64-row statements, and reopened files, read back as each
-//! key's last row (order included), the log's size and `key_confirmed`.
+//! audits, within a chunk and across chunks, after v8 `key_log` rows (a migrated file) or
+//! none, and reopened files, read back as each key's last entry (order included), the
+//! log's size and `key_confirmed`.
 
 use super::*;
 use proptest::prelude::*;
@@ -12,11 +13,31 @@ enum Op {
     Reopen,
 }
 
+/// Few claims, a few hundred, or past one chunk (4,096 claims).
 fn claims() -> impl Strategy<Value = Vec<(u8, u8)>> {
     prop_oneof![
-        proptest::collection::vec((0u8..200, 0u8..3), 0..6),
-        proptest::collection::vec((0u8..200, 0u8..3), 60..200),
+        4 => proptest::collection::vec((0u8..200, 0u8..3), 0..6),
+        4 => proptest::collection::vec((0u8..200, 0u8..3), 60..200),
+        1 => proptest::collection::vec((0u8..200, 0u8..3), 4090..4200),
     ]
+}
+
+/// What a v8 file held of an audit's log: often nothing, as on a fresh file.
+fn legacy() -> impl Strategy<Value = Vec<(u8, u8)>> {
+    prop_oneof![Just(Vec::new()), claims()]
+}
+
+/// Writes `rows` as a v8 binary did, one `key_log` row per claim (seqs with holes: only
+/// their order counts).
+fn insert_v8_rows(store: &Store, audit: &str, rows: &[(Vec<u8>, u64)]) {
+    let conn = store.lock();
+    let mut stmt = conn
+        .prepare("INSERT INTO key_log (audit, seq, key, confirmed) VALUES (?1, ?2, ?3, ?4)")
+        .unwrap();
+    for (i, (k, n)) in rows.iter().enumerate() {
+        stmt.execute(params![audit, 3 * i as i64 + 1, k, *n as i64])
+            .unwrap();
+    }
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -54,11 +75,20 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn the_key_log_reads_back_as_its_model(ops in proptest::collection::vec(op(), 1..25)) {
+    fn the_key_log_reads_back_as_its_model(
+        v8 in [legacy(), legacy()],
+        ops in proptest::collection::vec(op(), 1..25),
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path()).unwrap();
         let mut model: [Vec<(Vec<u8>, u64)>; 2] = [Vec::new(), Vec::new()];
         let name = |a: bool| if a { "b" } else { "a" };
+        for (a, rows) in [false, true].into_iter().zip(v8) {
+            let rows: Vec<(Vec<u8>, u64)> =
+                rows.into_iter().map(|(k, n)| (key(k), u64::from(n))).collect();
+            insert_v8_rows(&store, name(a), &rows);
+            model[usize::from(a)] = rows;
+        }
         for (step, op) in ops.into_iter().enumerate() {
             match op {
                 Op::Changes(a, c) => {
