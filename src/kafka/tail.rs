@@ -171,7 +171,7 @@ pub fn start(
     let tail = Tail {
         queue: MessageQueue::new(&consumer),
         forward_at: Instant::now(),
-        routed: HashSet::new(),
+        reforwards: 0,
         consumer,
         decoder,
         commands: ctx_rx,

@@ -13,31 +13,52 @@
 //! librdkafka clears a fetch queue's forwarding whenever it stops the partition's fetcher
 //! (an unassign, a re-assign), and an application forwarding is not restored when the
 //! fetcher starts again: its messages would then wait in the partition's own queue. So a
-//! partition is forwarded before each start of its fetcher, and again once a second while
-//! assigned; forwarding again is idempotent and moves what waited behind what this queue
-//! holds, so a partition's order is kept. A partition whose queue could not be had at its
-//! start stays on the consumer queue, which the thread reads as before, and is never
-//! forwarded later: its messages would then come through both queues, out of order.
+//! partition is forwarded before each start of its fetcher, a few times in the 250 ms after
+//! (librdkafka stops the old fetcher asynchronously, and that stop may come after our
+//! forwarding), and once a second while assigned; forwarding again is idempotent and moves
+//! what waited behind what this queue holds (the stop bumped the partition's version, so
+//! what this queue still holds of before is discarded as outdated): a partition's order is
+//! kept. A partition whose queue could not be had at its start stays on the consumer queue,
+//! which the thread reads as before, and is never forwarded later: its messages would then
+//! come through both queues, out of order.
 
 use super::TailContext;
 use crate::gap::TopicPartition;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::time::Duration;
 
 /// Messages taken from the queue per call.
 pub(super) const READ: usize = 1024;
 
-/// A queue of the consumer's, owned by the tailing thread.
+/// A queue of the consumer's, owned by the tailing thread, with the partitions forwarded
+/// to it.
 pub(super) struct MessageQueue {
     ptr: *mut rdsys::rd_kafka_queue_t,
+    /// A handle on the fetch queue of each partition forwarded at its start, kept to forward
+    /// it again: `rd_kafka_queue_get_partition` takes the client's write lock and marks the
+    /// partition desired, which a revoked partition must not become again.
+    routed: HashMap<TopicPartition, PartitionQueue>,
+    /// The pointers a read fills, kept between reads.
+    buf: Vec<*mut rdsys::rd_kafka_message_t>,
 }
 
 // SAFETY: librdkafka queues are thread-safe (every operation takes the queue's lock); the
-// handle is only used by the tailing thread, and moved to it once.
+// handles and messages are only used by the tailing thread, and moved to it once.
 unsafe impl Send for MessageQueue {}
+
+/// One reference on a partition's fetch queue.
+struct PartitionQueue(*mut rdsys::rd_kafka_queue_t);
+
+impl Drop for PartitionQueue {
+    fn drop(&mut self) {
+        // SAFETY: our one reference, released once.
+        unsafe { rdsys::rd_kafka_queue_destroy(self.0) }
+    }
+}
 
 impl MessageQueue {
     /// A new queue of `consumer`'s; `None` if librdkafka gives none.
@@ -45,72 +66,111 @@ impl MessageQueue {
         // SAFETY: the client pointer is valid for the consumer's lifetime, which outlives
         // this queue (see `Tail`'s field order).
         let ptr = unsafe { rdsys::rd_kafka_queue_new(consumer.client().native_ptr()) };
-        (!ptr.is_null()).then_some(Self { ptr })
+        (!ptr.is_null()).then(|| Self {
+            ptr,
+            routed: HashMap::new(),
+            buf: Vec::with_capacity(READ),
+        })
     }
 
-    /// Forwards the fetch queue of each partition to this queue; the ones that could not be
-    /// are left out of the answer (their messages keep coming through the consumer queue).
-    pub(super) fn forward<'t>(
-        &self,
+    /// Forwards the fetch queue of each partition whose fetcher starts next to this queue.
+    /// Returns how many could not be (their messages keep coming through the consumer
+    /// queue, and they are never forwarded later, see the module docs).
+    pub(super) fn route(
+        &mut self,
         consumer: &BaseConsumer<TailContext>,
-        tps: impl IntoIterator<Item = &'t TopicPartition>,
-    ) -> Vec<&'t TopicPartition> {
-        let mut done = Vec::new();
+        tps: &[TopicPartition],
+    ) -> usize {
+        let mut failed = 0;
         for tp in tps {
+            if let Some(q) = self.routed.get(tp) {
+                // SAFETY: both queues are live handles.
+                unsafe { rdsys::rd_kafka_queue_forward(q.0, self.ptr) };
+                continue;
+            }
             let Ok(topic) = CString::new(tp.topic.as_bytes()) else {
+                failed += 1;
                 continue;
             };
-            // SAFETY: valid client pointer and NUL-terminated topic; the returned handle is
-            // one reference, released right after forwarding (the forwarding itself is a
-            // property of the partition's queue and keeps its own reference to ours).
-            unsafe {
-                let q = rdsys::rd_kafka_queue_get_partition(
+            // SAFETY: valid client pointer and NUL-terminated topic; the handle is one
+            // reference, kept in `routed` and released by its drop.
+            let q = unsafe {
+                rdsys::rd_kafka_queue_get_partition(
                     consumer.client().native_ptr(),
                     topic.as_ptr(),
                     tp.partition,
-                );
-                if q.is_null() {
-                    continue;
-                }
-                rdsys::rd_kafka_queue_forward(q, self.ptr);
-                rdsys::rd_kafka_queue_destroy(q);
+                )
+            };
+            if q.is_null() {
+                failed += 1;
+                continue;
             }
-            done.push(tp);
+            let q = PartitionQueue(q);
+            // SAFETY: both queues are live handles.
+            unsafe { rdsys::rd_kafka_queue_forward(q.0, self.ptr) };
+            self.routed.insert(tp.clone(), q);
         }
-        done
+        failed
     }
 
-    /// Takes up to `limit` (at most [`READ`], at least 1) messages, waiting up to `timeout`
-    /// for them all (librdkafka returns early only when the batch is full).
-    pub(super) fn read(&self, timeout: Duration, limit: usize) -> Messages {
+    /// Forwards again every routed partition `keep` holds, and lets the others' handles go
+    /// (revoked partitions: a start routes them again).
+    pub(super) fn reforward(&mut self, keep: impl Fn(&TopicPartition) -> bool) {
+        let ptr = self.ptr;
+        self.routed.retain(|tp, q| {
+            let kept = keep(tp);
+            if kept {
+                // SAFETY: both queues are live handles.
+                unsafe { rdsys::rd_kafka_queue_forward(q.0, ptr) };
+            }
+            kept
+        });
+    }
+
+    /// Takes up to `limit` (at most [`READ`], at least 1) messages: waits up to `timeout` for
+    /// the first, then takes what is there (librdkafka's batch read alone would wait for the
+    /// whole batch).
+    pub(super) fn read(&mut self, timeout: Duration, limit: usize) -> Messages<'_> {
         let limit = limit.clamp(1, READ);
-        let mut ptrs: Vec<*mut rdsys::rd_kafka_message_t> = Vec::with_capacity(limit);
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: the buffer holds `limit` pointers; librdkafka writes at most that many
-        // and returns how many (negative: error, none written).
-        let n =
-            unsafe { rdsys::rd_kafka_consume_batch_queue(self.ptr, ms, ptrs.as_mut_ptr(), limit) };
-        if n > 0 {
-            // SAFETY: librdkafka initialised the first `n` (≤ limit) entries.
-            unsafe { ptrs.set_len((n as usize).min(limit)) };
+        let buf = &mut self.buf;
+        buf.clear();
+        buf.reserve(limit);
+        let mut n = 0;
+        if !timeout.is_zero() {
+            let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+            // SAFETY: room for one pointer; librdkafka writes at most one and says how many.
+            n = unsafe { rdsys::rd_kafka_consume_batch_queue(self.ptr, ms, buf.as_mut_ptr(), 1) }
+                .clamp(0, 1) as usize;
+            if n == 0 {
+                return Messages { ptrs: buf };
+            }
         }
-        Messages { ptrs }
+        // SAFETY: room for `limit` pointers from `n`; librdkafka writes at most `limit - n`
+        // and returns how many (negative: an error, none written).
+        let more = unsafe {
+            rdsys::rd_kafka_consume_batch_queue(self.ptr, 0, buf.as_mut_ptr().add(n), limit - n)
+        };
+        let total = n + usize::try_from(more).unwrap_or(0).min(limit - n);
+        // SAFETY: librdkafka initialised the first `total` (≤ limit ≤ capacity) entries.
+        unsafe { buf.set_len(total) };
+        Messages { ptrs: buf }
     }
 }
 
 impl Drop for MessageQueue {
     fn drop(&mut self) {
+        self.routed.clear();
         // SAFETY: our one reference, released once.
         unsafe { rdsys::rd_kafka_queue_destroy(self.ptr) }
     }
 }
 
 /// Messages read from a [`MessageQueue`], destroyed when this is dropped.
-pub(super) struct Messages {
-    ptrs: Vec<*mut rdsys::rd_kafka_message_t>,
+pub(super) struct Messages<'q> {
+    ptrs: &'q mut Vec<*mut rdsys::rd_kafka_message_t>,
 }
 
-impl Messages {
+impl Messages<'_> {
     /// How many messages were read.
     pub(super) fn len(&self) -> usize {
         self.ptrs.len()
@@ -123,12 +183,13 @@ impl Messages {
     }
 }
 
-impl Drop for Messages {
+impl Drop for Messages<'_> {
     fn drop(&mut self) {
-        for &p in &self.ptrs {
+        for &p in self.ptrs.iter() {
             // SAFETY: each message was handed to us once by consume_batch_queue.
             unsafe { rdsys::rd_kafka_message_destroy(p) }
         }
+        self.ptrs.clear();
     }
 }
 

@@ -2,6 +2,7 @@
 //! work but flush, send one event and, on revoke, wait for the audit's answer.
 
 use super::*;
+use rdkafka::config::RDKafkaLogLevel;
 
 pub(super) struct TailContext {
     pub(super) events: mpsc::Sender<TailEvent>,
@@ -112,6 +113,27 @@ impl ClientContext for TailContext {
         let _ = self
             .events
             .try_send(TailEvent::Error(format!("{error}: {reason}")));
+    }
+
+    /// rust-rdkafka's logging, plus: a partition's error op (a partition gone with its
+    /// topic, say) met by the thread's batch read (`queue.rs`) is served by librdkafka
+    /// itself, which, without an error callback, logs it with facility "ERROR". It is an
+    /// error event on the consumer queue otherwise: surfaced the same way here.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        use RDKafkaLogLevel as L;
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {message}");
+                if fac == "ERROR" {
+                    let _ = self.events.try_send(TailEvent::Error(message.to_string()));
+                }
+            }
+            L::Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
+            L::Notice | L::Info => {
+                tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}")
+            }
+            L::Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+        }
     }
 }
 

@@ -26,9 +26,8 @@ pub(super) struct Tail {
     pub(super) queue: Option<MessageQueue>,
     /// When every assigned partition is next forwarded to `queue` again (see `queue.rs`).
     pub(super) forward_at: Instant,
-    /// Partitions forwarded to `queue` at the start of their fetcher: the only ones
-    /// forwarded again (see `queue.rs`).
-    pub(super) routed: HashSet<TopicPartition>,
+    /// Quick forwardings left after fetchers restarted (see [`Self::forward`]).
+    pub(super) reforwards: u32,
     pub(super) consumer: BaseConsumer<TailContext>,
     pub(super) decoder: Decoder,
     pub(super) commands: std::sync::mpsc::Receiver<Command>,
@@ -263,48 +262,58 @@ impl Tail {
     }
 
     /// Forwards these partitions' fetch queues to the thread's queue (see `queue.rs`):
-    /// `starting` ones (their fetcher starts next) become routed when that works; others
-    /// only if they are routed already.
+    /// `starting` ones (their fetcher starts next) are routed; others are forwarded again if
+    /// they are. Either way their fetchers restart, and librdkafka's stop of the old ones
+    /// may clear this forwarding after it is made: it is made again in the next 250 ms.
     fn forward(&mut self, tps: Vec<TopicPartition>, starting: bool) {
-        let Some(q) = &self.queue else {
+        let Some(q) = &mut self.queue else {
             return;
         };
-        let tps: Vec<&TopicPartition> = if starting {
-            tps.iter().collect()
-        } else {
-            tps.iter().filter(|tp| self.routed.contains(*tp)).collect()
-        };
-        let done = q.forward(&self.consumer, tps.iter().copied());
         if starting {
-            if done.len() < tps.len() {
+            let failed = q.route(&self.consumer, &tps);
+            if failed > 0 {
                 tracing::debug!(
-                    partitions = tps.len() - done.len(),
+                    partitions = failed,
                     "fetch queues not forwarded; read through the consumer queue"
                 );
             }
-            self.routed.extend(done.into_iter().cloned());
+        } else {
+            // Every routed one: harmless for the others, and none is let go here.
+            q.reforward(|_| true);
         }
+        self.reforwards = REFORWARDS;
+        self.forward_at = Instant::now() + REFORWARD_AFTER;
     }
 
     /// Forwards every assigned routed partition again: librdkafka drops a forwarding
     /// whenever it restarts a fetcher (see `queue.rs`); this bounds how long messages wait.
     fn forward_all(&mut self) {
-        self.forward_at = Instant::now() + FORWARD_EVERY;
+        let next = if self.reforwards > 0 {
+            self.reforwards -= 1;
+            REFORWARD_AFTER
+        } else {
+            FORWARD_EVERY
+        };
+        self.forward_at = Instant::now() + next;
+        let Some(q) = &mut self.queue else {
+            return;
+        };
         let Ok(assignment) = self.consumer.assignment() else {
             return;
         };
-        let tps = assignment
-            .elements()
+        let elements = assignment.elements();
+        let assigned: HashSet<(&str, i32)> = elements
             .iter()
-            .map(|e| TopicPartition::new(e.topic(), e.partition()))
+            .map(|e| (e.topic(), e.partition()))
             .collect();
-        self.forward(tps, false);
+        q.reforward(|tp| assigned.contains(&(tp.topic.as_str(), tp.partition)));
     }
 
     /// Reads a batch from the thread's queue into the batch, waiting up to `timeout` for
     /// it. Returns how many messages it read; `None`: the audit is gone.
     fn read_queue(&mut self, timeout: Duration) -> Option<usize> {
-        let Some(q) = &self.queue else {
+        let limit = self.read_limit();
+        let Some(q) = &mut self.queue else {
             // No queue: the consumer queue's poll waits instead.
             if !timeout.is_zero() {
                 return match self.consumer.poll(timeout) {
@@ -319,7 +328,7 @@ impl Tail {
             }
             return Some(0);
         };
-        let messages = q.read(timeout, self.read_limit());
+        let messages = q.read(timeout, limit);
         let n = messages.len();
         if n == 0 {
             return Some(0);
@@ -429,6 +438,9 @@ impl Tail {
 
 /// How often every assigned partition is forwarded to the thread's queue again.
 const FORWARD_EVERY: Duration = Duration::from_secs(1);
+/// After fetchers restarted: forwarded again this often, [`REFORWARDS`] times.
+const REFORWARD_AFTER: Duration = Duration::from_millis(50);
+const REFORWARDS: u32 = 5;
 
 /// The view of a message the consumer queue handed over.
 fn view<'a>(m: &'a rdkafka::message::BorrowedMessage<'_>) -> View<'a> {
