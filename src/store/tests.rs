@@ -696,16 +696,25 @@ fn a_replay_mark_is_taken_back_unless_the_gap_is_repaired() {
     );
 }
 
-/// A file's schema as SQLite keeps it: every table's and index's SQL, by name.
-fn schema_of(path: &Path) -> Vec<(String, String)> {
-    let conn = Connection::open(path).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT name, COALESCE(sql, '') FROM sqlite_master ORDER BY name")
-        .unwrap();
+/// The two columns of every row `sql` selects.
+fn pairs<A: rusqlite::types::FromSql, B: rusqlite::types::FromSql>(
+    conn: &Connection,
+    sql: &str,
+) -> Vec<(A, B)> {
+    let mut stmt = conn.prepare(sql).unwrap();
     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()
+}
+
+/// A file's schema as SQLite keeps it: every table's and index's SQL, by name.
+fn schema_of(path: &Path) -> Vec<(String, String)> {
+    let conn = Connection::open(path).unwrap();
+    pairs(
+        &conn,
+        "SELECT name, COALESCE(sql, '') FROM sqlite_master ORDER BY name",
+    )
 }
 
 /// Every older version, built the way the binaries of that version built it (the batches
@@ -822,14 +831,10 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
 }
 
 fn key_chunk_seqs(store: &Store) -> Vec<(String, i64)> {
-    let conn = store.lock();
-    let mut stmt = conn
-        .prepare("SELECT audit, seq FROM key_chunks ORDER BY audit, seq")
-        .unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    pairs(
+        &store.lock(),
+        "SELECT audit, seq FROM key_chunks ORDER BY audit, seq",
+    )
 }
 
 /// Changes go in chunks of 4,096 claims numbered on from the audit's last one, after its
