@@ -200,6 +200,11 @@ impl KeyBook {
         // Loaded counts are what the store holds already; keys forgotten while loading
         // (more rows than the capacity) stay dirty, so the next write deletes their rows.
         let loaded = std::mem::replace(&mut self.dirty, before);
+        // Keys changed before the load and not written yet stay dirty, with the count the
+        // book holds now (the load may have added to it).
+        for (k, n) in self.dirty.iter_mut() {
+            *n = self.entries.get(k).map_or(0, |e| e.confirmed);
+        }
         for (k, _) in loaded {
             if !self.entries.contains_key(&k) {
                 self.dirty.insert(k, 0);

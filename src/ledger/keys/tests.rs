@@ -108,6 +108,18 @@ fn keys_forgotten_while_loading_are_deleted_from_the_store() {
     assert_eq!(b.counts(&k("c")), (0, 1, 0));
 }
 
+/// A key changed and not yet written keeps its place among the changes when the store's
+/// claims are loaded over it, with the count the book holds after the load.
+#[test]
+fn a_load_over_an_unwritten_change_writes_the_count_held_after_it() {
+    let mut b = KeyBook::new(10);
+    b.pend(&k("a"));
+    b.decide_due(&k("a"), 1, 1);
+    b.load([(k("a"), 2), (k("b"), 1)]);
+    assert_eq!(b.counts(&k("a")), (0, 3, 0));
+    assert_eq!(b.changes(), vec![(k("a"), 3)]);
+}
+
 /// The book is written as changes until the store's log would hold more than 1.5 times
 /// its live keys plus the slack, then whole: every key confirmed at least once and only
 /// those, whatever was forgotten or taken back before.
