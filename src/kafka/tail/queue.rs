@@ -145,6 +145,11 @@ impl MessageQueue {
                 return Messages { ptrs: buf };
             }
         }
+        if n == limit {
+            // SAFETY: librdkafka initialised the first entry.
+            unsafe { buf.set_len(n) };
+            return Messages { ptrs: buf };
+        }
         // SAFETY: room for `limit` pointers from `n`; librdkafka writes at most `limit - n`
         // and returns how many (negative: an error, none written).
         let more = unsafe {

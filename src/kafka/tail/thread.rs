@@ -80,20 +80,15 @@ impl Tail {
             let Some(read) = self.read_queue(Duration::ZERO) else {
                 break;
             };
-            let polled = self.consumer.poll(Duration::ZERO);
-            let keep_going = match polled {
-                Some(Ok(m)) => {
-                    let tagged = tag(&mut self.topics, &self.decoder, &view(&m));
-                    drop(m);
-                    self.push(tagged)
-                }
-                Some(Err(e)) => self.flush() && self.report(e),
-                None if read == 0 => {
+            let keep_going = match self.poll_consumer(Duration::ZERO) {
+                Some(Some(_)) => true,
+                Some(None) if read == 0 => {
                     // Nothing anywhere: send what waits, then wait for messages (events
                     // are served at the next turn, within 100 ms).
                     self.flush() && self.read_queue(Duration::from_millis(100)).is_some()
                 }
-                None => true,
+                Some(None) => true,
+                None => false,
             };
             if !keep_going {
                 break;
@@ -315,18 +310,12 @@ impl Tail {
         let limit = self.read_limit();
         let Some(q) = &mut self.queue else {
             // No queue: the consumer queue's poll waits instead.
-            if !timeout.is_zero() {
-                return match self.consumer.poll(timeout) {
-                    Some(Ok(m)) => {
-                        let tagged = tag(&mut self.topics, &self.decoder, &view(&m));
-                        drop(m);
-                        self.push(tagged).then_some(1)
-                    }
-                    Some(Err(e)) => (self.flush() && self.report(e)).then_some(0),
-                    None => Some(0),
-                };
+            if timeout.is_zero() {
+                return Some(0);
             }
-            return Some(0);
+            return self
+                .poll_consumer(timeout)
+                .map(|got| usize::from(got == Some(true)));
         };
         let messages = q.read(timeout, limit);
         let n = messages.len();
@@ -353,6 +342,23 @@ impl Tail {
             done = at;
         }
         self.push_all(rest).then_some(n)
+    }
+
+    /// Polls the consumer queue once: serves its events (rebalance callbacks run here) and
+    /// takes a message of a partition not forwarded to the thread's queue. `Some(Some(true))`:
+    /// a record, `Some(Some(false))`: an error reported, `Some(None)`: nothing; `None`: the
+    /// audit is gone.
+    fn poll_consumer(&mut self, timeout: Duration) -> Option<Option<bool>> {
+        let ok = match self.consumer.poll(timeout) {
+            Some(Ok(m)) => {
+                let tagged = tag(&mut self.topics, &self.decoder, &view(&m));
+                drop(m);
+                return self.push(tagged).then_some(Some(true));
+            }
+            Some(Err(e)) => self.flush() && self.report(e),
+            None => return Some(None),
+        };
+        ok.then_some(Some(false))
     }
 
     /// How many records may be read before the flow must be looked at again: up to the
