@@ -63,7 +63,6 @@ impl<V: Verifier> Audit<V> {
         if tps.is_empty() {
             return;
         }
-        let now = self.clock.now_ms();
         let view = self.kafka_view.clone();
         let result = blocking(move || match view.pipeline_committed(&tps) {
             Some(commits) => commits.map(Some),
@@ -71,6 +70,9 @@ impl<V: Verifier> Audit<V> {
             None => view.partitions(&tps[0].topic).map(|_| None),
         })
         .await;
+        // Stamped when the answer came: a commit made while the request was in flight is
+        // seen no earlier than it happened, so `grace` is never counted from before it.
+        let now = self.clock.now_ms();
         self.pipeline.read_ok = matches!(result, Ok(Some(_)));
         match result {
             Ok(commits) => {
