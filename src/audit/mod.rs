@@ -46,6 +46,7 @@ mod persist;
 mod pipeline;
 mod report;
 mod round;
+mod schedule;
 mod starts;
 
 use gap_log::GapLog;
@@ -132,6 +133,8 @@ struct Audit<V> {
     handover_dirty: BTreeSet<TopicPartition>,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
+    /// Partitions were assigned since the loop last looked: it runs a round now.
+    assigned: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
     decoder: Decoder,
     /// Ages (grace, give-up) are measured on a clock that never steps ([`crate::clock`]);
@@ -186,6 +189,7 @@ impl<V: Verifier> Audit<V> {
             handover: w.handover,
             handover_dirty: BTreeSet::new(),
             backlog: false,
+            assigned: false,
             decoder: w.decoder,
             cfg: config,
             kafka: deps.kafka,
@@ -276,12 +280,20 @@ pub async fn run<V: Verifier + 'static>(
     a.publish();
     let mut tick = tokio::time::interval(a.cfg.verify_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut timer = schedule::RoundTimer::default();
     loop {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
             ev = tail.events.recv() => match ev {
-                Some(ev) => a.on_event(ev).await,
+                Some(ev) => {
+                    a.on_event(ev).await;
+                    // New partitions: poll the pipeline's commits now, so that `grace`
+                    // starts counting at the assignment, not up to a round later.
+                    if std::mem::take(&mut a.assigned) {
+                        timer.on_assigned(&mut tick);
+                    }
+                }
                 None => anyhow::bail!("audit {}: the Kafka consumer thread stopped", a.cfg.name),
             },
             // A schema arrived: the records waiting for it are decoded and go on.
@@ -291,13 +303,18 @@ pub async fn run<V: Verifier + 'static>(
                     None => std::future::pending().await,
                 }
             } => a.release_held(),
-            _ = tick.tick() => {
-                a.release_held();
-                a.round().await;
-                // A backlog is worked off round after round (events are still drained in
-                // between: they come first), not one bounded round per verify_interval.
-                if a.backlog {
-                    tick.reset_immediately();
+            _ = async {
+                match timer.waiting() {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                timer.on_wait_over(&mut tick);
+                a.run_round(&mut tick).await;
+            }
+            _ = tick.tick(), if timer.waiting().is_none() => {
+                if timer.on_tick(tokio::time::Instant::now(), a.due_soon()) {
+                    a.run_round(&mut tick).await;
                 }
             }
         }
@@ -319,7 +336,48 @@ fn ms_to_time(ms: i64) -> Option<DateTime<Utc>> {
     Utc.timestamp_millis_opt(ms).single()
 }
 
+/// The longest a round waits, after its tick, for records about to fall due: a tenth of
+/// `verify_interval`, at most this.
+const DUE_WAIT_MAX: Duration = Duration::from_millis(250);
+
 impl<V: Verifier> Audit<V> {
+    /// One round, then the next at once while a backlog remains.
+    async fn run_round(&mut self, tick: &mut tokio::time::Interval) {
+        self.release_held();
+        self.round().await;
+        // A backlog is worked off round after round (events are still drained in
+        // between: they come first), not one bounded round per verify_interval.
+        if self.backlog {
+            tick.reset_immediately();
+        }
+    }
+
+    /// How long a round due now should wait for records that fall due just after it.
+    ///
+    /// A commit seen at one round makes its records due `grace` later, measured from when
+    /// that poll answered; with `grace` a multiple of `verify_interval` (the defaults) that
+    /// instant lands a few milliseconds after a later tick, and the records would wait a
+    /// whole round more, by the luck of those milliseconds. When nothing is due yet but
+    /// something falls due within a tenth of `verify_interval` (at most
+    /// [`DUE_WAIT_MAX`]), the round waits for it: one round, shifted, never an extra one.
+    /// `grace` itself is never shortened.
+    fn due_soon(&self) -> Option<Duration> {
+        let now = self.clock.now_ms();
+        let grace = self.cfg.grace.as_millis() as i64;
+        let window = (self.cfg.verify_interval / 10).min(DUE_WAIT_MAX);
+        let next = self
+            .parts
+            .values()
+            .filter_map(|p| p.ledger.next_due_ms(grace))
+            .min()?;
+        if next <= now {
+            return None;
+        }
+        // One millisecond more: the due rule compares whole milliseconds.
+        let wait = Duration::from_millis((next - now) as u64 + 1);
+        (wait <= window).then_some(wait)
+    }
+
     /// Whether the ledger keeps one key per pending record: the match key (`key_columns`) or
     /// the document id (`doc_id`).
     fn keyed(&self) -> bool {
@@ -340,6 +398,7 @@ impl<V: Verifier> Audit<V> {
             TailEvent::Assigned { partitions, reply } => {
                 let starts = self.assign(partitions).await;
                 let _ = reply.send(starts);
+                self.assigned = true;
             }
             TailEvent::Revoked { partitions, reply } => {
                 let offsets = self.revoke(&partitions).await;

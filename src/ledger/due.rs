@@ -123,6 +123,12 @@ impl PipelineCommits {
             .copied()
     }
 
+    /// Whether records are due by the time they were seen: no pipeline group is configured
+    /// and no commit was observed (the frontier is [`Frontier::SeenBefore`]).
+    pub fn uses_time_rule(&self) -> bool {
+        self.time_rule && self.observations.is_empty()
+    }
+
     /// Whether any commit was ever observed.
     pub fn has_commits(&self) -> bool {
         self.latest.is_some()
@@ -160,6 +166,18 @@ impl PipelineCommits {
         }
     }
 
+    /// When the frontier (pipeline rule) first passes offset `o`: the earliest
+    /// `observed_at + grace` of a commit beyond `o`, or `None` when no observed commit
+    /// passes it. At or before `now_ms` means `o` is due already. The time rule is the
+    /// ledger's, which knows when its records were seen.
+    pub fn due_at_ms(&self, o: Offset, grace_ms: i64) -> Option<i64> {
+        // Observations ascend in both time and offset: the first one past `o` is earliest.
+        self.observations
+            .iter()
+            .find(|&&(_, c)| c > o)
+            .map(|&(at, _)| at.saturating_add(grace_ms))
+    }
+
     /// Number of retained observations (for tests of boundedness).
     pub fn retained(&self) -> usize {
         self.observations.len()
@@ -185,6 +203,28 @@ mod tests {
         assert_eq!(p.frontier(10_000, 3_000), Frontier::SeenBefore(7_000));
         p.observe(10_000, None);
         assert_eq!(p.frontier(10_000, 3_000), Frontier::SeenBefore(7_000));
+    }
+
+    #[test]
+    fn due_at_is_the_first_commit_past_the_offset_plus_grace() {
+        let mut p = PipelineCommits::default();
+        assert_eq!(p.due_at_ms(0, 3_000), None);
+        p.observe(1_000, Some(4));
+        p.observe(5_000, Some(10));
+        assert_eq!(p.due_at_ms(0, 3_000), Some(4_000));
+        assert_eq!(p.due_at_ms(3, 3_000), Some(4_000));
+        // Offset 4 is not passed by a commit of 4 (the next record the pipeline will read).
+        assert_eq!(p.due_at_ms(4, 3_000), Some(8_000));
+        assert_eq!(p.due_at_ms(10, 3_000), None);
+        // It agrees with the frontier at every instant around the boundary.
+        for now in [7_999, 8_000, 8_001] {
+            let due = matches!(p.frontier(now, 3_000), Frontier::Offset(f) if 4 < f);
+            assert_eq!(
+                due,
+                p.due_at_ms(4, 3_000).is_some_and(|at| at <= now),
+                "at {now}"
+            );
+        }
     }
 
     #[test]

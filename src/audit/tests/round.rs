@@ -1,6 +1,9 @@
 //! The round: due → verify → verdicts, on the in-memory sink and a clock the test moves.
 
 use super::harness::*;
+use crate::gap::Offset;
+use crate::kafka::TailEvent;
+use std::time::Duration;
 
 #[tokio::test]
 async fn nothing_is_asked_before_grace_has_passed() {
@@ -82,4 +85,74 @@ async fn with_a_pipeline_group_time_alone_never_makes_a_record_due() {
     assert_eq!(h.counter(|m| &m.records_lost), 6);
     assert_eq!(h.audit.parts[&tp(0)].ledger.settled(), 6);
     assert_eq!(h.audit.parts[&tp(0)].ledger.pending(), 4);
+}
+
+/// Makes the pipeline group of a `pipeline_group` harness commit `to` on partition 0.
+fn pipeline_commits(h: &Harness, to: Offset) {
+    h.kafka
+        .pipeline
+        .lock()
+        .expect("lock")
+        .as_mut()
+        .expect("pipeline group")
+        .insert(tp(0), Some(to));
+}
+
+#[tokio::test]
+async fn a_round_just_before_records_fall_due_waits_for_them_and_no_longer() {
+    // verify_interval 1 s: a round waits at most 100 ms.
+    let mut h = harness("pipeline_group = \"flink\"\nverify_interval = \"1s\"");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink(0..10);
+    assert_eq!(h.audit.due_soon(), None, "no commit: nothing can fall due");
+    pipeline_commits(&h, 10);
+    h.audit.round().await;
+    // The commit was seen now: its records fall due GRACE_MS later.
+    h.clock.advance(GRACE_MS - 150);
+    assert_eq!(h.audit.due_soon(), None, "150 ms ahead is beyond the wait");
+    h.clock.advance(60);
+    assert_eq!(h.audit.due_soon(), Some(Duration::from_millis(91)));
+    // A round that did not wait would decide nothing: the records are not due yet.
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 0);
+    // Where the wait ends, they are.
+    h.clock.advance(91);
+    assert_eq!(h.audit.due_soon(), None, "due now: the round runs at once");
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 10);
+    assert_eq!(h.audit.due_soon(), None, "nothing pending");
+}
+
+#[tokio::test]
+async fn without_a_pipeline_group_the_wait_follows_when_records_were_seen() {
+    let mut h = harness("verify_interval = \"10s\"");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink(0..10);
+    // A first round (nothing due yet) sets the ledger's rule.
+    h.audit.round().await;
+    // verify_interval 10 s: the wait is capped at 250 ms.
+    h.clock.advance(GRACE_MS - 300);
+    assert_eq!(h.audit.due_soon(), None);
+    h.clock.advance(100);
+    assert_eq!(h.audit.due_soon(), Some(Duration::from_millis(201)));
+    h.clock.advance(201);
+    assert_eq!(h.audit.due_soon(), None);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 10);
+}
+
+#[tokio::test]
+async fn an_assignment_asks_the_loop_for_a_round() {
+    let mut h = harness("");
+    assert!(!h.audit.assigned);
+    h.assign_and_read((0, 0), expected(0..1)).await;
+    // `assign_and_read` calls `assign` directly; the loop's flag is set by the event.
+    let (reply, _rx) = tokio::sync::oneshot::channel();
+    h.audit
+        .on_event(TailEvent::Assigned {
+            partitions: vec![tp(0)],
+            reply,
+        })
+        .await;
+    assert!(h.audit.assigned);
 }

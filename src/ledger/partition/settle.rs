@@ -47,6 +47,18 @@ impl PartitionLedger {
         out
     }
 
+    /// When the first pending record falls due (unix ms; at or before `now_ms`: due now),
+    /// or `None` when nothing pending can fall due without a new pipeline commit. It
+    /// agrees with [`Self::due`]: the round scheduler waits for it when it is only just
+    /// ahead of a round, so a record is not left to the round after.
+    pub fn next_due_ms(&self, grace_ms: i64) -> Option<i64> {
+        let first = self.pending.front()?;
+        if self.pipeline.uses_time_rule() {
+            return Some(first.last_seen_ms.saturating_add(grace_ms));
+        }
+        self.pipeline.due_at_ms(first.run.first, grace_ms)
+    }
+
     /// Applies the verifier's answers for the segments returned by the last [`Self::due`].
     /// Only the longest prefix of Known verdicts is applied; the rest stays pending, so
     /// decisions always advance in offset order.

@@ -186,3 +186,36 @@ proptest! {
         prop_assert_eq!(l.pending(), n as u64);
     }
 }
+
+proptest! {
+    /// The round scheduler's "when does the first pending record fall due" agrees with the
+    /// due rule itself at every instant, under either rule, whatever the commits.
+    #[test]
+    fn next_due_agrees_with_due_at_every_instant(
+        mut seen in prop::collection::vec(0i64..5_000, 1..40),
+        mut commits in prop::collection::vec((0i64..5_000, 0i64..50), 0..8),
+        time_rule in any::<bool>(),
+        probe in 0i64..12_000,
+        decided in 0u64..20,
+    ) {
+        seen.sort_unstable();
+        commits.sort_unstable();
+        let mut l = PartitionLedger::new(0, false);
+        l.pipeline.set_time_rule(time_rule);
+        for (o, &t) in seen.iter().enumerate() {
+            l.ingest(o as Offset, None, exp(), t);
+        }
+        for &(at, c) in &commits {
+            l.pipeline.observe(at, Some(c));
+        }
+        // Some records already decided, as after earlier rounds.
+        let start = seen.iter().chain(commits.iter().map(|(at, _)| at)).copied().max().unwrap_or(0);
+        let segs = l.due(start, GRACE, decided.max(1));
+        let all: BTreeSet<Offset> = (0..seen.len() as Offset).collect();
+        l.apply(&oracle(&segs, &all), start);
+        let next = l.next_due_ms(GRACE);
+        let now = start + probe;
+        let due = !l.clone().due(now, GRACE, u64::MAX).is_empty();
+        prop_assert_eq!(due, next.is_some_and(|t| t <= now), "next {:?} now {}", next, now);
+    }
+}
