@@ -70,13 +70,7 @@ async fn with_a_pipeline_group_time_alone_never_makes_a_record_due() {
     };
     assert_eq!(up(), 0, "verdicts are held back");
     // The group commits past offset 6; `grace` later records 0..6 are due.
-    h.kafka
-        .pipeline
-        .lock()
-        .expect("lock")
-        .as_mut()
-        .expect("pipeline group")
-        .insert(tp(0), Some(6));
+    pipeline_commits(&h, 6);
     h.audit.round().await;
     assert_eq!(up(), 1);
     assert_eq!(h.counter(|m| &m.records_lost), 0, "not before grace");
