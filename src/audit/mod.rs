@@ -133,8 +133,6 @@ struct Audit<V> {
     handover_dirty: BTreeSet<TopicPartition>,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
-    /// Partitions were assigned since the loop last looked: it runs a round now.
-    assigned: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
     decoder: Decoder,
     /// Ages (grace, give-up) are measured on a clock that never steps ([`crate::clock`]);
@@ -189,7 +187,6 @@ impl<V: Verifier> Audit<V> {
             handover: w.handover,
             handover_dirty: BTreeSet::new(),
             backlog: false,
-            assigned: false,
             decoder: w.decoder,
             cfg: config,
             kafka: deps.kafka,
@@ -287,10 +284,11 @@ pub async fn run<V: Verifier + 'static>(
             _ = cancel.cancelled() => break,
             ev = tail.events.recv() => match ev {
                 Some(ev) => {
+                    let assigned = matches!(ev, TailEvent::Assigned { .. });
                     a.on_event(ev).await;
                     // New partitions: poll the pipeline's commits now, so that `grace`
                     // starts counting at the assignment, not up to a round later.
-                    if std::mem::take(&mut a.assigned) {
+                    if assigned {
                         timer.on_assigned(&mut tick);
                     }
                 }
@@ -398,7 +396,6 @@ impl<V: Verifier> Audit<V> {
             TailEvent::Assigned { partitions, reply } => {
                 let starts = self.assign(partitions).await;
                 let _ = reply.send(starts);
-                self.assigned = true;
             }
             TailEvent::Revoked { partitions, reply } => {
                 let offsets = self.revoke(&partitions).await;

@@ -2,7 +2,6 @@
 
 use super::harness::*;
 use crate::gap::Offset;
-use crate::kafka::TailEvent;
 use std::time::Duration;
 
 #[tokio::test]
@@ -133,20 +132,4 @@ async fn without_a_pipeline_group_the_wait_follows_when_records_were_seen() {
     assert_eq!(h.audit.due_soon(), None);
     h.audit.round().await;
     assert_eq!(h.counter(|m| &m.records_confirmed), 10);
-}
-
-#[tokio::test]
-async fn an_assignment_asks_the_loop_for_a_round() {
-    let mut h = harness("");
-    assert!(!h.audit.assigned);
-    h.assign_and_read((0, 0), expected(0..1)).await;
-    // `assign_and_read` calls `assign` directly; the loop's flag is set by the event.
-    let (reply, _rx) = tokio::sync::oneshot::channel();
-    h.audit
-        .on_event(TailEvent::Assigned {
-            partitions: vec![tp(0)],
-            reply,
-        })
-        .await;
-    assert!(h.audit.assigned);
 }

@@ -299,11 +299,9 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
 /// Passes of the bare consumer and the auditor's paths, interleaved.
 const PASSES: usize = 3;
 
-/// The median of `xs` (the middle one; `xs` is never empty here).
+/// The median of `xs`.
 fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    crate::daemon::median_max(&mut xs.to_vec()).0
 }
 
 /// The (rate, CPU) pair of the median pass by `by`.
