@@ -45,6 +45,7 @@ fn queries(c: &mut Criterion) {
                 "db.dns_logs",
                 &columns,
                 &[],
+                sql::KeyRows::Values,
                 &refs,
                 false,
             ))

@@ -11,15 +11,17 @@
 //! hostile bytes (quotes, backslashes, NUL, injections, CJK), empty values against NULL and
 //! `''` rows, duplicate rows, and DATETIME texts the server equates
 //! (`2024-05-01 12:00:00` = `2024-05-01T12:00:00` = `2024-5-1 12:0:0`) or cannot read.
-//! Both the product's sink (kind `mysql`, collations read from information_schema; kind
-//! `doris`, plain comparisons) and the bare statements are compared.
+//! Both the product's sink (kind `mysql`, collations read from information_schema, derived
+//! rows as a value list on MariaDB; kind `doris`, plain comparisons, `UNION ALL SELECT`
+//! rows) and the bare statements, with the derived rows written either way
+//! (`sql::KeyRows`), are compared.
 
 use crate::faults::Rng;
 use crate::support::*;
 use gap_auditor::record::Key;
 use gap_auditor::sink::Verifier;
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
-use gap_auditor::sink::sql::{self, KeyCompare};
+use gap_auditor::sink::sql::{self, KeyCompare, KeyRows};
 use mysql_async::prelude::Queryable;
 use std::time::Duration;
 
@@ -128,10 +130,16 @@ async fn case_counts(db: &Db, table: &str, compare: &[KeyCompare], keys: &[Key])
     out
 }
 
-/// Counts per key of the JOIN form, sent as is.
-async fn join_counts(db: &Db, table: &str, compare: &[KeyCompare], keys: &[Key]) -> Vec<u64> {
+/// Counts per key of the JOIN form with its derived rows written as `form`, sent as is.
+async fn join_counts(
+    db: &Db,
+    table: &str,
+    compare: &[KeyCompare],
+    form: KeyRows,
+    keys: &[Key],
+) -> Vec<u64> {
     let values: Vec<Vec<&str>> = keys.iter().map(|k| k.values().collect()).collect();
-    let q = sql::count_keys_joined(table, &columns(), compare, &values, false);
+    let q = sql::count_keys_joined(table, &columns(), compare, form, &values, false);
     let mut c = db.pool.get_conn().await.expect("mysql conn");
     c.query_drop("SET NAMES utf8mb4").await.expect("names");
     let mut out = vec![0u64; keys.len()];
@@ -186,7 +194,14 @@ async fn a_datetime_key_column_converts_alike_in_both_forms() {
         let keys = [k(time)];
         for (form, got) in [
             ("CASE", case_counts(&db, &t, &[], &keys).await),
-            ("JOIN", join_counts(&db, &t, &[], &keys).await),
+            (
+                "JOIN",
+                join_counts(&db, &t, &[], KeyRows::UnionSelect, &keys).await,
+            ),
+            (
+                "JOIN values",
+                join_counts(&db, &t, &[], KeyRows::Values, &keys).await,
+            ),
             (
                 "sink mysql",
                 product.count_keys(&[&keys[0]]).await.expect("count"),
@@ -209,7 +224,14 @@ async fn a_datetime_key_column_converts_alike_in_both_forms() {
     let refs: Vec<&Key> = batch.iter().collect();
     for (form, got) in [
         ("CASE", case_counts(&db, &t, &[], &batch).await),
-        ("JOIN", join_counts(&db, &t, &[], &batch).await),
+        (
+            "JOIN",
+            join_counts(&db, &t, &[], KeyRows::UnionSelect, &batch).await,
+        ),
+        (
+            "JOIN values",
+            join_counts(&db, &t, &[], KeyRows::Values, &batch).await,
+        ),
         (
             "sink mysql",
             product.count_keys(&refs).await.expect("count"),
@@ -287,11 +309,13 @@ async fn the_join_form_counts_every_key_as_the_case_form_does() {
             let refs: Vec<&Key> = keys.iter().collect();
             let want = case_counts(&db, &t, &compare, &keys).await;
             let what = format!("{collation}/{time_type}, case {case}, keys {keys:?}");
-            assert_eq!(
-                join_counts(&db, &t, &compare, &keys).await,
-                want,
-                "JOIN: {what}"
-            );
+            for form in [KeyRows::UnionSelect, KeyRows::Values] {
+                assert_eq!(
+                    join_counts(&db, &t, &compare, form, &keys).await,
+                    want,
+                    "JOIN {form:?}: {what}"
+                );
+            }
             assert_eq!(
                 product.count_keys(&refs).await.expect("count"),
                 want,
@@ -299,11 +323,13 @@ async fn the_join_form_counts_every_key_as_the_case_form_does() {
             );
             // Plain comparisons (what kind doris sends) agree with the plain CASE form.
             let plain = case_counts(&db, &t, &[], &keys).await;
-            assert_eq!(
-                join_counts(&db, &t, &[], &keys).await,
-                plain,
-                "plain JOIN: {what}"
-            );
+            for form in [KeyRows::UnionSelect, KeyRows::Values] {
+                assert_eq!(
+                    join_counts(&db, &t, &[], form, &keys).await,
+                    plain,
+                    "plain JOIN {form:?}: {what}"
+                );
+            }
             assert_eq!(
                 doris.count_keys(&refs).await.expect("count"),
                 plain,
@@ -347,11 +373,19 @@ async fn the_join_form_looks_each_key_up_in_the_key_index() {
             ]
         })
         .collect();
-    for compare in [
-        [KeyCompare::Binary, KeyCompare::Binary, KeyCompare::Plain],
-        [KeyCompare::Plain; 3],
+    for (compare, form) in [
+        (
+            [KeyCompare::Binary, KeyCompare::Binary, KeyCompare::Plain],
+            KeyRows::UnionSelect,
+        ),
+        ([KeyCompare::Plain; 3], KeyRows::UnionSelect),
+        (
+            [KeyCompare::Binary, KeyCompare::Binary, KeyCompare::Plain],
+            KeyRows::Values,
+        ),
+        ([KeyCompare::Plain; 3], KeyRows::Values),
     ] {
-        let q = sql::count_keys_joined(&t, &columns(), &compare, &keys, false);
+        let q = sql::count_keys_joined(&t, &columns(), &compare, form, &keys, false);
         let plan: Vec<mysql_async::Row> = c.query(format!("EXPLAIN {q}")).await.expect("explain");
         let lines: Vec<(Option<String>, Option<String>, Option<String>)> = plan
             .iter()
@@ -364,7 +398,10 @@ async fn the_join_form_looks_each_key_up_in_the_key_index() {
                 (f("table"), f("type"), f("key"))
             })
             .collect();
-        eprintln!("EXPLAIN {compare:?}: {:?}", &lines[..lines.len().min(2)]);
+        eprintln!(
+            "EXPLAIN {compare:?} {form:?}: {:?}",
+            &lines[..lines.len().min(2)]
+        );
         let table = lines
             .iter()
             .find(|l| l.0.as_deref() == Some("t"))
@@ -418,7 +455,9 @@ async fn a_latin1_key_column_answers_for_keys_it_cannot_hold() {
     assert_eq!(compare[1], KeyCompare::Utf8Binary);
     let want = case_counts(&db, &t, &compare, &tame).await;
     assert_eq!(want, vec![0, 1, 1, 1]);
-    assert_eq!(join_counts(&db, &t, &compare, &tame).await, want);
+    for form in [KeyRows::UnionSelect, KeyRows::Values] {
+        assert_eq!(join_counts(&db, &t, &compare, form, &tame).await, want);
+    }
     let sink = sink(&t, "mysql");
     let refs: Vec<&Key> = tame.iter().collect();
     assert_eq!(sink.count_keys(&refs).await.expect("count"), want);

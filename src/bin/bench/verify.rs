@@ -18,7 +18,7 @@ use gap_auditor::ledger::KeyBook;
 use gap_auditor::ledger::{OffsetRun, Segment, Verdict};
 use gap_auditor::record::Key;
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
-use gap_auditor::sink::sql::{self, KeyCompare, OffsetQuery};
+use gap_auditor::sink::sql::{self, KeyCompare, KeyRows, OffsetQuery};
 use gap_auditor::sink::tls::TlsSettings;
 use gap_auditor::sink::{RangeCount, SinkError, Verifier};
 use gap_auditor::verify::{self, KeyRound, Limits};

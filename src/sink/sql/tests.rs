@@ -420,7 +420,14 @@ fn count_keys_joined_sql() {
     let k0 = strings(&["10.0.0.1", "o'reilly.com", "2024-01-01 10:00:00"]);
     let k1 = strings(&["10.0.0.2", "b.com", "2024-01-01T10:00:01"]);
     assert_eq!(
-        count_keys_joined("db.t", &columns, &[], &[&k0, &k1], false),
+        count_keys_joined(
+            "db.t",
+            &columns,
+            &[],
+            KeyRows::UnionSelect,
+            &[&k0, &k1],
+            false
+        ),
         "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (\
              SELECT 0 AS i, 0 AS j, '10.0.0.1' AS c0, 'o''reilly.com' AS c1, '2024-01-01 10:00:00' AS c2 \
              UNION ALL SELECT 1, 1, '10.0.0.2', 'b.com', '2024-01-01T10:00:01') k \
@@ -435,7 +442,7 @@ fn count_keys_joined_sql() {
         KeyCompare::Plain,
     ];
     assert_eq!(
-        count_keys_joined("t", &columns, &compare, &[&k0], true),
+        count_keys_joined("t", &columns, &compare, KeyRows::UnionSelect, &[&k0], true),
         "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (\
              SELECT 0 AS i, 0 AS j, '10.0.0.1' AS c0, 'o''reilly.com' AS c1, '2024-01-01 10:00:00' AS c2) k \
              JOIN `t` t ON t.`client_ip` = k.c0 AND CAST(t.`client_ip` AS BINARY) = k.c0 \
@@ -453,7 +460,7 @@ fn an_empty_value_is_asked_as_empty_and_as_null() {
     assert_eq!(derived_rows(&k0), 4);
     assert_eq!(derived_rows(&k1), 1);
     assert_eq!(
-        count_keys_joined("t", &columns, &[], &[&k0, &k1], false),
+        count_keys_joined("t", &columns, &[], KeyRows::UnionSelect, &[&k0, &k1], false),
         "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (\
              SELECT 0 AS i, 0 AS j, '' AS c0, 'x' AS c1, '' AS c2 \
              UNION ALL SELECT 0, 1, NULL, 'x', '' \
@@ -466,13 +473,61 @@ fn an_empty_value_is_asked_as_empty_and_as_null() {
 }
 
 #[test]
+fn count_keys_joined_as_a_value_list() {
+    let columns = strings(&["client_ip", "domain", "time"]);
+    let k0 = strings(&["10.0.0.1", "o'reilly.com", "2024-01-01 10:00:00"]);
+    let k1 = strings(&["", "b.com", "2024-01-01T10:00:01"]);
+    let k2 = strings(&["10.0.0.3", "c.com", "x"]);
+    // The first row names the columns; the others, empty values doubled as for
+    // UNION ALL SELECT, follow in one value list.
+    assert_eq!(
+        count_keys_joined("t", &columns, &[], KeyRows::Values, &[&k0, &k1, &k2], false),
+        "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (\
+             SELECT 0 AS i, 0 AS j, '10.0.0.1' AS c0, 'o''reilly.com' AS c1, '2024-01-01 10:00:00' AS c2 \
+             UNION ALL VALUES (1, 1, '', 'b.com', '2024-01-01T10:00:01'), \
+             (1, 2, NULL, 'b.com', '2024-01-01T10:00:01'), (2, 3, '10.0.0.3', 'c.com', 'x')) k \
+             JOIN `t` t ON t.`client_ip` <=> k.c0 AND t.`domain` = k.c1 AND t.`time` = k.c2 \
+             GROUP BY t.`client_ip`, t.`domain`, t.`time`"
+    );
+    // One key, one row: no value list at all.
+    assert_eq!(
+        count_keys_joined("t", &columns, &[], KeyRows::Values, &[&k0], false),
+        count_keys_joined("t", &columns, &[], KeyRows::UnionSelect, &[&k0], false),
+    );
+}
+
+#[test]
+fn which_servers_take_a_value_list() {
+    for (version, want) in [
+        ("10.11.19-MariaDB-0+deb12u1", KeyRows::Values),
+        ("11.4.2-MariaDB", KeyRows::Values),
+        ("10.3.3-MariaDB", KeyRows::Values),
+        ("5.5.5-10.6.1-MariaDB-log", KeyRows::Values),
+        ("5.5.5-10.2.1-MariaDB-log", KeyRows::UnionSelect),
+        ("10.3.2-MariaDB", KeyRows::UnionSelect),
+        ("10.2.44-MariaDB-log", KeyRows::UnionSelect),
+        ("8.0.36", KeyRows::UnionSelect),
+        ("8.0.36-0ubuntu0.22.04.1", KeyRows::UnionSelect),
+        ("5.7.44-log", KeyRows::UnionSelect),
+        ("5.7.99", KeyRows::UnionSelect),
+        ("", KeyRows::UnionSelect),
+        ("mariadb", KeyRows::UnionSelect),
+        ("10.x-MariaDB", KeyRows::UnionSelect),
+    ] {
+        assert_eq!(key_rows_for(version), want, "{version:?}");
+    }
+}
+
+#[test]
 fn count_keys_joined_empty_or_invalid_batch_selects_nothing() {
     let want = "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (SELECT 0 AS i, 0 AS j) k \
                     JOIN `t` t ON 1 = 0 GROUP BY k.i";
-    assert_eq!(
-        count_keys_joined::<&[String], String>("t", &strings(&["c"]), &[], &[], false),
-        want
-    );
+    for form in [KeyRows::UnionSelect, KeyRows::Values] {
+        assert_eq!(
+            count_keys_joined::<&[String], String>("t", &strings(&["c"]), &[], form, &[], false),
+            want
+        );
+    }
 }
 
 /// The shape of a statement as Doris's planners see its expressions: the deepest
@@ -554,8 +609,14 @@ fn doris_expression_limits_hold_for_the_join_form_at_its_bound() {
         for keys in [&full, &empties] {
             let rows: usize = keys.iter().map(derived_rows).sum();
             assert!(rows <= DORIS_MAX_KEY_ROWS);
-            let (depth, children) =
-                doris_shape(&count_keys_joined("db.t", &columns, &[], keys, false));
+            let (depth, children) = doris_shape(&count_keys_joined(
+                "db.t",
+                &columns,
+                &[],
+                KeyRows::UnionSelect,
+                keys,
+                false,
+            ));
             assert!(
                 depth < 50 && children <= DORIS_MAX_KEY_ROWS,
                 "width {width}: depth {depth}, children {children}"
