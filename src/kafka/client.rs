@@ -22,6 +22,10 @@ pub fn base(kafka: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// librdkafka's prefetch queue unless `kafka.properties` sets `queued.max.messages.kbytes`:
+/// twice a fetch of four partitions (see [`consumer`]).
+pub const PREFETCH_KBYTES: &str = "8192";
+
 /// A consumer configuration for `group`, with offsets moved only by explicit commits.
 pub fn consumer(kafka: &KafkaConfig, group: &str) -> ClientConfig {
     let mut c = base(kafka);
@@ -42,13 +46,15 @@ pub fn consumer(kafka: &KafkaConfig, group: &str) -> ClientConfig {
         c.set("fetch.queue.backoff.ms", "5");
     }
     // Another: librdkafka prefetches up to 64 MiB per consumer by default, memory a sidecar
-    // beside the pipeline holds for nothing once it keeps up (a fetch is 1 MiB per
-    // partition). 4 MiB is still over a second of records at 20 k rec/s, and what is
-    // queued here is memory that follows the load: with 16 MiB, a total loss on a loaded
-    // machine rose from 92 to 106 MiB each time the audit fell behind (keys_total_loss),
-    // with 4 MiB it stayed within +4 %, at the same rate.
+    // beside the pipeline holds for nothing once it keeps up, and memory that follows the
+    // load: with 16 MiB, a total loss on a loaded machine rose from 92 to 106 MiB each time
+    // the audit fell behind (keys_total_loss), with 4 MiB it stayed within +4 %. But a
+    // queue no larger than one fetch (1 MiB per partition, 4 here) leaves the fetcher idle
+    // while the queue drains below it and the next fetch is in flight: on a machine where
+    // the bare consumer reads 2.3 M rec/s the tail read 0.78-0.87 of it with 4 MiB, 1.04-1.08
+    // with 8 MiB (`bench --only tail`, same runs), as much as with librdkafka's 64 MiB.
     if !kafka.properties.contains_key("queued.max.messages.kbytes") {
-        c.set("queued.max.messages.kbytes", "4096");
+        c.set("queued.max.messages.kbytes", PREFETCH_KBYTES);
     }
     c
 }

@@ -52,6 +52,8 @@ fn tuning_properties_reach_librdkafka() {
     assert_eq!(native(&c, "enable.auto.commit"), "false");
     assert_eq!(native(&c, "auto.offset.reset"), "error");
     assert_eq!(native(&c, "group.id"), "g");
+    // The auditor's tuning defaults, where the user set none.
+    assert_eq!(native(&c, "queued.max.messages.kbytes"), PREFETCH_KBYTES);
     // Only the tailing consumer reports statistics (crate::kafka::tail sets it).
     assert_eq!(native(&base(&cfg.kafka), "statistics.interval.ms"), "0");
 }
