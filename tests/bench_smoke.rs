@@ -49,6 +49,7 @@ fn bench_smoke_runs_and_prints_the_table() {
         "offset_columns, locate 1 random missing",
         "offset_columns, locate 100 random missing",
         "key_columns verify",
+        "derived rows as a value list (MariaDB) vs UNION ALL SELECT",
         "CPU per record: tail, key_columns vs bare consumer",
         "CPU per record: tail, offset_columns vs bare consumer",
         "key_columns end to end, real daemon",

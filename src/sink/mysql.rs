@@ -115,6 +115,9 @@ pub struct MysqlSink {
     /// kind `mysql`: how a key count is written for this server (see [`KeyQuery`]). Cleared
     /// with the session checks.
     key_query: Mutex<Option<KeyQuery>>,
+    /// kind `mysql`: the derived-row form to use whatever `@@version` says (the bench's
+    /// same-run comparison of the forms); `None` in the daemon.
+    key_rows: Option<KeyRows>,
     /// The inexact key columns last warned about: one WARN per audit (again only if they
     /// change).
     warned_inexact: Mutex<Option<Vec<String>>>,
@@ -167,8 +170,16 @@ impl MysqlSink {
             tls_enabled: tls.mode != crate::config::SinkTls::Disabled,
             sessions: Mutex::new(HashMap::new()),
             key_query: Mutex::new(None),
+            key_rows: None,
             warned_inexact: Mutex::new(None),
         })
+    }
+
+    /// Writes the derived key rows of kind `mysql`'s key counts as `rows`, whatever the
+    /// server's version (benchmarks compare the forms on one server with it).
+    pub fn with_key_rows(mut self, rows: KeyRows) -> Self {
+        self.key_rows = Some(rows);
+        self
     }
 
     async fn with_timeout<T>(
@@ -220,15 +231,20 @@ impl MysqlSink {
         {
             return Ok(k.clone());
         }
-        let version = self.rows(conn, "SELECT @@version".into()).await?;
-        let rows = sql::key_rows_for(
-            &version
-                .first()
-                .map(|r| text(r, 0, WHAT))
-                .transpose()?
-                .flatten()
-                .unwrap_or_default(),
-        );
+        let rows = match self.key_rows {
+            Some(rows) => rows,
+            None => {
+                let version = self.rows(conn, "SELECT @@version".into()).await?;
+                sql::key_rows_for(
+                    &version
+                        .first()
+                        .map(|r| text(r, 0, WHAT))
+                        .transpose()?
+                        .flatten()
+                        .unwrap_or_default(),
+                )
+            }
+        };
         let Some(q) = sql::column_collations(&self.target.table, nbe) else {
             // Not a table name the key query can write either: its error will say so.
             return Ok(KeyQuery {
