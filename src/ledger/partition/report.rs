@@ -120,11 +120,13 @@ impl PartitionLedger {
 }
 
 /// Rebuilds `map` with full nodes, in place of `into_iter().collect()`: `collect` first
-/// gathers every entry into a Vec and sorts it (a buffer of half as many again), so for a
-/// moment a 262,144-gap ledger held its maps two to three times over (the 500,000-gap
-/// fault test's resident peak went 190 to 264 MiB within a second). `append` into a
-/// non-empty map merges both maps' sorted iterators straight into a new tree, freeing the
-/// old one's nodes as it reads them.
+/// gathers every entry into one Vec and sorts it with a scratch buffer, large allocations
+/// on fresh pages while the old nodes' freed pages wait for the allocator's decay, so for a
+/// moment a 262,144-gap ledger was resident two to three times over (the 500,000-gap fault
+/// test's resident peak went 190 to 264 MiB within a second). `append` into a non-empty
+/// map merges both maps' sorted iterators straight into a new tree, freeing the old nodes
+/// as it reads them; the new nodes are of their size, which the allocator hands out again
+/// at once.
 fn rebuild<K: Ord, V>(map: &mut BTreeMap<K, V>) {
     let Some((k, v)) = map.pop_first() else {
         return;
