@@ -6,7 +6,8 @@
 //! leave, idle time that costs next to no CPU), divided by the records.
 
 use crate::util::{
-    PARTITIONS, Row, cpu_self, decoder, dns_line, fmt_rate, now_ms, per_sec, row, unique,
+    PARTITIONS, Row, cpu_self, decoder, dns_line, fmt_rate, median_pair, now_ms, per_sec, row,
+    spread, unique,
 };
 use anyhow::{Result, bail};
 use gap_auditor::config::KafkaConfig;
@@ -302,21 +303,6 @@ const PASSES: usize = 3;
 /// The median of `xs`.
 fn median(xs: &[f64]) -> f64 {
     crate::daemon::median_max(&mut xs.to_vec()).0
-}
-
-/// The (rate, CPU) pair of the median pass by `by`.
-fn median_pair(xs: &[(f64, f64)], by: impl Fn(&(f64, f64)) -> f64) -> (f64, f64) {
-    let mut v = xs.to_vec();
-    v.sort_by(|a, b| by(a).total_cmp(&by(b)));
-    v.get(v.len() / 2).copied().unwrap_or((0.0, 0.0))
-}
-
-/// Every pass's figure, in pass order: "0.91, 0.88, 0.95".
-fn spread(xs: &[f64], unit: &str) -> String {
-    xs.iter()
-        .map(|x| format!("{x:.2}{unit}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// How the tailing rows are made (written into docs/BENCHMARKS.md).

@@ -133,3 +133,18 @@ pub fn cpu_self() -> Duration {
     let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
     Duration::from_micros(us(u.ru_utime) + us(u.ru_stime))
 }
+
+/// The pair of the median pass by `by` (tailing: rate and CPU; key forms: both rates).
+pub fn median_pair(xs: &[(f64, f64)], by: impl Fn(&(f64, f64)) -> f64) -> (f64, f64) {
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| by(a).total_cmp(&by(b)));
+    v.get(v.len() / 2).copied().unwrap_or((0.0, 0.0))
+}
+
+/// Every pass's figure, in pass order: "0.91, 0.88, 0.95".
+pub fn spread(xs: &[f64], unit: &str) -> String {
+    xs.iter()
+        .map(|x| format!("{x:.2}{unit}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

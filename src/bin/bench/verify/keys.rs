@@ -161,9 +161,8 @@ async fn key_rows_on(
         forms.push((v, u));
     }
     union_sink.close().await;
-    let form_passes: Vec<String> = forms.iter().map(|(v, u)| format!("{:.2}", v / u)).collect();
-    forms.sort_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
-    let (form_v, form_u) = forms[forms.len() / 2];
+    let form_ratios: Vec<f64> = forms.iter().map(|(v, u)| v / u).collect();
+    let (form_v, form_u) = crate::util::median_pair(&forms, |(v, u)| v / u);
     eprintln!(
         "verify: shipped path, value list {form_v:.0} vs UNION ALL SELECT {form_u:.0} keys/s"
     );
@@ -207,7 +206,11 @@ async fn key_rows_on(
         ),
         format!("value list {:.1} k keys/s (median pass)", form_v / 1e3),
         &format!("UNION ALL SELECT {:.1} k keys/s", form_u / 1e3),
-        format!("{:.2} (passes {})", form_v / form_u.max(1e-9), form_passes.join(", ")),
+        format!(
+            "{:.2} (passes {})",
+            form_v / form_u.max(1e-9),
+            crate::util::spread(&form_ratios, "")
+        ),
         "— (diagnostic)",
     ));
     report.rows.push(row(
