@@ -50,6 +50,7 @@ fn bench_smoke_runs_and_prints_the_table() {
         "offset_columns, locate 100 random missing",
         "key_columns verify",
         "derived rows as a value list (MariaDB) vs UNION ALL SELECT",
+        "full batches prepared (MariaDB, binary protocol) vs the same value list as SQL text",
         "CPU per record: tail, key_columns vs bare consumer",
         "CPU per record: tail, offset_columns vs bare consumer",
         "key_columns end to end, real daemon",

@@ -13,6 +13,9 @@
 //!
 //! - On MariaDB the key count's derived rows go as a value list, to Doris as `UNION ALL
 //!   SELECT` branches (read off the general log).
+//! - Full key batches go to MariaDB as one prepared statement per shape and connection,
+//!   connections are reused, and a server that refuses to prepare gets the same counts as
+//!   text (`max_prepared_stmt_count = 0`).
 //!
 //! The global changes last well under a second and are undone on drop (also on panic).
 //!
@@ -79,6 +82,10 @@ fn mariadb_root(sql: &str) -> String {
         .trim_end_matches('\n')
         .to_string()
 }
+
+/// Held by the tests that change a server-wide setting others would notice (the general
+/// log, `max_prepared_stmt_count`) and by those that prepare statements themselves.
+static SERVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Sets a GLOBAL variable (a string) and puts the old value back on drop.
 struct Global {
@@ -160,6 +167,7 @@ fn rejected<T: std::fmt::Debug>(r: Result<T, SinkError>) -> String {
 /// offset is skipped (it is no offset), a NULL or non-integer count is an error the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unexpected_column_types_are_errors_not_panics() {
+    let _server = SERVER.lock().await;
     let pool = setup_pool();
     let mut c = pool.get_conn().await.expect("conn");
     let tp = TopicPartition::new("t", 0);
@@ -202,6 +210,7 @@ async fn unexpected_column_types_are_errors_not_panics() {
 /// backslashes under NO_BACKSLASH_ESCAPES) and found nothing: missing records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backslash_mode_is_read_per_connection() {
+    let _server = SERVER.lock().await;
     let pool = setup_pool();
     let mut c = pool.get_conn().await.expect("conn");
     let table = unique("sink_nbe");
@@ -260,6 +269,7 @@ async fn backslash_mode_is_read_per_connection() {
 /// second): what the sink sent, not what it meant to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_gets_key_rows_as_a_value_list_and_doris_as_union_selects() {
+    let _server = SERVER.lock().await;
     let pool = setup_pool();
     let mut c = pool.get_conn().await.expect("conn");
     let table = unique("sink_tvc");
@@ -308,6 +318,92 @@ async fn mariadb_gets_key_rows_as_a_value_list_and_doris_as_union_selects() {
     );
     mariadb.close().await;
     doris.close().await;
+    c.query_drop(format!("DROP TABLE `{table}`"))
+        .await
+        .expect("drop");
+    drop(c);
+    pool.disconnect().await.expect("disconnect");
+}
+
+/// Full batches (at least `sql::PREPARED_MIN_KEYS` keys, no empty value) go to MariaDB as
+/// a prepared statement: prepared once per connection, which sequential counts reuse, then
+/// only executed; a small batch goes as text. A server that refuses to prepare
+/// (`max_prepared_stmt_count = 0`, as at its limit) gets the text form, with the same
+/// counts, and no error reaches the audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_key_batches_go_prepared_and_fall_back_to_text_when_refused() {
+    let _server = SERVER.lock().await;
+    let pool = setup_pool();
+    let mut c = pool.get_conn().await.expect("conn");
+    let table = unique("sink_prep");
+    c.query_drop(format!(
+        "CREATE TABLE `{table}` (k VARCHAR(80) COLLATE utf8mb4_nopad_bin, KEY (k)) \
+         DEFAULT CHARSET = utf8mb4"
+    ))
+    .await
+    .expect("create");
+    c.query_drop(format!(
+        "INSERT INTO `{table}` SELECT CONCAT('k', seq) FROM seq_0_to_149 UNION ALL \
+         SELECT 'k7' UNION ALL SELECT 'k7 '"
+    ))
+    .await
+    .expect("insert");
+    // k0..k99 are there (k7 twice, and 'k7 ' beside it), k150..k179 are not.
+    let keys: Vec<Key> = (0..100)
+        .chain(150..180)
+        .map(|i| Key::new([format!("k{i}").as_str()]))
+        .collect();
+    let refs: Vec<&Key> = keys.iter().collect();
+    let want: Vec<u64> = (0..100)
+        .map(|i| if i == 7 { 2 } else { 1 })
+        .chain(std::iter::repeat_n(0, 30))
+        .collect();
+    let sink = sink_at(&mysql_url(), keys_target(&table));
+    {
+        let _output = Global::set("log_output", "TABLE");
+        let _log = GeneralLog::on();
+        for _ in 0..5 {
+            assert_eq!(sink.count_keys(&refs).await.expect("count"), want);
+        }
+        assert_eq!(
+            sink.count_keys(&refs[..10]).await.expect("small count"),
+            want[..10]
+        );
+    }
+    let sent = |what: &str| {
+        mariadb_root(&format!(
+            "SELECT {what} FROM mysql.general_log \
+             WHERE argument LIKE 'SELECT MIN(k.i)%{table}%'"
+        ))
+    };
+    assert_eq!(sent("SUM(command_type = 'Execute')"), "5");
+    assert_eq!(sent("SUM(command_type = 'Query')"), "1", "the small batch");
+    // Once per connection (a connection is back in the pool a moment after its count,
+    // so the next count may open another), and connections are reused.
+    let threads: u32 = sent("COUNT(DISTINCT thread_id)").parse().expect("a count");
+    assert_eq!(sent("SUM(command_type = 'Prepare')"), threads.to_string());
+    assert!(
+        threads <= 2,
+        "{threads} connections for 6 sequential counts"
+    );
+    sink.close().await;
+
+    // Refused: a new sink (no statement prepared yet) answers every count as text.
+    let old = mariadb_root("SELECT @@GLOBAL.max_prepared_stmt_count");
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            mariadb_root(&format!("SET GLOBAL max_prepared_stmt_count = {}", self.0));
+        }
+    }
+    let restore = Restore(old);
+    mariadb_root("SET GLOBAL max_prepared_stmt_count = 0");
+    let sink = sink_at(&mysql_url(), keys_target(&table));
+    for _ in 0..3 {
+        assert_eq!(sink.count_keys(&refs).await.expect("count as text"), want);
+    }
+    drop(restore);
+    sink.close().await;
     c.query_drop(format!("DROP TABLE `{table}`"))
         .await
         .expect("drop");
@@ -370,6 +466,7 @@ impl Drop for User {
 /// the key is found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_utf8_session_is_switched_to_utf8mb4() {
+    let _server = SERVER.lock().await;
     let user = User::create("gacs");
     let pool = setup_pool();
     let mut c = pool.get_conn().await.expect("conn");

@@ -1,7 +1,8 @@
 //! The MySQL-protocol verifier for Apache Doris (and MySQL/MariaDB).
 //!
 //! Doris before 2.0 has no server-side prepared statements, so every query goes over the TEXT
-//! protocol (`COM_QUERY`) with values escaped by [`super::sql`]. Connection setup sends no
+//! protocol (`COM_QUERY`) with values escaped by [`super::sql`] (but MariaDB's full key
+//! batches, see below). Connection setup sends no
 //! statement at all (no `SET`, no `SELECT @@socket`/`@@max_allowed_packet` probes) and
 //! pooled connections are not reset on return: Doris rejects some session statements and
 //! commands that MySQL clients send by default.
@@ -34,7 +35,11 @@
 //! nothing is cached, so the next query looks again. With the collations the sink reads
 //! `@@version`: on MariaDB 10.3.3 and later the derived key rows are written as a value list
 //! ([`sql::KeyRows::Values`], about a quarter less server CPU per key than `UNION ALL
-//! SELECT`). Doris gets the plain SQL with `UNION ALL SELECT` rows, unchanged.
+//! SELECT`), and full batches go as a prepared statement over the binary protocol
+//! ([`sql::KeyRows::Prepared`], [`sql::count_keys_prepared`]: no value in the SQL text,
+//! prepared once per connection and [`sql::PreparedShape`]); should the server refuse to
+//! prepare, the batch and every later one go as text. Doris gets the plain SQL with
+//! `UNION ALL SELECT` rows, unchanged.
 //!
 //! **Rows.** Every answer is read as untyped [`Row`]s and converted value by value
 //! ([`column`]): an unexpected type or a NULL (a `VARCHAR` offset column holding `abc`) is a
@@ -48,9 +53,10 @@ use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
 use crate::record::Key;
 use mysql_async::prelude::{FromValue, Queryable};
-use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, Value};
+use mysql_async::{Opts, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts, Row, Value};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 mod columns;
@@ -65,6 +71,12 @@ pub const SESSION_RECHECK: Duration = Duration::from_secs(300);
 const MAX_SESSIONS: usize = 64;
 /// Connections in the pool, and so key batches counted at once.
 pub const POOL_SIZE: usize = 4;
+/// How long a pooled connection may idle before it is closed (rounds run every
+/// `verify_interval`, seconds apart, so a working audit keeps its connections).
+const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
+/// Prepared key counts kept per connection (one per shape, least recently used closed):
+/// a key column set takes a handful of shapes, from its batch sizes and value lengths.
+const PREPARED_SHAPES: usize = 16;
 /// kind `doris`: derived-key rows per key count. Doris refuses an expression deeper than
 /// `expr_depth_limit` (3000) or with more than `expr_children_limit` (10000) children; the
 /// join form has no expression that grows with the batch, only its `UNION ALL` does, and
@@ -118,6 +130,8 @@ pub struct MysqlSink {
     /// kind `mysql`: the derived-row form to use whatever `@@version` says (the bench's
     /// same-run comparison of the forms); `None` in the daemon.
     key_rows: Option<KeyRows>,
+    /// The server refused a prepared key count once: key counts go as text since.
+    prepared_refused: AtomicBool,
     /// The inexact key columns last warned about: one WARN per audit (again only if they
     /// change).
     warned_inexact: Mutex<Option<Vec<String>>>,
@@ -146,11 +160,18 @@ impl MysqlSink {
             .prefer_socket(false)
             .max_allowed_packet(Some(16 << 20))
             .wait_timeout(Some(28_800))
-            .stmt_cache_size(0)
+            // Prepared statements only for kind `mysql` (MariaDB's key counts): Doris
+            // before 2.0 has none. A few shapes serve every batch (`sql::PreparedShape`).
+            .stmt_cache_size(if kind == "mysql" { PREPARED_SHAPES } else { 0 })
             .ssl_opts(tls.ssl_opts())
             .pool_opts(
                 PoolOpts::default()
                     .with_constraints(PoolConstraints::new(0, POOL_SIZE).unwrap_or_default())
+                    // Idle connections are kept (and closed after this long idle): with no
+                    // TTL, mysql_async keeps only the `min` (0) and closed every connection
+                    // as it came back, so each query paid a connect, a login and a session
+                    // check, and no prepared statement outlived its query.
+                    .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
                     // No COM_RESET_CONNECTION when a connection returns to the pool: older
                     // Doris FEs do not implement it, and the auditor sets no session state
                     // (but `SET NAMES utf8mb4` where a session needs it, see the module docs).
@@ -171,6 +192,7 @@ impl MysqlSink {
             sessions: Mutex::new(HashMap::new()),
             key_query: Mutex::new(None),
             key_rows: None,
+            prepared_refused: AtomicBool::new(false),
             warned_inexact: Mutex::new(None),
         })
     }
@@ -296,6 +318,52 @@ impl MysqlSink {
             *k = Some(query.clone());
         }
         Ok(query)
+    }
+
+    /// The prepared statement's shape for a batch of key `values`, where this server and
+    /// the batch take one (see [`sql::PreparedShape`]).
+    fn prepared_shape(&self, how: &KeyQuery, values: &[Vec<&str>]) -> Option<sql::PreparedShape> {
+        if how.rows != KeyRows::Prepared || self.prepared_refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        sql::PreparedShape::of(values, self.target.key_columns.len())
+    }
+
+    /// One key count as a prepared statement (mysql_async prepares it once per connection
+    /// and shape, see the statement cache in [`Self::new`]).
+    async fn count_prepared(
+        &self,
+        conn: &mut mysql_async::Conn,
+        how: &KeyQuery,
+        shape: &sql::PreparedShape,
+        values: &[Vec<&str>],
+    ) -> Result<Vec<Row>, SinkError> {
+        let q = sql::count_keys_prepared(
+            &self.target.table,
+            &self.target.key_columns,
+            &how.compare,
+            shape,
+        );
+        let params: Vec<Value> = shape
+            .params(values)
+            .into_iter()
+            .map(|v| v.map_or(Value::NULL, |v| Value::Bytes(v.as_bytes().to_vec())))
+            .collect();
+        self.with_timeout(conn.exec::<Row, _, _>(q, Params::Positional(params)))
+            .await
+    }
+
+    /// After the server refused a prepared key count: every key count goes as text from now
+    /// on, and one WARN says why.
+    fn refuse_prepared(&self, why: &str) {
+        if !self.prepared_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                table = %self.target.table,
+                error = %why,
+                "the sink refused a prepared key count: key counts are sent as SQL text \
+                 from now on (slower on the server, same answers)"
+            );
+        }
     }
 
     /// Runs `q` on `conn` and returns its rows, untyped (see [`column`]).
@@ -488,16 +556,33 @@ impl Verifier for MysqlSink {
         let (mut c, nbe) = self.checked_conn().await?;
         let how = self.key_query(&mut c, nbe).await?;
         let values: Vec<Vec<&str>> = keys.iter().map(|k| k.values().collect()).collect();
-        let q = sql::count_keys_joined(
-            &self.target.table,
-            &self.target.key_columns,
-            &how.compare,
-            how.rows,
-            &values,
-            nbe,
-        );
+        let text = || {
+            sql::count_keys_joined(
+                &self.target.table,
+                &self.target.key_columns,
+                &how.compare,
+                how.rows,
+                &values,
+                nbe,
+            )
+        };
+        let answer = match self.prepared_shape(&how, &values) {
+            None => self.rows(&mut c, text()).await?,
+            Some(shape) => match self.count_prepared(&mut c, &how, &shape, &values).await {
+                Ok(rows) => rows,
+                // Refused: the text form may still be answered (a server at its prepared
+                // statement limit, a proxy without the binary protocol). If it is, text
+                // from now on; if not, its error is the one to report.
+                Err(SinkError::Rejected(e)) => {
+                    let rows = self.rows(&mut c, text()).await?;
+                    self.refuse_prepared(&e);
+                    rows
+                }
+                Err(e) => return Err(e),
+            },
+        };
         let mut out = vec![0u64; keys.len()];
-        for row in self.rows(&mut c, q).await? {
+        for row in answer {
             let k: Option<i64> = column(&row, 0, WHAT, "a key index")?;
             let joined = count(&row, 1, WHAT)?;
             let per_row = count(&row, 2, WHAT)?;

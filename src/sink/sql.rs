@@ -389,10 +389,16 @@ pub enum KeyRows {
     /// for about a quarter less server CPU per key: MariaDB parses and plans one `SELECT`
     /// per `UNION ALL` branch.
     Values,
+    /// [`KeyRows::Values`] with the batch's values as parameters of a prepared statement
+    /// (MariaDB's binary protocol), for the batches [`PreparedShape::of`] takes; the rest
+    /// are sent as [`KeyRows::Values`] text. The server then parses and plans one statement
+    /// per shape and connection instead of a query per batch (~25 % less server CPU per key
+    /// than the text on MariaDB 10.11).
+    Prepared,
 }
 
 /// The [`KeyRows`] form a server takes, from its `@@version` (`10.11.19-MariaDB-0+deb12u1`):
-/// [`KeyRows::Values`] on MariaDB 10.3.3 and later, [`KeyRows::UnionSelect`] on anything
+/// [`KeyRows::Prepared`] on MariaDB 10.3.3 and later, [`KeyRows::UnionSelect`] on anything
 /// else, or anything it cannot read.
 pub fn key_rows_for(version: &str) -> KeyRows {
     if !version.to_ascii_lowercase().contains("mariadb") {
@@ -404,7 +410,7 @@ pub fn key_rows_for(version: &str) -> KeyRows {
     let parts: Vec<Option<u32>> = number.split('.').map(|p| p.parse().ok()).collect();
     match parts.as_slice() {
         [Some(major), Some(minor), Some(patch), ..] if (*major, *minor, *patch) >= (10, 3, 3) => {
-            KeyRows::Values
+            KeyRows::Prepared
         }
         _ => KeyRows::UnionSelect,
     }
@@ -461,7 +467,6 @@ where
 {
     let valid = !columns.is_empty() && keys.iter().all(|k| k.as_ref().len() == columns.len());
     debug_assert!(valid, "keys do not fit columns {columns:?}");
-    let compare_of = |i: usize| compare.get(i).copied().unwrap_or_default();
     // The derived table, written straight into one buffer: a batch holds thousands of
     // values, and this runs for every key the audit verifies.
     let mut derived = String::with_capacity(keys.len() * (24 + 24 * columns.len()));
@@ -486,10 +491,10 @@ where
             let _ = match (first, form) {
                 (true, _) => write!(derived, "SELECT {i} AS i, {rows} AS j"),
                 (false, KeyRows::UnionSelect) => write!(derived, " UNION ALL SELECT {i}, {rows}"),
-                (false, KeyRows::Values) if rows == 1 => {
+                (false, KeyRows::Values | KeyRows::Prepared) if rows == 1 => {
                     write!(derived, " UNION ALL VALUES ({i}, {rows}")
                 }
-                (false, KeyRows::Values) => write!(derived, ", ({i}, {rows}"),
+                (false, KeyRows::Values | KeyRows::Prepared) => write!(derived, ", ({i}, {rows}"),
             };
             for (c, v) in key.iter().enumerate() {
                 derived.push_str(", ");
@@ -506,7 +511,7 @@ where
                     let _ = write!(derived, " AS c{c}");
                 }
             }
-            if !first && form == KeyRows::Values {
+            if !first && form != KeyRows::UnionSelect {
                 derived.push(')');
             }
             rows += 1;
@@ -520,11 +525,29 @@ where
              JOIN {table} t ON 1 = 0 GROUP BY k.i"
         );
     }
+    join_keys(&derived, &table, columns, compare, &nullable)
+}
+
+/// The JOIN of a derived key table (`derived`, rows `i, j, c0, c1, ...`) with the sink
+/// table, grouped by the sink's key values compared exactly (see [`count_keys_joined`]);
+/// `nullable` says where a derived row may hold NULL (compared with `<=>` there).
+fn join_keys(
+    derived: &str,
+    table: &str,
+    columns: &[String],
+    compare: &[KeyCompare],
+    nullable: &[bool],
+) -> String {
+    let compare_of = |i: usize| compare.get(i).copied().unwrap_or_default();
     let mut on: Vec<String> = Vec::new();
     let mut group: Vec<String> = Vec::new();
     for (c, name) in columns.iter().enumerate() {
         let column = format!("t.{}", ident(name));
-        let eq = if nullable[c] { "<=>" } else { "=" };
+        let eq = if nullable.get(c).copied().unwrap_or(true) {
+            "<=>"
+        } else {
+            "="
+        };
         let exact = compare_of(c);
         match exact {
             KeyCompare::Utf8Binary => {
@@ -544,6 +567,122 @@ where
         on.join(" AND "),
         group.join(", ")
     )
+}
+
+/// Batches of fewer keys go as text: a prepared statement saves the server its parsing,
+/// which matters only for large batches, and small ones would add shapes to prepare.
+pub const PREPARED_MIN_KEYS: usize = 64;
+/// Values of more characters than this send their batch as text: the prepared form
+/// declares each column's length (see [`PreparedShape`]), and MariaDB materializes the
+/// derived table with rows that wide.
+pub const PREPARED_MAX_CHARS: usize = 512;
+
+/// The shape of [`count_keys_prepared`]'s statement for a batch: its derived rows (the
+/// batch's key count rounded up to a power of two, padded with NULL rows) and each
+/// column's declared length (the batch's longest value there, in characters, rounded up
+/// to a power of two, at least 16). Rounding lets a few statements, prepared once per
+/// connection, serve every batch.
+///
+/// The lengths are why the shape exists: MariaDB types a prepared derived table's columns
+/// from its FIRST row's parameters only (10.11: a first row `('10.0.0.1', ...)` makes the
+/// column `CHAR(8)`, and a later `'10.0.0.12'` is cut to `'10.0.0.1'` before the join), so
+/// the first row is written `CAST(? AS CHAR(n))`, with `n` at least every value's length.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PreparedShape {
+    /// Derived rows: keys, then NULL rows.
+    pub rows: usize,
+    /// Declared length per key column, in characters.
+    pub lengths: Vec<usize>,
+}
+
+impl PreparedShape {
+    /// The shape for `keys` (distinct, every one with a value per column), or `None` when
+    /// the batch goes as text: fewer than [`PREPARED_MIN_KEYS`] keys, an empty value (it
+    /// needs extra derived rows, see [`count_keys_joined`]), or a value longer than
+    /// [`PREPARED_MAX_CHARS`].
+    pub fn of<K, S>(keys: &[K], columns: usize) -> Option<Self>
+    where
+        K: AsRef<[S]>,
+        S: AsRef<str>,
+    {
+        if keys.len() < PREPARED_MIN_KEYS || columns == 0 {
+            return None;
+        }
+        let mut longest = vec![0usize; columns];
+        for key in keys {
+            let key = key.as_ref();
+            if key.len() != columns {
+                return None;
+            }
+            for (c, v) in key.iter().enumerate() {
+                let v = v.as_ref();
+                if v.is_empty() {
+                    return None;
+                }
+                // CHAR(n) counts characters; a value has no more of them than bytes, so
+                // they are counted only where that bound could raise the longest.
+                if v.len() > longest[c] {
+                    longest[c] = longest[c].max(v.chars().count());
+                }
+            }
+        }
+        if longest.iter().any(|&l| l > PREPARED_MAX_CHARS) {
+            return None;
+        }
+        Some(Self {
+            rows: keys.len().next_power_of_two(),
+            lengths: longest
+                .iter()
+                .map(|&l| l.next_power_of_two().max(16))
+                .collect(),
+        })
+    }
+
+    /// The statement's parameters for `keys` (the batch the shape was made for), row by
+    /// row: each key's values, then NULLs for the padding rows (a NULL equals no row).
+    pub fn params<'a, K, S>(&self, keys: &'a [K]) -> Vec<Option<&'a str>>
+    where
+        K: AsRef<[S]>,
+        S: AsRef<str> + 'a,
+    {
+        let mut out = Vec::with_capacity(self.rows * self.lengths.len());
+        for key in keys.iter().take(self.rows) {
+            out.extend(key.as_ref().iter().map(|v| Some(v.as_ref())));
+        }
+        out.resize(self.rows * self.lengths.len(), None);
+        out
+    }
+}
+
+/// [`count_keys_joined`] as a statement to prepare: the same JOIN, with the derived table's
+/// values as placeholders (`shape` gives its rows and column lengths, see
+/// [`PreparedShape`]). Derived row `r` is key `r` of the batch, `i = j = r`; the rows past
+/// the batch are NULL and match nothing. No value is in the text, so no escaping and no
+/// session's escaping mode matter here.
+pub fn count_keys_prepared(
+    table: &str,
+    columns: &[String],
+    compare: &[KeyCompare],
+    shape: &PreparedShape,
+) -> String {
+    let mut derived = String::with_capacity(shape.rows * (16 + 3 * columns.len()));
+    derived.push_str("SELECT 0 AS i, 0 AS j");
+    for (c, n) in shape.lengths.iter().enumerate() {
+        let _ = write!(derived, ", CAST(? AS CHAR({n})) AS c{c}");
+    }
+    for r in 1..shape.rows {
+        if r == 1 {
+            let _ = write!(derived, " UNION ALL VALUES ({r}, {r}");
+        } else {
+            let _ = write!(derived, ", ({r}, {r}");
+        }
+        for _ in &shape.lengths {
+            derived.push_str(", ?");
+        }
+        derived.push(')');
+    }
+    let nullable = vec![false; columns.len()];
+    join_keys(&derived, &table_ident(table), columns, compare, &nullable)
 }
 
 #[cfg(test)]

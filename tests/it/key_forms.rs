@@ -156,6 +156,33 @@ async fn join_counts(
     out
 }
 
+/// Counts per key of the prepared JOIN form (`sql::count_keys_prepared`, the batch's values
+/// as parameters over the binary protocol), as the sink sends full batches to MariaDB.
+async fn prepared_counts(db: &Db, table: &str, compare: &[KeyCompare], keys: &[Key]) -> Vec<u64> {
+    let values: Vec<Vec<&str>> = keys.iter().map(|k| k.values().collect()).collect();
+    let shape = sql::PreparedShape::of(&values, 3).expect("a batch the prepared form takes");
+    let q = sql::count_keys_prepared(table, &columns(), compare, &shape);
+    let params: Vec<mysql_async::Value> = shape
+        .params(&values)
+        .into_iter()
+        .map(|v| v.map_or(mysql_async::Value::NULL, |v| v.as_bytes().into()))
+        .collect();
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop("SET NAMES utf8mb4").await.expect("names");
+    let mut out = vec![0u64; keys.len()];
+    for (k, n, per_row) in c
+        .exec::<(Option<i64>, i64, i64), _, _>(q, mysql_async::Params::Positional(params))
+        .await
+        .expect("prepared JOIN form")
+    {
+        assert!(per_row > 0 && n % per_row == 0, "{n} joined over {per_row}");
+        if let Some(k) = k {
+            out[k as usize] += (n / per_row) as u64;
+        }
+    }
+    out
+}
+
 /// A DATETIME key column (the seed's DDL) on both forms: the server converts the key's text
 /// the same way for a literal and for a derived-table value, so every text it reads as
 /// the row's time finds the row; a text it cannot read, or another time, does not; an
@@ -344,6 +371,182 @@ async fn the_join_form_counts_every_key_as_the_case_form_does() {
     eprintln!("key forms: {checked} key counts compared, {nonzero} of them non-zero");
     // The pools collide often enough that the property is about rows, not empty answers.
     assert!(nonzero * 10 >= checked, "{nonzero} of {checked}");
+}
+
+/// The prepared form (full batches to MariaDB) against the CASE form, on the same colliding
+/// pools, tables and collations, in batches large enough for it (no empty value: those go
+/// as text). Its derived columns are declared (`CAST(? AS CHAR(n))`) where the text form's
+/// take the literals' types, so trailing spaces, case, DATETIME spellings and hostile
+/// bytes are each checked through it, and through the product's sink, which sends these
+/// batches prepared. Without the declaration MariaDB cuts every value to the first row's
+/// length, and this test fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prepared_form_counts_every_key_as_the_case_form_does() {
+    let db = Db::new();
+    let mut rng = Rng::from_env("prepared key forms");
+    let full = |pool: &[&'static str]| -> Vec<&'static str> {
+        pool.iter().copied().filter(|v| !v.is_empty()).collect()
+    };
+    let (ips, domains, times) = (full(IPS), full(DOMAINS), full(TIMES));
+    let tables = [
+        ("utf8mb4_bin", "DATETIME"),
+        ("utf8mb4_general_ci", "VARCHAR(40)"),
+        ("utf8mb4_nopad_bin", "DATETIME"),
+        ("utf8mb4_nopad_bin", "VARCHAR(40)"),
+    ];
+    let (mut checked, mut nonzero) = (0u64, 0u64);
+    for (collation, time_type) in tables {
+        let t = unique("keyforms_prep");
+        create(&db, &t, collation, time_type).await;
+        let datetime = time_type == "DATETIME";
+        let mut rows: Vec<[Option<&str>; 3]> = Vec::new();
+        for _ in 0..120 {
+            let null = |rng: &mut Rng, v: &'static str| (rng.range(0, 8) != 0).then_some(v);
+            let time = if datetime {
+                pick(&mut rng, &TIMES[..5])
+            } else {
+                pick(&mut rng, TIMES)
+            };
+            let (ip, domain) = (pick(&mut rng, IPS), pick(&mut rng, DOMAINS));
+            let row = [
+                null(&mut rng, ip),
+                null(&mut rng, domain),
+                null(&mut rng, time),
+            ];
+            for _ in 0..rng.range(1, 4) {
+                rows.push(row);
+            }
+        }
+        insert(&db, &t, &rows).await;
+        let string = sql::key_compare_for(Some(collation), Some("utf8mb4"));
+        let compare = [
+            string,
+            string,
+            if datetime { KeyCompare::Plain } else { string },
+        ];
+        let product = sink(&t, "mysql");
+        for case in 0..12 {
+            let want_keys = rng.range(sql::PREPARED_MIN_KEYS as u64, 150) as usize;
+            let mut keys: Vec<Key> = Vec::new();
+            while keys.len() < want_keys {
+                let k = Key::new([
+                    pick(&mut rng, &ips),
+                    pick(&mut rng, &domains),
+                    pick(&mut rng, &times),
+                ]);
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+            let refs: Vec<&Key> = keys.iter().collect();
+            let what = format!("{collation}/{time_type}, case {case}, keys {keys:?}");
+            let want = case_counts(&db, &t, &compare, &keys).await;
+            assert_eq!(
+                prepared_counts(&db, &t, &compare, &keys).await,
+                want,
+                "prepared: {what}"
+            );
+            assert_eq!(
+                product.count_keys(&refs).await.expect("count"),
+                want,
+                "sink mysql: {what}"
+            );
+            let plain = case_counts(&db, &t, &[], &keys).await;
+            assert_eq!(
+                prepared_counts(&db, &t, &[], &keys).await,
+                plain,
+                "plain prepared: {what}"
+            );
+            checked += keys.len() as u64;
+            nonzero += want.iter().filter(|&&n| n > 0).count() as u64;
+        }
+        product.close().await;
+    }
+    eprintln!("prepared key forms: {checked} key counts compared, {nonzero} of them non-zero");
+    assert!(nonzero * 10 >= checked, "{nonzero} of {checked}");
+}
+
+/// Values of every length the prepared form declares, and past it: a batch whose values
+/// differ in length (the first key the shortest) is counted in full, whether it goes
+/// prepared (up to `PREPARED_MAX_CHARS` characters, multi-byte ones too) or as text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prepared_form_finds_values_longer_than_the_first() {
+    let db = Db::new();
+    let t = unique("keyforms_len");
+    let mut c = db.pool.get_conn().await.expect("mysql conn");
+    c.query_drop(format!(
+        "CREATE TABLE `{t}` (client_ip VARCHAR(80) COLLATE utf8mb4_nopad_bin, \
+         domain VARCHAR(1000) COLLATE utf8mb4_nopad_bin, time DATETIME, \
+         KEY k (client_ip, domain(200), time)) DEFAULT CHARSET = utf8mb4"
+    ))
+    .await
+    .expect("create");
+    drop(c);
+    let long = |i: usize, n: usize| {
+        let base = if i.is_multiple_of(2) { "ä" } else { "x" };
+        format!("{i}.{}", base.repeat(n))
+    };
+    let lens = [
+        1usize,
+        15,
+        16,
+        17,
+        100,
+        300,
+        sql::PREPARED_MAX_CHARS - 8,
+        700,
+    ];
+    let mut keys: Vec<Key> = Vec::new();
+    for i in 0..100 {
+        let n = lens[i % lens.len()];
+        keys.push(Key::new([
+            format!("10.0.{}.{}", i / 10, i * 7 % 250).as_str(),
+            long(i, n).as_str(),
+            "2024-05-01 12:00:00",
+        ]));
+    }
+    let rows: Vec<[String; 3]> = keys
+        .iter()
+        .map(|k| {
+            let v: Vec<&str> = k.values().collect();
+            [v[0].to_string(), v[1].to_string(), v[2].to_string()]
+        })
+        .collect();
+    let refs: Vec<[Option<&str>; 3]> = rows
+        .iter()
+        .map(|r| {
+            [
+                Some(r[0].as_str()),
+                Some(r[1].as_str()),
+                Some(r[2].as_str()),
+            ]
+        })
+        .collect();
+    insert(&db, &t, &refs).await;
+    let product = sink(&t, "mysql");
+    // Values up to the longest declared length: prepared.
+    let short: Vec<Key> = keys
+        .iter()
+        .filter(|k| {
+            k.values()
+                .nth(1)
+                .is_some_and(|d| d.chars().count() <= sql::PREPARED_MAX_CHARS)
+        })
+        .cloned()
+        .collect();
+    assert!(short.len() >= sql::PREPARED_MIN_KEYS, "{}", short.len());
+    assert_eq!(
+        prepared_counts(&db, &t, &[], &short).await,
+        vec![1; short.len()]
+    );
+    for batch in [&short, &keys] {
+        let refs: Vec<&Key> = batch.iter().collect();
+        assert_eq!(
+            product.count_keys(&refs).await.expect("count"),
+            vec![1; batch.len()]
+        );
+    }
+    product.close().await;
 }
 
 /// The JOIN form is one index lookup per key: EXPLAIN shows the sink table read by `ref`

@@ -499,10 +499,10 @@ fn count_keys_joined_as_a_value_list() {
 #[test]
 fn which_servers_take_a_value_list() {
     for (version, want) in [
-        ("10.11.19-MariaDB-0+deb12u1", KeyRows::Values),
-        ("11.4.2-MariaDB", KeyRows::Values),
-        ("10.3.3-MariaDB", KeyRows::Values),
-        ("5.5.5-10.6.1-MariaDB-log", KeyRows::Values),
+        ("10.11.19-MariaDB-0+deb12u1", KeyRows::Prepared),
+        ("11.4.2-MariaDB", KeyRows::Prepared),
+        ("10.3.3-MariaDB", KeyRows::Prepared),
+        ("5.5.5-10.6.1-MariaDB-log", KeyRows::Prepared),
         ("5.5.5-10.2.1-MariaDB-log", KeyRows::UnionSelect),
         ("10.3.2-MariaDB", KeyRows::UnionSelect),
         ("10.2.44-MariaDB-log", KeyRows::UnionSelect),
@@ -518,11 +518,112 @@ fn which_servers_take_a_value_list() {
     }
 }
 
+/// `n` distinct keys of three columns, the i-th with values of `len` characters or more.
+fn keys_of(n: usize, len: usize) -> Vec<Vec<String>> {
+    (0..n)
+        .map(|i| {
+            let v = format!("{i:0>len$}");
+            vec![v.clone(), format!("d{v}"), "2024-01-01 10:00:00".into()]
+        })
+        .collect()
+}
+
+#[test]
+fn prepared_shapes_round_up_and_leave_what_they_cannot_hold_to_text() {
+    let shape = |keys: &[Vec<String>]| PreparedShape::of(keys, 3);
+    // Too few keys: text.
+    assert_eq!(shape(&keys_of(PREPARED_MIN_KEYS - 1, 4)), None);
+    // Rows to a power of two, lengths too, at least 16.
+    assert_eq!(
+        shape(&keys_of(PREPARED_MIN_KEYS, 4)),
+        Some(PreparedShape {
+            rows: 64,
+            lengths: vec![16, 16, 32]
+        })
+    );
+    assert_eq!(shape(&keys_of(1000, 20)).map(|s| s.rows), Some(1024));
+    assert_eq!(
+        shape(&keys_of(1000, 20)).map(|s| s.lengths),
+        Some(vec![32, 32, 32])
+    );
+    // The longest value decides, wherever it is in the batch.
+    let mut keys = keys_of(100, 4);
+    keys[77][1] = "x".repeat(200);
+    assert_eq!(shape(&keys).map(|s| s.lengths), Some(vec![16, 256, 32]));
+    // Characters, not bytes: 40 two-byte characters are 40 (CHAR(n) counts characters),
+    // 40 four-byte ones too.
+    keys[77][1] = "é".repeat(40);
+    assert_eq!(shape(&keys).map(|s| s.lengths), Some(vec![16, 64, 32]));
+    keys[77][1] = "😀".repeat(40);
+    assert_eq!(shape(&keys).map(|s| s.lengths), Some(vec![16, 64, 32]));
+    keys[77][1] = "😀".repeat(PREPARED_MAX_CHARS);
+    assert_eq!(
+        shape(&keys).map(|s| s.lengths),
+        Some(vec![16, PREPARED_MAX_CHARS, 32])
+    );
+    // Longer than the most a column declares: text.
+    keys[77][1] = "x".repeat(PREPARED_MAX_CHARS + 1);
+    assert_eq!(shape(&keys), None);
+    // An empty value needs a NULL row beside it: text.
+    keys[77][1] = String::new();
+    assert_eq!(shape(&keys), None);
+    // A key that does not fit the columns: text (whose writer refuses it too).
+    let mut keys = keys_of(100, 4);
+    keys[3].pop();
+    assert_eq!(shape(&keys), None);
+}
+
+#[test]
+fn prepared_params_are_the_keys_row_by_row_then_nulls() {
+    let keys = keys_of(65, 4);
+    let shape = PreparedShape::of(&keys, 3).expect("a shape");
+    assert_eq!(shape.rows, 128);
+    let params = shape.params(&keys);
+    assert_eq!(params.len(), 128 * 3);
+    for (i, key) in keys.iter().enumerate() {
+        let want: Vec<Option<&str>> = key.iter().map(|v| Some(v.as_str())).collect();
+        assert_eq!(&params[i * 3..i * 3 + 3], want.as_slice(), "key {i}");
+    }
+    assert!(params[65 * 3..].iter().all(Option::is_none));
+}
+
+#[test]
+fn count_keys_prepared_declares_the_first_row_and_places_every_value() {
+    let columns = strings(&["client_ip", "domain", "time"]);
+    let shape = PreparedShape {
+        rows: 4,
+        lengths: vec![16, 64, 32],
+    };
+    let compare = [KeyCompare::Plain, KeyCompare::Binary, KeyCompare::Plain];
+    let q = count_keys_prepared("db.t", &columns, &compare, &shape);
+    assert_eq!(
+        q,
+        "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (\
+             SELECT 0 AS i, 0 AS j, CAST(? AS CHAR(16)) AS c0, CAST(? AS CHAR(64)) AS c1, \
+             CAST(? AS CHAR(32)) AS c2 \
+             UNION ALL VALUES (1, 1, ?, ?, ?), (2, 2, ?, ?, ?), (3, 3, ?, ?, ?)) k \
+             JOIN `db`.`t` t ON t.`client_ip` = k.c0 AND t.`domain` = k.c1 \
+             AND CAST(t.`domain` AS BINARY) = k.c1 AND t.`time` = k.c2 \
+             GROUP BY t.`client_ip`, CAST(t.`domain` AS BINARY), t.`time`"
+    );
+    // As many placeholders as parameters, at every size.
+    for n in [PREPARED_MIN_KEYS, 100, 1000, 4096] {
+        let keys = keys_of(n, 4);
+        let shape = PreparedShape::of(&keys, 3).expect("a shape");
+        let q = count_keys_prepared("t", &columns, &[], &shape);
+        assert_eq!(
+            q.matches('?').count(),
+            shape.params(&keys).len(),
+            "{n} keys"
+        );
+    }
+}
+
 #[test]
 fn count_keys_joined_empty_or_invalid_batch_selects_nothing() {
     let want = "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM (SELECT 0 AS i, 0 AS j) k \
                     JOIN `t` t ON 1 = 0 GROUP BY k.i";
-    for form in [KeyRows::UnionSelect, KeyRows::Values] {
+    for form in [KeyRows::UnionSelect, KeyRows::Values, KeyRows::Prepared] {
         assert_eq!(
             count_keys_joined::<&[String], String>("t", &strings(&["c"]), &[], form, &[], false),
             want
