@@ -577,6 +577,10 @@ pub const PREPARED_MIN_KEYS: usize = 64;
 /// derived table with rows that wide.
 pub const PREPARED_MAX_CHARS: usize = 512;
 
+/// The most placeholders one statement may hold (the binary protocol counts them in 16
+/// bits); a larger batch (a `batch_size` in the tens of thousands) goes as text.
+pub const PREPARED_MAX_PARAMS: usize = 65_535;
+
 /// The shape of [`count_keys_prepared`]'s statement for a batch: its derived rows (the
 /// batch's key count rounded up to a power of two, padded with NULL rows) and each
 /// column's declared length (the batch's longest value there, in characters, rounded up
@@ -598,8 +602,8 @@ pub struct PreparedShape {
 impl PreparedShape {
     /// The shape for `keys` (distinct, every one with a value per column), or `None` when
     /// the batch goes as text: fewer than [`PREPARED_MIN_KEYS`] keys, an empty value (it
-    /// needs extra derived rows, see [`count_keys_joined`]), or a value longer than
-    /// [`PREPARED_MAX_CHARS`].
+    /// needs extra derived rows, see [`count_keys_joined`]), a value longer than
+    /// [`PREPARED_MAX_CHARS`], or more than [`PREPARED_MAX_PARAMS`] parameters.
     pub fn of<K, S>(keys: &[K], columns: usize) -> Option<Self>
     where
         K: AsRef<[S]>,
@@ -626,11 +630,14 @@ impl PreparedShape {
                 }
             }
         }
-        if longest.iter().any(|&l| l > PREPARED_MAX_CHARS) {
+        let rows = keys.len().next_power_of_two();
+        if longest.iter().any(|&l| l > PREPARED_MAX_CHARS)
+            || rows.saturating_mul(columns) > PREPARED_MAX_PARAMS
+        {
             return None;
         }
         Some(Self {
-            rows: keys.len().next_power_of_two(),
+            rows,
             lengths: longest
                 .iter()
                 .map(|&l| l.next_power_of_two().max(16))

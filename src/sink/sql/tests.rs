@@ -567,6 +567,11 @@ fn prepared_shapes_round_up_and_leave_what_they_cannot_hold_to_text() {
     // An empty value needs a NULL row beside it: text.
     keys[77][1] = String::new();
     assert_eq!(shape(&keys), None);
+    // More parameters than the protocol counts: text. 21,845 keys of 3 columns round up
+    // to 32,768 rows, 98,304 parameters; 16,384 keys are 49,152.
+    assert_eq!(shape(&keys_of(16_384, 4)).map(|s| s.rows), Some(16_384));
+    assert_eq!(shape(&keys_of(16_385, 4)), None);
+    assert!(PreparedShape::of(&keys_of(20_000, 4)[..], 3).is_none());
     // A key that does not fit the columns: text (whose writer refuses it too).
     let mut keys = keys_of(100, 4);
     keys[3].pop();
