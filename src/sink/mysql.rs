@@ -37,7 +37,9 @@
 //! ([`sql::KeyRows::Values`], about a quarter less server CPU per key than `UNION ALL
 //! SELECT`), and full batches go as a prepared statement over the binary protocol
 //! ([`sql::KeyRows::Prepared`], [`sql::count_keys_prepared`]: no value in the SQL text,
-//! prepared once per connection and [`sql::PreparedShape`]); should the server refuse to
+//! prepared once per connection and [`sql::PreparedShape`]) where every key column compares
+//! a parameter as it does a literal ([`sql::prepared_compares_alike`]: utf8mb4 or not a
+//! string; a `latin1_nopad_bin` column was compared case-insensitively); should the server refuse to
 //! prepare, the batch and every later one go as text. Doris gets the plain SQL with
 //! `UNION ALL SELECT` rows, unchanged.
 //!
@@ -284,6 +286,11 @@ impl MysqlSink {
             });
         }
         let check = check_key_columns(&self.target.key_columns, &info);
+        // A column the prepared form would compare otherwise than the text: text.
+        let rows = match rows {
+            KeyRows::Prepared if !check.prepared => KeyRows::Values,
+            rows => rows,
+        };
         if !check.missing.is_empty() {
             tracing::debug!(
                 table = %self.target.table,

@@ -222,6 +222,31 @@ pub fn key_compare_for(collation: Option<&str>, charset: Option<&str>) -> KeyCom
     }
 }
 
+/// Whether [`count_keys_prepared`] compares a key column of this `information_schema`
+/// collation and character set as the text form does. Its derived column is a parameter,
+/// IMPLICIT in the connection's `utf8mb4_general_ci`, where the text form's literal is
+/// COERCIBLE and takes the column's collation: against a column of another character set
+/// (`latin1_nopad_bin`, `utf8mb3_nopad_bin`) MariaDB 10.11 then converted the column and
+/// compared in `utf8mb4_general_ci`, ignoring case, accents and trailing spaces (a present
+/// `a.example` counted 0, an absent `A.EXAMPLE` 2); other utf8mb4 collations
+/// (`utf8mb4_unicode_ci`) are refused as an illegal mix. So only what was checked alike
+/// goes prepared: no collation (not a string column, or a binary string) and utf8mb4 in
+/// `utf8mb4_nopad_bin`, `utf8mb4_bin` or `utf8mb4_general_ci` (tests/it/key_forms.rs).
+pub fn prepared_compares_alike(collation: Option<&str>, charset: Option<&str>) -> bool {
+    let Some(collation) = collation.map(|c| c.trim().to_ascii_lowercase()) else {
+        return true;
+    };
+    let utf8mb4 = match charset.map(|c| c.trim().to_ascii_lowercase()) {
+        Some(c) => c == "utf8mb4",
+        None => collation.starts_with("utf8mb4_"),
+    };
+    utf8mb4
+        && matches!(
+            collation.as_str(),
+            "utf8mb4_nopad_bin" | "utf8mb4_bin" | "utf8mb4_general_ci"
+        )
+}
+
 /// `SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME FROM
 /// information_schema.COLUMNS WHERE TABLE_SCHEMA = … AND TABLE_NAME = …`: the types and
 /// collations of `table`'s columns, for [`key_compare_for`]. `table` is `t` (the session's

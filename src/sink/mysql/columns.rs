@@ -21,6 +21,9 @@ pub(super) struct KeyColumnCheck {
     pub(super) inexact: Vec<String>,
     /// Key columns information_schema does not list (left plain; nothing cached).
     pub(super) missing: Vec<String>,
+    /// Every key column is listed and compared by the prepared key count as by the text
+    /// form ([`sql::prepared_compares_alike`]): full batches may go prepared.
+    pub(super) prepared: bool,
 }
 
 /// Matches the key columns to information_schema's rows (column names are
@@ -30,6 +33,7 @@ pub(super) fn check_key_columns(key_columns: &[String], info: &[ColumnInfo]) -> 
         compare: Vec::with_capacity(key_columns.len()),
         inexact: Vec::new(),
         missing: Vec::new(),
+        prepared: true,
     };
     for column in key_columns {
         let found = info.iter().find(|c| c.name == *column).or_else(|| {
@@ -39,8 +43,10 @@ pub(super) fn check_key_columns(key_columns: &[String], info: &[ColumnInfo]) -> 
         let Some(c) = found else {
             out.missing.push(column.clone());
             out.compare.push(KeyCompare::Plain);
+            out.prepared = false;
             continue;
         };
+        out.prepared &= sql::prepared_compares_alike(c.collation.as_deref(), c.charset.as_deref());
         let compare = sql::key_compare_for(c.collation.as_deref(), c.charset.as_deref());
         if compare != KeyCompare::Plain {
             out.inexact.push(format!(

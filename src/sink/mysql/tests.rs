@@ -57,6 +57,56 @@ fn key_columns_by_collation() {
 }
 
 #[test]
+fn only_columns_compared_alike_let_key_counts_go_prepared() {
+    let check = |cols: &[ColumnInfo]| {
+        let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
+        check_key_columns(&names, cols).prepared
+    };
+    // The seed's table: utf8mb4_nopad_bin strings and a DATETIME.
+    assert!(check(&[
+        info("client_ip", "varchar", Some("utf8mb4_nopad_bin")),
+        info("domain", "varchar", Some("utf8mb4_bin")),
+        info("host", "varchar", Some("utf8mb4_general_ci")),
+        info("time", "datetime", None),
+        info("raw", "varbinary", None),
+    ]));
+    // Another character set (converted and compared in the connection's general_ci), or a
+    // utf8mb4 collation the server refuses to mix with the parameter's: text.
+    for other in [
+        "latin1_nopad_bin",
+        "utf8mb3_nopad_bin",
+        "ascii_bin",
+        "latin1_swedish_ci",
+        "utf8mb4_unicode_ci",
+        "utf8mb4_unicode_520_nopad_ci",
+        "utf16_nopad_bin",
+    ] {
+        assert!(
+            !check(&[
+                info("client_ip", "varchar", Some("utf8mb4_nopad_bin")),
+                info("domain", "varchar", Some(other)),
+            ]),
+            "{other}"
+        );
+    }
+    // A column information_schema does not list: unknown, so text.
+    let got = check_key_columns(
+        &columns(&["client_ip", "domain"]),
+        &[info("domain", "varchar", None)],
+    );
+    assert!(!got.prepared);
+    // The charset decides where the name alone would mislead.
+    assert!(!sql::prepared_compares_alike(
+        Some("utf8mb4_bin"),
+        Some("latin1")
+    ));
+    assert!(sql::prepared_compares_alike(
+        Some("UTF8MB4_NOPAD_BIN"),
+        None
+    ));
+}
+
+#[test]
 fn a_key_column_information_schema_does_not_list_stays_plain() {
     let table = [info("domain", "varchar", Some("utf8mb4_bin"))];
     let got = check_key_columns(&columns(&["client_ip", "domain"]), &table);
