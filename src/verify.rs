@@ -400,20 +400,27 @@ pub async fn by_keys<V: Verifier>(
     let mut present: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];
     let mut shared: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];
     let mut dups: Vec<u64> = vec![0; segments.len()];
-    for (ki, k) in keys.iter().enumerate() {
-        let rows = counts[ki];
+    // Every key decided in one call, in the book's own order (see `KeyBook::decide_due_all`).
+    let asks: Vec<(&Key, u64, u64)> = keys
+        .iter()
+        .enumerate()
+        .map(|(ki, &k)| (k, (starts[ki + 1] - starts[ki]) as u64, counts[ki]))
+        .collect();
+    let outcomes: Vec<(u64, u64, bool)> = match round {
+        KeyRound::Due => book
+            .decide_due_all(&asks)
+            .into_iter()
+            .map(|o| (o.confirmed, o.duplicates, o.shared))
+            .collect(),
+        KeyRound::Recheck => book
+            .recheck_all(&asks)
+            .into_iter()
+            .map(|o| (o.late, o.duplicates, false))
+            .collect(),
+    };
+    drop(asks);
+    for (ki, &(found, duplicates, is_shared)) in outcomes.iter().enumerate() {
         let slots = &slots[starts[ki]..starts[ki + 1]];
-        let m = slots.len() as u64;
-        let (found, duplicates, is_shared) = match round {
-            KeyRound::Due => {
-                let o = book.decide_due(k, m, rows);
-                (o.confirmed, o.duplicates, o.shared)
-            }
-            KeyRound::Recheck => {
-                let o = book.recheck(k, m, rows);
-                (o.late, o.duplicates, false)
-            }
-        };
         for (i, &(si, o)) in slots.iter().enumerate() {
             if (i as u64) < found {
                 present[si].push(OffsetRun::new(o, o));

@@ -265,8 +265,91 @@ impl KeyBook {
     /// Decides `due` pending records with key `k`, the sink holding `rows` rows for it. The
     /// first `confirmed` of them are present, the rest missing.
     pub fn decide_due(&mut self, k: &Key, due: u64, rows: u64) -> DueOutcome {
+        let (out, idle) = self.decide_due_hashed(k, self.entries.hash(k), due, rows);
+        self.queue_idle(k, idle);
+        out
+    }
+
+    /// [`Self::decide_due`] for many distinct keys, `(key, due, rows)` each; the outcomes in
+    /// the order given. The same decisions, outcomes and book as one [`Self::decide_due`]
+    /// per key in the order given, reached in the order that is cheapest for the book (see
+    /// [`Self::table_order`]): a round decides up to hundreds of thousands of keys while
+    /// the sink waits for the next round.
+    pub fn decide_due_all(&mut self, asks: &[(&Key, u64, u64)]) -> Vec<DueOutcome> {
+        let mut out = vec![DueOutcome::default(); asks.len()];
+        let mut idle = Vec::new();
+        for (h, i) in self.table_order(asks.iter().map(|a| a.0)) {
+            let (k, due, rows) = asks[i];
+            let (o, stamp) = self.decide_due_hashed(k, h, due, rows);
+            out[i] = o;
+            idle.extend(stamp.map(|s| (i, s)));
+        }
+        self.queue_idle_in_order(idle, |i| asks[i].0);
+        out
+    }
+
+    /// [`Self::recheck`] for many distinct keys, `(key, missing, rows)` each; the outcomes in
+    /// the order given (see [`Self::decide_due_all`]).
+    pub fn recheck_all(&mut self, asks: &[(&Key, u64, u64)]) -> Vec<RecheckOutcome> {
+        let mut out = vec![RecheckOutcome::default(); asks.len()];
+        let mut idle = Vec::new();
+        for (h, i) in self.table_order(asks.iter().map(|a| a.0)) {
+            let (k, missing, rows) = asks[i];
+            let (o, stamp) = self.recheck_hashed(k, h, missing, rows);
+            out[i] = o;
+            idle.extend(stamp.map(|s| (i, s)));
+        }
+        self.queue_idle_in_order(idle, |i| asks[i].0);
+        out
+    }
+
+    /// `keys` as `(hash, index)`, in the order of the book's table ([`ShardedMap::hash`]).
+    /// Decisions on distinct keys touch distinct entries, so only the idle queue (which
+    /// key is forgotten first) could tell their order: it is kept in the order given (see
+    /// [`Self::queue_idle_in_order`]).
+    fn table_order<'k>(&self, keys: impl Iterator<Item = &'k Key>) -> Vec<(u64, usize)> {
+        let mut order: Vec<(u64, usize)> = keys
+            .enumerate()
+            .map(|(i, k)| (self.entries.hash(k), i))
+            .collect();
+        order.sort_unstable();
+        order
+    }
+
+    /// Queues the keys that went idle in a batch of decisions, `(index, stamp)`, in the
+    /// order of their index (`key` gives each index's key), then forgets beyond capacity:
+    /// what one decision after another would have queued and forgotten. Forgetting in
+    /// between could only have touched keys already decided or outside the batch (the
+    /// batch's undecided keys are busy), whose entries the rest of the batch leaves alone.
+    fn queue_idle_in_order<'k>(
+        &mut self,
+        mut idle: Vec<(usize, u64)>,
+        key: impl Fn(usize) -> &'k Key,
+    ) {
+        idle.sort_unstable();
+        for (i, stamp) in idle {
+            self.idle.push_back((key(i).clone(), stamp));
+        }
+        self.evict();
+    }
+
+    /// Queues `k` when a change made it idle (`stamp`), then forgets beyond capacity.
+    fn queue_idle(&mut self, k: &Key, stamp: Option<u64>) {
+        if let Some(stamp) = stamp {
+            self.idle.push_back((k.clone(), stamp));
+            self.evict();
+        }
+    }
+
+    fn decide_due_hashed(
+        &mut self,
+        k: &Key,
+        h: u64,
+        due: u64,
+        rows: u64,
+    ) -> (DueOutcome, Option<u64>) {
         let mut out = DueOutcome::default();
-        self.change(k, |e| {
+        let idle = self.change_hashed(k, h, |e| {
             let others = e.pending.saturating_sub(due) + e.confirmed + e.missing;
             let free = rows.saturating_sub(e.confirmed);
             let found = free.min(due);
@@ -277,13 +360,25 @@ impl KeyBook {
             out.shared = others > 0 || due > 1;
             out.duplicates = charge_duplicates(e, rows);
         });
-        out
+        (out, idle)
     }
 
     /// Re-checks `missing` missing records with key `k`, the sink now holding `rows` rows.
     pub fn recheck(&mut self, k: &Key, missing: u64, rows: u64) -> RecheckOutcome {
+        let (out, idle) = self.recheck_hashed(k, self.entries.hash(k), missing, rows);
+        self.queue_idle(k, idle);
+        out
+    }
+
+    fn recheck_hashed(
+        &mut self,
+        k: &Key,
+        h: u64,
+        missing: u64,
+        rows: u64,
+    ) -> (RecheckOutcome, Option<u64>) {
         let mut out = RecheckOutcome::default();
-        self.change(k, |e| {
+        let idle = self.change_hashed(k, h, |e| {
             let free = rows.saturating_sub(e.confirmed);
             let late = free.min(missing).min(e.missing);
             e.missing -= late;
@@ -291,17 +386,26 @@ impl KeyBook {
             out.late = late;
             out.duplicates = charge_duplicates(e, rows);
         });
-        out
+        (out, idle)
     }
 
     /// Applies `f` to the entry of `k` (created when absent) and keeps the idle queue right.
     fn change(&mut self, k: &Key, f: impl FnOnce(&mut Entry)) {
+        let idle = self.change_hashed(k, self.entries.hash(k), f);
+        self.queue_idle(k, idle);
+    }
+
+    /// [`Self::change`] with `k`'s hash in the book's table given ([`ShardedMap::hash`]),
+    /// but for the idle queue: returns the stamp to queue `k` with, should it have gone
+    /// idle holding a row (the caller queues it, see [`Self::queue_idle`]).
+    #[must_use]
+    fn change_hashed(&mut self, k: &Key, h: u64, f: impl FnOnce(&mut Entry)) -> Option<u64> {
         let was_busy;
         let now_busy;
         let stamp;
         let holds_nothing;
         {
-            let e = self.entries.get_or_default(k);
+            let e = self.entries.get_or_default_hashed(k, h);
             was_busy = e.busy() || e.idle_since == 0;
             let confirmed = e.confirmed;
             f(e);
@@ -333,11 +437,11 @@ impl KeyBook {
             // (1,000,000 keys, ~250 MB) of them were kept.
             if holds_nothing {
                 self.entries.remove(k);
-                return;
+                return None;
             }
-            self.idle.push_back((k.clone(), stamp));
-            self.evict();
+            return Some(stamp);
         }
+        None
     }
 
     fn evict(&mut self) {

@@ -94,9 +94,21 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
 
     /// The shard of `k` and the hash its table files it under.
     fn locate(&self, k: &K) -> (usize, u64) {
-        let h = self.hasher.hash_one(k);
+        Self::locate_hash(self.hash(k))
+    }
+
+    /// The shard of a key of hash `h` ([`Self::hash`]) and the hash its table files it under.
+    fn locate_hash(h: u64) -> (usize, u64) {
         let s = bounds().partition_point(|b| *b < h).min(SHARDS - 1);
         (s, in_shard(h))
+    }
+
+    /// The hash this map files `k` under. Shards own ascending ranges of it, so keys
+    /// visited in its order ([`Self::get_or_default_hashed`]) go through the map shard by
+    /// shard: a batch of lookups that covers a sizeable part of the map then walks each
+    /// small table once, from the cache, where random order missed it on nearly every key.
+    pub fn hash(&self, k: &K) -> u64 {
+        self.hasher.hash_one(k)
     }
 
     /// The table hash of a key already stored (for moving entries when a table resizes).
@@ -143,7 +155,17 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         K: Clone,
         V: Default,
     {
-        let (s, h) = self.locate(k);
+        self.get_or_default_hashed(k, self.hash(k))
+    }
+
+    /// [`Self::get_or_default`] with `k`'s hash given: `h` must be [`Self::hash`] of `k`.
+    pub fn get_or_default_hashed(&mut self, k: &K, h: u64) -> &mut V
+    where
+        K: Clone,
+        V: Default,
+    {
+        debug_assert_eq!(h, self.hash(k), "a hash from another map or key");
+        let (s, h) = Self::locate_hash(h);
         let hasher = &self.hasher;
         match self.shards[s].entry(h, |(x, _)| x == k, Self::rehash(hasher)) {
             hashbrown::hash_table::Entry::Occupied(e) => &mut e.into_mut().1,

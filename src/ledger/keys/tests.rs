@@ -211,3 +211,62 @@ fn a_book_that_could_not_load_never_writes_whole() {
     assert!(!w.whole, "{w:?}");
     assert_eq!(w.claims.len(), 4);
 }
+
+proptest::proptest! {
+    /// Deciding many keys at once (in the book's table order) gives every key the outcome,
+    /// and leaves the book with the counts and store changes, that one decision per key in
+    /// the order given does, whatever the book held before, with a capacity small enough
+    /// that keys are forgotten on the way.
+    #[test]
+    fn deciding_keys_at_once_is_deciding_them_one_by_one(
+        before in proptest::collection::vec((0u8..40, 0u8..3), 0..120),
+        asks in proptest::collection::vec((0u8..40, 1u64..4, 0u64..5), 0..60),
+        recheck in proptest::bool::ANY,
+        capacity in 1usize..50,
+    ) {
+        let mut one = KeyBook::new(capacity);
+        // Earlier history: pending records, some decided (confirmed or missing).
+        for &(key, what) in &before {
+            let key = k(&key.to_string());
+            one.pend(&key);
+            match what {
+                0 => {}
+                1 => { one.decide_due(&key, 1, 1); }
+                _ => { one.decide_due(&key, 1, 0); }
+            }
+        }
+        // Distinct keys, each with as many pending records as it is asked about.
+        let mut seen = std::collections::HashSet::new();
+        let asks: Vec<(Key, u64, u64)> = asks
+            .into_iter()
+            .filter(|(key, _, _)| seen.insert(*key))
+            .map(|(key, m, rows)| (k(&key.to_string()), m, rows))
+            .collect();
+        for (key, m, _) in &asks {
+            for _ in 0..*m {
+                one.pend(key);
+            }
+        }
+        let mut all = one.clone();
+        let refs: Vec<(&Key, u64, u64)> = asks.iter().map(|(key, m, r)| (key, *m, *r)).collect();
+        if recheck {
+            let want: Vec<RecheckOutcome> =
+                refs.iter().map(|&(key, m, r)| one.recheck(key, m, r)).collect();
+            proptest::prop_assert_eq!(all.recheck_all(&refs), want);
+        } else {
+            let want: Vec<DueOutcome> =
+                refs.iter().map(|&(key, m, r)| one.decide_due(key, m, r)).collect();
+            proptest::prop_assert_eq!(all.decide_due_all(&refs), want);
+        }
+        for key in (0u8..40).map(|key| k(&key.to_string())) {
+            proptest::prop_assert_eq!(all.counts(&key), one.counts(&key));
+        }
+        let sorted = |b: &KeyBook| {
+            let mut c = b.changes();
+            c.sort();
+            c
+        };
+        proptest::prop_assert_eq!(sorted(&all), sorted(&one));
+        proptest::prop_assert_eq!(all.len(), one.len());
+    }
+}
