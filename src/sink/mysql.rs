@@ -310,8 +310,9 @@ impl MysqlSink {
                 table = %self.target.table,
                 columns = %check.inexact.join(", "),
                 "key columns with a collation that is not byte-exact (PAD SPACE ignores \
-                 trailing spaces, _ci ignores case): the auditor compares them byte-exactly \
-                 itself (CAST(column AS BINARY) when attributing rows to keys); give them a \
+                 trailing spaces, _ci ignores case) or a character set other than UTF-8: \
+                 the auditor compares them byte-exactly itself (CAST(column AS BINARY) when \
+                 attributing rows to keys, slower on the sink); give them a \
                  NO PAD binary collation, utf8mb4_nopad_bin on MariaDB or utf8mb4_0900_bin \
                  on MySQL 8 (docs/SINK-DDL.md)"
             );

@@ -193,32 +193,38 @@ pub enum KeyCompare {
 
 /// How a MySQL/MariaDB key column must be compared, from its `information_schema.COLUMNS`
 /// `COLLATION_NAME` and `CHARACTER_SET_NAME`: no collation (not a string column, or a binary
-/// string) or a NO PAD binary one (`binary`, MariaDB `*_nopad_bin`, MySQL 8 `*_0900_bin`) is
-/// byte-exact already; every other collation — PAD SPACE (`utf8mb4_bin` on MariaDB and
-/// MySQL, every `_ci`/`_cs`/`_bin` of MySQL 5.7) or NO PAD but not binary (`*_nopad_*_ci`,
-/// `utf8mb4_0900_ai_ci`, `utf8mb4_0900_as_cs`, which ignore case or equate some distinct
-/// strings) — gets an exact comparison.
+/// string) or a UTF-8 NO PAD binary one (`binary`, MariaDB `utf8mb4_nopad_bin`, MySQL 8
+/// `utf8mb4_0900_bin`) is byte-exact already; every other UTF-8 collation — PAD SPACE
+/// (`utf8mb4_bin` on MariaDB and MySQL, every `_ci`/`_cs`/`_bin` of MySQL 5.7) or NO PAD but
+/// not binary (`*_nopad_*_ci`, `utf8mb4_0900_ai_ci`, `utf8mb4_0900_as_cs`, which ignore
+/// case or equate some distinct strings) — gets an exact comparison, and a column of any
+/// other character set (`latin1_nopad_bin` too) is compared as its UTF-8 conversion.
 pub fn key_compare_for(collation: Option<&str>, charset: Option<&str>) -> KeyCompare {
     let Some(collation) = collation.map(|c| c.trim().to_ascii_lowercase()) else {
         return KeyCompare::Plain;
     };
-    if collation.is_empty()
-        || collation == "binary"
-        || collation.ends_with("_nopad_bin")
-        || collation.ends_with("_0900_bin")
-    {
+    if collation.is_empty() || collation == "binary" {
         return KeyCompare::Plain;
     }
-    match charset.map(|c| c.trim().to_ascii_lowercase()).as_deref() {
-        Some("utf8mb4" | "utf8mb3" | "utf8") => KeyCompare::Binary,
+    let utf8 = match charset.map(|c| c.trim().to_ascii_lowercase()).as_deref() {
+        Some(c) => matches!(c, "utf8mb4" | "utf8mb3" | "utf8"),
         // No charset given: derive it from the collation's name (`utf8mb4_bin`).
-        None if collation.starts_with("utf8mb4_")
-            || collation.starts_with("utf8mb3_")
-            || collation.starts_with("utf8_") =>
-        {
-            KeyCompare::Binary
+        None => {
+            collation.starts_with("utf8mb4_")
+                || collation.starts_with("utf8mb3_")
+                || collation.starts_with("utf8_")
         }
-        _ => KeyCompare::Utf8Binary,
+    };
+    if !utf8 {
+        // Even a NO PAD binary collation: MariaDB refuses `latin1_nopad_bin = 'é'` (any
+        // non-ASCII UTF-8 literal) as an illegal mix of collations, which failed every key
+        // count of a batch holding such a key, round after round.
+        return KeyCompare::Utf8Binary;
+    }
+    if collation.ends_with("_nopad_bin") || collation.ends_with("_0900_bin") {
+        KeyCompare::Plain
+    } else {
+        KeyCompare::Binary
     }
 }
 
