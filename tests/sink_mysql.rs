@@ -398,11 +398,31 @@ async fn full_key_batches_go_prepared_and_fall_back_to_text_when_refused() {
     }
     let restore = Restore(old);
     mariadb_root("SET GLOBAL max_prepared_stmt_count = 0");
-    let sink = sink_at(&mysql_url(), keys_target(&table));
+    let retry = Duration::from_millis(300);
+    let sink = sink_at(&mysql_url(), keys_target(&table)).with_prepared_retry(retry);
     for _ in 0..3 {
         assert_eq!(sink.count_keys(&refs).await.expect("count as text"), want);
     }
     drop(restore);
+    // The refusal passed: once the retry period is over, counts are prepared again (one
+    // refusal must not cost the server the text form's parsing for the daemon's life).
+    tokio::time::sleep(retry * 2).await;
+    let executes = || -> u32 {
+        sent("COALESCE(SUM(command_type = 'Execute'), 0)")
+            .parse()
+            .expect("a count")
+    };
+    let before = executes();
+    {
+        let _output = Global::set("log_output", "TABLE");
+        let _log = GeneralLog::on();
+        assert_eq!(sink.count_keys(&refs).await.expect("count"), want);
+    }
+    assert_eq!(
+        executes(),
+        before + 1,
+        "prepared again after the retry period"
+    );
     sink.close().await;
     c.query_drop(format!("DROP TABLE `{table}`"))
         .await

@@ -39,9 +39,9 @@
 //! ([`sql::KeyRows::Prepared`], [`sql::count_keys_prepared`]: no value in the SQL text,
 //! prepared once per connection and [`sql::PreparedShape`]) where every key column compares
 //! a parameter as it does a literal ([`sql::prepared_compares_alike`]: utf8mb4 or not a
-//! string; a `latin1_nopad_bin` column was compared case-insensitively); should the server refuse to
-//! prepare, the batch and every later one go as text. Doris gets the plain SQL with
-//! `UNION ALL SELECT` rows, unchanged.
+//! string; a `latin1_nopad_bin` column was compared case-insensitively); should the server
+//! refuse to prepare, the batch and every later one for [`PREPARED_RETRY`] go as text. Doris
+//! gets the plain SQL with `UNION ALL SELECT` rows, unchanged.
 //!
 //! **Rows.** Every answer is read as untyped [`Row`]s and converted value by value
 //! ([`column`]): an unexpected type or a NULL (a `VARCHAR` offset column holding `abc`) is a
@@ -58,7 +58,6 @@ use mysql_async::prelude::{FromValue, Queryable};
 use mysql_async::{Opts, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts, Row, Value};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 mod columns;
@@ -76,6 +75,9 @@ pub const POOL_SIZE: usize = 4;
 /// How long a pooled connection may idle before it is closed (rounds run every
 /// `verify_interval`, seconds apart, so a working audit keeps its connections).
 const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
+/// How long key counts go as text after the server refused a prepared one (then they are
+/// prepared again).
+pub const PREPARED_RETRY: Duration = Duration::from_secs(300);
 /// Prepared key counts kept per connection (one per shape, least recently used closed):
 /// a key column set takes a handful of shapes, from its batch sizes and value lengths.
 const PREPARED_SHAPES: usize = 16;
@@ -132,8 +134,11 @@ pub struct MysqlSink {
     /// kind `mysql`: the derived-row form to use whatever `@@version` says (the bench's
     /// same-run comparison of the forms); `None` in the daemon.
     key_rows: Option<KeyRows>,
-    /// The server refused a prepared key count once: key counts go as text since.
-    prepared_refused: AtomicBool,
+    /// When the server last refused a prepared key count: key counts go as text for
+    /// `prepared_retry` after it.
+    prepared_refused: Mutex<Option<Instant>>,
+    /// How long key counts go as text after a refused prepared one.
+    prepared_retry: Duration,
     /// The inexact key columns last warned about: one WARN per audit (again only if they
     /// change).
     warned_inexact: Mutex<Option<Vec<String>>>,
@@ -194,9 +199,26 @@ impl MysqlSink {
             sessions: Mutex::new(HashMap::new()),
             key_query: Mutex::new(None),
             key_rows: None,
-            prepared_refused: AtomicBool::new(false),
+            prepared_refused: Mutex::new(None),
+            prepared_retry: PREPARED_RETRY,
             warned_inexact: Mutex::new(None),
         })
+    }
+
+    /// Tries prepared key counts again this long after the server refused one (default
+    /// [`PREPARED_RETRY`]; tests shorten it).
+    pub fn with_prepared_retry(mut self, after: Duration) -> Self {
+        self.prepared_retry = after;
+        self
+    }
+
+    /// Whether key counts go as text now: the server refused a prepared one less than
+    /// `prepared_retry` ago.
+    fn prepared_refused_now(&self) -> bool {
+        self.prepared_refused
+            .lock()
+            .map(|at| at.is_some_and(|at| at.elapsed() < self.prepared_retry))
+            .unwrap_or(true)
     }
 
     /// Writes the derived key rows of kind `mysql`'s key counts as `rows`, whatever the
@@ -331,7 +353,7 @@ impl MysqlSink {
     /// The prepared statement's shape for a batch of key `values`, where this server and
     /// the batch take one (see [`sql::PreparedShape`]).
     fn prepared_shape(&self, how: &KeyQuery, values: &[Vec<&str>]) -> Option<sql::PreparedShape> {
-        if how.rows != KeyRows::Prepared || self.prepared_refused.load(Ordering::Relaxed) {
+        if how.rows != KeyRows::Prepared || self.prepared_refused_now() {
             return None;
         }
         sql::PreparedShape::of(values, self.target.key_columns.len())
@@ -361,15 +383,25 @@ impl MysqlSink {
             .await
     }
 
-    /// After the server refused a prepared key count: every key count goes as text from now
-    /// on, and one WARN says why.
+    /// After the server refused a prepared key count (the text form then answered): key
+    /// counts go as text for `prepared_retry`, then prepared again, so that one passing
+    /// error (a server at its `max_prepared_stmt_count` for a moment, a lock wait) does not
+    /// cost the server the text form's parsing for the daemon's life. One WARN per refusal
+    /// that starts a text period.
     fn refuse_prepared(&self, why: &str) {
-        if !self.prepared_refused.swap(true, Ordering::Relaxed) {
+        let Ok(mut at) = self.prepared_refused.lock() else {
+            return;
+        };
+        let warn = !at.is_some_and(|t| t.elapsed() < self.prepared_retry);
+        *at = Some(Instant::now());
+        drop(at);
+        if warn {
             tracing::warn!(
                 table = %self.target.table,
                 error = %why,
+                retry_after_s = self.prepared_retry.as_secs(),
                 "the sink refused a prepared key count: key counts are sent as SQL text \
-                 from now on (slower on the server, same answers)"
+                 for a while, then prepared again (slower on the server, same answers)"
             );
         }
     }
