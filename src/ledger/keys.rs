@@ -273,7 +273,7 @@ impl KeyBook {
     /// [`Self::decide_due`] for many distinct keys, `(key, due, rows)` each; the outcomes in
     /// the order given. The same decisions, outcomes and book as one [`Self::decide_due`]
     /// per key in the order given, reached in the order that is cheapest for the book (see
-    /// [`Self::table_order`]): a round decides up to hundreds of thousands of keys while
+    /// `table_order`): a round decides up to hundreds of thousands of keys while
     /// the sink waits for the next round.
     pub fn decide_due_all(&mut self, asks: &[(&Key, u64, u64)]) -> Vec<DueOutcome> {
         let mut out = vec![DueOutcome::default(); asks.len()];
