@@ -271,66 +271,52 @@ impl KeyBook {
     }
 
     /// [`Self::decide_due`] for many distinct keys, `(key, due, rows)` each; the outcomes in
-    /// the order given. The same decisions, outcomes and book as one [`Self::decide_due`]
-    /// per key in the order given, reached in the order that is cheapest for the book (see
-    /// `table_order`): a round decides up to hundreds of thousands of keys while
-    /// the sink waits for the next round.
+    /// the order given (see [`Self::decide_all`]).
     pub fn decide_due_all(&mut self, asks: &[(&Key, u64, u64)]) -> Vec<DueOutcome> {
-        let mut out = vec![DueOutcome::default(); asks.len()];
-        let mut idle = Vec::new();
-        for (h, i) in self.table_order(asks.iter().map(|a| a.0)) {
-            let (k, due, rows) = asks[i];
-            let (o, stamp) = self.decide_due_hashed(k, h, due, rows);
-            out[i] = o;
-            idle.extend(stamp.map(|s| (i, s)));
-        }
-        self.queue_idle_in_order(idle, |i| asks[i].0);
-        out
+        self.decide_all(asks, Self::decide_due_hashed)
     }
 
     /// [`Self::recheck`] for many distinct keys, `(key, missing, rows)` each; the outcomes in
-    /// the order given (see [`Self::decide_due_all`]).
+    /// the order given (see [`Self::decide_all`]).
     pub fn recheck_all(&mut self, asks: &[(&Key, u64, u64)]) -> Vec<RecheckOutcome> {
-        let mut out = vec![RecheckOutcome::default(); asks.len()];
+        self.decide_all(asks, Self::recheck_hashed)
+    }
+
+    /// One `decide(book, key, hash, n, rows)` per distinct key of `asks`, outcomes in the
+    /// order given: the same decisions, outcomes and book as one after another in that
+    /// order, reached in the order that is cheapest for the book. A round decides up to
+    /// hundreds of thousands of keys while the sink waits; visited by the book's hash
+    /// ([`ShardedMap::hash`]) they go through its table shard by shard instead of missing
+    /// the cache on nearly every key. Decisions on distinct keys touch distinct entries, so
+    /// only the idle queue (which key is forgotten first) could tell their order: the keys
+    /// that went idle are queued in the order given, then the book forgets beyond capacity.
+    /// Forgetting in between could only have touched keys already decided or outside the
+    /// batch (its undecided keys are busy), whose entries the rest of it leaves alone.
+    fn decide_all<O: Clone + Default>(
+        &mut self,
+        asks: &[(&Key, u64, u64)],
+        decide: impl Fn(&mut Self, &Key, u64, u64, u64) -> (O, Option<u64>),
+    ) -> Vec<O> {
+        let mut order: Vec<(u64, usize)> = asks
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (self.entries.hash(a.0), i))
+            .collect();
+        order.sort_unstable();
+        let mut out = vec![O::default(); asks.len()];
         let mut idle = Vec::new();
-        for (h, i) in self.table_order(asks.iter().map(|a| a.0)) {
-            let (k, missing, rows) = asks[i];
-            let (o, stamp) = self.recheck_hashed(k, h, missing, rows);
+        for (h, i) in order {
+            let (k, n, rows) = asks[i];
+            let (o, stamp) = decide(self, k, h, n, rows);
             out[i] = o;
             idle.extend(stamp.map(|s| (i, s)));
         }
-        self.queue_idle_in_order(idle, |i| asks[i].0);
-        out
-    }
-
-    /// `keys` as `(hash, index)`, in the order of the book's table ([`ShardedMap::hash`]).
-    /// Decisions on distinct keys touch distinct entries, so only the idle queue (which
-    /// key is forgotten first) could tell their order: it is kept in the order given (see
-    /// [`Self::queue_idle_in_order`]).
-    fn table_order<'k>(&self, keys: impl Iterator<Item = &'k Key>) -> Vec<(u64, usize)> {
-        let mut order: Vec<(u64, usize)> = keys
-            .enumerate()
-            .map(|(i, k)| (self.entries.hash(k), i))
-            .collect();
-        order.sort_unstable();
-        order
-    }
-
-    /// Queues the keys that went idle in a batch of decisions, `(index, stamp)`, in the
-    /// order of their index (`key` gives each index's key), then forgets beyond capacity:
-    /// what one decision after another would have queued and forgotten. Forgetting in
-    /// between could only have touched keys already decided or outside the batch (the
-    /// batch's undecided keys are busy), whose entries the rest of the batch leaves alone.
-    fn queue_idle_in_order<'k>(
-        &mut self,
-        mut idle: Vec<(usize, u64)>,
-        key: impl Fn(usize) -> &'k Key,
-    ) {
         idle.sort_unstable();
         for (i, stamp) in idle {
-            self.idle.push_back((key(i).clone(), stamp));
+            self.idle.push_back((asks[i].0.clone(), stamp));
         }
         self.evict();
+        out
     }
 
     /// Queues `k` when a change made it idle (`stamp`), then forgets beyond capacity.
