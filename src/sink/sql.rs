@@ -206,16 +206,10 @@ pub fn key_compare_for(collation: Option<&str>, charset: Option<&str>) -> KeyCom
     if collation.is_empty() || collation == "binary" {
         return KeyCompare::Plain;
     }
-    let utf8 = match charset.map(|c| c.trim().to_ascii_lowercase()).as_deref() {
-        Some(c) => matches!(c, "utf8mb4" | "utf8mb3" | "utf8"),
-        // No charset given: derive it from the collation's name (`utf8mb4_bin`).
-        None => {
-            collation.starts_with("utf8mb4_")
-                || collation.starts_with("utf8mb3_")
-                || collation.starts_with("utf8_")
-        }
-    };
-    if !utf8 {
+    if !matches!(
+        column_charset(&collation, charset).as_str(),
+        "utf8mb4" | "utf8mb3" | "utf8"
+    ) {
         // Even a NO PAD binary collation: MariaDB refuses `latin1_nopad_bin = 'é'` (any
         // non-ASCII UTF-8 literal) as an illegal mix of collations, which failed every key
         // count of a batch holding such a key, round after round.
@@ -242,15 +236,20 @@ pub fn prepared_compares_alike(collation: Option<&str>, charset: Option<&str>) -
     let Some(collation) = collation.map(|c| c.trim().to_ascii_lowercase()) else {
         return true;
     };
-    let utf8mb4 = match charset.map(|c| c.trim().to_ascii_lowercase()) {
-        Some(c) => c == "utf8mb4",
-        None => collation.starts_with("utf8mb4_"),
-    };
-    utf8mb4
+    column_charset(&collation, charset) == "utf8mb4"
         && matches!(
             collation.as_str(),
             "utf8mb4_nopad_bin" | "utf8mb4_bin" | "utf8mb4_general_ci"
         )
+}
+
+/// A string column's character set, lowercase: `information_schema`'s, or when it gives
+/// none, the one the (lowercase) collation's name starts with (`utf8mb4_bin`).
+fn column_charset(collation: &str, charset: Option<&str>) -> String {
+    match charset {
+        Some(c) => c.trim().to_ascii_lowercase(),
+        None => collation.split('_').next().unwrap_or_default().to_string(),
+    }
 }
 
 /// `SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME FROM
