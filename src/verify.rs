@@ -534,8 +534,11 @@ fn key_batches<'a, 'k>(keys: &'a [&'k Key], limits: Limits, max_rows: usize) -> 
     let mut bytes = 0usize;
     let mut rows = 0usize;
     for (i, k) in keys.iter().enumerate() {
-        let size: usize = k.values().map(|v| v.len() * 2 + 16).sum();
-        let weight = crate::sink::sql::derived_rows(k.values());
+        // Σ (value length × 2 + 16) over the values, from the packed bytes (value bytes
+        // and one terminator each).
+        let (values, empty) = k.value_counts();
+        let size = (k.as_bytes().len() - values) * 2 + values * 16;
+        let weight = crate::sink::sql::derived_rows_for(empty);
         if i > start
             && (i - start >= limits.batch_size
                 || bytes + size > limits.max_key_bytes

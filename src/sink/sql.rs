@@ -450,7 +450,11 @@ pub fn key_rows_for(version: &str) -> KeyRows {
 /// empty value doubles it (the key is written once with `''` and once with `NULL` there).
 /// Batches are bounded by this weight (Doris's expression limits, see the module docs).
 pub fn derived_rows<S: AsRef<str>>(key: impl IntoIterator<Item = S>) -> usize {
-    let empty = key.into_iter().filter(|v| v.as_ref().is_empty()).count();
+    derived_rows_for(key.into_iter().filter(|v| v.as_ref().is_empty()).count())
+}
+
+/// [`derived_rows`] of a key with `empty` empty values.
+pub fn derived_rows_for(empty: usize) -> usize {
     1usize << empty.min(16)
 }
 

@@ -27,6 +27,8 @@ fn key_keeps_values_apart() {
             key.text_len(),
             values.iter().map(|v| v.len()).sum::<usize>()
         );
+        let empty = values.iter().filter(|v| v.is_empty()).count();
+        assert_eq!(key.value_counts(), (values.len(), empty), "{values:?}");
     }
     let collected = Key::try_collect(values_of(&["a", "", "é"]));
     assert_eq!(collected, Some(Key::new(["a", "", "é"])));
