@@ -23,7 +23,8 @@
 use super::PartitionLedger;
 use super::sharded::ShardedMap;
 use crate::record::Key;
-use foldhash::{HashMap, HashMapExt};
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry as Slot;
 use std::collections::VecDeque;
 
 /// One key's records, as the book knows them.
@@ -85,8 +86,10 @@ pub struct KeyBook {
     /// Each with its confirmed count as of its last change (0: forgotten), so a write reads
     /// this map alone: looking each key up in `entries` again was a cache miss per confirmed
     /// key, the larger part of a round's store write on a million keys.
-    /// Hashed like `entries` (see [`ShardedMap`]): the keys are record contents.
-    dirty: HashMap<Key, u64>,
+    /// Filed under the hash `entries` files the key under ([`ShardedMap::hash`]): a round
+    /// marks every key it confirms, and a hash of its own cost each of them a second pass
+    /// over the key's bytes (and a probe to find, another to insert).
+    dirty: HashTable<(Key, u64)>,
     /// Keys with a confirmed count above 0: what a whole write of the book holds.
     live: u64,
     /// Entries (claims) of the store's key log, dead ones included
@@ -126,7 +129,7 @@ impl KeyBook {
             idle: VecDeque::new(),
             capacity: capacity.max(1),
             clock: 0,
-            dirty: HashMap::new(),
+            dirty: HashTable::new(),
             live: 0,
             log_rows: 0,
             rewrite_slack: LOG_REWRITE_SLACK,
@@ -207,7 +210,7 @@ impl KeyBook {
         }
         for (k, _) in loaded {
             if !self.entries.contains_key(&k) {
-                self.dirty.insert(k, 0);
+                self.mark_dirty(&k, self.entries.hash(&k), 0);
             }
         }
     }
@@ -238,6 +241,28 @@ impl KeyBook {
     /// The store now holds [`Self::changes`].
     pub fn persisted(&mut self) {
         self.dirty.clear();
+    }
+
+    /// Notes that the store must write `k` with `confirmed` (`h`: its [`ShardedMap::hash`]).
+    fn mark_dirty(&mut self, k: &Key, h: u64, confirmed: u64) {
+        let entries = &self.entries;
+        match self
+            .dirty
+            .entry(h, |(x, _)| x == k, |(x, _)| entries.hash(x))
+        {
+            Slot::Occupied(mut e) => e.get_mut().1 = confirmed,
+            Slot::Vacant(e) => {
+                e.insert((k.clone(), confirmed));
+            }
+        }
+    }
+
+    /// The count `k` is to be written with, if it is to be written.
+    #[cfg(test)]
+    fn dirty_count(&self, k: &Key) -> Option<u64> {
+        self.dirty
+            .find(self.entries.hash(k), |(x, _)| x == k)
+            .map(|(_, n)| *n)
     }
 
     /// A record with key `k` was ingested and waits for its verdict.
@@ -390,6 +415,7 @@ impl KeyBook {
         let now_busy;
         let stamp;
         let holds_nothing;
+        let mut changed = None;
         {
             let e = self.entries.get_or_default_hashed(k, h);
             was_busy = e.busy() || e.idle_since == 0;
@@ -401,12 +427,7 @@ impl KeyBook {
                     (true, false) => self.live -= 1,
                     _ => {}
                 }
-                match self.dirty.get_mut(k) {
-                    Some(n) => *n = e.confirmed,
-                    None => {
-                        self.dirty.insert(k.clone(), e.confirmed);
-                    }
-                }
+                changed = Some(e.confirmed);
             }
             now_busy = e.busy();
             if !now_busy && was_busy {
@@ -415,6 +436,9 @@ impl KeyBook {
             }
             stamp = e.idle_since;
             holds_nothing = e.confirmed == 0 && e.duplicates == 0;
+        }
+        if let Some(confirmed) = changed {
+            self.mark_dirty(k, h, confirmed);
         }
         if !now_busy && was_busy {
             // An idle entry that holds no row (nothing confirmed, no duplicate counted) says
@@ -444,7 +468,7 @@ impl KeyBook {
                 && e.confirmed > 0
             {
                 self.live -= 1;
-                self.dirty.insert(k, 0);
+                self.mark_dirty(&k, self.entries.hash(&k), 0);
             }
         }
         // Stale slots (entries busy again since) are dropped as they reach the front; the

@@ -84,7 +84,7 @@ fn check(b: &KeyBook, log: &Log, step: usize) -> Result<(), TestCaseError> {
         let s = stored.get(&k).copied().unwrap_or(0);
         let m = b.entries.get(&k).map_or(0, |e| e.confirmed);
         prop_assert!(
-            s == m || b.dirty.contains_key(&k),
+            s == m || b.dirty_count(&k).is_some(),
             "step {}: {:?} stored {} held {} and not dirty",
             step,
             k,
@@ -92,7 +92,7 @@ fn check(b: &KeyBook, log: &Log, step: usize) -> Result<(), TestCaseError> {
             m
         );
         // A dirty key carries the count the book holds now: a write takes it from there.
-        if let Some(&d) = b.dirty.get(&k) {
+        if let Some(d) = b.dirty_count(&k) {
             prop_assert_eq!(d, m, "step {}: {:?} dirty with a stale count", step, k);
         }
     }
