@@ -27,6 +27,10 @@ use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as Slot;
 use std::collections::VecDeque;
 
+/// A key the store must write: `(key, confirmed, hash)`, the hash being the book's
+/// ([`ShardedMap::hash`]).
+type Dirty = (Key, u64, u64);
+
 /// One key's records, as the book knows them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Entry {
@@ -88,8 +92,9 @@ pub struct KeyBook {
     /// key, the larger part of a round's store write on a million keys.
     /// Filed under the hash `entries` files the key under ([`ShardedMap::hash`]): a round
     /// marks every key it confirms, and a hash of its own cost each of them a second pass
-    /// over the key's bytes (and a probe to find, another to insert).
-    dirty: HashTable<(Key, u64)>,
+    /// over the key's bytes (and a probe to find, another to insert). The hash is kept with
+    /// the key, so the table grows without reading any key again.
+    dirty: HashTable<Dirty>,
     /// Keys with a confirmed count above 0: what a whole write of the book holds.
     live: u64,
     /// Entries (claims) of the store's key log, dead ones included
@@ -205,10 +210,10 @@ impl KeyBook {
         let loaded = std::mem::replace(&mut self.dirty, before);
         // Keys changed before the load and not written yet stay dirty, with the count the
         // book holds now (the load may have added to it).
-        for (k, n) in self.dirty.iter_mut() {
+        for (k, n, _) in self.dirty.iter_mut() {
             *n = self.entries.get(k).map_or(0, |e| e.confirmed);
         }
-        for (k, _) in loaded {
+        for (k, _, _) in loaded {
             if !self.entries.contains_key(&k) {
                 self.mark_dirty(&k, self.entries.hash(&k), 0);
             }
@@ -230,7 +235,7 @@ impl KeyBook {
     /// Confirmed counts changed since the last [`Self::persisted`], as `(key, confirmed)`;
     /// 0 means the key is no longer kept (delete it).
     pub fn changes(&self) -> Vec<(Key, u64)> {
-        self.dirty.iter().map(|(k, n)| (k.clone(), *n)).collect()
+        self.dirty.iter().map(|(k, n, _)| (k.clone(), *n)).collect()
     }
 
     /// Whether [`Self::changes`] has anything to write.
@@ -245,14 +250,10 @@ impl KeyBook {
 
     /// Notes that the store must write `k` with `confirmed` (`h`: its [`ShardedMap::hash`]).
     fn mark_dirty(&mut self, k: &Key, h: u64, confirmed: u64) {
-        let entries = &self.entries;
-        match self
-            .dirty
-            .entry(h, |(x, _)| x == k, |(x, _)| entries.hash(x))
-        {
+        match self.dirty.entry(h, |(x, _, _)| x == k, |(_, _, h)| *h) {
             Slot::Occupied(mut e) => e.get_mut().1 = confirmed,
             Slot::Vacant(e) => {
-                e.insert((k.clone(), confirmed));
+                e.insert((k.clone(), confirmed, h));
             }
         }
     }
@@ -261,8 +262,8 @@ impl KeyBook {
     #[cfg(test)]
     fn dirty_count(&self, k: &Key) -> Option<u64> {
         self.dirty
-            .find(self.entries.hash(k), |(x, _)| x == k)
-            .map(|(_, n)| *n)
+            .find(self.entries.hash(k), |(x, _, _)| x == k)
+            .map(|(_, n, _)| *n)
     }
 
     /// A record with key `k` was ingested and waits for its verdict.
