@@ -612,3 +612,25 @@ fn the_audit_facade_exports_again_what_it_removed() {
         Some("22")
     );
 }
+
+#[test]
+fn every_confirmed_record_is_one_visibility_observation() {
+    let m = std::sync::Arc::new(Metrics::new());
+    let a = AuditMetrics::new(m.clone(), "a");
+    let p = a.partition(&crate::gap::TopicPartition::new("t", 0));
+    let applied = crate::ledger::Applied {
+        confirmed: 5,
+        confirmed_ts: vec![(Some(1_000), 3), (None, 1), (Some(3_500), 1)],
+        ..Default::default()
+    };
+    p.decided(&applied, 4_000);
+    let text = m.render();
+    // 3 records at 3 s, 1 at 0.5 s; the one without a timestamp is not observed.
+    for line in [
+        "gap_auditor_sink_visibility_seconds_count{audit=\"a\",topic=\"t\"} 4",
+        "gap_auditor_sink_visibility_seconds_sum{audit=\"a\",topic=\"t\"} 9.5",
+        "gap_auditor_records_confirmed_total{audit=\"a\",partition=\"0\",topic=\"t\"} 5",
+    ] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+}
