@@ -120,7 +120,11 @@ pub async fn rows(
             "offset_columns end to end, real daemon (first record → all {n} settled; verify_interval 1 s, grace 1 s)"
         ),
         format!("{} ({:.0} sink queries)", fmt_rate(m.daemon_rate), m.queries),
-        &format!("bare consumer {}", fmt_rate(m.bare_rate)),
+        &format!(
+            "bare consumer {} (median of {} passes)",
+            fmt_rate(m.bare_rate),
+            daemon::BARE_PASSES
+        ),
         format!("{:.3}", m.daemon_rate / m.bare_rate.max(1e-9)),
         "settled ≤ 2 rounds behind the tail (next row)",
     ));
@@ -336,7 +340,7 @@ docs/SINK-DDL.md for one topic (`id` auto-increment primary key, `kafka_partitio
 record, loaded server-side; the pipeline group committed past every record before the \
 daemon starts. `gap-auditor run` (offset_columns, kind `mysql`, `grace` 1 s, \
 `verify_interval` 1 s) reads the topic from the start. Baseline: the bare consumer (assign \
-from offset 0, count only) on the same topic in the same run, before the daemon starts. \
+from offset 0, count only) on the same topic in the same run, the median of 3 passes, before the daemon starts. \
 /metrics is scraped every 100 ms for `gap_auditor_records_consumed_total`, \
 `gap_auditor_records_confirmed_total` and the sum of `gap_auditor_settled_offset` over the \
 partitions (offsets start at 0 with no holes, so that sum is the number of settled \
