@@ -378,9 +378,14 @@ pub async fn by_keys<V: Verifier>(
     // key index costs the sink fewer page visits (+16–24 % on MariaDB against the same keys
     // in arrival order, which for a DNS log is time order, scattered over an index that
     // starts with client_ip). Each key's count is its own, so the order changes no verdict.
-    let mut order: Vec<usize> = (0..keys.len()).collect();
-    order.sort_unstable_by(|&a, &b| keys[a].cmp(keys[b]));
-    let sorted: Vec<&Key> = order.iter().map(|&ki| keys[ki]).collect();
+    // (On each key's `sort_prefix` first: the same order, fewer visits to the keys.)
+    let mut order: Vec<(u128, usize)> = keys
+        .iter()
+        .enumerate()
+        .map(|(ki, k)| (k.sort_prefix(), ki))
+        .collect();
+    order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| keys[a.1].cmp(keys[b.1])));
+    let sorted: Vec<&Key> = order.iter().map(|&(_, ki)| keys[ki]).collect();
     // Batches are counted `parallelism` at a time (the sink's pool), answers kept in batch
     // order; nothing is decided before every batch has answered, so the verdicts cannot
     // depend on which query came back first.
@@ -394,7 +399,7 @@ pub async fn by_keys<V: Verifier>(
         .try_collect()
         .await?;
     let mut counts: Vec<u64> = vec![0; keys.len()];
-    for (&ki, rows) in order.iter().zip(answers.into_iter().flatten()) {
+    for (&(_, ki), rows) in order.iter().zip(answers.into_iter().flatten()) {
         counts[ki] = rows;
     }
     let mut present: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];

@@ -50,3 +50,17 @@ fn key_serde_round_trip() {
     let back: Key = serde_json::from_str(&json).expect("deserializes");
     assert_eq!(back, key);
 }
+
+proptest::proptest! {
+    /// Ordering keys on `sort_prefix`, then on the key, is the key's own order, whatever
+    /// the values (short, long, sharing 16-byte prefixes, holding NUL).
+    #[test]
+    fn the_sort_prefix_keeps_the_keys_order(
+        a in proptest::collection::vec("[\\x00ab\\u{e9}]{0,10}", 0..4),
+        b in proptest::collection::vec("[\\x00ab\\u{e9}]{0,10}", 0..4),
+    ) {
+        let (a, b) = (Key::new(&a), Key::new(&b));
+        let by_prefix = a.sort_prefix().cmp(&b.sort_prefix()).then_with(|| a.cmp(&b));
+        proptest::prop_assert_eq!(by_prefix, a.cmp(&b));
+    }
+}
