@@ -86,6 +86,12 @@ pub const ENV_PREFIX: &str = "GAP_AUDITOR__";
 /// Files tried, in order, when no config file is given explicitly.
 pub const DEFAULT_CONFIG_PATHS: [&str; 2] = ["./gap-auditor.toml", "./config/gap-auditor.toml"];
 
+/// Most record fields a `key_columns` key may have. An empty value must match `''` or NULL
+/// in the sink (SPEC), so the key query writes a key once per combination of the two over
+/// its empty values: 2^16 rows for 16 of them, and a 17th could not be written both ways
+/// (its NULL rows would count 0, a false loss).
+pub const MAX_KEY_FIELDS: usize = 16;
+
 /// Default `match.id_template` for the `doc_id` strategy.
 pub const DEFAULT_ID_TEMPLATE: &str = "{topic}+{partition}+{offset}";
 

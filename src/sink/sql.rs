@@ -455,7 +455,8 @@ pub fn derived_rows<S: AsRef<str>>(key: impl IntoIterator<Item = S>) -> usize {
 
 /// [`derived_rows`] of a key with `empty` empty values.
 pub fn derived_rows_for(empty: usize) -> usize {
-    1usize << empty.min(16)
+    // Capped only so the shift cannot overflow: configs hold at most 16 key fields.
+    1usize << empty.min(crate::config::MAX_KEY_FIELDS)
 }
 
 /// Row counts per key for the `key_columns` strategy, the JOIN form (the one the sink
@@ -519,7 +520,7 @@ where
             nullable[c] = true;
         }
         // Every combination of '' and NULL over the empty values.
-        for mask in 0..(1usize << empty.len().min(16)) {
+        for mask in 0..derived_rows_for(empty.len()) {
             let first = rows == 0;
             // Written in place: `format!` would allocate a string per derived row.
             let _ = match (first, form) {

@@ -590,3 +590,20 @@ fn a_url_password_without_a_user_is_refused_by_validation() {
     cfg.audits[0].sink.api_key = Some(Secret::new("key"));
     cfg.validate().expect("api key");
 }
+
+#[test]
+fn a_key_has_at_most_sixteen_fields() {
+    // 17 fields: the 17th empty value could not be asked for as NULL too (a false loss).
+    let key = |n: usize| -> (Vec<String>, Vec<String>) {
+        let fields = base().audits[0].record.fields.clone();
+        let key = (0..n).map(|i| fields[i % fields.len()].clone()).collect();
+        (key, (0..n).map(|i| format!("c{i}")).collect())
+    };
+    let e = invalid(|c| (c.audits[0].matching.key, c.audits[0].matching.columns) = key(17));
+    assert_err(&e, "audits[0].match.key", "at most 16");
+    let mut c = base();
+    (c.audits[0].matching.key, c.audits[0].matching.columns) = key(16);
+    if let Err(e) = c.validate() {
+        panic!("16 key fields must validate: {e}");
+    }
+}

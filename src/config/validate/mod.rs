@@ -369,6 +369,18 @@ impl AuditConfig {
                         "strategy key_columns needs at least one record field in `key`",
                     );
                 }
+                if m.key.len() > super::MAX_KEY_FIELDS {
+                    return err(
+                        format!("{mp}.key"),
+                        format!(
+                            "has {} fields; a key_columns key has at most {} (each empty \
+                             value is matched as '' and as NULL, doubling the key's rows in \
+                             every query)",
+                            m.key.len(),
+                            super::MAX_KEY_FIELDS
+                        ),
+                    );
+                }
                 for (j, field) in m.key.iter().enumerate() {
                     if field.trim().is_empty() {
                         return err(format!("{mp}.key[{j}]"), "must not be empty");
