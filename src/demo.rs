@@ -198,6 +198,16 @@ async fn tell(
     println!("pipeline : KILLED");
     blocking(&sim, |s| s.produce(2, 4)).await?;
     println!("producer : offsets 2–3 produced while the pipeline is down");
+    // The auditor tails them as they are written; waited for, so the story does not hang
+    // on the mock cluster's fetch timing. A record the auditor has not read yet is not
+    // decided when its commit falls due, only in the round after it is read: offset 3,
+    // read late, was decided a round after 2 and the gap alerted twice (2–2, then 2–3),
+    // in 1 of 3 to 10 runs.
+    let consumed = metrics.records_consumed.with_label_values(&labels);
+    until("the auditor to read offsets 2–3", cancel, || {
+        Ok((consumed.get() >= 4).then_some(()))
+    })
+    .await?;
     let (job, start) = blocking(&sim, |s| {
         let latest = s.latest()?;
         let job = s.start(KOffset::Offset(latest))?;
