@@ -1100,6 +1100,22 @@ async fn data_loss_alert_reaches_alertmanager_and_every_panel_has_data() {
         .await;
     am.ready(20).await;
     prom.ready(20).await;
+    // Rates and increases need a sample from before the incident, as a Prometheus scraping
+    // all along would have. Ready is not scraped: Prometheus offsets its first scrape by up
+    // to an interval, and a fast incident could otherwise be over before it (seen in CI:
+    // the Completeness and visibility panels empty because every counter was flat).
+    let before = format!(
+        "gap_auditor_records_confirmed_total{{topic=\"{topic}\",partition=\"1\"}} == 2"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = prom_query(prom.addr, &before).await {
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus has not scraped the steady state within 20 s ({e}):\n{}",
+            prom.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // The incident: the job dies, 3-4 arrive, it restarts "from latest" (5) and writes 5-6.
     assert_eq!(s.producer.send_all(1, &dns_lines(12..14)).await, vec![3, 4]);
