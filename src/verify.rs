@@ -114,6 +114,22 @@ impl Checker {
         self.ask(sink, tp, segs, KeyRound::Due, obs).await
     }
 
+    /// key_columns: the question [`Self::due`] would ask about `segs`, for a caller that
+    /// asks the sink ([`KeyAsk::count`], with [`Self::limits`]) and decides
+    /// ([`KeyAsk::decide`], [`KeyRound::Due`], on [`Self::book_mut`]) at times of its own.
+    /// `None` for the other strategies.
+    pub fn key_ask(&self, segs: &[Segment]) -> Option<KeyAsk> {
+        match self.how {
+            How::Keys(_) => Some(KeyAsk::new(segs)),
+            _ => None,
+        }
+    }
+
+    /// The verification knobs.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
     /// Re-checks missing segments of one partition (late arrivals). One verdict per segment.
     pub async fn recheck<V: Verifier>(
         &mut self,
@@ -329,6 +345,9 @@ pub enum KeyRound {
 /// Within a key, records are matched to rows in the order given: when a key has fewer free
 /// rows than due records, the LAST of them are declared missing (the sink cannot say which
 /// copy is absent; the verdict marks them `shared` when another record carries the key).
+///
+/// The three steps of [`KeyAsk`] in a row; `run` spaces them out (it asks the sink about
+/// one partition while it decides the one before, see `audit::round`).
 pub async fn by_keys<V: Verifier>(
     sink: &V,
     segments: &[Segment],
@@ -337,116 +356,188 @@ pub async fn by_keys<V: Verifier>(
     limits: Limits,
     obs: QueryObserver<'_>,
 ) -> Result<Vec<Verdict>, SinkError> {
-    // Distinct keys in first-seen order, each with the (segment, offset) slots carrying it,
-    // in the order given: `slots[starts[ki]..starts[ki + 1]]` (one flat array, not a vector
-    // per key: a round decides up to hundreds of thousands of keys).
-    let records: usize = segments.iter().map(|s| s.keys.len()).sum();
-    let mut index: HashMap<&Key, usize> = HashMap::default();
-    let mut keys: Vec<&Key> = Vec::new();
-    let mut key_of: Vec<usize> = Vec::with_capacity(records);
-    for s in segments {
-        for k in &s.keys {
-            let ki = *index.entry(k).or_insert_with(|| {
-                keys.push(k);
-                keys.len() - 1
-            });
-            key_of.push(ki);
-        }
-    }
-    // Freed before the queries, which hold the round for as long as the sink takes.
-    drop(index);
-    let mut starts: Vec<usize> = vec![0; keys.len() + 1];
-    for &ki in &key_of {
-        starts[ki + 1] += 1;
-    }
-    for i in 1..starts.len() {
-        starts[i] += starts[i - 1];
-    }
-    let mut slots: Vec<(usize, Offset)> = vec![(0, 0); records];
-    let mut fill = starts.clone();
-    let mut r = 0;
-    for (si, s) in segments.iter().enumerate() {
-        for i in 0..s.keys.len() {
-            let ki = key_of[r];
-            slots[fill[ki]] = (si, s.run.first + i as Offset);
-            fill[ki] += 1;
-            r += 1;
-        }
-    }
-    drop((key_of, fill));
-    // Keys are asked in sorted order: a batch of keys that lie near each other in the sink's
-    // key index costs the sink fewer page visits (+16–24 % on MariaDB against the same keys
-    // in arrival order, which for a DNS log is time order, scattered over an index that
-    // starts with client_ip). Each key's count is its own, so the order changes no verdict.
-    // (On each key's `sort_prefix` first: the same order, fewer visits to the keys.)
-    let mut order: Vec<(u128, usize)> = keys
-        .iter()
-        .enumerate()
-        .map(|(ki, k)| (k.sort_prefix(), ki))
-        .collect();
-    order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| keys[a.1].cmp(keys[b.1])));
-    let sorted: Vec<&Key> = order.iter().map(|&(_, ki)| keys[ki]).collect();
-    // Batches are counted `parallelism` at a time (the sink's pool), answers kept in batch
-    // order; nothing is decided before every batch has answered, so the verdicts cannot
-    // depend on which query came back first.
-    let batches = key_batches(&sorted, limits, sink.max_key_rows());
-    let mut asked = Vec::with_capacity(batches.len());
-    for batch in &batches {
-        asked.push(count_batch(sink, batch, obs));
-    }
-    let answers: Vec<Vec<u64>> = stream::iter(asked)
-        .buffered(sink.parallelism().max(1))
-        .try_collect()
-        .await?;
-    let mut counts: Vec<u64> = vec![0; keys.len()];
-    for (&(_, ki), rows) in order.iter().zip(answers.into_iter().flatten()) {
-        counts[ki] = rows;
-    }
-    let mut present: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];
-    let mut shared: Vec<Vec<OffsetRun>> = vec![Vec::new(); segments.len()];
-    let mut dups: Vec<u64> = vec![0; segments.len()];
-    // Every key decided in one call, in the book's own order (see `KeyBook::decide_due_all`).
-    let asks: Vec<(&Key, u64, u64)> = keys
-        .iter()
-        .enumerate()
-        .map(|(ki, &k)| (k, (starts[ki + 1] - starts[ki]) as u64, counts[ki]))
-        .collect();
-    let outcomes: Vec<(u64, u64, bool)> = match round {
-        KeyRound::Due => book
-            .decide_due_all(&asks)
-            .into_iter()
-            .map(|o| (o.confirmed, o.duplicates, o.shared))
-            .collect(),
-        KeyRound::Recheck => book
-            .recheck_all(&asks)
-            .into_iter()
-            .map(|o| (o.late, o.duplicates, false))
-            .collect(),
-    };
-    drop(asks);
-    for (ki, &(found, duplicates, is_shared)) in outcomes.iter().enumerate() {
-        let slots = &slots[starts[ki]..starts[ki + 1]];
-        for (i, &(si, o)) in slots.iter().enumerate() {
-            if (i as u64) < found {
-                present[si].push(OffsetRun::new(o, o));
-            } else if is_shared {
-                shared[si].push(OffsetRun::new(o, o));
+    let ask = KeyAsk::new(segments);
+    let counts = ask.count(sink, limits, obs).await?;
+    Ok(ask.decide(book, round, &counts))
+}
+
+/// One key question, prepared from its segments before the sink is asked: the distinct
+/// keys in first-seen order, the (segment, offset) slots carrying each in the order given,
+/// and the order the sink is asked in. Holds clones of the keys (one reference count each),
+/// so that it can outlive the segments.
+#[derive(Debug)]
+pub struct KeyAsk {
+    /// Distinct keys, first-seen order.
+    keys: Vec<Key>,
+    /// `slots[starts[ki]..starts[ki + 1]]` are key `ki`'s (one flat array, not a vector
+    /// per key: a round decides up to hundreds of thousands of keys).
+    starts: Vec<usize>,
+    slots: Vec<(usize, Offset)>,
+    /// Key indices in the order they are asked (see [`Self::new`]).
+    order: Vec<usize>,
+    /// How many segments the verdicts are for.
+    segments: usize,
+}
+
+impl KeyAsk {
+    /// The question for `segments`' keys.
+    pub fn new(segments: &[Segment]) -> Self {
+        let records: usize = segments.iter().map(|s| s.keys.len()).sum();
+        let mut index: HashMap<&Key, usize> = HashMap::default();
+        let mut keys: Vec<Key> = Vec::new();
+        let mut key_of: Vec<usize> = Vec::with_capacity(records);
+        for s in segments {
+            for k in &s.keys {
+                let ki = *index.entry(k).or_insert_with(|| {
+                    keys.push(k.clone());
+                    keys.len() - 1
+                });
+                key_of.push(ki);
             }
         }
-        if let Some(&(si, _)) = slots.first() {
-            dups[si] += duplicates;
+        // Freed before the queries, which hold the round for as long as the sink takes.
+        drop(index);
+        let mut starts: Vec<usize> = vec![0; keys.len() + 1];
+        for &ki in &key_of {
+            starts[ki + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut slots: Vec<(usize, Offset)> = vec![(0, 0); records];
+        let mut fill = starts.clone();
+        let mut r = 0;
+        for (si, s) in segments.iter().enumerate() {
+            for i in 0..s.keys.len() {
+                let ki = key_of[r];
+                slots[fill[ki]] = (si, s.run.first + i as Offset);
+                fill[ki] += 1;
+                r += 1;
+            }
+        }
+        drop((key_of, fill));
+        // Keys are asked in sorted order: a batch of keys that lie near each other in the
+        // sink's key index costs the sink fewer page visits (+16–24 % on MariaDB against the
+        // same keys in arrival order, which for a DNS log is time order, scattered over an
+        // index that starts with client_ip). Each key's count is its own, so the order
+        // changes no verdict. (On each key's `sort_prefix` first: the same order, fewer
+        // visits to the keys.)
+        let mut order: Vec<(u128, usize)> = keys
+            .iter()
+            .enumerate()
+            .map(|(ki, k)| (k.sort_prefix(), ki))
+            .collect();
+        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| keys[a.1].cmp(&keys[b.1])));
+        Self {
+            order: order.into_iter().map(|(_, ki)| ki).collect(),
+            keys,
+            starts,
+            slots,
+            segments: segments.len(),
         }
     }
-    Ok(present
-        .into_iter()
-        .zip(dups)
-        .zip(shared)
-        .map(|((p, d), sh)| Verdict::Known {
-            present: runs::normalize(p),
-            duplicate_rows: d,
-            shared_keys: runs::normalize(sh),
-        })
-        .collect())
+
+    /// How many distinct keys it asks about.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// How many segments its verdicts are for.
+    pub fn segments(&self) -> usize {
+        self.segments
+    }
+
+    /// Whether it asks about no key.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The sink's row count of every key, in first-seen order. Batches are counted
+    /// `parallelism` at a time (the sink's pool), answers kept in batch order; nothing is
+    /// decided here, so the verdicts cannot depend on which query came back first.
+    pub async fn count<V: Verifier>(
+        &self,
+        sink: &V,
+        limits: Limits,
+        obs: QueryObserver<'_>,
+    ) -> Result<Vec<u64>, SinkError> {
+        let sorted: Vec<&Key> = self.order.iter().map(|&ki| &self.keys[ki]).collect();
+        let batches = key_batches(&sorted, limits, sink.max_key_rows());
+        let mut asked = Vec::with_capacity(batches.len());
+        for batch in &batches {
+            asked.push(count_batch(sink, batch, obs));
+        }
+        let answers: Vec<Vec<u64>> = stream::iter(asked)
+            .buffered(sink.parallelism().max(1))
+            .try_collect()
+            .await?;
+        let mut counts: Vec<u64> = vec![0; self.keys.len()];
+        for (&ki, rows) in self.order.iter().zip(answers.into_iter().flatten()) {
+            counts[ki] = rows;
+        }
+        Ok(counts)
+    }
+
+    /// Decides every key with its row count (`counts`, from [`Self::count`]) in one call,
+    /// in the book's own order (see [`KeyBook::decide_due_all`]), and updates the book.
+    /// One verdict per segment.
+    ///
+    /// Counts of another question (a length that does not match) decide nothing: every
+    /// verdict is Unknown and the book is unchanged.
+    pub fn decide(&self, book: &mut KeyBook, round: KeyRound, counts: &[u64]) -> Vec<Verdict> {
+        if counts.len() != self.keys.len() {
+            debug_assert!(false, "{} counts for {} keys", counts.len(), self.keys.len());
+            return vec![Verdict::Unknown; self.segments];
+        }
+        let mut present: Vec<Vec<OffsetRun>> = vec![Vec::new(); self.segments];
+        let mut shared: Vec<Vec<OffsetRun>> = vec![Vec::new(); self.segments];
+        let mut dups: Vec<u64> = vec![0; self.segments];
+        let asks: Vec<(&Key, u64, u64)> = self
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(ki, k)| {
+                let records = (self.starts[ki + 1] - self.starts[ki]) as u64;
+                (k, records, counts[ki])
+            })
+            .collect();
+        let outcomes: Vec<(u64, u64, bool)> = match round {
+            KeyRound::Due => book
+                .decide_due_all(&asks)
+                .into_iter()
+                .map(|o| (o.confirmed, o.duplicates, o.shared))
+                .collect(),
+            KeyRound::Recheck => book
+                .recheck_all(&asks)
+                .into_iter()
+                .map(|o| (o.late, o.duplicates, false))
+                .collect(),
+        };
+        drop(asks);
+        for (ki, &(found, duplicates, is_shared)) in outcomes.iter().enumerate() {
+            let slots = &self.slots[self.starts[ki]..self.starts[ki + 1]];
+            for (i, &(si, o)) in slots.iter().enumerate() {
+                if (i as u64) < found {
+                    present[si].push(OffsetRun::new(o, o));
+                } else if is_shared {
+                    shared[si].push(OffsetRun::new(o, o));
+                }
+            }
+            if let Some(&(si, _)) = slots.first() {
+                dups[si] += duplicates;
+            }
+        }
+        present
+            .into_iter()
+            .zip(dups)
+            .zip(shared)
+            .map(|((p, d), sh)| Verdict::Known {
+                present: runs::normalize(p),
+                duplicate_rows: d,
+                shared_keys: runs::normalize(sh),
+            })
+            .collect()
+    }
 }
 
 /// Row counts of one key batch, checked to be one per key.

@@ -1,6 +1,6 @@
 //! The one way the audit loop runs a blocking call (SQLite, rdkafka lookups): on tokio's
 //! blocking pool, with a panic in the call turned into an error like any other, so each
-//! caller matches two outcomes, not three.
+//! caller matches two outcomes, not three. And [`overlap`]: CPU work beside a future.
 
 use std::fmt::Display;
 use tokio::task::JoinError;
@@ -27,6 +27,39 @@ where
         Ok(r) => r.map_err(BlockingError::Failed),
         Err(e) => Err(BlockingError::Panicked(e)),
     }
+}
+
+/// Runs `cpu` on a thread of its own while `io` is driven on this one, and returns both
+/// results: CPU-bound work (deciding verdicts) done while the sink answers the next
+/// question. Only on a multi-thread runtime, which can leave this worker to block; on
+/// another (the unit tests' current-thread one) `cpu`, then `io`. A panic in `cpu` goes on
+/// in the caller, as it would have inline.
+pub async fn overlap<A, B>(cpu: impl FnOnce() -> A + Send, io: impl Future<Output = B>) -> (A, B)
+where
+    A: Send,
+{
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let handle = Handle::current();
+    if handle.runtime_flavor() != RuntimeFlavor::MultiThread {
+        let a = cpu();
+        return (a, io.await);
+    }
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|s| {
+            let worker = s.spawn(cpu);
+            let b = handle.block_on(io);
+            let a = worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (a, b)
+        })
+    })
+}
+
+/// Whether [`overlap`] runs its two parts at once here.
+pub fn overlaps() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 #[cfg(test)]

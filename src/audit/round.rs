@@ -6,7 +6,39 @@ use crate::config::MatchStrategy;
 use crate::gap::TopicPartition;
 use crate::ledger::{Applied, Segment, Verdict};
 use crate::sink::{SinkError, Verifier};
+use crate::verify::{KeyAsk, KeyRound};
 use std::time::Duration;
+
+/// Due keys of a partition below which its decision runs inline rather than beside the
+/// next partition's queries: a thread costs tens of microseconds, a small decision less.
+/// (One in unit tests, so that their few keys take the overlapped path.)
+const OVERLAP_MIN_KEYS: usize = if cfg!(test) { 1 } else { 4_096 };
+
+/// What a round's partitions share when their due records are taken.
+struct DueRule {
+    now: i64,
+    grace: i64,
+    give_up: i64,
+    limit: u64,
+    hold: bool,
+    time_rule: bool,
+    keyed_book: bool,
+}
+
+/// A partition whose due records were taken during the one before it, with its key
+/// question and, when it was asked then, the answer.
+struct Ahead {
+    tp: TopicPartition,
+    segs: Vec<Segment>,
+    full: bool,
+    asked: Option<Asked>,
+}
+
+/// A key question, and its answer if the sink was asked already.
+struct Asked {
+    ask: KeyAsk,
+    answer: Option<Result<Vec<u64>, SinkError>>,
+}
 
 impl<V: Verifier> Audit<V> {
     /// One verify round.
@@ -49,40 +81,44 @@ impl<V: Verifier> Audit<V> {
             failure = Some(e);
         }
         let budget = self.checker.recheck_budget();
-        for tp in &tps {
+        let rule = DueRule {
+            now,
+            grace,
+            give_up,
+            limit,
+            hold,
+            time_rule,
+            keyed_book,
+        };
+        // key_columns: the sink is asked about the next partition's due keys while this
+        // one's are decided (see `due_keys`).
+        let overlapping = keyed_book && super::blocking::overlaps();
+        let mut ahead: Option<Ahead> = None;
+        for (i, tp) in tps.iter().enumerate() {
             if self.cancel.is_cancelled() || tripped {
                 break;
             }
             // Whether this partition's due records hit the round's limit (a backlog).
-            let mut full = false;
-            let segs = match self.parts.get_mut(tp) {
-                Some(p) => {
-                    // Set every round, so no ledger (new, restored, reset) can miss it.
-                    p.ledger.pipeline.set_time_rule(time_rule);
-                    p.ledger.track_confirmations(keyed_book);
-                    p.ledger.give_up(now, give_up);
-                    // Given-up records hold no claim on their keys' rows any more.
-                    if let Some(book) = self.checker.book_mut() {
-                        for k in p.ledger.take_released_keys() {
-                            book.forget_missing(&k);
-                        }
-                    }
-                    if hold {
-                        Vec::new()
-                    } else {
-                        let due = p.ledger.due(now, grace, limit);
-                        let n: u64 = due.iter().map(|s| s.run.len()).sum();
-                        full = n >= limit;
-                        due
-                    }
-                }
-                None => continue,
+            let (segs, full, asked) = match ahead.take() {
+                Some(a) if &a.tp == tp => (a.segs, a.full, a.asked),
+                _ => match self.due_of(tp, &rule) {
+                    Some((segs, full)) => (segs, full, None),
+                    None => continue,
+                },
             };
             let mut applied = Applied::default();
             let mut failed_here = false;
             if !segs.is_empty() {
                 queried = true;
-                match self.verify(tp, &segs, false).await {
+                let verdicts = if overlapping {
+                    let next = tps.get(i + 1);
+                    let (v, next) = self.due_keys(tp, &segs, asked, next, &rule).await;
+                    ahead = next;
+                    v
+                } else {
+                    self.verify(tp, &segs, false).await
+                };
+                match verdicts {
                     Ok(v) => {
                         let decided_at = self.clock.now_ms();
                         if let Some(part) = self.parts.get_mut(tp) {
@@ -101,7 +137,16 @@ impl<V: Verifier> Audit<V> {
             }
             // Late arrivals, after the due verdicts (which may have grown the missing span).
             if !failed_here {
-                match self.recheck(tp, budget).await {
+                let r = self.recheck(tp, budget).await;
+                // Rows counted for the next partition before this re-check counted some
+                // again are older than its answers: applied after them, an older count
+                // could take a row back from a late arrival. They are asked again.
+                if !matches!(r, Ok(None))
+                    && let Some(asked) = ahead.as_mut().and_then(|a| a.asked.as_mut())
+                {
+                    asked.answer = None;
+                }
+                match r {
                     Ok(Some(a)) => {
                         queried = true;
                         applied = applied.merge(a);
@@ -168,6 +213,133 @@ impl<V: Verifier> Audit<V> {
             verified_ms,
             "verify round finished"
         );
+    }
+
+    /// One partition's round preamble and its due records (`None`: not assigned). Set
+    /// every round, so no ledger (new, restored, reset) can miss them: the due rule's mode
+    /// and whether confirmations are tracked; records past `give_up_after` given up, their
+    /// keys' claims released.
+    fn due_of(&mut self, tp: &TopicPartition, rule: &DueRule) -> Option<(Vec<Segment>, bool)> {
+        let p = self.parts.get_mut(tp)?;
+        p.ledger.pipeline.set_time_rule(rule.time_rule);
+        p.ledger.track_confirmations(rule.keyed_book);
+        p.ledger.give_up(rule.now, rule.give_up);
+        // Given-up records hold no claim on their keys' rows any more.
+        if let Some(book) = self.checker.book_mut() {
+            for k in p.ledger.take_released_keys() {
+                book.forget_missing(&k);
+            }
+        }
+        if rule.hold {
+            return Some((Vec::new(), false));
+        }
+        let due = p.ledger.due(rule.now, rule.grace, rule.limit);
+        let n: u64 = due.iter().map(|s| s.run.len()).sum();
+        Some((due, n >= rule.limit))
+    }
+
+    /// key_columns due verdicts of `tp`, decided while the sink is asked about the next
+    /// partition's due keys (`next`): returned for that partition's turn, with its answer.
+    /// `asked`: this partition's question, and its answer if it was asked ahead.
+    ///
+    /// Counts are applied in the order they were taken (this partition's, then the next's),
+    /// as one after the other would; only the rows the next partition's keys found are
+    /// older, by one decision, which the due rule allows (a record is due once `grace` has
+    /// passed; any count after that is a fair answer). The caller drops that answer when a
+    /// re-check asks the sink in between.
+    async fn due_keys(
+        &mut self,
+        tp: &TopicPartition,
+        segs: &[Segment],
+        asked: Option<Asked>,
+        next: Option<&TopicPartition>,
+        rule: &DueRule,
+    ) -> (Result<Vec<Verdict>, SinkError>, Option<Ahead>) {
+        let (ask, answer) = match asked {
+            Some(a) => (a.ask, a.answer),
+            None => match self.checker.key_ask(segs) {
+                Some(ask) => (ask, None),
+                // Not key_columns: one question, decided at once.
+                None => return (self.verify(tp, segs, false).await, None),
+            },
+        };
+        let counts = match answer {
+            Some(counts) => counts,
+            None => self.count_keys(&ask).await,
+        };
+        let counts = match counts {
+            Ok(counts) => counts,
+            Err(e) => return (Err(e), None),
+        };
+        // A small decision is not worth a thread; the next partition is asked in its turn.
+        let next = match next {
+            Some(next) if ask.len() >= OVERLAP_MIN_KEYS && !self.cancel.is_cancelled() => next,
+            _ => return (Ok(self.decide_keys(&ask, &counts)), None),
+        };
+        let Some((next_segs, full)) = self.due_of(next, rule) else {
+            return (Ok(self.decide_keys(&ask, &counts)), None);
+        };
+        let next_ask = self.checker.key_ask(&next_segs).filter(|a| !a.is_empty());
+        let Some(next_ask) = next_ask else {
+            let verdicts = self.decide_keys(&ask, &counts);
+            let ahead = Ahead {
+                tp: next.clone(),
+                segs: next_segs,
+                full,
+                asked: None,
+            };
+            return (Ok(verdicts), Some(ahead));
+        };
+        let limits = self.checker.limits();
+        let metrics = &self.metrics;
+        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
+        let cancel = self.cancel.clone();
+        let sink = &self.sink;
+        let count_next = async {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+                r = next_ask.count(sink, limits, &obs) => r,
+            }
+        };
+        let Some(book) = self.checker.book_mut() else {
+            return (Ok(vec![Verdict::Unknown; segs.len()]), None);
+        };
+        let (verdicts, next_answer) = super::blocking::overlap(
+            || ask.decide(book, KeyRound::Due, &counts),
+            count_next,
+        )
+        .await;
+        let ahead = Ahead {
+            tp: next.clone(),
+            segs: next_segs,
+            full,
+            asked: Some(Asked {
+                ask: next_ask,
+                answer: Some(next_answer),
+            }),
+        };
+        (Ok(verdicts), Some(ahead))
+    }
+
+    /// The sink's row count of each of `ask`'s keys; cut short by shutdown.
+    async fn count_keys(&self, ask: &KeyAsk) -> Result<Vec<u64>, SinkError> {
+        let limits = self.checker.limits();
+        let metrics = &self.metrics;
+        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = ask.count(&self.sink, limits, &obs) => r,
+        }
+    }
+
+    /// `ask`'s due verdicts from `counts`, into the key book.
+    fn decide_keys(&mut self, ask: &KeyAsk, counts: &[u64]) -> Vec<Verdict> {
+        match self.checker.book_mut() {
+            Some(book) => ask.decide(book, KeyRound::Due, counts),
+            None => vec![Verdict::Unknown; ask.segments()],
+        }
     }
 
     /// Re-checks one partition's missing records within the round's budget

@@ -22,6 +22,10 @@ pub struct MemorySink {
     table: Mutex<Table>,
     down: AtomicBool,
     queries: AtomicU64,
+    /// Rows to add just before the query of this number is answered (see
+    /// [`MemorySink::land_before_query`]).
+    #[cfg(test)]
+    landings: Mutex<Vec<(u64, Key, u64)>>,
 }
 
 impl MemorySink {
@@ -66,8 +70,28 @@ impl MemorySink {
         t.offsets.values().sum()
     }
 
+    /// Test hook: `rows` rows of `key` land just before the sink answers its query number
+    /// `n` (counted from 1 over its life, [`Self::queries`] + 1 is the next): rows that
+    /// arrive while a round is under way, between two of its questions.
+    #[cfg(test)]
+    pub fn land_before_query(&self, n: u64, key: &Key, rows: u64) {
+        let mut l = self.landings.lock().unwrap_or_else(|e| e.into_inner());
+        l.push((n, key.clone(), rows));
+    }
+
     fn check(&self) -> Result<(), SinkError> {
-        self.queries.fetch_add(1, Ordering::Relaxed);
+        let _n = self.queries.fetch_add(1, Ordering::Relaxed) + 1;
+        #[cfg(test)]
+        {
+            let mut l = self.landings.lock().unwrap_or_else(|e| e.into_inner());
+            let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+            l.retain(|(at, key, rows)| {
+                if *at == _n {
+                    *t.keys.entry(key.clone()).or_default() += rows;
+                }
+                *at != _n
+            });
+        }
         if self.down.load(Ordering::SeqCst) {
             Err(SinkError::Unavailable("simulated outage".into()))
         } else {

@@ -93,6 +93,16 @@ pub struct Harness {
 
 /// An offset_columns audit of topic `t`; `extra` adds keys to its `[[audits]]` table.
 pub fn harness(extra: &str) -> Harness {
+    harness_matching(extra, r#"strategy = "offset_columns""#)
+}
+
+/// A key_columns audit of topic `t` on its one field `x` (keys: [`keyed`]); `extra` adds
+/// keys to its `[[audits]]` table.
+pub fn keyed_harness(extra: &str) -> Harness {
+    harness_matching(extra, "strategy = \"key_columns\"\nkey = [\"x\"]")
+}
+
+fn harness_matching(extra: &str, matching: &str) -> Harness {
     let toml = format!(
         r#"
 [kafka]
@@ -106,7 +116,7 @@ grace = "{}s"
 format = "csv"
 fields = ["x"]
 [audits.match]
-strategy = "offset_columns"
+{matching}
 [audits.sink]
 kind = "mysql"
 url = "mysql://u@h:3306/db"

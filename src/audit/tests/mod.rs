@@ -5,4 +5,5 @@ mod harness;
 mod held_release;
 mod persist;
 mod revocation;
+mod overlap;
 mod round;
