@@ -486,7 +486,12 @@ impl KeyAsk {
     /// verdict is Unknown and the book is unchanged.
     pub fn decide(&self, book: &mut KeyBook, round: KeyRound, counts: &[u64]) -> Vec<Verdict> {
         if counts.len() != self.keys.len() {
-            debug_assert!(false, "{} counts for {} keys", counts.len(), self.keys.len());
+            debug_assert!(
+                false,
+                "{} counts for {} keys",
+                counts.len(),
+                self.keys.len()
+            );
             return vec![Verdict::Unknown; self.segments];
         }
         let mut present: Vec<Vec<OffsetRun>> = vec![Vec::new(); self.segments];

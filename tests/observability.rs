@@ -1104,9 +1104,8 @@ async fn data_loss_alert_reaches_alertmanager_and_every_panel_has_data() {
     // all along would have. Ready is not scraped: Prometheus offsets its first scrape by up
     // to an interval, and a fast incident could otherwise be over before it (seen in CI:
     // the Completeness and visibility panels empty because every counter was flat).
-    let before = format!(
-        "gap_auditor_records_confirmed_total{{topic=\"{topic}\",partition=\"1\"}} == 2"
-    );
+    let before =
+        format!("gap_auditor_records_confirmed_total{{topic=\"{topic}\",partition=\"1\"}} == 2");
     let deadline = Instant::now() + Duration::from_secs(20);
     while let Err(e) = prom_query(prom.addr, &before).await {
         assert!(

@@ -305,11 +305,8 @@ impl<V: Verifier> Audit<V> {
         let Some(book) = self.checker.book_mut() else {
             return (Ok(vec![Verdict::Unknown; segs.len()]), None);
         };
-        let (verdicts, next_answer) = super::blocking::overlap(
-            || ask.decide(book, KeyRound::Due, &counts),
-            count_next,
-        )
-        .await;
+        let (verdicts, next_answer) =
+            super::blocking::overlap(|| ask.decide(book, KeyRound::Due, &counts), count_next).await;
         let ahead = Ahead {
             tp: next.clone(),
             segs: next_segs,

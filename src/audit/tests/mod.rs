@@ -3,7 +3,7 @@
 mod counting;
 mod harness;
 mod held_release;
+mod overlap;
 mod persist;
 mod revocation;
-mod overlap;
 mod round;

@@ -87,8 +87,7 @@ fn run(rt: &tokio::runtime::Runtime, scenario: &Scenario) -> Outcome {
             for p in 0..PARTITIONS {
                 let keys = &scenario.reads[round][p as usize];
                 let ks: Vec<&str> = keys.iter().map(String::as_str).collect();
-                h.audit
-                    .ingest(keyed(p, next[p as usize], &ks));
+                h.audit.ingest(keyed(p, next[p as usize], &ks));
                 next[p as usize] += keys.len() as Offset;
             }
             h.clock.advance(GRACE_MS + 1);
