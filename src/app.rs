@@ -52,6 +52,10 @@ pub async fn run_with(
     listener: tokio::net::TcpListener,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
+    // Rounds commit to the store and go on; the WAL is copied into the file beside them.
+    store
+        .checkpoint_in_background()
+        .context("starting the gap store's checkpoint thread")?;
     for a in &config.audits {
         metrics.set_audit_info(
             &a.name,

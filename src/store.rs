@@ -28,10 +28,11 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 mod acks;
+mod checkpoint;
 mod gaps;
 mod items;
 mod key_chunk;
@@ -105,6 +106,14 @@ pub enum StoreError {
         found: i32,
         /// Highest version this binary understands.
         supported: i32,
+    },
+    /// The thread that checkpoints the WAL could not be started.
+    #[error("gap store {path}: cannot start the checkpoint thread: {source}")]
+    CheckpointThread {
+        /// The database file.
+        path: PathBuf,
+        /// Why the thread did not start.
+        source: std::io::Error,
     },
     /// SQLite refused WAL mode (e.g. the directory is on a network filesystem without
     /// shared-memory support); without it the CLI and the daemon would block each other.
@@ -212,6 +221,8 @@ impl Default for GapFilter {
 pub struct Store {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// Set by [`Store::checkpoint_in_background`] (the daemon).
+    checkpointer: OnceLock<checkpoint::Checkpointer>,
 }
 
 impl std::fmt::Debug for Store {
@@ -283,7 +294,39 @@ impl Store {
         Ok(Store {
             conn: Mutex::new(conn),
             path,
+            checkpointer: OnceLock::new(),
         })
+    }
+
+    /// From now on this connection does not checkpoint the WAL itself: a thread with a
+    /// connection of its own does, after every round committed
+    /// ([`Self::commit_round_with_keys`]), so that rounds do not wait for it (see
+    /// checkpoint.rs). For the daemon; short-lived commands keep SQLite's automatic
+    /// checkpoint. Calling it again changes nothing.
+    pub fn checkpoint_in_background(&self) -> Result<(), StoreError> {
+        if self.checkpointer.get().is_some() {
+            return Ok(());
+        }
+        let c = checkpoint::Checkpointer::start(&self.path)?;
+        self.lock()
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(self.sq("set wal_autocheckpoint=0".into()))?;
+        let _ = self.checkpointer.set(c);
+        Ok(())
+    }
+
+    /// Background checkpoints that copied the whole WAL so far (`None`: SQLite's own).
+    pub fn checkpoints_complete(&self) -> Option<u64> {
+        self.checkpointer
+            .get()
+            .map(checkpoint::Checkpointer::complete)
+    }
+
+    /// After a round's commit: a checkpoint soon, if one runs in the background.
+    fn checkpoint_soon(&self) {
+        if let Some(c) = self.checkpointer.get() {
+            c.request();
+        }
     }
 
     /// Path of the database file.

@@ -145,7 +145,10 @@ impl Store {
                 .map_err(self.sq(format!("write the key book of audit {audit}")))?;
         }
         tx.commit()
-            .map_err(self.sq(format!("commit round of audit {audit}")))
+            .map_err(self.sq(format!("commit round of audit {audit}")))?;
+        drop(conn);
+        self.checkpoint_soon();
+        Ok(())
     }
 
     /// Progress rows of one audit, ordered by topic and partition.

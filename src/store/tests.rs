@@ -926,3 +926,91 @@ fn a_bad_key_chunk_is_an_error_naming_audit_and_chunk() {
 }
 
 mod key_log_props;
+
+mod checkpoints {
+    use super::*;
+    use std::time::Instant;
+
+    /// Rounds of `claims` new 40-byte keys each, numbered from `first`.
+    fn round(store: &Store, first: usize, claims: usize) {
+        let keys: Vec<(Vec<u8>, u64)> = (first..first + claims)
+            .map(|i| (format!("{i:040}").into_bytes(), 1))
+            .collect();
+        store
+            .commit_round_with_keys("au", &[], &[], KeyClaims::Changes(&keys))
+            .unwrap();
+    }
+
+    fn wal_bytes(dir: &Path) -> u64 {
+        std::fs::metadata(dir.join(format!("{DB_FILE}-wal")))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    }
+
+    /// Waits until the background checkpoints passed `n`.
+    fn checkpointed_past(store: &Store, n: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let done = store
+                .checkpoints_complete()
+                .expect("background checkpoints");
+            if done > n {
+                return done;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no complete checkpoint within 20 s of a round's commit"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The daemon's connection leaves checkpoints to the thread, which runs one after each
+    /// round: the WAL starts over instead of holding every round (each ~1 MB here), and
+    /// every claim is in the file, read by another connection.
+    #[test]
+    fn rounds_are_checkpointed_beside_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.checkpoints_complete(), None);
+        store.checkpoint_in_background().unwrap();
+        store.checkpoint_in_background().unwrap();
+        let auto: i64 = store
+            .lock()
+            .pragma_query_value(None, "wal_autocheckpoint", |r| r.get(0))
+            .unwrap();
+        assert_eq!(auto, 0, "the writer must not checkpoint in its commits");
+        const ROUNDS: usize = 20;
+        const CLAIMS: usize = 20_000;
+        let mut done = 0;
+        let mut largest = 0;
+        for r in 0..ROUNDS {
+            round(&store, r * CLAIMS, CLAIMS);
+            largest = largest.max(wal_bytes(dir.path()));
+            done = checkpointed_past(&store, done);
+        }
+        // One round's frames is ~1 MB; without the thread the WAL would hold all 20.
+        let one_round = (CLAIMS * 42) as u64;
+        assert!(
+            largest < 4 * one_round,
+            "the WAL grew to {largest} bytes, {:.1} rounds' worth",
+            largest as f64 / one_round as f64
+        );
+        let other = Store::open(dir.path()).unwrap();
+        assert_eq!(other.load_key_book("au").unwrap().len(), ROUNDS * CLAIMS);
+    }
+
+    /// Without the thread (commands, tests), SQLite's automatic checkpoint stays.
+    #[test]
+    fn a_store_without_the_thread_checkpoints_as_sqlite_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let auto: i64 = store
+            .lock()
+            .pragma_query_value(None, "wal_autocheckpoint", |r| r.get(0))
+            .unwrap();
+        assert_eq!(auto, 1000, "SQLite's default");
+        round(&store, 0, 1000);
+        assert_eq!(store.checkpoints_complete(), None);
+    }
+}
