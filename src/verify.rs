@@ -172,6 +172,21 @@ impl Checker {
         budget: RecheckBudget,
         obs: QueryObserver<'_>,
     ) -> Result<Option<Applied>, SinkError> {
+        self.recheck_ledger_noting(sink, tp, ledger, budget, obs, &mut Vec::new())
+            .await
+    }
+
+    /// [`Self::recheck_ledger`], also noting in `asked_keys` the keys whose rows it asked
+    /// the sink to count (key_columns; the records' keys, once per record).
+    pub async fn recheck_ledger_noting<V: Verifier>(
+        &mut self,
+        sink: &V,
+        tp: &TopicPartition,
+        ledger: &mut PartitionLedger,
+        budget: RecheckBudget,
+        obs: QueryObserver<'_>,
+        asked_keys: &mut Vec<Key>,
+    ) -> Result<Option<Applied>, SinkError> {
         let mut asked = false;
         if self.probes() && !ledger.look_in_progress() {
             let Some(probe) = ledger.probe() else {
@@ -188,6 +203,9 @@ impl Checker {
             Vec::new()
         } else {
             asked = true;
+            if matches!(self.how, How::Keys(_)) {
+                asked_keys.extend(checks.iter().flat_map(|s| s.keys.iter().cloned()));
+            }
             self.recheck(sink, tp, &checks, obs).await?
         };
         // Applied even when empty: it moves the rotation on (and may complete a look).
@@ -462,20 +480,44 @@ impl KeyAsk {
         obs: QueryObserver<'_>,
     ) -> Result<Vec<u64>, SinkError> {
         let sorted: Vec<&Key> = self.order.iter().map(|&ki| &self.keys[ki]).collect();
-        let batches = key_batches(&sorted, limits, sink.max_key_rows());
-        let mut asked = Vec::with_capacity(batches.len());
-        for batch in &batches {
-            asked.push(count_batch(sink, batch, obs));
-        }
-        let answers: Vec<Vec<u64>> = stream::iter(asked)
-            .buffered(sink.parallelism().max(1))
-            .try_collect()
-            .await?;
+        let answers = count_sorted(sink, &sorted, limits, obs).await?;
         let mut counts: Vec<u64> = vec![0; self.keys.len()];
-        for (&ki, rows) in self.order.iter().zip(answers.into_iter().flatten()) {
+        for (&ki, rows) in self.order.iter().zip(answers) {
             counts[ki] = rows;
         }
         Ok(counts)
+    }
+
+    /// Counts again, into `counts` (from [`Self::count`]), the rows of those of its keys
+    /// that are among `keys`: their answers are then newer than any count of them applied
+    /// so far. Returns how many keys were counted again; on error `counts` is unchanged.
+    pub async fn recount<V: Verifier>(
+        &self,
+        counts: &mut [u64],
+        keys: &[Key],
+        sink: &V,
+        limits: Limits,
+        obs: QueryObserver<'_>,
+    ) -> Result<usize, SinkError> {
+        if keys.is_empty() || counts.len() != self.keys.len() {
+            return Ok(0);
+        }
+        let wanted: foldhash::HashSet<&Key> = keys.iter().collect();
+        let again: Vec<usize> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&ki| wanted.contains(&self.keys[ki]))
+            .collect();
+        if again.is_empty() {
+            return Ok(0);
+        }
+        let sorted: Vec<&Key> = again.iter().map(|&ki| &self.keys[ki]).collect();
+        let answers = count_sorted(sink, &sorted, limits, obs).await?;
+        for (&ki, rows) in again.iter().zip(answers) {
+            counts[ki] = rows;
+        }
+        Ok(again.len())
     }
 
     /// Decides every key with its row count (`counts`, from [`Self::count`]) in one call,
@@ -543,6 +585,26 @@ impl KeyAsk {
             })
             .collect()
     }
+}
+
+/// Row counts of distinct `sorted` keys, in their order: batches counted `parallelism` at a
+/// time (the sink's pool), answers kept in batch order.
+async fn count_sorted<V: Verifier>(
+    sink: &V,
+    sorted: &[&Key],
+    limits: Limits,
+    obs: QueryObserver<'_>,
+) -> Result<Vec<u64>, SinkError> {
+    let batches = key_batches(sorted, limits, sink.max_key_rows());
+    let mut asked = Vec::with_capacity(batches.len());
+    for batch in &batches {
+        asked.push(count_batch(sink, batch, obs));
+    }
+    let answers: Vec<Vec<u64>> = stream::iter(asked)
+        .buffered(sink.parallelism().max(1))
+        .try_collect()
+        .await?;
+    Ok(answers.into_iter().flatten().collect())
 }
 
 /// Row counts of one key batch, checked to be one per key.

@@ -32,11 +32,13 @@ where
 /// Runs `cpu` on a thread of its own while `io` is driven on this one, and returns both
 /// results: CPU-bound work (deciding verdicts) done while the sink answers the next
 /// question. Only on a multi-thread runtime, which can leave this worker to block; on
-/// another (the unit tests' current-thread one) `cpu`, then `io`. A panic in `cpu` goes on
-/// in the caller, as it would have inline.
-pub async fn overlap<A, B>(cpu: impl FnOnce() -> A + Send, io: impl Future<Output = B>) -> (A, B)
+/// another (the unit tests' current-thread one), or when the system refuses a thread (a
+/// container's pids limit), `cpu`, then `io`. A panic in `cpu` goes on in the caller, as
+/// it would have inline.
+pub async fn overlap<A, B, C>(cpu: C, io: impl Future<Output = B>) -> (A, B)
 where
     A: Send,
+    C: FnOnce() -> A + Send,
 {
     use tokio::runtime::{Handle, RuntimeFlavor};
     let handle = Handle::current();
@@ -44,14 +46,34 @@ where
         let a = cpu();
         return (a, io.await);
     }
+    // Taken by the thread, or here if there is none.
+    let cpu = std::sync::Mutex::new(Some(cpu));
+    let take = || cpu.lock().ok().and_then(|mut c| c.take());
     tokio::task::block_in_place(|| {
         std::thread::scope(|s| {
-            let worker = s.spawn(cpu);
+            let worker = std::thread::Builder::new()
+                .name("decide".into())
+                .spawn_scoped(s, || take().map(|f| f()));
+            let worker = match worker {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no thread for the decision: deciding first");
+                    None
+                }
+            };
+            let inline = match worker {
+                Some(_) => None,
+                None => take().map(|f| f()),
+            };
             let b = handle.block_on(io);
-            let a = worker
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            (a, b)
+            let a = match worker {
+                Some(w) => w
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                None => inline,
+            };
+            // Some either way: the closure is taken exactly once, by the thread or here.
+            (a.expect("the decision ran"), b)
         })
     })
 }

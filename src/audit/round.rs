@@ -137,14 +137,15 @@ impl<V: Verifier> Audit<V> {
             }
             // Late arrivals, after the due verdicts (which may have grown the missing span).
             if !failed_here {
-                let r = self.recheck(tp, budget).await;
-                // Rows counted for the next partition before this re-check counted some
-                // again are older than its answers: applied after them, an older count
-                // could take a row back from a late arrival. They are asked again.
-                if !matches!(r, Ok(None))
-                    && let Some(asked) = ahead.as_mut().and_then(|a| a.asked.as_mut())
-                {
-                    asked.answer = None;
+                let mut rechecked = Vec::new();
+                let r = self.recheck(tp, budget, &mut rechecked).await;
+                if let Some(asked) = ahead.as_mut().and_then(|a| a.asked.as_mut()) {
+                    match &r {
+                        Ok(None) => {}
+                        Ok(Some(_)) => self.count_again(asked, &rechecked).await,
+                        // Asked again in its turn.
+                        Err(_) => asked.answer = None,
+                    }
                 }
                 match r {
                     Ok(Some(a)) => {
@@ -245,8 +246,15 @@ impl<V: Verifier> Audit<V> {
     /// Counts are applied in the order they were taken (this partition's, then the next's),
     /// as one after the other would; only the rows the next partition's keys found are
     /// older, by one decision, which the due rule allows (a record is due once `grace` has
-    /// passed; any count after that is a fair answer). The caller drops that answer when a
-    /// re-check asks the sink in between.
+    /// passed; any count after that is a fair answer). When a re-check asks the sink in
+    /// between, the caller counts its keys again ([`Self::count_again`]).
+    ///
+    /// The next partition's preamble ([`Self::due_of`]) runs before this decision, not after
+    /// it: a record of the next partition given up this round stops holding its key's
+    /// claim before this partition's records with the key are decided. That can only change
+    /// whether a shortfall is marked shared or when a duplicate row is charged, never which
+    /// records are confirmed or missing (a due decision uses rows − confirmed alone); one
+    /// partition after another is just as order-dependent there.
     async fn due_keys(
         &mut self,
         tp: &TopicPartition,
@@ -339,12 +347,38 @@ impl<V: Verifier> Audit<V> {
         }
     }
 
+    /// After a re-check counted `rechecked` keys: the next partition's answer, counted
+    /// before it, holds older counts of those keys than the re-check applied. Applied after
+    /// it, an older count could take back the row a late arrival was given and declare the
+    /// next partition's record with the key missing: those keys are counted again (only
+    /// they: in an incident every partition re-checks, and counting every next question
+    /// twice would double the sink's load when it can least afford it). A failure stands
+    /// as the next partition's answer.
+    async fn count_again(&self, asked: &mut Asked, rechecked: &[crate::record::Key]) {
+        let Some(Ok(counts)) = asked.answer.as_mut() else {
+            return;
+        };
+        let limits = self.checker.limits();
+        let metrics = &self.metrics;
+        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
+        let again = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = asked.ask.recount(counts, rechecked, &self.sink, limits, &obs) => r,
+        };
+        if let Err(e) = again {
+            asked.answer = Some(Err(e));
+        }
+    }
+
     /// Re-checks one partition's missing records within the round's budget
-    /// ([`Checker::recheck_ledger`]). `None`: the sink was not asked.
+    /// ([`Checker::recheck_ledger`]); the keys it counted go to `rechecked`. `None`: the
+    /// sink was not asked.
     pub(super) async fn recheck(
         &mut self,
         tp: &TopicPartition,
         budget: crate::ledger::RecheckBudget,
+        rechecked: &mut Vec<crate::record::Key>,
     ) -> Result<Option<Applied>, SinkError> {
         let Some(part) = self.parts.get_mut(tp) else {
             return Ok(None);
@@ -356,7 +390,9 @@ impl<V: Verifier> Audit<V> {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = self.checker.recheck_ledger(&self.sink, tp, &mut part.ledger, budget, &obs) => r,
+            r = self.checker.recheck_ledger_noting(
+                &self.sink, tp, &mut part.ledger, budget, &obs, rechecked,
+            ) => r,
         }
     }
 
