@@ -28,6 +28,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -223,6 +224,8 @@ pub struct Store {
     path: PathBuf,
     /// Set by [`Store::checkpoint_in_background`] (the daemon).
     checkpointer: OnceLock<checkpoint::Checkpointer>,
+    /// Set once the checkpoint thread was found stopped (see `checkpoint_soon`).
+    checkpoint_fallback: AtomicBool,
 }
 
 impl std::fmt::Debug for Store {
@@ -295,6 +298,7 @@ impl Store {
             conn: Mutex::new(conn),
             path,
             checkpointer: OnceLock::new(),
+            checkpoint_fallback: AtomicBool::new(false),
         })
     }
 
@@ -322,10 +326,21 @@ impl Store {
             .map(checkpoint::Checkpointer::complete)
     }
 
-    /// After a round's commit: a checkpoint soon, if one runs in the background.
+    /// After a round's commit: a checkpoint soon, if one runs in the background. Should
+    /// its thread have stopped, this connection checkpoints again itself (SQLite's
+    /// automatic checkpoint): the WAL must not grow for the rest of the daemon's life.
     fn checkpoint_soon(&self) {
-        if let Some(c) = self.checkpointer.get() {
-            c.request();
+        let Some(c) = self.checkpointer.get() else {
+            return;
+        };
+        if c.request() || self.checkpoint_fallback.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::error!(store = %self.path.display(),
+            "the store's checkpoint thread has stopped: rounds checkpoint the WAL themselves again (slower)");
+        if let Err(e) = self.lock().pragma_update(None, "wal_autocheckpoint", 1000) {
+            tracing::error!(store = %self.path.display(), error = %e,
+                "cannot turn SQLite's automatic checkpoint back on: the WAL grows until a restart");
         }
     }
 

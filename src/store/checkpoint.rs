@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 /// checkpoint under way, if any, and ends.
 #[derive(Debug)]
 pub(super) struct Checkpointer {
-    wake: Option<SyncSender<()>>,
+    wake: Option<SyncSender<Wake>>,
     thread: Option<JoinHandle<()>>,
     /// Checkpoints that copied every frame of the WAL (the next commit starts it over).
     complete: Arc<AtomicU64>,
@@ -70,14 +70,22 @@ impl Checkpointer {
     }
 
     /// Asks for a checkpoint; returns at once (one already queued covers this one too).
-    pub(super) fn request(&self) {
+    /// `false`: the thread has stopped, and no checkpoint will come from it.
+    pub(super) fn request(&self) -> bool {
+        match self.wake.as_ref().map(|w| w.try_send(Wake::Checkpoint)) {
+            Some(Ok(())) | Some(Err(TrySendError::Full(_))) => true,
+            Some(Err(TrySendError::Disconnected(_))) | None => false,
+        }
+    }
+
+    /// Ends the thread, as its death would (tests of what the store does then).
+    #[cfg(test)]
+    pub(super) fn stop(&self) {
         if let Some(w) = &self.wake {
-            match w.try_send(()) {
-                Ok(()) | Err(TrySendError::Full(())) => {}
-                Err(TrySendError::Disconnected(())) => {
-                    tracing::warn!("the store's checkpoint thread has stopped");
-                }
-            }
+            let _ = w.send(Wake::Exit);
+        }
+        while self.request() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 }
@@ -91,8 +99,21 @@ impl Drop for Checkpointer {
     }
 }
 
-fn run(conn: rusqlite::Connection, wake: Receiver<()>, path: &str, complete: &AtomicU64) {
-    while wake.recv().is_ok() {
+/// What the thread is woken for.
+#[derive(Debug)]
+enum Wake {
+    Checkpoint,
+    #[cfg(test)]
+    Exit,
+}
+
+fn run(conn: rusqlite::Connection, wake: Receiver<Wake>, path: &str, complete: &AtomicU64) {
+    while let Ok(w) = wake.recv() {
+        match w {
+            Wake::Checkpoint => {}
+            #[cfg(test)]
+            Wake::Exit => return,
+        }
         // (busy, frames in the WAL, frames checkpointed): busy when a writer or a reader
         // kept it from finishing; the next request goes on from there.
         let r = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {

@@ -1000,6 +1000,25 @@ mod checkpoints {
         assert_eq!(other.load_key_book("au").unwrap().len(), ROUNDS * CLAIMS);
     }
 
+    /// Should the thread stop, the next round's commit turns SQLite's automatic checkpoint
+    /// back on, so the WAL cannot grow for the rest of the daemon's life.
+    #[test]
+    fn a_stopped_checkpoint_thread_hands_checkpoints_back_to_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.checkpoint_in_background().unwrap();
+        store.checkpointer.get().unwrap().stop();
+        let auto = || -> i64 {
+            store
+                .lock()
+                .pragma_query_value(None, "wal_autocheckpoint", |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(auto(), 0);
+        round(&store, 0, 1000);
+        assert_eq!(auto(), 1000);
+    }
+
     /// Without the thread (commands, tests), SQLite's automatic checkpoint stays.
     #[test]
     fn a_store_without_the_thread_checkpoints_as_sqlite_does() {
