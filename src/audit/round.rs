@@ -356,6 +356,12 @@ impl<V: Verifier> Audit<V> {
     /// they: in an incident every partition re-checks, and counting every next question
     /// twice would double the sink's load when it can least afford it). A failure stands
     /// as the next partition's answer.
+    ///
+    /// Keys the sink equates though their bytes differ (two spellings of one DATETIME) share
+    /// rows, which a batch counts under its first key of them (`sql::count_keys_joined`).
+    /// Asked again in a smaller batch, a key can find rows its first batch gave another:
+    /// more rows, never fewer, so this leans to "confirmed" as every re-check does; it is
+    /// the one place where the verdicts can differ from asking one partition after another.
     async fn count_again(&self, asked: &mut Asked, rechecked: &[crate::record::Key]) {
         let Some(Ok(counts)) = asked.answer.as_mut() else {
             return;
