@@ -171,6 +171,49 @@ fn model_gaps(p: i32, recs: &[Rec]) -> Vec<(i64, i64, i64, i64)> {
     out
 }
 
+/// What the streams' fates add up to: the figures a run must report exactly.
+struct Truth {
+    /// Expected records never written.
+    lost: u64,
+    /// Records the filter drops.
+    malformed: u64,
+    /// Expected records written (once or more).
+    written: u64,
+    /// Rows beyond one per written record.
+    extra: u64,
+    /// The SPEC's gaps of every partition ([`model_gaps`]), sorted.
+    gaps: Vec<(i64, i64, i64, i64)>,
+}
+
+impl Truth {
+    fn of(streams: &[Vec<Rec>]) -> Self {
+        let count = |f: &dyn Fn(&Fate) -> bool| -> u64 {
+            streams.iter().flatten().filter(|r| f(&r.fate)).count() as u64
+        };
+        let extra = streams
+            .iter()
+            .flatten()
+            .map(|r| match r.fate {
+                Fate::Written(c) => c as u64 - 1,
+                _ => 0,
+            })
+            .sum();
+        let mut gaps: Vec<(i64, i64, i64, i64)> = streams
+            .iter()
+            .enumerate()
+            .flat_map(|(p, recs)| model_gaps(p as i32, recs))
+            .collect();
+        gaps.sort();
+        Self {
+            lost: count(&|f| *f == Fate::Lost),
+            malformed: count(&|f| *f == Fate::Malformed),
+            written: count(&|f| matches!(f, Fate::Written(_))),
+            extra,
+            gaps,
+        }
+    }
+}
+
 /// Produces every partition's stream in multi-record batches (fast), then each partition's
 /// last record alone: its acknowledged offset proves the partition holds exactly its stream.
 async fn produce(topic: &str, streams: &[Vec<Rec>]) {
@@ -365,20 +408,13 @@ async fn unique_keys_at_scale_under_load_are_exact() {
     produce(&topic, &streams).await;
     let produced_in = t.elapsed();
 
-    let count = |f: &dyn Fn(&Fate) -> bool| -> u64 {
-        streams.iter().flatten().filter(|r| f(&r.fate)).count() as u64
-    };
-    let lost = count(&|f| *f == Fate::Lost);
-    let malformed = count(&|f| *f == Fate::Malformed);
-    let written = count(&|f| matches!(f, Fate::Written(_)));
-    let extra: u64 = streams
-        .iter()
-        .flatten()
-        .map(|r| match r.fate {
-            Fate::Written(c) => c as u64 - 1,
-            _ => 0,
-        })
-        .sum();
+    let Truth {
+        lost,
+        malformed,
+        written,
+        extra,
+        gaps: want,
+    } = Truth::of(&streams);
     let hostile = streams
         .iter()
         .enumerate()
@@ -388,12 +424,6 @@ async fn unique_keys_at_scale_under_load_are_exact() {
             })
         })
         .count();
-    let mut want: Vec<(i64, i64, i64, i64)> = streams
-        .iter()
-        .enumerate()
-        .flat_map(|(p, recs)| model_gaps(p as i32, recs))
-        .collect();
-    want.sort();
 
     let load = CpuLoad::start(burners);
     let auditor = s.start_auditor("key_columns", "1s", "250ms").await;
@@ -479,25 +509,13 @@ async fn every_partition_due_in_one_round_is_exact() {
     let s = Scenario::with_partitions("keys_round", PARTITIONS).await;
     let topic = s.topic.clone();
     produce(&topic, &streams).await;
-    let count = |f: &dyn Fn(&Fate) -> bool| -> u64 {
-        streams.iter().flatten().filter(|r| f(&r.fate)).count() as u64
-    };
-    let lost = count(&|f| *f == Fate::Lost);
-    let written = count(&|f| matches!(f, Fate::Written(_)));
-    let extra: u64 = streams
-        .iter()
-        .flatten()
-        .map(|r| match r.fate {
-            Fate::Written(c) => c as u64 - 1,
-            _ => 0,
-        })
-        .sum();
-    let mut want: Vec<(i64, i64, i64, i64)> = streams
-        .iter()
-        .enumerate()
-        .flat_map(|(p, recs)| model_gaps(p as i32, recs))
-        .collect();
-    want.sort();
+    let Truth {
+        lost,
+        written,
+        extra,
+        gaps: want,
+        ..
+    } = Truth::of(&streams);
 
     let auditor = s.start_auditor("key_columns", "1s", "250ms").await;
     let pipeline = ChunkPipeline::new(&s);

@@ -99,6 +99,21 @@ fn run(rt: &tokio::runtime::Runtime, scenario: &Scenario) -> Outcome {
     })
 }
 
+/// A current-thread runtime (one question after another) and a multi-thread one (a
+/// partition decided while the next is asked).
+fn runtimes() -> (tokio::runtime::Runtime, tokio::runtime::Runtime) {
+    let serial = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let overlapped = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    (serial, overlapped)
+}
+
 #[derive(Debug, Clone)]
 struct Scenario {
     /// Per round, per partition: the keys of the records read.
@@ -125,15 +140,7 @@ proptest! {
     /// gives the verdicts of one question after another, partition by partition.
     #[test]
     fn overlapped_rounds_decide_as_one_question_after_another(s in scenario()) {
-        let serial = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let overlapped = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let (serial, overlapped) = runtimes();
         prop_assert_eq!(run(&overlapped, &s), run(&serial, &s));
     }
 }
@@ -206,14 +213,6 @@ fn incident_queries(rt: &tokio::runtime::Runtime) -> u64 {
 /// (none here): an overlapped round asks the sink no more than one after another does.
 #[test]
 fn an_incident_does_not_count_the_next_partitions_keys_twice() {
-    let serial = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let overlapped = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let (serial, overlapped) = runtimes();
     assert_eq!(incident_queries(&overlapped), incident_queries(&serial));
 }
