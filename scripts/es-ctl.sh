@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Stops or restarts the test Elasticsearch-API server (noida-db) started by test-env.sh, to
-# simulate a sink outage.
+# Stops or restarts the test search server (OpenSearch, answering the Elasticsearch API)
+# started by test-env.sh, to simulate a sink outage.
 #   scripts/es-ctl.sh stop|start|status
 # Reads everything from the env file ($GAP_AUDITOR_TEST_RUN or $GAP_AUDITOR_RUN, default
 # /tmp/gap-auditor-test), so a test needs no other setting. `start` returns once the server
@@ -19,15 +19,15 @@ RUN=${GAP_AUDITOR_TEST_RUN:-${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}}
 
 case ${1:-} in
   stop)
-    stop_pidfile "$RUN/noida-db.pid"
+    stop_pidfile "$RUN/java@opensearch.pid"
     ;;
   start)
-    start_noida
-    GAP_AUDITOR_TEST_ES_PID=$(cat "$RUN/noida-db.pid")
+    start_opensearch
+    GAP_AUDITOR_TEST_ES_PID=$(cat "$RUN/java@opensearch.pid")
     write_env
     ;;
   status)
-    if pidfile_alive "$RUN/noida-db.pid" && es_ready; then echo up; else echo down; exit 1; fi
+    if pidfile_alive "$RUN/java@opensearch.pid" && es_ready; then echo up; else echo down; exit 1; fi
     ;;
   *) die "usage: $0 stop|start|status" ;;
 esac

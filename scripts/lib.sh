@@ -78,7 +78,8 @@ mysql_ready() {
 }
 
 ENV_VARS=(
-  GAP_AUDITOR_TEST_RUN GAP_AUDITOR_TEST_KAFKA GAP_AUDITOR_TEST_TANSU GAP_AUDITOR_TEST_TANSU_PID
+  GAP_AUDITOR_TEST_RUN GAP_AUDITOR_TEST_KAFKA GAP_AUDITOR_TEST_KAFKA_PID GAP_AUDITOR_TEST_KAFKA_CLASSPATH
+  GAP_AUDITOR_TEST_KAFKA_LOG_DIR GAP_AUDITOR_TEST_TANSU
   GAP_AUDITOR_TEST_MYSQL GAP_AUDITOR_TEST_MYSQL_PORT GAP_AUDITOR_TEST_MYSQL_SOCKET
   GAP_AUDITOR_TEST_MYSQLD_PID GAP_AUDITOR_TEST_MYSQL_CMD GAP_AUDITOR_TEST_MYSQL_CTL
   GAP_AUDITOR_TEST_ES GAP_AUDITOR_TEST_ES_PORT GAP_AUDITOR_TEST_ES_PID GAP_AUDITOR_TEST_ES_CMD
@@ -107,20 +108,22 @@ start_mysqld() {
   wait_until 60 "$run/mariadbd.pid" "$run/mariadb.log" mysql_ready
 }
 
-# The Elasticsearch API answers (noida-db serves HTTP as soon as it listens).
+# The search server answers with its shards allocated: OpenSearch listens before it has
+# recovered its indices, and a request in between gets a 503.
 es_ready() {
-  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$GAP_AUDITOR_TEST_ES_PORT && printf 'GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' >&3 && grep -q 'You Know, for Search' <&3" 2>/dev/null
+  timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$GAP_AUDITOR_TEST_ES_PORT && printf 'GET /_cluster/health?wait_for_status=yellow&timeout=2s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' >&3 && grep -qE '\"status\":\"(yellow|green)\"' <&3" 2>/dev/null
 }
 
-# Starts noida-db (Elasticsearch API) from the recorded command line unless it runs; returns
-# once it answers. Its data dir survives restarts.
-start_noida() {
+# Starts OpenSearch from the recorded command line unless it runs; returns once it
+# answers. Its data dir survives restarts. The pid file is java@opensearch.pid: `exec` makes
+# the pid the JVM's, whose process name is java.
+start_opensearch() {
   local run=$GAP_AUDITOR_TEST_RUN port=$GAP_AUDITOR_TEST_ES_PORT
-  if ! pidfile_alive "$run/noida-db.pid"; then
+  if ! pidfile_alive "$run/java@opensearch.pid"; then
     port_open "$port" && die "port $port is taken by a process we did not start"
-    log "starting noida-db (Elasticsearch API) on 127.0.0.1:$port"
-    mkdir -p "$run/es"
-    spawn "$run/noida-db.pid" "$run/noida-db.log" bash -c "exec $GAP_AUDITOR_TEST_ES_CMD"
+    log "starting OpenSearch on 127.0.0.1:$port"
+    mkdir -p "$run/opensearch"
+    spawn "$run/java@opensearch.pid" "$run/opensearch.log" bash -c "exec $GAP_AUDITOR_TEST_ES_CMD"
   fi
-  wait_until 30 "$run/noida-db.pid" "$run/noida-db.log" es_ready
+  wait_until 90 "$run/java@opensearch.pid" "$run/opensearch.log" es_ready
 }

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Starts the real services the integration tests use: tansu (Kafka protocol), MariaDB
+# Starts the real services the integration tests use: Apache Kafka (a single-node KRaft
+# broker whose jars Maven resolves from Maven Central), MariaDB
 # (MySQL protocol, stand-in for Doris), a second MariaDB that accepts TLS connections only
-# (a test CA made here with openssl; for the sink.tls tests) and noida-db (an
-# Elasticsearch-8-API-compatible server, stand-in for Elasticsearch); installs them,
-# promtool and the Python Schema Registry serializers (Avro/Protobuf producers of the
+# (a test CA made here with openssl; for the sink.tls tests) and OpenSearch 2.19 (a real
+# search server answering the Elasticsearch 7.10 REST API, from Maven Central jars through
+# scripts/opensearch/run.sh); installs them,
+# promtool, the tansu binary (tests/faults_private.rs starts private brokers of its own
+# from it) and the Python Schema Registry serializers (Avro/Protobuf producers of the
 # tests), only when missing.
 #   scripts/test-env.sh [start|stop [SERVICE...]|status|clean]   then: source "$RUN/env"
 #   scripts/test-env.sh deps    only the apt packages (build prerequisites included)
 # Settings: GAP_AUDITOR_CACHE (installed binaries), GAP_AUDITOR_RUN (data, logs, pids, env),
-# KAFKA_PORT (19092), MYSQL_PORT (13306), MYSQL_TLS_PORT (13307), ES_PORT (19200).
+# KAFKA_PORT (19092; its KRaft controller listens on KAFKA_PORT + 1), MYSQL_PORT (13306),
+# MYSQL_TLS_PORT (13307), ES_PORT (19200).
 # Notes on the servers: tests/support/env.md.
 set -euo pipefail
 
@@ -19,6 +23,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${GAP_AUDITOR_CACHE:-$HOME/.cache/gap-auditor}
 RUN=${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}
 KAFKA_PORT=${KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
 MYSQL_PORT=${MYSQL_PORT:-13306}
 MYSQL_TLS_PORT=${MYSQL_TLS_PORT:-13307}
 ES_PORT=${ES_PORT:-19200}
@@ -36,10 +41,18 @@ TLS_PID=$RUN/mariadbd@tls.pid
 # Not a secret: the password of a test-only client key.
 TLS_P12_PASSWORD=gap-test
 
-# noida-db from PyPI, in its own venv: one static binary that answers the Elasticsearch 8
-# REST API (it is NOT Elasticsearch: API-compatible, see tests/support/env.md). Pinned.
-NOIDA_VERSION=0.2.3
-NOIDA_VENV=$CACHE/noida-venv
+# Apache Kafka from Maven Central: scripts/kafka/pom.xml names the broker (and kafka-tools,
+# whose admin commands tests run); Maven copies it with every dependency into one
+# directory, keyed by the pom's hash so a version bump installs afresh. The broker runs as
+# `java -cp DIR/* kafka.Kafka`; its pid file is java@kafka.pid (pid_alive checks the name).
+KAFKA_POM=$HERE/kafka/pom.xml
+KAFKA_LIB=$CACHE/kafka/lib
+KAFKA_PID=$RUN/java@kafka.pid
+KAFKA_DIR=$RUN/kafka
+
+# OpenSearch: jars and the launcher under $CACHE (scripts/opensearch/run.sh), data under
+# $RUN/opensearch (it survives a restart: es-ctl.sh stops and starts it for outage tests).
+OPENSEARCH_CACHE=$CACHE/opensearch
 
 install_tansu() {
   [[ -x $TANSU && $("$TANSU" --version 2>/dev/null) == "tansu $TANSU_VERSION" ]] && return 0
@@ -57,6 +70,95 @@ install_tansu() {
   chmod 755 "$tmp/tansu"
   mv -f "$tmp/tansu" "$TANSU"
   rm -rf "$tmp"
+}
+
+install_kafka() {
+  local want
+  want=$(sha256sum "$KAFKA_POM" | cut -d' ' -f1)
+  [[ -d $KAFKA_LIB && $(cat "$KAFKA_LIB/.pom-sha256" 2>/dev/null) == "$want" ]] && return 0
+  command -v mvn >/dev/null || die "mvn (Maven) is needed to install Apache Kafka from Maven Central"
+  log "installing Apache Kafka (Maven Central, $KAFKA_POM) into $KAFKA_LIB"
+  local tmp
+  mkdir -p "$CACHE/kafka"
+  tmp=$(mktemp -d "$CACHE/kafka/lib.XXXXXX")
+  mvn -q -B -f "$KAFKA_POM" dependency:copy-dependencies -DoutputDirectory="$tmp" \
+    >"$CACHE/kafka/mvn.log" 2>&1 || { tail -n 30 "$CACHE/kafka/mvn.log" >&2; rm -rf "$tmp"; die "mvn could not resolve Apache Kafka"; }
+  echo "$want" >"$tmp/.pom-sha256"
+  rm -rf "$KAFKA_LIB"
+  mv "$tmp" "$KAFKA_LIB"
+}
+
+# A single-node KRaft broker (broker and controller in one process). Settings the tests
+# rely on: one replica for every internal topic; no initial rebalance delay (a group
+# forms at once); few partitions for the internal topics (their creation on first use is
+# what a test would wait for); retention checked every second and deleted segments removed
+# at once, so a test that sets retention.ms or runs DeleteRecords sees the log start move
+# within seconds.
+write_kafka_config() {
+  mkdir -p "$KAFKA_DIR"
+  cat >"$KAFKA_DIR/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
+log.dirs=$KAFKA_DIR/data
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+log.retention.check.interval.ms=1000
+log.segment.delete.delay.ms=0
+file.delete.delay.ms=0
+EOF
+  # The broker's own log: warnings, and the one line that says it serves.
+  cat >"$KAFKA_DIR/log4j2.properties" <<'EOF'
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+logger.started.name = kafka.server.KafkaRaftServer
+logger.started.level = INFO
+EOF
+}
+
+kafka_java() { java -Xmx256m -cp "$KAFKA_LIB/*" "$@"; }
+
+kafka_ready() { port_open "$KAFKA_PORT" && grep -q 'Kafka Server started' "$RUN/kafka.log"; }
+
+start_kafka() {
+  if pidfile_alive "$KAFKA_PID"; then
+    wait_until 60 "$KAFKA_PID" "$RUN/kafka.log" kafka_ready
+    return 0
+  fi
+  port_open "$KAFKA_PORT" && die "port $KAFKA_PORT is taken by a process we did not start"
+  port_open "$KAFKA_CONTROLLER_PORT" && die "port $KAFKA_CONTROLLER_PORT is taken by a process we did not start"
+  write_kafka_config
+  # Formatted once per run dir: a restart keeps the topics, offsets and groups.
+  if [[ ! -e $KAFKA_DIR/formatted ]]; then
+    rm -rf "$KAFKA_DIR/data"
+    log "formatting the Kafka log dir $KAFKA_DIR/data"
+    local id
+    id=$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    kafka_java kafka.tools.StorageTool format --standalone -t "$id" -c "$KAFKA_DIR/server.properties" \
+      >"$RUN/kafka-format.log" 2>&1 || { tail -n 30 "$RUN/kafka-format.log" >&2; die "kafka storage format failed"; }
+    touch "$KAFKA_DIR/formatted"
+  fi
+  : >"$RUN/kafka.log"
+  log "starting Apache Kafka on 127.0.0.1:$KAFKA_PORT (controller 127.0.0.1:$KAFKA_CONTROLLER_PORT)"
+  spawn "$KAFKA_PID" "$RUN/kafka.log" "$(command -v java)" -Xms256m -Xmx1g \
+    -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" -cp "$KAFKA_LIB/*" \
+    kafka.Kafka "$KAFKA_DIR/server.properties"
+  wait_until 60 "$KAFKA_PID" "$RUN/kafka.log" kafka_ready
 }
 
 # Debian packages, one apt-get update for all of them and none when all are there:
@@ -97,22 +199,10 @@ install_packages() {
   ((rc == 0)) || die "apt-get install ${pkgs[*]} failed ($rc)"
 }
 
-install_noida() {
-  local shown=
-  [[ -x $NOIDA_VENV/bin/python3 ]] \
-    && shown=$("$NOIDA_VENV/bin/python3" -m pip show noida-db 2>/dev/null || true)
-  [[ $shown == *$'\nVersion: '"$NOIDA_VERSION"$'\n'* ]] && return 0
-  log "installing noida-db $NOIDA_VERSION into $NOIDA_VENV"
-  rm -rf "$NOIDA_VENV"
-  python3 -m venv "$NOIDA_VENV"
-  "$NOIDA_VENV/bin/python3" -m pip install --quiet --disable-pip-version-check \
-    "noida-db==$NOIDA_VERSION" >/dev/null
-}
-
-# The binary inside the wheel, run directly (not through its Python launcher) so that the
-# pid file names the server itself and `noida-db` is its process name.
-noida_binary() {
-  "$NOIDA_VENV/bin/python3" -c 'import os, noida_db; print(os.path.join(os.path.dirname(noida_db.__file__), "noida-db"))'
+install_opensearch() {
+  command -v mvn >/dev/null && command -v javac >/dev/null \
+    || die "mvn and javac (Java 17) are needed to install OpenSearch from Maven Central"
+  "$HERE/opensearch/run.sh" install "$OPENSEARCH_CACHE" || die "installing OpenSearch failed"
 }
 
 # Confluent's Schema Registry serializers (Avro on fastavro, Protobuf on Google's runtime)
@@ -245,6 +335,9 @@ set_env_vars() {
   )
   GAP_AUDITOR_TEST_RUN=$RUN
   GAP_AUDITOR_TEST_KAFKA=127.0.0.1:$KAFKA_PORT
+  # The broker's classpath, for tests that run Kafka's own admin tools (java -cp ...).
+  GAP_AUDITOR_TEST_KAFKA_CLASSPATH=$KAFKA_LIB/*
+  GAP_AUDITOR_TEST_KAFKA_LOG_DIR=$KAFKA_DIR/data
   GAP_AUDITOR_TEST_TANSU=$TANSU
   GAP_AUDITOR_TEST_MYSQL=mysql://gap:gap@127.0.0.1:$MYSQL_PORT/gap_auditor_test
   GAP_AUDITOR_TEST_MYSQL_PORT=$MYSQL_PORT
@@ -252,14 +345,9 @@ set_env_vars() {
   GAP_AUDITOR_TEST_MYSQL_CMD=$(printf '%q ' "${cmd[@]}")
   GAP_AUDITOR_TEST_MYSQL_CMD=${GAP_AUDITOR_TEST_MYSQL_CMD% }
   GAP_AUDITOR_TEST_MYSQL_CTL=$HERE/mysql-ctl.sh
-  local es_cmd=(
-    "$(noida_binary)" start --data-dir "$RUN/es" --only elasticsearch --host 127.0.0.1
-    --elasticsearch-port "$ES_PORT"
-  )
   GAP_AUDITOR_TEST_ES=http://127.0.0.1:$ES_PORT
   GAP_AUDITOR_TEST_ES_PORT=$ES_PORT
-  GAP_AUDITOR_TEST_ES_CMD=$(printf '%q ' "${es_cmd[@]}")
-  GAP_AUDITOR_TEST_ES_CMD=${GAP_AUDITOR_TEST_ES_CMD% }
+  GAP_AUDITOR_TEST_ES_CMD=$("$HERE/opensearch/run.sh" cmd "$OPENSEARCH_CACHE" "$ES_PORT" "$RUN/opensearch")
   GAP_AUDITOR_TEST_ES_CTL=$HERE/es-ctl.sh
   GAP_AUDITOR_TEST_MYSQL_TLS=mysql://gap:gap@127.0.0.1:$MYSQL_TLS_PORT/gap_auditor_test
   GAP_AUDITOR_TEST_MYSQL_TLS_SOCKET=$TLS_DATADIR/mariadb.sock
@@ -275,18 +363,19 @@ case ${1:-start} in
   start)
     mkdir -p "$RUN"
     install_tansu
+    install_kafka
     install_packages
-    install_noida
+    install_opensearch
     install_sr_python
     set_env_vars
-    start_tansu
+    start_kafka
     start_mariadb
     make_test_ca
     start_mariadb_tls
-    start_noida
-    GAP_AUDITOR_TEST_TANSU_PID=$(cat "$RUN/tansu.pid")
+    start_opensearch
+    GAP_AUDITOR_TEST_KAFKA_PID=$(cat "$KAFKA_PID")
     GAP_AUDITOR_TEST_MYSQLD_PID=$(cat "$RUN/mariadbd.pid")
-    GAP_AUDITOR_TEST_ES_PID=$(cat "$RUN/noida-db.pid")
+    GAP_AUDITOR_TEST_ES_PID=$(cat "$RUN/java@opensearch.pid")
     GAP_AUDITOR_TEST_MYSQL_TLS_PID=$(cat "$TLS_PID")
     write_env
     log "ready: source $RUN/env"
@@ -294,29 +383,29 @@ case ${1:-start} in
   deps)
     install_packages
     ;;
-  stop) # all, or only the services named: tansu mariadb mariadb-tls noida-db
+  stop) # all, or only the services named: kafka mariadb mariadb-tls opensearch
     shift
-    (($#)) || set -- tansu mariadb mariadb-tls noida-db all
+    (($#)) || set -- kafka mariadb mariadb-tls opensearch all
     for s in "$@"; do
       case $s in
-        tansu) stop_pidfile "$RUN/tansu.pid" ;;
+        kafka) stop_pidfile "$KAFKA_PID" ;;
         mariadb) stop_pidfile "$RUN/mariadbd.pid" ;;
         mariadb-tls) stop_pidfile "$TLS_PID" ;;
-        noida-db) stop_pidfile "$RUN/noida-db.pid" ;;
+        opensearch) stop_pidfile "$RUN/java@opensearch.pid" ;;
         all) rm -f "$RUN/env" ;;
-        *) die "unknown service $s (tansu, mariadb, mariadb-tls, noida-db)" ;;
+        *) die "unknown service $s (kafka, mariadb, mariadb-tls, opensearch)" ;;
       esac
     done
     ;;
-  clean) # also forgets MariaDB's data (tansu keeps nothing anyway: memory storage)
+  clean) # also forgets Kafka's and MariaDB's data
     "$0" stop
     rm -rf "$RUN"
     ;;
   status)
-    pidfile_alive "$RUN/tansu.pid" && port_open "$KAFKA_PORT" && echo "tansu: up" || echo "tansu: down"
+    pidfile_alive "$KAFKA_PID" && port_open "$KAFKA_PORT" && echo "kafka: up" || echo "kafka: down"
     pidfile_alive "$RUN/mariadbd.pid" && port_open "$MYSQL_PORT" && echo "mariadb: up" || echo "mariadb: down"
     pidfile_alive "$TLS_PID" && port_open "$MYSQL_TLS_PORT" && echo "mariadb (TLS only): up" || echo "mariadb (TLS only): down"
-    pidfile_alive "$RUN/noida-db.pid" && port_open "$ES_PORT" && echo "noida-db (elasticsearch API): up" || echo "noida-db (elasticsearch API): down"
+    pidfile_alive "$RUN/java@opensearch.pid" && port_open "$ES_PORT" && echo "opensearch: up" || echo "opensearch: down"
     ;;
   *) die "usage: $0 [start|stop|status|clean|deps]" ;;
 esac
