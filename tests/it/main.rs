@@ -15,6 +15,7 @@ mod key_forms;
 mod keys_at_scale;
 mod multi;
 mod offsets_interleaved;
+mod real_broker;
 mod replay;
 mod scenarios;
 mod schema_registry;

@@ -1,0 +1,284 @@
+//! Kafka semantics only a real broker has (issue 36), end to end through the daemon: the
+//! test broker is Apache Kafka 4.4 (scripts/test-env.sh, a single-node KRaft broker from
+//! Maven Central). tansu, the broker these tests ran on before, cannot stand in for any of
+//! them: it has no last stable offset to hold, never deletes records and refuses
+//! CreatePartitions.
+//!
+//! - an open transaction holds the last stable offset: what lies behind it is lag, never
+//!   loss, and completeness does not claim it;
+//! - partitions added to a live topic are audited from their first offset;
+//! - DeleteRecords moving the log start under an auditor that had not read that far: the
+//!   unread range is settled by the sink where it can be (offset_columns) and unverifiable
+//!   where it cannot, never lost.
+
+use crate::support::*;
+use chrono::{TimeZone, Utc};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{Offset as KOffset, TopicPartitionList};
+use std::time::Duration;
+
+fn admin() -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", kafka())
+        .create()
+        .expect("admin client")
+}
+
+fn opts() -> AdminOptions {
+    AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))
+}
+
+/// A producer with a transactional id of its own, its transactions initialised.
+fn transactional_producer() -> FutureProducer {
+    let p: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", kafka())
+        .set("transactional.id", unique("txn"))
+        .set("linger.ms", "0")
+        .create()
+        .expect("transactional producer");
+    p.init_transactions(Duration::from_secs(30))
+        .expect("init_transactions");
+    p
+}
+
+async fn send_txn(p: &FutureProducer, topic: &str, partition: i32, value: &str) -> i64 {
+    p.send(
+        FutureRecord::<(), str>::to(topic)
+            .partition(partition)
+            .payload(value),
+        Duration::from_secs(10),
+    )
+    .await
+    .map_err(|(e, _)| e)
+    .expect("transactional produce")
+    .offset
+}
+
+fn rfc3339(ms: i64) -> String {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .expect("time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+async fn complete_at(a: &Auditor, until_ms: i64) -> serde_json::Value {
+    let (code, body) = a
+        .get(&format!(
+            "/api/completeness?audit={}&until={}",
+            a.audit,
+            rfc3339(until_ms)
+        ))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("completeness json")
+}
+
+/// An open transaction holds the last stable offset (LSO). Offsets 0–3 are plain records the
+/// pipeline writes; 4–6 are an open transaction's records; 7–8 plain records behind them.
+/// Under read_committed neither the pipeline nor the auditor can read past the LSO (4) while
+/// the transaction is open: for several times `grace` nothing may be reported lost, and
+/// completeness must not claim a time after record 8 (it was produced, not verified). Then
+/// the transaction commits, the pipeline reads 4–8 but drops 5: exactly offset 5 is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
+    let s = Scenario::new("lso").await;
+    let topic = s.topic.clone();
+    let lines = dns_lines(0..9);
+    let auditor = s.start_auditor("offset_columns", "2s", "500ms").await;
+    assert_eq!(s.send(&lines[0..4]).await, vec![0, 1, 2, 3]);
+    s.pipeline().records(4).run().await;
+
+    let txn = transactional_producer();
+    txn.begin_transaction().expect("begin");
+    for (i, line) in lines[4..7].iter().enumerate() {
+        assert_eq!(send_txn(&txn, &topic, 0, line).await, 4 + i as i64);
+    }
+    txn.flush(Duration::from_secs(10)).expect("flush");
+    assert_eq!(s.send(&lines[7..9]).await, vec![7, 8]);
+    let after_last = Utc::now().timestamp_millis() + 1;
+
+    auditor
+        .wait_decided(30, "0–3 confirmed", |a| a.confirmed(&topic, 0) == 4)
+        .await;
+    // 3× grace with the transaction open: lag, never loss, and no claim of completeness.
+    keep_checking(Duration::from_secs(6), Duration::from_millis(200), || {
+        assert_eq!(
+            auditor.lost(&topic, 0),
+            0,
+            "lag behind the LSO reported as loss"
+        );
+    })
+    .await;
+    assert!(api_gaps(&auditor).await.is_empty());
+    let c = complete_at(&auditor, after_last).await;
+    assert_eq!(
+        c["complete"], false,
+        "records 4–8 were produced and not verified: {c}"
+    );
+
+    txn.commit_transaction(Duration::from_secs(30))
+        .expect("commit");
+    // The pipeline reads 4–8 (the marker at 9 is no record) and drops 5.
+    let read = s
+        .pipeline()
+        .start_at(4)
+        .records(5)
+        .copies(|o| usize::from(o != 5))
+        .run()
+        .await;
+    assert_eq!(read, vec![4, 5, 6, 7, 8]);
+    auditor
+        .wait_decided(30, "5 lost, the rest confirmed", |a| {
+            a.lost(&topic, 0) == 1 && a.confirmed(&topic, 0) == 8
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gaps = api_gaps(&auditor).await;
+    assert_eq!(gap_tuples(&gaps), vec![(0, 5, 5, 1)], "{gaps:?}");
+    auditor.stop().await;
+}
+
+/// CreatePartitions on a live topic: the new partition is read from its first offset, so a
+/// record the pipeline drops there is found. The records reach the new partition before the
+/// auditor's next metadata refresh (every 3 s here) shows it the partition, so an auditor
+/// that started it at its end (`kafka.start = latest`, the default, is for a topic's first
+/// start) would never see them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partition_added_to_a_live_topic_is_audited_from_its_start() {
+    let s = Scenario::new("grow").await;
+    let topic = s.topic.clone();
+    let lines = dns_lines(0..8);
+    // librdkafka notices new partitions at its next metadata refresh (5 min by default).
+    let toml = config_builder(&s.spec("offset_columns", "2s", "500ms"))
+        .kafka_property("topic.metadata.refresh.interval.ms", 3000)
+        .render()
+        // The default start (the tests' own is earliest): the topic's first start at its
+        // end, where partition 0 is empty.
+        .replace("start = \"earliest\"", "start = \"latest\"");
+    assert!(toml.contains("start = \"latest\""), "{toml}");
+    let auditor = Auditor::start(&toml).await;
+    // Started at the end of an empty partition 0 before anything is produced.
+    auditor
+        .wait_for(30, "partition 0 assigned", |a| {
+            a.status
+                .snapshot()
+                .first()
+                .is_some_and(|st| st.partitions.len() == 1)
+        })
+        .await;
+    s.send(&lines[0..3]).await;
+    s.pipeline().records(3).run().await;
+    auditor
+        .wait_decided(30, "partition 0 confirmed", |a| a.confirmed(&topic, 0) == 3)
+        .await;
+
+    let r = admin()
+        .create_partitions(&[NewPartitions::new(&topic, 2)], &opts())
+        .await
+        .expect("create_partitions");
+    for x in r {
+        x.expect("partition added");
+    }
+    // A producer made after the change knows the new partition at once.
+    let producer = TestProducer::new(&topic);
+    let offsets = producer.send_all(1, &lines[3..8]).await;
+    assert_eq!(offsets, vec![0, 1, 2, 3, 4]);
+    s.pipeline()
+        .partition(1)
+        .records(5)
+        .copies(|o| usize::from(o != 1))
+        .run()
+        .await;
+    auditor
+        .wait_decided(60, "partition 1: 1 lost, 4 confirmed", |a| {
+            a.lost(&topic, 1) == 1 && a.confirmed(&topic, 1) == 4
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gaps = api_gaps(&auditor).await;
+    assert_eq!(gap_tuples(&gaps), vec![(1, 1, 1, 1)], "{gaps:?}");
+    auditor.stop().await;
+}
+
+/// DeleteRecords moves the log start past offsets a stopped auditor never read (as
+/// retention does during an outage longer than it). 0–1 are read and confirmed, the
+/// auditor stops; 2–9 are produced and written except 3 and 7; the log start moves to 6;
+/// the auditor restarts. 2–5 were deleted unread: under offset_columns the sink settles
+/// them (2, 4, 5 confirmed, 3 unverifiable: nobody can prove it was expected), under
+/// key_columns all four are unverifiable. Never lost: only 7, read and missing, is.
+async fn deleted_unread(strategy: &str) {
+    let s = Scenario::new("deleted").await;
+    let topic = s.topic.clone();
+    let lines = dns_lines(0..10);
+    let toml = config_toml(&s.spec(strategy, "2s", "500ms"));
+    let auditor = Auditor::start(&toml).await;
+    s.send(&lines[0..2]).await;
+    s.pipeline().records(2).run().await;
+    auditor
+        .wait_decided(30, "0–1 confirmed", |a| a.confirmed(&topic, 0) == 2)
+        .await;
+    auditor.stop().await;
+
+    assert_eq!(s.send(&lines[2..10]).await, (2..10).collect::<Vec<_>>());
+    s.pipeline()
+        .start_at(2)
+        .records(8)
+        .copies(|o| usize::from(o != 3 && o != 7))
+        .run()
+        .await;
+    let mut before = TopicPartitionList::new();
+    before
+        .add_partition_offset(&topic, 0, KOffset::Offset(6))
+        .expect("tpl");
+    let r = admin()
+        .delete_records(&before, &opts())
+        .await
+        .expect("delete_records");
+    assert_eq!(
+        r.find_partition(&topic, 0).map(|e| e.offset()),
+        Some(KOffset::Offset(6)),
+        "the log start moved to 6"
+    );
+
+    let auditor = Auditor::start(&toml).await;
+    let (confirmed, unverifiable) = if strategy == "offset_columns" {
+        (2 + 3 + 3, 1)
+    } else {
+        (2 + 3, 4)
+    };
+    auditor
+        .wait_for(60, "7 lost, the deleted range settled", |a| {
+            a.lost(&topic, 0) == 1
+                && a.confirmed(&topic, 0) == confirmed - 2
+                && a.counter(&a.metrics.records_unverifiable, &topic, 0) == unverifiable
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(auditor.lost(&topic, 0), 1);
+    let gaps = api_gaps(&auditor).await;
+    let open: Vec<_> = gaps
+        .iter()
+        .filter(|g| g["state"] == "open")
+        .cloned()
+        .collect();
+    assert_eq!(gap_tuples(&open), vec![(0, 7, 7, 1)], "{gaps:?}");
+    assert!(
+        gaps.iter()
+            .any(|g| g["state"] == "unverifiable" && g["first_offset"] == 2),
+        "the deleted range is an unverifiable gap: {gaps:?}"
+    );
+    auditor.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_deleted_unread_are_settled_by_offset_columns_never_lost() {
+    deleted_unread("offset_columns").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_deleted_unread_are_unverifiable_under_key_columns_never_lost() {
+    deleted_unread("key_columns").await;
+}
