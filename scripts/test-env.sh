@@ -11,7 +11,8 @@
 #   scripts/test-env.sh [start|stop [SERVICE...]|status|clean]   then: source "$RUN/env"
 #   scripts/test-env.sh deps    only the apt packages (build prerequisites included)
 # Settings: GAP_AUDITOR_CACHE (installed binaries), GAP_AUDITOR_RUN (data, logs, pids, env),
-# KAFKA_PORT (19092; its KRaft controller listens on KAFKA_PORT + 1), MYSQL_PORT (13306),
+# KAFKA_PORT (19092; the broker's KRaft controller listens on KAFKA_PORT + 1, its
+# SASL_PLAINTEXT (SCRAM) listener on + 2 and its TLS listener on + 3), MYSQL_PORT (13306),
 # MYSQL_TLS_PORT (13307), ES_PORT (19200).
 # Notes on the servers: tests/support/env.md.
 set -euo pipefail
@@ -24,6 +25,12 @@ CACHE=${GAP_AUDITOR_CACHE:-$HOME/.cache/gap-auditor}
 RUN=${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}
 KAFKA_PORT=${KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}
+KAFKA_SASL_PORT=${KAFKA_SASL_PORT:-$((KAFKA_PORT + 2))}
+KAFKA_SSL_PORT=${KAFKA_SSL_PORT:-$((KAFKA_PORT + 3))}
+# SCRAM users of the SASL listener (test-only secrets). `auditor` has no ACL of its own:
+# each test grants what it needs (tests/it/broker_auth.rs).
+KAFKA_SCRAM_USER=auditor
+KAFKA_SCRAM_PASSWORD=auditor-scram-secret
 MYSQL_PORT=${MYSQL_PORT:-13306}
 MYSQL_TLS_PORT=${MYSQL_TLS_PORT:-13307}
 ES_PORT=${ES_PORT:-19200}
@@ -93,16 +100,30 @@ install_kafka() {
 # forms at once); few partitions for the internal topics (their creation on first use is
 # what a test would wait for); retention checked every second and deleted segments removed
 # at once, so a test that sets retention.ms or runs DeleteRecords sees the log start move
-# within seconds.
+# within seconds; sessions down to 1 s. Four listeners: PLAINTEXT (every test but the auth ones), the
+# controller's, SASL_PLAINTEXT with SCRAM, and TLS with the test CA's server certificate.
+# The StandardAuthorizer enforces ACLs; ANONYMOUS (PLAINTEXT, TLS without client
+# certificates, the controller) is a super user, so only SCRAM principals are limited.
 write_kafka_config() {
   mkdir -p "$KAFKA_DIR"
   cat >"$KAFKA_DIR/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$TLS_DIR/server.p12
+ssl.keystore.password=$TLS_P12_PASSWORD
+ssl.key.password=$TLS_P12_PASSWORD
+ssl.client.auth=none
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
 controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
 log.dirs=$KAFKA_DIR/data
 num.partitions=1
@@ -114,6 +135,9 @@ transaction.state.log.num.partitions=4
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# Kafka's default floor is 6 s; the kill -9 tests use a 3 s session so that the group
+# gives a dead member's partitions to the restarted one sooner.
+group.min.session.timeout.ms=1000
 log.retention.check.interval.ms=1000
 log.segment.delete.delay.ms=0
 file.delete.delay.ms=0
@@ -135,13 +159,32 @@ kafka_java() { java -Xmx256m -cp "$KAFKA_LIB/*" "$@"; }
 
 kafka_ready() { port_open "$KAFKA_PORT" && grep -q 'Kafka Server started' "$RUN/kafka.log"; }
 
+# The SCRAM credentials of the SASL listener's user, set once per log dir through the
+# PLAINTEXT listener (a super user there), both mechanisms librdkafka offers.
+add_scram_user() {
+  [[ -e $KAFKA_DIR/scram-users ]] && return 0
+  log "adding the SCRAM user $KAFKA_SCRAM_USER"
+  local m
+  # One mechanism a request: the broker refuses two credentials of one user in one.
+  for m in SCRAM-SHA-256 SCRAM-SHA-512; do
+    kafka_java org.apache.kafka.tools.ConfigCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
+      --alter --entity-type users --entity-name "$KAFKA_SCRAM_USER" \
+      --add-config "$m=[password=$KAFKA_SCRAM_PASSWORD]" \
+      >"$RUN/kafka-scram.log" 2>&1 || { tail -n 30 "$RUN/kafka-scram.log" >&2; die "adding the SCRAM user failed"; }
+  done
+  touch "$KAFKA_DIR/scram-users"
+}
+
 start_kafka() {
   if pidfile_alive "$KAFKA_PID"; then
     wait_until 60 "$KAFKA_PID" "$RUN/kafka.log" kafka_ready
+    add_scram_user
     return 0
   fi
-  port_open "$KAFKA_PORT" && die "port $KAFKA_PORT is taken by a process we did not start"
-  port_open "$KAFKA_CONTROLLER_PORT" && die "port $KAFKA_CONTROLLER_PORT is taken by a process we did not start"
+  local p
+  for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_SASL_PORT" "$KAFKA_SSL_PORT"; do
+    port_open "$p" && die "port $p is taken by a process we did not start"
+  done
   write_kafka_config
   # Formatted once per run dir: a restart keeps the topics, offsets and groups.
   if [[ ! -e $KAFKA_DIR/formatted ]]; then
@@ -159,6 +202,7 @@ start_kafka() {
     -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" -cp "$KAFKA_LIB/*" \
     kafka.Kafka "$KAFKA_DIR/server.properties"
   wait_until 60 "$KAFKA_PID" "$RUN/kafka.log" kafka_ready
+  add_scram_user
 }
 
 # Debian packages, one apt-get update for all of them and none when all are there:
@@ -264,6 +308,7 @@ make_test_ca() {
   for f in "${TLS_FILES[@]}"; do [[ -s $TLS_DIR/$f ]] || missing=1; done
   [[ -z $missing ]] && return 0
   stop_pidfile "$TLS_PID"
+  stop_pidfile "$KAFKA_PID"
   log "making a test CA and certificates in $TLS_DIR"
   rm -rf "$TLS_DIR" && mkdir -p "$TLS_DIR"
   (
@@ -338,6 +383,10 @@ set_env_vars() {
   # The broker's classpath, for tests that run Kafka's own admin tools (java -cp ...).
   GAP_AUDITOR_TEST_KAFKA_CLASSPATH=$KAFKA_LIB/*
   GAP_AUDITOR_TEST_KAFKA_LOG_DIR=$KAFKA_DIR/data
+  GAP_AUDITOR_TEST_KAFKA_SASL=127.0.0.1:$KAFKA_SASL_PORT
+  GAP_AUDITOR_TEST_KAFKA_SSL=127.0.0.1:$KAFKA_SSL_PORT
+  GAP_AUDITOR_TEST_KAFKA_SCRAM_USER=$KAFKA_SCRAM_USER
+  GAP_AUDITOR_TEST_KAFKA_SCRAM_PASSWORD=$KAFKA_SCRAM_PASSWORD
   GAP_AUDITOR_TEST_TANSU=$TANSU
   GAP_AUDITOR_TEST_MYSQL=mysql://gap:gap@127.0.0.1:$MYSQL_PORT/gap_auditor_test
   GAP_AUDITOR_TEST_MYSQL_PORT=$MYSQL_PORT
@@ -368,9 +417,10 @@ case ${1:-start} in
     install_opensearch
     install_sr_python
     set_env_vars
+    # The CA first: Kafka's TLS listener and the TLS-only MariaDB serve its certificate.
+    make_test_ca
     start_kafka
     start_mariadb
-    make_test_ca
     start_mariadb_tls
     start_opensearch
     GAP_AUDITOR_TEST_KAFKA_PID=$(cat "$KAFKA_PID")

@@ -1,8 +1,9 @@
-//! Integration tests against the real services started by `scripts/test.sh`: tansu (a
-//! Kafka-protocol broker) and MariaDB (the MySQL-protocol stand-in for Doris). All in one
+//! Integration tests against the real services started by `scripts/test.sh`: Apache Kafka
+//! and MariaDB (the MySQL-protocol stand-in for Doris). All in one
 //! test binary; tests that stop a shared service live in their own binaries (tests/*.rs),
 //! which cargo runs one after another.
 
+mod broker_auth;
 mod check;
 mod completeness;
 mod crash;
