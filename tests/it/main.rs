@@ -5,6 +5,7 @@
 
 mod check;
 mod completeness;
+mod completeness_txn;
 mod crash;
 mod daemon_surface;
 mod fake_registry;
