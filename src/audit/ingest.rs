@@ -86,7 +86,12 @@ pub(super) fn release_held(
     if ready.is_empty() {
         return 0;
     }
-    ingest_batch(metrics, parts, book, ready, now)
+    let n = ingest_batch(metrics, parts, book, ready, now);
+    // Positions held back behind the released records apply now (see `read_to.rs`).
+    for part in parts.values_mut() {
+        part.catch_up();
+    }
+    n
 }
 
 /// Whether `r` is of `topic`/`partition`. The tailing thread interns a batch's topic names,

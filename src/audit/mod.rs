@@ -44,6 +44,7 @@ mod kafka_view;
 mod partitions;
 mod persist;
 mod pipeline;
+mod read_to;
 mod report;
 mod round;
 mod schedule;
@@ -96,6 +97,9 @@ struct Part {
     stalled: bool,
     /// Records waiting for their schema, and every later one behind them.
     held: Held,
+    /// The consumer's position last reported, not yet applied while records are held
+    /// (see `read_to.rs`).
+    read_to: Option<Offset>,
 }
 
 struct Audit<V> {
@@ -401,6 +405,7 @@ impl<V: Verifier> Audit<V> {
                 let offsets = self.revoke(&partitions).await;
                 let _ = reply.send(offsets);
             }
+            TailEvent::ReadTo(positions) => read_to::apply(&mut self.parts, positions),
             TailEvent::OffsetOutOfRange => self.out_of_range().await,
             TailEvent::Error(e) => {
                 tracing::warn!(audit = %self.cfg.name, error = %e, "kafka consumer error");

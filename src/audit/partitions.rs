@@ -179,6 +179,7 @@ impl<V: Verifier> Audit<V> {
                     log,
                     stalled: false,
                     held: Held::for_decoder(&self.decoder),
+                    read_to: None,
                 },
             );
         }
@@ -422,4 +423,7 @@ pub(super) fn reposition_held(
     } else {
         part.held.forget_below(seek, book);
     }
+    // A position the consumer reported before this one re-positioning is not where the
+    // restarted fetch stands (nor the replaced ledger's): it reports again once it reads.
+    part.read_to = None;
 }

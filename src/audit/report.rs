@@ -151,6 +151,8 @@ impl<V: Verifier> Audit<V> {
             }
             // Caught up only against the log end learnt while fetching (librdkafka's
             // statistics): the start-up lookup may be stale, and on tansu it is too low.
+            // The ledger's next offset follows the consumer's position too (`read_to.rs`),
+            // so a log ending in a transaction marker or an aborted batch is read to its end.
             let caught_up = part.ledger.is_anchored()
                 && watermarks
                     .get(tp)

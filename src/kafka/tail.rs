@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 mod flow;
 mod positions;
 mod queue;
+mod read_to;
 mod rebalance;
 mod thread;
 
@@ -42,6 +43,7 @@ pub use flow::Flow;
 use flow::{Pressure, plan};
 use positions::{commit, held, reposition, start_at};
 use queue::{MessageQueue, View};
+use read_to::ReadTo;
 use rebalance::TailContext;
 use thread::{Backpressure, Tail};
 
@@ -84,6 +86,11 @@ pub enum TailEvent {
         /// The audit task's answer.
         reply: oneshot::Sender<Vec<(TopicPartition, Offset)>>,
     },
+    /// Where the consumer has read these partitions to (its position): every record below
+    /// was sent before this event, so the offsets between the last record and the position
+    /// held none the consumer delivers (transaction markers, aborted batches under
+    /// read_committed): holes. See `read_to.rs`.
+    ReadTo(Vec<(TopicPartition, Offset)>),
     /// A consumer error worth surfacing (broker down, authorization...).
     Error(String),
     /// A fetch position fell outside the log (retention deleted unread records, or the
@@ -181,6 +188,7 @@ pub fn start(
         batch_started: None,
         pushed: 0,
         bp: Backpressure::default(),
+        read_to: ReadTo::default(),
     };
     let thread = std::thread::Builder::new()
         .name(format!("tail-{group}"))

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 
 mod lifecycle;
 mod model;
+mod position;
 mod review;
 mod scenarios;
 

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The timestamp (unix ms) of the record at `offset` of `partition`, read from Kafka.
-fn record_ts(topic: &str, partition: i32, offset: i64) -> i64 {
+pub(super) fn record_ts(topic: &str, partition: i32, offset: i64) -> i64 {
     let c: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", kafka())
         .set("group.id", unique("ts_reader"))
@@ -39,7 +39,7 @@ fn record_ts(topic: &str, partition: i32, offset: i64) -> i64 {
     }
 }
 
-fn rfc3339(ms: i64) -> String {
+pub(super) fn rfc3339(ms: i64) -> String {
     Utc.timestamp_millis_opt(ms)
         .single()
         .expect("time")
@@ -47,7 +47,7 @@ fn rfc3339(ms: i64) -> String {
 }
 
 /// What the audit published last round.
-fn completeness(a: &Auditor) -> AuditCompleteness {
+pub(super) fn completeness(a: &Auditor) -> AuditCompleteness {
     a.status
         .completeness(&a.audit)
         .expect("the audit is on the status board")
@@ -65,7 +65,7 @@ fn gauge(a: &Auditor) -> f64 {
 }
 
 /// `GET /api/completeness?audit=…&until=…` as JSON.
-async fn api(a: &Auditor, until_ms: i64) -> serde_json::Value {
+pub(super) async fn api(a: &Auditor, until_ms: i64) -> serde_json::Value {
     let (code, body) = a
         .get(&format!(
             "/api/completeness?audit={}&until={}",
@@ -96,7 +96,7 @@ async fn run_bin(args: Vec<String>) -> (i32, String, String) {
 }
 
 /// `gap-auditor wait --url <the in-process daemon> --audit dns_logs --until T --timeout D`.
-async fn wait_bin(a: &Auditor, until_ms: i64, timeout: &str) -> (i32, String, String) {
+pub(super) async fn wait_bin(a: &Auditor, until_ms: i64, timeout: &str) -> (i32, String, String) {
     run_bin(
         [
             "wait",

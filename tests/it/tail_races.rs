@@ -108,6 +108,8 @@ async fn a_reposition_naming_a_start_not_yet_applied_restarts_it() {
                             .push(partitions.iter().map(|tp| tp.partition).collect());
                         let _ = reply.send(Vec::new());
                     }
+                    // Positions: these tests look at records and rebalances only.
+                    TailEvent::ReadTo(_) => {}
                     TailEvent::Error(e) => eprintln!("A tail error: {e}"),
                     TailEvent::OffsetOutOfRange => eprintln!("A: offset out of range"),
                 }
@@ -364,6 +366,9 @@ async fn eager_revoke_and_reassign_before_the_first_answer() {
         let first = after.iter().find(|(q, _)| *q == p).map(|(_, o)| *o);
         assert_eq!(first, Some(5), "partition {p} restarts at the third answer");
     }
+    // Positions are asked for every 500 ms: let the restarted partitions report theirs.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    seen_a.lock().unwrap().assert_no_position_ahead("A");
     stop_a.store(true, Ordering::SeqCst);
     a_task.await.expect("A").join();
 }
@@ -374,6 +379,29 @@ struct SeenE {
     assigned: Vec<(Vec<i32>, Instant)>,
     revoked: Vec<Vec<i32>>,
     answered: Vec<(Vec<i32>, i64, Instant)>,
+    /// Per partition, the offset after the last record delivered since it was last
+    /// assigned (issue 35: positions are checked against it).
+    next: std::collections::HashMap<i32, i64>,
+    /// Positions reported (`TailEvent::ReadTo`).
+    positions: usize,
+    /// (partition, position, next) of positions beyond the records delivered: on these
+    /// topics (no transactions, so no holes) the audit would take unread records for holes.
+    ahead: Vec<(i32, i64, Option<i64>)>,
+}
+
+impl SeenE {
+    /// Issue 35: every position reported is backed by the records delivered before it since
+    /// the partition's (re)start; the eager test restarts partitions below where they had
+    /// been read (at 5 after 0-9), where librdkafka's position is the old fetcher's until it
+    /// stops.
+    fn assert_no_position_ahead(&self, who: &str) {
+        assert!(
+            self.ahead.is_empty(),
+            "{who}: positions ahead of the records delivered: {:?}",
+            self.ahead
+        );
+        assert!(self.positions > 0, "{who}: no position reported");
+    }
 }
 fn member(
     mut t: tail::TailHandle,
@@ -401,16 +429,20 @@ fn member(
                     let mut s = seen.lock().unwrap();
                     for r in batch {
                         s.records.push((r.partition, r.offset, now));
+                        s.next.insert(r.partition, r.offset + 1);
                     }
                     drop(s);
                     t.flow.ingested(n);
                 }
                 TailEvent::Assigned { partitions, reply } => {
                     let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
-                    seen.lock()
-                        .unwrap()
-                        .assigned
-                        .push((ps.clone(), Instant::now()));
+                    {
+                        let mut s = seen.lock().unwrap();
+                        s.assigned.push((ps.clone(), Instant::now()));
+                        for p in &ps {
+                            s.next.remove(p);
+                        }
+                    }
                     let (delay, at) = answers.get(i).copied().unwrap_or((Duration::ZERO, 0));
                     i += 1;
                     let seen = seen.clone();
@@ -426,6 +458,16 @@ fn member(
                         .revoked
                         .push(partitions.iter().map(|tp| tp.partition).collect());
                     let _ = reply.send(Vec::new());
+                }
+                TailEvent::ReadTo(positions) => {
+                    let mut s = seen.lock().unwrap();
+                    for (tp, at) in positions {
+                        s.positions += 1;
+                        let next = s.next.get(&tp.partition).copied();
+                        if next.is_none_or(|n| at > n) {
+                            s.ahead.push((tp.partition, at, next));
+                        }
+                    }
                 }
                 TailEvent::Error(e) => eprintln!("tail error: {e}"),
                 TailEvent::OffsetOutOfRange => {
@@ -527,6 +569,9 @@ async fn cooperative_revoke_of_a_pending_start() {
         after.iter().find(|(q, _)| theirs.contains(q)).map(|x| x.1),
         Some(5)
     );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    seen_a.lock().unwrap().assert_no_position_ahead("A");
+    seen_b.lock().unwrap().assert_no_position_ahead("B");
     stop_a.store(true, Ordering::SeqCst);
     a_task.await.expect("A").join();
 }

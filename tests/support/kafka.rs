@@ -177,3 +177,109 @@ impl MockKafka {
         Config::from_toml_str(&toml.render()).expect("config")
     }
 }
+
+/// (log start, log end) of a partition on the test broker.
+pub fn watermarks(topic: &str, partition: i32) -> (i64, i64) {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka())
+        .create()
+        .expect("watermark reader");
+    c.fetch_watermarks(topic, partition, Duration::from_secs(10))
+        .expect("watermarks")
+}
+
+/// Deletes a partition's records below `before` (DeleteRecords: what retention does), and
+/// returns the new log start.
+pub async fn delete_records(topic: &str, partition: i32, before: i64) -> i64 {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka())
+        .create()
+        .expect("admin client");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(before))
+        .expect("tpl");
+    let out = admin
+        .delete_records(
+            &tpl,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("delete_records");
+    let e = out
+        .find_partition(topic, partition)
+        .expect("the partition in the answer");
+    e.error().expect("records deleted");
+    match e.offset() {
+        rdkafka::Offset::Offset(o) => o,
+        o => panic!("no log start after deleting records: {o:?}"),
+    }
+}
+
+/// A transactional producer (`transactional.id` of its own): each call is one transaction
+/// on one partition. Blocking transaction calls run in `block_in_place`: multi-thread
+/// runtimes only.
+pub struct TxnProducer {
+    producer: FutureProducer,
+    pub topic: String,
+}
+
+impl TxnProducer {
+    pub async fn new(topic: &str) -> Self {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", kafka())
+            .set("transactional.id", unique("txn_id"))
+            .set("linger.ms", "0")
+            .create()
+            .expect("transactional producer");
+        tokio::task::block_in_place(|| producer.init_transactions(Duration::from_secs(30)))
+            .expect("init_transactions");
+        Self {
+            producer,
+            topic: topic.to_string(),
+        }
+    }
+
+    /// Sends `values` to `partition` in one transaction, each acknowledged (so in the log)
+    /// before the next: their offsets.
+    async fn send_in_txn(&self, partition: i32, values: &[String]) -> Vec<i64> {
+        self.producer
+            .begin_transaction()
+            .expect("begin_transaction");
+        let mut offsets = Vec::new();
+        for v in values {
+            let d = self
+                .producer
+                .send(
+                    FutureRecord::<(), str>::to(&self.topic)
+                        .partition(partition)
+                        .payload(v),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .expect("transactional produce");
+            assert_eq!(d.partition, partition);
+            offsets.push(d.offset);
+        }
+        offsets
+    }
+
+    /// One committed transaction of `values` on `partition`: their offsets (its commit
+    /// marker follows the last).
+    pub async fn commit(&self, partition: i32, values: &[String]) -> Vec<i64> {
+        let offsets = self.send_in_txn(partition, values).await;
+        tokio::task::block_in_place(|| self.producer.commit_transaction(Duration::from_secs(30)))
+            .expect("commit_transaction");
+        offsets
+    }
+
+    /// One aborted transaction of `values` on `partition`: every record is acknowledged,
+    /// so in the log, before the abort (an abort purges what was not sent yet): their
+    /// offsets (the abort marker follows the last).
+    pub async fn abort(&self, partition: i32, values: &[String]) -> Vec<i64> {
+        let offsets = self.send_in_txn(partition, values).await;
+        tokio::task::block_in_place(|| self.producer.abort_transaction(Duration::from_secs(30)))
+            .expect("abort_transaction");
+        offsets
+    }
+}

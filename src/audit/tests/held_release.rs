@@ -62,6 +62,7 @@ fn a_partial_release_reaches_the_ledger() {
             log: None,
             stalled: false,
             held: Held::default(),
+            read_to: None,
         },
     );
     // Offsets 0, 1 of schema 7 and 2, 3 of schema 8, neither cached yet (a start with an
@@ -121,6 +122,7 @@ fn records_read_before_a_reposition_do_not_skip_the_held_ones() {
             log: None,
             stalled: false,
             held: Held::for_decoder(&d),
+            read_to: None,
         },
     );
     // Offset 10 waits for schema 8; 11 and 12 (schema 7) wait behind it.
@@ -148,5 +150,45 @@ fn records_read_before_a_reposition_do_not_skip_the_held_ones() {
         p.ledger.pending(),
         5,
         "offsets 10 to 14 are all expected, none skipped as a hole"
+    );
+}
+
+/// Issue 35: a position the consumer reports while records wait for their schema is
+/// below-or-past records the ledger has not taken yet. Applied at once, it would move the
+/// ledger past them and their release would find them "re-delivered": never audited. It
+/// waits for them, and applies (past the marker at 13) once they are released.
+#[test]
+fn a_position_waits_for_the_records_held_below_it() {
+    let d = decoder();
+    let reg = d.registry().expect("registry").clone();
+    let raw = RawSchema {
+        schema_type: SchemaType::Avro,
+        text: SCHEMA.into(),
+        references: Vec::new(),
+    };
+    let m = AuditMetrics::new(Arc::new(Metrics::new()), "a");
+    let tp = TopicPartition::new("t", 0);
+    let mut parts = BTreeMap::new();
+    parts.insert(
+        tp.clone(),
+        Part {
+            ledger: PartitionLedger::new(10, false),
+            log: None,
+            stalled: false,
+            held: Held::for_decoder(&d),
+            read_to: None,
+        },
+    );
+    let batch = vec![record(&d, 10, 8), record(&d, 11, 8), record(&d, 12, 8)];
+    ingest_batch(&m, &mut parts, None, batch, 0);
+    crate::audit::read_to::apply(&mut parts, vec![(tp.clone(), 14)]);
+    assert_eq!(parts[&tp].ledger.next_offset(), 10, "held records first");
+    reg.insert(8, &raw);
+    assert_eq!(release_held(&m, &mut parts, &d, None, 0), 3);
+    let p = &parts[&tp];
+    assert_eq!(
+        (p.ledger.next_offset(), p.ledger.pending()),
+        (14, 3),
+        "the three records expected, the marker passed"
     );
 }

@@ -184,6 +184,14 @@ pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) ->
             TailEvent::Revoked { reply, .. } => {
                 let _ = reply.send(Vec::new());
             }
+            // As the audit task does: the ledgers move past offsets without a record.
+            TailEvent::ReadTo(positions) => {
+                for (tp, p) in positions {
+                    if let Some(l) = parts.get_mut(&tp) {
+                        l.read_to(p);
+                    }
+                }
+            }
             TailEvent::Error(e) => eprintln!("tail error: {e}"),
             TailEvent::OffsetOutOfRange => bail!("offset out of range"),
         }

@@ -40,6 +40,8 @@ pub(super) struct Tail {
     /// Records pushed since the last flush.
     pub(super) pushed: u32,
     pub(super) bp: Backpressure,
+    /// The positions reported to the audit task (see `read_to.rs`).
+    pub(super) read_to: ReadTo,
 }
 
 /// The thread's side of [`Flow`]: what it has paused, and when to look again.
@@ -71,8 +73,12 @@ impl Tail {
             self.serve_starts();
             self.serve_commands();
             self.apply_backpressure();
-            if self.forward_at <= Instant::now() {
+            let now = Instant::now();
+            if self.forward_at <= now {
                 self.forward_all();
+            }
+            if self.read_to.due(now) && !self.report_positions(now) {
+                break;
             }
             // The partitions' messages, in batches, then the consumer queue: its events
             // (rebalances, errors, statistics) and the messages of any partition not
@@ -111,6 +117,7 @@ impl Tail {
                     // them, so that every partition named is held when it is re-positioned.
                     self.serve_starts();
                     reposition(&self.consumer, &offsets);
+                    self.restarted(offsets.iter().map(|(tp, _)| tp.clone()).collect());
                     // Their fetchers restart, without our forwarding (see `queue.rs`).
                     self.forward(offsets.iter().map(|(tp, _)| tp.clone()).collect(), false);
                     // Re-assigned partitions start unpaused: re-apply on the next check.
@@ -152,6 +159,7 @@ impl Tail {
             if !starts.is_empty() {
                 self.forward(starts.iter().map(|(tp, _)| tp.clone()).collect(), true);
                 start_at(&self.consumer, &starts);
+                self.restarted(starts.iter().map(|(tp, _)| tp.clone()).collect());
                 // Newly assigned partitions start unpaused: re-apply on the next check.
                 self.bp.generation = u64::MAX;
             }
@@ -333,6 +341,9 @@ impl Tail {
         }
         // The messages go back to librdkafka before anything here can block.
         drop(messages);
+        if self.read_to.any_unproven() {
+            self.read_to_delivered(&tagged);
+        }
         let mut rest = tagged.into_iter();
         let mut done = 0;
         for (at, e) in errors {
@@ -353,6 +364,9 @@ impl Tail {
             Some(Ok(m)) => {
                 let tagged = tag(&mut self.topics, &self.decoder, &view(&m));
                 drop(m);
+                if self.read_to.any_unproven() {
+                    self.read_to_delivered(std::slice::from_ref(&tagged));
+                }
                 return self.push(tagged).then_some(Some(true));
             }
             Some(Err(e)) => self.flush() && self.report(e),
@@ -431,6 +445,59 @@ impl Tail {
         self.consumer.context().flush()
     }
 
+    /// Asks librdkafka where the assigned partitions have been read to and reports the
+    /// changed, trusted positions after the batch holding every record below them (see
+    /// `read_to.rs`). False: audit gone.
+    fn report_positions(&mut self, now: Instant) -> bool {
+        let positions = match self.consumer.position() {
+            Ok(list) => positions_of(&list),
+            Err(e) => {
+                tracing::debug!(error = %e, "consumer positions unavailable; asked again later");
+                self.read_to.later(now);
+                return true;
+            }
+        };
+        let changed = self.read_to.observe(now, positions);
+        if changed.is_empty() {
+            return true;
+        }
+        // Flushed first: the records below the positions reach the audit task before them.
+        self.flush()
+            && self
+                .consumer
+                .context()
+                .events
+                .blocking_send(TailEvent::ReadTo(changed))
+                .is_ok()
+    }
+
+    /// These partitions' fetchers were just (re)started: their positions are trusted again
+    /// once proven the new fetchers' (see `read_to.rs`).
+    fn restarted(&mut self, tps: Vec<TopicPartition>) {
+        let now: HashMap<TopicPartition, Option<Offset>> = self
+            .consumer
+            .position()
+            .map(|l| positions_of(&l).into_iter().collect())
+            .unwrap_or_default();
+        for tp in tps {
+            // Unknown (the query failed, or the partition is not listed): not trusted yet.
+            let reset = matches!(now.get(&tp), Some(None));
+            self.read_to.started(tp, reset);
+        }
+    }
+
+    /// Records were handed over: their partitions' positions are their fetchers' own.
+    fn read_to_delivered(&mut self, records: &[Tagged]) {
+        let mut last: Option<(&str, i32)> = None;
+        for r in records {
+            let here = (&*r.topic, r.partition);
+            if last != Some(here) {
+                self.read_to.delivered(here.0, here.1);
+                last = Some(here);
+            }
+        }
+    }
+
     fn report(&self, e: KafkaError) -> bool {
         let event = match e {
             KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset) => {
@@ -447,6 +514,19 @@ const FORWARD_EVERY: Duration = Duration::from_secs(1);
 /// After fetchers restarted: forwarded again this often, [`REFORWARDS`] times.
 const REFORWARD_AFTER: Duration = Duration::from_millis(50);
 const REFORWARDS: u32 = 5;
+
+/// (partition, position) of each entry of a position list.
+fn positions_of(list: &TopicPartitionList) -> Vec<(TopicPartition, Option<Offset>)> {
+    list.elements()
+        .iter()
+        .map(|e| {
+            (
+                TopicPartition::new(e.topic(), e.partition()),
+                read_to::offset_of(e.offset()),
+            )
+        })
+        .collect()
+}
 
 /// The view of a message the consumer queue handed over.
 fn view<'a>(m: &'a rdkafka::message::BorrowedMessage<'_>) -> View<'a> {

@@ -50,6 +50,22 @@ impl PartitionLedger {
         true
     }
 
+    /// The consumer's position reached `position`: every record below it has been taken by
+    /// [`Self::ingest`] (the caller guarantees it: the tailing thread reports a position only
+    /// after the records it covers), so the offsets from `next_offset` up to it held no record
+    /// the consumer delivers — transaction markers, aborted batches under read_committed.
+    /// They are holes, like the jumps [`Self::ingest`] makes (SPEC guarantee 4), and reading
+    /// moves past them: without this a partition whose log ends in a marker would never be
+    /// read to its end, and its settled watermark would stay on the marker. A position at or
+    /// behind what was read changes nothing. Returns whether the ledger moved.
+    pub fn read_to(&mut self, position: Offset) -> bool {
+        if position <= self.next_offset {
+            return false;
+        }
+        self.next_offset = position;
+        true
+    }
+
     /// Records that Kafka deleted offsets `first..=last` before the auditor read them
     /// (its resume point fell below the log start): a gap of unknown size, never silence.
     /// Moves `next_offset` past them.
