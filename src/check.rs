@@ -1,11 +1,14 @@
 //! `gap-auditor check`: audits a closed range of the past once, without the daemon.
 //!
 //! The daemon's due rule applies (SPEC guarantee 9: `check` never reports what `run` would
-//! not): with a `pipeline_group`, only records below its committed offsets are checked, and
-//! only `grace` after those commits were read (check waits it out) — records beyond them are
-//! lag, listed as not checked — and a group that cannot be read or has no commit at all
-//! gives no verdict (exit 2). Without a group, records younger than `grace` by their Kafka
-//! timestamp (or without one) are not checked. What is checked is decided by the daemon's ledger and
+//! not), through the daemon's own ledger ([`PartitionLedger::due`]): with a `pipeline_group`,
+//! only records below its committed offsets are checked, and only `grace` after those commits
+//! were read (check waits it out) — records beyond them are lag, listed as not checked — and a
+//! group that cannot be read or has no commit at all gives no verdict (exit 2). Without a
+//! group, `grace` runs from when a record was appended, never from its CreateTime
+//! ([`appended`]): on a LogAppendTime topic records appended less than `grace` ago are
+//! listed as not due yet; on a CreateTime topic only the log end check observed proves the
+//! append, so check waits `grace` after it. What is checked is decided by the daemon's ledger and
 //! [`Checker`]. Bounds are times (RFC 3339, resolved per partition with offsets-for-times) or
 //! `offset:N`; `--from` is inclusive, `--to` exclusive (Kafka's "next offset" convention),
 //! both clamped to what Kafka holds.
@@ -18,6 +21,7 @@ use crate::record::{Decoder, RecordMeta, Tag};
 use crate::sink::{self, AnySink};
 use crate::verify::Checker;
 use anyhow::{Context, bail};
+use appended::Appended;
 use chrono::{DateTime, Utc};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -25,6 +29,8 @@ use rdkafka::message::Message;
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::str::FromStr;
 use std::time::Duration;
+
+mod appended;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -71,6 +77,9 @@ pub struct Report {
     pub lost: u64,
     /// Extra rows.
     pub duplicated: u64,
+    /// Expected records read but not due yet (grace has not passed since they were
+    /// appended): neither confirmed nor missing.
+    pub not_due: u64,
     /// The gaps, as the daemon would report them.
     pub gaps: Vec<Gap>,
 }
@@ -130,16 +139,18 @@ async fn check_audit(
 ) -> anyhow::Result<()> {
     let kafka = config.kafka.clone();
     let topics = audit.topics.clone();
-    let ranges = tokio::task::spawn_blocking(move || resolve_ranges(&kafka, &topics, from, to))
+    let planned = tokio::task::spawn_blocking(move || resolve_ranges(&kafka, &topics, from, to))
         .await
         .context("resolving the range")??;
-    let ranges = match &audit.pipeline_group {
+    let grace_ms = i64::try_from(audit.grace.as_millis()).unwrap_or(i64::MAX);
+    let (planned, commits_read_ms) = match &audit.pipeline_group {
         Some(group) => {
             let kafka = config.kafka.clone();
             let group = group.clone();
-            let ends = tokio::task::spawn_blocking(move || pipeline_ends(&kafka, &group, ranges))
-                .await
-                .context("reading the pipeline group")??;
+            let (planned, read_ms) =
+                tokio::task::spawn_blocking(move || pipeline_ends(&kafka, &group, planned))
+                    .await
+                    .context("reading the pipeline group")??;
             // The due rule: `grace` after the pipeline's commit was seen. Records below the
             // commits just read are due once grace has passed since.
             if !audit.grace.is_zero() {
@@ -149,22 +160,13 @@ async fn check_audit(
                 );
                 tokio::time::sleep(audit.grace).await;
             }
-            ends
+            (planned, Some(read_ms))
         }
-        None => ranges
-            .into_iter()
-            .map(|(tp, f, t)| (tp, f, t, None))
-            .collect(),
+        None => (planned, None),
     };
-    // Without a pipeline group (the time-only rule) a record is due `grace` after it was
-    // produced, by its Kafka timestamp; with one, the commits above already waited it out.
-    let grace_cutoff = match audit.pipeline_group {
-        Some(_) => i64::MAX,
-        None => Utc::now().timestamp_millis() - audit.grace.as_millis() as i64,
-    };
-    let total: u64 = ranges
+    let total: u64 = planned
         .iter()
-        .map(|(_, f, t, _)| (t - f).max(0) as u64)
+        .map(|p| (p.end - p.first).max(0) as u64)
         .sum();
     let bar = progress_bar(total, progress);
     let keyed = matches!(
@@ -176,80 +178,134 @@ async fn check_audit(
         audit.batch_size,
         audit.max_pending.min(1_000_000),
     );
+    let mut waited = false;
     // key_columns: every partition is read before any is verified — the key multiset is the
     // audit's, so a row that a record of a later partition holds is never charged as a
     // duplicate. The other strategies verify each partition as soon as it is read, so only
     // one partition's ledger is held at a time.
     let mut read = Vec::new();
-    for (tp, first, end, lag) in ranges {
-        let mut checked = CheckedRange {
-            audit: audit.name.clone(),
-            topic: tp.topic.clone(),
-            partition: tp.partition,
-            from: first,
-            to: end,
-            requested_to: lag.as_ref().map(|(asked, _)| *asked),
-            not_checked: lag.map(|(_, why)| why),
-        };
-        if end <= first {
-            report.ranges.push(checked);
+    for plan in planned {
+        if plan.end <= plan.first {
+            report.ranges.push(plan.unread(&audit.name));
             continue;
         }
         let decoder = crate::record::decoder_for(audit)
             .with_context(|| format!("audits.{}.record", audit.name))?;
         let kafka = config.kafka.clone();
-        let tp2 = tp.clone();
+        let tp = plan.tp.clone();
+        let (first, end, observed_ms) = (plan.first, plan.end, plan.observed_ms);
         let b = bar.clone();
-        let (ledger, consumed, expected, young) = tokio::task::spawn_blocking(move || {
-            read_range(&kafka, &tp2, first, end, &decoder, keyed, grace_cutoff, &b)
+        let read_out = tokio::task::spawn_blocking(move || {
+            read_range(&kafka, &tp, first, end, observed_ms, &decoder, keyed, &b)
         })
         .await
         .context("reading the range")??;
-        // Records within `grace` of now are not due yet: the range ends before the first.
-        if let Some(at) = young {
-            checked.requested_to = Some(checked.requested_to.unwrap_or(end));
-            checked.to = at;
-            checked.not_checked = Some(match checked.not_checked.take() {
-                Some(why) => why,
-                None => format!(
-                    "records from offset {at} are younger than grace ({}): not due yet",
-                    humantime::format_duration(audit.grace)
-                ),
-            });
+        let mut ledger = read_out.ledger;
+        // The daemon's due rule, as `run` sets it up: the pipeline's commit as observed when
+        // it was read, or, without a group, the time-only rule on the append clock.
+        ledger
+            .pipeline
+            .set_time_rule(audit.pipeline_group.is_none());
+        if let Some(at) = commits_read_ms {
+            ledger.pipeline.observe(at, Some(plan.end));
         }
-        report.ranges.push(checked);
-        report.consumed += consumed;
-        report.expected += expected;
+        // Records whose append only the observed log end proves (a CreateTime topic) fall due
+        // `grace` after that observation; waiting it out, as for the group's commits above,
+        // gives a verdict on them instead of none.
+        if commits_read_ms.is_none() && read_out.bounded_by_observation {
+            let n = ledger.pending();
+            wait_until(observed_ms.saturating_add(grace_ms), &mut waited, || {
+                format!(
+                    "{}: {n} records not yet due: Kafka keeps no append time on a CreateTime \
+                         topic, so grace ({}) runs from the log end check observed; waiting it out",
+                    plan.tp,
+                    humantime::format_duration(audit.grace)
+                )
+            })
+            .await;
+        }
+        report.consumed += read_out.consumed;
+        report.expected += read_out.expected;
         match checker.book_mut() {
             Some(book) => {
                 book.adopt(&ledger);
-                read.push((tp, end, ledger));
+                read.push((plan, ledger));
             }
-            None => verify_range(&mut checker, sink, audit, &tp, end, ledger, report).await?,
+            None => {
+                let decided = verify_range(
+                    &mut checker,
+                    sink,
+                    audit,
+                    &plan.tp,
+                    ledger,
+                    grace_ms,
+                    report,
+                )
+                .await?;
+                report
+                    .ranges
+                    .push(plan.checked(&audit.name, decided, audit.grace));
+            }
         }
     }
-    for (tp, end, ledger) in read {
-        verify_range(&mut checker, sink, audit, &tp, end, ledger, report).await?;
+    for (plan, ledger) in read {
+        let decided = verify_range(
+            &mut checker,
+            sink,
+            audit,
+            &plan.tp,
+            ledger,
+            grace_ms,
+            report,
+        )
+        .await?;
+        report
+            .ranges
+            .push(plan.checked(&audit.name, decided, audit.grace));
     }
     bar.finish_and_clear();
     Ok(())
 }
 
-/// Decides every record of a read range (all of it is due: the due rule already ended the
-/// range) and adds the verdicts and gaps to the report.
+/// Sleeps until `at_ms` (unix ms), saying why once per audit.
+async fn wait_until(at_ms: i64, announced: &mut bool, why: impl FnOnce() -> String) {
+    let left = at_ms.saturating_sub(Utc::now().timestamp_millis());
+    if left <= 0 {
+        return;
+    }
+    if !*announced {
+        eprintln!("{}", why());
+        *announced = true;
+    }
+    tokio::time::sleep(Duration::from_millis(left.unsigned_abs())).await;
+}
+
+/// What the due rule left undecided on a partition.
+#[derive(Debug, Clone, Copy, Default)]
+struct NotDue {
+    /// Expected records not due yet.
+    records: u64,
+    /// The first of them.
+    first: Option<Offset>,
+    /// When the first falls due (unix ms).
+    due_at_ms: Option<i64>,
+}
+
+/// Decides every due record of a read range with the daemon's due rule
+/// ([`PartitionLedger::due`] at this instant) and adds the verdicts and gaps to the report.
+/// Returns what is not due yet.
 async fn verify_range(
     checker: &mut Checker,
     sink: &AnySink,
     audit: &AuditConfig,
     tp: &TopicPartition,
-    end: Offset,
     mut ledger: PartitionLedger,
+    grace_ms: i64,
     report: &mut Report,
-) -> anyhow::Result<()> {
-    ledger.pipeline.observe(0, Some(end));
+) -> anyhow::Result<NotDue> {
     let now = Utc::now().timestamp_millis();
     loop {
-        let segs = ledger.due(now, 0, 1_000_000);
+        let segs = ledger.due(now, grace_ms, 1_000_000);
         if segs.is_empty() {
             break;
         }
@@ -257,17 +313,32 @@ async fn verify_range(
         let verdicts: Vec<Verdict> = checker.due(sink, tp, &segs, &obs).await.map_err(|e| {
             anyhow::anyhow!("audit {}: {e}: cannot decide, nothing reported", audit.name)
         })?;
+        let before = ledger.pending();
         let applied = ledger.apply(&verdicts, now);
         report.confirmed += applied.confirmed;
         report.lost += applied.lost;
         report.duplicated += applied.duplicates;
+        // A segment the sink gave no answer about stays pending: asking again at the same
+        // instant would loop; unknown is never missing, so no verdict at all.
+        if ledger.pending() == before {
+            bail!(
+                "audit {}: the sink gave no answer about {tp}: cannot decide, nothing reported",
+                audit.name
+            );
+        }
     }
     for g in ledger.take_dirty_gaps() {
         let mut gap = g.to_gap(&audit.name, tp);
         gap.detected_at = Utc::now();
         report.gaps.push(gap);
     }
-    Ok(())
+    let not_due = NotDue {
+        records: ledger.pending(),
+        first: ledger.pending_runs().first().map(|r| r.first),
+        due_at_ms: ledger.next_due_ms(grace_ms),
+    };
+    report.not_due += not_due.records;
+    Ok(not_due)
 }
 
 fn progress_bar(total: u64, enabled: bool) -> ProgressBar {
@@ -283,13 +354,70 @@ fn progress_bar(total: u64, enabled: bool) -> ProgressBar {
     bar
 }
 
+/// One partition's range as planned: `[first, end)`, clamped to what Kafka holds and, with a
+/// pipeline group, ended at its commit.
+struct Planned {
+    tp: TopicPartition,
+    first: Offset,
+    end: Offset,
+    /// When the log end was observed (unix ms, once the broker had answered): every record
+    /// below it was appended by then.
+    observed_ms: i64,
+    /// When the pipeline's commit shortened the range: the end asked for, and why.
+    lag: Option<(Offset, String)>,
+}
+
+impl Planned {
+    /// The report of a range with nothing to read.
+    fn unread(&self, audit: &str) -> CheckedRange {
+        CheckedRange {
+            audit: audit.to_string(),
+            topic: self.tp.topic.clone(),
+            partition: self.tp.partition,
+            from: self.first,
+            to: self.end,
+            requested_to: self.lag.as_ref().map(|(asked, _)| *asked),
+            not_checked: self.lag.as_ref().map(|(_, why)| why.clone()),
+        }
+    }
+
+    /// The report of a range once decided: it ends before the first record not due yet.
+    fn checked(&self, audit: &str, not_due: NotDue, grace: Duration) -> CheckedRange {
+        let mut r = self.unread(audit);
+        let Some(at) = not_due.first else {
+            return r;
+        };
+        r.requested_to = Some(r.requested_to.unwrap_or(self.end));
+        r.to = at;
+        let due_at = not_due
+            .due_at_ms
+            .and_then(|ms| chrono::TimeZone::timestamp_millis_opt(&Utc, ms).single())
+            .map_or_else(String::new, |t| {
+                format!(
+                    "; the first falls due at {}",
+                    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+                )
+            });
+        let why = format!(
+            "{} records not yet due: grace ({}) has not passed since they were appended{due_at}",
+            not_due.records,
+            humantime::format_duration(grace)
+        );
+        r.not_checked = Some(match r.not_checked.take() {
+            Some(lag) => format!("{why}; {lag}"),
+            None => why,
+        });
+        r
+    }
+}
+
 /// Resolves the bounds to `[from, to)` per partition, clamped to `[log start, log end)`.
 fn resolve_ranges(
     kafka: &crate::config::KafkaConfig,
     topics: &[String],
     from: Bound,
     to: Bound,
-) -> anyhow::Result<Vec<(TopicPartition, Offset, Offset)>> {
+) -> anyhow::Result<Vec<Planned>> {
     let consumer: BaseConsumer = client::base(kafka)
         .create()
         .context("creating the Kafka client")?;
@@ -312,6 +440,9 @@ fn resolve_ranges(
             let (low, high) = consumer
                 .fetch_watermarks(topic, p, TIMEOUT)
                 .with_context(|| format!("reading the watermarks of {tp}"))?;
+            // Taken after the answer: a record appended while the request was in flight is
+            // below `high` too, and was appended before this.
+            let observed_ms = Utc::now().timestamp_millis();
             let resolve = |b: Bound| -> anyhow::Result<Offset> {
                 Ok(match b {
                     Bound::Offset(o) => o,
@@ -332,86 +463,106 @@ fn resolve_ranges(
                 tracing::warn!(%tp, requested = resolve(from)?, log_start = low,
                     "Kafka no longer holds the start of the range: checking from the log start");
             }
-            out.push((tp, first, end));
+            out.push(Planned {
+                tp,
+                first,
+                end,
+                observed_ms,
+                lag: None,
+            });
         }
     }
     Ok(out)
 }
 
-/// A partition's range `[first, end)` to check, and, when the due rule shortened it, the end
-/// asked for and why.
-type DueRange = (TopicPartition, Offset, Offset, Option<(Offset, String)>);
-
 /// The pipeline group's committed offsets end each range: records it has not passed are
 /// lag, never loss. A group that cannot be read, or that has no commit on any partition of
-/// the range (a misspelt name), gives no verdict at all.
+/// the range (a misspelt name), gives no verdict at all. Returns the ranges and when the
+/// commits were read (unix ms), from which the due rule counts `grace`.
 fn pipeline_ends(
     kafka: &crate::config::KafkaConfig,
     group: &str,
-    ranges: Vec<(TopicPartition, Offset, Offset)>,
-) -> anyhow::Result<Vec<DueRange>> {
+    ranges: Vec<Planned>,
+) -> anyhow::Result<(Vec<Planned>, i64)> {
     let reader = crate::kafka::PipelineReader::new(kafka, group)
         .with_context(|| format!("creating a reader of pipeline group {group:?}"))?;
-    let tps: Vec<TopicPartition> = ranges.iter().map(|(tp, ..)| tp.clone()).collect();
+    let tps: Vec<TopicPartition> = ranges.iter().map(|p| p.tp.clone()).collect();
     let committed = reader.committed(&tps).with_context(|| {
         format!(
-            "cannot read the committed offsets of pipeline group {group:?} (no DESCRIBE              permission on it, or its coordinator is unavailable): check gives no verdict              without them, lag is never loss"
+            "cannot read the committed offsets of pipeline group {group:?} (no DESCRIBE \
+             permission on it, or its coordinator is unavailable): check gives no verdict \
+             without them, lag is never loss"
         )
     })?;
+    let read_ms = Utc::now().timestamp_millis();
     if !committed.values().any(Option::is_some) {
         bail!(
-            "pipeline group {group:?} has no committed offset on any partition of the range              (is pipeline_group spelt right? has the job completed its first checkpoint?):              check gives no verdict without it, lag is never loss"
+            "pipeline group {group:?} has no committed offset on any partition of the range \
+             (is pipeline_group spelt right? has the job completed its first checkpoint?): \
+             check gives no verdict without it, lag is never loss"
         );
     }
-    Ok(ranges
+    let planned = ranges
         .into_iter()
-        .map(|(tp, first, end)| match committed.get(&tp).copied().flatten() {
-            Some(c) if c >= end => (tp, first, end, None),
+        .map(|p| match committed.get(&p.tp).copied().flatten() {
+            Some(c) if c >= p.end => p,
             Some(c) => {
-                let to = c.max(first);
+                let to = c.max(p.first);
                 let why = format!(
                     "the pipeline group {group:?} has committed {c}: records from {to} are lag, not checked"
                 );
-                (tp, first, to, Some((end, why)))
+                Planned {
+                    lag: Some((p.end, why)),
+                    end: to,
+                    ..p
+                }
             }
             None => {
                 let why = format!(
                     "the pipeline group {group:?} has no commit on this partition: lag, not checked"
                 );
-                (tp, first, first, Some((end, why)))
+                Planned {
+                    lag: Some((p.end, why)),
+                    end: p.first,
+                    ..p
+                }
             }
         })
-        .collect())
+        .collect();
+    Ok((planned, read_ms))
 }
 
-/// Reads `[first, end)` of one partition into a fresh ledger. Stops before the first record
-/// with a timestamp after `grace_cutoff_ms` (not due yet) and returns its offset.
+/// A range read into a fresh ledger.
+struct ReadRange {
+    ledger: PartitionLedger,
+    consumed: u64,
+    expected: u64,
+    /// Some expected record's append is proven only by the observed log end (no
+    /// LogAppendTime): it falls due `grace` after that observation.
+    bounded_by_observation: bool,
+}
+
+/// Reads `[first, end)` of one partition into a fresh ledger, each record seen when it was
+/// appended at the latest ([`Appended`]): the clock `run` starts grace on.
 #[allow(clippy::too_many_arguments)]
 fn read_range(
     kafka: &crate::config::KafkaConfig,
     tp: &TopicPartition,
     first: Offset,
     end: Offset,
+    observed_ms: i64,
     decoder: &Decoder,
     keyed: bool,
-    grace_cutoff_ms: i64,
     bar: &ProgressBar,
-) -> anyhow::Result<(PartitionLedger, u64, u64, Option<Offset>)> {
+) -> anyhow::Result<ReadRange> {
     let mut ledger = PartitionLedger::new(first, keyed);
     let (mut consumed, mut expected) = (0u64, 0u64);
-    let mut young = None;
+    let mut bounded_by_observation = false;
     // Schemas not cached yet are fetched on the spot (this is a blocking-pool thread): the
     // daemon's decoding, and an error rather than a guess when the registry cannot answer.
     let runtime = tokio::runtime::Handle::current();
     let mut schema_error = None;
     range::read(kafka, "gap-auditor-check", tp, first, end, |m| {
-        let ts = range::timestamp_ms(m);
-        // Under the time-only rule a record without a timestamp cannot be shown to be
-        // older than grace: not due.
-        if grace_cutoff_ms < i64::MAX && ts.is_none_or(|t| t > grace_cutoff_ms) {
-            young = Some(m.offset());
-            return range::Flow::Stop;
-        }
         // The record's coordinates, as the daemon's tail passes them: doc_id templates are
         // built from them.
         let meta = RecordMeta {
@@ -442,15 +593,24 @@ fn read_range(
                 return range::Flow::Stop;
             }
         };
+        let appended = Appended::of(m.timestamp(), observed_ms);
+        if matches!(observed, Observed::Expected { .. }) {
+            bounded_by_observation |= matches!(appended, Appended::BeforeObserved(_));
+        }
         consumed += 1;
         bar.inc(1);
-        ledger.ingest(m.offset(), ts, observed, 0);
+        ledger.ingest(m.offset(), range::timestamp_ms(m), observed, appended.ms());
         range::Flow::Continue
     })?;
     if let Some(e) = schema_error {
         return Err(e);
     }
-    Ok((ledger, consumed, expected, young))
+    Ok(ReadRange {
+        ledger,
+        consumed,
+        expected,
+        bounded_by_observation,
+    })
 }
 
 #[cfg(test)]

@@ -17,8 +17,10 @@
 //!   where the horizon (grace + statistics interval + verify interval) is how long a record
 //!   produced to it may take to show up in the log end the auditor sees.
 //!
-//! The audit's `complete_until` is the earliest of its partitions' holds. A hold at an
-//! unknown time (a record without a timestamp, a range Kafka deleted unread) makes it
+//! The audit's `complete_until` is the earliest of its partitions' holds, and never later
+//! than `now`: a record stamped in the future proves nothing about records not produced
+//! yet (the ledgers clamp such timestamps to when they were read, and count them). A hold
+//! at an unknown time (a record without a timestamp, a range Kafka deleted unread) makes it
 //! unknown: nothing is proven, and the gauge is not exported.
 
 use crate::gap::{GapState, Offset};
@@ -200,7 +202,8 @@ pub fn evaluate(
     }
     blockers.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.id.cmp(&b.id)));
     AuditCompleteness {
-        complete_until_ms: hold.and_then(Since::ms),
+        // Never ahead of the wall clock, whatever a timestamp claims.
+        complete_until_ms: hold.and_then(Since::ms).map(|cu| cu.min(now_ms)),
         blockers,
         unlisted_gaps_from: unlisted,
         partitions: parts.len(),

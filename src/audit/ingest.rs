@@ -163,7 +163,20 @@ pub fn ingest_batch(
                     };
                     // A record delivered again after a re-positioning is not counted twice.
                     if ledger.ingest(r.offset, r.timestamp_ms, observed, now) {
-                        ledger.note_record_ts(r.timestamp_ms);
+                        if ledger.note_record_ts(r.timestamp_ms, now) {
+                            c.future_ts += 1;
+                            // Once per partition: a producer whose clock runs ahead stamps
+                            // every record, and the counter says how many.
+                            if ledger.future_timestamps() == 1 {
+                                tracing::warn!(%topic, partition, offset = r.offset,
+                                    timestamp_ms = r.timestamp_ms, now_ms = now,
+                                    "a record on {topic}-{partition} is stamped ahead of the \
+                                     auditor's clock (a producer's clock or event time in the \
+                                     future): completeness counts it as read now, never ahead \
+                                     of the wall clock; further ones are only counted in \
+                                     gap_auditor_records_future_timestamp_total");
+                            }
+                        }
                         total += 1;
                         c.add(filtered);
                     }

@@ -23,9 +23,17 @@ pub(super) fn print_check(report: &gap_auditor::check::Report, format: Format) {
         }
     }
     println!(
-        "records: {} read, {} expected, {} confirmed, {} missing, {} duplicate rows\n",
+        "records: {} read, {} expected, {} confirmed, {} missing, {} duplicate rows",
         report.consumed, report.expected, report.confirmed, report.lost, report.duplicated
     );
+    // Neither confirmed nor missing: said apart, so a clean exit is not read as "all there".
+    if report.not_due > 0 {
+        println!(
+            "{} records not yet due (grace has not passed since they were appended): not checked",
+            report.not_due
+        );
+    }
+    println!();
     print_gaps(&report.gaps, Format::Table);
 }
 

@@ -247,7 +247,7 @@ mod ledger {
         let mut l = PartitionLedger::new(0, false);
         for o in 0..2 {
             assert!(l.ingest(o, Some(1_000 + o), exp(), 0));
-            l.note_record_ts(Some(1_000 + o));
+            l.note_record_ts(Some(1_000 + o), i64::MAX);
         }
         l.pipeline.observe(0, Some(2));
         let segs = l.due(GRACE, GRACE, 100);
@@ -255,7 +255,7 @@ mod ledger {
         assert_eq!(segs.len(), 1);
         for o in 2..6 {
             assert!(l.ingest(o, Some(1_000 + o), exp(), 5_000));
-            l.note_record_ts(Some(1_000 + o));
+            l.note_record_ts(Some(1_000 + o), i64::MAX);
         }
         l
     }
@@ -347,6 +347,30 @@ mod ledger {
     /// Idle rounds cost O(1): with 20,000 gaps, 1,000 calls on an unchanged ledger take
     /// less than 50 recomputations would (each walks every gap).
     #[test]
+    fn a_future_timestamp_is_clamped_to_the_read_and_counted() {
+        let mut l = PartitionLedger::new(0, false);
+        let read_at = 10_000;
+        assert!(l.ingest(0, Some(read_at - 1), exp(), read_at));
+        assert!(!l.note_record_ts(Some(read_at - 1), read_at));
+        // Stamped an hour ahead of the read.
+        assert!(l.ingest(1, Some(read_at + 3_600_000), exp(), read_at));
+        assert!(l.note_record_ts(Some(read_at + 3_600_000), read_at));
+        assert_eq!(l.future_timestamps(), 1);
+        assert_eq!(l.completeness().newest_ts, Some(read_at));
+        // Confirmed and idle an hour later: complete up to now − horizon, not the stamp.
+        l.pipeline.observe(read_at, Some(2));
+        let segs = l.due(read_at + GRACE, GRACE, 100);
+        assert_eq!(segs.len(), 1);
+        l.apply(&[known(vec![OffsetRun::new(0, 1)])], read_at + GRACE);
+        let now = read_at + 60_000;
+        let c = evaluate("dns", &[super::part(0, l.completeness(), true)], now, 5_000);
+        assert_eq!(c.complete_until_ms, Some(now - 5_000));
+        // No timestamp is never counted as a future one.
+        assert!(!l.note_record_ts(None, read_at));
+        assert_eq!(l.future_timestamps(), 1);
+    }
+
+    #[test]
     fn an_unchanged_ledger_is_not_walked_again() {
         let mut l = PartitionLedger::new(0, false);
         let n = 20_000;
@@ -375,7 +399,7 @@ mod ledger {
         );
         // A change is seen at once.
         l.ingest(2 * n, Some(7), exp(), 0);
-        l.note_record_ts(Some(7));
+        l.note_record_ts(Some(7), i64::MAX);
         assert_eq!(l.completeness().pending, Some(Since::At(7)));
     }
 }
@@ -433,6 +457,8 @@ proptest! {
         if !a.blocking.is_empty() {
             prop_assert!(!a.complete);
         }
+        // Never ahead of the wall clock, whatever the records' timestamps say.
+        prop_assert!(c.complete_until_ms.is_none_or(|cu| cu <= now), "{c:?} at {now}");
         // Every blocker is at or after complete_until.
         if let Some(cu) = c.complete_until_ms {
             for b in &c.blockers {

@@ -25,6 +25,8 @@ pub struct Ingested {
     pub expected: u64,
     /// Of those, records not expected, by [`FilterReason::ALL`] index.
     pub filtered: [u64; FilterReason::ALL.len()],
+    /// Of those, records stamped ahead of the auditor's clock (clamped for completeness).
+    pub future_ts: u64,
 }
 
 impl Ingested {
@@ -47,6 +49,7 @@ impl Ingested {
     pub fn merge(&mut self, other: &Ingested) {
         self.consumed += other.consumed;
         self.expected += other.expected;
+        self.future_ts += other.future_ts;
         for (s, v) in self.filtered.iter_mut().zip(other.filtered) {
             *s += v;
         }
@@ -265,6 +268,7 @@ pub struct PartitionMetrics {
     verdicts: OnceLock<Verdicts>,
     rewinds: OnceLock<IntCounter>,
     stalls: OnceLock<IntCounter>,
+    future_ts: OnceLock<IntCounter>,
     gauges: OnceLock<Gauges>,
     pipeline_committed: OnceLock<IntGauge>,
     log_end: OnceLock<IntGauge>,
@@ -306,6 +310,7 @@ impl PartitionMetrics {
             verdicts: OnceLock::new(),
             rewinds: OnceLock::new(),
             stalls: OnceLock::new(),
+            future_ts: OnceLock::new(),
             gauges: OnceLock::new(),
             pipeline_committed: OnceLock::new(),
             log_end: OnceLock::new(),
@@ -340,6 +345,10 @@ impl PartitionMetrics {
             .inc_by(c.consumed);
         self.counter(&self.expected, &f.records_expected)
             .inc_by(c.expected);
+        if c.future_ts > 0 {
+            self.counter(&self.future_ts, &f.records_future_timestamp)
+                .inc_by(c.future_ts);
+        }
         for (i, reason) in FilterReason::ALL.iter().enumerate() {
             if c.filtered[i] > 0 {
                 self.filtered[i]

@@ -104,6 +104,10 @@ pub struct Metrics {
     pub pipeline_rewinds: IntCounterVec,
     /// Beyond SPEC's table: the pipeline group stopped committing while the log grew.
     pub pipeline_stalls: IntCounterVec,
+    /// Beyond SPEC's table: records whose timestamp was ahead of the auditor's clock when
+    /// read, clamped to it for completeness (SPEC "Completeness": never ahead of the wall
+    /// clock).
+    pub records_future_timestamp: IntCounterVec,
     /// Beyond SPEC's table: `gap_auditor_audit_info{audit, pipeline_group, sink_kind,
     /// strategy}`, 1 per configured audit (see [`Metrics::set_audit_info`]).
     pub audit_info: IntGaugeVec,
@@ -344,6 +348,11 @@ impl Metrics {
                 "Times the pipeline group stopped committing while the log end kept growing.",
                 p,
             ),
+            records_future_timestamp: f.int_counter(
+                "gap_auditor_records_future_timestamp_total",
+                "Records whose timestamp was ahead of the auditor's clock when read (completeness counts them as read at that instant).",
+                p,
+            ),
             audit_info: f.int_gauge(
                 "gap_auditor_audit_info",
                 "One series per configured audit, always 1: its pipeline group (empty without one), sink kind and match strategy, to join with lag exporters.",
@@ -406,6 +415,7 @@ impl Metrics {
             &self.records_duplicated,
             &self.pipeline_rewinds,
             &self.pipeline_stalls,
+            &self.records_future_timestamp,
         ] {
             // Err only means the series did not exist: nothing to drop.
             let _ = c.remove_label_values(&key);

@@ -363,6 +363,56 @@ async fn an_idle_partition_does_not_freeze_completeness() {
     auditor.stop().await;
 }
 
+/// Issue 35 item 6: completeness never runs ahead of the wall clock. One record stamped an
+/// hour ahead (a producer with a skewed clock, an event time in the future) is written by
+/// the pipeline and confirmed; then the partition is idle. Before: the idle partition counted
+/// as complete up to that future time, so `wait --until` half an hour from now exited 0 for
+/// records nobody had produced yet. Now the timestamp is clamped to when the record was read
+/// and counted: `complete_until` (and the gauge) stay at or before now, and the same `wait`
+/// times out (exit 3, "not yet").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_future_timestamp_never_completes_the_future() {
+    let s = Scenario::new("cpl_future").await;
+    let topic = s.topic.clone();
+    let auditor = s.start_auditor("offset_columns", "1s", "300ms").await;
+    let ahead = Utc::now().timestamp_millis() + 3_600_000;
+    assert_eq!(
+        s.producer.send_at(0, dns_line(0).as_bytes(), ahead).await,
+        0
+    );
+    s.pipeline().records(1).run().await;
+    auditor
+        .wait_decided(30, "the record confirmed", |a| a.confirmed(&topic, 0) == 1)
+        .await;
+    // A few rounds of an idle partition, read to its end with nothing pending.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let now = Utc::now().timestamp_millis();
+    let cu = complete_until(&auditor);
+    assert!(
+        cu.is_some_and(|cu| cu <= now),
+        "complete_until {cu:?} is ahead of now {now}"
+    );
+    assert!(
+        gauge(&auditor) <= now as f64 / 1000.0,
+        "{}",
+        gauge(&auditor)
+    );
+    let half_hour = now + 1_800_000;
+    let answer = api(&auditor, half_hour).await;
+    assert_eq!(answer["complete"], false, "{answer}");
+    let (code, out, err) = wait_bin(&auditor, half_hour, "2s").await;
+    assert_eq!(
+        code, 3,
+        "nothing is proven for a time no record has reached\n{out}{err}"
+    );
+    // Counted, once.
+    assert_eq!(
+        auditor.counter(&auditor.metrics.records_future_timestamp, &topic, 0),
+        1
+    );
+    auditor.stop().await;
+}
+
 /// `wait` refuses what it cannot answer with exit 2: an audit the daemon does not run, or
 /// one the config does not have; a bad `--until` is a usage error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -100,6 +100,25 @@ impl TestProducer {
         d.offset
     }
 
+    /// Sends one value to `partition` with the CreateTime `ts_ms` (an event-time producer,
+    /// a backfill), waits for the ack, returns its offset.
+    pub async fn send_at(&self, partition: i32, value: &[u8], ts_ms: i64) -> i64 {
+        let d = self
+            .producer
+            .send(
+                FutureRecord::<(), [u8]>::to(&self.topic)
+                    .partition(partition)
+                    .payload(value)
+                    .timestamp(ts_ms),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+        assert_eq!(d.partition, partition);
+        d.offset
+    }
+
     pub async fn send_all(&self, partition: i32, values: &[String]) -> Vec<i64> {
         let mut out = Vec::new();
         for v in values {

@@ -7,7 +7,11 @@ use super::*;
 /// ledger state it was computed at.
 #[derive(Debug, Clone, Default)]
 pub(super) struct CompletenessCache {
+    /// Never ahead of the clock of the reads that set it (see
+    /// [`PartitionLedger::note_record_ts`]).
     newest_ts: Option<i64>,
+    /// Records whose timestamp was ahead of that clock.
+    future_ts: u64,
     /// ((revision, next offset, pending count), aggregate). Pending records change without a
     /// revision (it follows only the persisted part): every change to them moves the next
     /// offset (a record read) or the pending count (records decided), so the triple changes
@@ -16,12 +20,30 @@ pub(super) struct CompletenessCache {
 }
 
 impl PartitionLedger {
-    /// Notes the timestamp of a record just taken by [`Self::ingest`], expected or filtered:
-    /// a filtered record is decided too, so it moves completeness forward.
-    pub fn note_record_ts(&mut self, ts: Option<i64>) {
-        if let Some(t) = ts {
-            self.completeness.newest_ts = Some(self.completeness.newest_ts.map_or(t, |n| n.max(t)));
+    /// Notes the timestamp of a record just taken by [`Self::ingest`] at `now_ms`, expected or
+    /// filtered: a filtered record is decided too, so it moves completeness forward.
+    ///
+    /// A timestamp ahead of `now_ms` (a producer's skewed clock, an event time in the future)
+    /// is taken as `now_ms`: the newest record read is what an idle partition counts as
+    /// complete up to, and one record stamped an hour ahead would otherwise prove an hour
+    /// nobody has produced yet (SPEC "Completeness": never ahead of the wall clock). Returns
+    /// whether it was clamped, so the caller counts it.
+    pub fn note_record_ts(&mut self, ts: Option<i64>, now_ms: i64) -> bool {
+        let Some(t) = ts else {
+            return false;
+        };
+        let future = t > now_ms;
+        let t = t.min(now_ms);
+        self.completeness.newest_ts = Some(self.completeness.newest_ts.map_or(t, |n| n.max(t)));
+        if future {
+            self.completeness.future_ts += 1;
         }
+        future
+    }
+
+    /// Records read with a timestamp ahead of the clock (see [`Self::note_record_ts`]).
+    pub fn future_timestamps(&self) -> u64 {
+        self.completeness.future_ts
     }
 
     /// What this partition holds completeness back at: its oldest pending record, its
