@@ -100,7 +100,8 @@ install_kafka() {
 # forms at once); few partitions for the internal topics (their creation on first use is
 # what a test would wait for); retention checked every second and deleted segments removed
 # at once, so a test that sets retention.ms or runs DeleteRecords sees the log start move
-# within seconds; sessions down to 1 s. Four listeners: PLAINTEXT (every test but the auth ones), the
+# within seconds, and the log cleaner looks for work every second (compaction tests);
+# sessions down to 1 s. Four listeners: PLAINTEXT (every test but the auth ones), the
 # controller's, SASL_PLAINTEXT with SCRAM, and TLS with the test CA's server certificate.
 # The StandardAuthorizer enforces ACLs; ANONYMOUS (PLAINTEXT, TLS without client
 # certificates, the controller) is a super user, so only SCRAM principals are limited.
@@ -139,6 +140,7 @@ group.initial.rebalance.delay.ms=0
 # gives a dead member's partitions to the restarted one sooner.
 group.min.session.timeout.ms=1000
 log.retention.check.interval.ms=1000
+log.cleaner.backoff.ms=1000
 log.segment.delete.delay.ms=0
 file.delete.delay.ms=0
 EOF

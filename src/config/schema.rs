@@ -119,6 +119,15 @@ impl KafkaConfig {
         self.timing(2, self.statistics_interval)
     }
 
+    /// Whether the auditor's own group uses KIP-848's consumer group protocol
+    /// (`properties."group.protocol" = "consumer"`): the broker then owns the session
+    /// timeout, the heartbeat interval and the assignor, which librdkafka refuses to be given.
+    pub fn consumer_group_protocol(&self) -> bool {
+        self.properties
+            .get("group.protocol")
+            .is_some_and(|v| v.expose().trim().eq_ignore_ascii_case("consumer"))
+    }
+
     /// Whether `name` is one of [`TIMING_PROPERTIES`]: the client builder sets those from
     /// the values in effect rather than copying the property.
     pub fn is_timing_property(name: &str) -> bool {

@@ -10,8 +10,12 @@ pub fn base(kafka: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &kafka.brokers);
     // The values in effect, whether they came from the dedicated keys or the properties.
-    c.set("session.timeout.ms", millis(kafka.session_timeout()));
-    c.set("heartbeat.interval.ms", millis(kafka.heartbeat_interval()));
+    // Under KIP-848's protocol the broker sets both (group.consumer.* configs), and
+    // librdkafka refuses a consumer that names them.
+    if !kafka.consumer_group_protocol() {
+        c.set("session.timeout.ms", millis(kafka.session_timeout()));
+        c.set("heartbeat.interval.ms", millis(kafka.heartbeat_interval()));
+    }
     for (k, v) in &kafka.properties {
         // `statistics.interval.ms` is set by the tailing consumer only: the other clients
         // have no statistics handler, and rdkafka's default one logs every report.

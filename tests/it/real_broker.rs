@@ -7,6 +7,7 @@
 //! - an open transaction holds the last stable offset: what lies behind it is lag, never
 //!   loss, and completeness does not claim it;
 //! - partitions added to a live topic are audited from their first offset;
+//! - compacted offsets are holes, never loss;
 //! - DeleteRecords moving the log start under an auditor that had not read that far: the
 //!   unread range is settled by the sink where it can be (offset_columns) and unverifiable
 //!   where it cannot, never lost.
@@ -16,8 +17,6 @@ use chrono::{TimeZone, Utc};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::time::Duration;
 
 fn admin() -> AdminClient<DefaultClientContext> {
@@ -29,32 +28,6 @@ fn admin() -> AdminClient<DefaultClientContext> {
 
 fn opts() -> AdminOptions {
     AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))
-}
-
-/// A producer with a transactional id of its own, its transactions initialised.
-fn transactional_producer() -> FutureProducer {
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", kafka())
-        .set("transactional.id", unique("txn"))
-        .set("linger.ms", "0")
-        .create()
-        .expect("transactional producer");
-    p.init_transactions(Duration::from_secs(30))
-        .expect("init_transactions");
-    p
-}
-
-async fn send_txn(p: &FutureProducer, topic: &str, partition: i32, value: &str) -> i64 {
-    p.send(
-        FutureRecord::<(), str>::to(topic)
-            .partition(partition)
-            .payload(value),
-        Duration::from_secs(10),
-    )
-    .await
-    .map_err(|(e, _)| e)
-    .expect("transactional produce")
-    .offset
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -91,12 +64,8 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
     assert_eq!(s.send(&lines[0..4]).await, vec![0, 1, 2, 3]);
     s.pipeline().records(4).run().await;
 
-    let txn = transactional_producer();
-    txn.begin_transaction().expect("begin");
-    for (i, line) in lines[4..7].iter().enumerate() {
-        assert_eq!(send_txn(&txn, &topic, 0, line).await, 4 + i as i64);
-    }
-    txn.flush(Duration::from_secs(10)).expect("flush");
+    let txn = TxnProducer::new(&topic).await;
+    assert_eq!(txn.open(0, &lines[4..7]).await, vec![4, 5, 6]);
     assert_eq!(s.send(&lines[7..9]).await, vec![7, 8]);
     let after_last = Utc::now().timestamp_millis() + 1;
 
@@ -119,8 +88,7 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
         "records 4–8 were produced and not verified: {c}"
     );
 
-    txn.commit_transaction(Duration::from_secs(30))
-        .expect("commit");
+    txn.commit_open();
     // The pipeline reads 4–8 (the marker at 9 is no record) and drops 5.
     let read = s
         .pipeline()
@@ -229,17 +197,9 @@ async fn deleted_unread(strategy: &str) {
         .copies(|o| usize::from(o != 3 && o != 7))
         .run()
         .await;
-    let mut before = TopicPartitionList::new();
-    before
-        .add_partition_offset(&topic, 0, KOffset::Offset(6))
-        .expect("tpl");
-    let r = admin()
-        .delete_records(&before, &opts())
-        .await
-        .expect("delete_records");
     assert_eq!(
-        r.find_partition(&topic, 0).map(|e| e.offset()),
-        Some(KOffset::Offset(6)),
+        delete_records(&topic, 0, 6).await,
+        6,
         "the log start moved to 6"
     );
 
@@ -281,4 +241,180 @@ async fn records_deleted_unread_are_settled_by_offset_columns_never_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_deleted_unread_are_unverifiable_under_key_columns_never_lost() {
     deleted_unread("key_columns").await;
+}
+
+/// Compaction leaves offset holes: a compacted topic whose cleaner removed the older
+/// records of each key before the auditor started. The auditor and the pipeline read what
+/// is left; the pipeline drops one of those. Exactly that one is lost; the compacted
+/// offsets are holes (SPEC guarantee 4), never loss and never unverifiable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn compacted_offsets_are_holes_never_loss() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let s = Scenario::new("compact").await;
+    let topic = s.topic.clone();
+    let admin = admin();
+    let altered = admin
+        .alter_configs(
+            &[
+                rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic(&topic))
+                    .set("cleanup.policy", "compact")
+                    .set("segment.ms", "100")
+                    .set("min.cleanable.dirty.ratio", "0.001")
+                    .set("min.compaction.lag.ms", "0")
+                    .set("delete.retention.ms", "0"),
+            ],
+            &opts(),
+        )
+        .await
+        .expect("alter_configs");
+    for r in altered {
+        r.expect("compaction configured");
+    }
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", kafka())
+        .set("linger.ms", "0")
+        .create()
+        .expect("producer");
+    // Keys a b a b c a d b e f: compaction keeps the last of each (offsets 4–9) and
+    // removes 0–3, once their segment is closed: the last record comes after segment.ms,
+    // in a segment of its own.
+    let keys = ["a", "b", "a", "b", "c", "a", "d", "b", "e", "f"];
+    let lines = dns_lines(0..keys.len());
+    for (i, (k, line)) in keys.iter().zip(&lines).enumerate() {
+        if i == keys.len() - 1 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let d = producer
+            .send(
+                FutureRecord::to(&topic).partition(0).key(*k).payload(line),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+        assert_eq!(d.offset, i as i64);
+    }
+    // The broker's cleaner runs every second or so (test-env.sh): wait for the holes.
+    let survivors = || -> Vec<i64> {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", kafka())
+            .set("group.id", unique("compact_reader"))
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "true")
+            .create()
+            .expect("reader");
+        c.assign(&{
+            let mut t = rdkafka::TopicPartitionList::new();
+            t.add_partition_offset(&topic, 0, rdkafka::Offset::Beginning)
+                .expect("tpl");
+            t
+        })
+        .expect("assign");
+        let mut out = Vec::new();
+        while let Some(m) = c.poll(Duration::from_secs(5)) {
+            match m {
+                Ok(m) => out.push(m.offset()),
+                Err(rdkafka::error::KafkaError::PartitionEOF(_)) => break,
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        out
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let kept = loop {
+        let kept = survivors();
+        if kept.len() < keys.len() {
+            break kept;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the topic was not compacted within 60 s: {kept:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    assert!(kept.contains(&9) && kept.contains(&4), "{kept:?}");
+    let holes = keys.len() - kept.len();
+
+    let auditor = s.start_auditor("offset_columns", "2s", "500ms").await;
+    let dropped = kept[kept.len() / 2];
+    let read = s
+        .pipeline()
+        .records(kept.len())
+        .copies(move |o| usize::from(o != dropped))
+        .run()
+        .await;
+    assert_eq!(read, kept);
+    auditor
+        .wait_decided(60, "one lost, the rest confirmed", |a| {
+            a.lost(&topic, 0) == 1 && a.confirmed(&topic, 0) == kept.len() as u64 - 1
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        auditor.counter(&auditor.metrics.records_unverifiable, &topic, 0),
+        0,
+        "{holes} compacted offsets counted unverifiable"
+    );
+    let gaps = api_gaps(&auditor).await;
+    assert_eq!(
+        gap_tuples(&gaps),
+        vec![(0, dropped, dropped, 1)],
+        "{holes} holes: {gaps:?}"
+    );
+    auditor.stop().await;
+}
+
+/// The auditor's own group under KIP-848's consumer protocol (`group.protocol = consumer`,
+/// librdkafka 2.12, Kafka 4.4): the broker assigns the partitions and owns the session
+/// timeout, so the auditor sets none; a loss on each of two partitions is found. The
+/// classic-protocol settings the tests use otherwise would make librdkafka refuse the
+/// consumer, and config validation refuses them with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_auditor_group_under_the_kip_848_protocol_finds_losses() {
+    let s = Scenario::with_partitions("kip848", 2).await;
+    let topic = s.topic.clone();
+    let toml = config_builder(&s.spec("offset_columns", "2s", "500ms"))
+        .kafka_property("group.protocol", "consumer")
+        .render();
+    let classic = [
+        "session_timeout = \"6s\"\n",
+        "heartbeat_interval = \"500ms\"\n",
+    ];
+    for line in classic {
+        assert!(toml.contains(line), "{toml}");
+    }
+    let refused = gap_auditor::config::Config::from_toml_str(&toml)
+        .expect_err("a session timeout under the consumer protocol");
+    assert!(
+        refused.to_string().contains("kafka.session_timeout"),
+        "{refused}"
+    );
+    let toml = classic.iter().fold(toml, |t, line| t.replace(line, ""));
+    let auditor = Auditor::start(&toml).await;
+    let lines = dns_lines(0..8);
+    let producer = TestProducer::new(&topic);
+    for p in 0..2 {
+        producer.send_all(p, &lines[..4]).await;
+        s.pipeline()
+            .partition(p)
+            .records(4)
+            .copies(move |o| usize::from(o != 1 + i64::from(p)))
+            .run()
+            .await;
+    }
+    auditor
+        .wait_decided(60, "one lost on each partition", |a| {
+            (0..2).all(|p| a.lost(&topic, p) == 1 && a.confirmed(&topic, p) == 3)
+        })
+        .await;
+    let gaps = api_gaps(&auditor).await;
+    assert_eq!(
+        gap_tuples(&gaps),
+        vec![(0, 1, 1, 1), (1, 2, 2, 1)],
+        "{gaps:?}"
+    );
+    auditor.stop().await;
 }

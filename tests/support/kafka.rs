@@ -292,6 +292,18 @@ impl TxnProducer {
         offsets
     }
 
+    /// A transaction of `values` on `partition` left open (it holds the last stable
+    /// offset): their offsets. [`TxnProducer::commit_open`] ends it.
+    pub async fn open(&self, partition: i32, values: &[String]) -> Vec<i64> {
+        self.send_in_txn(partition, values).await
+    }
+
+    /// Commits the transaction [`TxnProducer::open`] left open.
+    pub fn commit_open(&self) {
+        tokio::task::block_in_place(|| self.producer.commit_transaction(Duration::from_secs(30)))
+            .expect("commit_transaction");
+    }
+
     /// One aborted transaction of `values` on `partition`: every record is acknowledged,
     /// so in the log, before the abort (an abort purges what was not sent yet): their
     /// offsets (the abort marker follows the last).

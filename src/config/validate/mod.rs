@@ -229,7 +229,30 @@ impl Config {
         let session = self.timing_source(0, k.session_timeout)?;
         let heartbeat = self.timing_source(1, k.heartbeat_interval)?;
         self.timing_source(2, k.statistics_interval)?;
-        if k.heartbeat_interval() >= k.session_timeout() {
+        if k.consumer_group_protocol() {
+            // KIP-848: the broker owns these; librdkafka would refuse to create the consumer.
+            let named = [
+                ("kafka.session_timeout", k.session_timeout.is_some()),
+                ("kafka.heartbeat_interval", k.heartbeat_interval.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(key, set)| set.then(|| key.to_string()))
+            .chain(
+                ["session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"]
+                    .into_iter()
+                    .filter(|p| k.properties.contains_key(*p) || k.property_files.contains_key(*p))
+                    .map(|p| format!("kafka.properties[\"{p}\"]")),
+            )
+            .next();
+            if let Some(key) = named {
+                return err(
+                    key,
+                    "cannot be set with kafka.properties[\"group.protocol\"] = \"consumer\": \
+                     under KIP-848 the broker sets it (group.consumer.* broker configs); \
+                     remove it, or use the classic protocol",
+                );
+            }
+        } else if k.heartbeat_interval() >= k.session_timeout() {
             return err(heartbeat, format!("must be shorter than {session}"));
         }
         let keys = (k.properties.keys().map(|key| ("properties", key)))
