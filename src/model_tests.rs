@@ -483,7 +483,13 @@ async fn simulate_offsets(
     let mut landed = vec![false; recs.len()];
     let (mut read, mut written) = (0usize, 0usize);
     // Enough idle rounds for a rotation over every run, plus two to measure the idle cost.
-    let rounds = per_round.len() + 6 + recs.len() / runs_budget.max(1) + 2;
+    // Each round whose re-check the sink fails postpones that schedule by one round (on
+    // error nothing is decided and the rotation does not advance), so a late arrival that
+    // lands during an outage is looked for in the first round the sink answers: that look
+    // (the probe, then the bisection that finds the arrival) is the work a round without
+    // the outage would have done earlier, not an idle round's cost.
+    let outage = downs.iter().filter(|&&d| d).count();
+    let rounds = per_round.len() + 6 + recs.len() / runs_budget.max(1) + outage + 2;
     let mut idle_queries = Vec::new();
     // A restart's look at every missing run, not yet done: set by a crash, cleared by the
     // first re-check the sink answers.
