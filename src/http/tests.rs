@@ -112,6 +112,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
         audit: audit.to_string(),
         consumer_group: "gap-auditor".to_string(),
         pipeline_group: None,
+        pipeline_group_hold: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,

@@ -17,6 +17,7 @@ mod key_forms;
 mod keys_at_scale;
 mod multi;
 mod offsets_interleaved;
+mod pipeline_group;
 mod real_broker;
 mod replay;
 mod scenarios;
