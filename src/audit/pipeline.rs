@@ -103,18 +103,32 @@ impl<V: Verifier> Audit<V> {
             return;
         }
         let view = self.kafka_view.clone();
-        let result = blocking(move || match view.pipeline_committed(&tps) {
-            Some(commits) => commits.map(Some),
-            // Without a pipeline group, a metadata request proves the cluster answers.
-            None => view.partitions(&tps[0].topic).map(|_| None),
+        let topics = self.cfg.topics.clone();
+        let result = blocking(move || {
+            // Each topic's partition count, for completeness answers to say how much of the
+            // audit they cover. A failed lookup keeps the last count (a blip is not a shrink).
+            let counts: Vec<(String, usize)> = topics
+                .into_iter()
+                .filter_map(|t| {
+                    let n = view.partitions(&t).ok()?.len();
+                    (n > 0).then_some((t, n))
+                })
+                .collect();
+            let commits = match view.pipeline_committed(&tps) {
+                Some(commits) => commits.map(Some),
+                // Without a pipeline group, a metadata request proves the cluster answers.
+                None => view.partitions(&tps[0].topic).map(|_| None),
+            };
+            commits.map(|c| (c, counts))
         })
         .await;
         // Stamped when the answer came: a commit made while the request was in flight is
         // seen no earlier than it happened, so `grace` is never counted from before it.
         let now = self.clock.now_ms();
-        self.pipeline.read_ok = matches!(result, Ok(Some(_)));
+        self.pipeline.read_ok = matches!(result, Ok((Some(_), _)));
         match result {
-            Ok(commits) => {
+            Ok((commits, counts)) => {
+                self.topic_partitions.extend(counts);
                 self.health.last_kafka_ok = Some(Utc::now());
                 if let Some(commits) = commits {
                     for (tp, c) in commits {

@@ -209,12 +209,13 @@ impl<V: Verifier> Audit<V> {
                 awaiting_schema: part.held.len() as u64,
             });
         }
-        let completeness = crate::completeness::evaluate(
+        let mut completeness = crate::completeness::evaluate(
             &audit,
             &completeness,
             self.clock.now_ms(),
             self.completeness_horizon_ms(),
         );
+        completeness.topic_partitions = self.topic_partitions.clone();
         // Unknown is not "complete up to 1970": no series, so a lag panel shows no data
         // rather than 55 years (GapAuditorCompletenessLag covers a lasting absence).
         self.metrics.complete_until(completeness.complete_until_ms);

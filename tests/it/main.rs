@@ -6,6 +6,7 @@
 mod broker_auth;
 mod check;
 mod completeness;
+mod completeness_cover;
 mod completeness_txn;
 mod crash;
 mod daemon_surface;
