@@ -26,6 +26,10 @@
 use crate::gap::{GapState, Offset};
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+mod cover;
+pub use cover::{Coverage, coverage};
 
 /// Blocking gaps a ledger lists (the earliest by record time): enough to name the culprits
 /// of any `until`, without a round's cost growing with an incident's 100,000s of gaps.
@@ -143,6 +147,12 @@ pub struct AuditCompleteness {
     pub unlisted_gaps_from: Option<Since>,
     /// Partitions this instance owns.
     pub partitions: usize,
+    /// Which partitions those are, per topic: what this answer speaks for.
+    pub covers: BTreeMap<String, Vec<i32>>,
+    /// How many partitions each audited topic has, as this instance last read it from
+    /// Kafka's metadata (set by the audit loop; empty: unknown). With `covers` it lets
+    /// several instances' answers be checked for a partition nobody speaks for.
+    pub topic_partitions: BTreeMap<String, usize>,
 }
 
 /// Combines the partitions of one audit at `now_ms` (see the module docs). `horizon_ms`: how
@@ -201,12 +211,22 @@ pub fn evaluate(
         }
     }
     blockers.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.id.cmp(&b.id)));
+    let mut covers: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for p in parts {
+        covers.entry(p.topic.clone()).or_default().push(p.partition);
+    }
+    for ps in covers.values_mut() {
+        ps.sort_unstable();
+        ps.dedup();
+    }
     AuditCompleteness {
         // Never ahead of the wall clock, whatever a timestamp claims.
         complete_until_ms: hold.and_then(Since::ms).map(|cu| cu.min(now_ms)),
         blockers,
         unlisted_gaps_from: unlisted,
         partitions: parts.len(),
+        covers,
+        topic_partitions: BTreeMap::new(),
     }
 }
 
@@ -259,6 +279,15 @@ pub struct Answer {
     /// Partitions this instance owns (0: it cannot say anything about the audit).
     #[serde(default)]
     pub partitions: usize,
+    /// The partitions this answer speaks for, per topic. `complete` is about these only:
+    /// across instances, the answers must cover every partition of every audited topic
+    /// (see [`coverage`]). Missing from an older daemon's answer: it covers nothing.
+    #[serde(default)]
+    pub covers: BTreeMap<String, Vec<i32>>,
+    /// Partitions per audited topic, as this instance last read Kafka's metadata (empty:
+    /// unknown).
+    #[serde(default)]
+    pub topic_partitions: BTreeMap<String, usize>,
     /// One sentence for a human.
     #[serde(default)]
     pub reason: String,
@@ -317,6 +346,8 @@ pub fn answer(audit: &str, c: &AuditCompleteness, until_ms: i64) -> Answer {
         blockers,
         truncated,
         partitions: c.partitions,
+        covers: c.covers.clone(),
+        topic_partitions: c.topic_partitions.clone(),
         reason,
     }
 }
@@ -335,8 +366,17 @@ fn reason(
         )
     };
     if complete {
+        let others = match cover::own_coverage(c) {
+            Coverage::Full => String::new(),
+            Coverage::Missing { total, .. } => format!(
+                "; for the partitions this instance owns only: {total} other partition(s) are read by other instances"
+            ),
+            Coverage::Unknown => {
+                "; for the partitions this instance owns only: the topics' partition counts are not known yet".to_string()
+            }
+        };
         return format!(
-            "complete: every record produced before {} is in the sink (proven up to {})",
+            "complete: every record produced before {} is in the sink (proven up to {}){others}",
             at(Some(until)),
             at(complete_until)
         );
@@ -367,8 +407,8 @@ fn reason(
         );
     }
     if c.partitions == 0 {
-        return "not yet: this instance owns no partition of the audit (starting, or another \
-                instance reads them)"
+        return "unknown: this instance owns no partition of the audit (starting, between \
+                assignments, or another instance reads them); it proves nothing"
             .to_string();
     }
     format!(
@@ -391,7 +431,10 @@ pub enum Decision {
 }
 
 /// Combines the answers of every instance serving an audit (each owns some partitions):
-/// complete only when every instance owning partitions is; a gap anywhere blocks.
+/// complete only when the answers together cover every partition of every audited topic
+/// and every answer that covers some is complete; a gap anywhere blocks. An instance that
+/// owns nothing (between assignments) proves nothing: partitions moving to it are covered
+/// by nobody, so the wait goes on rather than pass over them.
 pub fn decide(answers: &[Answer]) -> Decision {
     let gaps: Vec<String> = answers
         .iter()
@@ -406,7 +449,8 @@ pub fn decide(answers: &[Answer]) -> Decision {
         return Decision::Blocked(gaps);
     }
     let owning: Vec<&Answer> = answers.iter().filter(|a| a.partitions > 0).collect();
-    if !owning.is_empty() && owning.iter().all(|a| a.complete) {
+    let covered = coverage(answers) == Coverage::Full;
+    if covered && !owning.is_empty() && owning.iter().all(|a| a.complete) {
         Decision::Complete
     } else {
         Decision::NotYet

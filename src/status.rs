@@ -39,6 +39,11 @@ pub struct AuditStatus {
     pub consumer_group: String,
     /// The pipeline's consumer group, when configured.
     pub pipeline_group: Option<String>,
+    /// Why verdicts wait for the pipeline group (it cannot be read, has no commit, or its
+    /// commits disappeared), while `gap_auditor_pipeline_group_up` is 0. Left out of the
+    /// JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline_group_hold: Option<String>,
     /// Sink kind (`doris`, `mysql`, `elasticsearch`).
     pub sink_kind: String,
     /// Whether the last sink query succeeded.

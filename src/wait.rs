@@ -5,7 +5,7 @@
 //! still say "blocked"; nothing in the store can prove "complete" (pending records live in
 //! the daemon's memory only), so the wait goes on.
 
-use crate::completeness::{Answer, Decision, decide};
+use crate::completeness::{Answer, Decision, coverage, decide};
 use crate::config::Config;
 use crate::store::{GapFilter, StateFilter, Store};
 use chrono::{DateTime, Utc};
@@ -238,9 +238,12 @@ impl Waiter {
                     Err(note) => notes.push(note),
                 }
             }
+            // Each answer speaks for its own partitions; what none of them covers is said
+            // too, or a wait would seem stuck on instances that all say "complete".
             let mut note: Vec<String> = answers
                 .iter()
                 .map(|a| a.reason.clone())
+                .chain(coverage(&answers).note())
                 .chain(notes)
                 .collect();
             note.dedup();

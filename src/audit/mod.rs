@@ -128,6 +128,10 @@ struct Audit<V> {
     health: Health,
     /// The pipeline group's readability (pipeline.rs).
     pipeline: PipelineWatch,
+    /// Partitions per audited topic, from Kafka's metadata every round (pipeline.rs): the
+    /// completeness answer says how many there are, so that answers of several instances
+    /// can be checked for a partition none of them covers.
+    topic_partitions: BTreeMap<String, usize>,
     /// Shutdown: a round in flight stops asking the sink (its open questions stay unknown,
     /// nothing is decided on them), so SIGTERM never waits for a long backlog round.
     cancel: CancellationToken,
@@ -186,6 +190,7 @@ impl<V: Verifier> Audit<V> {
             retention: RetentionWatch::new(w.admin),
             health: Health::default(),
             pipeline: PipelineWatch::default(),
+            topic_partitions: BTreeMap::new(),
             cancel: w.cancel,
             clock: w.clock,
             handover: w.handover,

@@ -11,9 +11,30 @@ use chrono::Utc;
 pub(super) struct PipelineWatch {
     /// The last read of the pipeline group's commits succeeded (with a pipeline group).
     pub(super) read_ok: bool,
-    /// Why verdicts are held back (a configured pipeline group that cannot be read or has
-    /// no commit), as last logged; `None` while they are not.
+    /// Why verdicts are held back (a configured pipeline group that cannot be read, has no
+    /// commit, or whose commits disappeared), as last logged and shown in `/api/status`;
+    /// `None` while they are not.
     pub(super) hold: Option<String>,
+}
+
+/// How many partitions a reason names before it says "and N more" (a log line, not a list).
+const NAMED_PARTITIONS: usize = 5;
+
+/// Why the pipeline group's commits cannot be used for verdicts, as logged and shown in
+/// `/api/status`.
+fn vanished_reason(group: &str, vanished: &[(TopicPartition, Offset)]) -> String {
+    let mut named: Vec<String> = vanished
+        .iter()
+        .take(NAMED_PARTITIONS)
+        .map(|(tp, last)| format!("{tp} (last commit seen {last})"))
+        .collect();
+    if vanished.len() > NAMED_PARTITIONS {
+        named.push(format!("and {} more", vanished.len() - NAMED_PARTITIONS));
+    }
+    format!(
+        "the pipeline group {group:?} had committed offsets that disappeared: Kafka answers no commit on {} (the group was deleted, or its offsets expired after offsets.retention.minutes with no member); verdicts on those partitions are held until it commits again",
+        named.join(", ")
+    )
 }
 
 impl<V: Verifier> Audit<V> {
@@ -21,29 +42,48 @@ impl<V: Verifier> Audit<V> {
     /// not be read, or it has no commit on any partition this audit owns (a misspelt name, a
     /// job before its first checkpoint). Lag is never loss, so nothing becomes due on time
     /// alone (SPEC "Due rule"). Sets `gap_auditor_pipeline_group_up` and logs changes.
+    ///
+    /// Commits that disappeared (the group deleted or expired, see
+    /// [`crate::ledger::PipelineCommits::vanished`]) hold back the partitions they vanished
+    /// from (see `due_of`), not the whole audit; the group is reported down all the same:
+    /// a pipeline that lost its position is about to restart from somewhere, and the
+    /// operator must know why verdicts stopped.
     pub(super) fn hold_verdicts(&mut self) -> bool {
         let Some(group) = self.cfg.pipeline_group.clone() else {
             return false;
         };
-        let reason = if self.parts.is_empty() {
+        let vanished: Vec<(TopicPartition, Offset)> = self
+            .parts
+            .iter()
+            .filter_map(|(tp, p)| p.ledger.pipeline.vanished().map(|o| (tp.clone(), o)))
+            .collect();
+        let (reason, hold_all) = if self.parts.is_empty() {
             // Nothing assigned yet: nothing to hold, and nothing was read.
-            None
+            (None, false)
         } else if !self.pipeline.read_ok {
-            Some(format!(
-                "the pipeline group {group:?} cannot be read (no DESCRIBE permission on it, or its coordinator is unavailable)"
-            ))
+            (
+                Some(format!(
+                    "the pipeline group {group:?} cannot be read (no DESCRIBE permission on it, or its coordinator is unavailable)"
+                )),
+                true,
+            )
+        } else if !vanished.is_empty() {
+            (Some(vanished_reason(&group, &vanished)), false)
         } else if !self.parts.values().any(|p| p.ledger.pipeline.has_commits()) {
-            Some(format!(
-                "the pipeline group {group:?} has no committed offset on any audited partition (is pipeline_group spelt right? has the job completed its first checkpoint?)"
-            ))
+            (
+                Some(format!(
+                    "the pipeline group {group:?} has no committed offset on any audited partition (is pipeline_group spelt right? has the job completed its first checkpoint?)"
+                )),
+                true,
+            )
         } else {
-            None
+            (None, false)
         };
         // An instance that owns nothing holds nothing back (a standby must not page).
         let up = reason.is_none();
         self.metrics.pipeline_group_up(up);
         match (&reason, &self.pipeline.hold) {
-            (Some(r), None) => {
+            (Some(r), old) if old.as_ref() != Some(r) => {
                 tracing::warn!(audit = %self.cfg.name, pipeline_group = %group,
                     "verdicts held back: {r}; nothing is declared missing until its commits are seen")
             }
@@ -53,9 +93,8 @@ impl<V: Verifier> Audit<V> {
             }
             _ => {}
         }
-        let hold = reason.is_some();
         self.pipeline.hold = reason;
-        hold
+        hold_all
     }
 
     pub(super) async fn poll_pipeline(&mut self) {
@@ -64,18 +103,32 @@ impl<V: Verifier> Audit<V> {
             return;
         }
         let view = self.kafka_view.clone();
-        let result = blocking(move || match view.pipeline_committed(&tps) {
-            Some(commits) => commits.map(Some),
-            // Without a pipeline group, a metadata request proves the cluster answers.
-            None => view.partitions(&tps[0].topic).map(|_| None),
+        let topics = self.cfg.topics.clone();
+        let result = blocking(move || {
+            // Each topic's partition count, for completeness answers to say how much of the
+            // audit they cover. A failed lookup keeps the last count (a blip is not a shrink).
+            let counts: Vec<(String, usize)> = topics
+                .into_iter()
+                .filter_map(|t| {
+                    let n = view.partitions(&t).ok()?.len();
+                    (n > 0).then_some((t, n))
+                })
+                .collect();
+            let commits = match view.pipeline_committed(&tps) {
+                Some(commits) => commits.map(Some),
+                // Without a pipeline group, a metadata request proves the cluster answers.
+                None => view.partitions(&tps[0].topic).map(|_| None),
+            };
+            commits.map(|c| (c, counts))
         })
         .await;
         // Stamped when the answer came: a commit made while the request was in flight is
         // seen no earlier than it happened, so `grace` is never counted from before it.
         let now = self.clock.now_ms();
-        self.pipeline.read_ok = matches!(result, Ok(Some(_)));
+        self.pipeline.read_ok = matches!(result, Ok((Some(_), _)));
         match result {
-            Ok(commits) => {
+            Ok((commits, counts)) => {
+                self.topic_partitions.extend(counts);
                 self.health.last_kafka_ok = Some(Utc::now());
                 if let Some(commits) = commits {
                     for (tp, c) in commits {

@@ -192,7 +192,7 @@ impl<V: Verifier> Audit<V> {
                 unrecoverable_seconds,
                 consumed_offset: led.next_offset(),
                 settled_offset: led.settled(),
-                pipeline_committed: led.pipeline.latest(),
+                pipeline_committed: led.pipeline.current(),
                 log_end: part.log.map(|(_, end)| end),
             });
             partitions.push(PartitionStatus {
@@ -200,7 +200,7 @@ impl<V: Verifier> Audit<V> {
                 partition: tp.partition,
                 consumed: led.next_offset(),
                 settled: led.settled(),
-                pipeline_committed: led.pipeline.latest(),
+                pipeline_committed: led.pipeline.current(),
                 log_end: part.log.map(|(_, e)| e),
                 log_start: part.log.map(|(s, _)| s).filter(|s| *s >= 0),
                 pending: led.pending(),
@@ -209,12 +209,13 @@ impl<V: Verifier> Audit<V> {
                 awaiting_schema: part.held.len() as u64,
             });
         }
-        let completeness = crate::completeness::evaluate(
+        let mut completeness = crate::completeness::evaluate(
             &audit,
             &completeness,
             self.clock.now_ms(),
             self.completeness_horizon_ms(),
         );
+        completeness.topic_partitions = self.topic_partitions.clone();
         // Unknown is not "complete up to 1970": no series, so a lag panel shows no data
         // rather than 55 years (GapAuditorCompletenessLag covers a lasting absence).
         self.metrics.complete_until(completeness.complete_until_ms);
@@ -222,6 +223,7 @@ impl<V: Verifier> Audit<V> {
             audit,
             consumer_group: self.group.clone(),
             pipeline_group: self.cfg.pipeline_group.clone(),
+            pipeline_group_hold: self.pipeline.hold.clone(),
             sink_kind: self.sink.kind().to_string(),
             sink_state: self.health.sink_state,
             sink_error: self.health.sink_error.clone(),

@@ -233,7 +233,10 @@ impl<V: Verifier> Audit<V> {
                 book.forget_missing(&k);
             }
         }
-        if rule.hold {
+        // A partition whose pipeline commits disappeared (the group deleted or expired)
+        // waits too: whether the pipeline wrote what it read before is known only once it
+        // commits again, from wherever it restarts.
+        if rule.hold || p.ledger.pipeline.vanished().is_some() {
             return Some((Vec::new(), false));
         }
         let due = p.ledger.due(rule.now, rule.grace, rule.limit);

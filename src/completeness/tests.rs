@@ -176,15 +176,112 @@ fn no_partition_means_unknown_and_decide_waits() {
     assert!(!a.complete && a.blocking.is_empty());
     assert!(a.reason.contains("owns no partition"), "{}", a.reason);
     assert_eq!(decide(std::slice::from_ref(&a)), Decision::NotYet);
-    // A standby instance does not veto the one that owns the partitions.
-    let owner = answer(
+    // A standby instance does not veto the one that owns every partition.
+    let owner = answer("dns", &owning(&[0], 1), T0);
+    assert!(owner.complete);
+    assert_eq!(decide(&[a.clone(), owner.clone()]), Decision::Complete);
+    assert_eq!(decide(&[owner, incomplete()]), Decision::NotYet);
+}
+
+/// `{"t": n}`: topic `t` has `n` partitions.
+fn counts(n: usize) -> std::collections::BTreeMap<String, usize> {
+    [("t".to_string(), n)]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// An instance owning the idle partitions `ps` of topic `t`, which has `n` partitions.
+fn owning(ps: &[i32], n: usize) -> AuditCompleteness {
+    let parts: Vec<PartitionInput> = ps.iter().map(|p| part(*p, idle(T0), true)).collect();
+    let mut c = evaluate("dns", &parts, T0, 0);
+    c.topic_partitions = counts(n);
+    c
+}
+
+/// Issue 35 item 4: two instances, three partitions; partition 2 is moving from A to B.
+/// Each answer is complete for what it owns, and on main `wait` exited 0: nobody spoke for
+/// partition 2. Complete only once the answers together cover every partition.
+#[test]
+fn answers_that_leave_a_partition_uncovered_are_not_complete() {
+    let a = answer("dns", &owning(&[0, 1], 3), T0);
+    let b = answer("dns", &owning(&[], 3), T0);
+    assert!(a.complete, "{a:?}");
+    assert!(
+        a.reason
+            .contains("1 other partition(s) are read by other instances"),
+        "{}",
+        a.reason
+    );
+    assert!(
+        !b.complete && b.reason.starts_with("unknown"),
+        "{}",
+        b.reason
+    );
+    assert_eq!(decide(&[a.clone(), b.clone()]), Decision::NotYet);
+    let missing = coverage(&[a.clone(), b]);
+    assert_eq!(
+        missing,
+        Coverage::Missing {
+            named: vec!["t-2".into()],
+            total: 1
+        }
+    );
+    assert!(missing.note().is_some_and(|n| n.contains("t-2")));
+    // B has taken partition 2 over: covered, each complete.
+    let b = answer("dns", &owning(&[2], 3), T0);
+    assert_eq!(decide(&[a.clone(), b.clone()]), Decision::Complete);
+    assert_eq!(coverage(&[a.clone(), b]).note(), None);
+    // Alone, A never proves the audit complete, however complete its own share is.
+    assert_eq!(decide(std::slice::from_ref(&a)), Decision::NotYet);
+    // A partition covered twice (mid-handover) must be complete in both answers.
+    let b = answer("dns", &owning(&[1, 2], 3), T0);
+    let mut stale = owning(&[0, 1], 3);
+    stale.complete_until_ms = Some(T0 - 1);
+    let stale = answer("dns", &stale, T0);
+    assert_eq!(decide(&[stale, b]), Decision::NotYet);
+}
+
+#[test]
+fn coverage_needs_the_partition_counts_and_takes_the_largest() {
+    // Nobody knows how many partitions there are: nothing can be proven.
+    let a = answer(
         "dns",
         &evaluate("dns", &[part(0, idle(T0), true)], T0, 0),
         T0,
     );
-    assert!(owner.complete);
-    assert_eq!(decide(&[a.clone(), owner.clone()]), Decision::Complete);
-    assert_eq!(decide(&[owner, incomplete()]), Decision::NotYet);
+    assert!(a.complete);
+    assert_eq!(coverage(std::slice::from_ref(&a)), Coverage::Unknown);
+    assert_eq!(decide(std::slice::from_ref(&a)), Decision::NotYet);
+    // The topic grew to 2 partitions; one instance has seen it grow.
+    let old = answer("dns", &owning(&[0], 1), T0);
+    let new = answer("dns", &owning(&[], 2), T0);
+    assert_eq!(decide(std::slice::from_ref(&old)), Decision::Complete);
+    assert_eq!(decide(&[old, new]), Decision::NotYet);
+    // An answer claiming an absurd count (outside data) is unknown, not a long walk.
+    let mut huge = owning(&[0], 1);
+    huge.topic_partitions = [("t".to_string(), usize::MAX)].into_iter().collect();
+    let huge = answer("dns", &huge, T0);
+    assert_eq!(coverage(&[huge]), Coverage::Unknown);
+}
+
+#[test]
+fn coverage_travels_in_the_json_answer() {
+    let a = answer("dns", &owning(&[0, 2], 3), T0);
+    let v = serde_json::to_value(&a).expect("json");
+    assert_eq!(v["covers"], serde_json::json!({"t": [0, 2]}));
+    assert_eq!(v["topic_partitions"], serde_json::json!({"t": 3}));
+    let back: Answer = serde_json::from_value(v).expect("parses back");
+    assert_eq!(back, a);
+    // An answer without them (an older daemon) covers nothing.
+    let mut v = serde_json::to_value(&a).expect("json");
+    v.as_object_mut().expect("object").remove("covers");
+    v.as_object_mut()
+        .expect("object")
+        .remove("topic_partitions");
+    let old: Answer = serde_json::from_value(v).expect("parses");
+    assert!(old.covers.is_empty());
+    assert_eq!(decide(&[old]), Decision::NotYet);
 }
 
 fn incomplete() -> Answer {
@@ -447,7 +544,9 @@ proptest! {
             .enumerate()
             .map(|(i, (l, c))| part(i as i32, l.clone(), *c))
             .collect();
-        let c = evaluate("dns", &parts, now, horizon);
+        let mut c = evaluate("dns", &parts, now, horizon);
+        // The instance owns every partition of its topic.
+        c.topic_partitions = counts(parts.len());
         let a = answer("dns", &c, until);
         // Complete means nothing listed blocks it.
         if a.complete {

@@ -112,6 +112,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
         audit: audit.to_string(),
         consumer_group: "gap-auditor".to_string(),
         pipeline_group: None,
+        pipeline_group_hold: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,
@@ -511,6 +512,9 @@ async fn api_completeness_answers_for_an_until() {
         v["reason"].as_str().unwrap().contains("blocked by 1 gap"),
         "{v}"
     );
+    // Which partitions the answer speaks for, per topic: what lets several instances'
+    // answers be checked for a partition none of them covers.
+    assert_eq!(v["covers"], serde_json::json!({"test": [0, 1]}), "{v}");
     let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
     keys.sort();
     assert_eq!(
@@ -521,8 +525,10 @@ async fn api_completeness_answers_for_an_until() {
             "blocking",
             "complete",
             "complete_until",
+            "covers",
             "partitions",
             "reason",
+            "topic_partitions",
             "truncated",
             "until"
         ]

@@ -92,12 +92,31 @@ impl PipelineReader {
         &self.group
     }
 
-    /// Committed offsets of the pipeline group (`None`: never committed on that partition).
+    /// Committed offsets of the pipeline group (`None`: no commit on that partition).
+    /// A partition the broker answered with an error (a transactional commit not yet
+    /// stable, a coordinator moving) is left out: unknown this round, not "no commit" —
+    /// the auditor reports a group whose commits disappear, and must not on a blip.
     pub fn committed(
         &self,
         tps: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
-        committed_of(&self.consumer, tps)
+        let out = committed_list(&self.consumer, tps)?;
+        Ok(tps
+            .iter()
+            .filter_map(|tp| {
+                let e = out.find_partition(&tp.topic, tp.partition)?;
+                if let Err(err) = e.error() {
+                    tracing::debug!(%tp, group = %self.group, error = %err,
+                        "the pipeline group's commit on this partition is unknown this round");
+                    return None;
+                }
+                let o = match e.offset() {
+                    KOffset::Offset(o) if o >= 0 => Some(o),
+                    _ => None,
+                };
+                Some((tp.clone(), o))
+            })
+            .collect())
     }
 }
 
@@ -105,11 +124,7 @@ fn committed_of(
     c: &BaseConsumer,
     tps: &[TopicPartition],
 ) -> Result<BTreeMap<TopicPartition, Option<Offset>>, KafkaError> {
-    let mut tpl = TopicPartitionList::new();
-    for tp in tps {
-        tpl.add_partition(&tp.topic, tp.partition);
-    }
-    let out = c.committed_offsets(tpl, TIMEOUT)?;
+    let out = committed_list(c, tps)?;
     Ok(tps
         .iter()
         .map(|tp| {
@@ -122,4 +137,16 @@ fn committed_of(
             (tp.clone(), o)
         })
         .collect())
+}
+
+/// One OffsetFetch of `tps` for the client's group.
+fn committed_list(
+    c: &BaseConsumer,
+    tps: &[TopicPartition],
+) -> Result<TopicPartitionList, KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    for tp in tps {
+        tpl.add_partition(&tp.topic, tp.partition);
+    }
+    c.committed_offsets(tpl, TIMEOUT)
 }

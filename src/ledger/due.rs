@@ -60,6 +60,10 @@ pub struct PipelineCommits {
     last_move_ms: Option<i64>,
     /// No pipeline group is configured: records are due by time alone.
     time_rule: bool,
+    /// The group answered "no commit" after it had committed: the last commit seen before
+    /// they disappeared (the group was deleted, or its offsets expired). Nothing new becomes
+    /// due until it commits again: what it did in between is unknown.
+    vanished: Option<Offset>,
 }
 
 impl PipelineCommits {
@@ -69,8 +73,9 @@ impl PipelineCommits {
         self.time_rule = on;
     }
 
-    /// Records one poll of the pipeline group's committed offset (`None`: no commit).
-    /// Returns the step when the offset moved.
+    /// Records one poll of the pipeline group's committed offset (`None`: no commit; after
+    /// commits were seen, they vanished: see [`Self::vanished`]). Returns the step when the
+    /// offset moved.
     pub fn observe(&mut self, now_ms: i64, committed: Option<Offset>) -> Option<CommitStep> {
         self.observe_capped(now_ms, committed, None)
     }
@@ -84,7 +89,15 @@ impl PipelineCommits {
         committed: Option<Offset>,
         cap: Option<Offset>,
     ) -> Option<CommitStep> {
-        let c = committed?;
+        let Some(c) = committed else {
+            // Kept, not forgotten: the commits seen before still passed their records, and
+            // the step from them to the next commit is a gap's cause (a restart from latest).
+            if self.vanished.is_none() {
+                self.vanished = self.latest;
+            }
+            return None;
+        };
+        self.vanished = None;
         let due_to = cap.map_or(c, |cap| c.min(cap));
         let step = match self.latest {
             Some(prev) if prev != c => Some(CommitStep {
@@ -132,6 +145,17 @@ impl PipelineCommits {
     /// Whether any commit was ever observed.
     pub fn has_commits(&self) -> bool {
         self.latest.is_some()
+    }
+
+    /// The last commit seen before the group's commits disappeared on this partition
+    /// (`None` while it has commits, or never had any).
+    pub fn vanished(&self) -> Option<Offset> {
+        self.vanished
+    }
+
+    /// The committed offset as the group holds it now: `None` once it vanished.
+    pub fn current(&self) -> Option<Offset> {
+        self.latest.filter(|_| self.vanished.is_none())
     }
 
     /// When the committed offset last moved (unix ms).
@@ -282,6 +306,25 @@ mod tests {
         );
         assert_eq!(p.frontier(40, 5), Frontier::Offset(8));
         assert_eq!(p.latest(), Some(1000));
+    }
+
+    #[test]
+    fn commits_that_disappear_are_marked_until_the_group_commits_again() {
+        let mut p = PipelineCommits::default();
+        p.observe(0, None);
+        assert_eq!(p.vanished(), None, "never committed is not vanished");
+        p.observe(1_000, Some(4));
+        assert_eq!(p.observe(2_000, None), None);
+        assert_eq!(p.vanished(), Some(4));
+        assert_eq!(p.current(), None);
+        assert_eq!(p.latest(), Some(4), "the last commit seen is kept");
+        p.observe(3_000, None);
+        assert_eq!(p.vanished(), Some(4));
+        // Restarted from latest: the step from the old commit is the cause of a gap.
+        let s = p.observe(4_000, Some(9)).expect("step");
+        assert_eq!((s.from, s.to), (4, 9));
+        assert_eq!(p.vanished(), None);
+        assert_eq!(p.current(), Some(9));
     }
 
     #[test]

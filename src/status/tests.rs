@@ -6,6 +6,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
         audit: audit.to_string(),
         consumer_group: "gap-auditor".to_string(),
         pipeline_group: Some("flink".to_string()),
+        pipeline_group_hold: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,

@@ -6,6 +6,7 @@
 mod broker_auth;
 mod check;
 mod completeness;
+mod completeness_cover;
 mod completeness_txn;
 mod crash;
 mod daemon_surface;
@@ -17,6 +18,7 @@ mod key_forms;
 mod keys_at_scale;
 mod multi;
 mod offsets_interleaved;
+mod pipeline_group;
 mod real_broker;
 mod replay;
 mod scenarios;

@@ -234,6 +234,26 @@ pub async fn delete_records(topic: &str, partition: i32, before: i64) -> i64 {
     }
 }
 
+/// Deletes consumer group `group` (DeleteGroups: what `kafka-consumer-groups --delete`
+/// does, and what offset expiry does to an empty group). Kafka refuses a group with
+/// members: close the group's consumers first.
+pub async fn delete_group(group: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka())
+        .create()
+        .expect("admin client");
+    let out = admin
+        .delete_groups(
+            &[group],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("delete_groups");
+    for r in out {
+        r.expect("group deleted");
+    }
+}
+
 /// A transactional producer (`transactional.id` of its own): each call is one transaction
 /// on one partition. Blocking transaction calls run in `block_in_place`: multi-thread
 /// runtimes only.

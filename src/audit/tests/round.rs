@@ -80,6 +80,58 @@ async fn with_a_pipeline_group_time_alone_never_makes_a_record_due() {
     assert_eq!(h.audit.parts[&tp(0)].ledger.pending(), 4);
 }
 
+#[tokio::test]
+async fn commits_that_disappear_hold_verdicts_and_report_the_group_down() {
+    let mut h = harness(r#"pipeline_group = "flink""#);
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink(0..8);
+    let up = || {
+        h.families
+            .pipeline_group_up
+            .with_label_values(&[AUDIT])
+            .get()
+    };
+    pipeline_commits(&h, 6);
+    h.audit.round().await;
+    assert_eq!(up(), 1);
+    // The group is deleted (or expires) before `grace` has passed since that commit.
+    pipeline_loses_commits(&h);
+    h.audit.round().await;
+    assert_eq!(up(), 0, "the vanished commits are reported");
+    let hold = h.audit.pipeline.hold.clone().expect("a reason");
+    assert!(
+        hold.contains("disappeared") && hold.contains("last commit seen 6"),
+        "{hold}"
+    );
+    // However long it lasts, nothing is decided: not even what the old commit passed.
+    h.clock.advance(10 * GRACE_MS);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 0);
+    assert_eq!(h.counter(|m| &m.records_lost), 0);
+    assert_eq!(up(), 0);
+    // The pipeline commits again: verdicts resume, `grace` after the new commit.
+    pipeline_commits(&h, 10);
+    h.audit.round().await;
+    assert_eq!(up(), 1);
+    assert_eq!(h.audit.pipeline.hold, None);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 8);
+    assert_eq!(h.counter(|m| &m.records_lost), 2);
+}
+
+/// Makes the pipeline group of a `pipeline_group` harness answer "no commit" on
+/// partition 0 (deleted, or expired).
+fn pipeline_loses_commits(h: &Harness) {
+    h.kafka
+        .pipeline
+        .lock()
+        .expect("lock")
+        .as_mut()
+        .expect("pipeline group")
+        .insert(tp(0), None);
+}
+
 /// Makes the pipeline group of a `pipeline_group` harness commit `to` on partition 0.
 fn pipeline_commits(h: &Harness, to: Offset) {
     h.kafka

@@ -236,12 +236,17 @@ impl Config {
                 ("kafka.heartbeat_interval", k.heartbeat_interval.is_some()),
             ]
             .into_iter()
-            .filter_map(|(key, set)| set.then(|| key.to_string()))
+            .filter(|&(_, set)| set)
+            .map(|(key, _)| key.to_string())
             .chain(
-                ["session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"]
-                    .into_iter()
-                    .filter(|p| k.properties.contains_key(*p) || k.property_files.contains_key(*p))
-                    .map(|p| format!("kafka.properties[\"{p}\"]")),
+                [
+                    "session.timeout.ms",
+                    "heartbeat.interval.ms",
+                    "partition.assignment.strategy",
+                ]
+                .into_iter()
+                .filter(|p| k.properties.contains_key(*p) || k.property_files.contains_key(*p))
+                .map(|p| format!("kafka.properties[\"{p}\"]")),
             )
             .next();
             if let Some(key) = named {
