@@ -6,7 +6,10 @@ use super::*;
 #[test]
 fn reason_labels() {
     let labels: Vec<_> = FilterReason::ALL.iter().map(|r| r.as_str()).collect();
-    assert_eq!(labels, ["filter", "undecodable", "tombstone"]);
+    assert_eq!(
+        labels,
+        ["filter", "undecodable", "tombstone", "unconvertible_key"]
+    );
 }
 
 #[test]
