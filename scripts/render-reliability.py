@@ -42,6 +42,8 @@ CATALOGUE = [
     ("shared_key_two_partitions", "13.1", "one key on two partitions (a DNS A and AAAA answer in one second), both rows written, the pipeline committed past both"),
     ("shared_key_commits_in_steps", "13.2", "keys carried by two records each, rows written first, commits one offset per round; one row never written"),
     ("misspelt_pipeline_group", "13.5", "pipeline_group misspelt by one letter while the pipeline lags 3x grace"),
+    ("typed_key_datetime_milliseconds", "34.2", "key_columns on the README's seed DDL (`time DATETIME`): 30 record times with milliseconds, which MariaDB truncates on INSERT; 2 records dropped"),
+    ("typed_key_two_datetime_spellings", "34.2", "two spellings of one DATETIME (`T` and space) in one key batch, both rows written; one other record dropped"),
 ]
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.

@@ -18,7 +18,7 @@ use crate::gap::{Gap, Offset, TopicPartition};
 use crate::kafka::{client, range};
 use crate::ledger::{Observed, PartitionLedger, Verdict};
 use crate::record::{Decoder, RecordMeta, Tag};
-use crate::sink::{self, AnySink};
+use crate::sink::{self, AnySink, Verifier};
 use crate::verify::Checker;
 use anyhow::{Context, bail};
 use appended::Appended;
@@ -137,6 +137,13 @@ async fn check_audit(
     progress: bool,
     report: &mut Report,
 ) -> anyhow::Result<()> {
+    // Keys are written in the sink columns' types, as `run` writes them (guarantee 9).
+    let key_domain = match audit.matching.strategy {
+        MatchStrategy::KeyColumns => sink.key_domain().await.with_context(|| {
+            format!("audits.{}: reading the sink's key column types", audit.name)
+        })?,
+        _ => None,
+    };
     let kafka = config.kafka.clone();
     let topics = audit.topics.clone();
     let planned = tokio::task::spawn_blocking(move || resolve_ranges(&kafka, &topics, from, to))
@@ -190,7 +197,8 @@ async fn check_audit(
             continue;
         }
         let decoder = crate::record::decoder_for(audit)
-            .with_context(|| format!("audits.{}.record", audit.name))?;
+            .with_context(|| format!("audits.{}.record", audit.name))?
+            .with_key_domain(key_domain.clone());
         let kafka = config.kafka.clone();
         let tp = plan.tp.clone();
         let (first, end, observed_ms) = (plan.first, plan.end, plan.observed_ms);

@@ -66,6 +66,7 @@ pub mod handover;
 pub mod held;
 pub mod http;
 pub mod kafka;
+pub mod key_domain;
 pub mod ledger;
 pub mod logging;
 pub mod memory;

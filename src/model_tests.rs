@@ -9,6 +9,11 @@
 //! pipeline. The model: per key, with `decided` records decided and `rows` rows in the sink,
 //! exactly `max(0, decided − rows)` are missing at the end of every round — never more (no
 //! false loss while enough rows exist), never fewer (every shortfall declared).
+//!
+//! The key is a `DATETIME` the record spells one of several ways (`T` or space, with or
+//! without milliseconds): the sink stores them all as one value, and the auditor writes
+//! each key in the column's domain as the decoder does ([`crate::key_domain`]), so the
+//! spellings are one key of the multiset (issue 34 item 2).
 
 use crate::config::MatchStrategy;
 use crate::gap::{Offset, TopicPartition};
@@ -30,6 +35,8 @@ struct Rec {
     copies: u8,
     /// Rounds after its commit before its rows land (0: before the commit).
     delay: u8,
+    /// How its text spells its key's time ([`spelt`]).
+    spelling: u8,
 }
 
 fn rec() -> impl Strategy<Value = Rec> {
@@ -37,8 +44,14 @@ fn rec() -> impl Strategy<Value = Rec> {
         0u8..4,
         prop_oneof![1 => Just(0u8), 6 => Just(1u8), 1 => 2u8..4],
         prop_oneof![5 => Just(0u8), 1 => 1u8..4],
+        0u8..4,
     )
-        .prop_map(|(key, copies, delay)| Rec { key, copies, delay })
+        .prop_map(|(key, copies, delay, spelling)| Rec {
+            key,
+            copies,
+            delay,
+            spelling,
+        })
 }
 
 #[derive(Debug, Clone)]
@@ -90,8 +103,35 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         })
 }
 
+/// The key as the sink stores it: a `DATETIME(0)` value.
 fn key(pool: u8, k: u8) -> Key {
-    Key::new([format!("k{}", k % pool)])
+    Key::new([format!("2024-01-01 12:00:0{}", k % pool)])
+}
+
+/// The key as record `r`'s text spells it: one of four spellings the sink stores as
+/// [`key`].
+fn spelt(pool: u8, r: &Rec) -> Key {
+    let s = r.key % pool;
+    Key::new([match r.spelling % 4 {
+        0 => format!("2024-01-01 12:00:0{s}"),
+        1 => format!("2024-01-01T12:00:0{s}"),
+        2 => format!("2024-01-01 12:00:0{s}.{}", 100 + u32::from(r.key)),
+        _ => format!("2024-1-1T12:0:{s}.999"),
+    }])
+}
+
+/// What the decoder does with [`spelt`] keys: the key column is a MariaDB `DATETIME`.
+fn domain() -> crate::key_domain::KeyDomain {
+    use crate::key_domain::{ColumnType, Fraction, KeyColumn, KeyDomain};
+    KeyDomain {
+        columns: vec![KeyColumn {
+            name: "time".into(),
+            declared: "datetime".into(),
+            ty: ColumnType::Datetime { precision: 0 },
+            collation: None,
+        }],
+        fraction: Fraction::Truncate,
+    }
 }
 
 struct World {
@@ -205,7 +245,11 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             // The auditor's tail reads, ahead of or behind the pipeline.
             let to = (w.read[p] + read as usize).min(recs.len());
             for (o, r) in recs.iter().enumerate().take(to).skip(w.read[p]) {
-                let k = key(s.pool, r.key);
+                let raw = spelt(s.pool, r);
+                let k = domain()
+                    .key(&raw)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?
+                    .unwrap_or(raw);
                 if let Some(book) = checker.book_mut() {
                     book.pend(&k);
                 }

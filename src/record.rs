@@ -52,6 +52,7 @@ mod key;
 mod spec;
 mod text;
 
+use crate::key_domain::KeyDomain;
 use crate::template::{Piece as TemplatePiece, parse as parse_template};
 use doc_id::build_id;
 pub use key::Key;
@@ -67,14 +68,20 @@ pub enum FilterReason {
     Undecodable,
     /// A null value (a compaction delete marker).
     Tombstone,
+    /// A key value its sink column cannot store as written (`DATETIME` `yesterday`, a
+    /// number beyond a `DECIMAL`'s range): what the sink made of it (a zero date, NULL, a
+    /// refused row) cannot be told from the record, so it is unverifiable, never missing
+    /// ([`crate::key_domain`]).
+    UnconvertibleKey,
 }
 
 impl FilterReason {
     /// Every reason, so that metric series can be created up front with a zero value.
-    pub const ALL: [FilterReason; 3] = [
+    pub const ALL: [FilterReason; 4] = [
         FilterReason::Filter,
         FilterReason::Undecodable,
         FilterReason::Tombstone,
+        FilterReason::UnconvertibleKey,
     ];
 
     /// The `reason` label value of `gap_auditor_records_filtered_total`.
@@ -83,6 +90,7 @@ impl FilterReason {
             FilterReason::Filter => "filter",
             FilterReason::Undecodable => "undecodable",
             FilterReason::Tombstone => "tombstone",
+            FilterReason::UnconvertibleKey => "unconvertible_key",
         }
     }
 }
@@ -226,6 +234,11 @@ pub struct Decoder {
     timestamp_format: TimestampFormat,
     /// avro/protobuf: where schemas come from (none: every record is undecodable).
     registry: Option<Arc<SchemaRegistry>>,
+    /// key_columns: the key columns' types as the sink described them (none: not read).
+    key_domain: Option<Arc<KeyDomain>>,
+    /// Whether `key_domain` converts any value: each key value is then written the way its
+    /// column stores it.
+    convert_keys: bool,
 }
 
 /// The name a raw record's single field goes by when `fields` is empty.
@@ -345,7 +358,23 @@ impl Decoder {
             framed: spec.confluent_framing || spec.format.needs_registry(),
             timestamp_format: spec.timestamp_format,
             registry: None,
+            key_domain: None,
+            convert_keys: false,
         })
+    }
+
+    /// This decoder, writing each key the way the sink's key columns store it (`domain`
+    /// from the sink, [`crate::sink::Verifier::key_domain`]). A domain that converts
+    /// nothing (text columns only) costs a key nothing.
+    pub fn with_key_domain(mut self, domain: Option<KeyDomain>) -> Self {
+        self.convert_keys = domain.as_ref().is_some_and(|d| !d.is_identity());
+        self.key_domain = domain.map(Arc::new);
+        self
+    }
+
+    /// The key columns' domain this decoder writes keys in, when the sink described it.
+    pub fn key_domain(&self) -> Option<&KeyDomain> {
+        self.key_domain.as_deref()
     }
 
     /// This decoder, taking avro/protobuf schemas from `registry`.
@@ -543,7 +572,16 @@ impl Decoder {
         let key = match &self.key {
             None => None,
             Some(locators) => match Key::try_collect(locators.iter().map(|l| decoded.get(l))) {
-                Some(key) => Some(key),
+                Some(key) => match self
+                    .key_domain
+                    .as_deref()
+                    .filter(|_| self.convert_keys)
+                    .map(|d| d.key(&key))
+                {
+                    None | Some(Ok(None)) => Some(key),
+                    Some(Ok(Some(stored))) => Some(stored),
+                    Some(Err(_)) => return Tag::Filtered(FilterReason::UnconvertibleKey),
+                },
                 None => return Tag::Filtered(FilterReason::Filter),
             },
         };

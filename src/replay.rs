@@ -28,12 +28,12 @@ use crate::kafka::{client, range};
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
 use crate::record::RecordMeta;
 use crate::record::{Decoder, Tag};
-use crate::sink::AnySink;
 use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
 use crate::sink::memory::MemorySink;
 use crate::sink::sql;
 use crate::sink::stream_load::{self, StreamLoad};
 use crate::sink::tls::TlsSettings;
+use crate::sink::{AnySink, Verifier};
 use crate::store::Store;
 use crate::verify::Checker;
 use anyhow::{Context, bail};
@@ -210,8 +210,17 @@ async fn replay(
     let records = tokio::task::spawn_blocking(move || read_offsets(&kafka, &t))
         .await
         .context("reading from Kafka")??;
+    // Keys are written in the sink columns' types, as `run` writes them (guarantee 9).
+    let key_domain = match audit.matching.strategy {
+        MatchStrategy::KeyColumns => sink
+            .key_domain()
+            .await
+            .context("reading the sink's key column types")?,
+        _ => None,
+    };
     let decoder = crate::record::decoder_for(audit)
-        .with_context(|| format!("audits.{}.record", audit.name))?;
+        .with_context(|| format!("audits.{}.record", audit.name))?
+        .with_key_domain(key_domain);
 
     // Which expected records are still absent from the sink?
     let keyed = matches!(

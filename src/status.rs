@@ -8,6 +8,7 @@
 
 use crate::completeness::AuditCompleteness;
 use crate::gap::Offset;
+use crate::key_domain::KeyDomain;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -60,12 +61,24 @@ pub struct AuditStatus {
     /// unknown, until it succeeds). Left out of the JSON otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schema_registry_error: Option<String>,
+    /// What the audit read of the sink table (SPEC "The sink's model"); left out of the
+    /// JSON until it was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sink_model: Option<SinkModel>,
     /// Per assigned partition.
     pub partitions: Vec<PartitionStatus>,
     /// Completeness as of this round (SPEC "Completeness"): `/api/completeness` answers from
     /// it; `/api/status` shows only its time, as `complete_until`.
     #[serde(rename = "complete_until", serialize_with = "complete_until")]
     pub completeness: AuditCompleteness,
+}
+
+/// The sink table as the audit reads it, for `/api/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SinkModel {
+    /// key_columns: each key column's declared type, what its values are converted to, its
+    /// collation, and the server's rule for fractional seconds ([`KeyDomain`]).
+    pub key_columns: KeyDomain,
 }
 
 fn complete_until<S: serde::Serializer>(c: &AuditCompleteness, s: S) -> Result<S::Ok, S::Error> {

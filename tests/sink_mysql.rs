@@ -655,3 +655,83 @@ ca_file = "{ca}"
     let sink = gap_auditor::app::build_sink(&cfg.audits[0]).expect("sink");
     sink.ping().await.expect("TLS from sink.ca_file");
 }
+
+/// Issue 34 item 2: typed key columns. The sink reads each key column's type, precision and
+/// scale ([`Verifier::key_domain`]), and converts every key value the way the column stores
+/// it before the query, whichever form carries it: the text JOIN with a value list (a small
+/// batch), the prepared JOIN (a full one), and Doris's `UNION ALL SELECT` rows. Rows are
+/// written by the server's own conversion (one spelling), keys asked in another (as keys
+/// restored from state written before the decoder converted them would be): every present
+/// row is found under its key, and only the absent ones count 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_key_columns_are_compared_as_the_columns_store_them() {
+    let _server = SERVER.lock().await;
+    let pool = setup_pool();
+    let mut c = pool.get_conn().await.expect("conn");
+    let table = unique("sink_typed");
+    c.query_drop(format!(
+        "CREATE TABLE `{table}` (t DATETIME, d DECIMAL(6,2), n INT, KEY k (t, d, n)) \
+         DEFAULT CHARSET = utf8mb4"
+    ))
+    .await
+    .expect("create");
+    let time = |i: usize, sep: char, frac: &str| {
+        format!("2024-01-01{sep}10:{:02}:{:02}{frac}", i / 60, i % 60)
+    };
+    const KEYS: usize = 70;
+    let absent = |i: usize| i % 10 == 3;
+    for i in (0..KEYS).filter(|&i| !absent(i)) {
+        c.exec_drop(
+            format!("INSERT INTO `{table}` VALUES (?, ?, ?)"),
+            (time(i, ' ', ".999"), format!("{i}.005"), format!("{i}.0")),
+        )
+        .await
+        .expect("insert");
+    }
+    let keys: Vec<Key> = (0..KEYS)
+        .map(|i| Key::new([time(i, 'T', ".5"), format!("+{i}.0050"), format!("{i}")]))
+        .collect();
+    let want: Vec<u64> = (0..KEYS).map(|i| u64::from(!absent(i))).collect();
+    let target = |table: &str| MysqlTarget {
+        key_columns: vec!["t".into(), "d".into(), "n".into()],
+        ..keys_target(table)
+    };
+    let mariadb = sink_at(&mysql_url(), target(&table));
+    let doris = MysqlSink::new(
+        &mysql_url(),
+        None,
+        None,
+        target(&table),
+        Duration::from_secs(10),
+        "doris",
+        &TlsSettings::default(),
+    )
+    .expect("sink");
+
+    let domain = mariadb.key_domain().await.expect("read").expect("a domain");
+    let described = domain.describe();
+    assert!(described.contains("t datetime"), "{described}");
+    assert!(described.contains("d decimal(6,2)"), "{described}");
+    assert!(described.contains("truncated"), "{described}");
+    // Converting the asked spelling gives the stored one.
+    assert_eq!(
+        domain.key(&keys[1]).expect("converts"),
+        Some(Key::new(["2024-01-01 10:00:01", "1.01", "1"]))
+    );
+
+    let all: Vec<&Key> = keys.iter().collect();
+    let small: Vec<&Key> = keys.iter().take(12).collect();
+    assert_eq!(mariadb.count_keys(&all).await.expect("prepared"), want);
+    assert_eq!(
+        mariadb.count_keys(&small).await.expect("text"),
+        want[..12].to_vec()
+    );
+    assert_eq!(doris.count_keys(&all).await.expect("doris"), want);
+    mariadb.close().await;
+    doris.close().await;
+    c.query_drop(format!("DROP TABLE `{table}`"))
+        .await
+        .expect("drop");
+    drop(c);
+    pool.disconnect().await.expect("disconnect");
+}

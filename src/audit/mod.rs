@@ -48,6 +48,7 @@ mod read_to;
 mod report;
 mod round;
 mod schedule;
+mod sink_model;
 mod starts;
 
 use gap_log::GapLog;
@@ -217,6 +218,13 @@ pub async fn run<V: Verifier + 'static>(
     let (config, kafka, group) = (&deps.config, &deps.kafka, &deps.group);
     let decoder = crate::record::decoder_for(config)
         .with_context(|| format!("audit {}: record decoding", config.name))?;
+    // Before the tail gets its copy of the decoder: keys are written in the sink columns'
+    // types from the first record on (see `sink_model`).
+    let decoder =
+        decoder.with_key_domain(sink_model::learn_key_domain(&deps.sink, config, &cancel).await);
+    if cancel.is_cancelled() {
+        return Ok(());
+    }
     // The only task that waits for the schema registry: the tail asks, this fetches.
     let mut arrivals = match decoder.registry() {
         Some(r) => {

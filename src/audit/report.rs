@@ -235,6 +235,9 @@ impl<V: Verifier> Audit<V> {
                 .registry()
                 .and_then(|r| r.health())
                 .and_then(Result::err),
+            sink_model: self.decoder.key_domain().map(|d| crate::status::SinkModel {
+                key_columns: d.clone(),
+            }),
             partitions,
             completeness,
         });

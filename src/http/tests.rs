@@ -120,6 +120,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
         last_kafka_ok: ok_at,
         verify_interval_ms: 5_000,
         schema_registry_error: None,
+        sink_model: None,
         partitions: vec![PartitionStatus {
             topic: "test".to_string(),
             partition: 0,

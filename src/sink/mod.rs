@@ -11,6 +11,7 @@ pub mod tls;
 
 use crate::config::{EsAuthSpec, Secret, SecretSource, SinkSpec, SqlTls};
 use crate::gap::{Offset, TopicPartition};
+use crate::key_domain::KeyDomain;
 use crate::ledger::OffsetRun;
 use crate::record::Key;
 use anyhow::Context;
@@ -51,6 +52,14 @@ pub trait Verifier: Send + Sync {
     /// The cheapest question the sink can answer: proves it is reachable in rounds where
     /// nothing was due (readiness, `sink_up`).
     fn ping(&self) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// key_columns: how the sink stores each key column's values (type, precision, scale,
+    /// collation, the server's fraction rule), read from the sink; the audit takes it at
+    /// start and writes every key in it ([`crate::key_domain`]). `Ok(None)` where nothing
+    /// is converted (no key columns; the memory sink and Elasticsearch compare as sent).
+    fn key_domain(&self) -> impl Future<Output = Result<Option<KeyDomain>, SinkError>> + Send {
+        async { Ok(None) }
+    }
 
     /// Rows and distinct offsets whose (topic,) partition and offset fall in `runs`
     /// (offset_columns strategy).
@@ -123,6 +132,14 @@ impl Verifier for AnySink {
             AnySink::Mysql(s) => s.ping().await,
             AnySink::Memory(s) => s.ping().await,
             AnySink::Elasticsearch(s) => s.ping().await,
+        }
+    }
+
+    async fn key_domain(&self) -> Result<Option<KeyDomain>, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.key_domain().await,
+            AnySink::Memory(s) => s.key_domain().await,
+            AnySink::Elasticsearch(s) => s.key_domain().await,
         }
     }
 

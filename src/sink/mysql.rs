@@ -63,7 +63,9 @@ use std::time::{Duration, Instant};
 mod columns;
 mod values;
 
+use crate::key_domain::{Fraction, KeyDomain};
 use columns::{ColumnInfo, check_key_columns, utf8_charset};
+use std::borrow::Cow;
 use values::{classify, column, count, redact_url_error, text};
 
 /// How long a session check of one connection is trusted (errors clear it sooner).
@@ -116,6 +118,9 @@ struct KeyQuery {
     compare: Vec<KeyCompare>,
     /// How the derived key rows are written: a value list where the server takes one.
     rows: KeyRows,
+    /// How each key value is written for its column ([`crate::key_domain`]); `None`: as
+    /// sent (the columns are not all listed, or a Doris without information_schema).
+    domain: Option<KeyDomain>,
 }
 
 /// A pooled MySQL-protocol connection to the sink.
@@ -142,6 +147,9 @@ pub struct MysqlSink {
     /// The inexact key columns last warned about: one WARN per audit (again only if they
     /// change).
     warned_inexact: Mutex<Option<Vec<String>>>,
+    /// The key columns' domain the audit took at start ([`Verifier::key_domain`]): a later
+    /// read (after a reconnect) that differs is warned about.
+    learned_domain: Mutex<Option<KeyDomain>>,
 }
 
 impl MysqlSink {
@@ -202,6 +210,7 @@ impl MysqlSink {
             prepared_refused: Mutex::new(None),
             prepared_retry: PREPARED_RETRY,
             warned_inexact: Mutex::new(None),
+            learned_domain: Mutex::new(None),
         })
     }
 
@@ -259,54 +268,68 @@ impl MysqlSink {
         }
     }
 
-    /// How a key count is written (see [`KeyQuery`]): plain comparisons and `UNION ALL
-    /// SELECT` rows for Doris; for MySQL/MariaDB read from information_schema and
-    /// `@@version` on `conn` (its session checked, `nbe` its mode) and cached until the next
-    /// error.
+    /// How a key count is written (see [`KeyQuery`]), read on `conn` (its session checked,
+    /// `nbe` its mode) from `@@version` and information_schema, and cached until the next
+    /// error (a reconnect reads it again): for Doris plain comparisons and `UNION ALL
+    /// SELECT` rows; for MySQL/MariaDB the collation checks and the row form the server
+    /// takes. Both convert key values to their columns' types ([`crate::key_domain`]).
     async fn key_query(
         &self,
         conn: &mut mysql_async::Conn,
         nbe: bool,
     ) -> Result<KeyQuery, SinkError> {
-        const WHAT: &str = "key column check";
-        if self.kind != "mysql" {
-            return Ok(KeyQuery::default());
-        }
         if let Ok(k) = self.key_query.lock()
             && let Some(k) = k.as_ref()
         {
             return Ok(k.clone());
         }
-        let rows = match self.key_rows {
-            Some(rows) => rows,
-            None => {
-                let version = self.rows(conn, "SELECT @@version".into()).await?;
-                sql::key_rows_for(
-                    &version
-                        .first()
-                        .map(|r| text(r, 0, WHAT))
-                        .transpose()?
-                        .flatten()
-                        .unwrap_or_default(),
-                )
+        let doris = self.kind != "mysql";
+        let info = match self.read_columns(conn, nbe).await {
+            Ok(info) => info,
+            // A Doris that cannot list its columns (an old FE, no privilege on
+            // information_schema) is still asked, comparing key values as sent: the one
+            // behaviour it had before column types were read. Said once per reconnect.
+            Err(e) if doris => {
+                tracing::warn!(
+                    table = %self.target.table,
+                    error = %e,
+                    "cannot read the key columns' types from the sink: key values are \
+                     compared as written (a DATETIME or DECIMAL key column can then read \
+                     records as lost whose value the sink converted on load)"
+                );
+                let q = KeyQuery::default();
+                if let Ok(mut k) = self.key_query.lock() {
+                    *k = Some(q.clone());
+                }
+                return Ok(q);
             }
+            Err(e) => return Err(e),
         };
-        let Some(q) = sql::column_collations(&self.target.table, nbe) else {
+        let Some((version, info)) = info else {
             // Not a table name the key query can write either: its error will say so.
             return Ok(KeyQuery {
-                compare: Vec::new(),
-                rows,
+                rows: self.key_rows.unwrap_or_default(),
+                ..KeyQuery::default()
             });
         };
-        let mut info = Vec::new();
-        for row in self.rows(conn, q).await? {
-            info.push(ColumnInfo {
-                name: text(&row, 0, WHAT)?.unwrap_or_default(),
-                data_type: text(&row, 1, WHAT)?.unwrap_or_default(),
-                collation: text(&row, 2, WHAT)?,
-                charset: text(&row, 3, WHAT)?,
-            });
+        let domain = columns::key_domain(
+            &self.target.key_columns,
+            &info,
+            Fraction::for_server(self.kind, &version),
+        );
+        self.check_learned(domain.as_ref());
+        if doris {
+            // Doris compares bytes: plain comparisons, `UNION ALL SELECT` rows.
+            let q = KeyQuery {
+                domain,
+                ..KeyQuery::default()
+            };
+            if let Ok(mut k) = self.key_query.lock() {
+                *k = Some(q.clone());
+            }
+            return Ok(q);
         }
+        let rows = self.key_rows.unwrap_or_else(|| sql::key_rows_for(&version));
         let check = check_key_columns(&self.target.key_columns, &info);
         // A column the prepared form would compare otherwise than the text: text.
         let rows = match rows {
@@ -322,6 +345,7 @@ impl MysqlSink {
             return Ok(KeyQuery {
                 compare: check.compare,
                 rows,
+                domain,
             });
         }
         if !check.inexact.is_empty()
@@ -343,6 +367,7 @@ impl MysqlSink {
         let query = KeyQuery {
             compare: check.compare,
             rows,
+            domain,
         };
         if let Ok(mut k) = self.key_query.lock() {
             *k = Some(query.clone());
@@ -350,9 +375,71 @@ impl MysqlSink {
         Ok(query)
     }
 
+    /// `@@version` and the table's columns from information_schema ([`ColumnInfo`]);
+    /// `None` for a table name of more than two parts (no query can name it).
+    async fn read_columns(
+        &self,
+        conn: &mut mysql_async::Conn,
+        nbe: bool,
+    ) -> Result<Option<(String, Vec<ColumnInfo>)>, SinkError> {
+        const WHAT: &str = "key column check";
+        let version = self.rows(conn, "SELECT @@version".into()).await?;
+        let version = version
+            .first()
+            .map(|r| text(r, 0, WHAT))
+            .transpose()?
+            .flatten()
+            .unwrap_or_default();
+        let Some(q) = sql::column_collations(&self.target.table, nbe) else {
+            return Ok(None);
+        };
+        let number = |row: &Row, i: usize| -> Result<Option<u32>, SinkError> {
+            Ok(text(row, i, WHAT)?.and_then(|t| t.trim().parse().ok()))
+        };
+        let mut info = Vec::new();
+        for row in self.rows(conn, q).await? {
+            info.push(ColumnInfo {
+                name: text(&row, 0, WHAT)?.unwrap_or_default(),
+                data_type: text(&row, 1, WHAT)?.unwrap_or_default(),
+                collation: text(&row, 2, WHAT)?,
+                charset: text(&row, 3, WHAT)?,
+                column_type: text(&row, 4, WHAT)?.unwrap_or_default(),
+                datetime_precision: number(&row, 5)?,
+                numeric_precision: number(&row, 6)?,
+                numeric_scale: number(&row, 7)?,
+            });
+        }
+        Ok(Some((version, info)))
+    }
+
+    /// A key column domain read after a reconnect that differs from the one the audit took
+    /// at start: the keys already read were written for the old types (the SQL converts
+    /// with the new ones, but keys the old types split or joined stay so): one WARN.
+    fn check_learned(&self, now: Option<&KeyDomain>) {
+        let Ok(learned) = self.learned_domain.lock() else {
+            return;
+        };
+        if let Some(old) = learned.as_ref()
+            && now != Some(old)
+        {
+            tracing::warn!(
+                table = %self.target.table,
+                at_start = %old.describe(),
+                now = %now.map(KeyDomain::describe).unwrap_or_else(|| "unknown".into()),
+                "the sink's key column types changed since the audit started: keys read \
+                 since are compared with the new types but were written for the old ones; \
+                 restart the auditor to read every key in the new types"
+            );
+        }
+    }
+
     /// The prepared statement's shape for a batch of key `values`, where this server and
     /// the batch take one (see [`sql::PreparedShape`]).
-    fn prepared_shape(&self, how: &KeyQuery, values: &[Vec<&str>]) -> Option<sql::PreparedShape> {
+    fn prepared_shape(
+        &self,
+        how: &KeyQuery,
+        values: &[Vec<Cow<'_, str>>],
+    ) -> Option<sql::PreparedShape> {
         if how.rows != KeyRows::Prepared || self.prepared_refused_now() {
             return None;
         }
@@ -366,7 +453,7 @@ impl MysqlSink {
         conn: &mut mysql_async::Conn,
         how: &KeyQuery,
         shape: &sql::PreparedShape,
-        values: &[Vec<&str>],
+        values: &[Vec<Cow<'_, str>>],
     ) -> Result<Vec<Row>, SinkError> {
         let q = sql::count_keys_prepared(
             &self.target.table,
@@ -551,6 +638,18 @@ impl Verifier for MysqlSink {
         self.rows(&mut c, "SELECT 1".into()).await.map(drop)
     }
 
+    async fn key_domain(&self) -> Result<Option<KeyDomain>, SinkError> {
+        if self.target.key_columns.is_empty() {
+            return Ok(None);
+        }
+        let (mut c, nbe) = self.checked_conn().await?;
+        let domain = self.key_query(&mut c, nbe).await?.domain;
+        if let Ok(mut learned) = self.learned_domain.lock() {
+            learned.clone_from(&domain);
+        }
+        Ok(domain)
+    }
+
     async fn count_offsets(
         &self,
         tp: &TopicPartition,
@@ -595,7 +694,24 @@ impl Verifier for MysqlSink {
         }
         let (mut c, nbe) = self.checked_conn().await?;
         let how = self.key_query(&mut c, nbe).await?;
-        let values: Vec<Vec<&str>> = keys.iter().map(|k| k.values().collect()).collect();
+        // Each value as its column stores it. The decoder wrote keys so already; a key
+        // restored from state written before it did is converted here, and one its column
+        // cannot store (the decoder counts such records unverifiable) is sent as written,
+        // as it always was. Keys that now read alike join the same rows and the row is
+        // counted under the first of them (see `sql::count_keys_joined`).
+        let domain = how.domain.as_ref().filter(|d| !d.is_identity());
+        let values: Vec<Vec<Cow<'_, str>>> = keys
+            .iter()
+            .map(|k| {
+                k.values()
+                    .enumerate()
+                    .map(|(i, v)| match domain {
+                        Some(d) => d.value(i, v).unwrap_or(Cow::Borrowed(v)),
+                        None => Cow::Borrowed(v),
+                    })
+                    .collect()
+            })
+            .collect();
         let text = || {
             sql::count_keys_joined(
                 &self.target.table,

@@ -252,9 +252,11 @@ fn column_charset(collation: &str, charset: Option<&str>) -> String {
     }
 }
 
-/// `SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME FROM
-/// information_schema.COLUMNS WHERE TABLE_SCHEMA = … AND TABLE_NAME = …`: the types and
-/// collations of `table`'s columns, for [`key_compare_for`]. `table` is `t` (the session's
+/// `SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME, COLUMN_TYPE,
+/// DATETIME_PRECISION, NUMERIC_PRECISION, NUMERIC_SCALE FROM information_schema.COLUMNS
+/// WHERE TABLE_SCHEMA = … AND TABLE_NAME = …`: the types (with precision and scale) and
+/// collations of `table`'s columns, for [`key_compare_for`] and the key values' conversion
+/// ([`crate::key_domain`]). `table` is `t` (the session's
 /// `DATABASE()`) or `db.t`, split as [`table_ident`] splits it; `None` for a name of more
 /// parts (which [`table_ident`] cannot write as a valid table either).
 pub fn column_collations(table: &str, nbe: bool) -> Option<String> {
@@ -265,7 +267,8 @@ pub fn column_collations(table: &str, nbe: bool) -> Option<String> {
         _ => return None,
     };
     Some(format!(
-        "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME \
+        "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME, COLUMN_TYPE, \
+         DATETIME_PRECISION, NUMERIC_PRECISION, NUMERIC_SCALE \
          FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {}",
         string_literal(name, nbe)
     ))

@@ -14,6 +14,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
         last_kafka_ok: kafka.map(|s| base + TimeDelta::seconds(s)),
         verify_interval_ms: interval_ms,
         schema_registry_error: None,
+        sink_model: None,
         partitions: vec![PartitionStatus {
             topic: "t".to_string(),
             partition: 0,

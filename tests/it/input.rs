@@ -31,10 +31,14 @@ fn stand_in(s: &Scenario) -> Pipeline<'static> {
 ///
 /// Broker behaviour relied on: one record per batch, so the producer's acks are the exact,
 /// contiguous offsets 0–9; the stand-in's assign()+commit moves the pipeline group's offsets.
+/// key_columns runs on the README's seed DDL (`time DATETIME`, VARCHAR keys).
 async fn duplicates_scenario(strategy: &str) {
     const LOST: i64 = 4;
     const DOUBLED: i64 = 6;
-    let s = Scenario::new("dup").await;
+    let s = match strategy {
+        "key_columns" => Scenario::with_seed_ddl("dup", 1).await,
+        _ => Scenario::new("dup").await,
+    };
     let topic = &s.topic;
     let auditor = s.start_auditor(strategy, "2s", "500ms").await;
 

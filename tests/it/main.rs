@@ -27,5 +27,6 @@ mod seed_config;
 mod support;
 mod tail_assign;
 mod tail_races;
+mod typed_keys;
 mod verdicts;
 mod verdicts_more;

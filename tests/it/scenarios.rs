@@ -6,9 +6,12 @@ use std::time::Duration;
 /// The seed ([`Scenario::play_seed_incident`]): the pipeline writes 0–1 and commits 2; it
 /// stops; 2–3 are produced; it restarts "from latest" (at 4) and writes 4–5. Exactly one gap
 /// {partition 0, 2..=3, 2 records}, caused by the pipeline's 2 → 4 commit jump; 0,1,4,5
-/// confirmed.
+/// confirmed. key_columns runs on the README's seed DDL (`time DATETIME`, VARCHAR keys).
 async fn seed_scenario(strategy: &str) {
-    let s = Scenario::new("seed").await;
+    let s = match strategy {
+        "key_columns" => Scenario::with_seed_ddl("seed", 1).await,
+        _ => Scenario::new("seed").await,
+    };
     let auditor = s.start_auditor(strategy, "2s", "500ms").await;
     let a = &auditor;
     s.play_seed_incident(|o| async move { pipeline_committed(a) == Some(o) })

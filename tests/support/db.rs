@@ -57,6 +57,25 @@ impl Db {
         .expect("create table");
     }
 
+    /// Creates `table` in the test database with the README's seed DDL translated for
+    /// MariaDB as a new user would: `time DATETIME`, VARCHAR for the rest, the server's
+    /// default utf8mb4 collation, and the Doris DUPLICATE KEY's columns as an index. The
+    /// default shape of the key_columns tests' table (issue 34): a typed, collated key,
+    /// not TEXT. Rows are written with [`Db::insert_seed_line`] ([`TableShape::Seed`]).
+    pub async fn create_seed_ddl_table(&self, table: &str) {
+        let mut c = self.pool.get_conn().await.expect("conn");
+        c.query_drop(format!(
+            "CREATE TABLE `{table}` (
+                client_ip VARCHAR(64), domain VARCHAR(512), time DATETIME, target_ip VARCHAR(64),
+                rcode VARCHAR(16), query_type VARCHAR(16), authority_record VARCHAR(512),
+                add_msg VARCHAR(512), dns_ip VARCHAR(64),
+                KEY k (client_ip, domain, time)
+            ) DEFAULT CHARSET = utf8mb4"
+        ))
+        .await
+        .expect("create seed ddl table");
+    }
+
     /// Creates database `dbname` holding the seed's table (Doris DDL translated for MariaDB,
     /// `time` a DATETIME as in Doris) under its documented name [`SEED_TABLE`]; returns the
     /// database's URL.

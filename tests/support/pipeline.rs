@@ -46,6 +46,16 @@ impl Scenario {
         .await
     }
 
+    /// `partitions` partitions and a table of the README's seed DDL
+    /// ([`Db::create_seed_ddl_table`]: `time DATETIME`, VARCHAR key columns) in the test
+    /// database: the shape key_columns audits meet (issue 34).
+    pub async fn with_seed_ddl(name: &str, partitions: i32) -> Self {
+        let db = Db::new();
+        let table = unique(&format!("{name}_t"));
+        db.create_seed_ddl_table(&table).await;
+        Self::build(name, partitions, db, mysql_url(), table, TableShape::Seed).await
+    }
+
     /// One partition and the seed's own table ([`Db::create_seed_table`]) in a database of
     /// its own, so the documented table name is used as is.
     pub async fn with_seed_table(name: &str) -> Self {

@@ -6,7 +6,10 @@ use super::*;
 #[test]
 fn reason_labels() {
     let labels: Vec<_> = FilterReason::ALL.iter().map(|r| r.as_str()).collect();
-    assert_eq!(labels, ["filter", "undecodable", "tombstone"]);
+    assert_eq!(
+        labels,
+        ["filter", "undecodable", "tombstone", "unconvertible_key"]
+    );
 }
 
 #[test]
@@ -273,4 +276,62 @@ fn a_non_ascii_delimiter_still_splits() {
     .expect("valid");
     assert_eq!(d.tag_value(Some("x§é".as_bytes())), expected(&["é"]));
     assert_eq!(d.tag_value(Some("x§é§".as_bytes())), FILTERED);
+}
+
+/// With the sink's key columns known (the seed's `time DATETIME` on MariaDB), each key is
+/// written as the column stores it: milliseconds dropped, `T` and space one key; a time the
+/// column cannot store is `unconvertible_key`, not a key that could only read as lost.
+#[test]
+fn keys_are_written_in_the_sink_columns_domain() {
+    use crate::key_domain::{ColumnType, Fraction, KeyColumn, KeyDomain};
+    let column = |name: &str, declared: &str, ty| KeyColumn {
+        name: name.into(),
+        declared: declared.into(),
+        ty,
+        collation: None,
+    };
+    let domain = KeyDomain {
+        columns: vec![
+            column("client_ip", "varchar(64)", ColumnType::Text),
+            column("domain", "varchar(512)", ColumnType::Text),
+            column("time", "datetime", ColumnType::Datetime { precision: 0 }),
+        ],
+        fraction: Fraction::Truncate,
+    };
+    let d = seed_decoder().with_key_domain(Some(domain.clone()));
+    assert_eq!(d.key_domain(), Some(&domain));
+    let line =
+        |time: &str| format!("192.168.1.10|www.example.com|{time}|1.1.1.1|NOERROR|A|-|-|8.8.8.8");
+    let stored = expected(&["192.168.1.10", "www.example.com", "2024-01-01 10:00:05"]);
+    for time in [
+        "2024-01-01 10:00:05.185",
+        "2024-01-01T10:00:05",
+        "2024-01-01 10:00:05",
+    ] {
+        assert_eq!(d.tag_value(Some(line(time).as_bytes())), stored, "{time}");
+    }
+    assert_eq!(
+        d.tag_value(Some(line("yesterday").as_bytes())),
+        Tag::Filtered(FilterReason::UnconvertibleKey)
+    );
+    // An empty time is a key like any other (it matches '' or NULL).
+    assert_eq!(
+        d.tag_value(Some(line("").as_bytes())),
+        expected(&["192.168.1.10", "www.example.com", ""])
+    );
+    // Text columns only: keys as written, and the domain still shows.
+    let text = KeyDomain {
+        columns: vec![
+            column("client_ip", "varchar(64)", ColumnType::Text),
+            column("domain", "varchar(512)", ColumnType::Text),
+            column("time", "varchar(32)", ColumnType::Text),
+        ],
+        fraction: Fraction::Truncate,
+    };
+    let d = seed_decoder().with_key_domain(Some(text));
+    assert!(d.key_domain().is_some());
+    assert_eq!(
+        d.tag_value(Some(line("2024-01-01T10:00:05.185").as_bytes())),
+        expected(&["192.168.1.10", "www.example.com", "2024-01-01T10:00:05.185"])
+    );
 }

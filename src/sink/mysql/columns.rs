@@ -1,15 +1,134 @@
 //! The key columns' types and collations, checked once so that an exact `IN` comparison can be
-//! trusted (or the audit refused with the fix).
+//! trusted (or the audit refused with the fix), and each key value written the way its
+//! column stores it ([`crate::key_domain`]).
 
 use super::*;
+use crate::key_domain::{ColumnType, Fraction, KeyColumn, KeyDomain};
 
 /// One column as `information_schema.COLUMNS` describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(super) struct ColumnInfo {
     pub(super) name: String,
     pub(super) data_type: String,
     pub(super) collation: Option<String>,
     pub(super) charset: Option<String>,
+    /// `COLUMN_TYPE`: the declaration (`datetime(3)`, `int(10) unsigned`).
+    pub(super) column_type: String,
+    /// `DATETIME_PRECISION`: fractional second digits of a temporal column.
+    pub(super) datetime_precision: Option<u32>,
+    /// `NUMERIC_PRECISION` / `NUMERIC_SCALE` of a numeric column.
+    pub(super) numeric_precision: Option<u32>,
+    pub(super) numeric_scale: Option<u32>,
+}
+
+impl ColumnInfo {
+    /// What a key value of this column is converted to. `DATA_TYPE` names the type (MySQL
+    /// and MariaDB: `datetime`, `decimal`; Doris also `datetimev2`, `decimalv3`, `datev2`,
+    /// `largeint`); the precision comes from `DATETIME_PRECISION` or, where a server leaves
+    /// it NULL, from the declaration's `(p)`.
+    pub(super) fn column_type(&self) -> ColumnType {
+        let data_type = self.data_type.trim().to_ascii_lowercase();
+        let declared = self.column_type.to_ascii_lowercase();
+        let unsigned = declared.contains("unsigned");
+        let int = |bits: u32| {
+            if unsigned {
+                ColumnType::Integer {
+                    min: 0,
+                    max: (1i128 << bits) - 1,
+                }
+            } else {
+                ColumnType::Integer {
+                    min: -(1i128 << (bits - 1)),
+                    max: (1i128 << (bits - 1)) - 1,
+                }
+            }
+        };
+        match data_type.as_str() {
+            "datetime" | "datetimev2" | "timestamp" => ColumnType::Datetime {
+                precision: self
+                    .datetime_precision
+                    .or_else(|| declared_arguments(&declared).first().copied())
+                    .unwrap_or(0)
+                    .min(6) as u8,
+            },
+            "date" | "datev2" => ColumnType::Date,
+            "decimal" | "decimalv2" | "decimalv3" | "numeric" => {
+                let args = declared_arguments(&declared);
+                let precision = self.numeric_precision.or(args.first().copied());
+                let scale = self.numeric_scale.or(args.get(1).copied()).unwrap_or(0);
+                match precision {
+                    Some(p) if p > 0 && p <= 76 && scale <= p => ColumnType::Decimal {
+                        precision: p as u8,
+                        scale: scale as u8,
+                    },
+                    // A declaration the auditor cannot read: compared as sent, as before.
+                    _ => ColumnType::Other,
+                }
+            }
+            "tinyint" => int(8),
+            "smallint" => int(16),
+            "mediumint" => int(24),
+            "int" | "integer" => int(32),
+            "bigint" => int(64),
+            // Doris's 128-bit LARGEINT: all of i128 (the shift above would overflow).
+            "largeint" => ColumnType::Integer {
+                min: i128::MIN,
+                max: i128::MAX,
+            },
+            "char" | "varchar" | "text" | "tinytext" | "mediumtext" | "longtext" | "string"
+            | "binary" | "varbinary" | "blob" | "tinyblob" | "mediumblob" | "longblob" => {
+                ColumnType::Text
+            }
+            _ => ColumnType::Other,
+        }
+    }
+}
+
+/// The numbers in a declaration's parentheses: `decimal(10,2)` → `[10, 2]`.
+fn declared_arguments(declared: &str) -> Vec<u32> {
+    declared
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(args, _)| {
+            args.split(',')
+                .filter_map(|a| a.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The key columns' domain (type, precision, scale, collation, in key order), or `None`
+/// when information_schema does not list every key column (the query's own error will
+/// say why; nothing is converted meanwhile).
+pub(super) fn key_domain(
+    key_columns: &[String],
+    info: &[ColumnInfo],
+    fraction: Fraction,
+) -> Option<KeyDomain> {
+    let mut columns = Vec::with_capacity(key_columns.len());
+    for column in key_columns {
+        let c = find(info, column)?;
+        columns.push(KeyColumn {
+            name: column.clone(),
+            declared: if c.column_type.is_empty() {
+                c.data_type.clone()
+            } else {
+                c.column_type.clone()
+            },
+            ty: c.column_type(),
+            collation: c.collation.clone(),
+        });
+    }
+    Some(KeyDomain { columns, fraction })
+}
+
+/// Column `column` of `info`: by its exact name, else case-insensitively (column names are
+/// case-insensitive in MySQL and MariaDB).
+fn find<'a>(info: &'a [ColumnInfo], column: &str) -> Option<&'a ColumnInfo> {
+    info.iter().find(|c| c.name == *column).or_else(|| {
+        info.iter()
+            .find(|c| c.name.to_lowercase() == column.to_lowercase())
+    })
 }
 
 /// What the collations of the key columns mean for the key count.
@@ -36,11 +155,7 @@ pub(super) fn check_key_columns(key_columns: &[String], info: &[ColumnInfo]) -> 
         prepared: true,
     };
     for column in key_columns {
-        let found = info.iter().find(|c| c.name == *column).or_else(|| {
-            info.iter()
-                .find(|c| c.name.to_lowercase() == column.to_lowercase())
-        });
-        let Some(c) = found else {
+        let Some(c) = find(info, column) else {
             out.missing.push(column.clone());
             out.compare.push(KeyCompare::Plain);
             out.prepared = false;

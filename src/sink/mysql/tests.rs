@@ -13,6 +13,7 @@ fn info(name: &str, data_type: &str, collation: Option<&str>) -> ColumnInfo {
         data_type: data_type.into(),
         collation: collation.map(Into::into),
         charset: collation.map(|c| c.split('_').next().unwrap_or_default().to_string()),
+        ..ColumnInfo::default()
     }
 }
 
@@ -117,5 +118,103 @@ fn a_key_column_information_schema_does_not_list_stays_plain() {
     assert_eq!(
         (got.compare, got.missing),
         (vec![KeyCompare::Plain], columns(&["a"]))
+    );
+}
+
+/// information_schema rows of MariaDB 10.11 (and Doris's type names) to what a key value
+/// is converted to.
+#[test]
+fn key_column_types_from_information_schema() {
+    use crate::key_domain::{ColumnType, Fraction};
+    let typed =
+        |data_type: &str, column_type: &str, dp: Option<u32>, np: Option<u32>, ns: Option<u32>| {
+            ColumnInfo {
+                name: "c".into(),
+                data_type: data_type.into(),
+                column_type: column_type.into(),
+                datetime_precision: dp,
+                numeric_precision: np,
+                numeric_scale: ns,
+                ..ColumnInfo::default()
+            }
+            .column_type()
+        };
+    assert_eq!(
+        typed("datetime", "datetime", Some(0), None, None),
+        ColumnType::Datetime { precision: 0 }
+    );
+    assert_eq!(
+        typed("timestamp", "timestamp(3)", Some(3), None, None),
+        ColumnType::Datetime { precision: 3 }
+    );
+    // Doris: DATETIMEV2(3) with no DATETIME_PRECISION: read from the declaration.
+    assert_eq!(
+        typed("datetimev2", "datetimev2(3)", None, None, None),
+        ColumnType::Datetime { precision: 3 }
+    );
+    assert_eq!(typed("date", "date", None, None, None), ColumnType::Date);
+    assert_eq!(
+        typed("decimal", "decimal(10,2)", None, Some(10), Some(2)),
+        ColumnType::Decimal {
+            precision: 10,
+            scale: 2
+        }
+    );
+    assert_eq!(
+        typed("decimalv3", "decimalv3(18, 4)", None, None, None),
+        ColumnType::Decimal {
+            precision: 18,
+            scale: 4
+        }
+    );
+    assert_eq!(
+        typed("int", "int(10) unsigned", None, Some(10), Some(0)),
+        ColumnType::Integer {
+            min: 0,
+            max: i128::from(u32::MAX)
+        }
+    );
+    assert_eq!(
+        typed("tinyint", "tinyint(4)", None, Some(3), Some(0)),
+        ColumnType::Integer {
+            min: -128,
+            max: 127
+        }
+    );
+    assert_eq!(
+        typed("bigint", "bigint(20) unsigned", None, None, None),
+        ColumnType::Integer {
+            min: 0,
+            max: i128::from(u64::MAX)
+        }
+    );
+    assert_eq!(
+        typed("varchar", "varchar(64)", None, None, None),
+        ColumnType::Text
+    );
+    assert_eq!(
+        typed("double", "double", None, None, None),
+        ColumnType::Other
+    );
+    assert_eq!(
+        typed("decimal", "decimal", None, None, None),
+        ColumnType::Other
+    );
+
+    // The domain keeps key order, declarations and collations; a key column that is not
+    // listed gives no domain (nothing converted).
+    let mut time = info("time", "datetime", None);
+    time.column_type = "datetime".into();
+    time.datetime_precision = Some(0);
+    let table = [info("client_ip", "varchar", Some("utf8mb4_bin")), time];
+    let d = columns::key_domain(&columns(&["TIME", "client_ip"]), &table, Fraction::Truncate)
+        .expect("listed");
+    assert_eq!(d.columns[0].name, "TIME");
+    assert_eq!(d.columns[0].ty, ColumnType::Datetime { precision: 0 });
+    assert_eq!(d.columns[1].ty, ColumnType::Text);
+    assert_eq!(d.columns[1].collation.as_deref(), Some("utf8mb4_bin"));
+    assert_eq!(
+        columns::key_domain(&columns(&["time", "nope"]), &table, Fraction::Truncate),
+        None
     );
 }

@@ -785,7 +785,8 @@ fn column_collations_sql() {
     assert_eq!(
         column_collations("dns_logs", false).as_deref(),
         Some(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME \
+            "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME, COLUMN_TYPE, \
+                 DATETIME_PRECISION, NUMERIC_PRECISION, NUMERIC_SCALE \
                  FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
                  AND TABLE_NAME = 'dns_logs'"
         )
@@ -793,7 +794,8 @@ fn column_collations_sql() {
     assert_eq!(
         column_collations("ex'db.t\\x", false).as_deref(),
         Some(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME \
+            "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME, COLUMN_TYPE, \
+                 DATETIME_PRECISION, NUMERIC_PRECISION, NUMERIC_SCALE \
                  FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'ex''db' \
                  AND TABLE_NAME = 't\\\\x'"
         )
@@ -801,7 +803,8 @@ fn column_collations_sql() {
     assert_eq!(
         column_collations("db.t\\x", true).as_deref(),
         Some(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME \
+            "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME, COLUMN_TYPE, \
+                 DATETIME_PRECISION, NUMERIC_PRECISION, NUMERIC_SCALE \
                  FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'db' \
                  AND TABLE_NAME = 't\\x'"
         )

@@ -1,0 +1,213 @@
+//! Key values in the sink column's own domain (SPEC "The sink's model", guarantee 10).
+//!
+//! The sink converts a key value on INSERT: a `DATETIME` column keeps whole seconds of
+//! `2024-01-01 10:00:05.185` (MariaDB and Doris truncate, MySQL rounds), a `DECIMAL(6,2)`
+//! keeps `1.01` of `1.005`, an `INT` keeps `1` of `1.0`. It then compares a `DATETIME`
+//! column with the string `'…05.185'` at the string's full precision, so the row the record
+//! became never equals the record's own text: every such record read as lost. And two
+//! spellings the column equates (`…T12:00:00`, `… 12:00:00`) were two keys of the audit, so
+//! one row was counted under one of them and the other read as lost.
+//!
+//! So every key value is converted here, before the key exists, the way its column stores
+//! it, and written canonically: the audit's key multiset, the SQL (both forms) and the
+//! store all see the stored value, and spellings the sink equates are one key. String
+//! columns are left as sent (their collation is the sink's to handle, `sink::sql`). Pure:
+//! the column types come from the sink ([`crate::sink::Verifier::key_domain`]).
+
+mod numeric;
+mod temporal;
+
+use crate::types::Key;
+use std::borrow::Cow;
+
+/// How a column of type `DATETIME(p)` / `TIMESTAMP(p)` stores more fractional digits than
+/// `p`: decided by the server (MySQL rounds, MariaDB and Doris truncate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fraction {
+    /// Digits past `p` are dropped (MariaDB, Doris).
+    Truncate,
+    /// Rounded half up at digit `p`, carrying into the seconds (MySQL).
+    Round,
+}
+
+impl Fraction {
+    /// The rule of the server whose `@@version` is `version`: MariaDB's contains `MariaDB`
+    /// and truncates; so does Doris (`kind` `doris`); anything else is MySQL, which rounds.
+    pub fn for_server(kind: &str, version: &str) -> Fraction {
+        if kind == "doris" || version.to_ascii_lowercase().contains("mariadb") {
+            Fraction::Truncate
+        } else {
+            Fraction::Round
+        }
+    }
+}
+
+/// What a key column stores, as far as converting a key value goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ColumnType {
+    /// Character and binary strings: kept byte for byte (the collation is handled by the
+    /// sink's comparison).
+    Text,
+    /// `DATETIME(p)` and `TIMESTAMP(p)`, `p` fractional digits (0–6).
+    Datetime {
+        /// Fractional second digits kept.
+        precision: u8,
+    },
+    /// `DATE`.
+    Date,
+    /// `DECIMAL(p, s)`.
+    Decimal {
+        /// Digits in all.
+        precision: u8,
+        /// Digits after the point.
+        scale: u8,
+    },
+    /// An integer column and its range (`TINYINT` … `BIGINT UNSIGNED`).
+    Integer {
+        /// Smallest value stored.
+        min: i128,
+        /// Largest value stored.
+        max: i128,
+    },
+    /// Anything else (`FLOAT`, `TIME`, `ENUM`, `JSON`, …): compared as sent, as before.
+    Other,
+}
+
+impl ColumnType {
+    /// Whether values of this column are converted (everything but text and other).
+    pub fn converts(&self) -> bool {
+        !matches!(self, ColumnType::Text | ColumnType::Other)
+    }
+}
+
+/// One key column as the sink described it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyColumn {
+    /// The sink column.
+    pub name: String,
+    /// The column's declared type, as the sink writes it (`datetime`, `varchar(64)`).
+    pub declared: String,
+    /// What a key value is converted to.
+    #[serde(rename = "type")]
+    pub ty: ColumnType,
+    /// The column's collation (string columns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub collation: Option<String>,
+}
+
+/// The key columns of a sink table, in key order, and the server's fraction rule: how a
+/// record's key is written the way the table stores it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyDomain {
+    /// Per key field, in key order.
+    pub columns: Vec<KeyColumn>,
+    /// DATETIME/TIMESTAMP fractional digits past the precision.
+    pub fraction: Fraction,
+}
+
+/// A key value the column cannot store as the record wrote it: what the sink did with it
+/// (a zero date or NULL in a lenient mode, a refused row in a strict one) cannot be told
+/// from the record, so the record is unverifiable, never missing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unconvertible {
+    /// Not a date and time in a spelling every MySQL-protocol sink reads alike.
+    #[error("key column {column} ({declared}): not a date-time")]
+    Datetime { column: String, declared: String },
+    /// Not a date.
+    #[error("key column {column} ({declared}): not a date")]
+    Date { column: String, declared: String },
+    /// Not a number, or beyond the column's range.
+    #[error("key column {column} ({declared}): not a number the column holds")]
+    Number { column: String, declared: String },
+}
+
+impl KeyDomain {
+    /// Whether no key value changes (every column text or other): the decoder skips it.
+    pub fn is_identity(&self) -> bool {
+        !self.columns.iter().any(|c| c.ty.converts())
+    }
+
+    /// Value `v` of key column `column`, as the column stores it (`v` itself when the
+    /// column converts nothing, or `column` is out of range). An empty value stays empty:
+    /// it matches `''` or NULL (SPEC "Matching strategies").
+    pub fn value<'a>(&self, column: usize, v: &'a str) -> Result<Cow<'a, str>, Unconvertible> {
+        let Some(c) = self.columns.get(column) else {
+            return Ok(Cow::Borrowed(v));
+        };
+        if v.is_empty() || !c.ty.converts() {
+            return Ok(Cow::Borrowed(v));
+        }
+        // Servers skip surrounding spaces when they read a number or a date.
+        let t = v.trim_matches(|ch: char| ch.is_ascii_whitespace());
+        let out = match c.ty {
+            ColumnType::Datetime { precision } => temporal::datetime(t, precision, self.fraction)
+                .ok_or_else(|| Unconvertible::Datetime {
+                    column: c.name.clone(),
+                    declared: c.declared.clone(),
+                }),
+            ColumnType::Date => temporal::date(t).ok_or_else(|| Unconvertible::Date {
+                column: c.name.clone(),
+                declared: c.declared.clone(),
+            }),
+            ColumnType::Decimal { precision, scale } => numeric::decimal(t, precision, scale)
+                .ok_or_else(|| Unconvertible::Number {
+                    column: c.name.clone(),
+                    declared: c.declared.clone(),
+                }),
+            ColumnType::Integer { min, max } => {
+                numeric::integer(t, min, max).ok_or_else(|| Unconvertible::Number {
+                    column: c.name.clone(),
+                    declared: c.declared.clone(),
+                })
+            }
+            ColumnType::Text | ColumnType::Other => return Ok(Cow::Borrowed(v)),
+        }?;
+        Ok(if out == v {
+            Cow::Borrowed(v)
+        } else {
+            Cow::Owned(out)
+        })
+    }
+
+    /// `key` as the sink stores it: `Ok(None)` when no value changes (the common case,
+    /// no allocation), `Ok(Some(stored))` otherwise. A key of another arity than the
+    /// columns is returned unchanged (config validation ties them; the query reports it).
+    pub fn key(&self, key: &Key) -> Result<Option<Key>, Unconvertible> {
+        if self.is_identity() || key.len() != self.columns.len() {
+            return Ok(None);
+        }
+        let mut changed = false;
+        let mut values: Vec<Cow<'_, str>> = Vec::with_capacity(self.columns.len());
+        for (i, v) in key.values().enumerate() {
+            let n = self.value(i, v)?;
+            changed |= matches!(n, Cow::Owned(_));
+            values.push(n);
+        }
+        Ok(changed.then(|| Key::new(values)))
+    }
+
+    /// `column type [collation]` per key column and the fraction rule, for the startup log.
+    pub fn describe(&self) -> String {
+        let columns: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| match &c.collation {
+                Some(coll) => format!("{} {} {}", c.name, c.declared, coll),
+                None => format!("{} {}", c.name, c.declared),
+            })
+            .collect();
+        let fraction = match self.fraction {
+            Fraction::Truncate => "truncated",
+            Fraction::Round => "rounded",
+        };
+        format!(
+            "{}; fractional seconds past a column's precision {fraction}",
+            columns.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,353 @@
+use super::*;
+use proptest::prelude::*;
+
+fn column(name: &str, declared: &str, ty: ColumnType) -> KeyColumn {
+    KeyColumn {
+        name: name.into(),
+        declared: declared.into(),
+        ty,
+        collation: None,
+    }
+}
+
+fn domain(ty: ColumnType, fraction: Fraction) -> KeyDomain {
+    KeyDomain {
+        columns: vec![column("c", "t", ty)],
+        fraction,
+    }
+}
+
+fn one(ty: ColumnType, fraction: Fraction, v: &str) -> Option<String> {
+    domain(ty, fraction)
+        .value(0, v)
+        .ok()
+        .map(|c| c.into_owned())
+}
+
+const DT0: ColumnType = ColumnType::Datetime { precision: 0 };
+const DT3: ColumnType = ColumnType::Datetime { precision: 3 };
+
+#[test]
+fn datetime_truncates_on_mariadb_and_doris_and_rounds_on_mysql() {
+    let v = "2024-01-01 10:00:05.985";
+    assert_eq!(
+        one(DT0, Fraction::Truncate, v).as_deref(),
+        Some("2024-01-01 10:00:05")
+    );
+    assert_eq!(
+        one(DT0, Fraction::Round, v).as_deref(),
+        Some("2024-01-01 10:00:06")
+    );
+    assert_eq!(
+        one(DT0, Fraction::Round, "2024-01-01 10:00:05.499").as_deref(),
+        Some("2024-01-01 10:00:05")
+    );
+    // Rounding carries through the day and the year.
+    assert_eq!(
+        one(DT0, Fraction::Round, "2023-12-31T23:59:59.5").as_deref(),
+        Some("2024-01-01 00:00:00")
+    );
+    // ... but not past year 9999 (the column cannot hold it).
+    assert_eq!(one(DT0, Fraction::Round, "9999-12-31 23:59:59.5"), None);
+    assert_eq!(
+        one(DT0, Fraction::Truncate, "9999-12-31 23:59:59.5").as_deref(),
+        Some("9999-12-31 23:59:59")
+    );
+    // DATETIME(3): padded and cut to three digits (MariaDB prints `.100`).
+    assert_eq!(
+        one(DT3, Fraction::Truncate, "2024-1-1 1:2:3.1").as_deref(),
+        Some("2024-01-01 01:02:03.100")
+    );
+    assert_eq!(
+        one(DT3, Fraction::Truncate, "2024-01-01 10:00:05.98549").as_deref(),
+        Some("2024-01-01 10:00:05.985")
+    );
+    assert_eq!(
+        one(DT3, Fraction::Round, "2024-01-01 10:00:05.9995").as_deref(),
+        Some("2024-01-01 10:00:06.000")
+    );
+}
+
+#[test]
+fn datetime_spellings_are_one_value() {
+    for v in [
+        "2024-01-01 12:00:00",
+        "2024-01-01T12:00:00",
+        "2024-01-01 12:00:00.000",
+        "2024-1-1 12:0:0",
+        "2024-01-01 12:00",
+        " 2024-01-01T12:00:00.4 ",
+    ] {
+        assert_eq!(
+            one(DT0, Fraction::Truncate, v).as_deref(),
+            Some("2024-01-01 12:00:00"),
+            "{v:?}"
+        );
+    }
+    assert_eq!(
+        one(DT0, Fraction::Truncate, "2024-01-01").as_deref(),
+        Some("2024-01-01 00:00:00")
+    );
+}
+
+#[test]
+fn what_no_datetime_column_stores_alike_is_unconvertible() {
+    for v in [
+        "not a time",
+        "2024-02-30 00:00:00",
+        "2024-01-01 24:00:00",
+        "2024-01-01 10:00:00Z",
+        "2024-01-01T10:00:00+02:00",
+        "2024-01-01 10:00:00.",
+        "24-01-01 10:00:00",
+        "2024/01/01 10:00:00",
+        "1704103205185",
+    ] {
+        let err = domain(DT0, Fraction::Truncate).value(0, v);
+        assert!(
+            matches!(err, Err(Unconvertible::Datetime { .. })),
+            "{v:?}: {err:?}"
+        );
+    }
+    // An empty value is empty (it matches '' or NULL), never unconvertible.
+    assert_eq!(one(DT0, Fraction::Truncate, "").as_deref(), Some(""));
+}
+
+#[test]
+fn date_drops_the_time() {
+    for v in [
+        "2024-03-07",
+        "2024-3-7",
+        "2024-03-07 23:59:59.9",
+        "2024-03-07T01:00",
+    ] {
+        assert_eq!(
+            one(ColumnType::Date, Fraction::Round, v).as_deref(),
+            Some("2024-03-07"),
+            "{v:?}"
+        );
+    }
+    assert_eq!(one(ColumnType::Date, Fraction::Round, "2024-13-01"), None);
+}
+
+#[test]
+fn decimal_rounds_half_away_from_zero_as_mariadb_stores_it() {
+    let d = ColumnType::Decimal {
+        precision: 6,
+        scale: 2,
+    };
+    // Each pair as MariaDB 10.11 stored it (INSERT then SELECT, see the module docs).
+    for (v, stored) in [
+        ("1.005", "1.01"),
+        ("12.345", "12.35"),
+        ("-0.004", "0.00"),
+        ("-1.005", "-1.01"),
+        ("+5", "5.00"),
+        ("007.1", "7.10"),
+        (".5", "0.50"),
+        ("5.", "5.00"),
+        ("1e2", "100.00"),
+        ("1.5E-1", "0.15"),
+        ("9999.994", "9999.99"),
+        ("0", "0.00"),
+        ("-0", "0.00"),
+    ] {
+        assert_eq!(
+            one(d, Fraction::Truncate, v).as_deref(),
+            Some(stored),
+            "{v:?}"
+        );
+    }
+    for v in [
+        "9999.995", "10000", "abc", "1.2.3", "--1", "1e", "", "1e999",
+    ] {
+        if v.is_empty() {
+            continue;
+        }
+        assert_eq!(one(d, Fraction::Truncate, v), None, "{v:?}");
+    }
+    let d0 = ColumnType::Decimal {
+        precision: 3,
+        scale: 0,
+    };
+    assert_eq!(one(d0, Fraction::Round, "2.5").as_deref(), Some("3"));
+}
+
+#[test]
+fn integers_from_numeric_text() {
+    let int = ColumnType::Integer {
+        min: i128::from(i32::MIN),
+        max: i128::from(i32::MAX),
+    };
+    let tiny = ColumnType::Integer {
+        min: -128,
+        max: 127,
+    };
+    for (v, stored) in [
+        ("1.0", "1"),
+        ("+5", "5"),
+        ("007", "7"),
+        ("1.5", "2"),
+        ("2.5", "3"),
+        ("-1.5", "-2"),
+        ("-0.4", "0"),
+        ("1e2", "100"),
+        ("2147483647", "2147483647"),
+    ] {
+        assert_eq!(
+            one(int, Fraction::Truncate, v).as_deref(),
+            Some(stored),
+            "{v:?}"
+        );
+    }
+    assert_eq!(one(int, Fraction::Truncate, "2147483648"), None);
+    assert_eq!(
+        one(tiny, Fraction::Truncate, "127.4").as_deref(),
+        Some("127")
+    );
+    assert_eq!(one(tiny, Fraction::Truncate, "127.5"), None);
+    assert_eq!(one(tiny, Fraction::Truncate, "x1"), None);
+    assert_eq!(
+        one(
+            int,
+            Fraction::Truncate,
+            "123456789012345678901234567890123456789012"
+        ),
+        None
+    );
+}
+
+#[test]
+fn text_and_other_columns_are_left_alone() {
+    let d = KeyDomain {
+        columns: vec![
+            column("a", "varchar(64)", ColumnType::Text),
+            column("b", "double", ColumnType::Other),
+        ],
+        fraction: Fraction::Truncate,
+    };
+    assert!(d.is_identity());
+    let key = Key::new(["2024-01-01T10:00:00.5 ", " 1.0"]);
+    assert_eq!(d.key(&key), Ok(None));
+}
+
+#[test]
+fn keys_are_rewritten_only_when_a_value_changes() {
+    let d = KeyDomain {
+        columns: vec![
+            column("client_ip", "varchar(64)", ColumnType::Text),
+            column("time", "datetime", DT0),
+        ],
+        fraction: Fraction::Truncate,
+    };
+    let stored = Key::new(["10.0.0.1", "2024-01-01 10:00:05"]);
+    assert_eq!(d.key(&stored), Ok(None));
+    assert_eq!(
+        d.key(&Key::new(["10.0.0.1", "2024-01-01T10:00:05.185"])),
+        Ok(Some(stored.clone()))
+    );
+    // A text value is never trimmed, even where the typed one is.
+    assert_eq!(
+        d.key(&Key::new([" 10.0.0.1", "2024-01-01 10:00:05 "])),
+        Ok(Some(Key::new([" 10.0.0.1", "2024-01-01 10:00:05"])))
+    );
+    assert!(matches!(
+        d.key(&Key::new(["10.0.0.1", "yesterday"])),
+        Err(Unconvertible::Datetime { .. })
+    ));
+    assert!(d.describe().contains("time datetime"));
+}
+
+#[test]
+fn fraction_rule_by_server() {
+    assert_eq!(
+        Fraction::for_server("mysql", "10.11.19-MariaDB-0+deb12u1"),
+        Fraction::Truncate
+    );
+    assert_eq!(Fraction::for_server("mysql", "8.0.36"), Fraction::Round);
+    assert_eq!(Fraction::for_server("doris", "5.7.99"), Fraction::Truncate);
+}
+
+/// A date-time written in one of the spellings the module reads.
+fn spelling() -> impl Strategy<Value = (String, chrono::NaiveDateTime, String)> {
+    (
+        1000i32..=9999,
+        1u32..=12,
+        1u32..=28,
+        0u32..24,
+        0u32..60,
+        0u32..60,
+        "[0-9]{0,9}",
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(y, mo, d, h, mi, s, frac, t, pad)| {
+            let at = chrono::NaiveDate::from_ymd_opt(y, mo, d)
+                .and_then(|d| d.and_hms_opt(h, mi, s))
+                .expect("valid");
+            let sep = if t { 'T' } else { ' ' };
+            let text = if pad {
+                format!("{y:04}-{mo:02}-{d:02}{sep}{h:02}:{mi:02}:{s:02}")
+            } else {
+                format!("{y}-{mo}-{d}{sep}{h}:{mi}:{s}")
+            };
+            let text = if frac.is_empty() {
+                text
+            } else {
+                format!("{text}.{frac}")
+            };
+            (text, at, frac)
+        })
+}
+
+proptest! {
+    /// Truncation keeps the written digits; rounding differs from it by at most one unit
+    /// of the last kept digit, up; both are canonical and idempotent.
+    #[test]
+    fn datetime_normalisation((text, at, frac) in spelling(), p in 0u8..=6) {
+        let ty = ColumnType::Datetime { precision: p };
+        let t = one(ty, Fraction::Truncate, &text).expect("truncates");
+        let mut want = at.format("%Y-%m-%d %H:%M:%S").to_string();
+        if p > 0 {
+            let mut kept: String = frac.chars().take(usize::from(p)).collect();
+            while kept.len() < usize::from(p) {
+                kept.push('0');
+            }
+            want.push('.');
+            want.push_str(&kept);
+        }
+        prop_assert_eq!(&t, &want);
+        prop_assert_eq!(one(ty, Fraction::Truncate, &t), Some(t.clone()));
+        if let Some(r) = one(ty, Fraction::Round, &text) {
+            prop_assert_eq!(one(ty, Fraction::Round, &r), Some(r.clone()));
+            let parse = |s: &str| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f");
+            let (tv, rv) = (parse(&t).expect("t"), parse(&r).expect("r"));
+            let unit = chrono::Duration::nanoseconds(10i64.pow(9 - u32::from(p)));
+            prop_assert!(rv == tv || rv == tv + unit, "{} → {} / {}", text, t, r);
+            let up = frac.as_bytes().get(usize::from(p)).is_some_and(|&d| d >= b'5');
+            prop_assert_eq!(rv != tv, up);
+        }
+    }
+
+    /// DECIMAL: the stored value is the nearest multiple of 10^-s, ties away from zero,
+    /// checked against integer arithmetic on the value scaled by 10^4.
+    #[test]
+    fn decimal_normalisation(n in -99_999_999i64..=99_999_999, s in 0u8..=4) {
+        // n / 10^4, written plainly.
+        let sign = if n < 0 { "-" } else { "" };
+        let text = format!("{sign}{}.{:04}", n.abs() / 10_000, n.abs() % 10_000);
+        let ty = ColumnType::Decimal { precision: 20, scale: s };
+        let got = one(ty, Fraction::Truncate, &text).expect("fits");
+        let unit = 10i64.pow(4 - u32::from(s));
+        let q = (n.abs() + unit / 2) / unit * if n < 0 { -1 } else { 1 };
+        let scale = 10i64.pow(u32::from(s));
+        let sign = if q < 0 { "-" } else { "" };
+        let want = if s == 0 {
+            format!("{sign}{}", q.abs())
+        } else {
+            format!("{sign}{}.{:0w$}", q.abs() / scale, q.abs() % scale, w = usize::from(s))
+        };
+        prop_assert_eq!(&got, &want, "{}", text);
+        prop_assert_eq!(one(ty, Fraction::Truncate, &got), Some(got.clone()));
+    }
+}
