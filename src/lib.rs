@@ -83,3 +83,5 @@ pub mod wait;
 
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod test_seed;

@@ -653,7 +653,7 @@ fn expand(runs: &[crate::ledger::OffsetRun]) -> Vec<Offset> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(crate::test_seed::with_cases(512))]
 
     #[test]
     fn offset_rechecks_with_a_probe_equal_the_model(

@@ -530,6 +530,7 @@ fn ledger_strategy() -> impl Strategy<Value = (LedgerCompleteness, bool)> {
 }
 
 proptest! {
+    #![proptest_config(crate::test_seed::config())]
     /// `complete` and `blocking` never contradict each other, a gap blocks exactly the
     /// untils after its first record, and completeness is the earliest hold.
     #[test]

@@ -273,6 +273,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(crate::test_seed::config())]
         #[test]
         fn a_cover_is_the_same_offset_set(runs in arb_runs()) {
             let n = normalize(runs);

@@ -230,6 +230,7 @@ mod tests {
     use std::collections::HashMap;
 
     proptest! {
+        #![proptest_config(crate::test_seed::config())]
         /// Same answers as one HashMap, whatever the operations.
         #[test]
         fn behaves_like_a_hash_map(ops in proptest::collection::vec((0u8..4, 0u16..300, any::<u32>()), 0..2000)) {

@@ -482,6 +482,7 @@ message DnsLog {
     }
 
     proptest::proptest! {
+        #![proptest_config(crate::test_seed::config())]
         /// Hostile payloads: decoded or an error, never a panic.
         #[test]
         fn any_payload_decodes_or_fails_cleanly(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {

@@ -579,6 +579,7 @@ async fn key_batches_are_counted_concurrently_with_the_same_verdicts() {
 }
 
 proptest! {
+    #![proptest_config(crate::test_seed::config())]
     #[test]
     fn offsets_verdict_is_exact(
         sink_rows in prop::collection::vec((0i64..300, 1u64..3), 0..300),

@@ -598,7 +598,21 @@ fn escaper_corpus(random: usize) -> Vec<String> {
         "['\"\\\\\\x00\\n\\r\\x1a\\t%_`;#/*\\- a-z\u{80}-\u{ff}\u{2028}\u{202e}\u{1F980}]{0,64}",
         prop::collection::vec(any::<char>(), 0..32).prop_map(|v| v.into_iter().collect()),
     ];
-    let mut runner = TestRunner::default();
+    // Seeded like the crate's property tests (src/test_seed.rs): PROPTEST_RNG_SEED (CI
+    // derives it from the commit), else the clock; printed, so a failure names it.
+    let seed = std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(42, |d| d.as_nanos() as u64)
+        });
+    eprintln!("escaper corpus: PROPTEST_RNG_SEED={seed} (set it to replay these strings)");
+    let mut runner = TestRunner::new(proptest::test_runner::Config {
+        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
+        ..proptest::test_runner::Config::default()
+    });
     for _ in 0..random {
         out.push(strategy.new_tree(&mut runner).expect("a value").current());
     }
@@ -806,13 +820,30 @@ async fn escaper_round_trips_hostile_strings_through_mariadb() {
 /// `tombstone`), never as a gap; the valid records judged as usual (the one the pipeline
 /// lost is exactly one gap).
 ///
-/// Broker behaviour relied on: one record per batch; tansu stores and serves a 1 MiB value
-/// (the producer's `message.max.bytes` is raised for it).
+/// Broker behaviour relied on: one record per batch; the topic's `max.message.bytes` and
+/// the producer's `message.max.bytes` are raised for the 1 MiB values (Kafka's default
+/// limit, ~1 MiB per batch, refuses them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_payloads_through_kafka_are_counted_not_fatal() {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
     use std::collections::BTreeMap;
     let s = Scenario::new("bombs").await;
     let (topic, table) = (&s.topic, &s.table);
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka())
+        .create()
+        .expect("admin client");
+    let altered = admin
+        .alter_configs(
+            &[AlterConfig::new(ResourceSpecifier::Topic(topic))
+                .set("max.message.bytes", "4000000")],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("alter_configs");
+    for r in altered {
+        r.expect("max.message.bytes raised");
+    }
     let doc = |ip: &str| format!(r#"{{"client_ip":"{ip}","domain":"x.org"}}"#);
     let big = format!(
         r#"{{"client_ip":"10.2.0.2","blob":"{}"}}"#,

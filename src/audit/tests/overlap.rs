@@ -134,7 +134,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(crate::test_seed::with_cases(48))]
 
     /// With the sink still during a round, deciding one partition while the next is asked
     /// gives the verdicts of one question after another, partition by partition.

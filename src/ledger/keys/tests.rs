@@ -213,6 +213,7 @@ fn a_book_that_could_not_load_never_writes_whole() {
 }
 
 proptest::proptest! {
+    #![proptest_config(crate::test_seed::config())]
     /// Deciding many keys at once (in the book's table order) gives every key the outcome,
     /// and leaves the book with the counts and store changes, that one decision per key in
     /// the order given does, whatever the book held before, with a capacity small enough

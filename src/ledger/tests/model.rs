@@ -111,6 +111,7 @@ fn run_ledger(
 }
 
 proptest! {
+    #![proptest_config(crate::test_seed::config())]
     #[test]
     fn gaps_match_the_model_whatever_the_round_boundaries(
         kinds in prop::collection::vec(arb_kind(), 0..120),
@@ -188,6 +189,7 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(crate::test_seed::config())]
     /// The round scheduler's "when does the first pending record fall due" agrees with the
     /// due rule itself at every instant, under either rule, whatever the commits.
     #[test]

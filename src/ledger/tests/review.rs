@@ -255,7 +255,7 @@ fn run_ops(ops: Vec<Op>, probe: bool) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+    #![proptest_config(crate::test_seed::with_cases(2_000))]
 
     /// Every path that changes the persisted ledger (settle_deleted, skipped_by_retention,
     /// log_start_moved, acknowledge, give_up, drop_missing_keys, partial re-checks) writes

@@ -177,6 +177,7 @@ fn nested_collections_share_one_item_budget() {
 }
 
 proptest::proptest! {
+    #![proptest_config(crate::test_seed::config())]
     /// Record contents are hostile: any payload decodes or is an error, never a panic,
     /// and a length prefix beyond the payload never allocates past the cap.
     #[test]

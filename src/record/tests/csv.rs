@@ -227,7 +227,7 @@ fn quoted_csv() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(5_000))]
+    #![proptest_config(crate::test_seed::with_cases(5_000))]
 
     /// The vectorised split (`split_ascii`) and count (`Decoded::Count`) agree with
     /// `str::split` on any text, multi-byte characters and empty fields included.

@@ -52,6 +52,7 @@ fn key_serde_round_trip() {
 }
 
 proptest::proptest! {
+    #![proptest_config(crate::test_seed::config())]
     /// Ordering keys on `sort_prefix`, then on the key, is the key's own order, whatever
     /// the values (short, long, sharing 16-byte prefixes, holding NUL).
     #[test]

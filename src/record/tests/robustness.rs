@@ -46,6 +46,7 @@ fn tricky_bytes() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
+    #![proptest_config(crate::test_seed::config())]
     #[test]
     fn tag_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256),
                         tricky in tricky_bytes()) {
@@ -290,7 +291,7 @@ fn rfc4180(field: &str) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(20_000))]
+    #![proptest_config(crate::test_seed::with_cases(20_000))]
 
     /// Any bytes, any decoder shape (doc_id included, with any Kafka key): `tag` returns
     /// (no panic), is deterministic, and non-UTF-8 is `undecodable` whatever the format.

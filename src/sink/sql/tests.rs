@@ -813,6 +813,7 @@ fn column_collations_sql() {
 }
 
 proptest! {
+    #![proptest_config(crate::test_seed::config())]
     #[test]
     fn literal_round_trips(s in any::<String>(), nbe in any::<bool>()) {
         let lit = string_literal(&s, nbe);
@@ -929,7 +930,7 @@ fn literal_by_chars(s: &str, nbe: bool) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(20_000))]
+    #![proptest_config(crate::test_seed::with_cases(20_000))]
 
     #[test]
     fn literal_equals_the_character_by_character_escaping(s in hostile_string(), nbe in any::<bool>()) {

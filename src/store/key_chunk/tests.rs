@@ -86,6 +86,7 @@ fn the_claims_end_after_an_error() {
 }
 
 proptest! {
+    #![proptest_config(crate::test_seed::config())]
     #[test]
     fn claims_round_trip(
         c in proptest::collection::vec(
@@ -169,6 +170,7 @@ fn pack_closes_chunks_at_either_limit() {
 }
 
 proptest! {
+    #![proptest_config(crate::test_seed::config())]
     /// The chunks hold the claims in order, none over either limit by more than its last
     /// claim.
     #[test]

@@ -72,7 +72,7 @@ fn last_rows(rows: &[(Vec<u8>, u64)]) -> Vec<(Vec<u8>, u64)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(crate::test_seed::with_cases(64))]
 
     #[test]
     fn the_key_log_reads_back_as_its_model(

@@ -6,6 +6,7 @@
 use super::*;
 
 proptest! {
+    #![proptest_config(crate::test_seed::config())]
     #[test]
     fn records_of_a_key_take_its_rows_in_the_order_given(
         segs in prop::collection::vec(prop::collection::vec(0u8..6, 1..12), 1..6),

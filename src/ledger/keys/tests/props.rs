@@ -100,7 +100,7 @@ fn check(b: &KeyBook, log: &Log, step: usize) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2_000))]
+    #![proptest_config(crate::test_seed::with_cases(2_000))]
 
     #[test]
     fn the_store_holds_the_books_claims_and_live_counts_them(
