@@ -8,7 +8,8 @@
 # from those lines only, also when a test fails (its row then shows the mismatch, and this
 # script exits non-zero). Settings: GAP_AUDITOR_FAULT_SEED replays the random moments of a
 # run; GAP_AUDITOR_FAULT_RECORDS resizes the kill -9 run (default 100000); RELIABILITY_OUT
-# (default docs/RELIABILITY.md).
+# (default docs/RELIABILITY.md). The soaks always run at full length here (the knobs that
+# shorten them in scripts/test.sh are unset).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -28,11 +29,27 @@ GAP_AUDITOR_FIGURES=$(mktemp "${TMPDIR:-/tmp}/gap-auditor-figures.XXXXXX")
 export GAP_AUDITOR_FIGURES
 echo "figures: $GAP_AUDITOR_FIGURES"
 
+# The soaks at their full length (10-minute key_columns loss, 5-minute hung sink, 1 M-record
+# systematic loss, 2-minute sink outage): the shortened values scripts/test.sh and CI use
+# must not leak in from the environment.
+unset GAP_AUDITOR_KEYS_LOSS_SECS GAP_AUDITOR_HUNG_SECS GAP_AUDITOR_SYSTEMATIC_N \
+  GAP_AUDITOR_SINK_OUTAGE_SECS
+
+# The tests that assert memory or latency bounds (scripts/bound-tests.sh) run after the
+# others, alone and one at a time, never beside a soak or a CPU burner.
+# shellcheck source=scripts/bound-tests.sh
+. scripts/bound-tests.sh
+mapfile -t skips < <(bound_skip_args)
+mapfile -t it_bound < <(bound_names_in "--test it" | grep -E '^(faults|multi|input|verdicts)')
+
 start=$SECONDS
 rc=0
-cargo test --features services --test it -- faults:: multi:: input:: verdicts || rc=$?
-cargo test --features services --test faults_private || rc=$?
-cargo test --features services --test security || rc=$?
+cargo test --no-fail-fast --features services --test it -- faults:: multi:: input:: verdicts \
+  "${skips[@]}" || rc=$?
+cargo test --no-fail-fast --features services --test faults_private || rc=$?
+cargo test --no-fail-fast --features services --test security || rc=$?
+cargo test --no-fail-fast --features services --test it -- --exact "${it_bound[@]}" \
+  --test-threads=1 || rc=$?
 
 python3 scripts/render-reliability.py "$GAP_AUDITOR_FIGURES" "$OUT" \
   --exit-code "$rc" --seconds $((SECONDS - start)) --command "scripts/reliability.sh"

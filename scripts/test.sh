@@ -3,53 +3,241 @@
 # check, lints and every test with their addresses in GAP_AUDITOR_TEST_* variables.
 # Services this script started are stopped at the end unless KEEP_ENV=1; ones that were
 # already running are left as they were.
+#
+# Every step runs even when an earlier one failed (cargo with --no-fail-fast: no stop at the
+# first failing test binary either); each step's output is also kept in a log file, and a
+# summary at the end lists every step with its result and time, the failed tests, and how
+# to rerun them with the same seeds. Exits non-zero when any step failed.
+# tests/support/env.md ("CI: seeds, steps, shortened soaks") says more.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 RUN=${GAP_AUDITOR_RUN:-/tmp/gap-auditor-test}
 section() { printf '\n==== %s ====\n' "$*"; }
+# shellcheck source=scripts/bound-tests.sh
+. scripts/bound-tests.sh
 
-section "test services (tansu, MariaDB, a TLS-only MariaDB, noida-db for the Elasticsearch API)"
+# --- Seeds -------------------------------------------------------------------------------
+# Every property test (proptest; src/test_seed.rs) reads PROPTEST_RNG_SEED and every seeded
+# fault test (tests/it/faults/tools.rs `Rng::from_env`, tests/es.rs) GAP_AUDITOR_FAULT_SEED.
+# Unset, both are derived from the commit (as .ci/run does): the first 8 hex digits of
+# HEAD as a decimal number. So CI, a retry of it, and this script on a developer's
+# checkout of the same commit all draw the same cases; set either variable to draw others.
+if rev=$(git rev-parse HEAD 2>/dev/null); then
+  seed_from="commit ${rev:0:12}"
+  derived=$((16#${rev:0:8}))
+else
+  seed_from="no git checkout: drawn at random"
+  derived=$(((RANDOM << 15) | RANDOM))
+fi
+[[ -n ${PROPTEST_RNG_SEED:-} ]] && proptest_from="from the environment" || proptest_from="from $seed_from"
+[[ -n ${GAP_AUDITOR_FAULT_SEED:-} ]] && fault_from="from the environment" || fault_from="from $seed_from"
+export PROPTEST_RNG_SEED=${PROPTEST_RNG_SEED:-$derived}
+export GAP_AUDITOR_FAULT_SEED=${GAP_AUDITOR_FAULT_SEED:-$derived}
+
+# --- Shortened soaks ---------------------------------------------------------------------
+# The soaks run at full length in scripts/reliability.sh (which unsets these); here and in
+# CI they are shortened through the knobs the tests already read, each still long enough to
+# exercise what it is about. An explicit value in the environment wins (e.g.
+# GAP_AUDITOR_KEYS_LOSS_SECS=600 scripts/test.sh for the full soak). What the tests assert
+# does not change.
+#
+# key_columns total loss (tests/it/faults/keys_total_loss.rs, default 600 s; the test's
+# minimum is 90): 180 s = the 1-minute baseline, then 12 VmRSS samples 10 s apart that must
+# stay within +10 % of it, and 10 of the 30 s windows in which records_lost_total must
+# rise (millions of records produced, all lost). The cap (50,000 missing keys) is reached
+# within the first 10 s, so all of it is in the capped regime. The growths this test caught
+# show within those 120 s: uncapped keys (404 MiB at 1 min, 742 MiB at 3), the key book's hash
+# table doubling (+13 % by 100 s), the leak fixed in 1e3074f (+61.5 % over 9 minutes, about
+# +10 % per 90 s). A slow creep (+10 % over 5-10 minutes, glibc's arenas) is for the
+# full-length run of scripts/reliability.sh.
+export GAP_AUDITOR_KEYS_LOSS_SECS=${GAP_AUDITOR_KEYS_LOSS_SECS:-180}
+# Hung sink (tests/it/faults/hung_sink.rs, default 300 s): 60 s = 6x the test's
+# max.poll.interval.ms (10 s) and ~20 query timeouts (3 s): the old failure (the consumer
+# left its group ~10 s into the hang, then churned) shows several times over; the pipeline
+# still writes ~80 steps with its 4 real losses during it.
+export GAP_AUDITOR_HUNG_SECS=${GAP_AUDITOR_HUNG_SECS:-60}
+# Systematic loss (tests/it/faults/systematic_loss.rs, default 1,000,000 records): 200,000
+# = 100,000 one-record gaps, still checked exact record by record; the per-gap costs it
+# guards against stay far past its bounds should they come back (~390 re-check queries per
+# idle round against <= 2; state written per idle round growing with 100,000 gaps against
+# < 64 KiB; one ERROR line per gap against < 2,000). Its 256 MiB peak-RSS bound is only
+# exercised at full size, by scripts/reliability.sh.
+export GAP_AUDITOR_SYSTEMATIC_N=${GAP_AUDITOR_SYSTEMATIC_N:-200000}
+# Sink outage (tests/it/faults/sink.rs, default 120 s): 30 s = 60 verify rounds (500 ms)
+# and 30x the grace while every record written during it is due: a down sink turned
+# into "missing" would show in the first of them; sink_up and /readyz are sampled
+# throughout.
+export GAP_AUDITOR_SINK_OUTAGE_SECS=${GAP_AUDITOR_SINK_OUTAGE_SECS:-30}
+
+section "seeds and shortened soaks"
+echo "PROPTEST_RNG_SEED=$PROPTEST_RNG_SEED ($proptest_from)"
+echo "GAP_AUDITOR_FAULT_SEED=$GAP_AUDITOR_FAULT_SEED ($fault_from)"
+echo "GAP_AUDITOR_KEYS_LOSS_SECS=$GAP_AUDITOR_KEYS_LOSS_SECS GAP_AUDITOR_HUNG_SECS=$GAP_AUDITOR_HUNG_SECS" \
+  "GAP_AUDITOR_SYSTEMATIC_N=$GAP_AUDITOR_SYSTEMATIC_N GAP_AUDITOR_SINK_OUTAGE_SECS=$GAP_AUDITOR_SINK_OUTAGE_SECS"
+echo "reproduce this run: the same variables before scripts/test.sh, or before the cargo" \
+  "command the summary prints for a failed test"
+
+# --- Steps -------------------------------------------------------------------------------
+LOGS=${GAP_AUDITOR_TEST_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/gap-auditor-test-logs.XXXXXX")}
+mkdir -p "$LOGS"
+STEP_NAMES=() STEP_RCS=() STEP_SECS=() STEP_LOGS=() STEP_FEATURES=()
+
+# step NAME COMMAND...: runs COMMAND, records its result and time, never stops the script.
+# The output goes to a log file in $LOGS and is shown as it comes (tail --pid): not through
+# a pipe, which a service or daemon started by the step and inheriting it would hold open.
+step() {
+  local name=$1
+  shift
+  local log features="" prev="" a
+  log=$LOGS/$(printf '%02d' "${#STEP_NAMES[@]}")-$(tr -c 'A-Za-z0-9\n' '_' <<<"${name:0:40}").log
+  for a in "$@"; do
+    [[ $prev == --features ]] && features="--features $a"
+    prev=$a
+  done
+  section "$name"
+  local start=$SECONDS rc=0 pid
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  tail -n +1 -f --pid="$pid" "$log" &
+  wait "$pid" || rc=$?
+  wait $! || true
+  STEP_NAMES+=("$name") STEP_RCS+=("$rc") STEP_SECS+=($((SECONDS - start)))
+  STEP_LOGS+=("$log") STEP_FEATURES+=("$features")
+  if ((rc != 0)); then echo ">>> step failed (exit $rc): $name"; fi
+}
+
 # Only what this run starts is stopped at the end: on a shared machine the others belong
 # to someone else.
 before=$(scripts/test-env.sh status)
 started=()
-for s in "tansu:tansu" "mariadb:mariadb" "mariadb (TLS only):mariadb-tls" \
-  "noida-db (elasticsearch API):noida-db"; do
+for s in "kafka:kafka" "mariadb:mariadb" "mariadb (TLS only):mariadb-tls" \
+  "opensearch:opensearch"; do
   [[ $before == *"${s%:*}: down"* ]] && started+=("${s##*:}")
 done
 if [[ ${KEEP_ENV:-0} != 1 ]] && ((${#started[@]})); then
   trap 'section "stopping test services this run started: ${started[*]}"; scripts/test-env.sh stop "${started[@]}"' EXIT
 fi
-scripts/test-env.sh start
+step "test services (Apache Kafka, MariaDB, a TLS-only MariaDB, OpenSearch for the Elasticsearch API)" scripts/test-env.sh start
+# Without it the service tests fail, each naming the GAP_AUDITOR_TEST_* variable it lacks;
+# the steps that need no service still run.
 # shellcheck source=/dev/null
-. "$RUN/env"
+[[ -f $RUN/env ]] && . "$RUN/env"
 
-section "cargo fmt --check"
-cargo fmt --all -- --check
+step "cargo fmt --check" cargo fmt --all -- --check
 
 # `services` (Cargo.toml) builds the test binaries that need the services started above;
 # without it `cargo test` runs only the service-free ones. Clippy gets it too, so those
 # binaries are linted.
-section "cargo clippy --all-targets --features services -- -D warnings"
-cargo clippy --all-targets --features services -- -D warnings
+step "cargo clippy --all-targets --features services -- -D warnings" \
+  cargo clippy --all-targets --features services -- -D warnings
 
-section "dashboard type-check (@grafana/schema, TypeScript)"
-scripts/check-dashboard.sh
+step "dashboard type-check (@grafana/schema, TypeScript)" scripts/check-dashboard.sh
 
-section "cargo test --all-targets --features services"
-cargo test --all-targets --features services
+# Every libtest target (unit, property and integration tests), the bound tests skipped:
+# they run alone below. (Criterion's benches take no --skip: their own step.)
+mapfile -t skips < <(bound_skip_args)
+step "cargo test --lib --bins --tests --features services (bound tests skipped)" \
+  cargo test --no-fail-fast --lib --bins --tests --features services -- "${skips[@]}"
+
+# Criterion benches in test mode: each bench body runs once (not timed).
+step "cargo test --benches --features services" \
+  cargo test --no-fail-fast --benches --features services
 
 # Doc tests need no service; the feature only lets them reuse the library built just above.
-section "cargo test --doc --features services"
-cargo test --doc --features services
+step "cargo test --doc --features services" cargo test --no-fail-fast --doc --features services
 
 # Kerberos and OIDC are a feature (cmake, libsasl2-dev: installed with the services above),
 # on in the container image: the build with it must keep listing them in librdkafka.
-section "cargo test --features kerberos-oidc (librdkafka's builtin.features)"
-cargo test --features kerberos-oidc --lib kafka::client::build_features
+step "cargo test --features kerberos-oidc (librdkafka's builtin.features)" \
+  cargo test --no-fail-fast --features kerberos-oidc --lib kafka::client::build_features
 
-section "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze)"
-scripts/check-packaging.sh
+step "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze)" \
+  scripts/check-packaging.sh
 
+# Last, with nothing else running: the tests that assert memory or latency bounds
+# (scripts/bound-tests.sh lists them and why), one at a time. The build is already done by
+# the steps above (same features), so no compiler runs beside them either.
+mapfile -t bound_targets < <(bound_target_args)
+mapfile -t bound < <(bound_names)
+step "memory and latency bounds, alone (--test-threads=1)" \
+  cargo test --no-fail-fast --features services "${bound_targets[@]}" -- \
+  --exact "${bound[@]}" --test-threads=1
+
+# --- Summary -----------------------------------------------------------------------------
+# The rerun selector of a test binary from cargo's "Running ..." line.
+selector() {
+  local src=$1 exe=$2
+  case $src in
+    "unittests src/lib.rs") echo "--lib" ;;
+    "unittests src/main.rs") echo "--bin gap-auditor" ;;
+    "unittests src/bin/"*) src=${src#unittests src/bin/} && echo "--bin ${src%%[/.]*}" ;;
+    benches/*) exe=${exe##*/} && echo "--bench ${exe%-*}" ;;
+    *) exe=${exe##*/} && echo "--test ${exe%-*}" ;;
+  esac
+}
+
+# Failed tests in a cargo log: "SELECTOR<TAB>NAME", from the `test NAME ... FAILED` lines
+# under each `Running SRC (EXE)` header; doc tests as "--doc".
+failed_tests() {
+  local line src="" exe="" sel=""
+  while IFS= read -r line; do
+    if [[ $line =~ ^[[:space:]]+Running\ (.+)\ \((.+)\)$ ]]; then
+      src=${BASH_REMATCH[1]} exe=${BASH_REMATCH[2]}
+      sel=$(selector "$src" "$exe")
+    elif [[ $line =~ ^[[:space:]]+Doc-tests\  ]]; then
+      sel="--doc"
+    elif [[ $line =~ ^test\ (.+)\ \.\.\.\ FAILED$ ]]; then
+      printf '%s\t%s\n' "$sel" "${BASH_REMATCH[1]}"
+    fi
+  done <"$1" | sort -u
+}
+
+section "summary"
+failed=0
+for i in "${!STEP_NAMES[@]}"; do
+  if ((STEP_RCS[i] == 0)); then
+    r="ok    "
+  else
+    r="FAILED"
+    failed=$((failed + 1))
+  fi
+  printf '%s %5d s  %s\n' "$r" "${STEP_SECS[i]}" "${STEP_NAMES[i]}"
+done
+if ((failed)); then
+  echo
+  echo "$failed step(s) failed. Logs: $LOGS"
+  for i in "${!STEP_NAMES[@]}"; do
+    ((STEP_RCS[i] == 0)) && continue
+    echo
+    echo "FAILED: ${STEP_NAMES[i]} (exit ${STEP_RCS[i]}, log ${STEP_LOGS[i]})"
+    mapfile -t tests < <(failed_tests "${STEP_LOGS[i]}")
+    if ((${#tests[@]})); then
+      echo "  failed tests (the '---- NAME stdout ----' sections of the log hold their output):"
+      for t in "${tests[@]}"; do
+        sel=${t%%$'\t'*} name=${t#*$'\t'} alone=""
+        bound_names | grep -qxF -- "$name" && alone=" --test-threads=1"
+        echo "    $name"
+        echo "      rerun: PROPTEST_RNG_SEED=$PROPTEST_RNG_SEED GAP_AUDITOR_FAULT_SEED=$GAP_AUDITOR_FAULT_SEED" \
+          "cargo test ${STEP_FEATURES[i]:+${STEP_FEATURES[i]} }$sel -- --exact '$name'$alone"
+      done
+    fi
+    # Binaries that failed without a test line (a crash, a build error): cargo's own words;
+    # for a step that is not cargo's, the end of its output.
+    # shellcheck disable=SC2016 # backquotes: cargo's, literal
+    errors=$(grep -E '^error(\[|:)|^[[:space:]]+`--[a-z]+( [^`]+)?`$|process didn.t exit successfully' \
+      "${STEP_LOGS[i]}" | head -n 20) || true
+    if [[ -n $errors ]]; then
+      printf '  %s\n' "${errors//$'\n'/$'\n'  }"
+    elif ((${#tests[@]} == 0)); then
+      tail -n 5 "${STEP_LOGS[i]}" | sed 's/^/  | /'
+    fi
+  done
+  echo
+  echo "seeds: PROPTEST_RNG_SEED=$PROPTEST_RNG_SEED GAP_AUDITOR_FAULT_SEED=$GAP_AUDITOR_FAULT_SEED;" \
+    "soaks: GAP_AUDITOR_KEYS_LOSS_SECS=$GAP_AUDITOR_KEYS_LOSS_SECS GAP_AUDITOR_HUNG_SECS=$GAP_AUDITOR_HUNG_SECS" \
+    "GAP_AUDITOR_SYSTEMATIC_N=$GAP_AUDITOR_SYSTEMATIC_N GAP_AUDITOR_SINK_OUTAGE_SECS=$GAP_AUDITOR_SINK_OUTAGE_SECS"
+  echo "(the soak knobs matter for the rerun of a soak: prefix them as well)"
+  exit 1
+fi
 section "all checks passed"
