@@ -206,3 +206,6 @@ pub fn start(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod review_position;
