@@ -12,12 +12,21 @@ use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
+use super::queue::View;
+use super::read_to::{ReadTo, offset_of};
+use crate::gap::TopicPartition;
+
 /// A fetch out of range (the auditor's position beyond a truncated or recreated log, here
 /// 10 on a log ending at 3) is handed over by `rd_kafka_consume_batch_queue` as an error
 /// message carrying offset 10; librdkafka then answers position 11 though nothing at 10
 /// exists or was delivered. `Tail::report_positions` sends that as `ReadTo(11)` unless the
 /// audit's Reposition came first (see audit/tests/review_read_to.rs for what the audit
 /// does with it).
+///
+/// librdkafka's position is what it is; what must not pass the error is what the thread
+/// reports. The messages go through what the thread does with them, in order
+/// (`queue::View::of`, then [`ReadTo::errored`] / [`ReadTo::delivered`]), and librdkafka's
+/// position through [`ReadTo::observe`], which must report nothing past the log end (3).
 #[tokio::test]
 async fn review_an_error_message_moves_the_position_past_an_offset_never_delivered() {
     let Ok(brokers) = std::env::var("GAP_AUDITOR_TEST_KAFKA") else {
@@ -81,6 +90,7 @@ async fn review_an_error_message_moves_the_position_past_an_offset_never_deliver
     consumer.assign(&tpl).expect("assign");
     let mut error_offset = None;
     let mut delivered = Vec::new();
+    let mut read_to = ReadTo::default();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut buf: Vec<*mut rdsys::rd_kafka_message_t> = vec![std::ptr::null_mut(); 16];
     while error_offset.is_none() && Instant::now() < deadline {
@@ -95,6 +105,14 @@ async fn review_an_error_message_moves_the_position_past_an_offset_never_deliver
                 } else {
                     error_offset = Some(((*m).err, (*m).offset));
                 }
+                // As the thread's `read_queue` does.
+                match View::of(&*m) {
+                    Ok(v) => read_to.delivered(v.topic, v.partition),
+                    Err(f) => {
+                        let (t, p) = f.at.expect("an out-of-range error names its partition");
+                        read_to.errored(TopicPartition::new(t, p));
+                    }
+                }
                 rdsys::rd_kafka_message_destroy(m);
             }
         }
@@ -104,17 +122,25 @@ async fn review_an_error_message_moves_the_position_past_an_offset_never_deliver
         .find_partition(&topic, 0)
         .map(|e| e.offset())
         .expect("listed");
+    let reported = read_to.observe(
+        Instant::now(),
+        [(TopicPartition::new(topic.as_str(), 0), offset_of(pos))],
+    );
     // SAFETY: our references.
     unsafe {
         rdsys::rd_kafka_queue_destroy(pq);
         rdsys::rd_kafka_queue_destroy(q);
     }
-    eprintln!("error {error_offset:?}, delivered {delivered:?}, position {pos:?}");
+    eprintln!(
+        "error {error_offset:?}, delivered {delivered:?}, librdkafka's position {pos:?}, \
+         reported {reported:?}"
+    );
     assert!(error_offset.is_some(), "expected an out-of-range error");
     assert!(delivered.is_empty());
     assert!(
-        !matches!(pos, KOffset::Offset(o) if o > 3),
-        "nothing was delivered, yet librdkafka's position is {pos:?}: a ReadTo of it \
-         makes offsets the consumer never read holes (error {error_offset:?})"
+        reported.iter().all(|(_, o)| *o <= 3),
+        "nothing was delivered, yet the thread would report {reported:?} (librdkafka's \
+         position {pos:?}): a ReadTo of it makes offsets the consumer never read holes \
+         (error {error_offset:?})"
     );
 }
