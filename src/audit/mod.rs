@@ -101,6 +101,10 @@ struct Part {
     /// The consumer's position last reported, not yet applied while records are held
     /// (see `read_to.rs`).
     read_to: Option<Offset>,
+    /// The number of the last [`Command::Reposition`] naming this partition, until the
+    /// tailing thread says it served it ([`TailEvent::Repositioned`]): positions are dropped
+    /// meanwhile (see `read_to.rs`).
+    repositioning: Option<u64>,
 }
 
 struct Audit<V> {
@@ -155,6 +159,8 @@ struct TailLink {
     /// (log start, log end) per partition, learnt while fetching.
     watermarks: Watermarks,
     flow: Arc<Flow>,
+    /// How many [`Command::Reposition`]s were sent (see [`Part::repositioning`]).
+    repositions: u64,
 }
 
 /// The Kafka side of an audit and its decoder: rdkafka clients and the tail's channels in
@@ -184,6 +190,7 @@ impl<V: Verifier> Audit<V> {
                 commands: w.commands,
                 watermarks: w.watermarks,
                 flow: w.flow,
+                repositions: 0,
             },
             parts: BTreeMap::new(),
             writes: Writes::default(),
@@ -420,6 +427,7 @@ impl<V: Verifier> Audit<V> {
             }
             TailEvent::ReadTo(positions) => read_to::apply(&mut self.parts, positions),
             TailEvent::OffsetOutOfRange => self.out_of_range().await,
+            TailEvent::Repositioned(served) => read_to::repositioned(&mut self.parts, served),
             TailEvent::Error(e) => {
                 tracing::warn!(audit = %self.cfg.name, error = %e, "kafka consumer error");
             }

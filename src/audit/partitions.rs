@@ -78,6 +78,15 @@ impl<V: Verifier> Audit<V> {
             positions.push((tp, seek));
         }
         self.persist().await;
+        // Until the thread has served this command, it may still report the old fetchers'
+        // positions (the error's offset + 1, or where the recreated topic's old log was
+        // read to): none of them may reach the restarted ledgers.
+        self.tail.repositions += 1;
+        for (tp, _) in &positions {
+            if let Some(part) = self.parts.get_mut(tp) {
+                part.repositioning = Some(self.tail.repositions);
+            }
+        }
         let _ = self.tail.commands.send(Command::Reposition(positions));
     }
 
@@ -180,6 +189,7 @@ impl<V: Verifier> Audit<V> {
                     stalled: false,
                     held: Held::for_decoder(&self.decoder),
                     read_to: None,
+                    repositioning: None,
                 },
             );
         }

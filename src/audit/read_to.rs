@@ -12,7 +12,13 @@ use std::collections::BTreeMap;
 impl Part {
     /// The consumer has read this partition up to `position`: every record below it has
     /// come through the event channel before this.
+    ///
+    /// Dropped while a re-positioning of the partition is not yet served: the position may
+    /// be the stopped fetcher's, and the thread reports the new fetcher's once proven.
     pub(super) fn read_to(&mut self, position: Offset) {
+        if self.repositioning.is_some() {
+            return;
+        }
         self.read_to = self.read_to.max(Some(position));
         self.catch_up();
     }
@@ -25,6 +31,17 @@ impl Part {
             && self.held.is_empty()
         {
             self.ledger.read_to(p);
+        }
+    }
+}
+
+/// The tailing thread has served the first `served` re-positionings: the positions it
+/// reports from now on are of the restarted fetchers (or proven to be, see the thread's
+/// `read_to.rs`).
+pub(super) fn repositioned(parts: &mut BTreeMap<TopicPartition, Part>, served: u64) {
+    for part in parts.values_mut() {
+        if part.repositioning.is_some_and(|n| n <= served) {
+            part.repositioning = None;
         }
     }
 }

@@ -97,6 +97,12 @@ pub enum TailEvent {
     /// topic was recreated). librdkafka does not say which partition: the audit checks all
     /// of them against their watermarks and answers with [`Command::Seek`].
     OffsetOutOfRange,
+    /// The thread has served this many [`Command::Reposition`]s since it started (commands
+    /// are served in the order sent): every position it reports after this was asked for
+    /// after those partitions were re-positioned. Until then a position of a re-positioned
+    /// partition may be the stopped fetcher's — past records of the new start, or the
+    /// out-of-range error's offset + 1 — and the audit drops it (`audit/read_to.rs`).
+    Repositioned(u64),
 }
 
 /// What the audit task asks of the tailing thread.
@@ -189,6 +195,7 @@ pub fn start(
         pushed: 0,
         bp: Backpressure::default(),
         read_to: ReadTo::default(),
+        repositions: 0,
     };
     let thread = std::thread::Builder::new()
         .name(format!("tail-{group}"))
@@ -206,3 +213,6 @@ pub fn start(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod review_position;

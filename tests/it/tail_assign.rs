@@ -137,7 +137,7 @@ fn serve(
                     let _ = reply.send(Vec::new());
                 }
                 // Positions: these tests look at records and rebalances only.
-                TailEvent::ReadTo(_) => {}
+                TailEvent::ReadTo(_) | TailEvent::Repositioned(_) => {}
                 TailEvent::Error(e) => eprintln!("tail error: {e}"),
                 TailEvent::OffsetOutOfRange => panic!("offset out of range"),
             }

@@ -109,7 +109,7 @@ async fn a_reposition_naming_a_start_not_yet_applied_restarts_it() {
                         let _ = reply.send(Vec::new());
                     }
                     // Positions: these tests look at records and rebalances only.
-                    TailEvent::ReadTo(_) => {}
+                    TailEvent::ReadTo(_) | TailEvent::Repositioned(_) => {}
                     TailEvent::Error(e) => eprintln!("A tail error: {e}"),
                     TailEvent::OffsetOutOfRange => eprintln!("A: offset out of range"),
                 }
@@ -469,6 +469,7 @@ fn member(
                         }
                     }
                 }
+                TailEvent::Repositioned(_) => {}
                 TailEvent::Error(e) => eprintln!("tail error: {e}"),
                 TailEvent::OffsetOutOfRange => {
                     seen.lock().unwrap().records.push((-1, -1, Instant::now()));

@@ -5,5 +5,6 @@ mod harness;
 mod held_release;
 mod overlap;
 mod persist;
+mod review_read_to;
 mod revocation;
 mod round;

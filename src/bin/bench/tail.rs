@@ -194,6 +194,8 @@ pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) ->
             }
             TailEvent::Error(e) => eprintln!("tail error: {e}"),
             TailEvent::OffsetOutOfRange => bail!("offset out of range"),
+            // No Reposition is ever sent here.
+            TailEvent::Repositioned(_) => {}
         }
     }
     let rate = per_sec(ingested, first.unwrap_or_else(Instant::now).elapsed());

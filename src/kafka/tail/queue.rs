@@ -182,7 +182,7 @@ impl Messages<'_> {
     }
 
     /// The messages, in the queue's order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = Result<View<'_>, KafkaError>> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = Result<View<'_>, Failed<'_>>> {
         // SAFETY: every pointer is a live message until `self` is dropped.
         self.ptrs.iter().map(|&p| unsafe { View::of(&*p) })
     }
@@ -209,29 +209,41 @@ pub(super) struct View<'a> {
     pub(super) payload: Option<&'a [u8]>,
 }
 
+/// An error message read from a [`MessageQueue`].
+#[derive(Debug)]
+pub(super) struct Failed<'a> {
+    /// The partition it is of (topic, partition), when it names one. The batch read moves
+    /// that partition's position to the error's offset + 1 (librdkafka 2.12.1, rdkafka_queue.c
+    /// `rd_kafka_q_serve_rkmessages`) though nothing was delivered there: see `read_to.rs`.
+    pub(super) at: Option<(&'a str, i32)>,
+    /// The error, as rust-rdkafka's `poll` gives it.
+    pub(super) error: KafkaError,
+}
+
 impl<'a> View<'a> {
-    /// The view of a message, or its error as rust-rdkafka's `poll` gives it.
+    /// The view of a message, or its error as rust-rdkafka's `poll` gives it, with the
+    /// partition it is of.
     ///
     /// # Safety
     /// `m` must be a live message from librdkafka.
-    unsafe fn of(m: &'a rdsys::rd_kafka_message_t) -> Result<View<'a>, KafkaError> {
+    pub(super) unsafe fn of(m: &'a rdsys::rd_kafka_message_t) -> Result<View<'a>, Failed<'a>> {
+        // SAFETY: the message and its topic handle live as long as `m`.
+        let topic = unsafe { topic_of(m) };
         if m.err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(
-                if m.err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF {
+            return Err(Failed {
+                // Without a topic handle the error has no partition, whose position it
+                // could have moved.
+                at: topic.map(|t| (t, m.partition)),
+                error: if m.err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF {
                     KafkaError::PartitionEOF(m.partition)
                 } else {
                     KafkaError::MessageConsumption(RDKafkaErrorCode::from(m.err))
                 },
-            );
+            });
         }
+        let topic = topic.unwrap_or("");
         // SAFETY (whole block): the message and what it points to live as long as `m`.
         unsafe {
-            let name = rdsys::rd_kafka_topic_name(m.rkt);
-            let topic = if name.is_null() {
-                ""
-            } else {
-                CStr::from_ptr(name).to_str().unwrap_or("")
-            };
             let mut kind = rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
             let t = rdsys::rd_kafka_message_timestamp(m, &mut kind);
             let timestamp_ms = (kind
@@ -250,5 +262,24 @@ impl<'a> View<'a> {
                 payload: bytes(m.payload, m.len),
             })
         }
+    }
+}
+
+/// The topic name of a message, if it has a topic handle (and a UTF-8 name: topic names
+/// are ASCII).
+///
+/// # Safety
+/// `m` must be a live message from librdkafka.
+unsafe fn topic_of(m: &rdsys::rd_kafka_message_t) -> Option<&str> {
+    if m.rkt.is_null() {
+        return None;
+    }
+    // SAFETY: a live message's topic handle, whose name lives as long as the handle.
+    unsafe {
+        let name = rdsys::rd_kafka_topic_name(m.rkt);
+        if name.is_null() {
+            return None;
+        }
+        CStr::from_ptr(name).to_str().ok()
     }
 }

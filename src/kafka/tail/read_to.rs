@@ -17,6 +17,18 @@
 //! partition is trusted again once its position is seen reset (negative: nothing taken
 //! since the start) or once a record of it has been handed over (its fetcher then runs from
 //! the start: librdkafka starts it only after the old one stopped).
+//!
+//! Nor is it trusted after an error message of the partition: the thread's batch read
+//! (`rd_kafka_consume_batch_queue`) moves a partition's position to `offset + 1` of every
+//! message it hands over, error messages included (librdkafka 2.12.1, rdkafka_queue.c
+//! `rd_kafka_q_serve_rkmessages`), and a consumer error carries the partition's fetch
+//! offset F (out of range under auto.offset.reset=error, authorization failed, message too
+//! large, any fetch error): the position says F + 1 though the record at F was never
+//! delivered — the fetcher retries F, or waits to be re-positioned. Reported, it would make
+//! that record a hole. The thread looks at each batch's messages in order: an error of a
+//! partition makes it unproven, a later record of it (the fetcher delivers again, from F)
+//! proves it again, as does a reset position. (`BaseConsumer::poll`, the consumer queue's
+//! read, moves positions only for records: rdkafka_op.c `rd_kafka_fetch_op_app_prepare`.)
 
 use crate::gap::{Offset, TopicPartition};
 use std::collections::{HashMap, HashSet};
@@ -60,13 +72,21 @@ impl ReadTo {
         }
     }
 
+    /// An error message of `tp` was handed over: its position may be the error's offset + 1,
+    /// past a record never delivered. Trusted again once a record of it is handed over
+    /// after this ([`Self::delivered`]) or its position is seen reset.
+    pub(super) fn errored(&mut self, tp: TopicPartition) {
+        self.unproven.insert(tp);
+    }
+
     /// Positions could not be asked for: next time.
     pub(super) fn later(&mut self, now: Instant) {
         self.next_at = Some(now + EVERY);
     }
 
     /// A record of `topic`/`partition` was handed over: its partition's fetcher runs from
-    /// its start, so its position is its own.
+    /// its start, so its position is its own; and it delivers again after any error handed
+    /// over before this record, so the position is that record's or a later one's.
     pub(super) fn delivered(&mut self, topic: &str, partition: i32) {
         self.unproven
             .retain(|tp| !(tp.partition == partition && tp.topic == topic));
@@ -165,6 +185,43 @@ mod tests {
         assert!(r.any_unproven(), "partition 1 still waits");
         assert_eq!(r.observe(now, [(tp(2), Some(4))]), vec![(tp(2), 4)]);
         assert!(!r.any_unproven(), "partition 1 is no longer assigned");
+    }
+
+    /// The review's fetch error (issue 35): an error message of partition 0 at its fetch
+    /// offset 1010 moves librdkafka's position to 1011; the record at 1010 comes later, when
+    /// the fetcher retries. Reporting 1011 before it would make 1010 a hole.
+    #[test]
+    fn a_partition_is_not_trusted_after_an_error_until_a_record_of_it_follows() {
+        let mut r = ReadTo::default();
+        let now = Instant::now();
+        assert_eq!(
+            r.observe(now, [(tp(0), Some(1010)), (tp(1), Some(5))]),
+            vec![(tp(0), 1010), (tp(1), 5)]
+        );
+        r.errored(tp(0));
+        assert!(r.any_unproven());
+        assert!(
+            r.observe(now, [(tp(0), Some(1011)), (tp(1), Some(5))])
+                .is_empty(),
+            "the error's offset + 1: nothing at 1010 was delivered"
+        );
+        // Another partition's record proves nothing of partition 0.
+        r.delivered("t", 1);
+        assert!(r.observe(now, [(tp(0), Some(1011))]).is_empty());
+        // The retried fetch delivers 1010: the position is the record's.
+        r.delivered("t", 0);
+        assert!(!r.any_unproven());
+        assert_eq!(r.observe(now, [(tp(0), Some(1011))]), vec![(tp(0), 1011)]);
+    }
+
+    /// An error after a start proven by its reset position: unproven again.
+    #[test]
+    fn an_error_after_a_start_makes_the_partition_unproven_again() {
+        let mut r = ReadTo::default();
+        let now = Instant::now();
+        r.started(tp(0), true);
+        r.errored(tp(0));
+        assert!(r.observe(now, [(tp(0), Some(11))]).is_empty());
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub(super) struct Tail {
     pub(super) bp: Backpressure,
     /// The positions reported to the audit task (see `read_to.rs`).
     pub(super) read_to: ReadTo,
+    /// How many [`Command::Reposition`]s were served (see [`TailEvent::Repositioned`]).
+    pub(super) repositions: u64,
 }
 
 /// The thread's side of [`Flow`]: what it has paused, and when to look again.
@@ -122,6 +124,15 @@ impl Tail {
                     self.forward(offsets.iter().map(|(tp, _)| tp.clone()).collect(), false);
                     // Re-assigned partitions start unpaused: re-apply on the next check.
                     self.bp.generation = u64::MAX;
+                    // After `restarted`: positions reported from now on are guarded by it,
+                    // and the audit may apply them. A send error means the audit is gone,
+                    // which the next event sent finds out.
+                    self.repositions += 1;
+                    let _ = self
+                        .consumer
+                        .context()
+                        .events
+                        .blocking_send(TailEvent::Repositioned(self.repositions));
                 }
             }
         }
@@ -332,18 +343,31 @@ impl Tail {
         }
         let mut tagged = Vec::with_capacity(n);
         let mut errors = Vec::new();
+        // In the queue's order (see `read_to.rs`): an error makes its partition's position
+        // untrusted, a record of the partition after it makes it trusted again. `last`: the
+        // partition of the run of records going on, already proven.
+        let mut last: Option<(&str, i32)> = None;
         for m in messages.iter() {
             match m {
-                Ok(v) => tagged.push(tag(&mut self.topics, &self.decoder, &v)),
-                // Kept in place: a partition's error follows the records before it.
-                Err(e) => errors.push((tagged.len(), e)),
+                Ok(v) => {
+                    if last != Some((v.topic, v.partition)) && self.read_to.any_unproven() {
+                        self.read_to.delivered(v.topic, v.partition);
+                        last = Some((v.topic, v.partition));
+                    }
+                    tagged.push(tag(&mut self.topics, &self.decoder, &v));
+                }
+                Err(f) => {
+                    if let Some((topic, partition)) = f.at {
+                        self.read_to.errored(TopicPartition::new(topic, partition));
+                    }
+                    last = None;
+                    // Kept in place: a partition's error follows the records before it.
+                    errors.push((tagged.len(), f.error));
+                }
             }
         }
         // The messages go back to librdkafka before anything here can block.
         drop(messages);
-        if self.read_to.any_unproven() {
-            self.read_to_delivered(&tagged);
-        }
         let mut rest = tagged.into_iter();
         let mut done = 0;
         for (at, e) in errors {
