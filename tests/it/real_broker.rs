@@ -12,8 +12,9 @@
 //!   unread range is settled by the sink where it can be (offset_columns) and unverifiable
 //!   where it cannot, never lost.
 
+use crate::completeness::api as complete_at;
 use crate::support::*;
-use chrono::{TimeZone, Utc};
+use chrono::Utc;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
 use rdkafka::client::DefaultClientContext;
@@ -28,25 +29,6 @@ fn admin() -> AdminClient<DefaultClientContext> {
 
 fn opts() -> AdminOptions {
     AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))
-}
-
-fn rfc3339(ms: i64) -> String {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .expect("time")
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-async fn complete_at(a: &Auditor, until_ms: i64) -> serde_json::Value {
-    let (code, body) = a
-        .get(&format!(
-            "/api/completeness?audit={}&until={}",
-            a.audit,
-            rfc3339(until_ms)
-        ))
-        .await;
-    assert_eq!(code, 200, "{body}");
-    serde_json::from_str(&body).expect("completeness json")
 }
 
 /// An open transaction holds the last stable offset (LSO). Offsets 0–3 are plain records the

@@ -1,5 +1,5 @@
-//! Shared test support: the real services started by `scripts/test-env.sh` (tansu as the
-//! Kafka-protocol broker, MariaDB as the MySQL-protocol stand-in for Doris) and the fixtures
+//! Shared test support: the real services started by `scripts/test-env.sh` (Apache Kafka
+//! as the broker, MariaDB as the MySQL-protocol stand-in for Doris) and the fixtures
 //! every end-to-end test is built from:
 //!
 //! - [`Scenario`]: a fresh topic, sink table, pipeline group, auditor group, state dir and
@@ -11,10 +11,10 @@
 //! - [`MockKafka`]: librdkafka's mock cluster, for tests that need exact watermarks and
 //!   retention (no external service).
 //!
-//! Broker behaviour relied on (see ../shared/TESTING.md): tansu's ListOffsets "latest" is
-//! wrong for multi-record batches, so every producer here sends ONE record per batch
-//! (flush after each) and the pipeline stand-in "restarts from latest" by seeking to the end
-//! offset the test itself knows from the producer's acknowledgements.
+//! Every producer here sends ONE record per batch (flush after each) and the pipeline
+//! stand-in "restarts from latest" by seeking to the end offset the test itself knows from
+//! the producer's acknowledgements: needed on tansu, the broker before Apache Kafka (its
+//! ListOffsets "latest" was wrong for multi-record batches), and still exact on Kafka.
 //!
 //! The stand-in writes its rows with prepared statements (binary protocol): independent of
 //! the auditor's own literal escaping, so an escaping bug cannot cancel itself out.
