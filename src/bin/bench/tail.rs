@@ -359,9 +359,25 @@ pub async fn rows(
     kcat: Option<&Kcat>,
     rows: &mut Vec<Row>,
 ) -> Result<()> {
-    let brokers = brokers.to_string();
     let topic = unique("bench");
-    create_topic(&brokers, &topic).await?;
+    create_topic(brokers, &topic).await?;
+    let result = measure(brokers, &topic, n, avg, kcat, rows).await;
+    // The broker is shared and keeps what it is sent (2 M records are ~400 MiB on disk).
+    crate::daemon::delete_topics(brokers, std::slice::from_ref(&topic)).await;
+    result
+}
+
+/// [`rows`] on its fresh `topic`.
+async fn measure(
+    brokers: &str,
+    topic: &str,
+    n: u64,
+    avg: usize,
+    kcat: Option<&Kcat>,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    let brokers = brokers.to_string();
+    let topic = topic.to_string();
     let b = brokers.clone();
     let t = topic.clone();
     let produced = tokio::task::spawn_blocking(move || produce(&b, &t, n as usize)).await??;
