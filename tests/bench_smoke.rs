@@ -41,6 +41,8 @@ fn bench_smoke_runs_and_prints_the_table() {
     );
     for row in [
         "Bare BaseConsumer",
+        // kcat's row, measured or saying kcat is not installed.
+        "| kcat",
         "Auditor tail + decode + ledger, key_columns",
         "Auditor tail + decode + ledger, offset_columns",
         "Decoder::tag, json",

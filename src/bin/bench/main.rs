@@ -4,7 +4,8 @@
 //! unique 4-partition topic, produces `--records` seed-shaped DNS lines (~200 bytes, 9
 //! `|`-separated fields), then measures in the SAME run, each from offset 0:
 //!
-//! - baseline: a bare rdkafka `BaseConsumer` (group-less `assign()`) that only counts;
+//! - baselines: a bare rdkafka `BaseConsumer` (group-less `assign()`) that only counts, and
+//!   kcat (the Debian package) reading the same topic, when installed;
 //! - the auditor's path: `kafka::tail::start` with the seed decoder, every record ingested
 //!   into a `PartitionLedger` per partition by the daemon's own `audit::ingest_batch`
 //!   (key_columns, then offset_columns);
@@ -98,6 +99,14 @@ struct Args {
     /// Seconds of production in the scale run.
     #[arg(long, default_value_t = 60)]
     scale_seconds: u64,
+    /// kcat, the tailing section's second baseline (skipped with a note when it cannot be
+    /// run).
+    #[arg(long, default_value = "kcat")]
+    kcat: String,
+    /// Names the broker in the document's Machine section (default: Apache Kafka's version
+    /// read from the jars of the broker process scripts/test-env.sh started).
+    #[arg(long)]
+    broker_name: Option<String>,
     /// Run only these sections (default: all). `--write` wants all of them.
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
@@ -128,6 +137,73 @@ enum Section {
     Latency,
     /// 1,000 partitions through the daemon binary.
     Scale,
+}
+
+/// The broker the run used and the clients of the tailing rows, for the document.
+fn setup(brokers: &str, given: Option<&str>, kcat: Option<&tail::Kcat>) -> String {
+    let broker = given
+        .map(str::to_string)
+        .or_else(kafka_from_test_env)
+        .unwrap_or_else(|| {
+            "unknown (not the Apache Kafka of scripts/test-env.sh: name it with --broker-name)"
+                .into()
+        });
+    let (_, librdkafka) = rdkafka::util::get_rdkafka_version();
+    let kcat = kcat.map_or_else(
+        || "not found: its rows are skipped".to_string(),
+        |k| format!("{} (`{}`)", k.version, k.bin),
+    );
+    format!(
+        "- broker: {broker}, at {brokers}\n\
+         - bare consumer and auditor: librdkafka {librdkafka} (rdkafka-sys, built in)\n\
+         - kcat: {kcat}\n"
+    )
+}
+
+/// Apache Kafka's version from the broker process scripts/test-env.sh started
+/// (`$GAP_AUDITOR_TEST_KAFKA_PID`): the `kafka-server-VERSION.jar` on its class path, and
+/// its KRaft roles from the properties file it was started with.
+fn kafka_from_test_env() -> Option<String> {
+    let pid = std::env::var("GAP_AUDITOR_TEST_KAFKA_PID").ok()?;
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).ok()?;
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    if !args.iter().any(|a| a == "kafka.Kafka") {
+        return None;
+    }
+    let cp = args
+        .iter()
+        .position(|a| a == "-cp" || a == "-classpath")
+        .and_then(|i| args.get(i + 1))?;
+    let version = cp.split(':').find_map(|entry| {
+        let dir = entry.strip_suffix("/*")?;
+        std::fs::read_dir(dir).ok()?.find_map(|f| {
+            let name = f.ok()?.file_name().into_string().ok()?;
+            name.strip_prefix("kafka-server-")?
+                .strip_suffix(".jar")
+                .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+                .map(str::to_string)
+        })
+    })?;
+    let roles = args
+        .last()
+        .filter(|a| a.ends_with(".properties"))
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|props| {
+            props
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("process.roles="))
+                .map(|r| r.trim().to_string())
+        });
+    Some(match roles {
+        Some(r) => format!(
+            "Apache Kafka {version} (single node, KRaft `process.roles={r}`; scripts/test-env.sh)"
+        ),
+        None => format!("Apache Kafka {version} (scripts/test-env.sh)"),
+    })
 }
 
 fn machine() -> String {
@@ -204,6 +280,10 @@ async fn main() -> Result<()> {
         .clone()
         .context("no broker: pass --brokers or set GAP_AUDITOR_TEST_KAFKA")?;
     let n = args.records as u64;
+    let kcat = tail::kcat_version(&args.kcat).map(|version| tail::Kcat {
+        bin: args.kcat.clone(),
+        version,
+    });
     let mut rows = Vec::new();
 
     // Memory first, while the heap is fresh (freed memory would hide growth later).
@@ -220,7 +300,7 @@ async fn main() -> Result<()> {
 
     // Kafka: tailing vs the bare consumer.
     if run(Section::Tail) {
-        tail::rows(&brokers, n, avg, &mut rows).await?;
+        tail::rows(&brokers, n, avg, kcat.as_ref(), &mut rows).await?;
     }
 
     // Verification on MariaDB.
@@ -283,7 +363,7 @@ async fn main() -> Result<()> {
              Generated by `src/bin/bench/`. Every throughput figure is compared with its \
              baseline measured in the SAME run.\n\n\
              ## Command\n\n```sh\n. /tmp/gap-auditor-test/env\ncargo build --release --bins\ncargo run --release --bin bench -- {}\n```\n\n\
-             ## Machine\n\n{}\n\
+             ## Machine\n\n{}{}\n\
              ## Results\n\n{table}\n\
              csv payload: seed-shaped 9-field `|` lines, avg {avg} bytes; json payload: the \
              same fields as a JSON object, avg {javg} bytes. {}\n\n\
@@ -304,6 +384,7 @@ async fn main() -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(" "),
             machine(),
+            setup(&brokers, args.broker_name.as_deref(), kcat.as_ref()),
             tail::NOTES,
             verify::NOTES,
             verified.explain,

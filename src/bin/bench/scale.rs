@@ -279,10 +279,11 @@ pub const NOTES: &str = "\
 One daemon binary audits 10 topics × 100 partitions created with the admin client \
 (offset_columns on one MariaDB table indexed on (kafka_topic, kafka_partition, \
 kafka_offset), `verify_interval` 5 s, `grace` 2 s). The bench produces round-robin over all \
-1,000 partitions (one record per produce request, tansu's batch quirk), writes every \
-record's row and commits the pipeline group once a second, then waits until every record is \
-confirmed (the run fails on any loss). Round time is the daemon's own \
-`verify round finished` debug line (`took_ms`, from the pipeline-commit poll to the \
+1,000 partitions (a tenth of the rate every 100 ms, each record to the next partition, \
+sent at once), writes every record's row and commits the pipeline group once a second, \
+then waits until every record is confirmed (the run fails on any loss). Round time is \
+the daemon's own `verify round finished` debug line (`took_ms`, from the pipeline-commit \
+poll to the \
 persisted state) for every round from the first record to the last confirmation; queries \
 per round are the delta of `gap_auditor_sink_queries_total` over those rounds (a round with \
 nothing due pings the sink once). RSS is the daemon's VmRSS: after assignment (first record \

@@ -9,7 +9,7 @@ use crate::util::{
     PARTITIONS, Row, cpu_self, decoder, dns_line, fmt_rate, median_pair, now_ms, per_sec, row,
     spread, unique,
 };
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use gap_auditor::config::KafkaConfig;
 use gap_auditor::gap::TopicPartition;
 use gap_auditor::kafka::tail::{self, TailEvent};
@@ -22,6 +22,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
 use std::collections::HashMap;
+use std::io::Read;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub async fn create_topic(brokers: &str, topic: &str) -> Result<()> {
@@ -125,6 +127,132 @@ pub fn bare_consume(brokers: &str, topic: &str, n: u64) -> Result<f64> {
     Ok(per_sec(count, first.elapsed()))
 }
 
+/// kcat as `kcat -V` names itself ("kcat 1.7.1, librdkafka 2.0.2"), or `None` when `bin`
+/// cannot be run (not installed): the kcat rows are then skipped with a note.
+pub fn kcat_version(bin: &str) -> Option<String> {
+    let out = kcat_command(bin).arg("-V").output().ok()?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    // "Version 1.7.1 (JSON, Transactions, IncrementalAssign, librdkafka 2.0.2 builtin...)"
+    let version = text
+        .split_whitespace()
+        .skip_while(|w| *w != "Version")
+        .nth(1)
+        .unwrap_or("(version unknown)");
+    let lib = text
+        .split_whitespace()
+        .skip_while(|w| *w != "librdkafka")
+        .nth(1)
+        .map(|v| format!(", librdkafka {}", v.trim_end_matches([')', ','])))
+        .unwrap_or_default();
+    Some(format!("kcat {version}{lib}"))
+}
+
+/// Same-run baseline beside the bare consumer: kcat reads the whole topic from the start to
+/// its end (`-o beginning -e`), printing one newline per record (`-f '\n'`, the cheapest
+/// output that still shows every record), and this counts the newlines. Returns the rate
+/// and kcat's CPU (user + system, the whole process) in µs per record.
+///
+/// kcat's stdout to a pipe is written in 4 KiB blocks (4,096 records); the last, partial
+/// block only when kcat exits, which librdkafka delays by up to `fetch.wait.max.ms`
+/// (500 ms) while it waits out the fetch in flight at the end of the log. So the window
+/// runs from the first block read to the last block before the final one, and the records
+/// are counted between the two, like the bare consumer's first-to-last-record window. The
+/// run fails unless every record was printed.
+pub fn kcat_consume(bin: &str, brokers: &str, topic: &str, n: u64) -> Result<(f64, f64)> {
+    let cpu0 = cpu_children();
+    let mut child = kcat_command(bin)
+        .args(["-C", "-b", brokers, "-t", topic])
+        .args(["-o", "beginning", "-e", "-q", "-f", "\\n"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting {bin}"))?;
+    // A kcat that never reaches the end of the topic is killed after 10 minutes.
+    let pid = child.id() as libc::pid_t;
+    let (done, watch) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            watch.recv_timeout(Duration::from_secs(600))
+        {
+            // SAFETY: kill has no memory preconditions; `done` is sent before the child is
+            // waited for, so the pid is still the child's.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    });
+    let mut out = child.stdout.take().context("kcat's stdout")?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut count = 0u64;
+    // (time, records so far) at the first read, the one before the last, and the last.
+    let mut first: Option<(Instant, u64)> = None;
+    let mut before_last: Option<(Instant, u64)> = None;
+    let mut last: Option<(Instant, u64)> = None;
+    let read = loop {
+        match out.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(k) => {
+                count += memchr::memchr_iter(b'\n', &buf[..k]).count() as u64;
+                let at = (Instant::now(), count);
+                first.get_or_insert(at);
+                before_last = last.replace(at);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
+    };
+    // kcat closes its stdout when it exits: the watchdog is no longer needed.
+    let _ = done.send(());
+    let _ = watchdog.join();
+    let status = child.wait();
+    read.context("reading kcat's output")?;
+    let status = status.context("waiting for kcat")?;
+    if !status.success() {
+        bail!("kcat exited with {status} after printing {count} of {n} records");
+    }
+    if count != n {
+        bail!("kcat printed {count} records, expected {n}");
+    }
+    let cpu = us_per_record(cpu_children().saturating_sub(cpu0), n);
+    match (first, before_last) {
+        (Some((t0, c0)), Some((t1, c1))) if c1 > c0 => Ok((per_sec(c1 - c0, t1 - t0), cpu)),
+        _ => bail!("kcat's output came in too few blocks to time ({n} records)"),
+    }
+}
+
+/// A command running kcat on the librdkafka it was installed with. `cargo run` puts the
+/// build directories of the bench's own dependencies on `LD_LIBRARY_PATH`, rdkafka-sys's
+/// `librdkafka.so.1` among them, and kcat would load that one instead of its own (Debian's
+/// 2.0.2): those entries (under this binary's target directory) are left out; any other
+/// entry is kept, so a librdkafka chosen on purpose with `LD_LIBRARY_PATH` still applies.
+fn kcat_command(bin: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    // target/release/bench → target.
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()));
+    if let (Some(target), Some(paths)) = (target, std::env::var_os("LD_LIBRARY_PATH")) {
+        let kept: Vec<_> = std::env::split_paths(&paths)
+            .filter(|p| !p.starts_with(&target))
+            .collect();
+        if kept.is_empty() {
+            cmd.env_remove("LD_LIBRARY_PATH");
+        } else if let Ok(joined) = std::env::join_paths(kept) {
+            cmd.env("LD_LIBRARY_PATH", joined);
+        }
+    }
+    cmd
+}
+
+/// CPU time (user + system) of this process's children that have ended and been waited for.
+fn cpu_children() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(us(u.ru_utime) + us(u.ru_stime))
+}
+
 /// The auditor's path: `tail::start` + per-partition ledgers fed by `audit::ingest_batch`.
 pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) -> Result<f64> {
     let kafka = KafkaConfig {
@@ -217,12 +345,41 @@ pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) ->
     Ok(rate)
 }
 
-/// Produces `n` records to a fresh topic and adds the bare-consumer baseline row and the
-/// auditor-path rows (key_columns, offset_columns) with their ratio to the baseline.
-pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Result<()> {
-    let brokers = brokers.to_string();
+/// kcat as the bench found it: the binary to run and how it names itself.
+pub struct Kcat {
+    pub bin: String,
+    pub version: String,
+}
+
+/// Produces `n` records to a fresh topic and adds the baseline rows (the bare consumer, and
+/// kcat when it is installed) and the auditor-path rows (key_columns, offset_columns) with
+/// their ratios to both.
+pub async fn rows(
+    brokers: &str,
+    n: u64,
+    avg: usize,
+    kcat: Option<&Kcat>,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
     let topic = unique("bench");
-    create_topic(&brokers, &topic).await?;
+    create_topic(brokers, &topic).await?;
+    let result = measure(brokers, &topic, n, avg, kcat, rows).await;
+    // The broker is shared and keeps what it is sent (2 M records are ~400 MiB on disk).
+    crate::daemon::delete_topics(brokers, std::slice::from_ref(&topic)).await;
+    result
+}
+
+/// [`rows`] on its fresh `topic`.
+async fn measure(
+    brokers: &str,
+    topic: &str,
+    n: u64,
+    avg: usize,
+    kcat: Option<&Kcat>,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    let brokers = brokers.to_string();
+    let topic = topic.to_string();
     let b = brokers.clone();
     let t = topic.clone();
     let produced = tokio::task::spawn_blocking(move || produce(&b, &t, n as usize)).await??;
@@ -230,6 +387,9 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
         "produced {n} records (avg {avg} B) to {topic} in {:.1}s",
         produced.as_secs_f64()
     );
+    if kcat.is_none() {
+        eprintln!("kcat not found: the kcat baseline rows are skipped (apt-get install kcat)");
+    }
 
     // This VM's speed moves by tens of percent within minutes, so one pass of each path
     // compares different machines. The paths are run PASSES times, interleaved, and each
@@ -239,6 +399,7 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
         ("offset_columns (no key)", "offset_columns", false),
     ];
     let mut bare_runs: Vec<(f64, f64)> = Vec::new();
+    let mut kcat_runs: Vec<(f64, f64)> = Vec::new();
     let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); paths.len()];
     for pass in 1..=PASSES {
         let b = brokers.clone();
@@ -251,6 +412,18 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
             fmt_rate(bare)
         );
         bare_runs.push((bare, bare_cpu));
+        if let Some(k) = kcat {
+            let bin = k.bin.clone();
+            let b = brokers.clone();
+            let t = topic.clone();
+            let (rate, cpu) =
+                tokio::task::spawn_blocking(move || kcat_consume(&bin, &b, &t, n)).await??;
+            eprintln!(
+                "pass {pass}: kcat: {} ({cpu:.2} µs CPU/record)",
+                fmt_rate(rate)
+            );
+            kcat_runs.push((rate, cpu));
+        }
         for (i, (name, _, keyed)) in paths.iter().enumerate() {
             let cpu0 = cpu_self();
             let r = auditor_consume(&brokers, &topic, n, *keyed).await?;
@@ -262,6 +435,15 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
             runs[i].push((r, cpu));
         }
     }
+    // Each pass's a / b, by `by` (rate or CPU).
+    let per_pass = |a: &[(f64, f64)], b: &[(f64, f64)], by: fn(&(f64, f64)) -> f64| -> Vec<f64> {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| by(x) / by(y).max(1e-9))
+            .collect()
+    };
+    let rate_of: fn(&(f64, f64)) -> f64 = |p| p.0;
+    let cpu_of: fn(&(f64, f64)) -> f64 = |p| p.1;
     let (bare, bare_cpu) = median_pair(&bare_runs, |(r, _)| *r);
     rows.push(row(
         &format!(
@@ -272,18 +454,38 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
         "1.00".into(),
         "—",
     ));
+    let kcat_rate = match kcat {
+        Some(k) => {
+            let ratio = per_pass(&kcat_runs, &bare_runs, rate_of);
+            let (r, _) = median_pair(&kcat_runs, |(r, _)| *r);
+            rows.push(row(
+                &format!(
+                    "{}, `-C -o beginning -e -f '\\n'`, newlines counted (same topic; median of {PASSES} passes)",
+                    k.version
+                ),
+                fmt_rate(r),
+                &format!("bare consumer {}", fmt_rate(bare)),
+                format!("{:.2} (passes {})", median(&ratio), spread(&ratio, "")),
+                "— (baseline)",
+            ));
+            Some(r)
+        }
+        None => {
+            rows.push(row(
+                "kcat, same topic",
+                "not measured: kcat not found (`apt-get install kcat`)".into(),
+                "—",
+                "—".into(),
+                "— (baseline)",
+            ));
+            None
+        }
+    };
+    let mut kcat_rows = Vec::new();
     let mut cpu_rows = Vec::new();
     for (i, (name, short, _)) in paths.iter().enumerate() {
-        let rate: Vec<f64> = runs[i]
-            .iter()
-            .zip(&bare_runs)
-            .map(|(a, b)| a.0 / b.0)
-            .collect();
-        let cpu: Vec<f64> = runs[i]
-            .iter()
-            .zip(&bare_runs)
-            .map(|(a, b)| a.1 / b.1.max(1e-9))
-            .collect();
+        let rate = per_pass(&runs[i], &bare_runs, rate_of);
+        let cpu = per_pass(&runs[i], &bare_runs, cpu_of);
         let (r, _) = median_pair(&runs[i], |(r, _)| *r);
         let (_, c) = median_pair(&runs[i], |(_, c)| *c);
         rows.push(row(
@@ -293,6 +495,16 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
             format!("{:.2} (passes {})", median(&rate), spread(&rate, "")),
             "≥ 0.90",
         ));
+        if let Some(k) = kcat_rate {
+            let vs = per_pass(&runs[i], &kcat_runs, rate_of);
+            kcat_rows.push(row(
+                &format!("Auditor tail + decode + ledger, {short} vs kcat"),
+                fmt_rate(r),
+                &format!("kcat {}", fmt_rate(k)),
+                format!("{:.2} (passes {})", median(&vs), spread(&vs, "")),
+                "— (reported)",
+            ));
+        }
         cpu_rows.push(row(
             &format!(
                 "CPU per record: tail, {short} vs bare consumer (bench process, that path only)"
@@ -301,6 +513,18 @@ pub async fn rows(brokers: &str, n: u64, avg: usize, rows: &mut Vec<Row>) -> Res
             &format!("{bare_cpu:.2} µs"),
             format!("{:.2}× (passes {})", median(&cpu), spread(&cpu, "×")),
             "≤ 1.2×",
+        ));
+    }
+    rows.append(&mut kcat_rows);
+    if kcat.is_some() {
+        let cpu = per_pass(&kcat_runs, &bare_runs, cpu_of);
+        let (_, c) = median_pair(&kcat_runs, |(_, c)| *c);
+        cpu_rows.push(row(
+            "CPU per record: kcat (its whole process, start to exit) vs bare consumer",
+            format!("{c:.2} µs"),
+            &format!("{bare_cpu:.2} µs"),
+            format!("{:.2}× (passes {})", median(&cpu), spread(&cpu, "×")),
+            "— (diagnostic)",
         ));
     }
     rows.append(&mut cpu_rows);
@@ -316,13 +540,23 @@ fn median(xs: &[f64]) -> f64 {
 }
 
 /// How the tailing rows are made (written into docs/BENCHMARKS.md).
-pub const NOTES: &str = "Tailing rows: the bare consumer and the two auditor paths run 3 \
-times, interleaved (bare, key_columns, offset_columns; again; again) on the same topic; \
-each ratio is taken within its pass (this VM's speed moves by tens of percent within \
-minutes), the Ratio column gives the median pass and every pass's figure, the Value and \
-Baseline columns the median pass's rates. CPU per record: the bench process's user + \
-system time (`getrusage(RUSAGE_SELF)`, every thread: librdkafka's, the tailing thread, the \
-ledger feed) over that path alone, consumer creation to the last record, over the records.";
+pub const NOTES: &str = "Tailing rows: the bare consumer, kcat and the two auditor paths \
+run 3 times, interleaved (bare, kcat, key_columns, offset_columns; again; again) on the \
+same topic; each ratio is taken within its pass (this VM's speed moves by tens of percent \
+within minutes), the Ratio column gives the median pass and every pass's figure, the Value \
+and Baseline columns the median pass's rates. kcat (the Debian package, its defaults) reads \
+the topic from the start to its end (`kcat -C -b BROKERS -t TOPIC -o beginning -e -q -f \
+'\\n'`: one newline per record, the cheapest output that still shows every record), the \
+bench counts the newlines and fails the run unless every record was printed. kcat writes \
+to the pipe in 4 KiB blocks (4,096 records); its last, partial block only when it exits, \
+up to `fetch.wait.max.ms` (500 ms) after its last record while librdkafka waits out the \
+fetch in flight at the end of the log, so kcat's window runs from the first block read to \
+the last full one, over the records between them (the others' windows: first record to \
+last). When kcat is not installed its rows say so and the run goes on. CPU per record: \
+the bench process's user + system time (`getrusage(RUSAGE_SELF)`, every thread: \
+librdkafka's, the tailing thread, the ledger feed) over that path alone, consumer creation \
+to the last record, over the records; kcat's is its whole process's \
+(`getrusage(RUSAGE_CHILDREN)`), start to exit.";
 
 /// Microseconds of CPU per record.
 fn us_per_record(cpu: Duration, n: u64) -> f64 {
