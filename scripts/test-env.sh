@@ -211,6 +211,7 @@ start_kafka() {
 # MariaDB; prometheus (promtool for the metrics lint and rule tests, the server for the
 # observability end-to-end test) and prometheus-alertmanager (same test: it starts both on
 # free ports itself); node and npm for scripts/check-dashboard.sh; openssl for the test CA;
+# kcat (Debian 1.7.1 on librdkafka 2.0.2 reads Kafka 4.4) for the benchmark baseline;
 # and the build's own prerequisites: cmake (librdkafka is built with CMake, which finds the
 # static libcurl behind OIDC) and libsasl2-dev (Kerberos/GSSAPI through Cyrus SASL).
 install_packages() {
@@ -223,6 +224,9 @@ install_packages() {
   command -v cmake >/dev/null || pkgs+=(cmake)
   [[ -e /usr/include/sasl/sasl.h ]] || pkgs+=(libsasl2-dev)
   command -v openssl >/dev/null || pkgs+=(openssl)
+  # kcat: the benchmark's same-run baseline beside the bare librdkafka consumer
+  # (tests/bench_smoke.rs checks its row).
+  command -v kcat >/dev/null || pkgs+=(kcat)
   ((${#pkgs[@]})) || return 0
   log "installing ${pkgs[*]} (apt)"
   # Root installs directly (CI, containers); a developer account goes through sudo.
