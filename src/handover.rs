@@ -169,7 +169,13 @@ pub struct PartitionState {
     /// hold for a missing record's (a shared-key loss closed as late).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub key_claims: Vec<(Vec<String>, u64)>,
-    /// When the owner wrote this record.
+    /// The partition's handover generation: one more than the state its writer took over
+    /// (or last published). Of two states with equal watermarks the higher generation is
+    /// the later one; clocks of different hosts cannot order them (a zombie owner with a
+    /// fast clock would win with older gap states). 0 in records of older binaries.
+    #[serde(default)]
+    pub generation: u64,
+    /// When the owner wrote this record (for operators only: it never decides).
     pub written_at: DateTime<Utc>,
     /// Who wrote it (`host:pid`), for operators.
     pub owner: String,
@@ -210,6 +216,9 @@ pub struct Handover {
     slots: Mutex<HashMap<Vec<u8>, Slots>>,
     /// Makes set ids unique within this process.
     sets: AtomicU64,
+    /// The handover generation of each partition's latest state (single-record key →
+    /// generation), from the read at assignment and this process's publishes since.
+    generations: Mutex<HashMap<Vec<u8>, u64>>,
 }
 
 impl std::fmt::Debug for Handover {
@@ -260,6 +269,7 @@ impl Handover {
             owner: owner_id(),
             limit: AtomicUsize::new(record_limit(kafka)),
             slots: Mutex::new(HashMap::new()),
+            generations: Mutex::new(HashMap::new()),
             sets: AtomicU64::new(0),
         })
     }

@@ -257,6 +257,8 @@ impl<V: Verifier> Audit<V> {
                     gaps: Vec::new(),
                     replayed: Vec::new(),
                     key_claims,
+                    // Stamped by `Handover::publish` from the handover's own order.
+                    generation: 0,
                     written_at: now,
                     owner: h.owner().to_string(),
                 },

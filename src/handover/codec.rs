@@ -53,11 +53,13 @@ pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<Option<PartitionState>
 }
 
 /// Of two states of one partition, the one to keep: the higher settled watermark, then the
-/// later write. (Within one partition of the handover topic the log order decides; this
-/// decides between partitions, should a partition's state appear in two: written by an
-/// older binary to a topic of several partitions, or after a repartitioning.)
+/// higher generation, then `b` (the caller feeds them in the topic's own order). Never the
+/// writers' clocks: those of two hosts do not order their writes. (Within one partition of
+/// the handover topic the log order decides; this decides between partitions, should a
+/// partition's state appear in two: written by an older binary to a topic of several
+/// partitions, or after a repartitioning.)
 pub fn newer(a: PartitionState, b: PartitionState) -> PartitionState {
-    if (b.settled, b.written_at) >= (a.settled, a.written_at) {
+    if (b.settled, b.generation) >= (a.settled, a.generation) {
         b
     } else {
         a

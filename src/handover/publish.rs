@@ -147,6 +147,15 @@ impl Handover {
         m.insert(base.to_vec(), s);
     }
 
+    /// The generation of the next state of the partition whose single-record key is `base`:
+    /// one more than the last one read or published (see [`PartitionState::generation`]).
+    fn next_generation(&self, base: &[u8]) -> u64 {
+        let mut m = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        let g = m.entry(base.to_vec()).or_insert(0);
+        *g = g.saturating_add(1);
+        *g
+    }
+
     fn new_set_id(&self) -> String {
         let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
         let seq = self.sets.fetch_add(1, Ordering::Relaxed);
@@ -193,9 +202,18 @@ impl Handover {
     /// publishes). After the acknowledgement, chunks older sets left behind are deleted
     /// (tombstones; their failure only leaves garbage the reader ignores).
     pub async fn publish(&self, states: &[PartitionState]) -> Result<(), HandoverError> {
+        // Each state is stamped with its partition's next generation here, where the
+        // handover's own order is known: the caller's value is not trusted.
         let docs: Vec<(Vec<u8>, Vec<u8>)> = states
             .iter()
-            .map(|s| (key(&s.audit, &s.tp()), encode(s)))
+            .map(|s| {
+                let base = key(&s.audit, &s.tp());
+                let stamped = PartitionState {
+                    generation: self.next_generation(&base),
+                    ..s.clone()
+                };
+                (base, encode(&stamped))
+            })
             .collect();
         let mut todo: Vec<usize> = (0..docs.len()).collect();
         let mut cleanup: Vec<DeliveryFuture> = Vec::new();

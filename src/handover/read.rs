@@ -202,7 +202,11 @@ impl Reassembler {
                 )
             })
             .collect();
-        for ((partition, base), log) in &self.logs {
+        // In handover-partition order, so that a tie in [`newer`] goes the same way on
+        // every reader (a HashMap's order differs per process).
+        let mut logs: Vec<_> = self.logs.iter().collect();
+        logs.sort_unstable_by_key(|((partition, base), _)| (*partition, base.clone()));
+        for ((partition, base), log) in logs {
             if *partition == PARTITION {
                 slots.insert(base.clone(), log.slots());
             }
@@ -305,8 +309,20 @@ impl Handover {
             }
         }
         let (states, slots) = r.finish();
-        let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        m.extend(slots);
+        {
+            let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            m.extend(slots);
+        }
+        // This process's next publish of a partition continues after the generation it
+        // took over (a partition never written starts at 1).
+        let mut g = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        for tp in tps {
+            let base = key(audit, tp);
+            match states.get(tp) {
+                Some(s) => g.insert(base, s.generation),
+                None => g.remove(&base),
+            };
+        }
         Ok(states)
     }
 }

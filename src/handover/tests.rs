@@ -33,6 +33,7 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
         }],
         replayed: vec![Gap::make_id("dns", "logs", 3, 10)],
         key_claims: vec![(vec!["10.0.0.1".into(), "a.com".into()], 2)],
+        generation: 0,
         written_at: Utc.timestamp_opt(at_s, 0).unwrap(),
         owner: "h:1".into(),
     }
@@ -79,11 +80,19 @@ fn a_document_under_another_key_is_refused() {
 }
 
 #[test]
-fn newer_prefers_the_higher_watermark_then_the_later_write() {
+fn newer_prefers_the_higher_watermark_then_the_higher_generation() {
+    let at = |settled, at_s, generation| PartitionState {
+        generation,
+        ..state(settled, at_s)
+    };
     assert_eq!(newer(state(10, 5), state(9, 6)).settled, 10);
     assert_eq!(newer(state(9, 6), state(10, 5)).settled, 10);
-    assert_eq!(newer(state(10, 5), state(10, 6)).written_at.timestamp(), 6);
-    assert_eq!(newer(state(10, 6), state(10, 5)).written_at.timestamp(), 6);
+    // A higher watermark wins over a higher generation.
+    assert_eq!(newer(at(10, 5, 1), at(9, 6, 2)).settled, 10);
+    assert_eq!(newer(at(9, 6, 2), at(10, 5, 1)).settled, 10);
+    // Equal watermarks: the generation decides, in either order (the clock is ignored).
+    assert_eq!(newer(at(10, 5, 2), at(10, 6, 1)).generation, 2);
+    assert_eq!(newer(at(10, 6, 1), at(10, 5, 2)).generation, 2);
 }
 
 #[test]
@@ -540,4 +549,38 @@ fn chunk_keys_parse_back() {
     assert_eq!(parse_key(&chunk_key(&b, 2, 0)), None, "two slots only");
     assert_eq!(parse_key(b"a\0b"), None);
     assert_eq!(parse_key(b"a\0b\0c\0d"), None);
+}
+
+/// `state(settled, at_s)` as written by an owner at handover generation `generation`,
+/// encoded the way it travels (the field set by [`Handover::publish`]).
+fn doc_at_generation(settled: Offset, at_s: i64, generation: u64) -> Vec<u8> {
+    let mut v: serde_json::Value = serde_json::from_slice(&encode(&state(settled, at_s))).unwrap();
+    v["generation"] = serde_json::json!(generation);
+    serde_json::to_vec(&v).unwrap()
+}
+
+#[test]
+fn equal_watermarks_are_decided_by_generation_never_by_the_writers_clock() {
+    // A zombie owner with a clock an hour fast wrote generation 1; the owner that took the
+    // partition over from it (generation 2) wrote later, by a slow clock, with the same
+    // settled offset and newer gap states. Whatever the clocks say, generation 2 wins.
+    let k = key("dns", &state(0, 0).tp());
+    let zombie = doc_at_generation(10, 1_700_003_600, 1);
+    let owner = doc_at_generation(10, 1_700_000_000, 2);
+    let z = decode(&k, Some(&zombie)).unwrap().unwrap();
+    let o = decode(&k, Some(&owner)).unwrap().unwrap();
+    assert_eq!(
+        newer(z.clone(), o.clone()).written_at.timestamp(),
+        1_700_000_000
+    );
+    assert_eq!(newer(o, z).written_at.timestamp(), 1_700_000_000);
+    // The same across handover partitions (a state in two of them), in either placement.
+    for (p0, p1) in [(&zombie, &owner), (&owner, &zombie)] {
+        let mut r = Reassembler::new("dns", &[state(0, 0).tp()]);
+        r.push(0, &k, Some(p0));
+        r.push(1, &k, Some(p1));
+        let (states, _) = r.finish();
+        let s = &states[&state(0, 0).tp()];
+        assert_eq!(s.written_at.timestamp(), 1_700_000_000, "the owner's state");
+    }
 }

@@ -13,6 +13,7 @@ mod daemon_surface;
 mod fake_registry;
 mod faults;
 mod figures;
+mod handover_generation;
 mod input;
 mod key_forms;
 mod keys_at_scale;
