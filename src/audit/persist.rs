@@ -343,8 +343,11 @@ impl<V: Verifier> Audit<V> {
             let Some(part) = self.parts.get_mut(&tp) else {
                 continue;
             };
-            // Out of the hot ledger: no more re-checks, gauges or claims on its keys.
-            part.ledger.acknowledge(g.first_offset);
+            // Out of the hot ledger: no more re-checks, gauges or claims on its keys. Only
+            // what the gap held when it was acknowledged (its stored extent): records a
+            // round added since stay open, never folded into the acknowledgement.
+            part.ledger
+                .acknowledge_through(g.first_offset, g.last_offset);
             if let Some(book) = self.checker.book_mut() {
                 for k in part.ledger.take_released_keys() {
                     book.forget_missing(&k);

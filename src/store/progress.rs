@@ -7,7 +7,10 @@ impl Store {
     /// Writes one verify round in one transaction: upserts `gaps` by id and the per-partition
     /// `progress` of `audit`. An upsert updates offsets, counts, timestamps and state, but
     /// never overwrites what an operator set: a gap in state `acknowledged` stays
-    /// acknowledged, and an `ack_reason` is kept. `detected_at` keeps the earliest value,
+    /// acknowledged, an `ack_reason` is kept, and an acknowledged gap never grows: the
+    /// acknowledgement covers the records it held when it was given (a round under way when
+    /// the ack landed may have extended it; the ledger keeps those records open, issue 35
+    /// item 7). Its count still falls as records inside that extent arrive late. `detected_at` keeps the earliest value,
     /// so a re-detection after a crash does not make an old gap look new.
     pub fn commit_round(
         &self,
@@ -43,11 +46,19 @@ impl Store {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
                         ?16, ?17, ?18, ?19, ?20)
                      ON CONFLICT (id) DO UPDATE SET
-                        last_offset      = excluded.last_offset,
-                        missing_records  = excluded.missing_records,
+                        last_offset      = CASE WHEN gaps.state = 'acknowledged'
+                                                THEN gaps.last_offset
+                                                ELSE excluded.last_offset END,
+                        missing_records  = CASE WHEN gaps.state = 'acknowledged'
+                                                     AND excluded.last_offset > gaps.last_offset
+                                                THEN gaps.missing_records
+                                                ELSE excluded.missing_records END,
                         size_known       = excluded.size_known,
                         first_timestamp  = excluded.first_timestamp,
-                        last_timestamp   = excluded.last_timestamp,
+                        last_timestamp   = CASE WHEN gaps.state = 'acknowledged'
+                                                     AND excluded.last_offset > gaps.last_offset
+                                                THEN gaps.last_timestamp
+                                                ELSE excluded.last_timestamp END,
                         detected_at      = MIN(gaps.detected_at, excluded.detected_at),
                         state            = CASE WHEN gaps.state = 'acknowledged'
                                                 THEN gaps.state

@@ -209,6 +209,44 @@ fn ack_survives_a_later_round() {
     assert_eq!(got.missing_records, 3, "counts still update");
 }
 
+/// Issue 35 item 7: an acknowledgement covers the records the gap held when it was given.
+/// A round that was under way when the ack landed extended the tail gap (100..=109 became
+/// 100..=114, 15 missing): its write keeps the acknowledged extent, which is what the next
+/// round's acknowledgement reading hands the ledger (the 5 new records stay open there).
+#[test]
+fn a_round_never_grows_an_acknowledged_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let g = gap("a", 0, 100, 5, GapState::Open);
+    store
+        .commit_round("a", std::slice::from_ref(&g), &[])
+        .unwrap();
+    let position = store.ack_position().unwrap();
+    assert!(store.ack(&g.id, "known outage").unwrap());
+
+    let mut extended = g.clone();
+    extended.last_offset = 114;
+    extended.missing_records = 15;
+    extended.last_timestamp = Some(ts(9));
+    store.commit_round("a", &[extended], &[]).unwrap();
+    let got = store.get_gap(&g.id).unwrap().unwrap();
+    assert_eq!(got.state, GapState::Acknowledged);
+    assert_eq!(
+        (got.first_offset, got.last_offset, got.missing_records),
+        (100, 109, 10),
+        "the extent acknowledged"
+    );
+    assert_eq!(got.last_timestamp, Some(ts(5)));
+    let (acked, _) = store.acks_since("a", position).unwrap();
+    assert_eq!(
+        acked
+            .iter()
+            .map(|g| (g.last_offset, g.missing_records))
+            .collect::<Vec<_>>(),
+        vec![(109, 10)]
+    );
+}
+
 #[test]
 fn acks_since_reads_only_the_new_acknowledgements_of_one_audit() {
     let dir = tempfile::tempdir().unwrap();

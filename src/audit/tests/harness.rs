@@ -260,6 +260,17 @@ impl Harness {
         self.sql("DROP TRIGGER refuse_progress;");
     }
 
+    /// Makes reading the acknowledgement log fail (as if an ack landed just after the round
+    /// read it) until [`Self::restore_ack_log`].
+    pub fn hide_ack_log(&self) {
+        self.sql("ALTER TABLE ack_log RENAME TO ack_log_hidden;");
+    }
+
+    /// Undoes [`Self::hide_ack_log`].
+    pub fn restore_ack_log(&self) {
+        self.sql("ALTER TABLE ack_log_hidden RENAME TO ack_log;");
+    }
+
     fn sql(&self, sql: &str) {
         let conn =
             rusqlite::Connection::open(self._dir.path().join(crate::store::DB_FILE)).expect("db");

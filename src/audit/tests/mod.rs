@@ -1,5 +1,6 @@
 //! Unit tests of the audit loop's parts (no broker, no database server).
 
+mod acks;
 mod counting;
 mod harness;
 mod held_release;

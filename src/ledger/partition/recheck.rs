@@ -170,17 +170,24 @@ impl PartitionLedger {
         out
     }
 
-    /// An operator acknowledged the gap starting at `first`: it leaves the hot ledger (no
-    /// re-checks, no gauges; its missing runs' keys are released). A missing record right
+    /// An operator acknowledged the whole gap starting at `first`: it leaves the hot ledger
+    /// (no re-checks, no gauges; its missing runs' keys are released). A missing record right
     /// after it opens a new gap: the operator accepted that incident, not later losses.
     /// Returns whether anything changed.
     pub fn acknowledge(&mut self, first: Offset) -> bool {
+        self.acknowledge_through(first, Offset::MAX)
+    }
+
+    /// An operator acknowledged the gap starting at `first` when it ended at `last` (its
+    /// extent as stored at acknowledgement time). Records up to `last` leave the hot ledger
+    /// like [`Self::acknowledge`]; records a round added since (the tail gap extended, or a
+    /// run merged into it, while the acknowledgement was on its way) were never shown to the
+    /// operator: they stay missing, as an open gap of their own that starts at the first of
+    /// them. Returns whether anything changed.
+    pub fn acknowledge_through(&mut self, first: Offset, last: Offset) -> bool {
         let Some(g) = self.gaps.remove(&first) else {
             return false;
         };
-        if g.size_known {
-            self.missing_count = self.missing_count.saturating_sub(g.missing);
-        }
         self.unstored_gaps.insert(first);
         // A gap's runs lie inside it: not a walk over every run of the partition per
         // acknowledgement (an operator acknowledging an incident's gaps one by one).
@@ -190,11 +197,60 @@ impl PartitionLedger {
             .filter(|(_, m)| m.gap == first)
             .map(|(f, _)| *f)
             .collect();
+        // The part beyond `last` (only where the gap counts its records: a range Kafka
+        // deleted unread never grows by rounds).
+        let mut open: Vec<MissingRun> = Vec::new();
         for f in runs {
-            self.give_up_run(f);
+            let Some(m) = self.missing.get(&f) else {
+                continue;
+            };
+            if g.size_known && m.run.last > last {
+                let Some(m) = self.remove_missing(f) else {
+                    continue;
+                };
+                if m.run.first <= last {
+                    // A run merged across the acknowledged end: its head is acknowledged.
+                    let head = m.sub(OffsetRun::new(m.run.first, last));
+                    self.insert_missing(head);
+                    self.give_up_run(m.run.first);
+                    open.push(m.sub(OffsetRun::new(last + 1, m.run.last)));
+                } else {
+                    open.push(m);
+                }
+            } else {
+                self.give_up_run(f);
+            }
+        }
+        let still: u64 = open.iter().map(|m| m.run.len()).sum();
+        if g.size_known {
+            self.missing_count = self
+                .missing_count
+                .saturating_sub(g.missing - still.min(g.missing));
+        }
+        let rest = open.first().map(|m| m.run.first);
+        let detected_ms = open.iter().map(|m| m.detected_ms).min();
+        if let Some(rest) = rest {
+            for mut m in open {
+                m.gap = rest;
+                self.insert_missing(m);
+            }
+            // Its own gap, reported as new (it pages); the timestamps are the old gap's
+            // bounds, as for a split pending run.
+            self.gaps.insert(
+                rest,
+                GapRecord {
+                    first: rest,
+                    missing: still,
+                    detected_ms: detected_ms.unwrap_or(g.detected_ms),
+                    is_new: true,
+                    ..g
+                },
+            );
+            self.dirty_gaps.insert(rest);
+            self.unstored_gaps.insert(rest);
         }
         if self.tail_gap == Some(first) {
-            self.tail_gap = None;
+            self.tail_gap = rest;
         }
         self.dirty_gaps.remove(&first);
         self.revision += 1;

@@ -154,6 +154,57 @@ fn an_acknowledged_gap_leaves_the_hot_ledger() {
     assert_eq!((gaps.len(), gaps[0].first, gaps[0].is_new), (1, 10, true));
 }
 
+/// Issue 35 item 7: an acknowledgement covers the records the gap held when it was given
+/// (its stored extent), not what a round added since. Round 1 declares 0..=4 missing and the
+/// operator acknowledges that gap; round 2 extends the tail gap to 9 (merging the runs)
+/// before the acknowledgement reaches the ledger. 5..=9 stay missing, as an open gap.
+#[test]
+fn an_acknowledgement_covers_only_what_the_gap_held_when_it_was_given() {
+    let mut l = total_loss(10, 2);
+    assert_eq!(
+        l.missing_runs(),
+        vec![r(0, 9)],
+        "one merged run straddles the ack"
+    );
+    assert!(l.acknowledge_through(0, 4));
+    assert!(!l.acknowledge_through(0, 4), "once");
+    assert_eq!(l.missing(), 5);
+    assert_eq!(l.missing_runs(), vec![r(5, 9)]);
+    let g = l.gaps().cloned().collect::<Vec<_>>();
+    assert_eq!(g.len(), 1);
+    assert_eq!((g[0].first, g[0].last, g[0].missing), (5, 9, 5));
+    assert_eq!((l.gauges().open, l.gauges().missing), (1, 5));
+    assert_eq!(
+        l.take_released_keys().len(),
+        5,
+        "only the acknowledged records' keys"
+    );
+    assert_eq!(
+        l.rechecks(RecheckBudget::UNLIMITED)[0].keys[0],
+        Key::new(["k5"])
+    );
+    let d = l.delta();
+    assert!(d.gaps.contains(&(0, None)), "acknowledged: {:?}", d.gaps);
+    assert!(
+        d.gaps.iter().any(|(f, g)| *f == 5 && g.is_some()),
+        "the open part is stored: {:?}",
+        d.gaps
+    );
+    assert_eq!(d.tail_gap, Some(5), "the open part is the tail now");
+    let dirty = l.take_dirty_gaps();
+    assert_eq!(
+        dirty
+            .iter()
+            .map(|g| (g.first, g.is_new))
+            .collect::<Vec<_>>(),
+        vec![(5, true)],
+        "reported as a new gap (it pages)"
+    );
+    // An acknowledgement that covers the whole gap leaves nothing open.
+    assert!(l.acknowledge_through(5, 9));
+    assert_eq!((l.missing(), l.gaps().count()), (0, 0));
+}
+
 /// A budgeted rotation visits every run across rounds and starts over; within a run it
 /// continues where the records budget cut it.
 #[test]

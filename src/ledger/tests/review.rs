@@ -19,6 +19,9 @@ enum Op {
     GiveUp { age: u8 },
     /// The operator acknowledges the `i`-th gap.
     Ack { i: u8 },
+    /// The operator acknowledges the `i`-th gap as it was when it ended `keep` offsets
+    /// after its first (a round extended it while the ack was on its way).
+    AckThrough { i: u8, keep: u8 },
     /// `max_missing_keys` gives up `n` keys.
     DropKeys { n: u8 },
     /// The log start moves forward by `d`.
@@ -38,6 +41,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
             .prop_map(|(mask, late, runs, records)| Op::Round { mask, late, runs, records }),
         1 => (0u8..40).prop_map(|age| Op::GiveUp { age }),
         1 => (0u8..4).prop_map(|i| Op::Ack { i }),
+        1 => (0u8..4, 0u8..12).prop_map(|(i, keep)| Op::AckThrough { i, keep }),
         1 => (1u8..6).prop_map(|n| Op::DropKeys { n }),
         1 => (0u8..20).prop_map(|d| Op::LogStart { d }),
         1 => (1u8..5).prop_map(|n| Op::Skip { n }),
@@ -85,6 +89,16 @@ fn check_invariants(l: &mut PartitionLedger, step: usize) -> Result<(), TestCase
     let mut fresh = PartitionLedger::restore(0, true, l.snapshot());
     prop_assert_eq!(cached, fresh.gauges(), "step {}: stale cached gauges", step);
     Ok(())
+}
+
+/// The missing offsets of gap `gap` (`None`: of every gap).
+fn missing_of(l: &PartitionLedger, gap: Option<Offset>) -> BTreeSet<Offset> {
+    l.snapshot()
+        .missing
+        .iter()
+        .filter(|m| gap.is_none_or(|f| m.gap == f))
+        .flat_map(|m| m.run.first..=m.run.last)
+        .collect()
 }
 
 fn run_ops(ops: Vec<Op>, probe: bool) -> Result<(), TestCaseError> {
@@ -163,6 +177,29 @@ fn run_ops(ops: Vec<Op>, probe: bool) -> Result<(), TestCaseError> {
                 let first = l.gaps().nth(i as usize).map(|g| g.first);
                 if let Some(first) = first {
                     l.acknowledge(first);
+                }
+            }
+            Op::AckThrough { i, keep } => {
+                let g = l.gaps().nth(i as usize).cloned();
+                if let Some(g) = g {
+                    let last = g.first + keep as Offset;
+                    let before = missing_of(&l, Some(g.first));
+                    l.acknowledge_through(g.first, last);
+                    let after = missing_of(&l, None);
+                    // The acknowledged records leave; those added after it stay missing
+                    // (where the gap counts its records).
+                    for o in &before {
+                        if *o <= last || !g.size_known {
+                            prop_assert!(!after.contains(o), "step {}: {} acknowledged", step, o);
+                        } else {
+                            prop_assert!(
+                                after.contains(o),
+                                "step {}: {} folded into the ack",
+                                step,
+                                o
+                            );
+                        }
+                    }
                 }
             }
             Op::DropKeys { n } => {
