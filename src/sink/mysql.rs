@@ -64,6 +64,7 @@ mod columns;
 mod values;
 
 use crate::key_domain::{Fraction, KeyDomain};
+use crate::key_semantics::{self, Learned};
 use columns::{ColumnInfo, check_key_columns, utf8_charset};
 use std::borrow::Cow;
 use values::{classify, column, count, redact_url_error, text};
@@ -648,6 +649,56 @@ impl Verifier for MysqlSink {
             learned.clone_from(&domain);
         }
         Ok(domain)
+    }
+
+    async fn key_model(&self) -> Result<Option<Learned>, SinkError> {
+        const WHAT: &str = "key model";
+        if self.target.key_columns.is_empty() {
+            return Ok(None);
+        }
+        let (mut c, nbe) = self.checked_conn().await?;
+        // A table that is not there (yet) has no model; its columns say whether it is.
+        match self.read_columns(&mut c, nbe).await? {
+            Some((_, info)) if info.is_empty() => return Ok(Some(Learned::NoTable)),
+            Some(_) => {}
+            None => {
+                return Ok(Some(Learned::Unreadable(format!(
+                    "table `{}` is not `name` or `db.name`",
+                    self.target.table
+                ))));
+            }
+        }
+        let keys = &self.target.key_columns;
+        if self.kind == "mysql" {
+            let Some(q) = sql::unique_index_columns(&self.target.table, nbe) else {
+                return Ok(Some(Learned::Unreadable("no table name".into())));
+            };
+            let mut indexes = Vec::new();
+            for row in self.rows(&mut c, q).await? {
+                indexes.push((
+                    text(&row, 0, WHAT)?.unwrap_or_default(),
+                    text(&row, 1, WHAT)?.unwrap_or_default(),
+                ));
+            }
+            return Ok(Some(Learned::Known(key_semantics::from_unique_indexes(
+                keys, &indexes,
+            ))));
+        }
+        let rows = self
+            .rows(&mut c, sql::show_create_table(&self.target.table))
+            .await?;
+        let ddl = rows
+            .first()
+            .map(|r| text(r, 1, WHAT))
+            .transpose()?
+            .flatten()
+            .unwrap_or_default();
+        Ok(Some(match key_semantics::from_doris_ddl(keys, &ddl) {
+            Some(model) => Learned::Known(model),
+            None => Learned::Unreadable(
+                "SHOW CREATE TABLE names no DUPLICATE, UNIQUE or AGGREGATE KEY".into(),
+            ),
+        }))
     }
 
     async fn count_offsets(
