@@ -153,6 +153,11 @@ pub fn from_doris_ddl(key_columns: &[String], ddl: &str) -> Option<TableModel> {
         if !key.eq_ignore_ascii_case("KEY") {
             continue;
         }
+        // Doris writes its key model with the column list right after it; MySQL's
+        // `UNIQUE KEY `name` (...)` is an index, not a model.
+        if toks.get(i + 2) != Some(&Tok::Open) {
+            continue;
+        }
         let model = model.to_ascii_uppercase();
         let merges = match model.as_str() {
             "DUPLICATE" => false,
@@ -178,6 +183,19 @@ pub fn from_doris_ddl(key_columns: &[String], ddl: &str) -> Option<TableModel> {
         return Some(TableModel { semantics, reason });
     }
     None
+}
+
+/// Whether `ddl` is a Doris-native table (`ENGINE=OLAP`), which always names its key model;
+/// a table of another engine (a MySQL-protocol server, an external catalog's table) keeps
+/// its merging in its unique indexes instead.
+pub fn is_doris_olap(ddl: &str) -> bool {
+    let toks = ddl_tokens(ddl);
+    toks.windows(3).any(|w| match w {
+        [Tok::Bare(e), Tok::Other, Tok::Bare(o)] => {
+            e.eq_ignore_ascii_case("ENGINE") && o.eq_ignore_ascii_case("OLAP")
+        }
+        _ => false,
+    })
 }
 
 /// The names of a parenthesised column list at the start of `toks` (`(`a`, b)`).

@@ -121,12 +121,24 @@ pub(super) async fn learn_key_semantics<V: Verifier>(
     config: &AuditConfig,
     cancel: &CancellationToken,
 ) -> Result<Option<KeySemantics>, SemanticsError> {
+    let mut warned = false;
     loop {
         match key_semantics(sink, config).await {
             Ok(s) => return Ok(Some(s)),
             Err(ModelError::Refused(e)) => return Err(e),
+            // Once at WARN, as for the key columns' types: the sink being down is an
+            // outage the health checks report.
+            Err(ModelError::Sink(e)) if warned => {
+                tracing::debug!(audit = %config.name, error = %e, "still waiting for the sink's key model");
+            }
             Err(ModelError::Sink(e)) => {
-                tracing::debug!(audit = %config.name, error = %e, "waiting for the sink's key model");
+                tracing::warn!(
+                    audit = %config.name,
+                    error = %e,
+                    "cannot read the sink table's key model: records are read from Kafka \
+                     once it answers (they wait there; nothing is declared missing)"
+                );
+                warned = true;
             }
         }
         tokio::select! {

@@ -148,19 +148,15 @@ string_enum! {
 string_enum! {
     /// `match.key_semantics`: how the sink table treats rows with equal key_columns (SPEC
     /// "The sink's model").
+    #[derive(Default)]
     pub enum KeySemanticsSetting ("key semantics") {
-        /// Read from the table at start and on reconnect; refuse to start when unclear.
+        /// Read from the table at start (default); refuse to start when unclear.
+        #[default]
         Auto = "auto",
         /// The table keeps every row (Doris DUPLICATE KEY, no covering unique index).
         Multiset = "multiset",
         /// The table keeps one row per key (Doris UNIQUE/AGGREGATE KEY, PRIMARY/UNIQUE index).
         Presence = "presence",
-    }
-}
-
-impl Default for KeySemanticsSetting {
-    fn default() -> Self {
-        Self::Auto
     }
 }
 

@@ -107,6 +107,19 @@ fn words_in_comments_and_names_do_not_decide() {
     assert!(from_doris_ddl(&keys, "CREATE TABLE t (a int)").is_none());
 }
 
+#[test]
+fn a_mysql_ddl_is_no_doris_key_model() {
+    // What a MySQL-protocol server that is not Doris answers: its unique index is not a
+    // Doris UNIQUE KEY model (the sink reads it from information_schema instead).
+    let ddl = "CREATE TABLE `t` (\n  `client_ip` varchar(64) NOT NULL,\n  \
+`domain` varchar(512) NOT NULL,\n  `time` datetime NOT NULL,\n  \
+PRIMARY KEY (`client_ip`,`domain`,`time`),\n  UNIQUE KEY `u` (`domain`)\n\
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
+    assert!(from_doris_ddl(&keys(), ddl).is_none());
+    assert!(!is_doris_olap(ddl));
+    assert!(is_doris_olap(DORIS_UNIQUE));
+}
+
 fn known(s: KeySemantics) -> Learned {
     Learned::Known(TableModel {
         semantics: s,
