@@ -185,6 +185,13 @@ async fn check_audit(
         audit.batch_size,
         audit.max_pending.min(1_000_000),
     );
+    // Whether one row confirms every record of its key, decided as `run` decides it.
+    let semantics = crate::audit::sink_model::key_semantics(sink, audit)
+        .await
+        .with_context(|| format!("audits.{}", audit.name))?;
+    if let Some(book) = checker.book_mut() {
+        book.set_semantics(semantics);
+    }
     let mut waited = false;
     // key_columns: every partition is read before any is verified — the key multiset is the
     // audit's, so a row that a record of a later partition holds is never charged as a

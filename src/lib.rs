@@ -67,6 +67,7 @@ pub mod held;
 pub mod http;
 pub mod kafka;
 pub mod key_domain;
+pub mod key_semantics;
 pub mod ledger;
 pub mod logging;
 pub mod memory;

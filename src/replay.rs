@@ -25,6 +25,7 @@ use crate::config::{
 };
 use crate::gap::{Offset, TopicPartition};
 use crate::kafka::{client, range};
+use crate::key_semantics::KeySemantics;
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
 use crate::record::RecordMeta;
 use crate::record::{Decoder, Tag};
@@ -221,6 +222,11 @@ async fn replay(
     let decoder = crate::record::decoder_for(audit)
         .with_context(|| format!("audits.{}.record", audit.name))?
         .with_key_domain(key_domain);
+    // Whether one row confirms every record of its key, decided as `run` decides it; under
+    // presence the sink is written with an upsert.
+    let semantics = crate::audit::sink_model::key_semantics(sink, audit)
+        .await
+        .with_context(|| format!("audits.{}", audit.name))?;
 
     // Which expected records are still absent from the sink?
     let keyed = matches!(
@@ -277,6 +283,9 @@ async fn replay(
         records.len().saturating_mul(2) + 1,
     );
     if let Some(book) = checker.book_mut() {
+        book.set_semantics(semantics);
+    }
+    if let Some(book) = checker.book_mut() {
         // The daemon's claims on these keys' rows (records it confirmed), so a shared key's
         // row that another record holds is not taken for the missing one's (SPEC guarantee
         // 9: replay decides as run does).
@@ -317,7 +326,15 @@ async fn replay(
             }
             Destination::Sink => {
                 let sink = (sink, spec);
-                let written = to_sink(audit, sink, &decoder, target, &missing, &ids, &mut report);
+                let written = to_sink(
+                    audit,
+                    sink,
+                    &decoder,
+                    (target, semantics),
+                    &missing,
+                    &ids,
+                    &mut report,
+                );
                 outcomes.extend(written.await)
             }
         }

@@ -79,6 +79,9 @@ pub struct SinkModel {
     /// key_columns: each key column's declared type, what its values are converted to, its
     /// collation, and the server's rule for fractional seconds ([`KeyDomain`]).
     pub key_columns: KeyDomain,
+    /// key_columns: `multiset` (rows are counted against records) or `presence` (the table
+    /// keeps one row per key: one row confirms every record of its key).
+    pub key_semantics: crate::key_semantics::KeySemantics,
 }
 
 fn complete_until<S: serde::Serializer>(c: &AuditCompleteness, s: S) -> Result<S::Ok, S::Error> {

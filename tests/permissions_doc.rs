@@ -212,6 +212,24 @@ fn every_sql_statement_kind_is_on_the_permissions_page() {
     }
     let stream_load = modules_code(&["src/sink/stream_load.rs"]);
     assert!(stream_load.contains("_stream_load") && page.contains("LOAD_PRIV"));
+    // Two statements that contain a forbidden word but are not that statement: a read of
+    // the table's DDL (Doris key model) and replay's upsert; each must be on the page with
+    // its privilege, and is taken out before the forbidden words are looked for.
+    let mut sql = sql;
+    for (allowed, on_page) in [
+        ("SHOW CREATE TABLE", "SHOW CREATE TABLE"),
+        ("ON DUPLICATE KEY UPDATE ", "`UPDATE` for the upsert"),
+    ] {
+        assert!(
+            sql.contains(allowed),
+            "the code no longer uses {allowed}: update this test"
+        );
+        assert!(
+            page.contains(on_page),
+            "docs/PERMISSIONS.md does not name {on_page}"
+        );
+        sql = sql.replace(allowed, "");
+    }
     for forbidden in ["DELETE FROM", "UPDATE ", "CREATE TABLE", "DROP "] {
         assert!(
             !sql.contains(forbidden),

@@ -48,7 +48,7 @@ mod read_to;
 mod report;
 mod round;
 mod schedule;
-mod sink_model;
+pub(crate) mod sink_model;
 mod starts;
 
 use gap_log::GapLog;
@@ -229,6 +229,13 @@ pub async fn run<V: Verifier + 'static>(
     // types from the first record on (see `sink_model`).
     let decoder =
         decoder.with_key_domain(sink_model::learn_key_domain(&deps.sink, config, &cancel).await);
+    // Whether one row confirms every record of its key: refused here, before anything is
+    // read, when the config and the table disagree.
+    let semantics = match sink_model::learn_key_semantics(&deps.sink, config, &cancel).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
     if cancel.is_cancelled() {
         return Ok(());
     }
@@ -288,6 +295,9 @@ pub async fn run<V: Verifier + 'static>(
         clock: Clock::system(),
     };
     let mut a = Audit::new(deps, wiring);
+    if let Some(book) = a.checker.book_mut() {
+        book.set_semantics(semantics);
+    }
     a.load_key_book().await;
     // The coverage guard's startup check: what do the newest records decode to?
     tokio::spawn(crate::coverage::startup_check(

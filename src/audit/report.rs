@@ -237,6 +237,11 @@ impl<V: Verifier> Audit<V> {
                 .and_then(Result::err),
             sink_model: self.decoder.key_domain().map(|d| crate::status::SinkModel {
                 key_columns: d.clone(),
+                key_semantics: self
+                    .checker
+                    .book()
+                    .map(|b| b.semantics())
+                    .unwrap_or_default(),
             }),
             partitions,
             completeness,

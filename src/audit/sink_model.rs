@@ -9,7 +9,8 @@
 
 use crate::config::{AuditConfig, MatchStrategy};
 use crate::key_domain::KeyDomain;
-use crate::sink::Verifier;
+use crate::key_semantics::{self, KeySemantics, Learned, SemanticsError};
+use crate::sink::{SinkError, Verifier};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -57,6 +58,91 @@ pub(super) async fn learn_key_domain<V: Verifier>(
         }
         tokio::select! {
             _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(RETRY) => {}
+        }
+    }
+}
+
+/// Why the key semantics could not be settled.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The sink did not answer (run retries; check and replay stop).
+    #[error("cannot read the sink table's key model: {0}")]
+    Sink(#[from] SinkError),
+    /// The configured semantics and the table disagree, or `auto` cannot decide: refused.
+    #[error(transparent)]
+    Refused(#[from] SemanticsError),
+}
+
+/// The key semantics `config` audits with: `match.key_semantics` reconciled with what the
+/// sink says of its table (one decision for `run`, `check` and `replay`, guarantee 9).
+/// Logged once; `multiset` for the other strategies.
+pub async fn key_semantics<V: Verifier>(
+    sink: &V,
+    config: &AuditConfig,
+) -> Result<KeySemantics, ModelError> {
+    if config.matching.strategy != MatchStrategy::KeyColumns {
+        return Ok(KeySemantics::Multiset);
+    }
+    let configured = config.matching.key_semantics;
+    let learned = sink.key_model().await?;
+    let semantics = match &learned {
+        None => key_semantics::resolve(configured, &Learned::NoTable)?,
+        Some(l) => key_semantics::resolve(configured, l)?,
+    };
+    match &learned {
+        Some(Learned::Known(t)) => tracing::info!(
+            audit = %config.name,
+            key_semantics = %semantics,
+            table = %t.reason,
+            "sink key semantics"
+        ),
+        Some(Learned::NoTable) => tracing::warn!(
+            audit = %config.name,
+            key_semantics = %semantics,
+            configured = %configured,
+            "the sink table does not exist yet: audited with these key semantics until \
+             restart (an upsert table read as multiset reports records sharing a key as lost)"
+        ),
+        _ => tracing::info!(
+            audit = %config.name,
+            key_semantics = %semantics,
+            "sink key semantics (as configured: the sink does not describe its table)"
+        ),
+    }
+    Ok(semantics)
+}
+
+/// [`key_semantics`] for the daemon: waits while the sink does not answer (nothing is read
+/// meanwhile, as for the key columns' types); a refusal ends the audit. `None` when
+/// `cancel` fires first.
+pub(super) async fn learn_key_semantics<V: Verifier>(
+    sink: &V,
+    config: &AuditConfig,
+    cancel: &CancellationToken,
+) -> Result<Option<KeySemantics>, SemanticsError> {
+    let mut warned = false;
+    loop {
+        match key_semantics(sink, config).await {
+            Ok(s) => return Ok(Some(s)),
+            Err(ModelError::Refused(e)) => return Err(e),
+            // Once at WARN, as for the key columns' types: the sink being down is an
+            // outage the health checks report.
+            Err(ModelError::Sink(e)) if warned => {
+                tracing::debug!(audit = %config.name, error = %e, "still waiting for the sink's key model");
+            }
+            Err(ModelError::Sink(e)) => {
+                tracing::warn!(
+                    audit = %config.name,
+                    error = %e,
+                    "cannot read the sink table's key model: records are read from Kafka \
+                     once it answers (they wait there; nothing is declared missing)"
+                );
+                warned = true;
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(None),
             _ = tokio::time::sleep(RETRY) => {}
         }
     }

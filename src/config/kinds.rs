@@ -146,6 +146,21 @@ string_enum! {
 }
 
 string_enum! {
+    /// `match.key_semantics`: how the sink table treats rows with equal key_columns (SPEC
+    /// "The sink's model").
+    #[derive(Default)]
+    pub enum KeySemanticsSetting ("key semantics") {
+        /// Read from the table at start (default); refuse to start when unclear.
+        #[default]
+        Auto = "auto",
+        /// The table keeps every row (Doris DUPLICATE KEY, no covering unique index).
+        Multiset = "multiset",
+        /// The table keeps one row per key (Doris UNIQUE/AGGREGATE KEY, PRIMARY/UNIQUE index).
+        Presence = "presence",
+    }
+}
+
+string_enum! {
     /// The kind of sink being audited.
     pub enum SinkKind ("sink kind") {
         /// Apache Doris, queried over the MySQL protocol (FE query port, usually 9030).

@@ -67,8 +67,8 @@ mod validate;
 mod tests;
 
 pub use kinds::{
-    Framing, IsolationLevel, MatchStrategy, RecordFormat, SinkKind, SinkTls, StartPosition,
-    TimestampText,
+    Framing, IsolationLevel, KeySemanticsSetting, MatchStrategy, RecordFormat, SinkKind, SinkTls,
+    StartPosition, TimestampText,
 };
 pub use schema::{
     AuditConfig, Config, FilterConfig, KafkaConfig, MatchConfig, RecordConfig,

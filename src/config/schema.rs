@@ -12,8 +12,8 @@ use super::deserializers::{
     de_delimiter, de_duration, de_opt_duration, de_opt_string, de_opt_tls, de_string_list,
 };
 use super::{
-    DEFAULT_ID_TEMPLATE, Framing, IsolationLevel, MatchStrategy, RecordFormat, Secret, SecretUrl,
-    SinkKind, SinkTls, StartPosition, TimestampText,
+    DEFAULT_ID_TEMPLATE, Framing, IsolationLevel, KeySemanticsSetting, MatchStrategy, RecordFormat,
+    Secret, SecretUrl, SinkKind, SinkTls, StartPosition, TimestampText,
 };
 
 /// The whole configuration: one Kafka connection, the HTTP server, the local store, and
@@ -426,6 +426,12 @@ pub struct MatchConfig {
     /// `{key}` (the Kafka key) and record fields; default `{topic}+{partition}+{offset}`.
     #[serde(default, deserialize_with = "de_opt_string")]
     pub id_template: Option<String>,
+    /// key_columns: `auto` (default: read from the table), `multiset` (every row is kept,
+    /// so rows are counted against records) or `presence` (the table keeps one row per key,
+    /// so one row confirms every record of its key). A value the table contradicts, or an
+    /// `auto` the table cannot decide, refuses to start.
+    #[serde(default)]
+    pub key_semantics: KeySemanticsSetting,
 }
 
 impl MatchConfig {

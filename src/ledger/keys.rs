@@ -14,6 +14,10 @@
 //!   key is pending or missing anywhere (the row may still be the one that record needs);
 //! - a missing record turns late when a free row appears.
 //!
+//! Under `presence` semantics ([`KeySemantics::Presence`]: the table merges rows with equal
+//! keys, an upsert table) a key's rows are not counted against its records: one row
+//! confirms every record of the key, however many, and no row is ever a duplicate.
+//!
 //! What the book cannot know, and why it errs only towards "confirmed": records it has not
 //! ingested yet (another partition read later, another instance's partitions) and keys it
 //! has forgotten (see [`KeyBook::new`]) hold no claim on rows, so rows they own may confirm a
@@ -22,6 +26,7 @@
 
 use super::PartitionLedger;
 use super::sharded::ShardedMap;
+use crate::key_semantics::KeySemantics;
 use crate::record::Key;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as Slot;
@@ -102,6 +107,8 @@ pub struct KeyBook {
     log_rows: u64,
     /// Dead rows the log may hold beyond half the live ones before it is rewritten.
     rewrite_slack: u64,
+    /// Whether the sink's rows are counted (multiset) or only seen (presence).
+    semantics: KeySemantics,
 }
 
 /// Dead rows the store's key log may hold beyond half its live ones (see
@@ -137,8 +144,20 @@ impl KeyBook {
             dirty: HashTable::new(),
             live: 0,
             log_rows: 0,
+            semantics: KeySemantics::Multiset,
             rewrite_slack: LOG_REWRITE_SLACK,
         }
+    }
+
+    /// How the sink table treats rows with equal keys (read from it at start, see
+    /// [`crate::key_semantics`]).
+    pub fn set_semantics(&mut self, semantics: KeySemantics) {
+        self.semantics = semantics;
+    }
+
+    /// How the book reads the sink's row counts.
+    pub fn semantics(&self) -> KeySemantics {
+        self.semantics
     }
 
     /// How many rows the store's key log holds (read with the book at start).
@@ -361,7 +380,9 @@ impl KeyBook {
         rows: u64,
     ) -> (DueOutcome, Option<u64>) {
         let mut out = DueOutcome::default();
+        let presence = self.semantics == KeySemantics::Presence;
         let idle = self.change_hashed(k, h, |e| {
+            let rows = rows_seen(presence, e, rows);
             let others = e.pending.saturating_sub(due) + e.confirmed + e.missing;
             let free = rows.saturating_sub(e.confirmed);
             let found = free.min(due);
@@ -370,7 +391,7 @@ impl KeyBook {
             e.missing += due - found;
             out.confirmed = found;
             out.shared = others > 0 || due > 1;
-            out.duplicates = charge_duplicates(e, rows);
+            out.duplicates = charge_duplicates(presence, e, rows);
         });
         (out, idle)
     }
@@ -390,13 +411,15 @@ impl KeyBook {
         rows: u64,
     ) -> (RecheckOutcome, Option<u64>) {
         let mut out = RecheckOutcome::default();
+        let presence = self.semantics == KeySemantics::Presence;
         let idle = self.change_hashed(k, h, |e| {
+            let rows = rows_seen(presence, e, rows);
             let free = rows.saturating_sub(e.confirmed);
             let late = free.min(missing).min(e.missing);
             e.missing -= late;
             e.confirmed += late;
             out.late = late;
-            out.duplicates = charge_duplicates(e, rows);
+            out.duplicates = charge_duplicates(presence, e, rows);
         });
         (out, idle)
     }
@@ -539,10 +562,24 @@ impl KeyBook {
     }
 }
 
+/// The rows the book matches `e`'s records against when the sink shows `rows`: as many as
+/// shown, but under presence one row stands for every record of the key (the table merged
+/// them), so any row at all is as many as the key has records.
+fn rows_seen(presence: bool, e: &Entry, rows: u64) -> u64 {
+    if presence && rows > 0 {
+        e.confirmed
+            .saturating_add(e.pending)
+            .saturating_add(e.missing)
+    } else {
+        rows
+    }
+}
+
 /// Rows beyond every record of the key are duplicates once nothing with the key is pending
-/// or missing; returns the rows not counted before.
-fn charge_duplicates(e: &mut Entry, rows: u64) -> u64 {
-    if e.busy() {
+/// or missing; returns the rows not counted before. Never under presence: a merging table
+/// holds no duplicates.
+fn charge_duplicates(presence: bool, e: &mut Entry, rows: u64) -> u64 {
+    if presence || e.busy() {
         return 0;
     }
     let extra = rows.saturating_sub(e.confirmed);

@@ -11,7 +11,7 @@ pub(super) async fn to_sink(
     audit: &AuditConfig,
     (sink, spec): (&AnySink, &SinkSpec),
     decoder: &Decoder,
-    target: &Target,
+    (target, semantics): (&Target, KeySemantics),
     records: &[&Record],
     ids: &HashMap<Offset, String>,
     report: &mut Replayed,
@@ -23,7 +23,7 @@ pub(super) async fn to_sink(
         (AnySink::Elasticsearch(es), _) => to_elasticsearch(audit, es, target, records, ids).await,
         (AnySink::Mysql(_), SinkSpec::Sql(sql)) => match &sql.stream_load {
             Some(load) => to_stream_load(audit, (load, sql), target, records, report).await,
-            None => to_sql(audit, sink, &sql.table, target, records).await,
+            None => to_sql(audit, sink, &sql.table, (target, semantics), records).await,
         },
         // A caller's own sink of another kind than the audit's (see `run_with`).
         (AnySink::Mysql(_), SinkSpec::Elasticsearch(_)) => all_failed(
@@ -87,16 +87,20 @@ async fn to_sql(
     audit: &AuditConfig,
     sink: &AnySink,
     table: &str,
-    target: &Target,
+    (target, semantics): (&Target, KeySemantics),
     records: &[&Record],
 ) -> Vec<Outcome> {
     let AnySink::Mysql(mysql) = sink else {
         return all_failed(records, "this sink cannot be written by replay");
     };
+    // A table that keeps one row per key refuses a second plain INSERT of a key it holds;
+    // MySQL/MariaDB write it with an upsert, as the pipeline does. Doris UNIQUE and
+    // AGGREGATE tables upsert a plain INSERT by themselves.
+    let upsert = semantics == KeySemantics::Presence && mysql.kind() == "mysql";
     let mut out = Vec::new();
     for r in records {
         // Structural errors (a tombstone, not UTF-8) do not depend on the session.
-        if let Err(e) = insert_statement(audit, table, target, r, false) {
+        if let Err(e) = insert_statement(audit, table, target, r, false, upsert) {
             out.push(Outcome::Failed {
                 offset: r.offset,
                 error: e,
@@ -106,7 +110,7 @@ async fn to_sql(
         // Escaped for the session it runs on: NO_BACKSLASH_ESCAPES is per connection.
         let written = mysql
             .execute_escaped(|nbe| {
-                insert_statement(audit, table, target, r, nbe).unwrap_or_default()
+                insert_statement(audit, table, target, r, nbe, upsert).unwrap_or_default()
             })
             .await;
         out.push(match written {
@@ -121,13 +125,15 @@ async fn to_sql(
 }
 
 /// `INSERT INTO table (cols) VALUES (literals)` for one csv record (`table` is the audit's
-/// `sink.table`).
+/// `sink.table`); with `upsert`, `… ON DUPLICATE KEY UPDATE c = VALUES(c), …` (every
+/// column takes the replayed record's value, as the pipeline's upsert writes it).
 pub(super) fn insert_statement(
     audit: &AuditConfig,
     table: &str,
     target: &Target,
     r: &Record,
     nbe: bool,
+    upsert: bool,
 ) -> Result<String, String> {
     let value = r.value.as_deref().ok_or("tombstone")?;
     let text = std::str::from_utf8(value).map_err(|_| "not UTF-8")?;
@@ -147,10 +153,19 @@ pub(super) fn insert_statement(
             values.push(sql::string_literal(&target.tp.topic, nbe));
         }
     }
-    Ok(format!(
+    let mut q = format!(
         "INSERT INTO {} ({}) VALUES ({})",
         sql::table_ident(table),
         columns.join(", "),
         values.join(", ")
-    ))
+    );
+    if upsert && !columns.is_empty() {
+        let updates: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{c} = VALUES({c})"))
+            .collect();
+        q.push_str(" ON DUPLICATE KEY UPDATE ");
+        q.push_str(&updates.join(", "));
+    }
+    Ok(q)
 }

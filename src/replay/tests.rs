@@ -49,10 +49,17 @@ table = "t1""#,
     let SinkSpec::Sql(sql) = spec else {
         panic!("a mysql sink: {spec:?}");
     };
-    let q = insert_statement(audit, &sql.table, &target, &r, false).expect("statement");
+    let q = insert_statement(audit, &sql.table, &target, &r, false, false).expect("statement");
     assert_eq!(
         q,
         "INSERT INTO `t1` (`client_ip`, `domain`) VALUES ('1.2.3.4', 'o''reilly\\\\.com')"
+    );
+    // Under presence semantics, an upsert: the key's row takes the replayed values.
+    let q = insert_statement(audit, &sql.table, &target, &r, false, true).expect("statement");
+    assert_eq!(
+        q,
+        "INSERT INTO `t1` (`client_ip`, `domain`) VALUES ('1.2.3.4', 'o''reilly\\\\.com') \
+         ON DUPLICATE KEY UPDATE `client_ip` = VALUES(`client_ip`), `domain` = VALUES(`domain`)"
     );
 }
 

@@ -61,6 +61,15 @@ pub trait Verifier: Send + Sync {
         async { Ok(None) }
     }
 
+    /// key_columns: whether the table merges rows with equal keys (SPEC "The sink's model",
+    /// [`crate::key_semantics`]), read at start. `Ok(None)` where the sink does not say (the
+    /// memory sink, Elasticsearch): the configured value holds, `auto` being multiset.
+    fn key_model(
+        &self,
+    ) -> impl Future<Output = Result<Option<crate::key_semantics::Learned>, SinkError>> + Send {
+        async { Ok(None) }
+    }
+
     /// Rows and distinct offsets whose (topic,) partition and offset fall in `runs`
     /// (offset_columns strategy).
     fn count_offsets(
@@ -132,6 +141,14 @@ impl Verifier for AnySink {
             AnySink::Mysql(s) => s.ping().await,
             AnySink::Memory(s) => s.ping().await,
             AnySink::Elasticsearch(s) => s.ping().await,
+        }
+    }
+
+    async fn key_model(&self) -> Result<Option<crate::key_semantics::Learned>, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.key_model().await,
+            AnySink::Memory(s) => s.key_model().await,
+            AnySink::Elasticsearch(s) => s.key_model().await,
         }
     }
 

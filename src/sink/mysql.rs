@@ -64,6 +64,7 @@ mod columns;
 mod values;
 
 use crate::key_domain::{Fraction, KeyDomain};
+use crate::key_semantics::{self, KeySemantics, Learned};
 use columns::{ColumnInfo, check_key_columns, utf8_charset};
 use std::borrow::Cow;
 use values::{classify, column, count, redact_url_error, text};
@@ -150,6 +151,9 @@ pub struct MysqlSink {
     /// The key columns' domain the audit took at start ([`Verifier::key_domain`]): a later
     /// read (after a reconnect) that differs is warned about.
     learned_domain: Mutex<Option<KeyDomain>>,
+    /// The key semantics the table showed at start ([`Verifier::key_model`]): read again on
+    /// reconnect, a change is warned about.
+    learned_model: Mutex<Option<KeySemantics>>,
 }
 
 impl MysqlSink {
@@ -211,6 +215,7 @@ impl MysqlSink {
             prepared_retry: PREPARED_RETRY,
             warned_inexact: Mutex::new(None),
             learned_domain: Mutex::new(None),
+            learned_model: Mutex::new(None),
         })
     }
 
@@ -318,6 +323,7 @@ impl MysqlSink {
             Fraction::for_server(self.kind, &version),
         );
         self.check_learned(domain.as_ref());
+        self.check_learned_model(conn, nbe).await;
         if doris {
             // Doris compares bytes: plain comparisons, `UNION ALL SELECT` rows.
             let q = KeyQuery {
@@ -373,6 +379,83 @@ impl MysqlSink {
             *k = Some(query.clone());
         }
         Ok(query)
+    }
+
+    /// What the table says of its key model ([`crate::key_semantics`]): MySQL/MariaDB its
+    /// unique indexes, Doris its `SHOW CREATE TABLE`.
+    async fn read_model(&self, c: &mut mysql_async::Conn, nbe: bool) -> Result<Learned, SinkError> {
+        const WHAT: &str = "key model";
+        let doris = self.kind != "mysql";
+        // A table that is not there (yet) has no model; its columns say whether it is.
+        match self.read_columns(c, nbe).await {
+            Ok(Some((_, info))) if info.is_empty() => return Ok(Learned::NoTable),
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Ok(Learned::Unreadable(format!(
+                    "table `{}` is not `name` or `db.name`",
+                    self.target.table
+                )));
+            }
+            // A Doris that cannot list its columns still shows its DDL.
+            Err(_) if doris => {}
+            Err(e) => return Err(e),
+        }
+        let keys = &self.target.key_columns;
+        if doris {
+            let rows = self
+                .rows(c, sql::show_create_table(&self.target.table))
+                .await?;
+            let ddl = rows
+                .first()
+                .map(|r| text(r, 1, WHAT))
+                .transpose()?
+                .flatten()
+                .unwrap_or_default();
+            if let Some(model) = key_semantics::from_doris_ddl(keys, &ddl) {
+                return Ok(Learned::Known(model));
+            }
+            // A Doris OLAP table always names its model: one that does not is unreadable.
+            // A table of another engine merges by its unique indexes, as MySQL's do.
+            if ddl.is_empty() || key_semantics::is_doris_olap(&ddl) {
+                return Ok(Learned::Unreadable(
+                    "SHOW CREATE TABLE names no DUPLICATE, UNIQUE or AGGREGATE KEY".into(),
+                ));
+            }
+        }
+        let Some(q) = sql::unique_index_columns(&self.target.table, nbe) else {
+            return Ok(Learned::Unreadable("no table name".into()));
+        };
+        let mut indexes = Vec::new();
+        for row in self.rows(c, q).await? {
+            indexes.push((
+                text(&row, 0, WHAT)?.unwrap_or_default(),
+                text(&row, 1, WHAT)?.unwrap_or_default(),
+            ));
+        }
+        Ok(Learned::Known(key_semantics::from_unique_indexes(
+            keys, &indexes,
+        )))
+    }
+
+    /// After a reconnect: the key model read again, and one WARN when it is no longer the
+    /// one the audit took at start (an ALTER since: the verdicts follow the start's model
+    /// until the audit restarts, which re-reads it, or refuses a configured one).
+    async fn check_learned_model(&self, c: &mut mysql_async::Conn, nbe: bool) {
+        let Some(old) = self.learned_model.lock().ok().and_then(|m| *m) else {
+            return;
+        };
+        match self.read_model(c, nbe).await {
+            Ok(Learned::Known(t)) if t.semantics != old => tracing::warn!(
+                table = %self.target.table,
+                at_start = %old,
+                now = %t.semantics,
+                reason = %t.reason,
+                "the sink table's key model changed since the audit started: verdicts still \
+                 follow the model read at start; restart the audit to take the new one"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "cannot read the sink's key model again"),
+        }
     }
 
     /// `@@version` and the table's columns from information_schema ([`ColumnInfo`]);
@@ -648,6 +731,20 @@ impl Verifier for MysqlSink {
             learned.clone_from(&domain);
         }
         Ok(domain)
+    }
+
+    async fn key_model(&self) -> Result<Option<Learned>, SinkError> {
+        if self.target.key_columns.is_empty() {
+            return Ok(None);
+        }
+        let (mut c, nbe) = self.checked_conn().await?;
+        let learned = self.read_model(&mut c, nbe).await?;
+        if let Learned::Known(t) = &learned
+            && let Ok(mut m) = self.learned_model.lock()
+        {
+            *m = Some(t.semantics);
+        }
+        Ok(Some(learned))
     }
 
     async fn count_offsets(

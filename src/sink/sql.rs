@@ -274,6 +274,30 @@ pub fn column_collations(table: &str, nbe: bool) -> Option<String> {
     ))
 }
 
+/// `(INDEX_NAME, COLUMN_NAME)` of every unique index of `table` (PRIMARY included), in
+/// index order (see [`crate::key_semantics::from_unique_indexes`]); `None` where `table` is
+/// not `name` or `db.name`.
+pub fn unique_index_columns(table: &str, nbe: bool) -> Option<String> {
+    let parts: Vec<&str> = table.split('.').collect();
+    let (schema, name) = match parts.as_slice() {
+        [name] => ("DATABASE()".to_string(), *name),
+        [db, name] => (string_literal(db, nbe), *name),
+        _ => return None,
+    };
+    Some(format!(
+        "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {} AND NON_UNIQUE = 0 \
+         ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+        string_literal(name, nbe)
+    ))
+}
+
+/// `SHOW CREATE TABLE t` (Doris: its key model is in the text, see
+/// [`crate::key_semantics::from_doris_ddl`]).
+pub fn show_create_table(table: &str) -> String {
+    format!("SHOW CREATE TABLE {}", table_ident(table))
+}
+
 /// `(c1 = 'v' AND c2 = 'w')`: the row test for one key, each column compared as
 /// `compare` says (missing entries, or an empty `compare`, are [`KeyCompare::Plain`]).
 fn key_condition(

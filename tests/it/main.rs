@@ -29,5 +29,6 @@ mod support;
 mod tail_assign;
 mod tail_races;
 mod typed_keys;
+mod upsert_keys;
 mod verdicts;
 mod verdicts_more;

@@ -15,6 +15,10 @@ pub enum TableShape {
     DnsWithCoordinates,
     /// Only the seed's 9 columns, as in the seed's Doris table ([`Db::create_seed_table`]).
     Seed,
+    /// The seed's 9 columns with a PRIMARY KEY on the seed key, written with
+    /// `INSERT … ON DUPLICATE KEY UPDATE` ([`Db::create_upsert_table`]): the MariaDB form of
+    /// a Doris UNIQUE KEY table and of Flink's JDBC sink in upsert mode.
+    SeedUpsert,
 }
 
 /// The test database.
@@ -76,6 +80,23 @@ impl Db {
         .expect("create seed ddl table");
     }
 
+    /// Creates `table` with the README's seed DDL as [`Db::create_seed_ddl_table`] does, but
+    /// with `PRIMARY KEY (client_ip, domain, time)`: the table keeps one row per key (issue
+    /// 34 item 1). Rows are written with [`Db::upsert_seed_line`] ([`TableShape::SeedUpsert`]).
+    pub async fn create_upsert_table(&self, table: &str) {
+        let mut c = self.pool.get_conn().await.expect("conn");
+        c.query_drop(format!(
+            "CREATE TABLE `{table}` (
+                client_ip VARCHAR(64), domain VARCHAR(512), time DATETIME, target_ip VARCHAR(64),
+                rcode VARCHAR(16), query_type VARCHAR(16), authority_record VARCHAR(512),
+                add_msg VARCHAR(512), dns_ip VARCHAR(64),
+                PRIMARY KEY (client_ip, domain, time)
+            ) DEFAULT CHARSET = utf8mb4"
+        ))
+        .await
+        .expect("create upsert table");
+    }
+
     /// Creates database `dbname` holding the seed's table (Doris DDL translated for MariaDB,
     /// `time` a DATETIME as in Doris) under its documented name [`SEED_TABLE`]; returns the
     /// database's URL.
@@ -129,6 +150,27 @@ impl Db {
         )
         .await
         .expect("insert");
+    }
+
+    /// Writes one record's row into a [`TableShape::SeedUpsert`] table as an upserting
+    /// pipeline does: a row with the same key is replaced, never added to.
+    pub async fn upsert_seed_line(&self, table: &str, line: &[u8]) {
+        let line = String::from_utf8_lossy(line).to_string();
+        let f: Vec<&str> = line.split('|').collect();
+        let mut c = self.pool.get_conn().await.expect("conn");
+        let updates: Vec<String> = SEED_FIELDS
+            .iter()
+            .map(|c| format!("{c} = VALUES({c})"))
+            .collect();
+        c.exec_drop(
+            format!(
+                "INSERT INTO `{table}` VALUES (?,?,?,?,?,?,?,?,?) ON DUPLICATE KEY UPDATE {}",
+                updates.join(", ")
+            ),
+            (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]),
+        )
+        .await
+        .expect("upsert");
     }
 
     pub async fn count(&self, table: &str) -> i64 {

@@ -56,6 +56,23 @@ impl Scenario {
         Self::build(name, partitions, db, mysql_url(), table, TableShape::Seed).await
     }
 
+    /// `partitions` partitions and a seed-DDL table with a PRIMARY KEY on the seed key,
+    /// which the pipeline stand-in writes with an upsert ([`TableShape::SeedUpsert`]).
+    pub async fn with_upsert_table(name: &str, partitions: i32) -> Self {
+        let db = Db::new();
+        let table = unique(&format!("{name}_t"));
+        db.create_upsert_table(&table).await;
+        Self::build(
+            name,
+            partitions,
+            db,
+            mysql_url(),
+            table,
+            TableShape::SeedUpsert,
+        )
+        .await
+    }
+
     /// One partition and the seed's own table ([`Db::create_seed_table`]) in a database of
     /// its own, so the documented table name is used as is.
     pub async fn with_seed_table(name: &str) -> Self {
@@ -286,6 +303,7 @@ impl<'a> Pipeline<'a> {
                         .await
                 }
                 TableShape::Seed => self.db.insert_seed_line(&self.table, p).await,
+                TableShape::SeedUpsert => self.db.upsert_seed_line(&self.table, p).await,
             }
         }
     }

@@ -271,3 +271,34 @@ proptest::proptest! {
         proptest::prop_assert_eq!(all.len(), one.len());
     }
 }
+
+#[test]
+fn under_presence_one_row_confirms_every_record_of_its_key_and_is_never_a_duplicate() {
+    let mut b = KeyBook::new(10);
+    b.set_semantics(KeySemantics::Presence);
+    for _ in 0..3 {
+        b.pend(&k("a"));
+    }
+    // Two partitions decide; the upsert table holds one row for the three records.
+    let o = b.decide_due(&k("a"), 2, 1);
+    assert_eq!((o.confirmed, o.duplicates), (2, 0));
+    let o = b.decide_due(&k("a"), 1, 1);
+    assert_eq!((o.confirmed, o.duplicates), (1, 0));
+    assert_eq!(b.counts(&k("a")), (0, 3, 0));
+    // However many rows a re-check shows, none is a duplicate.
+    assert_eq!(b.recheck(&k("a"), 0, 5).duplicates, 0);
+}
+
+#[test]
+fn under_presence_no_row_is_every_record_missing_and_one_row_makes_them_late() {
+    let mut b = KeyBook::new(10);
+    b.set_semantics(KeySemantics::Presence);
+    b.pend(&k("a"));
+    b.pend(&k("a"));
+    let o = b.decide_due(&k("a"), 2, 0);
+    assert_eq!((o.confirmed, o.shared), (0, true));
+    assert_eq!(b.counts(&k("a")), (0, 0, 2));
+    let r = b.recheck(&k("a"), 2, 1);
+    assert_eq!((r.late, r.duplicates), (2, 0));
+    assert_eq!(b.counts(&k("a")), (0, 2, 0));
+}
