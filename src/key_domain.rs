@@ -1,7 +1,7 @@
 //! Key values in the sink column's own domain (SPEC "The sink's model", guarantee 10).
 //!
 //! The sink converts a key value on INSERT: a `DATETIME` column keeps whole seconds of
-//! `2024-01-01 10:00:05.185` (MariaDB and Doris truncate, MySQL rounds), a `DECIMAL(6,2)`
+//! `2024-01-01 10:00:05.185` (MariaDB truncates, MySQL and Doris round), a `DECIMAL(6,2)`
 //! keeps `1.01` of `1.005`, an `INT` keeps `1` of `1.0`. It then compares a `DATETIME`
 //! column with the string `'…05.185'` at the string's full precision, so the row the record
 //! became never equals the record's own text: every such record read as lost. And two
@@ -21,21 +21,42 @@ use crate::types::Key;
 use std::borrow::Cow;
 
 /// How a column of type `DATETIME(p)` / `TIMESTAMP(p)` stores more fractional digits than
-/// `p`: decided by the server (MySQL rounds, MariaDB and Doris truncate).
+/// `p`: decided by the server and its `sql_mode` (MySQL and Doris round, MariaDB
+/// truncates; `TIME_TRUNCATE_FRACTIONAL` makes MySQL truncate, `TIME_ROUND_FRACTIONAL`
+/// makes MariaDB round).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fraction {
-    /// Digits past `p` are dropped (MariaDB, Doris).
+    /// Digits past `p` are dropped (MariaDB; MySQL under `TIME_TRUNCATE_FRACTIONAL`).
     Truncate,
-    /// Rounded half up at digit `p`, carrying into the seconds (MySQL).
+    /// Rounded half up at digit `p`, carrying into the seconds (MySQL; Doris 2.x, whose
+    /// loads and Nereids inserts round; MariaDB under `TIME_ROUND_FRACTIONAL`).
     Round,
 }
 
 impl Fraction {
-    /// The rule of the server whose `@@version` is `version`: MariaDB's contains `MariaDB`
-    /// and truncates; so does Doris (`kind` `doris`); anything else is MySQL, which rounds.
-    pub fn for_server(kind: &str, version: &str) -> Fraction {
-        if kind == "doris" || version.to_ascii_lowercase().contains("mariadb") {
+    /// The rule of the server whose `@@version` is `version` and whose session runs with
+    /// `sql_mode`: Doris (`kind` `doris`) rounds, as its DATETIME documentation says of
+    /// both Stream Load and INSERT; MariaDB (its version contains `MariaDB`) truncates
+    /// unless `TIME_ROUND_FRACTIONAL` is set; anything else is MySQL, which rounds unless
+    /// `TIME_TRUNCATE_FRACTIONAL` is set. The pipeline's sessions are taken to run with the
+    /// server's default `sql_mode`, as the auditor's do (the startup log and
+    /// `/api/status` show the rule taken).
+    pub fn for_server(kind: &str, version: &str, sql_mode: &str) -> Fraction {
+        let mode = |m: &str| {
+            sql_mode
+                .split(',')
+                .any(|x| x.trim().eq_ignore_ascii_case(m))
+        };
+        if kind == "doris" {
+            Fraction::Round
+        } else if version.to_ascii_lowercase().contains("mariadb") {
+            if mode("TIME_ROUND_FRACTIONAL") {
+                Fraction::Round
+            } else {
+                Fraction::Truncate
+            }
+        } else if mode("TIME_TRUNCATE_FRACTIONAL") {
             Fraction::Truncate
         } else {
             Fraction::Round

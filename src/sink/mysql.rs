@@ -310,7 +310,7 @@ impl MysqlSink {
             }
             Err(e) => return Err(e),
         };
-        let Some((version, info)) = info else {
+        let Some((server, info)) = info else {
             // Not a table name the key query can write either: its error will say so.
             return Ok(KeyQuery {
                 rows: self.key_rows.unwrap_or_default(),
@@ -320,7 +320,7 @@ impl MysqlSink {
         let domain = columns::key_domain(
             &self.target.key_columns,
             &info,
-            Fraction::for_server(self.kind, &version),
+            Fraction::for_server(self.kind, &server.version, &server.sql_mode),
         );
         self.check_learned(domain.as_ref());
         self.check_learned_model(conn, nbe).await;
@@ -335,7 +335,7 @@ impl MysqlSink {
             }
             return Ok(q);
         }
-        let rows = self.key_rows.unwrap_or_else(|| sql::key_rows_for(&version));
+        let rows = self.key_rows.unwrap_or_else(|| sql::key_rows_for(&server.version));
         let check = check_key_columns(&self.target.key_columns, &info);
         // A column the prepared form would compare otherwise than the text: text.
         let rows = match rows {
@@ -458,21 +458,29 @@ impl MysqlSink {
         }
     }
 
-    /// `@@version` and the table's columns from information_schema ([`ColumnInfo`]);
+    /// `@@version`, `@@sql_mode` and the table's columns from information_schema
+    /// ([`ColumnInfo`]);
     /// `None` for a table name of more than two parts (no query can name it).
     async fn read_columns(
         &self,
         conn: &mut mysql_async::Conn,
         nbe: bool,
-    ) -> Result<Option<(String, Vec<ColumnInfo>)>, SinkError> {
+    ) -> Result<Option<(ServerInfo, Vec<ColumnInfo>)>, SinkError> {
         const WHAT: &str = "key column check";
-        let version = self.rows(conn, "SELECT @@version".into()).await?;
-        let version = version
-            .first()
-            .map(|r| text(r, 0, WHAT))
-            .transpose()?
-            .flatten()
-            .unwrap_or_default();
+        // The sql_mode decides how DATETIME fractions past the precision are stored
+        // ([`Fraction::for_server`]).
+        let server = self
+            .rows(conn, "SELECT @@version, @@sql_mode".into())
+            .await?;
+        let field = |i: usize| -> Result<String, SinkError> {
+            Ok(server
+                .first()
+                .map(|r| text(r, i, WHAT))
+                .transpose()?
+                .flatten()
+                .unwrap_or_default())
+        };
+        let (version, sql_mode) = (field(0)?, field(1)?);
         let Some(q) = sql::column_collations(&self.target.table, nbe) else {
             return Ok(None);
         };
@@ -492,7 +500,7 @@ impl MysqlSink {
                 numeric_scale: number(&row, 7)?,
             });
         }
-        Ok(Some((version, info)))
+        Ok(Some((ServerInfo { version, sql_mode }, info)))
     }
 
     /// A key column domain read after a reconnect that differs from the one the audit took
@@ -877,6 +885,15 @@ impl Verifier for MysqlSink {
             self.kind
         )))
     }
+}
+
+/// What the key comparison needs to know of the server, read with the key columns.
+#[derive(Debug, Clone, Default)]
+struct ServerInfo {
+    /// `@@version` (MariaDB's contains `MariaDB`).
+    version: String,
+    /// The session's `@@sql_mode`, as the pipeline's sessions get it by default.
+    sql_mode: String,
 }
 
 #[cfg(test)]
