@@ -10,6 +10,11 @@
 //! exactly `max(0, decided − rows)` are missing at the end of every round — never more (no
 //! false loss while enough rows exist), never fewer (every shortfall declared).
 //!
+//! The table is a plain one (every row kept: `multiset`) or an upsert table (`presence`:
+//! the pipeline's writes of a key merge into one row, Doris UNIQUE KEY or an
+//! `INSERT … ON DUPLICATE KEY UPDATE` table, issue 34 item 1): there, per key, all its
+//! decided records are missing while it has no row, and none once it has one.
+//!
 //! The key is a `DATETIME` the record spells one of several ways (`T` or space, with or
 //! without milliseconds): the sink stores them all as one value, and the auditor writes
 //! each key in the column's domain as the decoder does ([`crate::key_domain`]), so the
@@ -57,6 +62,8 @@ fn rec() -> impl Strategy<Value = Rec> {
 #[derive(Debug, Clone)]
 struct Scenario {
     pool: u8,
+    /// The table merges rows with equal keys (`presence`), else keeps them all.
+    presence: bool,
     partitions: Vec<Vec<Rec>>,
     /// Per round and partition: records the pipeline writes, how many of its written
     /// records it has not committed yet (commits lag writes: a checkpoint not completed),
@@ -94,9 +101,11 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         prop::collection::vec(prop::collection::vec(rec(), 0..24), 1..=3),
         prop::collection::vec(prop::collection::vec((0u8..6, 0u8..4, 0u8..8), 3), 1..10),
         prop::collection::vec(event(), 10),
+        prop_oneof![3 => Just(false), 1 => Just(true)],
     )
-        .prop_map(|(pool, partitions, steps, events)| Scenario {
+        .prop_map(|(pool, partitions, steps, events, presence)| Scenario {
             pool,
+            presence,
             partitions,
             steps,
             events,
@@ -136,7 +145,10 @@ fn domain() -> crate::key_domain::KeyDomain {
 
 struct World {
     sink: MemorySink,
+    /// Rows per key in the sink (at most 1 on an upsert table).
     rows: HashMap<Key, u64>,
+    /// The table merges rows with equal keys.
+    presence: bool,
     /// Rows due to land in a later round: (round, key, copies).
     later: Vec<(usize, Key, u64)>,
     written: Vec<usize>,
@@ -146,11 +158,42 @@ struct World {
 
 impl World {
     fn write(&mut self, k: Key, n: u64) {
-        for _ in 0..n {
+        let rows = self.rows.entry(k.clone()).or_default();
+        // An upsert table holds one row per key, however often it is written.
+        let add = if self.presence {
+            n.min(1 - (*rows).min(1))
+        } else {
+            n
+        };
+        for _ in 0..add {
             self.sink.insert_key(&k);
         }
-        *self.rows.entry(k).or_default() += n;
+        *rows += add;
     }
+
+    /// How many of `n` decided records of `k` the sink cannot account for: the shortfall
+    /// of rows under `multiset`, all of them or none under `presence`.
+    fn shortfall(&self, k: &Key, n: u64) -> u64 {
+        let rows = self.rows.get(k).copied().unwrap_or(0);
+        match (self.presence, rows) {
+            (true, 0) => n,
+            (true, _) => 0,
+            (false, rows) => n.saturating_sub(rows),
+        }
+    }
+}
+
+/// A key_columns checker whose book reads the sink as the scenario's table behaves.
+fn checker_for(s: &Scenario) -> Checker {
+    let mut c = Checker::new(MatchStrategy::KeyColumns, 2, 1_000);
+    if let Some(book) = c.book_mut() {
+        book.set_semantics(if s.presence {
+            crate::key_semantics::KeySemantics::Presence
+        } else {
+            crate::key_semantics::KeySemantics::Multiset
+        });
+    }
+    c
 }
 
 async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
@@ -159,10 +202,11 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         .collect();
     let mut ledgers: Vec<PartitionLedger> =
         tps.iter().map(|_| PartitionLedger::new(0, true)).collect();
-    let mut checker = Checker::new(MatchStrategy::KeyColumns, 2, 1_000);
+    let mut checker = checker_for(&s);
     let mut w = World {
         sink: MemorySink::new(),
         rows: HashMap::new(),
+        presence: s.presence,
         later: Vec::new(),
         written: vec![0; tps.len()],
         committed: vec![0; tps.len()],
@@ -189,7 +233,7 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         };
         match event {
             Event::Crash => {
-                checker = Checker::new(MatchStrategy::KeyColumns, 2, 1_000);
+                checker = checker_for(&s);
                 if let Some(book) = checker.book_mut() {
                     book.load(stored_book.iter().map(|(k, n)| (k.clone(), *n)));
                     book.set_log_rows(stored_log_rows);
@@ -334,10 +378,7 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             *records.entry(key(s.pool, r.key)).or_default() += 1;
         }
     }
-    let shortfall: u64 = records
-        .iter()
-        .map(|(k, n)| n.saturating_sub(w.rows.get(k).copied().unwrap_or(0)))
-        .sum();
+    let shortfall: u64 = records.iter().map(|(k, n)| w.shortfall(k, *n)).sum();
     let pending: u64 = ledgers.iter().map(|l| l.pending()).sum();
     prop_assert_eq!(pending, 0, "every record decided");
     let missing: u64 = ledgers.iter().map(|l| l.missing()).sum();
@@ -420,7 +461,8 @@ fn key_counts(s: &Scenario, ledgers: &[PartitionLedger], w: &World) -> BTreeMap<
 }
 
 /// At the moment of a verdict (SPEC): a record is never declared missing while the sink
-/// holds at least as many rows for its key as there are due and confirmed records with it.
+/// holds at least as many rows for its key as there are due and confirmed records with it
+/// (on an upsert table: while it holds a row for its key at all).
 fn check_verdicts(
     before: &BTreeMap<Key, (u64, u64)>,
     after: &BTreeMap<Key, (u64, u64)>,
@@ -432,7 +474,7 @@ fn check_verdicts(
         let rows = w.rows.get(k).copied().unwrap_or(0);
         let (due, declared, confirmed) = (d1 - d0, m1.saturating_sub(m0), d0 - m0);
         prop_assert!(
-            declared <= (confirmed + due).saturating_sub(rows),
+            declared <= w.shortfall(k, confirmed + due),
             "round {}: key {:?}: {} declared missing of {} due, {} confirmed, {} rows",
             round,
             k,
@@ -445,8 +487,9 @@ fn check_verdicts(
     Ok(())
 }
 
-/// After a round's re-checks, per key: missing == max(0, decided − rows): every shortfall
-/// declared, nothing more.
+/// After a round's re-checks, per key: missing == max(0, decided − rows) (on an upsert
+/// table: decided while the key has no row, else 0): every shortfall declared, nothing
+/// more.
 fn check_keys(
     s: &Scenario,
     ledgers: &[PartitionLedger],
@@ -457,7 +500,7 @@ fn check_keys(
         let rows = w.rows.get(&k).copied().unwrap_or(0);
         prop_assert_eq!(
             m,
-            d.saturating_sub(rows),
+            w.shortfall(&k, d),
             "round {}: key {:?}: {} decided, {} rows",
             round,
             k,
