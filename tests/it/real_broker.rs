@@ -10,7 +10,9 @@
 //! - compacted offsets are holes, never loss;
 //! - DeleteRecords moving the log start under an auditor that had not read that far: the
 //!   unread range is settled by the sink where it can be (offset_columns) and unverifiable
-//!   where it cannot, never lost.
+//!   where it cannot, never lost;
+//! - the retention countdown from the topic's `retention.ms` (DescribeConfigs), and the
+//!   gap turning `unrecoverable` once the log start passes it.
 
 use crate::completeness::api as complete_at;
 use crate::support::*;
@@ -399,4 +401,94 @@ async fn the_auditor_group_under_the_kip_848_protocol_finds_losses() {
         "{gaps:?}"
     );
     auditor.stop().await;
+}
+
+/// The retention countdown reads the topic's real `retention.ms` (DescribeConfigs on the
+/// broker): a topic kept one hour, a record the pipeline drops. The gap's
+/// `unrecoverable_at` is its record's timestamp + 1 h and the countdown gauge
+/// `gap_auditor_gap_unrecoverable_seconds` is what is left of that hour. Then DeleteRecords
+/// moves the log start past the gap (as size-based retention would, earlier than
+/// `retention.ms`): the gap turns `unrecoverable` and the countdown reads 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_retention_countdown_follows_the_topics_retention_ms_and_log_start() {
+    const HOUR_MS: i64 = 3_600_000;
+    let s = Scenario::new("retention").await;
+    let topic = s.topic.clone();
+    let altered = admin()
+        .alter_configs(
+            &[
+                rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic(&topic))
+                    .set("retention.ms", &HOUR_MS.to_string()),
+            ],
+            &opts(),
+        )
+        .await
+        .expect("alter_configs");
+    for r in altered {
+        r.expect("retention.ms set");
+    }
+    let auditor = s.start_auditor("offset_columns", "2s", "500ms").await;
+    let lines = dns_lines(0..4);
+    assert_eq!(s.send(&lines).await, vec![0, 1, 2, 3]);
+    s.pipeline()
+        .records(4)
+        .copies(|o| usize::from(o != 2))
+        .run()
+        .await;
+    auditor
+        .wait_decided(30, "offset 2 lost", |a| a.lost(&topic, 0) == 1)
+        .await;
+    let gaps = auditor.stored_gaps();
+    let gap = gaps
+        .iter()
+        .find(|g| g.first_offset == 2)
+        .unwrap_or_else(|| panic!("the gap at 2: {gaps:?}"));
+    let first = gap.first_timestamp.expect("the gap's record timestamp");
+    let deadline = gap
+        .unrecoverable_at
+        .unwrap_or_else(|| panic!("no deadline from retention.ms: {gap:?}"));
+    assert_eq!(
+        deadline.timestamp_millis(),
+        first.timestamp_millis() + HOUR_MS,
+        "unrecoverable_at = first record timestamp + retention.ms: {gap:?}"
+    );
+    let left = countdown(&auditor, &topic)
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("countdown: {:?}", countdown(&auditor, &topic)));
+    let expect = (deadline - Utc::now()).num_milliseconds() as f64 / 1000.0;
+    assert!(
+        left <= 3600.0 && (left - expect).abs() < 30.0,
+        "countdown {left} s, deadline in {expect} s"
+    );
+
+    assert_eq!(delete_records(&topic, 0, 3).await, 3, "log start moved to 3");
+    auditor
+        .wait_for(60, "the gap is unrecoverable", |a| {
+            a.stored_gaps()
+                .iter()
+                .any(|g| g.first_offset == 2 && g.state == gap_auditor::gap::GapState::Unrecoverable)
+        })
+        .await;
+    auditor
+        .wait_for(10, "the countdown is over", |a| {
+            countdown(a, &topic).is_some_and(|v| v == "0")
+        })
+        .await;
+    auditor.stop().await;
+}
+
+/// The exported `gap_auditor_gap_unrecoverable_seconds` of partition 0 of `topic`, if any
+/// (read from the exposition: `with_label_values` would create a 0 series).
+fn countdown(a: &Auditor, topic: &str) -> Option<String> {
+    let label = format!("topic=\"{topic}\"");
+    a.metrics
+        .render()
+        .lines()
+        .find(|l| {
+            l.starts_with("gap_auditor_gap_unrecoverable_seconds{")
+                && l.contains(&label)
+                && l.contains("partition=\"0\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map(str::to_string)
 }
