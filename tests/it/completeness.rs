@@ -123,7 +123,12 @@ pub(super) async fn wait_bin(a: &Auditor, until_ms: i64, timeout: &str) -> (i32,
 /// incident), so the lost records start a pending run of their own and the gap's first
 /// timestamp is theirs exactly.
 async fn seed(name: &str, strategy: &str) -> (Scenario, Auditor, std::path::PathBuf, String) {
-    let s = Scenario::new(name).await;
+    // key_columns meets the README's seed DDL (a DATETIME time), offset_columns the table
+    // with coordinate columns.
+    let s = match strategy {
+        "key_columns" => Scenario::with_seed_ddl(name, 1).await,
+        _ => Scenario::new(name).await,
+    };
     let toml = config_toml(&s.spec(strategy, "1s", "300ms"));
     let config = s.state.path().join("gap-auditor.toml");
     std::fs::write(&config, &toml).expect("config");

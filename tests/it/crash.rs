@@ -8,7 +8,7 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_and_restart_yields_the_same_gaps_once() {
-    let s = Scenario::new("crash").await;
+    let s = Scenario::with_seed_ddl("crash", 1).await;
     const N: usize = 240;
     assert_eq!(
         s.send(&dns_lines(0..N)).await.last().copied(),

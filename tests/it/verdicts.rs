@@ -17,7 +17,7 @@ fn answer(client: &str, qtype: &str) -> String {
 /// two records, two rows, nothing missing, nothing duplicated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_key_shared_across_partitions_is_no_loss() {
-    let s = Scenario::with_partitions("shared2p", 2).await;
+    let s = Scenario::with_seed_ddl("shared2p", 2).await;
     let topic = &s.topic;
     let auditor = s.start_auditor("key_columns", "1s", "300ms").await;
     assert_eq!(
@@ -47,7 +47,7 @@ async fn a_key_shared_across_partitions_is_no_loss() {
         (0, answer("10.0.0.2", "A")),
         (1, answer("10.0.0.3", "A")),
     ] {
-        s.db.insert_line(&s.table, line.as_bytes(), p, 0).await;
+        s.write_row(line.as_bytes(), p, 0).await;
     }
     s.pipeline()
         .partition(0)
@@ -105,7 +105,7 @@ async fn a_key_shared_across_partitions_is_no_loss() {
 /// gap says the key was shared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_key_repeated_on_one_partition_with_commits_in_steps() {
-    let s = Scenario::new("shared1p").await;
+    let s = Scenario::with_seed_ddl("shared1p", 1).await;
     let topic = &s.topic;
     let auditor = s.start_auditor("key_columns", "1s", "300ms").await;
     let lines = vec![
@@ -121,8 +121,7 @@ async fn a_key_repeated_on_one_partition_with_commits_in_steps() {
     // shared key (offsets 2–3) only one row is written: one of its records is missing.
     for (o, line) in lines.iter().enumerate() {
         if o != 3 {
-            s.db.insert_line(&s.table, line.as_bytes(), 0, o as i64)
-                .await;
+            s.write_row(line.as_bytes(), 0, o as i64).await;
         }
     }
     s.pipeline()
@@ -246,7 +245,7 @@ async fn a_misspelt_pipeline_group_never_pages_data_loss() {
 /// offsets: the restarted auditor knows the row is taken, and reports offset 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_shared_key_is_decided_the_same_after_a_restart() {
-    let s = Scenario::new("shared_restart").await;
+    let s = Scenario::with_seed_ddl("shared_restart", 1).await;
     let topic = &s.topic;
     assert_eq!(
         s.send(&[answer("10.0.0.9", "A"), answer("10.0.0.8", "A")])

@@ -110,6 +110,18 @@ impl Scenario {
         self.producer.send_all(0, values).await
     }
 
+    /// Writes one record's row as this scenario's pipeline would ([`TableShape`]): with
+    /// its coordinates, as the seed's nine fields, or as an upsert of them.
+    pub async fn write_row(&self, line: &[u8], partition: i32, offset: i64) {
+        match self.shape {
+            TableShape::DnsWithCoordinates => {
+                self.db.insert_line(&self.table, line, partition, offset).await
+            }
+            TableShape::Seed => self.db.insert_seed_line(&self.table, line).await,
+            TableShape::SeedUpsert => self.db.upsert_seed_line(&self.table, line).await,
+        }
+    }
+
     /// Rows in the sink table.
     pub async fn rows(&self) -> i64 {
         self.db.count(&self.table).await
