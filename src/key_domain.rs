@@ -152,7 +152,9 @@ pub enum Unconvertible {
         limit: u32,
     },
     /// A character whose lowercase the normalizer and this process may spell differently.
-    #[error("key field {column} ({declared}): a character the lowercase normalizer may map otherwise")]
+    #[error(
+        "key field {column} ({declared}): a character the lowercase normalizer may map otherwise"
+    )]
     Unnormalizable { column: String, declared: String },
 }
 

@@ -47,7 +47,13 @@ pub fn value<'a>(
         return Ok(Cow::Borrowed(v));
     }
     lower(v)
-        .map(|l| if l == v { Cow::Borrowed(v) } else { Cow::Owned(l) })
+        .map(|l| {
+            if l == v {
+                Cow::Borrowed(v)
+            } else {
+                Cow::Owned(l)
+            }
+        })
         .ok_or_else(|| Unconvertible::Unnormalizable {
             column: c.name.clone(),
             declared: c.declared.clone(),

@@ -408,7 +408,10 @@ fn keyword_lowercase_normalizer_is_one_key_per_normalized_value() {
         one(lc, Fraction::Truncate, "WWW.Example.COM").as_deref(),
         Some("www.example.com")
     );
-    assert_eq!(one(lc, Fraction::Truncate, "ÉCOLE").as_deref(), Some("école"));
+    assert_eq!(
+        one(lc, Fraction::Truncate, "ÉCOLE").as_deref(),
+        Some("école")
+    );
     assert_eq!(one(lc, Fraction::Truncate, "İ").as_deref(), Some("i"));
     assert_eq!(one(lc, Fraction::Truncate, "ΣΑΣ").as_deref(), Some("σασ"));
     // No case: unchanged.

@@ -55,6 +55,7 @@
 
 use super::{RangeCount, SinkError, Verifier};
 use crate::gap::{Offset, TopicPartition};
+use crate::key_domain::KeyDomain;
 use crate::ledger::OffsetRun;
 use crate::record::Key;
 use elasticsearch::auth::Credentials;
@@ -62,7 +63,6 @@ use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::request::JsonBody;
 use elasticsearch::http::response::Response;
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
-use crate::key_domain::KeyDomain;
 use elasticsearch::indices::IndicesGetFieldMappingParts;
 use elasticsearch::{
     BulkParts, CountParts, Elasticsearch, FieldCapsParts, MgetParts, MsearchParts, SearchParts,
@@ -81,10 +81,10 @@ mod responses;
 mod verifier;
 
 pub use errors::{classify, classify_error};
+use errors::{describe, multi_index_refusal, prefix, snippet, transport_error};
 pub use key_mapping::{
     DYNAMIC_IGNORE_ABOVE, FieldFacts, KeyFieldMapping, key_domain_of, parse_field_mappings,
 };
-use errors::{describe, multi_index_refusal, prefix, snippet, transport_error};
 use mapping::field_is_string;
 pub use mapping::{check_field_caps, field_caps_fields, field_requirements};
 pub use requests::{
@@ -346,8 +346,7 @@ impl ElasticsearchSink {
             Err(SinkError::Rejected(m)) => (Value::Null, Some(m)),
             Err(e) => return Err(e),
         };
-        let (domain, mut notes) =
-            key_domain_of(&parse_field_mappings(&v, &self.target.key_fields));
+        let (domain, mut notes) = key_domain_of(&parse_field_mappings(&v, &self.target.key_fields));
         if let Some(m) = refused {
             notes.insert(
                 0,
@@ -399,7 +398,12 @@ impl ElasticsearchSink {
         let now = key_mapping::limits_of(&current);
         for (i, (field, limit)) in self.target.key_fields.iter().zip(&now).enumerate() {
             let Some(limit) = *limit else { continue };
-            if at_start.get(i).copied().flatten().is_some_and(|s| s <= limit) {
+            if at_start
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|s| s <= limit)
+            {
                 continue;
             }
             if let Some(len) = keys

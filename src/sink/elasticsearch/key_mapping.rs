@@ -200,7 +200,10 @@ fn column_of(m: &KeyFieldMapping, notes: &mut Vec<String>) -> (ColumnType, Strin
     if lowercase {
         declared.push_str(", normalizer lowercase");
     } else if !other.is_empty() {
-        declared.push_str(&format!(", normalizer {} (not reproduced)", other.join("/")));
+        declared.push_str(&format!(
+            ", normalizer {} (not reproduced)",
+            other.join("/")
+        ));
     }
     let strings = types
         .iter()

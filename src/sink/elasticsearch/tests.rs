@@ -689,9 +689,9 @@ fn key_field_mappings_take_the_smallest_ignore_above_and_say_so() {
     );
     assert_eq!(d.columns[0].declared, "keyword, ignore_above 256");
     assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("`domain.keyword`") && n.contains("256 in `logs-a`") && n.contains("1024 in `logs-b`")),
+        notes.iter().any(|n| n.contains("`domain.keyword`")
+            && n.contains("256 in `logs-a`")
+            && n.contains("1024 in `logs-b`")),
         "{notes:?}"
     );
     // lowercase on every index that maps it: converted.
@@ -719,7 +719,11 @@ fn key_field_mappings_take_the_smallest_ignore_above_and_say_so() {
             lowercase: false
         }
     );
-    assert!(notes.iter().any(|n| n.contains("`later.keyword` is not mapped")));
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("`later.keyword` is not mapped"))
+    );
     // A 300-character domain is unverifiable; the rest pass.
     let long = "d".repeat(300);
     let k = crate::record::Key::new(["x", "ABC", "1", "y", "z"]);
@@ -730,11 +734,18 @@ fn key_field_mappings_take_the_smallest_ignore_above_and_say_so() {
     let k = crate::record::Key::new([long.as_str(), "a", "1", "y", "z"]);
     assert!(matches!(
         d.key(&k),
-        Err(crate::key_domain::Unconvertible::Unindexable { limit: 256, length: 300, .. })
+        Err(crate::key_domain::Unconvertible::Unindexable {
+            limit: 256,
+            length: 300,
+            ..
+        })
     ));
     // The startup line names the fields and their limits, without a fraction rule.
     let described = d.describe();
-    assert!(described.contains("domain.keyword keyword, ignore_above 256"), "{described}");
+    assert!(
+        described.contains("domain.keyword keyword, ignore_above 256"),
+        "{described}"
+    );
     assert!(!described.contains("fractional"), "{described}");
 }
 
@@ -750,11 +761,26 @@ fn a_normalizer_not_on_every_index_or_not_lowercase_is_compared_as_sent() {
     }"#);
     let (d, notes) = key_domain_of(&parse_field_mappings(&v, &key_fields(&["f", "g"])));
     assert!(d.is_identity(), "{d:?}");
-    assert!(notes.iter().any(|n| n.contains("`f`") && n.contains("not reproduced")), "{notes:?}");
-    assert!(notes.iter().any(|n| n.contains("`my_folding`")), "{notes:?}");
-    assert!(d.columns[1].declared.contains("my_folding (not reproduced)"));
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("`f`") && n.contains("not reproduced")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("`my_folding`")),
+        "{notes:?}"
+    );
+    assert!(
+        d.columns[1]
+            .declared
+            .contains("my_folding (not reproduced)")
+    );
     // A refused read (no answer to parse) gives the assumptions.
-    let (d, _) = key_domain_of(&parse_field_mappings(&Value::Null, &key_fields(&["x.keyword"])));
+    let (d, _) = key_domain_of(&parse_field_mappings(
+        &Value::Null,
+        &key_fields(&["x.keyword"]),
+    ));
     assert_eq!(
         d.columns[0].ty,
         crate::key_domain::ColumnType::Keyword {
@@ -762,4 +788,62 @@ fn a_normalizer_not_on_every_index_or_not_lowercase_is_compared_as_sent() {
             lowercase: false
         }
     );
+}
+
+fn keyword_domain(limit: Option<u32>) -> KeyDomain {
+    use crate::key_domain::{ColumnType, Fraction, KeyColumn};
+    KeyDomain {
+        columns: vec![KeyColumn {
+            name: "domain.keyword".into(),
+            declared: "keyword".into(),
+            ty: ColumnType::Keyword {
+                ignore_above: limit,
+                lowercase: false,
+            },
+            collation: None,
+        }],
+        fraction: Fraction::Truncate,
+    }
+}
+
+/// The decoder keeps the limits the audit started with: a key it let through under them
+/// that a later mapping check cannot index (ignore_above lowered) is an error for the
+/// batch — unknown, retried — never a count of 0 that reads it as lost. A raised or
+/// unchanged limit asks as before.
+#[test]
+fn a_key_over_a_limit_lowered_since_start_is_an_error_not_zero_found() {
+    let mut t = target();
+    t.key_fields = vec!["domain.keyword".into()];
+    let sink = ElasticsearchSink::new(
+        "http://127.0.0.1:9",
+        EsAuth::None,
+        None,
+        t,
+        Duration::from_secs(1),
+    )
+    .expect("sink");
+    let long = crate::record::Key::new(["d".repeat(300)]);
+    let short = crate::record::Key::new(["d".repeat(100)]);
+    // Nothing learned (a verifier used without key_domain): no check.
+    assert!(sink.check_key_limits(&[&long]).is_ok());
+    *sink.learned_keys.lock().unwrap() = Some(keyword_domain(None));
+    sink.note_key_mapping(keyword_domain(None));
+    assert!(sink.check_key_limits(&[&long]).is_ok());
+    // The mapping gains ignore_above 256: the 300-character key cannot be asked.
+    sink.note_key_mapping(keyword_domain(Some(256)));
+    match sink.check_key_limits(&[&short, &long]) {
+        Err(SinkError::Rejected(m)) => {
+            assert!(
+                m.contains("`domain.keyword`") && m.contains("ignore_above 256"),
+                "{m}"
+            );
+            assert!(m.contains("restart"), "{m}");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(sink.check_key_limits(&[&short]).is_ok());
+    // Started at 256 (the decoder filtered longer values): a later 256 or 1024 is fine.
+    *sink.learned_keys.lock().unwrap() = Some(keyword_domain(Some(256)));
+    sink.note_key_mapping(keyword_domain(Some(1024)));
+    assert!(sink.check_key_limits(&[&long]).is_ok());
 }
