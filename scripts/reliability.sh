@@ -48,6 +48,7 @@ cargo test --no-fail-fast --features services --test it -- faults:: multi:: inpu
   "${skips[@]}" || rc=$?
 cargo test --no-fail-fast --features services --test faults_private || rc=$?
 cargo test --no-fail-fast --features services --test security || rc=$?
+cargo test --no-fail-fast --features services --test es -- keys_over_ignore_above || rc=$?
 cargo test --no-fail-fast --features services --test it -- --exact "${it_bound[@]}" \
   --test-threads=1 || rc=$?
 

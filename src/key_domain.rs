@@ -14,6 +14,7 @@
 //! columns are left as sent (their collation is the sink's to handle, `sink::sql`). Pure:
 //! the column types come from the sink ([`crate::sink::Verifier::key_domain`]).
 
+pub mod keyword;
 mod numeric;
 mod temporal;
 
@@ -94,12 +95,29 @@ pub enum ColumnType {
     },
     /// Anything else (`FLOAT`, `TIME`, `ENUM`, `JSON`, …): compared as sent, as before.
     Other,
+    /// An Elasticsearch/OpenSearch `keyword`-like field ([`keyword`]): a value longer than
+    /// `ignore_above` is not indexed (no search finds its document), and a `lowercase`
+    /// normalizer indexes and searches the value lowercased.
+    Keyword {
+        /// The smallest `ignore_above` over the indices that map the field, in UTF-16 code
+        /// units (Java `String.length()`, what the server compares); `None`: unlimited.
+        ignore_above: Option<u32>,
+        /// Whether every index that maps the field applies the `lowercase` normalizer.
+        lowercase: bool,
+    },
 }
 
 impl ColumnType {
     /// Whether values of this column are converted (everything but text and other).
     pub fn converts(&self) -> bool {
-        !matches!(self, ColumnType::Text | ColumnType::Other)
+        match self {
+            ColumnType::Text | ColumnType::Other => false,
+            ColumnType::Keyword {
+                ignore_above,
+                lowercase,
+            } => ignore_above.is_some() || *lowercase,
+            _ => true,
+        }
     }
 }
 
@@ -142,6 +160,23 @@ pub enum Unconvertible {
     /// Not a number, or beyond the column's range.
     #[error("key column {column} ({declared}): not a number the column holds")]
     Number { column: String, declared: String },
+    /// Longer than the Elasticsearch field's `ignore_above`: the document is stored but the
+    /// value is not indexed, so no key query can find it (written or lost alike).
+    #[error(
+        "key field {column} ({declared}): a value of {length} characters is over its \
+         ignore_above {limit}, so Elasticsearch does not index it"
+    )]
+    Unindexable {
+        column: String,
+        declared: String,
+        length: usize,
+        limit: u32,
+    },
+    /// A character whose lowercase the normalizer and this process may spell differently.
+    #[error(
+        "key field {column} ({declared}): a character the lowercase normalizer may map otherwise"
+    )]
+    Unnormalizable { column: String, declared: String },
 }
 
 impl KeyDomain {
@@ -183,6 +218,10 @@ impl KeyDomain {
                     declared: c.declared.clone(),
                 })
             }
+            ColumnType::Keyword {
+                ignore_above,
+                lowercase,
+            } => return keyword::value(c, v, ignore_above, lowercase),
             ColumnType::Text | ColumnType::Other => return Ok(Cow::Borrowed(v)),
         }?;
         Ok(if out == v {
@@ -223,6 +262,14 @@ impl KeyDomain {
             Fraction::Truncate => "truncated",
             Fraction::Round => "rounded",
         };
+        // An Elasticsearch domain has no fraction rule: its fields say their own limits.
+        if self
+            .columns
+            .iter()
+            .any(|c| matches!(c.ty, ColumnType::Keyword { .. }))
+        {
+            return columns.join(", ");
+        }
         format!(
             "{}; fractional seconds past a column's precision {fraction}",
             columns.join(", ")

@@ -12,6 +12,9 @@ mod support;
 #[path = "es_support/mod.rs"]
 mod es_support;
 
+#[path = "it/figures.rs"]
+mod figures;
+
 use es_support::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -676,4 +679,158 @@ async fn empty_key_values_match_empty_or_absent_fields() {
         .expect("no 400 on the date field");
     assert_eq!(counts, vec![1, 1, 0]);
     delete_index(&index).await;
+}
+
+/// issue 34 item 5. key_columns on the `.keyword` sub-fields of a dynamically mapped index:
+/// the server does not index a value longer than their `ignore_above` (256), so no search
+/// finds its document. Records with a 300-character domain written by the pipeline are
+/// therefore not reported missing (they were, every one, before the mapping was read); a
+/// dropped long-domain record is unverifiable (counted `unconvertible_key`), not lost; a
+/// dropped short-domain record is still lost, exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_over_ignore_above_are_unverifiable_never_missing() {
+    let s = EsScenario::new("es_long", 1, false).await;
+    let topic = s.topic.clone();
+    // The pipeline's first document maps the index dynamically (no record has its key).
+    bulk_write(
+        &s.index,
+        &[(None, doc_of(&topic, 0, 999_999, &dns_line(500)))],
+    )
+    .await;
+    let long = |i: usize| format!("{}.{i}.example.com", "l".repeat(290));
+    let lines: Vec<String> = (0..10)
+        .map(|i| {
+            let mut f: Vec<String> = dns_line(i).split('|').map(str::to_string).collect();
+            if i % 2 == 0 {
+                f[1] = long(i);
+            }
+            f.join("|")
+        })
+        .collect();
+    assert!(long(0).chars().count() > 256);
+    let a = s.start_auditor("key_columns_dynamic", "2s", "500ms").await;
+    assert_eq!(
+        TestProducer::new(&topic).send_all(0, &lines).await,
+        (0..10).collect::<Vec<i64>>()
+    );
+    // Offset 4 (long domain) and offset 7 (short) are lost by the pipeline.
+    s.pipeline("key_columns")
+        .records(10)
+        .copies(|_, o| usize::from(o != 4 && o != 7))
+        .run()
+        .await;
+    a.wait_decided(60, "0-9 decided", |a| a.settled() == Some(10))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gaps = api_gaps(&a).await;
+    let reported = gap_tuples(&gaps);
+    let offsets = |g: &[(i64, i64, i64, i64)]| -> BTreeSet<i64> {
+        g.iter().flat_map(|t| t.1..=t.2).collect()
+    };
+    let (truth, seen) = (offsets(&[(0, 7, 7, 1)]), offsets(&reported));
+    figures::record(&figures::Figures {
+        scenario: "es_key_over_ignore_above",
+        runs: 1,
+        faults: 2,
+        expected_lost: 1,
+        reported_lost: a.lost(&topic, 0),
+        expected_gaps: 1,
+        reported_gaps: reported.len() as u64,
+        false_positives: seen.difference(&truth).count() as u64,
+        false_negatives: truth.difference(&seen).count() as u64,
+        notes: format!(
+            "10 records, 5 with a 300-character domain over the dynamic `.keyword` \
+             ignore_above 256, offsets 4 (long) and 7 (short) dropped: confirmed {}, lost {}, \
+             unverifiable (filtered unconvertible_key) {}",
+            a.confirmed(&topic, 0),
+            a.lost(&topic, 0),
+            a.filtered(&topic, 0, "unconvertible_key")
+        ),
+    });
+    assert_eq!(reported, vec![(0, 7, 7, 1)], "{gaps:?}");
+    assert_eq!((a.lost(&topic, 0), a.confirmed(&topic, 0)), (1, 4));
+    assert_eq!(a.filtered(&topic, 0, "unconvertible_key"), 5);
+    assert_eq!(a.sink_errors(), 0);
+    // The mapping facts are on /api/status.
+    let status = a.status.snapshot();
+    let model = status[0].sink_model.as_ref().expect("sink model shown");
+    let domain = &model.key_columns.columns[1];
+    assert_eq!(domain.name, "domain.keyword");
+    assert!(
+        domain.declared.contains("ignore_above 256"),
+        "{}",
+        domain.declared
+    );
+    a.stop().await;
+    s.cleanup().await;
+}
+
+/// The key fields' mapping as the real server reports it (`_mapping/field`, which
+/// `_field_caps` does not cover): over a pattern of two indices the smallest `ignore_above`
+/// is taken; the `lowercase` normalizer on every index makes the key lowercase, and the
+/// server's own normalization of the query agrees (the converted key finds the document
+/// written in another case); a value over the limit is unindexable, not asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn key_field_mapping_is_read_over_every_index_of_a_pattern() {
+    use gap_auditor::key_domain::{ColumnType, Unconvertible};
+    use gap_auditor::record::Key;
+    use gap_auditor::sink::Verifier;
+    use serde_json::json;
+    let prefix = unique("es_kmap");
+    for (suffix, limit) in [("a", 20), ("b", 50)] {
+        let index = format!("{prefix}_{suffix}");
+        let r = es_client()
+            .indices()
+            .create(elasticsearch::indices::IndicesCreateParts::Index(&index))
+            .body(json!({ "mappings": { "properties": {
+                "domain": {"type": "keyword", "ignore_above": limit},
+                "name": {"type": "keyword", "normalizer": "lowercase"}
+            } } }))
+            .send()
+            .await
+            .expect("create index");
+        assert!(
+            r.status_code().is_success(),
+            "{}",
+            r.text().await.unwrap_or_default()
+        );
+    }
+    bulk_write(
+        &format!("{prefix}_a"),
+        &[(None, json!({"domain": "abcdefghij", "name": "Mixed"}))],
+    )
+    .await;
+    let sink = field_sink(&format!("{prefix}_*"), "p", "o", None, &["domain", "name"]);
+    let d = sink
+        .key_domain()
+        .await
+        .expect("mapping read")
+        .expect("a domain");
+    assert_eq!(
+        d.columns[0].ty,
+        ColumnType::Keyword {
+            ignore_above: Some(20),
+            lowercase: false
+        }
+    );
+    assert_eq!(
+        d.columns[1].ty,
+        ColumnType::Keyword {
+            ignore_above: None,
+            lowercase: true
+        }
+    );
+    let stored = d
+        .key(&Key::new(["abcdefghij", "MIXED"]))
+        .expect("fits")
+        .expect("lowercased");
+    assert_eq!(stored, Key::new(["abcdefghij", "mixed"]));
+    assert_eq!(sink.count_keys(&[&stored]).await.expect("count"), vec![1]);
+    assert!(matches!(
+        d.key(&Key::new(["x".repeat(21).as_str(), "a"])),
+        Err(Unconvertible::Unindexable { limit: 20, .. })
+    ));
+    for suffix in ["a", "b"] {
+        delete_index(&format!("{prefix}_{suffix}")).await;
+    }
 }

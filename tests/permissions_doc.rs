@@ -116,6 +116,8 @@ const ES_CALLS: &[(&str, &str)] = &[
     ("msearch", "_msearch"),
     ("mget", "_mget"),
     ("field_caps", "_field_caps"),
+    // `indices().get_field_mapping`: the key fields' ignore_above and normalizer.
+    ("indices", "_mapping/field"),
     ("bulk", "_bulk"),
 ];
 

@@ -370,3 +370,77 @@ proptest! {
         prop_assert_eq!(one(ty, Fraction::Truncate, &got), Some(got.clone()));
     }
 }
+
+const KW256: ColumnType = ColumnType::Keyword {
+    ignore_above: Some(256),
+    lowercase: false,
+};
+
+/// Elasticsearch indexes a keyword value of at most `ignore_above` UTF-16 code units
+/// (Java's `String.length()`): 256 characters are a key, 257 are unverifiable, and a
+/// character outside the BMP counts twice, whatever its UTF-8 length.
+#[test]
+fn keyword_values_over_ignore_above_are_unindexable() {
+    let at = "a".repeat(256);
+    assert_eq!(one(KW256, Fraction::Truncate, &at), Some(at.clone()));
+    let over = "a".repeat(257);
+    assert!(matches!(
+        domain(KW256, Fraction::Truncate).value(0, &over),
+        Err(Unconvertible::Unindexable {
+            length: 257,
+            limit: 256,
+            ..
+        })
+    ));
+    // 128 emoji: 512 UTF-8 bytes, 256 UTF-16 units: indexed. One more: not.
+    let emoji = "😀".repeat(128);
+    assert_eq!(emoji.len(), 512);
+    assert!(one(KW256, Fraction::Truncate, &emoji).is_some());
+    assert!(one(KW256, Fraction::Truncate, &format!("{emoji}a")).is_none());
+    // 256 two-byte characters (512 bytes): still 256 characters, indexed.
+    let accented = "é".repeat(256);
+    assert!(one(KW256, Fraction::Truncate, &accented).is_some());
+    // No limit: any length; the empty value stays empty.
+    let unlimited = ColumnType::Keyword {
+        ignore_above: None,
+        lowercase: false,
+    };
+    assert!(!unlimited.converts());
+    assert_eq!(one(KW256, Fraction::Truncate, ""), Some(String::new()));
+    // The error names the field and the limit, for the operator.
+    let e = domain(KW256, Fraction::Truncate)
+        .key(&Key::new([over.as_str()]))
+        .expect_err("over the limit");
+    assert!(e.to_string().contains("ignore_above 256"), "{e}");
+}
+
+/// The `lowercase` normalizer: spellings it equates are one key; the limit applies to the
+/// value as sent (the server tests the length before normalizing); characters whose
+/// lowercase may differ between the server's Java and this process are unverifiable.
+#[test]
+fn keyword_lowercase_normalizer_is_one_key_per_normalized_value() {
+    let lc = ColumnType::Keyword {
+        ignore_above: None,
+        lowercase: true,
+    };
+    assert_eq!(
+        one(lc, Fraction::Truncate, "WWW.Example.COM").as_deref(),
+        Some("www.example.com")
+    );
+    assert_eq!(
+        one(lc, Fraction::Truncate, "ÉCOLE").as_deref(),
+        Some("école")
+    );
+    assert_eq!(one(lc, Fraction::Truncate, "İ").as_deref(), Some("i"));
+    assert_eq!(one(lc, Fraction::Truncate, "ΣΑΣ").as_deref(), Some("σασ"));
+    // No case: unchanged.
+    assert_eq!(one(lc, Fraction::Truncate, "日本").as_deref(), Some("日本"));
+    // Fullwidth Latin (outside the stable range): not guessed.
+    assert_eq!(one(lc, Fraction::Truncate, "Ａ"), None);
+    let both = ColumnType::Keyword {
+        ignore_above: Some(3),
+        lowercase: true,
+    };
+    assert_eq!(one(both, Fraction::Truncate, "ABC").as_deref(), Some("abc"));
+    assert_eq!(one(both, Fraction::Truncate, "ABCD"), None);
+}

@@ -41,6 +41,13 @@
 //! `view_index_metadata`) and merges the mappings of every index a pattern or alias covers,
 //! listing conflicting types per index. In the steady state a question is still ONE request.
 //!
+//! **Key fields' limits.** `_field_caps` does not show `ignore_above` (a longer value is
+//! not indexed: no search finds its document) or a normalizer. For key fields the audit
+//! reads them at start ([`Verifier::key_domain`], [`key_mapping`]) and the decoder counts a
+//! record whose key value the field cannot index unverifiable, never missing; the key
+//! field check reads them again (one `_mapping/field` request beside `_field_caps`), warns
+//! on a change, and a value over a lowered limit is an error, not "0 found".
+//!
 //! Wildcards that match nothing are an error (`allow_no_indices=false`): an index that does
 //! not exist is reported as such, never as "everything missing". Answers with failed shards
 //! or `timed_out: true` are incomplete, hence unknown. Every status and error body is
@@ -48,6 +55,7 @@
 
 use super::{RangeCount, SinkError, Verifier};
 use crate::gap::{Offset, TopicPartition};
+use crate::key_domain::KeyDomain;
 use crate::ledger::OffsetRun;
 use crate::record::Key;
 use elasticsearch::auth::Credentials;
@@ -55,6 +63,7 @@ use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::request::JsonBody;
 use elasticsearch::http::response::Response;
 use elasticsearch::http::transport::{SingleNodeConnectionPool, TransportBuilder};
+use elasticsearch::indices::IndicesGetFieldMappingParts;
 use elasticsearch::{
     BulkParts, CountParts, Elasticsearch, FieldCapsParts, MgetParts, MsearchParts, SearchParts,
 };
@@ -65,6 +74,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 mod errors;
+mod key_mapping;
 mod mapping;
 mod requests;
 mod responses;
@@ -72,6 +82,9 @@ mod verifier;
 
 pub use errors::{classify, classify_error};
 use errors::{describe, multi_index_refusal, prefix, snippet, transport_error};
+pub use key_mapping::{
+    DYNAMIC_IGNORE_ABOVE, FieldFacts, KeyFieldMapping, key_domain_of, parse_field_mappings,
+};
 use mapping::field_is_string;
 pub use mapping::{check_field_caps, field_caps_fields, field_requirements};
 pub use requests::{
@@ -152,6 +165,12 @@ pub struct ElasticsearchSink {
     /// type (date, ip, numbers) `term ""` is a 400 for the whole batch, and the empty field
     /// can only be absent from the document.
     key_fields_are_strings: Mutex<Vec<bool>>,
+    /// The key fields' mapping the audit took at start ([`Verifier::key_domain`]): the
+    /// decoder counts a value over its `ignore_above` unverifiable from then on.
+    learned_keys: Mutex<Option<KeyDomain>>,
+    /// The key fields' mapping of the last mapping check ([`key_mapping`]), read again with
+    /// `_field_caps`; a change from `learned_keys` is warned about once.
+    current_keys: Mutex<Option<KeyDomain>>,
 }
 
 /// The fields one kind of question names.
@@ -238,6 +257,8 @@ impl ElasticsearchSink {
             ids_by_search: AtomicBool::new(pattern),
             fields_checked: [Mutex::new(None), Mutex::new(None)],
             key_fields_are_strings: Mutex::new(Vec::new()),
+            learned_keys: Mutex::new(None),
+            current_keys: Mutex::new(None),
         })
     }
 
@@ -282,18 +303,123 @@ impl ElasticsearchSink {
             )
             .await?;
         check_field_caps(&v, &self.target.index, &reqs)?;
-        if set == FieldSet::Keys
-            && let Ok(mut g) = self.key_fields_are_strings.lock()
-        {
-            *g = self
-                .target
-                .key_fields
-                .iter()
-                .map(|f| field_is_string(&v, f))
-                .collect();
+        if set == FieldSet::Keys {
+            if let Ok(mut g) = self.key_fields_are_strings.lock() {
+                *g = self
+                    .target
+                    .key_fields
+                    .iter()
+                    .map(|f| field_is_string(&v, f))
+                    .collect();
+            }
+            // `_field_caps` does not show `ignore_above` or normalizers: one more request,
+            // only when the field caps are read (start, after an error, every recheck).
+            let (domain, _) = self.read_key_mapping().await?;
+            self.note_key_mapping(domain);
         }
         if let Ok(mut g) = slot.lock() {
             *g = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// The key fields' mapping in every index of the target ([`key_mapping`]): ONE
+    /// `_mapping/field` request. A refusal (the index does not exist yet, or the user lacks
+    /// `view_index_metadata`) gives the dynamic mapping's defaults, said in the notes;
+    /// an unreachable server is an error (retried).
+    async fn read_key_mapping(&self) -> Result<(KeyDomain, Vec<String>), SinkError> {
+        let index = self.index();
+        let fields: Vec<&str> = self.target.key_fields.iter().map(String::as_str).collect();
+        let answer = self
+            .call(
+                "key field mapping",
+                self.client
+                    .indices()
+                    .get_field_mapping(IndicesGetFieldMappingParts::IndexFields(&index, &fields))
+                    .include_defaults(true)
+                    .request_timeout(self.timeout)
+                    .send(),
+            )
+            .await;
+        let (v, refused) = match answer {
+            Ok(v) => (v, None),
+            Err(SinkError::Rejected(m)) => (Value::Null, Some(m)),
+            Err(e) => return Err(e),
+        };
+        let (domain, mut notes) = key_domain_of(&parse_field_mappings(&v, &self.target.key_fields));
+        if let Some(m) = refused {
+            notes.insert(
+                0,
+                format!(
+                    "cannot read the key fields' mapping of `{}` ({m}; reading it needs the \
+                     `view_index_metadata` privilege): the dynamic mapping's defaults are assumed",
+                    self.target.index
+                ),
+            );
+        }
+        Ok((domain, notes))
+    }
+
+    /// Keeps `domain` as the key fields' current mapping; a change from the one the audit
+    /// started with is warned about once (the decoder keeps the start's limits: keys
+    /// already read cannot be re-read, so the restart applies the new ones).
+    fn note_key_mapping(&self, domain: KeyDomain) {
+        let learned = self.learned_keys.lock().ok().and_then(|g| g.clone());
+        if let Ok(mut cur) = self.current_keys.lock() {
+            if let Some(l) = &learned
+                && l.columns != domain.columns
+                && cur.as_ref() != Some(&domain)
+            {
+                tracing::warn!(
+                    index = %self.target.index,
+                    at_start = %l.describe(),
+                    now = %domain.describe(),
+                    "the key fields' mapping changed since the audit started: keys already \
+                     read keep the start's limits; a key value over a lowered ignore_above is \
+                     an error, not a loss, until the auditor restarts and counts such records \
+                     unverifiable"
+                );
+            }
+            *cur = Some(domain);
+        }
+    }
+
+    /// A key value the decoder let through under the start's mapping that the current
+    /// mapping cannot index (its `ignore_above` was lowered since): an error naming the
+    /// field and the limit — never "0 found", which would read the record as lost.
+    fn check_key_limits(&self, keys: &[&Key]) -> Result<(), SinkError> {
+        let (Some(learned), Some(current)) = (
+            self.learned_keys.lock().ok().and_then(|g| g.clone()),
+            self.current_keys.lock().ok().and_then(|g| g.clone()),
+        ) else {
+            return Ok(());
+        };
+        let at_start = key_mapping::limits_of(&learned);
+        let now = key_mapping::limits_of(&current);
+        for (i, (field, limit)) in self.target.key_fields.iter().zip(&now).enumerate() {
+            let Some(limit) = *limit else { continue };
+            if at_start
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|s| s <= limit)
+            {
+                continue;
+            }
+            if let Some(len) = keys
+                .iter()
+                .filter_map(|k| k.values().nth(i))
+                .map(crate::key_domain::keyword::utf16_len)
+                .find(|n| *n > limit as usize)
+            {
+                return Err(SinkError::Rejected(format!(
+                    "key field `{field}` of `{}`: a key value of {len} characters is over the \
+                     field's ignore_above {limit}, lowered since the audit started; the server \
+                     does not index it, so it can be neither found nor declared missing: \
+                     restart the auditor to count such records unverifiable",
+                    self.target.index
+                )));
+            }
         }
         Ok(())
     }

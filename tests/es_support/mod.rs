@@ -296,6 +296,11 @@ pub fn es_config_toml(s: &EsSpec) -> String {
             .strategy("doc_id")
             .matching("id_template", "{topic}+{partition}+{offset}"),
         "key_columns" => audit.seed_key_columns(),
+        // Dynamic mapping: the string fields' `.keyword` sub-fields (ignore_above 256).
+        "key_columns_dynamic" => audit
+            .strategy("key_columns")
+            .matching("key", ["client_ip", "domain"])
+            .matching("columns", ["client_ip.keyword", "domain.keyword"]),
         _ => audit.offset_columns().matching("topic_column", "topic"),
     };
     ConfigToml::new(&kafka())

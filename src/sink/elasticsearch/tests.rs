@@ -640,3 +640,210 @@ fn a_fitting_mapping_passes() {
     check_field_caps(&kw, "dns", &[(FieldRole::Partition, "partition")])
         .expect("keyword partition");
 }
+
+/// `GET index/_mapping/field/...?include_defaults=true` (shape of the get-field-mapping
+/// reference page and of OpenSearch 2.19's answer: one entry per index, the mapping keyed by
+/// the field's leaf name, `"normalizer": "default"` for none; an index that does not map a
+/// field lists nothing for it).
+const FIELD_MAPPINGS: &str = r#"{
+  "logs-a": { "mappings": {
+    "domain.keyword": { "full_name": "domain.keyword",
+      "mapping": { "keyword": { "type": "keyword", "ignore_above": 256,
+                                "normalizer": "default" } } },
+    "client_ip": { "full_name": "client_ip",
+      "mapping": { "client_ip": { "type": "keyword", "ignore_above": 2147483647,
+                                  "normalizer": "lowercase" } } }
+  } },
+  "logs-b": { "mappings": {
+    "domain.keyword": { "full_name": "domain.keyword",
+      "mapping": { "keyword": { "type": "keyword", "ignore_above": 1024 } } },
+    "client_ip": { "full_name": "client_ip",
+      "mapping": { "client_ip": { "type": "keyword", "normalizer": "lowercase" } } },
+    "n": { "full_name": "n", "mapping": { "n": { "type": "long" } } }
+  } },
+  "logs-c": { "mappings": {} }
+}"#;
+
+fn key_fields(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn key_field_mappings_take_the_smallest_ignore_above_and_say_so() {
+    let fields = key_fields(&["domain.keyword", "client_ip", "n", "later.keyword", "later"]);
+    let m = parse_field_mappings(&j(FIELD_MAPPINGS), &fields);
+    assert_eq!(m[0].indices.len(), 2, "logs-c does not map it");
+    assert_eq!(m[0].indices["logs-a"].ignore_above, Some(256));
+    // The server's "unlimited" (and a missing ignore_above) is no limit.
+    assert_eq!(m[1].indices["logs-a"].ignore_above, None);
+    assert_eq!(m[1].indices["logs-b"].ignore_above, None);
+    let (d, notes) = key_domain_of(&m);
+    let ty = |i: usize| d.columns[i].ty;
+    use crate::key_domain::ColumnType;
+    assert_eq!(
+        ty(0),
+        ColumnType::Keyword {
+            ignore_above: Some(256),
+            lowercase: false
+        }
+    );
+    assert_eq!(d.columns[0].declared, "keyword, ignore_above 256");
+    assert!(
+        notes.iter().any(|n| n.contains("`domain.keyword`")
+            && n.contains("256 in `logs-a`")
+            && n.contains("1024 in `logs-b`")),
+        "{notes:?}"
+    );
+    // lowercase on every index that maps it: converted.
+    assert_eq!(
+        ty(1),
+        ColumnType::Keyword {
+            ignore_above: None,
+            lowercase: true
+        }
+    );
+    // A long field converts nothing.
+    assert_eq!(ty(2), ColumnType::Other);
+    // Not mapped anywhere yet: the dynamic defaults, said.
+    assert_eq!(
+        ty(3),
+        ColumnType::Keyword {
+            ignore_above: Some(DYNAMIC_IGNORE_ABOVE),
+            lowercase: false
+        }
+    );
+    assert_eq!(
+        ty(4),
+        ColumnType::Keyword {
+            ignore_above: None,
+            lowercase: false
+        }
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("`later.keyword` is not mapped"))
+    );
+    // A 300-character domain is unverifiable; the rest pass.
+    let long = "d".repeat(300);
+    let k = crate::record::Key::new(["x", "ABC", "1", "y", "z"]);
+    assert_eq!(
+        d.key(&k).expect("fits"),
+        Some(crate::record::Key::new(["x", "abc", "1", "y", "z"]))
+    );
+    let k = crate::record::Key::new([long.as_str(), "a", "1", "y", "z"]);
+    assert!(matches!(
+        d.key(&k),
+        Err(crate::key_domain::Unconvertible::Unindexable {
+            limit: 256,
+            length: 300,
+            ..
+        })
+    ));
+    // The startup line names the fields and their limits, without a fraction rule.
+    let described = d.describe();
+    assert!(
+        described.contains("domain.keyword keyword, ignore_above 256"),
+        "{described}"
+    );
+    assert!(!described.contains("fractional"), "{described}");
+}
+
+#[test]
+fn a_normalizer_not_on_every_index_or_not_lowercase_is_compared_as_sent() {
+    let v = j(r#"{
+      "a": { "mappings": { "f": { "full_name": "f",
+        "mapping": { "f": { "type": "keyword", "normalizer": "lowercase" } } } } },
+      "b": { "mappings": { "f": { "full_name": "f",
+        "mapping": { "f": { "type": "keyword" } } },
+        "g": { "full_name": "g",
+        "mapping": { "g": { "type": "keyword", "normalizer": "my_folding" } } } } }
+    }"#);
+    let (d, notes) = key_domain_of(&parse_field_mappings(&v, &key_fields(&["f", "g"])));
+    assert!(d.is_identity(), "{d:?}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("`f`") && n.contains("not reproduced")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("`my_folding`")),
+        "{notes:?}"
+    );
+    assert!(
+        d.columns[1]
+            .declared
+            .contains("my_folding (not reproduced)")
+    );
+    // A refused read (no answer to parse) gives the assumptions.
+    let (d, _) = key_domain_of(&parse_field_mappings(
+        &Value::Null,
+        &key_fields(&["x.keyword"]),
+    ));
+    assert_eq!(
+        d.columns[0].ty,
+        crate::key_domain::ColumnType::Keyword {
+            ignore_above: Some(256),
+            lowercase: false
+        }
+    );
+}
+
+fn keyword_domain(limit: Option<u32>) -> KeyDomain {
+    use crate::key_domain::{ColumnType, Fraction, KeyColumn};
+    KeyDomain {
+        columns: vec![KeyColumn {
+            name: "domain.keyword".into(),
+            declared: "keyword".into(),
+            ty: ColumnType::Keyword {
+                ignore_above: limit,
+                lowercase: false,
+            },
+            collation: None,
+        }],
+        fraction: Fraction::Truncate,
+    }
+}
+
+/// The decoder keeps the limits the audit started with: a key it let through under them
+/// that a later mapping check cannot index (ignore_above lowered) is an error for the
+/// batch — unknown, retried — never a count of 0 that reads it as lost. A raised or
+/// unchanged limit asks as before.
+#[test]
+fn a_key_over_a_limit_lowered_since_start_is_an_error_not_zero_found() {
+    let mut t = target();
+    t.key_fields = vec!["domain.keyword".into()];
+    let sink = ElasticsearchSink::new(
+        "http://127.0.0.1:9",
+        EsAuth::None,
+        None,
+        t,
+        Duration::from_secs(1),
+    )
+    .expect("sink");
+    let long = crate::record::Key::new(["d".repeat(300)]);
+    let short = crate::record::Key::new(["d".repeat(100)]);
+    // Nothing learned (a verifier used without key_domain): no check.
+    assert!(sink.check_key_limits(&[&long]).is_ok());
+    *sink.learned_keys.lock().unwrap() = Some(keyword_domain(None));
+    sink.note_key_mapping(keyword_domain(None));
+    assert!(sink.check_key_limits(&[&long]).is_ok());
+    // The mapping gains ignore_above 256: the 300-character key cannot be asked.
+    sink.note_key_mapping(keyword_domain(Some(256)));
+    match sink.check_key_limits(&[&short, &long]) {
+        Err(SinkError::Rejected(m)) => {
+            assert!(
+                m.contains("`domain.keyword`") && m.contains("ignore_above 256"),
+                "{m}"
+            );
+            assert!(m.contains("restart"), "{m}");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(sink.check_key_limits(&[&short]).is_ok());
+    // Started at 256 (the decoder filtered longer values): a later 256 or 1024 is fine.
+    *sink.learned_keys.lock().unwrap() = Some(keyword_domain(Some(256)));
+    sink.note_key_mapping(keyword_domain(Some(1024)));
+    assert!(sink.check_key_limits(&[&long]).is_ok());
+}

@@ -25,6 +25,39 @@ impl Verifier for ElasticsearchSink {
         check_complete(&v)
     }
 
+    async fn key_domain(&self) -> Result<Option<KeyDomain>, SinkError> {
+        if self.target.key_fields.is_empty() {
+            return Ok(None);
+        }
+        let (domain, notes) = self.read_key_mapping().await?;
+        for n in &notes {
+            tracing::warn!(index = %self.target.index, "{n}");
+        }
+        for c in &domain.columns {
+            if let crate::key_domain::ColumnType::Keyword {
+                ignore_above: Some(limit),
+                ..
+            } = c.ty
+            {
+                tracing::info!(
+                    index = %self.target.index,
+                    field = %c.name,
+                    ignore_above = limit,
+                    "a record whose key value in this field is longer than ignore_above is \
+                     not indexed by the server: counted filtered{{reason=\"unconvertible_key\"}} \
+                     (unverifiable), never missing"
+                );
+            }
+        }
+        if let Ok(mut g) = self.learned_keys.lock() {
+            *g = Some(domain.clone());
+        }
+        if let Ok(mut g) = self.current_keys.lock() {
+            *g = Some(domain.clone());
+        }
+        Ok(Some(domain))
+    }
+
     async fn count_offsets(
         &self,
         tp: &TopicPartition,
@@ -70,6 +103,7 @@ impl Verifier for ElasticsearchSink {
             )));
         }
         self.checked(FieldSet::Keys, async {
+            self.check_key_limits(keys)?;
             let strings = self
                 .key_fields_are_strings
                 .lock()
