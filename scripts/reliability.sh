@@ -45,6 +45,7 @@ mapfile -t it_bound < <(bound_names_in "--test it" | grep -E '^(faults|multi|inp
 start=$SECONDS
 rc=0
 cargo test --no-fail-fast --features services --test it -- faults:: multi:: input:: verdicts \
+  typed_keys:: upsert_keys:: \
   "${skips[@]}" || rc=$?
 cargo test --no-fail-fast --features services --test faults_private || rc=$?
 cargo test --no-fail-fast --features services --test security || rc=$?

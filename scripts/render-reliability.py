@@ -42,6 +42,7 @@ CATALOGUE = [
     ("shared_key_two_partitions", "13.1", "one key on two partitions (a DNS A and AAAA answer in one second), both rows written, the pipeline committed past both"),
     ("shared_key_commits_in_steps", "13.2", "keys carried by two records each, rows written first, commits one offset per round; one row never written"),
     ("misspelt_pipeline_group", "13.5", "pipeline_group misspelt by one letter while the pipeline lags 3x grace"),
+    ("upsert_key_shared_rows", "34.1", "key_columns on the seed DDL with `PRIMARY KEY (client_ip, domain, time)`, written with `INSERT … ON DUPLICATE KEY UPDATE` (a Doris UNIQUE KEY table, Flink's JDBC upsert mode): 48 records on 2 partitions, 8 sharing another record's key (one row between them), 2 records dropped"),
     ("typed_key_datetime_milliseconds", "34.2", "key_columns on the README's seed DDL (`time DATETIME`): 30 record times with milliseconds, which MariaDB truncates on INSERT; 2 records dropped"),
     ("typed_key_two_datetime_spellings", "34.2", "two spellings of one DATETIME (`T` and space) in one key batch, both rows written; one other record dropped"),
     ("es_key_over_ignore_above", "34.5", "key_columns on the `.keyword` sub-fields of a dynamically mapped OpenSearch index (`ignore_above` 256): 5 of 10 records carry a 300-character domain the server does not index; one long and one short record dropped"),

@@ -7,6 +7,7 @@
 //! beyond the first of its key read as a `shared_key` loss that never turned late; the audit
 //! now reads the table's model (`presence`) and one row confirms every record of its key.
 
+use crate::faults::record;
 use crate::support::*;
 use std::time::Duration;
 
@@ -74,7 +75,22 @@ async fn records_sharing_a_key_in_an_upsert_table_are_not_lost() {
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let reported = gap_tuples(&api_gaps(&auditor).await);
-    assert_eq!(reported, vec![(0, 10, 10, 1), (1, 10, 10, 1)]);
+    let expected = [(0, 10, 10, 1), (1, 10, 10, 1)];
+    let lost: u64 = (0..2).map(|p| auditor.lost(topic, p)).sum();
+    record(
+        "upsert_key_shared_rows",
+        1,
+        2,
+        &expected,
+        &reported,
+        lost,
+        format!(
+            "48 records on 2 partitions into a PRIMARY KEY table written with upserts, 8 \
+             sharing another record's key, 2 dropped: lost {lost}, duplicated {}",
+            (0..2).map(|p| auditor.duplicated(topic, p)).sum::<u64>()
+        ),
+    );
+    assert_eq!(reported, expected.to_vec());
     for p in 0..2 {
         assert_eq!(
             (
