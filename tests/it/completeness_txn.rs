@@ -58,7 +58,7 @@ async fn a_quiet_transactional_partition_completes() {
         vec![0, 1, 2, 3, 4]
     );
     assert_eq!(
-        watermarks(&topic, 0).1,
+        log_end_reaching(&topic, 0, 6).await,
         6,
         "partition 0's log ends in the commit marker"
     );
@@ -111,7 +111,7 @@ async fn aborted_transactions_are_holes_never_loss_nor_unverifiable() {
     committed.extend(more);
     assert_eq!(txn.abort(0, &dns_lines(7..9)).await, vec![10, 11]);
     assert_eq!(
-        watermarks(&topic, 0).1,
+        log_end_reaching(&topic, 0, 13).await,
         13,
         "the log ends in the abort marker"
     );

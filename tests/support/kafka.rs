@@ -197,6 +197,25 @@ impl MockKafka {
     }
 }
 
+/// The log end of a partition once it reaches `end` (polled for up to 30 s), or the last
+/// one seen. A transaction's commit or abort marker is written by the transaction
+/// coordinator after `commit_transaction` returns (Kafka's WriteTxnMarkers is
+/// asynchronous), and a read_committed watermark query (librdkafka's default isolation)
+/// answers the last stable offset, which moves past the transaction only then.
+pub async fn log_end_reaching(topic: &str, partition: i32, end: i64) -> i64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (t, p) = (topic.to_string(), partition);
+        let seen = tokio::task::spawn_blocking(move || watermarks(&t, p).1)
+            .await
+            .expect("watermark task");
+        if seen >= end || std::time::Instant::now() >= deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// (log start, log end) of a partition on the test broker.
 pub fn watermarks(topic: &str, partition: i32) -> (i64, i64) {
     let c: BaseConsumer = ClientConfig::new()
