@@ -1,10 +1,11 @@
-//! The Elasticsearch verifier end to end: tansu (Kafka protocol) and noida-db, an
-//! Elasticsearch-8-API-compatible server started by `scripts/test-env.sh` — API-compatible,
-//! NOT Elasticsearch itself (see tests/es_support/mod.rs for what that does and does not
-//! prove). Own test binary: the outage test (tests/es_outage.rs) stops the shared server.
+//! The Elasticsearch verifier end to end: the test broker (Apache Kafka 4.4) and a real
+//! OpenSearch 2.19 node, both started by `scripts/test-env.sh` (see tests/es_support/mod.rs
+//! for what OpenSearch does and does not prove about Elasticsearch). Own test binary: the
+//! outage test (tests/es_outage.rs) stops the shared server.
 //!
-//! Broker behaviour relied on (tansu 0.6.0): records sent one per batch get contiguous,
-//! acknowledged offsets, so "restart from latest" seeks to the end the test knows.
+//! Broker behaviour relied on: records sent one per batch without transactions get
+//! contiguous, acknowledged offsets, so "restart from latest" seeks to the end the test
+//! knows.
 
 #[path = "it/support.rs"]
 mod support;
@@ -463,8 +464,8 @@ fn rejection<T: std::fmt::Debug>(r: Result<T, gap_auditor::sink::SinkError>) -> 
 /// A queried field that is not in the index mapping, or is mapped `text`, is a clear error
 /// naming the field and the index — never "0 found" (which made all 20 documents read as
 /// missing). A fitting field (the `.keyword` sub-field of a dynamically mapped string)
-/// answers exactly. Direct verifier calls against noida-db, which answers `_field_caps` as
-/// Elasticsearch does.
+/// answers exactly. Direct verifier calls against the OpenSearch node, whose `_field_caps`
+/// answers as Elasticsearch's does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unmapped_or_text_fields_are_rejected_not_zero_found() {
     use gap_auditor::gap::TopicPartition;

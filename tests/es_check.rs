@@ -1,8 +1,7 @@
 //! `gap-auditor check` with `match.strategy = "doc_id"` against the Elasticsearch API (issue
-//! 13, item 6), driven through the real binary: tansu (Kafka protocol) and noida-db, an
-//! Elasticsearch-8-API-compatible server started by `scripts/test-env.sh` — API-compatible,
-//! NOT Elasticsearch itself (see tests/es_support/mod.rs for what that does and does not
-//! prove). Its own test binary, beside tests/es.rs, which it shares fixtures with.
+//! 13, item 6), driven through the real binary: the test broker (Apache Kafka 4.4) and the
+//! OpenSearch 2.19 node started by `scripts/test-env.sh` (see tests/es_support/mod.rs for
+//! what that does and does not prove about Elasticsearch). Its own test binary, beside tests/es.rs, which it shares fixtures with.
 
 #[path = "it/support.rs"]
 mod support;
@@ -24,10 +23,10 @@ use support::*;
 /// list exactly those 6 offsets (5 gaps: 11–12 are one), 34 confirmed, 6 lost.
 ///
 /// Broker behaviour relied on: `check` clamps `--to` to the high watermark from ListOffsets,
-/// which tansu reports as the first offset of the LAST batch + 1; every record is sent as its
-/// own batch, so the watermark is 40. `check` applies the daemon's due rule (the pipeline
-/// group's commit, 40 here, and `grace`, waited out before the run). noida-db's `_mget` is
-/// always current, and the stand-in writes with `refresh=true` anyway.
+/// one past the last record; every record is sent as its own batch, so the watermark is
+/// 40. `check` applies the daemon's due rule (the pipeline
+/// group's commit, 40 here, and `grace`, waited out before the run). `_mget` is real-time (it
+/// reads the translog, no refresh needed), and the stand-in writes with `refresh=true` anyway.
 ///
 /// What the old code did wrong, and why this fails if the fix is reverted: `check` tagged
 /// records without their coordinates (`Decoder::tag` on the payload only, where the daemon

@@ -1,5 +1,5 @@
-//! Elasticsearch outage: the test server (noida-db, Elasticsearch-API-compatible, not
-//! Elasticsearch) really stopped and started again with `scripts/es-ctl.sh`. Its own test
+//! Elasticsearch outage: the test server (the OpenSearch 2.19 node of
+//! `scripts/test-env.sh`) really stopped and started again with `scripts/es-ctl.sh`. Its own test
 //! binary, because it stops the server every ES test shares (cargo runs test binaries one
 //! after another).
 //!

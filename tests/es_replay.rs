@@ -1,5 +1,5 @@
-//! `gap-auditor replay --to-sink` into Elasticsearch (noida-db, the Elasticsearch-8-API
-//! server of `scripts/test-env.sh`; see tests/es_support/mod.rs): the seed incident leaves
+//! `gap-auditor replay --to-sink` into Elasticsearch (the OpenSearch 2.19 node of
+//! `scripts/test-env.sh`; see tests/es_support/mod.rs): the seed incident leaves
 //! the gap {1,2}; the real binary writes the 2 documents with `_bulk` `create` and the
 //! audit's document ids; the daemon (in process) marks the gap `repaired`; a second replay
 //! writes nothing. Own binary so that it does not run while tests/es_outage.rs stops the

@@ -5,7 +5,7 @@
 //! the MySQL password in the sink URL, the Elasticsearch password in its URL, an
 //! Elasticsearch API key, a librdkafka `sasl.password` (with librdkafka's own `debug=conf`
 //! logging on, which dumps the client configuration), and the API token (from the
-//! environment) — under `GAP_AUDITOR_LOG=debug` (and `RUST_LOG=debug`), against the real tansu, MariaDB and noida-db. One
+//! environment) — under `GAP_AUDITOR_LOG=debug` (and `RUST_LOG=debug`), against the real Kafka broker, MariaDB and OpenSearch. One
 //! audit's sink refuses the login (wrong password), so the error paths log too. Every
 //! secret, and the Base64 forms that would appear if an `Authorization` header were logged,
 //! is then searched for in stdout, stderr and every HTTP answer.
@@ -153,7 +153,7 @@ fn config(s: &Scenario, user: &str, index: &str, listen: SocketAddr) -> String {
     let ok_url = format!("mysql://{user}:{MYSQL_PW}@{rest}");
     let bad_url = format!("mysql://{user}:{MYSQL_BAD_PW}@{rest}");
     let es = std::env::var("GAP_AUDITOR_TEST_ES")
-        .expect("GAP_AUDITOR_TEST_ES is not set: run scripts/test.sh (it starts noida-db)");
+        .expect("GAP_AUDITOR_TEST_ES is not set: run scripts/test.sh (it starts OpenSearch)");
     let es_basic = es.replacen("://", &format!("://elastic:{ES_PW}@"), 1);
     // Every audit reads the same records; only its sink and credentials differ.
     let audit = |name: &str| {

@@ -1,18 +1,19 @@
 //! Fixtures for the Elasticsearch tests (tests/es.rs, tests/es_outage.rs).
 //!
-//! The server is **noida-db**, started by `scripts/test-env.sh` at `GAP_AUDITOR_TEST_ES`: a
-//! single binary that answers the Elasticsearch 8 REST API (it reports version 8.15). It is
-//! API-compatible, NOT Elasticsearch: passing here shows that the verifier sends correct
-//! Elasticsearch requests and reads the answers right; behaviour that only a real cluster
-//! has (several shards, replicas, search-idle refresh) is covered by the unit tests with
-//! fixtures from Elasticsearch's documentation (src/sink/elasticsearch/tests.rs).
+//! The server is a real **OpenSearch 2.19** node (one JVM, scripts/opensearch), started by
+//! `scripts/test-env.sh` at `GAP_AUDITOR_TEST_ES`. OpenSearch is the Elasticsearch 7.10 fork
+//! and answers the APIs the verifier uses (`_mget`, `_search` with `track_total_hits`,
+//! `filters`, `histogram`, `search_after`, `_field_caps`, `_mapping`, `_bulk`) as
+//! Elasticsearch does; Elasticsearch 8 itself is not run here. Behaviour that only a larger
+//! cluster has (several nodes, replicas) is covered by the unit tests with fixtures from
+//! Elasticsearch's documentation (src/sink/elasticsearch/tests.rs).
 //!
 //! [`EsPipeline`] is the pipeline stand-in (Flink's Elasticsearch sink or Kafka Connect):
 //! it reads with the pipeline's consumer group, writes documents with `_bulk?refresh=true`
 //! and only then commits, like a sink that flushes before its checkpoint completes. The
 //! explicit refresh makes each write visible before the commit that passes it, so the tests
-//! do not depend on the server's refresh timing (noida-db refreshes more slowly as an index
-//! grows); a real deployment gets the same guarantee from `grace` > refresh_interval +
+//! do not depend on the server's refresh timing (OpenSearch refreshes every second by
+//! default); a real deployment gets the same guarantee from `grace` > refresh_interval +
 //! the pipeline's flush interval (docs/SEMANTICS.md). Every bulk answer is read item by
 //! item: a `_bulk` answers 200 even when items fail.
 
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 /// Base URL of the test server. Fails loudly: these tests need it.
 pub fn es_url() -> String {
     std::env::var("GAP_AUDITOR_TEST_ES").expect(
-        "GAP_AUDITOR_TEST_ES is not set: run scripts/test.sh (scripts/test-env.sh starts noida-db)",
+        "GAP_AUDITOR_TEST_ES is not set: run scripts/test.sh (scripts/test-env.sh starts OpenSearch)",
     )
 }
 
