@@ -479,10 +479,7 @@ impl MatchConfig {
             MatchStrategy::OffsetColumns if self.topic_column.is_some() => ALL.to_vec(),
             MatchStrategy::OffsetColumns => vec!["partition", "offset"],
             MatchStrategy::DocId => match crate::template::placeholders(self.id_template()) {
-                Ok(names) => ALL
-                    .into_iter()
-                    .filter(|c| names.contains(c))
-                    .collect(),
+                Ok(names) => ALL.into_iter().filter(|c| names.contains(c)).collect(),
                 Err(_) => ALL.to_vec(),
             },
         }

@@ -69,16 +69,7 @@ pub(super) async fn repair(
                 .with_context(|| format!("cannot mark gap {id} replayed"))?;
         }
     }
-    let result = replay(
-        config,
-        spec,
-        store,
-        target,
-        &req.dest,
-        req.dry_run,
-        sink,
-    )
-    .await;
+    let result = replay(config, spec, store, target, &req.dest, req.dry_run, sink).await;
     let mut notes = Vec::new();
     let written = result.as_ref().map_or(0, |r| r.counts().0);
     if marked_here

@@ -140,7 +140,10 @@ fn to_topic_is_refused_where_coordinates_identify_rows_and_no_mapping_is_declare
     let coordinate_ids = config("format = \"json\"", r#"strategy = "doc_id""#, ES);
     let audit = &coordinate_ids.config().audits[0];
     let e = check_destination(audit, &to("repair")).expect_err("default {topic}+…");
-    assert!(e.to_string().contains("{topic}+{partition}+{offset}"), "{e}");
+    assert!(
+        e.to_string().contains("{topic}+{partition}+{offset}"),
+        "{e}"
+    );
     let field_ids = config(
         "format = \"json\"",
         "strategy = \"doc_id\"\nid_template = \"{key}-{domain}\"",
@@ -179,6 +182,7 @@ fn a_gap_replayed_and_not_confirmed_refuses_a_second_replay_without_force() {
         pipeline_commit_to: None,
         pipeline_commit_at: None,
         shared_key: false,
+        replayed_at: None,
     };
     let last = crate::store::ReplayRecord {
         at,

@@ -28,6 +28,7 @@ fn gap(audit: &str, partition: i32, first: Offset, detected: i64, state: GapStat
         pipeline_commit_to: None,
         pipeline_commit_at: None,
         shared_key: false,
+        replayed_at: None,
     }
 }
 
@@ -1082,7 +1083,9 @@ fn replays_are_logged_and_the_last_write_of_a_gap_is_found() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let g = gap("a", 0, 2, 0, GapState::Open);
-    store.commit_round("a", &[g.clone()], &[]).unwrap();
+    store
+        .commit_round("a", std::slice::from_ref(&g), &[])
+        .unwrap();
     let base = ReplayRecord {
         at: ts(10),
         gap_id: Some(g.id.clone()),
@@ -1147,6 +1150,14 @@ fn replays_are_logged_and_the_last_write_of_a_gap_is_found() {
     assert_eq!(wrote.destination(), "topic repair");
     assert!(store.replays_of_gap("nope").unwrap().is_empty());
     store.mark_replayed(&g.id).unwrap();
-    assert!(store.replayed_at(&g.id).unwrap().is_some());
+    let at = store.replayed_at(&g.id).unwrap();
+    assert!(at.is_some());
     assert_eq!(store.replayed_at("nope").unwrap(), None);
+    // Shown with the gap (/api/gaps, `gaps --format json`).
+    assert_eq!(store.get_gap(&g.id).unwrap().unwrap().replayed_at, at);
+    let listed = store.list_gaps(&GapFilter {
+        state: StateFilter::All,
+        audit: None,
+    });
+    assert_eq!(listed.unwrap()[0].replayed_at, at);
 }

@@ -176,7 +176,10 @@ async fn replay_to_topic_is_refused_for_offset_columns_without_the_origin_mappin
             assert!(err.contains(needle), "{extra:?}: `{needle}` not in {err}");
         }
     }
-    let (code, out, err) = run_replay(&config, &["--gap", id.as_str(), "--to-topic", s.topic.as_str()]);
+    let (code, out, err) = run_replay(
+        &config,
+        &["--gap", id.as_str(), "--to-topic", s.topic.as_str()],
+    );
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("is a topic the audit reads"), "{err}");
     assert_eq!(watermarks(&repair, 0).1, 0, "nothing re-produced");
@@ -215,6 +218,11 @@ async fn replay_to_topic_with_the_origin_mapped_repairs_the_gap_once() {
         assert!(err.contains(&needle), "`{needle}` not in {err}");
     }
     assert_eq!(watermarks(&repair, 0).1, 2, "refused: nothing re-produced");
+    let marked = auditor.store.get_gap(&id).expect("store").expect("gap");
+    assert!(
+        marked.replayed_at.is_some(),
+        "shown with the gap: {marked:?}"
+    );
 
     s.pipeline()
         .reading(&repair)
@@ -237,7 +245,10 @@ async fn replay_to_topic_with_the_origin_mapped_repairs_the_gap_once() {
                 .any(|g| g.id == id && g.state == GapState::Repaired)
         })
         .await;
-    assert_eq!(auditor.counter(&auditor.metrics.records_late, &s.topic, 0), 2);
+    assert_eq!(
+        auditor.counter(&auditor.metrics.records_late, &s.topic, 0),
+        2
+    );
 
     let log = auditor.store.replays_of_gap(&id).expect("replay log");
     let got: Vec<_> = log

@@ -670,5 +670,9 @@ fn identifying_coordinates_per_strategy() {
     m.id_template = Some("{key}|{domain}".into());
     assert!(m.identifying_coordinates().is_empty());
     m.id_template = Some("{offset".into());
-    assert_eq!(m.identifying_coordinates().len(), 3, "unparseable: assume all");
+    assert_eq!(
+        m.identifying_coordinates().len(),
+        3,
+        "unparseable: assume all"
+    );
 }

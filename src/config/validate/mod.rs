@@ -389,8 +389,7 @@ impl AuditConfig {
     /// `[audits.replay]`: the origin mapping is declared only where coordinates identify
     /// rows; elsewhere it would claim something nothing reads, and hide a misunderstanding.
     fn validate_replay(&self, p: &str) -> Result<(), ConfigError> {
-        if self.replay.pipeline_maps_origin && self.matching.identifying_coordinates().is_empty()
-        {
+        if self.replay.pipeline_maps_origin && self.matching.identifying_coordinates().is_empty() {
             let how = match self.matching.strategy {
                 MatchStrategy::DocId => format!(
                     "match.id_template `{}` uses no Kafka coordinate",
