@@ -104,6 +104,26 @@ fn gaps_and_ack_work_on_the_store() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v[0]["first_offset"], 2);
     assert_eq!(v[0]["missing_records"], 2);
+    assert_eq!(v[0]["replayed_at"], serde_json::Value::Null);
+
+    // A replayed gap shows when (still open: not confirmed yet).
+    assert!(store.mark_replayed("dns_logs:test:0:2").expect("mark"));
+    let at = store
+        .get_gap("dns_logs:test:0:2")
+        .expect("get")
+        .and_then(|g| g.replayed_at)
+        .expect("marked");
+    let (_, out, _) = run(bin().args(["gaps", "-c", EXAMPLE]).env(env.0, env.1));
+    assert!(out.contains("REPLAYED"), "{out}");
+    assert!(
+        out.contains(&at.format("%Y-%m-%d %H:%M:%S").to_string()),
+        "{out}"
+    );
+    let (_, out, _) = run(bin()
+        .args(["gaps", "-c", EXAMPLE, "--format", "json"])
+        .env(env.0, env.1));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert!(v[0]["replayed_at"].is_string(), "{v}");
 
     let (code, _, err) = run(bin()
         .args([
