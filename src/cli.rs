@@ -145,6 +145,14 @@ pub enum Cmd {
     /// Exits 0 when every record is written or already present, 1 when some could not be
     /// written, 2 on an error — including offsets Kafka already deleted (the gap is then
     /// marked unrecoverable). A replayed gap turns `repaired` once the daemon confirms it.
+    ///
+    /// Refused up front (exit 2, with the reason) when the auditor could never confirm the
+    /// repair: --to-topic for an audit whose rows are found by Kafka coordinates
+    /// (offset_columns, a doc_id template with {topic}/{partition}/{offset}) unless the
+    /// pipeline maps the `gap-auditor.origin` header to them ([audits.replay]
+    /// pipeline_maps_origin), and --to-topic into a topic the audit reads itself. A gap
+    /// replayed before and not confirmed yet is refused without --force. Every replay is
+    /// logged in the store (state.path).
     #[command(group(clap::ArgGroup::new("what").required(true).args(["gap", "audit"])))]
     #[command(group(clap::ArgGroup::new("dest").required(true).args(["to_topic", "to_sink"])))]
     Replay(ReplayArgs),
@@ -225,7 +233,10 @@ pub struct ReplayArgs {
     /// Inclusive offset range A-B.
     #[arg(long, value_parser = gap_auditor::replay::parse_offsets)]
     pub offsets: Option<(i64, i64)>,
-    /// Re-produce to this topic (with a `gap-auditor.origin` header).
+    /// Re-produce to this topic, a repair topic the pipeline also reads, each record with a
+    /// `gap-auditor.origin` header (topic/partition/offset of the lost record). For
+    /// offset_columns and coordinate doc ids the pipeline must write that header into the
+    /// coordinate columns / doc id (docs/OPERATOR.md), or the replay is refused.
     #[arg(long)]
     pub to_topic: Option<String>,
     /// Write into the audit's sink (MySQL/Doris INSERT).
@@ -234,6 +245,12 @@ pub struct ReplayArgs {
     /// Show what would be written; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Replay a gap again although its last replay is not confirmed yet (the gap is still
+    /// open). Without it such a replay is refused: through a repair topic the pipeline may
+    /// still be writing the first copy. Still writes only what the sink lacks right now;
+    /// check with --dry-run first.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `--format`: how results are printed.

@@ -260,12 +260,16 @@ async fn tell(
         "\nreplay   : gap-auditor replay --gap {} --to-sink   (the replay code, into the simulated table)",
         gap.id
     );
-    // Marked before the write: a verify round between the write and the mark would find the
-    // records first and settle the gap as `late`, for good.
-    store.mark_replayed(&gap.id)?;
+    // The replay as the CLI runs it: marked before the write (a verify round between the
+    // write and the mark would settle the gap `late` for good) and logged in the store.
     let table = AnySink::Memory(sink.clone());
-    let replayed =
-        replay::run_with(config, store, &target, &Destination::Sink, false, &table).await?;
+    let req = replay::Request {
+        target: target.clone(),
+        dest: Destination::Sink,
+        dry_run: false,
+        force: false,
+    };
+    let replayed = replay::run_with(config, store, &req, &table).await?;
     let mut written = 0;
     for o in &replayed.outcomes {
         let line = match o {
@@ -288,6 +292,12 @@ async fn tell(
         written == gap.missing_records,
         "replay wrote {written} of the gap's {} records",
         gap.missing_records
+    );
+    // Logged as the CLI logs it: the demo exercises the same bookkeeping.
+    anyhow::ensure!(
+        store.last_write_of_gap(&gap.id)?.is_some(),
+        "the replay of gap {} is not in the store's replay log",
+        gap.id
     );
     println!("auditor  : re-checks the gap's records in the sink...");
     let repaired = until("the auditor to confirm the repair", cancel, || {

@@ -161,6 +161,12 @@ pub struct Gap {
     /// records is the absent one; the gap names the shortfall's position by offset order.
     #[serde(default)]
     pub shared_key: bool,
+    /// When `gap-auditor replay` last marked the gap replayed (set before it writes): the
+    /// gap turns `repaired` once the daemon confirms its records; while it is still `open`,
+    /// another replay of it is refused without `--force`. Kept by the store only; the
+    /// daemon's own copies leave it `None`.
+    #[serde(default)]
+    pub replayed_at: Option<DateTime<Utc>>,
 }
 
 impl Gap {

@@ -46,8 +46,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 mod documents;
+pub mod guard;
+mod repair;
 mod sink;
 mod topic;
+
+pub use guard::Refusal;
+pub use repair::Request;
 
 #[cfg(test)]
 use sink::insert_statement;
@@ -128,6 +133,10 @@ pub enum ReplayError {
         /// The partition's log start offset.
         log_start: Offset,
     },
+    /// Refused before anything was read: a repair the auditor could never confirm, or a
+    /// gap replayed and not confirmed yet (see [`guard`]).
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     /// Anything else.
     #[error(transparent)]
     Other(#[from] anyhow::Error),
@@ -155,19 +164,19 @@ struct Record {
     headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
-/// Replays `target` to `dest`. Returns one outcome per offset read.
+/// Runs `req`: refuses what could never be confirmed (or a gap replayed and not confirmed
+/// yet, without `force`), replays the target, marks and records it in `store`
+/// ([`repair::repair`]). Returns one outcome per offset read.
 pub async fn run(
     config: &Validated,
     store: &crate::store::Store,
-    target: &Target,
-    dest: &Destination,
-    dry_run: bool,
+    req: &Request,
 ) -> Result<Replayed, ReplayError> {
-    let (audit, spec) = config
-        .audit(&target.audit)
-        .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
-    let sink = crate::sink::build_sink(&audit.name, spec)?;
-    replay(config.config(), spec, store, target, dest, dry_run, &sink).await
+    let (_, spec) = config
+        .audit(&req.target.audit)
+        .with_context(|| format!("no audit named {:?} in the configuration", req.target.audit))?;
+    let sink = crate::sink::build_sink(&req.target.audit, spec)?;
+    repair::repair(config.config(), spec, store, req, &sink).await
 }
 
 /// Like [`run`], against a sink the caller built (the demo's in-process table), for a
@@ -175,18 +184,16 @@ pub async fn run(
 pub async fn run_with(
     config: &Config,
     store: &crate::store::Store,
-    target: &Target,
-    dest: &Destination,
-    dry_run: bool,
+    req: &Request,
     sink: &AnySink,
 ) -> Result<Replayed, ReplayError> {
     let audit = config
-        .audit(&target.audit)
-        .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
+        .audit(&req.target.audit)
+        .with_context(|| format!("no audit named {:?} in the configuration", req.target.audit))?;
     let spec = audit
         .validate(&format!("audits.{}", audit.name))
         .context("invalid configuration")?;
-    replay(config, &spec, store, target, dest, dry_run, sink).await
+    repair::repair(config, &spec, store, req, sink).await
 }
 
 /// [`run`] once the audit's sink is built; `spec` is the audit's, `sink` built from it (or

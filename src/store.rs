@@ -39,17 +39,20 @@ mod items;
 mod key_chunk;
 mod keys;
 mod progress;
+mod replays;
 mod schema;
 
 use gaps::{GAP_COLUMNS, RawGap};
 use items::{ItemError, read_items, replace_items, write_items};
 use keys::write_key_claims;
 pub use keys::{KeyClaims, StoredKeys};
+pub use replays::ReplayRecord;
 use schema::{SCHEMA_VERSION, migrate};
 // The tests build files of older versions from the same batches.
 #[cfg(test)]
 use schema::{
     SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
+    SCHEMA_V9,
 };
 
 /// File name of the store inside the state directory.

@@ -104,6 +104,26 @@ fn gaps_and_ack_work_on_the_store() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v[0]["first_offset"], 2);
     assert_eq!(v[0]["missing_records"], 2);
+    assert_eq!(v[0]["replayed_at"], serde_json::Value::Null);
+
+    // A replayed gap shows when (still open: not confirmed yet).
+    assert!(store.mark_replayed("dns_logs:test:0:2").expect("mark"));
+    let at = store
+        .get_gap("dns_logs:test:0:2")
+        .expect("get")
+        .and_then(|g| g.replayed_at)
+        .expect("marked");
+    let (_, out, _) = run(bin().args(["gaps", "-c", EXAMPLE]).env(env.0, env.1));
+    assert!(out.contains("REPLAYED"), "{out}");
+    assert!(
+        out.contains(&at.format("%Y-%m-%d %H:%M:%S").to_string()),
+        "{out}"
+    );
+    let (_, out, _) = run(bin()
+        .args(["gaps", "-c", EXAMPLE, "--format", "json"])
+        .env(env.0, env.1));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert!(v[0]["replayed_at"].is_string(), "{v}");
 
     let (code, _, err) = run(bin()
         .args([
@@ -297,5 +317,50 @@ fn version_carries_the_git_revision() {
             .status()
             .expect("git cat-file");
         assert!(known.success(), "{rev} is no commit of this repository");
+    }
+}
+
+/// `replay --to-topic` for an Elasticsearch audit whose document ids are built from Kafka
+/// coordinates (the default `{topic}+{partition}+{offset}`) is refused before anything is
+/// read or connected (SPEC guarantee 11): exit 2, the template named, what to do instead.
+/// `replay --help` teaches the rule and `--force`.
+#[test]
+fn replay_to_topic_is_refused_up_front_for_coordinate_doc_ids() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("es.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[kafka]\nbrokers = \"127.0.0.1:1\"\n[state]\npath = \"{}\"\n\
+             [[audits]]\nname = \"es_logs\"\ntopics = [\"logs\"]\n[audits.record]\n\
+             format = \"json\"\n[audits.match]\nstrategy = \"doc_id\"\n[audits.sink]\n\
+             kind = \"elasticsearch\"\nurl = \"http://127.0.0.1:1\"\nindex = \"logs\"\n",
+            dir.path().join("state").display()
+        ),
+    )
+    .expect("config");
+    let (code, out, err) = run(bin().arg("replay").arg("-c").arg(&config).args([
+        "--audit",
+        "es_logs",
+        "--partition",
+        "0",
+        "--offsets",
+        "2-3",
+        "--to-topic",
+        "repair",
+    ]));
+    assert_eq!(code, 2, "{out}{err}");
+    for needle in [
+        "refused for audit es_logs",
+        "match.id_template `{topic}+{partition}+{offset}`",
+        "the document id",
+        "pipeline_maps_origin = true",
+    ] {
+        assert!(err.contains(needle), "`{needle}` not in {err}");
+    }
+    let (code, out, _) = run(bin().args(["replay", "--help"]));
+    assert_eq!(code, 0);
+    for needle in ["--force", "pipeline_maps_origin", "gap-auditor.origin"] {
+        assert!(out.contains(needle), "replay --help names {needle}:\n{out}");
     }
 }

@@ -286,11 +286,17 @@ async fn replay_of_deleted_offsets_is_refused_and_the_gap_is_unrecoverable() {
     let toml = ConfigToml::new(&kafka.brokers)
         .state_path(state.path())
         .audit(support::unreachable_sink_audit());
-    std::fs::write(&config, toml.render()).expect("config");
+    // A repair topic the pipeline maps the origin header from: an offset_columns replay
+    // into the audited topic itself is refused before Kafka is read.
+    let toml = format!(
+        "{}[audits.replay]\npipeline_maps_origin = true\n",
+        toml.render()
+    );
+    std::fs::write(&config, toml).expect("config");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
         .args(["replay", "-c"])
         .arg(&config)
-        .args(["--gap", &gap.id, "--to-topic", "t"])
+        .args(["--gap", &gap.id, "--to-topic", "repair"])
         .output()
         .expect("run replay");
     let err = String::from_utf8_lossy(&out.stderr);

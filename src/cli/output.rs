@@ -50,9 +50,10 @@ pub(super) fn print_gaps(gaps: &[Gap], format: Format) {
         println!("no gaps");
         return;
     }
+    // REPLAYED: when `replay` marked the gap; with STATE open, not confirmed yet.
     println!(
-        "{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20}",
-        "ID", "PARTITION", "FIRST", "LAST", "MISSING", "STATE", "DETECTED"
+        "{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20} {:<20}",
+        "ID", "PARTITION", "FIRST", "LAST", "MISSING", "STATE", "DETECTED", "REPLAYED"
     );
     for g in gaps {
         let missing = if g.size_known {
@@ -60,15 +61,20 @@ pub(super) fn print_gaps(gaps: &[Gap], format: Format) {
         } else {
             format!("≤{}", g.missing_records)
         };
+        let replayed = g.replayed_at.map_or_else(
+            || "-".to_owned(),
+            |t| t.format("%Y-%m-%d %H:%M:%S").to_string(),
+        );
         println!(
-            "{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20}",
+            "{:<40} {:>9} {:>12} {:>12} {:>8}  {:<13} {:<20} {:<20}",
             g.id,
             format!("{}-{}", g.topic, g.partition),
             g.first_offset,
             g.last_offset,
             missing,
             g.state.as_str(),
-            g.detected_at.format("%Y-%m-%d %H:%M:%S")
+            g.detected_at.format("%Y-%m-%d %H:%M:%S"),
+            replayed
         );
     }
 }

@@ -1,7 +1,7 @@
 //! `replay`: re-read exactly the lost offsets from Kafka and write them again.
 
 use gap_auditor::config::Validated;
-use gap_auditor::replay::{self, Destination, Outcome as Record, ReplayError, Target};
+use gap_auditor::replay::{self, Destination, Outcome as Record, ReplayError, Request, Target};
 use gap_auditor::store::Store;
 
 use super::ReplayArgs;
@@ -21,6 +21,7 @@ pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
         to_topic,
         to_sink,
         dry_run,
+        force,
     } = args;
     let store = match Store::open(&cfg.state.path) {
         Ok(s) => s,
@@ -72,59 +73,18 @@ pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
         Ok(rt) => rt,
         Err(outcome) => return outcome,
     };
-    // Marked BEFORE writing: a daemon round that confirms the records between the write and
-    // a later mark would store the gap `late` for good, never `repaired`. Taken back below
-    // when nothing was written.
-    let marked_here = match (&target.gap_id, dry_run) {
-        (Some(id), false) => match store.is_replayed(id) {
-            Ok(true) => false,
-            Ok(false) => match store.mark_replayed(id) {
-                Ok(marked) => marked,
-                Err(e) => {
-                    eprintln!("error: cannot mark gap {id} replayed: {e}");
-                    return Outcome::Error;
-                }
-            },
-            Err(e) => {
-                eprintln!("error: {e}");
-                return Outcome::Error;
-            }
-        },
-        _ => false,
+    let req = Request {
+        target,
+        dest,
+        dry_run,
+        force,
     };
-    let result = rt.block_on(replay::run(valid, &store, &target, &dest, dry_run));
-    let unmark = |written: usize| {
-        if marked_here
-            && written == 0
-            && let Some(id) = &target.gap_id
-            && let Err(e) = store.clear_replayed(id)
-        {
-            eprintln!("error: cannot take back the replay mark of gap {id}: {e}");
-        }
-    };
-    if result.is_err() {
-        unmark(0);
-    }
-    let replayed = match result {
+    // The gap's mark, the refusals and the store's replay log are the library's
+    // (`replay::run`), shared with the demo.
+    let replayed = match rt.block_on(replay::run(valid, &store, &req)) {
         Ok(o) => o,
-        Err(ReplayError::Deleted {
-            tp,
-            first,
-            log_start,
-        }) => {
-            eprintln!(
-                "error: {}",
-                ReplayError::Deleted {
-                    tp: tp.clone(),
-                    first,
-                    log_start
-                }
-            );
-            if let Some(id) = &target.gap_id
-                && let Err(e) = store.mark_unrecoverable(id, chrono::Utc::now())
-            {
-                eprintln!("error: cannot mark gap {id} unrecoverable: {e}");
-            }
+        Err(e @ (ReplayError::Deleted { .. } | ReplayError::Refused(_))) => {
+            eprintln!("error: {e}");
             return Outcome::Error;
         }
         Err(e) => {
@@ -132,6 +92,7 @@ pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
             return Outcome::Error;
         }
     };
+    let target = &req.target;
     let verb = if dry_run { "would write" } else { "written" };
     let (mut written, mut failed) = (0, 0);
     for o in &replayed.outcomes {
@@ -168,7 +129,6 @@ pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
         println!("{note}");
     }
     println!("{written} record(s) {verb}, {failed} failed");
-    unmark(written);
     if failed > 0 || replayed.partial {
         Outcome::Loss
     } else {

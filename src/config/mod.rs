@@ -71,7 +71,7 @@ pub use kinds::{
     StartPosition, TimestampText,
 };
 pub use schema::{
-    AuditConfig, Config, FilterConfig, KafkaConfig, MatchConfig, RecordConfig,
+    AuditConfig, Config, FilterConfig, KafkaConfig, MatchConfig, RecordConfig, ReplayConfig,
     SchemaRegistryConfig, ServerConfig, SinkConfig, StateConfig, TIMING_PROPERTIES,
 };
 pub use secrets::{Secret, SecretUrl};

@@ -309,6 +309,23 @@ pub struct AuditConfig {
     pub matching: MatchConfig,
     /// `[audits.sink]`: the database or index the pipeline writes to.
     pub sink: SinkConfig,
+    /// `[audits.replay]`: what `gap-auditor replay` may assume about the pipeline.
+    #[serde(default)]
+    pub replay: ReplayConfig,
+}
+
+/// `[audits.replay]`: what the pipeline does with records `gap-auditor replay --to-topic`
+/// re-produces, which decides whether the auditor can ever confirm them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplayConfig {
+    /// The pipeline writes the `gap-auditor.origin` header (`topic/partition/offset` of the
+    /// lost record) into the coordinate columns (offset_columns) or the document id
+    /// (doc_id templates over `{topic}`/`{partition}`/`{offset}`) of the records it reads
+    /// from a repair topic. Default `false`: such audits refuse `replay --to-topic`, since a
+    /// re-produced record's own coordinates name the repair topic and its row could never
+    /// confirm the gap. Only for those strategies (key_columns rows keep their key anyway).
+    pub pipeline_maps_origin: bool,
 }
 
 /// `[audits.record]`: decoding of record values.
@@ -447,6 +464,25 @@ impl MatchConfig {
     /// The `doc_id` template, defaulted.
     pub fn id_template(&self) -> &str {
         self.id_template.as_deref().unwrap_or(DEFAULT_ID_TEMPLATE)
+    }
+
+    /// The Kafka coordinates (`topic`, `partition`, `offset`) that identify a record's row
+    /// or document: offset_columns' columns (`topic` with `topic_column`), the coordinate
+    /// placeholders of the doc_id template; none for key_columns. A record re-produced to
+    /// another topic gets new coordinates, so where this is not empty its row confirms the
+    /// lost record only if the pipeline carries the origin over. An unparseable template
+    /// (refused by validation) counts as all three: never assume less than may be there.
+    pub fn identifying_coordinates(&self) -> Vec<&'static str> {
+        const ALL: [&str; 3] = ["topic", "partition", "offset"];
+        match self.strategy {
+            MatchStrategy::KeyColumns => Vec::new(),
+            MatchStrategy::OffsetColumns if self.topic_column.is_some() => ALL.to_vec(),
+            MatchStrategy::OffsetColumns => vec!["partition", "offset"],
+            MatchStrategy::DocId => match crate::template::placeholders(self.id_template()) {
+                Ok(names) => ALL.into_iter().filter(|c| names.contains(c)).collect(),
+                Err(_) => ALL.to_vec(),
+            },
+        }
     }
 }
 

@@ -29,6 +29,7 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
             pipeline_commit_to: Some(20),
             pipeline_commit_at: None,
             shared_key: false,
+            replayed_at: None,
             ack_reason: Some("known".into()),
         }],
         replayed: vec![Gap::make_id("dns", "logs", 3, 10)],

@@ -104,6 +104,7 @@ fn sample_gap(audit: &str, first: i64, state: GapState) -> Gap {
         pipeline_commit_to: None,
         pipeline_commit_at: None,
         shared_key: false,
+        replayed_at: None,
     }
 }
 
@@ -259,9 +260,12 @@ async fn api_gaps_fields_and_filters() {
         "pipeline_commit_at",
         // key_columns: a missing record's key was shared by other records.
         "shared_key",
+        // Issue 35 item 3: when `replay` marked it (null: never replayed).
+        "replayed_at",
     ];
     want.sort_unstable();
     assert_eq!(keys, want);
+    assert_eq!(g["replayed_at"], Value::Null);
     assert_eq!(g["audit"], "dns logs");
     assert_eq!(g["partition"], 0);
     assert_eq!(g["first_offset"], 10);

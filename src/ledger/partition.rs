@@ -202,6 +202,7 @@ impl GapRecord {
             pipeline_commit_to: self.commit.map(|c| c.to),
             pipeline_commit_at: self.commit.and_then(|c| time(c.at_ms)),
             shared_key: self.shared_key,
+            replayed_at: None,
         }
     }
 }

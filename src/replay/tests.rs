@@ -86,3 +86,145 @@ url = "http://registry:8081""#,
         assert!(e.to_string().contains("--to-topic"), "{kind}: {e}");
     }
 }
+
+const CSV: &str = "format = \"csv\"\nfields = [\"ip\", \"domain\"]";
+const MYSQL: &str = "kind = \"mysql\"\nurl = \"mysql://u@h:3306/db\"\ntable = \"t1\"";
+const ES: &str = "kind = \"elasticsearch\"\nurl = \"http://es:9200\"\nindex = \"i\"";
+const DECLARED: &str = "\n[audits.replay]\npipeline_maps_origin = true";
+
+fn to(topic: &str) -> Destination {
+    Destination::Topic(topic.to_string())
+}
+
+/// The refusal rule of `--to-topic` (SPEC guarantee 11): where Kafka coordinates identify
+/// rows, a re-produced record's row confirms the lost one only if the pipeline maps the
+/// origin header (declared), and never from a topic the audit reads itself; keys and
+/// coordinate-free doc ids survive a re-production; `--to-sink` is never refused here.
+#[test]
+fn to_topic_is_refused_where_coordinates_identify_rows_and_no_mapping_is_declared() {
+    use guard::check_destination;
+    let offsets = config(CSV, r#"strategy = "offset_columns""#, MYSQL);
+    let audit = &offsets.config().audits[0];
+    let e = check_destination(audit, &to("repair")).expect_err("refused");
+    assert!(matches!(e, Refusal::OriginNotMapped { .. }), "{e:?}");
+    let text = e.to_string();
+    for needle in [
+        "audit a",
+        "offset_columns: `partition`, `offset`",
+        "--to-sink",
+        "pipeline_maps_origin = true",
+        "[audits.replay]",
+        "gap-auditor.origin",
+    ] {
+        assert!(text.contains(needle), "`{needle}` not in: {text}");
+    }
+    check_destination(audit, &Destination::Sink).expect("to the sink");
+    let e = check_destination(audit, &to("t")).expect_err("its own topic");
+    assert!(matches!(e, Refusal::AuditedTopic { .. }), "{e:?}");
+
+    let declared = config(
+        CSV,
+        r#"strategy = "offset_columns""#,
+        &format!("{MYSQL}{DECLARED}"),
+    );
+    let audit = &declared.config().audits[0];
+    check_destination(audit, &to("repair")).expect("the pipeline maps the origin");
+    let e = check_destination(audit, &to("t")).expect_err("its own topic, even declared");
+    assert!(matches!(e, Refusal::AuditedTopic { .. }), "{e:?}");
+
+    let keys = config(CSV, "strategy = \"key_columns\"\nkey = [\"ip\"]", MYSQL);
+    let audit = &keys.config().audits[0];
+    check_destination(audit, &to("repair")).expect("keys survive a re-production");
+    check_destination(audit, &to("t")).expect("the pipeline's input");
+
+    let coordinate_ids = config("format = \"json\"", r#"strategy = "doc_id""#, ES);
+    let audit = &coordinate_ids.config().audits[0];
+    let e = check_destination(audit, &to("repair")).expect_err("default {topic}+…");
+    assert!(
+        e.to_string().contains("{topic}+{partition}+{offset}"),
+        "{e}"
+    );
+    let field_ids = config(
+        "format = \"json\"",
+        "strategy = \"doc_id\"\nid_template = \"{key}-{domain}\"",
+        ES,
+    );
+    let audit = &field_ids.config().audits[0];
+    check_destination(audit, &to("repair")).expect("ids without coordinates");
+    check_destination(audit, &to("t")).expect("ids without coordinates");
+}
+
+/// A second replay of an open gap with a replay mark is refused, naming when and where the
+/// first went; `--force`, a dry run, a gap no longer open or never marked pass.
+#[test]
+fn a_gap_replayed_and_not_confirmed_refuses_a_second_replay_without_force() {
+    use crate::gap::{Gap, GapState};
+    use chrono::TimeZone;
+    use guard::check_again;
+    let at = chrono::Utc.with_ymd_and_hms(2026, 12, 5, 10, 0, 0).unwrap();
+    let mut gap = Gap {
+        id: "a:t:0:2".into(),
+        audit: "a".into(),
+        topic: "t".into(),
+        partition: 0,
+        first_offset: 2,
+        last_offset: 3,
+        missing_records: 2,
+        size_known: true,
+        first_timestamp: None,
+        last_timestamp: None,
+        detected_at: at,
+        state: GapState::Open,
+        unrecoverable_at: None,
+        ack_reason: None,
+        cause: Default::default(),
+        pipeline_commit_from: None,
+        pipeline_commit_to: None,
+        pipeline_commit_at: None,
+        shared_key: false,
+        replayed_at: None,
+    };
+    let last = crate::store::ReplayRecord {
+        at,
+        gap_id: Some(gap.id.clone()),
+        audit: "a".into(),
+        topic: "t".into(),
+        partition: 0,
+        first_offset: 2,
+        last_offset: 3,
+        to_topic: Some("repair".into()),
+        dry_run: false,
+        forced: false,
+        written: 2,
+        present: 0,
+        filtered: 0,
+        failed: 0,
+        partial: false,
+        error: None,
+    };
+    let e = check_again(&gap, Some(at), Some(&last), false, false).expect_err("refused");
+    let text = e.to_string();
+    for needle in [
+        "gap a:t:0:2",
+        "2026-12-05T10:00:00Z",
+        "2 record(s) to topic repair",
+        "not confirmed it yet",
+        "--force",
+    ] {
+        assert!(text.contains(needle), "`{needle}` not in: {text}");
+    }
+    let e = check_again(&gap, Some(at), None, false, false).expect_err("older mark");
+    assert!(e.to_string().contains("destination not recorded"), "{e}");
+    check_again(&gap, Some(at), Some(&last), true, false).expect("--force");
+    check_again(&gap, Some(at), Some(&last), false, true).expect("a dry run");
+    check_again(&gap, None, None, false, false).expect("never replayed");
+    for state in [
+        GapState::Repaired,
+        GapState::Late,
+        GapState::Acknowledged,
+        GapState::Unrecoverable,
+    ] {
+        gap.state = state;
+        check_again(&gap, Some(at), Some(&last), false, false).expect("not open");
+    }
+}

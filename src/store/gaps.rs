@@ -7,7 +7,7 @@ use super::*;
 pub(super) const GAP_COLUMNS: &str = "id, audit, topic, partition, first_offset, last_offset, \
     missing_records, size_known, first_timestamp, last_timestamp, detected_at, state, \
     unrecoverable_at, ack_reason, cause, pipeline_commit_from, pipeline_commit_to, \
-    pipeline_commit_at, shared_key";
+    pipeline_commit_at, shared_key, replayed_at";
 
 /// A gap row as SQLite returns it, before timestamps and state are decoded (decoding errors
 /// are reported as [`StoreError::Corrupt`] with the gap id, not as a bare SQLite error).
@@ -31,6 +31,7 @@ pub(super) struct RawGap {
     pipeline_commit_to: Option<i64>,
     pipeline_commit_at: Option<String>,
     shared_key: bool,
+    replayed_at: Option<String>,
 }
 
 impl RawGap {
@@ -55,6 +56,7 @@ impl RawGap {
             pipeline_commit_to: row.get(16)?,
             pipeline_commit_at: row.get(17)?,
             shared_key: row.get(18)?,
+            replayed_at: row.get(19)?,
         })
     }
 }
@@ -121,7 +123,7 @@ impl Store {
             .map_err(self.sq(ctx()))?;
         let rows = stmt
             .query_map(params![audit, topic, partition], |row| {
-                Ok((RawGap::from_row(row)?, row.get::<_, bool>(19)?))
+                Ok((RawGap::from_row(row)?, row.get::<_, bool>(20)?))
             })
             .map_err(self.sq(ctx()))?;
         let mut out = Vec::new();
@@ -295,6 +297,7 @@ impl Store {
             pipeline_commit_to: raw.pipeline_commit_to,
             pipeline_commit_at: self.parse_opt_ts(raw.pipeline_commit_at, &what)?,
             shared_key: raw.shared_key,
+            replayed_at: self.parse_opt_ts(raw.replayed_at, &what)?,
         })
     }
 }

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i32 = 9;
+pub(super) const SCHEMA_VERSION: i32 = 10;
 
 pub(super) const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS gaps (
@@ -129,6 +129,33 @@ CREATE TABLE IF NOT EXISTS key_chunks (
 );
 ";
 
+/// v10: every `gap-auditor replay` (and the demo's), one row each, in order: what was asked
+/// (gap or offsets, destination, dry run, `--force`) and what came of it (per-offset outcome
+/// counts, or the error). `gaps.replayed_at` keeps deciding `repaired`; this log says when
+/// and where a gap was replayed, which a second replay quotes when it refuses.
+pub(super) const SCHEMA_V10: &str = "
+CREATE TABLE IF NOT EXISTS replays (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    at           TEXT NOT NULL,
+    gap_id       TEXT,
+    audit        TEXT NOT NULL,
+    topic        TEXT NOT NULL,
+    partition    INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL,
+    last_offset  INTEGER NOT NULL,
+    to_topic     TEXT,
+    dry_run      INTEGER NOT NULL,
+    forced       INTEGER NOT NULL,
+    written      INTEGER NOT NULL,
+    present      INTEGER NOT NULL,
+    filtered     INTEGER NOT NULL,
+    failed       INTEGER NOT NULL,
+    partial      INTEGER NOT NULL,
+    error        TEXT
+);
+CREATE INDEX IF NOT EXISTS replays_gap ON replays (gap_id, seq);
+";
+
 /// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
 /// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
 const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
@@ -141,6 +168,7 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     (SCHEMA_V7, "migrate schema to v7"),
     (SCHEMA_V8, "migrate schema to v8"),
     (SCHEMA_V9, "migrate schema to v9"),
+    (SCHEMA_V10, "migrate schema to v10"),
 ];
 
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the

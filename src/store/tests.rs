@@ -28,6 +28,7 @@ fn gap(audit: &str, partition: i32, first: Offset, detected: i64, state: GapStat
         pipeline_commit_to: None,
         pipeline_commit_at: None,
         shared_key: false,
+        replayed_at: None,
     }
 }
 
@@ -765,8 +766,9 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
     let want = schema_of(&fresh.path().join(DB_FILE));
     let batches = [
         SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
+        SCHEMA_V9,
     ];
-    for version in 1..=8usize {
+    for version in 1..=9usize {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
         for sql in &batches[..version] {
@@ -800,8 +802,9 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
             )
             .unwrap();
         }
-        if version == 8 {
-            // v8: the same book as a log, with a key counted and then forgotten.
+        if version >= 8 {
+            // v8 (and v9, which kept v8's log): the same book as a log, with a key counted
+            // and then forgotten.
             conn.execute_batch(
                 "INSERT INTO key_log (audit, seq, key, confirmed) VALUES
                     ('a', 1, x'63ff', 4), ('a', 2, x'61ff', 2), ('a', 3, x'62ff', 1),
@@ -834,7 +837,7 @@ fn every_old_version_migrates_to_the_fresh_schema_with_its_data() {
                 vec![(b"a\xff".to_vec(), 2), (b"b\xff".to_vec(), 1)],
                 "v{version}"
             );
-            let rows = if version == 8 { 4 } else { 2 };
+            let rows = if version >= 8 { 4 } else { 2 };
             assert_eq!(store.load_key_log("a").unwrap().rows, rows, "v{version}");
             assert_eq!(store.load_key_log("b").unwrap().rows, 1, "v{version}");
             // Appended after the migrated rows, which they override.
@@ -1070,4 +1073,91 @@ mod checkpoints {
         round(&store, 0, 1000);
         assert_eq!(store.checkpoints_complete(), None);
     }
+}
+
+/// Every replay is logged in order with what it did; the newest one that wrote (not a dry
+/// run, not one that wrote nothing) is what a second replay quotes; `replayed_at` is the
+/// gap's mark.
+#[test]
+fn replays_are_logged_and_the_last_write_of_a_gap_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let g = gap("a", 0, 2, 0, GapState::Open);
+    store
+        .commit_round("a", std::slice::from_ref(&g), &[])
+        .unwrap();
+    let base = ReplayRecord {
+        at: ts(10),
+        gap_id: Some(g.id.clone()),
+        audit: "a".into(),
+        topic: "t".into(),
+        partition: 0,
+        first_offset: 2,
+        last_offset: 11,
+        to_topic: Some("repair".into()),
+        dry_run: true,
+        forced: false,
+        written: 10,
+        present: 0,
+        filtered: 0,
+        failed: 0,
+        partial: false,
+        error: None,
+    };
+    assert_eq!(store.last_write_of_gap(&g.id).unwrap(), None);
+    assert_eq!(store.replayed_at(&g.id).unwrap(), None);
+    store.record_replay(&base).unwrap();
+    assert_eq!(
+        store.last_write_of_gap(&g.id).unwrap(),
+        None,
+        "a dry run writes nothing"
+    );
+    let wrote = ReplayRecord {
+        at: ts(20),
+        dry_run: false,
+        ..base.clone()
+    };
+    store.record_replay(&wrote).unwrap();
+    let nothing = ReplayRecord {
+        at: ts(30),
+        to_topic: None,
+        dry_run: false,
+        forced: true,
+        written: 0,
+        present: 10,
+        ..base.clone()
+    };
+    store.record_replay(&nothing).unwrap();
+    let failed = ReplayRecord {
+        at: ts(40),
+        dry_run: false,
+        written: 0,
+        error: Some("Kafka no longer holds offsets 2..5".into()),
+        ..base.clone()
+    };
+    store.record_replay(&failed).unwrap();
+    let other = ReplayRecord {
+        gap_id: None,
+        dry_run: false,
+        ..base.clone()
+    };
+    store.record_replay(&other).unwrap();
+    assert_eq!(
+        store.replays_of_gap(&g.id).unwrap(),
+        vec![base, wrote.clone(), nothing, failed]
+    );
+    assert_eq!(store.last_write_of_gap(&g.id).unwrap(), Some(wrote.clone()));
+    assert_eq!(wrote.destination(), "topic repair");
+    assert!(store.replays_of_gap("nope").unwrap().is_empty());
+    store.mark_replayed(&g.id).unwrap();
+    let at = store.replayed_at(&g.id).unwrap();
+    assert!(at.is_some());
+    assert_eq!(store.replayed_at("nope").unwrap(), None);
+    // Shown with the gap (/api/gaps, `gaps --format json`).
+    assert_eq!(store.get_gap(&g.id).unwrap().unwrap().replayed_at, at);
+    let listed = store.list_gaps(&GapFilter {
+        state: StateFilter::All,
+        audit: None,
+    });
+    assert_eq!(listed.unwrap()[0].replayed_at, at);
 }

@@ -14,8 +14,21 @@ fn missing(a: &Auditor, topic: &str) -> i64 {
 /// The seed incident under an in-process daemon whose config is also written to a file for
 /// the binary: (scenario, daemon, config path, id of the {2,3} gap once reported).
 async fn seed_gap(name: &str, strategy: &str) -> (Scenario, Auditor, std::path::PathBuf, String) {
+    seed_gap_with(name, strategy, "").await
+}
+
+/// The audit's declaration that the pipeline maps the `gap-auditor.origin` header to the
+/// coordinate columns, appended to the config (it belongs to the last `[[audits]]`).
+const ORIGIN_MAPPED: &str = "[audits.replay]\npipeline_maps_origin = true\n";
+
+/// [`seed_gap`] with `extra` appended to the config.
+async fn seed_gap_with(
+    name: &str,
+    strategy: &str,
+    extra: &str,
+) -> (Scenario, Auditor, std::path::PathBuf, String) {
     let s = Scenario::new(name).await;
-    let toml = config_toml(&s.spec(strategy, "1s", "300ms"));
+    let toml = config_toml(&s.spec(strategy, "1s", "300ms")) + extra;
     let config = s.state.path().join("gap-auditor.toml");
     std::fs::write(&config, &toml).expect("config");
     let auditor = Auditor::start(&toml).await;
@@ -121,7 +134,8 @@ async fn replay_to_topic_reaches_the_sink_through_the_pipeline() {
         vec![format!("{topic}/0/2"), format!("{topic}/0/3")]
     );
 
-    // The pipeline reads the repair topic too and writes them.
+    // The pipeline reads the repair topic too and writes them: key_columns rows carry the
+    // records' keys, whatever topic they came through.
     s.pipeline().reading(&repair).records(2).run().await;
     auditor
         .wait_for(30, "the gap is repaired", |a| {
@@ -130,5 +144,124 @@ async fn replay_to_topic_reaches_the_sink_through_the_pipeline() {
                 .any(|g| g.id == id && g.state == GapState::Repaired)
         })
         .await;
+    let log = auditor.store.replays_of_gap(&id).expect("replay log");
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0].to_topic.as_deref(), Some(repair.as_str()));
+    assert_eq!((log[0].written, log[0].dry_run), (2, false));
+    auditor.stop().await;
+}
+
+/// Issue 35 item 3: offset_columns rows carry Kafka coordinates, and a record re-produced
+/// to a repair topic gets that topic's; unless the pipeline is declared to map the origin
+/// header to the columns, its row could never confirm the gap, and every replay would
+/// write it again. Refused up front (exit 2) with the reason, nothing written, no mark;
+/// so is a replay into the audited topic itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replay_to_topic_is_refused_for_offset_columns_without_the_origin_mapping() {
+    let (s, auditor, config, id) = seed_gap("replaynomap", "offset_columns").await;
+    let repair = unique("repair");
+    create_topic(&repair, 1).await;
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let mut args = vec!["--gap", id.as_str(), "--to-topic", repair.as_str()];
+        args.extend_from_slice(extra);
+        let (code, out, err) = run_replay(&config, &args);
+        assert_eq!(code, 2, "{extra:?}: {out}{err}");
+        for needle in [
+            "refused for audit dns_logs",
+            "offset_columns: `partition`, `offset`",
+            "--to-sink",
+            "pipeline_maps_origin = true",
+            "gap-auditor.origin",
+        ] {
+            assert!(err.contains(needle), "{extra:?}: `{needle}` not in {err}");
+        }
+    }
+    let (code, out, err) = run_replay(
+        &config,
+        &["--gap", id.as_str(), "--to-topic", s.topic.as_str()],
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("is a topic the audit reads"), "{err}");
+    assert_eq!(watermarks(&repair, 0).1, 0, "nothing re-produced");
+    assert_eq!(watermarks(&s.topic, 0).1, 6, "nothing re-produced");
+    assert_eq!(s.rows().await, 4);
+    assert!(!auditor.store.is_replayed(&id).expect("mark"), "no mark");
+    assert!(auditor.store.replays_of_gap(&id).expect("log").is_empty());
+    auditor.stop().await;
+}
+
+/// Issue 35 item 3, closed: the pipeline writes the `gap-auditor.origin` header into the
+/// coordinate columns (declared: `pipeline_maps_origin`), so the replayed rows name the
+/// lost records and the gap turns `repaired`. A second replay before the daemon confirmed
+/// refuses, naming when and where the first went; `--force` replays anyway and writes
+/// only what the sink lacks: nothing once the pipeline wrote the rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replay_to_topic_with_the_origin_mapped_repairs_the_gap_once() {
+    let (s, auditor, config, id) =
+        seed_gap_with("replaymapped", "offset_columns", ORIGIN_MAPPED).await;
+    let repair = unique("repair");
+    create_topic(&repair, 1).await;
+    let args = ["--gap", id.as_str(), "--to-topic", repair.as_str()];
+    let (code, out, err) = run_replay(&config, &args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("2 record(s) written"), "{out}");
+
+    // Nothing confirmed yet (the pipeline has not read the repair topic): refused.
+    let (code, out, err) = run_replay(&config, &args);
+    assert_eq!(code, 2, "{out}{err}");
+    for needle in [
+        format!("gap {id} was already replayed"),
+        format!("2 record(s) to topic {repair}"),
+        "has not confirmed it yet".to_string(),
+        "--force".to_string(),
+    ] {
+        assert!(err.contains(&needle), "`{needle}` not in {err}");
+    }
+    assert_eq!(watermarks(&repair, 0).1, 2, "refused: nothing re-produced");
+    let marked = auditor.store.get_gap(&id).expect("store").expect("gap");
+    assert!(
+        marked.replayed_at.is_some(),
+        "shown with the gap: {marked:?}"
+    );
+
+    s.pipeline()
+        .reading(&repair)
+        .map_origin()
+        .records(2)
+        .run()
+        .await;
+    assert_eq!(s.rows().await, 6);
+    // Whether or not the daemon confirmed them yet, --force writes what the sink lacks.
+    let (code, out, err) = run_replay(&config, &[&args[..], &["--force"][..]].concat());
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("0 record(s) written"), "{out}");
+    assert!(out.contains("offset 3: already in the sink"), "{out}");
+    assert_eq!(watermarks(&repair, 0).1, 2, "nothing more re-produced");
+    assert_eq!(s.rows().await, 6, "no copy more");
+    auditor
+        .wait_for(30, "the gap is repaired", |a| {
+            a.stored_gaps()
+                .iter()
+                .any(|g| g.id == id && g.state == GapState::Repaired)
+        })
+        .await;
+    assert_eq!(
+        auditor.counter(&auditor.metrics.records_late, &s.topic, 0),
+        2
+    );
+
+    let log = auditor.store.replays_of_gap(&id).expect("replay log");
+    let got: Vec<_> = log
+        .iter()
+        .map(|r| (r.to_topic.as_deref(), r.written, r.present, r.forced))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (Some(repair.as_str()), 2, 0, false),
+            (Some(repair.as_str()), 0, 2, true)
+        ],
+        "the refused replay wrote nothing and is not logged"
+    );
     auditor.stop().await;
 }

@@ -43,5 +43,6 @@ pub fn open_gap(audit: &str, topic: &str, first: i64, last: i64) -> Gap {
         pipeline_commit_to: None,
         pipeline_commit_at: None,
         shared_key: false,
+        replayed_at: None,
     }
 }

@@ -168,6 +168,7 @@ impl Scenario {
             write_after_commit: None,
             deadline: Duration::from_secs(60),
             commit_start: false,
+            map_origin: false,
         }
     }
 
@@ -243,6 +244,7 @@ pub struct Pipeline<'a> {
     write_after_commit: Option<(Duration, Check<'a>)>,
     deadline: Duration,
     commit_start: bool,
+    map_origin: bool,
 }
 
 impl<'a> Pipeline<'a> {
@@ -301,19 +303,28 @@ impl<'a> Pipeline<'a> {
         self
     }
 
+    /// Writes a record carrying the `gap-auditor.origin` header (`topic/partition/offset`)
+    /// with the partition and offset it names, as a Flink SQL job mapping its `headers`
+    /// metadata column does ([audits.replay] pipeline_maps_origin); others as read.
+    pub fn map_origin(mut self) -> Self {
+        self.map_origin = true;
+        self
+    }
+
     /// Fails the test when it has not read `count` records by then (default 60 s).
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self
     }
 
-    async fn write(&self, payload: &Option<Vec<u8>>, offset: i64) {
+    async fn write(&self, payload: &Option<Vec<u8>>, offset: i64, origin: Option<(i32, i64)>) {
         let Some(p) = payload else { return };
+        let (partition, row_offset) = origin.unwrap_or((self.partition, offset));
         for _ in 0..(self.copies)(offset) {
             match self.shape {
                 TableShape::DnsWithCoordinates => {
                     self.db
-                        .insert_line(&self.table, p, self.partition, offset)
+                        .insert_line(&self.table, p, partition, row_offset)
                         .await
                 }
                 TableShape::Seed => self.db.insert_seed_line(&self.table, p).await,
@@ -348,14 +359,15 @@ impl<'a> Pipeline<'a> {
             );
             let msg = consumer.poll(Duration::from_millis(50)).map(|m| {
                 let m = m.expect("pipeline poll");
-                (m.payload().map(<[u8]>::to_vec), m.offset())
+                let origin = self.map_origin.then(|| origin_of(&m)).flatten();
+                (m.payload().map(<[u8]>::to_vec), m.offset(), origin)
             });
-            let Some((payload, offset)) = msg else {
+            let Some((payload, offset, origin)) = msg else {
                 tokio::task::yield_now().await;
                 continue;
             };
             if self.write_after_commit.is_none() {
-                self.write(&payload, offset).await;
+                self.write(&payload, offset, origin).await;
             }
             seen.push(offset);
             if seen.len().is_multiple_of(self.commit_every) || seen.len() == self.count {
@@ -371,9 +383,25 @@ impl<'a> Pipeline<'a> {
             }
             if let Some((delay, check)) = &self.write_after_commit {
                 keep_checking(*delay, Duration::from_millis(50), check).await;
-                self.write(&payload, offset).await;
+                self.write(&payload, offset, origin).await;
             }
         }
         seen
     }
+}
+
+/// Partition and offset named by a record's `gap-auditor.origin` header
+/// (`topic/partition/offset`; topic names hold no `/`), split as a pipeline would.
+fn origin_of(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<(i32, i64)> {
+    use rdkafka::message::Headers;
+    let value = m
+        .headers()?
+        .iter()
+        .find(|h| h.key == gap_auditor::replay::ORIGIN_HEADER)?
+        .value?;
+    let text = std::str::from_utf8(value).ok()?;
+    let mut parts = text.rsplitn(3, '/');
+    let offset = parts.next()?.parse().ok()?;
+    let partition = parts.next()?.parse().ok()?;
+    Some((partition, offset))
 }

@@ -607,3 +607,72 @@ fn a_key_has_at_most_sixteen_fields() {
         panic!("16 key fields must validate: {e}");
     }
 }
+
+/// `[audits.replay] pipeline_maps_origin` loads (default off) and is refused where no
+/// Kafka coordinate identifies a row: key_columns, a doc_id template without coordinates.
+#[test]
+fn replay_origin_mapping_only_where_coordinates_identify_rows() {
+    assert!(!base().audits[0].replay.pipeline_maps_origin, "default off");
+    let with = BASE.replace(
+        "[audits.record]",
+        "[audits.replay]\npipeline_maps_origin = true\n[audits.record]",
+    );
+    let e = toml_err(&with);
+    assert_err(
+        &e,
+        "audits[0].replay.pipeline_maps_origin",
+        "key_columns finds rows by key",
+    );
+    let e = toml_err(&with.replace("[audits.replay]", "[audits.replay]\nmaps_origin = 1"));
+    assert!(e.to_string().contains("unknown field"), "{e}");
+    let cfg = Config::from_toml_str(&with.replace(
+        "strategy = \"key_columns\"",
+        "strategy = \"offset_columns\"",
+    ))
+    .expect("offset_columns takes it");
+    assert!(cfg.audits[0].replay.pipeline_maps_origin);
+    let e = toml_err(&format!(
+        "{BASE}{}",
+        ES_AUDIT.replace(
+            "strategy = \"doc_id\"",
+            "strategy = \"doc_id\"\nid_template = \"{key}\"\n[audits.replay]\npipeline_maps_origin = true"
+        )
+    ));
+    assert_err(
+        &e,
+        "audits[1].replay.pipeline_maps_origin",
+        "uses no Kafka coordinate",
+    );
+}
+
+/// Which coordinates identify a row, per strategy and template: what `replay --to-topic`
+/// refuses on.
+#[test]
+fn identifying_coordinates_per_strategy() {
+    let mut m = base().audits[0].matching.clone();
+    assert!(m.identifying_coordinates().is_empty(), "key_columns");
+    m.strategy = MatchStrategy::OffsetColumns;
+    assert_eq!(m.identifying_coordinates(), vec!["partition", "offset"]);
+    m.topic_column = Some("topic".into());
+    assert_eq!(
+        m.identifying_coordinates(),
+        vec!["topic", "partition", "offset"]
+    );
+    m.strategy = MatchStrategy::DocId;
+    m.id_template = None;
+    assert_eq!(
+        m.identifying_coordinates(),
+        vec!["topic", "partition", "offset"],
+        "the default template"
+    );
+    m.id_template = Some("{client_ip}-{offset}".into());
+    assert_eq!(m.identifying_coordinates(), vec!["offset"]);
+    m.id_template = Some("{key}|{domain}".into());
+    assert!(m.identifying_coordinates().is_empty());
+    m.id_template = Some("{offset".into());
+    assert_eq!(
+        m.identifying_coordinates().len(),
+        3,
+        "unparseable: assume all"
+    );
+}

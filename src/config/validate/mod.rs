@@ -375,6 +375,7 @@ impl AuditConfig {
         }
         self.record.validate(&format!("{p}.record"))?;
         self.validate_match(p)?;
+        self.validate_replay(p)?;
         let m = &self.matching;
         let columns = SinkColumns {
             partition: m.partition_column.clone(),
@@ -383,6 +384,29 @@ impl AuditConfig {
             key: m.sink_columns().to_vec(),
         };
         self.sink.validate(&format!("{p}.sink"), columns)
+    }
+
+    /// `[audits.replay]`: the origin mapping is declared only where coordinates identify
+    /// rows; elsewhere it would claim something nothing reads, and hide a misunderstanding.
+    fn validate_replay(&self, p: &str) -> Result<(), ConfigError> {
+        if self.replay.pipeline_maps_origin && self.matching.identifying_coordinates().is_empty() {
+            let how = match self.matching.strategy {
+                MatchStrategy::DocId => format!(
+                    "match.id_template `{}` uses no Kafka coordinate",
+                    self.matching.id_template()
+                ),
+                _ => "match.strategy key_columns finds rows by key".to_owned(),
+            };
+            return err(
+                format!("{p}.replay.pipeline_maps_origin"),
+                format!(
+                    "only applies where Kafka coordinates identify rows (offset_columns, or a \
+                     doc_id template with {{topic}}, {{partition}} or {{offset}}); {how}, \
+                     which a re-produced record keeps: remove it"
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn validate_match(&self, p: &str) -> Result<(), ConfigError> {
