@@ -14,6 +14,18 @@
 //! without milliseconds): the sink stores them all as one value, and the auditor writes
 //! each key in the column's domain as the decoder does ([`crate::key_domain`]), so the
 //! spellings are one key of the multiset (issue 34 item 2).
+//!
+//! The sink deletes every row of a key now and then (a TTL, a `DELETE`; issue 34 item 3).
+//! A confirmed record stays confirmed, and the book frees its claim once it SEES the key
+//! with fewer rows than claims: at any answer about the key (a due decision, a re-check,
+//! the claim refresh of a record read while its key holds claims). So the model keeps, per
+//! key, the claims the book's looks have freed (`retired`: the claims above the rows shown
+//! at a round's first look at the key) and the rows the last look showed (`seen`), and the
+//! rule becomes: exactly `max(0, decided − retired − seen)` are missing. Without deletions
+//! `retired` stays 0 and `seen` is the rows whenever something is missing: the rule above.
+//! Which looks happen is the design's contract (every record read while its key holds
+//! claims is looked at in its round); what a look sees is the sink's, so a new row written
+//! before its record's look keeps the old claim (the ambiguity docs/SEMANTICS.md states).
 
 use crate::config::MatchStrategy;
 use crate::gap::{Offset, TopicPartition};
@@ -64,6 +76,8 @@ struct Scenario {
     steps: Vec<Vec<(u8, u8, u8)>>,
     /// Per round, what happens to the auditor (see [`Event`]).
     events: Vec<Event>,
+    /// Per round, the key (of the pool) whose rows the sink deletes at its start, if any.
+    wipes: Vec<Option<u8>>,
 }
 
 /// What befalls the auditor in a round.
@@ -94,12 +108,17 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         prop::collection::vec(prop::collection::vec(rec(), 0..24), 1..=3),
         prop::collection::vec(prop::collection::vec((0u8..6, 0u8..4, 0u8..8), 3), 1..10),
         prop::collection::vec(event(), 10),
+        prop::collection::vec(
+            prop_oneof![3 => Just(None), 1 => (0u8..4).prop_map(Some)],
+            10,
+        ),
     )
-        .prop_map(|(pool, partitions, steps, events)| Scenario {
+        .prop_map(|(pool, partitions, steps, events, wipes)| Scenario {
             pool,
             partitions,
             steps,
             events,
+            wipes,
         })
 }
 
@@ -137,6 +156,8 @@ fn domain() -> crate::key_domain::KeyDomain {
 struct World {
     sink: MemorySink,
     rows: HashMap<Key, u64>,
+    /// Rows ever written per key (deleted ones included).
+    written_rows: HashMap<Key, u64>,
     /// Rows due to land in a later round: (round, key, copies).
     later: Vec<(usize, Key, u64)>,
     written: Vec<usize>,
@@ -149,8 +170,24 @@ impl World {
         for _ in 0..n {
             self.sink.insert_key(&k);
         }
+        *self.written_rows.entry(k.clone()).or_default() += n;
         *self.rows.entry(k).or_default() += n;
     }
+
+    /// The sink deletes every row of `k`.
+    fn wipe(&mut self, k: &Key) {
+        self.sink.delete_key(k);
+        self.rows.remove(k);
+    }
+}
+
+/// What the model knows of the book's claims, per key (see the module docs).
+#[derive(Debug, Clone, Default)]
+struct Claims {
+    /// Claims freed by looks that showed fewer rows than claims.
+    retired: HashMap<Key, u64>,
+    /// Rows the last look at the key showed.
+    seen: HashMap<Key, u64>,
 }
 
 async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
@@ -163,6 +200,7 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
     let mut w = World {
         sink: MemorySink::new(),
         rows: HashMap::new(),
+        written_rows: HashMap::new(),
         later: Vec::new(),
         written: vec![0; tps.len()],
         committed: vec![0; tps.len()],
@@ -174,6 +212,8 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
     let mut items: Vec<StoredItems> = vec![StoredItems::default(); tps.len()];
     let mut stored_book: HashMap<Key, u64> = HashMap::new();
     let mut stored_log_rows = 0u64;
+    let mut claims = Claims::default();
+    let mut stored_claims = Claims::default();
     let (mut lost, mut late) = (0u64, 0u64);
     let (mut uncounted_lost, mut uncounted_late) = (0u64, 0u64);
     // The scheduled rounds, then enough to finish: everything written, read and decided.
@@ -187,6 +227,8 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         } else {
             Event::None
         };
+        // Keys the book looks at this round (see the module docs).
+        let mut looked: std::collections::HashSet<Key> = std::collections::HashSet::new();
         match event {
             Event::Crash => {
                 checker = Checker::new(MatchStrategy::KeyColumns, 2, 1_000);
@@ -201,6 +243,8 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                     }
                     w.read[p] = stored[p].0 as usize;
                 }
+                claims = stored_claims.clone();
+                looked.extend(pending_keys(&s, &ledgers, &w));
                 (uncounted_lost, uncounted_late) = (0, 0);
             }
             Event::Rebalance => {
@@ -214,9 +258,22 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                     std::mem::swap(l, &mut fresh);
                     w.read[p] = stored[p].0 as usize;
                 }
+                // The book lives on, with its caps; the confirmations not stored are taken
+                // back (a count never below 0): what it claims is what the stored records
+                // confirmed, less what its looks freed.
+                let counts = key_counts(&s, &ledgers, &w);
+                for (k, r) in claims.retired.iter_mut() {
+                    let (d, m) = counts.get(k).copied().unwrap_or_default();
+                    *r = (*r).min(d - m);
+                }
+                looked.extend(pending_keys(&s, &ledgers, &w));
                 (uncounted_lost, uncounted_late) = (0, 0);
             }
             Event::None | Event::StoreFails => {}
+        }
+        // The sink deletes a key's rows (rows promised for later still land).
+        if let Some(Some(x)) = s.wipes.get(round).filter(|_| round < s.steps.len()) {
+            w.wipe(&key(s.pool, *x));
         }
         // Rows promised for this round land.
         let (land, keep): (Vec<_>, Vec<_>) = w.later.drain(..).partition(|(r, ..)| *r <= round);
@@ -253,10 +310,24 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                 if let Some(book) = checker.book_mut() {
                     book.pend(&k);
                 }
+                looked.insert(k.clone());
                 ledgers[p].ingest(o as Offset, None, Observed::Expected { key: Some(k) }, now);
             }
             w.read[p] = to;
         }
+        // What each key's records claim before the round's looks; missing records' keys
+        // are re-checked.
+        let at_start = key_counts(&s, &ledgers, &w);
+        for (k, &(_, m)) in &at_start {
+            if m > 0 {
+                looked.insert(k.clone());
+            }
+        }
+        // The round starts with the claim refresh, as the daemon's does.
+        checker
+            .refresh_claims(&w.sink, usize::MAX, &|_, _| {})
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         // One verify round, `grace` after the commits: partition by partition, as the
         // daemon's round does.
         let at = now + GRACE;
@@ -264,6 +335,7 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             // As the daemon's round does: a key book tracks confirmations until stored.
             ledgers[p].track_confirmations(true);
             let segs = ledgers[p].due(at, GRACE, 1_000);
+            looked.extend(segs.iter().flat_map(|s| s.keys.iter().cloned()));
             let v = checker
                 .due(&w.sink, tp, &segs, &|_, _| {})
                 .await
@@ -288,8 +360,19 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                 }
             }
         }
+        // The round's first look at a key capped its claims at the rows it showed (later
+        // looks in the round saw the same rows).
+        for k in &looked {
+            let rows = w.rows.get(k).copied().unwrap_or(0);
+            let (d, m) = at_start.get(k).copied().unwrap_or_default();
+            let retired = claims.retired.entry(k.clone()).or_default();
+            let held = (d - m).saturating_sub(*retired);
+            *retired += held.saturating_sub(rows);
+            claims.seen.insert(k.clone(), rows);
+        }
         // Persist, as the daemon does: ledgers, key book and counters in one write.
         if event != Event::StoreFails {
+            stored_claims = claims.clone();
             for (p, l) in ledgers.iter_mut().enumerate() {
                 // Written as the daemon writes it: only what changed since the last write.
                 stored[p] = (l.settled(), items[p].write(l));
@@ -324,20 +407,34 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             late += std::mem::take(&mut uncounted_late);
         }
         // After the round's re-checks: every shortfall declared, nothing more.
-        check_keys(&s, &ledgers, &w, round)?;
+        check_keys(&s, &ledgers, &w, &claims, round)?;
         check_book(&ledgers, &checker)?;
     }
-    // Everything landed and was decided: the report is the model's shortfall, exactly.
+    // Everything landed and was decided: the report is the model's shortfall, exactly —
+    // and never below the records no row was ever written for.
     let mut records: HashMap<Key, u64> = HashMap::new();
     for recs in &s.partitions {
         for r in recs {
             *records.entry(key(s.pool, r.key)).or_default() += 1;
         }
     }
-    let shortfall: u64 = records
-        .iter()
-        .map(|(k, n)| n.saturating_sub(w.rows.get(k).copied().unwrap_or(0)))
-        .sum();
+    let expect = |k: &Key, n: u64| {
+        let retired = claims.retired.get(k).copied().unwrap_or(0);
+        let seen = claims.seen.get(k).copied().unwrap_or(0);
+        n.saturating_sub(retired).saturating_sub(seen)
+    };
+    let shortfall: u64 = records.iter().map(|(k, n)| expect(k, *n)).sum();
+    for (k, n) in &records {
+        let written = w.written_rows.get(k).copied().unwrap_or(0);
+        prop_assert!(
+            expect(k, *n) >= n.saturating_sub(written),
+            "key {:?}: {} records, {} rows ever written, {} declared missing",
+            k,
+            n,
+            written,
+            expect(k, *n)
+        );
+    }
     let pending: u64 = ledgers.iter().map(|l| l.pending()).sum();
     prop_assert_eq!(pending, 0, "every record decided");
     let missing: u64 = ledgers.iter().map(|l| l.missing()).sum();
@@ -445,27 +542,47 @@ fn check_verdicts(
     Ok(())
 }
 
-/// After a round's re-checks, per key: missing == max(0, decided − rows): every shortfall
-/// declared, nothing more.
+/// After a round's re-checks, per key: missing == max(0, decided − retired − seen): every
+/// shortfall declared, nothing more (see the module docs; without deletions, max(0, decided
+/// − rows)).
 fn check_keys(
     s: &Scenario,
     ledgers: &[PartitionLedger],
     w: &World,
+    claims: &Claims,
     round: usize,
 ) -> Result<(), TestCaseError> {
     for (k, (d, m)) in key_counts(s, ledgers, w) {
         let rows = w.rows.get(&k).copied().unwrap_or(0);
+        let retired = claims.retired.get(&k).copied().unwrap_or(0);
+        let seen = claims.seen.get(&k).copied().unwrap_or(0);
         prop_assert_eq!(
             m,
-            d.saturating_sub(rows),
-            "round {}: key {:?}: {} decided, {} rows",
+            d.saturating_sub(retired).saturating_sub(seen),
+            "round {}: key {:?}: {} decided, {} freed, {} rows seen, {} rows now",
             round,
             k,
             d,
+            retired,
+            seen,
             rows
         );
     }
     Ok(())
+}
+
+/// Keys of the records read and not decided (what a restored ledger pends in the book).
+fn pending_keys(s: &Scenario, ledgers: &[PartitionLedger], w: &World) -> Vec<Key> {
+    let mut out = Vec::new();
+    for (p, l) in ledgers.iter().enumerate() {
+        let pending = l.pending_runs();
+        for o in 0..w.read[p] {
+            if pending.iter().any(|r| r.contains(o as Offset)) {
+                out.push(key(s.pool, s.partitions[p][o].key));
+            }
+        }
+    }
+    out
 }
 
 /// The book agrees with the ledgers.
