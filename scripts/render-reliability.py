@@ -44,6 +44,8 @@ CATALOGUE = [
     ("misspelt_pipeline_group", "13.5", "pipeline_group misspelt by one letter while the pipeline lags 3x grace"),
     ("typed_key_datetime_milliseconds", "34.2", "key_columns on the README's seed DDL (`time DATETIME`): 30 record times with milliseconds, which MariaDB truncates on INSERT; 2 records dropped"),
     ("typed_key_two_datetime_spellings", "34.2", "two spellings of one DATETIME (`T` and space) in one key batch, both rows written; one other record dropped"),
+    ("deleted_row_frees_its_claim", "34.3", "key_columns on the seed DDL: a confirmed record's row deleted (`DELETE`, as a TTL or a dropped Doris partition does), then the same line produced again and written"),
+    ("kept_row_keeps_its_claim", "34.3", "the control of the above: the confirmed record's row kept, the line produced again and dropped by the pipeline"),
 ]
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.
