@@ -2,7 +2,7 @@
 # Runs the fault suite and renders docs/RELIABILITY.md from the figures it records.
 #   scripts/reliability.sh
 # Tests run: the `faults::` scenarios, the multi-instance (`multi::`), hostile-input
-# (`input::`) and real-data verdict (`verdicts::`, `verdicts_more::`) tests of tests/it, tests/faults_private.rs (private broker) and
+# (`input::`) and real-data verdict (`verdicts::`, `verdicts_more::`, `deleted_rows::`) tests of tests/it, tests/faults_private.rs (private broker) and
 # tests/security.rs (known secrets searched in logs and answers). Each writes one JSON line
 # per scenario run to $GAP_AUDITOR_FIGURES (a fresh file here); the document is rendered
 # from those lines only, also when a test fails (its row then shows the mismatch, and this
@@ -45,7 +45,7 @@ mapfile -t it_bound < <(bound_names_in "--test it" | grep -E '^(faults|multi|inp
 start=$SECONDS
 rc=0
 cargo test --no-fail-fast --features services --test it -- faults:: multi:: input:: verdicts \
-  typed_keys:: upsert_keys:: \
+  typed_keys:: upsert_keys:: deleted_rows:: \
   "${skips[@]}" || rc=$?
 cargo test --no-fail-fast --features services --test faults_private || rc=$?
 cargo test --no-fail-fast --features services --test security || rc=$?

@@ -46,6 +46,8 @@ CATALOGUE = [
     ("typed_key_datetime_milliseconds", "34.2", "key_columns on the README's seed DDL (`time DATETIME`): 30 record times with milliseconds, which MariaDB truncates on INSERT; 2 records dropped"),
     ("typed_key_two_datetime_spellings", "34.2", "two spellings of one DATETIME (`T` and space) in one key batch, both rows written; one other record dropped"),
     ("es_key_over_ignore_above", "34.5", "key_columns on the `.keyword` sub-fields of a dynamically mapped OpenSearch index (`ignore_above` 256): 5 of 10 records carry a 300-character domain the server does not index; one long and one short record dropped"),
+    ("deleted_row_frees_its_claim", "34.3", "key_columns on the seed DDL: a confirmed record's row deleted (`DELETE`, as a TTL or a dropped Doris partition does), then the same line produced again and written"),
+    ("kept_row_keeps_its_claim", "34.3", "the control of the above: the confirmed record's row kept, the line produced again and dropped by the pipeline"),
 ]
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.

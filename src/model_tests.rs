@@ -13,12 +13,25 @@
 //! The table is a plain one (every row kept: `multiset`) or an upsert table (`presence`:
 //! the pipeline's writes of a key merge into one row, Doris UNIQUE KEY or an
 //! `INSERT … ON DUPLICATE KEY UPDATE` table, issue 34 item 1): there, per key, all its
-//! decided records are missing while it has no row, and none once it has one.
+//! decided records are missing while it has no row, and none once it has one. (Upsert
+//! tables are run without deletions: the rule for those is the multiset one's.)
 //!
 //! The key is a `DATETIME` the record spells one of several ways (`T` or space, with or
 //! without milliseconds): the sink stores them all as one value, and the auditor writes
 //! each key in the column's domain as the decoder does ([`crate::key_domain`]), so the
 //! spellings are one key of the multiset (issue 34 item 2).
+//!
+//! The sink deletes every row of a key now and then (a TTL, a `DELETE`; issue 34 item 3).
+//! A confirmed record stays confirmed, and the book frees its claim once it SEES the key
+//! with fewer rows than claims: at any answer about the key (a due decision, a re-check,
+//! the claim refresh of a record read while its key holds claims). So the model keeps, per
+//! key, the claims the book's looks have freed (`retired`: the claims above the rows shown
+//! at a round's first look at the key) and the rows the last look showed (`seen`), and the
+//! rule becomes: exactly `max(0, decided − retired − seen)` are missing. Without deletions
+//! `retired` stays 0 and `seen` is the rows whenever something is missing: the rule above.
+//! Which looks happen is the design's contract (every record read while its key holds
+//! claims is looked at in its round); what a look sees is the sink's, so a new row written
+//! before its record's look keeps the old claim (the ambiguity docs/SEMANTICS.md states).
 
 use crate::config::MatchStrategy;
 use crate::gap::{Offset, TopicPartition};
@@ -71,6 +84,8 @@ struct Scenario {
     steps: Vec<Vec<(u8, u8, u8)>>,
     /// Per round, what happens to the auditor (see [`Event`]).
     events: Vec<Event>,
+    /// Per round, the key (of the pool) whose rows the sink deletes at its start, if any.
+    wipes: Vec<Option<u8>>,
 }
 
 /// What befalls the auditor in a round.
@@ -101,14 +116,19 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         prop::collection::vec(prop::collection::vec(rec(), 0..24), 1..=3),
         prop::collection::vec(prop::collection::vec((0u8..6, 0u8..4, 0u8..8), 3), 1..10),
         prop::collection::vec(event(), 10),
+        prop::collection::vec(
+            prop_oneof![3 => Just(None), 1 => (0u8..4).prop_map(Some)],
+            10,
+        ),
         prop_oneof![3 => Just(false), 1 => Just(true)],
     )
-        .prop_map(|(pool, partitions, steps, events, presence)| Scenario {
+        .prop_map(|(pool, partitions, steps, events, wipes, presence)| Scenario {
             pool,
             presence,
             partitions,
             steps,
             events,
+            wipes: if presence { Vec::new() } else { wipes },
         })
 }
 
@@ -149,6 +169,8 @@ struct World {
     rows: HashMap<Key, u64>,
     /// The table merges rows with equal keys.
     presence: bool,
+    /// Rows ever written per key (deleted ones included).
+    written_rows: HashMap<Key, u64>,
     /// Rows due to land in a later round: (round, key, copies).
     later: Vec<(usize, Key, u64)>,
     written: Vec<usize>,
@@ -158,29 +180,44 @@ struct World {
 
 impl World {
     fn write(&mut self, k: Key, n: u64) {
-        let rows = self.rows.entry(k.clone()).or_default();
+        let rows = self.rows.get(&k).copied().unwrap_or(0);
         // An upsert table holds one row per key, however often it is written.
-        let add = if self.presence {
-            n.min(1 - (*rows).min(1))
+        let n = if self.presence {
+            n.min(1 - rows.min(1))
         } else {
             n
         };
-        for _ in 0..add {
+        for _ in 0..n {
             self.sink.insert_key(&k);
         }
-        *rows += add;
+        *self.written_rows.entry(k.clone()).or_default() += n;
+        *self.rows.entry(k).or_default() += n;
     }
 
-    /// How many of `n` decided records of `k` the sink cannot account for: the shortfall
-    /// of rows under `multiset`, all of them or none under `presence`.
-    fn shortfall(&self, k: &Key, n: u64) -> u64 {
-        let rows = self.rows.get(k).copied().unwrap_or(0);
-        match (self.presence, rows) {
-            (true, 0) => n,
-            (true, _) => 0,
-            (false, rows) => n.saturating_sub(rows),
+    /// On an upsert table, how many of `n` decided records of `k` are missing: all of them
+    /// while the key has no row, none once it has one.
+    fn presence_shortfall(&self, k: &Key, n: u64) -> u64 {
+        if self.rows.get(k).copied().unwrap_or(0) == 0 {
+            n
+        } else {
+            0
         }
     }
+
+    /// The sink deletes every row of `k`.
+    fn wipe(&mut self, k: &Key) {
+        self.sink.delete_key(k);
+        self.rows.remove(k);
+    }
+}
+
+/// What the model knows of the book's claims, per key (see the module docs).
+#[derive(Debug, Clone, Default)]
+struct Claims {
+    /// Claims freed by looks that showed fewer rows than claims.
+    retired: HashMap<Key, u64>,
+    /// Rows the last look at the key showed.
+    seen: HashMap<Key, u64>,
 }
 
 /// A key_columns checker whose book reads the sink as the scenario's table behaves.
@@ -207,6 +244,7 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         sink: MemorySink::new(),
         rows: HashMap::new(),
         presence: s.presence,
+        written_rows: HashMap::new(),
         later: Vec::new(),
         written: vec![0; tps.len()],
         committed: vec![0; tps.len()],
@@ -218,6 +256,8 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
     let mut items: Vec<StoredItems> = vec![StoredItems::default(); tps.len()];
     let mut stored_book: HashMap<Key, u64> = HashMap::new();
     let mut stored_log_rows = 0u64;
+    let mut claims = Claims::default();
+    let mut stored_claims = Claims::default();
     let (mut lost, mut late) = (0u64, 0u64);
     let (mut uncounted_lost, mut uncounted_late) = (0u64, 0u64);
     // The scheduled rounds, then enough to finish: everything written, read and decided.
@@ -231,6 +271,8 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         } else {
             Event::None
         };
+        // Keys the book looks at this round (see the module docs).
+        let mut looked: std::collections::HashSet<Key> = std::collections::HashSet::new();
         match event {
             Event::Crash => {
                 checker = checker_for(&s);
@@ -245,6 +287,8 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                     }
                     w.read[p] = stored[p].0 as usize;
                 }
+                claims = stored_claims.clone();
+                looked.extend(pending_keys(&s, &ledgers, &w));
                 (uncounted_lost, uncounted_late) = (0, 0);
             }
             Event::Rebalance => {
@@ -258,9 +302,22 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                     std::mem::swap(l, &mut fresh);
                     w.read[p] = stored[p].0 as usize;
                 }
+                // The book lives on, with its caps; the confirmations not stored are taken
+                // back (a count never below 0): what it claims is what the stored records
+                // confirmed, less what its looks freed.
+                let counts = key_counts(&s, &ledgers, &w);
+                for (k, r) in claims.retired.iter_mut() {
+                    let (d, m) = counts.get(k).copied().unwrap_or_default();
+                    *r = (*r).min(d - m);
+                }
+                looked.extend(pending_keys(&s, &ledgers, &w));
                 (uncounted_lost, uncounted_late) = (0, 0);
             }
             Event::None | Event::StoreFails => {}
+        }
+        // The sink deletes a key's rows (rows promised for later still land).
+        if let Some(Some(x)) = s.wipes.get(round).filter(|_| round < s.steps.len()) {
+            w.wipe(&key(s.pool, *x));
         }
         // Rows promised for this round land.
         let (land, keep): (Vec<_>, Vec<_>) = w.later.drain(..).partition(|(r, ..)| *r <= round);
@@ -297,10 +354,24 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                 if let Some(book) = checker.book_mut() {
                     book.pend(&k);
                 }
+                looked.insert(k.clone());
                 ledgers[p].ingest(o as Offset, None, Observed::Expected { key: Some(k) }, now);
             }
             w.read[p] = to;
         }
+        // What each key's records claim before the round's looks; missing records' keys
+        // are re-checked.
+        let at_start = key_counts(&s, &ledgers, &w);
+        for (k, &(_, m)) in &at_start {
+            if m > 0 {
+                looked.insert(k.clone());
+            }
+        }
+        // The round starts with the claim refresh, as the daemon's does.
+        checker
+            .refresh_claims(&w.sink, usize::MAX, &|_, _| {})
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
         // One verify round, `grace` after the commits: partition by partition, as the
         // daemon's round does.
         let at = now + GRACE;
@@ -308,6 +379,7 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             // As the daemon's round does: a key book tracks confirmations until stored.
             ledgers[p].track_confirmations(true);
             let segs = ledgers[p].due(at, GRACE, 1_000);
+            looked.extend(segs.iter().flat_map(|s| s.keys.iter().cloned()));
             let v = checker
                 .due(&w.sink, tp, &segs, &|_, _| {})
                 .await
@@ -332,8 +404,19 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                 }
             }
         }
+        // The round's first look at a key capped its claims at the rows it showed (later
+        // looks in the round saw the same rows).
+        for k in &looked {
+            let rows = w.rows.get(k).copied().unwrap_or(0);
+            let (d, m) = at_start.get(k).copied().unwrap_or_default();
+            let retired = claims.retired.entry(k.clone()).or_default();
+            let held = (d - m).saturating_sub(*retired);
+            *retired += held.saturating_sub(rows);
+            claims.seen.insert(k.clone(), rows);
+        }
         // Persist, as the daemon does: ledgers, key book and counters in one write.
         if event != Event::StoreFails {
+            stored_claims = claims.clone();
             for (p, l) in ledgers.iter_mut().enumerate() {
                 // Written as the daemon writes it: only what changed since the last write.
                 stored[p] = (l.settled(), items[p].write(l));
@@ -368,17 +451,38 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             late += std::mem::take(&mut uncounted_late);
         }
         // After the round's re-checks: every shortfall declared, nothing more.
-        check_keys(&s, &ledgers, &w, round)?;
+        check_keys(&s, &ledgers, &w, &claims, round)?;
         check_book(&ledgers, &checker)?;
     }
-    // Everything landed and was decided: the report is the model's shortfall, exactly.
+    // Everything landed and was decided: the report is the model's shortfall, exactly —
+    // and never below the records no row was ever written for.
     let mut records: HashMap<Key, u64> = HashMap::new();
     for recs in &s.partitions {
         for r in recs {
             *records.entry(key(s.pool, r.key)).or_default() += 1;
         }
     }
-    let shortfall: u64 = records.iter().map(|(k, n)| w.shortfall(k, *n)).sum();
+    let expect = |k: &Key, n: u64| {
+        if s.presence {
+            return w.presence_shortfall(k, n);
+        }
+        let retired = claims.retired.get(k).copied().unwrap_or(0);
+        let seen = claims.seen.get(k).copied().unwrap_or(0);
+        n.saturating_sub(retired).saturating_sub(seen)
+    };
+    let shortfall: u64 = records.iter().map(|(k, n)| expect(k, *n)).sum();
+    // (On an upsert table one row stands for every record of its key.)
+    for (k, n) in records.iter().filter(|_| !s.presence) {
+        let written = w.written_rows.get(k).copied().unwrap_or(0);
+        prop_assert!(
+            expect(k, *n) >= n.saturating_sub(written),
+            "key {:?}: {} records, {} rows ever written, {} declared missing",
+            k,
+            n,
+            written,
+            expect(k, *n)
+        );
+    }
     let pending: u64 = ledgers.iter().map(|l| l.pending()).sum();
     prop_assert_eq!(pending, 0, "every record decided");
     let missing: u64 = ledgers.iter().map(|l| l.missing()).sum();
@@ -461,8 +565,7 @@ fn key_counts(s: &Scenario, ledgers: &[PartitionLedger], w: &World) -> BTreeMap<
 }
 
 /// At the moment of a verdict (SPEC): a record is never declared missing while the sink
-/// holds at least as many rows for its key as there are due and confirmed records with it
-/// (on an upsert table: while it holds a row for its key at all).
+/// holds at least as many rows for its key as there are due and confirmed records with it.
 fn check_verdicts(
     before: &BTreeMap<Key, (u64, u64)>,
     after: &BTreeMap<Key, (u64, u64)>,
@@ -473,8 +576,13 @@ fn check_verdicts(
         let (d0, m0) = before.get(k).copied().unwrap_or_default();
         let rows = w.rows.get(k).copied().unwrap_or(0);
         let (due, declared, confirmed) = (d1 - d0, m1.saturating_sub(m0), d0 - m0);
+        let bound = if w.presence {
+            w.presence_shortfall(k, confirmed + due)
+        } else {
+            (confirmed + due).saturating_sub(rows)
+        };
         prop_assert!(
-            declared <= w.shortfall(k, confirmed + due),
+            declared <= bound,
             "round {}: key {:?}: {} declared missing of {} due, {} confirmed, {} rows",
             round,
             k,
@@ -487,28 +595,52 @@ fn check_verdicts(
     Ok(())
 }
 
-/// After a round's re-checks, per key: missing == max(0, decided − rows) (on an upsert
-/// table: decided while the key has no row, else 0): every shortfall declared, nothing
-/// more.
+/// After a round's re-checks, per key: missing == max(0, decided − retired − seen): every
+/// shortfall declared, nothing more (see the module docs; without deletions, max(0, decided
+/// − rows)).
 fn check_keys(
     s: &Scenario,
     ledgers: &[PartitionLedger],
     w: &World,
+    claims: &Claims,
     round: usize,
 ) -> Result<(), TestCaseError> {
     for (k, (d, m)) in key_counts(s, ledgers, w) {
         let rows = w.rows.get(&k).copied().unwrap_or(0);
+        let retired = claims.retired.get(&k).copied().unwrap_or(0);
+        let seen = claims.seen.get(&k).copied().unwrap_or(0);
+        let expect = if w.presence {
+            w.presence_shortfall(&k, d)
+        } else {
+            d.saturating_sub(retired).saturating_sub(seen)
+        };
         prop_assert_eq!(
             m,
-            w.shortfall(&k, d),
-            "round {}: key {:?}: {} decided, {} rows",
+            expect,
+            "round {}: key {:?}: {} decided, {} freed, {} rows seen, {} rows now",
             round,
             k,
             d,
+            retired,
+            seen,
             rows
         );
     }
     Ok(())
+}
+
+/// Keys of the records read and not decided (what a restored ledger pends in the book).
+fn pending_keys(s: &Scenario, ledgers: &[PartitionLedger], w: &World) -> Vec<Key> {
+    let mut out = Vec::new();
+    for (p, l) in ledgers.iter().enumerate() {
+        let pending = l.pending_runs();
+        for o in 0..w.read[p] {
+            if pending.iter().any(|r| r.contains(o as Offset)) {
+                out.push(key(s.pool, s.partitions[p][o].key));
+            }
+        }
+    }
+    out
 }
 
 /// The book agrees with the ledgers.

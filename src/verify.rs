@@ -141,6 +141,47 @@ impl Checker {
         self.ask(sink, tp, segs, KeyRound::Recheck, obs).await
     }
 
+    /// key_columns: counts the keys of records ingested while their key held claims from
+    /// earlier records, up to `max_keys` of them, and caps each key's claims at the rows
+    /// found ([`KeyBook::take_refresh`], [`KeyBook::cap_all`]): rows the sink deleted since
+    /// those claims were made are seen before the new records are decided. Decides no
+    /// record. Returns the claims freed, `None` when the sink was not asked (nothing to
+    /// look at, or not key_columns); on error nothing changes and the keys wait for the next
+    /// round.
+    pub async fn refresh_claims<V: Verifier>(
+        &mut self,
+        sink: &V,
+        max_keys: usize,
+        obs: QueryObserver<'_>,
+    ) -> Result<Option<u64>, SinkError> {
+        let How::Keys(book) = &mut self.how else {
+            return Ok(None);
+        };
+        let mut keys = book.take_refresh(max_keys);
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        // Sorted as a due question's keys are (see `KeyAsk::new`): neighbours in the
+        // sink's index cost it fewer page visits.
+        keys.sort_unstable_by(|a, b| a.sort_prefix().cmp(&b.sort_prefix()).then_with(|| a.cmp(b)));
+        let sorted: Vec<&Key> = keys.iter().collect();
+        let counts = match count_sorted(sink, &sorted, self.limits, obs).await {
+            Ok(counts) => counts,
+            Err(e) => {
+                book.requeue_refresh(keys);
+                return Err(e);
+            }
+        };
+        let asks: Vec<(&Key, u64)> = keys.iter().zip(counts).collect();
+        Ok(Some(book.cap_all(&asks).into_iter().sum()))
+    }
+
+    /// Keys one round may count for a claim refresh ([`Self::refresh_claims`]): 16 queries'
+    /// worth, as a partition's re-checks ([`Self::recheck_budget`]).
+    pub fn refresh_budget(&self) -> usize {
+        self.limits.batch_size.max(1) * 16
+    }
+
     /// offset_columns: whether re-checks go through a probe (one range count over a
     /// partition's missing span, see [`crate::ledger::Probe`]) before any run is looked at.
     pub fn probes(&self) -> bool {

@@ -82,6 +82,19 @@ impl<V: Verifier> Audit<V> {
             tripped = trips(&e);
             failure = Some(e);
         }
+        // key_columns: keys of new records that hold claims from earlier ones are counted
+        // before any of this round's decisions, so rows the sink deleted free their claims
+        // while the new rows are (most likely) not written yet.
+        if !tripped && !self.cancel.is_cancelled() {
+            match self.refresh_claims().await {
+                Ok(q) => queried |= q,
+                Err(e) => {
+                    queried = true;
+                    tripped = trips(&e);
+                    failure = Some(e);
+                }
+            }
+        }
         let budget = self.checker.recheck_budget();
         let rule = DueRule {
             now,
@@ -330,6 +343,28 @@ impl<V: Verifier> Audit<V> {
             }),
         };
         (Ok(verdicts), Some(ahead))
+    }
+
+    /// The round's claim refresh ([`crate::verify::Checker::refresh_claims`]); whether the
+    /// sink was asked. Cut short by shutdown (the keys taken are then not looked at early).
+    async fn refresh_claims(&mut self) -> Result<bool, SinkError> {
+        let max = self.checker.refresh_budget();
+        let metrics = &self.metrics;
+        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
+        let cancel = self.cancel.clone();
+        let freed = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = self.checker.refresh_claims(&self.sink, max, &obs) => r,
+        }?;
+        let Some(freed) = freed else {
+            return Ok(false);
+        };
+        if freed > 0 {
+            tracing::debug!(audit = %self.cfg.name, freed,
+                "claims of records whose rows the sink no longer holds were freed (rows deleted by the sink)");
+        }
+        Ok(true)
     }
 
     /// The sink's row count of each of `ask`'s keys; cut short by shutdown.

@@ -12,7 +12,19 @@
 //!   due and confirmed records with it;
 //! - a row beyond every record of its key is a duplicate, charged only once no record with the
 //!   key is pending or missing anywhere (the row may still be the one that record needs);
-//! - a missing record turns late when a free row appears.
+//! - a missing record turns late when a free row appears;
+//! - a key's claims never exceed the rows the sink last showed for it: every answer about a
+//!   key (a due decision, a re-check, a claim refresh) caps its `confirmed` count at the
+//!   rows it shows, so rows the sink deleted (a TTL, a `DELETE`, a dropped Doris partition)
+//!   free the claims of the records they confirmed. A cap only frees rows, so it can only
+//!   turn a later verdict towards "confirmed", never invent a loss;
+//! - a record ingested while its key holds claims is queued for a *claim refresh*: its key
+//!   is counted in the next round, before the record is due ([`KeyBook::take_refresh`]),
+//!   so that a deletion that happened before the new row was written is seen as a key
+//!   with fewer rows than claims. Row counts cannot tell "the old row was deleted and the
+//!   new one written" from "the old row is there and the new write was lost" once both
+//!   changes happened before a look: the claim then stands, and the new record is missing
+//!   (docs/SEMANTICS.md, "rows deleted by the sink").
 //!
 //! Under `presence` semantics ([`KeySemantics::Presence`]: the table merges rows with equal
 //! keys, an upsert table) a key's rows are not counted against its records: one row
@@ -109,6 +121,11 @@ pub struct KeyBook {
     rewrite_slack: u64,
     /// Whether the sink's rows are counted (multiset) or only seen (presence).
     semantics: KeySemantics,
+    /// Keys that took a pending record while holding claims, oldest first (repeats allowed,
+    /// dropped when taken): each is counted once early so that rows the sink deleted since
+    /// its claims were made free them before the new record is decided
+    /// ([`Self::take_refresh`]). Bounded by the records ingested between two rounds.
+    refresh: Vec<Key>,
 }
 
 /// Dead rows the store's key log may hold beyond half its live ones (see
@@ -146,6 +163,7 @@ impl KeyBook {
             log_rows: 0,
             semantics: KeySemantics::Multiset,
             rewrite_slack: LOG_REWRITE_SLACK,
+            refresh: Vec::new(),
         }
     }
 
@@ -288,7 +306,68 @@ impl KeyBook {
     /// A record with key `k` was ingested and waits for its verdict.
     pub fn pend(&mut self, k: &Key) {
         // One hash and one probe: the daemon's hot path on key_columns.
-        self.entries.get_or_default(k).pending += 1;
+        let e = self.entries.get_or_default(k);
+        e.pending += 1;
+        // Claims from earlier records: the key is looked at before this record is decided
+        // (see the module docs). Under presence claims decide nothing: no look is needed.
+        if e.confirmed > 0 && self.semantics == KeySemantics::Multiset {
+            self.refresh.push(k.clone());
+        }
+    }
+
+    /// Up to `max` distinct keys to count for a claim refresh (see the module docs), oldest
+    /// first; the rest wait for the next round. Keys that hold no claim any more, or whose
+    /// new records were decided meanwhile (their decision counted them), are dropped.
+    pub fn take_refresh(&mut self, max: usize) -> Vec<Key> {
+        if self.refresh.is_empty() {
+            return Vec::new();
+        }
+        let queued = std::mem::take(&mut self.refresh);
+        let mut seen: foldhash::HashSet<Key> = foldhash::HashSet::default();
+        let mut taken = Vec::new();
+        for k in queued {
+            let wanted = self
+                .entries
+                .get(&k)
+                .is_some_and(|e| e.confirmed > 0 && e.pending > 0);
+            if !wanted || !seen.insert(k.clone()) {
+                continue;
+            }
+            if taken.len() < max {
+                taken.push(k);
+            } else {
+                self.refresh.push(k);
+            }
+        }
+        taken
+    }
+
+    /// Queues keys taken by [`Self::take_refresh`] again (the sink could not be asked).
+    pub fn requeue_refresh(&mut self, keys: Vec<Key>) {
+        let later = std::mem::replace(&mut self.refresh, keys);
+        self.refresh.extend(later);
+    }
+
+    /// Keys waiting for a claim refresh (repeats included; tests, bounds).
+    pub fn refresh_queued(&self) -> usize {
+        self.refresh.len()
+    }
+
+    /// Caps the claims of distinct keys at the rows the sink showed for each, `(key, rows)`:
+    /// what a claim refresh found. Decides no record. Returns the claims freed per key, in
+    /// the order given.
+    pub fn cap_all(&mut self, asks: &[(&Key, u64)]) -> Vec<u64> {
+        let asks: Vec<(&Key, u64, u64)> = asks.iter().map(|&(k, rows)| (k, 0, rows)).collect();
+        self.decide_all(&asks, Self::cap_hashed)
+    }
+
+    fn cap_hashed(&mut self, k: &Key, h: u64, _: u64, rows: u64) -> (u64, Option<u64>) {
+        let mut freed = 0;
+        let presence = self.semantics == KeySemantics::Presence;
+        let idle = self.change_hashed(k, h, |e| {
+            freed = cap_claims(e, rows_seen(presence, e, rows));
+        });
+        (freed, idle)
     }
 
     /// A pending record left without a verdict (its partition was revoked or reset).
@@ -383,6 +462,9 @@ impl KeyBook {
         let presence = self.semantics == KeySemantics::Presence;
         let idle = self.change_hashed(k, h, |e| {
             let rows = rows_seen(presence, e, rows);
+            // Before anything else: claims on rows the sink no longer shows are gone (a
+            // freed claim's record is not "another record" holding the key's rows either).
+            cap_claims(e, rows);
             let others = e.pending.saturating_sub(due) + e.confirmed + e.missing;
             let free = rows.saturating_sub(e.confirmed);
             let found = free.min(due);
@@ -414,6 +496,7 @@ impl KeyBook {
         let presence = self.semantics == KeySemantics::Presence;
         let idle = self.change_hashed(k, h, |e| {
             let rows = rows_seen(presence, e, rows);
+            cap_claims(e, rows);
             let free = rows.saturating_sub(e.confirmed);
             let late = free.min(missing).min(e.missing);
             e.missing -= late;
@@ -573,6 +656,19 @@ fn rows_seen(presence: bool, e: &Entry, rows: u64) -> u64 {
     } else {
         rows
     }
+}
+
+/// Caps `e`'s claims at `rows`, the rows the sink shows for its key (as [`rows_seen`] reads
+/// them): a confirmed record whose row is gone holds nothing, and duplicates counted on rows
+/// that are gone are forgotten too, so a new extra row is counted again. Returns the claims
+/// freed. It never changes the verdict being made with `rows` (free rows are
+/// `rows − confirmed`, 0 either way when claims exceed rows), only later ones, and those
+/// only towards "confirmed".
+fn cap_claims(e: &mut Entry, rows: u64) -> u64 {
+    let freed = e.confirmed.saturating_sub(rows);
+    e.confirmed -= freed;
+    e.duplicates = e.duplicates.min(rows - e.confirmed);
+    freed
 }
 
 /// Rows beyond every record of the key are duplicates once nothing with the key is pending

@@ -48,6 +48,12 @@ impl MemorySink {
         *t.keys.entry(key.clone()).or_default() += 1;
     }
 
+    /// Deletes every row carrying this match key (a TTL, a `DELETE`): returns how many.
+    pub fn delete_key(&self, key: &Key) -> u64 {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.keys.remove(key).unwrap_or(0)
+    }
+
     /// Adds (or overwrites) a document with this id.
     pub fn insert_id(&self, id: &str) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());

@@ -194,6 +194,7 @@ mod idle_tests {
     }
 }
 
+mod claims;
 mod props;
 
 /// A book whose stored claims could not be read never rewrites the log whole (that would
