@@ -44,6 +44,8 @@ CATALOGUE = [
     ("misspelt_pipeline_group", "13.5", "pipeline_group misspelt by one letter while the pipeline lags 3x grace"),
     ("typed_key_datetime_milliseconds", "34.2", "key_columns on the README's seed DDL (`time DATETIME`): 30 record times with milliseconds, which MariaDB truncates on INSERT; 2 records dropped"),
     ("typed_key_two_datetime_spellings", "34.2", "two spellings of one DATETIME (`T` and space) in one key batch, both rows written; one other record dropped"),
+    ("key_arity_changed_between_restarts", "34.6", "key_columns restarted with a key field added (`match.key` 2 then 3 fields): a missing record stored with the old key, a new one missing then written late"),
+    ("unreadable_partition_state", "34.8", "one partition's progress row and missing-run item corrupted in the SQLite store while the auditor is stopped; the other partition's gap written late meanwhile"),
 ]
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.
