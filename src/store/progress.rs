@@ -163,8 +163,8 @@ impl Store {
     }
 
     /// Progress rows of one audit, ordered by topic and partition. Strict: any unreadable
-    /// row or item is an error (`check` and `replay` read nothing they cannot trust); the
-    /// daemon reads with [`Self::load_progress_checked`], which keeps going per partition.
+    /// row or item is an error naming it; the daemon reads with
+    /// [`Self::load_progress_checked`], which keeps going per partition.
     pub fn load_progress(&self, audit: &str) -> Result<Vec<PartitionProgress>, StoreError> {
         let read = self.load_progress_checked(audit)?;
         match read.problems.into_iter().next() {
