@@ -45,7 +45,7 @@ mapfile -t it_bound < <(bound_names_in "--test it" | grep -E '^(faults|multi|inp
 start=$SECONDS
 rc=0
 cargo test --no-fail-fast --features services --test it -- faults:: multi:: input:: verdicts \
-  typed_keys:: upsert_keys:: deleted_rows:: \
+  typed_keys:: upsert_keys:: deleted_rows:: shared_and_stored:: \
   "${skips[@]}" || rc=$?
 cargo test --no-fail-fast --features services --test faults_private || rc=$?
 cargo test --no-fail-fast --features services --test security || rc=$?

@@ -48,6 +48,8 @@ CATALOGUE = [
     ("es_key_over_ignore_above", "34.5", "key_columns on the `.keyword` sub-fields of a dynamically mapped OpenSearch index (`ignore_above` 256): 5 of 10 records carry a 300-character domain the server does not index; one long and one short record dropped"),
     ("deleted_row_frees_its_claim", "34.3", "key_columns on the seed DDL: a confirmed record's row deleted (`DELETE`, as a TTL or a dropped Doris partition does), then the same line produced again and written"),
     ("kept_row_keeps_its_claim", "34.3", "the control of the above: the confirmed record's row kept, the line produced again and dropped by the pipeline"),
+    ("key_arity_changed_between_restarts", "34.6", "key_columns restarted with a key field added (`match.key` 2 then 3 fields): a missing record stored with the old key, a new one missing then written late"),
+    ("unreadable_partition_state", "34.8", "one partition's progress row and missing-run item corrupted in the SQLite store while the auditor is stopped; the other partition's gap written late meanwhile"),
 ]
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.

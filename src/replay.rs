@@ -439,10 +439,22 @@ fn claims_outside(
     ledger: &PartitionLedger,
 ) -> Result<Vec<(crate::record::Key, u64)>, crate::store::StoreError> {
     use std::collections::BTreeMap;
-    let progress = store
-        .load_progress(audit)?
-        .into_iter()
-        .find(|p| p.topic == target.tp.topic && p.partition == target.tp.partition);
+    // Another partition's unreadable state is no reason to refuse this one's replay; this
+    // partition's is (the daemon's claims on its keys would be guessed).
+    let read = store.load_progress_checked(audit)?;
+    let mine = |topic: &str, partition: i32| {
+        topic == target.tp.topic.as_str() && partition == target.tp.partition
+    };
+    if let Some(p) = read.problems.iter().find(|p| mine(&p.topic, p.partition)) {
+        return Err(crate::store::StoreError::Corrupt {
+            path: store.path().to_path_buf(),
+            what: format!(
+                "progress of {audit}/{}-{}: {}",
+                p.topic, p.partition, p.what
+            ),
+        });
+    }
+    let progress = read.rows.into_iter().find(|p| mine(&p.topic, p.partition));
     let (settled, missing) = match progress {
         Some(p) => {
             let snap: crate::ledger::Snapshot =

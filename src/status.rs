@@ -45,6 +45,11 @@ pub struct AuditStatus {
     /// JSON otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipeline_group_hold: Option<String>,
+    /// offset_columns without `match.topic_column`: why verdicts are held because the sink
+    /// table holds rows of another topic (the key to add is named). Left out of the JSON
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sink_table_hold: Option<String>,
     /// Sink kind (`doris`, `mysql`, `elasticsearch`).
     pub sink_kind: String,
     /// Whether the last sink query succeeded.
@@ -119,6 +124,11 @@ pub struct PartitionStatus {
     /// pending nor filtered yet. Left out of the JSON while 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub awaiting_schema: u64,
+    /// What of the partition's stored state (progress row, ledger items) could not be read
+    /// at its assignment: the partition resumed from what could be, and the unreadable part
+    /// stays in the store, not re-checked. Left out of the JSON when everything was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_problem: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

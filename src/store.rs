@@ -160,6 +160,26 @@ pub struct PartitionProgress {
     pub items: Option<LedgerItems>,
 }
 
+/// One audit's stored progress as [`Store::load_progress_checked`] read it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoredProgress {
+    /// The partitions whose settled offset could be read, with every readable item.
+    pub rows: Vec<PartitionProgress>,
+    /// What could not be read, per partition (a partition may have several).
+    pub problems: Vec<ProgressProblem>,
+}
+
+/// Something of one partition's stored progress that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgressProblem {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// What is wrong and what was done about it.
+    pub what: String,
+}
+
 /// Changed items of a partition's ledger, by first offset, as JSON text; `None` deletes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LedgerItems {

@@ -64,6 +64,43 @@ fn validate_config_names_the_bad_key_and_exits_2() {
     );
 }
 
+/// Issue 34 item 4: two offset_columns audits, topics `test` and `other`, one sink table,
+/// no `topic_column`: `other`'s row at (0, 5) would confirm `test`'s lost record there.
+/// Refused at validation with exit 2, naming the key to add (before: accepted).
+#[test]
+fn two_offset_audits_on_one_table_without_a_topic_column_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = |name: &str, topic: &str| {
+        format!(
+            "[[audits]]\nname = \"{name}\"\ntopics = [\"{topic}\"]\n[audits.record]\n\
+             format = \"raw\"\n[audits.match]\nstrategy = \"offset_columns\"\n\
+             [audits.sink]\nkind = \"doris\"\nurl = \"mysql://root@doris-fe:9030/example_db\"\n\
+             table = \"dns_logs\"\n"
+        )
+    };
+    let text = format!(
+        "[kafka]\nbrokers = \"127.0.0.1:9092\"\n{}{}",
+        audit("test_logs", "test"),
+        audit("other_logs", "other")
+    );
+    let path = dir.path().join("shared.toml");
+    std::fs::write(&path, &text).expect("write");
+    let (code, out, err) = run(bin().args(["validate-config", "-c"]).arg(&path));
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("audits[0].match.topic_column: is required: audits[1] (`other_logs`"),
+        "{err}"
+    );
+    // With the topic column on both, the same two audits are valid.
+    let fixed = text.replace(
+        "strategy = \"offset_columns\"\n",
+        "strategy = \"offset_columns\"\ntopic_column = \"kafka_topic\"\n",
+    );
+    std::fs::write(&path, fixed).expect("write");
+    let (code, out, err) = run(bin().args(["validate-config", "-c"]).arg(&path));
+    assert_eq!(code, 0, "{out}{err}");
+}
+
 #[test]
 fn run_refuses_a_bad_config_with_exit_2() {
     let (code, _, err) = run(bin()

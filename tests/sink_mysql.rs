@@ -29,7 +29,7 @@ use gap_auditor::ledger::OffsetRun;
 use gap_auditor::record::Key;
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
 use gap_auditor::sink::tls::TlsSettings;
-use gap_auditor::sink::{SinkError, Verifier};
+use gap_auditor::sink::{OffsetExtent, SinkError, Verifier};
 use mysql_async::prelude::Queryable;
 use std::path::PathBuf;
 use std::process::Command;
@@ -734,4 +734,79 @@ async fn typed_key_columns_are_compared_as_the_columns_store_them() {
         .expect("drop");
     drop(c);
     pool.disconnect().await.expect("disconnect");
+}
+
+/// Issue 34 item 6: a batch holding a key of another arity than the key columns (a key
+/// stored before `match.key` changed) cannot be built. It used to be sent as a query that
+/// selects nothing, every key of the batch counted 0 (the debug assertion that says so is
+/// skipped in release builds): now an error naming the arity, never zeros.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_arity_is_an_error_not_zero_rows() {
+    let _server = SERVER.lock().await;
+    let pool = setup_pool();
+    let mut c = pool.get_conn().await.expect("conn");
+    let table = unique("sink_arity");
+    c.query_drop(format!(
+        "CREATE TABLE `{table}` (k VARCHAR(80) COLLATE utf8mb4_nopad_bin) \
+         DEFAULT CHARSET = utf8mb4"
+    ))
+    .await
+    .expect("create");
+    c.query_drop(format!("INSERT INTO `{table}` VALUES ('a')"))
+        .await
+        .expect("insert");
+    let sink = sink_at(&mysql_url(), keys_target(&table));
+    let (a, old) = (Key::new(["a"]), Key::new(["a", "x"]));
+    assert_eq!(sink.count_keys(&[&a]).await.expect("one column"), vec![1]);
+    let e = rejected(sink.count_keys(&[&a, &old]).await);
+    assert!(
+        e.contains("a key of 2 values does not fit the 1 key columns"),
+        "{e}"
+    );
+}
+
+/// Issue 34 item 4: the look at an offset_columns table without a topic column, one
+/// statement: the partition range of every row and the largest offset per partition asked
+/// (`None` where a partition has no row), as the rows say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offset_extent_is_the_partition_range_and_each_partitions_largest_offset() {
+    let _server = SERVER.lock().await;
+    let pool = setup_pool();
+    let mut c = pool.get_conn().await.expect("conn");
+    let table = unique("sink_extent");
+    c.query_drop(format!(
+        "CREATE TABLE `{table}` (`partition` INT, `offset` BIGINT, KEY po (`partition`, `offset`))"
+    ))
+    .await
+    .expect("create");
+    let sink = sink_at(&mysql_url(), offsets_target(&table));
+    let empty = sink.offset_extent(&[0, 1]).await.expect("extent");
+    assert_eq!(
+        empty,
+        Some(OffsetExtent {
+            partitions: None,
+            max_offsets: vec![(0, None), (1, None)],
+        })
+    );
+    c.query_drop(format!(
+        "INSERT INTO `{table}` VALUES (0, 3), (0, 19), (1, 4), (7, 1), (NULL, 99)"
+    ))
+    .await
+    .expect("insert");
+    let x = sink.offset_extent(&[0, 1, 2]).await.expect("extent");
+    assert_eq!(
+        x,
+        Some(OffsetExtent {
+            partitions: Some((0, 7)),
+            max_offsets: vec![(0, Some(19)), (1, Some(4)), (2, None)],
+        })
+    );
+    let mut with_topic = offsets_target(&table);
+    with_topic.topic_column = Some("topic".into());
+    let none = sink_at(&mysql_url(), with_topic).offset_extent(&[0]).await;
+    assert_eq!(
+        none.expect("not asked"),
+        None,
+        "a topic column needs no look"
+    );
 }

@@ -48,8 +48,11 @@ mod read_to;
 mod report;
 mod round;
 mod schedule;
+mod shared_table;
 pub(crate) mod sink_model;
 mod starts;
+
+pub use shared_table::foreign_rows;
 
 use gap_log::GapLog;
 pub use ingest::{Ledgers, ingest_batch};
@@ -94,6 +97,8 @@ pub struct AuditDeps<V> {
 struct Part {
     ledger: PartitionLedger,
     log: Option<(Offset, Offset)>,
+    /// What of the partition's stored state could not be read at assignment (status).
+    state_problem: Option<String>,
     /// The pipeline group has stopped committing while the log grows (reported once).
     stalled: bool,
     /// Records waiting for their schema, and every later one behind them.
@@ -137,6 +142,9 @@ struct Audit<V> {
     /// completeness answer says how many there are, so that answers of several instances
     /// can be checked for a partition none of them covers.
     topic_partitions: BTreeMap<String, usize>,
+    /// offset_columns without a topic column: whether the sink table holds another
+    /// topic's rows (shared_table.rs).
+    shared_table: shared_table::SharedTable,
     /// Shutdown: a round in flight stops asking the sink (its open questions stay unknown,
     /// nothing is decided on them), so SIGTERM never waits for a long backlog round.
     cancel: CancellationToken,
@@ -199,6 +207,7 @@ impl<V: Verifier> Audit<V> {
             health: Health::default(),
             pipeline: PipelineWatch::default(),
             topic_partitions: BTreeMap::new(),
+            shared_table: shared_table::SharedTable::for_audit(&config),
             cancel: w.cancel,
             clock: w.clock,
             handover: w.handover,

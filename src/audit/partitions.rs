@@ -3,6 +3,7 @@
 
 use super::starts::resolve_starts;
 use super::{Audit, Part, blocking::blocking};
+use crate::config::MatchStrategy;
 use crate::gap::{Offset, TopicPartition};
 use crate::handover;
 use crate::held::Held;
@@ -115,14 +116,23 @@ impl<V: Verifier> Audit<V> {
         &mut self,
         partitions: Vec<TopicPartition>,
     ) -> Vec<(TopicPartition, Offset)> {
+        // What of each partition's stored state could not be read: that partition alone
+        // says so (log, status) and resumes from what could be.
+        let mut unreadable: HashMap<TopicPartition, Vec<String>> = HashMap::new();
         let mut progress: HashMap<TopicPartition, PartitionProgress> = {
             let store = self.store.clone();
             let audit = self.cfg.name.clone();
-            match blocking(move || store.load_progress(&audit)).await {
-                Ok(rows) => rows
-                    .into_iter()
-                    .map(|p| (TopicPartition::new(p.topic.clone(), p.partition), p))
-                    .collect(),
+            match blocking(move || store.load_progress_checked(&audit)).await {
+                Ok(read) => {
+                    for p in read.problems {
+                        let tp = TopicPartition::new(p.topic, p.partition);
+                        unreadable.entry(tp).or_default().push(p.what);
+                    }
+                    read.rows
+                        .into_iter()
+                        .map(|p| (TopicPartition::new(p.topic.clone(), p.partition), p))
+                        .collect()
+                }
                 Err(e) => {
                     tracing::error!(audit = %self.cfg.name, error = %e, "cannot read progress from the store; falling back to Kafka commits");
                     HashMap::new()
@@ -150,21 +160,41 @@ impl<V: Verifier> Audit<V> {
         let now = self.clock.now_ms();
         let keyed = self.keyed();
         let mut out = Vec::new();
+        // Restored records whose key has another arity than `match.key` (see below).
+        let mut other_arity = 0u64;
         for (tp, start, log) in resolved {
             // Where the ledger resumes: the store's settled offset, or the auditor group's
             // commit when that is further (see `resolve_starts`); records Kafka deleted below
             // it are recorded by `skipped_by_retention` next.
             let at = start.deleted.map_or(start.resume, |(first, _)| first);
+            let mut problems = unreadable.remove(&tp).unwrap_or_default();
             let mut ledger = match progress.get(&tp) {
-                Some(p) => match serde_json::from_value::<Snapshot>(p.ledger.clone()) {
-                    Ok(snap) => PartitionLedger::restore_at(at, p.settled, keyed, snap),
-                    Err(e) => {
-                        tracing::error!(%tp, error = %e, "stored ledger state unreadable; resuming at the settled offset without it");
-                        PartitionLedger::new(at.max(p.settled), keyed)
-                    }
-                },
+                Some(p) => {
+                    // Item by item: an unreadable one costs only itself.
+                    let (snap, bad) = Snapshot::from_stored(&p.ledger);
+                    problems.extend(bad);
+                    PartitionLedger::restore_at(at, p.settled, keyed, snap)
+                }
                 None => PartitionLedger::new(start.resume, keyed),
             };
+            let state_problem = describe_unreadable(&problems);
+            if let Some(summary) = &state_problem {
+                // Never replace what could not be read: it stays in the store.
+                ledger.keep_stored_items();
+                for what in &problems {
+                    tracing::error!(audit = %self.cfg.name, %tp, problem = %what,
+                        "stored partition state partly unreadable");
+                }
+                tracing::error!(audit = %self.cfg.name, %tp, resume = ledger.next_offset(), %summary,
+                    "partition resumes from what the store could read; the unreadable part stays in the store, not re-checked");
+            }
+            if self.cfg.matching.strategy == MatchStrategy::KeyColumns {
+                // Keys stored before `match.key` changed fit no query of the configured
+                // columns: given up (still missing), never re-checked with the wrong arity.
+                // The book never held them (it adopts the ledger below).
+                other_arity += ledger.give_up_other_arity(self.cfg.matching.key.len());
+                ledger.take_released_keys();
+            }
             if let Some((first, last)) = start.deleted
                 && ledger.skipped_by_retention(first, last, now).is_some()
             {
@@ -186,12 +216,19 @@ impl<V: Verifier> Audit<V> {
                 Part {
                     ledger,
                     log,
+                    state_problem,
                     stalled: false,
                     held: Held::for_decoder(&self.decoder),
                     read_to: None,
                     repositioning: None,
                 },
             );
+        }
+        if other_arity > 0 {
+            tracing::warn!(audit = %self.cfg.name, records = other_arity, key_fields = self.cfg.matching.key.len(),
+                "stored missing records have keys of another arity than match.key (the key changed \
+                 since they were stored): given up, they stay missing and are no longer re-checked; \
+                 settle them with `gap-auditor check` or `replay`");
         }
         if !self.writes.gaps.is_empty() {
             self.persist().await;
@@ -415,6 +452,19 @@ impl<V: Verifier> Audit<V> {
             }
         }
     }
+}
+
+/// The status line of a partition whose stored state was partly unreadable (`None`: all
+/// of it was read).
+pub(super) fn describe_unreadable(problems: &[String]) -> Option<String> {
+    let first = problems.first()?;
+    Some(match problems.len() {
+        1 => format!("stored state partly unreadable: {first}"),
+        n => format!(
+            "stored state partly unreadable: {first} (and {} more, see the log)",
+            n - 1
+        ),
+    })
 }
 
 /// What [`Audit::out_of_range`] does to a partition's held records when it re-positions

@@ -207,6 +207,7 @@ impl<V: Verifier> Audit<V> {
                 missing: led.missing(),
                 paused: self.tail.flow.is_paused(tp),
                 awaiting_schema: part.held.len() as u64,
+                state_problem: part.state_problem.clone(),
             });
         }
         let mut completeness = crate::completeness::evaluate(
@@ -224,6 +225,7 @@ impl<V: Verifier> Audit<V> {
             consumer_group: self.group.clone(),
             pipeline_group: self.cfg.pipeline_group.clone(),
             pipeline_group_hold: self.pipeline.hold.clone(),
+            sink_table_hold: self.shared_table_hold(),
             sink_kind: self.sink.kind().to_string(),
             sink_state: self.health.sink_state,
             sink_error: self.health.sink_error.clone(),

@@ -66,7 +66,12 @@ impl<V: Verifier> Audit<V> {
         self.backlog = false;
         let mut queried = false;
         let mut failure: Option<SinkError> = None;
-        let hold = self.hold_verdicts();
+        // Both asked every round: each keeps its own state and status. A sink table that
+        // may hold another topic's rows holds every verdict, late arrivals and settled
+        // deletions too: any of its rows may be the other topic's.
+        let held_for_pipeline = self.hold_verdicts();
+        let (table_hold, table_error) = self.hold_for_shared_table().await;
+        let hold = table_hold | held_for_pipeline;
         let time_rule = self.cfg.pipeline_group.is_none();
         let keyed_book = self.checker.book().is_some();
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
@@ -78,7 +83,14 @@ impl<V: Verifier> Audit<V> {
         // poisoned record would stop every later partition's verdicts for good.
         let trips = |e: &SinkError| matches!(e, SinkError::Unavailable(_));
         let mut tripped = false;
-        if let Err(e) = self.settle_deleted(&tps).await {
+        if table_hold {
+            // Nothing below is asked of the sink; the look's own error is the round's.
+            if let Some(e) = table_error {
+                queried = true;
+                tripped = trips(&e);
+                failure = Some(e);
+            }
+        } else if let Err(e) = self.settle_deleted(&tps).await {
             tripped = trips(&e);
             failure = Some(e);
         }
@@ -151,7 +163,7 @@ impl<V: Verifier> Audit<V> {
                 }
             }
             // Late arrivals, after the due verdicts (which may have grown the missing span).
-            if !failed_here {
+            if !failed_here && !table_hold {
                 let mut rechecked = Vec::new();
                 let r = self.recheck(tp, budget, &mut rechecked).await;
                 if let Some(asked) = ahead.as_mut().and_then(|a| a.asked.as_mut()) {
@@ -211,6 +223,9 @@ impl<V: Verifier> Audit<V> {
         }
         let up = self.health.sink_answered(&self.cfg.name, failure.as_ref());
         self.metrics.sink_up(up);
+        if !up {
+            self.sink_was_down();
+        }
         self.retention
             .refresh(&self.cfg.name, &self.cfg.topics)
             .await;

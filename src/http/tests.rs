@@ -114,6 +114,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
         consumer_group: "gap-auditor".to_string(),
         pipeline_group: None,
         pipeline_group_hold: None,
+        sink_table_hold: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,
@@ -134,6 +135,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
             missing: 0,
             paused: false,
             awaiting_schema: 0,
+            state_problem: None,
         }],
         completeness: Default::default(),
     }

@@ -277,6 +277,75 @@ pub struct Snapshot {
     pub tail_gap: Option<Offset>,
 }
 
+impl Snapshot {
+    /// A stored snapshot (its JSON, as the store gives it back) read item by item: a missing
+    /// run or gap without the ledger's shape is left out and described, so one bad item
+    /// costs only itself, never the partition's other open gaps.
+    pub fn from_stored(value: &serde_json::Value) -> (Snapshot, Vec<String>) {
+        fn each<T: serde::de::DeserializeOwned>(
+            value: &serde_json::Value,
+            field: &str,
+            problems: &mut Vec<String>,
+        ) -> Vec<T> {
+            match value.get(field) {
+                None | Some(serde_json::Value::Null) => Vec::new(),
+                Some(serde_json::Value::Array(items)) => items
+                    .iter()
+                    .filter_map(|item| match T::deserialize(item) {
+                        Ok(v) => Some(v),
+                        Err(e) => {
+                            let first = item
+                                .get("first")
+                                .or_else(|| item.get("run").and_then(|r| r.get("first")))
+                                .map_or_else(|| "?".to_string(), ToString::to_string);
+                            problems.push(format!(
+                                "the `{field}` item at offset {first} is unreadable ({e}); left out"
+                            ));
+                            None
+                        }
+                    })
+                    .collect(),
+                Some(_) => {
+                    problems.push(format!("`{field}` is not an array; left out"));
+                    Vec::new()
+                }
+            }
+        }
+        let mut problems = Vec::new();
+        let missing: Vec<MissingRun> = each(value, "missing", &mut problems);
+        let gaps: Vec<GapRecord> = each(value, "gaps", &mut problems);
+        // A run whose gap was left out has nowhere to report to: it goes too (the gap's
+        // stored row keeps its records missing).
+        let (missing, orphans): (Vec<MissingRun>, Vec<MissingRun>) = missing
+            .into_iter()
+            .partition(|m| gaps.iter().any(|g| g.first == m.gap));
+        for m in orphans {
+            problems.push(format!(
+                "the missing run at offset {} belongs to the unreadable gap {}; left out",
+                m.run.first, m.gap
+            ));
+        }
+        let tail_gap = match value.get("tail_gap") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => match v.as_i64() {
+                Some(t) => Some(t),
+                None => {
+                    problems.push(format!("the tail gap {v} is not an offset; left out"));
+                    None
+                }
+            },
+        };
+        (
+            Snapshot {
+                missing,
+                gaps,
+                tail_gap,
+            },
+            problems,
+        )
+    }
+}
+
 /// The ledger of one partition.
 #[derive(Debug, Clone)]
 pub struct PartitionLedger {

@@ -22,6 +22,18 @@ use std::future::Future;
 use std::sync::Arc;
 use tls::TlsSettings;
 
+/// What an offset_columns table without a topic column holds, at a glance: the smallest
+/// and largest partition of any row, and the largest offset on each partition asked for
+/// (`None`: no row). Rows a topic cannot have (a partition it does not have, an offset at
+/// or beyond its log end) were written by another topic ([`Verifier::offset_extent`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OffsetExtent {
+    /// (smallest, largest) partition of any row; `None` for an empty table.
+    pub partitions: Option<(i64, i64)>,
+    /// Largest offset per partition asked for.
+    pub max_offsets: Vec<(i32, Option<Offset>)>,
+}
+
 /// Rows and distinct offsets found in a set of offset runs of one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RangeCount {
@@ -77,6 +89,17 @@ pub trait Verifier: Send + Sync {
         tp: &TopicPartition,
         runs: &[OffsetRun],
     ) -> impl Future<Output = Result<RangeCount, SinkError>> + Send;
+
+    /// offset_columns without a topic column: the table's [`OffsetExtent`] over
+    /// `partitions` (the audited topic's), read once at start to see rows another topic
+    /// wrote. `Ok(None)` where the sink does not say (a topic column is set, or the sink
+    /// cannot answer it cheaply).
+    fn offset_extent(
+        &self,
+        _partitions: &[i32],
+    ) -> impl Future<Output = Result<Option<OffsetExtent>, SinkError>> + Send {
+        async { Ok(None) }
+    }
 
     /// Each present offset within `runs` with its row count (offset_columns strategy; only
     /// called for small ranges).
@@ -149,6 +172,14 @@ impl Verifier for AnySink {
             AnySink::Mysql(s) => s.key_model().await,
             AnySink::Memory(s) => s.key_model().await,
             AnySink::Elasticsearch(s) => s.key_model().await,
+        }
+    }
+
+    async fn offset_extent(&self, partitions: &[i32]) -> Result<Option<OffsetExtent>, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.offset_extent(partitions).await,
+            AnySink::Memory(s) => s.offset_extent(partitions).await,
+            AnySink::Elasticsearch(s) => s.offset_extent(partitions).await,
         }
     }
 

@@ -50,7 +50,7 @@
 
 use super::sql::{self, KeyCompare, KeyRows, OffsetQuery};
 use super::tls::{self, TlsSettings};
-use super::{RangeCount, SinkError, Verifier};
+use super::{OffsetExtent, RangeCount, SinkError, Verifier};
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
 use crate::record::Key;
@@ -794,10 +794,54 @@ impl Verifier for MysqlSink {
         Ok(out)
     }
 
+    async fn offset_extent(&self, partitions: &[i32]) -> Result<Option<OffsetExtent>, SinkError> {
+        const WHAT: &str = "offset extent";
+        if self.target.topic_column.is_some() {
+            return Ok(None);
+        }
+        let (mut c, _) = self.checked_conn().await?;
+        let q = sql::offset_extent(
+            &self.target.table,
+            &self.target.partition_column,
+            &self.target.offset_column,
+            partitions,
+        );
+        let mut out = OffsetExtent::default();
+        for row in self.rows(&mut c, q).await? {
+            let k: Option<i64> = column(&row, 0, WHAT, "a partition number")?;
+            let lo: Option<i64> = column(&row, 1, WHAT, "an integer")?;
+            match k {
+                Some(-1) => {
+                    let hi: Option<i64> = column(&row, 2, WHAT, "an integer")?;
+                    out.partitions = lo.zip(hi);
+                }
+                Some(p) => {
+                    if let Ok(p) = i32::try_from(p) {
+                        out.max_offsets.push((p, lo));
+                    }
+                }
+                None => {}
+            }
+        }
+        Ok(Some(out))
+    }
+
     async fn count_keys(&self, keys: &[&Key]) -> Result<Vec<u64>, SinkError> {
         const WHAT: &str = "key count";
         if keys.is_empty() {
             return Ok(Vec::new());
+        }
+        // A key that does not fit the key columns (one stored before `match.key` changed)
+        // would turn the whole batch into a query that selects nothing: every key of it
+        // counted 0. An error instead: the batch's verdicts stay unknown, never missing.
+        let columns = self.target.key_columns.len();
+        if let Some(k) = keys.iter().find(|k| k.len() != columns) {
+            return Err(SinkError::Rejected(format!(
+                "{WHAT}: a key of {} values does not fit the {columns} key columns {:?} \
+                 (a key stored before match.key changed?)",
+                k.len(),
+                self.target.key_columns
+            )));
         }
         let (mut c, nbe) = self.checked_conn().await?;
         let how = self.key_query(&mut c, nbe).await?;

@@ -102,6 +102,31 @@ pub struct OffsetQuery<'a> {
     pub partition: i32,
 }
 
+/// One statement for [`super::OffsetExtent`]: the smallest and largest partition of any
+/// row (`k = -1`), then the largest offset of each of `partitions` (`k` = the partition).
+/// Each branch is one index lookup where (partition, offset) is indexed (the offset
+/// queries need that index anyway). Only integers and identifiers: nothing to escape.
+///
+/// `SELECT -1 AS k, MIN(p) AS lo, MAX(p) AS hi FROM t UNION ALL SELECT 0, MAX(o), NULL
+/// FROM t WHERE p = 0 ...`
+pub fn offset_extent(
+    table: &str,
+    partition_column: &str,
+    offset_column: &str,
+    partitions: &[i32],
+) -> String {
+    let t = table_ident(table);
+    let p = ident(partition_column);
+    let o = ident(offset_column);
+    let mut sql = format!("SELECT -1 AS k, MIN({p}) AS lo, MAX({p}) AS hi FROM {t}");
+    for n in partitions {
+        sql.push_str(&format!(
+            " UNION ALL SELECT {n}, MAX({o}), NULL FROM {t} WHERE {p} = {n}"
+        ));
+    }
+    sql
+}
+
 /// The WHERE condition shared by the offset queries: this partition (and topic), and an
 /// offset inside one of the runs. Only the expected offsets are selected so that rows at
 /// offsets outside them (filtered records, transaction markers) can never make up for a

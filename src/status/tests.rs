@@ -7,6 +7,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
         consumer_group: "gap-auditor".to_string(),
         pipeline_group: Some("flink".to_string()),
         pipeline_group_hold: None,
+        sink_table_hold: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,
@@ -27,6 +28,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
             missing: 1,
             paused: false,
             awaiting_schema: 0,
+            state_problem: None,
         }],
         completeness: AuditCompleteness {
             complete_until_ms: Some(1_700_000_000_000),

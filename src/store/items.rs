@@ -124,35 +124,53 @@ pub(super) fn write_items(
 }
 
 /// Puts a partition's stored items back into its ledger's JSON (`missing`, `gaps`), in
-/// offset order.
+/// offset order. An item that cannot be read (not JSON, an unknown kind) is left out and
+/// described in the answer; the store keeps it (only the ledger that wrote an item deletes
+/// it, see [`write_items`]). Errors only when the query fails.
 pub(super) fn read_items(
     conn: &Connection,
     audit: &str,
     topic: &str,
     partition: i32,
     head: &mut serde_json::Value,
-) -> Result<(), ItemError> {
+) -> Result<Vec<String>, ItemError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT kind, body FROM ledger_items
+        "SELECT kind, first, body FROM ledger_items
          WHERE audit = ?1 AND topic = ?2 AND partition = ?3 ORDER BY kind, first",
     )?;
-    let rows: Vec<(i64, String)> = stmt
+    let rows: Vec<(i64, i64, rusqlite::types::Value)> = stmt
         .query_map(params![audit, topic, partition], |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })?
         .collect::<Result<_, _>>()?;
+    let mut skipped = Vec::new();
     if rows.is_empty() {
-        return Ok(());
+        return Ok(skipped);
     }
     let Some(obj) = head.as_object_mut() else {
         return Err(ItemError::Shape("ledger is not a JSON object".to_string()));
     };
-    for (kind, body) in rows {
+    for (kind, first, body) in rows {
         let Some((_, field, _)) = ITEM_KINDS.iter().find(|(k, ..)| *k == kind) else {
-            return Err(ItemError::Shape(format!("unknown item kind {kind}")));
+            skipped.push(format!(
+                "ledger item {first} has an unknown kind {kind}; left out"
+            ));
+            continue;
         };
-        let item: serde_json::Value = serde_json::from_str(&body)
-            .map_err(|e| ItemError::Shape(format!("an item of `{field}` is not JSON: {e}")))?;
+        let item = match &body {
+            rusqlite::types::Value::Text(t) => serde_json::from_str::<serde_json::Value>(t)
+                .map_err(|e| format!("is not JSON ({e})")),
+            other => Err(format!("is not text ({other:?})")),
+        };
+        let item = match item {
+            Ok(item) => item,
+            Err(why) => {
+                skipped.push(format!(
+                    "the `{field}` item at offset {first} {why}; left out"
+                ));
+                continue;
+            }
+        };
         match obj
             .entry(field.to_string())
             .or_insert_with(|| serde_json::Value::Array(Vec::new()))
@@ -161,5 +179,5 @@ pub(super) fn read_items(
             _ => return Err(ItemError::Shape(format!("`{field}` is not an array"))),
         }
     }
-    Ok(())
+    Ok(skipped)
 }

@@ -162,8 +162,31 @@ impl Store {
         Ok(())
     }
 
-    /// Progress rows of one audit, ordered by topic and partition.
+    /// Progress rows of one audit, ordered by topic and partition. Strict: any unreadable
+    /// row or item is an error naming it; the daemon reads with
+    /// [`Self::load_progress_checked`], which keeps going per partition.
     pub fn load_progress(&self, audit: &str) -> Result<Vec<PartitionProgress>, StoreError> {
+        let read = self.load_progress_checked(audit)?;
+        match read.problems.into_iter().next() {
+            Some(p) => Err(StoreError::Corrupt {
+                path: self.path.clone(),
+                what: format!(
+                    "progress of {audit}/{}-{}: {}",
+                    p.topic, p.partition, p.what
+                ),
+            }),
+            None => Ok(read.rows),
+        }
+    }
+
+    /// Progress rows of one audit, ordered by topic and partition, each partition on its
+    /// own: a row or ledger item that cannot be read is reported in
+    /// [`StoredProgress::problems`] and the rest of that partition (and every other one) is
+    /// still returned. An unreadable ledger head reads as an empty one (it holds only the
+    /// tail gap: the next missing record then starts a new gap); an unreadable item is left
+    /// out; an unreadable settled offset leaves the partition's row out. Errors only when
+    /// the store itself cannot be queried.
+    pub fn load_progress_checked(&self, audit: &str) -> Result<StoredProgress, StoreError> {
         let conn = self.lock();
         let ctx = || format!("load progress of audit {audit}");
         let mut stmt = conn
@@ -172,30 +195,81 @@ impl Store {
                  WHERE audit = ?1 ORDER BY topic, partition",
             )
             .map_err(self.sq(ctx()))?;
-        let rows = stmt
+        // Read as SQLite values: one bad cell must not fail the query of every partition.
+        type Cells = (
+            String,
+            i32,
+            rusqlite::types::Value,
+            rusqlite::types::Value,
+            rusqlite::types::Value,
+        );
+        let rows: Vec<Cells> = stmt
             .query_map(params![audit], |row| {
                 Ok((
                     row.get::<_, String>(0)?,
                     row.get::<_, i32>(1)?,
-                    row.get::<_, i64>(2)?,
-                    row.get::<_, String>(3)?,
-                    row.get::<_, String>(4)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
                 ))
             })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
             .map_err(self.sq(ctx()))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (topic, partition, settled, ledger, updated_at) = row.map_err(self.sq(ctx()))?;
-            let what = format!("progress of {audit}/{topic}-{partition}");
-            let mut ledger = serde_json::from_str(&ledger).map_err(|e| StoreError::Corrupt {
-                path: self.path.clone(),
-                what: format!("{what}: ledger is not JSON: {e}"),
-            })?;
-            read_items(&conn, audit, &topic, partition, &mut ledger).map_err(|e| {
-                e.into_store(&self.path, format!("read the items of {what}"), &what)
-            })?;
-            let updated_at = self.parse_ts(&updated_at, &what)?;
-            out.push(PartitionProgress {
+        let mut out = StoredProgress::default();
+        for (topic, partition, settled, ledger, updated_at) in rows {
+            let mut problem = |what: String| {
+                out.problems.push(ProgressProblem {
+                    topic: topic.clone(),
+                    partition,
+                    what,
+                })
+            };
+            use rusqlite::types::Value;
+            let Value::Integer(settled) = settled else {
+                problem(format!(
+                    "the settled offset is not an integer ({settled:?}); the partition \
+                     resumes from the auditor group's commit"
+                ));
+                continue;
+            };
+            let mut ledger = match ledger {
+                Value::Text(t) => match serde_json::from_str::<serde_json::Value>(&t) {
+                    Ok(v) if v.is_object() => v,
+                    Ok(_) => {
+                        problem("the ledger is not a JSON object; read as empty".to_string());
+                        serde_json::json!({})
+                    }
+                    Err(e) => {
+                        problem(format!("the ledger is not JSON ({e}); read as empty"));
+                        serde_json::json!({})
+                    }
+                },
+                other => {
+                    problem(format!("the ledger is not text ({other:?}); read as empty"));
+                    serde_json::json!({})
+                }
+            };
+            for skipped in
+                read_items(&conn, audit, &topic, partition, &mut ledger).map_err(|e| {
+                    e.into_store(
+                        &self.path,
+                        format!("read the items of {audit}/{topic}-{partition}"),
+                        "",
+                    )
+                })?
+            {
+                problem(skipped);
+            }
+            let updated_at = match &updated_at {
+                Value::Text(t) => DateTime::parse_from_rfc3339(t)
+                    .map(|t| t.with_timezone(&Utc))
+                    .ok(),
+                _ => None,
+            }
+            // Only shown, never decided on: an unreadable time is not worth a problem.
+            .unwrap_or_else(Utc::now);
+            out.rows.push(PartitionProgress {
                 topic,
                 partition,
                 settled,

@@ -1161,3 +1161,101 @@ fn replays_are_logged_and_the_last_write_of_a_gap_is_found() {
     });
     assert_eq!(listed.unwrap()[0].replayed_at, at);
 }
+
+/// Issue 34 item 8: one partition's unreadable progress row or item is that partition's
+/// problem alone. The daemon's load returns every readable row and item with the problems
+/// named per partition; the strict load (`check`, `replay`) refuses; a later delta write of
+/// the partition leaves the item it could not read in place.
+#[test]
+fn an_unreadable_row_or_item_costs_only_its_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let with_items = |partition: i32| PartitionProgress {
+        ledger: json!({
+            "missing": [{"run": {"first": 3, "last": 4}, "gap": 3, "detected_ms": 1}],
+            "gaps": [{"first": 3}],
+            "tail_gap": 3
+        }),
+        ..progress(partition, 10)
+    };
+    store
+        .commit_round("a", &[], &[with_items(0), with_items(1)])
+        .unwrap();
+    let exec = |sql: &str| store.lock().execute(sql, []).unwrap();
+    assert_eq!(
+        exec("UPDATE progress SET ledger = '{x' WHERE partition = 0"),
+        1
+    );
+    assert_eq!(
+        exec("UPDATE ledger_items SET body = '{y' WHERE partition = 0 AND kind = 0"),
+        1
+    );
+    let read = store.load_progress_checked("a").unwrap();
+    assert_eq!(read.rows.len(), 2, "both partitions come back");
+    let p0 = &read.rows[0];
+    assert_eq!((p0.partition, p0.settled), (0, 10));
+    assert_eq!(
+        p0.ledger,
+        json!({"gaps": [{"first": 3}]}),
+        "head empty, bad item out"
+    );
+    assert_eq!(read.rows[1], {
+        let mut p = with_items(1);
+        p.updated_at = read.rows[1].updated_at;
+        p
+    });
+    let problems: Vec<(i32, &str)> = read
+        .problems
+        .iter()
+        .map(|p| (p.partition, p.what.as_str()))
+        .collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems.iter().all(|(p, _)| *p == 0), "{problems:?}");
+    assert!(problems[0].1.contains("not JSON"), "{problems:?}");
+    assert!(
+        problems[1].1.contains("`missing` item at offset 3"),
+        "{problems:?}"
+    );
+    let strict = store.load_progress("a").unwrap_err();
+    assert!(matches!(strict, StoreError::Corrupt { .. }), "{strict}");
+    // A delta write of partition 0 (a new gap) keeps the unreadable item.
+    let delta = PartitionProgress {
+        ledger: json!({"tail_gap": 20}),
+        items: Some(LedgerItems {
+            missing: Vec::new(),
+            gaps: vec![(20, Some(json!({"first": 20}).to_string()))],
+        }),
+        ..progress(0, 21)
+    };
+    store.commit_round("a", &[], &[delta]).unwrap();
+    let kept: i64 = store
+        .lock()
+        .query_row(
+            "SELECT COUNT(*) FROM ledger_items WHERE partition = 0 AND body = '{y'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kept, 1);
+    let read = store.load_progress_checked("a").unwrap();
+    assert_eq!(
+        read.problems.len(),
+        1,
+        "only the item is left: {:?}",
+        read.problems
+    );
+    // A settled offset that is not a number leaves the row out, named.
+    exec("UPDATE progress SET settled = 'ten' WHERE partition = 1");
+    let read = store.load_progress_checked("a").unwrap();
+    assert_eq!(
+        read.rows.iter().map(|p| p.partition).collect::<Vec<_>>(),
+        vec![0]
+    );
+    assert!(
+        read.problems
+            .iter()
+            .any(|p| p.partition == 1 && p.what.contains("settled offset")),
+        "{:?}",
+        read.problems
+    );
+}

@@ -26,6 +26,7 @@ mod replay;
 mod scenarios;
 mod schema_registry;
 mod seed_config;
+mod shared_and_stored;
 mod support;
 mod tail_assign;
 mod tail_races;

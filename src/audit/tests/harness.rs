@@ -271,6 +271,11 @@ impl Harness {
         self.sql("ALTER TABLE ack_log_hidden RENAME TO ack_log;");
     }
 
+    /// The directory of the store's file.
+    pub fn store_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     fn sql(&self, sql: &str) {
         let conn =
             rusqlite::Connection::open(self._dir.path().join(crate::store::DB_FILE)).expect("db");

@@ -58,6 +58,7 @@ fn a_partial_release_reaches_the_ledger() {
     parts.insert(
         tp.clone(),
         Part {
+            state_problem: None,
             ledger: PartitionLedger::new(0, false),
             log: None,
             stalled: false,
@@ -119,6 +120,7 @@ fn records_read_before_a_reposition_do_not_skip_the_held_ones() {
     parts.insert(
         tp.clone(),
         Part {
+            state_problem: None,
             ledger: PartitionLedger::new(10, false),
             log: None,
             stalled: false,
@@ -174,6 +176,7 @@ fn a_position_waits_for_the_records_held_below_it() {
     parts.insert(
         tp.clone(),
         Part {
+            state_problem: None,
             ledger: PartitionLedger::new(10, false),
             log: None,
             stalled: false,

@@ -6,6 +6,7 @@ mod harness;
 mod held_release;
 mod overlap;
 mod persist;
+mod restore;
 mod review_read_to;
 mod revocation;
 mod round;

@@ -316,6 +316,51 @@ fn offset_columns_need_column_names() {
     assert_err(&e, "audits[0].match.topic_column", "more than one topic");
 }
 
+/// Issue 34 item 4: two audits verifying one table by offset, each reading its own topic,
+/// without `topic_column`: `other`'s row at (0, 5) would confirm `test`'s lost record.
+/// Refused where the config shows it; with the topic column, with one topic between them,
+/// or on another table, accepted.
+#[test]
+fn offset_columns_on_a_table_another_audit_verifies_needs_a_topic_column() {
+    let two = |edit: &dyn Fn(&mut Config)| {
+        let mut c = base();
+        c.audits[0].matching.strategy = MatchStrategy::OffsetColumns;
+        let mut other = c.audits[0].clone();
+        other.name = "other_logs".into();
+        other.topics = vec!["other".into()];
+        // The same table, spelt as database.table and in another case, on the default port.
+        other.sink.url = SecretUrl::new("mysql://root@127.0.0.1/example_db");
+        other.sink.table = Some("EXAMPLE_DB.dns_logs_from_flink01".into());
+        c.audits.push(other);
+        edit(&mut c);
+        c.validate()
+    };
+    let e = two(&|_| {}).expect_err("two topics, one table, no topic column");
+    assert_err(
+        &e,
+        "audits[0].match.topic_column",
+        "audits[1] (`other_logs`",
+    );
+    assert!(e.message.contains("same sink table"), "{e}");
+    // The second audit is checked too when only the first names the topic column.
+    let e = two(&|c| c.audits[0].matching.topic_column = Some("kafka_topic".into()))
+        .expect_err("the other audit still counts foreign rows");
+    assert_err(&e, "audits[1].match.topic_column", "audits[0] (`dns_logs`");
+    two(&|c| {
+        for a in &mut c.audits {
+            a.matching.topic_column = Some("kafka_topic".into());
+        }
+    })
+    .expect("both name the topic column");
+    two(&|c| c.audits[1].topics = vec!["test".into()]).expect("one topic between them");
+    two(&|c| c.audits[1].sink.table = Some("example_db.other_table".into()))
+        .expect("another table");
+    two(&|c| c.audits[1].sink.url = SecretUrl::new("mysql://root@10.0.0.9/example_db"))
+        .expect("another server");
+    two(&|c| c.audits[1].matching.strategy = MatchStrategy::KeyColumns)
+        .expect_err("a key_columns audit's topic writes the table too");
+}
+
 #[test]
 fn doc_id_needs_elasticsearch() {
     let e = invalid(|c| c.audits[0].matching.strategy = MatchStrategy::DocId);

@@ -2,6 +2,7 @@
 //! and names its key path.
 
 mod record;
+mod shared;
 mod sink;
 
 use std::collections::HashMap;
@@ -179,6 +180,7 @@ impl Config {
                 );
             }
         }
+        shared::check_shared_tables(&self.audits, &sinks)?;
         Ok(sinks)
     }
 

@@ -47,6 +47,21 @@ impl PartitionLedger {
         dropped
     }
 
+    /// Gives up the missing runs holding a key of another arity than `arity`: keys stored
+    /// before `match.key` gained or lost a field. Re-checked, such a key fits no query of
+    /// the configured key columns; its records stay missing in their gap (an operator
+    /// settles them with `check` or `replay`), never re-checked with the wrong arity.
+    /// Returns how many records were given up.
+    pub fn give_up_other_arity(&mut self, arity: usize) -> u64 {
+        let stale: Vec<Offset> = self
+            .missing
+            .iter()
+            .filter(|(_, m)| m.keys.iter().any(|k| k.len() != arity))
+            .map(|(f, _)| *f)
+            .collect();
+        stale.into_iter().map(|f| self.give_up_run(f)).sum()
+    }
+
     /// Tracks the keys of confirmations until [`Self::stored`] (see
     /// [`Self::take_unstored_confirmations`]); off by default.
     pub fn track_confirmations(&mut self, on: bool) {
@@ -58,6 +73,13 @@ impl PartitionLedger {
         self.unstored_confirmations.clear();
         self.unstored_missing.clear();
         self.unstored_gaps.clear();
+        self.unstored_replace = false;
+    }
+
+    /// A fresh ledger for a partition whose stored state could not be read: its writes
+    /// carry only its own items, never a replacement of what the store holds (items it
+    /// could not read stay for an operator, or a later version, to recover).
+    pub fn keep_stored_items(&mut self) {
         self.unstored_replace = false;
     }
 

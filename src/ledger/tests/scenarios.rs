@@ -354,3 +354,75 @@ fn aborted_records_skipped_by_read_committed_are_holes() {
     assert!(l.take_dirty_gaps().is_empty());
     assert_eq!(l.settled(), 7);
 }
+
+/// Issue 34 item 6: a key field added between restarts. Runs restored with two-value keys,
+/// the key now three fields: those runs are given up (still missing, never re-checked), the
+/// runs of the configured arity stay re-checked.
+#[test]
+fn restored_keys_of_another_arity_are_given_up_not_rechecked() {
+    let mut l = PartitionLedger::new(0, true);
+    let old = |o: Offset| Key::new([format!("ip{o}"), "d".to_string()]);
+    let new = |o: Offset| Key::new([format!("ip{o}"), "d".to_string(), "t".to_string()]);
+    for o in 0..4 {
+        let key = if o < 2 { old(o) } else { new(o) };
+        let key = Some(key);
+        l.ingest(o, None, Observed::Expected { key }, 0);
+    }
+    l.pipeline.observe(0, Some(4));
+    let segs = l.due(GRACE, GRACE, 100);
+    // 0 and 3 missing, 1 and 2 confirmed: two runs, one of each arity.
+    l.apply(&oracle(&segs, &[1, 2].into()), GRACE);
+    l.take_dirty_gaps();
+    let mut back = PartitionLedger::restore(l.settled(), true, l.snapshot());
+    assert_eq!(
+        back.give_up_other_arity(3),
+        1,
+        "one old-arity record given up"
+    );
+    assert_eq!(back.take_released_keys(), vec![old(0)]);
+    let again = back.rechecks(RecheckBudget::UNLIMITED);
+    let keys: Vec<Key> = again.iter().flat_map(|s| s.keys.clone()).collect();
+    assert_eq!(
+        keys,
+        vec![new(3)],
+        "only the configured arity is re-checked"
+    );
+    assert_eq!(back.missing(), 2, "the given-up record is still missing");
+    assert_eq!(back.give_up_other_arity(3), 0, "nothing left to give up");
+}
+
+/// Issue 34 item 8: a stored snapshot is read item by item; what does not parse is left out
+/// and named, the rest restores (a run whose gap was left out goes with it).
+#[test]
+fn a_stored_snapshot_is_read_item_by_item() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..10 {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(10));
+    let segs = l.due(GRACE, GRACE, 100);
+    l.apply(&oracle(&segs, &[0, 1, 4, 5, 8].into()), GRACE);
+    l.take_dirty_gaps();
+    let good = serde_json::to_value(l.snapshot()).expect("json");
+    assert_eq!(Snapshot::from_stored(&good), (l.snapshot(), Vec::new()));
+    let gaps = good["gaps"].as_array().expect("gaps").len();
+    assert_eq!(gaps, 3, "gaps at 2, 6 and 9");
+    let mut bad = good.clone();
+    bad["missing"][0] = serde_json::json!({"run": {"first": 2}});
+    bad["gaps"][1] = serde_json::json!("x");
+    bad["tail_gap"] = serde_json::json!("y");
+    let (snap, problems) = Snapshot::from_stored(&bad);
+    assert_eq!(problems.len(), 4, "{problems:?}");
+    assert!(
+        problems[0].contains("`missing` item at offset 2"),
+        "{problems:?}"
+    );
+    assert!(problems[2].contains("unreadable gap 6"), "{problems:?}");
+    let runs: Vec<Offset> = snap.missing.iter().map(|m| m.run.first).collect();
+    assert_eq!(runs, vec![9], "the run of gap 2 was unreadable, gap 6 went");
+    assert_eq!(
+        snap.gaps.iter().map(|g| g.first).collect::<Vec<_>>(),
+        vec![2, 9]
+    );
+    assert_eq!(snap.tail_gap, None);
+}
