@@ -38,6 +38,7 @@ mod gaps;
 mod items;
 mod key_chunk;
 mod keys;
+mod listing;
 mod progress;
 mod schema;
 
@@ -45,11 +46,13 @@ use gaps::{GAP_COLUMNS, RawGap};
 use items::{ItemError, read_items, replace_items, write_items};
 use keys::write_key_claims;
 pub use keys::{KeyClaims, StoredKeys};
+pub use listing::{GapCursor, GapPage, GapReader, MAX_PAGE};
 use schema::{SCHEMA_VERSION, migrate};
 // The tests build files of older versions from the same batches.
 #[cfg(test)]
 use schema::{
     SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
+    SCHEMA_V9,
 };
 
 /// File name of the store inside the state directory.
@@ -185,6 +188,16 @@ impl StateFilter {
             "open" => Some(StateFilter::Unresolved),
             "all" => Some(StateFilter::All),
             other => GapState::parse(other).map(StateFilter::Only),
+        }
+    }
+
+    /// The `--state` / `?state=` value that parses back to this filter (every filter
+    /// [`StateFilter::parse`] returns; it never returns `Only(Open)`, which has no name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateFilter::Unresolved => "open",
+            StateFilter::All => "all",
+            StateFilter::Only(s) => s.as_str(),
         }
     }
 
@@ -368,13 +381,18 @@ impl Store {
     }
 
     fn parse_ts(&self, s: &str, what: &str) -> Result<DateTime<Utc>, StoreError> {
-        DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| StoreError::Corrupt {
-                path: self.path.clone(),
-                what: format!("{what}: bad timestamp {s:?}: {e}"),
-            })
+        parse_ts(&self.path, s, what)
     }
+}
+
+/// A stored timestamp; a bad one is [`StoreError::Corrupt`] naming `what` in `path`.
+fn parse_ts(path: &Path, s: &str, what: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            what: format!("{what}: bad timestamp {s:?}: {e}"),
+        })
 }
 
 fn fmt_ts(t: DateTime<Utc>) -> String {
