@@ -275,15 +275,16 @@ fn fraction_rule_by_server() {
         Fraction::Round
     );
     assert_eq!(
-        Fraction::for_server("mysql", "8.0.36", "TIME_TRUNCATE_FRACTIONAL,STRICT_TRANS_TABLES"),
+        Fraction::for_server(
+            "mysql",
+            "8.0.36",
+            "TIME_TRUNCATE_FRACTIONAL,STRICT_TRANS_TABLES"
+        ),
         Fraction::Truncate
     );
     // Doris 2.x rounds on Stream Load and on INSERT (its DATETIME documentation), whatever
     // its version string claims to be.
-    assert_eq!(
-        Fraction::for_server("doris", "5.7.99", ""),
-        Fraction::Round
-    );
+    assert_eq!(Fraction::for_server("doris", "5.7.99", ""), Fraction::Round);
 }
 
 /// A date-time written in one of the spellings the module reads.

@@ -335,7 +335,9 @@ impl MysqlSink {
             }
             return Ok(q);
         }
-        let rows = self.key_rows.unwrap_or_else(|| sql::key_rows_for(&server.version));
+        let rows = self
+            .key_rows
+            .unwrap_or_else(|| sql::key_rows_for(&server.version));
         let check = check_key_columns(&self.target.key_columns, &info);
         // A column the prepared form would compare otherwise than the text: text.
         let rows = match rows {

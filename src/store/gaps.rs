@@ -262,7 +262,11 @@ impl Store {
 }
 
 /// A stored timestamp that may be absent.
-fn parse_opt_ts(path: &Path, s: Option<String>, what: &str) -> Result<Option<DateTime<Utc>>, StoreError> {
+fn parse_opt_ts(
+    path: &Path,
+    s: Option<String>,
+    what: &str,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
     s.map(|s| parse_ts(path, &s, what)).transpose()
 }
 

@@ -1077,11 +1077,21 @@ mod checkpoints {
 /// `detected_at` (a round stamps its gaps alike), stored in an order unrelated to the
 /// listing's.
 fn listing_fixture(store: &Store, n: i64) -> Vec<Gap> {
-    let states = [GapState::Open, GapState::Acknowledged, GapState::Unrecoverable];
+    let states = [
+        GapState::Open,
+        GapState::Acknowledged,
+        GapState::Unrecoverable,
+    ];
     let mut gaps: Vec<Gap> = (0..n)
         .map(|i| {
             let audit = if i % 3 == 0 { "b" } else { "a" };
-            let mut g = gap(audit, (i % 4) as i32, i * 10, (i * 7919) % n / 7, states[(i % 5 % 3) as usize]);
+            let mut g = gap(
+                audit,
+                (i % 4) as i32,
+                i * 10,
+                (i * 7919) % n / 7,
+                states[(i % 5 % 3) as usize],
+            );
             g.ack_reason = (g.state == GapState::Acknowledged).then(|| "known".to_string());
             g
         })
@@ -1145,7 +1155,11 @@ fn gap_pages_list_every_gap_once_in_the_listing_order() {
                 }
             }
             assert_eq!(got, want, "{filter:?} limit {limit}");
-            assert_eq!(pages, want.len().div_ceil(limit).max(1), "{filter:?} limit {limit}");
+            assert_eq!(
+                pages,
+                want.len().div_ceil(limit).max(1),
+                "{filter:?} limit {limit}"
+            );
         }
     }
     assert_eq!(reader.cursor("no such gap").unwrap(), None);
@@ -1245,7 +1259,8 @@ fn a_reader_and_the_store_writer_never_wait_for_each_other() {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .unwrap();
-        tx.execute("DELETE FROM gaps WHERE audit = 'a'", []).unwrap();
+        tx.execute("DELETE FROM gaps WHERE audit = 'a'", [])
+            .unwrap();
         let started = std::time::Instant::now();
         let page = reader.page(&all(None), None, 1000).unwrap();
         assert!(started.elapsed() < Duration::from_secs(1));
@@ -1260,5 +1275,9 @@ fn a_reader_and_the_store_writer_never_wait_for_each_other() {
     store
         .commit_round("a", &[gap("a", 9, 1, 99, GapState::Open)], &[])
         .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
 }

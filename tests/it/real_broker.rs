@@ -461,12 +461,16 @@ async fn the_retention_countdown_follows_the_topics_retention_ms_and_log_start()
         "countdown {left} s, deadline in {expect} s"
     );
 
-    assert_eq!(delete_records(&topic, 0, 3).await, 3, "log start moved to 3");
+    assert_eq!(
+        delete_records(&topic, 0, 3).await,
+        3,
+        "log start moved to 3"
+    );
     auditor
         .wait_for(60, "the gap is unrecoverable", |a| {
-            a.stored_gaps()
-                .iter()
-                .any(|g| g.first_offset == 2 && g.state == gap_auditor::gap::GapState::Unrecoverable)
+            a.stored_gaps().iter().any(|g| {
+                g.first_offset == 2 && g.state == gap_auditor::gap::GapState::Unrecoverable
+            })
         })
         .await;
     auditor

@@ -115,7 +115,9 @@ impl Scenario {
     pub async fn write_row(&self, line: &[u8], partition: i32, offset: i64) {
         match self.shape {
             TableShape::DnsWithCoordinates => {
-                self.db.insert_line(&self.table, line, partition, offset).await
+                self.db
+                    .insert_line(&self.table, line, partition, offset)
+                    .await
             }
             TableShape::Seed => self.db.insert_seed_line(&self.table, line).await,
             TableShape::SeedUpsert => self.db.upsert_seed_line(&self.table, line).await,
