@@ -7,7 +7,8 @@
 //!   commands (`gap-auditor gaps`, `gap-auditor ack`) read and update the same file. SQLite
 //!   in WAL mode gives one writer plus any number of readers across processes, with a busy
 //!   timeout for the rare write/write overlap; redb takes an exclusive file lock, so the CLI
-//!   could not run while the daemon does.
+//!   could not run while the daemon does. Within the daemon, `/api/gaps` reads through
+//!   read-only connections of its own ([`GapReader`]), never the one the rounds write through.
 //! - **Atomic rounds.** A verify round's gaps and the partition progress (settled
 //!   watermark and ledger state) go in one transaction, so after a crash the store never
 //!   holds a watermark that skips past a gap it does not also hold. The auditor commits
