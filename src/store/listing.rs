@@ -9,11 +9,14 @@
 //! the background checkpoint is PASSIVE and does not wait for readers either.
 //!
 //! **Order and cursor.** Newest detected first, ties by id (the order `gap-auditor gaps` and
-//! the whole `/api/gaps` array always had). A gap's `detected_at` never changes once stored
-//! (the upsert keeps the first) and its id never does, so `(detected_at, id)` is a stable
-//! key: a page starts strictly after the cursor's gap, with no OFFSET, and a gap that
-//! stays stored while a client pages is listed exactly once. A gap detected after the
-//! listing began sorts before the cursor and is not listed (the next listing has it).
+//! the whole `/api/gaps` array always had). A page starts strictly after the cursor's
+//! `(detected_at, id)`, with no OFFSET. A gap's id never changes and its `detected_at` can
+//! only move earlier (the upsert keeps the earliest: a re-detection after a crash, or a
+//! handover that knew of an earlier one), that is further down the listing. So a gap that
+//! stays stored while a client pages is listed: exactly once, unless its `detected_at`
+//! moved earlier past the cursor after it was listed, in which case it comes again (never
+//! missed; a client that counts should key on `id`). A gap detected after the listing began
+//! sorts before the cursor and is not listed (the next listing has it).
 //!
 //! **No long snapshot.** Each page is one short read (its own implicit transaction): a
 //! client that reads a streamed listing slowly holds no SQLite snapshot while it stalls, so
