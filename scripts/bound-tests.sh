@@ -16,6 +16,14 @@ BOUND_TESTS=(
   "--lib completeness::tests::ledger::an_unchanged_ledger_is_not_walked_again"
   # DescribeConfigs against librdkafka's mock cluster answers in < 5 s (not its 10 s timeout).
   "--lib kafka::retention::tests::a_broker_without_describe_configs_answers_at_once"
+  # A store write beside HTTP listings (one held half-read, three in a loop) < 500 ms; a
+  # page of /api/gaps read while the store's writer holds a transaction, and a round
+  # committed while a reader's statement is open, each < 1 s (issue 41 item 4).
+  "--lib http::tests::a_listing_in_progress_never_holds_up_a_store_write"
+  "--lib store::tests::a_reader_and_the_store_writer_never_wait_for_each_other"
+  # 500,000 gaps: a page of /api/gaps < 1 s; four concurrent full listings raise VmRSS by
+  # <= 64 MiB (issue 41 item 4).
+  "--lib http::tests::four_full_listings_of_500k_gaps_stay_within_64_mib"
   # `cargo run -- demo`'s whole run < 15 s.
   "--test demo demo_finishes_within_a_generous_bound"
   # The GapAuditorDataLoss alert reaches the Alertmanager webhook < 10 s after the loss.

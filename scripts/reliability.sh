@@ -2,8 +2,10 @@
 # Runs the fault suite and renders docs/RELIABILITY.md from the figures it records.
 #   scripts/reliability.sh
 # Tests run: the `faults::` scenarios, the multi-instance (`multi::`), hostile-input
-# (`input::`) and real-data verdict (`verdicts::`, `verdicts_more::`, `deleted_rows::`) tests of tests/it, tests/faults_private.rs (private broker) and
-# tests/security.rs (known secrets searched in logs and answers). Each writes one JSON line
+# (`input::`) and real-data verdict (`verdicts::`, `verdicts_more::`, `deleted_rows::`, `typed_keys::`,
+# `upsert_keys::`, `shared_and_stored::`) tests of tests/it, tests/faults_private.rs (private broker),
+# tests/security.rs (known secrets searched in logs and answers), and the /api/gaps listing
+# bounds of the lib tests (http::tests). Each writes one JSON line
 # per scenario run to $GAP_AUDITOR_FIGURES (a fresh file here); the document is rendered
 # from those lines only, also when a test fails (its row then shows the mismatch, and this
 # script exits non-zero). Settings: GAP_AUDITOR_FAULT_SEED replays the random moments of a
@@ -41,6 +43,8 @@ unset GAP_AUDITOR_KEYS_LOSS_SECS GAP_AUDITOR_HUNG_SECS GAP_AUDITOR_SYSTEMATIC_N 
 . scripts/bound-tests.sh
 mapfile -t skips < <(bound_skip_args)
 mapfile -t it_bound < <(bound_names_in "--test it" | grep -E '^(faults|multi|input|verdicts)')
+# The /api/gaps listing bounds (issue 41 item 4) record figures too.
+mapfile -t lib_bound < <(bound_names_in "--lib" | grep -E '^http::tests::')
 
 start=$SECONDS
 rc=0
@@ -51,6 +55,8 @@ cargo test --no-fail-fast --features services --test faults_private || rc=$?
 cargo test --no-fail-fast --features services --test security || rc=$?
 cargo test --no-fail-fast --features services --test es -- keys_over_ignore_above || rc=$?
 cargo test --no-fail-fast --features services --test it -- --exact "${it_bound[@]}" \
+  --test-threads=1 || rc=$?
+cargo test --no-fail-fast --features services --lib -- --exact "${lib_bound[@]}" \
   --test-threads=1 || rc=$?
 
 python3 scripts/render-reliability.py "$GAP_AUDITOR_FIGURES" "$OUT" \

@@ -6,7 +6,7 @@
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
 //! | `GET /healthz` | 200 `ok` while the process runs |
 //! | `GET /readyz` | 200 when Kafka and every sink answered recently (and the last schema fetch succeeded), else 503 saying what is stale |
-//! | `GET /api/gaps?state=open\|all\|<state>&audit=NAME` | JSON array of gaps, newest first |
+//! | `GET /api/gaps?state=open\|all\|<state>&audit=NAME[&limit=N][&after=ID]` | JSON array of gaps, newest first; paged with `limit` (a `Link: rel="next"` while more remain), streamed without ([`gaps`]) |
 //! | `GET /api/status` | `{"audits": [...]}` |
 //! | `GET /api/completeness?audit=NAME&until=RFC3339` | `{"complete", "complete_until", "blocking", ...}` ([`crate::completeness::Answer`]) |
 //!
@@ -26,9 +26,9 @@
 use crate::config::Secret;
 use crate::metrics::Metrics;
 use crate::status::StatusBoard;
-use crate::store::{GapFilter, StateFilter, Store};
+use crate::store::Store;
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::server::conn::http1;
@@ -55,6 +55,17 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Content type of the Prometheus text exposition format.
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// A response body: whole (most answers) or streamed (a whole `/api/gaps` listing). An
+/// error ends a streamed answer by aborting it.
+type Body = BoxBody<Bytes, std::io::Error>;
+
+/// A whole response body.
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
 /// What the handlers need. Cheap to clone: every field is shared.
 #[derive(Clone)]
 pub struct HttpState {
@@ -62,7 +73,8 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     /// Live status for `/api/status` and `/readyz`.
     pub status: StatusBoard,
-    /// Gap store for `/api/gaps`.
+    /// Gap store for `/api/gaps`: only its path is used, to open read-only connections of
+    /// their own (a listing must never hold the connection the verify rounds write through).
     pub store: Arc<Store>,
     /// `server.api_token`: when set, `/api/*` requires `Authorization: Bearer` with it.
     pub api_token: Option<Secret>,
@@ -175,7 +187,7 @@ fn check_bearer(headers: &hyper::HeaderMap, expected: &Secret) -> Result<(), Aut
 }
 
 /// 401 with the challenge a client needs to retry with a token.
-fn unauthorized(failure: AuthFailure) -> Response<Full<Bytes>> {
+fn unauthorized(failure: AuthFailure) -> Response<Body> {
     let (challenge, message) = match failure {
         AuthFailure::Missing => (
             r#"Bearer realm="gap-auditor""#,
@@ -198,7 +210,7 @@ fn unauthorized(failure: AuthFailure) -> Response<Full<Bytes>> {
 }
 
 /// 405 naming the methods every route accepts.
-fn method_not_allowed() -> Response<Full<Bytes>> {
+fn method_not_allowed() -> Response<Body> {
     let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     resp.headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
@@ -206,7 +218,7 @@ fn method_not_allowed() -> Response<Full<Bytes>> {
 }
 
 /// Routes one request. Never fails: every error is an HTTP answer.
-async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Body> {
     let api = is_api_path(req.uri().path());
     if api
         && let Some(token) = &state.api_token
@@ -229,7 +241,7 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Full<Byte
     match req.uri().path() {
         "/metrics" => {
             let body = state.metrics.render();
-            let mut resp = Response::new(Full::new(Bytes::from(body)));
+            let mut resp = Response::new(full(body));
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(METRICS_CONTENT_TYPE),
@@ -248,7 +260,7 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Full<Byte
                 )
             }
         }
-        "/api/gaps" => api_gaps(state, req.uri().query().unwrap_or("")).await,
+        "/api/gaps" => gaps::api_gaps(&state.store, req.uri().query().unwrap_or("")).await,
         "/api/status" => json(
             StatusCode::OK,
             &serde_json::json!({ "audits": state.status.snapshot() }),
@@ -258,36 +270,9 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Full<Byte
     }
 }
 
-/// `GET /api/gaps`: parses the (percent-encoded) query, reads the store on the blocking
-/// pool — SQLite calls block and may wait up to the busy timeout for a CLI's write lock.
-async fn api_gaps(state: &HttpState, query: &str) -> Response<Full<Bytes>> {
-    let filter = match parse_gap_query(query) {
-        Ok(filter) => filter,
-        Err(bad) => return json(StatusCode::BAD_REQUEST, &bad),
-    };
-    let store = Arc::clone(&state.store);
-    match tokio::task::spawn_blocking(move || store.list_gaps(&filter)).await {
-        Ok(Ok(gaps)) => json(StatusCode::OK, &gaps),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "api/gaps: store read failed");
-            json(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &ApiError::new(None, e.to_string()),
-            )
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "api/gaps: store task failed");
-            json(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &ApiError::new(None, "store task failed".into()),
-            )
-        }
-    }
-}
-
 /// `GET /api/completeness`: answered from the round last published on the status board (at
 /// most one verify interval old), so a sensor polling it costs the audit nothing.
-fn api_completeness(state: &HttpState, query: &str) -> Response<Full<Bytes>> {
+fn api_completeness(state: &HttpState, query: &str) -> Response<Body> {
     let q = match parse_completeness_query(query) {
         Ok(q) => q,
         Err(bad) => return json(StatusCode::BAD_REQUEST, &bad),
@@ -386,36 +371,8 @@ impl ApiError {
     }
 }
 
-/// Parses `state` (default `open`) and `audit` (empty means every audit). Unknown
-/// parameters are ignored, as HTTP APIs conventionally do; a repeated parameter keeps its
-/// last value.
-fn parse_gap_query(query: &str) -> Result<GapFilter, ApiError> {
-    let mut filter = GapFilter {
-        state: StateFilter::Unresolved,
-        audit: None,
-    };
-    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        match key.as_ref() {
-            "state" => {
-                filter.state = StateFilter::parse(&value).ok_or_else(|| {
-                    ApiError::new(
-                        Some("state"),
-                        format!(
-                            "invalid value {value:?} for query parameter `state`: expected open, \
-                             all, late, repaired, unrecoverable or acknowledged"
-                        ),
-                    )
-                })?;
-            }
-            "audit" => filter.audit = (!value.is_empty()).then(|| value.into_owned()),
-            _ => {}
-        }
-    }
-    Ok(filter)
-}
-
-fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_owned())));
+fn text(status: StatusCode, body: &str) -> Response<Body> {
+    let mut resp = Response::new(full(body.to_owned()));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -424,7 +381,7 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     resp
 }
 
-fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
+fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Body> {
     let (status, body) = match serde_json::to_vec(value) {
         Ok(body) => (status, body),
         Err(e) => {
@@ -435,7 +392,7 @@ fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Full<B
             )
         }
     };
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();
     headers.insert(
@@ -446,6 +403,8 @@ fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Full<B
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
+
+mod gaps;
 
 #[cfg(test)]
 mod tests;

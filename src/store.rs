@@ -7,7 +7,8 @@
 //!   commands (`gap-auditor gaps`, `gap-auditor ack`) read and update the same file. SQLite
 //!   in WAL mode gives one writer plus any number of readers across processes, with a busy
 //!   timeout for the rare write/write overlap; redb takes an exclusive file lock, so the CLI
-//!   could not run while the daemon does.
+//!   could not run while the daemon does. Within the daemon, `/api/gaps` reads through
+//!   read-only connections of its own ([`GapReader`]), never the one the rounds write through.
 //! - **Atomic rounds.** A verify round's gaps and the partition progress (settled
 //!   watermark and ledger state) go in one transaction, so after a crash the store never
 //!   holds a watermark that skips past a gap it does not also hold. The auditor commits
@@ -38,6 +39,7 @@ mod gaps;
 mod items;
 mod key_chunk;
 mod keys;
+mod listing;
 mod progress;
 mod replays;
 mod schema;
@@ -47,12 +49,13 @@ use items::{ItemError, read_items, replace_items, write_items};
 use keys::write_key_claims;
 pub use keys::{KeyClaims, StoredKeys};
 pub use replays::ReplayRecord;
+pub use listing::{GapCursor, GapPage, GapReader, MAX_PAGE};
 use schema::{SCHEMA_VERSION, migrate};
 // The tests build files of older versions from the same batches.
 #[cfg(test)]
 use schema::{
     SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
-    SCHEMA_V9,
+    SCHEMA_V9, SCHEMA_V10,
 };
 
 /// File name of the store inside the state directory.
@@ -208,6 +211,16 @@ impl StateFilter {
             "open" => Some(StateFilter::Unresolved),
             "all" => Some(StateFilter::All),
             other => GapState::parse(other).map(StateFilter::Only),
+        }
+    }
+
+    /// The `--state` / `?state=` value that parses back to this filter (every filter
+    /// [`StateFilter::parse`] returns; it never returns `Only(Open)`, which has no name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateFilter::Unresolved => "open",
+            StateFilter::All => "all",
+            StateFilter::Only(s) => s.as_str(),
         }
     }
 
@@ -391,13 +404,18 @@ impl Store {
     }
 
     fn parse_ts(&self, s: &str, what: &str) -> Result<DateTime<Utc>, StoreError> {
-        DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| StoreError::Corrupt {
-                path: self.path.clone(),
-                what: format!("{what}: bad timestamp {s:?}: {e}"),
-            })
+        parse_ts(&self.path, s, what)
     }
+}
+
+/// A stored timestamp; a bad one is [`StoreError::Corrupt`] naming `what` in `path`.
+fn parse_ts(path: &Path, s: &str, what: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            what: format!("{what}: bad timestamp {s:?}: {e}"),
+        })
 }
 
 fn fmt_ts(t: DateTime<Utc>) -> String {

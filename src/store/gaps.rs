@@ -12,7 +12,7 @@ pub(super) const GAP_COLUMNS: &str = "id, audit, topic, partition, first_offset,
 /// A gap row as SQLite returns it, before timestamps and state are decoded (decoding errors
 /// are reported as [`StoreError::Corrupt`] with the gap id, not as a bare SQLite error).
 pub(super) struct RawGap {
-    id: String,
+    pub(super) id: String,
     audit: String,
     topic: String,
     partition: i32,
@@ -22,7 +22,7 @@ pub(super) struct RawGap {
     size_known: bool,
     first_timestamp: Option<String>,
     last_timestamp: Option<String>,
-    detected_at: String,
+    pub(super) detected_at: String,
     state: String,
     unrecoverable_at: Option<String>,
     ack_reason: Option<String>,
@@ -258,46 +258,52 @@ impl Store {
         Ok(ids)
     }
 
-    fn parse_opt_ts(
-        &self,
-        s: Option<String>,
-        what: &str,
-    ) -> Result<Option<DateTime<Utc>>, StoreError> {
-        s.map(|s| self.parse_ts(&s, what)).transpose()
-    }
-
     pub(super) fn decode_gap(&self, raw: RawGap) -> Result<Gap, StoreError> {
-        let what = format!("gap {}", raw.id);
-        let state = GapState::parse(&raw.state).ok_or_else(|| StoreError::Corrupt {
-            path: self.path.clone(),
-            what: format!("{what}: unknown state {:?}", raw.state),
-        })?;
-        let missing_records =
-            u64::try_from(raw.missing_records).map_err(|_| StoreError::Corrupt {
-                path: self.path.clone(),
-                what: format!("{what}: negative missing_records {}", raw.missing_records),
-            })?;
-        Ok(Gap {
-            first_timestamp: self.parse_opt_ts(raw.first_timestamp, &what)?,
-            last_timestamp: self.parse_opt_ts(raw.last_timestamp, &what)?,
-            detected_at: self.parse_ts(&raw.detected_at, &what)?,
-            unrecoverable_at: self.parse_opt_ts(raw.unrecoverable_at, &what)?,
-            id: raw.id,
-            audit: raw.audit,
-            topic: raw.topic,
-            partition: raw.partition,
-            first_offset: raw.first_offset,
-            last_offset: raw.last_offset,
-            missing_records,
-            size_known: raw.size_known,
-            state,
-            ack_reason: raw.ack_reason,
-            cause: GapCause::parse(&raw.cause),
-            pipeline_commit_from: raw.pipeline_commit_from,
-            pipeline_commit_to: raw.pipeline_commit_to,
-            pipeline_commit_at: self.parse_opt_ts(raw.pipeline_commit_at, &what)?,
-            shared_key: raw.shared_key,
-            replayed_at: self.parse_opt_ts(raw.replayed_at, &what)?,
-        })
+        decode_gap(&self.path, raw)
     }
+}
+
+/// A stored timestamp that may be absent.
+fn parse_opt_ts(
+    path: &Path,
+    s: Option<String>,
+    what: &str,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    s.map(|s| parse_ts(path, &s, what)).transpose()
+}
+
+/// Decodes a row of the store file at `path` (shared by the store's own connection and the
+/// read-only [`super::GapReader`]); a bad value is [`StoreError::Corrupt`] naming the gap.
+pub(super) fn decode_gap(path: &Path, raw: RawGap) -> Result<Gap, StoreError> {
+    let what = format!("gap {}", raw.id);
+    let state = GapState::parse(&raw.state).ok_or_else(|| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        what: format!("{what}: unknown state {:?}", raw.state),
+    })?;
+    let missing_records = u64::try_from(raw.missing_records).map_err(|_| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        what: format!("{what}: negative missing_records {}", raw.missing_records),
+    })?;
+    Ok(Gap {
+        first_timestamp: parse_opt_ts(path, raw.first_timestamp, &what)?,
+        last_timestamp: parse_opt_ts(path, raw.last_timestamp, &what)?,
+        detected_at: parse_ts(path, &raw.detected_at, &what)?,
+        unrecoverable_at: parse_opt_ts(path, raw.unrecoverable_at, &what)?,
+        id: raw.id,
+        audit: raw.audit,
+        topic: raw.topic,
+        partition: raw.partition,
+        first_offset: raw.first_offset,
+        last_offset: raw.last_offset,
+        missing_records,
+        size_known: raw.size_known,
+        state,
+        ack_reason: raw.ack_reason,
+        cause: GapCause::parse(&raw.cause),
+        pipeline_commit_from: raw.pipeline_commit_from,
+        pipeline_commit_to: raw.pipeline_commit_to,
+        pipeline_commit_at: parse_opt_ts(path, raw.pipeline_commit_at, &what)?,
+        shared_key: raw.shared_key,
+        replayed_at: parse_opt_ts(path, raw.replayed_at, &what)?,
+    })
 }
