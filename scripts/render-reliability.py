@@ -44,6 +44,8 @@ CATALOGUE = [
     ("misspelt_pipeline_group", "13.5", "pipeline_group misspelt by one letter while the pipeline lags 3x grace"),
     ("typed_key_datetime_milliseconds", "34.2", "key_columns on the README's seed DDL (`time DATETIME`): 30 record times with milliseconds, which MariaDB truncates on INSERT; 2 records dropped"),
     ("typed_key_two_datetime_spellings", "34.2", "two spellings of one DATETIME (`T` and space) in one key batch, both rows written; one other record dropped"),
+    ("recreated_topic_key_columns", "34.7", "key_columns (seed DDL): the auditor stopped, its topic deleted and created again (Apache Kafka 4.4) with 12 records, 10 repeating the old records' lines, the old rows left in the sink; 2 new records dropped (one repeating an old key); the auditor restarted"),
+    ("recreated_topic_offset_columns", "34.7", "offset_columns: the auditor stopped, its topic deleted and created again with 12 records, the old rows left at the same coordinates; 1 record dropped beyond the old topic's offsets; the auditor restarted"),
 ]
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.

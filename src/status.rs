@@ -119,6 +119,30 @@ pub struct PartitionStatus {
     /// pending nor filtered yet. Left out of the JSON while 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub awaiting_schema: u64,
+    /// The last time the partition's log was found to no longer hold the auditor's
+    /// position (truncated or recreated), and what that means; left out while never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub divergence: Option<DivergenceNote>,
+}
+
+/// A partition's log that no longer held the auditor's position (issue 34 item 7): where
+/// reading resumed and why (`audit/divergence.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DivergenceNote {
+    /// `truncated` or `recreated`.
+    pub kind: &'static str,
+    /// The auditor's position on the old log.
+    pub from: Offset,
+    /// Where reading resumed on the new one.
+    pub resumed_at: Offset,
+    /// The new log's start when it was seen.
+    pub log_start: Offset,
+    /// The new log's end when it was seen.
+    pub log_end: Offset,
+    /// When it was seen (RFC 3339).
+    pub detected_at: String,
+    /// What happened and what the verdicts mean for the offsets involved.
+    pub reason: String,
 }
 
 fn is_zero(n: &u64) -> bool {

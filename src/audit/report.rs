@@ -207,6 +207,7 @@ impl<V: Verifier> Audit<V> {
                 missing: led.missing(),
                 paused: self.tail.flow.is_paused(tp),
                 awaiting_schema: part.held.len() as u64,
+                divergence: part.divergence.clone(),
             });
         }
         let mut completeness = crate::completeness::evaluate(

@@ -133,6 +133,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
             missing: 0,
             paused: false,
             awaiting_schema: 0,
+            divergence: None,
         }],
         completeness: Default::default(),
     }

@@ -59,6 +59,12 @@ impl Lookup {
             }))
     }
 
+    /// The id of `topic` (which incarnation of the name: see [`super::topic_id`]); `None`
+    /// when the broker gives none.
+    pub fn topic_id(&self, topic: &str) -> Result<Option<String>, KafkaError> {
+        super::topic_id::topic_id(self.consumer.client().native_ptr(), topic, TIMEOUT)
+    }
+
     /// Partitions of `topic`, from metadata (also a cheap liveness probe of the cluster).
     pub fn partitions(&self, topic: &str) -> Result<Vec<i32>, KafkaError> {
         let md = self.consumer.fetch_metadata(Some(topic), TIMEOUT)?;

@@ -104,6 +104,10 @@ pub struct Metrics {
     pub pipeline_rewinds: IntCounterVec,
     /// Beyond SPEC's table: the pipeline group stopped committing while the log grew.
     pub pipeline_stalls: IntCounterVec,
+    /// Beyond SPEC's table: a partition's log no longer held the auditor's position
+    /// (`kind`: `truncated` or `recreated`), and reading resumed where the new log diverged
+    /// (labels: audit, topic, partition, kind).
+    pub log_divergences: IntCounterVec,
     /// Beyond SPEC's table: records whose timestamp was ahead of the auditor's clock when
     /// read, clamped to it for completeness (SPEC "Completeness": never ahead of the wall
     /// clock).
@@ -347,6 +351,11 @@ impl Metrics {
                 "gap_auditor_pipeline_stalls_total",
                 "Times the pipeline group stopped committing while the log end kept growing.",
                 p,
+            ),
+            log_divergences: f.int_counter(
+                "gap_auditor_log_divergences_total",
+                "Times a partition's log no longer held the auditor's position (kind: truncated below it, or the topic recreated); reading resumed where the new log diverged, and the old log's records beyond it are neither lost nor confirmed.",
+                &["audit", "topic", "partition", "kind"],
             ),
             records_future_timestamp: f.int_counter(
                 "gap_auditor_records_future_timestamp_total",

@@ -27,6 +27,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
             missing: 1,
             paused: false,
             awaiting_schema: 0,
+            divergence: None,
         }],
         completeness: AuditCompleteness {
             complete_until_ms: Some(1_700_000_000_000),
