@@ -62,7 +62,7 @@ impl Lookup {
     /// The id of `topic` (which incarnation of the name: see [`super::topic_id`]); `None`
     /// when the broker gives none.
     pub fn topic_id(&self, topic: &str) -> Result<Option<String>, KafkaError> {
-        super::topic_id::topic_id(self.consumer.client().native_ptr(), topic, TIMEOUT)
+        super::topic_id::topic_id(self.consumer.client(), topic, TIMEOUT)
     }
 
     /// Partitions of `topic`, from metadata (also a cheap liveness probe of the cluster).

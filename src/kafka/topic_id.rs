@@ -12,7 +12,9 @@
 //! Brokers before Kafka 2.8 and Kafka-compatible servers that send no ids answer the zero
 //! UUID: read as "unknown", never as a change.
 
+use rdkafka::ClientContext;
 use rdkafka::bindings as rdsys;
+use rdkafka::client::Client;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use std::ffi::{CStr, CString, c_char};
 use std::ptr;
@@ -20,18 +22,19 @@ use std::time::Duration;
 
 /// The id of `topic` as librdkafka prints it (base64), `None` when the broker gave none
 /// (the zero UUID) or the topic does not exist.
-pub fn topic_id(
-    client: *mut rdsys::rd_kafka_t,
+pub fn topic_id<C: ClientContext>(
+    client: &Client<C>,
     topic: &str,
     timeout: Duration,
 ) -> Result<Option<String>, KafkaError> {
-    let name =
-        CString::new(topic).map_err(|_| KafkaError::MetadataFetch(RDKafkaErrorCode::InvalidTopic))?;
+    let client = client.native_ptr();
+    let name = CString::new(topic)
+        .map_err(|_| KafkaError::MetadataFetch(RDKafkaErrorCode::InvalidTopic))?;
     let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: every object created here is destroyed here, once, after its last use: the
     // topic collection and the options after the request is enqueued (librdkafka copies
     // them), the result's descriptions (owned by the event) before the event, the event
-    // before the queue. `client` outlives the call (the caller's handle).
+    // before the queue. `client` is live while the caller's handle is borrowed.
     unsafe {
         let mut names: [*const c_char; 1] = [name.as_ptr()];
         let topics = rdsys::rd_kafka_TopicCollection_of_topic_names(names.as_mut_ptr(), 1);
@@ -42,12 +45,8 @@ pub fn topic_id(
         if !options.is_null() {
             // An error only means the value was refused; the default (socket.timeout.ms)
             // then applies, and the poll below still waits at most `timeout`.
-            let _ = rdsys::rd_kafka_AdminOptions_set_request_timeout(
-                options,
-                ms,
-                ptr::null_mut(),
-                0,
-            );
+            let _ =
+                rdsys::rd_kafka_AdminOptions_set_request_timeout(options, ms, ptr::null_mut(), 0);
         }
         let queue = rdsys::rd_kafka_queue_new(client);
         rdsys::rd_kafka_DescribeTopics(client, topics, options, queue);

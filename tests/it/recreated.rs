@@ -31,7 +31,11 @@ fn admin() -> AdminClient<DefaultClientContext> {
 async fn recreate(topic: &str) {
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let a = admin();
-    for r in a.delete_topics(&[topic], &opts).await.expect("delete_topics") {
+    for r in a
+        .delete_topics(&[topic], &opts)
+        .await
+        .expect("delete_topics")
+    {
         r.expect("topic deleted");
     }
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -105,7 +109,10 @@ async fn recreated(strategy: &str, scenario: Scenario, figures: &'static str, dr
     let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
     let d = &status["audits"][0]["partitions"][0]["divergence"];
     assert_eq!(d["kind"], "recreated", "{body}");
-    assert_eq!((d["from"].as_i64(), d["resumed_at"].as_i64()), (Some(10), Some(0)));
+    assert_eq!(
+        (d["from"].as_i64(), d["resumed_at"].as_i64()),
+        (Some(10), Some(0))
+    );
     let gaps = api_gaps(&auditor).await;
     let reported = gap_tuples(&gaps);
     let expected: Vec<(i64, i64, i64, i64)> = dropped.iter().map(|o| (0, *o, *o, 1)).collect();

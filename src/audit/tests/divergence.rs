@@ -33,11 +33,7 @@ fn keys(r: std::ops::Range<usize>) -> Vec<String> {
 }
 
 fn set_log(h: &Harness, log: (Offset, Offset)) {
-    h.kafka
-        .watermarks
-        .lock()
-        .expect("lock")
-        .insert(tp(0), log);
+    h.kafka.watermarks.lock().expect("lock").insert(tp(0), log);
 }
 
 fn set_id(h: &Harness, id: &str) {
@@ -57,7 +53,9 @@ fn divergences(h: &Harness, kind: &str) -> u64 {
 
 fn note(h: &mut Harness) -> Option<crate::status::DivergenceNote> {
     h.audit.publish();
-    h.audit.status.snapshot()[0].partitions[0].divergence.clone()
+    h.audit.status.snapshot()[0].partitions[0]
+        .divergence
+        .clone()
 }
 
 /// key_columns, records 0–9 (keys k0–k9) confirmed and stored; the partition is revoked
@@ -147,7 +145,10 @@ async fn an_unknown_topic_id_changes_nothing() {
     set_log(&h, (0, 25));
     let starts = h.audit.assign(vec![tp(0)]).await;
     assert_eq!(starts, vec![(tp(0), 10)]);
-    assert_eq!(divergences(&h, "recreated") + divergences(&h, "truncated"), 0);
+    assert_eq!(
+        divergences(&h, "recreated") + divergences(&h, "truncated"),
+        0
+    );
     assert_eq!(note(&mut h), None);
 }
 

@@ -120,20 +120,34 @@ mod tests {
         let mut s = snapshot();
         let gone = s.cut_at(9);
         assert_eq!(gone.iter().map(|g| g.first).collect::<Vec<_>>(), vec![12]);
-        let runs: Vec<_> = s.missing.iter().map(|m| (m.run.first, m.run.last)).collect();
+        let runs: Vec<_> = s
+            .missing
+            .iter()
+            .map(|m| (m.run.first, m.run.last))
+            .collect();
         assert_eq!(runs, vec![(2, 3), (5, 6), (8, 8)]);
         // The cut run keeps the keys of its offsets only.
         assert_eq!(s.missing[2].keys, vec![Key::new(["8"])]);
-        let gaps: Vec<_> = s.gaps.iter().map(|g| (g.first, g.last, g.missing)).collect();
+        let gaps: Vec<_> = s
+            .gaps
+            .iter()
+            .map(|g| (g.first, g.last, g.missing))
+            .collect();
         assert_eq!(gaps, vec![(2, 3, 2), (5, 8, 3)]);
-        assert_eq!(s.tail_gap, None, "records between are gone: no gap extends over them");
+        assert_eq!(
+            s.tail_gap, None,
+            "records between are gone: no gap extends over them"
+        );
     }
 
     #[test]
     fn a_cut_at_a_gaps_first_offset_takes_it_out() {
         let mut s = snapshot();
         let gone = s.cut_at(5);
-        assert_eq!(gone.iter().map(|g| g.first).collect::<Vec<_>>(), vec![5, 12]);
+        assert_eq!(
+            gone.iter().map(|g| g.first).collect::<Vec<_>>(),
+            vec![5, 12]
+        );
         assert_eq!(s.gaps.len(), 1);
         assert_eq!(s.missing.len(), 1);
     }
@@ -145,7 +159,10 @@ mod tests {
         assert_eq!(l.next_offset(), 9);
         assert_eq!(l.settled(), 9);
         assert_eq!(l.missing(), 2 + 3);
-        assert!(l.delta().replace, "the store's items beyond the cut must go");
+        assert!(
+            l.delta().replace,
+            "the store's items beyond the cut must go"
+        );
         assert_eq!(l.missing_keys().count(), 2 + 2 + 1);
     }
 }
