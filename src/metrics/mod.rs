@@ -24,6 +24,8 @@ use prometheus::{
 const PARTITION_LABELS: &[&str] = &["audit", "topic", "partition"];
 /// Labels of `gap_auditor_records_filtered_total`.
 const FILTERED_LABELS: &[&str] = &["audit", "topic", "partition", "reason"];
+/// Labels of `gap_auditor_log_divergences_total`.
+const DIVERGENCE_LABELS: &[&str] = &["audit", "topic", "partition", "kind"];
 
 /// Buckets of `gap_auditor_sink_visibility_seconds`: from sub-second (ES refresh) to an hour
 /// (a Flink job with long checkpoints, Doris publish under load).
@@ -355,7 +357,7 @@ impl Metrics {
             log_divergences: f.int_counter(
                 "gap_auditor_log_divergences_total",
                 "Times a partition's log no longer held the auditor's position (kind: truncated below it, or the topic recreated); reading resumed where the new log diverged, and the old log's records beyond it are neither lost nor confirmed.",
-                &["audit", "topic", "partition", "kind"],
+                DIVERGENCE_LABELS,
             ),
             records_future_timestamp: f.int_counter(
                 "gap_auditor_records_future_timestamp_total",
@@ -430,6 +432,7 @@ impl Metrics {
             let _ = c.remove_label_values(&key);
         }
         remove_with_prefix(&self.records_filtered, FILTERED_LABELS, &key);
+        remove_with_prefix(&self.log_divergences, DIVERGENCE_LABELS, &key);
     }
 
     /// Drops the per-partition GAUGES of a partition this instance no longer owns (a
