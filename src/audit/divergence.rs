@@ -11,6 +11,9 @@
 //!   the new log names a new record. Known for sure only from the topic's id (Kafka gives
 //!   each incarnation its own, see `kafka::topic_id`).
 //!
+//! The id is compared at every assignment (`starts.rs`) and on an out-of-range fetch
+//! (`Audit::out_of_range`); the log end only on an out-of-range fetch.
+//!
 //! Where the id cannot tell (unknown before or now: a broker that gives none, a lookup that
 //! failed, a store from before ids were kept), a position beyond the log end is taken as a
 //! truncation: resuming at the log end skips the records of a recreated log below it (a

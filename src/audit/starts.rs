@@ -145,13 +145,18 @@ fn resolve_start(
                         .map(|(k, _)| k),
                 )
                 .any(|k| k.topic == tp.topic && k.partition != tp.partition);
-        // The log no longer holds the position (issue 34 item 7, `divergence.rs`). The id
-        // stored with the progress is the log's the position was taken on; a position taken
-        // from the group commit alone has none (unknown).
+        // A new topic under the old name (issue 34 item 7, `divergence.rs`): the id stored
+        // with the progress is the log's the position was taken on; a position taken from
+        // the group commit alone has none (unknown). A position merely beyond the log end is
+        // left to the fetch: the high watermark read here can lag the log end for a moment
+        // after a leader change, while an out-of-range fetch is the broker's own word that
+        // the log no longer reaches it (`Audit::out_of_range` then cuts the ledger there).
         let known = stored_at.and(ids.stored.get(tp)).map(String::as_str);
         let now = ids.now.get(&tp.topic).map(String::as_str);
         let split = match (resumed, log) {
-            (Some(r), Some(range)) => diverged(r, r, range, known, now).map(|d| (d, r)),
+            (Some(r), Some(range)) => diverged(r, r, range, known, now)
+                .filter(|d| matches!(d, Divergence::Recreated { .. }))
+                .map(|d| (d, r)),
             _ => None,
         };
         if let Some((d, _)) = &split {

@@ -59,9 +59,9 @@ fn note(h: &mut Harness) -> Option<crate::status::DivergenceNote> {
 }
 
 /// key_columns, records 0–9 (keys k0–k9) confirmed and stored; the partition is revoked
-/// (a stop); the log now ends at 6 with the same topic id: truncated. The partition resumes
-/// at 6, not at the log start (main: at its stored 10, which the consumer then finds out
-/// of range and restarts at 0: records 0–5 decided twice, each asking its key for a second
+/// (a stop); the log now ends at 6 with the same topic id: truncated. The partition is
+/// assigned at its stored 10, the fetch there is out of range, and it resumes at 6, not at
+/// the log start (main: at 0, records 0–5 decided twice, each asking its key for a second
 /// row: six false losses). New records at 6–7 reuse keys k6, k7: their rows are written
 /// beside the old ones and confirm them; a new record at 8 with key k8 is not written and is
 /// lost — exactly it.
@@ -81,14 +81,23 @@ async fn a_log_truncated_below_the_stored_position_resumes_at_its_end() {
     h.audit.revoke(&[tp(0)]).await;
 
     set_log(&h, (0, 6));
+    // The fetch at the stored 10 is out of range: the broker's word that the log no longer
+    // reaches it (a high watermark read at the assignment may lag a new leader's log end).
     let starts = h.audit.assign(vec![tp(0)]).await;
-    assert_eq!(starts, vec![(tp(0), 6)], "resumed at the divergence point");
+    assert_eq!(starts, vec![(tp(0), 10)]);
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    assert_eq!(
+        h.audit.parts[&tp(0)].ledger.next_offset(),
+        6,
+        "resumed at the divergence point"
+    );
     assert_eq!(divergences(&h, "truncated"), 1);
     let n = note(&mut h).expect("status names the divergence");
     assert_eq!((n.kind, n.from, n.resumed_at), ("truncated", 10, 6));
 
     h.sink.insert_key(&key("k6"));
     h.sink.insert_key(&key("k7"));
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
     h.audit.ingest(keyed(6, &keys(6..9)));
     h.clock.advance(GRACE_MS + 1);
     h.audit.round().await;
@@ -225,8 +234,10 @@ async fn missing_records_beyond_the_divergence_point_are_no_longer_followed() {
     h.audit.revoke(&[tp(0)]).await;
     set_log(&h, (0, 6));
     let starts = h.audit.assign(vec![tp(0)]).await;
-    assert_eq!(starts, vec![(tp(0), 6)]);
+    assert_eq!(starts, vec![(tp(0), 10)]);
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
     let ledger = &h.audit.parts[&tp(0)].ledger;
+    assert_eq!(ledger.next_offset(), 6);
     assert_eq!(ledger.missing(), 1, "offset 2 still followed, 8 not");
     assert_eq!(ledger.missing_runs().len(), 1);
     h.audit.persist().await;
