@@ -120,7 +120,8 @@ pub struct PartitionStatus {
     #[serde(skip_serializing_if = "is_zero")]
     pub awaiting_schema: u64,
     /// The last time the partition's log was found to no longer hold the auditor's
-    /// position (truncated or recreated), and what that means; left out while never.
+    /// position (truncated or recreated) since it was assigned, and what that means; left
+    /// out while never.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub divergence: Option<DivergenceNote>,
 }
