@@ -29,8 +29,8 @@ pub(super) struct Resolved {
     pub(super) tp: TopicPartition,
     pub(super) start: Start,
     pub(super) log: Option<LogRange>,
-    /// The log no longer holds the position (truncated or recreated): `start.resume` is
-    /// where this says, and `from` is the position on the old log.
+    /// The topic was recreated under the position (its id changed): `start.resume` is
+    /// where this says, and the offset is the position on the old log.
     pub(super) diverged: Option<(Divergence, Offset)>,
 }
 
