@@ -49,7 +49,7 @@ mapfile -t lib_bound < <(bound_names_in "--lib" | grep -E '^http::tests::')
 start=$SECONDS
 rc=0
 cargo test --no-fail-fast --features services --test it -- faults:: multi:: input:: verdicts \
-  typed_keys:: upsert_keys:: deleted_rows:: shared_and_stored:: \
+  typed_keys:: upsert_keys:: deleted_rows:: shared_and_stored:: recreated:: \
   "${skips[@]}" || rc=$?
 cargo test --no-fail-fast --features services --test faults_private || rc=$?
 cargo test --no-fail-fast --features services --test security || rc=$?

@@ -52,6 +52,8 @@ CATALOGUE = [
     ("kept_row_keeps_its_claim", "34.3", "the control of the above: the confirmed record's row kept, the line produced again and dropped by the pipeline"),
     ("key_arity_changed_between_restarts", "34.6", "key_columns restarted with a key field added (`match.key` 2 then 3 fields): a missing record stored with the old key, a new one missing then written late"),
     ("unreadable_partition_state", "34.8", "one partition's progress row and missing-run item corrupted in the SQLite store while the auditor is stopped; the other partition's gap written late meanwhile"),
+    ("recreated_topic_key_columns", "34.7", "key_columns (seed DDL): the auditor stopped, its topic deleted and created again (Apache Kafka 4.4) with 12 records, 10 repeating the old records' lines, the old rows left in the sink; 2 new records dropped (one repeating an old key); the auditor restarted"),
+    ("recreated_topic_offset_columns", "34.7", "offset_columns: the auditor stopped, its topic deleted and created again with 12 records, the old rows left at the same coordinates; 1 record dropped beyond the old topic's offsets; the auditor restarted"),
 ]
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.

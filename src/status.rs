@@ -129,6 +129,31 @@ pub struct PartitionStatus {
     /// stays in the store, not re-checked. Left out of the JSON when everything was read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_problem: Option<String>,
+    /// The last time the partition's log was found to no longer hold the auditor's
+    /// position (truncated or recreated) since it was assigned, and what that means; left
+    /// out while never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub divergence: Option<DivergenceNote>,
+}
+
+/// A partition's log that no longer held the auditor's position (issue 34 item 7): where
+/// reading resumed and why (`audit/divergence.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DivergenceNote {
+    /// `truncated` or `recreated`.
+    pub kind: &'static str,
+    /// The auditor's position on the old log.
+    pub from: Offset,
+    /// Where reading resumed on the new one.
+    pub resumed_at: Offset,
+    /// The new log's start when it was seen.
+    pub log_start: Offset,
+    /// The new log's end when it was seen.
+    pub log_end: Offset,
+    /// When it was seen (RFC 3339).
+    pub detected_at: String,
+    /// What happened and what the verdicts mean for the offsets involved.
+    pub reason: String,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -18,6 +18,12 @@ pub trait KafkaView: Send + Sync + 'static {
     fn committed(&self, tps: &[TopicPartition]) -> Result<Commits, KafkaError>;
     /// The first offset with a timestamp at or after `ms` (`None`: no such record yet).
     fn offset_for_time(&self, tp: &TopicPartition, ms: i64) -> Result<Option<Offset>, KafkaError>;
+    /// The id of `topic`, which changes when the topic is deleted and created again
+    /// (`None`: the broker gives none). By default unknown: a view that cannot tell never
+    /// reports a change.
+    fn topic_id(&self, _topic: &str) -> Result<Option<String>, KafkaError> {
+        Ok(None)
+    }
     /// Partitions of `topic` (also the liveness probe without a pipeline group).
     fn partitions(&self, topic: &str) -> Result<Vec<i32>, KafkaError>;
     /// The pipeline group's commits; `None` without a configured pipeline group.
@@ -47,6 +53,10 @@ impl KafkaView for Cluster {
 
     fn partitions(&self, topic: &str) -> Result<Vec<i32>, KafkaError> {
         self.lookup.partitions(topic)
+    }
+
+    fn topic_id(&self, topic: &str) -> Result<Option<String>, KafkaError> {
+        self.lookup.topic_id(topic)
     }
 
     fn pipeline_committed(&self, tps: &[TopicPartition]) -> Option<Result<Commits, KafkaError>> {

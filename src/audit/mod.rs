@@ -38,6 +38,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 mod blocking;
+pub(crate) mod divergence;
 mod gap_log;
 mod ingest;
 mod kafka_view;
@@ -110,6 +111,11 @@ struct Part {
     /// tailing thread says it served it ([`TailEvent::Repositioned`]): positions are dropped
     /// meanwhile (see `read_to.rs`).
     repositioning: Option<u64>,
+    /// The topic's id (which incarnation of its name) the ledger's offsets belong to,
+    /// stored with the progress; `None`: unknown (see `divergence.rs`).
+    topic_id: Option<String>,
+    /// The last time the log was found to no longer hold the position (`/api/status`).
+    divergence: Option<divergence::DivergenceNote>,
 }
 
 struct Audit<V> {

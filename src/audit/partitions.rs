@@ -1,8 +1,9 @@
 //! Partitions: assignment (where each starts, taking over from a previous owner),
 //! revocation, and re-positioning after an offset left the log.
 
-use super::starts::resolve_starts;
-use super::{Audit, Part, blocking::blocking};
+use super::divergence::{Divergence, DivergenceNote, diverged};
+use super::starts::{Resolved, TopicIds, resolve_starts};
+use super::{Audit, KafkaView, Part, blocking::blocking};
 use crate::config::MatchStrategy;
 use crate::gap::{Offset, TopicPartition};
 use crate::handover;
@@ -18,26 +19,27 @@ use std::convert::Infallible;
 impl<V: Verifier> Audit<V> {
     /// A fetch position left the log. For each partition: below the log start means Kafka
     /// deleted records the auditor never read — recorded as a gap of unknown size, then
-    /// reading resumes at the log start; beyond the log end means the topic was recreated or
-    /// truncated — the partition restarts at the log start. Every other partition is simply
-    /// re-positioned where its ledger stands (re-delivered records are ignored).
+    /// reading resumes at the log start; beyond the log end (or a changed topic id) means the
+    /// log was truncated or the topic recreated — the partition resumes where the new log
+    /// diverged from the old ([`diverged`]). Every other partition is simply re-positioned
+    /// where its ledger stands (re-delivered records are ignored).
     pub(super) async fn out_of_range(&mut self) {
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
         let view = self.kafka_view.clone();
-        let marks = blocking(move || {
-            Ok::<_, Infallible>(
-                tps.into_iter()
-                    .map(|tp| {
-                        let w = view.watermarks(&tp);
-                        (tp, w)
-                    })
-                    .collect::<Vec<_>>(),
-            )
+        let (marks, ids) = blocking(move || {
+            let ids = topic_ids(&*view, &tps);
+            let marks = tps
+                .into_iter()
+                .map(|tp| {
+                    let w = view.watermarks(&tp);
+                    (tp, w)
+                })
+                .collect::<Vec<_>>();
+            Ok::<_, Infallible>((marks, ids))
         })
         .await
         .unwrap_or_default();
         let now = self.clock.now_ms();
-        let keyed = self.keyed();
         let mut positions = Vec::new();
         for (tp, w) in marks {
             // Taken out of the map while it is changed, so gaps can be reported through self.
@@ -46,12 +48,44 @@ impl<V: Verifier> Audit<V> {
             };
             let next = part.ledger.next_offset();
             let mut replaced = false;
-            let seek = match w {
-                Err(e) => {
+            let now_id = ids.get(&tp.topic).map(String::as_str);
+            let split = w.as_ref().ok().and_then(|log| {
+                diverged(
+                    next,
+                    part.ledger.settled(),
+                    *log,
+                    part.topic_id.as_deref(),
+                    now_id,
+                )
+            });
+            let seek = match (w, split) {
+                (Err(e), _) => {
                     tracing::warn!(%tp, error = %e, "offset out of range, and the watermarks cannot be read; restarting at the ledger's position");
                     next
                 }
-                Ok((low, _)) if next < low && part.ledger.is_anchored() => {
+                // The log no longer holds the position: the partition resumes where the new
+                // log diverged from the old one (`divergence.rs`), its ledger cut there.
+                (Ok(log), Some(d)) => {
+                    let snap = part.ledger.snapshot();
+                    // The old ledger's undecided records and followed missing keys leave the
+                    // book; its confirmations stay (their rows are still in the sink). What
+                    // the cut ledger keeps is adopted again below.
+                    if let Some(book) = self.checker.book_mut() {
+                        book.release(&mut part.ledger, true);
+                    }
+                    let (ledger, note) = self.diverged_ledger(&tp, &d, next, log, snap, now);
+                    if let Some(book) = self.checker.book_mut() {
+                        book.adopt(&ledger);
+                    }
+                    part.ledger = ledger;
+                    part.divergence = Some(note);
+                    if let Some(id) = now_id {
+                        part.topic_id = Some(id.to_string());
+                    }
+                    replaced = true;
+                    d.resume()
+                }
+                (Ok((low, _)), None) if next < low && part.ledger.is_anchored() => {
                     if part
                         .ledger
                         .skipped_by_retention(next, low - 1, now)
@@ -61,18 +95,7 @@ impl<V: Verifier> Audit<V> {
                     }
                     low
                 }
-                Ok((low, high)) if next > high => {
-                    tracing::error!(audit = %self.cfg.name, %tp, next, low, high,
-                        "the auditor's position is beyond the log end (topic recreated or truncated?): restarting the partition at the log start");
-                    // The old records' confirmations stay: their rows are still in the sink.
-                    if let Some(book) = self.checker.book_mut() {
-                        book.release(&mut part.ledger, true);
-                    }
-                    part.ledger = PartitionLedger::new(low, keyed);
-                    replaced = true;
-                    low
-                }
-                Ok(_) => next,
+                (Ok(_), None) => next,
             };
             reposition_held(&mut part, seek, replaced, self.checker.book_mut());
             self.parts.insert(tp.clone(), part);
@@ -89,6 +112,50 @@ impl<V: Verifier> Audit<V> {
             }
         }
         let _ = self.tail.commands.send(Command::Reposition(positions));
+    }
+
+    /// The ledger a partition resumes with on a log that no longer holds its position `from`
+    /// (`d`, the log now `log`), from what the old ledger held (`snap`): cut at the
+    /// divergence point when the log was truncated, empty when the topic was recreated.
+    /// The gaps it no longer follows are reported once more with their records gone (they
+    /// can no longer be replayed); they keep what they counted. Said at WARN, counted, and
+    /// returned as the status note.
+    pub(super) fn diverged_ledger(
+        &mut self,
+        tp: &TopicPartition,
+        d: &Divergence,
+        from: Offset,
+        log: (Offset, Offset),
+        snap: Snapshot,
+        now_ms: i64,
+    ) -> (PartitionLedger, DivergenceNote) {
+        let keyed = self.keyed();
+        let (ledger, gone) = match d {
+            Divergence::Truncated { resume } => {
+                PartitionLedger::restore_diverged(*resume, keyed, snap)
+            }
+            // Every offset of the old ledger named a record of the old topic.
+            Divergence::Recreated { resume } => (PartitionLedger::new(*resume, keyed), snap.gaps),
+        };
+        let mut n = 0;
+        for mut g in gone {
+            if !g.size_known || g.missing == 0 {
+                continue;
+            }
+            g.deleted_ms.get_or_insert(now_ms);
+            g.is_new = false;
+            self.report_gap(tp, &g);
+            n += 1;
+        }
+        let note = DivergenceNote::new(d, from, log, Utc::now().to_rfc3339());
+        tracing::warn!(audit = %self.cfg.name, %tp, kind = d.kind(), from,
+            resumed_at = note.resumed_at, log_start = log.0, log_end = log.1,
+            gaps_no_longer_followed = n, "{}", note.reason);
+        self.metrics.log_diverged(tp, d.kind());
+        // Written at the next store write whatever its offsets and revision: the row must
+        // carry the new log's topic id and lose the items cut.
+        self.writes.stored.remove(tp);
+        (ledger, note)
     }
 
     /// Reports the gaps a ledger just recorded for offsets Kafka deleted before the auditor
@@ -147,14 +214,24 @@ impl<V: Verifier> Audit<V> {
             .iter()
             .map(|(k, v)| (k.clone(), v.settled))
             .collect();
-        let resolved =
-            blocking(move || Ok::<_, Infallible>(resolve_starts(&*view, &tps, &stored, start)))
-                .await;
-        let resolved = match resolved {
+        let stored_ids: HashMap<TopicPartition, String> = progress
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), stored_topic_id(&v.ledger)?)))
+            .collect();
+        let resolved = blocking(move || {
+            let ids = TopicIds {
+                now: topic_ids(&*view, &tps),
+                stored: stored_ids,
+            };
+            let r = resolve_starts(&*view, &tps, &stored, &ids, start);
+            Ok::<_, Infallible>((r, ids))
+        })
+        .await;
+        let (resolved, ids) = match resolved {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "start offset resolution panicked");
-                Vec::new()
+                Default::default()
             }
         };
         let now = self.clock.now_ms();
@@ -162,20 +239,47 @@ impl<V: Verifier> Audit<V> {
         let mut out = Vec::new();
         // Restored records whose key has another arity than `match.key` (see below).
         let mut other_arity = 0u64;
-        for (tp, start, log) in resolved {
+        for Resolved {
+            tp,
+            start,
+            log,
+            diverged,
+        } in resolved
+        {
             // Where the ledger resumes: the store's settled offset, or the auditor group's
             // commit when that is further (see `resolve_starts`); records Kafka deleted below
             // it are recorded by `skipped_by_retention` next.
             let at = start.deleted.map_or(start.resume, |(first, _)| first);
             let mut problems = unreadable.remove(&tp).unwrap_or_default();
-            let mut ledger = match progress.get(&tp) {
-                Some(p) => {
+            let mut note = None;
+            let mut ledger = match (&diverged, log, progress.get(&tp)) {
+                // The log no longer holds the stored position (`divergence.rs`): the stored
+                // state belongs to the old log and is replaced in full, what of it could not
+                // be read included.
+                (Some((d, from)), Some(log), p) => {
+                    let snap = match p {
+                        Some(p) => {
+                            let (snap, bad) = Snapshot::from_stored(&p.ledger);
+                            for what in bad.iter().chain(&problems) {
+                                tracing::warn!(audit = %self.cfg.name, %tp, problem = %what,
+                                    "unreadable stored state of the old log dropped with it");
+                            }
+                            snap
+                        }
+                        None => Snapshot::default(),
+                    };
+                    problems.clear();
+                    let (ledger, n) = self.diverged_ledger(&tp, d, *from, log, snap, now);
+                    note = Some(n);
+                    ledger
+                }
+                (_, _, Some(p)) => {
                     // Item by item: an unreadable one costs only itself.
                     let (snap, bad) = Snapshot::from_stored(&p.ledger);
                     problems.extend(bad);
                     PartitionLedger::restore_at(at, p.settled, keyed, snap)
                 }
-                None => PartitionLedger::new(start.resume, keyed),
+                (_, _, None) => PartitionLedger::new(start.resume, keyed),
             };
             let state_problem = describe_unreadable(&problems);
             if let Some(summary) = &state_problem {
@@ -211,6 +315,13 @@ impl<V: Verifier> Audit<V> {
                 }
                 book.adopt(&ledger);
             }
+            // The id the ledger's offsets belong to: today's, else the stored one (a lookup
+            // that failed is no reason to forget it).
+            let topic_id = ids
+                .now
+                .get(&tp.topic)
+                .or_else(|| ids.stored.get(&tp))
+                .cloned();
             self.parts.insert(
                 tp,
                 Part {
@@ -221,6 +332,8 @@ impl<V: Verifier> Audit<V> {
                     held: Held::for_decoder(&self.decoder),
                     read_to: None,
                     repositioning: None,
+                    topic_id,
+                    divergence: note,
                 },
             );
         }
@@ -465,6 +578,31 @@ pub(super) fn describe_unreadable(problems: &[String]) -> Option<String> {
             n - 1
         ),
     })
+}
+
+/// The ids of the topics of `tps` as the brokers give them now (see `kafka::topic_id`);
+/// a topic whose id cannot be had is left out (unknown: never read as a change).
+fn topic_ids(view: &dyn KafkaView, tps: &[TopicPartition]) -> HashMap<String, String> {
+    let topics: BTreeSet<&str> = tps.iter().map(|tp| tp.topic.as_str()).collect();
+    let mut out = HashMap::new();
+    for t in topics {
+        match view.topic_id(t) {
+            Ok(Some(id)) => {
+                out.insert(t.to_string(), id);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(topic = t, error = %e, "cannot read the topic's id: a topic deleted and created again is seen only when its log ends below the auditor's position")
+            }
+        }
+    }
+    out
+}
+
+/// The topic id stored with a partition's progress (`ledger.topic_id`, see
+/// [`super::persist::ledger_write`]).
+fn stored_topic_id(ledger: &serde_json::Value) -> Option<String> {
+    ledger.get("topic_id")?.as_str().map(str::to_string)
 }
 
 /// What [`Audit::out_of_range`] does to a partition's held records when it re-positions

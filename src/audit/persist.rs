@@ -98,7 +98,7 @@ impl<V: Verifier> Audit<V> {
                 marks.push((tp.clone(), (p.ledger.settled(), p.ledger.revision())));
                 // What changed since the last write, not the whole ledger: under a systematic
                 // loss it holds hundreds of thousands of gaps.
-                let (ledger, items) = ledger_write(&p.ledger);
+                let (ledger, items) = ledger_write(&p.ledger, p.topic_id.as_deref());
                 PartitionProgress {
                     topic: tp.topic.clone(),
                     partition: tp.partition,
@@ -253,7 +253,11 @@ impl<V: Verifier> Audit<V> {
                     topic: tp.topic.clone(),
                     partition: tp.partition,
                     settled: p.ledger.settled(),
-                    ledger: serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null),
+                    // With the topic id, as the store keeps it: the next owner compares it.
+                    ledger: with_topic_id(
+                        serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null),
+                        p.topic_id.as_deref(),
+                    ),
                     gaps: Vec::new(),
                     replayed: Vec::new(),
                     key_claims,
@@ -387,8 +391,11 @@ impl<V: Verifier> Audit<V> {
 
 /// A ledger's store write: its changes since the last write ([`PartitionLedger::delta`]),
 /// or, should an item not serialize, the whole ledger (which replaces what is stored).
+/// `topic_id`, when known, goes with it: the incarnation of the topic the ledger's offsets
+/// belong to, compared at the next start (`divergence.rs`).
 pub(super) fn ledger_write(
     ledger: &PartitionLedger,
+    topic_id: Option<&str>,
 ) -> (serde_json::Value, Option<crate::store::LedgerItems>) {
     pub(super) fn items<T: serde::Serialize>(
         list: Vec<(Offset, Option<T>)>,
@@ -400,15 +407,24 @@ pub(super) fn ledger_write(
             })
             .collect()
     }
+    let with_id = |v| with_topic_id(v, topic_id);
     let d = ledger.delta();
-    let head = serde_json::json!({ "tail_gap": d.tail_gap });
+    let head = with_id(serde_json::json!({ "tail_gap": d.tail_gap }));
     match (items(d.missing), items(d.gaps)) {
         (Some(missing), Some(gaps)) if !d.replace => {
             (head, Some(crate::store::LedgerItems { missing, gaps }))
         }
         _ => (
-            serde_json::to_value(ledger.snapshot()).unwrap_or(serde_json::Value::Null),
+            with_id(serde_json::to_value(ledger.snapshot()).unwrap_or(serde_json::Value::Null)),
             None,
         ),
     }
+}
+
+/// `ledger` (a progress row's JSON object) with `topic_id` in it, when known.
+fn with_topic_id(mut ledger: serde_json::Value, topic_id: Option<&str>) -> serde_json::Value {
+    if let (Some(id), Some(o)) = (topic_id, ledger.as_object_mut()) {
+        o.insert("topic_id".to_string(), serde_json::Value::from(id));
+    }
+    ledger
 }

@@ -208,6 +208,7 @@ impl<V: Verifier> Audit<V> {
                 paused: self.tail.flow.is_paused(tp),
                 awaiting_schema: part.held.len() as u64,
                 state_problem: part.state_problem.clone(),
+                divergence: part.divergence.clone(),
             });
         }
         let mut completeness = crate::completeness::evaluate(

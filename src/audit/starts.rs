@@ -2,6 +2,7 @@
 //! `kafka.start`, and whether Kafka deleted records below that point.
 
 use super::KafkaView;
+use super::divergence::{Divergence, diverged};
 use crate::config::StartPosition;
 use crate::gap::{Offset, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
@@ -22,12 +23,32 @@ pub(super) struct Start {
     pub(super) deleted: Option<(Offset, Offset)>,
 }
 
+/// A partition's start with what was found of its log under the position it resumes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Resolved {
+    pub(super) tp: TopicPartition,
+    pub(super) start: Start,
+    pub(super) log: Option<LogRange>,
+    /// The topic was recreated under the position (its id changed): `start.resume` is
+    /// where this says, and the offset is the position on the old log.
+    pub(super) diverged: Option<(Divergence, Offset)>,
+}
+
+/// The topic ids a start compares: as stored with each partition's progress, and as the
+/// brokers give them now (by topic). Absent: unknown.
+#[derive(Debug, Clone, Default)]
+pub(super) struct TopicIds {
+    pub(super) stored: HashMap<TopicPartition, String>,
+    pub(super) now: HashMap<String, String>,
+}
+
 pub(super) fn resolve_starts(
     lookup: &dyn KafkaView,
     tps: &[TopicPartition],
     stored: &HashMap<TopicPartition, Offset>,
+    ids: &TopicIds,
     start: StartPosition,
-) -> Vec<(TopicPartition, Start, Option<LogRange>)> {
+) -> Vec<Resolved> {
     let committed = match lookup.committed(tps) {
         Ok(c) => c,
         Err(e) => {
@@ -46,7 +67,7 @@ pub(super) fn resolve_starts(
                 .iter()
                 .map(|tp| {
                     let committed = &committed;
-                    scope.spawn(move || resolve_start(lookup, tp, stored, committed, start))
+                    scope.spawn(move || resolve_start(lookup, tp, stored, ids, committed, start))
                 })
                 .collect();
             handles.into_iter().map(|h| h.join()).collect()
@@ -58,14 +79,15 @@ pub(super) fn resolve_starts(
                 // read (its audit anchors on the first record), never at a guessed offset.
                 Err(_) => {
                     tracing::error!(%tp, "start offset lookup panicked: starting at the log end as the consumer finds it");
-                    out.push((
-                        tp.clone(),
-                        Start {
+                    out.push(Resolved {
+                        tp: tp.clone(),
+                        start: Start {
                             resume: LOGICAL_END,
                             deleted: None,
                         },
-                        None,
-                    ));
+                        log: None,
+                        diverged: None,
+                    });
                 }
             }
         }
@@ -78,9 +100,10 @@ fn resolve_start(
     lookup: &dyn KafkaView,
     tp: &TopicPartition,
     stored: &HashMap<TopicPartition, Offset>,
+    ids: &TopicIds,
     committed: &BTreeMap<TopicPartition, Option<Offset>>,
     start: StartPosition,
-) -> (TopicPartition, Start, Option<LogRange>) {
+) -> Resolved {
     {
         // Retried: without watermarks a `latest` start would fall back to offset 0 and audit
         // history the pipeline may have expired from the sink long ago.
@@ -122,6 +145,31 @@ fn resolve_start(
                         .map(|(k, _)| k),
                 )
                 .any(|k| k.topic == tp.topic && k.partition != tp.partition);
+        // A new topic under the old name (issue 34 item 7, `divergence.rs`): the id stored
+        // with the progress is the log's the position was taken on; a position taken from
+        // the group commit alone has none (unknown). A position merely beyond the log end is
+        // left to the fetch: the high watermark read here can lag the log end for a moment
+        // after a leader change, while an out-of-range fetch is the broker's own word that
+        // the log no longer reaches it (`Audit::out_of_range` then cuts the ledger there).
+        let known = stored_at.and(ids.stored.get(tp)).map(String::as_str);
+        let now = ids.now.get(&tp.topic).map(String::as_str);
+        let split = match (resumed, log) {
+            (Some(r), Some(range)) => diverged(r, r, range, known, now)
+                .filter(|d| matches!(d, Divergence::Recreated { .. }))
+                .map(|d| (d, r)),
+            _ => None,
+        };
+        if let Some((d, _)) = &split {
+            return Resolved {
+                tp: tp.clone(),
+                start: Start {
+                    resume: d.resume(),
+                    deleted: None,
+                },
+                log,
+                diverged: split.clone(),
+            };
+        }
         let s = match (resumed, log) {
             (Some(r), Some((low, _))) if r < low => Start {
                 resume: low,
@@ -184,6 +232,11 @@ fn resolve_start(
                 }
             }
         };
-        (tp.clone(), s, log)
+        Resolved {
+            tp: tp.clone(),
+            start: s,
+            log,
+            diverged: None,
+        }
     }
 }

@@ -164,6 +164,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
             paused: false,
             awaiting_schema: 0,
             state_problem: None,
+            divergence: None,
         }],
         completeness: Default::default(),
     }

@@ -12,20 +12,34 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a topic id lookup may take. Short: it runs inside every assignment, and a
+/// broker that never answers DescribeTopics (librdkafka's mock cluster does not) must not
+/// hold a rebalance for the full [`TIMEOUT`].
+const TOPIC_ID_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// After a topic id lookup failed, how long the next ones answer "unknown" at once.
+const TOPIC_ID_BACKOFF: Duration = Duration::from_secs(600);
 
 /// Blocking offset lookups for the auditor's own group. Call from `spawn_blocking`.
 pub struct Lookup {
     consumer: BaseConsumer,
+    /// Until when topic id lookups are not tried (the last one failed).
+    ids_unavailable_until: Mutex<Option<Instant>>,
 }
 
 impl Lookup {
     /// A lookup client for `group` (the auditor's own group).
     pub fn new(kafka: &KafkaConfig, group: &str) -> Result<Self, KafkaError> {
         let consumer: BaseConsumer = client::consumer(kafka, group).create()?;
-        Ok(Self { consumer })
+        Ok(Self {
+            consumer,
+            ids_unavailable_until: Mutex::new(None),
+        })
     }
 
     /// The group's committed offsets (`None` where it has none).
@@ -57,6 +71,22 @@ impl Lookup {
                 KOffset::Offset(o) if o >= 0 => Some(o),
                 _ => None,
             }))
+    }
+
+    /// The id of `topic` (which incarnation of the name: see [`super::topic_id`]); `None`
+    /// when the broker gives none, or when a lookup failed less than
+    /// [`TOPIC_ID_BACKOFF`] ago (unknown: never read as a change).
+    pub fn topic_id(&self, topic: &str) -> Result<Option<String>, KafkaError> {
+        let mut until = self
+            .ids_unavailable_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if until.is_some_and(|t| Instant::now() < t) {
+            return Ok(None);
+        }
+        let r = super::topic_id::topic_id(self.consumer.client(), topic, TOPIC_ID_TIMEOUT);
+        *until = r.is_err().then(|| Instant::now() + TOPIC_ID_BACKOFF);
+        r
     }
 
     /// Partitions of `topic`, from metadata (also a cheap liveness probe of the cluster).

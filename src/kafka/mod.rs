@@ -11,6 +11,7 @@ pub mod lookup;
 pub mod range;
 pub mod retention;
 pub mod tail;
+pub mod topic_id;
 
 pub use lookup::{Lookup, PipelineReader};
 pub use tail::{Command, Tagged, TailEvent, TailHandle, Watermarks};

@@ -14,8 +14,8 @@
 //!
 //! The types and constructors live here; the ledger's jobs each have a file: `ingest`
 //! (records read), `settle` (due rule, verdicts, give-up), `recheck` (probe, rechecks,
-//! acknowledgements), `keys` (missing keys, confirmations), `report` (gauges, deltas, views)
-//! and `completeness`.
+//! acknowledgements), `keys` (missing keys, confirmations), `report` (gauges, deltas, views),
+//! `completeness`, and `diverge` (a log truncated or recreated under the ledger).
 
 use super::due::{CommitStep, Frontier, PipelineCommits};
 use super::runs::{self, OffsetRun};
@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod completeness;
+mod diverge;
 mod ingest;
 mod keys;
 mod recheck;

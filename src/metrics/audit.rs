@@ -214,6 +214,16 @@ impl AuditMetrics {
             .inc_by(n);
     }
 
+    /// `tp`'s log no longer held the auditor's position (`kind`: `truncated`, `recreated`).
+    /// Rare: the series is looked up each time.
+    pub fn log_diverged(&self, tp: &TopicPartition, kind: &str) {
+        let partition = tp.partition.to_string();
+        self.families
+            .log_divergences
+            .with_label_values(&[&self.audit, &tp.topic, &partition, kind])
+            .inc();
+    }
+
     /// A new gap, by cause (counted once the store holds it).
     pub fn gap_detected(&self, cause: &'static str) {
         lock(&self.gaps_detected)

@@ -24,6 +24,8 @@ use prometheus::{
 const PARTITION_LABELS: &[&str] = &["audit", "topic", "partition"];
 /// Labels of `gap_auditor_records_filtered_total`.
 const FILTERED_LABELS: &[&str] = &["audit", "topic", "partition", "reason"];
+/// Labels of `gap_auditor_log_divergences_total`.
+const DIVERGENCE_LABELS: &[&str] = &["audit", "topic", "partition", "kind"];
 
 /// Buckets of `gap_auditor_sink_visibility_seconds`: from sub-second (ES refresh) to an hour
 /// (a Flink job with long checkpoints, Doris publish under load).
@@ -104,6 +106,10 @@ pub struct Metrics {
     pub pipeline_rewinds: IntCounterVec,
     /// Beyond SPEC's table: the pipeline group stopped committing while the log grew.
     pub pipeline_stalls: IntCounterVec,
+    /// Beyond SPEC's table: a partition's log no longer held the auditor's position
+    /// (`kind`: `truncated` or `recreated`), and reading resumed where the new log diverged
+    /// (labels: audit, topic, partition, kind).
+    pub log_divergences: IntCounterVec,
     /// Beyond SPEC's table: records whose timestamp was ahead of the auditor's clock when
     /// read, clamped to it for completeness (SPEC "Completeness": never ahead of the wall
     /// clock).
@@ -348,6 +354,11 @@ impl Metrics {
                 "Times the pipeline group stopped committing while the log end kept growing.",
                 p,
             ),
+            log_divergences: f.int_counter(
+                "gap_auditor_log_divergences_total",
+                "Times a partition's log no longer held the auditor's position (kind: truncated below it, or the topic recreated); reading resumed where the new log diverged, and the old log's records beyond it are neither lost nor confirmed.",
+                DIVERGENCE_LABELS,
+            ),
             records_future_timestamp: f.int_counter(
                 "gap_auditor_records_future_timestamp_total",
                 "Records whose timestamp was ahead of the auditor's clock when read (completeness counts them as read at that instant).",
@@ -421,6 +432,7 @@ impl Metrics {
             let _ = c.remove_label_values(&key);
         }
         remove_with_prefix(&self.records_filtered, FILTERED_LABELS, &key);
+        remove_with_prefix(&self.log_divergences, DIVERGENCE_LABELS, &key);
     }
 
     /// Drops the per-partition GAUGES of a partition this instance no longer owns (a

@@ -38,6 +38,7 @@ const EXTRA_FAMILIES: &[(&str, &str)] = &[
     ("gap_auditor_gaps_detected_total", "counter"),
     ("gap_auditor_pipeline_rewinds_total", "counter"),
     ("gap_auditor_pipeline_stalls_total", "counter"),
+    ("gap_auditor_log_divergences_total", "counter"),
     ("gap_auditor_records_future_timestamp_total", "counter"),
     ("gap_auditor_missing_keys_dropped_total", "counter"),
     ("gap_auditor_audit_info", "gauge"),
@@ -115,6 +116,9 @@ fn touch_all(m: &Metrics, audit: &str, topic: &str, partition: &str) {
         .inc();
     m.pipeline_stalls
         .with_label_values(&[audit, topic, partition])
+        .inc();
+    m.log_divergences
+        .with_label_values(&[audit, topic, partition, "truncated"])
         .inc();
     m.records_future_timestamp
         .with_label_values(&[audit, topic, partition])

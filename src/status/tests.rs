@@ -29,6 +29,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
             paused: false,
             awaiting_schema: 0,
             state_problem: None,
+            divergence: None,
         }],
         completeness: AuditCompleteness {
             complete_until_ms: Some(1_700_000_000_000),

@@ -22,6 +22,7 @@ mod multi;
 mod offsets_interleaved;
 mod pipeline_group;
 mod real_broker;
+mod recreated;
 mod replay;
 mod scenarios;
 mod schema_registry;

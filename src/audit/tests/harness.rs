@@ -30,6 +30,8 @@ pub struct FakeKafka {
     pub committed: Mutex<kafka_view::Commits>,
     /// The pipeline group's commits; `None`: no pipeline group is configured.
     pub pipeline: Mutex<Option<kafka_view::Commits>>,
+    /// Topic ids; a missing entry: the broker gives none (unknown).
+    pub topic_ids: Mutex<HashMap<String, String>>,
 }
 
 fn unavailable() -> KafkaError {
@@ -56,6 +58,11 @@ impl KafkaView for FakeKafka {
 
     fn partitions(&self, _: &str) -> Result<Vec<i32>, KafkaError> {
         Ok(vec![0])
+    }
+
+    fn topic_id(&self, topic: &str) -> Result<Option<String>, KafkaError> {
+        let ids = self.topic_ids.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(ids.get(topic).cloned())
     }
 
     fn pipeline_committed(

@@ -65,6 +65,8 @@ fn a_partial_release_reaches_the_ledger() {
             held: Held::default(),
             read_to: None,
             repositioning: None,
+            topic_id: None,
+            divergence: None,
         },
     );
     // Offsets 0, 1 of schema 7 and 2, 3 of schema 8, neither cached yet (a start with an
@@ -127,6 +129,8 @@ fn records_read_before_a_reposition_do_not_skip_the_held_ones() {
             held: Held::for_decoder(&d),
             read_to: None,
             repositioning: None,
+            topic_id: None,
+            divergence: None,
         },
     );
     // Offset 10 waits for schema 8; 11 and 12 (schema 7) wait behind it.
@@ -183,6 +187,8 @@ fn a_position_waits_for_the_records_held_below_it() {
             held: Held::for_decoder(&d),
             read_to: None,
             repositioning: None,
+            topic_id: None,
+            divergence: None,
         },
     );
     let batch = vec![record(&d, 10, 8), record(&d, 11, 8), record(&d, 12, 8)];

@@ -2,6 +2,7 @@
 
 mod acks;
 mod counting;
+mod divergence;
 mod harness;
 mod held_release;
 mod overlap;

@@ -18,8 +18,8 @@
 use super::harness::*;
 use crate::kafka::TailEvent;
 
-/// The topic is truncated (unclean leader election) or deleted and recreated while the
-/// auditor reads at 1010: the fetch at 1010 is out of range, the thread reports
+/// The topic is deleted and recreated (its id changes) while the auditor reads at 1010:
+/// the fetch at 1010 is out of range, the thread reports
 /// OffsetOutOfRange, and before the audit's Reposition reaches it (the audit reads the
 /// watermarks of every partition and writes the store first) its next position report
 /// carries librdkafka's position 1011 (the error's offset + 1). The audit restarts the
@@ -30,11 +30,21 @@ use crate::kafka::TailEvent;
 #[tokio::test]
 async fn review_a_position_reported_after_an_out_of_range_error_skips_the_reread_log() {
     let mut h = harness("");
+    let set_id = |h: &Harness, id: &str| {
+        h.kafka
+            .topic_ids
+            .lock()
+            .expect("lock")
+            .insert(TOPIC.to_string(), id.to_string())
+    };
+    set_id(&h, "A");
     h.assign_and_read((0, 1000), expected(1000..1010)).await;
     h.audit
         .on_event(TailEvent::ReadTo(vec![(tp(0), 1010)]))
         .await;
-    // The log now ends at 5 (truncated / recreated).
+    // The log now ends at 5: a new topic under the old name (a truncation resumes at the
+    // log end instead: `divergence.rs`).
+    set_id(&h, "B");
     h.kafka
         .watermarks
         .lock()

@@ -1,0 +1,254 @@
+//! Issue 34 item 7: a partition's log that no longer holds the auditor's position — truncated
+//! below it (an unclean leader election) or the topic deleted and created again — at a
+//! (re)assignment and while reading. The audit resumes where the new log diverged, lets the
+//! old ledger's undecided records and followed keys go, keeps the confirmations (their rows
+//! are in the sink), and says so (WARN, `gap_auditor_log_divergences_total`, `/api/status`).
+
+use super::harness::*;
+use crate::gap::Offset;
+use crate::kafka::{Tagged, TailEvent};
+use crate::record::{Key, Tag};
+use std::sync::Arc;
+
+fn key(k: &str) -> Key {
+    Key::new([k])
+}
+
+/// Keyed records of partition 0 from offset `first`, one per key.
+fn keyed(first: Offset, keys: &[String]) -> Vec<Tagged> {
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| Tagged {
+            topic: Arc::from(TOPIC),
+            partition: 0,
+            offset: first + i as Offset,
+            timestamp_ms: Some(1),
+            tag: Tag::Expected { key: Some(key(k)) },
+        })
+        .collect()
+}
+
+fn keys(r: std::ops::Range<usize>) -> Vec<String> {
+    r.map(|i| format!("k{i}")).collect()
+}
+
+fn set_log(h: &Harness, log: (Offset, Offset)) {
+    h.kafka.watermarks.lock().expect("lock").insert(tp(0), log);
+}
+
+fn set_id(h: &Harness, id: &str) {
+    h.kafka
+        .topic_ids
+        .lock()
+        .expect("lock")
+        .insert(TOPIC.to_string(), id.to_string());
+}
+
+fn divergences(h: &Harness, kind: &str) -> u64 {
+    h.families
+        .log_divergences
+        .with_label_values(&[AUDIT, TOPIC, "0", kind])
+        .get()
+}
+
+fn note(h: &mut Harness) -> Option<crate::status::DivergenceNote> {
+    h.audit.publish();
+    h.audit.status.snapshot()[0].partitions[0]
+        .divergence
+        .clone()
+}
+
+/// key_columns, records 0–9 (keys k0–k9) confirmed and stored; the partition is revoked
+/// (a stop); the log now ends at 6 with the same topic id: truncated. The partition is
+/// assigned at its stored 10, the fetch there is out of range, and it resumes at 6, not at
+/// the log start (main: at 0, records 0–5 decided twice, each asking its key for a second
+/// row: six false losses). New records at 6–7 reuse keys k6, k7: their rows are written
+/// beside the old ones and confirm them; a new record at 8 with key k8 is not written and is
+/// lost — exactly it.
+#[tokio::test]
+async fn a_log_truncated_below_the_stored_position_resumes_at_its_end() {
+    let mut h = keyed_harness("");
+    set_id(&h, "A");
+    set_log(&h, (0, 0));
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.ingest(keyed(0, &keys(0..10)));
+    for k in keys(0..10) {
+        h.sink.insert_key(&key(&k));
+    }
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 10);
+    h.audit.revoke(&[tp(0)]).await;
+
+    set_log(&h, (0, 6));
+    // The fetch at the stored 10 is out of range: the broker's word that the log no longer
+    // reaches it (a high watermark read at the assignment may lag a new leader's log end).
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(starts, vec![(tp(0), 10)]);
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    assert_eq!(
+        h.audit.parts[&tp(0)].ledger.next_offset(),
+        6,
+        "resumed at the divergence point"
+    );
+    assert_eq!(divergences(&h, "truncated"), 1);
+    let n = note(&mut h).expect("status names the divergence");
+    assert_eq!((n.kind, n.from, n.resumed_at), ("truncated", 10, 6));
+
+    h.sink.insert_key(&key("k6"));
+    h.sink.insert_key(&key("k7"));
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
+    h.audit.ingest(keyed(6, &keys(6..9)));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 12);
+    assert_eq!(h.counter(|m| &m.records_lost), 1);
+    let gaps: Vec<_> = h
+        .stored_gaps()
+        .iter()
+        .map(|g| (g.first_offset, g.last_offset))
+        .collect();
+    assert_eq!(gaps, vec![(8, 8)]);
+}
+
+/// The topic id changed (deleted and created again) while the new log already reaches past
+/// the stored position: only the id tells. The partition is read from the new log's start
+/// (main: from the stored 10, the new records 0–9 never audited: a loss among them missed).
+#[tokio::test]
+async fn a_recreated_topic_is_read_from_its_new_start_wherever_its_end_is() {
+    let mut h = harness("");
+    set_id(&h, "A");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink(0..10);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.revoke(&[tp(0)]).await;
+
+    set_id(&h, "B");
+    set_log(&h, (0, 25));
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(starts, vec![(tp(0), 0)], "the new log from its start");
+    assert_eq!(divergences(&h, "recreated"), 1);
+    let n = note(&mut h).expect("status names the divergence");
+    assert_eq!((n.kind, n.from, n.resumed_at), ("recreated", 10, 0));
+    // The new id is what the next start compares against: no second divergence.
+    h.audit.round().await;
+    h.audit.revoke(&[tp(0)]).await;
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(starts, vec![(tp(0), 0)]);
+    assert_eq!(divergences(&h, "recreated"), 1);
+}
+
+/// An id the broker does not give (or a lookup that failed) is never a change: the same
+/// start as before ids were read, the stored position inside the log.
+#[tokio::test]
+async fn an_unknown_topic_id_changes_nothing() {
+    let mut h = harness("");
+    set_id(&h, "A");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink(0..10);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.revoke(&[tp(0)]).await;
+    h.kafka.topic_ids.lock().expect("lock").clear();
+    set_log(&h, (0, 25));
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(starts, vec![(tp(0), 10)]);
+    assert_eq!(
+        divergences(&h, "recreated") + divergences(&h, "truncated"),
+        0
+    );
+    assert_eq!(note(&mut h), None);
+}
+
+/// While reading: records 1000–1009 decided (confirmed), the log is truncated to end at
+/// 1005 (same id) and the fetch at 1010 is out of range. The partition resumes at 1005, not
+/// at the log start (main: at 0, reading 0–1004 again as new records).
+#[tokio::test]
+async fn a_truncation_seen_while_reading_resumes_at_the_new_log_end() {
+    let mut h = harness("");
+    set_id(&h, "A");
+    h.assign_and_read((0, 1000), expected(1000..1010)).await;
+    h.in_sink(1000..1010);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 10);
+    set_log(&h, (0, 1005));
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    assert_eq!(h.audit.parts[&tp(0)].ledger.next_offset(), 1005);
+    assert_eq!(divergences(&h, "truncated"), 1);
+    // Records 1005.. of the new log are new records, audited.
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
+    h.audit
+        .on_event(TailEvent::Records(expected(1005..1008)))
+        .await;
+    assert_eq!(h.audit.parts[&tp(0)].ledger.pending(), 3);
+}
+
+/// While reading, records read but not decided yet below the new log end are read again
+/// (they are still there); the ones beyond it are gone and leave the key book without a
+/// verdict. Records 0–3 confirmed, 4–9 read and pending; the log now ends at 6: reading
+/// resumes at the settled 4 (main: at 0, records 0–3 decided twice).
+#[tokio::test]
+async fn undecided_records_below_the_new_log_end_are_read_again() {
+    let mut h = keyed_harness("");
+    set_log(&h, (0, 0));
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.ingest(keyed(0, &keys(0..4)));
+    for k in keys(0..4) {
+        h.sink.insert_key(&key(&k));
+    }
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 4);
+    h.audit.ingest(keyed(4, &keys(4..10)));
+    assert_eq!(h.audit.checker.book().expect("book").total_pending(), 6);
+    set_log(&h, (0, 6));
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    assert_eq!(h.audit.parts[&tp(0)].ledger.next_offset(), 4);
+    assert_eq!(
+        h.audit.checker.book().expect("book").total_pending(),
+        0,
+        "the old ledger's pending keys left the book"
+    );
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
+    h.audit
+        .on_event(TailEvent::Records(keyed(4, &keys(4..6))))
+        .await;
+    assert_eq!(h.audit.parts[&tp(0)].ledger.pending(), 2);
+    assert_eq!(h.audit.checker.book().expect("book").total_pending(), 2);
+    assert_eq!(h.counter(|m| &m.records_lost), 0);
+}
+
+/// Missing records at and beyond the divergence point leave the ledger (their records are
+/// gone from Kafka: never re-checked, and their gap says they cannot be replayed); those
+/// below it are still followed. Records 0–9, 2 and 8 missing; truncated to end at 6.
+#[tokio::test]
+async fn missing_records_beyond_the_divergence_point_are_no_longer_followed() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink((0..10).filter(|o| *o != 2 && *o != 8));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_lost), 2);
+    h.audit.revoke(&[tp(0)]).await;
+    set_log(&h, (0, 6));
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(starts, vec![(tp(0), 10)]);
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    let ledger = &h.audit.parts[&tp(0)].ledger;
+    assert_eq!(ledger.next_offset(), 6);
+    assert_eq!(ledger.missing(), 1, "offset 2 still followed, 8 not");
+    assert_eq!(ledger.missing_runs().len(), 1);
+    h.audit.persist().await;
+    let gaps = h.stored_gaps();
+    let g8 = gaps.iter().find(|g| g.first_offset == 8).expect("gap 8");
+    assert!(
+        g8.unrecoverable_at.is_some(),
+        "the gone gap says its records cannot be replayed: {g8:?}"
+    );
+    let g2 = gaps.iter().find(|g| g.first_offset == 2).expect("gap 2");
+    assert!(g2.unrecoverable_at.is_none(), "{g2:?}");
+    // Nothing was counted again.
+    assert_eq!(h.counter(|m| &m.records_lost), 2);
+}
