@@ -252,6 +252,18 @@ impl PartitionLedger {
         if self.tail_gap == Some(first) {
             self.tail_gap = rest;
         }
+        // Giving up the acknowledged head can empty the missing runs for a moment, which
+        // drops the probe; the rest put back needs one over its span again, or no late
+        // arrival in it would ever be looked for. What the sink holds of the span is not
+        // known here: the first answer starts a look.
+        if self.probe.is_none() {
+            self.probe = self.span_of_missing().map(|span| Probe {
+                span,
+                baseline: None,
+                look: None,
+                unchanged: 0,
+            });
+        }
         self.dirty_gaps.remove(&first);
         self.revision += 1;
         true

@@ -559,3 +559,36 @@ fn review_a_late_arrival_behind_the_rotation_is_found_while_runs_keep_coming() {
         "record 3 has been in the sink for 195 rounds"
     );
 }
+
+/// Review (found by the probe property with an `AckThrough`): an acknowledgement of a gap's
+/// head whose run spans the acknowledged end gave the head up while the rest was out of the
+/// missing runs, which emptied them for a moment and dropped the probe; the rest went back
+/// without one, so a record of it landing late was never looked for (offset_columns): it
+/// stayed reported missing.
+#[test]
+fn review_an_acknowledged_head_keeps_the_probe_over_the_rest() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..5 {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(5));
+    let segs = l.due(GRACE, GRACE, 100);
+    let mut sink: BTreeSet<Offset> = BTreeSet::new();
+    l.apply(&oracle(&segs, &sink), GRACE);
+    l.take_dirty_gaps();
+    assert_eq!(l.missing_runs(), vec![r(0, 4)]);
+    // The ack was given when the gap held offset 0 only.
+    assert!(l.acknowledge_through(0, 0));
+    assert_eq!(l.missing_runs(), vec![r(1, 4)]);
+    assert!(l.probe().is_some(), "the rest has a probe");
+    // Offset 3 lands late: found within a few smallest-budget rounds.
+    sink.insert(3);
+    let budget = RecheckBudget {
+        runs: 1,
+        records: 1,
+    };
+    for _ in 0..10 {
+        probe_round(&mut l, &sink, budget);
+    }
+    assert_eq!(l.missing_runs(), vec![r(1, 2), r(4, 4)]);
+}
