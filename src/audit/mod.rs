@@ -151,6 +151,11 @@ struct Audit<V> {
     /// offset_columns without a topic column: whether the sink table holds another
     /// topic's rows (shared_table.rs).
     shared_table: shared_table::SharedTable,
+    /// A look at the sink table has found no other topic's rows since the start.
+    shared_table_cleared: bool,
+    /// Why the audit refuses to start (the first look found another topic's rows): the
+    /// run loop stops on it.
+    start_refused: Option<String>,
     /// Shutdown: a round in flight stops asking the sink (its open questions stay unknown,
     /// nothing is decided on them), so SIGTERM never waits for a long backlog round.
     cancel: CancellationToken,
@@ -214,6 +219,8 @@ impl<V: Verifier> Audit<V> {
             pipeline: PipelineWatch::default(),
             topic_partitions: BTreeMap::new(),
             shared_table: shared_table::SharedTable::for_audit(&config),
+            shared_table_cleared: false,
+            start_refused: None,
             cancel: w.cancel,
             clock: w.clock,
             handover: w.handover,
@@ -365,6 +372,9 @@ pub async fn run<V: Verifier + 'static>(
                 }
             }
         }
+        if a.start_refused.is_some() {
+            break;
+        }
     }
     // Drain: persist what is decided, then let the consumer close; its revocation asks for
     // the settled offsets to commit.
@@ -376,6 +386,9 @@ pub async fn run<V: Verifier + 'static>(
     }
     tokio::task::spawn_blocking(move || tail.join()).await.ok();
     a.status.remove(&a.cfg.name);
+    if let Some(reason) = a.start_refused.take() {
+        anyhow::bail!("audit {}: refusing to start: {reason}", a.cfg.name);
+    }
     Ok(())
 }
 

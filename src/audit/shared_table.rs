@@ -6,7 +6,8 @@
 //! start and after every sink outage, before any verdict: rows the audited topic cannot
 //! have (a partition it does not have, an offset at or beyond its log end) prove another
 //! writer. Until the look has answered, verdicts are held (nothing is decided, nothing
-//! missing); once it finds such rows they stay held, with an error naming the key to add.
+//! missing). Found by the first look, the audit refuses to start (its error names the key
+//! to add); found later (after an outage), verdicts stay held with that error.
 //!
 //! Sound, not complete: another topic whose offsets stay below this topic's log end on
 //! the same partitions leaves no trace here. Only `topic_column` rules it out; the docs say
@@ -147,6 +148,7 @@ impl<V: Verifier> Audit<V> {
             None => {
                 tracing::info!(audit = %self.cfg.name, %topic, "the sink table holds no row topic's partitions and log ends rule out (no topic_column: another topic writing it stays unseen below them)");
                 self.shared_table = SharedTable::Clear;
+                self.shared_table_cleared = true;
                 (false, None)
             }
             Some(evidence) => {
@@ -158,6 +160,13 @@ impl<V: Verifier> Audit<V> {
                      empty the table of the old topic's rows)"
                 );
                 tracing::error!(audit = %self.cfg.name, %topic, "{reason}");
+                // SPEC "The sink's model": the auditor refuses to start when it can see
+                // another topic's rows. Seen only after a look had cleared the table (a
+                // failover to another table, rows written since), verdicts are held
+                // instead: the audit keeps its state and says why in its status.
+                if !self.shared_table_cleared {
+                    self.start_refused = Some(reason.clone());
+                }
                 self.shared_table = SharedTable::Foreign(reason);
                 (true, None)
             }

@@ -30,12 +30,12 @@ fn part(a: &Auditor, p: i32) -> Option<gap_auditor::status::PartitionStatus> {
 /// `topics.regex`); the audit of `test` has no `topic_column`. `test`'s record at
 /// partition 0 offset 5 is dropped, and `other` has a row at (0, 5) — and rows up to offset
 /// 19, beyond `test`'s log end (10). Before: the other topic's row confirmed the lost
-/// record, all 10 confirmed, nothing reported, nothing said. Now: the audit sees rows its
-/// topic cannot have, holds every verdict (nothing confirmed, nothing lost) and its status
-/// names `topic_column`. (Fails on main: `sink_table_hold` does not exist there and the
-/// record at offset 5 is confirmed: checked by running it there.)
+/// record, all 10 confirmed, nothing reported, nothing said. Now: the audit's first look
+/// sees rows its topic cannot have and it refuses to start (SPEC "The sink's model"), its
+/// error naming `topic_column`, nothing confirmed or lost before. (Fails on 1297840: the
+/// audit runs on and the record at offset 5 is confirmed.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn another_topics_rows_hold_an_offset_audit_without_a_topic_column() {
+async fn another_topics_rows_make_an_offset_audit_without_a_topic_column_refuse_to_start() {
     let s = Scenario::new("shared_tbl").await;
     // The other topic's rows are there before the audit starts: 20 records on partition 0.
     for (o, line) in dns_lines(100..120).iter().enumerate() {
@@ -52,29 +52,34 @@ async fn another_topics_rows_hold_an_offset_audit_without_a_topic_column() {
         .run()
         .await;
     let auditor = s.start_auditor("offset_columns", "1s", "300ms").await;
-    auditor
-        .wait_for(30, "verdicts held for the shared table", |a| {
-            a.status
-                .snapshot()
-                .first()
-                .is_some_and(|st| st.sink_table_hold.is_some())
-        })
-        .await;
-    let hold = auditor.status.snapshot()[0]
-        .sink_table_hold
-        .clone()
-        .expect("hold");
+    let status = auditor.status.clone();
+    let (metrics, topic) = (auditor.metrics.clone(), s.topic.clone());
+    // SPEC "The sink's model": the auditor refuses to start when it can see another
+    // topic's rows, naming the key to add; nothing was decided either way before it did.
+    let result = tokio::time::timeout(Duration::from_secs(60), auditor.handle)
+        .await
+        .expect("the audit stops by itself")
+        .expect("no panic");
+    let error = format!("{:#}", result.expect_err("refused"));
     assert!(
-        hold.contains("topic_column") && hold.contains("partition 0 offset 19"),
-        "{hold}"
+        error.contains("refusing to start")
+            && error.contains("topic_column")
+            && error.contains("partition 0 offset 19"),
+        "{error}"
     );
-    // Well past grace: still nothing decided either way.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(auditor.confirmed(&s.topic, 0), 0, "no foreign row confirms");
-    assert_eq!(auditor.lost(&s.topic, 0), 0, "unknown is never missing");
-    let (_, body) = auditor.get("/api/status").await;
-    assert!(body.contains("sink_table_hold"), "{body}");
-    auditor.stop().await;
+    let counted =
+        |f: &prometheus::IntCounterVec| f.with_label_values(&["dns_logs", &topic, "0"]).get();
+    assert_eq!(
+        counted(&metrics.records_confirmed),
+        0,
+        "no foreign row confirms"
+    );
+    assert_eq!(
+        counted(&metrics.records_lost),
+        0,
+        "unknown is never missing"
+    );
+    drop(status);
 }
 
 /// Item 6: a key field added between restarts. The audit ran with the key (client_ip,
