@@ -591,12 +591,28 @@ fn topic_ids(view: &dyn KafkaView, tps: &[TopicPartition]) -> HashMap<String, St
                 out.insert(t.to_string(), id);
             }
             Ok(None) => {}
+            // A lookup that timed out (a busy broker, or one that never answers
+            // DescribeTopics, as librdkafka's mock cluster of `demo`) is tried again at the
+            // next assignment; a refusal (no Describe permission, an old broker) is the
+            // operator's to fix, and says so.
+            Err(e) if is_timeout(&e) => {
+                tracing::debug!(topic = t, error = %e, "the topic's id lookup timed out: tried again at the next assignment")
+            }
             Err(e) => {
                 tracing::warn!(topic = t, error = %e, "cannot read the topic's id: a topic deleted and created again is seen only when its log ends below the auditor's position")
             }
         }
     }
     out
+}
+
+/// Whether a Kafka error is a request that timed out (as opposed to one the broker refused).
+fn is_timeout(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{OperationTimedOut, RequestTimedOut};
+    matches!(
+        e.rdkafka_error_code(),
+        Some(OperationTimedOut | RequestTimedOut)
+    )
 }
 
 /// The topic id stored with a partition's progress (`ledger.topic_id`, see
