@@ -726,7 +726,14 @@ async fn typed_key_columns_are_compared_as_the_columns_store_them() {
         mariadb.count_keys(&small).await.expect("text"),
         want[..12].to_vec()
     );
-    assert_eq!(doris.count_keys(&all).await.expect("doris"), want);
+    // The kind `doris` converts as Doris stores (fractions rounded); MariaDB, standing in
+    // for it here, truncated the rows on INSERT. Asked with fractions below the half, the
+    // two rules agree, so what this checks is Doris's query form.
+    let doris_keys: Vec<Key> = (0..KEYS)
+        .map(|i| Key::new([time(i, 'T', ".4"), format!("+{i}.0050"), format!("{i}")]))
+        .collect();
+    let doris_all: Vec<&Key> = doris_keys.iter().collect();
+    assert_eq!(doris.count_keys(&doris_all).await.expect("doris"), want);
     mariadb.close().await;
     doris.close().await;
     c.query_drop(format!("DROP TABLE `{table}`"))
