@@ -228,3 +228,20 @@ fn a_gap_replayed_and_not_confirmed_refuses_a_second_replay_without_force() {
         check_again(&gap, Some(at), Some(&last), false, false).expect("not open");
     }
 }
+
+/// key_columns into a topic the audit reads: refused where the table keeps every row (the
+/// copy is a second record of the key), accepted where one row confirms every record of
+/// its key (presence) and for a repair topic the audit does not read.
+#[test]
+fn to_the_audited_topic_is_refused_for_multiset_keys_only() {
+    use crate::key_semantics::KeySemantics;
+    use guard::check_audited_keys;
+    let keys = config(CSV, "strategy = \"key_columns\"\nkey = [\"ip\"]", MYSQL);
+    let audit = &keys.config().audits[0];
+    let e = check_audited_keys(audit, &to("t"), KeySemantics::Multiset).expect_err("refused");
+    assert!(matches!(e, Refusal::AuditedTopicKeys { .. }), "{e:?}");
+    assert!(e.to_string().contains("--to-sink"), "{e}");
+    check_audited_keys(audit, &to("t"), KeySemantics::Presence).expect("presence");
+    check_audited_keys(audit, &to("repair"), KeySemantics::Multiset).expect("repair topic");
+    check_audited_keys(audit, &Destination::Sink, KeySemantics::Multiset).expect("sink");
+}
