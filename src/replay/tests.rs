@@ -300,7 +300,11 @@ fn a_partition_item_of_the_wrong_shape_refuses_rather_than_guessing_claims() {
         0,
     );
     let intact = claims_outside(&store, "a", &target, &ledger).unwrap();
-    assert_eq!(intact, vec![(key.clone(), 1)], "offset 1's claim stays held");
+    assert_eq!(
+        intact,
+        vec![(key.clone(), 1)],
+        "offset 1's claim stays held"
+    );
 
     // Another connection to the file, as a damaged file or an older writer would leave it.
     let changed = rusqlite::Connection::open(store.path())

@@ -293,7 +293,10 @@ async fn replay_by_offsets_marks_the_gap_it_covers_and_refuses_a_second_write() 
 
     let (code, out, err) = run_replay(&config, &args);
     assert_eq!(code, 2, "refused: {out}{err}");
-    assert!(err.contains(&format!("gap {id} was already replayed")), "{err}");
+    assert!(
+        err.contains(&format!("gap {id} was already replayed")),
+        "{err}"
+    );
     assert_eq!(watermarks(&repair, 0).1, 2, "nothing re-produced twice");
 
     s.pipeline().reading(&repair).records(2).run().await;
