@@ -138,18 +138,15 @@ fn gaps_of_target(
     if let Some(id) = &target.gap_id {
         return Ok((vec![id.clone()], vec![id.clone()]));
     }
-    let gaps = store
-        .gaps_of_partition(&target.audit, &target.tp.topic, target.tp.partition)
+    let open = store
+        .open_gaps_overlapping(
+            &target.audit,
+            &target.tp.topic,
+            target.tp.partition,
+            target.first,
+            target.last,
+        )
         .context("reading the partition's gaps")?;
-    let open: Vec<_> = gaps
-        .into_iter()
-        .map(|(g, _)| g)
-        .filter(|g| {
-            g.state == crate::gap::GapState::Open
-                && g.first_offset <= target.last
-                && g.last_offset >= target.first
-        })
-        .collect();
     let covered = open
         .iter()
         .filter(|g| g.first_offset >= target.first && g.last_offset <= target.last)
