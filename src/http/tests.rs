@@ -913,6 +913,16 @@ async fn following_link_lists_every_gap_when_the_cursor_gap_moved_earlier() {
     seen.sort();
     seen.dedup();
     assert_eq!(seen.len(), stored.len(), "every gap listed at least once");
+    let r = get(
+        srv.addr,
+        &format!(
+            "/api/gaps?limit=5&after={}&at=yesterday",
+            cursor_id.replace(':', "%3A")
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["parameter"], "at");
     srv.shutdown.cancel();
 }
 
