@@ -150,9 +150,11 @@ pub enum Cmd {
     /// repair: --to-topic for an audit whose rows are found by Kafka coordinates
     /// (offset_columns, a doc_id template with {topic}/{partition}/{offset}) unless the
     /// pipeline maps the `gap-auditor.origin` header to them ([audits.replay]
-    /// pipeline_maps_origin), and --to-topic into a topic the audit reads itself. A gap
-    /// replayed before and not confirmed yet is refused without --force. Every replay is
-    /// logged in the store (state.path).
+    /// pipeline_maps_origin), and --to-topic into a topic the audit reads itself (for
+    /// key_columns only where the table keeps every row: multiset key semantics). A gap
+    /// replayed before and not confirmed yet is refused without --force, by --gap or by
+    /// --offsets overlapping it; --offsets marks the open gaps it covers whole as --gap
+    /// does. Every replay is logged in the store (state.path).
     #[command(group(clap::ArgGroup::new("what").required(true).args(["gap", "audit"])))]
     #[command(group(clap::ArgGroup::new("dest").required(true).args(["to_topic", "to_sink"])))]
     Replay(ReplayArgs),

@@ -457,8 +457,19 @@ fn claims_outside(
     let progress = read.rows.into_iter().find(|p| mine(&p.topic, p.partition));
     let (settled, missing) = match progress {
         Some(p) => {
-            let snap: crate::ledger::Snapshot =
-                serde_json::from_value(p.ledger).unwrap_or_default();
+            // Item by item, as the daemon reads it: an item that is JSON but no ledger item
+            // is this partition's unreadable state too. Read whole, it emptied the ledger,
+            // and the range's missing records counted as confirmed by the daemon.
+            let (snap, bad) = crate::ledger::Snapshot::from_stored(&p.ledger);
+            if let Some(what) = bad.first() {
+                return Err(crate::store::StoreError::Corrupt {
+                    path: store.path().to_path_buf(),
+                    what: format!(
+                        "progress of {audit}/{}-{}: {what}",
+                        target.tp.topic, target.tp.partition
+                    ),
+                });
+            }
             let runs: Vec<OffsetRun> = snap.missing.iter().map(|m| m.run).collect();
             (p.settled, runs)
         }

@@ -7,7 +7,7 @@
 //! at most [`STREAM_PAGE`] gaps a listing serialized at a time, and two chunks queued.
 
 use super::{ApiError, Body, json};
-use crate::store::{GapFilter, GapReader, MAX_PAGE, StateFilter, StoreError};
+use crate::store::{GapCursor, GapFilter, GapReader, MAX_PAGE, StateFilter, StoreError};
 use bytes::Bytes;
 use hyper::body::Frame;
 use hyper::header::{self, HeaderValue};
@@ -32,6 +32,9 @@ pub(super) struct GapQuery {
     pub(super) limit: Option<usize>,
     /// `after`: start after the gap with this id.
     pub(super) after: Option<String>,
+    /// `at`: the `detected_at` the `after` gap had when listed (the `Link` carries it), so
+    /// the page starts there even if that gap moved since; without it, where it is now.
+    pub(super) at: Option<String>,
 }
 
 /// Parses `state` (default `open`), `audit` (empty means every audit), `limit` and `after`
@@ -42,6 +45,7 @@ pub(super) fn parse_gap_query(query: &str) -> Result<GapQuery, ApiError> {
         filter: GapFilter::default(),
         limit: None,
         after: None,
+        at: None,
     };
     for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         match key.as_ref() {
@@ -75,6 +79,7 @@ pub(super) fn parse_gap_query(query: &str) -> Result<GapQuery, ApiError> {
                 q.limit = Some(n);
             }
             "after" => q.after = (!value.is_empty()).then(|| value.into_owned()),
+            "at" => q.at = (!value.is_empty()).then(|| value.into_owned()),
             _ => {}
         }
     }
@@ -83,8 +88,21 @@ pub(super) fn parse_gap_query(query: &str) -> Result<GapQuery, ApiError> {
 
 /// The `Link` header value of the page after `after`: the same filters and limit, so a
 /// client follows it without rebuilding the query. A path-absolute reference (RFC 8288
-/// resolves it against the request's origin); every value form-encoded.
+/// resolves it against the request's origin); every value form-encoded. Without `at`: the
+/// answers carry [`next_link_at`]'s; this form is what a client may build itself.
+#[cfg(test)]
 pub(super) fn next_link(filter: &GapFilter, limit: usize, after: &str) -> String {
+    link(filter, limit, after, None)
+}
+
+/// [`next_link`] for `cursor`, with its `at`: a gap's `detected_at` can move earlier
+/// between two pages (the store keeps the earliest), and a next page resolved from the
+/// id alone would start at its new place and skip every gap in between.
+pub(super) fn next_link_at(filter: &GapFilter, limit: usize, cursor: &GapCursor) -> String {
+    link(filter, limit, cursor.id(), Some(cursor.detected_at()))
+}
+
+fn link(filter: &GapFilter, limit: usize, after: &str, at: Option<&str>) -> String {
     let mut q = form_urlencoded::Serializer::new(String::new());
     q.append_pair("state", filter.state.as_str());
     if let Some(audit) = &filter.audit {
@@ -92,6 +110,9 @@ pub(super) fn next_link(filter: &GapFilter, limit: usize, after: &str) -> String
     }
     q.append_pair("limit", &limit.to_string());
     q.append_pair("after", after);
+    if let Some(at) = at {
+        q.append_pair("at", at);
+    }
     format!("</api/gaps?{}>; rel=\"next\"", q.finish())
 }
 
@@ -100,6 +121,8 @@ pub(super) fn next_link(filter: &GapFilter, limit: usize, after: &str) -> String
 enum Start {
     /// `after` names no stored gap.
     UnknownAfter(String),
+    /// `at` is not an RFC 3339 time.
+    BadAt(String),
     /// A page (`limit` given).
     Page(crate::store::GapPage),
     /// The first page of a streamed listing, and the reader for the rest.
@@ -109,9 +132,13 @@ enum Start {
 /// Opens a reader, resolves `after` and reads the first page.
 fn start(path: &std::path::Path, q: &GapQuery) -> Result<Start, StoreError> {
     let reader = GapReader::open(path)?;
-    let after = match &q.after {
-        None => None,
-        Some(id) => match reader.cursor(id)? {
+    let after = match (&q.after, &q.at) {
+        (None, _) => None,
+        (Some(id), Some(at)) => match GapCursor::at(at, id) {
+            Some(c) => Some(c),
+            None => return Ok(Start::BadAt(at.clone())),
+        },
+        (Some(id), None) => match reader.cursor(id)? {
             Some(c) => Some(c),
             None => return Ok(Start::UnknownAfter(id.clone())),
         },
@@ -147,11 +174,22 @@ pub(super) async fn api_gaps(store: &Arc<crate::store::Store>, query: &str) -> R
                 ),
             ),
         ),
+        Ok(Ok(Start::BadAt(at))) => json(
+            StatusCode::BAD_REQUEST,
+            &ApiError::new(
+                Some("at"),
+                format!(
+                    "invalid value {at:?} for query parameter `at`: expected the RFC 3339 time \
+                     a `Link` header carries (leave it out to start after the `after` gap \
+                     where it is now)"
+                ),
+            ),
+        ),
         Ok(Ok(Start::Page(page))) => {
             let mut resp = json(StatusCode::OK, &page.gaps);
             if let (Some(next), Some(limit)) = (&page.next, q.limit) {
                 // Form-encoded ASCII: always a valid header value; checked all the same.
-                match HeaderValue::from_str(&next_link(&q.filter, limit, next.id())) {
+                match HeaderValue::from_str(&next_link_at(&q.filter, limit, next)) {
                     Ok(v) => {
                         resp.headers_mut().insert(header::LINK, v);
                     }

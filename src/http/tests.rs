@@ -867,6 +867,65 @@ async fn api_gaps_pages_follow_the_link_header_each_gap_once() {
     srv.shutdown.cancel();
 }
 
+/// Review of issue 41 item 4: the gap a `Link` points after may have its `detected_at` moved
+/// earlier before the client follows it (the upsert keeps the earliest: a handover that
+/// knew of an earlier detection). Following the link must still list every gap: before,
+/// `after=ID` was resolved to the gap's NEW position and every gap between its old and
+/// new place was skipped silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_link_lists_every_gap_when_the_cursor_gap_moved_earlier() {
+    let srv = start().await;
+    let store = Arc::clone(&srv.state.store);
+    let stored = tokio::task::spawn_blocking(move || store_many_gaps(&store, 1_000))
+        .await
+        .unwrap();
+    let r = get(srv.addr, "/api/gaps?state=all&limit=100").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let first = r.json();
+    let first = first.as_array().unwrap();
+    let mut seen: Vec<String> = first
+        .iter()
+        .map(|g| g["id"].as_str().unwrap().to_string())
+        .collect();
+    let cursor_id = seen.last().unwrap().clone();
+    let mut moved = stored.iter().find(|g| g.id == cursor_id).unwrap().clone();
+    moved.detected_at = Utc.with_ymd_and_hms(2020, 1, 1, 0, 0, 0).unwrap();
+    srv.state
+        .store
+        .commit_round("a", std::slice::from_ref(&moved), &[])
+        .unwrap();
+    let mut target = next_target(&r).expect("a Link after a full page");
+    loop {
+        let r = get(srv.addr, &target).await;
+        assert_eq!(r.status, 200, "{target}: {}", r.body);
+        seen.extend(
+            r.json()
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g["id"].as_str().unwrap().to_string()),
+        );
+        match next_target(&r) {
+            Some(next) => target = next,
+            None => break,
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), stored.len(), "every gap listed at least once");
+    let r = get(
+        srv.addr,
+        &format!(
+            "/api/gaps?limit=5&after={}&at=yesterday",
+            cursor_id.replace(':', "%3A")
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["parameter"], "at");
+    srv.shutdown.cancel();
+}
+
 /// Issue 41 item 4: HTTP listings never hold up the audit's store writes. A listing is
 /// held half-read by a client that stopped reading, and three more listings run in a loop,
 /// while a round's write is timed twenty times: each must take well under a verify

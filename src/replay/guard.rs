@@ -4,6 +4,7 @@
 
 use crate::config::{AuditConfig, MatchStrategy};
 use crate::gap::{Gap, GapState};
+use crate::key_semantics::KeySemantics;
 use crate::store::ReplayRecord;
 use chrono::{DateTime, SecondsFormat, Utc};
 
@@ -49,6 +50,22 @@ pub enum Refusal {
         topic: String,
         /// How the audit identifies rows, in words.
         identity: String,
+    },
+    /// `--to-topic` naming a topic a key_columns audit reads, where the table keeps every
+    /// row (multiset semantics): the re-produced record is a second record of the key.
+    #[error(
+        "replay --to-topic {topic} refused for audit {audit}: {topic} is a topic the audit \
+         reads, and its table keeps every row (key semantics multiset). A record \
+         re-produced there is a new record of the audit with the lost record's key: the one \
+         row the pipeline writes for it cannot confirm both, so the gap would stay open or \
+         the copy would be reported lost. Use --to-sink, or a repair topic the pipeline \
+         also reads and the audit does not"
+    )]
+    AuditedTopicKeys {
+        /// The audit.
+        audit: String,
+        /// The destination topic, one of the audit's own.
+        topic: String,
     },
     /// The gap was replayed and the daemon has not confirmed its records yet.
     #[error(
@@ -130,6 +147,31 @@ pub fn check_destination(audit: &AuditConfig, dest: &Destination) -> Result<(), 
         });
     }
     Ok(())
+}
+
+/// Whether `dest` can confirm a replay of a key_columns `audit` whose table the audit reads
+/// under `semantics`: a topic the audit reads itself is refused under multiset semantics
+/// (each record needs a row of its own, and the copy is a record too); under presence one
+/// row confirms every record of its key, so the copy's row confirms the lost record.
+/// Other strategies are [`check_destination`]'s.
+pub fn check_audited_keys(
+    audit: &AuditConfig,
+    dest: &Destination,
+    semantics: KeySemantics,
+) -> Result<(), Refusal> {
+    let Destination::Topic(topic) = dest else {
+        return Ok(());
+    };
+    if audit.matching.strategy != MatchStrategy::KeyColumns
+        || semantics != KeySemantics::Multiset
+        || !audit.topics.iter().any(|t| t == topic)
+    {
+        return Ok(());
+    }
+    Err(Refusal::AuditedTopicKeys {
+        audit: audit.name.clone(),
+        topic: topic.clone(),
+    })
 }
 
 /// Whether gap `gap` may be replayed again: not while it is still open with a replay mark

@@ -2,7 +2,7 @@
 //! mark, the replay itself, and its row in the store's replay log. `gap-auditor replay` and
 //! `gap-auditor demo` both come through here, so they record a replay the same way.
 
-use super::guard::{check_again, check_destination};
+use super::guard::{check_again, check_audited_keys, check_destination};
 use super::*;
 use crate::store::ReplayRecord;
 
@@ -53,8 +53,20 @@ pub(super) async fn repair(
         .audit(&target.audit)
         .with_context(|| format!("no audit named {:?} in the configuration", target.audit))?;
     check_destination(audit, &req.dest)?;
-    let mut marked_here = false;
-    if let Some(id) = &target.gap_id {
+    if audit.matching.strategy == MatchStrategy::KeyColumns
+        && matches!(&req.dest, Destination::Topic(t) if audit.topics.contains(t))
+    {
+        let semantics = crate::audit::sink_model::key_semantics(sink, audit)
+            .await
+            .with_context(|| format!("audits.{}", audit.name))?;
+        check_audited_keys(audit, &req.dest, semantics)?;
+    }
+    // The gaps this replay repairs: `--gap`'s, or the open gaps `--offsets` covers. A
+    // replay by offsets is the same repair as one by gap id: it is refused on the same
+    // grounds and marks the same gaps, or it would write a repair topic's records twice and
+    // its gaps would turn `late`, never `repaired`.
+    let (overlapping, covered) = gaps_of_target(store, target)?;
+    for id in &overlapping {
         let gap = store.get_gap(id).context("reading the gap")?;
         let replayed_at = store.replayed_at(id).context("reading the gap")?;
         if let Some(gap) = &gap {
@@ -63,24 +75,33 @@ pub(super) async fn repair(
                 .context("reading the gap's replays")?;
             check_again(gap, replayed_at, last.as_ref(), req.force, req.dry_run)?;
         }
-        if !req.dry_run && replayed_at.is_none() {
-            marked_here = store
-                .mark_replayed(id)
-                .with_context(|| format!("cannot mark gap {id} replayed"))?;
+    }
+    let mut marked_here = Vec::new();
+    if !req.dry_run {
+        for id in &covered {
+            if store.replayed_at(id).context("reading the gap")?.is_none()
+                && store
+                    .mark_replayed(id)
+                    .with_context(|| format!("cannot mark gap {id} replayed"))?
+            {
+                marked_here.push(id.clone());
+            }
         }
     }
     let result = replay(config, spec, store, target, &req.dest, req.dry_run, sink).await;
     let mut notes = Vec::new();
     let written = result.as_ref().map_or(0, |r| r.counts().0);
-    if marked_here
-        && written == 0
-        && let Some(id) = &target.gap_id
-        && let Err(e) = store.clear_replayed(id)
-    {
-        notes.push(format!(
-            "warning: cannot take back the replay mark of gap {id}: {e}"
-        ));
+    if written == 0 {
+        for id in &marked_here {
+            if let Err(e) = store.clear_replayed(id) {
+                notes.push(format!(
+                    "warning: cannot take back the replay mark of gap {id}: {e}"
+                ));
+            }
+        }
     }
+    // With `--offsets` the deleted start of the range may lie before the gaps it covers:
+    // only `--gap`'s own gap is known to start in what Kafka deleted.
     if let (Err(ReplayError::Deleted { .. }), Some(id)) = (&result, &target.gap_id)
         && let Err(e) = store.mark_unrecoverable(id, chrono::Utc::now())
     {
@@ -104,6 +125,34 @@ pub(super) async fn repair(
             Err(e)
         }
     }
+}
+
+/// The gaps `target` replays: (every gap whose replay mark may refuse it, the gaps it
+/// marks). With `--gap`, that gap for both. With `--offsets`, the partition's open gaps
+/// overlapping the range, and of those the ones the range covers whole (a range covering
+/// part of a gap leaves it unmarked: the rest was not replayed).
+fn gaps_of_target(
+    store: &Store,
+    target: &Target,
+) -> Result<(Vec<String>, Vec<String>), ReplayError> {
+    if let Some(id) = &target.gap_id {
+        return Ok((vec![id.clone()], vec![id.clone()]));
+    }
+    let open = store
+        .open_gaps_overlapping(
+            &target.audit,
+            &target.tp.topic,
+            target.tp.partition,
+            target.first,
+            target.last,
+        )
+        .context("reading the partition's gaps")?;
+    let covered = open
+        .iter()
+        .filter(|g| g.first_offset >= target.first && g.last_offset <= target.last)
+        .map(|g| g.id.clone())
+        .collect();
+    Ok((open.into_iter().map(|g| g.id).collect(), covered))
 }
 
 /// The store's row for `req` and what came of it.

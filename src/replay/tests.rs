@@ -228,3 +228,98 @@ fn a_gap_replayed_and_not_confirmed_refuses_a_second_replay_without_force() {
         check_again(&gap, Some(at), Some(&last), false, false).expect("not open");
     }
 }
+
+/// key_columns into a topic the audit reads: refused where the table keeps every row (the
+/// copy is a second record of the key), accepted where one row confirms every record of
+/// its key (presence) and for a repair topic the audit does not read.
+#[test]
+fn to_the_audited_topic_is_refused_for_multiset_keys_only() {
+    use crate::key_semantics::KeySemantics;
+    use guard::check_audited_keys;
+    let keys = config(CSV, "strategy = \"key_columns\"\nkey = [\"ip\"]", MYSQL);
+    let audit = &keys.config().audits[0];
+    let e = check_audited_keys(audit, &to("t"), KeySemantics::Multiset).expect_err("refused");
+    assert!(matches!(e, Refusal::AuditedTopicKeys { .. }), "{e:?}");
+    assert!(e.to_string().contains("--to-sink"), "{e}");
+    check_audited_keys(audit, &to("t"), KeySemantics::Presence).expect("presence");
+    check_audited_keys(audit, &to("repair"), KeySemantics::Multiset).expect("repair topic");
+    check_audited_keys(audit, &Destination::Sink, KeySemantics::Multiset).expect("sink");
+}
+
+/// Review (issue 34 item 8 in `replay`): a stored ledger item of this partition that is
+/// JSON but not a ledger item (the daemon's item-by-item read leaves it out and says so)
+/// made replay read the whole ledger as empty: the gap's own missing record counted as one
+/// the daemon had confirmed, another record's row of its key looked free, and the replay
+/// skipped the lost record as "already in the sink". Now this partition's unreadable
+/// state refuses the replay, as the other unreadable forms do.
+#[test]
+fn a_partition_item_of_the_wrong_shape_refuses_rather_than_guessing_claims() {
+    use crate::store::{KeyClaims, PartitionProgress};
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let key = crate::record::Key::new(["1.2.3.4", "a.com"]);
+    let gap = |o: i64| {
+        json!({"first": o, "last": o, "missing": 1, "size_known": true,
+               "min_ts": null, "max_ts": null, "detected_ms": 1})
+    };
+    let ledger = json!({
+        "missing": [
+            {"run": {"first": 3, "last": 3}, "gap": 3, "detected_ms": 1, "keys": [key.clone()]},
+            {"run": {"first": 7, "last": 7}, "gap": 7, "detected_ms": 1, "keys": [key.clone()]}
+        ],
+        "gaps": [gap(3), gap(7)]
+    });
+    let row = PartitionProgress {
+        topic: "t".into(),
+        partition: 0,
+        settled: 10,
+        ledger,
+        updated_at: chrono::Utc::now(),
+        items: None,
+    };
+    // Offset 1, outside the range, holds the key's one row.
+    let claims = [(key.as_bytes().to_vec(), 1u64)];
+    store
+        .commit_round_with_keys("a", &[], &[row], KeyClaims::Changes(&claims))
+        .unwrap();
+    let target = Target {
+        audit: "a".into(),
+        tp: TopicPartition::new("t", 0),
+        first: 3,
+        last: 3,
+        gap_id: None,
+    };
+    let mut ledger = PartitionLedger::new(3, true);
+    ledger.ingest(
+        3,
+        None,
+        Observed::Expected {
+            key: Some(key.clone()),
+        },
+        0,
+    );
+    let intact = claims_outside(&store, "a", &target, &ledger).unwrap();
+    assert_eq!(
+        intact,
+        vec![(key.clone(), 1)],
+        "offset 1's claim stays held"
+    );
+
+    // Another connection to the file, as a damaged file or an older writer would leave it.
+    let changed = rusqlite::Connection::open(store.path())
+        .unwrap()
+        .execute(
+            "UPDATE ledger_items SET body = '{\"run\": \"not a run\"}' \
+             WHERE partition = 0 AND first = 7 AND kind = 0",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    match claims_outside(&store, "a", &target, &ledger) {
+        Err(crate::store::StoreError::Corrupt { what, .. }) => {
+            assert!(what.contains("a/t-0"), "{what}")
+        }
+        other => panic!("guessed instead of refusing: {other:?}"),
+    }
+}

@@ -134,6 +134,40 @@ impl Store {
         Ok(out)
     }
 
+    /// The open gaps of one partition of `audit` that share an offset with
+    /// `[first, last]`, in offset order: what `replay --offsets` repairs. Filtered in SQL:
+    /// a partition may hold a million gaps in a long total loss, and only these are read.
+    pub fn open_gaps_overlapping(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        first: Offset,
+        last: Offset,
+    ) -> Result<Vec<Gap>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the open gaps of {audit}/{topic}-{partition} in {first}-{last}");
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {GAP_COLUMNS} FROM gaps
+                 WHERE audit = ?1 AND state = 'open' AND topic = ?2 AND partition = ?3
+                   AND first_offset <= ?5 AND last_offset >= ?4
+                 ORDER BY first_offset"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let raws: Vec<RawGap> = stmt
+            .query_map(
+                params![audit, topic, partition, first, last],
+                RawGap::from_row,
+            )
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        drop(stmt);
+        drop(conn);
+        raws.into_iter().map(|r| self.decode_gap(r)).collect()
+    }
+
     /// One gap by id.
     pub fn get_gap(&self, id: &str) -> Result<Option<Gap>, StoreError> {
         let conn = self.lock();

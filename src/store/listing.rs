@@ -15,7 +15,10 @@
 //! handover that knew of an earlier one), that is further down the listing. So a gap that
 //! stays stored while a client pages is listed: exactly once, unless its `detected_at`
 //! moved earlier past the cursor after it was listed, in which case it comes again (never
-//! missed; a client that counts should key on `id`). A gap detected after the listing began
+//! missed; a client that counts should key on `id`). That holds for a cursor that keeps
+//! the position it was listed at ([`GapCursor::at`]; `/api/gaps` puts it in the `Link` as
+//! `at`): resolved from the id alone, the cursor gap's own move would skip every gap
+//! between its old and new place. A gap detected after the listing began
 //! sorts before the cursor and is not listed (the next listing has it).
 //!
 //! **No long snapshot.** Each page is one short read (its own implicit transaction): a
@@ -45,6 +48,25 @@ impl GapCursor {
     /// The id of the gap the cursor points after: what a client passes back as `after`.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The `detected_at` the gap had when it was listed, as stored: what a client passes
+    /// back as `at`, so the next page starts where this one ended even if the gap's
+    /// `detected_at` has moved since.
+    pub fn detected_at(&self) -> &str {
+        &self.detected_at
+    }
+
+    /// The position "after gap `id` as listed with `detected_at`" (an RFC 3339 time, as
+    /// [`GapCursor::detected_at`] gave it); `None` when `detected_at` is not such a time.
+    /// Needs no stored gap: the gap may have moved or left the store since.
+    pub fn at(detected_at: &str, id: &str) -> Option<GapCursor> {
+        let t = DateTime::parse_from_rfc3339(detected_at).ok()?;
+        Some(GapCursor {
+            // The stored spelling, so the comparison meets the stored bytes.
+            detected_at: fmt_ts(t.with_timezone(&Utc)),
+            id: id.to_string(),
+        })
     }
 }
 

@@ -265,3 +265,67 @@ async fn replay_to_topic_with_the_origin_mapped_repairs_the_gap_once() {
     );
     auditor.stop().await;
 }
+
+/// Review (issue 35 item 3, guarantee 11): `replay --audit --partition --offsets` over an
+/// open gap is the same repair as `--gap`. Before, it set no replay mark: a second replay
+/// to the repair topic wrote the records again (4 copies), and once the pipeline wrote
+/// them the gap turned `late`, never `repaired`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replay_by_offsets_marks_the_gap_it_covers_and_refuses_a_second_write() {
+    let (s, auditor, config, id) = seed_gap("replayoffsets", "key_columns").await;
+    let repair = unique("repair");
+    create_topic(&repair, 1).await;
+    let args = [
+        "--audit",
+        "dns_logs",
+        "--partition",
+        "0",
+        "--offsets",
+        "1-4",
+        "--to-topic",
+        repair.as_str(),
+    ];
+    let (code, out, err) = run_replay(&config, &args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("2 record(s) written"), "{out}");
+    let marked = auditor.store.get_gap(&id).expect("store").expect("gap");
+    assert!(marked.replayed_at.is_some(), "marked: {marked:?}");
+
+    let (code, out, err) = run_replay(&config, &args);
+    assert_eq!(code, 2, "refused: {out}{err}");
+    assert!(
+        err.contains(&format!("gap {id} was already replayed")),
+        "{err}"
+    );
+    assert_eq!(watermarks(&repair, 0).1, 2, "nothing re-produced twice");
+
+    s.pipeline().reading(&repair).records(2).run().await;
+    auditor
+        .wait_for(30, "the gap is repaired", |a| {
+            a.stored_gaps()
+                .iter()
+                .any(|g| g.id == id && g.state == GapState::Repaired)
+        })
+        .await;
+    auditor.stop().await;
+}
+
+/// Review (guarantee 11): key_columns on a table that keeps every row (multiset): a record
+/// re-produced into the audited topic itself is a second record of its key, and the one
+/// row the pipeline writes for it cannot confirm both. Before, the replay was accepted and
+/// the gap stayed open (or the copy was reported lost); now it is refused up front.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replay_to_the_audited_topic_is_refused_for_multiset_keys() {
+    let (s, auditor, config, id) = seed_gap("replayownkeys", "key_columns").await;
+    let (_, end_before) = watermarks(&s.topic, 0);
+    let (code, out, err) = run_replay(&config, &["--gap", &id, "--to-topic", &s.topic]);
+    assert_eq!(code, 2, "refused: {out}{err}");
+    assert!(
+        err.contains("key semantics multiset") && err.contains("--to-sink"),
+        "{err}"
+    );
+    assert_eq!(watermarks(&s.topic, 0).1, end_before, "nothing re-produced");
+    let gap = auditor.store.get_gap(&id).expect("store").expect("gap");
+    assert!(gap.replayed_at.is_none(), "no mark: {gap:?}");
+    auditor.stop().await;
+}
