@@ -122,14 +122,16 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         ),
         prop_oneof![3 => Just(false), 1 => Just(true)],
     )
-        .prop_map(|(pool, partitions, steps, events, wipes, presence)| Scenario {
-            pool,
-            presence,
-            partitions,
-            steps,
-            events,
-            wipes: if presence { Vec::new() } else { wipes },
-        })
+        .prop_map(
+            |(pool, partitions, steps, events, wipes, presence)| Scenario {
+                pool,
+                presence,
+                partitions,
+                steps,
+                events,
+                wipes: if presence { Vec::new() } else { wipes },
+            },
+        )
 }
 
 /// The key as the sink stores it: a `DATETIME(0)` value.
@@ -539,6 +541,7 @@ impl StoredItems {
             missing: self.missing.values().cloned().collect(),
             gaps: self.gaps.values().cloned().collect(),
             tail_gap: d.tail_gap,
+            epoch: l.epoch(),
         }
     }
 }

@@ -48,8 +48,8 @@ use gaps::{GAP_COLUMNS, RawGap};
 use items::{ItemError, read_items, replace_items, write_items};
 use keys::write_key_claims;
 pub use keys::{KeyClaims, StoredKeys};
-pub use replays::ReplayRecord;
 pub use listing::{GapCursor, GapPage, GapReader, MAX_PAGE};
+pub use replays::ReplayRecord;
 use schema::{SCHEMA_VERSION, migrate};
 // The tests build files of older versions from the same batches.
 #[cfg(test)]

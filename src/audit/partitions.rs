@@ -135,7 +135,10 @@ impl<V: Verifier> Audit<V> {
                 PartitionLedger::restore_diverged(*resume, keyed, snap)
             }
             // Every offset of the old ledger named a record of the old topic.
-            Divergence::Recreated { resume } => (PartitionLedger::new(*resume, keyed), snap.gaps),
+            Divergence::Recreated { resume } => (
+                PartitionLedger::new_diverged(*resume, keyed, snap.epoch),
+                snap.gaps,
+            ),
         };
         let mut n = 0;
         for mut g in gone {
