@@ -353,3 +353,62 @@ async fn a_gone_gap_is_not_overwritten_by_a_new_gap_at_its_offset() {
         "the epoch survives a restart"
     );
 }
+
+/// A topic id lookup that fails at an assignment (review of issue 34 item 7): the stored id
+/// must not be carried onto a log it was never checked against. The topic is recreated
+/// while the auditor is stopped and its new log already reaches past the stored position;
+/// the lookup fails at the next start, so nothing is seen (documented: records below the
+/// position skipped). The partition then reads the new log from 10 and confirms records
+/// 10–11. Had the old id "A" been kept with that progress, the next start (the lookup
+/// working again, id "B") would read "recreated", resume at 0 and decide records 0–11 a
+/// second time: under key_columns records 10 and 11 ask their keys for a second row, two
+/// false losses.
+#[tokio::test]
+async fn an_id_that_could_not_be_read_is_not_kept_for_a_log_it_was_not_checked_on() {
+    let mut h = keyed_harness("");
+    set_id(&h, "A");
+    set_log(&h, (0, 0));
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.ingest(keyed(0, &keys(0..10)));
+    for k in keys(0..10) {
+        h.sink.insert_key(&key(&k));
+    }
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.persist().await;
+    h.audit.revoke(&[tp(0)]).await;
+
+    // Recreated; its new records n0–n11 are all in the sink; the id lookup fails.
+    let new: Vec<String> = (0..12).map(|i| format!("n{i}")).collect();
+    for k in &new {
+        h.sink.insert_key(&key(k));
+    }
+    h.kafka.topic_ids.lock().expect("lock").clear();
+    set_log(&h, (0, 12));
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(
+        starts,
+        vec![(tp(0), 10)],
+        "nothing tells: the stored position"
+    );
+    h.audit.ingest(keyed(10, &new[10..12]));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.persist().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 12);
+    h.audit.revoke(&[tp(0)]).await;
+
+    // The lookup works again.
+    set_id(&h, "B");
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(
+        starts,
+        vec![(tp(0), 12)],
+        "the position was taken on this log: no divergence"
+    );
+    assert_eq!(divergences(&h, "recreated"), 0);
+    h.audit.ingest(keyed(12, &[]));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_lost), 0);
+}
