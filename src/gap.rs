@@ -193,4 +193,12 @@ impl Gap {
             format!("{id}@{epoch}")
         }
     }
+
+    /// The log epoch an id made by [`Self::make_id_in`] names (0 without one).
+    pub fn epoch_of_id(id: &str) -> u32 {
+        let last = id.rsplit(':').next().unwrap_or(id);
+        last.split_once('@')
+            .and_then(|(_, e)| e.parse().ok())
+            .unwrap_or(0)
+    }
 }
