@@ -542,6 +542,7 @@ impl StoredItems {
             gaps: self.gaps.values().cloned().collect(),
             tail_gap: d.tail_gap,
             epoch: l.epoch(),
+            truncated_from: l.truncated_from(),
         }
     }
 }

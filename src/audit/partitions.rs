@@ -131,7 +131,10 @@ impl<V: Verifier> Audit<V> {
         let keyed = self.keyed();
         let (ledger, gone) = match d {
             Divergence::Truncated { resume } => {
-                PartitionLedger::restore_diverged(*resume, keyed, snap)
+                let (mut l, gone) = PartitionLedger::restore_diverged(*resume, keyed, snap);
+                // The old log's rows above the new end are this topic's own (`shared_table`).
+                l.note_truncated_from(from);
+                (l, gone)
             }
             // Every offset of the old ledger named a record of the old topic.
             Divergence::Recreated { resume } => (

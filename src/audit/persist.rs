@@ -412,6 +412,9 @@ pub(super) fn ledger_write(
     {
         o.insert("epoch".to_string(), serde_json::Value::from(ledger.epoch()));
     }
+    if let (Some(t), Some(o)) = (ledger.truncated_from(), head.as_object_mut()) {
+        o.insert("truncated_from".to_string(), serde_json::Value::from(t));
+    }
     let head = with_id(head);
     match (items(d.missing), items(d.gaps)) {
         (Some(missing), Some(gaps)) if !d.replace => {

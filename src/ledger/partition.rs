@@ -290,6 +290,11 @@ pub struct Snapshot {
     /// the gaps it finds from now on ([`GapRecord::epoch`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub epoch: u32,
+    /// The highest position the auditor reached on this log before it was truncated below
+    /// it (`None`: never truncated, or recreated since): the topic's own records were there,
+    /// and their rows may still be in the sink above the new log's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_from: Option<Offset>,
 }
 
 /// Serde: a zero epoch is not written (the stored shape of ledgers that never diverged).
@@ -365,12 +370,16 @@ impl Snapshot {
                 }
             },
         };
+        let truncated_from = value
+            .get("truncated_from")
+            .and_then(serde_json::Value::as_i64);
         (
             Snapshot {
                 missing,
                 gaps,
                 tail_gap,
                 epoch,
+                truncated_from,
             },
             problems,
         )
@@ -402,6 +411,8 @@ pub struct PartitionLedger {
     revision: u64,
     /// The epoch of the gaps it finds ([`Snapshot::epoch`]).
     epoch: u32,
+    /// See [`Snapshot::truncated_from`].
+    truncated_from: Option<Offset>,
     /// Missing runs and gaps (by first offset) changed since [`Self::stored`]: the next
     /// store write carries only these ([`Self::delta`]), so a round's write does not grow
     /// with the number of gaps.
@@ -547,6 +558,7 @@ impl PartitionLedger {
             track_confirmations: false,
             revision: 0,
             epoch: 0,
+            truncated_from: None,
             unstored_missing: BTreeSet::new(),
             unstored_gaps: BTreeSet::new(),
             unstored_replace: true,
@@ -589,6 +601,7 @@ impl PartitionLedger {
         }
         l.tail_gap = snap.tail_gap;
         l.epoch = snap.epoch;
+        l.truncated_from = snap.truncated_from;
         // What was re-checked before is unknown: the first probe answer starts a look.
         l.probe = l.span_of_missing().map(|span| Probe {
             span,
@@ -619,6 +632,21 @@ impl PartitionLedger {
             gaps: self.gaps.values().cloned().collect(),
             tail_gap: self.tail_gap,
             epoch: self.epoch,
+            truncated_from: self.truncated_from,
+        }
+    }
+
+    /// See [`Snapshot::truncated_from`].
+    pub fn truncated_from(&self) -> Option<Offset> {
+        self.truncated_from
+    }
+
+    /// The log was truncated below `from`, the position reached on it (see
+    /// [`Snapshot::truncated_from`]); the highest such position is kept.
+    pub fn note_truncated_from(&mut self, from: Offset) {
+        if self.truncated_from.is_none_or(|t| t < from) {
+            self.truncated_from = Some(from);
+            self.revision += 1;
         }
     }
 

@@ -119,6 +119,7 @@ mod tests {
             gaps: vec![gap(2, 3, 2), gap(5, 9, 4), gap(12, 12, 1)],
             tail_gap: Some(12),
             epoch: 0,
+            truncated_from: None,
         }
     }
 
