@@ -111,7 +111,7 @@ pub enum Cmd {
     },
     /// Mark a gap acknowledged (stops its alert); the reason is kept with the gap.
     Ack {
-        /// Gap id as shown by `gaps` (audit:topic:partition:first_offset).
+        /// Gap id as shown by `gaps` (audit:topic:partition:first_offset[@epoch]).
         #[arg(long)]
         gap: String,
         /// Why it is acceptable (kept in the store and shown in the API).

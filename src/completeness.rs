@@ -78,6 +78,8 @@ pub struct BlockingGap {
     pub missing: u64,
     /// Its state as reported (`open`, `unrecoverable`, `unverifiable`).
     pub state: GapState,
+    /// Its log epoch, the rest of its id ([`crate::gap::Gap::make_id_in`]).
+    pub epoch: u32,
 }
 
 /// What one partition's ledger knows about completeness, cached per ledger change
@@ -173,7 +175,7 @@ pub fn evaluate(
         for g in &l.gaps {
             lower(&mut hold, g.since);
             blockers.push(Blocker {
-                id: crate::gap::Gap::make_id(audit, &p.topic, p.partition, g.first),
+                id: crate::gap::Gap::make_id_in(audit, &p.topic, p.partition, g.first, g.epoch),
                 kind: BlockerKind::Gap,
                 since: g.since,
                 missing: Some(g.missing),

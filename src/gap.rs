@@ -113,7 +113,7 @@ impl GapCause {
 /// record between them. Identity: (audit, topic, partition, first offset at detection).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gap {
-    /// `audit:topic:partition:first_offset` — deterministic, so a crash and a re-detection
+    /// `audit:topic:partition:first_offset[@epoch]` — deterministic, so a crash and a re-detection
     /// produce the same id and the store's upsert keeps one row.
     pub id: String,
     /// Audit name.
@@ -173,5 +173,32 @@ impl Gap {
     /// The deterministic id for a gap.
     pub fn make_id(audit: &str, topic: &str, partition: i32, first_offset: Offset) -> String {
         format!("{audit}:{topic}:{partition}:{first_offset}")
+    }
+
+    /// The id of a gap found on the `epoch`-th log of its partition (0: the first; one more
+    /// at each truncation or re-creation the auditor resumed over, see
+    /// `ledger::Snapshot::epoch`): [`Self::make_id`], then `@epoch` when above 0, so that a
+    /// gap the old log left and a new one at the same offset are two gaps.
+    pub fn make_id_in(
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        first_offset: Offset,
+        epoch: u32,
+    ) -> String {
+        let id = Self::make_id(audit, topic, partition, first_offset);
+        if epoch == 0 {
+            id
+        } else {
+            format!("{id}@{epoch}")
+        }
+    }
+
+    /// The log epoch an id made by [`Self::make_id_in`] names (0 without one).
+    pub fn epoch_of_id(id: &str) -> u32 {
+        let last = id.rsplit(':').next().unwrap_or(id);
+        last.split_once('@')
+            .and_then(|(_, e)| e.parse().ok())
+            .unwrap_or(0)
     }
 }

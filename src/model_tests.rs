@@ -541,6 +541,8 @@ impl StoredItems {
             missing: self.missing.values().cloned().collect(),
             gaps: self.gaps.values().cloned().collect(),
             tail_gap: d.tail_gap,
+            epoch: l.epoch(),
+            truncated_from: l.truncated_from(),
         }
     }
 }

@@ -502,6 +502,32 @@ pub fn target_of_gap(store: &Store, id: &str) -> anyhow::Result<Target> {
     let g = store
         .get_gap(id)?
         .with_context(|| format!("no gap with id {id:?} (see `gap-auditor gaps --state all`)"))?;
+    // A gap of an earlier log of its partition (truncated or recreated since, see
+    // docs/SEMANTICS.md): its offsets now name other records, which must not be written as
+    // its repair. The partition's epoch as stored with its progress; unreadable: unknown.
+    let gap_epoch = crate::gap::Gap::epoch_of_id(&g.id);
+    let log_epoch = store
+        .load_progress_checked(&g.audit)
+        .ok()
+        .and_then(|read| {
+            read.rows
+                .into_iter()
+                .find(|p| p.topic == g.topic && p.partition == g.partition)
+        })
+        .and_then(|p| p.ledger.get("epoch").and_then(serde_json::Value::as_u64))
+        .unwrap_or(0);
+    if log_epoch > u64::from(gap_epoch) {
+        anyhow::bail!(
+            "gap {id} was found on an earlier log of {}-{}: the log was truncated or recreated \
+             under the auditor since (its epoch is {log_epoch}, the gap's {gap_epoch}), so \
+             offsets {}..={} now name other records; its own records are gone and cannot be \
+             replayed (`--offsets` replays the current log's records at those offsets)",
+            g.topic,
+            g.partition,
+            g.first_offset,
+            g.last_offset
+        );
+    }
     Ok(Target {
         audit: g.audit,
         tp: TopicPartition::new(g.topic, g.partition),

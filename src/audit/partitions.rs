@@ -79,9 +79,8 @@ impl<V: Verifier> Audit<V> {
                     }
                     part.ledger = ledger;
                     part.divergence = Some(note);
-                    if let Some(id) = now_id {
-                        part.topic_id = Some(id.to_string());
-                    }
+                    // The new log's id, or unknown (never the old log's: see `assign`).
+                    part.topic_id = now_id.map(str::to_string);
                     replaced = true;
                     d.resume()
                 }
@@ -132,10 +131,16 @@ impl<V: Verifier> Audit<V> {
         let keyed = self.keyed();
         let (ledger, gone) = match d {
             Divergence::Truncated { resume } => {
-                PartitionLedger::restore_diverged(*resume, keyed, snap)
+                let (mut l, gone) = PartitionLedger::restore_diverged(*resume, keyed, snap);
+                // The old log's rows above the new end are this topic's own (`shared_table`).
+                l.note_truncated_from(from);
+                (l, gone)
             }
             // Every offset of the old ledger named a record of the old topic.
-            Divergence::Recreated { resume } => (PartitionLedger::new(*resume, keyed), snap.gaps),
+            Divergence::Recreated { resume } => (
+                PartitionLedger::new_diverged(*resume, keyed, snap.epoch),
+                snap.gaps,
+            ),
         };
         let mut n = 0;
         for mut g in gone {
@@ -315,13 +320,15 @@ impl<V: Verifier> Audit<V> {
                 }
                 book.adopt(&ledger);
             }
-            // The id the ledger's offsets belong to: today's, else the stored one (a lookup
-            // that failed is no reason to forget it).
-            let topic_id = ids
-                .now
-                .get(&tp.topic)
-                .or_else(|| ids.stored.get(&tp))
-                .cloned();
+            // The id the ledger's offsets belong to: today's, compared with the stored one
+            // above. Unknown when today's lookup failed: the stored id is then not carried
+            // on, as the log read from here may be a new incarnation nothing could tell
+            // (its new log past the position). Carried on, a later start would read that id's
+            // change as a re-creation under this position, resume at the log start and
+            // decide again records already decided on it (under key_columns each asking its
+            // key for a second row: losses invented). Forgotten, a later re-creation is
+            // seen only from the log end (a loss missed, never one invented).
+            let topic_id = ids.now.get(&tp.topic).cloned();
             self.parts.insert(
                 tp,
                 Part {

@@ -218,11 +218,7 @@ impl<V: Verifier> Audit<V> {
                 continue;
             };
             let snap = p.ledger.snapshot();
-            let mut ids: Vec<String> = snap
-                .gaps
-                .iter()
-                .map(|g| Gap::make_id(&self.cfg.name, &tp.topic, tp.partition, g.first))
-                .collect();
+            let mut ids: Vec<String> = snap.gaps.iter().map(|g| g.id(&self.cfg.name, tp)).collect();
             // Acknowledged gaps left the ledger, not the partition's story: the next owner
             // must know them too (ids are `audit:topic:partition:first`; neither names
             // contain `:`).
@@ -409,7 +405,17 @@ pub(super) fn ledger_write(
     }
     let with_id = |v| with_topic_id(v, topic_id);
     let d = ledger.delta();
-    let head = with_id(serde_json::json!({ "tail_gap": d.tail_gap }));
+    let mut head = serde_json::json!({ "tail_gap": d.tail_gap });
+    // The epoch goes with every write: the head replaces the stored one (see `Snapshot::epoch`).
+    if ledger.epoch() > 0
+        && let Some(o) = head.as_object_mut()
+    {
+        o.insert("epoch".to_string(), serde_json::Value::from(ledger.epoch()));
+    }
+    if let (Some(t), Some(o)) = (ledger.truncated_from(), head.as_object_mut()) {
+        o.insert("truncated_from".to_string(), serde_json::Value::from(t));
+    }
+    let head = with_id(head);
     match (items(d.missing), items(d.gaps)) {
         (Some(missing), Some(gaps)) if !d.replace => {
             (head, Some(crate::store::LedgerItems { missing, gaps }))

@@ -144,6 +144,25 @@ impl<V: Verifier> Audit<V> {
                 return (true, None);
             }
         };
+        // The topic's own log reached further on a partition whose log was truncated under
+        // the auditor (or is about to be found so: a position beyond the log end): its
+        // rows up to there are its own, not another writer's (`divergence.rs`).
+        let ends: Vec<(i32, Offset)> = ends
+            .into_iter()
+            .map(|(p, end)| {
+                let own = self
+                    .parts
+                    .iter()
+                    .filter(|(tp, _)| tp.topic == topic && tp.partition == p)
+                    .filter_map(|(_, part)| {
+                        let l = &part.ledger;
+                        let at = l.is_anchored().then(|| l.next_offset());
+                        at.max(l.truncated_from())
+                    })
+                    .max();
+                (p, own.map_or(end, |o| o.max(end)))
+            })
+            .collect();
         match foreign_rows(&topic, &extent, &partitions, &ends) {
             None => {
                 tracing::info!(audit = %self.cfg.name, %topic, "the sink table holds no row topic's partitions and log ends rule out (no topic_column: another topic writing it stays unseen below them)");

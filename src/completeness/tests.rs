@@ -18,6 +18,7 @@ fn gap(first: Offset, ts: Option<i64>) -> BlockingGap {
         since: Since::of(ts),
         missing: 2,
         state: GapState::Open,
+        epoch: 0,
     }
 }
 

@@ -184,6 +184,7 @@ fn seed_completeness(audit: &str) -> crate::completeness::AuditCompleteness {
             since: Since::At(t0 + 2_000),
             missing: 2,
             state: GapState::Open,
+            epoch: 0,
         }],
         blocking_gaps: 1,
         newest_ts: Some(t0 + 5_000),

@@ -161,12 +161,22 @@ pub struct GapRecord {
     /// Some missing record of the gap carries a key other records share (key_columns).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared_key: bool,
+    /// The incarnation of the partition's log the gap was found on ([`Snapshot::epoch`]):
+    /// part of its id, so a gap of a log truncated or recreated under the ledger and a new
+    /// gap at the same offset of the new log are two gaps, never one store row.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u32,
     /// Set on the first report of a new gap only (not persisted).
     #[serde(skip)]
     pub is_new: bool,
 }
 
 impl GapRecord {
+    /// The gap's id ([`crate::gap::Gap::make_id_in`]).
+    pub fn id(&self, audit: &str, tp: &crate::gap::TopicPartition) -> String {
+        crate::gap::Gap::make_id_in(audit, &tp.topic, tp.partition, self.first, self.epoch)
+    }
+
     /// The gap as reported (API, store, CLI). `unrecoverable_at` is when the log start was
     /// seen passing it; callers that know the topic's retention fill in the deadline.
     pub fn to_gap(&self, audit: &str, tp: &crate::gap::TopicPartition) -> crate::gap::Gap {
@@ -174,7 +184,7 @@ impl GapRecord {
         use chrono::{TimeZone, Utc};
         let time = |ms: i64| Utc.timestamp_millis_opt(ms).single();
         Gap {
-            id: Gap::make_id(audit, &tp.topic, tp.partition, self.first),
+            id: self.id(audit, tp),
             audit: audit.to_string(),
             topic: tp.topic.clone(),
             partition: tp.partition,
@@ -276,6 +286,20 @@ pub struct Snapshot {
     pub gaps: Vec<GapRecord>,
     /// First offset of the gap the next missing record extends.
     pub tail_gap: Option<Offset>,
+    /// Divergences of the partition's log the ledger resumed over (0: none): the epoch of
+    /// the gaps it finds from now on ([`GapRecord::epoch`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u32,
+    /// The highest position the auditor reached on this log before it was truncated below
+    /// it (`None`: never truncated, or recreated since): the topic's own records were there,
+    /// and their rows may still be in the sink above the new log's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_from: Option<Offset>,
+}
+
+/// Serde: a zero epoch is not written (the stored shape of ledgers that never diverged).
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Snapshot {
@@ -336,11 +360,26 @@ impl Snapshot {
                 }
             },
         };
+        let epoch = match value.get("epoch") {
+            None | Some(serde_json::Value::Null) => 0,
+            Some(v) => match v.as_u64().and_then(|e| u32::try_from(e).ok()) {
+                Some(e) => e,
+                None => {
+                    problems.push(format!("the log epoch {v} is not a count; taken as 0"));
+                    0
+                }
+            },
+        };
+        let truncated_from = value
+            .get("truncated_from")
+            .and_then(serde_json::Value::as_i64);
         (
             Snapshot {
                 missing,
                 gaps,
                 tail_gap,
+                epoch,
+                truncated_from,
             },
             problems,
         )
@@ -370,6 +409,10 @@ pub struct PartitionLedger {
     track_confirmations: bool,
     /// Bumped whenever [`Self::snapshot`] would change, so callers persist only changes.
     revision: u64,
+    /// The epoch of the gaps it finds ([`Snapshot::epoch`]).
+    epoch: u32,
+    /// See [`Snapshot::truncated_from`].
+    truncated_from: Option<Offset>,
     /// Missing runs and gaps (by first offset) changed since [`Self::stored`]: the next
     /// store write carries only these ([`Self::delta`]), so a round's write does not grow
     /// with the number of gaps.
@@ -514,6 +557,8 @@ impl PartitionLedger {
             unstored_confirmations: Vec::new(),
             track_confirmations: false,
             revision: 0,
+            epoch: 0,
+            truncated_from: None,
             unstored_missing: BTreeSet::new(),
             unstored_gaps: BTreeSet::new(),
             unstored_replace: true,
@@ -555,6 +600,8 @@ impl PartitionLedger {
             l.gaps.insert(g.first, g);
         }
         l.tail_gap = snap.tail_gap;
+        l.epoch = snap.epoch;
+        l.truncated_from = snap.truncated_from;
         // What was re-checked before is unknown: the first probe answer starts a look.
         l.probe = l.span_of_missing().map(|span| Probe {
             span,
@@ -584,7 +631,28 @@ impl PartitionLedger {
             missing: self.missing.values().cloned().collect(),
             gaps: self.gaps.values().cloned().collect(),
             tail_gap: self.tail_gap,
+            epoch: self.epoch,
+            truncated_from: self.truncated_from,
         }
+    }
+
+    /// See [`Snapshot::truncated_from`].
+    pub fn truncated_from(&self) -> Option<Offset> {
+        self.truncated_from
+    }
+
+    /// The log was truncated below `from`, the position reached on it (see
+    /// [`Snapshot::truncated_from`]); the highest such position is kept.
+    pub fn note_truncated_from(&mut self, from: Offset) {
+        if self.truncated_from.is_none_or(|t| t < from) {
+            self.truncated_from = Some(from);
+            self.revision += 1;
+        }
+    }
+
+    /// The epoch of the gaps this ledger finds ([`Snapshot::epoch`]).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
     }
 
     /// Changes whenever the persisted part ([`Self::snapshot`]) changes.

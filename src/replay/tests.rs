@@ -323,3 +323,54 @@ fn a_partition_item_of_the_wrong_shape_refuses_rather_than_guessing_claims() {
         other => panic!("guessed instead of refusing: {other:?}"),
     }
 }
+
+/// `replay --gap` of a gap found on an earlier log of its partition (review of issue 34 item
+/// 7): the log was truncated or the topic recreated since, so its offsets now name other
+/// records. Replaying them would write the new log's records as the repair of the old loss
+/// (a duplicate row that may confirm another record that is really missing). Refused with the
+/// reason; a gap of the current log is resolved as before.
+#[test]
+fn a_gap_of_an_earlier_log_of_its_partition_is_not_replayed() {
+    use crate::gap::{Gap, GapState};
+    use crate::store::{PartitionProgress, Store};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let gap = |first: i64, epoch: u32| Gap {
+        id: Gap::make_id_in("a", "t", 0, first, epoch),
+        audit: "a".into(),
+        topic: "t".into(),
+        partition: 0,
+        first_offset: first,
+        last_offset: first,
+        missing_records: 1,
+        size_known: true,
+        first_timestamp: None,
+        last_timestamp: None,
+        detected_at: chrono::Utc::now(),
+        state: GapState::Acknowledged,
+        unrecoverable_at: None,
+        ack_reason: Some("known".into()),
+        cause: Default::default(),
+        pipeline_commit_from: None,
+        pipeline_commit_to: None,
+        pipeline_commit_at: None,
+        shared_key: false,
+        replayed_at: None,
+    };
+    let progress = PartitionProgress {
+        topic: "t".into(),
+        partition: 0,
+        settled: 10,
+        ledger: serde_json::json!({"tail_gap": null, "epoch": 1, "topic_id": "B"}),
+        updated_at: chrono::Utc::now(),
+        items: None,
+    };
+    store
+        .commit_round("a", &[gap(8, 0), gap(9, 1)], &[progress])
+        .expect("commit");
+    let e = target_of_gap(&store, "a:t:0:8").expect_err("an earlier log's gap");
+    let text = format!("{e:#}");
+    assert!(text.contains("truncated or recreated"), "{text}");
+    let t = target_of_gap(&store, "a:t:0:9@1").expect("a gap of the current log");
+    assert_eq!((t.first, t.last), (9, 9));
+}

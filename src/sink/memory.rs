@@ -21,6 +21,9 @@ struct Table {
 pub struct MemorySink {
     table: Mutex<Table>,
     down: AtomicBool,
+    /// Whether [`Verifier::offset_extent`] answers (off: "this sink does not say", as
+    /// before the look at shared tables existed, so tests opt in).
+    extent: AtomicBool,
     queries: AtomicU64,
     /// Rows to add just before the query of this number is answered (see
     /// [`MemorySink::land_before_query`]).
@@ -58,6 +61,11 @@ impl MemorySink {
     pub fn insert_id(&self, id: &str) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         t.ids.insert(id.to_string());
+    }
+
+    /// Whether the table answers the look at its offset extent (see the `extent` field).
+    pub fn report_extent(&self, on: bool) {
+        self.extent.store(on, Ordering::SeqCst);
     }
 
     /// Simulates an outage: every query fails while set.
@@ -120,6 +128,38 @@ impl MemorySink {
 impl Verifier for MemorySink {
     fn kind(&self) -> &'static str {
         "memory"
+    }
+
+    async fn offset_extent(
+        &self,
+        partitions: &[i32],
+    ) -> Result<Option<super::OffsetExtent>, SinkError> {
+        if !self.extent.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        if self.down.load(Ordering::SeqCst) {
+            return Err(SinkError::Unavailable("memory sink down".into()));
+        }
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let parts = t.offsets.keys().map(|(_, p, _)| i64::from(*p));
+        let lo = parts.clone().min();
+        let hi = parts.max();
+        let max_offsets = partitions
+            .iter()
+            .map(|&p| {
+                let max = t
+                    .offsets
+                    .keys()
+                    .filter(|(_, q, _)| *q == p)
+                    .map(|(_, _, o)| *o)
+                    .max();
+                (p, max)
+            })
+            .collect();
+        Ok(Some(super::OffsetExtent {
+            partitions: lo.zip(hi),
+            max_offsets,
+        }))
     }
 
     async fn ping(&self) -> Result<(), SinkError> {

@@ -252,3 +252,210 @@ async fn missing_records_beyond_the_divergence_point_are_no_longer_followed() {
     // Nothing was counted again.
     assert_eq!(h.counter(|m| &m.records_lost), 2);
 }
+
+/// Gap ids across a divergence (review of issue 34 item 7): a gap the old log left at offset
+/// 8 (its record lost, acknowledged by an operator, then gone with the truncation) and a new
+/// loss at offset 8 of the new log are two gaps. With the id made of (audit, topic,
+/// partition, first offset) alone, the new gap's store write landed on the old gap's row:
+/// the old loss vanished from the report (its `unrecoverable_at` wiped), and the new one
+/// took the operator's acknowledgement (its alert silenced) and the old extent.
+#[tokio::test]
+async fn a_new_gap_at_an_offset_of_a_gone_gap_is_a_gap_of_its_own() {
+    let mut h = harness("");
+    set_id(&h, "A");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink((0..10).filter(|o| *o != 8));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_lost), 1);
+    let old = h.stored_gaps();
+    assert_eq!(old.len(), 1);
+    assert!(h.store.ack(&old[0].id, "known outage").expect("ack"));
+    h.audit.round().await;
+    h.audit.revoke(&[tp(0)]).await;
+
+    set_log(&h, (0, 6));
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    assert_eq!(h.audit.parts[&tp(0)].ledger.next_offset(), 6);
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
+    // New records 6–9; the sink holds the old log's rows at 6, 7 and 9 (offset_columns
+    // cannot tell them apart, docs/SEMANTICS.md); the new record at 8 is lost.
+    h.audit.on_event(TailEvent::Records(expected(6..10))).await;
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.persist().await;
+    assert_eq!(h.counter(|m| &m.records_lost), 2);
+
+    let gaps = h.stored_gaps();
+    let at8: Vec<_> = gaps.iter().filter(|g| g.first_offset == 8).collect();
+    assert_eq!(at8.len(), 2, "the old gap and the new one: {gaps:#?}");
+    let acked = at8
+        .iter()
+        .find(|g| g.id == old[0].id)
+        .expect("the old gap keeps its id");
+    assert_eq!(acked.state, crate::gap::GapState::Acknowledged);
+    assert_eq!(acked.ack_reason.as_deref(), Some("known outage"));
+    let new = at8
+        .iter()
+        .find(|g| g.id != old[0].id)
+        .expect("the new gap has an id of its own");
+    assert_eq!(new.state, crate::gap::GapState::Open, "{new:?}");
+    assert_eq!((new.last_offset, new.missing_records), (8, 1));
+    let reported: u64 = gaps.iter().map(|g| g.missing_records).sum();
+    assert_eq!(reported, 2, "each lost record in exactly one gap");
+}
+
+/// The same without an acknowledgement: the old gap, gone with the truncation, stays
+/// `unrecoverable` with its record counted, beside the new loss at its offset.
+#[tokio::test]
+async fn a_gone_gap_is_not_overwritten_by_a_new_gap_at_its_offset() {
+    let mut h = harness("");
+    set_id(&h, "A");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink((0..10).filter(|o| *o != 8));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.revoke(&[tp(0)]).await;
+    set_log(&h, (0, 6));
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
+    h.audit.on_event(TailEvent::Records(expected(6..10))).await;
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.persist().await;
+    // A restart: the new log's gaps keep their epoch (stored with the progress).
+    h.audit.revoke(&[tp(0)]).await;
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.round().await;
+    h.audit.persist().await;
+    let gaps = h.stored_gaps();
+    let mut at8: Vec<_> = gaps
+        .iter()
+        .filter(|g| g.first_offset == 8)
+        .map(|g| (g.id.clone(), g.state, g.missing_records))
+        .collect();
+    at8.sort_by(|a, b| a.0.cmp(&b.0));
+    use crate::gap::GapState::{Open, Unrecoverable};
+    assert_eq!(
+        at8,
+        vec![
+            ("a:t:0:8".to_string(), Unrecoverable, 1),
+            ("a:t:0:8@1".to_string(), Open, 1),
+        ],
+        "{gaps:#?}"
+    );
+    assert_eq!(h.counter(|m| &m.records_lost), 2);
+    assert_eq!(
+        h.audit.parts[&tp(0)].ledger.epoch(),
+        1,
+        "the epoch survives a restart"
+    );
+}
+
+/// A topic id lookup that fails at an assignment (review of issue 34 item 7): the stored id
+/// must not be carried onto a log it was never checked against. The topic is recreated
+/// while the auditor is stopped and its new log already reaches past the stored position;
+/// the lookup fails at the next start, so nothing is seen (documented: records below the
+/// position skipped). The partition then reads the new log from 10 and confirms records
+/// 10–11. Had the old id "A" been kept with that progress, the next start (the lookup
+/// working again, id "B") would read "recreated", resume at 0 and decide records 0–11 a
+/// second time: under key_columns records 10 and 11 ask their keys for a second row, two
+/// false losses.
+#[tokio::test]
+async fn an_id_that_could_not_be_read_is_not_kept_for_a_log_it_was_not_checked_on() {
+    let mut h = keyed_harness("");
+    set_id(&h, "A");
+    set_log(&h, (0, 0));
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.ingest(keyed(0, &keys(0..10)));
+    for k in keys(0..10) {
+        h.sink.insert_key(&key(&k));
+    }
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.persist().await;
+    h.audit.revoke(&[tp(0)]).await;
+
+    // Recreated; its new records n0–n11 are all in the sink; the id lookup fails.
+    let new: Vec<String> = (0..12).map(|i| format!("n{i}")).collect();
+    for k in &new {
+        h.sink.insert_key(&key(k));
+    }
+    h.kafka.topic_ids.lock().expect("lock").clear();
+    set_log(&h, (0, 12));
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(
+        starts,
+        vec![(tp(0), 10)],
+        "nothing tells: the stored position"
+    );
+    h.audit.ingest(keyed(10, &new[10..12]));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.persist().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 12);
+    h.audit.revoke(&[tp(0)]).await;
+
+    // The lookup works again.
+    set_id(&h, "B");
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(
+        starts,
+        vec![(tp(0), 12)],
+        "the position was taken on this log: no divergence"
+    );
+    assert_eq!(divergences(&h, "recreated"), 0);
+    h.audit.ingest(keyed(12, &[]));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_lost), 0);
+}
+
+/// offset_columns without topic_column (review of issue 34 items 4 and 7): after a
+/// truncation, the table holds the old log's rows at offsets the new log has not reached
+/// yet. They are this topic's own rows, not another topic's; read as another writer's they
+/// held every verdict of the audit for good (each look after a sink outage or a restart
+/// finds them "at or beyond the log end"): the new log's loss at 12, beyond the old rows,
+/// was never reported, where docs/SEMANTICS.md promises exact verdicts there.
+#[tokio::test]
+async fn a_truncated_partitions_own_rows_are_not_another_topics() {
+    let mut h = harness("");
+    h.sink.report_extent(true);
+    set_id(&h, "A");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    set_log(&h, (0, 10));
+    h.in_sink(0..10);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(
+        h.counter(|m| &m.records_confirmed),
+        10,
+        "the first look found the table clear"
+    );
+    set_log(&h, (0, 6));
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    assert_eq!(h.audit.parts[&tp(0)].ledger.next_offset(), 6);
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
+    // A sink outage: the table is looked at again once it answers.
+    h.sink.set_down(true);
+    h.audit.round().await;
+    h.sink.set_down(false);
+    h.audit.round().await;
+    assert_eq!(h.audit.shared_table_hold(), None, "after an outage");
+    // A restart before the new log reaches the old position: looked at again.
+    h.audit.persist().await;
+    h.audit.revoke(&[tp(0)]).await;
+    h.audit.shared_table = super::super::shared_table::SharedTable::Pending;
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.round().await;
+    assert_eq!(h.audit.shared_table_hold(), None, "after a restart");
+    // The new log: 6–14; its rows 10–14 are written but 12's.
+    set_log(&h, (0, 15));
+    h.audit.on_event(TailEvent::Records(expected(6..15))).await;
+    h.in_sink((10..15).filter(|o| *o != 12));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_lost), 1);
+}

@@ -87,6 +87,7 @@ impl PartitionLedger {
                     since,
                     missing: g.missing,
                     state: g.to_gap("", &nowhere).state,
+                    epoch: g.epoch,
                 })
             })
             .collect();

@@ -57,12 +57,25 @@ impl PartitionLedger {
     /// A ledger resuming at `at` on a log that diverged from the one `snap` was decided on:
     /// `snap` cut at `at` ([`Snapshot::cut_at`]), restored, and written whole at the next
     /// store write (the store still holds the items cut). Returns the gaps taken out.
+    /// Its gaps from now on are of the next epoch ([`Snapshot::epoch`]): gaps at the
+    /// offsets of the gaps taken out get ids of their own.
     pub fn restore_diverged(at: Offset, keyed: bool, mut snap: Snapshot) -> (Self, Vec<GapRecord>) {
         let removed = snap.cut_at(at);
         let mut l = Self::restore(at, keyed, snap);
+        l.epoch = l.epoch.saturating_add(1);
         l.unstored_replace = true;
         l.revision += 1;
         (l, removed)
+    }
+
+    /// An empty ledger resuming at `at` on a new log (a topic created again) replacing a
+    /// ledger of epoch `before`: its gaps are of the next epoch ([`Snapshot::epoch`]).
+    pub fn new_diverged(at: Offset, keyed: bool, before: u32) -> Self {
+        let mut l = Self::new(at, keyed);
+        l.epoch = before.saturating_add(1);
+        l.unstored_replace = true;
+        l.revision += 1;
+        l
     }
 }
 
@@ -94,6 +107,7 @@ mod tests {
             deleted_ms: None,
             unsettled: false,
             shared_key: false,
+            epoch: 0,
             is_new: false,
         }
     }
@@ -104,6 +118,8 @@ mod tests {
             missing: vec![run(2, 3, 2), run(5, 6, 5), run(8, 9, 5), run(12, 12, 12)],
             gaps: vec![gap(2, 3, 2), gap(5, 9, 4), gap(12, 12, 1)],
             tail_gap: Some(12),
+            epoch: 0,
+            truncated_from: None,
         }
     }
 

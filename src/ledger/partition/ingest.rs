@@ -92,6 +92,7 @@ impl PartitionLedger {
             deleted_ms: Some(now_ms),
             unsettled: true,
             shared_key: false,
+            epoch: self.epoch,
             is_new: true,
         };
         self.next_offset = last + 1;

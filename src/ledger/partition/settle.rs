@@ -160,6 +160,7 @@ impl PartitionLedger {
                         deleted_ms,
                         unsettled: false,
                         shared_key,
+                        epoch: self.epoch,
                         is_new: true,
                     },
                 );
