@@ -28,36 +28,62 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
         .expect("write");
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.expect("read");
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let status = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    // The server may answer chunked; strip chunk framing for JSON bodies.
-    let body = if text
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(&body)
-    } else {
-        body
-    };
+    split_response(&buf)
+}
+
+/// (status, body) of a raw HTTP/1.1 answer, the chunk framing of a chunked body removed.
+pub fn split_response(raw: &[u8]) -> (u16, String) {
+    let (head, body) = head_and_body(raw);
+    let status = head.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
     (status, body)
 }
 
-fn dechunk(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || tail.len() < n {
-            break;
+/// The head of a raw HTTP/1.1 answer as text, and its body with any chunk framing removed.
+pub fn head_and_body(raw: &[u8]) -> (String, String) {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(raw.len());
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let body = raw.get(split + 4..).unwrap_or_default();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_vec()
+    };
+    (head, String::from_utf8_lossy(&body).to_string())
+}
+
+/// A chunked body's data, in bytes (chunk sizes count bytes); panics on broken framing, so
+/// a test never reads a cut answer as a short one.
+fn dechunk(mut rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .unwrap_or_else(|| {
+                panic!(
+                    "chunked body: no size line in {:?}",
+                    String::from_utf8_lossy(rest)
+                )
+            });
+        let size = std::str::from_utf8(&rest[..line]).expect("chunk size is ASCII");
+        let size = size.split(';').next().unwrap_or_default().trim();
+        let n = usize::from_str_radix(size, 16)
+            .unwrap_or_else(|_| panic!("chunked body: bad chunk size {size:?}"));
+        rest = &rest[line + 2..];
+        if n == 0 {
+            return out;
         }
-        out.push_str(&tail[..n]);
-        rest = tail[n..].trim_start_matches("\r\n");
+        assert!(rest.len() >= n + 2, "chunked body cut short");
+        out.extend_from_slice(&rest[..n]);
+        assert_eq!(&rest[n..n + 2], b"\r\n", "chunk not followed by CRLF");
+        rest = &rest[n + 2..];
     }
-    out
 }
 
 /// Gaps from /api/gaps?state=all as JSON values.
