@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -48,6 +49,7 @@ CATALOGUE = [
     ("typed_key_datetime_milliseconds", "34.2", "key_columns on the README's seed DDL (`time DATETIME`): 30 record times with milliseconds, which MariaDB truncates on INSERT; 2 records dropped"),
     ("typed_key_two_datetime_spellings", "34.2", "two spellings of one DATETIME (`T` and space) in one key batch, both rows written; one other record dropped"),
     ("es_key_over_ignore_above", "34.5", "key_columns on the `.keyword` sub-fields of a dynamically mapped OpenSearch index (`ignore_above` 256): 5 of 10 records carry a 300-character domain the server does not index; one long and one short record dropped"),
+    ("shared_table_topic_column", "34.4", "offset_columns on a table topics `test` and `other` both write (a Connect sink with `topics.regex`), `other` holding a row at `test`'s dropped coordinate (0, 5): without `topic_column` the audit refuses to start naming it; with a `topic` column and `topic_column` set, on a fresh state"),
     ("deleted_row_frees_its_claim", "34.3", "key_columns on the seed DDL: a confirmed record's row deleted (`DELETE`, as a TTL or a dropped Doris partition does), then the same line produced again and written"),
     ("kept_row_keeps_its_claim", "34.3", "the control of the above: the confirmed record's row kept, the line produced again and dropped by the pipeline"),
     ("key_arity_changed_between_restarts", "34.6", "key_columns restarted with a key field added (`match.key` 2 then 3 fields): a missing record stored with the old key, a new one missing then written late"),
@@ -58,7 +60,8 @@ CATALOGUE = [
 
 # How the suite works: fixed prose (no figures), rendered above the per-scenario notes.
 METHOD = [
-    "- Real components only: tansu (Kafka protocol), MariaDB (the MySQL-protocol sink), the "
+    "- Real components only: an Apache Kafka broker, MariaDB (the MySQL-protocol sink), "
+    "OpenSearch (the Elasticsearch-API sink), the "
     "real `gap-auditor` binary where a process is killed, stopped or measured "
     "(tests/it/faults/, tests/faults_private.rs). The pipeline is a stand-in that writes "
     "rows and commits its consumer group like a checkpointing job; the records it drops are "
@@ -119,11 +122,23 @@ def machine():
     tansu = os.environ.get("GAP_AUDITOR_TEST_TANSU", "tansu")
     return [
         ("Machine", f"{platform.system()} {platform.release()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), {mem} RAM"),
-        ("Broker", sh(tansu, "--version") + " (memory storage)"),
+        ("Broker", f"Apache Kafka {pom_property('scripts/kafka/pom.xml', 'kafka.version')} (KRaft, one node); "
+         f"the broker-outage scenarios (tests/faults_private.rs): {sh(tansu, '--version')} (memory storage)"),
+        ("Search server", f"OpenSearch {pom_property('scripts/opensearch/pom.xml', 'opensearch.version')}"),
         ("Sink", sh("mariadbd", "--version")),
         ("Toolchain", sh("rustc", "--version")),
         ("Commit", sh("git", "describe", "--always", "--dirty")),
     ]
+
+
+def pom_property(path, name):
+    """A `<properties>` value of a pom kept in the repository (the servers' versions)."""
+    try:
+        with open(path) as f:
+            m = re.search(rf"<{re.escape(name)}>([^<]+)</{re.escape(name)}>", f.read())
+        return m.group(1) if m else "(version unknown)"
+    except OSError:
+        return "(version unknown)"
 
 
 def load(path):

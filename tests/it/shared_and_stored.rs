@@ -80,6 +80,65 @@ async fn another_topics_rows_make_an_offset_audit_without_a_topic_column_refuse_
         "unknown is never missing"
     );
     drop(status);
+
+    // The cure the refusal names: a `topic` column (what a Connect sink writes with
+    // `topics.regex` and a topic field) and `topic_column` set. Started again on a fresh
+    // state, the audit sees only `test`'s rows: the other topic's row at (0, 5) no longer
+    // confirms the dropped record, which is reported exactly.
+    {
+        use mysql_async::prelude::Queryable;
+        let mut c = s.db.pool.get_conn().await.expect("conn");
+        c.query_drop(format!(
+            "ALTER TABLE `{}` ADD COLUMN topic VARCHAR(255) NOT NULL DEFAULT 'other'",
+            s.table
+        ))
+        .await
+        .expect("add the topic column");
+        let ours: Vec<String> = dns_lines(0..10)
+            .iter()
+            .map(|l| format!("'{}'", l.split('|').nth(1).expect("domain")))
+            .collect();
+        c.query_drop(format!(
+            "UPDATE `{}` SET topic = '{}' WHERE domain IN ({})",
+            s.table,
+            topic,
+            ours.join(",")
+        ))
+        .await
+        .expect("tag the audited topic's rows");
+    }
+    let fresh = tempfile::tempdir().expect("state dir");
+    let mut spec = s.spec("offset_columns", "1s", "300ms");
+    spec.state_dir = fresh.path();
+    let toml = config_builder(&spec).render().replace(
+        "offset_column = \"offset\"",
+        "offset_column = \"offset\"\ntopic_column = \"topic\"",
+    );
+    assert!(toml.contains("topic_column"), "{toml}");
+    let auditor = Auditor::start(&toml).await;
+    auditor
+        .wait_decided(60, "all 10 records decided", |a| {
+            a.confirmed(&topic, 0) + a.lost(&topic, 0) >= 10
+        })
+        .await;
+    let reported = open_gaps(&auditor).await;
+    let expected = [(0, 5, 5, 1)];
+    record(
+        "shared_table_topic_column",
+        1,
+        1,
+        &expected,
+        &reported,
+        reported.iter().map(|g| g.3 as u64).sum(),
+        format!(
+            "without `topic_column`: refused to start ({}); with it: {} confirmed, {} lost",
+            error.lines().next().unwrap_or_default(),
+            auditor.confirmed(&topic, 0),
+            auditor.lost(&topic, 0)
+        ),
+    );
+    assert_eq!(reported, expected);
+    auditor.stop().await;
 }
 
 /// Item 6: a key field added between restarts. The audit ran with the key (client_ip,
