@@ -30,6 +30,10 @@ pub fn base(kafka: &KafkaConfig) -> ClientConfig {
 /// twice a fetch of four partitions (see [`consumer`]).
 pub const PREFETCH_KBYTES: &str = "8192";
 
+/// librdkafka's wait before it fetches again for a partition whose local queue is full
+/// enough, unless `kafka.properties` sets `fetch.queue.backoff.ms` (see [`consumer`]).
+pub const FETCH_QUEUE_BACKOFF_MS: &str = "5";
+
 /// A consumer configuration for `group`, with offsets moved only by explicit commits.
 pub fn consumer(kafka: &KafkaConfig, group: &str) -> ClientConfig {
     let mut c = base(kafka);
@@ -47,7 +51,7 @@ pub fn consumer(kafka: &KafkaConfig, group: &str) -> ClientConfig {
     // tripping that threshold and then idles for the whole second: measured 3-4x slower
     // tailing on the benchmark topic. 5 ms keeps the fetcher just ahead of us.
     if !kafka.properties.contains_key("fetch.queue.backoff.ms") {
-        c.set("fetch.queue.backoff.ms", "5");
+        c.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
     }
     // Another: librdkafka prefetches up to 64 MiB per consumer by default, memory a sidecar
     // beside the pipeline holds for nothing once it keeps up, and memory that follows the
