@@ -142,6 +142,13 @@ impl<V: Verifier> Audit<V> {
                 snap.gaps,
             ),
         };
+        // The retired gaps beyond the divergence point (in the store only) go the same way.
+        let mut ledger = ledger;
+        let cut = match d {
+            Divergence::Truncated { resume } => *resume,
+            Divergence::Recreated { .. } => Offset::MIN,
+        };
+        ledger.retired_gone(cut, now_ms);
         let mut n = 0;
         for mut g in gone {
             if !g.size_known || g.missing == 0 {
@@ -353,6 +360,8 @@ impl<V: Verifier> Audit<V> {
         if !self.writes.gaps.is_empty() {
             self.persist().await;
         }
+        // Restored ledgers hold no retired gap: their aggregate is counted in the store.
+        self.settle_retired().await;
         if self.handover.is_some() {
             self.forget_not_owned().await;
         }
@@ -453,7 +462,7 @@ impl<V: Verifier> Audit<V> {
                 items: None,
             };
             progress.insert(tp, row.clone());
-            imports.push((row, st.gaps, st.replayed));
+            imports.push((row, st.gaps, st.replayed, st.retired));
         }
         if imports.is_empty() {
             return;
@@ -461,9 +470,12 @@ impl<V: Verifier> Audit<V> {
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
         let written = blocking(move || {
-            for (row, gaps, replayed) in imports {
+            for (row, gaps, replayed, retired) in imports {
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
                 store.commit_round(&audit, &gaps, std::slice::from_ref(&row))?;
+                // In the previous owner's store only: the ledger restored here counts them
+                // from this one (`settle_retired`).
+                store.mark_retired(&retired)?;
                 for id in &replayed {
                     store.mark_replayed(id)?;
                 }

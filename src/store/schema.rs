@@ -4,7 +4,7 @@
 use super::*;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i32 = 11;
+pub(super) const SCHEMA_VERSION: i32 = 12;
 
 pub(super) const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS gaps (
@@ -167,6 +167,18 @@ CREATE INDEX IF NOT EXISTS gaps_listing ON gaps (detected_at DESC, id, state, au
 DROP INDEX IF EXISTS gaps_detected_at;
 ";
 
+/// v12: gaps that left the daemon's memory (issue 41 item 1: every missing run of theirs
+/// given up, so no verdict changes them again) are marked `retired`: their rows are final,
+/// and the ledger keeps only an aggregate of them, counted from these rows in one query
+/// (`retired.rs`) at assignment and after a change only the store can make (the log start
+/// passing them, an acknowledgement).
+/// The column itself is added by [`migrate`] unless the file has it already (a file taken
+/// back to an older `user_version` by hand keeps its columns).
+pub(super) const SCHEMA_V12: &str = "
+CREATE INDEX IF NOT EXISTS gaps_retired ON gaps (audit, topic, partition, first_offset)
+    WHERE retired = 1;
+";
+
 /// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
 /// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
 const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
@@ -181,6 +193,7 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     (SCHEMA_V9, "migrate schema to v9"),
     (SCHEMA_V10, "migrate schema to v10"),
     (SCHEMA_V11, "migrate schema to v11"),
+    (SCHEMA_V12, "migrate schema to v12"),
 ];
 
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the
@@ -189,6 +202,13 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
     for (to, (sql, context)) in (1..).zip(MIGRATIONS) {
         if version >= to {
             continue;
+        }
+        if to == 12 {
+            add_retired_column(tx).map_err(|source| StoreError::Sqlite {
+                path: path.to_path_buf(),
+                context: context.to_string(),
+                source,
+            })?;
         }
         tx.execute_batch(sql).map_err(|source| StoreError::Sqlite {
             path: path.to_path_buf(),
@@ -201,6 +221,19 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
                 e.into_store(path, "migrate ledgers to ledger_items".to_string(), "")
             })?;
         }
+    }
+    Ok(())
+}
+
+/// v12: `gaps.retired`, when the table does not have it yet.
+fn add_retired_column(tx: &Connection) -> rusqlite::Result<()> {
+    let has: bool = tx.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('gaps') WHERE name = 'retired'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has {
+        tx.execute_batch("ALTER TABLE gaps ADD COLUMN retired INTEGER NOT NULL DEFAULT 0;")?;
     }
     Ok(())
 }

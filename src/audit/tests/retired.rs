@@ -51,14 +51,22 @@ async fn given_up_gaps_are_not_reloaded_at_assignment() {
     assert_eq!(l.gaps().count(), 0, "given-up gaps reloaded at assignment");
     assert_eq!(l.gauges(), gauges, "gauges as before the restart");
     assert_eq!(l.completeness().blocking_gaps, 10);
-    assert_eq!(l.completeness().gaps, completeness.gaps, "the same gaps listed");
+    assert_eq!(
+        l.completeness().gaps,
+        completeness.gaps,
+        "the same gaps listed"
+    );
     assert_eq!(l.missing(), 10);
     h.audit.publish();
     assert_eq!(open_gauges(&h), (10, 10));
     // The store rows are final and unchanged.
     let stored = h.stored_gaps();
     assert_eq!(stored.len(), 10);
-    assert!(stored.iter().all(|g| g.state == GapState::Open && g.missing_records == 1));
+    assert!(
+        stored
+            .iter()
+            .all(|g| g.state == GapState::Open && g.missing_records == 1)
+    );
 }
 
 #[tokio::test]
@@ -110,7 +118,10 @@ async fn the_log_start_passing_given_up_gaps_makes_them_unrecoverable() {
     let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
     let g = l.gauges();
     assert_eq!((g.open, g.missing), (10, 10));
-    assert!(g.deleted_ms.is_some(), "the deletion reaches the gauges: {g:?}");
+    assert!(
+        g.deleted_ms.is_some(),
+        "the deletion reaches the gauges: {g:?}"
+    );
     let c = l.completeness();
     let unrecoverable = c
         .gaps
