@@ -100,6 +100,8 @@ impl<V: Verifier> Audit<V> {
             self.parts.insert(tp.clone(), part);
             positions.push((tp, seek));
         }
+        // Before the write, as at assignment (see `assign`).
+        self.settle_retired().await;
         self.persist().await;
         // Until the thread has served this command, it may still report the old fetchers'
         // positions (the error's offset + 1, or where the recreated topic's old log was
@@ -357,11 +359,13 @@ impl<V: Verifier> Audit<V> {
                  since they were stored): given up, they stay missing and are no longer re-checked; \
                  settle them with `gap-auditor check` or `replay`");
         }
+        // Restored ledgers hold no retired gap: their aggregate is counted in the store.
+        // Before the write: a diverged ledger's old retired gaps are let go while the store
+        // still says the log diverged (a crash in between finds the divergence again).
+        self.settle_retired().await;
         if !self.writes.gaps.is_empty() {
             self.persist().await;
         }
-        // Restored ledgers hold no retired gap: their aggregate is counted in the store.
-        self.settle_retired().await;
         if self.handover.is_some() {
             self.forget_not_owned().await;
         }
