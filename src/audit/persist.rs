@@ -23,6 +23,8 @@ pub(super) struct Writes {
     /// cannot count a record in this lifetime and again in the next, which re-decides it.
     pub(super) verdicts: Vec<(TopicPartition, Applied, i64)>,
     pub(super) causes: Vec<(TopicPartition, &'static str)>,
+    /// Gaps folded into overflow gaps, counted once stored.
+    pub(super) folded: u64,
     /// (settled, ledger revision) last written per partition: unchanged ones are skipped.
     pub(super) stored: HashMap<TopicPartition, (Offset, u64)>,
     /// The settled offset last sent to Kafka per partition.
@@ -126,6 +128,18 @@ impl<V: Verifier> Audit<V> {
                     .map(|g| g.id(&self.cfg.name, tp))
             })
             .collect();
+        // Gaps folded into an overflow gap since the last write: their rows go as it is
+        // written.
+        let folded: Vec<String> = self
+            .parts
+            .iter()
+            .flat_map(|(tp, p)| {
+                p.ledger
+                    .folded_unstored()
+                    .iter()
+                    .map(|g| g.id(&self.cfg.name, tp))
+            })
+            .collect();
         if gaps.is_empty() && progress.is_empty() && keys.claims.is_empty() && !keys.whole {
             self.count_persisted();
             self.settle_retired().await;
@@ -151,7 +165,7 @@ impl<V: Verifier> Audit<V> {
                     KeyClaims::Changes(&keys.claims)
                 };
                 store
-                    .commit_round_retiring(&audit, &gaps, &progress, claims, &retired)
+                    .commit_round_retiring(&audit, &gaps, &progress, claims, &retired, &folded)
                     .map(|()| keys)
             }))
             .unwrap_or_else(|_| {

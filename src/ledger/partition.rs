@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod completeness;
 mod diverge;
+mod fold;
 mod ingest;
 mod keys;
 mod recheck;
@@ -458,6 +459,12 @@ pub struct PartitionLedger {
     retired_unstored: Vec<GapRecord>,
     /// What the store must do for the retired gaps (see [`Self::retired_work`]).
     retired_work: RetiredWork,
+    /// The first offset of the partition's overflow gap (`fold.rs`).
+    overflow: Option<Offset>,
+    /// See [`Self::folded_unstored`].
+    folded_unstored: Vec<GapRecord>,
+    /// Gaps folded since [`Self::take_folded`].
+    folded_count: u64,
     /// The pipeline group's commits on this partition (due rule input).
     pub pipeline: PipelineCommits,
     // --- Completeness (issue 18); see `partition/completeness.rs`. ---
@@ -584,6 +591,9 @@ impl PartitionLedger {
             retired: RetiredGaps::default(),
             retired_unstored: Vec::new(),
             retired_work: RetiredWork::default(),
+            overflow: None,
+            folded_unstored: Vec::new(),
+            folded_count: 0,
             log_start: Offset::MIN,
             missing_keys: 0,
             compacted_at: 0,
@@ -614,6 +624,9 @@ impl PartitionLedger {
             }
             // Stored by a version that kept given-up gaps: retired at the next round.
             l.retire_candidates.push(g.first);
+            if g.cause == GapCause::Folded {
+                l.overflow = Some(l.overflow.map_or(g.first, |o| o.min(g.first)));
+            }
             l.gaps.insert(g.first, g);
         }
         // The retired gaps are in the store only: their aggregate is read from it.

@@ -30,12 +30,14 @@ impl Store {
         progress: &[PartitionProgress],
         keys: KeyClaims<'_, K>,
     ) -> Result<(), StoreError> {
-        self.commit_round_retiring(audit, gaps, progress, keys, &[])
+        self.commit_round_retiring(audit, gaps, progress, keys, &[], &[])
     }
 
     /// [`Self::commit_round_with_keys`], and the gaps (by id) that left the daemon's memory
     /// this round marked retired in the same transaction as the ledger write that drops
     /// their items: the retired rows are exactly the ones no ledger holds (`retired.rs`).
+    /// `folded`: rows of gaps folded into their partition's overflow gap (`max_open_gaps`),
+    /// deleted as the overflow gap that now counts their records is written.
     pub fn commit_round_retiring<K: AsRef<[u8]>>(
         &self,
         audit: &str,
@@ -43,6 +45,7 @@ impl Store {
         progress: &[PartitionProgress],
         keys: KeyClaims<'_, K>,
         retired: &[String],
+        folded: &[String],
     ) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let now = fmt_ts(Utc::now());
@@ -170,6 +173,8 @@ impl Store {
                 .map_err(self.sq(format!("write the key book of audit {audit}")))?;
             super::retired::mark(&tx, retired)
                 .map_err(self.sq(format!("mark the retired gaps of audit {audit}")))?;
+            super::retired::fold(&tx, folded)
+                .map_err(self.sq(format!("fold gaps of audit {audit}")))?;
         }
         tx.commit()
             .map_err(self.sq(format!("commit round of audit {audit}")))?;

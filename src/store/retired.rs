@@ -23,6 +23,20 @@ pub(super) fn mark(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Deletes the rows of gaps folded into an overflow gap (inside the round's transaction,
+/// which writes the overflow gap). A row an operator acknowledged meanwhile stays.
+pub(super) fn fold(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut stmt =
+        tx.prepare_cached("DELETE FROM gaps WHERE id = ?1 AND state <> 'acknowledged'")?;
+    for id in ids {
+        stmt.execute(params![id])?;
+    }
+    Ok(())
+}
+
 fn ms_ts(ms: i64) -> String {
     fmt_ts(
         Utc.timestamp_millis_opt(ms)

@@ -130,3 +130,46 @@ async fn the_log_start_passing_given_up_gaps_makes_them_unrecoverable() {
         .count();
     assert_eq!(unrecoverable, 3, "{c:?}");
 }
+
+#[tokio::test]
+async fn beyond_max_open_gaps_the_oldest_fold_into_one_overflow_gap() {
+    let mut h = harness("max_open_gaps = 5");
+    // Twenty isolated losses: the odd offsets of 0..41.
+    h.assign_and_read((0, 0), expected(0..41)).await;
+    h.in_sink((0..41).filter(|o| o % 2 == 0));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    let mut gaps: Vec<_> = h
+        .stored_gaps()
+        .into_iter()
+        .map(|g| {
+            (
+                g.first_offset,
+                g.last_offset,
+                g.missing_records,
+                g.cause.as_str(),
+            )
+        })
+        .collect();
+    gaps.sort_by_key(|g| g.0);
+    assert_eq!(
+        gaps,
+        vec![
+            (1, 31, 16, "folded"),
+            (33, 33, 1, "unknown"),
+            (35, 35, 1, "unknown"),
+            (37, 37, 1, "unknown"),
+            (39, 39, 1, "unknown"),
+        ],
+        "one overflow gap spanning the 16 oldest, the rest exact"
+    );
+    let folded = h.families.gaps_folded.with_label_values(&[AUDIT]).get();
+    assert_eq!(folded, 16);
+    assert_eq!(
+        open_gauges(&h),
+        (5, 20),
+        "every missing record still counted"
+    );
+    assert_eq!(h.counter(|m| &m.records_lost), 20);
+    assert_eq!(h.audit.parts[&tp(0)].ledger.gaps_in_memory(), 5);
+}

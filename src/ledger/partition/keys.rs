@@ -75,6 +75,7 @@ impl PartitionLedger {
         self.unstored_gaps.clear();
         self.unstored_replace = false;
         self.retired_unstored.clear();
+        self.folded_unstored.clear();
     }
 
     /// A fresh ledger for a partition whose stored state could not be read: its writes

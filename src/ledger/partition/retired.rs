@@ -201,6 +201,7 @@ impl PartitionLedger {
                 continue;
             };
             let done = Some(f) != self.tail_gap
+                && Some(f) != self.overflow
                 && !g.unsettled
                 && g.missing > 0
                 && !self

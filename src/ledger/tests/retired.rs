@@ -41,3 +41,49 @@ fn given_up_gaps_leave_the_ledgers_memory_and_the_answers_stay_the_same() {
     assert_eq!(l.completeness(), completeness, "completeness as before");
     assert_eq!(l.missing(), missing, "missing records as before");
 }
+
+/// `max_open_gaps`: the oldest gaps fold into one overflow gap that spans them and counts
+/// their missing records; the answers about missing records stay the same.
+#[test]
+fn folded_gaps_become_one_overflow_gap_that_spans_and_counts_them() {
+    // Gaps at the odd offsets 1..=39, the last record (40) present.
+    let mut l = isolated_losses(41);
+    assert_eq!(l.gaps_in_memory(), 20);
+    let missing = l.missing();
+    let reduced = l.fold_oldest(15);
+    assert_eq!(reduced, 15);
+    assert_eq!(l.gaps_in_memory(), 5);
+    assert_eq!(
+        l.take_folded(),
+        16,
+        "16 gaps folded, the first became the overflow gap"
+    );
+    assert_eq!(l.folded_unstored().len(), 15, "their rows replaced by it");
+    let dirty = l.take_dirty_gaps();
+    let o = dirty
+        .iter()
+        .find(|g| g.cause == crate::gap::GapCause::Folded)
+        .expect("the overflow gap is reported");
+    assert_eq!((o.first, o.last, o.missing), (1, 31, 16));
+    // Timestamps are bounds (a split pending run keeps its bounds): the folded gaps' own.
+    assert_eq!((o.min_ts, o.max_ts), (Some(0), Some(40)));
+    assert_eq!(l.overflow(), Some(1));
+    assert_eq!(l.missing(), missing, "no record dropped");
+    let g = l.gauges();
+    assert_eq!((g.open, g.missing), (5, 20));
+    assert_eq!(
+        l.missing_runs(),
+        vec![r(33, 33), r(35, 35), r(37, 37), r(39, 39)],
+        "folded records are no longer re-checked"
+    );
+    // A later fold grows the same overflow gap; it never retires.
+    assert_eq!(l.fold_oldest(2), 2);
+    l.take_dirty_gaps();
+    let o = l.gaps().find(|g| g.first == 1).expect("overflow");
+    assert_eq!((o.first, o.last, o.missing), (1, 35, 18));
+    assert_eq!(l.gaps_in_memory(), 3);
+    assert_eq!(l.take_folded(), 2);
+    // A restart keeps it the overflow gap.
+    let back = PartitionLedger::restore(41, false, l.snapshot());
+    assert_eq!(back.overflow(), Some(1));
+}

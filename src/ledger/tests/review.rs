@@ -32,6 +32,8 @@ enum Op {
     Settle { mask: u64 },
     /// Persist (the delta), then kill -9 and restore from what is stored.
     Crash,
+    /// `max_open_gaps` folds the oldest gaps until `n` fewer are in memory.
+    Fold { n: u8 },
 }
 
 fn arb_op() -> impl Strategy<Value = Op> {
@@ -47,6 +49,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
         1 => (1u8..5).prop_map(|n| Op::Skip { n }),
         1 => any::<u64>().prop_map(|mask| Op::Settle { mask }),
         2 => Just(Op::Crash),
+        1 => (1u8..4).prop_map(|n| Op::Fold { n }),
     ]
 }
 
@@ -213,6 +216,15 @@ fn run_ops(ops: Vec<Op>, probe: bool) -> Result<(), TestCaseError> {
             }
             Op::DropKeys { n } => {
                 l.drop_missing_keys(n as u64);
+            }
+            Op::Fold { n } => {
+                let (before, missing) = (l.gaps_in_memory(), l.missing());
+                let down = l.fold_oldest(n as usize);
+                prop_assert!(down <= n as usize, "step {}: folded past the excess", step);
+                prop_assert_eq!(l.gaps_in_memory(), before - down, "step {}", step);
+                prop_assert_eq!(l.missing(), missing, "step {}: a fold drops nothing", step);
+                l.take_folded();
+                l.take_dirty_gaps();
             }
             Op::LogStart { d } => {
                 log_start += d as Offset;
