@@ -73,7 +73,8 @@ impl<V: Verifier> Audit<V> {
                     if let Some(book) = self.checker.book_mut() {
                         book.release(&mut part.ledger, true);
                     }
-                    let (ledger, note) = self.diverged_ledger(&tp, &d, next, log, snap, now);
+                    let (mut ledger, note) = self.diverged_ledger(&tp, &d, next, log, snap, now);
+                    ledger.inherit_unstored(&mut part.ledger);
                     if let Some(book) = self.checker.book_mut() {
                         book.adopt(&ledger);
                     }

@@ -173,3 +173,39 @@ async fn beyond_max_open_gaps_the_oldest_fold_into_one_overflow_gap() {
     assert_eq!(h.counter(|m| &m.records_lost), 20);
     assert_eq!(h.audit.parts[&tp(0)].ledger.gaps_in_memory(), 5);
 }
+
+/// A topic deleted and created again: the retired gaps of the old log are no longer
+/// followed, like the gaps in memory (unrecoverable, out of the gauges).
+#[tokio::test]
+async fn a_recreated_topic_lets_go_of_the_old_logs_given_up_gaps() {
+    let mut h = harness(r#"give_up_after = "30s""#);
+    h.kafka
+        .topic_ids
+        .lock()
+        .expect("lock")
+        .insert(TOPIC.to_string(), "A".to_string());
+    ten_given_up(&mut h).await;
+    h.audit.revoke(&[tp(0)]).await;
+    h.kafka
+        .topic_ids
+        .lock()
+        .expect("lock")
+        .insert(TOPIC.to_string(), "B".to_string());
+    h.kafka
+        .watermarks
+        .lock()
+        .expect("lock")
+        .insert(tp(0), (0, 25));
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(starts, vec![(tp(0), 0)], "the new log from its start");
+    let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+    let g = l.gauges();
+    assert_eq!((g.open, g.missing, l.missing()), (0, 0, 0), "{g:?}");
+    assert_eq!(l.completeness().blocking_gaps, 0);
+    let stored = h.stored_gaps();
+    assert_eq!(stored.len(), 10);
+    assert!(
+        stored.iter().all(|g| g.state == GapState::Unrecoverable),
+        "{stored:?}"
+    );
+}

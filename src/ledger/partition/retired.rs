@@ -244,6 +244,14 @@ impl PartitionLedger {
         passed
     }
 
+    /// This ledger replaces `old` (the same partition, its log diverged): the store marks
+    /// and deletions `old` had not written yet are this ledger's to write, so a gap it
+    /// retired or folded just before is neither lost nor counted twice.
+    pub fn inherit_unstored(&mut self, old: &mut PartitionLedger) {
+        self.retired_unstored.append(&mut old.retired_unstored);
+        self.folded_unstored.append(&mut old.folded_unstored);
+    }
+
     /// The ledger resumes on a log that diverged at `from`: the retired gaps from there on
     /// are no longer followed (see [`RetiredOp::Gone`]).
     pub fn retired_gone(&mut self, from: Offset, now_ms: i64) {
