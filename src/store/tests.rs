@@ -966,6 +966,7 @@ fn a_bad_key_chunk_is_an_error_naming_audit_and_chunk() {
 }
 
 mod key_log_props;
+mod retired;
 
 mod checkpoints {
     use super::*;
