@@ -437,7 +437,7 @@ impl<V: Verifier> Audit<V> {
             // only the store holds (retired) leaves the aggregate when it is counted again.
             if !part
                 .ledger
-                .acknowledge_through(g.first_offset, g.last_offset)
+                .acknowledge_overflow(g.first_offset, g.last_offset, g.missing_records)
             {
                 part.ledger.retired_changed();
             }

@@ -6,7 +6,10 @@
 //! it (see [`PartitionLedger::folded_unstored`]).
 //!
 //! The overflow gap never retires (`retired.rs`) and is never folded into itself: one per
-//! partition, whatever the incident's length.
+//! partition, whatever the incident's length. It only grows upwards: a gap is folded into
+//! it only when it lies wholly above its last offset, so the records folded after any moment
+//! are exactly its part beyond its last offset at that moment (an acknowledgement of it
+//! relies on that, see [`PartitionLedger::acknowledge_overflow`]).
 
 use super::*;
 
@@ -37,9 +40,13 @@ impl PartitionLedger {
         let before = self.gaps.len();
         let mut next = Offset::MIN;
         while before - self.gaps.len() < excess {
+            let above = self
+                .overflow
+                .and_then(|o| self.gaps.get(&o))
+                .map_or(Offset::MIN, |o| o.last.saturating_add(1));
             let Some(first) = self
                 .gaps
-                .range(next..)
+                .range(next.max(above)..)
                 .find(|(f, g)| {
                     Some(**f) != self.tail_gap
                         && Some(**f) != self.overflow
@@ -54,6 +61,46 @@ impl PartitionLedger {
             self.fold(first);
         }
         before - self.gaps.len()
+    }
+
+    /// An operator acknowledged the overflow gap starting at `first` when it ended at
+    /// `last` with `missing` records missing (its stored extent then). What was folded into
+    /// it since (a fold in a round under way when the acknowledgement landed: their own rows
+    /// are gone) was never shown to the operator: it stays open, as an overflow gap of its
+    /// own over `last + 1 ..` its end, with the rest of the count. Any other gap: as
+    /// [`Self::acknowledge_through`]. Returns whether anything changed.
+    pub fn acknowledge_overflow(&mut self, first: Offset, last: Offset, missing: u64) -> bool {
+        if self.overflow != Some(first) {
+            return self.acknowledge_through(first, last);
+        }
+        let Some(g) = self.gaps.get(&first).cloned() else {
+            return false;
+        };
+        if !self.acknowledge_through(first, last) {
+            return false;
+        }
+        let rest = g.missing.saturating_sub(missing);
+        if g.last > last && rest > 0 {
+            let at = last + 1;
+            self.gaps.insert(
+                at,
+                // Not new: its records were detected (and counted) before they were folded.
+                GapRecord {
+                    first: at,
+                    missing: rest,
+                    is_new: false,
+                    ..g
+                },
+            );
+            // Still missing: `acknowledge_through` took the whole gap's count.
+            if g.size_known {
+                self.missing_count += rest;
+            }
+            self.overflow = Some(at);
+            self.dirty_gaps.insert(at);
+            self.unstored_gaps.insert(at);
+        }
+        true
     }
 
     /// Folds the gap at `first` into the overflow gap (which it becomes when there is none).

@@ -87,3 +87,33 @@ fn folded_gaps_become_one_overflow_gap_that_spans_and_counts_them() {
     let back = PartitionLedger::restore(41, false, l.snapshot());
     assert_eq!(back.overflow(), Some(1));
 }
+
+/// An acknowledgement of the overflow gap covers what it held when the operator saw it:
+/// gaps folded into it since (a round under way when the ack landed) stay open, as an
+/// overflow gap over the rest of the span with the rest of the count.
+#[test]
+fn an_acknowledged_overflow_gap_keeps_what_was_folded_after_the_ack_open() {
+    let mut l = isolated_losses(41);
+    l.fold_oldest(2);
+    l.take_dirty_gaps();
+    let o = l.gaps().find(|g| g.first == 1).cloned().expect("overflow");
+    assert_eq!((o.first, o.last, o.missing), (1, 5, 3));
+    // The operator saw 1..=3 with 2 missing; 5 was folded in since.
+    assert!(l.acknowledge_overflow(1, 3, 2));
+    let dirty = l.take_dirty_gaps();
+    let rest = dirty
+        .iter()
+        .find(|g| g.first == 4)
+        .expect("the rest, reported");
+    assert_eq!(
+        (rest.first, rest.last, rest.missing, rest.cause),
+        (4, 5, 1, crate::gap::GapCause::Folded)
+    );
+    assert_eq!(l.overflow(), Some(4));
+    assert_eq!(l.missing(), 18, "only the acknowledged 2 left");
+    assert_eq!(l.gauges().missing, 18);
+    // Acknowledged as it is: nothing left.
+    assert!(l.acknowledge_overflow(4, 5, 1));
+    assert_eq!(l.overflow(), None);
+    assert_eq!(l.missing(), 17);
+}
