@@ -215,6 +215,16 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
             context: context.to_string(),
             source,
         })?;
+        if to == 12 {
+            // Ledgers stored before v12 hold every given-up gap: retired here, so the first
+            // start of this version does not load them all back.
+            tx.execute_batch(RETIRE_STORED_GAPS)
+                .map_err(|source| StoreError::Sqlite {
+                    path: path.to_path_buf(),
+                    context: "retire the given-up gaps of stored ledgers".to_string(),
+                    source,
+                })?;
+        }
         if to == 6 {
             // v6 also moves the items out of every stored ledger's JSON.
             migrate_items(tx).map_err(|e| {
@@ -224,6 +234,37 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
     }
     Ok(())
 }
+
+/// v12: the stored ledgers' gaps that the ledger would retire at once (`retired.rs`): with
+/// records missing, no missing run left, not the tail gap, not a deleted range awaiting
+/// settlement, not an overflow gap. Their rows are marked retired, then their ledger items
+/// go: only those whose row is there and marked, so no gap is left in neither place.
+const RETIRE_STORED_GAPS: &str = "
+CREATE TEMP TABLE retiring AS
+    SELECT g.audit, g.topic, g.partition, g.first,
+        g.audit || ':' || g.topic || ':' || g.partition || ':' || g.first
+            || CASE WHEN COALESCE(json_extract(g.body, '$.epoch'), 0) > 0
+                    THEN '@' || json_extract(g.body, '$.epoch') ELSE '' END AS id
+    FROM ledger_items g JOIN progress p
+        ON p.audit = g.audit AND p.topic = g.topic AND p.partition = g.partition
+    WHERE g.kind = 1 AND json_valid(g.body) AND json_valid(p.ledger)
+      AND json_extract(g.body, '$.missing') > 0
+      AND COALESCE(json_extract(g.body, '$.unsettled'), 0) = 0
+      AND COALESCE(json_extract(g.body, '$.cause'), '') <> 'folded'
+      AND g.first IS NOT COALESCE(json_extract(p.ledger, '$.tail_gap'), 'none')
+      AND NOT EXISTS (
+          SELECT 1 FROM ledger_items m
+          WHERE m.audit = g.audit AND m.topic = g.topic AND m.partition = g.partition
+            AND m.kind = 0 AND json_valid(m.body)
+            AND json_extract(m.body, '$.gap') = g.first);
+UPDATE gaps SET retired = 1 WHERE id IN (SELECT id FROM retiring);
+DELETE FROM ledger_items
+    WHERE kind = 1 AND EXISTS (
+        SELECT 1 FROM retiring r JOIN gaps x ON x.id = r.id AND x.retired = 1
+        WHERE r.audit = ledger_items.audit AND r.topic = ledger_items.topic
+          AND r.partition = ledger_items.partition AND r.first = ledger_items.first);
+DROP TABLE retiring;
+";
 
 /// v12: `gaps.retired`, when the table does not have it yet.
 fn add_retired_column(tx: &Connection) -> rusqlite::Result<()> {

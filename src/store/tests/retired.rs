@@ -111,3 +111,73 @@ fn the_stores_count_is_the_ledgers_aggregate_and_ops_follow_the_ledgers_rules() 
         "not retired: untouched"
     );
 }
+
+/// A store written before v12 holds every given-up gap among its ledger items: the
+/// migration retires the ones the ledger would (no run left, not the tail gap), so the
+/// first start of this version does not load them all back.
+#[test]
+fn the_v12_migration_retires_the_given_up_gaps_of_stored_ledgers() {
+    let dir = tempfile::tempdir().unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 0);
+    // 1: given up (no run); 5: a run left; 9: the tail gap; 13: a deleted range unsettled.
+    let recs = vec![
+        record(1, 1, Some(1), None),
+        record(5, 1, Some(1), None),
+        record(9, 1, Some(1), None),
+        GapRecord {
+            unsettled: true,
+            size_known: false,
+            cause: GapCause::DeletedUnread,
+            ..record(13, 3, None, Some(1))
+        },
+    ];
+    let run = serde_json::json!({"run": {"first": 5, "last": 5}, "gap": 5, "detected_ms": 1});
+    let ledger = serde_json::json!({
+        "missing": [run],
+        "gaps": recs,
+        "tail_gap": 9,
+    });
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let gaps: Vec<Gap> = recs.iter().map(|g| g.to_gap("a", &tp)).collect();
+        let row = PartitionProgress {
+            topic: "t".to_string(),
+            partition: 0,
+            settled: 20,
+            ledger,
+            updated_at: Utc::now(),
+            items: None,
+        };
+        store.commit_round("a", &gaps, &[row]).unwrap();
+    }
+    {
+        // Back to v11: no `retired` column.
+        let conn = rusqlite::Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(
+            "DROP INDEX gaps_retired; ALTER TABLE gaps DROP COLUMN retired;
+             PRAGMA user_version = 11;",
+        )
+        .unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let p = store.load_progress("a").unwrap().pop().unwrap();
+    let (snap, bad) = crate::ledger::Snapshot::from_stored(&p.ledger);
+    assert!(bad.is_empty(), "{bad:?}");
+    let firsts: Vec<Offset> = snap.gaps.iter().map(|g| g.first).collect();
+    assert_eq!(
+        firsts,
+        vec![5, 9, 13],
+        "the given-up gap left the stored ledger"
+    );
+    let counted = store.settle_retired("a", "t", 0, &[]).unwrap();
+    assert_eq!(
+        counted,
+        RetiredGaps::count([&recs[0]]),
+        "and is counted retired"
+    );
+    assert_eq!(
+        store.list_gaps(&GapFilter::default()).unwrap().len(),
+        4,
+        "every row kept"
+    );
+}
