@@ -117,3 +117,42 @@ fn an_acknowledged_overflow_gap_keeps_what_was_folded_after_the_ack_open() {
     assert_eq!(l.overflow(), None);
     assert_eq!(l.missing(), 17);
 }
+
+/// A long incident: every second record lost, round after round, with records given up
+/// after 10 rounds. The gaps in memory stay at about 10 rounds' worth however long it
+/// lasts (flat after the first give-ups), while every gap stays counted.
+#[test]
+fn an_incident_longer_than_give_up_after_keeps_the_gaps_in_memory_flat() {
+    const ROUNDS: i64 = 60;
+    const PER_ROUND: i64 = 2_000;
+    const GIVE_UP_ROUNDS: i64 = 10;
+    let mut l = PartitionLedger::new(0, false);
+    let mut peak_after_first_give_up = 0;
+    for round in 0..ROUNDS {
+        let now = round * 10 * GRACE;
+        let from = round * PER_ROUND;
+        for o in from..from + PER_ROUND {
+            l.ingest(o, Some(now), exp(), now);
+        }
+        l.pipeline.observe(now, Some(from + PER_ROUND));
+        let segs = l.due(now + GRACE, GRACE, PER_ROUND as u64);
+        let present: BTreeSet<Offset> = (from..from + PER_ROUND).filter(|o| o % 2 == 0).collect();
+        l.apply(&oracle(&segs, &present), now + GRACE);
+        l.give_up(now + GRACE, GIVE_UP_ROUNDS * 10 * GRACE);
+        l.take_dirty_gaps();
+        l.stored();
+        if round > GIVE_UP_ROUNDS {
+            peak_after_first_give_up = peak_after_first_give_up.max(l.gaps_in_memory());
+        }
+    }
+    let per_round = (PER_ROUND / 2) as usize;
+    assert!(
+        peak_after_first_give_up <= (GIVE_UP_ROUNDS as usize + 1) * per_round,
+        "gaps in memory grew with the incident: {peak_after_first_give_up}"
+    );
+    let total = (ROUNDS * PER_ROUND / 2) as u64;
+    assert_eq!(l.missing(), total);
+    let g = l.gauges();
+    assert_eq!((g.open, g.missing), (total, total));
+    assert_eq!(l.completeness().blocking_gaps, total);
+}
