@@ -5,6 +5,7 @@
 use super::*;
 use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
 use crate::ledger::{RetiredGaps, RetiredOp};
+use chrono::TimeZone;
 
 /// Which rows of a partition count: retired, with records missing, not acknowledged (an
 /// acknowledged gap left the ledger's answers; late and repaired ones have none missing).
@@ -37,6 +38,7 @@ pub(super) fn fold(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// A ledger time (unix ms) as the store writes times.
 fn ms_ts(ms: i64) -> String {
     fmt_ts(
         Utc.timestamp_millis_opt(ms)
@@ -44,8 +46,6 @@ fn ms_ts(ms: i64) -> String {
             .unwrap_or_else(Utc::now),
     )
 }
-
-use chrono::TimeZone;
 
 impl Store {
     /// Marks the gaps `ids` retired (a takeover: the previous owner had retired them).
@@ -107,6 +107,7 @@ impl Store {
     }
 }
 
+/// Why the count failed: the query, or a row the store cannot read.
 enum CountError {
     Sql(rusqlite::Error),
     Corrupt(StoreError),
