@@ -24,6 +24,12 @@ BOUND_TESTS=(
   # 500,000 gaps: a page of /api/gaps < 1 s; four concurrent full listings raise VmRSS by
   # <= 64 MiB (issue 41 item 4).
   "--lib http::tests::four_full_listings_of_500k_gaps_stay_within_64_mib"
+  # 100,000 isolated gaps given up: at most one gap left in the ledger's memory, gauges,
+  # completeness and missing as before (issue 41 item 1).
+  "--lib ledger::tests::retired::given_up_gaps_leave_the_ledgers_memory_and_the_answers_stay_the_same"
+  # Every second record lost for 60 rounds, given up after 10: the gaps in memory stay
+  # within 11 rounds' worth (flat), every gap still counted (issue 41 item 1).
+  "--lib ledger::tests::retired::an_incident_longer_than_give_up_after_keeps_the_gaps_in_memory_flat"
   # `cargo run -- demo`'s whole run < 15 s.
   "--test demo demo_finishes_within_a_generous_bound"
   # The GapAuditorDataLoss alert reaches the Alertmanager webhook < 10 s after the loss.

@@ -85,6 +85,10 @@ pub enum GapCause {
     /// No pipeline group configured, or its commit history does not cover the gap.
     #[default]
     Unknown,
+    /// The partition's overflow gap: gaps folded together beyond `max_open_gaps` (first and
+    /// last offsets span them, `missing_records` is their sum; their own causes are not
+    /// kept).
+    Folded,
 }
 
 impl GapCause {
@@ -95,6 +99,7 @@ impl GapCause {
             GapCause::DroppedInFlight => "dropped_in_flight",
             GapCause::DeletedUnread => "deleted_unread",
             GapCause::Unknown => "unknown",
+            GapCause::Folded => "folded",
         }
     }
 
@@ -104,6 +109,7 @@ impl GapCause {
             "skipped_by_restart" => GapCause::SkippedByRestart,
             "dropped_in_flight" => GapCause::DroppedInFlight,
             "deleted_unread" => GapCause::DeletedUnread,
+            "folded" => GapCause::Folded,
             _ => GapCause::Unknown,
         }
     }

@@ -164,6 +164,11 @@ pub struct PartitionState {
     /// owner reports them `repaired`, not merely `late`, once it confirms them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replayed: Vec<String>,
+    /// Ids of those gaps that left the owner's memory (every missing run given up): the
+    /// next owner marks them retired in its store, where its ledger's aggregate of them is
+    /// counted (issue 41 item 1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<String>,
     /// key_columns: the owner's confirmed counts of the keys its missing records carry
     /// (each key's values), so the next owner does not take a row those confirmed records
     /// hold for a missing record's (a shared-key loss closed as late).

@@ -42,6 +42,7 @@ mod keys;
 mod listing;
 mod progress;
 mod replays;
+mod retired;
 mod schema;
 
 use gaps::{GAP_COLUMNS, RawGap};

@@ -73,7 +73,8 @@ impl<V: Verifier> Audit<V> {
                     if let Some(book) = self.checker.book_mut() {
                         book.release(&mut part.ledger, true);
                     }
-                    let (ledger, note) = self.diverged_ledger(&tp, &d, next, log, snap, now);
+                    let (mut ledger, note) = self.diverged_ledger(&tp, &d, next, log, snap, now);
+                    ledger.inherit_unstored(&mut part.ledger);
                     if let Some(book) = self.checker.book_mut() {
                         book.adopt(&ledger);
                     }
@@ -100,6 +101,8 @@ impl<V: Verifier> Audit<V> {
             self.parts.insert(tp.clone(), part);
             positions.push((tp, seek));
         }
+        // Before the write, as at assignment (see `assign`).
+        self.settle_retired().await;
         self.persist().await;
         // Until the thread has served this command, it may still report the old fetchers'
         // positions (the error's offset + 1, or where the recreated topic's old log was
@@ -142,6 +145,13 @@ impl<V: Verifier> Audit<V> {
                 snap.gaps,
             ),
         };
+        // The retired gaps beyond the divergence point (in the store only) go the same way.
+        let mut ledger = ledger;
+        let cut = match d {
+            Divergence::Truncated { resume } => *resume,
+            Divergence::Recreated { .. } => Offset::MIN,
+        };
+        ledger.retired_gone(cut, now_ms);
         let mut n = 0;
         for mut g in gone {
             if !g.size_known || g.missing == 0 {
@@ -350,6 +360,10 @@ impl<V: Verifier> Audit<V> {
                  since they were stored): given up, they stay missing and are no longer re-checked; \
                  settle them with `gap-auditor check` or `replay`");
         }
+        // Restored ledgers hold no retired gap: their aggregate is counted in the store.
+        // Before the write: a diverged ledger's old retired gaps are let go while the store
+        // still says the log diverged (a crash in between finds the divergence again).
+        self.settle_retired().await;
         if !self.writes.gaps.is_empty() {
             self.persist().await;
         }
@@ -453,7 +467,7 @@ impl<V: Verifier> Audit<V> {
                 items: None,
             };
             progress.insert(tp, row.clone());
-            imports.push((row, st.gaps, st.replayed));
+            imports.push((row, st.gaps, st.replayed, st.retired));
         }
         if imports.is_empty() {
             return;
@@ -461,9 +475,12 @@ impl<V: Verifier> Audit<V> {
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
         let written = blocking(move || {
-            for (row, gaps, replayed) in imports {
+            for (row, gaps, replayed, retired) in imports {
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
                 store.commit_round(&audit, &gaps, std::slice::from_ref(&row))?;
+                // In the previous owner's store only: the ledger restored here counts them
+                // from this one (`settle_retired`).
+                store.mark_retired(&retired)?;
                 for id in &replayed {
                     store.mark_replayed(id)?;
                 }

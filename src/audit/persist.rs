@@ -23,6 +23,8 @@ pub(super) struct Writes {
     /// cannot count a record in this lifetime and again in the next, which re-decides it.
     pub(super) verdicts: Vec<(TopicPartition, Applied, i64)>,
     pub(super) causes: Vec<(TopicPartition, &'static str)>,
+    /// Gaps folded into overflow gaps, counted once stored.
+    pub(super) folded: u64,
     /// (settled, ledger revision) last written per partition: unchanged ones are skipped.
     pub(super) stored: HashMap<TopicPartition, (Offset, u64)>,
     /// The settled offset last sent to Kafka per partition.
@@ -114,8 +116,33 @@ impl<V: Verifier> Audit<V> {
             .book()
             .map(KeyBook::claims_to_write)
             .unwrap_or_default();
+        // Gaps that left memory since the last write: marked retired with the write that
+        // drops their ledger items (their ledgers' revisions moved, so they are in `progress`).
+        let retired: Vec<String> = self
+            .parts
+            .iter()
+            .flat_map(|(tp, p)| {
+                p.ledger
+                    .retired_unstored()
+                    .iter()
+                    .map(|g| g.id(&self.cfg.name, tp))
+            })
+            .collect();
+        // Gaps folded into an overflow gap since the last write: their rows go as it is
+        // written.
+        let folded: Vec<String> = self
+            .parts
+            .iter()
+            .flat_map(|(tp, p)| {
+                p.ledger
+                    .folded_unstored()
+                    .iter()
+                    .map(|g| g.id(&self.cfg.name, tp))
+            })
+            .collect();
         if gaps.is_empty() && progress.is_empty() && keys.claims.is_empty() && !keys.whole {
             self.count_persisted();
+            self.settle_retired().await;
             return self.hand_over().await;
         }
         if self.handover.is_some() {
@@ -138,7 +165,7 @@ impl<V: Verifier> Audit<V> {
                     KeyClaims::Changes(&keys.claims)
                 };
                 store
-                    .commit_round_with_keys(&audit, &gaps, &progress, claims)
+                    .commit_round_retiring(&audit, &gaps, &progress, claims, &retired, &folded)
                     .map(|()| keys)
             }))
             .unwrap_or_else(|_| {
@@ -163,6 +190,7 @@ impl<V: Verifier> Audit<V> {
                     p.ledger.stored();
                 }
                 self.count_persisted();
+                self.settle_retired().await;
                 self.hand_over().await
             }
             Ok((Err(e), gaps)) => {
@@ -180,16 +208,58 @@ impl<V: Verifier> Audit<V> {
         }
     }
 
-    /// After a lost write: every gap the ledgers hold is to be written again.
+    /// After a lost write: every gap the ledgers hold is to be written again, and those
+    /// that left memory since the last write (their final rows went with it).
     pub(super) fn resave_gaps(&mut self) {
         let all: Vec<(TopicPartition, GapRecord)> = self
             .parts
             .iter()
-            .flat_map(|(tp, p)| p.ledger.gaps().map(move |g| (tp.clone(), g.clone())))
+            .flat_map(|(tp, p)| {
+                p.ledger
+                    .gaps()
+                    .chain(p.ledger.retired_unstored())
+                    .map(move |g| (tp.clone(), g.clone()))
+            })
             .collect();
         for (tp, g) in all {
             let gap = self.to_gap(&tp, &g);
             self.writes.gaps.entry(gap.id.clone()).or_insert(gap);
+        }
+    }
+
+    /// The store work the ledgers' retired gaps wait for ([`crate::ledger::RetiredWork`]):
+    /// rows the log start passed made unrecoverable, rows of a diverged log let go, and the
+    /// aggregate counted again, one partition at a time. Only once the store marks every
+    /// retirement (after a write): a failure leaves the work for the next round, the
+    /// aggregate as it was.
+    pub(super) async fn settle_retired(&mut self) {
+        let work: Vec<(TopicPartition, Vec<crate::ledger::RetiredOp>)> = self
+            .parts
+            .iter()
+            .filter_map(|(tp, p)| Some((tp.clone(), p.ledger.retired_work()?.ops.clone())))
+            .collect();
+        for (tp, ops) in work {
+            let store = self.store.clone();
+            let audit = self.cfg.name.clone();
+            let t = tp.clone();
+            let read = blocking(move || {
+                let n = ops.len();
+                store
+                    .settle_retired(&audit, &t.topic, t.partition, &ops)
+                    .map(|agg| (n, agg))
+            })
+            .await;
+            match read {
+                Ok((done, agg)) => {
+                    if let Some(p) = self.parts.get_mut(&tp) {
+                        p.ledger.retired_recounted(done, agg);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(audit = %self.cfg.name, %tp, error = %e,
+                        "cannot count the gaps that left memory (given up) in the store; their gauges stay as they were until it answers");
+                }
+            }
         }
     }
 
@@ -218,7 +288,12 @@ impl<V: Verifier> Audit<V> {
                 continue;
             };
             let snap = p.ledger.snapshot();
-            let mut ids: Vec<String> = snap.gaps.iter().map(|g| g.id(&self.cfg.name, tp)).collect();
+            let mut ids: Vec<String> = snap
+                .gaps
+                .iter()
+                .chain(p.ledger.retired_unstored())
+                .map(|g| g.id(&self.cfg.name, tp))
+                .collect();
             // Acknowledged gaps left the ledger, not the partition's story: the next owner
             // must know them too (ids are `audit:topic:partition:first`; neither names
             // contain `:`).
@@ -256,6 +331,7 @@ impl<V: Verifier> Audit<V> {
                     ),
                     gaps: Vec::new(),
                     replayed: Vec::new(),
+                    retired: Vec::new(),
                     key_claims,
                     // Stamped by `Handover::publish` from the handover's own order.
                     generation: 0,
@@ -271,13 +347,25 @@ impl<V: Verifier> Audit<V> {
             for (mut st, ids) in states {
                 // One query per partition, not one per gap (an incident holds 100,000s).
                 let ids: std::collections::HashSet<String> = ids.into_iter().collect();
-                for (g, replayed) in store.gaps_of_partition(&st.audit, &st.topic, st.partition)? {
-                    if ids.contains(&g.id) {
-                        if replayed {
-                            st.replayed.push(g.id.clone());
-                        }
-                        st.gaps.push(g);
+                for (g, replayed, retired) in
+                    store.gaps_of_partition(&st.audit, &st.topic, st.partition)?
+                {
+                    // Retired gaps (in the store only) go with the rest: the next owner's
+                    // ledger counts them from its store.
+                    if retired
+                        && matches!(
+                            g.state,
+                            GapState::Open | GapState::Unrecoverable | GapState::Unverifiable
+                        )
+                    {
+                        st.retired.push(g.id.clone());
+                    } else if !ids.contains(&g.id) {
+                        continue;
                     }
+                    if replayed {
+                        st.replayed.push(g.id.clone());
+                    }
+                    st.gaps.push(g);
                 }
                 out.push(st);
             }
@@ -345,9 +433,14 @@ impl<V: Verifier> Audit<V> {
             };
             // Out of the hot ledger: no more re-checks, gauges or claims on its keys. Only
             // what the gap held when it was acknowledged (its stored extent): records a
-            // round added since stay open, never folded into the acknowledgement.
-            part.ledger
-                .acknowledge_through(g.first_offset, g.last_offset);
+            // round added since stay open, never folded into the acknowledgement. A gap
+            // only the store holds (retired) leaves the aggregate when it is counted again.
+            if !part
+                .ledger
+                .acknowledge_overflow(g.first_offset, g.last_offset, g.missing_records)
+            {
+                part.ledger.retired_changed();
+            }
             if let Some(book) = self.checker.book_mut() {
                 for k in part.ledger.take_released_keys() {
                     book.forget_missing(&k);

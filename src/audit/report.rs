@@ -108,6 +108,10 @@ impl<V: Verifier> Audit<V> {
         for (_, cause) in std::mem::take(&mut self.writes.causes) {
             self.metrics.gap_detected(cause);
         }
+        let folded = std::mem::take(&mut self.writes.folded);
+        if folded > 0 {
+            self.metrics.gaps_folded(folded);
+        }
     }
 
     /// Gaps whose first record Kafka deleted (the log start passed them) become

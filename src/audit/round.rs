@@ -202,6 +202,7 @@ impl<V: Verifier> Audit<V> {
             }
         }
         self.cap_missing_keys();
+        self.cap_open_gaps();
         if self.cancel.is_cancelled() {
             // Shutting down: what was decided is persisted by the drain; the questions cut
             // short say nothing about the sink.
@@ -494,6 +495,53 @@ impl<V: Verifier> Audit<V> {
         self.metrics.missing_keys_dropped(dropped);
         tracing::warn!(audit = %self.cfg.name, dropped, max_missing_keys = cap,
             "max_missing_keys reached: the oldest {dropped} missing records are no longer re-checked (they stay missing; a late arrival among them goes unseen)");
+    }
+
+    /// Keeps the gaps the audit holds in memory within `max_open_gaps`: the partitions
+    /// holding most fold their oldest gaps into their overflow gap (`fold.rs`), never a
+    /// silent drop: the overflow gap spans and counts them, `gaps_folded_total` counts them.
+    pub(super) fn cap_open_gaps(&mut self) {
+        let cap = self.cfg.max_open_gaps;
+        let total: usize = self.parts.values().map(|p| p.ledger.gaps_in_memory()).sum();
+        if total <= cap {
+            return;
+        }
+        let mut excess = total - cap;
+        let mut order: Vec<(usize, TopicPartition)> = self
+            .parts
+            .iter()
+            .map(|(tp, p)| (p.ledger.gaps_in_memory(), tp.clone()))
+            .collect();
+        order.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let mut folded = 0;
+        for (_, tp) in order {
+            if excess == 0 {
+                break;
+            }
+            let Some(part) = self.parts.get_mut(&tp) else {
+                continue;
+            };
+            excess -= part.ledger.fold_oldest(excess).min(excess);
+            let n = part.ledger.take_folded();
+            if n == 0 {
+                continue;
+            }
+            folded += n;
+            if let Some(book) = self.checker.book_mut() {
+                for k in part.ledger.take_released_keys() {
+                    book.forget_missing(&k);
+                }
+            }
+            let dirty = part.ledger.take_dirty_gaps();
+            for g in dirty {
+                self.report_gap(&tp, &g);
+            }
+        }
+        self.writes.folded += folded;
+        if folded > 0 {
+            tracing::warn!(audit = %self.cfg.name, folded, max_open_gaps = cap,
+                "max_open_gaps reached: the oldest {folded} gaps were folded into their partition's overflow gap (cause `folded`: it spans them and counts their missing records; they are no longer re-checked)");
+        }
     }
 
     pub(super) async fn verify(

@@ -239,6 +239,9 @@ fn default_max_pending() -> usize {
 fn default_max_missing_keys() -> usize {
     1_000_000
 }
+fn default_max_open_gaps() -> usize {
+    1_000_000
+}
 fn default_query_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -301,6 +304,14 @@ pub struct AuditConfig {
     /// missing, counted in `gap_auditor_missing_keys_dropped_total`. Default 1000000.
     #[serde(default = "default_max_missing_keys")]
     pub max_missing_keys: usize,
+    /// Most gaps the audit keeps in memory, across its partitions (SPEC guarantee 12).
+    /// Beyond it the oldest (lowest offsets, taken from the partitions holding most) are
+    /// folded: their missing records stop being re-checked early, as after
+    /// `give_up_after`, and they merge into one *overflow gap* per partition whose first and
+    /// last offsets span every folded gap and whose `missing_records` is their sum (cause
+    /// `folded`), counted in `gap_auditor_gaps_folded_total`. Default 1000000, at least 1.
+    #[serde(default = "default_max_open_gaps")]
+    pub max_open_gaps: usize,
     /// `[audits.record]`: how Kafka record values are decoded and filtered.
     #[serde(default)]
     pub record: RecordConfig,

@@ -33,6 +33,7 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
             ack_reason: Some("known".into()),
         }],
         replayed: vec![Gap::make_id("dns", "logs", 3, 10)],
+        retired: Vec::new(),
         key_claims: vec![(vec!["10.0.0.1".into(), "a.com".into()], 2)],
         generation: 0,
         written_at: Utc.timestamp_opt(at_s, 0).unwrap(),

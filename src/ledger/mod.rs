@@ -15,6 +15,6 @@ pub use due::{Frontier, PipelineCommits};
 pub use keys::{ClaimsWrite, KeyBook, LOG_REWRITE_SLACK};
 pub use partition::{
     Applied, Delta, GapGauges, GapRecord, MissingRun, Observed, PartitionLedger, Probe,
-    RecheckBudget, Segment, Snapshot, Verdict,
+    RecheckBudget, RetiredGaps, RetiredOp, RetiredWork, Segment, Snapshot, Verdict,
 };
 pub use runs::OffsetRun;

@@ -26,13 +26,16 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod completeness;
 mod diverge;
+mod fold;
 mod ingest;
 mod keys;
 mod recheck;
 mod report;
+mod retired;
 mod settle;
 
 use completeness::CompletenessCache;
+pub use retired::{RetiredGaps, RetiredOp, RetiredWork};
 
 /// A pending run is extended by a new record only while it is younger than this, so that the
 /// time-only due rule (which uses the run's LAST seen time, the conservative choice) never
@@ -447,6 +450,21 @@ pub struct PartitionLedger {
     /// Gaps that stopped being the tail since [`Self::take_dirty_gaps`]: forgotten there
     /// if nothing in them is missing.
     untailed: Vec<Offset>,
+    /// Gaps whose missing runs were given up since [`Self::take_dirty_gaps`]: retired
+    /// there when none is left (`retired.rs`).
+    retire_candidates: Vec<Offset>,
+    /// The gaps that left memory, as an aggregate (`retired.rs`).
+    retired: RetiredGaps,
+    /// Gaps retired since [`Self::stored`] (see [`Self::retired_unstored`]).
+    retired_unstored: Vec<GapRecord>,
+    /// What the store must do for the retired gaps (see [`Self::retired_work`]).
+    retired_work: RetiredWork,
+    /// The first offset of the partition's overflow gap (`fold.rs`).
+    overflow: Option<Offset>,
+    /// See [`Self::folded_unstored`].
+    folded_unstored: Vec<GapRecord>,
+    /// Gaps folded since [`Self::take_folded`].
+    folded_count: u64,
     /// The pipeline group's commits on this partition (due rule input).
     pub pipeline: PipelineCommits,
     // --- Completeness (issue 18); see `partition/completeness.rs`. ---
@@ -569,6 +587,13 @@ impl PartitionLedger {
             recheck_lap_end: None,
             gauges: None,
             untailed: Vec::new(),
+            retire_candidates: Vec::new(),
+            retired: RetiredGaps::default(),
+            retired_unstored: Vec::new(),
+            retired_work: RetiredWork::default(),
+            overflow: None,
+            folded_unstored: Vec::new(),
+            folded_count: 0,
             log_start: Offset::MIN,
             missing_keys: 0,
             compacted_at: 0,
@@ -597,8 +622,15 @@ impl PartitionLedger {
             if g.size_known {
                 l.missing_count += g.missing;
             }
+            // Stored by a version that kept given-up gaps: retired at the next round.
+            l.retire_candidates.push(g.first);
+            if g.cause == GapCause::Folded {
+                l.overflow = Some(l.overflow.map_or(g.first, |o| o.min(g.first)));
+            }
             l.gaps.insert(g.first, g);
         }
+        // The retired gaps are in the store only: their aggregate is read from it.
+        l.retired_work.recount = true;
         l.tail_gap = snap.tail_gap;
         l.epoch = snap.epoch;
         l.truncated_from = snap.truncated_from;
@@ -677,23 +709,19 @@ impl PartitionLedger {
         self.pending_count
     }
 
-    /// Records currently missing (in open gaps).
+    /// Records currently missing (in open gaps), retired gaps' included.
     pub fn missing(&self) -> u64 {
-        self.missing_count
+        self.missing_count + self.retired.missing_known
     }
 
-    /// Gaps with missing records.
+    /// Gaps with missing records, retired ones included.
     pub fn open_gaps(&self) -> usize {
-        self.gaps.values().filter(|g| g.missing > 0).count()
+        self.gaps.values().filter(|g| g.missing > 0).count() + self.retired.gaps as usize
     }
 
-    /// Smallest record timestamp among open gaps (for retention deadlines).
-    pub fn oldest_open_gap_ts(&self) -> Option<i64> {
-        self.gaps
-            .values()
-            .filter(|g| g.missing > 0)
-            .filter_map(|g| g.min_ts)
-            .min()
+    /// Gaps with missing records the ledger holds in memory (not retired).
+    pub fn gaps_in_memory(&self) -> usize {
+        self.gaps.len()
     }
 
     /// Offset below which every expected record is confirmed or missing (the latter persisted

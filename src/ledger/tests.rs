@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 mod lifecycle;
 mod model;
 mod position;
+mod retired;
 mod review;
 mod scenarios;
 

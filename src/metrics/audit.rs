@@ -96,6 +96,7 @@ pub struct AuditMetrics {
     pipeline_group_up: OnceLock<IntGauge>,
     schema_registry_up: OnceLock<IntGauge>,
     missing_keys_dropped: OnceLock<IntCounter>,
+    gaps_folded: OnceLock<IntCounter>,
     complete_until: Mutex<Option<Gauge>>,
     gaps_detected: Mutex<HashMap<&'static str, IntCounter>>,
     partitions: Mutex<HashMap<TopicPartition, Arc<PartitionMetrics>>>,
@@ -123,6 +124,7 @@ impl AuditMetrics {
             pipeline_group_up: OnceLock::new(),
             schema_registry_up: OnceLock::new(),
             missing_keys_dropped: OnceLock::new(),
+            gaps_folded: OnceLock::new(),
             complete_until: Mutex::new(None),
             gaps_detected: Mutex::new(HashMap::new()),
             partitions: Mutex::new(HashMap::new()),
@@ -211,6 +213,13 @@ impl AuditMetrics {
                     .missing_keys_dropped
                     .with_label_values(&[&self.audit])
             })
+            .inc_by(n);
+    }
+
+    /// `n` gaps folded into overflow gaps beyond `max_open_gaps` (counted once stored).
+    pub fn gaps_folded(&self, n: u64) {
+        self.gaps_folded
+            .get_or_init(|| self.families.gaps_folded.with_label_values(&[&self.audit]))
             .inc_by(n);
     }
 

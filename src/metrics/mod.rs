@@ -93,6 +93,9 @@ pub struct Metrics {
     /// `gap_auditor_missing_keys_dropped_total{audit}`: keys of missing records no longer
     /// kept for re-checks because `max_missing_keys` was reached (they stay missing).
     pub missing_keys_dropped: IntCounterVec,
+    /// `gap_auditor_gaps_folded_total{audit}`: gaps folded into their partition's overflow
+    /// gap because the audit held more than `max_open_gaps` in memory (SPEC guarantee 12).
+    pub gaps_folded: IntCounterVec,
     /// `gap_auditor_build_info{version, revision}`, always 1.
     pub build_info: IntGaugeVec,
     /// `gap_auditor_complete_until_timestamp_seconds{audit}`: the sink is proven complete up
@@ -327,6 +330,11 @@ impl Metrics {
             missing_keys_dropped: f.int_counter(
                 "gap_auditor_missing_keys_dropped_total",
                 "Keys of missing records dropped beyond max_missing_keys: those records are no longer re-checked (they stay missing).",
+                &["audit"],
+            ),
+            gaps_folded: f.int_counter(
+                "gap_auditor_gaps_folded_total",
+                "Gaps folded into their partition's overflow gap beyond max_open_gaps: their records are no longer re-checked; the overflow gap spans them and counts their missing records.",
                 &["audit"],
             ),
             complete_until_timestamp_seconds: f.gauge(

@@ -30,6 +30,7 @@ const SPEC_FAMILIES: &[(&str, &str)] = &[
     ("gap_auditor_kafka_up", "gauge"),
     ("gap_auditor_pipeline_group_up", "gauge"),
     ("gap_auditor_complete_until_timestamp_seconds", "gauge"),
+    ("gap_auditor_gaps_folded_total", "counter"),
     ("gap_auditor_build_info", "gauge"),
 ];
 
@@ -108,6 +109,7 @@ fn touch_all(m: &Metrics, audit: &str, topic: &str, partition: &str) {
         .with_label_values(&[audit])
         .set(1_714_564_800.5);
     m.missing_keys_dropped.with_label_values(&[audit]).inc();
+    m.gaps_folded.with_label_values(&[audit]).inc();
     m.gaps_detected
         .with_label_values(&[audit, "skipped_by_restart"])
         .inc();

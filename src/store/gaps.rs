@@ -105,31 +105,36 @@ impl Store {
         Ok(out)
     }
 
-    /// Every gap of one partition of `audit`, with whether `replay` marked it, in offset
-    /// order: one query for a handover (which used to ask for each gap by id).
+    /// Every gap of one partition of `audit`, with whether `replay` marked it and whether
+    /// it is retired (in the store only, see `retired.rs`), in offset order: one query for a
+    /// handover (which used to ask for each gap by id).
     pub fn gaps_of_partition(
         &self,
         audit: &str,
         topic: &str,
         partition: i32,
-    ) -> Result<Vec<(Gap, bool)>, StoreError> {
+    ) -> Result<Vec<(Gap, bool, bool)>, StoreError> {
         let conn = self.lock();
         let ctx = || format!("list the gaps of {audit}/{topic}-{partition}");
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL FROM gaps
+                "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps
                  WHERE audit = ?1 AND topic = ?2 AND partition = ?3 ORDER BY first_offset"
             ))
             .map_err(self.sq(ctx()))?;
         let rows = stmt
             .query_map(params![audit, topic, partition], |row| {
-                Ok((RawGap::from_row(row)?, row.get::<_, bool>(20)?))
+                Ok((
+                    RawGap::from_row(row)?,
+                    row.get::<_, bool>(20)?,
+                    row.get::<_, bool>(21)?,
+                ))
             })
             .map_err(self.sq(ctx()))?;
         let mut out = Vec::new();
         for row in rows {
-            let (raw, replayed) = row.map_err(self.sq(ctx()))?;
-            out.push((self.decode_gap(raw)?, replayed));
+            let (raw, replayed, retired) = row.map_err(self.sq(ctx()))?;
+            out.push((self.decode_gap(raw)?, replayed, retired));
         }
         Ok(out)
     }

@@ -30,6 +30,23 @@ impl Store {
         progress: &[PartitionProgress],
         keys: KeyClaims<'_, K>,
     ) -> Result<(), StoreError> {
+        self.commit_round_retiring(audit, gaps, progress, keys, &[], &[])
+    }
+
+    /// [`Self::commit_round_with_keys`], and the gaps (by id) that left the daemon's memory
+    /// this round marked retired in the same transaction as the ledger write that drops
+    /// their items: the retired rows are exactly the ones no ledger holds (`retired.rs`).
+    /// `folded`: rows of gaps folded into their partition's overflow gap (`max_open_gaps`),
+    /// deleted as the overflow gap that now counts their records is written.
+    pub fn commit_round_retiring<K: AsRef<[u8]>>(
+        &self,
+        audit: &str,
+        gaps: &[Gap],
+        progress: &[PartitionProgress],
+        keys: KeyClaims<'_, K>,
+        retired: &[String],
+        folded: &[String],
+    ) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let now = fmt_ts(Utc::now());
         let tx = conn
@@ -154,6 +171,10 @@ impl Store {
             }
             write_key_claims(&tx, audit, keys)
                 .map_err(self.sq(format!("write the key book of audit {audit}")))?;
+            super::retired::mark(&tx, retired)
+                .map_err(self.sq(format!("mark the retired gaps of audit {audit}")))?;
+            super::retired::fold(&tx, folded)
+                .map_err(self.sq(format!("fold gaps of audit {audit}")))?;
         }
         tx.commit()
             .map_err(self.sq(format!("commit round of audit {audit}")))?;

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i32 = 11;
+pub(super) const SCHEMA_VERSION: i32 = 12;
 
 pub(super) const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS gaps (
@@ -167,6 +167,18 @@ CREATE INDEX IF NOT EXISTS gaps_listing ON gaps (detected_at DESC, id, state, au
 DROP INDEX IF EXISTS gaps_detected_at;
 ";
 
+/// v12: gaps that left the daemon's memory (issue 41 item 1: every missing run of theirs
+/// given up, so no verdict changes them again) are marked `retired`: their rows are final,
+/// and the ledger keeps only an aggregate of them, counted from these rows in one query
+/// (`retired.rs`) at assignment and after a change only the store can make (the log start
+/// passing them, an acknowledgement).
+/// The column itself is added by [`migrate`] unless the file has it already (a file taken
+/// back to an older `user_version` by hand keeps its columns).
+pub(super) const SCHEMA_V12: &str = "
+CREATE INDEX IF NOT EXISTS gaps_retired ON gaps (audit, topic, partition, first_offset)
+    WHERE retired = 1;
+";
+
 /// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
 /// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
 const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
@@ -181,6 +193,7 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     (SCHEMA_V9, "migrate schema to v9"),
     (SCHEMA_V10, "migrate schema to v10"),
     (SCHEMA_V11, "migrate schema to v11"),
+    (SCHEMA_V12, "migrate schema to v12"),
 ];
 
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the
@@ -190,17 +203,78 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
         if version >= to {
             continue;
         }
+        if to == 12 {
+            add_retired_column(tx).map_err(|source| StoreError::Sqlite {
+                path: path.to_path_buf(),
+                context: context.to_string(),
+                source,
+            })?;
+        }
         tx.execute_batch(sql).map_err(|source| StoreError::Sqlite {
             path: path.to_path_buf(),
             context: context.to_string(),
             source,
         })?;
+        if to == 12 {
+            // Ledgers stored before v12 hold every given-up gap: retired here, so the first
+            // start of this version does not load them all back.
+            tx.execute_batch(RETIRE_STORED_GAPS)
+                .map_err(|source| StoreError::Sqlite {
+                    path: path.to_path_buf(),
+                    context: "retire the given-up gaps of stored ledgers".to_string(),
+                    source,
+                })?;
+        }
         if to == 6 {
             // v6 also moves the items out of every stored ledger's JSON.
             migrate_items(tx).map_err(|e| {
                 e.into_store(path, "migrate ledgers to ledger_items".to_string(), "")
             })?;
         }
+    }
+    Ok(())
+}
+
+/// v12: the stored ledgers' gaps that the ledger would retire at once (`retired.rs`): with
+/// records missing, no missing run left, not the tail gap, not a deleted range awaiting
+/// settlement, not an overflow gap. Their rows are marked retired, then their ledger items
+/// go: only those whose row is there and marked, so no gap is left in neither place.
+const RETIRE_STORED_GAPS: &str = "
+CREATE TEMP TABLE retiring AS
+    SELECT g.audit, g.topic, g.partition, g.first,
+        g.audit || ':' || g.topic || ':' || g.partition || ':' || g.first
+            || CASE WHEN COALESCE(json_extract(g.body, '$.epoch'), 0) > 0
+                    THEN '@' || json_extract(g.body, '$.epoch') ELSE '' END AS id
+    FROM ledger_items g JOIN progress p
+        ON p.audit = g.audit AND p.topic = g.topic AND p.partition = g.partition
+    WHERE g.kind = 1 AND json_valid(g.body) AND json_valid(p.ledger)
+      AND json_extract(g.body, '$.missing') > 0
+      AND COALESCE(json_extract(g.body, '$.unsettled'), 0) = 0
+      AND COALESCE(json_extract(g.body, '$.cause'), '') <> 'folded'
+      AND g.first IS NOT COALESCE(json_extract(p.ledger, '$.tail_gap'), 'none')
+      AND NOT EXISTS (
+          SELECT 1 FROM ledger_items m
+          WHERE m.audit = g.audit AND m.topic = g.topic AND m.partition = g.partition
+            AND m.kind = 0 AND json_valid(m.body)
+            AND json_extract(m.body, '$.gap') = g.first);
+UPDATE gaps SET retired = 1 WHERE id IN (SELECT id FROM retiring);
+DELETE FROM ledger_items
+    WHERE kind = 1 AND EXISTS (
+        SELECT 1 FROM retiring r JOIN gaps x ON x.id = r.id AND x.retired = 1
+        WHERE r.audit = ledger_items.audit AND r.topic = ledger_items.topic
+          AND r.partition = ledger_items.partition AND r.first = ledger_items.first);
+DROP TABLE retiring;
+";
+
+/// v12: `gaps.retired`, when the table does not have it yet.
+fn add_retired_column(tx: &Connection) -> rusqlite::Result<()> {
+    let has: bool = tx.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('gaps') WHERE name = 'retired'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has {
+        tx.execute_batch("ALTER TABLE gaps ADD COLUMN retired INTEGER NOT NULL DEFAULT 0;")?;
     }
     Ok(())
 }

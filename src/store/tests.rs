@@ -694,7 +694,7 @@ fn gaps_of_one_partition_come_in_offset_order_with_their_replay_marks() {
         .gaps_of_partition("a", "t", 0)
         .unwrap()
         .into_iter()
-        .map(|(g, r)| (g.first_offset, r))
+        .map(|(g, r, _)| (g.first_offset, r))
         .collect();
     assert_eq!(got, vec![(2, false), (9, true)]);
 }
@@ -966,6 +966,7 @@ fn a_bad_key_chunk_is_an_error_naming_audit_and_chunk() {
 }
 
 mod key_log_props;
+mod retired;
 
 mod checkpoints {
     use super::*;

@@ -32,6 +32,7 @@ fn state(settled: i64, owner: &str, written_at: chrono::DateTime<Utc>) -> Partit
         ledger: serde_json::json!({}),
         gaps: Vec::new(),
         replayed: Vec::new(),
+        retired: Vec::new(),
         key_claims: Vec::new(),
         generation: 99,
         written_at,

@@ -20,6 +20,7 @@ mod key_forms;
 mod keys_at_scale;
 mod multi;
 mod offsets_interleaved;
+mod overflow;
 mod pipeline_group;
 mod real_broker;
 mod recreated;

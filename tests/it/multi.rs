@@ -968,3 +968,99 @@ async fn pipeline_starts_on(s: &Scenario, partitions: i32) {
             .await;
     }
 }
+
+/// Rows of `store` marked retired (issue 41 item 1: gaps that left the daemon's memory).
+fn retired_rows(store: &std::path::Path) -> BTreeSet<String> {
+    let conn = rusqlite::Connection::open(store.join(gap_auditor::store::DB_FILE)).expect("db");
+    let mut stmt = conn
+        .prepare("SELECT id FROM gaps WHERE retired = 1")
+        .expect("query");
+    stmt.query_map([], |r| r.get::<_, String>(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("ids")
+}
+
+/// Gaps whose records were all given up live in the store only (issue 41 item 1): the
+/// owner keeps counting them, and when their partition moves the handover carries them, so
+/// the next owner lists and counts them and the previous one drops its copies: never both,
+/// never neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn given_up_gaps_hand_over_with_their_partition() {
+    let s = Scenario::with_partitions("retiredho", PARTITIONS).await;
+    let handover = unique("handover");
+    let mut a = Instance::new(&s, "a", &handover);
+    let mut b = Instance::new(&s, "b", &handover);
+    for i in [&a, &b] {
+        let toml = std::fs::read_to_string(&i.config).expect("config");
+        let toml = toml.replacen(
+            "batch_size = 100",
+            "batch_size = 100\ngive_up_after = \"2s\"",
+            1,
+        );
+        assert!(toml.contains("give_up_after"), "{toml}");
+        std::fs::write(&i.config, toml).expect("config");
+    }
+    // Phase 1 loses 2 records on every partition: 6 gaps, 12 records.
+    produce_phase(&s, 0).await;
+    pipeline_starts(&s).await;
+    a.start();
+    pipeline_phase(&s, 0).await.expect("pipeline phase 1");
+    wait_owned(&[&a], PHASE, "A alone owns and settles all").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while retired_rows(&a.store).len() < PARTITIONS as usize {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "given-up gaps not retired: {:?}\n{}",
+            retired_rows(&a.store),
+            a.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(a.metric("gap_auditor_gaps_open").await, 6.0);
+    assert_eq!(a.metric("gap_auditor_records_missing").await, 12.0);
+
+    b.start();
+    let owned = wait_owned(&[&a, &b], PHASE, "A and B split the partitions").await;
+    let (a_owns, b_owns) = (owned[0].clone(), owned[1].clone());
+    // Together they count every gap once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let gaps =
+            a.metric("gap_auditor_gaps_open").await + b.metric("gap_auditor_gaps_open").await;
+        let missing = a.metric("gap_auditor_records_missing").await
+            + b.metric("gap_auditor_records_missing").await;
+        if (gaps, missing) == (6.0, 12.0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gaps {gaps}, missing {missing}\n--- a:\n{}\n--- b:\n{}",
+            a.log_text(),
+            b.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let partitions_of = |ids: &BTreeSet<String>| -> BTreeSet<i32> {
+        ids.iter()
+            .filter_map(|id| id.rsplit(':').nth(1)?.parse().ok())
+            .collect()
+    };
+    assert_eq!(
+        partitions_of(&b.open_gap_ids().await),
+        b_owns,
+        "B lists its partitions' gaps"
+    );
+    assert_eq!(
+        partitions_of(&a.open_gap_ids().await),
+        a_owns,
+        "A lists its own only"
+    );
+    assert_eq!(
+        partitions_of(&retired_rows(&b.store)),
+        b_owns,
+        "retired in B's store"
+    );
+    a.stop();
+    b.stop();
+}

@@ -8,6 +8,7 @@ mod held_release;
 mod overlap;
 mod persist;
 mod restore;
+mod retired;
 mod review_read_to;
 mod revocation;
 mod round;

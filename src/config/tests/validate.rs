@@ -721,3 +721,22 @@ fn identifying_coordinates_per_strategy() {
         "unparseable: assume all"
     );
 }
+
+/// SPEC's `[[audits]]` example carries `max_open_gaps`: a config copied from it loads, the
+/// default is 1000000, and 0 is refused naming the key (issue 41 item 1).
+#[test]
+fn max_open_gaps_loads_defaults_and_must_be_positive() {
+    assert_eq!(base().audits[0].max_open_gaps, 1_000_000);
+    let with = BASE.replacen(
+        "[audits.record]",
+        "max_open_gaps = 1000000\n[audits.record]",
+        1,
+    );
+    let cfg = Config::from_toml_str(&with).expect("SPEC's max_open_gaps line loads");
+    assert_eq!(cfg.audits[0].max_open_gaps, 1_000_000);
+    let five = Config::from_toml_str(&with.replace("max_open_gaps = 1000000", "max_open_gaps = 5"))
+        .expect("5");
+    assert_eq!(five.audits[0].max_open_gaps, 5);
+    let e = invalid(|c| c.audits[0].max_open_gaps = 0);
+    assert_err(&e, "audits[0].max_open_gaps", "must be at least 1");
+}

@@ -366,6 +366,12 @@ impl AuditConfig {
                 ),
             );
         }
+        if self.max_open_gaps == 0 {
+            return err(
+                format!("{p}.max_open_gaps"),
+                "must be at least 1 (the overflow gap of a partition is one gap)",
+            );
+        }
         if self.max_pending < self.batch_size {
             return err(
                 format!("{p}.max_pending"),

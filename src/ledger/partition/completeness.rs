@@ -78,19 +78,21 @@ impl PartitionLedger {
         }
         // States as reported (the same rule as the API's), for the kept few only.
         let nowhere = crate::gap::TopicPartition::new(String::new(), 0);
-        let gaps = earliest
-            .into_iter()
-            .filter_map(|(since, first)| {
-                let g = self.gaps.get(&first)?;
-                Some(BlockingGap {
+        let mut listed = self.retired.clone();
+        for (since, first) in earliest {
+            if let Some(g) = self.gaps.get(&first) {
+                listed.list(BlockingGap {
                     first,
                     since,
                     missing: g.missing,
                     state: g.to_gap("", &nowhere).state,
                     epoch: g.epoch,
-                })
-            })
-            .collect();
+                });
+            }
+        }
+        // Retired gaps block as they did in memory (`retired.rs`), the earliest listed.
+        blocking += self.retired.gaps;
+        let gaps = listed.earliest;
         let out = LedgerCompleteness {
             pending,
             gaps,

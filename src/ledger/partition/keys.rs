@@ -74,6 +74,8 @@ impl PartitionLedger {
         self.unstored_missing.clear();
         self.unstored_gaps.clear();
         self.unstored_replace = false;
+        self.retired_unstored.clear();
+        self.folded_unstored.clear();
     }
 
     /// A fresh ledger for a partition whose stored state could not be read: its writes

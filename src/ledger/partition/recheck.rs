@@ -188,6 +188,10 @@ impl PartitionLedger {
         let Some(g) = self.gaps.remove(&first) else {
             return false;
         };
+        if self.overflow == Some(first) {
+            // The next fold starts another overflow gap.
+            self.overflow = None;
+        }
         self.unstored_gaps.insert(first);
         // A gap's runs lie inside it: not a walk over every run of the partition per
         // acknowledgement (an operator acknowledging an incident's gaps one by one).

@@ -28,6 +28,13 @@ impl PartitionLedger {
                 },
             }
         }
+        // The retired gaps, as they were counted when they left memory.
+        let r = &self.retired;
+        out.open += r.open;
+        out.missing += r.open_missing;
+        out.deleted_ms = min_opt(out.deleted_ms, r.deleted_ms);
+        out.oldest_undeleted_ts = min_opt(out.oldest_undeleted_ts, r.oldest_undeleted_ts);
+        out.undeleted_without_ts += r.undeleted_without_ts;
         self.gauges = Some((self.revision, out.clone()));
         out
     }
@@ -69,13 +76,17 @@ impl PartitionLedger {
         let tail = self.tail_gap;
         let mut check: Vec<Offset> = dirty.into_iter().collect();
         check.append(&mut self.untailed);
-        for f in check {
+        for &f in &check {
             if Some(f) != tail && self.gaps.get(&f).is_some_and(|g| g.missing == 0) {
                 self.gaps.remove(&f);
                 self.unstored_gaps.insert(f);
                 self.revision += 1;
             }
         }
+        // Gaps with nothing left to re-check leave memory (their final state is in `out`
+        // or already in the store).
+        let given_up = std::mem::take(&mut self.retire_candidates);
+        self.retire_done(check.into_iter().chain(given_up));
         out
     }
 

@@ -278,6 +278,7 @@ impl PartitionLedger {
                 changed = true;
             }
         }
+        changed |= self.retired_log_start(log_start, now_ms);
         self.log_start = log_start;
         if changed {
             self.revision += 1;
@@ -309,6 +310,8 @@ impl PartitionLedger {
         self.revision += 1;
         let keys = m.keys.len() as u64;
         self.released_keys.append(&mut m.keys);
+        // Its gap may have no run left: it leaves memory at the next `take_dirty_gaps`.
+        self.retire_candidates.push(m.gap);
         if self.missing.is_empty() {
             self.probe = None;
         }

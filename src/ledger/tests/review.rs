@@ -32,6 +32,8 @@ enum Op {
     Settle { mask: u64 },
     /// Persist (the delta), then kill -9 and restore from what is stored.
     Crash,
+    /// `max_open_gaps` folds the oldest gaps until `n` fewer are in memory.
+    Fold { n: u8 },
 }
 
 fn arb_op() -> impl Strategy<Value = Op> {
@@ -47,6 +49,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
         1 => (1u8..5).prop_map(|n| Op::Skip { n }),
         1 => any::<u64>().prop_map(|mask| Op::Settle { mask }),
         2 => Just(Op::Crash),
+        1 => (1u8..4).prop_map(|n| Op::Fold { n }),
     ]
 }
 
@@ -62,7 +65,13 @@ fn persisted_gaps(l: &PartitionLedger) -> Vec<GapRecord> {
 }
 
 fn check_invariants(l: &mut PartitionLedger, step: usize) -> Result<(), TestCaseError> {
-    let in_gaps: u64 = l.gaps().filter(|g| g.size_known).map(|g| g.missing).sum();
+    // Gaps in memory, and those retired (in the store only).
+    let in_gaps: u64 = l
+        .gaps()
+        .filter(|g| g.size_known)
+        .map(|g| g.missing)
+        .sum::<u64>()
+        + l.retired().missing_known;
     prop_assert_eq!(l.missing(), in_gaps, "step {}: missing() vs the gaps", step);
     let snap = l.snapshot();
     let keys: u64 = snap.missing.iter().map(|m| m.keys.len() as u64).sum();
@@ -87,6 +96,8 @@ fn check_invariants(l: &mut PartitionLedger, step: usize) -> Result<(), TestCase
     // The cached gauges are the gauges of the ledger as it is.
     let cached = l.gauges();
     let mut fresh = PartitionLedger::restore(0, true, l.snapshot());
+    // The daemon counts the retired gaps from the store at assignment.
+    fresh.retired_recounted(0, l.retired().clone());
     prop_assert_eq!(cached, fresh.gauges(), "step {}: stale cached gauges", step);
     Ok(())
 }
@@ -119,6 +130,7 @@ fn run_ops(ops: Vec<Op>, probe: bool) -> Result<(), TestCaseError> {
         *stored = (l.settled(), items.write(l));
         prop_assert_eq!(&stored.1, &l.snapshot(), "step {}: the deltas add up", step);
         l.stored();
+        items.settle_retired(l);
         Ok(())
     };
     for (step, op) in ops.into_iter().enumerate() {
@@ -205,6 +217,15 @@ fn run_ops(ops: Vec<Op>, probe: bool) -> Result<(), TestCaseError> {
             Op::DropKeys { n } => {
                 l.drop_missing_keys(n as u64);
             }
+            Op::Fold { n } => {
+                let (before, missing) = (l.gaps_in_memory(), l.missing());
+                let down = l.fold_oldest(n as usize);
+                prop_assert!(down <= n as usize, "step {}: folded past the excess", step);
+                prop_assert_eq!(l.gaps_in_memory(), before - down, "step {}", step);
+                prop_assert_eq!(l.missing(), missing, "step {}: a fold drops nothing", step);
+                l.take_folded();
+                l.take_dirty_gaps();
+            }
             Op::LogStart { d } => {
                 log_start += d as Offset;
                 l.log_start_moved(log_start, now);
@@ -229,6 +250,7 @@ fn run_ops(ops: Vec<Op>, probe: bool) -> Result<(), TestCaseError> {
                 persist(&mut l, &mut items, &mut stored, step)?;
                 let before = l.clone();
                 let mut back = PartitionLedger::restore(stored.0, keyed, stored.1.clone());
+                items.settle_retired(&mut back);
                 prop_assert_eq!(
                     back.missing(),
                     before.missing(),

@@ -1,0 +1,211 @@
+//! Given-up gaps live in the store only (issue 41 item 1): the ledger keeps an aggregate of
+//! them, restored from the store with one query, and the gauges, completeness and
+//! acknowledgements answer as when every gap was held in memory.
+
+use super::harness::*;
+use crate::gap::GapState;
+
+/// `gap_auditor_gaps_open` and `gap_auditor_records_missing` of partition 0.
+fn open_gauges(h: &Harness) -> (i64, i64) {
+    let l = [AUDIT, TOPIC, "0"];
+    (
+        h.families.gaps_open.with_label_values(&l).get(),
+        h.families.records_missing.with_label_values(&l).get(),
+    )
+}
+
+/// Ten isolated losses (odd offsets of 0..21) declared, then given up.
+async fn ten_given_up(h: &mut Harness) {
+    h.assign_and_read((0, 0), expected(0..21)).await;
+    h.in_sink((0..21).filter(|o| o % 2 == 0));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.stored_gaps().len(), 10);
+    assert_eq!(open_gauges(h), (10, 10));
+    h.clock.advance(31_000);
+    h.audit.round().await;
+}
+
+#[tokio::test]
+async fn given_up_gaps_leave_memory() {
+    let mut h = harness(r#"give_up_after = "30s""#);
+    ten_given_up(&mut h).await;
+    let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+    assert_eq!(l.gaps().count(), 0, "given-up gaps still in memory");
+    assert_eq!(open_gauges(&h), (10, 10));
+}
+
+#[tokio::test]
+async fn given_up_gaps_are_not_reloaded_at_assignment() {
+    let mut h = harness(r#"give_up_after = "30s""#);
+    ten_given_up(&mut h).await;
+    let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+    let (gauges, completeness, missing) = (l.gauges(), l.completeness(), l.missing());
+    assert_eq!((gauges.open, gauges.missing, missing), (10, 10, 10));
+    assert_eq!(completeness.blocking_gaps, 10);
+    assert_eq!(open_gauges(&h), (10, 10));
+
+    h.audit.revoke(&[tp(0)]).await;
+    h.audit.assign(vec![tp(0)]).await;
+    let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+    assert_eq!(l.gaps().count(), 0, "given-up gaps reloaded at assignment");
+    assert_eq!(l.gauges(), gauges, "gauges as before the restart");
+    assert_eq!(l.completeness().blocking_gaps, 10);
+    assert_eq!(
+        l.completeness().gaps,
+        completeness.gaps,
+        "the same gaps listed"
+    );
+    assert_eq!(l.missing(), 10);
+    h.audit.publish();
+    assert_eq!(open_gauges(&h), (10, 10));
+    // The store rows are final and unchanged.
+    let stored = h.stored_gaps();
+    assert_eq!(stored.len(), 10);
+    assert!(
+        stored
+            .iter()
+            .all(|g| g.state == GapState::Open && g.missing_records == 1)
+    );
+}
+
+#[tokio::test]
+async fn an_acknowledged_given_up_gap_leaves_the_gauges() {
+    let mut h = harness(r#"give_up_after = "30s""#);
+    ten_given_up(&mut h).await;
+    let id = h
+        .stored_gaps()
+        .into_iter()
+        .find(|g| g.first_offset == 1)
+        .expect("gap at 1")
+        .id;
+    assert!(h.store.ack(&id, "known").expect("ack"));
+    h.audit.round().await;
+    assert_eq!(open_gauges(&h), (9, 9));
+    let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+    assert_eq!(l.missing(), 9);
+    let c = l.completeness();
+    assert_eq!(c.blocking_gaps, 9);
+    assert!(c.gaps.iter().all(|g| g.first != 1), "{c:?}");
+}
+
+#[tokio::test]
+async fn the_log_start_passing_given_up_gaps_makes_them_unrecoverable() {
+    let mut h = harness(r#"give_up_after = "30s""#);
+    ten_given_up(&mut h).await;
+    // Kafka deletes offsets below 6: the gaps at 1, 3 and 5.
+    h.audit
+        .tail
+        .watermarks
+        .lock()
+        .expect("lock")
+        .insert(tp(0), (6, 21));
+    h.audit.round().await;
+    let mut got: Vec<_> = h
+        .stored_gaps()
+        .into_iter()
+        .map(|g| (g.first_offset, g.state, g.unrecoverable_at.is_some()))
+        .collect();
+    got.sort_by_key(|g| g.0);
+    for (first, state, _) in &got {
+        let want = if *first < 6 {
+            GapState::Unrecoverable
+        } else {
+            GapState::Open
+        };
+        assert_eq!(*state, want, "gap at {first}: {got:?}");
+    }
+    let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+    let g = l.gauges();
+    assert_eq!((g.open, g.missing), (10, 10));
+    assert!(
+        g.deleted_ms.is_some(),
+        "the deletion reaches the gauges: {g:?}"
+    );
+    let c = l.completeness();
+    let unrecoverable = c
+        .gaps
+        .iter()
+        .filter(|g| g.state == GapState::Unrecoverable)
+        .count();
+    assert_eq!(unrecoverable, 3, "{c:?}");
+}
+
+#[tokio::test]
+async fn beyond_max_open_gaps_the_oldest_fold_into_one_overflow_gap() {
+    let mut h = harness("max_open_gaps = 5");
+    // Twenty isolated losses: the odd offsets of 0..41.
+    h.assign_and_read((0, 0), expected(0..41)).await;
+    h.in_sink((0..41).filter(|o| o % 2 == 0));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    let mut gaps: Vec<_> = h
+        .stored_gaps()
+        .into_iter()
+        .map(|g| {
+            (
+                g.first_offset,
+                g.last_offset,
+                g.missing_records,
+                g.cause.as_str(),
+            )
+        })
+        .collect();
+    gaps.sort_by_key(|g| g.0);
+    assert_eq!(
+        gaps,
+        vec![
+            (1, 31, 16, "folded"),
+            (33, 33, 1, "unknown"),
+            (35, 35, 1, "unknown"),
+            (37, 37, 1, "unknown"),
+            (39, 39, 1, "unknown"),
+        ],
+        "one overflow gap spanning the 16 oldest, the rest exact"
+    );
+    let folded = h.families.gaps_folded.with_label_values(&[AUDIT]).get();
+    assert_eq!(folded, 16);
+    assert_eq!(
+        open_gauges(&h),
+        (5, 20),
+        "every missing record still counted"
+    );
+    assert_eq!(h.counter(|m| &m.records_lost), 20);
+    assert_eq!(h.audit.parts[&tp(0)].ledger.gaps_in_memory(), 5);
+}
+
+/// A topic deleted and created again: the retired gaps of the old log are no longer
+/// followed, like the gaps in memory (unrecoverable, out of the gauges).
+#[tokio::test]
+async fn a_recreated_topic_lets_go_of_the_old_logs_given_up_gaps() {
+    let mut h = harness(r#"give_up_after = "30s""#);
+    h.kafka
+        .topic_ids
+        .lock()
+        .expect("lock")
+        .insert(TOPIC.to_string(), "A".to_string());
+    ten_given_up(&mut h).await;
+    h.audit.revoke(&[tp(0)]).await;
+    h.kafka
+        .topic_ids
+        .lock()
+        .expect("lock")
+        .insert(TOPIC.to_string(), "B".to_string());
+    h.kafka
+        .watermarks
+        .lock()
+        .expect("lock")
+        .insert(tp(0), (0, 25));
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(starts, vec![(tp(0), 0)], "the new log from its start");
+    let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+    let g = l.gauges();
+    assert_eq!((g.open, g.missing, l.missing()), (0, 0, 0), "{g:?}");
+    assert_eq!(l.completeness().blocking_gaps, 0);
+    let stored = h.stored_gaps();
+    assert_eq!(stored.len(), 10);
+    assert!(
+        stored.iter().all(|g| g.state == GapState::Unrecoverable),
+        "{stored:?}"
+    );
+}

@@ -1,0 +1,276 @@
+//! Retired gaps (issue 41 item 1): a gap whose missing runs were all given up can never
+//! change again through a verdict (nothing in it is re-checked), so it leaves the ledger's
+//! memory. Its store row is final and exact; the ledger keeps only [`RetiredGaps`], an
+//! aggregate that answers the gauges, `missing`, completeness and the log-start watch as the
+//! gaps themselves did. What only the store can answer (the log start passing some of them,
+//! an acknowledgement of one, a log that diverged under them) is asked of the store by the
+//! audit ([`RetiredWork`]), which then hands the recounted aggregate back
+//! ([`PartitionLedger::retired_recounted`]).
+//!
+//! Never retired: the tail gap (the next missing record extends it), a range Kafka deleted
+//! unread that the sink has not settled yet (`unsettled`), a gap still holding a missing run,
+//! and a gap with nothing missing (it is forgotten, as before).
+
+use super::*;
+use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
+use crate::gap::GapState;
+
+/// What a partition's retired gaps add to the ledger's answers. Additions are exact in
+/// memory; anything that takes from it is recounted from the store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetiredGaps {
+    /// Retired gaps with records missing (each blocks completeness).
+    pub gaps: u64,
+    /// Their missing records, over the gaps whose size is known (as [`PartitionLedger::missing`]).
+    pub missing_known: u64,
+    /// Those the gauges count open (state `open` or `unrecoverable`), and their missing records.
+    pub open: u64,
+    /// See [`Self::open`].
+    pub open_missing: u64,
+    /// Earliest time Kafka was seen deleting the first record of an open one (unix ms).
+    pub deleted_ms: Option<i64>,
+    /// Oldest record timestamp among the open ones Kafka has not deleted.
+    pub oldest_undeleted_ts: Option<i64>,
+    /// Open ones Kafka has not deleted without any record timestamp.
+    pub undeleted_without_ts: u64,
+    /// Lowest first offset among the open ones Kafka has not deleted: a log start beyond it
+    /// makes some of them unrecoverable.
+    pub undeleted_first: Option<Offset>,
+    /// The earliest by (record time, first offset), at most [`MAX_LISTED_GAPS`]: what
+    /// completeness lists of them.
+    pub earliest: Vec<BlockingGap>,
+}
+
+impl RetiredGaps {
+    /// The aggregate of `rows`, counted as the store counts its retired rows (the tests'
+    /// model of the store; `crate::store` counts with SQL).
+    pub fn count<'a>(rows: impl IntoIterator<Item = &'a GapRecord>) -> RetiredGaps {
+        let mut out = RetiredGaps::default();
+        for g in rows.into_iter().filter(|g| g.missing > 0) {
+            out.add(&blocking_of(g), g.size_known, g.deleted_ms);
+        }
+        out
+    }
+
+    /// What `op` does to the retired rows `rows` (the tests' model of the store, as
+    /// `Store::settle_retired` does it with SQL).
+    pub fn apply(op: RetiredOp, rows: &mut BTreeMap<Offset, GapRecord>) {
+        let open = |g: &GapRecord| g.missing > 0 && blocking_of(g).state == GapState::Open;
+        match op {
+            RetiredOp::Deleted { below, at_ms } => {
+                for g in rows.range_mut(..below).map(|(_, g)| g) {
+                    if open(g) {
+                        g.deleted_ms = Some(at_ms);
+                    }
+                }
+            }
+            RetiredOp::Gone { from, .. } => {
+                rows.retain(|f, _| *f < from);
+            }
+        }
+    }
+
+    /// Adds one gap (as the store reports it: `state`).
+    pub fn add(&mut self, g: &BlockingGap, size_known: bool, deleted_ms: Option<i64>) {
+        self.gaps += 1;
+        if size_known {
+            self.missing_known += g.missing;
+        }
+        if matches!(g.state, GapState::Open | GapState::Unrecoverable) {
+            self.open += 1;
+            self.open_missing += g.missing;
+            match (g.state, deleted_ms) {
+                (GapState::Unrecoverable, d) => self.deleted_ms = min_opt(self.deleted_ms, d),
+                _ => {
+                    match g.since {
+                        Since::At(ts) => {
+                            self.oldest_undeleted_ts = min_opt(self.oldest_undeleted_ts, Some(ts))
+                        }
+                        Since::Unknown => self.undeleted_without_ts += 1,
+                    }
+                    self.undeleted_first =
+                        Some(self.undeleted_first.map_or(g.first, |f| f.min(g.first)));
+                }
+            }
+        }
+        self.list(g.clone());
+    }
+
+    /// Keeps `g` among the earliest listed when it is one of them.
+    pub fn list(&mut self, g: BlockingGap) {
+        let key = |b: &BlockingGap| (b.since, b.first);
+        if self.earliest.len() == MAX_LISTED_GAPS
+            && self.earliest.last().is_some_and(|l| key(l) <= key(&g))
+        {
+            return;
+        }
+        let at = self.earliest.partition_point(|x| key(x) <= key(&g));
+        self.earliest.insert(at, g);
+        self.earliest.truncate(MAX_LISTED_GAPS);
+    }
+}
+
+/// A change to retired gaps only the store can make (their rows are there, not here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetiredOp {
+    /// Kafka's log start passed `below`: retired `open` gaps starting below it are
+    /// unrecoverable since `at_ms` (as `log_start_moved` marks the gaps in memory).
+    Deleted {
+        /// The new log start.
+        below: Offset,
+        /// When it was seen (unix ms).
+        at_ms: i64,
+    },
+    /// The log diverged at `from` (truncated there, or recreated: `Offset::MIN`): retired
+    /// gaps from it on are no longer followed; `open` ones are unrecoverable since `at_ms`,
+    /// as the gaps the diverged ledger took out are reported.
+    Gone {
+        /// The divergence point.
+        from: Offset,
+        /// When it was seen (unix ms).
+        at_ms: i64,
+    },
+}
+
+/// What the audit must do in the store for a partition's retired gaps: the operations, in
+/// order, then a recount of the aggregate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetiredWork {
+    /// Store changes, in order.
+    pub ops: Vec<RetiredOp>,
+    /// The aggregate must be read again from the store (after `ops`).
+    pub recount: bool,
+}
+
+impl RetiredWork {
+    /// Nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty() && !self.recount
+    }
+}
+
+impl PartitionLedger {
+    /// The aggregate of the retired gaps.
+    pub fn retired(&self) -> &RetiredGaps {
+        &self.retired
+    }
+
+    /// Gaps retired since the last [`Self::stored`]: the store marks their rows retired with
+    /// the write that deletes their ledger items (and a lost write writes them again).
+    pub fn retired_unstored(&self) -> &[GapRecord] {
+        &self.retired_unstored
+    }
+
+    /// What the store must do for the retired gaps, once it holds every retirement
+    /// ([`Self::retired_unstored`] empty): `None` when nothing.
+    pub fn retired_work(&self) -> Option<&RetiredWork> {
+        (!self.retired_work.is_empty() && self.retired_unstored.is_empty())
+            .then_some(&self.retired_work)
+    }
+
+    /// Something changed retired gaps in the store (an acknowledgement of one): the
+    /// aggregate is read again.
+    pub fn retired_changed(&mut self) {
+        if self.retired.gaps > 0 {
+            self.retired_work.recount = true;
+        }
+    }
+
+    /// The store did `done` (a prefix of [`Self::retired_work`]'s operations) and counted the
+    /// retired gaps it marks: `counted`.
+    pub fn retired_recounted(&mut self, done: usize, counted: RetiredGaps) {
+        let ops = &mut self.retired_work.ops;
+        ops.drain(..done.min(ops.len()));
+        self.retired_work.recount = !self.retired_work.ops.is_empty();
+        // Retirements the store does not mark yet count on top (none after a write).
+        let mut agg = counted;
+        for g in std::mem::take(&mut self.retired_unstored) {
+            agg.add(&blocking_of(&g), g.size_known, g.deleted_ms);
+            self.retired_unstored.push(g);
+        }
+        if agg != self.retired {
+            self.retired = agg;
+            self.revision += 1;
+        }
+    }
+
+    /// Retires the gaps among `candidates` that are done (see the module doc).
+    pub(super) fn retire_done(&mut self, candidates: impl IntoIterator<Item = Offset>) {
+        for f in candidates {
+            let Some(g) = self.gaps.get(&f) else {
+                continue;
+            };
+            let done = Some(f) != self.tail_gap
+                && Some(f) != self.overflow
+                && !g.unsettled
+                && g.missing > 0
+                && !self
+                    .missing
+                    .range(g.first..=g.last)
+                    .any(|(_, m)| m.gap == f);
+            if !done {
+                continue;
+            }
+            let Some(g) = self.gaps.remove(&f) else {
+                continue;
+            };
+            if g.size_known {
+                self.missing_count = self.missing_count.saturating_sub(g.missing);
+            }
+            self.retired
+                .add(&blocking_of(&g), g.size_known, g.deleted_ms);
+            self.dirty_gaps.remove(&f);
+            self.unstored_gaps.insert(f);
+            self.retired_unstored.push(g);
+            self.revision += 1;
+        }
+    }
+
+    /// The log start moved to `log_start` at `now_ms`: retired gaps it passed are made
+    /// unrecoverable by the store. Returns whether any is concerned.
+    pub(super) fn retired_log_start(&mut self, log_start: Offset, now_ms: i64) -> bool {
+        let passed = self.retired.undeleted_first.is_some_and(|f| f < log_start)
+            || self
+                .retired_unstored
+                .iter()
+                .any(|g| g.first < log_start && g.deleted_ms.is_none());
+        if passed {
+            self.retired_work.ops.push(RetiredOp::Deleted {
+                below: log_start,
+                at_ms: now_ms,
+            });
+            self.retired_work.recount = true;
+        }
+        passed
+    }
+
+    /// This ledger replaces `old` (the same partition, its log diverged): the store marks
+    /// and deletions `old` had not written yet are this ledger's to write, so a gap it
+    /// retired or folded just before is neither lost nor counted twice.
+    pub fn inherit_unstored(&mut self, old: &mut PartitionLedger) {
+        self.retired_unstored.append(&mut old.retired_unstored);
+        self.folded_unstored.append(&mut old.folded_unstored);
+    }
+
+    /// The ledger resumes on a log that diverged at `from`: the retired gaps from there on
+    /// are no longer followed (see [`RetiredOp::Gone`]).
+    pub fn retired_gone(&mut self, from: Offset, now_ms: i64) {
+        self.retired_work.ops.push(RetiredOp::Gone {
+            from,
+            at_ms: now_ms,
+        });
+        self.retired_work.recount = true;
+    }
+}
+
+/// A gap as completeness lists it.
+fn blocking_of(g: &GapRecord) -> BlockingGap {
+    let nowhere = crate::gap::TopicPartition::new(String::new(), 0);
+    BlockingGap {
+        first: g.first,
+        since: Since::of(g.min_ts),
+        missing: g.missing,
+        state: g.to_gap("", &nowhere).state,
+        epoch: g.epoch,
+    }
+}

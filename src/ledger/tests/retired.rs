@@ -1,0 +1,158 @@
+//! Given-up gaps leave the ledger's memory (issue 41 item 1): a long incident's gaps stay
+//! exact in the store, while the ledger keeps a small aggregate of them that answers the
+//! gauges and completeness as the gaps themselves did.
+
+use super::*;
+
+/// `n` records of which every second one (the odd offsets) is missing: `n / 2` isolated
+/// gaps, the last record present (no tail gap), all declared at `GRACE`.
+fn isolated_losses(n: Offset) -> PartitionLedger {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..n {
+        l.ingest(o, Some(o), exp(), 0);
+    }
+    l.pipeline.observe(0, Some(n));
+    let segs = l.due(GRACE, GRACE, n as u64);
+    let present: BTreeSet<Offset> = (0..n).filter(|o| o % 2 == 0).collect();
+    l.apply(&oracle(&segs, &present), GRACE);
+    l.take_dirty_gaps();
+    l
+}
+
+#[test]
+fn given_up_gaps_leave_the_ledgers_memory_and_the_answers_stay_the_same() {
+    let n = 200_001;
+    let mut l = isolated_losses(n);
+    assert_eq!(l.gaps().count(), 100_000);
+    let gauges = l.gauges();
+    let completeness = l.completeness();
+    let missing = l.missing();
+    assert_eq!((gauges.open, gauges.missing), (100_000, 100_000));
+
+    l.give_up(GRACE + 60_000, 60_000);
+    l.take_dirty_gaps();
+    assert!(
+        l.gaps().count() <= 1,
+        "given-up gaps still held in memory: {}",
+        l.gaps().count()
+    );
+    assert_eq!(l.missing_runs(), Vec::new());
+    assert_eq!(l.gauges(), gauges, "gauges as before");
+    assert_eq!(l.completeness(), completeness, "completeness as before");
+    assert_eq!(l.missing(), missing, "missing records as before");
+}
+
+/// `max_open_gaps`: the oldest gaps fold into one overflow gap that spans them and counts
+/// their missing records; the answers about missing records stay the same.
+#[test]
+fn folded_gaps_become_one_overflow_gap_that_spans_and_counts_them() {
+    // Gaps at the odd offsets 1..=39, the last record (40) present.
+    let mut l = isolated_losses(41);
+    assert_eq!(l.gaps_in_memory(), 20);
+    let missing = l.missing();
+    let reduced = l.fold_oldest(15);
+    assert_eq!(reduced, 15);
+    assert_eq!(l.gaps_in_memory(), 5);
+    assert_eq!(
+        l.take_folded(),
+        16,
+        "16 gaps folded, the first became the overflow gap"
+    );
+    assert_eq!(l.folded_unstored().len(), 15, "their rows replaced by it");
+    let dirty = l.take_dirty_gaps();
+    let o = dirty
+        .iter()
+        .find(|g| g.cause == crate::gap::GapCause::Folded)
+        .expect("the overflow gap is reported");
+    assert_eq!((o.first, o.last, o.missing), (1, 31, 16));
+    // Timestamps are bounds (a split pending run keeps its bounds): the folded gaps' own.
+    assert_eq!((o.min_ts, o.max_ts), (Some(0), Some(40)));
+    assert_eq!(l.overflow(), Some(1));
+    assert_eq!(l.missing(), missing, "no record dropped");
+    let g = l.gauges();
+    assert_eq!((g.open, g.missing), (5, 20));
+    assert_eq!(
+        l.missing_runs(),
+        vec![r(33, 33), r(35, 35), r(37, 37), r(39, 39)],
+        "folded records are no longer re-checked"
+    );
+    // A later fold grows the same overflow gap; it never retires.
+    assert_eq!(l.fold_oldest(2), 2);
+    l.take_dirty_gaps();
+    let o = l.gaps().find(|g| g.first == 1).expect("overflow");
+    assert_eq!((o.first, o.last, o.missing), (1, 35, 18));
+    assert_eq!(l.gaps_in_memory(), 3);
+    assert_eq!(l.take_folded(), 2);
+    // A restart keeps it the overflow gap.
+    let back = PartitionLedger::restore(41, false, l.snapshot());
+    assert_eq!(back.overflow(), Some(1));
+}
+
+/// An acknowledgement of the overflow gap covers what it held when the operator saw it:
+/// gaps folded into it since (a round under way when the ack landed) stay open, as an
+/// overflow gap over the rest of the span with the rest of the count.
+#[test]
+fn an_acknowledged_overflow_gap_keeps_what_was_folded_after_the_ack_open() {
+    let mut l = isolated_losses(41);
+    l.fold_oldest(2);
+    l.take_dirty_gaps();
+    let o = l.gaps().find(|g| g.first == 1).cloned().expect("overflow");
+    assert_eq!((o.first, o.last, o.missing), (1, 5, 3));
+    // The operator saw 1..=3 with 2 missing; 5 was folded in since.
+    assert!(l.acknowledge_overflow(1, 3, 2));
+    let dirty = l.take_dirty_gaps();
+    let rest = dirty
+        .iter()
+        .find(|g| g.first == 4)
+        .expect("the rest, reported");
+    assert_eq!(
+        (rest.first, rest.last, rest.missing, rest.cause),
+        (4, 5, 1, crate::gap::GapCause::Folded)
+    );
+    assert_eq!(l.overflow(), Some(4));
+    assert_eq!(l.missing(), 18, "only the acknowledged 2 left");
+    assert_eq!(l.gauges().missing, 18);
+    // Acknowledged as it is: nothing left.
+    assert!(l.acknowledge_overflow(4, 5, 1));
+    assert_eq!(l.overflow(), None);
+    assert_eq!(l.missing(), 17);
+}
+
+/// A long incident: every second record lost, round after round, with records given up
+/// after 10 rounds. The gaps in memory stay at about 10 rounds' worth however long it
+/// lasts (flat after the first give-ups), while every gap stays counted.
+#[test]
+fn an_incident_longer_than_give_up_after_keeps_the_gaps_in_memory_flat() {
+    const ROUNDS: i64 = 60;
+    const PER_ROUND: i64 = 2_000;
+    const GIVE_UP_ROUNDS: i64 = 10;
+    let mut l = PartitionLedger::new(0, false);
+    let mut peak_after_first_give_up = 0;
+    for round in 0..ROUNDS {
+        let now = round * 10 * GRACE;
+        let from = round * PER_ROUND;
+        for o in from..from + PER_ROUND {
+            l.ingest(o, Some(now), exp(), now);
+        }
+        l.pipeline.observe(now, Some(from + PER_ROUND));
+        let segs = l.due(now + GRACE, GRACE, PER_ROUND as u64);
+        let present: BTreeSet<Offset> = (from..from + PER_ROUND).filter(|o| o % 2 == 0).collect();
+        l.apply(&oracle(&segs, &present), now + GRACE);
+        l.give_up(now + GRACE, GIVE_UP_ROUNDS * 10 * GRACE);
+        l.take_dirty_gaps();
+        l.stored();
+        if round > GIVE_UP_ROUNDS {
+            peak_after_first_give_up = peak_after_first_give_up.max(l.gaps_in_memory());
+        }
+    }
+    let per_round = (PER_ROUND / 2) as usize;
+    assert!(
+        peak_after_first_give_up <= (GIVE_UP_ROUNDS as usize + 1) * per_round,
+        "gaps in memory grew with the incident: {peak_after_first_give_up}"
+    );
+    let total = (ROUNDS * PER_ROUND / 2) as u64;
+    assert_eq!(l.missing(), total);
+    let g = l.gauges();
+    assert_eq!((g.open, g.missing), (total, total));
+    assert_eq!(l.completeness().blocking_gaps, total);
+}

@@ -1,0 +1,212 @@
+//! Retired gaps (schema v12): rows of gaps that left the daemon's memory, the changes only
+//! the store can make to them, and the aggregate the ledger keeps of them
+//! ([`crate::ledger::RetiredGaps`]), counted in one query, never by loading every row.
+
+use super::*;
+use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
+use crate::ledger::{RetiredGaps, RetiredOp};
+use chrono::TimeZone;
+
+/// Which rows of a partition count: retired, with records missing, not acknowledged (an
+/// acknowledged gap left the ledger's answers; late and repaired ones have none missing).
+const COUNTED: &str = "audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
+    AND missing_records > 0 AND state IN ('open', 'unrecoverable', 'unverifiable')";
+
+/// Marks the gaps `ids` retired (inside the round's transaction).
+pub(super) fn mark(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = tx.prepare_cached("UPDATE gaps SET retired = 1 WHERE id = ?1")?;
+    for id in ids {
+        stmt.execute(params![id])?;
+    }
+    Ok(())
+}
+
+/// Deletes the rows of gaps folded into an overflow gap (inside the round's transaction,
+/// which writes the overflow gap). A row an operator acknowledged meanwhile stays.
+pub(super) fn fold(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut stmt =
+        tx.prepare_cached("DELETE FROM gaps WHERE id = ?1 AND state <> 'acknowledged'")?;
+    for id in ids {
+        stmt.execute(params![id])?;
+    }
+    Ok(())
+}
+
+/// A ledger time (unix ms) as the store writes times.
+fn ms_ts(ms: i64) -> String {
+    fmt_ts(
+        Utc.timestamp_millis_opt(ms)
+            .single()
+            .unwrap_or_else(Utc::now),
+    )
+}
+
+impl Store {
+    /// Marks the gaps `ids` retired (a takeover: the previous owner had retired them).
+    pub fn mark_retired(&self, ids: &[String]) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let ctx = || "mark handed-over gaps retired".to_string();
+        let tx = conn.transaction().map_err(self.sq(ctx()))?;
+        mark(&tx, ids).map_err(self.sq(ctx()))?;
+        tx.commit().map_err(self.sq(ctx()))
+    }
+
+    /// Applies `ops` to the retired gaps of one partition, in order, and counts them, in one
+    /// transaction: the aggregate the ledger keeps of them.
+    pub fn settle_retired(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        ops: &[RetiredOp],
+    ) -> Result<RetiredGaps, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || format!("count the retired gaps of {audit}/{topic}-{partition}");
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let now = fmt_ts(Utc::now());
+        for op in ops {
+            match *op {
+                // As `log_start_moved` marks a gap in memory.
+                RetiredOp::Deleted { below, at_ms } => tx.execute(
+                    "UPDATE gaps SET state = 'unrecoverable', unrecoverable_at = ?5,
+                            updated_at = ?6
+                     WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
+                       AND state = 'open' AND missing_records > 0 AND first_offset < ?4",
+                    params![audit, topic, partition, below, ms_ts(at_ms), now],
+                ),
+                // As `diverged_ledger` reports the gaps it no longer follows.
+                RetiredOp::Gone { from, at_ms } => tx.execute(
+                    "UPDATE gaps SET
+                        state = CASE WHEN state = 'open' AND size_known AND missing_records > 0
+                                     THEN 'unrecoverable' ELSE state END,
+                        unrecoverable_at = CASE WHEN state = 'open' AND size_known
+                                                     AND missing_records > 0
+                                                THEN ?5 ELSE unrecoverable_at END,
+                        retired = 0, updated_at = ?6
+                     WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
+                       AND first_offset >= ?4",
+                    params![audit, topic, partition, from, ms_ts(at_ms), now],
+                ),
+            }
+            .map_err(self.sq(ctx()))?;
+        }
+        let out = count(&tx, &self.path, audit, topic, partition).map_err(|e| match e {
+            CountError::Sql(e) => self.sq(ctx())(e),
+            CountError::Corrupt(s) => s,
+        })?;
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(out)
+    }
+}
+
+/// Why the count failed: the query, or a row the store cannot read.
+enum CountError {
+    Sql(rusqlite::Error),
+    Corrupt(StoreError),
+}
+
+impl From<rusqlite::Error> for CountError {
+    fn from(e: rusqlite::Error) -> Self {
+        CountError::Sql(e)
+    }
+}
+
+/// The aggregate of one partition's retired gaps: one aggregate query and one for the
+/// earliest few (completeness lists them).
+fn count(
+    tx: &Connection,
+    path: &Path,
+    audit: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<RetiredGaps, CountError> {
+    type Row = (
+        i64,
+        i64,
+        i64,
+        i64,
+        Option<String>,
+        Option<String>,
+        i64,
+        Option<i64>,
+    );
+    let row: Row = tx
+        .prepare_cached(&format!(
+            "SELECT COUNT(*),
+                COALESCE(SUM(CASE WHEN size_known THEN missing_records ELSE 0 END), 0),
+                COALESCE(SUM(state IN ('open', 'unrecoverable')), 0),
+                COALESCE(SUM(CASE WHEN state IN ('open', 'unrecoverable')
+                                  THEN missing_records ELSE 0 END), 0),
+                MIN(CASE WHEN state = 'unrecoverable' THEN unrecoverable_at END),
+                MIN(CASE WHEN state = 'open' THEN first_timestamp END),
+                COALESCE(SUM(state = 'open' AND first_timestamp IS NULL), 0),
+                MIN(CASE WHEN state = 'open' THEN first_offset END)
+             FROM gaps WHERE {COUNTED}"
+        ))?
+        .query_row(params![audit, topic, partition], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+            ))
+        })?;
+    let what = format!("retired gaps of {audit}/{topic}-{partition}");
+    let ms = |s: Option<String>| -> Result<Option<i64>, CountError> {
+        s.map(|s| parse_ts(path, &s, &what).map(|t| t.timestamp_millis()))
+            .transpose()
+            .map_err(CountError::Corrupt)
+    };
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    let mut out = RetiredGaps {
+        gaps: n(row.0),
+        missing_known: n(row.1),
+        open: n(row.2),
+        open_missing: n(row.3),
+        deleted_ms: ms(row.4)?,
+        oldest_undeleted_ts: ms(row.5)?,
+        undeleted_without_ts: n(row.6),
+        undeleted_first: row.7,
+        earliest: Vec::new(),
+    };
+    // Completeness order: no timestamp first (it could be older than anything), then by
+    // time and first offset (`Since`).
+    let mut stmt = tx.prepare_cached(&format!(
+        "SELECT id, first_offset, first_timestamp, missing_records, state FROM gaps
+         WHERE {COUNTED}
+         ORDER BY first_timestamp IS NOT NULL, first_timestamp, first_offset LIMIT {MAX_LISTED_GAPS}"
+    ))?;
+    let rows: Vec<(String, i64, Option<String>, i64, String)> = stmt
+        .query_map(params![audit, topic, partition], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    for (id, first, ts, missing, state) in rows {
+        let state = GapState::parse(&state).ok_or_else(|| {
+            CountError::Corrupt(StoreError::Corrupt {
+                path: path.to_path_buf(),
+                what: format!("gap {id}: unknown state {state:?}"),
+            })
+        })?;
+        out.earliest.push(BlockingGap {
+            first,
+            since: Since::of(ms(ts)?),
+            missing: n(missing),
+            state,
+            epoch: Gap::epoch_of_id(&id),
+        });
+    }
+    Ok(out)
+}
