@@ -10,10 +10,10 @@ use std::time::Instant;
 #[test]
 fn bench_smoke_runs_and_prints_the_table() {
     let brokers = std::env::var("GAP_AUDITOR_TEST_KAFKA").expect(
-        "GAP_AUDITOR_TEST_KAFKA is not set: run scripts/test.sh (it starts tansu and MariaDB)",
+        "GAP_AUDITOR_TEST_KAFKA is not set: run scripts/test.sh (it starts Kafka and MariaDB)",
     );
     let mysql = std::env::var("GAP_AUDITOR_TEST_MYSQL").expect(
-        "GAP_AUDITOR_TEST_MYSQL is not set: run scripts/test.sh (it starts tansu and MariaDB)",
+        "GAP_AUDITOR_TEST_MYSQL is not set: run scripts/test.sh (it starts Kafka and MariaDB)",
     );
     let started = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_bench"))

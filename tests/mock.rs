@@ -1,7 +1,9 @@
-//! Behaviour that needs a broker with exact watermarks and retention: librdkafka's mock
-//! cluster (`rdkafka::mocking`), which deletes a partition's oldest records once it holds
-//! more than ~5 MiB — tansu's memory storage never deletes anything — and exact control of
-//! backpressure. No external service.
+//! Behaviour that needs a broker with exact watermarks and retention, without an external
+//! service: librdkafka's mock cluster (`rdkafka::mocking`), which deletes a partition's
+//! oldest records once it holds more than ~5 MiB, and exact control of backpressure. (It
+//! was chosen when the test broker was tansu, whose memory storage never deleted anything;
+//! retention and DeleteRecords on the real broker, Apache Kafka 4.4, are covered end to end
+//! in tests/it/real_broker.rs.)
 
 #[path = "it/support.rs"]
 mod support;

@@ -1,9 +1,10 @@
 //! The observability kit (issue 4): alert rules, their promtool unit tests, the example
-//! Prometheus config, the Grafana dashboard — and the end-to-end proof on real servers:
-//! the auditor runs a loss scenario on tansu + MariaDB, a real Prometheus (started here on a
-//! free loopback port) scrapes it every second and loads `config/alerts/gap-auditor.rules.yml`
-//! unchanged, a real Alertmanager (`prometheus-alertmanager`, also started here) delivers
-//! `GapAuditorDataLoss` to a webhook receiver inside this test, and every PromQL query of
+//! Prometheus config, the Grafana dashboard — and the end-to-end proof on real servers: the
+//! auditor runs a loss scenario on Apache Kafka 4.4 + MariaDB, a real Prometheus (started
+//! here on a free loopback port) scrapes it every second and loads
+//! `config/alerts/gap-auditor.rules.yml` unchanged, a real Alertmanager
+//! (`prometheus-alertmanager`, also started here) delivers `GapAuditorDataLoss` to a
+//! webhook receiver inside this test, and every PromQL query of
 //! `dashboards/gap-auditor.json` must return data from that Prometheus.
 //!
 //! Tools: `promtool`, `prometheus` (Debian package `prometheus`) and `prometheus-alertmanager`
@@ -994,9 +995,10 @@ async fn webhook(listener: tokio::net::TcpListener, tx: mpsc::UnboundedSender<Va
 /// Prometheus and Alertmanager deliver GapAuditorDataLoss for partition 1 (and nothing else)
 /// to the webhook; then every dashboard query returns data from that Prometheus.
 ///
-/// Broker behaviour relied on: one record per batch (support's producer), so tansu's log end
-/// offsets are right; the pipeline stand-in "restarts from latest" at the offset the test
-/// knows from the producer's acknowledgements.
+/// Broker behaviour relied on: the log end offsets are right (exact on Kafka; support's
+/// producer still sends one record per batch, which tansu, the broker before, needed); the
+/// pipeline stand-in "restarts from latest" at the offset the test knows from the
+/// producer's acknowledgements.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn data_loss_alert_reaches_alertmanager_and_every_panel_has_data() {
     let started = Instant::now();

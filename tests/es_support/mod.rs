@@ -119,8 +119,9 @@ pub async fn bulk_write(index: &str, docs: &[(Option<String>, Value)]) {
     assert!(errors.is_empty(), "bulk items failed: {errors:?}");
 }
 
-/// Sends `values` to `partition` in pipelined batches (the auditor starts at `earliest`, so
-/// tansu's end-offset quirk for multi-record batches does not matter); returns the offsets.
+/// Sends `values` to `partition` in pipelined (multi-record) batches; returns the offsets.
+/// Kafka's end offsets are exact for such batches (tansu's, the broker before, were not,
+/// which did not matter either: the auditor starts at `earliest`).
 pub async fn produce_many(topic: &str, partition: i32, values: &[String]) -> Vec<i64> {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", kafka())

@@ -1,10 +1,11 @@
-//! Completeness (issue 18, SPEC "Completeness") end to end on tansu + MariaDB: the gauge
-//! `gap_auditor_complete_until_timestamp_seconds`, `GET /api/completeness` and the real
-//! `gap-auditor wait` binary polling an in-process daemon.
+//! Completeness (issue 18, SPEC "Completeness") end to end on Apache Kafka 4.4 + MariaDB:
+//! the gauge `gap_auditor_complete_until_timestamp_seconds`, `GET /api/completeness` and
+//! the real `gap-auditor wait` binary polling an in-process daemon.
 //!
 //! Record times are read back from Kafka (the producer's CreateTime), never taken from the
-//! auditor's own answers. Broker behaviour relied on: one record per batch (support's
-//! producer), so the log end offsets tansu reports while fetching are right.
+//! auditor's own answers. Broker behaviour relied on: the log end offsets the broker reports
+//! while fetching are exact (Kafka's are for any batching; support's producer still sends
+//! one record per batch, which tansu, the broker before, needed for them).
 
 use crate::support::*;
 use chrono::{TimeZone, Utc};

@@ -1,8 +1,8 @@
 //! What the real `gap-auditor run` binary shows an operator beside its verdicts (issue 17),
-//! against tansu + MariaDB: the process metrics of ITS OWN process and the per-audit info
-//! metric on its real /metrics, and JSON logs (`GAP_AUDITOR_LOG_FORMAT=json`) whose event
-//! fields are top-level keys. A clean stream (every record written), so nothing else in the
-//! log distracts.
+//! against Apache Kafka 4.4 + MariaDB: the process metrics of ITS OWN process and the
+//! per-audit info metric on its real /metrics, and JSON logs
+//! (`GAP_AUDITOR_LOG_FORMAT=json`) whose event fields are top-level keys. A clean stream
+//! (every record written), so nothing else in the log distracts.
 
 use crate::support::*;
 use std::path::Path;

@@ -2,11 +2,11 @@
 //! values, undecodable and malformed records, transaction markers, and a pipeline group the
 //! auditor reads but must never touch.
 //!
-//! Broker behaviour relied on (tansu 0.6.0, see ../shared/TESTING.md): one record per batch
-//! gives contiguous, acknowledged offsets; a consumer that only `assign()`s and commits moves
-//! a group's offsets without joining it; `committed_offsets` from a never-subscribing client
-//! with the group's id reads another group's commits; transaction commit markers occupy an
-//! offset each.
+//! Broker behaviour relied on (Apache Kafka 4.4, see tests/support/env.md): one record per
+//! batch gives contiguous, acknowledged offsets; a consumer that only `assign()`s and
+//! commits moves a group's offsets without joining it; `committed_offsets` from a
+//! never-subscribing client with the group's id reads another group's commits; transaction
+//! commit markers occupy an offset each.
 
 use crate::support::*;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -150,8 +150,8 @@ fn model_gaps(fates: &[(i64, Fate)]) -> Vec<(i64, i64, i64, i64)> {
 /// Asserts: gaps are exactly those of the SPEC's definition over the lost records; no sink
 /// query errored; the sink table and the canary table still exist with their rows.
 ///
-/// Broker behaviour relied on: one record per batch (contiguous acked offsets); payloads up
-/// to ~64 KiB pass through tansu unchanged.
+/// Broker behaviour relied on: one record per batch (contiguous acked offsets); payloads of
+/// over 64 KiB (well below Kafka's default ~1 MiB limit) pass through the broker unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_key_values_no_query_error_correct_verdicts() {
     let s = Scenario::new("hostile").await;
@@ -298,19 +298,22 @@ async fn hostile_key_values_no_query_error_correct_verdicts() {
 
 /// Guarantee 4 (offset holes are never loss), for transaction commit markers. Twelve records
 /// are produced by a TRANSACTIONAL producer, three per transaction, one record per batch;
-/// each commit marker takes an offset that no consumer ever receives (on tansu: 3, 7 and 11
-/// between the records, 15 after the last — the holes are checked here from the acks and
-/// from the offsets the stand-in reads back, or the test would prove nothing). The pipeline
+/// each commit marker takes an offset that no consumer ever receives (3, 7 and 11 between the
+/// records, 15 after the last — the holes are checked here from the acks and from the
+/// offsets the stand-in reads back, or the test would prove nothing). The pipeline
 /// writes every record. Expected: no gap, 12 confirmed, and the settled watermark past the
 /// last record. With `offset_columns`, a verifier that treated a range's offsets as
 /// contiguous (expected = last - first + 1) would find fewer distinct offsets than it
 /// expects and declare the markers missing.
 ///
-/// Aborted records: tansu does not hide them under read_committed (TESTING.md), so their
-/// semantics (holes the consumer never sees) are covered by the ledger unit test
-/// `aborted_records_skipped_by_read_committed_are_holes` (src/ledger/tests.rs).
+/// Aborted records are not produced here: Kafka keeps their offsets and hides them under
+/// read_committed, and that is covered end to end by
+/// `completeness_txn::aborted_transactions_are_holes_never_loss_nor_unverifiable` (aborted
+/// batches mid-log and at the end: no loss, no gap, settled to the log end), and for the
+/// ledger alone by `aborted_records_skipped_by_read_committed_are_holes`
+/// (src/ledger/tests/scenarios.rs).
 ///
-/// Broker behaviour relied on: tansu accepts InitProducerId/AddPartitionsToTxn/EndTxn and
+/// Broker behaviour relied on: the broker serves InitProducerId/AddPartitionsToTxn/EndTxn and
 /// writes a control batch (one offset) per commit; librdkafka never delivers control
 /// records to consumers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -423,9 +426,14 @@ fn describe_group(group: &str) -> Vec<(String, usize)> {
 }
 
 /// DescribeGroups v0 sent by hand to the (single) broker, which is every group's
-/// coordinator: (state, member ids) of `group`. Needed because tansu's ListGroups does not
-/// list a group that has only active members, so librdkafka's `fetch_group_list` (ListGroups,
-/// then DescribeGroups of what was listed) cannot see members on tansu.
+/// coordinator: (state, member ids) of `group`. Written for tansu, the broker before Kafka,
+/// whose ListGroups did not list a group that had only active members, so librdkafka's
+/// `fetch_group_list` (ListGroups, then DescribeGroups of what was listed) could not see
+/// members there. Not needed on Apache Kafka 4.4, which lists such a group (checked once,
+/// in session 18: during [`pipeline_group_is_never_touched`], `fetch_group_list` showed the
+/// auditor's own group `Stable` with 1 member, as this function does); kept because it asks
+/// the coordinator directly, whatever ListGroups lists, and Kafka 4.4 still answers
+/// DescribeGroups v0.
 fn describe_group_raw(group: &str) -> (String, Vec<String>) {
     use std::io::{Read, Write};
     fn string(b: &[u8], at: &mut usize) -> String {
@@ -497,11 +505,13 @@ fn describe_group_raw(group: &str) -> (String, Vec<String>) {
 /// 6, while the auditor's OWN group has its one member during the run (the positive control
 /// that the membership probe can see a member at all).
 ///
-/// Broker limitation found: tansu's ListGroups omits groups that have active members and no
-/// commits, so librdkafka's `fetch_group_list(Some(group))` (ListGroups, then DescribeGroups
-/// of what was listed) returns nothing for such a group; it does list the pipeline group
-/// (state `Empty`, 0 members). The membership checks therefore send DescribeGroups v0
-/// directly ([`describe_group_raw`]); `fetch_group_list` is asserted where it can answer.
+/// The membership checks send DescribeGroups v0 directly ([`describe_group_raw`]), and
+/// `fetch_group_list` (ListGroups, then DescribeGroups of what was listed) is asserted for
+/// the pipeline group (state `Empty`, 0 members). Why both: on tansu, the broker before
+/// Kafka, ListGroups omitted groups that had active members and no commits, so
+/// `fetch_group_list` could not see the auditor's own group; Apache Kafka 4.4 lists it (see
+/// [`describe_group_raw`]), so both probes now work there and the raw one is kept as the
+/// one that does not depend on ListGroups.
 /// Offsets are read with a never-subscribing client carrying the group's id (OffsetFetch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pipeline_group_is_never_touched() {

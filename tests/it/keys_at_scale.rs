@@ -29,10 +29,13 @@
 //!   the tests below prove it on `utf8mb4_bin`, `utf8mb4_general_ci` and
 //!   `utf8mb4_nopad_bin` key columns, and that the plain query still shows the mechanism.
 //!
-//! Broker behaviour relied on (tansu 0.6.0, ../shared/TESTING.md): records produced in
-//! multi-record batches by one idempotent producer get contiguous offsets per partition; the
-//! last record of each partition is sent alone, so its acknowledged offset proves the count.
-//! A client that only `assign()`s and commits moves the pipeline group's offsets.
+//! Broker behaviour relied on (Apache Kafka 4.4, tests/support/env.md): records produced in
+//! multi-record batches by one idempotent, non-transactional producer get contiguous offsets
+//! per partition (no control records between them); the last record of each partition is
+//! sent alone, so its acknowledged offset proves the count (sending it alone was needed on
+//! tansu, the broker before, whose end offsets were right only after a one-record batch;
+//! harmless on Kafka). A client that only `assign()`s and commits moves the pipeline group's
+//! offsets.
 
 use crate::faults::Rng;
 use crate::support::*;

@@ -716,13 +716,15 @@ async fn broker_enforces_topic_limit() -> bool {
 /// and the next owner found only that stale state. Now the state is cut into chunks that
 /// each fit, and reassembled only when complete.
 ///
-/// The limit: tansu 0.6 accepts a topic's `max.message.bytes` but does not enforce it (the
-/// test probes this and records it), so the auditors' own producers are limited with
+/// The limit: the auditors' own producers are limited with
 /// `kafka.properties."message.max.bytes" = "100000"`, which librdkafka enforces client-side
-/// (a larger record fails at enqueue). The handover topic is also created with
-/// `max.message.bytes=100000`, so a broker that enforces it (Apache Kafka) tests the same.
-/// Broker behaviour relied on: one record per batch (the handover producer's default), so
-/// the high watermark the reader stops at is right on tansu.
+/// (a larger record fails at enqueue), so the test holds on any broker. The handover topic
+/// is also created with `max.message.bytes=100000`, which Apache Kafka (the test broker)
+/// enforces as well; tansu 0.6, the broker before, accepted it without enforcing it. The
+/// test probes which ([`broker_enforces_topic_limit`]) and records it in its figures.
+/// Broker behaviour relied on: the high watermark the reader stops at is the true log end
+/// (exact on Kafka for any batching; the handover producer's default of one record per
+/// batch is what made it right on tansu too).
 ///
 /// A decides 2,000 gaps and commits; B joins, A stops: B takes the state over (all 2,000
 /// gaps in its store, none detected again), decides 20 more, commits; A comes back with its
@@ -902,7 +904,8 @@ async fn two_thousand_gaps_hand_over_through_a_100_kb_record_limit() {
         false_positives: rep_set.difference(&exp_set).map(|g| g.3 as u64).sum(),
         false_negatives: exp_set.difference(&rep_set).map(|g| g.3 as u64).sum(),
         notes: format!(
-            "record limit 100000 B (kafka.properties message.max.bytes; tansu {} a topic's max.message.bytes); \
+            "record limit 100000 B (kafka.properties message.max.bytes; the test broker {} \
+             a topic's max.message.bytes); \
              2 handovers (A -> B with 2000 gaps, B -> A with 2020); final state {final_bytes} B of JSON \
              ({:.1}x the limit), read back complete; handover topic: {records} records, {chunks} chunks, \
              largest record {largest} B; failed publishes A {a1_errors} + B {b_errors} + A {a2_errors}; \

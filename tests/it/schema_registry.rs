@@ -1,4 +1,5 @@
-//! Avro and Protobuf topics (issue 19), end to end on the real broker (tansu) and MariaDB.
+//! Avro and Protobuf topics (issue 19), end to end on the real broker (Apache Kafka 4.4)
+//! and MariaDB.
 //!
 //! The records are encoded by the reference libraries: Confluent's Python serializers
 //! (`AvroSerializer` on fastavro, `ProtobufSerializer` on Google's protobuf runtime), run by

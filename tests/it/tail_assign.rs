@@ -5,14 +5,14 @@
 //! read nothing, not even the partitions it already had (cooperative rebalancing keeps
 //! them), and served no commits.
 //!
-//! Driven here: the real tailing thread (`kafka::tail::start`) on the shared tansu, two
-//! members of one auditor group with `cooperative-sticky` assignment, and a stand-in for the
-//! audit task that answers one assignment only after [`SLOW_ANSWER`]. Member A owns both
-//! partitions; B joins and takes one; B leaves, so A is assigned it again, and that answer
-//! is the slow one. Meanwhile records keep arriving on the partition A kept. Asserted:
-//! A delivers them during the wait (the old thread delivered none), the partition given back
-//! delivers nothing before its answer and then starts exactly at the offset answered, and a
-//! commit asked for during the wait is done during the wait.
+//! Driven here: the real tailing thread (`kafka::tail::start`) on the shared broker (Apache
+//! Kafka 4.4), two members of one auditor group with `cooperative-sticky` assignment, and a
+//! stand-in for the audit task that answers one assignment only after [`SLOW_ANSWER`].
+//! Member A owns both partitions; B joins and takes one; B leaves, so A is assigned it
+//! again, and that answer is the slow one. Meanwhile records keep arriving on the partition
+//! A kept. Asserted: A delivers them during the wait (the old thread delivered none), the
+//! partition given back delivers nothing before its answer and then starts exactly at the
+//! offset answered, and a commit asked for during the wait is done during the wait.
 
 use crate::support::*;
 use gap_auditor::config::KafkaConfig;

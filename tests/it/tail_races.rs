@@ -1,6 +1,6 @@
 //! Rebalance races of the tailing thread since starts are resolved outside the rebalance
-//! callback (a1d3be5), found by review and driven here on tansu with the real tailing thread
-//! and a stand-in audit task.
+//! callback (a1d3be5), found by review and driven here on the shared broker (Apache Kafka
+//! 4.4) with the real tailing thread and a stand-in audit task.
 //!
 //! 1. A `Command::Reposition` (the audit's answer to `OffsetOutOfRange`) that names a
 //!    partition whose start the audit answered but the thread had not applied yet. The

@@ -1,13 +1,15 @@
-//! More verdicts on situations the world produces (issue 13, items 7, 9 and 13), on the real
-//! broker (tansu) and MariaDB: a partition added while the auditor was stopped, the auditor
-//! group's commit ahead of its local store, and a pipeline group committed far beyond the
-//! log end.
-//! Item 6 (`check` with `doc_id`) needs the Elasticsearch-API server: tests/es_check.rs.
+//! More verdicts on situations the world produces (issue 13, items 7, 9 and 13), on the
+//! real broker (Apache Kafka 4.4) and MariaDB: a partition added while the auditor was
+//! stopped, the auditor group's commit ahead of its local store, and a pipeline group
+//! committed far beyond the log end. Item 6 (`check` with `doc_id`) needs the
+//! Elasticsearch-API server: tests/es_check.rs.
 //!
-//! Broker behaviour relied on (tansu 0.6.0, see ../shared/TESTING.md): every record is sent
-//! as its own batch (the support producer flushes after each), so the offsets are the
-//! producer's acknowledged ones and the high watermark the auditor reads (from fetch
-//! statistics, and from ListOffsets for `start = "latest"`) is the true log end.
+//! Broker behaviour relied on (Apache Kafka 4.4, see tests/support/env.md): the offsets are
+//! the producer's acknowledged ones (every record is sent as its own batch: the support
+//! producer flushes after each) and the high watermark the auditor reads (from fetch
+//! statistics, and from ListOffsets for `start = "latest"`) is the true log end, which
+//! Kafka reports for any batching (tansu, the broker before, only after one-record
+//! batches); CreatePartitions adds a partition (tansu refused it).
 
 use crate::support::*;
 use gap_auditor::status::PartitionStatus;
@@ -27,7 +29,7 @@ fn part(a: &Auditor, p: i32) -> Option<PartitionStatus> {
 }
 
 /// The offset `group` has committed on `topic`/`p`, read by a client with that group id that
-/// never subscribes (works on tansu, see TESTING.md).
+/// never subscribes (OffsetFetch only; it never joins the group).
 fn group_committed(group: &str, topic: &str, p: i32) -> Option<i64> {
     let c: BaseConsumer = group_client(group).create().expect("reader");
     let mut tpl = TopicPartitionList::new();
@@ -223,8 +225,8 @@ async fn a_partition_added_while_stopped_is_audited_from_its_log_start() {
 /// resumes at 20, so it counts only records ≥ 20 (`records_confirmed_total` = the 10 records
 /// 20–29), reads nothing below 20, and does not report offset 14 a second time.
 ///
-/// Broker behaviour relied on: tansu keeps consumer-group commits (read back here with a
-/// client of the auditor's group that never subscribes) and one-record batches.
+/// Broker behaviour relied on: the broker keeps consumer-group commits (read back here with
+/// a client of the auditor's group that never subscribes) and one-record batches.
 ///
 /// What the old code did wrong, and why this fails if the fix is reverted: the store's
 /// settled offset always won over the group's commit, so the new lifetime resumed at 10,
@@ -330,8 +332,9 @@ async fn a_group_commit_ahead_of_the_store_is_not_decided_again() {
 /// (offset 10) is not lost while it is younger than grace, and is reported once grace has
 /// passed, exactly once.
 ///
-/// Broker behaviour relied on: tansu accepts (and returns) a committed offset beyond the log
-/// end, like Kafka; one-record batches keep the log end the auditor learns exact.
+/// Broker behaviour relied on: Kafka accepts (and returns) a committed offset beyond the log
+/// end (OffsetCommit does not check it against the log); the log end the auditor learns is
+/// exact (one-record batches made it so on tansu, the broker before).
 ///
 /// What the old code did wrong, and why this fails if the fix is reverted: the commit 1000
 /// was taken as is, observed long before the records existed, so every record arriving

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub static KAFKA_OVERRIDE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Where a service variable is missing: run the whole suite, and gate a new binary.
-const NOT_SET: &str = "run scripts/test.sh (it starts tansu and MariaDB); a test binary that \
-     needs the services has `required-features = [\"services\"]` in Cargo.toml";
+const NOT_SET: &str = "run scripts/test.sh (it starts Apache Kafka, MariaDB and OpenSearch); \
+     a test binary that needs the services has `required-features = [\"services\"]` in \
+     Cargo.toml";
 
 /// Address of the test broker. Fails loudly: these tests need the real services.
 pub fn kafka() -> String {

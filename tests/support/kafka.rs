@@ -33,7 +33,8 @@ pub async fn create_topic(name: &str, partitions: i32) {
 }
 
 /// Creates a topic on the test broker with topic configs (`max.message.bytes`,
-/// `cleanup.policy`, ...). A broker may accept configs it does not enforce: tansu does.
+/// `cleanup.policy`, ...). A broker may accept configs it does not enforce (tansu, the test
+/// broker before Apache Kafka, accepted `max.message.bytes` without enforcing it).
 pub async fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", kafka())
@@ -130,8 +131,8 @@ impl TestProducer {
 }
 
 /// librdkafka's mock cluster (`rdkafka::mocking`) with one topic `t` of one partition. It
-/// deletes a partition's oldest records once it holds more than ~5 MiB, like retention
-/// (tansu's memory storage never deletes anything).
+/// deletes a partition's oldest records once it holds more than ~5 MiB, like retention, in
+/// process and at once (the real broker's retention: tests/it/real_broker.rs).
 pub struct MockKafka {
     pub cluster: MockCluster<'static, DefaultProducerContext>,
     pub brokers: String,

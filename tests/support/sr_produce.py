@@ -16,8 +16,9 @@ the serializer never registers as references.
 
 Each stdin line is a JSON object: client_ip, domain (null: absent), time_ms (epoch ms),
 query_type ("A"/"AAAA"), price (a decimal string, avro only). One offset per record is
-printed, in order. Every record is its own batch (a flush after each): tansu's log end
-offsets are right only for one-record batches (see tests/support/env.md).
+printed, in order. Every record is its own batch (a flush after each), so the printed
+offsets are the records' own; tansu, the test broker before Apache Kafka, also needed it
+for its log end offsets (see tests/support/env.md).
 """
 
 import argparse

@@ -337,9 +337,11 @@ fn redelivered_offsets_are_ignored() {
 }
 
 /// Aborted transactional records: a read_committed consumer never receives them, so for the
-/// ledger they are holes exactly like commit markers (the test broker, tansu, does not hide
-/// them; this is why their semantics are proven here). A read_uncommitted auditor would
-/// receive them as records: then they are expected, like the pipeline that reads them.
+/// ledger they are holes exactly like commit markers. This is the ledger's rule alone (written
+/// when the test broker, tansu, did not hide aborted records); end to end on Apache Kafka,
+/// which hides them, see tests/it/completeness_txn.rs
+/// (`aborted_transactions_are_holes_never_loss_nor_unverifiable`). A read_uncommitted auditor
+/// would receive them as records: then they are expected, like the pipeline that reads them.
 #[test]
 fn aborted_records_skipped_by_read_committed_are_holes() {
     let mut l = PartitionLedger::new(0, false);

@@ -1,16 +1,16 @@
 //! Issue 14: the bad day for `key_columns` — a pipeline that writes NOTHING (a sink writing
 //! to the wrong table, a filter dropping everything) while records arrive as fast as the
-//! machine audits them, for 10 minutes. The real binary, the shared tansu and MariaDB; the
-//! sink table stays empty, so every record is missing and each partition holds one gap
-//! that grows for the whole run. The daemon's resident memory must be flat after the first
-//! minute: every later VmRSS sample (one every 10 s) within 10 % of the first minute's level
-//! (the highest sample of its last 30 s; see the assertion for why not one sample).
-//! Also asserted: the cap was reached before that sample, `records_lost_total` rises in
-//! every 30 s window after it (the daemon still verifies), no panic, and at the end every
-//! record is decided lost (nothing confirmed) in one gap per partition. Why 30 s, not one
-//! 10 s sample: the counter moves once the round's verdicts are in the store, whose commit
-//! fsyncs; with four cargo builds writing to the same disk (load 6 on 2 cores) one commit
-//! took over 10 s, and the daemon rightly decided nothing more until it was done.
+//! machine audits them, for 10 minutes. The real binary, the shared Kafka broker and
+//! MariaDB; the sink table stays empty, so every record is missing and each partition holds
+//! one gap that grows for the whole run. The daemon's resident memory must be flat after
+//! the first minute: every later VmRSS sample (one every 10 s) within 10 % of the first
+//! minute's level (the highest sample of its last 30 s; see the assertion for why not one
+//! sample). Also asserted: the cap was reached before that sample, `records_lost_total`
+//! rises in every 30 s window after it (the daemon still verifies), no panic, and at the
+//! end every record is decided lost (nothing confirmed) in one gap per partition. Why 30 s,
+//! not one 10 s sample: the counter moves once the round's verdicts are in the store, whose
+//! commit fsyncs; with four cargo builds writing to the same disk (load 6 on 2 cores) one
+//! commit took over 10 s, and the daemon rightly decided nothing more until it was done.
 //!
 //! What the old code did wrong: a missing record's key was kept for re-checks (late
 //! arrivals) until `give_up_after` (24 h by default), and nothing else bounded them:
@@ -42,9 +42,11 @@
 //! (default 600); the figures say which ran.
 //!
 //! Broker behaviour relied on: produced offsets come from the producer's acknowledgements
-//! and, at the end, from one last record per partition sent alone (tansu's end offsets are
-//! right only for a last batch of one record). The topic is deleted at the end (tansu's
-//! memory storage would keep the millions of records).
+//! and, at the end, from one last record per partition sent alone (needed on tansu, the
+//! broker before Apache Kafka, whose end offsets were right only after a one-record batch;
+//! Kafka's are exact either way). The topic is deleted at the end: the broker's log dir
+//! survives restarts and keeps a topic's records for its retention (7 days by default), so
+//! the millions of records would otherwise stay on disk.
 
 use super::*;
 use crate::support::*;
@@ -559,7 +561,7 @@ fn commit_final(group: &str, topic: &str, counts: &[i64]) {
     c.commit(&tpl, CommitMode::Sync).expect("final commit");
 }
 
-/// Deletes the topic (best effort): tansu's memory storage keeps what it holds otherwise.
+/// Deletes the topic (best effort): the broker keeps its records on disk otherwise.
 async fn delete_topic(topic: &str) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", kafka())

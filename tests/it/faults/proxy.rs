@@ -1,4 +1,5 @@
-//! A TCP proxy the test controls, between the auditor and a real server (MariaDB, tansu):
+//! A TCP proxy the test controls, between the auditor and a real server (the shared MariaDB;
+//! the private tansu of tests/faults_private.rs):
 //! the fault injector for outages that must not touch the shared services. Its [`Mode`] can
 //! change at any moment:
 //!

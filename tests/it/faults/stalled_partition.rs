@@ -1,5 +1,5 @@
 //! Issue 14, partition-local backpressure: one partition's pipeline stops committing while
-//! the others keep going. The real binary, the shared tansu and MariaDB.
+//! the others keep going. The real binary, the shared Kafka broker and MariaDB.
 //!
 //! The due rule keeps the stalled partition's records undecided (its pipeline never
 //! commits past them), so they pile up towards `max_pending`. The old tailing thread paused
@@ -20,7 +20,8 @@
 //! consumed exactly once, and the gap set equals the truth.
 //!
 //! Broker behaviour relied on: produced offsets are checked by sending the last record of
-//! each range as its own batch (tansu's end offsets are right only for a last batch of one).
+//! each range as its own batch (needed on tansu, the broker before Apache Kafka, whose end
+//! offsets were right only after a one-record batch; Kafka's are exact either way).
 
 use super::*;
 use crate::support::*;
