@@ -623,7 +623,7 @@ fn conflicting_or_unfit_types_name_the_indices() {
 
 #[test]
 fn a_fitting_mapping_passes() {
-    // As noida-db and Elasticsearch answer for the test index (integer, long, keyword).
+    // As Elasticsearch and OpenSearch answer for the test index (integer, long, keyword).
     let caps = j(r#"{"indices":["dns"],"fields":{
         "partition":{"integer":{"type":"integer","metadata_field":false,"searchable":true,"aggregatable":true}},
         "offset":{"long":{"type":"long","metadata_field":false,"searchable":true,"aggregatable":true}},
