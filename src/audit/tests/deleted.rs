@@ -217,3 +217,49 @@ async fn an_unreachable_sink_costs_one_question_a_round_and_reads_down() {
     assert_eq!(h.families.sink_up.with_label_values(&[AUDIT]).get(), 1);
     assert!(h.counter(|m| &m.records_unverifiable) > 0);
 }
+
+/// The cursor goes through the store: revoked half-way and assigned again (a restart, a
+/// rebalance), the partition resumes the settlement where it stopped, and nothing is
+/// counted twice.
+#[tokio::test]
+async fn a_partition_assigned_again_resumes_the_settlement_at_its_stored_cursor() {
+    let mut h = harness("");
+    assign_after_outage(&mut h, DELETED).await;
+    h.in_sink(0..100_000);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    // Some pieces of 16,000 offsets asked, not all of the range.
+    let asked = h.counter(|m| &m.records_confirmed) + h.counter(|m| &m.records_unverifiable);
+    assert_eq!(h.counter(|m| &m.records_confirmed), 100_000);
+    assert!(
+        asked.is_multiple_of(16_000) && asked < DELETED as u64,
+        "{asked}"
+    );
+    let out = h.audit.revoke(&[tp(0), tp(1)]).await;
+    assert!(out.contains(&(tp(0), DELETED)), "{out:?}");
+    let starts = h.audit.assign(vec![tp(0), tp(1)]).await;
+    assert!(starts.contains(&(tp(0), DELETED)), "{starts:?}");
+    let rests = h.audit.parts[&tp(0)].ledger.deleted_to_settle();
+    assert_eq!(rests.len(), 1);
+    assert_eq!(
+        (rests[0].gap, rests[0].rest.first, rests[0].rest.last),
+        (0, asked as Offset, DELETED - 1),
+        "resumed at the stored cursor"
+    );
+    let mut rounds = 0;
+    while !h.audit.parts[&tp(0)].ledger.deleted_to_settle().is_empty() {
+        h.audit.round().await;
+        rounds += 1;
+        assert!(rounds < 100, "settles");
+    }
+    assert_eq!(h.counter(|m| &m.records_confirmed), 100_000, "not twice");
+    assert_eq!(
+        h.counter(|m| &m.records_unverifiable),
+        DELETED as u64 - 100_000
+    );
+    let g = stored_gap(&h, 0, 0);
+    assert_eq!(
+        (g.state, g.missing_records),
+        (GapState::Unverifiable, DELETED as u64 - 100_000)
+    );
+}
