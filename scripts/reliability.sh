@@ -36,6 +36,9 @@ echo "figures: $GAP_AUDITOR_FIGURES"
 # must not leak in from the environment.
 unset GAP_AUDITOR_KEYS_LOSS_SECS GAP_AUDITOR_HUNG_SECS GAP_AUDITOR_SYSTEMATIC_N \
   GAP_AUDITOR_SINK_OUTAGE_SECS
+# The outage past retention at its full size (issue 41 item 2): 20 M offsets deleted
+# unread on one partition (CI: 2 M, the test's default).
+export GAP_AUDITOR_DELETED_N=${GAP_AUDITOR_DELETED_N:-20000000}
 
 # The tests that assert memory or latency bounds (scripts/bound-tests.sh) run after the
 # others, alone and one at a time, never beside a soak or a CPU burner.

@@ -4,9 +4,10 @@
 use super::{Audit, OFFSET_ROUND_RECORDS};
 use crate::config::MatchStrategy;
 use crate::gap::TopicPartition;
-use crate::ledger::{Applied, Segment, Verdict};
+use crate::ledger::{Applied, NextPiece, OffsetRun, Segment, Verdict};
 use crate::sink::{SinkError, Verifier};
 use crate::verify::{KeyAsk, KeyRound};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Due keys of a partition below which its decision runs inline rather than beside the
@@ -15,6 +16,31 @@ use std::time::Duration;
 /// tests/it/keys_at_scale.rs) take the overlapped path against a real sink. (One in unit
 /// tests, so that their few keys do.)
 const OVERLAP_MIN_KEYS: usize = if cfg!(test) { 1 } else { 256 };
+
+/// A piece of a range Kafka deleted unread covers this many listing leaves
+/// (`verify::Limits::list_threshold`, `batch_size` up to 10,000 offsets): its bisection ends
+/// after at most four splits, so one piece costs at most 1 + 2·15 + 16 = 47 queries however
+/// its offsets lie, and its first count reads at most 16 × list_threshold index entries —
+/// far inside `query_timeout` on any sink that answers at all.
+pub(super) const DELETED_PIECE_LEAVES: u64 = 16;
+
+/// Queries a partition's deleted ranges may use per round before the next piece waits for
+/// the next round: 16, the budget of a partition's re-checks (`Checker::recheck_budget`).
+/// A piece started within it may finish past it, so a partition costs at most
+/// 15 + 47 = 62 settlement queries a round; a range wholly in the sink (or wholly absent)
+/// settles 16 pieces a round, 256 × list_threshold offsets (256,000 at the default
+/// `batch_size`).
+pub(super) const DELETED_QUERIES: u64 = 16;
+
+/// What settling the deleted ranges told about the sink ([`Audit::settle_deleted`]).
+pub(super) enum Settled {
+    /// The sink was not asked, or refused a question (about that question, not the sink).
+    Quiet,
+    /// The sink answered at least one question.
+    Answered,
+    /// The sink could not be reached (a timeout, a refused connection) and answered nothing.
+    Unreachable(SinkError),
+}
 
 /// What a round's partitions share when their due records are taken.
 struct DueRule {
@@ -90,9 +116,6 @@ impl<V: Verifier> Audit<V> {
                 tripped = trips(&e);
                 failure = Some(e);
             }
-        } else if let Err(e) = self.settle_deleted(&tps).await {
-            tripped = trips(&e);
-            failure = Some(e);
         }
         // key_columns: keys of new records that hold claims from earlier ones are counted
         // before any of this round's decisions, so rows the sink deleted free their claims
@@ -199,6 +222,23 @@ impl<V: Verifier> Audit<V> {
             }
             for g in dirty {
                 self.report_gap(tp, &g);
+            }
+        }
+        // Ranges Kafka deleted unread, after every partition's due work: bounded pieces, and
+        // a failure of theirs ends only their own work this round (`settle_deleted`).
+        if !tripped && !table_hold && !self.cancel.is_cancelled() {
+            match self.settle_deleted(&tps).await {
+                Settled::Answered => queried = true,
+                Settled::Quiet => {}
+                // Nothing else asked the sink this round and it could not be reached: that
+                // is the round's answer (a ping would only wait for a second timeout).
+                Settled::Unreachable(e) if !queried => {
+                    queried = true;
+                    tripped = true;
+                    failure = Some(e);
+                }
+                // The round's other questions tell whether the sink is up.
+                Settled::Unreachable(_) => {}
             }
         }
         self.cap_missing_keys();
@@ -574,47 +614,150 @@ impl<V: Verifier> Audit<V> {
 
     /// Ranges Kafka deleted before the auditor read them (SPEC guarantee 8): with
     /// offset_columns the sink settles what it holds (its rows carry the offsets); the rest,
-    /// and everything under the other strategies, is counted unverifiable — never lost.
-    pub(super) async fn settle_deleted(&mut self, tps: &[TopicPartition]) -> Result<(), SinkError> {
-        for tp in tps {
-            let Some(runs) = self.parts.get(tp).map(|p| p.ledger.deleted_to_settle()) else {
+    /// everything past `max_deleted_checked` offsets of a range, and everything under the
+    /// other strategies, is counted unverifiable — never lost.
+    ///
+    /// Such a range can be tens of millions of offsets (an outage longer than retention):
+    /// asked in one question it timed out, or bisected into a million queries, and held
+    /// every partition's verdicts meanwhile. So each partition's ranges are asked in pieces
+    /// of [`DELETED_PIECE_LEAVES`] listing leaves, pieces after pieces while the partition
+    /// has used fewer than [`DELETED_QUERIES`] queries this round; the gap's cursor keeps the
+    /// place (persisted with the gap). This runs after the round's due work.
+    ///
+    /// A failure (the sink refused or timed out on a piece) is logged and ends that
+    /// partition's settlement for the round (every partition's, when the sink could not be
+    /// reached): the piece is asked again next round. It never undoes the round's verdicts,
+    /// and it is the round's failure (`sink_up` 0) only when nothing else asked the sink this
+    /// round and the sink could not be reached ([`Settled::Unreachable`]): otherwise the
+    /// round's other answers, or the ping, tell whether the sink is up — a refusal of one
+    /// settlement question is not a sink outage.
+    pub(super) async fn settle_deleted(&mut self, tps: &[TopicPartition]) -> Settled {
+        let offsets = self.cfg.matching.strategy == MatchStrategy::OffsetColumns;
+        let limits = self.checker.limits();
+        let piece_len = DELETED_PIECE_LEAVES * limits.list_threshold.max(1);
+        let max_checked = if offsets {
+            self.cfg.max_deleted_checked
+        } else {
+            0
+        };
+        let mut answered = false;
+        let mut unreachable = None;
+        'parts: for tp in tps {
+            let Some(rests) = self.parts.get(tp).map(|p| p.ledger.deleted_to_settle()) else {
                 continue;
             };
-            for run in runs {
-                let present = if self.cfg.matching.strategy == MatchStrategy::OffsetColumns {
-                    let seg = Segment {
-                        run,
-                        keys: Vec::new(),
-                        max_ts: None,
-                    };
-                    match self
-                        .verify(tp, std::slice::from_ref(&seg), false)
-                        .await?
-                        .first()
-                    {
-                        Some(Verdict::Known { present, .. }) => present.clone(),
-                        _ => continue,
+            let mut used = 0u64;
+            for mut d in rests {
+                loop {
+                    if self.cancel.is_cancelled() {
+                        break 'parts;
                     }
-                } else {
-                    Vec::new()
-                };
-                let Some(part) = self.parts.get_mut(tp) else {
-                    continue;
-                };
-                let applied = part.ledger.settle_deleted(run.first, &present);
-                let dirty = part.ledger.take_dirty_gaps();
-                tracing::warn!(audit = %self.cfg.name, %tp, first = run.first, last = run.last,
-                    in_sink = applied.confirmed, unverifiable = applied.unverifiable,
-                    "offsets Kafka deleted before the auditor read them: {} found in the sink, {} unverifiable (not counted as lost)",
-                    applied.confirmed, applied.unverifiable);
-                self.writes
-                    .verdicts
-                    .push((tp.clone(), applied, self.clock.now_ms()));
-                for g in dirty {
-                    self.report_gap(tp, &g);
+                    let (piece, present) = match d.next(piece_len, max_checked) {
+                        NextPiece::Beyond(rest) => {
+                            // Under the other strategies the sink's rows carry no offsets:
+                            // the summary below says it all.
+                            if offsets {
+                                tracing::warn!(audit = %self.cfg.name, %tp, first = rest.first, last = rest.last,
+                                    max_deleted_checked = max_checked,
+                                    "offsets {}..={} Kafka deleted before the auditor read them are unverifiable without asking the sink: the range is longer than max_deleted_checked ({max_checked} offsets asked about); not counted as lost",
+                                    rest.first, rest.last);
+                            }
+                            (rest, Vec::new())
+                        }
+                        NextPiece::Ask(piece) => {
+                            if used >= DELETED_QUERIES {
+                                // The rest waits for the next round.
+                                continue 'parts;
+                            }
+                            match self.ask_deleted(tp, piece).await {
+                                Ok((present, n)) => {
+                                    used += n;
+                                    answered = true;
+                                    (piece, present)
+                                }
+                                Err(_) if self.cancel.is_cancelled() => break 'parts,
+                                Err(e) => {
+                                    tracing::warn!(audit = %self.cfg.name, %tp, first = piece.first,
+                                        last = piece.last, error = %e,
+                                        "a piece of a range Kafka deleted unread could not be settled: asked again next round");
+                                    if matches!(e, SinkError::Unavailable(_)) {
+                                        unreachable = Some(e);
+                                        break 'parts;
+                                    }
+                                    continue 'parts;
+                                }
+                            }
+                        }
+                    };
+                    let Some(part) = self.parts.get_mut(tp) else {
+                        continue 'parts;
+                    };
+                    let applied = part.ledger.settle_deleted(d.gap, piece, &present);
+                    let dirty = part.ledger.take_dirty_gaps();
+                    tracing::debug!(audit = %self.cfg.name, %tp, gap = d.gap, first = piece.first,
+                        last = piece.last, in_sink = applied.confirmed,
+                        unverifiable = applied.unverifiable, "a piece of a deleted range settled");
+                    self.writes
+                        .verdicts
+                        .push((tp.clone(), applied, self.clock.now_ms()));
+                    for g in dirty {
+                        if g.first == d.gap && !g.unsettled {
+                            let len = (g.last - g.first + 1) as u64;
+                            tracing::warn!(audit = %self.cfg.name, %tp, first = g.first, last = g.last,
+                                in_sink = len - g.missing, unverifiable = g.missing,
+                                "offsets Kafka deleted before the auditor read them: {} found in the sink, {} unverifiable (not counted as lost)",
+                                len - g.missing, g.missing);
+                        }
+                        self.report_gap(tp, &g);
+                    }
+                    if piece.last >= d.rest.last {
+                        break;
+                    }
+                    d.rest.first = piece.last + 1;
                 }
             }
         }
-        Ok(())
+        match unreachable {
+            _ if answered => Settled::Answered,
+            Some(e) => Settled::Unreachable(e),
+            None => Settled::Quiet,
+        }
+    }
+
+    /// Asks the sink which offsets of `piece` (a piece of a range Kafka deleted unread) it
+    /// holds (offset_columns: a count, then bisection down to listing leaves); with the
+    /// number of queries that took. Cut short by shutdown.
+    async fn ask_deleted(
+        &self,
+        tp: &TopicPartition,
+        piece: OffsetRun,
+    ) -> Result<(Vec<OffsetRun>, u64), SinkError> {
+        let queries = AtomicU64::new(0);
+        let metrics = &self.metrics;
+        let obs = |d: Duration, ok: bool| {
+            queries.fetch_add(1, Ordering::Relaxed);
+            metrics.sink_query(d, ok);
+        };
+        let seg = Segment {
+            run: piece,
+            keys: Vec::new(),
+            max_ts: None,
+        };
+        let limits = self.checker.limits();
+        let verdicts = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = crate::verify::by_offsets(&self.sink, tp, std::slice::from_ref(&seg), limits, &obs) => r,
+        }?;
+        let present = match verdicts.into_iter().next() {
+            Some(Verdict::Known { present, .. }) => present,
+            // Nothing is decided without an answer.
+            _ => {
+                return Err(SinkError::Unavailable(
+                    "no answer about the piece".to_string(),
+                ));
+            }
+        };
+        Ok((present, queries.load(Ordering::Relaxed)))
     }
 }

@@ -408,8 +408,12 @@ mod ledger {
         let c = l.completeness();
         assert_eq!(c.gaps[0].since, Since::Unknown);
         assert_eq!(c.gaps[0].state, GapState::Unverifiable);
-        // The sink (offset_columns) found all of them: nothing is missing any more.
-        l.settle_deleted(0, &[OffsetRun::new(0, 9)]);
+        // The sink (offset_columns) found the first piece: the rest, not asked yet, still
+        // blocks.
+        l.settle_deleted(0, OffsetRun::new(0, 4), &[OffsetRun::new(0, 4)]);
+        assert_eq!(l.completeness().blocking_gaps, 1);
+        // And the second: nothing is missing any more.
+        l.settle_deleted(0, OffsetRun::new(5, 9), &[OffsetRun::new(5, 9)]);
         assert_eq!(l.completeness().blocking_gaps, 0);
     }
 

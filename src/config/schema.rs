@@ -242,6 +242,9 @@ fn default_max_missing_keys() -> usize {
 fn default_max_open_gaps() -> usize {
     1_000_000
 }
+fn default_max_deleted_checked() -> u64 {
+    10_000_000
+}
 fn default_query_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -312,6 +315,12 @@ pub struct AuditConfig {
     /// `folded`), counted in `gap_auditor_gaps_folded_total`. Default 1000000, at least 1.
     #[serde(default = "default_max_open_gaps")]
     pub max_open_gaps: usize,
+    /// offset_columns: most offsets of one range Kafka deleted before the auditor read it
+    /// (an outage longer than retention) that the sink is asked about, in bounded pieces
+    /// per round; the offsets beyond are unverifiable without asking (never lost). 0: none
+    /// is asked. Default 10000000 (docs/SEMANTICS.md "Deleted before read").
+    #[serde(default = "default_max_deleted_checked")]
+    pub max_deleted_checked: u64,
     /// `[audits.record]`: how Kafka record values are decoded and filtered.
     #[serde(default)]
     pub record: RecordConfig,

@@ -14,7 +14,8 @@ mod tests;
 pub use due::{Frontier, PipelineCommits};
 pub use keys::{ClaimsWrite, KeyBook, LOG_REWRITE_SLACK};
 pub use partition::{
-    Applied, Delta, GapGauges, GapRecord, MissingRun, Observed, PartitionLedger, Probe,
-    RecheckBudget, RetiredGaps, RetiredOp, RetiredWork, Segment, Snapshot, Verdict,
+    Applied, DeletedRest, Delta, GapGauges, GapRecord, MissingRun, NextPiece, Observed,
+    PartitionLedger, Probe, RecheckBudget, RetiredGaps, RetiredOp, RetiredWork, Segment,
+    Snapshot, Verdict,
 };
 pub use runs::OffsetRun;

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod completeness;
+mod deleted;
 mod diverge;
 mod fold;
 mod ingest;
@@ -36,6 +37,7 @@ mod settle;
 
 use completeness::CompletenessCache;
 pub use retired::{RetiredGaps, RetiredOp, RetiredWork};
+pub use deleted::{DeletedRest, NextPiece};
 
 /// A pending run is extended by a new record only while it is younger than this, so that the
 /// time-only due rule (which uses the run's LAST seen time, the conservative choice) never
@@ -172,6 +174,13 @@ pub struct GapRecord {
     /// Set on the first report of a new gap only (not persisted).
     #[serde(skip)]
     pub is_new: bool,
+    /// A range Kafka deleted unread that is settled piece by piece ([`Self::unsettled`],
+    /// `ledger::partition::deleted`): the next offset the sink is to be asked about. The
+    /// offsets below it were asked, and those found are already off `missing`. At or below
+    /// `first` (0, the default of gaps stored before pieces): nothing asked yet. Persisted,
+    /// so a restart resumes the settlement where it stopped instead of counting a piece twice.
+    #[serde(default, skip_serializing_if = "is_zero_offset")]
+    pub settle_cursor: Offset,
 }
 
 impl GapRecord {
@@ -298,6 +307,12 @@ pub struct Snapshot {
     /// and their rows may still be in the sink above the new log's end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated_from: Option<Offset>,
+}
+
+/// Serde: a zero settle cursor is not written (the stored shape of every gap but a deleted
+/// range being settled).
+fn is_zero_offset(o: &Offset) -> bool {
+    *o == 0
 }
 
 /// Serde: a zero epoch is not written (the stored shape of ledgers that never diverged).

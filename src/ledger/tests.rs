@@ -7,6 +7,7 @@ use crate::record::Key;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
+mod deleted;
 mod lifecycle;
 mod model;
 mod position;

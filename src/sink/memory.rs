@@ -29,6 +29,10 @@ pub struct MemorySink {
     /// [`MemorySink::land_before_query`]).
     #[cfg(test)]
     landings: Mutex<Vec<(u64, Key, u64)>>,
+    /// Offset questions over more offsets than this time out (0: none does; see
+    /// [`MemorySink::time_out_over`]).
+    #[cfg(test)]
+    time_out_over: AtomicU64,
 }
 
 impl MemorySink {
@@ -91,6 +95,30 @@ impl MemorySink {
     pub fn land_before_query(&self, n: u64, key: &Key, rows: u64) {
         let mut l = self.landings.lock().unwrap_or_else(|e| e.into_inner());
         l.push((n, key.clone(), rows));
+    }
+
+    /// Test hook: a count or list of offsets spanning more than `offsets` offsets fails
+    /// as a `query_timeout` does (a sink too slow for a question that large); 0: none.
+    #[cfg(test)]
+    pub fn time_out_over(&self, offsets: u64) {
+        self.time_out_over.store(offsets, Ordering::SeqCst);
+    }
+
+    /// Whether an offset question over `runs` is too large for the sink (see
+    /// [`Self::time_out_over`]).
+    fn too_large(&self, runs: &[OffsetRun]) -> Result<(), SinkError> {
+        #[cfg(test)]
+        {
+            let max = self.time_out_over.load(Ordering::SeqCst);
+            let span = runs.iter().map(OffsetRun::len).sum::<u64>();
+            if max > 0 && span > max {
+                return Err(SinkError::Unavailable(format!(
+                    "query timed out (the test's sink answers at most {max} offsets)"
+                )));
+            }
+        }
+        let _ = runs;
+        Ok(())
     }
 
     fn check(&self) -> Result<(), SinkError> {
@@ -172,6 +200,7 @@ impl Verifier for MemorySink {
         runs: &[OffsetRun],
     ) -> Result<RangeCount, SinkError> {
         self.check()?;
+        self.too_large(runs)?;
         let found = self.scan(tp, runs);
         Ok(RangeCount {
             rows: found.iter().map(|(_, n)| n).sum(),
@@ -185,6 +214,7 @@ impl Verifier for MemorySink {
         runs: &[OffsetRun],
     ) -> Result<Vec<(Offset, u64)>, SinkError> {
         self.check()?;
+        self.too_large(runs)?;
         Ok(self.scan(tp, runs))
     }
 

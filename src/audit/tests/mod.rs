@@ -2,6 +2,7 @@
 
 mod acks;
 mod counting;
+mod deleted;
 mod divergence;
 mod harness;
 mod held_release;

@@ -35,12 +35,25 @@ impl Snapshot {
                 continue;
             }
             if g.last >= at {
-                g.last = at - 1;
                 if g.size_known {
                     g.missing = g
                         .missing
                         .saturating_sub(cut_from.get(&g.first).copied().unwrap_or(0));
+                } else if g.unsettled {
+                    // A deleted range being settled in pieces: the offsets cut that the sink
+                    // was not asked about yet leave its count; past its cursor nothing is left
+                    // to ask.
+                    let cursor = g.settle_cursor.max(g.first);
+                    if cursor <= g.last {
+                        let unasked = (g.last - cursor.max(at) + 1).max(0) as u64;
+                        g.missing = g.missing.saturating_sub(unasked);
+                    }
+                    if cursor >= at {
+                        g.unsettled = false;
+                        g.settle_cursor = 0;
+                    }
                 }
+                g.last = at - 1;
                 trimmed = true;
             }
             gaps.push(g);
@@ -109,6 +122,7 @@ mod tests {
             shared_key: false,
             epoch: 0,
             is_new: false,
+            settle_cursor: 0,
         }
     }
 

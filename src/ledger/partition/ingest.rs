@@ -94,6 +94,7 @@ impl PartitionLedger {
             shared_key: false,
             epoch: self.epoch,
             is_new: true,
+            settle_cursor: 0,
         };
         self.next_offset = last + 1;
         // Such a gap is never re-checked: its records are gone. It is not the tail: a later
@@ -106,35 +107,5 @@ impl PartitionLedger {
         self.unstored_gaps.insert(first);
         self.gaps.insert(first, g.clone());
         Some(g)
-    }
-
-    /// Ranges Kafka deleted unread that the sink has not been asked about yet.
-    pub fn deleted_to_settle(&self) -> Vec<OffsetRun> {
-        self.gaps
-            .values()
-            .filter(|g| g.unsettled)
-            .map(|g| OffsetRun::new(g.first, g.last))
-            .collect()
-    }
-
-    /// The sink's answer about a deleted range (`present`: offsets found there, for
-    /// offset_columns; empty where the sink cannot tell): present offsets were written,
-    /// the rest stay in the gap, unverifiable. Returns what to count.
-    pub fn settle_deleted(&mut self, first: Offset, present: &[OffsetRun]) -> Applied {
-        let Some(g) = self.gaps.get_mut(&first).filter(|g| g.unsettled) else {
-            return Applied::default();
-        };
-        let span = OffsetRun::new(g.first, g.last);
-        let found = runs::count(&runs::intersect(span, &runs::normalize(present.to_vec())));
-        g.unsettled = false;
-        g.missing = g.missing.saturating_sub(found);
-        self.revision += 1;
-        self.dirty_gaps.insert(first);
-        self.unstored_gaps.insert(first);
-        Applied {
-            confirmed: found,
-            unverifiable: span.len() - found,
-            ..Applied::default()
-        }
     }
 }

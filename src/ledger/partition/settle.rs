@@ -162,6 +162,7 @@ impl PartitionLedger {
                         shared_key,
                         epoch: self.epoch,
                         is_new: true,
+                        settle_cursor: 0,
                     },
                 );
                 r.first

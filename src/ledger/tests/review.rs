@@ -28,8 +28,9 @@ enum Op {
     LogStart { d: u8 },
     /// The auditor's resume point fell `n` offsets below the log start.
     Skip { n: u8 },
-    /// The deleted ranges are settled, the sink holding the offsets per `mask`.
-    Settle { mask: u64 },
+    /// The deleted ranges' next pieces (at most `piece` offsets each) are settled, the sink
+    /// holding the offsets per `mask`: a range may stay partly settled across a crash.
+    Settle { mask: u64, piece: u8 },
     /// Persist (the delta), then kill -9 and restore from what is stored.
     Crash,
     /// `max_open_gaps` folds the oldest gaps until `n` fewer are in memory.
@@ -47,7 +48,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
         1 => (1u8..6).prop_map(|n| Op::DropKeys { n }),
         1 => (0u8..20).prop_map(|d| Op::LogStart { d }),
         1 => (1u8..5).prop_map(|n| Op::Skip { n }),
-        1 => any::<u64>().prop_map(|mask| Op::Settle { mask }),
+        1 => (any::<u64>(), 1u8..4).prop_map(|(mask, piece)| Op::Settle { mask, piece }),
         2 => Just(Op::Crash),
         1 => (1u8..4).prop_map(|n| Op::Fold { n }),
     ]
@@ -236,13 +237,16 @@ fn run_ops(ops: Vec<Op>, probe: bool) -> Result<(), TestCaseError> {
                 l.skipped_by_retention(first, first + n as Offset - 1, now);
                 l.take_dirty_gaps();
             }
-            Op::Settle { mask } => {
-                for run in l.deleted_to_settle() {
+            Op::Settle { mask, piece } => {
+                for d in l.deleted_to_settle() {
+                    let NextPiece::Ask(run) = d.next(piece as u64, u64::MAX) else {
+                        continue;
+                    };
                     let present: Vec<OffsetRun> = (run.first..=run.last)
                         .filter(|o| mask >> (o % 64) & 1 == 1)
                         .map(|o| r(o, o))
                         .collect();
-                    l.settle_deleted(run.first, &runs::normalize(present));
+                    l.settle_deleted(d.gap, run, &runs::normalize(present));
                 }
                 l.take_dirty_gaps();
             }

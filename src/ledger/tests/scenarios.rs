@@ -302,8 +302,15 @@ fn a_deleted_range_is_settled_by_the_sink_and_the_rest_is_unverifiable_not_lost(
     use crate::gap::{GapState, TopicPartition};
     let mut l = PartitionLedger::new(10, false);
     l.skipped_by_retention(10, 99, 0).expect("gap");
-    assert_eq!(l.deleted_to_settle(), vec![r(10, 99)]);
-    let a = l.settle_deleted(10, &[r(10, 49), r(60, 99)]);
+    let d = l.deleted_to_settle();
+    assert_eq!(
+        d,
+        vec![DeletedRest {
+            gap: 10,
+            rest: r(10, 99)
+        }]
+    );
+    let a = l.settle_deleted(10, r(10, 99), &[r(10, 49), r(60, 99)]);
     assert_eq!((a.confirmed, a.unverifiable, a.lost), (80, 10, 0));
     assert!(l.deleted_to_settle().is_empty(), "asked once");
     let g = l.take_dirty_gaps().pop().expect("gap");
@@ -313,11 +320,11 @@ fn a_deleted_range_is_settled_by_the_sink_and_the_rest_is_unverifiable_not_lost(
         GapState::Unverifiable
     );
     // Settled twice (a retried round): nothing more is counted.
-    assert_eq!(l.settle_deleted(10, &[]), Applied::default());
+    assert_eq!(l.settle_deleted(10, r(10, 99), &[]), Applied::default());
     // All of a range in the sink: nothing unverifiable, the gap closes.
     let mut l = PartitionLedger::new(0, false);
     l.skipped_by_retention(0, 9, 0).expect("gap");
-    let a = l.settle_deleted(0, &[r(0, 9)]);
+    let a = l.settle_deleted(0, r(0, 9), &[r(0, 9)]);
     assert_eq!((a.confirmed, a.unverifiable), (10, 0));
     let g = l.take_dirty_gaps().pop().expect("gap");
     assert_eq!(

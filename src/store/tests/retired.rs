@@ -22,6 +22,7 @@ fn record(first: Offset, missing: u64, ts: Option<i64>, deleted: Option<i64>) ->
         shared_key: false,
         epoch: 0,
         is_new: false,
+        settle_cursor: 0,
     }
 }
 

@@ -6,6 +6,7 @@
 //! the shared MariaDB, so no other test ever sees them.
 
 mod backpressure;
+mod deleted_range;
 mod hung_sink;
 mod keys_total_loss;
 mod kill9;
