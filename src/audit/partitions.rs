@@ -294,7 +294,11 @@ impl<V: Verifier> Audit<V> {
                     problems.extend(bad);
                     PartitionLedger::restore_at(at, p.settled, keyed, snap)
                 }
-                (_, _, None) => PartitionLedger::new(start.resume, keyed),
+                // From `at`, not the resume point: a range Kafka deleted below it (the
+                // group's commit under the log start, no stored progress: a new volume) is
+                // recorded by `skipped_by_retention` below only from a ledger that starts
+                // at its first offset.
+                (_, _, None) => PartitionLedger::new(at, keyed),
             };
             let state_problem = describe_unreadable(&problems);
             if let Some(summary) = &state_problem {

@@ -263,3 +263,31 @@ async fn a_partition_assigned_again_resumes_the_settlement_at_its_stored_cursor(
         (GapState::Unverifiable, DELETED as u64 - 100_000)
     );
 }
+
+/// No stored progress (a new volume, a store deleted) but the auditor group committed 100,
+/// below the log start 1,000: Kafka deleted `100..1000` unread, and that range is a gap
+/// (unverifiable where the sink cannot settle it), exactly as with stored progress. Before,
+/// the fresh ledger started at the log start, `skipped_by_retention` found the range below
+/// it and recorded nothing: 900 offsets never checked, never said.
+#[tokio::test]
+async fn a_group_commit_below_the_log_start_without_stored_progress_is_a_deleted_range() {
+    let mut h = keyed_harness("");
+    h.kafka
+        .committed
+        .lock()
+        .expect("lock")
+        .insert(tp(0), Some(100));
+    h.kafka
+        .watermarks
+        .lock()
+        .expect("lock")
+        .insert(tp(0), (1_000, 1_000));
+    let starts = h.audit.assign(vec![tp(0)]).await;
+    assert!(starts.contains(&(tp(0), 1_000)), "{starts:?}");
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_unverifiable), 900);
+    let g = stored_gap(&h, 0, 100);
+    assert_eq!((g.first_offset, g.last_offset), (100, 999));
+    assert_eq!(g.state, GapState::Unverifiable);
+}
