@@ -182,6 +182,9 @@ def main():
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--command", default="scripts/reliability.sh")
     ap.add_argument("--seconds", type=int, default=None)
+    # Figures gathered over more than one commit (a scenario re-run after the suite): say so
+    # instead of the commit the document happens to be rendered at.
+    ap.add_argument("--commit", default=None)
     args = ap.parse_args()
     runs = load(args.figures)
     known = [c[0] for c in CATALOGUE]
@@ -201,6 +204,8 @@ def main():
     w(f"- Run: {when}, suite {result}"
       + (f", {args.seconds // 60} min {args.seconds % 60} s wall" if args.seconds is not None else ""))
     for k, v in machine():
+        if k == "Commit" and args.commit:
+            v = args.commit
         w(f"- {k}: {v}")
     w(f"- Reproduce: `{args.command}` (starts the test services when they are down; "
       "`GAP_AUDITOR_FAULT_SEED=<seed>` replays the random moments of a run, "
