@@ -34,7 +34,13 @@ impl Snapshot {
                 removed.push(g);
                 continue;
             }
-            if g.last >= at {
+            if g.last >= at && g.cause == GapCause::Folded {
+                // An overflow gap holds no missing run: which of the records it counts lay
+                // beyond the cut is not known. Trimmed with its whole count, its row would
+                // say more records missing than its span holds; it stays the old log's gap
+                // as it stood (span and count), and nothing it counted is dropped.
+                trimmed = true;
+            } else if g.last >= at {
                 g.last = at - 1;
                 if g.size_known {
                     g.missing = g
@@ -63,6 +69,10 @@ impl PartitionLedger {
         let removed = snap.cut_at(at);
         let mut l = Self::restore(at, keyed, snap);
         l.epoch = l.epoch.saturating_add(1);
+        // The old log's overflow gap is not this log's: a gap found from now on folds into
+        // an overflow gap of the new epoch, never into an old gap's row. The old one, with
+        // nothing left to re-check, retires at the next round.
+        l.overflow = None;
         l.unstored_replace = true;
         l.revision += 1;
         (l, removed)

@@ -34,8 +34,9 @@ impl PartitionLedger {
     /// Folds the oldest gaps (lowest offsets) until the gaps in memory are `excess` fewer, or
     /// none is left to fold. Never folded: the tail gap (the next missing record extends
     /// it), a range Kafka deleted unread that the sink has not settled (`unsettled`), a gap
-    /// with nothing missing (forgotten at the next [`Self::take_dirty_gaps`]), and the
-    /// overflow gap itself. Returns by how many the gaps in memory went down.
+    /// with nothing missing (forgotten at the next [`Self::take_dirty_gaps`]), the overflow
+    /// gap itself, and a gap of an earlier log (a log that diverged: its gaps never share a
+    /// row with this log's; they retire once given up). Returns by how many the gaps in memory went down.
     pub fn fold_oldest(&mut self, excess: usize) -> usize {
         let before = self.gaps.len();
         let mut next = Offset::MIN;
@@ -52,6 +53,9 @@ impl PartitionLedger {
                         && Some(**f) != self.overflow
                         && !g.unsettled
                         && g.missing > 0
+                        // A gap of a log that diverged (an earlier epoch) never shares a row
+                        // with this log's: it stays until given up (it can no longer grow).
+                        && g.epoch == self.epoch
                 })
                 .map(|(f, _)| *f)
             else {
