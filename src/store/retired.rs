@@ -24,6 +24,19 @@ pub(super) fn mark(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Which of the gaps `ids` an operator acknowledged (inside the round's transaction).
+pub(super) fn acknowledged(tx: &Connection, ids: &[String]) -> rusqlite::Result<Vec<String>> {
+    let mut stmt =
+        tx.prepare_cached("SELECT 1 FROM gaps WHERE id = ?1 AND state = 'acknowledged'")?;
+    let mut out = Vec::new();
+    for id in ids {
+        if stmt.exists(params![id])? {
+            out.push(id.clone());
+        }
+    }
+    Ok(out)
+}
+
 /// Deletes the rows of gaps folded into an overflow gap (inside the round's transaction,
 /// which writes the overflow gap). A row an operator acknowledged meanwhile stays.
 pub(super) fn fold(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {

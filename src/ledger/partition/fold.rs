@@ -107,6 +107,29 @@ impl PartitionLedger {
         true
     }
 
+    /// The gap at `first`, folded since the last [`Self::stored`], was acknowledged before
+    /// that fold reached the store (its row stays, acknowledged): the overflow gap no longer
+    /// counts its records, and its row is not replaced. Its span stays a bound. Returns
+    /// whether it was one of them.
+    pub fn unfold_acknowledged(&mut self, first: Offset) -> bool {
+        let Some(at) = self.folded_unstored.iter().position(|g| g.first == first) else {
+            return false;
+        };
+        let g = self.folded_unstored.remove(at);
+        if let Some(o) = self.overflow.and_then(|o| self.gaps.get_mut(&o)) {
+            o.missing = o.missing.saturating_sub(g.missing);
+            let o = o.first;
+            self.dirty_gaps.insert(o);
+            self.unstored_gaps.insert(o);
+        }
+        if g.size_known {
+            self.missing_count = self.missing_count.saturating_sub(g.missing);
+        }
+        self.folded_count = self.folded_count.saturating_sub(1);
+        self.revision += 1;
+        true
+    }
+
     /// Folds the gap at `first` into the overflow gap (which it becomes when there is none).
     fn fold(&mut self, first: Offset) {
         let Some(g) = self.gaps.get(&first) else {
