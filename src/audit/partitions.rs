@@ -477,10 +477,18 @@ impl<V: Verifier> Audit<V> {
         let written = blocking(move || {
             for (row, gaps, replayed, retired) in imports {
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
-                store.commit_round(&audit, &gaps, std::slice::from_ref(&row))?;
-                // In the previous owner's store only: the ledger restored here counts them
-                // from this one (`settle_retired`).
-                store.mark_retired(&retired)?;
+                // The retired ones were in the previous owner's store only: the ledger
+                // restored here counts them from this one (`settle_retired`). Marked in the
+                // transaction that writes them and the ledger without them, so a crash in
+                // between cannot leave a gap neither in the ledger nor counted as retired.
+                store.commit_round_retiring(
+                    &audit,
+                    &gaps,
+                    std::slice::from_ref(&row),
+                    crate::store::KeyClaims::<&[u8]>::Changes(&[]),
+                    &retired,
+                    &[],
+                )?;
                 for id in &replayed {
                     store.mark_replayed(id)?;
                 }

@@ -61,15 +61,6 @@ fn ms_ts(ms: i64) -> String {
 }
 
 impl Store {
-    /// Marks the gaps `ids` retired (a takeover: the previous owner had retired them).
-    pub fn mark_retired(&self, ids: &[String]) -> Result<(), StoreError> {
-        let mut conn = self.lock();
-        let ctx = || "mark handed-over gaps retired".to_string();
-        let tx = conn.transaction().map_err(self.sq(ctx()))?;
-        mark(&tx, ids).map_err(self.sq(ctx()))?;
-        tx.commit().map_err(self.sq(ctx()))
-    }
-
     /// Applies `ops` to the retired gaps of one partition, in order, and counts them, in one
     /// transaction: the aggregate the ledger keeps of them.
     pub fn settle_retired(
