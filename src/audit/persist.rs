@@ -476,9 +476,17 @@ impl<V: Verifier> Audit<V> {
             // what the gap held when it was acknowledged (its stored extent): records a
             // round added since stay open, never folded into the acknowledgement. A gap
             // only the store holds (retired) leaves the aggregate when it is counted again.
-            if !part
-                .ledger
-                .acknowledge_overflow(g.first_offset, g.last_offset, g.missing_records)
+            // By offset and log epoch: after a divergence the old log's gap and the new
+            // log's at the same offset are two gaps, and acknowledging one never takes the
+            // other out.
+            let held =
+                part.ledger.gap_epoch(g.first_offset) == Some(crate::gap::Gap::epoch_of_id(&g.id));
+            if !held
+                || !part.ledger.acknowledge_overflow(
+                    g.first_offset,
+                    g.last_offset,
+                    g.missing_records,
+                )
             {
                 part.ledger.retired_changed();
             }

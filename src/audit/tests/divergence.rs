@@ -459,3 +459,44 @@ async fn a_truncated_partitions_own_rows_are_not_another_topics() {
     h.audit.round().await;
     assert_eq!(h.counter(|m| &m.records_lost), 1);
 }
+
+/// Review of issue 41 item 1: acknowledgements are applied to the ledger by offset. After a
+/// restart every acknowledgement is read again, and the old log's acknowledged gap at 8
+/// took the new log's gap at 8 (`@1`, never acknowledged) out of the ledger: its record
+/// left `missing`, the gauges and completeness while its row stayed open.
+#[tokio::test]
+async fn an_old_logs_acknowledgement_never_takes_the_new_logs_gap_at_its_offset() {
+    let mut h = harness("");
+    set_id(&h, "A");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink((0..10).filter(|o| *o != 8));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    let old = h.stored_gaps();
+    assert!(h.store.ack(&old[0].id, "known outage").expect("ack"));
+    h.audit.round().await;
+    h.audit.revoke(&[tp(0)]).await;
+    set_log(&h, (0, 6));
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
+    h.audit.on_event(TailEvent::Records(expected(6..10))).await;
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.persist().await;
+    assert_eq!(h.audit.parts[&tp(0)].ledger.missing(), 1);
+    // A restart: every acknowledgement is read again.
+    h.audit.revoke(&[tp(0)]).await;
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.round().await;
+    h.audit.persist().await;
+    let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+    assert_eq!(l.missing(), 1, "the new log's loss left the ledger");
+    assert_eq!(l.completeness().blocking_gaps, 1);
+    let new = h
+        .stored_gaps()
+        .into_iter()
+        .find(|g| g.id == "a:t:0:8@1")
+        .expect("the new gap");
+    assert_eq!(new.state, crate::gap::GapState::Open);
+}
