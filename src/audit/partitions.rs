@@ -74,7 +74,20 @@ impl<V: Verifier> Audit<V> {
                         book.release(&mut part.ledger, true);
                     }
                     let (mut ledger, note) = self.diverged_ledger(&tp, &d, next, log, snap, now);
-                    ledger.inherit_unstored(&mut part.ledger);
+                    let cut = match &d {
+                        Divergence::Truncated { resume } => *resume,
+                        Divergence::Recreated { .. } => Offset::MIN,
+                    };
+                    // Gaps the old ledger retired but had not stored yet, beyond the cut:
+                    // gone like the ones the cut took out.
+                    for mut g in ledger.inherit_unstored(&mut part.ledger, cut) {
+                        if !g.size_known || g.missing == 0 {
+                            continue;
+                        }
+                        g.deleted_ms.get_or_insert(now);
+                        g.is_new = false;
+                        self.report_gap(&tp, &g);
+                    }
                     if let Some(book) = self.checker.book_mut() {
                         book.adopt(&ledger);
                     }

@@ -272,3 +272,36 @@ fn a_log_truncated_inside_a_given_up_tail_gap_never_leaves_more_missing_than_its
     }
     assert_eq!(back.missing(), 5, "nothing it counted dropped");
 }
+
+/// A log truncated while retirements are not stored yet (the last write failed): the old
+/// ledger's retired gaps at and beyond the cut are gone gaps (returned to be reported
+/// unrecoverable, never marked retired), those below count in the new ledger's aggregate at
+/// once, and the store can let go of its retired rows beyond the cut before the write (a
+/// crash after the write must not leave them counted: the store then no longer says the
+/// log diverged).
+#[test]
+fn a_truncation_with_unstored_retirements_lets_those_beyond_the_cut_go_before_the_write() {
+    let mut l = isolated_losses(41);
+    l.give_up(GRACE + 60_000, 60_000);
+    l.take_dirty_gaps();
+    assert_eq!(
+        l.retired_unstored().len(),
+        20,
+        "not stored: the write failed"
+    );
+    let (mut next, gone) = PartitionLedger::restore_diverged(21, false, l.snapshot());
+    assert!(gone.is_empty());
+    next.retired_gone(21, 5 * GRACE);
+    let gone = next.inherit_unstored(&mut l, 21);
+    assert_eq!(
+        gone.iter().map(|g| g.first).collect::<Vec<_>>(),
+        vec![21, 23, 25, 27, 29, 31, 33, 35, 37, 39]
+    );
+    assert!(next.retired_unstored().iter().all(|g| g.first < 21));
+    assert_eq!(next.retired().gaps, 10, "the inherited ones count at once");
+    assert_eq!(next.missing(), 10);
+    assert!(
+        next.retired_work().is_some(),
+        "the store's rows beyond the cut wait for the write"
+    );
+}

@@ -275,7 +275,9 @@ fn run_ops(ops: Vec<Op>, probe: bool) -> Result<(), TestCaseError> {
                     );
                 }
                 next.retired_gone(at, now);
-                next.inherit_unstored(&mut l);
+                for g in next.inherit_unstored(&mut l, at) {
+                    prop_assert!(g.first >= at, "step {}", step);
+                }
                 next.pipeline = l.pipeline.clone();
                 next.pipeline.observe(now, Some(at));
                 // The new log holds other records from `at` on: the old rows there stay in
