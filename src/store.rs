@@ -84,6 +84,14 @@ pub enum StoreError {
     /// A store call panicked (caught by the caller, so nothing it carried is lost).
     #[error("gap store write panicked: {0}")]
     Panicked(String),
+    /// Nothing written: an operator acknowledged gaps (`ids`) the round folded into an
+    /// overflow gap, after the round read the acknowledgements. The overflow gap must not
+    /// count their records; the caller takes them out of it and writes again.
+    #[error("gaps folded by this round were acknowledged meanwhile: {}", ids.join(", "))]
+    FoldedAcknowledged {
+        /// The acknowledged gaps.
+        ids: Vec<String>,
+    },
     /// The state directory could not be created.
     #[error("cannot create state directory {path}: {source}")]
     CreateDir {

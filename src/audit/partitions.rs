@@ -74,7 +74,20 @@ impl<V: Verifier> Audit<V> {
                         book.release(&mut part.ledger, true);
                     }
                     let (mut ledger, note) = self.diverged_ledger(&tp, &d, next, log, snap, now);
-                    ledger.inherit_unstored(&mut part.ledger);
+                    let cut = match &d {
+                        Divergence::Truncated { resume } => *resume,
+                        Divergence::Recreated { .. } => Offset::MIN,
+                    };
+                    // Gaps the old ledger retired but had not stored yet, beyond the cut:
+                    // gone like the ones the cut took out.
+                    for mut g in ledger.inherit_unstored(&mut part.ledger, cut) {
+                        if !g.size_known || g.missing == 0 {
+                            continue;
+                        }
+                        g.deleted_ms.get_or_insert(now);
+                        g.is_new = false;
+                        self.report_gap(&tp, &g);
+                    }
                     if let Some(book) = self.checker.book_mut() {
                         book.adopt(&ledger);
                     }
@@ -481,10 +494,18 @@ impl<V: Verifier> Audit<V> {
         let written = blocking(move || {
             for (row, gaps, replayed, retired) in imports {
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
-                store.commit_round(&audit, &gaps, std::slice::from_ref(&row))?;
-                // In the previous owner's store only: the ledger restored here counts them
-                // from this one (`settle_retired`).
-                store.mark_retired(&retired)?;
+                // The retired ones were in the previous owner's store only: the ledger
+                // restored here counts them from this one (`settle_retired`). Marked in the
+                // transaction that writes them and the ledger without them, so a crash in
+                // between cannot leave a gap neither in the ledger nor counted as retired.
+                store.commit_round_retiring(
+                    &audit,
+                    &gaps,
+                    std::slice::from_ref(&row),
+                    crate::store::KeyClaims::<&[u8]>::Changes(&[]),
+                    &retired,
+                    &[],
+                )?;
                 for id in &replayed {
                     store.mark_replayed(id)?;
                 }

@@ -193,6 +193,13 @@ impl<V: Verifier> Audit<V> {
                 self.settle_retired().await;
                 self.hand_over().await
             }
+            Ok((Err(crate::store::StoreError::FoldedAcknowledged { ids }), gaps)) => {
+                // Nothing was written. The acknowledged gaps keep their rows: the overflow
+                // gaps stop counting them, and the next write stores the corrected ones.
+                self.writes.put_back(gaps);
+                self.unfold_acknowledged(&ids);
+                false
+            }
             Ok((Err(e), gaps)) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "gap store write failed; the settled watermark stays uncommitted until it succeeds");
                 self.writes.put_back(gaps);
@@ -206,6 +213,40 @@ impl<V: Verifier> Audit<V> {
                 false
             }
         }
+    }
+
+    /// Gaps (`ids`) an operator acknowledged after the round read the acknowledgements, and
+    /// that the round folded into their partition's overflow gap: taken out of it (their
+    /// acknowledged rows stand for them), the overflow gap reported again.
+    fn unfold_acknowledged(&mut self, ids: &[String]) {
+        let mut unfolded = 0u64;
+        let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
+        for tp in tps {
+            let Some(part) = self.parts.get_mut(&tp) else {
+                continue;
+            };
+            let firsts: Vec<crate::gap::Offset> = part
+                .ledger
+                .folded_unstored()
+                .iter()
+                .filter(|g| ids.contains(&g.id(&self.cfg.name, &tp)))
+                .map(|g| g.first)
+                .collect();
+            if firsts.is_empty() {
+                continue;
+            }
+            for f in firsts {
+                if part.ledger.unfold_acknowledged(f) {
+                    unfolded += 1;
+                }
+            }
+            for g in part.ledger.take_dirty_gaps() {
+                self.report_gap(&tp, &g);
+            }
+        }
+        self.writes.folded = self.writes.folded.saturating_sub(unfolded);
+        tracing::warn!(audit = %self.cfg.name, acknowledged = ids.len(),
+            "gaps folded by this round were acknowledged meanwhile: the overflow gap no longer counts them; written next round");
     }
 
     /// After a lost write: every gap the ledgers hold is to be written again, and those
@@ -435,9 +476,17 @@ impl<V: Verifier> Audit<V> {
             // what the gap held when it was acknowledged (its stored extent): records a
             // round added since stay open, never folded into the acknowledgement. A gap
             // only the store holds (retired) leaves the aggregate when it is counted again.
-            if !part
-                .ledger
-                .acknowledge_overflow(g.first_offset, g.last_offset, g.missing_records)
+            // By offset and log epoch: after a divergence the old log's gap and the new
+            // log's at the same offset are two gaps, and acknowledging one never takes the
+            // other out.
+            let held =
+                part.ledger.gap_epoch(g.first_offset) == Some(crate::gap::Gap::epoch_of_id(&g.id));
+            if !held
+                || !part.ledger.acknowledge_overflow(
+                    g.first_offset,
+                    g.last_offset,
+                    g.missing_records,
+                )
             {
                 part.ledger.retired_changed();
             }

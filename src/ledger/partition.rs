@@ -639,7 +639,8 @@ impl PartitionLedger {
             }
             // Stored by a version that kept given-up gaps: retired at the next round.
             l.retire_candidates.push(g.first);
-            if g.cause == GapCause::Folded {
+            // Only this log's: an earlier epoch's overflow gap retires like any gap.
+            if g.cause == GapCause::Folded && g.epoch == snap.epoch {
                 l.overflow = Some(l.overflow.map_or(g.first, |o| o.min(g.first)));
             }
             l.gaps.insert(g.first, g);

@@ -52,6 +52,14 @@ impl Store {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.sq(format!("begin round of audit {audit}")))?;
+        // Under the write lock: an acknowledgement cannot land between this look and the
+        // write. A folded row an operator acknowledged after the round read the
+        // acknowledgements would stay, and the overflow gap would count its records too.
+        let acked = super::retired::acknowledged(&tx, folded)
+            .map_err(self.sq(format!("read the folded gaps of audit {audit}")))?;
+        if !acked.is_empty() {
+            return Err(StoreError::FoldedAcknowledged { ids: acked });
+        }
         {
             let mut upsert_gap = tx
                 .prepare_cached(

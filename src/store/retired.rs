@@ -24,6 +24,19 @@ pub(super) fn mark(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Which of the gaps `ids` an operator acknowledged (inside the round's transaction).
+pub(super) fn acknowledged(tx: &Connection, ids: &[String]) -> rusqlite::Result<Vec<String>> {
+    let mut stmt =
+        tx.prepare_cached("SELECT 1 FROM gaps WHERE id = ?1 AND state = 'acknowledged'")?;
+    let mut out = Vec::new();
+    for id in ids {
+        if stmt.exists(params![id])? {
+            out.push(id.clone());
+        }
+    }
+    Ok(out)
+}
+
 /// Deletes the rows of gaps folded into an overflow gap (inside the round's transaction,
 /// which writes the overflow gap). A row an operator acknowledged meanwhile stays.
 pub(super) fn fold(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
@@ -48,15 +61,6 @@ fn ms_ts(ms: i64) -> String {
 }
 
 impl Store {
-    /// Marks the gaps `ids` retired (a takeover: the previous owner had retired them).
-    pub fn mark_retired(&self, ids: &[String]) -> Result<(), StoreError> {
-        let mut conn = self.lock();
-        let ctx = || "mark handed-over gaps retired".to_string();
-        let tx = conn.transaction().map_err(self.sq(ctx()))?;
-        mark(&tx, ids).map_err(self.sq(ctx()))?;
-        tx.commit().map_err(self.sq(ctx()))
-    }
-
     /// Applies `ops` to the retired gaps of one partition, in order, and counts them, in one
     /// transaction: the aggregate the ledger keeps of them.
     pub fn settle_retired(

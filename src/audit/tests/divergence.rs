@@ -459,3 +459,121 @@ async fn a_truncated_partitions_own_rows_are_not_another_topics() {
     h.audit.round().await;
     assert_eq!(h.counter(|m| &m.records_lost), 1);
 }
+
+/// Review of issue 41 item 1: acknowledgements are applied to the ledger by offset. After a
+/// restart every acknowledgement is read again, and the old log's acknowledged gap at 8
+/// took the new log's gap at 8 (`@1`, never acknowledged) out of the ledger: its record
+/// left `missing`, the gauges and completeness while its row stayed open.
+#[tokio::test]
+async fn an_old_logs_acknowledgement_never_takes_the_new_logs_gap_at_its_offset() {
+    let mut h = harness("");
+    set_id(&h, "A");
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink((0..10).filter(|o| *o != 8));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    let old = h.stored_gaps();
+    assert!(h.store.ack(&old[0].id, "known outage").expect("ack"));
+    h.audit.round().await;
+    h.audit.revoke(&[tp(0)]).await;
+    set_log(&h, (0, 6));
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
+    h.audit.on_event(TailEvent::Records(expected(6..10))).await;
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.persist().await;
+    assert_eq!(h.audit.parts[&tp(0)].ledger.missing(), 1);
+    // A restart: every acknowledgement is read again.
+    h.audit.revoke(&[tp(0)]).await;
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.round().await;
+    h.audit.persist().await;
+    let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+    assert_eq!(l.missing(), 1, "the new log's loss left the ledger");
+    assert_eq!(l.completeness().blocking_gaps, 1);
+    let new = h
+        .stored_gaps()
+        .into_iter()
+        .find(|g| g.id == "a:t:0:8@1")
+        .expect("the new gap");
+    assert_eq!(new.state, crate::gap::GapState::Open);
+}
+
+/// Review of issue 41 item 1: a log truncated inside the overflow gap (`max_open_gaps`). The
+/// overflow gap keeps its span and count (which of its records lay beyond the cut is not
+/// known) and retires; the gaps beyond the cut are no longer followed; the new log's gaps
+/// fold into an overflow gap of their own epoch; every row says no more records missing
+/// than its span holds, and the gauges equal a recount of the rows, before and after a
+/// restart.
+#[tokio::test]
+async fn a_log_truncated_inside_the_overflow_gap_keeps_every_row_consistent() {
+    let mut h = harness("max_open_gaps = 5");
+    set_id(&h, "A");
+    // Twenty isolated losses (odd offsets of 0..41): overflow gap 1..=31 (16), 33..39.
+    h.assign_and_read((0, 0), expected(0..41)).await;
+    h.in_sink((0..41).filter(|o| o % 2 == 0));
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.revoke(&[tp(0)]).await;
+    set_log(&h, (0, 10));
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.on_event(TailEvent::OffsetOutOfRange).await;
+    assert_eq!(h.audit.parts[&tp(0)].ledger.next_offset(), 10);
+    h.audit.on_event(TailEvent::Repositioned(1)).await;
+    // The new log: 10..60, every record from 42 on lost (the sink holds the old rows
+    // below 41 at their offsets).
+    h.audit.on_event(TailEvent::Records(expected(10..60))).await;
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    h.audit.round().await;
+    h.audit.persist().await;
+    let check = |h: &mut Harness, when: &str| {
+        let rows = h.stored_gaps();
+        for g in &rows {
+            assert!(
+                g.missing_records <= (g.last_offset - g.first_offset + 1) as u64,
+                "{when}: {g:?}"
+            );
+        }
+        let folded: Vec<_> = rows
+            .iter()
+            .filter(|g| g.cause == crate::gap::GapCause::Folded)
+            .map(|g| {
+                (
+                    g.id.clone(),
+                    g.first_offset,
+                    g.last_offset,
+                    g.missing_records,
+                )
+            })
+            .collect();
+        assert!(
+            folded.contains(&("a:t:0:1".to_string(), 1, 31, 16)),
+            "{when}: the old log's overflow gap as it stood: {folded:?}"
+        );
+        let counted: Vec<_> = rows
+            .iter()
+            .filter(|g| {
+                g.missing_records > 0
+                    && matches!(
+                        g.state,
+                        crate::gap::GapState::Open | crate::gap::GapState::Unrecoverable
+                    )
+                    // The old log's gaps at and beyond the cut are no longer followed.
+                    && g.unrecoverable_at.is_none_or(|_| g.first_offset < 10 || g.id.contains('@'))
+            })
+            .collect();
+        let l = &mut h.audit.parts.get_mut(&tp(0)).expect("part").ledger;
+        let gauges = l.gauges();
+        let want: u64 = counted.iter().map(|g| g.missing_records).sum();
+        assert_eq!(gauges.missing, want, "{when}: {rows:#?}");
+        assert_eq!(l.missing(), want, "{when}");
+    };
+    check(&mut h, "after the truncation");
+    h.audit.revoke(&[tp(0)]).await;
+    h.audit.assign(vec![tp(0)]).await;
+    h.audit.round().await;
+    check(&mut h, "after a restart");
+}

@@ -9,11 +9,18 @@ impl Snapshot {
     /// Keeps what lies below `at`: missing runs are cut at `at`, gaps starting at or after it
     /// are taken out and returned (their records are gone from Kafka: the caller reports
     /// them once more as such), and a gap reaching past `at` ends at `at - 1`, its missing
-    /// count less the missing records cut from it. The tail gap goes whenever anything was
+    /// count less the missing records cut from it, unless some of its records were given
+    /// up (they are not located): then it stays whole, span and count. The tail gap goes whenever anything was
     /// cut: the records between it and the next record read are gone, and nobody can say
     /// whether one of them was confirmed, so the next missing record starts a gap of its own.
     pub fn cut_at(&mut self, at: Offset) -> Vec<GapRecord> {
         let mut cut_from: BTreeMap<Offset, u64> = BTreeMap::new();
+        // Missing records each gap still holds as runs: the rest were given up (or folded),
+        // and where they lie is not known.
+        let mut located: BTreeMap<Offset, u64> = BTreeMap::new();
+        for m in &self.missing {
+            *located.entry(m.gap).or_default() += m.run.len();
+        }
         let mut kept = Vec::with_capacity(self.missing.len());
         for m in std::mem::take(&mut self.missing) {
             if m.run.last < at {
@@ -34,7 +41,16 @@ impl Snapshot {
                 removed.push(g);
                 continue;
             }
-            if g.last >= at {
+            let unlocated = g.cause == GapCause::Folded
+                || (g.size_known && g.missing > located.get(&g.first).copied().unwrap_or(0));
+            if g.last >= at && unlocated {
+                // Some of its records were given up (an overflow gap holds none as runs):
+                // which of them lay beyond the cut is not known. Trimmed with its whole
+                // count, its row would say more records missing than its span holds; it
+                // stays the old log's gap as it stood (span and count), nothing it counted
+                // dropped. Its runs beyond the cut are no longer followed.
+                trimmed = true;
+            } else if g.last >= at {
                 if g.size_known {
                     g.missing = g
                         .missing
@@ -76,6 +92,10 @@ impl PartitionLedger {
         let removed = snap.cut_at(at);
         let mut l = Self::restore(at, keyed, snap);
         l.epoch = l.epoch.saturating_add(1);
+        // The old log's overflow gap is not this log's: a gap found from now on folds into
+        // an overflow gap of the new epoch, never into an old gap's row. The old one, with
+        // nothing left to re-check, retires at the next round.
+        l.overflow = None;
         l.unstored_replace = true;
         l.revision += 1;
         (l, removed)

@@ -34,8 +34,9 @@ impl PartitionLedger {
     /// Folds the oldest gaps (lowest offsets) until the gaps in memory are `excess` fewer, or
     /// none is left to fold. Never folded: the tail gap (the next missing record extends
     /// it), a range Kafka deleted unread that the sink has not settled (`unsettled`), a gap
-    /// with nothing missing (forgotten at the next [`Self::take_dirty_gaps`]), and the
-    /// overflow gap itself. Returns by how many the gaps in memory went down.
+    /// with nothing missing (forgotten at the next [`Self::take_dirty_gaps`]), the overflow
+    /// gap itself, and a gap of an earlier log (a log that diverged: its gaps never share a
+    /// row with this log's; they retire once given up). Returns by how many the gaps in memory went down.
     pub fn fold_oldest(&mut self, excess: usize) -> usize {
         let before = self.gaps.len();
         let mut next = Offset::MIN;
@@ -52,6 +53,9 @@ impl PartitionLedger {
                         && Some(**f) != self.overflow
                         && !g.unsettled
                         && g.missing > 0
+                        // A gap of a log that diverged (an earlier epoch) never shares a row
+                        // with this log's: it stays until given up (it can no longer grow).
+                        && g.epoch == self.epoch
                 })
                 .map(|(f, _)| *f)
             else {
@@ -100,6 +104,29 @@ impl PartitionLedger {
             self.dirty_gaps.insert(at);
             self.unstored_gaps.insert(at);
         }
+        true
+    }
+
+    /// The gap at `first`, folded since the last [`Self::stored`], was acknowledged before
+    /// that fold reached the store (its row stays, acknowledged): the overflow gap no longer
+    /// counts its records, and its row is not replaced. Its span stays a bound. Returns
+    /// whether it was one of them.
+    pub fn unfold_acknowledged(&mut self, first: Offset) -> bool {
+        let Some(at) = self.folded_unstored.iter().position(|g| g.first == first) else {
+            return false;
+        };
+        let g = self.folded_unstored.remove(at);
+        if let Some(o) = self.overflow.and_then(|o| self.gaps.get_mut(&o)) {
+            o.missing = o.missing.saturating_sub(g.missing);
+            let o = o.first;
+            self.dirty_gaps.insert(o);
+            self.unstored_gaps.insert(o);
+        }
+        if g.size_known {
+            self.missing_count = self.missing_count.saturating_sub(g.missing);
+        }
+        self.folded_count = self.folded_count.saturating_sub(1);
+        self.revision += 1;
         true
     }
 

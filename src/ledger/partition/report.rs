@@ -57,6 +57,11 @@ impl PartitionLedger {
         }
     }
 
+    /// The log epoch of the gap the ledger holds at `first` ([`GapRecord::epoch`]).
+    pub fn gap_epoch(&self, first: Offset) -> Option<u32> {
+        self.gaps.get(&first).map(|g| g.epoch)
+    }
+
     /// Gaps changed since the last call. Gaps with nothing missing that are not the tail
     /// are forgotten afterwards (their final state is in the returned list).
     pub fn take_dirty_gaps(&mut self) -> Vec<GapRecord> {

@@ -162,9 +162,18 @@ impl PartitionLedger {
     }
 
     /// What the store must do for the retired gaps, once it holds every retirement
-    /// ([`Self::retired_unstored`] empty): `None` when nothing.
+    /// ([`Self::retired_unstored`] empty): `None` when nothing. A diverged log's rows are let
+    /// go at once (only [`RetiredOp::Gone`] to do): it touches rows from the divergence point
+    /// on, and no retirement waiting for the write lies there (see
+    /// [`Self::inherit_unstored`]), so the store lets them go while it still says the log
+    /// diverged.
     pub fn retired_work(&self) -> Option<&RetiredWork> {
-        (!self.retired_work.is_empty() && self.retired_unstored.is_empty())
+        let only_gone = self
+            .retired_work
+            .ops
+            .iter()
+            .all(|op| matches!(op, RetiredOp::Gone { .. }));
+        (!self.retired_work.is_empty() && (self.retired_unstored.is_empty() || only_gone))
             .then_some(&self.retired_work)
     }
 
@@ -244,12 +253,25 @@ impl PartitionLedger {
         passed
     }
 
-    /// This ledger replaces `old` (the same partition, its log diverged): the store marks
-    /// and deletions `old` had not written yet are this ledger's to write, so a gap it
-    /// retired or folded just before is neither lost nor counted twice.
-    pub fn inherit_unstored(&mut self, old: &mut PartitionLedger) {
-        self.retired_unstored.append(&mut old.retired_unstored);
+    /// This ledger replaces `old` (the same partition, its log diverged at `cut`:
+    /// `Offset::MIN` for a recreated topic): the store marks and deletions `old` had not
+    /// written yet are this ledger's to write, so a gap it retired or folded just before is
+    /// neither lost nor counted twice. Its retired gaps from `cut` on are not retired but
+    /// gone, as the gaps the cut took out: returned, for the caller to report them so.
+    pub fn inherit_unstored(&mut self, old: &mut PartitionLedger, cut: Offset) -> Vec<GapRecord> {
+        let mut gone = Vec::new();
+        for g in std::mem::take(&mut old.retired_unstored) {
+            if g.first >= cut {
+                gone.push(g);
+                continue;
+            }
+            self.retired
+                .add(&blocking_of(&g), g.size_known, g.deleted_ms);
+            self.retired_unstored.push(g);
+            self.revision += 1;
+        }
         self.folded_unstored.append(&mut old.folded_unstored);
+        gone
     }
 
     /// The ledger resumes on a log that diverged at `from`: the retired gaps from there on

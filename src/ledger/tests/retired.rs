@@ -156,3 +156,152 @@ fn an_incident_longer_than_give_up_after_keeps_the_gaps_in_memory_flat() {
     assert_eq!((g.open, g.missing), (total, total));
     assert_eq!(l.completeness().blocking_gaps, total);
 }
+
+/// A log truncated inside the overflow gap (review of issue 41 item 1): the overflow gap
+/// holds no missing run, so the cut cannot tell how many of its records lay beyond the
+/// divergence point. Trimmed to end before it with the whole count, its row said more
+/// records missing than its span holds (16 in 1..=9). Kept whole, its row is the old log's
+/// as it stood (span and count agree), and nothing it counted is dropped.
+#[test]
+fn a_log_truncated_inside_the_overflow_gap_never_leaves_more_missing_than_its_span() {
+    let mut l = isolated_losses(41);
+    l.fold_oldest(15);
+    l.take_dirty_gaps();
+    l.stored();
+    let o = l.gaps().find(|g| g.first == 1).cloned().expect("overflow");
+    assert_eq!((o.first, o.last, o.missing), (1, 31, 16));
+    let (back, gone) = PartitionLedger::restore_diverged(10, false, l.snapshot());
+    for g in back.gaps().chain(gone.iter()) {
+        assert!(
+            g.missing <= (g.last - g.first + 1) as u64,
+            "gap {}..={} says {} missing",
+            g.first,
+            g.last,
+            g.missing
+        );
+    }
+    let o = back
+        .gaps()
+        .find(|g| g.first == 1)
+        .expect("the overflow gap");
+    assert_eq!(
+        (o.first, o.last, o.missing),
+        (1, 31, 16),
+        "kept as it stood"
+    );
+}
+
+/// The overflow gap of a log that diverged is the old log's: a gap found on the new log
+/// (the next epoch) is never folded into it, nor with the old log's gaps still re-checked,
+/// or an old gap's row would be rewritten with records of another log (SEMANTICS: "never a
+/// rewrite of the old one").
+#[test]
+fn gaps_of_a_new_log_never_fold_into_the_old_logs_overflow_gap() {
+    let mut l = isolated_losses(41);
+    l.fold_oldest(15);
+    l.take_dirty_gaps();
+    l.stored();
+    // Truncated at 41 (nothing cut): the new log goes on from there.
+    let (mut back, gone) = PartitionLedger::restore_diverged(41, false, l.snapshot());
+    assert!(gone.is_empty());
+    let now = 10 * GRACE;
+    for o in 41..81 {
+        back.ingest(o, Some(o), exp(), now);
+    }
+    back.pipeline.observe(now, Some(81));
+    let segs = back.due(now + GRACE, GRACE, 40);
+    let present: BTreeSet<Offset> = (41..81).filter(|o| o % 2 == 0).collect();
+    back.apply(&oracle(&segs, &present), now + GRACE);
+    back.take_dirty_gaps();
+    back.fold_oldest(back.gaps_in_memory() - 2);
+    back.take_dirty_gaps();
+    for g in back.gaps().filter(|g| g.epoch == 0) {
+        assert!(
+            g.last < 41,
+            "an old log's gap {}..={} took records of the new log",
+            g.first,
+            g.last
+        );
+    }
+    let old = back.gaps().find(|g| g.first == 1 && g.epoch == 0);
+    if let Some(old) = old {
+        assert_eq!(
+            (old.last, old.missing),
+            (31, 16),
+            "the old log's overflow gap took records of the new log"
+        );
+    }
+    let new = back
+        .gaps()
+        .find(|g| g.cause == crate::gap::GapCause::Folded && g.epoch == back.epoch())
+        .expect("the new log's own overflow gap");
+    assert_eq!(new.first, 41, "it starts at the new log's first folded gap");
+    assert_eq!(
+        back.missing(),
+        16 + 4 + 20,
+        "every missing record counted once"
+    );
+}
+
+/// The same for a gap still in memory whose records were given up (the tail gap: it never
+/// retires): cut with its whole count, 5 missing in 5..=6.
+#[test]
+fn a_log_truncated_inside_a_given_up_tail_gap_never_leaves_more_missing_than_its_span() {
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..10 {
+        l.ingest(o, Some(o), exp(), 0);
+    }
+    l.pipeline.observe(0, Some(10));
+    let segs = l.due(GRACE, GRACE, 10);
+    l.apply(&oracle(&segs, &(0..5).collect()), GRACE);
+    l.take_dirty_gaps();
+    l.give_up(GRACE + 60_000, 60_000);
+    l.take_dirty_gaps();
+    l.stored();
+    let g = l.gaps().next().cloned().expect("the tail gap");
+    assert_eq!((g.first, g.last, g.missing), (5, 9, 5));
+    let (back, _) = PartitionLedger::restore_diverged(7, false, l.snapshot());
+    for g in back.gaps() {
+        assert!(
+            g.missing <= (g.last - g.first + 1) as u64,
+            "gap {}..={} says {} missing",
+            g.first,
+            g.last,
+            g.missing
+        );
+    }
+    assert_eq!(back.missing(), 5, "nothing it counted dropped");
+}
+
+/// A log truncated while retirements are not stored yet (the last write failed): the old
+/// ledger's retired gaps at and beyond the cut are gone gaps (returned to be reported
+/// unrecoverable, never marked retired), those below count in the new ledger's aggregate at
+/// once, and the store can let go of its retired rows beyond the cut before the write (a
+/// crash after the write must not leave them counted: the store then no longer says the
+/// log diverged).
+#[test]
+fn a_truncation_with_unstored_retirements_lets_those_beyond_the_cut_go_before_the_write() {
+    let mut l = isolated_losses(41);
+    l.give_up(GRACE + 60_000, 60_000);
+    l.take_dirty_gaps();
+    assert_eq!(
+        l.retired_unstored().len(),
+        20,
+        "not stored: the write failed"
+    );
+    let (mut next, gone) = PartitionLedger::restore_diverged(21, false, l.snapshot());
+    assert!(gone.is_empty());
+    next.retired_gone(21, 5 * GRACE);
+    let gone = next.inherit_unstored(&mut l, 21);
+    assert_eq!(
+        gone.iter().map(|g| g.first).collect::<Vec<_>>(),
+        vec![21, 23, 25, 27, 29, 31, 33, 35, 37, 39]
+    );
+    assert!(next.retired_unstored().iter().all(|g| g.first < 21));
+    assert_eq!(next.retired().gaps, 10, "the inherited ones count at once");
+    assert_eq!(next.missing(), 10);
+    assert!(
+        next.retired_work().is_some(),
+        "the store's rows beyond the cut wait for the write"
+    );
+}
