@@ -65,7 +65,12 @@ pub(super) fn parse_reason(body: &[u8]) -> Result<String, BadBody> {
 }
 
 /// Reads the body, at most [`MAX_BODY`] bytes (a declared larger length is refused unread).
-async fn read_body(req: Request<Incoming>) -> Result<Bytes, BadBody> {
+/// Generic over the body so that the cap is tested without a socket.
+pub(super) async fn read_body<B>(req: Request<B>) -> Result<Bytes, BadBody>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)

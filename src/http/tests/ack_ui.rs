@@ -1,6 +1,6 @@
 //! `POST /api/gaps/{id}/ack` and `GET /ui`.
 
-use super::super::ack::{BadBody, MAX_BODY, parse_reason, route};
+use super::super::ack::{BadBody, MAX_BODY, parse_reason, read_body, route};
 use super::super::ui_page::{ack_command, cause_words, replay_command, shell_quote, time_left};
 use super::*;
 use crate::gap::GapCause;
@@ -54,6 +54,23 @@ fn ack_route_and_body() {
         parse_reason(br#"["x"]"#),
         Err(BadBody::NotJson(_))
     ));
+}
+
+/// The cap holds for a body that declares no length (chunked), not only for a declared one.
+#[tokio::test]
+async fn ack_body_cap_without_a_declared_length() {
+    let body =
+        |n: usize| Request::new(http_body_util::Full::new(bytes::Bytes::from(vec![b' '; n])));
+    assert_eq!(
+        read_body(body(MAX_BODY)).await.map(|b| b.len()),
+        Ok(MAX_BODY)
+    );
+    assert_eq!(read_body(body(MAX_BODY + 1)).await, Err(BadBody::TooLarge));
+    let mut declared = body(10);
+    declared
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from_static("65537"));
+    assert_eq!(read_body(declared).await, Err(BadBody::TooLarge));
 }
 
 #[tokio::test]
