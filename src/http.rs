@@ -1,5 +1,6 @@
 //! The HTTP server (`server.listen`): Prometheus scrape endpoint, health and readiness
-//! probes, and the JSON API over the gap store and the live status board.
+//! probes, the JSON API over the gap store and the live status board, the gap page, and
+//! the one write, acknowledging a gap.
 //!
 //! | route | answer |
 //! |---|---|
@@ -7,21 +8,30 @@
 //! | `GET /healthz` | 200 `ok` while the process runs |
 //! | `GET /readyz` | 200 when Kafka and every sink answered recently (and the last schema fetch succeeded), else 503 saying what is stale |
 //! | `GET /api/gaps?state=open\|all\|<state>&audit=NAME[&limit=N][&after=ID]` | JSON array of gaps, newest first; paged with `limit` (a `Link: rel="next"` while more remain), streamed without ([`gaps`]) |
+//! | `POST /api/gaps/{id}/ack` with `{"reason": "…"}` | acknowledges the gap like `gap-auditor ack` and answers it as `/api/gaps` lists it; 403 without `server.api_token`, 400 without a reason, 413 over 64 KiB, 404 for a gap this instance's store does not hold ([`ack`]) |
 //! | `GET /api/status` | `{"audits": [...]}` |
 //! | `GET /api/completeness?audit=NAME&until=RFC3339` | `{"complete", "complete_until", "blocking", ...}` ([`crate::completeness::Answer`]) |
+//! | `GET /ui?audit=NAME&state=open\|all[&after=ID]` | the gap page: server-rendered HTML, no script; partitions per audit, open gaps 200 a page with cause, retention countdown and the replay/ack commands ([`ui`]) |
 //!
 //! Unknown paths get 404, other methods on a known path 405 (`HEAD` is served like `GET`,
-//! as load balancers probe with it). The API is read-only: every method but `GET`/`HEAD`
-//! anywhere under `/api/` is 405, so nothing reachable over HTTP changes a gap (`ack` is a
-//! CLI command on the host). The server is plain hyper 1 over HTTP/1.1: a scrape endpoint
-//! needs no framework, and fewer dependencies means less to audit in a sidecar.
+//! as load balancers probe with it). Everything is read-only but the ack: every method but
+//! `GET`/`HEAD` anywhere under `/api/` is 405, except `POST` on `/api/gaps/{id}/ack` (which
+//! takes nothing else: 405 with `Allow: POST`). An ack over HTTP needs a configured token
+//! (403 without one: an open write would let anyone on the network silence a loss); it is
+//! not forwarded to another instance of the group (404 naming that limit). The server is
+//! plain hyper 1 over HTTP/1.1: a scrape endpoint needs no framework, and fewer
+//! dependencies means less to audit in a sidecar.
 //!
-//! With `server.api_token` set, every request under `/api/` must carry
+//! With `server.api_token` set, every request under `/api/` and to `/ui` must carry
 //! `Authorization: Bearer TOKEN`; otherwise it gets 401 with `WWW-Authenticate: Bearer`
 //! before anything else is looked at (method, path, query), so an unauthenticated client
-//! learns nothing but that a token is needed. `/metrics`, `/healthz` and `/readyz` stay
-//! open: Prometheus and orchestrator probes rarely carry credentials, and they expose no
-//! record contents. The token is compared in constant time (`subtle`) and never logged.
+//! learns nothing but that a token is needed. `/ui` shows what `/api/gaps` and
+//! `/api/status` show (topics, offsets, ack reasons), so it is under the same rule: without
+//! a token configured it is readable by anyone, like the API; with one, it must not leak
+//! what the API guards. The page itself never changes anything (it shows the ack command,
+//! it does not post). `/metrics`, `/healthz` and `/readyz` stay open: Prometheus and
+//! orchestrator probes rarely carry credentials, and they expose no record contents. The
+//! token is compared in constant time (`subtle`) and never logged.
 
 use crate::config::Secret;
 use crate::metrics::Metrics;
@@ -73,10 +83,13 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     /// Live status for `/api/status` and `/readyz`.
     pub status: StatusBoard,
-    /// Gap store for `/api/gaps`: only its path is used, to open read-only connections of
-    /// their own (a listing must never hold the connection the verify rounds write through).
+    /// Gap store. `/api/gaps` and `/ui` use only its path, to open read-only connections of
+    /// their own (a listing must never hold the connection the verify rounds write through);
+    /// `POST /api/gaps/{id}/ack` writes through it, one short transaction as `gap-auditor
+    /// ack` does from its own process.
     pub store: Arc<Store>,
-    /// `server.api_token`: when set, `/api/*` requires `Authorization: Bearer` with it.
+    /// `server.api_token`: when set, `/api/*` and `/ui` require `Authorization: Bearer`
+    /// with it; without it, `POST /api/gaps/{id}/ack` is refused (403).
     pub api_token: Option<Secret>,
 }
 
@@ -209,36 +222,51 @@ fn unauthorized(failure: AuthFailure) -> Response<Body> {
     resp
 }
 
-/// 405 naming the methods every route accepts.
-fn method_not_allowed() -> Response<Body> {
+/// 405 naming the methods the route accepts (`allow`).
+fn method_not_allowed(allow: &'static str) -> Response<Body> {
     let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     resp.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
     resp
+}
+
+/// True for the paths under the bearer token rule when `server.api_token` is set: the API,
+/// and `/ui`, which shows the same gaps `/api/gaps` lists.
+fn is_guarded_path(path: &str) -> bool {
+    is_api_path(path) || path == "/ui"
 }
 
 /// Routes one request. Never fails: every error is an HTTP answer.
 async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Body> {
-    let api = is_api_path(req.uri().path());
-    if api
+    let path = req.uri().path().to_owned();
+    let api = is_api_path(&path);
+    if is_guarded_path(&path)
         && let Some(token) = &state.api_token
         && let Err(failure) = check_bearer(req.headers(), token)
     {
         // The presented value is never logged: it may be a real token sent to the wrong
         // place, or a near miss of ours.
-        tracing::debug!(path = req.uri().path(), ?failure, "api request refused");
+        tracing::debug!(path = %path, ?failure, "api request refused");
         return unauthorized(failure);
+    }
+    // The one write: `POST /api/gaps/{id}/ack` (ack.rs).
+    if let Some(id) = ack::route(&path) {
+        return if req.method() == Method::POST {
+            ack::api_ack(state, id, req).await
+        } else {
+            method_not_allowed("POST")
+        };
     }
     let method = req.method();
     if method != Method::GET && method != Method::HEAD {
-        // Read-only: everything under /api/, known route or not, and the probes.
-        return match req.uri().path() {
-            _ if api => method_not_allowed(),
-            "/metrics" | "/healthz" | "/readyz" => method_not_allowed(),
+        // Read-only: everything else under /api/, known route or not, the page and the probes.
+        return match path.as_str() {
+            _ if api => method_not_allowed("GET, HEAD"),
+            "/metrics" | "/healthz" | "/readyz" | "/ui" => method_not_allowed("GET, HEAD"),
             _ => text(StatusCode::NOT_FOUND, "not found\n"),
         };
     }
-    match req.uri().path() {
+    match path.as_str() {
         "/metrics" => {
             let body = state.metrics.render();
             let mut resp = Response::new(full(body));
@@ -260,6 +288,7 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Body> {
                 )
             }
         }
+        "/ui" => ui::ui(state, req.uri().query().unwrap_or("")).await,
         "/api/gaps" => gaps::api_gaps(&state.store, req.uri().query().unwrap_or("")).await,
         "/api/status" => json(
             StatusCode::OK,
@@ -404,7 +433,10 @@ fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Body> 
     resp
 }
 
+mod ack;
 mod gaps;
+mod ui;
+mod ui_page;
 
 #[cfg(test)]
 mod tests;

@@ -99,10 +99,37 @@ pub(super) fn next_link(filter: &GapFilter, limit: usize, after: &str) -> String
 /// between two pages (the store keeps the earliest), and a next page resolved from the
 /// id alone would start at its new place and skip every gap in between.
 pub(super) fn next_link_at(filter: &GapFilter, limit: usize, cursor: &GapCursor) -> String {
-    link(filter, limit, cursor.id(), Some(cursor.detected_at()))
+    format!(
+        "<{}>; rel=\"next\"",
+        next_href("/api/gaps", filter, limit, cursor)
+    )
 }
 
+/// The path and query of the page after `cursor` under `route` (`/api/gaps`, `/ui`).
+pub(super) fn next_href(
+    route: &str,
+    filter: &GapFilter,
+    limit: usize,
+    cursor: &GapCursor,
+) -> String {
+    href(
+        route,
+        filter,
+        limit,
+        cursor.id(),
+        Some(cursor.detected_at()),
+    )
+}
+
+#[cfg(test)]
 fn link(filter: &GapFilter, limit: usize, after: &str, at: Option<&str>) -> String {
+    format!(
+        "<{}>; rel=\"next\"",
+        href("/api/gaps", filter, limit, after, at)
+    )
+}
+
+fn href(route: &str, filter: &GapFilter, limit: usize, after: &str, at: Option<&str>) -> String {
     let mut q = form_urlencoded::Serializer::new(String::new());
     q.append_pair("state", filter.state.as_str());
     if let Some(audit) = &filter.audit {
@@ -113,12 +140,12 @@ fn link(filter: &GapFilter, limit: usize, after: &str, at: Option<&str>) -> Stri
     if let Some(at) = at {
         q.append_pair("at", at);
     }
-    format!("</api/gaps?{}>; rel=\"next\"", q.finish())
+    format!("{route}?{}", q.finish())
 }
 
 /// What the blocking part of a listing found before any byte of the answer is sent, so
 /// that a failure there is still a proper status.
-enum Start {
+pub(super) enum Start {
     /// `after` names no stored gap.
     UnknownAfter(String),
     /// `at` is not an RFC 3339 time.
@@ -130,7 +157,7 @@ enum Start {
 }
 
 /// Opens a reader, resolves `after` and reads the first page.
-fn start(path: &std::path::Path, q: &GapQuery) -> Result<Start, StoreError> {
+pub(super) fn start(path: &std::path::Path, q: &GapQuery) -> Result<Start, StoreError> {
     let reader = GapReader::open(path)?;
     let after = match (&q.after, &q.at) {
         (None, _) => None,

@@ -1165,3 +1165,5 @@ async fn four_full_listings_of_500k_gaps_stay_within_64_mib() {
     assert!(grew <= 64 << 20, "four listings raised RSS by {grew} bytes");
     srv.shutdown.cancel();
 }
+
+mod ack_ui;

@@ -15,7 +15,7 @@ pub use due::{Frontier, PipelineCommits};
 pub use keys::{ClaimsWrite, KeyBook, LOG_REWRITE_SLACK};
 pub use partition::{
     Applied, DeletedRest, Delta, GapGauges, GapRecord, MissingRun, NextPiece, Observed,
-    PartitionLedger, Probe, RecheckBudget, RetiredGaps, RetiredOp, RetiredWork, Segment,
-    Snapshot, Verdict,
+    PartitionLedger, Probe, RecheckBudget, RetiredGaps, RetiredOp, RetiredWork, Segment, Snapshot,
+    Verdict,
 };
 pub use runs::OffsetRun;

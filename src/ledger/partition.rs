@@ -36,8 +36,8 @@ mod retired;
 mod settle;
 
 use completeness::CompletenessCache;
-pub use retired::{RetiredGaps, RetiredOp, RetiredWork};
 pub use deleted::{DeletedRest, NextPiece};
+pub use retired::{RetiredGaps, RetiredOp, RetiredWork};
 
 /// A pending run is extended by a new record only while it is younger than this, so that the
 /// time-only due rule (which uses the run's LAST seen time, the conservative choice) never

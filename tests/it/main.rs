@@ -33,6 +33,7 @@ mod support;
 mod tail_assign;
 mod tail_races;
 mod typed_keys;
+mod ui_ack;
 mod upsert_keys;
 mod verdicts;
 mod verdicts_more;

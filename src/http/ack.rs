@@ -1,0 +1,168 @@
+//! `POST /api/gaps/{id}/ack` with `{"reason": "…"}`: acknowledges a gap exactly as
+//! `gap-auditor ack` does (the same [`Store::ack`], one implementation), through this
+//! instance's store. The daemon's next round reads the store's ack log
+//! (`refresh_acknowledged`) and takes the gap out of its open gaps and gauges.
+//!
+//! Needs `server.api_token` (a write must never be open): 403 when none is configured; the
+//! 401 for a missing or wrong token is answered earlier, by the `/api/` bearer check.
+//! Acknowledging an already acknowledged gap is 200, like the CLI (exit 0): the reason is
+//! replaced by the new one. A gap this instance's store does not hold is 404: forwarding
+//! to the instance that owns its partition is not done (docs/OPERATOR.md).
+
+use super::{ApiError, Body, HttpState, json};
+use crate::gap::Gap;
+use crate::store::{Store, StoreError};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode, header};
+use std::sync::Arc;
+
+/// The largest request body accepted: a reason is a sentence, not a document.
+pub(super) const MAX_BODY: usize = 64 * 1024;
+
+const PREFIX: &str = "/api/gaps/";
+const SUFFIX: &str = "/ack";
+
+/// The gap id of an ack path (`/api/gaps/{id}/ack`, the id percent-decoded), `None` for
+/// any other path. An id that does not decode to UTF-8 is no id of ours: `None`.
+pub(super) fn route(path: &str) -> Option<String> {
+    let raw = path.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    if raw.is_empty() {
+        return None;
+    }
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .ok()
+        .map(|id| id.into_owned())
+}
+
+/// Why a request body is refused, before the store is touched.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(super) enum BadBody {
+    /// Larger than [`MAX_BODY`].
+    #[error("request body larger than {MAX_BODY} bytes")]
+    TooLarge,
+    /// Not a JSON object.
+    #[error("request body is not a JSON object: {0}")]
+    NotJson(String),
+    /// `reason` absent, not a string, or blank.
+    #[error("field `reason` is required: a non-empty string saying why the gap is acceptable")]
+    NoReason,
+}
+
+/// The reason of a request body `{"reason": "…"}` (other fields ignored).
+pub(super) fn parse_reason(body: &[u8]) -> Result<String, BadBody> {
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| BadBody::NotJson(e.to_string()))?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| BadBody::NotJson("expected an object such as {\"reason\": \"…\"}".into()))?;
+    match object.get("reason").and_then(|r| r.as_str()) {
+        Some(r) if !r.trim().is_empty() => Ok(r.to_string()),
+        _ => Err(BadBody::NoReason),
+    }
+}
+
+/// Reads the body, at most [`MAX_BODY`] bytes (a declared larger length is refused unread).
+/// Generic over the body so that the cap is tested without a socket.
+pub(super) async fn read_body<B>(req: Request<B>) -> Result<Bytes, BadBody>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(BadBody::TooLarge);
+    }
+    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BadBody::TooLarge),
+        Err(e) => Err(BadBody::NotJson(format!("cannot read the body: {e}"))),
+    }
+}
+
+/// The answer to a body refused.
+fn bad_body(bad: BadBody) -> Response<Body> {
+    let (status, field) = match bad {
+        BadBody::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, None),
+        BadBody::NotJson(_) => (StatusCode::BAD_REQUEST, None),
+        BadBody::NoReason => (StatusCode::BAD_REQUEST, Some("reason")),
+    };
+    json(status, &ApiError::new(field, bad.to_string()))
+}
+
+/// Acknowledges `id` with `reason` and reads the gap back as `/api/gaps` lists it.
+/// `Ok(None)`: the store holds no gap with this id.
+fn ack_and_read(store: &Store, id: &str, reason: &str) -> Result<Option<Gap>, StoreError> {
+    if !store.ack(id, reason)? {
+        return Ok(None);
+    }
+    store.get_gap(id)
+}
+
+/// `POST /api/gaps/{id}/ack`; the bearer token was checked by the caller when one is set.
+pub(super) async fn api_ack(
+    state: &HttpState,
+    id: String,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    if state.api_token.is_none() {
+        return json(
+            StatusCode::FORBIDDEN,
+            &ApiError::new(
+                None,
+                "acknowledging over HTTP needs server.api_token to be configured; without it \
+                 use `gap-auditor ack` on this host"
+                    .into(),
+            ),
+        );
+    }
+    let reason = match read_body(req).await {
+        Ok(body) => match parse_reason(&body) {
+            Ok(r) => r,
+            Err(bad) => return bad_body(bad),
+        },
+        Err(bad) => return bad_body(bad),
+    };
+    let store: Arc<Store> = state.store.clone();
+    let acked = {
+        let (id, reason) = (id.clone(), reason.clone());
+        tokio::task::spawn_blocking(move || ack_and_read(&store, &id, &reason)).await
+    };
+    match acked {
+        Ok(Ok(Some(gap))) => {
+            tracing::info!(gap = %id, reason = %reason, "gap acknowledged over HTTP");
+            json(StatusCode::OK, &gap)
+        }
+        Ok(Ok(None)) => json(
+            StatusCode::NOT_FOUND,
+            &ApiError::new(
+                None,
+                format!(
+                    "no gap with id {id:?} in this instance's store: it may belong to another \
+                     instance of the auditor group (the one assigned its partition); ack it \
+                     there, or with `gap-auditor ack` on that instance's host"
+                ),
+            ),
+        ),
+        Ok(Err(e)) => {
+            tracing::error!(gap = %id, error = %e, "api ack: store write failed");
+            json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &ApiError::new(None, e.to_string()),
+            )
+        }
+        Err(e) => {
+            tracing::error!(gap = %id, error = %e, "api ack: store task failed");
+            json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &ApiError::new(None, "store task failed".into()),
+            )
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The markup of `GET /ui`, apart from any I/O: a pure function of what the handler read
+//! (status board, one page of gaps, the time). Rendered with `maud`, which HTML-escapes
+//! every interpolated value: topic names, audit names, ack reasons and sink errors come
+//! from outside and must never become markup. No JavaScript; one inline style sheet.
+
+use crate::gap::{Gap, GapCause};
+use crate::status::{AuditStatus, SinkState};
+use crate::store::GapFilter;
+use chrono::{DateTime, SecondsFormat, Utc};
+use maud::{DOCTYPE, Markup, html};
+
+/// What one `/ui` page shows.
+pub(super) struct UiPage<'a> {
+    /// The audits to show partitions of (already filtered by `audit`).
+    pub audits: &'a [AuditStatus],
+    /// One page of gaps, in listing order.
+    pub gaps: &'a [Gap],
+    /// The filter the gaps were listed with.
+    pub filter: &'a GapFilter,
+    /// The href of the next page, when more gaps match.
+    pub next: Option<String>,
+    /// The time countdowns are computed against.
+    pub now: DateTime<Utc>,
+}
+
+/// The whole HTML document.
+pub(super) fn render(page: &UiPage<'_>) -> String {
+    let markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "gap-auditor" }
+                style { (STYLE) }
+            }
+            body {
+                h1 { "gap-auditor" }
+                (filter_form(page.filter))
+                @if page.audits.is_empty() {
+                    p { "No audit has published its status yet (the daemon may be starting)." }
+                }
+                @for audit in page.audits {
+                    (audit_section(audit))
+                }
+                (gaps_section(page))
+                p.note {
+                    "CONFIG in the commands stands for this daemon's configuration file. "
+                    "Shown at " (ts(page.now)) "."
+                }
+            }
+        }
+    };
+    markup.into_string()
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;\
+margin-bottom:1em}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;\
+vertical-align:top}code{white-space:pre-wrap;word-break:break-all}.note{color:#555}";
+
+fn filter_form(filter: &GapFilter) -> Markup {
+    let audit = filter.audit.clone().unwrap_or_default();
+    let state = filter.state.as_str();
+    html! {
+        form method="get" action="/ui" {
+            label { "audit " input type="text" name="audit" value=(audit); }
+            " "
+            label {
+                "gaps "
+                select name="state" {
+                    option value="open" selected[state == "open"] { "open" }
+                    option value="all" selected[state == "all"] { "all" }
+                }
+            }
+            " "
+            button type="submit" { "show" }
+        }
+    }
+}
+
+fn opt(v: Option<i64>) -> String {
+    v.map_or_else(|| "–".to_string(), |v| v.to_string())
+}
+
+fn sink_state(s: SinkState) -> &'static str {
+    match s {
+        SinkState::Up => "up",
+        SinkState::Down => "down",
+        SinkState::Unknown => "unknown",
+    }
+}
+
+fn audit_section(a: &AuditStatus) -> Markup {
+    html! {
+        h2 { "audit " (a.audit) }
+        p {
+            "sink " (a.sink_kind) ": " (sink_state(a.sink_state))
+            @if let Some(e) = &a.sink_error { " (" (e) ")" }
+            @if let Some(g) = &a.pipeline_group { "; pipeline group " (g) }
+            @if let Some(h) = &a.pipeline_group_hold { "; verdicts held: " (h) }
+        }
+        table {
+            tr {
+                th { "topic" } th { "partition" } th { "consumed" } th { "settled" }
+                th { "pipeline committed" } th { "log end" } th { "pending" } th { "missing" }
+            }
+            @for p in &a.partitions {
+                tr {
+                    td { (p.topic) } td { (p.partition) } td { (p.consumed) } td { (p.settled) }
+                    td { (opt(p.pipeline_committed)) } td { (opt(p.log_end)) }
+                    td { (p.pending) } td { (p.missing) }
+                }
+            }
+        }
+    }
+}
+
+fn gaps_section(page: &UiPage<'_>) -> Markup {
+    html! {
+        h2 { "gaps (" (page.filter.state.as_str()) ")" }
+        @if page.gaps.is_empty() {
+            p { "No gap matches." }
+        } @else {
+            table {
+                tr {
+                    th { "gap" } th { "offsets" } th { "records" } th { "timestamps" }
+                    th { "state" } th { "cause" } th { "retention" } th { "commands" }
+                }
+                @for g in page.gaps { (gap_row(g, page.now)) }
+            }
+        }
+        @if let Some(next) = &page.next {
+            p { a href=(next) rel="next" { "next page" } }
+        }
+    }
+}
+
+fn gap_row(g: &Gap, now: DateTime<Utc>) -> Markup {
+    let records = if g.size_known {
+        g.missing_records.to_string()
+    } else {
+        format!("up to {} (deleted unread: size unknown)", g.missing_records)
+    };
+    html! {
+        tr {
+            td { code { (g.id) } br; (g.audit) " / " (g.topic) " / " (g.partition) }
+            td { (g.first_offset) "–" (g.last_offset) }
+            td { (records) }
+            td { (opt_ts(g.first_timestamp)) br; (opt_ts(g.last_timestamp)) }
+            td {
+                (g.state.as_str())
+                @if let Some(r) = &g.ack_reason { br; "reason: " (r) }
+            }
+            td { (cause_words(g)) }
+            td { (time_left(g.unrecoverable_at, now)) }
+            td {
+                code { (replay_command(&g.id)) } br;
+                code { (ack_command(&g.id)) }
+            }
+        }
+    }
+}
+
+fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn opt_ts(t: Option<DateTime<Utc>>) -> String {
+    t.map_or_else(|| "–".to_string(), ts)
+}
+
+/// The cause in words (the cause table of docs/SEMANTICS.md), with the pipeline commit
+/// step that passed over the gap when it is known.
+pub(super) fn cause_words(g: &Gap) -> String {
+    let words = match g.cause {
+        GapCause::SkippedByRestart => {
+            "skipped by restart: the pipeline's committed position was a record it then never \
+             wrote, it resumed elsewhere (restart from latest, lost checkpoint)"
+        }
+        GapCause::DroppedInFlight => {
+            "dropped in flight: the pipeline wrote records of the same commit step but not \
+             these (loss between source and sink)"
+        }
+        GapCause::DeletedUnread => {
+            "deleted unread: Kafka deleted the records before the auditor read them"
+        }
+        GapCause::Unknown => {
+            "unknown: no pipeline group, or no observed commit movement covers the gap"
+        }
+        GapCause::Folded => {
+            "overflow gap: gaps folded together beyond max_open_gaps (their own causes are not kept)"
+        }
+    };
+    match (g.pipeline_commit_from, g.pipeline_commit_to) {
+        (Some(from), Some(to)) => {
+            let at = g
+                .pipeline_commit_at
+                .map(|t| format!(" at {}", ts(t)))
+                .unwrap_or_default();
+            format!("{words}; pipeline group moved from {from} to {to}{at}")
+        }
+        _ => words.to_string(),
+    }
+}
+
+/// Time left until Kafka retention deletes the gap's first record, from `now`.
+pub(super) fn time_left(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    match at {
+        None => "unknown".to_string(),
+        Some(t) if t <= now => format!("deleted by retention since {} (replay impossible)", ts(t)),
+        Some(t) => {
+            let secs = (t - now).num_seconds().max(0).unsigned_abs();
+            // Whole minutes are enough for a countdown read by a person.
+            let rounded = std::time::Duration::from_secs(secs - secs % 60);
+            let left = if secs < 60 {
+                "under a minute".to_string()
+            } else {
+                humantime::format_duration(rounded).to_string()
+            };
+            format!("{left} left (until {})", ts(t))
+        }
+    }
+}
+
+/// `s` as one POSIX shell word: single-quoted, an embedded `'` closed, escaped, reopened.
+pub(super) fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The command that shows what a replay of the gap into the sink would write.
+pub(super) fn replay_command(id: &str) -> String {
+    format!(
+        "gap-auditor replay -c CONFIG --gap {} --to-sink --dry-run",
+        shell_quote(id)
+    )
+}
+
+/// The command that acknowledges the gap.
+pub(super) fn ack_command(id: &str) -> String {
+    format!(
+        "gap-auditor ack -c CONFIG --gap {} --reason '…'",
+        shell_quote(id)
+    )
+}
