@@ -6,6 +6,7 @@
 //! the shared MariaDB, so no other test ever sees them.
 
 mod backpressure;
+mod giveup_soak;
 mod hung_sink;
 mod keys_total_loss;
 mod kill9;
@@ -13,6 +14,7 @@ mod lag;
 pub mod proxy;
 mod shutdown;
 mod sink;
+mod soak;
 mod stalled_partition;
 mod systematic_loss;
 mod tools;
