@@ -32,6 +32,16 @@
 //! [`WINDOW`] records ahead of what the daemon has decided, so the rate is the highest the
 //! machine audits end to end; it is reported.
 //!
+//! Measured at full length (600 s) beside other helpers' builds (load 3-4 on 2 cores):
+//! 8.2 M records at 13.7 k rec/s, 4,118,000 gaps, every one exact and retired, gaps_open
+//! and records_missing 4,118,000, 0.5 sink queries per idle round and partition, peak
+//! VmHWM 208 MiB; but VmRSS swung between 133 and 201 MiB around the baseline's 168 MiB
+//! (no trend: minutes 8-10 sat at 133..151 MiB), +16.9 % at its highest, and failed the
+//! flatness assertion. The swings follow the slow stretches (a 10 s sample deciding half
+//! the usual records: the backlog the producer's window allows piles up in the daemon);
+//! the assertion is kept as the issue states it, to be judged in the bound tests' quiet
+//! phase (scripts/bound-tests.sh).
+//!
 //! `GAP_AUDITOR_GIVEUP_SOAK_SECS` sets the length of the load (default 600; scripts/test.sh
 //! runs 120, scripts/reliability.sh the default); the figures say which ran.
 
@@ -222,6 +232,9 @@ fn produce(
 struct Sample {
     secs: u64,
     rss_kib: u64,
+    /// RssAnon and RssFile + RssShmem of the daemon: heap growth vs pages of mapped files.
+    anon_kib: u64,
+    file_kib: u64,
     lost: f64,
     confirmed: f64,
     /// records_pending over the partitions (undecided records the daemon holds).
@@ -232,6 +245,14 @@ struct Sample {
     written: u64,
     queries: f64,
     cpu: f64,
+}
+
+/// A `name` line of /proc/PID/status, KiB.
+fn status_kib(pid: u32, name: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// The gaps of `topic` in the store, checked against the truth (every odd offset below
@@ -413,6 +434,9 @@ async fn every_second_record_lost_for_minutes_given_up_keeps_rss_flat_and_the_st
             rss_kib: rss_kib(pid).unwrap_or_else(|| {
                 panic!("the daemon is gone at {at} s; log:\n{}", daemon.log_text())
             }),
+            anon_kib: status_kib(pid, "RssAnon:").unwrap_or(0),
+            file_kib: status_kib(pid, "RssFile:").unwrap_or(0)
+                + status_kib(pid, "RssShmem:").unwrap_or(0),
             lost: per_partitions(&t, "gap_auditor_records_lost_total", &topic),
             confirmed: per_partitions(&t, "gap_auditor_records_confirmed_total", &topic),
             pending: per_partitions(&t, "gap_auditor_records_pending", &topic),
@@ -493,7 +517,14 @@ async fn every_second_record_lost_for_minutes_given_up_keeps_rss_flat_and_the_st
             })
             .await;
     }
-    let retired_after = retired_wait.elapsed().as_secs_f64();
+    let retired_after = if give_up <= 60 {
+        format!(
+            "all given up {:.0} s later",
+            retired_wait.elapsed().as_secs_f64()
+        )
+    } else {
+        "give-up not waited for".to_string()
+    };
 
     // Idle: nothing arrives, nothing is due, every gap given up. IDLE_ROUNDS rounds of
     // verify_interval = 1 s.
@@ -560,7 +591,14 @@ async fn every_second_record_lost_for_minutes_given_up_keeps_rss_flat_and_the_st
     let pending_peak = samples.iter().map(|x| x.pending).fold(0.0, f64::max);
     let per_minute: Vec<String> = (1..=last.secs / 60)
         .filter_map(|m| samples.iter().find(|x| x.secs >= m * 60))
-        .map(|x| format!("{}", x.rss_kib / 1024))
+        .map(|x| {
+            format!(
+                "{} ({} anon, {} file)",
+                x.rss_kib / 1024,
+                x.anon_kib / 1024,
+                x.file_kib / 1024
+            )
+        })
         .collect();
     let flat = max_after as f64 <= FLAT * level as f64;
     let false_negatives = (want_lost as u64).saturating_sub(store.covered);
@@ -572,7 +610,7 @@ async fn every_second_record_lost_for_minutes_given_up_keeps_rss_flat_and_the_st
          after the baseline the daemon decided {rate:.0} rec/s at {:.0} % of a core, \
          {per_round_queries:.1} sink queries and {:.1} MiB written per 1 s round, \
          records_pending peak {pending_peak}, gaps_open {} when the load stopped; all decided {decided_after:.0} s after the load \
-         stopped, all given up {retired_after:.0} s later; VmRSS {} MiB idle, {} MiB at the \
+         stopped, {retired_after}; VmRSS {} MiB idle, {} MiB at the \
          baseline ({} s, the highest sample of its last 30 s), then {}..{} MiB (max {:+.1} % \
          of it, bound +{:.0} %: {}), {} MiB at the end; peak VmHWM {} MiB (bound {} MiB); \
          VmRSS per minute (MiB): {}; idle: {idle_queries:.2} sink queries per round and \
@@ -614,36 +652,7 @@ async fn every_second_record_lost_for_minutes_given_up_keeps_rss_flat_and_the_st
         notes,
     });
 
-    assert!(
-        flat,
-        "VmRSS grew after the baseline: up to {level} KiB by {} s, max {max_after} KiB \
-         after; samples: {:?}",
-        baseline.secs,
-        samples
-            .iter()
-            .map(|x| (x.secs, x.rss_kib))
-            .collect::<Vec<_>>()
-    );
-    assert!(
-        peak <= PEAK_RSS_BOUND_KIB,
-        "peak VmHWM {} MiB over the bound {} MiB",
-        peak / 1024,
-        PEAK_RSS_BOUND_KIB / 1024
-    );
-    let seq: Vec<&Sample> = std::iter::once(&baseline)
-        .chain(after.iter().copied())
-        .collect();
-    // Three samples: 30 s (a round's store commit fsyncs; beside builds one took > 10 s).
-    for w in seq.windows(4) {
-        assert!(
-            w[3].lost > w[0].lost,
-            "records_lost_total stopped increasing between {} s and {} s ({}; {} produced)",
-            w[0].secs,
-            w[3].secs,
-            w[3].lost,
-            w[3].produced
-        );
-    }
+    // Exactness first: a wrong report is worse than memory.
     assert_eq!(panics, 0, "the daemon panicked");
     assert_eq!(consumed, n as f64, "every record consumed once");
     assert_eq!(reported_lost, want_lost as f64, "every odd offset lost");
@@ -677,4 +686,34 @@ async fn every_second_record_lost_for_minutes_given_up_keeps_rss_flat_and_the_st
         idle_queries <= 2.0,
         "an idle round cost {idle_queries:.2} sink queries per partition"
     );
+    assert!(
+        flat,
+        "VmRSS grew after the baseline: up to {level} KiB by {} s, max {max_after} KiB \
+         after; samples: {:?}",
+        baseline.secs,
+        samples
+            .iter()
+            .map(|x| (x.secs, x.rss_kib))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        peak <= PEAK_RSS_BOUND_KIB,
+        "peak VmHWM {} MiB over the bound {} MiB",
+        peak / 1024,
+        PEAK_RSS_BOUND_KIB / 1024
+    );
+    let seq: Vec<&Sample> = std::iter::once(&baseline)
+        .chain(after.iter().copied())
+        .collect();
+    // Three samples: 30 s (a round's store commit fsyncs; beside builds one took > 10 s).
+    for w in seq.windows(4) {
+        assert!(
+            w[3].lost > w[0].lost,
+            "records_lost_total stopped increasing between {} s and {} s ({}; {} produced)",
+            w[0].secs,
+            w[3].secs,
+            w[3].lost,
+            w[3].produced
+        );
+    }
 }
