@@ -32,10 +32,10 @@ export GAP_AUDITOR_FIGURES
 echo "figures: $GAP_AUDITOR_FIGURES"
 
 # The soaks at their full length (10-minute key_columns loss, 5-minute hung sink, 1 M-record
-# systematic loss, 2-minute sink outage): the shortened values scripts/test.sh and CI use
-# must not leak in from the environment.
+# systematic loss, 2-minute sink outage, 10-minute given-up incident): the shortened values
+# scripts/test.sh and CI use must not leak in from the environment.
 unset GAP_AUDITOR_KEYS_LOSS_SECS GAP_AUDITOR_HUNG_SECS GAP_AUDITOR_SYSTEMATIC_N \
-  GAP_AUDITOR_SINK_OUTAGE_SECS
+  GAP_AUDITOR_SINK_OUTAGE_SECS GAP_AUDITOR_GIVEUP_SOAK_SECS GAP_AUDITOR_GIVEUP_SOAK_GIVE_UP_SECS
 # The outage past retention at its full size (issue 41 item 2): 20 M offsets deleted
 # unread on one partition (CI: 2 M, the test's default).
 export GAP_AUDITOR_DELETED_N=${GAP_AUDITOR_DELETED_N:-20000000}

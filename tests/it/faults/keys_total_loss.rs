@@ -48,10 +48,9 @@
 //! survives restarts and keeps a topic's records for its retention (7 days by default), so
 //! the millions of records would otherwise stay on disk.
 
+use super::soak::{commit_final, cpu_secs, delete_topic, line, per_partitions, written_bytes};
 use super::*;
 use crate::support::*;
-use rdkafka::admin::{AdminClient, AdminOptions};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
@@ -96,21 +95,6 @@ fn cap() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(MAX_MISSING_KEYS)
-}
-
-/// A DNS line like [`dns_line`] (9 fields, unique key `client_ip, domain, time`), but with
-/// fields of a FIXED width: [`dns_line`]'s keys grow by a byte at records 1 M and 2.5 M,
-/// which moves many of them into a larger allocator size class — memory growth that would
-/// come from the test's numbering, not from what the daemon keeps.
-fn line(i: usize) -> String {
-    format!(
-        "10.{:03}.{:03}.{:03}|host{i:010}.example.com|2024-05-01 12:{:02}:{:02}|93.184.216.34|NOERROR|A|ns1.example.com|-|8.8.8.8",
-        (i >> 16) & 255,
-        (i >> 8) & 255,
-        i & 255,
-        (i / 60) % 60,
-        i % 60
-    )
 }
 
 /// What the producer thread and the test share.
@@ -193,33 +177,6 @@ fn produce(topic: &str, group: &str, flow: &Flow) -> (Vec<i64>, usize) {
         }
     }
     (counts, i)
-}
-
-/// Sum over the partitions of a per-partition sample of `topic`.
-fn per_partitions(text: &str, name: &str, topic: &str) -> f64 {
-    (0..PARTITIONS)
-        .map(|p| {
-            let p = p.to_string();
-            sample(text, name, &[("topic", topic), ("partition", &p)]).unwrap_or(0.0)
-        })
-        .sum()
-}
-
-/// CPU seconds the process used (utime + stime of /proc/PID/stat, 100 ticks a second).
-fn cpu_secs(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = s.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
-}
-
-/// Bytes the process passed to write(2) and friends (`wchar` of /proc/PID/io).
-fn written_bytes(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("wchar:"))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// (false positives, false negatives) in records between gap tuples, by interval arithmetic
@@ -422,7 +379,7 @@ async fn key_columns_total_loss_keeps_rss_flat() {
     daemon.stop();
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     let panics = log_text.lines().filter(|l| l.contains("panicked")).count();
-    delete_topic(&topic).await;
+    delete_topic(&topic, "keys_total_loss").await;
 
     // Figures.
     let expected: Vec<(i64, i64, i64, i64)> = counts
@@ -547,28 +504,4 @@ async fn key_columns_total_loss_keeps_rss_flat() {
         reported, expected,
         "one gap per partition, over every record"
     );
-}
-
-/// The pipeline group commits `counts` (the last checkpoint).
-fn commit_final(group: &str, topic: &str, counts: &[i64]) {
-    let c: BaseConsumer = group_client(group).create().expect("pipeline consumer");
-    let mut tpl = TopicPartitionList::new();
-    for (p, n) in counts.iter().enumerate() {
-        tpl.add_partition_offset(topic, p as i32, KOffset::Offset(*n))
-            .expect("tpl");
-    }
-    c.assign(&tpl).expect("assign");
-    c.commit(&tpl, CommitMode::Sync).expect("final commit");
-}
-
-/// Deletes the topic (best effort): the broker keeps its records on disk otherwise.
-async fn delete_topic(topic: &str) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka())
-        .create()
-        .expect("admin");
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    if let Err(e) = admin.delete_topics(&[topic], &opts).await {
-        eprintln!("keys_total_loss: topic {topic} not deleted: {e}");
-    }
 }

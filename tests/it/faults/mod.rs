@@ -7,6 +7,7 @@
 
 mod backpressure;
 mod deleted_range;
+mod giveup_soak;
 mod hung_sink;
 mod keys_total_loss;
 mod kill9;
@@ -14,6 +15,7 @@ mod lag;
 pub mod proxy;
 mod shutdown;
 mod sink;
+mod soak;
 mod stalled_partition;
 mod systematic_loss;
 mod tools;
