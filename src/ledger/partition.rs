@@ -460,6 +460,10 @@ pub struct PartitionLedger {
     missing_keys: u64,
     /// Map sizes at the last [`Self::compact`].
     compacted_at: usize,
+    /// Missing runs inserted since the last [`Self::compact`] (every new gap comes with one).
+    declared_since_compact: usize,
+    /// Rebuilds done by [`Self::compact`] (tests).
+    compactions: u64,
     /// The log start last passed to [`Self::log_start_moved`].
     log_start: Offset,
     /// Gaps that stopped being the tail since [`Self::take_dirty_gaps`]: forgotten there
@@ -612,6 +616,8 @@ impl PartitionLedger {
             log_start: Offset::MIN,
             missing_keys: 0,
             compacted_at: 0,
+            declared_since_compact: 0,
+            compactions: 0,
             pipeline: PipelineCommits::default(),
             completeness: CompletenessCache::default(),
         }

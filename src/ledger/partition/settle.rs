@@ -231,6 +231,7 @@ impl PartitionLedger {
     /// Every change to `missing` goes through here and [`Self::remove_missing`]: the store
     /// write and the key count follow it.
     pub(super) fn insert_missing(&mut self, m: MissingRun) {
+        self.declared_since_compact += 1;
         self.unstored_missing.insert(m.run.first);
         self.missing_keys += m.keys.len() as u64;
         self.missing.insert(m.run.first, m);

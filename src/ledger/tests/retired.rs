@@ -157,6 +157,51 @@ fn an_incident_longer_than_give_up_after_keeps_the_gaps_in_memory_flat() {
     assert_eq!(l.completeness().blocking_gaps, total);
 }
 
+/// The same incident at a constant size: new gaps appended, the oldest given up. Appends
+/// leave B-tree nodes half full, so without a rebuild the maps' nodes all turn half full
+/// within one give_up_after while their length stays put (heaptrack of the giveup_soak
+/// fault test: the held heap rose by half in the minute after the first give-ups). The
+/// maps are rebuilt as they turn over, not only while they grow.
+#[test]
+fn gaps_given_up_as_fast_as_they_come_keep_the_maps_rebuilt() {
+    const ROUNDS: i64 = 60;
+    const PER_ROUND: i64 = 2_000;
+    const GIVE_UP_ROUNDS: i64 = 10;
+    let mut l = PartitionLedger::new(0, false);
+    let mut at_first_give_up = None;
+    for round in 0..ROUNDS {
+        let now = round * 10 * GRACE;
+        let from = round * PER_ROUND;
+        for o in from..from + PER_ROUND {
+            l.ingest(o, Some(now), exp(), now);
+        }
+        l.pipeline.observe(now, Some(from + PER_ROUND));
+        let segs = l.due(now + GRACE, GRACE, PER_ROUND as u64);
+        let present: BTreeSet<Offset> = (from..from + PER_ROUND).filter(|o| o % 2 == 0).collect();
+        l.apply(&oracle(&segs, &present), now + GRACE);
+        l.give_up(now + GRACE, GIVE_UP_ROUNDS * 10 * GRACE);
+        l.take_dirty_gaps();
+        l.stored();
+        if round == GIVE_UP_ROUNDS + 1 {
+            at_first_give_up = Some(l.compactions());
+        }
+    }
+    let before = at_first_give_up.expect("reached");
+    // ~11,000 gaps in memory, 1,000 new a round: a quarter turns over every ~3 rounds.
+    let after = l.compactions() - before;
+    assert!(
+        after >= 10,
+        "{after} rebuilds in the {} rounds after the first give-ups",
+        ROUNDS - GIVE_UP_ROUNDS - 1
+    );
+    assert!(
+        l.gaps_in_memory() <= (GIVE_UP_ROUNDS as usize + 1) * (PER_ROUND / 2) as usize,
+        "{} gaps in memory",
+        l.gaps_in_memory()
+    );
+    assert_eq!(l.missing(), (ROUNDS * PER_ROUND / 2) as u64);
+}
+
 /// A log truncated inside the overflow gap (review of issue 41 item 1): the overflow gap
 /// holds no missing run, so the cut cannot tell how many of its records lay beyond the
 /// divergence point. Trimmed to end before it with the whole count, its row said more
