@@ -92,6 +92,15 @@ pub enum StoreError {
         /// The acknowledged gaps.
         ids: Vec<String>,
     },
+    /// `ack` of a gap whose records reached the sink after all (`late`, `repaired`): there
+    /// is nothing to acknowledge, and overwriting the state would hide that they arrived.
+    #[error("gap {id} is {state}: its records reached the sink, there is nothing to acknowledge")]
+    Resolved {
+        /// The gap.
+        id: String,
+        /// Its state as stored.
+        state: String,
+    },
     /// The state directory could not be created.
     #[error("cannot create state directory {path}: {source}")]
     CreateDir {
