@@ -76,6 +76,9 @@ fn validate_config(config: Option<&Path>) -> Outcome {
         Ok(c) => c.into_config(),
         Err(outcome) => return outcome,
     };
+    for w in c.warnings() {
+        eprintln!("warning: {w}");
+    }
     println!(
         "configuration OK: {} audit(s): {}",
         c.audits.len(),
