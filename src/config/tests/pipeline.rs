@@ -147,7 +147,8 @@ group = "connect-es-sink"
 flink_rest_url = "http://jobmanager:8081"
 flink_job = "FlinkSQLFromKafka2Doris"
 connect_url = "http://connect:8083"
-connect_connector = "es-sink""#,
+connect_connector = "es-sink"
+dead_letter_topic = "dlq-dns""#,
     ))
     .expect("SPEC's keys parse");
     assert_eq!(

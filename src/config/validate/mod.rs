@@ -462,11 +462,6 @@ impl AuditConfig {
                     ),
                 );
             }
-            // DLQ-NOT-YET: lifted when the dead-letter reader lands.
-            return err(
-                format!("{pp}.dead_letter_topic"),
-                "is not supported yet by this build",
-            );
         }
         Ok(())
     }

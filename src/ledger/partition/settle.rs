@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// What one decided run of a segment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decided {
+    /// In the sink.
+    Present,
+    /// Not in the sink, not dead-lettered: missing.
+    Absent,
+    /// Not in the sink, named by the dead-letter topic.
+    DeadLettered,
+}
+
 impl PartitionLedger {
     /// The due prefix of pending records, split at the due frontier, at most `limit` records,
     /// as segments in offset order. `verdicts` passed to [`Self::apply`] must align with it.
@@ -63,6 +74,19 @@ impl PartitionLedger {
     /// Only the longest prefix of Known verdicts is applied; the rest stays pending, so
     /// decisions always advance in offset order.
     pub fn apply(&mut self, verdicts: &[Verdict], now_ms: i64) -> Applied {
+        self.apply_with_dead_letters(verdicts, now_ms, &|_| Vec::new())
+    }
+
+    /// [`Self::apply`], where `dead_letters(run)` gives the offsets of `run` the pipeline's
+    /// dead-letter topic names: those of them the sink lacks are dead-lettered instead of
+    /// missing (their own gap, `dead_lettered`, never counted as lost). A record the sink
+    /// holds is confirmed whatever the dead-letter topic says: present wins.
+    pub fn apply_with_dead_letters(
+        &mut self,
+        verdicts: &[Verdict],
+        now_ms: i64,
+        dead_letters: &dyn Fn(OffsetRun) -> Vec<OffsetRun>,
+    ) -> Applied {
         let mut out = Applied::default();
         for v in verdicts {
             let Verdict::Known {
@@ -81,11 +105,34 @@ impl PartitionLedger {
             let present = runs::intersect(p.run, &runs::normalize(present.clone()));
             // Walk the segment in offset order, alternating present and absent runs.
             let absent = runs::subtract(p.run, &present);
-            let mut events: Vec<(OffsetRun, bool)> = present.iter().map(|r| (*r, true)).collect();
-            events.extend(absent.iter().map(|r| (*r, false)));
+            // Absent offsets the dead-letter topic names: neither present nor missing.
+            let dead: Vec<OffsetRun> = absent
+                .iter()
+                .flat_map(|a| runs::intersect(*a, &runs::normalize(dead_letters(*a))))
+                .collect();
+            let absent: Vec<OffsetRun> = absent
+                .iter()
+                .flat_map(|a| runs::subtract(*a, &dead))
+                .collect();
+            let mut events: Vec<(OffsetRun, Decided)> =
+                present.iter().map(|r| (*r, Decided::Present)).collect();
+            events.extend(absent.iter().map(|r| (*r, Decided::Absent)));
+            events.extend(dead.iter().map(|r| (*r, Decided::DeadLettered)));
             events.sort_unstable_by_key(|(r, _)| r.first);
-            for (r, found) in events {
-                if found {
+            for (r, decided) in events {
+                if decided == Decided::DeadLettered {
+                    out.dead_lettered += r.len();
+                    if !p.keys.is_empty() {
+                        // No row is owed for them: the key book stops counting them.
+                        let a = (r.first - p.run.first) as usize;
+                        self.released_keys
+                            .extend_from_slice(&p.keys[a..a + r.len() as usize]);
+                    }
+                    self.declare_dead_lettered(r, p.min_ts, p.max_ts, now_ms);
+                    continue;
+                }
+                self.end_dead_tail();
+                if decided == Decided::Present {
                     if self.track_confirmations && !p.keys.is_empty() {
                         let a = (r.first - p.run.first) as usize;
                         self.unstored_confirmations
@@ -163,6 +210,7 @@ impl PartitionLedger {
                         epoch: self.epoch,
                         is_new: true,
                         settle_cursor: 0,
+                        dead_lettered: 0,
                     },
                 );
                 r.first
