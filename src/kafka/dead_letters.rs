@@ -56,11 +56,9 @@ impl DeadLetters {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A state already caught up at `ms` with nothing named (tests).
-    pub fn caught_up_at(ms: i64) -> Arc<Self> {
-        let d = DeadLetters::default();
-        d.caught_up_ms.store(ms, Ordering::SeqCst);
-        Arc::new(d)
+    /// Everything written to the topic before `ms` has been read (never moves back).
+    pub fn mark_caught_up(&self, ms: i64) {
+        self.caught_up_ms.fetch_max(ms, Ordering::SeqCst);
     }
 }
 
@@ -219,7 +217,7 @@ impl Reader {
                 return Ok(());
             }
         }
-        self.shared.caught_up_ms.fetch_max(t0, Ordering::SeqCst);
+        self.shared.mark_caught_up(t0);
         Ok(())
     }
 
@@ -235,4 +233,72 @@ impl Reader {
         }
         self.problem = problem;
     }
+}
+
+/// `check`'s reading of the dead-letter topic: everything it holds now, once (blocking).
+/// Returns the coordinates it names on `audited` topics and the moment (unix ms) before its
+/// log ends were read: records due by then may be decided with it, as the daemon decides.
+pub fn read_once(
+    kafka: &KafkaConfig,
+    topic: &str,
+    audited: &[String],
+) -> anyhow::Result<(DeadLetterIndex, i64)> {
+    use anyhow::Context;
+    // Read uncommitted, as the daemon's reader.
+    let mut kafka = kafka.clone();
+    kafka.isolation_level = crate::config::IsolationLevel::ReadUncommitted;
+    // On check's clock (the wall clock its ledgers use).
+    let t0 = chrono::Utc::now().timestamp_millis();
+    let consumer = super::range::consumer(&kafka, "gap-auditor-check-dead-letters")
+        .context("creating the dead-letter topic reader")?;
+    let md = consumer
+        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+        .with_context(|| format!("reading metadata of the dead-letter topic {topic}"))?;
+    let parts: Vec<i32> = md
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let audited: HashSet<&str> = audited.iter().map(String::as_str).collect();
+    let mut index = DeadLetterIndex::default();
+    for p in parts {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
+            .with_context(|| format!("reading the watermarks of {topic}-{p}"))?;
+        let tp = crate::gap::TopicPartition::new(topic, p);
+        let mut full = false;
+        super::range::read(
+            &kafka,
+            "gap-auditor-check-dead-letters",
+            &tp,
+            low,
+            high,
+            |m| {
+                let headers = m.headers();
+                let pairs = headers
+                    .iter()
+                    .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)));
+                if let Ok((named, offset)) = parse_headers(pairs)
+                    && audited.contains(named.topic.as_str())
+                {
+                    index.insert(named, offset);
+                    full |= index.is_full();
+                }
+                if full {
+                    super::range::Flow::Stop
+                } else {
+                    super::range::Flow::Continue
+                }
+            },
+        )
+        .with_context(|| format!("reading the dead-letter topic {topic}-{p}"))?;
+        if full {
+            anyhow::bail!(
+                "the dead-letter topic {topic} names more than {} records: check cannot hold them",
+                crate::dead_letters::MAX_DEAD_LETTERS
+            );
+        }
+    }
+    Ok((index, t0))
 }

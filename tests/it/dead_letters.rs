@@ -249,3 +249,76 @@ async fn a_late_dead_letter_turns_an_open_gap_dead_lettered() {
     assert_eq!(auditor.lost(&topic, 0), 2, "counted once, never taken back");
     auditor.stop().await;
 }
+
+/// Guarantee 9: `check` reads the dead-letter topic too and gives `run`'s verdicts: 20
+/// records, 5 and 6 dead-lettered, 12 dropped: exit 1 for the one lost record only, the
+/// dead-lettered ones reported as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn check_tells_dead_lettered_from_lost_as_run_does() {
+    let s = Scenario::new("dlq_check").await;
+    let topic = s.topic.clone();
+    let dlq = unique("dlq_check_errors");
+    create_topic(&dlq, 1).await;
+    let lines = dns_lines(0..20);
+    s.send(&lines).await;
+    let dl = DeadLetterProducer::new(&dlq);
+    for o in [5usize, 6] {
+        dl.names(&topic, 0, o as i64, lines[o].as_bytes()).await;
+    }
+    s.pipeline()
+        .records(20)
+        .copies(|o| usize::from(![5, 6, 12].contains(&o)))
+        .run()
+        .await;
+    let config = s.state.path().join("gap-auditor.toml");
+    let mut toml = config_toml(&s.spec("offset_columns", "1s", "500ms"));
+    toml.push_str(&format!(
+        "\n[audits.pipeline]\ndead_letter_topic = \"{dlq}\"\n"
+    ));
+    std::fs::write(&config, toml).expect("config");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
+            .args(["check", "-c"])
+            .arg(&config)
+            .args([
+                "--from",
+                "offset:0",
+                "--to",
+                "offset:20",
+                "--format",
+                "json",
+            ])
+            .output()
+            .expect("run check")
+    })
+    .await
+    .expect("check task");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    assert_eq!(
+        (
+            &report["confirmed"],
+            &report["lost"],
+            &report["dead_lettered"]
+        ),
+        (
+            &serde_json::json!(17),
+            &serde_json::json!(1),
+            &serde_json::json!(2)
+        ),
+        "{report}"
+    );
+    let gaps: Vec<(i64, &str)> = report["gaps"]
+        .as_array()
+        .expect("gaps")
+        .iter()
+        .map(|g| {
+            (
+                g["first_offset"].as_i64().unwrap_or(-1),
+                g["state"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(gaps, vec![(5, "dead_lettered"), (12, "open")], "{report}");
+}
