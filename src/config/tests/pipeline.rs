@@ -128,12 +128,6 @@ fn dead_letter_topic_is_a_valid_topic_other_than_the_audited_ones() {
         "audits[0].pipeline.dead_letter_topic",
         "audited by this audit",
     );
-    let e = toml_err(&with_pipeline("dead_letter_topic = \"dlq\""));
-    assert_err(
-        &e,
-        "audits[0].pipeline.dead_letter_topic",
-        "not supported yet",
-    );
     let e = toml_err(&with_pipeline("dead_letter_topc = \"dlq\""));
     assert!(e.to_string().contains("dead_letter_topc"), "{e}");
 }
