@@ -12,10 +12,11 @@
 //!
 //! # Memory bound
 //!
-//! The index keeps a coordinate only while it can still change a verdict: at or above the
-//! partition's *floor*, the first offset still undecided or still missing and re-checked
-//! (`PartitionLedger::dead_letter_floor`); every round the audit makes the index forget what
-//! lies below each owned partition's floor.
+//! The index keeps a coordinate only while it can still change a verdict: every round the
+//! audit first moves the missing records the coordinates name to dead-lettered, then makes
+//! the index forget what lies below each owned partition's *floor*, its first undecided
+//! record (`PartitionLedger::dead_letter_floor`). So what stays is what names records not
+//! decided yet (or not read yet: other partitions, offsets beyond the log).
 //! Beyond that the index holds at most [`MAX_DEAD_LETTERS`] coordinates (about 80 MB at the
 //! worst, ~70 bytes each): when full, the reader stops reading the dead-letter topic until
 //! floors free room, and verdicts wait for it (lag, never a false loss).

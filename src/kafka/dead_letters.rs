@@ -43,6 +43,8 @@ pub struct DeadLetters {
     /// The last moment (audit clock, unix ms) at which everything written to the topic
     /// before it had been read; 0: not yet.
     caught_up_ms: AtomicI64,
+    /// Why the topic cannot be read, while it cannot.
+    problem: Mutex<Option<String>>,
 }
 
 impl DeadLetters {
@@ -54,6 +56,14 @@ impl DeadLetters {
     /// The index, even if a holder panicked (its data is plain coordinates).
     pub fn lock(&self) -> std::sync::MutexGuard<'_, DeadLetterIndex> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why the topic cannot be read, while it cannot (`/api/status`).
+    pub fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Everything written to the topic before `ms` has been read (never moves back).
@@ -231,6 +241,11 @@ impl Reader {
             None => tracing::info!(audit = %self.audit, topic = %self.topic,
                 "reading the dead-letter topic"),
         }
+        *self
+            .shared
+            .problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = problem.clone();
         self.problem = problem;
     }
 }

@@ -196,6 +196,19 @@ async fn five_dead_lettered_and_two_dropped_are_told_apart() {
     let (_, open) = auditor.get("/api/gaps?state=open").await;
     let open: Vec<serde_json::Value> = serde_json::from_str(&open).expect("json");
     assert_eq!(open.len(), 2, "only the lost records page: {open:?}");
+    // /api/status shows the reader.
+    let (code, status) = auditor.get("/api/status").await;
+    assert_eq!(code, 200, "{status}");
+    assert!(
+        status.contains(&format!(
+            "\"dead_letters\":{{\"coordinates\":0,\"read_through\":\"2"
+        )),
+        "{status}"
+    );
+    assert!(
+        status.contains(&format!("\"topic\":\"{dlq}\"}}")),
+        "{status}"
+    );
     auditor.stop().await;
 }
 

@@ -80,15 +80,13 @@ impl PartitionLedger {
         (GapCause::DeadLettered, self.pipeline.step_over(first))
     }
 
-    /// The lowest offset a dead-letter coordinate can still change a verdict at: the first
-    /// missing record re-checked, else the first undecided one. Coordinates below it can be
-    /// forgotten (`audit::dead_letters` bounds its memory by this).
+    /// The lowest offset a dead-letter coordinate can still change a verdict at, once
+    /// [`Self::dead_letter_missing`] has taken the coordinates naming missing records: the
+    /// first undecided record (the settled offset). Below it every record is decided, and a
+    /// missing one named later is taken the round its coordinate is read, before the
+    /// caller forgets what lies below (`audit::round`). Coordinates can be forgotten there.
     pub fn dead_letter_floor(&self) -> Offset {
-        let settled = self.settled();
-        self.missing
-            .keys()
-            .next()
-            .map_or(settled, |&m| m.min(settled))
+        self.settled()
     }
 
     /// The missing runs' offsets among `named` (offsets the dead-letter topic names, any
