@@ -200,9 +200,7 @@ async fn five_dead_lettered_and_two_dropped_are_told_apart() {
     let (code, status) = auditor.get("/api/status").await;
     assert_eq!(code, 200, "{status}");
     assert!(
-        status.contains(&format!(
-            "\"dead_letters\":{{\"coordinates\":0,\"read_through\":\"2"
-        )),
+        status.contains("\"dead_letters\":{\"coordinates\":0,\"read_through\":\"2"),
         "{status}"
     );
     assert!(
