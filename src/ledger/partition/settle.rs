@@ -14,6 +14,48 @@ enum Decided {
     DeadLettered,
 }
 
+/// key_columns: which record of a shared key is absent is the sink's count by offset order,
+/// not a fact about that record. A record the dead-letter topic names but the count calls
+/// present stands for an absent record with its key: that one is dead-lettered instead
+/// (once per named record), so the pipeline's dead letter is never turned into a loss of
+/// its key's other record. Within the segment; returns the absent offsets so taken.
+fn shared_key_swaps(
+    p: &PendingRun,
+    present: &[OffsetRun],
+    absent: &[OffsetRun],
+    named: &[OffsetRun],
+) -> Vec<OffsetRun> {
+    use std::collections::HashMap;
+    let key = |o: Offset| p.keys.get((o - p.run.first) as usize);
+    let mut spare: HashMap<&Key, u64> = HashMap::new();
+    for r in present {
+        for n in runs::intersect(*r, named) {
+            for o in n.first..=n.last {
+                if let Some(k) = key(o) {
+                    *spare.entry(k).or_default() += 1;
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if spare.is_empty() {
+        return out;
+    }
+    for r in absent {
+        for left in runs::subtract(*r, named) {
+            for o in left.first..=left.last {
+                if let Some(n) = key(o).and_then(|k| spare.get_mut(k))
+                    && *n > 0
+                {
+                    *n -= 1;
+                    out.push(OffsetRun::new(o, o));
+                }
+            }
+        }
+    }
+    out
+}
+
 impl PartitionLedger {
     /// The due prefix of pending records, split at the due frontier, at most `limit` records,
     /// as segments in offset order. `verdicts` passed to [`Self::apply`] must align with it.
@@ -105,11 +147,19 @@ impl PartitionLedger {
             let present = runs::intersect(p.run, &runs::normalize(present.clone()));
             // Walk the segment in offset order, alternating present and absent runs.
             let absent = runs::subtract(p.run, &present);
+            let named = runs::normalize(dead_letters(p.run));
             // Absent offsets the dead-letter topic names: neither present nor missing.
-            let dead: Vec<OffsetRun> = absent
+            let mut dead: Vec<OffsetRun> = absent
                 .iter()
-                .flat_map(|a| runs::intersect(*a, &runs::normalize(dead_letters(*a))))
+                .flat_map(|a| runs::intersect(*a, &named))
                 .collect();
+            if !p.keys.is_empty() && !named.is_empty() {
+                dead = runs::normalize(
+                    dead.into_iter()
+                        .chain(shared_key_swaps(&p, &present, &absent, &named))
+                        .collect(),
+                );
+            }
             let absent: Vec<OffsetRun> = absent
                 .iter()
                 .flat_map(|a| runs::subtract(*a, &dead))

@@ -110,6 +110,52 @@ fn the_floor_is_the_first_undecided_record() {
     assert_eq!(l.dead_letter_missing(&[r(3, 3)]).dead_lettered, 1);
 }
 
+/// key_columns, a key shared by 0 and 1, one row for it: the sink's count calls 0 present
+/// and 1 absent (offset order). The pipeline dead-lettered 0: its key's absent record is the
+/// dead-lettered one, never a loss of the other.
+#[test]
+fn a_dead_letter_on_a_shared_key_is_never_turned_into_the_other_records_loss() {
+    let mut l = PartitionLedger::new(0, true);
+    let k = Key::new(["shared"]);
+    l.ingest(
+        0,
+        None,
+        Observed::Expected {
+            key: Some(k.clone()),
+        },
+        0,
+    );
+    l.ingest(
+        1,
+        None,
+        Observed::Expected {
+            key: Some(k.clone()),
+        },
+        0,
+    );
+    l.ingest(
+        2,
+        None,
+        Observed::Expected {
+            key: Some(Key::new(["own"])),
+        },
+        0,
+    );
+    l.pipeline.observe(0, Some(3));
+    let segs = l.due(10_000, GRACE, 100);
+    let dlq: BTreeSet<Offset> = [0].into();
+    let a = l.apply_with_dead_letters(&oracle(&segs, &[0, 2].into()), 10_000, &|run| {
+        named_in(&dlq, run)
+    });
+    assert_eq!((a.confirmed, a.lost, a.dead_lettered), (2, 0, 1));
+    assert_eq!(l.missing(), 0);
+    assert_eq!(
+        l.take_released_keys(),
+        vec![k],
+        "the book stops counting it missing"
+    );
+}
+
 proptest! {
     /// Against the model: every decided offset is exactly one of confirmed (in the sink),
     /// dead-lettered (absent, named) or lost (absent, not named), whatever the order of
