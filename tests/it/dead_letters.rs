@@ -76,7 +76,12 @@ impl DeadLetterProducer {
 
 /// The scenario's offset_columns audit, reading `dlq` as its dead-letter topic.
 async fn start_auditor(s: &Scenario, dlq: &str) -> Auditor {
-    let spec = s.spec("offset_columns", "2s", "300ms");
+    start_auditor_with(s, dlq, "offset_columns").await
+}
+
+/// [`start_auditor`] with the match `strategy` (`offset_columns` or `key_columns`).
+async fn start_auditor_with(s: &Scenario, dlq: &str, strategy: &str) -> Auditor {
+    let spec = s.spec(strategy, "2s", "300ms");
     let mut toml = config_toml(&spec);
     toml.push_str(&format!(
         "\n[audits.pipeline]\ndead_letter_topic = \"{dlq}\"\n"
@@ -101,7 +106,17 @@ fn missing_gauge(a: &Auditor, topic: &str) -> i64 {
 /// change nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_dead_lettered_and_two_dropped_are_told_apart() {
-    let s = Scenario::new("dlq").await;
+    five_of_a_hundred("offset_columns").await;
+}
+
+/// The same with the seed's strategy: rows carry no coordinates, records are found by key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_dead_lettered_and_two_dropped_are_told_apart_by_key() {
+    five_of_a_hundred("key_columns").await;
+}
+
+async fn five_of_a_hundred(strategy: &str) {
+    let s = Scenario::new(&format!("dlq_{strategy}")).await;
     let topic = s.topic.clone();
     let dlq = unique("dlq_errors");
     create_topic(&dlq, 2).await;
@@ -109,7 +124,7 @@ async fn five_dead_lettered_and_two_dropped_are_told_apart() {
     let dropped: BTreeSet<i64> = [25, 60].into();
     let lines = dns_lines(0..100);
     assert_eq!(s.send(&lines).await, (0..100).collect::<Vec<i64>>());
-    let auditor = start_auditor(&s, &dlq).await;
+    let auditor = start_auditor_with(&s, &dlq, strategy).await;
 
     // Connect writes a record's dead letter before it commits past the record.
     let dl = DeadLetterProducer::new(&dlq);
