@@ -68,13 +68,14 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every gap state, to turn [`StateFilter::Unresolved`] into a SQL `IN` list without
 /// duplicating the rule of [`GapState::is_unresolved`].
-const ALL_STATES: [GapState; 6] = [
+const ALL_STATES: [GapState; 7] = [
     GapState::Open,
     GapState::Late,
     GapState::Repaired,
     GapState::Unrecoverable,
     GapState::Unverifiable,
     GapState::Acknowledged,
+    GapState::DeadLettered,
 ];
 
 /// Errors of the gap store. Each names the database file (and the gap id where one is

@@ -381,10 +381,11 @@ fn all_states_lists_every_variant() {
             | GapState::Repaired
             | GapState::Unrecoverable
             | GapState::Unverifiable
-            | GapState::Acknowledged => {}
+            | GapState::Acknowledged
+            | GapState::DeadLettered => {}
         }
     }
-    assert_eq!(ALL_STATES.len(), 6);
+    assert_eq!(ALL_STATES.len(), 7);
 }
 
 #[test]

@@ -82,7 +82,10 @@ impl PartitionLedger {
         let mut check: Vec<Offset> = dirty.into_iter().collect();
         check.append(&mut self.untailed);
         for &f in &check {
-            if Some(f) != tail && self.gaps.get(&f).is_some_and(|g| g.missing == 0) {
+            if Some(f) != tail
+                && Some(f) != self.dead_tail
+                && self.gaps.get(&f).is_some_and(|g| g.missing == 0)
+            {
                 self.gaps.remove(&f);
                 self.unstored_gaps.insert(f);
                 self.revision += 1;

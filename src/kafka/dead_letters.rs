@@ -1,0 +1,319 @@
+//! The dead-letter reader: a thread that reads the pipeline's dead-letter topic from its
+//! beginning, keeps the coordinates its records name ([`crate::dead_letters`]) and says up
+//! to when it has read everything (`caught_up_ms`), which the due rule waits for.
+//!
+//! Why from the beginning, every start: a dead-letter record may have been written long
+//! before the auditor resumes at its settled watermark, and the topic keeps no index by
+//! source offset; the index's floors forget what is decided, so only the read costs time.
+//!
+//! Why the due rule waits: a record is decided only once it was due at a moment when the
+//! reader had read the whole topic (its position at the high watermark fetched after that
+//! moment). Kafka Connect writes a record's dead letter before it commits past the record,
+//! so under `pipeline_group` every dead letter of a due record is read before its verdict.
+//! While the topic cannot be read, nothing is decided (lag, never a false loss).
+//!
+//! Read uncommitted: a dead-letter record of an aborted transaction still names its record
+//! (Connect's dead-letter producer is not transactional), and the high watermark is then
+//! reachable whatever transactions are open.
+
+use crate::config::KafkaConfig;
+use crate::dead_letters::{DeadLetterIndex, Ignored, parse_headers};
+use crate::gap::Offset;
+use crate::metrics::Metrics;
+use rdkafka::Message;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers};
+use rdkafka::{Offset as KOffset, TopicPartitionList};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// How often the reader compares its position with the topic's high watermarks.
+const CATCH_UP_EVERY: Duration = Duration::from_millis(500);
+/// Bounds each metadata and watermark request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the reader shares with the audit.
+#[derive(Debug, Default)]
+pub struct DeadLetters {
+    /// The coordinates read and not yet forgotten.
+    pub index: Mutex<DeadLetterIndex>,
+    /// The last moment (audit clock, unix ms) at which everything written to the topic
+    /// before it had been read; 0: not yet.
+    caught_up_ms: AtomicI64,
+    /// Why the topic cannot be read, while it cannot.
+    problem: Mutex<Option<String>>,
+}
+
+impl DeadLetters {
+    /// Records due at or before this moment may be decided ([`Self`] docs).
+    pub fn caught_up_ms(&self) -> i64 {
+        self.caught_up_ms.load(Ordering::SeqCst)
+    }
+
+    /// The index, even if a holder panicked (its data is plain coordinates).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, DeadLetterIndex> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why the topic cannot be read, while it cannot (`/api/status`).
+    pub fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Everything written to the topic before `ms` has been read (never moves back).
+    pub fn mark_caught_up(&self, ms: i64) {
+        self.caught_up_ms.fetch_max(ms, Ordering::SeqCst);
+    }
+}
+
+/// Starts the reader of `topic` for `audit`, which reads `audited` topics; it stops when
+/// `cancel` fires.
+pub fn start(
+    kafka: &KafkaConfig,
+    group: &str,
+    topic: &str,
+    audit: &str,
+    audited: &[String],
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) -> anyhow::Result<Arc<DeadLetters>> {
+    let mut cfg = super::client::consumer(kafka, &format!("{group}.dead-letters"));
+    cfg.set("isolation.level", "read_uncommitted");
+    let consumer: BaseConsumer = cfg.create()?;
+    let shared = Arc::new(DeadLetters::default());
+    let reader = Reader {
+        consumer,
+        topic: topic.to_owned(),
+        audit: audit.to_owned(),
+        audited: audited.iter().cloned().collect(),
+        metrics,
+        shared: shared.clone(),
+        next: BTreeMap::new(),
+        problem: None,
+        full_warned: false,
+    };
+    std::thread::Builder::new()
+        .name(format!("dead-letters-{audit}"))
+        .spawn(move || reader.run(&cancel))?;
+    Ok(shared)
+}
+
+struct Reader {
+    consumer: BaseConsumer,
+    topic: String,
+    audit: String,
+    audited: HashSet<String>,
+    metrics: Arc<Metrics>,
+    shared: Arc<DeadLetters>,
+    /// Assigned partitions and the next offset to be delivered on each (`None`: none yet).
+    next: BTreeMap<i32, Option<Offset>>,
+    /// The last problem logged (logged again only when it changes).
+    problem: Option<String>,
+    full_warned: bool,
+}
+
+impl Reader {
+    fn run(mut self, cancel: &CancellationToken) {
+        let mut last_check: Option<Instant> = None;
+        while !cancel.is_cancelled() {
+            let full = self.shared.lock().is_full();
+            if full {
+                if !self.full_warned {
+                    tracing::warn!(audit = %self.audit, topic = %self.topic,
+                        "the dead-letter index is full; reading waits for verdicts to free room (verdicts wait too)");
+                    self.full_warned = true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            } else {
+                self.full_warned = false;
+                match self.consumer.poll(Duration::from_millis(100)) {
+                    Some(Ok(m)) => {
+                        let named = {
+                            let headers = m.headers();
+                            let pairs = headers
+                                .iter()
+                                .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)));
+                            parse_headers(pairs)
+                        };
+                        self.take(named, m.offset());
+                        self.next.insert(m.partition(), Some(m.offset() + 1));
+                    }
+                    Some(Err(e)) => self.note(Some(format!("reading failed: {e}"))),
+                    None => {}
+                }
+            }
+            if last_check.is_none_or(|t| t.elapsed() >= CATCH_UP_EVERY) {
+                last_check = Some(Instant::now());
+                match self.check() {
+                    Ok(()) => self.note(None),
+                    Err(e) => self.note(Some(e)),
+                }
+            }
+        }
+    }
+
+    fn take(&self, named: Result<(crate::gap::TopicPartition, Offset), Ignored>, at: Offset) {
+        let reason = match named {
+            Ok((tp, offset)) if self.audited.contains(&tp.topic) => {
+                self.shared.lock().insert(tp, offset);
+                return;
+            }
+            Ok(_) => Ignored::OtherTopic,
+            Err(reason) => reason,
+        };
+        tracing::debug!(audit = %self.audit, topic = %self.topic, offset = at, %reason,
+            "dead-letter record ignored");
+        self.metrics
+            .dead_letters_ignored
+            .with_label_values(&[&self.audit, reason.as_str()])
+            .inc();
+    }
+
+    /// Follows the topic's partitions and, when the position reached every high watermark
+    /// fetched after `t0`, moves `caught_up_ms` to `t0`.
+    fn check(&mut self) -> Result<(), String> {
+        let t0 = crate::clock::now_ms();
+        let md = self
+            .consumer
+            .fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT)
+            .map_err(|e| format!("metadata: {e}"))?;
+        // A topic that does not exist yet (Connect creates it on the first error) holds
+        // no dead letter: nothing to wait for.
+        let parts: Vec<i32> = md
+            .topics()
+            .iter()
+            .filter(|t| t.name() == self.topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        if parts.iter().any(|p| !self.next.contains_key(p)) {
+            let mut tpl = TopicPartitionList::new();
+            for &p in &parts {
+                let at = match self.next.get(&p).copied().flatten() {
+                    Some(o) => KOffset::Offset(o),
+                    None => KOffset::Beginning,
+                };
+                tpl.add_partition_offset(&self.topic, p, at)
+                    .map_err(|e| format!("assignment: {e}"))?;
+                self.next.entry(p).or_insert(None);
+            }
+            self.consumer
+                .assign(&tpl)
+                .map_err(|e| format!("assignment: {e}"))?;
+        }
+        let positions: BTreeMap<i32, Offset> = self
+            .consumer
+            .position()
+            .map(|tpl| {
+                tpl.elements()
+                    .iter()
+                    .filter_map(|e| e.offset().to_raw().map(|o| (e.partition(), o)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for &p in &parts {
+            let (low, high) = self
+                .consumer
+                .fetch_watermarks(&self.topic, p, REQUEST_TIMEOUT)
+                .map_err(|e| format!("watermarks of partition {p}: {e}"))?;
+            let read = self.next.get(&p).copied().flatten().unwrap_or(-1);
+            let pos = read.max(positions.get(&p).copied().unwrap_or(-1));
+            if high > low && pos < high {
+                return Ok(());
+            }
+        }
+        self.shared.mark_caught_up(t0);
+        Ok(())
+    }
+
+    fn note(&mut self, problem: Option<String>) {
+        if problem == self.problem {
+            return;
+        }
+        match &problem {
+            Some(p) => tracing::warn!(audit = %self.audit, topic = %self.topic, problem = %p,
+                "cannot read the dead-letter topic; verdicts wait until it can be read"),
+            None => tracing::info!(audit = %self.audit, topic = %self.topic,
+                "reading the dead-letter topic"),
+        }
+        *self
+            .shared
+            .problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = problem.clone();
+        self.problem = problem;
+    }
+}
+
+/// `check`'s reading of the dead-letter topic: everything it holds now, once (blocking).
+/// Returns the coordinates it names on `audited` topics and the moment (unix ms) before its
+/// log ends were read: records due by then may be decided with it, as the daemon decides.
+pub fn read_once(
+    kafka: &KafkaConfig,
+    topic: &str,
+    audited: &[String],
+) -> anyhow::Result<(DeadLetterIndex, i64)> {
+    use anyhow::Context;
+    // Read uncommitted, as the daemon's reader.
+    let mut kafka = kafka.clone();
+    kafka.isolation_level = crate::config::IsolationLevel::ReadUncommitted;
+    // On check's clock (the wall clock its ledgers use).
+    let t0 = chrono::Utc::now().timestamp_millis();
+    let consumer = super::range::consumer(&kafka, "gap-auditor-check-dead-letters")
+        .context("creating the dead-letter topic reader")?;
+    let md = consumer
+        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+        .with_context(|| format!("reading metadata of the dead-letter topic {topic}"))?;
+    let parts: Vec<i32> = md
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let audited: HashSet<&str> = audited.iter().map(String::as_str).collect();
+    let mut index = DeadLetterIndex::default();
+    for p in parts {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
+            .with_context(|| format!("reading the watermarks of {topic}-{p}"))?;
+        let tp = crate::gap::TopicPartition::new(topic, p);
+        let mut full = false;
+        super::range::read(
+            &kafka,
+            "gap-auditor-check-dead-letters",
+            &tp,
+            low,
+            high,
+            |m| {
+                let headers = m.headers();
+                let pairs = headers
+                    .iter()
+                    .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)));
+                if let Ok((named, offset)) = parse_headers(pairs)
+                    && audited.contains(named.topic.as_str())
+                {
+                    index.insert(named, offset);
+                    full |= index.is_full();
+                }
+                if full {
+                    super::range::Flow::Stop
+                } else {
+                    super::range::Flow::Continue
+                }
+            },
+        )
+        .with_context(|| format!("reading the dead-letter topic {topic}-{p}"))?;
+        if full {
+            anyhow::bail!(
+                "the dead-letter topic {topic} names more than {} records: check cannot hold them",
+                crate::dead_letters::MAX_DEAD_LETTERS
+            );
+        }
+    }
+    Ok((index, t0))
+}
