@@ -183,14 +183,7 @@ impl Reader {
             .consumer
             .fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT)
             .map_err(|e| format!("metadata: {e}"))?;
-        // A topic that does not exist yet (Connect creates it on the first error) holds
-        // no dead letter: nothing to wait for.
-        let parts: Vec<i32> = md
-            .topics()
-            .iter()
-            .filter(|t| t.name() == self.topic && t.error().is_none())
-            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-            .collect();
+        let parts = partitions_of(&md, &self.topic)?;
         if parts.iter().any(|p| !self.next.contains_key(p)) {
             let mut tpl = TopicPartitionList::new();
             for &p in &parts {
@@ -250,6 +243,26 @@ impl Reader {
     }
 }
 
+/// The dead-letter topic's partitions from a metadata answer. A topic that does not exist
+/// (Connect creates it on the first error) holds no dead letter: no partitions, nothing to
+/// wait for. Any other error of the topic (authorization, leader not available) is not
+/// "empty": taken for empty, every record it names would be decided lost while it cannot be
+/// read, so it is an error and verdicts wait.
+fn partitions_of(md: &rdkafka::metadata::Metadata, topic: &str) -> Result<Vec<i32>, String> {
+    use rdkafka::types::RDKafkaRespErr;
+    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(Vec::new());
+    };
+    match t.error() {
+        None => Ok(t.partitions().iter().map(|p| p.id()).collect()),
+        Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) => Ok(Vec::new()),
+        Some(e) => Err(format!(
+            "metadata of the dead-letter topic {topic}: {}",
+            rdkafka::error::RDKafkaErrorCode::from(e)
+        )),
+    }
+}
+
 /// `check`'s reading of the dead-letter topic: everything it holds now, once (blocking).
 /// Returns the coordinates it names on `audited` topics and the moment (unix ms) before its
 /// log ends were read: records due by then may be decided with it, as the daemon decides.
@@ -269,12 +282,7 @@ pub fn read_once(
     let md = consumer
         .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
         .with_context(|| format!("reading metadata of the dead-letter topic {topic}"))?;
-    let parts: Vec<i32> = md
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic && t.error().is_none())
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
+    let parts = partitions_of(&md, topic).map_err(anyhow::Error::msg)?;
     let audited: HashSet<&str> = audited.iter().map(String::as_str).collect();
     let mut index = DeadLetterIndex::default();
     for p in parts {

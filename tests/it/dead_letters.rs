@@ -15,13 +15,13 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Writes dead-letter records the way Kafka Connect's `errors.deadletterqueue.*` does.
-struct DeadLetterProducer {
+pub(crate) struct DeadLetterProducer {
     producer: FutureProducer,
     topic: String,
 }
 
 impl DeadLetterProducer {
-    fn new(topic: &str) -> Self {
+    pub(crate) fn new(topic: &str) -> Self {
         let producer = ClientConfig::new()
             .set("bootstrap.servers", kafka())
             .set("linger.ms", "0")
@@ -55,7 +55,7 @@ impl DeadLetterProducer {
     }
 
     /// A dead letter naming `topic`-`partition`@`offset`, with the other headers Connect adds.
-    async fn names(&self, topic: &str, partition: i32, offset: i64, value: &[u8]) {
+    pub(crate) async fn names(&self, topic: &str, partition: i32, offset: i64, value: &[u8]) {
         let (p, o) = (partition.to_string(), offset.to_string());
         self.send(
             &[
