@@ -92,6 +92,14 @@ impl PartitionLedger {
     /// The missing runs' offsets among `named` (offsets the dead-letter topic names, any
     /// order), as runs: what [`Self::dead_letter_missing`] would move.
     pub fn missing_among(&self, named: &[OffsetRun]) -> Vec<OffsetRun> {
+        runs::normalize(self.missing_hits(named))
+    }
+
+    /// [`Self::missing_among`] run by run: each hit lies inside ONE missing run. Neighbouring
+    /// runs (keyed runs stop merging at `MERGED_KEYS_MAX` keys) are not merged into a hit no
+    /// single run holds, which [`Self::dead_letter_missing`] could not take (review of issue
+    /// 37: their records stayed missing and the coordinates were then forgotten).
+    fn missing_hits(&self, named: &[OffsetRun]) -> Vec<OffsetRun> {
         let mut out = Vec::new();
         for n in runs::normalize(named.to_vec()) {
             let from = self
@@ -103,7 +111,7 @@ impl PartitionLedger {
                 out.extend(runs::intersect(m.run, &[n]));
             }
         }
-        runs::normalize(out)
+        out
     }
 
     /// Missing records the dead-letter topic names after they were declared missing: each
@@ -111,7 +119,7 @@ impl PartitionLedger {
     /// count to its dead-lettered count. Returns how many moved (`Applied::dead_lettered`).
     pub fn dead_letter_missing(&mut self, named: &[OffsetRun]) -> Applied {
         let mut out = Applied::default();
-        for hit in self.missing_among(named) {
+        for hit in self.missing_hits(named) {
             let Some(first) = self
                 .missing
                 .range(..=hit.first)

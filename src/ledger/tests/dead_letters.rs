@@ -156,6 +156,43 @@ fn a_dead_letter_on_a_shared_key_is_never_turned_into_the_other_records_loss() {
     );
 }
 
+/// key_columns: a loss of 5,000 records declared in one round leaves two neighbouring
+/// missing runs (a keyed run stops merging at 4,096 keys). Dead letters for all of them,
+/// read after the verdict, move every one: a hit spanning both runs is taken run by run.
+#[test]
+fn late_dead_letters_across_neighbouring_keyed_runs_all_move() {
+    const N: i64 = 5_000;
+    let mut l = PartitionLedger::new(0, true);
+    for o in 0..N {
+        l.ingest(
+            o,
+            None,
+            Observed::Expected {
+                key: Some(Key::new([format!("k{o}")])),
+            },
+            0,
+        );
+    }
+    l.pipeline.observe(0, Some(N));
+    for _ in 0..10 {
+        let segs = l.due(10_000, GRACE, 1_000);
+        if segs.is_empty() {
+            break;
+        }
+        l.apply(&oracle(&segs, &BTreeSet::new()), 10_000);
+    }
+    assert_eq!(l.missing(), N as u64);
+    assert!(
+        l.missing_runs().len() >= 2,
+        "neighbouring runs: {:?}",
+        l.missing_runs()
+    );
+    let moved = l.dead_letter_missing(&[r(0, N - 1)]);
+    assert_eq!(moved.dead_lettered, N as u64);
+    assert_eq!(l.missing(), 0);
+    assert_eq!(l.gauges().open, 0);
+}
+
 proptest! {
     /// Against the model: every decided offset is exactly one of confirmed (in the sink),
     /// dead-lettered (absent, named) or lost (absent, not named), whatever the order of
