@@ -10,7 +10,12 @@ impl Store {
     pub fn ack(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
         let mut conn = self.lock();
         let ctx = || format!("ack gap {id}");
-        let tx = conn.transaction().map_err(self.sq(ctx()))?;
+        // Immediate: the write lock is taken (waiting out the busy timeout) before the read
+        // below; a read transaction upgraded to a write fails at once with SQLITE_BUSY when
+        // another writer committed meanwhile.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
         let state: Option<String> = tx
             .query_row("SELECT state FROM gaps WHERE id = ?1", params![id], |r| {
                 r.get(0)
