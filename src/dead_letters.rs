@@ -128,6 +128,18 @@ impl DeadLetterIndex {
         kept
     }
 
+    /// Keeps the coordinates of the partitions `keep` says yes to, and drops the others.
+    pub fn retain(&mut self, mut keep: impl FnMut(&TopicPartition) -> bool) {
+        let len = &mut self.len;
+        self.named.retain(|tp, set| {
+            let k = keep(tp);
+            if !k {
+                *len -= set.len();
+            }
+            k
+        });
+    }
+
     /// Forgets the coordinates of `tp` below `floor` (they can no longer change a
     /// verdict: `PartitionLedger::dead_letter_floor`).
     pub fn forget_below(&mut self, tp: &TopicPartition, floor: Offset) {
