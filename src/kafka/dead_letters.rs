@@ -17,7 +17,7 @@
 //! reachable whatever transactions are open.
 
 use crate::config::KafkaConfig;
-use crate::dead_letters::{DeadLetterIndex, Ignored, parse_headers};
+use crate::dead_letters::{DeadLetterIndex, Ignored, parse_headers, written_by};
 use crate::gap::{Offset, TopicPartition};
 use crate::metrics::Metrics;
 use rdkafka::Message;
@@ -134,17 +134,32 @@ impl DeadLetters {
     }
 }
 
-/// Starts the reader of `topic` for `audit`, which reads `audited` topics; it stops when
-/// `cancel` fires.
+/// What a reading of the dead-letter topic keeps: coordinates on the `audited` topics, from
+/// dead letters `connector` wrote (any, when `None`).
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    /// The dead-letter topic.
+    pub topic: &'a str,
+    /// The audit's topics.
+    pub audited: &'a [String],
+    /// `connect_connector`.
+    pub connector: Option<&'a str>,
+}
+
+/// Starts the reader of `source` for `audit`; it stops when `cancel` fires.
 pub fn start(
     kafka: &KafkaConfig,
     group: &str,
-    topic: &str,
     audit: &str,
-    audited: &[String],
+    source: Source<'_>,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) -> anyhow::Result<Arc<DeadLetters>> {
+    let Source {
+        topic,
+        audited,
+        connector,
+    } = source;
     let mut cfg = super::client::consumer(kafka, &format!("{group}.dead-letters"));
     cfg.set("isolation.level", "read_uncommitted");
     let consumer: BaseConsumer = cfg.create()?;
@@ -154,6 +169,7 @@ pub fn start(
         topic: topic.to_owned(),
         audit: audit.to_owned(),
         audited: audited.iter().cloned().collect(),
+        connector: connector.map(str::to_owned),
         metrics,
         shared: shared.clone(),
         next: BTreeMap::new(),
@@ -172,6 +188,8 @@ struct Reader {
     topic: String,
     audit: String,
     audited: HashSet<String>,
+    /// `connect_connector`: only its dead letters count.
+    connector: Option<String>,
     metrics: Arc<Metrics>,
     shared: Arc<DeadLetters>,
     /// Assigned partitions and the next offset to be delivered on each (`None`: none yet).
@@ -211,10 +229,16 @@ impl Reader {
                     Some(Ok(m)) => {
                         let named = {
                             let headers = m.headers();
-                            let pairs = headers
-                                .iter()
-                                .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)));
-                            parse_headers(pairs)
+                            let pairs = || {
+                                headers.iter().flat_map(|h| {
+                                    h.iter().map(|Header { key, value }| (key, value))
+                                })
+                            };
+                            if written_by(pairs(), self.connector.as_deref()) {
+                                parse_headers(pairs())
+                            } else {
+                                Err(Ignored::OtherConnector)
+                            }
                         };
                         self.take(named, m.offset());
                         self.next.insert(m.partition(), Some(m.offset() + 1));
@@ -345,9 +369,13 @@ fn partitions_of(md: &rdkafka::metadata::Metadata, topic: &str) -> Result<Vec<i3
 /// log ends were read: records due by then may be decided with it, as the daemon decides.
 pub fn read_once(
     kafka: &KafkaConfig,
-    topic: &str,
-    audited: &[String],
+    source: Source<'_>,
 ) -> anyhow::Result<(DeadLetterIndex, i64)> {
+    let Source {
+        topic,
+        audited,
+        connector,
+    } = source;
     use anyhow::Context;
     // Read uncommitted, as the daemon's reader.
     let mut kafka = kafka.clone();
@@ -376,10 +404,13 @@ pub fn read_once(
             high,
             |m| {
                 let headers = m.headers();
-                let pairs = headers
-                    .iter()
-                    .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)));
-                if let Ok((named, offset)) = parse_headers(pairs)
+                let pairs = || {
+                    headers
+                        .iter()
+                        .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)))
+                };
+                if written_by(pairs(), connector)
+                    && let Ok((named, offset)) = parse_headers(pairs())
                     && audited.contains(named.topic.as_str())
                 {
                     index.insert(named, offset);
