@@ -331,9 +331,17 @@ async fn verify_range(
     let dead = match &audit.pipeline.dead_letter_topic {
         Some(t) => {
             let (kafka, t, topics) = (kafka.clone(), t.clone(), audit.topics.clone());
+            let connector = audit.pipeline.connect_connector.clone();
             Some(
                 tokio::task::spawn_blocking(move || {
-                    crate::kafka::dead_letters::read_once(&kafka, &t, &topics)
+                    crate::kafka::dead_letters::read_once(
+                        &kafka,
+                        crate::kafka::dead_letters::Source {
+                            topic: &t,
+                            audited: &topics,
+                            connector: connector.as_deref(),
+                        },
+                    )
                 })
                 .await
                 .context("reading the dead-letter topic")??,

@@ -31,6 +31,8 @@ pub const HEADER_TOPIC: &str = "__connect.errors.topic";
 pub const HEADER_PARTITION: &str = "__connect.errors.partition";
 /// Kafka Connect's header naming the source record's offset.
 pub const HEADER_OFFSET: &str = "__connect.errors.offset";
+/// The connector that wrote the dead letter (Kafka Connect).
+pub const HEADER_CONNECTOR: &str = "__connect.errors.connector.name";
 
 /// Most coordinates the index holds (see the module's memory bound).
 pub const MAX_DEAD_LETTERS: usize = 1_000_000;
@@ -45,6 +47,10 @@ pub enum Ignored {
     /// It names a topic this audit does not read.
     #[error("names a topic this audit does not read")]
     OtherTopic,
+    /// `connect_connector` is set and the dead letter was written by another connector
+    /// (or names none).
+    #[error("written by another connector than connect_connector")]
+    OtherConnector,
 }
 
 impl Ignored {
@@ -53,6 +59,7 @@ impl Ignored {
         match self {
             Ignored::Headers => "headers",
             Ignored::OtherTopic => "other_topic",
+            Ignored::OtherConnector => "other_connector",
         }
     }
 }
@@ -93,6 +100,24 @@ pub fn parse_headers<'a>(
 }
 
 /// The coordinates read so far, per audited partition, bounded (see the module docs).
+/// Whether the dead letter with these headers was written by `connector` (always, when
+/// `None`): its `__connect.errors.connector.name` header, trimmed. A dead letter without
+/// that header is not this connector's.
+pub fn written_by<'a>(
+    headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    connector: Option<&str>,
+) -> bool {
+    let Some(want) = connector else {
+        return true;
+    };
+    headers
+        .into_iter()
+        .find(|(name, _)| *name == HEADER_CONNECTOR)
+        .and_then(|(_, v)| v)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .is_some_and(|v| v.trim() == want)
+}
+
 #[derive(Debug, Default)]
 pub struct DeadLetterIndex {
     named: HashMap<TopicPartition, BTreeSet<Offset>>,
@@ -126,6 +151,18 @@ impl DeadLetterIndex {
         let kept = self.named.entry(tp).or_default().insert(offset);
         self.len += usize::from(kept);
         kept
+    }
+
+    /// Keeps the coordinates of the partitions `keep` says yes to, and drops the others.
+    pub fn retain(&mut self, mut keep: impl FnMut(&TopicPartition) -> bool) {
+        let len = &mut self.len;
+        self.named.retain(|tp, set| {
+            let k = keep(tp);
+            if !k {
+                *len -= set.len();
+            }
+            k
+        });
     }
 
     /// Forgets the coordinates of `tp` below `floor` (they can no longer change a
@@ -176,6 +213,26 @@ mod tests {
             .iter()
             .map(|(k, v)| (*k, Some(v.as_bytes())))
             .collect()
+    }
+
+    #[test]
+    fn only_the_configured_connectors_dead_letters_count() {
+        let ours = h(&[(HEADER_CONNECTOR, " es-sink "), (HEADER_TOPIC, "dns")]);
+        let theirs = h(&[(HEADER_CONNECTOR, "jdbc-sink")]);
+        let none = h(&[(HEADER_TOPIC, "dns")]);
+        assert!(written_by(ours.clone(), Some("es-sink")));
+        assert!(!written_by(theirs.clone(), Some("es-sink")));
+        assert!(
+            !written_by(none.clone(), Some("es-sink")),
+            "no header: not ours"
+        );
+        for any in [ours, theirs, none] {
+            assert!(written_by(any, None), "no connector configured: every one");
+        }
+        assert!(!written_by(
+            vec![(HEADER_CONNECTOR, Some(&[0xff, 0xfe][..]))],
+            Some("es-sink")
+        ));
     }
 
     #[test]

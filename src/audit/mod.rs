@@ -306,9 +306,12 @@ pub async fn run<V: Verifier + 'static>(
             kafka::dead_letters::start(
                 kafka,
                 group,
-                t,
                 &config.name,
-                &config.topics,
+                kafka::dead_letters::Source {
+                    topic: t,
+                    audited: &config.topics,
+                    connector: config.pipeline.connect_connector.as_deref(),
+                },
                 deps.metrics.clone(),
                 cancel.child_token(),
             )

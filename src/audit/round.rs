@@ -135,6 +135,11 @@ impl<V: Verifier> Audit<V> {
             }
         }
         let budget = self.checker.recheck_budget();
+        if let Some(d) = &self.dead_letters {
+            // Before reading how far it caught up: a partition assigned since the last
+            // round sets it back until the reader has read the topic again.
+            d.set_owned(self.parts.keys().cloned());
+        }
         let due_at = self
             .dead_letters
             .as_ref()

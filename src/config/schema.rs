@@ -370,7 +370,10 @@ pub struct PipelineConfig {
     /// Evidence (not used by this build): the Kafka Connect REST URL.
     #[serde(deserialize_with = "de_opt_string")]
     pub connect_url: Option<String>,
-    /// Evidence (not used by this build): the Kafka Connect connector's name.
+    /// The Kafka Connect connector's name. With `dead_letter_topic`: only dead letters this
+    /// connector wrote (`__connect.errors.connector.name`) count, so a topic it shares with
+    /// another connector cannot turn this pipeline's loss into `dead_lettered`. Otherwise
+    /// evidence this build reads nothing from (a startup warning says so).
     #[serde(deserialize_with = "de_opt_string")]
     pub connect_connector: Option<String>,
     /// The pipeline's dead-letter topic: an audited record whose coordinates a record there
@@ -388,7 +391,14 @@ impl PipelineConfig {
             ("flink_rest_url", &self.flink_rest_url),
             ("flink_job", &self.flink_job),
             ("connect_url", &self.connect_url),
-            ("connect_connector", &self.connect_connector),
+            (
+                "connect_connector",
+                if self.dead_letter_topic.is_some() {
+                    &None
+                } else {
+                    &self.connect_connector
+                },
+            ),
         ]
         .into_iter()
         .filter(|(_, v)| v.is_some())

@@ -17,8 +17,8 @@
 //! reachable whatever transactions are open.
 
 use crate::config::KafkaConfig;
-use crate::dead_letters::{DeadLetterIndex, Ignored, parse_headers};
-use crate::gap::Offset;
+use crate::dead_letters::{DeadLetterIndex, Ignored, parse_headers, written_by};
+use crate::gap::{Offset, TopicPartition};
 use crate::metrics::Metrics;
 use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -45,6 +45,19 @@ pub struct DeadLetters {
     caught_up_ms: AtomicI64,
     /// Why the topic cannot be read, while it cannot.
     problem: Mutex<Option<String>>,
+    /// The audited partitions this instance owns (`None`: not told yet, every one is kept)
+    /// and a generation that moves when one is added: coordinates of partitions another
+    /// instance owns are not kept (its verdicts would never free them, and with several
+    /// instances they filled the index for good, stalling every verdict), so a partition
+    /// assigned later needs the topic read again from its beginning.
+    owned: Mutex<Owned>,
+}
+
+/// See [`DeadLetters::owned`].
+#[derive(Debug, Default)]
+struct Owned {
+    partitions: Option<HashSet<TopicPartition>>,
+    generation: u64,
 }
 
 impl DeadLetters {
@@ -66,23 +79,87 @@ impl DeadLetters {
             .clone()
     }
 
-    /// Everything written to the topic before `ms` has been read (never moves back).
+    /// Everything written to the topic before `ms` has been read (never moves back, except
+    /// when a partition is assigned: [`Self::set_owned`]).
     pub fn mark_caught_up(&self, ms: i64) {
         self.caught_up_ms.fetch_max(ms, Ordering::SeqCst);
     }
+
+    /// [`Self::mark_caught_up`], unless the owned partitions gained one since `generation`
+    /// (the reading that reached `ms` did not keep that partition's coordinates).
+    fn mark_caught_up_at(&self, generation: u64, ms: i64) {
+        let owned = self.owned();
+        if owned.generation == generation {
+            self.caught_up_ms.fetch_max(ms, Ordering::SeqCst);
+        }
+    }
+
+    fn owned(&self) -> std::sync::MutexGuard<'_, Owned> {
+        self.owned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The generation of the owned partitions (moves when one is added).
+    fn generation(&self) -> u64 {
+        self.owned().generation
+    }
+
+    /// Whether a coordinate on `tp` is kept.
+    fn keeps(&self, tp: &TopicPartition) -> bool {
+        self.owned()
+            .partitions
+            .as_ref()
+            .is_none_or(|p| p.contains(tp))
+    }
+
+    /// The audited partitions this instance owns now (every round). Coordinates of others
+    /// are dropped; a partition not owned before makes the reader read the topic again from
+    /// its beginning, and until it has, nothing is caught up (verdicts wait: lag, never a
+    /// loss for want of a dead letter dropped while another instance owned the partition).
+    pub fn set_owned(&self, parts: impl IntoIterator<Item = TopicPartition>) {
+        let now: HashSet<TopicPartition> = parts.into_iter().collect();
+        let mut owned = self.owned();
+        let added = match &owned.partitions {
+            None => false,
+            Some(before) => now.iter().any(|tp| !before.contains(tp)),
+        };
+        if owned.partitions.as_ref() == Some(&now) {
+            return;
+        }
+        if added {
+            owned.generation += 1;
+            self.caught_up_ms.store(0, Ordering::SeqCst);
+        }
+        self.lock().retain(|tp| now.contains(tp));
+        owned.partitions = Some(now);
+    }
 }
 
-/// Starts the reader of `topic` for `audit`, which reads `audited` topics; it stops when
-/// `cancel` fires.
+/// What a reading of the dead-letter topic keeps: coordinates on the `audited` topics, from
+/// dead letters `connector` wrote (any, when `None`).
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    /// The dead-letter topic.
+    pub topic: &'a str,
+    /// The audit's topics.
+    pub audited: &'a [String],
+    /// `connect_connector`.
+    pub connector: Option<&'a str>,
+}
+
+/// Starts the reader of `source` for `audit`; it stops when `cancel` fires.
 pub fn start(
     kafka: &KafkaConfig,
     group: &str,
-    topic: &str,
     audit: &str,
-    audited: &[String],
+    source: Source<'_>,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) -> anyhow::Result<Arc<DeadLetters>> {
+    let Source {
+        topic,
+        audited,
+        connector,
+    } = source;
     let mut cfg = super::client::consumer(kafka, &format!("{group}.dead-letters"));
     cfg.set("isolation.level", "read_uncommitted");
     let consumer: BaseConsumer = cfg.create()?;
@@ -92,11 +169,13 @@ pub fn start(
         topic: topic.to_owned(),
         audit: audit.to_owned(),
         audited: audited.iter().cloned().collect(),
+        connector: connector.map(str::to_owned),
         metrics,
         shared: shared.clone(),
         next: BTreeMap::new(),
         problem: None,
         full_warned: false,
+        generation: 0,
     };
     std::thread::Builder::new()
         .name(format!("dead-letters-{audit}"))
@@ -109,6 +188,8 @@ struct Reader {
     topic: String,
     audit: String,
     audited: HashSet<String>,
+    /// `connect_connector`: only its dead letters count.
+    connector: Option<String>,
     metrics: Arc<Metrics>,
     shared: Arc<DeadLetters>,
     /// Assigned partitions and the next offset to be delivered on each (`None`: none yet).
@@ -116,12 +197,24 @@ struct Reader {
     /// The last problem logged (logged again only when it changes).
     problem: Option<String>,
     full_warned: bool,
+    /// The owned partitions' generation the reading since the last rewind keeps.
+    generation: u64,
 }
 
 impl Reader {
     fn run(mut self, cancel: &CancellationToken) {
         let mut last_check: Option<Instant> = None;
         while !cancel.is_cancelled() {
+            let generation = self.shared.generation();
+            if generation != self.generation {
+                // A partition was assigned: its coordinates were not kept, read it all again
+                // (`check` assigns every partition from its beginning once `next` is empty).
+                tracing::info!(audit = %self.audit, topic = %self.topic,
+                    "a partition was assigned: reading the dead-letter topic again from its beginning");
+                self.generation = generation;
+                self.next.clear();
+                last_check = None;
+            }
             let full = self.shared.lock().is_full();
             if full {
                 if !self.full_warned {
@@ -136,10 +229,16 @@ impl Reader {
                     Some(Ok(m)) => {
                         let named = {
                             let headers = m.headers();
-                            let pairs = headers
-                                .iter()
-                                .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)));
-                            parse_headers(pairs)
+                            let pairs = || {
+                                headers.iter().flat_map(|h| {
+                                    h.iter().map(|Header { key, value }| (key, value))
+                                })
+                            };
+                            if written_by(pairs(), self.connector.as_deref()) {
+                                parse_headers(pairs())
+                            } else {
+                                Err(Ignored::OtherConnector)
+                            }
                         };
                         self.take(named, m.offset());
                         self.next.insert(m.partition(), Some(m.offset() + 1));
@@ -161,7 +260,9 @@ impl Reader {
     fn take(&self, named: Result<(crate::gap::TopicPartition, Offset), Ignored>, at: Offset) {
         let reason = match named {
             Ok((tp, offset)) if self.audited.contains(&tp.topic) => {
-                self.shared.lock().insert(tp, offset);
+                if self.shared.keeps(&tp) {
+                    self.shared.lock().insert(tp, offset);
+                }
                 return;
             }
             Ok(_) => Ignored::OtherTopic,
@@ -220,7 +321,7 @@ impl Reader {
                 return Ok(());
             }
         }
-        self.shared.mark_caught_up(t0);
+        self.shared.mark_caught_up_at(self.generation, t0);
         Ok(())
     }
 
@@ -268,9 +369,13 @@ fn partitions_of(md: &rdkafka::metadata::Metadata, topic: &str) -> Result<Vec<i3
 /// log ends were read: records due by then may be decided with it, as the daemon decides.
 pub fn read_once(
     kafka: &KafkaConfig,
-    topic: &str,
-    audited: &[String],
+    source: Source<'_>,
 ) -> anyhow::Result<(DeadLetterIndex, i64)> {
+    let Source {
+        topic,
+        audited,
+        connector,
+    } = source;
     use anyhow::Context;
     // Read uncommitted, as the daemon's reader.
     let mut kafka = kafka.clone();
@@ -299,10 +404,13 @@ pub fn read_once(
             high,
             |m| {
                 let headers = m.headers();
-                let pairs = headers
-                    .iter()
-                    .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)));
-                if let Ok((named, offset)) = parse_headers(pairs)
+                let pairs = || {
+                    headers
+                        .iter()
+                        .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)))
+                };
+                if written_by(pairs(), connector)
+                    && let Ok((named, offset)) = parse_headers(pairs())
                     && audited.contains(named.topic.as_str())
                 {
                     index.insert(named, offset);
@@ -324,4 +432,57 @@ pub fn read_once(
         }
     }
     Ok((index, t0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("t", p)
+    }
+
+    /// Review of issue 37: with several instances, coordinates of partitions another
+    /// instance owns were kept and never freed (only this instance's verdicts free them),
+    /// filling the index for good. Only owned partitions' coordinates are kept; a partition
+    /// assigned later sets the catch-up back so that the topic is read again first.
+    #[test]
+    fn only_owned_partitions_are_kept_and_an_assigned_one_sets_the_catch_up_back() {
+        let d = DeadLetters::default();
+        // Not told yet: everything is kept.
+        assert!(d.keeps(&tp(0)) && d.keeps(&tp(1)));
+        d.lock().insert(tp(0), 5);
+        d.lock().insert(tp(1), 7);
+        d.mark_caught_up(1_000);
+        let g0 = d.generation();
+
+        // The first assignment: partition 0 only. Nothing was dropped before it, so no
+        // re-read: the catch-up stands; partition 1's coordinate goes.
+        d.set_owned([tp(0)]);
+        assert_eq!((d.generation(), d.caught_up_ms()), (g0, 1_000));
+        assert!(d.keeps(&tp(0)) && !d.keeps(&tp(1)));
+        assert_eq!(d.lock().len(), 1);
+
+        // Partition 1 assigned: its coordinates were dropped meanwhile, so nothing is
+        // caught up until the reader read the topic again.
+        d.set_owned([tp(0), tp(1)]);
+        let g1 = d.generation();
+        assert_ne!(g1, g0);
+        assert_eq!(d.caught_up_ms(), 0);
+        assert!(d.keeps(&tp(1)));
+        // A reading that started before the assignment does not count.
+        d.mark_caught_up_at(g0, 2_000);
+        assert_eq!(d.caught_up_ms(), 0);
+        d.mark_caught_up_at(g1, 3_000);
+        assert_eq!(d.caught_up_ms(), 3_000);
+
+        // The same set again, or one partition fewer: no re-read; the revoked one's
+        // coordinates go.
+        d.set_owned([tp(1), tp(0)]);
+        assert_eq!((d.generation(), d.caught_up_ms()), (g1, 3_000));
+        d.lock().insert(tp(0), 9);
+        d.set_owned([tp(1)]);
+        assert_eq!((d.generation(), d.caught_up_ms()), (g1, 3_000));
+        assert_eq!(d.lock().len(), 0);
+    }
 }

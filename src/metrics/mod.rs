@@ -67,7 +67,8 @@ pub struct Metrics {
     pub records_dead_lettered: IntCounterVec,
     /// Beyond SPEC's table: `gap_auditor_dead_letters_ignored_total{audit,reason}`: records
     /// of the dead-letter topic that name no record this audit reads (`headers`: missing or
-    /// unreadable `__connect.errors.*` headers; `other_topic`: a topic it does not audit).
+    /// unreadable `__connect.errors.*` headers; `other_topic`: a topic it does not audit;
+    /// `other_connector`: written by another connector than `connect_connector`).
     pub dead_letters_ignored: IntCounterVec,
     /// `gap_auditor_records_pending{audit,topic,partition}`.
     pub records_pending: IntGaugeVec,
@@ -263,7 +264,7 @@ impl Metrics {
             ),
             dead_letters_ignored: f.int_counter(
                 "gap_auditor_dead_letters_ignored_total",
-                "Dead-letter topic records naming no audited record (reason: headers, other_topic).",
+                "Dead-letter topic records naming no audited record (reason: headers, other_topic, other_connector).",
                 &["audit", "reason"],
             ),
             records_pending: f.int_gauge(

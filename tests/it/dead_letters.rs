@@ -348,3 +348,59 @@ async fn check_tells_dead_lettered_from_lost_as_run_does() {
         .collect();
     assert_eq!(gaps, vec![(5, "dead_lettered"), (12, "open")], "{report}");
 }
+
+/// A dead-letter topic shared with another connector that reads the same topic (review of
+/// issue 37): with `connect_connector`, only that connector's dead letters count. The other
+/// connector's dead letter (and one without a connector name) for a record this pipeline
+/// really dropped leave it lost, never dead_lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_connectors_dead_letter_never_hides_a_loss() {
+    let s = Scenario::new("dlq_conn").await;
+    let topic = s.topic.clone();
+    let dlq = unique("dlq_shared");
+    create_topic(&dlq, 1).await;
+    let lines = dns_lines(0..10);
+    s.send(&lines).await;
+    let spec = s.spec("offset_columns", "2s", "300ms");
+    let mut toml = config_toml(&spec);
+    toml.push_str(&format!(
+        "\n[audits.pipeline]\ndead_letter_topic = \"{dlq}\"\nconnect_connector = \"es-sink\"\n"
+    ));
+    let auditor = Auditor::start(&toml).await;
+    let dl = DeadLetterProducer::new(&dlq);
+    // Ours (es-sink) for 3; another connector's, and one naming no connector, for 6.
+    dl.names(&topic, 0, 3, lines[3].as_bytes()).await;
+    for connector in [Some("jdbc-sink"), None] {
+        let mut headers = vec![
+            ("__connect.errors.topic", topic.as_str()),
+            ("__connect.errors.partition", "0"),
+            ("__connect.errors.offset", "6"),
+        ];
+        if let Some(c) = connector {
+            headers.push(("__connect.errors.connector.name", c));
+        }
+        dl.send(&headers, lines[6].as_bytes()).await;
+    }
+    s.pipeline()
+        .records(10)
+        .copies(|o| usize::from(o != 3 && o != 6))
+        .run()
+        .await;
+    auditor
+        .wait_decided(60, "every record decided", |a| {
+            a.confirmed(&topic, 0) + a.lost(&topic, 0) + dead_lettered(a, &topic) == 10
+        })
+        .await;
+    assert_eq!(
+        (auditor.lost(&topic, 0), dead_lettered(&auditor, &topic)),
+        (1, 1),
+        "6 lost (other connectors' dead letters), 3 dead_lettered"
+    );
+    let other = auditor
+        .metrics
+        .dead_letters_ignored
+        .with_label_values(&[auditor.audit.as_str(), "other_connector"])
+        .get();
+    assert_eq!(other, 2);
+    auditor.stop().await;
+}

@@ -150,3 +150,21 @@ dead_letter_topic = "dlq-dns""#,
         Some("connect-es-sink")
     );
 }
+
+/// With a dead-letter topic, `connect_connector` filters its dead letters: it is used, so
+/// it is not named among the ignored evidence keys; without one it still is.
+#[test]
+fn connect_connector_is_used_with_a_dead_letter_topic() {
+    let cfg = Config::from_toml_str(&with_pipeline(
+        "dead_letter_topic = \"dlq\"\nconnect_connector = \"es-sink\"",
+    ))
+    .expect("parses");
+    assert!(cfg.audits[0].pipeline.ignored_evidence_keys().is_empty());
+    assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
+    let cfg =
+        Config::from_toml_str(&with_pipeline("connect_connector = \"es-sink\"")).expect("parses");
+    assert_eq!(
+        cfg.audits[0].pipeline.ignored_evidence_keys(),
+        vec!["connect_connector"]
+    );
+}
