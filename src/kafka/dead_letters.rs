@@ -176,6 +176,7 @@ pub fn start(
         problem: None,
         full_warned: false,
         generation: 0,
+        counted: BTreeMap::new(),
     };
     std::thread::Builder::new()
         .name(format!("dead-letters-{audit}"))
@@ -199,6 +200,9 @@ struct Reader {
     full_warned: bool,
     /// The owned partitions' generation the reading since the last rewind keeps.
     generation: u64,
+    /// Per partition, the offset up to which records were read once (ignored ones are
+    /// counted once, whatever the rewinds).
+    counted: BTreeMap<i32, Offset>,
 }
 
 impl Reader {
@@ -225,23 +229,27 @@ impl Reader {
                 std::thread::sleep(Duration::from_millis(200));
             } else {
                 self.full_warned = false;
-                match self.consumer.poll(Duration::from_millis(100)) {
-                    Some(Ok(m)) => {
-                        let named = {
-                            let headers = m.headers();
-                            let pairs = || {
-                                headers.iter().flat_map(|h| {
-                                    h.iter().map(|Header { key, value }| (key, value))
-                                })
-                            };
-                            if written_by(pairs(), self.connector.as_deref()) {
-                                parse_headers(pairs())
-                            } else {
-                                Err(Ignored::OtherConnector)
-                            }
+                let connector = self.connector.as_deref();
+                let polled = self.consumer.poll(Duration::from_millis(100)).map(|r| {
+                    r.map(|m| {
+                        let headers = m.headers();
+                        let pairs = || {
+                            headers
+                                .iter()
+                                .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)))
                         };
-                        self.take(named, m.offset());
-                        self.next.insert(m.partition(), Some(m.offset() + 1));
+                        let named = if written_by(pairs(), connector) {
+                            parse_headers(pairs())
+                        } else {
+                            Err(Ignored::OtherConnector)
+                        };
+                        (named, m.partition(), m.offset())
+                    })
+                });
+                match polled {
+                    Some(Ok((named, partition, offset))) => {
+                        self.take(named, partition, offset);
+                        self.next.insert(partition, Some(offset + 1));
                     }
                     Some(Err(e)) => self.note(Some(format!("reading failed: {e}"))),
                     None => {}
@@ -257,7 +265,18 @@ impl Reader {
         }
     }
 
-    fn take(&self, named: Result<(crate::gap::TopicPartition, Offset), Ignored>, at: Offset) {
+    fn take(
+        &mut self,
+        named: Result<(crate::gap::TopicPartition, Offset), Ignored>,
+        partition: i32,
+        at: Offset,
+    ) {
+        // Read again after a partition was assigned (`set_owned`): an ignored record is
+        // counted the first time only.
+        let counted = self.counted.get(&partition).is_some_and(|&c| at < c);
+        if !counted {
+            self.counted.insert(partition, at + 1);
+        }
         let reason = match named {
             Ok((tp, offset)) if self.audited.contains(&tp.topic) => {
                 if self.shared.keeps(&tp) {
@@ -268,6 +287,9 @@ impl Reader {
             Ok(_) => Ignored::OtherTopic,
             Err(reason) => reason,
         };
+        if counted {
+            return;
+        }
         tracing::debug!(audit = %self.audit, topic = %self.topic, offset = at, %reason,
             "dead-letter record ignored");
         self.metrics
