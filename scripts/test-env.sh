@@ -227,6 +227,10 @@ install_packages() {
   # kcat: the benchmark's same-run baseline beside the bare librdkafka consumer
   # (tests/bench_smoke.rs checks its row).
   command -v kcat >/dev/null || pkgs+=(kcat)
+  # chromium (and a font for its screenshots): the gap page's browser test
+  # (tests/it/ui_ack.rs, scripts/ui-browser.sh drives it with playwright-core).
+  command -v chromium >/dev/null || pkgs+=(chromium)
+  [[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || pkgs+=(fonts-dejavu-core)
   ((${#pkgs[@]})) || return 0
   log "installing ${pkgs[*]} (apt)"
   # Root installs directly (CI, containers); a developer account goes through sudo.

@@ -11,7 +11,8 @@
 //! | `POST /api/gaps/{id}/ack` with `{"reason": "…"}` | acknowledges the gap like `gap-auditor ack` and answers it as `/api/gaps` lists it; 403 without `server.api_token`, 400 without a reason, 413 over 64 KiB, 404 for a gap this instance's store does not hold ([`ack`]) |
 //! | `GET /api/status` | `{"audits": [...]}` |
 //! | `GET /api/completeness?audit=NAME&until=RFC3339` | `{"complete", "complete_until", "blocking", ...}` ([`crate::completeness::Answer`]) |
-//! | `GET /ui?audit=NAME&state=open\|all[&after=ID]` | the gap page: server-rendered HTML, no script; partitions per audit, open gaps 200 a page with cause, retention countdown and the replay/ack commands ([`ui`]) |
+//! | `GET /ui?audit=NAME&state=open\|all[&after=ID]` | the gap page: server-rendered HTML, no script; partitions per audit, open gaps 200 a page with cause, retention countdown and the replay/ack commands, and an ack form when a token is configured ([`ui`]) |
+//! | `POST /ui/gaps/{id}/ack` with a form (`reason`, `token`) | the page's ack: the same store write as the API's, then 303 back to the page; 403 without `server.api_token` or with the wrong token typed ([`ui_ack`]) |
 //!
 //! Unknown paths get 404, other methods on a known path 405 (`HEAD` is served like `GET`,
 //! as load balancers probe with it). Everything is read-only but the ack: every method but
@@ -28,8 +29,11 @@
 //! learns nothing but that a token is needed. `/ui` shows what `/api/gaps` and
 //! `/api/status` show (topics, offsets, ack reasons), so it is under the same rule: without
 //! a token configured it is readable by anyone, like the API; with one, it must not leak
-//! what the API guards. The page itself never changes anything (it shows the ack command,
-//! it does not post). `/metrics`, `/healthz` and `/readyz` stay open: Prometheus and
+//! what the API guards; for it a browser may send HTTP Basic instead (any user name, the
+//! token as password: the 401 of `/ui` also offers a Basic challenge, so the browser asks).
+//! The page's ack form posts the token typed into it, and only that is checked: the
+//! credentials a browser replays by itself never authorize a write (no cross-site request
+//! forgery). `/metrics`, `/healthz` and `/readyz` stay open: Prometheus and
 //! orchestrator probes rarely carry credentials, and they expose no record contents. The
 //! token is compared in constant time (`subtle`) and never logged.
 
@@ -199,6 +203,40 @@ fn check_bearer(headers: &hyper::HeaderMap, expected: &Secret) -> Result<(), Aut
     }
 }
 
+/// The gap page's credentials: a bearer token as for the API, or HTTP Basic with the token
+/// as the password (any user name), which is what a browser can send.
+fn check_page_credentials(
+    headers: &hyper::HeaderMap,
+    expected: &Secret,
+) -> Result<(), AuthFailure> {
+    use base64::Engine;
+    use subtle::ConstantTimeEq;
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or(AuthFailure::Missing)?
+        .as_bytes();
+    let Some(encoded) = value
+        .iter()
+        .position(|b| *b == b' ')
+        .filter(|at| value[..*at].eq_ignore_ascii_case(b"basic"))
+        .map(|at| value[at..].trim_ascii())
+    else {
+        return check_bearer(headers, expected);
+    };
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .map_err(|_| AuthFailure::Invalid)?;
+    let password = match decoded.iter().position(|b| *b == b':') {
+        Some(at) => &decoded[at + 1..],
+        None => return Err(AuthFailure::Invalid),
+    };
+    if bool::from(password.ct_eq(expected.expose().as_bytes())) {
+        Ok(())
+    } else {
+        Err(AuthFailure::Invalid)
+    }
+}
+
 /// 401 with the challenge a client needs to retry with a token.
 fn unauthorized(failure: AuthFailure) -> Response<Body> {
     let (challenge, message) = match failure {
@@ -240,14 +278,37 @@ fn is_guarded_path(path: &str) -> bool {
 async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let api = is_api_path(&path);
+    let page = path == "/ui";
     if is_guarded_path(&path)
         && let Some(token) = &state.api_token
-        && let Err(failure) = check_bearer(req.headers(), token)
+        && let Err(failure) = if page {
+            check_page_credentials(req.headers(), token)
+        } else {
+            check_bearer(req.headers(), token)
+        }
     {
         // The presented value is never logged: it may be a real token sent to the wrong
         // place, or a near miss of ours.
         tracing::debug!(path = %path, ?failure, "api request refused");
-        return unauthorized(failure);
+        let mut resp = unauthorized(failure);
+        if page {
+            // Browsers cannot send a bearer token; they answer a Basic challenge with the
+            // login dialog (any user name, the token as password).
+            resp.headers_mut().append(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Basic realm="gap-auditor", charset="UTF-8""#),
+            );
+        }
+        return resp;
+    }
+    // The page's ack form: checks the token typed into it, not the request's credentials
+    // (ui_ack.rs says why).
+    if let Some(id) = ui_ack::route(&path) {
+        return if req.method() == Method::POST {
+            ui_ack::form_ack(state, id, req).await
+        } else {
+            method_not_allowed("POST")
+        };
     }
     // The one write: `POST /api/gaps/{id}/ack` (ack.rs).
     if let Some(id) = ack::route(&path) {
@@ -436,6 +497,7 @@ fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Body> 
 mod ack;
 mod gaps;
 mod ui;
+mod ui_ack;
 mod ui_page;
 
 #[cfg(test)]

@@ -98,7 +98,11 @@ fn bad_body(bad: BadBody) -> Response<Body> {
 
 /// Acknowledges `id` with `reason` and reads the gap back as `/api/gaps` lists it.
 /// `Ok(None)`: the store holds no gap with this id.
-fn ack_and_read(store: &Store, id: &str, reason: &str) -> Result<Option<Gap>, StoreError> {
+pub(super) fn ack_and_read(
+    store: &Store,
+    id: &str,
+    reason: &str,
+) -> Result<Option<Gap>, StoreError> {
     if !store.ack(id, reason)? {
         return Ok(None);
     }

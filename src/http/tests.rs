@@ -110,6 +110,11 @@ async fn get(addr: SocketAddr, target: &str) -> Reply {
     request(addr, "GET", target).await
 }
 
+/// `GET target` with extra header lines (each ending in CRLF).
+async fn get_with(addr: SocketAddr, target: &str, headers: &str) -> Reply {
+    request_with(addr, "GET", target, headers).await
+}
+
 fn sample_gap(audit: &str, first: i64, state: GapState) -> Gap {
     let t = Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap();
     Gap {
@@ -1168,3 +1173,4 @@ async fn four_full_listings_of_500k_gaps_stay_within_64_mib() {
 }
 
 mod ack_ui;
+mod ui_form;

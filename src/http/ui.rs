@@ -82,12 +82,13 @@ pub(super) async fn ui(state: &HttpState, query: &str) -> Response<Body> {
         filter: &q.filter,
         next,
         now: chrono::Utc::now(),
+        ack_form: state.api_token.is_some(),
     });
     html(StatusCode::OK, &body)
 }
 
 /// A page that only says what went wrong (escaped like everything else).
-fn message_page(message: &str) -> String {
+pub(super) fn message_page(message: &str) -> String {
     maud::html! {
         (maud::DOCTYPE)
         html lang="en" {
@@ -98,7 +99,7 @@ fn message_page(message: &str) -> String {
     .into_string()
 }
 
-fn html(status: StatusCode, body: &str) -> Response<Body> {
+pub(super) fn html(status: StatusCode, body: &str) -> Response<Body> {
     let mut resp = Response::new(full(body.to_owned()));
     *resp.status_mut() = status;
     let headers = resp.headers_mut();

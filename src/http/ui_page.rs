@@ -3,7 +3,7 @@
 //! every interpolated value: topic names, audit names, ack reasons and sink errors come
 //! from outside and must never become markup. No JavaScript; one inline style sheet.
 
-use crate::gap::{Gap, GapCause};
+use crate::gap::{Gap, GapCause, GapState};
 use crate::status::{AuditStatus, SinkState};
 use crate::store::GapFilter;
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -21,6 +21,8 @@ pub(super) struct UiPage<'a> {
     pub next: Option<String>,
     /// The time countdowns are computed against.
     pub now: DateTime<Utc>,
+    /// Whether gaps get an ack form (`server.api_token` is configured: the form posts it).
+    pub ack_form: bool,
 }
 
 /// The whole HTML document.
@@ -44,6 +46,10 @@ pub(super) fn render(page: &UiPage<'_>) -> String {
                 }
                 (gaps_section(page))
                 p.note {
+                    @if !page.ack_form {
+                        "Acknowledging from this page needs server.api_token in the daemon's \
+                         configuration; until then use the ack command. "
+                    }
                     "CONFIG in the commands stands for this daemon's configuration file. "
                     "Shown at " (ts(page.now)) "."
                 }
@@ -55,7 +61,8 @@ pub(super) fn render(page: &UiPage<'_>) -> String {
 
 const STYLE: &str = "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;\
 margin-bottom:1em}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;\
-vertical-align:top}code{white-space:pre-wrap;word-break:break-all}.note{color:#555}";
+vertical-align:top}code{white-space:pre-wrap;word-break:break-all}.note{color:#555}\
+form.ack{margin-top:.4em}";
 
 fn filter_form(filter: &GapFilter) -> Markup {
     let audit = filter.audit.clone().unwrap_or_default();
@@ -125,7 +132,7 @@ fn gaps_section(page: &UiPage<'_>) -> Markup {
                     th { "gap" } th { "offsets" } th { "records" } th { "timestamps" }
                     th { "state" } th { "cause" } th { "retention" } th { "commands" }
                 }
-                @for g in page.gaps { (gap_row(g, page.now)) }
+                @for g in page.gaps { (gap_row(g, page.now, page.ack_form)) }
             }
         }
         @if let Some(next) = &page.next {
@@ -134,7 +141,7 @@ fn gaps_section(page: &UiPage<'_>) -> Markup {
     }
 }
 
-fn gap_row(g: &Gap, now: DateTime<Utc>) -> Markup {
+fn gap_row(g: &Gap, now: DateTime<Utc>, ack_form: bool) -> Markup {
     let records = if g.size_known {
         g.missing_records.to_string()
     } else {
@@ -155,9 +162,29 @@ fn gap_row(g: &Gap, now: DateTime<Utc>) -> Markup {
             td {
                 code { (replay_command(&g.id)) } br;
                 code { (ack_command(&g.id)) }
+                @if ack_form && ackable(g.state) {
+                    form.ack method="post" action=(super::ui_ack::action(&g.id)) {
+                        input type="text" name="reason" required placeholder="reason" aria-label="reason";
+                        " "
+                        input type="password" name="token" required autocomplete="current-password"
+                            placeholder="server.api_token" aria-label="token";
+                        " "
+                        button type="submit" { "acknowledge" }
+                    }
+                }
             }
         }
     }
+}
+
+/// Gaps the page offers to acknowledge: not those whose records arrived (`late`,
+/// `repaired`: the store refuses those, docs/OPERATOR.md), nor those already acknowledged
+/// (a new reason goes through the API or the CLI).
+fn ackable(state: GapState) -> bool {
+    !matches!(
+        state,
+        GapState::Late | GapState::Repaired | GapState::Acknowledged
+    )
 }
 
 fn ts(t: DateTime<Utc>) -> String {

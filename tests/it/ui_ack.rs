@@ -1,6 +1,7 @@
 //! The gap page and the HTTP ack, through the real binary: the seed incident's gap shown
 //! on `GET /ui` (offsets, cause, commands), acknowledged with `POST /api/gaps/{id}/ack`,
-//! then acknowledged in `/api/gaps` and out of `gap_auditor_gaps_open` within a round.
+//! then acknowledged in `/api/gaps` and out of `gap_auditor_gaps_open` within a round;
+//! and the same page in a real headless Chromium (JavaScript off), acked from its form.
 
 use crate::support::*;
 use std::path::Path;
@@ -32,8 +33,9 @@ fn gauge(metrics: &str, name: &str, topic: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn ui_shows_the_seed_gap_and_the_ack_closes_it() {
+/// A daemon (token [`TOKEN`]) that has reported the seed incident's gap: the scenario, the
+/// daemon, its address, the gap page as it first showed the gap, and the gap's id.
+async fn daemon_with_the_seed_gap() -> (Scenario, Daemon, std::net::SocketAddr, String, String) {
     let s = Scenario::with_seed_table("test").await;
     let port = free_port();
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gap-auditor.toml");
@@ -94,6 +96,51 @@ async fn ui_shows_the_seed_gap_and_the_ack_closes_it() {
             }
         })
         .await;
+    (s, auditor, addr, page, id)
+}
+
+/// Waits until the gap is acknowledged in the listing and out of the open-gap gauges.
+async fn wait_acknowledged(
+    auditor: &mut Daemon,
+    addr: std::net::SocketAddr,
+    topic: &str,
+    id: &str,
+    reason: &str,
+) {
+    auditor
+        .wait_until(30, || {
+            let topic = topic.to_string();
+            let id = id.to_string();
+            async move {
+                let (_, all) = call(addr, "GET", "/api/gaps?state=all", "").await;
+                let all: Vec<serde_json::Value> = serde_json::from_str(&all).unwrap_or_default();
+                let (_, open) = call(addr, "GET", "/api/gaps", "").await;
+                let (_, metrics) = http_get(addr, "/metrics").await;
+                let gap = all.iter().find(|g| g["id"] == id.as_str());
+                let state = gap.map(|g| g["state"].clone());
+                let ack_reason = gap.map(|g| g["ack_reason"].clone());
+                let open_gauge = gauge(&metrics, "gap_auditor_gaps_open", &topic);
+                let missing = gauge(&metrics, "gap_auditor_records_missing", &topic);
+                if state == Some("acknowledged".into())
+                    && ack_reason == Some(reason.into())
+                    && open.trim() == "[]"
+                    && open_gauge == Some(0.0)
+                    && missing == Some(0.0)
+                {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "state {state:?} ({ack_reason:?}), open {open}, gaps_open {open_gauge:?}, records_missing {missing:?}"
+                    ))
+                }
+            }
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ui_shows_the_seed_gap_and_the_ack_closes_it() {
+    let (s, mut auditor, addr, page, id) = daemon_with_the_seed_gap().await;
     let (unauthenticated, _) = http_get(addr, "/ui").await;
     assert_eq!(unauthenticated, 401, "the page shows what /api/gaps guards");
     assert!(page.contains("<td>2–3</td>"), "offsets 2–3:\n{page}");
@@ -137,35 +184,105 @@ async fn ui_shows_the_seed_gap_and_the_ack_closes_it() {
     assert_eq!(acked["ack_reason"], "replayed by hand");
 
     // Within a round or two: acknowledged in the listing, out of the open-gap gauge.
-    let topic = s.topic.clone();
-    auditor
-        .wait_until(30, || {
-            let topic = topic.clone();
-            let id = id.clone();
-            async move {
-                let (_, all) = call(addr, "GET", "/api/gaps?state=all", "").await;
-                let all: Vec<serde_json::Value> = serde_json::from_str(&all).unwrap_or_default();
-                let (_, open) = call(addr, "GET", "/api/gaps", "").await;
-                let (_, metrics) = http_get(addr, "/metrics").await;
-                let state = all
-                    .iter()
-                    .find(|g| g["id"] == id.as_str())
-                    .map(|g| g["state"].clone());
-                let open_gauge = gauge(&metrics, "gap_auditor_gaps_open", &topic);
-                let missing = gauge(&metrics, "gap_auditor_records_missing", &topic);
-                if state == Some("acknowledged".into())
-                    && open.trim() == "[]"
-                    && open_gauge == Some(0.0)
-                    && missing == Some(0.0)
-                {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "state {state:?}, open {open}, gaps_open {open_gauge:?}, records_missing {missing:?}"
-                    ))
-                }
-            }
+    wait_acknowledged(&mut auditor, addr, &s.topic, &id, "replayed by hand").await;
+    auditor.stop();
+}
+
+/// Where the suite keeps what a person would look at: `GAP_AUDITOR_ARTIFACTS`, default
+/// `target/artifacts` of this repository.
+fn artifacts_dir() -> std::path::PathBuf {
+    std::env::var_os("GAP_AUDITOR_ARTIFACTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/artifacts"))
+}
+
+/// The gap page in Debian's Chromium (scripts/ui-browser.sh, tests/browser/ui.mjs), with
+/// JavaScript off: the seed gap shown with its offsets, cause, retention countdown and
+/// commands; acked from its form with the token typed in; back on the page acknowledged,
+/// and out of the daemon's open gaps and gauges. Screenshots of both pages are kept in
+/// `target/artifacts/ui/`. Skipped (with a message) where chromium or node is missing,
+/// except under CI, which installs them (scripts/test-env.sh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_gap_page_in_a_browser_shows_the_seed_gap_and_acks_it() {
+    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+    let missing: Vec<&str> = ["chromium", "node", "npm"]
+        .into_iter()
+        .filter(|t| {
+            !std::process::Command::new("sh")
+                .args(["-c", &format!("command -v {t}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
         })
-        .await;
+        .collect();
+    if !missing.is_empty() {
+        assert!(
+            !ci,
+            "{missing:?} not installed, and CI requires this test (scripts/test-env.sh installs them)"
+        );
+        eprintln!("SKIPPED: {missing:?} not installed (Debian packages chromium, nodejs, npm)");
+        return;
+    }
+    let (s, mut auditor, addr, _, id) = daemon_with_the_seed_gap().await;
+    let out = artifacts_dir().join("ui");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/ui-browser.sh");
+    let run = tokio::process::Command::new("bash")
+        .arg(script)
+        .env("UI_URL", format!("http://{addr}"))
+        .env("UI_TOKEN", TOKEN)
+        .env("UI_GAP", &id)
+        .env("UI_OUT", &out)
+        .output()
+        .await
+        .expect("run scripts/ui-browser.sh");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "the browser run failed:\n{stdout}\n{stderr}"
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("not the script's JSON ({e}):\n{stdout}\n{stderr}"));
+
+    assert_eq!(seen["anonymousStatus"], 401, "without the login: {seen}");
+    let before = seen["before"]["text"].as_str().unwrap_or_default();
+    assert_eq!(seen["before"]["status"], 200, "{seen}");
+    for shown in [
+        id.as_str(),
+        "2–3",
+        "skipped by restart",
+        "pipeline group moved from 2 to 4",
+        " left (until ",
+        "--to-sink --dry-run",
+        "gap-auditor ack -c CONFIG --gap",
+    ] {
+        assert!(
+            before.contains(shown),
+            "the page does not show {shown:?}:\n{before}"
+        );
+    }
+    let row = seen["after"]["row"].as_str().unwrap_or_default();
+    assert!(
+        row.contains("acknowledged") && row.contains("replayed by hand (browser test)"),
+        "after the ack the row says: {row}"
+    );
+    assert_eq!(
+        seen["after"]["forms"], 0,
+        "no ack form for an acknowledged gap: {seen}"
+    );
+    for shot in ["ui-seed-gap.png", "ui-acknowledged.png"] {
+        let len = std::fs::metadata(out.join(shot))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert!(len > 10_000, "{shot}: {len} bytes");
+    }
+    wait_acknowledged(
+        &mut auditor,
+        addr,
+        &s.topic,
+        &id,
+        "replayed by hand (browser test)",
+    )
+    .await;
+    eprintln!("ui browser test: screenshots in {}", out.display());
     auditor.stop();
 }

@@ -181,10 +181,6 @@ async fn ack_over_http() {
     srv.shutdown.cancel();
 }
 
-async fn get_with(addr: SocketAddr, target: &str, headers: &str) -> Reply {
-    request_with(addr, "GET", target, headers).await
-}
-
 fn hostile_gap(first: i64) -> Gap {
     let mut g = sample_gap("a\"u'dit", first, GapState::Open);
     g.topic = "<script>alert(\"t\")</script>".to_string();
