@@ -727,12 +727,38 @@ fn dashboard_is_wired_to_its_variables() {
         vars,
         [
             ("datasource", "datasource"),
+            ("job", "query"),
+            ("instance", "query"),
             ("audit", "query"),
             ("topic", "query"),
-            ("partition", "query")
+            ("partition", "query"),
+            ("runbook", "textbox"),
         ]
     );
-    for v in d["templating"]["list"].as_array().unwrap().iter().skip(1) {
+    // Links a person follows from the dashboard: the gap page of the selected instance and
+    // audit, and the runbook (the installer's URL, a variable).
+    let links: Vec<(&str, &str)> = d["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .map(|l| (l["title"].as_str().unwrap(), l["url"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        links,
+        [
+            (
+                "Gap page",
+                "http://${instance}/ui?audit=${audit}&state=open"
+            ),
+            ("Runbook", "${runbook}"),
+        ]
+    );
+    for v in d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "query")
+    {
         assert_eq!(v["datasource"]["uid"], "${datasource}", "variable {v}");
         assert_eq!(v["includeAll"], true);
         assert_eq!(v["allValue"], ".*");
@@ -820,7 +846,9 @@ fn dashboard_is_wired_to_its_variables() {
             } else {
                 &["audit", "topic", "partition"]
             };
-            for v in needs {
+            // Every family is scraped per auditor process: the job and instance variables
+            // filter all of them.
+            for v in ["job", "instance"].iter().chain(needs) {
                 assert!(
                     labels.contains(&format!("{v}=~\"${v}\"")),
                     "{} {}: {name} is not filtered by ${v}: {}",
@@ -865,7 +893,13 @@ fn dashboard_is_wired_to_its_variables() {
     // The substitution the end-to-end test relies on leaves no variable behind.
     for q in &queries {
         let mut vars = INTERVALS.to_vec();
-        vars.extend([("audit", ".*"), ("topic", ".*"), ("partition", ".*")]);
+        vars.extend([
+            ("job", ".*"),
+            ("instance", ".*"),
+            ("audit", ".*"),
+            ("topic", ".*"),
+            ("partition", ".*"),
+        ]);
         let s = substitute(&q.expr, &vars);
         assert!(!s.contains('$'), "{}: unknown variable in {s}", q.panel);
     }
@@ -1285,9 +1319,22 @@ async fn data_loss_alert_reaches_alertmanager_and_every_panel_has_data() {
     let d = load_dashboard();
     let queries = panel_queries(&d);
     let audit = auditor.audit.clone();
-    let selections: [[(&str, &str); 3]; 2] = [
-        [("audit", ".*"), ("topic", ".*"), ("partition", ".*")],
-        [("audit", &audit), ("topic", &topic), ("partition", "1")],
+    let instance = auditor.addr.to_string();
+    let selections: [[(&str, &str); 5]; 2] = [
+        [
+            ("job", ".*"),
+            ("instance", ".*"),
+            ("audit", ".*"),
+            ("topic", ".*"),
+            ("partition", ".*"),
+        ],
+        [
+            ("job", "gap-auditor"),
+            ("instance", &instance),
+            ("audit", &audit),
+            ("topic", &topic),
+            ("partition", "1"),
+        ],
     ];
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -1300,7 +1347,7 @@ async fn data_loss_alert_reaches_alertmanager_and_every_panel_has_data() {
                 if let Err(e) = prom_query(prom.addr, &expr).await {
                     failures.push(format!(
                         "panel {:?} query {} ({}): {e}\n    {expr}",
-                        q.panel, q.ref_id, sel[2].1
+                        q.panel, q.ref_id, sel[4].1
                     ));
                 }
             }
@@ -1317,8 +1364,18 @@ async fn data_loss_alert_reaches_alertmanager_and_every_panel_has_data() {
                 .trim_end_matches(')')
                 .rsplit_once(',')
                 .expect("label_values(selector, label)");
-            let selector = substitute(selector.trim(), &[("audit", ".*"), ("topic", ".*")]);
+            let selector = substitute(
+                selector.trim(),
+                &[
+                    ("job", ".*"),
+                    ("instance", ".*"),
+                    ("audit", ".*"),
+                    ("topic", ".*"),
+                ],
+            );
             let want = match label.trim() {
+                "job" => "gap-auditor",
+                "instance" => instance.as_str(),
                 "audit" => audit.as_str(),
                 "topic" => topic.as_str(),
                 _ => "1",
