@@ -8,6 +8,13 @@
 //!
 //! Rebuild triggers are only `.git/HEAD`, the ref it points to, `packed-refs` and the
 //! variable: never "always", which would relink the binary on every `cargo` call.
+//!
+//! Also says whether the binary carries an SBOM: `cargo auditable build` (the Dockerfile's
+//! release build) runs the compiler of this package through itself as
+//! `RUSTC_WORKSPACE_WRAPPER`, which embeds the dependency list in a `.dep-v0` section that
+//! `cargo audit bin`, syft and trivy read. `GAP_AUDITOR_SBOM` is `cargo-auditable` then,
+//! else `none`; `--version` says which (scripts/check-packaging.sh checks the section is
+//! really there when it says so).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +35,15 @@ fn main() {
         })
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=GAP_AUDITOR_REVISION={revision}");
+
+    println!("cargo:rerun-if-env-changed=RUSTC_WORKSPACE_WRAPPER");
+    let auditable = std::env::var_os("RUSTC_WORKSPACE_WRAPPER").is_some_and(|w| {
+        Path::new(&w)
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("cargo-auditable"))
+    });
+    let sbom = if auditable { "cargo-auditable" } else { "none" };
+    println!("cargo:rustc-env=GAP_AUDITOR_SBOM={sbom}");
 }
 
 /// Runs git in `dir`; `None` when git is missing, `dir` is no repository, or it failed.

@@ -12,7 +12,11 @@
 #   - deploy/systemd/gap-auditor.service: systemd-analyze verify (Debian `systemd`), with
 #     ExecStart pointed at the built binary since none is installed in /usr/local/bin;
 #   - deploy/compose/{prometheus,alertmanager}.yml: promtool / amtool (installed by
-#     scripts/test-env.sh with Prometheus and Alertmanager).
+#     scripts/test-env.sh with Prometheus and Alertmanager);
+#   - the SBOM: `cargo auditable build` (the Dockerfile's build; cargo-auditable pinned,
+#     installed into $GAP_AUDITOR_CACHE/cargo-tools) embeds the dependency list in the
+#     binary's `.dep-v0` section; it is read back (objcopy, zlib) and compared with
+#     Cargo.lock, and `--version` must say `SBOM: cargo-auditable` (a plain build: `none`).
 # The Python tools go into one venv in $GAP_AUDITOR_CACHE/packaging-venv (default
 # ~/.cache/gap-auditor), installed only when missing or at another version.
 # Every tool is first shown a deliberately broken copy that it must REJECT: a lint that
@@ -156,5 +160,40 @@ log "promtool check config / amtool check-config (deploy/compose, config/alertma
 promtool check config deploy/compose/prometheus.yml >/dev/null || fail "promtool check config"
 amtool check-config deploy/compose/alertmanager.yml >/dev/null || fail "amtool check-config"
 amtool check-config config/alertmanager.yml >/dev/null || fail "amtool check-config config/alertmanager.yml"
+
+log "SBOM: cargo auditable build embeds the dependency list, --version names it"
+AUDITABLE_VERSION=0.7.7
+TOOLS=$CACHE/cargo-tools
+# cargo-auditable has no --version of its own: cargo install's record says what is there.
+if ! grep -qF "\"cargo-auditable $AUDITABLE_VERSION " "$TOOLS/.crates.toml" 2>/dev/null; then
+  log "installing cargo-auditable $AUDITABLE_VERSION into $TOOLS (cargo install)"
+  cargo install --quiet --locked --root "$TOOLS" "cargo-auditable@$AUDITABLE_VERSION"
+fi
+# Its own target dir: the wrapper changes the fingerprint of this package, and sharing the
+# main one would rebuild every test binary after this step.
+AUDITABLE_TARGET=$CACHE/target-auditable
+PATH="$TOOLS/bin:$PATH" CARGO_TARGET_DIR=$AUDITABLE_TARGET \
+  cargo auditable build --quiet --locked --bin gap-auditor
+ABIN=$AUDITABLE_TARGET/debug/gap-auditor
+# The embedded list: zlib-compressed JSON {"packages": [{"name", "version", ...}]}.
+sbom_packages() { # binary -> "name version" lines, sorted
+  objcopy --dump-section .dep-v0="$WORK/dep-v0" "$1" /dev/null 2>/dev/null || return 1
+  python3 -c 'import json, sys, zlib
+doc = json.loads(zlib.decompress(open(sys.argv[1], "rb").read()))
+print("\n".join(sorted(f"{p[\"name\"]} {p[\"version\"]}" for p in doc["packages"])))' "$WORK/dep-v0"
+}
+must_reject "SBOM read from a plain build (no .dep-v0 section)" sbom_packages "$BIN"
+"$BIN" --version | grep -q "; SBOM: none)" || fail "a plain build's --version does not say SBOM: none"
+sbom_packages "$ABIN" >"$WORK/sbom.txt" || fail "no .dep-v0 section in the cargo auditable build"
+"$ABIN" --version | grep -q "; SBOM: cargo-auditable)" \
+  || fail "the cargo auditable build's --version does not say SBOM: cargo-auditable: $("$ABIN" --version)"
+for crate in gap-auditor rdkafka rdkafka-sys tokio mysql_async rusqlite; do
+  want=$(python3 -c 'import sys, tomllib
+lock = tomllib.load(open("Cargo.lock", "rb"))
+print(" ".join(sorted({p["version"] for p in lock["package"] if p["name"] == sys.argv[1]})))' "$crate")
+  got=$(awk -v c="$crate" '$1 == c {print $2}' "$WORK/sbom.txt" | sort | paste -sd' ')
+  [[ -n $want && $got == "$want" ]] || fail "SBOM: $crate is '$got', Cargo.lock says '$want'"
+done
+log "SBOM: $(wc -l <"$WORK/sbom.txt") packages embedded"
 
 log "packaging checks passed"

@@ -45,11 +45,18 @@
 /// else the `GAP_AUDITOR_GIT_REV` build variable, else `unknown`).
 pub const REVISION: &str = env!("GAP_AUDITOR_REVISION");
 
-/// `gap-auditor --version`: the crate version and the revision, `0.1.0 (rev 1a2b3c4d5e6f)`.
+/// Whether the binary embeds its dependency list (an SBOM): `cargo-auditable` when it was
+/// built with `cargo auditable build` (the container image is), else `none` (`build.rs`).
+pub const SBOM: &str = env!("GAP_AUDITOR_SBOM");
+
+/// `gap-auditor --version`: the crate version, the revision and whether an SBOM is
+/// embedded, `0.1.0 (rev 1a2b3c4d5e6f; SBOM: cargo-auditable)`.
 pub const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (rev ",
     env!("GAP_AUDITOR_REVISION"),
+    "; SBOM: ",
+    env!("GAP_AUDITOR_SBOM"),
     ")"
 );
 

@@ -115,6 +115,14 @@ fn dockerfile_keeps_the_runtime_contract() {
     ] {
         assert!(has(want), "Dockerfile lacks `{want}`");
     }
+    // The release binary carries its SBOM (issue 38): built by cargo auditable, and the
+    // build fails if --version does not say so.
+    assert!(
+        ins.iter()
+            .any(|i| i.starts_with("RUN cargo auditable build --release")
+                && i.contains("SBOM: cargo-auditable")),
+        "the image's binary is not built with `cargo auditable build` (no SBOM)"
+    );
     let runtime_from = ins
         .iter()
         .rposition(|i| i.starts_with("FROM "))
