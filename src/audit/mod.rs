@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 mod blocking;
 pub(crate) mod divergence;
 mod gap_log;
+mod hand_over;
 mod ingest;
 mod kafka_view;
 mod partitions;
@@ -163,6 +164,10 @@ struct Audit<V> {
     handover: Option<Arc<Handover>>,
     /// Partitions whose state changed since it was last handed over.
     handover_dirty: BTreeSet<TopicPartition>,
+    /// What changed of each partition since its last handover publish (the next delta).
+    handover_pending: HashMap<TopicPartition, hand_over::Pending>,
+    /// Where the store's replay log was read up to for the handover (`None`: not yet).
+    handover_replays: Option<i64>,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
@@ -225,6 +230,8 @@ impl<V: Verifier> Audit<V> {
             clock: w.clock,
             handover: w.handover,
             handover_dirty: BTreeSet::new(),
+            handover_pending: HashMap::new(),
+            handover_replays: None,
             backlog: false,
             decoder: w.decoder,
             cfg: config,

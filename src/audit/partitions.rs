@@ -459,11 +459,19 @@ impl<V: Verifier> Audit<V> {
             }
         };
         let mut imports = Vec::new();
+        // What this process noted for a handover before is stale: it starts from what it
+        // takes now (or from its local store, then with a whole state as its next publish).
+        for tp in partitions {
+            self.handover_pending.remove(tp);
+        }
         for (tp, st) in states {
             let local = progress.get(&tp).map(|p| p.settled);
             if !handover::prefer_handover(local, &st) {
                 tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled,
                     "the local store is further than the handover topic: resuming from it");
+                if let Some(h) = &self.handover {
+                    h.forget_chain(&self.cfg.name, &tp);
+                }
                 continue;
             }
             tracing::info!(audit = %self.cfg.name, %tp, settled = st.settled, gaps = st.gaps.len(),
@@ -561,6 +569,7 @@ impl<V: Verifier> Audit<V> {
                 self.writes.committed.remove(tp);
                 self.writes.stored.remove(tp);
                 self.handover_dirty.remove(tp);
+                self.handover_pending.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }

@@ -195,26 +195,69 @@ impl Handover {
         Ok(())
     }
 
+    fn chain_of(&self, base: &[u8]) -> Chain {
+        let m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(base).cloned().unwrap_or_default()
+    }
+
+    fn update_chain(&self, base: &[u8], f: impl FnOnce(&mut Chain)) {
+        let mut m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
+        f(m.entry(base.to_vec()).or_default());
+    }
+
+    /// Whether the next publish of `tp` of `audit` must be a whole state (a base): no base
+    /// is known to this process (nothing read or published yet, or what it read was not
+    /// taken), or the deltas since the base outweigh it. Otherwise a delta will do.
+    pub fn wants_base(&self, audit: &str, tp: &TopicPartition) -> bool {
+        self.chain_of(&key(audit, tp)).wants_base()
+    }
+
+    /// Forgets what this process knows of `tp`'s chain: its next publish is a base (the
+    /// owner's state is not the chain's, e.g. its local store was further).
+    pub fn forget_chain(&self, audit: &str, tp: &TopicPartition) {
+        self.update_chain(&key(audit, tp), |c| c.live = false);
+    }
+
     /// Publishes each state — one record, or a set of chunks each within the record limit —
     /// and waits until the broker acknowledged every record (`acks=all`). Only then may the
-    /// settled offsets of these partitions be committed. A state the broker refuses as too
-    /// large is cut again at half the size (up to [`MAX_SHRINKS`] times, kept for later
-    /// publishes). After the acknowledgement, chunks older sets left behind are deleted
-    /// (tombstones; their failure only leaves garbage the reader ignores).
+    /// settled offsets of these partitions be committed. A state with `base: Some(_)` is a
+    /// delta ([`delta`]) on the partition's current base (the value given is replaced; the
+    /// caller asks [`Handover::wants_base`] first: a delta without a known base is refused);
+    /// one with `base: None` is a new base, after whose acknowledgement the old chain's
+    /// deltas are deleted. A state the broker refuses as too large is cut again at half the
+    /// size (up to [`MAX_SHRINKS`] times, kept for later publishes). After the
+    /// acknowledgement, chunks older sets left behind are deleted (tombstones; their failure
+    /// only leaves garbage the reader ignores).
     pub async fn publish(&self, states: &[PartitionState]) -> Result<(), HandoverError> {
         // Each state is stamped with its partition's next generation here, where the
-        // handover's own order is known: the caller's value is not trusted.
-        let docs: Vec<(Vec<u8>, Vec<u8>)> = states
-            .iter()
-            .map(|s| {
-                let base = key(&s.audit, &s.tp());
-                let stamped = PartitionState {
-                    generation: self.next_generation(&base),
-                    ..s.clone()
-                };
-                (base, encode(&stamped))
-            })
-            .collect();
+        // handover's own order is known: the caller's value is not trusted. Each doc:
+        // (partition key, record key, document, delta generation).
+        let mut docs: Vec<(Vec<u8>, Vec<u8>, Vec<u8>, Option<u64>)> = Vec::new();
+        for s in states {
+            let base = key(&s.audit, &s.tp());
+            let chain = self.chain_of(&base);
+            let delta_on = match s.base {
+                Some(_) if !chain.live => {
+                    return Err(HandoverError::NoBase {
+                        topic: self.topic.clone(),
+                        partition: s.tp().to_string(),
+                    });
+                }
+                Some(_) => Some(chain.base),
+                None => None,
+            };
+            let generation = self.next_generation(&base);
+            let stamped = PartitionState {
+                generation,
+                base: delta_on,
+                ..s.clone()
+            };
+            let record = match delta_on {
+                Some(_) => delta_key(&base, generation),
+                None => base.clone(),
+            };
+            docs.push((base, record, encode(&stamped), delta_on.map(|_| generation)));
+        }
         let mut todo: Vec<usize> = (0..docs.len()).collect();
         let mut cleanup: Vec<DeliveryFuture> = Vec::new();
         let mut shrinks = 0;
@@ -225,15 +268,33 @@ impl Handover {
             let mut refused: HashSet<usize> = HashSet::new();
             let mut failure: Option<HandoverError> = None;
             'states: for &i in &todo {
-                let (base, doc) = &docs[i];
-                let plan = plan(doc, base, &self.slots_of(base), limit, &self.new_set_id())
-                    .map_err(|need| HandoverError::LimitTooSmall {
-                        topic: self.topic.clone(),
-                        limit,
-                        need,
+                let (base, record, doc, delta) = &docs[i];
+                // A delta's key is its own: nothing under it yet (a retry after a refusal
+                // writes a new set, which the reader never mixes with the refused one).
+                let slots = match delta {
+                    Some(_) => Slots {
+                        latest: None,
+                        written: [0, 0],
+                        single_live: false,
+                    },
+                    None => self.slots_of(base),
+                };
+                let plan =
+                    plan(doc, record, &slots, limit, &self.new_set_id()).map_err(|need| {
+                        HandoverError::LimitTooSmall {
+                            topic: self.topic.clone(),
+                            limit,
+                            need,
+                        }
                     })?;
                 // From the first enqueue on, the slot may hold this set's chunks.
-                self.set_slots(base, plan.failed);
+                match delta {
+                    Some(g) => self.update_chain(base, |c| {
+                        c.deltas.retain(|(d, _)| d != g);
+                        c.deltas.push((*g, plan.failed));
+                    }),
+                    None => self.set_slots(base, plan.failed),
+                }
                 for (k, v) in &plan.records {
                     let rec = FutureRecord::to(&self.topic)
                         .partition(PARTITION)
@@ -273,8 +334,28 @@ impl Handover {
                 let Some(plan) = plans.remove(i) else {
                     continue;
                 };
-                self.set_slots(&docs[*i].0, plan.done);
-                for k in &plan.cleanup {
+                let (base, _, doc, delta) = &docs[*i];
+                let mut tombstones = plan.cleanup.clone();
+                match delta {
+                    Some(_) => self.update_chain(base, |c| c.delta_bytes += doc.len() as u64),
+                    None => {
+                        self.set_slots(base, plan.done);
+                        // The new base stands: the old chain's deltas go.
+                        let generation = stamped_generation(&self.generations, base);
+                        self.update_chain(base, |c| {
+                            for (g, slots) in std::mem::take(&mut c.deltas) {
+                                tombstones.extend(delta_keys(base, g, &slots));
+                            }
+                            *c = Chain {
+                                live: true,
+                                base: generation,
+                                base_bytes: doc.len() as u64,
+                                ..Chain::default()
+                            };
+                        });
+                    }
+                }
+                for k in &tombstones {
                     let rec = FutureRecord::<[u8], [u8]>::to(&self.topic)
                         .partition(PARTITION)
                         .key(k);
@@ -285,10 +366,21 @@ impl Handover {
                 let records = plan.records.len();
                 if records > 1 {
                     tracing::debug!(topic = %self.topic, partition = %states[*i].tp(), records,
-                        bytes = docs[*i].1.len(), "partition state published in chunks");
+                        bytes = doc.len(), "partition state published in chunks");
                 }
             }
             if let Some(e) = failure {
+                // A base that failed is not tried again before the deltas doubled: a state
+                // too large to publish within the produce timeout must not stop the commit
+                // for good (deltas still move it).
+                for &i in &todo {
+                    let (base, _, _, delta) = &docs[i];
+                    if delta.is_none() && !ok.contains(&i) {
+                        self.update_chain(base, |c| {
+                            c.rebase_after = c.delta_bytes.saturating_mul(2).max(c.rebase_after);
+                        });
+                    }
+                }
                 return Err(e);
             }
             if refused.is_empty() {
@@ -316,4 +408,23 @@ impl Handover {
         }
         Ok(())
     }
+}
+
+/// The generation last stamped for the partition whose single-record key is `base`.
+fn stamped_generation(generations: &Mutex<HashMap<Vec<u8>, u64>>, base: &[u8]) -> u64 {
+    let m = generations.lock().unwrap_or_else(|p| p.into_inner());
+    m.get(base).copied().unwrap_or(0)
+}
+
+/// The keys delta `generation` of the partition keyed `base` may hold records under.
+pub(super) fn delta_keys(base: &[u8], generation: u64, slots: &Slots) -> Vec<Vec<u8>> {
+    let record = delta_key(base, generation);
+    let mut out: Vec<Vec<u8>> = (0..2u8)
+        .flat_map(|s| (0..slots.written[usize::from(s)]).map(move |i| (s, i)))
+        .map(|(s, i)| chunk_key(&record, s, i))
+        .collect();
+    if slots.single_live {
+        out.push(record);
+    }
+    out
 }

@@ -2,6 +2,7 @@
 //! partition reassembled from single records and chunk sets.
 
 use super::*;
+use std::collections::BTreeMap;
 
 /// The set a chunk belongs to: everything its header says about the whole, so a chunk
 /// whose header disagrees is of another set.
@@ -135,11 +136,12 @@ impl KeyLog {
         }
     }
 
-    /// The latest complete state that decodes (the one before it if the latest does not).
-    fn state(&self, base: &[u8]) -> Option<PartitionState> {
+    /// The latest complete state that decodes (the one before it if the latest does not),
+    /// and its size.
+    fn state(&self, base: &[u8]) -> Option<(PartitionState, usize)> {
         for c in [&self.latest, &self.before].into_iter().flatten() {
             match decode(base, Some(&c.doc)) {
-                Ok(Some(s)) => return Some(s),
+                Ok(Some(s)) => return Some((s, c.doc.len())),
                 Ok(None) => return None,
                 Err(e) => tracing::warn!(error = %e, "unreadable handover state skipped"),
             }
@@ -154,8 +156,17 @@ impl KeyLog {
 pub struct Reassembler {
     /// Single-record key → partition, of the partitions wanted.
     wanted: HashMap<Vec<u8>, TopicPartition>,
-    logs: HashMap<(i32, Vec<u8>), KeyLog>,
+    /// Per handover partition, partition key and delta generation (`None`: the base).
+    logs: HashMap<(i32, Vec<u8>, Option<u64>), KeyLog>,
 }
+
+/// What [`Reassembler::finish`] found: the latest complete state of each wanted partition,
+/// what its base keys in handover partition 0 hold, and its chain of base and deltas.
+pub type Found = (
+    HashMap<TopicPartition, PartitionState>,
+    HashMap<Vec<u8>, Slots>,
+    HashMap<Vec<u8>, Chain>,
+);
 
 impl Reassembler {
     /// A reassembler for partitions `tps` of `audit`; records of others are skipped.
@@ -168,26 +179,23 @@ impl Reassembler {
 
     /// Feeds one record of handover partition `partition` (`value` `None`: a tombstone).
     pub fn push(&mut self, partition: i32, key: &[u8], value: Option<&[u8]>) {
-        let Some((base, kind)) = parse_key(key) else {
+        let Some((base, delta, kind)) = parse_key(key) else {
             return;
         };
         if !self.wanted.contains_key(base) {
             return;
         }
         self.logs
-            .entry((partition, base.to_vec()))
+            .entry((partition, base.to_vec(), delta))
             .or_default()
             .push(base, kind, value);
     }
 
-    /// The latest complete state of each wanted partition that has one, and what its keys
-    /// in handover partition 0 hold (for [`plan`]; every wanted partition has an entry).
-    pub fn finish(
-        self,
-    ) -> (
-        HashMap<TopicPartition, PartitionState>,
-        HashMap<Vec<u8>, Slots>,
-    ) {
+    /// The latest complete state of each wanted partition that has one (its latest base
+    /// with every complete delta of that base applied in generation order), what its base
+    /// keys in handover partition 0 hold (for [`plan`]; every wanted partition has an
+    /// entry), and its chain there.
+    pub fn finish(self) -> Found {
         let mut states: HashMap<TopicPartition, PartitionState> = HashMap::new();
         let mut slots: HashMap<Vec<u8>, Slots> = self
             .wanted
@@ -202,26 +210,69 @@ impl Reassembler {
                 )
             })
             .collect();
+        let mut chains: HashMap<Vec<u8>, Chain> = HashMap::new();
+        // Deltas per (handover partition, partition key), by generation.
+        let mut deltas: HashMap<(i32, &[u8]), BTreeMap<u64, &KeyLog>> = HashMap::new();
+        for ((partition, base, delta), log) in &self.logs {
+            if let Some(g) = delta {
+                deltas
+                    .entry((*partition, base.as_slice()))
+                    .or_default()
+                    .insert(*g, log);
+            }
+        }
         // In handover-partition order, so that a tie in [`newer`] goes the same way on
         // every reader (a HashMap's order differs per process).
-        let mut logs: Vec<_> = self.logs.iter().collect();
-        logs.sort_unstable_by_key(|((partition, base), _)| (*partition, base.clone()));
-        for ((partition, base), log) in logs {
-            if *partition == PARTITION {
-                slots.insert(base.clone(), log.slots());
-            }
+        let mut logs: Vec<_> = self
+            .logs
+            .iter()
+            .filter(|((_, _, delta), _)| delta.is_none())
+            .collect();
+        logs.sort_unstable_by_key(|((partition, base, _), _)| (*partition, base.clone()));
+        for ((partition, base, _), log) in logs {
             let Some(tp) = self.wanted.get(base) else {
                 continue;
             };
-            if let Some(s) = log.state(base) {
+            let mine = deltas.remove(&(*partition, base.as_slice()));
+            let mut chain = Chain::default();
+            if let Some(m) = &mine {
+                chain.deltas = m.iter().map(|(g, l)| (*g, l.slots())).collect();
+            }
+            let found = log.state(base).filter(|(s, _)| s.base.is_none());
+            if let Some((mut s, bytes)) = found {
+                chain.live = true;
+                chain.base = s.generation;
+                chain.base_bytes = bytes as u64;
+                for (g, dl) in mine.iter().flatten() {
+                    let Some((d, n)) = dl.state(base) else {
+                        continue;
+                    };
+                    // Only deltas of this base, after it, under their own generation's key.
+                    if d.base != Some(chain.base) || d.generation != *g || *g <= chain.base {
+                        continue;
+                    }
+                    chain.delta_bytes += n as u64;
+                    s = apply(s, d);
+                }
                 let s = match states.remove(tp) {
                     Some(prev) => newer(prev, s),
                     None => s,
                 };
                 states.insert(tp.clone(), s);
             }
+            if *partition == PARTITION {
+                slots.insert(base.clone(), log.slots());
+                chains.insert(base.clone(), chain);
+            }
         }
-        (states, slots)
+        // Deltas whose base key holds nothing: left over, deleted with the next base.
+        for ((partition, base), m) in deltas {
+            if partition == PARTITION {
+                chains.entry(base.to_vec()).or_default().deltas =
+                    m.iter().map(|(g, l)| (*g, l.slots())).collect();
+            }
+        }
+        (states, slots, chains)
     }
 }
 
@@ -237,8 +288,10 @@ impl Handover {
         // process knew from an earlier ownership is stale (another owner wrote since).
         {
             let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let mut c = self.chains.lock().unwrap_or_else(|p| p.into_inner());
             for tp in tps {
                 m.remove(&key(audit, tp));
+                c.remove(&key(audit, tp));
             }
         }
         let mut c = self.base.clone();
@@ -308,10 +361,22 @@ impl Handover {
                 r.push(m.partition(), k, m.payload());
             }
         }
-        let (states, slots) = r.finish();
+        let (states, slots, mut chains) = r.finish();
         {
             let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             m.extend(slots);
+        }
+        {
+            // A chain continues only on a base that was read; without one the next publish
+            // is a base (and deletes leftover deltas).
+            let mut m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
+            for tp in tps {
+                let base = key(audit, tp);
+                match chains.remove(&base) {
+                    Some(c) => m.insert(base, c),
+                    None => m.remove(&base),
+                };
+            }
         }
         // This process's next publish of a partition continues after the generation it
         // took over (a partition never written starts at 1).

@@ -139,6 +139,74 @@ impl Store {
         Ok(out)
     }
 
+    /// The unresolved gaps (open, unrecoverable, unverifiable) of one partition of `audit`,
+    /// with whether `replay` marked it and whether it is retired, in offset order: a
+    /// handover base reads these (and the acknowledged ones it names by id), never the
+    /// partition's resolved history (issue 41 item 3). Through the `(audit, state)` index.
+    pub fn unresolved_gaps_of_partition(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<(Gap, bool, bool)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the unresolved gaps of {audit}/{topic}-{partition}");
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps
+                 WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')
+                   AND topic = ?2 AND partition = ?3 ORDER BY first_offset"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let rows: Vec<(RawGap, bool, bool)> = stmt
+            .query_map(params![audit, topic, partition], |row| {
+                Ok((
+                    RawGap::from_row(row)?,
+                    row.get::<_, bool>(20)?,
+                    row.get::<_, bool>(21)?,
+                ))
+            })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        drop(stmt);
+        drop(conn);
+        rows.into_iter()
+            .map(|(raw, replayed, retired)| Ok((self.decode_gap(raw)?, replayed, retired)))
+            .collect()
+    }
+
+    /// The gaps of `ids` that exist, with whether `replay` marked them and whether they are
+    /// retired: what a handover delta reads (only the gaps that changed), by primary key.
+    pub fn gaps_by_ids(&self, ids: &[String]) -> Result<Vec<(Gap, bool, bool)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read {} gaps by id", ids.len());
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps WHERE id = ?1"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let mut raws = Vec::new();
+        for id in ids {
+            let row = stmt
+                .query_row(params![id], |row| {
+                    Ok((
+                        RawGap::from_row(row)?,
+                        row.get::<_, bool>(20)?,
+                        row.get::<_, bool>(21)?,
+                    ))
+                })
+                .optional()
+                .map_err(self.sq(ctx()))?;
+            raws.extend(row);
+        }
+        drop(stmt);
+        drop(conn);
+        raws.into_iter()
+            .map(|(raw, replayed, retired)| Ok((self.decode_gap(raw)?, replayed, retired)))
+            .collect()
+    }
+
     /// The open gaps of one partition of `audit` that share an offset with
     /// `[first, last]`, in offset order: what `replay --offsets` repairs. Filtered in SQL:
     /// a partition may hold a million gaps in a long total loss, and only these are read.
