@@ -35,6 +35,8 @@ fn state(settled: i64, owner: &str, written_at: chrono::DateTime<Utc>) -> Partit
         retired: Vec::new(),
         key_claims: Vec::new(),
         generation: 99,
+        base: None,
+        removed: Vec::new(),
         written_at,
         owner: owner.into(),
     }
