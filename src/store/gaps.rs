@@ -106,8 +106,8 @@ impl Store {
     }
 
     /// Every gap of one partition of `audit`, with whether `replay` marked it and whether
-    /// it is retired (in the store only, see `retired.rs`), in offset order: one query for a
-    /// handover (which used to ask for each gap by id).
+    /// it is retired (in the store only, see `retired.rs`), in offset order. (The handover
+    /// no longer reads this: see [`Store::unresolved_gaps_of_partition`].)
     pub fn gaps_of_partition(
         &self,
         audit: &str,
@@ -152,11 +152,7 @@ impl Store {
         let conn = self.lock();
         let ctx = || format!("list the unresolved gaps of {audit}/{topic}-{partition}");
         let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps
-                 WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')
-                   AND topic = ?2 AND partition = ?3 ORDER BY first_offset"
-            ))
+            .prepare_cached(&unresolved_of_partition_sql())
             .map_err(self.sq(ctx()))?;
         let rows: Vec<(RawGap, bool, bool)> = stmt
             .query_map(params![audit, topic, partition], |row| {
@@ -413,4 +409,14 @@ pub(super) fn decode_gap(path: &Path, raw: RawGap) -> Result<Gap, StoreError> {
         shared_key: raw.shared_key,
         replayed_at: parse_opt_ts(path, raw.replayed_at, &what)?,
     })
+}
+
+/// The query of [`Store::unresolved_gaps_of_partition`]: through the `(audit, state)`
+/// index, so resolved rows are never visited.
+pub(super) fn unresolved_of_partition_sql() -> String {
+    format!(
+        "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps
+         WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')
+           AND topic = ?2 AND partition = ?3 ORDER BY first_offset"
+    )
 }

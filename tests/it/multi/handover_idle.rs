@@ -79,11 +79,11 @@ fn bulk_produce(topic: &str, n: i64) {
         }
     }
     p.flush(Duration::from_secs(60)).expect("flush");
-    let c: rdkafka::consumer::BaseConsumer = group_client(&unique("produced"))
-        .create()
-        .expect("client");
-    let (_, high) = rdkafka::consumer::Consumer::fetch_watermarks(&c, topic, 0, Duration::from_secs(10))
-        .expect("watermarks");
+    let c: rdkafka::consumer::BaseConsumer =
+        group_client(&unique("produced")).create().expect("client");
+    let (_, high) =
+        rdkafka::consumer::Consumer::fetch_watermarks(&c, topic, 0, Duration::from_secs(10))
+            .expect("watermarks");
     assert_eq!(high, n, "records produced");
 }
 
@@ -191,7 +191,18 @@ async fn a_hundred_thousand_open_gaps_publish_a_small_delta_per_idle_round() {
     // Acknowledgements (as `gap-auditor ack` writes them): 5 given-up gaps and 5 live ones.
     {
         let store = Store::open(&a.store).expect("A's store");
-        for first in [1, 3, 5, 7, 9, FILL + 1, FILL + 3, FILL + 5, FILL + 7, FILL + 9] {
+        for first in [
+            1,
+            3,
+            5,
+            7,
+            9,
+            FILL + 1,
+            FILL + 3,
+            FILL + 5,
+            FILL + 7,
+            FILL + 9,
+        ] {
             let id = Gap::make_id(AUDIT, &s.topic, 0, first);
             assert!(store.ack(&id, "known").expect("ack"), "{id}");
         }
@@ -212,7 +223,9 @@ async fn a_hundred_thousand_open_gaps_publish_a_small_delta_per_idle_round() {
     // The idle phase: one clean record a second; every round moves the settled offset.
     let (h0, t0) = (handover_end(&handover), std::time::Instant::now());
     for o in LIVE_END..END {
-        s.producer.send_all(0, &dns_lines(o as usize..o as usize + 1)).await;
+        s.producer
+            .send_all(0, &dns_lines(o as usize..o as usize + 1))
+            .await;
         s.pipeline()
             .start_at(o)
             .records(1)
@@ -275,9 +288,7 @@ async fn a_hundred_thousand_open_gaps_publish_a_small_delta_per_idle_round() {
         "B's gaps are A's: {} vs {}, e.g. {differ:?} (B has {:?}); B log tail:\n{}",
         a_gaps.len(),
         b_gaps.len(),
-        differ
-            .first()
-            .map(|(id, _)| b_gaps.get(*id)),
+        differ.first().map(|(id, _)| b_gaps.get(*id)),
         tail(&b.log_text(), 30)
     );
     assert_eq!(
