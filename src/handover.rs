@@ -57,7 +57,7 @@ pub use codec::{
     ChunkHeader, Latest, Slots, chunk_key, decode, delta_key, encode, key, newer, prefer_handover,
 };
 use codec::{KeyKind, chunk_value, fnv1a, parse_chunk, parse_key};
-pub use delta::{Chain, apply};
+pub use delta::{Chain, Rebuild, apply};
 pub use publish::{Plan, plan, record_limit};
 pub use read::Reassembler;
 
@@ -198,6 +198,10 @@ pub struct PartitionState {
     /// it. `None`: a whole state (a base).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<u64>,
+    /// In a delta: the key claims are those of the state before it (unchanged since; not
+    /// repeated every round).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub claims_kept: bool,
     /// In a delta: ids of gaps that no longer need handing over (resolved, folded into an
     /// overflow gap): the next owner drops them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -87,6 +87,14 @@ fn parsed(items: &[(Offset, Option<String>)]) -> Vec<(Offset, Option<serde_json:
         .collect()
 }
 
+/// A hash of key claims, to tell whether they changed since the last publish.
+fn claims_hash(claims: &[(Vec<String>, u64)]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    claims.hash(&mut h);
+    h.finish()
+}
+
 /// A state's gaps as read from the store for a publish: rows with (replayed, retired).
 type Rows = Vec<(Gap, bool, bool)>;
 
@@ -101,6 +109,8 @@ fn handed(row: &(Gap, bool, bool), ids: &HashSet<String>) -> bool {
 /// A state to publish: whole (a base) or a delta, and the gap ids to read for it.
 struct Build {
     tp: TopicPartition,
+    /// A hash of the key claims this state stands for (carried, or kept).
+    claims_hash: u64,
     state: PartitionState,
     /// A base: read the partition's unresolved gaps (and `ids` acknowledged); a delta:
     /// read `ids` only.
@@ -302,8 +312,13 @@ impl<V: Verifier> Audit<V> {
                 }
                 None => Vec::new(),
             };
+            // A delta repeats the claims only when they changed since the last publish.
+            let claims_hash = claims_hash(&key_claims);
+            let claims_kept = !whole && self.handover_claims.get(tp) == Some(&claims_hash);
+            let key_claims = if claims_kept { Vec::new() } else { key_claims };
             builds.push(Build {
                 tp: tp.clone(),
+                claims_hash,
                 state: PartitionState {
                     version: handover::VERSION,
                     audit: self.cfg.name.clone(),
@@ -319,6 +334,7 @@ impl<V: Verifier> Audit<V> {
                     generation: 0,
                     base: (!whole).then_some(0),
                     removed: Vec::new(),
+                    claims_kept,
                     written_at: now,
                     owner: h.owner().to_string(),
                 },
@@ -386,7 +402,7 @@ impl<V: Verifier> Audit<V> {
                 // drops them.
                 st.removed = b.read.into_iter().filter(|id| !kept.contains(id)).collect();
             }
-            published.push(b.tp);
+            published.push((b.tp, b.claims_hash));
             states.push(st);
         }
         match h.publish(&states).await {
@@ -394,8 +410,9 @@ impl<V: Verifier> Audit<V> {
                 for tp in &tps {
                     self.handover_dirty.remove(tp);
                 }
-                for tp in &published {
-                    self.handover_pending.remove(tp);
+                for (tp, claims) in published {
+                    self.handover_pending.remove(&tp);
+                    self.handover_claims.insert(tp, claims);
                 }
                 true
             }

@@ -166,6 +166,9 @@ struct Audit<V> {
     handover_dirty: BTreeSet<TopicPartition>,
     /// What changed of each partition since its last handover publish (the next delta).
     handover_pending: HashMap<TopicPartition, hand_over::Pending>,
+    /// A hash of the key claims each partition's last handover publish carried: a delta
+    /// repeats them only when they changed.
+    handover_claims: HashMap<TopicPartition, u64>,
     /// Where the store's replay log was read up to for the handover (`None`: not yet).
     handover_replays: Option<i64>,
     /// The last round left due records for the next (its per-partition limit was hit).
@@ -231,6 +234,7 @@ impl<V: Verifier> Audit<V> {
             handover: w.handover,
             handover_dirty: BTreeSet::new(),
             handover_pending: HashMap::new(),
+            handover_claims: HashMap::new(),
             handover_replays: None,
             backlog: false,
             decoder: w.decoder,

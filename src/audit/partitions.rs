@@ -463,6 +463,7 @@ impl<V: Verifier> Audit<V> {
         // takes now (or from its local store, then with a whole state as its next publish).
         for tp in partitions {
             self.handover_pending.remove(tp);
+            self.handover_claims.remove(tp);
         }
         for (tp, st) in states {
             let local = progress.get(&tp).map(|p| p.settled);
@@ -570,6 +571,7 @@ impl<V: Verifier> Audit<V> {
                 self.writes.stored.remove(tp);
                 self.handover_dirty.remove(tp);
                 self.handover_pending.remove(tp);
+                self.handover_claims.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }

@@ -17,7 +17,7 @@
 //! twice the partition's state.
 
 use super::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Deltas below this many bytes in all never make a new base (a base of a few gaps would
 /// otherwise be rewritten every few rounds).
@@ -90,86 +90,128 @@ fn offsets(doc: &serde_json::Value, field: &str) -> Vec<Offset> {
     }
 }
 
-/// The ledger of `whole` with delta ledger `d` applied: `d`'s head fields replace the
-/// head; its items replace items at the same first offset (all items when `d` says
-/// `replace`), its `*_removed` offsets go.
-fn apply_ledger(whole: &serde_json::Value, d: &serde_json::Value) -> serde_json::Value {
-    let replace = d.get("replace").and_then(serde_json::Value::as_bool) == Some(true);
-    let mut out = serde_json::Map::new();
-    // Head: the delta's (fields the writer left out are absent, as in its ledger).
-    if let Some(o) = d.as_object() {
-        for (k, v) in o {
-            if !ITEM_FIELDS.contains(&k.as_str()) {
-                out.insert(k.clone(), v.clone());
+/// The head of a ledger document: every field but the items.
+fn head(doc: &serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    doc.as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| !ITEM_FIELDS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A whole state being rebuilt from a base and its deltas, each delta applied in time
+/// proportional to its own size (a chain may hold thousands of deltas on a base of a
+/// hundred thousand gaps).
+#[derive(Debug)]
+pub struct Rebuild {
+    /// The latest document's own fields (its gaps, ledger and marks are kept below).
+    last: PartitionState,
+    head: serde_json::Map<String, serde_json::Value>,
+    missing: BTreeMap<Offset, serde_json::Value>,
+    ledger_gaps: BTreeMap<Offset, serde_json::Value>,
+    gaps: HashMap<String, Gap>,
+    replayed: BTreeSet<String>,
+    retired: BTreeSet<String>,
+}
+
+impl Rebuild {
+    /// Starts from a whole state (a base).
+    pub fn new(mut whole: PartitionState) -> Rebuild {
+        let head = head(&whole.ledger);
+        let missing = items(&whole.ledger, "missing");
+        let ledger_gaps = items(&whole.ledger, "gaps");
+        let gaps = std::mem::take(&mut whole.gaps)
+            .into_iter()
+            .map(|g| (g.id.clone(), g))
+            .collect();
+        let replayed = std::mem::take(&mut whole.replayed).into_iter().collect();
+        let retired = std::mem::take(&mut whole.retired).into_iter().collect();
+        whole.ledger = serde_json::Value::Null;
+        Rebuild {
+            last: whole,
+            head,
+            missing,
+            ledger_gaps,
+            gaps,
+            replayed,
+            retired,
+        }
+    }
+
+    /// Applies delta `d`: its head fields replace the head; its ledger items replace
+    /// items at the same first offset (all items when it says `replace`) and its
+    /// `*_removed` offsets go; its gaps replace gaps of the same id (with their marks) and
+    /// its `removed` ids go; its settled offset, key claims and generation are the state's.
+    pub fn apply(&mut self, mut d: PartitionState) {
+        let replace = d.ledger.get("replace").and_then(serde_json::Value::as_bool) == Some(true);
+        self.head = head(&d.ledger);
+        for (field, removed, m) in [
+            ("missing", "missing_removed", &mut self.missing),
+            ("gaps", "gaps_removed", &mut self.ledger_gaps),
+        ] {
+            if replace {
+                m.clear();
             }
+            for o in offsets(&d.ledger, removed) {
+                m.remove(&o);
+            }
+            m.extend(items(&d.ledger, field));
         }
-    }
-    for (field, removed) in [("missing", "missing_removed"), ("gaps", "gaps_removed")] {
-        let mut m = if replace {
-            BTreeMap::new()
-        } else {
-            items(whole, field)
-        };
-        for o in offsets(d, removed) {
-            m.remove(&o);
+        for id in d.removed.iter().chain(d.gaps.iter().map(|g| &g.id)) {
+            self.gaps.remove(id);
+            self.replayed.remove(id);
+            self.retired.remove(id);
         }
-        m.extend(items(d, field));
-        out.insert(
-            field.to_string(),
-            serde_json::Value::Array(m.into_values().collect()),
+        self.gaps.extend(
+            std::mem::take(&mut d.gaps)
+                .into_iter()
+                .map(|g| (g.id.clone(), g)),
         );
+        self.replayed.extend(std::mem::take(&mut d.replayed));
+        self.retired.extend(std::mem::take(&mut d.retired));
+        if d.claims_kept {
+            d.key_claims = std::mem::take(&mut self.last.key_claims);
+        }
+        d.ledger = serde_json::Value::Null;
+        d.removed = Vec::new();
+        self.last = d;
     }
-    serde_json::Value::Object(out)
+
+    /// The whole state of the last generation applied.
+    pub fn finish(self) -> PartitionState {
+        let mut ledger = self.head;
+        ledger.insert(
+            "missing".into(),
+            serde_json::Value::Array(self.missing.into_values().collect()),
+        );
+        ledger.insert(
+            "gaps".into(),
+            serde_json::Value::Array(self.ledger_gaps.into_values().collect()),
+        );
+        let mut gaps: Vec<Gap> = self.gaps.into_values().collect();
+        gaps.sort_by(|a, b| (a.first_offset, &a.id).cmp(&(b.first_offset, &b.id)));
+        PartitionState {
+            ledger: serde_json::Value::Object(ledger),
+            gaps,
+            replayed: self.replayed.into_iter().collect(),
+            retired: self.retired.into_iter().collect(),
+            base: None,
+            removed: Vec::new(),
+            claims_kept: false,
+            ..self.last
+        }
+    }
 }
 
 /// `whole` (a base, or a base with deltas applied) with delta `d` applied: a whole state of
-/// `d`'s generation.
+/// `d`'s generation (see [`Rebuild::apply`]).
 pub fn apply(whole: PartitionState, d: PartitionState) -> PartitionState {
-    let ledger = apply_ledger(&whole.ledger, &d.ledger);
-    let changed: HashSet<&str> = d
-        .removed
-        .iter()
-        .chain(d.gaps.iter().map(|g| &g.id))
-        .map(String::as_str)
-        .collect();
-    let mut gaps: BTreeMap<String, Gap> = whole
-        .gaps
-        .into_iter()
-        .filter(|g| !changed.contains(g.id.as_str()))
-        .map(|g| (g.id.clone(), g))
-        .collect();
-    let keep_mark = |ids: Vec<String>, new: &[String]| -> Vec<String> {
-        let mut v: Vec<String> = ids
-            .into_iter()
-            .filter(|id| !changed.contains(id.as_str()))
-            .chain(new.iter().cloned())
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
-    let replayed = keep_mark(whole.replayed, &d.replayed);
-    let retired = keep_mark(whole.retired, &d.retired);
-    gaps.extend(d.gaps.into_iter().map(|g| (g.id.clone(), g)));
-    let mut gaps: Vec<Gap> = gaps.into_values().collect();
-    gaps.sort_by_key(|g| g.first_offset);
-    PartitionState {
-        version: d.version,
-        audit: d.audit,
-        topic: d.topic,
-        partition: d.partition,
-        settled: d.settled,
-        ledger,
-        gaps,
-        replayed,
-        retired,
-        key_claims: d.key_claims,
-        generation: d.generation,
-        base: None,
-        removed: Vec::new(),
-        written_at: d.written_at,
-        owner: d.owner,
-    }
+    let mut r = Rebuild::new(whole);
+    r.apply(d);
+    r.finish()
 }
 
 #[cfg(test)]

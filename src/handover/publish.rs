@@ -121,6 +121,11 @@ pub fn plan(
     })
 }
 
+/// One state to publish: its partition's key, the key it is written under (the
+/// partition's for a base, its delta's for a delta), the document, and for a delta its
+/// generation.
+type Doc = (Vec<u8>, Vec<u8>, Vec<u8>, Option<u64>);
+
 /// One record in flight, and which state it carries.
 struct Sent {
     state: usize,
@@ -232,7 +237,7 @@ impl Handover {
         // Each state is stamped with its partition's next generation here, where the
         // handover's own order is known: the caller's value is not trusted. Each doc:
         // (partition key, record key, document, delta generation).
-        let mut docs: Vec<(Vec<u8>, Vec<u8>, Vec<u8>, Option<u64>)> = Vec::new();
+        let mut docs: Vec<Doc> = Vec::new();
         for s in states {
             let base = key(&s.audit, &s.tp());
             let chain = self.chain_of(&base);

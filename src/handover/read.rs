@@ -239,21 +239,34 @@ impl Reassembler {
                 chain.deltas = m.iter().map(|(g, l)| (*g, l.slots())).collect();
             }
             let found = log.state(base).filter(|(s, _)| s.base.is_none());
-            if let Some((mut s, bytes)) = found {
+            if let Some((s, bytes)) = found {
                 chain.live = true;
                 chain.base = s.generation;
                 chain.base_bytes = bytes as u64;
-                for (g, dl) in mine.iter().flatten() {
-                    let Some((d, n)) = dl.state(base) else {
-                        continue;
-                    };
-                    // Only deltas of this base, after it, under their own generation's key.
-                    if d.base != Some(chain.base) || d.generation != *g || *g <= chain.base {
-                        continue;
+                // Only deltas of this base, after it, under their own generation's key.
+                let applied: Vec<PartitionState> = mine
+                    .iter()
+                    .flatten()
+                    .filter_map(|(g, dl)| {
+                        let (d, n) = dl.state(base)?;
+                        let of_base =
+                            d.base == Some(chain.base) && d.generation == *g && *g > chain.base;
+                        of_base.then(|| {
+                            chain.delta_bytes += n as u64;
+                            d
+                        })
+                    })
+                    .collect();
+                // A base alone is taken as written.
+                let s = if applied.is_empty() {
+                    s
+                } else {
+                    let mut whole = Rebuild::new(s);
+                    for d in applied {
+                        whole.apply(d);
                     }
-                    chain.delta_bytes += n as u64;
-                    s = apply(s, d);
-                }
+                    whole.finish()
+                };
                 let s = match states.remove(tp) {
                     Some(prev) => newer(prev, s),
                     None => s,

@@ -38,6 +38,7 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
         generation: 0,
         base: None,
         removed: Vec::new(),
+        claims_kept: false,
         written_at: Utc.timestamp_opt(at_s, 0).unwrap(),
         owner: "h:1".into(),
     }

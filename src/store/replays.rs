@@ -59,6 +59,10 @@ fn count(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// A logged replay as the handover needs it: (gap id, topic, partition, first offset, last
+/// offset).
+pub type ReplayedRange = (Option<String>, String, i32, Offset, Offset);
+
 impl Store {
     /// Appends one replay to the log.
     pub fn record_replay(&self, r: &ReplayRecord) -> Result<(), StoreError> {
@@ -214,12 +218,11 @@ impl Store {
     /// Replays of `audit` logged after `since` (the log's `seq`): (gap id, topic, partition,
     /// first offset, last offset) each, and the position to ask from next. What the daemon
     /// hands over again (a replay marks gaps `replayed`), without reading every gap.
-    #[allow(clippy::type_complexity)]
     pub fn replays_since(
         &self,
         audit: &str,
         since: i64,
-    ) -> Result<(Vec<(Option<String>, String, i32, i64, i64)>, i64), StoreError> {
+    ) -> Result<(Vec<ReplayedRange>, i64), StoreError> {
         let conn = self.lock();
         let ctx = || format!("read the replays of {audit} since {since}");
         let mut stmt = conn

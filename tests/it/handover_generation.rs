@@ -37,6 +37,7 @@ fn state(settled: i64, owner: &str, written_at: chrono::DateTime<Utc>) -> Partit
         generation: 99,
         base: None,
         removed: Vec::new(),
+        claims_kept: false,
         written_at,
         owner: owner.into(),
     }

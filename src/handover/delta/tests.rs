@@ -63,6 +63,7 @@ fn whole(settled: Offset, n: i64) -> PartitionState {
         generation: 0,
         base: None,
         removed: Vec::new(),
+        claims_kept: false,
         written_at: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
         owner: "a:1".into(),
     }
@@ -309,4 +310,46 @@ fn a_new_base_is_wanted_when_none_is_known_or_the_deltas_outweigh_it() {
         ..Chain::default()
     };
     assert!(!small.wants_base(), "deltas below the floor never rebase");
+}
+
+#[test]
+fn a_delta_keeps_the_key_claims_it_does_not_repeat() {
+    let mut b = whole(90, 1);
+    b.key_claims = vec![(vec!["10.0.0.1".into()], 2)];
+    let kept = PartitionState {
+        claims_kept: true,
+        ..idle(100)
+    };
+    let s = apply(b.clone(), kept);
+    assert_eq!(s.key_claims, b.key_claims);
+    assert!(!s.claims_kept);
+    let changed = PartitionState {
+        key_claims: vec![(vec!["10.0.0.2".into()], 1)],
+        ..idle(110)
+    };
+    assert_eq!(
+        apply(s, changed).key_claims,
+        vec![(vec!["10.0.0.2".to_string()], 1)]
+    );
+}
+
+/// Thousands of deltas on a large base rebuild in time proportional to their size, not
+/// to the base's size times their number.
+#[test]
+fn many_deltas_on_a_large_base_rebuild_quickly() {
+    let mut log = Log::new();
+    write(&mut log, &at(whole(90, 20_000), 1, None), 1_000_000);
+    for g in 2..5_002u64 {
+        write(&mut log, &at(idle(100 + g as i64), g, Some(1)), 1_000_000);
+    }
+    let t = std::time::Instant::now();
+    let (got, chain) = read(&log);
+    let got = got.expect("state");
+    assert_eq!((got.generation, got.gaps.len()), (5_001, 20_000));
+    assert_eq!(chain.deltas.len(), 5_000);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
 }
