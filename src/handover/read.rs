@@ -249,8 +249,12 @@ impl Reassembler {
                     .flatten()
                     .filter_map(|(g, dl)| {
                         let (d, n) = dl.state(base)?;
-                        let of_base =
-                            d.base == Some(chain.base) && d.generation == *g && *g > chain.base;
+                        // A version-1 base (written by an older binary during an upgrade)
+                        // has no deltas: its generation may repeat a version-2 base's.
+                        let of_base = s.version >= 2
+                            && d.base == Some(chain.base)
+                            && d.generation == *g
+                            && *g > chain.base;
                         of_base.then(|| {
                             chain.delta_bytes += n as u64;
                             d

@@ -353,3 +353,18 @@ fn many_deltas_on_a_large_base_rebuild_quickly() {
         t.elapsed()
     );
 }
+
+/// During an upgrade an older binary may write a version-1 base over a version-2 chain,
+/// its generation counted from what it could read: deltas never apply to it.
+#[test]
+fn a_version_1_base_takes_no_deltas() {
+    let mut log = Log::new();
+    write(&mut log, &at(whole(90, 2), 1, None), 100_000);
+    write(&mut log, &at(delta_with_gap(100, 30), 2, Some(1)), 100_000);
+    let v1 = PartitionState {
+        version: 1,
+        ..at(whole(95, 1), 1, None)
+    };
+    write(&mut log, &v1, 100_000);
+    assert_eq!(read(&log).0, Some(v1));
+}
