@@ -1,0 +1,208 @@
+//! Issue 41 item 3 on the real broker, through the `Handover` API: a partition's state as a
+//! base plus deltas. A reader takes the base with every delta applied; a delta needs a known
+//! base; once the deltas outweigh the base a new base replaces the chain and the old
+//! deltas' keys are deleted (tombstones), chunked ones included.
+
+use crate::support::*;
+use chrono::Utc;
+use gap_auditor::config::KafkaConfig;
+use gap_auditor::gap::{Gap, TopicPartition};
+use gap_auditor::handover::{Handover, PartitionState, VERSION, apply, delta_key, key};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const AUDIT: &str = "chain";
+
+fn client(topic: &str) -> Arc<Handover> {
+    let k = KafkaConfig {
+        brokers: kafka(),
+        ..Default::default()
+    };
+    Arc::new(Handover::new(&k, topic).expect("handover client"))
+}
+
+fn tp() -> TopicPartition {
+    TopicPartition::new("logs", 0)
+}
+
+/// A whole state of partition 0 with one-record gaps at `firsts`.
+fn whole(settled: i64, firsts: &[i64]) -> PartitionState {
+    PartitionState {
+        version: VERSION,
+        audit: AUDIT.into(),
+        topic: "logs".into(),
+        partition: 0,
+        settled,
+        ledger: serde_json::json!({"tail_gap": null, "missing": [], "gaps": []}),
+        gaps: firsts
+            .iter()
+            .map(|f| Gap {
+                audit: AUDIT.into(),
+                ..open_gap(AUDIT, "logs", *f, *f)
+            })
+            .collect(),
+        replayed: Vec::new(),
+        retired: firsts
+            .iter()
+            .map(|f| Gap::make_id(AUDIT, "logs", 0, *f))
+            .collect(),
+        key_claims: Vec::new(),
+        generation: 0,
+        base: None,
+        removed: Vec::new(),
+        claims_kept: false,
+        written_at: Utc::now(),
+        owner: "test".into(),
+    }
+}
+
+/// A delta adding gaps at `firsts`.
+fn delta(settled: i64, firsts: &[i64]) -> PartitionState {
+    PartitionState {
+        ledger: serde_json::json!({"tail_gap": null}),
+        base: Some(0),
+        ..whole(settled, firsts)
+    }
+}
+
+async fn read(h: &Arc<Handover>) -> Option<PartitionState> {
+    let h = h.clone();
+    tokio::task::spawn_blocking(move || h.read(AUDIT, &[tp()]))
+        .await
+        .expect("read task")
+        .expect("read the handover topic")
+        .remove(&tp())
+}
+
+/// The live value of every key of the topic (`None`: its last record is a tombstone).
+fn live_keys(topic: &str) -> BTreeMap<Vec<u8>, Option<usize>> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let c: BaseConsumer = group_client(&unique("chain_reader"))
+        .create()
+        .expect("reader");
+    let (_, high) = c
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .expect("watermarks");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .expect("tpl");
+    c.assign(&tpl).expect("assign");
+    let mut out = BTreeMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut reached = 0;
+    while reached < high && std::time::Instant::now() < deadline {
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.expect("read");
+        reached = m.offset() + 1;
+        out.insert(
+            m.key().unwrap_or_default().to_vec(),
+            m.payload().map(<[u8]>::len),
+        );
+    }
+    out
+}
+
+/// The keys of delta `generation` (its single key, or its chunks') that hold a record.
+fn delta_records(live: &BTreeMap<Vec<u8>, Option<usize>>, generation: u64) -> usize {
+    let k = delta_key(&key(AUDIT, &tp()), generation);
+    live.iter()
+        .filter(|(key, v)| key.starts_with(&k) && v.is_some())
+        .filter(|(key, _)| key.len() == k.len() || key[k.len()] == 0)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_build_on_a_base_and_a_new_base_deletes_them() {
+    let topic = unique("handover_chain");
+    let a = client(&topic);
+    a.ensure_topic().await.expect("handover topic");
+    assert!(read(&a).await.is_none());
+    assert!(a.wants_base(AUDIT, &tp()), "nothing read: a base first");
+    let refused = a.publish(&[delta(10, &[1])]).await;
+    assert!(
+        refused.is_err_and(|e| e.to_string().contains("no base")),
+        "a delta without a base is refused"
+    );
+
+    // Base (generation 1), a small delta (2), a delta of 3,000 gaps chunked at 1 MB (3).
+    let b = whole(10, &[1, 3, 5]);
+    a.publish(std::slice::from_ref(&b)).await.expect("base");
+    let small = delta(20, &[11]);
+    a.publish(std::slice::from_ref(&small))
+        .await
+        .expect("delta");
+    assert!(!a.wants_base(AUDIT, &tp()), "a small delta on a base");
+    let firsts: Vec<i64> = (0..3000).map(|i| 1001 + 2 * i).collect();
+    let big = delta(7000, &firsts);
+    a.publish(std::slice::from_ref(&big))
+        .await
+        .expect("big delta");
+    let stamp = |s: &PartitionState, generation: u64, base: Option<u64>| PartitionState {
+        generation,
+        base,
+        ..s.clone()
+    };
+    let want = apply(
+        apply(stamp(&b, 1, None), stamp(&small, 2, Some(1))),
+        stamp(&big, 3, Some(1)),
+    );
+    let got = read(&client(&topic)).await.expect("state");
+    assert_eq!(got, want, "the base with both deltas");
+    assert_eq!(
+        (got.settled, got.generation, got.gaps.len()),
+        (7000, 3, 3004)
+    );
+    let live = {
+        let t = topic.clone();
+        tokio::task::spawn_blocking(move || live_keys(&t))
+            .await
+            .expect("task")
+    };
+    assert_eq!(delta_records(&live, 2), 1);
+    assert!(delta_records(&live, 3) > 1, "the big delta is chunked");
+
+    // The deltas now outweigh the base: the next publish is a new base (generation 4),
+    // after which the old deltas' keys hold tombstones only.
+    assert!(a.wants_base(AUDIT, &tp()));
+    let rebased = PartitionState {
+        settled: 7010,
+        ..want.clone()
+    };
+    a.publish(std::slice::from_ref(&rebased))
+        .await
+        .expect("new base");
+    let live = {
+        let t = topic.clone();
+        tokio::task::spawn_blocking(move || live_keys(&t))
+            .await
+            .expect("task")
+    };
+    assert_eq!(
+        (delta_records(&live, 2), delta_records(&live, 3)),
+        (0, 0),
+        "the old chain's deltas are deleted"
+    );
+    let got = read(&client(&topic)).await.expect("state");
+    assert_eq!(
+        (got.settled, got.generation, got.gaps.len()),
+        (7010, 4, 3004)
+    );
+
+    // Another owner continues the chain it read: a delta on base 4.
+    let c = client(&topic);
+    assert_eq!(read(&c).await.expect("taken over").generation, 4);
+    assert!(
+        !c.wants_base(AUDIT, &tp()),
+        "a chain was read: deltas follow"
+    );
+    c.publish(&[delta(7020, &[])]).await.expect("delta");
+    let got = read(&client(&topic)).await.expect("state");
+    assert_eq!(
+        (got.settled, got.generation, got.gaps.len()),
+        (7020, 5, 3004)
+    );
+}
