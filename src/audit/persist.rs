@@ -291,14 +291,23 @@ impl<V: Verifier> Audit<V> {
             let read = blocking(move || {
                 let n = ops.len();
                 store
-                    .settle_retired(&audit, &t.topic, t.partition, &ops)
-                    .map(|agg| (n, agg))
+                    .settle_retired_changed(&audit, &t.topic, t.partition, &ops)
+                    .map(|(agg, changed)| (n, agg, changed))
             })
             .await;
             match read {
-                Ok((done, agg)) => {
+                Ok((done, agg, changed)) => {
                     if let Some(p) = self.parts.get_mut(&tp) {
                         p.ledger.retired_recounted(done, agg);
+                    }
+                    // Rows only the store changed: the next handover delta carries them.
+                    if self.handover.is_some() && !changed.is_empty() {
+                        self.handover_pending
+                            .entry(tp.clone())
+                            .or_default()
+                            .gaps
+                            .extend(changed);
+                        self.handover_dirty.insert(tp.clone());
                     }
                 }
                 Err(e) => {

@@ -127,3 +127,46 @@ fn replays_are_read_since_a_position() {
     let (rows, _) = store.replays_since("a", pos).unwrap();
     assert!(rows.is_empty());
 }
+
+/// Rows only the store changes (retired gaps the log start passed) are named, so the
+/// handover's next delta carries them.
+#[test]
+fn settling_retired_gaps_names_the_rows_it_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let gaps = [
+        gap("a", 0, 2, 0, GapState::Open),
+        gap("a", 0, 20, 0, GapState::Open),
+        gap("a", 0, 40, 0, GapState::Open),
+    ];
+    let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
+    store
+        .commit_round_retiring("a", &gaps, &[], KeyClaims::<&[u8]>::Changes(&[]), &ids, &[])
+        .unwrap();
+    let (_, changed) = store
+        .settle_retired_changed(
+            "a",
+            "t",
+            0,
+            &[crate::ledger::RetiredOp::Deleted {
+                below: 30,
+                at_ms: 1_700_000_000_000,
+            }],
+        )
+        .unwrap();
+    let mut changed = changed;
+    changed.sort();
+    assert_eq!(changed, vec![ids[0].clone(), ids[1].clone()]);
+    let (_, again) = store
+        .settle_retired_changed(
+            "a",
+            "t",
+            0,
+            &[crate::ledger::RetiredOp::Deleted {
+                below: 30,
+                at_ms: 1_700_000_000_000,
+            }],
+        )
+        .unwrap();
+    assert!(again.is_empty(), "unrecoverable already: {again:?}");
+}
