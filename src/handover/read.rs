@@ -243,34 +243,7 @@ impl Reassembler {
                 chain.live = true;
                 chain.base = s.generation;
                 chain.base_bytes = bytes as u64;
-                // Only deltas of this base, after it, under their own generation's key.
-                let applied: Vec<PartitionState> = mine
-                    .iter()
-                    .flatten()
-                    .filter_map(|(g, dl)| {
-                        let (d, n) = dl.state(base)?;
-                        // A version-1 base (written by an older binary during an upgrade)
-                        // has no deltas: its generation may repeat a version-2 base's.
-                        let of_base = s.version >= 2
-                            && d.base == Some(chain.base)
-                            && d.generation == *g
-                            && *g > chain.base;
-                        of_base.then(|| {
-                            chain.delta_bytes += n as u64;
-                            d
-                        })
-                    })
-                    .collect();
-                // A base alone is taken as written.
-                let s = if applied.is_empty() {
-                    s
-                } else {
-                    let mut whole = Rebuild::new(s);
-                    for d in applied {
-                        whole.apply(d);
-                    }
-                    whole.finish()
-                };
+                let s = with_deltas(s, base, mine.iter().flatten(), &mut chain);
                 let s = match states.remove(tp) {
                     Some(prev) => newer(prev, s),
                     None => s,
@@ -290,6 +263,48 @@ impl Reassembler {
             }
         }
         (states, slots, chains)
+    }
+}
+
+/// Base `s` with the deltas of `chain`'s base among `deltas` (generation → key log, in
+/// order) applied: only deltas of this base, after it, under their own generation's key,
+/// each decoded and applied in turn (a chain may hold a hundred thousand); their sizes are
+/// added to the chain's. A base without deltas is taken as written.
+fn with_deltas<'a>(
+    s: PartitionState,
+    base: &[u8],
+    deltas: impl Iterator<Item = (&'a u64, &'a &'a KeyLog)>,
+    chain: &mut Chain,
+) -> PartitionState {
+    // A version-1 base (written by an older binary during an upgrade) has no deltas: its
+    // generation may repeat a version-2 base's.
+    if s.version < 2 {
+        return s;
+    }
+    /// The base as read, or once a delta applies, the state being rebuilt.
+    enum Acc {
+        Base(Box<PartitionState>),
+        Built(Box<Rebuild>),
+    }
+    let mut acc = Acc::Base(Box::new(s));
+    for (g, log) in deltas {
+        let Some((d, n)) = log.state(base) else {
+            continue;
+        };
+        if d.base != Some(chain.base) || d.generation != *g || *g <= chain.base {
+            continue;
+        }
+        chain.delta_bytes += n as u64;
+        let mut w = match acc {
+            Acc::Base(b) => Box::new(Rebuild::new(*b)),
+            Acc::Built(w) => w,
+        };
+        w.apply(d);
+        acc = Acc::Built(w);
+    }
+    match acc {
+        Acc::Base(b) => *b,
+        Acc::Built(w) => w.finish(),
     }
 }
 
