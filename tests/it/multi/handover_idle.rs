@@ -5,7 +5,8 @@
 //! stored for it; once a publish outlasted its 10 s timeout the auditor group's commit
 //! stopped. Now an idle round publishes one small delta (the settled watermark and the
 //! ledger head), the commit keeps moving, and a takeover still yields exactly the gaps the
-//! old owner had (ids, states, acknowledgements, causes, retired marks).
+//! old owner had (ids, states, acknowledgements, causes, retired and replay marks; a replay
+//! mark set from the CLI while nothing else changes included).
 //!
 //! The 100,000 given-up gaps are written into A's store before it starts (as a day-long
 //! incident with `give_up_after` would have left them: open, retired, no ledger item), at
@@ -132,7 +133,7 @@ fn handover_bytes(topic: &str, from: i64, to: i64) -> (usize, usize, usize) {
 }
 
 /// What a store holds that the next owner must take: every unresolved or acknowledged gap
-/// with its state, acknowledgement, cause and size, and whether it is retired (counted from
+/// with its state, acknowledgement, cause, size and replay mark, and whether it is retired (counted from
 /// the store: an acknowledged gap is not counted, retired or not, and never was handed over
 /// as retired).
 fn handed(store: &std::path::Path) -> BTreeMap<String, String> {
@@ -140,7 +141,8 @@ fn handed(store: &std::path::Path) -> BTreeMap<String, String> {
     let mut stmt = conn
         .prepare(
             "SELECT id, state, COALESCE(ack_reason, ''), cause, missing_records,
-                    CASE WHEN state = 'acknowledged' THEN 0 ELSE retired END FROM gaps
+                    CASE WHEN state = 'acknowledged' THEN 0 ELSE retired END,
+                    replayed_at IS NOT NULL FROM gaps
              WHERE state IN ('open', 'unrecoverable', 'unverifiable', 'acknowledged')",
         )
         .expect("query");
@@ -148,12 +150,13 @@ fn handed(store: &std::path::Path) -> BTreeMap<String, String> {
         Ok((
             r.get::<_, String>(0)?,
             format!(
-                "{} ack={:?} cause={} missing={} retired={}",
+                "{} ack={:?} cause={} missing={} retired={} replayed={}",
                 r.get::<_, String>(1)?,
                 r.get::<_, String>(2)?,
                 r.get::<_, String>(3)?,
                 r.get::<_, i64>(4)?,
-                r.get::<_, i64>(5)?
+                r.get::<_, i64>(5)?,
+                r.get::<_, i64>(6)?
             ),
         ))
     })
@@ -267,8 +270,42 @@ async fn a_hundred_thousand_open_gaps_publish_a_small_delta_per_idle_round() {
         tail(&a_log, 30)
     );
 
+    // A replay marks a live gap (as `gap-auditor replay` does: the mark, then its log row)
+    // while nothing else changes: the mark must reach the next owner.
+    let replayed = Gap::make_id(AUDIT, &s.topic, 0, FILL + 11);
+    {
+        let store = Store::open(&a.store).expect("A's store");
+        assert!(store.mark_replayed(&replayed).expect("mark"));
+        store
+            .record_replay(&gap_auditor::store::ReplayRecord {
+                at: chrono::Utc::now(),
+                gap_id: Some(replayed.clone()),
+                audit: AUDIT.into(),
+                topic: s.topic.clone(),
+                partition: 0,
+                first_offset: FILL + 11,
+                last_offset: FILL + 11,
+                to_topic: Some("elsewhere".into()),
+                dry_run: false,
+                forced: false,
+                written: 1,
+                present: 0,
+                filtered: 0,
+                failed: 0,
+                partial: false,
+                error: None,
+            })
+            .expect("replay row");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
     // B takes the partition over: exactly A's gaps, none detected again.
     let a_gaps = handed(&a.store);
+    assert!(
+        a_gaps[&replayed].ends_with("replayed=1"),
+        "{}",
+        a_gaps[&replayed]
+    );
     assert_eq!(a_gaps.len() as i64, RETIRED + LIVE);
     b.start();
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -319,7 +356,7 @@ async fn a_hundred_thousand_open_gaps_publish_a_small_delta_per_idle_round() {
              (largest {largest}), at most {rounds} rounds: {per_round} bytes a round on \
              average (bound {PER_ROUND}); group commit {committed:?} of {END}; {failed_publishes} \
              failed publishes; B took A's {} gaps over (ids, states, acknowledgements, causes, \
-             retired marks identical) in {takeover_s:.1} s, detecting none again; whole test \
+             retired and replay marks identical) in {takeover_s:.1} s, detecting none again; whole test \
              {whole_s:.0} s",
             window.as_secs_f64(),
             a_gaps.len()
