@@ -240,8 +240,10 @@ impl<V: Verifier> Audit<V> {
                 // Acknowledged gaps left the ledger, not the partition's story: the next
                 // owner must know them too (ids are `audit:topic:partition:first`; neither
                 // name contains `:`).
-                let read: Vec<String> = acked.cloned().collect();
-                ids.extend(read.iter().cloned());
+                ids.extend(acked.cloned());
+                // Read by id besides the unresolved rows: the acknowledged ones, and any the
+                // ledger holds in another state (the tail gap).
+                let read: Vec<String> = ids.iter().cloned().collect();
                 let ledger = with_topic_id(
                     serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null),
                     p.topic_id.as_deref(),
