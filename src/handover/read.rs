@@ -240,7 +240,9 @@ impl Reassembler {
             }
             let found = log.state(base).filter(|(s, _)| s.base.is_none());
             if let Some((s, bytes)) = found {
-                chain.live = true;
+                // A version-1 base takes no deltas (see `with_deltas`): the next publish
+                // must be a base.
+                chain.live = s.version >= 2;
                 chain.base = s.generation;
                 chain.base_bytes = bytes as u64;
                 let s = with_deltas(s, base, mine.iter().flatten(), &mut chain);
@@ -398,28 +400,30 @@ impl Handover {
             let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             m.extend(slots);
         }
-        {
-            // A chain continues only on a base that was read; without one the next publish
-            // is a base (and deletes leftover deltas).
-            let mut m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
-            for tp in tps {
-                let base = key(audit, tp);
-                match chains.remove(&base) {
-                    Some(c) => m.insert(base, c),
-                    None => m.remove(&base),
-                };
-            }
-        }
         // This process's next publish of a partition continues after the generation it
-        // took over (a partition never written starts at 1).
+        // took over (a partition never written starts at 1), and after every delta left on
+        // the topic: a new base's generation never names leftover deltas as its own.
         let mut g = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
         for tp in tps {
             let base = key(audit, tp);
-            match states.get(tp) {
-                Some(s) => g.insert(base, s.generation),
+            let chain = chains.remove(&base);
+            let left = chain
+                .as_ref()
+                .and_then(|c| c.deltas.iter().map(|(d, _)| *d).max());
+            match states.get(tp).map(|s| s.generation).max(left) {
+                Some(n) => g.insert(base.clone(), n),
                 None => g.remove(&base),
             };
+            // A chain continues only on a base that was read; without one the next publish
+            // is a base (and deletes leftover deltas).
+            match chain {
+                Some(c) => m.insert(base, c),
+                None => m.remove(&base),
+            };
         }
+        drop(m);
+        drop(g);
         Ok(states)
     }
 }

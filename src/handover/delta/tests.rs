@@ -366,5 +366,10 @@ fn a_version_1_base_takes_no_deltas() {
         ..at(whole(95, 1), 1, None)
     };
     write(&mut log, &v1, 100_000);
-    assert_eq!(read(&log).0, Some(v1));
+    let (got, chain) = read(&log);
+    assert_eq!(got, Some(v1));
+    assert!(
+        chain.wants_base(),
+        "deltas would not apply to it: a base next"
+    );
 }
