@@ -25,6 +25,9 @@ pub fn build_sink(audit: &AuditConfig) -> anyhow::Result<AnySink> {
 /// Runs the daemon until `cancel` fires (SIGINT/SIGTERM), then drains every audit.
 pub async fn run(config: Validated, cancel: CancellationToken) -> anyhow::Result<()> {
     let (config, specs) = config.into_parts();
+    for w in config.warnings() {
+        tracing::warn!("{w}");
+    }
     let store =
         Arc::new(Store::open(&config.state.path).with_context(|| {
             format!("opening the gap store in {}", config.state.path.display())

@@ -77,6 +77,9 @@ pub struct Report {
     pub lost: u64,
     /// Extra rows.
     pub duplicated: u64,
+    /// Expected records absent from the sink that the audit's dead-letter topic names
+    /// (`dead_lettered`, not lost).
+    pub dead_lettered: u64,
     /// Expected records read but not due yet (grace has not passed since they were
     /// appended): neither confirmed nor missing.
     pub not_due: u64,
@@ -248,6 +251,7 @@ async fn check_audit(
             }
             None => {
                 let decided = verify_range(
+                    &config.kafka,
                     &mut checker,
                     sink,
                     audit,
@@ -265,6 +269,7 @@ async fn check_audit(
     }
     for (plan, ledger) in read {
         let decided = verify_range(
+            &config.kafka,
             &mut checker,
             sink,
             audit,
@@ -309,7 +314,9 @@ struct NotDue {
 /// Decides every due record of a read range with the daemon's due rule
 /// ([`PartitionLedger::due`] at this instant) and adds the verdicts and gaps to the report.
 /// Returns what is not due yet.
+#[allow(clippy::too_many_arguments)]
 async fn verify_range(
+    kafka: &crate::config::KafkaConfig,
     checker: &mut Checker,
     sink: &AnySink,
     audit: &AuditConfig,
@@ -319,8 +326,32 @@ async fn verify_range(
     report: &mut Report,
 ) -> anyhow::Result<NotDue> {
     let now = Utc::now().timestamp_millis();
+    // With a dead-letter topic, as the daemon: it is read now, and only records due before
+    // that reading began are decided (`kafka::dead_letters`).
+    let dead = match &audit.pipeline.dead_letter_topic {
+        Some(t) => {
+            let (kafka, t, topics) = (kafka.clone(), t.clone(), audit.topics.clone());
+            let connector = audit.pipeline.connect_connector.clone();
+            Some(
+                tokio::task::spawn_blocking(move || {
+                    crate::kafka::dead_letters::read_once(
+                        &kafka,
+                        crate::kafka::dead_letters::Source {
+                            topic: &t,
+                            audited: &topics,
+                            connector: connector.as_deref(),
+                        },
+                    )
+                })
+                .await
+                .context("reading the dead-letter topic")??,
+            )
+        }
+        None => None,
+    };
+    let due_at = dead.as_ref().map_or(now, |(_, t0)| now.min(*t0));
     loop {
-        let segs = ledger.due(now, grace_ms, 1_000_000);
+        let segs = ledger.due(due_at, grace_ms, 1_000_000);
         if segs.is_empty() {
             break;
         }
@@ -329,9 +360,15 @@ async fn verify_range(
             anyhow::anyhow!("audit {}: {e}: cannot decide, nothing reported", audit.name)
         })?;
         let before = ledger.pending();
-        let applied = ledger.apply(&verdicts, now);
+        let applied = match &dead {
+            Some((index, _)) => {
+                ledger.apply_with_dead_letters(&verdicts, now, &|run| index.named_in(tp, run))
+            }
+            None => ledger.apply(&verdicts, now),
+        };
         report.confirmed += applied.confirmed;
         report.lost += applied.lost;
+        report.dead_lettered += applied.dead_lettered;
         report.duplicated += applied.duplicates;
         // A segment the sink gave no answer about stays pending: asking again at the same
         // instant would loop; unknown is never missing, so no verdict at all.

@@ -99,7 +99,7 @@ pub enum Cmd {
     /// List gaps from the store (state.path). Works while the daemon runs.
     Gaps {
         /// `open` (unresolved: open or unrecoverable), `all`, or one state name
-        /// (open, late, repaired, unrecoverable, acknowledged).
+        /// (open, late, repaired, unrecoverable, unverifiable, acknowledged, dead_lettered).
         #[arg(long, default_value = "open")]
         state: String,
         /// Only this audit.

@@ -365,6 +365,7 @@ fn cause_lines(g: &Gap) -> String {
         GapCause::DeletedUnread => "Kafka deleted the records before anyone read them".to_string(),
         GapCause::Unknown => "the commits seen do not tell".to_string(),
         GapCause::Folded => "several gaps folded into one beyond max_open_gaps".to_string(),
+        GapCause::DeadLettered => "the pipeline wrote them to its dead-letter topic".to_string(),
     };
     let deadline = match g.unrecoverable_at {
         Some(at) => format!(

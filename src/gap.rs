@@ -25,6 +25,11 @@ pub enum GapState {
     Unverifiable,
     /// An operator acknowledged it (`gap-auditor ack`); it no longer alerts.
     Acknowledged,
+    /// Its records are absent from the sink, and the pipeline's dead-letter topic names
+    /// each of them (`[audits.pipeline] dead_letter_topic`): the pipeline rejected them on
+    /// purpose. Not lost (`gap_auditor_records_dead_lettered_total`); its own alert.
+    /// `missing_records` counts the dead-lettered records.
+    DeadLettered,
 }
 
 impl GapState {
@@ -37,6 +42,7 @@ impl GapState {
             GapState::Unrecoverable => "unrecoverable",
             GapState::Unverifiable => "unverifiable",
             GapState::Acknowledged => "acknowledged",
+            GapState::DeadLettered => "dead_lettered",
         }
     }
 
@@ -49,6 +55,7 @@ impl GapState {
             "unrecoverable" => GapState::Unrecoverable,
             "unverifiable" => GapState::Unverifiable,
             "acknowledged" => GapState::Acknowledged,
+            "dead_lettered" => GapState::DeadLettered,
             _ => return None,
         })
     }
@@ -89,6 +96,9 @@ pub enum GapCause {
     /// last offsets span them, `missing_records` is their sum; their own causes are not
     /// kept).
     Folded,
+    /// The pipeline wrote the records to its dead-letter topic (a `dead_lettered` gap,
+    /// known when its records were decided).
+    DeadLettered,
 }
 
 impl GapCause {
@@ -100,6 +110,7 @@ impl GapCause {
             GapCause::DeletedUnread => "deleted_unread",
             GapCause::Unknown => "unknown",
             GapCause::Folded => "folded",
+            GapCause::DeadLettered => "dead_lettered",
         }
     }
 
@@ -110,6 +121,7 @@ impl GapCause {
             "dropped_in_flight" => GapCause::DroppedInFlight,
             "deleted_unread" => GapCause::DeletedUnread,
             "folded" => GapCause::Folded,
+            "dead_lettered" => GapCause::DeadLettered,
             _ => GapCause::Unknown,
         }
     }

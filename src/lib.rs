@@ -60,6 +60,7 @@ pub mod clock;
 pub mod completeness;
 pub mod config;
 pub mod coverage;
+pub mod dead_letters;
 pub mod demo;
 pub mod gap;
 pub mod handover;

@@ -31,6 +31,21 @@ pub enum SinkState {
     Unknown,
 }
 
+/// The dead-letter topic reader of an audit (docs/SEMANTICS.md "Dead-lettered records").
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct DeadLetterStatus {
+    /// The topic.
+    pub topic: String,
+    /// Everything written to the topic before this moment has been read: records due
+    /// before it may be decided (`null`: not yet; verdicts wait).
+    pub read_through: Option<DateTime<Utc>>,
+    /// Coordinates held that can still change a verdict.
+    pub coordinates: usize,
+    /// Why the topic cannot be read, while it cannot (verdicts wait).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
 /// Status of one audit, as published after each round.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditStatus {
@@ -50,6 +65,10 @@ pub struct AuditStatus {
     /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sink_table_hold: Option<String>,
+    /// `[audits.pipeline] dead_letter_topic`: its reader's state. Left out of the JSON
+    /// without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_letters: Option<DeadLetterStatus>,
     /// Sink kind (`doris`, `mysql`, `elasticsearch`).
     pub sink_kind: String,
     /// Whether the last sink query succeeded.

@@ -68,13 +68,14 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every gap state, to turn [`StateFilter::Unresolved`] into a SQL `IN` list without
 /// duplicating the rule of [`GapState::is_unresolved`].
-const ALL_STATES: [GapState; 6] = [
+const ALL_STATES: [GapState; 7] = [
     GapState::Open,
     GapState::Late,
     GapState::Repaired,
     GapState::Unrecoverable,
     GapState::Unverifiable,
     GapState::Acknowledged,
+    GapState::DeadLettered,
 ];
 
 /// Errors of the gap store. Each names the database file (and the gap id where one is
@@ -91,6 +92,15 @@ pub enum StoreError {
     FoldedAcknowledged {
         /// The acknowledged gaps.
         ids: Vec<String>,
+    },
+    /// `ack` of a gap whose records reached the sink after all (`late`, `repaired`): there
+    /// is nothing to acknowledge, and overwriting the state would hide that they arrived.
+    #[error("gap {id} is {state}: its records reached the sink, there is nothing to acknowledge")]
+    Resolved {
+        /// The gap.
+        id: String,
+        /// Its state as stored.
+        state: String,
     },
     /// The state directory could not be created.
     #[error("cannot create state directory {path}: {source}")]

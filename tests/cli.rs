@@ -401,3 +401,42 @@ fn replay_to_topic_is_refused_up_front_for_coordinate_doc_ids() {
         assert!(out.contains(needle), "replay --help names {needle}:\n{out}");
     }
 }
+
+/// Issue 37: SPEC's `[audits.pipeline]` table reaches `validate-config` (before: refused as
+/// an unknown field): the long form of `pipeline_group` is valid, evidence keys this build
+/// does not read are warned about by key, and `doris_routine_load` is refused by key.
+#[test]
+fn validate_config_reports_the_pipeline_table_by_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let example = std::fs::read_to_string(EXAMPLE).expect("example");
+    let without_group: String = example
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("pipeline_group"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let path = dir.path().join("pipeline.toml");
+    let with = |table: &str| {
+        std::fs::write(
+            &path,
+            format!("{without_group}\n[audits.pipeline]\n{table}\n"),
+        )
+        .expect("write");
+        run(bin().args(["validate-config", "-c"]).arg(&path))
+    };
+    let (code, out, err) = with(
+        "kind = \"kafka_group\"\ngroup = \"FlinkSQLFromKafka2Doris\"\nflink_rest_url = \"http://jobmanager:8081\"",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("warning: audits[0].pipeline.flink_rest_url: is not supported yet"),
+        "{err}"
+    );
+    let (code, out, err) = with(
+        "kind = \"doris_routine_load\"\nurl = \"mysql://auditor@doris-fe:9030/example_db\"\njob = \"dns_logs_load\"",
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("audits[0].pipeline.kind: \"doris_routine_load\" is not supported yet"),
+        "{err}"
+    );
+}

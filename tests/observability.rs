@@ -46,6 +46,7 @@ const ALERTS: &[&str] = &[
     "GapAuditorSinkDown",
     "GapAuditorKafkaDown",
     "GapAuditorRecordsUnverifiable",
+    "GapAuditorRecordsDeadLettered",
     "GapAuditorPipelineGroupDown",
     "GapAuditorNotSettling",
     "GapAuditorCompletenessLag",
@@ -82,6 +83,7 @@ const SPEC_METRICS: &[(&str, bool)] = &[
     ("gap_auditor_kafka_up", false),
     ("gap_auditor_pipeline_group_up", false),
     ("gap_auditor_records_unverifiable_total", false),
+    ("gap_auditor_records_dead_lettered_total", false),
     ("gap_auditor_complete_until_timestamp_seconds", false),
     ("gap_auditor_build_info", false),
 ];
@@ -826,7 +828,10 @@ fn dashboard_is_wired_to_its_variables() {
         ("Records missing now", "stat"),
         ("Completeness", "stat"),
         ("Unrecoverable in", "stat"),
-        ("Records lost and found late per partition", "timeseries"),
+        (
+            "Records lost, found late and dead-lettered per partition",
+            "timeseries",
+        ),
         ("Missing records and open gaps per partition", "timeseries"),
         ("Sink visibility latency", "heatmap"),
         ("Sink visibility percentiles", "timeseries"),

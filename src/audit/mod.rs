@@ -19,6 +19,7 @@ use crate::config::{AuditConfig, KafkaConfig, MatchStrategy};
 use crate::gap::{Offset, TopicPartition};
 use crate::handover::Handover;
 use crate::held::Held;
+use crate::kafka::dead_letters::DeadLetters;
 use crate::kafka::tail::Flow;
 use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle, Watermarks};
 use crate::ledger::PartitionLedger;
@@ -178,6 +179,9 @@ struct Audit<V> {
     /// Ages (grace, give-up) are measured on a clock that never steps ([`crate::clock`]);
     /// unit tests move theirs by hand.
     clock: Clock,
+    /// `[audits.pipeline] dead_letter_topic`: its reader's coordinates and catch-up time
+    /// (dead_letters.rs).
+    dead_letters: Option<Arc<DeadLetters>>,
 }
 
 /// The audit task's end of the tailing thread.
@@ -202,6 +206,7 @@ struct Wiring {
     decoder: Decoder,
     cancel: CancellationToken,
     clock: Clock,
+    dead_letters: Option<Arc<DeadLetters>>,
 }
 
 impl<V: Verifier> Audit<V> {
@@ -238,6 +243,7 @@ impl<V: Verifier> Audit<V> {
             handover_replays: None,
             backlog: false,
             decoder: w.decoder,
+            dead_letters: w.dead_letters,
             cfg: config,
             kafka: deps.kafka,
             group: deps.group,
@@ -306,6 +312,24 @@ pub async fn run<V: Verifier + 'static>(
         config.max_pending as u64,
     )
     .context("starting the Kafka consumer")?;
+    let dead_letters = match &config.pipeline.dead_letter_topic {
+        Some(t) => Some(
+            kafka::dead_letters::start(
+                kafka,
+                group,
+                &config.name,
+                kafka::dead_letters::Source {
+                    topic: t,
+                    audited: &config.topics,
+                    connector: config.pipeline.connect_connector.as_deref(),
+                },
+                deps.metrics.clone(),
+                cancel.child_token(),
+            )
+            .context("starting the dead-letter topic reader")?,
+        ),
+        None => None,
+    };
     let admin = match kafka::client::base(kafka).create::<AdminClient<DefaultClientContext>>() {
         Ok(a) => Some(a),
         Err(e) => {
@@ -326,6 +350,7 @@ pub async fn run<V: Verifier + 'static>(
         decoder,
         cancel: cancel.clone(),
         clock: Clock::system(),
+        dead_letters,
     };
     let mut a = Audit::new(deps, wiring);
     if let Some(book) = a.checker.book_mut() {

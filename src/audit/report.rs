@@ -231,6 +231,7 @@ impl<V: Verifier> Audit<V> {
             pipeline_group: self.cfg.pipeline_group.clone(),
             pipeline_group_hold: self.pipeline.hold.clone(),
             sink_table_hold: self.shared_table_hold(),
+            dead_letters: self.dead_letter_status(),
             sink_kind: self.sink.kind().to_string(),
             sink_state: self.health.sink_state,
             sink_error: self.health.sink_error.clone(),
@@ -253,6 +254,21 @@ impl<V: Verifier> Audit<V> {
             partitions,
             completeness,
         });
+    }
+
+    /// The dead-letter reader's state for `/api/status`.
+    fn dead_letter_status(&self) -> Option<crate::status::DeadLetterStatus> {
+        let topic = self.cfg.pipeline.dead_letter_topic.clone()?;
+        let d = self.dead_letters.as_ref()?;
+        let ms = d.caught_up_ms();
+        Some(crate::status::DeadLetterStatus {
+            topic,
+            read_through: (ms > 0)
+                .then(|| DateTime::<Utc>::from_timestamp_millis(ms))
+                .flatten(),
+            coordinates: d.lock().len(),
+            problem: d.problem(),
+        })
     }
 
     /// How long a record produced to an idle partition may take to be seen: grace (the

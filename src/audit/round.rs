@@ -45,6 +45,10 @@ pub(super) enum Settled {
 /// What a round's partitions share when their due records are taken.
 struct DueRule {
     now: i64,
+    /// The moment records must have been due at to be decided: `now`, or, with a
+    /// dead-letter topic, the last moment its reader had read everything written before
+    /// (`kafka::dead_letters`), so that every dead letter of a due record is known first.
+    due_at: i64,
     grace: i64,
     give_up: i64,
     limit: u64,
@@ -131,8 +135,18 @@ impl<V: Verifier> Audit<V> {
             }
         }
         let budget = self.checker.recheck_budget();
+        if let Some(d) = &self.dead_letters {
+            // Before reading how far it caught up: a partition assigned since the last
+            // round sets it back until the reader has read the topic again.
+            d.set_owned(self.parts.keys().cloned());
+        }
+        let due_at = self
+            .dead_letters
+            .as_ref()
+            .map_or(now, |d| d.caught_up_ms().min(now));
         let rule = DueRule {
             now,
+            due_at,
             grace,
             give_up,
             limit,
@@ -172,7 +186,15 @@ impl<V: Verifier> Audit<V> {
                     Ok(v) => {
                         let decided_at = self.clock.now_ms();
                         if let Some(part) = self.parts.get_mut(tp) {
-                            applied = part.ledger.apply(&v, decided_at);
+                            applied = match &self.dead_letters {
+                                Some(d) => {
+                                    let index = d.lock();
+                                    part.ledger.apply_with_dead_letters(&v, decided_at, &|run| {
+                                        index.named_in(tp, run)
+                                    })
+                                }
+                                None => part.ledger.apply(&v, decided_at),
+                            };
                         }
                         // Only a backlog that is being worked off calls for the next round
                         // at once: one the sink refuses would spin rounds back to back.
@@ -214,6 +236,19 @@ impl<V: Verifier> Audit<V> {
             let Some(part) = self.parts.get_mut(tp) else {
                 continue;
             };
+            // Dead letters read after their records were declared missing: those records
+            // turn dead-lettered (like late arrivals); then what can no longer change a
+            // verdict is forgotten.
+            if let Some(d) = &self.dead_letters {
+                let mut index = d.lock();
+                if part.ledger.missing() > 0 {
+                    let named = index.named_on(tp);
+                    if !named.is_empty() {
+                        applied = applied.merge(part.ledger.dead_letter_missing(&named));
+                    }
+                }
+                index.forget_below(tp, part.ledger.dead_letter_floor());
+            }
             let dirty = part.ledger.take_dirty_gaps();
             // Only rounds that decided something: while the store refuses writes this list
             // must grow with verdicts, not with partitions × rounds.
@@ -308,7 +343,7 @@ impl<V: Verifier> Audit<V> {
         if rule.hold || p.ledger.pipeline.vanished().is_some() {
             return Some((Vec::new(), false));
         }
-        let due = p.ledger.due(rule.now, rule.grace, rule.limit);
+        let due = p.ledger.due(rule.due_at, rule.grace, rule.limit);
         let n: u64 = due.iter().map(|s| s.run.len()).sum();
         Some((due, n >= rule.limit))
     }

@@ -76,6 +76,9 @@ fn validate_config(config: Option<&Path>) -> Outcome {
         Ok(c) => c.into_config(),
         Err(outcome) => return outcome,
     };
+    for w in c.warnings() {
+        eprintln!("warning: {w}");
+    }
     println!(
         "configuration OK: {} audit(s): {}",
         c.audits.len(),
@@ -91,7 +94,7 @@ fn validate_config(config: Option<&Path>) -> Outcome {
 fn gaps(config: Option<PathBuf>, state: &str, audit: Option<String>, format: Format) -> Outcome {
     let Some(state) = StateFilter::parse(state) else {
         return fail(format_args!(
-            "--state: expected open, all, late, repaired, unrecoverable or acknowledged, got {state:?}"
+            "--state: expected open, all, late, repaired, unrecoverable, unverifiable, acknowledged or dead_lettered, got {state:?}"
         ));
     };
     let store = match open_store(config.as_deref()) {

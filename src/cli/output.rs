@@ -26,6 +26,12 @@ pub(super) fn print_check(report: &gap_auditor::check::Report, format: Format) {
         "records: {} read, {} expected, {} confirmed, {} missing, {} duplicate rows",
         report.consumed, report.expected, report.confirmed, report.lost, report.duplicated
     );
+    if report.dead_lettered > 0 {
+        println!(
+            "{} records dead-lettered: absent from the sink, named by the pipeline's dead-letter topic (not lost)",
+            report.dead_lettered
+        );
+    }
     // Neither confirmed nor missing: said apart, so a clean exit is not read as "all there".
     if report.not_due > 0 {
         println!(

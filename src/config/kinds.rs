@@ -94,6 +94,19 @@ impl IsolationLevel {
 }
 
 string_enum! {
+    /// `[audits.pipeline] kind`: where the pipeline's committed position (the due rule's
+    /// input) comes from (SPEC "Pipeline position and evidence").
+    #[derive(Default)]
+    pub enum PipelineKind ("pipeline kind") {
+        /// The pipeline's Kafka consumer group (`group`), as `pipeline_group` (default).
+        #[default]
+        KafkaGroup = "kafka_group",
+        /// A Doris Routine Load job (`url`, `job`): named by SPEC, not built yet.
+        DorisRoutineLoad = "doris_routine_load",
+    }
+}
+
+string_enum! {
     /// How a Kafka record value is decoded.
     pub enum RecordFormat ("record format") {
         /// Delimited text (`delimiter`, named `fields`).

@@ -67,12 +67,12 @@ mod validate;
 mod tests;
 
 pub use kinds::{
-    Framing, IsolationLevel, KeySemanticsSetting, MatchStrategy, RecordFormat, SinkKind, SinkTls,
-    StartPosition, TimestampText,
+    Framing, IsolationLevel, KeySemanticsSetting, MatchStrategy, PipelineKind, RecordFormat,
+    SinkKind, SinkTls, StartPosition, TimestampText,
 };
 pub use schema::{
-    AuditConfig, Config, FilterConfig, KafkaConfig, MatchConfig, RecordConfig, ReplayConfig,
-    SchemaRegistryConfig, ServerConfig, SinkConfig, StateConfig, TIMING_PROPERTIES,
+    AuditConfig, Config, FilterConfig, KafkaConfig, MatchConfig, PipelineConfig, RecordConfig,
+    ReplayConfig, SchemaRegistryConfig, ServerConfig, SinkConfig, StateConfig, TIMING_PROPERTIES,
 };
 pub use secrets::{Secret, SecretUrl};
 pub use spec::{

@@ -150,6 +150,9 @@ pub(super) async fn api_ack(
                 ),
             ),
         ),
+        Ok(Err(e @ StoreError::Resolved { .. })) => {
+            json(StatusCode::CONFLICT, &ApiError::new(None, e.to_string()))
+        }
         Ok(Err(e)) => {
             tracing::error!(gap = %id, error = %e, "api ack: store write failed");
             json(

@@ -55,7 +55,7 @@ pub(super) fn parse_gap_query(query: &str) -> Result<GapQuery, ApiError> {
                         Some("state"),
                         format!(
                             "invalid value {value:?} for query parameter `state`: expected open, \
-                             all, late, repaired, unrecoverable or acknowledged"
+                             all, late, repaired, unrecoverable, unverifiable, acknowledged or dead_lettered"
                         ),
                     )
                 })?;

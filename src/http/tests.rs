@@ -143,6 +143,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
         pipeline_group: None,
         pipeline_group_hold: None,
         sink_table_hold: None,
+        dead_letters: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,

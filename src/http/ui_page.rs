@@ -189,6 +189,10 @@ pub(super) fn cause_words(g: &Gap) -> String {
         GapCause::Folded => {
             "overflow gap: gaps folded together beyond max_open_gaps (their own causes are not kept)"
         }
+        GapCause::DeadLettered => {
+            "dead-lettered: the pipeline rejected the records and wrote them to its dead-letter \
+             topic (not lost; see the dead-letter topic for the error)"
+        }
     };
     match (g.pipeline_commit_from, g.pipeline_commit_to) {
         (Some(from), Some(to)) => {

@@ -7,6 +7,7 @@
 //! settled offsets to commit on revoke), the statistics callback only stores watermarks.
 
 pub mod client;
+pub mod dead_letters;
 pub mod lookup;
 pub mod range;
 pub mod retention;

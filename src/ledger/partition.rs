@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 mod completeness;
+mod dead_letters;
 mod deleted;
 mod diverge;
 mod fold;
@@ -181,6 +182,11 @@ pub struct GapRecord {
     /// so a restart resumes the settlement where it stopped instead of counting a piece twice.
     #[serde(default, skip_serializing_if = "is_zero_offset")]
     pub settle_cursor: Offset,
+    /// Records of the gap absent from the sink that the pipeline's dead-letter topic names
+    /// (`dead_letters.rs`): counted here, not in `missing`. A gap whose records are all
+    /// dead-lettered or late, at least one dead-lettered, is `dead_lettered`.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub dead_lettered: u64,
 }
 
 impl GapRecord {
@@ -202,12 +208,20 @@ impl GapRecord {
             partition: tp.partition,
             first_offset: self.first,
             last_offset: self.last,
-            missing_records: self.missing,
+            // A dead_lettered gap names how many of its records the sink lacks: those the
+            // pipeline dead-lettered (its missing ones are 0, or it would be open).
+            missing_records: if self.missing == 0 && self.dead_lettered > 0 {
+                self.dead_lettered
+            } else {
+                self.missing
+            },
             size_known: self.size_known,
             first_timestamp: self.min_ts.and_then(time),
             last_timestamp: self.max_ts.and_then(time),
             detected_at: time(self.detected_ms).unwrap_or_else(Utc::now),
-            state: if self.missing == 0
+            state: if self.missing == 0 && self.dead_lettered > 0 && self.size_known {
+                GapState::DeadLettered
+            } else if self.missing == 0
                 && (self.size_known || self.cause == crate::gap::GapCause::DeletedUnread)
             {
                 GapState::Late
@@ -271,6 +285,9 @@ pub struct Applied {
     pub duplicates: u64,
     /// Records Kafka deleted before they could be checked (never counted as lost).
     pub unverifiable: u64,
+    /// Records absent from the sink that the dead-letter topic names (never counted as lost
+    /// when known at decision time; see `dead_letters.rs`).
+    pub dead_lettered: u64,
     /// (record max timestamp, count) of confirmed runs, for the visibility histogram.
     pub confirmed_ts: Vec<(Option<i64>, u64)>,
 }
@@ -282,6 +299,7 @@ impl Applied {
         self.unverifiable += other.unverifiable;
         self.late += other.late;
         self.duplicates += other.duplicates;
+        self.dead_lettered += other.dead_lettered;
         self.confirmed_ts.extend(other.confirmed_ts);
     }
 }
@@ -313,6 +331,11 @@ pub struct Snapshot {
 /// range being settled).
 fn is_zero_offset(o: &Offset) -> bool {
     *o == 0
+}
+
+/// Serde: a zero count is not written (gaps without dead-lettered records).
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Serde: a zero epoch is not written (the stored shape of ledgers that never diverged).
@@ -416,6 +439,9 @@ pub struct PartitionLedger {
     gaps: BTreeMap<Offset, GapRecord>,
     dirty_gaps: std::collections::BTreeSet<Offset>,
     tail_gap: Option<Offset>,
+    /// First offset of the dead_lettered gap the next dead-lettered record extends (like
+    /// `tail_gap`; not persisted: after a restart the next one opens a new gap).
+    dead_tail: Option<Offset>,
     /// Keys of missing records given up since [`Self::take_released_keys`]: the audit's
     /// key book stops holding claims for them.
     released_keys: Vec<Key>,
@@ -460,6 +486,10 @@ pub struct PartitionLedger {
     missing_keys: u64,
     /// Map sizes at the last [`Self::compact`].
     compacted_at: usize,
+    /// Missing runs inserted since the last [`Self::compact`] (every new gap comes with one).
+    declared_since_compact: usize,
+    /// Rebuilds done by [`Self::compact`] (tests).
+    compactions: u64,
     /// The log start last passed to [`Self::log_start_moved`].
     log_start: Offset,
     /// Gaps that stopped being the tail since [`Self::take_dirty_gaps`]: forgotten there
@@ -586,6 +616,7 @@ impl PartitionLedger {
             gaps: BTreeMap::new(),
             dirty_gaps: Default::default(),
             tail_gap: None,
+            dead_tail: None,
             released_keys: Vec::new(),
             unstored_confirmations: Vec::new(),
             track_confirmations: false,
@@ -612,6 +643,8 @@ impl PartitionLedger {
             log_start: Offset::MIN,
             missing_keys: 0,
             compacted_at: 0,
+            declared_since_compact: 0,
+            compactions: 0,
             pipeline: PipelineCommits::default(),
             completeness: CompletenessCache::default(),
         }

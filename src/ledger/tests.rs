@@ -7,6 +7,7 @@ use crate::record::Key;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
+mod dead_letters;
 mod deleted;
 mod lifecycle;
 mod model;

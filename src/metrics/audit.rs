@@ -301,6 +301,7 @@ struct Verdicts {
     unverifiable: IntCounter,
     late: IntCounter,
     duplicated: IntCounter,
+    dead_lettered: IntCounter,
     visibility: Histogram,
 }
 
@@ -393,6 +394,7 @@ impl PartitionMetrics {
                 unverifiable: f.records_unverifiable.with_label_values(&l),
                 late: f.records_late.with_label_values(&l),
                 duplicated: f.records_duplicated.with_label_values(&l),
+                dead_lettered: f.records_dead_lettered.with_label_values(&l),
                 visibility: f.sink_visibility_seconds.with_label_values(&[l[0], l[1]]),
             }
         });
@@ -401,6 +403,7 @@ impl PartitionMetrics {
         v.unverifiable.inc_by(a.unverifiable);
         v.late.inc_by(a.late);
         v.duplicated.inc_by(a.duplicates);
+        v.dead_lettered.inc_by(a.dead_lettered);
         // Observed locally and added once: a key_columns round confirms its records one
         // run each (hundreds of thousands), and an observation of the shared histogram is
         // three atomic updates.

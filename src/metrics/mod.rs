@@ -61,6 +61,15 @@ pub struct Metrics {
     pub records_unverifiable: IntCounterVec,
     /// `gap_auditor_records_duplicated_total{audit,topic,partition}`.
     pub records_duplicated: IntCounterVec,
+    /// `gap_auditor_records_dead_lettered_total{audit,topic,partition}`: expected records
+    /// absent from the sink whose coordinates a record of the pipeline's dead-letter topic
+    /// names (not lost; SPEC "Pipeline position and evidence").
+    pub records_dead_lettered: IntCounterVec,
+    /// Beyond SPEC's table: `gap_auditor_dead_letters_ignored_total{audit,reason}`: records
+    /// of the dead-letter topic that name no record this audit reads (`headers`: missing or
+    /// unreadable `__connect.errors.*` headers; `other_topic`: a topic it does not audit;
+    /// `other_connector`: written by another connector than `connect_connector`).
+    pub dead_letters_ignored: IntCounterVec,
     /// `gap_auditor_records_pending{audit,topic,partition}`.
     pub records_pending: IntGaugeVec,
     /// `gap_auditor_records_missing{audit,topic,partition}`.
@@ -248,6 +257,16 @@ impl Metrics {
                 "Extra copies of expected records found in the sink.",
                 p,
             ),
+            records_dead_lettered: f.int_counter(
+                "gap_auditor_records_dead_lettered_total",
+                "Expected records absent from the sink that the pipeline's dead-letter topic names (not lost).",
+                p,
+            ),
+            dead_letters_ignored: f.int_counter(
+                "gap_auditor_dead_letters_ignored_total",
+                "Dead-letter topic records naming no audited record (reason: headers, other_topic, other_connector).",
+                &["audit", "reason"],
+            ),
             records_pending: f.int_gauge(
                 "gap_auditor_records_pending",
                 "Expected records not yet due or not yet verified.",
@@ -349,7 +368,7 @@ impl Metrics {
             ),
             gaps_detected: f.int_counter(
                 "gap_auditor_gaps_detected_total",
-                "Gaps detected, by cause: skipped_by_restart, dropped_in_flight, deleted_unread, unknown.",
+                "Gaps detected, by cause: skipped_by_restart, dropped_in_flight, deleted_unread, unknown, dead_lettered (records the pipeline dead-lettered: not lost).",
                 &["audit", "cause"],
             ),
             pipeline_rewinds: f.int_counter(
@@ -432,6 +451,7 @@ impl Metrics {
             &self.records_late,
             &self.records_unverifiable,
             &self.records_duplicated,
+            &self.records_dead_lettered,
             &self.pipeline_rewinds,
             &self.pipeline_stalls,
             &self.records_future_timestamp,

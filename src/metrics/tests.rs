@@ -15,6 +15,7 @@ const SPEC_FAMILIES: &[(&str, &str)] = &[
     ("gap_auditor_records_late_total", "counter"),
     ("gap_auditor_records_duplicated_total", "counter"),
     ("gap_auditor_records_unverifiable_total", "counter"),
+    ("gap_auditor_records_dead_lettered_total", "counter"),
     ("gap_auditor_records_pending", "gauge"),
     ("gap_auditor_records_missing", "gauge"),
     ("gap_auditor_gaps_open", "gauge"),
@@ -45,6 +46,7 @@ const EXTRA_FAMILIES: &[(&str, &str)] = &[
     ("gap_auditor_audit_info", "gauge"),
     ("gap_auditor_records_awaiting_schema", "gauge"),
     ("gap_auditor_schema_registry_up", "gauge"),
+    ("gap_auditor_dead_letters_ignored_total", "counter"),
 ];
 
 /// The prometheus crate's process collector (Linux): the names every exporter uses.
@@ -70,6 +72,7 @@ fn touch_all(m: &Metrics, audit: &str, topic: &str, partition: &str) {
         &m.records_late,
         &m.records_unverifiable,
         &m.records_duplicated,
+        &m.records_dead_lettered,
     ] {
         c.with_label_values(&l).inc();
     }
@@ -86,6 +89,9 @@ fn touch_all(m: &Metrics, audit: &str, topic: &str, partition: &str) {
         g.with_label_values(&l).set(7);
     }
     m.schema_registry_up.with_label_values(&[audit]).set(1);
+    m.dead_letters_ignored
+        .with_label_values(&[audit, "headers"])
+        .inc();
     m.gap_unrecoverable_seconds
         .with_label_values(&l)
         .set(3600.5);

@@ -67,6 +67,19 @@ pub enum Refusal {
         /// The destination topic, one of the audit's own.
         topic: String,
     },
+    /// The gap's records were dead-lettered by the pipeline: the daemon no longer re-checks
+    /// them, so a replay could never turn the gap `repaired`.
+    #[error(
+        "gap {gap} is dead_lettered: the pipeline rejected its records (its dead-letter topic \
+         names them), and the daemon does not re-check dead-lettered records, so a replay \
+         could never turn it repaired. Fix what made the pipeline reject them and replay from \
+         the dead-letter topic, see what the sink lacks with --dry-run, or pass --force to \
+         write them anyway (the gap stays dead_lettered)"
+    )]
+    DeadLettered {
+        /// The gap id.
+        gap: String,
+    },
     /// The gap was replayed and the daemon has not confirmed its records yet.
     #[error(
         "gap {gap} was already replayed at {at} ({destination}) and the daemon has not \
@@ -185,6 +198,12 @@ pub fn check_again(
     force: bool,
     dry_run: bool,
 ) -> Result<(), Refusal> {
+    // SPEC guarantee 11: a repair the auditor could never confirm is refused up front.
+    if gap.state == GapState::DeadLettered && !force && !dry_run {
+        return Err(Refusal::DeadLettered {
+            gap: gap.id.clone(),
+        });
+    }
     let Some(at) = replayed_at else {
         return Ok(());
     };

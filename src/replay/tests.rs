@@ -227,6 +227,15 @@ fn a_gap_replayed_and_not_confirmed_refuses_a_second_replay_without_force() {
         gap.state = state;
         check_again(&gap, Some(at), Some(&last), false, false).expect("not open");
     }
+    // Dead-lettered: refused up front (the daemon never re-checks it, so never `repaired`),
+    // replayed or not; a dry run and --force go on.
+    gap.state = GapState::DeadLettered;
+    for mark in [None, Some(at)] {
+        let e = check_again(&gap, mark, None, false, false).expect_err("dead_lettered");
+        assert!(e.to_string().contains("is dead_lettered"), "{e}");
+    }
+    check_again(&gap, None, None, true, false).expect("--force");
+    check_again(&gap, None, None, false, true).expect("a dry run");
 }
 
 /// key_columns into a topic the audit reads: refused where the table keeps every row (the

@@ -5,11 +5,33 @@ use super::*;
 
 impl Store {
     /// Marks a gap acknowledged with the operator's reason (stops its alert). A later
-    /// [`Store::commit_round`] never reverts it. `Ok(false)` when no gap has this id.
+    /// [`Store::commit_round`] never reverts it. `Ok(false)` when no gap has this id;
+    /// [`StoreError::Resolved`] when its records arrived after all (`late`, `repaired`).
     pub fn ack(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
         let mut conn = self.lock();
         let ctx = || format!("ack gap {id}");
-        let tx = conn.transaction().map_err(self.sq(ctx()))?;
+        // Immediate: the write lock is taken (waiting out the busy timeout) before the read
+        // below; a read transaction upgraded to a write fails at once with SQLITE_BUSY when
+        // another writer committed meanwhile.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let state: Option<String> = tx
+            .query_row("SELECT state FROM gaps WHERE id = ?1", params![id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(self.sq(ctx()))?;
+        match state.as_deref() {
+            None => return Ok(false),
+            Some(s @ ("late" | "repaired")) => {
+                return Err(StoreError::Resolved {
+                    id: id.to_string(),
+                    state: s.to_string(),
+                });
+            }
+            Some(_) => {}
+        }
         let changed = tx
             .execute(
                 "UPDATE gaps SET state = 'acknowledged', ack_reason = ?2, updated_at = ?3

@@ -210,6 +210,35 @@ fn ack_survives_a_later_round() {
     assert_eq!(got.missing_records, 3, "counts still update");
 }
 
+/// A gap whose records arrived after all (late, repaired) is not acknowledged: the ack
+/// would overwrite the state that says they arrived. Refused with the reason, nothing written.
+#[test]
+fn ack_of_a_resolved_gap_is_refused_and_keeps_its_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for (first, state) in [(100, GapState::Late), (200, GapState::Repaired)] {
+        let g = gap("a", 0, first, 5, state);
+        store
+            .commit_round("a", std::slice::from_ref(&g), &[])
+            .unwrap();
+        let position = store.ack_position().unwrap();
+        match store.ack(&g.id, "known outage") {
+            Err(StoreError::Resolved { id, state: s }) => {
+                assert_eq!((id.as_str(), s.as_str()), (g.id.as_str(), state.as_str()));
+            }
+            other => panic!("{state:?}: {other:?}"),
+        }
+        let got = store.get_gap(&g.id).unwrap().unwrap();
+        assert_eq!((got.state, got.ack_reason), (state, None));
+        assert_eq!(store.ack_position().unwrap(), position, "nothing logged");
+    }
+    let open = gap("a", 0, 300, 5, GapState::Unrecoverable);
+    store
+        .commit_round("a", std::slice::from_ref(&open), &[])
+        .unwrap();
+    assert!(store.ack(&open.id, "known outage").unwrap());
+}
+
 /// Issue 35 item 7: an acknowledgement covers the records the gap held when it was given.
 /// A round that was under way when the ack landed extended the tail gap (100..=109 became
 /// 100..=114, 15 missing): its write keeps the acknowledged extent, which is what the next
@@ -352,10 +381,11 @@ fn all_states_lists_every_variant() {
             | GapState::Repaired
             | GapState::Unrecoverable
             | GapState::Unverifiable
-            | GapState::Acknowledged => {}
+            | GapState::Acknowledged
+            | GapState::DeadLettered => {}
         }
     }
-    assert_eq!(ALL_STATES.len(), 6);
+    assert_eq!(ALL_STATES.len(), 7);
 }
 
 #[test]

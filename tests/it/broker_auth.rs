@@ -227,3 +227,63 @@ async fn no_describe_on_the_pipeline_group_holds_verdicts_and_says_so() {
         .await;
     auditor.stop().await;
 }
+
+/// A dead-letter topic the auditor may not read (no ACL on it; reviewer's finding on issue
+/// 37): the broker answers its metadata with an authorization error. Taken for "no dead
+/// letters", every record it names was decided lost while it could not be read. Verdicts
+/// wait instead; once granted, the record it names is dead_lettered and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreadable_dead_letter_topic_holds_verdicts_never_a_loss() {
+    let s = Scenario::new("acldlq").await;
+    let user = env("GAP_AUDITOR_TEST_KAFKA_SCRAM_USER");
+    allow_auditor(&user, &s);
+    allow(&user, &["Describe"], &["--group", &s.pipeline_group]);
+    let dlq = unique("acldlq_errors");
+    create_topic(&dlq, 1).await;
+    let mut toml = toml_at(
+        &s,
+        &env("GAP_AUDITOR_TEST_KAFKA_SASL"),
+        &scram("SCRAM-SHA-512"),
+    );
+    toml.push_str(&format!(
+        "\n[audits.pipeline]\ndead_letter_topic = \"{dlq}\"\n"
+    ));
+    let lines = dns_lines(0..4);
+    s.send(&lines).await;
+    crate::dead_letters::DeadLetterProducer::new(&dlq)
+        .names(&s.topic, 0, 2, lines[2].as_bytes())
+        .await;
+    let auditor = Auditor::start(&toml).await;
+    s.pipeline()
+        .records(4)
+        .copies(|o| usize::from(o != 2))
+        .run()
+        .await;
+    let topic = s.topic.clone();
+    let dead = |a: &Auditor| a.counter(&a.metrics.records_dead_lettered, &topic, 0);
+    auditor
+        .wait_for(30, "all 4 read", |a| a.consumed(&topic, 0) == 4)
+        .await;
+    keep_checking(Duration::from_secs(6), Duration::from_millis(200), || {
+        assert_eq!(
+            (auditor.lost(&topic, 0), dead(&auditor)),
+            (0, 0),
+            "a verdict without the dead-letter topic"
+        );
+    })
+    .await;
+
+    allow(&user, &["Read", "Describe"], &["--topic", &dlq]);
+    allow(
+        &user,
+        &["Read", "Describe"],
+        &["--group", &format!("{}.dead-letters", s.auditor_group)],
+    );
+    auditor
+        .wait_decided(60, "granted: offset 2 dead-lettered, 3 confirmed", |a| {
+            dead(a) == 1 && a.confirmed(&topic, 0) == 3
+        })
+        .await;
+    assert_eq!(auditor.lost(&topic, 0), 0, "nothing lost");
+    auditor.stop().await;
+}

@@ -10,6 +10,7 @@ mod completeness_cover;
 mod completeness_txn;
 mod crash;
 mod daemon_surface;
+mod dead_letters;
 mod deleted_rows;
 mod fake_registry;
 mod faults;

@@ -164,6 +164,7 @@ table = "t1"
         decoder,
         cancel: CancellationToken::new(),
         clock: clock.clone(),
+        dead_letters: None,
     };
     Harness {
         audit: Audit::new(deps, wiring),

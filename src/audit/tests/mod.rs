@@ -2,6 +2,7 @@
 
 mod acks;
 mod counting;
+mod dead_letters;
 mod deleted;
 mod divergence;
 mod harness;

@@ -3,6 +3,7 @@
 mod deserializers;
 mod env;
 mod loading;
+mod pipeline;
 mod schema;
 mod secrets;
 mod spec;

@@ -723,10 +723,11 @@ fn identifying_coordinates_per_strategy() {
 }
 
 /// SPEC's `[[audits]]` example carries `max_open_gaps`: a config copied from it loads, the
-/// default is 1000000, and 0 is refused naming the key (issue 41 item 1).
+/// default is 500000 (sized for the 256 MiB bound, see `default_max_open_gaps`), and 0 is
+/// refused naming the key (issue 41 item 1).
 #[test]
 fn max_open_gaps_loads_defaults_and_must_be_positive() {
-    assert_eq!(base().audits[0].max_open_gaps, 1_000_000);
+    assert_eq!(base().audits[0].max_open_gaps, 500_000);
     let with = BASE.replacen(
         "[audits.record]",
         "max_open_gaps = 1000000\n[audits.record]",

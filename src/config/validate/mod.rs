@@ -11,8 +11,8 @@ use std::time::Duration;
 use super::schema::parse_millis;
 use super::spec::{SinkColumns, SinkSpec, Validated};
 use super::{
-    AuditConfig, Config, ConfigError, MatchStrategy, RecordFormat, Secret, ServerConfig, SinkKind,
-    TIMING_PROPERTIES, err,
+    AuditConfig, Config, ConfigError, MatchStrategy, PipelineKind, RecordFormat, Secret,
+    ServerConfig, SinkKind, TIMING_PROPERTIES, err,
 };
 
 /// librdkafka properties the auditor sets itself because the audit's semantics depend on
@@ -384,6 +384,7 @@ impl AuditConfig {
         self.record.validate(&format!("{p}.record"))?;
         self.validate_match(p)?;
         self.validate_replay(p)?;
+        self.validate_pipeline(p)?;
         let m = &self.matching;
         let columns = SinkColumns {
             partition: m.partition_column.clone(),
@@ -392,6 +393,77 @@ impl AuditConfig {
             key: m.sink_columns().to_vec(),
         };
         self.sink.validate(&format!("{p}.sink"), columns)
+    }
+
+    /// `[audits.pipeline]`: the shape of each kind, the dead-letter topic, and what this
+    /// build cannot do yet (refused with the key, never silently ignored: a position source
+    /// that is not read would leave the audit without the due rule the operator asked for).
+    fn validate_pipeline(&self, p: &str) -> Result<(), ConfigError> {
+        let pl = &self.pipeline;
+        let pp = format!("{p}.pipeline");
+        match pl.kind {
+            PipelineKind::KafkaGroup => {
+                for (key, set) in [("url", pl.url.is_some()), ("job", pl.job.is_some())] {
+                    if set {
+                        return err(
+                            format!("{pp}.{key}"),
+                            "only applies to kind = \"doris_routine_load\"",
+                        );
+                    }
+                }
+            }
+            PipelineKind::DorisRoutineLoad => {
+                if self.pipeline_group.is_some() {
+                    return err(
+                        format!("{p}.pipeline_group"),
+                        "is a kafka_group position; with pipeline.kind = \"doris_routine_load\" \
+                         the position comes from the Routine Load job: set one of them",
+                    );
+                }
+                match &pl.url {
+                    None => {
+                        return err(
+                            format!("{pp}.url"),
+                            "is required for kind = \"doris_routine_load\"",
+                        );
+                    }
+                    Some(u) if !matches!(u.scheme().as_deref(), Some("mysql")) => {
+                        return err(
+                            format!("{pp}.url"),
+                            "scheme must be mysql (the Doris FE's query port)",
+                        );
+                    }
+                    Some(_) => {}
+                }
+                if pl.job.as_deref().is_none_or(str::is_empty) {
+                    return err(
+                        format!("{pp}.job"),
+                        "is required for kind = \"doris_routine_load\"",
+                    );
+                }
+                return err(
+                    format!("{pp}.kind"),
+                    "\"doris_routine_load\" is not supported yet by this build (SPEC \"Pipeline \
+                     position and evidence\"): without it the audit would have no due rule; use \
+                     kind = \"kafka_group\" with the job's group, or no position source (the \
+                     time-only rule)",
+                );
+            }
+        }
+        if let Some(t) = &pl.dead_letter_topic {
+            if let Some(problem) = topic_problem(t) {
+                return err(format!("{pp}.dead_letter_topic"), problem);
+            }
+            if self.topics.contains(t) {
+                return err(
+                    format!("{pp}.dead_letter_topic"),
+                    format!(
+                        "`{t}` is audited by this audit; the dead-letter topic is the pipeline's error output"
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// `[audits.replay]`: the origin mapping is declared only where coordinates identify

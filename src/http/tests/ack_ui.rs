@@ -166,6 +166,18 @@ async fn ack_over_http() {
     assert_eq!(r.json()["state"], "acknowledged");
     // The daemon's rounds read it from the ack log.
     assert_eq!(srv.state.store.ack_position().unwrap(), 2);
+    // A gap whose records arrived (late): 409 saying so, its state kept.
+    let late = sample_gap("a", 50, GapState::Late);
+    srv.state
+        .store
+        .commit_round("a", std::slice::from_ref(&late), &[])
+        .unwrap();
+    let r = post(srv.addr, &ack_path(&late.id), &bearer(), body).await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("reached the sink"), "{}", r.body);
+    let stored = srv.state.store.get_gap(&late.id).unwrap().unwrap();
+    assert_eq!(stored.state, GapState::Late);
+    assert_eq!(srv.state.store.ack_position().unwrap(), 2, "nothing logged");
     srv.shutdown.cancel();
 }
 

@@ -143,6 +143,7 @@ mod tests {
             epoch: 0,
             is_new: false,
             settle_cursor: 0,
+            dead_lettered: 0,
         }
     }
 

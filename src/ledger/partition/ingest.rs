@@ -95,6 +95,7 @@ impl PartitionLedger {
             epoch: self.epoch,
             is_new: true,
             settle_cursor: 0,
+            dead_lettered: 0,
         };
         self.next_offset = last + 1;
         // Such a gap is never re-checked: its records are gone. It is not the tail: a later
@@ -102,6 +103,7 @@ impl PartitionLedger {
         if let Some(t) = self.tail_gap.take() {
             self.untailed.push(t);
         }
+        self.end_dead_tail();
         self.revision += 1;
         self.dirty_gaps.insert(first);
         self.unstored_gaps.insert(first);

@@ -3,6 +3,59 @@
 
 use super::*;
 
+/// What one decided run of a segment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decided {
+    /// In the sink.
+    Present,
+    /// Not in the sink, not dead-lettered: missing.
+    Absent,
+    /// Not in the sink, named by the dead-letter topic.
+    DeadLettered,
+}
+
+/// key_columns: which record of a shared key is absent is the sink's count by offset order,
+/// not a fact about that record. A record the dead-letter topic names but the count calls
+/// present stands for an absent record with its key: that one is dead-lettered instead
+/// (once per named record), so the pipeline's dead letter is never turned into a loss of
+/// its key's other record. Within the segment; returns the absent offsets so taken.
+fn shared_key_swaps(
+    p: &PendingRun,
+    present: &[OffsetRun],
+    absent: &[OffsetRun],
+    named: &[OffsetRun],
+) -> Vec<OffsetRun> {
+    use std::collections::HashMap;
+    let key = |o: Offset| p.keys.get((o - p.run.first) as usize);
+    let mut spare: HashMap<&Key, u64> = HashMap::new();
+    for r in present {
+        for n in runs::intersect(*r, named) {
+            for o in n.first..=n.last {
+                if let Some(k) = key(o) {
+                    *spare.entry(k).or_default() += 1;
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if spare.is_empty() {
+        return out;
+    }
+    for r in absent {
+        for left in runs::subtract(*r, named) {
+            for o in left.first..=left.last {
+                if let Some(n) = key(o).and_then(|k| spare.get_mut(k))
+                    && *n > 0
+                {
+                    *n -= 1;
+                    out.push(OffsetRun::new(o, o));
+                }
+            }
+        }
+    }
+    out
+}
+
 impl PartitionLedger {
     /// The due prefix of pending records, split at the due frontier, at most `limit` records,
     /// as segments in offset order. `verdicts` passed to [`Self::apply`] must align with it.
@@ -63,6 +116,19 @@ impl PartitionLedger {
     /// Only the longest prefix of Known verdicts is applied; the rest stays pending, so
     /// decisions always advance in offset order.
     pub fn apply(&mut self, verdicts: &[Verdict], now_ms: i64) -> Applied {
+        self.apply_with_dead_letters(verdicts, now_ms, &|_| Vec::new())
+    }
+
+    /// [`Self::apply`], where `dead_letters(run)` gives the offsets of `run` the pipeline's
+    /// dead-letter topic names: those of them the sink lacks are dead-lettered instead of
+    /// missing (their own gap, `dead_lettered`, never counted as lost). A record the sink
+    /// holds is confirmed whatever the dead-letter topic says: present wins.
+    pub fn apply_with_dead_letters(
+        &mut self,
+        verdicts: &[Verdict],
+        now_ms: i64,
+        dead_letters: &dyn Fn(OffsetRun) -> Vec<OffsetRun>,
+    ) -> Applied {
         let mut out = Applied::default();
         for v in verdicts {
             let Verdict::Known {
@@ -81,11 +147,42 @@ impl PartitionLedger {
             let present = runs::intersect(p.run, &runs::normalize(present.clone()));
             // Walk the segment in offset order, alternating present and absent runs.
             let absent = runs::subtract(p.run, &present);
-            let mut events: Vec<(OffsetRun, bool)> = present.iter().map(|r| (*r, true)).collect();
-            events.extend(absent.iter().map(|r| (*r, false)));
+            let named = runs::normalize(dead_letters(p.run));
+            // Absent offsets the dead-letter topic names: neither present nor missing.
+            let mut dead: Vec<OffsetRun> = absent
+                .iter()
+                .flat_map(|a| runs::intersect(*a, &named))
+                .collect();
+            if !p.keys.is_empty() && !named.is_empty() {
+                dead = runs::normalize(
+                    dead.into_iter()
+                        .chain(shared_key_swaps(&p, &present, &absent, &named))
+                        .collect(),
+                );
+            }
+            let absent: Vec<OffsetRun> = absent
+                .iter()
+                .flat_map(|a| runs::subtract(*a, &dead))
+                .collect();
+            let mut events: Vec<(OffsetRun, Decided)> =
+                present.iter().map(|r| (*r, Decided::Present)).collect();
+            events.extend(absent.iter().map(|r| (*r, Decided::Absent)));
+            events.extend(dead.iter().map(|r| (*r, Decided::DeadLettered)));
             events.sort_unstable_by_key(|(r, _)| r.first);
-            for (r, found) in events {
-                if found {
+            for (r, decided) in events {
+                if decided == Decided::DeadLettered {
+                    out.dead_lettered += r.len();
+                    if !p.keys.is_empty() {
+                        // No row is owed for them: the key book stops counting them.
+                        let a = (r.first - p.run.first) as usize;
+                        self.released_keys
+                            .extend_from_slice(&p.keys[a..a + r.len() as usize]);
+                    }
+                    self.declare_dead_lettered(r, p.min_ts, p.max_ts, now_ms);
+                    continue;
+                }
+                self.end_dead_tail();
+                if decided == Decided::Present {
                     if self.track_confirmations && !p.keys.is_empty() {
                         let a = (r.first - p.run.first) as usize;
                         self.unstored_confirmations
@@ -163,6 +260,7 @@ impl PartitionLedger {
                         epoch: self.epoch,
                         is_new: true,
                         settle_cursor: 0,
+                        dead_lettered: 0,
                     },
                 );
                 r.first
@@ -231,6 +329,7 @@ impl PartitionLedger {
     /// Every change to `missing` goes through here and [`Self::remove_missing`]: the store
     /// write and the key count follow it.
     pub(super) fn insert_missing(&mut self, m: MissingRun) {
+        self.declared_since_compact += 1;
         self.unstored_missing.insert(m.run.first);
         self.missing_keys += m.keys.len() as u64;
         self.missing.insert(m.run.first, m);

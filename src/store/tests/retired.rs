@@ -23,6 +23,7 @@ fn record(first: Offset, missing: u64, ts: Option<i64>, deleted: Option<i64>) ->
         epoch: 0,
         is_new: false,
         settle_cursor: 0,
+        dead_lettered: 0,
     }
 }
 

@@ -1,0 +1,63 @@
+//! The round with a dead-letter topic: verdicts wait for the dead-letter reader, and the
+//! records it names are dead-lettered, not lost.
+
+use super::harness::*;
+use crate::gap::{GapState, TopicPartition};
+use crate::kafka::dead_letters::DeadLetters;
+use std::sync::Arc;
+
+#[tokio::test]
+async fn verdicts_wait_until_the_dead_letter_reader_has_read_past_the_due_moment() {
+    let mut h = harness("");
+    let d = Arc::new(DeadLetters::default());
+    h.audit.dead_letters = Some(d.clone());
+    let read_at = h.audit.clock.now_ms();
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    h.in_sink((0..10).filter(|o| !(4..=6).contains(o)));
+    h.clock.advance(GRACE_MS + 1);
+    // The reader caught up only at the moment the records were read: before they were due.
+    d.mark_caught_up(read_at);
+    h.audit.round().await;
+    assert_eq!(
+        h.counter(|m| &m.records_confirmed),
+        0,
+        "nothing decided yet"
+    );
+    assert_eq!(h.counter(|m| &m.records_lost), 0);
+    assert_eq!(h.audit.parts[&tp(0)].ledger.pending(), 10);
+    // It reads the dead letters of 4 and 5, then catches up past the due moment.
+    {
+        let mut index = d.lock();
+        index.insert(TopicPartition::new(TOPIC, 0), 4);
+        index.insert(TopicPartition::new(TOPIC, 0), 5);
+        index.insert(TopicPartition::new("other", 0), 6);
+    }
+    d.mark_caught_up(h.audit.clock.now_ms());
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 7);
+    assert_eq!(h.counter(|m| &m.records_lost), 1, "only 6 is lost");
+    assert_eq!(h.counter(|m| &m.records_dead_lettered), 2);
+    let mut gaps: Vec<_> = h
+        .stored_gaps()
+        .into_iter()
+        .map(|g| (g.first_offset, g.last_offset, g.state, g.missing_records))
+        .collect();
+    gaps.sort_by_key(|g| g.0);
+    assert_eq!(
+        gaps,
+        vec![(4, 5, GapState::DeadLettered, 2), (6, 6, GapState::Open, 1)]
+    );
+    // Decided for good: the index forgets what can no longer change a verdict, but keeps
+    // what the open gap may still need.
+    assert!(d.lock().named_on(&TopicPartition::new(TOPIC, 0)).is_empty());
+    d.lock().insert(TopicPartition::new(TOPIC, 0), 6);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_dead_lettered), 3);
+    assert_eq!(
+        h.stored_gaps()
+            .iter()
+            .filter(|g| g.state == GapState::Open)
+            .count(),
+        0
+    );
+}

@@ -1,0 +1,352 @@
+//! Dead letters (SPEC "Pipeline position and evidence", issue 37): which audited records the
+//! pipeline's dead-letter topic names. Pure: the headers of one dead-letter record read into
+//! coordinates, and the bounded index the verdicts consult. The Kafka side is
+//! `kafka::dead_letters`; the verdicts are `ledger::partition::dead_letters`.
+//!
+//! A dead-letter record names its source record with Kafka Connect's error headers
+//! `__connect.errors.topic`, `__connect.errors.partition` and `__connect.errors.offset`, whose
+//! values Connect writes as UTF-8 text (`"dns"`, `"0"`, `"42"`). A Flink side output that
+//! writes the same headers works the same way. Anything else in the topic (headers missing,
+//! not UTF-8, not numbers, negative, a topic this audit does not read) names nothing and is
+//! counted by reason, never a crash.
+//!
+//! # Memory bound
+//!
+//! The index keeps a coordinate only while it can still change a verdict: every round the
+//! audit first moves the missing records the coordinates name to dead-lettered, then makes
+//! the index forget what lies below each owned partition's *floor*, its first undecided
+//! record (`PartitionLedger::dead_letter_floor`). So what stays is what names records not
+//! decided yet (or not read yet: other partitions, offsets beyond the log).
+//! Beyond that the index holds at most [`MAX_DEAD_LETTERS`] coordinates (about 80 MB at the
+//! worst, ~70 bytes each): when full, the reader stops reading the dead-letter topic until
+//! floors free room, and verdicts wait for it (lag, never a false loss).
+
+use crate::gap::{Offset, TopicPartition};
+use crate::ledger::OffsetRun;
+use std::collections::{BTreeSet, HashMap};
+
+/// Kafka Connect's header naming the source record's topic.
+pub const HEADER_TOPIC: &str = "__connect.errors.topic";
+/// Kafka Connect's header naming the source record's partition.
+pub const HEADER_PARTITION: &str = "__connect.errors.partition";
+/// Kafka Connect's header naming the source record's offset.
+pub const HEADER_OFFSET: &str = "__connect.errors.offset";
+/// The connector that wrote the dead letter (Kafka Connect).
+pub const HEADER_CONNECTOR: &str = "__connect.errors.connector.name";
+
+/// Most coordinates the index holds (see the module's memory bound).
+pub const MAX_DEAD_LETTERS: usize = 1_000_000;
+
+/// Why a dead-letter record names no audited record (the `reason` label of
+/// `gap_auditor_dead_letters_ignored_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Ignored {
+    /// A `__connect.errors.*` header is missing, not UTF-8, or not a valid number.
+    #[error("missing or unreadable __connect.errors.topic/partition/offset headers")]
+    Headers,
+    /// It names a topic this audit does not read.
+    #[error("names a topic this audit does not read")]
+    OtherTopic,
+    /// `connect_connector` is set and the dead letter was written by another connector
+    /// (or names none).
+    #[error("written by another connector than connect_connector")]
+    OtherConnector,
+}
+
+impl Ignored {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ignored::Headers => "headers",
+            Ignored::OtherTopic => "other_topic",
+            Ignored::OtherConnector => "other_connector",
+        }
+    }
+}
+
+/// Reads the coordinates a dead-letter record names from its headers (name, value).
+/// The first occurrence of each header counts.
+pub fn parse_headers<'a>(
+    headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+) -> Result<(TopicPartition, Offset), Ignored> {
+    let (mut topic, mut partition, mut offset) = (None, None, None);
+    for (name, value) in headers {
+        let slot = match name {
+            HEADER_TOPIC => &mut topic,
+            HEADER_PARTITION => &mut partition,
+            HEADER_OFFSET => &mut offset,
+            _ => continue,
+        };
+        if slot.is_none() {
+            *slot = Some(value);
+        }
+    }
+    let text = |v: Option<Option<&'a [u8]>>| -> Result<&'a str, Ignored> {
+        let bytes = v.flatten().ok_or(Ignored::Headers)?;
+        std::str::from_utf8(bytes)
+            .map(str::trim)
+            .map_err(|_| Ignored::Headers)
+    };
+    let topic = text(topic)?;
+    if topic.is_empty() {
+        return Err(Ignored::Headers);
+    }
+    let partition: i32 = text(partition)?.parse().map_err(|_| Ignored::Headers)?;
+    let offset: Offset = text(offset)?.parse().map_err(|_| Ignored::Headers)?;
+    if partition < 0 || offset < 0 {
+        return Err(Ignored::Headers);
+    }
+    Ok((TopicPartition::new(topic, partition), offset))
+}
+
+/// The coordinates read so far, per audited partition, bounded (see the module docs).
+/// Whether the dead letter with these headers was written by `connector` (always, when
+/// `None`): its `__connect.errors.connector.name` header, trimmed. A dead letter without
+/// that header is not this connector's.
+pub fn written_by<'a>(
+    headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+    connector: Option<&str>,
+) -> bool {
+    let Some(want) = connector else {
+        return true;
+    };
+    headers
+        .into_iter()
+        .find(|(name, _)| *name == HEADER_CONNECTOR)
+        .and_then(|(_, v)| v)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .is_some_and(|v| v.trim() == want)
+}
+
+#[derive(Debug, Default)]
+pub struct DeadLetterIndex {
+    named: HashMap<TopicPartition, BTreeSet<Offset>>,
+    len: usize,
+}
+
+impl DeadLetterIndex {
+    /// Whether no more coordinates fit ([`MAX_DEAD_LETTERS`]).
+    pub fn is_full(&self) -> bool {
+        self.len >= MAX_DEAD_LETTERS
+    }
+
+    /// Coordinates held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Keeps `offset` of `tp`. Whether it was kept (false when already held or full).
+    /// Not checked against the floor: floors are the ledger's, which a log truncation or a
+    /// partition moving to another instance and back can lower; a coordinate below it is
+    /// forgotten at the next [`Self::forget_below`].
+    pub fn insert(&mut self, tp: TopicPartition, offset: Offset) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let kept = self.named.entry(tp).or_default().insert(offset);
+        self.len += usize::from(kept);
+        kept
+    }
+
+    /// Keeps the coordinates of the partitions `keep` says yes to, and drops the others.
+    pub fn retain(&mut self, mut keep: impl FnMut(&TopicPartition) -> bool) {
+        let len = &mut self.len;
+        self.named.retain(|tp, set| {
+            let k = keep(tp);
+            if !k {
+                *len -= set.len();
+            }
+            k
+        });
+    }
+
+    /// Forgets the coordinates of `tp` below `floor` (they can no longer change a
+    /// verdict: `PartitionLedger::dead_letter_floor`).
+    pub fn forget_below(&mut self, tp: &TopicPartition, floor: Offset) {
+        if let Some(set) = self.named.get_mut(tp) {
+            let keep = set.split_off(&floor);
+            self.len -= set.len();
+            *set = keep;
+        }
+    }
+
+    /// The offsets of `run` on `tp` the dead-letter topic named, as runs.
+    pub fn named_in(&self, tp: &TopicPartition, run: OffsetRun) -> Vec<OffsetRun> {
+        let Some(set) = self.named.get(tp) else {
+            return Vec::new();
+        };
+        to_runs(set.range(run.first..=run.last).copied())
+    }
+
+    /// Every offset of `tp` named at or above its floor, as runs.
+    pub fn named_on(&self, tp: &TopicPartition) -> Vec<OffsetRun> {
+        self.named
+            .get(tp)
+            .map_or_else(Vec::new, |set| to_runs(set.iter().copied()))
+    }
+}
+
+/// Ascending offsets as maximal runs.
+fn to_runs(offsets: impl Iterator<Item = Offset>) -> Vec<OffsetRun> {
+    let mut out: Vec<OffsetRun> = Vec::new();
+    for o in offsets {
+        match out.last_mut() {
+            Some(r) if r.last + 1 == o => r.last = o,
+            _ => out.push(OffsetRun::new(o, o)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn h<'a>(pairs: &'a [(&'a str, &'a str)]) -> Vec<(&'a str, Option<&'a [u8]>)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (*k, Some(v.as_bytes())))
+            .collect()
+    }
+
+    #[test]
+    fn only_the_configured_connectors_dead_letters_count() {
+        let ours = h(&[(HEADER_CONNECTOR, " es-sink "), (HEADER_TOPIC, "dns")]);
+        let theirs = h(&[(HEADER_CONNECTOR, "jdbc-sink")]);
+        let none = h(&[(HEADER_TOPIC, "dns")]);
+        assert!(written_by(ours.clone(), Some("es-sink")));
+        assert!(!written_by(theirs.clone(), Some("es-sink")));
+        assert!(
+            !written_by(none.clone(), Some("es-sink")),
+            "no header: not ours"
+        );
+        for any in [ours, theirs, none] {
+            assert!(written_by(any, None), "no connector configured: every one");
+        }
+        assert!(!written_by(
+            vec![(HEADER_CONNECTOR, Some(&[0xff, 0xfe][..]))],
+            Some("es-sink")
+        ));
+    }
+
+    #[test]
+    fn connect_headers_name_the_source_record() {
+        let got = parse_headers(h(&[
+            (
+                "__connect.errors.exception.class.name",
+                "org.apache.kafka.connect.errors.DataException",
+            ),
+            (HEADER_TOPIC, "dns"),
+            (HEADER_PARTITION, "3"),
+            (HEADER_OFFSET, "42"),
+        ]));
+        assert_eq!(got, Ok((TopicPartition::new("dns", 3), 42)));
+    }
+
+    #[test]
+    fn hostile_headers_name_nothing() {
+        let bad: &[&[(&str, &str)]] = &[
+            &[],
+            &[(HEADER_TOPIC, "dns"), (HEADER_PARTITION, "0")],
+            &[
+                (HEADER_TOPIC, "dns"),
+                (HEADER_PARTITION, "x"),
+                (HEADER_OFFSET, "1"),
+            ],
+            &[
+                (HEADER_TOPIC, "dns"),
+                (HEADER_PARTITION, "0"),
+                (HEADER_OFFSET, "-1"),
+            ],
+            &[
+                (HEADER_TOPIC, "dns"),
+                (HEADER_PARTITION, "-2"),
+                (HEADER_OFFSET, "1"),
+            ],
+            &[
+                (HEADER_TOPIC, ""),
+                (HEADER_PARTITION, "0"),
+                (HEADER_OFFSET, "1"),
+            ],
+            &[
+                (HEADER_TOPIC, "dns"),
+                (HEADER_PARTITION, "0"),
+                (HEADER_OFFSET, "99999999999999999999"),
+            ],
+            &[
+                (HEADER_TOPIC, "dns"),
+                (HEADER_PARTITION, "0"),
+                (HEADER_OFFSET, "1.5"),
+            ],
+        ];
+        for headers in bad {
+            assert_eq!(
+                parse_headers(h(headers)),
+                Err(Ignored::Headers),
+                "{headers:?}"
+            );
+        }
+        let not_utf8: Vec<(&str, Option<&[u8]>)> = vec![
+            (HEADER_TOPIC, Some(&[0xff, 0xfe])),
+            (HEADER_PARTITION, Some(b"0")),
+            (HEADER_OFFSET, Some(b"1")),
+        ];
+        assert_eq!(parse_headers(not_utf8), Err(Ignored::Headers));
+        let null_value: Vec<(&str, Option<&[u8]>)> = vec![
+            (HEADER_TOPIC, Some(b"dns")),
+            (HEADER_PARTITION, None),
+            (HEADER_OFFSET, Some(b"1")),
+        ];
+        assert_eq!(parse_headers(null_value), Err(Ignored::Headers));
+    }
+
+    #[test]
+    fn the_index_forgets_below_the_floor_and_answers_by_run() {
+        let tp = TopicPartition::new("dns", 0);
+        let mut ix = DeadLetterIndex::default();
+        for o in [3, 4, 5, 9, 20] {
+            assert!(ix.insert(tp.clone(), o));
+        }
+        assert!(!ix.insert(tp.clone(), 4), "held once");
+        assert_eq!(
+            ix.named_in(&tp, OffsetRun::new(4, 10)),
+            vec![OffsetRun::new(4, 5), OffsetRun::new(9, 9)]
+        );
+        ix.forget_below(&tp, 9);
+        assert_eq!(ix.len(), 2);
+        assert_eq!(
+            ix.named_on(&tp),
+            vec![OffsetRun::new(9, 9), OffsetRun::new(20, 20)]
+        );
+        assert!(
+            ix.named_in(&TopicPartition::new("other", 0), OffsetRun::new(0, 100))
+                .is_empty()
+        );
+    }
+
+    proptest! {
+        /// Arbitrary header bytes never panic, and a success names what was written.
+        #[test]
+        fn any_headers_parse_or_are_ignored(
+            t in proptest::collection::vec(any::<u8>(), 0..12),
+            p in proptest::collection::vec(any::<u8>(), 0..12),
+            o in proptest::collection::vec(any::<u8>(), 0..24),
+        ) {
+            let headers: Vec<(&str, Option<&[u8]>)> = vec![
+                (HEADER_TOPIC, Some(&t)),
+                (HEADER_PARTITION, Some(&p)),
+                (HEADER_OFFSET, Some(&o)),
+            ];
+            if let Ok((tp, off)) = parse_headers(headers) {
+                prop_assert!(tp.partition >= 0 && off >= 0);
+                prop_assert_eq!(off, String::from_utf8_lossy(&o).trim().parse::<i64>().unwrap_or(-1));
+            }
+        }
+    }
+}
