@@ -57,7 +57,7 @@ pub use codec::{
     ChunkHeader, Latest, Slots, chunk_key, decode, delta_key, encode, key, newer, prefer_handover,
 };
 use codec::{KeyKind, chunk_value, fnv1a, parse_chunk, parse_key};
-pub use delta::{Chain, Rebuild, apply};
+pub use delta::{Chain, DeltaId, Rebuild, apply};
 pub use publish::{Plan, plan, record_limit};
 pub use read::Reassembler;
 
@@ -198,6 +198,24 @@ pub struct PartitionState {
     /// it. `None`: a whole state (a base).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<u64>,
+    /// Record format 2: in a base, its own id (unique per base: `owner/nanos/sequence`); in
+    /// a delta, the id of the base it applies to. A reader applies only deltas naming the
+    /// base it took, so a base whose generation repeats another's (a writer that could not
+    /// read the topic) never adopts another chain's deltas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_id: Option<String>,
+    /// In a delta: the generation of the publish it was built on (the last one of its chain
+    /// the broker acknowledged; the base's for the first delta). It holds every change since
+    /// that one, so a reader applies it only over a state that includes that generation: a
+    /// chain with a hole (a delta lost or unreadable) is not applied at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<u64>,
+    /// The ownership term of the writer: one more than the highest term it read on the
+    /// topic for this partition when it took it over (1 when it read nothing). A record of
+    /// a higher term than the base a reader took means a newer owner's chain lost its base
+    /// (a zombie owner wrote over it): the state is then not used. 0 in older records.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub term: u64,
     /// In a delta: the key claims are those of the state before it (unchanged since; not
     /// repeated every round).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -210,6 +228,10 @@ pub struct PartitionState {
     pub written_at: DateTime<Utc>,
     /// Who wrote it (`host:pid`), for operators.
     pub owner: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl PartitionState {
@@ -254,6 +276,9 @@ pub struct Handover {
     /// read at assignment and this process's publishes since; none: the next publish of
     /// the partition must be a base.
     chains: Mutex<HashMap<Vec<u8>, Chain>>,
+    /// This process's ownership term of each partition (single-record key → term, see
+    /// [`PartitionState::term`]), set by the read at assignment.
+    terms: Mutex<HashMap<Vec<u8>, u64>>,
 }
 
 impl std::fmt::Debug for Handover {
@@ -306,6 +331,7 @@ impl Handover {
             slots: Mutex::new(HashMap::new()),
             generations: Mutex::new(HashMap::new()),
             chains: Mutex::new(HashMap::new()),
+            terms: Mutex::new(HashMap::new()),
             sets: AtomicU64::new(0),
         })
     }

@@ -10,11 +10,15 @@
 //! Each delta is complete or absent for the reader (a chunked delta counts only whole, as a
 //! chunk set does), and never overwritten in place: a crash mid-publish leaves the state of
 //! the publish before it. The reader applies, to the latest complete base, every complete
-//! delta of that base in generation order ([`apply`]); deltas of other bases are left over
-//! from before a rebase and skipped. Once the deltas of a chain outweigh its base (at least
-//! [`REBASE_MIN_BYTES`]), the next publish is a new base, and the old chain's deltas are
-//! deleted (tombstones) once it is acknowledged: what a takeover reads stays within about
-//! twice the partition's state.
+//! delta naming that base's id in generation order ([`apply`]), each only over a state that
+//! holds the generation it was built on ([`PartitionState::prev`]); deltas of other bases
+//! are left over from before a rebase (or another owner's) and skipped. A delta of the base
+//! that does not decode, a hole in the chain, or a record of a higher ownership term than
+//! the base makes the partition's handover unusable: the new owner falls back to its store,
+//! never to a mixture. Once the deltas of a chain outweigh its base (at least
+//! [`REBASE_MIN_BYTES`]) or it took deltas for [`REBASE_EVERY`], the next publish is a new
+//! base, and the old chain's deltas are deleted (tombstones) once it is acknowledged: what
+//! a takeover reads stays within about twice the partition's state.
 
 use super::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,31 +27,91 @@ use std::collections::{BTreeMap, BTreeSet};
 /// otherwise be rewritten every few rounds).
 pub const REBASE_MIN_BYTES: u64 = 1 << 20;
 
+/// A chain that took deltas is given a new base at least this often, whatever their size:
+/// what a takeover reads and applies stays bounded in time as well as in bytes, and a topic
+/// whose `cleanup.policy` deletes by time still holds a recent base (see
+/// docs/SCALING.md). An hour: a few bases a day even of a partition of 100,000 open gaps
+/// (tens of MB each) is small next to one idle round a second; shorter would make those
+/// bases the topic's main traffic.
+pub const REBASE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A delta's identity: its generation and the id of the base it applies to.
+pub type DeltaId = (u64, String);
+
 /// What one process knows of a partition's chain on the handover topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Chain {
-    /// A base is known (read, or published by this process): deltas may follow it.
+    /// A base this process published and the broker acknowledged: deltas may follow it.
+    /// Never a base another owner wrote (each owner starts its own chain: a zombie owner
+    /// still writing on its chain can then never write into the new owner's).
     pub live: bool,
     /// Generation of the base the deltas apply to.
     pub base: u64,
+    /// Id of that base ([`PartitionState::base_id`]).
+    pub base_id: String,
+    /// Generation of the chain's last publish the broker acknowledged: the next delta is
+    /// built on it ([`PartitionState::prev`]).
+    pub last: u64,
+    /// Read at assignment: the highest ownership term of the partition's records.
+    pub term: u64,
     /// Size of the base document.
     pub base_bytes: u64,
     /// Size of the deltas written on it.
     pub delta_bytes: u64,
-    /// The delta keys that may hold records (generation, what they hold), of this chain or
+    /// The delta keys that may hold records (delta, what they hold), of this chain or
     /// older ones: deleted once a new base is acknowledged.
-    pub deltas: Vec<(u64, Slots)>,
-    /// A new base is not tried before the deltas reach this size (raised after a base
-    /// publish failed, so a partition too large to rebase within the produce timeout keeps
-    /// publishing deltas and its commit keeps moving).
-    pub rebase_after: u64,
+    pub deltas: Vec<(DeltaId, Slots)>,
+    /// When the base was acknowledged (for [`REBASE_EVERY`]).
+    pub based_at: Option<std::time::Instant>,
 }
 
 impl Chain {
-    /// Whether the next publish must be a base: none is known, or the deltas outweigh it.
-    pub fn wants_base(&self) -> bool {
+    /// Whether the next publish must be a base: none is known, the deltas outweigh it, or
+    /// the chain took deltas for [`REBASE_EVERY`].
+    pub fn wants_base(&self, now: std::time::Instant) -> bool {
         !self.live
-            || self.delta_bytes > self.base_bytes.max(REBASE_MIN_BYTES).max(self.rebase_after)
+            || self.delta_bytes > self.base_bytes.max(REBASE_MIN_BYTES)
+            || (self.delta_bytes > 0
+                && self
+                    .based_at
+                    .is_some_and(|t| now.saturating_duration_since(t) >= REBASE_EVERY))
+    }
+
+    /// A base of generation `generation`, id `id` and `bytes` bytes was acknowledged: the
+    /// chain starts on it. Returns the deltas of older chains, to delete.
+    pub fn base_confirmed(
+        &mut self,
+        generation: u64,
+        id: &str,
+        bytes: u64,
+        now: std::time::Instant,
+    ) -> Vec<(DeltaId, Slots)> {
+        let old = std::mem::take(&mut self.deltas);
+        *self = Chain {
+            live: true,
+            base: generation,
+            base_id: id.to_string(),
+            last: generation,
+            term: self.term,
+            base_bytes: bytes,
+            delta_bytes: 0,
+            deltas: Vec::new(),
+            based_at: Some(now),
+        };
+        old
+    }
+
+    /// A base publish failed. It may have landed all the same (a timeout says nothing of
+    /// the broker's side): deltas on the old base would then be skipped by every reader,
+    /// the state frozen at that base. So the next publish is a base again, with a new id.
+    pub fn base_failed(&mut self) {
+        self.live = false;
+    }
+
+    /// A delta of generation `generation` and `bytes` bytes on this chain was acknowledged.
+    pub fn delta_confirmed(&mut self, generation: u64, bytes: u64) {
+        self.last = self.last.max(generation);
+        self.delta_bytes += bytes;
     }
 }
 
@@ -199,6 +263,7 @@ impl Rebuild {
             replayed: self.replayed.into_iter().collect(),
             retired: self.retired.into_iter().collect(),
             base: None,
+            prev: None,
             removed: Vec::new(),
             claims_kept: false,
             ..self.last

@@ -121,10 +121,18 @@ pub fn plan(
     })
 }
 
-/// One state to publish: its partition's key, the key it is written under (the
-/// partition's for a base, its delta's for a delta), the document, and for a delta its
-/// generation.
-type Doc = (Vec<u8>, Vec<u8>, Vec<u8>, Option<u64>);
+/// One state to publish.
+struct Doc {
+    /// Its partition's single-record key.
+    base: Vec<u8>,
+    /// The key it is written under (the partition's for a base, its delta's for a delta).
+    record: Vec<u8>,
+    doc: Vec<u8>,
+    generation: u64,
+    /// For a base: its id; for a delta: the id of its base.
+    base_id: String,
+    delta: bool,
+}
 
 /// One record in flight, and which state it carries.
 struct Sent {
@@ -165,6 +173,13 @@ impl Handover {
         let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
         let seq = self.sets.fetch_add(1, Ordering::Relaxed);
         format!("{}/{nanos:x}/{seq}", self.owner)
+    }
+
+    /// This process's ownership term of the partition keyed `base` (set by the read at
+    /// assignment; 1 when nothing was read).
+    fn term_of(&self, base: &[u8]) -> u64 {
+        let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry(base.to_vec()).or_insert(1)
     }
 
     /// Creates the topic (one partition, `cleanup.policy=compact`) unless it exists. A
@@ -214,7 +229,7 @@ impl Handover {
     /// is known to this process (nothing read or published yet, or what it read was not
     /// taken), or the deltas since the base outweigh it. Otherwise a delta will do.
     pub fn wants_base(&self, audit: &str, tp: &TopicPartition) -> bool {
-        self.chain_of(&key(audit, tp)).wants_base()
+        self.chain_of(&key(audit, tp)).wants_base(Instant::now())
     }
 
     /// Forgets what this process knows of `tp`'s chain: its next publish is a base (the
@@ -241,27 +256,42 @@ impl Handover {
         for s in states {
             let base = key(&s.audit, &s.tp());
             let chain = self.chain_of(&base);
-            let delta_on = match s.base {
-                Some(_) if !chain.live => {
-                    return Err(HandoverError::NoBase {
-                        topic: self.topic.clone(),
-                        partition: s.tp().to_string(),
-                    });
-                }
-                Some(_) => Some(chain.base),
-                None => None,
-            };
+            if s.base.is_some() && !chain.live {
+                return Err(HandoverError::NoBase {
+                    topic: self.topic.clone(),
+                    partition: s.tp().to_string(),
+                });
+            }
             let generation = self.next_generation(&base);
+            let delta = s.base.is_some();
+            // A base gets an id of its own (unique: never another base's, whatever its
+            // generation); a delta names its base and the publish it was built on.
+            let base_id = if delta {
+                chain.base_id.clone()
+            } else {
+                self.new_set_id()
+            };
             let stamped = PartitionState {
                 generation,
-                base: delta_on,
+                base: delta.then_some(chain.base),
+                base_id: Some(base_id.clone()),
+                prev: delta.then_some(chain.last),
+                term: self.term_of(&base),
                 ..s.clone()
             };
-            let record = match delta_on {
-                Some(_) => delta_key(&base, generation),
-                None => base.clone(),
+            let record = if delta {
+                delta_key(&base, generation, &base_id)
+            } else {
+                base.clone()
             };
-            docs.push((base, record, encode(&stamped), delta_on.map(|_| generation)));
+            docs.push(Doc {
+                base,
+                record,
+                doc: encode(&stamped),
+                generation,
+                base_id,
+                delta,
+            });
         }
         let mut todo: Vec<usize> = (0..docs.len()).collect();
         let mut cleanup: Vec<DeliveryFuture> = Vec::new();
@@ -273,16 +303,24 @@ impl Handover {
             let mut refused: HashSet<usize> = HashSet::new();
             let mut failure: Option<HandoverError> = None;
             'states: for &i in &todo {
-                let (base, record, doc, delta) = &docs[i];
+                let Doc {
+                    base,
+                    record,
+                    doc,
+                    generation,
+                    base_id,
+                    delta,
+                } = &docs[i];
                 // A delta's key is its own: nothing under it yet (a retry after a refusal
                 // writes a new set, which the reader never mixes with the refused one).
-                let slots = match delta {
-                    Some(_) => Slots {
+                let slots = if *delta {
+                    Slots {
                         latest: None,
                         written: [0, 0],
                         single_live: false,
-                    },
-                    None => self.slots_of(base),
+                    }
+                } else {
+                    self.slots_of(base)
                 };
                 let plan =
                     plan(doc, record, &slots, limit, &self.new_set_id()).map_err(|need| {
@@ -293,12 +331,14 @@ impl Handover {
                         }
                     })?;
                 // From the first enqueue on, the slot may hold this set's chunks.
-                match delta {
-                    Some(g) => self.update_chain(base, |c| {
-                        c.deltas.retain(|(d, _)| d != g);
-                        c.deltas.push((*g, plan.failed));
-                    }),
-                    None => self.set_slots(base, plan.failed),
+                if *delta {
+                    let id: DeltaId = (*generation, base_id.clone());
+                    self.update_chain(base, |c| {
+                        c.deltas.retain(|(d, _)| *d != id);
+                        c.deltas.push((id, plan.failed));
+                    });
+                } else {
+                    self.set_slots(base, plan.failed);
                 }
                 for (k, v) in &plan.records {
                     let rec = FutureRecord::to(&self.topic)
@@ -339,51 +379,72 @@ impl Handover {
                 let Some(plan) = plans.remove(i) else {
                     continue;
                 };
-                let (base, _, doc, delta) = &docs[*i];
+                let d = &docs[*i];
                 let mut tombstones = plan.cleanup.clone();
-                match delta {
-                    Some(_) => self.update_chain(base, |c| c.delta_bytes += doc.len() as u64),
-                    None => {
-                        self.set_slots(base, plan.done);
-                        // The new base stands: the old chain's deltas go.
-                        let generation = stamped_generation(&self.generations, base);
-                        self.update_chain(base, |c| {
-                            for (g, slots) in std::mem::take(&mut c.deltas) {
-                                tombstones.extend(delta_keys(base, g, &slots));
-                            }
-                            *c = Chain {
-                                live: true,
-                                base: generation,
-                                base_bytes: doc.len() as u64,
-                                ..Chain::default()
+                if d.delta {
+                    self.update_chain(&d.base, |c| {
+                        c.delta_confirmed(d.generation, d.doc.len() as u64)
+                    });
+                } else {
+                    self.set_slots(&d.base, plan.done);
+                    // The new base stands: the old chain's deltas go.
+                    let now = Instant::now();
+                    let mut old = Vec::new();
+                    self.update_chain(&d.base, |c| {
+                        old = c.base_confirmed(d.generation, &d.base_id, d.doc.len() as u64, now);
+                    });
+                    tombstones.extend(old.iter().flat_map(|(id, s)| delta_keys(&d.base, id, s)));
+                }
+                let unsent = self.send_tombstones(&tombstones, &mut cleanup).await;
+                // Delta keys not deleted stay known: the next base deletes them.
+                let mut left: Vec<(DeltaId, Slots)> = Vec::new();
+                for k in &unsent {
+                    let Some((_, Some(id), kind)) = parse_key(k) else {
+                        continue;
+                    };
+                    let at = match left.iter().position(|(x, _)| *x == id) {
+                        Some(at) => at,
+                        None => {
+                            let none = Slots {
+                                latest: None,
+                                written: [0, 0],
+                                single_live: false,
                             };
-                        });
+                            left.push((id, none));
+                            left.len() - 1
+                        }
+                    };
+                    let s = &mut left[at].1;
+                    match kind {
+                        KeyKind::Single => s.single_live = true,
+                        KeyKind::Chunk { slot, index } => {
+                            let w = &mut s.written[usize::from(slot)];
+                            *w = (*w).max(index + 1);
+                        }
                     }
                 }
-                for k in &tombstones {
-                    let rec = FutureRecord::<[u8], [u8]>::to(&self.topic)
-                        .partition(PARTITION)
-                        .key(k);
-                    if let Ok(d) = self.producer.send_result(rec) {
-                        cleanup.push(d);
-                    }
+                if !left.is_empty() {
+                    self.update_chain(&d.base, |c| {
+                        for (id, slots) in left {
+                            if !c.deltas.iter().any(|(x, _)| *x == id) {
+                                c.deltas.push((id, slots));
+                            }
+                        }
+                    });
                 }
                 let records = plan.records.len();
                 if records > 1 {
                     tracing::debug!(topic = %self.topic, partition = %states[*i].tp(), records,
-                        bytes = doc.len(), "partition state published in chunks");
+                        bytes = d.doc.len(), "partition state published in chunks");
                 }
             }
             if let Some(e) = failure {
-                // A base that failed is not tried again before the deltas doubled: a state
-                // too large to publish within the produce timeout must not stop the commit
-                // for good (deltas still move it).
+                // A base that failed may have landed all the same: the next publish is a
+                // base again (never deltas on a base no reader may take).
                 for &i in &todo {
-                    let (base, _, _, delta) = &docs[i];
-                    if delta.is_none() && !ok.contains(&i) {
-                        self.update_chain(base, |c| {
-                            c.rebase_after = c.delta_bytes.saturating_mul(2).max(c.rebase_after);
-                        });
+                    let d = &docs[i];
+                    if !d.delta && !ok.contains(&i) {
+                        self.update_chain(&d.base, Chain::base_failed);
                     }
                 }
                 return Err(e);
@@ -415,15 +476,52 @@ impl Handover {
     }
 }
 
-/// The generation last stamped for the partition whose single-record key is `base`.
-fn stamped_generation(generations: &Mutex<HashMap<Vec<u8>, u64>>, base: &[u8]) -> u64 {
-    let m = generations.lock().unwrap_or_else(|p| p.into_inner());
-    m.get(base).copied().unwrap_or(0)
+impl Handover {
+    /// Sends a tombstone for each of `keys`, their deliveries added to `pending`. A full
+    /// producer queue (a burst of thousands of delta keys at a rebase) is waited out by
+    /// awaiting what is in flight, then tried again; the keys still not sent are returned
+    /// (never dropped silently: the caller keeps them for the next base to delete).
+    async fn send_tombstones(
+        &self,
+        keys: &[Vec<u8>],
+        pending: &mut Vec<DeliveryFuture>,
+    ) -> Vec<Vec<u8>> {
+        let mut unsent = Vec::new();
+        for k in keys {
+            let mut waited = false;
+            loop {
+                let rec = FutureRecord::<[u8], [u8]>::to(&self.topic)
+                    .partition(PARTITION)
+                    .key(k);
+                match self.producer.send_result(rec) {
+                    Ok(d) => pending.push(d),
+                    Err((e, _))
+                        if !waited
+                            && e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
+                    {
+                        waited = true;
+                        for d in pending.drain(..) {
+                            if let Ok(Err((e, _))) = d.await {
+                                tracing::debug!(topic = %self.topic, error = %e, "deleting a stale handover record failed; it stays until the next base of its partition");
+                            }
+                        }
+                        continue;
+                    }
+                    Err((e, _)) => {
+                        tracing::debug!(topic = %self.topic, error = %e, "cannot enqueue the deletion of a stale handover record; tried again with the next base");
+                        unsent.push(k.clone());
+                    }
+                }
+                break;
+            }
+        }
+        unsent
+    }
 }
 
-/// The keys delta `generation` of the partition keyed `base` may hold records under.
-pub(super) fn delta_keys(base: &[u8], generation: u64, slots: &Slots) -> Vec<Vec<u8>> {
-    let record = delta_key(base, generation);
+/// The keys delta `id` of the partition keyed `base` may hold records under.
+pub(super) fn delta_keys(base: &[u8], id: &DeltaId, slots: &Slots) -> Vec<Vec<u8>> {
+    let record = delta_key(base, id.0, &id.1);
     let mut out: Vec<Vec<u8>> = (0..2u8)
         .flat_map(|s| (0..slots.written[usize::from(s)]).map(move |i| (s, i)))
         .map(|(s, i)| chunk_key(&record, s, i))

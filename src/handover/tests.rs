@@ -37,6 +37,9 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
         key_claims: vec![(vec!["10.0.0.1".into(), "a.com".into()], 2)],
         generation: 0,
         base: None,
+        base_id: None,
+        prev: None,
+        term: 0,
         removed: Vec::new(),
         claims_kept: false,
         written_at: Utc.timestamp_opt(at_s, 0).unwrap(),
@@ -208,7 +211,7 @@ fn read(log: &Log) -> (Option<PartitionState>, Slots) {
     for (p, k, v) in log {
         r.push(*p, k, v.as_deref());
     }
-    let (mut states, slots, _) = r.finish();
+    let (mut states, slots, _, _) = r.finish();
     (
         states.remove(&TopicPartition::new("logs", 3)),
         slots
@@ -522,7 +525,7 @@ fn across_handover_partitions_the_newer_state_wins() {
     let mut r = Reassembler::new("dns", &tps());
     r.push(0, &base(), Some(&encode(&new)));
     r.push(3, &base(), Some(&encode(&old)));
-    let (states, _, _) = r.finish();
+    let (states, _, _, _) = r.finish();
     assert_eq!(states.get(&TopicPartition::new("logs", 3)), Some(&new));
 }
 
@@ -559,11 +562,12 @@ fn chunk_keys_parse_back() {
         parse_key(&k),
         Some((&b[..], None, KeyKind::Chunk { slot: 1, index: 17 }))
     );
-    let d = delta_key(&b, 42);
-    assert_eq!(parse_key(&d), Some((&b[..], Some(42), KeyKind::Single)));
+    let d = delta_key(&b, 42, "h:1/17/0");
+    let id = Some((42, "h:1/17/0".to_string()));
+    assert_eq!(parse_key(&d), Some((&b[..], id.clone(), KeyKind::Single)));
     assert_eq!(
         parse_key(&chunk_key(&d, 0, 3)),
-        Some((&b[..], Some(42), KeyKind::Chunk { slot: 0, index: 3 }))
+        Some((&b[..], id, KeyKind::Chunk { slot: 0, index: 3 }))
     );
     assert_eq!(parse_key(&chunk_key(&d, 2, 3)), None, "two slots only");
     assert_eq!(parse_key(&chunk_key(&b, 2, 0)), None, "two slots only");
@@ -599,7 +603,7 @@ fn equal_watermarks_are_decided_by_generation_never_by_the_writers_clock() {
         let mut r = Reassembler::new("dns", &[state(0, 0).tp()]);
         r.push(0, &k, Some(p0));
         r.push(1, &k, Some(p1));
-        let (states, _, _) = r.finish();
+        let (states, _, _, _) = r.finish();
         let s = &states[&state(0, 0).tp()];
         assert_eq!(s.written_at.timestamp(), 1_700_000_000, "the owner's state");
     }

@@ -50,6 +50,9 @@ fn whole(settled: i64, firsts: &[i64]) -> PartitionState {
         key_claims: Vec::new(),
         generation: 0,
         base: None,
+        base_id: None,
+        prev: None,
+        term: 0,
         removed: Vec::new(),
         claims_kept: false,
         written_at: Utc::now(),
@@ -106,12 +109,13 @@ fn live_keys(topic: &str) -> BTreeMap<Vec<u8>, Option<usize>> {
     out
 }
 
-/// The keys of delta `generation` (its single key, or its chunks') that hold a record.
+/// The keys of delta `generation` (its single key, or its chunks', whatever its base) that
+/// hold a record.
 fn delta_records(live: &BTreeMap<Vec<u8>, Option<usize>>, generation: u64) -> usize {
-    let k = delta_key(&key(AUDIT, &tp()), generation);
+    // `{partition key}\0d\0{generation}.{base id}`: the prefix up to the dot.
+    let k = delta_key(&key(AUDIT, &tp()), generation, "");
     live.iter()
         .filter(|(key, v)| key.starts_with(&k) && v.is_some())
-        .filter(|(key, _)| key.len() == k.len() || key[k.len()] == 0)
         .count()
 }
 
@@ -151,6 +155,13 @@ async fn deltas_build_on_a_base_and_a_new_base_deletes_them() {
         stamp(&big, 3, Some(1)),
     );
     let got = read(&client(&topic)).await.expect("state");
+    // Stamped by the publish: the base's id and the writer's term.
+    assert!(got.base_id.is_some() && got.term >= 1);
+    let want = PartitionState {
+        base_id: got.base_id.clone(),
+        term: got.term,
+        ..want
+    };
     assert_eq!(got, want, "the base with both deltas");
     assert_eq!(
         (got.settled, got.generation, got.gaps.len()),
@@ -192,17 +203,24 @@ async fn deltas_build_on_a_base_and_a_new_base_deletes_them() {
         (7010, 4, 3004)
     );
 
-    // Another owner continues the chain it read: a delta on base 4.
+    // Another owner does not continue the chain it read (a zombie still writing on it
+    // could write into it): its first publish is a base of its own (generation 5), under a
+    // term past the one it read; then deltas on it.
     let c = client(&topic);
-    assert_eq!(read(&c).await.expect("taken over").generation, 4);
-    assert!(
-        !c.wants_base(AUDIT, &tp()),
-        "a chain was read: deltas follow"
-    );
+    let taken = read(&c).await.expect("taken over");
+    assert_eq!(taken.generation, 4);
+    assert!(c.wants_base(AUDIT, &tp()), "its own chain: a base first");
+    let refused = c.publish(&[delta(7020, &[])]).await;
+    assert!(refused.is_err_and(|e| e.to_string().contains("no base")));
+    c.publish(std::slice::from_ref(&taken))
+        .await
+        .expect("the new owner's base");
     c.publish(&[delta(7020, &[])]).await.expect("delta");
     let got = read(&client(&topic)).await.expect("state");
     assert_eq!(
         (got.settled, got.generation, got.gaps.len()),
-        (7020, 5, 3004)
+        (7020, 6, 3004)
     );
+    assert_eq!(got.term, taken.term + 1, "the new owner's term");
+    assert_ne!(got.base_id, taken.base_id, "its own base");
 }

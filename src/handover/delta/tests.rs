@@ -62,6 +62,9 @@ fn whole(settled: Offset, n: i64) -> PartitionState {
         key_claims: Vec::new(),
         generation: 0,
         base: None,
+        base_id: None,
+        prev: None,
+        term: 0,
         removed: Vec::new(),
         claims_kept: false,
         written_at: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
@@ -160,7 +163,7 @@ type Log = Vec<(i32, Vec<u8>, Option<Vec<u8>>)>;
 fn records(doc: &PartitionState, limit: usize, set: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     let base = key(AUDIT, &tp());
     let record = match doc.base {
-        Some(_) => delta_key(&base, doc.generation),
+        Some(_) => delta_key(&base, doc.generation, doc.base_id.as_deref().unwrap_or("")),
         None => base.clone(),
     };
     let slots = match doc.base {
@@ -186,20 +189,43 @@ fn write(log: &mut Log, doc: &PartitionState, limit: usize) {
 }
 
 fn read(log: &Log) -> (Option<PartitionState>, Chain) {
+    let (s, chain, _) = read_why(log);
+    (s, chain)
+}
+
+/// As [`read`], with why the partition's state was not usable, if it was not.
+fn read_why(log: &Log) -> (Option<PartitionState>, Chain, Option<String>) {
     let mut r = Reassembler::new(AUDIT, &[tp()]);
     for (p, k, v) in log {
         r.push(*p, k, v.as_deref());
     }
-    let (mut states, _, mut chains) = r.finish();
+    let (mut states, _, mut chains, mut unusable) = r.finish();
     (
         states.remove(&tp()),
         chains.remove(&key(AUDIT, &tp())).unwrap_or_default(),
+        unusable.remove(&tp()),
     )
 }
 
+/// `s` as published at `generation`: a base (`base` `None`, id `b{generation}`) or a delta
+/// on the base of generation `base` (id `b{base}`), built on the generation before it.
 fn at(mut s: PartitionState, generation: u64, base: Option<u64>) -> PartitionState {
     s.generation = generation;
     s.base = base;
+    s.base_id = Some(format!("b{}", base.unwrap_or(generation)));
+    s.prev = base.map(|_| generation - 1);
+    s
+}
+
+/// `s` built on generation `prev`.
+fn on(mut s: PartitionState, prev: u64) -> PartitionState {
+    s.prev = Some(prev);
+    s
+}
+
+/// `s` written under ownership term `term`.
+fn term(mut s: PartitionState, term: u64) -> PartitionState {
+    s.term = term;
     s
 }
 
@@ -227,9 +253,14 @@ fn the_reader_applies_every_complete_delta_of_the_latest_base_in_order() {
         (want.settled, want.generation, want.gaps.len()),
         (110, 3, 3)
     );
-    assert!(chain.live && chain.base == 1);
+    // Known, not continued: the next owner starts a chain of its own.
+    assert!(!chain.live && chain.base == 1);
     assert_eq!(
-        chain.deltas.iter().map(|(g, _)| *g).collect::<Vec<_>>(),
+        chain
+            .deltas
+            .iter()
+            .map(|((g, _), _)| *g)
+            .collect::<Vec<_>>(),
         vec![2, 3]
     );
 }
@@ -250,7 +281,7 @@ fn a_delta_cut_short_by_a_crash_is_never_taken_the_state_before_it_is() {
     log.push((0, recs[0].0.clone(), Some(recs[0].1.clone())));
     assert_eq!(read(&log).0, Some(b.clone()), "the base alone");
     // The next publish (the same changes, under the next generation) completes.
-    let big3 = at(big.clone(), 3, Some(1));
+    let big3 = on(at(big.clone(), 3, Some(1)), 1);
     write(&mut log, &big3, 20_000);
     assert_eq!(read(&log).0, Some(apply(b, big3)));
 }
@@ -265,7 +296,7 @@ fn deltas_of_an_older_base_are_skipped() {
     let b3 = at(whole(120, 1), 3, None);
     write(&mut log, &b3, 100_000);
     write(&mut log, &at(delta_with_gap(130, 40), 4, Some(1)), 100_000);
-    let d5 = at(idle(140), 5, Some(3));
+    let d5 = on(at(idle(140), 5, Some(3)), 3);
     write(&mut log, &d5, 100_000);
     let (got, chain) = read(&log);
     assert_eq!(got, Some(apply(b3, d5)));
@@ -281,7 +312,7 @@ fn deltas_of_an_older_base_are_skipped() {
 fn version_2_keys_are_not_taken_for_version_1_chunks() {
     // An older reader's key parser (2 NULs: single, 4: chunk with a numeric slot) finds
     // no slot in `d`: it skips deltas rather than misreading them.
-    let k = delta_key(&key(AUDIT, &tp()), 12);
+    let k = delta_key(&key(AUDIT, &tp()), 12, "h:1/17/0");
     let nuls = k.iter().filter(|b| **b == 0).count();
     assert_eq!(nuls, 4);
     let third = k.split(|b| *b == 0).nth(3).unwrap();
@@ -290,26 +321,177 @@ fn version_2_keys_are_not_taken_for_version_1_chunks() {
 
 #[test]
 fn a_new_base_is_wanted_when_none_is_known_or_the_deltas_outweigh_it() {
+    let now = std::time::Instant::now();
     let mut c = Chain::default();
-    assert!(c.wants_base(), "nothing known");
-    c.live = true;
-    c.base_bytes = 10 * REBASE_MIN_BYTES;
-    c.delta_bytes = 10 * REBASE_MIN_BYTES;
-    assert!(!c.wants_base());
-    c.delta_bytes += 1;
-    assert!(c.wants_base());
-    c.rebase_after = 20 * REBASE_MIN_BYTES;
-    assert!(
-        !c.wants_base(),
-        "after a failed base: not before the deltas doubled"
-    );
+    assert!(c.wants_base(now), "nothing known");
+    c.base_confirmed(1, "b1", 10 * REBASE_MIN_BYTES, now);
+    assert!(!c.wants_base(now));
+    c.delta_confirmed(2, 10 * REBASE_MIN_BYTES);
+    assert!(!c.wants_base(now));
+    c.delta_confirmed(3, 1);
+    assert!(c.wants_base(now), "the deltas outweigh the base");
     let small = Chain {
         live: true,
         base_bytes: 100,
         delta_bytes: REBASE_MIN_BYTES,
+        based_at: Some(now),
         ..Chain::default()
     };
-    assert!(!small.wants_base(), "deltas below the floor never rebase");
+    assert!(
+        !small.wants_base(now),
+        "deltas below the floor never rebase"
+    );
+}
+
+/// The slow timer: a chain that took deltas gets a new base after [`REBASE_EVERY`]; one
+/// that took none (nothing changed) does not.
+#[test]
+fn a_chain_that_took_deltas_is_rebased_after_rebase_every() {
+    let t0 = std::time::Instant::now();
+    let mut c = Chain::default();
+    c.base_confirmed(1, "b1", 50 << 20, t0);
+    let later = t0 + REBASE_EVERY;
+    assert!(!c.wants_base(later), "no delta since the base");
+    c.delta_confirmed(2, 300);
+    assert!(!c.wants_base(t0 + REBASE_EVERY / 2));
+    assert!(c.wants_base(later));
+}
+
+/// Point 4: a base reported failed may have landed. Deltas on the old base would then be
+/// skipped by every reader (the state frozen at the landed base): the next publish is a
+/// base again, under a new id, whatever the deltas weigh.
+#[test]
+fn after_a_failed_base_the_next_publish_is_a_base() {
+    let now = std::time::Instant::now();
+    let mut c = Chain::default();
+    c.base_confirmed(1, "b1", 50 << 20, now);
+    c.delta_confirmed(2, 300);
+    assert!(!c.wants_base(now));
+    c.base_failed();
+    assert!(
+        c.wants_base(now),
+        "never deltas on a base no reader may hold"
+    );
+    // And the reader's side: a landed base of the failure takes no delta of the old base,
+    // nor any of its own id but the writer's (none were written).
+    let mut log = Log::new();
+    let b1 = at(whole(90, 2), 1, None);
+    write(&mut log, &b1, 100_000);
+    let landed = at(whole(95, 2), 3, None);
+    write(&mut log, &landed, 100_000);
+    write(&mut log, &at(delta_with_gap(100, 30), 4, Some(1)), 100_000);
+    assert_eq!(
+        read(&log).0,
+        Some(landed),
+        "frozen if deltas went on naming b1"
+    );
+}
+
+/// Point 1: a writer that could not read the topic starts over at generation 1 with a new
+/// base; another owner's deltas of a base of generation 1 are left on the topic. They name
+/// another base id: never applied to the new base.
+#[test]
+fn a_new_base_with_a_reused_generation_adopts_no_leftover_delta() {
+    let mut log = Log::new();
+    let mut old = at(whole(90, 2), 1, None);
+    old.base_id = Some("x:1/aa/0".into());
+    write(&mut log, &old, 100_000);
+    let mut d2 = at(delta_with_gap(100, 30), 2, Some(1));
+    d2.base_id = old.base_id.clone();
+    write(&mut log, &d2, 100_000);
+    // The new owner's base: generation 1 again, its own id, fewer gaps.
+    let mut new = at(whole(80, 1), 1, None);
+    new.base_id = Some("y:2/bb/0".into());
+    write(&mut log, &new, 100_000);
+    let (got, chain) = read(&log);
+    assert_eq!(
+        got,
+        Some(new),
+        "the leftover delta 2 of base x is not applied"
+    );
+    assert_eq!(
+        chain.deltas.len(),
+        1,
+        "known, to be deleted with the next base"
+    );
+}
+
+/// Point 2: a zombie owner (term 1) writes a delta of the same generation as the new owner
+/// (term 2) on its own base: it lands under its own key and replaces nothing; the new
+/// owner's chain reads whole. And if the zombie writes a base over the new owner's, the
+/// new owner's later records (a higher term) make the state unusable: never the zombie's.
+#[test]
+fn a_zombie_owner_never_replaces_the_new_owners_state() {
+    let mut log = Log::new();
+    let z = term(at(whole(90, 2), 1, None), 1);
+    write(&mut log, &z, 100_000);
+    write(&mut log, &term(at(idle(95), 2, Some(1)), 1), 100_000);
+    // The new owner read generations up to 2 and term 1: base 3, term 2.
+    let n = term(at(whole(100, 3), 3, None), 2);
+    write(&mut log, &n, 100_000);
+    let n4 = term(at(delta_with_gap(110, 40), 4, Some(3)), 2);
+    write(&mut log, &n4, 100_000);
+    // The zombie's revoke publish: generation 4 too (its own count), on its base b1.
+    write(&mut log, &on(term(at(idle(96), 4, Some(1)), 1), 2), 100_000);
+    let n5 = term(at(idle(120), 5, Some(3)), 2);
+    write(&mut log, &n5, 100_000);
+    let want = apply(apply(n.clone(), n4.clone()), n5.clone());
+    assert_eq!(read(&log).0, Some(want));
+    // The zombie rebases over the new owner's base key.
+    write(&mut log, &term(at(whole(97, 2), 6, None), 1), 100_000);
+    let (got, _, why) = read_why(&log);
+    assert_eq!(got, None, "not the zombie's state");
+    assert!(why.expect("unusable").contains("term 2"));
+}
+
+/// An unreadable delta of the chain is never skipped: later deltas would apply over a hole.
+#[test]
+fn an_unreadable_delta_mid_chain_makes_the_state_unusable() {
+    let mut log = Log::new();
+    let b = at(whole(90, 2), 1, None);
+    write(&mut log, &b, 100_000);
+    write(&mut log, &at(delta_with_gap(100, 30), 2, Some(1)), 100_000);
+    let n = log.len();
+    write(&mut log, &at(delta_with_gap(110, 40), 3, Some(1)), 100_000);
+    write(&mut log, &at(idle(120), 4, Some(1)), 100_000);
+    assert!(read(&log).0.is_some());
+    let (_, _, v) = &mut log[n];
+    *v = Some(b"{not json".to_vec());
+    let (got, chain, why) = read_why(&log);
+    assert_eq!(got, None, "not the base with deltas 2 and 4 over the hole");
+    assert!(why.expect("unusable").contains("does not decode"));
+    assert!(chain.wants_base(std::time::Instant::now()));
+}
+
+/// A delta built on a generation the chain does not hold (lost: its records deleted, or a
+/// crash cut it short and the writer went on as if it had landed) is a hole.
+#[test]
+fn a_delta_built_on_a_generation_the_chain_lacks_makes_the_state_unusable() {
+    let mut log = Log::new();
+    write(&mut log, &at(whole(90, 2), 1, None), 100_000);
+    write(&mut log, &at(delta_with_gap(100, 30), 2, Some(1)), 100_000);
+    write(&mut log, &at(idle(110), 4, Some(1)), 100_000);
+    let (got, _, why) = read_why(&log);
+    assert_eq!(got, None);
+    assert!(why.expect("unusable").contains("generation Some(3)"));
+}
+
+/// A delta whose publish failed (landed or not) is followed by one built on the last
+/// acknowledged generation with every change since: both orders read the same state.
+#[test]
+fn a_failed_delta_landed_or_not_is_covered_by_the_next() {
+    let mut log = Log::new();
+    let b = at(whole(90, 2), 1, None);
+    write(&mut log, &b, 100_000);
+    let d2 = at(delta_with_gap(100, 30), 2, Some(1));
+    let mut d3 = on(at(delta_with_gap(110, 30), 3, Some(1)), 1);
+    d3.gaps[0].state = crate::gap::GapState::Acknowledged;
+    let mut without = log.clone();
+    write(&mut log, &d2, 100_000);
+    write(&mut log, &d3, 100_000);
+    write(&mut without, &d3, 100_000);
+    assert_eq!(read(&log).0, read(&without).0);
+    assert_eq!(read(&log).0, Some(apply(b, d3)));
 }
 
 #[test]
@@ -369,7 +551,7 @@ fn a_version_1_base_takes_no_deltas() {
     let (got, chain) = read(&log);
     assert_eq!(got, Some(v1));
     assert!(
-        chain.wants_base(),
+        chain.wants_base(std::time::Instant::now()),
         "deltas would not apply to it: a base next"
     );
 }
