@@ -212,7 +212,7 @@ impl<V: Verifier> Audit<V> {
         let tps: Vec<TopicPartition> = self
             .handover_dirty
             .iter()
-            .filter(|tp| self.parts.contains_key(*tp))
+            .filter(|tp| self.parts.contains_key(*tp) && !self.handover_lost.contains(*tp))
             .cloned()
             .collect();
         if tps.is_empty() {
@@ -335,6 +335,9 @@ impl<V: Verifier> Audit<V> {
                     // Stamped by `Handover::publish` from the handover's own order.
                     generation: 0,
                     base: (!whole).then_some(0),
+                    base_id: None,
+                    prev: None,
+                    term: 0,
                     removed: Vec::new(),
                     claims_kept,
                     written_at: now,
@@ -407,14 +410,15 @@ impl<V: Verifier> Audit<V> {
             published.push((b.tp, b.claims_hash));
             states.push(st);
         }
-        match h.publish(&states).await {
+        let result = h.publish(&states).await;
+        remember_claims(&mut self.handover_claims, published.iter(), result.is_ok());
+        match result {
             Ok(()) => {
                 for tp in &tps {
                     self.handover_dirty.remove(tp);
                 }
-                for (tp, claims) in published {
+                for (tp, _) in published {
                     self.handover_pending.remove(&tp);
-                    self.handover_claims.insert(tp, claims);
                 }
                 true
             }
@@ -423,5 +427,47 @@ impl<V: Verifier> Audit<V> {
                 false
             }
         }
+    }
+}
+
+/// What a delta compares its key claims with (`claims_kept`): the claims of the last publish
+/// the broker acknowledged, per partition. After a failed publish a partition's entry goes:
+/// its delta may have landed with other claims (a timeout says nothing of the broker's
+/// side), or others of the publish did, so the next delta repeats its claims.
+pub(super) fn remember_claims<'a>(
+    memory: &mut HashMap<TopicPartition, u64>,
+    published: impl Iterator<Item = &'a (TopicPartition, u64)>,
+    ok: bool,
+) {
+    for (tp, hash) in published {
+        if ok {
+            memory.insert(tp.clone(), *hash);
+        } else {
+            memory.remove(tp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A delta whose publish failed may have landed with new claims: the claims are sent
+    /// again, never kept (a later delta with the earlier claims would otherwise say
+    /// "kept", and a reader holding the failed delta's claims would keep those).
+    #[test]
+    fn claims_are_remembered_only_once_the_broker_acknowledged_them() {
+        let tp = TopicPartition::new("logs", 0);
+        let mut memory = HashMap::new();
+        remember_claims(&mut memory, [(tp.clone(), 1)].iter(), true);
+        assert_eq!(memory.get(&tp), Some(&1));
+        remember_claims(&mut memory, [(tp.clone(), 2)].iter(), false);
+        assert_eq!(
+            memory.get(&tp),
+            None,
+            "after a failure the claims' next publish repeats them"
+        );
+        remember_claims(&mut memory, [(tp.clone(), 2)].iter(), true);
+        assert_eq!(memory.get(&tp), Some(&2));
     }
 }

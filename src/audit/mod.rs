@@ -172,6 +172,9 @@ struct Audit<V> {
     handover_claims: HashMap<TopicPartition, u64>,
     /// Where the store's replay log was read up to for the handover (`None`: not yet).
     handover_replays: Option<i64>,
+    /// Partitions whose assignment the consumer reports lost (revoked without this instance
+    /// leaving cleanly: another instance may own them already): never published again.
+    handover_lost: BTreeSet<TopicPartition>,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
@@ -241,6 +244,7 @@ impl<V: Verifier> Audit<V> {
             handover_pending: HashMap::new(),
             handover_claims: HashMap::new(),
             handover_replays: None,
+            handover_lost: BTreeSet::new(),
             backlog: false,
             decoder: w.decoder,
             dead_letters: w.dead_letters,
@@ -495,8 +499,12 @@ impl<V: Verifier> Audit<V> {
                 let starts = self.assign(partitions).await;
                 let _ = reply.send(starts);
             }
-            TailEvent::Revoked { partitions, reply } => {
-                let offsets = self.revoke(&partitions).await;
+            TailEvent::Revoked {
+                partitions,
+                lost,
+                reply,
+            } => {
+                let offsets = self.revoke_as(&partitions, lost).await;
                 let _ = reply.send(offsets);
             }
             TailEvent::ReadTo(positions) => read_to::apply(&mut self.parts, positions),
