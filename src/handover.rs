@@ -58,7 +58,7 @@ pub use codec::{
 };
 use codec::{KeyKind, chunk_value, fnv1a, parse_chunk, parse_key};
 pub use delta::{Chain, DeltaId, Rebuild, apply};
-pub use publish::{Plan, plan, record_limit};
+pub use publish::{Plan, plan, policy_warning, record_limit};
 pub use read::Reassembler;
 
 /// Version of the state document this binary writes; documents of a newer version are

@@ -304,6 +304,7 @@ pub async fn run<V: Verifier + 'static>(
             if let Err(e) = h.ensure_topic().await {
                 tracing::warn!(error = %e, "cannot create the handover topic; it must exist already");
             }
+            h.check_policy().await;
             Some(Arc::new(h))
         }
         None => None,

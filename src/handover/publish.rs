@@ -121,6 +121,27 @@ pub fn plan(
     })
 }
 
+/// The warning for a handover topic whose `cleanup.policy` deletes records by retention
+/// (`delete`, with or without `compact`): a partition's base goes once it is older than
+/// `retention.ms`, whatever it holds. `None` for a compacted-only topic.
+pub fn policy_warning(topic: &str, r: &crate::kafka::retention::Retention) -> Option<String> {
+    if r.compact && !r.delete {
+        return None;
+    }
+    let policy = match (r.compact, r.delete) {
+        (true, _) => "compact,delete",
+        _ => "delete",
+    };
+    let after =
+        r.ms.filter(|ms| *ms >= 0)
+            .map_or("retention.ms".to_string(), |ms| {
+                format!("retention.ms ({ms} ms)")
+            });
+    Some(format!(
+        "state.handover_topic {topic:?} has cleanup.policy={policy}: a partition idle for longer than {after} loses its base (its next owner then resumes from its store or the group's commit, without the handed-over open gaps); set cleanup.policy=compact on the topic"
+    ))
+}
+
 /// One state to publish.
 struct Doc {
     /// Its partition's single-record key.
@@ -213,6 +234,28 @@ impl Handover {
             }
         }
         Ok(())
+    }
+
+    /// Warns when the topic's `cleanup.policy` deletes records by retention (see
+    /// [`policy_warning`]); a policy that cannot be read is only logged at debug level.
+    pub async fn check_policy(&self) {
+        let admin: AdminClient<DefaultClientContext> = match self.base.create() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(topic = %self.topic, error = %e, "cannot create an admin client to read the handover topic's cleanup.policy");
+                return;
+            }
+        };
+        match crate::kafka::retention::describe(&admin, &self.topic).await {
+            Ok(r) => {
+                if let Some(w) = policy_warning(&self.topic, &r) {
+                    tracing::warn!(topic = %self.topic, "{w}");
+                }
+            }
+            Err(e) => {
+                tracing::debug!(topic = %self.topic, error = %e, "cannot read the handover topic's cleanup.policy")
+            }
+        }
     }
 
     fn chain_of(&self, base: &[u8]) -> Chain {

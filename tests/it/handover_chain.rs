@@ -224,3 +224,50 @@ async fn deltas_build_on_a_base_and_a_new_base_deletes_them() {
     assert_eq!(got.term, taken.term + 1, "the new owner's term");
     assert_ne!(got.base_id, taken.base_id, "its own base");
 }
+
+/// Issue 41 item 3, points 1 and 2 on the real broker: a zombie owner (A, which has not
+/// seen its assignment lost) goes on publishing on its own chain after B took the
+/// partition over. Its deltas of the same generations as B's land under keys of their own
+/// and never reach B's state; once it writes a base over B's, the state is not usable
+/// (B's deltas have a higher term): the next owner falls back to its store, never takes
+/// the zombie's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_owner_never_replaces_the_new_owners_state() {
+    let topic = unique("handover_zombie");
+    let a = client(&topic);
+    a.ensure_topic().await.expect("handover topic");
+    assert!(read(&a).await.is_none());
+    a.publish(&[whole(10, &[1, 3])]).await.expect("A's base"); // generation 1
+    a.publish(&[delta(20, &[5])]).await.expect("A's delta"); // 2
+
+    // B takes over: a base of its own (3), then a delta (4).
+    let b = client(&topic);
+    let taken = read(&b).await.expect("B takes over");
+    assert_eq!((taken.settled, taken.gaps.len()), (20, 3));
+    b.publish(std::slice::from_ref(&taken))
+        .await
+        .expect("B's base");
+    b.publish(&[delta(30, &[7])]).await.expect("B's delta");
+    let firsts = |s: &PartitionState| s.gaps.iter().map(|g| g.first_offset).collect::<Vec<_>>();
+    let before = read(&client(&topic)).await.expect("B's state");
+    assert_eq!((before.settled, firsts(&before)), (30, vec![1, 3, 5, 7]));
+
+    // The zombie's deltas 3 and 4 (its own count) on its own base.
+    a.publish(&[delta(25, &[9])]).await.expect("zombie delta");
+    a.publish(&[delta(26, &[11])]).await.expect("zombie delta");
+    let got = read(&client(&topic)).await.expect("B's state still");
+    assert_eq!(got, before, "exactly B's state");
+
+    // The zombie rebases: its base (term 1) replaces B's base record (term 2).
+    let zombie = PartitionState {
+        settled: 27,
+        ..whole(27, &[1, 3, 5, 9, 11])
+    };
+    a.publish(std::slice::from_ref(&zombie))
+        .await
+        .expect("zombie base");
+    assert!(
+        read(&client(&topic)).await.is_none(),
+        "not the zombie's state: B's term-2 deltas outrank its base"
+    );
+}

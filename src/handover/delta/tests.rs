@@ -555,3 +555,25 @@ fn a_version_1_base_takes_no_deltas() {
         "deltas would not apply to it: a base next"
     );
 }
+
+/// A topic that deletes by retention is named with its policy and the config key; a
+/// compacted-only one is not.
+#[test]
+fn a_handover_topic_that_deletes_by_retention_is_warned_about() {
+    use crate::kafka::retention::Retention;
+    let r = |policy: &str| {
+        Retention::from_entries([
+            ("cleanup.policy", Some(policy)),
+            ("retention.ms", Some("3600000")),
+        ])
+    };
+    assert_eq!(policy_warning("h", &r("compact")), None);
+    let w = policy_warning("h", &r("delete")).expect("warned");
+    assert!(
+        w.contains("state.handover_topic") && w.contains("cleanup.policy=delete"),
+        "{w}"
+    );
+    assert!(w.contains("3600000 ms"), "{w}");
+    let w = policy_warning("h", &r("compact,delete")).expect("warned");
+    assert!(w.contains("cleanup.policy=compact,delete"), "{w}");
+}
