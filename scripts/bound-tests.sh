@@ -30,6 +30,10 @@ BOUND_TESTS=(
   # Every second record lost for 60 rounds, given up after 10: the gaps in memory stay
   # within 11 rounds' worth (flat), every gap still counted (issue 41 item 1).
   "--lib ledger::tests::retired::an_incident_longer_than_give_up_after_keeps_the_gaps_in_memory_flat"
+  # 101,000 open gaps on one partition with a handover topic: an idle round publishes
+  # <= 10 kB (bytes counted on the topic over a 10 s window), the group commit moves, and a
+  # takeover yields exactly the old owner's gaps (issue 41 item 3).
+  "--test it multi::handover_idle::a_hundred_thousand_open_gaps_publish_a_small_delta_per_idle_round"
   # `cargo run -- demo`'s whole run < 15 s.
   "--test demo demo_finishes_within_a_generous_bound"
   # The GapAuditorDataLoss alert reaches the Alertmanager webhook < 10 s after the loss.

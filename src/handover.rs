@@ -49,19 +49,24 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 mod codec;
+pub mod delta;
 mod publish;
 mod read;
 
 pub use codec::{
-    ChunkHeader, Latest, Slots, chunk_key, decode, encode, key, newer, prefer_handover,
+    ChunkHeader, Latest, Slots, chunk_key, decode, delta_key, encode, key, newer, prefer_handover,
 };
 use codec::{KeyKind, chunk_value, fnv1a, parse_chunk, parse_key};
-pub use publish::{Plan, plan, record_limit};
+pub use delta::{Chain, DeltaId, Rebuild, apply};
+pub use publish::{Plan, plan, policy_warning, record_limit};
 pub use read::Reassembler;
 
 /// Version of the state document this binary writes; documents of a newer version are
-/// ignored (with a warning) rather than misread.
-pub const VERSION: u32 = 1;
+/// ignored (with a warning) rather than misread. Version 2 (issue 41 item 3): a partition's
+/// state is a base plus deltas ([`delta`]); binaries of version 1 ignore version-2 records
+/// with a warning (they resume without the handed-over state, as with no handover topic)
+/// rather than take a base without its deltas. Version-1 documents are read as bases.
+pub const VERSION: u32 = 2;
 
 /// Version of the chunk envelope ([`ChunkHeader::chunk`]); chunks of a newer envelope are
 /// ignored rather than misread.
@@ -132,6 +137,14 @@ pub enum HandoverError {
         /// The smallest limit that works for this key.
         need: usize,
     },
+    /// A delta was asked for a partition whose base this process does not know.
+    #[error("handover topic {topic}: no base state of {partition} known to publish a delta on")]
+    NoBase {
+        /// The handover topic.
+        topic: String,
+        /// The partition.
+        partition: String,
+    },
     /// A record is not a handover document.
     #[error("handover record {key:?}: {what}")]
     Decode {
@@ -180,10 +193,45 @@ pub struct PartitionState {
     /// fast clock would win with older gap states). 0 in records of older binaries.
     #[serde(default)]
     pub generation: u64,
+    /// Record format 2: `Some(b)` makes this document a *delta* on the partition's base
+    /// state of generation `b` (see [`delta`]): only what changed since the state before
+    /// it. `None`: a whole state (a base).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<u64>,
+    /// Record format 2: in a base, its own id (unique per base: `owner/nanos/sequence`); in
+    /// a delta, the id of the base it applies to. A reader applies only deltas naming the
+    /// base it took, so a base whose generation repeats another's (a writer that could not
+    /// read the topic) never adopts another chain's deltas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_id: Option<String>,
+    /// In a delta: the generation of the publish it was built on (the last one of its chain
+    /// the broker acknowledged; the base's for the first delta). It holds every change since
+    /// that one, so a reader applies it only over a state that includes that generation: a
+    /// chain with a hole (a delta lost or unreadable) is not applied at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<u64>,
+    /// The ownership term of the writer: one more than the highest term it read on the
+    /// topic for this partition when it took it over (1 when it read nothing). A record of
+    /// a higher term than the base a reader took means a newer owner's chain lost its base
+    /// (a zombie owner wrote over it): the state is then not used. 0 in older records.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub term: u64,
+    /// In a delta: the key claims are those of the state before it (unchanged since; not
+    /// repeated every round).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub claims_kept: bool,
+    /// In a delta: ids of gaps that no longer need handing over (resolved, folded into an
+    /// overflow gap): the next owner drops them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
     /// When the owner wrote this record (for operators only: it never decides).
     pub written_at: DateTime<Utc>,
     /// Who wrote it (`host:pid`), for operators.
     pub owner: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl PartitionState {
@@ -224,6 +272,13 @@ pub struct Handover {
     /// The handover generation of each partition's latest state (single-record key →
     /// generation), from the read at assignment and this process's publishes since.
     generations: Mutex<HashMap<Vec<u8>, u64>>,
+    /// Each partition's chain of base and deltas (single-record key → [`Chain`]), from the
+    /// read at assignment and this process's publishes since; none: the next publish of
+    /// the partition must be a base.
+    chains: Mutex<HashMap<Vec<u8>, Chain>>,
+    /// This process's ownership term of each partition (single-record key → term, see
+    /// [`PartitionState::term`]), set by the read at assignment.
+    terms: Mutex<HashMap<Vec<u8>, u64>>,
 }
 
 impl std::fmt::Debug for Handover {
@@ -275,6 +330,8 @@ impl Handover {
             limit: AtomicUsize::new(record_limit(kafka)),
             slots: Mutex::new(HashMap::new()),
             generations: Mutex::new(HashMap::new()),
+            chains: Mutex::new(HashMap::new()),
+            terms: Mutex::new(HashMap::new()),
             sets: AtomicU64::new(0),
         })
     }

@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 mod blocking;
 pub(crate) mod divergence;
 mod gap_log;
+mod hand_over;
 mod ingest;
 mod kafka_view;
 mod partitions;
@@ -164,6 +165,16 @@ struct Audit<V> {
     handover: Option<Arc<Handover>>,
     /// Partitions whose state changed since it was last handed over.
     handover_dirty: BTreeSet<TopicPartition>,
+    /// What changed of each partition since its last handover publish (the next delta).
+    handover_pending: HashMap<TopicPartition, hand_over::Pending>,
+    /// A hash of the key claims each partition's last handover publish carried: a delta
+    /// repeats them only when they changed.
+    handover_claims: HashMap<TopicPartition, u64>,
+    /// Where the store's replay log was read up to for the handover (`None`: not yet).
+    handover_replays: Option<i64>,
+    /// Partitions whose assignment the consumer reports lost (revoked without this instance
+    /// leaving cleanly: another instance may own them already): never published again.
+    handover_lost: BTreeSet<TopicPartition>,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
@@ -230,6 +241,10 @@ impl<V: Verifier> Audit<V> {
             clock: w.clock,
             handover: w.handover,
             handover_dirty: BTreeSet::new(),
+            handover_pending: HashMap::new(),
+            handover_claims: HashMap::new(),
+            handover_replays: None,
+            handover_lost: BTreeSet::new(),
             backlog: false,
             decoder: w.decoder,
             dead_letters: w.dead_letters,
@@ -289,6 +304,7 @@ pub async fn run<V: Verifier + 'static>(
             if let Err(e) = h.ensure_topic().await {
                 tracing::warn!(error = %e, "cannot create the handover topic; it must exist already");
             }
+            h.check_policy().await;
             Some(Arc::new(h))
         }
         None => None,
@@ -484,8 +500,12 @@ impl<V: Verifier> Audit<V> {
                 let starts = self.assign(partitions).await;
                 let _ = reply.send(starts);
             }
-            TailEvent::Revoked { partitions, reply } => {
-                let offsets = self.revoke(&partitions).await;
+            TailEvent::Revoked {
+                partitions,
+                lost,
+                reply,
+            } => {
+                let offsets = self.revoke_as(&partitions, lost).await;
                 let _ = reply.send(offsets);
             }
             TailEvent::ReadTo(positions) => read_to::apply(&mut self.parts, positions),

@@ -459,11 +459,20 @@ impl<V: Verifier> Audit<V> {
             }
         };
         let mut imports = Vec::new();
+        // What this process noted for a handover before is stale: it starts from what it
+        // takes now (or from its local store, then with a whole state as its next publish).
+        for tp in partitions {
+            self.handover_pending.remove(tp);
+            self.handover_claims.remove(tp);
+        }
         for (tp, st) in states {
             let local = progress.get(&tp).map(|p| p.settled);
             if !handover::prefer_handover(local, &st) {
                 tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled,
                     "the local store is further than the handover topic: resuming from it");
+                if let Some(h) = &self.handover {
+                    h.forget_chain(&self.cfg.name, &tp);
+                }
                 continue;
             }
             tracing::info!(audit = %self.cfg.name, %tp, settled = st.settled, gaps = st.gaps.len(),
@@ -529,13 +538,33 @@ impl<V: Verifier> Audit<V> {
         }
     }
 
+    #[cfg(test)]
     pub(super) async fn revoke(
         &mut self,
         partitions: &[TopicPartition],
     ) -> Vec<(TopicPartition, Offset)> {
-        // The next owner gets the latest state of each, marks set from the CLI (replay)
-        // included, even when the ledger did not change since the last handover.
-        if self.handover.is_some() {
+        self.revoke_as(partitions, false).await
+    }
+
+    /// Revokes `partitions`; `lost`: the consumer reports the assignment lost (its session
+    /// or poll interval expired: another instance may own them and publish their state
+    /// already). A lost partition's state is stored locally but neither published to the
+    /// handover topic (it would replace the new owner's) nor committed (no offsets back).
+    pub(super) async fn revoke_as(
+        &mut self,
+        partitions: &[TopicPartition],
+        lost: bool,
+    ) -> Vec<(TopicPartition, Offset)> {
+        // An acknowledgement given since the last round goes with the handover (and leaves
+        // the ledger stored here), as a round would have taken it.
+        self.refresh_acknowledged().await;
+        if lost {
+            tracing::warn!(audit = %self.cfg.name, partitions = ?partitions,
+                "assignment lost (session or poll interval expired): the state of these partitions is neither handed over nor committed");
+            self.handover_lost.extend(partitions.iter().cloned());
+        } else if self.handover.is_some() {
+            // The next owner gets the latest state of each, marks set from the CLI (replay)
+            // included, even when the ledger did not change since the last handover.
             let owned: Vec<TopicPartition> = partitions
                 .iter()
                 .filter(|tp| self.parts.contains_key(*tp))
@@ -553,7 +582,7 @@ impl<V: Verifier> Audit<V> {
                     book.release(&mut part.ledger, ok);
                     part.held.clear(Some(book));
                 }
-                if ok {
+                if ok && !lost {
                     out.push((tp.clone(), part.ledger.settled()));
                 }
                 // Counters stay: summed over the instances of the group they are the truth.
@@ -561,6 +590,8 @@ impl<V: Verifier> Audit<V> {
                 self.writes.committed.remove(tp);
                 self.writes.stored.remove(tp);
                 self.handover_dirty.remove(tp);
+                self.handover_pending.remove(tp);
+                self.handover_claims.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }
@@ -577,6 +608,9 @@ impl<V: Verifier> Audit<V> {
         // Keys the release forgot (beyond the book's capacity) leave the store too.
         if ok && self.checker.book().is_some_and(KeyBook::has_changes) {
             self.persist().await;
+        }
+        for tp in partitions {
+            self.handover_lost.remove(tp);
         }
         self.publish();
         out

@@ -3,8 +3,6 @@
 
 use super::{Audit, GapLog, TRIM_AFTER_GAPS, blocking::blocking, ms_to_time};
 use crate::gap::{Gap, GapState, Offset, TopicPartition};
-use crate::handover;
-use crate::handover::PartitionState;
 use crate::kafka::Command;
 use crate::ledger::{Applied, ClaimsWrite, GapRecord, KeyBook, PartitionLedger};
 use crate::sink::Verifier;
@@ -140,6 +138,12 @@ impl<V: Verifier> Audit<V> {
                     .map(|g| g.id(&self.cfg.name, tp))
             })
             .collect();
+        // What the next handover delta must carry, applied once the store holds it.
+        let handed: Vec<super::hand_over::Change> = if self.handover.is_some() {
+            super::hand_over::changes(&self.cfg.name, &gaps, &progress, &self.parts)
+        } else {
+            Vec::new()
+        };
         if gaps.is_empty() && progress.is_empty() && keys.claims.is_empty() && !keys.whole {
             self.count_persisted();
             self.settle_retired().await;
@@ -183,6 +187,7 @@ impl<V: Verifier> Audit<V> {
                     crate::memory::release_free();
                 }
                 self.writes.stored.extend(marks);
+                self.pend(handed);
                 if let Some(book) = self.checker.book_mut() {
                     book.written(&keys);
                 }
@@ -286,150 +291,29 @@ impl<V: Verifier> Audit<V> {
             let read = blocking(move || {
                 let n = ops.len();
                 store
-                    .settle_retired(&audit, &t.topic, t.partition, &ops)
-                    .map(|agg| (n, agg))
+                    .settle_retired_changed(&audit, &t.topic, t.partition, &ops)
+                    .map(|(agg, changed)| (n, agg, changed))
             })
             .await;
             match read {
-                Ok((done, agg)) => {
+                Ok((done, agg, changed)) => {
                     if let Some(p) = self.parts.get_mut(&tp) {
                         p.ledger.retired_recounted(done, agg);
+                    }
+                    // Rows only the store changed: the next handover delta carries them.
+                    if self.handover.is_some() && !changed.is_empty() {
+                        self.handover_pending
+                            .entry(tp.clone())
+                            .or_default()
+                            .gaps
+                            .extend(changed);
+                        self.handover_dirty.insert(tp.clone());
                     }
                 }
                 Err(e) => {
                     tracing::error!(audit = %self.cfg.name, %tp, error = %e,
                         "cannot count the gaps that left memory (given up) in the store; their gauges stay as they were until it answers");
                 }
-            }
-        }
-    }
-
-    /// Publishes the state of every partition that changed since its last handover, with
-    /// its gaps read back from the store (states as an operator left them), and waits for
-    /// the broker's acknowledgement: only then may their settled offsets be committed.
-    /// `false` keeps them dirty for the next round and the settled watermark uncommitted.
-    pub(super) async fn hand_over(&mut self) -> bool {
-        let Some(h) = self.handover.clone() else {
-            return true;
-        };
-        let tps: Vec<TopicPartition> = self
-            .handover_dirty
-            .iter()
-            .filter(|tp| self.parts.contains_key(*tp))
-            .cloned()
-            .collect();
-        if tps.is_empty() {
-            self.handover_dirty.clear();
-            return true;
-        }
-        let now = Utc::now();
-        let mut states = Vec::new();
-        for tp in &tps {
-            let Some(p) = self.parts.get(tp).filter(|p| p.ledger.is_anchored()) else {
-                continue;
-            };
-            let snap = p.ledger.snapshot();
-            let mut ids: Vec<String> = snap
-                .gaps
-                .iter()
-                .chain(p.ledger.retired_unstored())
-                .map(|g| g.id(&self.cfg.name, tp))
-                .collect();
-            // Acknowledged gaps left the ledger, not the partition's story: the next owner
-            // must know them too (ids are `audit:topic:partition:first`; neither names
-            // contain `:`).
-            let prefix = format!("{}:{}:{}:", self.cfg.name, tp.topic, tp.partition);
-            ids.extend(
-                self.acks
-                    .ids
-                    .iter()
-                    .filter(|id| id.starts_with(&prefix))
-                    .cloned(),
-            );
-            let key_claims: Vec<(Vec<String>, u64)> = match self.checker.book() {
-                Some(book) => {
-                    let mut keys: Vec<&crate::record::Key> = p.ledger.missing_keys().collect();
-                    keys.sort_unstable();
-                    keys.dedup();
-                    keys.into_iter()
-                        .map(|k| (k.to_vec(), book.counts(k).1))
-                        .filter(|(_, n)| *n > 0)
-                        .collect()
-                }
-                None => Vec::new(),
-            };
-            states.push((
-                PartitionState {
-                    version: handover::VERSION,
-                    audit: self.cfg.name.clone(),
-                    topic: tp.topic.clone(),
-                    partition: tp.partition,
-                    settled: p.ledger.settled(),
-                    // With the topic id, as the store keeps it: the next owner compares it.
-                    ledger: with_topic_id(
-                        serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null),
-                        p.topic_id.as_deref(),
-                    ),
-                    gaps: Vec::new(),
-                    replayed: Vec::new(),
-                    retired: Vec::new(),
-                    key_claims,
-                    // Stamped by `Handover::publish` from the handover's own order.
-                    generation: 0,
-                    written_at: now,
-                    owner: h.owner().to_string(),
-                },
-                ids,
-            ));
-        }
-        let store = self.store.clone();
-        let read = blocking(move || {
-            let mut out = Vec::new();
-            for (mut st, ids) in states {
-                // One query per partition, not one per gap (an incident holds 100,000s).
-                let ids: std::collections::HashSet<String> = ids.into_iter().collect();
-                for (g, replayed, retired) in
-                    store.gaps_of_partition(&st.audit, &st.topic, st.partition)?
-                {
-                    // Retired gaps (in the store only) go with the rest: the next owner's
-                    // ledger counts them from its store.
-                    if retired
-                        && matches!(
-                            g.state,
-                            GapState::Open | GapState::Unrecoverable | GapState::Unverifiable
-                        )
-                    {
-                        st.retired.push(g.id.clone());
-                    } else if !ids.contains(&g.id) {
-                        continue;
-                    }
-                    if replayed {
-                        st.replayed.push(g.id.clone());
-                    }
-                    st.gaps.push(g);
-                }
-                out.push(st);
-            }
-            Ok::<_, crate::store::StoreError>(out)
-        })
-        .await;
-        let states = match read {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read gaps for the handover topic; the settled watermark stays uncommitted");
-                return false;
-            }
-        };
-        match h.publish(&states).await {
-            Ok(()) => {
-                for tp in &tps {
-                    self.handover_dirty.remove(tp);
-                }
-                true
-            }
-            Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot publish partition state to the handover topic; the settled watermark stays uncommitted until it succeeds");
-                false
             }
         }
     }
@@ -497,6 +381,11 @@ impl<V: Verifier> Audit<V> {
             }
             // A new acknowledgement changes what the next owner must know.
             if self.handover.is_some() {
+                self.handover_pending
+                    .entry(tp.clone())
+                    .or_default()
+                    .gaps
+                    .insert(g.id.clone());
                 self.handover_dirty.insert(tp);
             }
         }
@@ -547,17 +436,7 @@ pub(super) fn ledger_write(
     }
     let with_id = |v| with_topic_id(v, topic_id);
     let d = ledger.delta();
-    let mut head = serde_json::json!({ "tail_gap": d.tail_gap });
-    // The epoch goes with every write: the head replaces the stored one (see `Snapshot::epoch`).
-    if ledger.epoch() > 0
-        && let Some(o) = head.as_object_mut()
-    {
-        o.insert("epoch".to_string(), serde_json::Value::from(ledger.epoch()));
-    }
-    if let (Some(t), Some(o)) = (ledger.truncated_from(), head.as_object_mut()) {
-        o.insert("truncated_from".to_string(), serde_json::Value::from(t));
-    }
-    let head = with_id(head);
+    let head = ledger_head(ledger, topic_id);
     match (items(d.missing), items(d.gaps)) {
         (Some(missing), Some(gaps)) if !d.replace => {
             (head, Some(crate::store::LedgerItems { missing, gaps }))
@@ -569,8 +448,27 @@ pub(super) fn ledger_write(
     }
 }
 
+/// A ledger's head (everything but its items) as a progress row holds it: the tail gap,
+/// the epoch and truncation point when set, the topic id when known.
+pub(super) fn ledger_head(ledger: &PartitionLedger, topic_id: Option<&str>) -> serde_json::Value {
+    let mut head = serde_json::json!({ "tail_gap": ledger.tail_gap() });
+    // The epoch goes with every write: the head replaces the stored one (see `Snapshot::epoch`).
+    if ledger.epoch() > 0
+        && let Some(o) = head.as_object_mut()
+    {
+        o.insert("epoch".to_string(), serde_json::Value::from(ledger.epoch()));
+    }
+    if let (Some(t), Some(o)) = (ledger.truncated_from(), head.as_object_mut()) {
+        o.insert("truncated_from".to_string(), serde_json::Value::from(t));
+    }
+    with_topic_id(head, topic_id)
+}
+
 /// `ledger` (a progress row's JSON object) with `topic_id` in it, when known.
-fn with_topic_id(mut ledger: serde_json::Value, topic_id: Option<&str>) -> serde_json::Value {
+pub(super) fn with_topic_id(
+    mut ledger: serde_json::Value,
+    topic_id: Option<&str>,
+) -> serde_json::Value {
     if let (Some(id), Some(o)) = (topic_id, ledger.as_object_mut()) {
         o.insert("topic_id".to_string(), serde_json::Value::from(id));
     }

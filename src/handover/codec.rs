@@ -83,6 +83,18 @@ pub fn chunk_key(base: &[u8], slot: u8, index: u32) -> Vec<u8> {
     k
 }
 
+/// The key of the delta of generation `generation` on the base `base_id` of the partition
+/// whose single-record key is `base`: `{base}\0d\0{generation}.{base_id}` (record format 2).
+/// A delta too large for one record is chunked under it as a state is under `base`
+/// ([`chunk_key`]). Each delta has its own key, never another chain's: a delta is never
+/// overwritten in place, not even by another owner writing the same generation on its own
+/// base (a zombie owner's record cannot replace the new owner's).
+pub fn delta_key(base: &[u8], generation: u64, base_id: &str) -> Vec<u8> {
+    let mut k = base.to_vec();
+    k.extend_from_slice(format!("\u{0}d\u{0}{generation}.{base_id}").as_bytes());
+    k
+}
+
 /// What a handover key names: the partition's single record, or one chunk of a set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum KeyKind {
@@ -90,24 +102,36 @@ pub(super) enum KeyKind {
     Chunk { slot: u8, index: u32 },
 }
 
-/// Splits a handover key into its single-record key (the partition) and what it names;
-/// `None` for keys this binary did not write.
-pub(super) fn parse_key(k: &[u8]) -> Option<(&[u8], KeyKind)> {
+/// Splits a handover key into its partition's single-record key, the delta it belongs to
+/// (`None`: the partition's base state) and what it names; `None` for keys this binary did
+/// not write.
+pub(super) fn parse_key(k: &[u8]) -> Option<(&[u8], Option<DeltaId>, KeyKind)> {
     let nuls: Vec<usize> = k
         .iter()
         .enumerate()
         .filter(|(_, b)| **b == 0)
         .map(|(i, _)| i)
         .collect();
+    let num = |from: usize, to: usize| std::str::from_utf8(&k[from..to]).ok();
+    let chunk = |s: usize, i: usize| -> Option<KeyKind> {
+        let slot = num(s + 1, i)?.parse::<u8>().ok()?;
+        let index = num(i + 1, k.len())?.parse::<u32>().ok()?;
+        (slot < 2).then_some(KeyKind::Chunk { slot, index })
+    };
+    // `{generation}.{base id}`; a key of an earlier build without the id names no base.
+    let delta = |from: usize, to: usize| -> Option<DeltaId> {
+        let text = num(from, to)?;
+        let (g, id) = text.split_once('.').unwrap_or((text, ""));
+        Some((g.parse::<u64>().ok()?, id.to_string()))
+    };
     match nuls.as_slice() {
-        [_, _] => Some((k, KeyKind::Single)),
-        [_, _, s, i] => {
-            let slot = std::str::from_utf8(&k[s + 1..*i])
-                .ok()?
-                .parse::<u8>()
-                .ok()?;
-            let index = std::str::from_utf8(&k[i + 1..]).ok()?.parse::<u32>().ok()?;
-            (slot < 2).then_some((&k[..*s], KeyKind::Chunk { slot, index }))
+        [_, _] => Some((k, None, KeyKind::Single)),
+        [_, _, d, g] if &k[d + 1..*g] == b"d" => {
+            Some((&k[..*d], Some(delta(g + 1, k.len())?), KeyKind::Single))
+        }
+        [_, _, s, i] => Some((&k[..*s], None, chunk(*s, *i)?)),
+        [_, _, d, g, s, i] if &k[d + 1..*g] == b"d" => {
+            Some((&k[..*d], Some(delta(g + 1, *s)?), chunk(*s, *i)?))
         }
         _ => None,
     }

@@ -121,6 +121,40 @@ pub fn plan(
     })
 }
 
+/// The warning for a handover topic whose `cleanup.policy` deletes records by retention
+/// (`delete`, with or without `compact`): a partition's base goes once it is older than
+/// `retention.ms`, whatever it holds. `None` for a compacted-only topic.
+pub fn policy_warning(topic: &str, r: &crate::kafka::retention::Retention) -> Option<String> {
+    if r.compact && !r.delete {
+        return None;
+    }
+    let policy = match (r.compact, r.delete) {
+        (true, _) => "compact,delete",
+        _ => "delete",
+    };
+    let after =
+        r.ms.filter(|ms| *ms >= 0)
+            .map_or("retention.ms".to_string(), |ms| {
+                format!("retention.ms ({ms} ms)")
+            });
+    Some(format!(
+        "state.handover_topic {topic:?} has cleanup.policy={policy}: a partition idle for longer than {after} loses its base (its next owner then resumes from its store or the group's commit, without the handed-over open gaps); set cleanup.policy=compact on the topic"
+    ))
+}
+
+/// One state to publish.
+struct Doc {
+    /// Its partition's single-record key.
+    base: Vec<u8>,
+    /// The key it is written under (the partition's for a base, its delta's for a delta).
+    record: Vec<u8>,
+    doc: Vec<u8>,
+    generation: u64,
+    /// For a base: its id; for a delta: the id of its base.
+    base_id: String,
+    delta: bool,
+}
+
 /// One record in flight, and which state it carries.
 struct Sent {
     state: usize,
@@ -162,6 +196,13 @@ impl Handover {
         format!("{}/{nanos:x}/{seq}", self.owner)
     }
 
+    /// This process's ownership term of the partition keyed `base` (set by the read at
+    /// assignment; 1 when nothing was read).
+    fn term_of(&self, base: &[u8]) -> u64 {
+        let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry(base.to_vec()).or_insert(1)
+    }
+
     /// Creates the topic (one partition, `cleanup.policy=compact`) unless it exists. A
     /// broker that ignores the config still works: only the latest complete state per
     /// partition is ever used, compaction only bounds the topic's size.
@@ -195,26 +236,106 @@ impl Handover {
         Ok(())
     }
 
+    /// Warns when the topic's `cleanup.policy` deletes records by retention (see
+    /// [`policy_warning`]); a policy that cannot be read is only logged at debug level.
+    pub async fn check_policy(&self) {
+        let admin: AdminClient<DefaultClientContext> = match self.base.create() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(topic = %self.topic, error = %e, "cannot create an admin client to read the handover topic's cleanup.policy");
+                return;
+            }
+        };
+        match crate::kafka::retention::describe(&admin, &self.topic).await {
+            Ok(r) => {
+                if let Some(w) = policy_warning(&self.topic, &r) {
+                    tracing::warn!(topic = %self.topic, "{w}");
+                }
+            }
+            Err(e) => {
+                tracing::debug!(topic = %self.topic, error = %e, "cannot read the handover topic's cleanup.policy")
+            }
+        }
+    }
+
+    fn chain_of(&self, base: &[u8]) -> Chain {
+        let m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(base).cloned().unwrap_or_default()
+    }
+
+    fn update_chain(&self, base: &[u8], f: impl FnOnce(&mut Chain)) {
+        let mut m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
+        f(m.entry(base.to_vec()).or_default());
+    }
+
+    /// Whether the next publish of `tp` of `audit` must be a whole state (a base): no base
+    /// is known to this process (nothing read or published yet, or what it read was not
+    /// taken), or the deltas since the base outweigh it. Otherwise a delta will do.
+    pub fn wants_base(&self, audit: &str, tp: &TopicPartition) -> bool {
+        self.chain_of(&key(audit, tp)).wants_base(Instant::now())
+    }
+
+    /// Forgets what this process knows of `tp`'s chain: its next publish is a base (the
+    /// owner's state is not the chain's, e.g. its local store was further).
+    pub fn forget_chain(&self, audit: &str, tp: &TopicPartition) {
+        self.update_chain(&key(audit, tp), |c| c.live = false);
+    }
+
     /// Publishes each state — one record, or a set of chunks each within the record limit —
     /// and waits until the broker acknowledged every record (`acks=all`). Only then may the
-    /// settled offsets of these partitions be committed. A state the broker refuses as too
-    /// large is cut again at half the size (up to [`MAX_SHRINKS`] times, kept for later
-    /// publishes). After the acknowledgement, chunks older sets left behind are deleted
-    /// (tombstones; their failure only leaves garbage the reader ignores).
+    /// settled offsets of these partitions be committed. A state with `base: Some(_)` is a
+    /// delta ([`delta`]) on the partition's current base (the value given is replaced; the
+    /// caller asks [`Handover::wants_base`] first: a delta without a known base is refused);
+    /// one with `base: None` is a new base, after whose acknowledgement the old chain's
+    /// deltas are deleted. A state the broker refuses as too large is cut again at half the
+    /// size (up to [`MAX_SHRINKS`] times, kept for later publishes). After the
+    /// acknowledgement, chunks older sets left behind are deleted (tombstones; their failure
+    /// only leaves garbage the reader ignores).
     pub async fn publish(&self, states: &[PartitionState]) -> Result<(), HandoverError> {
         // Each state is stamped with its partition's next generation here, where the
-        // handover's own order is known: the caller's value is not trusted.
-        let docs: Vec<(Vec<u8>, Vec<u8>)> = states
-            .iter()
-            .map(|s| {
-                let base = key(&s.audit, &s.tp());
-                let stamped = PartitionState {
-                    generation: self.next_generation(&base),
-                    ..s.clone()
-                };
-                (base, encode(&stamped))
-            })
-            .collect();
+        // handover's own order is known: the caller's value is not trusted. Each doc:
+        // (partition key, record key, document, delta generation).
+        let mut docs: Vec<Doc> = Vec::new();
+        for s in states {
+            let base = key(&s.audit, &s.tp());
+            let chain = self.chain_of(&base);
+            if s.base.is_some() && !chain.live {
+                return Err(HandoverError::NoBase {
+                    topic: self.topic.clone(),
+                    partition: s.tp().to_string(),
+                });
+            }
+            let generation = self.next_generation(&base);
+            let delta = s.base.is_some();
+            // A base gets an id of its own (unique: never another base's, whatever its
+            // generation); a delta names its base and the publish it was built on.
+            let base_id = if delta {
+                chain.base_id.clone()
+            } else {
+                self.new_set_id()
+            };
+            let stamped = PartitionState {
+                generation,
+                base: delta.then_some(chain.base),
+                base_id: Some(base_id.clone()),
+                prev: delta.then_some(chain.last),
+                term: self.term_of(&base),
+                ..s.clone()
+            };
+            let record = if delta {
+                delta_key(&base, generation, &base_id)
+            } else {
+                base.clone()
+            };
+            docs.push(Doc {
+                base,
+                record,
+                doc: encode(&stamped),
+                generation,
+                base_id,
+                delta,
+            });
+        }
         let mut todo: Vec<usize> = (0..docs.len()).collect();
         let mut cleanup: Vec<DeliveryFuture> = Vec::new();
         let mut shrinks = 0;
@@ -225,15 +346,43 @@ impl Handover {
             let mut refused: HashSet<usize> = HashSet::new();
             let mut failure: Option<HandoverError> = None;
             'states: for &i in &todo {
-                let (base, doc) = &docs[i];
-                let plan = plan(doc, base, &self.slots_of(base), limit, &self.new_set_id())
-                    .map_err(|need| HandoverError::LimitTooSmall {
-                        topic: self.topic.clone(),
-                        limit,
-                        need,
+                let Doc {
+                    base,
+                    record,
+                    doc,
+                    generation,
+                    base_id,
+                    delta,
+                } = &docs[i];
+                // A delta's key is its own: nothing under it yet (a retry after a refusal
+                // writes a new set, which the reader never mixes with the refused one).
+                let slots = if *delta {
+                    Slots {
+                        latest: None,
+                        written: [0, 0],
+                        single_live: false,
+                    }
+                } else {
+                    self.slots_of(base)
+                };
+                let plan =
+                    plan(doc, record, &slots, limit, &self.new_set_id()).map_err(|need| {
+                        HandoverError::LimitTooSmall {
+                            topic: self.topic.clone(),
+                            limit,
+                            need,
+                        }
                     })?;
                 // From the first enqueue on, the slot may hold this set's chunks.
-                self.set_slots(base, plan.failed);
+                if *delta {
+                    let id: DeltaId = (*generation, base_id.clone());
+                    self.update_chain(base, |c| {
+                        c.deltas.retain(|(d, _)| *d != id);
+                        c.deltas.push((id, plan.failed));
+                    });
+                } else {
+                    self.set_slots(base, plan.failed);
+                }
                 for (k, v) in &plan.records {
                     let rec = FutureRecord::to(&self.topic)
                         .partition(PARTITION)
@@ -273,22 +422,74 @@ impl Handover {
                 let Some(plan) = plans.remove(i) else {
                     continue;
                 };
-                self.set_slots(&docs[*i].0, plan.done);
-                for k in &plan.cleanup {
-                    let rec = FutureRecord::<[u8], [u8]>::to(&self.topic)
-                        .partition(PARTITION)
-                        .key(k);
-                    if let Ok(d) = self.producer.send_result(rec) {
-                        cleanup.push(d);
+                let d = &docs[*i];
+                let mut tombstones = plan.cleanup.clone();
+                if d.delta {
+                    self.update_chain(&d.base, |c| {
+                        c.delta_confirmed(d.generation, d.doc.len() as u64)
+                    });
+                } else {
+                    self.set_slots(&d.base, plan.done);
+                    // The new base stands: the old chain's deltas go.
+                    let now = Instant::now();
+                    let mut old = Vec::new();
+                    self.update_chain(&d.base, |c| {
+                        old = c.base_confirmed(d.generation, &d.base_id, d.doc.len() as u64, now);
+                    });
+                    tombstones.extend(old.iter().flat_map(|(id, s)| delta_keys(&d.base, id, s)));
+                }
+                let unsent = self.send_tombstones(&tombstones, &mut cleanup).await;
+                // Delta keys not deleted stay known: the next base deletes them.
+                let mut left: Vec<(DeltaId, Slots)> = Vec::new();
+                for k in &unsent {
+                    let Some((_, Some(id), kind)) = parse_key(k) else {
+                        continue;
+                    };
+                    let at = match left.iter().position(|(x, _)| *x == id) {
+                        Some(at) => at,
+                        None => {
+                            let none = Slots {
+                                latest: None,
+                                written: [0, 0],
+                                single_live: false,
+                            };
+                            left.push((id, none));
+                            left.len() - 1
+                        }
+                    };
+                    let s = &mut left[at].1;
+                    match kind {
+                        KeyKind::Single => s.single_live = true,
+                        KeyKind::Chunk { slot, index } => {
+                            let w = &mut s.written[usize::from(slot)];
+                            *w = (*w).max(index + 1);
+                        }
                     }
+                }
+                if !left.is_empty() {
+                    self.update_chain(&d.base, |c| {
+                        for (id, slots) in left {
+                            if !c.deltas.iter().any(|(x, _)| *x == id) {
+                                c.deltas.push((id, slots));
+                            }
+                        }
+                    });
                 }
                 let records = plan.records.len();
                 if records > 1 {
                     tracing::debug!(topic = %self.topic, partition = %states[*i].tp(), records,
-                        bytes = docs[*i].1.len(), "partition state published in chunks");
+                        bytes = d.doc.len(), "partition state published in chunks");
                 }
             }
             if let Some(e) = failure {
+                // A base that failed may have landed all the same: the next publish is a
+                // base again (never deltas on a base no reader may take).
+                for &i in &todo {
+                    let d = &docs[i];
+                    if !d.delta && !ok.contains(&i) {
+                        self.update_chain(&d.base, Chain::base_failed);
+                    }
+                }
                 return Err(e);
             }
             if refused.is_empty() {
@@ -316,4 +517,60 @@ impl Handover {
         }
         Ok(())
     }
+}
+
+impl Handover {
+    /// Sends a tombstone for each of `keys`, their deliveries added to `pending`. A full
+    /// producer queue (a burst of thousands of delta keys at a rebase) is waited out by
+    /// awaiting what is in flight, then tried again; the keys still not sent are returned
+    /// (never dropped silently: the caller keeps them for the next base to delete).
+    async fn send_tombstones(
+        &self,
+        keys: &[Vec<u8>],
+        pending: &mut Vec<DeliveryFuture>,
+    ) -> Vec<Vec<u8>> {
+        let mut unsent = Vec::new();
+        for k in keys {
+            let mut waited = false;
+            loop {
+                let rec = FutureRecord::<[u8], [u8]>::to(&self.topic)
+                    .partition(PARTITION)
+                    .key(k);
+                match self.producer.send_result(rec) {
+                    Ok(d) => pending.push(d),
+                    Err((e, _))
+                        if !waited
+                            && e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
+                    {
+                        waited = true;
+                        for d in pending.drain(..) {
+                            if let Ok(Err((e, _))) = d.await {
+                                tracing::debug!(topic = %self.topic, error = %e, "deleting a stale handover record failed; it stays until the next base of its partition");
+                            }
+                        }
+                        continue;
+                    }
+                    Err((e, _)) => {
+                        tracing::debug!(topic = %self.topic, error = %e, "cannot enqueue the deletion of a stale handover record; tried again with the next base");
+                        unsent.push(k.clone());
+                    }
+                }
+                break;
+            }
+        }
+        unsent
+    }
+}
+
+/// The keys delta `id` of the partition keyed `base` may hold records under.
+pub(super) fn delta_keys(base: &[u8], id: &DeltaId, slots: &Slots) -> Vec<Vec<u8>> {
+    let record = delta_key(base, id.0, &id.1);
+    let mut out: Vec<Vec<u8>> = (0..2u8)
+        .flat_map(|s| (0..slots.written[usize::from(s)]).map(move |i| (s, i)))
+        .map(|(s, i)| chunk_key(&record, s, i))
+        .collect();
+    if slots.single_live {
+        out.push(record);
+    }
+    out
 }

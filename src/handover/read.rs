@@ -2,6 +2,7 @@
 //! partition reassembled from single records and chunk sets.
 
 use super::*;
+use std::collections::{BTreeMap, HashSet};
 
 /// The set a chunk belongs to: everything its header says about the whole, so a chunk
 /// whose header disagrees is of another set.
@@ -30,15 +31,13 @@ struct KeyLog {
     /// Live chunks per set.
     live: HashMap<SetId, u32>,
     single_live: bool,
-    /// The latest complete state, and the one before it (used if the latest does not
-    /// decode).
+    /// The latest complete state.
     latest: Option<Complete>,
-    before: Option<Complete>,
 }
 
 impl KeyLog {
     fn complete(&mut self, c: Complete) {
-        self.before = self.latest.replace(c);
+        self.latest = Some(c);
     }
 
     fn forget_chunk(&mut self, at: (u8, u32)) {
@@ -70,7 +69,6 @@ impl KeyLog {
                     .is_some_and(|c| c.from == Latest::Single)
                 {
                     self.latest = None;
-                    self.before = None;
                 }
             }
             (KeyKind::Chunk { slot, index }, v) => {
@@ -135,16 +133,18 @@ impl KeyLog {
         }
     }
 
-    /// The latest complete state that decodes (the one before it if the latest does not).
-    fn state(&self, base: &[u8]) -> Option<PartitionState> {
-        for c in [&self.latest, &self.before].into_iter().flatten() {
-            match decode(base, Some(&c.doc)) {
-                Ok(Some(s)) => return Some(s),
-                Ok(None) => return None,
-                Err(e) => tracing::warn!(error = %e, "unreadable handover state skipped"),
-            }
+    /// The latest complete state and its size: `Ok(None)` when no state is complete (a
+    /// publish cut short, a tombstone, or a document of a newer version), `Err` when the
+    /// latest complete one does not decode. Never the one before it: a chain moved on from
+    /// it (its deltas may be deleted), so it would be an older state taken for the latest.
+    fn state(&self, base: &[u8]) -> Result<Option<(PartitionState, usize)>, String> {
+        let Some(c) = &self.latest else {
+            return Ok(None);
+        };
+        match decode(base, Some(&c.doc)) {
+            Ok(s) => Ok(s.map(|s| (s, c.doc.len()))),
+            Err(e) => Err(e.to_string()),
         }
-        None
     }
 }
 
@@ -154,8 +154,19 @@ impl KeyLog {
 pub struct Reassembler {
     /// Single-record key → partition, of the partitions wanted.
     wanted: HashMap<Vec<u8>, TopicPartition>,
-    logs: HashMap<(i32, Vec<u8>), KeyLog>,
+    /// Per handover partition, partition key and delta (`None`: the base).
+    logs: HashMap<(i32, Vec<u8>, Option<DeltaId>), KeyLog>,
 }
+
+/// What [`Reassembler::finish`] found: the latest complete state of each wanted partition,
+/// what its base keys in handover partition 0 hold, its chain of base and deltas, and why
+/// the state of a partition whose records were found was not usable.
+pub type Found = (
+    HashMap<TopicPartition, PartitionState>,
+    HashMap<Vec<u8>, Slots>,
+    HashMap<Vec<u8>, Chain>,
+    HashMap<TopicPartition, String>,
+);
 
 impl Reassembler {
     /// A reassembler for partitions `tps` of `audit`; records of others are skipped.
@@ -168,27 +179,26 @@ impl Reassembler {
 
     /// Feeds one record of handover partition `partition` (`value` `None`: a tombstone).
     pub fn push(&mut self, partition: i32, key: &[u8], value: Option<&[u8]>) {
-        let Some((base, kind)) = parse_key(key) else {
+        let Some((base, delta, kind)) = parse_key(key) else {
             return;
         };
         if !self.wanted.contains_key(base) {
             return;
         }
         self.logs
-            .entry((partition, base.to_vec()))
+            .entry((partition, base.to_vec(), delta))
             .or_default()
             .push(base, kind, value);
     }
 
-    /// The latest complete state of each wanted partition that has one, and what its keys
-    /// in handover partition 0 hold (for [`plan`]; every wanted partition has an entry).
-    pub fn finish(
-        self,
-    ) -> (
-        HashMap<TopicPartition, PartitionState>,
-        HashMap<Vec<u8>, Slots>,
-    ) {
+    /// The latest complete state of each wanted partition that has one (its latest base
+    /// with every complete delta of that base applied in chain order, see [`with_deltas`]),
+    /// what its base keys in handover partition 0 hold (for [`plan`]; every wanted partition
+    /// has an entry), its chain there (never live: the next owner starts its own), and the
+    /// partitions whose records make no usable state (with the reason).
+    pub fn finish(self) -> Found {
         let mut states: HashMap<TopicPartition, PartitionState> = HashMap::new();
+        let mut unusable: HashMap<TopicPartition, String> = HashMap::new();
         let mut slots: HashMap<Vec<u8>, Slots> = self
             .wanted
             .keys()
@@ -202,27 +212,179 @@ impl Reassembler {
                 )
             })
             .collect();
+        let mut chains: HashMap<Vec<u8>, Chain> = HashMap::new();
+        // Deltas per (handover partition, partition key), in generation order.
+        type Deltas<'a> = BTreeMap<&'a DeltaId, &'a KeyLog>;
+        let mut deltas: HashMap<(i32, &[u8]), Deltas<'_>> = HashMap::new();
+        for ((partition, base, delta), log) in &self.logs {
+            if let Some(d) = delta {
+                deltas
+                    .entry((*partition, base.as_slice()))
+                    .or_default()
+                    .insert(d, log);
+            }
+        }
+        let known = |m: &Deltas<'_>| -> Vec<(DeltaId, Slots)> {
+            m.iter().map(|(d, l)| ((*d).clone(), l.slots())).collect()
+        };
         // In handover-partition order, so that a tie in [`newer`] goes the same way on
         // every reader (a HashMap's order differs per process).
-        let mut logs: Vec<_> = self.logs.iter().collect();
-        logs.sort_unstable_by_key(|((partition, base), _)| (*partition, base.clone()));
-        for ((partition, base), log) in logs {
-            if *partition == PARTITION {
-                slots.insert(base.clone(), log.slots());
-            }
+        let mut logs: Vec<_> = self
+            .logs
+            .iter()
+            .filter(|((_, _, delta), _)| delta.is_none())
+            .collect();
+        logs.sort_unstable_by_key(|((partition, base, _), _)| (*partition, base.clone()));
+        for ((partition, base, _), log) in logs {
             let Some(tp) = self.wanted.get(base) else {
                 continue;
             };
-            if let Some(s) = log.state(base) {
-                let s = match states.remove(tp) {
-                    Some(prev) => newer(prev, s),
-                    None => s,
-                };
-                states.insert(tp.clone(), s);
+            let mine = deltas
+                .remove(&(*partition, base.as_slice()))
+                .unwrap_or_default();
+            let mut chain = Chain {
+                deltas: known(&mine),
+                ..Chain::default()
+            };
+            let found = match log.state(base) {
+                Ok(Some((s, bytes))) if s.base.is_none() => {
+                    chain.base = s.generation;
+                    chain.base_bytes = bytes as u64;
+                    with_deltas(s, base, &mine, &mut chain)
+                }
+                Ok(Some(_)) => Err("a delta under the base's key".to_string()),
+                Ok(None) => Ok(None),
+                Err(e) => Err(format!("its latest base does not decode: {e}")),
+            };
+            // The next owner's term passes every record's, whatever was usable.
+            chain.term = chain.term.max(max_term(base, &mine));
+            match found {
+                Ok(Some(s)) => {
+                    let s = match states.remove(tp) {
+                        Some(prev) => newer(prev, s),
+                        None => s,
+                    };
+                    states.insert(tp.clone(), s);
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    unusable.insert(tp.clone(), why);
+                }
+            }
+            if *partition == PARTITION {
+                slots.insert(base.clone(), log.slots());
+                chains.insert(base.clone(), chain);
             }
         }
-        (states, slots)
+        // Deltas whose base key holds nothing: left over, deleted with the next base.
+        for ((partition, base), m) in deltas {
+            let c = chains.entry(base.to_vec()).or_default();
+            c.term = c.term.max(max_term(base, &m));
+            if partition == PARTITION {
+                c.deltas = known(&m);
+            }
+        }
+        // A partition found unusable in one handover partition has no state from another.
+        for tp in unusable.keys() {
+            states.remove(tp);
+        }
+        (states, slots, chains, unusable)
     }
+}
+
+/// The highest ownership term among the decodable records of `deltas`.
+fn max_term(base: &[u8], deltas: &BTreeMap<&DeltaId, &KeyLog>) -> u64 {
+    deltas
+        .values()
+        .filter_map(|l| l.state(base).ok().flatten())
+        .map(|(d, _)| d.term)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Base `s` with the deltas of its chain among `deltas` applied: those naming its id, after
+/// it, in generation order, each decoded and applied in turn (a chain may hold a hundred
+/// thousand) and only over a state holding the generation it was built on; their sizes are
+/// added to `chain`'s, and the highest term seen is `chain.term`. A base without deltas is
+/// taken as written. `Err` (the state is not usable: the new owner falls back to its store,
+/// never to a mixture): a delta of the chain that does not decode, one built on a
+/// generation the chain does not hold (a hole), or a record of a higher ownership term than
+/// the base (a newer owner's chain whose base was written over).
+fn with_deltas(
+    s: PartitionState,
+    base: &[u8],
+    deltas: &BTreeMap<&DeltaId, &KeyLog>,
+    chain: &mut Chain,
+) -> Result<Option<PartitionState>, String> {
+    chain.term = s.term;
+    // A version-1 base (written by an older binary during an upgrade, which reads no
+    // version-2 record) has no deltas: its generation may repeat a version-2 base's.
+    if s.version < 2 {
+        return Ok(Some(s));
+    }
+    // Decoded by key, not yet applied: a record of any chain may tell of a newer owner.
+    let id = s.base_id.clone().unwrap_or_default();
+    let mut newest = 0;
+    for ((_, of), log) in deltas {
+        match log.state(base) {
+            Ok(Some((d, _))) => newest = newest.max(d.term),
+            Ok(None) => {}
+            Err(e) if !id.is_empty() && *of == id => {
+                return Err(format!("a delta of its chain does not decode: {e}"));
+            }
+            // Another chain's unreadable record: nothing of this one.
+            Err(_) => {}
+        }
+    }
+    if newest > s.term {
+        chain.term = newest;
+        return Err(format!(
+            "a record of ownership term {newest} follows a base of term {}: a newer owner's base was written over",
+            s.term
+        ));
+    }
+    /// The base as read, or once a delta applies, the state being rebuilt.
+    enum Acc {
+        Base(Box<PartitionState>),
+        Built(Box<Rebuild>),
+    }
+    let mut held: HashSet<u64> = HashSet::from([s.generation]);
+    let first = s.generation;
+    let mut acc = Acc::Base(Box::new(s));
+    for ((g, of), log) in deltas {
+        // A base without an id (of an earlier build) takes no delta.
+        if id.is_empty() || *of != id || *g <= first {
+            continue;
+        }
+        // Not complete (a publish cut short): a later delta holds its changes, or the
+        // owner did not go on (and committed nothing past the state before it).
+        let Some((d, n)) = log.state(base)? else {
+            continue;
+        };
+        if d.base_id.as_deref() != Some(id.as_str()) || d.generation != *g || d.base.is_none() {
+            return Err(format!("delta {g} does not match its key"));
+        }
+        match d.prev {
+            Some(p) if held.contains(&p) => {}
+            p => {
+                return Err(format!(
+                    "delta {g} is built on generation {p:?}, which its chain does not hold"
+                ));
+            }
+        }
+        held.insert(*g);
+        chain.delta_bytes += n as u64;
+        let mut w = match acc {
+            Acc::Base(b) => Box::new(Rebuild::new(*b)),
+            Acc::Built(w) => w,
+        };
+        w.apply(d);
+        acc = Acc::Built(w);
+    }
+    Ok(Some(match acc {
+        Acc::Base(b) => *b,
+        Acc::Built(w) => w.finish(),
+    }))
 }
 
 impl Handover {
@@ -237,9 +399,12 @@ impl Handover {
         // process knew from an earlier ownership is stale (another owner wrote since).
         {
             let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let mut c = self.chains.lock().unwrap_or_else(|p| p.into_inner());
             for tp in tps {
                 m.remove(&key(audit, tp));
+                c.remove(&key(audit, tp));
             }
+            // The term stays: a read that fails keeps the one known (or none: 1 then).
         }
         let mut c = self.base.clone();
         // A group id is needed by librdkafka for a consumer; assign() never joins it and
@@ -308,21 +473,47 @@ impl Handover {
                 r.push(m.partition(), k, m.payload());
             }
         }
-        let (states, slots) = r.finish();
+        let (states, slots, mut chains, unusable) = r.finish();
+        for (tp, why) in &unusable {
+            tracing::warn!(topic = %self.topic, partition = %tp, reason = %why,
+                "the handover state of this partition is not usable: it resumes from the local store (or the group's commit)");
+        }
         {
             let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             m.extend(slots);
         }
         // This process's next publish of a partition continues after the generation it
-        // took over (a partition never written starts at 1).
+        // took over (a partition never written starts at 1), and after every delta left on
+        // the topic; it is a base of its own (a chain is never continued from another
+        // owner's), under a term past every term read.
         let mut g = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.terms.lock().unwrap_or_else(|p| p.into_inner());
         for tp in tps {
             let base = key(audit, tp);
-            match states.get(tp) {
-                Some(s) => g.insert(base, s.generation),
-                None => g.remove(&base),
+            let chain = chains.remove(&base).unwrap_or_default();
+            let left = chain.deltas.iter().map(|((d, _), _)| *d).max();
+            match states
+                .get(tp)
+                .map(|s| s.generation)
+                .max(left)
+                .max(Some(chain.base))
+            {
+                Some(n) if n > 0 => g.insert(base.clone(), n),
+                _ => g.remove(&base),
             };
+            t.insert(base.clone(), chain.term.saturating_add(1));
+            m.insert(
+                base,
+                Chain {
+                    live: false,
+                    ..chain
+                },
+            );
         }
+        drop(t);
+        drop(m);
+        drop(g);
         Ok(states)
     }
 }

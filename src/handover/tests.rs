@@ -36,6 +36,12 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
         retired: Vec::new(),
         key_claims: vec![(vec!["10.0.0.1".into(), "a.com".into()], 2)],
         generation: 0,
+        base: None,
+        base_id: None,
+        prev: None,
+        term: 0,
+        removed: Vec::new(),
+        claims_kept: false,
         written_at: Utc.timestamp_opt(at_s, 0).unwrap(),
         owner: "h:1".into(),
     }
@@ -205,7 +211,7 @@ fn read(log: &Log) -> (Option<PartitionState>, Slots) {
     for (p, k, v) in log {
         r.push(*p, k, v.as_deref());
     }
-    let (mut states, slots) = r.finish();
+    let (mut states, slots, _, _) = r.finish();
     (
         states.remove(&TopicPartition::new("logs", 3)),
         slots
@@ -272,18 +278,26 @@ fn a_large_state_is_cut_into_chunks_within_the_limit_and_reassembled() {
 }
 
 #[test]
-fn a_state_that_fits_stays_one_record_in_the_version_1_format() {
+fn a_state_that_fits_stays_one_record_and_version_1_records_still_read() {
     let s = state(42, 1_700_000_100);
     let mut log = Log::new();
     let p = Writer::new().publish(&mut log, &s, LIMIT);
     assert_eq!(
         p.records,
         vec![(base(), encode(&s))],
-        "what older binaries read"
+        "one record under the partition's key"
     );
     assert_reads(&log, Some(&s), "single record");
-    // And an older binary's record is read as before.
-    assert_reads(&vec![(0, base(), Some(encode(&s)))], Some(&s), "v1 record");
+    // And an older binary's record (version 1: always a whole state) is read as a base.
+    let v1 = PartitionState {
+        version: 1,
+        ..s.clone()
+    };
+    assert_reads(
+        &vec![(0, base(), Some(encode(&v1)))],
+        Some(&v1),
+        "v1 record",
+    );
 }
 
 #[test]
@@ -302,7 +316,7 @@ fn a_set_cut_short_by_a_crash_is_never_taken_the_previous_state_is() {
     }
     // The retry after the crash writes B's slot again, never A's.
     let slot_of = |p: &Plan| match parse_key(&p.records[0].0) {
-        Some((_, KeyKind::Chunk { slot, .. })) => slot,
+        Some((_, None, KeyKind::Chunk { slot, .. })) => slot,
         other => panic!("not a chunk: {other:?}"),
     };
     let a_slot = match read(&log).1.latest {
@@ -334,7 +348,7 @@ fn a_writer_never_writes_into_the_slot_of_the_latest_complete_state() {
         let next = w.plan(&big(99, 400), LIMIT);
         assert!(
             next.records.iter().all(|(k, _)| matches!(parse_key(k),
-                Some((_, KeyKind::Chunk { slot: s, .. })) if s != slot)),
+                Some((_, None, KeyKind::Chunk { slot: s, .. })) if s != slot)),
             "the next set goes to the other slot"
         );
     }
@@ -511,7 +525,7 @@ fn across_handover_partitions_the_newer_state_wins() {
     let mut r = Reassembler::new("dns", &tps());
     r.push(0, &base(), Some(&encode(&new)));
     r.push(3, &base(), Some(&encode(&old)));
-    let (states, _) = r.finish();
+    let (states, _, _, _) = r.finish();
     assert_eq!(states.get(&TopicPartition::new("logs", 3)), Some(&new));
 }
 
@@ -542,12 +556,20 @@ fn a_limit_without_room_for_a_chunk_is_refused_with_what_would_do() {
 #[test]
 fn chunk_keys_parse_back() {
     let b = base();
-    assert_eq!(parse_key(&b), Some((&b[..], KeyKind::Single)));
+    assert_eq!(parse_key(&b), Some((&b[..], None, KeyKind::Single)));
     let k = chunk_key(&b, 1, 17);
     assert_eq!(
         parse_key(&k),
-        Some((&b[..], KeyKind::Chunk { slot: 1, index: 17 }))
+        Some((&b[..], None, KeyKind::Chunk { slot: 1, index: 17 }))
     );
+    let d = delta_key(&b, 42, "h:1/17/0");
+    let id = Some((42, "h:1/17/0".to_string()));
+    assert_eq!(parse_key(&d), Some((&b[..], id.clone(), KeyKind::Single)));
+    assert_eq!(
+        parse_key(&chunk_key(&d, 0, 3)),
+        Some((&b[..], id, KeyKind::Chunk { slot: 0, index: 3 }))
+    );
+    assert_eq!(parse_key(&chunk_key(&d, 2, 3)), None, "two slots only");
     assert_eq!(parse_key(&chunk_key(&b, 2, 0)), None, "two slots only");
     assert_eq!(parse_key(b"a\0b"), None);
     assert_eq!(parse_key(b"a\0b\0c\0d"), None);
@@ -581,7 +603,7 @@ fn equal_watermarks_are_decided_by_generation_never_by_the_writers_clock() {
         let mut r = Reassembler::new("dns", &[state(0, 0).tp()]);
         r.push(0, &k, Some(p0));
         r.push(1, &k, Some(p1));
-        let (states, _) = r.finish();
+        let (states, _, _, _) = r.finish();
         let s = &states[&state(0, 0).tp()];
         assert_eq!(s.written_at.timestamp(), 1_700_000_000, "the owner's state");
     }

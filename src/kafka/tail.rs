@@ -83,6 +83,10 @@ pub enum TailEvent {
     Revoked {
         /// The partitions.
         partitions: Vec<TopicPartition>,
+        /// The consumer reports the assignment lost (session or poll interval expired):
+        /// another member may own the partitions already, so nothing of theirs is handed
+        /// over or committed.
+        lost: bool,
         /// The audit task's answer.
         reply: oneshot::Sender<Vec<(TopicPartition, Offset)>>,
     },

@@ -106,8 +106,8 @@ impl Store {
     }
 
     /// Every gap of one partition of `audit`, with whether `replay` marked it and whether
-    /// it is retired (in the store only, see `retired.rs`), in offset order: one query for a
-    /// handover (which used to ask for each gap by id).
+    /// it is retired (in the store only, see `retired.rs`), in offset order. (The handover
+    /// no longer reads this: see [`Store::unresolved_gaps_of_partition`].)
     pub fn gaps_of_partition(
         &self,
         audit: &str,
@@ -137,6 +137,70 @@ impl Store {
             out.push((self.decode_gap(raw)?, replayed, retired));
         }
         Ok(out)
+    }
+
+    /// The unresolved gaps (open, unrecoverable, unverifiable) of one partition of `audit`,
+    /// with whether `replay` marked it and whether it is retired, in offset order: a
+    /// handover base reads these (and the acknowledged ones it names by id), never the
+    /// partition's resolved history (issue 41 item 3). Through the `(audit, state)` index.
+    pub fn unresolved_gaps_of_partition(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<(Gap, bool, bool)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the unresolved gaps of {audit}/{topic}-{partition}");
+        let mut stmt = conn
+            .prepare_cached(&unresolved_of_partition_sql())
+            .map_err(self.sq(ctx()))?;
+        let rows: Vec<(RawGap, bool, bool)> = stmt
+            .query_map(params![audit, topic, partition], |row| {
+                Ok((
+                    RawGap::from_row(row)?,
+                    row.get::<_, bool>(20)?,
+                    row.get::<_, bool>(21)?,
+                ))
+            })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        drop(stmt);
+        drop(conn);
+        rows.into_iter()
+            .map(|(raw, replayed, retired)| Ok((self.decode_gap(raw)?, replayed, retired)))
+            .collect()
+    }
+
+    /// The gaps of `ids` that exist, with whether `replay` marked them and whether they are
+    /// retired: what a handover delta reads (only the gaps that changed), by primary key.
+    pub fn gaps_by_ids(&self, ids: &[String]) -> Result<Vec<(Gap, bool, bool)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read {} gaps by id", ids.len());
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps WHERE id = ?1"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let mut raws = Vec::new();
+        for id in ids {
+            let row = stmt
+                .query_row(params![id], |row| {
+                    Ok((
+                        RawGap::from_row(row)?,
+                        row.get::<_, bool>(20)?,
+                        row.get::<_, bool>(21)?,
+                    ))
+                })
+                .optional()
+                .map_err(self.sq(ctx()))?;
+            raws.extend(row);
+        }
+        drop(stmt);
+        drop(conn);
+        raws.into_iter()
+            .map(|(raw, replayed, retired)| Ok((self.decode_gap(raw)?, replayed, retired)))
+            .collect()
     }
 
     /// The open gaps of one partition of `audit` that share an offset with
@@ -345,4 +409,14 @@ pub(super) fn decode_gap(path: &Path, raw: RawGap) -> Result<Gap, StoreError> {
         shared_key: raw.shared_key,
         replayed_at: parse_opt_ts(path, raw.replayed_at, &what)?,
     })
+}
+
+/// The query of [`Store::unresolved_gaps_of_partition`]: through the `(audit, state)`
+/// index, so resolved rows are never visited.
+pub(super) fn unresolved_of_partition_sql() -> String {
+    format!(
+        "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps
+         WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')
+           AND topic = ?2 AND partition = ?3 ORDER BY first_offset"
+    )
 }

@@ -59,6 +59,10 @@ fn count(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// A logged replay as the handover needs it: (gap id, topic, partition, first offset, last
+/// offset).
+pub type ReplayedRange = (Option<String>, String, i32, Offset, Offset);
+
 impl Store {
     /// Appends one replay to the log.
     pub fn record_replay(&self, r: &ReplayRecord) -> Result<(), StoreError> {
@@ -209,5 +213,52 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// Replays of `audit` logged after `since` (the log's `seq`): (gap id, topic, partition,
+    /// first offset, last offset) each, and the position to ask from next. What the daemon
+    /// hands over again (a replay marks gaps `replayed`), without reading every gap.
+    pub fn replays_since(
+        &self,
+        audit: &str,
+        since: i64,
+    ) -> Result<(Vec<ReplayedRange>, i64), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the replays of {audit} since {since}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT seq, gap_id, topic, partition, first_offset, last_offset FROM replays
+                 WHERE seq > ?1 AND audit = ?2 ORDER BY seq",
+            )
+            .map_err(self.sq(ctx()))?;
+        let mut pos = since;
+        let mut out = Vec::new();
+        let rows = stmt
+            .query_map(params![since, audit], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Option<String>>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i32>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                ))
+            })
+            .map_err(self.sq(ctx()))?;
+        for r in rows {
+            let (seq, id, topic, partition, first, last) = r.map_err(self.sq(ctx()))?;
+            pos = pos.max(seq);
+            out.push((id, topic, partition, first, last));
+        }
+        Ok((out, pos))
+    }
+
+    /// The replay log's last position (`seq`), 0 when empty.
+    pub fn replay_position(&self) -> Result<i64, StoreError> {
+        let conn = self.lock();
+        conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM replays", [], |r| {
+            r.get(0)
+        })
+        .map_err(self.sq("read the replay log's position".to_string()))
     }
 }

@@ -70,24 +70,39 @@ impl Store {
         partition: i32,
         ops: &[RetiredOp],
     ) -> Result<RetiredGaps, StoreError> {
+        self.settle_retired_changed(audit, topic, partition, ops)
+            .map(|(agg, _)| agg)
+    }
+
+    /// [`Store::settle_retired`], and the ids of the rows its operations changed (the
+    /// handover's next delta carries them: issue 41 item 3).
+    pub fn settle_retired_changed(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        ops: &[RetiredOp],
+    ) -> Result<(RetiredGaps, Vec<String>), StoreError> {
         let mut conn = self.lock();
         let ctx = || format!("count the retired gaps of {audit}/{topic}-{partition}");
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(self.sq(ctx()))?;
         let now = fmt_ts(Utc::now());
+        let mut changed = Vec::new();
         for op in ops {
-            match *op {
+            let (sql, args) = match *op {
                 // As `log_start_moved` marks a gap in memory.
-                RetiredOp::Deleted { below, at_ms } => tx.execute(
+                RetiredOp::Deleted { below, at_ms } => (
                     "UPDATE gaps SET state = 'unrecoverable', unrecoverable_at = ?5,
                             updated_at = ?6
                      WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
-                       AND state = 'open' AND missing_records > 0 AND first_offset < ?4",
-                    params![audit, topic, partition, below, ms_ts(at_ms), now],
+                       AND state = 'open' AND missing_records > 0 AND first_offset < ?4
+                     RETURNING id",
+                    (below, at_ms),
                 ),
                 // As `diverged_ledger` reports the gaps it no longer follows.
-                RetiredOp::Gone { from, at_ms } => tx.execute(
+                RetiredOp::Gone { from, at_ms } => (
                     "UPDATE gaps SET
                         state = CASE WHEN state = 'open' AND size_known AND missing_records > 0
                                      THEN 'unrecoverable' ELSE state END,
@@ -96,18 +111,28 @@ impl Store {
                                                 THEN ?5 ELSE unrecoverable_at END,
                         retired = 0, updated_at = ?6
                      WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
-                       AND first_offset >= ?4",
-                    params![audit, topic, partition, from, ms_ts(at_ms), now],
+                       AND first_offset >= ?4
+                     RETURNING id",
+                    (from, at_ms),
                 ),
-            }
-            .map_err(self.sq(ctx()))?;
+            };
+            let mut stmt = tx.prepare_cached(sql).map_err(self.sq(ctx()))?;
+            let ids = stmt
+                .query_map(
+                    params![audit, topic, partition, args.0, ms_ts(args.1), now],
+                    |r| r.get::<_, String>(0),
+                )
+                .map_err(self.sq(ctx()))?
+                .collect::<Result<Vec<String>, _>>()
+                .map_err(self.sq(ctx()))?;
+            changed.extend(ids);
         }
         let out = count(&tx, &self.path, audit, topic, partition).map_err(|e| match e {
             CountError::Sql(e) => self.sq(ctx())(e),
             CountError::Corrupt(s) => s,
         })?;
         tx.commit().map_err(self.sq(ctx()))?;
-        Ok(out)
+        Ok((out, changed))
     }
 }
 

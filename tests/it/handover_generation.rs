@@ -35,6 +35,12 @@ fn state(settled: i64, owner: &str, written_at: chrono::DateTime<Utc>) -> Partit
         retired: Vec::new(),
         key_claims: Vec::new(),
         generation: 99,
+        base: None,
+        base_id: None,
+        prev: None,
+        term: 0,
+        removed: Vec::new(),
+        claims_kept: false,
         written_at,
         owner: owner.into(),
     }

@@ -15,6 +15,7 @@ mod deleted_rows;
 mod fake_registry;
 mod faults;
 mod figures;
+mod handover_chain;
 mod handover_generation;
 mod input;
 mod key_forms;

@@ -17,6 +17,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod handover_idle;
+
 const PARTITIONS: i32 = 6;
 /// Records produced per partition per phase.
 const PHASE: i64 = 30;

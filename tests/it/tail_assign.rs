@@ -128,7 +128,9 @@ fn serve(
                     }
                     assigns += 1;
                 }
-                TailEvent::Revoked { partitions, reply } => {
+                TailEvent::Revoked {
+                    partitions, reply, ..
+                } => {
                     let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
                     seen.lock()
                         .expect("seen")

@@ -100,7 +100,9 @@ async fn a_reposition_naming_a_start_not_yet_applied_restarts_it() {
                         }
                         assigns += 1;
                     }
-                    TailEvent::Revoked { partitions, reply } => {
+                    TailEvent::Revoked {
+                        partitions, reply, ..
+                    } => {
                         shared
                             .lock()
                             .unwrap()
@@ -452,7 +454,9 @@ fn member(
                         let _ = reply.send(partitions.into_iter().map(|tp| (tp, at)).collect());
                     });
                 }
-                TailEvent::Revoked { partitions, reply } => {
+                TailEvent::Revoked {
+                    partitions, reply, ..
+                } => {
                     seen.lock()
                         .unwrap()
                         .revoked

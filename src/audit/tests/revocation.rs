@@ -61,3 +61,49 @@ async fn a_partition_assigned_again_resumes_at_its_stored_offset() {
     let starts = h.audit.assign(vec![tp(0)]).await;
     assert_eq!(starts, vec![(tp(0), 6)], "the store wins over the log end");
 }
+
+/// Issue 41 item 3, point 3: an acknowledgement given after the last round and before a
+/// revoke goes with the revoke's write (and so with its handover publish): the stored
+/// ledger no longer holds the gap. Before, revoke wrote the ledger as the last round left
+/// it, and the next owner took the acknowledged gap back as open.
+#[tokio::test]
+async fn an_ack_given_just_before_a_revoke_goes_with_it() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), expected(0..5)).await;
+    h.in_sink(0..2);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    let gaps = h.stored_gaps();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    let ledger_gaps = |h: &Harness| -> usize {
+        let p = h.store.load_progress(AUDIT).expect("progress");
+        p[0].ledger["gaps"].as_array().map_or(0, Vec::len)
+    };
+    assert_eq!(ledger_gaps(&h), 1);
+    assert!(h.store.ack(&gaps[0].id, "known").expect("ack"));
+    let out = h.audit.revoke(&[tp(0)]).await;
+    assert_eq!(out, vec![(tp(0), 5)]);
+    assert_eq!(
+        ledger_gaps(&h),
+        0,
+        "the acknowledged gap left the ledger the revoke stored and handed over"
+    );
+}
+
+/// Point 2: a revocation the consumer reports as a lost assignment (another member may own
+/// the partitions already) hands back no offset to commit.
+#[tokio::test]
+async fn a_lost_assignment_commits_nothing() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(0..6);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    let out = h.audit.revoke_as(&[tp(0)], true).await;
+    assert!(out.is_empty(), "{out:?}");
+    assert!(h.audit.parts.is_empty());
+    assert!(
+        h.audit.handover_lost.is_empty(),
+        "forgotten with the partition"
+    );
+}

@@ -202,8 +202,16 @@ impl ConsumerContext for TailContext {
                     s.retain(|st| !st.partitions.is_empty());
                     self.any_starting.store(!s.is_empty(), Ordering::Release);
                 }
-                let answer = self.ask(alive, |reply| TailEvent::Revoked { partitions, reply });
-                if let Some(offsets) = answer.filter(|o| !o.is_empty()) {
+                // Lost (not given up in a rebalance): the group moved on without this
+                // member, whose commit would be refused and whose handover publish would
+                // replace the new owner's.
+                let lost = consumer.assignment_lost();
+                let answer = self.ask(alive, |reply| TailEvent::Revoked {
+                    partitions,
+                    lost,
+                    reply,
+                });
+                if let Some(offsets) = answer.filter(|o| !o.is_empty() && !lost) {
                     commit(consumer, &offsets);
                 }
                 let r = if cooperative {

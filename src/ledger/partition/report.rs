@@ -57,6 +57,11 @@ impl PartitionLedger {
         }
     }
 
+    /// First offset of the gap the next missing record extends.
+    pub fn tail_gap(&self) -> Option<Offset> {
+        self.tail_gap
+    }
+
     /// The log epoch of the gap the ledger holds at `first` ([`GapRecord::epoch`]).
     pub fn gap_epoch(&self, first: Offset) -> Option<u32> {
         self.gaps.get(&first).map(|g| g.epoch)

@@ -1,0 +1,473 @@
+//! The handover publish (`state.handover_topic`, record format 2, `handover::delta`): a
+//! partition's whole state (a base) when the handover has none to build on or its deltas
+//! outweigh it, else a delta of what changed since the last publish — the ledger items the
+//! store writes carried, the gaps whose rows changed — so an idle round publishes a few
+//! hundred bytes per partition, whatever the number of open gaps (issue 41 item 3).
+
+use super::persist::{ledger_head, with_topic_id};
+use super::{Audit, Part, blocking::blocking};
+use crate::gap::{Gap, Offset, TopicPartition};
+use crate::handover::{self, PartitionState};
+use crate::sink::Verifier;
+use crate::store::PartitionProgress;
+use chrono::Utc;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// What changed of a partition since its last handover publish: the next delta.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Pending {
+    /// The ledger was written whole (a new or restored ledger, a divergence): the next
+    /// delta carries all its items, replacing the previous ones.
+    pub(super) replace: bool,
+    /// Missing runs by first offset (`None`: gone).
+    pub(super) missing: BTreeMap<Offset, Option<serde_json::Value>>,
+    /// Ledger gaps by first offset (`None`: gone).
+    pub(super) ledger_gaps: BTreeMap<Offset, Option<serde_json::Value>>,
+    /// Reported gaps whose rows changed (read back from the store at publish).
+    pub(super) gaps: BTreeSet<String>,
+}
+
+/// One store write's changes for the handover of one partition.
+pub(super) struct Change {
+    tp: TopicPartition,
+    /// The ledger items written (`None`: the ledger was written whole), if it was written.
+    items: Option<Option<crate::store::LedgerItems>>,
+    gaps: Vec<String>,
+}
+
+/// The handover changes of a store write: its progress rows' items, its gaps, and the
+/// gaps that left memory or were folded with it.
+pub(super) fn changes(
+    audit: &str,
+    gaps: &[Gap],
+    progress: &[PartitionProgress],
+    parts: &BTreeMap<TopicPartition, Part>,
+) -> Vec<Change> {
+    let mut by: HashMap<TopicPartition, Change> = HashMap::new();
+    fn entry(by: &mut HashMap<TopicPartition, Change>, tp: TopicPartition) -> &mut Change {
+        by.entry(tp.clone()).or_insert_with(|| Change {
+            tp,
+            items: None,
+            gaps: Vec::new(),
+        })
+    }
+    for p in progress {
+        entry(&mut by, TopicPartition::new(p.topic.clone(), p.partition)).items =
+            Some(p.items.clone());
+    }
+    for g in gaps {
+        entry(&mut by, TopicPartition::new(g.topic.clone(), g.partition))
+            .gaps
+            .push(g.id.clone());
+    }
+    for (tp, p) in parts {
+        let l = &p.ledger;
+        let ids: Vec<String> = l
+            .retired_unstored()
+            .iter()
+            .chain(l.folded_unstored())
+            .map(|g| g.id(audit, tp))
+            .collect();
+        if !ids.is_empty() {
+            entry(&mut by, tp.clone()).gaps.extend(ids);
+        }
+    }
+    by.into_values().collect()
+}
+
+/// Ledger items as JSON values (a store item that does not parse is left out of the
+/// delta: it is not JSON the ledger wrote).
+fn parsed(items: &[(Offset, Option<String>)]) -> Vec<(Offset, Option<serde_json::Value>)> {
+    items
+        .iter()
+        .filter_map(|(o, v)| match v {
+            None => Some((*o, None)),
+            Some(s) => serde_json::from_str(s).ok().map(|v| (*o, Some(v))),
+        })
+        .collect()
+}
+
+/// A hash of key claims, to tell whether they changed since the last publish.
+fn claims_hash(claims: &[(Vec<String>, u64)]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    claims.hash(&mut h);
+    h.finish()
+}
+
+/// A state's gaps as read from the store for a publish: rows with (replayed, retired).
+type Rows = Vec<(Gap, bool, bool)>;
+
+/// Whether a gap row goes to the next owner: unresolved and in the store only (retired),
+/// or named in `ids` (the ledger holds it, it left memory this round, or it was
+/// acknowledged).
+fn handed(row: &(Gap, bool, bool), ids: &HashSet<String>) -> bool {
+    let (g, _, retired) = row;
+    (*retired && g.state.is_unresolved()) || ids.contains(&g.id)
+}
+
+/// A state to publish: whole (a base) or a delta, and the gap ids to read for it.
+struct Build {
+    tp: TopicPartition,
+    /// A hash of the key claims this state stands for (carried, or kept).
+    claims_hash: u64,
+    state: PartitionState,
+    /// A base: read the partition's unresolved gaps (and `ids` acknowledged); a delta:
+    /// read `ids` only.
+    whole: bool,
+    read: Vec<String>,
+    /// The ids a row must be in to be handed over (see [`handed`]).
+    ids: HashSet<String>,
+}
+
+impl<V: Verifier> Audit<V> {
+    /// Records a store write's changes for the next handover delta.
+    pub(super) fn pend(&mut self, changes: Vec<Change>) {
+        for c in changes {
+            let p = self.handover_pending.entry(c.tp).or_default();
+            match c.items {
+                Some(None) => {
+                    p.replace = true;
+                    p.missing.clear();
+                    p.ledger_gaps.clear();
+                }
+                Some(Some(items)) if !p.replace => {
+                    p.missing.extend(parsed(&items.missing));
+                    p.ledger_gaps.extend(parsed(&items.gaps));
+                }
+                _ => {}
+            }
+            p.gaps.extend(c.gaps);
+        }
+    }
+
+    /// Gaps `gap-auditor replay` marked since the last look (the store's replay log): their
+    /// marks go with the next delta of their partitions.
+    async fn pend_replays(&mut self) {
+        let store = self.store.clone();
+        let audit = self.cfg.name.clone();
+        let since = self.handover_replays;
+        let owned: HashSet<TopicPartition> = self.parts.keys().cloned().collect();
+        let read = blocking(move || match since {
+            // At the start: from now (a base reads every mark of the gaps it carries).
+            None => Ok((Vec::new(), store.replay_position()?)),
+            Some(since) => {
+                let (rows, position) = store.replays_since(&audit, since)?;
+                let mut ids = Vec::new();
+                for (id, topic, partition, first, last) in rows {
+                    let tp = TopicPartition::new(topic, partition);
+                    if !owned.contains(&tp) {
+                        continue;
+                    }
+                    match id {
+                        Some(id) => ids.push((tp, id)),
+                        None => {
+                            for g in store.open_gaps_overlapping(
+                                &audit,
+                                &tp.topic,
+                                tp.partition,
+                                first,
+                                last,
+                            )? {
+                                ids.push((tp.clone(), g.id));
+                            }
+                        }
+                    }
+                }
+                Ok::<_, crate::store::StoreError>((ids, position))
+            }
+        })
+        .await;
+        match read {
+            Ok((ids, position)) => {
+                for (tp, id) in ids {
+                    self.handover_pending
+                        .entry(tp.clone())
+                        .or_default()
+                        .gaps
+                        .insert(id);
+                    self.handover_dirty.insert(tp);
+                }
+                self.handover_replays = Some(position);
+            }
+            Err(e) => {
+                tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read the replay log for the handover; retried next round");
+            }
+        }
+    }
+
+    /// Publishes the state of every partition that changed since its last handover — a
+    /// delta of what changed, or the whole state when the handover has no base to build on
+    /// or its deltas outweigh it — and waits for the broker's acknowledgement: only then may
+    /// their settled offsets be committed. Gap rows are read back from the store (states as
+    /// an operator left them): for a delta only those that changed, for a base the
+    /// partition's unresolved ones and its acknowledged ones by id, never its resolved
+    /// history. `false` keeps them dirty (their changes pending) for the next round and the
+    /// settled watermark uncommitted.
+    pub(super) async fn hand_over(&mut self) -> bool {
+        let Some(h) = self.handover.clone() else {
+            return true;
+        };
+        self.pend_replays().await;
+        let tps: Vec<TopicPartition> = self
+            .handover_dirty
+            .iter()
+            .filter(|tp| self.parts.contains_key(*tp) && !self.handover_lost.contains(*tp))
+            .cloned()
+            .collect();
+        if tps.is_empty() {
+            self.handover_dirty.clear();
+            return true;
+        }
+        let now = Utc::now();
+        let mut builds = Vec::new();
+        for tp in &tps {
+            let Some(p) = self.parts.get(tp).filter(|p| p.ledger.is_anchored()) else {
+                continue;
+            };
+            let whole = h.wants_base(&self.cfg.name, tp);
+            let pending = self.handover_pending.get(tp).cloned().unwrap_or_default();
+            let prefix = format!("{}:{}:{}:", self.cfg.name, tp.topic, tp.partition);
+            let acked = self.acks.ids.iter().filter(|id| id.starts_with(&prefix));
+            let (ledger, read, ids) = if whole {
+                let snap = p.ledger.snapshot();
+                let mut ids: HashSet<String> = snap
+                    .gaps
+                    .iter()
+                    .chain(p.ledger.retired_unstored())
+                    .map(|g| g.id(&self.cfg.name, tp))
+                    .collect();
+                // Acknowledged gaps left the ledger, not the partition's story: the next
+                // owner must know them too (ids are `audit:topic:partition:first`; neither
+                // name contains `:`).
+                ids.extend(acked.cloned());
+                // Read by id besides the unresolved rows: the acknowledged ones, and any the
+                // ledger holds in another state (the tail gap).
+                let read: Vec<String> = ids.iter().cloned().collect();
+                let ledger = with_topic_id(
+                    serde_json::to_value(&snap).unwrap_or(serde_json::Value::Null),
+                    p.topic_id.as_deref(),
+                );
+                (ledger, read, ids)
+            } else {
+                let mut ledger = ledger_head(&p.ledger, p.topic_id.as_deref());
+                if let Some(o) = ledger.as_object_mut() {
+                    if pending.replace {
+                        let snap = p.ledger.snapshot();
+                        o.insert("replace".into(), serde_json::Value::Bool(true));
+                        o.insert("missing".into(), serde_json::json!(snap.missing));
+                        o.insert("gaps".into(), serde_json::json!(snap.gaps));
+                    } else {
+                        for (field, removed, items) in [
+                            ("missing", "missing_removed", &pending.missing),
+                            ("gaps", "gaps_removed", &pending.ledger_gaps),
+                        ] {
+                            let up: Vec<&serde_json::Value> = items.values().flatten().collect();
+                            let gone: Vec<Offset> = items
+                                .iter()
+                                .filter(|(_, v)| v.is_none())
+                                .map(|(o, _)| *o)
+                                .collect();
+                            if !up.is_empty() {
+                                o.insert(field.into(), serde_json::json!(up));
+                            }
+                            if !gone.is_empty() {
+                                o.insert(removed.into(), serde_json::json!(gone));
+                            }
+                        }
+                    }
+                }
+                // The rows that changed; handed over if the ledger holds them, they left
+                // memory this round, or they are acknowledged.
+                let read: Vec<String> = pending.gaps.iter().cloned().collect();
+                let retired_now: HashSet<String> = p
+                    .ledger
+                    .retired_unstored()
+                    .iter()
+                    .map(|g| g.id(&self.cfg.name, tp))
+                    .collect();
+                let ids: HashSet<String> = read
+                    .iter()
+                    .filter(|id| {
+                        retired_now.contains(*id)
+                            || self.acks.ids.contains(*id)
+                            || id
+                                .rsplit(':')
+                                .next()
+                                .and_then(|f| f.split('@').next()?.parse::<Offset>().ok())
+                                .and_then(|f| p.ledger.gap_epoch(f))
+                                == Some(Gap::epoch_of_id(id))
+                    })
+                    .cloned()
+                    .collect();
+                (ledger, read, ids)
+            };
+            let key_claims: Vec<(Vec<String>, u64)> = match self.checker.book() {
+                Some(book) => {
+                    let mut keys: Vec<&crate::record::Key> = p.ledger.missing_keys().collect();
+                    keys.sort_unstable();
+                    keys.dedup();
+                    keys.into_iter()
+                        .map(|k| (k.to_vec(), book.counts(k).1))
+                        .filter(|(_, n)| *n > 0)
+                        .collect()
+                }
+                None => Vec::new(),
+            };
+            // A delta repeats the claims only when they changed since the last publish.
+            let claims_hash = claims_hash(&key_claims);
+            let claims_kept = !whole && self.handover_claims.get(tp) == Some(&claims_hash);
+            let key_claims = if claims_kept { Vec::new() } else { key_claims };
+            builds.push(Build {
+                tp: tp.clone(),
+                claims_hash,
+                state: PartitionState {
+                    version: handover::VERSION,
+                    audit: self.cfg.name.clone(),
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    settled: p.ledger.settled(),
+                    ledger,
+                    gaps: Vec::new(),
+                    replayed: Vec::new(),
+                    retired: Vec::new(),
+                    key_claims,
+                    // Stamped by `Handover::publish` from the handover's own order.
+                    generation: 0,
+                    base: (!whole).then_some(0),
+                    base_id: None,
+                    prev: None,
+                    term: 0,
+                    removed: Vec::new(),
+                    claims_kept,
+                    written_at: now,
+                    owner: h.owner().to_string(),
+                },
+                whole,
+                read,
+                ids,
+            });
+        }
+        let store = self.store.clone();
+        let read = blocking(move || {
+            let mut out = Vec::new();
+            for b in builds {
+                let mut rows: Rows = if b.whole {
+                    store.unresolved_gaps_of_partition(
+                        &b.state.audit,
+                        &b.state.topic,
+                        b.state.partition,
+                    )?
+                } else {
+                    Vec::new()
+                };
+                let have: HashSet<String> = rows.iter().map(|r| r.0.id.clone()).collect();
+                let want: Vec<String> = b
+                    .read
+                    .iter()
+                    .filter(|id| !have.contains(*id))
+                    .cloned()
+                    .collect();
+                rows.extend(store.gaps_by_ids(&want)?);
+                out.push((b, rows));
+            }
+            Ok::<_, crate::store::StoreError>(out)
+        })
+        .await;
+        let built = match read {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read gaps for the handover topic; the settled watermark stays uncommitted");
+                return false;
+            }
+        };
+        let mut states = Vec::new();
+        let mut published = Vec::new();
+        for (b, rows) in built {
+            let mut st = b.state;
+            let mut kept: HashSet<String> = HashSet::new();
+            for row in rows {
+                if !handed(&row, &b.ids) {
+                    continue;
+                }
+                let (g, replayed, retired) = row;
+                // Retired gaps (in the store only) go with the rest: the next owner's
+                // ledger counts them from its store.
+                if retired && g.state.is_unresolved() {
+                    st.retired.push(g.id.clone());
+                }
+                if replayed {
+                    st.replayed.push(g.id.clone());
+                }
+                kept.insert(g.id.clone());
+                st.gaps.push(g);
+            }
+            if !b.whole {
+                // Changed gaps not handed over any more (resolved, folded): the next owner
+                // drops them.
+                st.removed = b.read.into_iter().filter(|id| !kept.contains(id)).collect();
+            }
+            published.push((b.tp, b.claims_hash));
+            states.push(st);
+        }
+        let result = h.publish(&states).await;
+        remember_claims(&mut self.handover_claims, published.iter(), result.is_ok());
+        match result {
+            Ok(()) => {
+                for tp in &tps {
+                    self.handover_dirty.remove(tp);
+                }
+                for (tp, _) in published {
+                    self.handover_pending.remove(&tp);
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot publish partition state to the handover topic; the settled watermark stays uncommitted until it succeeds");
+                false
+            }
+        }
+    }
+}
+
+/// What a delta compares its key claims with (`claims_kept`): the claims of the last publish
+/// the broker acknowledged, per partition. After a failed publish a partition's entry goes:
+/// its delta may have landed with other claims (a timeout says nothing of the broker's
+/// side), or others of the publish did, so the next delta repeats its claims.
+pub(super) fn remember_claims<'a>(
+    memory: &mut HashMap<TopicPartition, u64>,
+    published: impl Iterator<Item = &'a (TopicPartition, u64)>,
+    ok: bool,
+) {
+    for (tp, hash) in published {
+        if ok {
+            memory.insert(tp.clone(), *hash);
+        } else {
+            memory.remove(tp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A delta whose publish failed may have landed with new claims: the claims are sent
+    /// again, never kept (a later delta with the earlier claims would otherwise say
+    /// "kept", and a reader holding the failed delta's claims would keep those).
+    #[test]
+    fn claims_are_remembered_only_once_the_broker_acknowledged_them() {
+        let tp = TopicPartition::new("logs", 0);
+        let mut memory = HashMap::new();
+        remember_claims(&mut memory, [(tp.clone(), 1)].iter(), true);
+        assert_eq!(memory.get(&tp), Some(&1));
+        remember_claims(&mut memory, [(tp.clone(), 2)].iter(), false);
+        assert_eq!(
+            memory.get(&tp),
+            None,
+            "after a failure the claims' next publish repeats them"
+        );
+        remember_claims(&mut memory, [(tp.clone(), 2)].iter(), true);
+        assert_eq!(memory.get(&tp), Some(&2));
+    }
+}

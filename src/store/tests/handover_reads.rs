@@ -1,0 +1,172 @@
+//! What a handover publish reads (issue 41 item 3): a base, the partition's unresolved gaps
+//! (never its resolved history); a delta, the changed gaps by id; and the replay marks
+//! since the last look.
+
+use super::super::*;
+use super::gap;
+
+/// A base reads the unresolved gaps of its partition only, with their marks.
+#[test]
+fn a_base_reads_the_unresolved_gaps_of_its_partition_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let gaps = [
+        gap("a", 0, 9, 0, GapState::Open),
+        gap("a", 0, 2, 0, GapState::Acknowledged),
+        gap("a", 0, 30, 0, GapState::Late),
+        gap("a", 0, 40, 0, GapState::Repaired),
+        gap("a", 0, 50, 0, GapState::Unrecoverable),
+        gap("a", 1, 5, 0, GapState::Open),
+        gap("b", 0, 4, 0, GapState::Open),
+    ];
+    store.commit_round("a", &gaps, &[]).unwrap();
+    store.mark_replayed(&gaps[0].id).unwrap();
+    let got: Vec<(Offset, GapState, bool)> = store
+        .unresolved_gaps_of_partition("a", "t", 0)
+        .unwrap()
+        .into_iter()
+        .map(|(g, r, _)| (g.first_offset, g.state, r))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (9, GapState::Open, true),
+            (50, GapState::Unrecoverable, false)
+        ]
+    );
+}
+
+/// The query goes through the `(audit, state)` index: resolved rows (a long incident's
+/// history, millions) are never visited, not even to be filtered out.
+#[test]
+fn the_unresolved_read_searches_the_state_index_never_scans_the_gaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let conn = store.lock();
+    let sql = format!(
+        "EXPLAIN QUERY PLAN {}",
+        super::super::gaps::unresolved_of_partition_sql()
+    );
+    let mut stmt = conn.prepare(&sql).unwrap();
+    let plan: Vec<String> = stmt
+        .query_map(params!["a", "t", 0], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plan = plan.join("; ");
+    assert!(
+        plan.contains("USING INDEX gaps_audit_state (audit=? AND state=?)")
+            && !plan.contains("SCAN gaps"),
+        "{plan}"
+    );
+}
+
+/// A delta reads the changed gaps by id; ids without a row (folded) are left out.
+#[test]
+fn a_delta_reads_the_changed_gaps_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let gaps = [
+        gap("a", 0, 9, 0, GapState::Open),
+        gap("a", 0, 20, 0, GapState::Late),
+    ];
+    store.commit_round("a", &gaps, &[]).unwrap();
+    let got: Vec<Offset> = store
+        .gaps_by_ids(&[
+            gaps[1].id.clone(),
+            Gap::make_id("a", "t", 0, 77),
+            gaps[0].id.clone(),
+        ])
+        .unwrap()
+        .into_iter()
+        .map(|(g, _, _)| g.first_offset)
+        .collect();
+    assert_eq!(got, vec![20, 9]);
+}
+
+fn replay(gap_id: Option<&str>, audit: &str, first: Offset) -> ReplayRecord {
+    ReplayRecord {
+        at: Utc::now(),
+        gap_id: gap_id.map(str::to_string),
+        audit: audit.into(),
+        topic: "t".into(),
+        partition: 0,
+        first_offset: first,
+        last_offset: first + 1,
+        to_topic: None,
+        dry_run: false,
+        forced: false,
+        written: 2,
+        present: 0,
+        filtered: 0,
+        failed: 0,
+        partial: false,
+        error: None,
+    }
+}
+
+/// Replays are read from a position on, of one audit, and the position moves past them.
+#[test]
+fn replays_are_read_since_a_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store
+        .record_replay(&replay(Some("a:t:0:1"), "a", 1))
+        .unwrap();
+    let start = store.replay_position().unwrap();
+    store
+        .record_replay(&replay(Some("a:t:0:5"), "a", 5))
+        .unwrap();
+    store.record_replay(&replay(None, "a", 9)).unwrap();
+    store
+        .record_replay(&replay(Some("b:t:0:5"), "b", 5))
+        .unwrap();
+    let (rows, pos) = store.replays_since("a", start).unwrap();
+    let got: Vec<(Option<String>, Offset)> = rows.into_iter().map(|r| (r.0, r.3)).collect();
+    assert_eq!(got, vec![(Some("a:t:0:5".into()), 5), (None, 9)]);
+    let (rows, _) = store.replays_since("a", pos).unwrap();
+    assert!(rows.is_empty());
+}
+
+/// Rows only the store changes (retired gaps the log start passed) are named, so the
+/// handover's next delta carries them.
+#[test]
+fn settling_retired_gaps_names_the_rows_it_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let gaps = [
+        gap("a", 0, 2, 0, GapState::Open),
+        gap("a", 0, 20, 0, GapState::Open),
+        gap("a", 0, 40, 0, GapState::Open),
+    ];
+    let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
+    store
+        .commit_round_retiring("a", &gaps, &[], KeyClaims::<&[u8]>::Changes(&[]), &ids, &[])
+        .unwrap();
+    let (_, changed) = store
+        .settle_retired_changed(
+            "a",
+            "t",
+            0,
+            &[crate::ledger::RetiredOp::Deleted {
+                below: 30,
+                at_ms: 1_700_000_000_000,
+            }],
+        )
+        .unwrap();
+    let mut changed = changed;
+    changed.sort();
+    assert_eq!(changed, vec![ids[0].clone(), ids[1].clone()]);
+    let (_, again) = store
+        .settle_retired_changed(
+            "a",
+            "t",
+            0,
+            &[crate::ledger::RetiredOp::Deleted {
+                below: 30,
+                at_ms: 1_700_000_000_000,
+            }],
+        )
+        .unwrap();
+    assert!(again.is_empty(), "unrecoverable already: {again:?}");
+}
