@@ -94,6 +94,8 @@ must_reject "helm lint (a misspelt config key)" \
   "$HELM" lint --strict "$CHART" --set config.kafka.brokrs=x
 must_reject "helm lint (a secret in values)" \
   "$HELM" lint --strict "$CHART" --set-json 'config.audits=[{"name":"a","topics":["t"],"match":{"strategy":"offset_columns"},"sink":{"kind":"doris","url":"mysql://u@h:9030/d","table":"t","password":"x"}}]'
+must_reject "helm lint (a SASL password in kafka.properties)" \
+  "$HELM" lint --strict "$CHART" --set 'config.kafka.properties.sasl\.password=x'
 for mode in deployment flinkSidecar; do
   "$HELM" lint --strict --quiet "$CHART" --set mode=$mode || fail "helm lint (mode $mode)"
 done

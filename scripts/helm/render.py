@@ -32,6 +32,13 @@ COPIES = [
     ("dashboards/gap-auditor.json", "files/gap-auditor.json"),
 ]
 CHART_SCHEMA = ROOT / "scripts/helm/chart-values.schema.json"
+# librdkafka properties that hold a credential: refused in `config.kafka.properties` (a
+# map of every property, so the schema cannot tell them by type). The chart's policy, not
+# the config's: the auditor itself accepts them (from its environment, say).
+SECRET_PROPERTIES = [
+    "sasl.password", "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config",
+    "ssl.key.password", "ssl.key.pem", "ssl.keystore.password",
+]
 SECRET_NOTE = (
     "A secret: not in values (a ConfigMap is no place for it). Give it from an existing "
     "Secret through `secretEnv`, as the GAP_AUDITOR__... variable of this key."
@@ -91,6 +98,14 @@ def values_schema(binary):
     if not refused:
         sys.exit("render.py: no secret key found in the config schema (writeOnly): "
                  "has `gap-auditor config schema` changed?")
+    properties = defs.get("KafkaConfig", {}).get("properties", {}).get("properties")
+    if not isinstance(properties, dict):
+        sys.exit("render.py: KafkaConfig.properties not found in the config schema")
+    properties["propertyNames"] = {
+        "not": {"enum": SECRET_PROPERTIES},
+        "description": "Credentials (" + ", ".join(SECRET_PROPERTIES) + ") are refused here: "
+                       + SECRET_NOTE,
+    }
     config["description"] = (
         "gap-auditor.toml as YAML, rendered into the ConfigMap as TOML: the schema of "
         "`gap-auditor config schema`, secret keys refused.")

@@ -71,8 +71,14 @@ whose pod has volumes of its own. */}}
 {{- if eq .Values.mode "flinkSidecar" }}gap-auditor-{{ end }}
 {{- end }}
 
+{{/* The auditor reads its config at start: in its own pod a config change rolls the pod
+(checksum/config). Beside Flink it does not: that would restart the JobManager, and the job
+with it, for the auditor's sake; the new config applies at the JobManager's next restart
+(`kubectl rollout restart`). */}}
 {{- define "gap-auditor.podAnnotations" -}}
+{{- if ne .Values.mode "flinkSidecar" }}
 checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- end }}
 {{- if .Values.scrapeAnnotations }}
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ include "gap-auditor.port" . | quote }}
