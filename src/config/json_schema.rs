@@ -121,14 +121,14 @@ pub(super) fn se_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S:
 /// (which no default has) in seconds with a fraction.
 pub(super) fn duration_text(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms == 0 && d.is_zero() {
+    if d.is_zero() {
         return "0s".to_owned();
     }
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return format!("{}s", d.as_secs_f64());
     }
     for (unit, per) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms > 0 && ms % per == 0 {
+        if ms > 0 && ms.is_multiple_of(per) {
             return format!("{}{unit}", ms / per);
         }
     }
