@@ -110,7 +110,7 @@ render "$WORK/toggled.yaml" --set dashboard.enabled=true,persistence.enabled=fal
   --set-json 'extraVolumeMounts=[{"name":"ca","mountPath":"/etc/gap-auditor-ca","readOnly":true}]' \
   || fail "helm template (toggles flipped)"
 render "$WORK/toggled-sidecar.yaml" --set mode=flinkSidecar,persistence.existingClaim=auditor-store \
-  --set podMonitor.enabled=false,dashboard.enabled=true,flinkSidecar.service.enabled=false \
+  --set podMonitor.enabled=false,dashboard.enabled=true,flinkSidecar.service.enabled=false,scrapeAnnotations=false \
   || fail "helm template (flinkSidecar, toggles flipped)"
 render "$WORK/awkward.yaml" -f scripts/helm/awkward-values.yaml || fail "helm template (awkward values)"
 must_reject "helm template (state.path off the store volume)" \
