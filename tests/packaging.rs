@@ -856,3 +856,78 @@ fn files_the_packaging_names_exist() {
         assert!(Path::new(ROOT).join(rel).exists(), "{rel} missing");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Helm chart (helm itself runs in scripts/helm-check.sh)
+// ---------------------------------------------------------------------------------------
+
+/// `scripts/helm/render.py --check` against this build's `config schema`, on `chart`.
+fn helm_render_check(chart: &Path) -> std::process::Output {
+    Command::new("python3")
+        .arg(root().join("scripts/helm/render.py"))
+        .args(["--check", "--bin", BIN, "--chart"])
+        .arg(chart)
+        .output()
+        .expect("run python3 scripts/helm/render.py")
+}
+
+/// The chart's generated files are current: its copies of the PrometheusRule and the
+/// dashboard are their sources byte for byte, and values.schema.json is what
+/// `gap-auditor config schema` gives now. A copy that drifted is caught.
+#[test]
+fn helm_chart_copies_and_values_schema_are_current() {
+    let chart = root().join("deploy/helm/gap-auditor");
+    let out = helm_render_check(&chart);
+    assert!(
+        out.status.success(),
+        "{} (run scripts/helm/render.py)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    for rel in [
+        "files/prometheusrule.yaml",
+        "files/gap-auditor.json",
+        "values.schema.json",
+    ] {
+        let copy = dir.path().join(rel);
+        std::fs::create_dir_all(copy.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(chart.join(rel), &copy).expect("copy");
+    }
+    let drifted = dir.path().join("files/gap-auditor.json");
+    let text = std::fs::read_to_string(&drifted).expect("read");
+    std::fs::write(&drifted, text.replacen("gap-auditor", "gap-auditr", 1)).expect("write");
+    let out = helm_render_check(dir.path());
+    assert!(!out.status.success(), "a drifted dashboard copy passed");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("files/gap-auditor.json: stale"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The chart's default `config` (values.yaml) is a configuration the auditor accepts:
+/// given to `validate-config` as the YAML it is (the loader reads YAML too).
+#[test]
+fn helm_chart_default_config_validates() {
+    let values = yaml_docs("deploy/helm/gap-auditor/values.yaml");
+    let mut text = String::new();
+    yaml_rust2::YamlEmitter::new(&mut text)
+        .dump(&values[0]["config"])
+        .expect("emit the config as YAML");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, text).expect("write");
+    let out = clean_env(&mut Command::new(BIN))
+        .args(["validate-config", "-c"])
+        .arg(&path)
+        .current_dir(dir.path())
+        .output()
+        .expect("run validate-config");
+    assert!(
+        out.status.success(),
+        "values.yaml config: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

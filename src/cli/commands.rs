@@ -9,7 +9,7 @@ use gap_auditor::store::{GapFilter, StateFilter, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::output::{print_check, print_gaps};
-use super::{Cli, Cmd, Format};
+use super::{Cli, Cmd, ConfigCmd, Format};
 use crate::Outcome;
 
 /// Runs the command of `cli`.
@@ -17,6 +17,9 @@ pub fn dispatch(cli: Cli) -> Outcome {
     let config = cli.config;
     match cli.command {
         Cmd::ValidateConfig => validate_config(config.as_deref()),
+        Cmd::Config {
+            command: ConfigCmd::Schema,
+        } => config_schema(),
         Cmd::Run => {
             let cfg = match load(config.as_deref()) {
                 Ok(c) => c,
@@ -69,6 +72,17 @@ pub(super) fn fail(message: impl Display) -> Outcome {
 /// Loads and validates the configuration; a bad one is reported as such (exit 2).
 fn load(config: Option<&Path>) -> Result<Validated, Outcome> {
     Validated::load(config).map_err(|e| fail(format_args!("invalid configuration: {e}")))
+}
+
+/// `config schema`: the JSON Schema on stdout, pretty-printed (a file people read and diff).
+fn config_schema() -> Outcome {
+    match serde_json::to_string_pretty(&gap_auditor::config::config_json_schema()) {
+        Ok(text) => {
+            println!("{text}");
+            Outcome::Success
+        }
+        Err(e) => fail(format_args!("cannot print the schema: {e}")),
+    }
 }
 
 fn validate_config(config: Option<&Path>) -> Outcome {

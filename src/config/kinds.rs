@@ -71,6 +71,18 @@ macro_rules! string_enum {
                 s.serialize_str(self.as_str())
             }
         }
+
+        impl schemars::JsonSchema for $name {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                super::json_schema::string_enum_schema(Self::NAMES)
+            }
+        }
     };
 }
 

@@ -51,11 +51,13 @@
 //! `schema` (the structs; their doc comments are the user docs), `kinds` (the enumerations
 //! spelled as strings), `deserializers` (durations, lists, the delimiter, the TLS mode),
 //! `loading` (files, the `config` crate, key paths in its errors), `env` (the overrides),
-//! `secrets` ([`Secret`], [`SecretUrl`], the `*_file` keys), `validate` (every rule, pure) and
-//! `spec` (what validation returns: [`Validated`], [`SinkSpec`]).
+//! `secrets` ([`Secret`], [`SecretUrl`], the `*_file` keys), `validate` (every rule, pure),
+//! `spec` (what validation returns: [`Validated`], [`SinkSpec`]) and `json_schema` (the
+//! JSON Schema `gap-auditor config schema` prints, derived from the structs of `schema`).
 
 mod deserializers;
 mod env;
+mod json_schema;
 mod kinds;
 mod loading;
 mod schema;
@@ -66,6 +68,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use json_schema::config_json_schema;
 pub use kinds::{
     Framing, IsolationLevel, KeySemanticsSetting, MatchStrategy, PipelineKind, RecordFormat,
     SinkKind, SinkTls, StartPosition, TimestampText,

@@ -6,11 +6,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::deserializers::{
     de_delimiter, de_duration, de_opt_duration, de_opt_string, de_opt_tls, de_string_list,
 };
+use super::json_schema::{DurationText, StringList, se_duration};
 use super::{
     DEFAULT_ID_TEMPLATE, Framing, IsolationLevel, KeySemanticsSetting, MatchStrategy, PipelineKind,
     RecordFormat, Secret, SecretUrl, SinkKind, SinkTls, StartPosition, TimestampText,
@@ -18,7 +20,7 @@ use super::{
 
 /// The whole configuration: one Kafka connection, the HTTP server, the local store, and
 /// one or more audits.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// `[kafka]`: how to reach Kafka, shared by every audit.
@@ -36,7 +38,7 @@ pub struct Config {
 }
 
 /// `[kafka]`: the Kafka connection shared by all audits.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct KafkaConfig {
     /// Bootstrap brokers, comma-separated `host:port` (librdkafka `bootstrap.servers`).
@@ -70,16 +72,19 @@ pub struct KafkaConfig {
     /// Or `properties."session.timeout.ms"` (milliseconds), not both. Read the value in
     /// effect with [`KafkaConfig::session_timeout`].
     #[serde(deserialize_with = "de_opt_duration")]
+    #[schemars(with = "Option<DurationText>")]
     pub session_timeout: Option<Duration>,
     /// Consumer heartbeat interval (librdkafka `heartbeat.interval.ms`), default `1s`;
     /// must be shorter than the session timeout. Or `properties."heartbeat.interval.ms"`,
     /// not both.
     #[serde(deserialize_with = "de_opt_duration")]
+    #[schemars(with = "Option<DurationText>")]
     pub heartbeat_interval: Option<Duration>,
     /// How often librdkafka reports statistics (`statistics.interval.ms`), default `1s`;
     /// the source of log start/end offsets (lag, retention deadlines), so it cannot be
     /// turned off. Or `properties."statistics.interval.ms"`, not both.
     #[serde(deserialize_with = "de_opt_duration")]
+    #[schemars(with = "Option<DurationText>")]
     pub statistics_interval: Option<Duration>,
 }
 
@@ -171,7 +176,7 @@ impl Default for KafkaConfig {
 }
 
 /// `[server]`: the HTTP endpoint.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Address and port to listen on, default `0.0.0.0:9464`.
@@ -196,7 +201,7 @@ impl Default for ServerConfig {
 }
 
 /// `[state]`: where gaps and audit progress are persisted.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
     /// Directory of the embedded store, default `./gap-auditor-state`. Keep it on
@@ -263,7 +268,7 @@ fn default_offset_column() -> String {
 }
 
 /// `[[audits]]`: one (topics → sink table/index) pair being checked.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuditConfig {
     /// Unique name of the audit (letters, digits, `_`, `.`, `-`); the `audit` label of
@@ -272,6 +277,7 @@ pub struct AuditConfig {
     pub name: String,
     /// Kafka topics the pipeline reads into this sink. Required, at least one.
     #[serde(default, deserialize_with = "de_string_list")]
+    #[schemars(with = "StringList")]
     pub topics: Vec<String>,
     /// The pipeline's consumer group (e.g. the Flink job's `group.id`). Optional but
     /// recommended: a record is only due once this group has committed past it; without
@@ -284,19 +290,39 @@ pub struct AuditConfig {
     pub group_id: Option<String>,
     /// The sink's visibility delay (checkpoint interval, Doris publish, ES refresh): how
     /// long after the pipeline passed a record it must be visible. Default `30s`.
-    #[serde(default = "default_grace", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_grace",
+        deserialize_with = "de_duration",
+        serialize_with = "se_duration"
+    )]
+    #[schemars(with = "DurationText")]
     pub grace: Duration,
     /// How often due records are checked against the sink. Default `5s`, must be > 0.
-    #[serde(default = "default_verify_interval", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_verify_interval",
+        deserialize_with = "de_duration",
+        serialize_with = "se_duration"
+    )]
+    #[schemars(with = "DurationText")]
     pub verify_interval: Duration,
     /// Stop re-checking a missing record this long after it was declared missing.
     /// Default `24h`.
-    #[serde(default = "default_give_up_after", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_give_up_after",
+        deserialize_with = "de_duration",
+        serialize_with = "se_duration"
+    )]
+    #[schemars(with = "DurationText")]
     pub give_up_after: Duration,
     /// Report the pipeline group as stalled when its committed offset has not moved for
     /// this long while the log grew (lag, not loss). Set it above the pipeline's commit
     /// interval (Flink: the checkpoint interval). Default `5m`.
-    #[serde(default = "default_stall_after", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_stall_after",
+        deserialize_with = "de_duration",
+        serialize_with = "se_duration"
+    )]
+    #[schemars(with = "DurationText")]
     pub stall_after: Duration,
     /// Keys per sink query for `key_columns` / `doc_id`. Default 1000, 1..=100000.
     #[serde(default = "default_batch_size")]
@@ -345,7 +371,7 @@ pub struct AuditConfig {
 
 /// `[audits.pipeline]`: where the pipeline's committed position comes from, and what else
 /// the pipeline tells about its records. Every key is optional.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
     /// `kafka_group` (default) or `doris_routine_load` (not supported yet by this build:
@@ -409,7 +435,7 @@ impl PipelineConfig {
 
 /// `[audits.replay]`: what the pipeline does with records `gap-auditor replay --to-topic`
 /// re-produces, which decides whether the auditor can ever confirm them.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReplayConfig {
     /// The pipeline writes the `gap-auditor.origin` header (`topic/partition/offset` of the
@@ -422,7 +448,7 @@ pub struct ReplayConfig {
 }
 
 /// `[audits.record]`: decoding of record values.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RecordConfig {
     /// `csv` (default), `json` or `raw`.
@@ -436,6 +462,7 @@ pub struct RecordConfig {
     /// csv: the names of the columns, in order (required). json: optional list of the
     /// fields used (names or JSON pointers `/a/b`).
     #[serde(deserialize_with = "de_string_list")]
+    #[schemars(with = "StringList")]
     pub fields: Vec<String>,
     /// `[audits.record.filter]`: which decoded records the pipeline is expected to write.
     pub filter: FilterConfig,
@@ -467,7 +494,7 @@ impl Default for RecordConfig {
 /// `[audits.record.schema_registry]`: the Confluent-compatible Schema Registry holding the
 /// writer schemas of avro/protobuf records (`GET /schemas/ids/{id}`). Schemas are cached
 /// per id for the life of the process.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SchemaRegistryConfig {
     /// `http(s)://host:8081` (a path prefix is kept). Required. Credentials go in
@@ -488,7 +515,12 @@ pub struct SchemaRegistryConfig {
     pub ca_file: Option<PathBuf>,
     /// Timeout of one registry request, default `5s`. A schema that cannot be fetched
     /// leaves its records unknown (retried), never filtered.
-    #[serde(default = "default_registry_timeout", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_registry_timeout",
+        deserialize_with = "de_duration",
+        serialize_with = "se_duration"
+    )]
+    #[schemars(with = "DurationText")]
     pub timeout: Duration,
 }
 
@@ -498,29 +530,32 @@ fn default_registry_timeout() -> Duration {
 
 /// `[audits.record.filter]`: records failing the filter are counted as `filtered`, never
 /// as missing. Mirror the pipeline's own filter here.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FilterConfig {
     /// csv: a record is expected only with exactly this many fields.
     pub field_count: Option<usize>,
     /// Fields that must be present and non-empty.
     #[serde(deserialize_with = "de_string_list")]
+    #[schemars(with = "StringList")]
     pub require: Vec<String>,
     /// A record is expected only with at least this many fields.
     pub min_fields: Option<usize>,
 }
 
 /// `[audits.match]`: how a record is found in the sink.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatchConfig {
     /// `offset_columns`, `key_columns` or `doc_id` (elasticsearch only). Required.
     pub strategy: MatchStrategy,
     /// key_columns: the record fields forming the key.
     #[serde(default, deserialize_with = "de_string_list")]
+    #[schemars(with = "StringList")]
     pub key: Vec<String>,
     /// key_columns: the sink columns holding those fields, same order; default = `key`.
     #[serde(default, deserialize_with = "de_string_list")]
+    #[schemars(with = "StringList")]
     pub columns: Vec<String>,
     /// offset_columns: the sink column holding the Kafka partition, default `partition`.
     #[serde(default = "default_partition_column")]
@@ -580,7 +615,7 @@ impl MatchConfig {
 }
 
 /// `[audits.sink]`: where the pipeline writes.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     /// `doris`, `mysql` or `elasticsearch`. Required.
@@ -639,7 +674,12 @@ pub struct SinkConfig {
     pub stream_load_url: Option<String>,
     /// Timeout of one sink query, default `10s`. A timed-out query is "unknown", never
     /// "missing".
-    #[serde(default = "default_query_timeout", deserialize_with = "de_duration")]
+    #[serde(
+        default = "default_query_timeout",
+        deserialize_with = "de_duration",
+        serialize_with = "se_duration"
+    )]
+    #[schemars(with = "DurationText")]
     pub query_timeout: Duration,
 }
 

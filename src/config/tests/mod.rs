@@ -2,6 +2,7 @@
 
 mod deserializers;
 mod env;
+mod json_schema;
 mod loading;
 mod pipeline;
 mod schema;
