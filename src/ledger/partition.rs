@@ -190,6 +190,14 @@ pub struct GapRecord {
 }
 
 impl GapRecord {
+    /// Whether the gap holds records the sink is not proven to hold: missing ones (open,
+    /// unrecoverable, unverifiable) or dead-lettered ones. Such a gap blocks completeness
+    /// until it is acknowledged (SPEC "Completeness": only confirmed records complete a
+    /// time; a dead-lettered record is absent from the sink).
+    pub fn unconfirmed(&self) -> bool {
+        self.missing > 0 || self.dead_lettered > 0
+    }
+
     /// The gap's id ([`crate::gap::Gap::make_id_in`]).
     pub fn id(&self, audit: &str, tp: &crate::gap::TopicPartition) -> String {
         crate::gap::Gap::make_id_in(audit, &tp.topic, tp.partition, self.first, self.epoch)
@@ -765,7 +773,8 @@ impl PartitionLedger {
 
     /// Gaps with missing records, retired ones included.
     pub fn open_gaps(&self) -> usize {
-        self.gaps.values().filter(|g| g.missing > 0).count() + self.retired.gaps as usize
+        self.gaps.values().filter(|g| g.missing > 0).count()
+            + (self.retired.gaps - self.retired.dead_lettered) as usize
     }
 
     /// Gaps with missing records the ledger holds in memory (not retired).

@@ -193,6 +193,67 @@ fn late_dead_letters_across_neighbouring_keyed_runs_all_move() {
     assert_eq!(l.gauges().open, 0);
 }
 
+/// Review of issue 37: a dead-lettered record is absent from the sink, so not confirmed
+/// (SPEC "Completeness"): its gap blocks completeness like a missing record's, until
+/// acknowledged. While it is the dead-letter tail it is in memory; once it is ended it
+/// leaves memory retired, and the retired aggregate keeps blocking (it used to be
+/// forgotten: completeness ran past the dead-lettered record's time).
+#[test]
+fn a_dead_lettered_gap_blocks_completeness_in_memory_and_retired_until_acknowledged() {
+    // 9 is dead-lettered and the last record decided: the dead-letter tail, in memory.
+    let sink: BTreeSet<Offset> = (0..9).collect();
+    let (mut l, a, _) = decide(10, &sink, &[9].into());
+    assert_eq!(a.dead_lettered, 1);
+    let c = l.completeness();
+    assert_eq!(c.blocking_gaps, 1, "{c:?}");
+    assert_eq!(
+        c.gaps
+            .iter()
+            .map(|g| (g.first, g.missing, g.state))
+            .collect::<Vec<_>>(),
+        vec![(9, 1, GapState::DeadLettered)]
+    );
+    assert!(l.acknowledge(9));
+    assert_eq!(
+        l.completeness().blocking_gaps,
+        0,
+        "acknowledged: no longer blocks"
+    );
+
+    // 3 and 4 dead-lettered, the rest confirmed after them: the gap is ended and retires.
+    let sink: BTreeSet<Offset> = (0..10).filter(|o| ![3, 4].contains(o)).collect();
+    let (mut l, _, gaps) = decide(10, &sink, &[3, 4].into());
+    assert_eq!(gaps.len(), 1);
+    assert_eq!(l.gaps_in_memory(), 0, "out of memory");
+    assert_eq!((l.retired().gaps, l.retired().dead_lettered), (1, 1));
+    assert_eq!(l.retired().missing_known, 0, "dead-lettered is not missing");
+    assert_eq!((l.missing(), l.gauges().open, l.open_gaps()), (0, 0, 0));
+    let c = l.completeness();
+    assert_eq!(c.blocking_gaps, 1, "{c:?}");
+    assert_eq!(
+        c.gaps
+            .iter()
+            .map(|g| (g.first, g.missing, g.state))
+            .collect::<Vec<_>>(),
+        vec![(3, 2, GapState::DeadLettered)]
+    );
+    // The store counts the retired row as the ledger did.
+    assert_eq!(RetiredGaps::count(l.retired_unstored()), *l.retired());
+}
+
+/// A late dead letter that empties an open gap (it turns dead_lettered) keeps it blocking.
+#[test]
+fn a_gap_turned_dead_lettered_late_keeps_blocking() {
+    let sink: BTreeSet<Offset> = (0..10).filter(|o| *o != 4).collect();
+    let (mut l, _, _) = decide(10, &sink, &BTreeSet::new());
+    assert_eq!(l.completeness().blocking_gaps, 1);
+    assert_eq!(l.dead_letter_missing(&[r(4, 4)]).dead_lettered, 1);
+    l.take_dirty_gaps();
+    let c = l.completeness();
+    assert_eq!(c.blocking_gaps, 1, "{c:?}");
+    assert_eq!(c.gaps[0].state, GapState::DeadLettered);
+}
+
 proptest! {
     /// Against the model: every decided offset is exactly one of confirmed (in the sink),
     /// dead-lettered (absent, named) or lost (absent, not named), whatever the order of
