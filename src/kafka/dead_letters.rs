@@ -12,9 +12,17 @@
 //! so under `pipeline_group` every dead letter of a due record is read before its verdict.
 //! While the topic cannot be read, nothing is decided (lag, never a false loss).
 //!
-//! Read uncommitted: a dead-letter record of an aborted transaction still names its record
-//! (Connect's dead-letter producer is not transactional), and the high watermark is then
-//! reachable whatever transactions are open.
+//! Read committed, whatever the audit's own `isolation_level` (review of issue 37): a
+//! dead-letter record of an aborted transaction was never written as far as the pipeline is
+//! concerned (a transactional Flink side output aborts it with the checkpoint that failed),
+//! and taken as evidence it would turn a real loss into "dead-lettered". Connect's
+//! dead-letter producer is not transactional, so its records are read as before. A
+//! transaction left open in the topic holds the reader below the high watermark, so nothing
+//! is caught up past it: verdicts wait until it ends (lag, never a loss for want of a dead
+//! letter it may still commit).
+
+mod once;
+pub use once::read_once;
 
 use crate::config::KafkaConfig;
 use crate::dead_letters::{DeadLetterIndex, Ignored, parse_headers, written_by};
@@ -161,11 +169,14 @@ pub fn start(
         connector,
     } = source;
     let mut cfg = super::client::consumer(kafka, &format!("{group}.dead-letters"));
-    cfg.set("isolation.level", "read_uncommitted");
+    // Set last: neither `kafka.isolation_level` nor `kafka.properties` changes it.
+    cfg.set("isolation.level", "read_committed");
     let consumer: BaseConsumer = cfg.create()?;
+    let watermarks = watermark_client(kafka, group)?;
     let shared = Arc::new(DeadLetters::default());
     let reader = Reader {
         consumer,
+        watermarks,
         topic: topic.to_owned(),
         audit: audit.to_owned(),
         audited: audited.iter().cloned().collect(),
@@ -186,6 +197,8 @@ pub fn start(
 
 struct Reader {
     consumer: BaseConsumer,
+    /// Asks for high watermarks ([`watermark_client`]).
+    watermarks: BaseConsumer,
     topic: String,
     audit: String,
     audited: HashSet<String>,
@@ -334,7 +347,7 @@ impl Reader {
             .unwrap_or_default();
         for &p in &parts {
             let (low, high) = self
-                .consumer
+                .watermarks
                 .fetch_watermarks(&self.topic, p, REQUEST_TIMEOUT)
                 .map_err(|e| format!("watermarks of partition {p}: {e}"))?;
             let read = self.next.get(&p).copied().flatten().unwrap_or(-1);
@@ -366,6 +379,20 @@ impl Reader {
     }
 }
 
+/// A client that only asks for watermarks, read uncommitted: a read_committed client's
+/// "high watermark" is the last stable offset (ListOffsets answers by isolation level), so
+/// an open transaction's dead letters would lie beyond it and the reader would count itself
+/// caught up without them. The real high watermark is reached only once every transaction
+/// in the topic has ended (the committed reader's position passes its marker).
+pub(crate) fn watermark_client(
+    kafka: &KafkaConfig,
+    group: &str,
+) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
+    let mut cfg = super::client::consumer(kafka, &format!("{group}.dead-letters"));
+    cfg.set("isolation.level", "read_uncommitted");
+    cfg.create()
+}
+
 /// The dead-letter topic's partitions from a metadata answer. A topic that does not exist
 /// (Connect creates it on the first error) holds no dead letter: no partitions, nothing to
 /// wait for. Any other error of the topic (authorization, leader not available) is not
@@ -384,76 +411,6 @@ fn partitions_of(md: &rdkafka::metadata::Metadata, topic: &str) -> Result<Vec<i3
             rdkafka::error::RDKafkaErrorCode::from(e)
         )),
     }
-}
-
-/// `check`'s reading of the dead-letter topic: everything it holds now, once (blocking).
-/// Returns the coordinates it names on `audited` topics and the moment (unix ms) before its
-/// log ends were read: records due by then may be decided with it, as the daemon decides.
-pub fn read_once(
-    kafka: &KafkaConfig,
-    source: Source<'_>,
-) -> anyhow::Result<(DeadLetterIndex, i64)> {
-    let Source {
-        topic,
-        audited,
-        connector,
-    } = source;
-    use anyhow::Context;
-    // Read uncommitted, as the daemon's reader.
-    let mut kafka = kafka.clone();
-    kafka.isolation_level = crate::config::IsolationLevel::ReadUncommitted;
-    // On check's clock (the wall clock its ledgers use).
-    let t0 = chrono::Utc::now().timestamp_millis();
-    let consumer = super::range::consumer(&kafka, "gap-auditor-check-dead-letters")
-        .context("creating the dead-letter topic reader")?;
-    let md = consumer
-        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-        .with_context(|| format!("reading metadata of the dead-letter topic {topic}"))?;
-    let parts = partitions_of(&md, topic).map_err(anyhow::Error::msg)?;
-    let audited: HashSet<&str> = audited.iter().map(String::as_str).collect();
-    let mut index = DeadLetterIndex::default();
-    for p in parts {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
-            .with_context(|| format!("reading the watermarks of {topic}-{p}"))?;
-        let tp = crate::gap::TopicPartition::new(topic, p);
-        let mut full = false;
-        super::range::read(
-            &kafka,
-            "gap-auditor-check-dead-letters",
-            &tp,
-            low,
-            high,
-            |m| {
-                let headers = m.headers();
-                let pairs = || {
-                    headers
-                        .iter()
-                        .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)))
-                };
-                if written_by(pairs(), connector)
-                    && let Ok((named, offset)) = parse_headers(pairs())
-                    && audited.contains(named.topic.as_str())
-                {
-                    index.insert(named, offset);
-                    full |= index.is_full();
-                }
-                if full {
-                    super::range::Flow::Stop
-                } else {
-                    super::range::Flow::Continue
-                }
-            },
-        )
-        .with_context(|| format!("reading the dead-letter topic {topic}-{p}"))?;
-        if full {
-            anyhow::bail!(
-                "the dead-letter topic {topic} names more than {} records: check cannot hold them",
-                crate::dead_letters::MAX_DEAD_LETTERS
-            );
-        }
-    }
-    Ok((index, t0))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use crate::completeness::{api, completeness, record_ts, wait_bin};
 use crate::dead_letters::{DeadLetterProducer, dead_lettered, start_auditor};
 use crate::support::*;
+use std::time::Duration;
 
 /// SPEC "Completeness": `wait` exits 0 once everything produced before T is *confirmed*.
 /// A dead-lettered record is absent from the sink: its gap blocks (gauge, `/api/completeness`
@@ -40,14 +41,10 @@ async fn a_dead_lettered_gap_blocks_completeness_until_acknowledged() {
             completeness(a).complete_until_ms.is_some()
         })
         .await;
-    keep_checking(
-        std::time::Duration::from_secs(2),
-        std::time::Duration::from_millis(100),
-        || {
-            let c = completeness(&auditor).complete_until_ms;
-            assert!(c.is_some_and(|c| c <= t3), "{c:?} runs past {t3}");
-        },
-    )
+    keep_checking(Duration::from_secs(2), Duration::from_millis(100), || {
+        let c = completeness(&auditor).complete_until_ms;
+        assert!(c.is_some_and(|c| c <= t3), "{c:?} runs past {t3}");
+    })
     .await;
     let gauge = auditor
         .metrics
@@ -82,5 +79,218 @@ async fn a_dead_lettered_gap_blocks_completeness_until_acknowledged() {
         .await;
     let (code, out, err) = wait_bin(&auditor, t9 + 1, "30s").await;
     assert_eq!(code, 0, "acknowledged: complete\n{out}{err}");
+    auditor.stop().await;
+}
+
+/// Dead letters written in transactions, as a transactional Flink side output writes them.
+struct TxnDeadLetters {
+    producer: rdkafka::producer::FutureProducer,
+    topic: String,
+}
+
+impl TxnDeadLetters {
+    async fn new(topic: &str) -> Self {
+        use rdkafka::producer::Producer;
+        let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", kafka())
+            .set("transactional.id", unique("dlq_txn_id"))
+            .set("linger.ms", "0")
+            .create()
+            .expect("transactional producer");
+        tokio::task::block_in_place(|| producer.init_transactions(Duration::from_secs(30)))
+            .expect("init_transactions");
+        Self {
+            producer,
+            topic: topic.to_string(),
+        }
+    }
+
+    /// A transaction holding one dead letter naming `topic`-0@`offset` (in the log before
+    /// the transaction ends), then aborted (`commit` false) or committed.
+    async fn one(&self, topic: &str, offset: i64, commit: bool) {
+        self.open(topic, offset).await;
+        self.end(commit);
+    }
+
+    /// Begins a transaction and writes one dead letter naming `topic`-0@`offset` in it
+    /// (acknowledged: in the log); [`Self::end`] ends it.
+    async fn open(&self, topic: &str, offset: i64) {
+        use rdkafka::message::{Header, OwnedHeaders};
+        use rdkafka::producer::{FutureRecord, Producer};
+        self.producer.begin_transaction().expect("begin");
+        let o = offset.to_string();
+        let h = OwnedHeaders::new()
+            .insert(Header {
+                key: "__connect.errors.topic",
+                value: Some(topic),
+            })
+            .insert(Header {
+                key: "__connect.errors.partition",
+                value: Some("0"),
+            })
+            .insert(Header {
+                key: "__connect.errors.offset",
+                value: Some(o.as_str()),
+            });
+        self.producer
+            .send(
+                FutureRecord::<(), [u8]>::to(&self.topic)
+                    .payload(b"rejected")
+                    .headers(h),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .expect("transactional dead letter");
+    }
+
+    /// Commits (or aborts) the transaction [`Self::open`] began.
+    fn end(&self, commit: bool) {
+        use rdkafka::producer::Producer;
+        tokio::task::block_in_place(|| {
+            if commit {
+                self.producer.commit_transaction(Duration::from_secs(30))
+            } else {
+                self.producer.abort_transaction(Duration::from_secs(30))
+            }
+        })
+        .expect("end the transaction");
+    }
+}
+
+/// Runs `gap-auditor check` over `[0, to)` of the scenario's topic with `toml`: its exit
+/// code and JSON report (stderr on failure).
+async fn run_check(s: &Scenario, toml: &str, to: i64) -> (Option<i32>, serde_json::Value, String) {
+    let config = s.state.path().join("check.toml");
+    std::fs::write(&config, toml).expect("config");
+    let to = format!("offset:{to}");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
+            .args(["check", "-c"])
+            .arg(&config)
+            .args(["--from", "offset:0", "--to", &to, "--format", "json"])
+            .output()
+            .expect("run check")
+    })
+    .await
+    .expect("check task");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.code(),
+        report,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Review of issue 37: the dead-letter reader reads committed records only, whatever the
+/// audit's own `isolation_level` (here read_uncommitted). A dead letter of an aborted
+/// transaction was never written as far as the pipeline is concerned: the record it names
+/// was really dropped and is lost, never dead_lettered. A committed transactional dead
+/// letter and a plain one after the abort marker count (the reader reads past the marker).
+/// `check` reads the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_aborted_dead_letter_never_hides_a_loss() {
+    let s = Scenario::new("dlq_txn").await;
+    let topic = s.topic.clone();
+    let dlq = unique("dlq_txn_errors");
+    create_topic(&dlq, 1).await;
+    let lines = dns_lines(0..10);
+    s.send(&lines).await;
+    let mut toml = config_toml(&s.spec("offset_columns", "2s", "300ms"));
+    toml = toml.replacen(
+        "[kafka]\n",
+        "[kafka]\nisolation_level = \"read_uncommitted\"\n",
+        1,
+    );
+    assert!(toml.contains("read_uncommitted"), "{toml}");
+    toml.push_str(&format!(
+        "\n[audits.pipeline]\ndead_letter_topic = \"{dlq}\"\n"
+    ));
+    // 3 dropped, its dead letter aborted; 5 dead-lettered in a committed transaction; 6
+    // dead-lettered plainly after both.
+    let txn = TxnDeadLetters::new(&dlq).await;
+    txn.one(&topic, 3, false).await;
+    txn.one(&topic, 5, true).await;
+    DeadLetterProducer::new(&dlq)
+        .names(&topic, 0, 6, lines[6].as_bytes())
+        .await;
+    let auditor = Auditor::start(&toml).await;
+    s.pipeline()
+        .records(10)
+        .copies(|o| usize::from(![3, 5, 6].contains(&o)))
+        .run()
+        .await;
+    auditor
+        .wait_decided(60, "every record decided", |a| {
+            a.confirmed(&topic, 0) + a.lost(&topic, 0) + dead_lettered(a, &topic) == 10
+        })
+        .await;
+    assert_eq!(
+        (auditor.lost(&topic, 0), dead_lettered(&auditor, &topic)),
+        (1, 2),
+        "3 lost (its dead letter was aborted), 5 and 6 dead_lettered"
+    );
+    let open: Vec<i64> = auditor
+        .stored_gaps()
+        .iter()
+        .filter(|g| g.state == gap_auditor::gap::GapState::Open)
+        .map(|g| g.first_offset)
+        .collect();
+    assert_eq!(open, vec![3]);
+    auditor.stop().await;
+
+    let (code, report, err) = run_check(&s, &toml, 10).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        (&report["lost"], &report["dead_lettered"]),
+        (&serde_json::json!(1), &serde_json::json!(2)),
+        "{report}"
+    );
+}
+
+/// A dead letter in a transaction still open may yet be committed: the reader (read
+/// committed) cannot pass it, so nothing is caught up and the record it names waits
+/// (lag, never lost); once committed, the record is dead_lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_open_transaction_in_the_dead_letter_topic_holds_verdicts() {
+    let s = Scenario::new("dlq_txn_open").await;
+    let topic = s.topic.clone();
+    let dlq = unique("dlq_txn_open_errors");
+    create_topic(&dlq, 1).await;
+    let lines = dns_lines(0..6);
+    s.send(&lines).await;
+    let txn = TxnDeadLetters::new(&dlq).await;
+    txn.open(&topic, 2).await;
+    let auditor = start_auditor(&s, &dlq).await;
+    s.pipeline()
+        .records(6)
+        .copies(|o| usize::from(o != 2))
+        .run()
+        .await;
+    // Well past grace (2 s): still nothing decided from 2 on.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        (auditor.lost(&topic, 0), dead_lettered(&auditor, &topic)),
+        (0, 0),
+        "nothing decided against an open transaction's dead letter"
+    );
+    // `check` cannot read to the end either: it says so (exit 2), never calls 2 lost.
+    let mut toml = config_toml(&s.spec("offset_columns", "2s", "300ms"));
+    toml.push_str(&format!(
+        "\n[audits.pipeline]\ndead_letter_topic = \"{dlq}\"\n"
+    ));
+    let (code, report, err) = run_check(&s, &toml, 6).await;
+    assert_eq!(code, Some(2), "{report}\n{err}");
+    assert!(err.contains("transaction left open"), "{err}");
+    txn.end(true);
+    auditor
+        .wait_decided(60, "every record decided", |a| {
+            a.confirmed(&topic, 0) + a.lost(&topic, 0) + dead_lettered(a, &topic) == 6
+        })
+        .await;
+    assert_eq!(
+        (auditor.lost(&topic, 0), dead_lettered(&auditor, &topic)),
+        (0, 1)
+    );
     auditor.stop().await;
 }
