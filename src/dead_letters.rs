@@ -16,7 +16,9 @@
 //! audit first moves the missing records the coordinates name to dead-lettered, then makes
 //! the index forget what lies below each owned partition's *floor*, its first undecided
 //! record (`PartitionLedger::dead_letter_floor`). So what stays is what names records not
-//! decided yet (or not read yet: other partitions, offsets beyond the log).
+//! decided yet (or not read yet by the auditor). A coordinate enters the index only once
+//! placed ([`Unplaced`]): one at or beyond its partition's high watermark, asked after it
+//! was read, names no record of the log and is ignored, so it can never fill the index.
 //! Beyond that the index holds at most [`MAX_DEAD_LETTERS`] coordinates (about 80 MB at the
 //! worst, ~70 bytes each): when full, the reader stops reading the dead-letter topic until
 //! floors free room, and verdicts wait for it (lag, never a false loss).
@@ -51,6 +53,11 @@ pub enum Ignored {
     /// (or names none).
     #[error("written by another connector than connect_connector")]
     OtherConnector,
+    /// It names an offset at or beyond the audited partition's high watermark read after the
+    /// dead letter was read: no record of this incarnation of the topic (a dead letter of an
+    /// earlier incarnation of a recreated topic, or a wrong coordinate).
+    #[error("names an offset beyond the audited partition's log end")]
+    BeyondLogEnd,
 }
 
 impl Ignored {
@@ -60,6 +67,7 @@ impl Ignored {
             Ignored::Headers => "headers",
             Ignored::OtherTopic => "other_topic",
             Ignored::OtherConnector => "other_connector",
+            Ignored::BeyondLogEnd => "beyond_log_end",
         }
     }
 }
@@ -188,6 +196,87 @@ impl DeadLetterIndex {
         self.named
             .get(tp)
             .map_or_else(Vec::new, |set| to_runs(set.iter().copied()))
+    }
+}
+
+/// Coordinates read and not placed yet: each must be compared with its audited partition's
+/// high watermark read AFTER it was read (a watermark read before could be older than the
+/// record the dead letter names: it would be taken for beyond the log, and the record for
+/// lost). [`Self::place`] asks for the watermarks; coordinates below them go to the index,
+/// those at or above are ignored ([`Ignored::BeyondLogEnd`]) and never fill it.
+#[derive(Debug, Default)]
+pub struct Unplaced {
+    /// (coordinate, whether its dead letter was already counted as ignored once).
+    pending: Vec<(TopicPartition, Offset, bool)>,
+}
+
+/// What [`Unplaced::place`] decided.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Placed {
+    /// Coordinates naming records of the log: for the index.
+    pub kept: Vec<(TopicPartition, Offset)>,
+    /// Coordinates beyond the log end whose dead letter was not counted yet.
+    pub beyond_uncounted: u64,
+    /// Every coordinate beyond the log end.
+    pub beyond: u64,
+}
+
+impl Unplaced {
+    /// Most coordinates held before they must be placed (bounds this buffer: ~7 MB).
+    pub const MAX: usize = 100_000;
+
+    /// Holds a coordinate read just now; `counted`: its dead letter was counted before (a
+    /// re-read).
+    pub fn push(&mut self, tp: TopicPartition, offset: Offset, counted: bool) {
+        self.pending.push((tp, offset, counted));
+    }
+
+    /// Coordinates held.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Whether it must be placed before more is read.
+    pub fn is_full(&self) -> bool {
+        self.pending.len() >= Self::MAX
+    }
+
+    /// Drops everything (the topic is read again from its beginning).
+    pub fn clear(&mut self) {
+        self.pending.clear();
+    }
+
+    /// Places every coordinate `keep` says yes to (the others are dropped): `high` answers
+    /// an audited partition's high watermark, asked now (once per partition). On an error
+    /// nothing is placed and everything stays held: the caller retries, and until then is
+    /// not caught up (verdicts wait; a coordinate is never dropped for want of an answer).
+    pub fn place<E>(
+        &mut self,
+        mut keep: impl FnMut(&TopicPartition) -> bool,
+        mut high: impl FnMut(&TopicPartition) -> Result<Offset, E>,
+    ) -> Result<Placed, E> {
+        self.pending.retain(|(tp, _, _)| keep(tp));
+        let mut highs: HashMap<TopicPartition, Offset> = HashMap::new();
+        for (tp, _, _) in &self.pending {
+            if !highs.contains_key(tp) {
+                highs.insert(tp.clone(), high(tp)?);
+            }
+        }
+        let mut out = Placed::default();
+        for (tp, offset, counted) in self.pending.drain(..) {
+            if highs.get(&tp).is_some_and(|h| offset < *h) {
+                out.kept.push((tp, offset));
+            } else {
+                out.beyond += 1;
+                out.beyond_uncounted += u64::from(!counted);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -328,6 +417,48 @@ mod tests {
             ix.named_in(&TopicPartition::new("other", 0), OffsetRun::new(0, 100))
                 .is_empty()
         );
+    }
+
+    /// Review of issue 37: a coordinate at or beyond its partition's high watermark (asked
+    /// after it was read) names no record of the log: ignored, never in the index, so such
+    /// coordinates cannot fill it. Below it: kept. An unanswered watermark places nothing.
+    #[test]
+    fn coordinates_beyond_the_log_end_are_ignored_and_never_indexed() {
+        let (a, b, c) = (
+            TopicPartition::new("dns", 0),
+            TopicPartition::new("dns", 1),
+            TopicPartition::new("dns", 2),
+        );
+        let mut u = Unplaced::default();
+        u.push(a.clone(), 5, false);
+        u.push(a.clone(), 10, false);
+        u.push(a.clone(), 11, true);
+        u.push(b.clone(), 0, false);
+        u.push(c.clone(), 3, false);
+        let mut asked = Vec::new();
+        let failed: Result<Placed, &str> = u.place(
+            |_| true,
+            |tp| if *tp == b { Err("timed out") } else { Ok(10) },
+        );
+        assert_eq!(failed, Err("timed out"));
+        assert_eq!(u.len(), 5, "nothing placed, nothing dropped");
+        let placed: Result<Placed, &str> = u.place(
+            |tp| *tp != c,
+            |tp| {
+                asked.push(tp.clone());
+                Ok(if *tp == a { 10 } else { 0 })
+            },
+        );
+        assert_eq!(
+            placed,
+            Ok(Placed {
+                kept: vec![(a.clone(), 5)],
+                beyond_uncounted: 2,
+                beyond: 3,
+            })
+        );
+        assert_eq!(asked, vec![a, b], "once per partition, only kept ones");
+        assert!(u.is_empty());
     }
 
     proptest! {

@@ -22,10 +22,13 @@
 //! letter it may still commit).
 
 mod once;
+mod place;
 pub use once::read_once;
 
 use crate::config::KafkaConfig;
-use crate::dead_letters::{DeadLetterIndex, Ignored, parse_headers, written_by};
+use crate::dead_letters::{
+    DeadLetterIndex, Ignored, MAX_DEAD_LETTERS, Unplaced, parse_headers, written_by,
+};
 use crate::gap::{Offset, TopicPartition};
 use crate::metrics::Metrics;
 use rdkafka::Message;
@@ -188,6 +191,7 @@ pub fn start(
         full_warned: false,
         generation: 0,
         counted: BTreeMap::new(),
+        unplaced: Unplaced::default(),
     };
     std::thread::Builder::new()
         .name(format!("dead-letters-{audit}"))
@@ -216,6 +220,8 @@ struct Reader {
     /// Per partition, the offset up to which records were read once (ignored ones are
     /// counted once, whatever the rewinds).
     counted: BTreeMap<i32, Offset>,
+    /// Coordinates read, waiting for their partition's high watermark (`place.rs`).
+    unplaced: Unplaced,
 }
 
 impl Reader {
@@ -230,9 +236,15 @@ impl Reader {
                     "a partition was assigned: reading the dead-letter topic again from its beginning");
                 self.generation = generation;
                 self.next.clear();
+                // Placed first: a dead letter beyond the log end is counted when placed, and
+                // the re-read will not count it again. On an error it is only not counted.
+                let _ = self.place();
+                self.unplaced.clear();
                 last_check = None;
             }
-            let full = self.shared.lock().is_full();
+            // Unplaced coordinates count against the index's bound: placed, they must fit.
+            let full = self.unplaced.is_full()
+                || self.shared.lock().len() + self.unplaced.len() >= MAX_DEAD_LETTERS;
             if full {
                 if !self.full_warned {
                     tracing::warn!(audit = %self.audit, topic = %self.topic,
@@ -293,7 +305,7 @@ impl Reader {
         let reason = match named {
             Ok((tp, offset)) if self.audited.contains(&tp.topic) => {
                 if self.shared.keeps(&tp) {
-                    self.shared.lock().insert(tp, offset);
+                    self.unplaced.push(tp, offset, counted);
                 }
                 return;
             }
@@ -315,6 +327,9 @@ impl Reader {
     /// fetched after `t0`, moves `caught_up_ms` to `t0`.
     fn check(&mut self) -> Result<(), String> {
         let t0 = crate::clock::now_ms();
+        // Every coordinate read so far is in the index (or ignored) before anything is
+        // marked caught up.
+        self.place()?;
         let md = self
             .consumer
             .fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT)

@@ -294,3 +294,48 @@ async fn an_open_transaction_in_the_dead_letter_topic_holds_verdicts() {
     );
     auditor.stop().await;
 }
+
+/// Review of issue 37: a dead letter naming an offset at or beyond the audited partition's
+/// high watermark (read after the dead letter was read) names no record of this topic (an
+/// earlier incarnation's, or a wrong coordinate): ignored (`beyond_log_end`) and not held,
+/// so such coordinates never fill the index. One naming a record of the log still counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dead_letters_beyond_the_log_end_are_ignored_and_freed() {
+    let s = Scenario::new("dlq_beyond").await;
+    let topic = s.topic.clone();
+    let dlq = unique("dlq_beyond_errors");
+    create_topic(&dlq, 1).await;
+    let lines = dns_lines(0..10);
+    s.send(&lines).await;
+    let dl = DeadLetterProducer::new(&dlq);
+    for o in [10, 500, 1_000_000] {
+        dl.names(&topic, 0, o, b"from an earlier incarnation").await;
+    }
+    dl.names(&topic, 0, 3, lines[3].as_bytes()).await;
+    let auditor = start_auditor(&s, &dlq).await;
+    s.pipeline()
+        .records(10)
+        .copies(|o| usize::from(o != 3))
+        .run()
+        .await;
+    auditor
+        .wait_decided(60, "every record decided", |a| {
+            a.confirmed(&topic, 0) + a.lost(&topic, 0) + dead_lettered(a, &topic) == 10
+        })
+        .await;
+    assert_eq!(
+        (auditor.lost(&topic, 0), dead_lettered(&auditor, &topic)),
+        (0, 1)
+    );
+    let beyond = auditor
+        .metrics
+        .dead_letters_ignored
+        .with_label_values(&[auditor.audit.as_str(), "beyond_log_end"])
+        .get();
+    assert_eq!(beyond, 3);
+    let (_, status) = auditor.get("/api/status").await;
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status json");
+    let coords = &status["audits"][0]["dead_letters"]["coordinates"];
+    assert_eq!(coords, &serde_json::json!(0), "none held: {status}");
+    auditor.stop().await;
+}

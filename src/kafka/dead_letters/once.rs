@@ -6,7 +6,7 @@
 
 use super::{REQUEST_TIMEOUT, Source, partitions_of};
 use crate::config::{IsolationLevel, KafkaConfig};
-use crate::dead_letters::{DeadLetterIndex, parse_headers, written_by};
+use crate::dead_letters::{DeadLetterIndex, Unplaced, parse_headers, written_by};
 use crate::gap::{Offset, TopicPartition};
 use anyhow::Context;
 use rdkafka::Message;
@@ -44,6 +44,30 @@ pub fn read_once(
     let parts = partitions_of(&md, topic).map_err(anyhow::Error::msg)?;
     let audited: HashSet<&str> = source.audited.iter().map(String::as_str).collect();
     let mut index = DeadLetterIndex::default();
+    let mut unplaced = Unplaced::default();
+    // Coordinates beyond their partition's log end (asked after they were read) are
+    // dropped, as the daemon ignores them: only the others count against the bound.
+    let place = |unplaced: &mut Unplaced, index: &mut DeadLetterIndex| -> anyhow::Result<()> {
+        let placed = unplaced.place(
+            |_| true,
+            |tp| {
+                consumer
+                    .fetch_watermarks(&tp.topic, tp.partition, REQUEST_TIMEOUT)
+                    .map(|(_, high)| high)
+                    .with_context(|| format!("reading the high watermark of {tp}"))
+            },
+        )?;
+        for (tp, offset) in placed.kept {
+            index.insert(tp, offset);
+            if index.is_full() {
+                anyhow::bail!(
+                    "the dead-letter topic {topic} names more than {} records: check cannot hold them",
+                    crate::dead_letters::MAX_DEAD_LETTERS
+                );
+            }
+        }
+        Ok(())
+    };
     for p in parts {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
@@ -64,17 +88,15 @@ pub fn read_once(
                 && let Ok((named, offset)) = parse_headers(pairs())
                 && audited.contains(named.topic.as_str())
             {
-                index.insert(named, offset);
-                if index.is_full() {
-                    anyhow::bail!(
-                        "the dead-letter topic {topic} names more than {} records: check cannot hold them",
-                        crate::dead_letters::MAX_DEAD_LETTERS
-                    );
+                unplaced.push(named, offset, false);
+                if unplaced.is_full() {
+                    place(&mut unplaced, &mut index)?;
                 }
             }
             Ok(())
         })?;
     }
+    place(&mut unplaced, &mut index)?;
     Ok((index, t0))
 }
 
