@@ -23,6 +23,7 @@
 
 mod once;
 mod place;
+mod problem;
 pub use once::read_once;
 
 use crate::config::KafkaConfig;
@@ -188,6 +189,7 @@ pub fn start(
         shared: shared.clone(),
         next: BTreeMap::new(),
         problem: None,
+        problems: problem::Problems::default(),
         full_warned: false,
         generation: 0,
         counted: BTreeMap::new(),
@@ -214,6 +216,8 @@ struct Reader {
     next: BTreeMap<i32, Option<Offset>>,
     /// The last problem logged (logged again only when it changes).
     problem: Option<String>,
+    /// The fetch and check errors behind it.
+    problems: problem::Problems,
     full_warned: bool,
     /// The owned partitions' generation the reading since the last rewind keeps.
     generation: u64,
@@ -275,17 +279,21 @@ impl Reader {
                     Some(Ok((named, partition, offset))) => {
                         self.take(named, partition, offset);
                         self.next.insert(partition, Some(offset + 1));
+                        self.problems.read_ok();
+                        self.show();
                     }
-                    Some(Err(e)) => self.note(Some(format!("reading failed: {e}"))),
+                    Some(Err(e)) => {
+                        self.problems.read_failed(format!("reading failed: {e}"));
+                        self.show();
+                    }
                     None => {}
                 }
             }
             if last_check.is_none_or(|t| t.elapsed() >= CATCH_UP_EVERY) {
                 last_check = Some(Instant::now());
-                match self.check() {
-                    Ok(()) => self.note(None),
-                    Err(e) => self.note(Some(e)),
-                }
+                let checked = self.check();
+                self.problems.checked(checked);
+                self.show();
             }
         }
     }
@@ -324,8 +332,8 @@ impl Reader {
     }
 
     /// Follows the topic's partitions and, when the position reached every high watermark
-    /// fetched after `t0`, moves `caught_up_ms` to `t0`.
-    fn check(&mut self) -> Result<(), String> {
+    /// fetched after `t0`, moves `caught_up_ms` to `t0`. Whether it did.
+    fn check(&mut self) -> Result<bool, String> {
         let t0 = crate::clock::now_ms();
         // Every coordinate read so far is in the index (or ignored) before anything is
         // marked caught up.
@@ -368,11 +376,17 @@ impl Reader {
             let read = self.next.get(&p).copied().flatten().unwrap_or(-1);
             let pos = read.max(positions.get(&p).copied().unwrap_or(-1));
             if high > low && pos < high {
-                return Ok(());
+                return Ok(false);
             }
         }
         self.shared.mark_caught_up_at(self.generation, t0);
-        Ok(())
+        Ok(true)
+    }
+
+    /// Shows what [`Self::problems`] says (logged when it changes).
+    fn show(&mut self) {
+        let problem = self.problems.shown();
+        self.note(problem);
     }
 
     fn note(&mut self, problem: Option<String>) {
