@@ -156,6 +156,50 @@ fn a_dead_letter_on_a_shared_key_is_never_turned_into_the_other_records_loss() {
     );
 }
 
+/// Review of issue 37 (key_columns swap): a key shared by 0 and 1, one row for it, a dead
+/// letter naming 0. The swap reports 1 dead-lettered although the topic named 0: which of
+/// them the sink lacks cannot be decided (the row carries no coordinates). Either 0 was
+/// rejected and 1 written (right count, wrong offset), or the pipeline wrote 0 after all
+/// (a dead letter for a record the sink holds) and dropped 1 (a loss reported as
+/// dead-lettered). So the stand-in's gap says `shared_key`, as a shared key's missing
+/// record does: its position is a convention, not the dead letter's coordinate. A record
+/// the topic names itself (absent, named) stays exact.
+#[test]
+fn a_shared_key_stand_in_is_dead_lettered_by_convention_and_says_so() {
+    let mut l = PartitionLedger::new(0, true);
+    let k = Key::new(["shared"]);
+    for (o, key) in [(0, k.clone()), (1, k.clone()), (2, Key::new(["own"]))] {
+        l.ingest(o, None, Observed::Expected { key: Some(key) }, 0);
+    }
+    l.pipeline.observe(0, Some(3));
+    let segs = l.due(10_000, GRACE, 100);
+    // The sink holds K once (offset order calls 0 present); 2 is absent and named itself.
+    let dlq: BTreeSet<Offset> = [0, 2].into();
+    let a = l.apply_with_dead_letters(&oracle(&segs, &[0].into()), 10_000, &|run| {
+        named_in(&dlq, run)
+    });
+    assert_eq!((a.confirmed, a.lost, a.dead_lettered), (1, 0, 2));
+    let gaps: Vec<(Offset, Offset, bool)> = l
+        .take_dirty_gaps()
+        .iter()
+        .map(|g| (g.first, g.last, g.shared_key))
+        .collect();
+    assert_eq!(
+        gaps,
+        vec![(1, 2, true)],
+        "1 stands in for the named 0: its gap is not exact"
+    );
+
+    // Only records the topic names themselves: exact.
+    let (_, _, gaps) = decide(4, &[0, 1].into(), &[2, 3].into());
+    assert_eq!(
+        gaps.iter()
+            .map(|g| (g.first, g.shared_key))
+            .collect::<Vec<_>>(),
+        vec![(2, false)]
+    );
+}
+
 /// key_columns: a loss of 5,000 records declared in one round leaves two neighbouring
 /// missing runs (a keyed run stops merging at 4,096 keys). Dead letters for all of them,
 /// read after the verdict, move every one: a hit spanning both runs is taken run by run.
