@@ -557,6 +557,10 @@ pub(super) fn ledger_write(
     if let (Some(t), Some(o)) = (ledger.truncated_from(), head.as_object_mut()) {
         o.insert("truncated_from".to_string(), serde_json::Value::from(t));
     }
+    // As the tail gap: the dead_lettered gap a restart goes on extending.
+    if let (Some(t), Some(o)) = (ledger.dead_tail(), head.as_object_mut()) {
+        o.insert("dead_tail".to_string(), serde_json::Value::from(t));
+    }
     let head = with_id(head);
     match (items(d.missing), items(d.gaps)) {
         (Some(missing), Some(gaps)) if !d.replace => {

@@ -153,6 +153,7 @@ mod tests {
             missing: vec![run(2, 3, 2), run(5, 6, 5), run(8, 9, 5), run(12, 12, 12)],
             gaps: vec![gap(2, 3, 2), gap(5, 9, 4), gap(12, 12, 1)],
             tail_gap: Some(12),
+            dead_tail: None,
             epoch: 0,
             truncated_from: None,
         }

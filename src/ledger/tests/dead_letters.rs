@@ -200,6 +200,45 @@ fn a_shared_key_stand_in_is_dead_lettered_by_convention_and_says_so() {
     );
 }
 
+/// Review of issue 37: the dead_lettered gap the next dead-lettered record extends is
+/// persisted like the tail gap. Before, a restart between 8-9 and 10 (all dead-lettered,
+/// nothing decided between) split one gap into two at the settled offset.
+#[test]
+fn a_restart_goes_on_extending_the_dead_lettered_gap() {
+    let sink: BTreeSet<Offset> = (0..8).collect();
+    let (l, _, gaps) = decide(10, &sink, &[8, 9, 10].into());
+    assert_eq!(
+        gaps.iter().map(|g| (g.first, g.last)).collect::<Vec<_>>(),
+        vec![(8, 9)]
+    );
+    // As the store holds it (JSON), then restored at the settled offset.
+    let stored = serde_json::to_value(l.snapshot()).expect("json");
+    let (snap, bad) = Snapshot::from_stored(&stored);
+    assert!(bad.is_empty(), "{bad:?}");
+    let mut l = PartitionLedger::restore(l.settled(), false, snap);
+    l.ingest(10, None, exp(), 0);
+    l.ingest(11, None, exp(), 0);
+    l.pipeline.observe(0, Some(12));
+    let segs = l.due(10_000, GRACE, 1_000);
+    let dlq: BTreeSet<Offset> = [10].into();
+    let a = l.apply_with_dead_letters(&oracle(&segs, &[11].into()), 10_000, &|run| {
+        named_in(&dlq, run)
+    });
+    assert_eq!(a.dead_lettered, 1);
+    let gaps: Vec<(Offset, Offset, u64)> = l
+        .take_dirty_gaps()
+        .iter()
+        .map(|g| (g.first, g.last, g.dead_lettered))
+        .collect();
+    assert_eq!(gaps, vec![(8, 10, 3)], "one gap, as without the restart");
+
+    // Restored beyond the settled offset (another owner decided between): a new gap.
+    let (l, _, _) = decide(10, &sink, &[8, 9].into());
+    let snap = l.snapshot();
+    let l = PartitionLedger::restore_at(12, l.settled(), false, snap);
+    assert_eq!(l.dead_tail(), None);
+}
+
 /// key_columns: a loss of 5,000 records declared in one round leaves two neighbouring
 /// missing runs (a keyed run stops merging at 4,096 keys). Dead letters for all of them,
 /// read after the verdict, move every one: a hit spanning both runs is taken run by run.
