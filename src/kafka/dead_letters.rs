@@ -24,7 +24,7 @@
 mod once;
 mod place;
 mod problem;
-pub use once::read_once;
+pub use once::CheckReader;
 
 use crate::config::KafkaConfig;
 use crate::dead_letters::{

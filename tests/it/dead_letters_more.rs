@@ -339,3 +339,69 @@ async fn dead_letters_beyond_the_log_end_are_ignored_and_freed() {
     assert_eq!(coords, &serde_json::json!(0), "none held: {status}");
     auditor.stop().await;
 }
+
+/// Review of issue 37: `check` read the whole dead-letter topic again for every range it
+/// checked (once per audited partition). Its reader now reads the topic once per run and
+/// then only what was appended: 5 dead letters over two partitions, read; 2 more appended,
+/// read alone. Beyond-the-log-end coordinates are dropped as the daemon drops them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checks_dead_letter_reader_reads_each_record_once() {
+    use gap_auditor::kafka::dead_letters::{CheckReader, Source};
+    let s = Scenario::new("dlq_once").await;
+    let topic = s.topic.clone();
+    s.send(&dns_lines(0..10)).await;
+    let dlq = unique("dlq_once_errors");
+    create_topic(&dlq, 2).await;
+    let dl = DeadLetterProducer::new(&dlq);
+    for o in [1, 2, 3, 4, 99] {
+        dl.names(&topic, 0, o, b"x").await;
+    }
+    let kafka = gap_auditor::config::KafkaConfig {
+        brokers: kafka(),
+        ..Default::default()
+    };
+    let audited = vec![topic.clone()];
+    let mut reader = tokio::task::spawn_blocking(move || {
+        let mut r = CheckReader::new(
+            &kafka,
+            Source {
+                topic: &dlq,
+                audited: &audited,
+                connector: None,
+            },
+        )
+        .expect("reader");
+        r.refresh().expect("first reading");
+        r
+    })
+    .await
+    .expect("task");
+    let tp = gap_auditor::gap::TopicPartition::new(topic.as_str(), 0);
+    assert_eq!(reader.records_read(), 5);
+    assert_eq!(reader.index().len(), 4, "99 lies beyond the log end");
+    for o in [5, 6] {
+        dl.names(&topic, 0, o, b"x").await;
+    }
+    let first = reader.read_at();
+    let reader = tokio::task::spawn_blocking(move || {
+        reader.refresh().expect("second reading");
+        reader
+    })
+    .await
+    .expect("task");
+    assert_eq!(
+        reader.records_read(),
+        7,
+        "only the 2 appended were read again"
+    );
+    assert!(reader.read_at() >= first);
+    assert_eq!(
+        reader
+            .index()
+            .named_on(&tp)
+            .iter()
+            .map(|r| (r.first, r.last))
+            .collect::<Vec<_>>(),
+        vec![(1, 6)]
+    );
+}

@@ -1,4 +1,5 @@
-//! `check`'s reading of the dead-letter topic: everything it holds now, once, blocking.
+//! `check`'s reading of the dead-letter topic: everything it holds, read once per run (then
+//! only what is appended), blocking.
 //! Read committed as the daemon's reader (`super`), and to the high watermark: a
 //! transaction left open holds a read_committed reader at its first record (the last
 //! stable offset), and what it may still commit is unknown, so `check` fails rather than
@@ -13,7 +14,7 @@ use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers};
 use rdkafka::{Offset as KOffset, TopicPartitionList};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// How long the reading of a partition waits without getting closer to its high watermark.
@@ -22,82 +23,149 @@ const IDLE: Duration = Duration::from_secs(10);
 /// The consumers' `group.id` (never joined).
 const NAME: &str = "gap-auditor-check-dead-letters";
 
-/// Reads the dead-letter topic of `source` once. Returns the coordinates it names on the
-/// audited topics and the moment (unix ms, check's wall clock) before its log ends were
-/// read: records due by then may be decided with it, as the daemon decides.
-pub fn read_once(
-    kafka: &KafkaConfig,
-    source: Source<'_>,
-) -> anyhow::Result<(DeadLetterIndex, i64)> {
-    let mut kafka = kafka.clone();
-    // Watermarks read uncommitted: the true high watermark, open transactions included
-    // (`super::watermark_client`).
-    kafka.isolation_level = IsolationLevel::ReadUncommitted;
-    let t0 = chrono::Utc::now().timestamp_millis();
-    let consumer = super::super::range::consumer(&kafka, NAME)
-        .context("creating the dead-letter topic reader")?;
-    kafka.isolation_level = IsolationLevel::ReadCommitted;
-    let topic = source.topic;
-    let md = consumer
-        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-        .with_context(|| format!("reading metadata of the dead-letter topic {topic}"))?;
-    let parts = partitions_of(&md, topic).map_err(anyhow::Error::msg)?;
-    let audited: HashSet<&str> = source.audited.iter().map(String::as_str).collect();
-    let mut index = DeadLetterIndex::default();
-    let mut unplaced = Unplaced::default();
-    // Coordinates beyond their partition's log end (asked after they were read) are
-    // dropped, as the daemon ignores them: only the others count against the bound.
-    let place = |unplaced: &mut Unplaced, index: &mut DeadLetterIndex| -> anyhow::Result<()> {
-        let placed = unplaced.place(
-            |_| true,
-            |tp| {
-                consumer
-                    .fetch_watermarks(&tp.topic, tp.partition, REQUEST_TIMEOUT)
-                    .map(|(_, high)| high)
-                    .with_context(|| format!("reading the high watermark of {tp}"))
-            },
-        )?;
-        for (tp, offset) in placed.kept {
-            index.insert(tp, offset);
-            if index.is_full() {
-                anyhow::bail!(
-                    "the dead-letter topic {topic} names more than {} records: check cannot hold them",
-                    crate::dead_letters::MAX_DEAD_LETTERS
-                );
-            }
-        }
-        Ok(())
-    };
-    for p in parts {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
-            .with_context(|| format!("reading the watermarks of {topic}-{p}"))?;
-        if high <= low {
-            continue;
-        }
-        let reader = super::super::range::consumer(&kafka, NAME)
+/// `check`'s reader of one audit's dead-letter topic, kept for the whole run: the first
+/// [`Self::refresh`] reads the topic from its beginning, each later one only what was
+/// appended since (review of issue 37: the whole topic was read again for every range
+/// checked, once per audited partition).
+pub struct CheckReader {
+    /// Read committed.
+    kafka: KafkaConfig,
+    /// Metadata and watermarks, read uncommitted (`super::watermark_client`).
+    watermarks: BaseConsumer,
+    topic: String,
+    audited: HashSet<String>,
+    connector: Option<String>,
+    index: DeadLetterIndex,
+    /// Per partition, where the next refresh starts.
+    next: HashMap<i32, Offset>,
+    /// When the last refresh began (unix ms, check's wall clock); 0 before the first.
+    read_at: i64,
+    /// Dead-letter records read so far, over every refresh.
+    records_read: u64,
+}
+
+impl CheckReader {
+    /// A reader of `source`'s topic; nothing read yet.
+    pub fn new(kafka: &KafkaConfig, source: Source<'_>) -> anyhow::Result<Self> {
+        let mut kafka = kafka.clone();
+        kafka.isolation_level = IsolationLevel::ReadUncommitted;
+        let watermarks = super::super::range::consumer(&kafka, NAME)
             .context("creating the dead-letter topic reader")?;
-        read_partition(&reader, topic, p, low, high, |m| {
-            let headers = m.headers();
-            let pairs = || {
-                headers
-                    .iter()
-                    .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)))
-            };
-            if written_by(pairs(), source.connector)
-                && let Ok((named, offset)) = parse_headers(pairs())
-                && audited.contains(named.topic.as_str())
-            {
-                unplaced.push(named, offset, false);
-                if unplaced.is_full() {
-                    place(&mut unplaced, &mut index)?;
-                }
-            }
-            Ok(())
-        })?;
+        kafka.isolation_level = IsolationLevel::ReadCommitted;
+        Ok(Self {
+            kafka,
+            watermarks,
+            topic: source.topic.to_owned(),
+            audited: source.audited.iter().cloned().collect(),
+            connector: source.connector.map(str::to_owned),
+            index: DeadLetterIndex::default(),
+            next: HashMap::new(),
+            read_at: 0,
+            records_read: 0,
+        })
     }
-    place(&mut unplaced, &mut index)?;
-    Ok((index, t0))
+
+    /// The coordinates read on the audited topics (below their log ends).
+    pub fn index(&self) -> &DeadLetterIndex {
+        &self.index
+    }
+
+    /// The moment before the last refresh read the log ends: records due by then may be
+    /// decided with [`Self::index`], as the daemon decides.
+    pub fn read_at(&self) -> i64 {
+        self.read_at
+    }
+
+    /// Dead-letter records read so far (each once).
+    pub fn records_read(&self) -> u64 {
+        self.records_read
+    }
+
+    /// Reads what the topic holds beyond what was read, up to its high watermarks now.
+    pub fn refresh(&mut self) -> anyhow::Result<()> {
+        let t0 = chrono::Utc::now().timestamp_millis();
+        let topic = self.topic.clone();
+        let md = self
+            .watermarks
+            .fetch_metadata(Some(&topic), REQUEST_TIMEOUT)
+            .with_context(|| format!("reading metadata of the dead-letter topic {topic}"))?;
+        let parts = partitions_of(&md, &topic).map_err(anyhow::Error::msg)?;
+        let mut unplaced = Unplaced::default();
+        for p in parts {
+            let (low, high) = self
+                .watermarks
+                .fetch_watermarks(&topic, p, REQUEST_TIMEOUT)
+                .with_context(|| format!("reading the watermarks of {topic}-{p}"))?;
+            let from = self.next.get(&p).copied().unwrap_or(low).max(low);
+            if high <= from {
+                continue;
+            }
+            let reader = super::super::range::consumer(&self.kafka, NAME)
+                .context("creating the dead-letter topic reader")?;
+            let (audited, connector) = (&self.audited, self.connector.as_deref());
+            let mut read = 0u64;
+            let mut err = None;
+            read_partition(&reader, &topic, p, from, high, |m| {
+                read += 1;
+                let headers = m.headers();
+                let pairs = || {
+                    headers
+                        .iter()
+                        .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)))
+                };
+                if written_by(pairs(), connector)
+                    && let Ok((named, offset)) = parse_headers(pairs())
+                    && audited.contains(named.topic.as_str())
+                {
+                    unplaced.push(named, offset, false);
+                    if unplaced.is_full()
+                        && let Err(e) =
+                            place(&self.watermarks, &topic, &mut unplaced, &mut self.index)
+                    {
+                        err = Some(e);
+                        anyhow::bail!("placing dead-letter coordinates");
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| err.take().unwrap_or(e))?;
+            self.records_read += read;
+            self.next.insert(p, high);
+        }
+        place(&self.watermarks, &topic, &mut unplaced, &mut self.index)?;
+        self.read_at = t0;
+        Ok(())
+    }
+}
+
+/// Places `unplaced` into `index`: coordinates beyond their partition's log end (asked
+/// after they were read) are dropped, as the daemon ignores them; only the others count
+/// against the bound.
+fn place(
+    watermarks: &BaseConsumer,
+    topic: &str,
+    unplaced: &mut Unplaced,
+    index: &mut DeadLetterIndex,
+) -> anyhow::Result<()> {
+    let placed = unplaced.place(
+        |_| true,
+        |tp| {
+            watermarks
+                .fetch_watermarks(&tp.topic, tp.partition, REQUEST_TIMEOUT)
+                .map(|(_, high)| high)
+                .with_context(|| format!("reading the high watermark of {tp}"))
+        },
+    )?;
+    for (tp, offset) in placed.kept {
+        index.insert(tp, offset);
+        if index.is_full() {
+            anyhow::bail!(
+                "the dead-letter topic {topic} names more than {} records: check cannot hold them",
+                crate::dead_letters::MAX_DEAD_LETTERS
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Reads `topic`-`p` from `low` until its position reaches `high` (past markers and aborted
