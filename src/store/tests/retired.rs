@@ -192,7 +192,7 @@ fn a_retired_dead_lettered_gap_counts_until_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let tp = crate::gap::TopicPartition::new("t", 0);
-    let recs = vec![
+    let recs = [
         record(10, 2, Some(5_000), None),
         GapRecord {
             missing: 0,
