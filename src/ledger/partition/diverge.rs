@@ -96,6 +96,8 @@ impl PartitionLedger {
         // an overflow gap of the new epoch, never into an old gap's row. The old one, with
         // nothing left to re-check, retires at the next round.
         l.overflow = None;
+        // Nor does a dead-lettered record of the new log extend the old log's gap.
+        l.end_dead_tail();
         l.unstored_replace = true;
         l.revision += 1;
         (l, removed)

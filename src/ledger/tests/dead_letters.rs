@@ -235,8 +235,11 @@ fn a_restart_goes_on_extending_the_dead_lettered_gap() {
     // Restored beyond the settled offset (another owner decided between): a new gap.
     let (l, _, _) = decide(10, &sink, &[8, 9].into());
     let snap = l.snapshot();
-    let l = PartitionLedger::restore_at(12, l.settled(), false, snap);
-    assert_eq!(l.dead_tail(), None);
+    let l2 = PartitionLedger::restore_at(12, l.settled(), false, snap.clone());
+    assert_eq!(l2.dead_tail(), None);
+    // Nor across a divergence of the log (a new epoch's records never join an old gap).
+    let (l3, _) = PartitionLedger::restore_diverged(l.settled(), false, snap);
+    assert_eq!(l3.dead_tail(), None);
 }
 
 /// key_columns: a loss of 5,000 records declared in one round leaves two neighbouring
