@@ -248,7 +248,7 @@ impl Reader {
             }
             // Unplaced coordinates count against the index's bound: placed, they must fit.
             let full = self.unplaced.is_full()
-                || self.shared.lock().len() + self.unplaced.len() >= MAX_DEAD_LETTERS;
+                || self.shared.lock().runs() + self.unplaced.len() >= MAX_DEAD_LETTERS;
             if full {
                 if !self.full_warned {
                     tracing::warn!(audit = %self.audit, topic = %self.topic,
