@@ -196,6 +196,8 @@ async fn check_audit(
         book.set_semantics(semantics);
     }
     let mut waited = false;
+    // The audit's dead-letter topic: read once for the whole run (`verify_range`).
+    let mut dead_reader: Option<crate::kafka::dead_letters::CheckReader> = None;
     // key_columns: every partition is read before any is verified — the key multiset is the
     // audit's, so a row that a record of a later partition holds is never charged as a
     // duplicate. The other strategies verify each partition as soon as it is read, so only
@@ -259,6 +261,7 @@ async fn check_audit(
                     ledger,
                     grace_ms,
                     report,
+                    &mut dead_reader,
                 )
                 .await?;
                 report
@@ -277,6 +280,7 @@ async fn check_audit(
             ledger,
             grace_ms,
             report,
+            &mut dead_reader,
         )
         .await?;
         report
@@ -324,32 +328,40 @@ async fn verify_range(
     mut ledger: PartitionLedger,
     grace_ms: i64,
     report: &mut Report,
+    dead_reader: &mut Option<crate::kafka::dead_letters::CheckReader>,
 ) -> anyhow::Result<NotDue> {
     let now = Utc::now().timestamp_millis();
-    // With a dead-letter topic, as the daemon: it is read now, and only records due before
-    // that reading began are decided (`kafka::dead_letters`).
+    // With a dead-letter topic, as the daemon: it is read up to now, and only records due
+    // before that reading began are decided (`kafka::dead_letters`). Read from its
+    // beginning for the first range, then only what was appended since.
     let dead = match &audit.pipeline.dead_letter_topic {
         Some(t) => {
             let (kafka, t, topics) = (kafka.clone(), t.clone(), audit.topics.clone());
             let connector = audit.pipeline.connect_connector.clone();
-            Some(
-                tokio::task::spawn_blocking(move || {
-                    crate::kafka::dead_letters::read_once(
+            let reader = dead_reader.take();
+            let reader = tokio::task::spawn_blocking(move || {
+                let mut reader = match reader {
+                    Some(r) => r,
+                    None => crate::kafka::dead_letters::CheckReader::new(
                         &kafka,
                         crate::kafka::dead_letters::Source {
                             topic: &t,
                             audited: &topics,
                             connector: connector.as_deref(),
                         },
-                    )
-                })
-                .await
-                .context("reading the dead-letter topic")??,
-            )
+                    )?,
+                };
+                reader.refresh()?;
+                Ok::<_, anyhow::Error>(reader)
+            })
+            .await
+            .context("reading the dead-letter topic")??;
+            *dead_reader = Some(reader);
+            dead_reader.as_ref()
         }
         None => None,
     };
-    let due_at = dead.as_ref().map_or(now, |(_, t0)| now.min(*t0));
+    let due_at = dead.map_or(now, |r| now.min(r.read_at()));
     loop {
         let segs = ledger.due(due_at, grace_ms, 1_000_000);
         if segs.is_empty() {
@@ -360,9 +372,9 @@ async fn verify_range(
             anyhow::anyhow!("audit {}: {e}: cannot decide, nothing reported", audit.name)
         })?;
         let before = ledger.pending();
-        let applied = match &dead {
-            Some((index, _)) => {
-                ledger.apply_with_dead_letters(&verdicts, now, &|run| index.named_in(tp, run))
+        let applied = match dead {
+            Some(r) => {
+                ledger.apply_with_dead_letters(&verdicts, now, &|run| r.index().named_in(tp, run))
             }
             None => ledger.apply(&verdicts, now),
         };

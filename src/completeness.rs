@@ -7,9 +7,11 @@
 //! The rule, per partition (docs/SEMANTICS.md "Completeness" says why):
 //! - a pending record (read, not confirmed yet: lag, grace, a sink that is down) holds the
 //!   partition back at its record timestamp;
-//! - a gap with records still missing (open, unrecoverable, unverifiable) holds it back at
-//!   its first record's timestamp; acknowledged gaps have left the ledger, and late or
-//!   repaired ones have nothing missing, so neither holds anything back;
+//! - a gap with records the sink does not hold — missing (open, unrecoverable,
+//!   unverifiable) or dead-lettered (the pipeline rejected them: not lost, but not in the
+//!   sink either) — holds it back at its first record's timestamp until acknowledged;
+//!   acknowledged gaps have left the ledger, and late or repaired ones have nothing
+//!   missing, so neither holds anything back;
 //! - a partition the auditor has not read to its log end holds it back at the newest record
 //!   it read there (what lies beyond is unknown), or at an unknown time before its first;
 //! - an IDLE partition — read to its log end, nothing pending — holds nothing back of its
@@ -74,9 +76,10 @@ pub struct BlockingGap {
     pub first: Offset,
     /// Its first record's timestamp.
     pub since: Since,
-    /// Records still missing (an upper bound when its size is unknown).
+    /// Records still missing (an upper bound when its size is unknown); a dead_lettered
+    /// gap's dead-lettered records (its `missing_records`).
     pub missing: u64,
-    /// Its state as reported (`open`, `unrecoverable`, `unverifiable`).
+    /// Its state as reported (`open`, `unrecoverable`, `unverifiable`, `dead_lettered`).
     pub state: GapState,
     /// Its log epoch, the rest of its id ([`crate::gap::Gap::make_id_in`]).
     pub epoch: u32,
@@ -113,7 +116,7 @@ pub struct PartitionInput {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockerKind {
-    /// A gap with records missing.
+    /// A gap with records missing or dead-lettered.
     Gap,
     /// Records read and not confirmed yet (lag, grace, a sink that does not answer).
     Pending,
@@ -302,6 +305,16 @@ impl Answer {
     }
 }
 
+/// How a blocking gap's records are absent, by its state name: `dead-lettered` ones were
+/// rejected by the pipeline on purpose, any other state's are `missing`.
+pub fn not_in_sink(state: &str) -> &'static str {
+    if state == GapState::DeadLettered.as_str() {
+        "dead-lettered"
+    } else {
+        "missing"
+    }
+}
+
 /// `blocking` as SPEC names it: gap ids, and `"pending"` for records not confirmed yet,
 /// followed here by the partitions holding them (`pending:<topic>-<partition>`), so that a
 /// client testing for `"pending"` and one reading which partition both find theirs.
@@ -389,11 +402,12 @@ fn reason(
         .collect();
     if let Some(g) = gaps.first() {
         return format!(
-            "blocked by {} gap(s); the first, {}, is {} with {} record(s) missing from {}",
+            "blocked by {} gap(s); the first, {}, is {} with {} record(s) {} from {}",
             gaps.len(),
             g.id,
             g.state.as_deref().unwrap_or("open"),
             g.missing_records.unwrap_or(0),
+            not_in_sink(g.state.as_deref().unwrap_or("open")),
             at(g.since)
         );
     }

@@ -16,14 +16,17 @@
 //! audit first moves the missing records the coordinates name to dead-lettered, then makes
 //! the index forget what lies below each owned partition's *floor*, its first undecided
 //! record (`PartitionLedger::dead_letter_floor`). So what stays is what names records not
-//! decided yet (or not read yet: other partitions, offsets beyond the log).
-//! Beyond that the index holds at most [`MAX_DEAD_LETTERS`] coordinates (about 80 MB at the
-//! worst, ~70 bytes each): when full, the reader stops reading the dead-letter topic until
-//! floors free room, and verdicts wait for it (lag, never a false loss).
+//! decided yet (or not read yet by the auditor). A coordinate enters the index only once
+//! placed ([`Unplaced`]): one at or beyond its partition's high watermark, asked after it
+//! was read, names no record of the log and is ignored, so it can never fill the index.
+//! Beyond that the index holds at most [`MAX_DEAD_LETTERS`] runs of coordinates (about 80
+//! MB at the worst, ~70 bytes each; consecutive named offsets share one run): when full,
+//! the reader stops reading the dead-letter topic until floors free room, and verdicts
+//! wait for it (lag, never a false loss).
 
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 /// Kafka Connect's header naming the source record's topic.
 pub const HEADER_TOPIC: &str = "__connect.errors.topic";
@@ -51,6 +54,11 @@ pub enum Ignored {
     /// (or names none).
     #[error("written by another connector than connect_connector")]
     OtherConnector,
+    /// It names an offset at or beyond the audited partition's high watermark read after the
+    /// dead letter was read: no record of this incarnation of the topic (a dead letter of an
+    /// earlier incarnation of a recreated topic, or a wrong coordinate).
+    #[error("names an offset beyond the audited partition's log end")]
+    BeyondLogEnd,
 }
 
 impl Ignored {
@@ -60,6 +68,7 @@ impl Ignored {
             Ignored::Headers => "headers",
             Ignored::OtherTopic => "other_topic",
             Ignored::OtherConnector => "other_connector",
+            Ignored::BeyondLogEnd => "beyond_log_end",
         }
     }
 }
@@ -120,19 +129,32 @@ pub fn written_by<'a>(
 
 #[derive(Debug, Default)]
 pub struct DeadLetterIndex {
-    named: HashMap<TopicPartition, BTreeSet<Offset>>,
+    /// Per partition, the named offsets as disjoint, non-adjacent runs (first -> last).
+    named: HashMap<TopicPartition, BTreeMap<Offset, Offset>>,
+    /// Runs held: what the bound counts.
+    runs: usize,
+    /// Offsets held.
     len: usize,
 }
 
 impl DeadLetterIndex {
-    /// Whether no more coordinates fit ([`MAX_DEAD_LETTERS`]).
+    /// Whether no more runs fit ([`MAX_DEAD_LETTERS`]). Runs, not offsets: a pipeline
+    /// that dead-letters everything for a while (a bad deploy, a schema change) names long
+    /// runs of offsets, which cost one entry each (review of issue 37: counted by offset,
+    /// a restart finding more than 1 M such dead letters above its settled offsets filled
+    /// the index for good and every verdict waited).
     pub fn is_full(&self) -> bool {
-        self.len >= MAX_DEAD_LETTERS
+        self.runs >= MAX_DEAD_LETTERS
     }
 
-    /// Coordinates held.
+    /// Offsets held.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Runs held (what [`MAX_DEAD_LETTERS`] bounds).
+    pub fn runs(&self) -> usize {
+        self.runs
     }
 
     /// Whether it holds nothing.
@@ -140,26 +162,60 @@ impl DeadLetterIndex {
         self.len == 0
     }
 
-    /// Keeps `offset` of `tp`. Whether it was kept (false when already held or full).
+    /// Keeps `offset` of `tp`. Whether it was kept (false when already held, or when it
+    /// would take a new run and the index is full; joining a run never needs room).
     /// Not checked against the floor: floors are the ledger's, which a log truncation or a
     /// partition moving to another instance and back can lower; a coordinate below it is
     /// forgotten at the next [`Self::forget_below`].
     pub fn insert(&mut self, tp: TopicPartition, offset: Offset) -> bool {
-        if self.is_full() {
+        let full = self.is_full();
+        let runs = self.named.entry(tp).or_default();
+        let before = runs.range(..=offset).next_back().map(|(f, l)| (*f, *l));
+        if before.is_some_and(|(_, l)| l >= offset) {
             return false;
         }
-        let kept = self.named.entry(tp).or_default().insert(offset);
-        self.len += usize::from(kept);
-        kept
+        let after = offset
+            .checked_add(1)
+            .and_then(|n| runs.get(&n).map(|l| (n, *l)));
+        let joins_before = before.is_some_and(|(_, l)| l.checked_add(1) == Some(offset));
+        match (joins_before, after) {
+            (true, Some((n, l))) => {
+                // Bridges two runs into one.
+                runs.remove(&n);
+                if let Some((f, _)) = before {
+                    runs.insert(f, l);
+                }
+                self.runs -= 1;
+            }
+            (true, None) => {
+                if let Some((f, _)) = before {
+                    runs.insert(f, offset);
+                }
+            }
+            (false, Some((n, l))) => {
+                runs.remove(&n);
+                runs.insert(offset, l);
+            }
+            (false, None) => {
+                if full {
+                    return false;
+                }
+                runs.insert(offset, offset);
+                self.runs += 1;
+            }
+        }
+        self.len += 1;
+        true
     }
 
     /// Keeps the coordinates of the partitions `keep` says yes to, and drops the others.
     pub fn retain(&mut self, mut keep: impl FnMut(&TopicPartition) -> bool) {
-        let len = &mut self.len;
+        let (runs, len) = (&mut self.runs, &mut self.len);
         self.named.retain(|tp, set| {
             let k = keep(tp);
             if !k {
-                *len -= set.len();
+                *runs -= set.len();
+                *len -= set.iter().map(|(f, l)| span(*f, *l)).sum::<usize>();
             }
             k
         });
@@ -168,11 +224,21 @@ impl DeadLetterIndex {
     /// Forgets the coordinates of `tp` below `floor` (they can no longer change a
     /// verdict: `PartitionLedger::dead_letter_floor`).
     pub fn forget_below(&mut self, tp: &TopicPartition, floor: Offset) {
-        if let Some(set) = self.named.get_mut(tp) {
-            let keep = set.split_off(&floor);
-            self.len -= set.len();
-            *set = keep;
+        let Some(set) = self.named.get_mut(tp) else {
+            return;
+        };
+        let mut keep = set.split_off(&floor);
+        // A run reaching the floor from below keeps its part from the floor on.
+        if let Some((&f, &l)) = set.iter().next_back()
+            && l >= floor
+        {
+            set.insert(f, floor - 1);
+            keep.insert(floor, l);
+            self.runs += 1;
         }
+        self.runs -= set.len();
+        self.len -= set.iter().map(|(f, l)| span(*f, *l)).sum::<usize>();
+        *set = keep;
     }
 
     /// The offsets of `run` on `tp` the dead-letter topic named, as runs.
@@ -180,27 +246,108 @@ impl DeadLetterIndex {
         let Some(set) = self.named.get(tp) else {
             return Vec::new();
         };
-        to_runs(set.range(run.first..=run.last).copied())
+        let from = set
+            .range(..=run.first)
+            .next_back()
+            .map_or(run.first, |(f, _)| *f);
+        set.range(from..=run.last)
+            .filter(|(_, l)| **l >= run.first)
+            .map(|(f, l)| OffsetRun::new((*f).max(run.first), (*l).min(run.last)))
+            .collect()
     }
 
     /// Every offset of `tp` named at or above its floor, as runs.
     pub fn named_on(&self, tp: &TopicPartition) -> Vec<OffsetRun> {
-        self.named
-            .get(tp)
-            .map_or_else(Vec::new, |set| to_runs(set.iter().copied()))
+        self.named.get(tp).map_or_else(Vec::new, |set| {
+            set.iter().map(|(f, l)| OffsetRun::new(*f, *l)).collect()
+        })
     }
 }
 
-/// Ascending offsets as maximal runs.
-fn to_runs(offsets: impl Iterator<Item = Offset>) -> Vec<OffsetRun> {
-    let mut out: Vec<OffsetRun> = Vec::new();
-    for o in offsets {
-        match out.last_mut() {
-            Some(r) if r.last + 1 == o => r.last = o,
-            _ => out.push(OffsetRun::new(o, o)),
-        }
+/// Offsets in `first..=last`.
+fn span(first: Offset, last: Offset) -> usize {
+    usize::try_from(last - first + 1).unwrap_or(0)
+}
+
+/// Coordinates read and not placed yet: each must be compared with its audited partition's
+/// high watermark read AFTER it was read (a watermark read before could be older than the
+/// record the dead letter names: it would be taken for beyond the log, and the record for
+/// lost). [`Self::place`] asks for the watermarks; coordinates below them go to the index,
+/// those at or above are ignored ([`Ignored::BeyondLogEnd`]) and never fill it.
+#[derive(Debug, Default)]
+pub struct Unplaced {
+    /// (coordinate, whether its dead letter was already counted as ignored once).
+    pending: Vec<(TopicPartition, Offset, bool)>,
+}
+
+/// What [`Unplaced::place`] decided.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Placed {
+    /// Coordinates naming records of the log: for the index.
+    pub kept: Vec<(TopicPartition, Offset)>,
+    /// Coordinates beyond the log end whose dead letter was not counted yet.
+    pub beyond_uncounted: u64,
+    /// Every coordinate beyond the log end.
+    pub beyond: u64,
+}
+
+impl Unplaced {
+    /// Most coordinates held before they must be placed (bounds this buffer: ~7 MB).
+    pub const MAX: usize = 100_000;
+
+    /// Holds a coordinate read just now; `counted`: its dead letter was counted before (a
+    /// re-read).
+    pub fn push(&mut self, tp: TopicPartition, offset: Offset, counted: bool) {
+        self.pending.push((tp, offset, counted));
     }
-    out
+
+    /// Coordinates held.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Whether it must be placed before more is read.
+    pub fn is_full(&self) -> bool {
+        self.pending.len() >= Self::MAX
+    }
+
+    /// Drops everything (the topic is read again from its beginning).
+    pub fn clear(&mut self) {
+        self.pending.clear();
+    }
+
+    /// Places every coordinate `keep` says yes to (the others are dropped): `high` answers
+    /// an audited partition's high watermark, asked now (once per partition). On an error
+    /// nothing is placed and everything stays held: the caller retries, and until then is
+    /// not caught up (verdicts wait; a coordinate is never dropped for want of an answer).
+    pub fn place<E>(
+        &mut self,
+        mut keep: impl FnMut(&TopicPartition) -> bool,
+        mut high: impl FnMut(&TopicPartition) -> Result<Offset, E>,
+    ) -> Result<Placed, E> {
+        self.pending.retain(|(tp, _, _)| keep(tp));
+        let mut highs: HashMap<TopicPartition, Offset> = HashMap::new();
+        for (tp, _, _) in &self.pending {
+            if !highs.contains_key(tp) {
+                highs.insert(tp.clone(), high(tp)?);
+            }
+        }
+        let mut out = Placed::default();
+        for (tp, offset, counted) in self.pending.drain(..) {
+            if highs.get(&tp).is_some_and(|h| offset < *h) {
+                out.kept.push((tp, offset));
+            } else {
+                out.beyond += 1;
+                out.beyond_uncounted += u64::from(!counted);
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -328,6 +475,128 @@ mod tests {
             ix.named_in(&TopicPartition::new("other", 0), OffsetRun::new(0, 100))
                 .is_empty()
         );
+    }
+
+    /// Review of issue 37: a coordinate at or beyond its partition's high watermark (asked
+    /// after it was read) names no record of the log: ignored, never in the index, so such
+    /// coordinates cannot fill it. Below it: kept. An unanswered watermark places nothing.
+    #[test]
+    fn coordinates_beyond_the_log_end_are_ignored_and_never_indexed() {
+        let (a, b, c) = (
+            TopicPartition::new("dns", 0),
+            TopicPartition::new("dns", 1),
+            TopicPartition::new("dns", 2),
+        );
+        let mut u = Unplaced::default();
+        u.push(a.clone(), 5, false);
+        u.push(a.clone(), 10, false);
+        u.push(a.clone(), 11, true);
+        u.push(b.clone(), 0, false);
+        u.push(c.clone(), 3, false);
+        let mut asked = Vec::new();
+        let failed: Result<Placed, &str> = u.place(
+            |_| true,
+            |tp| if *tp == b { Err("timed out") } else { Ok(10) },
+        );
+        assert_eq!(failed, Err("timed out"));
+        assert_eq!(u.len(), 5, "nothing placed, nothing dropped");
+        let placed: Result<Placed, &str> = u.place(
+            |tp| *tp != c,
+            |tp| {
+                asked.push(tp.clone());
+                Ok(if *tp == a { 10 } else { 0 })
+            },
+        );
+        assert_eq!(
+            placed,
+            Ok(Placed {
+                kept: vec![(a.clone(), 5)],
+                beyond_uncounted: 2,
+                beyond: 3,
+            })
+        );
+        assert_eq!(asked, vec![a, b], "once per partition, only kept ones");
+        assert!(u.is_empty());
+    }
+
+    /// Review of issue 37: the bound counts runs, so a long run of dead-lettered records
+    /// (2 M here, beyond the old 1 M offsets) costs one entry and never fills the index.
+    #[test]
+    fn a_long_run_of_dead_letters_costs_one_entry() {
+        let tp = TopicPartition::new("dns", 0);
+        let mut ix = DeadLetterIndex::default();
+        for o in 0..2_000_000 {
+            assert!(ix.insert(tp.clone(), o), "{o}");
+        }
+        assert_eq!((ix.runs(), ix.len()), (1, 2_000_000));
+        assert!(!ix.is_full());
+        ix.forget_below(&tp, 1_500_000);
+        assert_eq!((ix.runs(), ix.len()), (1, 500_000));
+        assert_eq!(
+            ix.named_in(&tp, OffsetRun::new(1_999_990, 2_000_100)),
+            vec![OffsetRun::new(1_999_990, 1_999_999)]
+        );
+    }
+
+    proptest! {
+        /// Against a set of offsets: inserts (any order, repeats), floors and retains give
+        /// the same offsets, runs and counts.
+        #[test]
+        fn the_run_index_is_the_set_of_offsets(
+            ops in proptest::collection::vec((0u8..10, 0i32..2, 0i64..60), 0..200),
+        ) {
+            let mut ix = DeadLetterIndex::default();
+            let mut model: std::collections::BTreeMap<i32, std::collections::BTreeSet<Offset>> =
+                Default::default();
+            for (op, p, o) in ops {
+                let tp = TopicPartition::new("t", p);
+                match op {
+                    0 => {
+                        ix.forget_below(&tp, o);
+                        if let Some(s) = model.get_mut(&p) {
+                            *s = s.split_off(&o);
+                        }
+                    }
+                    1 => {
+                        ix.retain(|t| t.partition != p);
+                        model.remove(&p);
+                    }
+                    _ => {
+                        let kept = ix.insert(tp, o);
+                        prop_assert_eq!(kept, model.entry(p).or_default().insert(o));
+                    }
+                }
+                let mut len = 0;
+                let mut runs = 0;
+                for p in 0..2 {
+                    let tp = TopicPartition::new("t", p);
+                    let want: Vec<OffsetRun> = model
+                        .get(&p)
+                        .map(|s| to_runs_model(s.iter().copied()))
+                        .unwrap_or_default();
+                    prop_assert_eq!(ix.named_on(&tp), want.clone());
+                    prop_assert_eq!(
+                        ix.named_in(&tp, OffsetRun::new(10, 30)),
+                        crate::ledger::runs::intersect(OffsetRun::new(10, 30), &want)
+                    );
+                    len += model.get(&p).map_or(0, |s| s.len());
+                    runs += want.len();
+                }
+                prop_assert_eq!((ix.len(), ix.runs()), (len, runs));
+            }
+        }
+    }
+
+    /// Ascending offsets as maximal runs (the model's).
+    fn to_runs_model(offsets: impl Iterator<Item = Offset>) -> Vec<OffsetRun> {
+        let mut out: Vec<OffsetRun> = Vec::new();
+        for o in offsets {
+            match out.last_mut() {
+                Some(r) if r.last + 1 == o => r.last = o,
+                _ => out.push(OffsetRun::new(o, o)),
+            }
+        }
+        out
     }
 
     proptest! {

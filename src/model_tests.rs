@@ -571,6 +571,7 @@ impl StoredItems {
             missing: self.missing.values().cloned().collect(),
             gaps: self.gaps.values().cloned().collect(),
             tail_gap: d.tail_gap,
+            dead_tail: l.dead_tail(),
             epoch: l.epoch(),
             truncated_from: l.truncated_from(),
         }

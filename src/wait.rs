@@ -334,18 +334,27 @@ impl Waiter {
         }
     }
 
-    /// Unresolved gaps in the store whose first record is before `until` (or unknown).
+    /// Gaps in the store that block completeness (unresolved or dead-lettered: the daemon's
+    /// rule, `GapRecord::unconfirmed`) whose first record is before `until` (or unknown).
     fn gaps_in_store(&self) -> Result<Vec<crate::gap::Gap>, String> {
         let Some(path) = &self.store_path else {
             return Ok(Vec::new());
         };
         let store = Store::open(path).map_err(|e| format!("the store cannot be read: {e}"))?;
-        let gaps = store
-            .list_gaps(&GapFilter {
-                state: StateFilter::Unresolved,
-                audit: Some(self.args.audit.clone()),
-            })
-            .map_err(|e| format!("the store cannot be read: {e}"))?;
+        let mut gaps = Vec::new();
+        for state in [
+            StateFilter::Unresolved,
+            StateFilter::Only(crate::gap::GapState::DeadLettered),
+        ] {
+            gaps.extend(
+                store
+                    .list_gaps(&GapFilter {
+                        state,
+                        audit: Some(self.args.audit.clone()),
+                    })
+                    .map_err(|e| format!("the store cannot be read: {e}"))?,
+            );
+        }
         Ok(gaps
             .into_iter()
             .filter(|g| g.first_timestamp.is_none_or(|t| t < self.args.until))
@@ -376,8 +385,9 @@ impl Waiter {
                 );
                 match (&b.state, b.missing_records) {
                     (Some(state), Some(n)) => println!(
-                        "  gap {} ({state}): {n} record(s) missing, the first produced at {since}",
-                        b.id
+                        "  gap {} ({state}): {n} record(s) {}, the first produced at {since}",
+                        b.id,
+                        crate::completeness::not_in_sink(state)
                     ),
                     _ => println!("  {}: records not confirmed yet since {since}", b.id),
                 }
@@ -416,10 +426,11 @@ impl Waiter {
         );
         for g in gaps {
             println!(
-                "  gap {} ({}): {} record(s) missing, the first produced at {}",
+                "  gap {} ({}): {} record(s) {}, the first produced at {}",
                 g.id,
                 g.state,
                 g.missing_records,
+                crate::completeness::not_in_sink(g.state.as_str()),
                 g.first_timestamp.map_or_else(
                     || "an unknown time".to_string(),
                     |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)

@@ -449,7 +449,7 @@ pub(super) fn ledger_write(
 }
 
 /// A ledger's head (everything but its items) as a progress row holds it: the tail gap,
-/// the epoch and truncation point when set, the topic id when known.
+/// the epoch, truncation point and dead-lettered tail when set, the topic id when known.
 pub(super) fn ledger_head(ledger: &PartitionLedger, topic_id: Option<&str>) -> serde_json::Value {
     let mut head = serde_json::json!({ "tail_gap": ledger.tail_gap() });
     // The epoch goes with every write: the head replaces the stored one (see `Snapshot::epoch`).
@@ -460,6 +460,10 @@ pub(super) fn ledger_head(ledger: &PartitionLedger, topic_id: Option<&str>) -> s
     }
     if let (Some(t), Some(o)) = (ledger.truncated_from(), head.as_object_mut()) {
         o.insert("truncated_from".to_string(), serde_json::Value::from(t));
+    }
+    // As the tail gap: the dead_lettered gap a restart goes on extending.
+    if let (Some(t), Some(o)) = (ledger.dead_tail(), head.as_object_mut()) {
+        o.insert("dead_tail".to_string(), serde_json::Value::from(t));
     }
     with_topic_id(head, topic_id)
 }

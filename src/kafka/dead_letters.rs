@@ -12,12 +12,24 @@
 //! so under `pipeline_group` every dead letter of a due record is read before its verdict.
 //! While the topic cannot be read, nothing is decided (lag, never a false loss).
 //!
-//! Read uncommitted: a dead-letter record of an aborted transaction still names its record
-//! (Connect's dead-letter producer is not transactional), and the high watermark is then
-//! reachable whatever transactions are open.
+//! Read committed, whatever the audit's own `isolation_level` (review of issue 37): a
+//! dead-letter record of an aborted transaction was never written as far as the pipeline is
+//! concerned (a transactional Flink side output aborts it with the checkpoint that failed),
+//! and taken as evidence it would turn a real loss into "dead-lettered". Connect's
+//! dead-letter producer is not transactional, so its records are read as before. A
+//! transaction left open in the topic holds the reader below the high watermark, so nothing
+//! is caught up past it: verdicts wait until it ends (lag, never a loss for want of a dead
+//! letter it may still commit).
+
+mod once;
+mod place;
+mod problem;
+pub use once::CheckReader;
 
 use crate::config::KafkaConfig;
-use crate::dead_letters::{DeadLetterIndex, Ignored, parse_headers, written_by};
+use crate::dead_letters::{
+    DeadLetterIndex, Ignored, MAX_DEAD_LETTERS, Unplaced, parse_headers, written_by,
+};
 use crate::gap::{Offset, TopicPartition};
 use crate::metrics::Metrics;
 use rdkafka::Message;
@@ -161,11 +173,14 @@ pub fn start(
         connector,
     } = source;
     let mut cfg = super::client::consumer(kafka, &format!("{group}.dead-letters"));
-    cfg.set("isolation.level", "read_uncommitted");
+    // Set last: neither `kafka.isolation_level` nor `kafka.properties` changes it.
+    cfg.set("isolation.level", "read_committed");
     let consumer: BaseConsumer = cfg.create()?;
+    let watermarks = watermark_client(kafka, group)?;
     let shared = Arc::new(DeadLetters::default());
     let reader = Reader {
         consumer,
+        watermarks,
         topic: topic.to_owned(),
         audit: audit.to_owned(),
         audited: audited.iter().cloned().collect(),
@@ -174,9 +189,11 @@ pub fn start(
         shared: shared.clone(),
         next: BTreeMap::new(),
         problem: None,
+        problems: problem::Problems::default(),
         full_warned: false,
         generation: 0,
         counted: BTreeMap::new(),
+        unplaced: Unplaced::default(),
     };
     std::thread::Builder::new()
         .name(format!("dead-letters-{audit}"))
@@ -186,6 +203,8 @@ pub fn start(
 
 struct Reader {
     consumer: BaseConsumer,
+    /// Asks for high watermarks ([`watermark_client`]).
+    watermarks: BaseConsumer,
     topic: String,
     audit: String,
     audited: HashSet<String>,
@@ -197,12 +216,16 @@ struct Reader {
     next: BTreeMap<i32, Option<Offset>>,
     /// The last problem logged (logged again only when it changes).
     problem: Option<String>,
+    /// The fetch and check errors behind it.
+    problems: problem::Problems,
     full_warned: bool,
     /// The owned partitions' generation the reading since the last rewind keeps.
     generation: u64,
     /// Per partition, the offset up to which records were read once (ignored ones are
     /// counted once, whatever the rewinds).
     counted: BTreeMap<i32, Offset>,
+    /// Coordinates read, waiting for their partition's high watermark (`place.rs`).
+    unplaced: Unplaced,
 }
 
 impl Reader {
@@ -217,9 +240,15 @@ impl Reader {
                     "a partition was assigned: reading the dead-letter topic again from its beginning");
                 self.generation = generation;
                 self.next.clear();
+                // Placed first: a dead letter beyond the log end is counted when placed, and
+                // the re-read will not count it again. On an error it is only not counted.
+                let _ = self.place();
+                self.unplaced.clear();
                 last_check = None;
             }
-            let full = self.shared.lock().is_full();
+            // Unplaced coordinates count against the index's bound: placed, they must fit.
+            let full = self.unplaced.is_full()
+                || self.shared.lock().runs() + self.unplaced.len() >= MAX_DEAD_LETTERS;
             if full {
                 if !self.full_warned {
                     tracing::warn!(audit = %self.audit, topic = %self.topic,
@@ -250,17 +279,21 @@ impl Reader {
                     Some(Ok((named, partition, offset))) => {
                         self.take(named, partition, offset);
                         self.next.insert(partition, Some(offset + 1));
+                        self.problems.read_ok();
+                        self.show();
                     }
-                    Some(Err(e)) => self.note(Some(format!("reading failed: {e}"))),
+                    Some(Err(e)) => {
+                        self.problems.read_failed(format!("reading failed: {e}"));
+                        self.show();
+                    }
                     None => {}
                 }
             }
             if last_check.is_none_or(|t| t.elapsed() >= CATCH_UP_EVERY) {
                 last_check = Some(Instant::now());
-                match self.check() {
-                    Ok(()) => self.note(None),
-                    Err(e) => self.note(Some(e)),
-                }
+                let checked = self.check();
+                self.problems.checked(checked);
+                self.show();
             }
         }
     }
@@ -280,7 +313,7 @@ impl Reader {
         let reason = match named {
             Ok((tp, offset)) if self.audited.contains(&tp.topic) => {
                 if self.shared.keeps(&tp) {
-                    self.shared.lock().insert(tp, offset);
+                    self.unplaced.push(tp, offset, counted);
                 }
                 return;
             }
@@ -299,9 +332,12 @@ impl Reader {
     }
 
     /// Follows the topic's partitions and, when the position reached every high watermark
-    /// fetched after `t0`, moves `caught_up_ms` to `t0`.
-    fn check(&mut self) -> Result<(), String> {
+    /// fetched after `t0`, moves `caught_up_ms` to `t0`. Whether it did.
+    fn check(&mut self) -> Result<bool, String> {
         let t0 = crate::clock::now_ms();
+        // Every coordinate read so far is in the index (or ignored) before anything is
+        // marked caught up.
+        self.place()?;
         let md = self
             .consumer
             .fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT)
@@ -334,17 +370,23 @@ impl Reader {
             .unwrap_or_default();
         for &p in &parts {
             let (low, high) = self
-                .consumer
+                .watermarks
                 .fetch_watermarks(&self.topic, p, REQUEST_TIMEOUT)
                 .map_err(|e| format!("watermarks of partition {p}: {e}"))?;
             let read = self.next.get(&p).copied().flatten().unwrap_or(-1);
             let pos = read.max(positions.get(&p).copied().unwrap_or(-1));
             if high > low && pos < high {
-                return Ok(());
+                return Ok(false);
             }
         }
         self.shared.mark_caught_up_at(self.generation, t0);
-        Ok(())
+        Ok(true)
+    }
+
+    /// Shows what [`Self::problems`] says (logged when it changes).
+    fn show(&mut self) {
+        let problem = self.problems.shown();
+        self.note(problem);
     }
 
     fn note(&mut self, problem: Option<String>) {
@@ -366,6 +408,20 @@ impl Reader {
     }
 }
 
+/// A client that only asks for watermarks, read uncommitted: a read_committed client's
+/// "high watermark" is the last stable offset (ListOffsets answers by isolation level), so
+/// an open transaction's dead letters would lie beyond it and the reader would count itself
+/// caught up without them. The real high watermark is reached only once every transaction
+/// in the topic has ended (the committed reader's position passes its marker).
+pub(crate) fn watermark_client(
+    kafka: &KafkaConfig,
+    group: &str,
+) -> Result<BaseConsumer, rdkafka::error::KafkaError> {
+    let mut cfg = super::client::consumer(kafka, &format!("{group}.dead-letters"));
+    cfg.set("isolation.level", "read_uncommitted");
+    cfg.create()
+}
+
 /// The dead-letter topic's partitions from a metadata answer. A topic that does not exist
 /// (Connect creates it on the first error) holds no dead letter: no partitions, nothing to
 /// wait for. Any other error of the topic (authorization, leader not available) is not
@@ -384,76 +440,6 @@ fn partitions_of(md: &rdkafka::metadata::Metadata, topic: &str) -> Result<Vec<i3
             rdkafka::error::RDKafkaErrorCode::from(e)
         )),
     }
-}
-
-/// `check`'s reading of the dead-letter topic: everything it holds now, once (blocking).
-/// Returns the coordinates it names on `audited` topics and the moment (unix ms) before its
-/// log ends were read: records due by then may be decided with it, as the daemon decides.
-pub fn read_once(
-    kafka: &KafkaConfig,
-    source: Source<'_>,
-) -> anyhow::Result<(DeadLetterIndex, i64)> {
-    let Source {
-        topic,
-        audited,
-        connector,
-    } = source;
-    use anyhow::Context;
-    // Read uncommitted, as the daemon's reader.
-    let mut kafka = kafka.clone();
-    kafka.isolation_level = crate::config::IsolationLevel::ReadUncommitted;
-    // On check's clock (the wall clock its ledgers use).
-    let t0 = chrono::Utc::now().timestamp_millis();
-    let consumer = super::range::consumer(&kafka, "gap-auditor-check-dead-letters")
-        .context("creating the dead-letter topic reader")?;
-    let md = consumer
-        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
-        .with_context(|| format!("reading metadata of the dead-letter topic {topic}"))?;
-    let parts = partitions_of(&md, topic).map_err(anyhow::Error::msg)?;
-    let audited: HashSet<&str> = audited.iter().map(String::as_str).collect();
-    let mut index = DeadLetterIndex::default();
-    for p in parts {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, REQUEST_TIMEOUT)
-            .with_context(|| format!("reading the watermarks of {topic}-{p}"))?;
-        let tp = crate::gap::TopicPartition::new(topic, p);
-        let mut full = false;
-        super::range::read(
-            &kafka,
-            "gap-auditor-check-dead-letters",
-            &tp,
-            low,
-            high,
-            |m| {
-                let headers = m.headers();
-                let pairs = || {
-                    headers
-                        .iter()
-                        .flat_map(|h| h.iter().map(|Header { key, value }| (key, value)))
-                };
-                if written_by(pairs(), connector)
-                    && let Ok((named, offset)) = parse_headers(pairs())
-                    && audited.contains(named.topic.as_str())
-                {
-                    index.insert(named, offset);
-                    full |= index.is_full();
-                }
-                if full {
-                    super::range::Flow::Stop
-                } else {
-                    super::range::Flow::Continue
-                }
-            },
-        )
-        .with_context(|| format!("reading the dead-letter topic {topic}-{p}"))?;
-        if full {
-            anyhow::bail!(
-                "the dead-letter topic {topic} names more than {} records: check cannot hold them",
-                crate::dead_letters::MAX_DEAD_LETTERS
-            );
-        }
-    }
-    Ok((index, t0))
 }
 
 #[cfg(test)]

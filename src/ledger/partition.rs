@@ -190,6 +190,14 @@ pub struct GapRecord {
 }
 
 impl GapRecord {
+    /// Whether the gap holds records the sink is not proven to hold: missing ones (open,
+    /// unrecoverable, unverifiable) or dead-lettered ones. Such a gap blocks completeness
+    /// until it is acknowledged (SPEC "Completeness": only confirmed records complete a
+    /// time; a dead-lettered record is absent from the sink).
+    pub fn unconfirmed(&self) -> bool {
+        self.missing > 0 || self.dead_lettered > 0
+    }
+
     /// The gap's id ([`crate::gap::Gap::make_id_in`]).
     pub fn id(&self, audit: &str, tp: &crate::gap::TopicPartition) -> String {
         crate::gap::Gap::make_id_in(audit, &tp.topic, tp.partition, self.first, self.epoch)
@@ -316,6 +324,10 @@ pub struct Snapshot {
     pub gaps: Vec<GapRecord>,
     /// First offset of the gap the next missing record extends.
     pub tail_gap: Option<Offset>,
+    /// First offset of the dead_lettered gap the next dead-lettered record extends (as
+    /// `tail_gap`: without it a restart split such a gap in two at the settled offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_tail: Option<Offset>,
     /// Divergences of the partition's log the ledger resumed over (0: none): the epoch of
     /// the gaps it finds from now on ([`GapRecord::epoch`]).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -401,6 +413,9 @@ impl Snapshot {
                 }
             },
         };
+        // Written by this version only; anything but an offset is as if absent (the next
+        // dead-lettered record then opens a gap of its own, as before).
+        let dead_tail = value.get("dead_tail").and_then(serde_json::Value::as_i64);
         let epoch = match value.get("epoch") {
             None | Some(serde_json::Value::Null) => 0,
             Some(v) => match v.as_u64().and_then(|e| u32::try_from(e).ok()) {
@@ -419,6 +434,7 @@ impl Snapshot {
                 missing,
                 gaps,
                 tail_gap,
+                dead_tail,
                 epoch,
                 truncated_from,
             },
@@ -440,7 +456,7 @@ pub struct PartitionLedger {
     dirty_gaps: std::collections::BTreeSet<Offset>,
     tail_gap: Option<Offset>,
     /// First offset of the dead_lettered gap the next dead-lettered record extends (like
-    /// `tail_gap`; not persisted: after a restart the next one opens a new gap).
+    /// `tail_gap`, and persisted like it).
     dead_tail: Option<Offset>,
     /// Keys of missing records given up since [`Self::take_released_keys`]: the audit's
     /// key book stops holding claims for them.
@@ -681,6 +697,8 @@ impl PartitionLedger {
         // The retired gaps are in the store only: their aggregate is read from it.
         l.retired_work.recount = true;
         l.tail_gap = snap.tail_gap;
+        // Only a gap the snapshot holds (an older write may name one it no longer has).
+        l.dead_tail = snap.dead_tail.filter(|t| l.gaps.contains_key(t));
         l.epoch = snap.epoch;
         l.truncated_from = snap.truncated_from;
         // What was re-checked before is unknown: the first probe answer starts a look.
@@ -698,10 +716,11 @@ impl PartitionLedger {
     /// snapshot's tail gap across records decided elsewhere.
     pub fn restore_at(at: Offset, settled: Offset, keyed: bool, snap: Snapshot) -> Self {
         let mut l = Self::restore(at.max(settled), keyed, snap);
-        if at > settled
-            && let Some(t) = l.tail_gap.take()
-        {
-            l.untailed.push(t);
+        if at > settled {
+            if let Some(t) = l.tail_gap.take() {
+                l.untailed.push(t);
+            }
+            l.end_dead_tail();
         }
         l
     }
@@ -712,9 +731,15 @@ impl PartitionLedger {
             missing: self.missing.values().cloned().collect(),
             gaps: self.gaps.values().cloned().collect(),
             tail_gap: self.tail_gap,
+            dead_tail: self.dead_tail,
             epoch: self.epoch,
             truncated_from: self.truncated_from,
         }
+    }
+
+    /// See [`Snapshot::dead_tail`].
+    pub fn dead_tail(&self) -> Option<Offset> {
+        self.dead_tail
     }
 
     /// See [`Snapshot::truncated_from`].
@@ -765,7 +790,8 @@ impl PartitionLedger {
 
     /// Gaps with missing records, retired ones included.
     pub fn open_gaps(&self) -> usize {
-        self.gaps.values().filter(|g| g.missing > 0).count() + self.retired.gaps as usize
+        self.gaps.values().filter(|g| g.missing > 0).count()
+            + (self.retired.gaps - self.retired.dead_lettered) as usize
     }
 
     /// Gaps with missing records the ledger holds in memory (not retired).

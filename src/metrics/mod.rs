@@ -68,7 +68,8 @@ pub struct Metrics {
     /// Beyond SPEC's table: `gap_auditor_dead_letters_ignored_total{audit,reason}`: records
     /// of the dead-letter topic that name no record this audit reads (`headers`: missing or
     /// unreadable `__connect.errors.*` headers; `other_topic`: a topic it does not audit;
-    /// `other_connector`: written by another connector than `connect_connector`).
+    /// `other_connector`: written by another connector than `connect_connector`;
+    /// `beyond_log_end`: an offset at or beyond the audited partition's high watermark).
     pub dead_letters_ignored: IntCounterVec,
     /// `gap_auditor_records_pending{audit,topic,partition}`.
     pub records_pending: IntGaugeVec,
@@ -264,7 +265,7 @@ impl Metrics {
             ),
             dead_letters_ignored: f.int_counter(
                 "gap_auditor_dead_letters_ignored_total",
-                "Dead-letter topic records naming no audited record (reason: headers, other_topic, other_connector).",
+                "Dead-letter topic records naming no audited record (reason: headers, other_topic, other_connector, beyond_log_end).",
                 &["audit", "reason"],
             ),
             records_pending: f.int_gauge(

@@ -7,10 +7,12 @@ use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
 use crate::ledger::{RetiredGaps, RetiredOp};
 use chrono::TimeZone;
 
-/// Which rows of a partition count: retired, with records missing, not acknowledged (an
-/// acknowledged gap left the ledger's answers; late and repaired ones have none missing).
+/// Which rows of a partition count: retired, with records missing or dead-lettered, not
+/// acknowledged (an acknowledged gap left the ledger's answers; late and repaired ones have
+/// none missing). A dead_lettered row's `missing_records` counts its dead-lettered records.
 const COUNTED: &str = "audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
-    AND missing_records > 0 AND state IN ('open', 'unrecoverable', 'unverifiable')";
+    AND missing_records > 0
+    AND state IN ('open', 'unrecoverable', 'unverifiable', 'dead_lettered')";
 
 /// Marks the gaps `ids` retired (inside the round's transaction).
 pub(super) fn mark(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
@@ -166,18 +168,21 @@ fn count(
         Option<String>,
         i64,
         Option<i64>,
+        i64,
     );
     let row: Row = tx
         .prepare_cached(&format!(
             "SELECT COUNT(*),
-                COALESCE(SUM(CASE WHEN size_known THEN missing_records ELSE 0 END), 0),
+                COALESCE(SUM(CASE WHEN size_known AND state <> 'dead_lettered'
+                                  THEN missing_records ELSE 0 END), 0),
                 COALESCE(SUM(state IN ('open', 'unrecoverable')), 0),
                 COALESCE(SUM(CASE WHEN state IN ('open', 'unrecoverable')
                                   THEN missing_records ELSE 0 END), 0),
                 MIN(CASE WHEN state = 'unrecoverable' THEN unrecoverable_at END),
                 MIN(CASE WHEN state = 'open' THEN first_timestamp END),
                 COALESCE(SUM(state = 'open' AND first_timestamp IS NULL), 0),
-                MIN(CASE WHEN state = 'open' THEN first_offset END)
+                MIN(CASE WHEN state = 'open' THEN first_offset END),
+                COALESCE(SUM(state = 'dead_lettered'), 0)
              FROM gaps WHERE {COUNTED}"
         ))?
         .query_row(params![audit, topic, partition], |r| {
@@ -190,6 +195,7 @@ fn count(
                 r.get(5)?,
                 r.get(6)?,
                 r.get(7)?,
+                r.get(8)?,
             ))
         })?;
     let what = format!("retired gaps of {audit}/{topic}-{partition}");
@@ -201,6 +207,7 @@ fn count(
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
     let mut out = RetiredGaps {
         gaps: n(row.0),
+        dead_lettered: n(row.8),
         missing_known: n(row.1),
         open: n(row.2),
         open_missing: n(row.3),

@@ -34,7 +34,7 @@ impl DeadLetterProducer {
     }
 
     /// One record with `headers` (name, value) and the failed record's value.
-    async fn send(&self, headers: &[(&str, &str)], value: &[u8]) {
+    pub(crate) async fn send(&self, headers: &[(&str, &str)], value: &[u8]) {
         let mut h = OwnedHeaders::new();
         for (key, v) in headers {
             h = h.insert(Header {
@@ -75,7 +75,7 @@ impl DeadLetterProducer {
 }
 
 /// The scenario's offset_columns audit, reading `dlq` as its dead-letter topic.
-async fn start_auditor(s: &Scenario, dlq: &str) -> Auditor {
+pub(crate) async fn start_auditor(s: &Scenario, dlq: &str) -> Auditor {
     start_auditor_with(s, dlq, "offset_columns").await
 }
 
@@ -89,7 +89,7 @@ async fn start_auditor_with(s: &Scenario, dlq: &str, strategy: &str) -> Auditor 
     Auditor::start(&toml).await
 }
 
-fn dead_lettered(a: &Auditor, topic: &str) -> u64 {
+pub(crate) fn dead_lettered(a: &Auditor, topic: &str) -> u64 {
     a.counter(&a.metrics.records_dead_lettered, topic, 0)
 }
 

@@ -11,6 +11,7 @@ mod completeness_txn;
 mod crash;
 mod daemon_surface;
 mod dead_letters;
+mod dead_letters_more;
 mod deleted_rows;
 mod fake_registry;
 mod faults;

@@ -61,3 +61,34 @@ async fn verdicts_wait_until_the_dead_letter_reader_has_read_past_the_due_moment
         0
     );
 }
+
+/// Review of issue 37: the dead_lettered gap the next dead-lettered record extends is
+/// written with the ledger, so a restart goes on extending it (it was not persisted: a
+/// crash split one gap in two at the settled offset).
+#[tokio::test]
+async fn the_dead_lettered_tail_is_stored_with_the_ledger() {
+    let mut h = harness("");
+    let d = Arc::new(DeadLetters::default());
+    h.audit.dead_letters = Some(d.clone());
+    h.assign_and_read((0, 0), expected(0..10)).await;
+    // A first round stores the whole ledger; the next one writes only its changes.
+    h.audit.round().await;
+    h.in_sink(0..8);
+    {
+        let mut index = d.lock();
+        index.insert(TopicPartition::new(TOPIC, 0), 8);
+        index.insert(TopicPartition::new(TOPIC, 0), 9);
+    }
+    h.clock.advance(GRACE_MS + 1);
+    d.mark_caught_up(h.audit.clock.now_ms());
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_dead_lettered), 2);
+    let stored = h.store.load_progress(AUDIT).expect("progress");
+    let p = stored
+        .iter()
+        .find(|p| p.partition == 0)
+        .expect("partition 0");
+    let (snap, bad) = crate::ledger::Snapshot::from_stored(&p.ledger);
+    assert!(bad.is_empty(), "{bad:?}");
+    assert_eq!(snap.dead_tail, Some(8), "{}", p.ledger);
+}

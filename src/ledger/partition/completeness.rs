@@ -47,8 +47,9 @@ impl PartitionLedger {
     }
 
     /// What this partition holds completeness back at: its oldest pending record, its
-    /// earliest gaps with records missing (acknowledged gaps left the ledger; late and
-    /// repaired ones have none missing). Recomputed only after a change, so an idle round
+    /// earliest gaps with records the sink is not proven to hold, missing or dead-lettered
+    /// ([`GapRecord::unconfirmed`]; acknowledged gaps left the ledger; late and repaired ones
+    /// have none). Recomputed only after a change, so an idle round
     /// costs O(1); a change costs one pass over the pending runs and the gaps, as
     /// [`Self::gauges`] does. Timestamps are bounds: a pending run split by the due frontier
     /// keeps both halves' bounds, so a hold may be a little earlier than exact, never later.
@@ -64,7 +65,7 @@ impl PartitionLedger {
         let mut blocking = 0u64;
         // The earliest MAX_LISTED_GAPS by record time, kept sorted while scanning.
         let mut earliest: Vec<(Since, Offset)> = Vec::with_capacity(MAX_LISTED_GAPS + 1);
-        for g in self.gaps.values().filter(|g| g.missing > 0) {
+        for g in self.gaps.values().filter(|g| g.unconfirmed()) {
             blocking += 1;
             let s = Since::of(g.min_ts);
             if earliest.len() == MAX_LISTED_GAPS
@@ -81,11 +82,12 @@ impl PartitionLedger {
         let mut listed = self.retired.clone();
         for (since, first) in earliest {
             if let Some(g) = self.gaps.get(&first) {
+                let gap = g.to_gap("", &nowhere);
                 listed.list(BlockingGap {
                     first,
                     since,
-                    missing: g.missing,
-                    state: g.to_gap("", &nowhere).state,
+                    missing: gap.missing_records,
+                    state: gap.state,
                     epoch: g.epoch,
                 });
             }

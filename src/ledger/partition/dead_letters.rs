@@ -16,13 +16,16 @@ use super::*;
 impl PartitionLedger {
     /// Records `r` (absent, named by the dead-letter topic) as dead-lettered: they extend
     /// the dead_lettered gap the last decided records opened, or open one. A missing gap
-    /// before them ends here, as at a confirmed record.
+    /// before them ends here, as at a confirmed record. `stand_in`: key_columns stand-ins
+    /// for a named record the sink's count calls present (`settle::shared_key_swaps`): the
+    /// gap says `shared_key`, its position being a convention.
     pub(super) fn declare_dead_lettered(
         &mut self,
         r: OffsetRun,
         min_ts: Option<i64>,
         max_ts: Option<i64>,
         now_ms: i64,
+        stand_in: bool,
     ) {
         if let Some(t) = self.tail_gap.take() {
             self.untailed.push(t);
@@ -33,6 +36,7 @@ impl PartitionLedger {
                 g.dead_lettered += r.len();
                 g.min_ts = min_opt(g.min_ts, min_ts);
                 g.max_ts = max_opt(g.max_ts, max_ts);
+                g.shared_key |= stand_in;
                 g.first
             }
             _ => {
@@ -51,7 +55,7 @@ impl PartitionLedger {
                         commit,
                         deleted_ms: None,
                         unsettled: false,
-                        shared_key: false,
+                        shared_key: stand_in,
                         epoch: self.epoch,
                         is_new: true,
                         settle_cursor: 0,

@@ -96,6 +96,8 @@ impl PartitionLedger {
         // an overflow gap of the new epoch, never into an old gap's row. The old one, with
         // nothing left to re-check, retires at the next round.
         l.overflow = None;
+        // Nor does a dead-lettered record of the new log extend the old log's gap.
+        l.end_dead_tail();
         l.unstored_replace = true;
         l.revision += 1;
         (l, removed)
@@ -153,6 +155,7 @@ mod tests {
             missing: vec![run(2, 3, 2), run(5, 6, 5), run(8, 9, 5), run(12, 12, 12)],
             gaps: vec![gap(2, 3, 2), gap(5, 9, 4), gap(12, 12, 1)],
             tail_gap: Some(12),
+            dead_tail: None,
             epoch: 0,
             truncated_from: None,
         }

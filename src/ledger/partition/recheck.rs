@@ -256,6 +256,10 @@ impl PartitionLedger {
         if self.tail_gap == Some(first) {
             self.tail_gap = rest;
         }
+        if self.dead_tail == Some(first) {
+            // The next dead-lettered record opens a gap of its own, as after a missing one.
+            self.dead_tail = None;
+        }
         // Giving up the acknowledged head can empty the missing runs for a moment, which
         // drops the probe; the rest put back needs one over its span again, or no late
         // arrival in it would ever be looked for. What the sink holds of the span is not

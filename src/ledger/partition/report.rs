@@ -67,8 +67,9 @@ impl PartitionLedger {
         self.gaps.get(&first).map(|g| g.epoch)
     }
 
-    /// Gaps changed since the last call. Gaps with nothing missing that are not the tail
-    /// are forgotten afterwards (their final state is in the returned list).
+    /// Gaps changed since the last call. Gaps with nothing unconfirmed that are not the tail
+    /// are forgotten afterwards (their final state is in the returned list); dead_lettered
+    /// ones retire (`retired.rs`).
     pub fn take_dirty_gaps(&mut self) -> Vec<GapRecord> {
         let dirty = std::mem::take(&mut self.dirty_gaps);
         let out: Vec<GapRecord> = dirty
@@ -87,9 +88,11 @@ impl PartitionLedger {
         let mut check: Vec<Offset> = dirty.into_iter().collect();
         check.append(&mut self.untailed);
         for &f in &check {
+            // A dead_lettered gap is not forgotten: it blocks completeness until
+            // acknowledged, so it retires below (kept in the retired aggregate).
             if Some(f) != tail
                 && Some(f) != self.dead_tail
-                && self.gaps.get(&f).is_some_and(|g| g.missing == 0)
+                && self.gaps.get(&f).is_some_and(|g| !g.unconfirmed())
             {
                 self.gaps.remove(&f);
                 self.unstored_gaps.insert(f);

@@ -7,9 +7,14 @@
 //! audit ([`RetiredWork`]), which then hands the recounted aggregate back
 //! ([`PartitionLedger::retired_recounted`]).
 //!
-//! Never retired: the tail gap (the next missing record extends it), a range Kafka deleted
-//! unread that the sink has not settled yet (`unsettled`), a gap still holding a missing run,
-//! and a gap with nothing missing (it is forgotten, as before).
+//! A dead_lettered gap (nothing missing, some records dead-lettered) retires as soon as no
+//! dead-lettered record can join it any more (it is not the dead-letter tail): it can no
+//! longer change either, and it blocks completeness until acknowledged, so the aggregate
+//! must keep it (review of issue 37: it used to be forgotten, and completeness with it).
+//!
+//! Never retired: the tail gap (the next missing record extends it), the dead-letter tail
+//! gap, a range Kafka deleted unread that the sink has not settled yet (`unsettled`), a gap
+//! still holding a missing run, and a gap with nothing unconfirmed (late: it is forgotten).
 
 use super::*;
 use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
@@ -19,9 +24,13 @@ use crate::gap::GapState;
 /// memory; anything that takes from it is recounted from the store.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetiredGaps {
-    /// Retired gaps with records missing (each blocks completeness).
+    /// Retired gaps with records missing or dead-lettered (each blocks completeness:
+    /// [`GapRecord::unconfirmed`]).
     pub gaps: u64,
-    /// Their missing records, over the gaps whose size is known (as [`PartitionLedger::missing`]).
+    /// Those of them in state `dead_lettered` (not open, nothing missing).
+    pub dead_lettered: u64,
+    /// Their missing records, over the gaps whose size is known (as [`PartitionLedger::missing`]);
+    /// dead-lettered records are not missing.
     pub missing_known: u64,
     /// Those the gauges count open (state `open` or `unrecoverable`), and their missing records.
     pub open: u64,
@@ -46,7 +55,7 @@ impl RetiredGaps {
     /// model of the store; `crate::store` counts with SQL).
     pub fn count<'a>(rows: impl IntoIterator<Item = &'a GapRecord>) -> RetiredGaps {
         let mut out = RetiredGaps::default();
-        for g in rows.into_iter().filter(|g| g.missing > 0) {
+        for g in rows.into_iter().filter(|g| g.unconfirmed()) {
             out.add(&blocking_of(g), g.size_known, g.deleted_ms);
         }
         out
@@ -70,10 +79,12 @@ impl RetiredGaps {
         }
     }
 
-    /// Adds one gap (as the store reports it: `state`).
+    /// Adds one gap (as the store reports it: `state`; `missing` as `missing_records`).
     pub fn add(&mut self, g: &BlockingGap, size_known: bool, deleted_ms: Option<i64>) {
         self.gaps += 1;
-        if size_known {
+        if g.state == GapState::DeadLettered {
+            self.dead_lettered += 1;
+        } else if size_known {
             self.missing_known += g.missing;
         }
         if matches!(g.state, GapState::Open | GapState::Unrecoverable) {
@@ -211,8 +222,9 @@ impl PartitionLedger {
             };
             let done = Some(f) != self.tail_gap
                 && Some(f) != self.overflow
+                && Some(f) != self.dead_tail
                 && !g.unsettled
-                && g.missing > 0
+                && g.unconfirmed()
                 && !self
                     .missing
                     .range(g.first..=g.last)
@@ -285,14 +297,15 @@ impl PartitionLedger {
     }
 }
 
-/// A gap as completeness lists it.
+/// A gap as completeness lists it (as its store row says: `missing_records`, `state`).
 fn blocking_of(g: &GapRecord) -> BlockingGap {
     let nowhere = crate::gap::TopicPartition::new(String::new(), 0);
+    let gap = g.to_gap("", &nowhere);
     BlockingGap {
         first: g.first,
         since: Since::of(g.min_ts),
-        missing: g.missing,
-        state: g.to_gap("", &nowhere).state,
+        missing: gap.missing_records,
+        state: gap.state,
         epoch: g.epoch,
     }
 }

@@ -19,6 +19,14 @@ enum Decided {
 /// present stands for an absent record with its key: that one is dead-lettered instead
 /// (once per named record), so the pipeline's dead letter is never turned into a loss of
 /// its key's other record. Within the segment; returns the absent offsets so taken.
+///
+/// Which offset is reported dead-lettered is then a convention, like the position of a
+/// shared key's missing record, and it cannot be decided from the sink (its rows carry no
+/// coordinates): the named record may be absent and the stand-in written (the stand-in is
+/// wrongly named, the count is right), or the pipeline may have written the named record
+/// after all (a dead letter for a record the sink holds: "present wins") while the
+/// stand-in was dropped, a loss reported as dead-lettered. The stand-in's gap says
+/// `shared_key` so that neither reads as exact.
 fn shared_key_swaps(
     p: &PendingRun,
     present: &[OffsetRun],
@@ -153,12 +161,11 @@ impl PartitionLedger {
                 .iter()
                 .flat_map(|a| runs::intersect(*a, &named))
                 .collect();
+            // Stand-ins: dead-lettered by convention, not because the topic named them.
+            let mut swapped: Vec<OffsetRun> = Vec::new();
             if !p.keys.is_empty() && !named.is_empty() {
-                dead = runs::normalize(
-                    dead.into_iter()
-                        .chain(shared_key_swaps(&p, &present, &absent, &named))
-                        .collect(),
-                );
+                swapped = runs::normalize(shared_key_swaps(&p, &present, &absent, &named));
+                dead = runs::normalize(dead.into_iter().chain(swapped.iter().copied()).collect());
             }
             let absent: Vec<OffsetRun> = absent
                 .iter()
@@ -178,7 +185,8 @@ impl PartitionLedger {
                         self.released_keys
                             .extend_from_slice(&p.keys[a..a + r.len() as usize]);
                     }
-                    self.declare_dead_lettered(r, p.min_ts, p.max_ts, now_ms);
+                    let stand_in = !runs::intersect(r, &swapped).is_empty();
+                    self.declare_dead_lettered(r, p.min_ts, p.max_ts, now_ms, stand_in);
                     continue;
                 }
                 self.end_dead_tail();

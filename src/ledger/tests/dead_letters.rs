@@ -156,6 +156,92 @@ fn a_dead_letter_on_a_shared_key_is_never_turned_into_the_other_records_loss() {
     );
 }
 
+/// Review of issue 37 (key_columns swap): a key shared by 0 and 1, one row for it, a dead
+/// letter naming 0. The swap reports 1 dead-lettered although the topic named 0: which of
+/// them the sink lacks cannot be decided (the row carries no coordinates). Either 0 was
+/// rejected and 1 written (right count, wrong offset), or the pipeline wrote 0 after all
+/// (a dead letter for a record the sink holds) and dropped 1 (a loss reported as
+/// dead-lettered). So the stand-in's gap says `shared_key`, as a shared key's missing
+/// record does: its position is a convention, not the dead letter's coordinate. A record
+/// the topic names itself (absent, named) stays exact.
+#[test]
+fn a_shared_key_stand_in_is_dead_lettered_by_convention_and_says_so() {
+    let mut l = PartitionLedger::new(0, true);
+    let k = Key::new(["shared"]);
+    for (o, key) in [(0, k.clone()), (1, k.clone()), (2, Key::new(["own"]))] {
+        l.ingest(o, None, Observed::Expected { key: Some(key) }, 0);
+    }
+    l.pipeline.observe(0, Some(3));
+    let segs = l.due(10_000, GRACE, 100);
+    // The sink holds K once (offset order calls 0 present); 2 is absent and named itself.
+    let dlq: BTreeSet<Offset> = [0, 2].into();
+    let a = l.apply_with_dead_letters(&oracle(&segs, &[0].into()), 10_000, &|run| {
+        named_in(&dlq, run)
+    });
+    assert_eq!((a.confirmed, a.lost, a.dead_lettered), (1, 0, 2));
+    let gaps: Vec<(Offset, Offset, bool)> = l
+        .take_dirty_gaps()
+        .iter()
+        .map(|g| (g.first, g.last, g.shared_key))
+        .collect();
+    assert_eq!(
+        gaps,
+        vec![(1, 2, true)],
+        "1 stands in for the named 0: its gap is not exact"
+    );
+
+    // Only records the topic names themselves: exact.
+    let (_, _, gaps) = decide(4, &[0, 1].into(), &[2, 3].into());
+    assert_eq!(
+        gaps.iter()
+            .map(|g| (g.first, g.shared_key))
+            .collect::<Vec<_>>(),
+        vec![(2, false)]
+    );
+}
+
+/// Review of issue 37: the dead_lettered gap the next dead-lettered record extends is
+/// persisted like the tail gap. Before, a restart between 8-9 and 10 (all dead-lettered,
+/// nothing decided between) split one gap into two at the settled offset.
+#[test]
+fn a_restart_goes_on_extending_the_dead_lettered_gap() {
+    let sink: BTreeSet<Offset> = (0..8).collect();
+    let (l, _, gaps) = decide(10, &sink, &[8, 9, 10].into());
+    assert_eq!(
+        gaps.iter().map(|g| (g.first, g.last)).collect::<Vec<_>>(),
+        vec![(8, 9)]
+    );
+    // As the store holds it (JSON), then restored at the settled offset.
+    let stored = serde_json::to_value(l.snapshot()).expect("json");
+    let (snap, bad) = Snapshot::from_stored(&stored);
+    assert!(bad.is_empty(), "{bad:?}");
+    let mut l = PartitionLedger::restore(l.settled(), false, snap);
+    l.ingest(10, None, exp(), 0);
+    l.ingest(11, None, exp(), 0);
+    l.pipeline.observe(0, Some(12));
+    let segs = l.due(10_000, GRACE, 1_000);
+    let dlq: BTreeSet<Offset> = [10].into();
+    let a = l.apply_with_dead_letters(&oracle(&segs, &[11].into()), 10_000, &|run| {
+        named_in(&dlq, run)
+    });
+    assert_eq!(a.dead_lettered, 1);
+    let gaps: Vec<(Offset, Offset, u64)> = l
+        .take_dirty_gaps()
+        .iter()
+        .map(|g| (g.first, g.last, g.dead_lettered))
+        .collect();
+    assert_eq!(gaps, vec![(8, 10, 3)], "one gap, as without the restart");
+
+    // Restored beyond the settled offset (another owner decided between): a new gap.
+    let (l, _, _) = decide(10, &sink, &[8, 9].into());
+    let snap = l.snapshot();
+    let l2 = PartitionLedger::restore_at(12, l.settled(), false, snap.clone());
+    assert_eq!(l2.dead_tail(), None);
+    // Nor across a divergence of the log (a new epoch's records never join an old gap).
+    let (l3, _) = PartitionLedger::restore_diverged(l.settled(), false, snap);
+    assert_eq!(l3.dead_tail(), None);
+}
+
 /// key_columns: a loss of 5,000 records declared in one round leaves two neighbouring
 /// missing runs (a keyed run stops merging at 4,096 keys). Dead letters for all of them,
 /// read after the verdict, move every one: a hit spanning both runs is taken run by run.
@@ -191,6 +277,67 @@ fn late_dead_letters_across_neighbouring_keyed_runs_all_move() {
     assert_eq!(moved.dead_lettered, N as u64);
     assert_eq!(l.missing(), 0);
     assert_eq!(l.gauges().open, 0);
+}
+
+/// Review of issue 37: a dead-lettered record is absent from the sink, so not confirmed
+/// (SPEC "Completeness"): its gap blocks completeness like a missing record's, until
+/// acknowledged. While it is the dead-letter tail it is in memory; once it is ended it
+/// leaves memory retired, and the retired aggregate keeps blocking (it used to be
+/// forgotten: completeness ran past the dead-lettered record's time).
+#[test]
+fn a_dead_lettered_gap_blocks_completeness_in_memory_and_retired_until_acknowledged() {
+    // 9 is dead-lettered and the last record decided: the dead-letter tail, in memory.
+    let sink: BTreeSet<Offset> = (0..9).collect();
+    let (mut l, a, _) = decide(10, &sink, &[9].into());
+    assert_eq!(a.dead_lettered, 1);
+    let c = l.completeness();
+    assert_eq!(c.blocking_gaps, 1, "{c:?}");
+    assert_eq!(
+        c.gaps
+            .iter()
+            .map(|g| (g.first, g.missing, g.state))
+            .collect::<Vec<_>>(),
+        vec![(9, 1, GapState::DeadLettered)]
+    );
+    assert!(l.acknowledge(9));
+    assert_eq!(
+        l.completeness().blocking_gaps,
+        0,
+        "acknowledged: no longer blocks"
+    );
+
+    // 3 and 4 dead-lettered, the rest confirmed after them: the gap is ended and retires.
+    let sink: BTreeSet<Offset> = (0..10).filter(|o| ![3, 4].contains(o)).collect();
+    let (mut l, _, gaps) = decide(10, &sink, &[3, 4].into());
+    assert_eq!(gaps.len(), 1);
+    assert_eq!(l.gaps_in_memory(), 0, "out of memory");
+    assert_eq!((l.retired().gaps, l.retired().dead_lettered), (1, 1));
+    assert_eq!(l.retired().missing_known, 0, "dead-lettered is not missing");
+    assert_eq!((l.missing(), l.gauges().open, l.open_gaps()), (0, 0, 0));
+    let c = l.completeness();
+    assert_eq!(c.blocking_gaps, 1, "{c:?}");
+    assert_eq!(
+        c.gaps
+            .iter()
+            .map(|g| (g.first, g.missing, g.state))
+            .collect::<Vec<_>>(),
+        vec![(3, 2, GapState::DeadLettered)]
+    );
+    // The store counts the retired row as the ledger did.
+    assert_eq!(RetiredGaps::count(l.retired_unstored()), *l.retired());
+}
+
+/// A late dead letter that empties an open gap (it turns dead_lettered) keeps it blocking.
+#[test]
+fn a_gap_turned_dead_lettered_late_keeps_blocking() {
+    let sink: BTreeSet<Offset> = (0..10).filter(|o| *o != 4).collect();
+    let (mut l, _, _) = decide(10, &sink, &BTreeSet::new());
+    assert_eq!(l.completeness().blocking_gaps, 1);
+    assert_eq!(l.dead_letter_missing(&[r(4, 4)]).dead_lettered, 1);
+    l.take_dirty_gaps();
+    let c = l.completeness();
+    assert_eq!(c.blocking_gaps, 1, "{c:?}");
+    assert_eq!(c.gaps[0].state, GapState::DeadLettered);
 }
 
 proptest! {

@@ -183,3 +183,44 @@ fn the_v12_migration_retires_the_given_up_gaps_of_stored_ledgers() {
         "every row kept"
     );
 }
+
+/// Review of issue 37: a retired dead_lettered gap blocks completeness until acknowledged,
+/// so the store counts it (not as missing, not as open), as the ledger's aggregate does;
+/// acknowledged, it no longer counts.
+#[test]
+fn a_retired_dead_lettered_gap_counts_until_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 0);
+    let recs = [
+        record(10, 2, Some(5_000), None),
+        GapRecord {
+            missing: 0,
+            dead_lettered: 2,
+            cause: GapCause::DeadLettered,
+            ..record(20, 0, Some(3_000), None)
+        },
+    ];
+    let gaps: Vec<Gap> = recs.iter().map(|g| g.to_gap("a", &tp)).collect();
+    assert_eq!(gaps[1].state, GapState::DeadLettered);
+    let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
+    store
+        .commit_round_retiring::<&[u8]>("a", &gaps, &[], KeyClaims::Changes(&[]), &ids, &[])
+        .unwrap();
+    let got = store.settle_retired("a", "t", 0, &[]).unwrap();
+    assert_eq!(got, RetiredGaps::count(recs.iter()));
+    assert_eq!(
+        (got.gaps, got.dead_lettered, got.missing_known, got.open),
+        (2, 1, 2, 1)
+    );
+    assert_eq!(
+        got.earliest
+            .iter()
+            .map(|b| (b.first, b.missing, b.state))
+            .collect::<Vec<_>>(),
+        vec![(20, 2, GapState::DeadLettered), (10, 2, GapState::Open)]
+    );
+    assert!(store.ack(&ids[1], "known rejects").unwrap());
+    let got = store.settle_retired("a", "t", 0, &[]).unwrap();
+    assert_eq!((got.gaps, got.dead_lettered), (1, 0));
+}
