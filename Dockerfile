@@ -34,6 +34,8 @@ COPY . .
 RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS builder
+# The build's RUN pipes --version into grep: a failing command must fail the step.
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY --from=planner /src/recipe.json recipe.json
 RUN cargo chef cook --release --locked --features kerberos-oidc --recipe-path recipe.json --bin gap-auditor
 COPY . .

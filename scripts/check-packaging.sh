@@ -143,7 +143,7 @@ sbom_packages() { # binary -> "name version" lines, sorted
   objcopy --dump-section .dep-v0="$WORK/dep-v0" "$1" /dev/null 2>/dev/null || return 1
   python3 -c 'import json, sys, zlib
 doc = json.loads(zlib.decompress(open(sys.argv[1], "rb").read()))
-print("\n".join(sorted(f"{p[\"name\"]} {p[\"version\"]}" for p in doc["packages"])))' "$WORK/dep-v0"
+print("\n".join(sorted(p["name"] + " " + p["version"] for p in doc["packages"])))' "$WORK/dep-v0"
 }
 must_reject "SBOM read from a plain build (no .dep-v0 section)" sbom_packages "$BIN"
 "$BIN" --version | grep -q "; SBOM: none)" || fail "a plain build's --version does not say SBOM: none"
