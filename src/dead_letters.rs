@@ -321,16 +321,20 @@ impl Unplaced {
         self.pending.clear();
     }
 
-    /// Places every coordinate `keep` says yes to (the others are dropped): `high` answers
-    /// an audited partition's high watermark, asked now (once per partition). On an error
-    /// nothing is placed and everything stays held: the caller retries, and until then is
-    /// not caught up (verdicts wait; a coordinate is never dropped for want of an answer).
+    /// Places every coordinate: `high` answers an audited partition's high watermark, asked
+    /// now (once per partition); below it a coordinate is kept when `keep` says yes (a
+    /// partition this instance owns) and dropped otherwise; at or beyond it, it is ignored
+    /// whoever owns the partition. Counting does not wait for ownership: the reader reads the
+    /// topic again from its beginning when a partition is assigned and then takes every
+    /// record read before as counted, so a dead letter beyond the log end read before the
+    /// assignment must be counted when first read, or never is. On an error nothing is
+    /// placed and everything stays held: the caller retries, and until then is not caught up
+    /// (verdicts wait; a coordinate is never dropped for want of an answer).
     pub fn place<E>(
         &mut self,
         mut keep: impl FnMut(&TopicPartition) -> bool,
         mut high: impl FnMut(&TopicPartition) -> Result<Offset, E>,
     ) -> Result<Placed, E> {
-        self.pending.retain(|(tp, _, _)| keep(tp));
         let mut highs: HashMap<TopicPartition, Offset> = HashMap::new();
         for (tp, _, _) in &self.pending {
             if !highs.contains_key(tp) {
@@ -340,7 +344,9 @@ impl Unplaced {
         let mut out = Placed::default();
         for (tp, offset, counted) in self.pending.drain(..) {
             if highs.get(&tp).is_some_and(|h| offset < *h) {
-                out.kept.push((tp, offset));
+                if keep(&tp) {
+                    out.kept.push((tp, offset));
+                }
             } else {
                 out.beyond += 1;
                 out.beyond_uncounted += u64::from(!counted);
@@ -493,29 +499,39 @@ mod tests {
         u.push(a.clone(), 11, true);
         u.push(b.clone(), 0, false);
         u.push(c.clone(), 3, false);
+        u.push(c.clone(), 2, false);
         let mut asked = Vec::new();
         let failed: Result<Placed, &str> = u.place(
             |_| true,
             |tp| if *tp == b { Err("timed out") } else { Ok(10) },
         );
         assert_eq!(failed, Err("timed out"));
-        assert_eq!(u.len(), 5, "nothing placed, nothing dropped");
+        assert_eq!(u.len(), 6, "nothing placed, nothing dropped");
+        // c is not owned: its record below the log end is dropped, the one beyond it is
+        // ignored and counted all the same (a re-read after c's assignment takes it as
+        // counted).
         let placed: Result<Placed, &str> = u.place(
             |tp| *tp != c,
             |tp| {
                 asked.push(tp.clone());
-                Ok(if *tp == a { 10 } else { 0 })
+                Ok(if *tp == b {
+                    0
+                } else if *tp == c {
+                    3
+                } else {
+                    10
+                })
             },
         );
         assert_eq!(
             placed,
             Ok(Placed {
                 kept: vec![(a.clone(), 5)],
-                beyond_uncounted: 2,
-                beyond: 3,
+                beyond_uncounted: 3,
+                beyond: 4,
             })
         );
-        assert_eq!(asked, vec![a, b], "once per partition, only kept ones");
+        assert_eq!(asked, vec![a, b, c], "once per partition");
         assert!(u.is_empty());
     }
 

@@ -311,10 +311,10 @@ impl Reader {
             self.counted.insert(partition, at + 1);
         }
         let reason = match named {
+            // Held until placed, owned or not: one beyond the log end is counted then
+            // (placing keeps only the owned partitions' coordinates).
             Ok((tp, offset)) if self.audited.contains(&tp.topic) => {
-                if self.shared.keeps(&tp) {
-                    self.unplaced.push(tp, offset, counted);
-                }
+                self.unplaced.push(tp, offset, counted);
                 return;
             }
             Ok(_) => Ignored::OtherTopic,
