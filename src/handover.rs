@@ -58,7 +58,7 @@ pub use codec::{
 };
 use codec::{KeyKind, chunk_value, fnv1a, parse_chunk, parse_key};
 pub use delta::{Chain, DeltaId, Rebuild, apply};
-pub use publish::{Plan, plan, policy_warning, record_limit};
+pub use publish::{Plan, Published, plan, policy_warning, record_limit};
 pub use read::Reassembler;
 
 /// Version of the state document this binary writes; documents of a newer version are
@@ -140,6 +140,17 @@ pub enum HandoverError {
     /// A delta was asked for a partition whose base this process does not know.
     #[error("handover topic {topic}: no base state of {partition} known to publish a delta on")]
     NoBase {
+        /// The handover topic.
+        topic: String,
+        /// The partition.
+        partition: String,
+    },
+    /// The partition's handover topic was not read since it was assigned (the read failed):
+    /// what another owner wrote is unknown, so nothing of it is published.
+    #[error(
+        "handover topic {topic}: {partition} not published: its state on the topic was not read since its assignment (retried every round)"
+    )]
+    NotRead {
         /// The handover topic.
         topic: String,
         /// The partition.
@@ -279,6 +290,15 @@ pub struct Handover {
     /// This process's ownership term of each partition (single-record key → term, see
     /// [`PartitionState::term`]), set by the read at assignment.
     terms: Mutex<HashMap<Vec<u8>, u64>>,
+    /// Partitions (single-record keys) whose last read did not succeed: this process does
+    /// not know the term or chain another owner may have written since, so it publishes
+    /// nothing of them (a lower-term base would overwrite a newer owner's) until a read
+    /// succeeds.
+    unread: Mutex<HashSet<Vec<u8>>>,
+    /// Whether the topic's `cleanup.policy` deletes by retention (read by
+    /// [`Handover::check_policy`]): only then does a chain get a new base on a timer
+    /// ([`delta::REBASE_EVERY`]); a compacted-only topic keeps a base for ever.
+    timed_rebase: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Handover {
@@ -332,6 +352,8 @@ impl Handover {
             generations: Mutex::new(HashMap::new()),
             chains: Mutex::new(HashMap::new()),
             terms: Mutex::new(HashMap::new()),
+            unread: Mutex::new(HashSet::new()),
+            timed_rebase: std::sync::atomic::AtomicBool::new(false),
             sets: AtomicU64::new(0),
         })
     }

@@ -202,22 +202,40 @@ impl<V: Verifier> Audit<V> {
     /// their settled offsets be committed. Gap rows are read back from the store (states as
     /// an operator left them): for a delta only those that changed, for a base the
     /// partition's unresolved ones and its acknowledged ones by id, never its resolved
-    /// history. `false` keeps them dirty (their changes pending) for the next round and the
-    /// settled watermark uncommitted.
-    pub(super) async fn hand_over(&mut self) -> bool {
+    /// history. A partition whose publish was not acknowledged stays dirty (its changes
+    /// pending) for the next round and its settled watermark uncommitted
+    /// ([`Audit::handover_held`]), as does one whose handover topic was not read since its
+    /// assignment (not published at all); the others are committed.
+    pub(super) async fn hand_over(&mut self) {
+        self.handover_held.clear();
         let Some(h) = self.handover.clone() else {
-            return true;
+            return;
         };
         self.pend_replays().await;
+        // Unread: what a newer owner wrote is unknown (a publish under the term this process
+        // knew would overwrite its base); neither published nor committed until a read
+        // succeeds ([`Audit::read_unread`]). Verdicts go on.
+        let unread: BTreeSet<TopicPartition> = self
+            .parts
+            .keys()
+            .filter(|tp| h.unread(&self.cfg.name, tp))
+            .cloned()
+            .collect();
         let tps: Vec<TopicPartition> = self
             .handover_dirty
             .iter()
-            .filter(|tp| self.parts.contains_key(*tp) && !self.handover_lost.contains(*tp))
+            .filter(|tp| {
+                self.parts.contains_key(*tp)
+                    && !self.handover_lost.contains(*tp)
+                    && !unread.contains(*tp)
+            })
             .cloned()
             .collect();
+        self.handover_held = unread;
         if tps.is_empty() {
-            self.handover_dirty.clear();
-            return true;
+            let held = &self.handover_held;
+            self.handover_dirty.retain(|tp| held.contains(tp));
+            return;
         }
         let now = Utc::now();
         let mut builds = Vec::new();
@@ -378,7 +396,8 @@ impl<V: Verifier> Audit<V> {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "cannot read gaps for the handover topic; the settled watermark stays uncommitted");
-                return false;
+                self.handover_held.extend(tps);
+                return;
             }
         };
         let mut states = Vec::new();
@@ -410,24 +429,85 @@ impl<V: Verifier> Audit<V> {
             published.push((b.tp, b.claims_hash));
             states.push(st);
         }
-        let result = h.publish(&states).await;
-        remember_claims(&mut self.handover_claims, published.iter(), result.is_ok());
-        match result {
-            Ok(()) => {
+        let result = h.publish_each(&states).await;
+        let (done, held) = outcome(&tps, &published, &result.acked);
+        for (p, ok) in published.iter().zip(&result.acked) {
+            remember_claims(&mut self.handover_claims, std::iter::once(p), *ok);
+        }
+        for tp in &done {
+            self.handover_dirty.remove(tp);
+        }
+        for (tp, _) in published.iter().filter(|(tp, _)| done.contains(tp)) {
+            self.handover_pending.remove(tp);
+        }
+        if let Some(e) = result.error {
+            tracing::error!(audit = %self.cfg.name, error = %e, partitions = ?held,
+                "cannot publish partition state to the handover topic; the settled watermark of these partitions stays uncommitted until it succeeds (the others are committed)");
+        }
+        self.handover_held.extend(held);
+    }
+
+    /// Reads the handover topic again for the assigned partitions whose read failed (at
+    /// assignment or since): until it succeeds they are neither published nor committed.
+    /// Their ledgers already run from the local store or the group's commit; a previous
+    /// owner's state found now is not taken (the partition is audited from where it
+    /// started), but the read gives this process its term above every owner's, and the
+    /// next publish is a base of its own.
+    pub(super) async fn read_unread(&mut self) {
+        let Some(h) = self.handover.clone() else {
+            return;
+        };
+        let tps: Vec<TopicPartition> = self
+            .parts
+            .keys()
+            .filter(|tp| h.unread(&self.cfg.name, tp))
+            .cloned()
+            .collect();
+        if tps.is_empty() {
+            return;
+        }
+        let audit = self.cfg.name.clone();
+        let asked = tps.clone();
+        match blocking(move || h.read(&audit, &asked)).await {
+            Ok(states) => {
                 for tp in &tps {
-                    self.handover_dirty.remove(tp);
+                    self.handover_pending.remove(tp);
+                    self.handover_claims.remove(tp);
+                    self.handover_dirty.insert(tp.clone());
                 }
-                for (tp, _) in published {
-                    self.handover_pending.remove(&tp);
+                for (tp, st) in states {
+                    let ours = self.parts.get(&tp).map(|p| p.ledger.settled());
+                    if ours.is_some_and(|o| st.settled > o) {
+                        tracing::warn!(audit = %self.cfg.name, %tp, settled = ?ours, handed_over = st.settled, previous_owner = %st.owner,
+                            "the handover topic was read only after this partition resumed: its previous owner's open gaps below its settled offset are not followed here (they stay in that owner's store)");
+                    }
                 }
-                true
+                tracing::info!(audit = %self.cfg.name, partitions = ?tps, "handover topic read: these partitions are published and committed again");
             }
             Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot publish partition state to the handover topic; the settled watermark stays uncommitted until it succeeds");
-                false
+                tracing::warn!(audit = %self.cfg.name, error = %e, partitions = ?tps,
+                    "cannot read the handover topic yet: these partitions are neither handed over nor committed; retried next round");
             }
         }
     }
+}
+
+/// Which dirty partitions `tps` a publish of `published` (in order, with `acked` per
+/// state) leaves done and which it leaves held (not to be committed): a partition is done
+/// when its state was acknowledged or it had none to publish (its ledger not anchored);
+/// one partition's failure holds only that partition.
+pub(super) fn outcome(
+    tps: &[TopicPartition],
+    published: &[(TopicPartition, u64)],
+    acked: &[bool],
+) -> (BTreeSet<TopicPartition>, BTreeSet<TopicPartition>) {
+    let failed: BTreeSet<TopicPartition> = published
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !acked.get(*i).copied().unwrap_or(false))
+        .map(|(_, (tp, _))| tp.clone())
+        .collect();
+    tps.iter().cloned().partition(|tp| !failed.contains(tp))
 }
 
 /// What a delta compares its key claims with (`claims_kept`): the claims of the last publish
@@ -469,5 +549,26 @@ mod tests {
         );
         remember_claims(&mut memory, [(tp.clone(), 2)].iter(), true);
         assert_eq!(memory.get(&tp), Some(&2));
+    }
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::*;
+
+    /// Review item 2: one partition's failed publish holds only that partition's commit;
+    /// the acknowledged ones and those with nothing to publish are done.
+    #[test]
+    fn a_failed_publish_holds_only_its_own_partition() {
+        let (a, b, c) = (
+            TopicPartition::new("logs", 0),
+            TopicPartition::new("logs", 1),
+            TopicPartition::new("logs", 2),
+        );
+        let tps = vec![a.clone(), b.clone(), c.clone()];
+        let published = vec![(a.clone(), 1), (b.clone(), 2)];
+        let (done, held) = outcome(&tps, &published, &[true, false]);
+        assert_eq!(done, BTreeSet::from([a, c]));
+        assert_eq!(held, BTreeSet::from([b]));
     }
 }

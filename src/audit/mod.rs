@@ -175,6 +175,10 @@ struct Audit<V> {
     /// Partitions whose assignment the consumer reports lost (revoked without this instance
     /// leaving cleanly: another instance may own them already): never published again.
     handover_lost: BTreeSet<TopicPartition>,
+    /// Partitions whose settled offsets the last persist may not commit: their handover
+    /// publish was not acknowledged, or their handover topic was not read since their
+    /// assignment (set by each handover publish; the others commit).
+    handover_held: BTreeSet<TopicPartition>,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
@@ -245,6 +249,7 @@ impl<V: Verifier> Audit<V> {
             handover_claims: HashMap::new(),
             handover_replays: None,
             handover_lost: BTreeSet::new(),
+            handover_held: BTreeSet::new(),
             backlog: false,
             decoder: w.decoder,
             dead_letters: w.dead_letters,

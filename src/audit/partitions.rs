@@ -454,7 +454,7 @@ impl<V: Verifier> Audit<V> {
         let states = match blocking(move || h.read(&audit, &tps)).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps");
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried every round)");
                 return;
             }
         };
@@ -582,7 +582,7 @@ impl<V: Verifier> Audit<V> {
                     book.release(&mut part.ledger, ok);
                     part.held.clear(Some(book));
                 }
-                if ok && !lost {
+                if ok && !lost && !self.handover_held.contains(tp) {
                     out.push((tp.clone(), part.ledger.settled()));
                 }
                 // Counters stay: summed over the instances of the group they are the truth.

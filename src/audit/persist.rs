@@ -147,7 +147,8 @@ impl<V: Verifier> Audit<V> {
         if gaps.is_empty() && progress.is_empty() && keys.claims.is_empty() && !keys.whole {
             self.count_persisted();
             self.settle_retired().await;
-            return self.hand_over().await;
+            self.hand_over().await;
+            return true;
         }
         if self.handover.is_some() {
             self.handover_dirty
@@ -196,7 +197,8 @@ impl<V: Verifier> Audit<V> {
                 }
                 self.count_persisted();
                 self.settle_retired().await;
-                self.hand_over().await
+                self.hand_over().await;
+                true
             }
             Ok((Err(crate::store::StoreError::FoldedAcknowledged { ids }), gaps)) => {
                 // Nothing was written. The acknowledged gaps keep their rows: the overflow
@@ -402,6 +404,11 @@ impl<V: Verifier> Audit<V> {
         let mut offsets = Vec::new();
         for (tp, p) in &self.parts {
             let s = p.ledger.settled();
+            // A partition whose handover publish was not acknowledged (or whose handover
+            // topic is unread) keeps its previous commit; the others go ahead.
+            if self.handover_held.contains(tp) {
+                continue;
+            }
             if p.ledger.is_anchored() && self.writes.committed.get(tp) != Some(&s) {
                 offsets.push((tp.clone(), s));
             }

@@ -307,6 +307,7 @@ impl<V: Verifier> Audit<V> {
             .await;
         self.watch_log_start();
         let verified_ms = started.elapsed().as_millis() as u64;
+        self.read_unread().await;
         if self.persist().await {
             self.commit_settled();
         }

@@ -16,7 +16,8 @@
 //! that does not decode, a hole in the chain, or a record of a higher ownership term than
 //! the base makes the partition's handover unusable: the new owner falls back to its store,
 //! never to a mixture. Once the deltas of a chain outweigh its base (at least
-//! [`REBASE_MIN_BYTES`]) or it took deltas for [`REBASE_EVERY`], the next publish is a new
+//! [`REBASE_MIN_BYTES`]) or, on a topic deleting by retention, it took deltas for
+//! [`REBASE_EVERY`], the next publish is a new
 //! base, and the old chain's deltas are deleted (tombstones) once it is acknowledged: what
 //! a takeover reads stays within about twice the partition's state.
 
@@ -27,10 +28,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// otherwise be rewritten every few rounds).
 pub const REBASE_MIN_BYTES: u64 = 1 << 20;
 
-/// A chain that took deltas is given a new base at least this often, whatever their size:
-/// what a takeover reads and applies stays bounded in time as well as in bytes, and a topic
-/// whose `cleanup.policy` deletes by time still holds a recent base (see
-/// docs/SCALING.md). An hour: a few bases a day even of a partition of 100,000 open gaps
+/// On a topic whose `cleanup.policy` deletes by time, a chain that took deltas is given a
+/// new base at least this often, whatever their size, so the topic still holds a recent
+/// base (see docs/SCALING.md). A compacted-only topic keeps the base: no timer there. An hour: a few bases a day even of a partition of 100,000 open gaps
 /// (tens of MB each) is small next to one idle round a second; shorter would make those
 /// bases the topic's main traffic.
 pub const REBASE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -67,11 +67,15 @@ pub struct Chain {
 
 impl Chain {
     /// Whether the next publish must be a base: none is known, the deltas outweigh it, or
-    /// the chain took deltas for [`REBASE_EVERY`].
-    pub fn wants_base(&self, now: std::time::Instant) -> bool {
+    /// — `timed`: the topic deletes by retention — the chain took deltas for
+    /// [`REBASE_EVERY`]. On a compacted-only topic the base stays for ever, and a timed
+    /// rebase would send the whole state (tens of MB at 100,000 open gaps) on an otherwise
+    /// idle round.
+    pub fn wants_base(&self, now: std::time::Instant, timed: bool) -> bool {
         !self.live
             || self.delta_bytes > self.base_bytes.max(REBASE_MIN_BYTES)
-            || (self.delta_bytes > 0
+            || (timed
+                && self.delta_bytes > 0
                 && self
                     .based_at
                     .is_some_and(|t| now.saturating_duration_since(t) >= REBASE_EVERY))

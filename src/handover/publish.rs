@@ -142,8 +142,21 @@ pub fn policy_warning(topic: &str, r: &crate::kafka::retention::Retention) -> Op
     ))
 }
 
+/// What one publish of several partitions' states achieved
+/// ([`Handover::publish_each`]).
+#[derive(Debug)]
+pub struct Published {
+    /// Per state given, in order: whether the broker acknowledged every record of it (only
+    /// then may that partition's settled offset be committed).
+    pub acked: Vec<bool>,
+    /// The first error met; `Some` whenever a state is not acknowledged.
+    pub error: Option<HandoverError>,
+}
+
 /// One state to publish.
 struct Doc {
+    /// Its index among the states given.
+    state: usize,
     /// Its partition's single-record key.
     base: Vec<u8>,
     /// The key it is written under (the partition's for a base, its delta's for a delta).
@@ -248,6 +261,9 @@ impl Handover {
         };
         match crate::kafka::retention::describe(&admin, &self.topic).await {
             Ok(r) => {
+                // Only a topic that deletes by retention needs a recent base; a compacted
+                // one keeps it (no timed rebase: idle rounds stay small).
+                self.timed_rebase.store(r.delete, Ordering::Relaxed);
                 if let Some(w) = policy_warning(&self.topic, &r) {
                     tracing::warn!(topic = %self.topic, "{w}");
                 }
@@ -272,7 +288,9 @@ impl Handover {
     /// is known to this process (nothing read or published yet, or what it read was not
     /// taken), or the deltas since the base outweigh it. Otherwise a delta will do.
     pub fn wants_base(&self, audit: &str, tp: &TopicPartition) -> bool {
-        self.chain_of(&key(audit, tp)).wants_base(Instant::now())
+        let timed = self.timed_rebase.load(Ordering::Relaxed);
+        self.chain_of(&key(audit, tp))
+            .wants_base(Instant::now(), timed)
     }
 
     /// Forgets what this process knows of `tp`'s chain: its next publish is a base (the
@@ -290,20 +308,43 @@ impl Handover {
     /// deltas are deleted. A state the broker refuses as too large is cut again at half the
     /// size (up to [`MAX_SHRINKS`] times, kept for later publishes). After the
     /// acknowledgement, chunks older sets left behind are deleted (tombstones; their failure
-    /// only leaves garbage the reader ignores).
+    /// only leaves garbage the reader ignores). `Err`: some state was not acknowledged
+    /// ([`Handover::publish_each`] tells which).
     pub async fn publish(&self, states: &[PartitionState]) -> Result<(), HandoverError> {
+        match self.publish_each(states).await.error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Handover::publish`], telling which states the broker acknowledged: one partition's
+    /// failure leaves the others' acknowledgements (and commits) standing. A partition whose
+    /// handover topic was not read since its assignment ([`HandoverError::NotRead`]) and a
+    /// delta without a known base ([`HandoverError::NoBase`]) are refused before anything
+    /// is sent.
+    pub async fn publish_each(&self, states: &[PartitionState]) -> Published {
+        let mut acked = vec![false; states.len()];
+        let mut error: Option<HandoverError> = None;
         // Each state is stamped with its partition's next generation here, where the
         // handover's own order is known: the caller's value is not trusted. Each doc:
         // (partition key, record key, document, delta generation).
         let mut docs: Vec<Doc> = Vec::new();
-        for s in states {
+        for (at, s) in states.iter().enumerate() {
             let base = key(&s.audit, &s.tp());
             let chain = self.chain_of(&base);
-            if s.base.is_some() && !chain.live {
-                return Err(HandoverError::NoBase {
+            if self.is_unread(&base) {
+                error.get_or_insert(HandoverError::NotRead {
                     topic: self.topic.clone(),
                     partition: s.tp().to_string(),
                 });
+                continue;
+            }
+            if s.base.is_some() && !chain.live {
+                error.get_or_insert(HandoverError::NoBase {
+                    topic: self.topic.clone(),
+                    partition: s.tp().to_string(),
+                });
+                continue;
             }
             let generation = self.next_generation(&base);
             let delta = s.base.is_some();
@@ -328,6 +369,7 @@ impl Handover {
                 base.clone()
             };
             docs.push(Doc {
+                state: at,
                 base,
                 record,
                 doc: encode(&stamped),
@@ -347,6 +389,7 @@ impl Handover {
             let mut failure: Option<HandoverError> = None;
             'states: for &i in &todo {
                 let Doc {
+                    state: _,
                     base,
                     record,
                     doc,
@@ -365,14 +408,19 @@ impl Handover {
                 } else {
                     self.slots_of(base)
                 };
-                let plan =
-                    plan(doc, record, &slots, limit, &self.new_set_id()).map_err(|need| {
-                        HandoverError::LimitTooSmall {
+                // No room for a chunk: what was enqueued before is awaited and accounted for
+                // like any other failure (a base already sent may land).
+                let plan = match plan(doc, record, &slots, limit, &self.new_set_id()) {
+                    Ok(p) => p,
+                    Err(need) => {
+                        failure = Some(HandoverError::LimitTooSmall {
                             topic: self.topic.clone(),
                             limit,
                             need,
-                        }
-                    })?;
+                        });
+                        break 'states;
+                    }
+                };
                 // From the first enqueue on, the slot may hold this set's chunks.
                 if *delta {
                     let id: DeltaId = (*generation, base_id.clone());
@@ -423,6 +471,7 @@ impl Handover {
                     continue;
                 };
                 let d = &docs[*i];
+                acked[d.state] = true;
                 let mut tombstones = plan.cleanup.clone();
                 if d.delta {
                     self.update_chain(&d.base, |c| {
@@ -477,7 +526,7 @@ impl Handover {
                 }
                 let records = plan.records.len();
                 if records > 1 {
-                    tracing::debug!(topic = %self.topic, partition = %states[*i].tp(), records,
+                    tracing::debug!(topic = %self.topic, partition = %states[d.state].tp(), records,
                         bytes = d.doc.len(), "partition state published in chunks");
                 }
             }
@@ -490,7 +539,8 @@ impl Handover {
                         self.update_chain(&d.base, Chain::base_failed);
                     }
                 }
-                return Err(e);
+                error.get_or_insert(e);
+                break;
             }
             if refused.is_empty() {
                 break;
@@ -498,11 +548,12 @@ impl Handover {
             shrinks += 1;
             let smaller = limit / 2;
             if shrinks > MAX_SHRINKS {
-                return Err(HandoverError::LimitTooSmall {
+                error.get_or_insert(HandoverError::LimitTooSmall {
                     topic: self.topic.clone(),
                     limit: smaller,
                     need: limit,
                 });
+                break;
             }
             tracing::warn!(topic = %self.topic, refused_at = limit, now = smaller,
                 "the broker refused a handover record as too large (its limit is below kafka.properties.\"message.max.bytes\"): cutting partition state into smaller chunks");
@@ -515,7 +566,15 @@ impl Handover {
                 tracing::debug!(topic = %self.topic, error = %e, "deleting stale handover chunks failed; they stay until the next publish of their partition replaces them");
             }
         }
-        Ok(())
+        if error.is_none() && acked.iter().any(|a| !a) {
+            // Not reached by the paths above; never report success for a state not sent.
+            error = Some(HandoverError::Kafka {
+                topic: self.topic.clone(),
+                context: "publishing".into(),
+                source: Box::new(KafkaError::Canceled),
+            });
+        }
+        Published { acked, error }
     }
 }
 

@@ -388,6 +388,19 @@ fn with_deltas(
 }
 
 impl Handover {
+    /// Whether the partition keyed `base` was assigned and its read has not succeeded since
+    /// (see [`HandoverError::NotRead`]).
+    pub(super) fn is_unread(&self, base: &[u8]) -> bool {
+        let u = self.unread.lock().unwrap_or_else(|p| p.into_inner());
+        u.contains(base)
+    }
+
+    /// Whether `tp` of `audit` was assigned and its handover read has not succeeded since:
+    /// nothing of it may be published (nor its settled offset committed) until a read does.
+    pub fn unread(&self, audit: &str, tp: &TopicPartition) -> bool {
+        self.is_unread(&key(audit, tp))
+    }
+
     /// Reads the topic from the beginning to its high watermark (blocking: call it from
     /// `spawn_blocking`) and returns the latest complete state of each of `tps` of `audit`.
     pub fn read(
@@ -400,11 +413,15 @@ impl Handover {
         {
             let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             let mut c = self.chains.lock().unwrap_or_else(|p| p.into_inner());
+            let mut u = self.unread.lock().unwrap_or_else(|p| p.into_inner());
             for tp in tps {
                 m.remove(&key(audit, tp));
                 c.remove(&key(audit, tp));
+                // Nothing of these is published until this read succeeds: a term kept from
+                // an earlier ownership (or 1) may be below a newer owner's, whose base a
+                // publish of it would overwrite.
+                u.insert(key(audit, tp));
             }
-            // The term stays: a read that fails keeps the one known (or none: 1 then).
         }
         let mut c = self.base.clone();
         // A group id is needed by librdkafka for a consumer; assign() never joins it and
@@ -514,6 +531,10 @@ impl Handover {
         drop(t);
         drop(m);
         drop(g);
+        let mut u = self.unread.lock().unwrap_or_else(|p| p.into_inner());
+        for tp in tps {
+            u.remove(&key(audit, tp));
+        }
         Ok(states)
     }
 }

@@ -608,3 +608,35 @@ fn equal_watermarks_are_decided_by_generation_never_by_the_writers_clock() {
         assert_eq!(s.written_at.timestamp(), 1_700_000_000, "the owner's state");
     }
 }
+
+/// Review item 1: a partition whose handover read failed (the broker unreachable here) is
+/// not published until a read succeeds: a publish under the term it knew from before (or
+/// 1) would overwrite a newer owner's base, and every later reader would find the newer
+/// owner's deltas over a base of a lower term (the partition unusable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_whose_read_failed_is_not_published() {
+    let k = KafkaConfig {
+        // Nothing listens there: every Kafka call fails.
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let h = std::sync::Arc::new(Handover::new(&k, "handover_unread").expect("client"));
+    let tp = TopicPartition::new("logs", 3);
+    assert!(!h.unread("dns", &tp), "never assigned: nothing to fence");
+    let r = {
+        let h = h.clone();
+        let tps = vec![tp.clone()];
+        tokio::task::spawn_blocking(move || h.read("dns", &tps))
+            .await
+            .expect("read task")
+    };
+    assert!(r.is_err(), "no broker: the read fails");
+    assert!(h.unread("dns", &tp));
+    let p = h.publish_each(&[state(10, 0)]).await;
+    assert_eq!(p.acked, vec![false]);
+    assert!(
+        matches!(p.error, Some(HandoverError::NotRead { .. })),
+        "refused before anything is sent: {:?}",
+        p.error
+    );
+}

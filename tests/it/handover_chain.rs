@@ -271,3 +271,69 @@ async fn a_zombie_owner_never_replaces_the_new_owners_state() {
         "not the zombie's state: B's term-2 deltas outrank its base"
     );
 }
+
+/// Review item 2: one partition's failed publish (here a delta without a base) leaves the
+/// other partitions of the batch published and acknowledged: only the failed one's commit
+/// waits. Before, the whole batch was refused and nothing was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_partitions_failed_publish_leaves_the_others_acknowledged() {
+    let topic = unique("handover_each");
+    let a = client(&topic);
+    a.ensure_topic().await.expect("handover topic");
+    assert!(read(&a).await.is_none());
+    let other = PartitionState {
+        partition: 1,
+        ..delta(12, &[])
+    };
+    let r = a.publish(&[whole(10, &[1]), other.clone()]).await;
+    assert!(r.is_err(), "partition 1 has no base: {r:?}");
+    let got = read(&client(&topic))
+        .await
+        .expect("partition 0 was published");
+    assert_eq!(got.settled, 10);
+    let p = a.publish_each(&[delta(20, &[]), other]).await;
+    assert_eq!(p.acked, vec![true, false], "{:?}", p.error);
+    assert_eq!(read(&client(&topic)).await.expect("state").settled, 20);
+}
+
+/// Review item 4: a publish whose later state leaves no room for a chunk (record limit too
+/// small) still awaits and accounts for a base enqueued before it in the batch. Before,
+/// the early return left that base unaccounted: it landed, but the chain stayed on the old
+/// base, and the next delta (on the old base) was skipped by every reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_sent_before_a_limit_error_is_accounted_for() {
+    let topic = unique("handover_limit");
+    let mut k = KafkaConfig {
+        brokers: kafka(),
+        ..Default::default()
+    };
+    // librdkafka's smallest limit: a small state fits one record, a larger one needs
+    // chunks, and no chunk fits next to the key, header and framing.
+    k.properties
+        .insert("message.max.bytes".into(), "1000".into());
+    let a = Arc::new(Handover::new(&k, &topic).expect("handover client"));
+    a.ensure_topic().await.expect("handover topic");
+    assert!(read(&a).await.is_none());
+    let small = |settled| PartitionState {
+        retired: Vec::new(),
+        gaps: Vec::new(),
+        ..whole(settled, &[])
+    };
+    a.publish(&[small(10)]).await.expect("first base");
+    a.publish(&[delta(20, &[])]).await.expect("a delta");
+    let firsts: Vec<i64> = (0..20).collect();
+    let large = PartitionState {
+        partition: 1,
+        ..whole(5, &firsts)
+    };
+    let r = a.publish(&[small(30), large]).await;
+    assert!(r.is_err(), "no room for a chunk of partition 1: {r:?}");
+    a.publish(&[delta(40, &[])])
+        .await
+        .expect("a delta after it");
+    let got = read(&client(&topic)).await.expect("partition 0's state");
+    assert_eq!(
+        got.settled, 40,
+        "the delta builds on the base that landed, never on the old chain"
+    );
+}

@@ -107,3 +107,31 @@ async fn a_lost_assignment_commits_nothing() {
         "forgotten with the partition"
     );
 }
+
+/// Review item 1 (the audit's side): a partition whose handover read failed at assignment
+/// is audited (verdicts go on) but neither handed over nor committed, not even at its
+/// revoke, until a read succeeds (retried every round): a newer owner may have written a
+/// higher term this instance does not know. Here no broker answers at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_whose_handover_read_failed_is_neither_committed_nor_handed_back() {
+    let mut h = harness("");
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(0..6);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.counter(|m| &m.records_confirmed), 6, "verdicts go on");
+    let commits = h.commits();
+    assert!(
+        commits.iter().flatten().all(|(t, _)| *t != tp(0)),
+        "{commits:?}"
+    );
+    assert!(h.audit.handover_held.contains(&tp(0)));
+    let out = h.audit.revoke(&[tp(0)]).await;
+    assert!(out.is_empty(), "{out:?}");
+}

@@ -323,13 +323,13 @@ fn version_2_keys_are_not_taken_for_version_1_chunks() {
 fn a_new_base_is_wanted_when_none_is_known_or_the_deltas_outweigh_it() {
     let now = std::time::Instant::now();
     let mut c = Chain::default();
-    assert!(c.wants_base(now), "nothing known");
+    assert!(c.wants_base(now, false), "nothing known");
     c.base_confirmed(1, "b1", 10 * REBASE_MIN_BYTES, now);
-    assert!(!c.wants_base(now));
+    assert!(!c.wants_base(now, false));
     c.delta_confirmed(2, 10 * REBASE_MIN_BYTES);
-    assert!(!c.wants_base(now));
+    assert!(!c.wants_base(now, false));
     c.delta_confirmed(3, 1);
-    assert!(c.wants_base(now), "the deltas outweigh the base");
+    assert!(c.wants_base(now, false), "the deltas outweigh the base");
     let small = Chain {
         live: true,
         base_bytes: 100,
@@ -338,7 +338,7 @@ fn a_new_base_is_wanted_when_none_is_known_or_the_deltas_outweigh_it() {
         ..Chain::default()
     };
     assert!(
-        !small.wants_base(now),
+        !small.wants_base(now, false),
         "deltas below the floor never rebase"
     );
 }
@@ -351,10 +351,28 @@ fn a_chain_that_took_deltas_is_rebased_after_rebase_every() {
     let mut c = Chain::default();
     c.base_confirmed(1, "b1", 50 << 20, t0);
     let later = t0 + REBASE_EVERY;
-    assert!(!c.wants_base(later), "no delta since the base");
+    assert!(!c.wants_base(later, true), "no delta since the base");
     c.delta_confirmed(2, 300);
-    assert!(!c.wants_base(t0 + REBASE_EVERY / 2));
-    assert!(c.wants_base(later));
+    assert!(!c.wants_base(t0 + REBASE_EVERY / 2, true));
+    assert!(c.wants_base(later, true));
+}
+
+/// Review item 3: on a compacted-only topic the base stays for ever, so no timer: an idle
+/// round an hour on sends a small delta, never the whole state again (tens of MB at
+/// 100,000 open gaps); the size rule still holds.
+#[test]
+fn a_compacted_topic_never_rebases_on_the_timer() {
+    let t0 = std::time::Instant::now();
+    let mut c = Chain::default();
+    c.base_confirmed(1, "b1", 50 << 20, t0);
+    c.delta_confirmed(2, 300);
+    let much_later = t0 + 24 * REBASE_EVERY;
+    assert!(
+        !c.wants_base(much_later, false),
+        "a compacted topic keeps its base: no whole state on an idle round"
+    );
+    c.delta_confirmed(3, 51 << 20);
+    assert!(c.wants_base(t0, false), "the size rule stays");
 }
 
 /// Point 4: a base reported failed may have landed. Deltas on the old base would then be
@@ -366,10 +384,10 @@ fn after_a_failed_base_the_next_publish_is_a_base() {
     let mut c = Chain::default();
     c.base_confirmed(1, "b1", 50 << 20, now);
     c.delta_confirmed(2, 300);
-    assert!(!c.wants_base(now));
+    assert!(!c.wants_base(now, false));
     c.base_failed();
     assert!(
-        c.wants_base(now),
+        c.wants_base(now, false),
         "never deltas on a base no reader may hold"
     );
     // And the reader's side: a landed base of the failure takes no delta of the old base,
@@ -460,7 +478,7 @@ fn an_unreadable_delta_mid_chain_makes_the_state_unusable() {
     let (got, chain, why) = read_why(&log);
     assert_eq!(got, None, "not the base with deltas 2 and 4 over the hole");
     assert!(why.expect("unusable").contains("does not decode"));
-    assert!(chain.wants_base(std::time::Instant::now()));
+    assert!(chain.wants_base(std::time::Instant::now(), false));
 }
 
 /// A delta built on a generation the chain does not hold (lost: its records deleted, or a
@@ -551,7 +569,7 @@ fn a_version_1_base_takes_no_deltas() {
     let (got, chain) = read(&log);
     assert_eq!(got, Some(v1));
     assert!(
-        chain.wants_base(std::time::Instant::now()),
+        chain.wants_base(std::time::Instant::now(), false),
         "deltas would not apply to it: a base next"
     );
 }
