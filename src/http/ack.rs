@@ -25,9 +25,16 @@ const PREFIX: &str = "/api/gaps/";
 const SUFFIX: &str = "/ack";
 
 /// The gap id of an ack path (`/api/gaps/{id}/ack`, the id percent-decoded), `None` for
-/// any other path. An id that does not decode to UTF-8 is no id of ours: `None`.
+/// any other path.
 pub(super) fn route(path: &str) -> Option<String> {
-    let raw = path.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    gap_id_between(path, PREFIX, SUFFIX)
+}
+
+/// The percent-decoded gap id between `prefix` and `suffix` of `path` (the API's and the
+/// page's ack paths). An empty id, or one that does not decode to UTF-8, is no id of ours:
+/// `None`.
+pub(super) fn gap_id_between(path: &str, prefix: &str, suffix: &str) -> Option<String> {
+    let raw = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
     if raw.is_empty() {
         return None;
     }

@@ -10,7 +10,7 @@
 //! token. Without a token configured the form is not shown and a post is 403, as for the
 //! API: an open write would let anyone on the network silence a loss.
 
-use super::ack::{BadBody, ack_and_read, read_body};
+use super::ack::{BadBody, ack_and_read, gap_id_between, read_body};
 use super::ui::{html, message_page};
 use super::{Body, HttpState};
 use crate::config::Secret;
@@ -25,14 +25,7 @@ const SUFFIX: &str = "/ack";
 
 /// The gap id of a form-ack path (`/ui/gaps/{id}/ack`, percent-decoded), `None` otherwise.
 pub(super) fn route(path: &str) -> Option<String> {
-    let raw = path.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
-    if raw.is_empty() {
-        return None;
-    }
-    percent_encoding::percent_decode_str(raw)
-        .decode_utf8()
-        .ok()
-        .map(|id| id.into_owned())
+    gap_id_between(path, PREFIX, SUFFIX)
 }
 
 /// The form's action for gap `id` (the inverse of [`route`]).
