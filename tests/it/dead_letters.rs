@@ -33,6 +33,44 @@ impl DeadLetterProducer {
         }
     }
 
+    /// One writing in transactions ([`Self::begin`], [`Self::end`]), as a transactional
+    /// Flink side output writes its dead letters.
+    pub(crate) fn transactional(topic: &str) -> Self {
+        use rdkafka::producer::Producer;
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", kafka())
+            .set("transactional.id", unique("dlq_txn_id"))
+            .set("linger.ms", "0")
+            .create()
+            .expect("transactional producer");
+        tokio::task::block_in_place(|| producer.init_transactions(Duration::from_secs(30)))
+            .expect("init_transactions");
+        Self {
+            producer,
+            topic: topic.to_string(),
+        }
+    }
+
+    /// Begins a transaction (a [`Self::transactional`] producer); what is sent until
+    /// [`Self::end`] is in the log, acknowledged, but not committed.
+    pub(crate) fn begin(&self) {
+        use rdkafka::producer::Producer;
+        self.producer.begin_transaction().expect("begin");
+    }
+
+    /// Commits (or aborts) the transaction [`Self::begin`] began.
+    pub(crate) fn end(&self, commit: bool) {
+        use rdkafka::producer::Producer;
+        tokio::task::block_in_place(|| {
+            if commit {
+                self.producer.commit_transaction(Duration::from_secs(30))
+            } else {
+                self.producer.abort_transaction(Duration::from_secs(30))
+            }
+        })
+        .expect("end the transaction");
+    }
+
     /// One record with `headers` (name, value) and the failed record's value.
     pub(crate) async fn send(&self, headers: &[(&str, &str)], value: &[u8]) {
         let mut h = OwnedHeaders::new();

@@ -83,26 +83,11 @@ async fn a_dead_lettered_gap_blocks_completeness_until_acknowledged() {
 }
 
 /// Dead letters written in transactions, as a transactional Flink side output writes them.
-struct TxnDeadLetters {
-    producer: rdkafka::producer::FutureProducer,
-    topic: String,
-}
+struct TxnDeadLetters(DeadLetterProducer);
 
 impl TxnDeadLetters {
     async fn new(topic: &str) -> Self {
-        use rdkafka::producer::Producer;
-        let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", kafka())
-            .set("transactional.id", unique("dlq_txn_id"))
-            .set("linger.ms", "0")
-            .create()
-            .expect("transactional producer");
-        tokio::task::block_in_place(|| producer.init_transactions(Duration::from_secs(30)))
-            .expect("init_transactions");
-        Self {
-            producer,
-            topic: topic.to_string(),
-        }
+        Self(DeadLetterProducer::transactional(topic))
     }
 
     /// A transaction holding one dead letter naming `topic`-0@`offset` (in the log before
@@ -115,46 +100,13 @@ impl TxnDeadLetters {
     /// Begins a transaction and writes one dead letter naming `topic`-0@`offset` in it
     /// (acknowledged: in the log); [`Self::end`] ends it.
     async fn open(&self, topic: &str, offset: i64) {
-        use rdkafka::message::{Header, OwnedHeaders};
-        use rdkafka::producer::{FutureRecord, Producer};
-        self.producer.begin_transaction().expect("begin");
-        let o = offset.to_string();
-        let h = OwnedHeaders::new()
-            .insert(Header {
-                key: "__connect.errors.topic",
-                value: Some(topic),
-            })
-            .insert(Header {
-                key: "__connect.errors.partition",
-                value: Some("0"),
-            })
-            .insert(Header {
-                key: "__connect.errors.offset",
-                value: Some(o.as_str()),
-            });
-        self.producer
-            .send(
-                FutureRecord::<(), [u8]>::to(&self.topic)
-                    .payload(b"rejected")
-                    .headers(h),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .expect("transactional dead letter");
+        self.0.begin();
+        self.0.names(topic, 0, offset, b"rejected").await;
     }
 
     /// Commits (or aborts) the transaction [`Self::open`] began.
     fn end(&self, commit: bool) {
-        use rdkafka::producer::Producer;
-        tokio::task::block_in_place(|| {
-            if commit {
-                self.producer.commit_transaction(Duration::from_secs(30))
-            } else {
-                self.producer.abort_transaction(Duration::from_secs(30))
-            }
-        })
-        .expect("end the transaction");
+        self.0.end(commit);
     }
 }
 
