@@ -66,15 +66,6 @@ ensure_crd_models
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-fail() { log "FAILED: $*"; exit 1; }
-# must_reject WHAT CMD...: the broken input must make CMD fail.
-must_reject() {
-  local what=$1; shift
-  if "$@" >"$WORK/reject.log" 2>&1; then
-    cat "$WORK/reject.log" >&2
-    fail "$what: a broken input passed, so this check proves nothing"
-  fi
-}
 PY=$VENV/bin/python3
 
 # CI builds into its own CARGO_TARGET_DIR; a no-op when the binary is up to date.

@@ -8,7 +8,19 @@
 #                          then `check_crds FILE...` validates the Prometheus Operator's
 #                          resources (ServiceMonitor, PodMonitor, PrometheusRule) in FILEs
 #                          against the CRDs' schemas (scripts/check-crds.mjs).
+#   fail MESSAGE           logs FAILED and exits 1;
+#   must_reject WHAT CMD   CMD must fail on the deliberately broken input it is given
+#                          (a check that cannot fail proves nothing); needs WORK set.
 # Needs CACHE, ROOT and log/die (scripts/lib.sh).
+
+fail() { log "FAILED: $*"; exit 1; }
+must_reject() {
+  local what=$1; shift
+  if "$@" >"$WORK/reject.log" 2>&1; then
+    cat "$WORK/reject.log" >&2
+    fail "$what: a broken input passed, so this check proves nothing"
+  fi
+}
 
 VENV=$CACHE/packaging-venv
 # Pinned: a new linter release must not turn CI red on its own.
