@@ -91,6 +91,7 @@ fn round(c: &mut Criterion) {
                             present: vec![s.run],
                             duplicate_rows: 0,
                             shared_keys: Vec::new(),
+                            stand_ins: Vec::new(),
                         })
                         .collect();
                     black_box(l.apply(&verdicts, 100_000))

@@ -378,6 +378,7 @@ async fn verify_range(
             }
             None => ledger.apply(&verdicts, now),
         };
+        checker.take_credits(&mut ledger);
         report.confirmed += applied.confirmed;
         report.lost += applied.lost;
         report.dead_lettered += applied.dead_lettered;

@@ -95,6 +95,20 @@ impl Checker {
         }
     }
 
+    /// Hands `ledger`'s stand-in credits (from its last decision, see
+    /// `PartitionLedger::take_credited_keys`) to the key book, before any other decision:
+    /// an absent record of the same key decided next, on any partition, then stands in for
+    /// the dead-lettered record the book confirmed instead of being missing. Without a book
+    /// (doc_id, offset_columns) they are dropped: no count lends a row to another record.
+    pub fn take_credits(&mut self, ledger: &mut PartitionLedger) {
+        let credits = ledger.take_credited_keys();
+        if let Some(book) = self.book_mut() {
+            for k in &credits {
+                book.credit(k);
+            }
+        }
+    }
+
     /// The audit's key multiset, read-only.
     pub fn book(&self) -> Option<&KeyBook> {
         match &self.how {
@@ -334,6 +348,7 @@ pub async fn by_offsets<V: Verifier>(
             present: runs::intersect(s.run, &present),
             duplicate_rows: if i == 0 { duplicates } else { 0 },
             shared_keys: Vec::new(),
+            stand_ins: Vec::new(),
         })
         .collect())
 }
@@ -579,6 +594,7 @@ impl KeyAsk {
         }
         let mut present: Vec<Vec<OffsetRun>> = vec![Vec::new(); self.segments];
         let mut shared: Vec<Vec<OffsetRun>> = vec![Vec::new(); self.segments];
+        let mut lent: Vec<Vec<OffsetRun>> = vec![Vec::new(); self.segments];
         let mut dups: Vec<u64> = vec![0; self.segments];
         let asks: Vec<(&Key, u64, u64)> = self
             .keys
@@ -589,25 +605,32 @@ impl KeyAsk {
                 (k, records, counts[ki])
             })
             .collect();
-        let outcomes: Vec<(u64, u64, bool)> = match round {
+        // (found, duplicates, shared, stand-in credits lent) per key.
+        let outcomes: Vec<(u64, u64, bool, u64)> = match round {
             KeyRound::Due => book
                 .decide_due_all(&asks)
                 .into_iter()
-                .map(|o| (o.confirmed, o.duplicates, o.shared))
+                .map(|o| (o.confirmed, o.duplicates, o.shared, o.stand_ins))
                 .collect(),
             KeyRound::Recheck => book
                 .recheck_all(&asks)
                 .into_iter()
-                .map(|o| (o.late, o.duplicates, false))
+                .map(|o| (o.late, o.duplicates, false, o.stand_ins))
                 .collect(),
         };
         drop(asks);
-        for (ki, &(found, duplicates, is_shared)) in outcomes.iter().enumerate() {
+        for (ki, &(found, duplicates, is_shared, stand_ins)) in outcomes.iter().enumerate() {
             let slots = &self.slots[self.starts[ki]..self.starts[ki + 1]];
             for (i, &(si, o)) in slots.iter().enumerate() {
-                if (i as u64) < found {
+                let i = i as u64;
+                if i < found {
                     present[si].push(OffsetRun::new(o, o));
-                } else if is_shared {
+                    continue;
+                }
+                if i < found + stand_ins {
+                    lent[si].push(OffsetRun::new(o, o));
+                }
+                if is_shared {
                     shared[si].push(OffsetRun::new(o, o));
                 }
             }
@@ -619,10 +642,12 @@ impl KeyAsk {
             .into_iter()
             .zip(dups)
             .zip(shared)
-            .map(|((p, d), sh)| Verdict::Known {
+            .zip(lent)
+            .map(|(((p, d), sh), l)| Verdict::Known {
                 present: runs::normalize(p),
                 duplicate_rows: d,
                 shared_keys: runs::normalize(sh),
+                stand_ins: runs::normalize(l),
             })
             .collect()
     }
@@ -725,6 +750,7 @@ pub async fn by_ids<V: Verifier>(
                 present: runs::normalize(present),
                 duplicate_rows: 0,
                 shared_keys: Vec::new(),
+                stand_ins: Vec::new(),
             }
         })
         .collect())

@@ -195,6 +195,7 @@ impl<V: Verifier> Audit<V> {
                                 }
                                 None => part.ledger.apply(&v, decided_at),
                             };
+                            self.checker.take_credits(&mut part.ledger);
                         }
                         // Only a backlog that is being worked off calls for the next round
                         // at once: one the sink refuses would spin rounds back to back.

@@ -336,6 +336,7 @@ mod ledger {
             present,
             duplicate_rows: 0,
             shared_keys: Vec::new(),
+            stand_ins: Vec::new(),
         }
     }
 

@@ -54,8 +54,17 @@ struct Entry {
     pending: u64,
     confirmed: u64,
     missing: u64,
-    /// Extra rows already counted as duplicates (so a row is counted once).
-    duplicates: u64,
+    /// Extra rows already counted as duplicates (so a row is counted once). Saturating
+    /// u32 (four billion extra rows of one key are not a count anyone reads), so that
+    /// `stand_ins` fits beside it and the entry stays 40 bytes: the book holds up to
+    /// millions of them.
+    duplicates: u32,
+    /// Confirmations held by records the dead-letter topic named ("present wins"): the row
+    /// they were given may be another record's of the key, written while the named one was
+    /// rejected. An absent record of the key decided later, on any partition, takes one of
+    /// them and is dead-lettered as a stand-in instead of missing ([`Self::credit`],
+    /// `DueOutcome::stand_ins`). Never more than `confirmed`.
+    stand_ins: u32,
     /// Bumped whenever the entry becomes idle (nothing pending or missing), so a stale queue
     /// slot of an entry that was busy again since is recognised.
     idle_since: u64,
@@ -77,6 +86,9 @@ pub struct DueOutcome {
     /// Another record (on any partition, decided or not) carries the same key: a shortfall
     /// cannot say which of them is the absent one.
     pub shared: bool,
+    /// Of the due records not confirmed, how many stand in for a dead-lettered record the
+    /// book confirmed earlier (see `Entry::stand_ins`): dead-lettered, never missing.
+    pub stand_ins: u64,
 }
 
 /// What one re-check of a key's missing records found.
@@ -86,6 +98,9 @@ pub struct RecheckOutcome {
     pub late: u64,
     /// Extra rows newly counted as duplicates.
     pub duplicates: u64,
+    /// Missing records still not found that stand in for a dead-lettered record the book
+    /// confirmed since (see `Entry::stand_ins`): dead-lettered now, like a late arrival.
+    pub stand_ins: u64,
 }
 
 /// The audit-wide multiset of keys (see the module docs).
@@ -266,7 +281,33 @@ impl KeyBook {
     /// A confirmation taken back: the record will be decided again (its partition left
     /// before the verdict could be stored, and resumes below it).
     pub fn unconfirm(&mut self, k: &Key) {
-        self.change(k, |e| e.confirmed = e.confirmed.saturating_sub(1));
+        self.change(k, |e| {
+            e.confirmed = e.confirmed.saturating_sub(1);
+            cap_stand_ins(e);
+        });
+    }
+
+    /// A record with key `k` the book confirmed is named by the dead-letter topic, and no
+    /// absent record of its key in the same decision took its place (see
+    /// `Entry::stand_ins`): its confirmation becomes a stand-in credit for the key's next
+    /// absent record, whichever partition and round decides it. Also gives back a credit
+    /// lent by [`Self::decide_due_all`] or [`Self::recheck_all`] that its record did not
+    /// need (it was named itself). Nothing under presence semantics (one row confirms every
+    /// record of the key: no record of it is absent while a row is there) nor for a key
+    /// the book does not hold confirmed.
+    pub fn credit(&mut self, k: &Key) {
+        if self.semantics == KeySemantics::Presence {
+            return;
+        }
+        if let Some(e) = self.entries.get_mut(k) {
+            e.stand_ins = e.stand_ins.saturating_add(1);
+            cap_stand_ins(e);
+        }
+    }
+
+    /// Stand-in credits `k` holds (tests).
+    pub fn stand_ins(&self, k: &Key) -> u64 {
+        self.entries.get(k).map_or(0, |e| u64::from(e.stand_ins))
     }
 
     /// Confirmed counts changed since the last [`Self::persisted`], as `(key, confirmed)`;
@@ -472,6 +513,7 @@ impl KeyBook {
             e.confirmed += found;
             e.missing += due - found;
             out.confirmed = found;
+            out.stand_ins = lend_stand_ins(e, due - found);
             out.shared = others > 0 || due > 1;
             out.duplicates = charge_duplicates(presence, e, rows);
         });
@@ -498,10 +540,12 @@ impl KeyBook {
             let rows = rows_seen(presence, e, rows);
             cap_claims(e, rows);
             let free = rows.saturating_sub(e.confirmed);
-            let late = free.min(missing).min(e.missing);
+            let asked = missing.min(e.missing);
+            let late = free.min(asked);
             e.missing -= late;
             e.confirmed += late;
             out.late = late;
+            out.stand_ins = lend_stand_ins(e, asked - late);
             out.duplicates = charge_duplicates(presence, e, rows);
         });
         (out, idle)
@@ -667,8 +711,28 @@ fn rows_seen(presence: bool, e: &Entry, rows: u64) -> u64 {
 fn cap_claims(e: &mut Entry, rows: u64) -> u64 {
     let freed = e.confirmed.saturating_sub(rows);
     e.confirmed -= freed;
-    e.duplicates = e.duplicates.min(rows - e.confirmed);
+    e.duplicates = e
+        .duplicates
+        .min(u32::try_from(rows - e.confirmed).unwrap_or(u32::MAX));
+    cap_stand_ins(e);
     freed
+}
+
+/// A stand-in credit is a confirmation: never more of them than confirmed records.
+fn cap_stand_ins(e: &mut Entry) {
+    e.stand_ins = e
+        .stand_ins
+        .min(u32::try_from(e.confirmed).unwrap_or(u32::MAX));
+}
+
+/// Lends up to `absent` of `e`'s stand-in credits to records of its key found absent;
+/// returns how many. The confirmations stay (the named records keep the rows they were
+/// given); the absent records are dead-lettered in their place, so the rows, the
+/// confirmed records and the dead-lettered ones still add up.
+fn lend_stand_ins(e: &mut Entry, absent: u64) -> u64 {
+    let lent = u64::from(e.stand_ins).min(absent);
+    e.stand_ins -= lent as u32;
+    lent
 }
 
 /// Rows beyond every record of the key are duplicates once nothing with the key is pending
@@ -678,10 +742,10 @@ fn charge_duplicates(presence: bool, e: &mut Entry, rows: u64) -> u64 {
     if presence || e.busy() {
         return 0;
     }
-    let extra = rows.saturating_sub(e.confirmed);
+    let extra = u32::try_from(rows.saturating_sub(e.confirmed)).unwrap_or(u32::MAX);
     let new = extra.saturating_sub(e.duplicates);
     e.duplicates = e.duplicates.max(extra);
-    new
+    u64::from(new)
 }
 
 #[cfg(test)]

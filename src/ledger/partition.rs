@@ -266,6 +266,12 @@ pub enum Verdict {
         /// Absent offsets whose key other records share (key_columns): the gap says so,
         /// since the sink cannot tell which record of the key is the absent one.
         shared_keys: Vec<OffsetRun>,
+        /// Absent offsets for whose keys the key book lent a stand-in credit (key_columns:
+        /// a record of the key the dead-letter topic named was confirmed earlier, see
+        /// `KeyBook::credit`). By key, not by offset: the ledger dead-letters that many
+        /// absent records of each key that the topic does not name itself, and gives the
+        /// credits none needed back (`PartitionLedger::take_credited_keys`).
+        stand_ins: Vec<OffsetRun>,
     },
 }
 
@@ -461,6 +467,10 @@ pub struct PartitionLedger {
     /// Keys of missing records given up since [`Self::take_released_keys`]: the audit's
     /// key book stops holding claims for them.
     released_keys: Vec<Key>,
+    /// Stand-in credits for the key book since [`Self::take_credited_keys`] (one entry per
+    /// credit): named records confirmed that no absent record of their key took the place
+    /// of, and lent credits no record needed (`KeyBook::credit`).
+    credited_keys: Vec<Key>,
     /// Keys of records confirmed since [`Self::stored`] (keyed ledgers): taken back from the
     /// key book if the ledger is dropped before its verdicts reach the store.
     unstored_confirmations: Vec<Key>,
@@ -634,6 +644,7 @@ impl PartitionLedger {
             tail_gap: None,
             dead_tail: None,
             released_keys: Vec::new(),
+            credited_keys: Vec::new(),
             unstored_confirmations: Vec::new(),
             track_confirmations: false,
             revision: 0,

@@ -38,6 +38,7 @@ fn oracle(segs: &[Segment], present: &BTreeSet<Offset>) -> Vec<Verdict> {
             ),
             duplicate_rows: 0,
             shared_keys: Vec::new(),
+            stand_ins: Vec::new(),
         })
         .collect()
 }

@@ -606,3 +606,4 @@ proptest! {
 }
 
 mod slot_order;
+mod stand_ins;

@@ -31,6 +31,7 @@ fn stored_with_missing(p: i32, key: Key) -> PartitionProgress {
             ),
             duplicate_rows: 0,
             shared_keys: Vec::new(),
+            stand_ins: Vec::new(),
         })
         .collect();
     l.apply(&verdicts, GRACE_MS);

@@ -303,3 +303,44 @@ fn under_presence_no_row_is_every_record_missing_and_one_row_makes_them_late() {
     assert_eq!((r.late, r.duplicates), (2, 0));
     assert_eq!(b.counts(&k("a")), (0, 2, 0));
 }
+
+/// The book holds up to millions of entries (the key soak's memory bound): the stand-in
+/// credit fits beside the duplicate count in the 40 bytes an entry had before it.
+#[test]
+fn an_entry_stays_40_bytes() {
+    assert_eq!(std::mem::size_of::<Entry>(), 40);
+}
+
+/// A credit is a confirmation lent to an absent record: never more credits than
+/// confirmations, none under presence, and a lent one comes back only by `credit`.
+#[test]
+fn stand_in_credits_are_confirmations_lent_once() {
+    let k = Key::new(["k"]);
+    let mut b = KeyBook::new(10);
+    b.credit(&k);
+    assert_eq!(b.stand_ins(&k), 0, "a key the book does not hold confirmed");
+    b.pend(&k);
+    b.pend(&k);
+    b.pend(&k);
+    assert_eq!(b.decide_due(&k, 1, 1).confirmed, 1);
+    b.credit(&k);
+    b.credit(&k);
+    assert_eq!(b.stand_ins(&k), 1, "one confirmation, one credit");
+    let o = b.decide_due(&k, 2, 1);
+    assert_eq!(
+        (o.confirmed, o.stand_ins),
+        (0, 1),
+        "one of two absent records"
+    );
+    assert_eq!(b.stand_ins(&k), 0);
+    let mut p = KeyBook::new(10);
+    p.set_semantics(KeySemantics::Presence);
+    p.pend(&k);
+    p.decide_due(&k, 1, 1);
+    p.credit(&k);
+    assert_eq!(
+        p.stand_ins(&k),
+        0,
+        "presence: no record of a key with a row is absent"
+    );
+}

@@ -122,6 +122,17 @@ impl PartitionLedger {
     /// leaves its missing run (its key's claim released) and moves from its gap's missing
     /// count to its dead-lettered count. Returns how many moved (`Applied::dead_lettered`).
     pub fn dead_letter_missing(&mut self, named: &[OffsetRun]) -> Applied {
+        self.missing_to_dead(named, false)
+    }
+
+    /// Missing records a key book's stand-in credit took (key_columns, see
+    /// `KeyBook::credit`): dead-lettered like [`Self::dead_letter_missing`], their gap saying
+    /// `shared_key` (which record of the key is the dead-lettered one is a convention).
+    pub(super) fn stand_in_missing(&mut self, lent: &[OffsetRun]) -> Applied {
+        self.missing_to_dead(lent, true)
+    }
+
+    fn missing_to_dead(&mut self, named: &[OffsetRun], stand_in: bool) -> Applied {
         let mut out = Applied::default();
         for hit in self.missing_hits(named) {
             let Some(first) = self
@@ -152,6 +163,7 @@ impl PartitionLedger {
             if let Some(g) = self.gaps.get_mut(&m.gap) {
                 g.missing = g.missing.saturating_sub(n);
                 g.dead_lettered += n;
+                g.shared_key |= stand_in;
                 self.dirty_gaps.insert(m.gap);
                 self.unstored_gaps.insert(m.gap);
             }

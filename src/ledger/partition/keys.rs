@@ -95,6 +95,12 @@ impl PartitionLedger {
         std::mem::take(&mut self.released_keys)
     }
 
+    /// Stand-in credits for the key book since the last call, a key per credit (see
+    /// `KeyBook::credit`): the caller hands them to the book before the next decision.
+    pub fn take_credited_keys(&mut self) -> Vec<Key> {
+        std::mem::take(&mut self.credited_keys)
+    }
+
     /// Keys of pending records (each once per record).
     pub fn pending_keys(&self) -> impl Iterator<Item = &Key> {
         self.pending.iter().flat_map(|p| p.keys.iter())

@@ -117,15 +117,23 @@ impl PartitionLedger {
                 }
             }
         }
+        let mut lent = Vec::new();
         for (seg, v) in segments.iter().zip(verdicts) {
             let Verdict::Known {
                 present,
                 duplicate_rows,
+                stand_ins,
                 ..
             } = v
             else {
                 continue;
             };
+            if !seg.keys.is_empty() {
+                lent.extend(runs::intersect(
+                    seg.run,
+                    &runs::normalize(stand_ins.clone()),
+                ));
+            }
             let present = runs::intersect(seg.run, &runs::normalize(present.clone()));
             if present.is_empty() {
                 continue;
@@ -163,6 +171,11 @@ impl PartitionLedger {
                 self.dirty_gaps.insert(m.gap);
                 self.unstored_gaps.insert(m.gap);
             }
+        }
+        // Still missing, but the key book lent them a stand-in credit: dead-lettered now,
+        // like a late arrival (they were counted lost once).
+        if !lent.is_empty() {
+            out = out.merge(self.stand_in_missing(&runs::normalize(lent)));
         }
         if self.missing.is_empty() {
             self.probe = None;

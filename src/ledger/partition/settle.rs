@@ -14,11 +14,25 @@ enum Decided {
     DeadLettered,
 }
 
+/// One segment of a decision, as the sink and the dead-letter topic see it.
+struct Plan {
+    present: Vec<OffsetRun>,
+    absent: Vec<OffsetRun>,
+    /// Offsets the dead-letter topic names.
+    named: Vec<OffsetRun>,
+    /// Absent offsets whose key the key book lent a stand-in credit.
+    lent: Vec<OffsetRun>,
+}
+
 /// key_columns: which record of a shared key is absent is the sink's count by offset order,
 /// not a fact about that record. A record the dead-letter topic names but the count calls
 /// present stands for an absent record with its key: that one is dead-lettered instead
 /// (once per named record), so the pipeline's dead letter is never turned into a loss of
-/// its key's other record. Within the segment; returns the absent offsets so taken.
+/// its key's other record. Over the whole decision (`plans`, every segment of it), with
+/// the credits the key book lent for named records it confirmed in earlier decisions, on
+/// any partition (`Plan::lent`): returns, per segment, the absent offsets so taken, and a
+/// key per credit left over (named records no absent one took the place of, lent credits
+/// no record needed), for the key book to keep (`KeyBook::credit`).
 ///
 /// Which offset is reported dead-lettered is then a convention, like the position of a
 /// shared key's missing record, and it cannot be decided from the sink (its rows carry no
@@ -28,16 +42,18 @@ enum Decided {
 /// stand-in was dropped, a loss reported as dead-lettered. The stand-in's gap says
 /// `shared_key` so that neither reads as exact.
 fn shared_key_swaps(
-    p: &PendingRun,
-    present: &[OffsetRun],
-    absent: &[OffsetRun],
-    named: &[OffsetRun],
-) -> Vec<OffsetRun> {
+    pending: &VecDeque<PendingRun>,
+    plans: &[Plan],
+) -> (Vec<Vec<OffsetRun>>, Vec<Key>) {
     use std::collections::HashMap;
-    let key = |o: Offset| p.keys.get((o - p.run.first) as usize);
     let mut spare: HashMap<&Key, u64> = HashMap::new();
-    for r in present {
-        for n in runs::intersect(*r, named) {
+    for (p, plan) in pending.iter().zip(plans) {
+        let key = |o: Offset| p.keys.get((o - p.run.first) as usize);
+        let named_present = plan
+            .present
+            .iter()
+            .flat_map(|r| runs::intersect(*r, &plan.named));
+        for n in named_present.chain(plan.lent.iter().copied()) {
             for o in n.first..=n.last {
                 if let Some(k) = key(o) {
                     *spare.entry(k).or_default() += 1;
@@ -45,23 +61,31 @@ fn shared_key_swaps(
             }
         }
     }
-    let mut out = Vec::new();
+    let mut out = vec![Vec::new(); plans.len()];
     if spare.is_empty() {
-        return out;
+        return (out, Vec::new());
     }
-    for r in absent {
-        for left in runs::subtract(*r, named) {
-            for o in left.first..=left.last {
-                if let Some(n) = key(o).and_then(|k| spare.get_mut(k))
-                    && *n > 0
-                {
-                    *n -= 1;
-                    out.push(OffsetRun::new(o, o));
+    for ((p, plan), taken) in pending.iter().zip(plans).zip(out.iter_mut()) {
+        let key = |o: Offset| p.keys.get((o - p.run.first) as usize);
+        for r in &plan.absent {
+            for left in runs::subtract(*r, &plan.named) {
+                for o in left.first..=left.last {
+                    if let Some(n) = key(o).and_then(|k| spare.get_mut(k))
+                        && *n > 0
+                    {
+                        *n -= 1;
+                        taken.push(OffsetRun::new(o, o));
+                    }
                 }
             }
         }
+        *taken = runs::normalize(std::mem::take(taken));
     }
-    out
+    let left = spare
+        .into_iter()
+        .flat_map(|(k, n)| std::iter::repeat_n(k.clone(), n as usize))
+        .collect();
+    (out, left)
 }
 
 impl PartitionLedger {
@@ -138,35 +162,69 @@ impl PartitionLedger {
         dead_letters: &dyn Fn(OffsetRun) -> Vec<OffsetRun>,
     ) -> Applied {
         let mut out = Applied::default();
-        for v in verdicts {
+        // The decision: its Known prefix, a segment each (the rest stays pending).
+        let mut plans: Vec<Plan> = Vec::new();
+        let mut dups: Vec<u64> = Vec::new();
+        let mut shared: Vec<&[OffsetRun]> = Vec::new();
+        for (v, p) in verdicts.iter().zip(&self.pending) {
             let Verdict::Known {
                 present,
                 duplicate_rows,
                 shared_keys,
+                stand_ins,
             } = v
             else {
                 break;
             };
+            let present = runs::intersect(p.run, &runs::normalize(present.clone()));
+            let absent = runs::subtract(p.run, &present);
+            let named = runs::normalize(dead_letters(p.run));
+            let lent = if p.keys.is_empty() {
+                Vec::new()
+            } else {
+                runs::intersect(p.run, &runs::normalize(stand_ins.clone()))
+            };
+            plans.push(Plan {
+                present,
+                absent,
+                named,
+                lent,
+            });
+            dups.push(*duplicate_rows);
+            shared.push(shared_keys);
+        }
+        // Stand-ins: dead-lettered by convention, not because the topic named them.
+        let keyed = plans
+            .iter()
+            .zip(&self.pending)
+            .any(|(_, p)| !p.keys.is_empty());
+        let (swaps, credits) = if keyed {
+            shared_key_swaps(&self.pending, &plans)
+        } else {
+            (vec![Vec::new(); plans.len()], Vec::new())
+        };
+        self.credited_keys.extend(credits);
+        for (((plan, swapped), duplicate_rows), shared_keys) in
+            plans.into_iter().zip(swaps).zip(dups).zip(shared)
+        {
             let Some(p) = self.pending.pop_front() else {
                 break;
             };
             self.pending_count -= p.run.len();
             out.duplicates += duplicate_rows;
-            let present = runs::intersect(p.run, &runs::normalize(present.clone()));
-            // Walk the segment in offset order, alternating present and absent runs.
-            let absent = runs::subtract(p.run, &present);
-            let named = runs::normalize(dead_letters(p.run));
+            let Plan {
+                present,
+                absent,
+                named,
+                ..
+            } = plan;
             // Absent offsets the dead-letter topic names: neither present nor missing.
-            let mut dead: Vec<OffsetRun> = absent
+            let dead: Vec<OffsetRun> = absent
                 .iter()
                 .flat_map(|a| runs::intersect(*a, &named))
+                .chain(swapped.iter().copied())
                 .collect();
-            // Stand-ins: dead-lettered by convention, not because the topic named them.
-            let mut swapped: Vec<OffsetRun> = Vec::new();
-            if !p.keys.is_empty() && !named.is_empty() {
-                swapped = runs::normalize(shared_key_swaps(&p, &present, &absent, &named));
-                dead = runs::normalize(dead.into_iter().chain(swapped.iter().copied()).collect());
-            }
+            let dead = runs::normalize(dead);
             let absent: Vec<OffsetRun> = absent
                 .iter()
                 .flat_map(|a| runs::subtract(*a, &dead))

@@ -140,6 +140,7 @@ fn duplicates_never_mask_a_missing_record() {
         present: vec![r(0, 1), r(3, 3)],
         duplicate_rows: 1,
         shared_keys: Vec::new(),
+        stand_ins: Vec::new(),
     }];
     let a = l.apply(&v, GRACE);
     assert_eq!((a.confirmed, a.lost, a.duplicates), (3, 1, 1));
@@ -165,6 +166,7 @@ fn unknown_verdicts_decide_nothing_and_keep_order() {
             present: vec![],
             duplicate_rows: 0,
             shared_keys: Vec::new(),
+            stand_ins: Vec::new(),
         },
     ];
     assert_eq!(l.apply(&v, 10_000), Applied::default());
