@@ -442,3 +442,75 @@ async fn another_connectors_dead_letter_never_hides_a_loss() {
     assert_eq!(other, 2);
     auditor.stop().await;
 }
+
+/// Issue 37 review: a key_columns stand-in decided in a later round than the dead letter
+/// it stands for. Records 0 and 1 carry the same key; the pipeline rejects 0 (a dead
+/// letter), writes 1's row, and commits past 0 alone first (a checkpoint between them). 0
+/// is decided while the sink holds the key's one row: present wins. 1, decided a round
+/// later, finds that row claimed. Before, 1 was reported LOST although its row is the one
+/// in the sink; now 0's confirmation left a stand-in credit on the key, and 1 is its
+/// stand-in: dead-lettered, `shared_key`, nothing lost. Record 2 is dropped: a real loss
+/// still counts (the control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stand_in_decided_a_round_after_its_dead_letter_is_never_lost() {
+    let s = Scenario::with_seed_ddl("dlq_standin", 1).await;
+    let topic = s.topic.clone();
+    let dlq = unique("dlq_standin_errors");
+    create_topic(&dlq, 1).await;
+    let other = dns_lines(1..2);
+    let lines = vec![
+        dns_lines(0..1)[0].clone(),
+        dns_lines(0..1)[0].clone(),
+        other[0].clone(),
+    ];
+    assert_eq!(s.send(&lines).await, vec![0, 1, 2]);
+    let auditor = start_auditor_with(&s, &dlq, "key_columns").await;
+    let dl = DeadLetterProducer::new(&dlq);
+    dl.names(&topic, 0, 0, lines[0].as_bytes()).await;
+    // 1's row lands first (Flink writes a batch, then checkpoints in steps).
+    s.write_row(lines[1].as_bytes(), 0, 1).await;
+    s.pipeline().records(1).copies(|_| 0).run().await;
+    auditor
+        .wait_decided(60, "0 decided (present wins)", |a| {
+            a.confirmed(&topic, 0) == 1
+        })
+        .await;
+    s.pipeline()
+        .start_at(1)
+        .records(2)
+        .copies(|_| 0)
+        .run()
+        .await;
+    auditor
+        .wait_decided(60, "every record decided", |a| {
+            a.confirmed(&topic, 0) + a.lost(&topic, 0) + dead_lettered(a, &topic) == 3
+        })
+        .await;
+    assert_eq!(
+        (
+            auditor.confirmed(&topic, 0),
+            auditor.lost(&topic, 0),
+            dead_lettered(&auditor, &topic)
+        ),
+        (1, 1, 1),
+        "0 confirmed, 1 its stand-in, only 2 lost"
+    );
+    let mut gaps: Vec<(i64, GapState)> = auditor
+        .stored_gaps()
+        .iter()
+        .map(|g| (g.first_offset, g.state))
+        .collect();
+    gaps.sort_by_key(|g| g.0);
+    assert_eq!(
+        gaps,
+        vec![(1, GapState::DeadLettered), (2, GapState::Open)],
+        "1 dead-lettered in 0's place, 2 open"
+    );
+    let api = api_gaps(&auditor).await;
+    let stand_in = api.iter().find(|g| g["first_offset"] == 1).expect("gap 1");
+    assert_eq!(
+        stand_in["shared_key"], true,
+        "its position is a convention: {stand_in}"
+    );
+    auditor.stop().await;
+}
