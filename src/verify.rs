@@ -69,7 +69,8 @@ pub struct Checker {
 enum How {
     Offsets,
     Ids,
-    Keys(KeyBook),
+    /// Boxed: the book is large beside the other strategies' nothing.
+    Keys(Box<KeyBook>),
 }
 
 impl Checker {
@@ -79,7 +80,7 @@ impl Checker {
         let how = match strategy {
             MatchStrategy::OffsetColumns => How::Offsets,
             MatchStrategy::DocId => How::Ids,
-            MatchStrategy::KeyColumns => How::Keys(KeyBook::new(key_capacity)),
+            MatchStrategy::KeyColumns => How::Keys(Box::new(KeyBook::new(key_capacity))),
         };
         Self {
             how,
@@ -90,7 +91,7 @@ impl Checker {
     /// The audit's key multiset (key_columns only): fed with every ingested key.
     pub fn book_mut(&mut self) -> Option<&mut KeyBook> {
         match &mut self.how {
-            How::Keys(book) => Some(book),
+            How::Keys(book) => Some(book.as_mut()),
             _ => None,
         }
     }
@@ -112,7 +113,7 @@ impl Checker {
     /// The audit's key multiset, read-only.
     pub fn book(&self) -> Option<&KeyBook> {
         match &self.how {
-            How::Keys(book) => Some(book),
+            How::Keys(book) => Some(book.as_ref()),
             _ => None,
         }
     }

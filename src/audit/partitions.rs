@@ -616,6 +616,27 @@ impl<V: Verifier> Audit<V> {
         out
     }
 
+    /// The stand-in credits the store kept (`KeyBook::credit`), after the claims they are
+    /// confirmations of. Unreadable, the book starts without them and says so: a stand-in
+    /// decided next is then missing with `shared_key`.
+    async fn load_key_credits(&mut self) {
+        let store = self.store.clone();
+        let audit = self.cfg.name.clone();
+        match blocking(move || store.load_key_credits(&audit)).await {
+            Ok(stored) => {
+                let credits = stored
+                    .into_iter()
+                    .filter_map(|(k, n)| Some((crate::record::Key::from_bytes(&k)?, n)));
+                if let Some(book) = self.checker.book_mut() {
+                    book.load_credits(credits);
+                }
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the key book's stand-in credits from the store: a dead letter's stand-in decided next may be reported missing (shared_key)")
+            }
+        }
+    }
+
     /// key_columns: the confirmed counts stored with the settled offsets, so records decided
     /// before a restart keep their rows (a shared key's later record needs its own row).
     /// Unreadable, the book starts empty: a loss may then be missed, never invented.
@@ -637,6 +658,7 @@ impl<V: Verifier> Audit<V> {
                     book.set_log_rows(stored.rows);
                 }
                 tracing::debug!(audit = %self.cfg.name, keys = n, log_rows = stored.rows, "key book loaded from the store");
+                self.load_key_credits().await;
             }
             Err(e) => {
                 // Appended to only: a whole write would delete the claims it could not read,

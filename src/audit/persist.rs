@@ -114,6 +114,13 @@ impl<V: Verifier> Audit<V> {
             .book()
             .map(KeyBook::claims_to_write)
             .unwrap_or_default();
+        // Stand-in credits, kept with the confirmations they belong to (a restart between a
+        // dead letter's record and its stand-in would report the stand-in lost).
+        let credits: Vec<(crate::record::Key, u64)> = self
+            .checker
+            .book()
+            .map(KeyBook::credits_to_write)
+            .unwrap_or_default();
         // Gaps that left memory since the last write: marked retired with the write that
         // drops their ledger items (their ledgers' revisions moved, so they are in `progress`).
         let retired: Vec<String> = self
@@ -144,7 +151,12 @@ impl<V: Verifier> Audit<V> {
         } else {
             Vec::new()
         };
-        if gaps.is_empty() && progress.is_empty() && keys.claims.is_empty() && !keys.whole {
+        if gaps.is_empty()
+            && progress.is_empty()
+            && keys.claims.is_empty()
+            && !keys.whole
+            && credits.is_empty()
+        {
             self.count_persisted();
             self.settle_retired().await;
             self.hand_over().await;
@@ -171,7 +183,8 @@ impl<V: Verifier> Audit<V> {
                 };
                 store
                     .commit_round_retiring(&audit, &gaps, &progress, claims, &retired, &folded)
-                    .map(|()| keys)
+                    .and_then(|()| store.write_key_credits(&audit, &credits))
+                    .map(|()| (keys, credits))
             }))
             .unwrap_or_else(|_| {
                 Err(crate::store::StoreError::Panicked(format!(
@@ -182,7 +195,7 @@ impl<V: Verifier> Audit<V> {
         })
         .await
         {
-            Ok((Ok(keys), gaps)) => {
+            Ok((Ok((keys, credits)), gaps)) => {
                 drop(gaps);
                 if big_round {
                     crate::memory::release_free();
@@ -191,6 +204,7 @@ impl<V: Verifier> Audit<V> {
                 self.pend(handed);
                 if let Some(book) = self.checker.book_mut() {
                     book.written(&keys);
+                    book.credits_written(&credits);
                 }
                 for p in self.parts.values_mut() {
                     p.ledger.stored();

@@ -141,6 +141,10 @@ pub struct KeyBook {
     /// its claims were made free them before the new record is decided
     /// ([`Self::take_refresh`]). Bounded by the records ingested between two rounds.
     refresh: Vec<Key>,
+    /// Keys whose stand-in credits changed since [`Self::credits_written`], with their
+    /// count now (0: none left, the store's row goes). Credits are rare (dead letters for
+    /// records the book confirmed), so this stays small.
+    credits_dirty: std::collections::HashMap<Key, u64>,
 }
 
 /// Dead rows the store's key log may hold beyond half its live ones (see
@@ -179,6 +183,7 @@ impl KeyBook {
             semantics: KeySemantics::Multiset,
             rewrite_slack: LOG_REWRITE_SLACK,
             refresh: Vec::new(),
+            credits_dirty: std::collections::HashMap::new(),
         }
     }
 
@@ -300,8 +305,46 @@ impl KeyBook {
             return;
         }
         if let Some(e) = self.entries.get_mut(k) {
+            let before = e.stand_ins;
             e.stand_ins = e.stand_ins.saturating_add(1);
             cap_stand_ins(e);
+            if e.stand_ins != before {
+                self.credits_dirty.insert(k.clone(), u64::from(e.stand_ins));
+            }
+        }
+    }
+
+    /// Stand-in credits that changed since the last [`Self::credits_written`], `(key,
+    /// credits)` (0: the key holds none now): what the store must write so that a restart
+    /// keeps them.
+    pub fn credits_to_write(&self) -> Vec<(Key, u64)> {
+        self.credits_dirty
+            .iter()
+            .map(|(k, n)| (k.clone(), *n))
+            .collect()
+    }
+
+    /// The store now holds `written` (from [`Self::credits_to_write`]); a key changed again
+    /// since stays to be written.
+    pub fn credits_written(&mut self, written: &[(Key, u64)]) {
+        for (k, n) in written {
+            if self.credits_dirty.get(k) == Some(n) {
+                self.credits_dirty.remove(k);
+            }
+        }
+    }
+
+    /// Loads stand-in credits the store kept (a restart), after [`Self::load`]: each capped
+    /// at the key's confirmed count like any credit.
+    pub fn load_credits(&mut self, credits: impl IntoIterator<Item = (Key, u64)>) {
+        if self.semantics == KeySemantics::Presence {
+            return;
+        }
+        for (k, n) in credits {
+            if let Some(e) = self.entries.get_mut(&k) {
+                e.stand_ins = u32::try_from(n).unwrap_or(u32::MAX);
+                cap_stand_ins(e);
+            }
         }
     }
 
@@ -571,7 +614,11 @@ impl KeyBook {
             let e = self.entries.get_or_default_hashed(k, h);
             was_busy = e.busy() || e.idle_since == 0;
             let confirmed = e.confirmed;
+            let stand_ins = e.stand_ins;
             f(e);
+            if e.stand_ins != stand_ins {
+                self.credits_dirty.insert(k.clone(), u64::from(e.stand_ins));
+            }
             if e.confirmed != confirmed {
                 match (confirmed > 0, e.confirmed > 0) {
                     (false, true) => self.live += 1,
@@ -614,6 +661,12 @@ impl KeyBook {
                 .entries
                 .get(&k)
                 .is_some_and(|e| !e.busy() && e.idle_since == stamp);
+            if forget
+                && let Some(e) = self.entries.get(&k)
+                && e.stand_ins > 0
+            {
+                self.credits_dirty.insert(k.clone(), 0);
+            }
             if forget
                 && let Some(e) = self.entries.remove(&k)
                 && e.confirmed > 0

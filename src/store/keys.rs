@@ -120,6 +120,70 @@ impl Store {
         })
     }
 
+    /// Writes stand-in credits that changed, `(packed key, credits)`: 0 deletes the key's
+    /// row (schema v13, see `KeyBook::credits_to_write`).
+    pub fn write_key_credits<K: AsRef<[u8]>>(
+        &self,
+        audit: &str,
+        credits: &[(K, u64)],
+    ) -> Result<(), StoreError> {
+        if credits.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.lock();
+        let ctx = format!("write the key credits of audit {audit}");
+        let sq = |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            context: ctx.clone(),
+            source,
+        };
+        let tx = conn.transaction().map_err(sq)?;
+        {
+            let mut put = tx
+                .prepare_cached(
+                    "INSERT INTO key_credits (audit, key, credits) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (audit, key) DO UPDATE SET credits = excluded.credits",
+                )
+                .map_err(sq)?;
+            let mut del = tx
+                .prepare_cached("DELETE FROM key_credits WHERE audit = ?1 AND key = ?2")
+                .map_err(sq)?;
+            for (k, n) in credits {
+                let n = i64::try_from(*n).unwrap_or(i64::MAX);
+                if n == 0 {
+                    del.execute(params![audit, k.as_ref()]).map_err(sq)?;
+                } else {
+                    put.execute(params![audit, k.as_ref(), n]).map_err(sq)?;
+                }
+            }
+        }
+        tx.commit().map_err(sq)
+    }
+
+    /// The audit's stand-in credits, `(packed key, credits)` (see [`Self::write_key_credits`]).
+    pub fn load_key_credits(&self, audit: &str) -> Result<Vec<(Vec<u8>, u64)>, StoreError> {
+        let conn = self.lock();
+        let sq = |source| StoreError::Sqlite {
+            path: self.path.clone(),
+            context: format!("load the key credits of audit {audit}"),
+            source,
+        };
+        let mut stmt = conn
+            .prepare_cached("SELECT key, credits FROM key_credits WHERE audit = ?1")
+            .map_err(sq)?;
+        let rows = stmt
+            .query_map(params![audit], |r| {
+                Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, i64>(1)?))
+            })
+            .map_err(sq)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (k, n) = row.map_err(sq)?;
+            out.push((k, u64::try_from(n).unwrap_or(0)));
+        }
+        Ok(out)
+    }
+
     /// Confirmed counts of the given keys (packed), for `replay`; absent keys are 0. One
     /// pass over the audit's log, whatever the number of keys asked about.
     pub fn key_confirmed(&self, audit: &str, keys: &[Vec<u8>]) -> Result<Vec<u64>, StoreError> {

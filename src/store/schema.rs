@@ -4,7 +4,7 @@
 use super::*;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i32 = 12;
+pub(super) const SCHEMA_VERSION: i32 = 13;
 
 pub(super) const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS gaps (
@@ -179,6 +179,19 @@ CREATE INDEX IF NOT EXISTS gaps_retired ON gaps (audit, topic, partition, first_
     WHERE retired = 1;
 ";
 
+/// v13: the key book's stand-in credits (key_columns with a dead-letter topic: a record
+/// the topic names but the book confirmed lends its row to the key's next absent record,
+/// `KeyBook::credit`), one row per key holding any: rare, so upserted, not logged. Kept
+/// across a restart so that the stand-in decided after it is not reported lost.
+pub(super) const SCHEMA_V13: &str = "
+CREATE TABLE IF NOT EXISTS key_credits (
+    audit   TEXT NOT NULL,
+    key     BLOB NOT NULL,
+    credits INTEGER NOT NULL,
+    PRIMARY KEY (audit, key)
+) WITHOUT ROWID;
+";
+
 /// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
 /// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
 const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
@@ -194,6 +207,7 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     (SCHEMA_V10, "migrate schema to v10"),
     (SCHEMA_V11, "migrate schema to v11"),
     (SCHEMA_V12, "migrate schema to v12"),
+    (SCHEMA_V13, "migrate schema to v13"),
 ];
 
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the

@@ -453,7 +453,24 @@ async fn another_connectors_dead_letter_never_hides_a_loss() {
 /// still counts (the control).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stand_in_decided_a_round_after_its_dead_letter_is_never_lost() {
-    let s = Scenario::with_seed_ddl("dlq_standin", 1).await;
+    stand_in_a_round_later(false).await;
+}
+
+/// The same with the auditor restarted between the two decisions: the stand-in credit is
+/// kept in the store (schema v13) with the confirmation it belongs to. Before, the
+/// restarted auditor reported 1 lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stand_in_decided_after_a_restart_is_never_lost() {
+    stand_in_a_round_later(true).await;
+}
+
+async fn stand_in_a_round_later(restart: bool) {
+    let name = if restart {
+        "dlq_standin_rs"
+    } else {
+        "dlq_standin"
+    };
+    let s = Scenario::with_seed_ddl(name, 1).await;
     let topic = s.topic.clone();
     let dlq = unique("dlq_standin_errors");
     create_topic(&dlq, 1).await;
@@ -475,6 +492,13 @@ async fn a_stand_in_decided_a_round_after_its_dead_letter_is_never_lost() {
             a.confirmed(&topic, 0) == 1
         })
         .await;
+    // A restarted auditor's counters start at 0: what it decides after is 1 and 2.
+    let (auditor, before) = if restart {
+        auditor.stop().await;
+        (start_auditor_with(&s, &dlq, "key_columns").await, 1)
+    } else {
+        (auditor, 0)
+    };
     s.pipeline()
         .start_at(1)
         .records(2)
@@ -483,12 +507,12 @@ async fn a_stand_in_decided_a_round_after_its_dead_letter_is_never_lost() {
         .await;
     auditor
         .wait_decided(60, "every record decided", |a| {
-            a.confirmed(&topic, 0) + a.lost(&topic, 0) + dead_lettered(a, &topic) == 3
+            before + a.confirmed(&topic, 0) + a.lost(&topic, 0) + dead_lettered(a, &topic) == 3
         })
         .await;
     assert_eq!(
         (
-            auditor.confirmed(&topic, 0),
+            before + auditor.confirmed(&topic, 0),
             auditor.lost(&topic, 0),
             dead_lettered(&auditor, &topic)
         ),
