@@ -240,6 +240,9 @@ impl<V: Verifier> Audit<V> {
             // Dead letters read after their records were declared missing: those records
             // turn dead-lettered (like late arrivals); then what can no longer change a
             // verdict is forgotten.
+            // Then the re-checks' keyed findings, while the coordinates are still held: a
+            // named record found late leaves a stand-in credit, a lent credit turns its
+            // record dead-lettered or goes back (key_columns).
             if let Some(d) = &self.dead_letters {
                 let mut index = d.lock();
                 if part.ledger.missing() > 0 {
@@ -248,8 +251,15 @@ impl<V: Verifier> Audit<V> {
                         applied = applied.merge(part.ledger.dead_letter_missing(&named));
                     }
                 }
+                applied = applied.merge(
+                    part.ledger
+                        .settle_recheck_marks(&|run| index.named_in(tp, run)),
+                );
                 index.forget_below(tp, part.ledger.dead_letter_floor());
+            } else {
+                applied = applied.merge(part.ledger.settle_recheck_marks(&|_| Vec::new()));
             }
+            self.checker.take_credits(&mut part.ledger);
             let dirty = part.ledger.take_dirty_gaps();
             // Only rounds that decided something: while the store refuses writes this list
             // must grow with verdicts, not with partitions × rounds.

@@ -298,15 +298,22 @@ impl KeyBook {
     /// absent record, whichever partition and round decides it. Also gives back a credit
     /// lent by [`Self::decide_due_all`] or [`Self::recheck_all`] that its record did not
     /// need (it was named itself). Nothing under presence semantics (one row confirms every
-    /// record of the key: no record of it is absent while a row is there) nor for a key
-    /// the book does not hold confirmed.
+    /// record of the key: no record of it is absent while a row is there), nor for a key
+    /// the book does not hold confirmed, nor beyond the key's records undecided or missing
+    /// now: a record read later was not there when the named one took the row, so it
+    /// cannot be the row's owner; the credits go when the key has none left
+    /// (`change_hashed`).
     pub fn credit(&mut self, k: &Key) {
         if self.semantics == KeySemantics::Presence {
             return;
         }
-        if let Some(e) = self.entries.get_mut(k) {
+        if let Some(e) = self.entries.get_mut(k)
+            && e.busy()
+        {
             let before = e.stand_ins;
-            e.stand_ins = e.stand_ins.saturating_add(1);
+            // Only the key's records there now (undecided or missing) can hold the row.
+            let others = u32::try_from(e.pending.saturating_add(e.missing)).unwrap_or(u32::MAX);
+            e.stand_ins = e.stand_ins.saturating_add(1).min(others);
             cap_stand_ins(e);
             if e.stand_ins != before {
                 self.credits_dirty.insert(k.clone(), u64::from(e.stand_ins));
@@ -616,6 +623,13 @@ impl KeyBook {
             let confirmed = e.confirmed;
             let stand_ins = e.stand_ins;
             f(e);
+            if !e.busy() {
+                // No record of the key is left that the credit's row may belong to: one
+                // read later was not there when the named record was confirmed, so its
+                // shortfall is a loss (review of issue 37: a retried dead letter's credit
+                // hid the key's next record's loss hours later).
+                e.stand_ins = 0;
+            }
             if e.stand_ins != stand_ins {
                 self.credits_dirty.insert(k.clone(), u64::from(e.stand_ins));
             }

@@ -471,6 +471,11 @@ pub struct PartitionLedger {
     /// credit): named records confirmed that no absent record of their key took the place
     /// of, and lent credits no record needed (`KeyBook::credit`).
     credited_keys: Vec<Key>,
+    /// Keyed records the last re-checks found late, or lent a stand-in credit (`true`),
+    /// with their keys: settled against the dead-letter topic by
+    /// [`Self::settle_recheck_marks`] (a named record found late leaves a credit; a named
+    /// one lent a credit is dead-lettered in its own right and gives the credit back).
+    recheck_marks: Vec<(Offset, Key, bool)>,
     /// Keys of records confirmed since [`Self::stored`] (keyed ledgers): taken back from the
     /// key book if the ledger is dropped before its verdicts reach the store.
     unstored_confirmations: Vec<Key>,
@@ -645,6 +650,7 @@ impl PartitionLedger {
             dead_tail: None,
             released_keys: Vec::new(),
             credited_keys: Vec::new(),
+            recheck_marks: Vec::new(),
             unstored_confirmations: Vec::new(),
             track_confirmations: false,
             revision: 0,

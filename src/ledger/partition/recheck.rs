@@ -117,7 +117,6 @@ impl PartitionLedger {
                 }
             }
         }
-        let mut lent = Vec::new();
         for (seg, v) in segments.iter().zip(verdicts) {
             let Verdict::Known {
                 present,
@@ -129,10 +128,14 @@ impl PartitionLedger {
                 continue;
             };
             if !seg.keys.is_empty() {
-                lent.extend(runs::intersect(
-                    seg.run,
-                    &runs::normalize(stand_ins.clone()),
-                ));
+                let key = |o: Offset| seg.keys.get((o - seg.run.first) as usize);
+                for r in runs::intersect(seg.run, &runs::normalize(stand_ins.clone())) {
+                    for o in r.first..=r.last {
+                        if let Some(k) = key(o) {
+                            self.recheck_marks.push((o, k.clone(), true));
+                        }
+                    }
+                }
             }
             let present = runs::intersect(seg.run, &runs::normalize(present.clone()));
             if present.is_empty() {
@@ -154,10 +157,13 @@ impl PartitionLedger {
             out.duplicates += duplicate_rows;
             self.revision += 1;
             let found = runs::count(&present);
-            for r in present.iter().filter(|_| self.track_confirmations) {
+            for r in &present {
                 for o in r.first..=r.last {
                     if let Some(k) = m.key_of(o) {
-                        self.unstored_confirmations.push(k.clone());
+                        if self.track_confirmations {
+                            self.unstored_confirmations.push(k.clone());
+                        }
+                        self.recheck_marks.push((o, k.clone(), false));
                     }
                 }
             }
@@ -172,15 +178,46 @@ impl PartitionLedger {
                 self.unstored_gaps.insert(m.gap);
             }
         }
-        // Still missing, but the key book lent them a stand-in credit: dead-lettered now,
-        // like a late arrival (they were counted lost once).
-        if !lent.is_empty() {
-            out = out.merge(self.stand_in_missing(&runs::normalize(lent)));
-        }
         if self.missing.is_empty() {
             self.probe = None;
         }
         out
+    }
+
+    /// Settles the last re-checks' keyed findings against the dead-letter topic (`named`:
+    /// the offsets of a run it names), once the coordinates read this round have been
+    /// applied ([`Self::dead_letter_missing`]), before they are forgotten:
+    /// - a named record found late holds its row like a named record confirmed when due: a
+    ///   stand-in credit for its key (`KeyBook::credit`);
+    /// - a record lent a credit and named itself is dead-lettered in its own right (exact):
+    ///   the credit goes back, for the key's next absent record;
+    /// - a record lent a credit and still missing is dead-lettered as a stand-in, like a
+    ///   late arrival (it was counted lost once); one no longer missing gives it back.
+    ///
+    /// The credits go to [`Self::take_credited_keys`].
+    pub fn settle_recheck_marks(&mut self, named: &dyn Fn(OffsetRun) -> Vec<OffsetRun>) -> Applied {
+        let mut stand_ins = Vec::new();
+        for (o, k, lent) in std::mem::take(&mut self.recheck_marks) {
+            let one = OffsetRun::new(o, o);
+            let is_named = !named(one).is_empty();
+            if is_named || (lent && !self.is_missing(o)) {
+                self.credited_keys.push(k);
+            } else if lent {
+                stand_ins.push(one);
+            }
+        }
+        if stand_ins.is_empty() {
+            return Applied::default();
+        }
+        self.stand_in_missing(&runs::normalize(stand_ins))
+    }
+
+    /// Whether `o` lies in a missing run.
+    fn is_missing(&self, o: Offset) -> bool {
+        self.missing
+            .range(..=o)
+            .next_back()
+            .is_some_and(|(_, m)| m.run.contains(o))
     }
 
     /// An operator acknowledged the whole gap starting at `first`: it leaves the hot ledger
