@@ -8,7 +8,7 @@
 //! | `GET /healthz` | 200 `ok` while the process runs |
 //! | `GET /readyz` | 200 when Kafka and every sink answered recently (and the last schema fetch succeeded), else 503 saying what is stale |
 //! | `GET /api/gaps?state=open\|all\|<state>&audit=NAME[&limit=N][&after=ID]` | JSON array of gaps, newest first; paged with `limit` (a `Link: rel="next"` while more remain), streamed without ([`gaps`]) |
-//! | `POST /api/gaps/{id}/ack` with `{"reason": "…"}` | acknowledges the gap like `gap-auditor ack` and answers it as `/api/gaps` lists it; 403 without `server.api_token`, 400 without a reason, 413 over 64 KiB, 404 for a gap this instance's store does not hold ([`ack`]) |
+//! | `POST /api/gaps/{id}/ack` with `{"reason": "…"}` | acknowledges the gap like `gap-auditor ack` and answers it as `/api/gaps` lists it; 403 without `server.api_token`, 400 without a reason, 413 over 64 KiB, a gap this instance's store does not hold forwarded to its partition's owner ([`forward`]) ([`ack`]) |
 //! | `GET /api/status` | `{"audits": [...]}` |
 //! | `GET /api/completeness?audit=NAME&until=RFC3339` | `{"complete", "complete_until", "blocking", ...}` ([`crate::completeness::Answer`]) |
 //! | `GET /ui?audit=NAME&state=open\|all[&after=ID]` | the gap page: server-rendered HTML, no script; partitions per audit, open gaps 200 a page with cause, retention countdown and the replay/ack commands, and an ack form when a token is configured ([`ui`]) |
@@ -18,8 +18,8 @@
 //! as load balancers probe with it). Everything is read-only but the ack: every method but
 //! `GET`/`HEAD` anywhere under `/api/` is 405, except `POST` on `/api/gaps/{id}/ack` (which
 //! takes nothing else: 405 with `Allow: POST`). An ack over HTTP needs a configured token
-//! (403 without one: an open write would let anyone on the network silence a loss); it is
-//! not forwarded to another instance of the group (404 naming that limit). The server is
+//! (403 without one: an open write would let anyone on the network silence a loss); one for
+//! a gap another instance of the group owns is forwarded there ([`forward`]). The server is
 //! plain hyper 1 over HTTP/1.1: a scrape endpoint needs no framework, and fewer
 //! dependencies means less to audit in a sidecar.
 //!
@@ -95,6 +95,8 @@ pub struct HttpState {
     /// `server.api_token`: when set, `/api/*` and `/ui` require `Authorization: Bearer`
     /// with it; without it, `POST /api/gaps/{id}/ack` is refused (403).
     pub api_token: Option<Secret>,
+    /// Where an ack of a gap this store does not hold is sent on ([`forward`]).
+    pub forwarding: Arc<forward::Forwarding>,
 }
 
 /// Serves HTTP on `listener` until `shutdown` is cancelled, then stops accepting, lets
@@ -495,6 +497,7 @@ fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Body> 
 }
 
 mod ack;
+pub mod forward;
 mod gaps;
 mod ui;
 mod ui_ack;

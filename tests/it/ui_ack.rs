@@ -6,15 +6,32 @@
 use crate::support::*;
 use std::path::Path;
 
-const TOKEN: &str = "ui-ack-test-token";
+pub(crate) const TOKEN: &str = "ui-ack-test-token";
 
 /// One HTTP/1.1 request with the bearer token; (status, body).
-async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+pub(crate) async fn call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    call_with(addr, method, path, "application/json", "", body).await
+}
+
+/// [`call`] with another content type and extra header lines (each ending in `\r\n`).
+pub(crate) async fn call_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
-         Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
+         Authorization: Bearer {TOKEN}\r\nContent-Type: {content_type}\r\n{headers}\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
@@ -36,9 +53,18 @@ fn gauge(metrics: &str, name: &str, topic: &str) -> Option<f64> {
 /// A daemon (token [`TOKEN`]) that has reported the seed incident's gap: the scenario, the
 /// daemon, its address, the gap page as it first showed the gap, and the gap's id.
 async fn daemon_with_the_seed_gap() -> (Scenario, Daemon, std::net::SocketAddr, String, String) {
+    daemon_with_the_seed_gap_and(|_| Vec::new()).await
+}
+
+/// [`daemon_with_the_seed_gap`], with more settings (given the daemon's port) in its
+/// environment.
+pub(crate) async fn daemon_with_the_seed_gap_and(
+    more: impl FnOnce(u16) -> Vec<(&'static str, std::ffi::OsString)>,
+) -> (Scenario, Daemon, std::net::SocketAddr, String, String) {
     let s = Scenario::with_seed_table("test").await;
     let port = free_port();
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gap-auditor.toml");
+    let mut env = more(port);
     let mut auditor = Daemon::spawn(
         Path::new(config),
         vec![
@@ -70,7 +96,10 @@ async fn daemon_with_the_seed_gap() -> (Scenario, Daemon, std::net::SocketAddr, 
                 "GAP_AUDITOR__AUDITS__0__SINK__URL",
                 s.db_url.as_str().into(),
             ),
-        ],
+        ]
+        .into_iter()
+        .chain(env.drain(..))
+        .collect(),
         s.state.path().join("auditor.log"),
     );
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
@@ -100,7 +129,7 @@ async fn daemon_with_the_seed_gap() -> (Scenario, Daemon, std::net::SocketAddr, 
 }
 
 /// Waits until the gap is acknowledged in the listing and out of the open-gap gauges.
-async fn wait_acknowledged(
+pub(crate) async fn wait_acknowledged(
     auditor: &mut Daemon,
     addr: std::net::SocketAddr,
     topic: &str,
