@@ -77,6 +77,8 @@ pub async fn run_with(
             config.state.handover_topic.clone(),
             config.server.advertised_url.clone(),
         )),
+        config: Some(Arc::new(config.clone())),
+        dry_runs: Arc::new(tokio::sync::Semaphore::new(1)),
     };
     let http_cancel = cancel.child_token();
     let server = tokio::spawn(http::serve(listener, http_state, http_cancel.clone()));

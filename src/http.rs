@@ -12,6 +12,7 @@
 //! | `GET /api/status` | `{"audits": [...]}` |
 //! | `GET /api/completeness?audit=NAME&until=RFC3339` | `{"complete", "complete_until", "blocking", ...}` ([`crate::completeness::Answer`]) |
 //! | `GET /ui?audit=NAME&state=open\|all[&after=ID]` | the gap page: server-rendered HTML, no script; partitions per audit, open gaps 200 a page with cause, retention countdown and the replay/ack commands, and an ack form when a token is configured ([`ui`]) |
+//! | `POST /ui/gaps/{id}/replay` with a form (`token`, `to_topic`) | the page's replay dry-run: the plan `gap-auditor replay --dry-run` prints, from the same code; no record written; 403 without `server.api_token` or with the wrong token typed ([`ui_replay`]) |
 //! | `POST /ui/gaps/{id}/ack` with a form (`reason`, `token`) | the page's ack: the same store write as the API's, then 303 back to the page; 403 without `server.api_token` or with the wrong token typed ([`ui_ack`]) |
 //!
 //! Unknown paths get 404, other methods on a known path 405 (`HEAD` is served like `GET`,
@@ -97,6 +98,10 @@ pub struct HttpState {
     pub api_token: Option<Secret>,
     /// Where an ack of a gap this store does not hold is sent on ([`forward`]).
     pub forwarding: Arc<forward::Forwarding>,
+    /// The configuration the page's replay dry-run replays with (`None`: no dry-run).
+    pub config: Option<Arc<crate::config::Config>>,
+    /// One replay dry-run at a time ([`ui_replay`]).
+    pub dry_runs: Arc<tokio::sync::Semaphore>,
 }
 
 /// Serves HTTP on `listener` until `shutdown` is cancelled, then stops accepting, lets
@@ -312,6 +317,14 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Body> {
             method_not_allowed("POST")
         };
     }
+    // The page's replay dry-run: the same typed-token check (ui_replay.rs).
+    if let Some(id) = ui_replay::route(&path) {
+        return if req.method() == Method::POST {
+            ui_replay::form_replay(state, id, req).await
+        } else {
+            method_not_allowed("POST")
+        };
+    }
     // The one write: `POST /api/gaps/{id}/ack` (ack.rs).
     if let Some(id) = ack::route(&path) {
         return if req.method() == Method::POST {
@@ -502,6 +515,7 @@ mod gaps;
 mod ui;
 mod ui_ack;
 mod ui_page;
+mod ui_replay;
 
 #[cfg(test)]
 mod tests;

@@ -79,8 +79,21 @@ pub(super) fn parse_form(body: &[u8]) -> Result<AckForm, BadForm> {
     Ok(AckForm { reason, token })
 }
 
+/// Whether a request's body is declared form-encoded (what a browser's form posts).
+pub(super) fn form_encoded(headers: &hyper::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';').next().is_some_and(|m| {
+                m.trim()
+                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+            })
+        })
+}
+
 /// Constant-time comparison of the typed token with the configured one.
-fn token_matches(typed: &str, expected: &Secret) -> bool {
+pub(super) fn token_matches(typed: &str, expected: &Secret) -> bool {
     use subtle::ConstantTimeEq;
     bool::from(typed.as_bytes().ct_eq(expected.expose().as_bytes()))
 }
@@ -109,17 +122,7 @@ pub(super) async fn form_ack(
              it use `gap-auditor ack` on this host",
         );
     };
-    let form_encoded = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';').next().is_some_and(|m| {
-                m.trim()
-                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-            })
-        });
-    if !form_encoded {
+    if !form_encoded(req.headers()) {
         return refused(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "the ack form is sent as application/x-www-form-urlencoded (reason, token); \

@@ -227,8 +227,9 @@ fn artifacts_dir() -> std::path::PathBuf {
 
 /// The gap page in Debian's Chromium (scripts/ui-browser.sh, tests/browser/ui.mjs), with
 /// JavaScript off: the seed gap shown with its offsets, cause, retention countdown and
-/// commands; acked from its form with the token typed in; back on the page acknowledged,
-/// and out of the daemon's open gaps and gauges. Screenshots of both pages are kept in
+/// commands; its replay dry-run pressed (token typed) and the plan it shows checked; acked
+/// from its form with the token typed in; back on the page acknowledged, and out of the
+/// daemon's open gaps and gauges. Screenshots of the three pages are kept in
 /// `target/artifacts/ui/`. Skipped (with a message) where chromium or node is missing,
 /// except under CI, which installs them (scripts/test-env.sh).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -289,6 +290,26 @@ async fn the_gap_page_in_a_browser_shows_the_seed_gap_and_acks_it() {
             "the page does not show {shown:?}:\n{before}"
         );
     }
+    // The replay dry-run's plan: the seed gap's two records would be written into the sink
+    // (they are absent), nothing written, the CLI command it stands for and the real one.
+    let plan = seen["plan"]["text"].as_str().unwrap_or_default();
+    assert_eq!(seen["plan"]["status"], 200, "{seen}");
+    let tp = format!("{}-0", s.topic);
+    for shown in [
+        format!("replay dry-run of gap {id}"),
+        "written into the audit's sink".to_string(),
+        "No record was written".to_string(),
+        format!("{tp} offset 2: would write"),
+        format!("{tp} offset 3: would write"),
+        "2 record(s) would write, 0 failed".to_string(),
+        format!("gap-auditor replay -c CONFIG --gap '{id}' --to-sink --dry-run"),
+        format!("To do it: gap-auditor replay -c CONFIG --gap '{id}' --to-sink"),
+    ] {
+        assert!(
+            plan.contains(&shown),
+            "the plan does not show {shown:?}:\n{plan}"
+        );
+    }
     let row = seen["after"]["row"].as_str().unwrap_or_default();
     assert!(
         row.contains("acknowledged") && row.contains("replayed by hand (browser test)"),
@@ -298,7 +319,11 @@ async fn the_gap_page_in_a_browser_shows_the_seed_gap_and_acks_it() {
         seen["after"]["forms"], 0,
         "no ack form for an acknowledged gap: {seen}"
     );
-    for shot in ["ui-seed-gap.png", "ui-acknowledged.png"] {
+    for shot in [
+        "ui-seed-gap.png",
+        "ui-replay-dry-run.png",
+        "ui-acknowledged.png",
+    ] {
         let len = std::fs::metadata(out.join(shot))
             .map(|m| m.len())
             .unwrap_or(0);
