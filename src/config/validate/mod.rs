@@ -327,7 +327,7 @@ impl ServerConfig {
 pub(super) fn check_advertised_url(path: &str, value: &str) -> Result<(), ConfigError> {
     let u = match url::Url::parse(value) {
         Ok(u) => u,
-        Err(e) => return err(path, &format!("not a URL ({e}); e.g. http://host:9464")),
+        Err(e) => return err(path, format!("not a URL ({e}); e.g. http://host:9464")),
     };
     if !matches!(u.scheme(), "http" | "https") {
         return err(
