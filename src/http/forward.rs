@@ -55,8 +55,9 @@ pub struct Forwarding {
     pub handover_topic: Option<String>,
     /// `server.advertised_url` of this instance.
     pub advertised_url: Option<String>,
-    /// The client forwarded acks are sent with (no redirects followed, [`TIMEOUT`]).
-    client: reqwest::Client,
+    /// The client forwarded acks are sent with (no redirects followed, [`TIMEOUT`]); `None`
+    /// when it could not be built (the TLS backend failed): forwarding then answers 502.
+    client: Option<reqwest::Client>,
 }
 
 impl std::fmt::Debug for Forwarding {
@@ -81,8 +82,14 @@ impl Forwarding {
             .connect_timeout(TIMEOUT)
             // A redirect would re-send the token somewhere the handover topic did not name.
             .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+            .build();
+        let client = match client {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot build the HTTP client for forwarded acks; acks of other instances' gaps will be refused");
+                None
+            }
+        };
         Forwarding {
             kafka,
             handover_topic,
@@ -276,10 +283,15 @@ pub async fn forward_ack(
         Ok(url) => url,
         Err(o) => return o,
     };
+    let Some(client) = &fwd.client else {
+        return Outcome::Unreachable(format!(
+            "the gap's partition {tp} is owned by {owner}, but this instance has no HTTP \
+             client to forward the ack with (see its log)"
+        ));
+    };
     let url = ack_url(&owner, id);
     let body = serde_json::json!({ "reason": reason }).to_string();
-    let sent = fwd
-        .client
+    let sent = client
         .post(&url)
         .header(
             reqwest::header::AUTHORIZATION,
