@@ -72,6 +72,13 @@ pub async fn run_with(
         status: status.clone(),
         store: store.clone(),
         api_token: config.server.api_token.clone(),
+        forwarding: Arc::new(http::forward::Forwarding::new(
+            config.kafka.clone(),
+            config.state.handover_topic.clone(),
+            config.server.advertised_url.clone(),
+        )),
+        config: Some(Arc::new(config.clone())),
+        dry_runs: Arc::new(tokio::sync::Semaphore::new(1)),
     };
     let http_cancel = cancel.child_token();
     let server = tokio::spawn(http::serve(listener, http_state, http_cancel.clone()));
@@ -87,6 +94,7 @@ pub async fn run_with(
             metrics: metrics.clone(),
             status: status.clone(),
             handover_topic: config.state.handover_topic.clone(),
+            advertised_url: config.server.advertised_url.clone(),
         };
         let c = cancel.clone();
         let name = a.name.clone();

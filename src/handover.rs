@@ -59,7 +59,7 @@ pub use codec::{
 use codec::{KeyKind, chunk_value, fnv1a, parse_chunk, parse_key};
 pub use delta::{Chain, DeltaId, Rebuild, apply};
 pub use publish::{Plan, Published, plan, policy_warning, record_limit};
-pub use read::Reassembler;
+pub use read::{Reassembler, lookup};
 
 /// Version of the state document this binary writes; documents of a newer version are
 /// ignored (with a warning) rather than misread. Version 2 (issue 41 item 3): a partition's
@@ -239,6 +239,11 @@ pub struct PartitionState {
     pub written_at: DateTime<Utc>,
     /// Who wrote it (`host:pid`), for operators.
     pub owner: String,
+    /// The writer's `server.advertised_url`: where its API answers, so that an instance that
+    /// does not own the partition forwards an ack of one of its gaps there. Stamped by
+    /// [`Handover::publish`]; `None` when the writer has none configured (or is older).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_url: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -299,6 +304,8 @@ pub struct Handover {
     /// [`Handover::check_policy`]): only then does a chain get a new base on a timer
     /// ([`delta::REBASE_EVERY`]); a compacted-only topic keeps a base for ever.
     timed_rebase: std::sync::atomic::AtomicBool,
+    /// `server.advertised_url`, stamped into every state published ([`PartitionState::owner_url`]).
+    advertised_url: Option<String>,
 }
 
 impl std::fmt::Debug for Handover {
@@ -355,7 +362,15 @@ impl Handover {
             unread: Mutex::new(HashSet::new()),
             timed_rebase: std::sync::atomic::AtomicBool::new(false),
             sets: AtomicU64::new(0),
+            advertised_url: None,
         })
+    }
+
+    /// This client with `url` (`server.advertised_url`) stamped into every state it
+    /// publishes, naming where this instance's API answers.
+    pub fn with_advertised_url(mut self, url: Option<String>) -> Handover {
+        self.advertised_url = url;
+        self
     }
 
     /// The handover topic.

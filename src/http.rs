@@ -8,18 +8,19 @@
 //! | `GET /healthz` | 200 `ok` while the process runs |
 //! | `GET /readyz` | 200 when Kafka and every sink answered recently (and the last schema fetch succeeded), else 503 saying what is stale |
 //! | `GET /api/gaps?state=open\|all\|<state>&audit=NAME[&limit=N][&after=ID]` | JSON array of gaps, newest first; paged with `limit` (a `Link: rel="next"` while more remain), streamed without ([`gaps`]) |
-//! | `POST /api/gaps/{id}/ack` with `{"reason": "…"}` | acknowledges the gap like `gap-auditor ack` and answers it as `/api/gaps` lists it; 403 without `server.api_token`, 400 without a reason, 413 over 64 KiB, 404 for a gap this instance's store does not hold ([`ack`]) |
+//! | `POST /api/gaps/{id}/ack` with `{"reason": "…"}` | acknowledges the gap like `gap-auditor ack` and answers it as `/api/gaps` lists it; 403 without `server.api_token`, 400 without a reason, 413 over 64 KiB, a gap this instance's store does not hold forwarded to its partition's owner ([`forward`]) ([`ack`]) |
 //! | `GET /api/status` | `{"audits": [...]}` |
 //! | `GET /api/completeness?audit=NAME&until=RFC3339` | `{"complete", "complete_until", "blocking", ...}` ([`crate::completeness::Answer`]) |
 //! | `GET /ui?audit=NAME&state=open\|all[&after=ID]` | the gap page: server-rendered HTML, no script; partitions per audit, open gaps 200 a page with cause, retention countdown and the replay/ack commands, and an ack form when a token is configured ([`ui`]) |
+//! | `POST /ui/gaps/{id}/replay` with a form (`token`, `to_topic`) | the page's replay dry-run: the plan `gap-auditor replay --dry-run` prints, from the same code; no record written; 403 without `server.api_token` or with the wrong token typed ([`ui_replay`]) |
 //! | `POST /ui/gaps/{id}/ack` with a form (`reason`, `token`) | the page's ack: the same store write as the API's, then 303 back to the page; 403 without `server.api_token` or with the wrong token typed ([`ui_ack`]) |
 //!
 //! Unknown paths get 404, other methods on a known path 405 (`HEAD` is served like `GET`,
 //! as load balancers probe with it). Everything is read-only but the ack: every method but
 //! `GET`/`HEAD` anywhere under `/api/` is 405, except `POST` on `/api/gaps/{id}/ack` (which
 //! takes nothing else: 405 with `Allow: POST`). An ack over HTTP needs a configured token
-//! (403 without one: an open write would let anyone on the network silence a loss); it is
-//! not forwarded to another instance of the group (404 naming that limit). The server is
+//! (403 without one: an open write would let anyone on the network silence a loss); one for
+//! a gap another instance of the group owns is forwarded there ([`forward`]). The server is
 //! plain hyper 1 over HTTP/1.1: a scrape endpoint needs no framework, and fewer
 //! dependencies means less to audit in a sidecar.
 //!
@@ -95,6 +96,12 @@ pub struct HttpState {
     /// `server.api_token`: when set, `/api/*` and `/ui` require `Authorization: Bearer`
     /// with it; without it, `POST /api/gaps/{id}/ack` is refused (403).
     pub api_token: Option<Secret>,
+    /// Where an ack of a gap this store does not hold is sent on ([`forward`]).
+    pub forwarding: Arc<forward::Forwarding>,
+    /// The configuration the page's replay dry-run replays with (`None`: no dry-run).
+    pub config: Option<Arc<crate::config::Config>>,
+    /// One replay dry-run at a time ([`ui_replay`]).
+    pub dry_runs: Arc<tokio::sync::Semaphore>,
 }
 
 /// Serves HTTP on `listener` until `shutdown` is cancelled, then stops accepting, lets
@@ -310,6 +317,14 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Body> {
             method_not_allowed("POST")
         };
     }
+    // The page's replay dry-run: the same typed-token check (ui_replay.rs).
+    if let Some(id) = ui_replay::route(&path) {
+        return if req.method() == Method::POST {
+            ui_replay::form_replay(state, id, req).await
+        } else {
+            method_not_allowed("POST")
+        };
+    }
     // The one write: `POST /api/gaps/{id}/ack` (ack.rs).
     if let Some(id) = ack::route(&path) {
         return if req.method() == Method::POST {
@@ -495,10 +510,12 @@ fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Body> 
 }
 
 mod ack;
+pub mod forward;
 mod gaps;
 mod ui;
 mod ui_ack;
 mod ui_page;
+mod ui_replay;
 
 #[cfg(test)]
 mod tests;

@@ -155,6 +155,45 @@ pub struct Replayed {
     pub partial: bool,
 }
 
+impl Outcome {
+    /// The offset this outcome is about.
+    pub fn offset(&self) -> Offset {
+        match self {
+            Outcome::Written { offset }
+            | Outcome::Present { offset }
+            | Outcome::Filtered { offset, .. }
+            | Outcome::Failed { offset, .. } => *offset,
+        }
+    }
+
+    /// The outcome in words, as `gap-auditor replay` prints it and the gap page shows it
+    /// (`test-0 offset 2: would write`).
+    pub fn line(&self, tp: &TopicPartition, dry_run: bool) -> String {
+        let at = format!("{}-{} offset {}", tp.topic, tp.partition, self.offset());
+        match self {
+            Outcome::Written { .. } => format!("{at}: {}", verb(dry_run)),
+            Outcome::Present { .. } => format!("{at}: already in the sink, skipped"),
+            Outcome::Filtered { reason, .. } => {
+                format!("{at}: not expected in the sink ({reason}), skipped")
+            }
+            Outcome::Failed { error, .. } => format!("{at}: FAILED: {error}"),
+        }
+    }
+}
+
+/// What a replay does with a missing record, in words.
+fn verb(dry_run: bool) -> &'static str {
+    if dry_run { "would write" } else { "written" }
+}
+
+impl Replayed {
+    /// The last line `gap-auditor replay` prints (and the gap page shows).
+    pub fn summary(&self, dry_run: bool) -> String {
+        let (written, _, _, failed) = self.counts();
+        format!("{written} record(s) {}, {failed} failed", verb(dry_run))
+    }
+}
+
 /// One record read back from Kafka.
 struct Record {
     offset: Offset,

@@ -110,6 +110,10 @@ const EXTRA_METRICS: &[(&str, &[&str])] = &[
         &["audit", "topic", "partition"],
     ),
     ("gap_auditor_schema_registry_up", &["audit"]),
+    (
+        "gap_auditor_records_acknowledged_total",
+        &["audit", "topic", "partition"],
+    ),
 ];
 
 fn repo(rel: &str) -> PathBuf {
@@ -982,6 +986,23 @@ async fn prom_api(prom: SocketAddr, path: &str, params: &[(&str, &str)]) -> Resu
     Ok(v["data"].clone())
 }
 
+/// The token of the auditor in the alert e2e (its gap page's ack form needs one).
+const PAGE_TOKEN: &str = "observability-page-token";
+
+/// `POST path` with a form body (what the gap page's form sends); (status, body).
+async fn post_form(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.expect("read");
+    split_response(&buf)
+}
+
 /// An instant query; Err on a query error, or when the result is empty or only NaN (a panel
 /// that would draw nothing).
 async fn prom_query(prom: SocketAddr, expr: &str) -> Result<Value, String> {
@@ -1066,7 +1087,13 @@ async fn data_loss_alert_reaches_alertmanager_and_every_panel_has_data() {
 
     let s = Scenario::with_partitions("obs", 2).await;
     let topic = s.topic.clone();
-    let auditor = s.start_auditor("offset_columns", "1s", "300ms").await;
+    // With a token: the gap page's ack form needs one (below, acking ends the alert).
+    let auditor = Auditor::start(
+        &config_builder(&s.spec("offset_columns", "1s", "300ms"))
+            .server("api_token", PAGE_TOKEN)
+            .render(),
+    )
+    .await;
 
     // Alertmanager → webhook inside this test; Prometheus scrapes the auditor every second,
     // evaluates the repository's rule file as is every second and alerts Alertmanager.
@@ -1399,9 +1426,73 @@ async fn data_loss_alert_reaches_alertmanager_and_every_panel_has_data() {
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    // Acking the gap from the page ends GapAuditorDataLoss at once (within a round, a scrape
+    // and an evaluation), not 5 minutes after the loss: Prometheus stops firing it and
+    // Alertmanager delivers it resolved. The burn-rate alerts are about the budget, not the
+    // gap, and stay.
+    let id = gap_auditor::gap::Gap::make_id(&audit, &topic, 1, 3);
+    let acked_at = Instant::now();
+    let (code, body) = post_form(
+        auditor.addr,
+        &format!(
+            "/ui/gaps/{}/ack",
+            percent_encoding::utf8_percent_encode(&id, percent_encoding::NON_ALPHANUMERIC)
+        ),
+        &form_urlencoded::Serializer::new(String::new())
+            .append_pair("reason", "known outage (observability test)")
+            .append_pair("token", PAGE_TOKEN)
+            .finish(),
+    )
+    .await;
+    assert_eq!(code, 303, "the page's ack: {body}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let resolved = loop {
+        let payload = tokio::time::timeout_at(deadline, alerts_rx.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "GapAuditorDataLoss not resolved within 30 s of the ack from the page; got \
+                     {received:#?}\nprometheus log:\n{}",
+                    prom.log_text()
+                )
+            })
+            .expect("webhook channel");
+        let alerts = payload["alerts"].as_array().cloned().unwrap_or_default();
+        received.extend(alerts.iter().cloned());
+        if let Some(a) = alerts.into_iter().find(|a| {
+            a["labels"]["alertname"] == "GapAuditorDataLoss"
+                && a["labels"]["partition"] == "1"
+                && a["status"] == "resolved"
+        }) {
+            break a;
+        }
+    };
+    let resolve_latency = acked_at.elapsed();
+    assert_eq!(resolved["labels"]["topic"], topic.as_str(), "{resolved:#}");
+    let still = prom_api(
+        prom.addr,
+        "/api/v1/query",
+        &[(
+            "query",
+            "ALERTS{alertname=\"GapAuditorDataLoss\",alertstate=\"firing\"}",
+        )],
+    )
+    .await
+    .expect("ALERTS");
+    assert_eq!(
+        still["result"],
+        serde_json::json!([]),
+        "still firing after the ack"
+    );
+    assert!(
+        lost_at.elapsed() < Duration::from_secs(300),
+        "the ack must have ended the alert before the 5-minute window passed ({:?} since the loss)",
+        lost_at.elapsed()
+    );
     eprintln!(
-        "observability e2e: GapAuditorDataLoss delivered {latency:?} after the loss; {} panel \
-         queries x 2 selections answered; {:?} in all",
+        "observability e2e: GapAuditorDataLoss delivered {latency:?} after the loss, resolved \
+         {resolve_latency:?} after the ack from the page; {} panel queries x 2 selections \
+         answered; {:?} in all",
         queries.len(),
         started.elapsed()
     );

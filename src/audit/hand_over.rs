@@ -360,6 +360,7 @@ impl<V: Verifier> Audit<V> {
                     claims_kept,
                     written_at: now,
                     owner: h.owner().to_string(),
+                    owner_url: None,
                 },
                 whole,
                 read,

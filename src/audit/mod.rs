@@ -94,6 +94,9 @@ pub struct AuditDeps<V> {
     pub status: StatusBoard,
     /// `state.handover_topic`: where partition state is handed to the next owner.
     pub handover_topic: Option<String>,
+    /// `server.advertised_url`: published with each partition's handover state, so that
+    /// other instances forward acks of this instance's gaps here.
+    pub advertised_url: Option<String>,
 }
 
 /// One assigned partition's state.
@@ -305,7 +308,9 @@ pub async fn run<V: Verifier + 'static>(
     // Before the consumer joins the group: the first assignment already reads it.
     let handover = match &deps.handover_topic {
         Some(t) => {
-            let h = Handover::new(kafka, t).context("state.handover_topic")?;
+            let h = Handover::new(kafka, t)
+                .context("state.handover_topic")?
+                .with_advertised_url(deps.advertised_url.clone());
             if let Err(e) = h.ensure_topic().await {
                 tracing::warn!(error = %e, "cannot create the handover topic; it must exist already");
             }

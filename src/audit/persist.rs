@@ -395,6 +395,12 @@ impl<V: Verifier> Audit<V> {
                     book.forget_missing(&k);
                 }
             }
+            // Counted once, as it arrives (not on the full reload after a start or an
+            // assignment, which lists acknowledgements counted before): the alert rule
+            // weighs it against the records lost in its window.
+            if !full {
+                self.metrics.partition(&tp).acknowledged(g.missing_records);
+            }
             // A new acknowledgement changes what the next owner must know.
             if self.handover.is_some() {
                 self.handover_pending

@@ -1,7 +1,7 @@
 //! `replay`: re-read exactly the lost offsets from Kafka and write them again.
 
 use gap_auditor::config::Validated;
-use gap_auditor::replay::{self, Destination, Outcome as Record, ReplayError, Request, Target};
+use gap_auditor::replay::{self, Destination, ReplayError, Request, Target};
 use gap_auditor::store::Store;
 
 use super::ReplayArgs;
@@ -92,43 +92,15 @@ pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
             return Outcome::Error;
         }
     };
-    let target = &req.target;
-    let verb = if dry_run { "would write" } else { "written" };
-    let (mut written, mut failed) = (0, 0);
+    // The wording is the library's, shared with the gap page's dry-run.
     for o in &replayed.outcomes {
-        match o {
-            Record::Written { offset } => {
-                written += 1;
-                println!(
-                    "{}-{} offset {offset}: {verb}",
-                    target.tp.topic, target.tp.partition
-                );
-            }
-            Record::Present { offset } => {
-                println!(
-                    "{}-{} offset {offset}: already in the sink, skipped",
-                    target.tp.topic, target.tp.partition
-                )
-            }
-            Record::Filtered { offset, reason } => {
-                println!(
-                    "{}-{} offset {offset}: not expected in the sink ({reason}), skipped",
-                    target.tp.topic, target.tp.partition
-                )
-            }
-            Record::Failed { offset, error } => {
-                failed += 1;
-                println!(
-                    "{}-{} offset {offset}: FAILED: {error}",
-                    target.tp.topic, target.tp.partition
-                );
-            }
-        }
+        println!("{}", o.line(&req.target.tp, dry_run));
     }
     for note in &replayed.notes {
         println!("{note}");
     }
-    println!("{written} record(s) {verb}, {failed} failed");
+    println!("{}", replayed.summary(dry_run));
+    let failed = replayed.counts().3;
     if failed > 0 || replayed.partial {
         Outcome::Loss
     } else {

@@ -188,6 +188,12 @@ pub struct ServerConfig {
     /// File holding the API token (read at load, one trailing newline trimmed). Exclusive
     /// with `api_token`; after loading, the value is in `api_token` and this is `None`.
     pub api_token_file: Option<PathBuf>,
+    /// The base URL other instances of the auditor group reach this one's API at (e.g.
+    /// `http://gap-auditor-0.gap-auditor:9464`), published with each partition's handover
+    /// state so that an ack sent to an instance that does not own the gap is forwarded to
+    /// the one that does. Unset: acks are not forwarded (a gap this instance does not hold
+    /// is 404). Needs `state.handover_topic` to be of use.
+    pub advertised_url: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -196,6 +202,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
             api_token: None,
             api_token_file: None,
+            advertised_url: None,
         }
     }
 }

@@ -361,6 +361,7 @@ impl Handover {
                 base_id: Some(base_id.clone()),
                 prev: delta.then_some(chain.last),
                 term: self.term_of(&base),
+                owner_url: self.advertised_url.clone(),
                 ..s.clone()
             };
             let record = if delta {

@@ -423,74 +423,8 @@ impl Handover {
                 u.insert(key(audit, tp));
             }
         }
-        let mut c = self.base.clone();
-        // A group id is needed by librdkafka for a consumer; assign() never joins it and
-        // nothing is committed.
-        c.set(
-            "group.id",
-            format!("gap-auditor-handover-reader-{}", self.owner),
-        )
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest");
-        let consumer: BaseConsumer = c.create().map_err(self.kafka_err("creating a reader"))?;
-        let timeout = Duration::from_secs(10);
-        let md = consumer
-            .fetch_metadata(Some(&self.topic), timeout)
-            .map_err(self.kafka_err("reading its metadata"))?;
-        let parts: Vec<i32> = md
-            .topics()
-            .iter()
-            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-            .collect();
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        let mut high = HashMap::new();
-        for p in &parts {
-            let (low, hi) = consumer
-                .fetch_watermarks(&self.topic, *p, timeout)
-                .map_err(self.kafka_err("reading its watermarks"))?;
-            if hi > low {
-                high.insert(*p, hi);
-                tpl.add_partition_offset(&self.topic, *p, rdkafka::Offset::Offset(low))
-                    .map_err(self.kafka_err("assigning"))?;
-            }
-        }
-        let mut r = Reassembler::new(audit, tps);
-        if !high.is_empty() {
-            consumer.assign(&tpl).map_err(self.kafka_err("assigning"))?;
-        }
-        let mut reached: HashMap<i32, Offset> = HashMap::new();
-        let deadline = Instant::now() + READ_TIMEOUT;
-        while high
-            .iter()
-            .any(|(p, h)| reached.get(p).is_none_or(|r| r < h))
-        {
-            if Instant::now() > deadline {
-                let mut ps: Vec<i32> = high.keys().copied().collect();
-                ps.sort();
-                return Err(HandoverError::ReadTimeout {
-                    topic: self.topic.clone(),
-                    reached: ps
-                        .iter()
-                        .map(|p| reached.get(p).copied().unwrap_or(-1))
-                        .collect(),
-                    high: ps
-                        .iter()
-                        .map(|p| high.get(p).copied().unwrap_or(-1))
-                        .collect(),
-                    secs: READ_TIMEOUT.as_secs(),
-                });
-            }
-            let Some(m) = consumer.poll(Duration::from_millis(200)) else {
-                continue;
-            };
-            let m = m.map_err(self.kafka_err("reading"))?;
-            reached.insert(m.partition(), m.offset() + 1);
-            if let Some(k) = m.key() {
-                r.push(m.partition(), k, m.payload());
-            }
-        }
-        let (states, slots, mut chains, unusable) = r.finish();
+        let (states, slots, mut chains, unusable) =
+            scan(&self.base, &self.topic, &self.owner, audit, tps)?;
         for (tp, why) in &unusable {
             tracing::warn!(topic = %self.topic, partition = %tp, reason = %why,
                 "the handover state of this partition is not usable: it resumes from the local store (or the group's commit)");
@@ -537,4 +471,111 @@ impl Handover {
         }
         Ok(states)
     }
+}
+
+/// Reads `topic` from the beginning to its high watermark with a consumer of its own
+/// (blocking) and reassembles what it holds of `tps` of `audit` ([`Reassembler::finish`]).
+/// Touches no client's bookkeeping: [`Handover::read`] takes over partitions with it,
+/// [`lookup`] only looks.
+fn scan(
+    base: &ClientConfig,
+    topic: &str,
+    owner: &str,
+    audit: &str,
+    tps: &[TopicPartition],
+) -> Result<Found, HandoverError> {
+    let mut c = base.clone();
+    // A group id is needed by librdkafka for a consumer; assign() never joins it and
+    // nothing is committed.
+    c.set("group.id", format!("gap-auditor-handover-reader-{}", owner))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest");
+    let consumer: BaseConsumer = c.create().map_err(kafka_err(topic, "creating a reader"))?;
+    let timeout = Duration::from_secs(10);
+    let md = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(kafka_err(topic, "reading its metadata"))?;
+    let parts: Vec<i32> = md
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    let mut high = HashMap::new();
+    for p in &parts {
+        let (low, hi) = consumer
+            .fetch_watermarks(topic, *p, timeout)
+            .map_err(kafka_err(topic, "reading its watermarks"))?;
+        if hi > low {
+            high.insert(*p, hi);
+            tpl.add_partition_offset(topic, *p, rdkafka::Offset::Offset(low))
+                .map_err(kafka_err(topic, "assigning"))?;
+        }
+    }
+    let mut r = Reassembler::new(audit, tps);
+    if !high.is_empty() {
+        consumer
+            .assign(&tpl)
+            .map_err(kafka_err(topic, "assigning"))?;
+    }
+    let mut reached: HashMap<i32, Offset> = HashMap::new();
+    let deadline = Instant::now() + READ_TIMEOUT;
+    while high
+        .iter()
+        .any(|(p, h)| reached.get(p).is_none_or(|r| r < h))
+    {
+        if Instant::now() > deadline {
+            let mut ps: Vec<i32> = high.keys().copied().collect();
+            ps.sort();
+            return Err(HandoverError::ReadTimeout {
+                topic: topic.to_string(),
+                reached: ps
+                    .iter()
+                    .map(|p| reached.get(p).copied().unwrap_or(-1))
+                    .collect(),
+                high: ps
+                    .iter()
+                    .map(|p| high.get(p).copied().unwrap_or(-1))
+                    .collect(),
+                secs: READ_TIMEOUT.as_secs(),
+            });
+        }
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.map_err(kafka_err(topic, "reading"))?;
+        reached.insert(m.partition(), m.offset() + 1);
+        if let Some(k) = m.key() {
+            r.push(m.partition(), k, m.payload());
+        }
+    }
+    Ok(r.finish())
+}
+
+fn kafka_err(topic: &str, context: &str) -> impl FnOnce(KafkaError) -> HandoverError {
+    let topic = topic.to_string();
+    let context = context.to_string();
+    move |e| HandoverError::Kafka {
+        topic,
+        context,
+        source: Box::new(e),
+    }
+}
+
+/// The latest complete state of partition `tp` of `audit` on handover topic `topic`, read
+/// with a short-lived consumer of its own and changing nothing (no client's chains, terms
+/// or generations; nothing committed): what an instance that does not own the partition
+/// needs to find the one that does ([`PartitionState::owner_url`]). Blocking: call it from
+/// `spawn_blocking`. `Ok(None)`: the topic holds no usable state of the partition.
+pub fn lookup(
+    kafka: &KafkaConfig,
+    topic: &str,
+    audit: &str,
+    tp: &TopicPartition,
+) -> Result<Option<PartitionState>, HandoverError> {
+    let base = crate::kafka::client::base(kafka);
+    let owner = format!("lookup-{}", owner_id());
+    let (mut states, _, _, _) = scan(&base, topic, &owner, audit, std::slice::from_ref(tp))?;
+    Ok(states.remove(tp))
 }

@@ -44,6 +44,7 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
         claims_kept: false,
         written_at: Utc.timestamp_opt(at_s, 0).unwrap(),
         owner: "h:1".into(),
+        owner_url: None,
     }
 }
 

@@ -6,9 +6,12 @@
 //! Needs `server.api_token` (a write must never be open): 403 when none is configured; the
 //! 401 for a missing or wrong token is answered earlier, by the `/api/` bearer check.
 //! Acknowledging an already acknowledged gap is 200, like the CLI (exit 0): the reason is
-//! replaced by the new one. A gap this instance's store does not hold is 404: forwarding
-//! to the instance that owns its partition is not done (docs/OPERATOR.md).
+//! replaced by the new one. A gap this instance's store does not hold is forwarded to the
+//! instance that owns its partition ([`super::forward`]: the owner's answer passed
+//! through; 404 saying why when forwarding is off or no owner is known, 508 for a request
+//! already forwarded once, 502 when the owner cannot be reached).
 
+use super::forward::{self, Outcome};
 use super::{ApiError, Body, HttpState, json};
 use crate::gap::Gap;
 use crate::store::{Store, StoreError};
@@ -122,7 +125,7 @@ pub(super) async fn api_ack(
     id: String,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    if state.api_token.is_none() {
+    let Some(token) = &state.api_token else {
         return json(
             StatusCode::FORBIDDEN,
             &ApiError::new(
@@ -132,7 +135,8 @@ pub(super) async fn api_ack(
                     .into(),
             ),
         );
-    }
+    };
+    let hop = forward::hop_of(req.headers());
     let reason = match read_body(req).await {
         Ok(body) => match parse_reason(&body) {
             Ok(r) => r,
@@ -150,17 +154,9 @@ pub(super) async fn api_ack(
             tracing::info!(gap = %id, reason = %reason, "gap acknowledged over HTTP");
             json(StatusCode::OK, &gap)
         }
-        Ok(Ok(None)) => json(
-            StatusCode::NOT_FOUND,
-            &ApiError::new(
-                None,
-                format!(
-                    "no gap with id {id:?} in this instance's store: it may belong to another \
-                     instance of the auditor group (the one assigned its partition); ack it \
-                     there, or with `gap-auditor ack` on that instance's host"
-                ),
-            ),
-        ),
+        Ok(Ok(None)) => {
+            api_answer(forward::forward_ack(state, &id, &reason, token, hop.as_deref()).await)
+        }
         Ok(Err(e @ StoreError::Resolved { .. })) => {
             json(StatusCode::CONFLICT, &ApiError::new(None, e.to_string()))
         }
@@ -177,6 +173,35 @@ pub(super) async fn api_ack(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &ApiError::new(None, "store task failed".into()),
             )
+        }
+    }
+}
+
+/// The API's answer to an ack forwarded (or not) to the gap's owner: the owner's status
+/// and body as it sent them (with `X-Gap-Auditor-Owner` naming it), or this instance's
+/// refusal as JSON.
+fn api_answer(outcome: Outcome) -> Response<Body> {
+    let status = outcome.status();
+    match outcome {
+        Outcome::Answered {
+            owner,
+            content_type,
+            body,
+            ..
+        } => {
+            let mut resp = Response::new(super::full(body));
+            *resp.status_mut() = status;
+            let headers = resp.headers_mut();
+            if let Some(ct) = content_type.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
+                headers.insert(header::CONTENT_TYPE, ct);
+            }
+            if let Ok(o) = header::HeaderValue::from_str(&owner) {
+                headers.insert(forward::OWNER_HEADER, o);
+            }
+            resp
+        }
+        Outcome::NotForwarded(m) | Outcome::Loop(m) | Outcome::Unreachable(m) => {
+            json(status, &ApiError::new(None, m))
         }
     }
 }

@@ -28,6 +28,9 @@ async fn start_with(api_token: Option<Secret>) -> Server {
         status: StatusBoard::new(),
         store: Arc::new(Store::open(dir.path()).unwrap()),
         api_token,
+        forwarding: Arc::new(super::forward::Forwarding::off()),
+        config: None,
+        dry_runs: Arc::new(tokio::sync::Semaphore::new(1)),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

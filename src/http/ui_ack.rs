@@ -9,8 +9,14 @@
 //! browser acknowledge a gap (no cross-site request forgery): it would have to know the
 //! token. Without a token configured the form is not shown and a post is 403, as for the
 //! API: an open write would let anyone on the network silence a loss.
+//!
+//! A gap this instance's store does not hold is forwarded to its partition's owner exactly
+//! as the API's ack is ([`super::forward`], one implementation); the answer is then a page
+//! here saying what the owner answered, with a link to the owner's own page (a redirect
+//! there would be a cross-origin form redirect, which the page's CSP forbids).
 
 use super::ack::{BadBody, ack_and_read, gap_id_between, read_body};
+use super::forward::{self, Outcome};
 use super::ui::{html, message_page};
 use super::{Body, HttpState};
 use crate::config::Secret;
@@ -73,8 +79,21 @@ pub(super) fn parse_form(body: &[u8]) -> Result<AckForm, BadForm> {
     Ok(AckForm { reason, token })
 }
 
+/// Whether a request's body is declared form-encoded (what a browser's form posts).
+pub(super) fn form_encoded(headers: &hyper::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';').next().is_some_and(|m| {
+                m.trim()
+                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+            })
+        })
+}
+
 /// Constant-time comparison of the typed token with the configured one.
-fn token_matches(typed: &str, expected: &Secret) -> bool {
+pub(super) fn token_matches(typed: &str, expected: &Secret) -> bool {
     use subtle::ConstantTimeEq;
     bool::from(typed.as_bytes().ct_eq(expected.expose().as_bytes()))
 }
@@ -103,23 +122,14 @@ pub(super) async fn form_ack(
              it use `gap-auditor ack` on this host",
         );
     };
-    let form_encoded = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';').next().is_some_and(|m| {
-                m.trim()
-                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-            })
-        });
-    if !form_encoded {
+    if !form_encoded(req.headers()) {
         return refused(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "the ack form is sent as application/x-www-form-urlencoded (reason, token); \
              programs use POST /api/gaps/{id}/ack with JSON",
         );
     }
+    let hop = forward::hop_of(req.headers());
     let form = match read_body(req).await.map(|b| parse_form(&b)) {
         Ok(Ok(form)) => form,
         Ok(Err(bad)) => return refused(StatusCode::BAD_REQUEST, &bad.to_string()),
@@ -154,12 +164,9 @@ pub(super) async fn form_ack(
             }
             resp
         }
-        Ok(Ok(None)) => refused(
-            StatusCode::NOT_FOUND,
-            &format!(
-                "no gap with id {id:?} in this instance's store: it may belong to another \
-                 instance of the auditor group (the one assigned its partition); ack it there"
-            ),
+        Ok(Ok(None)) => page_answer(
+            &id,
+            forward::forward_ack(state, &id, &form.reason, expected, hop.as_deref()).await,
         ),
         Ok(Err(e @ StoreError::Resolved { .. })) => refused(StatusCode::CONFLICT, &e.to_string()),
         Ok(Err(e)) => {
@@ -174,4 +181,53 @@ pub(super) async fn form_ack(
             refused(StatusCode::INTERNAL_SERVER_ERROR, "store task failed")
         }
     }
+}
+
+/// The page's answer to an ack forwarded (or not) to the gap's owner: the owner's status,
+/// in words, with a link to the owner's page.
+fn page_answer(id: &str, outcome: Outcome) -> Response<Body> {
+    let status = outcome.status();
+    match outcome {
+        Outcome::Answered { owner, body, .. } => {
+            let page = format!("{}/ui?audit={}&state=all", owner.trim_end_matches('/'), {
+                let audit = forward::partition_of(id)
+                    .map(|(a, _)| a)
+                    .unwrap_or_default();
+                form_urlencoded::byte_serialize(audit.as_bytes()).collect::<String>()
+            });
+            let said = if status.is_success() {
+                format!("gap {id} acknowledged on the instance that owns its partition, {owner}")
+            } else {
+                // The owner's refusal is JSON `{"error": ...}`; anything else is shown as text.
+                let text = String::from_utf8_lossy(&body);
+                let error = serde_json::from_str::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|v| v["error"].as_str().map(str::to_string))
+                    .unwrap_or_else(|| text.chars().take(500).collect());
+                format!(
+                    "the instance that owns gap {id}, {owner}, refused the ack ({status}): {error}"
+                )
+            };
+            html(status, &forwarded_page(&said, &page))
+        }
+        Outcome::NotForwarded(m) | Outcome::Loop(m) | Outcome::Unreachable(m) => {
+            refused(status, &m)
+        }
+    }
+}
+
+/// A page saying what the owner answered, linking to the owner's gap page.
+fn forwarded_page(said: &str, owner_page: &str) -> String {
+    maud::html! {
+        (maud::DOCTYPE)
+        html lang="en" {
+            head { meta charset="utf-8"; title { "gap-auditor" } }
+            body {
+                h1 { "gap-auditor" }
+                p class="forwarded" { (said) }
+                p { a href=(owner_page) { "the owner's gap page" } " · " a href="/ui" { "back to this gap page" } }
+            }
+        }
+    }
+    .into_string()
 }

@@ -21,7 +21,8 @@ pub(super) struct UiPage<'a> {
     pub next: Option<String>,
     /// The time countdowns are computed against.
     pub now: DateTime<Utc>,
-    /// Whether gaps get an ack form (`server.api_token` is configured: the form posts it).
+    /// Whether gaps get an ack form and a replay dry-run form (`server.api_token` is
+    /// configured: the forms post it).
     pub ack_form: bool,
 }
 
@@ -62,7 +63,7 @@ pub(super) fn render(page: &UiPage<'_>) -> String {
 const STYLE: &str = "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;\
 margin-bottom:1em}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;\
 vertical-align:top}code{white-space:pre-wrap;word-break:break-all}.note{color:#555}\
-form.ack{margin-top:.4em}";
+form.ack,form.replay{margin-top:.4em}";
 
 fn filter_form(filter: &GapFilter) -> Markup {
     let audit = filter.audit.clone().unwrap_or_default();
@@ -172,6 +173,17 @@ fn gap_row(g: &Gap, now: DateTime<Utc>, ack_form: bool) -> Markup {
                         button type="submit" { "acknowledge" }
                     }
                 }
+                @if ack_form && replayable(g.state) {
+                    form.replay method="post" action=(super::ui_replay::action(&g.id)) {
+                        input type="password" name="token" required autocomplete="current-password"
+                            placeholder="server.api_token" aria-label="token";
+                        " "
+                        input type="text" name="to_topic" placeholder="to topic (empty: the sink)"
+                            aria-label="to topic";
+                        " "
+                        button type="submit" { "replay dry-run" }
+                    }
+                }
             }
         }
     }
@@ -185,6 +197,12 @@ fn ackable(state: GapState) -> bool {
         state,
         GapState::Late | GapState::Repaired | GapState::Acknowledged
     )
+}
+
+/// Gaps the page offers a replay dry-run for: not those whose records arrived (`late`,
+/// `repaired`: nothing to replay).
+fn replayable(state: GapState) -> bool {
+    !matches!(state, GapState::Late | GapState::Repaired)
 }
 
 fn ts(t: DateTime<Utc>) -> String {

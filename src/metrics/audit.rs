@@ -300,6 +300,7 @@ struct Verdicts {
     lost: IntCounter,
     unverifiable: IntCounter,
     late: IntCounter,
+    acknowledged: IntCounter,
     duplicated: IntCounter,
     dead_lettered: IntCounter,
     visibility: Histogram,
@@ -382,10 +383,11 @@ impl PartitionMetrics {
         }
     }
 
-    /// Verdicts the store now holds, decided at `now` (ms): counted, and each confirmed
-    /// record's time to visibility observed.
-    pub fn decided(&self, a: &Applied, now: i64) {
-        let v = self.verdicts.get_or_init(|| {
+    /// The verdict counters, created together (all at 0) on the partition's first verdict:
+    /// the acknowledged counter then exists before its first increment, which
+    /// `increase()` would otherwise not see.
+    fn verdicts(&self) -> &Verdicts {
+        self.verdicts.get_or_init(|| {
             let f = &self.families;
             let l = self.l();
             Verdicts {
@@ -393,11 +395,23 @@ impl PartitionMetrics {
                 lost: f.records_lost.with_label_values(&l),
                 unverifiable: f.records_unverifiable.with_label_values(&l),
                 late: f.records_late.with_label_values(&l),
+                acknowledged: f.records_acknowledged.with_label_values(&l),
                 duplicated: f.records_duplicated.with_label_values(&l),
                 dead_lettered: f.records_dead_lettered.with_label_values(&l),
                 visibility: f.sink_visibility_seconds.with_label_values(&[l[0], l[1]]),
             }
-        });
+        })
+    }
+
+    /// `records` missing records of a gap just acknowledged, taken in by this daemon.
+    pub fn acknowledged(&self, records: u64) {
+        self.verdicts().acknowledged.inc_by(records);
+    }
+
+    /// Verdicts the store now holds, decided at `now` (ms): counted, and each confirmed
+    /// record's time to visibility observed.
+    pub fn decided(&self, a: &Applied, now: i64) {
+        let v = self.verdicts();
         v.confirmed.inc_by(a.confirmed);
         v.lost.inc_by(a.lost);
         v.unverifiable.inc_by(a.unverifiable);

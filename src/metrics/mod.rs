@@ -56,6 +56,11 @@ pub struct Metrics {
     pub records_lost: IntCounterVec,
     /// `gap_auditor_records_late_total{audit,topic,partition}`.
     pub records_late: IntCounterVec,
+    /// `gap_auditor_records_acknowledged_total{audit,topic,partition}`: missing records
+    /// whose gap an operator acknowledged, counted when the owning daemon takes the
+    /// acknowledgement in (GapAuditorDataLoss ends when every record lost in its window is
+    /// acknowledged, config/alerts).
+    pub records_acknowledged: IntCounterVec,
     /// `gap_auditor_records_unverifiable_total{audit,topic,partition}`: records Kafka
     /// deleted before the auditor could check them (never added to `records_lost_total`).
     pub records_unverifiable: IntCounterVec,
@@ -246,6 +251,11 @@ impl Metrics {
             records_late: f.int_counter(
                 "gap_auditor_records_late_total",
                 "Records found in the sink after they had been declared missing.",
+                p,
+            ),
+            records_acknowledged: f.int_counter(
+                "gap_auditor_records_acknowledged_total",
+                "Missing records whose gap an operator acknowledged (counted once, when the daemon owning the partition takes the acknowledgement in).",
                 p,
             ),
             records_unverifiable: f.int_counter(
@@ -450,6 +460,7 @@ impl Metrics {
             &self.records_confirmed,
             &self.records_lost,
             &self.records_late,
+            &self.records_acknowledged,
             &self.records_unverifiable,
             &self.records_duplicated,
             &self.records_dead_lettered,

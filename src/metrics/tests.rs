@@ -47,6 +47,7 @@ const EXTRA_FAMILIES: &[(&str, &str)] = &[
     ("gap_auditor_records_awaiting_schema", "gauge"),
     ("gap_auditor_schema_registry_up", "gauge"),
     ("gap_auditor_dead_letters_ignored_total", "counter"),
+    ("gap_auditor_records_acknowledged_total", "counter"),
 ];
 
 /// The prometheus crate's process collector (Linux): the names every exporter uses.
@@ -70,6 +71,7 @@ fn touch_all(m: &Metrics, audit: &str, topic: &str, partition: &str) {
         &m.records_confirmed,
         &m.records_lost,
         &m.records_late,
+        &m.records_acknowledged,
         &m.records_unverifiable,
         &m.records_duplicated,
         &m.records_dead_lettered,

@@ -5,7 +5,8 @@
 //   node ui.mjs   with   UI_URL=http://127.0.0.1:PORT  UI_TOKEN=...  UI_GAP=<gap id>
 //                        UI_OUT=<dir for the screenshots>  [CHROMIUM=/usr/bin/chromium]
 //
-// Prints one JSON line: what the page showed before and after the ack. Exits non-zero
+// Prints one JSON line: what the page showed before the ack, the replay dry-run's plan
+// (its button pressed with the token typed), and the page after the ack. Exits non-zero
 // (with the reason on stderr) when a step fails; the Rust test (tests/it/ui_ack.rs)
 // checks the JSON against the daemon's own answers.
 import { chromium } from 'playwright-core';
@@ -47,6 +48,24 @@ try {
   };
   await page.screenshot({ path: join(out, 'ui-seed-gap.png'), fullPage: true });
 
+  // The row's replay dry-run: the token typed, the destination left empty (the sink),
+  // then "replay dry-run"; the plan page it answers with.
+  const replayForm = page.locator('tr', { hasText: gap }).locator('form.replay');
+  if ((await replayForm.count()) !== 1) throw new Error(`no replay form in the row of ${gap}`);
+  await replayForm.locator('input[name=token]').fill(token);
+  const [planResponse] = await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith('/replay') && r.request().method() === 'POST'),
+    replayForm.locator('button[type=submit]').click(),
+  ]);
+  await page.waitForLoadState();
+  const plan = {
+    status: planResponse.status(),
+    url: page.url(),
+    text: await page.locator('body').innerText(),
+  };
+  await page.screenshot({ path: join(out, 'ui-replay-dry-run.png'), fullPage: true });
+  await page.goto(`${url}/ui`);
+
   // The row of the gap, its form: a reason and the token, then "acknowledge".
   const row = page.locator('tr', { hasText: gap });
   const form = row.locator('form.ack');
@@ -64,7 +83,7 @@ try {
     forms: await page.locator('form.ack').count(),
   };
   await page.screenshot({ path: join(out, 'ui-acknowledged.png'), fullPage: true });
-  console.log(JSON.stringify({ anonymousStatus, before, after }));
+  console.log(JSON.stringify({ anonymousStatus, before, plan, after }));
 } finally {
   await browser.close();
 }

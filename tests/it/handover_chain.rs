@@ -57,6 +57,7 @@ fn whole(settled: i64, firsts: &[i64]) -> PartitionState {
         claims_kept: false,
         written_at: Utc::now(),
         owner: "test".into(),
+        owner_url: None,
     }
 }
 

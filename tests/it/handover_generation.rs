@@ -43,6 +43,7 @@ fn state(settled: i64, owner: &str, written_at: chrono::DateTime<Utc>) -> Partit
         claims_kept: false,
         written_at,
         owner: owner.into(),
+        owner_url: None,
     }
 }
 

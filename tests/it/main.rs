@@ -37,6 +37,7 @@ mod tail_assign;
 mod tail_races;
 mod typed_keys;
 mod ui_ack;
+mod ui_forward;
 mod upsert_keys;
 mod verdicts;
 mod verdicts_more;

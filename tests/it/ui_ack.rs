@@ -6,15 +6,32 @@
 use crate::support::*;
 use std::path::Path;
 
-const TOKEN: &str = "ui-ack-test-token";
+pub(crate) const TOKEN: &str = "ui-ack-test-token";
 
 /// One HTTP/1.1 request with the bearer token; (status, body).
-async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+pub(crate) async fn call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    call_with(addr, method, path, "application/json", "", body).await
+}
+
+/// [`call`] with another content type and extra header lines (each ending in `\r\n`).
+pub(crate) async fn call_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
-         Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
+         Authorization: Bearer {TOKEN}\r\nContent-Type: {content_type}\r\n{headers}\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
@@ -36,9 +53,18 @@ fn gauge(metrics: &str, name: &str, topic: &str) -> Option<f64> {
 /// A daemon (token [`TOKEN`]) that has reported the seed incident's gap: the scenario, the
 /// daemon, its address, the gap page as it first showed the gap, and the gap's id.
 async fn daemon_with_the_seed_gap() -> (Scenario, Daemon, std::net::SocketAddr, String, String) {
+    daemon_with_the_seed_gap_and(|_| Vec::new()).await
+}
+
+/// [`daemon_with_the_seed_gap`], with more settings (given the daemon's port) in its
+/// environment.
+pub(crate) async fn daemon_with_the_seed_gap_and(
+    more: impl FnOnce(u16) -> Vec<(&'static str, std::ffi::OsString)>,
+) -> (Scenario, Daemon, std::net::SocketAddr, String, String) {
     let s = Scenario::with_seed_table("test").await;
     let port = free_port();
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gap-auditor.toml");
+    let mut env = more(port);
     let mut auditor = Daemon::spawn(
         Path::new(config),
         vec![
@@ -70,7 +96,10 @@ async fn daemon_with_the_seed_gap() -> (Scenario, Daemon, std::net::SocketAddr, 
                 "GAP_AUDITOR__AUDITS__0__SINK__URL",
                 s.db_url.as_str().into(),
             ),
-        ],
+        ]
+        .into_iter()
+        .chain(env.drain(..))
+        .collect(),
         s.state.path().join("auditor.log"),
     );
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
@@ -100,7 +129,7 @@ async fn daemon_with_the_seed_gap() -> (Scenario, Daemon, std::net::SocketAddr, 
 }
 
 /// Waits until the gap is acknowledged in the listing and out of the open-gap gauges.
-async fn wait_acknowledged(
+pub(crate) async fn wait_acknowledged(
     auditor: &mut Daemon,
     addr: std::net::SocketAddr,
     topic: &str,
@@ -198,8 +227,9 @@ fn artifacts_dir() -> std::path::PathBuf {
 
 /// The gap page in Debian's Chromium (scripts/ui-browser.sh, tests/browser/ui.mjs), with
 /// JavaScript off: the seed gap shown with its offsets, cause, retention countdown and
-/// commands; acked from its form with the token typed in; back on the page acknowledged,
-/// and out of the daemon's open gaps and gauges. Screenshots of both pages are kept in
+/// commands; its replay dry-run pressed (token typed) and the plan it shows checked; acked
+/// from its form with the token typed in; back on the page acknowledged, and out of the
+/// daemon's open gaps and gauges. Screenshots of the three pages are kept in
 /// `target/artifacts/ui/`. Skipped (with a message) where chromium or node is missing,
 /// except under CI, which installs them (scripts/test-env.sh).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -260,6 +290,26 @@ async fn the_gap_page_in_a_browser_shows_the_seed_gap_and_acks_it() {
             "the page does not show {shown:?}:\n{before}"
         );
     }
+    // The replay dry-run's plan: the seed gap's two records would be written into the sink
+    // (they are absent), nothing written, the CLI command it stands for and the real one.
+    let plan = seen["plan"]["text"].as_str().unwrap_or_default();
+    assert_eq!(seen["plan"]["status"], 200, "{seen}");
+    let tp = format!("{}-0", s.topic);
+    for shown in [
+        format!("replay dry-run of gap {id}"),
+        "written into the audit's sink".to_string(),
+        "No record was written".to_string(),
+        format!("{tp} offset 2: would write"),
+        format!("{tp} offset 3: would write"),
+        "2 record(s) would write, 0 failed".to_string(),
+        format!("gap-auditor replay -c CONFIG --gap '{id}' --to-sink --dry-run"),
+        format!("To do it: gap-auditor replay -c CONFIG --gap '{id}' --to-sink"),
+    ] {
+        assert!(
+            plan.contains(&shown),
+            "the plan does not show {shown:?}:\n{plan}"
+        );
+    }
     let row = seen["after"]["row"].as_str().unwrap_or_default();
     assert!(
         row.contains("acknowledged") && row.contains("replayed by hand (browser test)"),
@@ -269,7 +319,11 @@ async fn the_gap_page_in_a_browser_shows_the_seed_gap_and_acks_it() {
         seen["after"]["forms"], 0,
         "no ack form for an acknowledged gap: {seen}"
     );
-    for shot in ["ui-seed-gap.png", "ui-acknowledged.png"] {
+    for shot in [
+        "ui-seed-gap.png",
+        "ui-replay-dry-run.png",
+        "ui-acknowledged.png",
+    ] {
         let len = std::fs::metadata(out.join(shot))
             .map(|m| m.len())
             .unwrap_or(0);

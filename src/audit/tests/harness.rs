@@ -152,6 +152,7 @@ table = "t1"
         metrics: families.clone(),
         status: StatusBoard::new(),
         handover_topic: None,
+        advertised_url: None,
         config,
     };
     let wiring = Wiring {

@@ -741,3 +741,34 @@ fn max_open_gaps_loads_defaults_and_must_be_positive() {
     let e = invalid(|c| c.audits[0].max_open_gaps = 0);
     assert_err(&e, "audits[0].max_open_gaps", "must be at least 1");
 }
+
+/// `server.advertised_url` (forwarded acks): an http(s) base URL with a host; anything
+/// else is refused naming the key, credentials above all (the URL is published on the
+/// handover topic).
+#[test]
+fn advertised_url_must_be_an_http_base_url() {
+    let server = |v: &str| {
+        BASE.replace(
+            "[kafka]",
+            &format!("[server]\nadvertised_url = {v:?}\n[kafka]"),
+        )
+    };
+    for ok in [
+        "http://gap-auditor-0.gap-auditor:9464",
+        "https://a.example/base/",
+    ] {
+        let c = Config::from_toml_str(&server(ok)).expect(ok);
+        assert_eq!(c.server.advertised_url.as_deref(), Some(ok));
+    }
+    for (bad, needle) in [
+        ("gap-auditor-0:9464", "http"),
+        ("not a url", "not a URL"),
+        ("ftp://host/", "http:// or https://"),
+        ("http://user:hunter2@host:9464", "credentials"),
+        ("http://host:9464/?a=1", "query"),
+    ] {
+        let e = toml_err(&server(bad));
+        assert_err(&e, "server.advertised_url", needle);
+        assert!(!e.message.contains("hunter2"), "secret echoed: {e}");
+    }
+}

@@ -313,8 +313,42 @@ impl ServerConfig {
         if let Some(token) = &self.api_token {
             check_api_token("server.api_token", token)?;
         }
+        if let Some(u) = &self.advertised_url {
+            check_advertised_url("server.advertised_url", u)?;
+        }
         Ok(())
     }
+}
+
+/// `server.advertised_url`: an absolute http(s) URL with a host, and nothing a base URL
+/// cannot carry (credentials, a query, a fragment): forwarded acks are sent to
+/// `{url}/api/gaps/{id}/ack`, and the URL is published on the handover topic, where a
+/// password would be readable by anyone who reads the topic.
+pub(super) fn check_advertised_url(path: &str, value: &str) -> Result<(), ConfigError> {
+    let u = match url::Url::parse(value) {
+        Ok(u) => u,
+        Err(e) => return err(path, format!("not a URL ({e}); e.g. http://host:9464")),
+    };
+    if !matches!(u.scheme(), "http" | "https") {
+        return err(
+            path,
+            "must be an http:// or https:// URL, e.g. http://host:9464",
+        );
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return err(path, "must name a host, e.g. http://host:9464");
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return err(
+            path,
+            "must not carry credentials: it is published on the handover topic; forwarded \
+             acks carry the caller's bearer token",
+        );
+    }
+    if u.query().is_some() || u.fragment().is_some() {
+        return err(path, "must be a base URL without a query or fragment");
+    }
+    Ok(())
 }
 
 impl AuditConfig {

@@ -69,6 +69,7 @@ fn whole(settled: Offset, n: i64) -> PartitionState {
         claims_kept: false,
         written_at: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
         owner: "a:1".into(),
+        owner_url: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The gap page's ack form: `POST /ui/gaps/{id}/ack` and the form on `GET /ui`.
 
 use super::super::ui_ack::{AckForm, BadForm, action, back_to_page, parse_form, route};
+use super::super::ui_replay::action as replay_action;
 use super::*;
 use base64::Engine;
 
@@ -65,7 +66,15 @@ async fn the_form_acks_with_the_typed_token_only() {
     // The page, read with Basic (what a browser sends): a form for the open gap only.
     let r = get_with(srv.addr, "/ui?state=all", &basic(TOKEN)).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.body.matches("method=\"post\"").count(), 1, "{}", r.body);
+    // One ack form and one replay dry-run form, both for the open gap only.
+    assert_eq!(r.body.matches("method=\"post\"").count(), 2, "{}", r.body);
+    assert_eq!(r.body.matches("class=\"ack\"").count(), 1, "{}", r.body);
+    assert_eq!(r.body.matches("class=\"replay\"").count(), 1, "{}", r.body);
+    assert!(
+        r.body
+            .contains(&format!("action=\"{}\"", replay_action(&open.id)))
+    );
+    assert!(!r.body.contains(&replay_action(&late.id)));
     assert!(r.body.contains(&format!("action=\"{path}\"")), "{}", r.body);
     assert!(!r.body.contains(&action(&late.id)));
     assert!(r.body.contains("type=\"password\""));
@@ -156,5 +165,36 @@ async fn without_a_token_there_is_no_form_and_a_post_is_refused() {
     let r = post_form(srv.addr, &action(&open.id), "", &form("r", "anything")).await;
     assert_eq!(r.status, 403, "{}", r.body);
     assert_eq!(srv.state.store.ack_position().unwrap(), 0);
+    let r = post_form(srv.addr, &replay_action(&open.id), "", "token=anything").await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    srv.shutdown.cancel();
+}
+
+/// The page's replay dry-run is refused before anything is read: the browser's own
+/// credentials without the typed token, a wrong token, not a form, not a POST. (What it
+/// shows is tested on the real broker: tests/it/ui_ack.rs.)
+#[tokio::test]
+async fn the_replay_dry_run_needs_the_typed_token() {
+    let srv = start_with(Some(Secret::new(TOKEN))).await;
+    let open = sample_gap("a", 10, GapState::Open);
+    srv.state
+        .store
+        .commit_round("a", std::slice::from_ref(&open), &[])
+        .unwrap();
+    let path = replay_action(&open.id);
+    let r = post_form(srv.addr, &path, &basic(TOKEN), "to_topic=").await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = post_form(srv.addr, &path, &basic(TOKEN), "token=nope").await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("wrong token"), "{}", r.body);
+    let json_post = "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let r = request_with(srv.addr, "POST", &path, json_post).await;
+    assert_eq!(r.status, 415, "{}", r.body);
+    let r = request_with(srv.addr, "GET", &path, "").await;
+    assert_eq!(r.status, 405);
+    // The right token, but this server has no audit configuration: nothing run.
+    let r = post_form(srv.addr, &path, "", &format!("token={TOKEN}")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(srv.state.store.replays_of_gap(&open.id).unwrap().is_empty());
     srv.shutdown.cancel();
 }

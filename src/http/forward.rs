@@ -1,0 +1,493 @@
+//! Forwarding an ack to the instance that owns the gap's partition (SPEC "HTTP": "forwarded
+//! to the owning instance when needed"). One implementation for both writes,
+//! `POST /api/gaps/{id}/ack` and the page's `POST /ui/gaps/{id}/ack`.
+//!
+//! An ack whose gap this instance's store does not hold is sent on when forwarding is on
+//! (`server.advertised_url` and `state.handover_topic` both set): the gap id names its
+//! audit, topic and partition ([`partition_of`]); the partition's latest handover state
+//! names its owner's `server.advertised_url` ([`crate::handover::lookup`]); the ack is
+//! POSTed there (`/api/gaps/{id}/ack`, the same bearer token, a [`HOP_HEADER`], a
+//! [`TIMEOUT`]) and the owner's status and body are the answer. A request that already
+//! carries the hop header is never sent on again (508): two instances that each believe
+//! the other owns a partition must not bounce a request between them. An owner that cannot
+//! be reached is 502 naming it. Nothing is guessed: without an owner URL on the topic, or
+//! when the topic names this instance, the answer is 404 saying why.
+//!
+//! The token travels only in the `Authorization` header of the forwarded request and is
+//! never logged; the owner URL is published on the handover topic, so it must carry no
+//! credentials (the config check refuses them).
+
+use super::HttpState;
+use crate::config::{KafkaConfig, Secret};
+use crate::gap::TopicPartition;
+use bytes::Bytes;
+use hyper::StatusCode;
+use std::time::Duration;
+
+/// The header a forwarded ack carries (its value: the forwarding instance's URL, for the
+/// owner's logs). A request with it is answered from the local store only.
+pub const HOP_HEADER: &str = "x-gap-auditor-forwarded-by";
+
+/// The header naming the owner that answered a forwarded ack.
+pub const OWNER_HEADER: &str = "x-gap-auditor-owner";
+
+/// The [`HOP_HEADER`] of a request, if it carries one (an unreadable value counts as one:
+/// it was set by someone).
+pub fn hop_of(headers: &hyper::HeaderMap) -> Option<String> {
+    headers
+        .get(HOP_HEADER)
+        .map(|v| v.to_str().unwrap_or("an instance").to_string())
+}
+
+/// How long the owner may take to answer a forwarded ack: an ack is one short store write,
+/// and the person who pressed the button waits for it.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest owner answer passed through (an ack answer is one gap as JSON).
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// What forwarding needs; built once at start-up.
+#[derive(Clone)]
+pub struct Forwarding {
+    /// Kafka, to read the handover topic.
+    pub kafka: KafkaConfig,
+    /// `state.handover_topic`.
+    pub handover_topic: Option<String>,
+    /// `server.advertised_url` of this instance.
+    pub advertised_url: Option<String>,
+    /// The client forwarded acks are sent with (no redirects followed, [`TIMEOUT`]); `None`
+    /// when it could not be built (the TLS backend failed): forwarding then answers 502.
+    client: Option<reqwest::Client>,
+}
+
+impl std::fmt::Debug for Forwarding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarding")
+            .field("handover_topic", &self.handover_topic)
+            .field("advertised_url", &self.advertised_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Forwarding {
+    /// Forwarding for an instance with these settings; off unless both `handover_topic`
+    /// and `advertised_url` are set.
+    pub fn new(
+        kafka: KafkaConfig,
+        handover_topic: Option<String>,
+        advertised_url: Option<String>,
+    ) -> Forwarding {
+        let client = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .connect_timeout(TIMEOUT)
+            // A redirect would re-send the token somewhere the handover topic did not name.
+            .redirect(reqwest::redirect::Policy::none())
+            .build();
+        let client = match client {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot build the HTTP client for forwarded acks; acks of other instances' gaps will be refused");
+                None
+            }
+        };
+        Forwarding {
+            kafka,
+            handover_topic,
+            advertised_url,
+            client,
+        }
+    }
+
+    /// No forwarding (tests, and instances without the two settings).
+    pub fn off() -> Forwarding {
+        Forwarding::new(KafkaConfig::default(), None, None)
+    }
+}
+
+/// The audit, topic and partition a gap id names (`{audit}:{topic}:{partition}:{first}`,
+/// optionally `@{epoch}`: [`crate::gap::Gap::make_id_in`]). Read from the right: a topic
+/// name cannot hold `:`, an audit name may. `None` for any other shape.
+pub fn partition_of(id: &str) -> Option<(String, TopicPartition)> {
+    let mut parts = id.rsplitn(4, ':');
+    let first = parts.next()?;
+    let partition = parts.next()?.parse::<i32>().ok()?;
+    let topic = parts.next()?;
+    let audit = parts.next()?;
+    let first = first.split_once('@').map_or(first, |(f, _)| f);
+    if first.parse::<i64>().is_err() || topic.is_empty() || audit.is_empty() || partition < 0 {
+        return None;
+    }
+    Some((
+        audit.to_string(),
+        TopicPartition::new(topic.to_string(), partition),
+    ))
+}
+
+/// Two base URLs naming the same instance (a trailing slash aside).
+fn same_url(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
+}
+
+/// Where a forwarded ack of `id` goes on the instance at `owner`.
+pub fn ack_url(owner: &str, id: &str) -> String {
+    let encoded: String =
+        percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).collect();
+    format!("{}/api/gaps/{encoded}/ack", owner.trim_end_matches('/'))
+}
+
+/// What became of an ack this instance's store could not take.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The owner answered: its status, content type and body, passed through.
+    Answered {
+        /// The owner's `server.advertised_url`.
+        owner: String,
+        /// Its status.
+        status: StatusCode,
+        /// Its `Content-Type`, when valid.
+        content_type: Option<String>,
+        /// Its body (at most 64 KiB).
+        body: Bytes,
+    },
+    /// Not forwarded, and nowhere known to send it: 404 with the reason.
+    NotForwarded(String),
+    /// Already forwarded once: 508, never sent on again.
+    Loop(String),
+    /// The owner, or the handover topic that names it, could not be reached: 502.
+    Unreachable(String),
+}
+
+impl Outcome {
+    /// The HTTP status this outcome is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Outcome::Answered { status, .. } => *status,
+            Outcome::NotForwarded(_) => StatusCode::NOT_FOUND,
+            Outcome::Loop(_) => StatusCode::LOOP_DETECTED,
+            Outcome::Unreachable(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+}
+
+/// What to do before anything is read: refuse a second hop, or say why forwarding is off;
+/// `Ok((audit, partition, own URL, handover topic))` to look the owner up.
+fn precheck(
+    fwd: &Forwarding,
+    id: &str,
+    hop: Option<&str>,
+) -> Result<(String, TopicPartition, String, String), Outcome> {
+    let here = format!("no gap with id {id:?} in this instance's store");
+    if let Some(from) = hop {
+        return Err(Outcome::Loop(format!(
+            "{here}, and this request was already forwarded once (by {from}): it is not \
+             forwarded again. The instances disagree on who owns the gap's partition (a \
+             rebalance in progress?); retry in a minute"
+        )));
+    }
+    let (Some(own), Some(topic)) = (&fwd.advertised_url, &fwd.handover_topic) else {
+        return Err(Outcome::NotForwarded(format!(
+            "{here}: it may belong to another instance of the auditor group (the one \
+             assigned its partition). Forwarding to it is off: set server.advertised_url \
+             (and state.handover_topic) on every instance; or ack it there, or with \
+             `gap-auditor ack` on that instance's host"
+        )));
+    };
+    let Some((audit, tp)) = partition_of(id) else {
+        return Err(Outcome::NotForwarded(format!(
+            "{here}, and the id does not name an audit, topic and partition \
+             (AUDIT:TOPIC:PARTITION:OFFSET), so no owner can be looked up"
+        )));
+    };
+    Ok((audit, tp, own.clone(), topic.clone()))
+}
+
+/// What the handover state found says about where to send the ack.
+fn owner_from(
+    id: &str,
+    own: &str,
+    topic: &str,
+    tp: &TopicPartition,
+    found: Option<crate::handover::PartitionState>,
+) -> Result<String, Outcome> {
+    let here = format!("no gap with id {id:?} in this instance's store");
+    let Some(state) = found else {
+        return Err(Outcome::NotForwarded(format!(
+            "{here}, and the handover topic {topic:?} holds no state of partition {tp}: no \
+             instance is known to own it"
+        )));
+    };
+    let Some(url) = state.owner_url else {
+        return Err(Outcome::NotForwarded(format!(
+            "{here}; partition {tp} was last published by {} (at {}), which advertises no \
+             server.advertised_url, so the ack cannot be forwarded: set it there, or ack it \
+             on that instance",
+            state.owner, state.written_at
+        )));
+    };
+    // The topic is another instance's word: only an http(s) URL without credentials is
+    // sent a token (and linked from the page).
+    let usable = url::Url::parse(&url).is_ok_and(|u| {
+        matches!(u.scheme(), "http" | "https") && u.username().is_empty() && u.password().is_none()
+    });
+    if !usable {
+        return Err(Outcome::NotForwarded(format!(
+            "{here}; partition {tp} was last published by {}, whose advertised URL is not a \
+             plain http(s) URL, so the ack is not sent there",
+            state.owner
+        )));
+    }
+    if same_url(&url, own) {
+        return Err(Outcome::NotForwarded(format!(
+            "{here}, and the handover topic names this instance ({own}) as the owner of \
+             partition {tp}: the gap is not (or no longer) open here"
+        )));
+    }
+    Ok(url)
+}
+
+/// Forwards the ack of `id` with `reason` to the owner of its partition (see the module
+/// doc). `hop`: the [`HOP_HEADER`] of the incoming request, if any; `token`: the bearer
+/// token the owner is asked with (this instance's, already checked against the caller's).
+pub async fn forward_ack(
+    state: &HttpState,
+    id: &str,
+    reason: &str,
+    token: &Secret,
+    hop: Option<&str>,
+) -> Outcome {
+    let fwd = &state.forwarding;
+    let (audit, tp, own, topic) = match precheck(fwd, id, hop) {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    let found = {
+        let (kafka, topic, audit, tp) = (fwd.kafka.clone(), topic.clone(), audit, tp.clone());
+        tokio::task::spawn_blocking(move || crate::handover::lookup(&kafka, &topic, &audit, &tp))
+            .await
+    };
+    let found = match found {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => {
+            tracing::warn!(gap = %id, error = %e, "ack forwarding: cannot read the handover topic");
+            return Outcome::Unreachable(format!(
+                "no gap with id {id:?} in this instance's store, and the handover topic \
+                 that names its owner cannot be read: {e}"
+            ));
+        }
+        Err(e) => {
+            tracing::error!(gap = %id, error = %e, "ack forwarding: lookup task failed");
+            return Outcome::Unreachable("the handover lookup task failed".into());
+        }
+    };
+    let owner = match owner_from(id, &own, &topic, &tp, found) {
+        Ok(url) => url,
+        Err(o) => return o,
+    };
+    let Some(client) = &fwd.client else {
+        return Outcome::Unreachable(format!(
+            "the gap's partition {tp} is owned by {owner}, but this instance has no HTTP \
+             client to forward the ack with (see its log)"
+        ));
+    };
+    let url = ack_url(&owner, id);
+    let body = serde_json::json!({ "reason": reason }).to_string();
+    let sent = client
+        .post(&url)
+        .header(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {}", token.expose()),
+        )
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(HOP_HEADER, own.as_str())
+        .body(body)
+        .send()
+        .await;
+    let mut resp = match sent {
+        Ok(r) => r,
+        Err(e) => {
+            // reqwest's error names the URL (no credentials: the config check refuses them)
+            // and never the headers.
+            tracing::warn!(gap = %id, owner = %owner, error = %e, "ack forwarding: owner unreachable");
+            return Outcome::Unreachable(format!(
+                "the gap's partition {tp} is owned by {owner} (handover topic {topic:?}), \
+                 which cannot be reached: {}",
+                without_url(&e)
+            ));
+        }
+    };
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut body = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(c)) if body.len() + c.len() <= MAX_ANSWER => body.extend_from_slice(&c),
+            Ok(Some(_)) => {
+                return Outcome::Unreachable(format!(
+                    "the owner {owner} answered with more than {MAX_ANSWER} bytes"
+                ));
+            }
+            Ok(None) => break,
+            Err(e) => {
+                return Outcome::Unreachable(format!(
+                    "the owner {owner} did not finish its answer: {}",
+                    without_url(&e)
+                ));
+            }
+        }
+    }
+    tracing::info!(gap = %id, owner = %owner, status, "ack forwarded to the partition's owner");
+    Outcome::Answered {
+        owner,
+        status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+        content_type,
+        body: Bytes::from(body),
+    }
+}
+
+/// A reqwest error in words, without the URL it repeats (the message names the owner).
+fn without_url(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        format!("no answer within {} s", TIMEOUT.as_secs())
+    } else if e.is_connect() {
+        "connection failed".to_string()
+    } else {
+        "request failed".to_string()
+    };
+    let mut cause = String::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        cause = s.to_string();
+        source = s.source();
+    }
+    if cause.is_empty() {
+        kind
+    } else {
+        format!("{kind} ({cause})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gap_id_names_its_partition() {
+        let tp = |t: &str, p| TopicPartition::new(t.to_string(), p);
+        assert_eq!(
+            partition_of("test:logs:3:17"),
+            Some(("test".into(), tp("logs", 3)))
+        );
+        assert_eq!(
+            partition_of("test:logs:0:2@1"),
+            Some(("test".into(), tp("logs", 0)))
+        );
+        // An audit name may hold ':'; a topic name cannot.
+        assert_eq!(
+            partition_of("a:b:logs:1:5"),
+            Some(("a:b".into(), tp("logs", 1)))
+        );
+        for bad in [
+            "",
+            "logs:3:17",
+            "test:logs:x:17",
+            "test:logs:3:x",
+            ":logs:3:1",
+            "t::3:1",
+            "t:l:-1:1",
+        ] {
+            assert_eq!(partition_of(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_owner_url_takes_the_id_percent_encoded() {
+        assert_eq!(
+            ack_url("http://h:9464/", "test:logs:0:2"),
+            "http://h:9464/api/gaps/test%3Alogs%3A0%3A2/ack"
+        );
+        assert_eq!(
+            ack_url("https://h/base", "a b"),
+            "https://h/base/api/gaps/a%20b/ack"
+        );
+    }
+
+    fn on() -> Forwarding {
+        Forwarding::new(
+            KafkaConfig::default(),
+            Some("handover".into()),
+            Some("http://me:9464".into()),
+        )
+    }
+
+    #[test]
+    fn a_forwarded_request_is_never_forwarded_again() {
+        let o = precheck(&on(), "test:logs:0:2", Some("http://peer:9464"));
+        assert!(
+            matches!(&o, Err(Outcome::Loop(m)) if m.contains("http://peer:9464")),
+            "{o:?}"
+        );
+        assert_eq!(o.err().map(|o| o.status()), Some(StatusCode::LOOP_DETECTED));
+    }
+
+    #[test]
+    fn forwarding_off_says_which_key_turns_it_on() {
+        for fwd in [
+            Forwarding::off(),
+            Forwarding::new(KafkaConfig::default(), Some("h".into()), None),
+            Forwarding::new(KafkaConfig::default(), None, Some("http://me".into())),
+        ] {
+            match precheck(&fwd, "test:logs:0:2", None) {
+                Err(o @ Outcome::NotForwarded(_)) => {
+                    assert_eq!(o.status(), StatusCode::NOT_FOUND);
+                    let Outcome::NotForwarded(m) = o else {
+                        unreachable!()
+                    };
+                    assert!(m.contains("server.advertised_url"), "{m}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(
+            precheck(&on(), "nonsense", None),
+            Err(Outcome::NotForwarded(_))
+        ));
+        assert!(precheck(&on(), "test:logs:0:2", None).is_ok());
+    }
+
+    fn state(owner_url: Option<&str>) -> crate::handover::PartitionState {
+        let text = serde_json::json!({
+            "version": 2, "audit": "test", "topic": "logs", "partition": 0, "settled": 5,
+            "ledger": {}, "gaps": [], "written_at": "2026-12-06T00:00:00Z", "owner": "host-a:1",
+            "owner_url": owner_url,
+        });
+        serde_json::from_value(text).expect("state")
+    }
+
+    #[test]
+    fn the_owner_is_the_url_the_latest_state_advertises() {
+        let tp = TopicPartition::new("logs".to_string(), 0);
+        let url = owner_from(
+            "g",
+            "http://me:9464",
+            "h",
+            &tp,
+            Some(state(Some("http://a:9464"))),
+        );
+        assert_eq!(url.ok().as_deref(), Some("http://a:9464"));
+        // Nothing guessed: no state, no URL, or this very instance named.
+        for found in [
+            None,
+            Some(state(None)),
+            Some(state(Some("http://me:9464/"))),
+            Some(state(Some("javascript:alert(1)"))),
+            Some(state(Some("http://u:p@a:9464"))),
+        ] {
+            let o = owner_from("g", "http://me:9464", "h", &tp, found);
+            assert!(matches!(o, Err(Outcome::NotForwarded(_))), "{o:?}");
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! `POST /ui/gaps/{id}/replay`: the gap page's replay dry-run (form-encoded `token`, and
+//! `to_topic`, empty for the sink). It shows what `gap-auditor replay --gap ID --to-sink
+//! --dry-run` (or `--to-topic T --dry-run`) would do, by running exactly that:
+//! [`crate::replay::run_with`] with `dry_run` set (the CLI's own implementation; the lines
+//! are [`crate::replay::Outcome::line`], the CLI's wording). No record is written, to a
+//! topic or to the sink; like the CLI's dry-run it adds a dry-run row to the store's
+//! replay log, and marks the gap unrecoverable when Kafka no longer holds its records (a
+//! fact the dry-run found, as the CLI records it).
+//!
+//! Authenticated like the page's ack (the token typed into the form, constant-time; a
+//! browser's own credentials never authorize it): a dry-run reads Kafka and queries the
+//! sink, work nobody should be able to trigger from another site. One dry-run at a time
+//! (503 while one runs), each at most [`DRY_RUN_TIMEOUT`]. A gap this instance's store
+//! does not hold is 404 (its owner's page offers the button).
+
+use super::ack::{BadBody, gap_id_between, read_body};
+use super::ui::{html, message_page};
+use super::ui_ack::{form_encoded, token_matches};
+use super::ui_page::{replay_command, shell_quote};
+use super::{Body, HttpState};
+use crate::config::Config;
+use crate::replay::{Destination, ReplayError, Replayed, Request, Target};
+use crate::store::Store;
+use hyper::body::Incoming;
+use hyper::{Request as HttpRequest, Response, StatusCode};
+use std::sync::Arc;
+use std::time::Duration;
+
+const PREFIX: &str = "/ui/gaps/";
+const SUFFIX: &str = "/replay";
+
+/// The longest a dry-run may take: it reads the gap's records from Kafka and asks the sink
+/// about them, as the CLI does; a person is waiting.
+pub(super) const DRY_RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The gap id of a dry-run path (`/ui/gaps/{id}/replay`, percent-decoded), `None` otherwise.
+pub(super) fn route(path: &str) -> Option<String> {
+    gap_id_between(path, PREFIX, SUFFIX)
+}
+
+/// The form's action for gap `id` (the inverse of [`route`]).
+pub(super) fn action(id: &str) -> String {
+    let encoded: String =
+        percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).collect();
+    format!("{PREFIX}{encoded}{SUFFIX}")
+}
+
+/// What a posted dry-run form holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct ReplayForm {
+    /// The token typed into the form.
+    pub token: String,
+    /// `--to-topic`; `None`: `--to-sink`.
+    pub to_topic: Option<String>,
+}
+
+/// Parses the form (the last value of a repeated field wins; others ignored). `None`
+/// without a token.
+pub(super) fn parse_form(body: &[u8]) -> Option<ReplayForm> {
+    let (mut token, mut to_topic) = (None, None);
+    for (k, v) in form_urlencoded::parse(body) {
+        match k.as_ref() {
+            "token" => token = Some(v.into_owned()),
+            "to_topic" => to_topic = Some(v.trim().to_string()),
+            _ => {}
+        }
+    }
+    Some(ReplayForm {
+        token: token.filter(|t| !t.is_empty())?,
+        to_topic: to_topic.filter(|t| !t.is_empty()),
+    })
+}
+
+/// The command the dry-run stands for, and the one that does it for real.
+pub(super) fn commands(id: &str, to_topic: Option<&str>) -> (String, String) {
+    let dry = match to_topic {
+        None => replay_command(id),
+        Some(t) => format!(
+            "gap-auditor replay -c CONFIG --gap {} --to-topic {} --dry-run",
+            shell_quote(id),
+            shell_quote(t)
+        ),
+    };
+    let real = dry.trim_end_matches(" --dry-run").to_string();
+    (dry, real)
+}
+
+fn refused(status: StatusCode, message: &str) -> Response<Body> {
+    html(status, &message_page(message))
+}
+
+/// Why a dry-run showed no plan.
+#[derive(Debug, thiserror::Error)]
+enum DryRunError {
+    /// This instance's store holds no such gap.
+    #[error("no such gap in this store")]
+    NotHere,
+    /// The replay refused or failed (its message).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Runs the dry-run of gap `id` through the library's replay, as `gap-auditor replay
+/// --dry-run` does. Blocking (store reads, a runtime handle to drive the replay): call it
+/// from `spawn_blocking`.
+fn dry_run(
+    config: &Config,
+    store: &Store,
+    id: &str,
+    dest: Destination,
+    rt: &tokio::runtime::Handle,
+) -> Result<(Target, Replayed), DryRunError> {
+    let failed = |e: anyhow::Error| DryRunError::Failed(format!("{e:#}"));
+    if store.get_gap(id).map_err(|e| failed(e.into()))?.is_none() {
+        return Err(DryRunError::NotHere);
+    }
+    let target = crate::replay::target_of_gap(store, id).map_err(failed)?;
+    let audit = config.audit(&target.audit).ok_or_else(|| {
+        DryRunError::Failed(format!(
+            "no audit named {:?} in the configuration",
+            target.audit
+        ))
+    })?;
+    let sink = crate::app::build_sink(audit).map_err(failed)?;
+    let req = Request {
+        target: target.clone(),
+        dest,
+        dry_run: true,
+        force: false,
+    };
+    let run = rt.block_on(async {
+        tokio::time::timeout(
+            DRY_RUN_TIMEOUT,
+            crate::replay::run_with(config, store, &req, &sink),
+        )
+        .await
+    });
+    match run {
+        Ok(Ok(r)) => Ok((target, r)),
+        Ok(Err(e @ (ReplayError::Deleted { .. } | ReplayError::Refused(_)))) => {
+            Err(DryRunError::Failed(e.to_string()))
+        }
+        Ok(Err(e)) => Err(DryRunError::Failed(format!("{e:#}"))),
+        Err(_) => Err(DryRunError::Failed(format!(
+            "the dry-run took longer than {} s (Kafka or the sink slow to answer); nothing \
+             was written",
+            DRY_RUN_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// `POST /ui/gaps/{id}/replay`.
+pub(super) async fn form_replay(
+    state: &HttpState,
+    id: String,
+    req: HttpRequest<Incoming>,
+) -> Response<Body> {
+    let Some(expected) = &state.api_token else {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "a replay dry-run from the page needs server.api_token to be configured; without \
+             it run the dry-run command shown on the page",
+        );
+    };
+    if !form_encoded(req.headers()) {
+        return refused(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "the dry-run form is sent as application/x-www-form-urlencoded (token, to_topic)",
+        );
+    }
+    let form = match read_body(req).await {
+        Ok(body) => match parse_form(&body) {
+            Some(f) => f,
+            None => {
+                return refused(
+                    StatusCode::BAD_REQUEST,
+                    "the token (server.api_token) is required for a dry-run from the page",
+                );
+            }
+        },
+        Err(BadBody::TooLarge) => {
+            return refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &BadBody::TooLarge.to_string(),
+            );
+        }
+        Err(bad) => return refused(StatusCode::BAD_REQUEST, &bad.to_string()),
+    };
+    if !token_matches(&form.token, expected) {
+        tracing::debug!(gap = %id, "ui replay dry-run refused: wrong token");
+        return refused(
+            StatusCode::FORBIDDEN,
+            "wrong token: the form needs this daemon's server.api_token; nothing was run",
+        );
+    }
+    let Some(config) = state.config.clone() else {
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this server has no audit configuration to replay with",
+        );
+    };
+    let Ok(_running) = state.dry_runs.clone().try_acquire_owned() else {
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "another replay dry-run is running on this daemon; try again when it is done",
+        );
+    };
+    let store: Arc<Store> = state.store.clone();
+    let dest = match &form.to_topic {
+        Some(t) => Destination::Topic(t.clone()),
+        None => Destination::Sink,
+    };
+    let (dry, real) = commands(&id, form.to_topic.as_deref());
+    let ran = {
+        let id = id.clone();
+        let rt = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || dry_run(&config, &store, &id, dest, &rt)).await
+    };
+    let result = match ran {
+        Ok(Err(DryRunError::NotHere)) => {
+            return refused(
+                StatusCode::NOT_FOUND,
+                &format!(
+                    "no gap with id {id:?} in this instance's store: it may belong to another \
+                     instance of the auditor group; use the dry-run on that instance's page"
+                ),
+            );
+        }
+        Ok(Err(DryRunError::Failed(e))) => Err(e),
+        Ok(Ok(r)) => Ok(r),
+        Err(e) => {
+            tracing::error!(gap = %id, error = %e, "ui replay dry-run: task failed");
+            Err("the dry-run task failed".to_string())
+        }
+    };
+    tracing::info!(gap = %id, ok = result.is_ok(), "replay dry-run from the gap page");
+    let status = if result.is_ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    html(
+        status,
+        &plan_page(&id, form.to_topic.as_deref(), &dry, &real, &result),
+    )
+}
+
+/// The dry-run's answer: where the records would go, what would happen to each, the
+/// CLI's summary line, and the command that does it.
+fn plan_page(
+    id: &str,
+    to_topic: Option<&str>,
+    dry: &str,
+    real: &str,
+    result: &Result<(Target, Replayed), String>,
+) -> String {
+    maud::html! {
+        (maud::DOCTYPE)
+        html lang="en" {
+            head { meta charset="utf-8"; title { "gap-auditor: replay dry-run" } }
+            body {
+                h1 { "replay dry-run of gap " code { (id) } }
+                p {
+                    "Destination: "
+                    @match to_topic {
+                        Some(t) => { "re-produce to topic " code { (t) } }
+                        None => { "written into the audit's sink" }
+                    }
+                    ". No record was written (to a topic or the sink): this is what " code { (dry) } " reports."
+                }
+                @match result {
+                    Ok((target, replayed)) => {
+                        ul.plan {
+                            @for o in &replayed.outcomes { li { (o.line(&target.tp, true)) } }
+                        }
+                        @for n in &replayed.notes { p { (n) } }
+                        p.summary { strong { (replayed.summary(true)) } }
+                        p { "To do it: " code { (real) } }
+                    }
+                    Err(e) => { p.error { "The dry-run failed: " (e) } }
+                }
+                p { a href="/ui?state=all" { "back to the gap page" } }
+            }
+        }
+    }
+    .into_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_form_needs_a_token_and_takes_an_optional_topic() {
+        assert_eq!(
+            parse_form(b"token=t&to_topic="),
+            Some(ReplayForm {
+                token: "t".into(),
+                to_topic: None
+            })
+        );
+        assert_eq!(
+            parse_form(b"token=t&to_topic=+repair+"),
+            Some(ReplayForm {
+                token: "t".into(),
+                to_topic: Some("repair".into())
+            })
+        );
+        assert_eq!(parse_form(b"to_topic=x"), None);
+        assert_eq!(parse_form(b"token="), None);
+    }
+
+    #[test]
+    fn the_page_names_the_cli_command_it_stands_for() {
+        let (dry, real) = commands("a:t:0:2", None);
+        assert_eq!(
+            dry,
+            "gap-auditor replay -c CONFIG --gap 'a:t:0:2' --to-sink --dry-run"
+        );
+        assert_eq!(
+            real,
+            "gap-auditor replay -c CONFIG --gap 'a:t:0:2' --to-sink"
+        );
+        let (dry, _) = commands("a:t:0:2", Some("it's"));
+        assert!(dry.ends_with("--to-topic 'it'\\''s' --dry-run"), "{dry}");
+        assert_eq!(action("a:t:0:2"), "/ui/gaps/a%3At%3A0%3A2/replay");
+        assert_eq!(route(&action("a b:t:0:2")).as_deref(), Some("a b:t:0:2"));
+    }
+
+    #[test]
+    fn the_plan_is_escaped() {
+        let page = plan_page(
+            "<x>",
+            Some("<t>"),
+            "d",
+            "r",
+            &Err("<script>alert(1)</script>".into()),
+        );
+        assert!(!page.contains("<script>"), "{page}");
+        assert!(page.contains("&lt;x&gt;"), "{page}");
+    }
+}
