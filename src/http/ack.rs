@@ -33,6 +33,14 @@ pub(super) fn route(path: &str) -> Option<String> {
     gap_id_between(path, PREFIX, SUFFIX)
 }
 
+/// The path of gap `id` between `prefix` and `suffix`, the id percent-encoded (the inverse
+/// of [`gap_id_between`]): the page's form actions.
+pub(super) fn gap_path(prefix: &str, id: &str, suffix: &str) -> String {
+    let encoded: String =
+        percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).collect();
+    format!("{prefix}{encoded}{suffix}")
+}
+
 /// The percent-decoded gap id between `prefix` and `suffix` of `path` (the API's and the
 /// page's ack paths). An empty id, or one that does not decode to UTF-8, is no id of ours:
 /// `None`.

@@ -40,9 +40,7 @@ pub(super) fn route(path: &str) -> Option<String> {
 
 /// The form's action for gap `id` (the inverse of [`route`]).
 pub(super) fn action(id: &str) -> String {
-    let encoded: String =
-        percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).collect();
-    format!("{PREFIX}{encoded}{SUFFIX}")
+    super::ack::gap_path(PREFIX, id, SUFFIX)
 }
 
 /// What a posted dry-run form holds.
