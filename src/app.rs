@@ -72,11 +72,14 @@ pub async fn run_with(
         status: status.clone(),
         store: store.clone(),
         api_token: config.server.api_token.clone(),
-        forwarding: Arc::new(http::forward::Forwarding::new(
-            config.kafka.clone(),
-            config.state.handover_topic.clone(),
-            config.server.advertised_url.clone(),
-        )),
+        forwarding: Arc::new(
+            http::forward::Forwarding::new(
+                config.kafka.clone(),
+                config.state.handover_topic.clone(),
+                config.server.advertised_url.clone(),
+            )
+            .with_peers(&config.server.forward_peers),
+        ),
         config: Some(Arc::new(config.clone())),
         dry_runs: Arc::new(tokio::sync::Semaphore::new(1)),
     };

@@ -194,6 +194,16 @@ pub struct ServerConfig {
     /// the one that does. Unset: acks are not forwarded (a gap this instance does not hold
     /// is 404). Needs `state.handover_topic` to be of use.
     pub advertised_url: Option<String>,
+    /// The other instances' `advertised_url`s an ack may be forwarded to (base URLs, e.g.
+    /// `["https://gap-auditor-1.gap-auditor:9464"]`). The owner a handover record names is
+    /// another process's word, and a forwarded ack carries the bearer token: it is sent
+    /// only to a URL listed here, or, with none listed, to one with this instance's own
+    /// scheme and port on a sibling DNS name (the same domain after the first label, as
+    /// a StatefulSet's pods have), with no path. An instance advertised by IP address or
+    /// a one-label name needs the list.
+    #[serde(default, deserialize_with = "de_string_list")]
+    #[schemars(with = "StringList")]
+    pub forward_peers: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -203,6 +213,7 @@ impl Default for ServerConfig {
             api_token: None,
             api_token_file: None,
             advertised_url: None,
+            forward_peers: Vec::new(),
         }
     }
 }

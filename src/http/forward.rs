@@ -46,6 +46,10 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest owner answer passed through (an ack answer is one gap as JSON).
 const MAX_ANSWER: usize = 64 * 1024;
 
+/// Forwards at once: each reads the handover topic (seconds) before it sends; more wait
+/// their turn, so a burst of acks costs the broker a few reads at a time.
+const MAX_IN_FLIGHT: usize = 2;
+
 /// What forwarding needs; built once at start-up.
 #[derive(Clone)]
 pub struct Forwarding {
@@ -55,6 +59,11 @@ pub struct Forwarding {
     pub handover_topic: Option<String>,
     /// `server.advertised_url` of this instance.
     pub advertised_url: Option<String>,
+    /// `server.forward_peers`, parsed: the only owners an ack is sent to when not empty
+    /// (see [`peer_allowed`]).
+    peers: Vec<url::Url>,
+    /// Forwards in flight at most ([`MAX_IN_FLIGHT`]): each reads the handover topic.
+    in_flight: std::sync::Arc<tokio::sync::Semaphore>,
     /// The client forwarded acks are sent with (no redirects followed, [`TIMEOUT`]); `None`
     /// when it could not be built (the TLS backend failed): forwarding then answers 502.
     client: Option<reqwest::Client>,
@@ -77,11 +86,18 @@ impl Forwarding {
         handover_topic: Option<String>,
         advertised_url: Option<String>,
     ) -> Forwarding {
+        let https = advertised_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("https:"));
         let client = reqwest::Client::builder()
             .timeout(TIMEOUT)
             .connect_timeout(TIMEOUT)
             // A redirect would re-send the token somewhere the handover topic did not name.
             .redirect(reqwest::redirect::Policy::none())
+            // Nor may a proxy from the environment see it.
+            .no_proxy()
+            // An instance reached over TLS never sends the token in clear.
+            .https_only(https)
             .build();
         let client = match client {
             Ok(c) => Some(c),
@@ -94,8 +110,20 @@ impl Forwarding {
             kafka,
             handover_topic,
             advertised_url,
+            peers: Vec::new(),
+            in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             client,
         }
+    }
+
+    /// The owners acks may be sent to (`server.forward_peers`, validated at load; an entry
+    /// that does not parse is left out, so it allows nothing).
+    pub fn with_peers(mut self, peers: &[String]) -> Forwarding {
+        self.peers = peers
+            .iter()
+            .filter_map(|p| url::Url::parse(p).ok())
+            .collect();
+        self
     }
 
     /// No forwarding (tests, and instances without the two settings).
@@ -128,11 +156,73 @@ fn same_url(a: &str, b: &str) -> bool {
     a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
-/// Where a forwarded ack of `id` goes on the instance at `owner`.
-pub fn ack_url(owner: &str, id: &str) -> String {
-    let encoded: String =
-        percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).collect();
-    format!("{}/api/gaps/{encoded}/ack", owner.trim_end_matches('/'))
+/// Where a forwarded ack of `id` goes on the instance at `owner` (its base path, then
+/// `api/gaps/{id}/ack`, the id one encoded path segment). `None`: not a base URL.
+pub fn ack_url(owner: &url::Url, id: &str) -> Option<url::Url> {
+    let mut u = owner.clone();
+    if u.query().is_some() || u.fragment().is_some() {
+        return None;
+    }
+    u.path_segments_mut()
+        .ok()?
+        .pop_if_empty()
+        .extend(["api", "gaps", id, "ack"]);
+    Some(u)
+}
+
+/// Whether a forwarded ack (and its bearer token) may go to `peer`, this instance being at
+/// `own` (`server.advertised_url`) with `allowed` (`server.forward_peers`). The peer is
+/// named by a handover record, another process's word, so: no credentials, query or
+/// fragment; then a listed URL, or with none listed a sibling of this instance: the same
+/// scheme and port, a DNS name in the same domain after its first label, no path. `Err`
+/// says why not.
+pub fn peer_allowed(own: &url::Url, allowed: &[url::Url], peer: &url::Url) -> Result<(), String> {
+    if !matches!(peer.scheme(), "http" | "https")
+        || !peer.username().is_empty()
+        || peer.password().is_some()
+        || peer.query().is_some()
+        || peer.fragment().is_some()
+    {
+        return Err("not a plain http(s) base URL".into());
+    }
+    let trim = |u: &url::Url| u.as_str().trim_end_matches('/').to_string();
+    if !allowed.is_empty() {
+        return if allowed.iter().any(|a| trim(a) == trim(peer)) {
+            Ok(())
+        } else {
+            Err("not listed in server.forward_peers".into())
+        };
+    }
+    if peer.scheme() != own.scheme() {
+        return Err(format!(
+            "{} while this instance is {} (list it in server.forward_peers to allow it)",
+            peer.scheme(),
+            own.scheme()
+        ));
+    }
+    if peer.port_or_known_default() != own.port_or_known_default() {
+        return Err("on another port than this instance (list it in server.forward_peers)".into());
+    }
+    if !matches!(peer.path(), "" | "/") {
+        return Err("has a path (list it in server.forward_peers)".into());
+    }
+    let domain = |u: &url::Url| match u.host() {
+        Some(url::Host::Domain(d)) => d
+            .to_ascii_lowercase()
+            .split_once('.')
+            .map(|(_, rest)| rest.to_string())
+            .filter(|rest| !rest.is_empty()),
+        _ => None,
+    };
+    match (domain(own), domain(peer)) {
+        (Some(a), Some(b)) if a == b => Ok(()),
+        (None, _) => Err(
+            "this instance is advertised by IP address or a one-label name, so its siblings \
+             cannot be told from the name: list them in server.forward_peers"
+                .into(),
+        ),
+        _ => Err("not in this instance's domain (list it in server.forward_peers)".into()),
+    }
 }
 
 /// What became of an ack this instance's store could not take.
@@ -205,10 +295,11 @@ fn precheck(
 fn owner_from(
     id: &str,
     own: &str,
+    allowed: &[url::Url],
     topic: &str,
     tp: &TopicPartition,
     found: Option<crate::handover::PartitionState>,
-) -> Result<String, Outcome> {
+) -> Result<url::Url, Outcome> {
     let here = format!("no gap with id {id:?} in this instance's store");
     let Some(state) = found else {
         return Err(Outcome::NotForwarded(format!(
@@ -224,25 +315,32 @@ fn owner_from(
             state.owner, state.written_at
         )));
     };
-    // The topic is another instance's word: only an http(s) URL without credentials is
-    // sent a token (and linked from the page).
-    let usable = url::Url::parse(&url).is_ok_and(|u| {
-        matches!(u.scheme(), "http" | "https") && u.username().is_empty() && u.password().is_none()
-    });
-    if !usable {
-        return Err(Outcome::NotForwarded(format!(
-            "{here}; partition {tp} was last published by {}, whose advertised URL is not a \
-             plain http(s) URL, so the ack is not sent there",
-            state.owner
-        )));
-    }
     if same_url(&url, own) {
         return Err(Outcome::NotForwarded(format!(
             "{here}, and the handover topic names this instance ({own}) as the owner of \
              partition {tp}: the gap is not (or no longer) open here"
         )));
     }
-    Ok(url)
+    // The topic is another instance's word: the token goes only where this instance's
+    // own settings allow (and a refused URL is not linked from the page either).
+    let checked = url::Url::parse(&url)
+        .map_err(|e| e.to_string())
+        .and_then(|peer| {
+            let me = url::Url::parse(own).map_err(|e| e.to_string())?;
+            peer_allowed(&me, allowed, &peer).map(|()| peer)
+        });
+    match checked {
+        Ok(peer) => Ok(peer),
+        Err(why) => {
+            tracing::warn!(partition = %tp, owner = %state.owner, url = %url, reason = %why,
+                "ack forwarding: the owner URL on the handover topic is not allowed");
+            Err(Outcome::NotForwarded(format!(
+                "{here}; partition {tp} was last published by {}, whose advertised URL {url:?} \
+                 is not one this instance sends its token to ({why}); ack it on that instance",
+                state.owner
+            )))
+        }
+    }
 }
 
 /// Forwards the ack of `id` with `reason` to the owner of its partition (see the module
@@ -259,6 +357,9 @@ pub async fn forward_ack(
     let (audit, tp, own, topic) = match precheck(fwd, id, hop) {
         Ok(p) => p,
         Err(o) => return o,
+    };
+    let Ok(_turn) = fwd.in_flight.clone().acquire_owned().await else {
+        return Outcome::Unreachable("forwarding is shutting down".into());
     };
     let found = {
         let (kafka, topic, audit, tp) = (fwd.kafka.clone(), topic.clone(), audit, tp.clone());
@@ -279,8 +380,11 @@ pub async fn forward_ack(
             return Outcome::Unreachable("the handover lookup task failed".into());
         }
     };
-    let owner = match owner_from(id, &own, &topic, &tp, found) {
-        Ok(url) => url,
+    let (owner, url) = match owner_from(id, &own, &fwd.peers, &topic, &tp, found) {
+        Ok(peer) => match ack_url(&peer, id) {
+            Some(url) => (peer.as_str().trim_end_matches('/').to_string(), url),
+            None => return Outcome::NotForwarded(format!("{peer} is not a base URL")),
+        },
         Err(o) => return o,
     };
     let Some(client) = &fwd.client else {
@@ -289,10 +393,9 @@ pub async fn forward_ack(
              client to forward the ack with (see its log)"
         ));
     };
-    let url = ack_url(&owner, id);
     let body = serde_json::json!({ "reason": reason }).to_string();
     let sent = client
-        .post(&url)
+        .post(url)
         .header(
             reqwest::header::AUTHORIZATION,
             format!("Bearer {}", token.expose()),
@@ -316,6 +419,13 @@ pub async fn forward_ack(
         }
     };
     let status = resp.status().as_u16();
+    // Only a final answer is passed on: a 1xx, or a status hyper would answer with no
+    // body, from a peer is no answer to an ack.
+    if !(200..=599).contains(&status) || matches!(status, 204 | 304) {
+        return Outcome::Unreachable(format!(
+            "the owner {owner} answered with status {status}, which is no answer to an ack"
+        ));
+    }
     let content_type = resp
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
@@ -404,15 +514,63 @@ mod tests {
     }
 
     #[test]
-    fn the_owner_url_takes_the_id_percent_encoded() {
+    fn the_owner_url_takes_the_id_as_one_path_segment() {
+        let at = |base: &str, id: &str| {
+            let u = url::Url::parse(base).expect("url");
+            ack_url(&u, id).map(String::from)
+        };
         assert_eq!(
-            ack_url("http://h:9464/", "test:logs:0:2"),
-            "http://h:9464/api/gaps/test%3Alogs%3A0%3A2/ack"
+            at("http://h:9464/", "test:logs:0:2").as_deref(),
+            Some("http://h:9464/api/gaps/test:logs:0:2/ack")
         );
         assert_eq!(
-            ack_url("https://h/base", "a b"),
-            "https://h/base/api/gaps/a%20b/ack"
+            at("https://h/base", "a b").as_deref(),
+            Some("https://h/base/api/gaps/a%20b/ack")
         );
+        // An id never leaves its segment; a base with a query or fragment is no base.
+        assert_eq!(
+            at("http://h:9464", "x/../../y?z#w").as_deref(),
+            Some("http://h:9464/api/gaps/x%2F..%2F..%2Fy%3Fz%23w/ack")
+        );
+        assert_eq!(at("http://h:9464/api/gaps/VICTIM/ack?", "g"), None);
+        assert_eq!(at("http://h:9464/#", "g"), None);
+    }
+
+    /// Review of the forwarding (token exfiltration): a handover record is another
+    /// process's word; the token goes only to a listed peer, or to a sibling DNS name with
+    /// this instance's scheme and port and no path.
+    #[test]
+    fn the_token_goes_only_to_an_allowed_peer() {
+        let u = |s: &str| url::Url::parse(s).expect("url");
+        let me = u("https://gap-auditor-0.gap-auditor.ns.svc:9464");
+        for ok in [
+            "https://gap-auditor-1.gap-auditor.ns.svc:9464",
+            "https://GAP-AUDITOR-2.gap-auditor.ns.svc:9464/",
+        ] {
+            assert_eq!(peer_allowed(&me, &[], &u(ok)), Ok(()), "{ok}");
+        }
+        for bad in [
+            "http://gap-auditor-1.gap-auditor.ns.svc:9464",
+            "https://gap-auditor-1.gap-auditor.ns.svc:9465",
+            "https://attacker.example:9464",
+            "https://gap-auditor-1.gap-auditor.ns.svc.attacker.example:9464",
+            "https://gap-auditor-1.gap-auditor.ns.svc:9464/api/gaps/VICTIM/ack",
+            "https://gap-auditor-1.gap-auditor.ns.svc:9464/?x",
+            "https://u:p@gap-auditor-1.gap-auditor.ns.svc:9464",
+            "https://10.0.0.7:9464",
+        ] {
+            assert!(peer_allowed(&me, &[], &u(bad)).is_err(), "{bad}");
+        }
+        // By IP or a one-label name, only the list allows anything.
+        let local = u("http://127.0.0.1:9464");
+        assert!(peer_allowed(&local, &[], &u("http://127.0.0.1:9465")).is_err());
+        let list = [u("http://127.0.0.1:9465")];
+        assert_eq!(
+            peer_allowed(&local, &list, &u("http://127.0.0.1:9465/")),
+            Ok(())
+        );
+        assert!(peer_allowed(&local, &list, &u("http://127.0.0.1:9466")).is_err());
+        assert!(peer_allowed(&local, &list, &u("http://127.0.0.1:9465/?x")).is_err());
     }
 
     fn on() -> Forwarding {
@@ -472,12 +630,16 @@ mod tests {
         let tp = TopicPartition::new("logs".to_string(), 0);
         let url = owner_from(
             "g",
-            "http://me:9464",
+            "http://me.auditors:9464",
+            &[],
             "h",
             &tp,
-            Some(state(Some("http://a:9464"))),
+            Some(state(Some("http://a.auditors:9464"))),
         );
-        assert_eq!(url.ok().as_deref(), Some("http://a:9464"));
+        assert_eq!(
+            url.ok().map(String::from).as_deref(),
+            Some("http://a.auditors:9464/")
+        );
         // Nothing guessed: no state, no URL, or this very instance named.
         for found in [
             None,
@@ -485,8 +647,9 @@ mod tests {
             Some(state(Some("http://me:9464/"))),
             Some(state(Some("javascript:alert(1)"))),
             Some(state(Some("http://u:p@a:9464"))),
+            Some(state(Some("http://elsewhere.example:9464"))),
         ] {
-            let o = owner_from("g", "http://me:9464", "h", &tp, found);
+            let o = owner_from("g", "http://me:9464", &[], "h", &tp, found);
             assert!(matches!(o, Err(Outcome::NotForwarded(_))), "{o:?}");
         }
     }

@@ -11,6 +11,8 @@ use std::path::Path;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ack_sent_to_a_non_owner_is_forwarded_to_the_owner() {
     let handover = unique("ui_forward_handover");
+    let b_port = free_port();
+    let b_url_for_a = format!("http://127.0.0.1:{b_port}");
     let a_url = std::cell::OnceCell::new();
     let (s, mut a, a_addr, _, id) = daemon_with_the_seed_gap_and(|port| {
         let url = format!("http://127.0.0.1:{port}");
@@ -21,14 +23,18 @@ async fn an_ack_sent_to_a_non_owner_is_forwarded_to_the_owner() {
                 handover.clone().into(),
             ),
             ("GAP_AUDITOR__SERVER__ADVERTISED_URL", url.into()),
+            // Both on 127.0.0.1: only a listed peer is sent the token.
+            (
+                "GAP_AUDITOR__SERVER__FORWARD_PEERS",
+                b_url_for_a.clone().into(),
+            ),
         ]
     })
     .await;
     let a_url = a_url.get().cloned().expect("A's url");
 
     // B: same handover topic, its own audit name, group and store; not the gap's owner.
-    let b_port = free_port();
-    let b_url = format!("http://127.0.0.1:{b_port}");
+    let b_url = b_url_for_a.clone();
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gap-auditor.toml");
     let mut b = Daemon::spawn(
         Path::new(config),
@@ -45,6 +51,7 @@ async fn an_ack_sent_to_a_non_owner_is_forwarded_to_the_owner() {
             ),
             ("GAP_AUDITOR__SERVER__API_TOKEN", TOKEN.into()),
             ("GAP_AUDITOR__SERVER__ADVERTISED_URL", b_url.clone().into()),
+            ("GAP_AUDITOR__SERVER__FORWARD_PEERS", a_url.clone().into()),
             (
                 "GAP_AUDITOR__STATE__HANDOVER_TOPIC",
                 handover.clone().into(),

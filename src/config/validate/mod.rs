@@ -316,6 +316,9 @@ impl ServerConfig {
         if let Some(u) = &self.advertised_url {
             check_advertised_url("server.advertised_url", u)?;
         }
+        for (i, u) in self.forward_peers.iter().enumerate() {
+            check_advertised_url(&format!("server.forward_peers[{i}]"), u)?;
+        }
         Ok(())
     }
 }
