@@ -52,6 +52,7 @@ mod codec;
 pub mod delta;
 mod publish;
 mod read;
+pub mod retired;
 
 pub use codec::{
     ChunkHeader, Latest, Slots, chunk_key, decode, delta_key, encode, key, newer, prefer_handover,
@@ -66,7 +67,11 @@ pub use read::Reassembler;
 /// state is a base plus deltas ([`delta`]); binaries of version 1 ignore version-2 records
 /// with a warning (they resume without the handed-over state, as with no handover topic)
 /// rather than take a base without its deltas. Version-1 documents are read as bases.
-pub const VERSION: u32 = 2;
+/// Version 3 (issue 41, "a takeover reads a bounded amount"): retired gaps are not in the
+/// state any more but counted in [`PartitionState::retired_gaps`] and carried as chunks on
+/// a side topic ([`retired`]); binaries of version 2 ignore version-3 records (they would
+/// take a state without its retired gaps) and resume from their store.
+pub const VERSION: u32 = 3;
 
 /// Version of the chunk envelope ([`ChunkHeader::chunk`]); chunks of a newer envelope are
 /// ignored rather than misread.
@@ -193,6 +198,12 @@ pub struct PartitionState {
     /// counted (issue 41 item 1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<String>,
+    /// Record format 3: the aggregate of the partition's retired gaps (count, earliest
+    /// record time, earliest deletion, the earliest listed: what the ledger keeps of them),
+    /// in a base and every delta; the gaps themselves are on the side topic
+    /// ([`retired`]). `None` in a format-3 record: none retired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_gaps: Option<crate::ledger::RetiredGaps>,
     /// key_columns: the owner's confirmed counts of the keys its missing records carry
     /// (each key's values), so the next owner does not take a row those confirmed records
     /// hold for a missing record's (a shared-key loss closed as late).

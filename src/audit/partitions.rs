@@ -234,7 +234,7 @@ impl<V: Verifier> Audit<V> {
                 }
             }
         };
-        self.take_over(&partitions, &mut progress).await;
+        let handed_retired = self.take_over(&partitions, &mut progress).await;
         let view = self.kafka_view.clone();
         let start = self.kafka.start;
         let tps = partitions.clone();
@@ -377,7 +377,27 @@ impl<V: Verifier> Audit<V> {
                  since they were stored): given up, they stay missing and are no longer re-checked; \
                  settle them with `gap-auditor check` or `replay`");
         }
-        // Restored ledgers hold no retired gap: their aggregate is counted in the store.
+        // Retired gaps (record format 3): a partition taken over counts its previous owner's
+        // aggregate at once and imports their rows in the background; any other sweeps its
+        // store's retired gaps to the side topic (`retired_flow`). Both hold it meanwhile.
+        if self.handover.is_some() {
+            for tp in &partitions {
+                let flow = match handed_retired.get(tp) {
+                    Some(agg) => {
+                        if let Some(p) = self.parts.get_mut(tp) {
+                            p.ledger.retired_handed_over(agg.clone());
+                        }
+                        super::retired_flow::Flow::Import(
+                            crate::handover::retired::ImportCursor::start(),
+                        )
+                    }
+                    None => super::retired_flow::Flow::Sweep(Offset::MIN),
+                };
+                self.retired_flows.insert(tp.clone(), flow);
+            }
+        }
+        // Restored ledgers hold no retired gap: their aggregate is counted in the store
+        // (but for those just taken over with their aggregate, above).
         // Before the write: a diverged ledger's old retired gaps are let go while the store
         // still says the log diverged (a crash in between finds the divergence again).
         self.settle_retired().await;
@@ -441,13 +461,18 @@ impl<V: Verifier> Audit<V> {
     /// the previous owner counted them. Without a readable handover topic the partitions
     /// resume from the local store or the group's commit: nothing unread is skipped, but
     /// the previous owner's open gaps are not followed here.
+    ///
+    /// Returns the partitions taken over from a record of format 3 with retired gaps, and
+    /// their aggregate: their rows are imported from the side topic afterwards, never on
+    /// this path (`retired_flow`).
     pub(super) async fn take_over(
         &mut self,
         partitions: &[TopicPartition],
         progress: &mut HashMap<TopicPartition, PartitionProgress>,
-    ) {
+    ) -> HashMap<TopicPartition, crate::ledger::RetiredGaps> {
+        let mut handed_retired = HashMap::new();
         let Some(h) = self.handover.clone() else {
-            return;
+            return handed_retired;
         };
         let audit = self.cfg.name.clone();
         let tps = partitions.to_vec();
@@ -455,7 +480,7 @@ impl<V: Verifier> Audit<V> {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried every round)");
-                return;
+                return handed_retired;
             }
         };
         let mut imports = Vec::new();
@@ -492,11 +517,19 @@ impl<V: Verifier> Audit<V> {
                 updated_at: Utc::now(),
                 items: None,
             };
+            // Format 3: the retired gaps are chunks on the side topic, counted here by the
+            // aggregate (none retired: nothing to import). Older formats carry them inline
+            // (`st.retired`), written to the store below and counted from it.
+            if st.version >= 3
+                && let Some(agg) = st.retired_gaps.clone()
+            {
+                handed_retired.insert(tp.clone(), agg);
+            }
             progress.insert(tp, row.clone());
             imports.push((row, st.gaps, st.replayed, st.retired));
         }
         if imports.is_empty() {
-            return;
+            return handed_retired;
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
@@ -536,6 +569,7 @@ impl<V: Verifier> Audit<V> {
         if let Err(e) = written {
             tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
         }
+        handed_retired
     }
 
     #[cfg(test)]
@@ -592,6 +626,7 @@ impl<V: Verifier> Audit<V> {
                 self.handover_dirty.remove(tp);
                 self.handover_pending.remove(tp);
                 self.handover_claims.remove(tp);
+                self.retired_flows.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }

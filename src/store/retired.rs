@@ -246,3 +246,64 @@ fn count(
     }
     Ok(out)
 }
+
+impl Store {
+    /// The retired gaps (any state) of one partition of `audit` starting in `[lo, hi)`, in
+    /// offset order, at most `limit`: what a chunk of retired gaps on the handover's side
+    /// topic holds (`handover::retired`). Through the `gaps_retired` index.
+    pub fn retired_gaps_between(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        lo: Offset,
+        hi: Offset,
+        limit: usize,
+    ) -> Result<Vec<Gap>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the retired gaps of {audit}/{topic}-{partition} in {lo}..{hi}");
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {GAP_COLUMNS} FROM gaps
+                 WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
+                   AND first_offset >= ?4 AND first_offset < ?5
+                 ORDER BY first_offset, id LIMIT ?6"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows: Vec<RawGap> = stmt
+            .query_map(
+                params![audit, topic, partition, lo, hi, limit],
+                RawGap::from_row,
+            )
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        drop(stmt);
+        drop(conn);
+        rows.into_iter().map(|raw| self.decode_gap(raw)).collect()
+    }
+
+    /// Writes retired gaps a previous owner handed over (chunks of the handover's side
+    /// topic, applied in log order: a later chunk's row replaces an earlier one's) as
+    /// retired rows, with their replay marks, in one transaction. An acknowledgement
+    /// already in the store stays.
+    pub fn import_retired(&self, audit: &str, gaps: &[Gap]) -> Result<(), StoreError> {
+        if gaps.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
+        self.commit_round_retiring(
+            audit,
+            gaps,
+            &[],
+            KeyClaims::<&[u8]>::Changes(&[]),
+            &ids,
+            &[],
+        )?;
+        for g in gaps.iter().filter(|g| g.replayed_at.is_some()) {
+            self.mark_replayed(&g.id)?;
+        }
+        Ok(())
+    }
+}

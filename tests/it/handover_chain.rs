@@ -316,6 +316,7 @@ async fn a_base_sent_before_a_limit_error_is_accounted_for() {
     assert!(read(&a).await.is_none());
     let small = |settled| PartitionState {
         retired: Vec::new(),
+        retired_gaps: None,
         gaps: Vec::new(),
         ..whole(settled, &[])
     };
