@@ -47,6 +47,7 @@ fn whole(settled: i64, firsts: &[i64]) -> PartitionState {
             .iter()
             .map(|f| Gap::make_id(AUDIT, "logs", 0, *f))
             .collect(),
+        retired_gaps: None,
         key_claims: Vec::new(),
         generation: 0,
         base: None,
