@@ -30,7 +30,7 @@ const END: i64 = LIVE_END + TRICKLE;
 /// The acceptance bound: bytes published per idle round.
 const PER_ROUND: usize = 10_000;
 /// How long the next owner may take to import 100,000 given-up gaps from the side topic:
-/// 782 chunks at 64 a round, 13 rounds of 300 ms and their reads and writes, with room.
+/// 3,125 chunks at 256 a round, 13 rounds of 300 ms and their reads and writes, with room.
 pub(super) const IMPORT_SECS: u64 = 60;
 
 /// A's store before it starts: the given-up gaps (open, retired) and progress at [`FILL`].

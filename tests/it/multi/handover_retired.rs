@@ -21,7 +21,7 @@ const SAME_WITHIN: usize = 128 * 1024;
 /// Bytes a takeover of this partition may read at all, whatever its retired gaps: a base
 /// of 50 live gaps, a few deltas and bases of the rebalances, each about 30 kB.
 const TAKEOVER_BOUND: usize = 512 * 1024;
-/// How long B may take to import 200,000 given-up gaps: 1,563 chunks at 64 a round.
+/// How long B may take to import 200,000 given-up gaps: 6,250 chunks at 256 a round.
 const IMPORT_SECS: u64 = 120;
 
 /// What one takeover showed.
@@ -116,7 +116,14 @@ async fn takeover(retired: i64) -> Takeover {
         "B detected none of A's gaps again"
     );
     // Once imported, B counts them from its store: the same.
-    assert_eq!(b.metric("gap_auditor_gaps_open").await, open);
+    let now_open = b.metric("gap_auditor_gaps_open").await;
+    if now_open != open {
+        eprintln!(
+            "handover_retired: DIAG gauges {now_open} != {open}; B log tail:\n{}",
+            tail(&b.log_text(), 60)
+        );
+    }
+    assert_eq!(now_open, open, "B's gauges once imported");
     b.stop();
     Takeover {
         read_bytes,
@@ -174,4 +181,142 @@ async fn a_takeover_reads_the_same_for_two_thousand_and_two_hundred_thousand_giv
             large.import_s
         ),
     });
+}
+
+/// The chunks of partition 0 of `topic` on handover side topic `side`, decoded, the latest
+/// of each key: their gap ids.
+fn side_topic_gaps(side: &str, topic: &str) -> BTreeSet<String> {
+    use gap_auditor::handover::retired::{decode_chunk, parse_chunk_key};
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let c: BaseConsumer = group_client(&unique("side_reader"))
+        .create()
+        .expect("reader");
+    let Ok((_, high)) = c.fetch_watermarks(side, 0, Duration::from_secs(10)) else {
+        return BTreeSet::new();
+    };
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(side, 0, rdkafka::Offset::Beginning)
+        .expect("tpl");
+    c.assign(&tpl).expect("assign");
+    let mut latest: BTreeMap<Vec<u8>, BTreeSet<String>> = BTreeMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut reached = 0;
+    while reached < high && std::time::Instant::now() < deadline {
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.expect("read the side topic");
+        reached = m.offset() + 1;
+        let (Some(k), Some(v)) = (m.key(), m.payload()) else {
+            continue;
+        };
+        assert!(
+            parse_chunk_key(k).is_some(),
+            "only chunks on the side topic"
+        );
+        let chunk = decode_chunk(k, v).expect("a chunk decodes");
+        if chunk.topic == topic {
+            latest.insert(k.to_vec(), chunk.gaps.into_iter().map(|g| g.id).collect());
+        }
+    }
+    latest.into_values().flatten().collect()
+}
+
+/// An upgrade: the handover topic holds a format-2 base with the retired gaps inline (what
+/// the previous build wrote). The new owner takes it over right (the retired gaps in its
+/// store, counted), publishes them as chunks to the side topic before it commits, and a
+/// third owner then gets them through the side topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_format_2_base_with_retired_gaps_inline_is_taken_over_and_its_gaps_chunked() {
+    use gap_auditor::handover::{Handover, PartitionState};
+    const RETIRED: i64 = 300;
+    const SETTLED: i64 = 2 * RETIRED;
+    let s = Scenario::with_partitions("handover_format2", 1).await;
+    let handover = unique("handover");
+    let topic = s.topic.clone();
+    tokio::task::spawn_blocking(move || bulk_produce(&topic, SETTLED))
+        .await
+        .expect("produce task");
+    // What the previous build published: version 2, every retired gap inline.
+    let gaps: Vec<Gap> = (0..RETIRED)
+        .map(|i| open_gap(super::handover_idle::AUDIT, &s.topic, 2 * i + 1, 2 * i + 1))
+        .collect();
+    let old = Handover::new(
+        &gap_auditor::config::KafkaConfig {
+            brokers: kafka(),
+            ..Default::default()
+        },
+        &handover,
+    )
+    .expect("handover client");
+    old.ensure_topic().await.expect("handover topic");
+    old.publish(&[PartitionState {
+        version: 2,
+        audit: super::handover_idle::AUDIT.into(),
+        topic: s.topic.clone(),
+        partition: 0,
+        settled: SETTLED,
+        ledger: serde_json::json!({"tail_gap": null}),
+        retired: gaps.iter().map(|g| g.id.clone()).collect(),
+        gaps,
+        replayed: Vec::new(),
+        retired_gaps: None,
+        key_claims: Vec::new(),
+        generation: 0,
+        base: None,
+        base_id: None,
+        prev: None,
+        term: 0,
+        removed: Vec::new(),
+        claims_kept: false,
+        written_at: chrono::Utc::now(),
+        owner: "previous-build".into(),
+    }])
+    .await
+    .expect("the format-2 base");
+
+    let mut b = Instance::new(&s, "b", &handover);
+    b.start();
+    wait_settled(&b, SETTLED, "B takes the format-2 base over").await;
+    assert_eq!(
+        b.metric("gap_auditor_gaps_open").await,
+        RETIRED as f64,
+        "B counts the inline retired gaps"
+    );
+    let b_gaps = handed(&b.store);
+    assert_eq!(b_gaps.len() as i64, RETIRED);
+    assert!(
+        b_gaps.values().all(|v| v.contains("retired=1")),
+        "{:?}",
+        b_gaps.values().next()
+    );
+    // B commits only once the side topic holds every one of them.
+    let committed = committed_within(&s.auditor_group, &s.topic, SETTLED, 60).await;
+    assert_eq!(committed, Some(SETTLED), "B's commit");
+    let side = gap_auditor::handover::retired::side_topic(&handover);
+    let on_side = {
+        let (side, topic) = (side.clone(), s.topic.clone());
+        tokio::task::spawn_blocking(move || side_topic_gaps(&side, &topic))
+            .await
+            .expect("side task")
+    };
+    let want: BTreeSet<String> = b_gaps.keys().cloned().collect();
+    assert_eq!(on_side, want, "every retired gap is on the side topic");
+
+    // A third owner gets them from the side topic.
+    let mut c = Instance::new(&s, "c", &handover);
+    c.start();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    b.stop();
+    wait_settled(&c, SETTLED, "C takes over from B").await;
+    assert_eq!(c.metric("gap_auditor_gaps_open").await, RETIRED as f64);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut c_gaps = handed(&c.store);
+    while c_gaps != b_gaps && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        c_gaps = handed(&c.store);
+    }
+    assert_eq!(c_gaps, b_gaps, "C's store holds B's retired gaps");
+    c.stop();
 }
