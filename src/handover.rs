@@ -29,6 +29,10 @@
 //! Every record of this binary goes to partition 0 of the handover topic: a set's chunks
 //! must share one log to be ordered.
 //!
+//! Given-up (retired) gaps are not part of a partition's state (record format 3): it
+//! carries their aggregate, and the gaps travel as chunks on a side topic ([`retired`]),
+//! so a takeover reads an amount bounded by the ledger's own bounds.
+//!
 //! The pure parts (keys, encoding, chunk planning, reassembly, which state wins) are
 //! separate from the Kafka I/O ([`Handover`]) and unit-tested below.
 
