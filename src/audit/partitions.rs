@@ -379,9 +379,28 @@ impl<V: Verifier> Audit<V> {
         }
         // Retired gaps (record format 3): a partition taken over counts its previous owner's
         // aggregate at once and imports their rows in the background; any other sweeps its
-        // store's retired gaps to the side topic (`retired_flow`). Both hold it meanwhile.
-        if self.handover.is_some() {
+        // store's retired gaps to the side topic (`retired_flow`) unless the store says they
+        // are there already. Both hold it meanwhile.
+        if let Some(h) = self.handover.clone() {
+            let (store, audit, topic) = (
+                self.store.clone(),
+                self.cfg.name.clone(),
+                h.topic().to_string(),
+            );
+            let swept = match blocking(move || store.handover_swept(&topic, &audit)).await {
+                Ok(s) => s,
+                Err(e) => {
+                    // Unknown: every partition is swept (never one left off the side topic).
+                    tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which partitions' given-up gaps are on the handover side topic: all are published again");
+                    BTreeSet::new()
+                }
+            };
             for tp in &partitions {
+                if !handed_retired.contains_key(tp)
+                    && swept.contains(&(tp.topic.clone(), tp.partition))
+                {
+                    continue;
+                }
                 let flow = match handed_retired.get(tp) {
                     Some(agg) => {
                         if let Some(p) = self.parts.get_mut(tp) {
@@ -425,18 +444,19 @@ impl<V: Verifier> Audit<V> {
         let audit = self.cfg.name.clone();
         let owned: BTreeSet<TopicPartition> = self.parts.keys().cloned().collect();
         let r = blocking(move || {
-            let filter = crate::store::GapFilter {
-                state: crate::store::StateFilter::Unresolved,
-                audit: Some(audit.clone()),
-            };
+            // The partitions only, never every unresolved row (millions given up after a
+            // long incident, read into memory at each assignment before).
             let elsewhere: BTreeSet<TopicPartition> = store
-                .list_gaps(&filter)?
+                .partitions_with_unresolved_gaps(&audit)?
                 .into_iter()
-                .map(|g| TopicPartition::new(g.topic, g.partition))
+                .map(|(topic, partition)| TopicPartition::new(topic, partition))
                 .filter(|tp| !owned.contains(tp))
                 .collect();
             let mut n = 0;
             for tp in elsewhere {
+                // Its retired rows go too: the side topic no longer holds them as this store
+                // does (a sweep, should it come back from this store).
+                store.clear_handover_swept(&audit, &[(tp.topic.clone(), tp.partition)])?;
                 n += store
                     .forget_unresolved(&audit, &tp.topic, tp.partition, Offset::MAX, &[])?
                     .len();
@@ -533,8 +553,23 @@ impl<V: Verifier> Audit<V> {
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
+        let handover = self
+            .handover
+            .as_ref()
+            .map(|h| h.topic().to_string())
+            .unwrap_or_default();
         let written = blocking(move || {
             for (row, gaps, replayed, retired) in imports {
+                // Given-up gaps inline (record format 2) are not on the side topic: swept.
+                if !retired.is_empty() {
+                    store.set_handover_swept(
+                        &handover,
+                        &audit,
+                        &row.topic,
+                        row.partition,
+                        false,
+                    )?;
+                }
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
                 // The retired ones were in the previous owner's store only: the ledger
                 // restored here counts them from this one (`settle_retired`). Marked in the

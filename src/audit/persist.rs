@@ -126,6 +126,18 @@ impl<V: Verifier> Audit<V> {
                     .map(|g| g.id(&self.cfg.name, tp))
             })
             .collect();
+        // Partitions whose gaps retire in this write: until their chunks are published they
+        // are not on the handover's side topic as the store holds them (a crash in between
+        // must make the next assignment sweep them: `retired_flow`).
+        let unswept: Vec<(String, i32)> = if self.handover.is_some() {
+            self.parts
+                .iter()
+                .filter(|(_, p)| !p.ledger.retired_unstored().is_empty())
+                .map(|(tp, _)| (tp.topic.clone(), tp.partition))
+                .collect()
+        } else {
+            Vec::new()
+        };
         // Gaps folded into an overflow gap since the last write: their rows go as it is
         // written.
         let folded: Vec<String> = self
@@ -170,7 +182,12 @@ impl<V: Verifier> Audit<V> {
                     KeyClaims::Changes(&keys.claims)
                 };
                 store
-                    .commit_round_retiring(&audit, &gaps, &progress, claims, &retired, &folded)
+                    .clear_handover_swept(&audit, &unswept)
+                    .and_then(|()| {
+                        store.commit_round_retiring(
+                            &audit, &gaps, &progress, claims, &retired, &folded,
+                        )
+                    })
                     .map(|()| keys)
             }))
             .unwrap_or_else(|_| {

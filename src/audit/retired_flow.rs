@@ -110,6 +110,7 @@ impl<V: Verifier> Audit<V> {
                 self.store.clone(),
                 tps.clone(),
             );
+            let handover = h.topic().to_string();
             let step = blocking(move || {
                 let (chunks, next) = hh
                     .read_retired(&audit, &asked, cursor)
@@ -118,6 +119,13 @@ impl<V: Verifier> Audit<V> {
                 store
                     .import_retired(&audit, &gaps)
                     .map_err(|e| e.to_string())?;
+                if next.done() {
+                    for tp in &asked {
+                        store
+                            .set_handover_swept(&handover, &audit, &tp.topic, tp.partition, true)
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
                 Ok::<_, String>((next, gaps.len()))
             })
             .await;
@@ -183,7 +191,25 @@ impl<V: Verifier> Audit<V> {
             budget = budget.saturating_sub(rows.len().max(1));
             let (rows, next) = sweep_step(rows, limit);
             let chunks = retired::chunks(&self.cfg.name, &tp, rows, hh.owner(), Utc::now());
-            match hh.publish_retired(&chunks).await {
+            let published = hh.publish_retired(&chunks).await;
+            // Done: the store remembers it, so the next assignment does not sweep again.
+            let published = match (published, next) {
+                (Ok(()), None) => {
+                    let (store, audit, t, handover) = (
+                        self.store.clone(),
+                        self.cfg.name.clone(),
+                        tp.clone(),
+                        hh.topic().to_string(),
+                    );
+                    blocking(move || {
+                        store.set_handover_swept(&handover, &audit, &t.topic, t.partition, true)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())
+                }
+                (r, _) => r.map_err(|e| e.to_string()),
+            };
+            match published {
                 Ok(()) => match next {
                     Some(n) => {
                         self.retired_flows.insert(tp.clone(), Flow::Sweep(n));
@@ -246,9 +272,32 @@ impl<V: Verifier> Audit<V> {
             Ok::<_, crate::store::StoreError>(out)
         })
         .await;
+        let handover = h.topic().to_string();
         let result = match read {
             Ok(chunks) => h.publish_retired(&chunks).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
+        };
+        // Published: the side topic holds these partitions' retired gaps as the store does
+        // again (they hold no flow, so everything before was there already).
+        let result = match result {
+            Ok(()) => {
+                let (store, audit, done) = (self.store.clone(), self.cfg.name.clone(), tps.clone());
+                blocking(move || {
+                    for tp in done {
+                        store.set_handover_swept(
+                            &handover,
+                            &audit,
+                            &tp.topic,
+                            tp.partition,
+                            true,
+                        )?;
+                    }
+                    Ok::<_, crate::store::StoreError>(())
+                })
+                .await
+                .map_err(|e| e.to_string())
+            }
+            e => e,
         };
         match result {
             Ok(()) => BTreeSet::new(),
@@ -337,6 +386,9 @@ mod tests {
             Gap::make_id("a", "t", 0, 300),
             format!("{}@2", Gap::make_id("a", "t", 0, 600)),
         ];
-        assert_eq!(chunks_of_ids(&ids), BTreeSet::from([0, 1, 2]));
+        assert_eq!(
+            chunks_of_ids(&ids),
+            BTreeSet::from([5 / retired::SPAN, 300 / retired::SPAN, 600 / retired::SPAN])
+        );
     }
 }

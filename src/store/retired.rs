@@ -307,3 +307,108 @@ impl Store {
         Ok(())
     }
 }
+
+impl Store {
+    /// The partitions of `audit` whose retired gaps are on handover topic `handover`'s side
+    /// topic as this store holds them (schema v13): a new assignment need not sweep them.
+    pub fn handover_swept(
+        &self,
+        handover: &str,
+        audit: &str,
+    ) -> Result<std::collections::BTreeSet<(String, i32)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the swept partitions of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition FROM handover_swept
+                 WHERE handover_topic = ?1 AND audit = ?2",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![handover, audit], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows)
+    }
+
+    /// Records whether the retired gaps of one partition are on `handover`'s side topic as
+    /// this store holds them (`false`: rows came from elsewhere, e.g. inline in a format-2
+    /// state, and must be swept).
+    pub fn set_handover_swept(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        swept: bool,
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("mark the retired gaps of {audit}/{topic}-{partition} swept");
+        if swept {
+            conn.execute(
+                "INSERT OR REPLACE INTO handover_swept (handover_topic, audit, topic, partition, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![handover, audit, topic, partition, fmt_ts(Utc::now())],
+            )
+        } else {
+            conn.execute(
+                "DELETE FROM handover_swept
+                 WHERE handover_topic = ?1 AND audit = ?2 AND topic = ?3 AND partition = ?4",
+                params![handover, audit, topic, partition],
+            )
+        }
+        .map_err(self.sq(ctx()))?;
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Forgets, for every handover topic, that the retired gaps of `partitions` of `audit`
+    /// are on its side topic: gaps of theirs are about to retire (schema v13).
+    pub fn clear_handover_swept(
+        &self,
+        audit: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<(), StoreError> {
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let conn = self.lock();
+        let ctx = || format!("unmark the swept partitions of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "DELETE FROM handover_swept WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            )
+            .map_err(self.sq(ctx()))?;
+        for (topic, partition) in partitions {
+            stmt.execute(params![audit, topic, partition])
+                .map_err(self.sq(ctx()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// The partitions of `audit` holding unresolved gaps (open, unrecoverable,
+    /// unverifiable), without reading the rows: through the `(audit, state)` index.
+    pub fn partitions_with_unresolved_gaps(
+        &self,
+        audit: &str,
+    ) -> Result<std::collections::BTreeSet<(String, i32)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the partitions with unresolved gaps of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT DISTINCT topic, partition FROM gaps
+                 WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![audit], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows)
+    }
+}

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i32 = 12;
+pub(super) const SCHEMA_VERSION: i32 = 13;
 
 pub(super) const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS gaps (
@@ -179,6 +179,22 @@ CREATE INDEX IF NOT EXISTS gaps_retired ON gaps (audit, topic, partition, first_
     WHERE retired = 1;
 ";
 
+/// v13: the partitions whose retired gaps are on a handover topic's side topic as this
+/// store holds them (`handover::retired`): swept there, or imported from there. An
+/// instance assigned such a partition does not publish them all again; any other
+/// partition is swept once (an upgrade from record format 2, a format-2 takeover, another
+/// handover topic).
+pub(super) const SCHEMA_V13: &str = "
+CREATE TABLE IF NOT EXISTS handover_swept (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    at             TEXT NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition)
+);
+";
+
 /// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
 /// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
 const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
@@ -194,6 +210,7 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     (SCHEMA_V10, "migrate schema to v10"),
     (SCHEMA_V11, "migrate schema to v11"),
     (SCHEMA_V12, "migrate schema to v12"),
+    (SCHEMA_V13, "migrate schema to v13"),
 ];
 
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the

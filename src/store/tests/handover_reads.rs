@@ -256,3 +256,54 @@ fn imported_retired_gaps_are_retired_rows() {
         "an acknowledgement stays"
     );
 }
+
+/// Schema v13: which partitions' retired gaps are on a handover topic's side topic.
+#[test]
+fn swept_partitions_are_remembered_per_handover_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert!(store.handover_swept("h", "a").unwrap().is_empty());
+    store.set_handover_swept("h", "a", "t", 0, true).unwrap();
+    store.set_handover_swept("h", "a", "t", 0, true).unwrap();
+    store.set_handover_swept("h", "a", "t", 1, true).unwrap();
+    store
+        .set_handover_swept("other", "a", "t", 2, true)
+        .unwrap();
+    assert_eq!(
+        store.handover_swept("h", "a").unwrap(),
+        std::collections::BTreeSet::from([("t".to_string(), 0), ("t".to_string(), 1)])
+    );
+    store.set_handover_swept("h", "a", "t", 0, false).unwrap();
+    assert_eq!(store.handover_swept("h", "a").unwrap().len(), 1);
+    assert!(store.handover_swept("h", "b").unwrap().is_empty());
+    // Gaps of partition 1 retiring: unmarked for every handover topic.
+    store
+        .set_handover_swept("other", "a", "t", 1, true)
+        .unwrap();
+    store
+        .clear_handover_swept("a", &[("t".to_string(), 1)])
+        .unwrap();
+    assert!(store.handover_swept("h", "a").unwrap().is_empty());
+    assert_eq!(store.handover_swept("other", "a").unwrap().len(), 1);
+}
+
+/// What an assignment asks to drop the gaps of partitions owned elsewhere: the partitions
+/// with unresolved gaps, not their rows.
+#[test]
+fn the_partitions_with_unresolved_gaps_are_listed_without_their_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let gaps = [
+        gap("a", 0, 9, 0, GapState::Open),
+        gap("a", 0, 30, 0, GapState::Open),
+        gap("a", 1, 5, 0, GapState::Late),
+        gap("a", 2, 5, 0, GapState::Unverifiable),
+        gap("b", 3, 4, 0, GapState::Open),
+    ];
+    store.commit_round("a", &gaps[..4], &[]).unwrap();
+    store.commit_round("b", &gaps[4..], &[]).unwrap();
+    assert_eq!(
+        store.partitions_with_unresolved_gaps("a").unwrap(),
+        std::collections::BTreeSet::from([("t".to_string(), 0), ("t".to_string(), 2)])
+    );
+}
