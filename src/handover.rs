@@ -310,6 +310,12 @@ pub struct Handover {
     /// nothing of them (a lower-term base would overwrite a newer owner's) until a read
     /// succeeds.
     unread: Mutex<HashSet<Vec<u8>>>,
+    /// The latest read started for each partition (single-record key → its number): a read
+    /// that finishes after a newer one started (a retry in the background, then an
+    /// assignment) leaves what the newer one found in place.
+    reads: Mutex<HashMap<Vec<u8>, u64>>,
+    /// Numbers the reads.
+    read_seq: AtomicU64,
     /// Whether the topic's `cleanup.policy` deletes by retention (read by
     /// [`Handover::check_policy`]): only then does a chain get a new base on a timer
     /// ([`delta::REBASE_EVERY`]); a compacted-only topic keeps a base for ever.
@@ -368,6 +374,8 @@ impl Handover {
             chains: Mutex::new(HashMap::new()),
             terms: Mutex::new(HashMap::new()),
             unread: Mutex::new(HashSet::new()),
+            reads: Mutex::new(HashMap::new()),
+            read_seq: AtomicU64::new(0),
             timed_rebase: std::sync::atomic::AtomicBool::new(false),
             sets: AtomicU64::new(0),
         })

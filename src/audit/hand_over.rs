@@ -95,6 +95,16 @@ fn claims_hash(claims: &[(Vec<String>, u64)]) -> u64 {
     h.finish()
 }
 
+/// A background read of the handover topic for partitions whose read failed.
+pub(super) struct Reading {
+    /// The partitions asked.
+    tps: Vec<TopicPartition>,
+    /// The read (blocking, on tokio's blocking pool).
+    handle: tokio::task::JoinHandle<
+        Result<HashMap<TopicPartition, PartitionState>, handover::HandoverError>,
+    >,
+}
+
 /// A state's gaps as read from the store for a publish: rows with (replayed, retired).
 type Rows = Vec<(Gap, bool, bool)>;
 
@@ -472,11 +482,35 @@ impl<V: Verifier> Audit<V> {
     /// Their ledgers already run from the local store or the group's commit; a previous
     /// owner's state found now is not taken (the partition is audited from where it
     /// started), but the read gives this process its term above every owner's, and the
-    /// next publish is a base of its own.
+    /// next publish is a base of its own. The read runs in the background (up to 20 s
+    /// against an unreachable broker): a round starts one and looks at its outcome in a
+    /// later round, never waiting for it.
     pub(super) async fn read_unread(&mut self) {
         let Some(h) = self.handover.clone() else {
             return;
         };
+        match self.handover_reading.take() {
+            Some(r) if !r.handle.is_finished() => {
+                self.handover_reading = Some(r);
+                return;
+            }
+            Some(r) => {
+                let outcome = match r.handle.await {
+                    Ok(o) => o.map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("the read panicked: {e}")),
+                };
+                // Only partitions still owned (an assignment or revoke since drops the
+                // read, see [`Audit::drop_reading`]).
+                let tps: Vec<TopicPartition> = r
+                    .tps
+                    .into_iter()
+                    .filter(|tp| self.parts.contains_key(tp))
+                    .collect();
+                self.read_done(tps, outcome);
+                return;
+            }
+            None => {}
+        }
         let tps: Vec<TopicPartition> = self
             .parts
             .keys()
@@ -488,7 +522,26 @@ impl<V: Verifier> Audit<V> {
         }
         let audit = self.cfg.name.clone();
         let asked = tps.clone();
-        match blocking(move || h.read(&audit, &asked)).await {
+        self.handover_reading = Some(Reading {
+            tps,
+            handle: tokio::task::spawn_blocking(move || h.read(&audit, &asked)),
+        });
+    }
+
+    /// A read started by [`Audit::read_unread`] is of no use any more: the partitions were
+    /// assigned or revoked since (an assignment reads them itself). It runs to its end in
+    /// the background; `Handover::read` leaves a newer read's findings in place.
+    pub(super) fn drop_reading(&mut self) {
+        self.handover_reading = None;
+    }
+
+    /// The outcome of a background read of the unread partitions `tps`.
+    fn read_done(
+        &mut self,
+        tps: Vec<TopicPartition>,
+        outcome: Result<HashMap<TopicPartition, PartitionState>, String>,
+    ) {
+        match outcome {
             Ok(states) => {
                 for tp in &tps {
                     self.handover_pending.remove(tp);

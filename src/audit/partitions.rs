@@ -494,6 +494,8 @@ impl<V: Verifier> Audit<V> {
         let Some(h) = self.handover.clone() else {
             return handed_retired;
         };
+        // A background retry of an earlier read is of no use now: this read is newer.
+        self.drop_reading();
         let audit = self.cfg.name.clone();
         let tps = partitions.to_vec();
         let states = match blocking(move || h.read(&audit, &tps)).await {
@@ -627,6 +629,9 @@ impl<V: Verifier> Audit<V> {
         // An acknowledgement given since the last round goes with the handover (and leaves
         // the ledger stored here), as a round would have taken it.
         self.refresh_acknowledged().await;
+        // A background read of partitions whose read failed: the next round starts another
+        // for those still owned and unread.
+        self.drop_reading();
         if lost {
             tracing::warn!(audit = %self.cfg.name, partitions = ?partitions,
                 "assignment lost (session or poll interval expired): the state of these partitions is neither handed over nor committed");
