@@ -157,7 +157,7 @@ pub enum HandoverError {
     /// The partition's handover topic was not read since it was assigned (the read failed):
     /// what another owner wrote is unknown, so nothing of it is published.
     #[error(
-        "handover topic {topic}: {partition} not published: its state on the topic was not read since its assignment (retried every round)"
+        "handover topic {topic}: {partition} not published: its state on the topic was not read since its assignment (retried in the background)"
     )]
     NotRead {
         /// The handover topic.

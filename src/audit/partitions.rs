@@ -501,7 +501,7 @@ impl<V: Verifier> Audit<V> {
         let states = match blocking(move || h.read(&audit, &tps)).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried every round)");
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried in the background)");
                 return handed_retired;
             }
         };
