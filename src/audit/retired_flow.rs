@@ -79,6 +79,15 @@ impl<V: Verifier> Audit<V> {
         self.retired_flows.keys().cloned().collect()
     }
 
+    /// Whether no gap of `tp` waits for its next handover publish (see
+    /// [`Audit::advance_retired_flows`]: only then may a finished sweep or import say the
+    /// side topic holds every retired gap of the store).
+    fn nothing_pending(&self, tp: &TopicPartition) -> bool {
+        self.handover_pending
+            .get(tp)
+            .is_none_or(|p| p.gaps.is_empty())
+    }
+
     /// Whether `tp` imports a previous owner's retired gaps (its aggregate is the handed-over
     /// one: the store's recount waits).
     pub(super) fn importing(&self, tp: &TopicPartition) -> bool {
@@ -111,6 +120,14 @@ impl<V: Verifier> Audit<V> {
                 tps.clone(),
             );
             let handover = h.topic().to_string();
+            // Marked swept once imported only when nothing of theirs waits to be published
+            // (gaps they retired meanwhile): else the chunk publish marks them, once the
+            // side topic holds those too (a crash in between then sweeps at the next start).
+            let markable: Vec<TopicPartition> = tps
+                .iter()
+                .filter(|tp| self.nothing_pending(tp))
+                .cloned()
+                .collect();
             let step = blocking(move || {
                 let (chunks, next) = hh
                     .read_retired(&audit, &asked, cursor)
@@ -120,7 +137,7 @@ impl<V: Verifier> Audit<V> {
                     .import_retired(&audit, &gaps)
                     .map_err(|e| e.to_string())?;
                 if next.done() {
-                    for tp in &asked {
+                    for tp in &markable {
                         store
                             .set_handover_swept(&handover, &audit, &tp.topic, tp.partition, true)
                             .map_err(|e| e.to_string())?;
@@ -194,7 +211,7 @@ impl<V: Verifier> Audit<V> {
             let published = hh.publish_retired(&chunks).await;
             // Done: the store remembers it, so the next assignment does not sweep again.
             let published = match (published, next) {
-                (Ok(()), None) => {
+                (Ok(()), None) if self.nothing_pending(&tp) => {
                     let (store, audit, t, handover) = (
                         self.store.clone(),
                         self.cfg.name.clone(),
