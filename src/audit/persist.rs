@@ -419,7 +419,13 @@ impl<V: Verifier> Audit<V> {
             // assignment, which lists acknowledgements counted before): the alert rule
             // weighs it against the records lost in its window.
             if !full {
-                self.metrics.partition(&tp).acknowledged(g.missing_records);
+                self.metrics
+                    .partition(&tp)
+                    .acknowledged(acknowledged_in_window(
+                        g.detected_at,
+                        g.missing_records,
+                        chrono::Utc::now(),
+                    ));
             }
             // A new acknowledgement changes what the next owner must know.
             if self.handover.is_some() {
@@ -524,4 +530,43 @@ pub(super) fn with_topic_id(
         o.insert("topic_id".to_string(), serde_json::Value::from(id));
     }
     ledger
+}
+
+/// The window of the DataLoss rule's `increase(...[5m])` terms (config/alerts).
+const ALERT_WINDOW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
+
+/// The records an acknowledgement of a gap first declared at `detected_at`, holding
+/// `missing` records, counts in `gap_auditor_records_acknowledged_total`,
+/// which the DataLoss rule weighs against the records lost in the same 5 minutes: all of
+/// them for a gap first declared within that window, none for an older one. An ack of an
+/// old gap then never covers a new loss of the same partition (review of issue 38: acking
+/// a 500-record gap from last week silenced a 10-record loss of this minute); its own
+/// losses are older than the window and do not fire anyway.
+fn acknowledged_in_window(
+    detected_at: chrono::DateTime<chrono::Utc>,
+    missing: u64,
+    now: chrono::DateTime<chrono::Utc>,
+) -> u64 {
+    if now - detected_at <= ALERT_WINDOW {
+        missing
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod ack_window_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_gap_declared_within_the_alert_window_counts_its_acked_records() {
+        let now = chrono::Utc::now();
+        let ago = |m| now - chrono::TimeDelta::minutes(m);
+        assert_eq!(acknowledged_in_window(ago(4), 500, now), 500);
+        assert_eq!(
+            acknowledged_in_window(ago(6), 500, now),
+            0,
+            "an old gap covers nothing"
+        );
+    }
 }

@@ -64,6 +64,7 @@ mod schema;
 mod secrets;
 mod spec;
 mod validate;
+pub(crate) use validate::topic_problem;
 
 #[cfg(test)]
 mod tests;

@@ -33,6 +33,11 @@ const SUFFIX: &str = "/replay";
 /// about them, as the CLI does; a person is waiting.
 pub(super) const DRY_RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The most offsets a dry-run from the page covers: the daemon reads them into its own
+/// memory (the CLI does so in a process of its own), and an overflow gap can span millions.
+/// A larger gap is refused with the CLI command to run instead.
+pub(super) const MAX_DRY_RUN_OFFSETS: i64 = 10_000;
+
 /// The gap id of a dry-run path (`/ui/gaps/{id}/replay`, percent-decoded), `None` otherwise.
 pub(super) fn route(path: &str) -> Option<String> {
     gap_id_between(path, PREFIX, SUFFIX)
@@ -191,13 +196,37 @@ pub(super) async fn form_replay(
             "wrong token: the form needs this daemon's server.api_token; nothing was run",
         );
     }
+    if let Some(why) = form
+        .to_topic
+        .as_deref()
+        .and_then(crate::config::topic_problem)
+    {
+        return refused(StatusCode::BAD_REQUEST, &format!("to_topic: {why}"));
+    }
+    // Before any work: a gap the page would read too much of is the CLI's.
+    if let Ok(Some(g)) = state.store.get_gap(&id) {
+        let span = g
+            .last_offset
+            .saturating_sub(g.first_offset)
+            .saturating_add(1);
+        if span > MAX_DRY_RUN_OFFSETS {
+            let (dry, _) = commands(&id, form.to_topic.as_deref());
+            return refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!(
+                    "the gap spans {span} offsets, more than a dry-run from the page reads \
+                     ({MAX_DRY_RUN_OFFSETS}): run it on the daemon's host instead: {dry}"
+                ),
+            );
+        }
+    }
     let Some(config) = state.config.clone() else {
         return refused(
             StatusCode::SERVICE_UNAVAILABLE,
             "this server has no audit configuration to replay with",
         );
     };
-    let Ok(_running) = state.dry_runs.clone().try_acquire_owned() else {
+    let Ok(running) = state.dry_runs.clone().try_acquire_owned() else {
         return refused(
             StatusCode::SERVICE_UNAVAILABLE,
             "another replay dry-run is running on this daemon; try again when it is done",
@@ -212,7 +241,13 @@ pub(super) async fn form_replay(
     let ran = {
         let id = id.clone();
         let rt = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || dry_run(&config, &store, &id, dest, &rt)).await
+        // The permit goes with the work: a dry-run past its timeout still holds it until
+        // its reads end, so clicks cannot stack reads up.
+        tokio::task::spawn_blocking(move || {
+            let _running = running;
+            dry_run(&config, &store, &id, dest, &rt)
+        })
+        .await
     };
     let result = match ran {
         Ok(Err(DryRunError::NotHere)) => {

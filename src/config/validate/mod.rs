@@ -43,7 +43,9 @@ fn is_valid_audit_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
-fn topic_problem(topic: &str) -> Option<String> {
+/// Why `topic` is no Kafka topic name (`None`: it is one): also what the page's replay
+/// form checks before a name it was sent is used or stored.
+pub(crate) fn topic_problem(topic: &str) -> Option<String> {
     if topic.is_empty() {
         return Some("topic name must not be empty".to_owned());
     }

@@ -192,9 +192,39 @@ async fn the_replay_dry_run_needs_the_typed_token() {
     assert_eq!(r.status, 415, "{}", r.body);
     let r = request_with(srv.addr, "GET", &path, "").await;
     assert_eq!(r.status, 405);
+    // Review: a destination that is no topic name is refused before it is used or stored.
+    let bad = format!("token={TOKEN}&to_topic=..%2Fx%20y");
+    let r = post_form(srv.addr, &path, "", &bad).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("to_topic"), "{}", r.body);
     // The right token, but this server has no audit configuration: nothing run.
     let r = post_form(srv.addr, &path, "", &format!("token={TOKEN}")).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(srv.state.store.replays_of_gap(&open.id).unwrap().is_empty());
+    srv.shutdown.cancel();
+}
+
+/// Review: the daemon reads a page dry-run's records into its own memory, so a gap wider
+/// than `MAX_DRY_RUN_OFFSETS` (an overflow gap can span millions) is refused with the CLI
+/// command, before anything is read.
+#[tokio::test]
+async fn a_dry_run_of_a_huge_gap_is_the_clis() {
+    let srv = start_with(Some(Secret::new(TOKEN))).await;
+    let mut huge = sample_gap("a", 10, GapState::Open);
+    huge.last_offset = huge.first_offset + super::super::ui_replay::MAX_DRY_RUN_OFFSETS;
+    srv.state
+        .store
+        .commit_round("a", std::slice::from_ref(&huge), &[])
+        .unwrap();
+    let r = post_form(
+        srv.addr,
+        &replay_action(&huge.id),
+        "",
+        &format!("token={TOKEN}"),
+    )
+    .await;
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert!(r.body.contains("--dry-run"), "{}", r.body);
+    assert!(srv.state.store.replays_of_gap(&huge.id).unwrap().is_empty());
     srv.shutdown.cancel();
 }
