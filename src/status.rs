@@ -153,7 +153,15 @@ pub struct PartitionStatus {
     /// out while never.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub divergence: Option<DivergenceNote>,
+    /// The pipeline group's last commit movements on the partition as the auditor saw them
+    /// (at most [`COMMIT_TIMELINE`], oldest first; `at_ms` unix ms): the gap page's
+    /// timeline around each gap. Left out while none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pipeline_commits: Vec<crate::ledger::CommitStep>,
 }
+
+/// Commit movements a partition's status keeps for the gap page's timeline.
+pub const COMMIT_TIMELINE: usize = 32;
 
 /// A partition's log that no longer held the auditor's position (issue 34 item 7): where
 /// reading resumed and why (`audit/divergence.rs`).

@@ -213,6 +213,7 @@ impl<V: Verifier> Audit<V> {
                 awaiting_schema: part.held.len() as u64,
                 state_problem: part.state_problem.clone(),
                 divergence: part.divergence.clone(),
+                pipeline_commits: led.pipeline.recent_steps(crate::status::COMMIT_TIMELINE),
             });
         }
         let mut completeness = crate::completeness::evaluate(

@@ -174,6 +174,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
             awaiting_schema: 0,
             state_problem: None,
             divergence: None,
+            pipeline_commits: Vec::new(),
         }],
         completeness: Default::default(),
     }

@@ -4,6 +4,7 @@
 //! from outside and must never become markup. No JavaScript; one inline style sheet.
 
 use crate::gap::{Gap, GapCause, GapState};
+use crate::ledger::CommitStep;
 use crate::status::{AuditStatus, SinkState};
 use crate::store::GapFilter;
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -63,7 +64,8 @@ pub(super) fn render(page: &UiPage<'_>) -> String {
 const STYLE: &str = "body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;\
 margin-bottom:1em}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;\
 vertical-align:top}code{white-space:pre-wrap;word-break:break-all}.note{color:#555}\
-form.ack,form.replay{margin-top:.4em}";
+form.ack,form.replay{margin-top:.4em}ol.commits{margin:.3em 0 0 1.2em;padding:0;\
+font-size:.9em}";
 
 fn filter_form(filter: &GapFilter) -> Markup {
     let audit = filter.audit.clone().unwrap_or_default();
@@ -133,7 +135,9 @@ fn gaps_section(page: &UiPage<'_>) -> Markup {
                     th { "gap" } th { "offsets" } th { "records" } th { "timestamps" }
                     th { "state" } th { "cause" } th { "retention" } th { "commands" }
                 }
-                @for g in page.gaps { (gap_row(g, page.now, page.ack_form)) }
+                @for g in page.gaps {
+                    (gap_row(g, page.now, page.ack_form, commits_of(page.audits, g)))
+                }
             }
         }
         @if let Some(next) = &page.next {
@@ -142,7 +146,69 @@ fn gaps_section(page: &UiPage<'_>) -> Markup {
     }
 }
 
-fn gap_row(g: &Gap, now: DateTime<Utc>, ack_form: bool) -> Markup {
+/// The pipeline commits the status board holds for `g`'s partition (empty when its audit
+/// or partition is not on this instance's board).
+fn commits_of<'a>(audits: &'a [AuditStatus], g: &Gap) -> &'a [CommitStep] {
+    audits
+        .iter()
+        .filter(|a| a.audit == g.audit)
+        .flat_map(|a| a.partitions.iter())
+        .find(|p| p.topic == g.topic && p.partition == g.partition)
+        .map_or(&[], |p| p.pipeline_commits.as_slice())
+}
+
+/// Commit movements shown before and after the one that passed a gap.
+const AROUND: usize = 3;
+
+/// The pipeline's commits around `g`, oldest first, with whether each is the step that
+/// passed the gap: the stored step (`pipeline_commit_from/to/at`) and up to [`AROUND`]
+/// movements either side of it among `steps` (the partition's recent ones). A step that is
+/// no longer among them (an old gap) is shown alone; a gap with no step, none.
+pub(super) fn timeline(g: &Gap, steps: &[CommitStep]) -> Vec<(CommitStep, bool)> {
+    let (Some(from), Some(to)) = (g.pipeline_commit_from, g.pipeline_commit_to) else {
+        return Vec::new();
+    };
+    let at_ms = g.pipeline_commit_at.map_or(0, |t| t.timestamp_millis());
+    let passed = CommitStep { from, to, at_ms };
+    match steps.iter().rposition(|s| s.from == from && s.to == to) {
+        Some(i) => {
+            let lo = i.saturating_sub(AROUND);
+            let hi = (i + AROUND + 1).min(steps.len());
+            steps[lo..hi]
+                .iter()
+                .enumerate()
+                .map(|(j, s)| (*s, lo + j == i))
+                .collect()
+        }
+        None => vec![(passed, true)],
+    }
+}
+
+fn timeline_markup(g: &Gap, steps: &[CommitStep]) -> Markup {
+    let t = timeline(g, steps);
+    html! {
+        @if !t.is_empty() {
+            ol.commits {
+                @for (s, passed) in &t {
+                    li {
+                        @let when = DateTime::<Utc>::from_timestamp_millis(s.at_ms)
+                            .map(|t| t.format("%H:%M:%S").to_string())
+                            .unwrap_or_default();
+                        @if *passed {
+                            strong { (when) " " (s.from) " → " (s.to) " (passed the gap)" }
+                        } @else if s.is_rewind() {
+                            (when) " " (s.from) " → " (s.to) " (rewind)"
+                        } @else {
+                            (when) " " (s.from) " → " (s.to)
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn gap_row(g: &Gap, now: DateTime<Utc>, ack_form: bool, steps: &[CommitStep]) -> Markup {
     let records = if g.size_known {
         g.missing_records.to_string()
     } else {
@@ -158,7 +224,7 @@ fn gap_row(g: &Gap, now: DateTime<Utc>, ack_form: bool) -> Markup {
                 (g.state.as_str())
                 @if let Some(r) = &g.ack_reason { br; "reason: " (r) }
             }
-            td { (cause_words(g)) }
+            td { (cause_words(g)) (timeline_markup(g, steps)) }
             td { (time_left(g.unrecoverable_at, now)) }
             td {
                 code { (replay_command(&g.id)) } br;
@@ -289,4 +355,75 @@ pub(super) fn ack_command(id: &str) -> String {
         "gap-auditor ack -c CONFIG --gap {} --reason '…'",
         shell_quote(id)
     )
+}
+
+#[cfg(test)]
+mod timeline_tests {
+    use super::*;
+
+    fn step(from: i64, to: i64, at_ms: i64) -> CommitStep {
+        CommitStep { from, to, at_ms }
+    }
+
+    fn gap_passed_by(from: i64, to: i64, at_ms: i64) -> Gap {
+        let at = DateTime::<Utc>::from_timestamp_millis(at_ms).expect("ts");
+        Gap {
+            id: Gap::make_id("a", "t", 0, from),
+            audit: "a".into(),
+            topic: "t".into(),
+            partition: 0,
+            first_offset: from,
+            last_offset: to - 1,
+            missing_records: 2,
+            size_known: true,
+            first_timestamp: None,
+            last_timestamp: None,
+            detected_at: at,
+            state: GapState::Open,
+            unrecoverable_at: None,
+            ack_reason: None,
+            cause: GapCause::SkippedByRestart,
+            pipeline_commit_from: Some(from),
+            pipeline_commit_to: Some(to),
+            pipeline_commit_at: Some(at),
+            shared_key: false,
+            replayed_at: None,
+        }
+    }
+
+    /// Issue 38: the page shows the pipeline's commits around each gap, the step that
+    /// passed it marked; an old gap whose step left the recent ones shows that step alone.
+    #[test]
+    fn the_timeline_is_the_passing_step_with_its_neighbours() {
+        let steps: Vec<CommitStep> = (0..10).map(|i| step(i * 2, i * 2 + 2, 1_000 * i)).collect();
+        let g = gap_passed_by(8, 10, 4_000);
+        let t = timeline(&g, &steps);
+        let shown: Vec<(i64, bool)> = t.iter().map(|(s, p)| (s.from, *p)).collect();
+        assert_eq!(
+            shown,
+            vec![
+                (2, false),
+                (4, false),
+                (6, false),
+                (8, true),
+                (10, false),
+                (12, false),
+                (14, false)
+            ]
+        );
+        // At the start of the kept steps: fewer before.
+        let t = timeline(&gap_passed_by(0, 2, 0), &steps);
+        assert_eq!(t.first().map(|(s, p)| (s.from, *p)), Some((0, true)));
+        assert_eq!(t.len(), 4);
+        // An old gap: its stored step alone.
+        let old = gap_passed_by(100, 104, 50);
+        assert_eq!(timeline(&old, &steps), vec![(step(100, 104, 50), true)]);
+        // No step stored (no pipeline group): nothing.
+        let mut none = gap_passed_by(8, 10, 4_000);
+        none.pipeline_commit_from = None;
+        assert!(timeline(&none, &steps).is_empty());
+        let html = timeline_markup(&g, &steps).into_string();
+        assert!(html.contains("8 → 10 (passed the gap)"), "{html}");
+        assert!(html.contains("6 → 8"), "{html}");
+    }
 }

@@ -127,6 +127,16 @@ impl PipelineCommits {
         step
     }
 
+    /// The last `n` movements seen (rewinds included), oldest first: the gap page's
+    /// timeline of the pipeline's commits.
+    pub fn recent_steps(&self, n: usize) -> Vec<CommitStep> {
+        self.steps
+            .iter()
+            .skip(self.steps.len().saturating_sub(n))
+            .copied()
+            .collect()
+    }
+
     /// The most recent forward step that passed over offset `o` (`from <= o < to`).
     pub fn step_over(&self, o: Offset) -> Option<CommitStep> {
         self.steps

@@ -11,7 +11,7 @@ pub mod sharded;
 #[cfg(test)]
 mod tests;
 
-pub use due::{Frontier, PipelineCommits};
+pub use due::{CommitStep, Frontier, PipelineCommits};
 pub use keys::{ClaimsWrite, KeyBook, LOG_REWRITE_SLACK};
 pub use partition::{
     Applied, DeletedRest, Delta, GapGauges, GapRecord, MissingRun, NextPiece, Observed,

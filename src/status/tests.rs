@@ -31,6 +31,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
             awaiting_schema: 0,
             state_problem: None,
             divergence: None,
+            pipeline_commits: Vec::new(),
         }],
         completeness: AuditCompleteness {
             complete_until_ms: Some(1_700_000_000_000),
