@@ -152,6 +152,9 @@ pub(super) async fn api_ack(
         },
         Err(bad) => return bad_body(bad),
     };
+    if let Some(o) = forward::forward_first(state, &id, &reason, token, hop.as_deref()).await {
+        return api_answer(o);
+    }
     let store: Arc<Store> = state.store.clone();
     let acked = {
         let (id, reason) = (id.clone(), reason.clone());

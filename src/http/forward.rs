@@ -343,6 +343,45 @@ fn owner_from(
     }
 }
 
+/// Whether this instance's status board lists the partition gap `id` names (its audit
+/// assigned it here). An id that names no partition counts as here: nothing to forward by.
+pub fn on_board(audits: &[crate::status::AuditStatus], id: &str) -> bool {
+    let Some((audit, tp)) = partition_of(id) else {
+        return true;
+    };
+    audits.iter().filter(|a| a.audit == audit).any(|a| {
+        a.partitions
+            .iter()
+            .any(|p| p.topic == tp.topic && p.partition == tp.partition)
+    })
+}
+
+/// An ack to send to the partition's owner BEFORE this instance's store takes it: with
+/// forwarding on, a request not forwarded already, and the gap's partition not assigned
+/// here ([`on_board`]). Its store may still hold the gap from when it owned the partition,
+/// but an ack made there is one the owner never sees (it was acknowledged "here" and stays
+/// open there). `Some`: the owner's answer, or why it could not be reached; `None`: no other
+/// owner is known (the topic names none, or this instance): the local store takes it.
+pub async fn forward_first(
+    state: &HttpState,
+    id: &str,
+    reason: &str,
+    token: &Secret,
+    hop: Option<&str>,
+) -> Option<Outcome> {
+    let fwd = &state.forwarding;
+    if hop.is_some() || fwd.advertised_url.is_none() || fwd.handover_topic.is_none() {
+        return None;
+    }
+    if on_board(&state.status.snapshot(), id) {
+        return None;
+    }
+    match forward_ack(state, id, reason, token, hop).await {
+        Outcome::NotForwarded(_) => None,
+        other => Some(other),
+    }
+}
+
 /// Forwards the ack of `id` with `reason` to the owner of its partition (see the module
 /// doc). `hop`: the [`HOP_HEADER`] of the incoming request, if any; `token`: the bearer
 /// token the owner is asked with (this instance's, already checked against the caller's).

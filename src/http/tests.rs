@@ -1178,3 +1178,20 @@ async fn four_full_listings_of_500k_gaps_stay_within_64_mib() {
 
 mod ack_ui;
 mod ui_form;
+
+/// Review of issue 38 (forwarding): an instance whose status board does not list the gap's
+/// partition (revoked here; its store may still hold the gap) sends the ack to the owner
+/// first (`forward::forward_first`), so the owner sees it.
+#[test]
+fn an_ack_goes_to_the_owner_first_when_its_partition_is_not_assigned_here() {
+    let board = vec![audit_status("a", None)];
+    assert!(super::forward::on_board(&board, "a:test:0:5"));
+    assert!(super::forward::on_board(&board, "a:test:0:5@2"));
+    assert!(!super::forward::on_board(&board, "a:test:1:5"));
+    assert!(!super::forward::on_board(&board, "b:test:0:5"));
+    assert!(!super::forward::on_board(&[], "a:test:0:5"));
+    assert!(
+        super::forward::on_board(&board, "nonsense"),
+        "no partition to forward by"
+    );
+}

@@ -147,6 +147,11 @@ pub(super) async fn form_ack(
             "wrong token: the form needs this daemon's server.api_token; nothing was changed",
         );
     }
+    if let Some(o) =
+        forward::forward_first(state, &id, &form.reason, expected, hop.as_deref()).await
+    {
+        return page_answer(&id, o);
+    }
     let store: Arc<Store> = state.store.clone();
     let acked = {
         let (id, reason) = (id.clone(), form.reason.clone());
