@@ -29,6 +29,10 @@
 //! Every record of this binary goes to partition 0 of the handover topic: a set's chunks
 //! must share one log to be ordered.
 //!
+//! Given-up (retired) gaps are not part of a partition's state (record format 3): it
+//! carries their aggregate, and the gaps travel as chunks on a side topic ([`retired`]),
+//! so a takeover reads an amount bounded by the ledger's own bounds.
+//!
 //! The pure parts (keys, encoding, chunk planning, reassembly, which state wins) are
 //! separate from the Kafka I/O ([`Handover`]) and unit-tested below.
 
@@ -52,6 +56,7 @@ mod codec;
 pub mod delta;
 mod publish;
 mod read;
+pub mod retired;
 
 pub use codec::{
     ChunkHeader, Latest, Slots, chunk_key, decode, delta_key, encode, key, newer, prefer_handover,
@@ -66,7 +71,11 @@ pub use read::{Reassembler, lookup};
 /// state is a base plus deltas ([`delta`]); binaries of version 1 ignore version-2 records
 /// with a warning (they resume without the handed-over state, as with no handover topic)
 /// rather than take a base without its deltas. Version-1 documents are read as bases.
-pub const VERSION: u32 = 2;
+/// Version 3 (issue 41, "a takeover reads a bounded amount"): retired gaps are not in the
+/// state any more but counted in [`PartitionState::retired_gaps`] and carried as chunks on
+/// a side topic ([`retired`]); binaries of version 2 ignore version-3 records (they would
+/// take a state without its retired gaps) and resume from their store.
+pub const VERSION: u32 = 3;
 
 /// Version of the chunk envelope ([`ChunkHeader::chunk`]); chunks of a newer envelope are
 /// ignored rather than misread.
@@ -148,7 +157,7 @@ pub enum HandoverError {
     /// The partition's handover topic was not read since it was assigned (the read failed):
     /// what another owner wrote is unknown, so nothing of it is published.
     #[error(
-        "handover topic {topic}: {partition} not published: its state on the topic was not read since its assignment (retried every round)"
+        "handover topic {topic}: {partition} not published: its state on the topic was not read since its assignment (retried in the background)"
     )]
     NotRead {
         /// The handover topic.
@@ -193,6 +202,12 @@ pub struct PartitionState {
     /// counted (issue 41 item 1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<String>,
+    /// Record format 3: the aggregate of the partition's retired gaps (count, earliest
+    /// record time, earliest deletion, the earliest listed: what the ledger keeps of them),
+    /// in a base and every delta; the gaps themselves are on the side topic
+    /// ([`retired`]). `None` in a format-3 record: none retired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_gaps: Option<crate::ledger::RetiredGaps>,
     /// key_columns: the owner's confirmed counts of the keys its missing records carry
     /// (each key's values), so the next owner does not take a row those confirmed records
     /// hold for a missing record's (a shared-key loss closed as late).
@@ -300,6 +315,12 @@ pub struct Handover {
     /// nothing of them (a lower-term base would overwrite a newer owner's) until a read
     /// succeeds.
     unread: Mutex<HashSet<Vec<u8>>>,
+    /// The latest read started for each partition (single-record key → its number): a read
+    /// that finishes after a newer one started (a retry in the background, then an
+    /// assignment) leaves what the newer one found in place.
+    reads: Mutex<HashMap<Vec<u8>, u64>>,
+    /// Numbers the reads.
+    read_seq: AtomicU64,
     /// Whether the topic's `cleanup.policy` deletes by retention (read by
     /// [`Handover::check_policy`]): only then does a chain get a new base on a timer
     /// ([`delta::REBASE_EVERY`]); a compacted-only topic keeps a base for ever.
@@ -360,6 +381,8 @@ impl Handover {
             chains: Mutex::new(HashMap::new()),
             terms: Mutex::new(HashMap::new()),
             unread: Mutex::new(HashSet::new()),
+            reads: Mutex::new(HashMap::new()),
+            read_seq: AtomicU64::new(0),
             timed_rebase: std::sync::atomic::AtomicBool::new(false),
             sets: AtomicU64::new(0),
             advertised_url: None,

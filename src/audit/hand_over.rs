@@ -95,15 +95,26 @@ fn claims_hash(claims: &[(Vec<String>, u64)]) -> u64 {
     h.finish()
 }
 
+/// A background read of the handover topic for partitions whose read failed.
+pub(super) struct Reading {
+    /// The partitions asked.
+    tps: Vec<TopicPartition>,
+    /// The read (blocking, on tokio's blocking pool).
+    handle: tokio::task::JoinHandle<
+        Result<HashMap<TopicPartition, PartitionState>, handover::HandoverError>,
+    >,
+}
+
 /// A state's gaps as read from the store for a publish: rows with (replayed, retired).
 type Rows = Vec<(Gap, bool, bool)>;
 
-/// Whether a gap row goes to the next owner: unresolved and in the store only (retired),
-/// or named in `ids` (the ledger holds it, it left memory this round, or it was
-/// acknowledged).
+/// Whether a gap row goes to the next owner in the state: named in `ids` (the ledger holds
+/// it, or it was acknowledged) and not an unresolved retired gap — those travel as chunks
+/// on the side topic (record format 3, `handover::retired`), counted in the state's
+/// aggregate; a delta names them `removed` when they retire.
 fn handed(row: &(Gap, bool, bool), ids: &HashSet<String>) -> bool {
     let (g, _, retired) = row;
-    (*retired && g.state.is_unresolved()) || ids.contains(&g.id)
+    !(*retired && g.state.is_unresolved()) && ids.contains(&g.id)
 }
 
 /// A state to publish: whole (a base) or a delta, and the gap ids to read for it.
@@ -212,13 +223,16 @@ impl<V: Verifier> Audit<V> {
             return;
         };
         self.pend_replays().await;
+        self.advance_retired_flows().await;
         // Unread: what a newer owner wrote is unknown (a publish under the term this process
         // knew would overwrite its base); neither published nor committed until a read
-        // succeeds ([`Audit::read_unread`]). Verdicts go on.
+        // succeeds ([`Audit::read_unread`]). Verdicts go on. Likewise a partition whose
+        // retired gaps are still swept to or imported from the side topic (`retired_flow`).
+        let flows = self.retired_held();
         let unread: BTreeSet<TopicPartition> = self
             .parts
             .keys()
-            .filter(|tp| h.unread(&self.cfg.name, tp))
+            .filter(|tp| h.unread(&self.cfg.name, tp) || flows.contains(*tp))
             .cloned()
             .collect();
         let tps: Vec<TopicPartition> = self
@@ -237,6 +251,24 @@ impl<V: Verifier> Audit<V> {
             self.handover_dirty.retain(|tp| held.contains(tp));
             return;
         }
+        // The chunks of the retired gaps that changed go first: a state is acknowledged only
+        // after the chunks of every retired gap it counts.
+        let wanted: Vec<(TopicPartition, BTreeSet<i64>)> = tps
+            .iter()
+            .map(|tp| {
+                let ids = self.handover_pending.get(tp).map(|p| p.gaps.iter());
+                (
+                    tp.clone(),
+                    super::retired_flow::chunks_of_ids(ids.into_iter().flatten()),
+                )
+            })
+            .collect();
+        let unchunked = self.publish_changed_chunks(wanted).await;
+        let tps: Vec<TopicPartition> = tps
+            .into_iter()
+            .filter(|tp| !unchunked.contains(tp))
+            .collect();
+        self.handover_held.extend(unchunked);
         let now = Utc::now();
         let mut builds = Vec::new();
         for tp in &tps {
@@ -349,6 +381,9 @@ impl<V: Verifier> Audit<V> {
                     gaps: Vec::new(),
                     replayed: Vec::new(),
                     retired: Vec::new(),
+                    // Format 3: the aggregate, not the retired gaps (they are chunks).
+                    retired_gaps: Some(p.ledger.retired().clone())
+                        .filter(|r| *r != crate::ledger::RetiredGaps::default()),
                     key_claims,
                     // Stamped by `Handover::publish` from the handover's own order.
                     generation: 0,
@@ -410,12 +445,7 @@ impl<V: Verifier> Audit<V> {
                 if !handed(&row, &b.ids) {
                     continue;
                 }
-                let (g, replayed, retired) = row;
-                // Retired gaps (in the store only) go with the rest: the next owner's
-                // ledger counts them from its store.
-                if retired && g.state.is_unresolved() {
-                    st.retired.push(g.id.clone());
-                }
+                let (g, replayed, _) = row;
                 if replayed {
                     st.replayed.push(g.id.clone());
                 }
@@ -453,11 +483,35 @@ impl<V: Verifier> Audit<V> {
     /// Their ledgers already run from the local store or the group's commit; a previous
     /// owner's state found now is not taken (the partition is audited from where it
     /// started), but the read gives this process its term above every owner's, and the
-    /// next publish is a base of its own.
+    /// next publish is a base of its own. The read runs in the background (up to 20 s
+    /// against an unreachable broker): a round starts one and looks at its outcome in a
+    /// later round, never waiting for it.
     pub(super) async fn read_unread(&mut self) {
         let Some(h) = self.handover.clone() else {
             return;
         };
+        match self.handover_reading.take() {
+            Some(r) if !r.handle.is_finished() => {
+                self.handover_reading = Some(r);
+                return;
+            }
+            Some(r) => {
+                let outcome = match r.handle.await {
+                    Ok(o) => o.map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("the read panicked: {e}")),
+                };
+                // Only partitions still owned (an assignment or revoke since drops the
+                // read, see [`Audit::drop_reading`]).
+                let tps: Vec<TopicPartition> = r
+                    .tps
+                    .into_iter()
+                    .filter(|tp| self.parts.contains_key(tp))
+                    .collect();
+                self.read_done(tps, outcome);
+                return;
+            }
+            None => {}
+        }
         let tps: Vec<TopicPartition> = self
             .parts
             .keys()
@@ -469,12 +523,34 @@ impl<V: Verifier> Audit<V> {
         }
         let audit = self.cfg.name.clone();
         let asked = tps.clone();
-        match blocking(move || h.read(&audit, &asked)).await {
+        self.handover_reading = Some(Reading {
+            tps,
+            handle: tokio::task::spawn_blocking(move || h.read(&audit, &asked)),
+        });
+    }
+
+    /// A read started by [`Audit::read_unread`] is of no use any more: the partitions were
+    /// assigned or revoked since (an assignment reads them itself). It runs to its end in
+    /// the background; `Handover::read` leaves a newer read's findings in place.
+    pub(super) fn drop_reading(&mut self) {
+        self.handover_reading = None;
+    }
+
+    /// The outcome of a background read of the unread partitions `tps`.
+    fn read_done(
+        &mut self,
+        tps: Vec<TopicPartition>,
+        outcome: Result<HashMap<TopicPartition, PartitionState>, String>,
+    ) {
+        match outcome {
             Ok(states) => {
                 for tp in &tps {
                     self.handover_pending.remove(tp);
                     self.handover_claims.remove(tp);
                     self.handover_dirty.insert(tp.clone());
+                    // Its store's retired gaps go to the side topic before its first base.
+                    self.retired_flows
+                        .insert(tp.clone(), super::retired_flow::Flow::Sweep(Offset::MIN));
                 }
                 for (tp, st) in states {
                     let ours = self.parts.get(&tp).map(|p| p.ledger.settled());

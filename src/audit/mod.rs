@@ -49,6 +49,7 @@ mod persist;
 mod pipeline;
 mod read_to;
 mod report;
+mod retired_flow;
 mod round;
 mod schedule;
 mod shared_table;
@@ -182,6 +183,12 @@ struct Audit<V> {
     /// publish was not acknowledged, or their handover topic was not read since their
     /// assignment (set by each handover publish; the others commit).
     handover_held: BTreeSet<TopicPartition>,
+    /// Partitions whose retired gaps are still being published (a sweep) or imported from
+    /// the handover's side topic: held until done ([`retired_flow`]).
+    retired_flows: BTreeMap<TopicPartition, retired_flow::Flow>,
+    /// A retry of the handover read of partitions whose read failed, running in the
+    /// background: a round never waits for it ([`Audit::read_unread`]).
+    handover_reading: Option<hand_over::Reading>,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
@@ -253,6 +260,8 @@ impl<V: Verifier> Audit<V> {
             handover_replays: None,
             handover_lost: BTreeSet::new(),
             handover_held: BTreeSet::new(),
+            retired_flows: BTreeMap::new(),
+            handover_reading: None,
             backlog: false,
             decoder: w.decoder,
             dead_letters: w.dead_letters,

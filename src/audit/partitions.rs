@@ -234,7 +234,7 @@ impl<V: Verifier> Audit<V> {
                 }
             }
         };
-        self.take_over(&partitions, &mut progress).await;
+        let handed_retired = self.take_over(&partitions, &mut progress).await;
         let view = self.kafka_view.clone();
         let start = self.kafka.start;
         let tps = partitions.clone();
@@ -377,7 +377,46 @@ impl<V: Verifier> Audit<V> {
                  since they were stored): given up, they stay missing and are no longer re-checked; \
                  settle them with `gap-auditor check` or `replay`");
         }
-        // Restored ledgers hold no retired gap: their aggregate is counted in the store.
+        // Retired gaps (record format 3): a partition taken over counts its previous owner's
+        // aggregate at once and imports their rows in the background; any other sweeps its
+        // store's retired gaps to the side topic (`retired_flow`) unless the store says they
+        // are there already. Both hold it meanwhile.
+        if let Some(h) = self.handover.clone() {
+            let (store, audit, topic) = (
+                self.store.clone(),
+                self.cfg.name.clone(),
+                h.topic().to_string(),
+            );
+            let swept = match blocking(move || store.handover_swept(&topic, &audit)).await {
+                Ok(s) => s,
+                Err(e) => {
+                    // Unknown: every partition is swept (never one left off the side topic).
+                    tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which partitions' given-up gaps are on the handover side topic: all are published again");
+                    BTreeSet::new()
+                }
+            };
+            for tp in &partitions {
+                if !handed_retired.contains_key(tp)
+                    && swept.contains(&(tp.topic.clone(), tp.partition))
+                {
+                    continue;
+                }
+                let flow = match handed_retired.get(tp) {
+                    Some(agg) => {
+                        if let Some(p) = self.parts.get_mut(tp) {
+                            p.ledger.retired_handed_over(agg.clone());
+                        }
+                        super::retired_flow::Flow::Import(
+                            crate::handover::retired::ImportCursor::start(),
+                        )
+                    }
+                    None => super::retired_flow::Flow::Sweep(Offset::MIN),
+                };
+                self.retired_flows.insert(tp.clone(), flow);
+            }
+        }
+        // Restored ledgers hold no retired gap: their aggregate is counted in the store
+        // (but for those just taken over with their aggregate, above).
         // Before the write: a diverged ledger's old retired gaps are let go while the store
         // still says the log diverged (a crash in between finds the divergence again).
         self.settle_retired().await;
@@ -405,18 +444,19 @@ impl<V: Verifier> Audit<V> {
         let audit = self.cfg.name.clone();
         let owned: BTreeSet<TopicPartition> = self.parts.keys().cloned().collect();
         let r = blocking(move || {
-            let filter = crate::store::GapFilter {
-                state: crate::store::StateFilter::Unresolved,
-                audit: Some(audit.clone()),
-            };
+            // The partitions only, never every unresolved row (millions given up after a
+            // long incident, read into memory at each assignment before).
             let elsewhere: BTreeSet<TopicPartition> = store
-                .list_gaps(&filter)?
+                .partitions_with_unresolved_gaps(&audit)?
                 .into_iter()
-                .map(|g| TopicPartition::new(g.topic, g.partition))
+                .map(|(topic, partition)| TopicPartition::new(topic, partition))
                 .filter(|tp| !owned.contains(tp))
                 .collect();
             let mut n = 0;
             for tp in elsewhere {
+                // Its retired rows go too: the side topic no longer holds them as this store
+                // does (a sweep, should it come back from this store).
+                store.clear_handover_swept(&audit, &[(tp.topic.clone(), tp.partition)])?;
                 n += store
                     .forget_unresolved(&audit, &tp.topic, tp.partition, Offset::MAX, &[])?
                     .len();
@@ -441,21 +481,28 @@ impl<V: Verifier> Audit<V> {
     /// the previous owner counted them. Without a readable handover topic the partitions
     /// resume from the local store or the group's commit: nothing unread is skipped, but
     /// the previous owner's open gaps are not followed here.
+    ///
+    /// Returns the partitions taken over from a record of format 3 with retired gaps, and
+    /// their aggregate: their rows are imported from the side topic afterwards, never on
+    /// this path (`retired_flow`).
     pub(super) async fn take_over(
         &mut self,
         partitions: &[TopicPartition],
         progress: &mut HashMap<TopicPartition, PartitionProgress>,
-    ) {
+    ) -> HashMap<TopicPartition, crate::ledger::RetiredGaps> {
+        let mut handed_retired = HashMap::new();
         let Some(h) = self.handover.clone() else {
-            return;
+            return handed_retired;
         };
+        // A background retry of an earlier read is of no use now: this read is newer.
+        self.drop_reading();
         let audit = self.cfg.name.clone();
         let tps = partitions.to_vec();
         let states = match blocking(move || h.read(&audit, &tps)).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried every round)");
-                return;
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried in the background)");
+                return handed_retired;
             }
         };
         let mut imports = Vec::new();
@@ -492,16 +539,39 @@ impl<V: Verifier> Audit<V> {
                 updated_at: Utc::now(),
                 items: None,
             };
+            // Format 3: the retired gaps are chunks on the side topic, counted here by the
+            // aggregate (none retired: nothing to import). Older formats carry them inline
+            // (`st.retired`), written to the store below and counted from it.
+            if st.version >= 3
+                && let Some(agg) = st.retired_gaps.clone()
+            {
+                handed_retired.insert(tp.clone(), agg);
+            }
             progress.insert(tp, row.clone());
             imports.push((row, st.gaps, st.replayed, st.retired));
         }
         if imports.is_empty() {
-            return;
+            return handed_retired;
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
+        let handover = self
+            .handover
+            .as_ref()
+            .map(|h| h.topic().to_string())
+            .unwrap_or_default();
         let written = blocking(move || {
             for (row, gaps, replayed, retired) in imports {
+                // Given-up gaps inline (record format 2) are not on the side topic: swept.
+                if !retired.is_empty() {
+                    store.set_handover_swept(
+                        &handover,
+                        &audit,
+                        &row.topic,
+                        row.partition,
+                        false,
+                    )?;
+                }
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
                 // The retired ones were in the previous owner's store only: the ledger
                 // restored here counts them from this one (`settle_retired`). Marked in the
@@ -536,6 +606,7 @@ impl<V: Verifier> Audit<V> {
         if let Err(e) = written {
             tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
         }
+        handed_retired
     }
 
     #[cfg(test)]
@@ -558,6 +629,9 @@ impl<V: Verifier> Audit<V> {
         // An acknowledgement given since the last round goes with the handover (and leaves
         // the ledger stored here), as a round would have taken it.
         self.refresh_acknowledged().await;
+        // A background read of partitions whose read failed: the next round starts another
+        // for those still owned and unread.
+        self.drop_reading();
         if lost {
             tracing::warn!(audit = %self.cfg.name, partitions = ?partitions,
                 "assignment lost (session or poll interval expired): the state of these partitions is neither handed over nor committed");
@@ -592,6 +666,7 @@ impl<V: Verifier> Audit<V> {
                 self.handover_dirty.remove(tp);
                 self.handover_pending.remove(tp);
                 self.handover_claims.remove(tp);
+                self.retired_flows.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }

@@ -133,6 +133,18 @@ impl<V: Verifier> Audit<V> {
                     .map(|g| g.id(&self.cfg.name, tp))
             })
             .collect();
+        // Partitions whose gaps retire in this write: until their chunks are published they
+        // are not on the handover's side topic as the store holds them (a crash in between
+        // must make the next assignment sweep them: `retired_flow`).
+        let unswept: Vec<(String, i32)> = if self.handover.is_some() {
+            self.parts
+                .iter()
+                .filter(|(_, p)| !p.ledger.retired_unstored().is_empty())
+                .map(|(tp, _)| (tp.topic.clone(), tp.partition))
+                .collect()
+        } else {
+            Vec::new()
+        };
         // Gaps folded into an overflow gap since the last write: their rows go as it is
         // written.
         let folded: Vec<String> = self
@@ -182,7 +194,12 @@ impl<V: Verifier> Audit<V> {
                     KeyClaims::Changes(&keys.claims)
                 };
                 store
-                    .commit_round_retiring(&audit, &gaps, &progress, claims, &retired, &folded)
+                    .clear_handover_swept(&audit, &unswept)
+                    .and_then(|()| {
+                        store.commit_round_retiring(
+                            &audit, &gaps, &progress, claims, &retired, &folded,
+                        )
+                    })
                     .and_then(|()| store.write_key_credits(&audit, &credits))
                     .map(|()| (keys, credits))
             }))
@@ -298,6 +315,9 @@ impl<V: Verifier> Audit<V> {
         let work: Vec<(TopicPartition, Vec<crate::ledger::RetiredOp>)> = self
             .parts
             .iter()
+            // A partition importing a previous owner's retired gaps keeps the handed-over
+            // aggregate: its store holds only part of them yet (`retired_flow`).
+            .filter(|(tp, _)| !self.importing(tp))
             .filter_map(|(tp, p)| Some((tp.clone(), p.ledger.retired_work()?.ops.clone())))
             .collect();
         for (tp, ops) in work {

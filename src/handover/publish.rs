@@ -224,18 +224,23 @@ impl Handover {
             .base
             .create()
             .map_err(self.kafka_err("creating the admin client"))?;
-        let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
-            .set("cleanup.policy", "compact");
+        // The side topic of retired gaps (`retired::side_topic`) with it: compacted too.
+        let side = retired::side_topic(&self.topic);
+        let topics = [
+            NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
+                .set("cleanup.policy", "compact"),
+            NewTopic::new(&side, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact"),
+        ];
         let r = admin
             .create_topics(
-                &[topic],
+                &topics,
                 &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
             )
             .await
             .map_err(self.kafka_err("creating the topic"))?;
         for x in r {
             match x {
-                Ok(_) => tracing::info!(topic = %self.topic, "handover topic created (compacted)"),
+                Ok(t) => tracing::info!(topic = %t, "handover topic created (compacted)"),
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((_, code)) => {
                     return Err(HandoverError::Kafka {

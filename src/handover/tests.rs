@@ -34,6 +34,7 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
         }],
         replayed: vec![Gap::make_id("dns", "logs", 3, 10)],
         retired: Vec::new(),
+        retired_gaps: None,
         key_claims: vec![(vec!["10.0.0.1".into(), "a.com".into()], 2)],
         generation: 0,
         base: None,

@@ -139,10 +139,12 @@ impl Store {
         Ok(out)
     }
 
-    /// The unresolved gaps (open, unrecoverable, unverifiable) of one partition of `audit`,
-    /// with whether `replay` marked it and whether it is retired, in offset order: a
-    /// handover base reads these (and the acknowledged ones it names by id), never the
-    /// partition's resolved history (issue 41 item 3). Through the `(audit, state)` index.
+    /// The unresolved gaps (open, unrecoverable, unverifiable) of one partition of `audit`
+    /// that are not retired, with whether `replay` marked it and whether it is retired
+    /// (never, here), in offset order: a handover base reads these (and the acknowledged
+    /// ones it names by id), never the partition's resolved history (issue 41 item 3) nor
+    /// its retired gaps (record format 3: they travel as chunks, `handover::retired`, and
+    /// may be millions). Through the `(audit, state)` index.
     pub fn unresolved_gaps_of_partition(
         &self,
         audit: &str,
@@ -417,6 +419,6 @@ pub(super) fn unresolved_of_partition_sql() -> String {
     format!(
         "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps
          WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')
-           AND topic = ?2 AND partition = ?3 ORDER BY first_offset"
+           AND topic = ?2 AND partition = ?3 AND retired = 0 ORDER BY first_offset"
     )
 }

@@ -246,3 +246,169 @@ fn count(
     }
     Ok(out)
 }
+
+impl Store {
+    /// The retired gaps (any state) of one partition of `audit` starting in `[lo, hi)`, in
+    /// offset order, at most `limit`: what a chunk of retired gaps on the handover's side
+    /// topic holds (`handover::retired`). Through the `gaps_retired` index.
+    pub fn retired_gaps_between(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        lo: Offset,
+        hi: Offset,
+        limit: usize,
+    ) -> Result<Vec<Gap>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the retired gaps of {audit}/{topic}-{partition} in {lo}..{hi}");
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {GAP_COLUMNS} FROM gaps
+                 WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
+                   AND first_offset >= ?4 AND first_offset < ?5
+                 ORDER BY first_offset, id LIMIT ?6"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows: Vec<RawGap> = stmt
+            .query_map(
+                params![audit, topic, partition, lo, hi, limit],
+                RawGap::from_row,
+            )
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        drop(stmt);
+        drop(conn);
+        rows.into_iter().map(|raw| self.decode_gap(raw)).collect()
+    }
+
+    /// Writes retired gaps a previous owner handed over (chunks of the handover's side
+    /// topic, applied in log order: a later chunk's row replaces an earlier one's) as
+    /// retired rows, with their replay marks, in one transaction. An acknowledgement
+    /// already in the store stays.
+    pub fn import_retired(&self, audit: &str, gaps: &[Gap]) -> Result<(), StoreError> {
+        if gaps.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
+        self.commit_round_retiring(
+            audit,
+            gaps,
+            &[],
+            KeyClaims::<&[u8]>::Changes(&[]),
+            &ids,
+            &[],
+        )?;
+        for g in gaps.iter().filter(|g| g.replayed_at.is_some()) {
+            self.mark_replayed(&g.id)?;
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// The partitions of `audit` whose retired gaps are on handover topic `handover`'s side
+    /// topic as this store holds them (schema v13): a new assignment need not sweep them.
+    pub fn handover_swept(
+        &self,
+        handover: &str,
+        audit: &str,
+    ) -> Result<std::collections::BTreeSet<(String, i32)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the swept partitions of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition FROM handover_swept
+                 WHERE handover_topic = ?1 AND audit = ?2",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![handover, audit], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows)
+    }
+
+    /// Records whether the retired gaps of one partition are on `handover`'s side topic as
+    /// this store holds them (`false`: rows came from elsewhere, e.g. inline in a format-2
+    /// state, and must be swept).
+    pub fn set_handover_swept(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        swept: bool,
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("mark the retired gaps of {audit}/{topic}-{partition} swept");
+        if swept {
+            conn.execute(
+                "INSERT OR REPLACE INTO handover_swept (handover_topic, audit, topic, partition, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![handover, audit, topic, partition, fmt_ts(Utc::now())],
+            )
+        } else {
+            conn.execute(
+                "DELETE FROM handover_swept
+                 WHERE handover_topic = ?1 AND audit = ?2 AND topic = ?3 AND partition = ?4",
+                params![handover, audit, topic, partition],
+            )
+        }
+        .map_err(self.sq(ctx()))?;
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Forgets, for every handover topic, that the retired gaps of `partitions` of `audit`
+    /// are on its side topic: gaps of theirs are about to retire (schema v13).
+    pub fn clear_handover_swept(
+        &self,
+        audit: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<(), StoreError> {
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let conn = self.lock();
+        let ctx = || format!("unmark the swept partitions of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "DELETE FROM handover_swept WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            )
+            .map_err(self.sq(ctx()))?;
+        for (topic, partition) in partitions {
+            stmt.execute(params![audit, topic, partition])
+                .map_err(self.sq(ctx()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// The partitions of `audit` holding unresolved gaps (open, unrecoverable,
+    /// unverifiable), without reading the rows: through the `(audit, state)` index.
+    pub fn partitions_with_unresolved_gaps(
+        &self,
+        audit: &str,
+    ) -> Result<std::collections::BTreeSet<(String, i32)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the partitions with unresolved gaps of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT DISTINCT topic, partition FROM gaps
+                 WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![audit], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows)
+    }
+}

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i32 = 13;
+pub(super) const SCHEMA_VERSION: i32 = 14;
 
 pub(super) const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS gaps (
@@ -179,11 +179,27 @@ CREATE INDEX IF NOT EXISTS gaps_retired ON gaps (audit, topic, partition, first_
     WHERE retired = 1;
 ";
 
-/// v13: the key book's stand-in credits (key_columns with a dead-letter topic: a record
+/// v13: the partitions whose retired gaps are on a handover topic's side topic as this
+/// store holds them (`handover::retired`): swept there, or imported from there. An
+/// instance assigned such a partition does not publish them all again; any other
+/// partition is swept once (an upgrade from record format 2, a format-2 takeover, another
+/// handover topic).
+pub(super) const SCHEMA_V13: &str = "
+CREATE TABLE IF NOT EXISTS handover_swept (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    at             TEXT NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition)
+);
+";
+
+/// v14: the key book's stand-in credits (key_columns with a dead-letter topic: a record
 /// the topic names but the book confirmed lends its row to the key's next absent record,
 /// `KeyBook::credit`), one row per key holding any: rare, so upserted, not logged. Kept
 /// across a restart so that the stand-in decided after it is not reported lost.
-pub(super) const SCHEMA_V13: &str = "
+pub(super) const SCHEMA_V14: &str = "
 CREATE TABLE IF NOT EXISTS key_credits (
     audit   TEXT NOT NULL,
     key     BLOB NOT NULL,
@@ -208,6 +224,7 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     (SCHEMA_V11, "migrate schema to v11"),
     (SCHEMA_V12, "migrate schema to v12"),
     (SCHEMA_V13, "migrate schema to v13"),
+    (SCHEMA_V14, "migrate schema to v14"),
 ];
 
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the

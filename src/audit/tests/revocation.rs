@@ -135,3 +135,41 @@ async fn a_partition_whose_handover_read_failed_is_neither_committed_nor_handed_
     let out = h.audit.revoke(&[tp(0)]).await;
     assert!(out.is_empty(), "{out:?}");
 }
+
+/// Issue 41: a failed handover read is retried in the background. Against a broker that
+/// never answers a read takes its 10 s metadata timeout; a round no longer waits for it
+/// (it did, every round), and the partition stays held meanwhile: verdicts go on, nothing
+/// is published or committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
+    let mut h = harness("");
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(0..6);
+    h.clock.advance(GRACE_MS + 1);
+    for round in 0..3 {
+        let started = std::time::Instant::now();
+        h.audit.round().await;
+        let took = started.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "round {round} took {took:?}: it waited for the handover read"
+        );
+    }
+    assert_eq!(h.counter(|m| &m.records_confirmed), 6, "verdicts go on");
+    assert!(h.audit.handover_held.contains(&tp(0)), "still held");
+    let commits = h.commits();
+    assert!(
+        commits.iter().flatten().all(|(t, _)| *t != tp(0)),
+        "{commits:?}"
+    );
+    assert!(h.audit.handover_reading.is_some(), "a read runs meanwhile");
+    let out = h.audit.revoke(&[tp(0)]).await;
+    assert!(out.is_empty(), "{out:?}");
+    assert!(h.audit.handover_reading.is_none(), "dropped at the revoke");
+}

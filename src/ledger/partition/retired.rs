@@ -21,8 +21,9 @@ use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
 use crate::gap::GapState;
 
 /// What a partition's retired gaps add to the ledger's answers. Additions are exact in
-/// memory; anything that takes from it is recounted from the store.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// memory; anything that takes from it is recounted from the store. Handed over with a
+/// partition's state (record format 3), so the next owner answers at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RetiredGaps {
     /// Retired gaps with records missing or dead-lettered (each blocks completeness:
     /// [`GapRecord::unconfirmed`]).
@@ -186,6 +187,23 @@ impl PartitionLedger {
             .all(|op| matches!(op, RetiredOp::Gone { .. }));
         (!self.retired_work.is_empty() && (self.retired_unstored.is_empty() || only_gone))
             .then_some(&self.retired_work)
+    }
+
+    /// The partition was taken over with the aggregate `handed` of its previous owner's
+    /// retired gaps (handover record format 3), whose rows reach this store only later
+    /// (imported from the handover's side topic): the aggregate is that one, not a count of
+    /// this store, until the import ends and calls [`Self::retired_changed`]. The caller
+    /// keeps the store's recount from running meanwhile.
+    pub fn retired_handed_over(&mut self, handed: RetiredGaps) {
+        let mut agg = handed;
+        for g in &self.retired_unstored {
+            agg.add(&blocking_of(g), g.size_known, g.deleted_ms);
+        }
+        self.retired_work.recount = false;
+        if agg != self.retired {
+            self.retired = agg;
+            self.revision += 1;
+        }
     }
 
     /// Something changed retired gaps in the store (an acknowledgement of one): the

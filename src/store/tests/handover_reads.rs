@@ -170,3 +170,140 @@ fn settling_retired_gaps_names_the_rows_it_changed() {
         .unwrap();
     assert!(again.is_empty(), "unrecoverable already: {again:?}");
 }
+
+/// Record format 3: a base no longer reads the partition's retired gaps (millions after a
+/// day-long incident); their chunks read them by offset range, every state included.
+#[test]
+fn retired_gaps_are_read_by_chunk_never_by_a_base() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let gaps = [
+        gap("a", 0, 9, 0, GapState::Open),
+        gap("a", 0, 100, 0, GapState::Open),
+        gap("a", 0, 300, 0, GapState::Open),
+        gap("a", 0, 400, 0, GapState::Unrecoverable),
+        gap("a", 1, 110, 0, GapState::Open),
+    ];
+    let retired: Vec<String> = gaps[1..].iter().map(|g| g.id.clone()).collect();
+    store
+        .commit_round_retiring(
+            "a",
+            &gaps,
+            &[],
+            KeyClaims::<&[u8]>::Changes(&[]),
+            &retired,
+            &[],
+        )
+        .unwrap();
+    assert!(store.ack(&gaps[2].id, "known").unwrap());
+    let base: Vec<Offset> = store
+        .unresolved_gaps_of_partition("a", "t", 0)
+        .unwrap()
+        .into_iter()
+        .map(|(g, ..)| g.first_offset)
+        .collect();
+    assert_eq!(base, vec![9], "a base reads no retired gap");
+    let chunk: Vec<(Offset, GapState)> = store
+        .retired_gaps_between("a", "t", 0, 0, 512, 100)
+        .unwrap()
+        .into_iter()
+        .map(|g| (g.first_offset, g.state))
+        .collect();
+    assert_eq!(
+        chunk,
+        vec![
+            (100, GapState::Open),
+            (300, GapState::Acknowledged),
+            (400, GapState::Unrecoverable)
+        ]
+    );
+    assert_eq!(
+        store
+            .retired_gaps_between("a", "t", 0, 0, 512, 2)
+            .unwrap()
+            .len(),
+        2,
+        "at most the limit"
+    );
+}
+
+/// An import writes handed-over retired gaps as retired rows (counted by the aggregate),
+/// with their marks; a later chunk's row replaces an earlier one's, and an acknowledgement
+/// in the store stays.
+#[test]
+fn imported_retired_gaps_are_retired_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let mut a = gap("a", 0, 100, 0, GapState::Open);
+    a.replayed_at = Some(chrono::Utc::now());
+    let b = gap("a", 0, 200, 0, GapState::Open);
+    store.import_retired("a", &[a.clone(), b.clone()]).unwrap();
+    let agg = store.settle_retired("a", "t", 0, &[]).unwrap();
+    assert_eq!((agg.gaps, agg.open), (2, 2));
+    assert!(store.is_replayed(&a.id).unwrap());
+    let mut b2 = b.clone();
+    b2.state = GapState::Acknowledged;
+    b2.ack_reason = Some("known".into());
+    store.import_retired("a", &[b2]).unwrap();
+    assert_eq!(store.settle_retired("a", "t", 0, &[]).unwrap().gaps, 1);
+    store.import_retired("a", &[b]).unwrap();
+    assert_eq!(
+        store
+            .get_gap(&gap("a", 0, 200, 0, GapState::Open).id)
+            .unwrap()
+            .map(|g| g.state),
+        Some(GapState::Acknowledged),
+        "an acknowledgement stays"
+    );
+}
+
+/// Schema v13: which partitions' retired gaps are on a handover topic's side topic.
+#[test]
+fn swept_partitions_are_remembered_per_handover_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert!(store.handover_swept("h", "a").unwrap().is_empty());
+    store.set_handover_swept("h", "a", "t", 0, true).unwrap();
+    store.set_handover_swept("h", "a", "t", 0, true).unwrap();
+    store.set_handover_swept("h", "a", "t", 1, true).unwrap();
+    store
+        .set_handover_swept("other", "a", "t", 2, true)
+        .unwrap();
+    assert_eq!(
+        store.handover_swept("h", "a").unwrap(),
+        std::collections::BTreeSet::from([("t".to_string(), 0), ("t".to_string(), 1)])
+    );
+    store.set_handover_swept("h", "a", "t", 0, false).unwrap();
+    assert_eq!(store.handover_swept("h", "a").unwrap().len(), 1);
+    assert!(store.handover_swept("h", "b").unwrap().is_empty());
+    // Gaps of partition 1 retiring: unmarked for every handover topic.
+    store
+        .set_handover_swept("other", "a", "t", 1, true)
+        .unwrap();
+    store
+        .clear_handover_swept("a", &[("t".to_string(), 1)])
+        .unwrap();
+    assert!(store.handover_swept("h", "a").unwrap().is_empty());
+    assert_eq!(store.handover_swept("other", "a").unwrap().len(), 1);
+}
+
+/// What an assignment asks to drop the gaps of partitions owned elsewhere: the partitions
+/// with unresolved gaps, not their rows.
+#[test]
+fn the_partitions_with_unresolved_gaps_are_listed_without_their_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let gaps = [
+        gap("a", 0, 9, 0, GapState::Open),
+        gap("a", 0, 30, 0, GapState::Open),
+        gap("a", 1, 5, 0, GapState::Late),
+        gap("a", 2, 5, 0, GapState::Unverifiable),
+        gap("b", 3, 4, 0, GapState::Open),
+    ];
+    store.commit_round("a", &gaps[..4], &[]).unwrap();
+    store.commit_round("b", &gaps[4..], &[]).unwrap();
+    assert_eq!(
+        store.partitions_with_unresolved_gaps("a").unwrap(),
+        std::collections::BTreeSet::from([("t".to_string(), 0), ("t".to_string(), 2)])
+    );
+}

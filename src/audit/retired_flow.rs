@@ -1,0 +1,411 @@
+//! Retired gaps on the handover (record format 3, `handover::retired`): this instance's own
+//! retired gaps go to the side topic as chunks, and a previous owner's come from it into
+//! the store, both a bounded amount per round and both off the takeover path.
+//!
+//! - **Chunks** of the retired gaps a round changed (retired, acknowledged, marked) are
+//!   published before the partition's base or delta, which counts them: a state is never
+//!   acknowledged before the chunks of the gaps it counts.
+//! - **Sweep**: after an assignment whose state was not imported (resumed from the local
+//!   store, an older record format, nothing on the topic), every retired gap of the store
+//!   is published once, [`retired::SWEEP_ROWS`] rows a round, so the topic holds them all
+//!   whatever an older build or a lost publish left.
+//! - **Import**: a partition taken over from a format-3 state reads the side topic from its
+//!   start to where it ended at the takeover, [`retired::IMPORT_RECORDS`] chunks a round,
+//!   writing them to the store as retired rows in log order (the latest chunk of a key
+//!   wins). Meanwhile the ledger's aggregate is the handed-over one (completeness, gauges
+//!   and DataLoss are right at once) and the store's recount of it waits.
+//!
+//! While a partition sweeps or imports it is **held**, as a partition whose handover topic
+//! was not read: neither published nor committed (a state or chunk published before the
+//! topic holds every retired gap could leave a next owner with fewer than counted, or
+//! overwrite a chunk not imported yet). Verdicts go on. A failure (Kafka, a chunk that does
+//! not decode) leaves it held with the reason logged, retried next round; it never decides
+//! a record: these gaps were decided by their first owner.
+
+use super::{Audit, blocking::blocking};
+use crate::gap::{Gap, Offset, TopicPartition};
+use crate::handover::retired::{self, ImportCursor};
+use crate::sink::Verifier;
+use chrono::Utc;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a partition's retired gaps still need before it may be handed over again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// Publish the store's retired gaps from this first offset on.
+    Sweep(Offset),
+    /// Import the side topic's chunks up to the cursor's end.
+    Import(ImportCursor),
+}
+
+/// The first offset of gap `id` (`audit:topic:partition:first[@epoch]`).
+fn first_of_id(id: &str) -> Option<Offset> {
+    id.rsplit(':').next()?.split('@').next()?.parse().ok()
+}
+
+/// The chunks gaps `ids` fall in.
+pub(super) fn chunks_of_ids<'a>(ids: impl IntoIterator<Item = &'a String>) -> BTreeSet<i64> {
+    ids.into_iter()
+        .filter_map(|id| first_of_id(id))
+        .map(retired::chunk_of)
+        .collect()
+}
+
+/// Of the retired rows `rows` (offset order) read with limit `limit` from a sweep's next
+/// offset: the rows to publish now and where the next sweep step starts (`None`: done). A
+/// full read may end inside a chunk: that chunk waits for the next step (a chunk is
+/// published whole), unless it is the only one.
+pub(super) fn sweep_step(mut rows: Vec<Gap>, limit: usize) -> (Vec<Gap>, Option<Offset>) {
+    if rows.len() < limit {
+        return (rows, None);
+    }
+    let Some(last) = rows.last().map(|g| retired::chunk_of(g.first_offset)) else {
+        return (rows, None);
+    };
+    let (lo, hi) = retired::chunk_range(last);
+    if rows
+        .first()
+        .is_some_and(|g| retired::chunk_of(g.first_offset) == last)
+    {
+        return (rows, Some(hi));
+    }
+    rows.retain(|g| g.first_offset < lo);
+    (rows, Some(lo))
+}
+
+impl<V: Verifier> Audit<V> {
+    /// Partitions held by their retired gaps' flow (see the module doc).
+    pub(super) fn retired_held(&self) -> BTreeSet<TopicPartition> {
+        self.retired_flows.keys().cloned().collect()
+    }
+
+    /// Whether no gap of `tp` waits for its next handover publish (see
+    /// [`Audit::advance_retired_flows`]: only then may a finished sweep or import say the
+    /// side topic holds every retired gap of the store).
+    fn nothing_pending(&self, tp: &TopicPartition) -> bool {
+        self.handover_pending
+            .get(tp)
+            .is_none_or(|p| p.gaps.is_empty())
+    }
+
+    /// Whether `tp` imports a previous owner's retired gaps (its aggregate is the handed-over
+    /// one: the store's recount waits).
+    pub(super) fn importing(&self, tp: &TopicPartition) -> bool {
+        matches!(self.retired_flows.get(tp), Some(Flow::Import(_)))
+    }
+
+    /// One bounded step of every flow: an import read of the side topic (the partitions
+    /// sharing the first cursor), then sweep steps up to [`retired::SWEEP_ROWS`] rows.
+    pub(super) async fn advance_retired_flows(&mut self) {
+        let Some(h) = self.handover.clone() else {
+            return;
+        };
+        // Import: the partitions on the first cursor, read together.
+        let import: Option<(ImportCursor, Vec<TopicPartition>)> = {
+            let mut by: BTreeMap<(Offset, Offset), Vec<TopicPartition>> = BTreeMap::new();
+            for (tp, f) in &self.retired_flows {
+                if let Flow::Import(c) = f {
+                    by.entry((c.next, c.end)).or_default().push(tp.clone());
+                }
+            }
+            by.into_iter()
+                .next()
+                .map(|((next, end), tps)| (ImportCursor { next, end }, tps))
+        };
+        if let Some((cursor, tps)) = import {
+            let (hh, audit, store, asked) = (
+                h.clone(),
+                self.cfg.name.clone(),
+                self.store.clone(),
+                tps.clone(),
+            );
+            let handover = h.topic().to_string();
+            // Marked swept once imported only when nothing of theirs waits to be published
+            // (gaps they retired meanwhile): else the chunk publish marks them, once the
+            // side topic holds those too (a crash in between then sweeps at the next start).
+            let markable: Vec<TopicPartition> = tps
+                .iter()
+                .filter(|tp| self.nothing_pending(tp))
+                .cloned()
+                .collect();
+            let step = blocking(move || {
+                let (chunks, next) = hh
+                    .read_retired(&audit, &asked, cursor)
+                    .map_err(|e| e.to_string())?;
+                let gaps: Vec<Gap> = chunks.into_iter().flat_map(|c| c.gaps).collect();
+                store
+                    .import_retired(&audit, &gaps)
+                    .map_err(|e| e.to_string())?;
+                if next.done() {
+                    for tp in &markable {
+                        store
+                            .set_handover_swept(&handover, &audit, &tp.topic, tp.partition, true)
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+                Ok::<_, String>((next, gaps.len()))
+            })
+            .await;
+            match step {
+                Ok((next, n)) => {
+                    tracing::debug!(audit = %self.cfg.name, partitions = ?tps, gaps = n, next = next.next, end = next.end, "retired gaps imported from the handover");
+                    for tp in &tps {
+                        if next.done() {
+                            self.retired_flows.remove(tp);
+                            // The store holds them now: the aggregate is its count again.
+                            if let Some(p) = self.parts.get_mut(tp) {
+                                p.ledger.retired_changed();
+                            }
+                            self.handover_dirty.insert(tp.clone());
+                        } else {
+                            self.retired_flows.insert(tp.clone(), Flow::Import(next));
+                        }
+                    }
+                    if next.done() {
+                        tracing::info!(audit = %self.cfg.name, partitions = ?tps, "the previous owner's retired gaps are in the store: these partitions are handed over and committed again");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(audit = %self.cfg.name, partitions = ?tps, error = %e,
+                        "cannot import the previous owner's retired gaps yet: these partitions are neither handed over nor committed (their gauges count the handed-over aggregate); retried next round");
+                }
+            }
+        }
+        // Sweeps, up to the row budget.
+        let sweeps: Vec<(TopicPartition, Offset)> = self
+            .retired_flows
+            .iter()
+            // Not while its handover topic is unread: another owner's chunks may be newer.
+            .filter(|(tp, _)| !h.unread(&self.cfg.name, tp))
+            .filter_map(|(tp, f)| match f {
+                Flow::Sweep(from) => Some((tp.clone(), *from)),
+                Flow::Import(_) => None,
+            })
+            .collect();
+        let mut budget = retired::SWEEP_ROWS;
+        for (tp, from) in sweeps {
+            if budget == 0 {
+                break;
+            }
+            let (hh, audit, store, t) = (
+                h.clone(),
+                self.cfg.name.clone(),
+                self.store.clone(),
+                tp.clone(),
+            );
+            let limit = budget;
+            let rows = blocking(move || {
+                store.retired_gaps_between(&audit, &t.topic, t.partition, from, Offset::MAX, limit)
+            })
+            .await;
+            let rows = match rows {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(audit = %self.cfg.name, %tp, error = %e, "cannot read retired gaps to hand over; retried next round");
+                    continue;
+                }
+            };
+            budget = budget.saturating_sub(rows.len().max(1));
+            let (rows, next) = sweep_step(rows, limit);
+            let chunks = retired::chunks(&self.cfg.name, &tp, rows, hh.owner(), Utc::now());
+            let published = hh.publish_retired(&chunks).await;
+            // Done: the store remembers it, so the next assignment does not sweep again.
+            let published = match (published, next) {
+                (Ok(()), None) if self.nothing_pending(&tp) => {
+                    let (store, audit, t, handover) = (
+                        self.store.clone(),
+                        self.cfg.name.clone(),
+                        tp.clone(),
+                        hh.topic().to_string(),
+                    );
+                    blocking(move || {
+                        store.set_handover_swept(&handover, &audit, &t.topic, t.partition, true)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())
+                }
+                (r, _) => r.map_err(|e| e.to_string()),
+            };
+            match published {
+                Ok(()) => match next {
+                    Some(n) => {
+                        self.retired_flows.insert(tp.clone(), Flow::Sweep(n));
+                    }
+                    None => {
+                        self.retired_flows.remove(&tp);
+                        self.handover_dirty.insert(tp.clone());
+                        tracing::debug!(audit = %self.cfg.name, %tp, "retired gaps on the handover side topic");
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(audit = %self.cfg.name, %tp, error = %e,
+                        "cannot publish retired gaps to the handover side topic: the partition is neither handed over nor committed; retried next round");
+                }
+            }
+        }
+    }
+
+    /// Publishes the chunks of retired gaps among `ids` (gaps that changed) of each of
+    /// `tps`, read from the store; returns the partitions whose chunks were not all
+    /// acknowledged (to be held).
+    pub(super) async fn publish_changed_chunks(
+        &mut self,
+        wanted: Vec<(TopicPartition, BTreeSet<i64>)>,
+    ) -> BTreeSet<TopicPartition> {
+        let Some(h) = self.handover.clone() else {
+            return BTreeSet::new();
+        };
+        let wanted: Vec<(TopicPartition, BTreeSet<i64>)> =
+            wanted.into_iter().filter(|(_, c)| !c.is_empty()).collect();
+        if wanted.is_empty() {
+            return BTreeSet::new();
+        }
+        let (store, audit, owner) = (
+            self.store.clone(),
+            self.cfg.name.clone(),
+            h.owner().to_string(),
+        );
+        let tps: Vec<TopicPartition> = wanted.iter().map(|(tp, _)| tp.clone()).collect();
+        let read = blocking(move || {
+            let now = Utc::now();
+            let mut out = Vec::new();
+            for (tp, chunks) in wanted {
+                let mut rows = Vec::new();
+                for c in chunks {
+                    let (lo, hi) = retired::chunk_range(c);
+                    // A chunk holds at most SPAN gaps of one log epoch; the limit only guards
+                    // against a store that says otherwise.
+                    rows.extend(store.retired_gaps_between(
+                        &audit,
+                        &tp.topic,
+                        tp.partition,
+                        lo,
+                        hi,
+                        64 * retired::SPAN as usize,
+                    )?);
+                }
+                out.extend(retired::chunks(&audit, &tp, rows, &owner, now));
+            }
+            Ok::<_, crate::store::StoreError>(out)
+        })
+        .await;
+        let handover = h.topic().to_string();
+        let result = match read {
+            Ok(chunks) => h.publish_retired(&chunks).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        // Published: the side topic holds these partitions' retired gaps as the store does
+        // again (they hold no flow, so everything before was there already).
+        let result = match result {
+            Ok(()) => {
+                let (store, audit, done) = (self.store.clone(), self.cfg.name.clone(), tps.clone());
+                blocking(move || {
+                    for tp in done {
+                        store.set_handover_swept(
+                            &handover,
+                            &audit,
+                            &tp.topic,
+                            tp.partition,
+                            true,
+                        )?;
+                    }
+                    Ok::<_, crate::store::StoreError>(())
+                })
+                .await
+                .map_err(|e| e.to_string())
+            }
+            e => e,
+        };
+        match result {
+            Ok(()) => BTreeSet::new(),
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, partitions = ?tps, error = %e,
+                    "cannot publish retired gaps to the handover side topic; the settled watermark of these partitions stays uncommitted until it succeeds");
+                tps.into_iter().collect()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(first: Offset) -> Gap {
+        Gap {
+            id: Gap::make_id("a", "t", 0, first),
+            audit: "a".into(),
+            topic: "t".into(),
+            partition: 0,
+            first_offset: first,
+            last_offset: first,
+            missing_records: 1,
+            size_known: true,
+            first_timestamp: None,
+            last_timestamp: None,
+            detected_at: Utc::now(),
+            state: crate::gap::GapState::Open,
+            unrecoverable_at: None,
+            cause: crate::gap::GapCause::DroppedInFlight,
+            pipeline_commit_from: None,
+            pipeline_commit_to: None,
+            pipeline_commit_at: None,
+            shared_key: false,
+            replayed_at: None,
+            ack_reason: None,
+        }
+    }
+
+    /// A sweep publishes whole chunks only, and every row exactly once over its steps.
+    #[test]
+    fn a_sweep_publishes_whole_chunks_and_every_row_once() {
+        let all: Vec<Gap> = (0..1000).map(|i| g(3 * i + 1)).collect();
+        let mut from = Offset::MIN;
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            let rows: Vec<Gap> = all
+                .iter()
+                .filter(|x| x.first_offset >= from)
+                .take(100)
+                .cloned()
+                .collect();
+            let (publish, next) = sweep_step(rows, 100);
+            let firsts: BTreeSet<i64> = publish
+                .iter()
+                .map(|x| retired::chunk_of(x.first_offset))
+                .collect();
+            for c in firsts {
+                let want: Vec<i64> = all
+                    .iter()
+                    .filter(|x| retired::chunk_of(x.first_offset) == c)
+                    .map(|x| x.first_offset)
+                    .collect();
+                let got: Vec<i64> = publish
+                    .iter()
+                    .filter(|x| retired::chunk_of(x.first_offset) == c)
+                    .map(|x| x.first_offset)
+                    .collect();
+                assert_eq!(got, want, "chunk {c} whole");
+            }
+            seen.extend(publish.iter().map(|x| x.first_offset));
+            match next {
+                Some(n) => from = n,
+                None => break,
+            }
+        }
+        assert_eq!(seen, all.iter().map(|x| x.first_offset).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn ids_name_their_chunks() {
+        let ids = vec![
+            Gap::make_id("a", "t", 0, 5),
+            Gap::make_id("a", "t", 0, 300),
+            format!("{}@2", Gap::make_id("a", "t", 0, 600)),
+        ];
+        assert_eq!(
+            chunks_of_ids(&ids),
+            BTreeSet::from([5 / retired::SPAN, 300 / retired::SPAN, 600 / retired::SPAN])
+        );
+    }
+}

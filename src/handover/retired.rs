@@ -1,0 +1,487 @@
+//! Retired gaps on the handover (record format 3, issue 41): a partition's base and deltas
+//! carry only what its ledger holds in memory and the *aggregate* of its retired gaps
+//! ([`crate::ledger::RetiredGaps`]: enough for completeness, the gauges and DataLoss at
+//! once); the retired gaps themselves (given up, final, possibly millions after a day-long
+//! incident) travel apart, on a compacted side topic `{handover topic}.retired`
+//! ([`side_topic`]), in *chunks*: one record per partition and [`SPAN`] offsets, keyed
+//! `{audit}\0{topic}\0{partition}\0r\0{chunk}` ([`chunk_key`]), whose value is every retired
+//! gap of the owner's store starting in that range, whatever its state (an acknowledged
+//! one too, so an acknowledgement rewrites only its own chunk and a reader that applies
+//! the chunks in log order ends with the latest of each).
+//!
+//! So a takeover reads the handover topic only (bounded by the ledger's own bounds) and the
+//! new owner imports the chunks into its store afterwards, a bounded number of records per
+//! round ([`IMPORT_RECORDS`]), from a cursor on the side topic; a chunk holds at most
+//! `SPAN` gaps (gaps of one epoch never share an offset), so a record stays far below a
+//! broker's default limit.
+//!
+//! The pure parts (layout, encoding, validation) live here; the Kafka I/O is in
+//! [`Handover::publish_retired`] and [`Handover::read_retired`].
+
+use super::*;
+use std::collections::BTreeMap;
+
+/// Offsets per chunk. 64: a chunk of one-record gaps at every second offset (the densest a
+/// loss can be) holds 32 gaps, about 30 kB of JSON: within a 1 MB record limit by far, and
+/// within the 100 kB some brokers are set to.
+pub const SPAN: i64 = 64;
+
+/// Version of the chunk document this binary writes; newer chunks are refused (the import
+/// stops with the reason: never a guess).
+pub const RETIRED_VERSION: u32 = 1;
+
+/// Records of the side topic one round of an import reads at most (each at most [`SPAN`]
+/// gaps): bounds the memory and time of an import round.
+pub const IMPORT_RECORDS: usize = 256;
+
+/// Retired gap rows one round of a sweep (publishing a store's retired gaps as chunks,
+/// see the audit) reads at most.
+pub const SWEEP_ROWS: usize = 8192;
+
+/// The side topic of handover topic `topic`.
+pub fn side_topic(topic: &str) -> String {
+    format!("{topic}.retired")
+}
+
+/// The chunk a gap starting at `first` belongs to.
+pub fn chunk_of(first: Offset) -> i64 {
+    first.div_euclid(SPAN)
+}
+
+/// The offsets of chunk `chunk`: `[lo, hi)`.
+pub fn chunk_range(chunk: i64) -> (Offset, Offset) {
+    let lo = chunk.saturating_mul(SPAN);
+    (lo, lo.saturating_add(SPAN))
+}
+
+/// The key of chunk `chunk` of partition `tp` of `audit`.
+pub fn chunk_key(audit: &str, tp: &TopicPartition, chunk: i64) -> Vec<u8> {
+    let mut k = key(audit, tp);
+    k.extend_from_slice(format!("\0r\0{chunk}").as_bytes());
+    k
+}
+
+/// A chunk key's partition key (as [`key`]) and chunk, `None` for any other key.
+pub fn parse_chunk_key(k: &[u8]) -> Option<(&[u8], i64)> {
+    let nuls: Vec<usize> = k
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == 0)
+        .map(|(i, _)| i)
+        .collect();
+    match nuls.as_slice() {
+        [_, _, r, c] if &k[r + 1..*c] == b"r" => {
+            let chunk = std::str::from_utf8(&k[c + 1..]).ok()?.parse().ok()?;
+            Some((&k[..*r], chunk))
+        }
+        _ => None,
+    }
+}
+
+/// One chunk of a partition's retired gaps, as published to the side topic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetiredChunk {
+    /// Document version ([`RETIRED_VERSION`]).
+    pub retired: u32,
+    /// Audit name.
+    pub audit: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The chunk: its gaps start in [`chunk_range`] of it.
+    pub chunk: i64,
+    /// The retired gaps of the owner's store starting in the chunk, in offset order.
+    pub gaps: Vec<Gap>,
+    /// When the owner wrote it (for operators only).
+    pub written_at: DateTime<Utc>,
+    /// Who wrote it (`host:pid`), for operators.
+    pub owner: String,
+}
+
+impl RetiredChunk {
+    /// The partition.
+    pub fn tp(&self) -> TopicPartition {
+        TopicPartition::new(self.topic.clone(), self.partition)
+    }
+}
+
+/// Splits `gaps` (retired gaps of partition `tp` of `audit`, any order) into chunk
+/// documents, in chunk order, each with its gaps in offset order.
+pub fn chunks(
+    audit: &str,
+    tp: &TopicPartition,
+    gaps: Vec<Gap>,
+    owner: &str,
+    now: DateTime<Utc>,
+) -> Vec<RetiredChunk> {
+    let mut by: BTreeMap<i64, Vec<Gap>> = BTreeMap::new();
+    for g in gaps {
+        by.entry(chunk_of(g.first_offset)).or_default().push(g);
+    }
+    by.into_iter()
+        .map(|(chunk, mut gaps)| {
+            gaps.sort_by(|a, b| (a.first_offset, &a.id).cmp(&(b.first_offset, &b.id)));
+            RetiredChunk {
+                retired: RETIRED_VERSION,
+                audit: audit.to_string(),
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                chunk,
+                gaps,
+                written_at: now,
+                owner: owner.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// A chunk's record value.
+pub fn encode_chunk(c: &RetiredChunk) -> Vec<u8> {
+    // Serializing plain data cannot fail.
+    serde_json::to_vec(c).unwrap_or_default()
+}
+
+/// Decodes the record `key` → `value` of the side topic: the chunk, checked against its
+/// key (partition, chunk) and its gaps against the chunk (partition, offset range). Any
+/// mismatch is an error: a wrong record must stop the import, never be imported.
+pub fn decode_chunk(key: &[u8], value: &[u8]) -> Result<RetiredChunk, HandoverError> {
+    let bad = |what: String| HandoverError::Decode {
+        key: String::from_utf8_lossy(key).replace('\0', "/"),
+        what,
+    };
+    let (base, chunk) = parse_chunk_key(key).ok_or_else(|| bad("not a chunk key".into()))?;
+    let c: RetiredChunk =
+        serde_json::from_slice(value).map_err(|e| bad(format!("not a chunk document: {e}")))?;
+    if c.retired > RETIRED_VERSION {
+        return Err(bad(format!(
+            "chunk version {} is newer than this binary's {RETIRED_VERSION}",
+            c.retired
+        )));
+    }
+    if key_of(&c) != base || c.chunk != chunk {
+        return Err(bad(format!(
+            "the document is chunk {} of {}/{}-{}, not its key's",
+            c.chunk, c.audit, c.topic, c.partition
+        )));
+    }
+    let (lo, hi) = chunk_range(chunk);
+    for g in &c.gaps {
+        if g.audit != c.audit || g.topic != c.topic || g.partition != c.partition {
+            return Err(bad(format!("gap {} is of another partition", g.id)));
+        }
+        if g.first_offset < lo || g.first_offset >= hi || g.last_offset < g.first_offset {
+            return Err(bad(format!(
+                "gap {} ({}..={}) does not start in the chunk's offsets {lo}..{hi}",
+                g.id, g.first_offset, g.last_offset
+            )));
+        }
+    }
+    Ok(c)
+}
+
+fn key_of(c: &RetiredChunk) -> Vec<u8> {
+    key(&c.audit, &c.tp())
+}
+
+/// Where an import of retired chunks stands: the next side-topic offset to read and the
+/// end (the side topic's high watermark at the import's first read: the previous owner
+/// wrote every chunk of its state before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportCursor {
+    /// The next offset to read.
+    pub next: Offset,
+    /// Read up to here (exclusive).
+    pub end: Offset,
+}
+
+impl ImportCursor {
+    /// A new import: from the side topic's start to its high watermark at the first read
+    /// (nothing of the side topic is read on the takeover path).
+    pub fn start() -> ImportCursor {
+        ImportCursor {
+            next: 0,
+            end: Offset::MAX,
+        }
+    }
+
+    /// Whether every record up to the end was imported.
+    pub fn done(&self) -> bool {
+        self.next >= self.end
+    }
+}
+
+/// Records of the side topic one import round reads at most, of any partition (those of
+/// other partitions are skipped, not kept).
+const SCAN_RECORDS: usize = 4096;
+
+/// How long one import round may read the side topic.
+const IMPORT_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Handover {
+    /// Publishes `chunks` to the side topic and waits for the broker's acknowledgement of
+    /// every one: only then may a state counting them be published (and its settled offset
+    /// committed). A chunk the broker or librdkafka refuses as too large is an error (the
+    /// partition stays held), never dropped.
+    pub async fn publish_retired(&self, chunks: &[RetiredChunk]) -> Result<(), HandoverError> {
+        let side = side_topic(&self.topic);
+        let err = |context: &str, e: KafkaError| HandoverError::Kafka {
+            topic: side.clone(),
+            context: context.to_string(),
+            source: Box::new(e),
+        };
+        let mut sent = Vec::with_capacity(chunks.len());
+        let mut failure = None;
+        for c in chunks {
+            let k = chunk_key(&c.audit, &c.tp(), c.chunk);
+            let v = encode_chunk(c);
+            let mut waited = false;
+            loop {
+                let rec = FutureRecord::to(&side)
+                    .partition(PARTITION)
+                    .key(&k)
+                    .payload(&v);
+                match self.producer.send_result(rec) {
+                    Ok(d) => sent.push(d),
+                    // A full queue (a sweep of many chunks): what is in flight is awaited
+                    // once, then the chunk is tried again.
+                    Err((e, _))
+                        if !waited
+                            && e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
+                    {
+                        waited = true;
+                        for d in sent.drain(..) {
+                            match d.await {
+                                Ok(Ok(_)) => {}
+                                Ok(Err((e, _))) => {
+                                    failure.get_or_insert(err("producing retired gaps", e));
+                                }
+                                Err(_) => {
+                                    failure.get_or_insert(err(
+                                        "producing retired gaps",
+                                        KafkaError::Canceled,
+                                    ));
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                    Err((e, _)) => {
+                        failure.get_or_insert(err("enqueueing retired gaps", e));
+                    }
+                }
+                break;
+            }
+            if failure.is_some() {
+                break;
+            }
+        }
+        // Everything enqueued is awaited, also after a failure.
+        for d in sent {
+            match d.await {
+                Ok(Ok(_)) => {}
+                Ok(Err((e, _))) => {
+                    failure.get_or_insert(err("producing retired gaps", e));
+                }
+                Err(_) => {
+                    failure.get_or_insert(err("producing retired gaps", KafkaError::Canceled));
+                }
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+
+    fn side_reader(&self) -> Result<BaseConsumer, HandoverError> {
+        let mut c = self.base.clone();
+        // As the state reader: assign() only, never joins the group, commits nothing.
+        c.set(
+            "group.id",
+            format!("gap-auditor-handover-reader-{}", self.owner),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        // librdkafka prefetches up to 64 MB by default: an import round reads a few MB.
+        .set("queued.max.messages.kbytes", "8192");
+        c.create()
+            .map_err(self.kafka_err("creating a reader of retired gaps"))
+    }
+
+    /// Reads at most [`IMPORT_RECORDS`] records of the side topic from `cursor` (blocking)
+    /// and returns the chunks among them of the partitions `tps` of `audit`, in log order,
+    /// with the cursor after them. A record of theirs that does not decode is an error: the
+    /// cursor does not pass it (the import stops there, with the reason).
+    pub fn read_retired(
+        &self,
+        audit: &str,
+        tps: &[TopicPartition],
+        cursor: ImportCursor,
+    ) -> Result<(Vec<RetiredChunk>, ImportCursor), HandoverError> {
+        let side = side_topic(&self.topic);
+        let c = self.side_reader()?;
+        // Compaction may have removed the records below the low watermark: start there. An
+        // import's end is the high watermark at its first read ([`ImportCursor::start`]):
+        // the previous owner wrote every chunk before its last state, and this instance
+        // writes none of the partition while it imports.
+        let (low, high) = c
+            .fetch_watermarks(&side, PARTITION, Duration::from_secs(10))
+            .map_err(self.kafka_err("reading the watermarks of retired gaps"))?;
+        let cursor = ImportCursor {
+            end: if cursor.end == Offset::MAX {
+                high
+            } else {
+                cursor.end
+            },
+            ..cursor
+        };
+        let mut at = cursor.next.max(low);
+        if at >= cursor.end {
+            return Ok((Vec::new(), ImportCursor { next: at, ..cursor }));
+        }
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(&side, PARTITION, rdkafka::Offset::Offset(at))
+            .map_err(self.kafka_err("assigning the retired gaps"))?;
+        c.assign(&tpl)
+            .map_err(self.kafka_err("assigning the retired gaps"))?;
+        let wanted: HashSet<Vec<u8>> = tps.iter().map(|tp| key(audit, tp)).collect();
+        let mut out = Vec::new();
+        let mut read = 0;
+        let deadline = Instant::now() + IMPORT_READ_TIMEOUT;
+        while at < cursor.end
+            && out.len() < IMPORT_RECORDS
+            && read < SCAN_RECORDS
+            && Instant::now() < deadline
+        {
+            let Some(m) = c.poll(Duration::from_millis(200)) else {
+                continue;
+            };
+            let m = m.map_err(self.kafka_err("reading retired gaps"))?;
+            if m.offset() < at {
+                continue;
+            }
+            if m.offset() >= cursor.end {
+                at = cursor.end;
+                break;
+            }
+            read += 1;
+            if let (Some(k), Some(v)) = (m.key(), m.payload())
+                && parse_chunk_key(k).is_some_and(|(base, _)| wanted.contains(base))
+            {
+                out.push(decode_chunk(k, v)?);
+            }
+            at = m.offset() + 1;
+        }
+        Ok((out, ImportCursor { next: at, ..cursor }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gap::GapState;
+    use proptest::prelude::*;
+
+    fn gap(first: Offset) -> Gap {
+        Gap {
+            id: Gap::make_id("a", "logs", 3, first),
+            audit: "a".into(),
+            topic: "logs".into(),
+            partition: 3,
+            first_offset: first,
+            last_offset: first,
+            missing_records: 1,
+            size_known: true,
+            first_timestamp: None,
+            last_timestamp: None,
+            detected_at: Utc::now(),
+            state: GapState::Open,
+            unrecoverable_at: None,
+            cause: crate::gap::GapCause::DroppedInFlight,
+            pipeline_commit_from: None,
+            pipeline_commit_to: None,
+            pipeline_commit_at: None,
+            shared_key: false,
+            replayed_at: None,
+            ack_reason: Some("a reason that is long enough to look like a real one".into()),
+        }
+    }
+
+    #[test]
+    fn chunk_keys_round_trip_and_are_not_state_keys() {
+        let tp = TopicPartition::new("logs", 3);
+        let k = chunk_key("a", &tp, 42);
+        assert_eq!(parse_chunk_key(&k), Some((key("a", &tp).as_slice(), 42)));
+        assert_eq!(parse_chunk_key(&key("a", &tp)), None);
+        assert_eq!(parse_chunk_key(&delta_key(&key("a", &tp), 3, "x")), None);
+        // The state reader skips chunk keys (they are on another topic, but a mix-up must
+        // not make one a state).
+        assert!(parse_key(&k).is_none_or(|(b, d, _)| d.is_none() && b != key("a", &tp).as_slice()));
+    }
+
+    #[test]
+    fn a_chunk_round_trips_and_a_wrong_one_is_refused() {
+        let tp = TopicPartition::new("logs", 3);
+        let cs = chunks(
+            "a",
+            &tp,
+            vec![gap(300), gap(1), gap(3), gap(257)],
+            "me",
+            Utc::now(),
+        );
+        assert_eq!(cs.len(), 2);
+        assert_eq!(
+            cs[0]
+                .gaps
+                .iter()
+                .map(|g| g.first_offset)
+                .collect::<Vec<_>>(),
+            [1, 3]
+        );
+        for c in &cs {
+            let k = chunk_key("a", &tp, c.chunk);
+            assert_eq!(&decode_chunk(&k, &encode_chunk(c)).expect("decodes"), c);
+            // Under another chunk's key, or with a gap moved out of its range: refused.
+            assert!(decode_chunk(&chunk_key("a", &tp, c.chunk + 1), &encode_chunk(c)).is_err());
+            let mut moved = c.clone();
+            moved.gaps[0].first_offset += SPAN;
+            moved.gaps[0].last_offset += SPAN;
+            assert!(decode_chunk(&k, &encode_chunk(&moved)).is_err());
+            let mut newer = c.clone();
+            newer.retired = RETIRED_VERSION + 1;
+            assert!(decode_chunk(&k, &encode_chunk(&newer)).is_err());
+        }
+    }
+
+    #[test]
+    fn a_dense_chunk_fits_a_default_record() {
+        let tp = TopicPartition::new("logs", 3);
+        let cs = chunks(
+            "a",
+            &tp,
+            (0..SPAN / 2).map(|i| gap(2 * i)).collect(),
+            "me",
+            Utc::now(),
+        );
+        assert_eq!(cs.len(), 1);
+        let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0).len() + FRAMING;
+        assert!(bytes < 50_000, "{bytes} bytes for the densest chunk");
+    }
+
+    proptest! {
+        /// Every gap lands in exactly one chunk, the one its first offset names.
+        #[test]
+        fn chunks_partition_the_gaps(firsts in proptest::collection::btree_set(-2000i64..5000, 0..200)) {
+            let tp = TopicPartition::new("logs", 3);
+            let cs = chunks("a", &tp, firsts.iter().map(|f| gap(*f)).collect(), "me", Utc::now());
+            let mut seen = Vec::new();
+            for c in &cs {
+                let (lo, hi) = chunk_range(c.chunk);
+                for g in &c.gaps {
+                    prop_assert!(g.first_offset >= lo && g.first_offset < hi);
+                    seen.push(g.first_offset);
+                }
+            }
+            prop_assert_eq!(seen, firsts.into_iter().collect::<Vec<_>>());
+        }
+    }
+}
