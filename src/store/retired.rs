@@ -310,7 +310,7 @@ impl Store {
 
 impl Store {
     /// The partitions of `audit` whose retired gaps are on handover topic `handover`'s side
-    /// topic as this store holds them (schema v13): a new assignment need not sweep them.
+    /// topic as this store holds them (schema v14): a new assignment need not sweep them.
     pub fn handover_swept(
         &self,
         handover: &str,
@@ -365,7 +365,7 @@ impl Store {
 
 impl Store {
     /// Forgets, for every handover topic, that the retired gaps of `partitions` of `audit`
-    /// are on its side topic: gaps of theirs are about to retire (schema v13).
+    /// are on its side topic: gaps of theirs are about to retire (schema v14).
     pub fn clear_handover_swept(
         &self,
         audit: &str,

@@ -179,12 +179,27 @@ CREATE INDEX IF NOT EXISTS gaps_retired ON gaps (audit, topic, partition, first_
     WHERE retired = 1;
 ";
 
-/// v13: the partitions whose retired gaps are on a handover topic's side topic as this
+/// v13: the key book's stand-in credits (key_columns with a dead-letter topic: a record
+/// the topic names but the book confirmed lends its row to the key's next absent record,
+/// `KeyBook::credit`), one row per key holding any: rare, so upserted, not logged. Kept
+/// across a restart so that the stand-in decided after it is not reported lost.
+pub(super) const SCHEMA_V13: &str = "
+CREATE TABLE IF NOT EXISTS key_credits (
+    audit   TEXT NOT NULL,
+    key     BLOB NOT NULL,
+    credits INTEGER NOT NULL,
+    PRIMARY KEY (audit, key)
+) WITHOUT ROWID;
+";
+
+/// v14: the partitions whose retired gaps are on a handover topic's side topic as this
 /// store holds them (`handover::retired`): swept there, or imported from there. An
 /// instance assigned such a partition does not publish them all again; any other
 /// partition is swept once (an upgrade from record format 2, a format-2 takeover, another
-/// handover topic).
-pub(super) const SCHEMA_V13: &str = "
+/// handover topic). Every statement is `IF NOT EXISTS`, and `key_credits` is created here
+/// too: a file written by the build that briefly numbered these the other way round
+/// (`handover_swept` v13, `key_credits` v14) may be at v13 without `key_credits`.
+pub(super) const SCHEMA_V14: &str = "
 CREATE TABLE IF NOT EXISTS handover_swept (
     handover_topic TEXT NOT NULL,
     audit          TEXT NOT NULL,
@@ -193,13 +208,6 @@ CREATE TABLE IF NOT EXISTS handover_swept (
     at             TEXT NOT NULL,
     PRIMARY KEY (handover_topic, audit, topic, partition)
 );
-";
-
-/// v14: the key book's stand-in credits (key_columns with a dead-letter topic: a record
-/// the topic names but the book confirmed lends its row to the key's next absent record,
-/// `KeyBook::credit`), one row per key holding any: rare, so upserted, not logged. Kept
-/// across a restart so that the stand-in decided after it is not reported lost.
-pub(super) const SCHEMA_V14: &str = "
 CREATE TABLE IF NOT EXISTS key_credits (
     audit   TEXT NOT NULL,
     key     BLOB NOT NULL,
