@@ -176,8 +176,32 @@ pub fn decode_chunk(key: &[u8], value: &[u8]) -> Result<RetiredChunk, HandoverEr
                 g.id, g.first_offset, g.last_offset
             )));
         }
+        // The store keys rows by id: a gap whose id names another partition or offset
+        // would overwrite that row (e.g. turn another partition's loss 'late').
+        if !id_names(g) {
+            return Err(bad(format!(
+                "gap {} is not the id of {}/{}-{} at offset {}",
+                g.id, g.audit, g.topic, g.partition, g.first_offset
+            )));
+        }
     }
     Ok(c)
+}
+
+/// Whether `g.id` is the id its own fields make ([`Gap::make_id_in`], any epoch).
+fn id_names(g: &Gap) -> bool {
+    let base = Gap::make_id(&g.audit, &g.topic, g.partition, g.first_offset);
+    match g.id.strip_prefix(&base) {
+        Some("") => true,
+        // `@epoch` as `make_id_in` writes it (above 0, no sign or leading zero), so one
+        // gap has one id only.
+        Some(rest) => rest.strip_prefix('@').is_some_and(|e| {
+            e.parse::<u32>().is_ok_and(|n| {
+                n > 0 && Gap::make_id_in(&g.audit, &g.topic, g.partition, g.first_offset, n) == g.id
+            })
+        }),
+        None => false,
+    }
 }
 
 fn key_of(c: &RetiredChunk) -> Vec<u8> {
@@ -449,6 +473,37 @@ mod tests {
             let mut newer = c.clone();
             newer.retired = RETIRED_VERSION + 1;
             assert!(decode_chunk(&k, &encode_chunk(&newer)).is_err());
+        }
+    }
+
+    /// Review item 5: a gap's id must be the one its chunk's partition and its own first
+    /// offset make (an epoch allowed), or it would rewrite another gap's row.
+    #[test]
+    fn a_gap_whose_id_names_another_gap_is_refused() {
+        let tp = TopicPartition::new("logs", 3);
+        let c = chunks("a", &tp, vec![gap(1), gap(3)], "me", Utc::now()).remove(0);
+        let k = chunk_key("a", &tp, c.chunk);
+        let with_id = |id: String| {
+            let mut x = c.clone();
+            x.gaps[1].id = id;
+            decode_chunk(&k, &encode_chunk(&x))
+        };
+        // Its own id, with or without an epoch: accepted.
+        assert!(with_id(Gap::make_id("a", "logs", 3, 3)).is_ok());
+        assert!(with_id(Gap::make_id_in("a", "logs", 3, 3, 2)).is_ok());
+        // Another partition's, another offset's, another audit's, or a bent epoch: refused.
+        for id in [
+            Gap::make_id("a", "logs", 4, 3),
+            Gap::make_id("a", "logs", 3, 5),
+            Gap::make_id("b", "logs", 3, 3),
+            Gap::make_id("a", "other", 3, 3),
+            format!("{}@0", Gap::make_id("a", "logs", 3, 3)),
+            format!("{}@02", Gap::make_id("a", "logs", 3, 3)),
+            format!("{}@x", Gap::make_id("a", "logs", 3, 3)),
+            format!("{}0", Gap::make_id("a", "logs", 3, 3)),
+            "anything".to_string(),
+        ] {
+            assert!(with_id(id.clone()).is_err(), "{id} accepted");
         }
     }
 
