@@ -53,24 +53,36 @@ pub(super) fn chunks_of_ids<'a>(ids: impl IntoIterator<Item = &'a String>) -> BT
 
 /// Of the retired rows `rows` (offset order) read with limit `limit` from a sweep's next
 /// offset: the rows to publish now and where the next sweep step starts (`None`: done). A
-/// full read may end inside a chunk: that chunk waits for the next step (a chunk is
-/// published whole), unless it is the only one.
-pub(super) fn sweep_step(mut rows: Vec<Gap>, limit: usize) -> (Vec<Gap>, Option<Offset>) {
+/// full read may end inside a chunk: that chunk waits for the next step, since a chunk is
+/// published whole (a chunk published cut would replace the whole one on the side topic and
+/// a next owner would lack the rest). A full read inside one chunk cannot be published at
+/// all: `Err(chunk)` (see [`sweep_limit`]: a step reads at least [`retired::CHUNK_ROWS`]).
+pub(super) fn sweep_step(
+    mut rows: Vec<Gap>,
+    limit: usize,
+) -> Result<(Vec<Gap>, Option<Offset>), i64> {
     if rows.len() < limit {
-        return (rows, None);
+        return Ok((rows, None));
     }
     let Some(last) = rows.last().map(|g| retired::chunk_of(g.first_offset)) else {
-        return (rows, None);
+        return Ok((rows, None));
     };
-    let (lo, hi) = retired::chunk_range(last);
     if rows
         .first()
         .is_some_and(|g| retired::chunk_of(g.first_offset) == last)
     {
-        return (rows, Some(hi));
+        return Err(last);
     }
+    let (lo, _) = retired::chunk_range(last);
     rows.retain(|g| g.first_offset < lo);
-    (rows, Some(lo))
+    Ok((rows, Some(lo)))
+}
+
+/// The row limit of a partition's sweep step with `budget` rows left this round, `None`
+/// when it is below one chunk's rows (the partition waits for the next round: a smaller
+/// read could only end inside a chunk).
+pub(super) fn sweep_limit(budget: usize) -> Option<usize> {
+    (budget >= retired::CHUNK_ROWS).then_some(budget)
 }
 
 impl<V: Verifier> Audit<V> {
@@ -184,16 +196,15 @@ impl<V: Verifier> Audit<V> {
             .collect();
         let mut budget = retired::SWEEP_ROWS;
         for (tp, from) in sweeps {
-            if budget == 0 {
+            let Some(limit) = sweep_limit(budget) else {
                 break;
-            }
+            };
             let (hh, audit, store, t) = (
                 h.clone(),
                 self.cfg.name.clone(),
                 self.store.clone(),
                 tp.clone(),
             );
-            let limit = budget;
             let rows = blocking(move || {
                 store.retired_gaps_between(&audit, &t.topic, t.partition, from, Offset::MAX, limit)
             })
@@ -206,7 +217,14 @@ impl<V: Verifier> Audit<V> {
                 }
             };
             budget = budget.saturating_sub(rows.len().max(1));
-            let (rows, next) = sweep_step(rows, limit);
+            let (rows, next) = match sweep_step(rows, limit) {
+                Ok(step) => step,
+                Err(chunk) => {
+                    tracing::warn!(audit = %self.cfg.name, %tp, chunk, rows = limit,
+                        "cannot hand over retired gaps: the store holds more rows in one chunk than a chunk may hold; the partition is neither handed over nor committed");
+                    continue;
+                }
+            };
             let chunks = retired::chunks(&self.cfg.name, &tp, rows, hh.owner(), Utc::now());
             let published = hh.publish_retired(&chunks).await;
             // Done: the store remembers it, so the next assignment does not sweep again.
@@ -273,20 +291,29 @@ impl<V: Verifier> Audit<V> {
                 let mut rows = Vec::new();
                 for c in chunks {
                     let (lo, hi) = retired::chunk_range(c);
-                    // A chunk holds at most SPAN gaps of one log epoch; the limit only guards
-                    // against a store that says otherwise.
-                    rows.extend(store.retired_gaps_between(
-                        &audit,
-                        &tp.topic,
-                        tp.partition,
-                        lo,
-                        hi,
-                        64 * retired::SPAN as usize,
-                    )?);
+                    // A chunk holds at most SPAN gaps of one log epoch; a read that reaches
+                    // the limit may be cut, and a cut chunk is never published.
+                    let got = store
+                        .retired_gaps_between(
+                            &audit,
+                            &tp.topic,
+                            tp.partition,
+                            lo,
+                            hi,
+                            retired::CHUNK_ROWS,
+                        )
+                        .map_err(|e| e.to_string())?;
+                    if got.len() >= retired::CHUNK_ROWS {
+                        return Err(format!(
+                            "the store holds {} rows or more of {audit}/{tp} in chunk {c}: more than a chunk may hold",
+                            retired::CHUNK_ROWS
+                        ));
+                    }
+                    rows.extend(got);
                 }
                 out.extend(retired::chunks(&audit, &tp, rows, &owner, now));
             }
-            Ok::<_, crate::store::StoreError>(out)
+            Ok::<_, String>(out)
         })
         .await;
         let handover = h.topic().to_string();
@@ -369,7 +396,7 @@ mod tests {
                 .take(100)
                 .cloned()
                 .collect();
-            let (publish, next) = sweep_step(rows, 100);
+            let (publish, next) = sweep_step(rows, 100).expect("a full read spans chunks");
             let firsts: BTreeSet<i64> = publish
                 .iter()
                 .map(|x| retired::chunk_of(x.first_offset))
@@ -394,6 +421,42 @@ mod tests {
             }
         }
         assert_eq!(seen, all.iter().map(|x| x.first_offset).collect::<Vec<_>>());
+    }
+
+    /// Review item 1: whatever the limit, a sweep step publishes no chunk cut; a full
+    /// read inside one chunk publishes nothing; and a round starts no step below one
+    /// chunk's rows.
+    #[test]
+    fn a_sweep_never_publishes_part_of_a_chunk() {
+        // Every offset of chunks 0..4: 64 rows a chunk.
+        let all: Vec<Gap> = (0..4 * retired::SPAN).map(g).collect();
+        for limit in 1..200 {
+            let mut from = Offset::MIN;
+            for _ in 0..1000 {
+                let rows: Vec<Gap> = all
+                    .iter()
+                    .filter(|x| x.first_offset >= from)
+                    .take(limit)
+                    .cloned()
+                    .collect();
+                let Ok((publish, next)) = sweep_step(rows, limit) else {
+                    break;
+                };
+                for c in publish.iter().map(|x| retired::chunk_of(x.first_offset)) {
+                    let n = publish
+                        .iter()
+                        .filter(|x| retired::chunk_of(x.first_offset) == c)
+                        .count();
+                    assert_eq!(n, retired::SPAN as usize, "chunk {c} cut at limit {limit}");
+                }
+                match next {
+                    Some(n) => from = n,
+                    None => break,
+                }
+            }
+        }
+        assert_eq!(sweep_limit(retired::CHUNK_ROWS - 1), None);
+        assert_eq!(sweep_limit(retired::SWEEP_ROWS), Some(retired::SWEEP_ROWS));
     }
 
     #[test]

@@ -26,6 +26,11 @@ use std::collections::BTreeMap;
 /// within the 100 kB some brokers are set to.
 pub const SPAN: i64 = 64;
 
+/// Rows of one chunk a read of the store takes at most: a chunk holds at most [`SPAN`]
+/// gaps of one log epoch, so more only guards against a store that says otherwise (a read
+/// that reaches it is refused, never published cut).
+pub const CHUNK_ROWS: usize = 64 * SPAN as usize;
+
 /// Version of the chunk document this binary writes; newer chunks are refused (the import
 /// stops with the reason: never a guess).
 pub const RETIRED_VERSION: u32 = 1;
