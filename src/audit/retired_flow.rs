@@ -27,7 +27,7 @@ use crate::gap::{Gap, Offset, TopicPartition};
 use crate::handover::retired::{self, ImportCursor};
 use crate::sink::Verifier;
 use chrono::Utc;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// What a partition's retired gaps still need before it may be handed over again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +76,17 @@ pub(super) fn sweep_step(
     let (lo, _) = retired::chunk_range(last);
     rows.retain(|g| g.first_offset < lo);
     Ok((rows, Some(lo)))
+}
+
+/// Of the gaps `gaps` read from the side topic: those to import, and the ids skipped because
+/// the importing ledger holds them in memory (`held`). A chunk can name a gap the state this
+/// owner took over still holds in memory: the previous owner published the chunk of a gap it
+/// retired and stopped before the delta that retired it. Imported, that gap would count
+/// twice (the ledger's and the store's retired rows); the ledger's copy is the one the state
+/// decided, and it reaches the store and the side topic again when this owner retires it.
+pub(super) fn not_held(gaps: Vec<Gap>, held: &HashSet<String>) -> (Vec<Gap>, Vec<String>) {
+    let (skip, keep): (Vec<Gap>, Vec<Gap>) = gaps.into_iter().partition(|g| held.contains(&g.id));
+    (keep, skip.into_iter().map(|g| g.id).collect())
 }
 
 /// The row limit of a partition's sweep step with `budget` rows left this round, `None`
@@ -140,11 +151,22 @@ impl<V: Verifier> Audit<V> {
                 .filter(|tp| self.nothing_pending(tp))
                 .cloned()
                 .collect();
+            // The gaps these partitions' ledgers hold in memory (bounded by max_open_gaps):
+            // never imported as retired (see `not_held`).
+            let held: HashSet<String> = tps
+                .iter()
+                .filter_map(|tp| self.parts.get(tp).map(|p| (tp, p)))
+                .flat_map(|(tp, p)| p.ledger.gaps().map(|g| g.id(&self.cfg.name, tp)))
+                .collect();
             let step = blocking(move || {
                 let (chunks, next) = hh
                     .read_retired(&audit, &asked, cursor)
                     .map_err(|e| e.to_string())?;
                 let gaps: Vec<Gap> = chunks.into_iter().flat_map(|c| c.gaps).collect();
+                let (gaps, skipped) = not_held(gaps, &held);
+                if !skipped.is_empty() {
+                    tracing::info!(%audit, gaps = ?skipped, "retired gaps of the side topic not imported: the state taken over holds them in memory (their owner stopped between the chunk and the state that retired them)");
+                }
                 store
                     .import_retired(&audit, &gaps)
                     .map_err(|e| e.to_string())?;
@@ -457,6 +479,18 @@ mod tests {
         }
         assert_eq!(sweep_limit(retired::CHUNK_ROWS - 1), None);
         assert_eq!(sweep_limit(retired::SWEEP_ROWS), Some(retired::SWEEP_ROWS));
+    }
+
+    /// Review item 3: a gap the ledger holds in memory is not imported as retired.
+    #[test]
+    fn a_gap_held_in_memory_is_not_imported() {
+        let held = HashSet::from([g(5).id]);
+        let (keep, skipped) = not_held(vec![g(1), g(5), g(9)], &held);
+        assert_eq!(
+            keep.iter().map(|x| x.first_offset).collect::<Vec<_>>(),
+            [1, 9]
+        );
+        assert_eq!(skipped, [g(5).id]);
     }
 
     #[test]

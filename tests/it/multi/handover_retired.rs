@@ -325,3 +325,108 @@ async fn a_format_2_base_with_retired_gaps_inline_is_taken_over_and_its_gaps_chu
     assert_eq!(c_gaps, b_gaps, "C's store holds B's retired gaps");
     c.stop();
 }
+
+/// Review item 3 of format 3: the previous owner published the chunk of a gap it retired
+/// and stopped before the state that retired it, so the state the next owner takes over
+/// still holds that gap in memory while the side topic has it retired. The next owner must
+/// not import it as retired: it would count twice (`gaps_open` one too high for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
+    use gap_auditor::handover::{Handover, retired};
+    const RETIRED: i64 = 10;
+    const FILL: i64 = 2 * RETIRED;
+    const LIVE_END: i64 = FILL + 2 * LIVE;
+    let s = Scenario::with_partitions("handover_held_chunk", 1).await;
+    let handover = unique("handover");
+    let mut a = Instance::new(&s, "a", &handover);
+    let mut b = Instance::new(&s, "b", &handover);
+    prefill_retired(&a.store, &s.topic, RETIRED);
+    let topic = s.topic.clone();
+    tokio::task::spawn_blocking(move || bulk_produce(&topic, LIVE_END))
+        .await
+        .expect("produce task");
+    a.start();
+    s.pipeline()
+        .start_at(FILL)
+        .records((2 * LIVE) as usize)
+        .copies(|o| usize::from(o % 2 == 0))
+        .commit_every(25, Duration::ZERO)
+        .deadline(Duration::from_secs(120))
+        .run()
+        .await;
+    wait_settled(&a, LIVE_END, "A decides the live phase").await;
+    let committed = committed_within(&s.auditor_group, &s.topic, LIVE_END, 180).await;
+    assert_eq!(committed, Some(LIVE_END), "A's commit");
+    let a_gaps = handed(&a.store);
+    assert_eq!(a_gaps.len() as i64, RETIRED + LIVE);
+    // The crash between chunk and state: chunk 0 as A would publish it had it retired its
+    // live gap at FILL + 1 (A's ledger, and so its state, still holds that gap).
+    let held = open_gap(super::handover_idle::AUDIT, &s.topic, FILL + 1, FILL + 1);
+    assert!(
+        a_gaps[&held.id].contains("retired=0"),
+        "{:?}",
+        a_gaps.get(&held.id)
+    );
+    let mut rows: Vec<Gap> = (0..RETIRED)
+        .map(|i| open_gap(super::handover_idle::AUDIT, &s.topic, 2 * i + 1, 2 * i + 1))
+        .collect();
+    rows.push(held.clone());
+    assert!(rows.iter().all(|g| retired::chunk_of(g.first_offset) == 0));
+    let forger = Handover::new(
+        &gap_auditor::config::KafkaConfig {
+            brokers: kafka(),
+            ..Default::default()
+        },
+        &handover,
+    )
+    .expect("handover client");
+    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    forger
+        .publish_retired(&retired::chunks(
+            super::handover_idle::AUDIT,
+            &tp,
+            rows,
+            "crashed-owner",
+            chrono::Utc::now(),
+        ))
+        .await
+        .expect("the chunk");
+
+    b.start();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    a.stop();
+    wait_settled(&b, LIVE_END, "B takes over from A").await;
+    let want = (RETIRED + LIVE) as f64;
+    // Wait for B's import to end, then for its gauges to count from its store.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !b
+        .log_text()
+        .contains("the previous owner's retired gaps are in the store")
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        b.log_text()
+            .contains("the previous owner's retired gaps are in the store"),
+        "B imports; log tail:\n{}",
+        tail(&b.log_text(), 30)
+    );
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let open = b.metric("gap_auditor_gaps_open").await;
+        assert_eq!(
+            open,
+            want,
+            "B counts the gap its ledger holds once; B log tail:\n{}",
+            tail(&b.log_text(), 30)
+        );
+    }
+    let b_gaps = handed(&b.store);
+    assert!(
+        b_gaps.get(&held.id).is_none_or(|v| v.contains("retired=0")),
+        "B's row of the held gap is not retired: {:?}",
+        b_gaps.get(&held.id)
+    );
+    b.stop();
+}
