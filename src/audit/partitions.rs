@@ -408,6 +408,7 @@ impl<V: Verifier> Audit<V> {
                         }
                         super::retired_flow::Flow::Import(
                             crate::handover::retired::ImportCursor::start(),
+                            std::collections::BTreeMap::new(),
                         )
                     }
                     None => super::retired_flow::Flow::Sweep(Offset::MIN),

@@ -30,12 +30,14 @@ use chrono::Utc;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// What a partition's retired gaps still need before it may be handed over again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Flow {
     /// Publish the store's retired gaps from this first offset on.
     Sweep(Offset),
-    /// Import the side topic's chunks up to the cursor's end.
-    Import(ImportCursor),
+    /// Import the side topic's chunks up to the cursor's end; the map is the highest term
+    /// applied so far of each chunk ([`retired::newest_versions`]), at most one entry per
+    /// chunk of the partition.
+    Import(ImportCursor, BTreeMap<i64, u64>),
 }
 
 /// The first offset of gap `id` (`audit:topic:partition:first[@epoch]`).
@@ -114,7 +116,7 @@ impl<V: Verifier> Audit<V> {
     /// Whether `tp` imports a previous owner's retired gaps (its aggregate is the handed-over
     /// one: the store's recount waits).
     pub(super) fn importing(&self, tp: &TopicPartition) -> bool {
-        matches!(self.retired_flows.get(tp), Some(Flow::Import(_)))
+        matches!(self.retired_flows.get(tp), Some(Flow::Import(..)))
     }
 
     /// One bounded step of every flow: an import read of the side topic (the partitions
@@ -127,7 +129,7 @@ impl<V: Verifier> Audit<V> {
         let import: Option<(ImportCursor, Vec<TopicPartition>)> = {
             let mut by: BTreeMap<(Offset, Offset), Vec<TopicPartition>> = BTreeMap::new();
             for (tp, f) in &self.retired_flows {
-                if let Flow::Import(c) = f {
+                if let Flow::Import(c, _) = f {
                     by.entry((c.next, c.end)).or_default().push(tp.clone());
                 }
             }
@@ -151,25 +153,65 @@ impl<V: Verifier> Audit<V> {
                 .filter(|tp| self.nothing_pending(tp))
                 .cloned()
                 .collect();
-            // The gaps these partitions' ledgers hold in memory (bounded by max_open_gaps):
-            // never imported as retired (see `not_held`).
+            // The gaps these partitions' ledgers hold in memory (bounded by max_open_gaps),
+            // and those this owner changed since the takeover (waiting for their publish,
+            // held until the import ends): never imported as retired (see `not_held`),
+            // never deleted as lacking from a chunk.
             let held: HashSet<String> = tps
                 .iter()
                 .filter_map(|tp| self.parts.get(tp).map(|p| (tp, p)))
                 .flat_map(|(tp, p)| p.ledger.gaps().map(|g| g.id(&self.cfg.name, tp)))
+                .chain(
+                    tps.iter()
+                        .filter_map(|tp| self.handover_pending.get(tp))
+                        .flat_map(|p| p.gaps.iter().cloned()),
+                )
+                .collect();
+            // Each partition's highest term applied per chunk (a copy: kept only when the
+            // step succeeds).
+            let mut kept: BTreeMap<TopicPartition, BTreeMap<i64, u64>> = tps
+                .iter()
+                .map(|tp| {
+                    let k = match self.retired_flows.get(tp) {
+                        Some(Flow::Import(_, k)) => k.clone(),
+                        _ => BTreeMap::new(),
+                    };
+                    (tp.clone(), k)
+                })
                 .collect();
             let step = blocking(move || {
                 let (chunks, next) = hh
                     .read_retired(&audit, &asked, cursor)
                     .map_err(|e| e.to_string())?;
-                let gaps: Vec<Gap> = chunks.into_iter().flat_map(|c| c.gaps).collect();
-                let (gaps, skipped) = not_held(gaps, &held);
-                if !skipped.is_empty() {
-                    tracing::info!(%audit, gaps = ?skipped, "retired gaps of the side topic not imported: the state taken over holds them in memory (their owner stopped between the chunk and the state that retired them)");
+                let mut by: BTreeMap<TopicPartition, Vec<retired::RetiredChunk>> = BTreeMap::new();
+                for c in chunks {
+                    by.entry(c.tp()).or_default().push(c);
                 }
-                store
-                    .import_retired(&audit, &gaps)
-                    .map_err(|e| e.to_string())?;
+                let mut n = 0;
+                for (tp, chunks) in by {
+                    let terms = kept.entry(tp.clone()).or_default();
+                    for c in retired::newest_versions(chunks, terms) {
+                        // The kept version is the chunk as its owner held it: retired rows
+                        // of its offsets it lacks were resolved or let go there.
+                        let (lo, hi) = retired::chunk_range(c.chunk);
+                        let mut keep: Vec<String> = c.gaps.iter().map(|g| g.id.clone()).collect();
+                        keep.extend(held.iter().cloned());
+                        let dropped = store
+                            .drop_retired_lacking(&audit, &tp.topic, tp.partition, lo, hi, &keep)
+                            .map_err(|e| e.to_string())?;
+                        if !dropped.is_empty() {
+                            tracing::info!(%audit, %tp, chunk = c.chunk, term = c.term, gaps = ?dropped, "retired gaps dropped: the newest owner's chunk of their offsets lacks them");
+                        }
+                        let (gaps, skipped) = not_held(c.gaps, &held);
+                        if !skipped.is_empty() {
+                            tracing::info!(%audit, gaps = ?skipped, "retired gaps of the side topic not imported: the state taken over holds them in memory (their owner stopped between the chunk and the state that retired them), or this owner changed them since");
+                        }
+                        store
+                            .import_retired(&audit, &gaps)
+                            .map_err(|e| e.to_string())?;
+                        n += gaps.len();
+                    }
+                }
                 if next.done() {
                     for tp in &markable {
                         store
@@ -177,11 +219,11 @@ impl<V: Verifier> Audit<V> {
                             .map_err(|e| e.to_string())?;
                     }
                 }
-                Ok::<_, String>((next, gaps.len()))
+                Ok::<_, String>((next, n, kept))
             })
             .await;
             match step {
-                Ok((next, n)) => {
+                Ok((next, n, mut kept)) => {
                     tracing::debug!(audit = %self.cfg.name, partitions = ?tps, gaps = n, next = next.next, end = next.end, "retired gaps imported from the handover");
                     for tp in &tps {
                         if next.done() {
@@ -192,7 +234,9 @@ impl<V: Verifier> Audit<V> {
                             }
                             self.handover_dirty.insert(tp.clone());
                         } else {
-                            self.retired_flows.insert(tp.clone(), Flow::Import(next));
+                            let terms = kept.remove(tp).unwrap_or_default();
+                            self.retired_flows
+                                .insert(tp.clone(), Flow::Import(next, terms));
                         }
                     }
                     if next.done() {
@@ -213,7 +257,7 @@ impl<V: Verifier> Audit<V> {
             .filter(|(tp, _)| !h.unread(&self.cfg.name, tp))
             .filter_map(|(tp, f)| match f {
                 Flow::Sweep(from) => Some((tp.clone(), *from)),
-                Flow::Import(_) => None,
+                Flow::Import(..) => None,
             })
             .collect();
         let mut budget = retired::SWEEP_ROWS;

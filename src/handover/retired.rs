@@ -98,6 +98,12 @@ pub struct RetiredChunk {
     pub chunk: i64,
     /// The retired gaps of the owner's store starting in the chunk, in offset order.
     pub gaps: Vec<Gap>,
+    /// The writer's ownership term of the partition ([`PartitionState::term`], stamped by
+    /// [`Handover::publish_retired`]): an import keeps, per chunk, only the version of the
+    /// highest term, so a zombie owner's rewrite from a stale store after a newer owner's
+    /// does not win by coming later in the log. 0 in chunks written before terms.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub term: u64,
     /// When the owner wrote it (for operators only).
     pub written_at: DateTime<Utc>,
     /// Who wrote it (`host:pid`), for operators.
@@ -134,6 +140,7 @@ pub fn chunks(
                 partition: tp.partition,
                 chunk,
                 gaps,
+                term: 0,
                 written_at: now,
                 owner: owner.to_string(),
             }
@@ -213,6 +220,27 @@ fn key_of(c: &RetiredChunk) -> Vec<u8> {
     key(&c.audit, &c.tp())
 }
 
+/// Of `chunks` (side-topic records of one partition, in log order): those an import applies,
+/// given `kept`, the highest term applied so far per chunk (updated). A version of a lower
+/// term than one applied is skipped (a zombie owner's rewrite from a stale store); of equal
+/// terms the later in the log wins, as one owner rewrites a chunk whole at each change.
+pub fn newest_versions(
+    chunks: Vec<RetiredChunk>,
+    kept: &mut BTreeMap<i64, u64>,
+) -> Vec<RetiredChunk> {
+    chunks
+        .into_iter()
+        .filter(|c| {
+            let t = kept.entry(c.chunk).or_insert(c.term);
+            if c.term < *t {
+                return false;
+            }
+            *t = c.term;
+            true
+        })
+        .collect()
+}
+
 /// Where an import of retired chunks stands: the next side-topic offset to read and the
 /// end (the side topic's high watermark at the import's first read: the previous owner
 /// wrote every chunk of its state before it).
@@ -263,7 +291,10 @@ impl Handover {
         let mut failure = None;
         for c in chunks {
             let k = chunk_key(&c.audit, &c.tp(), c.chunk);
-            let v = encode_chunk(c);
+            let v = encode_chunk(&RetiredChunk {
+                term: self.term_of(&key(&c.audit, &c.tp())),
+                ..c.clone()
+            });
             let mut waited = false;
             loop {
                 let rec = FutureRecord::to(&side)
@@ -525,6 +556,44 @@ mod tests {
         assert_eq!(cs.len(), 1);
         let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0).len() + FRAMING;
         assert!(bytes < 50_000, "{bytes} bytes for the densest chunk");
+    }
+
+    /// Review item 2: per chunk only the highest term's versions are applied, whatever
+    /// their order in the log or across import rounds.
+    #[test]
+    fn an_import_keeps_the_highest_term_of_each_chunk() {
+        let tp = TopicPartition::new("logs", 3);
+        let v = |first: Offset, term: u64| RetiredChunk {
+            term,
+            ..chunks("a", &tp, vec![gap(first)], "me", Utc::now()).remove(0)
+        };
+        let mut kept = BTreeMap::new();
+        // Round 1: chunk 0 of term 2, then a zombie's rewrite of term 1; chunk 1 of term 1.
+        let got = newest_versions(vec![v(1, 2), v(3, 1), v(65, 1)], &mut kept);
+        assert_eq!(
+            got.iter().map(|c| (c.chunk, c.term)).collect::<Vec<_>>(),
+            [(0, 2), (1, 1)]
+        );
+        // Round 2: the zombie again (skipped), the owner of term 2 again (applied), a newer
+        // owner of chunk 1 (applied).
+        let got = newest_versions(vec![v(5, 1), v(7, 2), v(67, 3)], &mut kept);
+        assert_eq!(
+            got.iter()
+                .map(|c| (c.chunk, c.term, c.gaps[0].first_offset))
+                .collect::<Vec<_>>(),
+            [(0, 2, 7), (1, 3, 67)]
+        );
+        // The term travels in the record, and an old record without one decodes as 0.
+        let c = v(1, 4);
+        let k = chunk_key("a", &tp, 0);
+        assert_eq!(
+            decode_chunk(&k, &encode_chunk(&c)).expect("decodes").term,
+            4
+        );
+        let mut old: serde_json::Value = serde_json::from_slice(&encode_chunk(&c)).expect("json");
+        old.as_object_mut().expect("object").remove("term");
+        let old = serde_json::to_vec(&old).expect("json");
+        assert_eq!(decode_chunk(&k, &old).expect("decodes").term, 0);
     }
 
     proptest! {
