@@ -91,6 +91,17 @@ pub(super) fn not_held(gaps: Vec<Gap>, held: &HashSet<String>) -> (Vec<Gap>, Vec
     (keep, skip.into_iter().map(|g| g.id).collect())
 }
 
+/// Whether this owner (`me`) may sweep its store's retired gaps of a partition to the side
+/// topic, given the state of the partition it found on the handover topic (`None`: none, or
+/// its local store was further: it is the partition's newest owner): a state of record
+/// format 3 written by another owner means that owner's chunks may be newer than this
+/// store's rows (a stale store, a read that came late), and a sweep would overwrite them
+/// (review item 2). A state of an older format carries its retired gaps inline: nothing of
+/// it is on the side topic, so they are swept.
+pub(super) fn may_sweep(found: Option<(u32, &str)>, me: &str) -> bool {
+    found.is_none_or(|(version, owner)| version < 3 || owner == me)
+}
+
 /// The row limit of a partition's sweep step with `budget` rows left this round, `None`
 /// when it is below one chunk's rows (the partition waits for the next round: a smaller
 /// read could only end inside a chunk).
@@ -535,6 +546,15 @@ mod tests {
             [1, 9]
         );
         assert_eq!(skipped, [g(5).id]);
+    }
+
+    /// Review item 2: a sweep only over no state, an older format's, or this owner's own.
+    #[test]
+    fn a_sweep_never_follows_another_owners_format_3_state() {
+        assert!(may_sweep(None, "me"));
+        assert!(may_sweep(Some((2, "other")), "me"));
+        assert!(may_sweep(Some((3, "me")), "me"));
+        assert!(!may_sweep(Some((3, "other")), "me"));
     }
 
     #[test]

@@ -563,3 +563,90 @@ async fn a_gap_the_newest_chunk_version_lacks_is_not_kept() {
     );
     b.stop();
 }
+
+/// Review item 2 of format 3: B's store holds a stale given-up gap of a partition another
+/// owner (A) has owned since; taking A's format-3 state over, B must not sweep its store's
+/// rows to the side topic over A's newer chunk (a next owner would lose A's version).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_takeover_of_another_owners_state_does_not_sweep_over_its_chunks() {
+    use gap_auditor::handover::retired;
+    const END: i64 = 2 * LIVE;
+    const AT: i64 = 1000;
+    let s = Scenario::with_partitions("handover_no_sweep_over", 1).await;
+    let handover = unique("handover");
+    let mut a = Instance::new(&s, "a", &handover);
+    let mut b = Instance::new(&s, "b", &handover);
+    // B's stale row: given up while B owned the partition long ago, its records arrived
+    // late since (a row a takeover keeps). (Not acknowledged: an acknowledgement B reads
+    // at its start republishes the chunk from B's store, a path this test does not cover.)
+    let mut stale = open_gap(super::handover_idle::AUDIT, &s.topic, AT, AT);
+    stale.state = GapState::Late;
+    {
+        std::fs::create_dir_all(&b.store).expect("store dir");
+        let st = Store::open(&b.store).expect("store");
+        st.commit_round_retiring(
+            super::handover_idle::AUDIT,
+            std::slice::from_ref(&stale),
+            &[],
+            gap_auditor::store::KeyClaims::<&[u8]>::Changes(&[]),
+            std::slice::from_ref(&stale.id),
+            &[],
+        )
+        .expect("B's stale row");
+    }
+    let topic = s.topic.clone();
+    tokio::task::spawn_blocking(move || bulk_produce(&topic, END))
+        .await
+        .expect("produce task");
+    a.start();
+    s.pipeline()
+        .records(END as usize)
+        .copies(|o| usize::from(o % 2 == 0))
+        .commit_every(25, Duration::ZERO)
+        .deadline(Duration::from_secs(120))
+        .run()
+        .await;
+    wait_settled(&a, END, "A decides").await;
+    let committed = committed_within(&s.auditor_group, &s.topic, END, 180).await;
+    assert_eq!(committed, Some(END), "A's commit");
+    // A's newer version of that chunk: another gap there, acknowledged (not counted, so
+    // A's state carries no retired aggregate).
+    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let mut newer = open_gap(super::handover_idle::AUDIT, &s.topic, AT + 2, AT + 2);
+    newer.state = GapState::Acknowledged;
+    newer.ack_reason = Some("A's".into());
+    let chunk = retired::RetiredChunk {
+        term: 1,
+        ..retired::chunks(
+            super::handover_idle::AUDIT,
+            &tp,
+            vec![newer.clone()],
+            "a",
+            chrono::Utc::now(),
+        )
+        .remove(0)
+    };
+    publish_raw_chunk(&handover, &chunk);
+    b.start();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    a.stop();
+    wait_settled(&b, END, "B takes over from A").await;
+    // B commits (nothing held it) with its first base: any sweep was before.
+    let committed = committed_within(&s.auditor_group, &s.topic, END, 60).await;
+    assert_eq!(committed, Some(END), "B's commit");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let side = retired::side_topic(&handover);
+    let on_side = {
+        let topic = s.topic.clone();
+        tokio::task::spawn_blocking(move || side_topic_gaps(&side, &topic))
+            .await
+            .expect("side task")
+    };
+    assert_eq!(
+        on_side,
+        BTreeSet::from([newer.id.clone()]),
+        "A's chunk stays the latest; B log tail:\n{}",
+        tail(&b.log_text(), 30)
+    );
+    b.stop();
+}
