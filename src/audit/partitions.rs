@@ -555,12 +555,20 @@ impl<V: Verifier> Audit<V> {
             // Format 3: the retired gaps are chunks on the side topic, counted here by the
             // aggregate (none retired: nothing to import). Older formats carry them inline
             // (`st.retired`), written to the store below and counted from it.
+            let theirs = !super::retired_flow::may_sweep(Some((st.version, &st.owner)), &me);
             if st.version >= 3
                 && let Some(agg) = st.retired_gaps.clone()
             {
                 handed_retired.insert(tp.clone(), agg);
+            } else if theirs {
+                // None of theirs counted, but their chunks may hold other given-up gaps
+                // (acknowledged, late) newer than this store's rows of the partition: this
+                // store takes them (and drops its rows they lack) before it publishes a
+                // chunk of its own, so neither a sweep nor a changed chunk overwrites
+                // theirs with a stale row (review item 2).
+                handed_retired.insert(tp.clone(), crate::ledger::RetiredGaps::default());
             }
-            if !super::retired_flow::may_sweep(Some((st.version, &st.owner)), &me) {
+            if theirs {
                 foreign.insert(tp.clone());
             }
             progress.insert(tp, row.clone());
