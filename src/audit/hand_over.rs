@@ -544,13 +544,26 @@ impl<V: Verifier> Audit<V> {
     ) {
         match outcome {
             Ok(states) => {
+                let me = self
+                    .handover
+                    .as_ref()
+                    .map(|h| h.owner().to_string())
+                    .unwrap_or_default();
                 for tp in &tps {
                     self.handover_pending.remove(tp);
                     self.handover_claims.remove(tp);
                     self.handover_dirty.insert(tp.clone());
-                    // Its store's retired gaps go to the side topic before its first base.
-                    self.retired_flows
-                        .insert(tp.clone(), super::retired_flow::Flow::Sweep(Offset::MIN));
+                    // Its store's retired gaps go to the side topic before its first base,
+                    // unless the read found another owner's state: its chunks may be newer
+                    // than this store's rows (review item 2).
+                    let found = states.get(tp).map(|st| (st.version, st.owner.as_str()));
+                    if super::retired_flow::may_sweep(found, &me) {
+                        self.retired_flows
+                            .insert(tp.clone(), super::retired_flow::Flow::Sweep(Offset::MIN));
+                    } else {
+                        tracing::warn!(audit = %self.cfg.name, %tp, previous_owner = ?found.map(|f| f.1),
+                            "the handover topic, read after this partition resumed, holds another owner's state: this store's given-up gaps are not swept to the side topic over that owner's");
+                    }
                 }
                 for (tp, st) in states {
                     let ours = self.parts.get(&tp).map(|p| p.ledger.settled());

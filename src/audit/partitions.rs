@@ -234,7 +234,7 @@ impl<V: Verifier> Audit<V> {
                 }
             }
         };
-        let handed_retired = self.take_over(&partitions, &mut progress).await;
+        let (handed_retired, foreign) = self.take_over(&partitions, &mut progress).await;
         let view = self.kafka_view.clone();
         let start = self.kafka.start;
         let tps = partitions.clone();
@@ -401,6 +401,12 @@ impl<V: Verifier> Audit<V> {
                 {
                     continue;
                 }
+                if !handed_retired.contains_key(tp) && foreign.contains(tp) {
+                    // Another owner's format-3 state without retired gaps: its chunks may be
+                    // newer than this store's rows; a sweep could overwrite them.
+                    tracing::debug!(audit = %self.cfg.name, %tp, "taken over from another owner's state: this store's given-up gaps are not swept to the handover side topic");
+                    continue;
+                }
                 let flow = match handed_retired.get(tp) {
                     Some(agg) => {
                         if let Some(p) = self.parts.get_mut(tp) {
@@ -408,6 +414,7 @@ impl<V: Verifier> Audit<V> {
                         }
                         super::retired_flow::Flow::Import(
                             crate::handover::retired::ImportCursor::start(),
+                            std::collections::BTreeMap::new(),
                         )
                     }
                     None => super::retired_flow::Flow::Sweep(Offset::MIN),
@@ -484,25 +491,31 @@ impl<V: Verifier> Audit<V> {
     ///
     /// Returns the partitions taken over from a record of format 3 with retired gaps, and
     /// their aggregate: their rows are imported from the side topic afterwards, never on
-    /// this path (`retired_flow`).
+    /// this path (`retired_flow`); and the partitions taken over from a state this owner
+    /// may not sweep over ([`super::retired_flow::may_sweep`]).
     pub(super) async fn take_over(
         &mut self,
         partitions: &[TopicPartition],
         progress: &mut HashMap<TopicPartition, PartitionProgress>,
-    ) -> HashMap<TopicPartition, crate::ledger::RetiredGaps> {
+    ) -> (
+        HashMap<TopicPartition, crate::ledger::RetiredGaps>,
+        BTreeSet<TopicPartition>,
+    ) {
         let mut handed_retired = HashMap::new();
+        let mut foreign = BTreeSet::new();
         let Some(h) = self.handover.clone() else {
-            return handed_retired;
+            return (handed_retired, foreign);
         };
         // A background retry of an earlier read is of no use now: this read is newer.
         self.drop_reading();
         let audit = self.cfg.name.clone();
         let tps = partitions.to_vec();
+        let me = h.owner().to_string();
         let states = match blocking(move || h.read(&audit, &tps)).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried in the background)");
-                return handed_retired;
+                return (handed_retired, foreign);
             }
         };
         let mut imports = Vec::new();
@@ -542,16 +555,27 @@ impl<V: Verifier> Audit<V> {
             // Format 3: the retired gaps are chunks on the side topic, counted here by the
             // aggregate (none retired: nothing to import). Older formats carry them inline
             // (`st.retired`), written to the store below and counted from it.
+            let theirs = !super::retired_flow::may_sweep(Some((st.version, &st.owner)), &me);
             if st.version >= 3
                 && let Some(agg) = st.retired_gaps.clone()
             {
                 handed_retired.insert(tp.clone(), agg);
+            } else if theirs {
+                // None of theirs counted, but their chunks may hold other given-up gaps
+                // (acknowledged, late) newer than this store's rows of the partition: this
+                // store takes them (and drops its rows they lack) before it publishes a
+                // chunk of its own, so neither a sweep nor a changed chunk overwrites
+                // theirs with a stale row (review item 2).
+                handed_retired.insert(tp.clone(), crate::ledger::RetiredGaps::default());
+            }
+            if theirs {
+                foreign.insert(tp.clone());
             }
             progress.insert(tp, row.clone());
             imports.push((row, st.gaps, st.replayed, st.retired));
         }
         if imports.is_empty() {
-            return handed_retired;
+            return (handed_retired, foreign);
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
@@ -606,7 +630,7 @@ impl<V: Verifier> Audit<V> {
         if let Err(e) = written {
             tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
         }
-        handed_retired
+        (handed_retired, foreign)
     }
 
     #[cfg(test)]

@@ -27,15 +27,17 @@ use crate::gap::{Gap, Offset, TopicPartition};
 use crate::handover::retired::{self, ImportCursor};
 use crate::sink::Verifier;
 use chrono::Utc;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// What a partition's retired gaps still need before it may be handed over again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Flow {
     /// Publish the store's retired gaps from this first offset on.
     Sweep(Offset),
-    /// Import the side topic's chunks up to the cursor's end.
-    Import(ImportCursor),
+    /// Import the side topic's chunks up to the cursor's end; the map is the highest term
+    /// applied so far of each chunk ([`retired::newest_versions`]), at most one entry per
+    /// chunk of the partition.
+    Import(ImportCursor, BTreeMap<i64, u64>),
 }
 
 /// The first offset of gap `id` (`audit:topic:partition:first[@epoch]`).
@@ -53,24 +55,58 @@ pub(super) fn chunks_of_ids<'a>(ids: impl IntoIterator<Item = &'a String>) -> BT
 
 /// Of the retired rows `rows` (offset order) read with limit `limit` from a sweep's next
 /// offset: the rows to publish now and where the next sweep step starts (`None`: done). A
-/// full read may end inside a chunk: that chunk waits for the next step (a chunk is
-/// published whole), unless it is the only one.
-pub(super) fn sweep_step(mut rows: Vec<Gap>, limit: usize) -> (Vec<Gap>, Option<Offset>) {
+/// full read may end inside a chunk: that chunk waits for the next step, since a chunk is
+/// published whole (a chunk published cut would replace the whole one on the side topic and
+/// a next owner would lack the rest). A full read inside one chunk cannot be published at
+/// all: `Err(chunk)` (see [`sweep_limit`]: a step reads at least [`retired::CHUNK_ROWS`]).
+pub(super) fn sweep_step(
+    mut rows: Vec<Gap>,
+    limit: usize,
+) -> Result<(Vec<Gap>, Option<Offset>), i64> {
     if rows.len() < limit {
-        return (rows, None);
+        return Ok((rows, None));
     }
     let Some(last) = rows.last().map(|g| retired::chunk_of(g.first_offset)) else {
-        return (rows, None);
+        return Ok((rows, None));
     };
-    let (lo, hi) = retired::chunk_range(last);
     if rows
         .first()
         .is_some_and(|g| retired::chunk_of(g.first_offset) == last)
     {
-        return (rows, Some(hi));
+        return Err(last);
     }
+    let (lo, _) = retired::chunk_range(last);
     rows.retain(|g| g.first_offset < lo);
-    (rows, Some(lo))
+    Ok((rows, Some(lo)))
+}
+
+/// Of the gaps `gaps` read from the side topic: those to import, and the ids skipped because
+/// the importing ledger holds them in memory (`held`). A chunk can name a gap the state this
+/// owner took over still holds in memory: the previous owner published the chunk of a gap it
+/// retired and stopped before the delta that retired it. Imported, that gap would count
+/// twice (the ledger's and the store's retired rows); the ledger's copy is the one the state
+/// decided, and it reaches the store and the side topic again when this owner retires it.
+pub(super) fn not_held(gaps: Vec<Gap>, held: &HashSet<String>) -> (Vec<Gap>, Vec<String>) {
+    let (skip, keep): (Vec<Gap>, Vec<Gap>) = gaps.into_iter().partition(|g| held.contains(&g.id));
+    (keep, skip.into_iter().map(|g| g.id).collect())
+}
+
+/// Whether this owner (`me`) may sweep its store's retired gaps of a partition to the side
+/// topic, given the state of the partition it found on the handover topic (`None`: none, or
+/// its local store was further: it is the partition's newest owner): a state of record
+/// format 3 written by another owner means that owner's chunks may be newer than this
+/// store's rows (a stale store, a read that came late), and a sweep would overwrite them
+/// (review item 2). A state of an older format carries its retired gaps inline: nothing of
+/// it is on the side topic, so they are swept.
+pub(super) fn may_sweep(found: Option<(u32, &str)>, me: &str) -> bool {
+    found.is_none_or(|(version, owner)| version < 3 || owner == me)
+}
+
+/// The row limit of a partition's sweep step with `budget` rows left this round, `None`
+/// when it is below one chunk's rows (the partition waits for the next round: a smaller
+/// read could only end inside a chunk).
+pub(super) fn sweep_limit(budget: usize) -> Option<usize> {
+    (budget >= retired::CHUNK_ROWS).then_some(budget)
 }
 
 impl<V: Verifier> Audit<V> {
@@ -91,7 +127,7 @@ impl<V: Verifier> Audit<V> {
     /// Whether `tp` imports a previous owner's retired gaps (its aggregate is the handed-over
     /// one: the store's recount waits).
     pub(super) fn importing(&self, tp: &TopicPartition) -> bool {
-        matches!(self.retired_flows.get(tp), Some(Flow::Import(_)))
+        matches!(self.retired_flows.get(tp), Some(Flow::Import(..)))
     }
 
     /// One bounded step of every flow: an import read of the side topic (the partitions
@@ -104,7 +140,7 @@ impl<V: Verifier> Audit<V> {
         let import: Option<(ImportCursor, Vec<TopicPartition>)> = {
             let mut by: BTreeMap<(Offset, Offset), Vec<TopicPartition>> = BTreeMap::new();
             for (tp, f) in &self.retired_flows {
-                if let Flow::Import(c) = f {
+                if let Flow::Import(c, _) = f {
                     by.entry((c.next, c.end)).or_default().push(tp.clone());
                 }
             }
@@ -128,14 +164,65 @@ impl<V: Verifier> Audit<V> {
                 .filter(|tp| self.nothing_pending(tp))
                 .cloned()
                 .collect();
+            // The gaps these partitions' ledgers hold in memory (bounded by max_open_gaps),
+            // and those this owner changed since the takeover (waiting for their publish,
+            // held until the import ends): never imported as retired (see `not_held`),
+            // never deleted as lacking from a chunk.
+            let held: HashSet<String> = tps
+                .iter()
+                .filter_map(|tp| self.parts.get(tp).map(|p| (tp, p)))
+                .flat_map(|(tp, p)| p.ledger.gaps().map(|g| g.id(&self.cfg.name, tp)))
+                .chain(
+                    tps.iter()
+                        .filter_map(|tp| self.handover_pending.get(tp))
+                        .flat_map(|p| p.gaps.iter().cloned()),
+                )
+                .collect();
+            // Each partition's highest term applied per chunk (a copy: kept only when the
+            // step succeeds).
+            let mut kept: BTreeMap<TopicPartition, BTreeMap<i64, u64>> = tps
+                .iter()
+                .map(|tp| {
+                    let k = match self.retired_flows.get(tp) {
+                        Some(Flow::Import(_, k)) => k.clone(),
+                        _ => BTreeMap::new(),
+                    };
+                    (tp.clone(), k)
+                })
+                .collect();
             let step = blocking(move || {
                 let (chunks, next) = hh
                     .read_retired(&audit, &asked, cursor)
                     .map_err(|e| e.to_string())?;
-                let gaps: Vec<Gap> = chunks.into_iter().flat_map(|c| c.gaps).collect();
-                store
-                    .import_retired(&audit, &gaps)
-                    .map_err(|e| e.to_string())?;
+                let mut by: BTreeMap<TopicPartition, Vec<retired::RetiredChunk>> = BTreeMap::new();
+                for c in chunks {
+                    by.entry(c.tp()).or_default().push(c);
+                }
+                let mut n = 0;
+                for (tp, chunks) in by {
+                    let terms = kept.entry(tp.clone()).or_default();
+                    for c in retired::newest_versions(chunks, terms) {
+                        // The kept version is the chunk as its owner held it: retired rows
+                        // of its offsets it lacks were resolved or let go there.
+                        let (lo, hi) = retired::chunk_range(c.chunk);
+                        let mut keep: Vec<String> = c.gaps.iter().map(|g| g.id.clone()).collect();
+                        keep.extend(held.iter().cloned());
+                        let dropped = store
+                            .drop_retired_lacking(&audit, &tp.topic, tp.partition, lo, hi, &keep)
+                            .map_err(|e| e.to_string())?;
+                        if !dropped.is_empty() {
+                            tracing::info!(%audit, %tp, chunk = c.chunk, term = c.term, gaps = ?dropped, "retired gaps dropped: the newest owner's chunk of their offsets lacks them");
+                        }
+                        let (gaps, skipped) = not_held(c.gaps, &held);
+                        if !skipped.is_empty() {
+                            tracing::info!(%audit, gaps = ?skipped, "retired gaps of the side topic not imported: the state taken over holds them in memory (their owner stopped between the chunk and the state that retired them), or this owner changed them since");
+                        }
+                        store
+                            .import_retired(&audit, &gaps)
+                            .map_err(|e| e.to_string())?;
+                        n += gaps.len();
+                    }
+                }
                 if next.done() {
                     for tp in &markable {
                         store
@@ -143,11 +230,11 @@ impl<V: Verifier> Audit<V> {
                             .map_err(|e| e.to_string())?;
                     }
                 }
-                Ok::<_, String>((next, gaps.len()))
+                Ok::<_, String>((next, n, kept))
             })
             .await;
             match step {
-                Ok((next, n)) => {
+                Ok((next, n, mut kept)) => {
                     tracing::debug!(audit = %self.cfg.name, partitions = ?tps, gaps = n, next = next.next, end = next.end, "retired gaps imported from the handover");
                     for tp in &tps {
                         if next.done() {
@@ -158,7 +245,9 @@ impl<V: Verifier> Audit<V> {
                             }
                             self.handover_dirty.insert(tp.clone());
                         } else {
-                            self.retired_flows.insert(tp.clone(), Flow::Import(next));
+                            let terms = kept.remove(tp).unwrap_or_default();
+                            self.retired_flows
+                                .insert(tp.clone(), Flow::Import(next, terms));
                         }
                     }
                     if next.done() {
@@ -179,21 +268,20 @@ impl<V: Verifier> Audit<V> {
             .filter(|(tp, _)| !h.unread(&self.cfg.name, tp))
             .filter_map(|(tp, f)| match f {
                 Flow::Sweep(from) => Some((tp.clone(), *from)),
-                Flow::Import(_) => None,
+                Flow::Import(..) => None,
             })
             .collect();
         let mut budget = retired::SWEEP_ROWS;
         for (tp, from) in sweeps {
-            if budget == 0 {
+            let Some(limit) = sweep_limit(budget) else {
                 break;
-            }
+            };
             let (hh, audit, store, t) = (
                 h.clone(),
                 self.cfg.name.clone(),
                 self.store.clone(),
                 tp.clone(),
             );
-            let limit = budget;
             let rows = blocking(move || {
                 store.retired_gaps_between(&audit, &t.topic, t.partition, from, Offset::MAX, limit)
             })
@@ -206,7 +294,14 @@ impl<V: Verifier> Audit<V> {
                 }
             };
             budget = budget.saturating_sub(rows.len().max(1));
-            let (rows, next) = sweep_step(rows, limit);
+            let (rows, next) = match sweep_step(rows, limit) {
+                Ok(step) => step,
+                Err(chunk) => {
+                    tracing::warn!(audit = %self.cfg.name, %tp, chunk, rows = limit,
+                        "cannot hand over retired gaps: the store holds more rows in one chunk than a chunk may hold; the partition is neither handed over nor committed");
+                    continue;
+                }
+            };
             let chunks = retired::chunks(&self.cfg.name, &tp, rows, hh.owner(), Utc::now());
             let published = hh.publish_retired(&chunks).await;
             // Done: the store remembers it, so the next assignment does not sweep again.
@@ -273,20 +368,29 @@ impl<V: Verifier> Audit<V> {
                 let mut rows = Vec::new();
                 for c in chunks {
                     let (lo, hi) = retired::chunk_range(c);
-                    // A chunk holds at most SPAN gaps of one log epoch; the limit only guards
-                    // against a store that says otherwise.
-                    rows.extend(store.retired_gaps_between(
-                        &audit,
-                        &tp.topic,
-                        tp.partition,
-                        lo,
-                        hi,
-                        64 * retired::SPAN as usize,
-                    )?);
+                    // A chunk holds at most SPAN gaps of one log epoch; a read that reaches
+                    // the limit may be cut, and a cut chunk is never published.
+                    let got = store
+                        .retired_gaps_between(
+                            &audit,
+                            &tp.topic,
+                            tp.partition,
+                            lo,
+                            hi,
+                            retired::CHUNK_ROWS,
+                        )
+                        .map_err(|e| e.to_string())?;
+                    if got.len() >= retired::CHUNK_ROWS {
+                        return Err(format!(
+                            "the store holds {} rows or more of {audit}/{tp} in chunk {c}: more than a chunk may hold",
+                            retired::CHUNK_ROWS
+                        ));
+                    }
+                    rows.extend(got);
                 }
                 out.extend(retired::chunks(&audit, &tp, rows, &owner, now));
             }
-            Ok::<_, crate::store::StoreError>(out)
+            Ok::<_, String>(out)
         })
         .await;
         let handover = h.topic().to_string();
@@ -369,7 +473,7 @@ mod tests {
                 .take(100)
                 .cloned()
                 .collect();
-            let (publish, next) = sweep_step(rows, 100);
+            let (publish, next) = sweep_step(rows, 100).expect("a full read spans chunks");
             let firsts: BTreeSet<i64> = publish
                 .iter()
                 .map(|x| retired::chunk_of(x.first_offset))
@@ -394,6 +498,63 @@ mod tests {
             }
         }
         assert_eq!(seen, all.iter().map(|x| x.first_offset).collect::<Vec<_>>());
+    }
+
+    /// Review item 1: whatever the limit, a sweep step publishes no chunk cut; a full
+    /// read inside one chunk publishes nothing; and a round starts no step below one
+    /// chunk's rows.
+    #[test]
+    fn a_sweep_never_publishes_part_of_a_chunk() {
+        // Every offset of chunks 0..4: 64 rows a chunk.
+        let all: Vec<Gap> = (0..4 * retired::SPAN).map(g).collect();
+        for limit in 1..200 {
+            let mut from = Offset::MIN;
+            for _ in 0..1000 {
+                let rows: Vec<Gap> = all
+                    .iter()
+                    .filter(|x| x.first_offset >= from)
+                    .take(limit)
+                    .cloned()
+                    .collect();
+                let Ok((publish, next)) = sweep_step(rows, limit) else {
+                    break;
+                };
+                for c in publish.iter().map(|x| retired::chunk_of(x.first_offset)) {
+                    let n = publish
+                        .iter()
+                        .filter(|x| retired::chunk_of(x.first_offset) == c)
+                        .count();
+                    assert_eq!(n, retired::SPAN as usize, "chunk {c} cut at limit {limit}");
+                }
+                match next {
+                    Some(n) => from = n,
+                    None => break,
+                }
+            }
+        }
+        assert_eq!(sweep_limit(retired::CHUNK_ROWS - 1), None);
+        assert_eq!(sweep_limit(retired::SWEEP_ROWS), Some(retired::SWEEP_ROWS));
+    }
+
+    /// Review item 3: a gap the ledger holds in memory is not imported as retired.
+    #[test]
+    fn a_gap_held_in_memory_is_not_imported() {
+        let held = HashSet::from([g(5).id]);
+        let (keep, skipped) = not_held(vec![g(1), g(5), g(9)], &held);
+        assert_eq!(
+            keep.iter().map(|x| x.first_offset).collect::<Vec<_>>(),
+            [1, 9]
+        );
+        assert_eq!(skipped, [g(5).id]);
+    }
+
+    /// Review item 2: a sweep only over no state, an older format's, or this owner's own.
+    #[test]
+    fn a_sweep_never_follows_another_owners_format_3_state() {
+        assert!(may_sweep(None, "me"));
+        assert!(may_sweep(Some((2, "other")), "me"));
+        assert!(may_sweep(Some((3, "me")), "me"));
+        assert!(!may_sweep(Some((3, "other")), "me"));
     }
 
     #[test]

@@ -211,7 +211,7 @@ impl Handover {
 
     /// This process's ownership term of the partition keyed `base` (set by the read at
     /// assignment; 1 when nothing was read).
-    fn term_of(&self, base: &[u8]) -> u64 {
+    pub(super) fn term_of(&self, base: &[u8]) -> u64 {
         let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
         *m.entry(base.to_vec()).or_insert(1)
     }

@@ -26,6 +26,11 @@ use std::collections::BTreeMap;
 /// within the 100 kB some brokers are set to.
 pub const SPAN: i64 = 64;
 
+/// Rows of one chunk a read of the store takes at most: a chunk holds at most [`SPAN`]
+/// gaps of one log epoch, so more only guards against a store that says otherwise (a read
+/// that reaches it is refused, never published cut).
+pub const CHUNK_ROWS: usize = 64 * SPAN as usize;
+
 /// Version of the chunk document this binary writes; newer chunks are refused (the import
 /// stops with the reason: never a guess).
 pub const RETIRED_VERSION: u32 = 1;
@@ -93,6 +98,12 @@ pub struct RetiredChunk {
     pub chunk: i64,
     /// The retired gaps of the owner's store starting in the chunk, in offset order.
     pub gaps: Vec<Gap>,
+    /// The writer's ownership term of the partition ([`PartitionState::term`], stamped by
+    /// [`Handover::publish_retired`]): an import keeps, per chunk, only the version of the
+    /// highest term, so a zombie owner's rewrite from a stale store after a newer owner's
+    /// does not win by coming later in the log. 0 in chunks written before terms.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub term: u64,
     /// When the owner wrote it (for operators only).
     pub written_at: DateTime<Utc>,
     /// Who wrote it (`host:pid`), for operators.
@@ -129,6 +140,7 @@ pub fn chunks(
                 partition: tp.partition,
                 chunk,
                 gaps,
+                term: 0,
                 written_at: now,
                 owner: owner.to_string(),
             }
@@ -176,12 +188,57 @@ pub fn decode_chunk(key: &[u8], value: &[u8]) -> Result<RetiredChunk, HandoverEr
                 g.id, g.first_offset, g.last_offset
             )));
         }
+        // The store keys rows by id: a gap whose id names another partition or offset
+        // would overwrite that row (e.g. turn another partition's loss 'late').
+        if !id_names(g) {
+            return Err(bad(format!(
+                "gap {} is not the id of {}/{}-{} at offset {}",
+                g.id, g.audit, g.topic, g.partition, g.first_offset
+            )));
+        }
     }
     Ok(c)
 }
 
+/// Whether `g.id` is the id its own fields make ([`Gap::make_id_in`], any epoch).
+fn id_names(g: &Gap) -> bool {
+    let base = Gap::make_id(&g.audit, &g.topic, g.partition, g.first_offset);
+    match g.id.strip_prefix(&base) {
+        Some("") => true,
+        // `@epoch` as `make_id_in` writes it (above 0, no sign or leading zero), so one
+        // gap has one id only.
+        Some(rest) => rest.strip_prefix('@').is_some_and(|e| {
+            e.parse::<u32>().is_ok_and(|n| {
+                n > 0 && Gap::make_id_in(&g.audit, &g.topic, g.partition, g.first_offset, n) == g.id
+            })
+        }),
+        None => false,
+    }
+}
+
 fn key_of(c: &RetiredChunk) -> Vec<u8> {
     key(&c.audit, &c.tp())
+}
+
+/// Of `chunks` (side-topic records of one partition, in log order): those an import applies,
+/// given `kept`, the highest term applied so far per chunk (updated). A version of a lower
+/// term than one applied is skipped (a zombie owner's rewrite from a stale store); of equal
+/// terms the later in the log wins, as one owner rewrites a chunk whole at each change.
+pub fn newest_versions(
+    chunks: Vec<RetiredChunk>,
+    kept: &mut BTreeMap<i64, u64>,
+) -> Vec<RetiredChunk> {
+    chunks
+        .into_iter()
+        .filter(|c| {
+            let t = kept.entry(c.chunk).or_insert(c.term);
+            if c.term < *t {
+                return false;
+            }
+            *t = c.term;
+            true
+        })
+        .collect()
 }
 
 /// Where an import of retired chunks stands: the next side-topic offset to read and the
@@ -234,7 +291,10 @@ impl Handover {
         let mut failure = None;
         for c in chunks {
             let k = chunk_key(&c.audit, &c.tp(), c.chunk);
-            let v = encode_chunk(c);
+            let v = encode_chunk(&RetiredChunk {
+                term: self.term_of(&key(&c.audit, &c.tp())),
+                ..c.clone()
+            });
             let mut waited = false;
             loop {
                 let rec = FutureRecord::to(&side)
@@ -452,6 +512,37 @@ mod tests {
         }
     }
 
+    /// Review item 5: a gap's id must be the one its chunk's partition and its own first
+    /// offset make (an epoch allowed), or it would rewrite another gap's row.
+    #[test]
+    fn a_gap_whose_id_names_another_gap_is_refused() {
+        let tp = TopicPartition::new("logs", 3);
+        let c = chunks("a", &tp, vec![gap(1), gap(3)], "me", Utc::now()).remove(0);
+        let k = chunk_key("a", &tp, c.chunk);
+        let with_id = |id: String| {
+            let mut x = c.clone();
+            x.gaps[1].id = id;
+            decode_chunk(&k, &encode_chunk(&x))
+        };
+        // Its own id, with or without an epoch: accepted.
+        assert!(with_id(Gap::make_id("a", "logs", 3, 3)).is_ok());
+        assert!(with_id(Gap::make_id_in("a", "logs", 3, 3, 2)).is_ok());
+        // Another partition's, another offset's, another audit's, or a bent epoch: refused.
+        for id in [
+            Gap::make_id("a", "logs", 4, 3),
+            Gap::make_id("a", "logs", 3, 5),
+            Gap::make_id("b", "logs", 3, 3),
+            Gap::make_id("a", "other", 3, 3),
+            format!("{}@0", Gap::make_id("a", "logs", 3, 3)),
+            format!("{}@02", Gap::make_id("a", "logs", 3, 3)),
+            format!("{}@x", Gap::make_id("a", "logs", 3, 3)),
+            format!("{}0", Gap::make_id("a", "logs", 3, 3)),
+            "anything".to_string(),
+        ] {
+            assert!(with_id(id.clone()).is_err(), "{id} accepted");
+        }
+    }
+
     #[test]
     fn a_dense_chunk_fits_a_default_record() {
         let tp = TopicPartition::new("logs", 3);
@@ -465,6 +556,44 @@ mod tests {
         assert_eq!(cs.len(), 1);
         let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0).len() + FRAMING;
         assert!(bytes < 50_000, "{bytes} bytes for the densest chunk");
+    }
+
+    /// Review item 2: per chunk only the highest term's versions are applied, whatever
+    /// their order in the log or across import rounds.
+    #[test]
+    fn an_import_keeps_the_highest_term_of_each_chunk() {
+        let tp = TopicPartition::new("logs", 3);
+        let v = |first: Offset, term: u64| RetiredChunk {
+            term,
+            ..chunks("a", &tp, vec![gap(first)], "me", Utc::now()).remove(0)
+        };
+        let mut kept = BTreeMap::new();
+        // Round 1: chunk 0 of term 2, then a zombie's rewrite of term 1; chunk 1 of term 1.
+        let got = newest_versions(vec![v(1, 2), v(3, 1), v(65, 1)], &mut kept);
+        assert_eq!(
+            got.iter().map(|c| (c.chunk, c.term)).collect::<Vec<_>>(),
+            [(0, 2), (1, 1)]
+        );
+        // Round 2: the zombie again (skipped), the owner of term 2 again (applied), a newer
+        // owner of chunk 1 (applied).
+        let got = newest_versions(vec![v(5, 1), v(7, 2), v(67, 3)], &mut kept);
+        assert_eq!(
+            got.iter()
+                .map(|c| (c.chunk, c.term, c.gaps[0].first_offset))
+                .collect::<Vec<_>>(),
+            [(0, 2, 7), (1, 3, 67)]
+        );
+        // The term travels in the record, and an old record without one decodes as 0.
+        let c = v(1, 4);
+        let k = chunk_key("a", &tp, 0);
+        assert_eq!(
+            decode_chunk(&k, &encode_chunk(&c)).expect("decodes").term,
+            4
+        );
+        let mut old: serde_json::Value = serde_json::from_slice(&encode_chunk(&c)).expect("json");
+        old.as_object_mut().expect("object").remove("term");
+        let old = serde_json::to_vec(&old).expect("json");
+        assert_eq!(decode_chunk(&k, &old).expect("decodes").term, 0);
     }
 
     proptest! {

@@ -284,6 +284,58 @@ impl Store {
         rows.into_iter().map(|raw| self.decode_gap(raw)).collect()
     }
 
+    /// Deletes the retired rows of one partition of `audit` starting in `[lo, hi)` that are
+    /// not acknowledged and whose ids are not in `keep`, in one transaction; returns their
+    /// ids. An import applies the newest version of a chunk whole with it: a gap its owner
+    /// resolved or let go since an older version must not stay here (review item 2).
+    pub fn drop_retired_lacking(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        lo: Offset,
+        hi: Offset,
+        keep: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || format!("drop the retired gaps of {audit}/{topic}-{partition} in {lo}..{hi}");
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let ids: Vec<String> = {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT id FROM gaps
+                     WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
+                       AND state <> 'acknowledged' AND first_offset >= ?4 AND first_offset < ?5",
+                )
+                .map_err(self.sq(ctx()))?;
+            stmt.query_map(params![audit, topic, partition, lo, hi], |r| {
+                r.get::<_, String>(0)
+            })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?
+        };
+        let keep: std::collections::HashSet<&str> = keep.iter().map(String::as_str).collect();
+        let gone: Vec<String> = ids
+            .into_iter()
+            .filter(|id| !keep.contains(id.as_str()))
+            .collect();
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "DELETE FROM gaps WHERE id = ?1 AND retired = 1 AND state <> 'acknowledged'",
+                )
+                .map_err(self.sq(ctx()))?;
+            for id in &gone {
+                stmt.execute(params![id]).map_err(self.sq(ctx()))?;
+            }
+        }
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(gone)
+    }
+
     /// Writes retired gaps a previous owner handed over (chunks of the handover's side
     /// topic, applied in log order: a later chunk's row replaces an earlier one's) as
     /// retired rows, with their replay marks, in one transaction. An acknowledgement

@@ -257,6 +257,45 @@ fn imported_retired_gaps_are_retired_rows() {
     );
 }
 
+/// Review item 2 of format 3: applying a chunk's newest version drops the retired rows of
+/// its offsets it lacks, never an acknowledged one, a kept one, a row not retired, or one
+/// outside the chunk or of another partition.
+#[test]
+fn a_chunks_newest_version_drops_the_retired_rows_it_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let kept = gap("a", 0, 1, 0, GapState::Open);
+    let lacking = gap("a", 0, 3, 0, GapState::Unrecoverable);
+    let mut acked = gap("a", 0, 5, 0, GapState::Acknowledged);
+    acked.ack_reason = Some("known".into());
+    let beyond = gap("a", 0, 64, 0, GapState::Open);
+    let other = gap("a", 1, 3, 0, GapState::Open);
+    store
+        .import_retired(
+            "a",
+            &[
+                kept.clone(),
+                lacking.clone(),
+                acked.clone(),
+                beyond.clone(),
+                other.clone(),
+            ],
+        )
+        .unwrap();
+    let live = gap("a", 0, 7, 0, GapState::Open);
+    store
+        .commit_round("a", std::slice::from_ref(&live), &[])
+        .unwrap();
+    let gone = store
+        .drop_retired_lacking("a", "t", 0, 0, 64, std::slice::from_ref(&kept.id))
+        .unwrap();
+    assert_eq!(gone, std::slice::from_ref(&lacking.id));
+    assert!(store.get_gap(&lacking.id).unwrap().is_none());
+    for g in [&kept, &acked, &beyond, &other, &live] {
+        assert!(store.get_gap(&g.id).unwrap().is_some(), "{} stays", g.id);
+    }
+}
+
 /// Schema v13: which partitions' retired gaps are on a handover topic's side topic.
 #[test]
 fn swept_partitions_are_remembered_per_handover_topic() {
