@@ -1535,3 +1535,33 @@ fn a_gap_detected_earlier_meanwhile_is_listed_again_never_missed() {
     seen.dedup();
     assert_eq!(seen.len(), gaps.len(), "every gap listed");
 }
+
+/// v13 was `handover_swept` in a build that was merged and reverted, and is `key_credits`
+/// now: a file at v13 from either build opens to the fresh schema (v14 creates both tables
+/// if absent), and its stand-in credits can be written.
+#[test]
+fn a_v13_file_of_either_numbering_migrates_to_the_fresh_schema() {
+    let fresh = tempfile::tempdir().unwrap();
+    drop(Store::open(fresh.path()).unwrap());
+    let want = schema_of(&fresh.path().join(DB_FILE));
+    for dropped in ["key_credits", "handover_swept"] {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(&format!("DROP TABLE {dropped}"))
+            .unwrap();
+        conn.pragma_update(None, "user_version", 13).unwrap();
+        drop(conn);
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .write_key_credits("a", &[(b"k\xff".to_vec(), 1u64)])
+            .unwrap();
+        assert_eq!(
+            store.load_key_credits("a").unwrap(),
+            vec![(b"k\xff".to_vec(), 1)],
+            "{dropped}"
+        );
+        drop(store);
+        assert_eq!(schema_of(&dir.path().join(DB_FILE)), want, "{dropped}");
+    }
+}
