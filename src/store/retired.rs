@@ -339,11 +339,24 @@ impl Store {
     /// Writes retired gaps a previous owner handed over (chunks of the handover's side
     /// topic, applied in log order: a later chunk's row replaces an earlier one's) as
     /// retired rows, with their replay marks, in one transaction. An acknowledgement
-    /// already in the store stays.
+    /// already in the store stays, and so does `unrecoverable`: Kafka deleting a gap's
+    /// first record is never undone, so a chunk saying `open` (its owner had not seen the
+    /// log start pass yet) does not reopen a row this store saw unrecoverable (review
+    /// item 4).
     pub fn import_retired(&self, audit: &str, gaps: &[Gap]) -> Result<(), StoreError> {
         if gaps.is_empty() {
             return Ok(());
         }
+        let mut gaps = gaps.to_vec();
+        for g in gaps.iter_mut().filter(|g| g.state == GapState::Open) {
+            if let Some(old) = self.get_gap(&g.id)?
+                && old.state == GapState::Unrecoverable
+            {
+                g.state = GapState::Unrecoverable;
+                g.unrecoverable_at = old.unrecoverable_at.or(g.unrecoverable_at);
+            }
+        }
+        let gaps = gaps.as_slice();
         let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
         self.commit_round_retiring(
             audit,

@@ -274,6 +274,16 @@ impl PartitionLedger {
                 .iter()
                 .any(|g| g.first < log_start && g.deleted_ms.is_none());
         if passed {
+            // At least the open retired gap at `undeleted_first` is unrecoverable now: the
+            // aggregate says so at once (the countdown reaches 0), also while the store's
+            // recount waits (a partition importing a previous owner's retired gaps, review
+            // item 4); the recount after the operation gives the same earliest time.
+            if self.retired.undeleted_first.is_some_and(|f| f < log_start)
+                && self.retired.deleted_ms.is_none_or(|d| d > now_ms)
+            {
+                self.retired.deleted_ms = Some(now_ms);
+                self.revision += 1;
+            }
             self.retired_work.ops.push(RetiredOp::Deleted {
                 below: log_start,
                 at_ms: now_ms,

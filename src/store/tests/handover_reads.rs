@@ -257,6 +257,29 @@ fn imported_retired_gaps_are_retired_rows() {
     );
 }
 
+/// Review item 4 of format 3: an imported chunk saying `open` never reopens a row this
+/// store holds `unrecoverable` (Kafka's deletion is not undone), and keeps its time.
+#[test]
+fn an_import_never_undoes_unrecoverable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let a = gap("a", 0, 100, 0, GapState::Open);
+    store.import_retired("a", std::slice::from_ref(&a)).unwrap();
+    let at_ms = 1_700_000_000_000;
+    let agg = store
+        .settle_retired("a", "t", 0, &[crate::ledger::RetiredOp::Deleted { below: 150, at_ms }])
+        .unwrap();
+    assert_eq!(agg.deleted_ms, Some(at_ms));
+    store.import_retired("a", std::slice::from_ref(&a)).unwrap();
+    let g = store.get_gap(&a.id).unwrap().expect("row");
+    assert_eq!(g.state, GapState::Unrecoverable, "reopened by the import");
+    assert_eq!(g.unrecoverable_at.map(|t| t.timestamp_millis()), Some(at_ms));
+    assert_eq!(
+        store.settle_retired("a", "t", 0, &[]).unwrap().deleted_ms,
+        Some(at_ms)
+    );
+}
+
 /// Review item 2 of format 3: applying a chunk's newest version drops the retired rows of
 /// its offsets it lacks, never an acknowledged one, a kept one, a row not retired, or one
 /// outside the chunk or of another partition.
