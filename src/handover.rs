@@ -63,7 +63,7 @@ pub use codec::{
 };
 use codec::{KeyKind, chunk_value, fnv1a, parse_chunk, parse_key};
 pub use delta::{Chain, DeltaId, Rebuild, apply};
-pub use publish::{Plan, Published, plan, policy_warning, record_limit};
+pub use publish::{Plan, Published, plan, policy_warning, record_limit, side_policy_problem};
 pub use read::{Reassembler, lookup};
 
 /// Version of the state document this binary writes; documents of a newer version are
@@ -172,6 +172,17 @@ pub enum HandoverError {
         key: String,
         /// What is wrong.
         what: String,
+    },
+    /// The side topic of retired gaps deletes records by retention (review item 6): a
+    /// chunk older than `retention.ms` would go, and a next owner would lack its gaps.
+    #[error(
+        "handover side topic {topic} has cleanup.policy={policy}: its chunks of given-up gaps would be deleted after retention.ms and a next owner would lack those gaps; set cleanup.policy=compact on it (kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact) or delete it so that the auditor creates it compacted"
+    )]
+    SidePolicy {
+        /// The side topic.
+        topic: String,
+        /// Its `cleanup.policy`.
+        policy: String,
     },
 }
 

@@ -324,6 +324,10 @@ pub async fn run<V: Verifier + 'static>(
                 tracing::warn!(error = %e, "cannot create the handover topic; it must exist already");
             }
             h.check_policy().await;
+            // Review item 6: a side topic that deletes by retention loses given-up gaps.
+            h.check_side_policy()
+                .await
+                .context("state.handover_topic's side topic")?;
             Some(Arc::new(h))
         }
         None => None,

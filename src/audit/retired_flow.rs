@@ -18,9 +18,10 @@
 //! While a partition sweeps or imports it is **held**, as a partition whose handover topic
 //! was not read: neither published nor committed (a state or chunk published before the
 //! topic holds every retired gap could leave a next owner with fewer than counted, or
-//! overwrite a chunk not imported yet). Verdicts go on. A failure (Kafka, a chunk that does
-//! not decode) leaves it held with the reason logged, retried next round; it never decides
-//! a record: these gaps were decided by their first owner.
+//! overwrite a chunk not imported yet). Verdicts go on. A Kafka or store failure leaves it
+//! held with the reason logged, retried next round; a chunk that does not decode is skipped
+//! (an ERROR and the partition's `state_problem` name it: its gaps are unknown to this
+//! owner). It never decides a record: these gaps were decided by their first owner.
 
 use super::{Audit, blocking::blocking};
 use crate::gap::{Gap, Offset, TopicPartition};
@@ -191,7 +192,11 @@ impl<V: Verifier> Audit<V> {
                 })
                 .collect();
             let step = blocking(move || {
-                let (chunks, next) = hh
+                let retired::RetiredRead {
+                    chunks,
+                    skipped,
+                    cursor: next,
+                } = hh
                     .read_retired(&audit, &asked, cursor)
                     .map_err(|e| e.to_string())?;
                 let mut by: BTreeMap<TopicPartition, Vec<retired::RetiredChunk>> = BTreeMap::new();
@@ -230,11 +235,12 @@ impl<V: Verifier> Audit<V> {
                             .map_err(|e| e.to_string())?;
                     }
                 }
-                Ok::<_, String>((next, n, kept))
+                Ok::<_, String>((next, n, kept, skipped))
             })
             .await;
             match step {
-                Ok((next, n, mut kept)) => {
+                Ok((next, n, mut kept, skipped)) => {
+                    self.report_skipped_chunks(&skipped, &retired::side_topic(h.topic()));
                     tracing::debug!(audit = %self.cfg.name, partitions = ?tps, gaps = n, next = next.next, end = next.end, "retired gaps imported from the handover");
                     for tp in &tps {
                         if next.done() {
@@ -336,6 +342,25 @@ impl<V: Verifier> Audit<V> {
                     tracing::warn!(audit = %self.cfg.name, %tp, error = %e,
                         "cannot publish retired gaps to the handover side topic: the partition is neither handed over nor committed; retried next round");
                 }
+            }
+        }
+    }
+
+    /// Side-topic records of imported partitions that did not decode, skipped (review item
+    /// 4: the import used to stop on one and hold the partition for ever): an ERROR each,
+    /// and the partition's `state_problem` (the status board) says which chunk's gaps this
+    /// owner does not know.
+    fn report_skipped_chunks(&mut self, skipped: &[retired::SkippedChunk], side: &str) {
+        for s in skipped {
+            let what = s.describe(side);
+            tracing::error!(audit = %self.cfg.name, tp = %s.tp, chunk = s.chunk, offset = s.offset, error = %s.error,
+                "retired-gaps chunk skipped: it does not decode; the given-up gaps it held are unknown to this owner");
+            if let Some(p) = self.parts.get_mut(&s.tp) {
+                p.state_problem = Some(match p.state_problem.take() {
+                    Some(before) if !before.contains(&what) => format!("{before}; {what}"),
+                    Some(before) => before,
+                    None => what,
+                });
             }
         }
     }

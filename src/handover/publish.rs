@@ -142,6 +142,25 @@ pub fn policy_warning(topic: &str, r: &crate::kafka::retention::Retention) -> Op
     ))
 }
 
+/// The error for side topic `topic` of retired gaps unless its `cleanup.policy` is
+/// `compact` alone: with `delete` (also `compact,delete`) a chunk goes after `retention.ms`
+/// whatever it holds, and nothing rewrites a chunk whose gaps do not change.
+pub fn side_policy_problem(
+    topic: &str,
+    r: &crate::kafka::retention::Retention,
+) -> Option<HandoverError> {
+    let policy = match (r.compact, r.delete) {
+        (true, false) => return None,
+        (true, true) => "compact,delete",
+        (false, true) => "delete",
+        (false, false) => "none",
+    };
+    Some(HandoverError::SidePolicy {
+        topic: topic.to_string(),
+        policy: policy.to_string(),
+    })
+}
+
 /// What one publish of several partitions' states achieved
 /// ([`Handover::publish_each`]).
 #[derive(Debug)]
@@ -275,6 +294,27 @@ impl Handover {
             }
             Err(e) => {
                 tracing::debug!(topic = %self.topic, error = %e, "cannot read the handover topic's cleanup.policy")
+            }
+        }
+    }
+
+    /// Refuses a side topic of retired gaps (`retired::side_topic`) that deletes records by
+    /// retention ([`side_policy_problem`]); a policy that cannot be read (a broker without
+    /// DescribeConfigs, no right to describe) is a warning only: the auditor cannot tell.
+    pub async fn check_side_policy(&self) -> Result<(), HandoverError> {
+        let side = retired::side_topic(&self.topic);
+        let admin: AdminClient<DefaultClientContext> = match self.base.create() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(topic = %side, error = %e, "cannot create an admin client to read the handover side topic's cleanup.policy (it must be compact)");
+                return Ok(());
+            }
+        };
+        match crate::kafka::retention::describe(&admin, &side).await {
+            Ok(r) => side_policy_problem(&side, &r).map_or(Ok(()), Err),
+            Err(e) => {
+                tracing::warn!(topic = %side, error = %e, "cannot read the handover side topic's cleanup.policy (it must be compact)");
+                Ok(())
             }
         }
     }

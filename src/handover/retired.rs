@@ -268,6 +268,42 @@ impl ImportCursor {
     }
 }
 
+/// One import read of the side topic ([`Handover::read_retired`]).
+#[derive(Debug)]
+pub struct RetiredRead {
+    /// The chunks of the partitions asked for, in log order.
+    pub chunks: Vec<RetiredChunk>,
+    /// Their records that did not decode (skipped: the cursor passed them).
+    pub skipped: Vec<SkippedChunk>,
+    /// Where the next read starts.
+    pub cursor: ImportCursor,
+}
+
+/// A side-topic record of a partition being imported that did not decode: skipped, so the
+/// gaps it held (if it held any) are unknown to the importing owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedChunk {
+    /// Its partition (from its key).
+    pub tp: TopicPartition,
+    /// Its chunk (from its key).
+    pub chunk: i64,
+    /// Its offset on the side topic.
+    pub offset: Offset,
+    /// Why it was refused.
+    pub error: String,
+}
+
+impl SkippedChunk {
+    /// What an operator is told (log and the partition's `state_problem`).
+    pub fn describe(&self, side: &str) -> String {
+        let (lo, hi) = chunk_range(self.chunk);
+        format!(
+            "retired-gaps chunk {} (offsets {lo}..{hi}) of {} at offset {} of {side} skipped: {}; the given-up gaps it held are unknown to this owner: once the import ends its gauges and completeness no longer count them",
+            self.chunk, self.tp, self.offset, self.error
+        )
+    }
+}
+
 /// Records of the side topic one import round reads at most, of any partition (those of
 /// other partitions are skipped, not kept).
 const SCAN_RECORDS: usize = 4096;
@@ -369,14 +405,15 @@ impl Handover {
 
     /// Reads at most [`IMPORT_RECORDS`] records of the side topic from `cursor` (blocking)
     /// and returns the chunks among them of the partitions `tps` of `audit`, in log order,
-    /// with the cursor after them. A record of theirs that does not decode is an error: the
-    /// cursor does not pass it (the import stops there, with the reason).
+    /// with the cursor after them. A record of theirs that does not decode is skipped and
+    /// returned in [`RetiredRead::skipped`] (review item 4: stopping there held the
+    /// partition for ever; its gaps are then unknown to the importer, which says so).
     pub fn read_retired(
         &self,
         audit: &str,
         tps: &[TopicPartition],
         cursor: ImportCursor,
-    ) -> Result<(Vec<RetiredChunk>, ImportCursor), HandoverError> {
+    ) -> Result<RetiredRead, HandoverError> {
         let side = side_topic(&self.topic);
         let c = self.side_reader()?;
         // Compaction may have removed the records below the low watermark: start there. An
@@ -396,15 +433,21 @@ impl Handover {
         };
         let mut at = cursor.next.max(low);
         if at >= cursor.end {
-            return Ok((Vec::new(), ImportCursor { next: at, ..cursor }));
+            return Ok(RetiredRead {
+                chunks: Vec::new(),
+                skipped: Vec::new(),
+                cursor: ImportCursor { next: at, ..cursor },
+            });
         }
         let mut tpl = rdkafka::TopicPartitionList::new();
         tpl.add_partition_offset(&side, PARTITION, rdkafka::Offset::Offset(at))
             .map_err(self.kafka_err("assigning the retired gaps"))?;
         c.assign(&tpl)
             .map_err(self.kafka_err("assigning the retired gaps"))?;
-        let wanted: HashSet<Vec<u8>> = tps.iter().map(|tp| key(audit, tp)).collect();
+        let wanted: HashMap<Vec<u8>, &TopicPartition> =
+            tps.iter().map(|tp| (key(audit, tp), tp)).collect();
         let mut out = Vec::new();
+        let mut skipped = Vec::new();
         let mut read = 0;
         let deadline = Instant::now() + IMPORT_READ_TIMEOUT;
         while at < cursor.end
@@ -425,13 +468,26 @@ impl Handover {
             }
             read += 1;
             if let (Some(k), Some(v)) = (m.key(), m.payload())
-                && parse_chunk_key(k).is_some_and(|(base, _)| wanted.contains(base))
+                && let Some((tp, chunk)) = parse_chunk_key(k)
+                    .and_then(|(base, chunk)| Some((*wanted.get(base)?, chunk)))
             {
-                out.push(decode_chunk(k, v)?);
+                match decode_chunk(k, v) {
+                    Ok(c) => out.push(c),
+                    Err(e) => skipped.push(SkippedChunk {
+                        tp: tp.clone(),
+                        chunk,
+                        offset: m.offset(),
+                        error: e.to_string(),
+                    }),
+                }
             }
             at = m.offset() + 1;
         }
-        Ok((out, ImportCursor { next: at, ..cursor }))
+        Ok(RetiredRead {
+            chunks: out,
+            skipped,
+            cursor: ImportCursor { next: at, ..cursor },
+        })
     }
 }
 
