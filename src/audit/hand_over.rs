@@ -25,6 +25,22 @@ pub(super) struct Pending {
     pub(super) ledger_gaps: BTreeMap<Offset, Option<serde_json::Value>>,
     /// Reported gaps whose rows changed (read back from the store at publish).
     pub(super) gaps: BTreeSet<String>,
+    /// The side-topic chunks of those gaps not published since they changed (record format
+    /// 3): a bounded number goes each round ([`retired::CHANGED_CHUNKS`]); the state waits
+    /// until none is left (review item 9: 500,000 gaps retired in one round were half a
+    /// million chunk rows published in that round).
+    pub(super) chunks: BTreeSet<i64>,
+}
+
+impl Pending {
+    /// Gaps `ids` changed: their rows go with the next state, their chunks before it.
+    pub(super) fn changed<I: IntoIterator<Item = String>>(&mut self, ids: I) {
+        for id in ids {
+            self.chunks
+                .extend(super::retired_flow::chunks_of_ids(std::iter::once(&id)));
+            self.gaps.insert(id);
+        }
+    }
 }
 
 /// One store write's changes for the handover of one partition.
@@ -109,12 +125,14 @@ pub(super) struct Reading {
 type Rows = Vec<(Gap, bool, bool)>;
 
 /// Whether a gap row goes to the next owner in the state: named in `ids` (the ledger holds
-/// it, or it was acknowledged) and not an unresolved retired gap — those travel as chunks
-/// on the side topic (record format 3, `handover::retired`), counted in the state's
-/// aggregate; a delta names them `removed` when they retire.
+/// it, or it was acknowledged) and not retired — retired rows travel as chunks on the side
+/// topic (record format 3, `handover::retired`), the unresolved ones counted in the state's
+/// aggregate; a delta names them `removed` when they retire. An acknowledged gap's row is
+/// marked retired with the write after its acknowledgement (review item 7: every base
+/// inlined every acknowledged gap, about 0.5 kB each, without bound).
 fn handed(row: &(Gap, bool, bool), ids: &HashSet<String>) -> bool {
     let (g, _, retired) = row;
-    !(*retired && g.state.is_unresolved()) && ids.contains(&g.id)
+    !*retired && ids.contains(&g.id)
 }
 
 /// A state to publish: whole (a base) or a delta, and the gap ids to read for it.
@@ -148,7 +166,7 @@ impl<V: Verifier> Audit<V> {
                 }
                 _ => {}
             }
-            p.gaps.extend(c.gaps);
+            p.changed(c.gaps);
         }
     }
 
@@ -195,8 +213,7 @@ impl<V: Verifier> Audit<V> {
                     self.handover_pending
                         .entry(tp.clone())
                         .or_default()
-                        .gaps
-                        .insert(id);
+                        .changed([id]);
                     self.handover_dirty.insert(tp);
                 }
                 self.handover_replays = Some(position);
@@ -256,11 +273,8 @@ impl<V: Verifier> Audit<V> {
         let wanted: Vec<(TopicPartition, BTreeSet<i64>)> = tps
             .iter()
             .map(|tp| {
-                let ids = self.handover_pending.get(tp).map(|p| p.gaps.iter());
-                (
-                    tp.clone(),
-                    super::retired_flow::chunks_of_ids(ids.into_iter().flatten()),
-                )
+                let chunks = self.handover_pending.get(tp).map(|p| p.chunks.clone());
+                (tp.clone(), chunks.unwrap_or_default())
             })
             .collect();
         let unchunked = self.publish_changed_chunks(wanted).await;
@@ -277,8 +291,8 @@ impl<V: Verifier> Audit<V> {
             };
             let whole = h.wants_base(&self.cfg.name, tp);
             let pending = self.handover_pending.get(tp).cloned().unwrap_or_default();
+            // Ids are `audit:topic:partition:first`; neither name contains `:`.
             let prefix = format!("{}:{}:{}:", self.cfg.name, tp.topic, tp.partition);
-            let acked = self.acks.ids.iter().filter(|id| id.starts_with(&prefix));
             let (ledger, read, ids) = if whole {
                 let snap = p.ledger.snapshot();
                 let mut ids: HashSet<String> = snap
@@ -288,9 +302,16 @@ impl<V: Verifier> Audit<V> {
                     .map(|g| g.id(&self.cfg.name, tp))
                     .collect();
                 // Acknowledged gaps left the ledger, not the partition's story: the next
-                // owner must know them too (ids are `audit:topic:partition:first`; neither
-                // name contains `:`).
-                ids.extend(acked.cloned());
+                // owner learns them from the side topic's chunks, as their rows are marked
+                // retired with the write after the acknowledgement; only those not marked
+                // yet are named here (none once that write is done).
+                ids.extend(
+                    self.acks
+                        .unretired
+                        .keys()
+                        .filter(|id| id.starts_with(&prefix))
+                        .cloned(),
+                );
                 // Read by id besides the unresolved rows: the acknowledged ones, and any the
                 // ledger holds in another state (the tail gap).
                 let read: Vec<String> = ids.iter().cloned().collect();
@@ -621,6 +642,42 @@ pub(super) fn remember_claims<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review item 7 (format 3): an acknowledged gap whose row is retired (marked with the
+    /// write after its acknowledgement) travels as a side-topic chunk, never inline in a
+    /// state, even when named; a row not retired yet still goes inline.
+    #[test]
+    fn a_retired_acknowledged_gap_is_not_inlined() {
+        let mut g = Gap {
+            id: Gap::make_id("a", "t", 0, 5),
+            audit: "a".into(),
+            topic: "t".into(),
+            partition: 0,
+            first_offset: 5,
+            last_offset: 5,
+            missing_records: 1,
+            size_known: true,
+            first_timestamp: None,
+            last_timestamp: None,
+            detected_at: Utc::now(),
+            state: crate::gap::GapState::Acknowledged,
+            unrecoverable_at: None,
+            cause: crate::gap::GapCause::DroppedInFlight,
+            pipeline_commit_from: None,
+            pipeline_commit_to: None,
+            pipeline_commit_at: None,
+            shared_key: false,
+            replayed_at: None,
+            ack_reason: Some("known".into()),
+        };
+        let ids = HashSet::from([g.id.clone()]);
+        assert!(!handed(&(g.clone(), false, true), &ids), "retired, acknowledged");
+        assert!(handed(&(g.clone(), false, false), &ids), "not retired yet");
+        g.state = crate::gap::GapState::Open;
+        assert!(!handed(&(g.clone(), false, true), &ids), "retired, open");
+        assert!(handed(&(g.clone(), false, false), &ids), "held, open");
+        assert!(!handed(&(g, false, false), &HashSet::new()), "not named");
+    }
 
     /// A delta whose publish failed may have landed with new claims: the claims are sent
     /// again, never kept (a later delta with the earlier claims would otherwise say

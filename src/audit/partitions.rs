@@ -387,7 +387,7 @@ impl<V: Verifier> Audit<V> {
                 self.cfg.name.clone(),
                 h.topic().to_string(),
             );
-            let swept = match blocking(move || store.handover_swept(&topic, &audit)).await {
+            let mut swept = match blocking(move || store.handover_swept(&topic, &audit)).await {
                 Ok(s) => s,
                 Err(e) => {
                     // Unknown: every partition is swept (never one left off the side topic).
@@ -395,10 +395,38 @@ impl<V: Verifier> Audit<V> {
                     BTreeSet::new()
                 }
             };
+            let (store, audit, topic) = (
+                self.store.clone(),
+                self.cfg.name.clone(),
+                h.topic().to_string(),
+            );
+            let mut unpublished =
+                match blocking(move || store.unpublished_chunks(&topic, &audit)).await {
+                    Ok(u) => u,
+                    Err(e) => {
+                        // Unknown: those partitions are swept whole instead.
+                        tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which given-up gaps' chunks wait for their publish: the partitions are published again whole");
+                        swept.clear();
+                        crate::store::PartitionChunks::new()
+                    }
+                };
             for tp in &partitions {
                 if !handed_retired.contains_key(tp)
                     && swept.contains(&(tp.topic.clone(), tp.partition))
                 {
+                    // Swept, but a write retired gaps whose chunks were not published
+                    // before the stop: those chunks go before its next state (not a
+                    // whole sweep again, review item 9).
+                    if let Some(chunks) =
+                        unpublished.remove(&(tp.topic.clone(), tp.partition))
+                    {
+                        self.handover_pending
+                            .entry(tp.clone())
+                            .or_default()
+                            .chunks
+                            .extend(chunks);
+                        self.handover_dirty.insert(tp.clone());
+                    }
                     continue;
                 }
                 if !handed_retired.contains_key(tp) && foreign.contains(tp) {

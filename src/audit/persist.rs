@@ -8,7 +8,7 @@ use crate::ledger::{Applied, ClaimsWrite, GapRecord, KeyBook, PartitionLedger};
 use crate::sink::Verifier;
 use crate::store::{KeyClaims, PartitionProgress};
 use chrono::Utc;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 
 /// What was decided and is not yet in the store, or not yet in Kafka.
@@ -47,6 +47,11 @@ pub(super) struct Acks {
     pub(super) ids: std::collections::HashSet<String>,
     /// Where the store's ack log was read up to; `None`: list every acknowledged gap next.
     pub(super) position: Option<i64>,
+    /// Acknowledged gaps taken out of a ledger since the last write: their rows are marked
+    /// retired with the next write (as given-up gaps), so they travel as side-topic chunks,
+    /// never inline in every handover base (review item 7).
+    /// By id: the partition and first offset (its chunk).
+    pub(super) unretired: BTreeMap<String, (TopicPartition, Offset)>,
 }
 
 impl<V: Verifier> Audit<V> {
@@ -132,18 +137,40 @@ impl<V: Verifier> Audit<V> {
                     .iter()
                     .map(|g| g.id(&self.cfg.name, tp))
             })
+            .chain(self.acks.unretired.keys().cloned())
             .collect();
-        // Partitions whose gaps retire in this write: until their chunks are published they
-        // are not on the handover's side topic as the store holds them (a crash in between
-        // must make the next assignment sweep them: `retired_flow`).
-        let unswept: Vec<(String, i32)> = if self.handover.is_some() {
-            self.parts
-                .iter()
-                .filter(|(_, p)| !p.ledger.retired_unstored().is_empty())
-                .map(|(tp, _)| (tp.topic.clone(), tp.partition))
-                .collect()
-        } else {
-            Vec::new()
+        let acks_retired: Vec<String> = self.acks.unretired.keys().cloned().collect();
+        // The chunks of the gaps this write retires (or whose acknowledgement it marks):
+        // until they are published they are not on the handover's side topic as the store
+        // holds them. Noted in the store first, so a crash in between republishes those
+        // chunks at the next assignment (before, the whole partition was swept again:
+        // review item 9).
+        let unpublished: (String, crate::store::PartitionChunks) = match &self.handover {
+            Some(h) => {
+                let mut by = crate::store::PartitionChunks::new();
+                for (tp, p) in &self.parts {
+                    let chunks: BTreeSet<i64> = p
+                        .ledger
+                        .retired_unstored()
+                        .iter()
+                        .map(|g| crate::handover::retired::chunk_of(g.first))
+                        .collect();
+                    if !chunks.is_empty() {
+                        by.entry((tp.topic.clone(), tp.partition))
+                            .or_default()
+                            .extend(chunks);
+                    }
+                }
+                for (tp, first) in self.acks.unretired.values() {
+                    if self.parts.contains_key(tp) {
+                        by.entry((tp.topic.clone(), tp.partition))
+                            .or_default()
+                            .insert(crate::handover::retired::chunk_of(*first));
+                    }
+                }
+                (h.topic().to_string(), by)
+            }
+            None => (String::new(), crate::store::PartitionChunks::new()),
         };
         // Gaps folded into an overflow gap since the last write: their rows go as it is
         // written.
@@ -168,6 +195,7 @@ impl<V: Verifier> Audit<V> {
             && keys.claims.is_empty()
             && !keys.whole
             && credits.is_empty()
+            && acks_retired.is_empty()
         {
             self.count_persisted();
             self.settle_retired().await;
@@ -194,7 +222,7 @@ impl<V: Verifier> Audit<V> {
                     KeyClaims::Changes(&keys.claims)
                 };
                 store
-                    .clear_handover_swept(&audit, &unswept)
+                    .note_unpublished_chunks(&unpublished.0, &audit, &unpublished.1)
                     .and_then(|()| {
                         store.commit_round_retiring(
                             &audit, &gaps, &progress, claims, &retired, &folded,
@@ -219,6 +247,9 @@ impl<V: Verifier> Audit<V> {
                 }
                 self.writes.stored.extend(marks);
                 self.pend(handed);
+                for id in &acks_retired {
+                    self.acks.unretired.remove(id);
+                }
                 if let Some(book) = self.checker.book_mut() {
                     book.written(&keys);
                     book.credits_written(&credits);
@@ -341,8 +372,7 @@ impl<V: Verifier> Audit<V> {
                         self.handover_pending
                             .entry(tp.clone())
                             .or_default()
-                            .gaps
-                            .extend(changed);
+                            .changed(changed);
                         self.handover_dirty.insert(tp.clone());
                     }
                 }
@@ -401,13 +431,18 @@ impl<V: Verifier> Audit<V> {
             // other out.
             let held =
                 part.ledger.gap_epoch(g.first_offset) == Some(crate::gap::Gap::epoch_of_id(&g.id));
-            if !held
-                || !part.ledger.acknowledge_overflow(
+            let taken_out = held
+                && part.ledger.acknowledge_overflow(
                     g.first_offset,
                     g.last_offset,
                     g.missing_records,
-                )
-            {
+                );
+            if taken_out {
+                // Its row is marked retired with the next write (see `Acks::unretired`).
+                self.acks
+                    .unretired
+                    .insert(g.id.clone(), (tp.clone(), g.first_offset));
+            } else {
                 part.ledger.retired_changed();
             }
             if let Some(book) = self.checker.book_mut() {
@@ -432,8 +467,7 @@ impl<V: Verifier> Audit<V> {
                 self.handover_pending
                     .entry(tp.clone())
                     .or_default()
-                    .gaps
-                    .insert(g.id.clone());
+                    .changed([g.id.clone()]);
                 self.handover_dirty.insert(tp);
             }
         }

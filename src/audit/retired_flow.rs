@@ -110,6 +110,32 @@ pub(super) fn sweep_limit(budget: usize) -> Option<usize> {
     (budget >= retired::CHUNK_ROWS).then_some(budget)
 }
 
+/// Of the changed chunks `wanted` per partition: those published this round, at most
+/// `budget` in all, in partition then chunk order, and the partitions with chunks left
+/// for the next round (held until then: their state counts gaps of those chunks).
+pub(super) fn within_budget(
+    wanted: Vec<(TopicPartition, BTreeSet<i64>)>,
+    budget: usize,
+) -> (
+    Vec<(TopicPartition, BTreeSet<i64>)>,
+    BTreeSet<TopicPartition>,
+) {
+    let mut left = budget;
+    let mut now = Vec::new();
+    let mut carried = BTreeSet::new();
+    for (tp, chunks) in wanted.into_iter().filter(|(_, c)| !c.is_empty()) {
+        if chunks.len() > left {
+            carried.insert(tp.clone());
+        }
+        let take: BTreeSet<i64> = chunks.into_iter().take(left).collect();
+        left -= take.len();
+        if !take.is_empty() {
+            now.push((tp, take));
+        }
+    }
+    (now, carried)
+}
+
 impl<V: Verifier> Audit<V> {
     /// Partitions held by their retired gaps' flow (see the module doc).
     pub(super) fn retired_held(&self) -> BTreeSet<TopicPartition> {
@@ -365,9 +391,10 @@ impl<V: Verifier> Audit<V> {
         }
     }
 
-    /// Publishes the chunks of retired gaps among `ids` (gaps that changed) of each of
-    /// `tps`, read from the store; returns the partitions whose chunks were not all
-    /// acknowledged (to be held).
+    /// Publishes the changed chunks `wanted` of each partition (their gaps read from the
+    /// store), at most [`retired::CHANGED_CHUNKS`] this round ([`within_budget`]); returns
+    /// the partitions whose chunks were not all published and acknowledged (to be held:
+    /// the rest goes next round, see `Pending::chunks`).
     pub(super) async fn publish_changed_chunks(
         &mut self,
         wanted: Vec<(TopicPartition, BTreeSet<i64>)>,
@@ -375,10 +402,12 @@ impl<V: Verifier> Audit<V> {
         let Some(h) = self.handover.clone() else {
             return BTreeSet::new();
         };
-        let wanted: Vec<(TopicPartition, BTreeSet<i64>)> =
-            wanted.into_iter().filter(|(_, c)| !c.is_empty()).collect();
+        let (wanted, carried) = within_budget(wanted, retired::CHANGED_CHUNKS);
+        if !carried.is_empty() {
+            tracing::debug!(audit = %self.cfg.name, partitions = ?carried, "changed retired-gap chunks beyond this round's budget: published next round, these partitions held until then");
+        }
         if wanted.is_empty() {
-            return BTreeSet::new();
+            return carried;
         }
         let (store, audit, owner) = (
             self.store.clone(),
@@ -386,6 +415,7 @@ impl<V: Verifier> Audit<V> {
             h.owner().to_string(),
         );
         let tps: Vec<TopicPartition> = wanted.iter().map(|(tp, _)| tp.clone()).collect();
+        let taken = wanted.clone();
         let read = blocking(move || {
             let now = Utc::now();
             let mut out = Vec::new();
@@ -423,19 +453,24 @@ impl<V: Verifier> Audit<V> {
             Ok(chunks) => h.publish_retired(&chunks).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
-        // Published: the side topic holds these partitions' retired gaps as the store does
-        // again (they hold no flow, so everything before was there already).
+        // Published: the store's note of these chunks goes (a crash before this line only
+        // publishes them once more at the next assignment).
         let result = match result {
             Ok(()) => {
-                let (store, audit, done) = (self.store.clone(), self.cfg.name.clone(), tps.clone());
+                for (tp, chunks) in &taken {
+                    if let Some(p) = self.handover_pending.get_mut(tp) {
+                        p.chunks.retain(|c| !chunks.contains(c));
+                    }
+                }
+                let (store, audit) = (self.store.clone(), self.cfg.name.clone());
                 blocking(move || {
-                    for tp in done {
-                        store.set_handover_swept(
+                    for (tp, chunks) in taken {
+                        store.clear_unpublished_chunks(
                             &handover,
                             &audit,
                             &tp.topic,
                             tp.partition,
-                            true,
+                            &chunks,
                         )?;
                     }
                     Ok::<_, crate::store::StoreError>(())
@@ -446,11 +481,11 @@ impl<V: Verifier> Audit<V> {
             e => e,
         };
         match result {
-            Ok(()) => BTreeSet::new(),
+            Ok(()) => carried,
             Err(e) => {
                 tracing::error!(audit = %self.cfg.name, partitions = ?tps, error = %e,
                     "cannot publish retired gaps to the handover side topic; the settled watermark of these partitions stays uncommitted until it succeeds");
-                tps.into_iter().collect()
+                tps.into_iter().chain(carried).collect()
             }
         }
     }
@@ -580,6 +615,43 @@ mod tests {
         assert!(may_sweep(Some((2, "other")), "me"));
         assert!(may_sweep(Some((3, "me")), "me"));
         assert!(!may_sweep(Some((3, "other")), "me"));
+    }
+
+    /// Review item 9: a round publishes at most the budget of changed chunks; the
+    /// partitions with chunks left are carried (held), and every chunk goes exactly once
+    /// over the rounds.
+    #[test]
+    fn changed_chunks_go_within_a_budget_per_round() {
+        let tp = |p| TopicPartition::new("t", p);
+        let mut wanted = vec![
+            (tp(0), (0..600).collect::<BTreeSet<i64>>()),
+            (tp(1), BTreeSet::from([7])),
+            (tp(2), BTreeSet::new()),
+        ];
+        let mut seen: BTreeMap<TopicPartition, Vec<i64>> = BTreeMap::new();
+        let mut rounds = 0;
+        while wanted.iter().any(|(_, c)| !c.is_empty()) {
+            rounds += 1;
+            let (now, carried) = within_budget(wanted.clone(), 256);
+            assert!(now.iter().map(|(_, c)| c.len()).sum::<usize>() <= 256);
+            for (t, c) in &now {
+                seen.entry(t.clone()).or_default().extend(c);
+                for (w, left) in wanted.iter_mut() {
+                    if w == t {
+                        left.retain(|x| !c.contains(x));
+                    }
+                }
+            }
+            let left: BTreeSet<TopicPartition> = wanted
+                .iter()
+                .filter(|(_, c)| !c.is_empty())
+                .map(|(t, _)| t.clone())
+                .collect();
+            assert_eq!(carried, left, "round {rounds}");
+        }
+        assert_eq!(rounds, 3);
+        assert_eq!(seen[&tp(0)], (0..600).collect::<Vec<_>>());
+        assert_eq!(seen[&tp(1)], [7]);
     }
 
     #[test]

@@ -39,6 +39,12 @@ pub const RETIRED_VERSION: u32 = 1;
 /// gaps): bounds the memory and time of an import round.
 pub const IMPORT_RECORDS: usize = 256;
 
+/// Changed chunks (of gaps retired, acknowledged or marked since the last publish) one
+/// round publishes at most, over all partitions; the rest go in the next rounds, their
+/// partitions' states waiting for them (review item 9). 256 chunks are at most 8,192 gaps,
+/// as a sweep step.
+pub const CHANGED_CHUNKS: usize = 256;
+
 /// Retired gap rows one round of a sweep (publishing a store's retired gaps as chunks,
 /// see the audit) reads at most.
 pub const SWEEP_ROWS: usize = 8192;
@@ -117,8 +123,30 @@ impl RetiredChunk {
     }
 }
 
+/// Bytes of an acknowledgement's reason a chunk carries at most (an operator's reason is
+/// free text of any length; 32 of them unbounded could pass any record limit, and a chunk
+/// refused as too large holds its partition for ever: review item 9). A longer one is cut
+/// at a character boundary and ends with [`REASON_CUT`]; the owner's store keeps it whole.
+pub const CHUNK_REASON_BYTES: usize = 1024;
+
+/// What ends a reason cut to [`CHUNK_REASON_BYTES`].
+pub const REASON_CUT: &str = " […]";
+
+/// `reason` as a chunk carries it (see [`CHUNK_REASON_BYTES`]).
+pub fn chunk_reason(reason: String) -> String {
+    if reason.len() <= CHUNK_REASON_BYTES {
+        return reason;
+    }
+    let mut end = CHUNK_REASON_BYTES - REASON_CUT.len();
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{REASON_CUT}", &reason[..end])
+}
+
 /// Splits `gaps` (retired gaps of partition `tp` of `audit`, any order) into chunk
-/// documents, in chunk order, each with its gaps in offset order.
+/// documents, in chunk order, each with its gaps in offset order, their acknowledgement
+/// reasons cut to [`CHUNK_REASON_BYTES`].
 pub fn chunks(
     audit: &str,
     tp: &TopicPartition,
@@ -127,7 +155,8 @@ pub fn chunks(
     now: DateTime<Utc>,
 ) -> Vec<RetiredChunk> {
     let mut by: BTreeMap<i64, Vec<Gap>> = BTreeMap::new();
-    for g in gaps {
+    for mut g in gaps {
+        g.ack_reason = g.ack_reason.map(chunk_reason);
         by.entry(chunk_of(g.first_offset)).or_default().push(g);
     }
     by.into_iter()
@@ -612,6 +641,34 @@ mod tests {
         assert_eq!(cs.len(), 1);
         let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0).len() + FRAMING;
         assert!(bytes < 50_000, "{bytes} bytes for the densest chunk");
+    }
+
+    /// Review item 9: a chunk of the densest gaps, each acknowledged with a 1 MB reason,
+    /// stays within a 100 kB record limit (the reasons cut, at a character boundary).
+    #[test]
+    fn a_chunk_of_long_acknowledgement_reasons_stays_small() {
+        let tp = TopicPartition::new("logs", 3);
+        let long = "é".repeat(500_000);
+        let cs = chunks(
+            "a",
+            &tp,
+            (0..SPAN / 2)
+                .map(|i| Gap {
+                    state: GapState::Acknowledged,
+                    ack_reason: Some(long.clone()),
+                    ..gap(2 * i)
+                })
+                .collect(),
+            "me",
+            Utc::now(),
+        );
+        assert_eq!(cs.len(), 1);
+        let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0).len() + FRAMING;
+        assert!(bytes < 100_000, "{bytes} bytes");
+        let r = cs[0].gaps[0].ack_reason.clone().expect("a reason");
+        assert!(r.len() <= CHUNK_REASON_BYTES && r.ends_with(REASON_CUT), "{}", r.len());
+        assert!(long.starts_with(r.trim_end_matches(REASON_CUT)));
+        assert_eq!(chunk_reason("short".into()), "short");
     }
 
     /// Review item 2: per chunk only the highest term's versions are applied, whatever

@@ -441,16 +441,110 @@ impl Store {
         }
         let conn = self.lock();
         let ctx = || format!("unmark the swept partitions of {audit}");
-        let mut stmt = conn
-            .prepare_cached(
-                "DELETE FROM handover_swept WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
-            )
-            .map_err(self.sq(ctx()))?;
-        for (topic, partition) in partitions {
-            stmt.execute(params![audit, topic, partition])
-                .map_err(self.sq(ctx()))?;
+        // Its unpublished chunks go too: a whole sweep covers them.
+        for sql in [
+            "DELETE FROM handover_swept WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            "DELETE FROM handover_unpublished WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+        ] {
+            let mut stmt = conn.prepare_cached(sql).map_err(self.sq(ctx()))?;
+            for (topic, partition) in partitions {
+                stmt.execute(params![audit, topic, partition])
+                    .map_err(self.sq(ctx()))?;
+            }
         }
         Ok(())
+    }
+}
+
+/// Chunks of partitions, `(topic, partition) → chunks`.
+pub type PartitionChunks = std::collections::BTreeMap<(String, i32), std::collections::BTreeSet<i64>>;
+
+impl Store {
+    /// Notes chunks of `audit` whose gaps a write is about to retire or acknowledge, for
+    /// handover topic `handover`: until [`Store::clear_unpublished_chunks`] they are to be
+    /// published again at the partition's next assignment (schema v14).
+    pub fn note_unpublished_chunks(
+        &self,
+        handover: &str,
+        audit: &str,
+        chunks: &PartitionChunks,
+    ) -> Result<(), StoreError> {
+        if chunks.values().all(|c| c.is_empty()) {
+            return Ok(());
+        }
+        let mut conn = self.lock();
+        let ctx = || format!("note the unpublished chunks of {audit}");
+        let tx = conn.transaction().map_err(self.sq(ctx()))?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO handover_unpublished
+                        (handover_topic, audit, topic, partition, chunk)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(self.sq(ctx()))?;
+            for ((topic, partition), cs) in chunks {
+                for c in cs {
+                    stmt.execute(params![handover, audit, topic, partition, c])
+                        .map_err(self.sq(ctx()))?;
+                }
+            }
+        }
+        tx.commit().map_err(self.sq(ctx()))
+    }
+
+    /// The chunks noted by [`Store::note_unpublished_chunks`] and not cleared since.
+    pub fn unpublished_chunks(
+        &self,
+        handover: &str,
+        audit: &str,
+    ) -> Result<PartitionChunks, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the unpublished chunks of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition, chunk FROM handover_unpublished
+                 WHERE handover_topic = ?1 AND audit = ?2",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![handover, audit], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i32>(1)?, r.get::<_, i64>(2)?))
+            })
+            .map_err(self.sq(ctx()))?;
+        let mut out = PartitionChunks::new();
+        for r in rows {
+            let (t, p, c) = r.map_err(self.sq(ctx()))?;
+            out.entry((t, p)).or_default().insert(c);
+        }
+        Ok(out)
+    }
+
+    /// The side topic acknowledged chunks `chunks` of partition `topic`-`partition`.
+    pub fn clear_unpublished_chunks(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        chunks: &std::collections::BTreeSet<i64>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let ctx = || format!("clear the unpublished chunks of {audit}/{topic}-{partition}");
+        let tx = conn.transaction().map_err(self.sq(ctx()))?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "DELETE FROM handover_unpublished WHERE handover_topic = ?1 AND audit = ?2
+                        AND topic = ?3 AND partition = ?4 AND chunk = ?5",
+                )
+                .map_err(self.sq(ctx()))?;
+            for c in chunks {
+                stmt.execute(params![handover, audit, topic, partition, c])
+                    .map_err(self.sq(ctx()))?;
+            }
+        }
+        tx.commit().map_err(self.sq(ctx()))
     }
 }
 
