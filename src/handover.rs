@@ -283,9 +283,20 @@ impl PartitionState {
     }
 }
 
-/// The identity written into [`PartitionState::owner`]: host name and process id.
+/// The identity written into [`PartitionState::owner`] by default: host name and process
+/// id (the daemon uses [`owner_of`] its store instead: see [`Handover::with_owner`]).
 pub fn owner_id() -> String {
-    let host = std::env::var("HOSTNAME")
+    format!("{}:{}", host_name(), std::process::id())
+}
+
+/// The owner id of an instance whose store is `instance` (`Store::instance_id`): host name
+/// and that id, the same after a restart, so the instance's own states stay its own.
+pub fn owner_of(instance: &str) -> String {
+    format!("{}:{instance}", host_name())
+}
+
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
         .or_else(|| {
@@ -293,8 +304,7 @@ pub fn owner_id() -> String {
                 .ok()
                 .map(|h| h.trim().to_string())
         })
-        .unwrap_or_else(|| "unknown".into());
-    format!("{host}:{}", std::process::id())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// The Kafka side: a producer for the states and short-lived readers at assignment.
@@ -398,6 +408,12 @@ impl Handover {
             sets: AtomicU64::new(0),
             advertised_url: None,
         })
+    }
+
+    /// This client with owner id `owner` (see [`owner_of`]) instead of `host:pid`.
+    pub fn with_owner(mut self, owner: String) -> Handover {
+        self.owner = owner;
+        self
     }
 
     /// This client with `url` (`server.advertised_url`) stamped into every state it

@@ -320,6 +320,15 @@ pub async fn run<V: Verifier + 'static>(
             let h = Handover::new(kafka, t)
                 .context("state.handover_topic")?
                 .with_advertised_url(deps.advertised_url.clone());
+            // An owner that survives a restart: taking its own partitions back, it neither
+            // imports their given-up gaps again nor is kept from sweeping them.
+            let h = match deps.store.instance_id() {
+                Ok(id) => h.with_owner(crate::handover::owner_of(&id)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the store's instance id: the handover owner is host:pid (after a restart this instance imports its own partitions' given-up gaps again)");
+                    h
+                }
+            };
             if let Err(e) = h.ensure_topic().await {
                 tracing::warn!(error = %e, "cannot create the handover topic; it must exist already");
             }

@@ -493,7 +493,7 @@ impl<V: Verifier> Audit<V> {
                 // does (a sweep, should it come back from this store).
                 store.clear_handover_swept(&audit, &[(tp.topic.clone(), tp.partition)])?;
                 n += store
-                    .forget_unresolved(&audit, &tp.topic, tp.partition, Offset::MAX, &[])?
+                    .forget_unresolved(&audit, &tp.topic, tp.partition, Offset::MAX, &[], true)?
                     .len();
             }
             Ok::<_, crate::store::StoreError>(n)
@@ -584,7 +584,13 @@ impl<V: Verifier> Audit<V> {
             // aggregate (none retired: nothing to import). Older formats carry them inline
             // (`st.retired`), written to the store below and counted from it.
             let theirs = !super::retired_flow::may_sweep(Some((st.version, &st.owner)), &me);
+            // This owner's own format-3 state (taken back after a revoke or a restart: the
+            // owner id survives it): its store wrote every given-up gap before the state
+            // was published, so they are counted from it and kept, not imported again
+            // (before, every restart scanned the side topic for every partition).
+            let own = st.version >= 3 && !theirs;
             if st.version >= 3
+                && theirs
                 && let Some(agg) = st.retired_gaps.clone()
             {
                 handed_retired.insert(tp.clone(), agg);
@@ -600,7 +606,7 @@ impl<V: Verifier> Audit<V> {
                 foreign.insert(tp.clone());
             }
             progress.insert(tp, row.clone());
-            imports.push((row, st.gaps, st.replayed, st.retired));
+            imports.push((row, st.gaps, st.replayed, st.retired, own));
         }
         if imports.is_empty() {
             return (handed_retired, foreign);
@@ -613,7 +619,7 @@ impl<V: Verifier> Audit<V> {
             .map(|h| h.topic().to_string())
             .unwrap_or_default();
         let written = blocking(move || {
-            for (row, gaps, replayed, retired) in imports {
+            for (row, gaps, replayed, retired, own) in imports {
                 // Given-up gaps inline (record format 2) are not on the side topic: swept.
                 if !retired.is_empty() {
                     store.set_handover_swept(
@@ -640,12 +646,15 @@ impl<V: Verifier> Audit<V> {
                 for id in &replayed {
                     store.mark_replayed(id)?;
                 }
+                // Retired rows are the side topic's to settle (an import), but for this
+                // owner's own state: they are its own, kept.
                 let dropped = store.forget_unresolved(
                     &audit,
                     &row.topic,
                     row.partition,
                     row.settled,
                     &keep,
+                    !own,
                 )?;
                 if !dropped.is_empty() {
                     tracing::info!(audit = %audit, topic = %row.topic, partition = row.partition, ?dropped,

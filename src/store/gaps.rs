@@ -322,7 +322,10 @@ impl Store {
     ///   handed-over gaps (`keep`) was resolved by another instance, whose store holds its
     ///   final state.
     ///
-    /// Acknowledged, late and repaired rows are never dropped. Returns the dropped ids.
+    /// Acknowledged, late and repaired rows are never dropped; retired rows only with
+    /// `retired_too` (an owner taking back its own format-3 state keeps them: they are not
+    /// in its state, they are on the side topic as this store holds them). Returns the
+    /// dropped ids.
     pub fn forget_unresolved(
         &self,
         audit: &str,
@@ -330,6 +333,7 @@ impl Store {
         partition: i32,
         below: Offset,
         keep: &[String],
+        retired_too: bool,
     ) -> Result<Vec<String>, StoreError> {
         let mut conn = self.lock();
         let ctx = || format!("drop stale gaps of {audit} {topic}-{partition}");
@@ -340,11 +344,15 @@ impl Store {
             let mut stmt = tx
                 .prepare(
                     "SELECT id FROM gaps WHERE audit = ?1 AND topic = ?2 AND partition = ?3
-                        AND state IN ('open', 'unrecoverable') AND first_offset < ?4",
+                        AND state IN ('open', 'unrecoverable') AND first_offset < ?4
+                        AND (?5 OR retired = 0)",
                 )
                 .map_err(self.sq(ctx()))?;
             let rows = stmt
-                .query_map(params![audit, topic, partition, below], |r| r.get(0))
+                .query_map(
+                    params![audit, topic, partition, below, retired_too],
+                    |r| r.get(0),
+                )
                 .map_err(self.sq(ctx()))?;
             let mut ids = Vec::new();
             for r in rows {

@@ -460,6 +460,37 @@ impl Store {
 pub type PartitionChunks = std::collections::BTreeMap<(String, i32), std::collections::BTreeSet<i64>>;
 
 impl Store {
+    /// This store's id (schema v14), made at its first call from the time and the process
+    /// id and kept: it names the handover owner across restarts (`handover::owner_of`). A
+    /// copy of the file given to another instance must lose it (`DELETE FROM instance`), or
+    /// the two would take each other's states for their own.
+    pub fn instance_id(&self) -> Result<String, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || "read or make the store's instance id".to_string();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let id: Option<String> = tx
+            .query_row("SELECT id FROM instance LIMIT 1", [], |r| r.get(0))
+            .optional()
+            .map_err(self.sq(ctx()))?;
+        let id = match id {
+            Some(id) => id,
+            None => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
+                let id = format!("{nanos:x}-{:x}", std::process::id());
+                tx.execute("INSERT INTO instance (id) VALUES (?1)", params![id])
+                    .map_err(self.sq(ctx()))?;
+                id
+            }
+        };
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(id)
+    }
+
     /// Notes chunks of `audit` whose gaps a write is about to retire or acknowledge, for
     /// handover topic `handover`: until [`Store::clear_unpublished_chunks`] they are to be
     /// published again at the partition's next assignment (schema v14).

@@ -199,7 +199,10 @@ CREATE TABLE IF NOT EXISTS key_credits (
 /// handover topic). `handover_unpublished`: the side-topic chunks of a partition whose gaps
 /// a store write retired (or acknowledged) and whose publish was not acknowledged yet,
 /// noted before that write: a crash in between republishes those chunks at the next
-/// assignment instead of sweeping the whole partition (review item 9). Every statement is
+/// assignment instead of sweeping the whole partition (review item 9). `instance`: this
+/// store's id, made at its first use (`Store::instance_id`): the handover owner survives a
+/// restart, so an instance taking back its own state does not import it again. Every
+/// statement is
 /// `IF NOT EXISTS`, and `key_credits` is created here
 /// too: a file written by the build that briefly numbered these the other way round
 /// (`handover_swept` v13, `key_credits` v14) may be at v13 without `key_credits`.
@@ -222,6 +225,9 @@ CREATE TABLE IF NOT EXISTS key_credits (
     credits INTEGER NOT NULL,
     PRIMARY KEY (audit, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS instance (
+    id TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS handover_unpublished (
     handover_topic TEXT NOT NULL,
     audit          TEXT NOT NULL,

@@ -661,7 +661,7 @@ fn unresolved_copies_of_a_moved_partition_are_forgotten_others_kept() {
         .unwrap();
     assert!(store.ack(&acked.id, "known").unwrap());
     let dropped = store
-        .forget_unresolved("a", "t", 0, 50, std::slice::from_ref(&handed_over.id))
+        .forget_unresolved("a", "t", 0, 50, std::slice::from_ref(&handed_over.id), true)
         .unwrap();
     assert_eq!(dropped, vec![resolved_elsewhere.id.clone()]);
     assert_eq!(store.get_gap(&resolved_elsewhere.id).unwrap(), None);
@@ -670,7 +670,7 @@ fn unresolved_copies_of_a_moved_partition_are_forgotten_others_kept() {
     }
     // Owned elsewhere: every unresolved gap of the partition goes, acknowledged/late stay.
     let dropped = store
-        .forget_unresolved("a", "t", 0, Offset::MAX, &[])
+        .forget_unresolved("a", "t", 0, Offset::MAX, &[], true)
         .unwrap();
     assert_eq!(dropped.len(), 2, "{dropped:?}");
     assert!(store.get_gap(&acked.id).unwrap().is_some());

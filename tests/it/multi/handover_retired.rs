@@ -651,3 +651,46 @@ async fn a_takeover_of_another_owners_state_does_not_sweep_over_its_chunks() {
     );
     b.stop();
 }
+
+/// "Every restart rescans" (review of format 3): the owner id was `host:pid`, so an
+/// instance restarted on its own store took its own format-3 state for another owner's and
+/// imported (scanned) the side topic for every partition, held meanwhile. The owner id is
+/// now kept in the store: A, stopped and started again, takes its own state back, keeps
+/// its given-up gaps' rows and counts them, and imports nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_owner_takes_its_own_state_back_without_an_import() {
+    let (_s, _handover, mut a, _b, a_gaps) = a_decided("handover_restart_own").await;
+    let imported = "the previous owner's retired gaps are in the store";
+    let taken = "partition state taken over from its previous owner";
+    assert!(!a.log_text().contains(imported), "A never imported");
+    let before = a.log_text().matches(taken).count();
+    a.stop();
+    a.start();
+    wait_settled(&a, HELD_END, "A takes its partition back").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while a.log_text().matches(taken).count() <= before && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        a.log_text().matches(taken).count() > before,
+        "A takes its own state from the handover topic; log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    // A few rounds: no import, every gap counted, the store as before.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            a.metric("gap_auditor_gaps_open").await,
+            (HELD_RETIRED + LIVE) as f64,
+            "A counts its gaps; log tail:\n{}",
+            tail(&a.log_text(), 30)
+        );
+    }
+    assert!(
+        !a.log_text().contains(imported),
+        "A imported its own given-up gaps again; log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    a.stop();
+    assert_eq!(handed(&a.store), a_gaps, "A's store as before the restart");
+}
