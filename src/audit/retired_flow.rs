@@ -10,7 +10,8 @@
 //!   is published once, [`retired::SWEEP_ROWS`] rows a round, so the topic holds them all
 //!   whatever an older build or a lost publish left.
 //! - **Import**: a partition taken over from a format-3 state reads the side topic from its
-//!   start to where it ended at the takeover, [`retired::IMPORT_RECORDS`] chunks a round,
+//!   start to where it ended at the takeover, [`retired::IMPORT_RECORDS`] chunks (and
+//!   [`retired::IMPORT_BYTES`]) a round,
 //!   writing them to the store as retired rows in log order (the latest chunk of a key
 //!   wins). Meanwhile the ledger's aggregate is the handed-over one (completeness, gauges
 //!   and DataLoss are right at once) and the store's recount of it waits.

@@ -35,9 +35,15 @@ pub const CHUNK_ROWS: usize = 64 * SPAN as usize;
 /// stops with the reason: never a guess).
 pub const RETIRED_VERSION: u32 = 1;
 
-/// Records of the side topic one round of an import reads at most (each at most [`SPAN`]
-/// gaps): bounds the memory and time of an import round.
-pub const IMPORT_RECORDS: usize = 256;
+/// Chunks of the imported partitions one round of an import applies at most (each at most
+/// [`SPAN`] gaps), and their bytes ([`IMPORT_BYTES`]), whichever comes first: bounds the
+/// memory and the store work of an import round. Sparse given-up gaps (one per chunk,
+/// about 1 kB) go 8,192 a round; dense chunks (about 30 kB) about 280 (review item 8:
+/// 256 chunks a round made a day of sparse gaps an import of days).
+pub const IMPORT_RECORDS: usize = 8192;
+
+/// Bytes of chunk values of the imported partitions one import round applies at most.
+pub const IMPORT_BYTES: usize = 8 << 20;
 
 /// Changed chunks (of gaps retired, acknowledged or marked since the last publish) one
 /// round publishes at most, over all partitions; the rest go in the next rounds, their
@@ -334,8 +340,12 @@ impl SkippedChunk {
 }
 
 /// Records of the side topic one import round reads at most, of any partition (those of
-/// other partitions are skipped, not kept).
-const SCAN_RECORDS: usize = 4096;
+/// other partitions are skipped after their key, not kept), and their bytes
+/// ([`SCAN_BYTES`]).
+const SCAN_RECORDS: usize = 65_536;
+
+/// Bytes of side-topic values one import round reads at most, of any partition.
+const SCAN_BYTES: usize = 32 << 20;
 
 /// How long one import round may read the side topic.
 const IMPORT_READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -477,11 +487,13 @@ impl Handover {
             tps.iter().map(|tp| (key(audit, tp), tp)).collect();
         let mut out = Vec::new();
         let mut skipped = Vec::new();
-        let mut read = 0;
+        let (mut read, mut scanned, mut taken) = (0, 0, 0);
         let deadline = Instant::now() + IMPORT_READ_TIMEOUT;
         while at < cursor.end
             && out.len() < IMPORT_RECORDS
+            && taken < IMPORT_BYTES
             && read < SCAN_RECORDS
+            && scanned < SCAN_BYTES
             && Instant::now() < deadline
         {
             let Some(m) = c.poll(Duration::from_millis(200)) else {
@@ -496,10 +508,12 @@ impl Handover {
                 break;
             }
             read += 1;
+            scanned += m.payload_len();
             if let (Some(k), Some(v)) = (m.key(), m.payload())
                 && let Some((tp, chunk)) = parse_chunk_key(k)
                     .and_then(|(base, chunk)| Some((*wanted.get(base)?, chunk)))
             {
+                taken += v.len();
                 match decode_chunk(k, v) {
                     Ok(c) => out.push(c),
                     Err(e) => skipped.push(SkippedChunk {

@@ -111,3 +111,30 @@ async fn a_side_topic_that_deletes_by_retention_is_refused() {
         .await
         .expect("the side topic the auditor creates is compacted");
 }
+
+/// Review item 8: sparse given-up gaps (one per chunk) were imported 256 chunks a round, so
+/// a day of them took days with the partition held. One import read now takes thousands
+/// of small chunks (bounded by bytes and count instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_import_round_takes_thousands_of_sparse_chunks() {
+    let topic = unique("hside_sparse");
+    let h = client(&topic);
+    h.ensure_topic().await.expect("handover topics");
+    // 3,000 chunks of one gap each (a gap every 64 offsets).
+    let gaps: Vec<Gap> = (0..3000).map(|i| gap(64 * i + 5)).collect();
+    let chunks = retired::chunks(AUDIT, &tp(), gaps, "a", Utc::now());
+    assert_eq!(chunks.len(), 3000);
+    h.publish_retired(&chunks).await.expect("chunks");
+    let hh = h.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        hh.read_retired(AUDIT, &[tp()], ImportCursor::start())
+    })
+    .await
+    .expect("read task")
+    .expect("read");
+    assert!(
+        read.chunks.len() >= 2000,
+        "one round imported {} sparse chunks",
+        read.chunks.len()
+    );
+}
