@@ -671,7 +671,10 @@ mod tests {
             ack_reason: Some("known".into()),
         };
         let ids = HashSet::from([g.id.clone()]);
-        assert!(!handed(&(g.clone(), false, true), &ids), "retired, acknowledged");
+        assert!(
+            !handed(&(g.clone(), false, true), &ids),
+            "retired, acknowledged"
+        );
         assert!(handed(&(g.clone(), false, false), &ids), "not retired yet");
         g.state = crate::gap::GapState::Open;
         assert!(!handed(&(g.clone(), false, true), &ids), "retired, open");

@@ -400,16 +400,17 @@ impl<V: Verifier> Audit<V> {
                 self.cfg.name.clone(),
                 h.topic().to_string(),
             );
-            let mut unpublished =
-                match blocking(move || store.unpublished_chunks(&topic, &audit)).await {
-                    Ok(u) => u,
-                    Err(e) => {
-                        // Unknown: those partitions are swept whole instead.
-                        tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which given-up gaps' chunks wait for their publish: the partitions are published again whole");
-                        swept.clear();
-                        crate::store::PartitionChunks::new()
-                    }
-                };
+            let mut unpublished = match blocking(move || store.unpublished_chunks(&topic, &audit))
+                .await
+            {
+                Ok(u) => u,
+                Err(e) => {
+                    // Unknown: those partitions are swept whole instead.
+                    tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which given-up gaps' chunks wait for their publish: the partitions are published again whole");
+                    swept.clear();
+                    crate::store::PartitionChunks::new()
+                }
+            };
             for tp in &partitions {
                 if !handed_retired.contains_key(tp)
                     && swept.contains(&(tp.topic.clone(), tp.partition))
@@ -417,9 +418,7 @@ impl<V: Verifier> Audit<V> {
                     // Swept, but a write retired gaps whose chunks were not published
                     // before the stop: those chunks go before its next state (not a
                     // whole sweep again, review item 9).
-                    if let Some(chunks) =
-                        unpublished.remove(&(tp.topic.clone(), tp.partition))
-                    {
+                    if let Some(chunks) = unpublished.remove(&(tp.topic.clone(), tp.partition)) {
                         self.handover_pending
                             .entry(tp.clone())
                             .or_default()

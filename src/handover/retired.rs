@@ -510,8 +510,8 @@ impl Handover {
             read += 1;
             scanned += m.payload_len();
             if let (Some(k), Some(v)) = (m.key(), m.payload())
-                && let Some((tp, chunk)) = parse_chunk_key(k)
-                    .and_then(|(base, chunk)| Some((*wanted.get(base)?, chunk)))
+                && let Some((tp, chunk)) =
+                    parse_chunk_key(k).and_then(|(base, chunk)| Some((*wanted.get(base)?, chunk)))
             {
                 taken += v.len();
                 match decode_chunk(k, v) {
@@ -680,7 +680,11 @@ mod tests {
         let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0).len() + FRAMING;
         assert!(bytes < 100_000, "{bytes} bytes");
         let r = cs[0].gaps[0].ack_reason.clone().expect("a reason");
-        assert!(r.len() <= CHUNK_REASON_BYTES && r.ends_with(REASON_CUT), "{}", r.len());
+        assert!(
+            r.len() <= CHUNK_REASON_BYTES && r.ends_with(REASON_CUT),
+            "{}",
+            r.len()
+        );
         assert!(long.starts_with(r.trim_end_matches(REASON_CUT)));
         assert_eq!(chunk_reason("short".into()), "short");
     }

@@ -349,10 +349,9 @@ impl Store {
                 )
                 .map_err(self.sq(ctx()))?;
             let rows = stmt
-                .query_map(
-                    params![audit, topic, partition, below, retired_too],
-                    |r| r.get(0),
-                )
+                .query_map(params![audit, topic, partition, below, retired_too], |r| {
+                    r.get(0)
+                })
                 .map_err(self.sq(ctx()))?;
             let mut ids = Vec::new();
             for r in rows {

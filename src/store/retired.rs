@@ -457,7 +457,8 @@ impl Store {
 }
 
 /// Chunks of partitions, `(topic, partition) → chunks`.
-pub type PartitionChunks = std::collections::BTreeMap<(String, i32), std::collections::BTreeSet<i64>>;
+pub type PartitionChunks =
+    std::collections::BTreeMap<(String, i32), std::collections::BTreeSet<i64>>;
 
 impl Store {
     /// This store's id (schema v14), made at its first call from the time and the process
@@ -540,7 +541,11 @@ impl Store {
             .map_err(self.sq(ctx()))?;
         let rows = stmt
             .query_map(params![handover, audit], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i32>(1)?, r.get::<_, i64>(2)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i32>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
             })
             .map_err(self.sq(ctx()))?;
         let mut out = PartitionChunks::new();

@@ -126,12 +126,11 @@ async fn one_import_round_takes_thousands_of_sparse_chunks() {
     assert_eq!(chunks.len(), 3000);
     h.publish_retired(&chunks).await.expect("chunks");
     let hh = h.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        hh.read_retired(AUDIT, &[tp()], ImportCursor::start())
-    })
-    .await
-    .expect("read task")
-    .expect("read");
+    let read =
+        tokio::task::spawn_blocking(move || hh.read_retired(AUDIT, &[tp()], ImportCursor::start()))
+            .await
+            .expect("read task")
+            .expect("read");
     assert!(
         read.chunks.len() >= 2000,
         "one round imported {} sparse chunks",

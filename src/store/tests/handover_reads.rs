@@ -267,13 +267,21 @@ fn an_import_never_undoes_unrecoverable() {
     store.import_retired("a", std::slice::from_ref(&a)).unwrap();
     let at_ms = 1_700_000_000_000;
     let agg = store
-        .settle_retired("a", "t", 0, &[crate::ledger::RetiredOp::Deleted { below: 150, at_ms }])
+        .settle_retired(
+            "a",
+            "t",
+            0,
+            &[crate::ledger::RetiredOp::Deleted { below: 150, at_ms }],
+        )
         .unwrap();
     assert_eq!(agg.deleted_ms, Some(at_ms));
     store.import_retired("a", std::slice::from_ref(&a)).unwrap();
     let g = store.get_gap(&a.id).unwrap().expect("row");
     assert_eq!(g.state, GapState::Unrecoverable, "reopened by the import");
-    assert_eq!(g.unrecoverable_at.map(|t| t.timestamp_millis()), Some(at_ms));
+    assert_eq!(
+        g.unrecoverable_at.map(|t| t.timestamp_millis()),
+        Some(at_ms)
+    );
     assert_eq!(
         store.settle_retired("a", "t", 0, &[]).unwrap().deleted_ms,
         Some(at_ms)
@@ -431,9 +439,7 @@ fn unpublished_chunks_are_noted_listed_and_cleared() {
     let store = Store::open(dir.path()).unwrap();
     let left = store.unpublished_chunks("h", "a").unwrap();
     assert_eq!(left[&("t".to_string(), 0)], BTreeSet::from([0]));
-    store
-        .clear_handover_swept("a", &[("t".into(), 1)])
-        .unwrap();
+    store.clear_handover_swept("a", &[("t".into(), 1)]).unwrap();
     let left = store.unpublished_chunks("h", "a").unwrap();
     assert_eq!(left.len(), 1, "{left:?}");
 }

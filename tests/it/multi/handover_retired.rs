@@ -21,7 +21,7 @@ const SAME_WITHIN: usize = 128 * 1024;
 /// Bytes a takeover of this partition may read at all, whatever its retired gaps: a base
 /// of 50 live gaps, a few deltas and bases of the rebalances, each about 30 kB.
 const TAKEOVER_BOUND: usize = 512 * 1024;
-/// How long B may take to import 200,000 given-up gaps: 6,250 chunks at 256 a round.
+/// How long B may take to import 200,000 given-up gaps: 6,250 chunks, up to 8 MiB of them a round.
 const IMPORT_SECS: u64 = 120;
 
 /// What one takeover showed.
