@@ -49,6 +49,10 @@ pub(super) struct Change {
     /// The ledger items written (`None`: the ledger was written whole), if it was written.
     items: Option<Option<crate::store::LedgerItems>>,
     gaps: Vec<String>,
+    /// Those of `gaps` the write retired: their chunks are to be published (the others'
+    /// rows are not on the side topic; reading their chunks would only cost store reads
+    /// and the round's chunk budget).
+    retiring: Vec<String>,
 }
 
 /// The handover changes of a store write: its progress rows' items, its gaps, and the
@@ -65,6 +69,7 @@ pub(super) fn changes(
             tp,
             items: None,
             gaps: Vec::new(),
+            retiring: Vec::new(),
         })
     }
     for p in progress {
@@ -78,14 +83,20 @@ pub(super) fn changes(
     }
     for (tp, p) in parts {
         let l = &p.ledger;
-        let ids: Vec<String> = l
+        let retiring: Vec<String> = l
             .retired_unstored()
             .iter()
-            .chain(l.folded_unstored())
             .map(|g| g.id(audit, tp))
             .collect();
-        if !ids.is_empty() {
-            entry(&mut by, tp.clone()).gaps.extend(ids);
+        let folded: Vec<String> = l
+            .folded_unstored()
+            .iter()
+            .map(|g| g.id(audit, tp))
+            .collect();
+        if !retiring.is_empty() || !folded.is_empty() {
+            let c = entry(&mut by, tp.clone());
+            c.gaps.extend(retiring.iter().cloned().chain(folded));
+            c.retiring.extend(retiring);
         }
     }
     by.into_values().collect()
@@ -166,7 +177,9 @@ impl<V: Verifier> Audit<V> {
                 }
                 _ => {}
             }
-            p.changed(c.gaps);
+            p.chunks
+                .extend(super::retired_flow::chunks_of_ids(&c.retiring));
+            p.gaps.extend(c.gaps);
         }
     }
 

@@ -694,3 +694,116 @@ async fn a_restarted_owner_takes_its_own_state_back_without_an_import() {
     a.stop();
     assert_eq!(handed(&a.store), a_gaps, "A's store as before the restart");
 }
+
+/// The latest chunk of each key of partition 0 of `topic` on `side`: gap id → state.
+fn side_topic_states(side: &str, topic: &str) -> BTreeMap<String, String> {
+    use gap_auditor::handover::retired::decode_chunk;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let c: BaseConsumer = group_client(&unique("side_reader"))
+        .create()
+        .expect("reader");
+    let Ok((_, high)) = c.fetch_watermarks(side, 0, Duration::from_secs(10)) else {
+        return BTreeMap::new();
+    };
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(side, 0, rdkafka::Offset::Beginning)
+        .expect("tpl");
+    c.assign(&tpl).expect("assign");
+    let mut latest: BTreeMap<Vec<u8>, Vec<(String, String)>> = BTreeMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut reached = 0;
+    while reached < high && std::time::Instant::now() < deadline {
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.expect("read the side topic");
+        reached = m.offset() + 1;
+        let (Some(k), Some(v)) = (m.key(), m.payload()) else {
+            continue;
+        };
+        let chunk = decode_chunk(k, v).expect("a chunk decodes");
+        if chunk.topic == topic {
+            latest.insert(
+                k.to_vec(),
+                chunk
+                    .gaps
+                    .into_iter()
+                    .map(|g| (g.id, g.state.as_str().to_string()))
+                    .collect(),
+            );
+        }
+    }
+    latest.into_values().flatten().collect()
+}
+
+/// Review item 9 of format 3: a store write that retires gaps (or marks an acknowledged
+/// one) notes their chunks before it; an owner stopped before their publish republishes
+/// those chunks at its next start, before its first state (before, the write cleared the
+/// partition's swept mark and the restart swept every given-up gap of it). Here: A's store
+/// holds given-up gap 1 changed (made unrecoverable: nothing at a start rewrites its chunk
+/// for another reason, as the full reload of acknowledgements would) and the note of its
+/// chunk, as a crash right after that write would leave it; restarted, A publishes chunk 0
+/// with the gap unrecoverable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chunk_noted_before_a_crash_is_published_at_the_next_start() {
+    let (s, handover, mut a, _b, _a_gaps) = a_decided("handover_noted_chunk").await;
+    a.stop();
+    let side = gap_auditor::handover::retired::side_topic(&handover);
+    let gap1 = gap_auditor::gap::Gap::make_id(super::handover_idle::AUDIT, &s.topic, 0, 1);
+    let (sd, t) = (side.clone(), s.topic.clone());
+    let before = tokio::task::spawn_blocking(move || side_topic_states(&sd, &t))
+        .await
+        .expect("read task");
+    assert_eq!(
+        before.get(&gap1).map(String::as_str),
+        Some("open"),
+        "{before:?}"
+    );
+    {
+        let store = Store::open(&a.store).expect("store");
+        let mut noted = gap_auditor::store::PartitionChunks::new();
+        noted.insert((s.topic.clone(), 0), BTreeSet::from([0]));
+        store
+            .note_unpublished_chunks(&handover, super::handover_idle::AUDIT, &noted)
+            .expect("note");
+        drop(store);
+        let conn =
+            rusqlite::Connection::open(a.store.join(gap_auditor::store::DB_FILE)).expect("db");
+        let n = conn
+            .execute(
+                "UPDATE gaps SET state = 'unrecoverable',
+                    unrecoverable_at = '2026-12-06T00:00:00.000000000Z' WHERE id = ?1",
+                [&gap1],
+            )
+            .expect("unrecoverable");
+        assert_eq!(n, 1);
+    }
+    a.start();
+    wait_settled(&a, HELD_END, "A takes its partition back").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut after = BTreeMap::new();
+    while std::time::Instant::now() < deadline {
+        let (sd, t) = (side.clone(), s.topic.clone());
+        after = tokio::task::spawn_blocking(move || side_topic_states(&sd, &t))
+            .await
+            .expect("read task");
+        if after.get(&gap1).map(String::as_str) == Some("unrecoverable") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        after.get(&gap1).map(String::as_str),
+        Some("unrecoverable"),
+        "the noted chunk was not published again; A log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    assert_eq!(after.len(), before.len(), "{after:?}");
+    let left = Store::open(&a.store)
+        .expect("store")
+        .unpublished_chunks(&handover, super::handover_idle::AUDIT)
+        .expect("notes");
+    assert!(left.is_empty(), "the note stays: {left:?}");
+    a.stop();
+}
