@@ -260,6 +260,17 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the
 /// caller writes `user_version` and commits).
 pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), StoreError> {
+    if version == 14 {
+        // A file at v14 may come from the build that was merged and reverted, whose v14
+        // was `key_credits` alone: v14's batch is idempotent, so it runs again (its tables
+        // created if absent, acknowledged rows not marked yet marked).
+        tx.execute_batch(SCHEMA_V14)
+            .map_err(|source| StoreError::Sqlite {
+                path: path.to_path_buf(),
+                context: "complete schema v14".to_string(),
+                source,
+            })?;
+    }
     for (to, (sql, context)) in (1..).zip(MIGRATIONS) {
         if version >= to {
             continue;

@@ -1565,3 +1565,22 @@ fn a_v13_file_of_either_numbering_migrates_to_the_fresh_schema() {
         assert_eq!(schema_of(&dir.path().join(DB_FILE)), want, "{dropped}");
     }
 }
+
+/// The build that was merged and reverted numbered `key_credits` v14 (and `handover_swept`
+/// v13): a file it left at v14 lacks v14's other tables, and opens to the fresh schema.
+#[test]
+fn a_v14_file_of_the_reverted_numbering_is_completed() {
+    let fresh = tempfile::tempdir().unwrap();
+    drop(Store::open(fresh.path()).unwrap());
+    let want = schema_of(&fresh.path().join(DB_FILE));
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path()).unwrap());
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    conn.execute_batch("DROP TABLE handover_unpublished; DROP TABLE instance;")
+        .unwrap();
+    drop(conn);
+    let store = Store::open(dir.path()).unwrap();
+    assert!(!store.instance_id().unwrap().is_empty());
+    drop(store);
+    assert_eq!(schema_of(&dir.path().join(DB_FILE)), want);
+}
