@@ -97,24 +97,48 @@ STEP_NAMES=() STEP_RCS=() STEP_SECS=() STEP_LOGS=() STEP_FEATURES=()
 # The output goes to a log file in $LOGS and is shown as it comes (tail --pid): not through
 # a pipe, which a service or daemon started by the step and inheriting it would hold open.
 step() {
-  local name=$1
-  shift
-  local log features="" prev="" a
-  log=$LOGS/$(printf '%02d' "${#STEP_NAMES[@]}")-$(tr -c 'A-Za-z0-9\n' '_' <<<"${name:0:40}").log
+  step_start "" "$@"
+  step_end
+}
+
+# step_start TAG NAME COMMAND...: starts a step in the background (its pid and bookkeeping
+# in BG_*); step_end waits for the ones started since. With a TAG the live output lines are
+# prefixed "[TAG] " (steps running at the same time); the log file is the command's own.
+BG_PIDS=() BG_TAILS=() BG_NAMES=() BG_LOGS=() BG_FEATURES=() BG_STARTS=()
+step_start() {
+  local tag=$1 name=$2
+  shift 2
+  local log features="" prev="" a pid
+  log=$LOGS/$(printf '%02d' "$((${#STEP_NAMES[@]} + ${#BG_PIDS[@]}))")-$(tr -c 'A-Za-z0-9\n' '_' <<<"${name:0:40}").log
   for a in "$@"; do
     [[ $prev == --features ]] && features="--features $a"
     prev=$a
   done
   section "$name"
-  local start=$SECONDS rc=0 pid
   "$@" >"$log" 2>&1 &
   pid=$!
-  tail -n +1 -f --pid="$pid" "$log" &
-  wait "$pid" || rc=$?
-  wait $! || true
-  STEP_NAMES+=("$name") STEP_RCS+=("$rc") STEP_SECS+=($((SECONDS - start)))
-  STEP_LOGS+=("$log") STEP_FEATURES+=("$features")
-  if ((rc != 0)); then echo ">>> step failed (exit $rc): $name"; fi
+  if [[ -n $tag ]]; then
+    tail -n +1 -f --pid="$pid" "$log" | sed -u "s/^/[$tag] /" &
+  else
+    tail -n +1 -f --pid="$pid" "$log" &
+  fi
+  BG_PIDS+=("$pid") BG_TAILS+=("$!") BG_NAMES+=("$name") BG_LOGS+=("$log")
+  BG_FEATURES+=("$features") BG_STARTS+=("$SECONDS")
+}
+
+# step_end: waits for every step started by step_start and records each one's result and
+# time (from its own start), in the order they were started.
+step_end() {
+  local i rc
+  for i in "${!BG_PIDS[@]}"; do
+    rc=0
+    wait "${BG_PIDS[i]}" || rc=$?
+    wait "${BG_TAILS[i]}" || true
+    STEP_NAMES+=("${BG_NAMES[i]}") STEP_RCS+=("$rc") STEP_SECS+=($((SECONDS - BG_STARTS[i])))
+    STEP_LOGS+=("${BG_LOGS[i]}") STEP_FEATURES+=("${BG_FEATURES[i]}")
+    if ((rc != 0)); then echo ">>> step failed (exit $rc): ${BG_NAMES[i]}"; fi
+  done
+  BG_PIDS=() BG_TAILS=() BG_NAMES=() BG_LOGS=() BG_FEATURES=() BG_STARTS=()
 }
 
 # Only what this run starts is stopped at the end: on a shared machine the others belong
@@ -145,14 +169,46 @@ step "cargo clippy --all-targets --features services -- -D warnings" \
 step "dashboard type-check (@grafana/schema, TypeScript)" scripts/check-dashboard.sh
 
 # Every libtest target (unit, property and integration tests), the bound tests skipped:
-# they run alone below. (Criterion's benches take no --skip: their own step.)
+# they run alone below. (Criterion's benches take no --skip: a lane of their own.)
+#
+# Built first, as a step of its own (a cold build's time shows apart from the tests'). Then
+# the lanes run at the same time, each binary with GAP_AUDITOR_TEST_THREADS tests at once
+# (default 6): most of these tests wait (for rounds, grace, a broker outage), not compute.
+# On 2 cores the `it` binary took 497 s at 2 threads with 18 % of one core busy, 174 s at
+# 6 threads with each test's own time within a few seconds of before; the serial chain of
+# the other binaries (faults_private's 90 s of broker outage, observability's promtool, the
+# unit tests) was as long as `it` itself. Lane 1: `it` and faults_private; lane 2: the unit
+# tests and every other test binary but the two that stop a shared server (es_outage stops
+# OpenSearch, outage MariaDB: every test using it beside them would fail), which run after
+# both lanes. Timing-sensitive tests are not among any of these: every test that asserts a
+# latency or memory bound is in scripts/bound-tests.sh and runs alone, last.
 mapfile -t skips < <(bound_skip_args)
-step "cargo test --lib --bins --tests --features services (bound tests skipped)" \
-  cargo test --no-fail-fast --lib --bins --tests --features services -- "${skips[@]}"
-
-# Criterion benches in test mode: each bench body runs once (not timed).
-step "cargo test --benches --features services" \
-  cargo test --no-fail-fast --benches --features services
+threads=${GAP_AUDITOR_TEST_THREADS:-6}
+lane1=(--test it --test faults_private)
+stoppers=(--test es_outage --test outage)
+# The other test targets, from cargo's own list (a new tests/*.rs lands in lane 2 by itself).
+mapfile -t lane2 < <(cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r \
+  '.packages[] | select(.name == "gap-auditor") | .targets[] | select(.kind == ["test"])
+   | select(.name | IN("it", "faults_private", "es_outage", "outage") | not) | "--test", .name')
+# An empty list would run lane 2 as the unit tests alone and pass: refuse it.
+if ((${#lane2[@]} < 20)); then
+  echo "cargo metadata listed ${#lane2[@]} words of test targets for lane 2, not the ~15 targets expected" >&2
+  exit 1
+fi
+step "build the test binaries (cargo test --no-run --lib --bins --tests --bench '*' --features services)" \
+  cargo test --no-run --lib --bins --tests --bench '*' --features services
+step_start it "cargo test ${lane1[*]} --features services (bound tests skipped; lane 1 of 3, at once)" \
+  cargo test --no-fail-fast "${lane1[@]}" --features services -- "${skips[@]}" --test-threads="$threads"
+step_start rest "cargo test --lib --bins and the other test binaries --features services (bound tests skipped; lane 2 of 3, at once)" \
+  cargo test --no-fail-fast --lib --bins "${lane2[@]}" --features services -- "${skips[@]}" --test-threads="$threads"
+# Criterion benches in test mode (each bench body runs once, not timed), a third lane: they
+# take no --skip nor --test-threads. `--bench '*'`, not `--benches`: that also selects the
+# library and binaries (bench = true by default) and ran every unit test a second time.
+step_start bench "cargo test --bench '*' --features services (lane 3 of 3, at once)" \
+  cargo test --no-fail-fast --bench '*' --features services
+step_end
+step "cargo test ${stoppers[*]} --features services (they stop a shared server: after the lanes)" \
+  cargo test --no-fail-fast "${stoppers[@]}" --features services -- "${skips[@]}" --test-threads="$threads"
 
 # Doc tests need no service; the feature only lets them reuse the library built just above.
 step "cargo test --doc --features services" cargo test --no-fail-fast --doc --features services
