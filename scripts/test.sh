@@ -115,7 +115,9 @@ step_start() {
     prev=$a
   done
   section "$name"
-  "$@" >"$log" 2>&1 &
+  # The end time is the command's own (step_end waits for the steps in the order they
+  # started, so its clock would give an early step the time of a later one).
+  ("$@" >"$log" 2>&1; rc=$?; date +%s >"$log.end"; exit $rc) &
   pid=$!
   if [[ -n $tag ]]; then
     tail -n +1 -f --pid="$pid" "$log" | sed -u "s/^/[$tag] /" &
@@ -123,7 +125,7 @@ step_start() {
     tail -n +1 -f --pid="$pid" "$log" &
   fi
   BG_PIDS+=("$pid") BG_TAILS+=("$!") BG_NAMES+=("$name") BG_LOGS+=("$log")
-  BG_FEATURES+=("$features") BG_STARTS+=("$SECONDS")
+  BG_FEATURES+=("$features") BG_STARTS+=("$(date +%s)")
 }
 
 # step_end: waits for every step started by step_start and records each one's result and
@@ -134,7 +136,9 @@ step_end() {
     rc=0
     wait "${BG_PIDS[i]}" || rc=$?
     wait "${BG_TAILS[i]}" || true
-    STEP_NAMES+=("${BG_NAMES[i]}") STEP_RCS+=("$rc") STEP_SECS+=($((SECONDS - BG_STARTS[i])))
+    local end
+    end=$(cat "${BG_LOGS[i]}.end" 2>/dev/null) || end=$(date +%s)
+    STEP_NAMES+=("${BG_NAMES[i]}") STEP_RCS+=("$rc") STEP_SECS+=($((end - BG_STARTS[i])))
     STEP_LOGS+=("${BG_LOGS[i]}") STEP_FEATURES+=("${BG_FEATURES[i]}")
     if ((rc != 0)); then echo ">>> step failed (exit $rc): ${BG_NAMES[i]}"; fi
   done
@@ -169,62 +173,79 @@ step "cargo clippy --all-targets --features services -- -D warnings" \
 step "dashboard type-check (@grafana/schema, TypeScript)" scripts/check-dashboard.sh
 
 # Every libtest target (unit, property and integration tests), the bound tests skipped:
-# they run alone below. (Criterion's benches take no --skip: a lane of their own.)
+# they run alone below. Built first, as a step of its own (a cold build's time shows apart
+# from the tests'); then one phase in which the lanes and the checks that need no service
+# run at the same time; then the two tests that stop a shared server; then the bounds.
 #
-# Built first, as a step of its own (a cold build's time shows apart from the tests'). Then
-# the lanes run at the same time, each binary with GAP_AUDITOR_TEST_THREADS tests at once
-# (default 6): most of these tests wait (for rounds, grace, a broker outage), not compute.
-# On 2 cores the `it` binary took 497 s at 2 threads with 18 % of one core busy, 174 s at
-# 6 threads with each test's own time within a few seconds of before; the serial chain of
-# the other binaries (faults_private's 90 s of broker outage, observability's promtool, the
-# unit tests) was as long as `it` itself. Lane 1: `it` and faults_private; lane 2: the unit
-# tests and every other test binary but the two that stop a shared server (es_outage stops
-# OpenSearch, outage MariaDB: every test using it beside them would fail), which run after
-# both lanes. Timing-sensitive tests are not among any of these: every test that asserts a
-# latency or memory bound is in scripts/bound-tests.sh and runs alone, last.
+# Why at the same time: most of these tests wait (for `grace`, rounds, a broker outage),
+# not compute. On 2 cores the `it` binary took 497 s at libtest's default 2 threads with
+# 18 % of one core busy, 174 s at 6 threads (each test's own time within a few seconds of
+# before), and the binaries ran one after another: the serial chain of the others
+# (faults_private's 90 s of broker outage, observability's promtool runs, the unit tests)
+# was as long again. So each binary runs GAP_AUDITOR_TEST_THREADS tests at once (default
+# 6), and each of these lanes is its own cargo process, all started together: `it`;
+# faults_private; observability; the unit tests with every other test binary (cargo's own
+# target list: a new tests/*.rs joins by itself); the criterion benches in test mode. The
+# checks that only compile or lint (the kerberos-oidc build, packaging lint, the Helm
+# chart) use the CPU the waiting lanes leave idle, at a lower priority (nice 10) so the
+# tests' processes come first. Timing-sensitive tests are in none of these: every test
+# that asserts a latency or memory bound is in scripts/bound-tests.sh and runs alone, last.
 mapfile -t skips < <(bound_skip_args)
 threads=${GAP_AUDITOR_TEST_THREADS:-6}
-lane1=(--test it --test faults_private)
+# tests/es_outage.rs stops the shared OpenSearch and tests/outage.rs the shared MariaDB:
+# every test using one of them beside these would fail. They run after the lanes.
 stoppers=(--test es_outage --test outage)
-# The other test targets, from cargo's own list (a new tests/*.rs lands in lane 2 by itself).
-mapfile -t lane2 < <(cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r \
+alone_lanes=(it faults_private observability)
+mapfile -t rest < <(cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r \
   '.packages[] | select(.name == "gap-auditor") | .targets[] | select(.kind == ["test"])
-   | select(.name | IN("it", "faults_private", "es_outage", "outage") | not) | "--test", .name')
-# An empty list would run lane 2 as the unit tests alone and pass: refuse it.
-if ((${#lane2[@]} < 20)); then
-  echo "cargo metadata listed ${#lane2[@]} words of test targets for lane 2, not the ~15 targets expected" >&2
+   | select(.name | IN("it", "faults_private", "observability", "es_outage", "outage") | not)
+   | "--test", .name')
+# An empty list would run that lane as the unit tests alone and pass: refuse it.
+if ((${#rest[@]} < 20)); then
+  echo "cargo metadata listed ${#rest[@]} words of test targets, not the ~15 targets expected" >&2
   exit 1
 fi
 step "build the test binaries (cargo test --no-run --lib --bins --tests --bench '*' --features services)" \
   cargo test --no-run --lib --bins --tests --bench '*' --features services
-step_start it "cargo test ${lane1[*]} --features services (bound tests skipped; lane 1 of 3, at once)" \
-  cargo test --no-fail-fast "${lane1[@]}" --features services -- "${skips[@]}" --test-threads="$threads"
-step_start rest "cargo test --lib --bins and the other test binaries --features services (bound tests skipped; lane 2 of 3, at once)" \
-  cargo test --no-fail-fast --lib --bins "${lane2[@]}" --features services -- "${skips[@]}" --test-threads="$threads"
-# Criterion benches in test mode (each bench body runs once, not timed), a third lane: they
-# take no --skip nor --test-threads. `--bench '*'`, not `--benches`: that also selects the
-# library and binaries (bench = true by default) and ran every unit test a second time.
-step_start bench "cargo test --bench '*' --features services (lane 3 of 3, at once)" \
+for t in "${alone_lanes[@]}"; do
+  step_start "$t" "cargo test --test $t --features services (bound tests skipped; a lane, at once)" \
+    cargo test --no-fail-fast --test "$t" --features services -- "${skips[@]}" --test-threads="$threads"
+done
+step_start rest "cargo test --lib --bins and the other test binaries --features services (bound tests skipped; a lane, at once)" \
+  cargo test --no-fail-fast --lib --bins "${rest[@]}" --features services -- "${skips[@]}" --test-threads="$threads"
+# Criterion's benches take no --skip nor --test-threads. `--bench '*'`, not `--benches`:
+# that also selects the library and binaries (bench = true by default) and ran every unit
+# test a second time.
+step_start bench "cargo test --bench '*' --features services (each bench body once, not timed; a lane, at once)" \
   cargo test --no-fail-fast --bench '*' --features services
+# The kerberos-oidc build takes cargo's lock on the build directory for its whole compile:
+# started before the lanes' cargo processes got past their own (short) hold of it, it would
+# keep them waiting. So it starts once every lane runs its tests.
+for _ in $(seq 120); do
+  running=0
+  for i in "${!BG_LOGS[@]}"; do
+    grep -qE '^ +Running ' "${BG_LOGS[i]}" 2>/dev/null && running=$((running + 1))
+  done
+  ((running == ${#BG_LOGS[@]})) && break
+  sleep 0.5
+done
+# Kerberos and OIDC are a feature (cmake, libsasl2-dev: installed with the services above),
+# on in the container image: the build with it must keep listing them in librdkafka.
+step_start krb "cargo test --features kerberos-oidc (librdkafka's builtin.features; nice 10, at once)" \
+  nice -n 10 cargo test --no-fail-fast --features kerberos-oidc --lib kafka::client::build_features
+step_start pkg "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze; nice 10, at once)" \
+  nice -n 10 scripts/check-packaging.sh
+# The Helm chart with a real helm (built once into the CI cache, ~/.cache/gap-auditor):
+# lint, both modes rendered and validated, the defaults against deploy/kubernetes.
+step_start helm "Helm chart (helm lint, helm template both modes, kubernetes-validate, defaults = deploy/kubernetes; nice 10, at once)" \
+  nice -n 10 scripts/helm-check.sh
 step_end
+
 step "cargo test ${stoppers[*]} --features services (they stop a shared server: after the lanes)" \
   cargo test --no-fail-fast "${stoppers[@]}" --features services -- "${skips[@]}" --test-threads="$threads"
 
 # Doc tests need no service; the feature only lets them reuse the library built just above.
 step "cargo test --doc --features services" cargo test --no-fail-fast --doc --features services
-
-# Kerberos and OIDC are a feature (cmake, libsasl2-dev: installed with the services above),
-# on in the container image: the build with it must keep listing them in librdkafka.
-step "cargo test --features kerberos-oidc (librdkafka's builtin.features)" \
-  cargo test --no-fail-fast --features kerberos-oidc --lib kafka::client::build_features
-
-step "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze)" \
-  scripts/check-packaging.sh
-
-# The Helm chart with a real helm (built once into the CI cache, ~/.cache/gap-auditor):
-# lint, both modes rendered and validated, the defaults against deploy/kubernetes.
-step "Helm chart (helm lint, helm template both modes, kubernetes-validate, defaults = deploy/kubernetes)" \
-  scripts/helm-check.sh
 
 # Last, with nothing else running: the tests that assert memory or latency bounds
 # (scripts/bound-tests.sh lists them and why), one at a time. The build is already done by
