@@ -480,13 +480,6 @@ impl AuditConfig {
                         "is required for kind = \"doris_routine_load\"",
                     );
                 }
-                return err(
-                    format!("{pp}.kind"),
-                    "\"doris_routine_load\" is not supported yet by this build (SPEC \"Pipeline \
-                     position and evidence\"): without it the audit would have no due rule; use \
-                     kind = \"kafka_group\" with the job's group, or no position source (the \
-                     time-only rule)",
-                );
             }
         }
         if let Some(t) = &pl.dead_letter_topic {
