@@ -519,11 +519,16 @@ fn key_is_rebuilt_only_when_a_value_changes() {
     let written = Key::new(["x", "2024-5-1T12:00:01.9", "y"]);
     assert_eq!(d.key(&written).expect("converts"), Some(stored));
     let first = KeyDomain {
-        columns: vec![column("t", "datetime", DT0), column("a", "varchar", ColumnType::Text)],
+        columns: vec![
+            column("t", "datetime", DT0),
+            column("a", "varchar", ColumnType::Text),
+        ],
         fraction: Fraction::Round,
     };
     assert_eq!(
-        first.key(&Key::new(["2024-05-01 12:00:01.5", "x"])).expect("converts"),
+        first
+            .key(&Key::new(["2024-05-01 12:00:01.5", "x"]))
+            .expect("converts"),
         Some(Key::new(["2024-05-01 12:00:02", "x"]))
     );
     assert!(first.key(&Key::new(["2024-13-01", "x"])).is_err());
