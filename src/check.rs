@@ -582,30 +582,27 @@ async fn pipeline_positions(
     let row = row.with_context(|| {
         format!("cannot read the {source}: check gives no verdict without its progress, lag is never loss")
     })?;
-    // One read: no pause is seen across it, so no step is an ALTER's (check reports no cause).
+    // One read, as `run`'s first: a PAUSED job's shown progress may be an ALTER not yet
+    // applied, so it gives no position (src/routine_load/track.rs).
     let reading = crate::routine_load::JobTrack::default().read(&row);
-    if let Some(t) = reading
-        .topic
-        .as_ref()
-        .filter(|t| !audit.topics.contains(*t))
-    {
+    let Some(topic) = reading.topic.clone() else {
         bail!(
-            "the {source} reads topic {t:?}, which audit {} does not audit (is pipeline.job the right job?)",
+            "the {source} names no topic (DataSourceProperties.topic): its progress cannot be tied to audit {}'s partitions",
+            audit.name
+        );
+    };
+    if !audit.topics.contains(&topic) {
+        bail!(
+            "the {source} reads topic {topic:?}, which audit {} does not audit (is pipeline.job the right job?)",
             audit.name
         );
     }
     let committed = tps
         .into_iter()
         .map(|tp| {
-            let ours = reading
-                .topic
-                .as_ref()
-                .map_or(audit.topics.len() == 1, |t| *t == tp.topic);
-            let c = if ours {
-                reading.positions.get(&tp.partition).and_then(|&(c, _)| c)
-            } else {
-                None
-            };
+            let c = (tp.topic == topic)
+                .then(|| reading.positions.get(&tp.partition).and_then(|&(c, _)| c))
+                .flatten();
             (tp, c)
         })
         .collect();

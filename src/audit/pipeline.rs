@@ -104,7 +104,7 @@ fn vanished_reason(source: &str, job: bool, vanished: &[(TopicPartition, Offset)
     }
     if job {
         return format!(
-            "the {source} shows nothing committed again on {} (an ALTER to OFFSET_END or OFFSET_BEGINNING, or the job re-created); verdicts on those partitions are held until it commits again",
+            "the {source} shows nothing committed again on {} (the job re-created, or an FE that shows an ALTER to OFFSET_END as such); verdicts on those partitions are held until it commits again",
             named.join(", ")
         );
     }
@@ -135,9 +135,30 @@ impl<V: Verifier> Audit<V> {
             .filter_map(|(tp, p)| p.ledger.pipeline.vanished().map(|o| (tp.clone(), o)))
             .collect();
         let job = self.pipeline.job.as_ref();
-        let foreign_topic = job
-            .and_then(|j| j.last.as_ref()?.topic.clone())
-            .filter(|t| !self.cfg.topics.contains(t));
+        let reading = job.and_then(|j| j.last.as_ref());
+        // The job's answer must name its topic: a progress not tied to the audit's topic
+        // could drive verdicts on partitions of another (fail closed).
+        let topic_problem = reading.and_then(|r| match &r.topic {
+            None => Some("names no topic (DataSourceProperties.topic), so its progress cannot be tied to this audit's partitions".to_owned()),
+            Some(t) if !self.cfg.topics.contains(t) => Some(format!(
+                "reads topic {t:?}, which this audit does not audit (is pipeline.job the right job?)"
+            )),
+            Some(_) => None,
+        });
+        // Partitions of the job's topic that the job does not read (`kafka_partitions`):
+        // nothing there ever becomes due, which must be said, not left as silent lag.
+        let unread: Vec<TopicPartition> = match reading {
+            Some(r) => match (&r.topic, &r.partitions) {
+                (Some(t), Some(read)) => self
+                    .parts
+                    .keys()
+                    .filter(|tp| tp.topic == *t && !read.contains(&tp.partition))
+                    .cloned()
+                    .collect(),
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        };
         let (reason, hold_all) = if self.parts.is_empty() {
             // Nothing assigned yet: nothing to hold, and nothing was read.
             (None, false)
@@ -147,12 +168,25 @@ impl<V: Verifier> Audit<V> {
                 None => "no DESCRIBE permission on it, or its coordinator is unavailable".into(),
             };
             (Some(format!("the {source} cannot be read ({why})")), true)
-        } else if let Some(t) = foreign_topic {
+        } else if let Some(problem) = topic_problem {
+            (Some(format!("the {source} {problem}")), true)
+        } else if !unread.is_empty() {
+            let named: Vec<String> = unread
+                .iter()
+                .take(NAMED_PARTITIONS)
+                .map(|tp| tp.to_string())
+                .collect();
             (
                 Some(format!(
-                    "the {source} reads topic {t:?}, which this audit does not audit (is pipeline.job the right job?)"
+                    "the {source} does not read {}{} (its kafka_partitions): nothing there becomes due, its records are neither confirmed nor lost",
+                    named.join(", "),
+                    if unread.len() > NAMED_PARTITIONS {
+                        format!(" and {} more", unread.len() - NAMED_PARTITIONS)
+                    } else {
+                        String::new()
+                    }
                 )),
-                true,
+                false,
             )
         } else if !vanished.is_empty() {
             (
@@ -232,7 +266,7 @@ impl<V: Verifier> Audit<V> {
         };
         if let Some(Some(reading)) = job {
             for tp in &tps {
-                let (c, altered) = self.job_position(&reading, tp);
+                let (c, altered) = Self::job_position(&reading, tp);
                 self.observe_pipeline(tp, c, now, altered);
             }
         }
@@ -320,15 +354,12 @@ impl<V: Verifier> Audit<V> {
         }
     }
 
-    /// A partition's position in a read of the Routine Load job: the job reads one topic
-    /// (its `DataSourceProperties`; an answer without it is taken for the audit's only
-    /// topic); a partition its progress does not name has no commit.
-    fn job_position(&self, r: &Reading, tp: &TopicPartition) -> (Option<Offset>, bool) {
-        let ours = match &r.topic {
-            Some(t) => *t == tp.topic,
-            None => self.cfg.topics.len() == 1,
-        };
-        if !ours {
+    /// A partition's position in a read of the Routine Load job, and whether a move now is
+    /// the job's own (src/routine_load/track.rs): the job reads one topic, named in its
+    /// answer (an answer that names none gives no position: `hold_verdicts` says why); a
+    /// partition its progress does not name has no commit.
+    fn job_position(r: &Reading, tp: &TopicPartition) -> (Option<Offset>, bool) {
+        if r.topic.as_deref() != Some(tp.topic.as_str()) {
             return (None, false);
         }
         r.positions

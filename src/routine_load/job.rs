@@ -1,10 +1,13 @@
-//! One `SHOW ROUTINE LOAD FOR job` answer, read into what the audit needs (pure: no I/O).
+//! One `SHOW ALL ROUTINE LOAD FOR job` answer, read into what the audit needs (pure: no
+//! I/O). `ALL`: without it Doris leaves STOPPED and CANCELLED jobs out and answers an
+//! error, so a job that ended would read as an unreadable position instead of a final one.
 //!
 //! Doris documents the statement's columns (`Id`, `Name`, `CreateTime`, `PauseTime`,
 //! `EndTime`, `DbName`, `TableName`, `State`, `DataSourceType`, `CurrentTaskNum`,
 //! `JobProperties`, `DataSourceProperties`, `CustomProperties`, `Statistic`, `Progress`,
 //! `Lag`, `ReasonOfStateChanged`, `ErrorLogUrls`, `OtherMsg`, ...; later versions add more).
-//! The audit reads five of them by name, so added or reordered columns change nothing:
+//! The audit reads these by name, so added or reordered columns change nothing:
+//! - `Id`: a job dropped and re-created under the same name has a new one.
 //! - `State`: `NEED_SCHEDULE`, `RUNNING`, `PAUSED`, `STOPPED`, `CANCELLED`.
 //! - `Progress`: a JSON object, Kafka partition → the last offset the job *committed*
 //!   (Doris keeps the next offset to consume and shows it minus one, `KafkaProgress`), or
@@ -12,7 +15,8 @@
 //!   committed yet since creation or since an `ALTER ... kafka_offsets`).
 //! - `PauseTime`: when the job was last paused (`NULL` if never).
 //! - `ReasonOfStateChanged`: why it was paused, stopped or cancelled.
-//! - `DataSourceProperties`: a JSON object whose `topic` is the job's one Kafka topic.
+//! - `DataSourceProperties`: a JSON object whose `topic` is the job's one Kafka topic and
+//!   `currentKafkaPartitions` the partitions it reads (`"0,1,2"`).
 
 use crate::types::Offset;
 use std::collections::BTreeMap;
@@ -23,7 +27,7 @@ use std::fmt;
 pub enum JobError {
     /// The statement answered no row: no job of that name in the database.
     #[error(
-        "no Routine Load job {0:?} (SHOW ROUTINE LOAD FOR it answered no row: is the job name or database right?)"
+        "no Routine Load job {0:?} (SHOW ALL ROUTINE LOAD FOR it answered no row: is the job name or database right? can this user see it?)"
     )]
     NotFound(String),
     /// A column the audit reads is missing from the answer.
@@ -91,6 +95,8 @@ impl fmt::Display for JobState {
 /// One job's answer, as the audit uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRow {
+    /// `Id`.
+    pub id: Option<String>,
     /// `State`.
     pub state: JobState,
     /// Per Kafka partition, the job's committed position in Kafka's sense: the next offset
@@ -102,6 +108,9 @@ pub struct JobRow {
     pub reason: Option<String>,
     /// The job's Kafka topic (`DataSourceProperties.topic`), when the answer names it.
     pub topic: Option<String>,
+    /// The partitions the job reads (`DataSourceProperties.currentKafkaPartitions`), when
+    /// the answer names them.
+    pub partitions: Option<Vec<i32>>,
 }
 
 /// The columns of one answer row, by name (`None`: SQL `NULL`).
@@ -127,19 +136,51 @@ impl JobRow {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(str::to_owned);
-        let topic = cols
+        let source = cols
             .get("DataSourceProperties")
             .and_then(|v| v.as_deref())
-            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok());
+        let topic = source
+            .as_ref()
             .and_then(|v| v.get("topic")?.as_str().map(str::to_owned));
+        let partitions = source
+            .as_ref()
+            .and_then(|v| v.get("currentKafkaPartitions")?.as_str().map(str::to_owned))
+            .and_then(|list| {
+                list.split(',')
+                    .map(|p| p.trim().parse::<i32>().ok())
+                    .collect::<Option<Vec<i32>>>()
+            });
+        let id = cols
+            .get("Id")
+            .and_then(|v| v.as_deref())
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
         Ok(Self {
+            id,
             state,
             committed,
             pause_time,
             reason,
             topic,
+            partitions,
         })
     }
+}
+
+/// The job among the rows of `SHOW ALL ROUTINE LOAD FOR name` (the one live job of that
+/// name, and the ended ones before it): the one not STOPPED or CANCELLED, else the one
+/// created last (the largest `Id`: Doris's order puts the live job first but leaves the
+/// ended ones in no useful order).
+pub fn pick(rows: Vec<JobRow>) -> Option<JobRow> {
+    let id = |r: &JobRow| r.id.as_deref().and_then(|i| i.parse::<i64>().ok());
+    let (live, ended): (Vec<JobRow>, Vec<JobRow>) = rows
+        .into_iter()
+        .partition(|r| !matches!(r.state, JobState::Stopped | JobState::Cancelled));
+    live.into_iter()
+        .max_by_key(id)
+        .or_else(|| ended.into_iter().max_by_key(id))
 }
 
 /// Parses `Progress`: `{"0":"13","1":"OFFSET_END","2":"OFFSET_ZERO"}` into the committed
@@ -191,7 +232,7 @@ pub fn parse_progress(json: &str) -> Result<BTreeMap<i32, Option<Offset>>, JobEr
     Ok(out)
 }
 
-/// The statement that reads the job: `SHOW ROUTINE LOAD FOR [db.]job`, each name part
+/// The statement that reads the job: `SHOW ALL ROUTINE LOAD FOR [db.]job`, each name part
 /// quoted as a Doris identifier (backquotes, a backquote inside doubled): the job name is
 /// configuration, and nothing from it reaches the FE unquoted.
 pub fn show_statement(job: &str) -> String {
@@ -199,7 +240,7 @@ pub fn show_statement(job: &str) -> String {
         Some((db, name)) if !db.is_empty() && !name.is_empty() => vec![quote(db), quote(name)],
         _ => vec![quote(job)],
     };
-    format!("SHOW ROUTINE LOAD FOR {}", quoted.join("."))
+    format!("SHOW ALL ROUTINE LOAD FOR {}", quoted.join("."))
 }
 
 fn quote(ident: &str) -> String {
@@ -277,6 +318,8 @@ mod tests {
         assert_eq!(row.committed[&1], Some(42));
         assert_eq!(row.pause_time.as_deref(), Some("2026-12-06 02:14:00"));
         assert_eq!(row.topic.as_deref(), Some("dns"));
+        assert_eq!(row.partitions, Some(vec![0, 1]));
+        assert_eq!(row.id.as_deref(), Some("10013"));
         assert!(row.reason.unwrap().contains("pauses"));
 
         let never = JobRow::from_columns(&cols(&[
@@ -290,6 +333,7 @@ mod tests {
             (never.pause_time, never.reason, never.topic),
             (None, None, None)
         );
+        assert_eq!((never.id, never.partitions), (None, None));
         assert!(never.state.consumes());
         assert_eq!(JobState::parse("WEIRD").to_string(), "WEIRD");
 
@@ -298,18 +342,46 @@ mod tests {
     }
 
     #[test]
+    fn the_live_job_is_picked_else_the_last_created() {
+        let r = |id: &str, state: JobState| JobRow {
+            id: Some(id.into()),
+            state,
+            committed: BTreeMap::new(),
+            pause_time: None,
+            reason: None,
+            topic: None,
+            partitions: None,
+        };
+        let live = pick(vec![
+            r("12", JobState::Cancelled),
+            r("9", JobState::Stopped),
+            r("11", JobState::Paused),
+        ])
+        .unwrap();
+        assert_eq!(live.id.as_deref(), Some("11"));
+        let ended = pick(vec![
+            r("9", JobState::Stopped),
+            r("12", JobState::Cancelled),
+            r("10", JobState::Stopped),
+        ])
+        .unwrap();
+        assert_eq!(ended.id.as_deref(), Some("12"));
+        assert_eq!(pick(Vec::new()), None);
+    }
+
+    #[test]
     fn the_job_name_reaches_the_statement_quoted() {
         assert_eq!(
             show_statement("dns_logs_load"),
-            "SHOW ROUTINE LOAD FOR `dns_logs_load`"
+            "SHOW ALL ROUTINE LOAD FOR `dns_logs_load`"
         );
         assert_eq!(
             show_statement("example_db.dns_logs_load"),
-            "SHOW ROUTINE LOAD FOR `example_db`.`dns_logs_load`"
+            "SHOW ALL ROUTINE LOAD FOR `example_db`.`dns_logs_load`"
         );
         assert_eq!(
             show_statement("a`; DROP TABLE t; --"),
-            "SHOW ROUTINE LOAD FOR `a``; DROP TABLE t; --`"
+            "SHOW ALL ROUTINE LOAD FOR `a``; DROP TABLE t; --`"
         );
     }
 }

@@ -1,7 +1,7 @@
 //! Reads one Routine Load job from the Doris FE over the MySQL protocol (text protocol
 //! only: the FE's prepared statements differ across versions and one statement needs none).
 
-use super::job::{Columns, JobError, JobRow, show_statement};
+use super::job::{Columns, JobError, JobRow, pick, show_statement};
 use crate::config::SecretUrl;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Value};
@@ -62,19 +62,28 @@ impl JobReader {
         &self.job
     }
 
-    /// Reads the job once.
+    /// Reads the job once: the live job of that name, else the one that ended last
+    /// ([`super::job::pick`]).
     pub async fn read(&self) -> Result<JobRow, ReadError> {
         let rows = tokio::time::timeout(self.timeout, self.query())
             .await
             .map_err(|_| ReadError::Timeout(self.timeout))??;
-        // `SHOW ROUTINE LOAD FOR` answers the job that is not STOPPED/CANCELLED, or the
-        // latest of that name; more than one row would be several jobs of one name in
-        // different databases, which a `db.job` name avoids: the first is taken.
-        let first = rows
-            .into_iter()
-            .next()
-            .ok_or_else(|| JobError::NotFound(self.job.clone()))?;
-        Ok(JobRow::from_columns(&first)?)
+        let mut first_error = None;
+        let mut jobs = Vec::new();
+        for cols in &rows {
+            match JobRow::from_columns(cols) {
+                Ok(j) => jobs.push(j),
+                // An ended job's odd answer must not hide the live one's.
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match (pick(jobs), first_error) {
+            (Some(job), _) => Ok(job),
+            (None, Some(e)) => Err(e.into()),
+            (None, None) => Err(JobError::NotFound(self.job.clone()).into()),
+        }
     }
 
     async fn query(&self) -> Result<Vec<Columns>, ReadError> {

@@ -1,5 +1,5 @@
 //! A fake Doris FE for Routine Load: NOT Doris. No Doris runs on these machines, so this
-//! answers the one statement the auditor sends, `SHOW ROUTINE LOAD FOR [db.]job`, over the
+//! answers the one statement the auditor sends, `SHOW [ALL] ROUTINE LOAD FOR [db.]job`, over the
 //! MySQL protocol (opensrv-mysql, a maintained server-side implementation of it) with the
 //! columns Doris documents for that statement, in its order, every value as text:
 //! `Id, Name, CreateTime, PauseTime, EndTime, DbName, TableName, State, DataSourceType,
@@ -7,13 +7,15 @@
 //! Progress, Lag, ReasonOfStateChanged, ErrorLogUrls, OtherMsg`. `Progress` is what Doris's
 //! `KafkaProgress.toJsonString` writes: a JSON object of partition → the last loaded offset
 //! as a string (the next offset to consume minus one), or `OFFSET_ZERO`, `OFFSET_END`,
-//! `OFFSET_BEGINNING`. The test drives what a real job would do through [`FeJob`]: `load`
-//! (a task committed: Progress moves), `pause` (State PAUSED, PauseTime set, the reason
-//! Doris gives for a user's pause), `alter_offset_end` (what `ALTER ROUTINE LOAD ...
-//! "kafka_offsets" = "OFFSET_END"` leaves: `OFFSET_END` until the next task commits; Doris
-//! only accepts it while PAUSED), `resume` (NEED_SCHEDULE). Every other statement is
-//! refused with an error, as an FE would refuse unknown syntax. Unlike a real FE it has no
-//! users or privileges (any login is accepted) and one job.
+//! `OFFSET_BEGINNING`. The test drives what a real job would do through [`FeJob`], as
+//! apache/doris's `RoutineLoadJob`/`KafkaRoutineLoadJob` do it: `load` (a task committed:
+//! Progress moves), `pause` (State PAUSED, PauseTime set, the reason Doris gives for a
+//! user's pause), `alter_offset` (`ALTER ROUTINE LOAD ... "kafka_offsets"`: only while
+//! PAUSED; the new offset shows at once, OFFSET_END already turned into the log end's
+//! offset by the FE), `resume` (NEED_SCHEDULE, PauseTime back to NULL), `stop` (STOPPED:
+//! left out of `SHOW ROUTINE LOAD`, listed by `SHOW ALL ROUTINE LOAD`). Every other
+//! statement is refused with an error, as an FE would refuse unknown syntax. Unlike a real
+//! FE it has no users or privileges (any login is accepted) and one job.
 
 use opensrv_mysql::{
     AsyncMysqlIntermediary, AsyncMysqlShim, Column, ColumnFlags, ColumnType, ErrorKind, InitWriter,
@@ -110,19 +112,41 @@ impl FeJob {
     }
 
     /// `ALTER ROUTINE LOAD FOR job FROM KAFKA ("kafka_partitions" = "P", "kafka_offsets" =
-    /// "OFFSET_END")`: refused unless PAUSED, as Doris refuses it.
-    pub fn alter_offset_end(&self, partition: i32) {
+    /// "OFFSET_END")`, with the log end's offset `next` the FE resolved it to: refused
+    /// unless PAUSED, as Doris refuses it.
+    pub fn alter_offset(&self, partition: i32, next: i64) {
         self.with(|s| {
             assert_eq!(s.state, "PAUSED", "Doris only alters a PAUSED job");
-            s.next.insert(partition, -1);
+            s.next.insert(partition, next);
         });
     }
 
-    /// `RESUME ROUTINE LOAD FOR job`.
+    /// PAUSE, ALTER to `next`, RESUME and the first task's commit, all between two reads:
+    /// what a read sees is only the job RUNNING further on (PauseTime NULL again).
+    pub fn alter_between_reads(&self, partition: i32, next: i64) {
+        self.with(|s| {
+            s.next.insert(partition, next);
+            s.state = "RUNNING";
+            s.pause_time = None;
+            s.reason = String::new();
+        });
+    }
+
+    /// `RESUME ROUTINE LOAD FOR job` (Doris resets the pause time).
     pub fn resume(&self) {
         self.with(|s| {
             s.state = "NEED_SCHEDULE";
+            s.pause_time = None;
             s.reason = String::new();
+        });
+    }
+
+    /// `STOP ROUTINE LOAD FOR job`: final.
+    pub fn stop(&self) {
+        self.with(|s| {
+            s.state = "STOPPED";
+            s.reason =
+                "ErrorReason{code=errCode = 100, msg='User root stop routine load job'}".to_owned();
         });
     }
 
@@ -234,16 +258,21 @@ impl<W: AsyncWrite + Send + Unpin> AsyncMysqlShim<W> for Fe {
             s.clone()
         };
         let trimmed = sql.trim();
+        let upper = trimmed.to_ascii_uppercase();
+        let all = upper.starts_with("SHOW ALL ");
+        let named = trimmed
+            .splitn(if all { 6 } else { 5 }, ' ')
+            .last()
+            .unwrap_or_default();
         let wanted = [
-            format!("SHOW ROUTINE LOAD FOR `{}`", snapshot.name),
-            format!("SHOW ROUTINE LOAD FOR `example_db`.`{}`", snapshot.name),
+            format!("`{}`", snapshot.name),
+            format!("`example_db`.`{}`", snapshot.name),
         ];
         if trimmed.eq_ignore_ascii_case("SET NAMES utf8mb4") || trimmed.starts_with("SET ") {
             return results.completed(OkResponse::default()).await;
         }
-        if !trimmed
-            .to_ascii_uppercase()
-            .starts_with("SHOW ROUTINE LOAD")
+        if !upper.starts_with("SHOW ROUTINE LOAD FOR ")
+            && !upper.starts_with("SHOW ALL ROUTINE LOAD FOR ")
         {
             let msg = format!("errCode = 2, detailMessage = Syntax error: {trimmed}");
             return results
@@ -259,9 +288,20 @@ impl<W: AsyncWrite + Send + Unpin> AsyncMysqlShim<W> for Fe {
                 colflags: ColumnFlags::empty(),
             })
             .collect();
+        // Another job's name, or an ended job without ALL (Doris leaves those out): the
+        // error Doris answers (`RoutineLoadManager`), not an empty result.
+        let ended = matches!(snapshot.state, "STOPPED" | "CANCELLED");
+        if !wanted.iter().any(|q| q == named) || (ended && !all) {
+            let msg = format!(
+                "errCode = 2, detailMessage = There is no job named {} in db example_db. Include history? {all}",
+                named.trim_matches('`')
+            );
+            return results
+                .error(ErrorKind::ER_UNKNOWN_ERROR, msg.as_bytes())
+                .await;
+        }
         let mut w = results.start(&cols).await?;
-        // Another job's name: an empty answer, as Doris gives for an unknown job.
-        if wanted.iter().any(|q| q == trimmed) {
+        {
             self.0.lock().expect("fake FE state").shows += 1;
             let s = &snapshot;
             let data_source = serde_json::json!({

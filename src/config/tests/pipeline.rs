@@ -64,6 +64,11 @@ fn doris_routine_load_is_a_position_source() {
     );
     assert_eq!(a.pipeline_group, None);
     assert_eq!(a.pipeline.job.as_deref(), Some("dns_logs_load"));
+    // A job reads one topic: an audit of two would leave one without any position.
+    let two =
+        with_pipeline("kind = \"doris_routine_load\"\nurl = \"mysql://fe:9030/db\"\njob = \"j\"")
+            .replace("topics = [\"test\"]", "topics = [\"test\", \"other\"]");
+    assert_err(&toml_err(&two), "audits[0].topics", "exactly one topic");
     // Its own keys are checked first.
     let e = toml_err(&with_pipeline("kind = \"doris_routine_load\"\njob = \"j\""));
     assert_err(&e, "audits[0].pipeline.url", "is required");
