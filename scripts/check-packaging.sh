@@ -91,9 +91,16 @@ must_reject "CRD schema check (a malformed PrometheusRule duration)" check_crds 
 check_crds deploy/kubernetes/*.yaml || fail "Prometheus Operator resources"
 
 log "systemd-analyze verify deploy/systemd/gap-auditor.service"
-# CI builds into its own CARGO_TARGET_DIR; a no-op when the binary is up to date.
-cargo build --quiet --bin gap-auditor
-BIN=$(realpath "${CARGO_TARGET_DIR:-$ROOT/target}")/debug/gap-auditor
+# scripts/test.sh names the binary its build step made (GAP_AUDITOR_BUILT_BIN): a cargo
+# build here, even a no-op one, waits for cargo's lock on the build directory, which the
+# kerberos-oidc build running beside this holds for minutes on a cold cache. Alone: built
+# here (CI builds into its own CARGO_TARGET_DIR; a no-op when the binary is up to date).
+if [[ -n ${GAP_AUDITOR_BUILT_BIN:-} && -x ${GAP_AUDITOR_BUILT_BIN:-} ]]; then
+  BIN=$GAP_AUDITOR_BUILT_BIN
+else
+  cargo build --quiet --bin gap-auditor
+  BIN=$(realpath "${CARGO_TARGET_DIR:-$ROOT/target}")/debug/gap-auditor
+fi
 mkdir -p "$WORK/unit" "$WORK/bad-unit"
 sed "s|/usr/local/bin/gap-auditor|$BIN|g" \
   deploy/systemd/gap-auditor.service >"$WORK/unit/gap-auditor.service"

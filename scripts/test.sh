@@ -207,6 +207,10 @@ if ((${#rest[@]} < 20)); then
 fi
 step "build the test binaries (cargo test --no-run --lib --bins --tests --bench '*' --features services)" \
   cargo test --no-run --lib --bins --tests --bench '*' --features services
+# The binary that step built, for the packaging and Helm checks (they run beside the
+# kerberos-oidc build, which holds cargo's build-dir lock while it compiles).
+GAP_AUDITOR_BUILT_BIN=$(realpath "${CARGO_TARGET_DIR:-target}")/debug/gap-auditor
+export GAP_AUDITOR_BUILT_BIN
 for t in "${alone_lanes[@]}"; do
   step_start "$t" "cargo test --test $t --features services (bound tests skipped; a lane, at once)" \
     cargo test --no-fail-fast --test "$t" --features services -- "${skips[@]}" --test-threads="$threads"
