@@ -37,13 +37,7 @@ async fn a_paused_job_is_lag_and_an_alter_to_offset_end_is_an_exact_gap_with_its
     let topic = &s.topic;
     let fe = FeJob::start(JOB, topic, 1).await;
     let auditor = start_auditor(&s, &fe, JOB).await;
-    let group_up = || {
-        auditor
-            .metrics
-            .pipeline_group_up
-            .with_label_values(&["dns_logs"])
-            .get()
-    };
+    let group_up = || pipeline_group_up(&auditor);
 
     let lines = dns_lines(0..8);
     assert_eq!(s.send(&lines[0..4]).await, vec![0, 1, 2, 3]);
@@ -188,14 +182,7 @@ async fn an_unknown_job_holds_verdicts_and_says_so() {
                 .is_some_and(|h| h.contains("dns_logs_lod") && h.contains("There is no job named"))
         })
         .await;
-    assert_eq!(
-        auditor
-            .metrics
-            .pipeline_group_up
-            .with_label_values(&["dns_logs"])
-            .get(),
-        0
-    );
+    assert_eq!(pipeline_group_up(&auditor), 0);
     keep_checking(Duration::from_secs(3), Duration::from_millis(100), || {
         assert_eq!(auditor.lost(topic, 0), 0);
     })
@@ -228,26 +215,8 @@ async fn check_cuts_the_range_at_the_jobs_progress() {
     ));
     let config = s.state.path().join("gap-auditor.toml");
     std::fs::write(&config, toml).expect("config");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
-            .args(["check", "-c"])
-            .arg(&config)
-            .args([
-                "--from",
-                "offset:0",
-                "--to",
-                "offset:10",
-                "--format",
-                "json",
-            ])
-            .output()
-            .expect("run check")
-    })
-    .await
-    .expect("check");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    let (code, report, stderr) = run_check_json(&config, "offset:0", "offset:10").await;
+    assert_eq!(code, 1, "{stderr}");
     let gaps = report["gaps"].as_array().expect("gaps");
     assert_eq!(
         gap_tuples(gaps),
