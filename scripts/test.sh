@@ -116,7 +116,10 @@ step_start() {
   done
   section "$name"
   # The end time is the command's own (step_end waits for the steps in the order they
-  # started, so its clock would give an early step the time of a later one).
+  # started, so its clock would give an early step the time of a later one). The log is
+  # created first: the subshell opens it a moment later, and `tail` started before that
+  # finds no file and shows nothing of the step.
+  : >"$log"
   ("$@" >"$log" 2>&1; rc=$?; date +%s >"$log.end"; exit $rc) &
   pid=$!
   if [[ -n $tag ]]; then
