@@ -13,7 +13,6 @@
 //!   (Doris keeps the next offset to consume and shows it minus one, `KafkaProgress`), or
 //!   `OFFSET_ZERO` (next is 0: nothing consumed), `OFFSET_END` / `OFFSET_BEGINNING` (nothing
 //!   committed yet since creation or since an `ALTER ... kafka_offsets`).
-//! - `PauseTime`: when the job was last paused (`NULL` if never).
 //! - `ReasonOfStateChanged`: why it was paused, stopped or cancelled.
 //! - `DataSourceProperties`: a JSON object whose `topic` is the job's one Kafka topic and
 //!   `currentKafkaPartitions` the partitions it reads (`"0,1,2"`).
@@ -102,8 +101,6 @@ pub struct JobRow {
     /// Per Kafka partition, the job's committed position in Kafka's sense: the next offset
     /// it will read, every record before it loaded (`None`: nothing committed yet).
     pub committed: BTreeMap<i32, Option<Offset>>,
-    /// `PauseTime` (`None` for `NULL`, never paused).
-    pub pause_time: Option<String>,
     /// `ReasonOfStateChanged` (`None` when empty).
     pub reason: Option<String>,
     /// The job's Kafka topic (`DataSourceProperties.topic`), when the answer names it.
@@ -126,10 +123,6 @@ impl JobRow {
         };
         let state = JobState::parse(get("State")?.unwrap_or(""));
         let committed = parse_progress(get("Progress")?.unwrap_or("{}"))?;
-        let pause_time = get("PauseTime")?
-            .map(str::trim)
-            .filter(|s| !s.is_empty() && !s.eq_ignore_ascii_case("NULL"))
-            .map(str::to_owned);
         let reason = cols
             .get("ReasonOfStateChanged")
             .and_then(|v| v.as_deref())
@@ -161,7 +154,6 @@ impl JobRow {
             id,
             state,
             committed,
-            pause_time,
             reason,
             topic,
             partitions,
@@ -316,7 +308,6 @@ mod tests {
         assert!(!row.state.consumes());
         assert_eq!(row.committed[&0], Some(100));
         assert_eq!(row.committed[&1], Some(42));
-        assert_eq!(row.pause_time.as_deref(), Some("2026-12-06 02:14:00"));
         assert_eq!(row.topic.as_deref(), Some("dns"));
         assert_eq!(row.partitions, Some(vec![0, 1]));
         assert_eq!(row.id.as_deref(), Some("10013"));
@@ -329,10 +320,7 @@ mod tests {
             ("ReasonOfStateChanged", Some("")),
         ]))
         .unwrap();
-        assert_eq!(
-            (never.pause_time, never.reason, never.topic),
-            (None, None, None)
-        );
+        assert_eq!((never.reason, never.topic), (None, None));
         assert_eq!((never.id, never.partitions), (None, None));
         assert!(never.state.consumes());
         assert_eq!(JobState::parse("WEIRD").to_string(), "WEIRD");
@@ -347,7 +335,6 @@ mod tests {
             id: Some(id.into()),
             state,
             committed: BTreeMap::new(),
-            pause_time: None,
             reason: None,
             topic: None,
             partitions: None,

@@ -101,7 +101,6 @@ mod tests {
             id: Some(id.into()),
             state,
             committed: positions.iter().copied().collect(),
-            pause_time: None,
             reason: None,
             topic: Some("dns".into()),
             partitions: None,
