@@ -167,12 +167,6 @@ step "test services (Apache Kafka, MariaDB, a TLS-only MariaDB, OpenSearch for t
 
 step "cargo fmt --check" cargo fmt --all -- --check
 
-# `services` (Cargo.toml) builds the test binaries that need the services started above;
-# without it `cargo test` runs only the service-free ones. Clippy gets it too, so those
-# binaries are linted.
-step "cargo clippy --all-targets --features services -- -D warnings" \
-  cargo clippy --all-targets --features services -- -D warnings
-
 step "dashboard type-check (@grafana/schema, TypeScript)" scripts/check-dashboard.sh
 
 # Every libtest target (unit, property and integration tests), the bound tests skipped:
@@ -189,9 +183,9 @@ step "dashboard type-check (@grafana/schema, TypeScript)" scripts/check-dashboar
 # 6), and each of these lanes is its own cargo process, all started together: `it`;
 # faults_private; observability; the unit tests with every other test binary (cargo's own
 # target list: a new tests/*.rs joins by itself); the criterion benches in test mode. The
-# checks that only compile or lint (the kerberos-oidc build, packaging lint, the Helm
-# chart) use the CPU the waiting lanes leave idle, at a lower priority (nice 10) so the
-# tests' processes come first. Timing-sensitive tests are in none of these: every test
+# checks that only compile or lint (clippy, packaging lint with its cargo-auditable
+# build, the Helm chart) use the CPU the waiting lanes leave idle, at a lower priority
+# (nice 10) so the tests' processes come first. Timing-sensitive tests are in none of these: every test
 # that asserts a latency or memory bound is in scripts/bound-tests.sh and runs alone, last.
 mapfile -t skips < <(bound_skip_args)
 threads=${GAP_AUDITOR_TEST_THREADS:-6}
@@ -210,8 +204,8 @@ if ((${#rest[@]} < 20)); then
 fi
 step "build the test binaries (cargo test --no-run --lib --bins --tests --bench '*' --features services)" \
   cargo test --no-run --lib --bins --tests --bench '*' --features services
-# The binary that step built, for the packaging and Helm checks (they run beside the
-# kerberos-oidc build, which holds cargo's build-dir lock while it compiles).
+# The binary that step built, for the packaging and Helm checks (they run beside clippy,
+# which holds cargo's build-dir lock while it compiles).
 GAP_AUDITOR_BUILT_BIN=$(realpath "${CARGO_TARGET_DIR:-target}")/debug/gap-auditor
 export GAP_AUDITOR_BUILT_BIN
 for t in "${alone_lanes[@]}"; do
@@ -225,9 +219,9 @@ step_start rest "cargo test --lib --bins and the other test binaries --features 
 # test a second time.
 step_start bench "cargo test --bench '*' --features services (each bench body once, not timed; a lane, at once)" \
   cargo test --no-fail-fast --bench '*' --features services
-# The kerberos-oidc build takes cargo's lock on the build directory for its whole compile:
-# started before the lanes' cargo processes got past their own (short) hold of it, it would
-# keep them waiting. So it starts once every lane runs its tests.
+# Clippy takes cargo's lock on the build directory for its whole check: started before
+# the lanes' cargo processes got past their own (short) hold of it, it would keep them
+# waiting. So the compile-and-lint checks start once every lane runs its tests.
 for _ in $(seq 120); do
   running=0
   for i in "${!BG_LOGS[@]}"; do
@@ -236,10 +230,13 @@ for _ in $(seq 120); do
   ((running == ${#BG_LOGS[@]})) && break
   sleep 0.5
 done
-# Kerberos and OIDC are a feature (cmake, libsasl2-dev: installed with the services above),
-# on in the container image: the build with it must keep listing them in librdkafka.
-step_start krb "cargo test --features kerberos-oidc (librdkafka's builtin.features; nice 10, at once)" \
-  nice -n 10 cargo test --no-fail-fast --features kerberos-oidc --lib kafka::client::build_features
+# `services` (Cargo.toml) builds the test binaries that need the services started above
+# (and brings kerberos-oidc); clippy gets it too, so those binaries and the kerberos-oidc
+# code are linted. After the build step: its build scripts' outputs (librdkafka, OpenSSL)
+# are reused, only the checks are new. (Before the lanes it kept them waiting 2-4 minutes
+# with the CPU half idle.)
+step_start clippy "cargo clippy --all-targets --features services -- -D warnings (nice 10, at once)" \
+  nice -n 10 cargo clippy --all-targets --features services -- -D warnings
 step_start pkg "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze; nice 10, at once)" \
   nice -n 10 scripts/check-packaging.sh
 # The Helm chart with a real helm (built once into the CI cache, ~/.cache/gap-auditor):
