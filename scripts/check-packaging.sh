@@ -91,9 +91,16 @@ must_reject "CRD schema check (a malformed PrometheusRule duration)" check_crds 
 check_crds deploy/kubernetes/*.yaml || fail "Prometheus Operator resources"
 
 log "systemd-analyze verify deploy/systemd/gap-auditor.service"
-# CI builds into its own CARGO_TARGET_DIR; a no-op when the binary is up to date.
-cargo build --quiet --bin gap-auditor
-BIN=$(realpath "${CARGO_TARGET_DIR:-$ROOT/target}")/debug/gap-auditor
+# scripts/test.sh names the binary its build step made (GAP_AUDITOR_BUILT_BIN): a cargo
+# build here, even a no-op one, waits for cargo's lock on the build directory, which
+# clippy running beside this holds for minutes. Alone: built here (CI builds into its own
+# CARGO_TARGET_DIR; a no-op when the binary is up to date).
+if [[ -n ${GAP_AUDITOR_BUILT_BIN:-} && -x ${GAP_AUDITOR_BUILT_BIN:-} ]]; then
+  BIN=$GAP_AUDITOR_BUILT_BIN
+else
+  cargo build --quiet --bin gap-auditor
+  BIN=$(realpath "${CARGO_TARGET_DIR:-$ROOT/target}")/debug/gap-auditor
+fi
 mkdir -p "$WORK/unit" "$WORK/bad-unit"
 sed "s|/usr/local/bin/gap-auditor|$BIN|g" \
   deploy/systemd/gap-auditor.service >"$WORK/unit/gap-auditor.service"
@@ -123,10 +130,20 @@ if ! grep -qF "\"cargo-auditable $AUDITABLE_VERSION " "$TOOLS/.crates.toml" 2>/d
   log "installing cargo-auditable $AUDITABLE_VERSION into $TOOLS (cargo install)"
   cargo install --quiet --locked --root "$TOOLS" "cargo-auditable@$AUDITABLE_VERSION"
 fi
-# Its own target dir: the wrapper changes the fingerprint of this package, and sharing the
-# main one would rebuild every test binary after this step.
+# The dependencies are the ones `cargo run -- demo` built (default features, dev profile):
+# the build directory is the main one (CARGO_BUILD_BUILD_DIR), so only this package is
+# compiled again (cargo-auditable wraps its rustc, which changes its fingerprint); on a
+# cold cache its own target dir compiled every dependency a second time (~15 CPU-minutes).
+# The binary lands in a target dir of its own: in the main one it would replace, while
+# the test lanes run, the target/debug/gap-auditor they start (a default-features build
+# over theirs, with a moment in between when the file is missing). The test binaries do
+# not share this package's units (their `services` feature makes them others), so nothing
+# of theirs is rebuilt after this.
 AUDITABLE_TARGET=$CACHE/target-auditable
-PATH="$TOOLS/bin:$PATH" CARGO_TARGET_DIR=$AUDITABLE_TARGET \
+# A cache from before holds a whole build (dependencies in debug/deps, gigabytes): not used.
+[[ -d $AUDITABLE_TARGET/debug/deps ]] && rm -rf "$AUDITABLE_TARGET"
+BUILD_DIR=$(realpath -m "${CARGO_TARGET_DIR:-$ROOT/target}")
+PATH="$TOOLS/bin:$PATH" CARGO_BUILD_BUILD_DIR=$BUILD_DIR CARGO_TARGET_DIR=$AUDITABLE_TARGET \
   cargo auditable build --quiet --locked --bin gap-auditor
 ABIN=$AUDITABLE_TARGET/debug/gap-auditor
 # The embedded list: zlib-compressed JSON {"packages": [{"name", "version", ...}]}.

@@ -68,9 +68,16 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 PY=$VENV/bin/python3
 
-# CI builds into its own CARGO_TARGET_DIR; a no-op when the binary is up to date.
-cargo build --quiet --bin gap-auditor
-BIN=$(realpath "${CARGO_TARGET_DIR:-$ROOT/target}")/debug/gap-auditor
+# scripts/test.sh names the binary its build step made (GAP_AUDITOR_BUILT_BIN): a cargo
+# build here, even a no-op one, waits for cargo's lock on the build directory, which the
+# kerberos-oidc build running beside this holds for minutes on a cold cache. Alone: built
+# here (CI builds into its own CARGO_TARGET_DIR; a no-op when the binary is up to date).
+if [[ -n ${GAP_AUDITOR_BUILT_BIN:-} && -x ${GAP_AUDITOR_BUILT_BIN:-} ]]; then
+  BIN=$GAP_AUDITOR_BUILT_BIN
+else
+  cargo build --quiet --bin gap-auditor
+  BIN=$(realpath "${CARGO_TARGET_DIR:-$ROOT/target}")/debug/gap-auditor
+fi
 
 log "scripts/helm/render.py --check: the chart's copies and values.schema.json are current"
 cp -r "$CHART" "$WORK/stale-chart"

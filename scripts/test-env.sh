@@ -10,6 +10,7 @@
 # tests), only when missing.
 #   scripts/test-env.sh [start|stop [SERVICE...]|status|clean]   then: source "$RUN/env"
 #   scripts/test-env.sh deps    only the apt packages (build prerequisites included)
+#   scripts/test-env.sh install everything `start` installs, nothing started
 # Settings: GAP_AUDITOR_CACHE (installed binaries), GAP_AUDITOR_RUN (data, logs, pids, env),
 # KAFKA_PORT (19092; the broker's KRaft controller listens on KAFKA_PORT + 1, its
 # SASL_PLAINTEXT (SCRAM) listener on + 2 and its TLS listener on + 3), MYSQL_PORT (13306),
@@ -443,6 +444,14 @@ case ${1:-start} in
   deps)
     install_packages
     ;;
+  install) # everything `start` installs, nothing started (.ci/run overlaps it with the demo)
+    mkdir -p "$RUN"
+    install_tansu
+    install_kafka
+    install_packages
+    install_opensearch
+    install_sr_python
+    ;;
   stop) # all, or only the services named: kafka mariadb mariadb-tls opensearch
     shift
     (($#)) || set -- kafka mariadb mariadb-tls opensearch all
@@ -467,5 +476,5 @@ case ${1:-start} in
     pidfile_alive "$TLS_PID" && port_open "$MYSQL_TLS_PORT" && echo "mariadb (TLS only): up" || echo "mariadb (TLS only): down"
     pidfile_alive "$RUN/java@opensearch.pid" && port_open "$ES_PORT" && echo "opensearch: up" || echo "opensearch: down"
     ;;
-  *) die "usage: $0 [start|stop|status|clean|deps]" ;;
+  *) die "usage: $0 [start|stop|status|clean|deps|install]" ;;
 esac

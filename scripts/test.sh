@@ -97,24 +97,55 @@ STEP_NAMES=() STEP_RCS=() STEP_SECS=() STEP_LOGS=() STEP_FEATURES=()
 # The output goes to a log file in $LOGS and is shown as it comes (tail --pid): not through
 # a pipe, which a service or daemon started by the step and inheriting it would hold open.
 step() {
-  local name=$1
-  shift
-  local log features="" prev="" a
-  log=$LOGS/$(printf '%02d' "${#STEP_NAMES[@]}")-$(tr -c 'A-Za-z0-9\n' '_' <<<"${name:0:40}").log
+  step_start "" "$@"
+  step_end
+}
+
+# step_start TAG NAME COMMAND...: starts a step in the background (its pid and bookkeeping
+# in BG_*); step_end waits for the ones started since. With a TAG the live output lines are
+# prefixed "[TAG] " (steps running at the same time); the log file is the command's own.
+BG_PIDS=() BG_TAILS=() BG_NAMES=() BG_LOGS=() BG_FEATURES=() BG_STARTS=()
+step_start() {
+  local tag=$1 name=$2
+  shift 2
+  local log features="" prev="" a pid
+  log=$LOGS/$(printf '%02d' "$((${#STEP_NAMES[@]} + ${#BG_PIDS[@]}))")-$(tr -c 'A-Za-z0-9\n' '_' <<<"${name:0:40}").log
   for a in "$@"; do
     [[ $prev == --features ]] && features="--features $a"
     prev=$a
   done
   section "$name"
-  local start=$SECONDS rc=0 pid
-  "$@" >"$log" 2>&1 &
+  # The end time is the command's own (step_end waits for the steps in the order they
+  # started, so its clock would give an early step the time of a later one). The log is
+  # created first: the subshell opens it a moment later, and `tail` started before that
+  # finds no file and shows nothing of the step.
+  : >"$log"
+  ("$@" >"$log" 2>&1; rc=$?; date +%s >"$log.end"; exit $rc) &
   pid=$!
-  tail -n +1 -f --pid="$pid" "$log" &
-  wait "$pid" || rc=$?
-  wait $! || true
-  STEP_NAMES+=("$name") STEP_RCS+=("$rc") STEP_SECS+=($((SECONDS - start)))
-  STEP_LOGS+=("$log") STEP_FEATURES+=("$features")
-  if ((rc != 0)); then echo ">>> step failed (exit $rc): $name"; fi
+  if [[ -n $tag ]]; then
+    tail -n +1 -f --pid="$pid" "$log" | sed -u "s/^/[$tag] /" &
+  else
+    tail -n +1 -f --pid="$pid" "$log" &
+  fi
+  BG_PIDS+=("$pid") BG_TAILS+=("$!") BG_NAMES+=("$name") BG_LOGS+=("$log")
+  BG_FEATURES+=("$features") BG_STARTS+=("$(date +%s)")
+}
+
+# step_end: waits for every step started by step_start and records each one's result and
+# time (from its own start), in the order they were started.
+step_end() {
+  local i rc
+  for i in "${!BG_PIDS[@]}"; do
+    rc=0
+    wait "${BG_PIDS[i]}" || rc=$?
+    wait "${BG_TAILS[i]}" || true
+    local end
+    end=$(cat "${BG_LOGS[i]}.end" 2>/dev/null) || end=$(date +%s)
+    STEP_NAMES+=("${BG_NAMES[i]}") STEP_RCS+=("$rc") STEP_SECS+=($((end - BG_STARTS[i])))
+    STEP_LOGS+=("${BG_LOGS[i]}") STEP_FEATURES+=("${BG_FEATURES[i]}")
+    if ((rc != 0)); then echo ">>> step failed (exit $rc): ${BG_NAMES[i]}"; fi
+  done
+  BG_PIDS=() BG_TAILS=() BG_NAMES=() BG_LOGS=() BG_FEATURES=() BG_STARTS=()
 }
 
 # Only what this run starts is stopped at the end: on a shared machine the others belong
@@ -136,39 +167,89 @@ step "test services (Apache Kafka, MariaDB, a TLS-only MariaDB, OpenSearch for t
 
 step "cargo fmt --check" cargo fmt --all -- --check
 
-# `services` (Cargo.toml) builds the test binaries that need the services started above;
-# without it `cargo test` runs only the service-free ones. Clippy gets it too, so those
-# binaries are linted.
-step "cargo clippy --all-targets --features services -- -D warnings" \
-  cargo clippy --all-targets --features services -- -D warnings
-
 step "dashboard type-check (@grafana/schema, TypeScript)" scripts/check-dashboard.sh
 
 # Every libtest target (unit, property and integration tests), the bound tests skipped:
-# they run alone below. (Criterion's benches take no --skip: their own step.)
+# they run alone below. Built first, as a step of its own (a cold build's time shows apart
+# from the tests'); then one phase in which the lanes and the checks that need no service
+# run at the same time; then the two tests that stop a shared server; then the bounds.
+#
+# Why at the same time: most of these tests wait (for `grace`, rounds, a broker outage),
+# not compute. On 2 cores the `it` binary took 497 s at libtest's default 2 threads with
+# 18 % of one core busy, 174 s at 6 threads (each test's own time within a few seconds of
+# before), and the binaries ran one after another: the serial chain of the others
+# (faults_private's 90 s of broker outage, observability's promtool runs, the unit tests)
+# was as long again. So each binary runs GAP_AUDITOR_TEST_THREADS tests at once (default
+# 6), and each of these lanes is its own cargo process, all started together: `it`;
+# faults_private; observability; the unit tests with every other test binary (cargo's own
+# target list: a new tests/*.rs joins by itself); the criterion benches in test mode. The
+# checks that only compile or lint (clippy, packaging lint with its cargo-auditable
+# build, the Helm chart) use the CPU the waiting lanes leave idle, at a lower priority
+# (nice 10) so the tests' processes come first. Timing-sensitive tests are in none of these: every test
+# that asserts a latency or memory bound is in scripts/bound-tests.sh and runs alone, last.
 mapfile -t skips < <(bound_skip_args)
-step "cargo test --lib --bins --tests --features services (bound tests skipped)" \
-  cargo test --no-fail-fast --lib --bins --tests --features services -- "${skips[@]}"
+threads=${GAP_AUDITOR_TEST_THREADS:-6}
+# tests/es_outage.rs stops the shared OpenSearch and tests/outage.rs the shared MariaDB:
+# every test using one of them beside these would fail. They run after the lanes.
+stoppers=(--test es_outage --test outage)
+alone_lanes=(it faults_private observability)
+mapfile -t rest < <(cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r \
+  '.packages[] | select(.name == "gap-auditor") | .targets[] | select(.kind == ["test"])
+   | select(.name | IN("it", "faults_private", "observability", "es_outage", "outage") | not)
+   | "--test", .name')
+# An empty list would run that lane as the unit tests alone and pass: refuse it.
+if ((${#rest[@]} < 20)); then
+  echo "cargo metadata listed ${#rest[@]} words of test targets, not the ~15 targets expected" >&2
+  exit 1
+fi
+step "build the test binaries (cargo test --no-run --lib --bins --tests --bench '*' --features services)" \
+  cargo test --no-run --lib --bins --tests --bench '*' --features services
+# The binary that step built, for the packaging and Helm checks (they run beside clippy,
+# which holds cargo's build-dir lock while it compiles).
+GAP_AUDITOR_BUILT_BIN=$(realpath "${CARGO_TARGET_DIR:-target}")/debug/gap-auditor
+export GAP_AUDITOR_BUILT_BIN
+for t in "${alone_lanes[@]}"; do
+  step_start "$t" "cargo test --test $t --features services (bound tests skipped; a lane, at once)" \
+    cargo test --no-fail-fast --test "$t" --features services -- "${skips[@]}" --test-threads="$threads"
+done
+step_start rest "cargo test --lib --bins and the other test binaries --features services (bound tests skipped; a lane, at once)" \
+  cargo test --no-fail-fast --lib --bins "${rest[@]}" --features services -- "${skips[@]}" --test-threads="$threads"
+# Criterion's benches take no --skip nor --test-threads. `--bench '*'`, not `--benches`:
+# that also selects the library and binaries (bench = true by default) and ran every unit
+# test a second time.
+step_start bench "cargo test --bench '*' --features services (each bench body once, not timed; a lane, at once)" \
+  cargo test --no-fail-fast --bench '*' --features services
+# Clippy takes cargo's lock on the build directory for its whole check: started before
+# the lanes' cargo processes got past their own (short) hold of it, it would keep them
+# waiting. So the compile-and-lint checks start once every lane runs its tests.
+for _ in $(seq 120); do
+  running=0
+  for i in "${!BG_LOGS[@]}"; do
+    grep -qE '^ +Running ' "${BG_LOGS[i]}" 2>/dev/null && running=$((running + 1))
+  done
+  ((running == ${#BG_LOGS[@]})) && break
+  sleep 0.5
+done
+# `services` (Cargo.toml) builds the test binaries that need the services started above
+# (and brings kerberos-oidc); clippy gets it too, so those binaries and the kerberos-oidc
+# code are linted. After the build step: its build scripts' outputs (librdkafka, OpenSSL)
+# are reused, only the checks are new. (Before the lanes it kept them waiting 2-4 minutes
+# with the CPU half idle.)
+step_start clippy "cargo clippy --all-targets --features services -- -D warnings (nice 10, at once)" \
+  nice -n 10 cargo clippy --all-targets --features services -- -D warnings
+step_start pkg "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze; nice 10, at once)" \
+  nice -n 10 scripts/check-packaging.sh
+# The Helm chart with a real helm (built once into the CI cache, ~/.cache/gap-auditor):
+# lint, both modes rendered and validated, the defaults against deploy/kubernetes.
+step_start helm "Helm chart (helm lint, helm template both modes, kubernetes-validate, defaults = deploy/kubernetes; nice 10, at once)" \
+  nice -n 10 scripts/helm-check.sh
+step_end
 
-# Criterion benches in test mode: each bench body runs once (not timed).
-step "cargo test --benches --features services" \
-  cargo test --no-fail-fast --benches --features services
+step "cargo test ${stoppers[*]} --features services (they stop a shared server: after the lanes)" \
+  cargo test --no-fail-fast "${stoppers[@]}" --features services -- "${skips[@]}" --test-threads="$threads"
 
 # Doc tests need no service; the feature only lets them reuse the library built just above.
 step "cargo test --doc --features services" cargo test --no-fail-fast --doc --features services
-
-# Kerberos and OIDC are a feature (cmake, libsasl2-dev: installed with the services above),
-# on in the container image: the build with it must keep listing them in librdkafka.
-step "cargo test --features kerberos-oidc (librdkafka's builtin.features)" \
-  cargo test --no-fail-fast --features kerberos-oidc --lib kafka::client::build_features
-
-step "packaging lint (hadolint, docker compose config, kubernetes-validate, CRD schemas, PrometheusRule up to date, amtool, systemd-analyze)" \
-  scripts/check-packaging.sh
-
-# The Helm chart with a real helm (built once into the CI cache, ~/.cache/gap-auditor):
-# lint, both modes rendered and validated, the defaults against deploy/kubernetes.
-step "Helm chart (helm lint, helm template both modes, kubernetes-validate, defaults = deploy/kubernetes)" \
-  scripts/helm-check.sh
 
 # Last, with nothing else running: the tests that assert memory or latency bounds
 # (scripts/bound-tests.sh lists them and why), one at a time. The build is already done by

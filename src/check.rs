@@ -27,6 +27,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset as KOffset, TopicPartitionList};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -153,19 +154,15 @@ async fn check_audit(
         .await
         .context("resolving the range")??;
     let grace_ms = i64::try_from(audit.grace.as_millis()).unwrap_or(i64::MAX);
-    let (planned, commits_read_ms) = match &audit.pipeline_group {
-        Some(group) => {
-            let kafka = config.kafka.clone();
-            let group = group.clone();
-            let (planned, read_ms) =
-                tokio::task::spawn_blocking(move || pipeline_ends(&kafka, &group, planned))
-                    .await
-                    .context("reading the pipeline group")??;
+    let (planned, commits_read_ms) = match pipeline_positions(config, audit, &planned).await? {
+        Some((committed, source)) => {
+            let read_ms = Utc::now().timestamp_millis();
+            let planned = pipeline_ends(&source, &committed, planned)?;
             // The due rule: `grace` after the pipeline's commit was seen. Records below the
             // commits just read are due once grace has passed since.
             if !audit.grace.is_zero() {
                 eprintln!(
-                    "waiting grace ({}) after reading the pipeline group's commits (the due rule)",
+                    "waiting grace ({}) after reading the {source}'s commits (the due rule)",
                     humantime::format_duration(audit.grace)
                 );
                 tokio::time::sleep(audit.grace).await;
@@ -223,9 +220,7 @@ async fn check_audit(
         let mut ledger = read_out.ledger;
         // The daemon's due rule, as `run` sets it up: the pipeline's commit as observed when
         // it was read, or, without a group, the time-only rule on the append clock.
-        ledger
-            .pipeline
-            .set_time_rule(audit.pipeline_group.is_none());
+        ledger.pipeline.set_time_rule(!audit.has_position_source());
         if let Some(at) = commits_read_ms {
             ledger.pipeline.observe(at, Some(plan.end));
         }
@@ -544,27 +539,92 @@ fn resolve_ranges(
 /// lag, never loss. A group that cannot be read, or that has no commit on any partition of
 /// the range (a misspelt name), gives no verdict at all. Returns the ranges and when the
 /// commits were read (unix ms), from which the due rule counts `grace`.
-fn pipeline_ends(
-    kafka: &crate::config::KafkaConfig,
-    group: &str,
-    ranges: Vec<Planned>,
-) -> anyhow::Result<(Vec<Planned>, i64)> {
-    let reader = crate::kafka::PipelineReader::new(kafka, group)
-        .with_context(|| format!("creating a reader of pipeline group {group:?}"))?;
+/// The pipeline's committed position on each partition of the range, as `run` reads it (the
+/// pipeline group's commits, or the Doris Routine Load job's progress), with the source in
+/// words; `None` without a position source (the time-only rule).
+async fn pipeline_positions(
+    config: &Config,
+    audit: &AuditConfig,
+    ranges: &[Planned],
+) -> anyhow::Result<Option<(HashMap<TopicPartition, Option<Offset>>, String)>> {
     let tps: Vec<TopicPartition> = ranges.iter().map(|p| p.tp.clone()).collect();
-    let committed = reader.committed(&tps).with_context(|| {
-        format!(
-            "cannot read the committed offsets of pipeline group {group:?} (no DESCRIBE \
-             permission on it, or its coordinator is unavailable): check gives no verdict \
-             without them, lag is never loss"
-        )
+    if let Some(group) = &audit.pipeline_group {
+        let kafka = config.kafka.clone();
+        let group = group.clone();
+        let source = format!("pipeline group {group:?}");
+        let committed = tokio::task::spawn_blocking(move || {
+            let reader = crate::kafka::PipelineReader::new(&kafka, &group)
+                .with_context(|| format!("creating a reader of pipeline group {group:?}"))?;
+            reader.committed(&tps).with_context(|| {
+                format!(
+                    "cannot read the committed offsets of pipeline group {group:?} (no DESCRIBE \
+                     permission on it, or its coordinator is unavailable): check gives no verdict \
+                     without them, lag is never loss"
+                )
+            })
+        })
+        .await
+        .context("reading the pipeline group")??;
+        return Ok(Some((committed.into_iter().collect(), source)));
+    }
+    let (crate::config::PipelineKind::DorisRoutineLoad, Some(url), Some(job)) = (
+        &audit.pipeline.kind,
+        &audit.pipeline.url,
+        &audit.pipeline.job,
+    ) else {
+        return Ok(None);
+    };
+    let source = format!("Routine Load job {job:?}");
+    let reader = crate::routine_load::JobReader::new(url, job, audit.sink.query_timeout)
+        .with_context(|| format!("audits.{}.pipeline.url", audit.name))?;
+    let row = reader.read().await;
+    reader.close().await;
+    let row = row.with_context(|| {
+        format!("cannot read the {source}: check gives no verdict without its progress, lag is never loss")
     })?;
-    let read_ms = Utc::now().timestamp_millis();
-    if !committed.values().any(Option::is_some) {
+    // One read, as `run`'s first: a PAUSED job's shown progress may be an ALTER not yet
+    // applied, so it gives no position (src/routine_load/track.rs).
+    let reading = crate::routine_load::JobTrack::default().read(&row);
+    let Some(topic) = reading.topic.clone() else {
         bail!(
-            "pipeline group {group:?} has no committed offset on any partition of the range \
-             (is pipeline_group spelt right? has the job completed its first checkpoint?): \
-             check gives no verdict without it, lag is never loss"
+            "the {source} names no topic (DataSourceProperties.topic): its progress cannot be tied to audit {}'s partitions",
+            audit.name
+        );
+    };
+    if !audit.topics.contains(&topic) {
+        bail!(
+            "the {source} reads topic {topic:?}, which audit {} does not audit (is pipeline.job the right job?)",
+            audit.name
+        );
+    }
+    let committed = tps
+        .into_iter()
+        .map(|tp| {
+            let c = (tp.topic == topic)
+                .then(|| reading.positions.get(&tp.partition).and_then(|&(c, _)| c))
+                .flatten();
+            (tp, c)
+        })
+        .collect();
+    Ok(Some((committed, source)))
+}
+
+/// The range cut at the pipeline's committed positions: records past them are lag, not
+/// checked (pure).
+fn pipeline_ends(
+    source: &str,
+    committed: &HashMap<TopicPartition, Option<Offset>>,
+    ranges: Vec<Planned>,
+) -> anyhow::Result<Vec<Planned>> {
+    if !committed.values().any(Option::is_some) {
+        let hint = if source.starts_with("Routine Load") {
+            "is pipeline.job spelt right? has the job committed its first task?"
+        } else {
+            "is pipeline_group spelt right? has the job completed its first checkpoint?"
+        };
+        bail!(
+            "{source} has no committed offset on any partition of the range ({hint}): check \
+             gives no verdict without it, lag is never loss"
         );
     }
     let planned = ranges
@@ -574,7 +634,7 @@ fn pipeline_ends(
             Some(c) => {
                 let to = c.max(p.first);
                 let why = format!(
-                    "the pipeline group {group:?} has committed {c}: records from {to} are lag, not checked"
+                    "the {source} has committed {c}: records from {to} are lag, not checked"
                 );
                 Planned {
                     lag: Some((p.end, why)),
@@ -583,9 +643,7 @@ fn pipeline_ends(
                 }
             }
             None => {
-                let why = format!(
-                    "the pipeline group {group:?} has no commit on this partition: lag, not checked"
-                );
+                let why = format!("the {source} has no commit on this partition: lag, not checked");
                 Planned {
                     lag: Some((p.end, why)),
                     end: p.first,
@@ -594,7 +652,7 @@ fn pipeline_ends(
             }
         })
         .collect();
-    Ok((planned, read_ms))
+    Ok(planned)
 }
 
 /// A range read into a fresh ledger.

@@ -366,6 +366,10 @@ fn cause_lines(g: &Gap) -> String {
         GapCause::Unknown => "the commits seen do not tell".to_string(),
         GapCause::Folded => "several gaps folded into one beyond max_open_gaps".to_string(),
         GapCause::DeadLettered => "the pipeline wrote them to its dead-letter topic".to_string(),
+        GapCause::SkippedByAlter => format!(
+            "an ALTER of the Routine Load job moved it over offsets {}–{}",
+            g.first_offset, g.last_offset
+        ),
     };
     let deadline = match g.unrecoverable_at {
         Some(at) => format!(

@@ -99,6 +99,10 @@ pub enum GapCause {
     /// The pipeline wrote the records to its dead-letter topic (a `dead_lettered` gap,
     /// known when its records were decided).
     DeadLettered,
+    /// A Doris Routine Load job's position moved forward across a pause of the job, from
+    /// exactly where the loss begins: an `ALTER ROUTINE LOAD ... kafka_offsets` (only
+    /// accepted while PAUSED) moved it over records it never loaded (src/routine_load).
+    SkippedByAlter,
 }
 
 impl GapCause {
@@ -111,6 +115,7 @@ impl GapCause {
             GapCause::Unknown => "unknown",
             GapCause::Folded => "folded",
             GapCause::DeadLettered => "dead_lettered",
+            GapCause::SkippedByAlter => "skipped_by_alter",
         }
     }
 
@@ -122,6 +127,7 @@ impl GapCause {
             "deleted_unread" => GapCause::DeletedUnread,
             "folded" => GapCause::Folded,
             "dead_lettered" => GapCause::DeadLettered,
+            "skipped_by_alter" => GapCause::SkippedByAlter,
             _ => GapCause::Unknown,
         }
     }

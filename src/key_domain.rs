@@ -197,7 +197,7 @@ impl KeyDomain {
         }
         // Servers skip surrounding spaces when they read a number or a date.
         let t = v.trim_matches(|ch: char| ch.is_ascii_whitespace());
-        let out = match c.ty {
+        let out: Cow<'_, str> = match c.ty {
             ColumnType::Datetime { precision } => temporal::datetime(t, precision, self.fraction)
                 .ok_or_else(|| Unconvertible::Datetime {
                     column: c.name.clone(),
@@ -208,16 +208,17 @@ impl KeyDomain {
                 declared: c.declared.clone(),
             }),
             ColumnType::Decimal { precision, scale } => numeric::decimal(t, precision, scale)
+                .map(Cow::Owned)
                 .ok_or_else(|| Unconvertible::Number {
                     column: c.name.clone(),
                     declared: c.declared.clone(),
                 }),
-            ColumnType::Integer { min, max } => {
-                numeric::integer(t, min, max).ok_or_else(|| Unconvertible::Number {
+            ColumnType::Integer { min, max } => numeric::integer(t, min, max)
+                .map(Cow::Owned)
+                .ok_or_else(|| Unconvertible::Number {
                     column: c.name.clone(),
                     declared: c.declared.clone(),
-                })
-            }
+                }),
             ColumnType::Keyword {
                 ignore_above,
                 lowercase,
@@ -227,7 +228,7 @@ impl KeyDomain {
         Ok(if out == v {
             Cow::Borrowed(v)
         } else {
-            Cow::Owned(out)
+            Cow::Owned(out.into_owned())
         })
     }
 
@@ -238,14 +239,23 @@ impl KeyDomain {
         if self.is_identity() || key.len() != self.columns.len() {
             return Ok(None);
         }
-        let mut changed = false;
-        let mut values: Vec<Cow<'_, str>> = Vec::with_capacity(self.columns.len());
+        // The values are collected only from the first one that changes: the decoder runs
+        // this for every record, and nearly every key is already written as stored.
+        let mut values: Option<Vec<Cow<'_, str>>> = None;
         for (i, v) in key.values().enumerate() {
             let n = self.value(i, v)?;
-            changed |= matches!(n, Cow::Owned(_));
-            values.push(n);
+            match (&mut values, n) {
+                (Some(vs), n) => vs.push(n),
+                (None, Cow::Borrowed(_)) => {}
+                (None, Cow::Owned(o)) => {
+                    let mut vs = Vec::with_capacity(self.columns.len());
+                    vs.extend(key.values().take(i).map(Cow::Borrowed));
+                    vs.push(Cow::Owned(o));
+                    values = Some(vs);
+                }
+            }
         }
-        Ok(changed.then(|| Key::new(values)))
+        Ok(values.map(Key::new))
     }
 
     /// `column type [collation]` per key column and the fraction rule, for the startup log.

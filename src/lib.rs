@@ -82,6 +82,7 @@ pub mod memory;
 pub mod metrics;
 pub mod record;
 pub mod replay;
+pub mod routine_load;
 pub mod sink;
 pub mod status;
 pub mod store;

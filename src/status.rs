@@ -60,6 +60,15 @@ pub struct AuditStatus {
     /// JSON otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipeline_group_hold: Option<String>,
+    /// With `[audits.pipeline] kind = "doris_routine_load"`: the Routine Load job whose
+    /// progress is the pipeline's position (`pipeline_group_hold` then speaks of it). Left
+    /// out of the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline_job: Option<String>,
+    /// The Routine Load job's state while it does not consume (`PAUSED: <Doris's reason>`,
+    /// `STOPPED`, `CANCELLED: ...`): a stall, never loss. Left out of the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline_job_state: Option<String>,
     /// offset_columns without `match.topic_column`: why verdicts are held because the sink
     /// table holds rows of another topic (the key to add is named). Left out of the JSON
     /// otherwise.

@@ -458,7 +458,11 @@ impl KeyAsk {
     /// The question for `segments`' keys.
     pub fn new(segments: &[Segment]) -> Self {
         let records: usize = segments.iter().map(|s| s.keys.len()).sum();
-        let mut index: HashMap<&Key, usize> = HashMap::default();
+        // Sized for every record up front: growing it rehashed every key seen so far, each
+        // a read of bytes no longer in the cache (1.8 % of the daemon's samples on a
+        // million keys). It is dropped before the sink is asked.
+        let mut index: HashMap<&Key, usize> =
+            HashMap::with_capacity_and_hasher(records, Default::default());
         let mut keys: Vec<Key> = Vec::new();
         let mut key_of: Vec<usize> = Vec::with_capacity(records);
         for s in segments {

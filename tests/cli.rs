@@ -444,7 +444,8 @@ fn replay_to_topic_is_refused_up_front_for_coordinate_doc_ids() {
 
 /// Issue 37: SPEC's `[audits.pipeline]` table reaches `validate-config` (before: refused as
 /// an unknown field): the long form of `pipeline_group` is valid, evidence keys this build
-/// does not read are warned about by key, and `doris_routine_load` is refused by key.
+/// does not read are warned about by key, and `doris_routine_load` is accepted with its
+/// own keys checked.
 #[test]
 fn validate_config_reports_the_pipeline_table_by_key() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -474,9 +475,11 @@ fn validate_config_reports_the_pipeline_table_by_key() {
     let (code, out, err) = with(
         "kind = \"doris_routine_load\"\nurl = \"mysql://auditor@doris-fe:9030/example_db\"\njob = \"dns_logs_load\"",
     );
+    assert_eq!(code, 0, "a Routine Load position is accepted: {out}{err}");
+    let (code, out, err) = with("kind = \"doris_routine_load\"\njob = \"dns_logs_load\"");
     assert_eq!(code, 2, "{out}{err}");
     assert!(
-        err.contains("audits[0].pipeline.kind: \"doris_routine_load\" is not supported yet"),
+        err.contains("audits[0].pipeline.url: is required for kind = \"doris_routine_load\""),
         "{err}"
     );
 }

@@ -314,6 +314,19 @@ pub async fn run<V: Verifier + 'static>(
         }
         None => None,
     };
+    // `kind = "doris_routine_load"`: the job's progress is the position (validated: url
+    // and job are set).
+    let job = match (
+        &config.pipeline.kind,
+        &config.pipeline.url,
+        &config.pipeline.job,
+    ) {
+        (crate::config::PipelineKind::DorisRoutineLoad, Some(url), Some(job)) => Some(
+            crate::routine_load::JobReader::new(url, job, config.sink.query_timeout)
+                .context("audits.pipeline.url")?,
+        ),
+        _ => None,
+    };
     // Before the consumer joins the group: the first assignment already reads it.
     let handover = match &deps.handover_topic {
         Some(t) => {
@@ -390,6 +403,7 @@ pub async fn run<V: Verifier + 'static>(
         dead_letters,
     };
     let mut a = Audit::new(deps, wiring);
+    a.pipeline.job = job.map(pipeline::JobWatch::new);
     if let Some(book) = a.checker.book_mut() {
         book.set_semantics(semantics);
     }

@@ -1,20 +1,91 @@
-//! The pipeline group: its commits feed the due rule; rewinds and stalls are reported,
-//! and verdicts are held back while its commits cannot be seen.
+//! The pipeline's position: a Kafka group's commits, or a Doris Routine Load job's
+//! progress (`[audits.pipeline] kind = "doris_routine_load"`), feed the due rule; rewinds
+//! and stalls are reported, and verdicts are held back while the position cannot be seen.
 
 use super::{Audit, blocking::blocking};
 use crate::gap::{Offset, TopicPartition};
+use crate::routine_load::{JobReader, JobTrack, Reading};
 use crate::sink::Verifier;
 use chrono::Utc;
 
-/// Whether the pipeline group's commits can be seen.
+/// Whether the pipeline's position can be seen.
 #[derive(Default)]
 pub(super) struct PipelineWatch {
-    /// The last read of the pipeline group's commits succeeded (with a pipeline group).
+    /// The last read of the pipeline's position succeeded (with a position source).
     pub(super) read_ok: bool,
-    /// Why verdicts are held back (a configured pipeline group that cannot be read, has no
-    /// commit, or whose commits disappeared), as last logged and shown in `/api/status`;
+    /// Why verdicts are held back (a configured position source that cannot be read, has
+    /// no commit, or whose commits disappeared), as last logged and shown in `/api/status`;
     /// `None` while they are not.
     pub(super) hold: Option<String>,
+    /// With `kind = "doris_routine_load"`: the job and what its reads told.
+    pub(super) job: Option<JobWatch>,
+}
+
+/// A Routine Load job as the pipeline's position.
+pub(super) struct JobWatch {
+    reader: JobReader,
+    track: JobTrack,
+    /// The last successful read.
+    last: Option<Reading>,
+    /// Why the last read failed (`None` after a success), as logged.
+    error: Option<String>,
+}
+
+impl JobWatch {
+    /// Watches the job `reader` reads.
+    pub(super) fn new(reader: JobReader) -> Self {
+        Self {
+            reader,
+            track: JobTrack::default(),
+            last: None,
+            error: None,
+        }
+    }
+
+    /// The job's name as configured.
+    pub(super) fn job(&self) -> &str {
+        self.reader.job()
+    }
+
+    /// Why the job does not consume now (state and Doris's reason), from the last read.
+    pub(super) fn not_consuming(&self) -> Option<&str> {
+        self.last.as_ref()?.not_consuming.as_deref()
+    }
+
+    /// Reads the job once; logs a failure when it changes, and state changes.
+    async fn poll(&mut self, audit: &str) -> Option<Reading> {
+        match self.reader.read().await {
+            Ok(row) => {
+                let reading = self.track.read(&row);
+                if self.error.take().is_some() {
+                    tracing::info!(audit = %audit, job = %self.reader.job(), "Routine Load job read again");
+                }
+                let before = self.last.as_ref().and_then(|r| r.not_consuming.clone());
+                match (&reading.not_consuming, &before) {
+                    (Some(now), b) if b.as_ref() != Some(now) => {
+                        let last = crate::routine_load::track::is_final(&row.state);
+                        tracing::warn!(audit = %audit, job = %self.reader.job(), final_state = last,
+                            "Routine Load job does not consume: {now}; its records wait (lag, never loss)")
+                    }
+                    (None, Some(_)) => {
+                        tracing::info!(audit = %audit, job = %self.reader.job(), "Routine Load job consumes again")
+                    }
+                    _ => {}
+                }
+                self.last = Some(reading.clone());
+                Some(reading)
+            }
+            Err(e) => {
+                let e = e.to_string();
+                if self.error.as_ref() != Some(&e) {
+                    tracing::warn!(audit = %audit, job = %self.reader.job(), error = %e,
+                        "cannot read the Routine Load job; verdicts wait until it can be read");
+                }
+                self.error = Some(e);
+                None
+            }
+        }
+    }
 }
 
 /// How many partitions a reason names before it says "and N more" (a log line, not a list).
@@ -22,7 +93,7 @@ const NAMED_PARTITIONS: usize = 5;
 
 /// Why the pipeline group's commits cannot be used for verdicts, as logged and shown in
 /// `/api/status`.
-fn vanished_reason(group: &str, vanished: &[(TopicPartition, Offset)]) -> String {
+fn vanished_reason(source: &str, job: bool, vanished: &[(TopicPartition, Offset)]) -> String {
     let mut named: Vec<String> = vanished
         .iter()
         .take(NAMED_PARTITIONS)
@@ -31,8 +102,14 @@ fn vanished_reason(group: &str, vanished: &[(TopicPartition, Offset)]) -> String
     if vanished.len() > NAMED_PARTITIONS {
         named.push(format!("and {} more", vanished.len() - NAMED_PARTITIONS));
     }
+    if job {
+        return format!(
+            "the {source} shows nothing committed again on {} (the job re-created, or an FE that shows an ALTER to OFFSET_END as such); verdicts on those partitions are held until it commits again",
+            named.join(", ")
+        );
+    }
     format!(
-        "the pipeline group {group:?} had committed offsets that disappeared: Kafka answers no commit on {} (the group was deleted, or its offsets expired after offsets.retention.minutes with no member); verdicts on those partitions are held until it commits again",
+        "the {source} had committed offsets that disappeared: Kafka answers no commit on {} (the group was deleted, or its offsets expired after offsets.retention.minutes with no member); verdicts on those partitions are held until it commits again",
         named.join(", ")
     )
 }
@@ -49,7 +126,7 @@ impl<V: Verifier> Audit<V> {
     /// a pipeline that lost its position is about to restart from somewhere, and the
     /// operator must know why verdicts stopped.
     pub(super) fn hold_verdicts(&mut self) -> bool {
-        let Some(group) = self.cfg.pipeline_group.clone() else {
+        let Some(source) = self.position_source() else {
             return false;
         };
         let vanished: Vec<(TopicPartition, Offset)> = self
@@ -57,22 +134,74 @@ impl<V: Verifier> Audit<V> {
             .iter()
             .filter_map(|(tp, p)| p.ledger.pipeline.vanished().map(|o| (tp.clone(), o)))
             .collect();
+        let job = self.pipeline.job.as_ref();
+        let reading = job.and_then(|j| j.last.as_ref());
+        // The job's answer must name its topic: a progress not tied to the audit's topic
+        // could drive verdicts on partitions of another (fail closed).
+        let topic_problem = reading.and_then(|r| match &r.topic {
+            None => Some("names no topic (DataSourceProperties.topic), so its progress cannot be tied to this audit's partitions".to_owned()),
+            Some(t) if !self.cfg.topics.contains(t) => Some(format!(
+                "reads topic {t:?}, which this audit does not audit (is pipeline.job the right job?)"
+            )),
+            Some(_) => None,
+        });
+        // Partitions of the job's topic that the job does not read (`kafka_partitions`):
+        // nothing there ever becomes due, which must be said, not left as silent lag.
+        let unread: Vec<TopicPartition> = match reading {
+            Some(r) => match (&r.topic, &r.partitions) {
+                (Some(t), Some(read)) => self
+                    .parts
+                    .keys()
+                    .filter(|tp| tp.topic == *t && !read.contains(&tp.partition))
+                    .cloned()
+                    .collect(),
+                _ => Vec::new(),
+            },
+            None => Vec::new(),
+        };
         let (reason, hold_all) = if self.parts.is_empty() {
             // Nothing assigned yet: nothing to hold, and nothing was read.
             (None, false)
         } else if !self.pipeline.read_ok {
+            let why = match job {
+                Some(j) => j.error.clone().unwrap_or_default(),
+                None => "no DESCRIBE permission on it, or its coordinator is unavailable".into(),
+            };
+            (Some(format!("the {source} cannot be read ({why})")), true)
+        } else if let Some(problem) = topic_problem {
+            (Some(format!("the {source} {problem}")), true)
+        } else if !unread.is_empty() {
+            let named: Vec<String> = unread
+                .iter()
+                .take(NAMED_PARTITIONS)
+                .map(|tp| tp.to_string())
+                .collect();
             (
                 Some(format!(
-                    "the pipeline group {group:?} cannot be read (no DESCRIBE permission on it, or its coordinator is unavailable)"
+                    "the {source} does not read {}{} (its kafka_partitions): nothing there becomes due, its records are neither confirmed nor lost",
+                    named.join(", "),
+                    if unread.len() > NAMED_PARTITIONS {
+                        format!(" and {} more", unread.len() - NAMED_PARTITIONS)
+                    } else {
+                        String::new()
+                    }
                 )),
-                true,
+                false,
             )
         } else if !vanished.is_empty() {
-            (Some(vanished_reason(&group, &vanished)), false)
+            (
+                Some(vanished_reason(&source, job.is_some(), &vanished)),
+                false,
+            )
         } else if !self.parts.values().any(|p| p.ledger.pipeline.has_commits()) {
+            let hint = if job.is_some() {
+                "is pipeline.job spelt right? has the job committed its first task?"
+            } else {
+                "is pipeline_group spelt right? has the job completed its first checkpoint?"
+            };
             (
                 Some(format!(
-                    "the pipeline group {group:?} has no committed offset on any audited partition (is pipeline_group spelt right? has the job completed its first checkpoint?)"
+                    "the {source} has no committed offset on any audited partition ({hint})"
                 )),
                 true,
             )
@@ -84,12 +213,12 @@ impl<V: Verifier> Audit<V> {
         self.metrics.pipeline_group_up(up);
         match (&reason, &self.pipeline.hold) {
             (Some(r), old) if old.as_ref() != Some(r) => {
-                tracing::warn!(audit = %self.cfg.name, pipeline_group = %group,
+                tracing::warn!(audit = %self.cfg.name, pipeline = %source,
                     "verdicts held back: {r}; nothing is declared missing until its commits are seen")
             }
             (None, Some(_)) => {
-                tracing::info!(audit = %self.cfg.name, pipeline_group = %group,
-                    "pipeline group commits read again: verdicts resume")
+                tracing::info!(audit = %self.cfg.name, pipeline = %source,
+                    "{source} commits read again: verdicts resume")
             }
             _ => {}
         }
@@ -104,6 +233,7 @@ impl<V: Verifier> Audit<V> {
         }
         let view = self.kafka_view.clone();
         let topics = self.cfg.topics.clone();
+        let asked = tps.clone();
         let result = blocking(move || {
             // Each topic's partition count, for completeness answers to say how much of the
             // audit they cover. A failed lookup keeps the last count (a blip is not a shrink).
@@ -114,25 +244,39 @@ impl<V: Verifier> Audit<V> {
                     (n > 0).then_some((t, n))
                 })
                 .collect();
-            let commits = match view.pipeline_committed(&tps) {
+            let commits = match view.pipeline_committed(&asked) {
                 Some(commits) => commits.map(Some),
                 // Without a pipeline group, a metadata request proves the cluster answers.
-                None => view.partitions(&tps[0].topic).map(|_| None),
+                None => view.partitions(&asked[0].topic).map(|_| None),
             };
             commits.map(|c| (c, counts))
         })
         .await;
+        let audit = self.cfg.name.clone();
+        let job = match self.pipeline.job.as_mut() {
+            Some(j) => Some(j.poll(&audit).await),
+            None => None,
+        };
         // Stamped when the answer came: a commit made while the request was in flight is
         // seen no earlier than it happened, so `grace` is never counted from before it.
         let now = self.clock.now_ms();
-        self.pipeline.read_ok = matches!(result, Ok((Some(_), _)));
+        self.pipeline.read_ok = match &job {
+            Some(reading) => reading.is_some(),
+            None => matches!(result, Ok((Some(_), _))),
+        };
+        if let Some(Some(reading)) = job {
+            for tp in &tps {
+                let (c, altered) = Self::job_position(&reading, tp);
+                self.observe_pipeline(tp, c, now, altered);
+            }
+        }
         match result {
             Ok((commits, counts)) => {
                 self.topic_partitions.extend(counts);
                 self.health.last_kafka_ok = Some(Utc::now());
                 if let Some(commits) = commits {
                     for (tp, c) in commits {
-                        self.observe_pipeline(&tp, c, now);
+                        self.observe_pipeline(&tp, c, now, false);
                     }
                 }
             }
@@ -154,9 +298,10 @@ impl<V: Verifier> Audit<V> {
         tp: &TopicPartition,
         committed: Option<Offset>,
         now: i64,
+        altered: bool,
     ) {
         let audit = self.cfg.name.clone();
-        let group = self.cfg.pipeline_group.clone().unwrap_or_default();
+        let group = self.position_source().unwrap_or_default();
         let stall_after = self.cfg.stall_after.as_millis() as i64;
         let Some(p) = self.parts.get_mut(tp) else {
             return;
@@ -172,11 +317,14 @@ impl<V: Verifier> Audit<V> {
             (Some(e), Some(n)) => Some(e.max(n)),
             (e, n) => e.or(n),
         };
-        let step = p.ledger.pipeline.observe_capped(now, committed, held);
+        let step = p
+            .ledger
+            .pipeline
+            .observe_moved(now, committed, held, altered);
         if let Some(s) = step.filter(|s| s.is_rewind()) {
             self.metrics.partition(tp).pipeline_rewound();
-            tracing::warn!(audit = %audit, %tp, from = s.from, to = s.to, pipeline_group = %group,
-                "pipeline group {group} rewound {tp} from {} to {}: it is re-reading, expect duplicates (not loss)", s.from, s.to);
+            tracing::warn!(audit = %audit, %tp, from = s.from, to = s.to, pipeline = %group,
+                "{group} rewound {tp} from {} to {}: it is re-reading, expect duplicates (not loss)", s.from, s.to);
         }
         let behind = matches!((committed, log_end), (Some(c), Some(end)) if end > c);
         let idle = p
@@ -187,12 +335,36 @@ impl<V: Verifier> Audit<V> {
         let stalled = behind && idle && step.is_none();
         if stalled && !p.stalled {
             self.metrics.partition(tp).pipeline_stalled();
-            tracing::warn!(audit = %audit, %tp, committed = ?committed, log_end = ?log_end, pipeline_group = %group,
-                "pipeline group {group} has not committed on {tp} for {} s while the log grew: stalled (lag, not loss)",
+            tracing::warn!(audit = %audit, %tp, committed = ?committed, log_end = ?log_end, pipeline = %group,
+                "{group} has not committed on {tp} for {} s while the log grew: stalled (lag, not loss)",
                 stall_after / 1000);
         } else if !stalled && p.stalled {
-            tracing::info!(audit = %audit, %tp, pipeline_group = %group, "pipeline group {group} commits on {tp} again");
+            tracing::info!(audit = %audit, %tp, pipeline = %group, "{group} commits on {tp} again");
         }
         p.stalled = stalled;
+    }
+
+    /// The pipeline's position source in words (`pipeline group "g"`, `Routine Load job
+    /// "j"`), `None` without one (the time-only rule).
+    pub(super) fn position_source(&self) -> Option<String> {
+        match (&self.pipeline.job, &self.cfg.pipeline_group) {
+            (Some(j), _) => Some(format!("Routine Load job {:?}", j.job())),
+            (None, Some(g)) => Some(format!("pipeline group {g:?}")),
+            (None, None) => None,
+        }
+    }
+
+    /// A partition's position in a read of the Routine Load job, and whether a move now is
+    /// the job's own (src/routine_load/track.rs): the job reads one topic, named in its
+    /// answer (an answer that names none gives no position: `hold_verdicts` says why); a
+    /// partition its progress does not name has no commit.
+    fn job_position(r: &Reading, tp: &TopicPartition) -> (Option<Offset>, bool) {
+        if r.topic.as_deref() != Some(tp.topic.as_str()) {
+            return (None, false);
+        }
+        r.positions
+            .get(&tp.partition)
+            .copied()
+            .unwrap_or((None, false))
     }
 }

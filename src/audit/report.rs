@@ -231,6 +231,12 @@ impl<V: Verifier> Audit<V> {
             consumer_group: self.group.clone(),
             pipeline_group: self.cfg.pipeline_group.clone(),
             pipeline_group_hold: self.pipeline.hold.clone(),
+            pipeline_job: self.pipeline.job.as_ref().map(|j| j.job().to_owned()),
+            pipeline_job_state: self
+                .pipeline
+                .job
+                .as_ref()
+                .and_then(|j| j.not_consuming().map(str::to_owned)),
             sink_table_hold: self.shared_table_hold(),
             dead_letters: self.dead_letter_status(),
             sink_kind: self.sink.kind().to_string(),

@@ -102,7 +102,7 @@ impl<V: Verifier> Audit<V> {
         let held_for_pipeline = self.hold_verdicts();
         let (table_hold, table_error) = self.hold_for_shared_table().await;
         let hold = table_hold | held_for_pipeline;
-        let time_rule = self.cfg.pipeline_group.is_none();
+        let time_rule = !self.cfg.has_position_source();
         let keyed_book = self.checker.book().is_some();
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
         // A sink that could not be reached once this round (a timeout, a refused

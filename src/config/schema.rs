@@ -392,8 +392,8 @@ pub struct AuditConfig {
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
-    /// `kafka_group` (default) or `doris_routine_load` (not supported yet by this build:
-    /// refused with the reason).
+    /// `kafka_group` (default) or `doris_routine_load` (the job's progress from `SHOW ROUTINE
+    /// LOAD` on the FE at `url`: src/routine_load).
     pub kind: PipelineKind,
     /// `kind = "kafka_group"`: the pipeline's consumer group; exactly `pipeline_group`.
     /// Setting both is refused.
@@ -402,7 +402,8 @@ pub struct PipelineConfig {
     /// `kind = "doris_routine_load"`: the Doris FE (`mysql://user@fe:9030/db`); may hold
     /// credentials, so it prints redacted.
     pub url: Option<SecretUrl>,
-    /// `kind = "doris_routine_load"`: the Routine Load job's name.
+    /// `kind = "doris_routine_load"`: the Routine Load job's name, `name` or `db.name` (the
+    /// statement is `SHOW ROUTINE LOAD FOR` it, each part quoted as an identifier).
     #[serde(deserialize_with = "de_opt_string")]
     pub job: Option<String>,
     /// Evidence (not used by this build; a startup warning says so): Flink JobManager REST.
@@ -730,5 +731,11 @@ impl AuditConfig {
         } else {
             format!("{}.{}", kafka.group_id, self.name)
         }
+    }
+
+    /// Whether the pipeline's committed position is read (a Kafka group, or a Doris
+    /// Routine Load job): then records are due by its commits; without one, by time alone.
+    pub fn has_position_source(&self) -> bool {
+        self.pipeline_group.is_some() || self.pipeline.kind == PipelineKind::DorisRoutineLoad
     }
 }

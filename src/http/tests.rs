@@ -150,6 +150,8 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
         consumer_group: "gap-auditor".to_string(),
         pipeline_group: None,
         pipeline_group_hold: None,
+        pipeline_job: None,
+        pipeline_job_state: None,
         sink_table_hold: None,
         dead_letters: None,
         sink_kind: "doris".to_string(),

@@ -106,6 +106,8 @@ fn audit_section(a: &AuditStatus) -> Markup {
             "sink " (a.sink_kind) ": " (sink_state(a.sink_state))
             @if let Some(e) = &a.sink_error { " (" (e) ")" }
             @if let Some(g) = &a.pipeline_group { "; pipeline group " (g) }
+            @if let Some(j) = &a.pipeline_job { "; Routine Load job " (j) }
+            @if let Some(s) = &a.pipeline_job_state { " (" (s) ")" }
             @if let Some(h) = &a.pipeline_group_hold { "; verdicts held: " (h) }
         }
         table {
@@ -169,7 +171,12 @@ pub(super) fn timeline(g: &Gap, steps: &[CommitStep]) -> Vec<(CommitStep, bool)>
         return Vec::new();
     };
     let at_ms = g.pipeline_commit_at.map_or(0, |t| t.timestamp_millis());
-    let passed = CommitStep { from, to, at_ms };
+    let passed = CommitStep {
+        from,
+        to,
+        at_ms,
+        altered: g.cause == GapCause::SkippedByAlter,
+    };
     match steps.iter().rposition(|s| s.from == from && s.to == to) {
         Some(i) => {
             let lo = i.saturating_sub(AROUND);
@@ -304,6 +311,11 @@ pub(super) fn cause_words(g: &Gap) -> String {
             "dead-lettered: the pipeline rejected the records and wrote them to its dead-letter \
              topic (not lost; see the dead-letter topic for the error)"
         }
+        GapCause::SkippedByAlter => {
+            "skipped by ALTER: the Routine Load job's position moved forward across a pause of \
+             the job, from the first record it then never loaded (ALTER ROUTINE LOAD ... \
+             kafka_offsets)"
+        }
     };
     match (g.pipeline_commit_from, g.pipeline_commit_to) {
         (Some(from), Some(to)) => {
@@ -362,7 +374,12 @@ mod timeline_tests {
     use super::*;
 
     fn step(from: i64, to: i64, at_ms: i64) -> CommitStep {
-        CommitStep { from, to, at_ms }
+        CommitStep {
+            from,
+            to,
+            at_ms,
+            altered: false,
+        }
     }
 
     fn gap_passed_by(from: i64, to: i64, at_ms: i64) -> Gap {

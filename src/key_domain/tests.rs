@@ -444,3 +444,92 @@ fn keyword_lowercase_normalizer_is_one_key_per_normalized_value() {
     assert_eq!(one(both, Fraction::Truncate, "ABC").as_deref(), Some("abc"));
     assert_eq!(one(both, Fraction::Truncate, "ABCD"), None);
 }
+
+/// The former `format!` spelling of a stored DATETIME(p) (before the stack-written one):
+/// the oracle of `stored_form_matches_the_formatted_one`.
+fn formatted(at: chrono::NaiveDateTime, kept: u32, p: usize) -> String {
+    use chrono::{Datelike, Timelike};
+    let mut out = format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        at.year(),
+        at.month(),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    );
+    if p > 0 {
+        out.push_str(&format!(".{kept:0p$}"));
+    }
+    out
+}
+
+proptest! {
+    /// The stored text written on the stack is the formatted one, digit for digit, for any
+    /// date-time (year 0 to 9999, every precision), and it borrows the input exactly when
+    /// the input already reads so.
+    #[test]
+    fn stored_form_matches_the_formatted_one(
+        y in 0i32..=9999, mo in 1u32..=12, d in 1u32..=28, h in 0u32..24, mi in 0u32..60,
+        s in 0u32..60, kept in 0u32..1_000_000, p in 0usize..=6, pad in any::<bool>(),
+    ) {
+        let at = chrono::NaiveDate::from_ymd_opt(y, mo, d)
+            .and_then(|d| d.and_hms_opt(h, mi, s))
+            .expect("valid");
+        let kept = kept % 10u32.pow(p as u32);
+        let want = formatted(at, kept, p);
+        let ty = ColumnType::Datetime { precision: p as u8 };
+        // The stored form itself: unchanged, borrowed.
+        let got = domain(ty, Fraction::Truncate).value(0, &want).expect("stored form");
+        prop_assert!(matches!(got, Cow::Borrowed(_)), "{}", want);
+        prop_assert_eq!(got.as_ref(), want.as_str());
+        // Another spelling of it (padding around, no leading zeros): the stored form, owned.
+        let other = if pad {
+            format!(" {want} ")
+        } else {
+            want.replacen("-0", "-", 2)
+        };
+        if other != want {
+            let got = domain(ty, Fraction::Truncate).value(0, &other).expect("converts");
+            prop_assert!(matches!(got, Cow::Owned(_)), "{}", other);
+            prop_assert_eq!(got.as_ref(), want.as_str());
+        }
+        // DATE: the date part, borrowed when written so.
+        let date = &want[..10];
+        let got = domain(ColumnType::Date, Fraction::Truncate).value(0, date).expect("date");
+        prop_assert!(matches!(got, Cow::Borrowed(_)));
+        prop_assert_eq!(got.as_ref(), date);
+    }
+}
+
+/// `KeyDomain::key` builds a new key only when a value changes, and then keeps the values
+/// before and after the changed one as they were.
+#[test]
+fn key_is_rebuilt_only_when_a_value_changes() {
+    let d = KeyDomain {
+        columns: vec![
+            column("a", "varchar", ColumnType::Text),
+            column("t", "datetime", DT0),
+            column("b", "varchar", ColumnType::Text),
+        ],
+        fraction: Fraction::Truncate,
+    };
+    let stored = Key::new(["x", "2024-05-01 12:00:01", "y"]);
+    assert_eq!(d.key(&stored).expect("converts"), None);
+    let written = Key::new(["x", "2024-5-1T12:00:01.9", "y"]);
+    assert_eq!(d.key(&written).expect("converts"), Some(stored));
+    let first = KeyDomain {
+        columns: vec![
+            column("t", "datetime", DT0),
+            column("a", "varchar", ColumnType::Text),
+        ],
+        fraction: Fraction::Round,
+    };
+    assert_eq!(
+        first
+            .key(&Key::new(["2024-05-01 12:00:01.5", "x"]))
+            .expect("converts"),
+        Some(Key::new(["2024-05-01 12:00:02", "x"]))
+    );
+    assert!(first.key(&Key::new(["2024-13-01", "x"])).is_err());
+}

@@ -37,6 +37,10 @@ pub struct CommitStep {
     pub to: Offset,
     /// When the auditor first saw it (unix ms).
     pub at_ms: i64,
+    /// The position moved across a pause of a Doris Routine Load job (an ALTER moved it:
+    /// src/routine_load/track.rs); always false for a Kafka group.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub altered: bool,
 }
 
 impl CommitStep {
@@ -89,6 +93,18 @@ impl PipelineCommits {
         committed: Option<Offset>,
         cap: Option<Offset>,
     ) -> Option<CommitStep> {
+        self.observe_moved(now_ms, committed, cap, false)
+    }
+
+    /// [`Self::observe_capped`], saying whether a move now is across a pause of a Routine
+    /// Load job (then its step is `altered`).
+    pub fn observe_moved(
+        &mut self,
+        now_ms: i64,
+        committed: Option<Offset>,
+        cap: Option<Offset>,
+        altered: bool,
+    ) -> Option<CommitStep> {
         let Some(c) = committed else {
             // Kept, not forgotten: the commits seen before still passed their records, and
             // the step from them to the next commit is a gap's cause (a restart from latest).
@@ -104,6 +120,7 @@ impl PipelineCommits {
                 from: prev,
                 to: c,
                 at_ms: now_ms,
+                altered,
             }),
             _ => None,
         };

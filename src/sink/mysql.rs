@@ -57,7 +57,7 @@ use crate::record::Key;
 use mysql_async::prelude::{FromValue, Queryable};
 use mysql_async::{Opts, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts, Row, Value};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod columns;
@@ -124,6 +124,10 @@ struct KeyQuery {
     domain: Option<KeyDomain>,
 }
 
+/// A prepared key count's statement text and what it was written for (see
+/// [`MysqlSink::prepared_text`]).
+type PreparedText = (sql::PreparedShape, Vec<KeyCompare>, Arc<str>);
+
 /// A pooled MySQL-protocol connection to the sink.
 pub struct MysqlSink {
     pool: Pool,
@@ -145,6 +149,10 @@ pub struct MysqlSink {
     prepared_refused: Mutex<Option<Instant>>,
     /// How long key counts go as text after a refused prepared one.
     prepared_retry: Duration,
+    /// The last prepared key count's text, by the shape and comparisons it was written for:
+    /// batches of one round share a shape, and writing ~30 kB of placeholders and row
+    /// numbers for each of them showed in the key_columns profile.
+    prepared_text: Mutex<Option<PreparedText>>,
     /// The inexact key columns last warned about: one WARN per audit (again only if they
     /// change).
     warned_inexact: Mutex<Option<Vec<String>>>,
@@ -213,6 +221,7 @@ impl MysqlSink {
             key_rows: None,
             prepared_refused: Mutex::new(None),
             prepared_retry: PREPARED_RETRY,
+            prepared_text: Mutex::new(None),
             warned_inexact: Mutex::new(None),
             learned_domain: Mutex::new(None),
             learned_model: Mutex::new(None),
@@ -548,19 +557,38 @@ impl MysqlSink {
         shape: &sql::PreparedShape,
         values: &[Vec<Cow<'_, str>>],
     ) -> Result<Vec<Row>, SinkError> {
-        let q = sql::count_keys_prepared(
-            &self.target.table,
-            &self.target.key_columns,
-            &how.compare,
-            shape,
-        );
+        let q = self.prepared_text(how, shape);
         let params: Vec<Value> = shape
             .params(values)
             .into_iter()
             .map(|v| v.map_or(Value::NULL, |v| Value::Bytes(v.as_bytes().to_vec())))
             .collect();
-        self.with_timeout(conn.exec::<Row, _, _>(q, Params::Positional(params)))
+        self.with_timeout(conn.exec::<Row, _, _>(&*q, Params::Positional(params)))
             .await
+    }
+
+    /// The text of a prepared key count of `shape` ([`sql::count_keys_prepared`]), written
+    /// once per shape and comparisons in a row.
+    fn prepared_text(&self, how: &KeyQuery, shape: &sql::PreparedShape) -> Arc<str> {
+        let mut last = self
+            .prepared_text
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((s, c, text)) = last.as_ref()
+            && s == shape
+            && *c == how.compare
+        {
+            return Arc::clone(text);
+        }
+        let text: Arc<str> = sql::count_keys_prepared(
+            &self.target.table,
+            &self.target.key_columns,
+            &how.compare,
+            shape,
+        )
+        .into();
+        *last = Some((shape.clone(), how.compare.clone(), Arc::clone(&text)));
+        text
     }
 
     /// After the server refused a prepared key count (the text form then answered): key

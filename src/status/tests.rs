@@ -7,6 +7,8 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
         consumer_group: "gap-auditor".to_string(),
         pipeline_group: Some("flink".to_string()),
         pipeline_group_hold: None,
+        pipeline_job: None,
+        pipeline_job_state: None,
         sink_table_hold: None,
         dead_letters: None,
         sink_kind: "doris".to_string(),

@@ -340,26 +340,8 @@ async fn check_tells_dead_lettered_from_lost_as_run_does() {
         "\n[audits.pipeline]\ndead_letter_topic = \"{dlq}\"\n"
     ));
     std::fs::write(&config, toml).expect("config");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
-            .args(["check", "-c"])
-            .arg(&config)
-            .args([
-                "--from",
-                "offset:0",
-                "--to",
-                "offset:20",
-                "--format",
-                "json",
-            ])
-            .output()
-            .expect("run check")
-    })
-    .await
-    .expect("check task");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json report");
+    let (code, report, stderr) = run_check_json(&config, "offset:0", "offset:20").await;
+    assert_eq!(code, 1, "{stderr}");
     assert_eq!(
         (
             &report["confirmed"],

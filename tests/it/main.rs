@@ -29,6 +29,7 @@ mod pipeline_group;
 mod real_broker;
 mod recreated;
 mod replay;
+mod routine_load;
 mod scenarios;
 mod schema_registry;
 mod seed_config;

@@ -33,11 +33,20 @@ async fn a_deleted_pipeline_group_is_reported_and_holds_verdicts() {
     assert_eq!(group_up(), 1);
 
     delete_group(&s.pipeline_group).await;
+    // The gauge is set where the round decides to hold, the status board when the round
+    // reports: both are waited for (reading /api/status as soon as the gauge fell raced
+    // the report under load).
     auditor
         .wait_for(
             10,
-            "pipeline_group_up 0 after the group was deleted",
-            |_| group_up() == 0,
+            "pipeline_group_up 0 and the hold on the status board after the group was deleted",
+            |a| {
+                group_up() == 0
+                    && a.status
+                        .snapshot()
+                        .first()
+                        .is_some_and(|st| st.pipeline_group_hold.is_some())
+            },
         )
         .await;
     let (code, body) = auditor.get("/api/status").await;

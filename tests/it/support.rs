@@ -29,6 +29,8 @@ pub mod config_toml;
 mod daemon;
 #[path = "../support/db.rs"]
 mod db;
+#[path = "../support/doris_fe.rs"]
+pub mod doris_fe;
 #[path = "../support/env.rs"]
 mod env;
 #[path = "../support/fixtures.rs"]

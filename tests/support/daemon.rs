@@ -340,6 +340,15 @@ impl Drop for Daemon {
     }
 }
 
+/// `gap_auditor_pipeline_group_up` of the auditor's first audit (1: its position source is
+/// read and usable).
+pub fn pipeline_group_up(a: &Auditor) -> i64 {
+    a.metrics
+        .pipeline_group_up
+        .with_label_values(&[a.audit.as_str()])
+        .get()
+}
+
 /// The pipeline group's committed offset the auditor last saw on partition 0.
 pub fn pipeline_committed(a: &Auditor) -> Option<i64> {
     a.status
@@ -347,6 +356,31 @@ pub fn pipeline_committed(a: &Auditor) -> Option<i64> {
         .first()
         .and_then(|s| s.partitions.first())
         .and_then(|p| p.pipeline_committed)
+}
+
+/// Runs `gap-auditor check -c CONFIG --from FROM --to TO --format json` (the real binary)
+/// off the async runtime, so services the test serves in this process (a fake FE) answer
+/// it: (exit code, the JSON report, stderr).
+pub async fn run_check_json(
+    config: &std::path::Path,
+    from: &str,
+    to: &str,
+) -> (i32, serde_json::Value, String) {
+    let (config, from, to) = (config.to_owned(), from.to_owned(), to.to_owned());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gap-auditor"))
+            .args(["check", "-c"])
+            .arg(&config)
+            .args(["--from", &from, "--to", &to, "--format", "json"])
+            .output()
+            .expect("run check")
+    })
+    .await
+    .expect("check task");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("check printed no JSON report ({e}): {stderr}"));
+    (out.status.code().unwrap_or(-1), report, stderr)
 }
 
 /// Runs `gap-auditor replay -c CONFIG ARGS…` (the real binary): (exit code, stdout, stderr).

@@ -357,11 +357,20 @@ impl<'a> Pipeline<'a> {
                 seen.len(),
                 self.count
             );
-            let msg = consumer.poll(Duration::from_millis(50)).map(|m| {
-                let m = m.expect("pipeline poll");
-                let origin = self.map_origin.then(|| origin_of(&m)).flatten();
-                (m.payload().map(<[u8]>::to_vec), m.offset(), origin)
-            });
+            // A poll error is librdkafka reporting a connection event (AllBrokersDown when
+            // the broker dropped its connections for a moment under load): it reconnects by
+            // itself, as a real pipeline's consumer goes on. The deadline above bounds it.
+            let msg = match consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(m)) => {
+                    let origin = self.map_origin.then(|| origin_of(&m)).flatten();
+                    Some((m.payload().map(<[u8]>::to_vec), m.offset(), origin))
+                }
+                Some(Err(e)) => {
+                    eprintln!("pipeline stand-in: poll: {e} (librdkafka reconnects; polling on)");
+                    None
+                }
+                None => None,
+            };
             let Some((payload, offset, origin)) = msg else {
                 tokio::task::yield_now().await;
                 continue;

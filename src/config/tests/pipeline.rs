@@ -52,15 +52,23 @@ fn the_long_form_is_checked_against_the_auditors_own_group() {
 }
 
 #[test]
-fn doris_routine_load_parses_then_is_refused_as_not_supported_yet() {
-    let e = toml_err(&with_pipeline(
+fn doris_routine_load_is_a_position_source() {
+    let cfg = Config::from_toml_str(&with_pipeline(
         "kind = \"doris_routine_load\"\nurl = \"mysql://auditor@doris-fe:9030/example_db\"\njob = \"dns_logs_load\"",
-    ));
-    assert_err(
-        &e,
-        "audits[0].pipeline.kind",
-        "not supported yet by this build",
+    ))
+    .expect("a Routine Load position");
+    let a = &cfg.audits[0];
+    assert!(
+        a.has_position_source(),
+        "records are due by the job's progress"
     );
+    assert_eq!(a.pipeline_group, None);
+    assert_eq!(a.pipeline.job.as_deref(), Some("dns_logs_load"));
+    // A job reads one topic: an audit of two would leave one without any position.
+    let two =
+        with_pipeline("kind = \"doris_routine_load\"\nurl = \"mysql://fe:9030/db\"\njob = \"j\"")
+            .replace("topics = [\"test\"]", "topics = [\"test\", \"other\"]");
+    assert_err(&toml_err(&two), "audits[0].topics", "exactly one topic");
     // Its own keys are checked first.
     let e = toml_err(&with_pipeline("kind = \"doris_routine_load\"\njob = \"j\""));
     assert_err(&e, "audits[0].pipeline.url", "is required");
@@ -86,9 +94,14 @@ fn doris_routine_load_parses_then_is_refused_as_not_supported_yet() {
 #[test]
 fn a_routine_load_url_never_shows_its_password() {
     let e = toml_err(&with_pipeline(
-        "kind = \"doris_routine_load\"\nurl = \"mysql://u:fe-secret@fe:9030/db\"\njob = \"j\"",
+        "kind = \"doris_routine_load\"\nurl = \"mysql://u:fe-secret@fe:9030/db\"",
     ));
     assert!(!e.to_string().contains("fe-secret"), "{e}");
+    let cfg = Config::from_toml_str(&with_pipeline(
+        "kind = \"doris_routine_load\"\nurl = \"mysql://u:fe-secret@fe:9030/db\"\njob = \"j\"",
+    ))
+    .expect("valid");
+    assert!(!format!("{cfg:?}").contains("fe-secret"));
 }
 
 #[test]

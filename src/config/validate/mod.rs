@@ -480,13 +480,15 @@ impl AuditConfig {
                         "is required for kind = \"doris_routine_load\"",
                     );
                 }
-                return err(
-                    format!("{pp}.kind"),
-                    "\"doris_routine_load\" is not supported yet by this build (SPEC \"Pipeline \
-                     position and evidence\"): without it the audit would have no due rule; use \
-                     kind = \"kafka_group\" with the job's group, or no position source (the \
-                     time-only rule)",
-                );
+                // A Routine Load job reads one topic: the audit's other topics would have
+                // no position at all, their records never due (a silent gap in the audit).
+                if self.topics.len() != 1 {
+                    return err(
+                        format!("{p}.topics"),
+                        "must name exactly one topic with pipeline.kind = \"doris_routine_load\" \
+                         (a Routine Load job reads one topic): one audit per job",
+                    );
+                }
             }
         }
         if let Some(t) = &pl.dead_letter_topic {

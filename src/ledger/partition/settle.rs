@@ -416,6 +416,7 @@ impl PartitionLedger {
     /// record is dropped in flight looks like a restart.
     fn cause_of(&self, first: Offset) -> (GapCause, Option<CommitStep>) {
         match self.pipeline.step_over(first) {
+            Some(s) if s.from == first && s.altered => (GapCause::SkippedByAlter, Some(s)),
             Some(s) if s.from == first => (GapCause::SkippedByRestart, Some(s)),
             Some(s) => (GapCause::DroppedInFlight, Some(s)),
             None => (GapCause::Unknown, None),
