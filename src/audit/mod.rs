@@ -44,6 +44,7 @@ mod gap_log;
 mod hand_over;
 mod ingest;
 mod kafka_view;
+mod own_proof;
 mod partitions;
 mod persist;
 mod pipeline;

@@ -234,7 +234,11 @@ impl<V: Verifier> Audit<V> {
                 }
             }
         };
-        let (handed_retired, foreign) = self.take_over(&partitions, &mut progress).await;
+        let TakenOver {
+            handed_retired,
+            foreign,
+            merge,
+        } = self.take_over(&partitions, &mut progress).await;
         let view = self.kafka_view.clone();
         let start = self.kafka.start;
         let tps = partitions.clone();
@@ -411,7 +415,26 @@ impl<V: Verifier> Audit<V> {
                     crate::store::PartitionChunks::new()
                 }
             };
+            // Merged (review of format 3, F2): the swept mark and notes go, a sweep of the
+            // merged rows follows the merge (a crash meanwhile merges again: the handover
+            // still holds the state that asked for it).
+            if !merge.is_empty() {
+                let (store, audit) = (self.store.clone(), self.cfg.name.clone());
+                let tps: Vec<(String, i32)> = merge
+                    .iter()
+                    .map(|tp| (tp.topic.clone(), tp.partition))
+                    .collect();
+                if let Err(e) = blocking(move || store.clear_handover_swept(&audit, &tps)).await {
+                    tracing::warn!(audit = %self.cfg.name, error = %e, "cannot unmark the partitions whose given-up gaps are merged with the handover side topic's");
+                }
+            }
             for tp in &partitions {
+                if merge.contains(tp) {
+                    tracing::info!(audit = %self.cfg.name, %tp,
+                        "the handover side topic may hold given-up gaps this store lacks or holds otherwise: merged into this store (its own stand), then published");
+                    self.start_merge(tp);
+                    continue;
+                }
                 if !handed_retired.contains_key(tp)
                     && swept.contains(&(tp.topic.clone(), tp.partition))
                 {
@@ -516,22 +539,15 @@ impl<V: Verifier> Audit<V> {
     /// resume from the local store or the group's commit: nothing unread is skipped, but
     /// the previous owner's open gaps are not followed here.
     ///
-    /// Returns the partitions taken over from a record of format 3 with retired gaps, and
-    /// their aggregate: their rows are imported from the side topic afterwards, never on
-    /// this path (`retired_flow`); and the partitions taken over from a state this owner
-    /// may not sweep over ([`super::retired_flow::may_sweep`]).
+    /// See [`TakenOver`] for what it returns.
     pub(super) async fn take_over(
         &mut self,
         partitions: &[TopicPartition],
         progress: &mut HashMap<TopicPartition, PartitionProgress>,
-    ) -> (
-        HashMap<TopicPartition, crate::ledger::RetiredGaps>,
-        BTreeSet<TopicPartition>,
-    ) {
-        let mut handed_retired = HashMap::new();
-        let mut foreign = BTreeSet::new();
+    ) -> TakenOver {
+        let mut out = TakenOver::default();
         let Some(h) = self.handover.clone() else {
-            return (handed_retired, foreign);
+            return out;
         };
         // A background retry of an earlier read is of no use now: this read is newer.
         self.drop_reading();
@@ -542,9 +558,17 @@ impl<V: Verifier> Audit<V> {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried in the background)");
-                return (handed_retired, foreign);
+                return out;
             }
         };
+        // Which of this owner's own format-3 states its store proves current (review of
+        // format 3, F1): see `own_proofs`.
+        let proofs = self.own_proofs(&states, &me).await;
+        let TakenOver {
+            handed_retired,
+            foreign,
+            merge,
+        } = &mut out;
         let mut imports = Vec::new();
         // What this process noted for a handover before is stale: it starts from what it
         // takes now (or from its local store, then with a whole state as its next publish).
@@ -554,11 +578,21 @@ impl<V: Verifier> Audit<V> {
         }
         for (tp, st) in states {
             let local = progress.get(&tp).map(|p| p.settled);
+            let theirs = !super::retired_flow::may_sweep(Some((st.version, &st.owner)), &me);
             if !handover::prefer_handover(local, &st) {
                 tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled,
                     "the local store is further than the handover topic: resuming from it");
                 if let Some(h) = &self.handover {
                     h.forget_chain(&self.cfg.name, &tp);
+                }
+                // Review of format 3, F2: decided here, before anything can sweep. The
+                // store's rows stand (it decided these offsets last), but the side topic
+                // may hold gaps it lacks: another owner's newer chunks, or this owner's
+                // own of rows its store let go (not marked swept, F1). Neither swept over
+                // (their versions would be lost) nor imported as a takeover (that drops
+                // this store's rows the chunks lack, its newer verdicts): merged.
+                if st.version >= 3 && (theirs || !proofs.swept.contains(&tp)) {
+                    merge.insert(tp);
                 }
                 continue;
             }
@@ -582,24 +616,25 @@ impl<V: Verifier> Audit<V> {
             // Format 3: the retired gaps are chunks on the side topic, counted here by the
             // aggregate (none retired: nothing to import). Older formats carry them inline
             // (`st.retired`), written to the store below and counted from it.
-            let theirs = !super::retired_flow::may_sweep(Some((st.version, &st.owner)), &me);
             // This owner's own format-3 state (taken back after a revoke or a restart: the
-            // owner id survives it): its store wrote every given-up gap before the state
-            // was published, so they are counted from it and kept, not imported again
-            // (before, every restart scanned the side topic for every partition).
-            let own = st.version >= 3 && !theirs;
-            if st.version >= 3
-                && theirs
-                && let Some(agg) = st.retired_gaps.clone()
-            {
-                handed_retired.insert(tp.clone(), agg);
-            } else if theirs {
-                // None of theirs counted, but their chunks may hold other given-up gaps
-                // (acknowledged, late) newer than this store's rows of the partition: this
-                // store takes them (and drops its rows they lack) before it publishes a
-                // chunk of its own, so neither a sweep nor a changed chunk overwrites
-                // theirs with a stale row (review item 2).
-                handed_retired.insert(tp.clone(), crate::ledger::RetiredGaps::default());
+            // owner id survives it) whose rows the store proves it holds: they are counted
+            // from it and kept, not imported again (before, every restart scanned the side
+            // topic for every partition). Unproven (its rows let go when another instance
+            // owned the partition, or a store copied or restored from a backup), it is
+            // imported as another owner's would be (review of format 3, F1): the side
+            // topic holds every gap the state counts.
+            let own = st.version >= 3 && !theirs && proofs.current(&tp, &st);
+            if st.version >= 3 && !theirs && !own {
+                tracing::info!(audit = %self.cfg.name, %tp,
+                    "this owner's own handover state counts given-up gaps its store does not prove it holds (not marked swept, or another count): they are imported from the side topic");
+            }
+            if st.version >= 3 && !own {
+                // Theirs (or ours unproven): counted by the aggregate (none: their chunks
+                // may still hold other given-up gaps, acknowledged or late, newer than
+                // this store's rows): this store takes them (and drops its rows they
+                // lack) before it publishes a chunk of its own, so neither a sweep nor a
+                // changed chunk overwrites theirs with a stale row (review item 2).
+                handed_retired.insert(tp.clone(), st.retired_gaps.clone().unwrap_or_default());
             }
             if theirs {
                 foreign.insert(tp.clone());
@@ -608,7 +643,7 @@ impl<V: Verifier> Audit<V> {
             imports.push((row, st.gaps, st.replayed, st.retired, own));
         }
         if imports.is_empty() {
-            return (handed_retired, foreign);
+            return out;
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
@@ -666,7 +701,59 @@ impl<V: Verifier> Audit<V> {
         if let Err(e) = written {
             tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
         }
-        (handed_retired, foreign)
+        out
+    }
+
+    /// What the store proves of this owner's own format-3 states among `states` (review of
+    /// format 3, F1): which partitions it marks swept (the side topic holds their retired
+    /// gaps as it does), and for those the count of their retired rows and whether chunks
+    /// of theirs are noted unpublished. Unreadable: nothing proven (those states are
+    /// imported: slower, never short).
+    async fn own_proofs(
+        &self,
+        states: &HashMap<TopicPartition, handover::PartitionState>,
+        me: &str,
+    ) -> super::own_proof::OwnProofs {
+        let Some(h) = &self.handover else {
+            return super::own_proof::OwnProofs::default();
+        };
+        let own: Vec<TopicPartition> = states
+            .iter()
+            .filter(|(_, st)| {
+                st.version >= 3 && super::retired_flow::may_sweep(Some((st.version, &st.owner)), me)
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if own.is_empty() {
+            return super::own_proof::OwnProofs::default();
+        }
+        let (store, audit, topic) = (
+            self.store.clone(),
+            self.cfg.name.clone(),
+            h.topic().to_string(),
+        );
+        let read = blocking(move || {
+            let swept = store.handover_swept(&topic, &audit)?;
+            let noted = store.unpublished_chunks(&topic, &audit)?;
+            let mut out = super::own_proof::OwnProofs::default();
+            for tp in own {
+                let key = (tp.topic.clone(), tp.partition);
+                if swept.contains(&key) {
+                    let n = store.settle_retired(&audit, &tp.topic, tp.partition, &[])?;
+                    out.swept.insert(tp.clone());
+                    if noted.get(&key).is_some_and(|c| !c.is_empty()) {
+                        out.noted.insert(tp.clone());
+                    }
+                    out.counted.insert(tp, n);
+                }
+            }
+            Ok::<_, crate::store::StoreError>(out)
+        })
+        .await;
+        read.unwrap_or_else(|e| {
+            tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read what the store holds of this owner's given-up gaps: its own handover states are imported from the side topic");
+            super::own_proof::OwnProofs::default()
+        })
     }
 
     #[cfg(test)]
@@ -805,6 +892,22 @@ impl<V: Verifier> Audit<V> {
             }
         }
     }
+}
+
+/// What [`Audit::take_over`] found.
+#[derive(Debug, Default)]
+pub(super) struct TakenOver {
+    /// Partitions taken over from a record of format 3 this owner may not count from its
+    /// store, with the aggregate of their retired gaps (zero: none counted): their rows are
+    /// imported from the side topic afterwards, never on this path (`retired_flow`).
+    pub handed_retired: HashMap<TopicPartition, crate::ledger::RetiredGaps>,
+    /// Partitions taken over from a state this owner may not sweep over
+    /// ([`super::retired_flow::may_sweep`]).
+    pub foreign: BTreeSet<TopicPartition>,
+    /// Partitions resumed from the local store (further than the handover) whose side
+    /// topic's chunks are merged into it before anything of it is published (review of
+    /// format 3, F2: see `retired_flow::Flow::Merge`).
+    pub merge: BTreeSet<TopicPartition>,
 }
 
 /// The status line of a partition whose stored state was partly unreadable (`None`: all

@@ -16,6 +16,11 @@
 //!   wins). Meanwhile the ledger's aggregate is the handed-over one (completeness, gauges
 //!   and DataLoss are right at once) and the store's recount of it waits.
 //!
+//! - **Merge**: a partition resumed from this store while the handover holds a format-3
+//!   state it did not take (its store further, or read only after it resumed) merges the
+//!   side topic's chunks into the store without dropping or setting back a row of it
+//!   (review of format 3, F2/F3), then sweeps; see [`Flow::Merge`].
+//!
 //! While a partition sweeps or imports it is **held**, as a partition whose handover topic
 //! was not read: neither published nor committed (a state or chunk published before the
 //! topic holds every retired gap could leave a next owner with fewer than counted, or
@@ -40,6 +45,15 @@ pub(super) enum Flow {
     /// applied so far of each chunk ([`retired::newest_versions`]), at most one entry per
     /// chunk of the partition.
     Import(ImportCursor, BTreeMap<i64, u64>),
+    /// Merge the side topic's chunks up to the cursor's end into a store whose own rows
+    /// stand (review of format 3, F2/F3: this owner resumed from its own store while the
+    /// handover holds a format-3 state it cannot take, another owner's or its own the store
+    /// does not prove current): nothing of the store is dropped or set back
+    /// ([`crate::store::Store::merge_retired`]), the aggregate stays the store's count, and
+    /// a sweep of the merged rows follows (with an empty chunk for each chunk of the side
+    /// topic the store then holds no row of), so the side topic ends as this store holds
+    /// the partition. Same map as `Import`.
+    Merge(ImportCursor, BTreeMap<i64, u64>),
 }
 
 /// The first offset of gap `id` (`audit:topic:partition:first[@epoch]`).
@@ -153,9 +167,18 @@ impl<V: Verifier> Audit<V> {
     }
 
     /// Whether `tp` imports a previous owner's retired gaps (its aggregate is the handed-over
-    /// one: the store's recount waits).
+    /// one: the store's recount waits). Not a merge: its aggregate is the store's count.
     pub(super) fn importing(&self, tp: &TopicPartition) -> bool {
         matches!(self.retired_flows.get(tp), Some(Flow::Import(..)))
+    }
+
+    /// Where a merge reads from, for partition `tp` whose ledger is restored from its own
+    /// store (review of format 3, F2/F3): see [`Flow::Merge`].
+    pub(super) fn start_merge(&mut self, tp: &TopicPartition) {
+        self.retired_flows.insert(
+            tp.clone(),
+            Flow::Merge(ImportCursor::start(), BTreeMap::new()),
+        );
     }
 
     /// One bounded step of every flow: an import read of the side topic (the partitions
@@ -168,7 +191,7 @@ impl<V: Verifier> Audit<V> {
         let import: Option<(ImportCursor, Vec<TopicPartition>)> = {
             let mut by: BTreeMap<(Offset, Offset), Vec<TopicPartition>> = BTreeMap::new();
             for (tp, f) in &self.retired_flows {
-                if let Flow::Import(c, _) = f {
+                if let Flow::Import(c, _) | Flow::Merge(c, _) = f {
                     by.entry((c.next, c.end)).or_default().push(tp.clone());
                 }
             }
@@ -187,10 +210,30 @@ impl<V: Verifier> Audit<V> {
             // Marked swept once imported only when nothing of theirs waits to be published
             // (gaps they retired meanwhile): else the chunk publish marks them, once the
             // side topic holds those too (a crash in between then sweeps at the next start).
+            // A merge is never marked here: a sweep of the merged rows follows.
+            let merging: BTreeSet<TopicPartition> = tps
+                .iter()
+                .filter(|tp| matches!(self.retired_flows.get(*tp), Some(Flow::Merge(..))))
+                .cloned()
+                .collect();
             let markable: Vec<TopicPartition> = tps
                 .iter()
-                .filter(|tp| self.nothing_pending(tp))
+                .filter(|tp| self.nothing_pending(tp) && !merging.contains(*tp))
                 .cloned()
+                .collect();
+            // A merging partition's ledger: the offsets of the gaps it holds (a gap of theirs
+            // overlapping one is not merged) and where it is settled (a gap of theirs
+            // reaching it is left to this owner's own verdict: it decides those offsets).
+            let mine: BTreeMap<TopicPartition, (Vec<(Offset, Offset)>, Offset)> = merging
+                .iter()
+                .map(|tp| {
+                    // Not owned (never so while it flows): nothing of it is merged.
+                    let mine = self.parts.get(tp).map_or((Vec::new(), Offset::MIN), |p| {
+                        let spans = p.ledger.gaps().map(|g| (g.first, g.last)).collect();
+                        (spans, p.ledger.settled())
+                    });
+                    (tp.clone(), mine)
+                })
                 .collect();
             // The gaps these partitions' ledgers hold in memory (bounded by max_open_gaps),
             // and those this owner changed since the takeover (waiting for their publish,
@@ -212,7 +255,7 @@ impl<V: Verifier> Audit<V> {
                 .iter()
                 .map(|tp| {
                     let k = match self.retired_flows.get(tp) {
-                        Some(Flow::Import(_, k)) => k.clone(),
+                        Some(Flow::Import(_, k) | Flow::Merge(_, k)) => k.clone(),
                         _ => BTreeMap::new(),
                     };
                     (tp.clone(), k)
@@ -231,8 +274,28 @@ impl<V: Verifier> Audit<V> {
                     by.entry(c.tp()).or_default().push(c);
                 }
                 let mut n = 0;
+                let mut conflicts: BTreeMap<TopicPartition, Vec<String>> = BTreeMap::new();
                 for (tp, chunks) in by {
                     let terms = kept.entry(tp.clone()).or_default();
+                    if let Some((spans, settled)) = mine.get(&tp) {
+                        for c in retired::newest_versions(chunks, terms) {
+                            let (gaps, _) = not_held(c.gaps, &held);
+                            let (gaps, later): (Vec<Gap>, Vec<Gap>) =
+                                gaps.into_iter().partition(|g| g.last_offset < *settled);
+                            if !later.is_empty() {
+                                tracing::info!(%audit, %tp, chunk = c.chunk, gaps = ?later.iter().map(|g| &g.id).collect::<Vec<_>>(),
+                                    "retired gaps of another owner's chunk not merged: this owner has not settled their offsets yet and decides them itself");
+                            }
+                            let m = store
+                                .merge_retired(&audit, &gaps, spans)
+                                .map_err(|e| e.to_string())?;
+                            n += m.written.len();
+                            if !m.conflicting.is_empty() {
+                                conflicts.entry(tp.clone()).or_default().extend(m.conflicting);
+                            }
+                        }
+                        continue;
+                    }
                     for c in retired::newest_versions(chunks, terms) {
                         // The kept version is the chunk as its owner held it: retired rows
                         // of its offsets it lacks were resolved or let go there.
@@ -255,19 +318,62 @@ impl<V: Verifier> Audit<V> {
                         n += gaps.len();
                     }
                 }
+                // A merged partition's chunks of the side topic that its store now holds no
+                // row of: its sweep cannot replace them, an empty version of each does.
+                let mut empty: BTreeMap<TopicPartition, BTreeSet<i64>> = BTreeMap::new();
                 if next.done() {
                     for tp in &markable {
                         store
                             .set_handover_swept(&handover, &audit, &tp.topic, tp.partition, true)
                             .map_err(|e| e.to_string())?;
                     }
+                    for tp in mine.keys() {
+                        for c in kept.get(tp).into_iter().flat_map(|k| k.keys()) {
+                            let (lo, hi) = retired::chunk_range(*c);
+                            if !store
+                                .has_retired_between(&audit, &tp.topic, tp.partition, lo, hi)
+                                .map_err(|e| e.to_string())?
+                            {
+                                empty.entry(tp.clone()).or_default().insert(*c);
+                            }
+                        }
+                    }
                 }
-                Ok::<_, String>((next, n, kept, skipped))
+                Ok::<_, String>((next, n, kept, skipped, conflicts, empty))
             })
             .await;
             match step {
-                Ok((next, n, mut kept, skipped)) => {
+                Ok((next, n, mut kept, skipped, conflicts, mut empty)) => {
                     self.report_skipped_chunks(&skipped, &retired::side_topic(h.topic()));
+                    self.report_merge_conflicts(&conflicts);
+                    for tp in &merging {
+                        if n > 0
+                            && let Some(p) = self.parts.get_mut(tp)
+                        {
+                            // The store holds more retired rows: its count again.
+                            p.ledger.retired_recount();
+                        }
+                        if next.done() {
+                            // A sweep of the merged rows, then the empty chunks (with the
+                            // partition's next state: see `hand_over`).
+                            self.retired_flows
+                                .insert(tp.clone(), Flow::Sweep(Offset::MIN));
+                            if let Some(e) = empty.remove(tp) {
+                                self.handover_pending
+                                    .entry(tp.clone())
+                                    .or_default()
+                                    .chunks
+                                    .extend(e);
+                            }
+                            self.handover_dirty.insert(tp.clone());
+                        } else {
+                            let terms = kept.remove(tp).unwrap_or_default();
+                            self.retired_flows
+                                .insert(tp.clone(), Flow::Merge(next, terms));
+                        }
+                    }
+                    let tps: Vec<TopicPartition> =
+                        tps.into_iter().filter(|tp| !merging.contains(tp)).collect();
                     tracing::debug!(audit = %self.cfg.name, partitions = ?tps, gaps = n, next = next.next, end = next.end, "retired gaps imported from the handover");
                     for tp in &tps {
                         if next.done() {
@@ -283,8 +389,11 @@ impl<V: Verifier> Audit<V> {
                                 .insert(tp.clone(), Flow::Import(next, terms));
                         }
                     }
-                    if next.done() {
+                    if next.done() && !tps.is_empty() {
                         tracing::info!(audit = %self.cfg.name, partitions = ?tps, "the previous owner's retired gaps are in the store: these partitions are handed over and committed again");
+                    }
+                    if next.done() && !merging.is_empty() {
+                        tracing::info!(audit = %self.cfg.name, partitions = ?merging, "the handover side topic's given-up gaps are merged into the store: its given-up gaps are published next, then these partitions are handed over and committed again");
                     }
                 }
                 Err(e) => {
@@ -301,7 +410,7 @@ impl<V: Verifier> Audit<V> {
             .filter(|(tp, _)| !h.unread(&self.cfg.name, tp))
             .filter_map(|(tp, f)| match f {
                 Flow::Sweep(from) => Some((tp.clone(), *from)),
-                Flow::Import(..) => None,
+                Flow::Import(..) | Flow::Merge(..) => None,
             })
             .collect();
         let mut budget = retired::SWEEP_ROWS;
@@ -369,6 +478,29 @@ impl<V: Verifier> Audit<V> {
                     tracing::warn!(audit = %self.cfg.name, %tp, error = %e,
                         "cannot publish retired gaps to the handover side topic: the partition is neither handed over nor committed; retried next round");
                 }
+            }
+        }
+    }
+
+    /// Gaps of another owner a merge did not write (they overlap another gap of this
+    /// store: the two owners' verdicts on those offsets differ, and which is right cannot
+    /// be told): a WARN each, and the partition's `state_problem` says so. Neither is
+    /// dropped: this store's gap stays, theirs stays in their store and its chunk's old
+    /// versions (an operator settles it with `check`).
+    fn report_merge_conflicts(&mut self, conflicts: &BTreeMap<TopicPartition, Vec<String>>) {
+        for (tp, ids) in conflicts {
+            tracing::warn!(audit = %self.cfg.name, %tp, gaps = ?ids,
+                "given-up gaps of another owner's chunk overlap other gaps of this store (the two owners' verdicts on those offsets differ): this store's stand, theirs are not merged");
+            let what = format!(
+                "{} given-up gap(s) of another owner overlap this store's own and were not merged (first: {}): see the log",
+                ids.len(),
+                ids.first().map(String::as_str).unwrap_or("")
+            );
+            if let Some(p) = self.parts.get_mut(tp) {
+                p.state_problem = Some(match p.state_problem.take() {
+                    Some(before) => format!("{before}; {what}"),
+                    None => what,
+                });
             }
         }
     }
@@ -441,6 +573,12 @@ impl<V: Verifier> Audit<V> {
                             "the store holds {} rows or more of {audit}/{tp} in chunk {c}: more than a chunk may hold",
                             retired::CHUNK_ROWS
                         ));
+                    }
+                    // None left in the store: an empty version replaces the side topic's
+                    // (a merge's chunk of another owner's gaps not taken, a chunk whose
+                    // rows all left): never a stale version left for a next owner.
+                    if got.is_empty() {
+                        out.push(retired::empty_chunk(&audit, &tp, c, &owner, now));
                     }
                     rows.extend(got);
                 }

@@ -183,6 +183,30 @@ pub fn chunks(
         .collect()
 }
 
+/// Chunk `chunk` of partition `tp` of `audit` holding no gap: published where the owner's
+/// store holds no retired gap of the chunk's offsets while the side topic may hold an older
+/// version with some (a merge, see the audit's `retired_flow`), so a next owner's import
+/// drops those instead of taking them.
+pub fn empty_chunk(
+    audit: &str,
+    tp: &TopicPartition,
+    chunk: i64,
+    owner: &str,
+    now: DateTime<Utc>,
+) -> RetiredChunk {
+    RetiredChunk {
+        retired: RETIRED_VERSION,
+        audit: audit.to_string(),
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+        chunk,
+        gaps: Vec::new(),
+        term: 0,
+        written_at: now,
+        owner: owner.to_string(),
+    }
+}
+
 /// A chunk's record value.
 pub fn encode_chunk(c: &RetiredChunk) -> Vec<u8> {
     // Serializing plain data cannot fail.

@@ -214,6 +214,13 @@ impl PartitionLedger {
         }
     }
 
+    /// Rows were added to this partition's retired gaps in the store (a merge of another
+    /// owner's, see the audit's `retired_flow`): the aggregate is read again, even when it
+    /// counted none before.
+    pub fn retired_recount(&mut self) {
+        self.retired_work.recount = true;
+    }
+
     /// The store did `done` (a prefix of [`Self::retired_work`]'s operations) and counted the
     /// retired gaps it marks: `counted`.
     pub fn retired_recounted(&mut self, done: usize, counted: RetiredGaps) {

@@ -13,7 +13,7 @@ use super::handover_idle::{bulk_produce, handed, handover_bytes, handover_end, p
 use super::*;
 
 /// Live gaps: every second record of the `2 * LIVE` after the given-up ones is lost.
-const LIVE: i64 = 50;
+pub(super) const LIVE: i64 = 50;
 /// What the two takeovers' reads may differ by, whatever the retired count: the topic is
 /// not compacted yet, so a takeover reads every base the rebalances left (about 40 kB each
 /// with the 50 live gaps) and a rebalance more or less is three of them.
@@ -330,13 +330,13 @@ async fn a_format_2_base_with_retired_gaps_inline_is_taken_over_and_its_gaps_chu
 /// Given-up gaps and live gaps of the held-chunk tests: A's store starts with `HELD_RETIRED`
 /// given-up gaps at `1, 3, ..` (chunk 0), then every second record of the `2 * LIVE` after
 /// them is lost (live gaps from `HELD_FILL + 1`).
-const HELD_RETIRED: i64 = 10;
+pub(super) const HELD_RETIRED: i64 = 10;
 const HELD_FILL: i64 = 2 * HELD_RETIRED;
-const HELD_END: i64 = HELD_FILL + 2 * LIVE;
+pub(super) const HELD_END: i64 = HELD_FILL + 2 * LIVE;
 
 /// A has decided and committed the partition (its given-up gaps published as chunk 0); B is
 /// created, not started. Returns A's gaps.
-async fn a_decided(
+pub(super) async fn a_decided(
     name: &str,
 ) -> (
     Scenario,
@@ -372,7 +372,7 @@ async fn a_decided(
 }
 
 /// A's given-up gaps (chunk 0 of the side topic).
-fn held_retired_rows(topic: &str) -> Vec<Gap> {
+pub(super) fn held_retired_rows(topic: &str) -> Vec<Gap> {
     (0..HELD_RETIRED)
         .map(|i| open_gap(super::handover_idle::AUDIT, topic, 2 * i + 1, 2 * i + 1))
         .collect()
@@ -467,7 +467,7 @@ async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
 }
 
 /// Publishes `c` to the side topic as it is (its term included), as an owner of that term.
-fn publish_raw_chunk(handover: &str, c: &gap_auditor::handover::retired::RetiredChunk) {
+pub(super) fn publish_raw_chunk(handover: &str, c: &gap_auditor::handover::retired::RetiredChunk) {
     use gap_auditor::handover::retired::{chunk_key, encode_chunk, side_topic};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let p: BaseProducer = rdkafka::ClientConfig::new()
@@ -696,7 +696,7 @@ async fn a_restarted_owner_takes_its_own_state_back_without_an_import() {
 }
 
 /// The latest chunk of each key of partition 0 of `topic` on `side`: gap id → state.
-fn side_topic_states(side: &str, topic: &str) -> BTreeMap<String, String> {
+pub(super) fn side_topic_states(side: &str, topic: &str) -> BTreeMap<String, String> {
     use gap_auditor::handover::retired::decode_chunk;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::Message;
