@@ -571,7 +571,7 @@ impl<V: Verifier> Audit<V> {
     }
 
     /// The outcome of a background read of the unread partitions `tps`.
-    fn read_done(
+    pub(super) fn read_done(
         &mut self,
         tps: Vec<TopicPartition>,
         outcome: Result<HashMap<TopicPartition, PartitionState>, String>,
@@ -587,16 +587,20 @@ impl<V: Verifier> Audit<V> {
                     self.handover_pending.remove(tp);
                     self.handover_claims.remove(tp);
                     self.handover_dirty.insert(tp.clone());
-                    // Its store's retired gaps go to the side topic before its first base,
-                    // unless the read found another owner's state: its chunks may be newer
-                    // than this store's rows (review item 2).
+                    // Its store's retired gaps go to the side topic before its first base.
+                    // A format-3 state found (another owner's, whose chunks may be newer
+                    // than this store's rows, or this owner's own, whose chunks may hold
+                    // rows its store let go): the side topic's chunks are merged into the
+                    // store first, then the merged rows swept (review of format 3, F3:
+                    // this only warned, and the next changed chunks replaced theirs).
                     let found = states.get(tp).map(|st| (st.version, st.owner.as_str()));
-                    if super::retired_flow::may_sweep(found, &me) {
+                    if found.is_some_and(|(version, _)| version >= 3) {
+                        tracing::warn!(audit = %self.cfg.name, %tp, previous_owner = ?found.map(|f| f.1), me = %me,
+                            "the handover topic, read after this partition resumed, holds a format-3 state: its side topic's given-up gaps are merged into this store (its own stand) before it publishes");
+                        self.start_merge(tp);
+                    } else {
                         self.retired_flows
                             .insert(tp.clone(), super::retired_flow::Flow::Sweep(Offset::MIN));
-                    } else {
-                        tracing::warn!(audit = %self.cfg.name, %tp, previous_owner = ?found.map(|f| f.1),
-                            "the handover topic, read after this partition resumed, holds another owner's state: this store's given-up gaps are not swept to the side topic over that owner's");
                     }
                 }
                 for (tp, st) in states {

@@ -173,3 +173,45 @@ async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
     assert!(out.is_empty(), "{out:?}");
     assert!(h.audit.handover_reading.is_none(), "dropped at the revoke");
 }
+
+/// Review of format 3, F3: a partition resumed from its store because the handover read
+/// failed; the background read then finds a format-3 state. Another owner's: its side
+/// topic's chunks may be newer than this store's rows, so they are merged into the store
+/// before anything of it is published (before, only a warning, and the next changed chunks
+/// replaced that owner's versions). This owner's own: its store may have let rows of it go,
+/// so the same. A state of an older format carries no chunks: a sweep, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_read_finding_a_format_3_state_merges_its_chunks_first() {
+    use crate::audit::retired_flow::Flow;
+    let mut h = harness("");
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let client = crate::handover::Handover::new(&k, "unread")
+        .expect("handover client")
+        .with_owner("me".into());
+    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.audit.drop_reading();
+    let state = |version: u32, owner: &str| -> crate::handover::PartitionState {
+        serde_json::from_value(serde_json::json!({"version": version, "audit": AUDIT,
+            "topic": tp(0).topic, "partition": 0, "settled": 3, "ledger": {}, "gaps": [],
+            "written_at": "2026-12-06T00:00:00Z", "owner": owner}))
+        .expect("a state")
+    };
+    for (version, owner, merged) in [(3, "other", true), (3, "me", true), (2, "other", false)] {
+        h.audit.retired_flows.clear();
+        let states = std::collections::HashMap::from([(tp(0), state(version, owner))]);
+        h.audit.read_done(vec![tp(0)], Ok(states));
+        let flow = h.audit.retired_flows.get(&tp(0));
+        assert_eq!(
+            matches!(flow, Some(Flow::Merge(..))),
+            merged,
+            "format {version} of {owner}: {flow:?}"
+        );
+        if !merged {
+            assert!(matches!(flow, Some(Flow::Sweep(_))), "{flow:?}");
+        }
+    }
+}
