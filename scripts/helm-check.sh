@@ -20,6 +20,9 @@
 # The Python and npm linters are check-packaging.sh's, from the same cache.
 #   scripts/helm-check.sh      (scripts/test.sh runs it; builds the debug binary if it is
 #                               not up to date)
+#   scripts/helm-check.sh --prepare   only what it downloads and builds (helm, the linters'
+#                               venv and npm packages), no check: .ci/run runs it beside the
+#                               demo's cold build
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -63,6 +66,7 @@ fi
 . "$HERE/packaging-tools.sh"
 ensure_packaging_venv
 ensure_crd_models
+[[ ${1:-} == --prepare ]] && exit 0
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
