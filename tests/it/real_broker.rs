@@ -71,6 +71,30 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
         c["complete"], false,
         "records 4–8 were produced and not verified: {c}"
     );
+    // The cause is named: the open transaction holding the LSO at 4, below the log end
+    // (9, or past it once the broker counts the transaction's marker), for a few seconds.
+    let blocker = &c["blockers"][0];
+    assert_eq!(blocker["kind"], "unread", "{c}");
+    let cause = blocker["cause"].as_str().unwrap_or_default();
+    assert!(
+        cause.starts_with("an open transaction holds its last stable offset at 4 ("),
+        "{c}"
+    );
+    assert!(
+        c["reason"].as_str().unwrap_or_default().contains(cause),
+        "{c}"
+    );
+    let (code, body) = auditor.get("/api/status").await;
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
+    let hold = &status["audits"][0]["partitions"][0]["transaction_hold"];
+    assert_eq!(hold["last_stable"], 4, "{body}");
+    assert!(hold["log_end"].as_i64().unwrap_or(0) >= 9, "{body}");
+    let held_for = Utc::now().timestamp_millis() - hold["since_ms"].as_i64().unwrap_or(0);
+    assert!(
+        held_for >= 5_000,
+        "aged since the transaction opened, not reset each round: {body}"
+    );
 
     txn.commit_open();
     // The pipeline reads 4–8 (the marker at 9 is no record) and drops 5.
@@ -90,6 +114,15 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let gaps = api_gaps(&auditor).await;
     assert_eq!(gap_tuples(&gaps), vec![(0, 5, 5, 1)], "{gaps:?}");
+    // Committed: the LSO reached the log end, no hold left.
+    let (_, body) = auditor.get("/api/status").await;
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
+    assert!(
+        status["audits"][0]["partitions"][0]
+            .get("transaction_hold")
+            .is_none(),
+        "{body}"
+    );
     auditor.stop().await;
 }
 

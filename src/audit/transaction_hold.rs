@@ -1,0 +1,148 @@
+//! An open transaction holding a partition's last stable offset (issue 37): under
+//! read_committed nobody — neither the pipeline nor the auditor — reads past the LSO while
+//! the transaction that starts there is open, so the records behind it are lag, never loss
+//! (the due rule already holds them: the pipeline cannot commit past what it cannot read).
+//! This step names that cause, with how long the LSO has stood there, instead of the bare
+//! "not read to its log end yet".
+//!
+//! The figures are librdkafka's, from its fetch responses (statistics `ls_offset`,
+//! `hi_offset`): only a read_committed consumer learns the LSO (a read_uncommitted one
+//! reports the high watermark for both, and this step then sees no hold). librdkafka 2.12
+//! has no DescribeProducers/DescribeTransactions (KIP-664), so the transaction's producer
+//! is not named.
+
+use crate::gap::Offset;
+use serde::Serialize;
+
+/// An LSO standing below the log end with the auditor read up to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Hold {
+    /// The last stable offset: the first offset of the oldest open transaction.
+    pub last_stable: Offset,
+    /// The log end (high watermark) when last seen.
+    pub log_end: Offset,
+    /// Since when (unix ms) the LSO has stood at `last_stable` below the log end.
+    pub since_ms: i64,
+}
+
+impl Hold {
+    /// Offsets produced behind the LSO (open transactions' records and any after them).
+    pub fn behind(&self) -> i64 {
+        self.log_end - self.last_stable
+    }
+
+    /// The hold as a reason: what holds the partition, where and since when.
+    pub fn describe(&self, now_ms: i64) -> String {
+        format!(
+            "an open transaction holds its last stable offset at {} ({} offset(s) below the \
+             log end {}) for {} s: nothing after it can be read under read_committed until \
+             the transaction commits or aborts (lag, never loss)",
+            self.last_stable,
+            self.behind(),
+            self.log_end,
+            (now_ms - self.since_ms).max(0) / 1000
+        )
+    }
+}
+
+/// A partition's LSO as last observed: the step's own state.
+#[derive(Debug, Default)]
+pub struct TransactionHold {
+    /// (LSO, since ms) while it stands below the log end.
+    below_end: Option<(Offset, i64)>,
+}
+
+impl TransactionHold {
+    /// Observes the partition's LSO and log end as librdkafka last reported them, and the
+    /// offset the auditor has read up to; returns the hold when an open transaction is what
+    /// stops reading: the LSO stands below the log end and the auditor read up to it (below
+    /// it, the auditor is merely behind).
+    pub fn observe(
+        &mut self,
+        last_stable: Option<Offset>,
+        log_end: Option<Offset>,
+        read_to: Offset,
+        now_ms: i64,
+    ) -> Option<Hold> {
+        let (Some(ls), Some(end)) = (last_stable, log_end) else {
+            self.below_end = None;
+            return None;
+        };
+        if ls < 0 || ls >= end {
+            self.below_end = None;
+            return None;
+        }
+        // The same LSO keeps its age; a moved one (a transaction ended, another is open)
+        // starts a new one.
+        let since = match self.below_end {
+            Some((at, since)) if at == ls => since,
+            _ => now_ms,
+        };
+        self.below_end = Some((ls, since));
+        (read_to >= ls).then_some(Hold {
+            last_stable: ls,
+            log_end: end,
+            since_ms: since,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_lso_below_the_log_end_with_everything_before_it_read_is_a_hold_that_ages() {
+        let mut h = TransactionHold::default();
+        let first = h.observe(Some(4), Some(10), 4, 1_000).expect("a hold");
+        assert_eq!(
+            first,
+            Hold {
+                last_stable: 4,
+                log_end: 10,
+                since_ms: 1_000
+            }
+        );
+        assert_eq!(first.behind(), 6);
+        // Later, the log grew; the LSO did not move: the hold keeps its start.
+        let later = h.observe(Some(4), Some(12), 4, 31_000).expect("a hold");
+        assert_eq!(later.since_ms, 1_000);
+        assert!(
+            later
+                .describe(31_000)
+                .contains("at 4 (8 offset(s) below the log end 12) for 30 s")
+        );
+    }
+
+    #[test]
+    fn no_hold_without_an_lso_below_the_end_or_while_the_auditor_is_behind_it() {
+        let mut h = TransactionHold::default();
+        // No transaction: the LSO is the log end.
+        assert_eq!(h.observe(Some(10), Some(10), 10, 0), None);
+        // Unknown figures (no fetch yet; librdkafka's -1001).
+        assert_eq!(h.observe(None, Some(10), 10, 0), None);
+        assert_eq!(h.observe(Some(-1001), Some(10), 10, 0), None);
+        // Behind the LSO: ordinary lag, not the transaction's doing.
+        assert_eq!(h.observe(Some(4), Some(10), 3, 0), None);
+        // Once read up to it, the age counts from when the LSO was first seen there.
+        assert_eq!(
+            h.observe(Some(4), Some(10), 4, 5_000).map(|x| x.since_ms),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn an_lso_that_moves_starts_a_new_hold() {
+        let mut h = TransactionHold::default();
+        h.observe(Some(4), Some(10), 4, 0);
+        let moved = h.observe(Some(7), Some(10), 7, 9_000).expect("a hold");
+        assert_eq!(moved.since_ms, 9_000);
+        // Committed: the LSO reaches the log end; a later transaction ages from its own start.
+        assert_eq!(h.observe(Some(10), Some(10), 10, 10_000), None);
+        assert_eq!(
+            h.observe(Some(10), Some(14), 10, 11_000)
+                .map(|x| x.since_ms),
+            Some(11_000)
+        );
+    }
+}
