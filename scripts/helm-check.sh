@@ -56,6 +56,7 @@ if ! helm_current; then
   done
   # Into a fresh directory, moved in place whole: an interrupted build leaves no half
   # binary where the next run would trust it.
+  mkdir -p "$CACHE"
   tmp=$(mktemp -d "$CACHE/helm-build.XXXXXX")
   (cd "$tmp" && CGO_ENABLED=0 GOBIN=$tmp GOFLAGS=-mod=mod \
     go install -trimpath -ldflags "$ldflags" "$pkg/cmd/helm@$HELM_VERSION")

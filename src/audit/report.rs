@@ -167,6 +167,7 @@ impl<V: Verifier> Audit<V> {
                 last_stable.get(tp).copied(),
                 watermarks.get(tp).map(|(_, end)| *end),
                 part.ledger.next_offset(),
+                self.tail.flow.is_paused(tp),
                 now_ms,
             );
             completeness.push(crate::completeness::PartitionInput {

@@ -126,6 +126,50 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
     auditor.stop().await;
 }
 
+/// The same open transaction seen by a read_uncommitted auditor: it reads the open
+/// transaction's records and the ones behind them (librdkafka reports the high watermark
+/// as its last stable offset), so no transaction hold is named, and the records the
+/// pipeline (read_committed, at the LSO) cannot reach are lag, never loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_uncommitted_auditor_names_no_transaction_hold() {
+    let s = Scenario::new("lso_ru").await;
+    let topic = s.topic.clone();
+    let lines = dns_lines(0..9);
+    let toml = config_toml(&s.spec("offset_columns", "2s", "500ms")).replacen(
+        "[kafka]\n",
+        "[kafka]\nisolation_level = \"read_uncommitted\"\n",
+        1,
+    );
+    assert!(toml.contains("read_uncommitted"), "{toml}");
+    let auditor = Auditor::start(&toml).await;
+    assert_eq!(s.send(&lines[0..4]).await, vec![0, 1, 2, 3]);
+    s.pipeline().records(4).run().await;
+    let txn = TxnProducer::new(&topic).await;
+    assert_eq!(txn.open(0, &lines[4..7]).await, vec![4, 5, 6]);
+    assert_eq!(s.send(&lines[7..9]).await, vec![7, 8]);
+    auditor
+        .wait_decided(30, "0–3 confirmed, 4–8 read", |a| {
+            a.confirmed(&topic, 0) == 4 && a.consumed(&topic, 0) >= 9
+        })
+        .await;
+    keep_checking(Duration::from_secs(6), Duration::from_millis(200), || {
+        assert_eq!(
+            auditor.lost(&topic, 0),
+            0,
+            "lag behind the LSO reported as loss"
+        );
+    })
+    .await;
+    let (code, body) = auditor.get("/api/status").await;
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
+    let p = &status["audits"][0]["partitions"][0];
+    assert!(p["log_end"].as_i64().unwrap_or(0) >= 9, "{body}");
+    assert!(p.get("transaction_hold").is_none(), "{body}");
+    txn.commit_open();
+    auditor.stop().await;
+}
+
 /// CreatePartitions on a live topic: the new partition is read from its first offset, so a
 /// record the pipeline drops there is found. The records reach the new partition before the
 /// auditor's next metadata refresh (every 3 s here) shows it the partition, so an auditor
