@@ -33,6 +33,25 @@ fn opts() -> AdminOptions {
     AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))
 }
 
+/// Offsets 0–3 plain records the pipeline writes, 4–6 an open transaction's records (left
+/// open: the returned producer commits it), 7–8 plain records behind them.
+async fn behind_an_open_transaction(s: &Scenario, lines: &[String]) -> TxnProducer {
+    assert_eq!(s.send(&lines[0..4]).await, vec![0, 1, 2, 3]);
+    s.pipeline().records(4).run().await;
+    let txn = TxnProducer::new(&s.topic).await;
+    assert_eq!(txn.open(0, &lines[4..7]).await, vec![4, 5, 6]);
+    assert_eq!(s.send(&lines[7..9]).await, vec![7, 8]);
+    txn
+}
+
+/// The first partition's entry of the auditor's `/api/status` (and the whole body).
+async fn partition_status(auditor: &Auditor) -> (serde_json::Value, String) {
+    let (code, body) = auditor.get("/api/status").await;
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
+    (status["audits"][0]["partitions"][0].clone(), body)
+}
+
 /// An open transaction holds the last stable offset (LSO). Offsets 0–3 are plain records the
 /// pipeline writes; 4–6 are an open transaction's records; 7–8 plain records behind them.
 /// Under read_committed neither the pipeline nor the auditor can read past the LSO (4) while
@@ -45,12 +64,7 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
     let topic = s.topic.clone();
     let lines = dns_lines(0..9);
     let auditor = s.start_auditor("offset_columns", "2s", "500ms").await;
-    assert_eq!(s.send(&lines[0..4]).await, vec![0, 1, 2, 3]);
-    s.pipeline().records(4).run().await;
-
-    let txn = TxnProducer::new(&topic).await;
-    assert_eq!(txn.open(0, &lines[4..7]).await, vec![4, 5, 6]);
-    assert_eq!(s.send(&lines[7..9]).await, vec![7, 8]);
+    let txn = behind_an_open_transaction(&s, &lines).await;
     let after_last = Utc::now().timestamp_millis() + 1;
 
     auditor
@@ -84,10 +98,8 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
         c["reason"].as_str().unwrap_or_default().contains(cause),
         "{c}"
     );
-    let (code, body) = auditor.get("/api/status").await;
-    assert_eq!(code, 200, "{body}");
-    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
-    let hold = &status["audits"][0]["partitions"][0]["transaction_hold"];
+    let (p, body) = partition_status(&auditor).await;
+    let hold = &p["transaction_hold"];
     assert_eq!(hold["last_stable"], 4, "{body}");
     assert!(hold["log_end"].as_i64().unwrap_or(0) >= 9, "{body}");
     let held_for = Utc::now().timestamp_millis() - hold["since_ms"].as_i64().unwrap_or(0);
@@ -115,14 +127,8 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
     let gaps = api_gaps(&auditor).await;
     assert_eq!(gap_tuples(&gaps), vec![(0, 5, 5, 1)], "{gaps:?}");
     // Committed: the LSO reached the log end, no hold left.
-    let (_, body) = auditor.get("/api/status").await;
-    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
-    assert!(
-        status["audits"][0]["partitions"][0]
-            .get("transaction_hold")
-            .is_none(),
-        "{body}"
-    );
+    let (p, body) = partition_status(&auditor).await;
+    assert!(p.get("transaction_hold").is_none(), "{body}");
     auditor.stop().await;
 }
 
@@ -142,11 +148,7 @@ async fn a_read_uncommitted_auditor_names_no_transaction_hold() {
     );
     assert!(toml.contains("read_uncommitted"), "{toml}");
     let auditor = Auditor::start(&toml).await;
-    assert_eq!(s.send(&lines[0..4]).await, vec![0, 1, 2, 3]);
-    s.pipeline().records(4).run().await;
-    let txn = TxnProducer::new(&topic).await;
-    assert_eq!(txn.open(0, &lines[4..7]).await, vec![4, 5, 6]);
-    assert_eq!(s.send(&lines[7..9]).await, vec![7, 8]);
+    let txn = behind_an_open_transaction(&s, &lines).await;
     auditor
         .wait_decided(30, "0–3 confirmed, 4–8 read", |a| {
             a.confirmed(&topic, 0) == 4 && a.consumed(&topic, 0) >= 9
@@ -160,10 +162,7 @@ async fn a_read_uncommitted_auditor_names_no_transaction_hold() {
         );
     })
     .await;
-    let (code, body) = auditor.get("/api/status").await;
-    assert_eq!(code, 200, "{body}");
-    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
-    let p = &status["audits"][0]["partitions"][0];
+    let (p, body) = partition_status(&auditor).await;
     assert!(p["log_end"].as_i64().unwrap_or(0) >= 9, "{body}");
     assert!(p.get("transaction_hold").is_none(), "{body}");
     txn.commit_open();
