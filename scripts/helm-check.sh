@@ -20,6 +20,9 @@
 # The Python and npm linters are check-packaging.sh's, from the same cache.
 #   scripts/helm-check.sh      (scripts/test.sh runs it; builds the debug binary if it is
 #                               not up to date)
+#   scripts/helm-check.sh --prepare   only what it downloads and builds (helm, the linters'
+#                               venv and npm packages), no check: .ci/run runs it beside the
+#                               demo's cold build
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -53,6 +56,7 @@ if ! helm_current; then
   done
   # Into a fresh directory, moved in place whole: an interrupted build leaves no half
   # binary where the next run would trust it.
+  mkdir -p "$CACHE"
   tmp=$(mktemp -d "$CACHE/helm-build.XXXXXX")
   (cd "$tmp" && CGO_ENABLED=0 GOBIN=$tmp GOFLAGS=-mod=mod \
     go install -trimpath -ldflags "$ldflags" "$pkg/cmd/helm@$HELM_VERSION")
@@ -63,6 +67,7 @@ fi
 . "$HERE/packaging-tools.sh"
 ensure_packaging_venv
 ensure_crd_models
+[[ ${1:-} == --prepare ]] && exit 0
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -419,14 +419,19 @@ set_env_vars() {
   GAP_AUDITOR_TEST_SR_PYTHON=$SR_VENV/bin/python3
 }
 
+# Everything `start` needs installed, each step a no-op when already there.
+install_all() {
+  mkdir -p "$RUN"
+  install_tansu
+  install_kafka
+  install_packages
+  install_opensearch
+  install_sr_python
+}
+
 case ${1:-start} in
   start)
-    mkdir -p "$RUN"
-    install_tansu
-    install_kafka
-    install_packages
-    install_opensearch
-    install_sr_python
+    install_all
     set_env_vars
     # The CA first: Kafka's TLS listener and the TLS-only MariaDB serve its certificate.
     make_test_ca
@@ -445,12 +450,7 @@ case ${1:-start} in
     install_packages
     ;;
   install) # everything `start` installs, nothing started (.ci/run overlaps it with the demo)
-    mkdir -p "$RUN"
-    install_tansu
-    install_kafka
-    install_packages
-    install_opensearch
-    install_sr_python
+    install_all
     ;;
   stop) # all, or only the services named: kafka mariadb mariadb-tls opensearch
     shift

@@ -112,6 +112,9 @@ pub struct PartitionInput {
     pub ledger: LedgerCompleteness,
     /// The auditor has read the partition up to the log end it last learnt.
     pub caught_up: bool,
+    /// Why it has not, when something other than the auditor's own pace is known to stop
+    /// it (an open transaction holding the last stable offset).
+    pub unread_cause: Option<String>,
 }
 
 /// What holds completeness back.
@@ -139,6 +142,8 @@ pub struct Blocker {
     pub missing: Option<u64>,
     /// Gaps: their state.
     pub state: Option<GapState>,
+    /// Unread: what stops the auditor reading, when known.
+    pub cause: Option<String>,
 }
 
 /// An audit's completeness after one round, as the status board publishes it.
@@ -185,6 +190,7 @@ pub fn evaluate(
                 since: g.since,
                 missing: Some(g.missing),
                 state: Some(g.state),
+                cause: None,
             });
         }
         if l.blocking_gaps > l.gaps.len() as u64
@@ -208,6 +214,9 @@ pub fn evaluate(
                 since,
                 missing: None,
                 state: None,
+                cause: (kind == BlockerKind::Unread)
+                    .then(|| p.unread_cause.clone())
+                    .flatten(),
             });
         }
         if p.caught_up {
@@ -261,6 +270,9 @@ pub struct BlockerView {
     /// Gaps: their state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// `unread`: what stops the auditor reading, when known (an open transaction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
 }
 
 /// `GET /api/completeness?audit=NAME&until=T`: is everything produced before `until` in the
@@ -348,6 +360,7 @@ pub fn answer(audit: &str, c: &AuditCompleteness, until_ms: i64) -> Answer {
             since: b.since.ms().and_then(time),
             missing_records: b.missing,
             state: b.state.map(|s| s.as_str().to_string()),
+            cause: b.cause.clone(),
         })
         .collect();
     let truncated = c.unlisted_gaps_from.is_some_and(|s| s.before(until_ms));
@@ -414,8 +427,9 @@ fn reason(
         );
     }
     if let Some(p) = blockers.first() {
-        let what = match p.kind {
-            BlockerKind::Unread => "the auditor has not read it to its log end yet",
+        let what = match (p.kind, &p.cause) {
+            (BlockerKind::Unread, Some(cause)) => cause.as_str(),
+            (BlockerKind::Unread, None) => "the auditor has not read it to its log end yet",
             _ => "records not confirmed yet (pipeline lag, grace, or a sink that does not answer)",
         };
         return format!(

@@ -167,6 +167,10 @@ pub struct PartitionStatus {
     /// timeline around each gap. Left out while none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pipeline_commits: Vec<crate::ledger::CommitStep>,
+    /// An open transaction holding the partition's last stable offset where reading stops
+    /// (read_committed): lag, never loss. Left out while none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transaction_hold: Option<crate::audit::transaction_hold::Hold>,
 }
 
 /// Commit movements a partition's status keeps for the gap page's timeline.

@@ -21,7 +21,9 @@ use crate::handover::Handover;
 use crate::held::Held;
 use crate::kafka::dead_letters::DeadLetters;
 use crate::kafka::tail::Flow;
-use crate::kafka::{self, Command, Lookup, PipelineReader, TailEvent, TailHandle, Watermarks};
+use crate::kafka::{
+    self, Command, LastStable, Lookup, PipelineReader, TailEvent, TailHandle, Watermarks,
+};
 use crate::ledger::PartitionLedger;
 use crate::metrics::{AuditMetrics, Metrics};
 use crate::record::Decoder;
@@ -56,6 +58,7 @@ mod schedule;
 mod shared_table;
 pub(crate) mod sink_model;
 mod starts;
+pub(crate) mod transaction_hold;
 
 pub use shared_table::foreign_rows;
 
@@ -123,6 +126,8 @@ struct Part {
     topic_id: Option<String>,
     /// The last time the log was found to no longer hold the position (`/api/status`).
     divergence: Option<divergence::DivergenceNote>,
+    /// Whether an open transaction holds the last stable offset where reading stops.
+    transaction: transaction_hold::TransactionHold,
 }
 
 struct Audit<V> {
@@ -207,6 +212,8 @@ struct TailLink {
     commands: std::sync::mpsc::Sender<Command>,
     /// (log start, log end) per partition, learnt while fetching.
     watermarks: Watermarks,
+    /// Last stable offsets per partition, learnt while fetching.
+    last_stable: LastStable,
     flow: Arc<Flow>,
     /// How many [`Command::Reposition`]s were sent (see [`Part::repositioning`]).
     repositions: u64,
@@ -218,6 +225,7 @@ struct Wiring {
     kafka_view: Arc<dyn KafkaView>,
     commands: std::sync::mpsc::Sender<Command>,
     watermarks: Watermarks,
+    last_stable: LastStable,
     flow: Arc<Flow>,
     admin: Option<AdminClient<DefaultClientContext>>,
     handover: Option<Arc<Handover>>,
@@ -239,6 +247,7 @@ impl<V: Verifier> Audit<V> {
             tail: TailLink {
                 commands: w.commands,
                 watermarks: w.watermarks,
+                last_stable: w.last_stable,
                 flow: w.flow,
                 repositions: 0,
             },
@@ -395,6 +404,7 @@ pub async fn run<V: Verifier + 'static>(
         }),
         commands: tail.commands.clone(),
         watermarks: tail.watermarks.clone(),
+        last_stable: tail.last_stable.clone(),
         flow: tail.flow.clone(),
         admin,
         handover,
@@ -579,6 +589,14 @@ impl<V: Verifier> Audit<V> {
         // The tail thread owns the map; a copy keeps the lock short.
         self.tail
             .watermarks
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
+    }
+
+    fn last_stable(&self) -> HashMap<TopicPartition, Offset> {
+        self.tail
+            .last_stable
             .lock()
             .map(|m| m.clone())
             .unwrap_or_default()

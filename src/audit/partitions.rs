@@ -372,6 +372,7 @@ impl<V: Verifier> Audit<V> {
                     repositioning: None,
                     topic_id,
                     divergence: note,
+                    transaction: Default::default(),
                 },
             );
         }

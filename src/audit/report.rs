@@ -146,6 +146,8 @@ impl<V: Verifier> Audit<V> {
             self.metrics.schema_registry_up(h.is_ok());
         }
         let watermarks = self.watermarks();
+        let last_stable = self.last_stable();
+        let now_ms = self.clock.now_ms();
         let audit = self.cfg.name.clone();
         let mut partitions = Vec::new();
         let mut completeness = Vec::with_capacity(self.parts.len());
@@ -161,11 +163,21 @@ impl<V: Verifier> Audit<V> {
                 && watermarks
                     .get(tp)
                     .is_some_and(|(_, end)| part.ledger.next_offset() >= *end);
+            let transaction = part.transaction.observe(
+                last_stable.get(tp).copied(),
+                watermarks.get(tp).map(|(_, end)| *end),
+                part.ledger.next_offset(),
+                self.tail.flow.is_paused(tp),
+                now_ms,
+            );
             completeness.push(crate::completeness::PartitionInput {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
                 ledger: part.ledger.completeness(),
                 caught_up,
+                unread_cause: transaction
+                    .filter(|_| !caught_up)
+                    .map(|h| h.describe(now_ms)),
             });
             // Acknowledged gaps left the ledger (they stop alerting); the countdown covers
             // the open ones: 0 once Kafka deleted one, no series without any. Unverifiable
@@ -214,6 +226,7 @@ impl<V: Verifier> Audit<V> {
                 state_problem: part.state_problem.clone(),
                 divergence: part.divergence.clone(),
                 pipeline_commits: led.pipeline.recent_steps(crate::status::COMMIT_TIMELINE),
+                transaction_hold: transaction,
             });
         }
         let mut completeness = crate::completeness::evaluate(

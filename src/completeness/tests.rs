@@ -9,6 +9,7 @@ fn part(name: i32, ledger: LedgerCompleteness, caught_up: bool) -> PartitionInpu
         partition: name,
         ledger,
         caught_up,
+        unread_cause: None,
     }
 }
 
@@ -129,6 +130,41 @@ fn a_partition_not_read_to_its_end_holds_back_at_its_newest_record() {
     assert!(!a.complete);
     assert_eq!(a.blocking, vec!["pending", "pending:t-1"]);
     assert_eq!(a.blockers[0].since, None);
+}
+
+#[test]
+fn an_unread_partitions_cause_is_its_blockers_and_the_reasons() {
+    let held = PartitionInput {
+        unread_cause: Some("an open transaction holds its last stable offset at 4".into()),
+        ..part(1, idle(T0), false)
+    };
+    let c = evaluate(
+        "dns",
+        &[part(0, idle(T0 + 50_000), true), held],
+        T0 + 60_000,
+        3_000,
+    );
+    let a = answer("dns", &c, T0 + 10_000);
+    assert_eq!(a.blockers[0].kind, BlockerKind::Unread);
+    assert_eq!(
+        a.blockers[0].cause.as_deref(),
+        Some("an open transaction holds its last stable offset at 4")
+    );
+    assert!(
+        a.reason
+            .ends_with("an open transaction holds its last stable offset at 4"),
+        "{}",
+        a.reason
+    );
+    // In the JSON only when known.
+    let json = serde_json::to_value(&a).expect("json");
+    assert_eq!(
+        json["blockers"][0]["cause"],
+        "an open transaction holds its last stable offset at 4"
+    );
+    let c = evaluate("dns", &[part(1, idle(T0), false)], T0 + 60_000, 3_000);
+    let json = serde_json::to_value(answer("dns", &c, T0 + 10_000)).expect("json");
+    assert!(json["blockers"][0].get("cause").is_none(), "{json}");
 }
 
 #[test]

@@ -177,6 +177,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
             state_problem: None,
             divergence: None,
             pipeline_commits: Vec::new(),
+            transaction_hold: None,
         }],
         completeness: Default::default(),
     }
@@ -212,6 +213,7 @@ fn seed_completeness(audit: &str) -> crate::completeness::AuditCompleteness {
         partition,
         ledger,
         caught_up: true,
+        unread_cause: None,
     };
     evaluate(audit, &[part(0, p0), part(1, p1)], t0 + 60_000, 3_000)
 }

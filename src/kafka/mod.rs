@@ -15,4 +15,4 @@ pub mod tail;
 pub mod topic_id;
 
 pub use lookup::{Lookup, PipelineReader};
-pub use tail::{Command, Tagged, TailEvent, TailHandle, Watermarks};
+pub use tail::{Command, LastStable, Tagged, TailEvent, TailHandle, Watermarks};

@@ -124,6 +124,10 @@ pub enum Command {
 /// (log start, log end) per partition as last learnt by librdkafka while fetching.
 pub type Watermarks = Arc<Mutex<HashMap<TopicPartition, (Offset, Offset)>>>;
 
+/// The last stable offset per partition as last learnt by librdkafka while fetching: only a
+/// read_committed consumer learns it (a read_uncommitted one reports the log end there).
+pub type LastStable = Arc<Mutex<HashMap<TopicPartition, Offset>>>;
+
 /// The running tailing thread.
 pub struct TailHandle {
     /// Events for the audit task.
@@ -132,6 +136,8 @@ pub struct TailHandle {
     pub commands: std::sync::mpsc::Sender<Command>,
     /// Watermarks learnt from librdkafka statistics.
     pub watermarks: Watermarks,
+    /// Last stable offsets learnt from librdkafka statistics.
+    pub last_stable: LastStable,
     /// Backpressure shared with the thread.
     pub flow: Arc<Flow>,
     stopping: Arc<AtomicBool>,
@@ -165,6 +171,7 @@ pub fn start(
     let (tx, rx) = mpsc::channel(16);
     let (ctx_tx, ctx_rx) = std::sync::mpsc::channel::<Command>();
     let watermarks: Watermarks = Arc::default();
+    let last_stable: LastStable = Arc::default();
     let stopping = Arc::new(AtomicBool::new(false));
     let flow = Arc::new(Flow::new(max_pending));
     let mut cfg = client::tailing_consumer(kafka, group);
@@ -176,6 +183,7 @@ pub fn start(
         events: tx,
         batch: Mutex::new(Vec::with_capacity(BATCH)),
         watermarks: watermarks.clone(),
+        last_stable: last_stable.clone(),
         stopping: stopping.clone(),
         generation: AtomicU64::new(0),
         flow: flow.clone(),
@@ -209,6 +217,7 @@ pub fn start(
         events: rx,
         commands: ctx_tx,
         watermarks,
+        last_stable,
         flow,
         stopping,
         thread: Some(thread),

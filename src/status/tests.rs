@@ -34,6 +34,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
             state_problem: None,
             divergence: None,
             pipeline_commits: Vec::new(),
+            transaction_hold: None,
         }],
         completeness: AuditCompleteness {
             complete_until_ms: Some(1_700_000_000_000),

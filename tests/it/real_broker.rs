@@ -33,6 +33,25 @@ fn opts() -> AdminOptions {
     AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))
 }
 
+/// Offsets 0–3 plain records the pipeline writes, 4–6 an open transaction's records (left
+/// open: the returned producer commits it), 7–8 plain records behind them.
+async fn behind_an_open_transaction(s: &Scenario, lines: &[String]) -> TxnProducer {
+    assert_eq!(s.send(&lines[0..4]).await, vec![0, 1, 2, 3]);
+    s.pipeline().records(4).run().await;
+    let txn = TxnProducer::new(&s.topic).await;
+    assert_eq!(txn.open(0, &lines[4..7]).await, vec![4, 5, 6]);
+    assert_eq!(s.send(&lines[7..9]).await, vec![7, 8]);
+    txn
+}
+
+/// The first partition's entry of the auditor's `/api/status` (and the whole body).
+async fn partition_status(auditor: &Auditor) -> (serde_json::Value, String) {
+    let (code, body) = auditor.get("/api/status").await;
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
+    (status["audits"][0]["partitions"][0].clone(), body)
+}
+
 /// An open transaction holds the last stable offset (LSO). Offsets 0–3 are plain records the
 /// pipeline writes; 4–6 are an open transaction's records; 7–8 plain records behind them.
 /// Under read_committed neither the pipeline nor the auditor can read past the LSO (4) while
@@ -45,12 +64,7 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
     let topic = s.topic.clone();
     let lines = dns_lines(0..9);
     let auditor = s.start_auditor("offset_columns", "2s", "500ms").await;
-    assert_eq!(s.send(&lines[0..4]).await, vec![0, 1, 2, 3]);
-    s.pipeline().records(4).run().await;
-
-    let txn = TxnProducer::new(&topic).await;
-    assert_eq!(txn.open(0, &lines[4..7]).await, vec![4, 5, 6]);
-    assert_eq!(s.send(&lines[7..9]).await, vec![7, 8]);
+    let txn = behind_an_open_transaction(&s, &lines).await;
     let after_last = Utc::now().timestamp_millis() + 1;
 
     auditor
@@ -71,6 +85,28 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
         c["complete"], false,
         "records 4–8 were produced and not verified: {c}"
     );
+    // The cause is named: the open transaction holding the LSO at 4, below the log end
+    // (9, or past it once the broker counts the transaction's marker), for a few seconds.
+    let blocker = &c["blockers"][0];
+    assert_eq!(blocker["kind"], "unread", "{c}");
+    let cause = blocker["cause"].as_str().unwrap_or_default();
+    assert!(
+        cause.starts_with("an open transaction holds its last stable offset at 4 ("),
+        "{c}"
+    );
+    assert!(
+        c["reason"].as_str().unwrap_or_default().contains(cause),
+        "{c}"
+    );
+    let (p, body) = partition_status(&auditor).await;
+    let hold = &p["transaction_hold"];
+    assert_eq!(hold["last_stable"], 4, "{body}");
+    assert!(hold["log_end"].as_i64().unwrap_or(0) >= 9, "{body}");
+    let held_for = Utc::now().timestamp_millis() - hold["since_ms"].as_i64().unwrap_or(0);
+    assert!(
+        held_for >= 5_000,
+        "aged since the transaction opened, not reset each round: {body}"
+    );
 
     txn.commit_open();
     // The pipeline reads 4–8 (the marker at 9 is no record) and drops 5.
@@ -90,6 +126,46 @@ async fn an_open_transaction_holds_the_lso_as_lag_never_loss() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let gaps = api_gaps(&auditor).await;
     assert_eq!(gap_tuples(&gaps), vec![(0, 5, 5, 1)], "{gaps:?}");
+    // Committed: the LSO reached the log end, no hold left.
+    let (p, body) = partition_status(&auditor).await;
+    assert!(p.get("transaction_hold").is_none(), "{body}");
+    auditor.stop().await;
+}
+
+/// The same open transaction seen by a read_uncommitted auditor: it reads the open
+/// transaction's records and the ones behind them (librdkafka reports the high watermark
+/// as its last stable offset), so no transaction hold is named, and the records the
+/// pipeline (read_committed, at the LSO) cannot reach are lag, never loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_uncommitted_auditor_names_no_transaction_hold() {
+    let s = Scenario::new("lso_ru").await;
+    let topic = s.topic.clone();
+    let lines = dns_lines(0..9);
+    let toml = config_toml(&s.spec("offset_columns", "2s", "500ms")).replacen(
+        "[kafka]\n",
+        "[kafka]\nisolation_level = \"read_uncommitted\"\n",
+        1,
+    );
+    assert!(toml.contains("read_uncommitted"), "{toml}");
+    let auditor = Auditor::start(&toml).await;
+    let txn = behind_an_open_transaction(&s, &lines).await;
+    auditor
+        .wait_decided(30, "0–3 confirmed, 4–8 read", |a| {
+            a.confirmed(&topic, 0) == 4 && a.consumed(&topic, 0) >= 9
+        })
+        .await;
+    keep_checking(Duration::from_secs(6), Duration::from_millis(200), || {
+        assert_eq!(
+            auditor.lost(&topic, 0),
+            0,
+            "lag behind the LSO reported as loss"
+        );
+    })
+    .await;
+    let (p, body) = partition_status(&auditor).await;
+    assert!(p["log_end"].as_i64().unwrap_or(0) >= 9, "{body}");
+    assert!(p.get("transaction_hold").is_none(), "{body}");
+    txn.commit_open();
     auditor.stop().await;
 }
 

@@ -159,6 +159,7 @@ table = "t1"
         kafka_view: kafka.clone(),
         commands: tx,
         watermarks: Default::default(),
+        last_stable: Default::default(),
         flow: Arc::new(Flow::new(1_000_000)),
         admin: None,
         handover: None,

@@ -67,6 +67,7 @@ fn a_partial_release_reaches_the_ledger() {
             repositioning: None,
             topic_id: None,
             divergence: None,
+            transaction: Default::default(),
         },
     );
     // Offsets 0, 1 of schema 7 and 2, 3 of schema 8, neither cached yet (a start with an
@@ -131,6 +132,7 @@ fn records_read_before_a_reposition_do_not_skip_the_held_ones() {
             repositioning: None,
             topic_id: None,
             divergence: None,
+            transaction: Default::default(),
         },
     );
     // Offset 10 waits for schema 8; 11 and 12 (schema 7) wait behind it.
@@ -189,6 +191,7 @@ fn a_position_waits_for_the_records_held_below_it() {
             repositioning: None,
             topic_id: None,
             divergence: None,
+            transaction: Default::default(),
         },
     );
     let batch = vec![record(&d, 10, 8), record(&d, 11, 8), record(&d, 12, 8)];

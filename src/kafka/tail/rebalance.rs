@@ -8,6 +8,7 @@ pub(super) struct TailContext {
     pub(super) events: mpsc::Sender<TailEvent>,
     pub(super) batch: Mutex<Vec<Tagged>>,
     pub(super) watermarks: Watermarks,
+    pub(super) last_stable: LastStable,
     pub(super) stopping: Arc<AtomicBool>,
     /// Bumped by every rebalance, so a paused thread re-pauses newly assigned partitions.
     pub(super) generation: AtomicU64,
@@ -96,15 +97,19 @@ impl ClientContext for TailContext {
         let Ok(mut w) = self.watermarks.lock() else {
             return;
         };
+        let Ok(mut ls) = self.last_stable.lock() else {
+            return;
+        };
         for (name, t) in &s.topics {
             for (p, ps) in &t.partitions {
                 if *p < 0 || ps.hi_offset < 0 {
                     continue;
                 }
-                w.insert(
-                    TopicPartition::new(name.clone(), *p),
-                    (ps.lo_offset, ps.hi_offset),
-                );
+                let tp = TopicPartition::new(name.clone(), *p);
+                if ps.ls_offset >= 0 {
+                    ls.insert(tp.clone(), ps.ls_offset);
+                }
+                w.insert(tp, (ps.lo_offset, ps.hi_offset));
             }
         }
     }
