@@ -588,16 +588,16 @@ impl<V: Verifier> Audit<V> {
                     self.handover_claims.remove(tp);
                     self.handover_dirty.insert(tp.clone());
                     // Its store's retired gaps go to the side topic before its first base.
-                    // A format-3 state found (another owner's, whose chunks may be newer
-                    // than this store's rows, or this owner's own, whose chunks may hold
-                    // rows its store let go): the side topic's chunks are merged into the
-                    // store first, then the merged rows swept (review of format 3, F3:
-                    // this only warned, and the next changed chunks replaced theirs).
+                    // A format-3 state found (another owner's, or this owner's own): the
+                    // partition resumed from this store, whose verdicts stand as they do
+                    // for a store further than the handover at an assignment; its chunks
+                    // replace the side topic's of the partition (review of format 3, F3:
+                    // this only warned, and the next changed chunks replaced theirs in part).
                     let found = states.get(tp).map(|st| (st.version, st.owner.as_str()));
                     if found.is_some_and(|(version, _)| version >= 3) {
                         tracing::warn!(audit = %self.cfg.name, %tp, previous_owner = ?found.map(|f| f.1), me = %me,
-                            "the handover topic, read after this partition resumed, holds a format-3 state: its side topic's given-up gaps are merged into this store (its own stand) before it publishes");
-                        self.start_merge(tp);
+                            "the handover topic, read after this partition resumed, holds a format-3 state: this store's given-up gaps replace the side topic's of the partition before it publishes (acknowledgements made there of gaps it holds are taken)");
+                        self.start_supersede(tp);
                     } else {
                         self.retired_flows
                             .insert(tp.clone(), super::retired_flow::Flow::Sweep(Offset::MIN));

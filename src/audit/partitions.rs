@@ -237,7 +237,7 @@ impl<V: Verifier> Audit<V> {
         let TakenOver {
             handed_retired,
             foreign,
-            merge,
+            supersede,
         } = self.take_over(&partitions, &mut progress).await;
         let view = self.kafka_view.clone();
         let start = self.kafka.start;
@@ -416,24 +416,11 @@ impl<V: Verifier> Audit<V> {
                     crate::store::PartitionChunks::new()
                 }
             };
-            // Merged (review of format 3, F2): the swept mark and notes go, a sweep of the
-            // merged rows follows the merge (a crash meanwhile merges again: the handover
-            // still holds the state that asked for it).
-            if !merge.is_empty() {
-                let (store, audit) = (self.store.clone(), self.cfg.name.clone());
-                let tps: Vec<(String, i32)> = merge
-                    .iter()
-                    .map(|tp| (tp.topic.clone(), tp.partition))
-                    .collect();
-                if let Err(e) = blocking(move || store.clear_handover_swept(&audit, &tps)).await {
-                    tracing::warn!(audit = %self.cfg.name, error = %e, "cannot unmark the partitions whose given-up gaps are merged with the handover side topic's");
-                }
-            }
             for tp in &partitions {
-                if merge.contains(tp) {
+                if supersede.contains(tp) {
                     tracing::info!(audit = %self.cfg.name, %tp,
-                        "the handover side topic may hold given-up gaps this store lacks or holds otherwise: merged into this store (its own stand), then published");
-                    self.start_merge(tp);
+                        "this store resumed the partition further than the handover's format-3 state: its given-up gaps replace the side topic's chunks of the partition (acknowledgements made there of gaps it holds are taken), then it is handed over");
+                    self.start_supersede(tp);
                     continue;
                 }
                 if !handed_retired.contains_key(tp)
@@ -494,7 +481,8 @@ impl<V: Verifier> Audit<V> {
     /// After an assignment (with a handover topic): the store may still hold open gaps of
     /// partitions this instance owned before a rebalance or a restart, which another
     /// instance owns now and took over from the handover topic. Those copies are dropped:
-    /// an unresolved gap is listed by its partition's owner only. Not done at revoke: the
+    /// an unresolved gap is listed by its partition's owner only, and the partition's
+    /// progress goes with them (it comes back from the handover). Not done at revoke: the
     /// partition may come straight back (eager rebalances revoke everything), and a store
     /// stopped between revoke and assignment keeps what it followed.
     pub(super) async fn forget_not_owned(&self) {
@@ -512,8 +500,11 @@ impl<V: Verifier> Audit<V> {
                 .collect();
             let mut n = 0;
             for tp in elsewhere {
-                // Its retired rows go too: the side topic no longer holds them as this store
-                // does (a sweep, should it come back from this store).
+                // Its progress first (a crash before the rows go leaves rows the next
+                // assignment drops, never a progress without its rows: review of format
+                // 3, F1), and its retired rows too: the side topic no longer holds them as
+                // this store does.
+                store.forget_progress(&audit, &tp.topic, tp.partition)?;
                 store.clear_handover_swept(&audit, &[(tp.topic.clone(), tp.partition)])?;
                 n += store
                     .forget_unresolved(&audit, &tp.topic, tp.partition, Offset::MAX, &[], true)?
@@ -524,7 +515,7 @@ impl<V: Verifier> Audit<V> {
         .await;
         match r {
             Ok(n) if n > 0 => {
-                tracing::info!(audit = %self.cfg.name, gaps = n, "open gaps of partitions other instances own now dropped from the local store")
+                tracing::info!(audit = %self.cfg.name, gaps = n, "open gaps (and progress) of partitions other instances own now dropped from the local store")
             }
             Ok(_) => {}
             Err(e) => {
@@ -568,7 +559,7 @@ impl<V: Verifier> Audit<V> {
         let TakenOver {
             handed_retired,
             foreign,
-            merge,
+            supersede,
         } = &mut out;
         let mut imports = Vec::new();
         // What this process noted for a handover before is stale: it starts from what it
@@ -587,13 +578,14 @@ impl<V: Verifier> Audit<V> {
                     h.forget_chain(&self.cfg.name, &tp);
                 }
                 // Review of format 3, F2: decided here, before anything can sweep. The
-                // store's rows stand (it decided these offsets last), but the side topic
-                // may hold gaps it lacks: another owner's newer chunks, or this owner's
-                // own of rows its store let go (not marked swept, F1). Neither swept over
-                // (their versions would be lost) nor imported as a takeover (that drops
-                // this store's rows the chunks lack, its newer verdicts): merged.
+                // store's verdicts stand (it decided these offsets last; a store that let
+                // a partition's gaps go forgot its progress with them, so it is never
+                // further, see `forget_not_owned`), but the side topic may hold chunks it
+                // has no row in: another owner's, or this owner's own not proven swept.
+                // A sweep alone would leave those for a next owner to import and count
+                // twice: they are superseded (`retired_flow::Flow::Supersede`).
                 if st.version >= 3 && (theirs || !proofs.swept.contains(&tp)) {
-                    merge.insert(tp);
+                    supersede.insert(tp);
                 }
                 continue;
             }
@@ -654,6 +646,7 @@ impl<V: Verifier> Audit<V> {
             .map(|h| h.topic().to_string())
             .unwrap_or_default();
         let written = blocking(move || {
+            let mut unretired = Vec::new();
             for (row, gaps, replayed, retired, own) in imports {
                 // Given-up gaps inline (record format 2) are not on the side topic: swept.
                 if !retired.is_empty() {
@@ -681,6 +674,16 @@ impl<V: Verifier> Audit<V> {
                 for id in &replayed {
                     store.mark_replayed(id)?;
                 }
+                // A gap the state's ledger holds is not retired here, whatever this store
+                // says (review of format 3, F4: a round retired it and stopped before the
+                // state that said so; kept retired it would count twice, in the ledger and
+                // in the retired rows). Its chunk goes again without it.
+                let back = store.unretire(&keep)?;
+                if !back.is_empty() {
+                    tracing::info!(audit = %audit, topic = %row.topic, partition = row.partition, gaps = ?back,
+                        "gaps the state taken over holds in its ledger are no longer counted as given up here");
+                    unretired.push((TopicPartition::new(row.topic.clone(), row.partition), back));
+                }
                 // Retired rows are the side topic's to settle (an import), but for this
                 // owner's own state: they are its own, kept.
                 let dropped = store.forget_unresolved(
@@ -696,11 +699,22 @@ impl<V: Verifier> Audit<V> {
                         "stale copies of gaps another instance resolved dropped from the local store");
                 }
             }
-            Ok::<_, crate::store::StoreError>(())
+            Ok::<_, crate::store::StoreError>(unretired)
         })
         .await;
-        if let Err(e) = written {
-            tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
+        match written {
+            Ok(unretired) => {
+                for (tp, ids) in unretired {
+                    self.handover_pending
+                        .entry(tp)
+                        .or_default()
+                        .chunks
+                        .extend(super::retired_flow::chunks_of_ids(&ids));
+                }
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
+            }
         }
         out
     }
@@ -905,10 +919,10 @@ pub(super) struct TakenOver {
     /// Partitions taken over from a state this owner may not sweep over
     /// ([`super::retired_flow::may_sweep`]).
     pub foreign: BTreeSet<TopicPartition>,
-    /// Partitions resumed from the local store (further than the handover) whose side
-    /// topic's chunks are merged into it before anything of it is published (review of
-    /// format 3, F2: see `retired_flow::Flow::Merge`).
-    pub merge: BTreeSet<TopicPartition>,
+    /// Partitions resumed from the local store (further than the handover's format-3
+    /// state) whose store replaces the side topic's chunks before anything of it is
+    /// published (review of format 3, F2: see `retired_flow::Flow::Supersede`).
+    pub supersede: BTreeSet<TopicPartition>,
 }
 
 /// The status line of a partition whose stored state was partly unreadable (`None`: all

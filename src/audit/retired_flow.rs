@@ -16,10 +16,16 @@
 //!   wins). Meanwhile the ledger's aggregate is the handed-over one (completeness, gauges
 //!   and DataLoss are right at once) and the store's recount of it waits.
 //!
-//! - **Merge**: a partition resumed from this store while the handover holds a format-3
-//!   state it did not take (its store further, or read only after it resumed) merges the
-//!   side topic's chunks into the store without dropping or setting back a row of it
-//!   (review of format 3, F2/F3), then sweeps; see [`Flow::Merge`].
+//! - **Supersede**: a partition resumed from this store while the handover holds a format-3
+//!   state it did not take (its store further, or the topic read only after it resumed):
+//!   the store's verdicts stand, as a resumed store's always did (record format 2 replaced
+//!   the other owner's base whole). The side topic is read for which chunks of the
+//!   partition hold gaps (their keys and terms, no row written), then the store's retired
+//!   gaps are swept and every chunk holding gaps the store has no row in gets an empty
+//!   version, so the side topic ends exactly as this store holds the partition (never a
+//!   stale chunk a next owner would import and count twice). One thing of theirs is taken:
+//!   an acknowledgement of a gap this store holds under the same id (an operator's act;
+//!   acknowledgements never go back). See [`Flow::Supersede`].
 //!
 //! While a partition sweeps or imports it is **held**, as a partition whose handover topic
 //! was not read: neither published nor committed (a state or chunk published before the
@@ -45,15 +51,15 @@ pub(super) enum Flow {
     /// applied so far of each chunk ([`retired::newest_versions`]), at most one entry per
     /// chunk of the partition.
     Import(ImportCursor, BTreeMap<i64, u64>),
-    /// Merge the side topic's chunks up to the cursor's end into a store whose own rows
-    /// stand (review of format 3, F2/F3: this owner resumed from its own store while the
-    /// handover holds a format-3 state it cannot take, another owner's or its own the store
-    /// does not prove current): nothing of the store is dropped or set back
-    /// ([`crate::store::Store::merge_retired`]), the aggregate stays the store's count, and
-    /// a sweep of the merged rows follows (with an empty chunk for each chunk of the side
-    /// topic the store then holds no row of), so the side topic ends as this store holds
-    /// the partition. Same map as `Import`.
-    Merge(ImportCursor, BTreeMap<i64, u64>),
+    /// Read the side topic up to the cursor's end for which chunks of the partition hold
+    /// gaps in their newest version (review of format 3, F2/F3 and the merge's review N1-N6:
+    /// this owner resumed from its own store while the handover holds a format-3 state it
+    /// did not take, another owner's or its own the store does not prove current), taking
+    /// only acknowledgements of gaps the store holds; then a sweep and an empty version of
+    /// each such chunk the store has no row in. The map is as `Import`'s, the set the
+    /// chunks whose newest version read so far holds gaps. The aggregate stays the store's
+    /// count throughout.
+    Supersede(ImportCursor, BTreeMap<i64, u64>, BTreeSet<i64>),
 }
 
 /// The first offset of gap `id` (`audit:topic:partition:first[@epoch]`).
@@ -167,17 +173,17 @@ impl<V: Verifier> Audit<V> {
     }
 
     /// Whether `tp` imports a previous owner's retired gaps (its aggregate is the handed-over
-    /// one: the store's recount waits). Not a merge: its aggregate is the store's count.
+    /// one: the store's recount waits). Not a supersede: its aggregate is the store's count.
     pub(super) fn importing(&self, tp: &TopicPartition) -> bool {
         matches!(self.retired_flows.get(tp), Some(Flow::Import(..)))
     }
 
-    /// Where a merge reads from, for partition `tp` whose ledger is restored from its own
-    /// store (review of format 3, F2/F3): see [`Flow::Merge`].
-    pub(super) fn start_merge(&mut self, tp: &TopicPartition) {
+    /// Where a supersede reads from, for partition `tp` whose ledger is restored from its
+    /// own store (review of format 3, F2/F3): see [`Flow::Supersede`].
+    pub(super) fn start_supersede(&mut self, tp: &TopicPartition) {
         self.retired_flows.insert(
             tp.clone(),
-            Flow::Merge(ImportCursor::start(), BTreeMap::new()),
+            Flow::Supersede(ImportCursor::start(), BTreeMap::new(), BTreeSet::new()),
         );
     }
 
@@ -191,7 +197,7 @@ impl<V: Verifier> Audit<V> {
         let import: Option<(ImportCursor, Vec<TopicPartition>)> = {
             let mut by: BTreeMap<(Offset, Offset), Vec<TopicPartition>> = BTreeMap::new();
             for (tp, f) in &self.retired_flows {
-                if let Flow::Import(c, _) | Flow::Merge(c, _) = f {
+                if let Flow::Import(c, _) | Flow::Supersede(c, _, _) = f {
                     by.entry((c.next, c.end)).or_default().push(tp.clone());
                 }
             }
@@ -207,44 +213,37 @@ impl<V: Verifier> Audit<V> {
                 tps.clone(),
             );
             let handover = h.topic().to_string();
+            // The superseding partitions, each with the chunks whose newest version read so
+            // far holds gaps (a copy: kept only when the step succeeds).
+            let mut holding: BTreeMap<TopicPartition, BTreeSet<i64>> = tps
+                .iter()
+                .filter_map(|tp| match self.retired_flows.get(tp) {
+                    Some(Flow::Supersede(_, _, h)) => Some((tp.clone(), h.clone())),
+                    _ => None,
+                })
+                .collect();
+            let superseding: BTreeSet<TopicPartition> = holding.keys().cloned().collect();
             // Marked swept once imported only when nothing of theirs waits to be published
             // (gaps they retired meanwhile): else the chunk publish marks them, once the
             // side topic holds those too (a crash in between then sweeps at the next start).
-            // A merge is never marked here: a sweep of the merged rows follows.
-            let merging: BTreeSet<TopicPartition> = tps
-                .iter()
-                .filter(|tp| matches!(self.retired_flows.get(*tp), Some(Flow::Merge(..))))
-                .cloned()
-                .collect();
+            // A supersede is never marked here: its sweep marks it.
             let markable: Vec<TopicPartition> = tps
                 .iter()
-                .filter(|tp| self.nothing_pending(tp) && !merging.contains(*tp))
+                .filter(|tp| self.nothing_pending(tp) && !superseding.contains(*tp))
                 .cloned()
                 .collect();
-            // A merging partition's ledger: the offsets of the gaps it holds (a gap of theirs
-            // overlapping one is not merged) and where it is settled (a gap of theirs
-            // reaching it is left to this owner's own verdict: it decides those offsets).
-            let mine: BTreeMap<TopicPartition, (Vec<(Offset, Offset)>, Offset)> = merging
-                .iter()
-                .map(|tp| {
-                    // Not owned (never so while it flows): nothing of it is merged.
-                    let mine = self.parts.get(tp).map_or((Vec::new(), Offset::MIN), |p| {
-                        let spans = p.ledger.gaps().map(|g| (g.first, g.last)).collect();
-                        (spans, p.ledger.settled())
-                    });
-                    (tp.clone(), mine)
-                })
-                .collect();
-            // The gaps these partitions' ledgers hold in memory (bounded by max_open_gaps),
-            // and those this owner changed since the takeover (waiting for their publish,
-            // held until the import ends): never imported as retired (see `not_held`),
-            // never deleted as lacking from a chunk.
+            // The gaps the importing partitions' ledgers hold in memory (bounded by
+            // max_open_gaps), and those this owner changed since the takeover (waiting for
+            // their publish, held until the import ends): never imported as retired (see
+            // `not_held`), never deleted as lacking from a chunk.
             let held: HashSet<String> = tps
                 .iter()
+                .filter(|tp| !superseding.contains(*tp))
                 .filter_map(|tp| self.parts.get(tp).map(|p| (tp, p)))
                 .flat_map(|(tp, p)| p.ledger.gaps().map(|g| g.id(&self.cfg.name, tp)))
                 .chain(
                     tps.iter()
+                        .filter(|tp| !superseding.contains(*tp))
                         .filter_map(|tp| self.handover_pending.get(tp))
                         .flat_map(|p| p.gaps.iter().cloned()),
                 )
@@ -255,13 +254,25 @@ impl<V: Verifier> Audit<V> {
                 .iter()
                 .map(|tp| {
                     let k = match self.retired_flows.get(tp) {
-                        Some(Flow::Import(_, k) | Flow::Merge(_, k)) => k.clone(),
+                        Some(Flow::Import(_, k) | Flow::Supersede(_, k, _)) => k.clone(),
                         _ => BTreeMap::new(),
                     };
                     (tp.clone(), k)
                 })
                 .collect();
             let step = blocking(move || {
+                // A supersede's first step: the store no longer says the side topic holds
+                // its retired gaps until the sweep that follows ends (review N6: a crash
+                // meanwhile must not leave a store that proves an own state current).
+                if cursor == ImportCursor::start() && !holding.is_empty() {
+                    let tps: Vec<(String, i32)> = holding
+                        .keys()
+                        .map(|tp| (tp.topic.clone(), tp.partition))
+                        .collect();
+                    store
+                        .clear_handover_swept(&audit, &tps)
+                        .map_err(|e| e.to_string())?;
+                }
                 let retired::RetiredRead {
                     chunks,
                     skipped,
@@ -269,29 +280,44 @@ impl<V: Verifier> Audit<V> {
                 } = hh
                     .read_retired(&audit, &asked, cursor)
                     .map_err(|e| e.to_string())?;
+                // A chunk that does not decode may hold gaps: a superseding store replaces
+                // it too (with an empty version where it holds no row there).
+                for s in &skipped {
+                    if let Some(h) = holding.get_mut(&s.tp) {
+                        h.insert(s.chunk);
+                    }
+                }
                 let mut by: BTreeMap<TopicPartition, Vec<retired::RetiredChunk>> = BTreeMap::new();
                 for c in chunks {
                     by.entry(c.tp()).or_default().push(c);
                 }
                 let mut n = 0;
-                let mut conflicts: BTreeMap<TopicPartition, Vec<String>> = BTreeMap::new();
+                let mut acks: BTreeMap<TopicPartition, Vec<String>> = BTreeMap::new();
                 for (tp, chunks) in by {
                     let terms = kept.entry(tp.clone()).or_default();
-                    if let Some((spans, settled)) = mine.get(&tp) {
+                    if let Some(holds) = holding.get_mut(&tp) {
+                        // Only which chunks hold gaps (the newest version of each: log order,
+                        // highest term), and acknowledgements of gaps this store holds.
                         for c in retired::newest_versions(chunks, terms) {
-                            let (gaps, _) = not_held(c.gaps, &held);
-                            let (gaps, later): (Vec<Gap>, Vec<Gap>) =
-                                gaps.into_iter().partition(|g| g.last_offset < *settled);
-                            if !later.is_empty() {
-                                tracing::info!(%audit, %tp, chunk = c.chunk, gaps = ?later.iter().map(|g| &g.id).collect::<Vec<_>>(),
-                                    "retired gaps of another owner's chunk not merged: this owner has not settled their offsets yet and decides them itself");
+                            if c.gaps.is_empty() {
+                                holds.remove(&c.chunk);
+                            } else {
+                                holds.insert(c.chunk);
                             }
-                            let m = store
-                                .merge_retired(&audit, &gaps, spans)
-                                .map_err(|e| e.to_string())?;
-                            n += m.written.len();
-                            if !m.conflicting.is_empty() {
-                                conflicts.entry(tp.clone()).or_default().extend(m.conflicting);
+                            for g in c
+                                .gaps
+                                .iter()
+                                .filter(|g| g.state == crate::gap::GapState::Acknowledged)
+                            {
+                                let reason = g.ack_reason.as_deref().unwrap_or(
+                                    "acknowledged on the partition's previous owner",
+                                );
+                                if store
+                                    .take_acknowledgement(&g.id, reason)
+                                    .map_err(|e| e.to_string())?
+                                {
+                                    acks.entry(tp.clone()).or_default().push(g.id.clone());
+                                }
                             }
                         }
                         continue;
@@ -318,8 +344,9 @@ impl<V: Verifier> Audit<V> {
                         n += gaps.len();
                     }
                 }
-                // A merged partition's chunks of the side topic that its store now holds no
-                // row of: its sweep cannot replace them, an empty version of each does.
+                // A superseding partition's chunks holding gaps that its store holds no row
+                // in: its sweep cannot replace them, an empty version of each does (a chunk
+                // whose newest version is empty already is left: review N5).
                 let mut empty: BTreeMap<TopicPartition, BTreeSet<i64>> = BTreeMap::new();
                 if next.done() {
                     for tp in &markable {
@@ -327,8 +354,8 @@ impl<V: Verifier> Audit<V> {
                             .set_handover_swept(&handover, &audit, &tp.topic, tp.partition, true)
                             .map_err(|e| e.to_string())?;
                     }
-                    for tp in mine.keys() {
-                        for c in kept.get(tp).into_iter().flat_map(|k| k.keys()) {
+                    for (tp, holds) in &holding {
+                        for c in holds {
                             let (lo, hi) = retired::chunk_range(*c);
                             if !store
                                 .has_retired_between(&audit, &tp.topic, tp.partition, lo, hi)
@@ -339,23 +366,23 @@ impl<V: Verifier> Audit<V> {
                         }
                     }
                 }
-                Ok::<_, String>((next, n, kept, skipped, conflicts, empty))
+                Ok::<_, String>((next, n, kept, holding, skipped, acks, empty))
             })
             .await;
             match step {
-                Ok((next, n, mut kept, skipped, conflicts, mut empty)) => {
+                Ok((next, n, mut kept, mut holding, skipped, acks, mut empty)) => {
                     self.report_skipped_chunks(&skipped, &retired::side_topic(h.topic()));
-                    self.report_merge_conflicts(&conflicts);
-                    for tp in &merging {
-                        if n > 0
-                            && let Some(p) = self.parts.get_mut(tp)
-                        {
-                            // The store holds more retired rows: its count again.
-                            p.ledger.retired_recount();
-                        }
+                    for (tp, ids) in &acks {
+                        tracing::info!(audit = %self.cfg.name, %tp, gaps = ?ids,
+                            "acknowledgements of gaps this store holds taken from the handover side topic (made on the partition's previous owner)");
+                    }
+                    for tp in &superseding {
                         if next.done() {
-                            // A sweep of the merged rows, then the empty chunks (with the
+                            // A sweep of the store's rows, then the empty chunks (with the
                             // partition's next state: see `hand_over`).
+                            let replaced = empty.get(tp).map_or(0, BTreeSet::len);
+                            tracing::info!(audit = %self.cfg.name, %tp, empty_chunks = replaced,
+                                "this store's given-up gaps replace the handover side topic's for this partition: published next (chunks holding gaps it has no row in get an empty version), then it is handed over and committed again");
                             self.retired_flows
                                 .insert(tp.clone(), Flow::Sweep(Offset::MIN));
                             if let Some(e) = empty.remove(tp) {
@@ -368,12 +395,15 @@ impl<V: Verifier> Audit<V> {
                             self.handover_dirty.insert(tp.clone());
                         } else {
                             let terms = kept.remove(tp).unwrap_or_default();
+                            let holds = holding.remove(tp).unwrap_or_default();
                             self.retired_flows
-                                .insert(tp.clone(), Flow::Merge(next, terms));
+                                .insert(tp.clone(), Flow::Supersede(next, terms, holds));
                         }
                     }
-                    let tps: Vec<TopicPartition> =
-                        tps.into_iter().filter(|tp| !merging.contains(tp)).collect();
+                    let tps: Vec<TopicPartition> = tps
+                        .into_iter()
+                        .filter(|tp| !superseding.contains(tp))
+                        .collect();
                     tracing::debug!(audit = %self.cfg.name, partitions = ?tps, gaps = n, next = next.next, end = next.end, "retired gaps imported from the handover");
                     for tp in &tps {
                         if next.done() {
@@ -392,13 +422,10 @@ impl<V: Verifier> Audit<V> {
                     if next.done() && !tps.is_empty() {
                         tracing::info!(audit = %self.cfg.name, partitions = ?tps, "the previous owner's retired gaps are in the store: these partitions are handed over and committed again");
                     }
-                    if next.done() && !merging.is_empty() {
-                        tracing::info!(audit = %self.cfg.name, partitions = ?merging, "the handover side topic's given-up gaps are merged into the store: its given-up gaps are published next, then these partitions are handed over and committed again");
-                    }
                 }
                 Err(e) => {
                     tracing::warn!(audit = %self.cfg.name, partitions = ?tps, error = %e,
-                        "cannot import the previous owner's retired gaps yet: these partitions are neither handed over nor committed (their gauges count the handed-over aggregate); retried next round");
+                        "cannot read the handover side topic's retired gaps yet: these partitions are neither handed over nor committed (an import's gauges count the handed-over aggregate); retried next round");
                 }
             }
         }
@@ -410,7 +437,7 @@ impl<V: Verifier> Audit<V> {
             .filter(|(tp, _)| !h.unread(&self.cfg.name, tp))
             .filter_map(|(tp, f)| match f {
                 Flow::Sweep(from) => Some((tp.clone(), *from)),
-                Flow::Import(..) | Flow::Merge(..) => None,
+                Flow::Import(..) | Flow::Supersede(..) => None,
             })
             .collect();
         let mut budget = retired::SWEEP_ROWS;
@@ -478,29 +505,6 @@ impl<V: Verifier> Audit<V> {
                     tracing::warn!(audit = %self.cfg.name, %tp, error = %e,
                         "cannot publish retired gaps to the handover side topic: the partition is neither handed over nor committed; retried next round");
                 }
-            }
-        }
-    }
-
-    /// Gaps of another owner a merge did not write (they overlap another gap of this
-    /// store: the two owners' verdicts on those offsets differ, and which is right cannot
-    /// be told): a WARN each, and the partition's `state_problem` says so. Neither is
-    /// dropped: this store's gap stays, theirs stays in their store and its chunk's old
-    /// versions (an operator settles it with `check`).
-    fn report_merge_conflicts(&mut self, conflicts: &BTreeMap<TopicPartition, Vec<String>>) {
-        for (tp, ids) in conflicts {
-            tracing::warn!(audit = %self.cfg.name, %tp, gaps = ?ids,
-                "given-up gaps of another owner's chunk overlap other gaps of this store (the two owners' verdicts on those offsets differ): this store's stand, theirs are not merged");
-            let what = format!(
-                "{} given-up gap(s) of another owner overlap this store's own and were not merged (first: {}): see the log",
-                ids.len(),
-                ids.first().map(String::as_str).unwrap_or("")
-            );
-            if let Some(p) = self.parts.get_mut(tp) {
-                p.state_problem = Some(match p.state_problem.take() {
-                    Some(before) => format!("{before}; {what}"),
-                    None => what,
-                });
             }
         }
     }
@@ -575,8 +579,8 @@ impl<V: Verifier> Audit<V> {
                         ));
                     }
                     // None left in the store: an empty version replaces the side topic's
-                    // (a merge's chunk of another owner's gaps not taken, a chunk whose
-                    // rows all left): never a stale version left for a next owner.
+                    // (a superseded chunk of another owner's, a chunk whose rows all
+                    // left): never a stale version left for a next owner.
                     if got.is_empty() {
                         out.push(retired::empty_chunk(&audit, &tp, c, &owner, now));
                     }

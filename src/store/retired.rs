@@ -429,6 +429,31 @@ impl Store {
 }
 
 impl Store {
+    /// Of the gaps `ids`, those this store marks retired are marked not retired (a ledger
+    /// holds them: see `take_over`); returns them.
+    pub fn unretire(&self, ids: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || "unmark gaps a ledger holds as retired".to_string();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let mut back = Vec::new();
+        {
+            let mut stmt = tx
+                .prepare_cached("UPDATE gaps SET retired = 0 WHERE id = ?1 AND retired = 1")
+                .map_err(self.sq(ctx()))?;
+            for id in ids {
+                if stmt.execute(params![id]).map_err(self.sq(ctx()))? > 0 {
+                    back.push(id.clone());
+                }
+            }
+        }
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(back)
+    }
+}
+
+impl Store {
     /// Forgets, for every handover topic, that the retired gaps of `partitions` of `audit`
     /// are on its side topic: gaps of theirs are about to retire (schema v14).
     pub fn clear_handover_swept(

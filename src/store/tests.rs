@@ -997,7 +997,7 @@ fn a_bad_key_chunk_is_an_error_naming_audit_and_chunk() {
 
 mod handover_reads;
 mod key_log_props;
-mod merge;
+mod supersede;
 mod retired;
 
 mod checkpoints {

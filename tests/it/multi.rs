@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod handover_idle;
-mod handover_merge;
+mod handover_supersede;
 mod handover_retired;
 
 const PARTITIONS: i32 = 6;

@@ -175,13 +175,14 @@ async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
 }
 
 /// Review of format 3, F3: a partition resumed from its store because the handover read
-/// failed; the background read then finds a format-3 state. Another owner's: its side
-/// topic's chunks may be newer than this store's rows, so they are merged into the store
-/// before anything of it is published (before, only a warning, and the next changed chunks
-/// replaced that owner's versions). This owner's own: its store may have let rows of it go,
-/// so the same. A state of an older format carries no chunks: a sweep, as before.
+/// failed; the background read then finds a format-3 state, another owner's or its own:
+/// the side topic may hold chunks of the partition this store has no row in, so the store
+/// supersedes them (every such chunk replaced, not only those its sweep writes) before
+/// anything of it is published (before, only a warning, and the next changed chunks
+/// replaced that owner's versions in part). A state of an older format carries no chunks:
+/// a sweep, as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_background_read_finding_a_format_3_state_merges_its_chunks_first() {
+async fn a_background_read_finding_a_format_3_state_supersedes_its_chunks_first() {
     use crate::audit::retired_flow::Flow;
     let mut h = harness("");
     let k = crate::config::KafkaConfig {
@@ -200,18 +201,63 @@ async fn a_background_read_finding_a_format_3_state_merges_its_chunks_first() {
             "written_at": "2026-12-06T00:00:00Z", "owner": owner}))
         .expect("a state")
     };
-    for (version, owner, merged) in [(3, "other", true), (3, "me", true), (2, "other", false)] {
+    for (version, owner, superseded) in
+        [(3, "other", true), (3, "me", true), (2, "other", false)]
+    {
         h.audit.retired_flows.clear();
         let states = std::collections::HashMap::from([(tp(0), state(version, owner))]);
         h.audit.read_done(vec![tp(0)], Ok(states));
         let flow = h.audit.retired_flows.get(&tp(0));
         assert_eq!(
-            matches!(flow, Some(Flow::Merge(..))),
-            merged,
+            matches!(flow, Some(Flow::Supersede(..))),
+            superseded,
             "format {version} of {owner}: {flow:?}"
         );
-        if !merged {
+        if !superseded {
             assert!(matches!(flow, Some(Flow::Sweep(_))), "{flow:?}");
         }
     }
+}
+
+/// Review of format 3, F1, and the supersede that replaced the merge: a store letting go of
+/// the gaps of a partition another instance owns now forgets its progress with them. Kept,
+/// that progress could later resume the partition as further than the handover's state
+/// while its given-up gaps were gone, and the store's chunks would then replace the side
+/// topic's without them (lost for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_owned_elsewhere_loses_its_progress_with_its_gaps() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(0..3);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.stored_gaps().len(), 1, "a gap of partition 0");
+    let out = h.audit.revoke(&[tp(0)]).await;
+    assert_eq!(out, vec![(tp(0), 6)]);
+    assert!(
+        h.store
+            .load_progress(AUDIT)
+            .expect("progress")
+            .iter()
+            .any(|p| p.partition == 0),
+        "kept at the revoke (the partition may come straight back)"
+    );
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.kafka
+        .watermarks
+        .lock()
+        .expect("lock")
+        .insert(tp(1), (0, 0));
+    h.audit.assign(vec![tp(1)]).await;
+    let progress = h.store.load_progress(AUDIT).expect("progress");
+    assert!(
+        progress.iter().all(|p| p.partition != 0),
+        "partition 0 is owned elsewhere: {progress:?}"
+    );
+    assert!(h.stored_gaps().is_empty(), "{:?}", h.stored_gaps());
 }
