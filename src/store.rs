@@ -40,11 +40,11 @@ mod items;
 mod key_chunk;
 mod keys;
 mod listing;
-mod supersede;
 mod progress;
 mod replays;
 mod retired;
 mod schema;
+mod supersede;
 
 use gaps::{GAP_COLUMNS, RawGap};
 use items::{ItemError, read_items, replace_items, write_items};

@@ -192,6 +192,10 @@ struct Audit<V> {
     /// Partitions whose retired gaps are still being published (a sweep) or imported from
     /// the handover's side topic: held until done ([`retired_flow`]).
     retired_flows: BTreeMap<TopicPartition, retired_flow::Flow>,
+    /// Where the next round's budget of changed chunks starts among the partitions that
+    /// have some: it turns, so no partition waits behind others' chunks for ever (review of
+    /// format 3, F7).
+    chunk_turn: usize,
     /// A retry of the handover read of partitions whose read failed, running in the
     /// background: a round never waits for it ([`Audit::read_unread`]).
     handover_reading: Option<hand_over::Reading>,
@@ -271,6 +275,7 @@ impl<V: Verifier> Audit<V> {
             handover_lost: BTreeSet::new(),
             handover_held: BTreeSet::new(),
             retired_flows: BTreeMap::new(),
+            chunk_turn: 0,
             handover_reading: None,
             backlog: false,
             decoder: w.decoder,

@@ -13,7 +13,7 @@ use crate::ledger::{KeyBook, PartitionLedger, Snapshot};
 use crate::sink::Verifier;
 use crate::store::PartitionProgress;
 use chrono::Utc;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::convert::Infallible;
 
 impl<V: Verifier> Audit<V> {
@@ -677,8 +677,19 @@ impl<V: Verifier> Audit<V> {
                 // A gap the state's ledger holds is not retired here, whatever this store
                 // says (review of format 3, F4: a round retired it and stopped before the
                 // state that said so; kept retired it would count twice, in the ledger and
-                // in the retired rows). Its chunk goes again without it.
-                let back = store.unretire(&keep)?;
+                // in the retired rows). Its chunk goes again without it. Neither an
+                // acknowledged gap (the state carries it inline until its row is marked
+                // retired: review R6) nor one the state says is retired (format 2 carries
+                // those inline too).
+                let inline: HashSet<&String> = retired.iter().collect();
+                let in_ledger: Vec<String> = gaps
+                    .iter()
+                    .filter(|g| {
+                        g.state != crate::gap::GapState::Acknowledged && !inline.contains(&g.id)
+                    })
+                    .map(|g| g.id.clone())
+                    .collect();
+                let back = store.unretire(&in_ledger)?;
                 if !back.is_empty() {
                     tracing::info!(audit = %audit, topic = %row.topic, partition = row.partition, gaps = ?back,
                         "gaps the state taken over holds in its ledger are no longer counted as given up here");

@@ -32,8 +32,10 @@
 //! topic holds every retired gap could leave a next owner with fewer than counted, or
 //! overwrite a chunk not imported yet). Verdicts go on. A Kafka or store failure leaves it
 //! held with the reason logged, retried next round; a chunk that does not decode is skipped
-//! (an ERROR and the partition's `state_problem` name it: its gaps are unknown to this
-//! owner). It never decides a record: these gaps were decided by their first owner.
+//! (an ERROR and the partition's `state_problem` name it) and an import puts an
+//! `unverifiable` stand-in gap over its offsets ([`retired::unreadable_chunk_gap`]): its
+//! gaps are unknown to this owner, never silently uncounted. It never decides a record:
+//! these gaps were decided by their first owner.
 
 use super::{Audit, blocking::blocking};
 use crate::gap::{Gap, Offset, TopicPartition};
@@ -157,6 +159,22 @@ pub(super) fn within_budget(
     (now, carried)
 }
 
+/// The partitions of `wanted` with changed chunks, starting at the `turn`-th of them and
+/// wrapping round: [`within_budget`] serves them in this order, so a partition behind
+/// others that always have more chunks than the budget is first once every so many rounds
+/// (review of format 3, F7: it could wait for ever).
+pub(super) fn taking_turns(
+    wanted: Vec<(TopicPartition, BTreeSet<i64>)>,
+    turn: usize,
+) -> Vec<(TopicPartition, BTreeSet<i64>)> {
+    let mut wanted: Vec<_> = wanted.into_iter().filter(|(_, c)| !c.is_empty()).collect();
+    if !wanted.is_empty() {
+        let at = turn % wanted.len();
+        wanted.rotate_left(at);
+    }
+    wanted
+}
+
 impl<V: Verifier> Audit<V> {
     /// Partitions held by their retired gaps' flow (see the module doc).
     pub(super) fn retired_held(&self) -> BTreeSet<TopicPartition> {
@@ -260,6 +278,17 @@ impl<V: Verifier> Audit<V> {
                     (tp.clone(), k)
                 })
                 .collect();
+            // The held ids by the chunk they fall in (review of format 3, F8: every chunk
+            // used to copy all of them, up to max_open_gaps, for each of up to
+            // IMPORT_RECORDS chunks a round). An id that names no offset is kept in every
+            // chunk (none does: ids are made by `Gap::make_id`).
+            let mut held_by_chunk: BTreeMap<Option<i64>, Vec<String>> = BTreeMap::new();
+            for id in &held {
+                held_by_chunk
+                    .entry(first_of_id(id).map(retired::chunk_of))
+                    .or_default()
+                    .push(id.clone());
+            }
             let step = blocking(move || {
                 // A supersede's first step: the store no longer says the side topic holds
                 // its retired gaps until the sweep that follows ends (review N6: a crash
@@ -327,7 +356,9 @@ impl<V: Verifier> Audit<V> {
                         // of its offsets it lacks were resolved or let go there.
                         let (lo, hi) = retired::chunk_range(c.chunk);
                         let mut keep: Vec<String> = c.gaps.iter().map(|g| g.id.clone()).collect();
-                        keep.extend(held.iter().cloned());
+                        for k in [Some(c.chunk), None] {
+                            keep.extend(held_by_chunk.get(&k).into_iter().flatten().cloned());
+                        }
                         let dropped = store
                             .drop_retired_lacking(&audit, &tp.topic, tp.partition, lo, hi, &keep)
                             .map_err(|e| e.to_string())?;
@@ -343,6 +374,31 @@ impl<V: Verifier> Audit<V> {
                             .map_err(|e| e.to_string())?;
                         n += gaps.len();
                     }
+                }
+                // An importing partition's chunk that did not decode: a stand-in gap over its
+                // offsets (review of format 3, F5: its gaps were silently left out of the
+                // count). After the batch's readable versions: which is the newer is not
+                // known here, and the stand-in is the one that blocks; a readable version
+                // later in the log replaces it.
+                let now = Utc::now();
+                for s in skipped.iter().filter(|s| !holding.contains_key(&s.tp)) {
+                    let stand_in = retired::unreadable_chunk_gap(&audit, &s.tp, s.chunk, now);
+                    if held.contains(&stand_in.id) {
+                        // The ledger holds a gap of that id: its row is the ledger's.
+                        continue;
+                    }
+                    let (lo, hi) = retired::chunk_range(s.chunk);
+                    let keep: Vec<String> = [Some(s.chunk), None]
+                        .iter()
+                        .flat_map(|k| held_by_chunk.get(k).into_iter().flatten().cloned())
+                        .collect();
+                    store
+                        .drop_retired_lacking(&audit, &s.tp.topic, s.tp.partition, lo, hi, &keep)
+                        .map_err(|e| e.to_string())?;
+                    store
+                        .import_retired(&audit, std::slice::from_ref(&stand_in))
+                        .map_err(|e| e.to_string())?;
+                    n += 1;
                 }
                 // A superseding partition's chunks holding gaps that its store holds no row
                 // in: its sweep cannot replace them, an empty version of each does (a chunk
@@ -539,6 +595,8 @@ impl<V: Verifier> Audit<V> {
         let Some(h) = self.handover.clone() else {
             return BTreeSet::new();
         };
+        let wanted = taking_turns(wanted, self.chunk_turn);
+        self.chunk_turn = self.chunk_turn.wrapping_add(1);
         let (wanted, carried) = within_budget(wanted, retired::CHANGED_CHUNKS);
         if !carried.is_empty() {
             tracing::debug!(audit = %self.cfg.name, partitions = ?carried, "changed retired-gap chunks beyond this round's budget: published next round, these partitions held until then");
@@ -552,16 +610,19 @@ impl<V: Verifier> Audit<V> {
             h.owner().to_string(),
         );
         let tps: Vec<TopicPartition> = wanted.iter().map(|(tp, _)| tp.clone()).collect();
-        let taken = wanted.clone();
         let read = blocking(move || {
             let now = Utc::now();
             let mut out = Vec::new();
-            for (tp, chunks) in wanted {
+            let mut taken = Vec::new();
+            let mut oversize = BTreeMap::new();
+            'partition: for (tp, chunks) in wanted {
                 let mut rows = Vec::new();
-                for c in chunks {
-                    let (lo, hi) = retired::chunk_range(c);
+                let mut versions = Vec::new();
+                for c in &chunks {
+                    let (lo, hi) = retired::chunk_range(*c);
                     // A chunk holds at most SPAN gaps of one log epoch; a read that reaches
-                    // the limit may be cut, and a cut chunk is never published.
+                    // the limit may be cut, and a cut chunk is never published. Only this
+                    // partition waits (review of format 3, F10: every partition did).
                     let got = store
                         .retired_gaps_between(
                             &audit,
@@ -573,29 +634,39 @@ impl<V: Verifier> Audit<V> {
                         )
                         .map_err(|e| e.to_string())?;
                     if got.len() >= retired::CHUNK_ROWS {
-                        return Err(format!(
-                            "the store holds {} rows or more of {audit}/{tp} in chunk {c}: more than a chunk may hold",
-                            retired::CHUNK_ROWS
-                        ));
+                        oversize.insert(tp, *c);
+                        continue 'partition;
                     }
                     // None left in the store: an empty version replaces the side topic's
                     // (a superseded chunk of another owner's, a chunk whose rows all
                     // left): never a stale version left for a next owner.
                     if got.is_empty() {
-                        out.push(retired::empty_chunk(&audit, &tp, c, &owner, now));
+                        versions.push(retired::empty_chunk(&audit, &tp, *c, &owner, now));
                     }
                     rows.extend(got);
                 }
-                out.extend(retired::chunks(&audit, &tp, rows, &owner, now));
+                versions.extend(retired::chunks(&audit, &tp, rows, &owner, now));
+                out.extend(versions);
+                taken.push((tp, chunks));
             }
-            Ok::<_, String>(out)
+            Ok::<_, String>((out, taken, oversize))
         })
         .await;
         let handover = h.topic().to_string();
-        let result = match read {
-            Ok(chunks) => h.publish_retired(&chunks).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+        let (result, taken, oversize) = match read {
+            Ok((chunks, taken, oversize)) => (
+                h.publish_retired(&chunks).await.map_err(|e| e.to_string()),
+                taken,
+                oversize,
+            ),
+            Err(e) => (Err(e.to_string()), Vec::new(), BTreeMap::new()),
         };
+        for (tp, c) in &oversize {
+            tracing::error!(audit = %self.cfg.name, %tp, chunk = c,
+                "cannot publish retired gaps: the store holds {} rows or more in one chunk, more than a chunk may hold; this partition is neither handed over nor committed", retired::CHUNK_ROWS);
+        }
+        let carried: BTreeSet<TopicPartition> =
+            carried.into_iter().chain(oversize.into_keys()).collect();
         // Published: the store's note of these chunks goes (a crash before this line only
         // publishes them once more at the next assignment).
         let result = match result {
@@ -795,6 +866,37 @@ mod tests {
         assert_eq!(rounds, 3);
         assert_eq!(seen[&tp(0)], (0..600).collect::<Vec<_>>());
         assert_eq!(seen[&tp(1)], [7]);
+    }
+
+    /// Review of format 3, F7: two partitions that always have more changed chunks than
+    /// the budget no longer keep a third waiting for ever: it is served within as many
+    /// rounds as there are partitions.
+    #[test]
+    fn no_partition_waits_for_ever_behind_others_chunks() {
+        let tp = |p| TopicPartition::new("t", p);
+        let busy: BTreeSet<i64> = (0..1000).collect();
+        let wanted = vec![
+            (tp(0), busy.clone()),
+            (tp(1), busy),
+            (tp(2), BTreeSet::from([7])),
+            (tp(3), BTreeSet::new()),
+        ];
+        let served = |turn| {
+            let (now, _) = within_budget(taking_turns(wanted.clone(), turn), 256);
+            now.into_iter().map(|(t, _)| t).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            served(0),
+            [tp(0)],
+            "in order the first has the whole budget"
+        );
+        assert!((0..3).any(|turn| served(turn).contains(&tp(2))));
+        assert_eq!(served(2), [tp(2), tp(0)]);
+        assert_eq!(
+            taking_turns(wanted.clone(), 5).len(),
+            3,
+            "none without chunks"
+        );
     }
 
     #[test]

@@ -185,8 +185,8 @@ pub fn chunks(
 
 /// Chunk `chunk` of partition `tp` of `audit` holding no gap: published where the owner's
 /// store holds no retired gap of the chunk's offsets while the side topic may hold an older
-/// version with some (a merge, see the audit's `retired_flow`), so a next owner's import
-/// drops those instead of taking them.
+/// version with some (a supersede, see the audit's `retired_flow`), so a next owner's
+/// import drops those instead of taking them.
 pub fn empty_chunk(
     audit: &str,
     tp: &TopicPartition,
@@ -204,6 +204,44 @@ pub fn empty_chunk(
         term: 0,
         written_at: now,
         owner: owner.to_string(),
+    }
+}
+
+/// The stand-in for the gaps of chunk `chunk` of `tp` that an import could not read (its
+/// record does not decode, review of format 3, F5): one given-up gap over the chunk's 64
+/// offsets, `unverifiable` (this owner does not know which of them the previous owner found
+/// missing), size unknown, so it blocks completeness, and shows in `gaps` and /api/gaps,
+/// until an operator acknowledges it or a readable version of the chunk replaces it. Never
+/// counted as records lost. Its id is the one a gap at the chunk's first offset has, so
+/// it travels in this owner's chunks like any given-up gap.
+pub fn unreadable_chunk_gap(
+    audit: &str,
+    tp: &TopicPartition,
+    chunk: i64,
+    now: DateTime<Utc>,
+) -> Gap {
+    let (lo, hi) = chunk_range(chunk);
+    Gap {
+        id: Gap::make_id(audit, &tp.topic, tp.partition, lo),
+        audit: audit.to_string(),
+        topic: tp.topic.clone(),
+        partition: tp.partition,
+        first_offset: lo,
+        last_offset: hi - 1,
+        missing_records: SPAN.unsigned_abs(),
+        size_known: false,
+        first_timestamp: None,
+        last_timestamp: None,
+        detected_at: now,
+        state: crate::gap::GapState::Unverifiable,
+        unrecoverable_at: None,
+        cause: crate::gap::GapCause::Unknown,
+        pipeline_commit_from: None,
+        pipeline_commit_to: None,
+        pipeline_commit_at: None,
+        shared_key: false,
+        replayed_at: None,
+        ack_reason: None,
     }
 }
 
@@ -357,7 +395,7 @@ impl SkippedChunk {
     pub fn describe(&self, side: &str) -> String {
         let (lo, hi) = chunk_range(self.chunk);
         format!(
-            "retired-gaps chunk {} (offsets {lo}..{hi}) of {} at offset {} of {side} skipped: {}; the given-up gaps it held are unknown to this owner: once the import ends its gauges and completeness no longer count them",
+            "retired-gaps chunk {} (offsets {lo}..{hi}) of {} at offset {} of {side} skipped: {}; the given-up gaps it held are unknown to this owner: an unverifiable gap over those offsets stands in for them (it blocks completeness until acknowledged or a readable version of the chunk replaces it)",
             self.chunk, self.tp, self.offset, self.error
         )
     }

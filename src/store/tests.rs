@@ -997,8 +997,8 @@ fn a_bad_key_chunk_is_an_error_naming_audit_and_chunk() {
 
 mod handover_reads;
 mod key_log_props;
-mod supersede;
 mod retired;
+mod supersede;
 
 mod checkpoints {
     use super::*;
@@ -1579,9 +1579,33 @@ fn a_v14_file_of_the_reverted_numbering_is_completed() {
     let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
     conn.execute_batch("DROP TABLE handover_unpublished; DROP TABLE instance;")
         .unwrap();
+    conn.pragma_update(None, "user_version", 14).unwrap();
     drop(conn);
     let store = Store::open(dir.path()).unwrap();
     assert!(!store.instance_id().unwrap().is_empty());
     drop(store);
     assert_eq!(schema_of(&dir.path().join(DB_FILE)), want);
+}
+
+/// Review of format 3, F9: v14's completion runs once (at v15), not at every open: it is a
+/// full scan of the gaps in a write transaction, which a big store's CLI calls would wait
+/// on beside the daemon. A row it would mark is left alone at the next open.
+#[test]
+fn a_current_file_does_not_run_a_migration_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let acked = gap("a", 0, 0, 0, GapState::Acknowledged);
+    store
+        .import_retired("a", std::slice::from_ref(&acked))
+        .unwrap();
+    drop(store);
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    conn.execute("UPDATE gaps SET retired = 0", []).unwrap();
+    drop(conn);
+    drop(Store::open(dir.path()).unwrap());
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    let retired: i64 = conn
+        .query_row("SELECT retired FROM gaps", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(retired, 0, "v14's batch ran again at an open");
 }

@@ -18,8 +18,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod handover_idle;
-mod handover_supersede;
 mod handover_retired;
+mod handover_supersede;
 
 const PARTITIONS: i32 = 6;
 /// Records produced per partition per phase.

@@ -201,9 +201,7 @@ async fn a_background_read_finding_a_format_3_state_supersedes_its_chunks_first(
             "written_at": "2026-12-06T00:00:00Z", "owner": owner}))
         .expect("a state")
     };
-    for (version, owner, superseded) in
-        [(3, "other", true), (3, "me", true), (2, "other", false)]
-    {
+    for (version, owner, superseded) in [(3, "other", true), (3, "me", true), (2, "other", false)] {
         h.audit.retired_flows.clear();
         let states = std::collections::HashMap::from([(tp(0), state(version, owner))]);
         h.audit.read_done(vec![tp(0)], Ok(states));

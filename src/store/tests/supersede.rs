@@ -18,18 +18,29 @@ fn an_acknowledgement_is_taken_only_for_a_gap_held_and_unsettled() {
     let acked = gap("a", 0, 20, 0, GapState::Acknowledged);
     let unrec = gap("a", 0, 30, 0, GapState::Unrecoverable);
     store
-        .import_retired("a", &[open.clone(), late.clone(), acked.clone(), unrec.clone()])
+        .import_retired(
+            "a",
+            &[open.clone(), late.clone(), acked.clone(), unrec.clone()],
+        )
         .unwrap();
     let before = store.ack_position().unwrap();
     assert!(store.take_acknowledgement(&open.id, "on B").unwrap());
     assert_eq!(state_of(&store, &open), Some(GapState::Acknowledged));
     assert!(store.take_acknowledgement(&unrec.id, "on B").unwrap());
     assert!(!store.take_acknowledgement(&late.id, "on B").unwrap());
-    assert_eq!(state_of(&store, &late), Some(GapState::Late), "resolved stays");
+    assert_eq!(
+        state_of(&store, &late),
+        Some(GapState::Late),
+        "resolved stays"
+    );
     assert!(!store.take_acknowledgement(&acked.id, "on B").unwrap());
     let missing = gap("a", 0, 40, 0, GapState::Open);
     assert!(!store.take_acknowledgement(&missing.id, "on B").unwrap());
-    assert_eq!(state_of(&store, &missing), None, "never a row of theirs added");
+    assert_eq!(
+        state_of(&store, &missing),
+        None,
+        "never a row of theirs added"
+    );
     // The daemon's next round reads the two from the ack log.
     let (got, _) = store.acks_since("a", before).unwrap();
     let mut ids: Vec<String> = got.into_iter().map(|g| g.id).collect();

@@ -468,22 +468,67 @@ async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
 
 /// Publishes `c` to the side topic as it is (its term included), as an owner of that term.
 pub(super) fn publish_raw_chunk(handover: &str, c: &gap_auditor::handover::retired::RetiredChunk) {
-    use gap_auditor::handover::retired::{chunk_key, encode_chunk, side_topic};
+    use gap_auditor::handover::retired::{chunk_key, encode_chunk};
+    publish_raw(
+        handover,
+        &chunk_key(&c.audit, &c.tp(), c.chunk),
+        &encode_chunk(c),
+    );
+}
+
+/// Publishes value `v` under key `k` to the side topic of `handover`.
+fn publish_raw(handover: &str, k: &[u8], v: &[u8]) {
+    use gap_auditor::handover::retired::side_topic;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let p: BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", kafka())
         .create()
         .expect("producer");
-    let k = chunk_key(&c.audit, &c.tp(), c.chunk);
-    let v = encode_chunk(c);
     p.send(
         BaseRecord::to(&side_topic(handover))
             .partition(0)
-            .key(&k)
-            .payload(&v),
+            .key(k)
+            .payload(v),
     )
     .expect("enqueue");
     p.flush(Duration::from_secs(10)).expect("flush");
+}
+
+/// Review of format 3, F5: the newest version of chunk 0 on the side topic does not decode
+/// (damaged, or written by a newer binary). Before, the import skipped it with an ERROR and
+/// applied the older version before it, so B counted gaps that version may no longer hold
+/// and, with no older version, none at all: given-up gaps silently left out. Now an
+/// `unverifiable` stand-in gap over chunk 0's offsets replaces the chunk in B's store (it
+/// blocks completeness until acknowledged), and the older version's rows are not kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreadable_chunk_leaves_an_unverifiable_stand_in() {
+    use gap_auditor::handover::retired;
+    let (s, handover, mut a, mut b, _) = a_decided("handover_unreadable_chunk").await;
+    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    publish_raw(
+        &handover,
+        &retired::chunk_key(super::handover_idle::AUDIT, &tp, 0),
+        b"{not a chunk",
+    );
+    b_imports(&mut a, &mut b, LIVE as f64, "B counts the live gaps").await;
+    let stand_in =
+        retired::unreadable_chunk_gap(super::handover_idle::AUDIT, &tp, 0, chrono::Utc::now());
+    let after = handed(&b.store);
+    assert!(
+        after
+            .get(&stand_in.id)
+            .is_some_and(|v| v.starts_with("unverifiable") && v.contains("retired=1")),
+        "the stand-in in B's store: {:?}",
+        after.get(&stand_in.id)
+    );
+    for g in held_retired_rows(&s.topic) {
+        assert!(
+            g.id == stand_in.id || !after.contains_key(&g.id),
+            "the older version's gap {} is not kept",
+            g.id
+        );
+    }
+    b.stop();
 }
 
 /// Review item 2 of format 3: a zombie owner (a lower ownership term) rewrites chunk 0 from

@@ -120,7 +120,11 @@ async fn a_store_further_than_another_owners_state_supersedes_its_chunks() {
     a.stop();
     let after = handed(&a.store);
     for g in &theirs {
-        assert!(!after.contains_key(&g.id), "B's gap {} not in A's store", g.id);
+        assert!(
+            !after.contains_key(&g.id),
+            "B's gap {} not in A's store",
+            g.id
+        );
     }
     assert!(
         after
@@ -148,7 +152,8 @@ async fn an_owner_whose_store_let_its_gaps_go_imports_its_own_state_back() {
     {
         // What `forget_not_owned` does to a partition owned elsewhere.
         let st = Store::open(&a.store).expect("store");
-        st.forget_progress(AUDIT, &s.topic, 0).expect("forget progress");
+        st.forget_progress(AUDIT, &s.topic, 0)
+            .expect("forget progress");
         st.clear_handover_swept(AUDIT, &[(s.topic.clone(), 0)])
             .expect("unmark");
         let dropped = st
