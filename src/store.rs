@@ -44,7 +44,6 @@ mod progress;
 mod replays;
 mod retired;
 mod schema;
-mod supersede;
 
 use gaps::{GAP_COLUMNS, RawGap};
 use items::{ItemError, read_items, replace_items, write_items};

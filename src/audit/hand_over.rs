@@ -587,21 +587,21 @@ impl<V: Verifier> Audit<V> {
                     self.handover_pending.remove(tp);
                     self.handover_claims.remove(tp);
                     self.handover_dirty.insert(tp.clone());
-                    // Its store's retired gaps go to the side topic before its first base.
-                    // A format-3 state found (another owner's, or this owner's own): the
-                    // partition resumed from this store, whose verdicts stand as they do
-                    // for a store further than the handover at an assignment; its chunks
-                    // replace the side topic's of the partition (review of format 3, F3:
-                    // this only warned, and the next changed chunks replaced theirs in part).
+                    // Its store's retired gaps go to the side topic before its first base,
+                    // under the term the read gave it (past every term read). A format-3
+                    // state found (another owner's, or this owner's own) keeps its chunks
+                    // under its own term, named by it until this owner's first state
+                    // replaces it: the partition resumed from this store, whose verdicts
+                    // stand as they do for a store further than the handover at an
+                    // assignment (review of format 3, F3 and R2: nothing of theirs is
+                    // overwritten, so nothing of it is lost while theirs is the newest).
                     let found = states.get(tp).map(|st| (st.version, st.owner.as_str()));
                     if found.is_some_and(|(version, _)| version >= 3) {
                         tracing::warn!(audit = %self.cfg.name, %tp, previous_owner = ?found.map(|f| f.1), me = %me,
-                            "the handover topic, read after this partition resumed, holds a format-3 state: this store's given-up gaps replace the side topic's of the partition before it publishes (acknowledgements made there of gaps it holds are taken)");
-                        self.start_supersede(tp);
-                    } else {
-                        self.retired_flows
-                            .insert(tp.clone(), super::retired_flow::Flow::Sweep(Offset::MIN));
+                            "the handover topic, read after this partition resumed, holds a format-3 state: this partition keeps its own verdicts, and its given-up gaps go to the side topic under its own term before it publishes");
                     }
+                    self.retired_flows
+                        .insert(tp.clone(), super::retired_flow::Flow::Sweep(Offset::MIN));
                 }
                 for (tp, st) in states {
                     let ours = self.parts.get(&tp).map(|p| p.ledger.settled());

@@ -7,13 +7,13 @@
 use crate::gap::TopicPartition;
 use crate::handover::PartitionState;
 use crate::ledger::RetiredGaps;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What the store proves of this owner's own format-3 states (`Audit::own_proofs`).
 #[derive(Debug, Default)]
 pub(crate) struct OwnProofs {
-    /// Partitions the store marks swept.
-    pub swept: BTreeSet<TopicPartition>,
+    /// Partitions the store marks swept, with the term their chunks were swept under.
+    pub swept: BTreeMap<TopicPartition, u64>,
     /// Their retired rows' aggregate, as the store counts it now.
     pub counted: HashMap<TopicPartition, RetiredGaps>,
     /// Those of them with chunks noted unpublished (a write retired or changed gaps after
@@ -22,8 +22,10 @@ pub(crate) struct OwnProofs {
 }
 
 impl OwnProofs {
-    /// Whether the store holds the retired gaps `st` counts: marked swept (the mark goes
-    /// with the rows when the store drops a partition owned elsewhere), and either its
+    /// Whether the store holds the retired gaps `st` counts: marked swept under the term
+    /// whose chunk keys `st` names (its own term: the mark goes with the rows when the
+    /// store drops a partition owned elsewhere, and a sweep under a newer term whose state
+    /// never landed is no proof of the older term's chunks), and either its
     /// count of them is the state's (gaps, records, open ones and their records,
     /// dead-lettered ones: not the times nor the first open offset, which a Kafka
     /// deletion the store marks after the state moves without changing which gaps it
@@ -31,6 +33,9 @@ impl OwnProofs {
     /// further, and those chunks go first, see `assign`). Another count is no proof: the
     /// import that follows is slower, never short.
     pub fn current(&self, tp: &TopicPartition, st: &PartitionState) -> bool {
+        if self.swept.get(tp) != Some(&st.term) {
+            return false;
+        }
         let Some(c) = self.counted.get(tp) else {
             return false;
         };
@@ -88,7 +93,7 @@ mod tests {
             !p.current(&tp, &st),
             "not swept: its rows may have been let go"
         );
-        p.swept.insert(tp.clone());
+        p.swept.insert(tp.clone(), 0);
         p.counted.insert(tp.clone(), counted(0, 0));
         assert!(!p.current(&tp, &st), "its rows were let go");
         p.counted.insert(tp.clone(), counted(3, 2));
@@ -105,6 +110,11 @@ mod tests {
         p.counted.insert(tp.clone(), counted(4, 4));
         assert!(!p.current(&tp, &st));
         p.noted.insert(tp.clone());
+        assert!(p.current(&tp, &st));
+        // Swept under another term than the state's chunks: no proof.
+        p.swept.insert(tp.clone(), 5);
+        assert!(!p.current(&tp, &st));
+        p.swept.insert(tp.clone(), 0);
         assert!(p.current(&tp, &st));
         p.swept.clear();
         p.counted.clear();

@@ -237,7 +237,6 @@ impl<V: Verifier> Audit<V> {
         let TakenOver {
             handed_retired,
             foreign,
-            supersede,
         } = self.take_over(&partitions, &mut progress).await;
         let view = self.kafka_view.clone();
         let start = self.kafka.start;
@@ -397,7 +396,7 @@ impl<V: Verifier> Audit<V> {
                 Err(e) => {
                     // Unknown: every partition is swept (never one left off the side topic).
                     tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which partitions' given-up gaps are on the handover side topic: all are published again");
-                    BTreeSet::new()
+                    std::collections::BTreeMap::new()
                 }
             };
             let (store, audit, topic) = (
@@ -417,14 +416,13 @@ impl<V: Verifier> Audit<V> {
                 }
             };
             for tp in &partitions {
-                if supersede.contains(tp) {
-                    tracing::info!(audit = %self.cfg.name, %tp,
-                        "this store resumed the partition further than the handover's format-3 state: its given-up gaps replace the side topic's chunks of the partition (acknowledgements made there of gaps it holds are taken), then it is handed over");
-                    self.start_supersede(tp);
-                    continue;
-                }
+                // Swept under this owner's term (its own state taken back under its own
+                // term, `keep_term`): the side topic holds the store's rows as the next
+                // state names them. Under any other term (a new one: taken over, resumed
+                // further than another owner's state, no state): swept again.
+                let term = h.term(&self.cfg.name, tp);
                 if !handed_retired.contains_key(tp)
-                    && swept.contains(&(tp.topic.clone(), tp.partition))
+                    && swept.get(&(tp.topic.clone(), tp.partition)) == Some(&term)
                 {
                     // Swept, but a write retired gaps whose chunks were not published
                     // before the stop: those chunks go before its next state (not a
@@ -446,13 +444,13 @@ impl<V: Verifier> Audit<V> {
                     continue;
                 }
                 let flow = match handed_retired.get(tp) {
-                    Some(agg) => {
+                    Some((agg, term)) => {
                         if let Some(p) = self.parts.get_mut(tp) {
                             p.ledger.retired_handed_over(agg.clone());
                         }
                         super::retired_flow::Flow::Import(
                             crate::handover::retired::ImportCursor::start(),
-                            std::collections::BTreeMap::new(),
+                            *term,
                         )
                     }
                     None => super::retired_flow::Flow::Sweep(Offset::MIN),
@@ -559,7 +557,6 @@ impl<V: Verifier> Audit<V> {
         let TakenOver {
             handed_retired,
             foreign,
-            supersede,
         } = &mut out;
         let mut imports = Vec::new();
         // What this process noted for a handover before is stale: it starts from what it
@@ -577,15 +574,22 @@ impl<V: Verifier> Audit<V> {
                 if let Some(h) = &self.handover {
                     h.forget_chain(&self.cfg.name, &tp);
                 }
-                // Review of format 3, F2: decided here, before anything can sweep. The
-                // store's verdicts stand (it decided these offsets last; a store that let
-                // a partition's gaps go forgot its progress with them, so it is never
-                // further, see `forget_not_owned`), but the side topic may hold chunks it
-                // has no row in: another owner's, or this owner's own not proven swept.
-                // A sweep alone would leave those for a next owner to import and count
-                // twice: they are superseded (`retired_flow::Flow::Supersede`).
-                if st.version >= 3 && (theirs || !proofs.swept.contains(&tp)) {
-                    supersede.insert(tp);
+                // The store's verdicts stand (it decided these offsets last; a store that
+                // let a partition's gaps go forgot its progress with them, so it is never
+                // further, see `forget_not_owned`). Its given-up gaps go to the side topic
+                // under this owner's new term before its first state (the assignment's
+                // sweep): another owner's chunks stay under theirs, named by their state
+                // until ours replaces it. This owner's own state whose term the store is
+                // swept under keeps that term: its chunks are the store's already.
+                if st.version >= 3
+                    && !theirs
+                    && proofs.swept.get(&tp) == Some(&st.term)
+                    && self
+                        .handover
+                        .as_ref()
+                        .is_some_and(|h| h.keep_term(&self.cfg.name, &tp, st.term))
+                {
+                    tracing::debug!(audit = %self.cfg.name, %tp, term = st.term, "this owner's own state: its given-up gaps stay under its term");
                 }
                 continue;
             }
@@ -616,7 +620,13 @@ impl<V: Verifier> Audit<V> {
             // owned the partition, or a store copied or restored from a backup), it is
             // imported as another owner's would be (review of format 3, F1): the side
             // topic holds every gap the state counts.
-            let own = st.version >= 3 && !theirs && proofs.current(&tp, &st);
+            let own = st.version >= 3
+                && !theirs
+                && proofs.current(&tp, &st)
+                && self
+                    .handover
+                    .as_ref()
+                    .is_some_and(|h| h.keep_term(&self.cfg.name, &tp, st.term));
             if st.version >= 3 && !theirs && !own {
                 tracing::info!(audit = %self.cfg.name, %tp,
                     "this owner's own handover state counts given-up gaps its store does not prove it holds (not marked swept, or another count): they are imported from the side topic");
@@ -627,7 +637,10 @@ impl<V: Verifier> Audit<V> {
                 // this store's rows): this store takes them (and drops its rows they
                 // lack) before it publishes a chunk of its own, so neither a sweep nor a
                 // changed chunk overwrites theirs with a stale row (review item 2).
-                handed_retired.insert(tp.clone(), st.retired_gaps.clone().unwrap_or_default());
+                handed_retired.insert(
+                    tp.clone(),
+                    (st.retired_gaps.clone().unwrap_or_default(), st.term),
+                );
             }
             if theirs {
                 foreign.insert(tp.clone());
@@ -650,13 +663,7 @@ impl<V: Verifier> Audit<V> {
             for (row, gaps, replayed, retired, own) in imports {
                 // Given-up gaps inline (record format 2) are not on the side topic: swept.
                 if !retired.is_empty() {
-                    store.set_handover_swept(
-                        &handover,
-                        &audit,
-                        &row.topic,
-                        row.partition,
-                        false,
-                    )?;
+                    store.set_handover_swept(&handover, &audit, &row.topic, row.partition, None)?;
                 }
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
                 // The retired ones were in the previous owner's store only: the ledger
@@ -764,9 +771,9 @@ impl<V: Verifier> Audit<V> {
             let mut out = super::own_proof::OwnProofs::default();
             for tp in own {
                 let key = (tp.topic.clone(), tp.partition);
-                if swept.contains(&key) {
+                if let Some(term) = swept.get(&key) {
                     let n = store.settle_retired(&audit, &tp.topic, tp.partition, &[])?;
-                    out.swept.insert(tp.clone());
+                    out.swept.insert(tp.clone(), *term);
                     if noted.get(&key).is_some_and(|c| !c.is_empty()) {
                         out.noted.insert(tp.clone());
                     }
@@ -924,16 +931,13 @@ impl<V: Verifier> Audit<V> {
 #[derive(Debug, Default)]
 pub(super) struct TakenOver {
     /// Partitions taken over from a record of format 3 this owner may not count from its
-    /// store, with the aggregate of their retired gaps (zero: none counted): their rows are
-    /// imported from the side topic afterwards, never on this path (`retired_flow`).
-    pub handed_retired: HashMap<TopicPartition, crate::ledger::RetiredGaps>,
+    /// store, with the aggregate of their retired gaps (zero: none counted) and the term
+    /// whose chunks hold them: their rows are imported from the side topic afterwards,
+    /// never on this path (`retired_flow`).
+    pub handed_retired: HashMap<TopicPartition, (crate::ledger::RetiredGaps, u64)>,
     /// Partitions taken over from a state this owner may not sweep over
     /// ([`super::retired_flow::may_sweep`]).
     pub foreign: BTreeSet<TopicPartition>,
-    /// Partitions resumed from the local store (further than the handover's format-3
-    /// state) whose store replaces the side topic's chunks before anything of it is
-    /// published (review of format 3, F2: see `retired_flow::Flow::Supersede`).
-    pub supersede: BTreeSet<TopicPartition>,
 }
 
 /// The status line of a partition whose stored state was partly unreadable (`None`: all

@@ -5,27 +5,26 @@
 //! - **Chunks** of the retired gaps a round changed (retired, acknowledged, marked) are
 //!   published before the partition's base or delta, which counts them: a state is never
 //!   acknowledged before the chunks of the gaps it counts.
+//! - **Terms**: every version is written under the writer's ownership term, in its key
+//!   too ([`retired::chunk_key`]), and a state's term names the keys that hold its given-up
+//!   gaps. So an owner publishes every given-up gap of its partition under its own term
+//!   before its first state (a sweep), and a version of any other term (a zombie's, or a
+//!   newer owner's whose state has not landed) never replaces the chunks a state counts.
 //! - **Sweep**: after an assignment whose state was not imported (resumed from the local
-//!   store, an older record format, nothing on the topic), every retired gap of the store
-//!   is published once, [`retired::SWEEP_ROWS`] rows a round, so the topic holds them all
-//!   whatever an older build or a lost publish left.
-//! - **Import**: a partition taken over from a format-3 state reads the side topic from its
-//!   start to where it ended at the takeover, [`retired::IMPORT_RECORDS`] chunks (and
-//!   [`retired::IMPORT_BYTES`]) a round,
-//!   writing them to the store as retired rows in log order (the latest chunk of a key
-//!   wins). Meanwhile the ledger's aggregate is the handed-over one (completeness, gauges
-//!   and DataLoss are right at once) and the store's recount of it waits.
-//!
-//! - **Supersede**: a partition resumed from this store while the handover holds a format-3
-//!   state it did not take (its store further, or the topic read only after it resumed):
-//!   the store's verdicts stand, as a resumed store's always did (record format 2 replaced
-//!   the other owner's base whole). The side topic is read for which chunks of the
-//!   partition hold gaps (their keys and terms, no row written), then the store's retired
-//!   gaps are swept and every chunk holding gaps the store has no row in gets an empty
-//!   version, so the side topic ends exactly as this store holds the partition (never a
-//!   stale chunk a next owner would import and count twice). One thing of theirs is taken:
-//!   an acknowledgement of a gap this store holds under the same id (an operator's act;
-//!   acknowledgements never go back). See [`Flow::Supersede`].
+//!   store, further than the handover's state or with none or an older format's, or found
+//!   only by a later read) and after an import ends, every retired gap of the store is
+//!   published once under this owner's term, [`retired::SWEEP_ROWS`] rows a round, unless
+//!   the store says they are there under that term already (this owner's own state taken
+//!   back under its own term). A store further than another owner's state keeps its own
+//!   verdicts, as format 2's did: that owner's chunks stay under its term, named by its
+//!   state until this owner's first state replaces it.
+//! - **Import**: a partition taken over from a format-3 state (another owner's, or this
+//!   owner's own its store does not prove it holds) reads the side topic from its start to
+//!   where it ended at the takeover, [`retired::IMPORT_RECORDS`] chunks (and
+//!   [`retired::IMPORT_BYTES`]) a round, writing the versions of the state's term to the
+//!   store as retired rows in log order (the latest version of a chunk wins), then sweeps.
+//!   Meanwhile the ledger's aggregate is the handed-over one (completeness, gauges and
+//!   DataLoss are right at once) and the store's recount of it waits.
 //!
 //! While a partition sweeps or imports it is **held**, as a partition whose handover topic
 //! was not read: neither published nor committed (a state or chunk published before the
@@ -47,21 +46,11 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 /// What a partition's retired gaps still need before it may be handed over again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Flow {
-    /// Publish the store's retired gaps from this first offset on.
+    /// Publish the store's retired gaps, under this owner's term, from this first offset on.
     Sweep(Offset),
-    /// Import the side topic's chunks up to the cursor's end; the map is the highest term
-    /// applied so far of each chunk ([`retired::newest_versions`]), at most one entry per
-    /// chunk of the partition.
-    Import(ImportCursor, BTreeMap<i64, u64>),
-    /// Read the side topic up to the cursor's end for which chunks of the partition hold
-    /// gaps in their newest version (review of format 3, F2/F3 and the merge's review N1-N6:
-    /// this owner resumed from its own store while the handover holds a format-3 state it
-    /// did not take, another owner's or its own the store does not prove current), taking
-    /// only acknowledgements of gaps the store holds; then a sweep and an empty version of
-    /// each such chunk the store has no row in. The map is as `Import`'s, the set the
-    /// chunks whose newest version read so far holds gaps. The aggregate stays the store's
-    /// count throughout.
-    Supersede(ImportCursor, BTreeMap<i64, u64>, BTreeSet<i64>),
+    /// Import the side topic's chunks of the given term (the state taken over names it) up
+    /// to the cursor's end, then sweep them under this owner's own term.
+    Import(ImportCursor, u64),
 }
 
 /// The first offset of gap `id` (`audit:topic:partition:first[@epoch]`).
@@ -191,18 +180,9 @@ impl<V: Verifier> Audit<V> {
     }
 
     /// Whether `tp` imports a previous owner's retired gaps (its aggregate is the handed-over
-    /// one: the store's recount waits). Not a supersede: its aggregate is the store's count.
+    /// one: the store's recount waits).
     pub(super) fn importing(&self, tp: &TopicPartition) -> bool {
         matches!(self.retired_flows.get(tp), Some(Flow::Import(..)))
-    }
-
-    /// Where a supersede reads from, for partition `tp` whose ledger is restored from its
-    /// own store (review of format 3, F2/F3): see [`Flow::Supersede`].
-    pub(super) fn start_supersede(&mut self, tp: &TopicPartition) {
-        self.retired_flows.insert(
-            tp.clone(),
-            Flow::Supersede(ImportCursor::start(), BTreeMap::new(), BTreeSet::new()),
-        );
     }
 
     /// One bounded step of every flow: an import read of the side topic (the partitions
@@ -215,7 +195,7 @@ impl<V: Verifier> Audit<V> {
         let import: Option<(ImportCursor, Vec<TopicPartition>)> = {
             let mut by: BTreeMap<(Offset, Offset), Vec<TopicPartition>> = BTreeMap::new();
             for (tp, f) in &self.retired_flows {
-                if let Flow::Import(c, _) | Flow::Supersede(c, _, _) = f {
+                if let Flow::Import(c, _) = f {
                     by.entry((c.next, c.end)).or_default().push(tp.clone());
                 }
             }
@@ -230,53 +210,27 @@ impl<V: Verifier> Audit<V> {
                 self.store.clone(),
                 tps.clone(),
             );
-            let handover = h.topic().to_string();
-            // The superseding partitions, each with the chunks whose newest version read so
-            // far holds gaps (a copy: kept only when the step succeeds).
-            let mut holding: BTreeMap<TopicPartition, BTreeSet<i64>> = tps
+            // The term of the chunks each partition imports (the one its state names).
+            let want: BTreeMap<TopicPartition, u64> = tps
                 .iter()
                 .filter_map(|tp| match self.retired_flows.get(tp) {
-                    Some(Flow::Supersede(_, _, h)) => Some((tp.clone(), h.clone())),
+                    Some(Flow::Import(_, t)) => Some((tp.clone(), *t)),
                     _ => None,
                 })
                 .collect();
-            let superseding: BTreeSet<TopicPartition> = holding.keys().cloned().collect();
-            // Marked swept once imported only when nothing of theirs waits to be published
-            // (gaps they retired meanwhile): else the chunk publish marks them, once the
-            // side topic holds those too (a crash in between then sweeps at the next start).
-            // A supersede is never marked here: its sweep marks it.
-            let markable: Vec<TopicPartition> = tps
-                .iter()
-                .filter(|tp| self.nothing_pending(tp) && !superseding.contains(*tp))
-                .cloned()
-                .collect();
-            // The gaps the importing partitions' ledgers hold in memory (bounded by
-            // max_open_gaps), and those this owner changed since the takeover (waiting for
-            // their publish, held until the import ends): never imported as retired (see
-            // `not_held`), never deleted as lacking from a chunk.
+            // The gaps these partitions' ledgers hold in memory (bounded by max_open_gaps),
+            // and those this owner changed since the takeover (waiting for their publish,
+            // held until the import ends): never imported as retired (see `not_held`),
+            // never deleted as lacking from a chunk.
             let held: HashSet<String> = tps
                 .iter()
-                .filter(|tp| !superseding.contains(*tp))
                 .filter_map(|tp| self.parts.get(tp).map(|p| (tp, p)))
                 .flat_map(|(tp, p)| p.ledger.gaps().map(|g| g.id(&self.cfg.name, tp)))
                 .chain(
                     tps.iter()
-                        .filter(|tp| !superseding.contains(*tp))
                         .filter_map(|tp| self.handover_pending.get(tp))
                         .flat_map(|p| p.gaps.iter().cloned()),
                 )
-                .collect();
-            // Each partition's highest term applied per chunk (a copy: kept only when the
-            // step succeeds).
-            let mut kept: BTreeMap<TopicPartition, BTreeMap<i64, u64>> = tps
-                .iter()
-                .map(|tp| {
-                    let k = match self.retired_flows.get(tp) {
-                        Some(Flow::Import(_, k) | Flow::Supersede(_, k, _)) => k.clone(),
-                        _ => BTreeMap::new(),
-                    };
-                    (tp.clone(), k)
-                })
                 .collect();
             // The held ids by the chunk they fall in (review of format 3, F8: every chunk
             // used to copy all of them, up to max_open_gaps, for each of up to
@@ -290,18 +244,6 @@ impl<V: Verifier> Audit<V> {
                     .push(id.clone());
             }
             let step = blocking(move || {
-                // A supersede's first step: the store no longer says the side topic holds
-                // its retired gaps until the sweep that follows ends (review N6: a crash
-                // meanwhile must not leave a store that proves an own state current).
-                if cursor == ImportCursor::start() && !holding.is_empty() {
-                    let tps: Vec<(String, i32)> = holding
-                        .keys()
-                        .map(|tp| (tp.topic.clone(), tp.partition))
-                        .collect();
-                    store
-                        .clear_handover_swept(&audit, &tps)
-                        .map_err(|e| e.to_string())?;
-                }
                 let retired::RetiredRead {
                     chunks,
                     skipped,
@@ -309,51 +251,18 @@ impl<V: Verifier> Audit<V> {
                 } = hh
                     .read_retired(&audit, &asked, cursor)
                     .map_err(|e| e.to_string())?;
-                // A chunk that does not decode may hold gaps: a superseding store replaces
-                // it too (with an empty version where it holds no row there).
-                for s in &skipped {
-                    if let Some(h) = holding.get_mut(&s.tp) {
-                        h.insert(s.chunk);
-                    }
-                }
                 let mut by: BTreeMap<TopicPartition, Vec<retired::RetiredChunk>> = BTreeMap::new();
                 for c in chunks {
                     by.entry(c.tp()).or_default().push(c);
                 }
                 let mut n = 0;
-                let mut acks: BTreeMap<TopicPartition, Vec<String>> = BTreeMap::new();
                 for (tp, chunks) in by {
-                    let terms = kept.entry(tp.clone()).or_default();
-                    if let Some(holds) = holding.get_mut(&tp) {
-                        // Only which chunks hold gaps (the newest version of each: log order,
-                        // highest term), and acknowledgements of gaps this store holds.
-                        for c in retired::newest_versions(chunks, terms) {
-                            if c.gaps.is_empty() {
-                                holds.remove(&c.chunk);
-                            } else {
-                                holds.insert(c.chunk);
-                            }
-                            for g in c
-                                .gaps
-                                .iter()
-                                .filter(|g| g.state == crate::gap::GapState::Acknowledged)
-                            {
-                                let reason = g.ack_reason.as_deref().unwrap_or(
-                                    "acknowledged on the partition's previous owner",
-                                );
-                                if store
-                                    .take_acknowledgement(&g.id, reason)
-                                    .map_err(|e| e.to_string())?
-                                {
-                                    acks.entry(tp.clone()).or_default().push(g.id.clone());
-                                }
-                            }
-                        }
+                    let Some(term) = want.get(&tp) else {
                         continue;
-                    }
-                    for c in retired::newest_versions(chunks, terms) {
-                        // The kept version is the chunk as its owner held it: retired rows
-                        // of its offsets it lacks were resolved or let go there.
+                    };
+                    for c in retired::of_term(chunks, *term) {
+                        // The version is the chunk as its owner held it: retired rows of its
+                        // offsets it lacks were resolved or let go there.
                         let (lo, hi) = retired::chunk_range(c.chunk);
                         let mut keep: Vec<String> = c.gaps.iter().map(|g| g.id.clone()).collect();
                         for k in [Some(c.chunk), None] {
@@ -363,7 +272,7 @@ impl<V: Verifier> Audit<V> {
                             .drop_retired_lacking(&audit, &tp.topic, tp.partition, lo, hi, &keep)
                             .map_err(|e| e.to_string())?;
                         if !dropped.is_empty() {
-                            tracing::info!(%audit, %tp, chunk = c.chunk, term = c.term, gaps = ?dropped, "retired gaps dropped: the newest owner's chunk of their offsets lacks them");
+                            tracing::info!(%audit, %tp, chunk = c.chunk, term = c.term, gaps = ?dropped, "retired gaps dropped: the newest version of their chunk lacks them");
                         }
                         let (gaps, skipped) = not_held(c.gaps, &held);
                         if !skipped.is_empty() {
@@ -375,13 +284,16 @@ impl<V: Verifier> Audit<V> {
                         n += gaps.len();
                     }
                 }
-                // An importing partition's chunk that did not decode: a stand-in gap over its
+                // A chunk of the imported term that did not decode: a stand-in gap over its
                 // offsets (review of format 3, F5: its gaps were silently left out of the
                 // count). After the batch's readable versions: which is the newer is not
                 // known here, and the stand-in is the one that blocks; a readable version
                 // later in the log replaces it.
                 let now = Utc::now();
-                for s in skipped.iter().filter(|s| !holding.contains_key(&s.tp)) {
+                for s in skipped
+                    .iter()
+                    .filter(|s| want.get(&s.tp) == Some(&s.term))
+                {
                     let stand_in = retired::unreadable_chunk_gap(&audit, &s.tp, s.chunk, now);
                     if held.contains(&stand_in.id) {
                         // The ledger holds a gap of that id: its row is the ledger's.
@@ -400,88 +312,40 @@ impl<V: Verifier> Audit<V> {
                         .map_err(|e| e.to_string())?;
                     n += 1;
                 }
-                // A superseding partition's chunks holding gaps that its store holds no row
-                // in: its sweep cannot replace them, an empty version of each does (a chunk
-                // whose newest version is empty already is left: review N5).
-                let mut empty: BTreeMap<TopicPartition, BTreeSet<i64>> = BTreeMap::new();
-                if next.done() {
-                    for tp in &markable {
-                        store
-                            .set_handover_swept(&handover, &audit, &tp.topic, tp.partition, true)
-                            .map_err(|e| e.to_string())?;
-                    }
-                    for (tp, holds) in &holding {
-                        for c in holds {
-                            let (lo, hi) = retired::chunk_range(*c);
-                            if !store
-                                .has_retired_between(&audit, &tp.topic, tp.partition, lo, hi)
-                                .map_err(|e| e.to_string())?
-                            {
-                                empty.entry(tp.clone()).or_default().insert(*c);
-                            }
-                        }
-                    }
-                }
-                Ok::<_, String>((next, n, kept, holding, skipped, acks, empty))
+                let skipped: Vec<retired::SkippedChunk> = skipped
+                    .into_iter()
+                    .filter(|s| want.get(&s.tp) == Some(&s.term))
+                    .collect();
+                Ok::<_, String>((next, n, skipped))
             })
             .await;
             match step {
-                Ok((next, n, mut kept, mut holding, skipped, acks, mut empty)) => {
+                Ok((next, n, skipped)) => {
                     self.report_skipped_chunks(&skipped, &retired::side_topic(h.topic()));
-                    for (tp, ids) in &acks {
-                        tracing::info!(audit = %self.cfg.name, %tp, gaps = ?ids,
-                            "acknowledgements of gaps this store holds taken from the handover side topic (made on the partition's previous owner)");
-                    }
-                    for tp in &superseding {
-                        if next.done() {
-                            // A sweep of the store's rows, then the empty chunks (with the
-                            // partition's next state: see `hand_over`).
-                            let replaced = empty.get(tp).map_or(0, BTreeSet::len);
-                            tracing::info!(audit = %self.cfg.name, %tp, empty_chunks = replaced,
-                                "this store's given-up gaps replace the handover side topic's for this partition: published next (chunks holding gaps it has no row in get an empty version), then it is handed over and committed again");
-                            self.retired_flows
-                                .insert(tp.clone(), Flow::Sweep(Offset::MIN));
-                            if let Some(e) = empty.remove(tp) {
-                                self.handover_pending
-                                    .entry(tp.clone())
-                                    .or_default()
-                                    .chunks
-                                    .extend(e);
-                            }
-                            self.handover_dirty.insert(tp.clone());
-                        } else {
-                            let terms = kept.remove(tp).unwrap_or_default();
-                            let holds = holding.remove(tp).unwrap_or_default();
-                            self.retired_flows
-                                .insert(tp.clone(), Flow::Supersede(next, terms, holds));
-                        }
-                    }
-                    let tps: Vec<TopicPartition> = tps
-                        .into_iter()
-                        .filter(|tp| !superseding.contains(tp))
-                        .collect();
                     tracing::debug!(audit = %self.cfg.name, partitions = ?tps, gaps = n, next = next.next, end = next.end, "retired gaps imported from the handover");
                     for tp in &tps {
                         if next.done() {
-                            self.retired_flows.remove(tp);
                             // The store holds them now: the aggregate is its count again.
+                            // They go to the side topic again under this owner's term (its
+                            // first state names that term's keys), held until then.
                             if let Some(p) = self.parts.get_mut(tp) {
                                 p.ledger.retired_changed();
                             }
-                            self.handover_dirty.insert(tp.clone());
-                        } else {
-                            let terms = kept.remove(tp).unwrap_or_default();
                             self.retired_flows
-                                .insert(tp.clone(), Flow::Import(next, terms));
+                                .insert(tp.clone(), Flow::Sweep(Offset::MIN));
+                        } else if let Some(Flow::Import(_, term)) = self.retired_flows.get(tp) {
+                            let term = *term;
+                            self.retired_flows
+                                .insert(tp.clone(), Flow::Import(next, term));
                         }
                     }
-                    if next.done() && !tps.is_empty() {
-                        tracing::info!(audit = %self.cfg.name, partitions = ?tps, "the previous owner's retired gaps are in the store: these partitions are handed over and committed again");
+                    if next.done() {
+                        tracing::info!(audit = %self.cfg.name, partitions = ?tps, "the previous owner's retired gaps are in the store: they are published under this owner's term next, then these partitions are handed over and committed again");
                     }
                 }
                 Err(e) => {
                     tracing::warn!(audit = %self.cfg.name, partitions = ?tps, error = %e,
-                        "cannot read the handover side topic's retired gaps yet: these partitions are neither handed over nor committed (an import's gauges count the handed-over aggregate); retried next round");
+                        "cannot import the previous owner's retired gaps yet: these partitions are neither handed over nor committed (their gauges count the handed-over aggregate); retried next round");
                 }
             }
         }
@@ -493,7 +357,7 @@ impl<V: Verifier> Audit<V> {
             .filter(|(tp, _)| !h.unread(&self.cfg.name, tp))
             .filter_map(|(tp, f)| match f {
                 Flow::Sweep(from) => Some((tp.clone(), *from)),
-                Flow::Import(..) | Flow::Supersede(..) => None,
+                Flow::Import(..) => None,
             })
             .collect();
         let mut budget = retired::SWEEP_ROWS;
@@ -528,8 +392,10 @@ impl<V: Verifier> Audit<V> {
                 }
             };
             let chunks = retired::chunks(&self.cfg.name, &tp, rows, hh.owner(), Utc::now());
+            let term = hh.term(&self.cfg.name, &tp);
             let published = hh.publish_retired(&chunks).await;
-            // Done: the store remembers it, so the next assignment does not sweep again.
+            // Done: the store remembers it, and under which term, so the next assignment
+            // taking this owner's state of that term back does not sweep again.
             let published = match (published, next) {
                 (Ok(()), None) if self.nothing_pending(&tp) => {
                     let (store, audit, t, handover) = (
@@ -539,7 +405,13 @@ impl<V: Verifier> Audit<V> {
                         hh.topic().to_string(),
                     );
                     blocking(move || {
-                        store.set_handover_swept(&handover, &audit, &t.topic, t.partition, true)
+                        store.set_handover_swept(
+                            &handover,
+                            &audit,
+                            &t.topic,
+                            t.partition,
+                            Some(term),
+                        )
                     })
                     .await
                     .map_err(|e| e.to_string())
@@ -638,8 +510,8 @@ impl<V: Verifier> Audit<V> {
                         continue 'partition;
                     }
                     // None left in the store: an empty version replaces the side topic's
-                    // (a superseded chunk of another owner's, a chunk whose rows all
-                    // left): never a stale version left for a next owner.
+                    // (a chunk whose rows all left): never a stale version of this
+                    // owner's term left for a next owner.
                     if got.is_empty() {
                         versions.push(retired::empty_chunk(&audit, &tp, *c, &owner, now));
                     }

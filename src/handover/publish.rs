@@ -235,6 +235,27 @@ impl Handover {
         *m.entry(base.to_vec()).or_insert(1)
     }
 
+    /// This process's ownership term of partition `tp` of `audit`: its states and the
+    /// given-up gaps' chunk keys are written under it.
+    pub fn term(&self, audit: &str, tp: &TopicPartition) -> u64 {
+        self.term_of(&key(audit, tp))
+    }
+
+    /// Keeps `term`, the term of this owner's own state of `tp` just taken back, as its
+    /// ownership term of the partition instead of the next one, when no higher term was
+    /// read (the state's chunks are under it, and the store proves it holds them: they are
+    /// not published again under a new term). Returns whether it is kept.
+    pub fn keep_term(&self, audit: &str, tp: &TopicPartition, term: u64) -> bool {
+        let base = key(audit, tp);
+        let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
+        let next = *m.entry(base.clone()).or_insert(1);
+        let kept = next == term.saturating_add(1) && term > 0;
+        if kept {
+            m.insert(base, term);
+        }
+        kept
+    }
+
     /// Creates the topic (one partition, `cleanup.policy=compact`) unless it exists. A
     /// broker that ignores the config still works: only the latest complete state per
     /// partition is ever used, compaction only bounds the topic's size.

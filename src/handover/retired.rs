@@ -4,7 +4,7 @@
 //! once); the retired gaps themselves (given up, final, possibly millions after a day-long
 //! incident) travel apart, on a compacted side topic `{handover topic}.retired`
 //! ([`side_topic`]), in *chunks*: one record per partition and [`SPAN`] offsets, keyed
-//! `{audit}\0{topic}\0{partition}\0r\0{chunk}` ([`chunk_key`]), whose value is every retired
+//! `{audit}\0{topic}\0{partition}\0r\0{chunk}\0{term}` ([`chunk_key`]), whose value is every retired
 //! gap of the owner's store starting in that range, whatever its state (an acknowledged
 //! one too, so an acknowledgement rewrites only its own chunk and a reader that applies
 //! the chunks in log order ends with the latest of each).
@@ -71,15 +71,19 @@ pub fn chunk_range(chunk: i64) -> (Offset, Offset) {
     (lo, lo.saturating_add(SPAN))
 }
 
-/// The key of chunk `chunk` of partition `tp` of `audit`.
-pub fn chunk_key(audit: &str, tp: &TopicPartition, chunk: i64) -> Vec<u8> {
+/// The key of chunk `chunk` of partition `tp` of `audit` as written under ownership term
+/// `term`: each owner writes its own keys, and a state names the term whose keys hold its
+/// given-up gaps (its own: [`PartitionState::term`]), so a version written under another
+/// term (a zombie's, or a new owner's before its first state lands) never replaces the
+/// chunk a state counts, whatever compaction keeps.
+pub fn chunk_key(audit: &str, tp: &TopicPartition, chunk: i64, term: u64) -> Vec<u8> {
     let mut k = key(audit, tp);
-    k.extend_from_slice(format!("\0r\0{chunk}").as_bytes());
+    k.extend_from_slice(format!("\0r\0{chunk}\0{term}").as_bytes());
     k
 }
 
-/// A chunk key's partition key (as [`key`]) and chunk, `None` for any other key.
-pub fn parse_chunk_key(k: &[u8]) -> Option<(&[u8], i64)> {
+/// A chunk key's partition key (as [`key`]), chunk and term, `None` for any other key.
+pub fn parse_chunk_key(k: &[u8]) -> Option<(&[u8], i64, u64)> {
     let nuls: Vec<usize> = k
         .iter()
         .enumerate()
@@ -87,9 +91,10 @@ pub fn parse_chunk_key(k: &[u8]) -> Option<(&[u8], i64)> {
         .map(|(i, _)| i)
         .collect();
     match nuls.as_slice() {
-        [_, _, r, c] if &k[r + 1..*c] == b"r" => {
-            let chunk = std::str::from_utf8(&k[c + 1..]).ok()?.parse().ok()?;
-            Some((&k[..*r], chunk))
+        [_, _, r, c, t] if &k[r + 1..*c] == b"r" => {
+            let chunk = std::str::from_utf8(&k[c + 1..*t]).ok()?.parse().ok()?;
+            let term = std::str::from_utf8(&k[t + 1..]).ok()?.parse().ok()?;
+            Some((&k[..*r], chunk, term))
         }
         _ => None,
     }
@@ -111,9 +116,8 @@ pub struct RetiredChunk {
     /// The retired gaps of the owner's store starting in the chunk, in offset order.
     pub gaps: Vec<Gap>,
     /// The writer's ownership term of the partition ([`PartitionState::term`], stamped by
-    /// [`Handover::publish_retired`]): an import keeps, per chunk, only the version of the
-    /// highest term, so a zombie owner's rewrite from a stale store after a newer owner's
-    /// does not win by coming later in the log. 0 in chunks written before terms.
+    /// [`Handover::publish_retired`]), also in the key ([`chunk_key`]): an import applies
+    /// only versions of the term the state it took names.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub term: u64,
     /// When the owner wrote it (for operators only).
@@ -259,9 +263,15 @@ pub fn decode_chunk(key: &[u8], value: &[u8]) -> Result<RetiredChunk, HandoverEr
         key: String::from_utf8_lossy(key).replace('\0', "/"),
         what,
     };
-    let (base, chunk) = parse_chunk_key(key).ok_or_else(|| bad("not a chunk key".into()))?;
+    let (base, chunk, term) = parse_chunk_key(key).ok_or_else(|| bad("not a chunk key".into()))?;
     let c: RetiredChunk =
         serde_json::from_slice(value).map_err(|e| bad(format!("not a chunk document: {e}")))?;
+    if c.term != term {
+        return Err(bad(format!(
+            "the document is of term {}, its key of term {term}",
+            c.term
+        )));
+    }
     if c.retired > RETIRED_VERSION {
         return Err(bad(format!(
             "chunk version {} is newer than this binary's {RETIRED_VERSION}",
@@ -318,24 +328,12 @@ fn key_of(c: &RetiredChunk) -> Vec<u8> {
 }
 
 /// Of `chunks` (side-topic records of one partition, in log order): those an import applies,
-/// given `kept`, the highest term applied so far per chunk (updated). A version of a lower
-/// term than one applied is skipped (a zombie owner's rewrite from a stale store); of equal
-/// terms the later in the log wins, as one owner rewrites a chunk whole at each change.
-pub fn newest_versions(
-    chunks: Vec<RetiredChunk>,
-    kept: &mut BTreeMap<i64, u64>,
-) -> Vec<RetiredChunk> {
-    chunks
-        .into_iter()
-        .filter(|c| {
-            let t = kept.entry(c.chunk).or_insert(c.term);
-            if c.term < *t {
-                return false;
-            }
-            *t = c.term;
-            true
-        })
-        .collect()
+/// the versions written under `term` (the term the state it took names); of those the later
+/// in the log wins, as one owner rewrites a chunk whole at each change. Versions of any other
+/// term are not that state's: a zombie owner's rewrite from a stale store, or a newer
+/// owner's written before its own state (which would name them) was published.
+pub fn of_term(chunks: Vec<RetiredChunk>, term: u64) -> Vec<RetiredChunk> {
+    chunks.into_iter().filter(|c| c.term == term).collect()
 }
 
 /// Where an import of retired chunks stands: the next side-topic offset to read and the
@@ -384,6 +382,8 @@ pub struct SkippedChunk {
     pub tp: TopicPartition,
     /// Its chunk (from its key).
     pub chunk: i64,
+    /// Its term (from its key).
+    pub term: u64,
     /// Its offset on the side topic.
     pub offset: Offset,
     /// Why it was refused.
@@ -427,11 +427,9 @@ impl Handover {
         let mut sent = Vec::with_capacity(chunks.len());
         let mut failure = None;
         for c in chunks {
-            let k = chunk_key(&c.audit, &c.tp(), c.chunk);
-            let v = encode_chunk(&RetiredChunk {
-                term: self.term_of(&key(&c.audit, &c.tp())),
-                ..c.clone()
-            });
+            let term = self.term_of(&key(&c.audit, &c.tp()));
+            let k = chunk_key(&c.audit, &c.tp(), c.chunk, term);
+            let v = encode_chunk(&RetiredChunk { term, ..c.clone() });
             let mut waited = false;
             loop {
                 let rec = FutureRecord::to(&side)
@@ -572,8 +570,8 @@ impl Handover {
             read += 1;
             scanned += m.payload_len();
             if let (Some(k), Some(v)) = (m.key(), m.payload())
-                && let Some((tp, chunk)) =
-                    parse_chunk_key(k).and_then(|(base, chunk)| Some((*wanted.get(base)?, chunk)))
+                && let Some((tp, chunk, term)) = parse_chunk_key(k)
+                    .and_then(|(base, chunk, term)| Some((*wanted.get(base)?, chunk, term)))
             {
                 taken += v.len();
                 match decode_chunk(k, v) {
@@ -581,6 +579,7 @@ impl Handover {
                     Err(e) => skipped.push(SkippedChunk {
                         tp: tp.clone(),
                         chunk,
+                        term,
                         offset: m.offset(),
                         error: e.to_string(),
                     }),
@@ -630,8 +629,8 @@ mod tests {
     #[test]
     fn chunk_keys_round_trip_and_are_not_state_keys() {
         let tp = TopicPartition::new("logs", 3);
-        let k = chunk_key("a", &tp, 42);
-        assert_eq!(parse_chunk_key(&k), Some((key("a", &tp).as_slice(), 42)));
+        let k = chunk_key("a", &tp, 42, 7);
+        assert_eq!(parse_chunk_key(&k), Some((key("a", &tp).as_slice(), 42, 7)));
         assert_eq!(parse_chunk_key(&key("a", &tp)), None);
         assert_eq!(parse_chunk_key(&delta_key(&key("a", &tp), 3, "x")), None);
         // The state reader skips chunk keys (they are on another topic, but a mix-up must
@@ -659,10 +658,16 @@ mod tests {
             [1, 3]
         );
         for c in &cs {
-            let k = chunk_key("a", &tp, c.chunk);
+            let k = chunk_key("a", &tp, c.chunk, c.term);
             assert_eq!(&decode_chunk(&k, &encode_chunk(c)).expect("decodes"), c);
-            // Under another chunk's key, or with a gap moved out of its range: refused.
-            assert!(decode_chunk(&chunk_key("a", &tp, c.chunk + 1), &encode_chunk(c)).is_err());
+            // Under another chunk's or term's key, or with a gap moved out of its range:
+            // refused.
+            assert!(
+                decode_chunk(&chunk_key("a", &tp, c.chunk + 1, c.term), &encode_chunk(c)).is_err()
+            );
+            assert!(
+                decode_chunk(&chunk_key("a", &tp, c.chunk, c.term + 1), &encode_chunk(c)).is_err()
+            );
             let mut moved = c.clone();
             moved.gaps[0].first_offset += SPAN;
             moved.gaps[0].last_offset += SPAN;
@@ -679,7 +684,7 @@ mod tests {
     fn a_gap_whose_id_names_another_gap_is_refused() {
         let tp = TopicPartition::new("logs", 3);
         let c = chunks("a", &tp, vec![gap(1), gap(3)], "me", Utc::now()).remove(0);
-        let k = chunk_key("a", &tp, c.chunk);
+        let k = chunk_key("a", &tp, c.chunk, c.term);
         let with_id = |id: String| {
             let mut x = c.clone();
             x.gaps[1].id = id;
@@ -715,7 +720,7 @@ mod tests {
             Utc::now(),
         );
         assert_eq!(cs.len(), 1);
-        let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0).len() + FRAMING;
+        let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0, u64::MAX).len() + FRAMING;
         assert!(bytes < 50_000, "{bytes} bytes for the densest chunk");
     }
 
@@ -739,7 +744,7 @@ mod tests {
             Utc::now(),
         );
         assert_eq!(cs.len(), 1);
-        let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0).len() + FRAMING;
+        let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0, u64::MAX).len() + FRAMING;
         assert!(bytes < 100_000, "{bytes} bytes");
         let r = cs[0].gaps[0].ack_reason.clone().expect("a reason");
         assert!(
@@ -751,34 +756,27 @@ mod tests {
         assert_eq!(chunk_reason("short".into()), "short");
     }
 
-    /// Review item 2: per chunk only the highest term's versions are applied, whatever
-    /// their order in the log or across import rounds.
+    /// Review item 2 and R3 of the supersede's review: an import applies only the versions
+    /// of the term its state names, whatever their order in the log: a zombie's older term
+    /// and a newer owner's versions written before its state are not that state's.
     #[test]
-    fn an_import_keeps_the_highest_term_of_each_chunk() {
+    fn an_import_applies_only_the_term_its_state_names() {
         let tp = TopicPartition::new("logs", 3);
         let v = |first: Offset, term: u64| RetiredChunk {
             term,
             ..chunks("a", &tp, vec![gap(first)], "me", Utc::now()).remove(0)
         };
-        let mut kept = BTreeMap::new();
-        // Round 1: chunk 0 of term 2, then a zombie's rewrite of term 1; chunk 1 of term 1.
-        let got = newest_versions(vec![v(1, 2), v(3, 1), v(65, 1)], &mut kept);
-        assert_eq!(
-            got.iter().map(|c| (c.chunk, c.term)).collect::<Vec<_>>(),
-            [(0, 2), (1, 1)]
-        );
-        // Round 2: the zombie again (skipped), the owner of term 2 again (applied), a newer
-        // owner of chunk 1 (applied).
-        let got = newest_versions(vec![v(5, 1), v(7, 2), v(67, 3)], &mut kept);
+        let got = of_term(vec![v(1, 2), v(3, 1), v(65, 1), v(7, 2), v(67, 3)], 2);
         assert_eq!(
             got.iter()
                 .map(|c| (c.chunk, c.term, c.gaps[0].first_offset))
                 .collect::<Vec<_>>(),
-            [(0, 2, 7), (1, 3, 67)]
+            [(0, 2, 1), (0, 2, 7)]
         );
-        // The term travels in the record, and an old record without one decodes as 0.
+        // The term travels in the record and in its key; a record whose term is not its
+        // key's is refused.
         let c = v(1, 4);
-        let k = chunk_key("a", &tp, 0);
+        let k = chunk_key("a", &tp, 0, 4);
         assert_eq!(
             decode_chunk(&k, &encode_chunk(&c)).expect("decodes").term,
             4
@@ -786,7 +784,7 @@ mod tests {
         let mut old: serde_json::Value = serde_json::from_slice(&encode_chunk(&c)).expect("json");
         old.as_object_mut().expect("object").remove("term");
         let old = serde_json::to_vec(&old).expect("json");
-        assert_eq!(decode_chunk(&k, &old).expect("decodes").term, 0);
+        assert!(decode_chunk(&k, &old).is_err());
     }
 
     proptest! {

@@ -380,48 +380,60 @@ impl Store {
         &self,
         handover: &str,
         audit: &str,
-    ) -> Result<std::collections::BTreeSet<(String, i32)>, StoreError> {
+    ) -> Result<std::collections::BTreeMap<(String, i32), u64>, StoreError> {
         let conn = self.lock();
         let ctx = || format!("read the swept partitions of {audit}");
         let mut stmt = conn
             .prepare_cached(
-                "SELECT topic, partition FROM handover_swept
+                "SELECT topic, partition, term FROM handover_swept
                  WHERE handover_topic = ?1 AND audit = ?2",
             )
             .map_err(self.sq(ctx()))?;
         let rows = stmt
-            .query_map(params![handover, audit], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map(params![handover, audit], |r| {
+                Ok(((r.get(0)?, r.get(1)?), r.get::<_, i64>(2)?))
+            })
             .map_err(self.sq(ctx()))?
-            .collect::<Result<_, _>>()
+            .collect::<Result<Vec<((String, i32), i64)>, _>>()
             .map_err(self.sq(ctx()))?;
-        Ok(rows)
+        Ok(rows
+            .into_iter()
+            .map(|(tp, term)| (tp, u64::try_from(term).unwrap_or(0)))
+            .collect())
     }
 
     /// Records whether the retired gaps of one partition are on `handover`'s side topic as
-    /// this store holds them (`false`: rows came from elsewhere, e.g. inline in a format-2
-    /// state, and must be swept).
+    /// this store holds them, and under which ownership term (`Some`; `None`: they are not
+    /// known to be, e.g. rows came inline in a format-2 state, and must be swept).
     pub fn set_handover_swept(
         &self,
         handover: &str,
         audit: &str,
         topic: &str,
         partition: i32,
-        swept: bool,
+        term: Option<u64>,
     ) -> Result<(), StoreError> {
         let conn = self.lock();
         let ctx = || format!("mark the retired gaps of {audit}/{topic}-{partition} swept");
-        if swept {
-            conn.execute(
-                "INSERT OR REPLACE INTO handover_swept (handover_topic, audit, topic, partition, at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![handover, audit, topic, partition, fmt_ts(Utc::now())],
-            )
-        } else {
-            conn.execute(
+        match term {
+            Some(term) => conn.execute(
+                "INSERT OR REPLACE INTO handover_swept
+                    (handover_topic, audit, topic, partition, at, term)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    handover,
+                    audit,
+                    topic,
+                    partition,
+                    fmt_ts(Utc::now()),
+                    i64::try_from(term).unwrap_or(i64::MAX)
+                ],
+            ),
+            None => conn.execute(
                 "DELETE FROM handover_swept
                  WHERE handover_topic = ?1 AND audit = ?2 AND topic = ?3 AND partition = ?4",
                 params![handover, audit, topic, partition],
-            )
+            ),
         }
         .map_err(self.sq(ctx()))?;
         Ok(())

@@ -238,6 +238,23 @@ CREATE TABLE IF NOT EXISTS handover_unpublished (
 ) WITHOUT ROWID;
 ";
 
+/// v15: a swept mark says under which ownership term the side topic holds the partition's
+/// given-up gaps as the store does (chunk keys carry the writer's term). The marks are a
+/// cache (a partition without one is swept once more): the table is made again, with the
+/// column, whatever an earlier build left (the reverted build's v13 had none).
+const SWEPT_WITH_TERMS: &str = "
+DROP TABLE IF EXISTS handover_swept;
+CREATE TABLE handover_swept (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    at             TEXT NOT NULL,
+    term           INTEGER NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition)
+);
+";
+
 /// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
 /// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
 const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
@@ -257,8 +274,9 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     (SCHEMA_V14, "migrate schema to v14"),
     // A file at v14 may come from the build that was merged and reverted, whose v14 was
     // `key_credits` alone: v14's batch is idempotent, so it runs once more (its tables
-    // created if absent, acknowledged rows not marked yet marked). Once: it used to run at
-    // every open, a full scan of the gaps in a write transaction (review of format 3, F9).
+    // created if absent, acknowledged rows not marked yet marked), then the swept marks
+    // get their term (`SWEPT_WITH_TERMS`). Once: it used to run at every open, a full scan
+    // of the gaps in a write transaction (review of format 3, F9).
     (SCHEMA_V14, "complete schema v14 (v15)"),
 ];
 
@@ -281,6 +299,14 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
             context: context.to_string(),
             source,
         })?;
+        if to == 15 {
+            tx.execute_batch(SWEPT_WITH_TERMS)
+                .map_err(|source| StoreError::Sqlite {
+                    path: path.to_path_buf(),
+                    context: "give the swept marks their term (v15)".to_string(),
+                    source,
+                })?;
+        }
         if to == 12 {
             // Ledgers stored before v12 hold every given-up gap: retired here, so the first
             // start of this version does not load them all back.

@@ -998,7 +998,6 @@ fn a_bad_key_chunk_is_an_error_naming_audit_and_chunk() {
 mod handover_reads;
 mod key_log_props;
 mod retired;
-mod supersede;
 
 mod checkpoints {
     use super::*;

@@ -17,9 +17,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod handover_further;
 mod handover_idle;
 mod handover_retired;
-mod handover_supersede;
 
 const PARTITIONS: i32 = 6;
 /// Records produced per partition per phase.

@@ -327,28 +327,29 @@ fn a_chunks_newest_version_drops_the_retired_rows_it_lacks() {
     }
 }
 
-/// Schema v13: which partitions' retired gaps are on a handover topic's side topic.
+/// Schema v14/v15: which partitions' retired gaps are on a handover topic's side topic, and
+/// under which term.
 #[test]
 fn swept_partitions_are_remembered_per_handover_topic() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     assert!(store.handover_swept("h", "a").unwrap().is_empty());
-    store.set_handover_swept("h", "a", "t", 0, true).unwrap();
-    store.set_handover_swept("h", "a", "t", 0, true).unwrap();
-    store.set_handover_swept("h", "a", "t", 1, true).unwrap();
+    store.set_handover_swept("h", "a", "t", 0, Some(3)).unwrap();
+    store.set_handover_swept("h", "a", "t", 0, Some(4)).unwrap();
+    store.set_handover_swept("h", "a", "t", 1, Some(1)).unwrap();
     store
-        .set_handover_swept("other", "a", "t", 2, true)
+        .set_handover_swept("other", "a", "t", 2, Some(1))
         .unwrap();
     assert_eq!(
         store.handover_swept("h", "a").unwrap(),
-        std::collections::BTreeSet::from([("t".to_string(), 0), ("t".to_string(), 1)])
+        std::collections::BTreeMap::from([(("t".to_string(), 0), 4), (("t".to_string(), 1), 1)])
     );
-    store.set_handover_swept("h", "a", "t", 0, false).unwrap();
+    store.set_handover_swept("h", "a", "t", 0, None).unwrap();
     assert_eq!(store.handover_swept("h", "a").unwrap().len(), 1);
     assert!(store.handover_swept("h", "b").unwrap().is_empty());
     // Gaps of partition 1 retiring: unmarked for every handover topic.
     store
-        .set_handover_swept("other", "a", "t", 1, true)
+        .set_handover_swept("other", "a", "t", 1, Some(1))
         .unwrap();
     store
         .clear_handover_swept("a", &[("t".to_string(), 1)])

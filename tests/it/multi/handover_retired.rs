@@ -413,7 +413,7 @@ async fn b_imports(a: &mut Instance, b: &mut Instance, want: f64, what: &str) {
 /// not import it as retired: it would count twice (`gaps_open` one too high for good).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
-    use gap_auditor::handover::{Handover, retired};
+    use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, a_gaps) = a_decided("handover_held_chunk").await;
     // The crash between chunk and state: chunk 0 as A would publish it had it retired its
     // live gap at HELD_FILL + 1 (A's ledger, and so its state, still holds that gap).
@@ -431,25 +431,22 @@ async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
     let mut rows = held_retired_rows(&s.topic);
     rows.push(held.clone());
     assert!(rows.iter().all(|g| retired::chunk_of(g.first_offset) == 0));
-    let forger = Handover::new(
-        &gap_auditor::config::KafkaConfig {
-            brokers: kafka(),
-            ..Default::default()
-        },
-        &handover,
-    )
-    .expect("handover client");
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
-    forger
-        .publish_retired(&retired::chunks(
-            super::handover_idle::AUDIT,
-            &tp,
-            rows,
-            "crashed-owner",
-            chrono::Utc::now(),
-        ))
-        .await
-        .expect("the chunk");
+    let term = state_term(&handover, &tp).await;
+    publish_raw_chunk(
+        &handover,
+        &retired::RetiredChunk {
+            term,
+            ..retired::chunks(
+                super::handover_idle::AUDIT,
+                &tp,
+                rows,
+                "crashed-owner",
+                chrono::Utc::now(),
+            )
+            .remove(0)
+        },
+    );
     b_imports(
         &mut a,
         &mut b,
@@ -466,12 +463,32 @@ async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
     b.stop();
 }
 
+/// The term of partition `tp`'s newest state on `handover`, as a reader finds it: the term
+/// whose chunk keys that state names.
+pub(super) async fn state_term(handover: &str, tp: &gap_auditor::gap::TopicPartition) -> u64 {
+    use gap_auditor::handover::Handover;
+    let h = Handover::new(
+        &gap_auditor::config::KafkaConfig {
+            brokers: kafka(),
+            ..Default::default()
+        },
+        handover,
+    )
+    .expect("handover client");
+    let t = tp.clone();
+    let mut states = tokio::task::spawn_blocking(move || h.read(super::handover_idle::AUDIT, &[t]))
+        .await
+        .expect("read task")
+        .expect("read the handover topic");
+    states.remove(tp).expect("a state").term
+}
+
 /// Publishes `c` to the side topic as it is (its term included), as an owner of that term.
 pub(super) fn publish_raw_chunk(handover: &str, c: &gap_auditor::handover::retired::RetiredChunk) {
     use gap_auditor::handover::retired::{chunk_key, encode_chunk};
     publish_raw(
         handover,
-        &chunk_key(&c.audit, &c.tp(), c.chunk),
+        &chunk_key(&c.audit, &c.tp(), c.chunk, c.term),
         &encode_chunk(c),
     );
 }
@@ -505,9 +522,10 @@ async fn an_unreadable_chunk_leaves_an_unverifiable_stand_in() {
     use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, _) = a_decided("handover_unreadable_chunk").await;
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let term = state_term(&handover, &tp).await;
     publish_raw(
         &handover,
-        &retired::chunk_key(super::handover_idle::AUDIT, &tp, 0),
+        &retired::chunk_key(super::handover_idle::AUDIT, &tp, 0, term),
         b"{not a chunk",
     );
     b_imports(&mut a, &mut b, LIVE as f64, "B counts the live gaps").await;
@@ -531,14 +549,18 @@ async fn an_unreadable_chunk_leaves_an_unverifiable_stand_in() {
     b.stop();
 }
 
-/// Review item 2 of format 3: a zombie owner (a lower ownership term) rewrites chunk 0 from
-/// a stale store after a newer owner's version: the import keeps the newer owner's version,
-/// whatever the log order, so the zombie's extra gap is not imported (a loss invented).
+/// Review item 2 of format 3 and R3 of the supersede's review: versions of chunk 0 written
+/// under terms other than the one A's state names, later in the log — a zombie's of an
+/// older term, and a newer owner's whose own state never landed (it stopped between its
+/// chunks and its first state) — each with a gap at an offset that holds a record. B takes
+/// A's state over: it imports only the versions of A's term, so neither gap is imported
+/// (a loss invented) and A's gaps are all there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_zombie_owners_older_term_chunk_is_not_imported() {
+async fn versions_of_another_term_than_the_states_are_not_imported() {
     use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, _) = a_decided("handover_zombie_chunk").await;
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let term = state_term(&handover, &tp).await;
     let version = |rows: Vec<Gap>, term: u64, owner: &str| retired::RetiredChunk {
         term,
         ..retired::chunks(
@@ -550,33 +572,32 @@ async fn a_zombie_owners_older_term_chunk_is_not_imported() {
         )
         .remove(0)
     };
-    // The newest owner's chunk 0 (term 7): A's given-up gaps. Then a zombie's (term 3),
-    // later in the log, with a gap at an offset that holds a record.
-    publish_raw_chunk(
-        &handover,
-        &version(held_retired_rows(&s.topic), 7, "newest"),
-    );
     let zombie_gap = open_gap(super::handover_idle::AUDIT, &s.topic, 40, 40);
+    let unlanded_gap = open_gap(super::handover_idle::AUDIT, &s.topic, 42, 42);
     let mut stale = held_retired_rows(&s.topic);
     stale.push(zombie_gap.clone());
-    publish_raw_chunk(&handover, &version(stale, 3, "zombie"));
+    publish_raw_chunk(&handover, &version(stale, term - 1, "zombie"));
+    let mut unlanded = held_retired_rows(&s.topic);
+    unlanded.truncate(3);
+    unlanded.push(unlanded_gap.clone());
+    publish_raw_chunk(&handover, &version(unlanded, term + 1, "unlanded"));
     b_imports(
         &mut a,
         &mut b,
         (HELD_RETIRED + LIVE) as f64,
-        "B counts no gap of the zombie's chunk",
+        "B counts A's gaps and none of the other terms' chunks",
     )
     .await;
-    assert!(
-        !handed(&b.store).contains_key(&zombie_gap.id),
-        "the zombie's gap is not in B's store"
-    );
+    let b_gaps = handed(&b.store);
+    for g in [&zombie_gap, &unlanded_gap] {
+        assert!(!b_gaps.contains_key(&g.id), "{} is not in B's store", g.id);
+    }
     b.stop();
 }
 
-/// Review item 2 of format 3: the import applies a chunk's newest version whole: a gap an
-/// older version had (here A's own, published by A's sweep) and the newest owner's version
-/// lacks (resolved or let go there) does not stay in B's store.
+/// Review item 2 of format 3: the import applies a chunk's newest version of the state's
+/// term whole: a gap an older version had (here A's own, published by A's sweep) and the
+/// newest version lacks (resolved or let go there) does not stay in B's store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_gap_the_newest_chunk_version_lacks_is_not_kept() {
     use gap_auditor::handover::retired;
@@ -585,7 +606,7 @@ async fn a_gap_the_newest_chunk_version_lacks_is_not_kept() {
     let mut rows = held_retired_rows(&s.topic);
     let dropped = rows.pop().expect("a given-up gap");
     let newest = retired::RetiredChunk {
-        term: 7,
+        term: state_term(&handover, &tp).await,
         ..retired::chunks(
             super::handover_idle::AUDIT,
             &tp,
@@ -662,7 +683,7 @@ async fn a_takeover_of_another_owners_state_does_not_sweep_over_its_chunks() {
     newer.state = GapState::Acknowledged;
     newer.ack_reason = Some("A's".into());
     let chunk = retired::RetiredChunk {
-        term: 1,
+        term: state_term(&handover, &tp).await,
         ..retired::chunks(
             super::handover_idle::AUDIT,
             &tp,
@@ -742,6 +763,15 @@ async fn a_restarted_owner_takes_its_own_state_back_without_an_import() {
 
 /// The latest chunk of each key of partition 0 of `topic` on `side`: gap id → state.
 pub(super) fn side_topic_states(side: &str, topic: &str) -> BTreeMap<String, String> {
+    side_topic_states_of(side, topic, None)
+}
+
+/// As [`side_topic_states`], of the keys of `term` only (`None`: every term).
+pub(super) fn side_topic_states_of(
+    side: &str,
+    topic: &str,
+    term: Option<u64>,
+) -> BTreeMap<String, String> {
     use gap_auditor::handover::retired::decode_chunk;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::Message;
@@ -768,7 +798,7 @@ pub(super) fn side_topic_states(side: &str, topic: &str) -> BTreeMap<String, Str
             continue;
         };
         let chunk = decode_chunk(k, v).expect("a chunk decodes");
-        if chunk.topic == topic {
+        if chunk.topic == topic && term.is_none_or(|t| t == chunk.term) {
             latest.insert(
                 k.to_vec(),
                 chunk

@@ -1,13 +1,13 @@
-//! Review of format 3 (2026-12-06), findings F2 and F1, and the review of the merge that
-//! first fixed F2 (N1-N6), on the real broker: an owner that resumes a partition from its
-//! own store further than a format-3 state, or takes its own state back, must neither
-//! publish chunks that lack gaps the state counts (its store let them go: lost for good)
-//! nor leave chunks of the side topic it has no row in (a next owner would import and
-//! count them twice).
+//! Review of format 3 (2026-12-06), findings F2 and F1, and the reviews of the merge and the
+//! supersede that first fixed F2, on the real broker: an owner that resumes a partition from
+//! its own store further than a format-3 state, or takes its own state back, must neither
+//! publish chunks that lack gaps the state it publishes counts (its store let them go: lost
+//! for good) nor replace the chunks another owner's state names (a next owner taking that
+//! state would import a mixture).
 
 use super::handover_idle::{AUDIT, handed};
 use super::handover_retired::{
-    HELD_END, HELD_RETIRED, LIVE, a_decided, held_retired_rows, side_topic_states,
+    HELD_END, HELD_RETIRED, LIVE, a_decided, held_retired_rows, side_topic_states_of, state_term,
 };
 use super::*;
 use gap_auditor::handover::{Handover, retired};
@@ -26,19 +26,19 @@ fn other_owner(handover: &str, owner: &str) -> std::sync::Arc<Handover> {
     std::sync::Arc::new(h)
 }
 
-/// F2 and N1-N5: A's store is further than the format-3 state on the handover topic,
-/// another owner's (B took the partition over from an older state of A's, gave up gaps at
-/// 40 and 70 that A decided otherwise, an operator acknowledged A's gap 3 there; then the
-/// partition came back to A, whose store had gone on). A's swept mark is unset. Before the
-/// first fix, A swept its store's rows over B's chunk 0 only: chunk 1 (gap 70) stayed for
-/// a next owner to import and count twice. The merge that followed brought B's gaps into
-/// A's store against A's own verdicts and could count them twice. Now A's verdicts stand,
-/// as a store resumed further always had them (record format 2 replaced the other owner's
-/// base whole): its chunk 0 replaces B's, chunk 1 gets an empty version, and the one thing
-/// of B's it takes is the acknowledgement of a gap it holds.
+/// F2, N1-N6 and R1-R5: A's store is further than the format-3 state on the handover topic,
+/// another owner's (B took the partition over from A's state, under the next term, gave up
+/// gaps at 40 and 70 that A decided otherwise, an operator acknowledged A's gap 3 there;
+/// then the partition came back to A, whose store had gone on), and A's swept mark is
+/// unset. Before, A swept its store's rows over B's chunk 0 only (chunk 1 stayed for a next
+/// owner), then merged B's gaps into its store, then replaced B's chunks with its own and
+/// empty ones before its state landed. Now A's verdicts stand, as a store resumed further
+/// always had them (format 2's new base replaced the other owner's whole): A publishes its
+/// given-up gaps under its own new term and its state names that term; B's chunks stay
+/// under B's term, untouched, named by B's state until A's replaced it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_store_further_than_another_owners_state_supersedes_its_chunks() {
-    let (s, handover, mut a, _b, mut a_gaps) = a_decided("handover_supersede_further").await;
+async fn a_store_further_than_another_owners_state_keeps_its_verdicts_under_its_own_term() {
+    let (s, handover, mut a, _b, a_gaps) = a_decided("handover_further_own_term").await;
     a.stop();
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
     let b = other_owner(&handover, "other-owner");
@@ -49,7 +49,8 @@ async fn a_store_further_than_another_owners_state_supersedes_its_chunks() {
         .expect("read the handover topic");
     let mut st = states.remove(&tp).expect("A's state");
     assert_eq!(st.version, 3);
-    // B's state: less far than A's store.
+    let a_term = st.term;
+    // B's state: less far than A's store, under the next term (its read made it B's).
     st.owner = b.owner().to_string();
     st.settled = HELD_END - 2;
     st.base = None;
@@ -57,6 +58,8 @@ async fn a_store_further_than_another_owners_state_supersedes_its_chunks() {
     st.removed = Vec::new();
     st.claims_kept = false;
     b.publish(&[st]).await.expect("B's state");
+    let b_term = state_term(&handover, &tp).await;
+    assert!(b_term > a_term, "B's term {b_term} after A's {a_term}");
     let mut rows = held_retired_rows(&s.topic);
     let acked = rows[1].id.clone();
     rows[1].state = GapState::Acknowledged;
@@ -75,44 +78,51 @@ async fn a_store_further_than_another_owners_state_supersedes_its_chunks() {
     ))
     .await
     .expect("B's chunks");
+    let side = retired::side_topic(&handover);
+    let read_side = |term: u64| {
+        let (side, topic) = (side.clone(), s.topic.clone());
+        async move {
+            tokio::task::spawn_blocking(move || side_topic_states_of(&side, &topic, Some(term)))
+                .await
+                .expect("side task")
+        }
+    };
+    let b_side = read_side(b_term).await;
     Store::open(&a.store)
         .expect("store")
         .clear_handover_swept(AUDIT, &[(s.topic.clone(), 0)])
         .expect("unmark");
     a.start();
     wait_settled(&a, HELD_END, "A resumes from its store").await;
-    // The side topic ends as A's store holds the partition: A's given-up gaps, gap 3
-    // acknowledged, neither of B's.
-    let side = retired::side_topic(&handover);
-    let mut want: BTreeMap<String, String> = held_retired_rows(&s.topic)
+    // A's state lands, under a term past B's, and its chunks hold A's given-up gaps as
+    // A's store does (gap 3 open: B's acknowledgement is B's verdict, not followed).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut term = b_term;
+    while term <= b_term && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        term = state_term(&handover, &tp).await;
+    }
+    assert!(
+        term > b_term,
+        "A's state lands; A log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    let want: BTreeMap<String, String> = held_retired_rows(&s.topic)
         .into_iter()
         .map(|g| (g.id, "open".to_string()))
         .collect();
-    want.insert(acked.clone(), "acknowledged".into());
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut on_side = BTreeMap::new();
-    while std::time::Instant::now() < deadline {
-        let (side, topic) = (side.clone(), s.topic.clone());
-        on_side = tokio::task::spawn_blocking(move || side_topic_states(&side, &topic))
-            .await
-            .expect("side task");
-        if on_side == want {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
     assert_eq!(
-        on_side,
+        read_side(term).await,
         want,
-        "the side topic as A's store holds it; A log tail:\n{}",
+        "A's chunks under its term; A log tail:\n{}",
         tail(&a.log_text(), 30)
     );
-    // A counts its own gaps but the acknowledged one; none of B's.
+    assert_eq!(read_side(b_term).await, b_side, "B's chunks untouched");
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(
             a.metric("gap_auditor_gaps_open").await,
-            (HELD_RETIRED + LIVE - 1) as f64,
+            (HELD_RETIRED + LIVE) as f64,
             "A's log tail:\n{}",
             tail(&a.log_text(), 30)
         );
@@ -126,17 +136,11 @@ async fn a_store_further_than_another_owners_state_supersedes_its_chunks() {
             g.id
         );
     }
-    assert!(
-        after
-            .get(&acked)
-            .is_some_and(|v| v.starts_with("acknowledged")),
-        "{:?}",
-        after.get(&acked)
+    assert_eq!(
+        after.get(&acked),
+        a_gaps.get(&acked),
+        "gap 3 as A decided it"
     );
-    a_gaps.remove(&acked);
-    for id in a_gaps.keys() {
-        assert_eq!(after.get(id), a_gaps.get(id), "A's gap {id} as it was");
-    }
 }
 
 /// F1: A's store let the partition's gaps go (`forget_not_owned`: another instance owned
