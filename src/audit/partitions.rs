@@ -554,6 +554,10 @@ impl<V: Verifier> Audit<V> {
         // Which of this owner's own format-3 states its store proves current (review of
         // format 3, F1): see `own_proofs`.
         let proofs = self.own_proofs(&states, &me).await;
+        // Imports this store began of states still the newest (review of the supersede,
+        // R1): their progress, further than the state, is the import's own, not a store
+        // further than the handover; see `resumable_imports`.
+        let resumable = self.resumable_imports(&states).await;
         let TakenOver {
             handed_retired,
             foreign,
@@ -569,11 +573,22 @@ impl<V: Verifier> Audit<V> {
             let local = progress.get(&tp).map(|p| p.settled);
             let theirs = !super::retired_flow::may_sweep(Some((st.version, &st.owner)), &me);
             if !handover::prefer_handover(local, &st) {
-                tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled,
-                    "the local store is further than the handover topic: resuming from it");
                 if let Some(h) = &self.handover {
                     h.forget_chain(&self.cfg.name, &tp);
                 }
+                if let Some(counted) = resumable.get(&tp) {
+                    // Its own progress stands (it went on from the state), and the import
+                    // of the state's given-up gaps resumes, counting both the handed-over
+                    // aggregate and the store's rows until it ends (never less than
+                    // either; some counted twice meanwhile).
+                    tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled, previous_owner = %st.owner,
+                        "the import of the previous owner's given-up gaps did not finish before this partition left: resumed, from this store's progress");
+                    let handed = st.retired_gaps.clone().unwrap_or_default();
+                    handed_retired.insert(tp.clone(), (handed.merged(counted), st.term));
+                    continue;
+                }
+                tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled,
+                    "the local store is further than the handover topic: resuming from it");
                 // The store's verdicts stand (it decided these offsets last; a store that
                 // let a partition's gaps go forgot its progress with them, so it is never
                 // further, see `forget_not_owned`). Its given-up gaps go to the side topic
@@ -645,8 +660,11 @@ impl<V: Verifier> Audit<V> {
             if theirs {
                 foreign.insert(tp.clone());
             }
+            // An import starts: marked with the progress it starts from (see
+            // `resumable_imports`).
+            let importing = (st.version >= 3 && !own).then(|| (st.owner.clone(), st.term));
             progress.insert(tp, row.clone());
-            imports.push((row, st.gaps, st.replayed, st.retired, own));
+            imports.push((row, st.gaps, st.replayed, st.retired, own, importing));
         }
         if imports.is_empty() {
             return out;
@@ -660,7 +678,7 @@ impl<V: Verifier> Audit<V> {
             .unwrap_or_default();
         let written = blocking(move || {
             let mut unretired = Vec::new();
-            for (row, gaps, replayed, retired, own) in imports {
+            for (row, gaps, replayed, retired, own, importing) in imports {
                 // Given-up gaps inline (record format 2) are not on the side topic: swept.
                 if !retired.is_empty() {
                     store.set_handover_swept(&handover, &audit, &row.topic, row.partition, None)?;
@@ -677,6 +695,13 @@ impl<V: Verifier> Audit<V> {
                     crate::store::KeyClaims::<&[u8]>::Changes(&[]),
                     &retired,
                     &[],
+                )?;
+                store.set_importing(
+                    &handover,
+                    &audit,
+                    &row.topic,
+                    row.partition,
+                    importing.as_ref().map(|(o, t)| (o.as_str(), *t)),
                 )?;
                 for id in &replayed {
                     store.mark_replayed(id)?;
@@ -735,6 +760,48 @@ impl<V: Verifier> Audit<V> {
             }
         }
         out
+    }
+
+    /// Of `states`, those whose partition's store marks an import of exactly that state
+    /// (its owner and term) unfinished, with the store's count of their retired rows: the
+    /// import was cut (a rebalance or a stop) after the partition's progress went past the
+    /// state. Unreadable: none (those partitions resume from their store as further).
+    async fn resumable_imports(
+        &self,
+        states: &HashMap<TopicPartition, handover::PartitionState>,
+    ) -> HashMap<TopicPartition, crate::ledger::RetiredGaps> {
+        let Some(h) = &self.handover else {
+            return HashMap::new();
+        };
+        let wanted: Vec<(TopicPartition, String, u64)> = states
+            .iter()
+            .filter(|(_, st)| st.version >= 3)
+            .map(|(tp, st)| (tp.clone(), st.owner.clone(), st.term))
+            .collect();
+        if wanted.is_empty() {
+            return HashMap::new();
+        }
+        let (store, audit, topic) = (
+            self.store.clone(),
+            self.cfg.name.clone(),
+            h.topic().to_string(),
+        );
+        let read = blocking(move || {
+            let marks = store.importing(&topic, &audit)?;
+            let mut out = HashMap::new();
+            for (tp, owner, term) in wanted {
+                if marks.get(&(tp.topic.clone(), tp.partition)) == Some(&(owner, term)) {
+                    let n = store.settle_retired(&audit, &tp.topic, tp.partition, &[])?;
+                    out.insert(tp, n);
+                }
+            }
+            Ok::<_, crate::store::StoreError>(out)
+        })
+        .await;
+        read.unwrap_or_else(|e| {
+            tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which imports of given-up gaps were cut: none is resumed");
+            HashMap::new()
+        })
     }
 
     /// What the store proves of this owner's own format-3 states among `states` (review of

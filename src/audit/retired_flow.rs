@@ -243,7 +243,14 @@ impl<V: Verifier> Audit<V> {
                     .or_default()
                     .push(id.clone());
             }
+            let handover = h.topic().to_string();
             let step = blocking(move || {
+                // The chunks this owner changed since the takeover (noted, unpublished while
+                // the import holds the partition): a version of theirs never drops its rows
+                // there (an import resumed after a stop holds them nowhere else: R1).
+                let noted = store
+                    .unpublished_chunks(&handover, &audit)
+                    .map_err(|e| e.to_string())?;
                 let retired::RetiredRead {
                     chunks,
                     skipped,
@@ -268,9 +275,23 @@ impl<V: Verifier> Audit<V> {
                         for k in [Some(c.chunk), None] {
                             keep.extend(held_by_chunk.get(&k).into_iter().flatten().cloned());
                         }
-                        let dropped = store
-                            .drop_retired_lacking(&audit, &tp.topic, tp.partition, lo, hi, &keep)
-                            .map_err(|e| e.to_string())?;
+                        let ours = noted
+                            .get(&(tp.topic.clone(), tp.partition))
+                            .is_some_and(|set| set.contains(&c.chunk));
+                        let dropped = if ours {
+                            Vec::new()
+                        } else {
+                            store
+                                .drop_retired_lacking(
+                                    &audit,
+                                    &tp.topic,
+                                    tp.partition,
+                                    lo,
+                                    hi,
+                                    &keep,
+                                )
+                                .map_err(|e| e.to_string())?
+                        };
                         if !dropped.is_empty() {
                             tracing::info!(%audit, %tp, chunk = c.chunk, term = c.term, gaps = ?dropped, "retired gaps dropped: the newest version of their chunk lacks them");
                         }
@@ -304,9 +325,21 @@ impl<V: Verifier> Audit<V> {
                         .iter()
                         .flat_map(|k| held_by_chunk.get(k).into_iter().flatten().cloned())
                         .collect();
-                    store
-                        .drop_retired_lacking(&audit, &s.tp.topic, s.tp.partition, lo, hi, &keep)
-                        .map_err(|e| e.to_string())?;
+                    let ours = noted
+                        .get(&(s.tp.topic.clone(), s.tp.partition))
+                        .is_some_and(|set| set.contains(&s.chunk));
+                    if !ours {
+                        store
+                            .drop_retired_lacking(
+                                &audit,
+                                &s.tp.topic,
+                                s.tp.partition,
+                                lo,
+                                hi,
+                                &keep,
+                            )
+                            .map_err(|e| e.to_string())?;
+                    }
                     store
                         .import_retired(&audit, std::slice::from_ref(&stand_in))
                         .map_err(|e| e.to_string())?;
@@ -316,6 +349,13 @@ impl<V: Verifier> Audit<V> {
                     .into_iter()
                     .filter(|s| want.get(&s.tp) == Some(&s.term))
                     .collect();
+                if next.done() {
+                    for tp in want.keys() {
+                        store
+                            .set_importing(&handover, &audit, &tp.topic, tp.partition, None)
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
                 Ok::<_, String>((next, n, skipped))
             })
             .await;

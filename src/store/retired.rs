@@ -440,6 +440,73 @@ impl Store {
     }
 }
 
+/// Partitions importing another owner's state: `(topic, partition) → (owner, term)`.
+pub type Importing = std::collections::BTreeMap<(String, i32), (String, u64)>;
+
+impl Store {
+    /// Records that one partition imports the state of `owner` under `term` from
+    /// `handover`'s side topic (`Some`), or that it finished (`None`).
+    pub fn set_importing(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        state: Option<(&str, u64)>,
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("mark the import of {audit}/{topic}-{partition}");
+        match state {
+            Some((owner, term)) => conn.execute(
+                "INSERT OR REPLACE INTO handover_importing
+                    (handover_topic, audit, topic, partition, owner, term)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    handover,
+                    audit,
+                    topic,
+                    partition,
+                    owner,
+                    i64::try_from(term).unwrap_or(i64::MAX)
+                ],
+            ),
+            None => conn.execute(
+                "DELETE FROM handover_importing
+                 WHERE handover_topic = ?1 AND audit = ?2 AND topic = ?3 AND partition = ?4",
+                params![handover, audit, topic, partition],
+            ),
+        }
+        .map_err(self.sq(ctx()))?;
+        Ok(())
+    }
+
+    /// The partitions of `audit` importing a state from `handover`'s side topic.
+    pub fn importing(&self, handover: &str, audit: &str) -> Result<Importing, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the imports of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition, owner, term FROM handover_importing
+                 WHERE handover_topic = ?1 AND audit = ?2",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![handover, audit], |r| {
+                Ok((
+                    (r.get::<_, String>(0)?, r.get::<_, i32>(1)?),
+                    (r.get::<_, String>(2)?, r.get::<_, i64>(3)?),
+                ))
+            })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows
+            .into_iter()
+            .map(|(tp, (owner, term))| (tp, (owner, u64::try_from(term).unwrap_or(0))))
+            .collect())
+    }
+}
+
 impl Store {
     /// Of the gaps `ids`, those this store marks retired are marked not retired (a ledger
     /// holds them: see `take_over`); returns them.
@@ -482,6 +549,7 @@ impl Store {
         for sql in [
             "DELETE FROM handover_swept WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
             "DELETE FROM handover_unpublished WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            "DELETE FROM handover_importing WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
         ] {
             let mut stmt = conn.prepare_cached(sql).map_err(self.sq(ctx()))?;
             for (topic, partition) in partitions {

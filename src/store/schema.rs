@@ -242,7 +242,21 @@ CREATE TABLE IF NOT EXISTS handover_unpublished (
 /// given-up gaps as the store does (chunk keys carry the writer's term). The marks are a
 /// cache (a partition without one is swept once more): the table is made again, with the
 /// column, whatever an earlier build left (the reverted build's v13 had none).
+///
+/// Also v15: which partitions import another owner's state (its owner and term) and have
+/// not finished: such a partition's progress, further than that state, is never taken for
+/// a store further than the handover (its given-up gaps are not all in the store yet): the
+/// import resumes.
 const SWEPT_WITH_TERMS: &str = "
+CREATE TABLE IF NOT EXISTS handover_importing (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    owner          TEXT NOT NULL,
+    term           INTEGER NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition)
+);
 DROP TABLE IF EXISTS handover_swept;
 CREATE TABLE handover_swept (
     handover_topic TEXT NOT NULL,

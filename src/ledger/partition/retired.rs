@@ -108,6 +108,28 @@ impl RetiredGaps {
         self.list(g.clone());
     }
 
+    /// Both aggregates counted together (gaps in both count twice): what an import resumed
+    /// after a stop counts until it ends, the handed-over aggregate and the store's rows
+    /// (some of them imported already), never less than either.
+    pub fn merged(&self, other: &RetiredGaps) -> RetiredGaps {
+        let mut out = RetiredGaps {
+            gaps: self.gaps + other.gaps,
+            dead_lettered: self.dead_lettered + other.dead_lettered,
+            missing_known: self.missing_known + other.missing_known,
+            open: self.open + other.open,
+            open_missing: self.open_missing + other.open_missing,
+            deleted_ms: min_opt(self.deleted_ms, other.deleted_ms),
+            oldest_undeleted_ts: min_opt(self.oldest_undeleted_ts, other.oldest_undeleted_ts),
+            undeleted_without_ts: self.undeleted_without_ts + other.undeleted_without_ts,
+            undeleted_first: min_opt(self.undeleted_first, other.undeleted_first),
+            earliest: self.earliest.clone(),
+        };
+        for g in &other.earliest {
+            out.list(g.clone());
+        }
+        out
+    }
+
     /// Keeps `g` among the earliest listed when it is one of them.
     pub fn list(&mut self, g: BlockingGap) {
         let key = |b: &BlockingGap| (b.since, b.first);

@@ -189,3 +189,101 @@ async fn an_owner_whose_store_let_its_gaps_go_imports_its_own_state_back() {
     a.stop();
     assert_eq!(handed(&a.store), a_gaps, "A's store holds its gaps again");
 }
+
+/// R1 of the supersede's review: an import cut by a rebalance or a stop after the
+/// partition's progress went past the state it imports. Here A (as the importer) took over
+/// B's state (settled 2 below A's store, under B's term, its chunk holding A's ten given-up
+/// gaps) and was stopped with five of them imported: its store marks the import, and its
+/// progress is further than B's state. Before, A took that for a store further than the
+/// handover, published its five under its own term and its state named them: the other
+/// five lost for good. Now the import resumes over A's progress and A ends counting and
+/// publishing all ten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_import_cut_after_its_progress_went_past_the_state_resumes() {
+    let (s, handover, mut a, _b, a_gaps) = a_decided("handover_import_resumes").await;
+    a.stop();
+    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let b = other_owner(&handover, "other-owner");
+    let (bb, t) = (b.clone(), tp.clone());
+    let mut states = tokio::task::spawn_blocking(move || bb.read(AUDIT, &[t]))
+        .await
+        .expect("read task")
+        .expect("read the handover topic");
+    let mut st = states.remove(&tp).expect("A's state");
+    st.owner = b.owner().to_string();
+    st.settled = HELD_END - 2;
+    st.base = None;
+    st.prev = None;
+    st.removed = Vec::new();
+    st.claims_kept = false;
+    b.publish(&[st]).await.expect("B's state");
+    let b_term = state_term(&handover, &tp).await;
+    b.publish_retired(&retired::chunks(
+        AUDIT,
+        &tp,
+        held_retired_rows(&s.topic),
+        b.owner(),
+        chrono::Utc::now(),
+    ))
+    .await
+    .expect("B's chunk");
+    {
+        // A's store as an import of B's state cut halfway leaves it.
+        let store = Store::open(&a.store).expect("store");
+        store
+            .clear_handover_swept(AUDIT, &[(s.topic.clone(), 0)])
+            .expect("unmark");
+        store
+            .set_importing(&handover, AUDIT, &s.topic, 0, Some((b.owner(), b_term)))
+            .expect("mark the import");
+        drop(store);
+        let conn =
+            rusqlite::Connection::open(a.store.join(gap_auditor::store::DB_FILE)).expect("db");
+        for g in held_retired_rows(&s.topic).iter().skip(5) {
+            conn.execute("DELETE FROM gaps WHERE id = ?1", [&g.id])
+                .expect("not imported yet");
+        }
+    }
+    a.start();
+    wait_settled(&a, HELD_END, "A resumes").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut term = b_term;
+    while term <= b_term && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        term = state_term(&handover, &tp).await;
+    }
+    assert!(
+        term > b_term,
+        "A's state lands; A log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    let want: BTreeMap<String, String> = held_retired_rows(&s.topic)
+        .into_iter()
+        .map(|g| (g.id, "open".to_string()))
+        .collect();
+    let (side, topic) = (retired::side_topic(&handover), s.topic.clone());
+    let on_side =
+        tokio::task::spawn_blocking(move || side_topic_states_of(&side, &topic, Some(term)))
+            .await
+            .expect("side task");
+    assert_eq!(
+        on_side,
+        want,
+        "all ten under A's term; A log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            a.metric("gap_auditor_gaps_open").await,
+            (HELD_RETIRED + LIVE) as f64,
+            "A's log tail:\n{}",
+            tail(&a.log_text(), 30)
+        );
+    }
+    a.stop();
+    let after = handed(&a.store);
+    for g in held_retired_rows(&s.topic) {
+        assert_eq!(after.get(&g.id), a_gaps.get(&g.id), "{} in A's store", g.id);
+    }
+}
