@@ -279,6 +279,8 @@ impl<V: Verifier> Audit<V> {
         if tps.is_empty() {
             let held = &self.handover_held;
             self.handover_dirty.retain(|tp| held.contains(tp));
+            // Keys of older terms left from an earlier round's budget.
+            self.tombstone_older_terms(&BTreeSet::new()).await;
             return;
         }
         // The chunks of the retired gaps that changed go first: a state is acknowledged only
@@ -510,6 +512,12 @@ impl<V: Verifier> Audit<V> {
                 "cannot publish partition state to the handover topic; the settled watermark of these partitions stays uncommitted until it succeeds (the others are committed)");
         }
         self.handover_held.extend(held);
+        let acked: BTreeSet<TopicPartition> = published
+            .iter()
+            .map(|(tp, _)| tp.clone())
+            .filter(|tp| done.contains(tp))
+            .collect();
+        self.tombstone_older_terms(&acked).await;
     }
 
     /// Reads the handover topic again for the assigned partitions whose read failed (at

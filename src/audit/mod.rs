@@ -192,6 +192,9 @@ struct Audit<V> {
     /// Partitions whose retired gaps are still being published (a sweep) or imported from
     /// the handover's side topic: held until done ([`retired_flow`]).
     retired_flows: BTreeMap<TopicPartition, retired_flow::Flow>,
+    /// Side-topic keys of other terms than this owner's, per partition, seen by its import:
+    /// tombstoned once its own state is acknowledged ([`retired_flow::Garbage`]).
+    retired_garbage: HashMap<TopicPartition, retired_flow::Garbage>,
     /// Where the next round's budget of changed chunks starts among the partitions that
     /// have some: it turns, so no partition waits behind others' chunks for ever (review of
     /// format 3, F7).
@@ -275,6 +278,7 @@ impl<V: Verifier> Audit<V> {
             handover_lost: BTreeSet::new(),
             handover_held: BTreeSet::new(),
             retired_flows: BTreeMap::new(),
+            retired_garbage: HashMap::new(),
             chunk_turn: 0,
             handover_reading: None,
             backlog: false,

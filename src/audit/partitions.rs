@@ -914,6 +914,7 @@ impl<V: Verifier> Audit<V> {
                 self.handover_pending.remove(tp);
                 self.handover_claims.remove(tp);
                 self.retired_flows.remove(tp);
+                self.retired_garbage.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }

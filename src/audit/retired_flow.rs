@@ -53,6 +53,19 @@ pub(super) enum Flow {
     Import(ImportCursor, u64),
 }
 
+/// Side-topic keys `(chunk, term)` of a partition under other terms than this owner's, seen
+/// by its import: the previous owner's (its state named them until this owner's replaced
+/// it), a zombie's, an owner's whose state never landed. No state names them once this
+/// owner's own is acknowledged (`named`): then they are tombstoned, a bounded number a
+/// round ([`retired::GARBAGE_KEYS`]), so the side topic holds one term's keys per
+/// partition instead of a copy per takeover. Lost at a stop or a revoke: the next import
+/// of the partition sees them again.
+#[derive(Debug, Default)]
+pub(super) struct Garbage {
+    keys: BTreeSet<(i64, u64)>,
+    named: bool,
+}
+
 /// The first offset of gap `id` (`audit:topic:partition:first[@epoch]`).
 fn first_of_id(id: &str) -> Option<Offset> {
     id.rsplit(':').next()?.split('@').next()?.parse().ok()
@@ -258,6 +271,11 @@ impl<V: Verifier> Audit<V> {
                 } = hh
                     .read_retired(&audit, &asked, cursor)
                     .map_err(|e| e.to_string())?;
+                let seen: Vec<(TopicPartition, i64, u64)> = chunks
+                    .iter()
+                    .map(|c| (c.tp(), c.chunk, c.term))
+                    .chain(skipped.iter().map(|s| (s.tp.clone(), s.chunk, s.term)))
+                    .collect();
                 let mut by: BTreeMap<TopicPartition, Vec<retired::RetiredChunk>> = BTreeMap::new();
                 for c in chunks {
                     by.entry(c.tp()).or_default().push(c);
@@ -356,11 +374,20 @@ impl<V: Verifier> Audit<V> {
                             .map_err(|e| e.to_string())?;
                     }
                 }
-                Ok::<_, String>((next, n, skipped))
+                Ok::<_, String>((next, n, skipped, seen))
             })
             .await;
             match step {
-                Ok((next, n, skipped)) => {
+                Ok((next, n, skipped, seen)) => {
+                    for (tp, chunk, term) in seen {
+                        if term != h.term(&self.cfg.name, &tp) {
+                            self.retired_garbage
+                                .entry(tp)
+                                .or_default()
+                                .keys
+                                .insert((chunk, term));
+                        }
+                    }
                     self.report_skipped_chunks(&skipped, &retired::side_topic(h.topic()));
                     tracing::debug!(audit = %self.cfg.name, partitions = ?tps, gaps = n, next = next.next, end = next.end, "retired gaps imported from the handover");
                     for tp in &tps {
@@ -473,6 +500,55 @@ impl<V: Verifier> Audit<V> {
                     tracing::warn!(audit = %self.cfg.name, %tp, error = %e,
                         "cannot publish retired gaps to the handover side topic: the partition is neither handed over nor committed; retried next round");
                 }
+            }
+        }
+    }
+
+    /// After a handover publish: the partitions in `acked` have their state under this
+    /// owner's term acknowledged, so no state names their keys of other terms any more;
+    /// those are tombstoned, up to [`retired::GARBAGE_KEYS`] a round over all partitions
+    /// (a failure keeps them for the next round).
+    pub(super) async fn tombstone_older_terms(&mut self, acked: &BTreeSet<TopicPartition>) {
+        let Some(h) = self.handover.clone() else {
+            return;
+        };
+        for tp in acked {
+            if let Some(g) = self.retired_garbage.get_mut(tp) {
+                g.named = true;
+            }
+        }
+        let mut budget = retired::GARBAGE_KEYS;
+        let ready: Vec<TopicPartition> = self
+            .retired_garbage
+            .iter()
+            .filter(|(tp, g)| g.named && !self.retired_flows.contains_key(*tp))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in ready {
+            if budget == 0 {
+                break;
+            }
+            let Some(g) = self.retired_garbage.get_mut(&tp) else {
+                continue;
+            };
+            let batch: Vec<(i64, u64)> = g.keys.iter().take(budget).copied().collect();
+            match h.tombstone_retired(&self.cfg.name, &tp, &batch).await {
+                Ok(()) => {
+                    for k in &batch {
+                        g.keys.remove(k);
+                    }
+                    budget -= batch.len();
+                    tracing::debug!(audit = %self.cfg.name, %tp, keys = batch.len(), left = g.keys.len(),
+                        "side-topic keys of older terms tombstoned");
+                }
+                Err(e) => {
+                    tracing::warn!(audit = %self.cfg.name, %tp, error = %e,
+                        "cannot tombstone the side topic's keys of older terms; retried next round");
+                    break;
+                }
+            }
+            if g.keys.is_empty() {
+                self.retired_garbage.remove(&tp);
             }
         }
     }

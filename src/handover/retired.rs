@@ -55,6 +55,10 @@ pub const CHANGED_CHUNKS: usize = 256;
 /// see the audit) reads at most.
 pub const SWEEP_ROWS: usize = 8192;
 
+/// Side-topic keys of older terms an owner tombstones at most per round, once its state
+/// under its own term is acknowledged (see the audit's `retired_flow`).
+pub const GARBAGE_KEYS: usize = 1024;
+
 /// The side topic of handover topic `topic`.
 pub fn side_topic(topic: &str) -> String {
     format!("{topic}.retired")
@@ -418,28 +422,62 @@ impl Handover {
     /// committed). A chunk the broker or librdkafka refuses as too large is an error (the
     /// partition stays held), never dropped.
     pub async fn publish_retired(&self, chunks: &[RetiredChunk]) -> Result<(), HandoverError> {
+        let records = chunks
+            .iter()
+            .map(|c| {
+                let term = self.term_of(&key(&c.audit, &c.tp()));
+                let k = chunk_key(&c.audit, &c.tp(), c.chunk, term);
+                (k, Some(encode_chunk(&RetiredChunk { term, ..c.clone() })))
+            })
+            .collect();
+        self.send_side(records, "retired gaps").await
+    }
+
+    /// Tombstones the chunk keys `keys` (`(chunk, term)`) of partition `tp` of `audit`:
+    /// versions no state names any more (an owner's state under a newer term landed), so
+    /// compaction removes them and the side topic keeps one set of keys per partition, not
+    /// one per takeover. Never a key of this process's own term of the partition.
+    pub async fn tombstone_retired(
+        &self,
+        audit: &str,
+        tp: &TopicPartition,
+        keys: &[(i64, u64)],
+    ) -> Result<(), HandoverError> {
+        let own = self.term_of(&key(audit, tp));
+        let records = keys
+            .iter()
+            .filter(|(_, term)| *term != own)
+            .map(|(chunk, term)| (chunk_key(audit, tp, *chunk, *term), None))
+            .collect();
+        self.send_side(records, "tombstones of older terms' retired gaps")
+            .await
+    }
+
+    /// Sends `records` (key, value or a tombstone) to the side topic and awaits every one.
+    async fn send_side(
+        &self,
+        records: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        what: &str,
+    ) -> Result<(), HandoverError> {
         let side = side_topic(&self.topic);
-        let err = |context: &str, e: KafkaError| HandoverError::Kafka {
+        let err = |context: String, e: KafkaError| HandoverError::Kafka {
             topic: side.clone(),
-            context: context.to_string(),
+            context,
             source: Box::new(e),
         };
-        let mut sent = Vec::with_capacity(chunks.len());
+        let mut sent = Vec::with_capacity(records.len());
         let mut failure = None;
-        for c in chunks {
-            let term = self.term_of(&key(&c.audit, &c.tp()));
-            let k = chunk_key(&c.audit, &c.tp(), c.chunk, term);
-            let v = encode_chunk(&RetiredChunk { term, ..c.clone() });
+        for (k, v) in &records {
             let mut waited = false;
             loop {
-                let rec = FutureRecord::to(&side)
-                    .partition(PARTITION)
-                    .key(&k)
-                    .payload(&v);
+                let mut rec = FutureRecord::to(&side).partition(PARTITION).key(k);
+                if let Some(v) = v {
+                    rec = rec.payload(v);
+                }
                 match self.producer.send_result(rec) {
                     Ok(d) => sent.push(d),
                     // A full queue (a sweep of many chunks): what is in flight is awaited
-                    // once, then the chunk is tried again.
+                    // once, then the record is tried again.
                     Err((e, _))
                         if !waited
                             && e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) =>
@@ -449,11 +487,11 @@ impl Handover {
                             match d.await {
                                 Ok(Ok(_)) => {}
                                 Ok(Err((e, _))) => {
-                                    failure.get_or_insert(err("producing retired gaps", e));
+                                    failure.get_or_insert(err(format!("producing {what}"), e));
                                 }
                                 Err(_) => {
                                     failure.get_or_insert(err(
-                                        "producing retired gaps",
+                                        format!("producing {what}"),
                                         KafkaError::Canceled,
                                     ));
                                 }
@@ -462,7 +500,7 @@ impl Handover {
                         continue;
                     }
                     Err((e, _)) => {
-                        failure.get_or_insert(err("enqueueing retired gaps", e));
+                        failure.get_or_insert(err(format!("enqueueing {what}"), e));
                     }
                 }
                 break;
@@ -476,10 +514,10 @@ impl Handover {
             match d.await {
                 Ok(Ok(_)) => {}
                 Ok(Err((e, _))) => {
-                    failure.get_or_insert(err("producing retired gaps", e));
+                    failure.get_or_insert(err(format!("producing {what}"), e));
                 }
                 Err(_) => {
-                    failure.get_or_insert(err("producing retired gaps", KafkaError::Canceled));
+                    failure.get_or_insert(err(format!("producing {what}"), KafkaError::Canceled));
                 }
             }
         }

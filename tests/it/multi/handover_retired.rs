@@ -595,6 +595,50 @@ async fn versions_of_another_term_than_the_states_are_not_imported() {
     b.stop();
 }
 
+/// A takeover must not leave a copy of every chunk per owner on the side topic: once B's
+/// state under its own term is acknowledged, B tombstones the keys of A's term its import
+/// read, so compaction keeps one term's chunks of the partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_takeover_tombstones_the_previous_terms_keys_once_its_state_lands() {
+    use gap_auditor::handover::retired;
+    let (s, handover, mut a, mut b, _) = a_decided("handover_tombstones").await;
+    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let a_term = state_term(&handover, &tp).await;
+    let side = retired::side_topic(&handover);
+    let read_side = |term: u64| {
+        let (side, topic) = (side.clone(), s.topic.clone());
+        async move {
+            tokio::task::spawn_blocking(move || side_topic_states_of(&side, &topic, Some(term)))
+                .await
+                .expect("side task")
+        }
+    };
+    let before = read_side(a_term).await;
+    assert_eq!(before.len() as i64, HELD_RETIRED, "{before:?}");
+    b_imports(
+        &mut a,
+        &mut b,
+        (HELD_RETIRED + LIVE) as f64,
+        "B counts A's gaps",
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let (mut b_term, mut left) = (a_term, before.clone());
+    while (b_term <= a_term || !left.is_empty()) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        b_term = state_term(&handover, &tp).await;
+        left = read_side(a_term).await;
+    }
+    assert!(b_term > a_term, "B's state lands under its term");
+    assert!(
+        left.is_empty(),
+        "A's term's keys are tombstoned: {left:?}; B log tail:\n{}",
+        tail(&b.log_text(), 30)
+    );
+    assert_eq!(read_side(b_term).await, before, "B's chunks hold A's gaps");
+    b.stop();
+}
+
 /// Review item 2 of format 3: the import applies a chunk's newest version of the state's
 /// term whole: a gap an older version had (here A's own, published by A's sweep) and the
 /// newest version lacks (resolved or let go there) does not stay in B's store.
@@ -794,7 +838,12 @@ pub(super) fn side_topic_states_of(
         };
         let m = m.expect("read the side topic");
         reached = m.offset() + 1;
-        let (Some(k), Some(v)) = (m.key(), m.payload()) else {
+        let Some(k) = m.key() else {
+            continue;
+        };
+        let Some(v) = m.payload() else {
+            // A tombstone: the key holds nothing any more.
+            latest.remove(k);
             continue;
         };
         let chunk = decode_chunk(k, v).expect("a chunk decodes");
