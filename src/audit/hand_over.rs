@@ -549,7 +549,7 @@ impl<V: Verifier> Audit<V> {
                     .into_iter()
                     .filter(|tp| self.parts.contains_key(tp))
                     .collect();
-                self.read_done(tps, outcome);
+                self.read_done(tps, outcome).await;
                 return;
             }
             None => {}
@@ -579,7 +579,7 @@ impl<V: Verifier> Audit<V> {
     }
 
     /// The outcome of a background read of the unread partitions `tps`.
-    pub(super) fn read_done(
+    pub(super) async fn read_done(
         &mut self,
         tps: Vec<TopicPartition>,
         outcome: Result<HashMap<TopicPartition, PartitionState>, String>,
@@ -591,6 +591,9 @@ impl<V: Verifier> Audit<V> {
                     .as_ref()
                     .map(|h| h.owner().to_string())
                     .unwrap_or_default();
+                // An import of the state found, cut before this partition resumed from its
+                // store (review T2): it resumes, as at an assignment.
+                let resumable = self.resumable_imports(&states).await;
                 for tp in &tps {
                     self.handover_pending.remove(tp);
                     self.handover_claims.remove(tp);
@@ -603,6 +606,23 @@ impl<V: Verifier> Audit<V> {
                     // stand as they do for a store further than the handover at an
                     // assignment (review of format 3, F3 and R2: nothing of theirs is
                     // overwritten, so nothing of it is lost while theirs is the newest).
+                    if let (Some(st), Some(counted)) = (states.get(tp), resumable.get(tp)) {
+                        tracing::info!(audit = %self.cfg.name, %tp, previous_owner = %st.owner,
+                            "the import of the previous owner's given-up gaps did not finish before this partition left: resumed, from this store's progress");
+                        let handed = st.retired_gaps.clone().unwrap_or_default();
+                        if let Some(p) = self.parts.get_mut(tp) {
+                            p.ledger.retired_handed_over(handed.merged(counted));
+                        }
+                        self.retired_flows.insert(
+                            tp.clone(),
+                            super::retired_flow::Flow::Import(
+                                crate::handover::retired::ImportCursor::start(),
+                                st.term,
+                                st.owner.clone(),
+                            ),
+                        );
+                        continue;
+                    }
                     let found = states.get(tp).map(|st| (st.version, st.owner.as_str()));
                     if found.is_some_and(|(version, _)| version >= 3) {
                         tracing::warn!(audit = %self.cfg.name, %tp, previous_owner = ?found.map(|f| f.1), me = %me,

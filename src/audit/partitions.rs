@@ -444,13 +444,14 @@ impl<V: Verifier> Audit<V> {
                     continue;
                 }
                 let flow = match handed_retired.get(tp) {
-                    Some((agg, term)) => {
+                    Some((agg, term, owner)) => {
                         if let Some(p) = self.parts.get_mut(tp) {
                             p.ledger.retired_handed_over(agg.clone());
                         }
                         super::retired_flow::Flow::Import(
                             crate::handover::retired::ImportCursor::start(),
                             *term,
+                            owner.clone(),
                         )
                     }
                     None => super::retired_flow::Flow::Sweep(Offset::MIN),
@@ -584,7 +585,10 @@ impl<V: Verifier> Audit<V> {
                     tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled, previous_owner = %st.owner,
                         "the import of the previous owner's given-up gaps did not finish before this partition left: resumed, from this store's progress");
                     let handed = st.retired_gaps.clone().unwrap_or_default();
-                    handed_retired.insert(tp.clone(), (handed.merged(counted), st.term));
+                    handed_retired.insert(
+                        tp.clone(),
+                        (handed.merged(counted), st.term, st.owner.clone()),
+                    );
                     continue;
                 }
                 tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled,
@@ -654,7 +658,11 @@ impl<V: Verifier> Audit<V> {
                 // changed chunk overwrites theirs with a stale row (review item 2).
                 handed_retired.insert(
                     tp.clone(),
-                    (st.retired_gaps.clone().unwrap_or_default(), st.term),
+                    (
+                        st.retired_gaps.clone().unwrap_or_default(),
+                        st.term,
+                        st.owner.clone(),
+                    ),
                 );
             }
             if theirs {
@@ -766,7 +774,7 @@ impl<V: Verifier> Audit<V> {
     /// (its owner and term) unfinished, with the store's count of their retired rows: the
     /// import was cut (a rebalance or a stop) after the partition's progress went past the
     /// state. Unreadable: none (those partitions resume from their store as further).
-    async fn resumable_imports(
+    pub(super) async fn resumable_imports(
         &self,
         states: &HashMap<TopicPartition, handover::PartitionState>,
     ) -> HashMap<TopicPartition, crate::ledger::RetiredGaps> {
@@ -1000,9 +1008,9 @@ impl<V: Verifier> Audit<V> {
 pub(super) struct TakenOver {
     /// Partitions taken over from a record of format 3 this owner may not count from its
     /// store, with the aggregate of their retired gaps (zero: none counted) and the term
-    /// whose chunks hold them: their rows are imported from the side topic afterwards,
+    /// and owner whose chunks hold them: their rows are imported from the side topic afterwards,
     /// never on this path (`retired_flow`).
-    pub handed_retired: HashMap<TopicPartition, (crate::ledger::RetiredGaps, u64)>,
+    pub handed_retired: HashMap<TopicPartition, (crate::ledger::RetiredGaps, u64, String)>,
     /// Partitions taken over from a state this owner may not sweep over
     /// ([`super::retired_flow::may_sweep`]).
     pub foreign: BTreeSet<TopicPartition>,

@@ -48,21 +48,21 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 pub(super) enum Flow {
     /// Publish the store's retired gaps, under this owner's term, from this first offset on.
     Sweep(Offset),
-    /// Import the side topic's chunks of the given term (the state taken over names it) up
-    /// to the cursor's end, then sweep them under this owner's own term.
-    Import(ImportCursor, u64),
+    /// Import the side topic's chunks of the given term and owner (the state taken over
+    /// names them) up to the cursor's end, then sweep them under this owner's own term.
+    Import(ImportCursor, u64, String),
 }
 
-/// Side-topic keys `(chunk, term)` of a partition under other terms than this owner's, seen
-/// by its import: the previous owner's (its state named them until this owner's replaced
-/// it), a zombie's, an owner's whose state never landed. No state names them once this
+/// Side-topic keys `(chunk, term, owner)` of a partition under terms below the state its
+/// import took: older owners' (no state after that one names them), a zombie's, an owner's
+/// whose state never landed. No state names them once this
 /// owner's own is acknowledged (`named`): then they are tombstoned, a bounded number a
 /// round ([`retired::GARBAGE_KEYS`]), so the side topic holds one term's keys per
 /// partition instead of a copy per takeover. Lost at a stop or a revoke: the next import
 /// of the partition sees them again.
 #[derive(Debug, Default)]
 pub(super) struct Garbage {
-    keys: BTreeSet<(i64, u64)>,
+    keys: BTreeSet<(i64, u64, String)>,
     named: bool,
 }
 
@@ -208,7 +208,7 @@ impl<V: Verifier> Audit<V> {
         let import: Option<(ImportCursor, Vec<TopicPartition>)> = {
             let mut by: BTreeMap<(Offset, Offset), Vec<TopicPartition>> = BTreeMap::new();
             for (tp, f) in &self.retired_flows {
-                if let Flow::Import(c, _) = f {
+                if let Flow::Import(c, ..) = f {
                     by.entry((c.next, c.end)).or_default().push(tp.clone());
                 }
             }
@@ -223,11 +223,11 @@ impl<V: Verifier> Audit<V> {
                 self.store.clone(),
                 tps.clone(),
             );
-            // The term of the chunks each partition imports (the one its state names).
-            let want: BTreeMap<TopicPartition, u64> = tps
+            // The term and owner of the chunks each partition imports (its state names them).
+            let want: BTreeMap<TopicPartition, (u64, String)> = tps
                 .iter()
                 .filter_map(|tp| match self.retired_flows.get(tp) {
-                    Some(Flow::Import(_, t)) => Some((tp.clone(), *t)),
+                    Some(Flow::Import(_, t, o)) => Some((tp.clone(), (*t, o.clone()))),
                     _ => None,
                 })
                 .collect();
@@ -271,10 +271,18 @@ impl<V: Verifier> Audit<V> {
                 } = hh
                     .read_retired(&audit, &asked, cursor)
                     .map_err(|e| e.to_string())?;
-                let seen: Vec<(TopicPartition, i64, u64)> = chunks
+                // Keys of terms below the imported state's: no state after it names them
+                // (review T4: a key of the state's own term may be named again, by its owner
+                // taking the partition back under it).
+                let seen: Vec<(TopicPartition, i64, u64, String)> = chunks
                     .iter()
-                    .map(|c| (c.tp(), c.chunk, c.term))
-                    .chain(skipped.iter().map(|s| (s.tp.clone(), s.chunk, s.term)))
+                    .map(|c| (c.tp(), c.chunk, c.term, c.owner.clone()))
+                    .chain(
+                        skipped
+                            .iter()
+                            .map(|s| (s.tp.clone(), s.chunk, s.term, s.owner.clone())),
+                    )
+                    .filter(|(tp, _, term, _)| want.get(tp).is_some_and(|(t, _)| term < t))
                     .collect();
                 let mut by: BTreeMap<TopicPartition, Vec<retired::RetiredChunk>> = BTreeMap::new();
                 for c in chunks {
@@ -282,10 +290,10 @@ impl<V: Verifier> Audit<V> {
                 }
                 let mut n = 0;
                 for (tp, chunks) in by {
-                    let Some(term) = want.get(&tp) else {
+                    let Some((term, owner)) = want.get(&tp) else {
                         continue;
                     };
-                    for c in retired::of_term(chunks, *term) {
+                    for c in retired::of_state(chunks, *term, owner) {
                         // The version is the chunk as its owner held it: retired rows of its
                         // offsets it lacks were resolved or let go there.
                         let (lo, hi) = retired::chunk_range(c.chunk);
@@ -329,10 +337,11 @@ impl<V: Verifier> Audit<V> {
                 // known here, and the stand-in is the one that blocks; a readable version
                 // later in the log replaces it.
                 let now = Utc::now();
-                for s in skipped
-                    .iter()
-                    .filter(|s| want.get(&s.tp) == Some(&s.term))
-                {
+                let named = |s: &retired::SkippedChunk| {
+                    want.get(&s.tp)
+                        .is_some_and(|(t, o)| (*t, o.as_str()) == (s.term, s.owner.as_str()))
+                };
+                for s in skipped.iter().filter(|s| named(s)) {
                     let stand_in = retired::unreadable_chunk_gap(&audit, &s.tp, s.chunk, now);
                     if held.contains(&stand_in.id) {
                         // The ledger holds a gap of that id: its row is the ledger's.
@@ -363,10 +372,8 @@ impl<V: Verifier> Audit<V> {
                         .map_err(|e| e.to_string())?;
                     n += 1;
                 }
-                let skipped: Vec<retired::SkippedChunk> = skipped
-                    .into_iter()
-                    .filter(|s| want.get(&s.tp) == Some(&s.term))
-                    .collect();
+                let skipped: Vec<retired::SkippedChunk> =
+                    skipped.into_iter().filter(|s| named(s)).collect();
                 if next.done() {
                     for tp in want.keys() {
                         store
@@ -379,14 +386,12 @@ impl<V: Verifier> Audit<V> {
             .await;
             match step {
                 Ok((next, n, skipped, seen)) => {
-                    for (tp, chunk, term) in seen {
-                        if term != h.term(&self.cfg.name, &tp) {
-                            self.retired_garbage
-                                .entry(tp)
-                                .or_default()
-                                .keys
-                                .insert((chunk, term));
-                        }
+                    for (tp, chunk, term, owner) in seen {
+                        self.retired_garbage
+                            .entry(tp)
+                            .or_default()
+                            .keys
+                            .insert((chunk, term, owner));
                     }
                     self.report_skipped_chunks(&skipped, &retired::side_topic(h.topic()));
                     tracing::debug!(audit = %self.cfg.name, partitions = ?tps, gaps = n, next = next.next, end = next.end, "retired gaps imported from the handover");
@@ -400,10 +405,12 @@ impl<V: Verifier> Audit<V> {
                             }
                             self.retired_flows
                                 .insert(tp.clone(), Flow::Sweep(Offset::MIN));
-                        } else if let Some(Flow::Import(_, term)) = self.retired_flows.get(tp) {
-                            let term = *term;
+                        } else if let Some(Flow::Import(_, term, owner)) =
+                            self.retired_flows.get(tp)
+                        {
+                            let (term, owner) = (*term, owner.clone());
                             self.retired_flows
-                                .insert(tp.clone(), Flow::Import(next, term));
+                                .insert(tp.clone(), Flow::Import(next, term, owner));
                         }
                     }
                     if next.done() {
@@ -531,7 +538,7 @@ impl<V: Verifier> Audit<V> {
             let Some(g) = self.retired_garbage.get_mut(&tp) else {
                 continue;
             };
-            let batch: Vec<(i64, u64)> = g.keys.iter().take(budget).copied().collect();
+            let batch: Vec<(i64, u64, String)> = g.keys.iter().take(budget).cloned().collect();
             match h.tombstone_retired(&self.cfg.name, &tp, &batch).await {
                 Ok(()) => {
                     for k in &batch {

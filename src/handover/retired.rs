@@ -75,19 +75,21 @@ pub fn chunk_range(chunk: i64) -> (Offset, Offset) {
     (lo, lo.saturating_add(SPAN))
 }
 
-/// The key of chunk `chunk` of partition `tp` of `audit` as written under ownership term
-/// `term`: each owner writes its own keys, and a state names the term whose keys hold its
-/// given-up gaps (its own: [`PartitionState::term`]), so a version written under another
-/// term (a zombie's, or a new owner's before its first state lands) never replaces the
-/// chunk a state counts, whatever compaction keeps.
-pub fn chunk_key(audit: &str, tp: &TopicPartition, chunk: i64, term: u64) -> Vec<u8> {
+/// The key of chunk `chunk` of partition `tp` of `audit` as written by `owner` under its
+/// ownership term `term`: each owner writes its own keys, and a state names the term and
+/// owner whose keys hold its given-up gaps (its own: [`PartitionState::term`] and
+/// [`PartitionState::owner`]), so a version written by anyone else (a zombie, a newer owner
+/// before its first state landed, another owner that computed the same term) never
+/// replaces the chunk a state counts, whatever compaction keeps.
+pub fn chunk_key(audit: &str, tp: &TopicPartition, chunk: i64, term: u64, owner: &str) -> Vec<u8> {
     let mut k = key(audit, tp);
-    k.extend_from_slice(format!("\0r\0{chunk}\0{term}").as_bytes());
+    k.extend_from_slice(format!("\0r\0{chunk}\0{term}\0{owner}").as_bytes());
     k
 }
 
-/// A chunk key's partition key (as [`key`]), chunk and term, `None` for any other key.
-pub fn parse_chunk_key(k: &[u8]) -> Option<(&[u8], i64, u64)> {
+/// A chunk key's partition key (as [`key`]), chunk, term and owner, `None` for any other
+/// key.
+pub fn parse_chunk_key(k: &[u8]) -> Option<(&[u8], i64, u64, &str)> {
     let nuls: Vec<usize> = k
         .iter()
         .enumerate()
@@ -95,10 +97,11 @@ pub fn parse_chunk_key(k: &[u8]) -> Option<(&[u8], i64, u64)> {
         .map(|(i, _)| i)
         .collect();
     match nuls.as_slice() {
-        [_, _, r, c, t] if &k[r + 1..*c] == b"r" => {
+        [_, _, r, c, t, o] if &k[r + 1..*c] == b"r" => {
             let chunk = std::str::from_utf8(&k[c + 1..*t]).ok()?.parse().ok()?;
-            let term = std::str::from_utf8(&k[t + 1..]).ok()?.parse().ok()?;
-            Some((&k[..*r], chunk, term))
+            let term = std::str::from_utf8(&k[t + 1..*o]).ok()?.parse().ok()?;
+            let owner = std::str::from_utf8(&k[o + 1..]).ok()?;
+            Some((&k[..*r], chunk, term, owner))
         }
         _ => None,
     }
@@ -267,13 +270,14 @@ pub fn decode_chunk(key: &[u8], value: &[u8]) -> Result<RetiredChunk, HandoverEr
         key: String::from_utf8_lossy(key).replace('\0', "/"),
         what,
     };
-    let (base, chunk, term) = parse_chunk_key(key).ok_or_else(|| bad("not a chunk key".into()))?;
+    let (base, chunk, term, owner) =
+        parse_chunk_key(key).ok_or_else(|| bad("not a chunk key".into()))?;
     let c: RetiredChunk =
         serde_json::from_slice(value).map_err(|e| bad(format!("not a chunk document: {e}")))?;
-    if c.term != term {
+    if c.term != term || c.owner != owner {
         return Err(bad(format!(
-            "the document is of term {}, its key of term {term}",
-            c.term
+            "the document is of term {} by {}, its key of term {term} by {owner}",
+            c.term, c.owner
         )));
     }
     if c.retired > RETIRED_VERSION {
@@ -332,12 +336,16 @@ fn key_of(c: &RetiredChunk) -> Vec<u8> {
 }
 
 /// Of `chunks` (side-topic records of one partition, in log order): those an import applies,
-/// the versions written under `term` (the term the state it took names); of those the later
-/// in the log wins, as one owner rewrites a chunk whole at each change. Versions of any other
-/// term are not that state's: a zombie owner's rewrite from a stale store, or a newer
-/// owner's written before its own state (which would name them) was published.
-pub fn of_term(chunks: Vec<RetiredChunk>, term: u64) -> Vec<RetiredChunk> {
-    chunks.into_iter().filter(|c| c.term == term).collect()
+/// the versions written by `owner` under `term` (what the state it took names); of those
+/// the later in the log wins, as one owner rewrites a chunk whole at each change. Versions
+/// by anyone else are not that state's: a zombie owner's rewrite from a stale store, a newer
+/// owner's written before its own state (which would name them) was published, or another
+/// owner's that computed the same term.
+pub fn of_state(chunks: Vec<RetiredChunk>, term: u64, owner: &str) -> Vec<RetiredChunk> {
+    chunks
+        .into_iter()
+        .filter(|c| c.term == term && c.owner == owner)
+        .collect()
 }
 
 /// Where an import of retired chunks stands: the next side-topic offset to read and the
@@ -388,6 +396,8 @@ pub struct SkippedChunk {
     pub chunk: i64,
     /// Its term (from its key).
     pub term: u64,
+    /// Its writer (from its key).
+    pub owner: String,
     /// Its offset on the side topic.
     pub offset: Offset,
     /// Why it was refused.
@@ -426,28 +436,33 @@ impl Handover {
             .iter()
             .map(|c| {
                 let term = self.term_of(&key(&c.audit, &c.tp()));
-                let k = chunk_key(&c.audit, &c.tp(), c.chunk, term);
-                (k, Some(encode_chunk(&RetiredChunk { term, ..c.clone() })))
+                let k = chunk_key(&c.audit, &c.tp(), c.chunk, term, &self.owner);
+                let v = encode_chunk(&RetiredChunk {
+                    term,
+                    owner: self.owner.clone(),
+                    ..c.clone()
+                });
+                (k, Some(v))
             })
             .collect();
         self.send_side(records, "retired gaps").await
     }
 
-    /// Tombstones the chunk keys `keys` (`(chunk, term)`) of partition `tp` of `audit`:
-    /// versions no state names any more (an owner's state under a newer term landed), so
-    /// compaction removes them and the side topic keeps one set of keys per partition, not
-    /// one per takeover. Never a key of this process's own term of the partition.
+    /// Tombstones the chunk keys `keys` (`(chunk, term, owner)`) of partition `tp` of
+    /// `audit`: versions no state names any more (an owner's state under a newer term
+    /// landed), so compaction removes them and the side topic keeps one set of keys per
+    /// partition, not one per takeover. Never a key of this process's own.
     pub async fn tombstone_retired(
         &self,
         audit: &str,
         tp: &TopicPartition,
-        keys: &[(i64, u64)],
+        keys: &[(i64, u64, String)],
     ) -> Result<(), HandoverError> {
         let own = self.term_of(&key(audit, tp));
         let records = keys
             .iter()
-            .filter(|(_, term)| *term != own)
-            .map(|(chunk, term)| (chunk_key(audit, tp, *chunk, *term), None))
+            .filter(|(_, term, owner)| (*term, owner.as_str()) != (own, self.owner.as_str()))
+            .map(|(chunk, term, owner)| (chunk_key(audit, tp, *chunk, *term, owner), None))
             .collect();
         self.send_side(records, "tombstones of older terms' retired gaps")
             .await
@@ -608,8 +623,10 @@ impl Handover {
             read += 1;
             scanned += m.payload_len();
             if let (Some(k), Some(v)) = (m.key(), m.payload())
-                && let Some((tp, chunk, term)) = parse_chunk_key(k)
-                    .and_then(|(base, chunk, term)| Some((*wanted.get(base)?, chunk, term)))
+                && let Some((tp, chunk, term, owner)) =
+                    parse_chunk_key(k).and_then(|(base, chunk, term, owner)| {
+                        Some((*wanted.get(base)?, chunk, term, owner))
+                    })
             {
                 taken += v.len();
                 match decode_chunk(k, v) {
@@ -618,6 +635,7 @@ impl Handover {
                         tp: tp.clone(),
                         chunk,
                         term,
+                        owner: owner.to_string(),
                         offset: m.offset(),
                         error: e.to_string(),
                     }),
@@ -667,8 +685,11 @@ mod tests {
     #[test]
     fn chunk_keys_round_trip_and_are_not_state_keys() {
         let tp = TopicPartition::new("logs", 3);
-        let k = chunk_key("a", &tp, 42, 7);
-        assert_eq!(parse_chunk_key(&k), Some((key("a", &tp).as_slice(), 42, 7)));
+        let k = chunk_key("a", &tp, 42, 7, "host:x");
+        assert_eq!(
+            parse_chunk_key(&k),
+            Some((key("a", &tp).as_slice(), 42, 7, "host:x"))
+        );
         assert_eq!(parse_chunk_key(&key("a", &tp)), None);
         assert_eq!(parse_chunk_key(&delta_key(&key("a", &tp), 3, "x")), None);
         // The state reader skips chunk keys (they are on another topic, but a mix-up must
@@ -696,15 +717,30 @@ mod tests {
             [1, 3]
         );
         for c in &cs {
-            let k = chunk_key("a", &tp, c.chunk, c.term);
+            let k = chunk_key("a", &tp, c.chunk, c.term, &c.owner);
             assert_eq!(&decode_chunk(&k, &encode_chunk(c)).expect("decodes"), c);
             // Under another chunk's or term's key, or with a gap moved out of its range:
             // refused.
             assert!(
-                decode_chunk(&chunk_key("a", &tp, c.chunk + 1, c.term), &encode_chunk(c)).is_err()
+                decode_chunk(
+                    &chunk_key("a", &tp, c.chunk + 1, c.term, &c.owner),
+                    &encode_chunk(c)
+                )
+                .is_err()
             );
             assert!(
-                decode_chunk(&chunk_key("a", &tp, c.chunk, c.term + 1), &encode_chunk(c)).is_err()
+                decode_chunk(
+                    &chunk_key("a", &tp, c.chunk, c.term + 1, &c.owner),
+                    &encode_chunk(c)
+                )
+                .is_err()
+            );
+            assert!(
+                decode_chunk(
+                    &chunk_key("a", &tp, c.chunk, c.term, "other"),
+                    &encode_chunk(c)
+                )
+                .is_err()
             );
             let mut moved = c.clone();
             moved.gaps[0].first_offset += SPAN;
@@ -722,7 +758,7 @@ mod tests {
     fn a_gap_whose_id_names_another_gap_is_refused() {
         let tp = TopicPartition::new("logs", 3);
         let c = chunks("a", &tp, vec![gap(1), gap(3)], "me", Utc::now()).remove(0);
-        let k = chunk_key("a", &tp, c.chunk, c.term);
+        let k = chunk_key("a", &tp, c.chunk, c.term, &c.owner);
         let with_id = |id: String| {
             let mut x = c.clone();
             x.gaps[1].id = id;
@@ -758,7 +794,9 @@ mod tests {
             Utc::now(),
         );
         assert_eq!(cs.len(), 1);
-        let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0, u64::MAX).len() + FRAMING;
+        let bytes = encode_chunk(&cs[0]).len()
+            + chunk_key("a", &tp, 0, u64::MAX, "a-long-host-name:0123456789abcdef").len()
+            + FRAMING;
         assert!(bytes < 50_000, "{bytes} bytes for the densest chunk");
     }
 
@@ -782,7 +820,9 @@ mod tests {
             Utc::now(),
         );
         assert_eq!(cs.len(), 1);
-        let bytes = encode_chunk(&cs[0]).len() + chunk_key("a", &tp, 0, u64::MAX).len() + FRAMING;
+        let bytes = encode_chunk(&cs[0]).len()
+            + chunk_key("a", &tp, 0, u64::MAX, "a-long-host-name:0123456789abcdef").len()
+            + FRAMING;
         assert!(bytes < 100_000, "{bytes} bytes");
         let r = cs[0].gaps[0].ack_reason.clone().expect("a reason");
         assert!(
@@ -794,17 +834,29 @@ mod tests {
         assert_eq!(chunk_reason("short".into()), "short");
     }
 
-    /// Review item 2 and R3 of the supersede's review: an import applies only the versions
-    /// of the term its state names, whatever their order in the log: a zombie's older term
-    /// and a newer owner's versions written before its state are not that state's.
+    /// Review item 2, R3 of the supersede's review and T1 of the terms' review: an import
+    /// applies only the versions its state names (its term and owner), whatever their order
+    /// in the log: a zombie's older term, a newer owner's versions written before its state,
+    /// and another owner's of the same term are not that state's.
     #[test]
-    fn an_import_applies_only_the_term_its_state_names() {
+    fn an_import_applies_only_the_versions_its_state_names() {
         let tp = TopicPartition::new("logs", 3);
-        let v = |first: Offset, term: u64| RetiredChunk {
+        let v = |first: Offset, term: u64, owner: &str| RetiredChunk {
             term,
-            ..chunks("a", &tp, vec![gap(first)], "me", Utc::now()).remove(0)
+            ..chunks("a", &tp, vec![gap(first)], owner, Utc::now()).remove(0)
         };
-        let got = of_term(vec![v(1, 2), v(3, 1), v(65, 1), v(7, 2), v(67, 3)], 2);
+        let got = of_state(
+            vec![
+                v(1, 2, "me"),
+                v(3, 1, "me"),
+                v(65, 1, "me"),
+                v(7, 2, "me"),
+                v(9, 2, "other"),
+                v(67, 3, "me"),
+            ],
+            2,
+            "me",
+        );
         assert_eq!(
             got.iter()
                 .map(|c| (c.chunk, c.term, c.gaps[0].first_offset))
@@ -813,8 +865,8 @@ mod tests {
         );
         // The term travels in the record and in its key; a record whose term is not its
         // key's is refused.
-        let c = v(1, 4);
-        let k = chunk_key("a", &tp, 0, 4);
+        let c = v(1, 4, "me");
+        let k = chunk_key("a", &tp, 0, 4, "me");
         assert_eq!(
             decode_chunk(&k, &encode_chunk(&c)).expect("decodes").term,
             4

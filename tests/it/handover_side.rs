@@ -51,7 +51,7 @@ async fn an_undecodable_chunk_is_skipped_and_the_import_goes_on() {
     p.send(
         BaseRecord::to(&side_topic(&topic))
             .partition(0)
-            .key(&chunk_key(AUDIT, &tp(), 1, 1))
+            .key(&chunk_key(AUDIT, &tp(), 1, 1, h.owner()))
             .payload(b"{not a chunk"),
     )
     .expect("enqueue");

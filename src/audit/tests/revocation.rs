@@ -202,11 +202,30 @@ async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
     for (version, owner) in [(3, "other"), (3, "me"), (2, "other")] {
         h.audit.retired_flows.clear();
         let states = std::collections::HashMap::from([(tp(0), state(version, owner))]);
-        h.audit.read_done(vec![tp(0)], Ok(states));
+        h.audit.read_done(vec![tp(0)], Ok(states)).await;
         let flow = h.audit.retired_flows.get(&tp(0));
         assert!(
             matches!(flow, Some(Flow::Sweep(o)) if *o == crate::types::Offset::MIN),
             "format {version} of {owner}: {flow:?}"
+        );
+    }
+    // Review T2: the store marks an import of exactly the state found, cut before this
+    // partition resumed from its store: the import resumes (a sweep would publish the
+    // part imported under a new term, and the rest would be lost for good).
+    h.store
+        .set_importing("unread", AUDIT, &tp(0).topic, 0, Some(("other", 3)))
+        .expect("mark");
+    for (term, resumed) in [(2, false), (3, true)] {
+        h.audit.retired_flows.clear();
+        let mut st = state(3, "other");
+        st.term = term;
+        let states = std::collections::HashMap::from([(tp(0), st)]);
+        h.audit.read_done(vec![tp(0)], Ok(states)).await;
+        let flow = h.audit.retired_flows.get(&tp(0));
+        assert_eq!(
+            matches!(flow, Some(Flow::Import(_, 3, o)) if o == "other"),
+            resumed,
+            "term {term}: {flow:?}"
         );
     }
 }

@@ -432,7 +432,7 @@ async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
     rows.push(held.clone());
     assert!(rows.iter().all(|g| retired::chunk_of(g.first_offset) == 0));
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
-    let term = state_term(&handover, &tp).await;
+    let (term, owner) = state_writer(&handover, &tp).await;
     publish_raw_chunk(
         &handover,
         &retired::RetiredChunk {
@@ -441,7 +441,7 @@ async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
                 super::handover_idle::AUDIT,
                 &tp,
                 rows,
-                "crashed-owner",
+                &owner,
                 chrono::Utc::now(),
             )
             .remove(0)
@@ -466,6 +466,15 @@ async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
 /// The term of partition `tp`'s newest state on `handover`, as a reader finds it: the term
 /// whose chunk keys that state names.
 pub(super) async fn state_term(handover: &str, tp: &gap_auditor::gap::TopicPartition) -> u64 {
+    state_writer(handover, tp).await.0
+}
+
+/// The term and owner of partition `tp`'s newest state on `handover`: whose chunk keys it
+/// names.
+pub(super) async fn state_writer(
+    handover: &str,
+    tp: &gap_auditor::gap::TopicPartition,
+) -> (u64, String) {
     use gap_auditor::handover::Handover;
     let h = Handover::new(
         &gap_auditor::config::KafkaConfig {
@@ -480,7 +489,8 @@ pub(super) async fn state_term(handover: &str, tp: &gap_auditor::gap::TopicParti
         .await
         .expect("read task")
         .expect("read the handover topic");
-    states.remove(tp).expect("a state").term
+    let st = states.remove(tp).expect("a state");
+    (st.term, st.owner)
 }
 
 /// Publishes `c` to the side topic as it is (its term included), as an owner of that term.
@@ -488,7 +498,7 @@ pub(super) fn publish_raw_chunk(handover: &str, c: &gap_auditor::handover::retir
     use gap_auditor::handover::retired::{chunk_key, encode_chunk};
     publish_raw(
         handover,
-        &chunk_key(&c.audit, &c.tp(), c.chunk, c.term),
+        &chunk_key(&c.audit, &c.tp(), c.chunk, c.term, &c.owner),
         &encode_chunk(c),
     );
 }
@@ -522,10 +532,10 @@ async fn an_unreadable_chunk_leaves_an_unverifiable_stand_in() {
     use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, _) = a_decided("handover_unreadable_chunk").await;
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
-    let term = state_term(&handover, &tp).await;
+    let (term, owner) = state_writer(&handover, &tp).await;
     publish_raw(
         &handover,
-        &retired::chunk_key(super::handover_idle::AUDIT, &tp, 0, term),
+        &retired::chunk_key(super::handover_idle::AUDIT, &tp, 0, term, &owner),
         b"{not a chunk",
     );
     b_imports(&mut a, &mut b, LIVE as f64, "B counts the live gaps").await;
@@ -560,7 +570,7 @@ async fn versions_of_another_term_than_the_states_are_not_imported() {
     use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, _) = a_decided("handover_zombie_chunk").await;
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
-    let term = state_term(&handover, &tp).await;
+    let (term, owner) = state_writer(&handover, &tp).await;
     let version = |rows: Vec<Gap>, term: u64, owner: &str| retired::RetiredChunk {
         term,
         ..retired::chunks(
@@ -581,6 +591,13 @@ async fn versions_of_another_term_than_the_states_are_not_imported() {
     unlanded.truncate(3);
     unlanded.push(unlanded_gap.clone());
     publish_raw_chunk(&handover, &version(unlanded, term + 1, "unlanded"));
+    // Another owner that computed the same term (review T1: it read the same highest term
+    // and its state never landed): same term, its own keys.
+    let same_term_gap = open_gap(super::handover_idle::AUDIT, &s.topic, 44, 44);
+    let mut same = held_retired_rows(&s.topic);
+    same.push(same_term_gap.clone());
+    assert_ne!(owner, "same-term");
+    publish_raw_chunk(&handover, &version(same, term, "same-term"));
     b_imports(
         &mut a,
         &mut b,
@@ -589,21 +606,36 @@ async fn versions_of_another_term_than_the_states_are_not_imported() {
     )
     .await;
     let b_gaps = handed(&b.store);
-    for g in [&zombie_gap, &unlanded_gap] {
+    for g in [&zombie_gap, &unlanded_gap, &same_term_gap] {
         assert!(!b_gaps.contains_key(&g.id), "{} is not in B's store", g.id);
     }
     b.stop();
 }
 
 /// A takeover must not leave a copy of every chunk per owner on the side topic: once B's
-/// state under its own term is acknowledged, B tombstones the keys of A's term its import
-/// read, so compaction keeps one term's chunks of the partition.
+/// state under its own term is acknowledged, B tombstones the keys of terms below the one
+/// it imported (here a zombie's, under A's term minus one), so compaction keeps at most the
+/// current owner's and the previous one's chunks of the partition. The previous owner's
+/// (A's term) stay: A may take the partition back under that term (review T4), and B's
+/// successor's import tombstones them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_takeover_tombstones_the_previous_terms_keys_once_its_state_lands() {
+async fn a_takeover_tombstones_the_older_terms_keys_once_its_state_lands() {
     use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, _) = a_decided("handover_tombstones").await;
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
     let a_term = state_term(&handover, &tp).await;
+    let older = retired::RetiredChunk {
+        term: a_term - 1,
+        ..retired::chunks(
+            super::handover_idle::AUDIT,
+            &tp,
+            held_retired_rows(&s.topic),
+            "zombie",
+            chrono::Utc::now(),
+        )
+        .remove(0)
+    };
+    publish_raw_chunk(&handover, &older);
     let side = retired::side_topic(&handover);
     let read_side = |term: u64| {
         let (side, topic) = (side.clone(), s.topic.clone());
@@ -615,6 +647,7 @@ async fn a_takeover_tombstones_the_previous_terms_keys_once_its_state_lands() {
     };
     let before = read_side(a_term).await;
     assert_eq!(before.len() as i64, HELD_RETIRED, "{before:?}");
+    assert_eq!(read_side(a_term - 1).await.len() as i64, HELD_RETIRED);
     b_imports(
         &mut a,
         &mut b,
@@ -627,14 +660,15 @@ async fn a_takeover_tombstones_the_previous_terms_keys_once_its_state_lands() {
     while (b_term <= a_term || !left.is_empty()) && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(500)).await;
         b_term = state_term(&handover, &tp).await;
-        left = read_side(a_term).await;
+        left = read_side(a_term - 1).await;
     }
     assert!(b_term > a_term, "B's state lands under its term");
     assert!(
         left.is_empty(),
-        "A's term's keys are tombstoned: {left:?}; B log tail:\n{}",
+        "the older term's keys are tombstoned: {left:?}; B log tail:\n{}",
         tail(&b.log_text(), 30)
     );
+    assert_eq!(read_side(a_term).await, before, "A's chunks stay");
     assert_eq!(read_side(b_term).await, before, "B's chunks hold A's gaps");
     b.stop();
 }
@@ -649,13 +683,14 @@ async fn a_gap_the_newest_chunk_version_lacks_is_not_kept() {
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
     let mut rows = held_retired_rows(&s.topic);
     let dropped = rows.pop().expect("a given-up gap");
+    let (term, owner) = state_writer(&handover, &tp).await;
     let newest = retired::RetiredChunk {
-        term: state_term(&handover, &tp).await,
+        term,
         ..retired::chunks(
             super::handover_idle::AUDIT,
             &tp,
             rows,
-            "newest",
+            &owner,
             chrono::Utc::now(),
         )
         .remove(0)
@@ -726,13 +761,14 @@ async fn a_takeover_of_another_owners_state_does_not_sweep_over_its_chunks() {
     let mut newer = open_gap(super::handover_idle::AUDIT, &s.topic, AT + 2, AT + 2);
     newer.state = GapState::Acknowledged;
     newer.ack_reason = Some("A's".into());
+    let (term, owner) = state_writer(&handover, &tp).await;
     let chunk = retired::RetiredChunk {
-        term: state_term(&handover, &tp).await,
+        term,
         ..retired::chunks(
             super::handover_idle::AUDIT,
             &tp,
             vec![newer.clone()],
-            "a",
+            &owner,
             chrono::Utc::now(),
         )
         .remove(0)
