@@ -181,6 +181,18 @@ impl Instance {
         sum_family(&body, family)
     }
 
+    /// As [`Self::metric`], `None` while the family has no series (no partition owned: a
+    /// rebalance between a revoke and the next assignment).
+    async fn metric_owned(&self, family: &str) -> Option<f64> {
+        let (code, body) = http_get(self.addr, "/metrics").await;
+        assert_eq!(code, 200);
+        let any = body.lines().any(|l| {
+            l.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with('{'))
+        });
+        any.then(|| sum_family(&body, family))
+    }
+
     /// Gaps from `/api/gaps?state=open`.
     async fn open_gaps(&self) -> Vec<serde_json::Value> {
         let (code, body) = http_get(self.addr, "/api/gaps?state=open").await;
