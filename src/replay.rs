@@ -545,23 +545,14 @@ pub fn target_of_gap(store: &Store, id: &str) -> anyhow::Result<Target> {
     // docs/SEMANTICS.md): its offsets now name other records, which must not be written as
     // its repair. The partition's epoch as stored with its progress; unreadable: unknown.
     let gap_epoch = crate::gap::Gap::epoch_of_id(&g.id);
-    let progress = store.load_progress_checked(&g.audit).ok().map(|read| {
-        read.rows
-            .into_iter()
-            .find(|p| p.topic == g.topic && p.partition == g.partition)
-    });
-    // Readable and without the partition: this store let it go (another instance owns it
-    // now, with a handover topic) and cannot tell which log the gap's offsets name.
-    if let Some(None) = &progress {
-        anyhow::bail!(
-            "this store no longer follows {}-{} (another instance owns it now and keeps its \
-             gaps): replay gap {id} with that instance's store or API",
-            g.topic,
-            g.partition
-        );
-    }
-    let log_epoch = progress
-        .flatten()
+    let log_epoch = store
+        .load_progress_checked(&g.audit)
+        .ok()
+        .and_then(|read| {
+            read.rows
+                .into_iter()
+                .find(|p| p.topic == g.topic && p.partition == g.partition)
+        })
         .and_then(|p| p.ledger.get("epoch").and_then(serde_json::Value::as_u64))
         .unwrap_or(0);
     if log_epoch > u64::from(gap_epoch) {

@@ -591,6 +591,8 @@ impl<V: Verifier> Audit<V> {
                     .as_ref()
                     .map(|h| h.owner().to_string())
                     .unwrap_or_default();
+                self.past_used_terms(&tps).await;
+                self.record_used_terms(&tps).await;
                 // An import of the state found, cut before this partition resumed from its
                 // store (review T2): it resumes, as at an assignment.
                 let resumable = self.resumable_imports(&states).await;

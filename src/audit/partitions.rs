@@ -552,6 +552,7 @@ impl<V: Verifier> Audit<V> {
                 return out;
             }
         };
+        self.past_used_terms(partitions).await;
         // Which of this owner's own format-3 states its store proves current (review of
         // format 3, F1): see `own_proofs`.
         let proofs = self.own_proofs(&states, &me).await;
@@ -674,6 +675,7 @@ impl<V: Verifier> Audit<V> {
             progress.insert(tp, row.clone());
             imports.push((row, st.gaps, st.replayed, st.retired, own, importing));
         }
+        self.record_used_terms(partitions).await;
         if imports.is_empty() {
             return out;
         }

@@ -511,6 +511,61 @@ impl<V: Verifier> Audit<V> {
         }
     }
 
+    /// After a read of the handover topic for `tps`: each one's term goes past every term
+    /// this instance used for it before (its chunk keys under those are its own, maybe
+    /// stale: a later ownership must never write under them again; review of the terms,
+    /// N1). Unreadable: the read's terms stand, with a warning.
+    pub(super) async fn past_used_terms(&self, tps: &[TopicPartition]) {
+        let Some(h) = self.handover.clone() else {
+            return;
+        };
+        let (store, audit, topic) = (
+            self.store.clone(),
+            self.cfg.name.clone(),
+            h.topic().to_string(),
+        );
+        match blocking(move || store.used_terms(&topic, &audit)).await {
+            Ok(used) => {
+                for tp in tps {
+                    if let Some(t) = used.get(&(tp.topic.clone(), tp.partition)) {
+                        h.raise_term(&self.cfg.name, tp, t.saturating_add(1));
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read the ownership terms this instance used before");
+            }
+        }
+    }
+
+    /// Records the terms this process writes `tps` under (before any chunk goes under
+    /// them: the sweeps and imports run in later rounds). Unrecorded (a store failure): a
+    /// later ownership may reuse one, as before the record existed; said.
+    pub(super) async fn record_used_terms(&self, tps: &[TopicPartition]) {
+        let Some(h) = self.handover.clone() else {
+            return;
+        };
+        let terms: Vec<(TopicPartition, u64)> = tps
+            .iter()
+            .map(|tp| (tp.clone(), h.term(&self.cfg.name, tp)))
+            .collect();
+        let (store, audit, topic) = (
+            self.store.clone(),
+            self.cfg.name.clone(),
+            h.topic().to_string(),
+        );
+        let r = blocking(move || {
+            for (tp, t) in terms {
+                store.use_term(&topic, &audit, &tp.topic, tp.partition, t)?;
+            }
+            Ok::<_, crate::store::StoreError>(())
+        })
+        .await;
+        if let Err(e) = r {
+            tracing::warn!(audit = %self.cfg.name, error = %e, "cannot record the ownership terms of the assigned partitions");
+        }
+    }
+
     /// After a handover publish: the partitions in `acked` have their state under this
     /// owner's term acknowledged, so no state names their keys of other terms any more;
     /// those are tombstoned, up to [`retired::GARBAGE_KEYS`] a round over all partitions

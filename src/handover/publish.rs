@@ -245,6 +245,20 @@ impl Handover {
     /// ownership term of the partition instead of the next one, when no higher term was
     /// read (the state's chunks are under it, and the store proves it holds them: they are
     /// not published again under a new term). Returns whether it is kept.
+    /// Raises this process's ownership term of `tp` to at least `at_least`: past every term
+    /// this instance used for the partition before (review of the terms, N1: an instance
+    /// taking a partition twice with no state landing in between read the same highest term
+    /// and wrote under its own old keys again, stale chunks among them).
+    pub fn raise_term(&self, audit: &str, tp: &TopicPartition, at_least: u64) {
+        let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
+        let t = m.entry(key(audit, tp)).or_insert(1);
+        *t = (*t).max(at_least);
+    }
+
+    /// Keeps `term`, the term of this owner's own state of `tp` just taken back, as its
+    /// ownership term of the partition instead of the next one, when no higher term was
+    /// read (the state's chunks are under it, and the store proves it holds them: they are
+    /// not published again under a new term). Returns whether it is kept.
     pub fn keep_term(&self, audit: &str, tp: &TopicPartition, term: u64) -> bool {
         let base = key(audit, tp);
         let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());

@@ -508,6 +508,60 @@ impl Store {
 }
 
 impl Store {
+    /// The highest ownership term this instance used per partition of `audit` on
+    /// `handover`: `(topic, partition) → term`.
+    pub fn used_terms(
+        &self,
+        handover: &str,
+        audit: &str,
+    ) -> Result<std::collections::BTreeMap<(String, i32), u64>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the terms used for {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition, term FROM handover_terms
+                 WHERE handover_topic = ?1 AND audit = ?2",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![handover, audit], |r| {
+                Ok(((r.get(0)?, r.get(1)?), r.get::<_, i64>(2)?))
+            })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<Vec<((String, i32), i64)>, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows
+            .into_iter()
+            .map(|(tp, t)| (tp, u64::try_from(t).unwrap_or(0)))
+            .collect())
+    }
+
+    /// Records `term` as used for one partition (never lowers what is recorded).
+    pub fn use_term(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        term: u64,
+    ) -> Result<(), StoreError> {
+        let t = i64::try_from(term).unwrap_or(i64::MAX);
+        self.lock()
+            .execute(
+                "INSERT INTO handover_terms (handover_topic, audit, topic, partition, term)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (handover_topic, audit, topic, partition)
+                 DO UPDATE SET term = MAX(term, excluded.term)",
+                params![handover, audit, topic, partition, t],
+            )
+            .map_err(self.sq(format!(
+                "record the term used for {audit}/{topic}-{partition}"
+            )))?;
+        Ok(())
+    }
+}
+
+impl Store {
     /// Of the gaps `ids`, those this store marks retired are marked not retired (a ledger
     /// holds them: see `take_over`); returns them.
     pub fn unretire(&self, ids: &[String]) -> Result<Vec<String>, StoreError> {

@@ -247,7 +247,18 @@ CREATE TABLE IF NOT EXISTS handover_unpublished (
 /// not finished: such a partition's progress, further than that state, is never taken for
 /// a store further than the handover (its given-up gaps are not all in the store yet): the
 /// import resumes.
+///
+/// And v15: the highest ownership term this instance used per partition (chunk keys are
+/// this instance's under it: a later ownership must take a higher one).
 const SWEPT_WITH_TERMS: &str = "
+CREATE TABLE IF NOT EXISTS handover_terms (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    term           INTEGER NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition)
+);
 CREATE TABLE IF NOT EXISTS handover_importing (
     handover_topic TEXT NOT NULL,
     audit          TEXT NOT NULL,

@@ -444,3 +444,20 @@ fn unpublished_chunks_are_noted_listed_and_cleared() {
     let left = store.unpublished_chunks("h", "a").unwrap();
     assert_eq!(left.len(), 1, "{left:?}");
 }
+
+/// Review of the terms, N1: the highest term used per partition and handover topic, never
+/// lowered.
+#[test]
+fn used_terms_are_remembered_and_never_lowered() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert!(store.used_terms("h", "a").unwrap().is_empty());
+    store.use_term("h", "a", "t", 0, 4).unwrap();
+    store.use_term("h", "a", "t", 0, 2).unwrap();
+    store.use_term("h", "a", "t", 1, 7).unwrap();
+    store.use_term("other", "a", "t", 0, 9).unwrap();
+    assert_eq!(
+        store.used_terms("h", "a").unwrap(),
+        std::collections::BTreeMap::from([(("t".to_string(), 0), 4), (("t".to_string(), 1), 7)])
+    );
+}

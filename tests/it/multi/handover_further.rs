@@ -287,3 +287,51 @@ async fn an_import_cut_after_its_progress_went_past_the_state_resumes() {
         assert_eq!(after.get(&g.id), a_gaps.get(&g.id), "{} in A's store", g.id);
     }
 }
+
+/// Review of the terms, N1: an instance that owned the partition under a term above its
+/// own newest state's (a later ownership whose state never landed, its chunks maybe stale
+/// under its keys) must never write under that term or keep an older one again: taking
+/// its own state back, it goes past every term it used, imports its state's chunks and
+/// publishes them under the new term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_never_writes_under_a_term_it_used_before() {
+    let (s, handover, mut a, _b, _a_gaps) = a_decided("handover_terms_used").await;
+    a.stop();
+    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let own = state_term(&handover, &tp).await;
+    Store::open(&a.store)
+        .expect("store")
+        .use_term(&handover, AUDIT, &s.topic, 0, own + 3)
+        .expect("a later term used");
+    a.start();
+    wait_settled(&a, HELD_END, "A takes its partition back").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut term = own;
+    while term <= own + 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        term = state_term(&handover, &tp).await;
+    }
+    assert!(
+        term > own + 3,
+        "A's state lands under a term past every one it used ({term}); A log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    let want: BTreeMap<String, String> = held_retired_rows(&s.topic)
+        .into_iter()
+        .map(|g| (g.id, "open".to_string()))
+        .collect();
+    let (side, topic) = (retired::side_topic(&handover), s.topic.clone());
+    let on_side =
+        tokio::task::spawn_blocking(move || side_topic_states_of(&side, &topic, Some(term)))
+            .await
+            .expect("side task");
+    assert_eq!(on_side, want, "A's given-up gaps under its new term");
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            a.metric("gap_auditor_gaps_open").await,
+            (HELD_RETIRED + LIVE) as f64
+        );
+    }
+    a.stop();
+}
