@@ -195,9 +195,9 @@ pub fn chunks(
 }
 
 /// Chunk `chunk` of partition `tp` of `audit` holding no gap: published where the owner's
-/// store holds no retired gap of the chunk's offsets while the side topic may hold an older
-/// version with some (a supersede, see the audit's `retired_flow`), so a next owner's
-/// import drops those instead of taking them.
+/// store no longer holds a retired gap of the chunk's offsets while the side topic may hold
+/// an older version of the owner's with some (its rows all left the store), so a next
+/// owner's import drops those instead of taking them.
 pub fn empty_chunk(
     audit: &str,
     tp: &TopicPartition,

@@ -230,7 +230,7 @@ async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
     }
 }
 
-/// Review of format 3, F1, and the supersede that replaced the merge: a store letting go of
+/// Review of format 3, F1: a store letting go of
 /// the gaps of a partition another instance owns now forgets its progress with them. Kept,
 /// that progress could later resume the partition as further than the handover's state
 /// while its given-up gaps were gone, and the store's chunks would then replace the side
