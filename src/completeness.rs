@@ -39,7 +39,9 @@ pub const MAX_LISTED_GAPS: usize = 16;
 
 /// The record time something holds completeness back at. `Unknown` sorts first: a record
 /// whose time nobody knows could be older than anything.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Since {
     /// No timestamp (a record without one, a range Kafka deleted before it was read).
     Unknown,
@@ -70,7 +72,7 @@ impl Since {
 }
 
 /// A gap that holds completeness back, as a ledger lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BlockingGap {
     /// The gap's first offset (its identity within the partition).
     pub first: Offset,

@@ -29,6 +29,10 @@
 //! Every record of this binary goes to partition 0 of the handover topic: a set's chunks
 //! must share one log to be ordered.
 //!
+//! Given-up (retired) gaps are not part of a partition's state (record format 3): it
+//! carries their aggregate, and the gaps travel as chunks on a side topic ([`retired`]),
+//! so a takeover reads an amount bounded by the ledger's own bounds.
+//!
 //! The pure parts (keys, encoding, chunk planning, reassembly, which state wins) are
 //! separate from the Kafka I/O ([`Handover`]) and unit-tested below.
 
@@ -52,13 +56,14 @@ mod codec;
 pub mod delta;
 mod publish;
 mod read;
+pub mod retired;
 
 pub use codec::{
     ChunkHeader, Latest, Slots, chunk_key, decode, delta_key, encode, key, newer, prefer_handover,
 };
 use codec::{KeyKind, chunk_value, fnv1a, parse_chunk, parse_key};
 pub use delta::{Chain, DeltaId, Rebuild, apply};
-pub use publish::{Plan, Published, plan, policy_warning, record_limit};
+pub use publish::{Plan, Published, plan, policy_warning, record_limit, side_policy_problem};
 pub use read::{Reassembler, lookup};
 
 /// Version of the state document this binary writes; documents of a newer version are
@@ -66,7 +71,11 @@ pub use read::{Reassembler, lookup};
 /// state is a base plus deltas ([`delta`]); binaries of version 1 ignore version-2 records
 /// with a warning (they resume without the handed-over state, as with no handover topic)
 /// rather than take a base without its deltas. Version-1 documents are read as bases.
-pub const VERSION: u32 = 2;
+/// Version 3 (issue 41, "a takeover reads a bounded amount"): retired gaps are not in the
+/// state any more but counted in [`PartitionState::retired_gaps`] and carried as chunks on
+/// a side topic ([`retired`]); binaries of version 2 ignore version-3 records (they would
+/// take a state without its retired gaps) and resume from their store.
+pub const VERSION: u32 = 3;
 
 /// Version of the chunk envelope ([`ChunkHeader::chunk`]); chunks of a newer envelope are
 /// ignored rather than misread.
@@ -148,7 +157,7 @@ pub enum HandoverError {
     /// The partition's handover topic was not read since it was assigned (the read failed):
     /// what another owner wrote is unknown, so nothing of it is published.
     #[error(
-        "handover topic {topic}: {partition} not published: its state on the topic was not read since its assignment (retried every round)"
+        "handover topic {topic}: {partition} not published: its state on the topic was not read since its assignment (retried in the background)"
     )]
     NotRead {
         /// The handover topic.
@@ -163,6 +172,17 @@ pub enum HandoverError {
         key: String,
         /// What is wrong.
         what: String,
+    },
+    /// The side topic of retired gaps deletes records by retention (review item 6): a
+    /// chunk older than `retention.ms` would go, and a next owner would lack its gaps.
+    #[error(
+        "handover side topic {topic} has cleanup.policy={policy}: its chunks of given-up gaps would be deleted after retention.ms and a next owner would lack those gaps; set cleanup.policy=compact on it (kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact) or delete it so that the auditor creates it compacted"
+    )]
+    SidePolicy {
+        /// The side topic.
+        topic: String,
+        /// Its `cleanup.policy`.
+        policy: String,
     },
 }
 
@@ -193,6 +213,12 @@ pub struct PartitionState {
     /// counted (issue 41 item 1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<String>,
+    /// Record format 3: the aggregate of the partition's retired gaps (count, earliest
+    /// record time, earliest deletion, the earliest listed: what the ledger keeps of them),
+    /// in a base and every delta; the gaps themselves are on the side topic
+    /// ([`retired`]). `None` in a format-3 record: none retired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_gaps: Option<crate::ledger::RetiredGaps>,
     /// key_columns: the owner's confirmed counts of the keys its missing records carry
     /// (each key's values), so the next owner does not take a row those confirmed records
     /// hold for a missing record's (a shared-key loss closed as late).
@@ -257,9 +283,20 @@ impl PartitionState {
     }
 }
 
-/// The identity written into [`PartitionState::owner`]: host name and process id.
+/// The identity written into [`PartitionState::owner`] by default: host name and process
+/// id (the daemon uses [`owner_of`] its store instead: see [`Handover::with_owner`]).
 pub fn owner_id() -> String {
-    let host = std::env::var("HOSTNAME")
+    format!("{}:{}", host_name(), std::process::id())
+}
+
+/// The owner id of an instance whose store is `instance` (`Store::instance_id`): host name
+/// and that id, the same after a restart, so the instance's own states stay its own.
+pub fn owner_of(instance: &str) -> String {
+    format!("{}:{instance}", host_name())
+}
+
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
         .or_else(|| {
@@ -267,8 +304,7 @@ pub fn owner_id() -> String {
                 .ok()
                 .map(|h| h.trim().to_string())
         })
-        .unwrap_or_else(|| "unknown".into());
-    format!("{host}:{}", std::process::id())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// The Kafka side: a producer for the states and short-lived readers at assignment.
@@ -300,6 +336,12 @@ pub struct Handover {
     /// nothing of them (a lower-term base would overwrite a newer owner's) until a read
     /// succeeds.
     unread: Mutex<HashSet<Vec<u8>>>,
+    /// The latest read started for each partition (single-record key → its number): a read
+    /// that finishes after a newer one started (a retry in the background, then an
+    /// assignment) leaves what the newer one found in place.
+    reads: Mutex<HashMap<Vec<u8>, u64>>,
+    /// Numbers the reads.
+    read_seq: AtomicU64,
     /// Whether the topic's `cleanup.policy` deletes by retention (read by
     /// [`Handover::check_policy`]): only then does a chain get a new base on a timer
     /// ([`delta::REBASE_EVERY`]); a compacted-only topic keeps a base for ever.
@@ -360,10 +402,18 @@ impl Handover {
             chains: Mutex::new(HashMap::new()),
             terms: Mutex::new(HashMap::new()),
             unread: Mutex::new(HashSet::new()),
+            reads: Mutex::new(HashMap::new()),
+            read_seq: AtomicU64::new(0),
             timed_rebase: std::sync::atomic::AtomicBool::new(false),
             sets: AtomicU64::new(0),
             advertised_url: None,
         })
+    }
+
+    /// This client with owner id `owner` (see [`owner_of`]) instead of `host:pid`.
+    pub fn with_owner(mut self, owner: String) -> Handover {
+        self.owner = owner;
+        self
     }
 
     /// This client with `url` (`server.advertised_url`) stamped into every state it

@@ -25,6 +25,22 @@ pub(super) struct Pending {
     pub(super) ledger_gaps: BTreeMap<Offset, Option<serde_json::Value>>,
     /// Reported gaps whose rows changed (read back from the store at publish).
     pub(super) gaps: BTreeSet<String>,
+    /// The side-topic chunks of those gaps not published since they changed (record format
+    /// 3): a bounded number goes each round ([`retired::CHANGED_CHUNKS`]); the state waits
+    /// until none is left (review item 9: 500,000 gaps retired in one round were half a
+    /// million chunk rows published in that round).
+    pub(super) chunks: BTreeSet<i64>,
+}
+
+impl Pending {
+    /// Gaps `ids` changed: their rows go with the next state, their chunks before it.
+    pub(super) fn changed<I: IntoIterator<Item = String>>(&mut self, ids: I) {
+        for id in ids {
+            self.chunks
+                .extend(super::retired_flow::chunks_of_ids(std::iter::once(&id)));
+            self.gaps.insert(id);
+        }
+    }
 }
 
 /// One store write's changes for the handover of one partition.
@@ -33,6 +49,10 @@ pub(super) struct Change {
     /// The ledger items written (`None`: the ledger was written whole), if it was written.
     items: Option<Option<crate::store::LedgerItems>>,
     gaps: Vec<String>,
+    /// Those of `gaps` the write retired: their chunks are to be published (the others'
+    /// rows are not on the side topic; reading their chunks would only cost store reads
+    /// and the round's chunk budget).
+    retiring: Vec<String>,
 }
 
 /// The handover changes of a store write: its progress rows' items, its gaps, and the
@@ -49,6 +69,7 @@ pub(super) fn changes(
             tp,
             items: None,
             gaps: Vec::new(),
+            retiring: Vec::new(),
         })
     }
     for p in progress {
@@ -62,14 +83,20 @@ pub(super) fn changes(
     }
     for (tp, p) in parts {
         let l = &p.ledger;
-        let ids: Vec<String> = l
+        let retiring: Vec<String> = l
             .retired_unstored()
             .iter()
-            .chain(l.folded_unstored())
             .map(|g| g.id(audit, tp))
             .collect();
-        if !ids.is_empty() {
-            entry(&mut by, tp.clone()).gaps.extend(ids);
+        let folded: Vec<String> = l
+            .folded_unstored()
+            .iter()
+            .map(|g| g.id(audit, tp))
+            .collect();
+        if !retiring.is_empty() || !folded.is_empty() {
+            let c = entry(&mut by, tp.clone());
+            c.gaps.extend(retiring.iter().cloned().chain(folded));
+            c.retiring.extend(retiring);
         }
     }
     by.into_values().collect()
@@ -95,15 +122,28 @@ fn claims_hash(claims: &[(Vec<String>, u64)]) -> u64 {
     h.finish()
 }
 
+/// A background read of the handover topic for partitions whose read failed.
+pub(super) struct Reading {
+    /// The partitions asked.
+    tps: Vec<TopicPartition>,
+    /// The read (blocking, on tokio's blocking pool).
+    handle: tokio::task::JoinHandle<
+        Result<HashMap<TopicPartition, PartitionState>, handover::HandoverError>,
+    >,
+}
+
 /// A state's gaps as read from the store for a publish: rows with (replayed, retired).
 type Rows = Vec<(Gap, bool, bool)>;
 
-/// Whether a gap row goes to the next owner: unresolved and in the store only (retired),
-/// or named in `ids` (the ledger holds it, it left memory this round, or it was
-/// acknowledged).
+/// Whether a gap row goes to the next owner in the state: named in `ids` (the ledger holds
+/// it, or it was acknowledged) and not retired — retired rows travel as chunks on the side
+/// topic (record format 3, `handover::retired`), the unresolved ones counted in the state's
+/// aggregate; a delta names them `removed` when they retire. An acknowledged gap's row is
+/// marked retired with the write after its acknowledgement (review item 7: every base
+/// inlined every acknowledged gap, about 0.5 kB each, without bound).
 fn handed(row: &(Gap, bool, bool), ids: &HashSet<String>) -> bool {
     let (g, _, retired) = row;
-    (*retired && g.state.is_unresolved()) || ids.contains(&g.id)
+    !*retired && ids.contains(&g.id)
 }
 
 /// A state to publish: whole (a base) or a delta, and the gap ids to read for it.
@@ -137,6 +177,8 @@ impl<V: Verifier> Audit<V> {
                 }
                 _ => {}
             }
+            p.chunks
+                .extend(super::retired_flow::chunks_of_ids(&c.retiring));
             p.gaps.extend(c.gaps);
         }
     }
@@ -184,8 +226,7 @@ impl<V: Verifier> Audit<V> {
                     self.handover_pending
                         .entry(tp.clone())
                         .or_default()
-                        .gaps
-                        .insert(id);
+                        .changed([id]);
                     self.handover_dirty.insert(tp);
                 }
                 self.handover_replays = Some(position);
@@ -212,13 +253,16 @@ impl<V: Verifier> Audit<V> {
             return;
         };
         self.pend_replays().await;
+        self.advance_retired_flows().await;
         // Unread: what a newer owner wrote is unknown (a publish under the term this process
         // knew would overwrite its base); neither published nor committed until a read
-        // succeeds ([`Audit::read_unread`]). Verdicts go on.
+        // succeeds ([`Audit::read_unread`]). Verdicts go on. Likewise a partition whose
+        // retired gaps are still swept to or imported from the side topic (`retired_flow`).
+        let flows = self.retired_held();
         let unread: BTreeSet<TopicPartition> = self
             .parts
             .keys()
-            .filter(|tp| h.unread(&self.cfg.name, tp))
+            .filter(|tp| h.unread(&self.cfg.name, tp) || flows.contains(*tp))
             .cloned()
             .collect();
         let tps: Vec<TopicPartition> = self
@@ -235,8 +279,25 @@ impl<V: Verifier> Audit<V> {
         if tps.is_empty() {
             let held = &self.handover_held;
             self.handover_dirty.retain(|tp| held.contains(tp));
+            // Keys of older terms left from an earlier round's budget.
+            self.tombstone_older_terms(&BTreeSet::new()).await;
             return;
         }
+        // The chunks of the retired gaps that changed go first: a state is acknowledged only
+        // after the chunks of every retired gap it counts.
+        let wanted: Vec<(TopicPartition, BTreeSet<i64>)> = tps
+            .iter()
+            .map(|tp| {
+                let chunks = self.handover_pending.get(tp).map(|p| p.chunks.clone());
+                (tp.clone(), chunks.unwrap_or_default())
+            })
+            .collect();
+        let unchunked = self.publish_changed_chunks(wanted).await;
+        let tps: Vec<TopicPartition> = tps
+            .into_iter()
+            .filter(|tp| !unchunked.contains(tp))
+            .collect();
+        self.handover_held.extend(unchunked);
         let now = Utc::now();
         let mut builds = Vec::new();
         for tp in &tps {
@@ -245,8 +306,8 @@ impl<V: Verifier> Audit<V> {
             };
             let whole = h.wants_base(&self.cfg.name, tp);
             let pending = self.handover_pending.get(tp).cloned().unwrap_or_default();
+            // Ids are `audit:topic:partition:first`; neither name contains `:`.
             let prefix = format!("{}:{}:{}:", self.cfg.name, tp.topic, tp.partition);
-            let acked = self.acks.ids.iter().filter(|id| id.starts_with(&prefix));
             let (ledger, read, ids) = if whole {
                 let snap = p.ledger.snapshot();
                 let mut ids: HashSet<String> = snap
@@ -256,9 +317,16 @@ impl<V: Verifier> Audit<V> {
                     .map(|g| g.id(&self.cfg.name, tp))
                     .collect();
                 // Acknowledged gaps left the ledger, not the partition's story: the next
-                // owner must know them too (ids are `audit:topic:partition:first`; neither
-                // name contains `:`).
-                ids.extend(acked.cloned());
+                // owner learns them from the side topic's chunks, as their rows are marked
+                // retired with the write after the acknowledgement; only those not marked
+                // yet are named here (none once that write is done).
+                ids.extend(
+                    self.acks
+                        .unretired
+                        .keys()
+                        .filter(|id| id.starts_with(&prefix))
+                        .cloned(),
+                );
                 // Read by id besides the unresolved rows: the acknowledged ones, and any the
                 // ledger holds in another state (the tail gap).
                 let read: Vec<String> = ids.iter().cloned().collect();
@@ -349,6 +417,9 @@ impl<V: Verifier> Audit<V> {
                     gaps: Vec::new(),
                     replayed: Vec::new(),
                     retired: Vec::new(),
+                    // Format 3: the aggregate, not the retired gaps (they are chunks).
+                    retired_gaps: Some(p.ledger.retired().clone())
+                        .filter(|r| *r != crate::ledger::RetiredGaps::default()),
                     key_claims,
                     // Stamped by `Handover::publish` from the handover's own order.
                     generation: 0,
@@ -410,12 +481,7 @@ impl<V: Verifier> Audit<V> {
                 if !handed(&row, &b.ids) {
                     continue;
                 }
-                let (g, replayed, retired) = row;
-                // Retired gaps (in the store only) go with the rest: the next owner's
-                // ledger counts them from its store.
-                if retired && g.state.is_unresolved() {
-                    st.retired.push(g.id.clone());
-                }
+                let (g, replayed, _) = row;
                 if replayed {
                     st.replayed.push(g.id.clone());
                 }
@@ -446,6 +512,12 @@ impl<V: Verifier> Audit<V> {
                 "cannot publish partition state to the handover topic; the settled watermark of these partitions stays uncommitted until it succeeds (the others are committed)");
         }
         self.handover_held.extend(held);
+        let acked: BTreeSet<TopicPartition> = published
+            .iter()
+            .map(|(tp, _)| tp.clone())
+            .filter(|tp| done.contains(tp))
+            .collect();
+        self.tombstone_older_terms(&acked).await;
     }
 
     /// Reads the handover topic again for the assigned partitions whose read failed (at
@@ -453,11 +525,35 @@ impl<V: Verifier> Audit<V> {
     /// Their ledgers already run from the local store or the group's commit; a previous
     /// owner's state found now is not taken (the partition is audited from where it
     /// started), but the read gives this process its term above every owner's, and the
-    /// next publish is a base of its own.
+    /// next publish is a base of its own. The read runs in the background (up to 20 s
+    /// against an unreachable broker): a round starts one and looks at its outcome in a
+    /// later round, never waiting for it.
     pub(super) async fn read_unread(&mut self) {
         let Some(h) = self.handover.clone() else {
             return;
         };
+        match self.handover_reading.take() {
+            Some(r) if !r.handle.is_finished() => {
+                self.handover_reading = Some(r);
+                return;
+            }
+            Some(r) => {
+                let outcome = match r.handle.await {
+                    Ok(o) => o.map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("the read panicked: {e}")),
+                };
+                // Only partitions still owned (an assignment or revoke since drops the
+                // read, see [`Audit::drop_reading`]).
+                let tps: Vec<TopicPartition> = r
+                    .tps
+                    .into_iter()
+                    .filter(|tp| self.parts.contains_key(tp))
+                    .collect();
+                self.read_done(tps, outcome).await;
+                return;
+            }
+            None => {}
+        }
         let tps: Vec<TopicPartition> = self
             .parts
             .keys()
@@ -469,12 +565,73 @@ impl<V: Verifier> Audit<V> {
         }
         let audit = self.cfg.name.clone();
         let asked = tps.clone();
-        match blocking(move || h.read(&audit, &asked)).await {
+        self.handover_reading = Some(Reading {
+            tps,
+            handle: tokio::task::spawn_blocking(move || h.read(&audit, &asked)),
+        });
+    }
+
+    /// A read started by [`Audit::read_unread`] is of no use any more: the partitions were
+    /// assigned or revoked since (an assignment reads them itself). It runs to its end in
+    /// the background; `Handover::read` leaves a newer read's findings in place.
+    pub(super) fn drop_reading(&mut self) {
+        self.handover_reading = None;
+    }
+
+    /// The outcome of a background read of the unread partitions `tps`.
+    pub(super) async fn read_done(
+        &mut self,
+        tps: Vec<TopicPartition>,
+        outcome: Result<HashMap<TopicPartition, PartitionState>, String>,
+    ) {
+        match outcome {
             Ok(states) => {
+                let me = self
+                    .handover
+                    .as_ref()
+                    .map(|h| h.owner().to_string())
+                    .unwrap_or_default();
+                self.past_used_terms(&tps).await;
+                self.record_used_terms(&tps).await;
+                // An import of the state found, cut before this partition resumed from its
+                // store (review T2): it resumes, as at an assignment.
+                let resumable = self.resumable_imports(&states).await;
                 for tp in &tps {
                     self.handover_pending.remove(tp);
                     self.handover_claims.remove(tp);
                     self.handover_dirty.insert(tp.clone());
+                    // Its store's retired gaps go to the side topic before its first base,
+                    // under the term the read gave it (past every term read). A format-3
+                    // state found (another owner's, or this owner's own) keeps its chunks
+                    // under its own term, named by it until this owner's first state
+                    // replaces it: the partition resumed from this store, whose verdicts
+                    // stand as they do for a store further than the handover at an
+                    // assignment (review of format 3, F3 and R2: nothing of theirs is
+                    // overwritten, so nothing of it is lost while theirs is the newest).
+                    if let (Some(st), Some(counted)) = (states.get(tp), resumable.get(tp)) {
+                        tracing::info!(audit = %self.cfg.name, %tp, previous_owner = %st.owner,
+                            "the import of the previous owner's given-up gaps did not finish before this partition left: resumed, from this store's progress");
+                        let handed = st.retired_gaps.clone().unwrap_or_default();
+                        if let Some(p) = self.parts.get_mut(tp) {
+                            p.ledger.retired_handed_over(handed.merged(counted));
+                        }
+                        self.retired_flows.insert(
+                            tp.clone(),
+                            super::retired_flow::Flow::Import(
+                                crate::handover::retired::ImportCursor::start(),
+                                st.term,
+                                st.owner.clone(),
+                            ),
+                        );
+                        continue;
+                    }
+                    let found = states.get(tp).map(|st| (st.version, st.owner.as_str()));
+                    if found.is_some_and(|(version, _)| version >= 3) {
+                        tracing::warn!(audit = %self.cfg.name, %tp, previous_owner = ?found.map(|f| f.1), me = %me,
+                            "the handover topic, read after this partition resumed, holds a format-3 state: this partition keeps its own verdicts, and its given-up gaps go to the side topic under its own term before it publishes");
+                    }
+                    self.retired_flows
+                        .insert(tp.clone(), super::retired_flow::Flow::Sweep(Offset::MIN));
                 }
                 for (tp, st) in states {
                     let ours = self.parts.get(&tp).map(|p| p.ledger.settled());
@@ -532,6 +689,45 @@ pub(super) fn remember_claims<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review item 7 (format 3): an acknowledged gap whose row is retired (marked with the
+    /// write after its acknowledgement) travels as a side-topic chunk, never inline in a
+    /// state, even when named; a row not retired yet still goes inline.
+    #[test]
+    fn a_retired_acknowledged_gap_is_not_inlined() {
+        let mut g = Gap {
+            id: Gap::make_id("a", "t", 0, 5),
+            audit: "a".into(),
+            topic: "t".into(),
+            partition: 0,
+            first_offset: 5,
+            last_offset: 5,
+            missing_records: 1,
+            size_known: true,
+            first_timestamp: None,
+            last_timestamp: None,
+            detected_at: Utc::now(),
+            state: crate::gap::GapState::Acknowledged,
+            unrecoverable_at: None,
+            cause: crate::gap::GapCause::DroppedInFlight,
+            pipeline_commit_from: None,
+            pipeline_commit_to: None,
+            pipeline_commit_at: None,
+            shared_key: false,
+            replayed_at: None,
+            ack_reason: Some("known".into()),
+        };
+        let ids = HashSet::from([g.id.clone()]);
+        assert!(
+            !handed(&(g.clone(), false, true), &ids),
+            "retired, acknowledged"
+        );
+        assert!(handed(&(g.clone(), false, false), &ids), "not retired yet");
+        g.state = crate::gap::GapState::Open;
+        assert!(!handed(&(g.clone(), false, true), &ids), "retired, open");
+        assert!(handed(&(g.clone(), false, false), &ids), "held, open");
+        assert!(!handed(&(g, false, false), &HashSet::new()), "not named");
+    }
 
     /// A delta whose publish failed may have landed with new claims: the claims are sent
     /// again, never kept (a later delta with the earlier claims would otherwise say

@@ -46,11 +46,13 @@ mod gap_log;
 mod hand_over;
 mod ingest;
 mod kafka_view;
+mod own_proof;
 mod partitions;
 mod persist;
 mod pipeline;
 mod read_to;
 mod report;
+mod retired_flow;
 mod round;
 mod schedule;
 mod shared_table;
@@ -187,6 +189,19 @@ struct Audit<V> {
     /// publish was not acknowledged, or their handover topic was not read since their
     /// assignment (set by each handover publish; the others commit).
     handover_held: BTreeSet<TopicPartition>,
+    /// Partitions whose retired gaps are still being published (a sweep) or imported from
+    /// the handover's side topic: held until done ([`retired_flow`]).
+    retired_flows: BTreeMap<TopicPartition, retired_flow::Flow>,
+    /// Side-topic keys of other terms than this owner's, per partition, seen by its import:
+    /// tombstoned once its own state is acknowledged ([`retired_flow::Garbage`]).
+    retired_garbage: HashMap<TopicPartition, retired_flow::Garbage>,
+    /// Where the next round's budget of changed chunks starts among the partitions that
+    /// have some: it turns, so no partition waits behind others' chunks for ever (review of
+    /// format 3, F7).
+    chunk_turn: usize,
+    /// A retry of the handover read of partitions whose read failed, running in the
+    /// background: a round never waits for it ([`Audit::read_unread`]).
+    handover_reading: Option<hand_over::Reading>,
     /// The last round left due records for the next (its per-partition limit was hit).
     backlog: bool,
     /// The audit's decoder (the tail has a copy): held records are decoded again with it.
@@ -262,6 +277,10 @@ impl<V: Verifier> Audit<V> {
             handover_replays: None,
             handover_lost: BTreeSet::new(),
             handover_held: BTreeSet::new(),
+            retired_flows: BTreeMap::new(),
+            retired_garbage: HashMap::new(),
+            chunk_turn: 0,
+            handover_reading: None,
             backlog: false,
             decoder: w.decoder,
             dead_letters: w.dead_letters,
@@ -333,10 +352,23 @@ pub async fn run<V: Verifier + 'static>(
             let h = Handover::new(kafka, t)
                 .context("state.handover_topic")?
                 .with_advertised_url(deps.advertised_url.clone());
+            // An owner that survives a restart: taking its own partitions back, it neither
+            // imports their given-up gaps again nor is kept from sweeping them.
+            let h = match deps.store.instance_id() {
+                Ok(id) => h.with_owner(crate::handover::owner_of(&id)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the store's instance id: the handover owner is host:pid (after a restart this instance imports its own partitions' given-up gaps again)");
+                    h
+                }
+            };
             if let Err(e) = h.ensure_topic().await {
                 tracing::warn!(error = %e, "cannot create the handover topic; it must exist already");
             }
             h.check_policy().await;
+            // Review item 6: a side topic that deletes by retention loses given-up gaps.
+            h.check_side_policy()
+                .await
+                .context("state.handover_topic's side topic")?;
             Some(Arc::new(h))
         }
         None => None,

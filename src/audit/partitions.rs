@@ -13,7 +13,7 @@ use crate::ledger::{KeyBook, PartitionLedger, Snapshot};
 use crate::sink::Verifier;
 use crate::store::PartitionProgress;
 use chrono::Utc;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::convert::Infallible;
 
 impl<V: Verifier> Audit<V> {
@@ -234,7 +234,10 @@ impl<V: Verifier> Audit<V> {
                 }
             }
         };
-        self.take_over(&partitions, &mut progress).await;
+        let TakenOver {
+            handed_retired,
+            foreign,
+        } = self.take_over(&partitions, &mut progress).await;
         let view = self.kafka_view.clone();
         let start = self.kafka.start;
         let tps = partitions.clone();
@@ -378,7 +381,86 @@ impl<V: Verifier> Audit<V> {
                  since they were stored): given up, they stay missing and are no longer re-checked; \
                  settle them with `gap-auditor check` or `replay`");
         }
-        // Restored ledgers hold no retired gap: their aggregate is counted in the store.
+        // Retired gaps (record format 3): a partition taken over counts its previous owner's
+        // aggregate at once and imports their rows in the background; any other sweeps its
+        // store's retired gaps to the side topic (`retired_flow`) unless the store says they
+        // are there already. Both hold it meanwhile.
+        if let Some(h) = self.handover.clone() {
+            let (store, audit, topic) = (
+                self.store.clone(),
+                self.cfg.name.clone(),
+                h.topic().to_string(),
+            );
+            let mut swept = match blocking(move || store.handover_swept(&topic, &audit)).await {
+                Ok(s) => s,
+                Err(e) => {
+                    // Unknown: every partition is swept (never one left off the side topic).
+                    tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which partitions' given-up gaps are on the handover side topic: all are published again");
+                    std::collections::BTreeMap::new()
+                }
+            };
+            let (store, audit, topic) = (
+                self.store.clone(),
+                self.cfg.name.clone(),
+                h.topic().to_string(),
+            );
+            let mut unpublished = match blocking(move || store.unpublished_chunks(&topic, &audit))
+                .await
+            {
+                Ok(u) => u,
+                Err(e) => {
+                    // Unknown: those partitions are swept whole instead.
+                    tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which given-up gaps' chunks wait for their publish: the partitions are published again whole");
+                    swept.clear();
+                    crate::store::PartitionChunks::new()
+                }
+            };
+            for tp in &partitions {
+                // Swept under this owner's term (its own state taken back under its own
+                // term, `keep_term`): the side topic holds the store's rows as the next
+                // state names them. Under any other term (a new one: taken over, resumed
+                // further than another owner's state, no state): swept again.
+                let term = h.term(&self.cfg.name, tp);
+                if !handed_retired.contains_key(tp)
+                    && swept.get(&(tp.topic.clone(), tp.partition)) == Some(&term)
+                {
+                    // Swept, but a write retired gaps whose chunks were not published
+                    // before the stop: those chunks go before its next state (not a
+                    // whole sweep again, review item 9).
+                    if let Some(chunks) = unpublished.remove(&(tp.topic.clone(), tp.partition)) {
+                        self.handover_pending
+                            .entry(tp.clone())
+                            .or_default()
+                            .chunks
+                            .extend(chunks);
+                        self.handover_dirty.insert(tp.clone());
+                    }
+                    continue;
+                }
+                if !handed_retired.contains_key(tp) && foreign.contains(tp) {
+                    // Another owner's format-3 state without retired gaps: its chunks may be
+                    // newer than this store's rows; a sweep could overwrite them.
+                    tracing::debug!(audit = %self.cfg.name, %tp, "taken over from another owner's state: this store's given-up gaps are not swept to the handover side topic");
+                    continue;
+                }
+                let flow = match handed_retired.get(tp) {
+                    Some((agg, term, owner)) => {
+                        if let Some(p) = self.parts.get_mut(tp) {
+                            p.ledger.retired_handed_over(agg.clone());
+                        }
+                        super::retired_flow::Flow::Import(
+                            crate::handover::retired::ImportCursor::start(),
+                            *term,
+                            owner.clone(),
+                        )
+                    }
+                    None => super::retired_flow::Flow::Sweep(Offset::MIN),
+                };
+                self.retired_flows.insert(tp.clone(), flow);
+            }
+        }
+        // Restored ledgers hold no retired gap: their aggregate is counted in the store
+        // (but for those just taken over with their aggregate, above).
         // Before the write: a diverged ledger's old retired gaps are let go while the store
         // still says the log diverged (a crash in between finds the divergence again).
         self.settle_retired().await;
@@ -398,7 +480,8 @@ impl<V: Verifier> Audit<V> {
     /// After an assignment (with a handover topic): the store may still hold open gaps of
     /// partitions this instance owned before a rebalance or a restart, which another
     /// instance owns now and took over from the handover topic. Those copies are dropped:
-    /// an unresolved gap is listed by its partition's owner only. Not done at revoke: the
+    /// an unresolved gap is listed by its partition's owner only, and the partition's
+    /// progress goes with them (it comes back from the handover). Not done at revoke: the
     /// partition may come straight back (eager rebalances revoke everything), and a store
     /// stopped between revoke and assignment keeps what it followed.
     pub(super) async fn forget_not_owned(&self) {
@@ -406,20 +489,24 @@ impl<V: Verifier> Audit<V> {
         let audit = self.cfg.name.clone();
         let owned: BTreeSet<TopicPartition> = self.parts.keys().cloned().collect();
         let r = blocking(move || {
-            let filter = crate::store::GapFilter {
-                state: crate::store::StateFilter::Unresolved,
-                audit: Some(audit.clone()),
-            };
+            // The partitions only, never every unresolved row (millions given up after a
+            // long incident, read into memory at each assignment before).
             let elsewhere: BTreeSet<TopicPartition> = store
-                .list_gaps(&filter)?
+                .partitions_with_unresolved_gaps(&audit)?
                 .into_iter()
-                .map(|g| TopicPartition::new(g.topic, g.partition))
+                .map(|(topic, partition)| TopicPartition::new(topic, partition))
                 .filter(|tp| !owned.contains(tp))
                 .collect();
             let mut n = 0;
             for tp in elsewhere {
+                // Its progress first (a crash before the rows go leaves rows the next
+                // assignment drops, never a progress without its rows: review of format
+                // 3, F1), and its retired rows too: the side topic no longer holds them as
+                // this store does.
+                store.forget_progress(&audit, &tp.topic, tp.partition)?;
+                store.clear_handover_swept(&audit, &[(tp.topic.clone(), tp.partition)])?;
                 n += store
-                    .forget_unresolved(&audit, &tp.topic, tp.partition, Offset::MAX, &[])?
+                    .forget_unresolved(&audit, &tp.topic, tp.partition, Offset::MAX, &[], true)?
                     .len();
             }
             Ok::<_, crate::store::StoreError>(n)
@@ -427,7 +514,7 @@ impl<V: Verifier> Audit<V> {
         .await;
         match r {
             Ok(n) if n > 0 => {
-                tracing::info!(audit = %self.cfg.name, gaps = n, "open gaps of partitions other instances own now dropped from the local store")
+                tracing::info!(audit = %self.cfg.name, gaps = n, "open gaps (and progress) of partitions other instances own now dropped from the local store")
             }
             Ok(_) => {}
             Err(e) => {
@@ -442,23 +529,41 @@ impl<V: Verifier> Audit<V> {
     /// the previous owner counted them. Without a readable handover topic the partitions
     /// resume from the local store or the group's commit: nothing unread is skipped, but
     /// the previous owner's open gaps are not followed here.
+    ///
+    /// See [`TakenOver`] for what it returns.
     pub(super) async fn take_over(
         &mut self,
         partitions: &[TopicPartition],
         progress: &mut HashMap<TopicPartition, PartitionProgress>,
-    ) {
+    ) -> TakenOver {
+        let mut out = TakenOver::default();
         let Some(h) = self.handover.clone() else {
-            return;
+            return out;
         };
+        // A background retry of an earlier read is of no use now: this read is newer.
+        self.drop_reading();
         let audit = self.cfg.name.clone();
         let tps = partitions.to_vec();
+        let me = h.owner().to_string();
         let states = match blocking(move || h.read(&audit, &tps)).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried every round)");
-                return;
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot read the handover topic: the assigned partitions resume without their previous owner's open gaps; their state is neither handed over nor committed until a read succeeds (retried in the background)");
+                return out;
             }
         };
+        self.past_used_terms(partitions).await;
+        // Which of this owner's own format-3 states its store proves current (review of
+        // format 3, F1): see `own_proofs`.
+        let proofs = self.own_proofs(&states, &me).await;
+        // Imports this store began of states still the newest (review of the supersede,
+        // R1): their progress, further than the state, is the import's own, not a store
+        // further than the handover; see `resumable_imports`.
+        let resumable = self.resumable_imports(&states).await;
+        let TakenOver {
+            handed_retired,
+            foreign,
+        } = &mut out;
         let mut imports = Vec::new();
         // What this process noted for a handover before is stale: it starts from what it
         // takes now (or from its local store, then with a whole state as its next publish).
@@ -468,11 +573,43 @@ impl<V: Verifier> Audit<V> {
         }
         for (tp, st) in states {
             let local = progress.get(&tp).map(|p| p.settled);
+            let theirs = !super::retired_flow::may_sweep(Some((st.version, &st.owner)), &me);
             if !handover::prefer_handover(local, &st) {
-                tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled,
-                    "the local store is further than the handover topic: resuming from it");
                 if let Some(h) = &self.handover {
                     h.forget_chain(&self.cfg.name, &tp);
+                }
+                if let Some(counted) = resumable.get(&tp) {
+                    // Its own progress stands (it went on from the state), and the import
+                    // of the state's given-up gaps resumes, counting both the handed-over
+                    // aggregate and the store's rows until it ends (never less than
+                    // either; some counted twice meanwhile).
+                    tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled, previous_owner = %st.owner,
+                        "the import of the previous owner's given-up gaps did not finish before this partition left: resumed, from this store's progress");
+                    let handed = st.retired_gaps.clone().unwrap_or_default();
+                    handed_retired.insert(
+                        tp.clone(),
+                        (handed.merged(counted), st.term, st.owner.clone()),
+                    );
+                    continue;
+                }
+                tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled,
+                    "the local store is further than the handover topic: resuming from it");
+                // The store's verdicts stand (it decided these offsets last; a store that
+                // let a partition's gaps go forgot its progress with them, so it is never
+                // further, see `forget_not_owned`). Its given-up gaps go to the side topic
+                // under this owner's new term before its first state (the assignment's
+                // sweep): another owner's chunks stay under theirs, named by their state
+                // until ours replaces it. This owner's own state whose term the store is
+                // swept under keeps that term: its chunks are the store's already.
+                if st.version >= 3
+                    && !theirs
+                    && proofs.swept.get(&tp) == Some(&st.term)
+                    && self
+                        .handover
+                        .as_ref()
+                        .is_some_and(|h| h.keep_term(&self.cfg.name, &tp, st.term))
+                {
+                    tracing::debug!(audit = %self.cfg.name, %tp, term = st.term, "this owner's own state: its given-up gaps stay under its term");
                 }
                 continue;
             }
@@ -493,16 +630,69 @@ impl<V: Verifier> Audit<V> {
                 updated_at: Utc::now(),
                 items: None,
             };
+            // Format 3: the retired gaps are chunks on the side topic, counted here by the
+            // aggregate (none retired: nothing to import). Older formats carry them inline
+            // (`st.retired`), written to the store below and counted from it.
+            // This owner's own format-3 state (taken back after a revoke or a restart: the
+            // owner id survives it) whose rows the store proves it holds: they are counted
+            // from it and kept, not imported again (before, every restart scanned the side
+            // topic for every partition). Unproven (its rows let go when another instance
+            // owned the partition, or a store copied or restored from a backup), it is
+            // imported as another owner's would be (review of format 3, F1): the side
+            // topic holds every gap the state counts.
+            let own = st.version >= 3
+                && !theirs
+                && proofs.current(&tp, &st)
+                && self
+                    .handover
+                    .as_ref()
+                    .is_some_and(|h| h.keep_term(&self.cfg.name, &tp, st.term));
+            if st.version >= 3 && !theirs && !own {
+                tracing::info!(audit = %self.cfg.name, %tp,
+                    "this owner's own handover state counts given-up gaps its store does not prove it holds (not marked swept, or another count): they are imported from the side topic");
+            }
+            if st.version >= 3 && !own {
+                // Theirs (or ours unproven): counted by the aggregate (none: their chunks
+                // may still hold other given-up gaps, acknowledged or late, newer than
+                // this store's rows): this store takes them (and drops its rows they
+                // lack) before it publishes a chunk of its own, so neither a sweep nor a
+                // changed chunk overwrites theirs with a stale row (review item 2).
+                handed_retired.insert(
+                    tp.clone(),
+                    (
+                        st.retired_gaps.clone().unwrap_or_default(),
+                        st.term,
+                        st.owner.clone(),
+                    ),
+                );
+            }
+            if theirs {
+                foreign.insert(tp.clone());
+            }
+            // An import starts: marked with the progress it starts from (see
+            // `resumable_imports`).
+            let importing = (st.version >= 3 && !own).then(|| (st.owner.clone(), st.term));
             progress.insert(tp, row.clone());
-            imports.push((row, st.gaps, st.replayed, st.retired));
+            imports.push((row, st.gaps, st.replayed, st.retired, own, importing));
         }
+        self.record_used_terms(partitions).await;
         if imports.is_empty() {
-            return;
+            return out;
         }
         let store = self.store.clone();
         let audit = self.cfg.name.clone();
+        let handover = self
+            .handover
+            .as_ref()
+            .map(|h| h.topic().to_string())
+            .unwrap_or_default();
         let written = blocking(move || {
-            for (row, gaps, replayed, retired) in imports {
+            let mut unretired = Vec::new();
+            for (row, gaps, replayed, retired, own, importing) in imports {
+                // Given-up gaps inline (record format 2) are not on the side topic: swept.
+                if !retired.is_empty() {
+                    store.set_handover_swept(&handover, &audit, &row.topic, row.partition, None)?;
+                }
                 let keep: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
                 // The retired ones were in the previous owner's store only: the ledger
                 // restored here counts them from this one (`settle_retired`). Marked in the
@@ -516,27 +706,164 @@ impl<V: Verifier> Audit<V> {
                     &retired,
                     &[],
                 )?;
+                store.set_importing(
+                    &handover,
+                    &audit,
+                    &row.topic,
+                    row.partition,
+                    importing.as_ref().map(|(o, t)| (o.as_str(), *t)),
+                )?;
                 for id in &replayed {
                     store.mark_replayed(id)?;
                 }
+                // A gap the state's ledger holds is not retired here, whatever this store
+                // says (review of format 3, F4: a round retired it and stopped before the
+                // state that said so; kept retired it would count twice, in the ledger and
+                // in the retired rows). Its chunk goes again without it. Neither an
+                // acknowledged gap (the state carries it inline until its row is marked
+                // retired: review R6) nor one the state says is retired (format 2 carries
+                // those inline too).
+                let inline: HashSet<&String> = retired.iter().collect();
+                let in_ledger: Vec<String> = gaps
+                    .iter()
+                    .filter(|g| {
+                        g.state != crate::gap::GapState::Acknowledged && !inline.contains(&g.id)
+                    })
+                    .map(|g| g.id.clone())
+                    .collect();
+                let back = store.unretire(&in_ledger)?;
+                if !back.is_empty() {
+                    tracing::info!(audit = %audit, topic = %row.topic, partition = row.partition, gaps = ?back,
+                        "gaps the state taken over holds in its ledger are no longer counted as given up here");
+                    unretired.push((TopicPartition::new(row.topic.clone(), row.partition), back));
+                }
+                // Retired rows are the side topic's to settle (an import), but for this
+                // owner's own state: they are its own, kept.
                 let dropped = store.forget_unresolved(
                     &audit,
                     &row.topic,
                     row.partition,
                     row.settled,
                     &keep,
+                    !own,
                 )?;
                 if !dropped.is_empty() {
                     tracing::info!(audit = %audit, topic = %row.topic, partition = row.partition, ?dropped,
                         "stale copies of gaps another instance resolved dropped from the local store");
                 }
             }
-            Ok::<_, crate::store::StoreError>(())
+            Ok::<_, crate::store::StoreError>(unretired)
         })
         .await;
-        if let Err(e) = written {
-            tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
+        match written {
+            Ok(unretired) => {
+                for (tp, ids) in unretired {
+                    self.handover_pending
+                        .entry(tp)
+                        .or_default()
+                        .chunks
+                        .extend(super::retired_flow::chunks_of_ids(&ids));
+                }
+            }
+            Err(e) => {
+                tracing::error!(audit = %self.cfg.name, error = %e, "cannot write the handed-over gaps to the local store; they reach it when they next change")
+            }
         }
+        out
+    }
+
+    /// Of `states`, those whose partition's store marks an import of exactly that state
+    /// (its owner and term) unfinished, with the store's count of their retired rows: the
+    /// import was cut (a rebalance or a stop) after the partition's progress went past the
+    /// state. Unreadable: none (those partitions resume from their store as further).
+    pub(super) async fn resumable_imports(
+        &self,
+        states: &HashMap<TopicPartition, handover::PartitionState>,
+    ) -> HashMap<TopicPartition, crate::ledger::RetiredGaps> {
+        let Some(h) = &self.handover else {
+            return HashMap::new();
+        };
+        let wanted: Vec<(TopicPartition, String, u64)> = states
+            .iter()
+            .filter(|(_, st)| st.version >= 3)
+            .map(|(tp, st)| (tp.clone(), st.owner.clone(), st.term))
+            .collect();
+        if wanted.is_empty() {
+            return HashMap::new();
+        }
+        let (store, audit, topic) = (
+            self.store.clone(),
+            self.cfg.name.clone(),
+            h.topic().to_string(),
+        );
+        let read = blocking(move || {
+            let marks = store.importing(&topic, &audit)?;
+            let mut out = HashMap::new();
+            for (tp, owner, term) in wanted {
+                if marks.get(&(tp.topic.clone(), tp.partition)) == Some(&(owner, term)) {
+                    let n = store.settle_retired(&audit, &tp.topic, tp.partition, &[])?;
+                    out.insert(tp, n);
+                }
+            }
+            Ok::<_, crate::store::StoreError>(out)
+        })
+        .await;
+        read.unwrap_or_else(|e| {
+            tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which imports of given-up gaps were cut: none is resumed");
+            HashMap::new()
+        })
+    }
+
+    /// What the store proves of this owner's own format-3 states among `states` (review of
+    /// format 3, F1): which partitions it marks swept (the side topic holds their retired
+    /// gaps as it does), and for those the count of their retired rows and whether chunks
+    /// of theirs are noted unpublished. Unreadable: nothing proven (those states are
+    /// imported: slower, never short).
+    async fn own_proofs(
+        &self,
+        states: &HashMap<TopicPartition, handover::PartitionState>,
+        me: &str,
+    ) -> super::own_proof::OwnProofs {
+        let Some(h) = &self.handover else {
+            return super::own_proof::OwnProofs::default();
+        };
+        let own: Vec<TopicPartition> = states
+            .iter()
+            .filter(|(_, st)| {
+                st.version >= 3 && super::retired_flow::may_sweep(Some((st.version, &st.owner)), me)
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if own.is_empty() {
+            return super::own_proof::OwnProofs::default();
+        }
+        let (store, audit, topic) = (
+            self.store.clone(),
+            self.cfg.name.clone(),
+            h.topic().to_string(),
+        );
+        let read = blocking(move || {
+            let swept = store.handover_swept(&topic, &audit)?;
+            let noted = store.unpublished_chunks(&topic, &audit)?;
+            let mut out = super::own_proof::OwnProofs::default();
+            for tp in own {
+                let key = (tp.topic.clone(), tp.partition);
+                if let Some(term) = swept.get(&key) {
+                    let n = store.settle_retired(&audit, &tp.topic, tp.partition, &[])?;
+                    out.swept.insert(tp.clone(), *term);
+                    if noted.get(&key).is_some_and(|c| !c.is_empty()) {
+                        out.noted.insert(tp.clone());
+                    }
+                    out.counted.insert(tp, n);
+                }
+            }
+            Ok::<_, crate::store::StoreError>(out)
+        })
+        .await;
+        read.unwrap_or_else(|e| {
+            tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read what the store holds of this owner's given-up gaps: its own handover states are imported from the side topic");
+            super::own_proof::OwnProofs::default()
+        })
     }
 
     #[cfg(test)]
@@ -559,6 +886,9 @@ impl<V: Verifier> Audit<V> {
         // An acknowledgement given since the last round goes with the handover (and leaves
         // the ledger stored here), as a round would have taken it.
         self.refresh_acknowledged().await;
+        // A background read of partitions whose read failed: the next round starts another
+        // for those still owned and unread.
+        self.drop_reading();
         if lost {
             tracing::warn!(audit = %self.cfg.name, partitions = ?partitions,
                 "assignment lost (session or poll interval expired): the state of these partitions is neither handed over nor committed");
@@ -593,6 +923,8 @@ impl<V: Verifier> Audit<V> {
                 self.handover_dirty.remove(tp);
                 self.handover_pending.remove(tp);
                 self.handover_claims.remove(tp);
+                self.retired_flows.remove(tp);
+                self.retired_garbage.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }
@@ -671,6 +1003,19 @@ impl<V: Verifier> Audit<V> {
             }
         }
     }
+}
+
+/// What [`Audit::take_over`] found.
+#[derive(Debug, Default)]
+pub(super) struct TakenOver {
+    /// Partitions taken over from a record of format 3 this owner may not count from its
+    /// store, with the aggregate of their retired gaps (zero: none counted) and the term
+    /// and owner whose chunks hold them: their rows are imported from the side topic afterwards,
+    /// never on this path (`retired_flow`).
+    pub handed_retired: HashMap<TopicPartition, (crate::ledger::RetiredGaps, u64, String)>,
+    /// Partitions taken over from a state this owner may not sweep over
+    /// ([`super::retired_flow::may_sweep`]).
+    pub foreign: BTreeSet<TopicPartition>,
 }
 
 /// The status line of a partition whose stored state was partly unreadable (`None`: all

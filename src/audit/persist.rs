@@ -8,7 +8,7 @@ use crate::ledger::{Applied, ClaimsWrite, GapRecord, KeyBook, PartitionLedger};
 use crate::sink::Verifier;
 use crate::store::{KeyClaims, PartitionProgress};
 use chrono::Utc;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 
 /// What was decided and is not yet in the store, or not yet in Kafka.
@@ -47,6 +47,11 @@ pub(super) struct Acks {
     pub(super) ids: std::collections::HashSet<String>,
     /// Where the store's ack log was read up to; `None`: list every acknowledged gap next.
     pub(super) position: Option<i64>,
+    /// Acknowledged gaps taken out of a ledger since the last write: their rows are marked
+    /// retired with the next write (as given-up gaps), so they travel as side-topic chunks,
+    /// never inline in every handover base (review item 7).
+    /// By id: the partition and first offset (its chunk).
+    pub(super) unretired: BTreeMap<String, (TopicPartition, Offset)>,
 }
 
 impl<V: Verifier> Audit<V> {
@@ -132,7 +137,41 @@ impl<V: Verifier> Audit<V> {
                     .iter()
                     .map(|g| g.id(&self.cfg.name, tp))
             })
+            .chain(self.acks.unretired.keys().cloned())
             .collect();
+        let acks_retired: Vec<String> = self.acks.unretired.keys().cloned().collect();
+        // The chunks of the gaps this write retires (or whose acknowledgement it marks):
+        // until they are published they are not on the handover's side topic as the store
+        // holds them. Noted in the store first, so a crash in between republishes those
+        // chunks at the next assignment (before, the whole partition was swept again:
+        // review item 9).
+        let unpublished: (String, crate::store::PartitionChunks) = match &self.handover {
+            Some(h) => {
+                let mut by = crate::store::PartitionChunks::new();
+                for (tp, p) in &self.parts {
+                    let chunks: BTreeSet<i64> = p
+                        .ledger
+                        .retired_unstored()
+                        .iter()
+                        .map(|g| crate::handover::retired::chunk_of(g.first))
+                        .collect();
+                    if !chunks.is_empty() {
+                        by.entry((tp.topic.clone(), tp.partition))
+                            .or_default()
+                            .extend(chunks);
+                    }
+                }
+                for (tp, first) in self.acks.unretired.values() {
+                    if self.parts.contains_key(tp) {
+                        by.entry((tp.topic.clone(), tp.partition))
+                            .or_default()
+                            .insert(crate::handover::retired::chunk_of(*first));
+                    }
+                }
+                (h.topic().to_string(), by)
+            }
+            None => (String::new(), crate::store::PartitionChunks::new()),
+        };
         // Gaps folded into an overflow gap since the last write: their rows go as it is
         // written.
         let folded: Vec<String> = self
@@ -156,6 +195,7 @@ impl<V: Verifier> Audit<V> {
             && keys.claims.is_empty()
             && !keys.whole
             && credits.is_empty()
+            && acks_retired.is_empty()
         {
             self.count_persisted();
             self.settle_retired().await;
@@ -182,7 +222,12 @@ impl<V: Verifier> Audit<V> {
                     KeyClaims::Changes(&keys.claims)
                 };
                 store
-                    .commit_round_retiring(&audit, &gaps, &progress, claims, &retired, &folded)
+                    .note_unpublished_chunks(&unpublished.0, &audit, &unpublished.1)
+                    .and_then(|()| {
+                        store.commit_round_retiring(
+                            &audit, &gaps, &progress, claims, &retired, &folded,
+                        )
+                    })
                     .and_then(|()| store.write_key_credits(&audit, &credits))
                     .map(|()| (keys, credits))
             }))
@@ -202,6 +247,9 @@ impl<V: Verifier> Audit<V> {
                 }
                 self.writes.stored.extend(marks);
                 self.pend(handed);
+                for id in &acks_retired {
+                    self.acks.unretired.remove(id);
+                }
                 if let Some(book) = self.checker.book_mut() {
                     book.written(&keys);
                     book.credits_written(&credits);
@@ -298,6 +346,9 @@ impl<V: Verifier> Audit<V> {
         let work: Vec<(TopicPartition, Vec<crate::ledger::RetiredOp>)> = self
             .parts
             .iter()
+            // A partition importing a previous owner's retired gaps keeps the handed-over
+            // aggregate: its store holds only part of them yet (`retired_flow`).
+            .filter(|(tp, _)| !self.importing(tp))
             .filter_map(|(tp, p)| Some((tp.clone(), p.ledger.retired_work()?.ops.clone())))
             .collect();
         for (tp, ops) in work {
@@ -321,8 +372,7 @@ impl<V: Verifier> Audit<V> {
                         self.handover_pending
                             .entry(tp.clone())
                             .or_default()
-                            .gaps
-                            .extend(changed);
+                            .changed(changed);
                         self.handover_dirty.insert(tp.clone());
                     }
                 }
@@ -381,13 +431,18 @@ impl<V: Verifier> Audit<V> {
             // other out.
             let held =
                 part.ledger.gap_epoch(g.first_offset) == Some(crate::gap::Gap::epoch_of_id(&g.id));
-            if !held
-                || !part.ledger.acknowledge_overflow(
+            let taken_out = held
+                && part.ledger.acknowledge_overflow(
                     g.first_offset,
                     g.last_offset,
                     g.missing_records,
-                )
-            {
+                );
+            if taken_out {
+                // Its row is marked retired with the next write (see `Acks::unretired`).
+                self.acks
+                    .unretired
+                    .insert(g.id.clone(), (tp.clone(), g.first_offset));
+            } else {
                 part.ledger.retired_changed();
             }
             if let Some(book) = self.checker.book_mut() {
@@ -407,13 +462,15 @@ impl<V: Verifier> Audit<V> {
                         chrono::Utc::now(),
                     ));
             }
-            // A new acknowledgement changes what the next owner must know.
-            if self.handover.is_some() {
+            // A new acknowledgement changes what the next owner must know. Not on the full
+            // reload for a partition whose sweep or import runs: every given-up gap of it
+            // goes to the side topic under this owner's term anyway (review of format 3,
+            // F7: each acknowledged gap's chunk was queued again at every assignment).
+            if self.handover.is_some() && !(full && self.retired_flows.contains_key(&tp)) {
                 self.handover_pending
                     .entry(tp.clone())
                     .or_default()
-                    .gaps
-                    .insert(g.id.clone());
+                    .changed([g.id.clone()]);
                 self.handover_dirty.insert(tp);
             }
         }

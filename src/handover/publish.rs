@@ -142,6 +142,25 @@ pub fn policy_warning(topic: &str, r: &crate::kafka::retention::Retention) -> Op
     ))
 }
 
+/// The error for side topic `topic` of retired gaps unless its `cleanup.policy` is
+/// `compact` alone: with `delete` (also `compact,delete`) a chunk goes after `retention.ms`
+/// whatever it holds, and nothing rewrites a chunk whose gaps do not change.
+pub fn side_policy_problem(
+    topic: &str,
+    r: &crate::kafka::retention::Retention,
+) -> Option<HandoverError> {
+    let policy = match (r.compact, r.delete) {
+        (true, false) => return None,
+        (true, true) => "compact,delete",
+        (false, true) => "delete",
+        (false, false) => "none",
+    };
+    Some(HandoverError::SidePolicy {
+        topic: topic.to_string(),
+        policy: policy.to_string(),
+    })
+}
+
 /// What one publish of several partitions' states achieved
 /// ([`Handover::publish_each`]).
 #[derive(Debug)]
@@ -211,9 +230,44 @@ impl Handover {
 
     /// This process's ownership term of the partition keyed `base` (set by the read at
     /// assignment; 1 when nothing was read).
-    fn term_of(&self, base: &[u8]) -> u64 {
+    pub(super) fn term_of(&self, base: &[u8]) -> u64 {
         let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
         *m.entry(base.to_vec()).or_insert(1)
+    }
+
+    /// This process's ownership term of partition `tp` of `audit`: its states and the
+    /// given-up gaps' chunk keys are written under it.
+    pub fn term(&self, audit: &str, tp: &TopicPartition) -> u64 {
+        self.term_of(&key(audit, tp))
+    }
+
+    /// Keeps `term`, the term of this owner's own state of `tp` just taken back, as its
+    /// ownership term of the partition instead of the next one, when no higher term was
+    /// read (the state's chunks are under it, and the store proves it holds them: they are
+    /// not published again under a new term). Returns whether it is kept.
+    /// Raises this process's ownership term of `tp` to at least `at_least`: past every term
+    /// this instance used for the partition before (review of the terms, N1: an instance
+    /// taking a partition twice with no state landing in between read the same highest term
+    /// and wrote under its own old keys again, stale chunks among them).
+    pub fn raise_term(&self, audit: &str, tp: &TopicPartition, at_least: u64) {
+        let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
+        let t = m.entry(key(audit, tp)).or_insert(1);
+        *t = (*t).max(at_least);
+    }
+
+    /// Keeps `term`, the term of this owner's own state of `tp` just taken back, as its
+    /// ownership term of the partition instead of the next one, when no higher term was
+    /// read (the state's chunks are under it, and the store proves it holds them: they are
+    /// not published again under a new term). Returns whether it is kept.
+    pub fn keep_term(&self, audit: &str, tp: &TopicPartition, term: u64) -> bool {
+        let base = key(audit, tp);
+        let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
+        let next = *m.entry(base.clone()).or_insert(1);
+        let kept = next == term.saturating_add(1) && term > 0;
+        if kept {
+            m.insert(base, term);
+        }
+        kept
     }
 
     /// Creates the topic (one partition, `cleanup.policy=compact`) unless it exists. A
@@ -224,18 +278,23 @@ impl Handover {
             .base
             .create()
             .map_err(self.kafka_err("creating the admin client"))?;
-        let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
-            .set("cleanup.policy", "compact");
+        // The side topic of retired gaps (`retired::side_topic`) with it: compacted too.
+        let side = retired::side_topic(&self.topic);
+        let topics = [
+            NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
+                .set("cleanup.policy", "compact"),
+            NewTopic::new(&side, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact"),
+        ];
         let r = admin
             .create_topics(
-                &[topic],
+                &topics,
                 &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
             )
             .await
             .map_err(self.kafka_err("creating the topic"))?;
         for x in r {
             match x {
-                Ok(_) => tracing::info!(topic = %self.topic, "handover topic created (compacted)"),
+                Ok(t) => tracing::info!(topic = %t, "handover topic created (compacted)"),
                 Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
                 Err((_, code)) => {
                     return Err(HandoverError::Kafka {
@@ -270,6 +329,27 @@ impl Handover {
             }
             Err(e) => {
                 tracing::debug!(topic = %self.topic, error = %e, "cannot read the handover topic's cleanup.policy")
+            }
+        }
+    }
+
+    /// Refuses a side topic of retired gaps (`retired::side_topic`) that deletes records by
+    /// retention ([`side_policy_problem`]); a policy that cannot be read (a broker without
+    /// DescribeConfigs, no right to describe) is a warning only: the auditor cannot tell.
+    pub async fn check_side_policy(&self) -> Result<(), HandoverError> {
+        let side = retired::side_topic(&self.topic);
+        let admin: AdminClient<DefaultClientContext> = match self.base.create() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(topic = %side, error = %e, "cannot create an admin client to read the handover side topic's cleanup.policy (it must be compact)");
+                return Ok(());
+            }
+        };
+        match crate::kafka::retention::describe(&admin, &side).await {
+            Ok(r) => side_policy_problem(&side, &r).map_or(Ok(()), Err),
+            Err(e) => {
+                tracing::warn!(topic = %side, error = %e, "cannot read the handover side topic's cleanup.policy (it must be compact)");
+                Ok(())
             }
         }
     }

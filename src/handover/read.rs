@@ -408,6 +408,19 @@ impl Handover {
         audit: &str,
         tps: &[TopicPartition],
     ) -> Result<HashMap<TopicPartition, PartitionState>, HandoverError> {
+        // This read's number: a newer read of a partition started before this one ends
+        // (this one a background retry) is the one whose findings stand.
+        let seq = self.read_seq.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut r = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+            for tp in tps {
+                r.insert(key(audit, tp), seq);
+            }
+        }
+        let current = |tp: &TopicPartition| {
+            let r = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+            r.get(&key(audit, tp)) == Some(&seq)
+        };
         // Until this read succeeds, nothing is known about these partitions' keys: what this
         // process knew from an earlier ownership is stale (another owner wrote since).
         {
@@ -423,8 +436,14 @@ impl Handover {
                 u.insert(key(audit, tp));
             }
         }
-        let (states, slots, mut chains, unusable) =
+        let (mut states, mut slots, mut chains, unusable) =
             scan(&self.base, &self.topic, &self.owner, audit, tps)?;
+        // Partitions a newer read started on since: that one's findings stand.
+        let tps: Vec<TopicPartition> = tps.iter().filter(|tp| current(tp)).cloned().collect();
+        let tps = tps.as_slice();
+        let wanted: HashSet<Vec<u8>> = tps.iter().map(|tp| key(audit, tp)).collect();
+        states.retain(|tp, _| wanted.contains(&key(audit, tp)));
+        slots.retain(|k, _| wanted.contains(k));
         for (tp, why) in &unusable {
             tracing::warn!(topic = %self.topic, partition = %tp, reason = %why,
                 "the handover state of this partition is not usable: it resumes from the local store (or the group's commit)");

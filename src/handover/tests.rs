@@ -34,6 +34,7 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
         }],
         replayed: vec![Gap::make_id("dns", "logs", 3, 10)],
         retired: Vec::new(),
+        retired_gaps: None,
         key_claims: vec![(vec!["10.0.0.1".into(), "a.com".into()], 2)],
         generation: 0,
         base: None,
@@ -640,4 +641,29 @@ async fn a_partition_whose_read_failed_is_not_published() {
         "refused before anything is sent: {:?}",
         p.error
     );
+}
+
+/// Review of the terms, N1: an instance taking a partition again goes past every term it
+/// used for it before (its own old keys may hold stale chunks), never back; and its own
+/// state is kept under its term only when that term is the highest in play.
+#[test]
+fn terms_go_past_every_term_used_and_an_own_state_is_kept_only_at_the_top() {
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let h = Handover::new(&k, "t").expect("handover client");
+    let tp = TopicPartition::new("x", 0);
+    assert_eq!(h.term("a", &tp), 1, "nothing read");
+    h.raise_term("a", &tp, 5);
+    assert_eq!(h.term("a", &tp), 5);
+    h.raise_term("a", &tp, 3);
+    assert_eq!(h.term("a", &tp), 5, "never lowered");
+    assert!(
+        !h.keep_term("a", &tp, 3),
+        "this instance used a term above the state's since"
+    );
+    assert_eq!(h.term("a", &tp), 5);
+    assert!(h.keep_term("a", &tp, 4));
+    assert_eq!(h.term("a", &tp), 4);
 }

@@ -139,10 +139,12 @@ impl Store {
         Ok(out)
     }
 
-    /// The unresolved gaps (open, unrecoverable, unverifiable) of one partition of `audit`,
-    /// with whether `replay` marked it and whether it is retired, in offset order: a
-    /// handover base reads these (and the acknowledged ones it names by id), never the
-    /// partition's resolved history (issue 41 item 3). Through the `(audit, state)` index.
+    /// The unresolved gaps (open, unrecoverable, unverifiable) of one partition of `audit`
+    /// that are not retired, with whether `replay` marked it and whether it is retired
+    /// (never, here), in offset order: a handover base reads these (and the acknowledged
+    /// ones it names by id), never the partition's resolved history (issue 41 item 3) nor
+    /// its retired gaps (record format 3: they travel as chunks, `handover::retired`, and
+    /// may be millions). Through the `(audit, state)` index.
     pub fn unresolved_gaps_of_partition(
         &self,
         audit: &str,
@@ -320,7 +322,10 @@ impl Store {
     ///   handed-over gaps (`keep`) was resolved by another instance, whose store holds its
     ///   final state.
     ///
-    /// Acknowledged, late and repaired rows are never dropped. Returns the dropped ids.
+    /// Acknowledged, late and repaired rows are never dropped; retired rows only with
+    /// `retired_too` (an owner taking back its own format-3 state keeps them: they are not
+    /// in its state, they are on the side topic as this store holds them). Returns the
+    /// dropped ids.
     pub fn forget_unresolved(
         &self,
         audit: &str,
@@ -328,6 +333,7 @@ impl Store {
         partition: i32,
         below: Offset,
         keep: &[String],
+        retired_too: bool,
     ) -> Result<Vec<String>, StoreError> {
         let mut conn = self.lock();
         let ctx = || format!("drop stale gaps of {audit} {topic}-{partition}");
@@ -338,11 +344,14 @@ impl Store {
             let mut stmt = tx
                 .prepare(
                     "SELECT id FROM gaps WHERE audit = ?1 AND topic = ?2 AND partition = ?3
-                        AND state IN ('open', 'unrecoverable') AND first_offset < ?4",
+                        AND state IN ('open', 'unrecoverable') AND first_offset < ?4
+                        AND (?5 OR retired = 0)",
                 )
                 .map_err(self.sq(ctx()))?;
             let rows = stmt
-                .query_map(params![audit, topic, partition, below], |r| r.get(0))
+                .query_map(params![audit, topic, partition, below, retired_too], |r| {
+                    r.get(0)
+                })
                 .map_err(self.sq(ctx()))?;
             let mut ids = Vec::new();
             for r in rows {
@@ -417,6 +426,6 @@ pub(super) fn unresolved_of_partition_sql() -> String {
     format!(
         "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps
          WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')
-           AND topic = ?2 AND partition = ?3 ORDER BY first_offset"
+           AND topic = ?2 AND partition = ?3 AND retired = 0 ORDER BY first_offset"
     )
 }

@@ -191,6 +191,32 @@ impl Store {
         Ok(())
     }
 
+    /// Forgets the progress of one partition of `audit` (its settled offset and ledger): the
+    /// store is about to let the partition's gaps go (another instance owns it and took its
+    /// state over), and a progress kept without them would later resume as "further" than
+    /// the handover with gaps missing (review of format 3, F1). Without it the partition
+    /// comes back from the handover (or the group's commit), as one never followed here.
+    pub fn forget_progress(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let ctx = || format!("forget the progress of {audit} {topic}-{partition}");
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        for sql in [
+            "DELETE FROM progress WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            "DELETE FROM ledger_items WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+        ] {
+            tx.execute(sql, params![audit, topic, partition])
+                .map_err(self.sq(ctx()))?;
+        }
+        tx.commit().map_err(self.sq(ctx()))
+    }
+
     /// Progress rows of one audit, ordered by topic and partition. Strict: any unreadable
     /// row or item is an error naming it; the daemon reads with
     /// [`Self::load_progress_checked`], which keeps going per partition.

@@ -246,3 +246,523 @@ fn count(
     }
     Ok(out)
 }
+
+impl Store {
+    /// The retired gaps (any state) of one partition of `audit` starting in `[lo, hi)`, in
+    /// offset order, at most `limit`: what a chunk of retired gaps on the handover's side
+    /// topic holds (`handover::retired`). Through the `gaps_retired` index.
+    pub fn retired_gaps_between(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        lo: Offset,
+        hi: Offset,
+        limit: usize,
+    ) -> Result<Vec<Gap>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the retired gaps of {audit}/{topic}-{partition} in {lo}..{hi}");
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "SELECT {GAP_COLUMNS} FROM gaps
+                 WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
+                   AND first_offset >= ?4 AND first_offset < ?5
+                 ORDER BY first_offset, id LIMIT ?6"
+            ))
+            .map_err(self.sq(ctx()))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows: Vec<RawGap> = stmt
+            .query_map(
+                params![audit, topic, partition, lo, hi, limit],
+                RawGap::from_row,
+            )
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        drop(stmt);
+        drop(conn);
+        rows.into_iter().map(|raw| self.decode_gap(raw)).collect()
+    }
+
+    /// Deletes the retired rows of one partition of `audit` starting in `[lo, hi)` that are
+    /// not acknowledged and whose ids are not in `keep`, in one transaction; returns their
+    /// ids. An import applies the newest version of a chunk whole with it: a gap its owner
+    /// resolved or let go since an older version must not stay here (review item 2).
+    pub fn drop_retired_lacking(
+        &self,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        lo: Offset,
+        hi: Offset,
+        keep: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || format!("drop the retired gaps of {audit}/{topic}-{partition} in {lo}..{hi}");
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let ids: Vec<String> = {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT id FROM gaps
+                     WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
+                       AND state <> 'acknowledged' AND first_offset >= ?4 AND first_offset < ?5",
+                )
+                .map_err(self.sq(ctx()))?;
+            stmt.query_map(params![audit, topic, partition, lo, hi], |r| {
+                r.get::<_, String>(0)
+            })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?
+        };
+        let keep: std::collections::HashSet<&str> = keep.iter().map(String::as_str).collect();
+        let gone: Vec<String> = ids
+            .into_iter()
+            .filter(|id| !keep.contains(id.as_str()))
+            .collect();
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "DELETE FROM gaps WHERE id = ?1 AND retired = 1 AND state <> 'acknowledged'",
+                )
+                .map_err(self.sq(ctx()))?;
+            for id in &gone {
+                stmt.execute(params![id]).map_err(self.sq(ctx()))?;
+            }
+        }
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(gone)
+    }
+
+    /// Writes retired gaps a previous owner handed over (chunks of the handover's side
+    /// topic, applied in log order: a later chunk's row replaces an earlier one's) as
+    /// retired rows, with their replay marks, in one transaction. An acknowledgement
+    /// already in the store stays, and so does `unrecoverable`: Kafka deleting a gap's
+    /// first record is never undone, so a chunk saying `open` (its owner had not seen the
+    /// log start pass yet) does not reopen a row this store saw unrecoverable (review
+    /// item 4).
+    pub fn import_retired(&self, audit: &str, gaps: &[Gap]) -> Result<(), StoreError> {
+        if gaps.is_empty() {
+            return Ok(());
+        }
+        let mut gaps = gaps.to_vec();
+        for g in gaps.iter_mut().filter(|g| g.state == GapState::Open) {
+            if let Some(old) = self.get_gap(&g.id)?
+                && old.state == GapState::Unrecoverable
+            {
+                g.state = GapState::Unrecoverable;
+                g.unrecoverable_at = old.unrecoverable_at.or(g.unrecoverable_at);
+            }
+        }
+        let gaps = gaps.as_slice();
+        let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
+        self.commit_round_retiring(
+            audit,
+            gaps,
+            &[],
+            KeyClaims::<&[u8]>::Changes(&[]),
+            &ids,
+            &[],
+        )?;
+        for g in gaps.iter().filter(|g| g.replayed_at.is_some()) {
+            self.mark_replayed(&g.id)?;
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// The partitions of `audit` whose retired gaps are on handover topic `handover`'s side
+    /// topic as this store holds them (schema v14): a new assignment need not sweep them.
+    pub fn handover_swept(
+        &self,
+        handover: &str,
+        audit: &str,
+    ) -> Result<std::collections::BTreeMap<(String, i32), u64>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the swept partitions of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition, term FROM handover_swept
+                 WHERE handover_topic = ?1 AND audit = ?2",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![handover, audit], |r| {
+                Ok(((r.get(0)?, r.get(1)?), r.get::<_, i64>(2)?))
+            })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<Vec<((String, i32), i64)>, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows
+            .into_iter()
+            .map(|(tp, term)| (tp, u64::try_from(term).unwrap_or(0)))
+            .collect())
+    }
+
+    /// Records whether the retired gaps of one partition are on `handover`'s side topic as
+    /// this store holds them, and under which ownership term (`Some`; `None`: they are not
+    /// known to be, e.g. rows came inline in a format-2 state, and must be swept).
+    pub fn set_handover_swept(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        term: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("mark the retired gaps of {audit}/{topic}-{partition} swept");
+        match term {
+            Some(term) => conn.execute(
+                "INSERT OR REPLACE INTO handover_swept
+                    (handover_topic, audit, topic, partition, at, term)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    handover,
+                    audit,
+                    topic,
+                    partition,
+                    fmt_ts(Utc::now()),
+                    i64::try_from(term).unwrap_or(i64::MAX)
+                ],
+            ),
+            None => conn.execute(
+                "DELETE FROM handover_swept
+                 WHERE handover_topic = ?1 AND audit = ?2 AND topic = ?3 AND partition = ?4",
+                params![handover, audit, topic, partition],
+            ),
+        }
+        .map_err(self.sq(ctx()))?;
+        Ok(())
+    }
+}
+
+/// Partitions importing another owner's state: `(topic, partition) → (owner, term)`.
+pub type Importing = std::collections::BTreeMap<(String, i32), (String, u64)>;
+
+impl Store {
+    /// Records that one partition imports the state of `owner` under `term` from
+    /// `handover`'s side topic (`Some`), or that it finished (`None`).
+    pub fn set_importing(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        state: Option<(&str, u64)>,
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("mark the import of {audit}/{topic}-{partition}");
+        match state {
+            Some((owner, term)) => conn.execute(
+                "INSERT OR REPLACE INTO handover_importing
+                    (handover_topic, audit, topic, partition, owner, term)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    handover,
+                    audit,
+                    topic,
+                    partition,
+                    owner,
+                    i64::try_from(term).unwrap_or(i64::MAX)
+                ],
+            ),
+            None => conn.execute(
+                "DELETE FROM handover_importing
+                 WHERE handover_topic = ?1 AND audit = ?2 AND topic = ?3 AND partition = ?4",
+                params![handover, audit, topic, partition],
+            ),
+        }
+        .map_err(self.sq(ctx()))?;
+        Ok(())
+    }
+
+    /// The partitions of `audit` importing a state from `handover`'s side topic.
+    pub fn importing(&self, handover: &str, audit: &str) -> Result<Importing, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the imports of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition, owner, term FROM handover_importing
+                 WHERE handover_topic = ?1 AND audit = ?2",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![handover, audit], |r| {
+                Ok((
+                    (r.get::<_, String>(0)?, r.get::<_, i32>(1)?),
+                    (r.get::<_, String>(2)?, r.get::<_, i64>(3)?),
+                ))
+            })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows
+            .into_iter()
+            .map(|(tp, (owner, term))| (tp, (owner, u64::try_from(term).unwrap_or(0))))
+            .collect())
+    }
+}
+
+impl Store {
+    /// The highest ownership term this instance used per partition of `audit` on
+    /// `handover`: `(topic, partition) → term`.
+    pub fn used_terms(
+        &self,
+        handover: &str,
+        audit: &str,
+    ) -> Result<std::collections::BTreeMap<(String, i32), u64>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the terms used for {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition, term FROM handover_terms
+                 WHERE handover_topic = ?1 AND audit = ?2",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![handover, audit], |r| {
+                Ok(((r.get(0)?, r.get(1)?), r.get::<_, i64>(2)?))
+            })
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<Vec<((String, i32), i64)>, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows
+            .into_iter()
+            .map(|(tp, t)| (tp, u64::try_from(t).unwrap_or(0)))
+            .collect())
+    }
+
+    /// Records `term` as used for one partition (never lowers what is recorded).
+    pub fn use_term(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        term: u64,
+    ) -> Result<(), StoreError> {
+        let t = i64::try_from(term).unwrap_or(i64::MAX);
+        self.lock()
+            .execute(
+                "INSERT INTO handover_terms (handover_topic, audit, topic, partition, term)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (handover_topic, audit, topic, partition)
+                 DO UPDATE SET term = MAX(term, excluded.term)",
+                params![handover, audit, topic, partition, t],
+            )
+            .map_err(self.sq(format!(
+                "record the term used for {audit}/{topic}-{partition}"
+            )))?;
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Of the gaps `ids`, those this store marks retired are marked not retired (a ledger
+    /// holds them: see `take_over`); returns them.
+    pub fn unretire(&self, ids: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || "unmark gaps a ledger holds as retired".to_string();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let mut back = Vec::new();
+        {
+            let mut stmt = tx
+                .prepare_cached("UPDATE gaps SET retired = 0 WHERE id = ?1 AND retired = 1")
+                .map_err(self.sq(ctx()))?;
+            for id in ids {
+                if stmt.execute(params![id]).map_err(self.sq(ctx()))? > 0 {
+                    back.push(id.clone());
+                }
+            }
+        }
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(back)
+    }
+}
+
+impl Store {
+    /// Forgets, for every handover topic, that the retired gaps of `partitions` of `audit`
+    /// are on its side topic: gaps of theirs are about to retire (schema v14).
+    pub fn clear_handover_swept(
+        &self,
+        audit: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<(), StoreError> {
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let conn = self.lock();
+        let ctx = || format!("unmark the swept partitions of {audit}");
+        // Its unpublished chunks go too: a whole sweep covers them.
+        for sql in [
+            "DELETE FROM handover_swept WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            "DELETE FROM handover_unpublished WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            "DELETE FROM handover_importing WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+        ] {
+            let mut stmt = conn.prepare_cached(sql).map_err(self.sq(ctx()))?;
+            for (topic, partition) in partitions {
+                stmt.execute(params![audit, topic, partition])
+                    .map_err(self.sq(ctx()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Chunks of partitions, `(topic, partition) → chunks`.
+pub type PartitionChunks =
+    std::collections::BTreeMap<(String, i32), std::collections::BTreeSet<i64>>;
+
+impl Store {
+    /// This store's id (schema v14), made at its first call from the time and the process
+    /// id and kept: it names the handover owner across restarts (`handover::owner_of`). A
+    /// copy of the file given to another instance must lose it (`DELETE FROM instance`), or
+    /// the two would take each other's states for their own.
+    pub fn instance_id(&self) -> Result<String, StoreError> {
+        let mut conn = self.lock();
+        let ctx = || "read or make the store's instance id".to_string();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let id: Option<String> = tx
+            .query_row("SELECT id FROM instance LIMIT 1", [], |r| r.get(0))
+            .optional()
+            .map_err(self.sq(ctx()))?;
+        let id = match id {
+            Some(id) => id,
+            None => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
+                let id = format!("{nanos:x}-{:x}", std::process::id());
+                tx.execute("INSERT INTO instance (id) VALUES (?1)", params![id])
+                    .map_err(self.sq(ctx()))?;
+                id
+            }
+        };
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(id)
+    }
+
+    /// Notes chunks of `audit` whose gaps a write is about to retire or acknowledge, for
+    /// handover topic `handover`: until [`Store::clear_unpublished_chunks`] they are to be
+    /// published again at the partition's next assignment (schema v14).
+    pub fn note_unpublished_chunks(
+        &self,
+        handover: &str,
+        audit: &str,
+        chunks: &PartitionChunks,
+    ) -> Result<(), StoreError> {
+        if chunks.values().all(|c| c.is_empty()) {
+            return Ok(());
+        }
+        let mut conn = self.lock();
+        let ctx = || format!("note the unpublished chunks of {audit}");
+        let tx = conn.transaction().map_err(self.sq(ctx()))?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO handover_unpublished
+                        (handover_topic, audit, topic, partition, chunk)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(self.sq(ctx()))?;
+            for ((topic, partition), cs) in chunks {
+                for c in cs {
+                    stmt.execute(params![handover, audit, topic, partition, c])
+                        .map_err(self.sq(ctx()))?;
+                }
+            }
+        }
+        tx.commit().map_err(self.sq(ctx()))
+    }
+
+    /// The chunks noted by [`Store::note_unpublished_chunks`] and not cleared since.
+    pub fn unpublished_chunks(
+        &self,
+        handover: &str,
+        audit: &str,
+    ) -> Result<PartitionChunks, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the unpublished chunks of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT topic, partition, chunk FROM handover_unpublished
+                 WHERE handover_topic = ?1 AND audit = ?2",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![handover, audit], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i32>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })
+            .map_err(self.sq(ctx()))?;
+        let mut out = PartitionChunks::new();
+        for r in rows {
+            let (t, p, c) = r.map_err(self.sq(ctx()))?;
+            out.entry((t, p)).or_default().insert(c);
+        }
+        Ok(out)
+    }
+
+    /// The side topic acknowledged chunks `chunks` of partition `topic`-`partition`.
+    pub fn clear_unpublished_chunks(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        chunks: &std::collections::BTreeSet<i64>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let ctx = || format!("clear the unpublished chunks of {audit}/{topic}-{partition}");
+        let tx = conn.transaction().map_err(self.sq(ctx()))?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "DELETE FROM handover_unpublished WHERE handover_topic = ?1 AND audit = ?2
+                        AND topic = ?3 AND partition = ?4 AND chunk = ?5",
+                )
+                .map_err(self.sq(ctx()))?;
+            for c in chunks {
+                stmt.execute(params![handover, audit, topic, partition, c])
+                    .map_err(self.sq(ctx()))?;
+            }
+        }
+        tx.commit().map_err(self.sq(ctx()))
+    }
+}
+
+impl Store {
+    /// The partitions of `audit` holding unresolved gaps (open, unrecoverable,
+    /// unverifiable), without reading the rows: through the `(audit, state)` index.
+    pub fn partitions_with_unresolved_gaps(
+        &self,
+        audit: &str,
+    ) -> Result<std::collections::BTreeSet<(String, i32)>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("list the partitions with unresolved gaps of {audit}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT DISTINCT topic, partition FROM gaps
+                 WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')",
+            )
+            .map_err(self.sq(ctx()))?;
+        let rows = stmt
+            .query_map(params![audit], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(self.sq(ctx()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(ctx()))?;
+        Ok(rows)
+    }
+}

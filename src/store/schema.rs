@@ -4,7 +4,7 @@
 use super::*;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i32 = 13;
+pub(super) const SCHEMA_VERSION: i32 = 15;
 
 pub(super) const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS gaps (
@@ -192,6 +192,94 @@ CREATE TABLE IF NOT EXISTS key_credits (
 ) WITHOUT ROWID;
 ";
 
+/// v14: the partitions whose retired gaps are on a handover topic's side topic as this
+/// store holds them (`handover::retired`): swept there, or imported from there. An
+/// instance assigned such a partition does not publish them all again; any other
+/// partition is swept once (an upgrade from record format 2, a format-2 takeover, another
+/// handover topic). `handover_unpublished`: the side-topic chunks of a partition whose gaps
+/// a store write retired (or acknowledged) and whose publish was not acknowledged yet,
+/// noted before that write: a crash in between republishes those chunks at the next
+/// assignment instead of sweeping the whole partition (review item 9). `instance`: this
+/// store's id, made at its first use (`Store::instance_id`): the handover owner survives a
+/// restart, so an instance taking back its own state does not import it again. Every
+/// statement is
+/// `IF NOT EXISTS`, and `key_credits` is created here
+/// too: a file written by the build that briefly numbered these the other way round
+/// (`handover_swept` v13, `key_credits` v14) may be at v13 without `key_credits`.
+/// Acknowledged gaps' rows are marked retired (they left the ledger's memory; as given-up
+/// gaps they travel on the side topic, not inline in every handover base: review item 7);
+/// an UPDATE of rows not marked yet, so running it twice changes nothing.
+pub(super) const SCHEMA_V14: &str = "
+UPDATE gaps SET retired = 1 WHERE state = 'acknowledged' AND retired = 0;
+CREATE TABLE IF NOT EXISTS handover_swept (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    at             TEXT NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition)
+);
+CREATE TABLE IF NOT EXISTS key_credits (
+    audit   TEXT NOT NULL,
+    key     BLOB NOT NULL,
+    credits INTEGER NOT NULL,
+    PRIMARY KEY (audit, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS instance (
+    id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS handover_unpublished (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    chunk          INTEGER NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition, chunk)
+) WITHOUT ROWID;
+";
+
+/// v15: a swept mark says under which ownership term the side topic holds the partition's
+/// given-up gaps as the store does (chunk keys carry the writer's term). The marks are a
+/// cache (a partition without one is swept once more): the table is made again, with the
+/// column, whatever an earlier build left (the reverted build's v13 had none).
+///
+/// Also v15: which partitions import another owner's state (its owner and term) and have
+/// not finished: such a partition's progress, further than that state, is never taken for
+/// a store further than the handover (its given-up gaps are not all in the store yet): the
+/// import resumes.
+///
+/// And v15: the highest ownership term this instance used per partition (chunk keys are
+/// this instance's under it: a later ownership must take a higher one).
+const SWEPT_WITH_TERMS: &str = "
+CREATE TABLE IF NOT EXISTS handover_terms (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    term           INTEGER NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition)
+);
+CREATE TABLE IF NOT EXISTS handover_importing (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    owner          TEXT NOT NULL,
+    term           INTEGER NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition)
+);
+DROP TABLE IF EXISTS handover_swept;
+CREATE TABLE handover_swept (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    at             TEXT NOT NULL,
+    term           INTEGER NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition)
+);
+";
+
 /// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
 /// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
 const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
@@ -208,6 +296,13 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     (SCHEMA_V11, "migrate schema to v11"),
     (SCHEMA_V12, "migrate schema to v12"),
     (SCHEMA_V13, "migrate schema to v13"),
+    (SCHEMA_V14, "migrate schema to v14"),
+    // A file at v14 may come from the build that was merged and reverted, whose v14 was
+    // `key_credits` alone: v14's batch is idempotent, so it runs once more (its tables
+    // created if absent, acknowledged rows not marked yet marked), then the swept marks
+    // get their term (`SWEPT_WITH_TERMS`). Once: it used to run at every open, a full scan
+    // of the gaps in a write transaction (review of format 3, F9).
+    (SCHEMA_V14, "complete schema v14 (v15)"),
 ];
 
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the
@@ -229,6 +324,14 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
             context: context.to_string(),
             source,
         })?;
+        if to == 15 {
+            tx.execute_batch(SWEPT_WITH_TERMS)
+                .map_err(|source| StoreError::Sqlite {
+                    path: path.to_path_buf(),
+                    context: "give the swept marks their term (v15)".to_string(),
+                    source,
+                })?;
+        }
         if to == 12 {
             // Ledgers stored before v12 hold every given-up gap: retired here, so the first
             // start of this version does not load them all back.

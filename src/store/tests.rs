@@ -661,7 +661,7 @@ fn unresolved_copies_of_a_moved_partition_are_forgotten_others_kept() {
         .unwrap();
     assert!(store.ack(&acked.id, "known").unwrap());
     let dropped = store
-        .forget_unresolved("a", "t", 0, 50, std::slice::from_ref(&handed_over.id))
+        .forget_unresolved("a", "t", 0, 50, std::slice::from_ref(&handed_over.id), true)
         .unwrap();
     assert_eq!(dropped, vec![resolved_elsewhere.id.clone()]);
     assert_eq!(store.get_gap(&resolved_elsewhere.id).unwrap(), None);
@@ -670,7 +670,7 @@ fn unresolved_copies_of_a_moved_partition_are_forgotten_others_kept() {
     }
     // Owned elsewhere: every unresolved gap of the partition goes, acknowledged/late stay.
     let dropped = store
-        .forget_unresolved("a", "t", 0, Offset::MAX, &[])
+        .forget_unresolved("a", "t", 0, Offset::MAX, &[], true)
         .unwrap();
     assert_eq!(dropped.len(), 2, "{dropped:?}");
     assert!(store.get_gap(&acked.id).unwrap().is_some());
@@ -1534,4 +1534,77 @@ fn a_gap_detected_earlier_meanwhile_is_listed_again_never_missed() {
     seen.sort_unstable();
     seen.dedup();
     assert_eq!(seen.len(), gaps.len(), "every gap listed");
+}
+
+/// v13 was `handover_swept` in a build that was merged and reverted, and is `key_credits`
+/// now: a file at v13 from either build opens to the fresh schema (v14 creates both tables
+/// if absent), and its stand-in credits can be written.
+#[test]
+fn a_v13_file_of_either_numbering_migrates_to_the_fresh_schema() {
+    let fresh = tempfile::tempdir().unwrap();
+    drop(Store::open(fresh.path()).unwrap());
+    let want = schema_of(&fresh.path().join(DB_FILE));
+    for dropped in ["key_credits", "handover_swept"] {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path()).unwrap());
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(&format!("DROP TABLE {dropped}"))
+            .unwrap();
+        conn.pragma_update(None, "user_version", 13).unwrap();
+        drop(conn);
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .write_key_credits("a", &[(b"k\xff".to_vec(), 1u64)])
+            .unwrap();
+        assert_eq!(
+            store.load_key_credits("a").unwrap(),
+            vec![(b"k\xff".to_vec(), 1)],
+            "{dropped}"
+        );
+        drop(store);
+        assert_eq!(schema_of(&dir.path().join(DB_FILE)), want, "{dropped}");
+    }
+}
+
+/// The build that was merged and reverted numbered `key_credits` v14 (and `handover_swept`
+/// v13): a file it left at v14 lacks v14's other tables, and opens to the fresh schema.
+#[test]
+fn a_v14_file_of_the_reverted_numbering_is_completed() {
+    let fresh = tempfile::tempdir().unwrap();
+    drop(Store::open(fresh.path()).unwrap());
+    let want = schema_of(&fresh.path().join(DB_FILE));
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path()).unwrap());
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    conn.execute_batch("DROP TABLE handover_unpublished; DROP TABLE instance;")
+        .unwrap();
+    conn.pragma_update(None, "user_version", 14).unwrap();
+    drop(conn);
+    let store = Store::open(dir.path()).unwrap();
+    assert!(!store.instance_id().unwrap().is_empty());
+    drop(store);
+    assert_eq!(schema_of(&dir.path().join(DB_FILE)), want);
+}
+
+/// Review of format 3, F9: v14's completion runs once (at v15), not at every open: it is a
+/// full scan of the gaps in a write transaction, which a big store's CLI calls would wait
+/// on beside the daemon. A row it would mark is left alone at the next open.
+#[test]
+fn a_current_file_does_not_run_a_migration_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let acked = gap("a", 0, 0, 0, GapState::Acknowledged);
+    store
+        .import_retired("a", std::slice::from_ref(&acked))
+        .unwrap();
+    drop(store);
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    conn.execute("UPDATE gaps SET retired = 0", []).unwrap();
+    drop(conn);
+    drop(Store::open(dir.path()).unwrap());
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    let retired: i64 = conn
+        .query_row("SELECT retired FROM gaps", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(retired, 0, "v14's batch ran again at an open");
 }

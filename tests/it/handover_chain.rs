@@ -47,6 +47,7 @@ fn whole(settled: i64, firsts: &[i64]) -> PartitionState {
             .iter()
             .map(|f| Gap::make_id(AUDIT, "logs", 0, *f))
             .collect(),
+        retired_gaps: None,
         key_claims: Vec::new(),
         generation: 0,
         base: None,
@@ -317,6 +318,7 @@ async fn a_base_sent_before_a_limit_error_is_accounted_for() {
     assert!(read(&a).await.is_none());
     let small = |settled| PartitionState {
         retired: Vec::new(),
+        retired_gaps: None,
         gaps: Vec::new(),
         ..whole(settled, &[])
     };

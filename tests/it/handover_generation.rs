@@ -33,6 +33,7 @@ fn state(settled: i64, owner: &str, written_at: chrono::DateTime<Utc>) -> Partit
         gaps: Vec::new(),
         replayed: Vec::new(),
         retired: Vec::new(),
+        retired_gaps: None,
         key_claims: Vec::new(),
         generation: 99,
         base: None,

@@ -18,6 +18,7 @@ mod faults;
 mod figures;
 mod handover_chain;
 mod handover_generation;
+mod handover_side;
 mod input;
 mod key_forms;
 mod keys_at_scale;

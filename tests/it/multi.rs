@@ -17,7 +17,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod handover_further;
 mod handover_idle;
+mod handover_retired;
 
 const PARTITIONS: i32 = 6;
 /// Records produced per partition per phase.
@@ -177,6 +179,18 @@ impl Instance {
         let (code, body) = http_get(self.addr, "/metrics").await;
         assert_eq!(code, 200);
         sum_family(&body, family)
+    }
+
+    /// As [`Self::metric`], `None` while the family has no series (no partition owned: a
+    /// rebalance between a revoke and the next assignment).
+    async fn metric_owned(&self, family: &str) -> Option<f64> {
+        let (code, body) = http_get(self.addr, "/metrics").await;
+        assert_eq!(code, 200);
+        let any = body.lines().any(|l| {
+            l.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with('{'))
+        });
+        any.then(|| sum_family(&body, family))
     }
 
     /// Gaps from `/api/gaps?state=open`.

@@ -135,3 +135,140 @@ async fn a_partition_whose_handover_read_failed_is_neither_committed_nor_handed_
     let out = h.audit.revoke(&[tp(0)]).await;
     assert!(out.is_empty(), "{out:?}");
 }
+
+/// Issue 41: a failed handover read is retried in the background. Against a broker that
+/// never answers a read takes its 10 s metadata timeout; a round no longer waits for it
+/// (it did, every round), and the partition stays held meanwhile: verdicts go on, nothing
+/// is published or committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
+    let mut h = harness("");
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(0..6);
+    h.clock.advance(GRACE_MS + 1);
+    for round in 0..3 {
+        let started = std::time::Instant::now();
+        h.audit.round().await;
+        let took = started.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "round {round} took {took:?}: it waited for the handover read"
+        );
+    }
+    assert_eq!(h.counter(|m| &m.records_confirmed), 6, "verdicts go on");
+    assert!(h.audit.handover_held.contains(&tp(0)), "still held");
+    let commits = h.commits();
+    assert!(
+        commits.iter().flatten().all(|(t, _)| *t != tp(0)),
+        "{commits:?}"
+    );
+    assert!(h.audit.handover_reading.is_some(), "a read runs meanwhile");
+    let out = h.audit.revoke(&[tp(0)]).await;
+    assert!(out.is_empty(), "{out:?}");
+    assert!(h.audit.handover_reading.is_none(), "dropped at the revoke");
+}
+
+/// Review of format 3, F3 and R2: a partition resumed from its store because the handover
+/// read failed; the background read then finds a state, another owner's or its own, of any
+/// format: the store's given-up gaps are swept under this owner's own term before anything
+/// of it is published (before, only a warning, and the next changed chunks replaced that
+/// owner's versions in part; with terms in the chunk keys a sweep never replaces them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
+    use crate::audit::retired_flow::Flow;
+    let mut h = harness("");
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let client = crate::handover::Handover::new(&k, "unread")
+        .expect("handover client")
+        .with_owner("me".into());
+    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.audit.drop_reading();
+    let state = |version: u32, owner: &str| -> crate::handover::PartitionState {
+        serde_json::from_value(serde_json::json!({"version": version, "audit": AUDIT,
+            "topic": tp(0).topic, "partition": 0, "settled": 3, "ledger": {}, "gaps": [],
+            "written_at": "2026-12-06T00:00:00Z", "owner": owner}))
+        .expect("a state")
+    };
+    for (version, owner) in [(3, "other"), (3, "me"), (2, "other")] {
+        h.audit.retired_flows.clear();
+        let states = std::collections::HashMap::from([(tp(0), state(version, owner))]);
+        h.audit.read_done(vec![tp(0)], Ok(states)).await;
+        let flow = h.audit.retired_flows.get(&tp(0));
+        assert!(
+            matches!(flow, Some(Flow::Sweep(o)) if *o == crate::types::Offset::MIN),
+            "format {version} of {owner}: {flow:?}"
+        );
+    }
+    // Review T2: the store marks an import of exactly the state found, cut before this
+    // partition resumed from its store: the import resumes (a sweep would publish the
+    // part imported under a new term, and the rest would be lost for good).
+    h.store
+        .set_importing("unread", AUDIT, &tp(0).topic, 0, Some(("other", 3)))
+        .expect("mark");
+    for (term, resumed) in [(2, false), (3, true)] {
+        h.audit.retired_flows.clear();
+        let mut st = state(3, "other");
+        st.term = term;
+        let states = std::collections::HashMap::from([(tp(0), st)]);
+        h.audit.read_done(vec![tp(0)], Ok(states)).await;
+        let flow = h.audit.retired_flows.get(&tp(0));
+        assert_eq!(
+            matches!(flow, Some(Flow::Import(_, 3, o)) if o == "other"),
+            resumed,
+            "term {term}: {flow:?}"
+        );
+    }
+}
+
+/// Review of format 3, F1: a store letting go of
+/// the gaps of a partition another instance owns now forgets its progress with them. Kept,
+/// that progress could later resume the partition as further than the handover's state
+/// while its given-up gaps were gone, and the store's chunks would then replace the side
+/// topic's without them (lost for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_owned_elsewhere_loses_its_progress_with_its_gaps() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(0..3);
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    assert_eq!(h.stored_gaps().len(), 1, "a gap of partition 0");
+    let out = h.audit.revoke(&[tp(0)]).await;
+    assert_eq!(out, vec![(tp(0), 6)]);
+    assert!(
+        h.store
+            .load_progress(AUDIT)
+            .expect("progress")
+            .iter()
+            .any(|p| p.partition == 0),
+        "kept at the revoke (the partition may come straight back)"
+    );
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.kafka
+        .watermarks
+        .lock()
+        .expect("lock")
+        .insert(tp(1), (0, 0));
+    h.audit.assign(vec![tp(1)]).await;
+    let progress = h.store.load_progress(AUDIT).expect("progress");
+    assert!(
+        progress.iter().all(|p| p.partition != 0),
+        "partition 0 is owned elsewhere: {progress:?}"
+    );
+    assert!(h.stored_gaps().is_empty(), "{:?}", h.stored_gaps());
+}

@@ -59,6 +59,7 @@ fn whole(settled: Offset, n: i64) -> PartitionState {
         gaps: firsts.iter().map(|f| gap(*f, GapState::Open)).collect(),
         replayed: vec![Gap::make_id(AUDIT, "logs", 3, 10)],
         retired: vec![Gap::make_id(AUDIT, "logs", 3, 20)],
+        retired_gaps: None,
         key_claims: Vec::new(),
         generation: 0,
         base: None,
@@ -80,6 +81,7 @@ fn idle(settled: Offset) -> PartitionState {
         gaps: Vec::new(),
         replayed: Vec::new(),
         retired: Vec::new(),
+        retired_gaps: None,
         base: Some(0),
         ..whole(settled, 0)
     }

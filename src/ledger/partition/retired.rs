@@ -21,8 +21,9 @@ use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
 use crate::gap::GapState;
 
 /// What a partition's retired gaps add to the ledger's answers. Additions are exact in
-/// memory; anything that takes from it is recounted from the store.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// memory; anything that takes from it is recounted from the store. Handed over with a
+/// partition's state (record format 3), so the next owner answers at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RetiredGaps {
     /// Retired gaps with records missing or dead-lettered (each blocks completeness:
     /// [`GapRecord::unconfirmed`]).
@@ -107,6 +108,28 @@ impl RetiredGaps {
         self.list(g.clone());
     }
 
+    /// Both aggregates counted together (gaps in both count twice): what an import resumed
+    /// after a stop counts until it ends, the handed-over aggregate and the store's rows
+    /// (some of them imported already), never less than either.
+    pub fn merged(&self, other: &RetiredGaps) -> RetiredGaps {
+        let mut out = RetiredGaps {
+            gaps: self.gaps + other.gaps,
+            dead_lettered: self.dead_lettered + other.dead_lettered,
+            missing_known: self.missing_known + other.missing_known,
+            open: self.open + other.open,
+            open_missing: self.open_missing + other.open_missing,
+            deleted_ms: min_opt(self.deleted_ms, other.deleted_ms),
+            oldest_undeleted_ts: min_opt(self.oldest_undeleted_ts, other.oldest_undeleted_ts),
+            undeleted_without_ts: self.undeleted_without_ts + other.undeleted_without_ts,
+            undeleted_first: min_opt(self.undeleted_first, other.undeleted_first),
+            earliest: self.earliest.clone(),
+        };
+        for g in &other.earliest {
+            out.list(g.clone());
+        }
+        out
+    }
+
     /// Keeps `g` among the earliest listed when it is one of them.
     pub fn list(&mut self, g: BlockingGap) {
         let key = |b: &BlockingGap| (b.since, b.first);
@@ -188,12 +211,36 @@ impl PartitionLedger {
             .then_some(&self.retired_work)
     }
 
+    /// The partition was taken over with the aggregate `handed` of its previous owner's
+    /// retired gaps (handover record format 3), whose rows reach this store only later
+    /// (imported from the handover's side topic): the aggregate is that one, not a count of
+    /// this store, until the import ends and calls [`Self::retired_changed`]. The caller
+    /// keeps the store's recount from running meanwhile.
+    pub fn retired_handed_over(&mut self, handed: RetiredGaps) {
+        let mut agg = handed;
+        for g in &self.retired_unstored {
+            agg.add(&blocking_of(g), g.size_known, g.deleted_ms);
+        }
+        self.retired_work.recount = false;
+        if agg != self.retired {
+            self.retired = agg;
+            self.revision += 1;
+        }
+    }
+
     /// Something changed retired gaps in the store (an acknowledgement of one): the
     /// aggregate is read again.
     pub fn retired_changed(&mut self) {
         if self.retired.gaps > 0 {
             self.retired_work.recount = true;
         }
+    }
+
+    /// Rows were added to this partition's retired gaps in the store (a merge of another
+    /// owner's, see the audit's `retired_flow`): the aggregate is read again, even when it
+    /// counted none before.
+    pub fn retired_recount(&mut self) {
+        self.retired_work.recount = true;
     }
 
     /// The store did `done` (a prefix of [`Self::retired_work`]'s operations) and counted the
@@ -256,6 +303,16 @@ impl PartitionLedger {
                 .iter()
                 .any(|g| g.first < log_start && g.deleted_ms.is_none());
         if passed {
+            // At least the open retired gap at `undeleted_first` is unrecoverable now: the
+            // aggregate says so at once (the countdown reaches 0), also while the store's
+            // recount waits (a partition importing a previous owner's retired gaps, review
+            // item 4); the recount after the operation gives the same earliest time.
+            if self.retired.undeleted_first.is_some_and(|f| f < log_start)
+                && self.retired.deleted_ms.is_none_or(|d| d > now_ms)
+            {
+                self.retired.deleted_ms = Some(now_ms);
+                self.revision += 1;
+            }
             self.retired_work.ops.push(RetiredOp::Deleted {
                 below: log_start,
                 at_ms: now_ms,

@@ -348,3 +348,55 @@ fn a_truncation_with_unstored_retirements_lets_those_beyond_the_cut_go_before_th
         "the store's rows beyond the cut wait for the write"
     );
 }
+
+/// Review item 4 (format 3): while a taken-over partition imports its previous owner's
+/// retired gaps, the aggregate is the handed-over one and the store's recount waits; a log
+/// start passing an open retired gap makes the countdown 0 at once (it used to wait for
+/// the import's end), and the store's operation stays queued for after the import.
+#[test]
+fn a_log_start_passing_handed_over_retired_gaps_counts_at_once_and_stays_queued() {
+    let mut l = PartitionLedger::new(0, false);
+    let handed = RetiredGaps {
+        gaps: 2,
+        missing_known: 2,
+        open: 2,
+        open_missing: 2,
+        oldest_undeleted_ts: Some(1_000),
+        undeleted_first: Some(10),
+        ..RetiredGaps::default()
+    };
+    l.retired_handed_over(handed);
+    assert_eq!(l.gauges().deleted_ms, None);
+    assert!(l.log_start_moved(20, 7_000));
+    assert_eq!(l.gauges().deleted_ms, Some(7_000), "countdown at 0 at once");
+    assert_eq!(l.gauges().open, 2);
+    let work = l.retired_work().expect("the store's work stays queued");
+    assert_eq!(
+        work.ops,
+        vec![RetiredOp::Deleted {
+            below: 20,
+            at_ms: 7_000
+        }]
+    );
+    // A later move keeps the earliest time.
+    assert!(l.log_start_moved(30, 9_000));
+    assert_eq!(l.gauges().deleted_ms, Some(7_000));
+    // A log start below every open retired gap changes nothing.
+    let mut l = PartitionLedger::new(0, false);
+    l.retired_handed_over(RetiredGaps {
+        undeleted_first: Some(50),
+        ..handed_one()
+    });
+    l.log_start_moved(20, 7_000);
+    assert_eq!(l.gauges().deleted_ms, None);
+}
+
+fn handed_one() -> RetiredGaps {
+    RetiredGaps {
+        gaps: 1,
+        missing_known: 1,
+        open: 1,
+        open_missing: 1,
+        ..RetiredGaps::default()
+    }
+}
