@@ -48,9 +48,56 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 pub(super) enum Flow {
     /// Publish the store's retired gaps, under this owner's term, from this first offset on.
     Sweep(Offset),
-    /// Import the side topic's chunks of the given term and owner (the state taken over
-    /// names them) up to the cursor's end, then sweep them under this owner's own term.
-    Import(ImportCursor, u64, String),
+    /// Import the side topic's chunks the state taken over names up to the cursor's end,
+    /// then sweep them under this owner's own term.
+    Import(ImportCursor, Source),
+}
+
+/// Which given-up gaps an import takes: the versions of the state's term and owner (its
+/// chunk keys), of gaps below the settled offset of the state the import began from (the
+/// store's own verdicts start there: a cut import resumed from a newer state never takes
+/// the newer owner's gaps of offsets this store decided itself; review of format 3, N2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Source {
+    /// The state's term.
+    pub term: u64,
+    /// The state's owner.
+    pub owner: String,
+    /// Gaps from here on are not imported.
+    pub below: Offset,
+    /// A cut import resumed from a newer state than the one it began from: the newer
+    /// owner decided the first state's open gaps too, as this store's ledger did (found
+    /// late, given up, folded into an overflow gap: rows gone), so only gaps this store
+    /// has no row of are taken, none inside an overflow gap of its ledger, and nothing is
+    /// dropped as lacking from a version (review 26, F2): what is missing is the first
+    /// state's given-up gaps not imported before the cut.
+    pub only_unknown: bool,
+}
+
+/// Of chunk versions in log order: the last of each chunk, in chunk order.
+pub(super) fn latest_per_chunk(versions: Vec<retired::RetiredChunk>) -> Vec<retired::RetiredChunk> {
+    let mut last: BTreeMap<i64, retired::RetiredChunk> = BTreeMap::new();
+    for c in versions {
+        last.insert(c.chunk, c);
+    }
+    last.into_values().collect()
+}
+
+/// Of `gaps` (one chunk version) for an import resumed from a newer state: those this
+/// store has no row of (`known`), outside every overflow gap span `folded` of the ledger.
+pub(super) fn unknown_only(
+    gaps: Vec<Gap>,
+    known: &HashSet<String>,
+    folded: &[(Offset, Offset)],
+) -> Vec<Gap> {
+    gaps.into_iter()
+        .filter(|g| !known.contains(&g.id))
+        .filter(|g| {
+            !folded
+                .iter()
+                .any(|(lo, hi)| g.first_offset >= *lo && g.first_offset <= *hi)
+        })
+        .collect()
 }
 
 /// Side-topic keys `(chunk, term, owner)` of a partition under terms below the state its
@@ -223,11 +270,12 @@ impl<V: Verifier> Audit<V> {
                 self.store.clone(),
                 tps.clone(),
             );
-            // The term and owner of the chunks each partition imports (its state names them).
-            let want: BTreeMap<TopicPartition, (u64, String)> = tps
+            // The term and owner of the chunks each partition imports (its state names them)
+            // and the offset its import stops at.
+            let want: BTreeMap<TopicPartition, Source> = tps
                 .iter()
                 .filter_map(|tp| match self.retired_flows.get(tp) {
-                    Some(Flow::Import(_, t, o)) => Some((tp.clone(), (*t, o.clone()))),
+                    Some(Flow::Import(_, src)) => Some((tp.clone(), src.clone())),
                     _ => None,
                 })
                 .collect();
@@ -256,6 +304,22 @@ impl<V: Verifier> Audit<V> {
                     .or_default()
                     .push(id.clone());
             }
+            // Overflow gaps of the ledgers whose import resumed from a newer state: gaps
+            // folded there have no row any more (see `Source::only_unknown`).
+            let folded: BTreeMap<TopicPartition, Vec<(Offset, Offset)>> = want
+                .iter()
+                .filter(|(_, src)| src.only_unknown)
+                .filter_map(|(tp, _)| self.parts.get(tp).map(|p| (tp, p)))
+                .map(|(tp, p)| {
+                    let spans = p
+                        .ledger
+                        .gaps()
+                        .filter(|g| g.cause == crate::gap::GapCause::Folded)
+                        .map(|g| (g.first, g.last))
+                        .collect();
+                    (tp.clone(), spans)
+                })
+                .collect();
             let handover = h.topic().to_string();
             let step = blocking(move || {
                 // The chunks this owner changed since the takeover (noted, unpublished while
@@ -282,7 +346,7 @@ impl<V: Verifier> Audit<V> {
                             .iter()
                             .map(|s| (s.tp.clone(), s.chunk, s.term, s.owner.clone())),
                     )
-                    .filter(|(tp, _, term, _)| want.get(tp).is_some_and(|(t, _)| term < t))
+                    .filter(|(tp, _, term, _)| want.get(tp).is_some_and(|w| *term < w.term))
                     .collect();
                 let mut by: BTreeMap<TopicPartition, Vec<retired::RetiredChunk>> = BTreeMap::new();
                 for c in chunks {
@@ -290,13 +354,25 @@ impl<V: Verifier> Audit<V> {
                 }
                 let mut n = 0;
                 for (tp, chunks) in by {
-                    let Some((term, owner)) = want.get(&tp) else {
+                    let Some(src) = want.get(&tp) else {
                         continue;
                     };
-                    for c in retired::of_state(chunks, *term, owner) {
+                    let mut versions = retired::of_state(chunks, src.term, &src.owner);
+                    if src.only_unknown {
+                        // Gaps are taken only while unknown here: of a chunk's versions in
+                        // this read, the latest (taken first, an older one would win).
+                        versions = latest_per_chunk(versions);
+                    }
+                    for mut c in versions {
                         // The version is the chunk as its owner held it: retired rows of its
-                        // offsets it lacks were resolved or let go there.
+                        // offsets it lacks were resolved or let go there. Not from `below`
+                        // on: this store's own verdicts.
                         let (lo, hi) = retired::chunk_range(c.chunk);
+                        if lo >= src.below {
+                            continue;
+                        }
+                        let hi = hi.min(src.below);
+                        c.gaps.retain(|g| g.first_offset < src.below);
                         let mut keep: Vec<String> = c.gaps.iter().map(|g| g.id.clone()).collect();
                         for k in [Some(c.chunk), None] {
                             keep.extend(held_by_chunk.get(&k).into_iter().flatten().cloned());
@@ -304,7 +380,7 @@ impl<V: Verifier> Audit<V> {
                         let ours = noted
                             .get(&(tp.topic.clone(), tp.partition))
                             .is_some_and(|set| set.contains(&c.chunk));
-                        let dropped = if ours {
+                        let dropped = if ours || src.only_unknown {
                             Vec::new()
                         } else {
                             store
@@ -321,7 +397,18 @@ impl<V: Verifier> Audit<V> {
                         if !dropped.is_empty() {
                             tracing::info!(%audit, %tp, chunk = c.chunk, term = c.term, gaps = ?dropped, "retired gaps dropped: the newest version of their chunk lacks them");
                         }
-                        let (gaps, skipped) = not_held(c.gaps, &held);
+                        let (mut gaps, skipped) = not_held(c.gaps, &held);
+                        if src.only_unknown {
+                            let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
+                            let known: HashSet<String> = store
+                                .gaps_by_ids(&ids)
+                                .map_err(|e| e.to_string())?
+                                .into_iter()
+                                .map(|(g, ..)| g.id)
+                                .collect();
+                            let spans = folded.get(&tp).map(Vec::as_slice).unwrap_or_default();
+                            gaps = unknown_only(gaps, &known, spans);
+                        }
                         if !skipped.is_empty() {
                             tracing::info!(%audit, gaps = ?skipped, "retired gaps of the side topic not imported: the state taken over holds them in memory (their owner stopped between the chunk and the state that retired them), or this owner changed them since");
                         }
@@ -338,8 +425,10 @@ impl<V: Verifier> Audit<V> {
                 // later in the log replaces it.
                 let now = Utc::now();
                 let named = |s: &retired::SkippedChunk| {
-                    want.get(&s.tp)
-                        .is_some_and(|(t, o)| (*t, o.as_str()) == (s.term, s.owner.as_str()))
+                    want.get(&s.tp).is_some_and(|w| {
+                        (w.term, w.owner.as_str()) == (s.term, s.owner.as_str())
+                            && retired::chunk_range(s.chunk).0 < w.below
+                    })
                 };
                 for s in skipped.iter().filter(|s| named(s)) {
                     let stand_in = retired::unreadable_chunk_gap(&audit, &s.tp, s.chunk, now);
@@ -347,7 +436,18 @@ impl<V: Verifier> Audit<V> {
                         // The ledger holds a gap of that id: its row is the ledger's.
                         continue;
                     }
+                    let only_unknown = want.get(&s.tp).is_some_and(|w| w.only_unknown);
+                    if only_unknown
+                        && !store
+                            .gaps_by_ids(std::slice::from_ref(&stand_in.id))
+                            .map_err(|e| e.to_string())?
+                            .is_empty()
+                    {
+                        // A row of this store's own: never replaced by a stand-in.
+                        continue;
+                    }
                     let (lo, hi) = retired::chunk_range(s.chunk);
+                    let hi = want.get(&s.tp).map_or(hi, |w| hi.min(w.below));
                     let keep: Vec<String> = [Some(s.chunk), None]
                         .iter()
                         .flat_map(|k| held_by_chunk.get(k).into_iter().flatten().cloned())
@@ -355,7 +455,7 @@ impl<V: Verifier> Audit<V> {
                     let ours = noted
                         .get(&(s.tp.topic.clone(), s.tp.partition))
                         .is_some_and(|set| set.contains(&s.chunk));
-                    if !ours {
+                    if !ours && !only_unknown {
                         store
                             .drop_retired_lacking(
                                 &audit,
@@ -405,12 +505,10 @@ impl<V: Verifier> Audit<V> {
                             }
                             self.retired_flows
                                 .insert(tp.clone(), Flow::Sweep(Offset::MIN));
-                        } else if let Some(Flow::Import(_, term, owner)) =
-                            self.retired_flows.get(tp)
-                        {
-                            let (term, owner) = (*term, owner.clone());
+                        } else if let Some(Flow::Import(_, src)) = self.retired_flows.get(tp) {
+                            let src = src.clone();
                             self.retired_flows
-                                .insert(tp.clone(), Flow::Import(next, term, owner));
+                                .insert(tp.clone(), Flow::Import(next, src));
                         }
                     }
                     if next.done() {
@@ -428,7 +526,7 @@ impl<V: Verifier> Audit<V> {
             .retired_flows
             .iter()
             // Not while its handover topic is unread: another owner's chunks may be newer.
-            .filter(|(tp, _)| !h.unread(&self.cfg.name, tp))
+            .filter(|(tp, _)| !self.awaiting_read(&h, tp))
             .filter_map(|(tp, f)| match f {
                 Flow::Sweep(from) => Some((tp.clone(), *from)),
                 Flow::Import(..) => None,
@@ -782,6 +880,35 @@ mod tests {
             replayed_at: None,
             ack_reason: None,
         }
+    }
+
+    /// Review 26, F2: an import resumed from a newer state takes only gaps this store has
+    /// no row of, none inside an overflow gap of its ledger (folded gaps lost their rows),
+    /// and of a chunk's versions in one read the latest.
+    #[test]
+    fn a_resumed_import_from_a_newer_state_takes_only_unknown_gaps() {
+        let known: HashSet<String> = [g(3).id].into();
+        let taken = unknown_only(vec![g(1), g(3), g(12), g(20), g(31)], &known, &[(10, 20)]);
+        let firsts: Vec<Offset> = taken.iter().map(|x| x.first_offset).collect();
+        assert_eq!(firsts, vec![1, 31]);
+        let version = |chunk: i64, gaps: Vec<Gap>, owner: &str| retired::RetiredChunk {
+            retired: retired::RETIRED_VERSION,
+            audit: "a".into(),
+            topic: "t".into(),
+            partition: 0,
+            chunk,
+            gaps,
+            term: 4,
+            written_at: Utc::now(),
+            owner: owner.into(),
+        };
+        let latest = latest_per_chunk(vec![
+            version(1, vec![g(1)], "old"),
+            version(0, vec![g(2)], "x"),
+            version(1, vec![g(3)], "new"),
+        ]);
+        let got: Vec<(i64, String)> = latest.iter().map(|c| (c.chunk, c.owner.clone())).collect();
+        assert_eq!(got, vec![(0, "x".to_string()), (1, "new".to_string())]);
     }
 
     /// A sweep publishes whole chunks only, and every row exactly once over its steps.

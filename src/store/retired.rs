@@ -440,34 +440,52 @@ impl Store {
     }
 }
 
-/// Partitions importing another owner's state: `(topic, partition) → (owner, term)`.
-pub type Importing = std::collections::BTreeMap<(String, i32), (String, u64)>;
+/// An unfinished import of a partition's handover state ([`Store::set_importing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportMark {
+    /// The owner whose state the import began from.
+    pub owner: String,
+    /// That state's term.
+    pub term: u64,
+    /// That state's settled offset: the store's verdicts below it are the state's, the
+    /// import's to complete; `None` in marks of schema v15.
+    pub below: Option<Offset>,
+    /// That state's generation (of two states of one owner and term, the later one has
+    /// the higher); `None` in marks of schema v15.
+    pub generation: Option<u64>,
+}
+
+/// Partitions importing another owner's state: `(topic, partition) → mark`.
+pub type Importing = std::collections::BTreeMap<(String, i32), ImportMark>;
 
 impl Store {
-    /// Records that one partition imports the state of `owner` under `term` from
-    /// `handover`'s side topic (`Some`), or that it finished (`None`).
+    /// Records that one partition imports the state `mark` names from `handover`'s side
+    /// topic (`Some`), or that it finished (`None`).
     pub fn set_importing(
         &self,
         handover: &str,
         audit: &str,
         topic: &str,
         partition: i32,
-        state: Option<(&str, u64)>,
+        mark: Option<&ImportMark>,
     ) -> Result<(), StoreError> {
         let conn = self.lock();
         let ctx = || format!("mark the import of {audit}/{topic}-{partition}");
-        match state {
-            Some((owner, term)) => conn.execute(
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        match mark {
+            Some(m) => conn.execute(
                 "INSERT OR REPLACE INTO handover_importing
-                    (handover_topic, audit, topic, partition, owner, term)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    (handover_topic, audit, topic, partition, owner, term, below, generation)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     handover,
                     audit,
                     topic,
                     partition,
-                    owner,
-                    i64::try_from(term).unwrap_or(i64::MAX)
+                    m.owner,
+                    int(m.term),
+                    m.below,
+                    m.generation.map(int)
                 ],
             ),
             None => conn.execute(
@@ -486,7 +504,7 @@ impl Store {
         let ctx = || format!("read the imports of {audit}");
         let mut stmt = conn
             .prepare_cached(
-                "SELECT topic, partition, owner, term FROM handover_importing
+                "SELECT topic, partition, owner, term, below, generation FROM handover_importing
                  WHERE handover_topic = ?1 AND audit = ?2",
             )
             .map_err(self.sq(ctx()))?;
@@ -494,16 +512,20 @@ impl Store {
             .query_map(params![handover, audit], |r| {
                 Ok((
                     (r.get::<_, String>(0)?, r.get::<_, i32>(1)?),
-                    (r.get::<_, String>(2)?, r.get::<_, i64>(3)?),
+                    ImportMark {
+                        owner: r.get(2)?,
+                        term: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                        below: r.get(4)?,
+                        generation: r
+                            .get::<_, Option<i64>>(5)?
+                            .map(|g| u64::try_from(g).unwrap_or(0)),
+                    },
                 ))
             })
             .map_err(self.sq(ctx()))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(self.sq(ctx()))?;
-        Ok(rows
-            .into_iter()
-            .map(|(tp, (owner, term))| (tp, (owner, u64::try_from(term).unwrap_or(0))))
-            .collect())
+        Ok(rows.into_iter().collect())
     }
 }
 
@@ -745,7 +767,9 @@ impl Store {
 
 impl Store {
     /// The partitions of `audit` holding unresolved gaps (open, unrecoverable,
-    /// unverifiable), without reading the rows: through the `(audit, state)` index.
+    /// unverifiable) or retired dead_lettered ones (counted until acknowledged): those
+    /// [`Store::forget_unresolved`] has copies of to drop. Without reading the rows: through
+    /// the `(audit, state)` index.
     pub fn partitions_with_unresolved_gaps(
         &self,
         audit: &str,
@@ -755,7 +779,8 @@ impl Store {
         let mut stmt = conn
             .prepare_cached(
                 "SELECT DISTINCT topic, partition FROM gaps
-                 WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')",
+                 WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable', 'dead_lettered')
+                   AND (state <> 'dead_lettered' OR retired = 1)",
             )
             .map_err(self.sq(ctx()))?;
         let rows = stmt

@@ -1608,3 +1608,50 @@ fn a_current_file_does_not_run_a_migration_again() {
         .unwrap();
     assert_eq!(retired, 0, "v14's batch ran again at an open");
 }
+
+/// v16: a file at v15 keeps its import marks, read without the offset the import stops at
+/// (such a mark resumes its own state only), and opens to the fresh schema.
+#[test]
+fn a_v15_files_import_marks_survive_without_their_offset() {
+    let fresh = tempfile::tempdir().unwrap();
+    drop(Store::open(fresh.path()).unwrap());
+    let want = schema_of(&fresh.path().join(DB_FILE));
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path()).unwrap());
+    let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE handover_importing DROP COLUMN generation;
+         ALTER TABLE handover_importing DROP COLUMN below;
+         INSERT INTO handover_importing VALUES ('h', 'a', 't', 0, 'b', 7);",
+    )
+    .unwrap();
+    conn.pragma_update(None, "user_version", 15).unwrap();
+    drop(conn);
+    let store = Store::open(dir.path()).unwrap();
+    let marks = store.importing("h", "a").unwrap();
+    assert_eq!(
+        marks.get(&("t".to_string(), 0)),
+        Some(&ImportMark {
+            owner: "b".into(),
+            term: 7,
+            below: None,
+            generation: None
+        })
+    );
+    let mark = ImportMark {
+        owner: "c".into(),
+        term: 8,
+        below: Some(40),
+        generation: Some(12),
+    };
+    store.set_importing("h", "a", "t", 1, Some(&mark)).unwrap();
+    assert_eq!(
+        store
+            .importing("h", "a")
+            .unwrap()
+            .get(&("t".to_string(), 1)),
+        Some(&mark)
+    );
+    drop(store);
+    assert_eq!(schema_of(&dir.path().join(DB_FILE)), want);
+}

@@ -224,3 +224,137 @@ fn a_retired_dead_lettered_gap_counts_until_acknowledged() {
     let got = store.settle_retired("a", "t", 0, &[]).unwrap();
     assert_eq!((got.gaps, got.dead_lettered), (1, 0));
 }
+
+/// Review of format 3 (T5): a partition's stale copies go whole. Retired rows of every
+/// state the aggregate counts (unverifiable and dead_lettered too, not only open and
+/// unrecoverable) leave with `retired_too`: the side topic's import brings the owner's
+/// versions back, and a copy it lacks (folded, acknowledged and dropped there) would count
+/// twice or list as unresolved here. Not retired, an unverifiable copy is unresolved and
+/// goes too; a dead_lettered one (never in a handover state) and acknowledged ones stay.
+#[test]
+fn stale_retired_rows_of_every_counted_state_are_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 0);
+    let unverifiable = GapRecord {
+        size_known: false,
+        cause: GapCause::DeletedUnread,
+        deleted_ms: Some(70_000),
+        ..record(10, 7, None, None)
+    };
+    let dead = GapRecord {
+        missing: 0,
+        dead_lettered: 2,
+        cause: GapCause::DeadLettered,
+        ..record(20, 0, Some(3_000), None)
+    };
+    let open = record(30, 2, Some(5_000), None);
+    let acked = record(40, 2, Some(5_000), None);
+    let retired: Vec<Gap> = [&unverifiable, &dead, &open, &acked]
+        .iter()
+        .map(|g| g.to_gap("a", &tp))
+        .collect();
+    assert_eq!(retired[0].state, GapState::Unverifiable);
+    assert_eq!(retired[1].state, GapState::DeadLettered);
+    let ids: Vec<String> = retired.iter().map(|g| g.id.clone()).collect();
+    store
+        .commit_round_retiring::<&[u8]>("a", &retired, &[], KeyClaims::Changes(&[]), &ids, &[])
+        .unwrap();
+    assert!(store.ack(&ids[3], "known").unwrap());
+    // Not retired: an unverifiable and a dead_lettered copy.
+    let live: Vec<Gap> = [
+        GapRecord {
+            size_known: false,
+            cause: GapCause::DeletedUnread,
+            deleted_ms: Some(70_000),
+            ..record(50, 3, None, None)
+        },
+        GapRecord {
+            missing: 0,
+            dead_lettered: 1,
+            cause: GapCause::DeadLettered,
+            ..record(60, 0, Some(3_000), None)
+        },
+    ]
+    .iter()
+    .map(|g| g.to_gap("a", &tp))
+    .collect();
+    store.commit_round("a", &live, &[]).unwrap();
+    assert_eq!(store.settle_retired("a", "t", 0, &[]).unwrap().gaps, 3);
+    assert!(
+        store
+            .partitions_with_unresolved_gaps("a")
+            .unwrap()
+            .contains(&("t".to_string(), 0))
+    );
+
+    // An import's drop (below its settled offset, keeping the state's gaps: none here).
+    let mut dropped = store
+        .forget_unresolved("a", "t", 0, 1_000, &[], true)
+        .unwrap();
+    dropped.sort();
+    let mut want = vec![
+        ids[0].clone(),
+        ids[1].clone(),
+        ids[2].clone(),
+        live[0].id.clone(),
+    ];
+    want.sort();
+    assert_eq!(dropped, want);
+    assert_eq!(store.settle_retired("a", "t", 0, &[]).unwrap().gaps, 0);
+    assert!(
+        store.get_gap(&ids[3]).unwrap().is_some(),
+        "acknowledged kept"
+    );
+    assert!(
+        store.get_gap(&live[1].id).unwrap().is_some(),
+        "dead_lettered kept"
+    );
+}
+
+/// A partition whose only counted rows are retired dead_lettered ones is still found as
+/// one to forget when another instance owns it (review of format 3, T5).
+#[test]
+fn a_partition_with_only_retired_dead_letters_is_found_to_forget() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 3);
+    let dead = GapRecord {
+        missing: 0,
+        dead_lettered: 2,
+        cause: GapCause::DeadLettered,
+        ..record(20, 0, Some(3_000), None)
+    }
+    .to_gap("a", &tp);
+    store
+        .commit_round_retiring::<&[u8]>(
+            "a",
+            std::slice::from_ref(&dead),
+            &[],
+            KeyClaims::Changes(&[]),
+            std::slice::from_ref(&dead.id),
+            &[],
+        )
+        .unwrap();
+    assert!(
+        store
+            .partitions_with_unresolved_gaps("a")
+            .unwrap()
+            .contains(&("t".to_string(), 3))
+    );
+    // A dead_lettered row nobody retired is history: not a reason to forget a partition.
+    let other = GapRecord {
+        missing: 0,
+        dead_lettered: 2,
+        cause: GapCause::DeadLettered,
+        ..record(20, 0, Some(3_000), None)
+    }
+    .to_gap("a", &crate::gap::TopicPartition::new("t", 4));
+    store.commit_round("a", &[other], &[]).unwrap();
+    assert!(
+        !store
+            .partitions_with_unresolved_gaps("a")
+            .unwrap()
+            .contains(&("t".to_string(), 4))
+    );
+}
