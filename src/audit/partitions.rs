@@ -673,7 +673,7 @@ impl<V: Verifier> Audit<V> {
                         super::retired_flow::Source {
                             term: st.term,
                             owner: st.owner.clone(),
-                            below: st.settled,
+                            below: Offset::MAX,
                             only_unknown: false,
                         },
                     ),
@@ -924,9 +924,6 @@ impl<V: Verifier> Audit<V> {
         // An acknowledgement given since the last round goes with the handover (and leaves
         // the ledger stored here), as a round would have taken it.
         self.refresh_acknowledged().await;
-        // A background read of partitions whose read failed: of no use for these any more
-        // (the next round starts another for those still owned and unread).
-        self.drop_reading(partitions);
         if lost {
             tracing::warn!(audit = %self.cfg.name, partitions = ?partitions,
                 "assignment lost (session or poll interval expired): the state of these partitions is neither handed over nor committed");
@@ -942,6 +939,12 @@ impl<V: Verifier> Audit<V> {
             self.handover_dirty.extend(owned);
         }
         let ok = self.persist().await;
+        // A background read of partitions whose read failed: of no use for these any more
+        // (the next round starts another for those still owned and unread). Only after the
+        // last persist: a read finished but not taken yet holds them there, as in a round
+        // (review 26b, G3: dropped before, they were published under a term no sweep ran
+        // under, and committed).
+        self.drop_reading(partitions);
         let mut out = Vec::new();
         for tp in partitions {
             if let Some(mut part) = self.parts.remove(tp) {
@@ -1059,7 +1062,7 @@ pub(super) struct TakenOver {
 
 /// Whether the cut import `mark` resumes from the state `found` (its owner, term,
 /// generation and settled offset), and how (see [`Audit::resumable_imports`]): from the
-/// very state it began from, as it began (`Source::only_unknown` false); from a newer one
+/// very state it began from, as it began (`Source::only_unknown` false, unbounded); from a newer one
 /// (a higher term, or a later generation of the same owner and term), only with the gaps
 /// below where the first state was settled that this store has no row of (`only_unknown`
 /// true). Never from an older state: it is not the newest. A mark of schema v15 (no offset,
@@ -1072,7 +1075,7 @@ pub(super) fn resume_of(
     let same_owner = mark.owner == owner && mark.term == term;
     let same = same_owner && mark.generation.is_none_or(|g| g == generation);
     if same {
-        return Some((mark.below.unwrap_or(settled).min(settled), false));
+        return Some((Offset::MAX, false));
     }
     let newer = term > mark.term || (same_owner && mark.generation.is_some_and(|g| generation > g));
     match mark.below {

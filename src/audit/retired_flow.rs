@@ -54,24 +54,33 @@ pub(super) enum Flow {
 }
 
 /// Which given-up gaps an import takes: the versions of the state's term and owner (its
-/// chunk keys), of gaps below the settled offset of the state the import began from (the
-/// store's own verdicts start there: a cut import resumed from a newer state never takes
-/// the newer owner's gaps of offsets this store decided itself; review of format 3, N2).
+/// chunk keys).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Source {
     /// The state's term.
     pub term: u64,
     /// The state's owner.
     pub owner: String,
-    /// Gaps from here on are not imported.
+    /// With `only_unknown`: gaps of the partition's current log from here on are not
+    /// imported (where the state the cut import began from was settled: this store decided
+    /// the offsets after it itself, and the newer owner's gaps there would count twice over
+    /// its verdicts; review of format 3, N2). Gaps of an earlier log (a divergence: their
+    /// ids carry an older epoch) may lie anywhere. `Offset::MAX` otherwise.
     pub below: Offset,
     /// A cut import resumed from a newer state than the one it began from: the newer
     /// owner decided the first state's open gaps too, as this store's ledger did (found
     /// late, given up, folded into an overflow gap: rows gone), so only gaps this store
-    /// has no row of are taken, none inside an overflow gap of its ledger, and nothing is
-    /// dropped as lacking from a version (review 26, F2): what is missing is the first
-    /// state's given-up gaps not imported before the cut.
+    /// has no row of and did not fold are taken (and later versions of those), and nothing
+    /// is dropped as lacking from a version (review 26 F2, 26b G1 and G2): what is missing
+    /// is the first state's given-up gaps not imported before the cut.
     pub only_unknown: bool,
+}
+
+/// The log epoch gap `id` was found on (`Gap::make_id_in`: `@epoch` when above 0).
+fn epoch_of_id(id: &str) -> u32 {
+    id.rsplit_once('@')
+        .and_then(|(_, e)| e.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Of chunk versions in log order: the last of each chunk, in chunk order.
@@ -83,20 +92,17 @@ pub(super) fn latest_per_chunk(versions: Vec<retired::RetiredChunk>) -> Vec<reti
     last.into_values().collect()
 }
 
-/// Of `gaps` (one chunk version) for an import resumed from a newer state: those this
-/// store has no row of (`known`), outside every overflow gap span `folded` of the ledger.
+/// Of `gaps` (one chunk version) for an import resumed from a newer state: those the store
+/// lets it take (`take`: `Store::resumable_ids`), and below `below` when found on the
+/// current log (`epoch`).
 pub(super) fn unknown_only(
     gaps: Vec<Gap>,
-    known: &HashSet<String>,
-    folded: &[(Offset, Offset)],
+    take: &HashSet<String>,
+    (below, epoch): (Offset, u32),
 ) -> Vec<Gap> {
     gaps.into_iter()
-        .filter(|g| !known.contains(&g.id))
-        .filter(|g| {
-            !folded
-                .iter()
-                .any(|(lo, hi)| g.first_offset >= *lo && g.first_offset <= *hi)
-        })
+        .filter(|g| g.first_offset < below || epoch_of_id(&g.id) != epoch)
+        .filter(|g| take.contains(&g.id))
         .collect()
 }
 
@@ -304,21 +310,12 @@ impl<V: Verifier> Audit<V> {
                     .or_default()
                     .push(id.clone());
             }
-            // Overflow gaps of the ledgers whose import resumed from a newer state: gaps
-            // folded there have no row any more (see `Source::only_unknown`).
-            let folded: BTreeMap<TopicPartition, Vec<(Offset, Offset)>> = want
+            // The log epochs of the partitions whose import resumed from a newer state (see
+            // `Source::below`).
+            let epochs: BTreeMap<TopicPartition, u32> = want
                 .iter()
                 .filter(|(_, src)| src.only_unknown)
-                .filter_map(|(tp, _)| self.parts.get(tp).map(|p| (tp, p)))
-                .map(|(tp, p)| {
-                    let spans = p
-                        .ledger
-                        .gaps()
-                        .filter(|g| g.cause == crate::gap::GapCause::Folded)
-                        .map(|g| (g.first, g.last))
-                        .collect();
-                    (tp.clone(), spans)
-                })
+                .filter_map(|(tp, _)| self.parts.get(tp).map(|p| (tp.clone(), p.ledger.epoch())))
                 .collect();
             let handover = h.topic().to_string();
             let step = blocking(move || {
@@ -363,16 +360,10 @@ impl<V: Verifier> Audit<V> {
                         // this read, the latest (taken first, an older one would win).
                         versions = latest_per_chunk(versions);
                     }
-                    for mut c in versions {
+                    for c in versions {
                         // The version is the chunk as its owner held it: retired rows of its
-                        // offsets it lacks were resolved or let go there. Not from `below`
-                        // on: this store's own verdicts.
+                        // offsets it lacks were resolved or let go there.
                         let (lo, hi) = retired::chunk_range(c.chunk);
-                        if lo >= src.below {
-                            continue;
-                        }
-                        let hi = hi.min(src.below);
-                        c.gaps.retain(|g| g.first_offset < src.below);
                         let mut keep: Vec<String> = c.gaps.iter().map(|g| g.id.clone()).collect();
                         for k in [Some(c.chunk), None] {
                             keep.extend(held_by_chunk.get(&k).into_iter().flatten().cloned());
@@ -400,14 +391,17 @@ impl<V: Verifier> Audit<V> {
                         let (mut gaps, skipped) = not_held(c.gaps, &held);
                         if src.only_unknown {
                             let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
-                            let known: HashSet<String> = store
-                                .gaps_by_ids(&ids)
-                                .map_err(|e| e.to_string())?
-                                .into_iter()
-                                .map(|(g, ..)| g.id)
-                                .collect();
-                            let spans = folded.get(&tp).map(Vec::as_slice).unwrap_or_default();
-                            gaps = unknown_only(gaps, &known, spans);
+                            let take = store
+                                .resumable_ids(&handover, &audit, &tp.topic, tp.partition, &ids)
+                                .map_err(|e| e.to_string())?;
+                            let epoch = epochs.get(&tp).copied().unwrap_or(0);
+                            gaps = unknown_only(gaps, &take, (src.below, epoch));
+                            let taken: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
+                            // Noted first: a crash before the rows leaves a note of a gap
+                            // without a row, which a later version may take again.
+                            store
+                                .note_resumed(&handover, &audit, &tp.topic, tp.partition, &taken)
+                                .map_err(|e| e.to_string())?;
                         }
                         if !skipped.is_empty() {
                             tracing::info!(%audit, gaps = ?skipped, "retired gaps of the side topic not imported: the state taken over holds them in memory (their owner stopped between the chunk and the state that retired them), or this owner changed them since");
@@ -425,10 +419,8 @@ impl<V: Verifier> Audit<V> {
                 // later in the log replaces it.
                 let now = Utc::now();
                 let named = |s: &retired::SkippedChunk| {
-                    want.get(&s.tp).is_some_and(|w| {
-                        (w.term, w.owner.as_str()) == (s.term, s.owner.as_str())
-                            && retired::chunk_range(s.chunk).0 < w.below
-                    })
+                    want.get(&s.tp)
+                        .is_some_and(|w| (w.term, w.owner.as_str()) == (s.term, s.owner.as_str()))
                 };
                 for s in skipped.iter().filter(|s| named(s)) {
                     let stand_in = retired::unreadable_chunk_gap(&audit, &s.tp, s.chunk, now);
@@ -438,8 +430,14 @@ impl<V: Verifier> Audit<V> {
                     }
                     let only_unknown = want.get(&s.tp).is_some_and(|w| w.only_unknown);
                     if only_unknown
-                        && !store
-                            .gaps_by_ids(std::slice::from_ref(&stand_in.id))
+                        && store
+                            .resumable_ids(
+                                &handover,
+                                &audit,
+                                &s.tp.topic,
+                                s.tp.partition,
+                                std::slice::from_ref(&stand_in.id),
+                            )
                             .map_err(|e| e.to_string())?
                             .is_empty()
                     {
@@ -447,7 +445,6 @@ impl<V: Verifier> Audit<V> {
                         continue;
                     }
                     let (lo, hi) = retired::chunk_range(s.chunk);
-                    let hi = want.get(&s.tp).map_or(hi, |w| hi.min(w.below));
                     let keep: Vec<String> = [Some(s.chunk), None]
                         .iter()
                         .flat_map(|k| held_by_chunk.get(k).into_iter().flatten().cloned())
@@ -882,15 +879,25 @@ mod tests {
         }
     }
 
-    /// Review 26, F2: an import resumed from a newer state takes only gaps this store has
-    /// no row of, none inside an overflow gap of its ledger (folded gaps lost their rows),
-    /// and of a chunk's versions in one read the latest.
+    /// Review 26, F2: an import resumed from a newer state takes only the gaps the store
+    /// lets it (`Store::resumable_ids`), below where the first state was settled on the
+    /// current log, and of a chunk's versions in one read the latest.
     #[test]
     fn a_resumed_import_from_a_newer_state_takes_only_unknown_gaps() {
-        let known: HashSet<String> = [g(3).id].into();
-        let taken = unknown_only(vec![g(1), g(3), g(12), g(20), g(31)], &known, &[(10, 20)]);
+        let mut old_log = g(70);
+        old_log.id = Gap::make_id_in("a", "t", 0, 70, 1);
+        let mut this_log = g(80);
+        this_log.id = Gap::make_id_in("a", "t", 0, 80, 2);
+        let take: HashSet<String> = [&g(1), &g(31), &this_log, &old_log]
+            .iter()
+            .map(|x| x.id.clone())
+            .collect();
+        let taken = unknown_only(vec![g(1), g(3), g(31), this_log, old_log], &take, (50, 2));
         let firsts: Vec<Offset> = taken.iter().map(|x| x.first_offset).collect();
-        assert_eq!(firsts, vec![1, 31]);
+        // Below 50 or of another log (epoch 1); this log's 80 is this store's own range.
+        assert_eq!(firsts, vec![1, 31, 70]);
+        assert_eq!(epoch_of_id(&Gap::make_id("a", "t:x", 0, 5)), 0);
+        assert_eq!(epoch_of_id(&Gap::make_id_in("a", "t", 0, 5, 3)), 3);
         let version = |chunk: i64, gaps: Vec<Gap>, owner: &str| retired::RetiredChunk {
             retired: retired::RETIRED_VERSION,
             audit: "a".into(),

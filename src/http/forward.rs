@@ -391,7 +391,8 @@ pub async fn forward_first(
     }
     if let Some(from) = hop {
         let why = format!(
-            "{from} forwarded the ack of gap {id} here, as the handover topic names this              instance, but its partition is not assigned here"
+            "{from} forwarded the ack of gap {id} here, as the handover topic names this \
+             instance, but its partition is not assigned here"
         );
         return holds_gap(state, id).await.then(|| between_owners(id, &why));
     }
@@ -414,7 +415,9 @@ async fn holds_gap(state: &HttpState, id: &str) -> bool {
 /// [`Outcome::BetweenOwners`] for gap `id`, after `why`.
 fn between_owners(id: &str, why: &str) -> Outcome {
     Outcome::BetweenOwners(format!(
-        "{why}. This instance's copy of gap {id} is stale: the partition's new owner is          still taking it over (it publishes its state, naming itself, once it holds every          gap), and an ack taken here would never reach it. Retry in a minute"
+        "{why}. This instance's copy of gap {id} is stale: the partition's new owner is \
+         still taking it over (it publishes its state, naming itself, once it holds every \
+         gap), and an ack taken here would never reach it. Retry in a minute"
     ))
 }
 

@@ -45,6 +45,19 @@ pub(super) fn fold(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
+    // Under an import mark: remembered, so an import resumed from a newer state does not
+    // take its version of a gap this store folded (review 26b, G1).
+    let mut note = tx.prepare_cached(
+        "INSERT OR REPLACE INTO handover_resumed
+            (handover_topic, audit, topic, partition, id, folded)
+         SELECT i.handover_topic, g.audit, g.topic, g.partition, g.id, 1
+         FROM gaps g JOIN handover_importing i
+             ON i.audit = g.audit AND i.topic = g.topic AND i.partition = g.partition
+         WHERE g.id = ?1 AND g.state <> 'acknowledged'",
+    )?;
+    for id in ids {
+        note.execute(params![id])?;
+    }
     let mut stmt =
         tx.prepare_cached("DELETE FROM gaps WHERE id = ?1 AND state <> 'acknowledged'")?;
     for id in ids {
@@ -495,6 +508,77 @@ impl Store {
             ),
         }
         .map_err(self.sq(ctx()))?;
+        // What a resume noted belongs to the import that ended or the one replaced.
+        conn.execute(
+            "DELETE FROM handover_resumed
+             WHERE handover_topic = ?1 AND audit = ?2 AND topic = ?3 AND partition = ?4",
+            params![handover, audit, topic, partition],
+        )
+        .map_err(self.sq(ctx()))?;
+        Ok(())
+    }
+
+    /// Of gaps `ids` of one partition: which an import resumed from a newer state may take
+    /// (review 26b, G1 and G2): those this store has no row of and did not fold, and those
+    /// a resume wrote before (their later versions replace them). Returns them.
+    pub fn resumable_ids(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        ids: &[String],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the resumed import's gaps of {audit}/{topic}-{partition}");
+        let mut noted = conn
+            .prepare_cached(
+                "SELECT folded FROM handover_resumed WHERE handover_topic = ?1 AND audit = ?2
+                   AND topic = ?3 AND partition = ?4 AND id = ?5",
+            )
+            .map_err(self.sq(ctx()))?;
+        let mut row = conn
+            .prepare_cached("SELECT 1 FROM gaps WHERE id = ?1")
+            .map_err(self.sq(ctx()))?;
+        let mut out = std::collections::HashSet::new();
+        for id in ids {
+            let folded: Option<bool> = noted
+                .query_row(params![handover, audit, topic, partition, id], |r| r.get(0))
+                .optional()
+                .map_err(self.sq(ctx()))?;
+            let take = match folded {
+                Some(folded) => !folded,
+                None => !row.exists(params![id]).map_err(self.sq(ctx()))?,
+            };
+            if take {
+                out.insert(id.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Notes that an import resumed from a newer state wrote gaps `ids` of one partition.
+    pub fn note_resumed(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        ids: &[String],
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("note the resumed import's gaps of {audit}/{topic}-{partition}");
+        let mut stmt = conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO handover_resumed
+                    (handover_topic, audit, topic, partition, id, folded)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+            )
+            .map_err(self.sq(ctx()))?;
+        for id in ids {
+            stmt.execute(params![handover, audit, topic, partition, id])
+                .map_err(self.sq(ctx()))?;
+        }
         Ok(())
     }
 
@@ -626,6 +710,7 @@ impl Store {
             "DELETE FROM handover_swept WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
             "DELETE FROM handover_unpublished WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
             "DELETE FROM handover_importing WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            "DELETE FROM handover_resumed WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
         ] {
             let mut stmt = conn.prepare_cached(sql).map_err(self.sq(ctx()))?;
             for (topic, partition) in partitions {

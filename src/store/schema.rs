@@ -285,9 +285,22 @@ CREATE TABLE handover_swept (
 /// only, and from a newer one only with the gaps below that offset this store knows
 /// nothing of (review of format 3 and review 26: N2, T2, F2). NULL in marks of v15. The
 /// columns are added by [`add_import_mark_columns`] (a file taken back to an older version
-/// and opened again runs v15's batch, whose table may have them already); the batch itself
-/// has nothing to do.
-const SCHEMA_V16: &str = "";
+/// and opened again runs v15's batch, whose table may have them already).
+///
+/// Also v16: which gaps of a partition under an import mark this store folded into an
+/// overflow gap (their rows went; a newer state's version of them is not taken), and which
+/// a resume from a newer state wrote (its later versions are): review 26b, G1 and G2.
+const SCHEMA_V16: &str = "
+CREATE TABLE IF NOT EXISTS handover_resumed (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    id             TEXT NOT NULL,
+    folded         INTEGER NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition, id)
+) WITHOUT ROWID;
+";
 
 /// v16: `handover_importing.below` and `.generation`, when the table does not have them.
 fn add_import_mark_columns(tx: &Connection) -> rusqlite::Result<()> {

@@ -358,3 +358,66 @@ fn a_partition_with_only_retired_dead_letters_is_found_to_forget() {
             .contains(&("t".to_string(), 4))
     );
 }
+
+/// Review 26b, G1 and G2: under an import mark, a gap this store folds is never taken by an
+/// import resumed from a newer state (its row went with the fold; before, the newer owner's
+/// version came back beside the overflow gap counting it); one the resume wrote may be
+/// replaced by a later version; one this store has a row of is not taken; an unknown one
+/// is. An import that ends, or a new one, forgets the notes.
+#[test]
+fn a_resumed_import_takes_unknown_gaps_and_its_own_never_folded_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 0);
+    let mark = ImportMark {
+        owner: "b".into(),
+        term: 3,
+        below: Some(100),
+        generation: Some(7),
+    };
+    store.set_importing("h", "a", "t", 0, Some(&mark)).unwrap();
+    let folded = record(10, 1, Some(5_000), None).to_gap("a", &tp);
+    let own = record(20, 1, Some(5_000), None).to_gap("a", &tp);
+    store
+        .commit_round("a", &[folded.clone(), own.clone()], &[])
+        .unwrap();
+    store
+        .commit_round_retiring::<&[u8]>(
+            "a",
+            &[],
+            &[],
+            KeyClaims::Changes(&[]),
+            &[],
+            std::slice::from_ref(&folded.id),
+        )
+        .unwrap();
+    assert_eq!(store.get_gap(&folded.id).unwrap(), None, "folded: row gone");
+    // A gap the resume wrote: its row is there, and noted.
+    let resumed = record(30, 1, Some(5_000), None).to_gap("a", &tp);
+    store
+        .import_retired("a", std::slice::from_ref(&resumed))
+        .unwrap();
+    let written = resumed.id.clone();
+    let unknown = Gap::make_id("a", "t", 0, 40);
+    store
+        .note_resumed("h", "a", "t", 0, std::slice::from_ref(&written))
+        .unwrap();
+    let ids = [
+        folded.id.clone(),
+        own.id.clone(),
+        written.clone(),
+        unknown.clone(),
+    ];
+    let take = store.resumable_ids("h", "a", "t", 0, &ids).unwrap();
+    assert_eq!(
+        take,
+        std::collections::HashSet::from([written.clone(), unknown.clone()])
+    );
+    // The import ends: its notes go (a later import starts from what the store holds).
+    store.set_importing("h", "a", "t", 0, None).unwrap();
+    let take = store.resumable_ids("h", "a", "t", 0, &ids).unwrap();
+    assert_eq!(
+        take,
+        std::collections::HashSet::from([folded.id.clone(), unknown])
+    );
+}
