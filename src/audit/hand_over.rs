@@ -132,6 +132,25 @@ pub(super) struct Reading {
     >,
 }
 
+#[cfg(test)]
+impl Reading {
+    /// A read of `tps` that finished with `states` (tests: no broker).
+    pub(super) fn finished(
+        tps: Vec<TopicPartition>,
+        states: HashMap<TopicPartition, PartitionState>,
+    ) -> Reading {
+        Reading {
+            tps,
+            handle: tokio::task::spawn_blocking(move || Ok(states)),
+        }
+    }
+
+    /// Whether the read ended.
+    pub(super) fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+}
+
 /// A state's gaps as read from the store for a publish: rows with (replayed, retired).
 type Rows = Vec<(Gap, bool, bool)>;
 
@@ -616,6 +635,13 @@ impl<V: Verifier> Audit<V> {
                 // An import of the state found, cut before this partition resumed from its
                 // store (review T2): it resumes, as at an assignment.
                 let resumable = self.resumable_imports(&states).await;
+                // The others resume from their store: an import they began is over.
+                let abandoned: Vec<TopicPartition> = tps
+                    .iter()
+                    .filter(|tp| !resumable.contains_key(*tp))
+                    .cloned()
+                    .collect();
+                self.abandon_imports(abandoned).await;
                 for tp in &tps {
                     self.handover_pending.remove(tp);
                     self.handover_claims.remove(tp);

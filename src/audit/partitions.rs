@@ -564,6 +564,7 @@ impl<V: Verifier> Audit<V> {
             foreign,
         } = &mut out;
         let mut imports = Vec::new();
+        let mut abandoned = Vec::new();
         // What this process noted for a handover before is stale: it starts from what it
         // takes now (or from its local store, then with a whole state as its next publish).
         for tp in partitions {
@@ -620,6 +621,9 @@ impl<V: Verifier> Audit<V> {
                 {
                     tracing::debug!(audit = %self.cfg.name, %tp, term = st.term, "this owner's own state: its given-up gaps stay under its term");
                 }
+                // An import this store began and could not resume is over (its mark left,
+                // every later fold of the partition would be noted for it: review 26c, H5).
+                abandoned.push(tp.clone());
                 continue;
             }
             tracing::info!(audit = %self.cfg.name, %tp, settled = st.settled, gaps = st.gaps.len(),
@@ -694,6 +698,7 @@ impl<V: Verifier> Audit<V> {
             imports.push((row, st.gaps, st.replayed, st.retired, own, importing));
         }
         self.record_used_terms(partitions).await;
+        self.abandon_imports(abandoned).await;
         if imports.is_empty() {
             return out;
         }
@@ -850,6 +855,33 @@ impl<V: Verifier> Audit<V> {
             tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which imports of given-up gaps were cut: none is resumed");
             HashMap::new()
         })
+    }
+
+    /// Forgets the import marks of `tps` (imports this store began and will not resume: the
+    /// partition resumed from its own store, as further than the handover). Unwritable: a
+    /// warning (the mark is read again at the next assignment).
+    pub(super) async fn abandon_imports(&self, tps: Vec<TopicPartition>) {
+        let Some(h) = &self.handover else {
+            return;
+        };
+        if tps.is_empty() {
+            return;
+        }
+        let (store, audit, topic) = (
+            self.store.clone(),
+            self.cfg.name.clone(),
+            h.topic().to_string(),
+        );
+        let r = blocking(move || {
+            for tp in tps {
+                store.set_importing(&topic, &audit, &tp.topic, tp.partition, None)?;
+            }
+            Ok::<_, crate::store::StoreError>(())
+        })
+        .await;
+        if let Err(e) = r {
+            tracing::warn!(audit = %self.cfg.name, error = %e, "cannot forget the marks of imports not resumed");
+        }
     }
 
     /// What the store proves of this owner's own format-3 states among `states` (review of

@@ -388,7 +388,27 @@ impl<V: Verifier> Audit<V> {
                         if !dropped.is_empty() {
                             tracing::info!(%audit, %tp, chunk = c.chunk, term = c.term, gaps = ?dropped, "retired gaps dropped: the newest version of their chunk lacks them");
                         }
-                        let (mut gaps, skipped) = not_held(c.gaps, &held);
+                        let ids: Vec<String> = c.gaps.iter().map(|g| g.id.clone()).collect();
+                        let folded = store
+                            .folded_under_mark(&handover, &audit, &tp.topic, tp.partition, &ids)
+                            .map_err(|e| e.to_string())?;
+                        let version: Vec<Gap> =
+                            c.gaps.into_iter().filter(|g| !folded.contains(&g.id)).collect();
+                        if src.only_unknown {
+                            // The newer owner's acknowledgements of gaps this store holds
+                            // rows of (imported before the cut, or held): an operator's word
+                            // on the gap, taken (review 26c, H1).
+                            let acks: Vec<(String, String)> = version
+                                .iter()
+                                .filter(|g| g.state == crate::gap::GapState::Acknowledged)
+                                .map(|g| (g.id.clone(), g.ack_reason.clone().unwrap_or_default()))
+                                .collect();
+                            let taken = store.take_acks(&acks).map_err(|e| e.to_string())?;
+                            if !taken.is_empty() {
+                                tracing::info!(%audit, %tp, gaps = ?taken, "acknowledgements the partition's newer owner gave taken over");
+                            }
+                        }
+                        let (mut gaps, skipped) = not_held(version, &held);
                         if src.only_unknown {
                             let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
                             let take = store
@@ -443,6 +463,19 @@ impl<V: Verifier> Audit<V> {
                     {
                         // A row of this store's own: never replaced by a stand-in.
                         continue;
+                    }
+                    if only_unknown {
+                        // Noted as the resume's: a readable later version replaces it
+                        // (review 26c, H4).
+                        store
+                            .note_resumed(
+                                &handover,
+                                &audit,
+                                &s.tp.topic,
+                                s.tp.partition,
+                                std::slice::from_ref(&stand_in.id),
+                            )
+                            .map_err(|e| e.to_string())?;
                     }
                     let (lo, hi) = retired::chunk_range(s.chunk);
                     let keep: Vec<String> = [Some(s.chunk), None]

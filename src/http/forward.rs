@@ -397,7 +397,16 @@ pub async fn forward_first(
         return holds_gap(state, id).await.then(|| between_owners(id, &why));
     }
     match forward_ack(state, id, reason, token, hop).await {
-        Outcome::OwnedHere(why) => holds_gap(state, id).await.then(|| between_owners(id, &why)),
+        Outcome::OwnedHere(_) => {
+            let why = match partition_of(id) {
+                Some((_, tp)) => format!(
+                    "the handover topic names this instance as the owner of partition {tp}, \
+                     but it is not assigned here"
+                ),
+                None => "the handover topic names this instance as the owner".to_string(),
+            };
+            holds_gap(state, id).await.then(|| between_owners(id, &why))
+        }
         Outcome::NotForwarded(_) => None,
         other => Some(other),
     }

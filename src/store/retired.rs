@@ -557,6 +557,36 @@ impl Store {
         Ok(out)
     }
 
+    /// Of gaps `ids` of one partition: those this store folded into an overflow gap under
+    /// an import mark (their rows went: no import takes them back, review 26c H2).
+    pub fn folded_under_mark(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        ids: &[String],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the folded gaps of {audit}/{topic}-{partition}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT 1 FROM handover_resumed WHERE handover_topic = ?1 AND audit = ?2
+                   AND topic = ?3 AND partition = ?4 AND id = ?5 AND folded = 1",
+            )
+            .map_err(self.sq(ctx()))?;
+        let mut out = std::collections::HashSet::new();
+        for id in ids {
+            if stmt
+                .exists(params![handover, audit, topic, partition, id])
+                .map_err(self.sq(ctx()))?
+            {
+                out.insert(id.clone());
+            }
+        }
+        Ok(out)
+    }
+
     /// Notes that an import resumed from a newer state wrote gaps `ids` of one partition.
     pub fn note_resumed(
         &self,

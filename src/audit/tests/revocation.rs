@@ -182,6 +182,40 @@ async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
     assert!(h.audit.handover_reading.is_none(), "dropped at the revoke");
 }
 
+/// Review 26b, G3: a revoke whose partition has a background handover read that finished
+/// but was not taken yet (`read_done` decides its flows and terms) holds it at the revoke's
+/// last persist: neither published nor committed. Before, the revoke dropped the read
+/// first, and the partition was published under a term no sweep had run under, and
+/// committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_holds_a_partition_whose_finished_read_was_not_taken() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), Vec::new()).await;
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    h.audit.handover = Some(std::sync::Arc::new(client));
+    let reading =
+        crate::audit::hand_over::Reading::finished(vec![tp(0)], std::collections::HashMap::new());
+    while !reading.is_finished() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    h.audit.handover_reading = Some(reading);
+    // Held, nothing is published: the revoke does not wait out a publish to the broker
+    // that never answers (10 s; before, it tried, then held it only for the failure).
+    let started = std::time::Instant::now();
+    let out = h.audit.revoke(&[tp(0)]).await;
+    let took = started.elapsed();
+    assert!(out.is_empty(), "held, not committed: {out:?}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "the revoke tried to publish the partition ({took:?})"
+    );
+    assert!(h.audit.handover_reading.is_none(), "dropped with it");
+}
+
 /// Review of format 3, F3 and R2: a partition resumed from its store because the handover
 /// read failed; the background read then finds a state, another owner's or its own, of any
 /// format: the store's given-up gaps are swept under this owner's own term before anything
@@ -221,17 +255,17 @@ async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
     // cut before this partition resumed from its store: the import resumes (a sweep would
     // publish the part imported under a new term, and the rest would be lost for good),
     // below where the first state was settled. An older state than the mark's is not the
-    // newest: swept.
+    // newest: swept, and the import it marks is over (its mark goes: review 26c, H5).
     let mark = crate::store::ImportMark {
         owner: "other".into(),
         term: 3,
         below: Some(2),
         generation: Some(0),
     };
-    h.store
-        .set_importing("unread", AUDIT, &tp(0).topic, 0, Some(&mark))
-        .expect("mark");
     for (term, owner, resumed) in [(2, "other", false), (3, "other", true), (4, "third", true)] {
+        h.store
+            .set_importing("unread", AUDIT, &tp(0).topic, 0, Some(&mark))
+            .expect("mark");
         h.audit.retired_flows.clear();
         let mut st = state(3, owner);
         st.term = term;
@@ -253,6 +287,12 @@ async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
             resumed,
             "term {term}: {flow:?}"
         );
+        let marked = h
+            .store
+            .importing("unread", AUDIT)
+            .expect("marks")
+            .contains_key(&(tp(0).topic.clone(), 0));
+        assert_eq!(marked, resumed, "term {term}: the mark stays while resumed");
     }
 }
 

@@ -408,6 +408,11 @@ fn a_resumed_import_takes_unknown_gaps_and_its_own_never_folded_ones() {
         written.clone(),
         unknown.clone(),
     ];
+    assert_eq!(
+        store.folded_under_mark("h", "a", "t", 0, &ids).unwrap(),
+        std::collections::HashSet::from([folded.id.clone()]),
+        "no import takes a gap folded under the mark back (review 26c, H2)"
+    );
     let take = store.resumable_ids("h", "a", "t", 0, &ids).unwrap();
     assert_eq!(
         take,
@@ -420,4 +425,39 @@ fn a_resumed_import_takes_unknown_gaps_and_its_own_never_folded_ones() {
         take,
         std::collections::HashSet::from([folded.id.clone(), unknown])
     );
+}
+
+/// Review 26c, H1: acknowledgements a newer owner gave, found by a resumed import, are taken
+/// on the rows this store holds (logged for the ledger's refresh), never over a resolved
+/// row, and never twice.
+#[test]
+fn acknowledgements_found_by_an_import_are_taken_on_open_rows_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 0);
+    let open = record(10, 1, Some(5_000), None).to_gap("a", &tp);
+    let late = record(20, 0, Some(5_000), None).to_gap("a", &tp);
+    assert_eq!(late.state, GapState::Late);
+    store
+        .commit_round("a", &[open.clone(), late.clone()], &[])
+        .unwrap();
+    let before = store.ack_position().unwrap();
+    let acks = [
+        (open.id.clone(), "on B".to_string()),
+        (late.id.clone(), "on B".to_string()),
+        ("a:t:0:99".to_string(), "no row".to_string()),
+    ];
+    assert_eq!(store.take_acks(&acks).unwrap(), vec![open.id.clone()]);
+    let got = store.get_gap(&open.id).unwrap().expect("row");
+    assert_eq!(
+        (got.state, got.ack_reason.as_deref()),
+        (GapState::Acknowledged, Some("on B"))
+    );
+    assert_eq!(
+        store.get_gap(&late.id).unwrap().map(|g| g.state),
+        Some(GapState::Late)
+    );
+    let (logged, _) = store.acks_since("a", before).unwrap();
+    assert_eq!(logged.len(), 1);
+    assert!(store.take_acks(&acks).unwrap().is_empty(), "not twice");
 }

@@ -107,6 +107,34 @@ fn cut_import(a: &Instance, handover: &str, topic: &str, mark: &ImportMark, impo
     }
 }
 
+/// A, started over its cut import, resumes it: its state lands under a term past `than`,
+/// the side topic holds its ten given-up gaps under that term, it counts them with its live
+/// ones, and its store holds them as it decided them (`a_gaps`). Returns A's store after.
+async fn resumes_to_all_ten(
+    a: &mut Instance,
+    handover: &str,
+    tp: &gap_auditor::gap::TopicPartition,
+    than: u64,
+    a_gaps: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    a.start();
+    wait_settled(a, HELD_END, "A resumes").await;
+    let term = newer_term(handover, tp, than, a).await;
+    assert_eq!(
+        side_under(handover, &tp.topic, term).await,
+        held_open(&tp.topic),
+        "all ten under A's term; A log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    stays_open(a, HELD_RETIRED + LIVE).await;
+    a.stop();
+    let after = handed(&a.store);
+    for g in held_retired_rows(&tp.topic) {
+        assert_eq!(after.get(&g.id), a_gaps.get(&g.id), "{} in A's store", g.id);
+    }
+    after
+}
+
 /// The given-up gaps the side topic holds under `term`, by id, with their state.
 async fn side_under(handover: &str, topic: &str, term: u64) -> BTreeMap<String, String> {
     let (side, topic) = (retired::side_topic(handover), topic.to_string());
@@ -281,21 +309,7 @@ async fn an_import_cut_after_its_progress_went_past_the_state_resumes() {
     .await
     .expect("B's chunk");
     cut_import(&a, &handover, &s.topic, &b_mark, 5);
-    a.start();
-    wait_settled(&a, HELD_END, "A resumes").await;
-    let term = newer_term(&handover, &tp, b_mark.term, &a).await;
-    assert_eq!(
-        side_under(&handover, &s.topic, term).await,
-        held_open(&s.topic),
-        "all ten under A's term; A log tail:\n{}",
-        tail(&a.log_text(), 30)
-    );
-    stays_open(&a, HELD_RETIRED + LIVE).await;
-    a.stop();
-    let after = handed(&a.store);
-    for g in held_retired_rows(&s.topic) {
-        assert_eq!(after.get(&g.id), a_gaps.get(&g.id), "{} in A's store", g.id);
-    }
+    resumes_to_all_ten(&mut a, &handover, &tp, b_mark.term, &a_gaps).await;
 }
 
 /// Review of format 3, N2 and T2: A's import of B's state (settled at 20, where A's own
@@ -330,21 +344,8 @@ async fn a_cut_import_resumes_from_a_newer_state_below_where_it_began() {
     .await
     .expect("C's chunk");
     cut_import(&a, &handover, &s.topic, &b_mark, 5);
-    a.start();
-    wait_settled(&a, HELD_END, "A resumes").await;
-    let term = newer_term(&handover, &tp, c_mark.term, &a).await;
-    assert_eq!(
-        side_under(&handover, &s.topic, term).await,
-        held_open(&s.topic),
-        "all ten under A's term, not C's 40 and 70; A log tail:\n{}",
-        tail(&a.log_text(), 30)
-    );
-    stays_open(&a, HELD_RETIRED + LIVE).await;
-    a.stop();
-    let after = handed(&a.store);
-    for g in held_retired_rows(&s.topic) {
-        assert_eq!(after.get(&g.id), a_gaps.get(&g.id), "{} in A's store", g.id);
-    }
+    // All ten under A's term, not C's 40 and 70.
+    let after = resumes_to_all_ten(&mut a, &handover, &tp, c_mark.term, &a_gaps).await;
     for g in &theirs {
         assert!(
             !after.contains_key(&g.id),
