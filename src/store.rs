@@ -51,7 +51,7 @@ use keys::write_key_claims;
 pub use keys::{KeyClaims, StoredKeys};
 pub use listing::{GapCursor, GapPage, GapReader, MAX_PAGE};
 pub use replays::ReplayRecord;
-pub use retired::{Importing, PartitionChunks};
+pub use retired::{ImportMark, Importing, PartitionChunks};
 use schema::{SCHEMA_VERSION, migrate};
 // The tests build files of older versions from the same batches.
 #[cfg(test)]

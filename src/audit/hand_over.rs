@@ -132,6 +132,25 @@ pub(super) struct Reading {
     >,
 }
 
+#[cfg(test)]
+impl Reading {
+    /// A read of `tps` that finished with `states` (tests: no broker).
+    pub(super) fn finished(
+        tps: Vec<TopicPartition>,
+        states: HashMap<TopicPartition, PartitionState>,
+    ) -> Reading {
+        Reading {
+            tps,
+            handle: tokio::task::spawn_blocking(move || Ok(states)),
+        }
+    }
+
+    /// Whether the read ended.
+    pub(super) fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+}
+
 /// A state's gaps as read from the store for a publish: rows with (replayed, retired).
 type Rows = Vec<(Gap, bool, bool)>;
 
@@ -262,7 +281,7 @@ impl<V: Verifier> Audit<V> {
         let unread: BTreeSet<TopicPartition> = self
             .parts
             .keys()
-            .filter(|tp| h.unread(&self.cfg.name, tp) || flows.contains(*tp))
+            .filter(|tp| self.awaiting_read(&h, tp) || flows.contains(*tp))
             .cloned()
             .collect();
         let tps: Vec<TopicPartition> = self
@@ -571,11 +590,31 @@ impl<V: Verifier> Audit<V> {
         });
     }
 
-    /// A read started by [`Audit::read_unread`] is of no use any more: the partitions were
-    /// assigned or revoked since (an assignment reads them itself). It runs to its end in
-    /// the background; `Handover::read` leaves a newer read's findings in place.
-    pub(super) fn drop_reading(&mut self) {
-        self.handover_reading = None;
+    /// A read started by [`Audit::read_unread`] is of no use any more for `tps`: they were
+    /// assigned or revoked since (an assignment reads them itself). Its other partitions
+    /// keep it (review 26, F1: a cooperative rebalance of other partitions dropped it, and
+    /// the read, finished in the background, cleared their `unread` without `read_done`
+    /// ever deciding their flows and terms). Dropped for all, it runs to its end in the
+    /// background; `Handover::read` leaves a newer read's findings in place.
+    pub(super) fn drop_reading(&mut self, tps: &[TopicPartition]) {
+        if let Some(r) = &mut self.handover_reading {
+            r.tps.retain(|tp| !tps.contains(tp));
+            if r.tps.is_empty() {
+                self.handover_reading = None;
+            }
+        }
+    }
+
+    /// Whether `tp`'s handover topic is not read yet for this process: its read failed
+    /// and no retry finished, or a retry finished whose outcome `read_done` has not taken
+    /// yet (the read clears `unread` on its own thread, possibly in the middle of a round:
+    /// until `read_done` decided the partition's flows and terms it is not published).
+    pub(super) fn awaiting_read(&self, h: &handover::Handover, tp: &TopicPartition) -> bool {
+        h.unread(&self.cfg.name, tp)
+            || self
+                .handover_reading
+                .as_ref()
+                .is_some_and(|r| r.tps.contains(tp))
     }
 
     /// The outcome of a background read of the unread partitions `tps`.
@@ -596,6 +635,13 @@ impl<V: Verifier> Audit<V> {
                 // An import of the state found, cut before this partition resumed from its
                 // store (review T2): it resumes, as at an assignment.
                 let resumable = self.resumable_imports(&states).await;
+                // The others resume from their store: an import they began is over.
+                let abandoned: Vec<TopicPartition> = tps
+                    .iter()
+                    .filter(|tp| !resumable.contains_key(*tp))
+                    .cloned()
+                    .collect();
+                self.abandon_imports(abandoned).await;
                 for tp in &tps {
                     self.handover_pending.remove(tp);
                     self.handover_claims.remove(tp);
@@ -608,7 +654,9 @@ impl<V: Verifier> Audit<V> {
                     // stand as they do for a store further than the handover at an
                     // assignment (review of format 3, F3 and R2: nothing of theirs is
                     // overwritten, so nothing of it is lost while theirs is the newest).
-                    if let (Some(st), Some(counted)) = (states.get(tp), resumable.get(tp)) {
+                    if let (Some(st), Some((counted, below, only_unknown))) =
+                        (states.get(tp), resumable.get(tp))
+                    {
                         tracing::info!(audit = %self.cfg.name, %tp, previous_owner = %st.owner,
                             "the import of the previous owner's given-up gaps did not finish before this partition left: resumed, from this store's progress");
                         let handed = st.retired_gaps.clone().unwrap_or_default();
@@ -619,8 +667,12 @@ impl<V: Verifier> Audit<V> {
                             tp.clone(),
                             super::retired_flow::Flow::Import(
                                 crate::handover::retired::ImportCursor::start(),
-                                st.term,
-                                st.owner.clone(),
+                                super::retired_flow::Source {
+                                    term: st.term,
+                                    owner: st.owner.clone(),
+                                    below: *below,
+                                    only_unknown: *only_unknown,
+                                },
                             ),
                         );
                         continue;

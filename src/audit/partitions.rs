@@ -444,14 +444,13 @@ impl<V: Verifier> Audit<V> {
                     continue;
                 }
                 let flow = match handed_retired.get(tp) {
-                    Some((agg, term, owner)) => {
+                    Some((agg, src)) => {
                         if let Some(p) = self.parts.get_mut(tp) {
                             p.ledger.retired_handed_over(agg.clone());
                         }
                         super::retired_flow::Flow::Import(
                             crate::handover::retired::ImportCursor::start(),
-                            *term,
-                            owner.clone(),
+                            src.clone(),
                         )
                     }
                     None => super::retired_flow::Flow::Sweep(Offset::MIN),
@@ -540,8 +539,8 @@ impl<V: Verifier> Audit<V> {
         let Some(h) = self.handover.clone() else {
             return out;
         };
-        // A background retry of an earlier read is of no use now: this read is newer.
-        self.drop_reading();
+        // A background retry of an earlier read is of no use for these: this read is newer.
+        self.drop_reading(partitions);
         let audit = self.cfg.name.clone();
         let tps = partitions.to_vec();
         let me = h.owner().to_string();
@@ -565,6 +564,7 @@ impl<V: Verifier> Audit<V> {
             foreign,
         } = &mut out;
         let mut imports = Vec::new();
+        let mut abandoned = Vec::new();
         // What this process noted for a handover before is stale: it starts from what it
         // takes now (or from its local store, then with a whole state as its next publish).
         for tp in partitions {
@@ -578,17 +578,27 @@ impl<V: Verifier> Audit<V> {
                 if let Some(h) = &self.handover {
                     h.forget_chain(&self.cfg.name, &tp);
                 }
-                if let Some(counted) = resumable.get(&tp) {
-                    // Its own progress stands (it went on from the state), and the import
-                    // of the state's given-up gaps resumes, counting both the handed-over
-                    // aggregate and the store's rows until it ends (never less than
-                    // either; some counted twice meanwhile).
-                    tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled, previous_owner = %st.owner,
+                if let Some((counted, below, only_unknown)) = resumable.get(&tp) {
+                    // Its own progress stands (it went on from the state its import began
+                    // from), and the import of the given-up gaps below that state's settled
+                    // offset resumes, from the state found (that one, or a newer one of
+                    // another owner holding newer versions of them), counting both the
+                    // handed-over aggregate and the store's rows until it ends (never less
+                    // than either; some counted twice meanwhile).
+                    tracing::info!(audit = %self.cfg.name, %tp, local = ?local, handed_over = st.settled, previous_owner = %st.owner, below,
                         "the import of the previous owner's given-up gaps did not finish before this partition left: resumed, from this store's progress");
                     let handed = st.retired_gaps.clone().unwrap_or_default();
                     handed_retired.insert(
                         tp.clone(),
-                        (handed.merged(counted), st.term, st.owner.clone()),
+                        (
+                            handed.merged(counted),
+                            super::retired_flow::Source {
+                                term: st.term,
+                                owner: st.owner.clone(),
+                                below: *below,
+                                only_unknown: *only_unknown,
+                            },
+                        ),
                     );
                     continue;
                 }
@@ -611,6 +621,9 @@ impl<V: Verifier> Audit<V> {
                 {
                     tracing::debug!(audit = %self.cfg.name, %tp, term = st.term, "this owner's own state: its given-up gaps stay under its term");
                 }
+                // An import this store began and could not resume is over (its mark left,
+                // every later fold of the partition would be noted for it: review 26c, H5).
+                abandoned.push(tp.clone());
                 continue;
             }
             tracing::info!(audit = %self.cfg.name, %tp, settled = st.settled, gaps = st.gaps.len(),
@@ -661,8 +674,12 @@ impl<V: Verifier> Audit<V> {
                     tp.clone(),
                     (
                         st.retired_gaps.clone().unwrap_or_default(),
-                        st.term,
-                        st.owner.clone(),
+                        super::retired_flow::Source {
+                            term: st.term,
+                            owner: st.owner.clone(),
+                            below: Offset::MAX,
+                            only_unknown: false,
+                        },
                     ),
                 );
             }
@@ -671,11 +688,17 @@ impl<V: Verifier> Audit<V> {
             }
             // An import starts: marked with the progress it starts from (see
             // `resumable_imports`).
-            let importing = (st.version >= 3 && !own).then(|| (st.owner.clone(), st.term));
+            let importing = (st.version >= 3 && !own).then(|| crate::store::ImportMark {
+                owner: st.owner.clone(),
+                term: st.term,
+                below: Some(st.settled),
+                generation: Some(st.generation),
+            });
             progress.insert(tp, row.clone());
             imports.push((row, st.gaps, st.replayed, st.retired, own, importing));
         }
         self.record_used_terms(partitions).await;
+        self.abandon_imports(abandoned).await;
         if imports.is_empty() {
             return out;
         }
@@ -711,7 +734,7 @@ impl<V: Verifier> Audit<V> {
                     &audit,
                     &row.topic,
                     row.partition,
-                    importing.as_ref().map(|(o, t)| (o.as_str(), *t)),
+                    importing.as_ref(),
                 )?;
                 for id in &replayed {
                     store.mark_replayed(id)?;
@@ -772,23 +795,38 @@ impl<V: Verifier> Audit<V> {
         out
     }
 
-    /// Of `states`, those whose partition's store marks an import of exactly that state
-    /// (its owner and term) unfinished, with the store's count of their retired rows: the
-    /// import was cut (a rebalance or a stop) after the partition's progress went past the
-    /// state. Unreadable: none (those partitions resume from their store as further).
+    /// Of `states`, those whose partition's store marks an import unfinished that the state
+    /// found may complete, with the store's count of their retired rows, the offset the
+    /// import stops at and whether it takes only gaps this store has no row of
+    /// ([`resume_of`]): the import was cut (a rebalance or a stop) after the partition's
+    /// progress went past the state it began from. The state found is that one, or a newer
+    /// one (another owner took the partition meanwhile, or its owner took it back and went
+    /// on: review of format 3, N2 and T2, and review 26, F2: before, a newer state made the
+    /// store "further" with part of the gaps never imported, lost, and a newer state of the
+    /// same owner and term resumed as if it were the first, its owner's later verdicts on
+    /// gaps this store had decided itself merged in). Unreadable: none (those partitions
+    /// resume from their store as further).
     pub(super) async fn resumable_imports(
         &self,
         states: &HashMap<TopicPartition, handover::PartitionState>,
-    ) -> HashMap<TopicPartition, crate::ledger::RetiredGaps> {
+    ) -> HashMap<TopicPartition, (crate::ledger::RetiredGaps, Offset, bool)> {
         let Some(h) = &self.handover else {
             return HashMap::new();
         };
-        let wanted: Vec<(TopicPartition, String, u64)> = states
+        let found: Vec<(TopicPartition, String, u64, u64, Offset)> = states
             .iter()
             .filter(|(_, st)| st.version >= 3)
-            .map(|(tp, st)| (tp.clone(), st.owner.clone(), st.term))
+            .map(|(tp, st)| {
+                (
+                    tp.clone(),
+                    st.owner.clone(),
+                    st.term,
+                    st.generation,
+                    st.settled,
+                )
+            })
             .collect();
-        if wanted.is_empty() {
+        if found.is_empty() {
             return HashMap::new();
         }
         let (store, audit, topic) = (
@@ -799,10 +837,15 @@ impl<V: Verifier> Audit<V> {
         let read = blocking(move || {
             let marks = store.importing(&topic, &audit)?;
             let mut out = HashMap::new();
-            for (tp, owner, term) in wanted {
-                if marks.get(&(tp.topic.clone(), tp.partition)) == Some(&(owner, term)) {
+            for (tp, owner, term, generation, settled) in found {
+                let Some(mark) = marks.get(&(tp.topic.clone(), tp.partition)) else {
+                    continue;
+                };
+                if let Some((below, only_unknown)) =
+                    resume_of(mark, (&owner, term, generation, settled))
+                {
                     let n = store.settle_retired(&audit, &tp.topic, tp.partition, &[])?;
-                    out.insert(tp, n);
+                    out.insert(tp, (n, below, only_unknown));
                 }
             }
             Ok::<_, crate::store::StoreError>(out)
@@ -812,6 +855,33 @@ impl<V: Verifier> Audit<V> {
             tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read which imports of given-up gaps were cut: none is resumed");
             HashMap::new()
         })
+    }
+
+    /// Forgets the import marks of `tps` (imports this store began and will not resume: the
+    /// partition resumed from its own store, as further than the handover). Unwritable: a
+    /// warning (the mark is read again at the next assignment).
+    pub(super) async fn abandon_imports(&self, tps: Vec<TopicPartition>) {
+        let Some(h) = &self.handover else {
+            return;
+        };
+        if tps.is_empty() {
+            return;
+        }
+        let (store, audit, topic) = (
+            self.store.clone(),
+            self.cfg.name.clone(),
+            h.topic().to_string(),
+        );
+        let r = blocking(move || {
+            for tp in tps {
+                store.set_importing(&topic, &audit, &tp.topic, tp.partition, None)?;
+            }
+            Ok::<_, crate::store::StoreError>(())
+        })
+        .await;
+        if let Err(e) = r {
+            tracing::warn!(audit = %self.cfg.name, error = %e, "cannot forget the marks of imports not resumed");
+        }
     }
 
     /// What the store proves of this owner's own format-3 states among `states` (review of
@@ -886,9 +956,6 @@ impl<V: Verifier> Audit<V> {
         // An acknowledgement given since the last round goes with the handover (and leaves
         // the ledger stored here), as a round would have taken it.
         self.refresh_acknowledged().await;
-        // A background read of partitions whose read failed: the next round starts another
-        // for those still owned and unread.
-        self.drop_reading();
         if lost {
             tracing::warn!(audit = %self.cfg.name, partitions = ?partitions,
                 "assignment lost (session or poll interval expired): the state of these partitions is neither handed over nor committed");
@@ -904,6 +971,12 @@ impl<V: Verifier> Audit<V> {
             self.handover_dirty.extend(owned);
         }
         let ok = self.persist().await;
+        // A background read of partitions whose read failed: of no use for these any more
+        // (the next round starts another for those still owned and unread). Only after the
+        // last persist: a read finished but not taken yet holds them there, as in a round
+        // (review 26b, G3: dropped before, they were published under a term no sweep ran
+        // under, and committed).
+        self.drop_reading(partitions);
         let mut out = Vec::new();
         for tp in partitions {
             if let Some(mut part) = self.parts.remove(tp) {
@@ -1009,13 +1082,38 @@ impl<V: Verifier> Audit<V> {
 #[derive(Debug, Default)]
 pub(super) struct TakenOver {
     /// Partitions taken over from a record of format 3 this owner may not count from its
-    /// store, with the aggregate of their retired gaps (zero: none counted) and the term
-    /// and owner whose chunks hold them: their rows are imported from the side topic afterwards,
+    /// store, with the aggregate of their retired gaps (zero: none counted) and which
+    /// chunks hold them: their rows are imported from the side topic afterwards,
     /// never on this path (`retired_flow`).
-    pub handed_retired: HashMap<TopicPartition, (crate::ledger::RetiredGaps, u64, String)>,
+    pub handed_retired:
+        HashMap<TopicPartition, (crate::ledger::RetiredGaps, super::retired_flow::Source)>,
     /// Partitions taken over from a state this owner may not sweep over
     /// ([`super::retired_flow::may_sweep`]).
     pub foreign: BTreeSet<TopicPartition>,
+}
+
+/// Whether the cut import `mark` resumes from the state `found` (its owner, term,
+/// generation and settled offset), and how (see [`Audit::resumable_imports`]): from the
+/// very state it began from, as it began (`Source::only_unknown` false, unbounded); from a newer one
+/// (a higher term, or a later generation of the same owner and term), only with the gaps
+/// below where the first state was settled that this store has no row of (`only_unknown`
+/// true). Never from an older state: it is not the newest. A mark of schema v15 (no offset,
+/// no generation) resumes from a state of its owner and term only, as it began.
+pub(super) fn resume_of(
+    mark: &crate::store::ImportMark,
+    found: (&str, u64, u64, Offset),
+) -> Option<(Offset, bool)> {
+    let (owner, term, generation, settled) = found;
+    let same_owner = mark.owner == owner && mark.term == term;
+    let same = same_owner && mark.generation.is_none_or(|g| g == generation);
+    if same {
+        return Some((Offset::MAX, false));
+    }
+    let newer = term > mark.term || (same_owner && mark.generation.is_some_and(|g| generation > g));
+    match mark.below {
+        Some(below) if newer => Some((below.min(settled), true)),
+        _ => None,
+    }
 }
 
 /// The status line of a partition whose stored state was partly unreadable (`None`: all

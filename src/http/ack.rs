@@ -211,8 +211,10 @@ fn api_answer(outcome: Outcome) -> Response<Body> {
             }
             resp
         }
-        Outcome::NotForwarded(m) | Outcome::Loop(m) | Outcome::Unreachable(m) => {
-            json(status, &ApiError::new(None, m))
-        }
+        Outcome::NotForwarded(m)
+        | Outcome::Loop(m)
+        | Outcome::Unreachable(m)
+        | Outcome::OwnedHere(m)
+        | Outcome::BetweenOwners(m) => json(status, &ApiError::new(None, m)),
     }
 }

@@ -245,6 +245,14 @@ pub enum Outcome {
     Loop(String),
     /// The owner, or the handover topic that names it, could not be reached: 502.
     Unreachable(String),
+    /// The handover topic names this very instance as the owner: 404 (the gap is not, or
+    /// no longer, open here), unless this instance holds a stale copy of it
+    /// ([`forward_first`]: then [`Outcome::BetweenOwners`]).
+    OwnedHere(String),
+    /// This instance's store holds the gap, but its partition is not assigned here and no
+    /// other owner is named (its new owner still takes it over, publishing nothing yet):
+    /// 409, retry shortly. Taken here, the ack would never reach the owner (review 26, F4).
+    BetweenOwners(String),
 }
 
 impl Outcome {
@@ -255,6 +263,8 @@ impl Outcome {
             Outcome::NotForwarded(_) => StatusCode::NOT_FOUND,
             Outcome::Loop(_) => StatusCode::LOOP_DETECTED,
             Outcome::Unreachable(_) => StatusCode::BAD_GATEWAY,
+            Outcome::OwnedHere(_) => StatusCode::NOT_FOUND,
+            Outcome::BetweenOwners(_) => StatusCode::CONFLICT,
         }
     }
 }
@@ -316,7 +326,7 @@ fn owner_from(
         )));
     };
     if same_url(&url, own) {
-        return Err(Outcome::NotForwarded(format!(
+        return Err(Outcome::OwnedHere(format!(
             "{here}, and the handover topic names this instance ({own}) as the owner of \
              partition {tp}: the gap is not (or no longer) open here"
         )));
@@ -357,11 +367,14 @@ pub fn on_board(audits: &[crate::status::AuditStatus], id: &str) -> bool {
 }
 
 /// An ack to send to the partition's owner BEFORE this instance's store takes it: with
-/// forwarding on, a request not forwarded already, and the gap's partition not assigned
-/// here ([`on_board`]). Its store may still hold the gap from when it owned the partition,
-/// but an ack made there is one the owner never sees (it was acknowledged "here" and stays
-/// open there). `Some`: the owner's answer, or why it could not be reached; `None`: no other
-/// owner is known (the topic names none, or this instance): the local store takes it.
+/// forwarding on and the gap's partition not assigned here ([`on_board`]). Its store may
+/// still hold the gap from when it owned the partition, but an ack made there is one the
+/// owner never sees (it was acknowledged "here" and stays open there). `Some`: the owner's
+/// answer, or why it could not be reached, or [`Outcome::BetweenOwners`] when this store
+/// holds the gap and no other owner is named (the topic still names this instance while
+/// the new owner imports its state, or another instance forwarded the request here for
+/// that reason); `None`: the local store takes it (no owner is known at all, or it does
+/// not hold the gap: its answer says so).
 pub async fn forward_first(
     state: &HttpState,
     id: &str,
@@ -370,16 +383,51 @@ pub async fn forward_first(
     hop: Option<&str>,
 ) -> Option<Outcome> {
     let fwd = &state.forwarding;
-    if hop.is_some() || fwd.advertised_url.is_none() || fwd.handover_topic.is_none() {
+    if fwd.advertised_url.is_none() || fwd.handover_topic.is_none() {
         return None;
     }
     if on_board(&state.status.snapshot(), id) {
         return None;
     }
+    if let Some(from) = hop {
+        let why = format!(
+            "{from} forwarded the ack of gap {id} here, as the handover topic names this \
+             instance, but its partition is not assigned here"
+        );
+        return holds_gap(state, id).await.then(|| between_owners(id, &why));
+    }
     match forward_ack(state, id, reason, token, hop).await {
+        Outcome::OwnedHere(_) => {
+            let why = match partition_of(id) {
+                Some((_, tp)) => format!(
+                    "the handover topic names this instance as the owner of partition {tp}, \
+                     but it is not assigned here"
+                ),
+                None => "the handover topic names this instance as the owner".to_string(),
+            };
+            holds_gap(state, id).await.then(|| between_owners(id, &why))
+        }
         Outcome::NotForwarded(_) => None,
         other => Some(other),
     }
+}
+
+/// Whether this instance's store holds gap `id` (unreadable: no, as before this check).
+async fn holds_gap(state: &HttpState, id: &str) -> bool {
+    let (store, id) = (state.store.clone(), id.to_string());
+    matches!(
+        tokio::task::spawn_blocking(move || store.get_gap(&id)).await,
+        Ok(Ok(Some(_)))
+    )
+}
+
+/// [`Outcome::BetweenOwners`] for gap `id`, after `why`.
+fn between_owners(id: &str, why: &str) -> Outcome {
+    Outcome::BetweenOwners(format!(
+        "{why}. This instance's copy of gap {id} is stale: the partition's new owner is \
+         still taking it over (it publishes its state, naming itself, once it holds every \
+         gap), and an ack taken here would never reach it. Retry in a minute"
+    ))
 }
 
 /// Forwards the ack of `id` with `reason` to the owner of its partition (see the module
@@ -679,11 +727,11 @@ mod tests {
             url.ok().map(String::from).as_deref(),
             Some("http://a.auditors:9464/")
         );
-        // Nothing guessed: no state, no URL, or this very instance named.
+        // Nothing guessed: no state, no URL, or this very instance named (told apart: a
+        // stale copy here is then between owners, see `forward_first`).
         for found in [
             None,
             Some(state(None)),
-            Some(state(Some("http://me:9464/"))),
             Some(state(Some("javascript:alert(1)"))),
             Some(state(Some("http://u:p@a:9464"))),
             Some(state(Some("http://elsewhere.example:9464"))),
@@ -691,5 +739,15 @@ mod tests {
             let o = owner_from("g", "http://me:9464", &[], "h", &tp, found);
             assert!(matches!(o, Err(Outcome::NotForwarded(_))), "{o:?}");
         }
+        let o = owner_from(
+            "g",
+            "http://me:9464",
+            &[],
+            "h",
+            &tp,
+            Some(state(Some("http://me:9464/"))),
+        );
+        assert!(matches!(&o, Err(Outcome::OwnedHere(_))), "{o:?}");
+        assert_eq!(o.err().map(|o| o.status()), Some(StatusCode::NOT_FOUND));
     }
 }

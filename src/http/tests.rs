@@ -1183,6 +1183,52 @@ async fn four_full_listings_of_500k_gaps_stay_within_64_mib() {
 mod ack_ui;
 mod ui_form;
 
+/// Review 26, F4: an instance whose store holds a stale copy of a gap of a partition not
+/// assigned here, asked by another instance that the handover topic pointed here (its new
+/// owner still imports and publishes nothing), refuses with 409 instead of taking the ack
+/// (answered 200 before, and the owner never saw it); a gap it does not hold goes the way
+/// it went (not forwarded again: 508).
+#[tokio::test]
+async fn a_stale_copy_of_a_gap_between_owners_is_not_acknowledged_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let gap = sample_gap("a", 5, GapState::Open);
+    store
+        .commit_round("a", std::slice::from_ref(&gap), &[])
+        .unwrap();
+    let state = HttpState {
+        metrics: Arc::new(Metrics::new()),
+        status: StatusBoard::new(),
+        store: store.clone(),
+        api_token: None,
+        forwarding: Arc::new(super::forward::Forwarding::new(
+            crate::config::KafkaConfig::default(),
+            Some("handover".into()),
+            Some("http://me:9464".into()),
+        )),
+        config: None,
+        dry_runs: Arc::new(tokio::sync::Semaphore::new(1)),
+    };
+    let token = Secret::new("t");
+    let o =
+        super::forward::forward_first(&state, &gap.id, "r", &token, Some("http://peer:1")).await;
+    assert!(
+        matches!(&o, Some(super::forward::Outcome::BetweenOwners(m))
+            if m.contains("Retry") && !m.contains("  ")),
+        "{o:?}"
+    );
+    assert_eq!(o.map(|o| o.status()), Some(hyper::StatusCode::CONFLICT));
+    assert_eq!(
+        store.get_gap(&gap.id).unwrap().map(|g| g.state),
+        Some(GapState::Open),
+        "not acknowledged here"
+    );
+    let o =
+        super::forward::forward_first(&state, "a:test:0:99", "r", &token, Some("http://peer:1"))
+            .await;
+    assert!(o.is_none(), "{o:?}");
+}
+
 /// Review of issue 38 (forwarding): an instance whose status board does not list the gap's
 /// partition (revoked here; its store may still hold the gap) sends the ack to the owner
 /// first (`forward::forward_first`), so the owner sees it.

@@ -213,9 +213,11 @@ fn page_answer(id: &str, outcome: Outcome) -> Response<Body> {
             };
             html(status, &forwarded_page(&said, &page))
         }
-        Outcome::NotForwarded(m) | Outcome::Loop(m) | Outcome::Unreachable(m) => {
-            refused(status, &m)
-        }
+        Outcome::NotForwarded(m)
+        | Outcome::Loop(m)
+        | Outcome::Unreachable(m)
+        | Outcome::OwnedHere(m)
+        | Outcome::BetweenOwners(m) => refused(status, &m),
     }
 }
 

@@ -47,6 +47,39 @@ impl Store {
         Ok(changed > 0)
     }
 
+    /// Acknowledgements another instance gave (`(id, reason)`, as an import found them):
+    /// applied to the rows this store holds that are neither acknowledged already nor
+    /// resolved (`late`, `repaired`), each logged as [`Store::ack`] does (a ledger holding
+    /// the gap takes it out at its next refresh). Returns the ids acknowledged here.
+    pub fn take_acks(&self, acks: &[(String, String)]) -> Result<Vec<String>, StoreError> {
+        if acks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.lock();
+        let ctx = || format!("take {} acknowledgements", acks.len());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(self.sq(ctx()))?;
+        let now = fmt_ts(Utc::now());
+        let mut out = Vec::new();
+        for (id, reason) in acks {
+            let changed = tx
+                .execute(
+                    "UPDATE gaps SET state = 'acknowledged', ack_reason = ?2, updated_at = ?3
+                     WHERE id = ?1 AND state NOT IN ('acknowledged', 'late', 'repaired')",
+                    params![id, reason, now],
+                )
+                .map_err(self.sq(ctx()))?;
+            if changed > 0 {
+                tx.execute("INSERT INTO ack_log (gap_id) VALUES (?1)", params![id])
+                    .map_err(self.sq(ctx()))?;
+                out.push(id.clone());
+            }
+        }
+        tx.commit().map_err(self.sq(ctx()))?;
+        Ok(out)
+    }
+
     /// The position of the newest acknowledgement ([`Store::acks_since`] from it on).
     pub fn ack_position(&self) -> Result<i64, StoreError> {
         self.lock()

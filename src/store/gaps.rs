@@ -322,10 +322,13 @@ impl Store {
     ///   handed-over gaps (`keep`) was resolved by another instance, whose store holds its
     ///   final state.
     ///
-    /// Acknowledged, late and repaired rows are never dropped; retired rows only with
+    /// Acknowledged, late and repaired rows are never dropped, nor a dead_lettered one
+    /// nobody retired (history: no handover state carries it). Retired rows go only with
     /// `retired_too` (an owner taking back its own format-3 state keeps them: they are not
-    /// in its state, they are on the side topic as this store holds them). Returns the
-    /// dropped ids.
+    /// in its state, they are on the side topic as this store holds them), and then in
+    /// every state their aggregate counts (review of format 3, T5: an unverifiable or
+    /// dead_lettered copy the owner folded or acknowledged would count twice after the
+    /// import, or list as unresolved here). Returns the dropped ids.
     pub fn forget_unresolved(
         &self,
         audit: &str,
@@ -344,8 +347,10 @@ impl Store {
             let mut stmt = tx
                 .prepare(
                     "SELECT id FROM gaps WHERE audit = ?1 AND topic = ?2 AND partition = ?3
-                        AND state IN ('open', 'unrecoverable') AND first_offset < ?4
-                        AND (?5 OR retired = 0)",
+                        AND first_offset < ?4
+                        AND ((retired = 0 AND state IN ('open', 'unrecoverable', 'unverifiable'))
+                          OR (?5 AND retired = 1
+                              AND state IN ('open', 'unrecoverable', 'unverifiable', 'dead_lettered')))",
                 )
                 .map_err(self.sq(ctx()))?;
             let rows = stmt

@@ -45,6 +45,19 @@ pub(super) fn fold(tx: &Connection, ids: &[String]) -> rusqlite::Result<()> {
     if ids.is_empty() {
         return Ok(());
     }
+    // Under an import mark: remembered, so an import resumed from a newer state does not
+    // take its version of a gap this store folded (review 26b, G1).
+    let mut note = tx.prepare_cached(
+        "INSERT OR REPLACE INTO handover_resumed
+            (handover_topic, audit, topic, partition, id, folded)
+         SELECT i.handover_topic, g.audit, g.topic, g.partition, g.id, 1
+         FROM gaps g JOIN handover_importing i
+             ON i.audit = g.audit AND i.topic = g.topic AND i.partition = g.partition
+         WHERE g.id = ?1 AND g.state <> 'acknowledged'",
+    )?;
+    for id in ids {
+        note.execute(params![id])?;
+    }
     let mut stmt =
         tx.prepare_cached("DELETE FROM gaps WHERE id = ?1 AND state <> 'acknowledged'")?;
     for id in ids {
@@ -440,34 +453,52 @@ impl Store {
     }
 }
 
-/// Partitions importing another owner's state: `(topic, partition) → (owner, term)`.
-pub type Importing = std::collections::BTreeMap<(String, i32), (String, u64)>;
+/// An unfinished import of a partition's handover state ([`Store::set_importing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportMark {
+    /// The owner whose state the import began from.
+    pub owner: String,
+    /// That state's term.
+    pub term: u64,
+    /// That state's settled offset: the store's verdicts below it are the state's, the
+    /// import's to complete; `None` in marks of schema v15.
+    pub below: Option<Offset>,
+    /// That state's generation (of two states of one owner and term, the later one has
+    /// the higher); `None` in marks of schema v15.
+    pub generation: Option<u64>,
+}
+
+/// Partitions importing another owner's state: `(topic, partition) → mark`.
+pub type Importing = std::collections::BTreeMap<(String, i32), ImportMark>;
 
 impl Store {
-    /// Records that one partition imports the state of `owner` under `term` from
-    /// `handover`'s side topic (`Some`), or that it finished (`None`).
+    /// Records that one partition imports the state `mark` names from `handover`'s side
+    /// topic (`Some`), or that it finished (`None`).
     pub fn set_importing(
         &self,
         handover: &str,
         audit: &str,
         topic: &str,
         partition: i32,
-        state: Option<(&str, u64)>,
+        mark: Option<&ImportMark>,
     ) -> Result<(), StoreError> {
         let conn = self.lock();
         let ctx = || format!("mark the import of {audit}/{topic}-{partition}");
-        match state {
-            Some((owner, term)) => conn.execute(
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        match mark {
+            Some(m) => conn.execute(
                 "INSERT OR REPLACE INTO handover_importing
-                    (handover_topic, audit, topic, partition, owner, term)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    (handover_topic, audit, topic, partition, owner, term, below, generation)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     handover,
                     audit,
                     topic,
                     partition,
-                    owner,
-                    i64::try_from(term).unwrap_or(i64::MAX)
+                    m.owner,
+                    int(m.term),
+                    m.below,
+                    m.generation.map(int)
                 ],
             ),
             None => conn.execute(
@@ -477,6 +508,107 @@ impl Store {
             ),
         }
         .map_err(self.sq(ctx()))?;
+        // What a resume noted belongs to the import that ended or the one replaced.
+        conn.execute(
+            "DELETE FROM handover_resumed
+             WHERE handover_topic = ?1 AND audit = ?2 AND topic = ?3 AND partition = ?4",
+            params![handover, audit, topic, partition],
+        )
+        .map_err(self.sq(ctx()))?;
+        Ok(())
+    }
+
+    /// Of gaps `ids` of one partition: which an import resumed from a newer state may take
+    /// (review 26b, G1 and G2): those this store has no row of and did not fold, and those
+    /// a resume wrote before (their later versions replace them). Returns them.
+    pub fn resumable_ids(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        ids: &[String],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the resumed import's gaps of {audit}/{topic}-{partition}");
+        let mut noted = conn
+            .prepare_cached(
+                "SELECT folded FROM handover_resumed WHERE handover_topic = ?1 AND audit = ?2
+                   AND topic = ?3 AND partition = ?4 AND id = ?5",
+            )
+            .map_err(self.sq(ctx()))?;
+        let mut row = conn
+            .prepare_cached("SELECT 1 FROM gaps WHERE id = ?1")
+            .map_err(self.sq(ctx()))?;
+        let mut out = std::collections::HashSet::new();
+        for id in ids {
+            let folded: Option<bool> = noted
+                .query_row(params![handover, audit, topic, partition, id], |r| r.get(0))
+                .optional()
+                .map_err(self.sq(ctx()))?;
+            let take = match folded {
+                Some(folded) => !folded,
+                None => !row.exists(params![id]).map_err(self.sq(ctx()))?,
+            };
+            if take {
+                out.insert(id.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Of gaps `ids` of one partition: those this store folded into an overflow gap under
+    /// an import mark (their rows went: no import takes them back, review 26c H2).
+    pub fn folded_under_mark(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        ids: &[String],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("read the folded gaps of {audit}/{topic}-{partition}");
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT 1 FROM handover_resumed WHERE handover_topic = ?1 AND audit = ?2
+                   AND topic = ?3 AND partition = ?4 AND id = ?5 AND folded = 1",
+            )
+            .map_err(self.sq(ctx()))?;
+        let mut out = std::collections::HashSet::new();
+        for id in ids {
+            if stmt
+                .exists(params![handover, audit, topic, partition, id])
+                .map_err(self.sq(ctx()))?
+            {
+                out.insert(id.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Notes that an import resumed from a newer state wrote gaps `ids` of one partition.
+    pub fn note_resumed(
+        &self,
+        handover: &str,
+        audit: &str,
+        topic: &str,
+        partition: i32,
+        ids: &[String],
+    ) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let ctx = || format!("note the resumed import's gaps of {audit}/{topic}-{partition}");
+        let mut stmt = conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO handover_resumed
+                    (handover_topic, audit, topic, partition, id, folded)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+            )
+            .map_err(self.sq(ctx()))?;
+        for id in ids {
+            stmt.execute(params![handover, audit, topic, partition, id])
+                .map_err(self.sq(ctx()))?;
+        }
         Ok(())
     }
 
@@ -486,7 +618,7 @@ impl Store {
         let ctx = || format!("read the imports of {audit}");
         let mut stmt = conn
             .prepare_cached(
-                "SELECT topic, partition, owner, term FROM handover_importing
+                "SELECT topic, partition, owner, term, below, generation FROM handover_importing
                  WHERE handover_topic = ?1 AND audit = ?2",
             )
             .map_err(self.sq(ctx()))?;
@@ -494,16 +626,20 @@ impl Store {
             .query_map(params![handover, audit], |r| {
                 Ok((
                     (r.get::<_, String>(0)?, r.get::<_, i32>(1)?),
-                    (r.get::<_, String>(2)?, r.get::<_, i64>(3)?),
+                    ImportMark {
+                        owner: r.get(2)?,
+                        term: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                        below: r.get(4)?,
+                        generation: r
+                            .get::<_, Option<i64>>(5)?
+                            .map(|g| u64::try_from(g).unwrap_or(0)),
+                    },
                 ))
             })
             .map_err(self.sq(ctx()))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(self.sq(ctx()))?;
-        Ok(rows
-            .into_iter()
-            .map(|(tp, (owner, term))| (tp, (owner, u64::try_from(term).unwrap_or(0))))
-            .collect())
+        Ok(rows.into_iter().collect())
     }
 }
 
@@ -604,6 +740,7 @@ impl Store {
             "DELETE FROM handover_swept WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
             "DELETE FROM handover_unpublished WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
             "DELETE FROM handover_importing WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
+            "DELETE FROM handover_resumed WHERE audit = ?1 AND topic = ?2 AND partition = ?3",
         ] {
             let mut stmt = conn.prepare_cached(sql).map_err(self.sq(ctx()))?;
             for (topic, partition) in partitions {
@@ -745,7 +882,9 @@ impl Store {
 
 impl Store {
     /// The partitions of `audit` holding unresolved gaps (open, unrecoverable,
-    /// unverifiable), without reading the rows: through the `(audit, state)` index.
+    /// unverifiable) or retired dead_lettered ones (counted until acknowledged): those
+    /// [`Store::forget_unresolved`] has copies of to drop. Without reading the rows: through
+    /// the `(audit, state)` index.
     pub fn partitions_with_unresolved_gaps(
         &self,
         audit: &str,
@@ -755,7 +894,8 @@ impl Store {
         let mut stmt = conn
             .prepare_cached(
                 "SELECT DISTINCT topic, partition FROM gaps
-                 WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')",
+                 WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable', 'dead_lettered')
+                   AND (state <> 'dead_lettered' OR retired = 1)",
             )
             .map_err(self.sq(ctx()))?;
         let rows = stmt

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i32 = 15;
+pub(super) const SCHEMA_VERSION: i32 = 16;
 
 pub(super) const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS gaps (
@@ -280,6 +280,45 @@ CREATE TABLE handover_swept (
 );
 ";
 
+/// v16: an import's mark names the very state it began from (its generation) and where
+/// that state was settled: a cut import resumes over the store's progress from that state
+/// only, and from a newer one only with the gaps below that offset this store knows
+/// nothing of (review of format 3 and review 26: N2, T2, F2). NULL in marks of v15. The
+/// columns are added by [`add_import_mark_columns`] (a file taken back to an older version
+/// and opened again runs v15's batch, whose table may have them already).
+///
+/// Also v16: which gaps of a partition under an import mark this store folded into an
+/// overflow gap (their rows went; a newer state's version of them is not taken), and which
+/// a resume from a newer state wrote (its later versions are): review 26b, G1 and G2.
+const SCHEMA_V16: &str = "
+CREATE TABLE IF NOT EXISTS handover_resumed (
+    handover_topic TEXT NOT NULL,
+    audit          TEXT NOT NULL,
+    topic          TEXT NOT NULL,
+    partition      INTEGER NOT NULL,
+    id             TEXT NOT NULL,
+    folded         INTEGER NOT NULL,
+    PRIMARY KEY (handover_topic, audit, topic, partition, id)
+) WITHOUT ROWID;
+";
+
+/// v16: `handover_importing.below` and `.generation`, when the table does not have them.
+fn add_import_mark_columns(tx: &Connection) -> rusqlite::Result<()> {
+    for (column, decl) in [("below", "INTEGER"), ("generation", "INTEGER")] {
+        let has: bool = tx.query_row(
+            "SELECT COUNT(*) > 0 FROM pragma_table_info('handover_importing') WHERE name = ?1",
+            [column],
+            |r| r.get(0),
+        )?;
+        if !has {
+            tx.execute_batch(&format!(
+                "ALTER TABLE handover_importing ADD COLUMN {column} {decl};"
+            ))?;
+        }
+    }
+    Ok(())
+}
+
 /// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
 /// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
 const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
@@ -303,6 +342,7 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     // get their term (`SWEPT_WITH_TERMS`). Once: it used to run at every open, a full scan
     // of the gaps in a write transaction (review of format 3, F9).
     (SCHEMA_V14, "complete schema v14 (v15)"),
+    (SCHEMA_V16, "migrate schema to v16"),
 ];
 
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the
@@ -331,6 +371,13 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
                     context: "give the swept marks their term (v15)".to_string(),
                     source,
                 })?;
+        }
+        if to == 16 {
+            add_import_mark_columns(tx).map_err(|source| StoreError::Sqlite {
+                path: path.to_path_buf(),
+                context: context.to_string(),
+                source,
+            })?;
         }
         if to == 12 {
             // Ledgers stored before v12 hold every given-up gap: retired here, so the first

@@ -1566,16 +1566,23 @@ fn a_v13_file_of_either_numbering_migrates_to_the_fresh_schema() {
     }
 }
 
-/// The build that was merged and reverted numbered `key_credits` v14 (and `handover_swept`
-/// v13): a file it left at v14 lacks v14's other tables, and opens to the fresh schema.
-#[test]
-fn a_v14_file_of_the_reverted_numbering_is_completed() {
+/// The schema of a fresh file, and another fresh file (its directory, a connection to it)
+/// for a test to take back to an older version.
+fn fresh_schema_and_a_file() -> (Vec<(String, String)>, tempfile::TempDir, Connection) {
     let fresh = tempfile::tempdir().unwrap();
     drop(Store::open(fresh.path()).unwrap());
     let want = schema_of(&fresh.path().join(DB_FILE));
     let dir = tempfile::tempdir().unwrap();
     drop(Store::open(dir.path()).unwrap());
     let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+    (want, dir, conn)
+}
+
+/// The build that was merged and reverted numbered `key_credits` v14 (and `handover_swept`
+/// v13): a file it left at v14 lacks v14's other tables, and opens to the fresh schema.
+#[test]
+fn a_v14_file_of_the_reverted_numbering_is_completed() {
+    let (want, dir, conn) = fresh_schema_and_a_file();
     conn.execute_batch("DROP TABLE handover_unpublished; DROP TABLE instance;")
         .unwrap();
     conn.pragma_update(None, "user_version", 14).unwrap();
@@ -1607,4 +1614,46 @@ fn a_current_file_does_not_run_a_migration_again() {
         .query_row("SELECT retired FROM gaps", [], |r| r.get(0))
         .unwrap();
     assert_eq!(retired, 0, "v14's batch ran again at an open");
+}
+
+/// v16: a file at v15 keeps its import marks, read without the offset the import stops at
+/// (such a mark resumes its own state only), and opens to the fresh schema.
+#[test]
+fn a_v15_files_import_marks_survive_without_their_offset() {
+    let (want, dir, conn) = fresh_schema_and_a_file();
+    conn.execute_batch(
+        "ALTER TABLE handover_importing DROP COLUMN generation;
+         ALTER TABLE handover_importing DROP COLUMN below;
+         INSERT INTO handover_importing VALUES ('h', 'a', 't', 0, 'b', 7);",
+    )
+    .unwrap();
+    conn.pragma_update(None, "user_version", 15).unwrap();
+    drop(conn);
+    let store = Store::open(dir.path()).unwrap();
+    let marks = store.importing("h", "a").unwrap();
+    assert_eq!(
+        marks.get(&("t".to_string(), 0)),
+        Some(&ImportMark {
+            owner: "b".into(),
+            term: 7,
+            below: None,
+            generation: None
+        })
+    );
+    let mark = ImportMark {
+        owner: "c".into(),
+        term: 8,
+        below: Some(40),
+        generation: Some(12),
+    };
+    store.set_importing("h", "a", "t", 1, Some(&mark)).unwrap();
+    assert_eq!(
+        store
+            .importing("h", "a")
+            .unwrap()
+            .get(&("t".to_string(), 1)),
+        Some(&mark)
+    );
+    drop(store);
+    assert_eq!(schema_of(&dir.path().join(DB_FILE)), want);
 }

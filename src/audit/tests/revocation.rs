@@ -169,9 +169,51 @@ async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
         "{commits:?}"
     );
     assert!(h.audit.handover_reading.is_some(), "a read runs meanwhile");
+    // Review 26, F1: a revoke of another partition keeps it (dropped, the read finished in
+    // the background would clear the partition's `unread` without `read_done`), and the
+    // partition is held while it is pending, whatever the client says.
+    let out = h.audit.revoke(&[tp(1)]).await;
+    assert!(out.is_empty(), "{out:?}");
+    assert!(h.audit.handover_reading.is_some(), "kept for partition 0");
+    let hh = h.audit.handover.clone().expect("a handover");
+    assert!(h.audit.awaiting_read(&hh, &tp(0)));
     let out = h.audit.revoke(&[tp(0)]).await;
     assert!(out.is_empty(), "{out:?}");
     assert!(h.audit.handover_reading.is_none(), "dropped at the revoke");
+}
+
+/// Review 26b, G3: a revoke whose partition has a background handover read that finished
+/// but was not taken yet (`read_done` decides its flows and terms) holds it at the revoke's
+/// last persist: neither published nor committed. Before, the revoke dropped the read
+/// first, and the partition was published under a term no sweep had run under, and
+/// committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_holds_a_partition_whose_finished_read_was_not_taken() {
+    let mut h = harness("");
+    h.assign_and_read((0, 0), Vec::new()).await;
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    h.audit.handover = Some(std::sync::Arc::new(client));
+    let reading =
+        crate::audit::hand_over::Reading::finished(vec![tp(0)], std::collections::HashMap::new());
+    while !reading.is_finished() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    h.audit.handover_reading = Some(reading);
+    // Held, nothing is published: the revoke does not wait out a publish to the broker
+    // that never answers (10 s; before, it tried, then held it only for the failure).
+    let started = std::time::Instant::now();
+    let out = h.audit.revoke(&[tp(0)]).await;
+    let took = started.elapsed();
+    assert!(out.is_empty(), "held, not committed: {out:?}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "the revoke tried to publish the partition ({took:?})"
+    );
+    assert!(h.audit.handover_reading.is_none(), "dropped with it");
 }
 
 /// Review of format 3, F3 and R2: a partition resumed from its store because the handover
@@ -192,7 +234,7 @@ async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
         .with_owner("me".into());
     h.audit.handover = Some(std::sync::Arc::new(client));
     h.assign_and_read((0, 0), expected(0..6)).await;
-    h.audit.drop_reading();
+    h.audit.drop_reading(&[tp(0)]);
     let state = |version: u32, owner: &str| -> crate::handover::PartitionState {
         serde_json::from_value(serde_json::json!({"version": version, "audit": AUDIT,
             "topic": tp(0).topic, "partition": 0, "settled": 3, "ledger": {}, "gaps": [],
@@ -209,25 +251,104 @@ async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
             "format {version} of {owner}: {flow:?}"
         );
     }
-    // Review T2: the store marks an import of exactly the state found, cut before this
-    // partition resumed from its store: the import resumes (a sweep would publish the
-    // part imported under a new term, and the rest would be lost for good).
-    h.store
-        .set_importing("unread", AUDIT, &tp(0).topic, 0, Some(("other", 3)))
-        .expect("mark");
-    for (term, resumed) in [(2, false), (3, true)] {
+    // Review T2: the store marks an import of the state found (or of an older one: N2),
+    // cut before this partition resumed from its store: the import resumes (a sweep would
+    // publish the part imported under a new term, and the rest would be lost for good),
+    // below where the first state was settled. An older state than the mark's is not the
+    // newest: swept, and the import it marks is over (its mark goes: review 26c, H5).
+    let mark = crate::store::ImportMark {
+        owner: "other".into(),
+        term: 3,
+        below: Some(2),
+        generation: Some(0),
+    };
+    for (term, owner, resumed) in [(2, "other", false), (3, "other", true), (4, "third", true)] {
+        h.store
+            .set_importing("unread", AUDIT, &tp(0).topic, 0, Some(&mark))
+            .expect("mark");
         h.audit.retired_flows.clear();
-        let mut st = state(3, "other");
+        let mut st = state(3, owner);
         st.term = term;
         let states = std::collections::HashMap::from([(tp(0), st)]);
         h.audit.read_done(vec![tp(0)], Ok(states)).await;
         let flow = h.audit.retired_flows.get(&tp(0));
+        let want = crate::audit::retired_flow::Source {
+            term,
+            owner: owner.to_string(),
+            below: if term == 3 {
+                crate::types::Offset::MAX
+            } else {
+                2
+            },
+            only_unknown: term != 3,
+        };
         assert_eq!(
-            matches!(flow, Some(Flow::Import(_, 3, o)) if o == "other"),
+            matches!(flow, Some(Flow::Import(_, src)) if *src == want),
             resumed,
             "term {term}: {flow:?}"
         );
+        let marked = h
+            .store
+            .importing("unread", AUDIT)
+            .expect("marks")
+            .contains_key(&(tp(0).topic.clone(), 0));
+        assert_eq!(marked, resumed, "term {term}: the mark stays while resumed");
     }
+}
+
+/// Which state a cut import resumes from (`resume_of`, review 26 F2): the very one it began
+/// from, as it began (unbounded); a newer one (a higher term, or a later
+/// generation of the same owner and term) only with the gaps this store knows nothing of,
+/// below the first one's settled offset (never past the found state's); an older one never.
+/// A mark of schema v15 (no offset, no generation) resumes a state of its owner and term
+/// only, as it began.
+#[test]
+fn a_cut_import_resumes_from_its_state_or_a_newer_one_below_where_it_began() {
+    use crate::audit::partitions::resume_of;
+    let mark = |below, generation| crate::store::ImportMark {
+        owner: "b".into(),
+        term: 5,
+        below,
+        generation,
+    };
+    let m = mark(Some(20), Some(9));
+    assert_eq!(
+        resume_of(&m, ("b", 5, 9, 20)),
+        Some((crate::types::Offset::MAX, false)),
+        "the same"
+    );
+    assert_eq!(
+        resume_of(&m, ("b", 5, 11, 30)),
+        Some((20, true)),
+        "its owner's later one"
+    );
+    assert_eq!(
+        resume_of(&m, ("c", 6, 2, 90)),
+        Some((20, true)),
+        "a newer owner's"
+    );
+    assert_eq!(
+        resume_of(&m, ("b", 7, 1, 10)),
+        Some((10, true)),
+        "never past it"
+    );
+    assert_eq!(resume_of(&m, ("c", 4, 30, 90)), None, "older");
+    assert_eq!(
+        resume_of(&m, ("c", 5, 30, 90)),
+        None,
+        "another owner's same term"
+    );
+    assert_eq!(
+        resume_of(&m, ("b", 5, 8, 90)),
+        None,
+        "an earlier generation"
+    );
+    let legacy = mark(None, None);
+    assert_eq!(
+        resume_of(&legacy, ("b", 5, 3, 30)),
+        Some((crate::types::Offset::MAX, false))
+    );
+    assert_eq!(resume_of(&legacy, ("c", 6, 3, 30)), None);
 }
 
 /// Review of format 3, F1: a store letting go of

@@ -156,6 +156,9 @@ pub fn kcat_version(bin: &str) -> Option<String> {
     Some(format!("kcat {version}{lib}"))
 }
 
+/// The size of the blocks kcat's stdio writes to a pipe (glibc: the pipe's `st_blksize`).
+const KCAT_BLOCK: usize = 4096;
+
 /// Same-run baseline beside the bare consumer: kcat reads the whole topic from the start to
 /// its end (`-o beginning -e`), printing one newline per record (`-f '\n'`, the cheapest
 /// output that still shows every record), and this counts the newlines. Returns the rate
@@ -190,7 +193,10 @@ pub fn kcat_consume(bin: &str, brokers: &str, topic: &str, n: u64) -> Result<(f6
         }
     });
     let mut out = child.stdout.take().context("kcat's stdout")?;
-    let mut buf = vec![0u8; 1 << 16];
+    // One block a read: a bigger buffer took several blocks at once when this thread was
+    // late (a busy 2-core machine), and a short run then saw fewer than two reads before
+    // the last ("too few blocks to time": CI of d4c2211, 20,000 records in the smoke run).
+    let mut buf = vec![0u8; KCAT_BLOCK];
     let mut count = 0u64;
     // (time, records so far) at the first read, the one before the last, and the last.
     let mut first: Option<(Instant, u64)> = None;

@@ -224,3 +224,240 @@ fn a_retired_dead_lettered_gap_counts_until_acknowledged() {
     let got = store.settle_retired("a", "t", 0, &[]).unwrap();
     assert_eq!((got.gaps, got.dead_lettered), (1, 0));
 }
+
+/// Review of format 3 (T5): a partition's stale copies go whole. Retired rows of every
+/// state the aggregate counts (unverifiable and dead_lettered too, not only open and
+/// unrecoverable) leave with `retired_too`: the side topic's import brings the owner's
+/// versions back, and a copy it lacks (folded, acknowledged and dropped there) would count
+/// twice or list as unresolved here. Not retired, an unverifiable copy is unresolved and
+/// goes too; a dead_lettered one (never in a handover state) and acknowledged ones stay.
+#[test]
+fn stale_retired_rows_of_every_counted_state_are_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 0);
+    let unverifiable = GapRecord {
+        size_known: false,
+        cause: GapCause::DeletedUnread,
+        deleted_ms: Some(70_000),
+        ..record(10, 7, None, None)
+    };
+    let dead = GapRecord {
+        missing: 0,
+        dead_lettered: 2,
+        cause: GapCause::DeadLettered,
+        ..record(20, 0, Some(3_000), None)
+    };
+    let open = record(30, 2, Some(5_000), None);
+    let acked = record(40, 2, Some(5_000), None);
+    let retired: Vec<Gap> = [&unverifiable, &dead, &open, &acked]
+        .iter()
+        .map(|g| g.to_gap("a", &tp))
+        .collect();
+    assert_eq!(retired[0].state, GapState::Unverifiable);
+    assert_eq!(retired[1].state, GapState::DeadLettered);
+    let ids: Vec<String> = retired.iter().map(|g| g.id.clone()).collect();
+    store
+        .commit_round_retiring::<&[u8]>("a", &retired, &[], KeyClaims::Changes(&[]), &ids, &[])
+        .unwrap();
+    assert!(store.ack(&ids[3], "known").unwrap());
+    // Not retired: an unverifiable and a dead_lettered copy.
+    let live: Vec<Gap> = [
+        GapRecord {
+            size_known: false,
+            cause: GapCause::DeletedUnread,
+            deleted_ms: Some(70_000),
+            ..record(50, 3, None, None)
+        },
+        GapRecord {
+            missing: 0,
+            dead_lettered: 1,
+            cause: GapCause::DeadLettered,
+            ..record(60, 0, Some(3_000), None)
+        },
+    ]
+    .iter()
+    .map(|g| g.to_gap("a", &tp))
+    .collect();
+    store.commit_round("a", &live, &[]).unwrap();
+    assert_eq!(store.settle_retired("a", "t", 0, &[]).unwrap().gaps, 3);
+    assert!(
+        store
+            .partitions_with_unresolved_gaps("a")
+            .unwrap()
+            .contains(&("t".to_string(), 0))
+    );
+
+    // An import's drop (below its settled offset, keeping the state's gaps: none here).
+    let mut dropped = store
+        .forget_unresolved("a", "t", 0, 1_000, &[], true)
+        .unwrap();
+    dropped.sort();
+    let mut want = vec![
+        ids[0].clone(),
+        ids[1].clone(),
+        ids[2].clone(),
+        live[0].id.clone(),
+    ];
+    want.sort();
+    assert_eq!(dropped, want);
+    assert_eq!(store.settle_retired("a", "t", 0, &[]).unwrap().gaps, 0);
+    assert!(
+        store.get_gap(&ids[3]).unwrap().is_some(),
+        "acknowledged kept"
+    );
+    assert!(
+        store.get_gap(&live[1].id).unwrap().is_some(),
+        "dead_lettered kept"
+    );
+}
+
+/// A partition whose only counted rows are retired dead_lettered ones is still found as
+/// one to forget when another instance owns it (review of format 3, T5).
+#[test]
+fn a_partition_with_only_retired_dead_letters_is_found_to_forget() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 3);
+    let dead = GapRecord {
+        missing: 0,
+        dead_lettered: 2,
+        cause: GapCause::DeadLettered,
+        ..record(20, 0, Some(3_000), None)
+    }
+    .to_gap("a", &tp);
+    store
+        .commit_round_retiring::<&[u8]>(
+            "a",
+            std::slice::from_ref(&dead),
+            &[],
+            KeyClaims::Changes(&[]),
+            std::slice::from_ref(&dead.id),
+            &[],
+        )
+        .unwrap();
+    assert!(
+        store
+            .partitions_with_unresolved_gaps("a")
+            .unwrap()
+            .contains(&("t".to_string(), 3))
+    );
+    // A dead_lettered row nobody retired is history: not a reason to forget a partition.
+    let other = GapRecord {
+        missing: 0,
+        dead_lettered: 2,
+        cause: GapCause::DeadLettered,
+        ..record(20, 0, Some(3_000), None)
+    }
+    .to_gap("a", &crate::gap::TopicPartition::new("t", 4));
+    store.commit_round("a", &[other], &[]).unwrap();
+    assert!(
+        !store
+            .partitions_with_unresolved_gaps("a")
+            .unwrap()
+            .contains(&("t".to_string(), 4))
+    );
+}
+
+/// Review 26b, G1 and G2: under an import mark, a gap this store folds is never taken by an
+/// import resumed from a newer state (its row went with the fold; before, the newer owner's
+/// version came back beside the overflow gap counting it); one the resume wrote may be
+/// replaced by a later version; one this store has a row of is not taken; an unknown one
+/// is. An import that ends, or a new one, forgets the notes.
+#[test]
+fn a_resumed_import_takes_unknown_gaps_and_its_own_never_folded_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 0);
+    let mark = ImportMark {
+        owner: "b".into(),
+        term: 3,
+        below: Some(100),
+        generation: Some(7),
+    };
+    store.set_importing("h", "a", "t", 0, Some(&mark)).unwrap();
+    let folded = record(10, 1, Some(5_000), None).to_gap("a", &tp);
+    let own = record(20, 1, Some(5_000), None).to_gap("a", &tp);
+    store
+        .commit_round("a", &[folded.clone(), own.clone()], &[])
+        .unwrap();
+    store
+        .commit_round_retiring::<&[u8]>(
+            "a",
+            &[],
+            &[],
+            KeyClaims::Changes(&[]),
+            &[],
+            std::slice::from_ref(&folded.id),
+        )
+        .unwrap();
+    assert_eq!(store.get_gap(&folded.id).unwrap(), None, "folded: row gone");
+    // A gap the resume wrote: its row is there, and noted.
+    let resumed = record(30, 1, Some(5_000), None).to_gap("a", &tp);
+    store
+        .import_retired("a", std::slice::from_ref(&resumed))
+        .unwrap();
+    let written = resumed.id.clone();
+    let unknown = Gap::make_id("a", "t", 0, 40);
+    store
+        .note_resumed("h", "a", "t", 0, std::slice::from_ref(&written))
+        .unwrap();
+    let ids = [
+        folded.id.clone(),
+        own.id.clone(),
+        written.clone(),
+        unknown.clone(),
+    ];
+    assert_eq!(
+        store.folded_under_mark("h", "a", "t", 0, &ids).unwrap(),
+        std::collections::HashSet::from([folded.id.clone()]),
+        "no import takes a gap folded under the mark back (review 26c, H2)"
+    );
+    let take = store.resumable_ids("h", "a", "t", 0, &ids).unwrap();
+    assert_eq!(
+        take,
+        std::collections::HashSet::from([written.clone(), unknown.clone()])
+    );
+    // The import ends: its notes go (a later import starts from what the store holds).
+    store.set_importing("h", "a", "t", 0, None).unwrap();
+    let take = store.resumable_ids("h", "a", "t", 0, &ids).unwrap();
+    assert_eq!(
+        take,
+        std::collections::HashSet::from([folded.id.clone(), unknown])
+    );
+}
+
+/// Review 26c, H1: acknowledgements a newer owner gave, found by a resumed import, are taken
+/// on the rows this store holds (logged for the ledger's refresh), never over a resolved
+/// row, and never twice.
+#[test]
+fn acknowledgements_found_by_an_import_are_taken_on_open_rows_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tp = crate::gap::TopicPartition::new("t", 0);
+    let open = record(10, 1, Some(5_000), None).to_gap("a", &tp);
+    let late = record(20, 0, Some(5_000), None).to_gap("a", &tp);
+    assert_eq!(late.state, GapState::Late);
+    store
+        .commit_round("a", &[open.clone(), late.clone()], &[])
+        .unwrap();
+    let before = store.ack_position().unwrap();
+    let acks = [
+        (open.id.clone(), "on B".to_string()),
+        (late.id.clone(), "on B".to_string()),
+        ("a:t:0:99".to_string(), "no row".to_string()),
+    ];
+    assert_eq!(store.take_acks(&acks).unwrap(), vec![open.id.clone()]);
+    let got = store.get_gap(&open.id).unwrap().expect("row");
+    assert_eq!(
+        (got.state, got.ack_reason.as_deref()),
+        (GapState::Acknowledged, Some("on B"))
+    );
+    assert_eq!(
+        store.get_gap(&late.id).unwrap().map(|g| g.state),
+        Some(GapState::Late)
+    );
+    let (logged, _) = store.acks_since("a", before).unwrap();
+    assert_eq!(logged.len(), 1);
+    assert!(store.take_acks(&acks).unwrap().is_empty(), "not twice");
+}

@@ -7,10 +7,12 @@
 
 use super::handover_idle::{AUDIT, handed};
 use super::handover_retired::{
-    HELD_END, HELD_RETIRED, LIVE, a_decided, held_retired_rows, side_topic_states_of, state_term,
+    HELD_END, HELD_RETIRED, LIVE, a_decided, held_retired_rows, newest_state, side_topic_states_of,
+    state_term,
 };
 use super::*;
 use gap_auditor::handover::{Handover, retired};
+use gap_auditor::store::ImportMark;
 
 /// A handover client writing as another owner, `owner`.
 fn other_owner(handover: &str, owner: &str) -> std::sync::Arc<Handover> {
@@ -24,6 +26,142 @@ fn other_owner(handover: &str, owner: &str) -> std::sync::Arc<Handover> {
     .expect("handover client")
     .with_owner(owner.to_string());
     std::sync::Arc::new(h)
+}
+
+/// `owner`'s copy of the partition's newest state, settled at `settled`, published under
+/// the term its read of the handover topic gives it: its client and the mark of an import
+/// of that state (its owner, term, settled offset and generation).
+async fn publish_as(
+    handover: &str,
+    tp: &gap_auditor::gap::TopicPartition,
+    owner: &str,
+    settled: i64,
+) -> (std::sync::Arc<Handover>, ImportMark) {
+    let h = other_owner(handover, owner);
+    let (hh, t) = (h.clone(), tp.clone());
+    let mut states = tokio::task::spawn_blocking(move || hh.read(AUDIT, &[t]))
+        .await
+        .expect("read task")
+        .expect("read the handover topic");
+    let mut st = states.remove(tp).expect("a state");
+    assert_eq!(st.version, 3);
+    let before = st.term;
+    st.owner = h.owner().to_string();
+    st.settled = settled;
+    st.base = None;
+    st.prev = None;
+    st.removed = Vec::new();
+    st.claims_kept = false;
+    h.publish(&[st]).await.expect("the state");
+    let st = newest_state(handover, tp).await;
+    assert!(
+        st.term > before,
+        "{owner}'s term {} after {before}",
+        st.term
+    );
+    let mark = ImportMark {
+        owner: st.owner,
+        term: st.term,
+        below: Some(st.settled),
+        generation: Some(st.generation),
+    };
+    (h, mark)
+}
+
+/// Waits (up to a minute) for a state of a term above `than` and returns its term.
+async fn newer_term(
+    handover: &str,
+    tp: &gap_auditor::gap::TopicPartition,
+    than: u64,
+    a: &Instance,
+) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut term = than;
+    while term <= than && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        term = state_term(handover, tp).await;
+    }
+    assert!(
+        term > than,
+        "A's state lands; A log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    term
+}
+
+/// A's store as an import of the state `mark` names, cut with the first `imported` of A's
+/// given-up gaps in the store, leaves it.
+fn cut_import(a: &Instance, handover: &str, topic: &str, mark: &ImportMark, imported: usize) {
+    let store = Store::open(&a.store).expect("store");
+    store
+        .clear_handover_swept(AUDIT, &[(topic.to_string(), 0)])
+        .expect("unmark");
+    store
+        .set_importing(handover, AUDIT, topic, 0, Some(mark))
+        .expect("mark the import");
+    drop(store);
+    let conn = rusqlite::Connection::open(a.store.join(gap_auditor::store::DB_FILE)).expect("db");
+    for g in held_retired_rows(topic).iter().skip(imported) {
+        conn.execute("DELETE FROM gaps WHERE id = ?1", [&g.id])
+            .expect("not imported yet");
+    }
+}
+
+/// A, started over its cut import, resumes it: its state lands under a term past `than`,
+/// the side topic holds its ten given-up gaps under that term, it counts them with its live
+/// ones, and its store holds them as it decided them (`a_gaps`). Returns A's store after.
+async fn resumes_to_all_ten(
+    a: &mut Instance,
+    handover: &str,
+    tp: &gap_auditor::gap::TopicPartition,
+    than: u64,
+    a_gaps: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    a.start();
+    wait_settled(a, HELD_END, "A resumes").await;
+    let term = newer_term(handover, tp, than, a).await;
+    assert_eq!(
+        side_under(handover, &tp.topic, term).await,
+        held_open(&tp.topic),
+        "all ten under A's term; A log tail:\n{}",
+        tail(&a.log_text(), 30)
+    );
+    stays_open(a, HELD_RETIRED + LIVE).await;
+    a.stop();
+    let after = handed(&a.store);
+    for g in held_retired_rows(&tp.topic) {
+        assert_eq!(after.get(&g.id), a_gaps.get(&g.id), "{} in A's store", g.id);
+    }
+    after
+}
+
+/// The given-up gaps the side topic holds under `term`, by id, with their state.
+async fn side_under(handover: &str, topic: &str, term: u64) -> BTreeMap<String, String> {
+    let (side, topic) = (retired::side_topic(handover), topic.to_string());
+    tokio::task::spawn_blocking(move || side_topic_states_of(&side, &topic, Some(term)))
+        .await
+        .expect("side task")
+}
+
+/// A's given-up gaps, all open, by id.
+fn held_open(topic: &str) -> BTreeMap<String, String> {
+    held_retired_rows(topic)
+        .into_iter()
+        .map(|g| (g.id, "open".to_string()))
+        .collect()
+}
+
+/// A's `gaps_open` stays `want` for six samples.
+async fn stays_open(a: &Instance, want: i64) {
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            a.metric("gap_auditor_gaps_open").await,
+            want as f64,
+            "A's log tail:\n{}",
+            tail(&a.log_text(), 30)
+        );
+    }
 }
 
 /// F2, N1-N6 and R1-R5: A's store is further than the format-3 state on the handover topic,
@@ -41,25 +179,9 @@ async fn a_store_further_than_another_owners_state_keeps_its_verdicts_under_its_
     let (s, handover, mut a, _b, a_gaps) = a_decided("handover_further_own_term").await;
     a.stop();
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
-    let b = other_owner(&handover, "other-owner");
-    let (bb, t) = (b.clone(), tp.clone());
-    let mut states = tokio::task::spawn_blocking(move || bb.read(AUDIT, &[t]))
-        .await
-        .expect("read task")
-        .expect("read the handover topic");
-    let mut st = states.remove(&tp).expect("A's state");
-    assert_eq!(st.version, 3);
-    let a_term = st.term;
     // B's state: less far than A's store, under the next term (its read made it B's).
-    st.owner = b.owner().to_string();
-    st.settled = HELD_END - 2;
-    st.base = None;
-    st.prev = None;
-    st.removed = Vec::new();
-    st.claims_kept = false;
-    b.publish(&[st]).await.expect("B's state");
-    let b_term = state_term(&handover, &tp).await;
-    assert!(b_term > a_term, "B's term {b_term} after A's {a_term}");
+    let (b, b_mark) = publish_as(&handover, &tp, "other-owner", HELD_END - 2).await;
+    let b_term = b_mark.term;
     let mut rows = held_retired_rows(&s.topic);
     let acked = rows[1].id.clone();
     rows[1].state = GapState::Acknowledged;
@@ -78,16 +200,7 @@ async fn a_store_further_than_another_owners_state_keeps_its_verdicts_under_its_
     ))
     .await
     .expect("B's chunks");
-    let side = retired::side_topic(&handover);
-    let read_side = |term: u64| {
-        let (side, topic) = (side.clone(), s.topic.clone());
-        async move {
-            tokio::task::spawn_blocking(move || side_topic_states_of(&side, &topic, Some(term)))
-                .await
-                .expect("side task")
-        }
-    };
-    let b_side = read_side(b_term).await;
+    let b_side = side_under(&handover, &s.topic, b_term).await;
     Store::open(&a.store)
         .expect("store")
         .clear_handover_swept(AUDIT, &[(s.topic.clone(), 0)])
@@ -96,37 +209,19 @@ async fn a_store_further_than_another_owners_state_keeps_its_verdicts_under_its_
     wait_settled(&a, HELD_END, "A resumes from its store").await;
     // A's state lands, under a term past B's, and its chunks hold A's given-up gaps as
     // A's store does (gap 3 open: B's acknowledgement is B's verdict, not followed).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut term = b_term;
-    while term <= b_term && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        term = state_term(&handover, &tp).await;
-    }
-    assert!(
-        term > b_term,
-        "A's state lands; A log tail:\n{}",
-        tail(&a.log_text(), 30)
-    );
-    let want: BTreeMap<String, String> = held_retired_rows(&s.topic)
-        .into_iter()
-        .map(|g| (g.id, "open".to_string()))
-        .collect();
+    let term = newer_term(&handover, &tp, b_term, &a).await;
     assert_eq!(
-        read_side(term).await,
-        want,
+        side_under(&handover, &s.topic, term).await,
+        held_open(&s.topic),
         "A's chunks under its term; A log tail:\n{}",
         tail(&a.log_text(), 30)
     );
-    assert_eq!(read_side(b_term).await, b_side, "B's chunks untouched");
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(
-            a.metric("gap_auditor_gaps_open").await,
-            (HELD_RETIRED + LIVE) as f64,
-            "A's log tail:\n{}",
-            tail(&a.log_text(), 30)
-        );
-    }
+    assert_eq!(
+        side_under(&handover, &s.topic, b_term).await,
+        b_side,
+        "B's chunks untouched"
+    );
+    stays_open(&a, HELD_RETIRED + LIVE).await;
     a.stop();
     let after = handed(&a.store);
     for g in &theirs {
@@ -203,21 +298,7 @@ async fn an_import_cut_after_its_progress_went_past_the_state_resumes() {
     let (s, handover, mut a, _b, a_gaps) = a_decided("handover_import_resumes").await;
     a.stop();
     let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
-    let b = other_owner(&handover, "other-owner");
-    let (bb, t) = (b.clone(), tp.clone());
-    let mut states = tokio::task::spawn_blocking(move || bb.read(AUDIT, &[t]))
-        .await
-        .expect("read task")
-        .expect("read the handover topic");
-    let mut st = states.remove(&tp).expect("A's state");
-    st.owner = b.owner().to_string();
-    st.settled = HELD_END - 2;
-    st.base = None;
-    st.prev = None;
-    st.removed = Vec::new();
-    st.claims_kept = false;
-    b.publish(&[st]).await.expect("B's state");
-    let b_term = state_term(&handover, &tp).await;
+    let (b, b_mark) = publish_as(&handover, &tp, "other-owner", HELD_END - 2).await;
     b.publish_retired(&retired::chunks(
         AUDIT,
         &tp,
@@ -227,64 +308,50 @@ async fn an_import_cut_after_its_progress_went_past_the_state_resumes() {
     ))
     .await
     .expect("B's chunk");
-    {
-        // A's store as an import of B's state cut halfway leaves it.
-        let store = Store::open(&a.store).expect("store");
-        store
-            .clear_handover_swept(AUDIT, &[(s.topic.clone(), 0)])
-            .expect("unmark");
-        store
-            .set_importing(&handover, AUDIT, &s.topic, 0, Some((b.owner(), b_term)))
-            .expect("mark the import");
-        drop(store);
-        let conn =
-            rusqlite::Connection::open(a.store.join(gap_auditor::store::DB_FILE)).expect("db");
-        for g in held_retired_rows(&s.topic).iter().skip(5) {
-            conn.execute("DELETE FROM gaps WHERE id = ?1", [&g.id])
-                .expect("not imported yet");
-        }
-    }
-    a.start();
-    wait_settled(&a, HELD_END, "A resumes").await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut term = b_term;
-    while term <= b_term && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        term = state_term(&handover, &tp).await;
-    }
-    assert!(
-        term > b_term,
-        "A's state lands; A log tail:\n{}",
-        tail(&a.log_text(), 30)
-    );
-    let want: BTreeMap<String, String> = held_retired_rows(&s.topic)
-        .into_iter()
-        .map(|g| (g.id, "open".to_string()))
-        .collect();
-    let (side, topic) = (retired::side_topic(&handover), s.topic.clone());
-    let on_side =
-        tokio::task::spawn_blocking(move || side_topic_states_of(&side, &topic, Some(term)))
-            .await
-            .expect("side task");
-    assert_eq!(
-        on_side,
-        want,
-        "all ten under A's term; A log tail:\n{}",
-        tail(&a.log_text(), 30)
-    );
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(
-            a.metric("gap_auditor_gaps_open").await,
-            (HELD_RETIRED + LIVE) as f64,
-            "A's log tail:\n{}",
-            tail(&a.log_text(), 30)
-        );
-    }
+    cut_import(&a, &handover, &s.topic, &b_mark, 5);
+    resumes_to_all_ten(&mut a, &handover, &tp, b_mark.term, &a_gaps).await;
+}
+
+/// Review of format 3, N2 and T2: A's import of B's state (settled at 20, where A's own
+/// verdicts begin) was cut with five of B's ten given-up gaps imported, A went on to
+/// `HELD_END`, and meanwhile a third owner C took B's state over, published its own newer
+/// state (less far than A's store) and its chunk: B's ten gaps as C holds them, and two
+/// gaps C gave up at 40 and 70, offsets A decided itself (present). Before, the mark named
+/// B's state only: A took C's state for a store further than the handover and published
+/// its five under its own term (the other five lost for good). Resumed without a bound, A
+/// would import C's 40 and 70 too (counted twice over A's verdicts there). Now A resumes
+/// the import from C's state, below 20 only: all ten, and neither 40 nor 70.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_import_resumes_from_a_newer_state_below_where_it_began() {
+    let (s, handover, mut a, _b, a_gaps) = a_decided("handover_import_newer").await;
     a.stop();
-    let after = handed(&a.store);
-    for g in held_retired_rows(&s.topic) {
-        assert_eq!(after.get(&g.id), a_gaps.get(&g.id), "{} in A's store", g.id);
+    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let (_b, b_mark) = publish_as(&handover, &tp, "other-owner", 20).await;
+    let (c, c_mark) = publish_as(&handover, &tp, "third-owner", HELD_END - 2).await;
+    let theirs = [
+        open_gap(AUDIT, &s.topic, 40, 40),
+        open_gap(AUDIT, &s.topic, 70, 70),
+    ];
+    let mut rows = held_retired_rows(&s.topic);
+    rows.extend(theirs.iter().cloned());
+    c.publish_retired(&retired::chunks(
+        AUDIT,
+        &tp,
+        rows,
+        c.owner(),
+        chrono::Utc::now(),
+    ))
+    .await
+    .expect("C's chunk");
+    cut_import(&a, &handover, &s.topic, &b_mark, 5);
+    // All ten under A's term, not C's 40 and 70.
+    let after = resumes_to_all_ten(&mut a, &handover, &tp, c_mark.term, &a_gaps).await;
+    for g in &theirs {
+        assert!(
+            !after.contains_key(&g.id),
+            "C's gap {} not in A's store",
+            g.id
+        );
     }
 }
 
@@ -305,33 +372,13 @@ async fn an_instance_never_writes_under_a_term_it_used_before() {
         .expect("a later term used");
     a.start();
     wait_settled(&a, HELD_END, "A takes its partition back").await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut term = own;
-    while term <= own + 3 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        term = state_term(&handover, &tp).await;
-    }
-    assert!(
-        term > own + 3,
-        "A's state lands under a term past every one it used ({term}); A log tail:\n{}",
-        tail(&a.log_text(), 30)
+    // A's state lands under a term past every one it used.
+    let term = newer_term(&handover, &tp, own + 3, &a).await;
+    assert_eq!(
+        side_under(&handover, &s.topic, term).await,
+        held_open(&s.topic),
+        "A's given-up gaps under its new term"
     );
-    let want: BTreeMap<String, String> = held_retired_rows(&s.topic)
-        .into_iter()
-        .map(|g| (g.id, "open".to_string()))
-        .collect();
-    let (side, topic) = (retired::side_topic(&handover), s.topic.clone());
-    let on_side =
-        tokio::task::spawn_blocking(move || side_topic_states_of(&side, &topic, Some(term)))
-            .await
-            .expect("side task");
-    assert_eq!(on_side, want, "A's given-up gaps under its new term");
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(
-            a.metric("gap_auditor_gaps_open").await,
-            (HELD_RETIRED + LIVE) as f64
-        );
-    }
+    stays_open(&a, HELD_RETIRED + LIVE).await;
     a.stop();
 }

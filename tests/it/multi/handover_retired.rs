@@ -486,6 +486,15 @@ pub(super) async fn state_writer(
     handover: &str,
     tp: &gap_auditor::gap::TopicPartition,
 ) -> (u64, String) {
+    let st = newest_state(handover, tp).await;
+    (st.term, st.owner)
+}
+
+/// Partition `tp`'s newest state on `handover`.
+pub(super) async fn newest_state(
+    handover: &str,
+    tp: &gap_auditor::gap::TopicPartition,
+) -> gap_auditor::handover::PartitionState {
     use gap_auditor::handover::Handover;
     let h = Handover::new(
         &gap_auditor::config::KafkaConfig {
@@ -500,8 +509,7 @@ pub(super) async fn state_writer(
         .await
         .expect("read task")
         .expect("read the handover topic");
-    let st = states.remove(tp).expect("a state");
-    (st.term, st.owner)
+    states.remove(tp).expect("a state")
 }
 
 /// Publishes `c` to the side topic as it is (its term included), as an owner of that term.
