@@ -139,6 +139,7 @@ fn sample_gap(audit: &str, first: i64, state: GapState) -> Gap {
         pipeline_commit_from: None,
         pipeline_commit_to: None,
         pipeline_commit_at: None,
+        evidence: None,
         shared_key: false,
         replayed_at: None,
     }
@@ -154,6 +155,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
         pipeline_job_state: None,
         sink_table_hold: None,
         dead_letters: None,
+        flink: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,
