@@ -310,10 +310,13 @@ async fn api_gaps_fields_and_filters() {
         "shared_key",
         // Issue 35 item 3: when `replay` marked it (null: never replayed).
         "replayed_at",
+        // Issue 37: what the pipeline (Flink) said of the cause (null: no evidence).
+        "evidence",
     ];
     want.sort_unstable();
     assert_eq!(keys, want);
     assert_eq!(g["replayed_at"], Value::Null);
+    assert_eq!(g["evidence"], Value::Null);
     assert_eq!(g["audit"], "dns logs");
     assert_eq!(g["partition"], 0);
     assert_eq!(g["first_offset"], 10);
