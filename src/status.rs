@@ -62,6 +62,10 @@ pub struct FlinkStatus {
     /// The job's run that started last, as last seen (kept while the JobManager cannot be
     /// read); `null` before one was seen.
     pub run: Option<FlinkRunStatus>,
+    /// The run before it, when one was seen: after a crash, its `last_completed` is the
+    /// checkpoint a correct restart restores. Left out of the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_run: Option<FlinkRunStatus>,
 }
 
 /// One run of the Flink job, for `/api/status`.

@@ -94,6 +94,7 @@ impl FlinkWatch {
             source: view.state,
             checked_at: view.checked_at,
             run: view.history.current().map(FlinkRunStatus::of),
+            previous_run: view.history.previous().map(FlinkRunStatus::of),
         }
     }
 }

@@ -169,6 +169,15 @@ impl History {
         self.runs.last()
     }
 
+    /// The run that started before the current one: after a crash, its last completed
+    /// checkpoint is the one a correct restart restores.
+    pub fn previous(&self) -> Option<&JobRun> {
+        self.runs
+            .len()
+            .checked_sub(2)
+            .and_then(|i| self.runs.get(i))
+    }
+
     /// Every run kept, oldest first.
     pub fn runs(&self) -> &[JobRun] {
         &self.runs
@@ -278,6 +287,7 @@ mod tests {
             "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset)"
         );
         assert_eq!(ev.previous_checkpoint.map(|c| c.id), Some(7));
+        assert_eq!(h.previous().map(|r| r.jid.as_str()), Some(OLD));
     }
 
     #[test]

@@ -124,6 +124,9 @@ async fn the_seed_gap_carries_the_restart_without_a_restore() {
     assert_eq!(f["job"], JOB);
     assert_eq!(f["run"]["jid"], NEW, "{status}");
     assert_eq!(f["run"]["restore"]["kind"], "none", "{status}");
+    // The crashed run and its last completed checkpoint: what a correct restart restores.
+    assert_eq!(f["previous_run"]["jid"], OLD, "{status}");
+    assert_eq!(f["previous_run"]["last_completed"]["id"], 2, "{status}");
     let shown = status.to_string();
     assert!(
         !shown.contains("s3cret") && !shown.contains("ops:"),
