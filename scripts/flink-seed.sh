@@ -113,6 +113,8 @@ trap 'stop_job; stop_auditor' EXIT
 
 start_job() { # case log startup [restore]
   local c=$1 logf=$2 startup=$3 restore=${4:-}
+  # Another JobManager on the port would answer for this one.
+  rest_down || die "port $REST_PORT already serves a Flink REST API (FLINK_REST_PORT)"
   # Its own process group: kill -9 takes the Python driver and the JVM (the MiniCluster,
   # its REST endpoint with it) down at once, like a crashed JobManager.
   setsid "$FLINK_VENV/bin/python" "$HERE/flink/seed_job.py" \
@@ -237,6 +239,8 @@ EOF
   log "case $c: /api/gaps: $gaps"
   log "case $c: flink status: $(api /api/status "json.dumps(j['audits'][0].get('flink'))")"
   stop_auditor
+  # The next case's job takes the same REST port.
+  stop_job
   "$BIN" gaps -c "$WORK/$c/gap-auditor.toml" --state all | tee "$WORK/$c/gaps.txt" >&2
   if [[ $c == latest ]]; then
     python3 - "$WORK/$c/gaps.json" <<'EOF' || die "case latest: the gap is not exactly 2-3 with the restart evidence"
