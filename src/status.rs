@@ -73,8 +73,11 @@ pub struct FlinkStatus {
 pub struct FlinkRunStatus {
     /// The run's job id.
     pub jid: String,
-    /// Its status (`RUNNING`, `FAILED`, ...).
+    /// Its status as the JobManager last listed it (`RUNNING`, `FAILED`, ...).
     pub state: String,
+    /// The JobManager's last answer listed it; `false` when it no longer does (it died
+    /// with the run, or forgot it): `state` is then as last seen.
+    pub listed: bool,
     /// When it started (the JobManager's clock).
     pub started_at: Option<DateTime<Utc>>,
     /// What it restored when it started: `{"kind": "none"}`, `{"kind": "unknown"}` or
@@ -93,6 +96,7 @@ impl FlinkRunStatus {
         Self {
             jid: run.jid.clone(),
             state: run.state.clone(),
+            listed: run.listed,
             started_at: DateTime::<Utc>::from_timestamp_millis(run.started_ms),
             restore: run.restore.clone(),
             last_completed: run.last_completed.clone(),

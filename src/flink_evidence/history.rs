@@ -46,8 +46,12 @@ pub enum Restore {
 pub struct JobRun {
     /// The run's job id.
     pub jid: String,
-    /// Its status at the last poll (`RUNNING`, `FAILED`, ...).
+    /// Its status as the JobManager last listed it (`RUNNING`, `FAILED`, ...).
     pub state: String,
+    /// The last overview listed it. A run the JobManager stopped listing (it died with the
+    /// run, as a per-job cluster or a MiniCluster does, or it forgot an old job) keeps the
+    /// state it was last listed in, and is not asked about again.
+    pub listed: bool,
     /// When it started (the JobManager's unix ms).
     pub started_ms: i64,
     /// When it ended, once it did.
@@ -59,9 +63,9 @@ pub struct JobRun {
 }
 
 impl JobRun {
-    /// Whether the run may still change what it says (not globally terminal).
+    /// Whether the run may still change what it says: listed, not globally terminal.
     pub fn is_live(&self) -> bool {
-        !matches!(self.state.as_str(), "FAILED" | "CANCELED" | "FINISHED")
+        self.listed && !matches!(self.state.as_str(), "FAILED" | "CANCELED" | "FINISHED")
     }
 
     /// The run in words for `/api/status`: "started at T, restored from chk-7 (path)".
@@ -114,6 +118,9 @@ impl History {
     /// ids of the runs whose checkpoints are worth reading now: those still live, and those
     /// whose restore is not known yet.
     pub fn observe_jobs(&mut self, jobs: &[JobOverview], job: &str) -> Vec<String> {
+        for r in &mut self.runs {
+            r.listed = false;
+        }
         // A job not yet initialized shows no start time: nothing to place it by.
         for j in jobs.iter().filter(|j| j.name == job && j.start_time > 0) {
             let ended = (j.end_time > 0).then_some(j.end_time);
@@ -121,10 +128,12 @@ impl History {
                 Some(r) => {
                     r.state = j.state.clone();
                     r.ended_ms = ended;
+                    r.listed = true;
                 }
                 None => self.runs.push(JobRun {
                     jid: j.jid.clone(),
                     state: j.state.clone(),
+                    listed: true,
                     started_ms: j.start_time,
                     ended_ms: ended,
                     restore: Restore::Unknown,
@@ -139,7 +148,7 @@ impl History {
         }
         self.runs
             .iter()
-            .filter(|r| r.is_live() || r.restore == Restore::Unknown)
+            .filter(|r| r.listed && (r.is_live() || r.restore == Restore::Unknown))
             .map(|r| r.jid.clone())
             .collect()
     }
@@ -395,12 +404,15 @@ mod tests {
                 start_time: 1_000 + i,
                 end_time: 2_000 + i,
             }];
-            h.observe_jobs(&jobs, JOB);
+            // Restore unknown: still asked about, though ended.
+            assert_eq!(h.observe_jobs(&jobs, JOB).len(), 1);
         }
         assert_eq!(h.runs().len(), MAX_RUNS);
         assert_eq!(h.runs()[0].started_ms, 1_010, "the oldest went first");
-        // Ended runs whose restore is known are not asked again.
-        let ended = h.observe_jobs(&[], JOB);
-        assert_eq!(ended.len(), MAX_RUNS, "restore unknown: still asked");
+        // Runs the JobManager no longer lists are not asked about again (it died with
+        // them, or forgot them); what was seen of them stays.
+        assert!(h.observe_jobs(&[], JOB).is_empty());
+        assert_eq!(h.runs().len(), MAX_RUNS);
+        assert!(h.runs().iter().all(|r| !r.listed && !r.is_live()));
     }
 }
