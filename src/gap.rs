@@ -178,6 +178,13 @@ pub struct Gap {
     /// When the auditor first saw that step.
     #[serde(default)]
     pub pipeline_commit_at: Option<DateTime<Utc>>,
+    /// What the pipeline itself tells of the cause, when an evidence source was read
+    /// (`[audits.pipeline] flink_rest_url`, src/flink_evidence): for a `skipped_by_restart`
+    /// gap, "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint
+    /// (latest-offset)" or "restarted at T, restored from chk-7 (path)". Decided once, when
+    /// the gap is found; `null` without evidence.
+    #[serde(default)]
+    pub evidence: Option<String>,
     /// Operator's reason, set by `gap-auditor ack`.
     pub ack_reason: Option<String>,
     /// Some missing record of the gap carries a key other records share (`key_columns`):
@@ -194,6 +201,25 @@ pub struct Gap {
 }
 
 impl Gap {
+    /// The gap's evidence as one line for people (`gaps`, `check`, the log): "restarted at
+    /// T without restoring a checkpoint (latest-offset): offsets 2–3 skipped". `None`
+    /// without evidence.
+    pub fn evidence_line(&self) -> Option<String> {
+        let e = self.evidence.as_deref()?;
+        let what = match self.cause {
+            GapCause::SkippedByRestart | GapCause::SkippedByAlter => "skipped",
+            _ => "missing",
+        };
+        Some(if self.first_offset == self.last_offset {
+            format!("{e}: offset {} {what}", self.first_offset)
+        } else {
+            format!(
+                "{e}: offsets {}–{} {what}",
+                self.first_offset, self.last_offset
+            )
+        })
+    }
+
     /// The deterministic id for a gap.
     pub fn make_id(audit: &str, topic: &str, partition: i32, first_offset: Offset) -> String {
         format!("{audit}:{topic}:{partition}:{first_offset}")
@@ -224,5 +250,61 @@ impl Gap {
         last.split_once('@')
             .and_then(|(_, e)| e.parse().ok())
             .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seed's incident, in the words the `gaps` table prints under its row.
+    #[test]
+    fn the_evidence_line_names_the_skipped_offsets() {
+        let mut g = Gap {
+            id: Gap::make_id("dns_logs", "test", 0, 2),
+            audit: "dns_logs".into(),
+            topic: "test".into(),
+            partition: 0,
+            first_offset: 2,
+            last_offset: 3,
+            missing_records: 2,
+            size_known: true,
+            first_timestamp: None,
+            last_timestamp: None,
+            detected_at: Utc::now(),
+            state: GapState::Open,
+            unrecoverable_at: None,
+            cause: GapCause::SkippedByRestart,
+            pipeline_commit_from: Some(2),
+            pipeline_commit_to: Some(4),
+            pipeline_commit_at: None,
+            evidence: None,
+            ack_reason: None,
+            shared_key: false,
+            replayed_at: None,
+        };
+        assert_eq!(g.evidence_line(), None);
+        g.evidence = Some(
+            "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset)"
+                .into(),
+        );
+        assert_eq!(
+            g.evidence_line().as_deref(),
+            Some(
+                "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset): offsets 2–3 skipped"
+            )
+        );
+        g.last_offset = 2;
+        assert!(
+            g.evidence_line()
+                .is_some_and(|l| l.ends_with(": offset 2 skipped"))
+        );
+        // The JSON names it (null without).
+        let json = serde_json::to_value(&g).expect("serializes");
+        assert!(
+            json["evidence"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("restarted at"))
+        );
     }
 }

@@ -46,6 +46,65 @@ pub struct DeadLetterStatus {
     pub problem: Option<String>,
 }
 
+/// The Flink evidence source of an audit (src/flink_evidence), for `/api/status`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FlinkStatus {
+    /// The JobManager's REST URL, without credentials.
+    pub url: String,
+    /// The job's name.
+    pub job: String,
+    /// `pending` (not read yet), `ok`, or `error` with its `reason`: an error only means
+    /// gaps carry no Flink evidence; no verdict waits for it.
+    #[serde(flatten)]
+    pub source: crate::flink_evidence::SourceState,
+    /// When the JobManager was last asked.
+    pub checked_at: Option<DateTime<Utc>>,
+    /// The job's run that started last, as last seen (kept while the JobManager cannot be
+    /// read); `null` before one was seen.
+    pub run: Option<FlinkRunStatus>,
+    /// The run before it, when one was seen: after a crash, its `last_completed` is the
+    /// checkpoint a correct restart restores. Left out of the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_run: Option<FlinkRunStatus>,
+}
+
+/// One run of the Flink job, for `/api/status`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FlinkRunStatus {
+    /// The run's job id.
+    pub jid: String,
+    /// Its status as the JobManager last listed it (`RUNNING`, `FAILED`, ...).
+    pub state: String,
+    /// The JobManager's last answer listed it; `false` when it no longer does (it died
+    /// with the run, or forgot it): `state` is then as last seen.
+    pub listed: bool,
+    /// When it started (the JobManager's clock).
+    pub started_at: Option<DateTime<Utc>>,
+    /// What it restored when it started: `{"kind": "none"}`, `{"kind": "unknown"}` or
+    /// `{"kind": "checkpoint", "id": 7, "restore_timestamp": ..., "is_savepoint": false,
+    /// "external_path": "..."}`.
+    pub restore: crate::flink_evidence::Restore,
+    /// Its last completed checkpoint, when one was seen.
+    pub last_completed: Option<crate::flink_evidence::CompletedCheckpoint>,
+    /// The run in words: "started at 2026-12-06T02:14:00Z restored from chk-7 (path)".
+    pub summary: String,
+}
+
+impl FlinkRunStatus {
+    /// The status of `run`.
+    pub fn of(run: &crate::flink_evidence::JobRun) -> Self {
+        Self {
+            jid: run.jid.clone(),
+            state: run.state.clone(),
+            listed: run.listed,
+            started_at: DateTime::<Utc>::from_timestamp_millis(run.started_ms),
+            restore: run.restore.clone(),
+            last_completed: run.last_completed.clone(),
+            summary: run.summary(),
+        }
+    }
+}
+
 /// Status of one audit, as published after each round.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditStatus {
@@ -78,6 +137,11 @@ pub struct AuditStatus {
     /// without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letters: Option<DeadLetterStatus>,
+    /// `[audits.pipeline] flink_rest_url`: the Flink evidence source, its state and what it
+    /// tells of the job now (a correct restore leaves no gap: it shows here). Left out of
+    /// the JSON without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flink: Option<FlinkStatus>,
     /// Sink kind (`doris`, `mysql`, `elasticsearch`).
     pub sink_kind: String,
     /// Whether the last sink query succeeded.

@@ -464,12 +464,28 @@ fn validate_config_reports_the_pipeline_table_by_key() {
         .expect("write");
         run(bin().args(["validate-config", "-c"]).arg(&path))
     };
+    // An evidence key this build reads nothing from is a warning, not a refusal.
     let (code, out, err) = with(
-        "kind = \"kafka_group\"\ngroup = \"FlinkSQLFromKafka2Doris\"\nflink_rest_url = \"http://jobmanager:8081\"",
+        "kind = \"kafka_group\"\ngroup = \"FlinkSQLFromKafka2Doris\"\nconnect_url = \"http://connect:8083\"",
     );
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        err.contains("warning: audits[0].pipeline.flink_rest_url: is not supported yet"),
+        err.contains("warning: audits[0].pipeline.connect_url: is not supported yet"),
+        "{err}"
+    );
+    // The Flink evidence keys are read (issue 37): no warning; one without the other is
+    // refused with its key path.
+    let (code, out, err) = with(
+        "kind = \"kafka_group\"\ngroup = \"FlinkSQLFromKafka2Doris\"\nflink_rest_url = \"http://jobmanager:8081\"\nflink_job = \"FlinkSQLFromKafka2Doris\"",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let (code, out, err) = with(
+        "kind = \"kafka_group\"\ngroup = \"FlinkSQLFromKafka2Doris\"\nflink_rest_url = \"http://jobmanager:8081\"",
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("audits[0].pipeline.flink_job: is required with flink_rest_url"),
         "{err}"
     );
     let (code, out, err) = with(

@@ -249,3 +249,33 @@ fn the_page_is_linked_from_the_readme_and_the_operator_guide() {
         );
     }
 }
+
+/// The Flink evidence reads the JobManager's REST API with `GET` only, and every path it
+/// asks for is on the page.
+#[test]
+fn every_flink_rest_call_is_on_the_permissions_page() {
+    let page = read("docs/PERMISSIONS.md");
+    let code = modules_code(&["src/flink_evidence.rs"]);
+    for method in [".post(", ".put(", ".patch(", ".delete(", ".request("] {
+        assert!(!code.contains(method), "src/flink_evidence uses {method}");
+    }
+    let mut paths = Vec::new();
+    for (i, _) in code.match_indices(".get(") {
+        let rest = &code[i + 5..];
+        let Some(q) = rest.find('"') else { continue };
+        // `self.get("jobs/overview")` or `self.get(&format!("jobs/{jid}/checkpoints"))`.
+        if !rest[..q].trim_start_matches("&format!(").trim().is_empty() {
+            continue;
+        }
+        let lit = &rest[q + 1..];
+        let path = &lit[..lit.find('"').expect("closing quote")];
+        paths.push(path.to_owned());
+    }
+    assert!(paths.len() >= 2, "{paths:?}");
+    for path in paths {
+        assert!(
+            page.contains(&format!("`GET /{path}`")),
+            "GET /{path} not on the page"
+        );
+    }
+}

@@ -79,6 +79,11 @@ fn log_gap(g: &Gap, pipeline_group: Option<&str>) {
         ),
         _ => format!(" ({})", g.cause.as_str()),
     };
+    // What the pipeline itself says (Flink's restore evidence), when it was read.
+    let why = match &g.evidence {
+        Some(e) => format!("{why}; the Flink job {e}"),
+        None => why,
+    };
     match g.state {
         GapState::Open => tracing::error!(
             audit = %g.audit, topic = %g.topic, partition = g.partition, first_offset = g.first_offset,

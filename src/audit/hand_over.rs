@@ -765,6 +765,7 @@ mod tests {
             pipeline_commit_from: None,
             pipeline_commit_to: None,
             pipeline_commit_at: None,
+            evidence: None,
             shared_key: false,
             replayed_at: None,
             ack_reason: Some("known".into()),

@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 mod blocking;
 pub(crate) mod divergence;
+mod flink;
 mod gap_log;
 mod hand_over;
 mod ingest;
@@ -212,6 +213,8 @@ struct Audit<V> {
     /// `[audits.pipeline] dead_letter_topic`: its reader's coordinates and catch-up time
     /// (dead_letters.rs).
     dead_letters: Option<Arc<DeadLetters>>,
+    /// `[audits.pipeline] flink_rest_url`: the Flink evidence for gap causes (flink.rs).
+    flink: Option<flink::FlinkWatch>,
 }
 
 /// The audit task's end of the tailing thread.
@@ -284,6 +287,7 @@ impl<V: Verifier> Audit<V> {
             backlog: false,
             decoder: w.decoder,
             dead_letters: w.dead_letters,
+            flink: None,
             cfg: config,
             kafka: deps.kafka,
             group: deps.group,
@@ -424,6 +428,7 @@ pub async fn run<V: Verifier + 'static>(
     };
     let mut a = Audit::new(deps, wiring);
     a.pipeline.job = job.map(pipeline::JobWatch::new);
+    a.flink = flink::FlinkWatch::start(&a.cfg, &cancel);
     if let Some(book) = a.checker.book_mut() {
         book.set_semantics(semantics);
     }

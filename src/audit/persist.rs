@@ -71,6 +71,21 @@ impl<V: Verifier> Audit<V> {
 
     /// Logs a changed gap and counts new ones by cause.
     pub(super) fn report_gap(&mut self, tp: &TopicPartition, g: &GapRecord) {
+        // A new gap's evidence is decided once, with it, and kept in its ledger item (a
+        // restart or the partition's next owner reports the same words).
+        let explained = match (&self.flink, g.is_new) {
+            (Some(f), true) => f.explain(g).map(|e| {
+                if let Some(p) = self.parts.get_mut(tp) {
+                    p.ledger.set_gap_evidence(g.first, e.clone());
+                }
+                GapRecord {
+                    evidence: Some(e),
+                    ..g.clone()
+                }
+            }),
+            _ => None,
+        };
+        let g = explained.as_ref().unwrap_or(g);
         let gap = self.to_gap(tp, g);
         if g.is_new {
             self.writes.causes.push((tp.clone(), g.cause.as_str()));

@@ -252,6 +252,7 @@ impl<V: Verifier> Audit<V> {
                 .and_then(|j| j.not_consuming().map(str::to_owned)),
             sink_table_hold: self.shared_table_hold(),
             dead_letters: self.dead_letter_status(),
+            flink: self.flink.as_ref().map(|f| f.status()),
             sink_kind: self.sink.kind().to_string(),
             sink_state: self.health.sink_state,
             sink_error: self.health.sink_error.clone(),

@@ -82,5 +82,9 @@ pub(super) fn print_gaps(gaps: &[Gap], format: Format) {
             g.detected_at.format("%Y-%m-%d %H:%M:%S"),
             replayed
         );
+        // The pipeline's own account of the cause, under its row (Flink evidence).
+        if let Some(line) = g.evidence_line() {
+            println!("  {line}");
+        }
     }
 }

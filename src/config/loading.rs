@@ -53,12 +53,7 @@ impl Config {
             for key in a.pipeline.ignored_evidence_keys() {
                 out.push(format!(
                     "audits[{i}].pipeline.{key}: is not supported yet by this build and is \
-                     ignored: gaps carry no {} evidence",
-                    if key.starts_with("flink") {
-                        "Flink"
-                    } else {
-                        "Kafka Connect"
-                    }
+                     ignored: gaps carry no Kafka Connect evidence"
                 ));
             }
         }

@@ -406,10 +406,16 @@ pub struct PipelineConfig {
     /// statement is `SHOW ROUTINE LOAD FOR` it, each part quoted as an identifier).
     #[serde(deserialize_with = "de_opt_string")]
     pub job: Option<String>,
-    /// Evidence (not used by this build; a startup warning says so): Flink JobManager REST.
-    #[serde(deserialize_with = "de_opt_string")]
-    pub flink_rest_url: Option<String>,
-    /// Evidence (not used by this build): the Flink job's name.
+    /// Evidence, with `flink_job`: the Flink JobManager's REST URL (`http://jobmanager:8081`;
+    /// may hold credentials for a proxy in front of it, sent as Basic auth, printed
+    /// redacted). Read-only, polled every `verify_interval` (`/jobs/overview`,
+    /// `/jobs/{jid}/checkpoints`): a `skipped_by_restart` gap then says when the job
+    /// restarted and which checkpoint it restored, or none (src/flink_evidence). Never holds
+    /// or changes a verdict; an unreadable JobManager is a warning and a state in
+    /// `/api/status`.
+    pub flink_rest_url: Option<SecretUrl>,
+    /// Evidence, with `flink_rest_url`: the Flink job's name as the JobManager lists it
+    /// (`pipeline.name`); the run that started last is the current one.
     #[serde(deserialize_with = "de_opt_string")]
     pub flink_job: Option<String>,
     /// Evidence (not used by this build): the Kafka Connect REST URL.
@@ -433,8 +439,6 @@ impl PipelineConfig {
     /// failing evidence source to degrade with a warning; these degrade the same way).
     pub fn ignored_evidence_keys(&self) -> Vec<&'static str> {
         [
-            ("flink_rest_url", &self.flink_rest_url),
-            ("flink_job", &self.flink_job),
             ("connect_url", &self.connect_url),
             (
                 "connect_connector",

@@ -20,6 +20,7 @@ fn seed_gap() -> Gap {
         pipeline_commit_from: Some(2),
         pipeline_commit_to: Some(4),
         pipeline_commit_at: chrono::Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 7).single(),
+        evidence: None,
         ack_reason: None,
         shared_key: false,
         replayed_at: None,

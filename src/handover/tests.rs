@@ -28,6 +28,7 @@ fn state(settled: Offset, at_s: i64) -> PartitionState {
             pipeline_commit_from: Some(9),
             pipeline_commit_to: Some(20),
             pipeline_commit_at: None,
+            evidence: None,
             shared_key: false,
             replayed_at: None,
             ack_reason: Some("known".into()),

@@ -139,6 +139,7 @@ fn sample_gap(audit: &str, first: i64, state: GapState) -> Gap {
         pipeline_commit_from: None,
         pipeline_commit_to: None,
         pipeline_commit_at: None,
+        evidence: None,
         shared_key: false,
         replayed_at: None,
     }
@@ -154,6 +155,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
         pipeline_job_state: None,
         sink_table_hold: None,
         dead_letters: None,
+        flink: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,
@@ -308,10 +310,13 @@ async fn api_gaps_fields_and_filters() {
         "shared_key",
         // Issue 35 item 3: when `replay` marked it (null: never replayed).
         "replayed_at",
+        // Issue 37: what the pipeline (Flink) said of the cause (null: no evidence).
+        "evidence",
     ];
     want.sort_unstable();
     assert_eq!(keys, want);
     assert_eq!(g["replayed_at"], Value::Null);
+    assert_eq!(g["evidence"], Value::Null);
     assert_eq!(g["audit"], "dns logs");
     assert_eq!(g["partition"], 0);
     assert_eq!(g["first_offset"], 10);

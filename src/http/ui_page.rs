@@ -176,6 +176,7 @@ pub(super) fn timeline(g: &Gap, steps: &[CommitStep]) -> Vec<(CommitStep, bool)>
         to,
         at_ms,
         altered: g.cause == GapCause::SkippedByAlter,
+        since_ms: None,
     };
     match steps.iter().rposition(|s| s.from == from && s.to == to) {
         Some(i) => {
@@ -317,7 +318,7 @@ pub(super) fn cause_words(g: &Gap) -> String {
              kafka_offsets)"
         }
     };
-    match (g.pipeline_commit_from, g.pipeline_commit_to) {
+    let words = match (g.pipeline_commit_from, g.pipeline_commit_to) {
         (Some(from), Some(to)) => {
             let at = g
                 .pipeline_commit_at
@@ -326,6 +327,11 @@ pub(super) fn cause_words(g: &Gap) -> String {
             format!("{words}; pipeline group moved from {from} to {to}{at}")
         }
         _ => words.to_string(),
+    };
+    // The pipeline's own account (Flink's restore evidence), when it was read.
+    match &g.evidence {
+        Some(e) => format!("{words}; the Flink job {e}"),
+        None => words,
     }
 }
 
@@ -379,6 +385,7 @@ mod timeline_tests {
             to,
             at_ms,
             altered: false,
+            since_ms: None,
         }
     }
 
@@ -403,6 +410,7 @@ mod timeline_tests {
             pipeline_commit_from: Some(from),
             pipeline_commit_to: Some(to),
             pipeline_commit_at: Some(at),
+            evidence: None,
             shared_key: false,
             replayed_at: None,
         }
@@ -442,5 +450,23 @@ mod timeline_tests {
         let html = timeline_markup(&g, &steps).into_string();
         assert!(html.contains("8 → 10 (passed the gap)"), "{html}");
         assert!(html.contains("6 → 8"), "{html}");
+    }
+
+    /// The cause cell ends with the pipeline's own account when the gap carries one.
+    #[test]
+    fn the_cause_words_end_with_the_flink_evidence() {
+        let mut g = gap_passed_by(2, 4, 4_000);
+        assert!(!cause_words(&g).contains("Flink"));
+        g.evidence = Some(
+            "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset)"
+                .into(),
+        );
+        assert!(
+            cause_words(&g).ends_with(
+                "; the Flink job restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset)"
+            ),
+            "{}",
+            cause_words(&g)
+        );
     }
 }

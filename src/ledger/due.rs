@@ -41,6 +41,12 @@ pub struct CommitStep {
     /// src/routine_load/track.rs); always false for a Kafka group.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub altered: bool,
+    /// The last poll before the one that first saw `from` (unix ms): `from` was committed
+    /// after it, so a restart that made this step happened between it and `at_ms` (Flink
+    /// evidence, src/flink_evidence). `None` when `from` was the first commit seen: then
+    /// the time `from` was first seen, a bound that can only narrow the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<i64>,
 }
 
 impl CommitStep {
@@ -62,6 +68,11 @@ pub struct PipelineCommits {
     steps: VecDeque<CommitStep>,
     /// When the committed offset last moved (or was first seen), unix ms.
     last_move_ms: Option<i64>,
+    /// The time of the last poll ([`Self::observe_moved`]), unix ms.
+    last_poll_ms: Option<i64>,
+    /// The last poll before the one that first saw `latest` (or that poll itself when it
+    /// was the first): `latest` was committed after it ([`CommitStep::since_ms`]).
+    latest_since_ms: Option<i64>,
     /// No pipeline group is configured: records are due by time alone.
     time_rule: bool,
     /// The group answered "no commit" after it had committed: the last commit seen before
@@ -105,6 +116,7 @@ impl PipelineCommits {
         cap: Option<Offset>,
         altered: bool,
     ) -> Option<CommitStep> {
+        let previous_poll = self.last_poll_ms.replace(now_ms);
         let Some(c) = committed else {
             // Kept, not forgotten: the commits seen before still passed their records, and
             // the step from them to the next commit is a gap's cause (a restart from latest).
@@ -121,9 +133,13 @@ impl PipelineCommits {
                 to: c,
                 at_ms: now_ms,
                 altered,
+                since_ms: self.latest_since_ms,
             }),
             _ => None,
         };
+        if self.latest != Some(c) {
+            self.latest_since_ms = Some(previous_poll.unwrap_or(now_ms));
+        }
         if self.latest.is_none() || step.is_some() {
             self.last_move_ms = Some(now_ms);
         }
@@ -238,6 +254,25 @@ impl PipelineCommits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A step says after which poll the position it left was committed: the window in
+    /// which a restart that made it happened (Flink evidence).
+    #[test]
+    fn a_step_names_the_poll_before_its_start_was_first_seen() {
+        let mut p = PipelineCommits::default();
+        // The first commit seen: committed at some unknown time before 1 000; its own
+        // sighting is the (narrowing) bound.
+        assert_eq!(p.observe(1_000, Some(2)), None);
+        p.observe(2_000, Some(2));
+        let s = p.observe(3_000, Some(4)).expect("moved");
+        assert_eq!((s.from, s.to, s.since_ms), (2, 4, Some(1_000)));
+        // 4 was committed after the poll at 2 000 (which still saw 2); polls that see it
+        // again change nothing, nor does a poll that sees no commit.
+        p.observe(4_000, Some(4));
+        p.observe(5_000, None);
+        let s = p.observe(6_000, Some(9)).expect("moved");
+        assert_eq!((s.from, s.to, s.since_ms), (4, 9, Some(2_000)));
+    }
 
     #[test]
     fn a_configured_group_without_commits_makes_nothing_due() {

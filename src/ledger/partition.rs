@@ -155,6 +155,11 @@ pub struct GapRecord {
     /// The pipeline commit step that passed over the gap's first record.
     #[serde(default)]
     pub commit: Option<CommitStep>,
+    /// What an evidence source told of the cause when the gap was found
+    /// ([`crate::gap::Gap::evidence`]); kept with the gap, so a restart or the next owner
+    /// of the partition reports it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
     /// When the auditor saw Kafka's log start pass the gap's first offset (unix ms): its
     /// records can no longer be replayed.
     #[serde(default)]
@@ -246,6 +251,7 @@ impl GapRecord {
             pipeline_commit_from: self.commit.map(|c| c.from),
             pipeline_commit_to: self.commit.map(|c| c.to),
             pipeline_commit_at: self.commit.and_then(|c| time(c.at_ms)),
+            evidence: self.evidence.clone(),
             shared_key: self.shared_key,
             replayed_at: None,
         }

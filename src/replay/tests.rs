@@ -181,6 +181,7 @@ fn a_gap_replayed_and_not_confirmed_refuses_a_second_replay_without_force() {
         pipeline_commit_from: None,
         pipeline_commit_to: None,
         pipeline_commit_at: None,
+        evidence: None,
         shared_key: false,
         replayed_at: None,
     };
@@ -363,6 +364,7 @@ fn a_gap_of_an_earlier_log_of_its_partition_is_not_replayed() {
         pipeline_commit_from: None,
         pipeline_commit_to: None,
         pipeline_commit_at: None,
+        evidence: None,
         shared_key: false,
         replayed_at: None,
     };

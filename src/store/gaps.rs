@@ -7,7 +7,10 @@ use super::*;
 pub(super) const GAP_COLUMNS: &str = "id, audit, topic, partition, first_offset, last_offset, \
     missing_records, size_known, first_timestamp, last_timestamp, detected_at, state, \
     unrecoverable_at, ack_reason, cause, pipeline_commit_from, pipeline_commit_to, \
-    pipeline_commit_at, shared_key, replayed_at";
+    pipeline_commit_at, shared_key, replayed_at, evidence";
+
+/// How many columns [`GAP_COLUMNS`] names: a query's own columns after them start here.
+pub(super) const GAP_COLUMN_COUNT: usize = 21;
 
 /// A gap row as SQLite returns it, before timestamps and state are decoded (decoding errors
 /// are reported as [`StoreError::Corrupt`] with the gap id, not as a bare SQLite error).
@@ -32,6 +35,7 @@ pub(super) struct RawGap {
     pipeline_commit_at: Option<String>,
     shared_key: bool,
     replayed_at: Option<String>,
+    evidence: Option<String>,
 }
 
 impl RawGap {
@@ -57,6 +61,7 @@ impl RawGap {
             pipeline_commit_at: row.get(17)?,
             shared_key: row.get(18)?,
             replayed_at: row.get(19)?,
+            evidence: row.get(20)?,
         })
     }
 }
@@ -126,8 +131,8 @@ impl Store {
             .query_map(params![audit, topic, partition], |row| {
                 Ok((
                     RawGap::from_row(row)?,
-                    row.get::<_, bool>(20)?,
-                    row.get::<_, bool>(21)?,
+                    row.get::<_, bool>(GAP_COLUMN_COUNT)?,
+                    row.get::<_, bool>(GAP_COLUMN_COUNT + 1)?,
                 ))
             })
             .map_err(self.sq(ctx()))?;
@@ -160,8 +165,8 @@ impl Store {
             .query_map(params![audit, topic, partition], |row| {
                 Ok((
                     RawGap::from_row(row)?,
-                    row.get::<_, bool>(20)?,
-                    row.get::<_, bool>(21)?,
+                    row.get::<_, bool>(GAP_COLUMN_COUNT)?,
+                    row.get::<_, bool>(GAP_COLUMN_COUNT + 1)?,
                 ))
             })
             .map_err(self.sq(ctx()))?
@@ -190,8 +195,8 @@ impl Store {
                 .query_row(params![id], |row| {
                     Ok((
                         RawGap::from_row(row)?,
-                        row.get::<_, bool>(20)?,
-                        row.get::<_, bool>(21)?,
+                        row.get::<_, bool>(GAP_COLUMN_COUNT)?,
+                        row.get::<_, bool>(GAP_COLUMN_COUNT + 1)?,
                     ))
                 })
                 .optional()
@@ -420,6 +425,7 @@ pub(super) fn decode_gap(path: &Path, raw: RawGap) -> Result<Gap, StoreError> {
         pipeline_commit_from: raw.pipeline_commit_from,
         pipeline_commit_to: raw.pipeline_commit_to,
         pipeline_commit_at: parse_opt_ts(path, raw.pipeline_commit_at, &what)?,
+        evidence: raw.evidence,
         shared_key: raw.shared_key,
         replayed_at: parse_opt_ts(path, raw.replayed_at, &what)?,
     })

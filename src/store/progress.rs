@@ -67,9 +67,9 @@ impl Store {
                         missing_records, size_known, first_timestamp, last_timestamp,
                         detected_at, state, unrecoverable_at, ack_reason, updated_at,
                         cause, pipeline_commit_from, pipeline_commit_to, pipeline_commit_at,
-                        shared_key)
+                        shared_key, evidence)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                        ?16, ?17, ?18, ?19, ?20)
+                        ?16, ?17, ?18, ?19, ?20, ?21)
                      ON CONFLICT (id) DO UPDATE SET
                         last_offset      = CASE WHEN gaps.state = 'acknowledged'
                                                 THEN gaps.last_offset
@@ -98,7 +98,13 @@ impl Store {
                         pipeline_commit_from = excluded.pipeline_commit_from,
                         pipeline_commit_to   = excluded.pipeline_commit_to,
                         pipeline_commit_at   = excluded.pipeline_commit_at,
-                        shared_key           = excluded.shared_key",
+                        shared_key           = excluded.shared_key,
+                        -- Decided once, when the gap was found: a copy without it (a build
+                        -- before it, a retired gap's compact form) does not erase it.
+                        -- An overflow gap (`folded`) keeps its first gap's row, not its words.
+                        evidence             = CASE WHEN excluded.cause = 'folded' THEN NULL
+                                                    ELSE COALESCE(gaps.evidence, excluded.evidence)
+                                               END",
                 )
                 .map_err(self.sq("prepare gap upsert".to_string()))?;
             for gap in gaps {
@@ -132,6 +138,7 @@ impl Store {
                         gap.pipeline_commit_to,
                         gap.pipeline_commit_at.map(fmt_ts),
                         gap.shared_key,
+                        gap.evidence,
                     ])
                     .map_err(self.sq(format!("upsert gap {}", gap.id)))?;
             }

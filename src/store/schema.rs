@@ -4,7 +4,7 @@
 use super::*;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i32 = 16;
+pub(super) const SCHEMA_VERSION: i32 = 17;
 
 pub(super) const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS gaps (
@@ -319,6 +319,12 @@ fn add_import_mark_columns(tx: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// v17: what an evidence source told of a gap's cause (`gaps.evidence`, Flink's restore
+/// evidence: src/flink_evidence). Added by [`add_evidence_column`], which checks first, so
+/// that the step is idempotent like the others (a file migrated by a build that crashed
+/// before writing `user_version` runs it again).
+const SCHEMA_V17: &str = "";
+
 /// Each version's SQL batch with what its failure says, in order: `MIGRATIONS[i]` takes a
 /// file from version `i` to `i + 1`. Future migrations: one more entry (and `SCHEMA_VERSION`).
 const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
@@ -343,6 +349,7 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
     // of the gaps in a write transaction (review of format 3, F9).
     (SCHEMA_V14, "complete schema v14 (v15)"),
     (SCHEMA_V16, "migrate schema to v16"),
+    (SCHEMA_V17, "migrate schema to v17"),
 ];
 
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the
@@ -351,6 +358,13 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
     for (to, (sql, context)) in (1..).zip(MIGRATIONS) {
         if version >= to {
             continue;
+        }
+        if to == 17 {
+            add_evidence_column(tx).map_err(|source| StoreError::Sqlite {
+                path: path.to_path_buf(),
+                context: context.to_string(),
+                source,
+            })?;
         }
         if to == 12 {
             add_retired_column(tx).map_err(|source| StoreError::Sqlite {
@@ -439,6 +453,19 @@ fn add_retired_column(tx: &Connection) -> rusqlite::Result<()> {
     )?;
     if !has {
         tx.execute_batch("ALTER TABLE gaps ADD COLUMN retired INTEGER NOT NULL DEFAULT 0;")?;
+    }
+    Ok(())
+}
+
+/// v17: `gaps.evidence`, when the table does not have it yet.
+fn add_evidence_column(tx: &Connection) -> rusqlite::Result<()> {
+    let has: bool = tx.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('gaps') WHERE name = 'evidence'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has {
+        tx.execute_batch("ALTER TABLE gaps ADD COLUMN evidence TEXT;")?;
     }
     Ok(())
 }

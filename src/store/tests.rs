@@ -27,6 +27,7 @@ fn gap(audit: &str, partition: i32, first: Offset, detected: i64, state: GapStat
         pipeline_commit_from: None,
         pipeline_commit_to: None,
         pipeline_commit_at: None,
+        evidence: None,
         shared_key: false,
         replayed_at: None,
     }
@@ -1656,4 +1657,77 @@ fn a_v15_files_import_marks_survive_without_their_offset() {
     );
     drop(store);
     assert_eq!(schema_of(&dir.path().join(DB_FILE)), want);
+}
+
+/// v17: a gap keeps the evidence it was found with; a later copy without it (the daemon's
+/// next report of the gap, a retired gap's compact form) does not erase it, and one with
+/// other words does not rewrite it (decided once).
+#[test]
+fn a_gaps_evidence_is_kept_by_every_later_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let words = "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset)";
+    let mut g = gap("a", 0, 2, 0, GapState::Open);
+    g.cause = GapCause::SkippedByRestart;
+    g.evidence = Some(words.to_owned());
+    store
+        .commit_round("a", std::slice::from_ref(&g), &[])
+        .unwrap();
+    let mut later = g.clone();
+    later.evidence = None;
+    later.state = GapState::Late;
+    store
+        .commit_round("a", std::slice::from_ref(&later), &[])
+        .unwrap();
+    let got = store.get_gap(&g.id).unwrap().expect("stored");
+    assert_eq!(
+        (got.state, got.evidence.as_deref()),
+        (GapState::Late, Some(words))
+    );
+    later.evidence = Some("other words".to_owned());
+    store
+        .commit_round("a", std::slice::from_ref(&later), &[])
+        .unwrap();
+    let listed = store.list_gaps(&all(Some("a"))).unwrap();
+    assert_eq!(listed[0].evidence.as_deref(), Some(words));
+}
+
+/// v17 adds `gaps.evidence` to a v16 file, and running the step again on a file that has
+/// it (a migration that crashed before writing `user_version`) changes nothing.
+#[test]
+fn the_evidence_column_migration_is_idempotent() {
+    let fresh = tempfile::tempdir().unwrap();
+    drop(Store::open(fresh.path()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path()).unwrap());
+    let columns = |path: &Path| -> Vec<String> {
+        let conn = Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT name FROM pragma_table_info('gaps') ORDER BY cid")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let file = dir.path().join(DB_FILE);
+    let conn = Connection::open(&file).unwrap();
+    conn.execute_batch("ALTER TABLE gaps DROP COLUMN evidence;")
+        .unwrap();
+    conn.pragma_update(None, "user_version", 16).unwrap();
+    drop(conn);
+    assert!(!columns(&file).contains(&"evidence".to_owned()));
+    drop(Store::open(dir.path()).unwrap());
+    assert_eq!(
+        columns(&file),
+        columns(&fresh.path().join(DB_FILE)),
+        "from v16"
+    );
+    // Again, with the column already there: the file is left as it was.
+    let before = schema_of(&file);
+    let conn = Connection::open(&file).unwrap();
+    conn.pragma_update(None, "user_version", 16).unwrap();
+    drop(conn);
+    drop(Store::open(dir.path()).unwrap());
+    assert_eq!(schema_of(&file), before, "v17 twice");
 }

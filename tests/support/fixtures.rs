@@ -42,6 +42,7 @@ pub fn open_gap(audit: &str, topic: &str, first: i64, last: i64) -> Gap {
         pipeline_commit_from: None,
         pipeline_commit_to: None,
         pipeline_commit_at: None,
+        evidence: None,
         shared_key: false,
         replayed_at: None,
     }

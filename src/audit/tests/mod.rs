@@ -5,6 +5,7 @@ mod counting;
 mod dead_letters;
 mod deleted;
 mod divergence;
+mod flink;
 mod harness;
 mod held_release;
 mod overlap;

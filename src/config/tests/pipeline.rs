@@ -104,6 +104,8 @@ fn a_routine_load_url_never_shows_its_password() {
     assert!(!format!("{cfg:?}").contains("fe-secret"));
 }
 
+/// The Kafka Connect evidence keys parse and are named as ignored; the Flink ones are read
+/// (issue 37) and named by no warning.
 #[test]
 fn evidence_keys_parse_and_are_named_as_ignored() {
     let cfg = Config::from_toml_str(&with_pipeline(
@@ -111,13 +113,8 @@ fn evidence_keys_parse_and_are_named_as_ignored() {
     ))
     .expect("evidence keys parse");
     let w = cfg.warnings();
-    assert_eq!(w.len(), 4, "{w:?}");
-    for key in [
-        "flink_rest_url",
-        "flink_job",
-        "connect_url",
-        "connect_connector",
-    ] {
+    assert_eq!(w.len(), 2, "{w:?}");
+    for key in ["connect_url", "connect_connector"] {
         assert!(
             w.iter()
                 .any(|l| l.starts_with(&format!("audits[0].pipeline.{key}:"))
@@ -125,6 +122,7 @@ fn evidence_keys_parse_and_are_named_as_ignored() {
             "{key}: {w:?}"
         );
     }
+    assert!(!w.iter().any(|l| l.contains("flink")), "{w:?}");
 }
 
 #[test]
@@ -180,4 +178,47 @@ fn connect_connector_is_used_with_a_dead_letter_topic() {
         cfg.audits[0].pipeline.ignored_evidence_keys(),
         vec!["connect_connector"]
     );
+}
+
+/// Flink evidence is read by this build: no warning names its keys; one key without the
+/// other, or a URL that is not the REST port's, is refused with its key path.
+#[test]
+fn flink_evidence_keys_are_used_and_checked() {
+    let cfg = Config::from_toml_str(&with_pipeline(
+        "flink_rest_url = \"http://ops:s3cret@jobmanager:8081\"\nflink_job = \"FlinkSQLFromKafka2Doris\"",
+    ))
+    .expect("parses");
+    assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
+    let pl = &cfg.audits[0].pipeline;
+    assert_eq!(pl.flink_job.as_deref(), Some("FlinkSQLFromKafka2Doris"));
+    // A URL with a password prints redacted.
+    let shown = format!("{:?}", pl.flink_rest_url);
+    assert!(!shown.contains("s3cret"), "{shown}");
+
+    let e = toml_err(&with_pipeline(
+        "flink_rest_url = \"http://jobmanager:8081\"",
+    ));
+    assert_err(
+        &e,
+        "audits[0].pipeline.flink_job",
+        "is required with flink_rest_url",
+    );
+    let e = toml_err(&with_pipeline("flink_job = \"j\""));
+    assert_err(
+        &e,
+        "audits[0].pipeline.flink_rest_url",
+        "is required with flink_job",
+    );
+    let e = toml_err(&with_pipeline(
+        "flink_rest_url = \"mysql://jobmanager:8081\"\nflink_job = \"j\"",
+    ));
+    assert_err(
+        &e,
+        "audits[0].pipeline.flink_rest_url",
+        "http:// or https://",
+    );
+    let e = toml_err(&with_pipeline(
+        "flink_rest_url = \"http://jobmanager:8081\"\nflink_job = \"\"",
+    ));
+    assert_err(&e, "audits[0].pipeline.flink_job", "is required");
 }

@@ -491,6 +491,36 @@ impl AuditConfig {
                 }
             }
         }
+        // Flink evidence: both keys or neither (one alone would read nothing, silently).
+        match (&pl.flink_rest_url, pl.flink_job.as_deref()) {
+            (Some(u), Some(j)) if !j.is_empty() => {
+                let http = matches!(u.scheme().as_deref(), Some("http" | "https"));
+                if !http
+                    || u.parse()
+                        .ok()
+                        .and_then(|p| p.host_str().map(str::len))
+                        .is_none()
+                {
+                    return err(
+                        format!("{pp}.flink_rest_url"),
+                        "must be the JobManager's REST URL, http:// or https:// with a host (http://jobmanager:8081)",
+                    );
+                }
+            }
+            (Some(_), _) => {
+                return err(
+                    format!("{pp}.flink_job"),
+                    "is required with flink_rest_url: the Flink job's name as the JobManager lists it",
+                );
+            }
+            (None, Some(_)) => {
+                return err(
+                    format!("{pp}.flink_rest_url"),
+                    "is required with flink_job: the JobManager's REST URL (http://jobmanager:8081)",
+                );
+            }
+            (None, None) => {}
+        }
         if let Some(t) = &pl.dead_letter_topic {
             if let Some(problem) = topic_problem(t) {
                 return err(format!("{pp}.dead_letter_topic"), problem);

@@ -27,6 +27,7 @@ fn gap(first: Offset, state: GapState) -> Gap {
         pipeline_commit_from: None,
         pipeline_commit_to: None,
         pipeline_commit_at: None,
+        evidence: None,
         shared_key: false,
         replayed_at: None,
         ack_reason: None,

@@ -53,6 +53,7 @@ impl PartitionLedger {
                         detected_ms: now_ms,
                         cause,
                         commit,
+                        evidence: None,
                         deleted_ms: None,
                         unsettled: false,
                         shared_key: stand_in,

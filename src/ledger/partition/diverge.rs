@@ -139,6 +139,7 @@ mod tests {
             detected_ms: 1,
             cause: GapCause::default(),
             commit: None,
+            evidence: None,
             deleted_ms: None,
             unsettled: false,
             shared_key: false,

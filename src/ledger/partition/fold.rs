@@ -155,6 +155,7 @@ impl PartitionLedger {
             None => GapRecord {
                 cause: GapCause::Folded,
                 commit: None,
+                evidence: None,
                 is_new: false,
                 ..g
             },
@@ -172,6 +173,7 @@ impl PartitionLedger {
                     shared_key: keep.shared_key || gone.shared_key,
                     cause: GapCause::Folded,
                     commit: None,
+                    evidence: None,
                     is_new: false,
                     ..keep.clone()
                 };

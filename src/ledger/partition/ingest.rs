@@ -89,6 +89,7 @@ impl PartitionLedger {
             detected_ms: now_ms,
             cause: GapCause::DeletedUnread,
             commit: None,
+            evidence: None,
             deleted_ms: Some(now_ms),
             unsettled: true,
             shared_key: false,

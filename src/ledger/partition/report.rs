@@ -67,6 +67,21 @@ impl PartitionLedger {
         self.gaps.get(&first).map(|g| g.epoch)
     }
 
+    /// Attaches what an evidence source told of the gap at `first` (src/flink_evidence),
+    /// unless it already carries some: decided once, stored with its item. Returns whether
+    /// the ledger holds the gap.
+    pub fn set_gap_evidence(&mut self, first: Offset, evidence: String) -> bool {
+        let Some(g) = self.gaps.get_mut(&first) else {
+            return false;
+        };
+        if g.evidence.is_none() {
+            g.evidence = Some(evidence);
+            self.unstored_gaps.insert(first);
+            self.revision += 1;
+        }
+        true
+    }
+
     /// Gaps changed since the last call. Gaps with nothing unconfirmed that are not the tail
     /// are forgotten afterwards (their final state is in the returned list); dead_lettered
     /// ones retire (`retired.rs`).

@@ -320,6 +320,7 @@ impl PartitionLedger {
                         detected_ms: now_ms,
                         cause,
                         commit,
+                        evidence: None,
                         deleted_ms,
                         unsettled: false,
                         shared_key,

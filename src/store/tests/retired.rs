@@ -17,6 +17,7 @@ fn record(first: Offset, missing: u64, ts: Option<i64>, deleted: Option<i64>) ->
         detected_ms: 1_000,
         cause: GapCause::Unknown,
         commit: None,
+        evidence: None,
         deleted_ms: deleted,
         unsettled: false,
         shared_key: false,

@@ -1,0 +1,114 @@
+//! Flink's restore evidence on a new gap (src/audit/flink.rs): the seed incident on the
+//! test clock, with the poller's view filled by hand.
+
+use super::harness::*;
+use crate::audit::flink::FlinkWatch;
+use crate::flink_evidence::history::rfc3339;
+use crate::flink_evidence::rest::{CheckpointStats, JobOverview};
+use crate::flink_evidence::{FlinkView, History, SourceState};
+use crate::gap::{GapCause, Offset};
+
+fn pipeline_commits(h: &Harness, to: Offset) {
+    h.kafka
+        .pipeline
+        .lock()
+        .expect("lock")
+        .as_mut()
+        .expect("pipeline group")
+        .insert(tp(0), Some(to));
+}
+
+/// The job's runs: one per start time, the last one RUNNING with a completed checkpoint
+/// and nothing restored.
+fn view(starts: &[i64]) -> FlinkView {
+    let mut history = History::default();
+    let jobs: Vec<JobOverview> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| JobOverview {
+            jid: format!("{i:032x}"),
+            name: "FlinkSQLFromKafka2Doris".into(),
+            state: if i + 1 == starts.len() {
+                "RUNNING"
+            } else {
+                "FAILED"
+            }
+            .into(),
+            start_time: s,
+            end_time: -1,
+        })
+        .collect();
+    for jid in history.observe_jobs(&jobs, "FlinkSQLFromKafka2Doris") {
+        history.observe_checkpoints(
+            &jid,
+            &CheckpointStats {
+                completed_count: 1,
+                ..Default::default()
+            },
+        );
+    }
+    FlinkView {
+        history,
+        state: SourceState::Ok,
+        checked_at: None,
+    }
+}
+
+/// The seed: commit 2 seen, the job resubmitted (latest-offset), the commit jumps 2 → 4
+/// over records it never wrote. `starts(t0)` are the job's runs' start times, `t0` when
+/// commit 2 was first seen. Returns `t0` and the gap's evidence as stored and as the
+/// ledger keeps it.
+async fn seed_with(starts: impl Fn(i64) -> Vec<i64>) -> (i64, Option<String>, Option<String>) {
+    let mut h = harness(r#"pipeline_group = "flink""#);
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink([0, 1, 4, 5]);
+    let t0 = h.clock.now_ms();
+    pipeline_commits(&h, 2);
+    h.audit.round().await;
+    h.clock.advance(1_000);
+    h.audit.round().await;
+    h.audit.flink = Some(FlinkWatch::fixed(view(&starts(t0))));
+    h.clock.advance(1_000);
+    pipeline_commits(&h, 4);
+    h.audit.round().await;
+    h.clock.advance(GRACE_MS + 1);
+    pipeline_commits(&h, 6);
+    h.audit.round().await;
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    let gaps = h.stored_gaps();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(
+        (gaps[0].first_offset, gaps[0].last_offset, gaps[0].cause),
+        (2, 3, GapCause::SkippedByRestart)
+    );
+    let kept = h.audit.parts[&tp(0)]
+        .ledger
+        .gaps()
+        .find(|g| g.first == 2)
+        .and_then(|g| g.evidence.clone());
+    (t0, gaps[0].evidence.clone(), kept)
+}
+
+#[tokio::test]
+async fn a_run_started_between_the_commits_explains_the_gap() {
+    let (t0, stored, kept) = seed_with(|t0| vec![t0 - 60_000, t0 + 1_500]).await;
+    let words = format!(
+        "restarted at {} without restoring a checkpoint (latest-offset)",
+        rfc3339(t0 + 1_500)
+    );
+    assert_eq!(stored.as_deref(), Some(words.as_str()));
+    assert_eq!(
+        kept.as_deref(),
+        Some(words.as_str()),
+        "kept with the ledger's gap"
+    );
+}
+
+/// A job that has run since long before the jump did not restart: the gap keeps its cause
+/// and carries no evidence.
+#[tokio::test]
+async fn no_run_started_in_the_window_leaves_the_gap_without_evidence() {
+    let (_, stored, kept) = seed_with(|t0| vec![t0 - 60_000]).await;
+    assert_eq!((stored, kept), (None, None));
+}

@@ -1,0 +1,297 @@
+//! Reads the JobManager's REST API on a timer, in a task of its own, and publishes what it
+//! learnt for the audit loop ([`FlinkView`]): a slow or dead JobManager never delays a
+//! round, and nothing is asked per record.
+//!
+//! Read-only: `GET /jobs/overview` and `GET /jobs/{jid}/checkpoints`, nothing else. The URL
+//! may carry credentials (`http://user:pass@jobmanager:8081`, for a proxy in front of the
+//! REST port): they are sent as HTTP Basic auth, and the URL shown in logs and
+//! `/api/status` has them removed.
+
+use super::history::History;
+use super::rest::{self, RestError};
+use crate::config::SecretUrl;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Why the JobManager could not be read this time (gaps then carry no Flink evidence; no
+/// verdict waits for it). Never holds the URL's credentials.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// `flink_rest_url` is not an http(s) URL.
+    #[error("audits.pipeline.flink_rest_url is not a valid http(s) URL")]
+    Url,
+    /// The request failed: connection refused, timeout, TLS (reqwest's words, without the
+    /// URL).
+    #[error("cannot reach the Flink JobManager at {url}: {why}")]
+    Http {
+        /// The URL without credentials.
+        url: String,
+        /// What failed.
+        why: String,
+    },
+    /// The answer was not usable.
+    #[error(transparent)]
+    Rest(#[from] RestError),
+    /// No job of that name is on the JobManager.
+    #[error(
+        "the Flink JobManager lists no job named {0:?} in /jobs/overview (is flink_job spelt as the job's name? was it submitted to this JobManager?)"
+    )]
+    NoJob(String),
+}
+
+/// The state of the evidence source, for `/api/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(tag = "state", content = "reason", rename_all = "snake_case")]
+pub enum SourceState {
+    /// Not read yet.
+    #[default]
+    Pending,
+    /// The last poll read the job.
+    Ok,
+    /// The last poll failed, and why.
+    Error(String),
+}
+
+/// What the poller learnt, shared with the audit loop.
+#[derive(Debug, Clone, Default)]
+pub struct FlinkView {
+    /// The job's runs as seen so far (kept across failed polls: a JobManager that died with
+    /// the job took its runs' REST answers with it, not what they said).
+    pub history: History,
+    /// The last poll's outcome.
+    pub state: SourceState,
+    /// When the last poll ended.
+    pub checked_at: Option<DateTime<Utc>>,
+}
+
+/// The shared view: written by the poller after each poll, read by the audit loop.
+pub type SharedView = Arc<RwLock<FlinkView>>;
+
+/// Reads a poisoned lock all the same: the writer replaces whole values, never half of one.
+pub fn read_view(view: &SharedView) -> FlinkView {
+    view.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// One JobManager and the job's name.
+pub struct FlinkSource {
+    client: reqwest::Client,
+    /// The base URL without credentials, ending in `/`.
+    base: url::Url,
+    auth: Option<(String, Option<String>)>,
+    job: String,
+}
+
+/// Most runs whose checkpoints one poll reads (the live ones and those whose restore is not
+/// known yet; a restart loop must not make a poll ask for dozens).
+const CHECKPOINT_READS: usize = 4;
+
+impl FlinkSource {
+    /// A source reading job `job` on the JobManager at `url`; every request is bounded by
+    /// `timeout`.
+    pub fn new(url: &SecretUrl, job: &str, timeout: Duration) -> Result<Self, SourceError> {
+        let parsed = url.parse().map_err(|_| SourceError::Url)?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(SourceError::Url);
+        }
+        let auth = url
+            .username()
+            .map(|u| (u, url.password().map(|p| p.expose().to_owned())));
+        let mut base = url::Url::parse(&url.without_credentials()).map_err(|_| SourceError::Url)?;
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        base.set_query(None);
+        base.set_fragment(None);
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .map_err(|e| SourceError::Http {
+                url: base.to_string(),
+                why: e.without_url().to_string(),
+            })?;
+        Ok(Self {
+            client,
+            base,
+            auth,
+            job: job.to_owned(),
+        })
+    }
+
+    /// The JobManager's URL without credentials (safe to log and show).
+    pub fn shown_url(&self) -> String {
+        self.base.to_string()
+    }
+
+    /// The job's name.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    async fn get(&self, path: &str) -> Result<Vec<u8>, SourceError> {
+        let http = |e: reqwest::Error| SourceError::Http {
+            url: self.shown_url(),
+            why: e.without_url().to_string(),
+        };
+        let url = self.base.join(path).map_err(|_| SourceError::Url)?;
+        let mut req = self.client.get(url);
+        if let Some((user, password)) = &self.auth {
+            req = req.basic_auth(user, password.as_deref());
+        }
+        let resp = req.send().await.map_err(http)?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(http)?;
+        if !status.is_success() {
+            return Err(RestError::Status {
+                what: format!("/{}", path.split('?').next().unwrap_or(path)),
+                status: status.as_u16(),
+                message: rest::error_message(&body),
+            }
+            .into());
+        }
+        Ok(body.to_vec())
+    }
+
+    /// Polls once into `history`: the job's runs, then the checkpoints of those worth
+    /// reading. A run whose checkpoints cannot be read (checkpointing off, an archived run
+    /// the JobManager forgot) keeps what was known of it.
+    pub async fn poll(&self, history: &mut History) -> Result<(), SourceError> {
+        let jobs = rest::parse_overview(&self.get("jobs/overview").await?)?;
+        let asked = history.observe_jobs(&jobs, &self.job);
+        if history.current().is_none() {
+            return Err(SourceError::NoJob(self.job.clone()));
+        }
+        // Newest first: the run that matters most is read even when the cap is reached.
+        for jid in asked.iter().rev().take(CHECKPOINT_READS) {
+            // Flink's job ids are hex; anything else is not put into a URL.
+            if !jid.chars().all(|c| c.is_ascii_alphanumeric()) {
+                continue;
+            }
+            match self.get(&format!("jobs/{jid}/checkpoints")).await {
+                Ok(body) => match rest::parse_checkpoints(&body) {
+                    Ok(stats) => history.observe_checkpoints(jid, &stats),
+                    Err(e) => {
+                        tracing::debug!(job = %self.job, %jid, error = %e, "Flink checkpoint statistics unreadable")
+                    }
+                },
+                Err(e) => {
+                    tracing::debug!(job = %self.job, %jid, error = %e, "Flink checkpoint statistics unreadable")
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Polls `source` every `every` until `cancel`, publishing into `view`. Logs one warning
+/// when the source starts failing and one line when it answers again.
+pub async fn run(
+    source: FlinkSource,
+    view: SharedView,
+    every: Duration,
+    audit: String,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut history = read_view(&view).history;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let outcome = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = source.poll(&mut history) => r,
+        };
+        let state = match outcome {
+            Ok(()) => SourceState::Ok,
+            Err(e) => SourceState::Error(e.to_string()),
+        };
+        let before = read_view(&view).state;
+        match (&before, &state) {
+            // Warned once when it started failing; `/api/status` shows the current reason.
+            (SourceState::Error(_), SourceState::Error(_)) => {}
+            (_, SourceState::Error(why)) => tracing::warn!(
+                audit = %audit, job = %source.job(), url = %source.shown_url(),
+                "cannot read Flink evidence: {why}; gaps carry no Flink evidence until it can be read (verdicts are not affected)"
+            ),
+            (SourceState::Error(_), SourceState::Ok) => tracing::info!(
+                audit = %audit, job = %source.job(), url = %source.shown_url(),
+                "Flink evidence read again"
+            ),
+            _ => {}
+        }
+        if let (SourceState::Ok, Some(run)) = (&state, history.current()) {
+            let known = read_view(&view)
+                .history
+                .current()
+                .map(|r| (r.jid.clone(), r.restore.clone()));
+            if known != Some((run.jid.clone(), run.restore.clone())) {
+                tracing::info!(audit = %audit, job = %source.job(), jid = %run.jid, state = %run.state,
+                    "Flink job {:?}: run {} {}", source.job(), run.jid, run.summary());
+            }
+        }
+        // Replaced whole: a reader never sees half a poll.
+        *view.write().unwrap_or_else(|p| p.into_inner()) = FlinkView {
+            history: history.clone(),
+            state,
+            checked_at: Some(Utc::now()),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_loses_its_credentials_and_gains_a_slash() {
+        let s = FlinkSource::new(
+            &SecretUrl::new("http://ops:s3cret@jobmanager:8081/flink"),
+            "j",
+            Duration::from_secs(1),
+        )
+        .expect("valid");
+        assert_eq!(s.shown_url(), "http://jobmanager:8081/flink/");
+        assert_eq!(s.auth, Some(("ops".to_owned(), Some("s3cret".to_owned()))));
+        assert_eq!(
+            s.base.join("jobs/overview").map(|u| u.to_string()).ok(),
+            Some("http://jobmanager:8081/flink/jobs/overview".to_owned())
+        );
+        for bad in ["mysql://fe:9030/db", "jobmanager:8081", "not a url"] {
+            assert!(
+                matches!(
+                    FlinkSource::new(&SecretUrl::new(bad), "j", Duration::from_secs(1)),
+                    Err(SourceError::Url)
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    /// A refused connection is an error naming the URL without its password.
+    #[tokio::test]
+    async fn an_unreachable_jobmanager_is_an_error_without_secrets() {
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("port");
+        let s = FlinkSource::new(
+            &SecretUrl::new(format!("http://ops:s3cret@127.0.0.1:{port}")),
+            "j",
+            Duration::from_secs(2),
+        )
+        .expect("valid");
+        let mut h = History::default();
+        let e = s.poll(&mut h).await.expect_err("nothing listens");
+        let text = e.to_string();
+        assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        assert!(!text.contains("s3cret") && !text.contains("ops:"), "{text}");
+    }
+}
