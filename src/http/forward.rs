@@ -386,15 +386,20 @@ pub async fn forward_first(
     if fwd.advertised_url.is_none() || fwd.handover_topic.is_none() {
         return None;
     }
-    if on_board(&state.status.snapshot(), id) {
+    let board = state.status.snapshot();
+    if on_board(&board, id) {
         return None;
     }
+    // A stale copy is "between owners" only for an audit this instance runs: the gaps of an
+    // audit taken out of its config have no other owner to wait for (review 26c, G4).
+    let audit_here =
+        partition_of(id).is_some_and(|(audit, _)| board.iter().any(|a| a.audit == audit));
     if let Some(from) = hop {
         let why = format!(
             "{from} forwarded the ack of gap {id} here, as the handover topic names this \
              instance, but its partition is not assigned here"
         );
-        return holds_gap(state, id).await.then(|| between_owners(id, &why));
+        return (audit_here && holds_gap(state, id).await).then(|| between_owners(id, &why));
     }
     match forward_ack(state, id, reason, token, hop).await {
         Outcome::OwnedHere(_) => {
@@ -405,7 +410,7 @@ pub async fn forward_first(
                 ),
                 None => "the handover topic names this instance as the owner".to_string(),
             };
-            holds_gap(state, id).await.then(|| between_owners(id, &why))
+            (audit_here && holds_gap(state, id).await).then(|| between_owners(id, &why))
         }
         Outcome::NotForwarded(_) => None,
         other => Some(other),

@@ -1201,9 +1201,10 @@ async fn a_stale_copy_of_a_gap_between_owners_is_not_acknowledged_here() {
     store
         .commit_round("a", std::slice::from_ref(&gap), &[])
         .unwrap();
+    let status = StatusBoard::new();
     let state = HttpState {
         metrics: Arc::new(Metrics::new()),
-        status: StatusBoard::new(),
+        status: status.clone(),
         store: store.clone(),
         api_token: None,
         forwarding: Arc::new(super::forward::Forwarding::new(
@@ -1215,6 +1216,15 @@ async fn a_stale_copy_of_a_gap_between_owners_is_not_acknowledged_here() {
         dry_runs: Arc::new(tokio::sync::Semaphore::new(1)),
     };
     let token = Secret::new("t");
+    // An audit this instance does not run (taken out of its config): its stale rows have no
+    // other owner to wait for, the local store answers as before.
+    let o =
+        super::forward::forward_first(&state, &gap.id, "r", &token, Some("http://peer:1")).await;
+    assert!(o.is_none(), "{o:?}");
+    // The audit runs here, without the gap's partition.
+    let mut here = audit_status("a", None);
+    here.partitions.clear();
+    status.update(here);
     let o =
         super::forward::forward_first(&state, &gap.id, "r", &token, Some("http://peer:1")).await;
     assert!(
