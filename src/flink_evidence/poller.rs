@@ -35,6 +35,17 @@ pub enum SourceError {
     /// The answer was not usable.
     #[error(transparent)]
     Rest(#[from] RestError),
+    /// The answer was larger than [`MAX_BODY`]: not read further (review 37, F6: a
+    /// JobManager, or anything answering at its URL, could exhaust the daemon's memory).
+    #[error("the Flink JobManager at {url} answered {path} with more than {max} bytes: not read")]
+    TooLarge {
+        /// The URL without credentials.
+        url: String,
+        /// The path asked.
+        path: String,
+        /// The limit.
+        max: usize,
+    },
     /// No job of that name is on the JobManager.
     #[error(
         "the Flink JobManager lists no job named {0:?} in /jobs/overview (is flink_job spelt as the job's name? was it submitted to this JobManager?)"
@@ -84,6 +95,10 @@ pub struct FlinkSource {
     job: String,
 }
 
+/// The largest answer read from the JobManager: a busy cluster's `/jobs/overview` or a
+/// job's checkpoint statistics are tens of kilobytes; more is not a JobManager's answer.
+pub const MAX_BODY: usize = 4 << 20;
+
 /// Most runs whose checkpoints one poll reads (the live ones and those whose restore is not
 /// known yet; a restart loop must not make a poll ask for dozens).
 const CHECKPOINT_READS: usize = 4;
@@ -109,6 +124,9 @@ impl FlinkSource {
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
+            // Only the configured JobManager is asked (review 37, F7: a redirect could make
+            // the auditor fetch any URL, and show parts of the answer in /api/status).
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| SourceError::Http {
                 url: base.to_string(),
@@ -142,9 +160,24 @@ impl FlinkSource {
         if let Some((user, password)) = &self.auth {
             req = req.basic_auth(user, password.as_deref());
         }
-        let resp = req.send().await.map_err(http)?;
+        let mut resp = req.send().await.map_err(http)?;
         let status = resp.status();
-        let body = resp.bytes().await.map_err(http)?;
+        let too_large = || SourceError::TooLarge {
+            url: self.shown_url(),
+            path: format!("/{}", path.split('?').next().unwrap_or(path)),
+            max: MAX_BODY,
+        };
+        if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
+            return Err(too_large());
+        }
+        // Read a chunk at a time up to the limit (a body without a length, or a lying one).
+        let mut body: Vec<u8> = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(http)? {
+            if body.len() + chunk.len() > MAX_BODY {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             return Err(RestError::Status {
                 what: format!("/{}", path.split('?').next().unwrap_or(path)),
@@ -153,7 +186,7 @@ impl FlinkSource {
             }
             .into());
         }
-        Ok(body.to_vec())
+        Ok(body)
     }
 
     /// Polls once into `history`: the job's runs, then the checkpoints of those worth
@@ -272,6 +305,89 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// One answer per connection from a local listener: `head` then `body_len` bytes of
+    /// `x` (chunked when `length` is false).
+    async fn answer_once(head: &'static str, body_len: usize, length: bool) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let framing = if length {
+                format!("Content-Length: {body_len}\r\n")
+            } else {
+                "Transfer-Encoding: chunked\r\n".to_string()
+            };
+            let _ = s
+                .write_all(format!("{head}\r\n{framing}Connection: close\r\n\r\n").as_bytes())
+                .await;
+            let block = vec![b'x'; 64 * 1024];
+            let mut left = body_len;
+            while left > 0 {
+                let n = left.min(block.len());
+                let sent = if length {
+                    s.write_all(&block[..n]).await
+                } else {
+                    let mut c = format!("{n:x}\r\n").into_bytes();
+                    c.extend_from_slice(&block[..n]);
+                    c.extend_from_slice(b"\r\n");
+                    s.write_all(&c).await
+                };
+                if sent.is_err() {
+                    return;
+                }
+                left -= n;
+            }
+            if !length {
+                let _ = s.write_all(b"0\r\n\r\n").await;
+            }
+        });
+        port
+    }
+
+    /// Review 37, F6 and F7: an answer larger than `MAX_BODY` is refused, whether it says
+    /// its length or not (read whole before, into memory), and a redirect is not followed.
+    #[tokio::test]
+    async fn an_oversized_answer_is_refused_and_a_redirect_not_followed() {
+        for length in [true, false] {
+            let port = answer_once("HTTP/1.1 200 OK", MAX_BODY + 1, length).await;
+            let s = FlinkSource::new(
+                &SecretUrl::new(format!("http://127.0.0.1:{port}")),
+                "j",
+                Duration::from_secs(10),
+            )
+            .expect("valid");
+            let e = s.get("jobs/overview").await.expect_err("too large");
+            assert!(
+                matches!(e, SourceError::TooLarge { .. }),
+                "length {length}: {e}"
+            );
+        }
+        let port = answer_once(
+            "HTTP/1.1 302 Found\r\nLocation: http://169.254.169.254/latest/meta-data/",
+            0,
+            true,
+        )
+        .await;
+        let s = FlinkSource::new(
+            &SecretUrl::new(format!("http://127.0.0.1:{port}")),
+            "j",
+            Duration::from_secs(10),
+        )
+        .expect("valid");
+        let e = s.get("jobs/overview").await.expect_err("not followed");
+        assert!(
+            matches!(&e, SourceError::Rest(RestError::Status { status: 302, .. })),
+            "{e}"
+        );
     }
 
     /// A refused connection is an error naming the URL without its password.
