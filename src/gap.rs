@@ -202,21 +202,33 @@ pub struct Gap {
 
 impl Gap {
     /// The gap's evidence as one line for people (`gaps`, `check`, the log): "restarted at
-    /// T without restoring a checkpoint (latest-offset): offsets 2–3 skipped". `None`
-    /// without evidence.
+    /// T without restoring a checkpoint (latest-offset): offsets 2–3 skipped". A jump skips
+    /// only the offsets below where it landed; a gap that grew past them (records the
+    /// restarted pipeline lost in flight) says so apart: "...: offsets 2–3 skipped (the gap
+    /// continues to 9)". `None` without evidence.
     pub fn evidence_line(&self) -> Option<String> {
         let e = self.evidence.as_deref()?;
-        let what = match self.cause {
-            GapCause::SkippedByRestart | GapCause::SkippedByAlter => "skipped",
-            _ => "missing",
+        let skip = matches!(
+            self.cause,
+            GapCause::SkippedByRestart | GapCause::SkippedByAlter
+        );
+        let what = if skip { "skipped" } else { "missing" };
+        let last = match self.pipeline_commit_to {
+            Some(to) if skip && to > self.first_offset => self.last_offset.min(to - 1),
+            _ => self.last_offset,
         };
-        Some(if self.first_offset == self.last_offset {
-            format!("{e}: offset {} {what}", self.first_offset)
+        let range = if self.first_offset == last {
+            format!("offset {}", self.first_offset)
         } else {
+            format!("offsets {}–{last}", self.first_offset)
+        };
+        Some(if last < self.last_offset {
             format!(
-                "{e}: offsets {}–{} {what}",
-                self.first_offset, self.last_offset
+                "{e}: {range} {what} (the gap continues to {})",
+                self.last_offset
             )
+        } else {
+            format!("{e}: {range} {what}")
         })
     }
 
@@ -294,6 +306,20 @@ mod tests {
                 "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset): offsets 2–3 skipped"
             )
         );
+        // Review 37, F5: the restarted job then lost 4–9 in flight; the jump skipped 2–3.
+        g.last_offset = 9;
+        assert!(
+            g.evidence_line()
+                .is_some_and(|l| l.ends_with(": offsets 2–3 skipped (the gap continues to 9)")),
+            "{:?}",
+            g.evidence_line()
+        );
+        g.pipeline_commit_to = Some(3);
+        assert!(
+            g.evidence_line()
+                .is_some_and(|l| l.ends_with(": offset 2 skipped (the gap continues to 9)"))
+        );
+        g.pipeline_commit_to = Some(4);
         g.last_offset = 2;
         assert!(
             g.evidence_line()
