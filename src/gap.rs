@@ -213,22 +213,31 @@ impl Gap {
             GapCause::SkippedByRestart | GapCause::SkippedByAlter
         );
         let what = if skip { "skipped" } else { "missing" };
-        let last = match self.pipeline_commit_to {
-            Some(to) if skip && to > self.first_offset => self.last_offset.min(to - 1),
-            _ => self.last_offset,
+        let words = |first: Offset, last: Offset| {
+            if first == last {
+                format!("offset {first}")
+            } else {
+                format!("offsets {first}–{last}")
+            }
         };
-        let range = if self.first_offset == last {
-            format!("offset {}", self.first_offset)
-        } else {
-            format!("offsets {}–{last}", self.first_offset)
+        let jump = match (self.pipeline_commit_from, self.pipeline_commit_to) {
+            (Some(from), Some(to)) if skip && to > from => Some((from, to - 1)),
+            _ => None,
         };
-        Some(if last < self.last_offset {
-            format!(
-                "{e}: {range} {what} (the gap continues to {})",
-                self.last_offset
-            )
-        } else {
-            format!("{e}: {range} {what}")
+        let (first, last) = (self.first_offset, self.last_offset);
+        Some(match jump {
+            // The gap lies past where the jump landed (the rest of a gap split by an
+            // acknowledgement): the jump skipped others (review 27, G4).
+            Some((from, to)) if to < first => format!(
+                "{e}: the jump skipped {}; {} missing after it",
+                words(from, to),
+                words(first, last)
+            ),
+            Some((_, to)) if to < last => format!(
+                "{e}: {} {what} (the gap continues to {last})",
+                words(first, to)
+            ),
+            _ => format!("{e}: {} {what}", words(first, last)),
         })
     }
 
@@ -319,7 +328,16 @@ mod tests {
             g.evidence_line()
                 .is_some_and(|l| l.ends_with(": offset 2 skipped (the gap continues to 9)"))
         );
+        // Review 27, G4: the rest of a gap split by an acknowledgement, past the landing.
         g.pipeline_commit_to = Some(4);
+        g.first_offset = 4;
+        assert_eq!(
+            g.evidence_line().as_deref(),
+            Some(
+                "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset): the jump skipped offsets 2–3; offsets 4–9 missing after it"
+            )
+        );
+        g.first_offset = 2;
         g.last_offset = 2;
         assert!(
             g.evidence_line()

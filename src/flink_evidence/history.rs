@@ -19,16 +19,26 @@
 //!   the answer) and the window is shifted by it; a small slack ([`CLOCK_SLACK_MS`]) absorbs
 //!   what is left (the request's own latency). A restart outside the window is not named,
 //!   so a narrow window can only lose evidence, never name a run that did not start in it.
-//! - Flink commits a Kafka source's offsets when a checkpoint completes. A run seen with a
-//!   completed checkpoint no later than the auditor first saw the position the jump left was
-//!   already committing then: it committed that position (or a later one), so it did not
-//!   jump from it, however near its start is to the window (review 37, F1).
+//! - Flink commits a Kafka source's offsets when a checkpoint completes. A run that had
+//!   completed a checkpoint by the time the auditor first saw the position the jump left
+//!   was already committing then: it committed that position (or a later one), so it did
+//!   not jump from it, however near its start is to the window (review 37, F1). When it did
+//!   is Flink's own ack time of its earliest completed checkpoint seen (shifted by the
+//!   skew), or the auditor's poll that first saw one, whichever is earlier.
 //! - A job id names a run only with its start time: Flink reuses ids (application mode with
 //!   HA, operator-made ids, a JobManager failover recovering the job), so an id seen again
 //!   with another `start-time` is a new run (F3).
 //! - Several jobs may carry one name (Flink SQL's default `insert-into_…`, a blue/green
-//!   copy). A restart in the window whose run overlapped another run of the name cannot be
-//!   told apart from that other pipeline's: nothing is named (F2).
+//!   copy). A restart in the window whose run was seen RUNNING beside another RUNNING run
+//!   of the name cannot be told apart from that other pipeline's: nothing is named (F2). A
+//!   run still cancelling, failing or restarting when the next one started is the usual
+//!   resubmission, not another pipeline.
+//! - `latest.restored` is the *last* restore of a run, and `counts.restored` counts them
+//!   all, the start's and each failover's. A start restores before the run's first
+//!   checkpoint; a failover restores one of the run's own, after it completed. So the one
+//!   restore of a run is the start's if it came before the run's first checkpoint (or the
+//!   run has none), and a failover's if after (then the start restored nothing); with more
+//!   than one, or without the first checkpoint's time, the start is not known.
 
 use super::rest::{CheckpointStats, CompletedCheckpoint, JobOverview, RestoredCheckpoint};
 use crate::logging::printable;
@@ -82,10 +92,24 @@ pub struct JobRun {
     pub restore: Restore,
     /// Its last completed checkpoint, as last seen.
     pub last_completed: Option<CompletedCheckpoint>,
-    /// When the auditor first saw it with a completed checkpoint (the auditor's unix ms):
+    /// When the auditor first saw it with a completed checkpoint (the auditor's clock):
     /// from then at the latest it was committing offsets.
     #[serde(skip)]
     pub checkpointed_seen_ms: Option<i64>,
+    /// The earliest ack time of a completed checkpoint of the run seen (the JobManager's
+    /// clock): its first checkpoint completed no later.
+    #[serde(skip)]
+    pub earliest_ack_ms: Option<i64>,
+    /// `earliest_ack_ms` is its first checkpoint's (read when Flink's history held all).
+    #[serde(skip)]
+    pub first_ack_known: bool,
+    /// Seen RUNNING in the same overview as another RUNNING run of the name.
+    #[serde(skip)]
+    pub ran_beside: bool,
+    /// Its checkpoints were read after it ended (a run is asked once more then: a crash loop
+    /// ends runs between polls).
+    #[serde(skip)]
+    pub final_read: bool,
 }
 
 impl JobRun {
@@ -103,17 +127,9 @@ impl JobRun {
         )
     }
 
-    /// Whether this run and `other` ran at the same time: the one that started first had
-    /// not ended when the other started (a run still listed and not terminal has not). A
-    /// run the JobManager stopped listing without an end (it died with the JobManager) is
-    /// taken to have ended: that is how a crashed per-job cluster looks.
-    fn overlaps(&self, other: &JobRun) -> bool {
-        let (a, b) = if (self.started_ms, &self.jid) <= (other.started_ms, &other.jid) {
-            (self, other)
-        } else {
-            (other, self)
-        };
-        a.ended_ms.map_or(a.is_live(), |end| end > b.started_ms)
+    /// The ack time of its first checkpoint, when known.
+    fn first_ack(&self) -> Option<i64> {
+        self.earliest_ack_ms.filter(|_| self.first_ack_known)
     }
 }
 
@@ -183,11 +199,12 @@ impl History {
     /// runs whose checkpoints are worth reading now: those still live, and those whose
     /// restore is not known yet.
     pub fn observe_jobs(&mut self, jobs: &[JobOverview], job: &str, now_ms: i64) -> Vec<String> {
-        // Every job not ended tells the JobManager's "now", whatever its name; the answer
-        // was made before it arrived, so the latest of them is the nearest.
+        // Every job not ended tells the JobManager's "now", whatever its name; the latest
+        // of them is the nearest. Not a SUSPENDED one: the JobManager keeps those archived,
+        // their duration frozen when they were.
         if let Some(jm_now) = jobs
             .iter()
-            .filter(|j| j.end_time <= 0 && j.start_time > 0)
+            .filter(|j| j.end_time <= 0 && j.start_time > 0 && j.state != "SUSPENDED")
             .filter_map(|j| j.duration.filter(|d| *d >= 0)?.checked_add(j.start_time))
             .max()
         {
@@ -220,7 +237,20 @@ impl History {
                     restore: Restore::Unknown,
                     last_completed: None,
                     checkpointed_seen_ms: None,
+                    earliest_ack_ms: None,
+                    first_ack_known: false,
+                    ran_beside: false,
+                    final_read: false,
                 }),
+            }
+        }
+        if self.running_runs() > 1 {
+            for r in self
+                .runs
+                .iter_mut()
+                .filter(|r| r.listed && r.state == "RUNNING")
+            {
+                r.ran_beside = true;
             }
         }
         self.runs
@@ -230,7 +260,7 @@ impl History {
         }
         self.runs
             .iter()
-            .filter(|r| r.listed && (r.is_live() || r.restore == Restore::Unknown))
+            .filter(|r| r.listed && (r.is_live() || r.restore == Restore::Unknown || !r.final_read))
             .map(|r| r.jid.clone())
             .collect()
     }
@@ -250,24 +280,38 @@ impl History {
         if stats.completed_count > 0 && r.checkpointed_seen_ms.is_none() {
             r.checkpointed_seen_ms = Some(now_ms);
         }
+        if let Some(ack) = stats.earliest_ack {
+            r.earliest_ack_ms = Some(r.earliest_ack_ms.map_or(ack, |a| a.min(ack)));
+            r.first_ack_known |= stats.earliest_ack_is_first;
+        }
+        if !r.is_live() {
+            r.final_read = true;
+        }
         // Decided once: a later failover that restores another checkpoint does not change
         // what the run did when it started.
         if r.restore == Restore::Unknown {
+            let cleaned = |c: &RestoredCheckpoint| {
+                Restore::Checkpoint(RestoredCheckpoint {
+                    external_path: c.external_path.as_deref().map(|p| printable(p, MAX_PATH)),
+                    ..c.clone()
+                })
+            };
             r.restore = match &stats.restored {
-                // `latest.restored` is the *last* restore: the start's only while it is the
-                // one restore the run made, and only if it is not the run's own checkpoint
-                // (a start restores a previous run's checkpoint or a savepoint; a failover
-                // restores the run's own, under its `/<jid>/` directory) (review 37, F4).
-                Some(c) if stats.restored_count <= 1 && !own_checkpoint(c, jid) => {
-                    Restore::Checkpoint(RestoredCheckpoint {
-                        external_path: c.external_path.as_deref().map(|p| printable(p, MAX_PATH)),
-                        ..c.clone()
-                    })
-                }
-                Some(_) => Restore::Unknown,
                 // Restores happen before RUNNING and before the first checkpoint.
                 None if stats.completed_count > 0 || r.state == "RUNNING" => Restore::None,
                 None => Restore::Unknown,
+                // `latest.restored` is the last of several: the start's is not shown.
+                Some(_) if stats.restored_count > 1 => Restore::Unknown,
+                // The one restore (review 37 F4, review 27 G3): the start's when it came
+                // before the run's first checkpoint (or the run has none: a failover has
+                // nothing of its own to restore then), a failover's when after — and then
+                // the start restored nothing. Without the first checkpoint's time, unknown.
+                Some(c) => match (stats.completed_count, r.first_ack()) {
+                    (0, _) => cleaned(c),
+                    (_, Some(first)) if c.restore_timestamp < first => cleaned(c),
+                    (_, Some(_)) => Restore::None,
+                    (_, None) => Restore::Unknown,
+                },
             };
         }
     }
@@ -291,11 +335,14 @@ impl History {
         &self.runs
     }
 
-    /// How many runs of the job the last overview listed as not ended: more than one means
+    /// How many runs of the job the last overview listed RUNNING: more than one means
     /// several pipelines carry the name (their restarts explain nothing, see
     /// [`Self::explain`]).
-    pub fn live_runs(&self) -> usize {
-        self.runs.iter().filter(|r| r.is_live()).count()
+    pub fn running_runs(&self) -> usize {
+        self.runs
+            .iter()
+            .filter(|r| r.listed && r.state == "RUNNING")
+            .count()
     }
 
     /// The JobManager's clock minus the auditor's, when measured (ms).
@@ -321,7 +368,13 @@ impl History {
             .saturating_add(shift)
             .saturating_sub(CLOCK_SLACK_MS);
         let hi = by_ms.saturating_add(shift).saturating_add(CLOCK_SLACK_MS);
-        let committing_before = |r: &JobRun| matches!((r.checkpointed_seen_ms, from_seen_ms), (Some(c), Some(f)) if c <= f);
+        // When the run was committing by, on the auditor's clock: the earlier of the poll
+        // that first saw a completed checkpoint and Flink's own ack time shifted back.
+        let committing_before = |r: &JobRun| {
+            let by_ack = r.earliest_ack_ms.map(|a| a.saturating_sub(shift));
+            let since = [r.checkpointed_seen_ms, by_ack].into_iter().flatten().min();
+            matches!((since, from_seen_ms), (Some(c), Some(f)) if c <= f)
+        };
         let found: Vec<usize> = self
             .runs
             .iter()
@@ -330,13 +383,10 @@ impl History {
             .map(|(i, _)| i)
             .collect();
         let (&first, &last) = (found.first()?, found.last()?);
-        let ambiguous = found.iter().any(|&i| {
-            self.runs
-                .iter()
-                .enumerate()
-                .any(|(j, other)| j != i && self.runs[i].overlaps(other))
-        });
-        if ambiguous {
+        if found.iter().any(|&i| self.runs[i].ran_beside) {
+            tracing::debug!(
+                "a Flink run that started in a commit jump's window ran beside another of its name: no evidence"
+            );
             return None;
         }
         let named_from = found.len().saturating_sub(MAX_NAMED);
@@ -354,14 +404,6 @@ impl History {
             previous_checkpoint,
         })
     }
-}
-
-/// Whether `c` is a checkpoint of run `jid` itself (Flink's checkpoint storage keeps a
-/// job's checkpoints under `<dir>/<jid>/chk-<n>`).
-fn own_checkpoint(c: &RestoredCheckpoint, jid: &str) -> bool {
-    c.external_path
-        .as_deref()
-        .is_some_and(|p| p.split('/').any(|part| part == jid))
 }
 
 /// Unix ms as `2026-12-06T02:14:00Z` (the JobManager's clock; whole seconds suffice).
@@ -447,6 +489,8 @@ mod tests {
         }
     }
 
+    /// Checkpoint statistics: `completed` checkpoints, the last restore (of chk-3 from
+    /// `restored`, at time 0) and how many restores there were.
     fn checkpoints(completed: u64, restored: Option<&str>, restored_count: u64) -> CheckpointStats {
         CheckpointStats {
             completed_count: completed,
@@ -458,7 +502,17 @@ mod tests {
                 is_savepoint: false,
                 external_path: Some(p.into()),
             }),
+            earliest_ack: None,
+            earliest_ack_is_first: false,
         }
+    }
+
+    /// The same, with Flink's history holding every completed checkpoint, the first acked
+    /// at `first_ack`.
+    fn with_first_ack(mut stats: CheckpointStats, first_ack: i64) -> CheckpointStats {
+        stats.earliest_ack = Some(first_ack);
+        stats.earliest_ack_is_first = true;
+        stats
     }
 
     /// The seed incident: the job crashed, was resubmitted with `latest-offset` (no
@@ -683,7 +737,7 @@ mod tests {
             JOB,
             60_000,
         );
-        assert_eq!(h.live_runs(), 2);
+        assert_eq!(h.running_runs(), 2);
         assert_eq!(h.explain(40_000, None, 60_000), None);
         // One after the other (the crashed run ended before the new one started): named.
         let mut h = History::default();
@@ -695,10 +749,39 @@ mod tests {
             JOB,
             60_000,
         );
-        assert_eq!(h.live_runs(), 1);
+        assert_eq!(h.running_runs(), 1);
         assert!(h.explain(40_000, None, 60_000).is_some());
-        // Ended after the other started: they overlapped.
+        // Review 27, G5: cancelled, then resubmitted before the cancel finished (the old
+        // one CANCELLING when the new one was listed, CANCELED 5 s after it started): one
+        // pipeline resubmitted, named.
         let mut h = History::default();
+        h.observe_jobs(
+            &[
+                run(OLD, "CANCELLING", 1_000, -1),
+                run(NEW, "RUNNING", 50_000, -1),
+            ],
+            JOB,
+            52_000,
+        );
+        h.observe_jobs(
+            &[
+                run(OLD, "CANCELED", 1_000, 55_000),
+                run(NEW, "RUNNING", 50_000, -1),
+            ],
+            JOB,
+            60_000,
+        );
+        assert!(h.explain(40_000, None, 60_000).is_some());
+        // Once seen RUNNING beside another, a run stays suspect after the other ended.
+        let mut h = History::default();
+        h.observe_jobs(
+            &[
+                run(OLD, "RUNNING", 1_000, -1),
+                run(NEW, "RUNNING", 50_000, -1),
+            ],
+            JOB,
+            52_000,
+        );
         h.observe_jobs(
             &[
                 run(OLD, "CANCELED", 1_000, 55_000),
@@ -742,7 +825,7 @@ mod tests {
         let own = format!("file:/ck/{NEW}/chk-3");
         for stats in [
             checkpoints(3, Some(&own), 1),
-            checkpoints(3, Some("file:/ck/other/chk-3"), 2),
+            with_first_ack(checkpoints(3, Some("file:/ck/other/chk-3"), 2), 2_000),
         ] {
             let mut h = History::default();
             h.observe_jobs(&[run(NEW, "RUNNING", 1_000, -1)], JOB, 9_000);
@@ -754,10 +837,44 @@ mod tests {
                     .ends_with("(whether it restored a checkpoint was not seen)")
             );
         }
-        // The one restore, of another run's checkpoint: the start's.
+        // Review 27, G3: told by time, not by path. The one restore, before the run's first
+        // checkpoint: the start's, whatever the path says (a reused job id's own
+        // directory, as application mode with HA has it).
+        let reused = "file:/ck/00000000000000000000000000000000/chk-41";
+        for (path, first_ack, want_start) in [
+            ("file:/ck/other/chk-3", 2_000, true),
+            (reused, 2_000, true),
+            // After its first checkpoint: a failover's (storage without paths), and the
+            // start restored nothing.
+            ("<checkpoint-not-externally-addressable>", -1, false),
+        ] {
+            let mut stats = checkpoints(3, Some(path), 1);
+            if let Some(r) = &mut stats.restored {
+                r.restore_timestamp = 1_500;
+            }
+            let stats = with_first_ack(stats, if first_ack < 0 { 1_200 } else { first_ack });
+            let mut h = History::default();
+            h.observe_jobs(&[run(NEW, "RUNNING", 1_000, -1)], JOB, 9_000);
+            h.observe_checkpoints(NEW, &stats, 9_000);
+            let restore = h.current().map(|r| r.restore.clone());
+            if want_start {
+                assert!(
+                    matches!(restore, Some(Restore::Checkpoint(_))),
+                    "{path}: {restore:?}"
+                );
+            } else {
+                assert_eq!(restore, Some(Restore::None), "{path}");
+            }
+        }
+        // Checkpoints but not the first one's time: not known.
         let mut h = History::default();
         h.observe_jobs(&[run(NEW, "RUNNING", 1_000, -1)], JOB, 9_000);
         h.observe_checkpoints(NEW, &checkpoints(3, Some("file:/ck/other/chk-3"), 1), 9_000);
+        assert_eq!(h.current().map(|r| &r.restore), Some(&Restore::Unknown));
+        // No checkpoint of its own yet: the one restore is the start's.
+        let mut h = History::default();
+        h.observe_jobs(&[run(NEW, "RUNNING", 1_000, -1)], JOB, 9_000);
+        h.observe_checkpoints(NEW, &checkpoints(0, Some(reused), 1), 9_000);
         assert!(matches!(
             h.current().map(|r| &r.restore),
             Some(Restore::Checkpoint(_))
@@ -777,7 +894,7 @@ mod tests {
         h.observe_checkpoints(OLD, &checkpoints(1, None, 0), 50_000);
         h.observe_checkpoints(
             NEW,
-            &checkpoints(1, Some("file:/ck/other/chk-5"), 1),
+            &with_first_ack(checkpoints(1, Some("file:/ck/other/chk-5"), 1), 45_000),
             50_000,
         );
         let ev = h.explain(5_000, None, 50_000).expect("named");
@@ -815,11 +932,88 @@ mod tests {
         let mut h = History::default();
         let long = format!("file:/ck/\x1b[2J\n{}", "a".repeat(100_000));
         h.observe_jobs(&[run(NEW, "RUN\x1b[31mNING", 1_000, -1)], JOB, 9_000);
-        h.observe_checkpoints(NEW, &checkpoints(1, Some(&long), 1), 9_000);
+        h.observe_checkpoints(NEW, &checkpoints(0, Some(&long), 1), 9_000);
         let text = h.explain(0, None, 9_000).expect("named").text();
         assert!(!text.chars().any(char::is_control), "{text:.80}");
         assert!(text.len() < 700, "{}", text.len());
         let r = h.current().expect("run");
         assert!(!r.state.chars().any(char::is_control));
+    }
+
+    /// Review 27, G1: the poller's ticks fell on either side of the run's first checkpoint
+    /// and past the poll that first saw `from`: Flink's own ack time (from its checkpoint
+    /// history) still says the run was committing before `from` was seen.
+    #[test]
+    fn flinks_own_checkpoint_time_says_a_run_was_already_committing() {
+        let since = 1_000_000;
+        let mut h = History::default();
+        let b = JobOverview {
+            duration: Some(500),
+            ..run(NEW, "RUNNING", since + 500, -1)
+        };
+        h.observe_jobs(std::slice::from_ref(&b), JOB, since + 1_000);
+        h.observe_checkpoints(NEW, &checkpoints(0, None, 0), since + 1_000);
+        let b = JobOverview {
+            duration: Some(5_500),
+            ..b
+        };
+        h.observe_jobs(std::slice::from_ref(&b), JOB, since + 6_000);
+        h.observe_checkpoints(
+            NEW,
+            &with_first_ack(checkpoints(1, None, 0), since + 3_500),
+            since + 6_000,
+        );
+        assert_eq!(h.skew_ms(), Some(0));
+        assert_eq!(h.explain(since, Some(since + 5_000), since + 25_000), None);
+        // First acked after `from` was seen: it may have jumped from it.
+        let mut h2 = History::default();
+        h2.observe_jobs(std::slice::from_ref(&b), JOB, since + 6_000);
+        h2.observe_checkpoints(
+            NEW,
+            &with_first_ack(checkpoints(1, None, 0), since + 5_500),
+            since + 6_000,
+        );
+        assert!(
+            h2.explain(since, Some(since + 5_000), since + 25_000)
+                .is_some()
+        );
+    }
+
+    /// Review 27, G1: a run that ended between two polls is read once more, so what it
+    /// checkpointed is known (a crash loop).
+    #[test]
+    fn an_ended_run_is_read_once_more() {
+        let mut h = History::default();
+        assert_eq!(
+            h.observe_jobs(&[run(NEW, "RUNNING", 1_000, -1)], JOB, 2_000),
+            vec![NEW.to_owned()]
+        );
+        h.observe_checkpoints(NEW, &checkpoints(0, None, 0), 2_000);
+        assert_eq!(h.current().map(|r| &r.restore), Some(&Restore::None));
+        let asked = h.observe_jobs(&[run(NEW, "FAILED", 1_000, 4_000)], JOB, 5_000);
+        assert_eq!(asked, vec![NEW.to_owned()], "asked once after it ended");
+        h.observe_checkpoints(NEW, &checkpoints(1, None, 0), 5_000);
+        assert_eq!(
+            h.current().and_then(|r| r.checkpointed_seen_ms),
+            Some(5_000)
+        );
+        assert!(
+            h.observe_jobs(&[run(NEW, "FAILED", 1_000, 4_000)], JOB, 6_000)
+                .is_empty(),
+            "not again"
+        );
+    }
+
+    /// Review 27, G6: a SUSPENDED job's duration was frozen when it was archived: it tells
+    /// no clock.
+    #[test]
+    fn a_suspended_job_tells_no_clock() {
+        let mut h = History::default();
+        let suspended = JobOverview {
+            duration: Some(1_000),
+            ..run(OLD, "SUSPENDED", 1_000, -1)
+        };
+        h.observe_jobs(&[suspended], JOB, 10_000_000);
+        assert_eq!(h.skew_ms(), None);
     }
 }

@@ -205,9 +205,14 @@ impl FlinkSource {
     /// reading. A run whose checkpoints cannot be read (checkpointing off, an archived run
     /// the JobManager forgot) keeps what was known of it.
     pub async fn poll(&self, history: &mut History) -> Result<(), SourceError> {
+        // The audit's own clock (it never steps), the one its commit steps are stamped with
+        // (review 27, G2); the answer was made between the request and its arrival, so the
+        // JobManager's "now" in it is placed at the middle.
+        let sent = crate::clock::now_ms();
         let body = self.get("jobs/overview").await?;
+        let answered = sent + (crate::clock::now_ms() - sent) / 2;
         let jobs = rest::parse_overview(&body)?;
-        let asked = history.observe_jobs(&jobs, &self.job, Utc::now().timestamp_millis());
+        let asked = history.observe_jobs(&jobs, &self.job, answered);
         if history.current().is_none() {
             return Err(SourceError::NoJob(self.job.clone()));
         }
@@ -219,9 +224,7 @@ impl FlinkSource {
             }
             match self.get(&format!("jobs/{jid}/checkpoints")).await {
                 Ok(body) => match rest::parse_checkpoints(&body) {
-                    Ok(stats) => {
-                        history.observe_checkpoints(jid, &stats, Utc::now().timestamp_millis())
-                    }
+                    Ok(stats) => history.observe_checkpoints(jid, &stats, crate::clock::now_ms()),
                     Err(e) => {
                         tracing::debug!(job = %self.job, %jid, error = %e, "Flink checkpoint statistics unreadable")
                     }
@@ -231,7 +234,7 @@ impl FlinkSource {
                 }
             }
         }
-        match history.live_runs() {
+        match history.running_runs() {
             n if n > 1 => Err(SourceError::Ambiguous {
                 job: self.job.clone(),
                 runs: n,
@@ -284,8 +287,8 @@ pub async fn run(
             let known = read_view(&view)
                 .history
                 .current()
-                .map(|r| (r.jid.clone(), r.restore.clone()));
-            if known != Some((run.jid.clone(), run.restore.clone())) {
+                .map(|r| (r.jid.clone(), r.started_ms, r.restore.clone()));
+            if known != Some((run.jid.clone(), run.started_ms, run.restore.clone())) {
                 tracing::info!(audit = %audit, job = %source.job(), jid = %run.jid, state = %run.state,
                     "Flink job {:?}: run {} {}", source.job(), run.jid, run.summary());
             }

@@ -116,12 +116,23 @@ struct Latest {
     restored: Option<RestoredCheckpoint>,
 }
 
+/// One entry of `history` (the most recent checkpoints, `web.checkpoints.history` of them).
+#[derive(Deserialize)]
+struct HistoryEntry {
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    latest_ack_timestamp: i64,
+}
+
 #[derive(Deserialize)]
 struct Statistics {
     #[serde(default)]
     counts: Counts,
     #[serde(default)]
     latest: Latest,
+    #[serde(default)]
+    history: Vec<HistoryEntry>,
 }
 
 /// What `/jobs/{jid}/checkpoints` tells about one job run.
@@ -135,6 +146,13 @@ pub struct CheckpointStats {
     pub latest_completed: Option<CompletedCheckpoint>,
     /// `latest.restored`: the checkpoint or savepoint the run restored, last.
     pub restored: Option<RestoredCheckpoint>,
+    /// The earliest ack time (the JobManager's unix ms) of a completed checkpoint in the
+    /// answer (`history` and `latest.completed`): the run completed its first checkpoint,
+    /// and so first committed offsets, no later than this.
+    pub earliest_ack: Option<i64>,
+    /// `earliest_ack` is the run's first checkpoint's: `history` holds every checkpoint the
+    /// run completed (no more than it keeps).
+    pub earliest_ack_is_first: bool,
 }
 
 /// Reads the body of `/jobs/overview`.
@@ -153,9 +171,29 @@ pub fn parse_checkpoints(body: &[u8]) -> Result<CheckpointStats, RestError> {
         what: "/jobs/{jid}/checkpoints".into(),
         why: crate::logging::printable(&e.to_string(), 200),
     })?;
+    let completed: Vec<i64> = s
+        .history
+        .iter()
+        .filter(|h| h.status == "COMPLETED" && h.latest_ack_timestamp > 0)
+        .map(|h| h.latest_ack_timestamp)
+        .collect();
+    let earliest_ack = completed
+        .iter()
+        .copied()
+        .chain(
+            s.latest
+                .completed
+                .as_ref()
+                .map(|c| c.latest_ack_timestamp)
+                .filter(|t| *t > 0),
+        )
+        .min();
     Ok(CheckpointStats {
         completed_count: s.counts.completed,
         restored_count: s.counts.restored,
+        earliest_ack,
+        earliest_ack_is_first: s.counts.completed > 0
+            && completed.len() as u64 >= s.counts.completed,
         latest_completed: s.latest.completed,
         restored: s.latest.restored,
     })
@@ -258,6 +296,26 @@ pub(crate) mod tests {
 
         let restored = parse_checkpoints(RESTORED_RUN.as_bytes()).expect("documented shape");
         assert_eq!((fresh.restored_count, restored.restored_count), (0, 1));
+        // FRESH_RUN's history is empty: the latest completed one bounds the first.
+        assert_eq!(
+            (fresh.earliest_ack, fresh.earliest_ack_is_first),
+            (Some(1_796_523_259_040), false)
+        );
+        let with_history = parse_checkpoints(
+            br#"{"counts":{"restored":0,"completed":2},"latest":{"completed":{"id":2,
+            "latest_ack_timestamp":2000}},"history":[
+              {"id":3,"status":"IN_PROGRESS","latest_ack_timestamp":0},
+              {"id":2,"status":"COMPLETED","latest_ack_timestamp":2000},
+              {"id":1,"status":"COMPLETED","latest_ack_timestamp":1000}]}"#,
+        )
+        .expect("documented shape");
+        assert_eq!(
+            (
+                with_history.earliest_ack,
+                with_history.earliest_ack_is_first
+            ),
+            (Some(1000), true)
+        );
         let r = restored.restored.expect("restored");
         assert_eq!((r.id, r.is_savepoint), (7, false));
         assert_eq!(r.restore_timestamp, 1_796_523_241_500);

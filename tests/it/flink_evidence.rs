@@ -135,12 +135,12 @@ async fn the_seed_gap_carries_the_restart_without_a_restore() {
     // The crashed run and its last completed checkpoint: what a correct restart restores.
     assert_eq!(f["previous_run"]["jid"], OLD, "{status}");
     assert_eq!(f["previous_run"]["last_completed"]["id"], 2, "{status}");
-    // The fake JobManager shares this machine's clock: the measured skew is the
-    // requests' latency, well inside the slack.
+    // The fake JobManager shares this machine's clock: the measured skew is at most half
+    // a request's time (a loaded machine's seconds, not the minute a wrong duration gives).
     assert!(
         f["clock_skew_ms"]
             .as_i64()
-            .is_some_and(|ms| ms.abs() < 2_000),
+            .is_some_and(|ms| ms.abs() < 5_000),
         "{status}"
     );
     let shown = status.to_string();
