@@ -690,7 +690,7 @@ mod tests {
         let t = 5_000_000; // the auditor's clock: the jump's window is (t, t + 10 000]
         let mut h = History::default();
         let restarted = run(NEW, "RUNNING", t + 4_000 + skew, -1);
-        let jobs = vec![
+        let jobs = [
             run(OLD, "FAILED", t - 100_000 + skew, t + 3_000 + skew),
             restarted.clone(),
             JobOverview {
