@@ -202,21 +202,42 @@ pub struct Gap {
 
 impl Gap {
     /// The gap's evidence as one line for people (`gaps`, `check`, the log): "restarted at
-    /// T without restoring a checkpoint (latest-offset): offsets 2–3 skipped". `None`
-    /// without evidence.
+    /// T without restoring a checkpoint (latest-offset): offsets 2–3 skipped". A jump skips
+    /// only the offsets below where it landed; a gap that grew past them (records the
+    /// restarted pipeline lost in flight) says so apart: "...: offsets 2–3 skipped (the gap
+    /// continues to 9)". `None` without evidence.
     pub fn evidence_line(&self) -> Option<String> {
         let e = self.evidence.as_deref()?;
-        let what = match self.cause {
-            GapCause::SkippedByRestart | GapCause::SkippedByAlter => "skipped",
-            _ => "missing",
+        let skip = matches!(
+            self.cause,
+            GapCause::SkippedByRestart | GapCause::SkippedByAlter
+        );
+        let what = if skip { "skipped" } else { "missing" };
+        let words = |first: Offset, last: Offset| {
+            if first == last {
+                format!("offset {first}")
+            } else {
+                format!("offsets {first}–{last}")
+            }
         };
-        Some(if self.first_offset == self.last_offset {
-            format!("{e}: offset {} {what}", self.first_offset)
-        } else {
-            format!(
-                "{e}: offsets {}–{} {what}",
-                self.first_offset, self.last_offset
-            )
+        let jump = match (self.pipeline_commit_from, self.pipeline_commit_to) {
+            (Some(from), Some(to)) if skip && to > from => Some((from, to - 1)),
+            _ => None,
+        };
+        let (first, last) = (self.first_offset, self.last_offset);
+        Some(match jump {
+            // The gap lies past where the jump landed (the rest of a gap split by an
+            // acknowledgement): the jump skipped others (review 27, G4).
+            Some((from, to)) if to < first => format!(
+                "{e}: the jump skipped {}; {} missing after it",
+                words(from, to),
+                words(first, last)
+            ),
+            Some((_, to)) if to < last => format!(
+                "{e}: {} {what} (the gap continues to {last})",
+                words(first, to)
+            ),
+            _ => format!("{e}: {} {what}", words(first, last)),
         })
     }
 
@@ -294,6 +315,29 @@ mod tests {
                 "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset): offsets 2–3 skipped"
             )
         );
+        // Review 37, F5: the restarted job then lost 4–9 in flight; the jump skipped 2–3.
+        g.last_offset = 9;
+        assert!(
+            g.evidence_line()
+                .is_some_and(|l| l.ends_with(": offsets 2–3 skipped (the gap continues to 9)")),
+            "{:?}",
+            g.evidence_line()
+        );
+        g.pipeline_commit_to = Some(3);
+        assert!(
+            g.evidence_line()
+                .is_some_and(|l| l.ends_with(": offset 2 skipped (the gap continues to 9)"))
+        );
+        // Review 27, G4: the rest of a gap split by an acknowledgement, past the landing.
+        g.pipeline_commit_to = Some(4);
+        g.first_offset = 4;
+        assert_eq!(
+            g.evidence_line().as_deref(),
+            Some(
+                "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint (latest-offset): the jump skipped offsets 2–3; offsets 4–9 missing after it"
+            )
+        );
+        g.first_offset = 2;
         g.last_offset = 2;
         assert!(
             g.evidence_line()

@@ -10,6 +10,25 @@
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
+/// Text from outside (a server's error body, a path or state a REST API reported) as logs,
+/// terminals and the API may show it: control characters dropped (no escape sequence or
+/// forged log line reaches an operator), and the invisible ones that reorder or hide text
+/// (bidirectional overrides and isolates, zero-width characters, line and paragraph
+/// separators), at most `max_chars` characters.
+pub fn printable(s: &str, max_chars: usize) -> String {
+    s.chars()
+        .filter(|&c| !c.is_control() && !invisible(c))
+        .take(max_chars)
+        .collect()
+}
+
+/// Unicode format characters and separators that change how text around them shows.
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
 /// Installs the global subscriber on stderr. `demo` tells its story on stdout: its log
 /// keeps to what needs attention (the gap's alert) unless `GAP_AUDITOR_LOG` says otherwise.
 pub fn init(demo: bool) {
@@ -142,5 +161,12 @@ mod tests {
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert_eq!(lines[0]["level"], "INFO");
         assert!(lines[0].get("forged").is_none());
+    }
+
+    #[test]
+    fn printable_text_has_no_control_or_reordering_characters() {
+        let hostile = "a\x1b[2J\nb\u{202E}c\u{2066}d\u{200B}e\u{2028}f";
+        assert_eq!(printable(hostile, 100), "a[2Jbcdef");
+        assert_eq!(printable("ééé", 2), "éé");
     }
 }

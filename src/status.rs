@@ -59,6 +59,10 @@ pub struct FlinkStatus {
     pub source: crate::flink_evidence::SourceState,
     /// When the JobManager was last asked.
     pub checked_at: Option<DateTime<Utc>>,
+    /// The JobManager's clock minus this auditor's, as last measured (ms; `null` before a
+    /// job that has not ended was listed): restart times are placed in a gap's window after
+    /// this shift.
+    pub clock_skew_ms: Option<i64>,
     /// The job's run that started last, as last seen (kept while the JobManager cannot be
     /// read); `null` before one was seen.
     pub run: Option<FlinkRunStatus>,

@@ -12,6 +12,24 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// The URL as `/api/status` shows it: without its query and fragment, which the poller
+/// never sends either (review 37, F8: `?access_token=…` was shown), even when the URL was
+/// refused.
+fn shown_url(without_credentials: &str) -> String {
+    match url::Url::parse(without_credentials) {
+        Ok(mut u) => {
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => without_credentials
+            .split(['?', '#'])
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
 /// The shortest time between two polls of the JobManager, whatever `verify_interval` is.
 const MIN_POLL: Duration = Duration::from_secs(1);
 
@@ -33,7 +51,7 @@ impl FlinkWatch {
             cfg.pipeline.flink_job.as_ref()?,
         );
         let view: SharedView = Arc::new(RwLock::new(FlinkView::default()));
-        let shown = url.without_credentials();
+        let shown = shown_url(&url.without_credentials());
         match FlinkSource::new(url, job, cfg.sink.query_timeout) {
             Ok(source) => {
                 tracing::info!(audit = %cfg.name, job = %job, url = %source.shown_url(),
@@ -77,11 +95,14 @@ impl FlinkWatch {
             return None;
         }
         let CommitStep {
-            at_ms, since_ms, ..
+            at_ms,
+            since_ms,
+            from_seen_ms,
+            ..
         } = g.commit?;
         let view = read_view(&self.view);
         view.history
-            .explain(since_ms.unwrap_or(at_ms), at_ms)
+            .explain(since_ms.unwrap_or(at_ms), from_seen_ms, at_ms)
             .map(|e| e.text())
     }
 
@@ -93,6 +114,7 @@ impl FlinkWatch {
             job: self.job.clone(),
             source: view.state,
             checked_at: view.checked_at,
+            clock_skew_ms: view.history.skew_ms(),
             run: view.history.current().map(FlinkRunStatus::of),
             previous_run: view.history.previous().map(FlinkRunStatus::of),
         }

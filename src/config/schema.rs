@@ -10,7 +10,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::deserializers::{
-    de_delimiter, de_duration, de_opt_duration, de_opt_string, de_opt_tls, de_string_list,
+    de_delimiter, de_duration, de_opt_duration, de_opt_secret_url, de_opt_string, de_opt_tls,
+    de_string_list,
 };
 use super::json_schema::{DurationText, StringList, se_duration};
 use super::{
@@ -412,7 +413,8 @@ pub struct PipelineConfig {
     /// `/jobs/{jid}/checkpoints`): a `skipped_by_restart` gap then says when the job
     /// restarted and which checkpoint it restored, or none (src/flink_evidence). Never holds
     /// or changes a verdict; an unreadable JobManager is a warning and a state in
-    /// `/api/status`.
+    /// `/api/status`. Blank is absent.
+    #[serde(default, deserialize_with = "de_opt_secret_url")]
     pub flink_rest_url: Option<SecretUrl>,
     /// Evidence, with `flink_rest_url`: the Flink job's name as the JobManager lists it
     /// (`pipeline.name`); the run that started last is the current one.

@@ -46,6 +46,18 @@ pub enum SourceError {
         /// The limit.
         max: usize,
     },
+    /// Several runs of the job's name are not ended at once: several pipelines carry the
+    /// name (Flink SQL's default `insert-into_…`, a blue/green copy), and which one
+    /// restarted cannot be told (review 37, F2).
+    #[error(
+        "the Flink JobManager lists {runs} running jobs named {job:?}: which one is this audit's pipeline cannot be told, so its restarts explain no gap (give the job a name of its own: pipeline.name)"
+    )]
+    Ambiguous {
+        /// The job's name.
+        job: String,
+        /// How many runs of it are not ended.
+        runs: usize,
+    },
     /// No job of that name is on the JobManager.
     #[error(
         "the Flink JobManager lists no job named {0:?} in /jobs/overview (is flink_job spelt as the job's name? was it submitted to this JobManager?)"
@@ -193,8 +205,14 @@ impl FlinkSource {
     /// reading. A run whose checkpoints cannot be read (checkpointing off, an archived run
     /// the JobManager forgot) keeps what was known of it.
     pub async fn poll(&self, history: &mut History) -> Result<(), SourceError> {
-        let jobs = rest::parse_overview(&self.get("jobs/overview").await?)?;
-        let asked = history.observe_jobs(&jobs, &self.job);
+        // The audit's own clock (it never steps), the one its commit steps are stamped with
+        // (review 27, G2); the answer was made between the request and its arrival, so the
+        // JobManager's "now" in it is placed at the middle.
+        let sent = crate::clock::now_ms();
+        let body = self.get("jobs/overview").await?;
+        let answered = sent + (crate::clock::now_ms() - sent) / 2;
+        let jobs = rest::parse_overview(&body)?;
+        let asked = history.observe_jobs(&jobs, &self.job, answered);
         if history.current().is_none() {
             return Err(SourceError::NoJob(self.job.clone()));
         }
@@ -206,7 +224,7 @@ impl FlinkSource {
             }
             match self.get(&format!("jobs/{jid}/checkpoints")).await {
                 Ok(body) => match rest::parse_checkpoints(&body) {
-                    Ok(stats) => history.observe_checkpoints(jid, &stats),
+                    Ok(stats) => history.observe_checkpoints(jid, &stats, crate::clock::now_ms()),
                     Err(e) => {
                         tracing::debug!(job = %self.job, %jid, error = %e, "Flink checkpoint statistics unreadable")
                     }
@@ -216,7 +234,13 @@ impl FlinkSource {
                 }
             }
         }
-        Ok(())
+        match history.running_runs() {
+            n if n > 1 => Err(SourceError::Ambiguous {
+                job: self.job.clone(),
+                runs: n,
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -263,8 +287,8 @@ pub async fn run(
             let known = read_view(&view)
                 .history
                 .current()
-                .map(|r| (r.jid.clone(), r.restore.clone()));
-            if known != Some((run.jid.clone(), run.restore.clone())) {
+                .map(|r| (r.jid.clone(), r.started_ms, r.restore.clone()));
+            if known != Some((run.jid.clone(), run.started_ms, run.restore.clone())) {
                 tracing::info!(audit = %audit, job = %source.job(), jid = %run.jid, state = %run.state,
                     "Flink job {:?}: run {} {}", source.job(), run.jid, run.summary());
             }

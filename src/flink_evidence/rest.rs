@@ -57,6 +57,11 @@ pub struct JobOverview {
     /// When it reached a globally terminal state (unix ms; -1 while it has not).
     #[serde(rename = "end-time", default = "minus_one")]
     pub end_time: i64,
+    /// How long it has run: for a job not yet ended, the JobManager's clock at the answer
+    /// minus `start-time`, so `start-time + duration` is the JobManager's "now" (the clock
+    /// skew estimate, review 37 F1). Absent in some answers: then unknown.
+    #[serde(default)]
+    pub duration: Option<i64>,
 }
 
 fn minus_one() -> i64 {
@@ -99,6 +104,8 @@ pub struct CompletedCheckpoint {
 struct Counts {
     #[serde(default)]
     completed: u64,
+    #[serde(default)]
+    restored: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -109,12 +116,23 @@ struct Latest {
     restored: Option<RestoredCheckpoint>,
 }
 
+/// One entry of `history` (the most recent checkpoints, `web.checkpoints.history` of them).
+#[derive(Deserialize)]
+struct HistoryEntry {
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    latest_ack_timestamp: i64,
+}
+
 #[derive(Deserialize)]
 struct Statistics {
     #[serde(default)]
     counts: Counts,
     #[serde(default)]
     latest: Latest,
+    #[serde(default)]
+    history: Vec<HistoryEntry>,
 }
 
 /// What `/jobs/{jid}/checkpoints` tells about one job run.
@@ -122,10 +140,19 @@ struct Statistics {
 pub struct CheckpointStats {
     /// `counts.completed`: checkpoints this run completed.
     pub completed_count: u64,
+    /// `counts.restored`: restores this run made, at its start and at each failover.
+    pub restored_count: u64,
     /// `latest.completed`.
     pub latest_completed: Option<CompletedCheckpoint>,
     /// `latest.restored`: the checkpoint or savepoint the run restored, last.
     pub restored: Option<RestoredCheckpoint>,
+    /// The earliest ack time (the JobManager's unix ms) of a completed checkpoint in the
+    /// answer (`history` and `latest.completed`): the run completed its first checkpoint,
+    /// and so first committed offsets, no later than this.
+    pub earliest_ack: Option<i64>,
+    /// `earliest_ack` is the run's first checkpoint's: `history` holds every checkpoint the
+    /// run completed (no more than it keeps).
+    pub earliest_ack_is_first: bool,
 }
 
 /// Reads the body of `/jobs/overview`.
@@ -134,7 +161,7 @@ pub fn parse_overview(body: &[u8]) -> Result<Vec<JobOverview>, RestError> {
         .map(|o| o.jobs)
         .map_err(|e| RestError::Shape {
             what: "/jobs/overview".into(),
-            why: e.to_string(),
+            why: crate::logging::printable(&e.to_string(), 200),
         })
 }
 
@@ -142,10 +169,31 @@ pub fn parse_overview(body: &[u8]) -> Result<Vec<JobOverview>, RestError> {
 pub fn parse_checkpoints(body: &[u8]) -> Result<CheckpointStats, RestError> {
     let s: Statistics = serde_json::from_slice(body).map_err(|e| RestError::Shape {
         what: "/jobs/{jid}/checkpoints".into(),
-        why: e.to_string(),
+        why: crate::logging::printable(&e.to_string(), 200),
     })?;
+    let completed: Vec<i64> = s
+        .history
+        .iter()
+        .filter(|h| h.status == "COMPLETED" && h.latest_ack_timestamp > 0)
+        .map(|h| h.latest_ack_timestamp)
+        .collect();
+    let earliest_ack = completed
+        .iter()
+        .copied()
+        .chain(
+            s.latest
+                .completed
+                .as_ref()
+                .map(|c| c.latest_ack_timestamp)
+                .filter(|t| *t > 0),
+        )
+        .min();
     Ok(CheckpointStats {
         completed_count: s.counts.completed,
+        restored_count: s.counts.restored,
+        earliest_ack,
+        earliest_ack_is_first: s.counts.completed > 0
+            && completed.len() as u64 >= s.counts.completed,
         latest_completed: s.latest.completed,
         restored: s.latest.restored,
     })
@@ -157,7 +205,7 @@ pub fn error_message(body: &[u8]) -> String {
     struct Errors {
         errors: Vec<String>,
     }
-    match serde_json::from_slice::<Errors>(body) {
+    let text = match serde_json::from_slice::<Errors>(body) {
         // Flink appends whole stack traces to some: the first line says it.
         Ok(e) => e
             .errors
@@ -167,15 +215,9 @@ pub fn error_message(body: &[u8]) -> String {
             .collect::<Vec<_>>()
             .join("; "),
         Err(_) => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
-    }
-}
-
-/// The run of the job named `name` that started last: after a crash and a resubmission
-/// several jobs share the name, the newest is the one running now.
-pub fn newest<'a>(jobs: &'a [JobOverview], name: &str) -> Option<&'a JobOverview> {
-    jobs.iter()
-        .filter(|j| j.name == name)
-        .max_by_key(|j| (j.start_time, j.jid.clone()))
+    };
+    // Shown in /api/status and the log: no control characters, a few lines' worth.
+    crate::logging::printable(&text, 300)
 }
 
 #[cfg(test)]
@@ -228,14 +270,19 @@ pub(crate) mod tests {
       "history":[]}"#;
 
     #[test]
-    fn the_overview_reads_every_job_and_the_newest_run_of_a_name_wins() {
+    fn the_overview_reads_every_job() {
         let jobs = parse_overview(OVERVIEW.as_bytes()).expect("documented shape");
         assert_eq!(jobs.len(), 3);
         assert_eq!(jobs[0].end_time, 1_796_523_200_000);
-        let n = newest(&jobs, "FlinkSQLFromKafka2Doris").expect("named");
+        let n = &jobs[1];
         assert_eq!(n.jid, "49b6cbb8b7e4f3c1a2d5e6f708192a3b");
         assert_eq!((n.state.as_str(), n.end_time), ("RUNNING", -1));
-        assert!(newest(&jobs, "no-such-job").is_none());
+        assert_eq!(n.duration, Some(60_000));
+        let without = parse_overview(
+            br#"{"jobs":[{"jid":"a","name":"n","state":"RUNNING","start-time":1}]}"#,
+        )
+        .expect("duration and end-time optional");
+        assert_eq!((without[0].duration, without[0].end_time), (None, -1));
     }
 
     #[test]
@@ -248,6 +295,27 @@ pub(crate) mod tests {
         assert!(c.external_path.is_some_and(|p| p.ends_with("/chk-2")));
 
         let restored = parse_checkpoints(RESTORED_RUN.as_bytes()).expect("documented shape");
+        assert_eq!((fresh.restored_count, restored.restored_count), (0, 1));
+        // FRESH_RUN's history is empty: the latest completed one bounds the first.
+        assert_eq!(
+            (fresh.earliest_ack, fresh.earliest_ack_is_first),
+            (Some(1_796_523_259_040), false)
+        );
+        let with_history = parse_checkpoints(
+            br#"{"counts":{"restored":0,"completed":2},"latest":{"completed":{"id":2,
+            "latest_ack_timestamp":2000}},"history":[
+              {"id":3,"status":"IN_PROGRESS","latest_ack_timestamp":0},
+              {"id":2,"status":"COMPLETED","latest_ack_timestamp":2000},
+              {"id":1,"status":"COMPLETED","latest_ack_timestamp":1000}]}"#,
+        )
+        .expect("documented shape");
+        assert_eq!(
+            (
+                with_history.earliest_ack,
+                with_history.earliest_ack_is_first
+            ),
+            (Some(1000), true)
+        );
         let r = restored.restored.expect("restored");
         assert_eq!((r.id, r.is_savepoint), (7, false));
         assert_eq!(r.restore_timestamp, 1_796_523_241_500);

@@ -177,6 +177,7 @@ pub(super) fn timeline(g: &Gap, steps: &[CommitStep]) -> Vec<(CommitStep, bool)>
         at_ms,
         altered: g.cause == GapCause::SkippedByAlter,
         since_ms: None,
+        from_seen_ms: None,
     };
     match steps.iter().rposition(|s| s.from == from && s.to == to) {
         Some(i) => {
@@ -386,6 +387,7 @@ mod timeline_tests {
             at_ms,
             altered: false,
             since_ms: None,
+            from_seen_ms: None,
         }
     }
 

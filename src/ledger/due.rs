@@ -47,6 +47,11 @@ pub struct CommitStep {
     /// the time `from` was first seen, a bound that can only narrow the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_ms: Option<i64>,
+    /// The poll that first saw `from` (unix ms): a pipeline run already committing by then
+    /// committed `from` and did not jump from it (Flink evidence). `None` in steps persisted
+    /// before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_seen_ms: Option<i64>,
 }
 
 impl CommitStep {
@@ -73,6 +78,8 @@ pub struct PipelineCommits {
     /// The last poll before the one that first saw `latest` (or that poll itself when it
     /// was the first): `latest` was committed after it ([`CommitStep::since_ms`]).
     latest_since_ms: Option<i64>,
+    /// The poll that first saw `latest` ([`CommitStep::from_seen_ms`]).
+    latest_seen_ms: Option<i64>,
     /// No pipeline group is configured: records are due by time alone.
     time_rule: bool,
     /// The group answered "no commit" after it had committed: the last commit seen before
@@ -134,11 +141,13 @@ impl PipelineCommits {
                 at_ms: now_ms,
                 altered,
                 since_ms: self.latest_since_ms,
+                from_seen_ms: self.latest_seen_ms,
             }),
             _ => None,
         };
         if self.latest != Some(c) {
             self.latest_since_ms = Some(previous_poll.unwrap_or(now_ms));
+            self.latest_seen_ms = Some(now_ms);
         }
         if self.latest.is_none() || step.is_some() {
             self.last_move_ms = Some(now_ms);
@@ -266,12 +275,14 @@ mod tests {
         p.observe(2_000, Some(2));
         let s = p.observe(3_000, Some(4)).expect("moved");
         assert_eq!((s.from, s.to, s.since_ms), (2, 4, Some(1_000)));
+        assert_eq!(s.from_seen_ms, Some(1_000), "2 was first seen at 1 000");
         // 4 was committed after the poll at 2 000 (which still saw 2); polls that see it
         // again change nothing, nor does a poll that sees no commit.
         p.observe(4_000, Some(4));
         p.observe(5_000, None);
         let s = p.observe(6_000, Some(9)).expect("moved");
         assert_eq!((s.from, s.to, s.since_ms), (4, 9, Some(2_000)));
+        assert_eq!(s.from_seen_ms, Some(3_000), "4 was first seen at 3 000");
     }
 
     #[test]

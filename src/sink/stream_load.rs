@@ -216,7 +216,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 fn snippet(s: &str) -> String {
-    let s: String = s.chars().filter(|c| !c.is_control()).take(300).collect();
+    let s = crate::logging::printable(s, 300);
     if s.is_empty() {
         "(empty body)".into()
     } else {

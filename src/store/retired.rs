@@ -394,21 +394,33 @@ impl Store {
         handover: &str,
         audit: &str,
     ) -> Result<std::collections::BTreeMap<(String, i32), u64>, StoreError> {
+        self.terms_by_partition(
+            "SELECT topic, partition, term FROM handover_swept
+             WHERE handover_topic = ?1 AND audit = ?2",
+            handover,
+            audit,
+            format!("read the swept partitions of {audit}"),
+        )
+    }
+
+    /// The `(topic, partition) → term` rows `sql` selects for one handover topic and audit
+    /// (`?1`, `?2`): the swept marks and the used terms are read the same way.
+    fn terms_by_partition(
+        &self,
+        sql: &str,
+        handover: &str,
+        audit: &str,
+        ctx: String,
+    ) -> Result<std::collections::BTreeMap<(String, i32), u64>, StoreError> {
         let conn = self.lock();
-        let ctx = || format!("read the swept partitions of {audit}");
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT topic, partition, term FROM handover_swept
-                 WHERE handover_topic = ?1 AND audit = ?2",
-            )
-            .map_err(self.sq(ctx()))?;
+        let mut stmt = conn.prepare_cached(sql).map_err(self.sq(ctx.clone()))?;
         let rows = stmt
             .query_map(params![handover, audit], |r| {
                 Ok(((r.get(0)?, r.get(1)?), r.get::<_, i64>(2)?))
             })
-            .map_err(self.sq(ctx()))?
+            .map_err(self.sq(ctx.clone()))?
             .collect::<Result<Vec<((String, i32), i64)>, _>>()
-            .map_err(self.sq(ctx()))?;
+            .map_err(self.sq(ctx))?;
         Ok(rows
             .into_iter()
             .map(|(tp, term)| (tp, u64::try_from(term).unwrap_or(0)))
@@ -651,25 +663,13 @@ impl Store {
         handover: &str,
         audit: &str,
     ) -> Result<std::collections::BTreeMap<(String, i32), u64>, StoreError> {
-        let conn = self.lock();
-        let ctx = || format!("read the terms used for {audit}");
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT topic, partition, term FROM handover_terms
-                 WHERE handover_topic = ?1 AND audit = ?2",
-            )
-            .map_err(self.sq(ctx()))?;
-        let rows = stmt
-            .query_map(params![handover, audit], |r| {
-                Ok(((r.get(0)?, r.get(1)?), r.get::<_, i64>(2)?))
-            })
-            .map_err(self.sq(ctx()))?
-            .collect::<Result<Vec<((String, i32), i64)>, _>>()
-            .map_err(self.sq(ctx()))?;
-        Ok(rows
-            .into_iter()
-            .map(|(tp, t)| (tp, u64::try_from(t).unwrap_or(0)))
-            .collect())
+        self.terms_by_partition(
+            "SELECT topic, partition, term FROM handover_terms
+             WHERE handover_topic = ?1 AND audit = ?2",
+            handover,
+            audit,
+            format!("read the terms used for {audit}"),
+        )
     }
 
     /// Records `term` as used for one partition (never lowers what is recorded).

@@ -365,6 +365,16 @@ pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), 
                 context: context.to_string(),
                 source,
             })?;
+            // A file written by a build of the Flink branch before it was merged has
+            // user_version 16 meaning "evidence", without the handover's v16: both steps
+            // of v16 are idempotent, so they run here again (review 37, F12).
+            tx.execute_batch(SCHEMA_V16)
+                .and_then(|()| add_import_mark_columns(tx))
+                .map_err(|source| StoreError::Sqlite {
+                    path: path.to_path_buf(),
+                    context: context.to_string(),
+                    source,
+                })?;
         }
         if to == 12 {
             add_retired_column(tx).map_err(|source| StoreError::Sqlite {

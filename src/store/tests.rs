@@ -1731,3 +1731,21 @@ fn the_evidence_column_migration_is_idempotent() {
     drop(Store::open(dir.path()).unwrap());
     assert_eq!(schema_of(&file), before, "v17 twice");
 }
+
+/// Review 37, F12: a file written by the Flink branch's build before its merge says
+/// user_version 16 for "evidence" and has none of the handover's v16 (its table, the
+/// import mark's columns): opening it gives the fresh schema.
+#[test]
+fn a_file_of_the_flink_branchs_v16_gets_the_handovers_v16() {
+    let (want, dir, conn) = fresh_schema_and_a_file();
+    conn.execute_batch(
+        "DROP TABLE handover_resumed;
+         ALTER TABLE handover_importing DROP COLUMN generation;
+         ALTER TABLE handover_importing DROP COLUMN below;",
+    )
+    .unwrap();
+    conn.pragma_update(None, "user_version", 16).unwrap();
+    drop(conn);
+    drop(Store::open(dir.path()).unwrap());
+    assert_eq!(schema_of(&dir.path().join(DB_FILE)), want);
+}

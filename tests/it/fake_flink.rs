@@ -112,11 +112,17 @@ fn tasks(running: bool) -> Value {
 }
 
 fn overview(runs: &[Run]) -> Value {
+    // As Flink computes it (`JobDetails`): up to the end, or up to the JobManager's now for
+    // a job not ended (the auditor measures its clock skew from it).
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let jobs: Vec<Value> = runs
         .iter()
         .map(|r| {
+            let duration = if r.end_ms > 0 { r.end_ms } else { now_ms } - r.start_ms;
             json!({"jid": r.jid, "name": r.name, "start-time": r.start_ms,
-                   "end-time": r.end_ms, "duration": 1000, "state": r.state,
+                   "end-time": r.end_ms, "duration": duration, "state": r.state,
                    "last-modification": r.start_ms, "tasks": tasks(r.state == "RUNNING"),
                    "pending-operators": 0})
         })

@@ -29,6 +29,22 @@ fn first_run() -> Run {
     }
 }
 
+/// Waits for the seed's verdicts (2 lost, 4 confirmed) and returns `/api/gaps`, checked to
+/// hold the one seed gap, 2–3, caused by the restart: evidence or not, the verdict is the
+/// same.
+async fn the_seed_gap(s: &Scenario, auditor: &Auditor) -> Vec<serde_json::Value> {
+    let topic = s.topic.clone();
+    auditor
+        .wait_for(60, "2 lost and 4 confirmed", |a| {
+            a.lost(&topic, 0) == 2 && a.confirmed(&topic, 0) == 4
+        })
+        .await;
+    let gaps = api_gaps(auditor).await;
+    assert_eq!(gap_tuples(&gaps), vec![(0, 2, 3, 2)], "{gaps:?}");
+    assert_eq!(gaps[0]["cause"], "skipped_by_restart", "{gaps:?}");
+    gaps
+}
+
 /// The seed scenario's config with the Flink evidence keys (user and password in the URL:
 /// they must not show anywhere).
 fn config_with_flink(s: &Scenario, flink_url: &str) -> String {
@@ -87,15 +103,7 @@ async fn the_seed_gap_carries_the_restart_without_a_restore() {
         }
     })
     .await;
-    let topic = s.topic.clone();
-    auditor
-        .wait_for(60, "2 lost and 4 confirmed", |a| {
-            a.lost(&topic, 0) == 2 && a.confirmed(&topic, 0) == 4
-        })
-        .await;
-    let gaps = api_gaps(&auditor).await;
-    assert_eq!(gap_tuples(&gaps), vec![(0, 2, 3, 2)], "{gaps:?}");
-    assert_eq!(gaps[0]["cause"], "skipped_by_restart", "{gaps:?}");
+    let gaps = the_seed_gap(&s, &auditor).await;
     let t = restarted_at.load(Ordering::SeqCst);
     let words = format!(
         "restarted at {} without restoring a checkpoint (latest-offset)",
@@ -127,6 +135,14 @@ async fn the_seed_gap_carries_the_restart_without_a_restore() {
     // The crashed run and its last completed checkpoint: what a correct restart restores.
     assert_eq!(f["previous_run"]["jid"], OLD, "{status}");
     assert_eq!(f["previous_run"]["last_completed"]["id"], 2, "{status}");
+    // The fake JobManager shares this machine's clock: the measured skew is at most half
+    // a request's time (a loaded machine's seconds, not the minute a wrong duration gives).
+    assert!(
+        f["clock_skew_ms"]
+            .as_i64()
+            .is_some_and(|ms| ms.abs() < 5_000),
+        "{status}"
+    );
     let shown = status.to_string();
     assert!(
         !shown.contains("s3cret") && !shown.contains("ops:"),
@@ -148,15 +164,7 @@ async fn an_unreadable_jobmanager_changes_no_verdict() {
     let a = &auditor;
     s.play_seed_incident(|o| async move { pipeline_committed(a) == Some(o) })
         .await;
-    let topic = s.topic.clone();
-    auditor
-        .wait_for(60, "2 lost and 4 confirmed", |a| {
-            a.lost(&topic, 0) == 2 && a.confirmed(&topic, 0) == 4
-        })
-        .await;
-    let gaps = api_gaps(&auditor).await;
-    assert_eq!(gap_tuples(&gaps), vec![(0, 2, 3, 2)], "{gaps:?}");
-    assert_eq!(gaps[0]["cause"], "skipped_by_restart", "{gaps:?}");
+    let gaps = the_seed_gap(&s, &auditor).await;
     assert!(gaps[0]["evidence"].is_null(), "{gaps:?}");
     let status = api_status(&auditor).await;
     let f = &status["audits"][0]["flink"];

@@ -18,9 +18,9 @@ fn pipeline_commits(h: &Harness, to: Offset) {
         .insert(tp(0), Some(to));
 }
 
-/// The job's runs: one per start time, the last one RUNNING with a completed checkpoint
-/// and nothing restored.
-fn view(starts: &[i64]) -> FlinkView {
+/// The job's runs: one per start time, the last one RUNNING, each seen with a completed
+/// checkpoint `seen_after` ms after its start and nothing restored.
+fn view(starts: &[i64], seen_after: i64) -> FlinkView {
     let mut history = History::default();
     let jobs: Vec<JobOverview> = starts
         .iter()
@@ -36,15 +36,20 @@ fn view(starts: &[i64]) -> FlinkView {
             .into(),
             start_time: s,
             end_time: -1,
+            duration: None,
         })
         .collect();
-    for jid in history.observe_jobs(&jobs, "FlinkSQLFromKafka2Doris") {
+    // One overview and checkpoint read per run, at the time it was seen checkpointing.
+    for (i, &s) in starts.iter().enumerate() {
+        let upto = &jobs[..=i];
+        history.observe_jobs(upto, "FlinkSQLFromKafka2Doris", s + seen_after);
         history.observe_checkpoints(
-            &jid,
+            &format!("{i:032x}"),
             &CheckpointStats {
                 completed_count: 1,
                 ..Default::default()
             },
+            s + seen_after,
         );
     }
     FlinkView {
@@ -58,7 +63,10 @@ fn view(starts: &[i64]) -> FlinkView {
 /// over records it never wrote. `starts(t0)` are the job's runs' start times, `t0` when
 /// commit 2 was first seen. Returns `t0` and the gap's evidence as stored and as the
 /// ledger keeps it.
-async fn seed_with(starts: impl Fn(i64) -> Vec<i64>) -> (i64, Option<String>, Option<String>) {
+async fn seed_with(
+    starts: impl Fn(i64) -> Vec<i64>,
+    seen_after: i64,
+) -> (i64, Option<String>, Option<String>) {
     let mut h = harness(r#"pipeline_group = "flink""#);
     h.assign_and_read((0, 0), expected(0..6)).await;
     h.in_sink([0, 1, 4, 5]);
@@ -67,7 +75,7 @@ async fn seed_with(starts: impl Fn(i64) -> Vec<i64>) -> (i64, Option<String>, Op
     h.audit.round().await;
     h.clock.advance(1_000);
     h.audit.round().await;
-    h.audit.flink = Some(FlinkWatch::fixed(view(&starts(t0))));
+    h.audit.flink = Some(FlinkWatch::fixed(view(&starts(t0), seen_after)));
     h.clock.advance(1_000);
     pipeline_commits(&h, 4);
     h.audit.round().await;
@@ -92,7 +100,7 @@ async fn seed_with(starts: impl Fn(i64) -> Vec<i64>) -> (i64, Option<String>, Op
 
 #[tokio::test]
 async fn a_run_started_between_the_commits_explains_the_gap() {
-    let (t0, stored, kept) = seed_with(|t0| vec![t0 - 60_000, t0 + 1_500]).await;
+    let (t0, stored, kept) = seed_with(|t0| vec![t0 - 60_000, t0 + 1_500], 300).await;
     let words = format!(
         "restarted at {} without restoring a checkpoint (latest-offset)",
         rfc3339(t0 + 1_500)
@@ -109,6 +117,18 @@ async fn a_run_started_between_the_commits_explains_the_gap() {
 /// and carries no evidence.
 #[tokio::test]
 async fn no_run_started_in_the_window_leaves_the_gap_without_evidence() {
-    let (_, stored, kept) = seed_with(|t0| vec![t0 - 60_000]).await;
+    let (_, stored, kept) = seed_with(|t0| vec![t0 - 60_000], 300).await;
     assert_eq!((stored, kept), (None, None));
+}
+
+/// Review 37, F1: a run resubmitted just before commit 2 was first seen, and already
+/// checkpointing (committing) when it was, committed 2: the later jump 2 → 4 is not its
+/// restart, though its start is inside the window's slack.
+#[tokio::test]
+async fn a_run_committing_when_the_left_position_was_seen_explains_nothing() {
+    let (_, stored, kept) = seed_with(|t0| vec![t0 - 60_000, t0 - 500], 300).await;
+    assert_eq!((stored, kept), (None, None));
+    // The same start, seen checkpointing only after 2 was seen: it may have jumped.
+    let (_, stored, _) = seed_with(|t0| vec![t0 - 60_000, t0 - 500], 1_000).await;
+    assert!(stored.is_some_and(|e| e.contains("without restoring")));
 }

@@ -3,6 +3,16 @@
 
 use super::harness::*;
 
+/// A handover client of topic `unread` on a broker nothing answers at (127.0.0.1:1): its
+/// reads fail (after librdkafka's timeouts), its publishes never complete.
+fn unreachable_handover() -> crate::handover::Handover {
+    let k = crate::config::KafkaConfig {
+        brokers: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    crate::handover::Handover::new(&k, "unread").expect("handover client")
+}
+
 #[tokio::test]
 async fn a_revoked_partition_hands_back_its_stored_settled_offset() {
     let mut h = harness("");
@@ -115,11 +125,7 @@ async fn a_lost_assignment_commits_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_whose_handover_read_failed_is_neither_committed_nor_handed_back() {
     let mut h = harness("");
-    let k = crate::config::KafkaConfig {
-        brokers: "127.0.0.1:1".into(),
-        ..Default::default()
-    };
-    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    let client = unreachable_handover();
     h.audit.handover = Some(std::sync::Arc::new(client));
     h.assign_and_read((0, 0), expected(0..6)).await;
     h.in_sink(0..6);
@@ -143,11 +149,7 @@ async fn a_partition_whose_handover_read_failed_is_neither_committed_nor_handed_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
     let mut h = harness("");
-    let k = crate::config::KafkaConfig {
-        brokers: "127.0.0.1:1".into(),
-        ..Default::default()
-    };
-    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    let client = unreachable_handover();
     h.audit.handover = Some(std::sync::Arc::new(client));
     h.assign_and_read((0, 0), expected(0..6)).await;
     h.in_sink(0..6);
@@ -191,11 +193,7 @@ async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
 async fn a_revoke_holds_a_partition_whose_finished_read_was_not_taken() {
     let mut h = harness("");
     h.assign_and_read((0, 0), Vec::new()).await;
-    let k = crate::config::KafkaConfig {
-        brokers: "127.0.0.1:1".into(),
-        ..Default::default()
-    };
-    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    let client = unreachable_handover();
     h.audit.handover = Some(std::sync::Arc::new(client));
     let reading =
         crate::audit::hand_over::Reading::finished(vec![tp(0)], std::collections::HashMap::new());
@@ -225,13 +223,7 @@ async fn a_revoke_holds_a_partition_whose_finished_read_was_not_taken() {
 async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
     use crate::audit::retired_flow::Flow;
     let mut h = harness("");
-    let k = crate::config::KafkaConfig {
-        brokers: "127.0.0.1:1".into(),
-        ..Default::default()
-    };
-    let client = crate::handover::Handover::new(&k, "unread")
-        .expect("handover client")
-        .with_owner("me".into());
+    let client = unreachable_handover().with_owner("me".into());
     h.audit.handover = Some(std::sync::Arc::new(client));
     h.assign_and_read((0, 0), expected(0..6)).await;
     h.audit.drop_reading(&[tp(0)]);
@@ -374,11 +366,7 @@ async fn a_partition_owned_elsewhere_loses_its_progress_with_its_gaps() {
             .any(|p| p.partition == 0),
         "kept at the revoke (the partition may come straight back)"
     );
-    let k = crate::config::KafkaConfig {
-        brokers: "127.0.0.1:1".into(),
-        ..Default::default()
-    };
-    let client = crate::handover::Handover::new(&k, "unread").expect("handover client");
+    let client = unreachable_handover();
     h.audit.handover = Some(std::sync::Arc::new(client));
     h.kafka
         .watermarks

@@ -221,4 +221,16 @@ fn flink_evidence_keys_are_used_and_checked() {
         "flink_rest_url = \"http://jobmanager:8081\"\nflink_job = \"\"",
     ));
     assert_err(&e, "audits[0].pipeline.flink_job", "is required");
+    // Review 37, F13: a blank URL (an empty Helm or environment value) is absent, as it
+    // was before the key was read: alone it is no error, and with the job the refusal
+    // names the URL, not the job.
+    let cfg = Config::from_toml_str(&with_pipeline("flink_rest_url = \"  \""))
+        .expect("a blank URL is no URL");
+    assert!(cfg.audits[0].pipeline.flink_rest_url.is_none());
+    let e = toml_err(&with_pipeline("flink_rest_url = \"\"\nflink_job = \"j\""));
+    assert_err(
+        &e,
+        "audits[0].pipeline.flink_rest_url",
+        "is required with flink_job",
+    );
 }

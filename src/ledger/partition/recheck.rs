@@ -289,7 +289,21 @@ impl PartitionLedger {
                 self.insert_missing(m);
             }
             // Its own gap, reported as new (it pages); the timestamps are the old gap's
-            // bounds, as for a split pending run.
+            // bounds, as for a split pending run. A commit jump explains the rest only
+            // while the rest starts below where it landed; past that, the rest's own step
+            // is its cause, and the jump's evidence is not its own (review 27, G4).
+            let (cause, commit, evidence) = match (g.cause, g.commit) {
+                (
+                    GapCause::SkippedByRestart
+                    | GapCause::SkippedByAlter
+                    | GapCause::DroppedInFlight,
+                    Some(s),
+                ) if rest >= s.to => {
+                    let (cause, commit) = self.cause_of(rest);
+                    (cause, commit, None)
+                }
+                _ => (g.cause, g.commit, g.evidence.clone()),
+            };
             self.gaps.insert(
                 rest,
                 GapRecord {
@@ -297,6 +311,9 @@ impl PartitionLedger {
                     missing: still,
                     detected_ms: detected_ms.unwrap_or(g.detected_ms),
                     is_new: true,
+                    cause,
+                    commit,
+                    evidence,
                     ..g
                 },
             );

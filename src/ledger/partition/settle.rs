@@ -415,7 +415,7 @@ impl PartitionLedger {
     /// a lost checkpoint). A step starting before the gap passed over records it did write:
     /// the gap's records were dropped in flight. Heuristic limit: a batch whose FIRST
     /// record is dropped in flight looks like a restart.
-    fn cause_of(&self, first: Offset) -> (GapCause, Option<CommitStep>) {
+    pub(super) fn cause_of(&self, first: Offset) -> (GapCause, Option<CommitStep>) {
         match self.pipeline.step_over(first) {
             Some(s) if s.from == first && s.altered => (GapCause::SkippedByAlter, Some(s)),
             Some(s) if s.from == first => (GapCause::SkippedByRestart, Some(s)),

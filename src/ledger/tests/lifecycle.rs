@@ -22,6 +22,60 @@ fn cause_skipped_by_restart_is_the_commit_jump_from_the_first_missing_record() {
     assert_eq!((step.from, step.to, step.at_ms), (2, 4, 1_000));
 }
 
+/// Review 27, G4: the rest of a gap split by an acknowledgement, past where the commit
+/// jump landed, takes its own step as its cause and none of the jump's evidence (it said
+/// "restarted …: offsets 4–9 skipped" of records the jump did not skip).
+#[test]
+fn the_rest_of_a_split_gap_past_the_jump_has_its_own_cause() {
+    use crate::gap::GapCause;
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..10 {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(2));
+    l.pipeline.observe(1_000, Some(4));
+    let segs = l.due(10_000, GRACE, 100);
+    l.apply(&oracle(&segs, &[0, 1].into()), 10_000);
+    let g = l.take_dirty_gaps().remove(0);
+    assert_eq!(
+        (g.first, g.last, g.cause),
+        (2, 3, GapCause::SkippedByRestart)
+    );
+    assert!(l.set_gap_evidence(2, "restarted at T without restoring".into()));
+    // The restarted job then writes none of 4–9: the tail gap grows to 2–9.
+    l.pipeline.observe(11_000, Some(10));
+    let segs = l.due(20_000, GRACE, 100);
+    l.apply(&oracle(&segs, &[0, 1].into()), 20_000);
+    l.take_dirty_gaps();
+    assert_eq!(
+        l.gaps().map(|g| (g.first, g.last)).collect::<Vec<_>>(),
+        vec![(2, 9)]
+    );
+    // The operator acknowledges 2–3, the gap as it was shown.
+    assert!(l.acknowledge_through(2, 3));
+    let rest = l.gaps().next().cloned().expect("the rest");
+    assert_eq!((rest.first, rest.last), (4, 9));
+    assert_eq!(rest.commit.map(|s| (s.from, s.to)), Some((4, 10)));
+    assert_eq!(rest.evidence, None, "the jump 2 → 4 did not skip 4–9");
+    // A rest still below the landing keeps the jump: acknowledging 2 alone of 2–3.
+    let mut l = PartitionLedger::new(0, false);
+    for o in 0..6 {
+        l.ingest(o, None, exp(), 0);
+    }
+    l.pipeline.observe(0, Some(2));
+    l.pipeline.observe(1_000, Some(4));
+    l.pipeline.observe(2_000, Some(6));
+    let segs = l.due(10_000, GRACE, 100);
+    l.apply(&oracle(&segs, &[0, 1, 4, 5].into()), 10_000);
+    l.take_dirty_gaps();
+    assert!(l.set_gap_evidence(2, "restarted".into()));
+    assert!(l.acknowledge_through(2, 2));
+    let rest = l.gaps().next().cloned().expect("the rest");
+    assert_eq!((rest.first, rest.cause), (3, GapCause::SkippedByRestart));
+    assert_eq!(rest.commit.map(|s| (s.from, s.to)), Some((2, 4)));
+    assert_eq!(rest.evidence.as_deref(), Some("restarted"));
+}
+
 #[test]
 fn cause_dropped_in_flight_is_a_hole_inside_normal_progress() {
     use crate::gap::GapCause;

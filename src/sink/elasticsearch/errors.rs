@@ -115,7 +115,7 @@ pub(super) fn multi_index_refusal(m: &str) -> bool {
 
 pub(super) fn snippet(body: &[u8]) -> String {
     let s = String::from_utf8_lossy(body);
-    let s: String = s.chars().filter(|c| !c.is_control()).take(200).collect();
+    let s = crate::logging::printable(&s, 200);
     if s.is_empty() {
         "(empty body)".into()
     } else {
