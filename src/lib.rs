@@ -69,6 +69,7 @@ pub mod config;
 pub mod coverage;
 pub mod dead_letters;
 pub mod demo;
+pub mod evidence_http;
 pub mod flink_evidence;
 pub mod gap;
 pub mod handover;

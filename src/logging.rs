@@ -10,6 +10,16 @@
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
+/// Text from outside (a server's error body, a path or state a REST API reported) as logs,
+/// terminals and the API may show it: control characters dropped (no escape sequence or
+/// forged log line reaches an operator), at most `max_chars` characters.
+pub fn printable(s: &str, max_chars: usize) -> String {
+    s.chars()
+        .filter(|c| !c.is_control())
+        .take(max_chars)
+        .collect()
+}
+
 /// Installs the global subscriber on stderr. `demo` tells its story on stdout: its log
 /// keeps to what needs attention (the gap's alert) unless `GAP_AUDITOR_LOG` says otherwise.
 pub fn init(demo: bool) {
