@@ -112,6 +112,14 @@ pub(super) fn de_opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<St
     Ok(Option::<String>::deserialize(d)?.filter(|s| !s.trim().is_empty()))
 }
 
+/// An optional URL that may hold credentials; blank is absent, as for [`de_opt_string`] (an
+/// empty Helm or environment value must not read as a URL that is set: review 37, F13).
+pub(super) fn de_opt_secret_url<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<super::SecretUrl>, D::Error> {
+    Ok(Option::<super::SecretUrl>::deserialize(d)?.filter(|u| !u.expose().trim().is_empty()))
+}
+
 /// The csv delimiter; the two-character spelling `\t` means a tab.
 pub(super) fn de_delimiter<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
