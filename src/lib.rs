@@ -66,6 +66,7 @@ pub mod check;
 pub mod clock;
 pub mod completeness;
 pub mod config;
+pub mod connect_evidence;
 pub mod coverage;
 pub mod dead_letters;
 pub mod demo;
