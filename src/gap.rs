@@ -181,8 +181,11 @@ pub struct Gap {
     /// What the pipeline itself tells of the cause, when an evidence source was read
     /// (`[audits.pipeline] flink_rest_url`, src/flink_evidence): for a `skipped_by_restart`
     /// gap, "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint
-    /// (latest-offset)" or "restarted at T, restored from chk-7 (path)". Decided once, when
-    /// the gap is found; `null` without evidence.
+    /// (latest-offset)" or "restarted at T, restored from chk-7 (path)". With `connect_url`
+    /// (src/connect_evidence), for `skipped_by_restart` and `dropped_in_flight`: "Kafka
+    /// Connect task 0 of es-sink FAILED at T (exception), RUNNING again at T2 on worker W",
+    /// after Flink's words with "; " when both tell. Decided once, when the gap is found;
+    /// `null` without evidence.
     #[serde(default)]
     pub evidence: Option<String>,
     /// Operator's reason, set by `gap-auditor ack`.

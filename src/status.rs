@@ -109,6 +109,81 @@ impl FlinkRunStatus {
     }
 }
 
+/// The Kafka Connect evidence source of an audit (src/connect_evidence), for `/api/status`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ConnectStatus {
+    /// The Connect REST URL, without credentials or query.
+    pub url: String,
+    /// The connector's name.
+    pub connector: String,
+    /// `pending` (not read yet), `ok`, or `error` with its `reason`: an error only means
+    /// gaps carry no Kafka Connect evidence; no verdict waits for it.
+    #[serde(flatten)]
+    pub source: crate::evidence_http::SourceState,
+    /// When the Connect REST API was last asked.
+    pub checked_at: Option<DateTime<Utc>>,
+    /// The connector's own state as last read (`RUNNING`, `FAILED`, `PAUSED`, ...); `null`
+    /// before a read.
+    pub connector_state: Option<String>,
+    /// Its tasks as last read, by id.
+    pub tasks: Vec<ConnectTaskStatus>,
+    /// The connector's `errors.tolerance` (`none`, `all`); `null` until its config was read.
+    pub errors_tolerance: Option<String>,
+    /// `errors.deadletterqueue.topic.name` is set; `null` until its config was read.
+    pub dead_letter_queue: Option<bool>,
+    /// Why the connector's config could not be read while its status could (a proxy may
+    /// refuse it: it holds the connector's own secrets). Left out of the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_problem: Option<String>,
+    /// The last changes the polls saw, oldest first.
+    pub events: Vec<ConnectEventStatus>,
+}
+
+/// One task of the connector, for `/api/status`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ConnectTaskStatus {
+    /// The task's id.
+    pub id: i32,
+    /// Its state (`RUNNING`, `FAILED`, ...).
+    pub state: String,
+    /// The worker it runs on.
+    pub worker_id: String,
+}
+
+/// One change of the connector or a task between two polls, for `/api/status`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ConnectEventStatus {
+    /// The poll that saw it (the auditor's clock): at most one poll after it happened.
+    pub at: Option<DateTime<Utc>>,
+    /// The task's id; `null` for the connector itself.
+    pub task: Option<i32>,
+    /// The state before; `null`: the task appeared.
+    pub from: Option<String>,
+    /// The state after; `null`: the task is no longer listed.
+    pub to: Option<String>,
+    /// The worker after the change.
+    pub worker_id: Option<String>,
+    /// The first line of its trace (the exception), when it FAILED with one.
+    pub trace: Option<String>,
+    /// The change in words: "FAILED at 2026-12-06T02:14:00Z (exception)".
+    pub words: String,
+}
+
+impl ConnectEventStatus {
+    /// The status of `e`.
+    pub fn of(e: &crate::connect_evidence::StateEvent) -> Self {
+        Self {
+            at: DateTime::<Utc>::from_timestamp_millis(e.at_ms),
+            task: e.task,
+            from: e.from.clone(),
+            to: e.to.clone(),
+            worker_id: e.worker_id.clone(),
+            trace: e.trace.clone(),
+            words: e.phrase(),
+        }
+    }
+}
+
 /// Status of one audit, as published after each round.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditStatus {
@@ -146,6 +221,11 @@ pub struct AuditStatus {
     /// the JSON without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flink: Option<FlinkStatus>,
+    /// `[audits.pipeline] connect_url`: the Kafka Connect evidence source, its state, the
+    /// connector's and its tasks' states and the last changes seen. Left out of the JSON
+    /// without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect: Option<ConnectStatus>,
     /// Sink kind (`doris`, `mysql`, `elasticsearch`).
     pub sink_kind: String,
     /// Whether the last sink query succeeded.

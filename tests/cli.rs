@@ -443,8 +443,8 @@ fn replay_to_topic_is_refused_up_front_for_coordinate_doc_ids() {
 }
 
 /// Issue 37: SPEC's `[audits.pipeline]` table reaches `validate-config` (before: refused as
-/// an unknown field): the long form of `pipeline_group` is valid, evidence keys this build
-/// does not read are warned about by key, and `doris_routine_load` is accepted with its
+/// an unknown field): the long form of `pipeline_group` is valid, evidence keys nothing
+/// reads are warned about by key, and `doris_routine_load` is accepted with its
 /// own keys checked.
 #[test]
 fn validate_config_reports_the_pipeline_table_by_key() {
@@ -464,13 +464,31 @@ fn validate_config_reports_the_pipeline_table_by_key() {
         .expect("write");
         run(bin().args(["validate-config", "-c"]).arg(&path))
     };
-    // An evidence key this build reads nothing from is a warning, not a refusal.
+    // An evidence key nothing reads is a warning, not a refusal: the connector's name
+    // without the Connect REST URL or a dead-letter topic.
     let (code, out, err) = with(
-        "kind = \"kafka_group\"\ngroup = \"FlinkSQLFromKafka2Doris\"\nconnect_url = \"http://connect:8083\"",
+        "kind = \"kafka_group\"\ngroup = \"FlinkSQLFromKafka2Doris\"\nconnect_connector = \"es-sink\"",
     );
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        err.contains("warning: audits[0].pipeline.connect_url: is not supported yet"),
+        err.contains(
+            "warning: audits[0].pipeline.connect_connector: is read only with connect_url"
+        ),
+        "{err}"
+    );
+    // The Kafka Connect evidence keys are read (issue 37): no warning with both; the URL
+    // without the connector is refused with its key path.
+    let (code, out, err) = with(
+        "kind = \"kafka_group\"\ngroup = \"connect-es-sink\"\nconnect_url = \"http://connect:8083\"\nconnect_connector = \"es-sink\"",
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let (code, out, err) = with(
+        "kind = \"kafka_group\"\ngroup = \"connect-es-sink\"\nconnect_url = \"http://connect:8083\"",
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("audits[0].pipeline.connect_connector: is required with connect_url"),
         "{err}"
     );
     // The Flink evidence keys are read (issue 37): no warning; one without the other is

@@ -256,8 +256,14 @@ fn the_page_is_linked_from_the_readme_and_the_operator_guide() {
 fn every_flink_rest_call_is_on_the_permissions_page() {
     let page = read("docs/PERMISSIONS.md");
     let code = modules_code(&["src/flink_evidence.rs"]);
+    // The evidence sources' one HTTP client (src/evidence_http.rs) sends their requests.
+    let client = modules_code(&["src/evidence_http.rs"]);
     for method in [".post(", ".put(", ".patch(", ".delete(", ".request("] {
         assert!(!code.contains(method), "src/flink_evidence uses {method}");
+        assert!(
+            !client.contains(method),
+            "src/evidence_http.rs uses {method}"
+        );
     }
     let mut paths = Vec::new();
     for (i, _) in code.match_indices(".get(") {
@@ -276,6 +282,39 @@ fn every_flink_rest_call_is_on_the_permissions_page() {
         assert!(
             page.contains(&format!("`GET /{path}`")),
             "GET /{path} not on the page"
+        );
+    }
+}
+
+/// The Kafka Connect evidence reads the Connect REST API with `GET` only (through
+/// src/evidence_http.rs), and every path it asks for is on the page.
+#[test]
+fn every_connect_rest_call_is_on_the_permissions_page() {
+    let page = read("docs/PERMISSIONS.md");
+    let code = modules_code(&["src/connect_evidence.rs", "src/evidence_http.rs"]);
+    for method in [".post(", ".put(", ".patch(", ".delete(", ".request("] {
+        assert!(!code.contains(method), "the Connect evidence uses {method}");
+    }
+    // `self.get(&self.status, "/connectors/{name}/status")`: the path asked, as its errors
+    // name it; the URL itself is the same segments (`["connectors", name, "status"]`).
+    let mut paths = Vec::new();
+    for (i, _) in code.match_indices(".get(&self.") {
+        let rest = &code[i..];
+        let Some(q) = rest.find('"') else { continue };
+        let lit = &rest[q + 1..];
+        let path = &lit[..lit.find('"').expect("closing quote")];
+        let last = path.rsplit('/').next().unwrap_or_default();
+        assert!(
+            code.contains(&format!("at(\"{last}\")")),
+            "{path}: the URL asked is not `connectors/{{name}}/{last}`"
+        );
+        paths.push(path.to_owned());
+    }
+    assert_eq!(paths.len(), 2, "{paths:?}");
+    for path in paths {
+        assert!(
+            page.contains(&format!("`GET {path}`")),
+            "GET {path} not on the page"
         );
     }
 }

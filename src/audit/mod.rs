@@ -41,7 +41,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 mod blocking;
+mod connect;
 pub(crate) mod divergence;
+mod evidence;
 mod flink;
 mod gap_log;
 mod hand_over;
@@ -215,6 +217,9 @@ struct Audit<V> {
     dead_letters: Option<Arc<DeadLetters>>,
     /// `[audits.pipeline] flink_rest_url`: the Flink evidence for gap causes (flink.rs).
     flink: Option<flink::FlinkWatch>,
+    /// `[audits.pipeline] connect_url`: the Kafka Connect evidence for gap causes
+    /// (connect.rs).
+    connect: Option<connect::ConnectWatch>,
 }
 
 /// The audit task's end of the tailing thread.
@@ -288,6 +293,7 @@ impl<V: Verifier> Audit<V> {
             decoder: w.decoder,
             dead_letters: w.dead_letters,
             flink: None,
+            connect: None,
             cfg: config,
             kafka: deps.kafka,
             group: deps.group,
@@ -429,6 +435,7 @@ pub async fn run<V: Verifier + 'static>(
     let mut a = Audit::new(deps, wiring);
     a.pipeline.job = job.map(pipeline::JobWatch::new);
     a.flink = flink::FlinkWatch::start(&a.cfg, &cancel);
+    a.connect = connect::ConnectWatch::start(&a.cfg, &a.clock, &cancel);
     if let Some(book) = a.checker.book_mut() {
         book.set_semantics(semantics);
     }

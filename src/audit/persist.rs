@@ -73,8 +73,8 @@ impl<V: Verifier> Audit<V> {
     pub(super) fn report_gap(&mut self, tp: &TopicPartition, g: &GapRecord) {
         // A new gap's evidence is decided once, with it, and kept in its ledger item (a
         // restart or the partition's next owner reports the same words).
-        let explained = match (&self.flink, g.is_new) {
-            (Some(f), true) => f.explain(g).map(|e| {
+        let explained = match g.is_new {
+            true => self.new_gap_evidence(g).map(|e| {
                 if let Some(p) = self.parts.get_mut(tp) {
                     p.ledger.set_gap_evidence(g.first, e.clone());
                 }

@@ -253,6 +253,7 @@ impl<V: Verifier> Audit<V> {
             sink_table_hold: self.shared_table_hold(),
             dead_letters: self.dead_letter_status(),
             flink: self.flink.as_ref().map(|f| f.status()),
+            connect: self.connect.as_ref().map(|c| c.status()),
             sink_kind: self.sink.kind().to_string(),
             sink_state: self.health.sink_state,
             sink_error: self.health.sink_error.clone(),

@@ -43,17 +43,18 @@ impl Config {
         Validated::from_str_format(s, FileFormat::Yaml, "(yaml)").map(Validated::into_config)
     }
 
-    /// What a valid configuration asks for that this build does not do, one line each with
-    /// its key path: the `[audits.pipeline]` evidence keys, which are read by nothing yet
-    /// (SPEC lets a failing evidence source degrade to today's behaviour with a warning).
+    /// What a valid configuration sets that nothing reads, one line each with its key path:
+    /// `[audits.pipeline] connect_connector` without `connect_url` or `dead_letter_topic`
+    /// (SPEC lets an evidence source that cannot be used degrade with a warning).
     /// `validate-config` prints them, `run` logs them.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (i, a) in self.audits.iter().enumerate() {
             for key in a.pipeline.ignored_evidence_keys() {
                 out.push(format!(
-                    "audits[{i}].pipeline.{key}: is not supported yet by this build and is \
-                     ignored: gaps carry no Kafka Connect evidence"
+                    "audits[{i}].pipeline.{key}: is read only with connect_url (Kafka Connect \
+                     evidence) or dead_letter_topic and is ignored: gaps carry no Kafka \
+                     Connect evidence"
                 ));
             }
         }

@@ -420,13 +420,21 @@ pub struct PipelineConfig {
     /// (`pipeline.name`); the run that started last is the current one.
     #[serde(deserialize_with = "de_opt_string")]
     pub flink_job: Option<String>,
-    /// Evidence (not used by this build): the Kafka Connect REST URL.
-    #[serde(deserialize_with = "de_opt_string")]
-    pub connect_url: Option<String>,
-    /// The Kafka Connect connector's name. With `dead_letter_topic`: only dead letters this
-    /// connector wrote (`__connect.errors.connector.name`) count, so a topic it shares with
-    /// another connector cannot turn this pipeline's loss into `dead_lettered`. Otherwise
-    /// evidence this build reads nothing from (a startup warning says so).
+    /// Evidence, with `connect_connector`: the Kafka Connect worker's REST URL
+    /// (`http://connect:8083`; may hold credentials for a proxy in front of it, sent as Basic
+    /// auth, printed redacted). Read-only, polled every `verify_interval`
+    /// (`/connectors/{name}/status`, `/connectors/{name}/config`): a `skipped_by_restart` or
+    /// `dropped_in_flight` gap then names the connector's task failures and restarts in its
+    /// window, and whether the connector skips records it cannot convert without a
+    /// dead-letter queue (src/connect_evidence). Never holds or changes a verdict; an
+    /// unreadable Connect REST API is a warning and a state in `/api/status`.
+    #[serde(default, deserialize_with = "de_opt_secret_url")]
+    pub connect_url: Option<SecretUrl>,
+    /// The Kafka Connect connector's name. With `connect_url`: the connector whose status
+    /// and config are read (its sink group is `connect-<name>`). With `dead_letter_topic`:
+    /// only dead letters this connector wrote (`__connect.errors.connector.name`) count, so a
+    /// topic it shares with another connector cannot turn this pipeline's loss into
+    /// `dead_lettered`. With neither, read by nothing (a startup warning says so).
     #[serde(deserialize_with = "de_opt_string")]
     pub connect_connector: Option<String>,
     /// The pipeline's dead-letter topic: an audited record whose coordinates a record there
@@ -437,24 +445,18 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
-    /// The evidence keys that are set, which this build reads nothing from (SPEC allows a
-    /// failing evidence source to degrade with a warning; these degrade the same way).
+    /// The evidence keys that are set but read by nothing: `connect_connector` without
+    /// `connect_url` or `dead_letter_topic` (SPEC lets an evidence source that cannot be
+    /// used degrade with a warning).
     pub fn ignored_evidence_keys(&self) -> Vec<&'static str> {
-        [
-            ("connect_url", &self.connect_url),
-            (
-                "connect_connector",
-                if self.dead_letter_topic.is_some() {
-                    &None
-                } else {
-                    &self.connect_connector
-                },
-            ),
-        ]
-        .into_iter()
-        .filter(|(_, v)| v.is_some())
-        .map(|(k, _)| k)
-        .collect()
+        let unused = self.connect_connector.is_some()
+            && self.connect_url.is_none()
+            && self.dead_letter_topic.is_none();
+        if unused {
+            vec!["connect_connector"]
+        } else {
+            Vec::new()
+        }
     }
 }
 

@@ -10,8 +10,8 @@
 use super::history::History;
 use super::rest::{self, RestError};
 use crate::config::SecretUrl;
+use crate::evidence_http::{EvidenceClient, HttpGetError};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -65,18 +65,8 @@ pub enum SourceError {
     NoJob(String),
 }
 
-/// The state of the evidence source, for `/api/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
-#[serde(tag = "state", content = "reason", rename_all = "snake_case")]
-pub enum SourceState {
-    /// Not read yet.
-    #[default]
-    Pending,
-    /// The last poll read the job.
-    Ok,
-    /// The last poll failed, and why.
-    Error(String),
-}
+/// The state of the evidence source, for `/api/status` (one shape for every source).
+pub use crate::evidence_http::SourceState;
 
 /// What the poller learnt, shared with the audit loop.
 #[derive(Debug, Clone, Default)]
@@ -100,16 +90,14 @@ pub fn read_view(view: &SharedView) -> FlinkView {
 
 /// One JobManager and the job's name.
 pub struct FlinkSource {
-    client: reqwest::Client,
-    /// The base URL without credentials, ending in `/`.
-    base: url::Url,
-    auth: Option<(String, Option<String>)>,
+    /// The JobManager's REST API (bounded reads, no redirects: src/evidence_http.rs).
+    http: EvidenceClient,
     job: String,
 }
 
 /// The largest answer read from the JobManager: a busy cluster's `/jobs/overview` or a
 /// job's checkpoint statistics are tens of kilobytes; more is not a JobManager's answer.
-pub const MAX_BODY: usize = 4 << 20;
+pub use crate::evidence_http::MAX_BODY;
 
 /// Most runs whose checkpoints one poll reads (the live ones and those whose restore is not
 /// known yet; a restart loop must not make a poll ask for dozens).
@@ -119,42 +107,22 @@ impl FlinkSource {
     /// A source reading job `job` on the JobManager at `url`; every request is bounded by
     /// `timeout`.
     pub fn new(url: &SecretUrl, job: &str, timeout: Duration) -> Result<Self, SourceError> {
-        let parsed = url.parse().map_err(|_| SourceError::Url)?;
-        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-            return Err(SourceError::Url);
-        }
-        let auth = url
-            .username()
-            .map(|u| (u, url.password().map(|p| p.expose().to_owned())));
-        let mut base = url::Url::parse(&url.without_credentials()).map_err(|_| SourceError::Url)?;
-        if !base.path().ends_with('/') {
-            let path = format!("{}/", base.path());
-            base.set_path(&path);
-        }
-        base.set_query(None);
-        base.set_fragment(None);
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            // Only the configured JobManager is asked (review 37, F7: a redirect could make
-            // the auditor fetch any URL, and show parts of the answer in /api/status).
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| SourceError::Http {
-                url: base.to_string(),
-                why: e.without_url().to_string(),
-            })?;
+        let http = EvidenceClient::new(url, timeout).map_err(|e| match e {
+            HttpGetError::Http(why) => SourceError::Http {
+                url: url.without_credentials(),
+                why,
+            },
+            _ => SourceError::Url,
+        })?;
         Ok(Self {
-            client,
-            base,
-            auth,
+            http,
             job: job.to_owned(),
         })
     }
 
     /// The JobManager's URL without credentials (safe to log and show).
     pub fn shown_url(&self) -> String {
-        self.base.to_string()
+        self.http.shown_url()
     }
 
     /// The job's name.
@@ -163,42 +131,24 @@ impl FlinkSource {
     }
 
     async fn get(&self, path: &str) -> Result<Vec<u8>, SourceError> {
-        let http = |e: reqwest::Error| SourceError::Http {
-            url: self.shown_url(),
-            why: e.without_url().to_string(),
-        };
-        let url = self.base.join(path).map_err(|_| SourceError::Url)?;
-        let mut req = self.client.get(url);
-        if let Some((user, password)) = &self.auth {
-            req = req.basic_auth(user, password.as_deref());
-        }
-        let mut resp = req.send().await.map_err(http)?;
-        let status = resp.status();
-        let too_large = || SourceError::TooLarge {
-            url: self.shown_url(),
-            path: format!("/{}", path.split('?').next().unwrap_or(path)),
-            max: MAX_BODY,
-        };
-        if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
-            return Err(too_large());
-        }
-        // Read a chunk at a time up to the limit (a body without a length, or a lying one).
-        let mut body: Vec<u8> = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(http)? {
-            if body.len() + chunk.len() > MAX_BODY {
-                return Err(too_large());
-            }
-            body.extend_from_slice(&chunk);
-        }
-        if !status.is_success() {
-            return Err(RestError::Status {
-                what: format!("/{}", path.split('?').next().unwrap_or(path)),
-                status: status.as_u16(),
+        self.http.get(path).await.map_err(|e| match e {
+            HttpGetError::Url => SourceError::Url,
+            HttpGetError::Http(why) => SourceError::Http {
+                url: self.shown_url(),
+                why,
+            },
+            HttpGetError::TooLarge { path, max } => SourceError::TooLarge {
+                url: self.shown_url(),
+                path,
+                max,
+            },
+            HttpGetError::Status { path, status, body } => RestError::Status {
+                what: path,
+                status,
                 message: rest::error_message(&body),
             }
-            .into());
-        }
-        Ok(body)
+            .into(),
+        })
     }
 
     /// Polls once into `history`: the job's runs, then the checkpoints of those worth
@@ -315,9 +265,9 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(s.shown_url(), "http://jobmanager:8081/flink/");
-        assert_eq!(s.auth, Some(("ops".to_owned(), Some("s3cret".to_owned()))));
+        assert_eq!(s.http.credentials(), Some(("ops", Some("s3cret"))));
         assert_eq!(
-            s.base.join("jobs/overview").map(|u| u.to_string()).ok(),
+            s.http.join("jobs/overview").map(|u| u.to_string()).ok(),
             Some("http://jobmanager:8081/flink/jobs/overview".to_owned())
         );
         for bad in ["mysql://fe:9030/db", "jobmanager:8081", "not a url"] {
@@ -331,51 +281,7 @@ mod tests {
         }
     }
 
-    /// One answer per connection from a local listener: `head` then `body_len` bytes of
-    /// `x` (chunked when `length` is false).
-    async fn answer_once(head: &'static str, body_len: usize, length: bool) -> u16 {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        tokio::spawn(async move {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf).await;
-            let framing = if length {
-                format!("Content-Length: {body_len}\r\n")
-            } else {
-                "Transfer-Encoding: chunked\r\n".to_string()
-            };
-            let _ = s
-                .write_all(format!("{head}\r\n{framing}Connection: close\r\n\r\n").as_bytes())
-                .await;
-            let block = vec![b'x'; 64 * 1024];
-            let mut left = body_len;
-            while left > 0 {
-                let n = left.min(block.len());
-                let sent = if length {
-                    s.write_all(&block[..n]).await
-                } else {
-                    let mut c = format!("{n:x}\r\n").into_bytes();
-                    c.extend_from_slice(&block[..n]);
-                    c.extend_from_slice(b"\r\n");
-                    s.write_all(&c).await
-                };
-                if sent.is_err() {
-                    return;
-                }
-                left -= n;
-            }
-            if !length {
-                let _ = s.write_all(b"0\r\n\r\n").await;
-            }
-        });
-        port
-    }
+    use crate::evidence_http::tests::answer_once;
 
     /// Review 37, F6 and F7: an answer larger than `MAX_BODY` is refused, whether it says
     /// its length or not (read whole before, into memory), and a redirect is not followed.

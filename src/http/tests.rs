@@ -156,6 +156,7 @@ fn audit_status(audit: &str, ok_at: Option<chrono::DateTime<Utc>>) -> AuditStatu
         sink_table_hold: None,
         dead_letters: None,
         flink: None,
+        connect: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,

@@ -329,8 +329,10 @@ pub(super) fn cause_words(g: &Gap) -> String {
         }
         _ => words.to_string(),
     };
-    // The pipeline's own account (Flink's restore evidence), when it was read.
+    // The pipeline's own account (Flink's restore evidence, Kafka Connect's task changes),
+    // when it was read. Connect's words name their subject; Flink's come first when both.
     match &g.evidence {
+        Some(e) if e.starts_with("Kafka Connect ") => format!("{words}; {e}"),
         Some(e) => format!("{words}; the Flink job {e}"),
         None => words,
     }
@@ -469,6 +471,18 @@ mod timeline_tests {
             ),
             "{}",
             cause_words(&g)
+        );
+        // Kafka Connect's words say whose they are.
+        g.evidence = Some(
+            "Kafka Connect task 0 of es-sink FAILED at 2026-12-06T02:14:00Z (boom), RUNNING \
+             again at 2026-12-06T02:14:30Z on worker connect-2:8083"
+                .into(),
+        );
+        let words = cause_words(&g);
+        assert!(
+            words.ends_with("Z; Kafka Connect task 0 of es-sink FAILED at 2026-12-06T02:14:00Z (boom), RUNNING again at 2026-12-06T02:14:30Z on worker connect-2:8083")
+                && !words.contains("Flink"),
+            "{words}"
         );
     }
 }

@@ -12,6 +12,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
         sink_table_hold: None,
         dead_letters: None,
         flink: None,
+        connect: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,

@@ -17,11 +17,10 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
+
+use crate::fake_http::{json_reply as reply, serve};
 
 /// One run of the job as the fake lists it.
 #[derive(Clone, Debug)]
@@ -54,29 +53,9 @@ pub struct FakeFlink {
 impl FakeFlink {
     /// Starts one on a free loopback port, listing no job.
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
         let state = Arc::new(State::default());
         let s = state.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let s = s.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| {
-                        let s = s.clone();
-                        async move { Ok::<_, std::convert::Infallible>(handle(&s, req)) }
-                    });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let url = serve(Arc::new(move |req| handle(&s, req))).await;
         Self { state, url }
     }
 
@@ -94,14 +73,6 @@ impl FakeFlink {
     pub fn requests(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
     }
-}
-
-fn reply(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(status)
-        .header("content-type", "application/json; charset=UTF-8")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .expect("response")
 }
 
 fn tasks(running: bool) -> Value {

@@ -55,12 +55,6 @@ fn config_with_flink(s: &Scenario, flink_url: &str) -> String {
     )
 }
 
-async fn api_status(a: &Auditor) -> serde_json::Value {
-    let (code, body) = a.get("/api/status").await;
-    assert_eq!(code, 200, "{body}");
-    serde_json::from_str(&body).expect("status json")
-}
-
 /// The seed incident: the job is killed after committing 2 and resubmitted with
 /// `latest-offset` (a new run, nothing restored); the gap 2–3 says so, in /api/gaps, in the
 /// store (what `gaps` prints) and on the gap page; /api/status shows the source and the run.

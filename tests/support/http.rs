@@ -93,6 +93,13 @@ pub async fn api_gaps(a: &Auditor) -> Vec<serde_json::Value> {
     serde_json::from_str(&body).expect("gaps json")
 }
 
+/// /api/status as JSON.
+pub async fn api_status(a: &Auditor) -> serde_json::Value {
+    let (code, body) = a.get("/api/status").await;
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("status json")
+}
+
 /// (partition, first, last, missing) of each gap, sorted.
 pub fn gap_tuples(gaps: &[serde_json::Value]) -> Vec<(i64, i64, i64, i64)> {
     let mut v: Vec<(i64, i64, i64, i64)> = gaps

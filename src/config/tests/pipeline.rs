@@ -104,25 +104,65 @@ fn a_routine_load_url_never_shows_its_password() {
     assert!(!format!("{cfg:?}").contains("fe-secret"));
 }
 
-/// The Kafka Connect evidence keys parse and are named as ignored; the Flink ones are read
-/// (issue 37) and named by no warning.
+/// Both evidence sources are read by this build (issue 37): their keys parse and no
+/// warning names them; `connect_connector` alone (no `connect_url`, no dead-letter topic)
+/// is still named, since nothing reads it.
 #[test]
 fn evidence_keys_parse_and_are_named_as_ignored() {
     let cfg = Config::from_toml_str(&with_pipeline(
         "group = \"g\"\nflink_rest_url = \"http://jobmanager:8081\"\nflink_job = \"job\"\nconnect_url = \"http://connect:8083\"\nconnect_connector = \"es-sink\"",
     ))
     .expect("evidence keys parse");
+    assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
+    let pl = &cfg.audits[0].pipeline;
+    assert_eq!(
+        pl.connect_url.as_ref().map(|u| u.expose()),
+        Some("http://connect:8083")
+    );
+    assert_eq!(pl.connect_connector.as_deref(), Some("es-sink"));
+    let cfg =
+        Config::from_toml_str(&with_pipeline("connect_connector = \"es-sink\"")).expect("parses");
     let w = cfg.warnings();
-    assert_eq!(w.len(), 2, "{w:?}");
-    for key in ["connect_url", "connect_connector"] {
-        assert!(
-            w.iter()
-                .any(|l| l.starts_with(&format!("audits[0].pipeline.{key}:"))
-                    && l.contains("not supported yet by this build")),
-            "{key}: {w:?}"
-        );
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].starts_with("audits[0].pipeline.connect_connector:")
+            && w[0].contains("is read only with connect_url"),
+        "{w:?}"
+    );
+}
+
+/// Kafka Connect evidence: `connect_url` needs the connector (refused naming
+/// `connect_connector`), is an http(s) URL with a host, prints redacted, and a blank value
+/// (an empty Helm or environment value) is no URL at all.
+#[test]
+fn connect_evidence_keys_are_used_and_checked() {
+    let cfg = Config::from_toml_str(&with_pipeline(
+        "connect_url = \"https://ops:s3cret@connect:8083\"\nconnect_connector = \"es-sink\"",
+    ))
+    .expect("parses");
+    assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
+    let shown = format!("{:?}", cfg.audits[0].pipeline);
+    assert!(!shown.contains("s3cret"), "{shown}");
+
+    let e = toml_err(&with_pipeline("connect_url = \"http://connect:8083\""));
+    assert_err(
+        &e,
+        "audits[0].pipeline.connect_connector",
+        "is required with connect_url",
+    );
+    for bad in ["mysql://connect:8083", "connect:8083", "http://"] {
+        let e = toml_err(&with_pipeline(&format!(
+            "connect_url = \"{bad}\"\nconnect_connector = \"es-sink\""
+        )));
+        assert_err(&e, "audits[0].pipeline.connect_url", "http:// or https://");
     }
-    assert!(!w.iter().any(|l| l.contains("flink")), "{w:?}");
+    let e = toml_err(&with_pipeline(
+        "connect_url = \"http://u:s3cret@connect:8083\"",
+    ));
+    assert!(!e.to_string().contains("s3cret"), "{e}");
+    // Blank is absent: no evidence source, and nothing to refuse.
+    let cfg = Config::from_toml_str(&with_pipeline("connect_url = \"  \"")).expect("blank");
+    assert!(cfg.audits[0].pipeline.connect_url.is_none());
 }
 
 #[test]

@@ -521,6 +521,28 @@ impl AuditConfig {
             }
             (None, None) => {}
         }
+        // Kafka Connect evidence: the URL needs the connector whose status it reads (the
+        // connector alone keeps its dead-letter meaning, so it is not required the other way).
+        if let Some(u) = &pl.connect_url {
+            if pl.connect_connector.is_none() {
+                return err(
+                    format!("{pp}.connect_connector"),
+                    "is required with connect_url: the connector's name as GET /connectors lists it",
+                );
+            }
+            let http = matches!(u.scheme().as_deref(), Some("http" | "https"));
+            if !http
+                || u.parse()
+                    .ok()
+                    .and_then(|p| p.host_str().map(str::len))
+                    .is_none()
+            {
+                return err(
+                    format!("{pp}.connect_url"),
+                    "must be the Kafka Connect REST URL, http:// or https:// with a host (http://connect:8083)",
+                );
+            }
+        }
         if let Some(t) = &pl.dead_letter_topic {
             if let Some(problem) = topic_problem(t) {
                 return err(format!("{pp}.dead_letter_topic"), problem);

@@ -1,0 +1,145 @@
+//! The audit's side of the Kafka Connect evidence (src/connect_evidence): starts the
+//! poller, reads what it published when a gap is found and when the status is published.
+//! Evidence only: nothing here holds or decides a verdict.
+
+use crate::clock::Clock;
+use crate::config::AuditConfig;
+use crate::connect_evidence::history::window;
+use crate::connect_evidence::poller::{self, read_view};
+use crate::connect_evidence::{ConnectSource, ConnectView, SharedView};
+use crate::evidence_http::SourceState;
+use crate::gap::GapCause;
+use crate::ledger::GapRecord;
+use crate::status::{ConnectEventStatus, ConnectStatus, ConnectTaskStatus};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The shortest time between two polls of the Connect REST API, whatever
+/// `verify_interval` is.
+const MIN_POLL: Duration = Duration::from_secs(1);
+
+/// Changes `/api/status` lists (the newest).
+const STATUS_EVENTS: usize = 10;
+
+/// The Kafka Connect evidence of one audit.
+pub(super) struct ConnectWatch {
+    view: SharedView,
+    url: String,
+    connector: String,
+    /// Between two polls: how late a poll may see a change.
+    poll_ms: i64,
+}
+
+impl ConnectWatch {
+    /// With `connect_url` (validated: with `connect_connector`), starts the poller (every
+    /// `verify_interval`, each request bounded by `sink.query_timeout`, changes placed on
+    /// the audit's `clock`) until `cancel`. A URL the client refuses is not fatal: the
+    /// source shows the error and gaps carry no evidence, as without it.
+    pub(super) fn start(
+        cfg: &AuditConfig,
+        clock: &Clock,
+        cancel: &CancellationToken,
+    ) -> Option<Self> {
+        let (url, connector) = (
+            cfg.pipeline.connect_url.as_ref()?,
+            cfg.pipeline.connect_connector.as_ref()?,
+        );
+        let every = cfg.verify_interval.max(MIN_POLL);
+        let view: SharedView = Arc::new(RwLock::new(ConnectView::default()));
+        let mut shown = url.without_credentials();
+        match ConnectSource::new(url, connector, cfg.sink.query_timeout) {
+            Ok(source) => {
+                shown = source.shown_url();
+                tracing::info!(audit = %cfg.name, connector = %source.connector(), url = %shown,
+                    "reading Kafka Connect task restarts and failures as evidence for gap causes");
+                tokio::spawn(poller::run(
+                    source,
+                    view.clone(),
+                    every,
+                    cfg.name.clone(),
+                    clock.clone(),
+                    cancel.child_token(),
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(audit = %cfg.name, error = %e,
+                    "cannot read Kafka Connect evidence; gaps carry none (verdicts are not affected)");
+                view.write().unwrap_or_else(|p| p.into_inner()).state =
+                    SourceState::Error(e.to_string());
+            }
+        }
+        // Never shown with a query (it may carry a token) or credentials.
+        if let Ok(mut u) = url::Url::parse(&shown) {
+            u.set_query(None);
+            u.set_fragment(None);
+            shown = u.to_string();
+        }
+        Some(Self {
+            view,
+            url: shown,
+            connector: connector.clone(),
+            poll_ms: i64::try_from(every.as_millis()).unwrap_or(i64::MAX),
+        })
+    }
+
+    /// A watch over a view filled by hand (unit tests: no Connect worker).
+    #[cfg(test)]
+    pub(super) fn fixed(view: ConnectView, poll_ms: i64) -> Self {
+        Self {
+            view: Arc::new(RwLock::new(view)),
+            url: "http://connect:8083/".into(),
+            connector: "es-sink".into(),
+            poll_ms,
+        }
+    }
+
+    /// What the connector's history tells of a new gap: for `skipped_by_restart` and
+    /// `dropped_in_flight`, the changes seen in its commit step's window; for the latter,
+    /// also whether the connector skips records silently.
+    pub(super) fn explain(&self, g: &GapRecord) -> Option<String> {
+        let in_flight = match g.cause {
+            GapCause::SkippedByRestart => false,
+            GapCause::DroppedInFlight => true,
+            _ => return None,
+        };
+        let span = g.commit.map(|c| window(c.since_ms, c.at_ms, self.poll_ms));
+        read_view(&self.view)
+            .history
+            .explain(&self.connector, span, in_flight)
+    }
+
+    /// The source for `/api/status`.
+    pub(super) fn status(&self) -> ConnectStatus {
+        let view = read_view(&self.view);
+        let h = &view.history;
+        let errors = h.error_handling();
+        let mut events: Vec<ConnectEventStatus> = h
+            .events()
+            .rev()
+            .take(STATUS_EVENTS)
+            .map(ConnectEventStatus::of)
+            .collect();
+        events.reverse();
+        ConnectStatus {
+            url: self.url.clone(),
+            connector: self.connector.clone(),
+            source: view.state,
+            checked_at: view.checked_at,
+            connector_state: h.connector().map(|c| c.state.clone()),
+            tasks: h
+                .tasks()
+                .iter()
+                .map(|(&id, t)| ConnectTaskStatus {
+                    id,
+                    state: t.state.clone(),
+                    worker_id: t.worker_id.clone(),
+                })
+                .collect(),
+            errors_tolerance: errors.map(|e| e.tolerance.clone()),
+            dead_letter_queue: errors.map(|e| e.dead_letter_queue),
+            config_problem: view.config_problem,
+            events,
+        }
+    }
+}

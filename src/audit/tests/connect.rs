@@ -1,0 +1,233 @@
+//! Kafka Connect's evidence on a new gap (src/audit/connect.rs): the seed incident and a
+//! drop in flight on the test clock, with the poller's view filled by hand.
+
+use super::harness::*;
+use crate::audit::connect::ConnectWatch;
+use crate::audit::flink::FlinkWatch;
+use crate::connect_evidence::history::rfc3339;
+use crate::connect_evidence::rest::{ErrorHandling, parse_status};
+use crate::connect_evidence::{ConnectView, History};
+use crate::evidence_http::SourceState;
+use crate::flink_evidence::rest::{CheckpointStats, JobOverview};
+use crate::flink_evidence::{FlinkView, History as FlinkHistory};
+use crate::gap::{GapCause, Offset};
+
+/// Between two polls of the view, ms.
+const POLL_MS: i64 = 1_000;
+const EXCEPTION: &str =
+    "org.apache.kafka.connect.errors.ConnectException: Tolerance exceeded in error handler";
+
+fn pipeline_commits(h: &Harness, to: Offset) {
+    h.kafka
+        .pipeline
+        .lock()
+        .expect("lock")
+        .as_mut()
+        .expect("pipeline group")
+        .insert(tp(0), Some(to));
+}
+
+/// Connector `es-sink` with task 0 `state` on `worker`.
+fn status(state: &str, worker: &str) -> crate::connect_evidence::ConnectorStatus {
+    let trace = if state == "FAILED" {
+        format!(
+            r#","trace":"{EXCEPTION}\n\tat org.apache.kafka.connect.runtime.WorkerSinkTask.execute(WorkerSinkTask.java:200)""#
+        )
+    } else {
+        String::new()
+    };
+    parse_status(
+        format!(
+            r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"connect-1:8083"}},
+            "tasks":[{{"id":0,"state":"{state}","worker_id":"{worker}"{trace}}}],"type":"sink"}}"#
+        )
+        .as_bytes(),
+    )
+    .expect("fixture")
+}
+
+/// The polls: task 0 RUNNING at the baseline, then at each `(at, state, worker)`.
+fn view(polls: &[(i64, &str, &str)], tolerance: &str) -> ConnectView {
+    let mut history = History::default();
+    history.observe_status(&status("RUNNING", "connect-1:8083"), 0);
+    for &(at, state, worker) in polls {
+        history.observe_status(&status(state, worker), at);
+    }
+    history.observe_config(ErrorHandling {
+        tolerance: tolerance.into(),
+        dead_letter_queue: false,
+    });
+    ConnectView {
+        history,
+        state: SourceState::Ok,
+        config_problem: None,
+        checked_at: None,
+    }
+}
+
+/// The records 0–5 read, `in_sink` written; the pipeline commits `first`, then jumps to 4
+/// and to 6. `setup(t0)` installs the evidence once commit `first` was seen (`t0`, the
+/// clock then). Returns `t0`, the one gap (its first and last offsets and cause) and its
+/// evidence as stored and as the ledger keeps it.
+async fn gap_with(
+    in_sink: &[Offset],
+    first: Offset,
+    setup: impl Fn(&mut Harness, i64),
+) -> (
+    i64,
+    (Offset, Offset, GapCause),
+    Option<String>,
+    Option<String>,
+) {
+    let mut h = harness(r#"pipeline_group = "connect-es-sink""#);
+    h.assign_and_read((0, 0), expected(0..6)).await;
+    h.in_sink(in_sink.iter().copied());
+    let t0 = h.clock.now_ms();
+    pipeline_commits(&h, first);
+    h.audit.round().await;
+    h.clock.advance(1_000);
+    h.audit.round().await;
+    setup(&mut h, t0);
+    h.clock.advance(1_000);
+    pipeline_commits(&h, 4);
+    h.audit.round().await;
+    h.clock.advance(GRACE_MS + 1);
+    pipeline_commits(&h, 6);
+    h.audit.round().await;
+    h.clock.advance(GRACE_MS + 1);
+    h.audit.round().await;
+    let gaps = h.stored_gaps();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    let kept = h.audit.parts[&tp(0)]
+        .ledger
+        .gaps()
+        .find(|g| g.first == gaps[0].first_offset)
+        .and_then(|g| g.evidence.clone());
+    (
+        t0,
+        (gaps[0].first_offset, gaps[0].last_offset, gaps[0].cause),
+        gaps[0].evidence.clone(),
+        kept,
+    )
+}
+
+/// The seed incident on Kafka Connect: task 0 FAILED, then RUNNING on another worker,
+/// between commit 2 and the jump to 4; the gap 2–3 names both, stored and kept.
+#[tokio::test]
+async fn a_task_restart_between_the_commits_explains_the_gap() {
+    let (t0, gap, stored, kept) = gap_with(&[0, 1, 4, 5], 2, |h, t0| {
+        h.audit.connect = Some(ConnectWatch::fixed(
+            view(
+                &[
+                    (t0 + 1_500, "FAILED", "connect-1:8083"),
+                    (t0 + 1_800, "RUNNING", "connect-2:8083"),
+                ],
+                "none",
+            ),
+            POLL_MS,
+        ));
+    })
+    .await;
+    assert_eq!(gap, (2, 3, GapCause::SkippedByRestart));
+    let words = format!(
+        "Kafka Connect task 0 of es-sink FAILED at {} ({EXCEPTION}), RUNNING again at {} on worker connect-2:8083",
+        rfc3339(t0 + 1_500),
+        rfc3339(t0 + 1_800)
+    );
+    assert_eq!(stored.as_deref(), Some(words.as_str()));
+    assert_eq!(
+        kept.as_deref(),
+        Some(words.as_str()),
+        "kept with the ledger's gap"
+    );
+}
+
+/// A task that failed long before the jump (seen more than a poll before the commit it
+/// left) does not explain it: the gap keeps its cause and carries no evidence.
+#[tokio::test]
+async fn a_change_before_the_window_leaves_the_gap_without_evidence() {
+    let (_, gap, stored, kept) = gap_with(&[0, 1, 4, 5], 2, |h, t0| {
+        h.audit.connect = Some(ConnectWatch::fixed(
+            view(
+                &[
+                    (t0 - 60_000, "FAILED", "connect-1:8083"),
+                    (t0 - 50_000, "RUNNING", "connect-2:8083"),
+                ],
+                "none",
+            ),
+            POLL_MS,
+        ));
+    })
+    .await;
+    assert_eq!(gap, (2, 3, GapCause::SkippedByRestart));
+    assert_eq!((stored, kept), (None, None));
+}
+
+/// Records committed in normal progress and never written, by a connector that tolerates
+/// every conversion error and has no dead-letter queue: the gap says so (no change in its
+/// window); with `errors.tolerance=none` it says nothing.
+#[tokio::test]
+async fn a_drop_in_flight_names_a_tolerance_without_dead_letter_queue() {
+    for (tolerance, want) in [
+        (
+            "all",
+            Some(
+                "Kafka Connect connector es-sink skips records it cannot convert or transform \
+                 (errors.tolerance=all) and has no dead-letter queue",
+            ),
+        ),
+        ("none", None),
+    ] {
+        let (_, gap, stored, _) = gap_with(&[0, 1, 3, 4, 5], 1, |h, _| {
+            h.audit.connect = Some(ConnectWatch::fixed(view(&[], tolerance), POLL_MS));
+        })
+        .await;
+        assert_eq!(gap, (2, 2, GapCause::DroppedInFlight), "{tolerance}");
+        assert_eq!(stored.as_deref(), want, "{tolerance}");
+    }
+}
+
+/// Flink and Kafka Connect both explain the gap: Flink's words first, joined with "; ".
+#[tokio::test]
+async fn flink_and_connect_words_are_joined() {
+    let (t0, _, stored, _) = gap_with(&[0, 1, 4, 5], 2, |h, t0| {
+        let mut runs = FlinkHistory::default();
+        let jobs = [JobOverview {
+            jid: format!("{:032x}", 1),
+            name: "FlinkSQLFromKafka2Doris".into(),
+            state: "RUNNING".into(),
+            start_time: t0 + 1_500,
+            end_time: -1,
+            duration: None,
+        }];
+        // Seen checkpointing after commit 2 was first seen (t0): it may have jumped.
+        for jid in runs.observe_jobs(&jobs, "FlinkSQLFromKafka2Doris", t0 + 1_800) {
+            runs.observe_checkpoints(
+                &jid,
+                &CheckpointStats {
+                    completed_count: 1,
+                    ..Default::default()
+                },
+                t0 + 1_800,
+            );
+        }
+        h.audit.flink = Some(FlinkWatch::fixed(FlinkView {
+            history: runs,
+            state: crate::flink_evidence::SourceState::Ok,
+            checked_at: None,
+        }));
+        h.audit.connect = Some(ConnectWatch::fixed(
+            view(&[(t0 + 1_600, "FAILED", "connect-1:8083")], "all"),
+            POLL_MS,
+        ));
+    })
+    .await;
+    assert_eq!(
+        stored,
+        Some(format!(
+            "restarted at {} without restoring a checkpoint (latest-offset); Kafka Connect task 0 of es-sink FAILED at {} ({EXCEPTION})",
+            rfc3339(t0 + 1_500),
+            rfc3339(t0 + 1_600)
+        ))
+    );
+}

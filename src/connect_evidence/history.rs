@@ -1,0 +1,512 @@
+//! The connector's and its tasks' states as successive polls saw them, the changes between
+//! them, and the explanation of a gap from them (pure: no I/O, times passed in).
+//!
+//! What Kafka Connect does that decides the rules here:
+//! - The status API says where things are now, not what happened: a task that failed and
+//!   was restarted between two polls is only seen RUNNING (perhaps on another worker). So a
+//!   change is what one poll shows against the previous one, and it is placed at the
+//!   auditor's clock of the poll that saw it: at most one poll interval after it happened.
+//! - A FAILED task does not restart by itself: an operator or a supervisor restarts it
+//!   (`POST /connectors/{name}/tasks/{id}/restart`), a rebalance may move it to another
+//!   worker. What it skipped then depends on the offsets its consumer group committed: the
+//!   evidence names the failures and restarts, the commit step (the ledger's) says what
+//!   was skipped.
+//! - With `errors.tolerance=all` a sink connector skips records it cannot convert or
+//!   transform; without `errors.deadletterqueue.topic.name` they go nowhere. That explains
+//!   records committed in normal progress and never written (`dropped_in_flight`) whatever
+//!   the window.
+
+use super::rest::{ConnectorStatus, ErrorHandling, StateInfo};
+use crate::logging::printable;
+use chrono::DateTime;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Events kept (newest kept): a restart loop must not grow memory.
+pub const MAX_EVENTS: usize = 64;
+/// Tasks followed (lowest ids): a connector's tasks are bounded by its `tasks.max`; a
+/// larger answer is not followed further.
+const MAX_TASKS: usize = 1024;
+/// Events a gap names in words; the others in its window are counted.
+const NAMED_EVENTS: usize = 4;
+/// The longest trace line kept (the exception and its message).
+const TRACE_CHARS: usize = 300;
+/// The longest state kept (the documented ones are at most 10 characters).
+const STATE_CHARS: usize = 32;
+/// The longest worker id kept (`host:port`).
+const WORKER_CHARS: usize = 128;
+/// The longest connector name shown (Connect allows long names; words stay readable).
+const NAME_CHARS: usize = 200;
+
+/// Where the connector or one task was at a poll: its state and worker, cleaned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// `RUNNING`, `FAILED`, ...
+    pub state: String,
+    /// The worker (`host:port`).
+    pub worker_id: String,
+}
+
+impl Seen {
+    fn of(info: &StateInfo) -> Self {
+        Self {
+            state: printable(info.state.trim(), STATE_CHARS),
+            worker_id: printable(info.worker_id.trim(), WORKER_CHARS),
+        }
+    }
+}
+
+/// A change one poll saw against the previous one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateEvent {
+    /// The auditor's clock at the poll that saw it (unix ms).
+    pub at_ms: i64,
+    /// The task's id; `None` for the connector itself.
+    pub task: Option<i32>,
+    /// The state before; `None`: the task appeared.
+    pub from: Option<String>,
+    /// The state after; `None`: the task is no longer listed.
+    pub to: Option<String>,
+    /// The worker after the change (`None` when no longer listed).
+    pub worker_id: Option<String>,
+    /// It is on another worker than before.
+    pub moved: bool,
+    /// The first line of its trace (the exception), when it is FAILED with one.
+    pub trace: Option<String>,
+}
+
+impl StateEvent {
+    /// The change in words, without its subject: `FAILED at T (exception)`, `RUNNING again
+    /// at T on worker W`, `moved to worker W at T`, `no longer listed at T`.
+    pub fn phrase(&self) -> String {
+        let at = rfc3339(self.at_ms);
+        let on = match (&self.worker_id, self.moved) {
+            (Some(w), true) if !w.is_empty() => format!(" on worker {w}"),
+            _ => String::new(),
+        };
+        let trace = self
+            .trace
+            .as_ref()
+            .map(|t| format!(" ({t})"))
+            .unwrap_or_default();
+        match (&self.from, &self.to) {
+            (_, None) => format!("no longer listed at {at}"),
+            (None, Some(to)) => format!("listed {to} at {at}{on}{trace}"),
+            (Some(from), Some(to)) if from == to => match &self.worker_id {
+                Some(w) => format!("moved to worker {w} at {at}"),
+                None => format!("{to} at {at}"),
+            },
+            (Some(_), Some(to)) if to == "RUNNING" => format!("RUNNING again at {at}{on}"),
+            (Some(_), Some(to)) => format!("{to} at {at}{trace}{on}"),
+        }
+    }
+}
+
+/// What changed, in words: `Kafka Connect task 0 of es-sink` or `Kafka Connect connector
+/// es-sink`.
+fn subject(task: Option<i32>, connector: &str) -> String {
+    match task {
+        Some(id) => format!("Kafka Connect task {id} of {connector}"),
+        None => format!("Kafka Connect connector {connector}"),
+    }
+}
+
+/// The connector as successive polls saw it.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// The connector at the last poll that read it; `None` before the first.
+    connector: Option<Seen>,
+    /// Its tasks at that poll, by id.
+    tasks: BTreeMap<i32, Seen>,
+    /// The changes, oldest first, at most [`MAX_EVENTS`].
+    events: VecDeque<StateEvent>,
+    /// Its error handling, from the last config read; `None` before one.
+    errors: Option<ErrorHandling>,
+}
+
+impl History {
+    /// Takes one `/connectors/{name}/status`, read at `at_ms` on the auditor's clock, and
+    /// records what changed since the previous one (the first only sets the baseline: when
+    /// its states began is not known). Returns how many events it added.
+    pub fn observe_status(&mut self, status: &ConnectorStatus, at_ms: i64) -> usize {
+        let connector = Seen::of(&status.connector);
+        let mut tasks: BTreeMap<i32, (Seen, Option<&str>)> = status
+            .tasks
+            .iter()
+            .map(|t| (t.id, (Seen::of(&t.info), t.info.trace.as_deref())))
+            .collect();
+        while tasks.len() > MAX_TASKS {
+            tasks.pop_last();
+        }
+        let Some(before) = self.connector.replace(connector.clone()) else {
+            self.tasks = tasks.into_iter().map(|(id, (s, _))| (id, s)).collect();
+            return 0;
+        };
+        let mut new = Vec::new();
+        if let Some(e) = change(
+            None,
+            Some(&before),
+            Some(&connector),
+            status.connector.trace.as_deref(),
+            at_ms,
+        ) {
+            new.push(e);
+        }
+        for (id, (seen, trace)) in &tasks {
+            if let Some(e) = change(Some(*id), self.tasks.get(id), Some(seen), *trace, at_ms) {
+                new.push(e);
+            }
+        }
+        for (id, seen) in &self.tasks {
+            if !tasks.contains_key(id) {
+                new.extend(change(Some(*id), Some(seen), None, None, at_ms));
+            }
+        }
+        self.tasks = tasks.into_iter().map(|(id, (s, _))| (id, s)).collect();
+        let added = new.len();
+        self.events.extend(new);
+        while self.events.len() > MAX_EVENTS {
+            self.events.pop_front();
+        }
+        added
+    }
+
+    /// Takes one `/connectors/{name}/config`'s error handling.
+    pub fn observe_config(&mut self, errors: ErrorHandling) {
+        self.errors = Some(errors);
+    }
+
+    /// The connector at the last poll; `None` before one.
+    pub fn connector(&self) -> Option<&Seen> {
+        self.connector.as_ref()
+    }
+
+    /// Its tasks at the last poll, by id.
+    pub fn tasks(&self) -> &BTreeMap<i32, Seen> {
+        &self.tasks
+    }
+
+    /// The changes kept, oldest first.
+    pub fn events(&self) -> impl DoubleEndedIterator<Item = &StateEvent> {
+        self.events.iter()
+    }
+
+    /// The connector's error handling, once its config was read.
+    pub fn error_handling(&self) -> Option<&ErrorHandling> {
+        self.errors.as_ref()
+    }
+
+    /// What the connector's history tells of a gap, in words, or `None`: the changes with
+    /// `after_ms < at_ms <= by_ms` (a few named, the rest counted), and for
+    /// `dropped_in_flight` whether the connector skips records silently.
+    pub fn explain(
+        &self,
+        connector: &str,
+        window: Option<(i64, i64)>,
+        dropped_in_flight: bool,
+    ) -> Option<String> {
+        let connector = printable(connector, NAME_CHARS);
+        let changes = window.and_then(|(after_ms, by_ms)| {
+            let inside: Vec<&StateEvent> = self
+                .events
+                .iter()
+                .filter(|e| e.at_ms > after_ms && e.at_ms <= by_ms)
+                .collect();
+            changes_words(&connector, &inside)
+        });
+        let silent = dropped_in_flight && self.errors.as_ref().is_some_and(|e| e.skips_silently());
+        const SKIPS: &str = "skips records it cannot convert or transform (errors.tolerance=all) \
+                             and has no dead-letter queue";
+        match (changes, silent) {
+            (Some(c), true) => Some(format!("{c}; the connector {SKIPS}")),
+            (Some(c), false) => Some(c),
+            (None, true) => Some(format!("Kafka Connect connector {connector} {SKIPS}")),
+            (None, false) => None,
+        }
+    }
+}
+
+/// The window of a commit step seen at `at_ms`, whose left position was committed after
+/// `since_ms`: changes seen by a poll after `since_ms` less one poll interval (a poll sees a
+/// change up to one interval after it happened), up to `at_ms`.
+pub fn window(since_ms: Option<i64>, at_ms: i64, poll_ms: i64) -> (i64, i64) {
+    (since_ms.unwrap_or(at_ms).saturating_sub(poll_ms), at_ms)
+}
+
+/// The event between `before` and `after`, if anything changed.
+fn change(
+    task: Option<i32>,
+    before: Option<&Seen>,
+    after: Option<&Seen>,
+    trace: Option<&str>,
+    at_ms: i64,
+) -> Option<StateEvent> {
+    if before == after {
+        return None;
+    }
+    let to = after.map(|s| s.state.clone());
+    let trace = match (to.as_deref(), trace) {
+        (Some("FAILED"), Some(t)) => t
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(|l| printable(l, TRACE_CHARS)),
+        _ => None,
+    };
+    Some(StateEvent {
+        at_ms,
+        task,
+        from: before.map(|s| s.state.clone()),
+        to,
+        worker_id: after.map(|s| s.worker_id.clone()),
+        moved: after.is_some_and(|a| before.is_none_or(|b| b.worker_id != a.worker_id)),
+        trace,
+    })
+}
+
+/// The events in words, grouped by subject in the order each first changed: "Kafka Connect
+/// task 0 of es-sink FAILED at T (exception), RUNNING again at T2 on worker W". At most
+/// [`NAMED_EVENTS`] are named; the others are counted.
+fn changes_words(connector: &str, events: &[&StateEvent]) -> Option<String> {
+    if events.is_empty() {
+        return None;
+    }
+    let mut groups: Vec<(Option<i32>, Vec<String>)> = Vec::new();
+    for e in events.iter().take(NAMED_EVENTS) {
+        match groups.iter_mut().find(|(t, _)| *t == e.task) {
+            Some((_, phrases)) => phrases.push(e.phrase()),
+            None => groups.push((e.task, vec![e.phrase()])),
+        }
+    }
+    let mut words = groups
+        .iter()
+        .map(|(task, phrases)| format!("{} {}", subject(*task, connector), phrases.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let more = events.len().saturating_sub(NAMED_EVENTS);
+    if more > 0 {
+        words.push_str(&format!(
+            "; and {more} more Kafka Connect state change{}",
+            if more == 1 { "" } else { "s" }
+        ));
+    }
+    Some(words)
+}
+
+/// Unix ms as `2026-12-06T02:14:00Z` (whole seconds suffice).
+pub fn rfc3339(ms: i64) -> String {
+    DateTime::from_timestamp_millis(ms).map_or_else(
+        || format!("{ms} ms"),
+        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rest::tests::{CONFIG, STATUS};
+    use super::super::rest::{parse_config, parse_status};
+    use super::*;
+
+    /// 2026-12-06T02:14:00Z.
+    const T: i64 = 1_796_523_240_000;
+    const EXCEPTION: &str =
+        "org.apache.kafka.connect.errors.ConnectException: Tolerance exceeded in error handler";
+
+    /// The status of connector `es-sink`: the connector on connect-1, task 0 as given.
+    fn status(task0: &str, worker: &str, trace: Option<&str>) -> ConnectorStatus {
+        let trace = trace.map_or(String::new(), |t| {
+            format!(r#","trace":{}"#, serde_json::Value::from(t))
+        });
+        parse_status(
+            format!(
+                r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"connect-1:8083"}},
+                "tasks":[{{"id":0,"state":"{task0}","worker_id":"{worker}"{trace}}}],"type":"sink"}}"#
+            )
+            .as_bytes(),
+        )
+        .expect("fixture")
+    }
+
+    fn failed_then_running() -> History {
+        let mut h = History::default();
+        assert_eq!(
+            h.observe_status(&status("RUNNING", "connect-1:8083", None), T - 30_000),
+            0
+        );
+        let trace = format!(
+            "{EXCEPTION}\n\tat org.apache.kafka.connect.runtime.errors.RetryWithToleranceOperator.execAndHandleError(RetryWithToleranceOperator.java:230)\n"
+        );
+        assert_eq!(
+            h.observe_status(&status("FAILED", "connect-1:8083", Some(&trace)), T),
+            1
+        );
+        // Unchanged: nothing.
+        assert_eq!(
+            h.observe_status(&status("FAILED", "connect-1:8083", Some(&trace)), T + 5_000),
+            0
+        );
+        assert_eq!(
+            h.observe_status(&status("RUNNING", "connect-2:8083", None), T + 30_000),
+            1
+        );
+        h
+    }
+
+    /// The first poll is the baseline; a task's failure and its restart on another worker
+    /// are two events, named in words with the exception's first line.
+    #[test]
+    fn a_task_failed_and_running_again_elsewhere_is_named() {
+        let h = failed_then_running();
+        let events: Vec<_> = h.events().cloned().collect();
+        assert_eq!(events.len(), 2);
+        assert_eq!(
+            (
+                events[0].task,
+                events[0].from.as_deref(),
+                events[0].to.as_deref()
+            ),
+            (Some(0), Some("RUNNING"), Some("FAILED"))
+        );
+        assert_eq!(events[0].trace.as_deref(), Some(EXCEPTION));
+        assert!(!events[0].moved && events[1].moved);
+        assert_eq!(
+            h.explain(
+                "es-sink",
+                Some(window(Some(T - 10_000), T + 30_000, 1_000)),
+                false
+            )
+            .as_deref(),
+            Some(
+                "Kafka Connect task 0 of es-sink FAILED at 2026-12-06T02:14:00Z \
+                 (org.apache.kafka.connect.errors.ConnectException: Tolerance exceeded in error \
+                 handler), RUNNING again at 2026-12-06T02:14:30Z on worker connect-2:8083"
+            )
+        );
+        assert_eq!(h.tasks()[&0].worker_id, "connect-2:8083");
+    }
+
+    /// The window is `(since - one poll, at]`: a change seen outside it is not named (the
+    /// jump may have another cause), one inside by a millisecond is.
+    #[test]
+    fn only_changes_seen_in_the_window_are_named() {
+        let h = failed_then_running();
+        let named = |since: Option<i64>, at: i64| {
+            h.explain("es-sink", Some(window(since, at, 1_000)), false)
+        };
+        // Both before the window (seen at or before since - 1 poll).
+        assert_eq!(named(Some(T + 31_000), T + 60_000), None);
+        // Both after it.
+        assert_eq!(named(Some(T - 60_000), T - 1), None);
+        // The failure alone: the restart was seen after the jump.
+        let failure = named(Some(T - 60_000), T).expect("the failure");
+        assert!(
+            failure.ends_with(&format!("FAILED at 2026-12-06T02:14:00Z ({EXCEPTION})")),
+            "{failure}"
+        );
+        // The restart alone: seen within one poll after since.
+        let restart = named(Some(T + 30_999), T + 40_000).expect("the restart");
+        assert!(
+            restart.contains("RUNNING again") && !restart.contains("FAILED"),
+            "{restart}"
+        );
+        // No since: the window is one poll up to the step.
+        assert!(named(None, T + 30_500).is_some());
+        assert_eq!(named(None, T + 31_001), None);
+        // No commit step: no window, nothing named.
+        assert_eq!(h.explain("es-sink", None, false), None);
+    }
+
+    /// A restart loop: the last MAX_EVENTS events are kept; a gap names NAMED_EVENTS and
+    /// counts the rest, so its words stay bounded.
+    #[test]
+    fn events_and_words_are_bounded() {
+        let mut h = History::default();
+        h.observe_status(&status("RUNNING", "w:1", None), 0);
+        for i in 1..=100 {
+            let state = if i % 2 == 1 { "FAILED" } else { "RUNNING" };
+            h.observe_status(&status(state, "w:1", Some(&"x".repeat(1_000))), i * 1_000);
+        }
+        assert_eq!(h.events().count(), MAX_EVENTS);
+        assert_eq!(h.events().next().map(|e| e.at_ms), Some(37_000));
+        let words = h
+            .explain("es-sink", Some((0, 200_000)), false)
+            .expect("named");
+        assert!(
+            words.ends_with("; and 60 more Kafka Connect state changes"),
+            "{words}"
+        );
+        assert_eq!(words.matches(" at 1970-").count(), NAMED_EVENTS, "{words}");
+        let trace = h.events().find_map(|e| e.trace.clone()).expect("trace");
+        assert_eq!(trace.chars().count(), TRACE_CHARS);
+    }
+
+    /// Tasks appearing and disappearing (a reconfiguration, tasks.max changed) and the
+    /// connector's own state are events; control characters from outside never reach the
+    /// words.
+    #[test]
+    fn tasks_appearing_and_the_connector_itself_are_events() {
+        let mut h = History::default();
+        h.observe_status(&parse_status(STATUS.as_bytes()).expect("fixture"), 0);
+        assert_eq!(h.tasks().len(), 2);
+        assert_eq!(h.connector().map(|c| c.state.as_str()), Some("RUNNING"));
+        let next = r#"{"name":"hdfs-sink-connector",
+            "connector":{"state":"PAUSED","worker_id":"fakehost:8083"},
+            "tasks":[{"id":0,"state":"PAUSED","worker_id":"fakehost:8083"},
+                     {"id":2,"state":"RUNNING","worker_id":"evil\u001b[2J:8083"}]}"#;
+        assert_eq!(
+            h.observe_status(&parse_status(next.as_bytes()).expect("fixture"), T),
+            4
+        );
+        let words = h
+            .explain("hdfs-sink", Some((T - 1, T)), false)
+            .expect("named");
+        assert_eq!(
+            words,
+            "Kafka Connect connector hdfs-sink PAUSED at 2026-12-06T02:14:00Z; \
+             Kafka Connect task 0 of hdfs-sink PAUSED at 2026-12-06T02:14:00Z; \
+             Kafka Connect task 2 of hdfs-sink listed RUNNING at 2026-12-06T02:14:00Z on worker evil[2J:8083; \
+             Kafka Connect task 1 of hdfs-sink no longer listed at 2026-12-06T02:14:00Z"
+        );
+    }
+
+    /// `dropped_in_flight` with `errors.tolerance=all` and no dead-letter queue: the clause
+    /// is added, after the changes or alone; never for other causes or with a queue.
+    #[test]
+    fn the_tolerance_clause_explains_records_dropped_in_flight() {
+        let all = CONFIG.replace(
+            r#""tasks.max": "10","#,
+            r#""tasks.max": "10", "errors.tolerance": "all","#,
+        );
+        let mut h = failed_then_running();
+        assert_eq!(
+            h.explain("es-sink", Some((T + 40_000, T + 50_000)), true),
+            None,
+            "config not read"
+        );
+        h.observe_config(parse_config(all.as_bytes()).expect("fixture"));
+        assert_eq!(
+            h.explain("es-sink", Some((T + 40_000, T + 50_000)), true)
+                .as_deref(),
+            Some(
+                "Kafka Connect connector es-sink skips records it cannot convert or transform \
+                 (errors.tolerance=all) and has no dead-letter queue"
+            )
+        );
+        assert_eq!(
+            h.explain("es-sink", Some((T + 40_000, T + 50_000)), false),
+            None
+        );
+        let both = h.explain("es-sink", Some((T - 1, T)), true).expect("both");
+        assert!(
+            both.ends_with(
+                "handler); the connector skips records it cannot convert or transform \
+                 (errors.tolerance=all) and has no dead-letter queue"
+            ),
+            "{both}"
+        );
+        h.observe_config(parse_config(CONFIG.as_bytes()).expect("fixture"));
+        assert_eq!(
+            h.explain("es-sink", Some((T + 40_000, T + 50_000)), true),
+            None
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! Reads the Connect REST API on a timer, in a task of its own, and publishes what it
+//! learnt for the audit loop ([`ConnectView`]): a slow or dead Connect worker never delays
+//! a round, and nothing is asked per record.
+//!
+//! Read-only: `GET /connectors/{name}/status` and `GET /connectors/{name}/config`, nothing
+//! else (the name percent-encoded as one path segment). The URL may carry credentials
+//! (`http://user:pass@connect:8083`, for a proxy in front of the REST port): they are sent
+//! as HTTP Basic auth, and the URL shown in logs and `/api/status` has them removed.
+
+use super::history::History;
+use super::rest::{self, RestError};
+use crate::clock::Clock;
+use crate::config::SecretUrl;
+use crate::evidence_http::{EvidenceClient, HttpGetError, SourceState};
+use crate::logging::printable;
+use chrono::{DateTime, Utc};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Why the Connect REST API could not be read this time (gaps then carry no Connect
+/// evidence; no verdict waits for it). Never holds the URL's credentials.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// `connect_url` is not an http(s) URL, or the connector's name makes no path segment.
+    #[error(
+        "audits.pipeline.connect_url is not a valid http(s) URL (or connect_connector is not a connector's name)"
+    )]
+    Url,
+    /// The request failed: connection refused, timeout, TLS (reqwest's words, without the
+    /// URL).
+    #[error("cannot reach Kafka Connect at {url}: {why}")]
+    Http {
+        /// The URL without credentials.
+        url: String,
+        /// What failed.
+        why: String,
+    },
+    /// The answer was not usable.
+    #[error(transparent)]
+    Rest(#[from] RestError),
+    /// The answer was larger than [`crate::evidence_http::MAX_BODY`]: not read further.
+    #[error("Kafka Connect at {url} answered {path} with more than {max} bytes: not read")]
+    TooLarge {
+        /// The URL without credentials.
+        url: String,
+        /// The path asked.
+        path: String,
+        /// The limit.
+        max: usize,
+    },
+    /// The worker knows no connector of that name (404).
+    #[error(
+        "Kafka Connect at {url} has no connector named {connector:?} (is connect_connector spelt as GET /connectors lists it?)"
+    )]
+    NoConnector {
+        /// The URL without credentials.
+        url: String,
+        /// The name asked.
+        connector: String,
+    },
+}
+
+/// What the poller learnt, shared with the audit loop.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectView {
+    /// The connector's states and changes as seen so far (kept across failed polls).
+    pub history: History,
+    /// The last poll's outcome (the status read or not).
+    pub state: SourceState,
+    /// Why the last poll could not read the connector's config (a proxy may refuse it: it
+    /// holds the connector's own secrets); the status is read all the same.
+    pub config_problem: Option<String>,
+    /// When the last poll ended.
+    pub checked_at: Option<DateTime<Utc>>,
+}
+
+/// The shared view: written by the poller after each poll, read by the audit loop.
+pub type SharedView = Arc<RwLock<ConnectView>>;
+
+/// Reads a poisoned lock all the same: the writer replaces whole values, never half of one.
+pub fn read_view(view: &SharedView) -> ConnectView {
+    view.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// One Connect REST API and the connector's name.
+pub struct ConnectSource {
+    http: EvidenceClient,
+    connector: String,
+    status: url::Url,
+    config: url::Url,
+}
+
+impl ConnectSource {
+    /// A source reading connector `connector` at the Connect REST API at `url`; every
+    /// request is bounded by `timeout`.
+    pub fn new(url: &SecretUrl, connector: &str, timeout: Duration) -> Result<Self, SourceError> {
+        let http = EvidenceClient::new(url, timeout).map_err(|e| match e {
+            HttpGetError::Http(why) => SourceError::Http {
+                url: url.without_credentials(),
+                why,
+            },
+            _ => SourceError::Url,
+        })?;
+        let at = |what: &str| {
+            http.segments(&["connectors", connector, what])
+                .map_err(|_| SourceError::Url)
+        };
+        Ok(Self {
+            status: at("status")?,
+            config: at("config")?,
+            http,
+            connector: connector.to_owned(),
+        })
+    }
+
+    /// The Connect REST URL without credentials or query (safe to log and show).
+    pub fn shown_url(&self) -> String {
+        self.http.shown_url()
+    }
+
+    /// The connector's name, cleaned for logs.
+    pub fn connector(&self) -> String {
+        printable(&self.connector, 200)
+    }
+
+    async fn get(&self, url: &url::Url, what: &str) -> Result<Vec<u8>, SourceError> {
+        self.http.get_url(url.clone()).await.map_err(|e| match e {
+            HttpGetError::Url => SourceError::Url,
+            HttpGetError::Http(why) => SourceError::Http {
+                url: self.shown_url(),
+                why,
+            },
+            // The path shown is the template: the name is the config's, not the server's.
+            HttpGetError::TooLarge { max, .. } => SourceError::TooLarge {
+                url: self.shown_url(),
+                path: what.to_owned(),
+                max,
+            },
+            HttpGetError::Status { status: 404, .. } => SourceError::NoConnector {
+                url: self.shown_url(),
+                connector: self.connector(),
+            },
+            HttpGetError::Status { status, body, .. } => RestError::Status {
+                what: what.to_owned(),
+                status,
+                message: rest::error_message(&body),
+            }
+            .into(),
+        })
+    }
+
+    /// Polls once into `history`: the status (its changes placed at `clock`'s reading when
+    /// it was read), then the config. Returns why the config could not be read, if it could
+    /// not (the status was: the changes are evidence without it).
+    pub async fn poll(
+        &self,
+        history: &mut History,
+        clock: &Clock,
+    ) -> Result<Option<String>, SourceError> {
+        let body = self.get(&self.status, "/connectors/{name}/status").await?;
+        let status = rest::parse_status(&body)?;
+        history.observe_status(&status, clock.now_ms());
+        let config = match self.get(&self.config, "/connectors/{name}/config").await {
+            Ok(body) => rest::parse_config(&body).map_err(SourceError::from),
+            Err(e) => Err(e),
+        };
+        Ok(match config {
+            Ok(errors) => {
+                history.observe_config(errors);
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        })
+    }
+}
+
+/// Polls `source` every `every` until `cancel`, publishing into `view`; changes are placed
+/// on `clock` (the audit's, which its commit steps are on). Logs one warning when the
+/// source starts failing and one line when it answers again, and the changes each poll saw.
+pub async fn run(
+    source: ConnectSource,
+    view: SharedView,
+    every: Duration,
+    audit: String,
+    clock: Clock,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut history = read_view(&view).history;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let last_event = history.events().next_back().cloned();
+        let outcome = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = source.poll(&mut history, &clock) => r,
+        };
+        let (state, config_problem) = match outcome {
+            Ok(problem) => (SourceState::Ok, problem),
+            Err(e) => (SourceState::Error(e.to_string()), None),
+        };
+        let before = read_view(&view);
+        let (url, connector) = (source.shown_url(), source.connector());
+        match (&before.state, &state) {
+            // Warned once when it started failing; `/api/status` shows the current reason.
+            (SourceState::Error(_), SourceState::Error(_)) => {}
+            (_, SourceState::Error(why)) => tracing::warn!(
+                audit = %audit, connector = %connector, url = %url,
+                "cannot read Kafka Connect evidence: {why}; gaps carry no Kafka Connect evidence until it can be read (verdicts are not affected)"
+            ),
+            (SourceState::Error(_), SourceState::Ok) => tracing::info!(
+                audit = %audit, connector = %connector, url = %url,
+                "Kafka Connect evidence read again"
+            ),
+            _ => {}
+        }
+        match (&before.config_problem, &config_problem) {
+            (None, Some(why)) => tracing::warn!(
+                audit = %audit, connector = %connector, url = %url,
+                "cannot read the Kafka Connect connector's config: {why}; gaps cannot say whether it skips records silently (errors.tolerance)"
+            ),
+            (Some(_), None) if state == SourceState::Ok => tracing::info!(
+                audit = %audit, connector = %connector, url = %url,
+                "Kafka Connect connector's config read again"
+            ),
+            _ => {}
+        }
+        // The changes this poll saw, in the words a gap would carry (bounded).
+        if let Some(at) = history.events().next_back().map(|e| e.at_ms)
+            && history.events().next_back() != last_event.as_ref()
+            && let Some(words) = history.explain(&source.connector, Some((at - 1, at)), false)
+        {
+            tracing::info!(audit = %audit, connector = %connector, "{words}");
+        }
+        // Replaced whole: a reader never sees half a poll.
+        *view.write().unwrap_or_else(|p| p.into_inner()) = ConnectView {
+            history: history.clone(),
+            state,
+            config_problem,
+            checked_at: Some(Utc::now()),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence_http::tests::answer_once;
+
+    #[test]
+    fn the_connector_is_one_path_segment_and_the_url_loses_its_credentials() {
+        let s = ConnectSource::new(
+            &SecretUrl::new("http://ops:s3cret@connect:8083/kc?x=1"),
+            "es sink/../../admin",
+            Duration::from_secs(1),
+        )
+        .expect("valid");
+        assert_eq!(s.shown_url(), "http://connect:8083/kc/");
+        assert_eq!(
+            s.status.as_str(),
+            "http://connect:8083/kc/connectors/es%20sink%2F..%2F..%2Fadmin/status"
+        );
+        assert_eq!(
+            s.config.as_str(),
+            "http://connect:8083/kc/connectors/es%20sink%2F..%2F..%2Fadmin/config"
+        );
+        for (url, name) in [("mysql://c:1/", "x"), ("http://connect:8083", "..")] {
+            assert!(
+                matches!(
+                    ConnectSource::new(&SecretUrl::new(url), name, Duration::from_secs(1)),
+                    Err(SourceError::Url)
+                ),
+                "{url} {name}"
+            );
+        }
+    }
+
+    /// A refused connection, a 404 and an oversized answer are errors that name the URL
+    /// without its password; the history keeps what it had.
+    #[tokio::test]
+    async fn failures_are_errors_without_secrets() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("port");
+        let clock = Clock::manual(0);
+        let source = |port: u16| {
+            ConnectSource::new(
+                &SecretUrl::new(format!("http://ops:s3cret@127.0.0.1:{port}")),
+                "es-sink",
+                Duration::from_secs(5),
+            )
+            .expect("valid")
+        };
+        let mut h = History::default();
+        let e = source(port)
+            .poll(&mut h, &clock)
+            .await
+            .expect_err("nothing listens");
+        let text = e.to_string();
+        assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        assert!(!text.contains("s3cret") && !text.contains("ops:"), "{text}");
+        let port = answer_once("HTTP/1.1 404 Not Found", 0, true).await;
+        let e = source(port).poll(&mut h, &clock).await.expect_err("404");
+        assert!(
+            matches!(&e, SourceError::NoConnector { connector, .. } if connector == "es-sink"),
+            "{e}"
+        );
+        let port = answer_once("HTTP/1.1 200 OK", crate::evidence_http::MAX_BODY + 1, false).await;
+        let e = source(port)
+            .poll(&mut h, &clock)
+            .await
+            .expect_err("too large");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "Kafka Connect at http://127.0.0.1:{port}/ answered /connectors/{{name}}/status with more than 4194304 bytes: not read"
+            )
+        );
+        assert!(h.connector().is_none());
+    }
+}
