@@ -244,6 +244,19 @@ impl Gap {
         })
     }
 
+    /// The evidence as a phrase that follows a cause (the gap's log line, the gap page):
+    /// Flink's words name no subject ("restarted at T …"), so "the Flink job" goes before
+    /// them; Kafka Connect's name their own ("Kafka Connect task 0 of es-sink …"), and come
+    /// after Flink's when both explain the gap. `None` without evidence.
+    pub fn evidence_phrase(&self) -> Option<String> {
+        let e = self.evidence.as_deref()?;
+        Some(if e.starts_with("Kafka Connect ") {
+            e.to_owned()
+        } else {
+            format!("the Flink job {e}")
+        })
+    }
+
     /// The deterministic id for a gap.
     pub fn make_id(audit: &str, topic: &str, partition: i32, first_offset: Offset) -> String {
         format!("{audit}:{topic}:{partition}:{first_offset}")
@@ -345,6 +358,18 @@ mod tests {
         assert!(
             g.evidence_line()
                 .is_some_and(|l| l.ends_with(": offset 2 skipped"))
+        );
+        // Review 27c, F-2: the phrase after a cause names whose words they are; Kafka
+        // Connect's name their own subject, the log line no longer calls them a Flink job's.
+        assert!(
+            g.evidence_phrase()
+                .is_some_and(|p| p.starts_with("the Flink job restarted at"))
+        );
+        let mut connect = g.clone();
+        connect.evidence = Some("Kafka Connect task 0 of es-sink FAILED at T (boom)".into());
+        assert_eq!(
+            connect.evidence_phrase().as_deref(),
+            Some("Kafka Connect task 0 of es-sink FAILED at T (boom)")
         );
         // The JSON names it (null without).
         let json = serde_json::to_value(&g).expect("serializes");

@@ -79,9 +79,10 @@ fn log_gap(g: &Gap, pipeline_group: Option<&str>) {
         ),
         _ => format!(" ({})", g.cause.as_str()),
     };
-    // What the pipeline itself says (Flink's restore evidence), when it was read.
-    let why = match &g.evidence {
-        Some(e) => format!("{why}; the Flink job {e}"),
+    // What the pipeline itself says (Flink's restore evidence, Kafka Connect's task
+    // changes), when it was read: the same phrase as the gap page's (review 27c, F-2).
+    let why = match g.evidence_phrase() {
+        Some(e) => format!("{why}; {e}"),
         None => why,
     };
     match g.state {

@@ -121,6 +121,8 @@ pub struct History {
     events: VecDeque<StateEvent>,
     /// Its error handling, from the last config read; `None` before one.
     errors: Option<ErrorHandling>,
+    /// Whether it is a sink connector (`type` of the last status; `None` when not said).
+    sink: Option<bool>,
 }
 
 impl History {
@@ -128,6 +130,7 @@ impl History {
     /// records what changed since the previous one (the first only sets the baseline: when
     /// its states began is not known). Returns how many events it added.
     pub fn observe_status(&mut self, status: &ConnectorStatus, at_ms: i64) -> usize {
+        self.sink = status.kind.as_deref().map(|k| k == "sink");
         let connector = Seen::of(&status.connector);
         let mut tasks: BTreeMap<i32, (Seen, Option<&str>)> = status
             .tasks
@@ -213,7 +216,11 @@ impl History {
                 .collect();
             changes_words(&connector, &inside)
         });
-        let silent = dropped_in_flight && self.errors.as_ref().is_some_and(|e| e.skips_silently());
+        // Only a sink connector writes what it read (a source connector that feeds the
+        // topic has no dead-letter queue and drops nothing of it: review 27c, F-7).
+        let silent = dropped_in_flight
+            && self.sink != Some(false)
+            && self.errors.as_ref().is_some_and(|e| e.skips_silently());
         const SKIPS: &str = "skips records it cannot convert or transform (errors.tolerance=all) \
                              and has no dead-letter queue";
         match (changes, silent) {
@@ -230,6 +237,61 @@ impl History {
 /// change up to one interval after it happened), up to `at_ms`.
 pub fn window(since_ms: Option<i64>, at_ms: i64, poll_ms: i64) -> (i64, i64) {
     (since_ms.unwrap_or(at_ms).saturating_sub(poll_ms), at_ms)
+}
+
+/// A trace line with what may be a credential taken out (review 27c, F-3): sink exceptions
+/// quote the URL or properties they failed on (`jdbc:mysql://u:pw@db/x?password=pw2`,
+/// `http://elastic:changeme@es:9200`), and the auditor shows the line to more people than
+/// Connect's REST API does: a URL's user info, and the value of any `password`, `passwd`,
+/// `pwd`, `secret`, `token` or `key` parameter (`api_key=`, `apikey=`, `access_token=`, …).
+fn redact(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    for (i, word) in line.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&redact_word(word));
+    }
+    out
+}
+
+fn redact_word(word: &str) -> String {
+    // A URL's user info: `scheme://user:pass@host` (up to the first `/` after `://`).
+    let mut w = match word.find("://") {
+        Some(i) => {
+            let rest = &word[i + 3..];
+            let host_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..host_end].rfind('@') {
+                Some(at) => format!("{}://[redacted]@{}", &word[..i], &rest[at + 1..]),
+                None => word.to_owned(),
+            }
+        }
+        None => word.to_owned(),
+    };
+    // `name=value` pairs whose name says secret, in a query (`&`), JDBC properties (`;`)
+    // or alone.
+    let mut from = 0;
+    while let Some(eq) = w[from..].find('=').map(|e| from + e) {
+        let name_start = w[..eq]
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
+            .map_or(0, |(p, c)| p + c.len_utf8());
+        let name = w[name_start..eq].to_ascii_lowercase();
+        let value_end = w[eq + 1..]
+            .find(['&', ';', ',', ')', '\'', '"'])
+            .map_or(w.len(), |e| eq + 1 + e);
+        let secret = ["password", "passwd", "pwd", "secret", "token", "key"]
+            .iter()
+            .any(|s| name.ends_with(s));
+        if secret && value_end > eq + 1 {
+            w.replace_range(eq + 1..value_end, "[redacted]");
+            from = eq + 1 + "[redacted]".len();
+        } else {
+            from = eq + 1;
+        }
+    }
+    w
 }
 
 /// The event between `before` and `after`, if anything changed.
@@ -249,7 +311,7 @@ fn change(
             .lines()
             .map(str::trim)
             .find(|l| !l.is_empty())
-            .map(|l| printable(l, TRACE_CHARS)),
+            .map(|l| printable(&redact(l), TRACE_CHARS)),
         _ => None,
     };
     Some(StateEvent {
@@ -508,5 +570,38 @@ mod tests {
             h.explain("es-sink", Some((T + 40_000, T + 50_000)), true),
             None
         );
+    }
+
+    /// Review 27c, F-3: a trace line that quotes a credential keeps the exception, not the
+    /// credential.
+    #[test]
+    fn credentials_in_a_trace_line_are_redacted() {
+        let line = "org.apache.kafka.connect.errors.ConnectException: java.sql.SQLException: No suitable driver found for jdbc:mysql://u:pw@db:3306/x?user=u&password=pw2;trustStorePassword=pw3 (http://elastic:changeme@es:9200/_bulk, api_key=K1)";
+        let r = redact(line);
+        for secret in ["pw@", "pw2", "pw3", "changeme", "K1"] {
+            assert!(!r.contains(secret), "{secret}: {r}");
+        }
+        assert!(r.contains("SQLException") && r.contains("user=u"), "{r}");
+        assert!(r.contains("es:9200/_bulk"), "{r}");
+        assert_eq!(redact("plain words = fine"), "plain words = fine");
+        // Outside text: no panic on any character before an `=`.
+        assert_eq!(redact("é=1 ü€password=x"), "é=1 ü€password=[redacted]");
+    }
+
+    /// Review 27c, F-7: a source connector (it feeds the topic) never explains a drop in
+    /// flight by its tolerance.
+    #[test]
+    fn a_source_connectors_tolerance_explains_nothing() {
+        let mut h = History::default();
+        let source: ConnectorStatus = serde_json::from_str(
+            r#"{"name":"es-sink","connector":{"state":"RUNNING","worker_id":"w:8083"},
+                "tasks":[{"id":0,"state":"RUNNING","worker_id":"w:8083"}],"type":"source"}"#,
+        )
+        .expect("documented shape");
+        h.observe_status(&source, 1_000);
+        h.observe_config(
+            super::super::rest::parse_config(br#"{"errors.tolerance":"all"}"#).expect("config"),
+        );
+        assert_eq!(h.explain("es-sink", None, true), None);
     }
 }

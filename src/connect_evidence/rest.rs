@@ -106,7 +106,7 @@ const TOLERANCE_CHARS: usize = 32;
 pub fn parse_status(body: &[u8]) -> Result<ConnectorStatus, RestError> {
     serde_json::from_slice(body).map_err(|e| RestError::Shape {
         what: "/connectors/{name}/status".into(),
-        why: e.to_string(),
+        why: crate::logging::printable(&e.to_string(), 200),
     })
 }
 
@@ -115,7 +115,7 @@ pub fn parse_config(body: &[u8]) -> Result<ErrorHandling, RestError> {
     let map: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(body).map_err(|e| RestError::Shape {
             what: "/connectors/{name}/config".into(),
-            why: e.to_string(),
+            why: crate::logging::printable(&e.to_string(), 200),
         })?;
     let text = |key: &str| {
         map.get(key)

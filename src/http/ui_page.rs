@@ -331,9 +331,8 @@ pub(super) fn cause_words(g: &Gap) -> String {
     };
     // The pipeline's own account (Flink's restore evidence, Kafka Connect's task changes),
     // when it was read. Connect's words name their subject; Flink's come first when both.
-    match &g.evidence {
-        Some(e) if e.starts_with("Kafka Connect ") => format!("{words}; {e}"),
-        Some(e) => format!("{words}; the Flink job {e}"),
+    match g.evidence_phrase() {
+        Some(e) => format!("{words}; {e}"),
         None => words,
     }
 }
