@@ -34,6 +34,8 @@ const TRACE_CHARS: usize = 300;
 const STATE_CHARS: usize = 32;
 /// The longest worker id kept (`host:port`).
 const WORKER_CHARS: usize = 128;
+/// The longest reason kept for a time the REST API did not answer.
+const WHY_CHARS: usize = 160;
 /// The longest connector name shown (Connect allows long names; words stay readable).
 const NAME_CHARS: usize = 200;
 
@@ -72,6 +74,10 @@ pub struct StateEvent {
     pub moved: bool,
     /// The first line of its trace (the exception), when it is FAILED with one.
     pub trace: Option<String>,
+    /// Not a change: the REST API did not answer from this time (the auditor's clock)
+    /// until `at_ms`, and why; what the connector and its tasks did then was not seen
+    /// (review 27c, F-1).
+    pub not_read: Option<(i64, String)>,
 }
 
 impl StateEvent {
@@ -79,6 +85,9 @@ impl StateEvent {
     /// at T on worker W`, `moved to worker W at T`, `no longer listed at T`.
     pub fn phrase(&self) -> String {
         let at = rfc3339(self.at_ms);
+        if let Some((from, why)) = &self.not_read {
+            return format!("not observed from {} to {at} ({why})", rfc3339(*from));
+        }
         let on = match (&self.worker_id, self.moved) {
             (Some(w), true) if !w.is_empty() => format!(" on worker {w}"),
             _ => String::new(),
@@ -123,6 +132,9 @@ pub struct History {
     errors: Option<ErrorHandling>,
     /// Whether it is a sink connector (`type` of the last status; `None` when not said).
     sink: Option<bool>,
+    /// Since when (the auditor's clock) the status could not be read, and why; `None` while
+    /// it can.
+    not_read_since: Option<(i64, String)>,
 }
 
 impl History {
@@ -140,11 +152,35 @@ impl History {
         while tasks.len() > MAX_TASKS {
             tasks.pop_last();
         }
-        let Some(before) = self.connector.replace(connector.clone()) else {
-            self.tasks = tasks.into_iter().map(|(id, (s, _))| (id, s)).collect();
-            return 0;
-        };
         let mut new = Vec::new();
+        if let Some(since) = self.not_read_since.take() {
+            new.push(StateEvent {
+                at_ms,
+                task: None,
+                from: None,
+                to: None,
+                worker_id: None,
+                moved: false,
+                trace: None,
+                not_read: Some(since),
+            });
+        }
+        let Some(before) = self.connector.replace(connector.clone()) else {
+            // The first read: when its states began is not known, but a connector or task
+            // not RUNNING already is worth naming (it may be why records are missing).
+            new.extend(
+                std::iter::once((None, &connector, status.connector.trace.as_deref()))
+                    .chain(
+                        tasks
+                            .iter()
+                            .map(|(id, (seen, trace))| (Some(*id), seen, *trace)),
+                    )
+                    .filter(|(_, seen, _)| seen.state != "RUNNING")
+                    .filter_map(|(id, seen, trace)| change(id, None, Some(seen), trace, at_ms)),
+            );
+            self.tasks = tasks.into_iter().map(|(id, (s, _))| (id, s)).collect();
+            return self.keep(new);
+        };
         if let Some(e) = change(
             None,
             Some(&before),
@@ -165,12 +201,25 @@ impl History {
             }
         }
         self.tasks = tasks.into_iter().map(|(id, (s, _))| (id, s)).collect();
+        self.keep(new)
+    }
+
+    /// Keeps `new` events (the oldest go past [`MAX_EVENTS`]); returns how many.
+    fn keep(&mut self, new: Vec<StateEvent>) -> usize {
         let added = new.len();
         self.events.extend(new);
         while self.events.len() > MAX_EVENTS {
             self.events.pop_front();
         }
         added
+    }
+
+    /// A poll at `at_ms` could not read the status, for `why`: until one does, what the
+    /// connector did is not seen, and a gap whose window this covers says so.
+    pub fn note_not_read(&mut self, at_ms: i64, why: &str) {
+        if self.not_read_since.is_none() {
+            self.not_read_since = Some((at_ms, printable(why, WHY_CHARS)));
+        }
     }
 
     /// Takes one `/connectors/{name}/config`'s error handling.
@@ -209,12 +258,33 @@ impl History {
     ) -> Option<String> {
         let connector = printable(connector, NAME_CHARS);
         let changes = window.and_then(|(after_ms, by_ms)| {
+            // A change seen in the window, or a time the API did not answer that overlaps
+            // it (still going on, or ended by a later read).
             let inside: Vec<&StateEvent> = self
                 .events
                 .iter()
-                .filter(|e| e.at_ms > after_ms && e.at_ms <= by_ms)
+                .filter(|e| {
+                    e.at_ms > after_ms
+                        && (e.at_ms <= by_ms
+                            || e.not_read.as_ref().is_some_and(|(from, _)| *from < by_ms))
+                })
                 .collect();
-            changes_words(&connector, &inside)
+            let words = changes_words(&connector, &inside);
+            let ongoing = self
+                .not_read_since
+                .as_ref()
+                .filter(|(from, _)| *from < by_ms)
+                .map(|(from, why)| {
+                    format!(
+                        "{} not observed since {} ({why})",
+                        subject(None, &connector),
+                        rfc3339(*from)
+                    )
+                });
+            match (words, ongoing) {
+                (Some(w), Some(o)) => Some(format!("{w}; {o}")),
+                (w, o) => w.or(o),
+            }
         });
         // Only a sink connector writes what it read (a source connector that feeds the
         // topic has no dead-letter queue and drops nothing of it: review 27c, F-7).
@@ -322,6 +392,7 @@ fn change(
         worker_id: after.map(|s| s.worker_id.clone()),
         moved: after.is_some_and(|a| before.is_none_or(|b| b.worker_id != a.worker_id)),
         trace,
+        not_read: None,
     })
 }
 
@@ -603,5 +674,65 @@ mod tests {
             super::super::rest::parse_config(br#"{"errors.tolerance":"all"}"#).expect("config"),
         );
         assert_eq!(h.explain("es-sink", None, true), None);
+    }
+
+    /// Review 27c, F-1: a worker restarted, its REST API not answering for a while, and
+    /// back with the task RUNNING on the same worker: no change is seen, but the window
+    /// says Connect was not observed, instead of nothing.
+    #[test]
+    fn a_time_the_api_did_not_answer_is_named() {
+        let mut h = History::default();
+        h.observe_status(&status("RUNNING", "connect-1:8083", None), T);
+        h.note_not_read(
+            T + 5_000,
+            "cannot reach Kafka Connect at http://connect:8083/: refused",
+        );
+        h.note_not_read(T + 10_000, "later reason");
+        // Still not answering when the gap is decided.
+        let words = h
+            .explain("es-sink", Some((T + 1_000, T + 20_000)), false)
+            .expect("named");
+        assert!(
+            words.starts_with("Kafka Connect connector es-sink not observed since 2026-12-06T02:14:05Z (cannot reach"),
+            "{words}"
+        );
+        h.observe_status(&status("RUNNING", "connect-1:8083", None), T + 30_000);
+        let words = h
+            .explain("es-sink", Some((T + 1_000, T + 20_000)), false)
+            .expect("named");
+        assert_eq!(
+            words,
+            "Kafka Connect connector es-sink not observed from 2026-12-06T02:14:05Z to 2026-12-06T02:14:30Z (cannot reach Kafka Connect at http://connect:8083/: refused)"
+        );
+        // A window before the outage: nothing.
+        assert_eq!(
+            h.explain("es-sink", Some((T - 10_000, T + 4_000)), false),
+            None
+        );
+    }
+
+    /// Review 27c, F-1: a task already FAILED at the auditor's first read is named.
+    #[test]
+    fn a_task_failed_at_the_first_read_is_named() {
+        let mut h = History::default();
+        assert_eq!(
+            h.observe_status(&status("FAILED", "connect-1:8083", Some(EXCEPTION)), T),
+            1
+        );
+        let words = h
+            .explain("es-sink", Some((T - 1, T)), false)
+            .expect("named");
+        assert!(
+            words.starts_with(
+                "Kafka Connect task 0 of es-sink listed FAILED at 2026-12-06T02:14:00Z"
+            ),
+            "{words}"
+        );
+        let mut h = History::default();
+        assert_eq!(
+            h.observe_status(&status("RUNNING", "connect-1:8083", None), T),
+            0,
+            "a RUNNING baseline is no event"
+        );
     }
 }

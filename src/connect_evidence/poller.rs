@@ -201,7 +201,10 @@ pub async fn run(
         };
         let (state, config_problem) = match outcome {
             Ok(problem) => (SourceState::Ok, problem),
-            Err(e) => (SourceState::Error(e.to_string()), None),
+            Err(e) => {
+                history.note_not_read(clock.now_ms(), &e.to_string());
+                (SourceState::Error(e.to_string()), None)
+            }
         };
         let before = read_view(&view);
         let (url, connector) = (source.shown_url(), source.connector());

@@ -170,9 +170,10 @@ async fn the_seed_gap_carries_the_task_failure_and_restart() {
     auditor.stop().await;
 }
 
-/// A Connect REST API that cannot be reached degrades to today's behaviour: the same gap,
-/// with its cause and no evidence; the source is `error` in /api/status, its reason naming
-/// the URL without credentials.
+/// A Connect REST API that cannot be reached changes no verdict: the same gap, with its
+/// cause; its evidence says only that Connect was not observed (review 27c, F-1: it said
+/// nothing, as if nothing had happened); the source is `error` in /api/status, its reason
+/// naming the URL without credentials.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreachable_connect_changes_no_verdict() {
     let s = Scenario::new("connectdown").await;
@@ -195,7 +196,14 @@ async fn an_unreachable_connect_changes_no_verdict() {
     let gaps = api_gaps(&auditor).await;
     assert_eq!(gap_tuples(&gaps), vec![(0, 2, 3, 2)], "{gaps:?}");
     assert_eq!(gaps[0]["cause"], "skipped_by_restart", "{gaps:?}");
-    assert!(gaps[0]["evidence"].is_null(), "{gaps:?}");
+    let not_observed = "Kafka Connect connector es-sink not observed since ";
+    assert!(
+        gaps[0]["evidence"]
+            .as_str()
+            .is_some_and(|e| e.starts_with(not_observed)
+                && e.contains(&format!("(cannot reach Kafka Connect at {url}/:"))),
+        "{gaps:?}"
+    );
     let c = connect_status(&auditor).await;
     assert_eq!(c["state"], "error", "{c}");
     assert!(
