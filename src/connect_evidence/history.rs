@@ -139,8 +139,10 @@ pub struct History {
 
 impl History {
     /// Takes one `/connectors/{name}/status`, read at `at_ms` on the auditor's clock, and
-    /// records what changed since the previous one (the first only sets the baseline: when
-    /// its states began is not known). Returns how many events it added.
+    /// records what changed since the previous one, and the time before it when the status
+    /// could not be read, if there was one. The first read sets the baseline (when its
+    /// states began is not known): of it, only what is not RUNNING is an event. Returns how
+    /// many events it added.
     pub fn observe_status(&mut self, status: &ConnectorStatus, at_ms: i64) -> usize {
         self.sink = status.kind.as_deref().map(|k| k == "sink");
         let connector = Seen::of(&status.connector);
