@@ -26,7 +26,7 @@ use elasticsearch::indices::{IndicesCreateParts, IndicesDeleteParts};
 use elasticsearch::params::Refresh;
 use elasticsearch::{BulkParts, Elasticsearch};
 use gap_auditor::sink::elasticsearch::bulk_item_errors;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
@@ -262,9 +262,7 @@ impl EsPipeline {
                     c.add_partition_offset(&self.topic, *p, KOffset::Offset(*o))
                         .expect("tpl");
                 }
-                consumer
-                    .commit(&c, CommitMode::Sync)
-                    .expect("pipeline commit");
+                commit_retrying(&consumer, &c, "pipeline commit");
             }
         }
         read

@@ -45,7 +45,7 @@ use gap_auditor::gap::GapState;
 use gap_auditor::record::Key;
 use gap_auditor::sink::Verifier;
 use mysql_async::prelude::Queryable;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
 use std::sync::Arc;
@@ -299,9 +299,7 @@ impl ChunkPipeline {
             tpl.add_partition_offset(&self.topic, p, KOffset::Offset(end))
                 .expect("tpl");
         }
-        self.consumer
-            .commit(&tpl, CommitMode::Sync)
-            .expect("pipeline commit");
+        commit_retrying(&self.consumer, &tpl, "pipeline commit");
     }
 
     /// Writes the rows of `offsets` of partition `p`, in one transaction; commits nothing.

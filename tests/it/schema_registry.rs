@@ -17,7 +17,7 @@
 use crate::fake_registry::FakeRegistry;
 use crate::support::*;
 use mysql_async::prelude::Queryable;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -179,7 +179,7 @@ fn commit(group: &str, topic: &str, offset: i64) {
     tpl.add_partition_offset(topic, 0, KOffset::Offset(offset))
         .expect("tpl");
     consumer.assign(&tpl).expect("assign");
-    consumer.commit(&tpl, CommitMode::Sync).expect("commit");
+    commit_retrying(&consumer, &tpl, "commit");
 }
 
 struct Setup {

@@ -15,7 +15,7 @@ use crate::support::*;
 use gap_auditor::status::PartitionStatus;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -50,7 +50,7 @@ fn commit_group(group: &str, topic: &str, p: i32, offset: i64) {
     tpl.add_partition_offset(topic, p, KOffset::Offset(offset))
         .expect("tpl");
     c.assign(&tpl).expect("assign");
-    c.commit(&tpl, CommitMode::Sync).expect("commit");
+    commit_retrying(&c, &tpl, "commit");
 }
 
 /// Waits until `group`'s commit on `topic`/0 is `want` (the auditor commits after its store).

@@ -65,6 +65,30 @@ pub fn group_client(group: &str) -> ClientConfig {
     c
 }
 
+/// Commits `tpl` for `consumer`'s group, retrying what the broker calls retriable, as a real
+/// pipeline does: a coordinator still loading `__consumer_offsets` (CoordinatorLoadInProgress),
+/// moving or not yet elected answers a commit with an error that passes within seconds on a
+/// busy broker. Anything else, or 30 s of retries, fails the test naming `what`.
+pub fn commit_retrying(consumer: &BaseConsumer, tpl: &rdkafka::TopicPartitionList, what: &str) {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match consumer.commit(tpl, rdkafka::consumer::CommitMode::Sync) {
+            Ok(()) => return,
+            Err(KafkaError::ConsumerCommit(
+                code @ (C::CoordinatorLoadInProgress
+                | C::CoordinatorNotAvailable
+                | C::NotCoordinator
+                | C::RequestTimedOut),
+            )) if std::time::Instant::now() < deadline => {
+                eprintln!("{what}: {code:?}, retrying");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("{what}: {e:?}"),
+        }
+    }
+}
+
 /// A producer sending one record per batch (see module docs).
 pub struct TestProducer {
     producer: FutureProducer,

@@ -1,6 +1,6 @@
 //! [`Scenario`] (fresh names for one test) and the pipeline stand-in it starts.
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::time::{Duration, Instant};
@@ -344,9 +344,7 @@ impl<'a> Pipeline<'a> {
             .expect("tpl");
         consumer.assign(&tpl).expect("assign");
         if self.commit_start {
-            consumer
-                .commit(&tpl, CommitMode::Sync)
-                .expect("commit the start offset");
+            commit_retrying(&consumer, &tpl, "commit the start offset");
         }
         let deadline = Instant::now() + self.deadline;
         let mut seen = Vec::new();
@@ -383,9 +381,7 @@ impl<'a> Pipeline<'a> {
                 let mut c = TopicPartitionList::new();
                 c.add_partition_offset(&self.topic, self.partition, KOffset::Offset(offset + 1))
                     .expect("tpl");
-                consumer
-                    .commit(&c, CommitMode::Sync)
-                    .expect("pipeline commit");
+                commit_retrying(&consumer, &c, "pipeline commit");
                 if !self.pause_after_commit.is_zero() {
                     tokio::time::sleep(self.pause_after_commit).await;
                 }

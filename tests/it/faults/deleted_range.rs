@@ -23,7 +23,7 @@ use super::*;
 use crate::support::*;
 use mysql_async::prelude::Queryable;
 use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::time::{Duration, Instant};
@@ -130,9 +130,7 @@ impl Writer {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, p, KOffset::Offset(offset))
             .expect("tpl");
-        self.consumer
-            .commit(&tpl, CommitMode::Sync)
-            .expect("pipeline commit");
+        commit_retrying(&self.consumer, &tpl, "pipeline commit");
     }
 }
 

@@ -79,7 +79,7 @@ use super::soak::{
 use super::*;
 use crate::support::*;
 use mysql_async::prelude::Queryable;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
 use std::net::SocketAddr;
@@ -228,9 +228,7 @@ fn produce(
             tpl.add_partition_offset(topic, p as i32, KOffset::Offset(*n))
                 .expect("tpl");
         }
-        pipeline
-            .commit(&tpl, CommitMode::Sync)
-            .expect("pipeline commit");
+        commit_retrying(&pipeline, &tpl, "pipeline commit");
     };
     let mut counts = vec![0i64; PARTITIONS as usize];
     let mut committed = counts.clone();

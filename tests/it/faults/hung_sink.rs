@@ -14,7 +14,7 @@ use super::*;
 use crate::support::*;
 use rdkafka::Offset as KOffset;
 use rdkafka::TopicPartitionList;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 8;
@@ -69,9 +69,7 @@ impl<'a> Writer<'a> {
             tpl.add_partition_offset(&self.s.topic, p, KOffset::Offset(self.next[p as usize]))
                 .expect("tpl");
         }
-        self.consumer
-            .commit(&tpl, CommitMode::Sync)
-            .expect("pipeline commit");
+        commit_retrying(&self.consumer, &tpl, "pipeline commit");
     }
 }
 

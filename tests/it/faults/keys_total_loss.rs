@@ -51,7 +51,7 @@
 use super::soak::{commit_final, cpu_secs, delete_topic, line, per_partitions, written_bytes};
 use super::*;
 use crate::support::*;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
 use std::net::SocketAddr;
@@ -131,9 +131,7 @@ fn produce(topic: &str, group: &str, flow: &Flow) -> (Vec<i64>, usize) {
             tpl.add_partition_offset(topic, p as i32, KOffset::Offset(*n))
                 .expect("tpl");
         }
-        pipeline
-            .commit(&tpl, CommitMode::Sync)
-            .expect("pipeline commit");
+        commit_retrying(&pipeline, &tpl, "pipeline commit");
     };
     let mut counts = vec![0i64; PARTITIONS as usize];
     let mut committed = counts.clone();

@@ -6,7 +6,7 @@ use super::sample;
 use crate::support::*;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
 use std::time::Duration;
 
@@ -70,7 +70,7 @@ pub fn commit_final(group: &str, topic: &str, counts: &[i64]) {
             .expect("tpl");
     }
     c.assign(&tpl).expect("assign");
-    c.commit(&tpl, CommitMode::Sync).expect("final commit");
+    commit_retrying(&c, &tpl, "final commit");
 }
 
 /// Deletes the topic (best effort): the broker would keep the millions of records.

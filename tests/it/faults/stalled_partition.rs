@@ -26,7 +26,7 @@
 use super::*;
 use crate::support::*;
 use mysql_async::prelude::Queryable;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -132,9 +132,7 @@ impl Pipelines {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, p, KOffset::Offset(offset))
             .expect("tpl");
-        self.consumer
-            .commit(&tpl, CommitMode::Sync)
-            .expect("pipeline commit");
+        commit_retrying(&self.consumer, &tpl, "pipeline commit");
     }
 }
 

@@ -6,7 +6,7 @@
 
 use crate::support::*;
 use mysql_async::prelude::Queryable;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset as KOffset, TopicPartitionList};
 use std::collections::BTreeSet;
@@ -269,9 +269,7 @@ impl BulkPipeline {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, 0, KOffset::Offset(offsets.end))
             .expect("tpl");
-        self.consumer
-            .commit(&tpl, CommitMode::Sync)
-            .expect("pipeline commit");
+        commit_retrying(&self.consumer, &tpl, "pipeline commit");
     }
 }
 
