@@ -47,6 +47,44 @@ pub enum HttpGetError {
     },
 }
 
+/// Why an answer of an evidence source's REST API could not be used (the URL is never part
+/// of it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RestError {
+    /// The body is not the source's documented JSON.
+    #[error("{what} is not {kind}'s documented JSON: {why}")]
+    Shape {
+        /// The source ("Flink", "Kafka Connect").
+        kind: &'static str,
+        /// Which answer (`/jobs/overview`, `/connectors/{name}/status`).
+        what: &'static str,
+        /// What did not parse (cleaned, capped).
+        why: String,
+    },
+    /// The source answered an error status.
+    #[error("{what} answered HTTP {status}: {message}")]
+    Status {
+        /// Which answer.
+        what: String,
+        /// The HTTP status.
+        status: u16,
+        /// The source's own error words (or the start of the body), cleaned.
+        message: String,
+    },
+}
+
+impl RestError {
+    /// `what` of `kind` did not parse as documented: serde's words, without control
+    /// characters and capped (they may quote the hostile body).
+    pub fn shape(kind: &'static str, what: &'static str, e: &serde_json::Error) -> Self {
+        RestError::Shape {
+            kind,
+            what,
+            why: crate::logging::printable(&e.to_string(), 200),
+        }
+    }
+}
+
 /// Whether an evidence source could be read, for `/api/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 #[serde(tag = "state", content = "reason", rename_all = "snake_case")]
@@ -58,6 +96,24 @@ pub enum SourceState {
     Ok,
     /// The last poll failed, and why.
     Error(String),
+}
+
+/// A configured URL, already without credentials, as logs and `/api/status` show it:
+/// without its query and fragment either (review 37, F8: `?access_token=…` was shown),
+/// even when it does not parse.
+pub fn shown_url(without_credentials: &str) -> String {
+    match url::Url::parse(without_credentials) {
+        Ok(mut u) => {
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => without_credentials
+            .split(['?', '#'])
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    }
 }
 
 /// A client for one evidence source's REST API.

@@ -71,6 +71,7 @@ pub mod coverage;
 pub mod dead_letters;
 pub mod demo;
 pub mod evidence_http;
+pub mod evidence_poll;
 pub mod flink_evidence;
 pub mod gap;
 pub mod handover;

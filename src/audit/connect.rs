@@ -4,14 +4,14 @@
 
 use crate::clock::Clock;
 use crate::config::AuditConfig;
+#[cfg(test)]
+use crate::connect_evidence::ConnectView;
 use crate::connect_evidence::history::window;
-use crate::connect_evidence::poller::{self, read_view};
-use crate::connect_evidence::{ConnectSource, ConnectView, SharedView};
-use crate::evidence_http::SourceState;
+use crate::connect_evidence::{ConnectSource, SharedView};
+use crate::evidence_poll::{self, read as read_view};
 use crate::gap::GapCause;
 use crate::ledger::GapRecord;
 use crate::status::{ConnectEventStatus, ConnectStatus, ConnectTaskStatus};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -46,38 +46,17 @@ impl ConnectWatch {
             cfg.pipeline.connect_connector.as_ref()?,
         );
         let every = cfg.verify_interval.max(MIN_POLL);
-        let view: SharedView = Arc::new(RwLock::new(ConnectView::default()));
-        let mut shown = url.without_credentials();
-        match ConnectSource::new(url, connector, cfg.sink.query_timeout) {
-            Ok(source) => {
-                shown = source.shown_url();
-                tracing::info!(audit = %cfg.name, connector = %source.connector(), url = %shown,
-                    "reading Kafka Connect task restarts and failures as evidence for gap causes");
-                tokio::spawn(poller::run(
-                    source,
-                    view.clone(),
-                    every,
-                    cfg.name.clone(),
-                    clock.clone(),
-                    cancel.child_token(),
-                ));
-            }
-            Err(e) => {
-                tracing::warn!(audit = %cfg.name, error = %e,
-                    "cannot read Kafka Connect evidence; gaps carry none (verdicts are not affected)");
-                view.write().unwrap_or_else(|p| p.into_inner()).state =
-                    SourceState::Error(e.to_string());
-            }
-        }
-        // Never shown with a query (it may carry a token) or credentials.
-        if let Ok(mut u) = url::Url::parse(&shown) {
-            u.set_query(None);
-            u.set_fragment(None);
-            shown = u.to_string();
-        }
+        let (view, url) = evidence_poll::start(
+            ConnectSource::new(url, connector, cfg.sink.query_timeout),
+            &url.without_credentials(),
+            every,
+            &cfg.name,
+            clock,
+            cancel,
+        );
         Some(Self {
             view,
-            url: shown,
+            url,
             connector: connector.clone(),
             poll_ms: i64::try_from(every.as_millis()).unwrap_or(i64::MAX),
         })
@@ -87,7 +66,7 @@ impl ConnectWatch {
     #[cfg(test)]
     pub(super) fn fixed(view: ConnectView, poll_ms: i64) -> Self {
         Self {
-            view: Arc::new(RwLock::new(view)),
+            view: std::sync::Arc::new(std::sync::RwLock::new(view)),
             url: "http://connect:8083/".into(),
             connector: "es-sink".into(),
             poll_ms,
@@ -138,7 +117,7 @@ impl ConnectWatch {
                 .collect(),
             errors_tolerance: errors.map(|e| e.tolerance.clone()),
             dead_letter_queue: errors.map(|e| e.dead_letter_queue),
-            config_problem: view.config_problem,
+            config_problem: view.partial,
             events,
         }
     }

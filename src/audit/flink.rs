@@ -2,33 +2,17 @@
 //! what it published when a gap is found and when the status is published. Evidence only:
 //! nothing here holds or decides a verdict.
 
+use crate::clock::Clock;
 use crate::config::AuditConfig;
-use crate::flink_evidence::poller::{self, read_view};
-use crate::flink_evidence::{FlinkSource, FlinkView, SharedView, SourceState};
+use crate::evidence_poll::{self, read as read_view};
+#[cfg(test)]
+use crate::flink_evidence::FlinkView;
+use crate::flink_evidence::{FlinkSource, SharedView};
 use crate::gap::GapCause;
 use crate::ledger::{CommitStep, GapRecord};
 use crate::status::{FlinkRunStatus, FlinkStatus};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// The URL as `/api/status` shows it: without its query and fragment, which the poller
-/// never sends either (review 37, F8: `?access_token=…` was shown), even when the URL was
-/// refused.
-fn shown_url(without_credentials: &str) -> String {
-    match url::Url::parse(without_credentials) {
-        Ok(mut u) => {
-            u.set_query(None);
-            u.set_fragment(None);
-            u.to_string()
-        }
-        Err(_) => without_credentials
-            .split(['?', '#'])
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
-    }
-}
 
 /// The shortest time between two polls of the JobManager, whatever `verify_interval` is.
 const MIN_POLL: Duration = Duration::from_secs(1);
@@ -45,35 +29,26 @@ impl FlinkWatch {
     /// poller (every `verify_interval`, each request bounded by `sink.query_timeout`) until
     /// `cancel`. A URL the client refuses is not fatal: the source shows the error and gaps
     /// carry no evidence, as without it.
-    pub(super) fn start(cfg: &AuditConfig, cancel: &CancellationToken) -> Option<Self> {
+    pub(super) fn start(
+        cfg: &AuditConfig,
+        clock: &Clock,
+        cancel: &CancellationToken,
+    ) -> Option<Self> {
         let (url, job) = (
             cfg.pipeline.flink_rest_url.as_ref()?,
             cfg.pipeline.flink_job.as_ref()?,
         );
-        let view: SharedView = Arc::new(RwLock::new(FlinkView::default()));
-        let shown = shown_url(&url.without_credentials());
-        match FlinkSource::new(url, job, cfg.sink.query_timeout) {
-            Ok(source) => {
-                tracing::info!(audit = %cfg.name, job = %job, url = %source.shown_url(),
-                    "reading Flink restore evidence for gap causes");
-                tokio::spawn(poller::run(
-                    source,
-                    view.clone(),
-                    cfg.verify_interval.max(MIN_POLL),
-                    cfg.name.clone(),
-                    cancel.child_token(),
-                ));
-            }
-            Err(e) => {
-                tracing::warn!(audit = %cfg.name, job = %job, error = %e,
-                    "cannot read Flink evidence; gaps carry none (verdicts are not affected)");
-                view.write().unwrap_or_else(|p| p.into_inner()).state =
-                    SourceState::Error(e.to_string());
-            }
-        }
+        let (view, url) = evidence_poll::start(
+            FlinkSource::new(url, job, cfg.sink.query_timeout),
+            &url.without_credentials(),
+            cfg.verify_interval.max(MIN_POLL),
+            &cfg.name,
+            clock,
+            cancel,
+        );
         Some(Self {
             view,
-            url: shown,
+            url,
             job: job.clone(),
         })
     }
@@ -82,7 +57,7 @@ impl FlinkWatch {
     #[cfg(test)]
     pub(super) fn fixed(view: FlinkView) -> Self {
         Self {
-            view: Arc::new(RwLock::new(view)),
+            view: std::sync::Arc::new(std::sync::RwLock::new(view)),
             url: "http://jobmanager:8081/".into(),
             job: "FlinkSQLFromKafka2Doris".into(),
         }

@@ -434,7 +434,7 @@ pub async fn run<V: Verifier + 'static>(
     };
     let mut a = Audit::new(deps, wiring);
     a.pipeline.job = job.map(pipeline::JobWatch::new);
-    a.flink = flink::FlinkWatch::start(&a.cfg, &cancel);
+    a.flink = flink::FlinkWatch::start(&a.cfg, &a.clock, &cancel);
     a.connect = connect::ConnectWatch::start(&a.cfg, &a.clock, &cancel);
     if let Some(book) = a.checker.book_mut() {
         book.set_semantics(semantics);

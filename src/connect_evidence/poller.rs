@@ -1,6 +1,6 @@
-//! Reads the Connect REST API on a timer, in a task of its own, and publishes what it
-//! learnt for the audit loop ([`ConnectView`]): a slow or dead Connect worker never delays
-//! a round, and nothing is asked per record.
+//! Reads the Connect REST API, polled on a timer by the shared loop
+//! (src/evidence_poll.rs) into a [`ConnectView`]: a slow or dead Connect worker never
+//! delays a round, and nothing is asked per record.
 //!
 //! Read-only: `GET /connectors/{name}/status` and `GET /connectors/{name}/config`, nothing
 //! else (the name percent-encoded as one path segment). The URL may carry credentials
@@ -11,12 +11,10 @@ use super::history::History;
 use super::rest::{self, RestError};
 use crate::clock::Clock;
 use crate::config::SecretUrl;
-use crate::evidence_http::{EvidenceClient, HttpGetError, SourceState};
+use crate::evidence_http::{EvidenceClient, HttpGetError};
+use crate::evidence_poll::{Shared, Source, View};
 use crate::logging::printable;
-use chrono::{DateTime, Utc};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Why the Connect REST API could not be read this time (gaps then carry no Connect
 /// evidence; no verdict waits for it). Never holds the URL's credentials.
@@ -61,27 +59,12 @@ pub enum SourceError {
     },
 }
 
-/// What the poller learnt, shared with the audit loop.
-#[derive(Debug, Clone, Default)]
-pub struct ConnectView {
-    /// The connector's states and changes as seen so far (kept across failed polls).
-    pub history: History,
-    /// The last poll's outcome (the status read or not).
-    pub state: SourceState,
-    /// Why the last poll could not read the connector's config (a proxy may refuse it: it
-    /// holds the connector's own secrets); the status is read all the same.
-    pub config_problem: Option<String>,
-    /// When the last poll ended.
-    pub checked_at: Option<DateTime<Utc>>,
-}
+/// What the poller learnt, shared with the audit loop (`partial`: why the connector's
+/// config could not be read; its status was read all the same).
+pub type ConnectView = View<History>;
 
 /// The shared view: written by the poller after each poll, read by the audit loop.
-pub type SharedView = Arc<RwLock<ConnectView>>;
-
-/// Reads a poisoned lock all the same: the writer replaces whole values, never half of one.
-pub fn read_view(view: &SharedView) -> ConnectView {
-    view.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
+pub type SharedView = Shared<History>;
 
 /// One Connect REST API and the connector's name.
 pub struct ConnectSource {
@@ -153,7 +136,7 @@ impl ConnectSource {
     /// Polls once into `history`: the status (its changes placed at `clock`'s reading when
     /// it was read), then the config. Returns why the config could not be read, if it could
     /// not (the status was: the changes are evidence without it).
-    pub async fn poll(
+    pub async fn read_once(
         &self,
         history: &mut History,
         clock: &Clock,
@@ -175,77 +158,41 @@ impl ConnectSource {
     }
 }
 
-/// Polls `source` every `every` until `cancel`, publishing into `view`; changes are placed
-/// on `clock` (the audit's, which its commit steps are on). Logs one warning when the
-/// source starts failing and one line when it answers again, and the changes each poll saw.
-pub async fn run(
-    source: ConnectSource,
-    view: SharedView,
-    every: Duration,
-    audit: String,
-    clock: Clock,
-    cancel: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut history = read_view(&view).history;
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let last_event = history.events().next_back().cloned();
-        let outcome = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = source.poll(&mut history, &clock) => r,
-        };
-        let (state, config_problem) = match outcome {
-            Ok(problem) => (SourceState::Ok, problem),
-            Err(e) => {
-                history.note_not_read(clock.now_ms(), &e.to_string());
-                (SourceState::Error(e.to_string()), None)
-            }
-        };
-        let before = read_view(&view);
-        let (url, connector) = (source.shown_url(), source.connector());
-        match (&before.state, &state) {
-            // Warned once when it started failing; `/api/status` shows the current reason.
-            (SourceState::Error(_), SourceState::Error(_)) => {}
-            (_, SourceState::Error(why)) => tracing::warn!(
-                audit = %audit, connector = %connector, url = %url,
-                "cannot read Kafka Connect evidence: {why}; gaps carry no Kafka Connect evidence until it can be read (verdicts are not affected)"
-            ),
-            (SourceState::Error(_), SourceState::Ok) => tracing::info!(
-                audit = %audit, connector = %connector, url = %url,
-                "Kafka Connect evidence read again"
-            ),
-            _ => {}
-        }
-        match (&before.config_problem, &config_problem) {
-            (None, Some(why)) => tracing::warn!(
-                audit = %audit, connector = %connector, url = %url,
-                "cannot read the Kafka Connect connector's config: {why}; gaps cannot say whether it skips records silently (errors.tolerance)"
-            ),
-            (Some(_), None) if state == SourceState::Ok => tracing::info!(
-                audit = %audit, connector = %connector, url = %url,
-                "Kafka Connect connector's config read again"
-            ),
-            _ => {}
-        }
-        // The changes this poll saw, in the words a gap would carry (bounded).
-        if let Some(at) = history.events().next_back().map(|e| e.at_ms)
-            && history.events().next_back() != last_event.as_ref()
-            && let Some(words) = history.explain(&source.connector, Some((at - 1, at)), false)
+impl Source for ConnectSource {
+    type History = History;
+    const KIND: &'static str = "Kafka Connect";
+
+    fn subject(&self) -> String {
+        self.connector()
+    }
+
+    fn shown_url(&self) -> String {
+        ConnectSource::shown_url(self)
+    }
+
+    async fn poll(&self, history: &mut History, clock: &Clock) -> Result<Option<String>, String> {
+        self.read_once(history, clock)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn not_read(&self, history: &mut History, at_ms: i64, why: &str) {
+        history.note_not_read(at_ms, why);
+    }
+
+    fn partial_consequence(&self) -> &'static str {
+        "gaps cannot say whether the connector skips records silently (errors.tolerance)"
+    }
+
+    /// The changes this poll saw, in the words a gap would carry (bounded).
+    fn log_changes(&self, audit: &str, before: &History, after: &History) {
+        let last = after.events().next_back();
+        if let Some(at) = last.map(|e| e.at_ms)
+            && last != before.events().next_back()
+            && let Some(words) = after.explain(&self.connector, Some((at - 1, at)), false)
         {
-            tracing::info!(audit = %audit, connector = %connector, "{words}");
+            tracing::info!(audit = %audit, connector = %self.connector(), "{words}");
         }
-        // Replaced whole: a reader never sees half a poll.
-        *view.write().unwrap_or_else(|p| p.into_inner()) = ConnectView {
-            history: history.clone(),
-            state,
-            config_problem,
-            checked_at: Some(Utc::now()),
-        };
     }
 }
 
@@ -301,21 +248,24 @@ mod tests {
         };
         let mut h = History::default();
         let e = source(port)
-            .poll(&mut h, &clock)
+            .read_once(&mut h, &clock)
             .await
             .expect_err("nothing listens");
         let text = e.to_string();
         assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
         assert!(!text.contains("s3cret") && !text.contains("ops:"), "{text}");
         let port = answer_once("HTTP/1.1 404 Not Found", 0, true).await;
-        let e = source(port).poll(&mut h, &clock).await.expect_err("404");
+        let e = source(port)
+            .read_once(&mut h, &clock)
+            .await
+            .expect_err("404");
         assert!(
             matches!(&e, SourceError::NoConnector { connector, .. } if connector == "es-sink"),
             "{e}"
         );
         let port = answer_once("HTTP/1.1 200 OK", crate::evidence_http::MAX_BODY + 1, false).await;
         let e = source(port)
-            .poll(&mut h, &clock)
+            .read_once(&mut h, &clock)
             .await
             .expect_err("too large");
         assert_eq!(

@@ -18,27 +18,11 @@
 use crate::logging::printable;
 use serde::Deserialize;
 
-/// Why an answer of the Connect REST API could not be used (the URL is never part of it).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RestError {
-    /// The body is not the documented JSON.
-    #[error("{what} is not Kafka Connect's documented JSON: {why}")]
-    Shape {
-        /// Which answer (`/connectors/{name}/status`, `/connectors/{name}/config`).
-        what: String,
-        /// What did not parse.
-        why: String,
-    },
-    /// Connect answered an error status (`{"error_code", "message"}`).
-    #[error("{what} answered HTTP {status}: {message}")]
-    Status {
-        /// Which answer.
-        what: String,
-        /// The HTTP status.
-        status: u16,
-        /// Connect's `message` (or the start of the body), cleaned.
-        message: String,
-    },
+pub use crate::evidence_http::RestError;
+
+/// `what` is not the documented JSON.
+fn shape(what: &'static str, e: serde_json::Error) -> RestError {
+    RestError::shape("Kafka Connect", what, &e)
 }
 
 /// The state of the connector or of one task (`ConnectorStateInfo.AbstractState`).
@@ -104,19 +88,13 @@ const TOLERANCE_CHARS: usize = 32;
 
 /// Reads the body of `/connectors/{name}/status`.
 pub fn parse_status(body: &[u8]) -> Result<ConnectorStatus, RestError> {
-    serde_json::from_slice(body).map_err(|e| RestError::Shape {
-        what: "/connectors/{name}/status".into(),
-        why: crate::logging::printable(&e.to_string(), 200),
-    })
+    serde_json::from_slice(body).map_err(|e| shape("/connectors/{name}/status", e))
 }
 
 /// Reads the body of `/connectors/{name}/config`: only its error-handling keys.
 pub fn parse_config(body: &[u8]) -> Result<ErrorHandling, RestError> {
     let map: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(body).map_err(|e| RestError::Shape {
-            what: "/connectors/{name}/config".into(),
-            why: crate::logging::printable(&e.to_string(), 200),
-        })?;
+        serde_json::from_slice(body).map_err(|e| shape("/connectors/{name}/config", e))?;
     let text = |key: &str| {
         map.get(key)
             .and_then(serde_json::Value::as_str)

@@ -1,5 +1,5 @@
-//! Reads the JobManager's REST API on a timer, in a task of its own, and publishes what it
-//! learnt for the audit loop ([`FlinkView`]): a slow or dead JobManager never delays a
+//! Reads the JobManager's REST API, polled on a timer by the shared loop
+//! (src/evidence_poll.rs) into a [`FlinkView`]: a slow or dead JobManager never delays a
 //! round, and nothing is asked per record.
 //!
 //! Read-only: `GET /jobs/overview` and `GET /jobs/{jid}/checkpoints`, nothing else. The URL
@@ -9,12 +9,12 @@
 
 use super::history::History;
 use super::rest::{self, RestError};
+use crate::clock::Clock;
 use crate::config::SecretUrl;
 use crate::evidence_http::{EvidenceClient, HttpGetError};
-use chrono::{DateTime, Utc};
-use std::sync::{Arc, RwLock};
+use crate::evidence_poll::{Shared, Source, View};
+use crate::logging::printable;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Why the JobManager could not be read this time (gaps then carry no Flink evidence; no
 /// verdict waits for it). Never holds the URL's credentials.
@@ -68,25 +68,13 @@ pub enum SourceError {
 /// The state of the evidence source, for `/api/status` (one shape for every source).
 pub use crate::evidence_http::SourceState;
 
-/// What the poller learnt, shared with the audit loop.
-#[derive(Debug, Clone, Default)]
-pub struct FlinkView {
-    /// The job's runs as seen so far (kept across failed polls: a JobManager that died with
-    /// the job took its runs' REST answers with it, not what they said).
-    pub history: History,
-    /// The last poll's outcome.
-    pub state: SourceState,
-    /// When the last poll ended.
-    pub checked_at: Option<DateTime<Utc>>,
-}
+/// What the poller learnt, shared with the audit loop (the job's runs as seen so far, kept
+/// across failed polls: a JobManager that died with the job took its runs' REST answers
+/// with it, not what they said).
+pub type FlinkView = View<History>;
 
 /// The shared view: written by the poller after each poll, read by the audit loop.
-pub type SharedView = Arc<RwLock<FlinkView>>;
-
-/// Reads a poisoned lock all the same: the writer replaces whole values, never half of one.
-pub fn read_view(view: &SharedView) -> FlinkView {
-    view.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
+pub type SharedView = Shared<History>;
 
 /// One JobManager and the job's name.
 pub struct FlinkSource {
@@ -154,13 +142,13 @@ impl FlinkSource {
     /// Polls once into `history`: the job's runs, then the checkpoints of those worth
     /// reading. A run whose checkpoints cannot be read (checkpointing off, an archived run
     /// the JobManager forgot) keeps what was known of it.
-    pub async fn poll(&self, history: &mut History) -> Result<(), SourceError> {
+    pub async fn read_once(&self, history: &mut History, clock: &Clock) -> Result<(), SourceError> {
         // The audit's own clock (it never steps), the one its commit steps are stamped with
         // (review 27, G2); the answer was made between the request and its arrival, so the
         // JobManager's "now" in it is placed at the middle.
-        let sent = crate::clock::now_ms();
+        let sent = clock.now_ms();
         let body = self.get("jobs/overview").await?;
-        let answered = sent + (crate::clock::now_ms() - sent) / 2;
+        let answered = sent + (clock.now_ms() - sent) / 2;
         let jobs = rest::parse_overview(&body)?;
         let asked = history.observe_jobs(&jobs, &self.job, answered);
         if history.current().is_none() {
@@ -174,7 +162,7 @@ impl FlinkSource {
             }
             match self.get(&format!("jobs/{jid}/checkpoints")).await {
                 Ok(body) => match rest::parse_checkpoints(&body) {
-                    Ok(stats) => history.observe_checkpoints(jid, &stats, crate::clock::now_ms()),
+                    Ok(stats) => history.observe_checkpoints(jid, &stats, clock.now_ms()),
                     Err(e) => {
                         tracing::debug!(job = %self.job, %jid, error = %e, "Flink checkpoint statistics unreadable")
                     }
@@ -194,61 +182,37 @@ impl FlinkSource {
     }
 }
 
-/// Polls `source` every `every` until `cancel`, publishing into `view`. Logs one warning
-/// when the source starts failing and one line when it answers again.
-pub async fn run(
-    source: FlinkSource,
-    view: SharedView,
-    every: Duration,
-    audit: String,
-    cancel: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut history = read_view(&view).history;
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let outcome = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = source.poll(&mut history) => r,
+impl Source for FlinkSource {
+    type History = History;
+    const KIND: &'static str = "Flink";
+
+    fn subject(&self) -> String {
+        printable(&self.job, 200)
+    }
+
+    fn shown_url(&self) -> String {
+        FlinkSource::shown_url(self)
+    }
+
+    async fn poll(&self, history: &mut History, clock: &Clock) -> Result<Option<String>, String> {
+        self.read_once(history, clock)
+            .await
+            .map(|()| None)
+            .map_err(|e| e.to_string())
+    }
+
+    /// A new current run, or a change of what is known of its restore.
+    fn log_changes(&self, audit: &str, before: &History, after: &History) {
+        let Some(run) = after.current() else {
+            return;
         };
-        let state = match outcome {
-            Ok(()) => SourceState::Ok,
-            Err(e) => SourceState::Error(e.to_string()),
-        };
-        let before = read_view(&view).state;
-        match (&before, &state) {
-            // Warned once when it started failing; `/api/status` shows the current reason.
-            (SourceState::Error(_), SourceState::Error(_)) => {}
-            (_, SourceState::Error(why)) => tracing::warn!(
-                audit = %audit, job = %source.job(), url = %source.shown_url(),
-                "cannot read Flink evidence: {why}; gaps carry no Flink evidence until it can be read (verdicts are not affected)"
-            ),
-            (SourceState::Error(_), SourceState::Ok) => tracing::info!(
-                audit = %audit, job = %source.job(), url = %source.shown_url(),
-                "Flink evidence read again"
-            ),
-            _ => {}
+        let known = before
+            .current()
+            .map(|r| (r.jid.as_str(), r.started_ms, &r.restore));
+        if known != Some((run.jid.as_str(), run.started_ms, &run.restore)) {
+            tracing::info!(audit = %audit, job = %self.subject(), jid = %run.jid, state = %run.state,
+                "Flink job {:?}: run {} {}", self.subject(), run.jid, run.summary());
         }
-        if let (SourceState::Ok, Some(run)) = (&state, history.current()) {
-            let known = read_view(&view)
-                .history
-                .current()
-                .map(|r| (r.jid.clone(), r.started_ms, r.restore.clone()));
-            if known != Some((run.jid.clone(), run.started_ms, run.restore.clone())) {
-                tracing::info!(audit = %audit, job = %source.job(), jid = %run.jid, state = %run.state,
-                    "Flink job {:?}: run {} {}", source.job(), run.jid, run.summary());
-            }
-        }
-        // Replaced whole: a reader never sees half a poll.
-        *view.write().unwrap_or_else(|p| p.into_inner()) = FlinkView {
-            history: history.clone(),
-            state,
-            checked_at: Some(Utc::now()),
-        };
     }
 }
 
@@ -335,7 +299,10 @@ mod tests {
         )
         .expect("valid");
         let mut h = History::default();
-        let e = s.poll(&mut h).await.expect_err("nothing listens");
+        let e = s
+            .read_once(&mut h, &Clock::system())
+            .await
+            .expect_err("nothing listens");
         let text = e.to_string();
         assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
         assert!(!text.contains("s3cret") && !text.contains("ops:"), "{text}");

@@ -18,28 +18,11 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Why an answer of the JobManager could not be used (its own words hold no secret; the
-/// URL is never part of it).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RestError {
-    /// The body is not the documented JSON.
-    #[error("{what} is not Flink's documented JSON: {why}")]
-    Shape {
-        /// Which answer (`/jobs/overview`, `/jobs/{jid}/checkpoints`).
-        what: String,
-        /// What did not parse.
-        why: String,
-    },
-    /// The JobManager answered an error status (`{"errors": [...]}` in Flink's words).
-    #[error("{what} answered HTTP {status}: {message}")]
-    Status {
-        /// Which answer.
-        what: String,
-        /// The HTTP status.
-        status: u16,
-        /// Flink's `errors`, joined (or the start of the body).
-        message: String,
-    },
+pub use crate::evidence_http::RestError;
+
+/// `what` is not the documented JSON.
+fn shape(what: &'static str, e: serde_json::Error) -> RestError {
+    RestError::shape("Flink", what, &e)
 }
 
 /// One job of `/jobs/overview`.
@@ -159,18 +142,13 @@ pub struct CheckpointStats {
 pub fn parse_overview(body: &[u8]) -> Result<Vec<JobOverview>, RestError> {
     serde_json::from_slice::<Overview>(body)
         .map(|o| o.jobs)
-        .map_err(|e| RestError::Shape {
-            what: "/jobs/overview".into(),
-            why: crate::logging::printable(&e.to_string(), 200),
-        })
+        .map_err(|e| shape("/jobs/overview", e))
 }
 
 /// Reads the body of `/jobs/{jid}/checkpoints`.
 pub fn parse_checkpoints(body: &[u8]) -> Result<CheckpointStats, RestError> {
-    let s: Statistics = serde_json::from_slice(body).map_err(|e| RestError::Shape {
-        what: "/jobs/{jid}/checkpoints".into(),
-        why: crate::logging::printable(&e.to_string(), 200),
-    })?;
+    let s: Statistics =
+        serde_json::from_slice(body).map_err(|e| shape("/jobs/{jid}/checkpoints", e))?;
     let completed: Vec<i64> = s
         .history
         .iter()

@@ -60,8 +60,7 @@ fn view(polls: &[(i64, &str, &str)], tolerance: &str) -> ConnectView {
     ConnectView {
         history,
         state: SourceState::Ok,
-        config_problem: None,
-        checked_at: None,
+        ..Default::default()
     }
 }
 
@@ -214,7 +213,7 @@ async fn flink_and_connect_words_are_joined() {
         h.audit.flink = Some(FlinkWatch::fixed(FlinkView {
             history: runs,
             state: crate::flink_evidence::SourceState::Ok,
-            checked_at: None,
+            ..Default::default()
         }));
         h.audit.connect = Some(ConnectWatch::fixed(
             view(&[(t0 + 1_600, "FAILED", "connect-1:8083")], "all"),

@@ -55,7 +55,7 @@ fn view(starts: &[i64], seen_after: i64) -> FlinkView {
     FlinkView {
         history,
         state: SourceState::Ok,
-        checked_at: None,
+        ..Default::default()
     }
 }
 
