@@ -88,6 +88,22 @@ impl ConnectWatch {
             .explain(&self.connector, span, in_flight)
     }
 
+    /// Whether the connector's history may explain `g` (as [`ConnectWatch::explain`] would
+    /// read it) but was last read before its commit step was seen (or, without one, never).
+    pub(super) fn behind(&self, g: &GapRecord) -> bool {
+        if !matches!(
+            g.cause,
+            GapCause::SkippedByRestart | GapCause::DroppedInFlight
+        ) {
+            return false;
+        }
+        let read = read_view(&self.view).read_as_of_ms;
+        match g.commit {
+            Some(c) => read.is_none_or(|r| r < c.at_ms),
+            None => read.is_none(),
+        }
+    }
+
     /// The source for `/api/status`.
     pub(super) fn status(&self) -> ConnectStatus {
         let view = read_view(&self.view);

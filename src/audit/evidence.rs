@@ -1,18 +1,107 @@
 //! A new gap's evidence: what every evidence source read tells of it (Flink's restore,
-//! Kafka Connect's task changes), joined with "; ". Decided once, when the gap is found
-//! (persist.rs `report_gap`); never part of a verdict.
+//! Kafka Connect's task changes), joined with "; ". Decided once per gap (persist.rs
+//! `report_gap`); never part of a verdict.
+//!
+//! A source's view is as old as its last poll that read it. A gap whose commit step was
+//! seen after that (the source was failing, or a poll was slow) would be explained by a
+//! history that cannot hold the restart behind it yet (review 27, G7 and F-5): its evidence
+//! waits, a round at a time, until every source's view was read after the step, or
+//! [`EVIDENCE_WAIT_MS`] passed (then what is known is said: Connect names the time it
+//! could not read). The gap itself is reported, stored and counted at once.
 
 use super::Audit;
+use crate::gap::{Offset, TopicPartition};
 use crate::ledger::GapRecord;
 use crate::sink::Verifier;
 
+/// Longest a new gap's evidence waits for a source's view to be read past its commit step:
+/// a JobManager or Connect worker coming back after a failover answers within seconds; one
+/// still down after this says nothing more by waiting.
+pub(super) const EVIDENCE_WAIT_MS: i64 = 30_000;
+/// Most gaps waiting for evidence at once; past it, a new gap is explained at once with
+/// what the views hold (memory stays bounded in an incident opening thousands).
+const MAX_WAITING: usize = 4_096;
+
 impl<V: Verifier> Audit<V> {
-    /// The words of every source that explains `g`, or `None` (no source, or none tells
-    /// anything of it; a gap that already carries evidence keeps it).
-    pub(super) fn new_gap_evidence(&self, g: &GapRecord) -> Option<String> {
+    /// The words of every source that explains `g` now, or `None`: no source, none tells
+    /// anything of it, it already carries evidence, or a source's view is older than its
+    /// commit step (then it waits: [`Audit::settle_waiting_evidence`]).
+    pub(super) fn new_gap_evidence(
+        &mut self,
+        tp: &TopicPartition,
+        g: &GapRecord,
+    ) -> Option<String> {
         if g.evidence.is_some() {
             return None;
         }
+        if self.evidence_behind(g) && self.evidence_waiting.len() < MAX_WAITING {
+            let now = self.clock.now_ms();
+            self.evidence_waiting
+                .entry((tp.clone(), g.first))
+                .or_insert(now);
+            return None;
+        }
+        self.evidence_words(g)
+    }
+
+    /// Gives each gap waiting for evidence its words once every source's view was read past
+    /// its commit step, or it waited [`EVIDENCE_WAIT_MS`]; stored with the round's write.
+    pub(super) fn settle_waiting_evidence(&mut self) {
+        if self.evidence_waiting.is_empty() {
+            return;
+        }
+        let now = self.clock.now_ms();
+        let waiting: Vec<((TopicPartition, Offset), i64)> = self
+            .evidence_waiting
+            .iter()
+            .map(|(k, since)| (k.clone(), *since))
+            .collect();
+        for ((tp, first), since) in waiting {
+            // Gone (confirmed, split at another offset, handed over): nothing to explain.
+            let Some(g) = self
+                .parts
+                .get(&tp)
+                .and_then(|p| p.ledger.gap(first))
+                .cloned()
+            else {
+                self.evidence_waiting.remove(&(tp, first));
+                continue;
+            };
+            if g.evidence.is_some() {
+                self.evidence_waiting.remove(&(tp, first));
+                continue;
+            }
+            if self.evidence_behind(&g) && now - since < EVIDENCE_WAIT_MS {
+                continue;
+            }
+            self.evidence_waiting.remove(&(tp.clone(), first));
+            let Some(words) = self.evidence_words(&g) else {
+                continue;
+            };
+            if let Some(p) = self.parts.get_mut(&tp) {
+                p.ledger.set_gap_evidence(first, words.clone());
+            }
+            let gap = self.to_gap(
+                &tp,
+                &GapRecord {
+                    evidence: Some(words),
+                    ..g
+                },
+            );
+            if let Some(e) = gap.evidence_phrase() {
+                tracing::info!(audit = %gap.audit, gap = %gap.id, "gap {}: {e}", gap.id);
+            }
+            self.writes.gaps.insert(gap.id.clone(), gap);
+        }
+    }
+
+    /// Whether a source that may explain `g` has a view read before `g`'s commit step.
+    fn evidence_behind(&self, g: &GapRecord) -> bool {
+        self.flink.as_ref().is_some_and(|f| f.behind(g))
+            || self.connect.as_ref().is_some_and(|c| c.behind(g))
+    }
+
+    fn evidence_words(&self, g: &GapRecord) -> Option<String> {
         let words: Vec<String> = [
             self.flink.as_ref().and_then(|f| f.explain(g)),
             self.connect.as_ref().and_then(|c| c.explain(g)),

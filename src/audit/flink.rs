@@ -81,6 +81,20 @@ impl FlinkWatch {
             .map(|e| e.text())
     }
 
+    /// Whether the job's runs may explain `g` (as [`FlinkWatch::explain`] would read it) but
+    /// were last read before its commit step was seen: the restart behind it may not be in
+    /// them yet.
+    pub(super) fn behind(&self, g: &GapRecord) -> bool {
+        match g.commit {
+            Some(c) if g.cause == GapCause::SkippedByRestart && g.evidence.is_none() => {
+                read_view(&self.view)
+                    .read_as_of_ms
+                    .is_none_or(|r| r < c.at_ms)
+            }
+            _ => false,
+        }
+    }
+
     /// The source for `/api/status`.
     pub(super) fn status(&self) -> FlinkStatus {
         let view = read_view(&self.view);

@@ -220,6 +220,9 @@ struct Audit<V> {
     /// `[audits.pipeline] connect_url`: the Kafka Connect evidence for gap causes
     /// (connect.rs).
     connect: Option<connect::ConnectWatch>,
+    /// New gaps whose evidence waits for a source's view to be read past their commit
+    /// step, and since when (the audit's clock; evidence.rs).
+    evidence_waiting: BTreeMap<(TopicPartition, Offset), i64>,
 }
 
 /// The audit task's end of the tailing thread.
@@ -294,6 +297,7 @@ impl<V: Verifier> Audit<V> {
             dead_letters: w.dead_letters,
             flink: None,
             connect: None,
+            evidence_waiting: BTreeMap::new(),
             cfg: config,
             kafka: deps.kafka,
             group: deps.group,

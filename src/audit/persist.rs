@@ -71,10 +71,11 @@ impl<V: Verifier> Audit<V> {
 
     /// Logs a changed gap and counts new ones by cause.
     pub(super) fn report_gap(&mut self, tp: &TopicPartition, g: &GapRecord) {
-        // A new gap's evidence is decided once, with it, and kept in its ledger item (a
-        // restart or the partition's next owner reports the same words).
+        // A new gap's evidence is decided once, with it or a few rounds later (evidence.rs),
+        // and kept in its ledger item (a restart or the partition's next owner reports the
+        // same words).
         let explained = match g.is_new {
-            true => self.new_gap_evidence(g).map(|e| {
+            true => self.new_gap_evidence(tp, g).map(|e| {
                 if let Some(p) = self.parts.get_mut(tp) {
                     p.ledger.set_gap_evidence(g.first, e.clone());
                 }

@@ -319,6 +319,7 @@ impl<V: Verifier> Audit<V> {
         self.watch_log_start();
         let verified_ms = started.elapsed().as_millis() as u64;
         self.read_unread().await;
+        self.settle_waiting_evidence();
         if self.persist().await {
             self.commit_settled();
         }

@@ -60,6 +60,8 @@ fn view(polls: &[(i64, &str, &str)], tolerance: &str) -> ConnectView {
     ConnectView {
         history,
         state: SourceState::Ok,
+        // Read after every step of the test.
+        read_as_of_ms: Some(i64::MAX),
         ..Default::default()
     }
 }
@@ -213,6 +215,7 @@ async fn flink_and_connect_words_are_joined() {
         h.audit.flink = Some(FlinkWatch::fixed(FlinkView {
             history: runs,
             state: crate::flink_evidence::SourceState::Ok,
+            read_as_of_ms: Some(i64::MAX),
             ..Default::default()
         }));
         h.audit.connect = Some(ConnectWatch::fixed(

@@ -55,6 +55,9 @@ fn view(starts: &[i64], seen_after: i64) -> FlinkView {
     FlinkView {
         history,
         state: SourceState::Ok,
+        // Read after every step of the test (a view read before one makes its gap's
+        // evidence wait: `evidence_waits_for_a_view_read_past_the_jump`).
+        read_as_of_ms: Some(i64::MAX),
         ..Default::default()
     }
 }
@@ -68,22 +71,35 @@ async fn seed_with(
     seen_after: i64,
 ) -> (i64, Option<String>, Option<String>) {
     let mut h = harness(r#"pipeline_group = "flink""#);
+    let t0 = seed_rounds(&mut h, |t0| view(&starts(t0), seen_after)).await;
+    let (stored, kept) = evidence_of_the_gap(&h);
+    (t0, stored, kept)
+}
+
+/// The seed's rounds up to the gap 2–3 being found, the Flink view `view(t0)` installed
+/// before the jump; returns `t0` (commit 2 first seen; the jump is seen at `t0 + 2 s`).
+async fn seed_rounds(h: &mut Harness, view: impl Fn(i64) -> FlinkView) -> i64 {
     h.assign_and_read((0, 0), expected(0..6)).await;
     h.in_sink([0, 1, 4, 5]);
     let t0 = h.clock.now_ms();
-    pipeline_commits(&h, 2);
+    pipeline_commits(h, 2);
     h.audit.round().await;
     h.clock.advance(1_000);
     h.audit.round().await;
-    h.audit.flink = Some(FlinkWatch::fixed(view(&starts(t0), seen_after)));
+    h.audit.flink = Some(FlinkWatch::fixed(view(t0)));
     h.clock.advance(1_000);
-    pipeline_commits(&h, 4);
+    pipeline_commits(h, 4);
     h.audit.round().await;
     h.clock.advance(GRACE_MS + 1);
-    pipeline_commits(&h, 6);
+    pipeline_commits(h, 6);
     h.audit.round().await;
     h.clock.advance(GRACE_MS + 1);
     h.audit.round().await;
+    t0
+}
+
+/// The one gap's evidence, as stored and as the ledger keeps it.
+fn evidence_of_the_gap(h: &Harness) -> (Option<String>, Option<String>) {
     let gaps = h.stored_gaps();
     assert_eq!(gaps.len(), 1, "{gaps:?}");
     assert_eq!(
@@ -95,7 +111,63 @@ async fn seed_with(
         .gaps()
         .find(|g| g.first == 2)
         .and_then(|g| g.evidence.clone());
-    (t0, gaps[0].evidence.clone(), kept)
+    (gaps[0].evidence.clone(), kept)
+}
+
+/// Review 27, G7: a view last read before the jump was seen (the JobManager was not
+/// answering, or its poll was slow) is not what explains the gap: the gap is reported at
+/// once, its evidence waits until a view read after the jump (here one that shows a
+/// restart the stale one did not), and is then stored and kept.
+#[tokio::test]
+async fn evidence_waits_for_a_view_read_past_the_jump() {
+    let mut h = harness(r#"pipeline_group = "flink""#);
+    let stale = |t0: i64| FlinkView {
+        read_as_of_ms: Some(t0 + 1_800),
+        ..view(&[t0 - 60_000], 300)
+    };
+    let t0 = seed_rounds(&mut h, stale).await;
+    assert_eq!(
+        evidence_of_the_gap(&h),
+        (None, None),
+        "reported, not explained yet"
+    );
+    h.audit.flink = Some(FlinkWatch::fixed(view(&[t0 - 60_000, t0 + 1_900], 50)));
+    h.clock.advance(1_000);
+    h.audit.round().await;
+    let words = format!(
+        "restarted at {} without restoring a checkpoint (latest-offset)",
+        rfc3339(t0 + 1_900)
+    );
+    let (stored, kept) = evidence_of_the_gap(&h);
+    assert_eq!(stored.as_deref(), Some(words.as_str()));
+    assert_eq!(kept.as_deref(), Some(words.as_str()));
+}
+
+/// A view that never catches up (the JobManager stays down) holds the evidence back for
+/// at most `EVIDENCE_WAIT_MS`; then what it holds is said.
+#[tokio::test]
+async fn evidence_waits_a_bounded_time() {
+    let mut h = harness(r#"pipeline_group = "flink""#);
+    let stale = |t0: i64| FlinkView {
+        read_as_of_ms: Some(t0 + 1_800),
+        ..view(&[t0 - 60_000, t0 + 1_500], 300)
+    };
+    let t0 = seed_rounds(&mut h, stale).await;
+    assert_eq!(evidence_of_the_gap(&h), (None, None));
+    h.clock
+        .advance(crate::audit::evidence::EVIDENCE_WAIT_MS / 2);
+    h.audit.round().await;
+    assert_eq!(evidence_of_the_gap(&h), (None, None), "still waiting");
+    h.clock
+        .advance(crate::audit::evidence::EVIDENCE_WAIT_MS / 2);
+    h.audit.round().await;
+    let (stored, kept) = evidence_of_the_gap(&h);
+    let words = format!(
+        "restarted at {} without restoring a checkpoint (latest-offset)",
+        rfc3339(t0 + 1_500)
+    );
+    assert_eq!(stored.as_deref(), Some(words.as_str()));
+    assert_eq!(kept.as_deref(), Some(words.as_str()));
 }
 
 #[tokio::test]

@@ -177,6 +177,11 @@ impl PartitionLedger {
     pub fn gaps(&self) -> impl Iterator<Item = &GapRecord> {
         self.gaps.values()
     }
+
+    /// The gap starting at `first`, if one does.
+    pub fn gap(&self, first: Offset) -> Option<&GapRecord> {
+        self.gaps.get(&first)
+    }
 }
 
 /// Rebuilds `map` with full nodes, in place of `into_iter().collect()`: `collect` first
