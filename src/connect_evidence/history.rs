@@ -23,6 +23,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 /// Events kept (newest kept): a restart loop must not grow memory.
 pub const MAX_EVENTS: usize = 64;
+/// Events kept of one task, of the connector, or of the times not read (newest kept): one
+/// task failing and restarting in a loop must not push every other task's changes out
+/// (review 27c, F-6).
+const MAX_EVENTS_OF_ONE: usize = 8;
 /// Tasks followed (lowest ids): a connector's tasks are bounded by its `tasks.max`; a
 /// larger answer is not followed further.
 const MAX_TASKS: usize = 1024;
@@ -81,6 +85,17 @@ pub struct StateEvent {
 }
 
 impl StateEvent {
+    /// Whose change it is, for the bound on each: a task, the connector, or a time not read.
+    fn of(&self) -> (bool, Option<i32>) {
+        (self.not_read.is_some(), self.task)
+    }
+
+    /// Named before other changes when a gap's window holds more than it names: a failure,
+    /// or a time nothing was seen, is what most explains missing records.
+    fn telling(&self) -> bool {
+        self.not_read.is_some() || self.to.as_deref() == Some("FAILED")
+    }
+
     /// The change in words, without its subject: `FAILED at T (exception)`, `RUNNING again
     /// at T on worker W`, `moved to worker W at T`, `no longer listed at T`.
     pub fn phrase(&self) -> String {
@@ -206,10 +221,19 @@ impl History {
         self.keep(new)
     }
 
-    /// Keeps `new` events (the oldest go past [`MAX_EVENTS`]); returns how many.
+    /// Keeps `new` events: the oldest of one subject go past [`MAX_EVENTS_OF_ONE`], then the
+    /// oldest of all past [`MAX_EVENTS`]. Returns how many were added.
     fn keep(&mut self, new: Vec<StateEvent>) -> usize {
         let added = new.len();
-        self.events.extend(new);
+        for e in new {
+            let of = e.of();
+            if self.events.iter().filter(|k| k.of() == of).count() >= MAX_EVENTS_OF_ONE
+                && let Some(oldest) = self.events.iter().position(|k| k.of() == of)
+            {
+                self.events.remove(oldest);
+            }
+            self.events.push_back(e);
+        }
         while self.events.len() > MAX_EVENTS {
             self.events.pop_front();
         }
@@ -405,8 +429,14 @@ fn changes_words(connector: &str, events: &[&StateEvent]) -> Option<String> {
     if events.is_empty() {
         return None;
     }
+    // The failures and blind times first (review 27c, F-6: a restart loop's RUNNING
+    // changes named four at a time hid the failure), then the rest; told in time order.
+    let mut named: Vec<usize> = (0..events.len()).filter(|&i| events[i].telling()).collect();
+    named.extend((0..events.len()).filter(|&i| !events[i].telling()));
+    named.truncate(NAMED_EVENTS);
+    named.sort_unstable();
     let mut groups: Vec<(Option<i32>, Vec<String>)> = Vec::new();
-    for e in events.iter().take(NAMED_EVENTS) {
+    for e in named.iter().map(|&i| events[i]) {
         match groups.iter_mut().find(|(t, _)| *t == e.task) {
             Some((_, phrases)) => phrases.push(e.phrase()),
             None => groups.push((e.task, vec![e.phrase()])),
@@ -550,8 +580,8 @@ mod tests {
         assert_eq!(h.explain("es-sink", None, false), None);
     }
 
-    /// A restart loop: the last MAX_EVENTS events are kept; a gap names NAMED_EVENTS and
-    /// counts the rest, so its words stay bounded.
+    /// A restart loop: the last MAX_EVENTS_OF_ONE events of the task are kept; a gap names
+    /// NAMED_EVENTS and counts the rest, so its words stay bounded.
     #[test]
     fn events_and_words_are_bounded() {
         let mut h = History::default();
@@ -560,18 +590,71 @@ mod tests {
             let state = if i % 2 == 1 { "FAILED" } else { "RUNNING" };
             h.observe_status(&status(state, "w:1", Some(&"x".repeat(1_000))), i * 1_000);
         }
-        assert_eq!(h.events().count(), MAX_EVENTS);
-        assert_eq!(h.events().next().map(|e| e.at_ms), Some(37_000));
+        assert_eq!(h.events().count(), MAX_EVENTS_OF_ONE);
+        assert_eq!(h.events().next().map(|e| e.at_ms), Some(93_000));
         let words = h
             .explain("es-sink", Some((0, 200_000)), false)
             .expect("named");
         assert!(
-            words.ends_with("; and 60 more Kafka Connect state changes"),
+            words.ends_with("; and 4 more Kafka Connect state changes"),
             "{words}"
         );
         assert_eq!(words.matches(" at 1970-").count(), NAMED_EVENTS, "{words}");
         let trace = h.events().find_map(|e| e.trace.clone()).expect("trace");
         assert_eq!(trace.chars().count(), TRACE_CHARS);
+        // Many tasks changing at once: MAX_EVENTS in all.
+        let tasks = |state: &str| {
+            let tasks: Vec<String> = (0..200)
+                .map(|id| format!(r#"{{"id":{id},"state":"{state}","worker_id":"w:1"}}"#))
+                .collect();
+            parse_status(
+                format!(
+                    r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"w:1"}},"tasks":[{}]}}"#,
+                    tasks.join(",")
+                )
+                .as_bytes(),
+            )
+            .expect("fixture")
+        };
+        h.observe_status(&tasks("FAILED"), 300_000);
+        assert_eq!(h.events().count(), MAX_EVENTS);
+    }
+
+    /// Review 27c, F-6: one task failing and restarting in a loop neither pushes another
+    /// task's failure out of the history nor out of a gap's words (named first).
+    #[test]
+    fn a_restart_loop_of_one_task_hides_no_other_failure() {
+        let two = |t0: &str, t1: &str| {
+            parse_status(
+                format!(
+                    r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"w:1"}},
+                    "tasks":[{{"id":0,"state":"{t0}","worker_id":"w:1"}},
+                             {{"id":1,"state":"{t1}","worker_id":"w:1","trace":"{EXCEPTION}\n\tat x"}}],"type":"sink"}}"#
+                )
+                .as_bytes(),
+            )
+            .expect("fixture")
+        };
+        let mut h = History::default();
+        h.observe_status(&two("RUNNING", "RUNNING"), 0);
+        h.observe_status(&two("RUNNING", "FAILED"), 1_000);
+        for i in 2..=200 {
+            let t0 = if i % 2 == 0 { "FAILED" } else { "RUNNING" };
+            h.observe_status(&two(t0, "FAILED"), i * 1_000);
+        }
+        assert!(
+            h.events().any(|e| e.task == Some(1) && e.at_ms == 1_000),
+            "task 1's failure kept"
+        );
+        let words = h
+            .explain("es-sink", Some((0, 300_000)), false)
+            .expect("named");
+        assert!(
+            words.starts_with(&format!(
+                "Kafka Connect task 1 of es-sink FAILED at 1970-01-01T00:00:01Z ({EXCEPTION}); Kafka Connect task 0 of es-sink FAILED at 1970-01-01T00:03:14Z, FAILED at"
+            )) && words.ends_with("; and 5 more Kafka Connect state changes"),
+            "{words}"
+        );
     }
 
     /// Tasks appearing and disappearing (a reconfiguration, tasks.max changed) and the
