@@ -16,7 +16,7 @@
 //!   records committed in normal progress and never written (`dropped_in_flight`) whatever
 //!   the window.
 
-use super::rest::{ConnectorStatus, ErrorHandling, StateInfo};
+use super::rest::{ConnectorConfig, ConnectorStatus, ErrorHandling, StateInfo};
 use crate::logging::printable;
 use chrono::DateTime;
 use std::collections::{BTreeMap, VecDeque};
@@ -82,6 +82,10 @@ pub struct StateEvent {
     /// until `at_ms`, and why; what the connector and its tasks did then was not seen
     /// (review 27c, F-1).
     pub not_read: Option<(i64, String)>,
+    /// Not a state: the connector's config changed since the previous read (a new
+    /// `topics`, an offset reset override, ...; which keys is not kept: they may hold
+    /// secrets).
+    pub reconfigured: bool,
 }
 
 impl StateEvent {
@@ -91,9 +95,9 @@ impl StateEvent {
     }
 
     /// Named before other changes when a gap's window holds more than it names: a failure,
-    /// or a time nothing was seen, is what most explains missing records.
+    /// a reconfiguration or a time nothing was seen is what most explains missing records.
     fn telling(&self) -> bool {
-        self.not_read.is_some() || self.to.as_deref() == Some("FAILED")
+        self.not_read.is_some() || self.reconfigured || self.to.as_deref() == Some("FAILED")
     }
 
     /// The change in words, without its subject: `FAILED at T (exception)`, `RUNNING again
@@ -102,6 +106,9 @@ impl StateEvent {
         let at = rfc3339(self.at_ms);
         if let Some((from, why)) = &self.not_read {
             return format!("not observed from {} to {at} ({why})", rfc3339(*from));
+        }
+        if self.reconfigured {
+            return format!("reconfigured at {at} (its config changed)");
         }
         let on = match (&self.worker_id, self.moved) {
             (Some(w), true) if !w.is_empty() => format!(" on worker {w}"),
@@ -150,6 +157,8 @@ pub struct History {
     /// Since when (the auditor's clock) the status could not be read, and why; `None` while
     /// it can.
     not_read_since: Option<(i64, String)>,
+    /// The fingerprint of the last config read; `None` before one.
+    fingerprint: Option<u64>,
 }
 
 impl History {
@@ -180,6 +189,7 @@ impl History {
                 moved: false,
                 trace: None,
                 not_read: Some(since),
+                reconfigured: false,
             });
         }
         let Some(before) = self.connector.replace(connector.clone()) else {
@@ -248,9 +258,25 @@ impl History {
         }
     }
 
-    /// Takes one `/connectors/{name}/config`'s error handling.
-    pub fn observe_config(&mut self, errors: ErrorHandling) {
-        self.errors = Some(errors);
+    /// Takes one `/connectors/{name}/config`, read at `at_ms` on the auditor's clock: its
+    /// error handling, and a change of the config since the last read as an event
+    /// ("reconfigured").
+    pub fn observe_config(&mut self, config: ConnectorConfig, at_ms: i64) {
+        let before = self.fingerprint.replace(config.fingerprint);
+        self.errors = Some(config.errors);
+        if before.is_some_and(|f| f != config.fingerprint) {
+            self.keep(vec![StateEvent {
+                at_ms,
+                task: None,
+                from: None,
+                to: None,
+                worker_id: None,
+                moved: false,
+                trace: None,
+                not_read: None,
+                reconfigured: true,
+            }]);
+        }
     }
 
     /// The connector at the last poll; `None` before one.
@@ -419,6 +445,7 @@ fn change(
         moved: after.is_some_and(|a| before.is_none_or(|b| b.worker_id != a.worker_id)),
         trace,
         not_read: None,
+        reconfigured: false,
     })
 }
 
@@ -700,7 +727,7 @@ mod tests {
             None,
             "config not read"
         );
-        h.observe_config(parse_config(all.as_bytes()).expect("fixture"));
+        h.observe_config(parse_config(all.as_bytes()).expect("fixture"), T);
         assert_eq!(
             h.explain("es-sink", Some((T + 40_000, T + 50_000)), true)
                 .as_deref(),
@@ -721,11 +748,43 @@ mod tests {
             ),
             "{both}"
         );
-        h.observe_config(parse_config(CONFIG.as_bytes()).expect("fixture"));
+        h.observe_config(parse_config(CONFIG.as_bytes()).expect("fixture"), T);
         assert_eq!(
             h.explain("es-sink", Some((T + 40_000, T + 50_000)), true),
             None
         );
+    }
+
+    /// A config that changed between two reads (a new `topics`, an offset reset override)
+    /// is an event a gap in its window names; the same config in another key order is not
+    /// a change, and the config's values are never kept.
+    #[test]
+    fn a_changed_config_is_a_reconfiguration() {
+        let mut h = History::default();
+        h.observe_status(&status("RUNNING", "w:1", None), T);
+        let config = |body: &str| parse_config(body.as_bytes()).expect("config");
+        h.observe_config(config(r#"{"topics":"a","connection.password":"pw1"}"#), T);
+        h.observe_config(
+            config(r#"{"connection.password":"pw1","topics":"a"}"#),
+            T + 1_000,
+        );
+        assert_eq!(
+            h.events().count(),
+            0,
+            "the first read and a reordering change nothing"
+        );
+        h.observe_config(
+            config(r#"{"topics":"a,b","connection.password":"pw1"}"#),
+            T + 2_000,
+        );
+        assert_eq!(
+            h.explain("es-sink", Some((T + 1_000, T + 2_000)), false)
+                .as_deref(),
+            Some(
+                "Kafka Connect connector es-sink reconfigured at 2026-12-06T02:14:02Z (its config changed)"
+            )
+        );
+        assert!(!format!("{h:?}").contains("pw1"));
     }
 
     /// Review 27c, F-3: a trace line that quotes a credential keeps the exception, not the
@@ -757,6 +816,7 @@ mod tests {
         h.observe_status(&source, 1_000);
         h.observe_config(
             super::super::rest::parse_config(br#"{"errors.tolerance":"all"}"#).expect("config"),
+            1_000,
         );
         assert_eq!(h.explain("es-sink", None, true), None);
     }

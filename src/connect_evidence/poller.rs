@@ -150,7 +150,7 @@ impl ConnectSource {
         };
         Ok(match config {
             Ok(errors) => {
-                history.observe_config(errors);
+                history.observe_config(errors, clock.now_ms());
                 None
             }
             Err(e) => Some(e.to_string()),

@@ -91,19 +91,45 @@ pub fn parse_status(body: &[u8]) -> Result<ConnectorStatus, RestError> {
     serde_json::from_slice(body).map_err(|e| shape("/connectors/{name}/status", e))
 }
 
-/// Reads the body of `/connectors/{name}/config`: only its error-handling keys.
-pub fn parse_config(body: &[u8]) -> Result<ErrorHandling, RestError> {
-    let map: serde_json::Map<String, serde_json::Value> =
+/// What the evidence keeps of `GET /connectors/{name}/config`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConnectorConfig {
+    /// Its error handling.
+    pub errors: ErrorHandling,
+    /// A hash of the whole config, to tell that it changed (a reconfiguration around a
+    /// commit jump — a new `topics`, an offset reset override — is evidence). The config
+    /// itself is never kept: it may hold the sink's passwords. In memory only, never shown.
+    pub fingerprint: u64,
+}
+
+/// Reads the body of `/connectors/{name}/config`: its error-handling keys and a
+/// fingerprint of the rest.
+pub fn parse_config(body: &[u8]) -> Result<ConnectorConfig, RestError> {
+    let map: std::collections::BTreeMap<String, serde_json::Value> =
         serde_json::from_slice(body).map_err(|e| shape("/connectors/{name}/config", e))?;
+    // Key order in the answer is the worker's; the map is sorted, so equal configs hash
+    // equal.
+    let fingerprint = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        for (k, v) in &map {
+            k.hash(&mut h);
+            v.to_string().hash(&mut h);
+        }
+        h.finish()
+    };
     let text = |key: &str| {
         map.get(key)
             .and_then(serde_json::Value::as_str)
             .map(str::trim)
             .filter(|v| !v.is_empty())
     };
-    Ok(ErrorHandling {
-        tolerance: printable(text("errors.tolerance").unwrap_or("none"), TOLERANCE_CHARS),
-        dead_letter_queue: text("errors.deadletterqueue.topic.name").is_some(),
+    Ok(ConnectorConfig {
+        errors: ErrorHandling {
+            tolerance: printable(text("errors.tolerance").unwrap_or("none"), TOLERANCE_CHARS),
+            dead_letter_queue: text("errors.deadletterqueue.topic.name").is_some(),
+        },
+        fingerprint,
     })
 }
 
@@ -199,7 +225,9 @@ pub(crate) mod tests {
     #[test]
     fn the_config_keeps_only_its_error_handling() {
         // Connect's defaults: nothing tolerated, no dead-letter queue.
-        let c = parse_config(CONFIG.as_bytes()).expect("documented shape");
+        let c = parse_config(CONFIG.as_bytes())
+            .expect("documented shape")
+            .errors;
         assert_eq!(
             c,
             ErrorHandling {
@@ -212,7 +240,9 @@ pub(crate) mod tests {
             r#""tasks.max": "10","#,
             r#""tasks.max": "10", "errors.tolerance": "all", "errors.deadletterqueue.topic.name": " ","#,
         );
-        let c = parse_config(all.as_bytes()).expect("documented shape");
+        let c = parse_config(all.as_bytes())
+            .expect("documented shape")
+            .errors;
         assert_eq!(c.tolerance, "all");
         assert!(!c.dead_letter_queue, "a blank topic is no queue");
         assert!(c.skips_silently());
@@ -220,7 +250,9 @@ pub(crate) mod tests {
             r#""tasks.max": "10","#,
             r#""tasks.max": "10", "errors.tolerance": "ALL", "errors.deadletterqueue.topic.name": "dlq-dns","#,
         );
-        let c = parse_config(with_dlq.as_bytes()).expect("documented shape");
+        let c = parse_config(with_dlq.as_bytes())
+            .expect("documented shape")
+            .errors;
         assert!(c.dead_letter_queue && !c.skips_silently());
     }
 

@@ -5,7 +5,7 @@ use super::harness::*;
 use crate::audit::connect::ConnectWatch;
 use crate::audit::flink::FlinkWatch;
 use crate::connect_evidence::history::rfc3339;
-use crate::connect_evidence::rest::{ErrorHandling, parse_status};
+use crate::connect_evidence::rest::{ConnectorConfig, ErrorHandling, parse_status};
 use crate::connect_evidence::{ConnectView, History};
 use crate::evidence_http::SourceState;
 use crate::flink_evidence::rest::{CheckpointStats, JobOverview};
@@ -53,10 +53,16 @@ fn view(polls: &[(i64, &str, &str)], tolerance: &str) -> ConnectView {
     for &(at, state, worker) in polls {
         history.observe_status(&status(state, worker), at);
     }
-    history.observe_config(ErrorHandling {
-        tolerance: tolerance.into(),
-        dead_letter_queue: false,
-    });
+    history.observe_config(
+        ConnectorConfig {
+            errors: ErrorHandling {
+                tolerance: tolerance.into(),
+                dead_letter_queue: false,
+            },
+            fingerprint: 0,
+        },
+        0,
+    );
     ConnectView {
         history,
         state: SourceState::Ok,
