@@ -89,6 +89,22 @@ pub struct StateEvent {
 }
 
 impl StateEvent {
+    /// An event of the connector at `at_ms` that is not a change of state (a time not
+    /// read, a reconfiguration: the caller sets which).
+    fn of_connector(at_ms: i64) -> Self {
+        Self {
+            at_ms,
+            task: None,
+            from: None,
+            to: None,
+            worker_id: None,
+            moved: false,
+            trace: None,
+            not_read: None,
+            reconfigured: false,
+        }
+    }
+
     /// Whose change it is, for the bound on each: a task, the connector, or a time not read.
     fn of(&self) -> (bool, Option<i32>) {
         (self.not_read.is_some(), self.task)
@@ -181,15 +197,8 @@ impl History {
         let mut new = Vec::new();
         if let Some(since) = self.not_read_since.take() {
             new.push(StateEvent {
-                at_ms,
-                task: None,
-                from: None,
-                to: None,
-                worker_id: None,
-                moved: false,
-                trace: None,
                 not_read: Some(since),
-                reconfigured: false,
+                ..StateEvent::of_connector(at_ms)
             });
         }
         let Some(before) = self.connector.replace(connector.clone()) else {
@@ -266,15 +275,8 @@ impl History {
         self.errors = Some(config.errors);
         if before.is_some_and(|f| f != config.fingerprint) {
             self.keep(vec![StateEvent {
-                at_ms,
-                task: None,
-                from: None,
-                to: None,
-                worker_id: None,
-                moved: false,
-                trace: None,
-                not_read: None,
                 reconfigured: true,
+                ..StateEvent::of_connector(at_ms)
             }]);
         }
     }
