@@ -160,7 +160,7 @@ async fn check_json(
 /// Guarantee 9 without a pipeline group (a pipeline that never commits, as Spark Structured
 /// Streaming): `grace` runs from when a record was appended, never from its CreateTime.
 /// 20 records are backfilled with a CreateTime 10 minutes old; `check` and `run` start right
-/// after, and the pipeline writes 17 of them a second later, within grace (4 s). Kafka keeps
+/// after, and the pipeline writes 17 of them a second later, within grace (10 s). Kafka keeps
 /// no append time on a CreateTime topic, so check counts from the log end it observed and
 /// waits grace out: it reports exactly the 3 records the pipeline lost, the gaps `run`
 /// reports, and never the 17 written within grace.
@@ -176,7 +176,9 @@ async fn check_without_a_group_counts_grace_from_the_append_not_the_create_time(
         let at = backfill + i as i64;
         assert_eq!(s.producer.send_at(0, line.as_bytes(), at).await, i as i64);
     }
-    let mut spec = s.spec("offset_columns", "4s", "300ms");
+    // Grace must outlast the auditor's start and the pipeline on a busy lane: the same
+    // margin the LogAppendTime test below needed (CI of stop 49 overran its 6 s).
+    let mut spec = s.spec("offset_columns", "10s", "300ms");
     spec.pipeline_group = None;
     let toml = config_toml(&spec);
     let config = s.state.path().join("gap-auditor.toml");
@@ -212,7 +214,7 @@ async fn check_without_a_group_counts_grace_from_the_append_not_the_create_time(
         (Some(17), Some(3))
     );
     assert!(
-        started.elapsed() >= std::time::Duration::from_secs(4),
+        started.elapsed() >= std::time::Duration::from_secs(10),
         "check decided before grace had passed since it saw the records: {stderr}"
     );
     assert!(stderr.contains("not yet due"), "{stderr}");
