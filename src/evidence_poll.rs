@@ -42,6 +42,13 @@ pub fn read<H: Clone>(view: &Shared<H>) -> View<H> {
     view.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
+/// Reads the view in place, under its lock (no copy: a gap's evidence reads it several
+/// times, and an incident round explains thousands of gaps; review 28, R28-7). `f` must
+/// be quick: the poller waits for it to publish.
+pub fn with<H, R>(view: &Shared<H>, f: impl FnOnce(&View<H>) -> R) -> R {
+    f(&view.read().unwrap_or_else(|p| p.into_inner()))
+}
+
 /// Sets the state of a view no poller writes (the source's URL was refused at start).
 fn fail<H>(view: &Shared<H>, why: String) {
     view.write().unwrap_or_else(|p| p.into_inner()).state = SourceState::Error(why);

@@ -83,9 +83,9 @@ impl ConnectWatch {
             _ => return None,
         };
         let span = g.commit.map(|c| window(c.since_ms, c.at_ms, self.poll_ms));
-        read_view(&self.view)
-            .history
-            .explain(&self.connector, span, in_flight)
+        evidence_poll::with(&self.view, |view| {
+            view.history.explain(&self.connector, span, in_flight)
+        })
     }
 
     /// Whether the connector's history may explain `g` (as [`ConnectWatch::explain`] would
@@ -97,7 +97,7 @@ impl ConnectWatch {
         ) {
             return false;
         }
-        let read = read_view(&self.view).read_as_of_ms;
+        let read = evidence_poll::with(&self.view, |view| view.read_as_of_ms);
         match g.commit {
             Some(c) => read.is_none_or(|r| r < c.at_ms),
             None => read.is_none(),

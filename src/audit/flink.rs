@@ -7,7 +7,7 @@ use crate::config::AuditConfig;
 use crate::evidence_poll::{self, read as read_view};
 #[cfg(test)]
 use crate::flink_evidence::FlinkView;
-use crate::flink_evidence::{FlinkSource, SharedView};
+use crate::flink_evidence::{FlinkSource, Restore, SharedView};
 use crate::gap::GapCause;
 use crate::ledger::{CommitStep, GapRecord};
 use crate::status::{FlinkRunStatus, FlinkStatus};
@@ -75,10 +75,11 @@ impl FlinkWatch {
             from_seen_ms,
             ..
         } = g.commit?;
-        let view = read_view(&self.view);
-        view.history
-            .explain(since_ms.unwrap_or(at_ms), from_seen_ms, at_ms)
-            .map(|e| e.text())
+        evidence_poll::with(&self.view, |view| {
+            view.history
+                .explain(since_ms.unwrap_or(at_ms), from_seen_ms, at_ms)
+                .map(|e| e.text())
+        })
     }
 
     /// Whether the job's runs may explain `g` (as [`FlinkWatch::explain`] would read it) but
@@ -87,9 +88,16 @@ impl FlinkWatch {
     pub(super) fn behind(&self, g: &GapRecord) -> bool {
         match g.commit {
             Some(c) if g.cause == GapCause::SkippedByRestart && g.evidence.is_none() => {
-                read_view(&self.view)
-                    .read_as_of_ms
-                    .is_none_or(|r| r < c.at_ms)
+                evidence_poll::with(&self.view, |view| {
+                    view.read_as_of_ms.is_none_or(|r| r < c.at_ms)
+                    // A live run whose restore is not known yet (its checkpoint statistics
+                    // not read, or not showing its first checkpoint): a later poll tells
+                    // (review 28, R28-9).
+                    || view
+                        .history
+                        .explain(c.since_ms.unwrap_or(c.at_ms), c.from_seen_ms, c.at_ms)
+                        .is_some_and(|e| e.run.is_live() && e.run.restore == Restore::Unknown)
+                })
             }
             _ => false,
         }

@@ -82,6 +82,9 @@ pub struct StateEvent {
     /// until `at_ms`, and why; what the connector and its tasks did then was not seen
     /// (review 27c, F-1).
     pub not_read: Option<(i64, String)>,
+    /// The previous read (the auditor's clock): the change happened after it and by
+    /// `at_ms`. `None`: seen at the first read, it happened at any time before.
+    pub after_ms: Option<i64>,
     /// Not a state: the connector's config changed since the previous read (a new
     /// `topics`, an offset reset override, ...; which keys is not kept: they may hold
     /// secrets).
@@ -102,6 +105,18 @@ impl StateEvent {
             trace: None,
             not_read: None,
             reconfigured: false,
+            after_ms: None,
+        }
+    }
+
+    /// Since when it may have happened: after the previous read, or, for a time not read,
+    /// its start (review 28, R28-3: a change is seen a poll after it happened, so the poll
+    /// that saw it may come after the window it explains).
+    fn since_ms(&self) -> i64 {
+        match (&self.not_read, self.after_ms) {
+            (Some((from, _)), _) => *from,
+            (None, Some(after)) => after,
+            (None, None) => i64::MIN,
         }
     }
 
@@ -175,6 +190,10 @@ pub struct History {
     not_read_since: Option<(i64, String)>,
     /// The fingerprint of the last config read; `None` before one.
     fingerprint: Option<u64>,
+    /// When the status was last read (the auditor's clock); `None` before the first read.
+    last_read_ms: Option<i64>,
+    /// When the config was last read; `None` before the first read.
+    config_read_ms: Option<i64>,
 }
 
 impl History {
@@ -195,6 +214,7 @@ impl History {
             tasks.pop_last();
         }
         let mut new = Vec::new();
+        let previous_read = self.last_read_ms.replace(at_ms);
         if let Some(since) = self.not_read_since.take() {
             new.push(StateEvent {
                 not_read: Some(since),
@@ -215,7 +235,7 @@ impl History {
                     .filter_map(|(id, seen, trace)| change(id, None, Some(seen), trace, at_ms)),
             );
             self.tasks = tasks.into_iter().map(|(id, (s, _))| (id, s)).collect();
-            return self.keep(new);
+            return self.keep(new, previous_read);
         };
         if let Some(e) = change(
             None,
@@ -237,14 +257,17 @@ impl History {
             }
         }
         self.tasks = tasks.into_iter().map(|(id, (s, _))| (id, s)).collect();
-        self.keep(new)
+        self.keep(new, previous_read)
     }
 
-    /// Keeps `new` events: the oldest of one subject go past [`MAX_EVENTS_OF_ONE`], then the
-    /// oldest of all past [`MAX_EVENTS`]. Returns how many were added.
-    fn keep(&mut self, new: Vec<StateEvent>) -> usize {
+    /// Keeps `new` events, seen by a read after the one at `after_ms`: the oldest of one
+    /// subject go past [`MAX_EVENTS_OF_ONE`], then the oldest of all past [`MAX_EVENTS`],
+    /// failures, reconfigurations and blind times last (review 28, R28-2: a hundred tasks
+    /// moving at once pushed a failure seen with them out). Returns how many were added.
+    fn keep(&mut self, new: Vec<StateEvent>, after_ms: Option<i64>) -> usize {
         let added = new.len();
-        for e in new {
+        for mut e in new {
+            e.after_ms = after_ms;
             let of = e.of();
             if self.events.iter().filter(|k| k.of() == of).count() >= MAX_EVENTS_OF_ONE
                 && let Some(oldest) = self.events.iter().position(|k| k.of() == of)
@@ -254,7 +277,8 @@ impl History {
             self.events.push_back(e);
         }
         while self.events.len() > MAX_EVENTS {
-            self.events.pop_front();
+            let oldest_untelling = self.events.iter().position(|e| !e.telling());
+            self.events.remove(oldest_untelling.unwrap_or(0));
         }
         added
     }
@@ -272,12 +296,16 @@ impl History {
     /// ("reconfigured").
     pub fn observe_config(&mut self, config: ConnectorConfig, at_ms: i64) {
         let before = self.fingerprint.replace(config.fingerprint);
+        let previous_read = self.config_read_ms.replace(at_ms);
         self.errors = Some(config.errors);
         if before.is_some_and(|f| f != config.fingerprint) {
-            self.keep(vec![StateEvent {
-                reconfigured: true,
-                ..StateEvent::of_connector(at_ms)
-            }]);
+            self.keep(
+                vec![StateEvent {
+                    reconfigured: true,
+                    ..StateEvent::of_connector(at_ms)
+                }],
+                previous_read,
+            );
         }
     }
 
@@ -312,16 +340,13 @@ impl History {
     ) -> Option<String> {
         let connector = printable(connector, NAME_CHARS);
         let changes = window.and_then(|(after_ms, by_ms)| {
-            // A change seen in the window, or a time the API did not answer that overlaps
+            // A change that may have happened in the window (between the read before the
+            // one that saw it and that one), or a time the API did not answer that overlaps
             // it (still going on, or ended by a later read).
             let inside: Vec<&StateEvent> = self
                 .events
                 .iter()
-                .filter(|e| {
-                    e.at_ms > after_ms
-                        && (e.at_ms <= by_ms
-                            || e.not_read.as_ref().is_some_and(|(from, _)| *from < by_ms))
-                })
+                .filter(|e| e.at_ms > after_ms && e.since_ms() < by_ms)
                 .collect();
             let words = changes_words(&connector, &inside);
             let ongoing = self
@@ -448,6 +473,7 @@ fn change(
         trace,
         not_read: None,
         reconfigured: false,
+        after_ms: None,
     })
 }
 
@@ -578,8 +604,9 @@ mod tests {
         assert_eq!(h.tasks()[&0].worker_id, "connect-2:8083");
     }
 
-    /// The window is `(since - one poll, at]`: a change seen outside it is not named (the
-    /// jump may have another cause), one inside by a millisecond is.
+    /// The window is `(since - one poll, at]`: a change that cannot have happened in it is
+    /// not named (the jump may have another cause), one that may have is, by a millisecond
+    /// (a change happened between the read before the one that saw it and that one).
     #[test]
     fn only_changes_seen_in_the_window_are_named() {
         let h = failed_then_running();
@@ -588,8 +615,15 @@ mod tests {
         };
         // Both before the window (seen at or before since - 1 poll).
         assert_eq!(named(Some(T + 31_000), T + 60_000), None);
-        // Both after it.
-        assert_eq!(named(Some(T - 60_000), T - 1), None);
+        // Both after it: the failure seen at T may have happened after the read at
+        // T - 30 s, not before.
+        assert_eq!(named(Some(T - 60_000), T - 30_000), None);
+        // Review 28, R28-3: seen by the first read after the jump, it may have happened
+        // before it (after the read at T - 30 s): named.
+        assert!(named(Some(T - 60_000), T - 1).is_some_and(|w| w.contains("FAILED at")));
+        // Likewise the restart seen at T + 30 s, after a read at T + 5 s, for a jump seen
+        // at T + 20 s.
+        assert!(named(Some(T + 10_000), T + 20_000).is_some_and(|w| w.contains("RUNNING again")));
         // The failure alone: the restart was seen after the jump.
         let failure = named(Some(T - 60_000), T).expect("the failure");
         assert!(
@@ -647,6 +681,47 @@ mod tests {
         };
         h.observe_status(&tasks("FAILED"), 300_000);
         assert_eq!(h.events().count(), MAX_EVENTS);
+    }
+
+    /// Review 28, R28-2: a hundred tasks moving to other workers in the poll that saw one
+    /// fail keep the failure (the cap drops other changes first), and it is named first.
+    #[test]
+    fn a_failure_outlives_a_crowd_of_moves() {
+        let tasks = |failed: Option<i32>, worker: &str| {
+            let tasks: Vec<String> = (0..100)
+                .map(|id| {
+                    let state = if Some(id) == failed {
+                        "FAILED"
+                    } else {
+                        "RUNNING"
+                    };
+                    format!(r#"{{"id":{id},"state":"{state}","worker_id":"{worker}"}}"#)
+                })
+                .collect();
+            parse_status(
+                format!(
+                    r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"w:1"}},"tasks":[{}],"type":"sink"}}"#,
+                    tasks.join(",")
+                )
+                .as_bytes(),
+            )
+            .expect("fixture")
+        };
+        let mut h = History::default();
+        h.observe_status(&tasks(None, "w:1"), T);
+        h.observe_status(&tasks(Some(3), "w:2"), T + 1_000);
+        assert_eq!(h.events().count(), MAX_EVENTS);
+        assert!(
+            h.events()
+                .any(|e| e.task == Some(3) && e.to.as_deref() == Some("FAILED"))
+        );
+        let words = h
+            .explain("es-sink", Some((T, T + 1_000)), false)
+            .expect("named");
+        assert!(
+            words.starts_with("Kafka Connect task 3 of es-sink FAILED at"),
+            "{words}"
+        );
     }
 
     /// Review 27c, F-6: one task failing and restarting in a loop neither pushes another

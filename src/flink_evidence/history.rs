@@ -213,35 +213,50 @@ impl History {
         for r in &mut self.runs {
             r.listed = false;
         }
-        // A job not yet initialized shows no start time: nothing to place it by.
-        for j in jobs.iter().filter(|j| j.name == job && j.start_time > 0) {
+        // A job not yet initialized shows no start time: nothing to place it by. Only the
+        // newest MAX_RUNS can be kept, so only they are matched, each by a map lookup
+        // (review 28, R28-1: a 4 MiB answer listing 66,801 runs of the name took 20 s of a
+        // core per poll, matched one by one against the list).
+        let mut named: Vec<&JobOverview> = jobs
+            .iter()
+            .filter(|j| j.name == job && j.start_time > 0)
+            .collect();
+        named.sort_unstable_by_key(|j| std::cmp::Reverse(j.start_time));
+        named.truncate(MAX_RUNS);
+        let mut known: std::collections::HashMap<(String, i64), usize> = self
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ((r.jid.clone(), r.started_ms), i))
+            .collect();
+        for j in named {
             let jid = printable(&j.jid, MAX_JID);
             let state = printable(&j.state, MAX_STATE);
             let ended = (j.end_time > 0).then_some(j.end_time);
-            match self
-                .runs
-                .iter_mut()
-                .find(|r| r.jid == jid && r.started_ms == j.start_time)
-            {
-                Some(r) => {
+            match known.get(&(jid.clone(), j.start_time)) {
+                Some(&i) => {
+                    let r = &mut self.runs[i];
                     r.state = state;
                     r.ended_ms = ended;
                     r.listed = true;
                 }
-                None => self.runs.push(JobRun {
-                    jid,
-                    state,
-                    listed: true,
-                    started_ms: j.start_time,
-                    ended_ms: ended,
-                    restore: Restore::Unknown,
-                    last_completed: None,
-                    checkpointed_seen_ms: None,
-                    earliest_ack_ms: None,
-                    first_ack_known: false,
-                    ran_beside: false,
-                    final_read: false,
-                }),
+                None => {
+                    known.insert((jid.clone(), j.start_time), self.runs.len());
+                    self.runs.push(JobRun {
+                        jid,
+                        state,
+                        listed: true,
+                        started_ms: j.start_time,
+                        ended_ms: ended,
+                        restore: Restore::Unknown,
+                        last_completed: None,
+                        checkpointed_seen_ms: None,
+                        earliest_ack_ms: None,
+                        first_ack_known: false,
+                        ran_beside: false,
+                        final_read: false,
+                    });
+                }
             }
         }
         if self.running_runs() > 1 {
@@ -297,8 +312,12 @@ impl History {
                 })
             };
             r.restore = match &stats.restored {
-                // Restores happen before RUNNING and before the first checkpoint.
-                None if stats.completed_count > 0 || r.state == "RUNNING" => Restore::None,
+                // Restores happen before the first checkpoint. Not "before RUNNING" (review
+                // 28, R28-4): the JobManager caches these statistics for a few seconds
+                // (rest.cache.checkpoint-statistics.timeout), so a run just RUNNING may
+                // show no restore yet; it commits offsets only with a checkpoint, so
+                // waiting for one loses no gap's evidence.
+                None if stats.completed_count > 0 => Restore::None,
                 None => Restore::Unknown,
                 // `latest.restored` is the last of several: the start's is not shown.
                 Some(_) if stats.restored_count > 1 => Restore::Unknown,
@@ -603,7 +622,7 @@ mod tests {
     /// Before the run is RUNNING or has checkpointed, an absent `latest.restored` proves
     /// nothing: the evidence says so instead of claiming latest-offset; a later poll decides.
     #[test]
-    fn a_restore_is_claimed_absent_only_once_the_run_runs() {
+    fn a_restore_is_claimed_absent_only_once_the_run_checkpointed() {
         let initializing = OVERVIEW.replace(
             r#""duration":60000,"state":"RUNNING""#,
             r#""duration":60000,"state":"INITIALIZING""#,
@@ -619,7 +638,8 @@ mod tests {
             ev.text()
                 .ends_with("(whether it restored a checkpoint was not seen)")
         );
-        // Next poll: RUNNING, still no restore: now it is known.
+        // Next poll: RUNNING, still no restore: still not known (review 28, R28-4: the
+        // JobManager's cached statistics may predate the restore).
         let jobs = parse_overview(OVERVIEW.as_bytes()).expect("fixture");
         let asked = h.observe_jobs(&jobs, JOB, ANSWERED);
         assert!(asked.contains(&NEW.to_owned()));
@@ -628,6 +648,9 @@ mod tests {
             &parse_checkpoints(empty.as_bytes()).expect("fixture"),
             ANSWERED,
         );
+        assert_eq!(h.current().map(|r| &r.restore), Some(&Restore::Unknown));
+        // A completed checkpoint and no restore: now it is known.
+        h.observe_checkpoints(NEW, &checkpoints(1, None, 0), ANSWERED);
         assert_eq!(h.current().map(|r| &r.restore), Some(&Restore::None));
         // Decided once: a later failover restoring chk-9 does not rewrite the start.
         h.observe_checkpoints(
@@ -979,6 +1002,24 @@ mod tests {
         );
     }
 
+    /// Review 28, R28-1: an answer listing thousands of runs of the name keeps the newest
+    /// MAX_RUNS, matched again on the next answer (not added twice).
+    #[test]
+    fn a_huge_overview_keeps_the_newest_runs() {
+        let jobs: Vec<JobOverview> = (0..20_000)
+            .map(|i| run(&format!("{i:032x}"), "FAILED", 1_000 + i, 2_000 + i))
+            .collect();
+        let mut h = History::default();
+        h.observe_jobs(&jobs, JOB, 50_000);
+        h.observe_jobs(&jobs, JOB, 51_000);
+        assert_eq!(h.runs().len(), MAX_RUNS);
+        assert_eq!(
+            h.runs().first().map(|r| r.started_ms),
+            Some(1_000 + 20_000 - MAX_RUNS as i64)
+        );
+        assert!(h.runs().iter().all(|r| r.listed));
+    }
+
     /// Review 27, G1: a run that ended between two polls is read once more, so what it
     /// checkpointed is known (a crash loop).
     #[test]
@@ -989,7 +1030,7 @@ mod tests {
             vec![NEW.to_owned()]
         );
         h.observe_checkpoints(NEW, &checkpoints(0, None, 0), 2_000);
-        assert_eq!(h.current().map(|r| &r.restore), Some(&Restore::None));
+        assert_eq!(h.current().map(|r| &r.restore), Some(&Restore::Unknown));
         let asked = h.observe_jobs(&[run(NEW, "FAILED", 1_000, 4_000)], JOB, 5_000);
         assert_eq!(asked, vec![NEW.to_owned()], "asked once after it ended");
         h.observe_checkpoints(NEW, &checkpoints(1, None, 0), 5_000);
@@ -997,6 +1038,7 @@ mod tests {
             h.current().and_then(|r| r.checkpointed_seen_ms),
             Some(5_000)
         );
+        assert_eq!(h.current().map(|r| &r.restore), Some(&Restore::None));
         assert!(
             h.observe_jobs(&[run(NEW, "FAILED", 1_000, 4_000)], JOB, 6_000)
                 .is_empty(),
