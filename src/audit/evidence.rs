@@ -10,8 +10,9 @@
 //! could not read). The gap itself is reported, stored and counted at once.
 
 use super::Audit;
+use crate::gap::GapCause;
 use crate::gap::{Offset, TopicPartition};
-use crate::ledger::GapRecord;
+use crate::ledger::{GapRecord, PartitionLedger};
 use crate::sink::Verifier;
 
 /// Longest a new gap's evidence waits for a source's view to be read past its commit step:
@@ -92,6 +93,33 @@ impl<V: Verifier> Audit<V> {
                 tracing::info!(audit = %gap.audit, gap = %gap.id, "gap {}: {e}", gap.id);
             }
             self.writes.gaps.insert(gap.id.clone(), gap);
+        }
+    }
+
+    /// Queues the recent gaps of a ledger restored at assignment that a source may still
+    /// explain: a process stopped, or a partition handed over, while a gap's evidence
+    /// waited would otherwise leave it without words for good (review 28, R28-5; which gaps
+    /// wait is not stored). Their wait counts from when they were found.
+    pub(super) fn requeue_unexplained(&mut self, tp: &TopicPartition, ledger: &PartitionLedger) {
+        if self.flink.is_none() && self.connect.is_none() {
+            return;
+        }
+        let now = self.clock.now_ms();
+        for g in ledger.gaps() {
+            if self.evidence_waiting.len() >= MAX_WAITING {
+                break;
+            }
+            if g.evidence.is_none()
+                && matches!(
+                    g.cause,
+                    GapCause::SkippedByRestart | GapCause::DroppedInFlight
+                )
+                && now.saturating_sub(g.detected_ms) < EVIDENCE_WAIT_MS
+            {
+                self.evidence_waiting
+                    .entry((tp.clone(), g.first))
+                    .or_insert(g.detected_ms);
+            }
         }
     }
 

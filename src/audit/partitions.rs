@@ -359,6 +359,7 @@ impl<V: Verifier> Audit<V> {
             // key for a second row: losses invented). Forgotten, a later re-creation is
             // seen only from the log end (a loss missed, never one invented).
             let topic_id = ids.now.get(&tp.topic).cloned();
+            self.requeue_unexplained(&tp, &ledger);
             self.parts.insert(
                 tp,
                 Part {
