@@ -72,7 +72,8 @@ pub struct StateEvent {
     pub worker_id: Option<String>,
     /// It is on another worker than before.
     pub moved: bool,
-    /// The first line of its trace (the exception), when it is FAILED with one.
+    /// The first line of its trace (the exception) and its root cause, when it is FAILED
+    /// with one ([`trace_words`]).
     pub trace: Option<String>,
     /// Not a change: the REST API did not answer from this time (the auditor's clock)
     /// until `at_ms`, and why; what the connector and its tasks did then was not seen
@@ -366,6 +367,28 @@ fn redact_word(word: &str) -> String {
     w
 }
 
+/// What a FAILED trace says in words: its first line (the exception), and its root cause
+/// (the last `Caused by:` line) when it has one. A real worker (Kafka 4.4) wraps whatever a
+/// sink task's `put` throws in `ConnectException: Exiting WorkerSinkTask due to unrecoverable
+/// exception.`, and a conversion failure in `ConnectException: Tolerance exceeded in error
+/// handler`: the same words for every failure, the sink's own reason only in the last
+/// `Caused by:` (docs/TESTING.md "A real Kafka Connect worker"). Each part redacted and
+/// capped at [`TRACE_CHARS`].
+fn trace_words(trace: &str) -> Option<String> {
+    let mut lines = trace.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = printable(&redact(lines.next()?), TRACE_CHARS);
+    let root = lines
+        .filter_map(|l| l.strip_prefix("Caused by:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .last()
+        .map(|l| printable(&redact(l), TRACE_CHARS));
+    Some(match root {
+        Some(root) if root != first => format!("{first}; caused by {root}"),
+        _ => first,
+    })
+}
+
 /// The event between `before` and `after`, if anything changed.
 fn change(
     task: Option<i32>,
@@ -379,13 +402,10 @@ fn change(
     }
     let to = after.map(|s| s.state.clone());
     let trace = match (to.as_deref(), trace) {
-        (Some("FAILED"), Some(t)) => t
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map(|l| printable(&redact(l), TRACE_CHARS)),
+        (Some("FAILED"), Some(t)) => trace_words(t),
         _ => None,
     };
+
     Some(StateEvent {
         at_ms,
         task,
@@ -643,6 +663,42 @@ mod tests {
             h.explain("es-sink", Some((T + 40_000, T + 50_000)), true),
             None
         );
+    }
+
+    /// What a real Kafka 4.4 worker answered for a sink task whose `put` threw (captured by
+    /// scripts/connect-seed.sh): the first line is the runtime's wrapper, the same for every
+    /// such failure; the words name the root cause too (it said only the wrapper).
+    #[test]
+    fn a_real_workers_trace_names_its_root_cause() {
+        let real = parse_status(include_bytes!("fixtures/status-task-failed-in-put.json"))
+            .expect("the real worker's JSON");
+        let mut h = History::default();
+        h.observe_status(
+            &parse_status(include_bytes!("fixtures/status-running.json")).expect("real"),
+            T - 1_000,
+        );
+        assert_eq!(h.observe_status(&real, T), 1);
+        let e = h.events().next_back().expect("the failure");
+        assert_eq!(
+            e.trace.as_deref(),
+            Some(
+                "org.apache.kafka.connect.errors.ConnectException: Exiting WorkerSinkTask due to \
+                 unrecoverable exception.; caused by org.apache.kafka.connect.errors.ConnectException: \
+                 seed sink refuses the poison record at try-topic-31343-0 offset 2"
+            )
+        );
+        // The innermost cause, a line without one, and one whose cause repeats it.
+        let nested = "a.X: outer\n\tat f(F.java:1)\nCaused by: b.Y: middle\n\tat g\nCaused by: c.Z: inner pwd=pw1\n\t... 3 more\n";
+        assert_eq!(
+            trace_words(nested).as_deref(),
+            Some("a.X: outer; caused by c.Z: inner pwd=[redacted]")
+        );
+        assert_eq!(trace_words("a.X: only\n").as_deref(), Some("a.X: only"));
+        assert_eq!(
+            trace_words("a.X: same\nCaused by: a.X: same").as_deref(),
+            Some("a.X: same")
+        );
+        assert_eq!(trace_words("\n \n"), None);
     }
 
     /// Review 27c, F-3: a trace line that quotes a credential keeps the exception, not the
