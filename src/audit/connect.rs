@@ -4,7 +4,6 @@
 
 use crate::clock::Clock;
 use crate::config::AuditConfig;
-use crate::connect_evidence::history::window;
 use crate::connect_evidence::poller::{self, read_view};
 use crate::connect_evidence::{ConnectSource, ConnectView, SharedView};
 use crate::evidence_http::SourceState;
@@ -95,18 +94,26 @@ impl ConnectWatch {
     }
 
     /// What the connector's history tells of a new gap: for `skipped_by_restart` and
-    /// `dropped_in_flight`, the changes seen in its commit step's window; for the latter,
-    /// also whether the connector skips records silently.
+    /// `dropped_in_flight`, the changes seen in its commit step's window and whether the
+    /// connector was STOPPED at the step (offsets set by an operator); for the latter, also
+    /// whether the connector skips records silently.
     pub(super) fn explain(&self, g: &GapRecord) -> Option<String> {
         let in_flight = match g.cause {
             GapCause::SkippedByRestart => false,
             GapCause::DroppedInFlight => true,
             _ => return None,
         };
-        let span = g.commit.map(|c| window(c.since_ms, c.at_ms, self.poll_ms));
-        read_view(&self.view)
-            .history
-            .explain(&self.connector, span, in_flight)
+        let history = read_view(&self.view).history;
+        match g.commit {
+            Some(c) => history.explain_step(
+                &self.connector,
+                c.since_ms,
+                c.at_ms,
+                self.poll_ms,
+                in_flight,
+            ),
+            None => history.explain(&self.connector, None, in_flight),
+        }
     }
 
     /// The source for `/api/status`.

@@ -79,6 +79,11 @@ pub struct StateEvent {
     /// until `at_ms`, and why; what the connector and its tasks did then was not seen
     /// (review 27c, F-1).
     pub not_read: Option<(i64, String)>,
+    /// A task listed again after it was not: `from` is the state it was last listed in.
+    /// A real worker lists no task of a STOPPED connector, so the usual way of skipping a
+    /// poison record (stop, move the offsets, resume) shows the task going and coming back
+    /// with the same id: that is a restart, not a new task.
+    pub returned: bool,
 }
 
 impl StateEvent {
@@ -98,6 +103,9 @@ impl StateEvent {
             .as_ref()
             .map(|t| format!(" ({t})"))
             .unwrap_or_default();
+        if let (true, Some(to)) = (self.returned, &self.to) {
+            return format!("{to} again at {at}{trace}{on}");
+        }
         match (&self.from, &self.to) {
             (_, None) => format!("no longer listed at {at}"),
             (None, Some(to)) => format!("listed {to} at {at}{on}{trace}"),
@@ -127,6 +135,9 @@ pub struct History {
     connector: Option<Seen>,
     /// Its tasks at that poll, by id.
     tasks: BTreeMap<i32, Seen>,
+    /// Tasks listed before and not at that poll, as last listed (at most [`MAX_TASKS`]): one
+    /// listed again is a restart ([`StateEvent::returned`]).
+    gone: BTreeMap<i32, Seen>,
     /// The changes, oldest first, at most [`MAX_EVENTS`].
     events: VecDeque<StateEvent>,
     /// Its error handling, from the last config read; `None` before one.
@@ -166,6 +177,7 @@ impl History {
                 moved: false,
                 trace: None,
                 not_read: Some(since),
+                returned: false,
             });
         }
         let Some(before) = self.connector.replace(connector.clone()) else {
@@ -194,14 +206,33 @@ impl History {
             new.push(e);
         }
         for (id, (seen, trace)) in &tasks {
-            if let Some(e) = change(Some(*id), self.tasks.get(id), Some(seen), *trace, at_ms) {
-                new.push(e);
-            }
+            let before = self.tasks.get(id);
+            let e = match before.is_none().then(|| self.gone.remove(id)).flatten() {
+                // Listed again (after a stop and resume, a rebalance): an event even in the
+                // state it left in, or its restart would not be named.
+                Some(last) => change(Some(*id), Some(&last), Some(seen), *trace, at_ms)
+                    .or_else(|| change(Some(*id), None, Some(seen), *trace, at_ms))
+                    .map(|e| StateEvent {
+                        from: Some(last.state.clone()),
+                        moved: last.worker_id != seen.worker_id,
+                        returned: true,
+                        ..e
+                    }),
+                None => change(Some(*id), before, Some(seen), *trace, at_ms),
+            };
+            new.extend(e);
         }
         for (id, seen) in &self.tasks {
             if !tasks.contains_key(id) {
-                new.extend(change(Some(*id), Some(seen), None, None, at_ms));
+                // A STOPPED connector lists no tasks (Kafka >= 3.5): its STOPPED says it.
+                if connector.state != "STOPPED" {
+                    new.extend(change(Some(*id), Some(seen), None, None, at_ms));
+                }
+                self.gone.insert(*id, seen.clone());
             }
+        }
+        while self.gone.len() > MAX_TASKS {
+            self.gone.pop_last();
         }
         self.tasks = tasks.into_iter().map(|(id, (s, _))| (id, s)).collect();
         self.keep(new)
@@ -248,6 +279,49 @@ impl History {
     /// The connector's error handling, once its config was read.
     pub fn error_handling(&self) -> Option<&ErrorHandling> {
         self.errors.as_ref()
+    }
+
+    /// What the connector's history tells of a gap whose commit step was seen at `at_ms`
+    /// (its left position committed after `since_ms`; the poller reads every `poll_ms`):
+    /// [`Self::explain`] over the step's [`window`], and whether the connector was STOPPED at
+    /// the step. A STOPPED connector runs no task, so offsets that moved then were set by
+    /// an operator (Connect's offsets API, `PATCH /connectors/{name}/offsets`, or a consumer
+    /// group reset: both need the connector stopped), not committed by a task: on a real
+    /// worker the usual way past a poison record (stop, PATCH, resume) moves the offsets
+    /// before the task runs again, so the restart alone may fall after the step.
+    pub fn explain_step(
+        &self,
+        connector: &str,
+        since_ms: Option<i64>,
+        at_ms: i64,
+        poll_ms: i64,
+        dropped_in_flight: bool,
+    ) -> Option<String> {
+        let words = self.explain(
+            connector,
+            Some(window(since_ms, at_ms, poll_ms)),
+            dropped_in_flight,
+        );
+        if !self.stopped_at(at_ms) {
+            return words;
+        }
+        const SET: &str = "was STOPPED when its consumer group's offsets moved: set through \
+                           Connect's offsets API or a consumer group reset, not committed by a task";
+        Some(match words {
+            Some(w) => format!("{w}; the connector {SET}"),
+            None => format!("{} {SET}", subject(None, &printable(connector, NAME_CHARS))),
+        })
+    }
+
+    /// The connector was STOPPED at `at_ms`: its last change seen at or before then (the
+    /// first read's state when not RUNNING is one) left it STOPPED.
+    pub fn stopped_at(&self, at_ms: i64) -> bool {
+        self.events
+            .iter()
+            .rev()
+            .filter(|e| e.task.is_none() && e.not_read.is_none() && e.at_ms <= at_ms)
+            .find_map(|e| e.to.as_deref())
+            == Some("STOPPED")
     }
 
     /// What the connector's history tells of a gap, in words, or `None`: the changes with
@@ -306,10 +380,16 @@ impl History {
 }
 
 /// The window of a commit step seen at `at_ms`, whose left position was committed after
-/// `since_ms`: changes seen by a poll after `since_ms` less one poll interval (a poll sees a
-/// change up to one interval after it happened), up to `at_ms`.
+/// `since_ms`: changes seen by a poll after `since_ms` less one poll interval, up to one
+/// poll interval after `at_ms`. A poll sees a change up to one interval after it happened,
+/// at either end: on a real worker (docs/TESTING.md "A real Kafka Connect worker") the
+/// connector was STOPPED 0.9 s before the auditor's poll saw it, and its resume, 0.3 s after
+/// the jump was seen, was seen 0.9 s after the jump: a window ending at `at_ms` left it out.
 pub fn window(since_ms: Option<i64>, at_ms: i64, poll_ms: i64) -> (i64, i64) {
-    (since_ms.unwrap_or(at_ms).saturating_sub(poll_ms), at_ms)
+    (
+        since_ms.unwrap_or(at_ms).saturating_sub(poll_ms),
+        at_ms.saturating_add(poll_ms),
+    )
 }
 
 /// A trace line with what may be a credential taken out (review 27c, F-3): sink exceptions
@@ -405,7 +485,6 @@ fn change(
         (Some("FAILED"), Some(t)) => trace_words(t),
         _ => None,
     };
-
     Some(StateEvent {
         at_ms,
         task,
@@ -415,6 +494,7 @@ fn change(
         moved: after.is_some_and(|a| before.is_none_or(|b| b.worker_id != a.worker_id)),
         trace,
         not_read: None,
+        returned: false,
     })
 }
 
@@ -549,8 +629,11 @@ mod tests {
         };
         // Both before the window (seen at or before since - 1 poll).
         assert_eq!(named(Some(T + 31_000), T + 60_000), None);
-        // Both after it.
-        assert_eq!(named(Some(T - 60_000), T - 1), None);
+        // Both after it (seen more than one poll after the step).
+        assert_eq!(named(Some(T - 60_000), T - 1_001), None);
+        // Seen within one poll after the step: it may have happened before it.
+        let late = named(Some(T - 60_000), T - 1_000).expect("seen late");
+        assert!(late.contains("FAILED at"), "{late}");
         // The failure alone: the restart was seen after the jump.
         let failure = named(Some(T - 60_000), T).expect("the failure");
         assert!(
@@ -699,6 +782,135 @@ mod tests {
             Some("a.X: same")
         );
         assert_eq!(trace_words("\n \n"), None);
+    }
+
+    /// The operator's way past a poison record on a real Kafka 4.4 worker (captured by
+    /// scripts/connect-seed.sh): task FAILED; `PUT /connectors/{name}/stop` lists the
+    /// connector STOPPED with no tasks; `PATCH .../offsets`; `PUT .../resume` lists task 0
+    /// RUNNING again. The task's going with the STOPPED connector is no event of its own, and
+    /// its coming back is a restart ("RUNNING again"), not a new task ("listed RUNNING"): the
+    /// words said "no longer listed", "listed RUNNING" and left the restart uncounted past
+    /// the fourth event.
+    #[test]
+    fn stop_and_resume_on_a_real_worker_is_a_restart() {
+        let read = |b: &[u8]| parse_status(b).expect("the real worker's JSON");
+        let running = read(include_bytes!("fixtures/status-running.json"));
+        let mut h = History::default();
+        assert_eq!(h.observe_status(&running, T - 1_000), 0);
+        assert_eq!(
+            h.observe_status(
+                &read(include_bytes!("fixtures/status-task-failed-in-put.json")),
+                T
+            ),
+            1
+        );
+        let stopped = read(include_bytes!("fixtures/status-stopped.json"));
+        assert_eq!(
+            h.observe_status(&stopped, T + 2_000),
+            1,
+            "the connector alone"
+        );
+        assert!(h.tasks().is_empty());
+        assert_eq!(h.observe_status(&running, T + 4_000), 2);
+        let last = h.events().next_back().expect("the restart");
+        assert_eq!(
+            (
+                last.task,
+                last.from.as_deref(),
+                last.to.as_deref(),
+                last.returned
+            ),
+            (Some(0), Some("FAILED"), Some("RUNNING"), true)
+        );
+        assert_eq!(
+            h.explain("try-sink", Some((T - 500, T + 4_000)), false)
+                .as_deref(),
+            Some(
+                "Kafka Connect task 0 of try-sink FAILED at 2026-12-06T02:14:00Z \
+                 (org.apache.kafka.connect.errors.ConnectException: Exiting WorkerSinkTask due \
+                 to unrecoverable exception.; caused by org.apache.kafka.connect.errors.\
+                 ConnectException: seed sink refuses the poison record at try-topic-31343-0 \
+                 offset 2), RUNNING again at 2026-12-06T02:14:04Z; Kafka Connect connector \
+                 try-sink STOPPED at 2026-12-06T02:14:02Z, RUNNING again at 2026-12-06T02:14:04Z"
+            )
+        );
+        // Stopped and resumed while RUNNING: still a restart; on another worker: said so.
+        let mut h = History::default();
+        h.observe_status(&running, T);
+        h.observe_status(&stopped, T + 1_000);
+        h.observe_status(&status("RUNNING", "connect-2:8083", None), T + 2_000);
+        let last = h.events().next_back().expect("the restart");
+        assert_eq!(
+            last.phrase(),
+            "RUNNING again at 2026-12-06T02:14:02Z on worker connect-2:8083"
+        );
+        // A task that goes while the connector runs (tasks.max lowered) is still named.
+        let mut h = History::default();
+        h.observe_status(&running, T);
+        let none = read(br#"{"name":"x","connector":{"state":"RUNNING","worker_id":"127.0.0.1:18083"},"tasks":[]}"#);
+        assert_eq!(h.observe_status(&none, T + 1_000), 1);
+        assert_eq!(
+            h.events().next_back().map(StateEvent::phrase).as_deref(),
+            Some("no longer listed at 2026-12-06T02:14:01Z")
+        );
+    }
+
+    /// The `fail` case of scripts/connect-seed.sh on a real Kafka 4.4 worker, at the times
+    /// the auditor's polls saw it (1 s apart): the task FAILED at :31.508, the connector
+    /// STOPPED at :34.511 (it was, on the worker, at :33.703), the commit step 2 -> 3 (the
+    /// operator's PATCH) seen at :34.622, the resume seen at :35.515 (on the worker :34.954).
+    /// The evidence names the failure, the stop, the resume (seen within a poll after the
+    /// step) and that the offsets moved while STOPPED; the window ending at the step left the
+    /// resume out, and nothing said who moved the offsets.
+    #[test]
+    fn offsets_moved_while_stopped_are_named_with_the_late_resume() {
+        const S: i64 = 1_796_592_360_000; // 2026-12-06T21:26:00Z
+        let read = |b: &[u8]| parse_status(b).expect("the real worker's JSON");
+        let running = read(include_bytes!("fixtures/status-running.json"));
+        let mut h = History::default();
+        h.observe_status(&running, S + 25_511);
+        h.observe_status(
+            &read(include_bytes!("fixtures/status-task-failed-in-put.json")),
+            S + 31_508,
+        );
+        h.observe_status(
+            &read(include_bytes!("fixtures/status-stopped.json")),
+            S + 34_511,
+        );
+        h.observe_status(&running, S + 35_515);
+        let words = h
+            .explain_step("try-sink", Some(S + 28_000), S + 34_622, 1_000, false)
+            .expect("named");
+        assert!(
+            words.starts_with("Kafka Connect task 0 of try-sink FAILED at 2026-12-06T21:26:31Z ("),
+            "{words}"
+        );
+        assert!(
+            words.ends_with(
+                "), RUNNING again at 2026-12-06T21:26:35Z; Kafka Connect connector try-sink \
+                 STOPPED at 2026-12-06T21:26:34Z, RUNNING again at 2026-12-06T21:26:35Z; the \
+                 connector was STOPPED when its consumer group's offsets moved: set through \
+                 Connect's offsets API or a consumer group reset, not committed by a task"
+            ),
+            "{words}"
+        );
+        assert!(h.stopped_at(S + 34_622) && !h.stopped_at(S + 34_510));
+        assert!(!h.stopped_at(S + 35_515), "running again");
+        // A step while it runs: no such clause. Alone: with its subject.
+        let running_step = h.explain_step("try-sink", Some(S + 37_000), S + 40_000, 1_000, false);
+        assert_eq!(running_step, None);
+        let mut stopped = History::default();
+        stopped.observe_status(&read(include_bytes!("fixtures/status-stopped.json")), S);
+        assert_eq!(
+            stopped
+                .explain_step("try-sink", Some(S + 5_000), S + 9_000, 1_000, false)
+                .as_deref(),
+            Some(
+                "Kafka Connect connector try-sink was STOPPED when its consumer group's offsets \
+                 moved: set through Connect's offsets API or a consumer group reset, not \
+                 committed by a task"
+            )
+        );
     }
 
     /// Review 27c, F-3: a trace line that quotes a credential keeps the exception, not the
