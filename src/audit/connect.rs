@@ -95,9 +95,9 @@ impl ConnectWatch {
 
     /// What the connector's history tells of a new gap: for `skipped_by_restart` and
     /// `dropped_in_flight`, the changes seen in its commit step's window and whether the
-    /// connector was STOPPED at the step (offsets set by an operator); for the latter, and
-    /// for the former when nothing else explains it, whether the connector skips records
-    /// silently.
+    /// connector was STOPPED between the commits (offsets set by an operator); for the
+    /// latter, and for the former when nothing else explains it, whether the connector
+    /// skips records silently.
     pub(super) fn explain(&self, g: &GapRecord) -> Option<String> {
         let in_flight = match g.cause {
             GapCause::SkippedByRestart => false,

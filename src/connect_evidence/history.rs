@@ -283,12 +283,13 @@ impl History {
 
     /// What the connector's history tells of a gap whose commit step was seen at `at_ms`
     /// (its left position committed after `since_ms`; the poller reads every `poll_ms`):
-    /// [`Self::explain`] over the step's [`window`], and whether the connector was STOPPED at
-    /// the step. A STOPPED connector runs no task, so offsets that moved then were set by
-    /// an operator (Connect's offsets API, `PATCH /connectors/{name}/offsets`, or a consumer
-    /// group reset: both need the connector stopped), not committed by a task: on a real
-    /// worker the usual way past a poison record (stop, PATCH, resume) moves the offsets
-    /// before the task runs again, so the restart alone may fall after the step.
+    /// [`Self::explain`] over the step's [`window`], and whether the connector was STOPPED in
+    /// it. A STOPPED connector runs no task, so its offsets move only when an operator sets
+    /// them (Connect's offsets API, `PATCH /connectors/{name}/offsets`, or a consumer group
+    /// reset: both need the connector stopped): the usual way past a poison record on a
+    /// real worker (stop, PATCH, resume). Not "STOPPED at the step": the step and the
+    /// states are each seen up to a poll late, and on a real worker the step was seen 0.1 s
+    /// after the resume once, 0.1 s after the stop another time.
     pub fn explain_step(
         &self,
         connector: &str,
@@ -297,31 +298,35 @@ impl History {
         poll_ms: i64,
         dropped_in_flight: bool,
     ) -> Option<String> {
-        let words = self.explain(
-            connector,
-            Some(window(since_ms, at_ms, poll_ms)),
-            dropped_in_flight,
-        );
-        if !self.stopped_at(at_ms) {
+        let span = window(since_ms, at_ms, poll_ms);
+        let words = self.explain(connector, Some(span), dropped_in_flight);
+        if !self.stopped_in(span) {
             return words;
         }
-        const SET: &str = "was STOPPED when its consumer group's offsets moved: set through \
-                           Connect's offsets API or a consumer group reset, not committed by a task";
+        const SET: &str = "was STOPPED between the commits: a STOPPED connector's offsets move \
+                           only when set through Connect's offsets API or a consumer group \
+                           reset, never by a task";
         Some(match words {
             Some(w) => format!("{w}; the connector {SET}"),
             None => format!("{} {SET}", subject(None, &printable(connector, NAME_CHARS))),
         })
     }
 
-    /// The connector was STOPPED at `at_ms`: its last change seen at or before then (the
-    /// first read's state when not RUNNING is one) left it STOPPED.
-    pub fn stopped_at(&self, at_ms: i64) -> bool {
-        self.events
-            .iter()
-            .rev()
-            .filter(|e| e.task.is_none() && e.not_read.is_none() && e.at_ms <= at_ms)
-            .find_map(|e| e.to.as_deref())
-            == Some("STOPPED")
+    /// The connector was seen STOPPED in `(after_ms, by_ms]`: a change to STOPPED seen then,
+    /// or its last change seen before then (the first read's state when not RUNNING is
+    /// one) left it STOPPED.
+    pub fn stopped_in(&self, (after_ms, by_ms): (i64, i64)) -> bool {
+        let connector = || {
+            self.events
+                .iter()
+                .filter(|e| e.task.is_none() && e.not_read.is_none())
+        };
+        let stopped = |e: &StateEvent| e.to.as_deref() == Some("STOPPED");
+        connector().any(|e| e.at_ms > after_ms && e.at_ms <= by_ms && stopped(e))
+            || connector()
+                .filter(|e| e.at_ms <= after_ms)
+                .last()
+                .is_some_and(stopped)
     }
 
     /// What the connector's history tells of a gap, in words, or `None`: the changes with
@@ -860,8 +865,8 @@ mod tests {
     /// STOPPED at :34.511 (it was, on the worker, at :33.703), the commit step 2 -> 3 (the
     /// operator's PATCH) seen at :34.622, the resume seen at :35.515 (on the worker :34.954).
     /// The evidence names the failure, the stop, the resume (seen within a poll after the
-    /// step) and that the offsets moved while STOPPED; the window ending at the step left the
-    /// resume out, and nothing said who moved the offsets.
+    /// step) and that the connector was STOPPED between the commits; the window ending at
+    /// the step left the resume out, and nothing said who moved the offsets.
     #[test]
     fn offsets_moved_while_stopped_are_named_with_the_late_resume() {
         const S: i64 = 1_796_592_360_000; // 2026-12-06T21:26:00Z
@@ -889,13 +894,26 @@ mod tests {
             words.ends_with(
                 "), RUNNING again at 2026-12-06T21:26:35Z; Kafka Connect connector try-sink \
                  STOPPED at 2026-12-06T21:26:34Z, RUNNING again at 2026-12-06T21:26:35Z; the \
-                 connector was STOPPED when its consumer group's offsets moved: set through \
-                 Connect's offsets API or a consumer group reset, not committed by a task"
+                 connector was STOPPED between the commits: a STOPPED connector's offsets move \
+                 only when set through Connect's offsets API or a consumer group reset, never \
+                 by a task"
             ),
             "{words}"
         );
-        assert!(h.stopped_at(S + 34_622) && !h.stopped_at(S + 34_510));
-        assert!(!h.stopped_at(S + 35_515), "running again");
+        // Another run: the step seen 0.1 s after the resume (the PATCH landed between the
+        // stop at :50.5 and the resume at :51.96 on the worker; the auditor saw the stop at
+        // :51.230, the resume at :52.233 and commit 3 at :52.336). STOPPED is in the window.
+        assert_eq!(
+            h.explain_step("try-sink", Some(S + 28_000), S + 35_600, 1_000, false),
+            h.explain_step("try-sink", Some(S + 28_000), S + 34_622, 1_000, false)
+        );
+        assert!(h.stopped_in((S + 34_510, S + 34_511)), "the stop");
+        assert!(
+            h.stopped_in((S + 34_600, S + 35_000)),
+            "stopped at the start"
+        );
+        assert!(!h.stopped_in((S + 34_000, S + 34_510)), "before the stop");
+        assert!(!h.stopped_in((S + 35_515, S + 40_000)), "running again");
         // A step while it runs: no such clause. Alone: with its subject.
         let running_step = h.explain_step("try-sink", Some(S + 37_000), S + 40_000, 1_000, false);
         assert_eq!(running_step, None);
@@ -906,9 +924,9 @@ mod tests {
                 .explain_step("try-sink", Some(S + 5_000), S + 9_000, 1_000, false)
                 .as_deref(),
             Some(
-                "Kafka Connect connector try-sink was STOPPED when its consumer group's offsets \
-                 moved: set through Connect's offsets API or a consumer group reset, not \
-                 committed by a task"
+                "Kafka Connect connector try-sink was STOPPED between the commits: a STOPPED \
+                 connector's offsets move only when set through Connect's offsets API or a \
+                 consumer group reset, never by a task"
             )
         );
     }
