@@ -775,6 +775,25 @@ mod tests {
                  seed sink refuses the poison record at try-topic-31343-0 offset 2"
             )
         );
+        // A converter's failure with errors.tolerance=none: the wrapper is the tolerance's.
+        let mut h = History::default();
+        h.observe_status(
+            &parse_status(include_bytes!("fixtures/status-running.json")).expect("real"),
+            T - 1_000,
+        );
+        let converting = parse_status(include_bytes!(
+            "fixtures/status-task-failed-converting.json"
+        ))
+        .expect("the real worker's JSON");
+        h.observe_status(&converting, T);
+        assert_eq!(
+            h.events().next_back().and_then(|e| e.trace.as_deref()),
+            Some(
+                "org.apache.kafka.connect.errors.ConnectException: Tolerance exceeded in error \
+                 handler; caused by org.apache.kafka.connect.errors.DataException: seed \
+                 converter cannot read the poison record of try-conv-29511"
+            )
+        );
         // The innermost cause, a line without one, and one whose cause repeats it.
         let nested = "a.X: outer\n\tat f(F.java:1)\nCaused by: b.Y: middle\n\tat g\nCaused by: c.Z: inner pwd=pw1\n\t... 3 more\n";
         assert_eq!(

@@ -9,7 +9,8 @@
 //!   worker");
 //! - `GET /connectors/{name}/config` → the connector's config, a flat object of strings;
 //! - anything else, or another connector, → 404 `{"error_code": 404, "message":
-//!   "Connector x not found"}`, Connect's error shape.
+//!   "Connector x not found"}` (`No status found for connector x` for its status, as the
+//!   real worker words it), Connect's error shape.
 //!
 //! The test sets the task states it lists. It is not a worker: no rebalance, no task ever changes by itself.
 
@@ -114,7 +115,14 @@ fn handle(s: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
         return not_found("HTTP 404 Not Found".into());
     };
     if *name != s.name {
-        return not_found(format!("Connector {name} not found"));
+        // A real Kafka 4.4 worker's words: the status of an unknown connector is "No status
+        // found" (as for one just created, before its first status is written), its config
+        // "Connector x not found".
+        return not_found(if *what == "status" {
+            format!("No status found for connector {name}")
+        } else {
+            format!("Connector {name} not found")
+        });
     }
     match *what {
         "status" => {
