@@ -324,8 +324,7 @@ impl History {
         let stopped = |e: &StateEvent| e.to.as_deref() == Some("STOPPED");
         connector().any(|e| e.at_ms > after_ms && e.at_ms <= by_ms && stopped(e))
             || connector()
-                .filter(|e| e.at_ms <= after_ms)
-                .last()
+                .rfind(|e| e.at_ms <= after_ms)
                 .is_some_and(stopped)
     }
 
@@ -465,8 +464,7 @@ fn trace_words(trace: &str) -> Option<String> {
     let root = lines
         .filter_map(|l| l.strip_prefix("Caused by:"))
         .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .last()
+        .rfind(|l| !l.is_empty())
         .map(|l| printable(&redact(l), TRACE_CHARS));
     Some(match root {
         Some(root) if root != first => format!("{first}; caused by {root}"),
