@@ -163,7 +163,8 @@ pub struct ConnectEventStatus {
     pub to: Option<String>,
     /// The worker after the change.
     pub worker_id: Option<String>,
-    /// The first line of its trace (the exception), when it FAILED with one.
+    /// The first line of its trace (the exception) and its root cause (`; caused by ...`),
+    /// when it FAILED with one.
     pub trace: Option<String>,
     /// The change in words: "FAILED at 2026-12-06T02:14:00Z (exception)".
     pub words: String,

@@ -6,7 +6,6 @@ use crate::clock::Clock;
 use crate::config::AuditConfig;
 #[cfg(test)]
 use crate::connect_evidence::ConnectView;
-use crate::connect_evidence::history::window;
 use crate::connect_evidence::{ConnectSource, SharedView};
 use crate::evidence_poll::{self, read as read_view};
 use crate::gap::GapCause;
@@ -74,22 +73,42 @@ impl ConnectWatch {
     }
 
     /// What the connector's history tells of a new gap: for `skipped_by_restart` and
-    /// `dropped_in_flight`, the changes seen in its commit step's window; for the latter,
-    /// also whether the connector skips records silently.
+    /// `dropped_in_flight`, the changes seen in its commit step's window and whether the
+    /// connector was STOPPED between the commits (offsets set by an operator); for the
+    /// latter, and for the former when nothing else explains it, whether the connector
+    /// skips records silently.
     pub(super) fn explain(&self, g: &GapRecord) -> Option<String> {
         let in_flight = match g.cause {
             GapCause::SkippedByRestart => false,
             GapCause::DroppedInFlight => true,
             _ => return None,
         };
-        let span = g.commit.map(|c| window(c.since_ms, c.at_ms, self.poll_ms));
-        evidence_poll::with(&self.view, |view| {
-            view.history.explain(&self.connector, span, in_flight)
-        })
+        let words = |in_flight| {
+            evidence_poll::with(&self.view, |view| match g.commit {
+                Some(c) => view.history.explain_step(
+                    &self.connector,
+                    c.since_ms,
+                    c.at_ms,
+                    self.poll_ms,
+                    in_flight,
+                ),
+                None => view.history.explain(&self.connector, None, in_flight),
+            })
+        };
+        // A jump that begins at the gap is also what a record skipped at the start of a
+        // batch looks like (the ledger's heuristic limit): on a real worker a record the
+        // converter failed with errors.tolerance=all, right after a commit, was called
+        // skipped_by_restart with no evidence. With no restart seen, the connector's
+        // tolerance is the explanation.
+        match (words(in_flight), g.cause) {
+            (None, GapCause::SkippedByRestart) => words(true),
+            (w, _) => w,
+        }
     }
 
     /// Whether the connector's history may explain `g` (as [`ConnectWatch::explain`] would
-    /// read it) but was last read before its commit step was seen (or, without one, never).
+    /// read it) but was last read before the end of its commit step's window (one poll
+    /// after the step was seen), or, without a step, never.
     pub(super) fn behind(&self, g: &GapRecord) -> bool {
         if !matches!(
             g.cause,
@@ -99,7 +118,7 @@ impl ConnectWatch {
         }
         let read = evidence_poll::with(&self.view, |view| view.read_as_of_ms);
         match g.commit {
-            Some(c) => read.is_none_or(|r| r < c.at_ms),
+            Some(c) => read.is_none_or(|r| r < c.at_ms.saturating_add(self.poll_ms)),
             None => read.is_none(),
         }
     }

@@ -76,7 +76,8 @@ pub struct StateEvent {
     pub worker_id: Option<String>,
     /// It is on another worker than before.
     pub moved: bool,
-    /// The first line of its trace (the exception), when it is FAILED with one.
+    /// The first line of its trace (the exception) and its root cause, when it is FAILED
+    /// with one ([`trace_words`]).
     pub trace: Option<String>,
     /// Not a change: the REST API did not answer from this time (the auditor's clock)
     /// until `at_ms`, and why; what the connector and its tasks did then was not seen
@@ -89,6 +90,11 @@ pub struct StateEvent {
     /// `topics`, an offset reset override, ...; which keys is not kept: they may hold
     /// secrets).
     pub reconfigured: bool,
+    /// A task listed again after it was not: `from` is the state it was last listed in.
+    /// A real worker lists no task of a STOPPED connector, so the usual way of skipping a
+    /// poison record (stop, move the offsets, resume) shows the task going and coming back
+    /// with the same id: that is a restart, not a new task.
+    pub returned: bool,
 }
 
 impl StateEvent {
@@ -106,6 +112,7 @@ impl StateEvent {
             not_read: None,
             reconfigured: false,
             after_ms: None,
+            returned: false,
         }
     }
 
@@ -150,6 +157,9 @@ impl StateEvent {
             .as_ref()
             .map(|t| format!(" ({t})"))
             .unwrap_or_default();
+        if let (true, Some(to)) = (self.returned, &self.to) {
+            return format!("{to} again at {at}{trace}{on}");
+        }
         match (&self.from, &self.to) {
             (_, None) => format!("no longer listed at {at}"),
             (None, Some(to)) => format!("listed {to} at {at}{on}{trace}"),
@@ -179,6 +189,9 @@ pub struct History {
     connector: Option<Seen>,
     /// Its tasks at that poll, by id.
     tasks: BTreeMap<i32, Seen>,
+    /// Tasks listed before and not at that poll, as last listed (at most [`MAX_TASKS`]): one
+    /// listed again is a restart ([`StateEvent::returned`]).
+    gone: BTreeMap<i32, Seen>,
     /// The changes, oldest first, at most [`MAX_EVENTS`].
     events: VecDeque<StateEvent>,
     /// Its error handling, from the last config read; `None` before one.
@@ -247,14 +260,33 @@ impl History {
             new.push(e);
         }
         for (id, (seen, trace)) in &tasks {
-            if let Some(e) = change(Some(*id), self.tasks.get(id), Some(seen), *trace, at_ms) {
-                new.push(e);
-            }
+            let before = self.tasks.get(id);
+            let e = match before.is_none().then(|| self.gone.remove(id)).flatten() {
+                // Listed again (after a stop and resume, a rebalance): an event even in the
+                // state it left in, or its restart would not be named.
+                Some(last) => change(Some(*id), Some(&last), Some(seen), *trace, at_ms)
+                    .or_else(|| change(Some(*id), None, Some(seen), *trace, at_ms))
+                    .map(|e| StateEvent {
+                        from: Some(last.state.clone()),
+                        moved: last.worker_id != seen.worker_id,
+                        returned: true,
+                        ..e
+                    }),
+                None => change(Some(*id), before, Some(seen), *trace, at_ms),
+            };
+            new.extend(e);
         }
         for (id, seen) in &self.tasks {
             if !tasks.contains_key(id) {
-                new.extend(change(Some(*id), Some(seen), None, None, at_ms));
+                // A STOPPED connector lists no tasks (Kafka >= 3.5): its STOPPED says it.
+                if connector.state != "STOPPED" {
+                    new.extend(change(Some(*id), Some(seen), None, None, at_ms));
+                }
+                self.gone.insert(*id, seen.clone());
             }
+        }
+        while self.gone.len() > MAX_TASKS {
+            self.gone.pop_last();
         }
         self.tasks = tasks.into_iter().map(|(id, (s, _))| (id, s)).collect();
         self.keep(new, previous_read)
@@ -329,6 +361,53 @@ impl History {
         self.errors.as_ref()
     }
 
+    /// What the connector's history tells of a gap whose commit step was seen at `at_ms`
+    /// (its left position committed after `since_ms`; the poller reads every `poll_ms`):
+    /// [`Self::explain`] over the step's [`window`], and whether the connector was STOPPED in
+    /// it. A STOPPED connector runs no task, so its offsets move only when an operator sets
+    /// them (Connect's offsets API, `PATCH /connectors/{name}/offsets`, or a consumer group
+    /// reset: both need the connector stopped): the usual way past a poison record on a
+    /// real worker (stop, PATCH, resume). Not "STOPPED at the step": the step and the
+    /// states are each seen up to a poll late, and on a real worker the step was seen 0.1 s
+    /// after the resume once, 0.1 s after the stop another time.
+    pub fn explain_step(
+        &self,
+        connector: &str,
+        since_ms: Option<i64>,
+        at_ms: i64,
+        poll_ms: i64,
+        dropped_in_flight: bool,
+    ) -> Option<String> {
+        let span = window(since_ms, at_ms, poll_ms);
+        let words = self.explain(connector, Some(span), dropped_in_flight);
+        if !self.stopped_in(span) {
+            return words;
+        }
+        const SET: &str = "was STOPPED between the commits: a STOPPED connector's offsets move \
+                           only when set through Connect's offsets API or a consumer group \
+                           reset, never by a task";
+        Some(match words {
+            Some(w) => format!("{w}; the connector {SET}"),
+            None => format!("{} {SET}", subject(None, &printable(connector, NAME_CHARS))),
+        })
+    }
+
+    /// The connector was seen STOPPED in `(after_ms, by_ms]`: a change to STOPPED seen then,
+    /// or its last change seen before then (the first read's state when not RUNNING is
+    /// one) left it STOPPED.
+    pub fn stopped_in(&self, (after_ms, by_ms): (i64, i64)) -> bool {
+        let connector = || {
+            self.events
+                .iter()
+                .filter(|e| e.task.is_none() && e.not_read.is_none())
+        };
+        let stopped = |e: &StateEvent| e.to.as_deref() == Some("STOPPED");
+        connector().any(|e| e.at_ms > after_ms && e.at_ms <= by_ms && stopped(e))
+            || connector()
+                .rfind(|e| e.at_ms <= after_ms)
+                .is_some_and(stopped)
+    }
+
     /// What the connector's history tells of a gap, in words, or `None`: the changes with
     /// `after_ms < at_ms <= by_ms` (a few named, the rest counted), and for
     /// `dropped_in_flight` whether the connector skips records silently.
@@ -382,10 +461,16 @@ impl History {
 }
 
 /// The window of a commit step seen at `at_ms`, whose left position was committed after
-/// `since_ms`: changes seen by a poll after `since_ms` less one poll interval (a poll sees a
-/// change up to one interval after it happened), up to `at_ms`.
+/// `since_ms`: changes seen by a poll after `since_ms` less one poll interval, up to one
+/// poll interval after `at_ms`. A poll sees a change up to one interval after it happened,
+/// at either end: on a real worker (docs/TESTING.md "A real Kafka Connect worker") the
+/// connector was STOPPED 0.9 s before the auditor's poll saw it, and its resume, 0.3 s after
+/// the jump was seen, was seen 0.9 s after the jump: a window ending at `at_ms` left it out.
 pub fn window(since_ms: Option<i64>, at_ms: i64, poll_ms: i64) -> (i64, i64) {
-    (since_ms.unwrap_or(at_ms).saturating_sub(poll_ms), at_ms)
+    (
+        since_ms.unwrap_or(at_ms).saturating_sub(poll_ms),
+        at_ms.saturating_add(poll_ms),
+    )
 }
 
 /// A trace line with what may be a credential taken out (review 27c, F-3): sink exceptions
@@ -443,6 +528,27 @@ fn redact_word(word: &str) -> String {
     w
 }
 
+/// What a FAILED trace says in words: its first line (the exception), and its root cause
+/// (the last `Caused by:` line) when it has one. A real worker (Kafka 4.4) wraps whatever a
+/// sink task's `put` throws in `ConnectException: Exiting WorkerSinkTask due to unrecoverable
+/// exception.`, and a conversion failure in `ConnectException: Tolerance exceeded in error
+/// handler`: the same words for every failure, the sink's own reason only in the last
+/// `Caused by:` (docs/TESTING.md "A real Kafka Connect worker"). Each part redacted and
+/// capped at [`TRACE_CHARS`].
+fn trace_words(trace: &str) -> Option<String> {
+    let mut lines = trace.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = printable(&redact(lines.next()?), TRACE_CHARS);
+    let root = lines
+        .filter_map(|l| l.strip_prefix("Caused by:"))
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .map(|l| printable(&redact(l), TRACE_CHARS));
+    Some(match root {
+        Some(root) if root != first => format!("{first}; caused by {root}"),
+        _ => first,
+    })
+}
+
 /// The event between `before` and `after`, if anything changed.
 fn change(
     task: Option<i32>,
@@ -456,11 +562,7 @@ fn change(
     }
     let to = after.map(|s| s.state.clone());
     let trace = match (to.as_deref(), trace) {
-        (Some("FAILED"), Some(t)) => t
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map(|l| printable(&redact(l), TRACE_CHARS)),
+        (Some("FAILED"), Some(t)) => trace_words(t),
         _ => None,
     };
     Some(StateEvent {
@@ -474,6 +576,7 @@ fn change(
         not_read: None,
         reconfigured: false,
         after_ms: None,
+        returned: false,
     })
 }
 
@@ -616,11 +719,11 @@ mod tests {
         // Both before the window (seen at or before since - 1 poll).
         assert_eq!(named(Some(T + 31_000), T + 60_000), None);
         // Both after it: the failure seen at T may have happened after the read at
-        // T - 30 s, not before.
-        assert_eq!(named(Some(T - 60_000), T - 30_000), None);
+        // T - 30 s, which is past the window's end (one poll after the step).
+        assert_eq!(named(Some(T - 60_000), T - 31_000), None);
         // Review 28, R28-3: seen by the first read after the jump, it may have happened
         // before it (after the read at T - 30 s): named.
-        assert!(named(Some(T - 60_000), T - 1).is_some_and(|w| w.contains("FAILED at")));
+        assert!(named(Some(T - 60_000), T - 30_000).is_some_and(|w| w.contains("FAILED at")));
         // Likewise the restart seen at T + 30 s, after a read at T + 5 s, for a jump seen
         // at T + 20 s.
         assert!(named(Some(T + 10_000), T + 20_000).is_some_and(|w| w.contains("RUNNING again")));
@@ -862,6 +965,203 @@ mod tests {
             )
         );
         assert!(!format!("{h:?}").contains("pw1"));
+    }
+
+    /// What a real Kafka 4.4 worker answered for a sink task whose `put` threw (captured by
+    /// scripts/connect-seed.sh): the first line is the runtime's wrapper, the same for every
+    /// such failure; the words name the root cause too (it said only the wrapper).
+    #[test]
+    fn a_real_workers_trace_names_its_root_cause() {
+        let real = parse_status(include_bytes!("fixtures/status-task-failed-in-put.json"))
+            .expect("the real worker's JSON");
+        let mut h = History::default();
+        h.observe_status(
+            &parse_status(include_bytes!("fixtures/status-running.json")).expect("real"),
+            T - 1_000,
+        );
+        assert_eq!(h.observe_status(&real, T), 1);
+        let e = h.events().next_back().expect("the failure");
+        assert_eq!(
+            e.trace.as_deref(),
+            Some(
+                "org.apache.kafka.connect.errors.ConnectException: Exiting WorkerSinkTask due to \
+                 unrecoverable exception.; caused by org.apache.kafka.connect.errors.ConnectException: \
+                 seed sink refuses the poison record at try-topic-31343-0 offset 2"
+            )
+        );
+        // A converter's failure with errors.tolerance=none: the wrapper is the tolerance's.
+        let mut h = History::default();
+        h.observe_status(
+            &parse_status(include_bytes!("fixtures/status-running.json")).expect("real"),
+            T - 1_000,
+        );
+        let converting = parse_status(include_bytes!(
+            "fixtures/status-task-failed-converting.json"
+        ))
+        .expect("the real worker's JSON");
+        h.observe_status(&converting, T);
+        assert_eq!(
+            h.events().next_back().and_then(|e| e.trace.as_deref()),
+            Some(
+                "org.apache.kafka.connect.errors.ConnectException: Tolerance exceeded in error \
+                 handler; caused by org.apache.kafka.connect.errors.DataException: seed \
+                 converter cannot read the poison record of try-conv-29511"
+            )
+        );
+        // The innermost cause, a line without one, and one whose cause repeats it.
+        let nested = "a.X: outer\n\tat f(F.java:1)\nCaused by: b.Y: middle\n\tat g\nCaused by: c.Z: inner pwd=pw1\n\t... 3 more\n";
+        assert_eq!(
+            trace_words(nested).as_deref(),
+            Some("a.X: outer; caused by c.Z: inner pwd=[redacted]")
+        );
+        assert_eq!(trace_words("a.X: only\n").as_deref(), Some("a.X: only"));
+        assert_eq!(
+            trace_words("a.X: same\nCaused by: a.X: same").as_deref(),
+            Some("a.X: same")
+        );
+        assert_eq!(trace_words("\n \n"), None);
+    }
+
+    /// The operator's way past a poison record on a real Kafka 4.4 worker (captured by
+    /// scripts/connect-seed.sh): task FAILED; `PUT /connectors/{name}/stop` lists the
+    /// connector STOPPED with no tasks; `PATCH .../offsets`; `PUT .../resume` lists task 0
+    /// RUNNING again. The task's going with the STOPPED connector is no event of its own, and
+    /// its coming back is a restart ("RUNNING again"), not a new task ("listed RUNNING"): the
+    /// words said "no longer listed", "listed RUNNING" and left the restart uncounted past
+    /// the fourth event.
+    #[test]
+    fn stop_and_resume_on_a_real_worker_is_a_restart() {
+        let read = |b: &[u8]| parse_status(b).expect("the real worker's JSON");
+        let running = read(include_bytes!("fixtures/status-running.json"));
+        let mut h = History::default();
+        assert_eq!(h.observe_status(&running, T - 1_000), 0);
+        assert_eq!(
+            h.observe_status(
+                &read(include_bytes!("fixtures/status-task-failed-in-put.json")),
+                T
+            ),
+            1
+        );
+        let stopped = read(include_bytes!("fixtures/status-stopped.json"));
+        assert_eq!(
+            h.observe_status(&stopped, T + 2_000),
+            1,
+            "the connector alone"
+        );
+        assert!(h.tasks().is_empty());
+        assert_eq!(h.observe_status(&running, T + 4_000), 2);
+        let last = h.events().next_back().expect("the restart");
+        assert_eq!(
+            (
+                last.task,
+                last.from.as_deref(),
+                last.to.as_deref(),
+                last.returned
+            ),
+            (Some(0), Some("FAILED"), Some("RUNNING"), true)
+        );
+        assert_eq!(
+            h.explain("try-sink", Some((T - 500, T + 4_000)), false)
+                .as_deref(),
+            Some(
+                "Kafka Connect task 0 of try-sink FAILED at 2026-12-06T02:14:00Z \
+                 (org.apache.kafka.connect.errors.ConnectException: Exiting WorkerSinkTask due \
+                 to unrecoverable exception.; caused by org.apache.kafka.connect.errors.\
+                 ConnectException: seed sink refuses the poison record at try-topic-31343-0 \
+                 offset 2), RUNNING again at 2026-12-06T02:14:04Z; Kafka Connect connector \
+                 try-sink STOPPED at 2026-12-06T02:14:02Z, RUNNING again at 2026-12-06T02:14:04Z"
+            )
+        );
+        // Stopped and resumed while RUNNING: still a restart; on another worker: said so.
+        let mut h = History::default();
+        h.observe_status(&running, T);
+        h.observe_status(&stopped, T + 1_000);
+        h.observe_status(&status("RUNNING", "connect-2:8083", None), T + 2_000);
+        let last = h.events().next_back().expect("the restart");
+        assert_eq!(
+            last.phrase(),
+            "RUNNING again at 2026-12-06T02:14:02Z on worker connect-2:8083"
+        );
+        // A task that goes while the connector runs (tasks.max lowered) is still named.
+        let mut h = History::default();
+        h.observe_status(&running, T);
+        let none = read(br#"{"name":"x","connector":{"state":"RUNNING","worker_id":"127.0.0.1:18083"},"tasks":[]}"#);
+        assert_eq!(h.observe_status(&none, T + 1_000), 1);
+        assert_eq!(
+            h.events().next_back().map(StateEvent::phrase).as_deref(),
+            Some("no longer listed at 2026-12-06T02:14:01Z")
+        );
+    }
+
+    /// The `fail` case of scripts/connect-seed.sh on a real Kafka 4.4 worker, at the times
+    /// the auditor's polls saw it (1 s apart): the task FAILED at :31.508, the connector
+    /// STOPPED at :34.511 (it was, on the worker, at :33.703), the commit step 2 -> 3 (the
+    /// operator's PATCH) seen at :34.622, the resume seen at :35.515 (on the worker :34.954).
+    /// The evidence names the failure, the stop, the resume (seen within a poll after the
+    /// step) and that the connector was STOPPED between the commits; the window ending at
+    /// the step left the resume out, and nothing said who moved the offsets.
+    #[test]
+    fn offsets_moved_while_stopped_are_named_with_the_late_resume() {
+        const S: i64 = 1_796_592_360_000; // 2026-12-06T21:26:00Z
+        let read = |b: &[u8]| parse_status(b).expect("the real worker's JSON");
+        let running = read(include_bytes!("fixtures/status-running.json"));
+        let mut h = History::default();
+        h.observe_status(&running, S + 25_511);
+        h.observe_status(
+            &read(include_bytes!("fixtures/status-task-failed-in-put.json")),
+            S + 31_508,
+        );
+        h.observe_status(
+            &read(include_bytes!("fixtures/status-stopped.json")),
+            S + 34_511,
+        );
+        h.observe_status(&running, S + 35_515);
+        let words = h
+            .explain_step("try-sink", Some(S + 28_000), S + 34_622, 1_000, false)
+            .expect("named");
+        assert!(
+            words.starts_with("Kafka Connect task 0 of try-sink FAILED at 2026-12-06T21:26:31Z ("),
+            "{words}"
+        );
+        assert!(
+            words.ends_with(
+                "), RUNNING again at 2026-12-06T21:26:35Z; Kafka Connect connector try-sink \
+                 STOPPED at 2026-12-06T21:26:34Z, RUNNING again at 2026-12-06T21:26:35Z; the \
+                 connector was STOPPED between the commits: a STOPPED connector's offsets move \
+                 only when set through Connect's offsets API or a consumer group reset, never \
+                 by a task"
+            ),
+            "{words}"
+        );
+        // Another run: the step seen 0.1 s after the resume (the PATCH landed between the
+        // stop at :50.5 and the resume at :51.96 on the worker; the auditor saw the stop at
+        // :51.230, the resume at :52.233 and commit 3 at :52.336). STOPPED is in the window.
+        assert_eq!(
+            h.explain_step("try-sink", Some(S + 28_000), S + 35_600, 1_000, false),
+            h.explain_step("try-sink", Some(S + 28_000), S + 34_622, 1_000, false)
+        );
+        assert!(h.stopped_in((S + 34_510, S + 34_511)), "the stop");
+        assert!(
+            h.stopped_in((S + 34_600, S + 35_000)),
+            "stopped at the start"
+        );
+        assert!(!h.stopped_in((S + 34_000, S + 34_510)), "before the stop");
+        assert!(!h.stopped_in((S + 35_515, S + 40_000)), "running again");
+        // A step while it runs: no such clause. Alone: with its subject.
+        let running_step = h.explain_step("try-sink", Some(S + 37_000), S + 40_000, 1_000, false);
+        assert_eq!(running_step, None);
+        let mut stopped = History::default();
+        stopped.observe_status(&read(include_bytes!("fixtures/status-stopped.json")), S);
+        assert_eq!(
+            stopped
+                .explain_step("try-sink", Some(S + 5_000), S + 9_000, 1_000, false)
+                .as_deref(),
+            Some(
+                "Kafka Connect connector try-sink was STOPPED between the commits: a STOPPED \
+                 connector's offsets move only when set through Connect's offsets API or a \
+                 consumer group reset, never by a task"
+            )
+        );
     }
 
     /// Review 27c, F-3: a trace line that quotes a credential keeps the exception, not the

@@ -5,7 +5,13 @@
 //! - `GET /connectors/{name}/status`: `{"name", "connector": {"state", "worker_id",
 //!   "trace"?}, "tasks": [{"id", "state", "worker_id", "trace"?}], "type"}`. States are
 //!   `UNASSIGNED`, `RUNNING`, `PAUSED`, `FAILED`, `RESTARTING` and `STOPPED`; `trace` is the
-//!   Java stack trace of a FAILED connector or task (its first line names the exception).
+//!   Java stack trace of a FAILED connector or task. What a real Kafka 4.4 worker answered
+//!   (docs/TESTING.md "A real Kafka Connect worker", fixtures/): a `version` (the plugin's)
+//!   on the connector and each task; a STOPPED connector lists no tasks; a trace's first
+//!   line is the runtime's wrapper (`Exiting WorkerSinkTask due to unrecoverable
+//!   exception.`, `Tolerance exceeded in error handler`), the reason in its last
+//!   `Caused by:`; a RESTARTING task still carries its old trace; an unknown connector's
+//!   status is 404 `No status found for connector x`.
 //! - `GET /connectors/{name}/config`: the connector's configuration, a flat object of
 //!   strings (`connector.class`, `topics`, `errors.tolerance`,
 //!   `errors.deadletterqueue.topic.name`, ...).
@@ -220,6 +226,40 @@ pub(crate) mod tests {
         )
         .expect("no tasks");
         assert!(s.tasks.is_empty() && s.kind.is_none());
+    }
+
+    /// What a real Kafka 4.4 worker answered (scripts/connect-seed.sh): `version` fields are
+    /// ignored; a STOPPED connector has no tasks; a RESTARTING task keeps its old trace; an
+    /// unknown connector's status is a 404 whose words are read.
+    #[test]
+    fn a_real_workers_answers_read() {
+        let s = parse_status(include_bytes!("fixtures/status-stopped.json")).expect("real");
+        assert_eq!(
+            (s.connector.state.as_str(), s.tasks.len(), s.kind.as_deref()),
+            ("STOPPED", 0, Some("sink"))
+        );
+        let s = parse_status(include_bytes!("fixtures/status-restarting.json")).expect("real");
+        assert_eq!(s.tasks[0].info.state, "RESTARTING");
+        assert!(
+            s.tasks[0]
+                .info
+                .trace
+                .as_deref()
+                .is_some_and(|t| t.starts_with(
+                    "org.apache.kafka.connect.errors.ConnectException: Exiting WorkerSinkTask"
+                ))
+        );
+        assert_eq!(
+            error_message(br#"{"error_code":404,"message":"No status found for connector nope"}"#),
+            "No status found for connector nope"
+        );
+        // Its config: flat strings, the connector's own password among them (not kept).
+        let c = parse_config(include_bytes!("fixtures/config-tolerate.json")).expect("real");
+        assert!(c.errors.skips_silently());
+        assert!(
+            !format!("{c:?}").contains("gap"),
+            "nothing but errors.* is kept"
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Kafka Connect's evidence on gaps (issue 37), through the daemon: the seed incident with
-//! a Connect worker stand-in ([`FakeConnect`], Kafka's documented JSON) whose task 0
-//! FAILED and runs again on another worker between the pipeline's commit 2 and its jump
-//! to 4; and a Connect REST API that cannot be reached, which changes nothing.
+//! a Connect worker stand-in ([`FakeConnect`], Kafka's documented JSON, shaped as a real
+//! Kafka 4.4 worker answered: docs/TESTING.md "A real Kafka Connect worker") whose task 0
+//! FAILED and is stopped and resumed the way an operator skips a record, between the
+//! pipeline's commit 2 and its jump to 4; and a Connect REST API that cannot be reached,
+//! which changes nothing.
 
 use crate::fake_connect::{FakeConnect, Task};
 use crate::support::*;
@@ -11,8 +13,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const CONNECTOR: &str = "es-sink";
-const EXCEPTION: &str =
-    "org.apache.kafka.connect.errors.ConnectException: Tolerance exceeded in error handler";
+/// The first line of a real worker's trace for a sink task whose `put` threw: the runtime's
+/// wrapper, the same for every such failure.
+const EXCEPTION: &str = "org.apache.kafka.connect.errors.ConnectException: Exiting WorkerSinkTask due to unrecoverable exception.";
+/// Its last `Caused by:`: what the sink threw.
+const CAUSE: &str = "org.apache.kafka.connect.errors.ConnectException: es-sink cannot index the record at dns-0 offset 2";
+
+/// A FAILED task's trace in the shape a real Kafka 4.4 worker printed (scripts/connect-seed.sh).
+fn real_trace() -> String {
+    format!(
+        "{EXCEPTION}\n\tat org.apache.kafka.connect.runtime.WorkerSinkTask.deliverMessages(WorkerSinkTask.java:658)\n\tat org.apache.kafka.connect.runtime.WorkerSinkTask.poll(WorkerSinkTask.java:359)\n\tat java.base/java.lang.Thread.run(Thread.java:840)\nCaused by: {CAUSE}\n\tat example.EsSinkTask.put(EsSinkTask.java:141)\n\tat org.apache.kafka.connect.runtime.WorkerSinkTask.deliverMessages(WorkerSinkTask.java:628)\n\t... 11 more\n"
+    )
+}
 
 /// The seed scenario's config with the Connect evidence keys (user and password in the
 /// URL: they must not show anywhere).
@@ -52,9 +64,11 @@ fn words_time(event: &serde_json::Value) -> String {
 }
 
 /// The seed incident on a Kafka Connect sink: once the auditor saw commit 2, task 0 FAILED
-/// (tolerance exceeded) and runs again on connect-2; the gap 2–3 names both, in /api/gaps,
-/// in the store (what `gaps` prints) and on the gap page; /api/status shows the connector,
-/// its task, its error handling and the changes, with no credential.
+/// (its put threw), and the operator stopped the connector (a real worker then lists no
+/// tasks) and resumed it; the gap 2–3 names the failure with its root cause and the
+/// restart, in /api/gaps, in the store (what `gaps` prints) and on the gap page;
+/// /api/status shows the connector, its task, its error handling and the changes, with no
+/// credential.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_seed_gap_carries_the_task_failure_and_restart() {
     let s = Scenario::new("connectev").await;
@@ -83,21 +97,23 @@ async fn the_seed_gap_carries_the_task_failure_and_restart() {
                 kc.set_task(Task {
                     state: "FAILED",
                     worker_id: "connect-1:8083",
-                    trace: Some(format!(
-                        "{EXCEPTION}\n\tat org.apache.kafka.connect.runtime.errors.RetryWithToleranceOperator.execAndHandleError(RetryWithToleranceOperator.java:230)\n"
-                    )),
+                    trace: Some(real_trace()),
                 });
-                wait_connect(a, "saw the failure", |c| {
-                    c["tasks"][0]["state"] == "FAILED"
-                })
-                .await;
-                kc.set_task(Task {
-                    state: "RUNNING",
-                    worker_id: "connect-2:8083",
-                    trace: None,
-                });
+                wait_connect(a, "saw the failure", |c| c["tasks"][0]["state"] == "FAILED").await;
+                // PUT /connectors/es-sink/stop: STOPPED, no tasks listed.
+                kc.set_connector("STOPPED", vec![]);
+                wait_connect(a, "saw the stop", |c| c["connector_state"] == "STOPPED").await;
+                // PATCH .../offsets, PUT .../resume: task 0 RUNNING again.
+                kc.set_connector(
+                    "RUNNING",
+                    vec![Task {
+                        state: "RUNNING",
+                        worker_id: "connect-1:8083",
+                        trace: None,
+                    }],
+                );
                 wait_connect(a, "saw the restart", |c| {
-                    c["tasks"][0]["worker_id"] == "connect-2:8083"
+                    c["tasks"][0]["state"] == "RUNNING"
                 })
                 .await;
             }
@@ -113,18 +129,31 @@ async fn the_seed_gap_carries_the_task_failure_and_restart() {
         .await;
     let c = connect_status(&auditor).await;
     let events = c["events"].as_array().expect("events").clone();
-    assert_eq!(events.len(), 2, "{c}");
+    assert_eq!(events.len(), 4, "{c}");
     assert_eq!(
         (&events[0]["task"], &events[0]["from"], &events[0]["to"]),
         (&json!(0), &json!("RUNNING"), &json!("FAILED")),
         "{c}"
     );
-    assert_eq!(events[0]["trace"], EXCEPTION, "{c}");
-    assert_eq!(events[1]["worker_id"], "connect-2:8083", "{c}");
+    assert_eq!(
+        events[0]["trace"],
+        format!("{EXCEPTION}; caused by {CAUSE}"),
+        "{c}"
+    );
+    assert_eq!(
+        (&events[3]["task"], &events[3]["from"], &events[3]["to"]),
+        (&json!(0), &json!("FAILED"), &json!("RUNNING")),
+        "{c}"
+    );
     let words = format!(
-        "Kafka Connect task 0 of {CONNECTOR} FAILED at {} ({EXCEPTION}), RUNNING again at {} on worker connect-2:8083",
+        "Kafka Connect task 0 of {CONNECTOR} FAILED at {} ({EXCEPTION}; caused by {CAUSE}), RUNNING again at {}; \
+         Kafka Connect connector {CONNECTOR} STOPPED at {}, RUNNING again at {}; \
+         the connector was STOPPED between the commits: a STOPPED connector's offsets move \
+         only when set through Connect's offsets API or a consumer group reset, never by a task",
         words_time(&events[0]),
-        words_time(&events[1])
+        words_time(&events[3]),
+        words_time(&events[1]),
+        words_time(&events[2])
     );
 
     let gaps = api_gaps(&auditor).await;
@@ -152,7 +181,7 @@ async fn the_seed_gap_carries_the_task_failure_and_restart() {
     assert_eq!(c["connector_state"], "RUNNING", "{c}");
     assert_eq!(
         c["tasks"],
-        json!([{"id": 0, "state": "RUNNING", "worker_id": "connect-2:8083"}]),
+        json!([{"id": 0, "state": "RUNNING", "worker_id": "connect-1:8083"}]),
         "{c}"
     );
     assert_eq!(c["errors_tolerance"], "all", "{c}");

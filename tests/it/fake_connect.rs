@@ -2,11 +2,15 @@
 //! calls the auditor's Connect evidence makes with bodies that follow Kafka's documented
 //! JSON (the Connect REST reference, <https://kafka.apache.org/documentation/#connect_rest>,
 //! and `ConnectorStateInfo`):
-//! - `GET /connectors/{name}/status` → `{"name", "connector": {"state", "worker_id"},
-//!   "tasks": [{"id", "state", "worker_id", "trace"?}], "type": "sink"}`;
+//! - `GET /connectors/{name}/status` → `{"name", "connector": {"state", "worker_id",
+//!   "version"}, "tasks": [{"id", "state", "worker_id", "version", "trace"?}], "type":
+//!   "sink"}` (`version`, the plugin's, as a real Kafka 4.4 worker adds it; a STOPPED
+//!   connector lists no tasks, as the real one does: docs/TESTING.md "A real Kafka Connect
+//!   worker");
 //! - `GET /connectors/{name}/config` → the connector's config, a flat object of strings;
 //! - anything else, or another connector, → 404 `{"error_code": 404, "message":
-//!   "Connector x not found"}`, Connect's error shape.
+//!   "Connector x not found"}` (`No status found for connector x` for its status, as the
+//!   real worker words it), Connect's error shape.
 //!
 //! The test sets the task states it lists. It is not a worker: no rebalance, no task ever changes by itself.
 
@@ -33,6 +37,7 @@ pub struct Task {
 struct State {
     name: String,
     tasks: Mutex<Vec<Task>>,
+    connector_state: Mutex<&'static str>,
     config: Value,
     requests: AtomicUsize,
     /// The `Authorization` header of the last request.
@@ -57,6 +62,7 @@ impl FakeConnect {
                 worker_id: "connect-1:8083",
                 trace: None,
             }]),
+            connector_state: Mutex::new("RUNNING"),
             config,
             requests: AtomicUsize::new(0),
             authorization: Mutex::new(None),
@@ -69,6 +75,13 @@ impl FakeConnect {
     /// Task 0 from now on.
     pub fn set_task(&self, task: Task) {
         *self.state.tasks.lock().expect("lock") = vec![task];
+    }
+
+    /// The connector's own state from now on, and its tasks (none for STOPPED, as a real
+    /// worker lists them).
+    pub fn set_connector(&self, state: &'static str, tasks: Vec<Task>) {
+        *self.state.connector_state.lock().expect("lock") = state;
+        *self.state.tasks.lock().expect("lock") = tasks;
     }
 
     /// Requests so far, whatever the answer.
@@ -102,7 +115,14 @@ fn handle(s: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
         return not_found("HTTP 404 Not Found".into());
     };
     if *name != s.name {
-        return not_found(format!("Connector {name} not found"));
+        // A real Kafka 4.4 worker's words: the status of an unknown connector is "No status
+        // found" (as for one just created, before its first status is written), its config
+        // "Connector x not found".
+        return not_found(if *what == "status" {
+            format!("No status found for connector {name}")
+        } else {
+            format!("Connector {name} not found")
+        });
     }
     match *what {
         "status" => {
@@ -113,7 +133,7 @@ fn handle(s: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 .iter()
                 .enumerate()
                 .map(|(id, t)| {
-                    let mut v = json!({"id": id, "state": t.state, "worker_id": t.worker_id});
+                    let mut v = json!({"id": id, "state": t.state, "worker_id": t.worker_id, "version": "1"});
                     if let Some(trace) = &t.trace {
                         v["trace"] = json!(trace);
                     }
@@ -124,7 +144,11 @@ fn handle(s: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 StatusCode::OK,
                 json!({
                     "name": s.name,
-                    "connector": {"state": "RUNNING", "worker_id": "connect-1:8083"},
+                    "connector": {
+                        "state": *s.connector_state.lock().expect("lock"),
+                        "worker_id": "connect-1:8083",
+                        "version": "1"
+                    },
                     "tasks": tasks,
                     "type": "sink"
                 }),

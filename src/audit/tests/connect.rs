@@ -194,6 +194,41 @@ async fn a_drop_in_flight_names_a_tolerance_without_dead_letter_queue() {
     }
 }
 
+/// The `tolerate` case of scripts/connect-seed.sh on a real worker: commit 2 seen, then the
+/// record at 2 failed the converter (errors.tolerance=all, no dead-letter queue) and the
+/// next commit jumped 2 -> 6: the jump begins at the gap, so the ledger calls it
+/// skipped_by_restart; with no restart seen the tolerance explains it (it said nothing).
+/// A restart seen in the window is named instead.
+#[tokio::test]
+async fn a_jump_from_a_record_the_connector_skipped_names_its_tolerance() {
+    let (_, gap, stored, _) = gap_with(&[0, 1, 3, 4, 5], 2, |h, _| {
+        h.audit.connect = Some(ConnectWatch::fixed(view(&[], "all"), POLL_MS));
+    })
+    .await;
+    assert_eq!(gap, (2, 2, GapCause::SkippedByRestart));
+    assert_eq!(
+        stored.as_deref(),
+        Some(
+            "Kafka Connect connector es-sink skips records it cannot convert or transform \
+             (errors.tolerance=all) and has no dead-letter queue"
+        )
+    );
+    let (t0, _, stored, _) = gap_with(&[0, 1, 3, 4, 5], 2, |h, t0| {
+        h.audit.connect = Some(ConnectWatch::fixed(
+            view(&[(t0 + 1_600, "FAILED", "connect-1:8083")], "all"),
+            POLL_MS,
+        ));
+    })
+    .await;
+    assert_eq!(
+        stored,
+        Some(format!(
+            "Kafka Connect task 0 of es-sink FAILED at {} ({EXCEPTION})",
+            rfc3339(t0 + 1_600)
+        ))
+    );
+}
+
 /// Flink and Kafka Connect both explain the gap: Flink's words first, joined with "; ".
 #[tokio::test]
 async fn flink_and_connect_words_are_joined() {
