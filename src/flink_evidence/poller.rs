@@ -97,7 +97,7 @@ impl FlinkSource {
     pub fn new(url: &SecretUrl, job: &str, timeout: Duration) -> Result<Self, SourceError> {
         let http = EvidenceClient::new(url, timeout).map_err(|e| match e {
             HttpGetError::Http(why) => SourceError::Http {
-                url: url.without_credentials(),
+                url: crate::evidence_http::shown_url(&url.without_credentials()),
                 why,
             },
             _ => SourceError::Url,
