@@ -86,6 +86,17 @@ async fn gap_with(
     Option<String>,
     Option<String>,
 ) {
+    let (h, t0) = rounds_to_the_gap(in_sink, first, setup).await;
+    let (gap, stored, kept) = the_gap(&h);
+    (t0, gap, stored, kept)
+}
+
+/// The rounds of [`gap_with`], up to the gap found; returns the harness and `t0`.
+async fn rounds_to_the_gap(
+    in_sink: &[Offset],
+    first: Offset,
+    setup: impl Fn(&mut Harness, i64),
+) -> (Harness, i64) {
     let mut h = harness(r#"pipeline_group = "connect-es-sink""#);
     h.assign_and_read((0, 0), expected(0..6)).await;
     h.in_sink(in_sink.iter().copied());
@@ -103,6 +114,12 @@ async fn gap_with(
     h.audit.round().await;
     h.clock.advance(GRACE_MS + 1);
     h.audit.round().await;
+    (h, t0)
+}
+
+/// The one gap (its first and last offsets and cause) and its evidence as stored and as
+/// the ledger keeps it.
+fn the_gap(h: &Harness) -> ((Offset, Offset, GapCause), Option<String>, Option<String>) {
     let gaps = h.stored_gaps();
     assert_eq!(gaps.len(), 1, "{gaps:?}");
     let kept = h.audit.parts[&tp(0)]
@@ -111,11 +128,48 @@ async fn gap_with(
         .find(|g| g.first == gaps[0].first_offset)
         .and_then(|g| g.evidence.clone());
     (
-        t0,
         (gaps[0].first_offset, gaps[0].last_offset, gaps[0].cause),
         gaps[0].evidence.clone(),
         kept,
     )
+}
+
+/// Review 28, R28-12: a connector history last read before the jump's window ended (the
+/// worker not answering, a slow poll) holds the gap's evidence back; a view read after
+/// names the restart it could not hold yet.
+#[tokio::test]
+async fn evidence_waits_for_a_connector_read_past_the_window() {
+    let (mut h, t0) = rounds_to_the_gap(&[0, 1, 4, 5], 2, |h, t0| {
+        let stale = ConnectView {
+            read_as_of_ms: Some(t0 + 1_200),
+            ..view(&[], "none")
+        };
+        h.audit.connect = Some(ConnectWatch::fixed(stale, POLL_MS));
+    })
+    .await;
+    let (gap, stored, kept) = the_gap(&h);
+    assert_eq!(gap, (2, 3, GapCause::SkippedByRestart));
+    assert_eq!((stored, kept), (None, None), "reported, not explained yet");
+    h.audit.connect = Some(ConnectWatch::fixed(
+        view(
+            &[
+                (t0 + 1_500, "FAILED", "connect-1:8083"),
+                (t0 + 1_800, "RUNNING", "connect-2:8083"),
+            ],
+            "none",
+        ),
+        POLL_MS,
+    ));
+    h.clock.advance(1_000);
+    h.audit.round().await;
+    let (_, stored, kept) = the_gap(&h);
+    assert!(
+        stored
+            .as_deref()
+            .is_some_and(|w| w.contains("FAILED at") && w.contains("RUNNING again")),
+        "{stored:?}"
+    );
+    assert_eq!(stored, kept);
 }
 
 /// The seed incident on Kafka Connect: task 0 FAILED, then RUNNING on another worker,

@@ -143,6 +143,35 @@ async fn evidence_waits_for_a_view_read_past_the_jump() {
     assert_eq!(kept.as_deref(), Some(words.as_str()));
 }
 
+/// Review 28, R28-5: which gaps wait for evidence is not stored; a process that stops
+/// while one waits (here: its memory dropped, the partition assigned again from the store)
+/// queues it again, and a view read after the jump explains it.
+#[tokio::test]
+async fn a_gap_waiting_for_evidence_waits_again_after_a_restart() {
+    let mut h = harness(r#"pipeline_group = "flink""#);
+    let stale = |t0: i64| FlinkView {
+        read_as_of_ms: Some(t0 + 1_800),
+        ..view(&[t0 - 60_000], 300)
+    };
+    let t0 = seed_rounds(&mut h, stale).await;
+    assert_eq!(evidence_of_the_gap(&h), (None, None));
+    h.audit.evidence_waiting.clear();
+    h.audit.parts.clear();
+    h.audit.assign(vec![tp(0)]).await;
+    assert_eq!(h.audit.evidence_waiting.len(), 1, "queued again");
+    h.audit.flink = Some(FlinkWatch::fixed(view(&[t0 - 60_000, t0 + 1_900], 50)));
+    h.clock.advance(1_000);
+    h.audit.round().await;
+    let (stored, kept) = evidence_of_the_gap(&h);
+    assert!(
+        stored
+            .as_deref()
+            .is_some_and(|w| w.starts_with("restarted at")),
+        "{stored:?}"
+    );
+    assert_eq!(stored, kept);
+}
+
 /// A view that never catches up (the JobManager stays down) holds the evidence back for
 /// at most `EVIDENCE_WAIT_MS`; then what it holds is said.
 #[tokio::test]
