@@ -473,61 +473,6 @@ pub fn window(since_ms: Option<i64>, at_ms: i64, poll_ms: i64) -> (i64, i64) {
     )
 }
 
-/// A trace line with what may be a credential taken out (review 27c, F-3): sink exceptions
-/// quote the URL or properties they failed on (`jdbc:mysql://u:pw@db/x?password=pw2`,
-/// `http://elastic:changeme@es:9200`), and the auditor shows the line to more people than
-/// Connect's REST API does: a URL's user info, and the value of any `password`, `passwd`,
-/// `pwd`, `secret`, `token` or `key` parameter (`api_key=`, `apikey=`, `access_token=`, …).
-fn redact(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    for (i, word) in line.split(' ').enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        out.push_str(&redact_word(word));
-    }
-    out
-}
-
-fn redact_word(word: &str) -> String {
-    // A URL's user info: `scheme://user:pass@host` (up to the first `/` after `://`).
-    let mut w = match word.find("://") {
-        Some(i) => {
-            let rest = &word[i + 3..];
-            let host_end = rest.find('/').unwrap_or(rest.len());
-            match rest[..host_end].rfind('@') {
-                Some(at) => format!("{}://[redacted]@{}", &word[..i], &rest[at + 1..]),
-                None => word.to_owned(),
-            }
-        }
-        None => word.to_owned(),
-    };
-    // `name=value` pairs whose name says secret, in a query (`&`), JDBC properties (`;`)
-    // or alone.
-    let mut from = 0;
-    while let Some(eq) = w[from..].find('=').map(|e| from + e) {
-        let name_start = w[..eq]
-            .char_indices()
-            .rev()
-            .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
-            .map_or(0, |(p, c)| p + c.len_utf8());
-        let name = w[name_start..eq].to_ascii_lowercase();
-        let value_end = w[eq + 1..]
-            .find(['&', ';', ',', ')', '\'', '"'])
-            .map_or(w.len(), |e| eq + 1 + e);
-        let secret = ["password", "passwd", "pwd", "secret", "token", "key"]
-            .iter()
-            .any(|s| name.ends_with(s));
-        if secret && value_end > eq + 1 {
-            w.replace_range(eq + 1..value_end, "[redacted]");
-            from = eq + 1 + "[redacted]".len();
-        } else {
-            from = eq + 1;
-        }
-    }
-    w
-}
-
 /// What a FAILED trace says in words: its first line (the exception), and its root cause
 /// (the last `Caused by:` line) when it has one. A real worker (Kafka 4.4) wraps whatever a
 /// sink task's `put` throws in `ConnectException: Exiting WorkerSinkTask due to unrecoverable
@@ -537,12 +482,12 @@ fn redact_word(word: &str) -> String {
 /// capped at [`TRACE_CHARS`].
 fn trace_words(trace: &str) -> Option<String> {
     let mut lines = trace.lines().map(str::trim).filter(|l| !l.is_empty());
-    let first = printable(&redact(lines.next()?), TRACE_CHARS);
+    let first = printable(&crate::logging::redact(lines.next()?), TRACE_CHARS);
     let root = lines
         .filter_map(|l| l.strip_prefix("Caused by:"))
         .map(str::trim)
         .rfind(|l| !l.is_empty())
-        .map(|l| printable(&redact(l), TRACE_CHARS));
+        .map(|l| printable(&crate::logging::redact(l), TRACE_CHARS));
     Some(match root {
         Some(root) if root != first => format!("{first}; caused by {root}"),
         _ => first,
@@ -1169,15 +1114,30 @@ mod tests {
     #[test]
     fn credentials_in_a_trace_line_are_redacted() {
         let line = "org.apache.kafka.connect.errors.ConnectException: java.sql.SQLException: No suitable driver found for jdbc:mysql://u:pw@db:3306/x?user=u&password=pw2;trustStorePassword=pw3 (http://elastic:changeme@es:9200/_bulk, api_key=K1)";
-        let r = redact(line);
+        let r = crate::logging::redact(line);
         for secret in ["pw@", "pw2", "pw3", "changeme", "K1"] {
             assert!(!r.contains(secret), "{secret}: {r}");
         }
         assert!(r.contains("SQLException") && r.contains("user=u"), "{r}");
         assert!(r.contains("es:9200/_bulk"), "{r}");
-        assert_eq!(redact("plain words = fine"), "plain words = fine");
+        assert_eq!(
+            crate::logging::redact("plain words = fine"),
+            "plain words = fine"
+        );
         // Outside text: no panic on any character before an `=`.
-        assert_eq!(redact("é=1 ü€password=x"), "é=1 ü€password=[redacted]");
+        assert_eq!(
+            crate::logging::redact("é=1 ü€password=x"),
+            "é=1 ü€password=[redacted]"
+        );
+        // Review 28, R28-10: a secret after `name: ` or in JSON, and user info with a `/`.
+        assert_eq!(
+            crate::logging::redact(r#"login failed, password: hunter2 {"api_key":"K2","x":"y"}"#),
+            r#"login failed, password: [redacted] {"api_key":"[redacted]","x":"y"}"#
+        );
+        assert_eq!(
+            crate::logging::redact("s3://AKIA:se/cret@bucket/path"),
+            "s3://[redacted]@bucket/path"
+        );
     }
 
     /// Review 27c, F-7: a source connector (it feeds the topic) never explains a drop in

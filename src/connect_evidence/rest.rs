@@ -157,7 +157,7 @@ pub fn error_message(body: &[u8]) -> String {
             .to_owned(),
         Err(_) => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
     };
-    printable(&text, 200)
+    printable(&crate::logging::redact(&text), 200)
 }
 
 #[cfg(test)]

@@ -288,7 +288,10 @@ impl History {
         };
         if let Some(c) = &stats.latest_completed {
             r.last_completed = Some(CompletedCheckpoint {
-                external_path: c.external_path.as_deref().map(|p| printable(p, MAX_PATH)),
+                external_path: c
+                    .external_path
+                    .as_deref()
+                    .map(|p| printable(&crate::logging::redact(p), MAX_PATH)),
                 ..c.clone()
             });
         }
@@ -307,7 +310,10 @@ impl History {
         if r.restore == Restore::Unknown {
             let cleaned = |c: &RestoredCheckpoint| {
                 Restore::Checkpoint(RestoredCheckpoint {
-                    external_path: c.external_path.as_deref().map(|p| printable(p, MAX_PATH)),
+                    external_path: c
+                        .external_path
+                        .as_deref()
+                        .map(|p| printable(&crate::logging::redact(p), MAX_PATH)),
                     ..c.clone()
                 })
             };
@@ -1000,6 +1006,30 @@ mod tests {
             h2.explain(since, Some(since + 5_000), since + 25_000)
                 .is_some()
         );
+    }
+
+    /// Review 28, R28-10: a checkpoint path with credentials in it (an object store URL)
+    /// is kept without them, for `/api/status` and the gap's words.
+    #[test]
+    fn a_checkpoint_path_loses_its_credentials() {
+        let mut h = History::default();
+        h.observe_jobs(&[run(NEW, "RUNNING", 1_000, -1)], JOB, 2_000);
+        let stats = CheckpointStats {
+            completed_count: 1,
+            latest_completed: Some(CompletedCheckpoint {
+                id: 5,
+                latest_ack_timestamp: 1_500,
+                external_path: Some("s3://AKIA1:se/cret@bucket/chk-5".into()),
+            }),
+            ..checkpoints(1, Some("s3://AKIA1:pw@bucket/chk-3"), 1)
+        };
+        h.observe_checkpoints(NEW, &stats, 2_000);
+        let shown = format!("{:?}", h.current());
+        assert!(
+            !shown.contains("AKIA1") && !shown.contains("cret") && !shown.contains(":pw@"),
+            "{shown}"
+        );
+        assert!(shown.contains("s3://[redacted]@bucket/chk-5"), "{shown}");
     }
 
     /// Review 28, R28-1: an answer listing thousands of runs of the name keeps the newest

@@ -195,7 +195,7 @@ pub fn error_message(body: &[u8]) -> String {
         Err(_) => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
     };
     // Shown in /api/status and the log: no control characters, a few lines' worth.
-    crate::logging::printable(&text, 300)
+    crate::logging::printable(&crate::logging::redact(&text), 300)
 }
 
 #[cfg(test)]
