@@ -65,6 +65,90 @@ where
         .finish()
 }
 
+/// What marks a secret's value: the text replacing it.
+const REDACTED: &str = "[redacted]";
+
+/// Names whose value is a secret (`password`, `db.password`, `api_key`, `access_token`, ...).
+const SECRET_NAMES: [&str; 6] = ["password", "passwd", "pwd", "secret", "token", "key"];
+
+/// Text from outside shown to more people than its source shows it to (a Kafka Connect
+/// trace line, a Flink checkpoint path or error message) with what may be a credential
+/// taken out (review 27c, F-3; review 28, R28-10): sink exceptions quote the URL or
+/// properties they failed on (`jdbc:mysql://u:pw@db/x?password=pw2`,
+/// `http://elastic:changeme@es:9200`, `{"api_key":"K"}`, `password: hunter2`). Out go a
+/// URL's user info and the value after `=` or `:` of any name ending in `password`,
+/// `passwd`, `pwd`, `secret`, `token` or `key`. Redacting more than needed is safe; the
+/// caller cleans and caps the result ([`printable`]).
+pub fn redact(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut value_next = false;
+    for (i, word) in line.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        if value_next && !word.is_empty() {
+            out.push_str(REDACTED);
+            value_next = false;
+            continue;
+        }
+        let (w, dangling) = redact_word(word);
+        out.push_str(&w);
+        value_next = dangling;
+    }
+    out
+}
+
+/// `word` redacted, and whether it ends with a secret's name and its separator
+/// (`password:`): its value is the next word.
+fn redact_word(word: &str) -> (String, bool) {
+    // A URL's user info: `scheme://user:pass@host` (to the last `@` before its query: a
+    // password may hold a `/`).
+    let mut w = match word.find("://") {
+        Some(i) => {
+            let rest = &word[i + 3..];
+            let end = rest.find(['?', '#']).unwrap_or(rest.len());
+            match rest[..end].rfind('@') {
+                Some(at) => format!("{}://{REDACTED}@{}", &word[..i], &rest[at + 1..]),
+                None => word.to_owned(),
+            }
+        }
+        None => word.to_owned(),
+    };
+    let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    let mut from = 0;
+    let mut dangling = false;
+    while let Some(sep) = w[from..].find(['=', ':']).map(|e| from + e) {
+        // The name before the separator, its closing quote skipped (`"api_key":`).
+        let name_end = match w[..sep].chars().next_back() {
+            Some(q @ ('"' | '\'')) => sep - q.len_utf8(),
+            _ => sep,
+        };
+        let name_start = w[..name_end]
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !name_char(c))
+            .map_or(0, |(p, c)| p + c.len_utf8());
+        let name = w[name_start..name_end].to_ascii_lowercase();
+        let secret = !name.is_empty() && SECRET_NAMES.iter().any(|s| name.ends_with(s));
+        // The value, its opening quote skipped.
+        let mut value_start = sep + 1;
+        if let Some(q @ ('"' | '\'')) = w[value_start..].chars().next() {
+            value_start += q.len_utf8();
+        }
+        let value_end = w[value_start..]
+            .find(['&', ';', ',', ')', '}', '\'', '"'])
+            .map_or(w.len(), |e| value_start + e);
+        if secret && value_end > value_start {
+            w.replace_range(value_start..value_end, REDACTED);
+            from = value_start + REDACTED.len();
+        } else {
+            dangling = secret && value_start >= w.len();
+            from = sep + 1;
+        }
+    }
+    (w, dangling)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,88 +253,4 @@ mod tests {
         assert_eq!(printable(hostile, 100), "a[2Jbcdef");
         assert_eq!(printable("ééé", 2), "éé");
     }
-}
-
-/// What marks a secret's value: the text replacing it.
-const REDACTED: &str = "[redacted]";
-
-/// Names whose value is a secret (`password`, `db.password`, `api_key`, `access_token`, ...).
-const SECRET_NAMES: [&str; 6] = ["password", "passwd", "pwd", "secret", "token", "key"];
-
-/// Text from outside shown to more people than its source shows it to (a Kafka Connect
-/// trace line, a Flink checkpoint path or error message) with what may be a credential
-/// taken out (review 27c, F-3; review 28, R28-10): sink exceptions quote the URL or
-/// properties they failed on (`jdbc:mysql://u:pw@db/x?password=pw2`,
-/// `http://elastic:changeme@es:9200`, `{"api_key":"K"}`, `password: hunter2`). Out go a
-/// URL's user info and the value after `=` or `:` of any name ending in `password`,
-/// `passwd`, `pwd`, `secret`, `token` or `key`. Redacting more than needed is safe; the
-/// caller cleans and caps the result ([`printable`]).
-pub fn redact(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut value_next = false;
-    for (i, word) in line.split(' ').enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        if value_next && !word.is_empty() {
-            out.push_str(REDACTED);
-            value_next = false;
-            continue;
-        }
-        let (w, dangling) = redact_word(word);
-        out.push_str(&w);
-        value_next = dangling;
-    }
-    out
-}
-
-/// `word` redacted, and whether it ends with a secret's name and its separator
-/// (`password:`): its value is the next word.
-fn redact_word(word: &str) -> (String, bool) {
-    // A URL's user info: `scheme://user:pass@host` (to the last `@` before its query: a
-    // password may hold a `/`).
-    let mut w = match word.find("://") {
-        Some(i) => {
-            let rest = &word[i + 3..];
-            let end = rest.find(['?', '#']).unwrap_or(rest.len());
-            match rest[..end].rfind('@') {
-                Some(at) => format!("{}://{REDACTED}@{}", &word[..i], &rest[at + 1..]),
-                None => word.to_owned(),
-            }
-        }
-        None => word.to_owned(),
-    };
-    let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
-    let mut from = 0;
-    let mut dangling = false;
-    while let Some(sep) = w[from..].find(['=', ':']).map(|e| from + e) {
-        // The name before the separator, its closing quote skipped (`"api_key":`).
-        let name_end = match w[..sep].chars().next_back() {
-            Some(q @ ('"' | '\'')) => sep - q.len_utf8(),
-            _ => sep,
-        };
-        let name_start = w[..name_end]
-            .char_indices()
-            .rev()
-            .find(|&(_, c)| !name_char(c))
-            .map_or(0, |(p, c)| p + c.len_utf8());
-        let name = w[name_start..name_end].to_ascii_lowercase();
-        let secret = !name.is_empty() && SECRET_NAMES.iter().any(|s| name.ends_with(s));
-        // The value, its opening quote skipped.
-        let mut value_start = sep + 1;
-        if let Some(q @ ('"' | '\'')) = w[value_start..].chars().next() {
-            value_start += q.len_utf8();
-        }
-        let value_end = w[value_start..]
-            .find(['&', ';', ',', ')', '}', '\'', '"'])
-            .map_or(w.len(), |e| value_start + e);
-        if secret && value_end > value_start {
-            w.replace_range(value_start..value_end, REDACTED);
-            from = value_start + REDACTED.len();
-        } else {
-            dangling = secret && value_start >= w.len();
-            from = sep + 1;
-        }
-    }
-    (w, dangling)
 }
