@@ -31,6 +31,9 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SEED=connect-seed
+# shellcheck source=scripts/seed-lib.sh
+source "$HERE/seed-lib.sh"
 ROOT=$(cd "$HERE/.." && pwd)
 CACHE=${GAP_AUDITOR_CACHE:-$HOME/.cache/gap-auditor}
 BIN=${GAP_AUDITOR_BIN:-$ROOT/target/debug/gap-auditor}
@@ -41,8 +44,6 @@ CONNECT_POM=$HERE/connect/pom.xml
 CONNECT_LIB=$CACHE/connect/lib
 REST=http://127.0.0.1:$REST_PORT
 
-log() { printf '[connect-seed %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { log "FAILED: $*"; exit 1; }
 
 : "${GAP_AUDITOR_TEST_KAFKA:?source the test env first (scripts/test-env.sh start)}"
 : "${GAP_AUDITOR_TEST_MYSQL_PORT:?source the test env first}"
@@ -80,51 +81,9 @@ if [[ ! -f $PLUGIN_JAR ]]; then
   rm -rf "$tmp"
 fi
 
-kafka_java() { java -Xmx128m -cp "$GAP_AUDITOR_TEST_KAFKA_CLASSPATH" "$@"; }
-sql() { mysql -h 127.0.0.1 -P "$GAP_AUDITOR_TEST_MYSQL_PORT" -u gap -pgap gap_auditor_test -N -e "$1"; }
-# METHOD URL [BODY]: the body answered; fails (body on stderr) on an HTTP error.
-http() {
-  python3 - "$@" <<'PY'
-import sys, urllib.request, urllib.error
-method, url = sys.argv[1], sys.argv[2]
-data = sys.argv[3].encode() if len(sys.argv) > 3 else None
-req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-try:
-    with urllib.request.urlopen(req, timeout=10) as r:
-        print(r.read().decode())
-except urllib.error.HTTPError as e:
-    sys.stderr.write(f"HTTP {e.code}: {e.read().decode()}\n")
-    sys.exit(1)
-PY
-}
-http_get() { http GET "$1"; }
-# A JSON answer read with a Python expression over `j`.
-json_of() { python3 -c "import json, sys; j = json.load(sys.stdin); print($1)"; }
-api() { http_get "http://127.0.0.1:$AUDITOR_PORT$1" | json_of "$2"; }
 kc() { http_get "$REST$1" | json_of "$2"; }
 
-# The seed's records: the dns_logs csv of the README, one per offset; the value at offset
-# `poison` (if given) carries the word POISON in its domain (still 9 fields: the auditor
-# expects it like any other).
-produce() { # topic first count [poison]
-  local topic=$1 first=$2 n=$3 poison=${4:--1} i host
-  for ((i = first; i < first + n; i++)); do
-    host=host$i
-    ((i == poison)) && host=POISON$i
-    printf '10.0.0.%d|%s.example.com|2026-12-06 02:%02d:00|93.184.216.34|NOERROR|A|-|-|8.8.8.8\n' "$i" "$host" "$i"
-  done | kafka_java org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$GAP_AUDITOR_TEST_KAFKA" \
-    --topic "$topic" --producer-property acks=all >/dev/null
-}
 
-wait_for() { # seconds what command...
-  local secs=$1 what=$2 t=0
-  shift 2
-  until "$@" >/dev/null 2>&1; do
-    ((t++ < secs)) || die "timed out after ${secs}s waiting for: $what"
-    sleep 1
-  done
-  log "$what (${t}s)"
-}
 
 WORKER_PID=
 AUDITOR_PID=
@@ -218,10 +177,6 @@ PY
   TRACE_PID=$!
 }
 
-rows() { sql "SELECT COUNT(*) FROM \`$TABLE\`"; }
-rows_are() { [[ $(rows) -eq $1 ]]; }
-settled_at() { [[ $(api /api/status "j['audits'][0]['partitions'][0]['settled']") -eq $1 ]]; }
-committed() { [[ $(api /api/status "j['audits'][0]['partitions'][0]['pipeline_committed'] or -1") -ge $1 ]]; }
 task_state_is() { [[ $(kc "/connectors/$NAME/status" "(j['tasks'] or [{}])[0].get('state')") == "$1" ]]; }
 connector_state_is() { [[ $(kc "/connectors/$NAME/status" "j['connector']['state']") == "$1" ]]; }
 auditor_task_is() { [[ $(api /api/status "(j['audits'][0]['connect']['tasks'] or [{}])[0].get('state')") == "$1" ]]; }
@@ -240,44 +195,8 @@ run_case() { # clean | fail | tolerate
   TABLE=connect_seed_${C}_$suffix
   mkdir -p "$WORK/$C"
   log "case $C: topic $TOPIC, connector $NAME (group connect-$NAME), table $TABLE (work files in $WORK/$C)"
-  kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "$GAP_AUDITOR_TEST_KAFKA" \
-    --create --topic "$TOPIC" --partitions 1 --replication-factor 1 >/dev/null
-  sql "CREATE TABLE \`$TABLE\` (\`partition\` INT NOT NULL, \`offset\` BIGINT NOT NULL,
-       client_ip VARCHAR(64), domain VARCHAR(255), \`time\` VARCHAR(32),
-       PRIMARY KEY (\`partition\`, \`offset\`))"
-  cat >"$WORK/$C/gap-auditor.toml" <<TOML
-[kafka]
-brokers = "$GAP_AUDITOR_TEST_KAFKA"
-group_id = "gap-auditor-$suffix"
-start = "earliest"
-[server]
-listen = "127.0.0.1:$AUDITOR_PORT"
-[state]
-path = "$WORK/$C/state"
-[[audits]]
-name = "dns_logs"
-topics = ["$TOPIC"]
-pipeline_group = "connect-$NAME"
-grace = "5s"
-verify_interval = "1s"
-[audits.record]
-format = "csv"
-delimiter = "|"
-fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
-[audits.record.filter]
-field_count = 9
-[audits.match]
-strategy = "offset_columns"
-partition_column = "partition"
-offset_column = "offset"
-[audits.sink]
-kind = "mysql"
-url = "mysql://gap:gap@127.0.0.1:$GAP_AUDITOR_TEST_MYSQL_PORT/gap_auditor_test"
-table = "$TABLE"
-[audits.pipeline]
-connect_url = "$REST"
-connect_connector = "$NAME"
-TOML
+  seed_case "$WORK/$C" "$suffix" "connect-$NAME" \
+    "connect_url = \"$REST\""$'\n'"connect_connector = \"$NAME\""
   case $C in
     clean) extra='' ;;
     fail) extra='"seed.put.poison": "POISON",' ;;

@@ -27,23 +27,31 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SEED=flink-seed
+# shellcheck source=scripts/seed-lib.sh
+source "$HERE/seed-lib.sh"
 ROOT=$(cd "$HERE/.." && pwd)
 CACHE=${GAP_AUDITOR_CACHE:-$HOME/.cache/gap-auditor}
 FLINK_VENV=${FLINK_VENV:-$CACHE/flink-venv}
 BIN=${GAP_AUDITOR_BIN:-$ROOT/target/debug/gap-auditor}
 REST_PORT=${FLINK_REST_PORT:-18081}
 AUDITOR_PORT=${AUDITOR_PORT:-19464}
-MARIADB_JDBC_JAR=${MARIADB_JDBC_JAR:-/usr/share/java/mariadb-java-client.jar}
+# Debian's driver, else the one Maven fetched for connect-seed.sh (a machine restarted
+# from its image may have neither Debian package).
+if [[ -z ${MARIADB_JDBC_JAR:-} ]]; then
+  MARIADB_JDBC_JAR=/usr/share/java/mariadb-java-client.jar
+  for jar in "$CACHE"/connect/lib/mariadb-java-client-*.jar "$HOME"/.m2/repository/org/mariadb/jdbc/mariadb-java-client/*/mariadb-java-client-*.jar; do
+    [[ -f $MARIADB_JDBC_JAR ]] || MARIADB_JDBC_JAR=$jar
+  done
+fi
 WORK=${FLINK_SEED_DIR:-$(mktemp -d /tmp/flink-seed.XXXXXX)}
 JOB=FlinkSQLFromKafka2Doris
 
-log() { printf '[flink-seed %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { log "FAILED: $*"; exit 1; }
 
 : "${GAP_AUDITOR_TEST_KAFKA:?source the test env first (scripts/test-env.sh start)}"
 : "${GAP_AUDITOR_TEST_MYSQL_PORT:?source the test env first}"
 [[ -x $BIN ]] || die "no auditor binary at $BIN (cargo build)"
-[[ -f $MARIADB_JDBC_JAR ]] || die "no MariaDB JDBC driver at $MARIADB_JDBC_JAR (apt-get install libmariadb-java)"
+[[ -f $MARIADB_JDBC_JAR ]] || die "no MariaDB JDBC driver at $MARIADB_JDBC_JAR (apt-get install libmariadb-java, or run scripts/connect-seed.sh once: it fetches one)"
 
 # PyFlink from PyPI, cached.
 if [[ ! -x $FLINK_VENV/bin/python ]] || ! "$FLINK_VENV/bin/python" -c 'import pyflink' 2>/dev/null; then
@@ -68,30 +76,8 @@ if [[ ! -f $DIALECT_JAR ]]; then
   rm -rf "$tmp"
 fi
 
-kafka_java() { java -Xmx128m -cp "$GAP_AUDITOR_TEST_KAFKA_CLASSPATH" "$@"; }
-sql() { mysql -h 127.0.0.1 -P "$GAP_AUDITOR_TEST_MYSQL_PORT" -u gap -pgap gap_auditor_test -N -e "$1"; }
-http_get() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"; }
-# A JSON answer of the auditor, read with a Python expression over `j`.
-api() { http_get "http://127.0.0.1:$AUDITOR_PORT$1" | python3 -c "import json, sys; j = json.load(sys.stdin); print($2)"; }
 
-# The seed's records: the dns_logs csv of the README, one per offset.
-produce() { # topic first count
-  local topic=$1 first=$2 n=$3 i
-  for ((i = first; i < first + n; i++)); do
-    printf '10.0.0.%d|host%d.example.com|2026-12-06 02:%02d:00|93.184.216.34|NOERROR|A|-|-|8.8.8.8\n' "$i" "$i" "$i"
-  done | kafka_java org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$GAP_AUDITOR_TEST_KAFKA" \
-    --topic "$topic" --producer-property acks=all >/dev/null
-}
 
-wait_for() { # seconds what command...
-  local secs=$1 what=$2 t=0
-  shift 2
-  until "$@" >/dev/null 2>&1; do
-    ((t++ < secs)) || die "timed out after ${secs}s waiting for: $what"
-    sleep 1
-  done
-  log "$what (${t}s)"
-}
 
 JOB_PID=
 AUDITOR_PID=
@@ -140,12 +126,6 @@ sys.exit(0 if c["counts"]["completed"] >= 1 else 1)
 EOF
 }
 rest_down() { ! http_get "http://127.0.0.1:$REST_PORT/jobs/overview"; }
-rows() { sql "SELECT COUNT(*) FROM \`$TABLE\`"; }
-# Conditions for wait_for, evaluated at each try.
-rows_are() { [[ $(rows) -eq $1 ]]; }
-settled_at() { [[ $(api /api/status "j['audits'][0]['partitions'][0]['settled']") -eq $1 ]]; }
-# `or -1`: no commit yet (null) must compare as a number (set -u).
-committed() { [[ $(api /api/status "j['audits'][0]['partitions'][0]['pipeline_committed'] or -1") -ge $1 ]]; }
 
 run_case() { # latest | restore
   local c=$1 t0
@@ -157,44 +137,8 @@ run_case() { # latest | restore
   TABLE=flink_seed_${c}_$suffix
   mkdir -p "$WORK/$c"
   log "case $c: topic $TOPIC, group $GROUP, table $TABLE (work files in $WORK/$c)"
-  kafka_java org.apache.kafka.tools.TopicCommand --bootstrap-server "$GAP_AUDITOR_TEST_KAFKA" \
-    --create --topic "$TOPIC" --partitions 1 --replication-factor 1 >/dev/null
-  sql "CREATE TABLE \`$TABLE\` (\`partition\` INT NOT NULL, \`offset\` BIGINT NOT NULL,
-       client_ip VARCHAR(64), domain VARCHAR(255), \`time\` VARCHAR(32),
-       PRIMARY KEY (\`partition\`, \`offset\`))"
-  cat >"$WORK/$c/gap-auditor.toml" <<EOF
-[kafka]
-brokers = "$GAP_AUDITOR_TEST_KAFKA"
-group_id = "gap-auditor-$suffix"
-start = "earliest"
-[server]
-listen = "127.0.0.1:$AUDITOR_PORT"
-[state]
-path = "$WORK/$c/state"
-[[audits]]
-name = "dns_logs"
-topics = ["$TOPIC"]
-pipeline_group = "$GROUP"
-grace = "5s"
-verify_interval = "1s"
-[audits.record]
-format = "csv"
-delimiter = "|"
-fields = ["client_ip","domain","time","target_ip","rcode","query_type","authority_record","add_msg","dns_ip"]
-[audits.record.filter]
-field_count = 9
-[audits.match]
-strategy = "offset_columns"
-partition_column = "partition"
-offset_column = "offset"
-[audits.sink]
-kind = "mysql"
-url = "mysql://gap:gap@127.0.0.1:$GAP_AUDITOR_TEST_MYSQL_PORT/gap_auditor_test"
-table = "$TABLE"
-[audits.pipeline]
-flink_rest_url = "http://127.0.0.1:$REST_PORT"
-flink_job = "$JOB"
-EOF
+  seed_case "$WORK/$c" "$suffix" "$GROUP" \
+    "flink_rest_url = \"http://127.0.0.1:$REST_PORT\""$'\n'"flink_job = \"$JOB\""
   RUST_LOG=info "$BIN" run -c "$WORK/$c/gap-auditor.toml" >"$WORK/$c/auditor.log" 2>&1 &
   AUDITOR_PID=$!
   wait_for 60 "auditor up" api /api/status "j['audits'][0]['audit']"
