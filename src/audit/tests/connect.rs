@@ -72,6 +72,21 @@ fn view(polls: &[(i64, &str, &str)], tolerance: &str) -> ConnectView {
     }
 }
 
+/// The seed's restart as the connector's polls saw it: task 0 FAILED at `t0 + 1.5 s`,
+/// RUNNING on another worker at `t0 + 1.8 s`.
+fn restart_seen(t0: i64) -> ConnectWatch {
+    ConnectWatch::fixed(
+        view(
+            &[
+                (t0 + 1_500, "FAILED", "connect-1:8083"),
+                (t0 + 1_800, "RUNNING", "connect-2:8083"),
+            ],
+            "none",
+        ),
+        POLL_MS,
+    )
+}
+
 /// The records 0–5 read, `in_sink` written; the pipeline commits `first`, then jumps to 4
 /// and to 6. `setup(t0)` installs the evidence once commit `first` was seen (`t0`, the
 /// clock then). Returns `t0`, the one gap (its first and last offsets and cause) and its
@@ -150,16 +165,7 @@ async fn evidence_waits_for_a_connector_read_past_the_window() {
     let (gap, stored, kept) = the_gap(&h);
     assert_eq!(gap, (2, 3, GapCause::SkippedByRestart));
     assert_eq!((stored, kept), (None, None), "reported, not explained yet");
-    h.audit.connect = Some(ConnectWatch::fixed(
-        view(
-            &[
-                (t0 + 1_500, "FAILED", "connect-1:8083"),
-                (t0 + 1_800, "RUNNING", "connect-2:8083"),
-            ],
-            "none",
-        ),
-        POLL_MS,
-    ));
+    h.audit.connect = Some(restart_seen(t0));
     h.clock.advance(1_000);
     h.audit.round().await;
     let (_, stored, kept) = the_gap(&h);
@@ -177,16 +183,7 @@ async fn evidence_waits_for_a_connector_read_past_the_window() {
 #[tokio::test]
 async fn a_task_restart_between_the_commits_explains_the_gap() {
     let (t0, gap, stored, kept) = gap_with(&[0, 1, 4, 5], 2, |h, t0| {
-        h.audit.connect = Some(ConnectWatch::fixed(
-            view(
-                &[
-                    (t0 + 1_500, "FAILED", "connect-1:8083"),
-                    (t0 + 1_800, "RUNNING", "connect-2:8083"),
-                ],
-                "none",
-            ),
-            POLL_MS,
-        ));
+        h.audit.connect = Some(restart_seen(t0));
     })
     .await;
     assert_eq!(gap, (2, 3, GapCause::SkippedByRestart));
