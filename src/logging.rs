@@ -65,6 +65,9 @@ where
         .finish()
 }
 
+/// The most characters of a text [`redact`] reads (its callers show at most a few hundred).
+const REDACT_CHARS: usize = 4_096;
+
 /// What marks a secret's value: the text replacing it.
 const REDACTED: &str = "[redacted]";
 
@@ -80,6 +83,12 @@ const SECRET_NAMES: [&str; 6] = ["password", "passwd", "pwd", "secret", "token",
 /// `passwd`, `pwd`, `secret`, `token` or `key`. Redacting more than needed is safe; the
 /// caller cleans and caps the result ([`printable`]).
 pub fn redact(line: &str) -> String {
+    // Every caller shows a few hundred characters; redacting a whole 4 MiB answer would
+    // cost a copy per secret found (quadratic). A value cut here is cut from the output.
+    let line = match line.char_indices().nth(REDACT_CHARS) {
+        Some((end, _)) => &line[..end],
+        None => line,
+    };
     let mut out = String::with_capacity(line.len());
     let mut value_next = false;
     for (i, word) in line.split(' ').enumerate() {
@@ -252,5 +261,33 @@ mod tests {
         let hostile = "a\x1b[2J\nb\u{202E}c\u{2066}d\u{200B}e\u{2028}f";
         assert_eq!(printable(hostile, 100), "a[2Jbcdef");
         assert_eq!(printable("ééé", 2), "éé");
+    }
+
+    /// Hostile text: no panic at any character next to a separator or a quote, and a
+    /// 4 MiB line of secrets costs what its first 4,096 characters cost (redacted whole,
+    /// it cost a copy of the rest per secret).
+    #[test]
+    fn redact_takes_any_text_and_a_bounded_part_of_it() {
+        for s in [
+            "é=é",
+            "ü:\"é",
+            "password=é€",
+            "key:\"",
+            "=\"",
+            "pwd:",
+            "a://é@",
+            "é://@?é",
+            "token= x",
+        ] {
+            let _ = redact(s);
+        }
+        assert_eq!(redact("token= x"), "token= [redacted]");
+        let huge = "password=x&".repeat(400_000);
+        let r = redact(&huge);
+        assert_eq!(
+            r,
+            format!("{}pass", "password=[redacted]&".repeat(REDACT_CHARS / 11))
+        );
+        assert!(!r.contains("=x"), "{}", &r[..100]);
     }
 }
