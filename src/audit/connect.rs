@@ -107,8 +107,8 @@ impl ConnectWatch {
     }
 
     /// Whether the connector's history may explain `g` (as [`ConnectWatch::explain`] would
-    /// read it) but was last read before the end of its commit step's window (one poll
-    /// after the step was seen), or, without a step, never.
+    /// read it) but was last read before its commit step was seen (a read sent after it
+    /// saw every change that may have happened in its window), or, without a step, never.
     pub(super) fn behind(&self, g: &GapRecord) -> bool {
         if !matches!(
             g.cause,
@@ -118,7 +118,7 @@ impl ConnectWatch {
         }
         let read = evidence_poll::with(&self.view, |view| view.read_as_of_ms);
         match g.commit {
-            Some(c) => read.is_none_or(|r| r < c.at_ms.saturating_add(self.poll_ms)),
+            Some(c) => read.is_none_or(|r| r < c.at_ms),
             None => read.is_none(),
         }
     }

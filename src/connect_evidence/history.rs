@@ -308,9 +308,26 @@ impl History {
             }
             self.events.push_back(e);
         }
+        // Over the cap, what goes first: older events before this read's (newer news wins;
+        // review 28b, R28b-4: 64 kept failures made every later change go on arrival), an
+        // ordinary change before a failure, a blind time or a reconfiguration (review 28,
+        // R28-2: a crowd of moves pushed out the failure seen with them), the oldest first.
         while self.events.len() > MAX_EVENTS {
-            let oldest_untelling = self.events.iter().position(|e| !e.telling());
-            self.events.remove(oldest_untelling.unwrap_or(0));
+            let old = self.events.len().saturating_sub(added);
+            let untelling_old = self.events.iter().take(old).position(|e| !e.telling());
+            let untelling_new = self
+                .events
+                .iter()
+                .skip(old)
+                .position(|e| !e.telling())
+                .map(|i| old + i);
+            let at = match (untelling_old, old > 0, untelling_new) {
+                (Some(i), _, _) => i,
+                (None, true, _) => 0,
+                (None, false, Some(i)) => i,
+                (None, false, None) => 0,
+            };
+            self.events.remove(at);
         }
         added
     }
@@ -383,9 +400,9 @@ impl History {
         if !self.stopped_in(span) {
             return words;
         }
-        const SET: &str = "was STOPPED between the commits: a STOPPED connector's offsets move \
-                           only when set through Connect's offsets API or a consumer group \
-                           reset, never by a task";
+        // Not "never by a task" (review 28b, R28b-2): a sink task commits what it acked as it
+        // stops, so a stop can be the jump itself.
+        const SET: &str = "was STOPPED between the commits: its offsets then move only through Connect's offsets API, a consumer group reset or its tasks' last commit as they stopped";
         Some(match words {
             Some(w) => format!("{w}; the connector {SET}"),
             None => format!("{} {SET}", subject(None, &printable(connector, NAME_CHARS))),
@@ -402,8 +419,10 @@ impl History {
                 .filter(|e| e.task.is_none() && e.not_read.is_none())
         };
         let stopped = |e: &StateEvent| e.to.as_deref() == Some("STOPPED");
-        connector().any(|e| e.at_ms > after_ms && e.at_ms <= by_ms && stopped(e))
+        // A reconfiguration says nothing of the state (review 28b, R28b-3).
+        connector().any(|e| e.at_ms > after_ms && e.since_ms() < by_ms && stopped(e))
             || connector()
+                .filter(|e| !e.reconfigured)
                 .rfind(|e| e.at_ms <= after_ms)
                 .is_some_and(stopped)
     }
@@ -461,16 +480,15 @@ impl History {
 }
 
 /// The window of a commit step seen at `at_ms`, whose left position was committed after
-/// `since_ms`: changes seen by a poll after `since_ms` less one poll interval, up to one
-/// poll interval after `at_ms`. A poll sees a change up to one interval after it happened,
-/// at either end: on a real worker (docs/TESTING.md "A real Kafka Connect worker") the
-/// connector was STOPPED 0.9 s before the auditor's poll saw it, and its resume, 0.3 s after
-/// the jump was seen, was seen 0.9 s after the jump: a window ending at `at_ms` left it out.
+/// `since_ms`: from one poll interval before `since_ms` to `at_ms`. A change counts in it
+/// when it may have happened there: after the read before the one that saw it (review 28,
+/// R28-3), so a change the first poll after the step saw is named — on a real worker
+/// (docs/TESTING.md "A real Kafka Connect worker") the resume, 0.3 s after the step was
+/// seen, was seen 0.9 s after it. The right edge is not moved a poll later as well: that
+/// counted the poll's lateness twice and named failures up to two polls after the step
+/// (review 28b, R28b-1).
 pub fn window(since_ms: Option<i64>, at_ms: i64, poll_ms: i64) -> (i64, i64) {
-    (
-        since_ms.unwrap_or(at_ms).saturating_sub(poll_ms),
-        at_ms.saturating_add(poll_ms),
-    )
+    (since_ms.unwrap_or(at_ms).saturating_sub(poll_ms), at_ms)
 }
 
 /// What a FAILED trace says in words: its first line (the exception), and its root cause
@@ -663,12 +681,12 @@ mod tests {
         };
         // Both before the window (seen at or before since - 1 poll).
         assert_eq!(named(Some(T + 31_000), T + 60_000), None);
-        // Both after it: the failure seen at T may have happened after the read at
-        // T - 30 s, which is past the window's end (one poll after the step).
-        assert_eq!(named(Some(T - 60_000), T - 31_000), None);
+        // Both after it: the failure seen at T happened after the read at T - 30 s, which
+        // is the window's end (review 28b, R28b-1: the end is not moved a poll later too).
+        assert_eq!(named(Some(T - 60_000), T - 30_000), None);
         // Review 28, R28-3: seen by the first read after the jump, it may have happened
         // before it (after the read at T - 30 s): named.
-        assert!(named(Some(T - 60_000), T - 30_000).is_some_and(|w| w.contains("FAILED at")));
+        assert!(named(Some(T - 60_000), T - 29_999).is_some_and(|w| w.contains("FAILED at")));
         // Likewise the restart seen at T + 30 s, after a read at T + 5 s, for a jump seen
         // at T + 20 s.
         assert!(named(Some(T + 10_000), T + 20_000).is_some_and(|w| w.contains("RUNNING again")));
@@ -770,6 +788,56 @@ mod tests {
             words.starts_with("Kafka Connect task 3 of es-sink FAILED at"),
             "{words}"
         );
+    }
+
+    /// Review 28b, R28b-4: a history full of failures (a database outage failing every
+    /// task) still keeps the changes that follow: the oldest failure goes, not the news.
+    #[test]
+    fn a_history_full_of_failures_keeps_what_follows() {
+        let tasks = |state: &str| {
+            let tasks: Vec<String> = (0..MAX_EVENTS)
+                .map(|id| format!(r#"{{"id":{id},"state":"{state}","worker_id":"w:1"}}"#))
+                .collect();
+            parse_status(
+                format!(
+                    r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"w:1"}},"tasks":[{}],"type":"sink"}}"#,
+                    tasks.join(",")
+                )
+                .as_bytes(),
+            )
+            .expect("fixture")
+        };
+        let mut h = History::default();
+        h.observe_status(&tasks("RUNNING"), T);
+        h.observe_status(&tasks("FAILED"), T + 1_000);
+        assert_eq!(h.events().filter(|e| e.telling()).count(), MAX_EVENTS);
+        h.observe_status(&tasks("RUNNING"), T + 2_000);
+        assert_eq!(h.events().count(), MAX_EVENTS);
+        assert_eq!(
+            h.events().filter(|e| e.at_ms == T + 2_000).count(),
+            MAX_EVENTS,
+            "the restarts, all kept"
+        );
+    }
+
+    /// Review 28b, R28b-3: a reconfiguration while the connector is STOPPED says nothing of
+    /// its state: a later step still knows it was STOPPED.
+    #[test]
+    fn a_reconfiguration_does_not_hide_a_stop() {
+        let stopped = r#"{"name":"es-sink","connector":{"state":"STOPPED","worker_id":"w:1"},"tasks":[],"type":"sink"}"#;
+        let mut h = History::default();
+        h.observe_status(&status("RUNNING", "w:1", None), T);
+        h.observe_config(parse_config(br#"{"topics":"a"}"#).expect("config"), T);
+        h.observe_status(
+            &parse_status(stopped.as_bytes()).expect("fixture"),
+            T + 1_000,
+        );
+        h.observe_config(
+            parse_config(br#"{"topics":"b"}"#).expect("config"),
+            T + 2_000,
+        );
+        assert!(h.events().any(|e| e.reconfigured));
+        assert!(h.stopped_in((T + 3_000, T + 4_000)), "still STOPPED");
     }
 
     /// Review 27c, F-6: one task failing and restarting in a loop neither pushes another
@@ -1072,9 +1140,7 @@ mod tests {
             words.ends_with(
                 "), RUNNING again at 2026-12-06T21:26:35Z; Kafka Connect connector try-sink \
                  STOPPED at 2026-12-06T21:26:34Z, RUNNING again at 2026-12-06T21:26:35Z; the \
-                 connector was STOPPED between the commits: a STOPPED connector's offsets move \
-                 only when set through Connect's offsets API or a consumer group reset, never \
-                 by a task"
+                 connector was STOPPED between the commits: its offsets then move only through Connect's offsets API, a consumer group reset or its tasks' last commit as they stopped"
             ),
             "{words}"
         );
@@ -1090,7 +1156,10 @@ mod tests {
             h.stopped_in((S + 34_600, S + 35_000)),
             "stopped at the start"
         );
-        assert!(!h.stopped_in((S + 34_000, S + 34_510)), "before the stop");
+        // The stop was seen at :34.511 after a read at :31.508: it may have come any time
+        // after that read, not before it.
+        assert!(!h.stopped_in((S + 30_000, S + 31_508)), "before the stop");
+        assert!(h.stopped_in((S + 30_000, S + 31_509)), "may be the stop");
         assert!(!h.stopped_in((S + 35_515, S + 40_000)), "running again");
         // A step while it runs: no such clause. Alone: with its subject.
         let running_step = h.explain_step("try-sink", Some(S + 37_000), S + 40_000, 1_000, false);
@@ -1102,9 +1171,7 @@ mod tests {
                 .explain_step("try-sink", Some(S + 5_000), S + 9_000, 1_000, false)
                 .as_deref(),
             Some(
-                "Kafka Connect connector try-sink was STOPPED between the commits: a STOPPED \
-                 connector's offsets move only when set through Connect's offsets API or a \
-                 consumer group reset, never by a task"
+                "Kafka Connect connector try-sink was STOPPED between the commits: its offsets then move only through Connect's offsets API, a consumer group reset or its tasks' last commit as they stopped"
             )
         );
     }

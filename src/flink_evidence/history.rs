@@ -64,8 +64,9 @@ const MAX_PATH: usize = 512;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Restore {
-    /// Not known: the run was not seen RUNNING or with a completed checkpoint, or the
-    /// restore Flink reports may be a failover's, not the start's.
+    /// Not known: the run was not seen with a completed checkpoint (RUNNING is not enough:
+    /// the JobManager's statistics are cached a few seconds), or the restore Flink reports
+    /// may be a failover's, not the start's.
     Unknown,
     /// Nothing: the run started from its sources' startup mode.
     None,
@@ -321,8 +322,9 @@ impl History {
                 // Restores happen before the first checkpoint. Not "before RUNNING" (review
                 // 28, R28-4): the JobManager caches these statistics for a few seconds
                 // (rest.cache.checkpoint-statistics.timeout), so a run just RUNNING may
-                // show no restore yet; it commits offsets only with a checkpoint, so
-                // waiting for one loses no gap's evidence.
+                // show no restore yet. With checkpointing on, its Kafka source commits
+                // offsets only with a checkpoint, so waiting for one loses no gap's
+                // evidence; with it off, the restore stays unknown and the words say so.
                 None if stats.completed_count > 0 => Restore::None,
                 None => Restore::Unknown,
                 // `latest.restored` is the last of several: the start's is not shown.

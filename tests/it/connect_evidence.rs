@@ -148,8 +148,8 @@ async fn the_seed_gap_carries_the_task_failure_and_restart() {
     let words = format!(
         "Kafka Connect task 0 of {CONNECTOR} FAILED at {} ({EXCEPTION}; caused by {CAUSE}), RUNNING again at {}; \
          Kafka Connect connector {CONNECTOR} STOPPED at {}, RUNNING again at {}; \
-         the connector was STOPPED between the commits: a STOPPED connector's offsets move \
-         only when set through Connect's offsets API or a consumer group reset, never by a task",
+         the connector was STOPPED between the commits: its offsets then move only through \
+         Connect's offsets API, a consumer group reset or its tasks' last commit as they stopped",
         words_time(&events[0]),
         words_time(&events[3]),
         words_time(&events[1]),
