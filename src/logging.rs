@@ -72,7 +72,24 @@ const REDACT_CHARS: usize = 4_096;
 const REDACTED: &str = "[redacted]";
 
 /// Names whose value is a secret (`password`, `db.password`, `api_key`, `access_token`, ...).
-const SECRET_NAMES: [&str; 6] = ["password", "passwd", "pwd", "secret", "token", "key"];
+const SECRET_NAMES: [&str; 9] = [
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "token",
+    "key",
+    "signature",
+    "sig",
+    "authorization",
+];
+
+/// Whether `name` (a property, a header, a JSON key; quotes around it ignored) names a
+/// secret.
+fn is_secret_name(name: &str) -> bool {
+    let name = name.trim_matches(['"', '\'']).to_ascii_lowercase();
+    !name.is_empty() && SECRET_NAMES.iter().any(|s| name.ends_with(s))
+}
 
 /// Text from outside shown to more people than its source shows it to (a Kafka Connect
 /// trace line, a Flink checkpoint path or error message) with what may be a credential
@@ -91,18 +108,36 @@ pub fn redact(line: &str) -> String {
     };
     let mut out = String::with_capacity(line.len());
     let mut value_next = false;
+    // The word before was a secret's name alone (`"password" : "x"`, `password = x`).
+    let mut named = false;
     for (i, word) in line.split(' ').enumerate() {
         if i > 0 {
             out.push(' ');
         }
-        if value_next && !word.is_empty() {
+        if word.is_empty() {
+            continue;
+        }
+        // `Authorization: Bearer <token>`, `Basic <credentials>`.
+        if word.eq_ignore_ascii_case("bearer") || word.eq_ignore_ascii_case("basic") {
+            out.push_str(word);
+            value_next = true;
+            continue;
+        }
+        if value_next {
             out.push_str(REDACTED);
             value_next = false;
+            named = false;
+            continue;
+        }
+        if named && matches!(word, "=" | ":") {
+            out.push_str(word);
+            value_next = true;
             continue;
         }
         let (w, dangling) = redact_word(word);
         out.push_str(&w);
         value_next = dangling;
+        named = !dangling && is_secret_name(word);
     }
     out
 }
@@ -121,7 +156,17 @@ fn redact_word(word: &str) -> (String, bool) {
                 None => word.to_owned(),
             }
         }
-        None => word.to_owned(),
+        // `user/password@host` after a driver prefix (Oracle's `jdbc:oracle:thin:u/p@db`).
+        None => match word.rfind('@') {
+            Some(at) => {
+                let start = word[..at].rfind(':').map_or(0, |c| c + 1);
+                match word[start..at].contains('/') {
+                    true => format!("{}{REDACTED}{}", &word[..start], &word[at..]),
+                    false => word.to_owned(),
+                }
+            }
+            None => word.to_owned(),
+        },
     };
     let name_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
     let mut from = 0;
@@ -137,8 +182,7 @@ fn redact_word(word: &str) -> (String, bool) {
             .rev()
             .find(|&(_, c)| !name_char(c))
             .map_or(0, |(p, c)| p + c.len_utf8());
-        let name = w[name_start..name_end].to_ascii_lowercase();
-        let secret = !name.is_empty() && SECRET_NAMES.iter().any(|s| name.ends_with(s));
+        let secret = is_secret_name(&w[name_start..name_end]);
         // The value, its opening quote skipped.
         let mut value_start = sep + 1;
         if let Some(q @ ('"' | '\'')) = w[value_start..].chars().next() {
@@ -282,6 +326,23 @@ mod tests {
             let _ = redact(s);
         }
         assert_eq!(redact("token= x"), "token= [redacted]");
+        // Review 28b, R28b-6.
+        for (text, secret) in [
+            ("jdbc:oracle:thin:scott/tiger@db:1521/x", "tiger"),
+            ("Authorization: Bearer eyJhbGci.x.y", "eyJ"),
+            (r#"{"password" : "hunter2"}"#, "hunter2"),
+            ("password = hunter2", "hunter2"),
+            (
+                "https://acct.blob.core.windows.net/c?sv=1&sig=S1GN%3D",
+                "S1GN",
+            ),
+            ("?X-Amz-Signature=abc123&X-Amz-Date=1", "abc123"),
+        ] {
+            let r = redact(text);
+            assert!(!r.contains(secret), "{text} -> {r}");
+        }
+        assert_eq!(redact("the key: is fine"), "the key: [redacted] fine");
+        assert_eq!(redact("a config=1 : b"), "a config=1 : b");
         let huge = "password=x&".repeat(400_000);
         let r = redact(&huge);
         assert_eq!(
