@@ -597,6 +597,29 @@ mod tests {
     const EXCEPTION: &str =
         "org.apache.kafka.connect.errors.ConnectException: Tolerance exceeded in error handler";
 
+    /// The status of sink connector `es-sink` (RUNNING on w:1) with tasks `0..n`, task `id`
+    /// in `state_of(id)`, all on `worker`.
+    fn many_tasks(
+        n: usize,
+        state_of: impl Fn(usize) -> &'static str,
+        worker: &str,
+    ) -> ConnectorStatus {
+        let tasks: Vec<String> = (0..n)
+            .map(|id| {
+                let state = state_of(id);
+                format!(r#"{{"id":{id},"state":"{state}","worker_id":"{worker}"}}"#)
+            })
+            .collect();
+        parse_status(
+            format!(
+                r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"w:1"}},"tasks":[{}],"type":"sink"}}"#,
+                tasks.join(",")
+            )
+            .as_bytes(),
+        )
+        .expect("fixture")
+    }
+
     /// The status of connector `es-sink`: the connector on connect-1, task 0 as given.
     fn status(task0: &str, worker: &str, trace: Option<&str>) -> ConnectorStatus {
         let trace = trace.map_or(String::new(), |t| {
@@ -732,20 +755,7 @@ mod tests {
         let trace = h.events().find_map(|e| e.trace.clone()).expect("trace");
         assert_eq!(trace.chars().count(), TRACE_CHARS);
         // Many tasks changing at once: MAX_EVENTS in all.
-        let tasks = |state: &str| {
-            let tasks: Vec<String> = (0..200)
-                .map(|id| format!(r#"{{"id":{id},"state":"{state}","worker_id":"w:1"}}"#))
-                .collect();
-            parse_status(
-                format!(
-                    r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"w:1"}},"tasks":[{}]}}"#,
-                    tasks.join(",")
-                )
-                .as_bytes(),
-            )
-            .expect("fixture")
-        };
-        h.observe_status(&tasks("FAILED"), 300_000);
+        h.observe_status(&many_tasks(200, |_| "FAILED", "w:1"), 300_000);
         assert_eq!(h.events().count(), MAX_EVENTS);
     }
 
@@ -753,29 +763,10 @@ mod tests {
     /// fail keep the failure (the cap drops other changes first), and it is named first.
     #[test]
     fn a_failure_outlives_a_crowd_of_moves() {
-        let tasks = |failed: Option<i32>, worker: &str| {
-            let tasks: Vec<String> = (0..100)
-                .map(|id| {
-                    let state = if Some(id) == failed {
-                        "FAILED"
-                    } else {
-                        "RUNNING"
-                    };
-                    format!(r#"{{"id":{id},"state":"{state}","worker_id":"{worker}"}}"#)
-                })
-                .collect();
-            parse_status(
-                format!(
-                    r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"w:1"}},"tasks":[{}],"type":"sink"}}"#,
-                    tasks.join(",")
-                )
-                .as_bytes(),
-            )
-            .expect("fixture")
-        };
         let mut h = History::default();
-        h.observe_status(&tasks(None, "w:1"), T);
-        h.observe_status(&tasks(Some(3), "w:2"), T + 1_000);
+        h.observe_status(&many_tasks(100, |_| "RUNNING", "w:1"), T);
+        let task_3_fails = |id| if id == 3 { "FAILED" } else { "RUNNING" };
+        h.observe_status(&many_tasks(100, task_3_fails, "w:2"), T + 1_000);
         assert_eq!(h.events().count(), MAX_EVENTS);
         assert!(
             h.events()
@@ -794,19 +785,7 @@ mod tests {
     /// task) still keeps the changes that follow: the oldest failure goes, not the news.
     #[test]
     fn a_history_full_of_failures_keeps_what_follows() {
-        let tasks = |state: &str| {
-            let tasks: Vec<String> = (0..MAX_EVENTS)
-                .map(|id| format!(r#"{{"id":{id},"state":"{state}","worker_id":"w:1"}}"#))
-                .collect();
-            parse_status(
-                format!(
-                    r#"{{"name":"es-sink","connector":{{"state":"RUNNING","worker_id":"w:1"}},"tasks":[{}],"type":"sink"}}"#,
-                    tasks.join(",")
-                )
-                .as_bytes(),
-            )
-            .expect("fixture")
-        };
+        let tasks = |state: &'static str| many_tasks(MAX_EVENTS, move |_| state, "w:1");
         let mut h = History::default();
         h.observe_status(&tasks("RUNNING"), T);
         h.observe_status(&tasks("FAILED"), T + 1_000);
