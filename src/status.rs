@@ -185,6 +185,62 @@ impl ConnectEventStatus {
     }
 }
 
+/// The Doris Stream Load evidence source of an audit (src/stream_load_evidence), for
+/// `/api/status`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct StreamLoadStatus {
+    /// The FE's URL, without credentials.
+    pub url: String,
+    /// The pipeline's label prefix.
+    pub label_prefix: String,
+    /// `pending` (not read yet), `ok`, or `error` with its `reason`: an error only means
+    /// gaps carry no Stream Load evidence; no verdict waits for it.
+    #[serde(flatten)]
+    pub source: crate::evidence_http::SourceState,
+    /// When the FE was last asked.
+    pub checked_at: Option<DateTime<Utc>>,
+    /// The FE's clock minus this auditor's, as last measured (ms, to about a second).
+    pub clock_skew_ms: Option<i64>,
+    /// The FE's time zone (minutes east of UTC), in which Doris prints load times.
+    pub zone_offset_minutes: Option<i64>,
+    /// How many of the pipeline's loads the last read listed.
+    pub listed: usize,
+    /// Why some rows of the last answer could not be read. Left out of the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// The newest loads of the pipeline that left rows out, oldest first.
+    pub loads: Vec<StreamLoadEventStatus>,
+}
+
+/// One load of the pipeline that left rows out, for `/api/status`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct StreamLoadEventStatus {
+    /// Its label.
+    pub label: String,
+    /// When it finished, on the auditor's clock.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Rows it read, filtered and left out by its `WHERE`.
+    pub total_rows: u64,
+    pub filtered_rows: u64,
+    pub unselected_rows: u64,
+    /// The load in words, as a gap names it.
+    pub words: String,
+}
+
+impl StreamLoadEventStatus {
+    /// The status of `l`.
+    pub fn of(l: &crate::stream_load_evidence::DroppedLoad) -> Self {
+        Self {
+            label: crate::logging::printable(&l.record.label, 160),
+            finished_at: DateTime::<Utc>::from_timestamp_millis(l.finished_ms),
+            total_rows: l.record.total_rows,
+            filtered_rows: l.record.filtered_rows,
+            unselected_rows: l.record.unselected_rows,
+            words: l.phrase(),
+        }
+    }
+}
+
 /// Status of one audit, as published after each round.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditStatus {
@@ -227,6 +283,10 @@ pub struct AuditStatus {
     /// without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connect: Option<ConnectStatus>,
+    /// `[audits.pipeline] doris_fe_url`: the Doris Stream Load evidence source, its state
+    /// and the pipeline's last loads that left rows out. Left out of the JSON without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_load: Option<StreamLoadStatus>,
     /// Sink kind (`doris`, `mysql`, `elasticsearch`).
     pub sink_kind: String,
     /// Whether the last sink query succeeded.

@@ -318,3 +318,58 @@ fn every_connect_rest_call_is_on_the_permissions_page() {
         );
     }
 }
+
+/// The Doris Stream Load evidence sends two statements to the FE, both reads, and both are
+/// on the page: a statement added or changed in the poller fails here until the page says
+/// what it needs.
+#[test]
+fn every_stream_load_statement_is_on_the_permissions_page() {
+    let page = read("docs/PERMISSIONS.md");
+    let code = modules_code(&["src/stream_load_evidence.rs", "src/doris_fe.rs"]);
+    for write in [
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "ALTER",
+        "DROP",
+        "GRANT",
+        "exec_drop",
+    ] {
+        assert!(
+            !code.contains(write),
+            "the Stream Load evidence uses {write}"
+        );
+    }
+    // The statements it sends: every literal starting with SELECT or SHOW, but the error
+    // texts that name the statement ("SHOW STREAM LOAD failed: ...", "... answered ...").
+    let mut statements = Vec::new();
+    for start in ["\"SELECT ", "\"SHOW "] {
+        for (i, _) in code.match_indices(start) {
+            let lit = &code[i + 1..];
+            let lit = &lit[..lit.find('"').expect("closing quote")];
+            if !lit.contains(" answered ") && !lit.contains(" failed") {
+                statements.push(lit.to_owned());
+            }
+        }
+    }
+    statements.sort();
+    statements.dedup();
+    assert_eq!(
+        statements,
+        vec![
+            "SELECT UNIX_TIMESTAMP(), NOW()".to_owned(),
+            "SHOW STREAM LOAD FROM {} WHERE Label LIKE {} ORDER BY FinishTime DESC LIMIT {LIMIT}"
+                .to_owned(),
+        ]
+    );
+    for needle in [
+        "`SELECT UNIX_TIMESTAMP(), NOW()`",
+        "`SHOW STREAM LOAD FROM db WHERE Label LIKE \"<prefix>_\" ORDER BY FinishTime DESC LIMIT 200`",
+    ] {
+        assert!(page.contains(needle), "{needle} not on the page");
+    }
+    assert!(
+        code.contains("pub const LIMIT: usize = 200;"),
+        "the page says LIMIT 200"
+    );
+}

@@ -1,5 +1,5 @@
 //! A new gap's evidence: what every evidence source read tells of it (Flink's restore,
-//! Kafka Connect's task changes), joined with "; ". Decided once per gap (persist.rs
+//! Kafka Connect's task changes, Doris Stream Loads that filtered rows), joined with "; ". Decided once per gap (persist.rs
 //! `report_gap`); never part of a verdict.
 //!
 //! A source's view is as old as its last poll that read it. A gap whose commit step was
@@ -72,7 +72,7 @@ impl<V: Verifier> Audit<V> {
                 self.evidence_waiting.remove(&(tp, first));
                 continue;
             }
-            if self.evidence_behind(&g) && now - since < EVIDENCE_WAIT_MS {
+            if self.evidence_behind(&g) && now - since < self.evidence_wait_ms() {
                 continue;
             }
             self.evidence_waiting.remove(&(tp.clone(), first));
@@ -101,10 +101,11 @@ impl<V: Verifier> Audit<V> {
     /// waited would otherwise leave it without words for good (review 28, R28-5; which gaps
     /// wait is not stored). Their wait counts from when they were found.
     pub(super) fn requeue_unexplained(&mut self, tp: &TopicPartition, ledger: &PartitionLedger) {
-        if self.flink.is_none() && self.connect.is_none() {
+        if self.flink.is_none() && self.connect.is_none() && self.stream_load.is_none() {
             return;
         }
         let now = self.clock.now_ms();
+        let wait = self.evidence_wait_ms();
         for g in ledger.gaps() {
             if self.evidence_waiting.len() >= MAX_WAITING {
                 break;
@@ -114,7 +115,7 @@ impl<V: Verifier> Audit<V> {
                     g.cause,
                     GapCause::SkippedByRestart | GapCause::DroppedInFlight
                 )
-                && now.saturating_sub(g.detected_ms) < EVIDENCE_WAIT_MS
+                && now.saturating_sub(g.detected_ms) < wait
             {
                 self.evidence_waiting
                     .entry((tp.clone(), g.first))
@@ -123,16 +124,25 @@ impl<V: Verifier> Audit<V> {
         }
     }
 
-    /// Whether a source that may explain `g` has a view read before `g`'s commit step.
+    /// Whether a source that may explain `g` has a view read before `g`'s commit step
+    /// (Stream Load: before the FE could list the loads of its window).
     fn evidence_behind(&self, g: &GapRecord) -> bool {
         self.flink.as_ref().is_some_and(|f| f.behind(g))
             || self.connect.as_ref().is_some_and(|c| c.behind(g))
+            || self.stream_load.as_ref().is_some_and(|s| s.behind(g))
+    }
+
+    /// Longest a gap's evidence waits: [`EVIDENCE_WAIT_MS`], and with Stream Load evidence
+    /// as long again as the FE takes to list a finished load.
+    fn evidence_wait_ms(&self) -> i64 {
+        EVIDENCE_WAIT_MS.saturating_add(self.stream_load.as_ref().map_or(0, |s| s.extra_wait_ms()))
     }
 
     fn evidence_words(&self, g: &GapRecord) -> Option<String> {
         let words: Vec<String> = [
             self.flink.as_ref().and_then(|f| f.explain(g)),
             self.connect.as_ref().and_then(|c| c.explain(g)),
+            self.stream_load.as_ref().and_then(|s| s.explain(g)),
         ]
         .into_iter()
         .flatten()

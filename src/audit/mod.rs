@@ -61,6 +61,7 @@ mod schedule;
 mod shared_table;
 pub(crate) mod sink_model;
 mod starts;
+mod stream_load;
 pub(crate) mod transaction_hold;
 
 pub use shared_table::foreign_rows;
@@ -220,6 +221,9 @@ struct Audit<V> {
     /// `[audits.pipeline] connect_url`: the Kafka Connect evidence for gap causes
     /// (connect.rs).
     connect: Option<connect::ConnectWatch>,
+    /// `[audits.pipeline] doris_fe_url`: the Doris Stream Load evidence for gap causes
+    /// (stream_load.rs).
+    stream_load: Option<stream_load::StreamLoadWatch>,
     /// New gaps whose evidence waits for a source's view to be read past their commit
     /// step, and since when (the audit's clock; evidence.rs).
     evidence_waiting: BTreeMap<(TopicPartition, Offset), i64>,
@@ -297,6 +301,7 @@ impl<V: Verifier> Audit<V> {
             dead_letters: w.dead_letters,
             flink: None,
             connect: None,
+            stream_load: None,
             evidence_waiting: BTreeMap::new(),
             cfg: config,
             kafka: deps.kafka,
@@ -440,6 +445,7 @@ pub async fn run<V: Verifier + 'static>(
     a.pipeline.job = job.map(pipeline::JobWatch::new);
     a.flink = flink::FlinkWatch::start(&a.cfg, &a.clock, &cancel);
     a.connect = connect::ConnectWatch::start(&a.cfg, &a.clock, &cancel);
+    a.stream_load = stream_load::StreamLoadWatch::start(&a.cfg, &a.clock, &cancel);
     if let Some(book) = a.checker.book_mut() {
         book.set_semantics(semantics);
     }

@@ -254,6 +254,7 @@ impl<V: Verifier> Audit<V> {
             dead_letters: self.dead_letter_status(),
             flink: self.flink.as_ref().map(|f| f.status()),
             connect: self.connect.as_ref().map(|c| c.status()),
+            stream_load: self.stream_load.as_ref().map(|s| s.status()),
             sink_kind: self.sink.kind().to_string(),
             sink_state: self.health.sink_state,
             sink_error: self.health.sink_error.clone(),

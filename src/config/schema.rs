@@ -390,7 +390,7 @@ pub struct AuditConfig {
 
 /// `[audits.pipeline]`: where the pipeline's committed position comes from, and what else
 /// the pipeline tells about its records. Every key is optional.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PipelineConfig {
     /// `kafka_group` (default) or `doris_routine_load` (the job's progress from `SHOW ROUTINE
@@ -442,6 +442,55 @@ pub struct PipelineConfig {
     /// `__connect.errors.offset` headers) is `dead_lettered`, not missing.
     #[serde(deserialize_with = "de_opt_string")]
     pub dead_letter_topic: Option<String>,
+    /// Evidence, with `doris_label_prefix`: the Doris FE the pipeline's Stream Loads go
+    /// through, on its query port, with the database they load into
+    /// (`mysql://auditor@fe:9030/example_db`; may hold credentials, printed redacted).
+    /// Read-only, polled every `verify_interval` (`SHOW STREAM LOAD`, which needs the BE's
+    /// `enable_stream_load_record = true`): a `dropped_in_flight` gap then names the loads in
+    /// its window that filtered rows (src/stream_load_evidence). Never holds or changes a
+    /// verdict; an unreadable FE is a warning and a state in `/api/status`. Blank is absent.
+    #[serde(default, deserialize_with = "de_opt_secret_url")]
+    pub doris_fe_url: Option<SecretUrl>,
+    /// Evidence, with `doris_fe_url`: the label prefix of the pipeline's Stream Loads
+    /// (flink-doris-connector's `sink.label-prefix`; its two-phase-commit labels are
+    /// `<prefix>_<db>_<table>_<subtask>_<checkpoint>`). Only loads of the sink's table whose
+    /// label starts with `<prefix>_` are read.
+    #[serde(deserialize_with = "de_opt_string")]
+    pub doris_label_prefix: Option<String>,
+    /// With `doris_fe_url`: how long after a Stream Load ends the FE may list it (Doris
+    /// pulls the records from the BEs every `fetch_stream_load_record_interval_second`,
+    /// default 120 s). A new gap's Stream Load evidence waits this long past its commit step
+    /// (the gap itself is reported at once). Default `2m`.
+    #[serde(
+        default = "default_stream_load_record_delay",
+        deserialize_with = "de_duration",
+        serialize_with = "se_duration"
+    )]
+    #[schemars(with = "DurationText")]
+    pub stream_load_record_delay: Duration,
+}
+
+fn default_stream_load_record_delay() -> Duration {
+    Duration::from_secs(120)
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            kind: PipelineKind::default(),
+            group: None,
+            url: None,
+            job: None,
+            flink_rest_url: None,
+            flink_job: None,
+            connect_url: None,
+            connect_connector: None,
+            dead_letter_topic: None,
+            doris_fe_url: None,
+            doris_label_prefix: None,
+            stream_load_record_delay: default_stream_load_record_delay(),
+        }
+    }
 }
 
 impl PipelineConfig {

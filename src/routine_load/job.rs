@@ -111,7 +111,7 @@ pub struct JobRow {
 }
 
 /// The columns of one answer row, by name (`None`: SQL `NULL`).
-pub type Columns = BTreeMap<String, Option<String>>;
+pub use crate::doris_fe::Columns;
 
 impl JobRow {
     /// Reads one row of `SHOW ROUTINE LOAD` (columns by name).

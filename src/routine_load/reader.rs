@@ -3,8 +3,9 @@
 
 use super::job::{Columns, JobError, JobRow, pick, show_statement};
 use crate::config::SecretUrl;
+use crate::doris_fe::{self, columns};
+use mysql_async::Pool;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Value};
 use std::time::Duration;
 
 /// Why the job could not be read this time (the audit keeps its last positions and holds
@@ -36,21 +37,9 @@ pub struct JobReader {
 impl JobReader {
     /// A reader of `job` (`name` or `db.name`) on the FE at `url` (connects lazily).
     pub fn new(url: &SecretUrl, job: &str, timeout: Duration) -> Result<Self, ReadError> {
-        let opts = Opts::from_url(url.expose()).map_err(|_| ReadError::Url)?;
-        let b = OptsBuilder::from_opts(opts)
-            .prefer_socket(false)
-            // Both set: the driver then asks the FE for neither on connect.
-            .max_allowed_packet(Some(16 << 20))
-            .wait_timeout(Some(28_800))
-            .stmt_cache_size(0)
-            .pool_opts(
-                PoolOpts::default()
-                    .with_constraints(PoolConstraints::new(0, 1).unwrap_or_default())
-                    // The FE may not implement COM_RESET_CONNECTION (as for the sink).
-                    .with_reset_connection(false),
-            );
+        let pool = doris_fe::pool(url.expose()).ok_or(ReadError::Url)?;
         Ok(Self {
-            pool: Pool::new(b),
+            pool,
             job: job.to_owned(),
             statement: show_statement(job),
             timeout,
@@ -102,31 +91,5 @@ impl JobReader {
     /// Closes the pool.
     pub async fn close(self) {
         let _ = self.pool.disconnect().await;
-    }
-}
-
-/// One row's columns by name, every value as text (`None` for NULL).
-fn columns(row: mysql_async::Row) -> Columns {
-    let names: Vec<String> = row
-        .columns_ref()
-        .iter()
-        .map(|c| c.name_str().into_owned())
-        .collect();
-    names
-        .into_iter()
-        .zip(row.unwrap())
-        .map(|(name, v)| (name, text(v)))
-        .collect()
-}
-
-fn text(v: Value) -> Option<String> {
-    match v {
-        Value::NULL => None,
-        Value::Bytes(b) => Some(String::from_utf8_lossy(&b).into_owned()),
-        Value::Int(i) => Some(i.to_string()),
-        Value::UInt(u) => Some(u.to_string()),
-        Value::Float(f) => Some(f.to_string()),
-        Value::Double(d) => Some(d.to_string()),
-        other => Some(other.as_sql(true).trim_matches('\'').to_owned()),
     }
 }

@@ -13,6 +13,7 @@ fn status(audit: &str, interval_ms: u64, kafka: Option<i64>, sink: Option<i64>) 
         dead_letters: None,
         flink: None,
         connect: None,
+        stream_load: None,
         sink_kind: "doris".to_string(),
         sink_state: SinkState::Up,
         sink_error: None,

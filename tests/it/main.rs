@@ -39,6 +39,7 @@ mod scenarios;
 mod schema_registry;
 mod seed_config;
 mod shared_and_stored;
+mod stream_load_evidence;
 mod support;
 mod tail_assign;
 mod tail_races;

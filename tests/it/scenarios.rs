@@ -108,14 +108,6 @@ async fn lag_and_a_slow_sink_are_not_loss() {
     auditor.stop().await;
 }
 
-/// Waits until the auditor has seen the pipeline group commit `offset` on partition 0.
-async fn until_seen(a: &Auditor, offset: i64) {
-    a.wait_for(30, &format!("pipeline commit {offset} seen"), |a| {
-        pipeline_committed(a) == Some(offset)
-    })
-    .await;
-}
-
 /// A pipeline that commits normally — one checkpoint over records 0–9 — but silently drops
 /// record 5: the gap is `dropped_in_flight`, attributed to the 0 → 10 commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -358,6 +358,14 @@ pub fn pipeline_committed(a: &Auditor) -> Option<i64> {
         .and_then(|p| p.pipeline_committed)
 }
 
+/// Waits until the auditor has seen the pipeline group commit `offset` on partition 0.
+pub async fn until_seen(a: &Auditor, offset: i64) {
+    a.wait_for(30, &format!("pipeline commit {offset} seen"), |a| {
+        pipeline_committed(a) == Some(offset)
+    })
+    .await;
+}
+
 /// Runs `gap-auditor check -c CONFIG --from FROM --to TO --format json` (the real binary)
 /// off the async runtime, so services the test serves in this process (a fake FE) answer
 /// it: (exit code, the JSON report, stderr).

@@ -16,6 +16,14 @@
 //! left out of `SHOW ROUTINE LOAD`, listed by `SHOW ALL ROUTINE LOAD`). Every other
 //! statement is refused with an error, as an FE would refuse unknown syntax. Unlike a real
 //! FE it has no users or privileges (any login is accepted) and one job.
+//!
+//! It also answers what the Stream Load evidence asks (src/stream_load_evidence):
+//! `SELECT UNIX_TIMESTAMP(), NOW()` (its clock, in the zone Doris users mostly run,
+//! Asia/Shanghai, UTC+8) and `SHOW STREAM LOAD FROM db WHERE Label LIKE "x" ORDER BY
+//! FinishTime DESC LIMIT n` with `ShowStreamLoadStmt`'s columns in their order, matching
+//! `LIKE` as Doris's `StreamLoadRecordMgr` does (the label contains the value). Its loads
+//! are the ones a test adds with [`FeJob::add_stream_load`], listed at once (a real FE
+//! lists them up to `fetch_stream_load_record_interval_second` later).
 
 use opensrv_mysql::{
     AsyncMysqlIntermediary, AsyncMysqlShim, Column, ColumnFlags, ColumnType, ErrorKind, InitWriter,
@@ -43,6 +51,18 @@ struct JobState {
     shows: u64,
     /// The last statement received.
     last_sql: String,
+    /// Stream Loads the FE lists, each its 16 columns.
+    stream_loads: Vec<Vec<Option<String>>>,
+}
+
+/// The FE's zone: UTC+8.
+const ZONE_OFFSET_S: i64 = 8 * 3_600;
+
+/// The FE's local wall time now, as Doris prints it.
+fn fe_now() -> String {
+    (chrono::Utc::now() + chrono::Duration::seconds(ZONE_OFFSET_S))
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
 }
 
 /// One Routine Load job on a fake FE, and the FE's address.
@@ -65,6 +85,7 @@ impl FeJob {
             next: (0..partitions).map(|p| (p, -2)).collect(),
             shows: 0,
             last_sql: String::new(),
+            stream_loads: Vec::new(),
         }));
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
@@ -148,6 +169,41 @@ impl FeJob {
             s.reason =
                 "ErrorReason{code=errCode = 100, msg='User root stop routine load job'}".to_owned();
         });
+    }
+
+    /// A Stream Load of `label` into `example_db.table` finished now, reading `total` rows
+    /// of which it filtered `filtered` (with an error log URL when it filtered any).
+    pub fn add_stream_load(&self, label: &str, table: &str, total: u64, filtered: u64) {
+        let now = fe_now();
+        let row = [
+            label,
+            "example_db",
+            table,
+            "10.0.0.7",
+            "Success",
+            if filtered > 0 {
+                "too many filtered rows"
+            } else {
+                "OK"
+            },
+            &*if filtered > 0 {
+                format!("http://be1:8040/api/_load_error_log?file=__shard_3/error_log_{label}")
+            } else {
+                "N/A".to_owned()
+            },
+            &*total.to_string(),
+            &*(total - filtered).to_string(),
+            &*filtered.to_string(),
+            "0",
+            "201000",
+            &now,
+            &now,
+            "flink",
+            "",
+        ]
+        .map(|v| Some(v.to_owned()))
+        .to_vec();
+        self.with(|s| s.stream_loads.push(row));
     }
 
     /// The scheduler picked the job up again.
@@ -271,6 +327,12 @@ impl<W: AsyncWrite + Send + Unpin> AsyncMysqlShim<W> for Fe {
         if trimmed.eq_ignore_ascii_case("SET NAMES utf8mb4") || trimmed.starts_with("SET ") {
             return results.completed(OkResponse::default()).await;
         }
+        if upper == "SELECT UNIX_TIMESTAMP(), NOW()" {
+            return clock_answer(results).await;
+        }
+        if upper.starts_with("SHOW STREAM LOAD ") {
+            return stream_load_answer(trimmed, &snapshot.stream_loads, results).await;
+        }
         if !upper.starts_with("SHOW ROUTINE LOAD FOR ")
             && !upper.starts_with("SHOW ALL ROUTINE LOAD FOR ")
         {
@@ -279,15 +341,7 @@ impl<W: AsyncWrite + Send + Unpin> AsyncMysqlShim<W> for Fe {
                 .error(ErrorKind::ER_PARSE_ERROR, msg.as_bytes())
                 .await;
         }
-        let cols: Vec<Column> = COLUMNS
-            .iter()
-            .map(|c| Column {
-                table: String::new(),
-                column: (*c).to_owned(),
-                coltype: ColumnType::MYSQL_TYPE_VAR_STRING,
-                colflags: ColumnFlags::empty(),
-            })
-            .collect();
+        let cols = text_columns(&COLUMNS);
         // Another job's name, or an ended job without ALL (Doris leaves those out): the
         // error Doris answers (`RoutineLoadManager`), not an empty result.
         let ended = matches!(snapshot.state, "STOPPED" | "CANCELLED");
@@ -338,4 +392,82 @@ impl<W: AsyncWrite + Send + Unpin> AsyncMysqlShim<W> for Fe {
         }
         w.finish().await
     }
+}
+
+fn text_columns(names: &[&str]) -> Vec<Column> {
+    names
+        .iter()
+        .map(|c| Column {
+            table: String::new(),
+            column: (*c).to_owned(),
+            coltype: ColumnType::MYSQL_TYPE_VAR_STRING,
+            colflags: ColumnFlags::empty(),
+        })
+        .collect()
+}
+
+/// `SELECT UNIX_TIMESTAMP(), NOW()`: the FE's clock, its local time in UTC+8.
+async fn clock_answer<W: AsyncWrite + Send + Unpin>(
+    results: QueryResultWriter<'_, W>,
+) -> io::Result<()> {
+    let cols = text_columns(&["UNIX_TIMESTAMP()", "NOW()"]);
+    let mut w = results.start(&cols).await?;
+    w.write_col(Some(chrono::Utc::now().timestamp().to_string()))?;
+    w.write_col(Some(fe_now()))?;
+    w.end_row().await?;
+    w.finish().await
+}
+
+/// `ShowStreamLoadStmt`'s columns, in order.
+const STREAM_LOAD_COLUMNS: [&str; 16] = [
+    "Label",
+    "Db",
+    "Table",
+    "ClientIp",
+    "Status",
+    "Message",
+    "Url",
+    "TotalRows",
+    "LoadedRows",
+    "FilteredRows",
+    "UnselectedRows",
+    "LoadBytes",
+    "StartTime",
+    "FinishTime",
+    "User",
+    "Comment",
+];
+
+/// `SHOW STREAM LOAD FROM example_db WHERE Label LIKE 'x' ORDER BY FinishTime DESC LIMIT n`:
+/// the loads whose label contains `x`, newest first, at most `n`. Another shape is refused
+/// (the auditor sends only this one).
+async fn stream_load_answer<W: AsyncWrite + Send + Unpin>(
+    sql: &str,
+    loads: &[Vec<Option<String>>],
+    results: QueryResultWriter<'_, W>,
+) -> io::Result<()> {
+    let shape = sql
+        .strip_prefix("SHOW STREAM LOAD FROM `example_db` WHERE Label LIKE '")
+        .and_then(|rest| rest.split_once("' ORDER BY FinishTime DESC LIMIT "));
+    let Some((value, limit)) = shape else {
+        let msg = format!("errCode = 2, detailMessage = Syntax error: {sql}");
+        return results
+            .error(ErrorKind::ER_PARSE_ERROR, msg.as_bytes())
+            .await;
+    };
+    let limit: usize = limit.trim().parse().unwrap_or(usize::MAX);
+    let mut rows: Vec<&Vec<Option<String>>> = loads
+        .iter()
+        .filter(|r| r[0].as_deref().is_some_and(|l| l.contains(value)))
+        .collect();
+    rows.sort_by(|a, b| b[13].cmp(&a[13]));
+    let cols = text_columns(&STREAM_LOAD_COLUMNS);
+    let mut w = results.start(&cols).await?;
+    for row in rows.into_iter().take(limit) {
+        for v in row {
+            w.write_col(v.clone())?;
+        }
+        w.end_row().await?;
+    }
+    w.finish().await
 }

@@ -13,7 +13,7 @@ use crate::flink_evidence::{FlinkView, History as FlinkHistory};
 use crate::gap::{GapCause, Offset};
 
 /// Between two polls of the view, ms.
-const POLL_MS: i64 = 1_000;
+pub(super) const POLL_MS: i64 = 1_000;
 const EXCEPTION: &str =
     "org.apache.kafka.connect.errors.ConnectException: Tolerance exceeded in error handler";
 
@@ -91,7 +91,7 @@ fn restart_seen(t0: i64) -> ConnectWatch {
 /// and to 6. `setup(t0)` installs the evidence once commit `first` was seen (`t0`, the
 /// clock then). Returns `t0`, the one gap (its first and last offsets and cause) and its
 /// evidence as stored and as the ledger keeps it.
-async fn gap_with(
+pub(super) async fn gap_with(
     in_sink: &[Offset],
     first: Offset,
     setup: impl Fn(&mut Harness, i64),
@@ -107,7 +107,7 @@ async fn gap_with(
 }
 
 /// The rounds of [`gap_with`], up to the gap found; returns the harness and `t0`.
-async fn rounds_to_the_gap(
+pub(super) async fn rounds_to_the_gap(
     in_sink: &[Offset],
     first: Offset,
     setup: impl Fn(&mut Harness, i64),
@@ -134,7 +134,7 @@ async fn rounds_to_the_gap(
 
 /// The one gap (its first and last offsets and cause) and its evidence as stored and as
 /// the ledger keeps it.
-fn the_gap(h: &Harness) -> ((Offset, Offset, GapCause), Option<String>, Option<String>) {
+pub(super) fn the_gap(h: &Harness) -> ((Offset, Offset, GapCause), Option<String>, Option<String>) {
     let gaps = h.stored_gaps();
     assert_eq!(gaps.len(), 1, "{gaps:?}");
     let kept = h.audit.parts[&tp(0)]

@@ -16,3 +16,4 @@ mod retired;
 mod review_read_to;
 mod revocation;
 mod round;
+mod stream_load;

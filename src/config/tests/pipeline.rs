@@ -165,6 +165,88 @@ fn connect_evidence_keys_are_used_and_checked() {
     assert!(cfg.audits[0].pipeline.connect_url.is_none());
 }
 
+/// Doris Stream Load evidence: the FE URL and the label prefix together (each alone refused
+/// naming the other), the URL a mysql:// one naming the database, the prefix in Doris's
+/// label alphabet, the delay bounded, the password never shown; BASE's sink is Doris.
+#[test]
+fn stream_load_evidence_keys_are_used_and_checked() {
+    let ok = "doris_fe_url = \"mysql://ops:s3cret@fe:9030/example_db\"\ndoris_label_prefix = \"doris_sink\"";
+    let cfg = Config::from_toml_str(&with_pipeline(ok)).expect("parses");
+    assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
+    let pl = &cfg.audits[0].pipeline;
+    assert_eq!(pl.doris_label_prefix.as_deref(), Some("doris_sink"));
+    assert_eq!(
+        pl.stream_load_record_delay,
+        std::time::Duration::from_secs(120)
+    );
+    assert!(!format!("{pl:?}").contains("s3cret"));
+    let cfg = Config::from_toml_str(&with_pipeline(&format!(
+        "{ok}\nstream_load_record_delay = \"5s\""
+    )))
+    .expect("parses");
+    assert_eq!(
+        cfg.audits[0].pipeline.stream_load_record_delay,
+        std::time::Duration::from_secs(5)
+    );
+    // Without [audits.pipeline] at all, the default delay too.
+    assert_eq!(
+        base().audits[0].pipeline.stream_load_record_delay,
+        std::time::Duration::from_secs(120)
+    );
+
+    let e = toml_err(&with_pipeline("doris_label_prefix = \"doris_sink\""));
+    assert_err(
+        &e,
+        "audits[0].pipeline.doris_fe_url",
+        "is required with doris_label_prefix",
+    );
+    let e = toml_err(&with_pipeline(
+        "doris_fe_url = \"mysql://ops:s3cret@fe:9030/example_db\"",
+    ));
+    assert_err(
+        &e,
+        "audits[0].pipeline.doris_label_prefix",
+        "is required with doris_fe_url",
+    );
+    assert!(!e.to_string().contains("s3cret"), "{e}");
+    for bad in [
+        "http://fe:8030/example_db",
+        "fe:9030",
+        "mysql:///example_db",
+    ] {
+        let e = toml_err(&with_pipeline(&format!(
+            "doris_fe_url = \"{bad}\"\ndoris_label_prefix = \"p\""
+        )));
+        assert_err(&e, "audits[0].pipeline.doris_fe_url", "mysql://");
+    }
+    let e = toml_err(&with_pipeline(
+        "doris_fe_url = \"mysql://fe:9030\"\ndoris_label_prefix = \"p\"",
+    ));
+    assert_err(
+        &e,
+        "audits[0].pipeline.doris_fe_url",
+        "must name the database",
+    );
+    for bad in ["a b", "p%", "p'--", "x.y"] {
+        let e = toml_err(&with_pipeline(&format!(
+            "doris_fe_url = \"mysql://fe:9030/db\"\ndoris_label_prefix = \"{bad}\""
+        )));
+        assert_err(
+            &e,
+            "audits[0].pipeline.doris_label_prefix",
+            "characters Doris allows",
+        );
+    }
+    let e = toml_err(&with_pipeline(&format!(
+        "{ok}\nstream_load_record_delay = \"2h\""
+    )));
+    assert_err(
+        &e,
+        "audits[0].pipeline.stream_load_record_delay",
+        "at most 1h",
+    );
+}
+
 #[test]
 fn dead_letter_topic_is_a_valid_topic_other_than_the_audited_ones() {
     let e = toml_err(&with_pipeline("dead_letter_topic = \"bad topic\""));

@@ -437,6 +437,83 @@ impl AuditConfig {
     /// `[audits.pipeline]`: the shape of each kind, the dead-letter topic, and what this
     /// build cannot do yet (refused with the key, never silently ignored: a position source
     /// that is not read would leave the audit without the due rule the operator asked for).
+    /// Doris Stream Load evidence: the FE and the label prefix together (one alone would
+    /// read nothing, silently), a MySQL URL naming the database the loads go into, a prefix
+    /// Doris accepts in a label, and a sink that is a table.
+    fn validate_stream_load_evidence(&self, pp: &str) -> Result<(), ConfigError> {
+        let pl = &self.pipeline;
+        let prefix = pl.doris_label_prefix.as_deref();
+        let Some(u) = &pl.doris_fe_url else {
+            if prefix.is_some() {
+                return err(
+                    format!("{pp}.doris_fe_url"),
+                    "is required with doris_label_prefix: the Doris FE's query port and the \
+                     database the loads go into (mysql://auditor@fe:9030/example_db)",
+                );
+            }
+            return Ok(());
+        };
+        let database = u
+            .parse()
+            .ok()
+            .filter(|url| url.scheme() == "mysql" && url.host_str().is_some())
+            .map(|url| url.path().trim_start_matches('/').to_owned());
+        match database {
+            None => {
+                return err(
+                    format!("{pp}.doris_fe_url"),
+                    "must be the Doris FE's query port, mysql:// with a host \
+                     (mysql://auditor@fe:9030/example_db)",
+                );
+            }
+            Some(db) if db.is_empty() || db.contains('/') => {
+                return err(
+                    format!("{pp}.doris_fe_url"),
+                    "must name the database the Stream Loads go into as its path \
+                     (mysql://auditor@fe:9030/example_db): SHOW STREAM LOAD lists one database",
+                );
+            }
+            Some(_) => {}
+        }
+        match prefix {
+            None => {
+                return err(
+                    format!("{pp}.doris_label_prefix"),
+                    "is required with doris_fe_url: the pipeline's Stream Load label prefix \
+                     (flink-doris-connector's sink.label-prefix)",
+                );
+            }
+            Some(x)
+                if x.is_empty()
+                    || x.len() > 100
+                    || !x
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':')) =>
+            {
+                return err(
+                    format!("{pp}.doris_label_prefix"),
+                    "must be 1 to 100 of the characters Doris allows in a label \
+                     (letters, digits, '-', '_', ':')",
+                );
+            }
+            Some(_) => {}
+        }
+        if self.sink.kind == SinkKind::Elasticsearch {
+            return err(
+                format!("{pp}.doris_fe_url"),
+                "reads Doris Stream Loads, which load tables: the sink is an Elasticsearch index",
+            );
+        }
+        if pl.stream_load_record_delay > Duration::from_secs(3_600) {
+            return err(
+                format!("{pp}.stream_load_record_delay"),
+                "must be at most 1h (Doris lists a finished load within \
+                 fetch_stream_load_record_interval_second, default 120 s)",
+            );
+        }
+        Ok(())
+    }
+
     fn validate_pipeline(&self, p: &str) -> Result<(), ConfigError> {
         let pl = &self.pipeline;
         let pp = format!("{p}.pipeline");
@@ -543,6 +620,7 @@ impl AuditConfig {
                 );
             }
         }
+        self.validate_stream_load_evidence(&pp)?;
         if let Some(t) = &pl.dead_letter_topic {
             if let Some(problem) = topic_problem(t) {
                 return err(format!("{pp}.dead_letter_topic"), problem);

@@ -11,13 +11,6 @@ fn gauge(g: &prometheus::IntGaugeVec, topic: &str) -> i64 {
     g.with_label_values(&["dns_logs", topic, "0"]).get()
 }
 
-async fn until_seen(a: &Auditor, offset: i64) {
-    a.wait_for(30, &format!("pipeline commit {offset} seen"), |a| {
-        pipeline_committed(a) == Some(offset)
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lag_of_ten_times_grace_is_not_loss() {
     const GRACE: Duration = Duration::from_secs(1);

@@ -1,0 +1,412 @@
+//! The pipeline's Stream Loads that left rows out, as the polls saw them, placed on the
+//! auditor's clock, and what they tell of a `dropped_in_flight` gap. Pure: no I/O.
+//!
+//! Doris writes a load's `FinishTime` on the BE's wall clock in its time zone, without the
+//! zone. Each poll measures the FE's zone and its clock against the auditor's in the same
+//! answer (`SELECT UNIX_TIMESTAMP(), NOW()`: [`FeClock`]); the BE is taken to share the
+//! FE's zone and clock (one cluster, one NTP: documented in OPERATOR.md).
+
+use super::record::LoadRecord;
+use crate::logging::{printable, redact};
+use chrono::{DateTime, NaiveDateTime};
+use std::collections::VecDeque;
+
+/// Most loads kept: an incident that filtered rows in every checkpoint keeps the newest.
+pub const MAX_LOADS: usize = 64;
+/// Most loads a gap's words name (the rest are counted).
+const NAMED: usize = 3;
+/// Characters of Doris's message and error URL shown.
+const TEXT_CHARS: usize = 200;
+/// What a time measured in whole seconds may be off by, each side of a window.
+const SLACK_MS: i64 = 1_000;
+
+/// The FE's time zone and clock, as one poll measured them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeClock {
+    /// Local time minus UTC (whole quarter hours, as every zone is).
+    pub zone_offset_ms: i64,
+    /// The FE's clock minus the auditor's (ms; measured to about a second).
+    pub skew_ms: i64,
+}
+
+impl FeClock {
+    /// From `UNIX_TIMESTAMP()` (seconds) and `NOW()` of one answer, asked at `sent_ms` and
+    /// answered at `received_ms` on the auditor's clock; `None` when the answer is
+    /// unusable.
+    pub fn measure(
+        unix_s: i64,
+        now: NaiveDateTime,
+        sent_ms: i64,
+        received_ms: i64,
+    ) -> Option<Self> {
+        const QUARTER_HOUR_S: i64 = 900;
+        let local_s = now.and_utc().timestamp();
+        let offset_s = local_s.checked_sub(unix_s)?;
+        // Both read in the same statement, a second apart at most: round to the zone.
+        let zone_s = (offset_s as f64 / QUARTER_HOUR_S as f64).round() as i64 * QUARTER_HOUR_S;
+        if zone_s.abs() > 15 * 3_600 {
+            return None;
+        }
+        // The middle of the FE's second against the middle of the round trip.
+        let mid_ms = sent_ms + (received_ms - sent_ms) / 2;
+        let skew_ms = unix_s.checked_mul(1_000)?.checked_add(500)? - mid_ms;
+        Some(Self {
+            zone_offset_ms: zone_s * 1_000,
+            skew_ms,
+        })
+    }
+
+    /// `t` (the BE's local wall time) on the auditor's clock.
+    pub fn auditor_ms(&self, t: NaiveDateTime) -> i64 {
+        t.and_utc().timestamp_millis() - self.zone_offset_ms - self.skew_ms
+    }
+}
+
+/// A load that left rows out, placed on the auditor's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedLoad {
+    /// What the FE listed.
+    pub record: LoadRecord,
+    /// When it finished, on the auditor's clock.
+    pub finished_ms: i64,
+}
+
+impl DroppedLoad {
+    /// The load in words: "Doris Stream Load L (checkpoint 12, subtask 0) filtered 3 of
+    /// 1000 rows at T (message; error log: URL)".
+    pub fn phrase(&self) -> String {
+        let r = &self.record;
+        let label = printable(&r.label, 160);
+        let of = r
+            .checkpoint
+            .map(|(subtask, chk)| format!(" (checkpoint {chk}, subtask {subtask})"))
+            .unwrap_or_default();
+        let mut what = Vec::new();
+        if r.filtered_rows > 0 {
+            what.push(format!(
+                "filtered {} of {} rows (could not convert them; max_filter_ratio let it succeed without them)",
+                r.filtered_rows, r.total_rows
+            ));
+        }
+        if r.unselected_rows > 0 {
+            what.push(format!(
+                "left {} of {} rows out by its WHERE",
+                r.unselected_rows, r.total_rows
+            ));
+        }
+        let mut detail = Vec::new();
+        let message = printable(&redact(&r.message), TEXT_CHARS);
+        if !message.is_empty() && message != "OK" {
+            detail.push(message);
+        }
+        if let Some(url) = &r.error_url {
+            detail.push(format!(
+                "error log: {}",
+                printable(&redact(url), TEXT_CHARS)
+            ));
+        }
+        let detail = if detail.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", detail.join("; "))
+        };
+        format!(
+            "Doris Stream Load {label}{of} {} at {}{detail}",
+            what.join(" and "),
+            rfc3339(self.finished_ms)
+        )
+    }
+}
+
+/// What the polls learnt of the pipeline's loads.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// Loads of the pipeline that left rows out, by finish time, at most [`MAX_LOADS`].
+    loads: VecDeque<DroppedLoad>,
+    /// The FE's zone and clock as the last poll measured them.
+    clock: Option<FeClock>,
+    /// Loads of the pipeline the last poll listed (all, not only those that left rows out).
+    listed: usize,
+}
+
+impl History {
+    /// Takes one poll's answer: `records` (the FE's rows already read), the pipeline's
+    /// being those of `prefix` into `table` (`table` or `db.table`, the FE URL's database
+    /// `db`), on the FE's `clock`. Returns how many loads that left rows out are new.
+    pub fn observe(
+        &mut self,
+        records: Vec<LoadRecord>,
+        clock: FeClock,
+        (prefix, db, table): (&str, &str, &str),
+    ) -> usize {
+        self.clock = Some(clock);
+        let ours: Vec<LoadRecord> = records
+            .into_iter()
+            .filter(|r| r.is_of(prefix, db, table))
+            .collect();
+        self.listed = ours.len();
+        let mut new = 0;
+        for record in ours.into_iter().filter(LoadRecord::dropped_rows) {
+            // A label is used again only after its load was CANCELLED: the finish time
+            // tells two loads of one label apart.
+            let known = self
+                .loads
+                .iter()
+                .any(|l| l.record.label == record.label && l.record.finished == record.finished);
+            if known {
+                continue;
+            }
+            new += 1;
+            self.loads.push_back(DroppedLoad {
+                finished_ms: clock.auditor_ms(record.finished),
+                record,
+            });
+        }
+        if new > 0 {
+            self.loads.make_contiguous().sort_by_key(|l| l.finished_ms);
+            while self.loads.len() > MAX_LOADS {
+                self.loads.pop_front();
+            }
+        }
+        new
+    }
+
+    /// The loads kept, oldest first.
+    pub fn loads(&self) -> impl DoubleEndedIterator<Item = &DroppedLoad> {
+        self.loads.iter()
+    }
+
+    /// The FE's clock as last measured.
+    pub fn clock(&self) -> Option<FeClock> {
+        self.clock
+    }
+
+    /// How many of the pipeline's loads the last poll listed.
+    pub fn listed(&self) -> usize {
+        self.listed
+    }
+
+    /// What the loads tell of a `dropped_in_flight` gap whose commit step was seen at
+    /// `at_ms`, its left position committed after `since_ms`; the poller reads every
+    /// `poll_ms`. The records the step passed were loaded by a load that finished before
+    /// the pipeline committed past them (flink-doris-connector pre-commits a checkpoint's
+    /// load before the checkpoint completes, and the Kafka source commits after it
+    /// completes), and after the position before them was committed, up to a poll before
+    /// the auditor saw that: `(since_ms - poll_ms, at_ms]`, a second wider each side (the
+    /// FE prints whole seconds). Every load of the pipeline that left rows out in that
+    /// window is named: Doris counts the rows, it does not say which records they were.
+    pub fn explain(&self, since_ms: Option<i64>, at_ms: i64, poll_ms: i64) -> Option<String> {
+        let after = since_ms
+            .unwrap_or(at_ms)
+            .saturating_sub(poll_ms)
+            .saturating_sub(SLACK_MS);
+        let by = at_ms.saturating_add(SLACK_MS);
+        let inside: Vec<&DroppedLoad> = self
+            .loads
+            .iter()
+            .filter(|l| l.finished_ms > after && l.finished_ms <= by)
+            .collect();
+        let (first, rest) = inside.split_at(inside.len().min(NAMED));
+        if first.is_empty() {
+            return None;
+        }
+        let mut words = first
+            .iter()
+            .map(|l| l.phrase())
+            .collect::<Vec<_>>()
+            .join("; ");
+        if !rest.is_empty() {
+            let filtered: u64 = rest.iter().map(|l| l.record.filtered_rows).sum();
+            words.push_str(&format!(
+                "; {} more load{} of the pipeline filtered {filtered} rows",
+                rest.len(),
+                if rest.len() == 1 { "" } else { "s" }
+            ));
+        }
+        Some(words)
+    }
+}
+
+/// Unix ms as `2026-12-06T02:14:00Z` (whole seconds suffice).
+fn rfc3339(ms: i64) -> String {
+    DateTime::from_timestamp_millis(ms).map_or_else(
+        || format!("{ms} ms"),
+        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::record::local_time;
+    use super::super::record::tests::row;
+    use super::*;
+
+    const PIPELINE: (&str, &str, &str) = ("doris_sink", "example_db", "dns_logs");
+
+    fn load(label: &str, finish: &str, filtered: u64) -> LoadRecord {
+        LoadRecord::from_columns(&row(label, finish, filtered)).expect("row")
+    }
+
+    /// An FE in Asia/Shanghai (UTC+8) whose clock is 3 s ahead of the auditor's, measured
+    /// when the auditor's clock read 2026-12-07T02:20:00Z.
+    fn shanghai() -> FeClock {
+        let auditor = 1_796_610_000_000; // 2026-12-07T02:20:00Z
+        let fe_unix = auditor / 1_000 + 3;
+        let now = local_time("2026-12-07 10:20:03").expect("time");
+        FeClock::measure(fe_unix, now, auditor - 20, auditor + 20).expect("clock")
+    }
+
+    #[test]
+    fn the_fe_clock_places_a_local_time_on_the_auditors_clock() {
+        let c = shanghai();
+        assert_eq!(c.zone_offset_ms, 8 * 3_600_000);
+        assert_eq!(c.skew_ms, 3_500);
+        // 10:14:03 in Shanghai on an FE 3 s ahead: 02:14:00 on the auditor's clock, to
+        // within the half second the FE's whole seconds leave.
+        let t = c.auditor_ms(local_time("2026-12-07 10:14:03").expect("t"));
+        assert_eq!(rfc3339(t), "2026-12-07T02:13:59Z");
+        assert!((t - 1_796_609_640_000).abs() <= 1_000, "{t}");
+        // A second read a little off still rounds to the zone.
+        let now = local_time("2026-12-07 10:20:04").expect("time");
+        assert_eq!(
+            FeClock::measure(1_796_610_003, now, 0, 0).map(|c| c.zone_offset_ms),
+            Some(8 * 3_600_000)
+        );
+        // Nonsense is refused.
+        let far = local_time("2026-12-09 10:20:04").expect("time");
+        assert_eq!(FeClock::measure(1_796_610_003, far, 0, 0), None);
+    }
+
+    #[test]
+    fn a_load_that_filtered_rows_in_the_window_explains_the_gap() {
+        let c = shanghai();
+        let mut h = History::default();
+        let new = h.observe(
+            vec![
+                load(
+                    "doris_sink_example_db_dns_logs_0_11",
+                    "2026-12-07 10:13:53",
+                    0,
+                ),
+                load(
+                    "doris_sink_example_db_dns_logs_0_12",
+                    "2026-12-07 10:14:03",
+                    3,
+                ),
+                // Another pipeline's loads into the same table.
+                load("other_example_db_dns_logs_0_12", "2026-12-07 10:14:03", 9),
+            ],
+            c,
+            PIPELINE,
+        );
+        assert_eq!((new, h.listed()), (1, 2));
+        let finished = h.loads().next().expect("kept").finished_ms;
+        // A step seen 2 s after the load finished, its left position committed 10 s
+        // before.
+        let w = h
+            .explain(Some(finished - 10_000), finished + 2_000, 1_000)
+            .expect("explained");
+        assert!(
+            w.starts_with("Doris Stream Load doris_sink_example_db_dns_logs_0_12 (checkpoint 12, subtask 0) filtered 3 of 1000 rows"),
+            "{w}"
+        );
+        assert!(
+            w.contains("error log: http://be1:8040/api/_load_error_log?file="),
+            "{w}"
+        );
+        assert!(w.contains("too many filtered rows"), "{w}");
+        // The same answer again adds nothing.
+        assert_eq!(
+            h.observe(
+                vec![load(
+                    "doris_sink_example_db_dns_logs_0_12",
+                    "2026-12-07 10:14:03",
+                    3
+                )],
+                c,
+                PIPELINE
+            ),
+            0
+        );
+        // A step committed before the load finished, or long after it: not this load.
+        assert_eq!(
+            h.explain(Some(finished - 60_000), finished - 5_000, 1_000),
+            None
+        );
+        assert_eq!(
+            h.explain(Some(finished + 30_000), finished + 40_000, 1_000),
+            None
+        );
+    }
+
+    #[test]
+    fn the_window_edges_allow_a_poll_and_the_fes_whole_seconds() {
+        let c = shanghai();
+        let mut h = History::default();
+        h.observe(
+            vec![load("doris_sink_0_7", "2026-12-07 10:14:03", 1)],
+            c,
+            PIPELINE,
+        );
+        let f = h.loads().next().expect("kept").finished_ms;
+        // Finished up to a poll (plus a second) before the left commit was seen: in.
+        assert!(h.explain(Some(f + 1_900), f + 10_000, 1_000).is_some());
+        assert!(h.explain(Some(f + 2_100), f + 10_000, 1_000).is_none());
+        // Seen up to a second before it finished (the FE's second): in.
+        assert!(h.explain(Some(f - 10_000), f - 900, 1_000).is_some());
+        assert!(h.explain(Some(f - 10_000), f - 1_100, 1_000).is_none());
+    }
+
+    #[test]
+    fn loads_kept_and_named_are_bounded() {
+        let c = shanghai();
+        let mut h = History::default();
+        let many: Vec<LoadRecord> = (0..100)
+            .map(|i| {
+                load(
+                    &format!("doris_sink_{}_{i}", i % 4),
+                    &format!("2026-12-07 10:{:02}:{:02}", 10 + i / 60, i % 60),
+                    2,
+                )
+            })
+            .collect();
+        assert_eq!(h.observe(many, c, PIPELINE), 100);
+        assert_eq!(h.loads().count(), MAX_LOADS);
+        // The newest kept.
+        assert_eq!(
+            h.loads().last().map(|l| l.record.label.as_str()),
+            Some("doris_sink_3_99")
+        );
+        let first = h.loads().next().expect("kept").finished_ms;
+        let last = h.loads().last().expect("kept").finished_ms;
+        let w = h.explain(Some(first), last, 1_000).expect("explained");
+        assert_eq!(w.matches("Doris Stream Load").count(), 3, "{w}");
+        assert!(
+            w.ends_with("; 61 more loads of the pipeline filtered 122 rows"),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn hostile_text_is_cleaned() {
+        let mut r = row("doris_sink_0_1", "2026-12-07 10:14:03", 1);
+        r.insert(
+            "Message".into(),
+            Some("bad\u{1b}[31m row; password=hunter2\nforged line".into()),
+        );
+        r.insert(
+            "Url".into(),
+            Some("http://flink:s3cret@be1:8040/api/_load_error_log?file=x".into()),
+        );
+        let mut h = History::default();
+        h.observe(
+            vec![LoadRecord::from_columns(&r).expect("row")],
+            shanghai(),
+            PIPELINE,
+        );
+        let f = h.loads().next().expect("kept").finished_ms;
+        let w = h.explain(Some(f - 5_000), f + 1_000, 1_000).expect("words");
+        assert!(!w.contains('\u{1b}') && !w.contains('\n'), "{w}");
+        assert!(!w.contains("hunter2") && !w.contains("s3cret"), "{w}");
+    }
+}
