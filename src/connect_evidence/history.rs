@@ -157,8 +157,14 @@ impl StateEvent {
             .as_ref()
             .map(|t| format!(" ({t})"))
             .unwrap_or_default();
+        // "again" only for the state that means it runs again: a task listed back
+        // UNASSIGNED or PAUSED was never in that state before (review 28b, R28b-8).
         if let (true, Some(to)) = (self.returned, &self.to) {
-            return format!("{to} again at {at}{trace}{on}");
+            return if to == "RUNNING" {
+                format!("RUNNING again at {at}{on}")
+            } else {
+                format!("listed again, {to}, at {at}{trace}{on}")
+            };
         }
         match (&self.from, &self.to) {
             (_, None) => format!("no longer listed at {at}"),
@@ -338,6 +344,12 @@ impl History {
         if self.not_read_since.is_none() {
             self.not_read_since = Some((at_ms, printable(why, WHY_CHARS)));
         }
+    }
+
+    /// When the status or the config was last read (the auditor's clock); `None` before a
+    /// read.
+    pub fn read_ms(&self) -> Option<i64> {
+        self.last_read_ms.max(self.config_read_ms)
     }
 
     /// Takes one `/connectors/{name}/config`, read at `at_ms` on the auditor's clock: its
@@ -1073,6 +1085,15 @@ mod tests {
         assert_eq!(
             last.phrase(),
             "RUNNING again at 2026-12-06T02:14:02Z on worker connect-2:8083"
+        );
+        // Listed back before a worker took it: not "UNASSIGNED again" (it never was).
+        let mut h = History::default();
+        h.observe_status(&running, T);
+        h.observe_status(&stopped, T + 1_000);
+        h.observe_status(&status("UNASSIGNED", "connect-1:8083", None), T + 2_000);
+        assert_eq!(
+            h.events().next_back().map(StateEvent::phrase).as_deref(),
+            Some("listed again, UNASSIGNED, at 2026-12-06T02:14:02Z on worker connect-1:8083")
         );
         // A task that goes while the connector runs (tasks.max lowered) is still named.
         let mut h = History::default();

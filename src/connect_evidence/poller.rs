@@ -185,20 +185,65 @@ impl Source for ConnectSource {
     }
 
     /// The changes this poll saw, in the words a gap would carry (bounded).
+    /// Every change seen since the last poll's reads: the status and the config are read
+    /// at two times, so a window ending at the last event's time left out status changes
+    /// seen with a reconfiguration (review 28b, R28b-9).
     fn log_changes(&self, audit: &str, before: &History, after: &History) {
-        let last = after.events().next_back();
-        if let Some(at) = last.map(|e| e.at_ms)
-            && last != before.events().next_back()
-            && let Some(words) = after.explain(&self.connector, Some((at - 1, at)), false)
-        {
+        if let Some(words) = changes_since(&self.connector, before, after) {
             tracing::info!(audit = %audit, connector = %self.connector(), "{words}");
         }
     }
 }
 
+/// The changes `after` holds that `before` did not, in words (bounded as a gap's are).
+fn changes_since(connector: &str, before: &History, after: &History) -> Option<String> {
+    let (from, to) = (before.read_ms().unwrap_or(i64::MIN), after.read_ms()?);
+    after
+        .events()
+        .next_back()
+        .is_some_and(|e| e.at_ms > from)
+        .then(|| after.explain(connector, Some((from, to)), false))
+        .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A task's failure and a reconfiguration seen by one poll (the config read a little
+    /// after the status) are both logged (review 28b, R28b-9: the failure was not).
+    #[test]
+    fn a_poll_logs_every_change_it_saw() {
+        let running = rest::parse_status(
+            br#"{"name":"s","connector":{"state":"RUNNING","worker_id":"w:1"},"tasks":[{"id":0,"state":"RUNNING","worker_id":"w:1"}],"type":"sink"}"#,
+        )
+        .expect("status");
+        let failed = rest::parse_status(
+            br#"{"name":"s","connector":{"state":"RUNNING","worker_id":"w:1"},"tasks":[{"id":0,"state":"FAILED","worker_id":"w:1","trace":"boom"}],"type":"sink"}"#,
+        )
+        .expect("status");
+        let config = |fingerprint| rest::ConnectorConfig {
+            errors: rest::ErrorHandling {
+                tolerance: "none".into(),
+                dead_letter_queue: false,
+            },
+            fingerprint,
+        };
+        let mut before = History::default();
+        before.observe_status(&running, 1_000);
+        before.observe_config(config(1), 1_010);
+        let mut after = before.clone();
+        after.observe_status(&failed, 2_000);
+        after.observe_config(config(2), 2_010);
+        let words = changes_since("s", &before, &after).expect("logged");
+        assert!(words.contains("FAILED at"), "{words}");
+        assert!(words.contains("reconfigured at"), "{words}");
+        // Nothing new: nothing logged.
+        let mut quiet = after.clone();
+        quiet.observe_status(&failed, 3_000);
+        quiet.observe_config(config(2), 3_010);
+        assert_eq!(changes_since("s", &after, &quiet), None);
+    }
     use crate::evidence_http::tests::answer_once;
 
     #[test]
