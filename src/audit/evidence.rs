@@ -117,9 +117,12 @@ impl<V: Verifier> Audit<V> {
                 )
                 && now.saturating_sub(g.detected_ms) < wait
             {
+                // Found by another instance (a handover), on its clock: one ahead of this
+                // one must not stretch the wait past [`Self::evidence_wait_ms`] from now
+                // (review 28b, R28b-5).
                 self.evidence_waiting
                     .entry((tp.clone(), g.first))
-                    .or_insert(g.detected_ms);
+                    .or_insert(g.detected_ms.min(now));
             }
         }
     }
