@@ -42,6 +42,11 @@ pub fn columns(row: mysql_async::Row) -> Columns {
         .collect()
 }
 
+/// One row's values as text, by position (`None` for NULL).
+pub fn texts(row: mysql_async::Row) -> Vec<Option<String>> {
+    row.unwrap().into_iter().map(text).collect()
+}
+
 fn text(v: Value) -> Option<String> {
     match v {
         Value::NULL => None,

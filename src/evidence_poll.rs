@@ -12,7 +12,9 @@
 use crate::clock::Clock;
 use crate::evidence_http::SourceState;
 use chrono::{DateTime, Utc};
+use futures::FutureExt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -140,10 +142,17 @@ pub async fn run<S: Source>(
             _ = tick.tick() => {}
         }
         let sent = clock.now_ms();
+        // A panic in a poll (a driver's conversion of a hostile answer) would end this task
+        // and leave the view "ok" and frozen for good: it is this poll's error instead, and
+        // what it half-wrote is dropped (review of 497b384, H1).
+        let polled = AssertUnwindSafe(source.poll(&mut history, &clock)).catch_unwind();
         let outcome = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = source.poll(&mut history, &clock) => r,
+            r = polled => r.unwrap_or_else(|_| Err(format!("reading the {kind} source panicked"))),
         };
+        if outcome.is_err() {
+            history = read(&view).history;
+        }
         let before = read(&view);
         let (state, partial, read_as_of_ms) = match outcome {
             Ok(partial) => (SourceState::Ok, partial, Some(sent)),
@@ -219,6 +228,51 @@ mod tests {
         fn not_read(&self, h: &mut Vec<i64>, at_ms: i64, _why: &str) {
             h.push(-at_ms);
         }
+    }
+
+    /// A source whose poll panics.
+    struct Panicking;
+
+    impl Source for Panicking {
+        type History = Vec<i64>;
+        const KIND: &'static str = "Test";
+        fn subject(&self) -> String {
+            "job".into()
+        }
+        fn shown_url(&self) -> String {
+            "http://source/".into()
+        }
+        async fn poll(&self, h: &mut Vec<i64>, _: &Clock) -> Result<Option<String>, String> {
+            h.push(1);
+            panic!("a conversion the driver cannot make");
+        }
+    }
+
+    /// A poll that panics is that poll's error, not the end of the poller: the view says
+    /// so (it does not stay "ok"), the half-written history is dropped, and it polls on.
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_poll_is_an_error_not_a_frozen_view() {
+        let clock = Clock::manual(1_000);
+        let view: Shared<Vec<i64>> = Arc::default();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run(
+            Panicking,
+            view.clone(),
+            Duration::from_secs(1),
+            "a".into(),
+            clock.clone(),
+            cancel.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let v = read(&view);
+        assert_eq!(
+            v.state,
+            SourceState::Error("reading the Test source panicked".into())
+        );
+        assert!(v.history.is_empty(), "{:?}", v.history);
+        assert!(!task.is_finished(), "the poller ended");
+        cancel.cancel();
+        let _ = task.await;
     }
 
     /// A failed poll keeps the history and the time it was last read as of; a poll that

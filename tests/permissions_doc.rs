@@ -357,19 +357,19 @@ fn every_stream_load_statement_is_on_the_permissions_page() {
     assert_eq!(
         statements,
         vec![
-            "SELECT UNIX_TIMESTAMP(), NOW()".to_owned(),
+            "SELECT UNIX_TIMESTAMP(), NOW(), @@system_time_zone, @@time_zone".to_owned(),
             "SHOW STREAM LOAD FROM {} WHERE Label LIKE {} ORDER BY FinishTime DESC LIMIT {LIMIT}"
                 .to_owned(),
         ]
     );
     for needle in [
-        "`SELECT UNIX_TIMESTAMP(), NOW()`",
-        "`SHOW STREAM LOAD FROM db WHERE Label LIKE \"<prefix>_\" ORDER BY FinishTime DESC LIMIT 200`",
+        "`SELECT UNIX_TIMESTAMP(), NOW(), @@system_time_zone, @@time_zone`",
+        "`SHOW STREAM LOAD FROM db WHERE Label LIKE \"<prefix>_\" ORDER BY FinishTime DESC LIMIT 1000`",
     ] {
         assert!(page.contains(needle), "{needle} not on the page");
     }
     assert!(
-        code.contains("pub const LIMIT: usize = 200;"),
-        "the page says LIMIT 200"
+        code.contains("pub const LIMIT: usize = 1_000;"),
+        "the page says LIMIT 1000"
     );
 }

@@ -10,6 +10,7 @@ use crate::ledger::GapRecord;
 use crate::status::{StreamLoadEventStatus, StreamLoadStatus};
 #[cfg(test)]
 use crate::stream_load_evidence::StreamLoadView;
+use crate::stream_load_evidence::history::window;
 use crate::stream_load_evidence::{SharedView, StreamLoadSource};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -27,8 +28,6 @@ pub(super) struct StreamLoadWatch {
     view: SharedView,
     url: String,
     prefix: String,
-    /// Between two polls: how late a poll may see a load.
-    poll_ms: i64,
     /// How late the FE lists a finished load (`stream_load_record_delay`).
     delay_ms: i64,
 }
@@ -59,19 +58,17 @@ impl StreamLoadWatch {
             view,
             url,
             prefix: prefix.clone(),
-            poll_ms: millis(every),
             delay_ms: millis(pl.stream_load_record_delay),
         })
     }
 
     /// A watch over a view filled by hand (unit tests: no FE).
     #[cfg(test)]
-    pub(super) fn fixed(view: StreamLoadView, poll_ms: i64, delay_ms: i64) -> Self {
+    pub(super) fn fixed(view: StreamLoadView, delay_ms: i64) -> Self {
         Self {
             view: std::sync::Arc::new(std::sync::RwLock::new(view)),
             url: "mysql://fe:9030/example_db".into(),
             prefix: "doris_sink".into(),
-            poll_ms,
             delay_ms,
         }
     }
@@ -85,9 +82,8 @@ impl StreamLoadWatch {
             return None;
         }
         let c = g.commit?;
-        evidence_poll::with(&self.view, |view| {
-            view.history.explain(c.since_ms, c.at_ms, self.poll_ms)
-        })
+        let span = window(c.since_ms, c.from_seen_ms, c.at_ms);
+        evidence_poll::with(&self.view, |view| view.history.explain(span))
     }
 
     /// Whether the loads may explain `g` but were last read before the FE could list the

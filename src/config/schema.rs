@@ -459,8 +459,10 @@ pub struct PipelineConfig {
     pub doris_label_prefix: Option<String>,
     /// With `doris_fe_url`: how long after a Stream Load ends the FE may list it (Doris
     /// pulls the records from the BEs every `fetch_stream_load_record_interval_second`,
-    /// default 120 s). A new gap's Stream Load evidence waits this long past its commit step
-    /// (the gap itself is reported at once). Default `2m`.
+    /// default 120 s, at most `stream_load_record_batch_size`, default 50, per BE a pull).
+    /// A new gap's Stream Load evidence waits this long past its commit step (the gap
+    /// itself is reported at once). Default `150s` (one pull, one poll and a margin), at
+    /// most `1h`.
     #[serde(
         default = "default_stream_load_record_delay",
         deserialize_with = "de_duration",
@@ -471,7 +473,7 @@ pub struct PipelineConfig {
 }
 
 fn default_stream_load_record_delay() -> Duration {
-    Duration::from_secs(120)
+    Duration::from_secs(150)
 }
 
 impl Default for PipelineConfig {

@@ -11,14 +11,20 @@ use crate::logging::{printable, redact};
 use chrono::{DateTime, NaiveDateTime};
 use std::collections::VecDeque;
 
-/// Most loads kept: an incident that filtered rows in every checkpoint keeps the newest.
-pub const MAX_LOADS: usize = 64;
+/// Most loads kept: an incident that filters rows in every checkpoint of every subtask
+/// keeps the newest (a gap's words may wait minutes for the FE: its window's loads must
+/// still be here then; review of 497b384, M3).
+pub const MAX_LOADS: usize = 4_096;
+/// Loads that finished longer ago than this before a poll are forgotten: no gap's words
+/// wait that long (30 s and `stream_load_record_delay`, at most 1 h).
+const MAX_AGE_MS: i64 = 2 * 3_600_000;
 /// Most loads a gap's words name (the rest are counted).
 const NAMED: usize = 3;
 /// Characters of Doris's message and error URL shown.
 const TEXT_CHARS: usize = 200;
-/// What a time measured in whole seconds may be off by, each side of a window.
-const SLACK_MS: i64 = 1_000;
+/// What a load's time placed on the auditor's clock may be off by (the FE's clock is
+/// measured in whole seconds), each side of a window.
+pub const SLACK_MS: i64 = 1_000;
 
 /// The FE's time zone and clock, as one poll measured them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,14 +136,17 @@ pub struct History {
 }
 
 impl History {
-    /// Takes one poll's answer: `records` (the FE's rows already read), the pipeline's
-    /// being those of `prefix` into `table` (`table` or `db.table`, the FE URL's database
-    /// `db`), on the FE's `clock`. Returns how many loads that left rows out are new.
+    /// Takes one poll's answer at `now_ms`: `records` (the FE's rows already read), the
+    /// pipeline's being those of `prefix` into `table` (`table` or `db.table`, the FE URL's
+    /// database `db`), on the FE's `clock`. Returns how many loads that left rows out are
+    /// new. Only loads that succeeded count: one that failed (too many filtered rows) fails
+    /// its checkpoint, and the pipeline reads its records again (review of 497b384, M7).
     pub fn observe(
         &mut self,
         records: Vec<LoadRecord>,
         clock: FeClock,
         (prefix, db, table): (&str, &str, &str),
+        now_ms: i64,
     ) -> usize {
         self.clock = Some(clock);
         let ours: Vec<LoadRecord> = records
@@ -146,7 +155,10 @@ impl History {
             .collect();
         self.listed = ours.len();
         let mut new = 0;
-        for record in ours.into_iter().filter(LoadRecord::dropped_rows) {
+        for record in ours
+            .into_iter()
+            .filter(|r| r.dropped_rows() && r.succeeded())
+        {
             // A label is used again only after its load was CANCELLED: the finish time
             // tells two loads of one label apart.
             let known = self
@@ -164,9 +176,12 @@ impl History {
         }
         if new > 0 {
             self.loads.make_contiguous().sort_by_key(|l| l.finished_ms);
-            while self.loads.len() > MAX_LOADS {
-                self.loads.pop_front();
-            }
+        }
+        let too_old = now_ms.saturating_sub(MAX_AGE_MS);
+        while self.loads.len() > MAX_LOADS
+            || self.loads.front().is_some_and(|l| l.finished_ms < too_old)
+        {
+            self.loads.pop_front();
         }
         new
     }
@@ -186,25 +201,15 @@ impl History {
         self.listed
     }
 
-    /// What the loads tell of a `dropped_in_flight` gap whose commit step was seen at
-    /// `at_ms`, its left position committed after `since_ms`; the poller reads every
-    /// `poll_ms`. The records the step passed were loaded by a load that finished before
-    /// the pipeline committed past them (flink-doris-connector pre-commits a checkpoint's
-    /// load before the checkpoint completes, and the Kafka source commits after it
-    /// completes), and after the position before them was committed, up to a poll before
-    /// the auditor saw that: `(since_ms - poll_ms, at_ms]`, a second wider each side (the
-    /// FE prints whole seconds). Every load of the pipeline that left rows out in that
-    /// window is named: Doris counts the rows, it does not say which records they were.
-    pub fn explain(&self, since_ms: Option<i64>, at_ms: i64, poll_ms: i64) -> Option<String> {
-        let after = since_ms
-            .unwrap_or(at_ms)
-            .saturating_sub(poll_ms)
-            .saturating_sub(SLACK_MS);
-        let by = at_ms.saturating_add(SLACK_MS);
+    /// What the loads tell of a `dropped_in_flight` gap: every load of the pipeline that
+    /// left rows out and finished in `(after_ms, by_ms]` (its step's window, on the
+    /// auditor's clock: [`window`]). Doris counts the rows, it does not say which records
+    /// they were.
+    pub fn explain(&self, (after_ms, by_ms): (i64, i64)) -> Option<String> {
         let inside: Vec<&DroppedLoad> = self
             .loads
             .iter()
-            .filter(|l| l.finished_ms > after && l.finished_ms <= by)
+            .filter(|l| l.finished_ms > after_ms && l.finished_ms <= by_ms)
             .collect();
         let (first, rest) = inside.split_at(inside.len().min(NAMED));
         if first.is_empty() {
@@ -216,15 +221,35 @@ impl History {
             .collect::<Vec<_>>()
             .join("; ");
         if !rest.is_empty() {
-            let filtered: u64 = rest.iter().map(|l| l.record.filtered_rows).sum();
+            let left_out: u64 = rest
+                .iter()
+                .map(|l| l.record.filtered_rows + l.record.unselected_rows)
+                .sum();
             words.push_str(&format!(
-                "; {} more load{} of the pipeline filtered {filtered} rows",
+                "; {} more load{} of the pipeline left {left_out} rows out",
                 rest.len(),
                 if rest.len() == 1 { "" } else { "s" }
             ));
         }
         Some(words)
     }
+}
+
+/// The window of a commit step, on the auditor's clock: the load that carried the records
+/// the step passed finished before the pipeline committed past them (flink-doris-connector
+/// pre-commits a checkpoint's load before the checkpoint completes; the Kafka source
+/// commits after it completes), so by `at_ms`, when the step was seen; and after the
+/// position it left was committed (the next checkpoint's load pre-commits after the last
+/// one completed), which was after `since_ms`, the poll before the one that first saw it
+/// (or, when that position was the first seen, about `from_seen_ms`). A second wider each
+/// side ([`SLACK_MS`]). The previous checkpoint's load may end in that window too: Doris
+/// does not say which records a load dropped, so both are named.
+pub fn window(since_ms: Option<i64>, from_seen_ms: Option<i64>, at_ms: i64) -> (i64, i64) {
+    let after = since_ms.or(from_seen_ms).unwrap_or(at_ms);
+    (
+        after.saturating_sub(SLACK_MS),
+        at_ms.saturating_add(SLACK_MS),
+    )
 }
 
 /// Unix ms as `2026-12-06T02:14:00Z` (whole seconds suffice).
@@ -242,6 +267,8 @@ mod tests {
     use super::*;
 
     const PIPELINE: (&str, &str, &str) = ("doris_sink", "example_db", "dns_logs");
+    /// The auditor's clock at the polls: 2026-12-07T02:20:00Z.
+    const NOW: i64 = 1_796_610_000_000;
 
     fn load(label: &str, finish: &str, filtered: u64) -> LoadRecord {
         LoadRecord::from_columns(&row(label, finish, filtered)).expect("row")
@@ -298,13 +325,14 @@ mod tests {
             ],
             c,
             PIPELINE,
+            NOW,
         );
         assert_eq!((new, h.listed()), (1, 2));
         let finished = h.loads().next().expect("kept").finished_ms;
         // A step seen 2 s after the load finished, its left position committed 10 s
         // before.
         let w = h
-            .explain(Some(finished - 10_000), finished + 2_000, 1_000)
+            .explain(window(Some(finished - 10_000), None, finished + 2_000))
             .expect("explained");
         assert!(
             w.starts_with("Doris Stream Load doris_sink_example_db_dns_logs_0_12 (checkpoint 12, subtask 0) filtered 3 of 1000 rows"),
@@ -314,7 +342,6 @@ mod tests {
             w.contains("error log: http://be1:8040/api/_load_error_log?file="),
             "{w}"
         );
-        assert!(w.contains("too many filtered rows"), "{w}");
         // The same answer again adds nothing.
         assert_eq!(
             h.observe(
@@ -324,67 +351,105 @@ mod tests {
                     3
                 )],
                 c,
-                PIPELINE
+                PIPELINE,
+                NOW
             ),
             0
         );
         // A step committed before the load finished, or long after it: not this load.
         assert_eq!(
-            h.explain(Some(finished - 60_000), finished - 5_000, 1_000),
+            h.explain(window(Some(finished - 60_000), None, finished - 5_000)),
             None
         );
         assert_eq!(
-            h.explain(Some(finished + 30_000), finished + 40_000, 1_000),
+            h.explain(window(Some(finished + 30_000), None, finished + 40_000)),
             None
         );
     }
 
     #[test]
-    fn the_window_edges_allow_a_poll_and_the_fes_whole_seconds() {
+    fn the_window_edges_allow_the_fes_whole_seconds() {
         let c = shanghai();
         let mut h = History::default();
         h.observe(
             vec![load("doris_sink_0_7", "2026-12-07 10:14:03", 1)],
             c,
             PIPELINE,
+            NOW,
         );
         let f = h.loads().next().expect("kept").finished_ms;
-        // Finished up to a poll (plus a second) before the left commit was seen: in.
-        assert!(h.explain(Some(f + 1_900), f + 10_000, 1_000).is_some());
-        assert!(h.explain(Some(f + 2_100), f + 10_000, 1_000).is_none());
+        // Finished up to a second before the poll before the left position was seen: in
+        // (the FE's clock is measured in whole seconds); earlier, the load before it.
+        assert!(h.explain(window(Some(f + 900), None, f + 10_000)).is_some());
+        assert!(
+            h.explain(window(Some(f + 1_100), None, f + 10_000))
+                .is_none()
+        );
+        // Without that poll (the left position was the first seen): from when it was.
+        assert!(h.explain(window(None, Some(f + 900), f + 10_000)).is_some());
+        assert!(
+            h.explain(window(None, Some(f + 1_100), f + 10_000))
+                .is_none()
+        );
         // Seen up to a second before it finished (the FE's second): in.
-        assert!(h.explain(Some(f - 10_000), f - 900, 1_000).is_some());
-        assert!(h.explain(Some(f - 10_000), f - 1_100, 1_000).is_none());
+        assert!(h.explain(window(Some(f - 10_000), None, f - 900)).is_some());
+        assert!(
+            h.explain(window(Some(f - 10_000), None, f - 1_100))
+                .is_none()
+        );
     }
 
     #[test]
     fn loads_kept_and_named_are_bounded() {
         let c = shanghai();
         let mut h = History::default();
-        let many: Vec<LoadRecord> = (0..100)
+        // One a second from 09:00:00 local (01:00:00Z), 5,000 in all.
+        let start = local_time("2026-12-07 09:00:00").expect("t");
+        let many: Vec<LoadRecord> = (0..5_000)
             .map(|i| {
+                let t = start + chrono::Duration::seconds(i);
                 load(
                     &format!("doris_sink_{}_{i}", i % 4),
-                    &format!("2026-12-07 10:{:02}:{:02}", 10 + i / 60, i % 60),
+                    &t.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
                     2,
                 )
             })
             .collect();
-        assert_eq!(h.observe(many, c, PIPELINE), 100);
+        assert_eq!(h.observe(many, c, PIPELINE, NOW), 5_000);
         assert_eq!(h.loads().count(), MAX_LOADS);
         // The newest kept.
         assert_eq!(
             h.loads().last().map(|l| l.record.label.as_str()),
-            Some("doris_sink_3_99")
+            Some("doris_sink_3_4999")
         );
         let first = h.loads().next().expect("kept").finished_ms;
         let last = h.loads().last().expect("kept").finished_ms;
-        let w = h.explain(Some(first), last, 1_000).expect("explained");
+        let w = h
+            .explain(window(Some(first), None, last))
+            .expect("explained");
         assert_eq!(w.matches("Doris Stream Load").count(), 3, "{w}");
         assert!(
-            w.ends_with("; 61 more loads of the pipeline filtered 122 rows"),
+            w.ends_with("; 4093 more loads of the pipeline left 8186 rows out"),
             "{w}"
         );
+        // Two hours after the newest finished, all are forgotten.
+        h.observe(Vec::new(), c, PIPELINE, last + MAX_AGE_MS + 1);
+        assert_eq!(h.loads().count(), 0);
+    }
+
+    /// A load that failed (too many filtered rows) fails its checkpoint: the pipeline reads
+    /// its records again, so it explains nothing (review of 497b384, M7).
+    #[test]
+    fn a_failed_load_is_not_kept() {
+        let mut r = row("doris_sink_0_3", "2026-12-07 10:14:03.480", 5);
+        r.insert("Status".into(), Some("Fail".into()));
+        r.insert("Message".into(), Some("too many filtered rows".into()));
+        let mut h = History::default();
+        let failed = LoadRecord::from_columns(&r).expect("row");
+        assert_eq!(h.observe(vec![failed], shanghai(), PIPELINE, NOW), 0);
+        r.insert("Status".into(), Some("Publish Timeout".into()));
+        let late = LoadRecord::from_columns(&r).expect("row");
+        assert_eq!(h.observe(vec![late], shanghai(), PIPELINE, NOW), 1);
     }
 
     #[test]
@@ -403,9 +468,12 @@ mod tests {
             vec![LoadRecord::from_columns(&r).expect("row")],
             shanghai(),
             PIPELINE,
+            NOW,
         );
         let f = h.loads().next().expect("kept").finished_ms;
-        let w = h.explain(Some(f - 5_000), f + 1_000, 1_000).expect("words");
+        let w = h
+            .explain(window(Some(f - 5_000), None, f + 1_000))
+            .expect("words");
         assert!(!w.contains('\u{1b}') && !w.contains('\n'), "{w}");
         assert!(!w.contains("hunter2") && !w.contains("s3cret"), "{w}");
     }

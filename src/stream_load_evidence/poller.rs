@@ -4,7 +4,7 @@
 //!
 //! Read-only, two statements a poll on one connection: `SELECT UNIX_TIMESTAMP(), NOW()`
 //! (the FE's zone and clock, [`FeClock`]) and `SHOW STREAM LOAD FROM db WHERE Label LIKE
-//! "<prefix>_" ORDER BY FinishTime DESC LIMIT 200`. Doris matches `LIKE` here as "the
+//! "<prefix>_" ORDER BY FinishTime DESC LIMIT 1000`. Doris matches `LIKE` here as "the
 //! label contains" (`StreamLoadRecordMgr.getStreamLoadRecordByDb`, in every version that
 //! has the statement), so the value carries no `%`; what it lets through that is not the
 //! pipeline's (a label merely containing the prefix, another table) is dropped here.
@@ -21,9 +21,11 @@ use mysql_async::Pool;
 use mysql_async::prelude::Queryable;
 use std::time::Duration;
 
-/// The newest loads one poll reads: the pipeline's loads between two polls (one per
-/// subtask and checkpoint) are far fewer.
-pub const LIMIT: usize = 200;
+/// The newest loads one poll reads: the FE adds the loads of a whole fetch cycle at once,
+/// and `LIKE` matches every label containing the prefix (every table of a multi-table sink),
+/// so this is kept well above one cycle of one table's loads (one per subtask and
+/// checkpoint). The FE keeps `max_stream_load_record_size` (default 5000) in all.
+pub const LIMIT: usize = 1_000;
 
 /// Why the FE could not be read as a Stream Load source. Never holds the URL's credentials.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,26 +78,85 @@ impl StreamLoadSource {
         })
     }
 
-    async fn read(&self, clock: &Clock) -> Result<(FeClock, Vec<Columns>), String> {
+    async fn read(&self, clock: &Clock) -> Result<Answer, String> {
         let mut conn = self.pool.get_conn().await.map_err(|e| e.to_string())?;
         let sent = clock.now_ms();
-        let now: Option<(i64, String)> = conn
-            .query_first("SELECT UNIX_TIMESTAMP(), NOW()")
+        // Read as text by position, never converted by the driver: a conversion it cannot
+        // make panics (review of 497b384, H1), and an FE may answer a number as a decimal.
+        let row: Option<mysql_async::Row> = conn
+            .query_first(CLOCK)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| format!("{CLOCK} failed: {e}"))?;
         let received = clock.now_ms();
-        let fe = now
-            .and_then(|(unix, now)| FeClock::measure(unix, local_time(&now)?, sent, received))
-            .ok_or_else(|| {
-                "the FE's SELECT UNIX_TIMESTAMP(), NOW() gave no usable time".to_owned()
-            })?;
-        let rows: Vec<mysql_async::Row> = conn
-            .query(&self.statement)
+        let texts = row.map(doris_fe::texts).unwrap_or_default();
+        let text = |i: usize| texts.get(i).cloned().flatten();
+        let fe = text(0)
+            .and_then(|u| u.trim().parse::<f64>().ok())
+            .filter(|u| u.is_finite())
+            .zip(text(1).as_deref().and_then(local_time))
+            .and_then(|(unix, now)| FeClock::measure(unix as i64, now, sent, received))
+            .ok_or_else(|| format!("the FE's {CLOCK} gave no usable time"))?;
+        let zones = match (text(2), text(3)) {
+            (Some(system), Some(session))
+                if !system.eq_ignore_ascii_case(&session)
+                    && !session.eq_ignore_ascii_case("SYSTEM") =>
+            {
+                Some(format!(
+                    "the FE's time_zone ({}) is not its system zone ({}): Doris before 2.1 prints \
+                     load times in the system zone, so a load may be placed hours off",
+                    printable(&session, 64),
+                    printable(&system, 64)
+                ))
+            }
+            _ => None,
+        };
+        // At most LIMIT rows kept, each value cut (the FE's answer is not trusted to honour
+        // LIMIT, nor to keep its values short: review of 497b384, H2); the rest is read
+        // and dropped by the driver, within the poll's timeout.
+        let mut result = conn
+            .query_iter(&self.statement)
             .await
-            .map_err(|e| e.to_string())?;
-        Ok((fe, rows.into_iter().map(columns).collect()))
+            .map_err(|e| format!("SHOW STREAM LOAD failed: {e}"))?;
+        let mut rows = Vec::new();
+        while let Some(row) = result
+            .next()
+            .await
+            .map_err(|e| format!("SHOW STREAM LOAD failed: {e}"))?
+        {
+            if rows.len() == LIMIT {
+                break;
+            }
+            let mut cols = columns(row);
+            for v in cols.values_mut().flatten() {
+                if v.len() > VALUE_BYTES {
+                    let mut end = VALUE_BYTES;
+                    while !v.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    v.truncate(end);
+                }
+            }
+            rows.push(cols);
+        }
+        drop(result);
+        Ok(Answer { fe, rows, zones })
     }
 }
+
+/// One poll's answer.
+struct Answer {
+    fe: FeClock,
+    rows: Vec<Columns>,
+    /// Why the zone of the load times is in doubt, when it is.
+    zones: Option<String>,
+}
+
+/// The FE's clock and time zones, one row.
+const CLOCK: &str = "SELECT UNIX_TIMESTAMP(), NOW(), @@system_time_zone, @@time_zone";
+
+/// The longest value of a row kept (a label is at most 128 characters, Doris's message
+/// and error URL a few hundred).
+const VALUE_BYTES: usize = 4_096;
 
 /// The statement listing the newest loads whose label contains `prefix_`.
 fn statement(db: &str, prefix: &str) -> String {
@@ -119,7 +180,7 @@ impl Source for StreamLoadSource {
     }
 
     async fn poll(&self, history: &mut History, clock: &Clock) -> Result<Option<String>, String> {
-        let (fe, rows) = tokio::time::timeout(self.timeout, self.read(clock))
+        let Answer { fe, rows, zones } = tokio::time::timeout(self.timeout, self.read(clock))
             .await
             .map_err(|_| {
                 format!(
@@ -127,7 +188,9 @@ impl Source for StreamLoadSource {
                     self.timeout
                 )
             })?
-            .map_err(|e| format!("SHOW STREAM LOAD failed: {}", crate::logging::redact(&e)))?;
+            // The driver's words may quote the FE's error text: hostile, cleaned.
+            .map_err(|e| printable(&crate::logging::redact(&e), 300))?;
+        let full = rows.len() == LIMIT;
         let mut first_error = None;
         let mut records = Vec::with_capacity(rows.len());
         for cols in &rows {
@@ -139,8 +202,20 @@ impl Source for StreamLoadSource {
                 }
             }
         }
-        history.observe(records, fe, (&self.prefix, &self.db, &self.table));
-        Ok(first_error)
+        history.observe(
+            records,
+            fe,
+            (&self.prefix, &self.db, &self.table),
+            clock.now_ms(),
+        );
+        let full = full.then(|| {
+            format!(
+                "the FE listed {LIMIT} loads whose label contains the prefix, the most one poll \
+                 reads: older loads of a gap's window may not be seen"
+            )
+        });
+        let problems: Vec<String> = [first_error, zones, full].into_iter().flatten().collect();
+        Ok((!problems.is_empty()).then(|| problems.join("; ")))
     }
 
     fn partial_consequence(&self) -> &'static str {
@@ -158,13 +233,9 @@ impl Source for StreamLoadSource {
             }
             return;
         }
-        let newest_before = before.loads().last().map(|l| l.finished_ms);
-        for l in after.loads() {
-            let seen = before.loads().any(|b| b == l);
-            if !seen && newest_before.is_none_or(|n| l.finished_ms >= n) {
-                tracing::warn!(audit = %audit, evidence = Self::KIND, label = %printable(&l.record.label, 160),
-                    "{}", l.phrase());
-            }
+        for l in after.loads().filter(|l| !before.loads().any(|b| b == *l)) {
+            tracing::warn!(audit = %audit, evidence = Self::KIND, label = %printable(&l.record.label, 160),
+                "{}", l.phrase());
         }
     }
 }
@@ -177,11 +248,11 @@ mod tests {
     fn the_statement_quotes_the_database_and_carries_no_wildcard() {
         assert_eq!(
             statement("example_db", "doris_sink"),
-            "SHOW STREAM LOAD FROM `example_db` WHERE Label LIKE 'doris_sink_' ORDER BY FinishTime DESC LIMIT 200"
+            "SHOW STREAM LOAD FROM `example_db` WHERE Label LIKE 'doris_sink_' ORDER BY FinishTime DESC LIMIT 1000"
         );
         assert_eq!(
             statement("we`ird", "p"),
-            "SHOW STREAM LOAD FROM `we``ird` WHERE Label LIKE 'p_' ORDER BY FinishTime DESC LIMIT 200"
+            "SHOW STREAM LOAD FROM `we``ird` WHERE Label LIKE 'p_' ORDER BY FinishTime DESC LIMIT 1000"
         );
     }
 

@@ -114,22 +114,8 @@ async fn lag_and_a_slow_sink_are_not_loss() {
 async fn cause_dropped_in_flight() {
     let s = Scenario::new("inflight").await;
     let auditor = s.start_auditor("offset_columns", "2s", "500ms").await;
-    s.send(&dns_lines(0..10)).await;
     // The job starts at 0 and checkpoints its start position first.
-    s.pipeline().commit_start().records(0).run().await;
-    until_seen(&auditor, 0).await;
-    s.pipeline()
-        .records(10)
-        .copies(|o| usize::from(o != 5))
-        .commit_every(10, Duration::ZERO)
-        .run()
-        .await;
-    let topic = &s.topic;
-    auditor
-        .wait_for(30, "9 confirmed, 1 lost", |a| {
-            a.confirmed(topic, 0) == 9 && a.lost(topic, 0) == 1
-        })
-        .await;
+    s.play_drop_in_flight(&auditor, || ()).await;
     let gaps = api_gaps(&auditor).await;
     assert_eq!(gap_tuples(&gaps), vec![(0, 5, 5, 1)]);
     assert_eq!(gaps[0]["cause"], "dropped_in_flight", "{gaps:?}");

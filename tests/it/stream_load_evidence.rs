@@ -47,15 +47,19 @@ async fn eventually<T, F: std::future::Future<Output = Result<T, String>>>(
 async fn a_gap_names_the_stream_load_that_filtered_its_record() {
     let s = Scenario::new("slev").await;
     let fe = FeJob::start("unused_job", &s.topic, 1).await;
-    // Loads from before: one of the pipeline that dropped nothing, one of another
-    // pipeline into the same table that filtered rows.
+    // Loads from before: two of the pipeline a minute ago (one that filtered rows, one
+    // that dropped nothing), and one of another pipeline into the same table that
+    // filtered rows just now.
+    let minute = Duration::from_secs(60);
+    let earlier = format!("{PREFIX}_example_db_{}_0_1", s.table);
+    fe.add_stream_load(&earlier, &s.table, (4, 2), minute);
+    fe.add_stream_load(&format!("{earlier}_x"), &s.table, (4, 0), minute);
     fe.add_stream_load(
-        &format!("{PREFIX}_example_db_{}_0_1", s.table),
+        &format!("other_example_db_{}_0_1", s.table),
         &s.table,
-        4,
-        0,
+        (9, 9),
+        Duration::ZERO,
     );
-    fe.add_stream_load(&format!("other_example_db_{}_0_1", s.table), &s.table, 9, 9);
     let auditor = Auditor::start(&config_with_fe(&s, &fe)).await;
     let a = &auditor;
     eventually(30, "the FE read", || async {
@@ -63,22 +67,11 @@ async fn a_gap_names_the_stream_load_that_filtered_its_record() {
         (st["state"] == "ok").then_some(()).ok_or(st.to_string())
     })
     .await;
-    s.send(&dns_lines(0..10)).await;
-    s.pipeline().commit_start().records(0).run().await;
-    until_seen(a, 0).await;
     // Checkpoint 2: its load read 10 rows and filtered one (record 5), then the pipeline
     // committed past all ten.
     let label = format!("{PREFIX}_example_db_{}_0_2", s.table);
-    fe.add_stream_load(&label, &s.table, 10, 1);
-    s.pipeline()
-        .records(10)
-        .copies(|o| usize::from(o != 5))
-        .commit_every(10, Duration::ZERO)
-        .run()
-        .await;
-    let topic = &s.topic;
-    a.wait_for(30, "9 confirmed, 1 lost", |a| {
-        a.confirmed(topic, 0) == 9 && a.lost(topic, 0) == 1
+    s.play_drop_in_flight(a, || {
+        fe.add_stream_load(&label, &s.table, (10, 1), Duration::ZERO)
     })
     .await;
     let words = eventually(40, "the gap's Stream Load evidence", || async {
@@ -115,9 +108,10 @@ async fn a_gap_names_the_stream_load_that_filtered_its_record() {
     let st = stream_load_status(a).await;
     assert_eq!(st["zone_offset_minutes"], 480, "{st}");
     assert_eq!(st["label_prefix"], PREFIX, "{st}");
-    assert_eq!(st["listed"], 2, "{st}");
-    assert_eq!(st["loads"][0]["label"], label.as_str(), "{st}");
-    assert_eq!(st["loads"][0]["filtered_rows"], 1, "{st}");
+    assert_eq!(st["listed"], 3, "{st}");
+    assert_eq!(st["loads"][0]["label"], earlier.as_str(), "{st}");
+    assert_eq!(st["loads"][1]["label"], label.as_str(), "{st}");
+    assert_eq!(st["loads"][1]["filtered_rows"], 1, "{st}");
     let shown = st.to_string();
     assert!(
         !shown.contains("s3cret") && !shown.contains("ops"),
@@ -140,20 +134,7 @@ async fn an_unreachable_fe_changes_no_verdict() {
     );
     let auditor = Auditor::start(&toml).await;
     let a = &auditor;
-    s.send(&dns_lines(0..10)).await;
-    s.pipeline().commit_start().records(0).run().await;
-    until_seen(a, 0).await;
-    s.pipeline()
-        .records(10)
-        .copies(|o| usize::from(o != 5))
-        .commit_every(10, Duration::ZERO)
-        .run()
-        .await;
-    let topic = &s.topic;
-    a.wait_for(30, "9 confirmed, 1 lost", |a| {
-        a.confirmed(topic, 0) == 9 && a.lost(topic, 0) == 1
-    })
-    .await;
+    s.play_drop_in_flight(a, || ()).await;
     let gaps = api_gaps(a).await;
     assert_eq!(gap_tuples(&gaps), vec![(0, 5, 5, 1)]);
     assert_eq!(gaps[0]["cause"], "dropped_in_flight", "{gaps:?}");

@@ -18,8 +18,9 @@
 //! FE it has no users or privileges (any login is accepted) and one job.
 //!
 //! It also answers what the Stream Load evidence asks (src/stream_load_evidence):
-//! `SELECT UNIX_TIMESTAMP(), NOW()` (its clock, in the zone Doris users mostly run,
-//! Asia/Shanghai, UTC+8) and `SHOW STREAM LOAD FROM db WHERE Label LIKE "x" ORDER BY
+//! `SELECT UNIX_TIMESTAMP(), NOW(), @@system_time_zone, @@time_zone` (its clock, in the
+//! zone Doris users mostly run, Asia/Shanghai, UTC+8; load times with milliseconds, as the
+//! FE prints them) and `SHOW STREAM LOAD FROM db WHERE Label LIKE "x" ORDER BY
 //! FinishTime DESC LIMIT n` with `ShowStreamLoadStmt`'s columns in their order, matching
 //! `LIKE` as Doris's `StreamLoadRecordMgr` does (the label contains the value). Its loads
 //! are the ones a test adds with [`FeJob::add_stream_load`], listed at once (a real FE
@@ -58,11 +59,16 @@ struct JobState {
 /// The FE's zone: UTC+8.
 const ZONE_OFFSET_S: i64 = 8 * 3_600;
 
-/// The FE's local wall time now, as Doris prints it.
-fn fe_now() -> String {
-    (chrono::Utc::now() + chrono::Duration::seconds(ZONE_OFFSET_S))
-        .format("%Y-%m-%d %H:%M:%S")
-        .to_string()
+/// The FE's local wall time `ago` before now, as `NOW()` prints it (whole seconds) or, with
+/// `millis`, as the FE prints a load's times (`yyyy-MM-dd HH:mm:ss.SSS`).
+fn fe_time(ago: std::time::Duration, millis: bool) -> String {
+    let t = chrono::Utc::now() - ago + chrono::Duration::seconds(ZONE_OFFSET_S);
+    t.format(if millis {
+        "%Y-%m-%d %H:%M:%S%.3f"
+    } else {
+        "%Y-%m-%d %H:%M:%S"
+    })
+    .to_string()
 }
 
 /// One Routine Load job on a fake FE, and the FE's address.
@@ -171,21 +177,24 @@ impl FeJob {
         });
     }
 
-    /// A Stream Load of `label` into `example_db.table` finished now, reading `total` rows
-    /// of which it filtered `filtered` (with an error log URL when it filtered any).
-    pub fn add_stream_load(&self, label: &str, table: &str, total: u64, filtered: u64) {
-        let now = fe_now();
+    /// A Stream Load of `label` into `example_db.table` that succeeded `ago` before now,
+    /// reading `total` rows of which it filtered `filtered` (with an error log URL when it
+    /// filtered any).
+    pub fn add_stream_load(
+        &self,
+        label: &str,
+        table: &str,
+        (total, filtered): (u64, u64),
+        ago: std::time::Duration,
+    ) {
+        let now = fe_time(ago, true);
         let row = [
             label,
             "example_db",
             table,
             "10.0.0.7",
             "Success",
-            if filtered > 0 {
-                "too many filtered rows"
-            } else {
-                "OK"
-            },
+            "OK",
             &*if filtered > 0 {
                 format!("http://be1:8040/api/_load_error_log?file=__shard_3/error_log_{label}")
             } else {
@@ -327,7 +336,7 @@ impl<W: AsyncWrite + Send + Unpin> AsyncMysqlShim<W> for Fe {
         if trimmed.eq_ignore_ascii_case("SET NAMES utf8mb4") || trimmed.starts_with("SET ") {
             return results.completed(OkResponse::default()).await;
         }
-        if upper == "SELECT UNIX_TIMESTAMP(), NOW()" {
+        if upper == "SELECT UNIX_TIMESTAMP(), NOW(), @@SYSTEM_TIME_ZONE, @@TIME_ZONE" {
             return clock_answer(results).await;
         }
         if upper.starts_with("SHOW STREAM LOAD ") {
@@ -406,14 +415,22 @@ fn text_columns(names: &[&str]) -> Vec<Column> {
         .collect()
 }
 
-/// `SELECT UNIX_TIMESTAMP(), NOW()`: the FE's clock, its local time in UTC+8.
+/// `SELECT UNIX_TIMESTAMP(), NOW(), @@system_time_zone, @@time_zone`: the FE's clock, its
+/// local time in UTC+8 and its zones (the same).
 async fn clock_answer<W: AsyncWrite + Send + Unpin>(
     results: QueryResultWriter<'_, W>,
 ) -> io::Result<()> {
-    let cols = text_columns(&["UNIX_TIMESTAMP()", "NOW()"]);
+    let cols = text_columns(&[
+        "UNIX_TIMESTAMP()",
+        "NOW()",
+        "@@system_time_zone",
+        "@@time_zone",
+    ]);
     let mut w = results.start(&cols).await?;
     w.write_col(Some(chrono::Utc::now().timestamp().to_string()))?;
-    w.write_col(Some(fe_now()))?;
+    w.write_col(Some(fe_time(std::time::Duration::ZERO, false)))?;
+    w.write_col(Some("Asia/Shanghai"))?;
+    w.write_col(Some("Asia/Shanghai"))?;
     w.end_row().await?;
     w.finish().await
 }

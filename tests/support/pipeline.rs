@@ -209,6 +209,28 @@ impl Scenario {
         assert_eq!(self.send(&lines[4..6]).await, vec![4, 5]);
         restarted.await.expect("pipeline restarted");
     }
+
+    /// A drop in flight on partition 0: records 0–9 sent, the job's start (0) committed
+    /// and seen by `a`, then `between()` (what else happened before the checkpoint), then
+    /// one checkpoint over 0–9 that writes all but record 5 and commits 10; returns once
+    /// `a` has confirmed 9 and lost 1 (the gap is `dropped_in_flight`, 5–5, commit 0 → 10).
+    pub async fn play_drop_in_flight(&self, a: &Auditor, between: impl FnOnce()) {
+        self.send(&dns_lines(0..10)).await;
+        self.pipeline().commit_start().records(0).run().await;
+        until_seen(a, 0).await;
+        between();
+        self.pipeline()
+            .records(10)
+            .copies(|o| usize::from(o != 5))
+            .commit_every(10, Duration::ZERO)
+            .run()
+            .await;
+        let topic = &self.topic;
+        a.wait_for(30, "9 confirmed, 1 lost", |a| {
+            a.confirmed(topic, 0) == 9 && a.lost(topic, 0) == 1
+        })
+        .await;
+    }
 }
 
 /// Runs `check` every `every` for `how_long` (it asserts: a condition that must hold at

@@ -1,7 +1,7 @@
 //! Doris Stream Load evidence on a new gap (src/audit/stream_load.rs): a drop in flight on
 //! the test clock, with the poller's view filled by hand.
 
-use super::connect::{POLL_MS, gap_with, rounds_to_the_gap, the_gap};
+use super::connect::{gap_with, rounds_to_the_gap, the_gap};
 use crate::audit::stream_load::StreamLoadWatch;
 use crate::evidence_http::SourceState;
 use crate::gap::GapCause;
@@ -38,6 +38,7 @@ fn view(finished_ms: i64, read_as_of_ms: i64) -> StreamLoadView {
         vec![record],
         SAME_CLOCK,
         ("doris_sink", "example_db", "dns_logs"),
+        finished_ms,
     );
     StreamLoadView {
         history,
@@ -54,11 +55,7 @@ const WORDS: &str = "Doris Stream Load doris_sink_example_db_dns_logs_0_7 (check
 #[tokio::test]
 async fn a_drop_in_flight_names_the_load_that_filtered_a_row() {
     let (_, gap, stored, kept) = gap_with(&[0, 1, 3, 4, 5], 1, |h, t0| {
-        h.audit.stream_load = Some(StreamLoadWatch::fixed(
-            view(t0 + 1_500, i64::MAX),
-            POLL_MS,
-            0,
-        ));
+        h.audit.stream_load = Some(StreamLoadWatch::fixed(view(t0 + 1_500, i64::MAX), 0));
     })
     .await;
     assert_eq!(gap, (2, 2, GapCause::DroppedInFlight));
@@ -74,21 +71,13 @@ async fn a_drop_in_flight_names_the_load_that_filtered_a_row() {
 #[tokio::test]
 async fn a_load_outside_the_window_or_a_skip_names_nothing() {
     let (_, gap, stored, _) = gap_with(&[0, 1, 3, 4, 5], 1, |h, t0| {
-        h.audit.stream_load = Some(StreamLoadWatch::fixed(
-            view(t0 - 60_000, i64::MAX),
-            POLL_MS,
-            0,
-        ));
+        h.audit.stream_load = Some(StreamLoadWatch::fixed(view(t0 - 60_000, i64::MAX), 0));
     })
     .await;
     assert_eq!(gap, (2, 2, GapCause::DroppedInFlight));
     assert_eq!(stored, None);
     let (_, gap, stored, _) = gap_with(&[0, 1, 4, 5], 2, |h, t0| {
-        h.audit.stream_load = Some(StreamLoadWatch::fixed(
-            view(t0 + 1_500, i64::MAX),
-            POLL_MS,
-            0,
-        ));
+        h.audit.stream_load = Some(StreamLoadWatch::fixed(view(t0 + 1_500, i64::MAX), 0));
     })
     .await;
     assert_eq!(gap, (2, 3, GapCause::SkippedByRestart));
@@ -105,7 +94,7 @@ async fn evidence_waits_for_the_fes_record_delay() {
         // Read after the step, but before the FE could list its loads; none listed yet.
         let mut early = view(t0 + 1_500, t0 + 10_000);
         early.history = History::default();
-        h.audit.stream_load = Some(StreamLoadWatch::fixed(early, POLL_MS, DELAY_MS));
+        h.audit.stream_load = Some(StreamLoadWatch::fixed(early, DELAY_MS));
     })
     .await;
     let (gap, stored, kept) = the_gap(&h);
@@ -117,7 +106,6 @@ async fn evidence_waits_for_the_fes_record_delay() {
     assert_eq!(the_gap(&h).1, None);
     h.audit.stream_load = Some(StreamLoadWatch::fixed(
         view(t0 + 1_500, t0 + 2_000 + DELAY_MS + 1),
-        POLL_MS,
         DELAY_MS,
     ));
     h.clock.advance(1_000);

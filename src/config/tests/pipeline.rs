@@ -177,7 +177,7 @@ fn stream_load_evidence_keys_are_used_and_checked() {
     assert_eq!(pl.doris_label_prefix.as_deref(), Some("doris_sink"));
     assert_eq!(
         pl.stream_load_record_delay,
-        std::time::Duration::from_secs(120)
+        std::time::Duration::from_secs(150)
     );
     assert!(!format!("{pl:?}").contains("s3cret"));
     let cfg = Config::from_toml_str(&with_pipeline(&format!(
@@ -191,7 +191,7 @@ fn stream_load_evidence_keys_are_used_and_checked() {
     // Without [audits.pipeline] at all, the default delay too.
     assert_eq!(
         base().audits[0].pipeline.stream_load_record_delay,
-        std::time::Duration::from_secs(120)
+        std::time::Duration::from_secs(150)
     );
 
     let e = toml_err(&with_pipeline("doris_label_prefix = \"doris_sink\""));
@@ -245,6 +245,22 @@ fn stream_load_evidence_keys_are_used_and_checked() {
         "audits[0].pipeline.stream_load_record_delay",
         "at most 1h",
     );
+    // A sink table in another database than the FE URL's: none of its loads would be
+    // listed.
+    let other = with_pipeline(ok).replace(
+        "table = \"dns_logs_from_flink01\"",
+        "table = \"other_db.dns_logs_from_flink01\"",
+    );
+    assert_err(
+        &toml_err(&other),
+        "audits[0].pipeline.doris_fe_url",
+        "sink.table is in `other_db`",
+    );
+    let same = with_pipeline(ok).replace(
+        "table = \"dns_logs_from_flink01\"",
+        "table = \"example_db.dns_logs_from_flink01\"",
+    );
+    Config::from_toml_str(&same).expect("the URL's database");
 }
 
 #[test]

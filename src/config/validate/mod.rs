@@ -434,12 +434,10 @@ impl AuditConfig {
         self.sink.validate(&format!("{p}.sink"), columns)
     }
 
-    /// `[audits.pipeline]`: the shape of each kind, the dead-letter topic, and what this
-    /// build cannot do yet (refused with the key, never silently ignored: a position source
-    /// that is not read would leave the audit without the due rule the operator asked for).
     /// Doris Stream Load evidence: the FE and the label prefix together (one alone would
-    /// read nothing, silently), a MySQL URL naming the database the loads go into, a prefix
-    /// Doris accepts in a label, and a sink that is a table.
+    /// read nothing, silently), a MySQL URL naming the database the loads go into (the
+    /// sink table's, when `sink.table` names one), a prefix Doris accepts in a label, and a
+    /// sink that is a table.
     fn validate_stream_load_evidence(&self, pp: &str) -> Result<(), ConfigError> {
         let pl = &self.pipeline;
         let prefix = pl.doris_label_prefix.as_deref();
@@ -473,7 +471,22 @@ impl AuditConfig {
                      (mysql://auditor@fe:9030/example_db): SHOW STREAM LOAD lists one database",
                 );
             }
-            Some(_) => {}
+            // The loads of the sink's table are listed in its database: another one would
+            // list none of them, silently.
+            Some(db) => {
+                if let Some((table_db, _)) =
+                    self.sink.table.as_deref().and_then(|t| t.split_once('.'))
+                    && !table_db.eq_ignore_ascii_case(&db)
+                {
+                    return err(
+                        format!("{pp}.doris_fe_url"),
+                        format!(
+                            "names database `{db}`, but sink.table is in `{table_db}`: the FE lists \
+                             a table's Stream Loads in its own database"
+                        ),
+                    );
+                }
+            }
         }
         match prefix {
             None => {
@@ -514,6 +527,9 @@ impl AuditConfig {
         Ok(())
     }
 
+    /// `[audits.pipeline]`: the shape of each kind, the dead-letter topic, and what this
+    /// build cannot do yet (refused with the key, never silently ignored: a position source
+    /// that is not read would leave the audit without the due rule the operator asked for).
     fn validate_pipeline(&self, p: &str) -> Result<(), ConfigError> {
         let pl = &self.pipeline;
         let pp = format!("{p}.pipeline");
