@@ -146,13 +146,16 @@ pub async fn run<S: Source>(
         // and leave the view "ok" and frozen for good: it is this poll's error instead, and
         // what it half-wrote is dropped (review of 497b384, H1).
         let polled = AssertUnwindSafe(source.poll(&mut history, &clock)).catch_unwind();
-        let outcome = tokio::select! {
+        let outcome = match tokio::select! {
             _ = cancel.cancelled() => return,
-            r = polled => r.unwrap_or_else(|_| Err(format!("reading the {kind} source panicked"))),
+            r = polled => r,
+        } {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                history = read(&view).history;
+                Err(format!("reading the {kind} source panicked"))
+            }
         };
-        if outcome.is_err() {
-            history = read(&view).history;
-        }
         let before = read(&view);
         let (state, partial, read_as_of_ms) = match outcome {
             Ok(partial) => (SourceState::Ok, partial, Some(sent)),
