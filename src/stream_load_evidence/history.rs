@@ -7,8 +7,9 @@
 //! FE's zone and clock (one cluster, one NTP: documented in OPERATOR.md).
 
 use super::record::LoadRecord;
+use crate::connect_evidence::history::rfc3339;
 use crate::logging::{printable, redact};
-use chrono::{DateTime, NaiveDateTime};
+use chrono::NaiveDateTime;
 use std::collections::VecDeque;
 
 /// Most loads kept: an incident that filters rows in every checkpoint of every subtask
@@ -249,14 +250,6 @@ pub fn window(since_ms: Option<i64>, from_seen_ms: Option<i64>, at_ms: i64) -> (
     (
         after.saturating_sub(SLACK_MS),
         at_ms.saturating_add(SLACK_MS),
-    )
-}
-
-/// Unix ms as `2026-12-06T02:14:00Z` (whole seconds suffice).
-fn rfc3339(ms: i64) -> String {
-    DateTime::from_timestamp_millis(ms).map_or_else(
-        || format!("{ms} ms"),
-        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
     )
 }
 
