@@ -13,12 +13,13 @@
 //! `offset:N`; `--from` is inclusive, `--to` exclusive (Kafka's "next offset" convention),
 //! both clamped to what Kafka holds.
 
+use crate::closed_range::{ClosedRange, DeadLetters, DueRule, NotDue};
 use crate::config::{AuditConfig, Config, MatchStrategy, SinkSpec, Validated};
-use crate::gap::{Gap, Offset, TopicPartition};
+use crate::gap::Gap;
 use crate::kafka::{client, range};
-use crate::ledger::{Observed, PartitionLedger, Verdict};
 use crate::record::{Decoder, RecordMeta, Tag};
 use crate::sink::{self, AnySink, Verifier};
+use crate::types::{Offset, TopicPartition};
 use crate::verify::Checker;
 use anyhow::{Context, bail};
 use appended::Appended;
@@ -193,8 +194,13 @@ async fn check_audit(
         book.set_semantics(semantics);
     }
     let mut waited = false;
-    // The audit's dead-letter topic: read once for the whole run (`verify_range`).
-    let mut dead_reader: Option<crate::kafka::dead_letters::CheckReader> = None;
+    let mut decide = Decide {
+        kafka: &config.kafka,
+        sink,
+        audit,
+        grace_ms,
+        dead_reader: None,
+    };
     // key_columns: every partition is read before any is verified — the key multiset is the
     // audit's, so a row that a record of a later partition holds is never charged as a
     // duplicate. The other strategies verify each partition as soon as it is read, so only
@@ -217,18 +223,18 @@ async fn check_audit(
         })
         .await
         .context("reading the range")??;
-        let mut ledger = read_out.ledger;
+        let mut range = read_out.range;
         // The daemon's due rule, as `run` sets it up: the pipeline's commit as observed when
         // it was read, or, without a group, the time-only rule on the append clock.
-        ledger.pipeline.set_time_rule(!audit.has_position_source());
-        if let Some(at) = commits_read_ms {
-            ledger.pipeline.observe(at, Some(plan.end));
-        }
+        range.due_input(
+            !audit.has_position_source(),
+            commits_read_ms.map(|at| (at, plan.end)),
+        );
         // Records whose append only the observed log end proves (a CreateTime topic) fall due
         // `grace` after that observation; waiting it out, as for the group's commits above,
         // gives a verdict on them instead of none.
         if commits_read_ms.is_none() && read_out.bounded_by_observation {
-            let n = ledger.pending();
+            let n = range.pending();
             wait_until(observed_ms.saturating_add(grace_ms), &mut waited, || {
                 format!(
                     "{}: {n} records not yet due: Kafka keeps no append time on a CreateTime \
@@ -239,45 +245,23 @@ async fn check_audit(
             })
             .await;
         }
-        report.consumed += read_out.consumed;
-        report.expected += read_out.expected;
+        report.consumed += range.consumed();
+        report.expected += range.expected();
         match checker.book_mut() {
-            Some(book) => {
-                book.adopt(&ledger);
-                read.push((plan, ledger));
-            }
+            Some(book) => book.adopt(range.ledger()),
             None => {
-                let decided = verify_range(
-                    &config.kafka,
-                    &mut checker,
-                    sink,
-                    audit,
-                    &plan.tp,
-                    ledger,
-                    grace_ms,
-                    report,
-                    &mut dead_reader,
-                )
-                .await?;
+                // Verified as soon as read: one partition's ledger held at a time.
+                let decided = decide.range(&mut checker, &mut range, report).await?;
                 report
                     .ranges
                     .push(plan.checked(&audit.name, decided, audit.grace));
+                continue;
             }
         }
+        read.push((plan, range));
     }
-    for (plan, ledger) in read {
-        let decided = verify_range(
-            &config.kafka,
-            &mut checker,
-            sink,
-            audit,
-            &plan.tp,
-            ledger,
-            grace_ms,
-            report,
-            &mut dead_reader,
-        )
-        .await?;
+    for (plan, mut range) in read {
+        let decided = decide.range(&mut checker, &mut range, report).await?;
         report
             .ranges
             .push(plan.checked(&audit.name, decided, audit.grace));
@@ -299,41 +283,35 @@ async fn wait_until(at_ms: i64, announced: &mut bool, why: impl FnOnce() -> Stri
     tokio::time::sleep(Duration::from_millis(left.unsigned_abs())).await;
 }
 
-/// What the due rule left undecided on a partition.
-#[derive(Debug, Clone, Copy, Default)]
-struct NotDue {
-    /// Expected records not due yet.
-    records: u64,
-    /// The first of them.
-    first: Option<Offset>,
-    /// When the first falls due (unix ms).
-    due_at_ms: Option<i64>,
+/// What deciding a read range needs, for every partition of one audit.
+struct Decide<'a> {
+    kafka: &'a crate::config::KafkaConfig,
+    sink: &'a AnySink,
+    audit: &'a AuditConfig,
+    grace_ms: i64,
+    /// The audit's dead-letter topic, read once for the whole check and then only what was
+    /// appended since.
+    dead_reader: Option<crate::kafka::dead_letters::CheckReader>,
 }
 
-/// Decides every due record of a read range with the daemon's due rule
-/// ([`PartitionLedger::due`] at this instant) and adds the verdicts and gaps to the report.
-/// Returns what is not due yet.
-#[allow(clippy::too_many_arguments)]
-async fn verify_range(
-    kafka: &crate::config::KafkaConfig,
-    checker: &mut Checker,
-    sink: &AnySink,
-    audit: &AuditConfig,
-    tp: &TopicPartition,
-    mut ledger: PartitionLedger,
-    grace_ms: i64,
-    report: &mut Report,
-    dead_reader: &mut Option<crate::kafka::dead_letters::CheckReader>,
-) -> anyhow::Result<NotDue> {
-    let now = Utc::now().timestamp_millis();
-    // With a dead-letter topic, as the daemon: it is read up to now, and only records due
-    // before that reading began are decided (`kafka::dead_letters`). Read from its
-    // beginning for the first range, then only what was appended since.
-    let dead = match &audit.pipeline.dead_letter_topic {
-        Some(t) => {
-            let (kafka, t, topics) = (kafka.clone(), t.clone(), audit.topics.clone());
+impl Decide<'_> {
+    /// Decides every record of `range` due now under the daemon's due rule
+    /// ([`ClosedRange::decide`]) and adds the verdicts and gaps to the report. Returns what
+    /// is not due yet.
+    async fn range(
+        &mut self,
+        checker: &mut Checker,
+        range: &mut ClosedRange,
+        report: &mut Report,
+    ) -> anyhow::Result<NotDue> {
+        let audit = self.audit;
+        let now = Utc::now().timestamp_millis();
+        // With a dead-letter topic, as the daemon: it is read up to now, and only records due
+        // before that reading began are decided (`kafka::dead_letters`).
+        if let Some(t) = &audit.pipeline.dead_letter_topic {
+            let (kafka, t, topics) = (self.kafka.clone(), t.clone(), audit.topics.clone());
             let connector = audit.pipeline.connect_connector.clone();
-            let reader = dead_reader.take();
+            let reader = self.dead_reader.take();
             let reader = tokio::task::spawn_blocking(move || {
                 let mut reader = match reader {
                     Some(r) => r,
@@ -351,54 +329,36 @@ async fn verify_range(
             })
             .await
             .context("reading the dead-letter topic")??;
-            *dead_reader = Some(reader);
-            dead_reader.as_ref()
+            self.dead_reader = Some(reader);
         }
-        None => None,
-    };
-    let due_at = dead.map_or(now, |r| now.min(r.read_at()));
-    loop {
-        let segs = ledger.due(due_at, grace_ms, 1_000_000);
-        if segs.is_empty() {
-            break;
-        }
-        let obs = |_d: Duration, _ok: bool| {};
-        let verdicts: Vec<Verdict> = checker.due(sink, tp, &segs, &obs).await.map_err(|e| {
-            anyhow::anyhow!("audit {}: {e}: cannot decide, nothing reported", audit.name)
-        })?;
-        let before = ledger.pending();
-        let applied = match dead {
-            Some(r) => {
-                ledger.apply_with_dead_letters(&verdicts, now, &|run| r.index().named_in(tp, run))
-            }
-            None => ledger.apply(&verdicts, now),
+        let tp = range.tp().clone();
+        let named = |run| match self.dead_reader.as_ref() {
+            Some(r) => r.index().named_in(&tp, run),
+            None => Vec::new(),
         };
-        checker.take_credits(&mut ledger);
-        report.confirmed += applied.confirmed;
-        report.lost += applied.lost;
-        report.dead_lettered += applied.dead_lettered;
-        report.duplicated += applied.duplicates;
-        // A segment the sink gave no answer about stays pending: asking again at the same
-        // instant would loop; unknown is never missing, so no verdict at all.
-        if ledger.pending() == before {
-            bail!(
-                "audit {}: the sink gave no answer about {tp}: cannot decide, nothing reported",
-                audit.name
-            );
-        }
+        let dead = self.dead_reader.as_ref().map(|r| DeadLetters {
+            named: &named,
+            read_at_ms: r.read_at(),
+        });
+        let rule = DueRule::At {
+            now_ms: now,
+            grace_ms: self.grace_ms,
+        };
+        let decided = range
+            .decide(checker, self.sink, rule, now, dead.as_ref())
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("audit {}: {e}: cannot decide, nothing reported", audit.name)
+            })?;
+        report.confirmed += decided.confirmed;
+        report.lost += decided.lost;
+        report.dead_lettered += decided.dead_lettered;
+        report.duplicated += decided.duplicates;
+        report.gaps.extend(range.take_gaps(&audit.name, Utc::now()));
+        let not_due = range.not_due(self.grace_ms);
+        report.not_due += not_due.records;
+        Ok(not_due)
     }
-    for g in ledger.take_dirty_gaps() {
-        let mut gap = g.to_gap(&audit.name, tp);
-        gap.detected_at = Utc::now();
-        report.gaps.push(gap);
-    }
-    let not_due = NotDue {
-        records: ledger.pending(),
-        first: ledger.pending_runs().first().map(|r| r.first),
-        due_at_ms: ledger.next_due_ms(grace_ms),
-    };
-    report.not_due += not_due.records;
-    Ok(not_due)
 }
 
 fn progress_bar(total: u64, enabled: bool) -> ProgressBar {
@@ -657,9 +617,7 @@ fn pipeline_ends(
 
 /// A range read into a fresh ledger.
 struct ReadRange {
-    ledger: PartitionLedger,
-    consumed: u64,
-    expected: u64,
+    range: ClosedRange,
     /// Some expected record's append is proven only by the observed log end (no
     /// LogAppendTime): it falls due `grace` after that observation.
     bounded_by_observation: bool,
@@ -678,8 +636,7 @@ fn read_range(
     keyed: bool,
     bar: &ProgressBar,
 ) -> anyhow::Result<ReadRange> {
-    let mut ledger = PartitionLedger::new(first, keyed);
-    let (mut consumed, mut expected) = (0u64, 0u64);
+    let mut range_read = ClosedRange::new(tp.clone(), first, keyed);
     let mut bounded_by_observation = false;
     // Schemas not cached yet are fetched on the spot (this is a blocking-pool thread): the
     // daemon's decoding, and an error rather than a guess when the registry cannot answer.
@@ -701,37 +658,21 @@ fn read_range(
                 return range::Flow::Stop;
             }
         };
-        let observed = match tag {
-            Tag::Expected { key } => {
-                expected += 1;
-                Observed::Expected { key }
-            }
-            Tag::Filtered(_) => Observed::Filtered,
-            Tag::Unresolved(u) => {
-                schema_error = Some(anyhow::anyhow!(
-                    "offset {}: schema id {} unknown",
-                    m.offset(),
-                    u.schema_id
-                ));
-                return range::Flow::Stop;
-            }
-        };
+        let expected = matches!(tag, Tag::Expected { .. });
         let appended = Appended::of(m.timestamp(), observed_ms);
-        if matches!(observed, Observed::Expected { .. }) {
-            bounded_by_observation |= matches!(appended, Appended::BeforeObserved(_));
-        }
-        consumed += 1;
+        bounded_by_observation |= expected && matches!(appended, Appended::BeforeObserved(_));
         bar.inc(1);
-        ledger.ingest(m.offset(), range::timestamp_ms(m), observed, appended.ms());
+        if let Err(e) = range_read.ingest(m.offset(), range::timestamp_ms(m), tag, appended.ms()) {
+            schema_error = Some(e.into());
+            return range::Flow::Stop;
+        }
         range::Flow::Continue
     })?;
     if let Some(e) = schema_error {
         return Err(e);
     }
     Ok(ReadRange {
-        ledger,
-        consumed,
-        expected,
+        range: range_read,
         bounded_by_observation,
     })
 }

@@ -64,6 +64,7 @@ pub mod app;
 pub mod audit;
 pub mod check;
 pub mod clock;
+pub mod closed_range;
 pub mod completeness;
 pub mod config;
 pub mod connect_evidence;

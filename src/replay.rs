@@ -19,6 +19,7 @@
 //! - the in-process table of `gap-auditor demo`, through [`run_with`], so the demo repairs
 //!   with this code and not a copy of it.
 
+use crate::closed_range::{ClosedRange, DueRule};
 use crate::config::{
     AuditConfig, Config, MatchStrategy, RecordFormat, Secret, SinkSpec, SqlSinkSpec,
     StreamLoadSpec, Validated,
@@ -26,7 +27,7 @@ use crate::config::{
 use crate::gap::{Offset, TopicPartition};
 use crate::kafka::{client, range};
 use crate::key_semantics::KeySemantics;
-use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
+use crate::ledger::{OffsetRun, PartitionLedger};
 use crate::record::RecordMeta;
 use crate::record::{Decoder, Tag};
 use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
@@ -279,7 +280,7 @@ async fn replay(
         audit.matching.strategy,
         MatchStrategy::KeyColumns | MatchStrategy::DocId
     );
-    let mut ledger = PartitionLedger::new(target.first, keyed);
+    let mut range = ClosedRange::new(target.tp.clone(), target.first, keyed);
     let mut outcomes = Vec::new();
     let mut ids: HashMap<Offset, String> = HashMap::new();
     for r in &records {
@@ -295,33 +296,23 @@ async fn replay(
             .tag_resolved(r.value.as_deref(), &meta)
             .await
             .with_context(|| format!("offset {}: the record's schema", r.offset))?;
-        match tag {
-            // tag_resolved never leaves a record unresolved; should it, nothing is guessed.
-            Tag::Unresolved(u) => {
-                return Err(anyhow::anyhow!(
-                    "offset {}: schema id {} unknown",
-                    r.offset,
-                    u.schema_id
-                )
-                .into());
-            }
-            Tag::Expected { key } => {
-                if audit.matching.strategy == MatchStrategy::DocId
-                    && let Some(id) = key.as_ref().and_then(|k| k.first())
-                {
-                    ids.insert(r.offset, id.to_string());
-                }
-                ledger.ingest(r.offset, r.timestamp, Observed::Expected { key }, 0);
-            }
-            Tag::Filtered(reason) => outcomes.push(Outcome::Filtered {
+        if audit.matching.strategy == MatchStrategy::DocId
+            && let Tag::Expected { key: Some(key) } = &tag
+            && let Some(id) = key.first()
+        {
+            ids.insert(r.offset, id.to_string());
+        }
+        // tag_resolved never leaves a record unresolved; should it, nothing is guessed.
+        if let Some(reason) = range
+            .ingest(r.offset, r.timestamp, tag, 0)
+            .map_err(anyhow::Error::from)?
+        {
+            outcomes.push(Outcome::Filtered {
                 offset: r.offset,
                 reason: reason.as_str().to_string(),
-            }),
+            });
         }
     }
-    ledger.pipeline.observe(0, Some(target.last + 1));
-    let segs = ledger.due(i64::MAX / 2, 0, u64::MAX);
-    let obs = |_d: Duration, _ok: bool| {};
     // Room for every claim loaded and every record read: the book must forget none here.
     let mut checker = Checker::new(
         audit.matching.strategy,
@@ -335,27 +326,24 @@ async fn replay(
         // The daemon's claims on these keys' rows (records it confirmed), so a shared key's
         // row that another record holds is not taken for the missing one's (SPEC guarantee
         // 9: replay decides as run does).
-        let claims = claims_outside(store, &audit.name, target, &ledger)
+        let claims = claims_outside(store, &audit.name, target, range.ledger())
             .context("reading the key book from the store")?;
         book.load(claims);
-        book.adopt(&ledger);
+        book.adopt(range.ledger());
     }
-    let verdicts: Vec<Verdict> = checker
-        .due(sink, &target.tp, &segs, &obs)
+    // Every record read is due: the offsets asked for are decided as of now, as `run` and
+    // `check` decide (one implementation, `closed_range`).
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let decided = range
+        .decide(&mut checker, sink, DueRule::Everything, now_ms, None)
         .await
         .map_err(|e| anyhow::anyhow!("cannot ask the sink which records are missing: {e}"))?;
-    let mut absent: Vec<OffsetRun> = Vec::new();
-    for (seg, v) in segs.iter().zip(&verdicts) {
-        if let Verdict::Known { present, .. } = v {
-            for r in present {
-                outcomes.extend((r.first..=r.last).map(|offset| Outcome::Present { offset }));
-            }
-            absent.extend(runs::subtract(seg.run, present));
-        }
+    for r in &decided.present {
+        outcomes.extend((r.first..=r.last).map(|offset| Outcome::Present { offset }));
     }
     let missing: Vec<&Record> = records
         .iter()
-        .filter(|r| absent.iter().any(|a| a.contains(r.offset)))
+        .filter(|r| decided.absent.iter().any(|a| a.contains(r.offset)))
         .collect();
 
     let mut report = Replayed::default();

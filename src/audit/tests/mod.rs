@@ -1,6 +1,7 @@
 //! Unit tests of the audit loop's parts (no broker, no database server).
 
 mod acks;
+mod closed_range;
 mod connect;
 mod counting;
 mod dead_letters;
