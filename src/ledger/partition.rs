@@ -29,16 +29,29 @@ mod dead_letters;
 mod deleted;
 mod diverge;
 mod fold;
+mod gaps;
 mod ingest;
 mod keys;
+mod missing;
 mod recheck;
 mod report;
 mod retired;
 mod settle;
+mod unstored;
 
 use completeness::CompletenessCache;
 pub use deleted::{DeletedRest, NextPiece};
+use diverge::LogPosition;
+use fold::Fold;
+use gaps::Gaps;
+use ingest::PendingQueue;
+use keys::KeyChanges;
+use missing::MissingRuns;
+use recheck::Rotation;
+use report::Compaction;
+use retired::Retirement;
 pub use retired::{RetiredGaps, RetiredOp, RetiredWork};
+use unstored::Unstored;
 
 /// A pending run is extended by a new record only while it is younger than this, so that the
 /// time-only due rule (which uses the run's LAST seen time, the conservative choice) never
@@ -455,102 +468,34 @@ impl Snapshot {
     }
 }
 
-/// The ledger of one partition.
+/// The ledger of one partition: its state split by the job that owns it, each part
+/// defined in that job's file.
 #[derive(Debug, Clone)]
 pub struct PartitionLedger {
-    next_offset: Offset,
-    keyed: bool,
-    pending: VecDeque<PendingRun>,
-    pending_count: u64,
-    missing: BTreeMap<Offset, MissingRun>,
-    missing_count: u64,
-    gaps: BTreeMap<Offset, GapRecord>,
-    dirty_gaps: std::collections::BTreeSet<Offset>,
-    tail_gap: Option<Offset>,
-    /// First offset of the dead_lettered gap the next dead-lettered record extends (like
-    /// `tail_gap`, and persisted like it).
-    dead_tail: Option<Offset>,
-    /// Keys of missing records given up since [`Self::take_released_keys`]: the audit's
-    /// key book stops holding claims for them.
-    released_keys: Vec<Key>,
-    /// Stand-in credits for the key book since [`Self::take_credited_keys`] (one entry per
-    /// credit): named records confirmed that no absent record of their key took the place
-    /// of, and lent credits no record needed (`KeyBook::credit`).
-    credited_keys: Vec<Key>,
-    /// Keyed records the last re-checks found late, or lent a stand-in credit (`true`),
-    /// with their keys: settled against the dead-letter topic by
-    /// [`Self::settle_recheck_marks`] (a named record found late leaves a credit; a named
-    /// one lent a credit is dead-lettered in its own right and gives the credit back).
-    recheck_marks: Vec<(Offset, Key, bool)>,
-    /// Keys of records confirmed since [`Self::stored`] (keyed ledgers): taken back from the
-    /// key book if the ledger is dropped before its verdicts reach the store.
-    unstored_confirmations: Vec<Key>,
-    /// Whether confirmations are tracked at all: only an audit-wide key book (key_columns)
-    /// needs them; doc_id ledgers are keyed too and must not clone every confirmed id.
-    track_confirmations: bool,
-    /// Bumped whenever [`Self::snapshot`] would change, so callers persist only changes.
-    revision: u64,
-    /// The epoch of the gaps it finds ([`Snapshot::epoch`]).
-    epoch: u32,
-    /// See [`Snapshot::truncated_from`].
-    truncated_from: Option<Offset>,
-    /// Missing runs and gaps (by first offset) changed since [`Self::stored`]: the next
-    /// store write carries only these ([`Self::delta`]), so a round's write does not grow
-    /// with the number of gaps.
-    unstored_missing: BTreeSet<Offset>,
-    unstored_gaps: BTreeSet<Offset>,
-    /// A fresh ledger: whatever the store holds for the partition is stale, so the first
-    /// write replaces it whole.
-    unstored_replace: bool,
-    /// offset_columns re-checks: one range count tells whether anything arrived late.
-    probe: Option<Probe>,
-    /// Confirmed offsets decided beyond the probe's span, not yet inside it: they join the
-    /// baseline when a later missing run extends the span over them.
-    confirmed_beyond_probe: u64,
-    /// Where the next budgeted re-check pass continues (rotation over the missing runs).
-    recheck_cursor: Offset,
-    /// Where the cursor goes once the last [`Self::rechecks`] is answered (`None` inside:
-    /// the rotation passed the last run).
-    recheck_next: Option<Option<Offset>>,
-    /// The last missing offset when the current rotation started: the rotation ends there,
-    /// not at the last run (runs declared since are behind it only if they arrive slower
-    /// than the budget; otherwise a rotation, and a look, would never end and the runs it
-    /// passed would never be re-checked again). `None`: set by the next [`Self::rechecks`].
-    recheck_lap_end: Option<Offset>,
-    /// Gauges computed at a revision: idle rounds do not walk every gap.
-    gauges: Option<(u64, GapGauges)>,
-    /// Keys held by `missing` runs.
-    missing_keys: u64,
-    /// Map sizes at the last [`Self::compact`].
-    compacted_at: usize,
-    /// Missing runs inserted since the last [`Self::compact`] (every new gap comes with one).
-    declared_since_compact: usize,
-    /// Rebuilds done by [`Self::compact`] (tests).
-    compactions: u64,
-    /// The log start last passed to [`Self::log_start_moved`].
-    log_start: Offset,
-    /// Gaps that stopped being the tail since [`Self::take_dirty_gaps`]: forgotten there
-    /// if nothing in them is missing.
-    untailed: Vec<Offset>,
-    /// Gaps whose missing runs were given up since [`Self::take_dirty_gaps`]: retired
-    /// there when none is left (`retired.rs`).
-    retire_candidates: Vec<Offset>,
-    /// The gaps that left memory, as an aggregate (`retired.rs`).
-    retired: RetiredGaps,
-    /// Gaps retired since [`Self::stored`] (see [`Self::retired_unstored`]).
-    retired_unstored: Vec<GapRecord>,
-    /// What the store must do for the retired gaps (see [`Self::retired_work`]).
-    retired_work: RetiredWork,
-    /// The first offset of the partition's overflow gap (`fold.rs`).
-    overflow: Option<Offset>,
-    /// See [`Self::folded_unstored`].
-    folded_unstored: Vec<GapRecord>,
-    /// Gaps folded since [`Self::take_folded`].
-    folded_count: u64,
+    /// Records read and not decided yet (`ingest.rs`).
+    queue: PendingQueue,
+    /// Missing runs, each inside one gap (`missing.rs`).
+    missing: MissingRuns,
+    /// The gaps and which of them changed, ended or may be forgotten (`gaps.rs`).
+    gaps: Gaps,
+    /// Keys the audit's key book must hear about (`keys.rs`).
+    key_changes: KeyChanges,
+    /// Re-checks of missing runs: the probe and the rotation over the runs (`recheck.rs`).
+    rotation: Rotation,
+    /// What the store does not hold yet (`unstored.rs`).
+    unstored: Unstored,
+    /// Which log of the partition this is, and where Kafka's log starts (`diverge.rs`).
+    log: LogPosition,
+    /// When the gap maps were last rebuilt (`report.rs`).
+    compaction: Compaction,
+    /// The gaps that left memory (`retired.rs`).
+    retirement: Retirement,
+    /// The partition's overflow gap (`fold.rs`).
+    fold: Fold,
     /// The pipeline group's commits on this partition (due rule input).
     pub pipeline: PipelineCommits,
-    // --- Completeness (issue 18); see `partition/completeness.rs`. ---
-    /// Newest record timestamp read, and the completeness aggregate cached per change.
+    /// Newest record timestamp read, and the completeness aggregate cached per change
+    /// (`completeness.rs`).
     completeness: CompletenessCache,
 }
 
@@ -644,46 +589,16 @@ impl PartitionLedger {
     /// per pending record (key_columns); otherwise memory is O(runs).
     pub fn new(next_offset: Offset, keyed: bool) -> Self {
         Self {
-            next_offset,
-            keyed,
-            pending: VecDeque::new(),
-            pending_count: 0,
-            missing: BTreeMap::new(),
-            missing_count: 0,
-            gaps: BTreeMap::new(),
-            dirty_gaps: Default::default(),
-            tail_gap: None,
-            dead_tail: None,
-            released_keys: Vec::new(),
-            credited_keys: Vec::new(),
-            recheck_marks: Vec::new(),
-            unstored_confirmations: Vec::new(),
-            track_confirmations: false,
-            revision: 0,
-            epoch: 0,
-            truncated_from: None,
-            unstored_missing: BTreeSet::new(),
-            unstored_gaps: BTreeSet::new(),
-            unstored_replace: true,
-            probe: None,
-            confirmed_beyond_probe: 0,
-            recheck_cursor: Offset::MIN,
-            recheck_next: None,
-            recheck_lap_end: None,
-            gauges: None,
-            untailed: Vec::new(),
-            retire_candidates: Vec::new(),
-            retired: RetiredGaps::default(),
-            retired_unstored: Vec::new(),
-            retired_work: RetiredWork::default(),
-            overflow: None,
-            folded_unstored: Vec::new(),
-            folded_count: 0,
-            log_start: Offset::MIN,
-            missing_keys: 0,
-            compacted_at: 0,
-            declared_since_compact: 0,
-            compactions: 0,
+            queue: PendingQueue::new(next_offset, keyed),
+            missing: MissingRuns::default(),
+            gaps: Gaps::default(),
+            key_changes: KeyChanges::default(),
+            rotation: Rotation::default(),
+            unstored: Unstored::default(),
+            log: LogPosition::default(),
+            compaction: Compaction::default(),
+            retirement: Retirement::default(),
+            fold: Fold::default(),
             pipeline: PipelineCommits::default(),
             completeness: CompletenessCache::default(),
         }
@@ -702,30 +617,30 @@ impl PartitionLedger {
             l.insert_missing(m);
         }
         // The store holds what was restored; only the stale runs are to write (delete).
-        l.unstored_missing = stale;
-        l.unstored_replace = false;
+        l.unstored.missing = stale;
+        l.unstored.replace = false;
         for g in snap.gaps {
             // Given-up runs are not kept: the gaps count every missing record.
             if g.size_known {
-                l.missing_count += g.missing;
+                l.missing.count += g.missing;
             }
             // Stored by a version that kept given-up gaps: retired at the next round.
-            l.retire_candidates.push(g.first);
+            l.gaps.retire_candidates.push(g.first);
             // Only this log's: an earlier epoch's overflow gap retires like any gap.
             if g.cause == GapCause::Folded && g.epoch == snap.epoch {
-                l.overflow = Some(l.overflow.map_or(g.first, |o| o.min(g.first)));
+                l.fold.overflow = Some(l.fold.overflow.map_or(g.first, |o| o.min(g.first)));
             }
-            l.gaps.insert(g.first, g);
+            l.gaps.by_first.insert(g.first, g);
         }
         // The retired gaps are in the store only: their aggregate is read from it.
-        l.retired_work.recount = true;
-        l.tail_gap = snap.tail_gap;
+        l.retirement.work.recount = true;
+        l.gaps.tail = snap.tail_gap;
         // Only a gap the snapshot holds (an older write may name one it no longer has).
-        l.dead_tail = snap.dead_tail.filter(|t| l.gaps.contains_key(t));
-        l.epoch = snap.epoch;
-        l.truncated_from = snap.truncated_from;
+        l.gaps.dead_tail = snap.dead_tail.filter(|t| l.gaps.by_first.contains_key(t));
+        l.log.epoch = snap.epoch;
+        l.log.truncated_from = snap.truncated_from;
         // What was re-checked before is unknown: the first probe answer starts a look.
-        l.probe = l.span_of_missing().map(|span| Probe {
+        l.rotation.probe = l.span_of_missing().map(|span| Probe {
             span,
             baseline: None,
             look: None,
@@ -740,8 +655,8 @@ impl PartitionLedger {
     pub fn restore_at(at: Offset, settled: Offset, keyed: bool, snap: Snapshot) -> Self {
         let mut l = Self::restore(at.max(settled), keyed, snap);
         if at > settled {
-            if let Some(t) = l.tail_gap.take() {
-                l.untailed.push(t);
+            if let Some(t) = l.gaps.tail.take() {
+                l.gaps.untailed.push(t);
             }
             l.end_dead_tail();
         }
@@ -751,83 +666,88 @@ impl PartitionLedger {
     /// The persisted part of the ledger.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
-            missing: self.missing.values().cloned().collect(),
-            gaps: self.gaps.values().cloned().collect(),
-            tail_gap: self.tail_gap,
-            dead_tail: self.dead_tail,
-            epoch: self.epoch,
-            truncated_from: self.truncated_from,
+            missing: self.missing.runs.values().cloned().collect(),
+            gaps: self.gaps.by_first.values().cloned().collect(),
+            tail_gap: self.gaps.tail,
+            dead_tail: self.gaps.dead_tail,
+            epoch: self.log.epoch,
+            truncated_from: self.log.truncated_from,
         }
     }
 
     /// See [`Snapshot::dead_tail`].
     pub fn dead_tail(&self) -> Option<Offset> {
-        self.dead_tail
+        self.gaps.dead_tail
     }
 
     /// See [`Snapshot::truncated_from`].
     pub fn truncated_from(&self) -> Option<Offset> {
-        self.truncated_from
+        self.log.truncated_from
     }
 
     /// The log was truncated below `from`, the position reached on it (see
     /// [`Snapshot::truncated_from`]); the highest such position is kept.
     pub fn note_truncated_from(&mut self, from: Offset) {
-        if self.truncated_from.is_none_or(|t| t < from) {
-            self.truncated_from = Some(from);
-            self.revision += 1;
+        if self.log.truncated_from.is_none_or(|t| t < from) {
+            self.log.truncated_from = Some(from);
+            self.unstored.revision += 1;
         }
     }
 
     /// The epoch of the gaps this ledger finds ([`Snapshot::epoch`]).
     pub fn epoch(&self) -> u32 {
-        self.epoch
+        self.log.epoch
     }
 
     /// Changes whenever the persisted part ([`Self::snapshot`]) changes.
     pub fn revision(&self) -> u64 {
-        self.revision
+        self.unstored.revision
     }
 
     /// Whether the ledger knows where it stands: false for a ledger started at a logical
     /// position (negative: the log end or start as the consumer finds it) until its first
     /// record. An unanchored ledger's settled offset must be neither stored nor committed.
     pub fn is_anchored(&self) -> bool {
-        self.next_offset >= 0
+        self.queue.next_offset >= 0
     }
 
     /// The next offset the consumer will deliver.
     pub fn next_offset(&self) -> Offset {
-        self.next_offset
+        self.queue.next_offset
     }
 
     /// Expected records not yet decided.
     pub fn pending(&self) -> u64 {
-        self.pending_count
+        self.queue.count
     }
 
     /// Records currently missing (in open gaps), retired gaps' included.
     pub fn missing(&self) -> u64 {
-        self.missing_count + self.retired.missing_known
+        self.missing.count + self.retirement.aggregate.missing_known
     }
 
     /// Gaps with missing records, retired ones included.
     pub fn open_gaps(&self) -> usize {
-        self.gaps.values().filter(|g| g.missing > 0).count()
-            + (self.retired.gaps - self.retired.dead_lettered) as usize
+        self.gaps
+            .by_first
+            .values()
+            .filter(|g| g.missing > 0)
+            .count()
+            + (self.retirement.aggregate.gaps - self.retirement.aggregate.dead_lettered) as usize
     }
 
     /// Gaps with missing records the ledger holds in memory (not retired).
     pub fn gaps_in_memory(&self) -> usize {
-        self.gaps.len()
+        self.gaps.by_first.len()
     }
 
     /// Offset below which every expected record is confirmed or missing (the latter persisted
     /// by the caller before committing this value). The caller commits it to Kafka.
     pub fn settled(&self) -> Offset {
-        self.pending
+        self.queue
+            .runs
             .front()
-            .map_or(self.next_offset, |p| p.run.first)
+            .map_or(self.queue.next_offset, |p| p.run.first)
     }
 }
 

@@ -55,17 +55,21 @@ impl PartitionLedger {
     /// keeps both halves' bounds, so a hold may be a little earlier than exact, never later.
     pub fn completeness(&mut self) -> crate::completeness::LedgerCompleteness {
         use crate::completeness::{BlockingGap, LedgerCompleteness, MAX_LISTED_GAPS, Since};
-        let key = (self.revision, self.next_offset, self.pending_count);
+        let key = (
+            self.unstored.revision,
+            self.queue.next_offset,
+            self.queue.count,
+        );
         if let Some((k, c)) = &self.completeness.cached
             && *k == key
         {
             return c.clone();
         }
-        let pending = self.pending.iter().map(|p| Since::of(p.min_ts)).min();
+        let pending = self.queue.runs.iter().map(|p| Since::of(p.min_ts)).min();
         let mut blocking = 0u64;
         // The earliest MAX_LISTED_GAPS by record time, kept sorted while scanning.
         let mut earliest: Vec<(Since, Offset)> = Vec::with_capacity(MAX_LISTED_GAPS + 1);
-        for g in self.gaps.values().filter(|g| g.unconfirmed()) {
+        for g in self.gaps.by_first.values().filter(|g| g.unconfirmed()) {
             blocking += 1;
             let s = Since::of(g.min_ts);
             if earliest.len() == MAX_LISTED_GAPS
@@ -79,9 +83,9 @@ impl PartitionLedger {
         }
         // States as reported (the same rule as the API's), for the kept few only.
         let nowhere = crate::gap::TopicPartition::new(String::new(), 0);
-        let mut listed = self.retired.clone();
+        let mut listed = self.retirement.aggregate.clone();
         for (since, first) in earliest {
-            if let Some(g) = self.gaps.get(&first) {
+            if let Some(g) = self.gaps.by_first.get(&first) {
                 let gap = g.to_gap("", &nowhere);
                 listed.list(BlockingGap {
                     first,
@@ -93,7 +97,7 @@ impl PartitionLedger {
             }
         }
         // Retired gaps block as they did in memory (`retired.rs`), the earliest listed.
-        blocking += self.retired.gaps;
+        blocking += self.retirement.aggregate.gaps;
         let gaps = listed.earliest;
         let out = LedgerCompleteness {
             pending,

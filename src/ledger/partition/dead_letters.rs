@@ -27,10 +27,14 @@ impl PartitionLedger {
         now_ms: i64,
         stand_in: bool,
     ) {
-        if let Some(t) = self.tail_gap.take() {
-            self.untailed.push(t);
+        if let Some(t) = self.gaps.tail.take() {
+            self.gaps.untailed.push(t);
         }
-        let first = match self.dead_tail.and_then(|t| self.gaps.get_mut(&t)) {
+        let first = match self
+            .gaps
+            .dead_tail
+            .and_then(|t| self.gaps.by_first.get_mut(&t))
+        {
             Some(g) if g.missing == 0 && g.last < r.first => {
                 g.last = r.last;
                 g.dead_lettered += r.len();
@@ -41,7 +45,7 @@ impl PartitionLedger {
             }
             _ => {
                 let (cause, commit) = self.cause_of_dead(r.first);
-                self.gaps.insert(
+                self.gaps.by_first.insert(
                     r.first,
                     GapRecord {
                         first: r.first,
@@ -57,7 +61,7 @@ impl PartitionLedger {
                         deleted_ms: None,
                         unsettled: false,
                         shared_key: stand_in,
-                        epoch: self.epoch,
+                        epoch: self.log.epoch,
                         is_new: true,
                         settle_cursor: 0,
                         dead_lettered: r.len(),
@@ -66,17 +70,17 @@ impl PartitionLedger {
                 r.first
             }
         };
-        self.dead_tail = Some(first);
-        self.revision += 1;
-        self.dirty_gaps.insert(first);
-        self.unstored_gaps.insert(first);
+        self.gaps.dead_tail = Some(first);
+        self.unstored.revision += 1;
+        self.gaps.dirty.insert(first);
+        self.unstored.gaps.insert(first);
     }
 
     /// A record decided otherwise ends the dead_lettered gap being extended: it leaves
     /// memory at the next [`Self::take_dirty_gaps`] (its final state is reported there).
     pub(super) fn end_dead_tail(&mut self) {
-        if let Some(t) = self.dead_tail.take() {
-            self.untailed.push(t);
+        if let Some(t) = self.gaps.dead_tail.take() {
+            self.gaps.untailed.push(t);
         }
     }
 
@@ -109,10 +113,11 @@ impl PartitionLedger {
         for n in runs::normalize(named.to_vec()) {
             let from = self
                 .missing
+                .runs
                 .range(..=n.first)
                 .next_back()
                 .map_or(n.first, |(f, _)| *f);
-            for (_, m) in self.missing.range(from..=n.last) {
+            for (_, m) in self.missing.runs.range(from..=n.last) {
                 out.extend(runs::intersect(m.run, &[n]));
             }
         }
@@ -138,6 +143,7 @@ impl PartitionLedger {
         for hit in self.missing_hits(named) {
             let Some(first) = self
                 .missing
+                .runs
                 .range(..=hit.first)
                 .next_back()
                 .filter(|(_, m)| m.run.contains(hit.first) && m.run.contains(hit.last))
@@ -151,26 +157,26 @@ impl PartitionLedger {
             let n = hit.len();
             for o in hit.first..=hit.last {
                 if let Some(k) = m.key_of(o) {
-                    self.released_keys.push(k.clone());
+                    self.key_changes.released.push(k.clone());
                 }
             }
             for rest in runs::subtract(m.run, &[hit]) {
                 self.insert_missing(m.sub(rest));
             }
             m.keys.clear();
-            self.missing_count -= n;
+            self.missing.count -= n;
             out.dead_lettered += n;
-            self.revision += 1;
-            if let Some(g) = self.gaps.get_mut(&m.gap) {
+            self.unstored.revision += 1;
+            if let Some(g) = self.gaps.by_first.get_mut(&m.gap) {
                 g.missing = g.missing.saturating_sub(n);
                 g.dead_lettered += n;
                 g.shared_key |= stand_in;
-                self.dirty_gaps.insert(m.gap);
-                self.unstored_gaps.insert(m.gap);
+                self.gaps.dirty.insert(m.gap);
+                self.unstored.gaps.insert(m.gap);
             }
         }
-        if self.missing.is_empty() {
-            self.probe = None;
+        if self.missing.runs.is_empty() {
+            self.rotation.probe = None;
         }
         out
     }

@@ -54,6 +54,7 @@ impl PartitionLedger {
     /// from its cursor on.
     pub fn deleted_to_settle(&self) -> Vec<DeletedRest> {
         self.gaps
+            .by_first
             .values()
             // A cursor past the end (a stored state no version writes) has nothing to ask.
             .filter(|g| g.unsettled && g.settle_cursor <= g.last)
@@ -77,7 +78,7 @@ impl PartitionLedger {
         piece: OffsetRun,
         present: &[OffsetRun],
     ) -> Applied {
-        let Some(g) = self.gaps.get_mut(&gap).filter(|g| g.unsettled) else {
+        let Some(g) = self.gaps.by_first.get_mut(&gap).filter(|g| g.unsettled) else {
             return Applied::default();
         };
         if piece.first != g.settle_cursor.max(g.first)
@@ -95,9 +96,9 @@ impl PartitionLedger {
         } else {
             g.settle_cursor = piece.last + 1;
         }
-        self.revision += 1;
-        self.dirty_gaps.insert(gap);
-        self.unstored_gaps.insert(gap);
+        self.unstored.revision += 1;
+        self.gaps.dirty.insert(gap);
+        self.unstored.gaps.insert(gap);
         Applied {
             confirmed: found,
             unverifiable: piece.len() - found,

@@ -5,6 +5,27 @@
 
 use super::*;
 
+/// Which log of the partition the ledger is on, and where Kafka's log starts.
+#[derive(Debug, Clone)]
+pub(super) struct LogPosition {
+    /// The epoch of the gaps it finds ([`Snapshot::epoch`]).
+    pub(super) epoch: u32,
+    /// See [`Snapshot::truncated_from`].
+    pub(super) truncated_from: Option<Offset>,
+    /// The log start last passed to [`PartitionLedger::log_start_moved`].
+    pub(super) start: Offset,
+}
+
+impl Default for LogPosition {
+    fn default() -> Self {
+        Self {
+            epoch: 0,
+            truncated_from: None,
+            start: Offset::MIN,
+        }
+    }
+}
+
 impl Snapshot {
     /// Keeps what lies below `at`: missing runs are cut at `at`, gaps starting at or after it
     /// are taken out and returned (their records are gone from Kafka: the caller reports
@@ -91,15 +112,15 @@ impl PartitionLedger {
     pub fn restore_diverged(at: Offset, keyed: bool, mut snap: Snapshot) -> (Self, Vec<GapRecord>) {
         let removed = snap.cut_at(at);
         let mut l = Self::restore(at, keyed, snap);
-        l.epoch = l.epoch.saturating_add(1);
+        l.log.epoch = l.log.epoch.saturating_add(1);
         // The old log's overflow gap is not this log's: a gap found from now on folds into
         // an overflow gap of the new epoch, never into an old gap's row. The old one, with
         // nothing left to re-check, retires at the next round.
-        l.overflow = None;
+        l.fold.overflow = None;
         // Nor does a dead-lettered record of the new log extend the old log's gap.
         l.end_dead_tail();
-        l.unstored_replace = true;
-        l.revision += 1;
+        l.unstored.replace = true;
+        l.unstored.revision += 1;
         (l, removed)
     }
 
@@ -107,9 +128,9 @@ impl PartitionLedger {
     /// ledger of epoch `before`: its gaps are of the next epoch ([`Snapshot::epoch`]).
     pub fn new_diverged(at: Offset, keyed: bool, before: u32) -> Self {
         let mut l = Self::new(at, keyed);
-        l.epoch = before.saturating_add(1);
-        l.unstored_replace = true;
-        l.revision += 1;
+        l.log.epoch = before.saturating_add(1);
+        l.unstored.replace = true;
+        l.unstored.revision += 1;
         l
     }
 }

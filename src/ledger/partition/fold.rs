@@ -13,22 +13,31 @@
 
 use super::*;
 
+/// The partition's overflow gap.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Fold {
+    /// The overflow gap's first offset.
+    pub(super) overflow: Option<Offset>,
+    /// Gaps folded since [`PartitionLedger::take_folded`].
+    pub(super) count: u64,
+}
+
 impl PartitionLedger {
     /// The first offset of the partition's overflow gap, if it has one.
     pub fn overflow(&self) -> Option<Offset> {
-        self.overflow
+        self.fold.overflow
     }
 
     /// Gaps folded since the last [`Self::stored`] whose store rows the overflow gap
     /// replaces (deleted in the write that stores it), and how many were folded since the
     /// last [`Self::take_folded`].
     pub fn folded_unstored(&self) -> &[GapRecord] {
-        &self.folded_unstored
+        &self.unstored.folded
     }
 
     /// How many gaps were folded since the last call (the audit counts them once stored).
     pub fn take_folded(&mut self) -> u64 {
-        std::mem::take(&mut self.folded_count)
+        std::mem::take(&mut self.fold.count)
     }
 
     /// Folds the oldest gaps (lowest offsets) until the gaps in memory are `excess` fewer, or
@@ -38,24 +47,26 @@ impl PartitionLedger {
     /// gap itself, and a gap of an earlier log (a log that diverged: its gaps never share a
     /// row with this log's; they retire once given up). Returns by how many the gaps in memory went down.
     pub fn fold_oldest(&mut self, excess: usize) -> usize {
-        let before = self.gaps.len();
+        let before = self.gaps.by_first.len();
         let mut next = Offset::MIN;
-        while before - self.gaps.len() < excess {
+        while before - self.gaps.by_first.len() < excess {
             let above = self
+                .fold
                 .overflow
-                .and_then(|o| self.gaps.get(&o))
+                .and_then(|o| self.gaps.by_first.get(&o))
                 .map_or(Offset::MIN, |o| o.last.saturating_add(1));
             let Some(first) = self
                 .gaps
+                .by_first
                 .range(next.max(above)..)
                 .find(|(f, g)| {
-                    Some(**f) != self.tail_gap
-                        && Some(**f) != self.overflow
+                    Some(**f) != self.gaps.tail
+                        && Some(**f) != self.fold.overflow
                         && !g.unsettled
                         && g.missing > 0
                         // A gap of a log that diverged (an earlier epoch) never shares a row
                         // with this log's: it stays until given up (it can no longer grow).
-                        && g.epoch == self.epoch
+                        && g.epoch == self.log.epoch
                 })
                 .map(|(f, _)| *f)
             else {
@@ -64,7 +75,7 @@ impl PartitionLedger {
             next = first + 1;
             self.fold(first);
         }
-        before - self.gaps.len()
+        before - self.gaps.by_first.len()
     }
 
     /// An operator acknowledged the overflow gap starting at `first` when it ended at
@@ -74,10 +85,10 @@ impl PartitionLedger {
     /// own over `last + 1 ..` its end, with the rest of the count. Any other gap: as
     /// [`Self::acknowledge_through`]. Returns whether anything changed.
     pub fn acknowledge_overflow(&mut self, first: Offset, last: Offset, missing: u64) -> bool {
-        if self.overflow != Some(first) {
+        if self.fold.overflow != Some(first) {
             return self.acknowledge_through(first, last);
         }
-        let Some(g) = self.gaps.get(&first).cloned() else {
+        let Some(g) = self.gaps.by_first.get(&first).cloned() else {
             return false;
         };
         if !self.acknowledge_through(first, last) {
@@ -86,7 +97,7 @@ impl PartitionLedger {
         let rest = g.missing.saturating_sub(missing);
         if g.last > last && rest > 0 {
             let at = last + 1;
-            self.gaps.insert(
+            self.gaps.by_first.insert(
                 at,
                 // Not new: its records were detected (and counted) before they were folded.
                 GapRecord {
@@ -98,11 +109,11 @@ impl PartitionLedger {
             );
             // Still missing: `acknowledge_through` took the whole gap's count.
             if g.size_known {
-                self.missing_count += rest;
+                self.missing.count += rest;
             }
-            self.overflow = Some(at);
-            self.dirty_gaps.insert(at);
-            self.unstored_gaps.insert(at);
+            self.fold.overflow = Some(at);
+            self.gaps.dirty.insert(at);
+            self.unstored.gaps.insert(at);
         }
         true
     }
@@ -112,33 +123,38 @@ impl PartitionLedger {
     /// counts its records, and its row is not replaced. Its span stays a bound. Returns
     /// whether it was one of them.
     pub fn unfold_acknowledged(&mut self, first: Offset) -> bool {
-        let Some(at) = self.folded_unstored.iter().position(|g| g.first == first) else {
+        let Some(at) = self.unstored.folded.iter().position(|g| g.first == first) else {
             return false;
         };
-        let g = self.folded_unstored.remove(at);
-        if let Some(o) = self.overflow.and_then(|o| self.gaps.get_mut(&o)) {
+        let g = self.unstored.folded.remove(at);
+        if let Some(o) = self
+            .fold
+            .overflow
+            .and_then(|o| self.gaps.by_first.get_mut(&o))
+        {
             o.missing = o.missing.saturating_sub(g.missing);
             let o = o.first;
-            self.dirty_gaps.insert(o);
-            self.unstored_gaps.insert(o);
+            self.gaps.dirty.insert(o);
+            self.unstored.gaps.insert(o);
         }
         if g.size_known {
-            self.missing_count = self.missing_count.saturating_sub(g.missing);
+            self.missing.count = self.missing.count.saturating_sub(g.missing);
         }
-        self.folded_count = self.folded_count.saturating_sub(1);
-        self.revision += 1;
+        self.fold.count = self.fold.count.saturating_sub(1);
+        self.unstored.revision += 1;
         true
     }
 
     /// Folds the gap at `first` into the overflow gap (which it becomes when there is none).
     fn fold(&mut self, first: Offset) {
-        let Some(g) = self.gaps.get(&first) else {
+        let Some(g) = self.gaps.by_first.get(&first) else {
             return;
         };
         let (lo, hi) = (g.first, g.last);
         // Its records are no longer re-checked: given up as after `give_up_after`.
         let runs: Vec<Offset> = self
             .missing
+            .runs
             .range(lo..=hi)
             .filter(|(_, m)| m.gap == first)
             .map(|(f, _)| *f)
@@ -146,12 +162,16 @@ impl PartitionLedger {
         for f in runs {
             self.give_up_run(f);
         }
-        let Some(g) = self.gaps.remove(&first) else {
+        let Some(g) = self.gaps.by_first.remove(&first) else {
             return;
         };
-        self.folded_count += 1;
-        self.revision += 1;
-        let merged = match self.overflow.and_then(|o| self.gaps.remove(&o)) {
+        self.fold.count += 1;
+        self.unstored.revision += 1;
+        let merged = match self
+            .fold
+            .overflow
+            .and_then(|o| self.gaps.by_first.remove(&o))
+        {
             None => GapRecord {
                 cause: GapCause::Folded,
                 commit: None,
@@ -177,16 +197,16 @@ impl PartitionLedger {
                     is_new: false,
                     ..keep.clone()
                 };
-                self.unstored_gaps.insert(gone.first);
-                self.dirty_gaps.remove(&gone.first);
-                self.folded_unstored.push(gone);
+                self.unstored.gaps.insert(gone.first);
+                self.gaps.dirty.remove(&gone.first);
+                self.unstored.folded.push(gone);
                 merged
             }
         };
         let at = merged.first;
-        self.overflow = Some(at);
-        self.unstored_gaps.insert(at);
-        self.dirty_gaps.insert(at);
-        self.gaps.insert(at, merged);
+        self.fold.overflow = Some(at);
+        self.unstored.gaps.insert(at);
+        self.gaps.dirty.insert(at);
+        self.gaps.by_first.insert(at, merged);
     }
 }

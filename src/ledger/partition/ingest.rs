@@ -3,6 +3,32 @@
 
 use super::*;
 
+/// Records read and not decided yet, in offset order.
+#[derive(Debug, Clone)]
+pub(super) struct PendingQueue {
+    /// The next offset the consumer will deliver.
+    pub(super) next_offset: Offset,
+    /// Keep a match key per pending record (key_columns, doc_id); otherwise memory is
+    /// O(runs).
+    pub(super) keyed: bool,
+    /// The pending runs.
+    pub(super) runs: VecDeque<PendingRun>,
+    /// Records in `runs`.
+    pub(super) count: u64,
+}
+
+impl PendingQueue {
+    /// Nothing read yet; the next record is expected at `next_offset`.
+    pub(super) fn new(next_offset: Offset, keyed: bool) -> Self {
+        Self {
+            next_offset,
+            keyed,
+            runs: VecDeque::new(),
+            count: 0,
+        }
+    }
+}
+
 impl PartitionLedger {
     /// Takes one consumed record. Offsets at or below an already observed one are ignored
     /// (re-delivery after a seek); the jump from `next_offset` to `offset` is a hole.
@@ -13,15 +39,15 @@ impl PartitionLedger {
         what: Observed,
         now_ms: i64,
     ) -> bool {
-        if offset < self.next_offset {
+        if offset < self.queue.next_offset {
             return false;
         }
-        self.next_offset = offset + 1;
+        self.queue.next_offset = offset + 1;
         let Observed::Expected { key } = what else {
             return true;
         };
-        self.pending_count += 1;
-        if let Some(last) = self.pending.back_mut()
+        self.queue.count += 1;
+        if let Some(last) = self.queue.runs.back_mut()
             && last.run.last + 1 == offset
             && now_ms - last.first_seen_ms < RUN_SEEN_SPAN_MS
         {
@@ -29,19 +55,19 @@ impl PartitionLedger {
             last.last_seen_ms = now_ms.max(last.last_seen_ms);
             last.min_ts = min_opt(last.min_ts, ts_ms);
             last.max_ts = max_opt(last.max_ts, ts_ms);
-            if self.keyed {
+            if self.queue.keyed {
                 last.keys
                     .push(key.unwrap_or_else(|| Key::new([] as [&str; 0])));
             }
             return true;
         }
-        self.pending.push_back(PendingRun {
+        self.queue.runs.push_back(PendingRun {
             run: OffsetRun::new(offset, offset),
             first_seen_ms: now_ms,
             last_seen_ms: now_ms,
             min_ts: ts_ms,
             max_ts: ts_ms,
-            keys: if self.keyed {
+            keys: if self.queue.keyed {
                 vec![key.unwrap_or_else(|| Key::new([] as [&str; 0]))]
             } else {
                 Vec::new()
@@ -59,10 +85,10 @@ impl PartitionLedger {
     /// read to its end, and its settled watermark would stay on the marker. A position at or
     /// behind what was read changes nothing. Returns whether the ledger moved.
     pub fn read_to(&mut self, position: Offset) -> bool {
-        if position <= self.next_offset {
+        if position <= self.queue.next_offset {
             return false;
         }
-        self.next_offset = position;
+        self.queue.next_offset = position;
         true
     }
 
@@ -75,10 +101,10 @@ impl PartitionLedger {
         last: Offset,
         now_ms: i64,
     ) -> Option<GapRecord> {
-        if last < first || last < self.next_offset {
+        if last < first || last < self.queue.next_offset {
             return None;
         }
-        let first = first.max(self.next_offset);
+        let first = first.max(self.queue.next_offset);
         let g = GapRecord {
             first,
             last,
@@ -93,22 +119,22 @@ impl PartitionLedger {
             deleted_ms: Some(now_ms),
             unsettled: true,
             shared_key: false,
-            epoch: self.epoch,
+            epoch: self.log.epoch,
             is_new: true,
             settle_cursor: 0,
             dead_lettered: 0,
         };
-        self.next_offset = last + 1;
+        self.queue.next_offset = last + 1;
         // Such a gap is never re-checked: its records are gone. It is not the tail: a later
         // missing record is a different incident.
-        if let Some(t) = self.tail_gap.take() {
-            self.untailed.push(t);
+        if let Some(t) = self.gaps.tail.take() {
+            self.gaps.untailed.push(t);
         }
         self.end_dead_tail();
-        self.revision += 1;
-        self.dirty_gaps.insert(first);
-        self.unstored_gaps.insert(first);
-        self.gaps.insert(first, g.clone());
+        self.unstored.revision += 1;
+        self.gaps.dirty.insert(first);
+        self.unstored.gaps.insert(first);
+        self.gaps.by_first.insert(first, g.clone());
         Some(g)
     }
 }

@@ -2,18 +2,59 @@
 
 use super::*;
 
+/// Re-checks of the missing runs: offset_columns' probe, and the budgeted rotation over the
+/// runs.
+#[derive(Debug, Clone)]
+pub(super) struct Rotation {
+    /// Keyed records the last re-checks found late, or lent a stand-in credit (`true`),
+    /// with their keys: settled against the dead-letter topic by
+    /// [`PartitionLedger::settle_recheck_marks`] (a named record found late leaves a credit;
+    /// a named one lent a credit is dead-lettered in its own right and gives the credit
+    /// back).
+    pub(super) marks: Vec<(Offset, Key, bool)>,
+    /// offset_columns re-checks: one range count tells whether anything arrived late.
+    pub(super) probe: Option<Probe>,
+    /// Confirmed offsets decided beyond the probe's span, not yet inside it: they join the
+    /// baseline when a later missing run extends the span over them.
+    pub(super) confirmed_beyond_probe: u64,
+    /// Where the next budgeted re-check pass continues (rotation over the missing runs).
+    pub(super) cursor: Offset,
+    /// Where the cursor goes once the last [`PartitionLedger::rechecks`] is answered
+    /// (`None` inside: the rotation passed the last run).
+    pub(super) next: Option<Option<Offset>>,
+    /// The last missing offset when the current rotation started: the rotation ends there,
+    /// not at the last run (runs declared since are behind it only if they arrive slower
+    /// than the budget; otherwise a rotation, and a look, would never end and the runs it
+    /// passed would never be re-checked again). `None`: set by the next
+    /// [`PartitionLedger::rechecks`].
+    pub(super) lap_end: Option<Offset>,
+}
+
+impl Default for Rotation {
+    fn default() -> Self {
+        Self {
+            marks: Vec::new(),
+            probe: None,
+            confirmed_beyond_probe: 0,
+            cursor: Offset::MIN,
+            next: None,
+            lap_end: None,
+        }
+    }
+}
+
 impl PartitionLedger {
     /// offset_columns: the range to count instead of re-checking every missing run, with
     /// what it held (see [`Probe`]). `None`: nothing to re-check.
     pub fn probe(&self) -> Option<Probe> {
-        self.probe
+        self.rotation.probe
     }
 
     /// The probe's answer: how many distinct offsets of its span the sink holds now.
     /// Returns whether the missing runs must be looked at one by one ([`Self::rechecks`]);
     /// while a look is in progress it continues whatever the count.
     pub fn probe_answered(&mut self, distinct: u64) -> bool {
-        let Some(p) = self.probe.as_mut() else {
+        let Some(p) = self.rotation.probe.as_mut() else {
             return false;
         };
         if p.look.is_some() {
@@ -25,19 +66,19 @@ impl PartitionLedger {
         }
         p.unchanged = 0;
         p.look = Some(distinct);
-        self.recheck_cursor = p.span.first;
-        self.recheck_lap_end = None;
+        self.rotation.cursor = p.span.first;
+        self.rotation.lap_end = None;
         true
     }
 
     /// Whether a look (offset_columns) or a rotation (keys) is between two rounds.
     pub fn look_in_progress(&self) -> bool {
-        self.probe.is_some_and(|p| p.look.is_some())
+        self.rotation.probe.is_some_and(|p| p.look.is_some())
     }
 
     pub(super) fn span_of_missing(&self) -> Option<OffsetRun> {
-        let first = self.missing.values().next()?.run.first;
-        let last = self.missing.values().next_back()?.run.last;
+        let first = self.missing.runs.values().next()?.run.first;
+        let last = self.missing.runs.values().next_back()?.run.last;
         Some(OffsetRun::new(first, last))
     }
 
@@ -51,20 +92,22 @@ impl PartitionLedger {
     pub fn rechecks(&mut self, budget: RecheckBudget) -> Vec<Segment> {
         let mut out = Vec::new();
         let (mut runs_left, mut records_left) = (budget.runs, budget.records);
-        let cursor = self.recheck_cursor;
+        let cursor = self.rotation.cursor;
         // A run re-checked in part last round continues at the cursor.
         let start = self
             .missing
+            .runs
             .range(..=cursor)
             .next_back()
             .filter(|(_, m)| m.run.contains(cursor))
             .map_or(cursor, |(f, _)| *f);
-        let last_missing = self.missing.values().next_back().map(|m| m.run.last);
+        let last_missing = self.missing.runs.values().next_back().map(|m| m.run.last);
         let lap_end = *self
-            .recheck_lap_end
+            .rotation
+            .lap_end
             .get_or_insert(last_missing.unwrap_or(Offset::MIN));
         let mut next = None;
-        for (f, m) in self.missing.range(start..) {
+        for (f, m) in self.missing.runs.range(start..) {
             // Records declared since the rotation started (new runs, or a run that grew) are
             // the next rotation's.
             let last = m.run.last.min(lap_end);
@@ -93,7 +136,7 @@ impl PartitionLedger {
         }
         // Advanced only once the answers are applied: a failed query re-checks the same
         // runs next round, and a look never completes on questions the sink did not answer.
-        self.recheck_next = Some(next);
+        self.rotation.next = Some(next);
         out
     }
 
@@ -103,13 +146,13 @@ impl PartitionLedger {
         let mut out = Applied::default();
         let answered = verdicts.len() == segments.len()
             && verdicts.iter().all(|v| matches!(v, Verdict::Known { .. }));
-        if let Some(next) = self.recheck_next.take().filter(|_| answered) {
+        if let Some(next) = self.rotation.next.take().filter(|_| answered) {
             match next {
-                Some(c) => self.recheck_cursor = c,
+                Some(c) => self.rotation.cursor = c,
                 None => {
-                    self.recheck_cursor = Offset::MIN;
-                    self.recheck_lap_end = None;
-                    if let Some(p) = self.probe.as_mut()
+                    self.rotation.cursor = Offset::MIN;
+                    self.rotation.lap_end = None;
+                    if let Some(p) = self.rotation.probe.as_mut()
                         && let Some(c) = p.look.take()
                     {
                         p.baseline = Some(c);
@@ -132,7 +175,7 @@ impl PartitionLedger {
                 for r in runs::intersect(seg.run, &runs::normalize(stand_ins.clone())) {
                     for o in r.first..=r.last {
                         if let Some(k) = key(o) {
-                            self.recheck_marks.push((o, k.clone(), true));
+                            self.rotation.marks.push((o, k.clone(), true));
                         }
                     }
                 }
@@ -144,6 +187,7 @@ impl PartitionLedger {
             // The run holding the segment (a segment may be part of a run).
             let Some(first) = self
                 .missing
+                .runs
                 .range(..=seg.run.first)
                 .next_back()
                 .filter(|(_, m)| m.run.contains(seg.run.first) && m.run.contains(seg.run.last))
@@ -155,31 +199,31 @@ impl PartitionLedger {
                 continue;
             };
             out.duplicates += duplicate_rows;
-            self.revision += 1;
+            self.unstored.revision += 1;
             let found = runs::count(&present);
             for r in &present {
                 for o in r.first..=r.last {
                     if let Some(k) = m.key_of(o) {
-                        if self.track_confirmations {
-                            self.unstored_confirmations.push(k.clone());
+                        if self.key_changes.track_confirmations {
+                            self.key_changes.unstored_confirmations.push(k.clone());
                         }
-                        self.recheck_marks.push((o, k.clone(), false));
+                        self.rotation.marks.push((o, k.clone(), false));
                     }
                 }
             }
             out.late += found;
-            self.missing_count -= found;
+            self.missing.count -= found;
             for rest in runs::subtract(m.run, &present) {
                 self.insert_missing(m.sub(rest));
             }
-            if let Some(g) = self.gaps.get_mut(&m.gap) {
+            if let Some(g) = self.gaps.by_first.get_mut(&m.gap) {
                 g.missing = g.missing.saturating_sub(found);
-                self.dirty_gaps.insert(m.gap);
-                self.unstored_gaps.insert(m.gap);
+                self.gaps.dirty.insert(m.gap);
+                self.unstored.gaps.insert(m.gap);
             }
         }
-        if self.missing.is_empty() {
-            self.probe = None;
+        if self.missing.runs.is_empty() {
+            self.rotation.probe = None;
         }
         out
     }
@@ -197,11 +241,11 @@ impl PartitionLedger {
     /// The credits go to [`Self::take_credited_keys`].
     pub fn settle_recheck_marks(&mut self, named: &dyn Fn(OffsetRun) -> Vec<OffsetRun>) -> Applied {
         let mut stand_ins = Vec::new();
-        for (o, k, lent) in std::mem::take(&mut self.recheck_marks) {
+        for (o, k, lent) in std::mem::take(&mut self.rotation.marks) {
             let one = OffsetRun::new(o, o);
             let is_named = !named(one).is_empty();
             if is_named || (lent && !self.is_missing(o)) {
-                self.credited_keys.push(k);
+                self.key_changes.credited.push(k);
             } else if lent {
                 stand_ins.push(one);
             }
@@ -215,6 +259,7 @@ impl PartitionLedger {
     /// Whether `o` lies in a missing run.
     fn is_missing(&self, o: Offset) -> bool {
         self.missing
+            .runs
             .range(..=o)
             .next_back()
             .is_some_and(|(_, m)| m.run.contains(o))
@@ -235,18 +280,19 @@ impl PartitionLedger {
     /// operator: they stay missing, as an open gap of their own that starts at the first of
     /// them. Returns whether anything changed.
     pub fn acknowledge_through(&mut self, first: Offset, last: Offset) -> bool {
-        let Some(g) = self.gaps.remove(&first) else {
+        let Some(g) = self.gaps.by_first.remove(&first) else {
             return false;
         };
-        if self.overflow == Some(first) {
+        if self.fold.overflow == Some(first) {
             // The next fold starts another overflow gap.
-            self.overflow = None;
+            self.fold.overflow = None;
         }
-        self.unstored_gaps.insert(first);
+        self.unstored.gaps.insert(first);
         // A gap's runs lie inside it: not a walk over every run of the partition per
         // acknowledgement (an operator acknowledging an incident's gaps one by one).
         let runs: Vec<Offset> = self
             .missing
+            .runs
             .range(g.first..=g.last)
             .filter(|(_, m)| m.gap == first)
             .map(|(f, _)| *f)
@@ -255,7 +301,7 @@ impl PartitionLedger {
         // deleted unread never grows by rounds).
         let mut open: Vec<MissingRun> = Vec::new();
         for f in runs {
-            let Some(m) = self.missing.get(&f) else {
+            let Some(m) = self.missing.runs.get(&f) else {
                 continue;
             };
             if g.size_known && m.run.last > last {
@@ -277,8 +323,9 @@ impl PartitionLedger {
         }
         let still: u64 = open.iter().map(|m| m.run.len()).sum();
         if g.size_known {
-            self.missing_count = self
-                .missing_count
+            self.missing.count = self
+                .missing
+                .count
                 .saturating_sub(g.missing - still.min(g.missing));
         }
         let rest = open.first().map(|m| m.run.first);
@@ -304,7 +351,7 @@ impl PartitionLedger {
                 }
                 _ => (g.cause, g.commit, g.evidence.clone()),
             };
-            self.gaps.insert(
+            self.gaps.by_first.insert(
                 rest,
                 GapRecord {
                     first: rest,
@@ -317,30 +364,30 @@ impl PartitionLedger {
                     ..g
                 },
             );
-            self.dirty_gaps.insert(rest);
-            self.unstored_gaps.insert(rest);
+            self.gaps.dirty.insert(rest);
+            self.unstored.gaps.insert(rest);
         }
-        if self.tail_gap == Some(first) {
-            self.tail_gap = rest;
+        if self.gaps.tail == Some(first) {
+            self.gaps.tail = rest;
         }
-        if self.dead_tail == Some(first) {
+        if self.gaps.dead_tail == Some(first) {
             // The next dead-lettered record opens a gap of its own, as after a missing one.
-            self.dead_tail = None;
+            self.gaps.dead_tail = None;
         }
         // Giving up the acknowledged head can empty the missing runs for a moment, which
         // drops the probe; the rest put back needs one over its span again, or no late
         // arrival in it would ever be looked for. What the sink holds of the span is not
         // known here: the first answer starts a look.
-        if self.probe.is_none() {
-            self.probe = self.span_of_missing().map(|span| Probe {
+        if self.rotation.probe.is_none() {
+            self.rotation.probe = self.span_of_missing().map(|span| Probe {
                 span,
                 baseline: None,
                 look: None,
                 unchanged: 0,
             });
         }
-        self.dirty_gaps.remove(&first);
-        self.revision += 1;
+        self.gaps.dirty.remove(&first);
+        self.unstored.revision += 1;
         true
     }
 }

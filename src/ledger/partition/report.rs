@@ -2,16 +2,27 @@
 
 use super::*;
 
+/// When the gap maps were last rebuilt ([`PartitionLedger::compact`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Compaction {
+    /// Map sizes at the last rebuild.
+    pub(super) at: usize,
+    /// Missing runs inserted since the last rebuild (every new gap comes with one).
+    pub(super) declared_since: usize,
+    /// Rebuilds done (tests).
+    pub(super) count: u64,
+}
+
 impl PartitionLedger {
     /// Open-gap gauges, recomputed only when the ledger changed (idle rounds cost O(1)).
     pub fn gauges(&mut self) -> GapGauges {
-        if let Some((rev, g)) = &self.gauges
-            && *rev == self.revision
+        if let Some((rev, g)) = &self.gaps.gauges
+            && *rev == self.unstored.revision
         {
             return g.clone();
         }
         let mut out = GapGauges::default();
-        for g in self.gaps.values() {
+        for g in self.gaps.by_first.values() {
             let unverifiable = !g.size_known && g.cause == GapCause::DeletedUnread;
             if g.missing == 0 || unverifiable {
                 continue;
@@ -29,55 +40,57 @@ impl PartitionLedger {
             }
         }
         // The retired gaps, as they were counted when they left memory.
-        let r = &self.retired;
+        let r = &self.retirement.aggregate;
         out.open += r.open;
         out.missing += r.open_missing;
         out.deleted_ms = min_opt(out.deleted_ms, r.deleted_ms);
         out.oldest_undeleted_ts = min_opt(out.oldest_undeleted_ts, r.oldest_undeleted_ts);
         out.undeleted_without_ts += r.undeleted_without_ts;
-        self.gauges = Some((self.revision, out.clone()));
+        self.gaps.gauges = Some((self.unstored.revision, out.clone()));
         out
     }
 
     /// What the store does not hold yet (see [`Self::stored`]).
     pub fn delta(&self) -> Delta {
         Delta {
-            replace: self.unstored_replace,
+            replace: self.unstored.replace,
             missing: self
-                .unstored_missing
+                .unstored
+                .missing
                 .iter()
-                .map(|f| (*f, self.missing.get(f).cloned()))
+                .map(|f| (*f, self.missing.runs.get(f).cloned()))
                 .collect(),
             gaps: self
-                .unstored_gaps
+                .unstored
+                .gaps
                 .iter()
-                .map(|f| (*f, self.gaps.get(f).cloned()))
+                .map(|f| (*f, self.gaps.by_first.get(f).cloned()))
                 .collect(),
-            tail_gap: self.tail_gap,
+            tail_gap: self.gaps.tail,
         }
     }
 
     /// First offset of the gap the next missing record extends.
     pub fn tail_gap(&self) -> Option<Offset> {
-        self.tail_gap
+        self.gaps.tail
     }
 
     /// The log epoch of the gap the ledger holds at `first` ([`GapRecord::epoch`]).
     pub fn gap_epoch(&self, first: Offset) -> Option<u32> {
-        self.gaps.get(&first).map(|g| g.epoch)
+        self.gaps.by_first.get(&first).map(|g| g.epoch)
     }
 
     /// Attaches what an evidence source told of the gap at `first` (src/flink_evidence),
     /// unless it already carries some: decided once, stored with its item. Returns whether
     /// the ledger holds the gap.
     pub fn set_gap_evidence(&mut self, first: Offset, evidence: String) -> bool {
-        let Some(g) = self.gaps.get_mut(&first) else {
+        let Some(g) = self.gaps.by_first.get_mut(&first) else {
             return false;
         };
         if g.evidence.is_none() {
             g.evidence = Some(evidence);
-            self.unstored_gaps.insert(first);
-            self.revision += 1;
+            self.unstored.gaps.insert(first);
+            self.unstored.revision += 1;
         }
         true
     }
@@ -86,11 +99,11 @@ impl PartitionLedger {
     /// are forgotten afterwards (their final state is in the returned list); dead_lettered
     /// ones retire (`retired.rs`).
     pub fn take_dirty_gaps(&mut self) -> Vec<GapRecord> {
-        let dirty = std::mem::take(&mut self.dirty_gaps);
+        let dirty = std::mem::take(&mut self.gaps.dirty);
         let out: Vec<GapRecord> = dirty
             .iter()
             .filter_map(|f| {
-                let g = self.gaps.get_mut(f)?;
+                let g = self.gaps.by_first.get_mut(f)?;
                 let out = g.clone();
                 g.is_new = false;
                 Some(out)
@@ -99,24 +112,24 @@ impl PartitionLedger {
         self.compact();
         // Only gaps that changed, or stopped being the tail, can have become forgettable:
         // a round does not walk every gap.
-        let tail = self.tail_gap;
+        let tail = self.gaps.tail;
         let mut check: Vec<Offset> = dirty.into_iter().collect();
-        check.append(&mut self.untailed);
+        check.append(&mut self.gaps.untailed);
         for &f in &check {
             // A dead_lettered gap is not forgotten: it blocks completeness until
             // acknowledged, so it retires below (kept in the retired aggregate).
             if Some(f) != tail
-                && Some(f) != self.dead_tail
-                && self.gaps.get(&f).is_some_and(|g| !g.unconfirmed())
+                && Some(f) != self.gaps.dead_tail
+                && self.gaps.by_first.get(&f).is_some_and(|g| !g.unconfirmed())
             {
-                self.gaps.remove(&f);
-                self.unstored_gaps.insert(f);
-                self.revision += 1;
+                self.gaps.by_first.remove(&f);
+                self.unstored.gaps.insert(f);
+                self.unstored.revision += 1;
             }
         }
         // Gaps with nothing left to re-check leave memory (their final state is in `out`
         // or already in the store).
-        let given_up = std::mem::take(&mut self.retire_candidates);
+        let given_up = std::mem::take(&mut self.gaps.retire_candidates);
         self.retire_done(check.into_iter().chain(given_up));
         out
     }
@@ -135,28 +148,28 @@ impl PartitionLedger {
     /// O(1) per gap either way (a rebuild of n entries follows >= n/4 declarations).
     fn compact(&mut self) {
         const MIN: usize = 4096;
-        let len = self.gaps.len().max(self.missing.len());
-        let grown = len >= 2 * self.compacted_at;
-        let turned_over = self.declared_since_compact >= len / 4;
+        let len = self.gaps.by_first.len().max(self.missing.runs.len());
+        let grown = len >= 2 * self.compaction.at;
+        let turned_over = self.compaction.declared_since >= len / 4;
         if len < MIN || !(grown || turned_over) {
             return;
         }
-        rebuild(&mut self.gaps);
-        rebuild(&mut self.missing);
-        self.compacted_at = len;
-        self.declared_since_compact = 0;
-        self.compactions += 1;
+        rebuild(&mut self.gaps.by_first);
+        rebuild(&mut self.missing.runs);
+        self.compaction.at = len;
+        self.compaction.declared_since = 0;
+        self.compaction.count += 1;
     }
 
     /// How many times [`Self::compact`] rebuilt the maps.
     #[cfg(test)]
     pub(crate) fn compactions(&self) -> u64 {
-        self.compactions
+        self.compaction.count
     }
 
     /// The pending records as segments (offsets with their keys), in offset order.
     pub fn pending_segments(&self) -> impl Iterator<Item = Segment> + '_ {
-        self.pending.iter().map(|p| Segment {
+        self.queue.runs.iter().map(|p| Segment {
             run: p.run,
             keys: p.keys.clone(),
             max_ts: p.max_ts,
@@ -165,22 +178,22 @@ impl PartitionLedger {
 
     /// All missing offsets as runs (tests, status).
     pub fn missing_runs(&self) -> Vec<OffsetRun> {
-        self.missing.values().map(|m| m.run).collect()
+        self.missing.runs.values().map(|m| m.run).collect()
     }
 
     /// Pending offsets as runs (tests).
     pub fn pending_runs(&self) -> Vec<OffsetRun> {
-        runs::normalize(self.pending.iter().map(|p| p.run).collect())
+        runs::normalize(self.queue.runs.iter().map(|p| p.run).collect())
     }
 
     /// The gaps the ledger currently holds.
     pub fn gaps(&self) -> impl Iterator<Item = &GapRecord> {
-        self.gaps.values()
+        self.gaps.by_first.values()
     }
 
     /// The gap starting at `first`, if one does.
     pub fn gap(&self, first: Offset) -> Option<&GapRecord> {
-        self.gaps.get(&first)
+        self.gaps.by_first.get(&first)
     }
 }
 

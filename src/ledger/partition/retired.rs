@@ -17,6 +17,16 @@
 //! still holding a missing run, and a gap with nothing unconfirmed (late: it is forgotten).
 
 use super::*;
+
+/// The gaps that left memory, and what the store must do for them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Retirement {
+    /// The gaps that left memory, as an aggregate.
+    pub(super) aggregate: RetiredGaps,
+    /// What the store must do for the retired gaps (see
+    /// [`PartitionLedger::retired_work`]).
+    pub(super) work: RetiredWork,
+}
 use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
 use crate::gap::GapState;
 
@@ -186,13 +196,13 @@ impl RetiredWork {
 impl PartitionLedger {
     /// The aggregate of the retired gaps.
     pub fn retired(&self) -> &RetiredGaps {
-        &self.retired
+        &self.retirement.aggregate
     }
 
     /// Gaps retired since the last [`Self::stored`]: the store marks their rows retired with
     /// the write that deletes their ledger items (and a lost write writes them again).
     pub fn retired_unstored(&self) -> &[GapRecord] {
-        &self.retired_unstored
+        &self.unstored.retired
     }
 
     /// What the store must do for the retired gaps, once it holds every retirement
@@ -203,12 +213,13 @@ impl PartitionLedger {
     /// diverged.
     pub fn retired_work(&self) -> Option<&RetiredWork> {
         let only_gone = self
-            .retired_work
+            .retirement
+            .work
             .ops
             .iter()
             .all(|op| matches!(op, RetiredOp::Gone { .. }));
-        (!self.retired_work.is_empty() && (self.retired_unstored.is_empty() || only_gone))
-            .then_some(&self.retired_work)
+        (!self.retirement.work.is_empty() && (self.unstored.retired.is_empty() || only_gone))
+            .then_some(&self.retirement.work)
     }
 
     /// The partition was taken over with the aggregate `handed` of its previous owner's
@@ -218,21 +229,21 @@ impl PartitionLedger {
     /// keeps the store's recount from running meanwhile.
     pub fn retired_handed_over(&mut self, handed: RetiredGaps) {
         let mut agg = handed;
-        for g in &self.retired_unstored {
+        for g in &self.unstored.retired {
             agg.add(&blocking_of(g), g.size_known, g.deleted_ms);
         }
-        self.retired_work.recount = false;
-        if agg != self.retired {
-            self.retired = agg;
-            self.revision += 1;
+        self.retirement.work.recount = false;
+        if agg != self.retirement.aggregate {
+            self.retirement.aggregate = agg;
+            self.unstored.revision += 1;
         }
     }
 
     /// Something changed retired gaps in the store (an acknowledgement of one): the
     /// aggregate is read again.
     pub fn retired_changed(&mut self) {
-        if self.retired.gaps > 0 {
-            self.retired_work.recount = true;
+        if self.retirement.aggregate.gaps > 0 {
+            self.retirement.work.recount = true;
         }
     }
 
@@ -240,66 +251,73 @@ impl PartitionLedger {
     /// owner's, see the audit's `retired_flow`): the aggregate is read again, even when it
     /// counted none before.
     pub fn retired_recount(&mut self) {
-        self.retired_work.recount = true;
+        self.retirement.work.recount = true;
     }
 
     /// The store did `done` (a prefix of [`Self::retired_work`]'s operations) and counted the
     /// retired gaps it marks: `counted`.
     pub fn retired_recounted(&mut self, done: usize, counted: RetiredGaps) {
-        let ops = &mut self.retired_work.ops;
+        let ops = &mut self.retirement.work.ops;
         ops.drain(..done.min(ops.len()));
-        self.retired_work.recount = !self.retired_work.ops.is_empty();
+        self.retirement.work.recount = !self.retirement.work.ops.is_empty();
         // Retirements the store does not mark yet count on top (none after a write).
         let mut agg = counted;
-        for g in std::mem::take(&mut self.retired_unstored) {
+        for g in std::mem::take(&mut self.unstored.retired) {
             agg.add(&blocking_of(&g), g.size_known, g.deleted_ms);
-            self.retired_unstored.push(g);
+            self.unstored.retired.push(g);
         }
-        if agg != self.retired {
-            self.retired = agg;
-            self.revision += 1;
+        if agg != self.retirement.aggregate {
+            self.retirement.aggregate = agg;
+            self.unstored.revision += 1;
         }
     }
 
     /// Retires the gaps among `candidates` that are done (see the module doc).
     pub(super) fn retire_done(&mut self, candidates: impl IntoIterator<Item = Offset>) {
         for f in candidates {
-            let Some(g) = self.gaps.get(&f) else {
+            let Some(g) = self.gaps.by_first.get(&f) else {
                 continue;
             };
-            let done = Some(f) != self.tail_gap
-                && Some(f) != self.overflow
-                && Some(f) != self.dead_tail
+            let done = Some(f) != self.gaps.tail
+                && Some(f) != self.fold.overflow
+                && Some(f) != self.gaps.dead_tail
                 && !g.unsettled
                 && g.unconfirmed()
                 && !self
                     .missing
+                    .runs
                     .range(g.first..=g.last)
                     .any(|(_, m)| m.gap == f);
             if !done {
                 continue;
             }
-            let Some(g) = self.gaps.remove(&f) else {
+            let Some(g) = self.gaps.by_first.remove(&f) else {
                 continue;
             };
             if g.size_known {
-                self.missing_count = self.missing_count.saturating_sub(g.missing);
+                self.missing.count = self.missing.count.saturating_sub(g.missing);
             }
-            self.retired
+            self.retirement
+                .aggregate
                 .add(&blocking_of(&g), g.size_known, g.deleted_ms);
-            self.dirty_gaps.remove(&f);
-            self.unstored_gaps.insert(f);
-            self.retired_unstored.push(g);
-            self.revision += 1;
+            self.gaps.dirty.remove(&f);
+            self.unstored.gaps.insert(f);
+            self.unstored.retired.push(g);
+            self.unstored.revision += 1;
         }
     }
 
     /// The log start moved to `log_start` at `now_ms`: retired gaps it passed are made
     /// unrecoverable by the store. Returns whether any is concerned.
     pub(super) fn retired_log_start(&mut self, log_start: Offset, now_ms: i64) -> bool {
-        let passed = self.retired.undeleted_first.is_some_and(|f| f < log_start)
+        let passed = self
+            .retirement
+            .aggregate
+            .undeleted_first
+            .is_some_and(|f| f < log_start)
             || self
-                .retired_unstored
+                .unstored
+                .retired
                 .iter()
                 .any(|g| g.first < log_start && g.deleted_ms.is_none());
         if passed {
@@ -307,17 +325,25 @@ impl PartitionLedger {
             // aggregate says so at once (the countdown reaches 0), also while the store's
             // recount waits (a partition importing a previous owner's retired gaps, review
             // item 4); the recount after the operation gives the same earliest time.
-            if self.retired.undeleted_first.is_some_and(|f| f < log_start)
-                && self.retired.deleted_ms.is_none_or(|d| d > now_ms)
+            if self
+                .retirement
+                .aggregate
+                .undeleted_first
+                .is_some_and(|f| f < log_start)
+                && self
+                    .retirement
+                    .aggregate
+                    .deleted_ms
+                    .is_none_or(|d| d > now_ms)
             {
-                self.retired.deleted_ms = Some(now_ms);
-                self.revision += 1;
+                self.retirement.aggregate.deleted_ms = Some(now_ms);
+                self.unstored.revision += 1;
             }
-            self.retired_work.ops.push(RetiredOp::Deleted {
+            self.retirement.work.ops.push(RetiredOp::Deleted {
                 below: log_start,
                 at_ms: now_ms,
             });
-            self.retired_work.recount = true;
+            self.retirement.work.recount = true;
         }
         passed
     }
@@ -329,28 +355,29 @@ impl PartitionLedger {
     /// gone, as the gaps the cut took out: returned, for the caller to report them so.
     pub fn inherit_unstored(&mut self, old: &mut PartitionLedger, cut: Offset) -> Vec<GapRecord> {
         let mut gone = Vec::new();
-        for g in std::mem::take(&mut old.retired_unstored) {
+        for g in std::mem::take(&mut old.unstored.retired) {
             if g.first >= cut {
                 gone.push(g);
                 continue;
             }
-            self.retired
+            self.retirement
+                .aggregate
                 .add(&blocking_of(&g), g.size_known, g.deleted_ms);
-            self.retired_unstored.push(g);
-            self.revision += 1;
+            self.unstored.retired.push(g);
+            self.unstored.revision += 1;
         }
-        self.folded_unstored.append(&mut old.folded_unstored);
+        self.unstored.folded.append(&mut old.unstored.folded);
         gone
     }
 
     /// The ledger resumes on a log that diverged at `from`: the retired gaps from there on
     /// are no longer followed (see [`RetiredOp::Gone`]).
     pub fn retired_gone(&mut self, from: Offset, now_ms: i64) {
-        self.retired_work.ops.push(RetiredOp::Gone {
+        self.retirement.work.ops.push(RetiredOp::Gone {
             from,
             at_ms: now_ms,
         });
-        self.retired_work.recount = true;
+        self.retirement.work.recount = true;
     }
 }
 

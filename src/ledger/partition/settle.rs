@@ -96,12 +96,12 @@ impl PartitionLedger {
         let mut out = Vec::new();
         let mut budget = limit;
         let mut i = 0;
-        while i < self.pending.len() && budget > 0 {
-            let run = self.pending[i].run;
+        while i < self.queue.runs.len() && budget > 0 {
+            let run = self.queue.runs[i].run;
             let due_last = match frontier {
                 Frontier::Offset(f) => (f - 1).min(run.last),
                 Frontier::SeenBefore(t) => {
-                    if self.pending[i].last_seen_ms <= t {
+                    if self.queue.runs[i].last_seen_ms <= t {
                         run.last
                     } else {
                         break;
@@ -114,10 +114,10 @@ impl PartitionLedger {
             let cap_last = run.first + (budget.min(run.len()) as Offset) - 1;
             let cut = due_last.min(cap_last);
             if cut < run.last {
-                let right = self.pending[i].split_off(cut + 1);
-                self.pending.insert(i + 1, right);
+                let right = self.queue.runs[i].split_off(cut + 1);
+                self.queue.runs.insert(i + 1, right);
             }
-            let p = &self.pending[i];
+            let p = &self.queue.runs[i];
             budget -= p.run.len();
             out.push(Segment {
                 run: p.run,
@@ -137,7 +137,7 @@ impl PartitionLedger {
     /// agrees with [`Self::due`]: the round scheduler waits for it when it is only just
     /// ahead of a round, so a record is not left to the round after.
     pub fn next_due_ms(&self, grace_ms: i64) -> Option<i64> {
-        let first = self.pending.front()?;
+        let first = self.queue.runs.front()?;
         if self.pipeline.uses_time_rule() {
             return Some(first.last_seen_ms.saturating_add(grace_ms));
         }
@@ -166,7 +166,7 @@ impl PartitionLedger {
         let mut plans: Vec<Plan> = Vec::new();
         let mut dups: Vec<u64> = Vec::new();
         let mut shared: Vec<&[OffsetRun]> = Vec::new();
-        for (v, p) in verdicts.iter().zip(&self.pending) {
+        for (v, p) in verdicts.iter().zip(&self.queue.runs) {
             let Verdict::Known {
                 present,
                 duplicate_rows,
@@ -196,21 +196,21 @@ impl PartitionLedger {
         // Stand-ins: dead-lettered by convention, not because the topic named them.
         let keyed = plans
             .iter()
-            .zip(&self.pending)
+            .zip(&self.queue.runs)
             .any(|(_, p)| !p.keys.is_empty());
         let (swaps, credits) = if keyed {
-            shared_key_swaps(&self.pending, &plans)
+            shared_key_swaps(&self.queue.runs, &plans)
         } else {
             (vec![Vec::new(); plans.len()], Vec::new())
         };
-        self.credited_keys.extend(credits);
+        self.key_changes.credited.extend(credits);
         for (((plan, swapped), duplicate_rows), shared_keys) in
             plans.into_iter().zip(swaps).zip(dups).zip(shared)
         {
-            let Some(p) = self.pending.pop_front() else {
+            let Some(p) = self.queue.runs.pop_front() else {
                 break;
             };
-            self.pending_count -= p.run.len();
+            self.queue.count -= p.run.len();
             out.duplicates += duplicate_rows;
             let Plan {
                 present,
@@ -240,7 +240,8 @@ impl PartitionLedger {
                     if !p.keys.is_empty() {
                         // No row is owed for them: the key book stops counting them.
                         let a = (r.first - p.run.first) as usize;
-                        self.released_keys
+                        self.key_changes
+                            .released
                             .extend_from_slice(&p.keys[a..a + r.len() as usize]);
                     }
                     let stand_in = !runs::intersect(r, &swapped).is_empty();
@@ -249,19 +250,20 @@ impl PartitionLedger {
                 }
                 self.end_dead_tail();
                 if decided == Decided::Present {
-                    if self.track_confirmations && !p.keys.is_empty() {
+                    if self.key_changes.track_confirmations && !p.keys.is_empty() {
                         let a = (r.first - p.run.first) as usize;
-                        self.unstored_confirmations
+                        self.key_changes
+                            .unstored_confirmations
                             .extend_from_slice(&p.keys[a..a + r.len() as usize]);
                     }
                     out.confirmed += r.len();
                     out.confirmed_ts.push((p.max_ts, r.len()));
-                    if self.probe.is_some_and(|pr| r.first > pr.span.last) {
-                        self.confirmed_beyond_probe += r.len();
+                    if self.rotation.probe.is_some_and(|pr| r.first > pr.span.last) {
+                        self.rotation.confirmed_beyond_probe += r.len();
                     }
-                    if let Some(t) = self.tail_gap.take() {
-                        self.untailed.push(t);
-                        self.revision += 1;
+                    if let Some(t) = self.gaps.tail.take() {
+                        self.gaps.untailed.push(t);
+                        self.unstored.revision += 1;
                     }
                 } else {
                     out.lost += r.len();
@@ -288,7 +290,7 @@ impl PartitionLedger {
         shared_key: bool,
         now_ms: i64,
     ) {
-        let gap_first = match self.tail_gap.and_then(|t| self.gaps.get_mut(&t)) {
+        let gap_first = match self.gaps.tail.and_then(|t| self.gaps.by_first.get_mut(&t)) {
             Some(g) => {
                 g.shared_key |= shared_key;
                 g.last = r.last;
@@ -298,7 +300,7 @@ impl PartitionLedger {
                 // A gap with nothing missing when the log start passed its first offset was
                 // skipped by `log_start_moved` (which never looks below the last log start
                 // again): growing again, it is unrecoverable now.
-                if g.deleted_ms.is_none() && g.first < self.log_start {
+                if g.deleted_ms.is_none() && g.first < self.log.start {
                     g.deleted_ms = Some(now_ms);
                 }
                 g.first
@@ -307,8 +309,8 @@ impl PartitionLedger {
                 let (cause, commit) = self.cause_of(r.first);
                 // Declared after Kafka deleted its first record (it was read in time, then
                 // waited out grace): unrecoverable from the start.
-                let deleted_ms = (r.first < self.log_start).then_some(now_ms);
-                self.gaps.insert(
+                let deleted_ms = (r.first < self.log.start).then_some(now_ms);
+                self.gaps.by_first.insert(
                     r.first,
                     GapRecord {
                         first: r.first,
@@ -324,7 +326,7 @@ impl PartitionLedger {
                         deleted_ms,
                         unsettled: false,
                         shared_key,
-                        epoch: self.epoch,
+                        epoch: self.log.epoch,
                         is_new: true,
                         settle_cursor: 0,
                         dead_lettered: 0,
@@ -333,24 +335,24 @@ impl PartitionLedger {
                 r.first
             }
         };
-        self.tail_gap = Some(gap_first);
-        self.revision += 1;
-        self.dirty_gaps.insert(gap_first);
-        self.unstored_gaps.insert(gap_first);
-        self.missing_count += r.len();
+        self.gaps.tail = Some(gap_first);
+        self.unstored.revision += 1;
+        self.gaps.dirty.insert(gap_first);
+        self.unstored.gaps.insert(gap_first);
+        self.missing.count += r.len();
         // The probe's span grows over the records decided since its end: those confirmed
         // are present, so the baseline (and a look's count) grows by exactly them.
-        match self.probe.as_mut() {
+        match self.rotation.probe.as_mut() {
             Some(p) => {
-                let grown = std::mem::take(&mut self.confirmed_beyond_probe);
+                let grown = std::mem::take(&mut self.rotation.confirmed_beyond_probe);
                 p.span.last = p.span.last.max(r.last);
                 p.baseline = p.baseline.map(|b| b + grown);
                 p.look = p.look.map(|c| c + grown);
             }
             None => {
                 // Just counted absent: the sink holds none of these offsets.
-                self.confirmed_beyond_probe = 0;
-                self.probe = Some(Probe {
+                self.rotation.confirmed_beyond_probe = 0;
+                self.rotation.probe = Some(Probe {
                     span: r,
                     baseline: Some(0),
                     look: None,
@@ -362,6 +364,7 @@ impl PartitionLedger {
         // over several rounds): one run, so that a total loss keeps one entry per gap.
         if let Some(mut prev) = self
             .missing
+            .runs
             .range(..r.first)
             .next_back()
             .filter(|(_, m)| {
@@ -396,16 +399,16 @@ impl PartitionLedger {
     /// Every change to `missing` goes through here and [`Self::remove_missing`]: the store
     /// write and the key count follow it.
     pub(super) fn insert_missing(&mut self, m: MissingRun) {
-        self.declared_since_compact += 1;
-        self.unstored_missing.insert(m.run.first);
-        self.missing_keys += m.keys.len() as u64;
-        self.missing.insert(m.run.first, m);
+        self.compaction.declared_since += 1;
+        self.unstored.missing.insert(m.run.first);
+        self.missing.keys += m.keys.len() as u64;
+        self.missing.runs.insert(m.run.first, m);
     }
 
     pub(super) fn remove_missing(&mut self, first: Offset) -> Option<MissingRun> {
-        let m = self.missing.remove(&first)?;
-        self.unstored_missing.insert(first);
-        self.missing_keys -= m.keys.len() as u64;
+        let m = self.missing.runs.remove(&first)?;
+        self.unstored.missing.insert(first);
+        self.missing.keys -= m.keys.len() as u64;
         Some(m)
     }
 
@@ -429,27 +432,28 @@ impl PartitionLedger {
     /// gap changed (then it is reported by [`Self::take_dirty_gaps`]).
     pub fn log_start_moved(&mut self, log_start: Offset, now_ms: i64) -> bool {
         let mut changed = false;
-        if log_start <= self.log_start {
+        if log_start <= self.log.start {
             return false;
         }
         // Only the gaps the log start passed since last time (later gaps below it are born
         // unrecoverable, see `declare_missing`).
         for g in self
             .gaps
-            .range_mut(self.log_start..log_start)
+            .by_first
+            .range_mut(self.log.start..log_start)
             .map(|(_, g)| g)
         {
             if g.missing > 0 && g.deleted_ms.is_none() {
                 g.deleted_ms = Some(now_ms);
-                self.dirty_gaps.insert(g.first);
-                self.unstored_gaps.insert(g.first);
+                self.gaps.dirty.insert(g.first);
+                self.unstored.gaps.insert(g.first);
                 changed = true;
             }
         }
         changed |= self.retired_log_start(log_start, now_ms);
-        self.log_start = log_start;
+        self.log.start = log_start;
         if changed {
-            self.revision += 1;
+            self.unstored.revision += 1;
         }
         changed
     }
@@ -462,6 +466,7 @@ impl PartitionLedger {
         // stops at the first run still young (a clock step back only delays a give-up).
         let old: Vec<Offset> = self
             .missing
+            .runs
             .iter()
             .take_while(|(_, m)| now_ms - m.detected_ms >= give_up_ms)
             .map(|(f, _)| *f)
@@ -475,13 +480,13 @@ impl PartitionLedger {
         let Some(mut m) = self.remove_missing(first) else {
             return 0;
         };
-        self.revision += 1;
+        self.unstored.revision += 1;
         let keys = m.keys.len() as u64;
-        self.released_keys.append(&mut m.keys);
+        self.key_changes.released.append(&mut m.keys);
         // Its gap may have no run left: it leaves memory at the next `take_dirty_gaps`.
-        self.retire_candidates.push(m.gap);
-        if self.missing.is_empty() {
-            self.probe = None;
+        self.gaps.retire_candidates.push(m.gap);
+        if self.missing.runs.is_empty() {
+            self.rotation.probe = None;
         }
         keys
     }
