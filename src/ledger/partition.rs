@@ -17,12 +17,12 @@
 //! acknowledgements), `keys` (missing keys, confirmations), `report` (gauges, deltas, views),
 //! `completeness`, and `diverge` (a log truncated or recreated under the ledger).
 
-use super::due::{CommitStep, Frontier, PipelineCommits};
-use super::runs::{self, OffsetRun};
+use super::due::{CommitStep, PipelineCommits};
+use super::runs::OffsetRun;
 use crate::gap::{GapCause, Offset};
 use crate::record::Key;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 mod completeness;
 mod dead_letters;

@@ -1,7 +1,8 @@
 //! Completeness (issue 18, SPEC "Completeness"): what this partition holds back, computed only
 //! when the ledger changed. Kept apart from the rest of the ledger on purpose.
 
-use super::*;
+use super::PartitionLedger;
+use crate::types::Offset;
 
 /// The newest record time read, and [`PartitionLedger::completeness`]'s last answer with the
 /// ledger state it was computed at.

@@ -11,7 +11,11 @@
 //!   counted lost once already (a counter cannot go back); the due rule waits for the
 //!   dead-letter reader (`audit::dead_letters`) so that this stays the exception.
 
-use super::*;
+use super::{Applied, GapRecord, PartitionLedger, max_opt, min_opt};
+use crate::gap::GapCause;
+use crate::ledger::due::CommitStep;
+use crate::ledger::runs::{self, OffsetRun};
+use crate::types::Offset;
 
 impl PartitionLedger {
     /// Records `r` (absent, named by the dead-letter topic) as dead-lettered: they extend

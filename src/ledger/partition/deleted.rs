@@ -7,7 +7,9 @@
 //! every step: the offsets not asked yet plus those asked and not found, never fewer (so the
 //! gap never reads as `late` before the last piece), never counted as lost.
 
-use super::*;
+use super::{Applied, PartitionLedger};
+use crate::ledger::runs::{self, OffsetRun};
+use crate::types::Offset;
 
 /// A deleted-unread range still to settle: its gap (by first offset) and the offsets the
 /// sink has not been asked about yet.

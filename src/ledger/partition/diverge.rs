@@ -3,7 +3,11 @@
 //! beyond the divergence point now name other records (or none): what the ledger holds there
 //! leaves it.
 
-use super::*;
+use super::{GapRecord, PartitionLedger, Snapshot};
+use crate::gap::GapCause;
+use crate::ledger::runs::OffsetRun;
+use crate::types::Offset;
+use std::collections::BTreeMap;
 
 /// Which log of the partition the ledger is on, and where Kafka's log starts.
 #[derive(Debug, Clone)]
@@ -138,6 +142,8 @@ impl PartitionLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::partition::MissingRun;
+    use crate::types::Key;
 
     fn run(first: Offset, last: Offset, gap: Offset) -> MissingRun {
         MissingRun {

@@ -11,7 +11,9 @@
 //! are exactly its part beyond its last offset at that moment (an acknowledgement of it
 //! relies on that, see [`PartitionLedger::acknowledge_overflow`]).
 
-use super::*;
+use super::{GapRecord, PartitionLedger, max_opt, min_opt};
+use crate::gap::GapCause;
+use crate::types::Offset;
 
 /// The partition's overflow gap.
 #[derive(Debug, Clone, Default)]

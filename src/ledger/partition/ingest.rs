@@ -1,7 +1,11 @@
 //! Reading: records and offsets entering the ledger, and offsets the log deleted before they
 //! were read.
 
-use super::*;
+use super::{GapRecord, Observed, PartitionLedger, PendingRun, RUN_SEEN_SPAN_MS, max_opt, min_opt};
+use crate::gap::GapCause;
+use crate::ledger::runs::OffsetRun;
+use crate::types::{Key, Offset};
+use std::collections::VecDeque;
 
 /// Records read and not decided yet, in offset order.
 #[derive(Debug, Clone)]

@@ -1,6 +1,8 @@
 //! Keys: the bounded set of missing keys, and the confirmations the key book must store.
 
-use super::*;
+use super::PartitionLedger;
+use crate::ledger::runs::OffsetRun;
+use crate::types::{Key, Offset};
 
 /// Keys the audit's key book must hear about, gathered between its reads.
 #[derive(Debug, Clone, Default)]

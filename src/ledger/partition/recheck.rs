@@ -1,6 +1,12 @@
 //! Looking again: the sink probe, rechecks of missing runs and operator acknowledgements.
 
-use super::*;
+use super::{
+    Applied, FORCE_LOOK_EVERY, GapRecord, MissingRun, PartitionLedger, Probe, RecheckBudget,
+    Segment, Verdict,
+};
+use crate::gap::GapCause;
+use crate::ledger::runs::{self, OffsetRun};
+use crate::types::{Key, Offset};
 
 /// Re-checks of the missing runs: offset_columns' probe, and the budgeted rotation over the
 /// runs.

@@ -1,6 +1,10 @@
 //! Reporting: gauges, deltas and dirty gaps for persistence, and read-only views of the runs.
 
-use super::*;
+use super::{Delta, GapGauges, GapRecord, PartitionLedger, Segment, min_opt};
+use crate::gap::GapCause;
+use crate::ledger::runs::{self, OffsetRun};
+use crate::types::Offset;
+use std::collections::BTreeMap;
 
 /// When the gap maps were last rebuilt ([`PartitionLedger::compact`]).
 #[derive(Debug, Clone, Default)]

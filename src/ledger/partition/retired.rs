@@ -16,7 +16,9 @@
 //! gap, a range Kafka deleted unread that the sink has not settled yet (`unsettled`), a gap
 //! still holding a missing run, and a gap with nothing unconfirmed (late: it is forgotten).
 
-use super::*;
+use super::{GapRecord, PartitionLedger, min_opt};
+use crate::types::Offset;
+use std::collections::BTreeMap;
 
 /// The gaps that left memory, and what the store must do for them.
 #[derive(Debug, Clone, Default)]

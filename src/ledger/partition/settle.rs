@@ -1,7 +1,15 @@
 //! Deciding: the due rule, verdicts applied in offset order, missing runs and their gaps,
 //! and the runs retention or the give-up time settle without a verdict.
 
-use super::*;
+use super::{
+    Applied, GapRecord, MERGED_KEYS_MAX, MissingRun, PartitionLedger, PendingRun, Probe, Segment,
+    Verdict, max_opt, min_opt,
+};
+use crate::gap::GapCause;
+use crate::ledger::due::{CommitStep, Frontier};
+use crate::ledger::runs::{self, OffsetRun};
+use crate::types::{Key, Offset};
+use std::collections::VecDeque;
 
 /// What one decided run of a segment is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
