@@ -10,10 +10,14 @@
 //! could not read). The gap itself is reported, stored and counted at once.
 
 use super::Audit;
+use super::connect::ConnectWatch;
+use super::flink::FlinkWatch;
+use super::stream_load::StreamLoadWatch;
 use crate::gap::GapCause;
 use crate::gap::{Offset, TopicPartition};
 use crate::ledger::{GapRecord, PartitionLedger};
 use crate::sink::Verifier;
+use std::collections::BTreeMap;
 
 /// Longest a new gap's evidence waits for a source's view to be read past its commit step:
 /// a JobManager or Connect worker coming back after a failover answers within seconds; one
@@ -22,6 +26,21 @@ pub(super) const EVIDENCE_WAIT_MS: i64 = 30_000;
 /// Most gaps waiting for evidence at once; past it, a new gap is explained at once with
 /// what the views hold (memory stays bounded in an incident opening thousands).
 const MAX_WAITING: usize = 4_096;
+
+/// The pipeline's own account of gap causes, from each configured source.
+#[derive(Default)]
+pub(super) struct EvidenceSources {
+    /// `[audits.pipeline] flink_rest_url`: Flink's restarts and restores (flink.rs).
+    pub(super) flink: Option<FlinkWatch>,
+    /// `[audits.pipeline] connect_url`: Kafka Connect's task changes (connect.rs).
+    pub(super) connect: Option<ConnectWatch>,
+    /// `[audits.pipeline] doris_fe_url`: Doris Stream Loads that filtered rows
+    /// (stream_load.rs).
+    pub(super) stream_load: Option<StreamLoadWatch>,
+    /// New gaps whose evidence waits for a source's view to be read past their commit
+    /// step, and since when (the audit's clock).
+    pub(super) waiting: BTreeMap<(TopicPartition, Offset), i64>,
+}
 
 impl<V: Verifier> Audit<V> {
     /// The words of every source that explains `g` now, or `None`: no source, none tells
@@ -35,9 +54,10 @@ impl<V: Verifier> Audit<V> {
         if g.evidence.is_some() {
             return None;
         }
-        if self.evidence_behind(g) && self.evidence_waiting.len() < MAX_WAITING {
-            let now = self.clock.now_ms();
-            self.evidence_waiting
+        if self.evidence_behind(g) && self.evidence.waiting.len() < MAX_WAITING {
+            let now = self.io.clock.now_ms();
+            self.evidence
+                .waiting
                 .entry((tp.clone(), g.first))
                 .or_insert(now);
             return None;
@@ -48,12 +68,13 @@ impl<V: Verifier> Audit<V> {
     /// Gives each gap waiting for evidence its words once every source's view was read past
     /// its commit step, or it waited [`EVIDENCE_WAIT_MS`]; stored with the round's write.
     pub(super) fn settle_waiting_evidence(&mut self) {
-        if self.evidence_waiting.is_empty() {
+        if self.evidence.waiting.is_empty() {
             return;
         }
-        let now = self.clock.now_ms();
+        let now = self.io.clock.now_ms();
         let waiting: Vec<((TopicPartition, Offset), i64)> = self
-            .evidence_waiting
+            .evidence
+            .waiting
             .iter()
             .map(|(k, since)| (k.clone(), *since))
             .collect();
@@ -65,17 +86,17 @@ impl<V: Verifier> Audit<V> {
                 .and_then(|p| p.ledger.gap(first))
                 .cloned()
             else {
-                self.evidence_waiting.remove(&(tp, first));
+                self.evidence.waiting.remove(&(tp, first));
                 continue;
             };
             if g.evidence.is_some() {
-                self.evidence_waiting.remove(&(tp, first));
+                self.evidence.waiting.remove(&(tp, first));
                 continue;
             }
             if self.evidence_behind(&g) && now - since < self.evidence_wait_ms() {
                 continue;
             }
-            self.evidence_waiting.remove(&(tp.clone(), first));
+            self.evidence.waiting.remove(&(tp.clone(), first));
             let Some(words) = self.evidence_words(&g) else {
                 continue;
             };
@@ -92,7 +113,7 @@ impl<V: Verifier> Audit<V> {
             if let Some(e) = gap.evidence_phrase() {
                 tracing::info!(audit = %gap.audit, gap = %gap.id, "gap {}: {e}", gap.id);
             }
-            self.writes.gaps.insert(gap.id.clone(), gap);
+            self.persisting.writes.gaps.insert(gap.id.clone(), gap);
         }
     }
 
@@ -101,13 +122,16 @@ impl<V: Verifier> Audit<V> {
     /// waited would otherwise leave it without words for good (review 28, R28-5; which gaps
     /// wait is not stored). Their wait counts from when they were found.
     pub(super) fn requeue_unexplained(&mut self, tp: &TopicPartition, ledger: &PartitionLedger) {
-        if self.flink.is_none() && self.connect.is_none() && self.stream_load.is_none() {
+        if self.evidence.flink.is_none()
+            && self.evidence.connect.is_none()
+            && self.evidence.stream_load.is_none()
+        {
             return;
         }
-        let now = self.clock.now_ms();
+        let now = self.io.clock.now_ms();
         let wait = self.evidence_wait_ms();
         for g in ledger.gaps() {
-            if self.evidence_waiting.len() >= MAX_WAITING {
+            if self.evidence.waiting.len() >= MAX_WAITING {
                 break;
             }
             if g.evidence.is_none()
@@ -120,7 +144,8 @@ impl<V: Verifier> Audit<V> {
                 // Found by another instance (a handover), on its clock: one ahead of this
                 // one must not stretch the wait past [`Self::evidence_wait_ms`] from now
                 // (review 28b, R28b-5).
-                self.evidence_waiting
+                self.evidence
+                    .waiting
                     .entry((tp.clone(), g.first))
                     .or_insert(g.detected_ms.min(now));
             }
@@ -130,22 +155,34 @@ impl<V: Verifier> Audit<V> {
     /// Whether a source that may explain `g` has a view read before `g`'s commit step
     /// (Stream Load: before the FE could list the loads of its window).
     fn evidence_behind(&self, g: &GapRecord) -> bool {
-        self.flink.as_ref().is_some_and(|f| f.behind(g))
-            || self.connect.as_ref().is_some_and(|c| c.behind(g))
-            || self.stream_load.as_ref().is_some_and(|s| s.behind(g))
+        self.evidence.flink.as_ref().is_some_and(|f| f.behind(g))
+            || self.evidence.connect.as_ref().is_some_and(|c| c.behind(g))
+            || self
+                .evidence
+                .stream_load
+                .as_ref()
+                .is_some_and(|s| s.behind(g))
     }
 
     /// Longest a gap's evidence waits: [`EVIDENCE_WAIT_MS`], and with Stream Load evidence
     /// as long again as the FE takes to list a finished load.
     fn evidence_wait_ms(&self) -> i64 {
-        EVIDENCE_WAIT_MS.saturating_add(self.stream_load.as_ref().map_or(0, |s| s.extra_wait_ms()))
+        EVIDENCE_WAIT_MS.saturating_add(
+            self.evidence
+                .stream_load
+                .as_ref()
+                .map_or(0, |s| s.extra_wait_ms()),
+        )
     }
 
     fn evidence_words(&self, g: &GapRecord) -> Option<String> {
         let words: Vec<String> = [
-            self.flink.as_ref().and_then(|f| f.explain(g)),
-            self.connect.as_ref().and_then(|c| c.explain(g)),
-            self.stream_load.as_ref().and_then(|s| s.explain(g)),
+            self.evidence.flink.as_ref().and_then(|f| f.explain(g)),
+            self.evidence.connect.as_ref().and_then(|c| c.explain(g)),
+            self.evidence
+                .stream_load
+                .as_ref()
+                .and_then(|s| s.explain(g)),
         ]
         .into_iter()
         .flatten()

@@ -5,13 +5,71 @@
 //! hundred bytes per partition, whatever the number of open gaps (issue 41 item 3).
 
 use super::persist::{ledger_head, with_topic_id};
+use super::retired_flow;
 use super::{Audit, Part, blocking::blocking};
 use crate::gap::{Gap, Offset, TopicPartition};
-use crate::handover::{self, PartitionState};
+use crate::handover::{self, Handover, PartitionState};
 use crate::sink::Verifier;
 use crate::store::PartitionProgress;
 use chrono::Utc;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+/// What the audit hands over to the next owner of its partitions, and what it still owes
+/// them.
+pub(super) struct HandoverState {
+    /// Hands partition state to the next owner (several instances in one group).
+    pub(super) link: Option<Arc<Handover>>,
+    /// Partitions whose state changed since it was last handed over.
+    pub(super) dirty: BTreeSet<TopicPartition>,
+    /// What changed of each partition since its last handover publish (the next delta).
+    pub(super) pending: HashMap<TopicPartition, Pending>,
+    /// A hash of the key claims each partition's last handover publish carried: a delta
+    /// repeats them only when they changed.
+    pub(super) claims: HashMap<TopicPartition, u64>,
+    /// Where the store's replay log was read up to for the handover (`None`: not yet).
+    pub(super) replays: Option<i64>,
+    /// Partitions whose assignment the consumer reports lost (revoked without this
+    /// instance leaving cleanly: another instance may own them already): never published
+    /// again.
+    pub(super) lost: BTreeSet<TopicPartition>,
+    /// Partitions whose settled offsets the last persist may not commit: their handover
+    /// publish was not acknowledged, or their handover topic was not read since their
+    /// assignment (set by each handover publish; the others commit).
+    pub(super) held: BTreeSet<TopicPartition>,
+    /// Partitions whose retired gaps are still being published (a sweep) or imported from
+    /// the handover's side topic: held until done ([`retired_flow`]).
+    pub(super) retired_flows: BTreeMap<TopicPartition, retired_flow::Flow>,
+    /// Side-topic keys of other terms than this owner's, per partition, seen by its
+    /// import: tombstoned once its own state is acknowledged ([`retired_flow::Garbage`]).
+    pub(super) retired_garbage: HashMap<TopicPartition, retired_flow::Garbage>,
+    /// Where the next round's budget of changed chunks starts among the partitions that
+    /// have some: it turns, so no partition waits behind others' chunks for ever (review
+    /// of format 3, F7).
+    pub(super) chunk_turn: usize,
+    /// A retry of the handover read of partitions whose read failed, running in the
+    /// background: a round never waits for it ([`Audit::read_unread`]).
+    pub(super) reading: Option<Reading>,
+}
+
+impl HandoverState {
+    /// Nothing handed over yet, through `link` (`None`: no handover topic).
+    pub(super) fn new(link: Option<Arc<Handover>>) -> Self {
+        Self {
+            link,
+            dirty: BTreeSet::new(),
+            pending: HashMap::new(),
+            claims: HashMap::new(),
+            replays: None,
+            lost: BTreeSet::new(),
+            held: BTreeSet::new(),
+            retired_flows: BTreeMap::new(),
+            retired_garbage: HashMap::new(),
+            chunk_turn: 0,
+            reading: None,
+        }
+    }
+}
 
 /// What changed of a partition since its last handover publish: the next delta.
 #[derive(Debug, Default, Clone)]
@@ -183,7 +241,7 @@ impl<V: Verifier> Audit<V> {
     /// Records a store write's changes for the next handover delta.
     pub(super) fn pend(&mut self, changes: Vec<Change>) {
         for c in changes {
-            let p = self.handover_pending.entry(c.tp).or_default();
+            let p = self.handover.pending.entry(c.tp).or_default();
             match c.items {
                 Some(None) => {
                     p.replace = true;
@@ -205,9 +263,9 @@ impl<V: Verifier> Audit<V> {
     /// Gaps `gap-auditor replay` marked since the last look (the store's replay log): their
     /// marks go with the next delta of their partitions.
     async fn pend_replays(&mut self) {
-        let store = self.store.clone();
+        let store = self.io.store.clone();
         let audit = self.cfg.name.clone();
-        let since = self.handover_replays;
+        let since = self.handover.replays;
         let owned: HashSet<TopicPartition> = self.parts.keys().cloned().collect();
         let read = blocking(move || match since {
             // At the start: from now (a base reads every mark of the gaps it carries).
@@ -242,13 +300,14 @@ impl<V: Verifier> Audit<V> {
         match read {
             Ok((ids, position)) => {
                 for (tp, id) in ids {
-                    self.handover_pending
+                    self.handover
+                        .pending
                         .entry(tp.clone())
                         .or_default()
                         .changed([id]);
-                    self.handover_dirty.insert(tp);
+                    self.handover.dirty.insert(tp);
                 }
-                self.handover_replays = Some(position);
+                self.handover.replays = Some(position);
             }
             Err(e) => {
                 tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read the replay log for the handover; retried next round");
@@ -267,8 +326,8 @@ impl<V: Verifier> Audit<V> {
     /// ([`Audit::handover_held`]), as does one whose handover topic was not read since its
     /// assignment (not published at all); the others are committed.
     pub(super) async fn hand_over(&mut self) {
-        self.handover_held.clear();
-        let Some(h) = self.handover.clone() else {
+        self.handover.held.clear();
+        let Some(h) = self.handover.link.clone() else {
             return;
         };
         self.pend_replays().await;
@@ -285,19 +344,20 @@ impl<V: Verifier> Audit<V> {
             .cloned()
             .collect();
         let tps: Vec<TopicPartition> = self
-            .handover_dirty
+            .handover
+            .dirty
             .iter()
             .filter(|tp| {
                 self.parts.contains_key(*tp)
-                    && !self.handover_lost.contains(*tp)
+                    && !self.handover.lost.contains(*tp)
                     && !unread.contains(*tp)
             })
             .cloned()
             .collect();
-        self.handover_held = unread;
+        self.handover.held = unread;
         if tps.is_empty() {
-            let held = &self.handover_held;
-            self.handover_dirty.retain(|tp| held.contains(tp));
+            let held = &self.handover.held;
+            self.handover.dirty.retain(|tp| held.contains(tp));
             // Keys of older terms left from an earlier round's budget.
             self.tombstone_older_terms(&BTreeSet::new()).await;
             return;
@@ -307,7 +367,7 @@ impl<V: Verifier> Audit<V> {
         let wanted: Vec<(TopicPartition, BTreeSet<i64>)> = tps
             .iter()
             .map(|tp| {
-                let chunks = self.handover_pending.get(tp).map(|p| p.chunks.clone());
+                let chunks = self.handover.pending.get(tp).map(|p| p.chunks.clone());
                 (tp.clone(), chunks.unwrap_or_default())
             })
             .collect();
@@ -316,7 +376,7 @@ impl<V: Verifier> Audit<V> {
             .into_iter()
             .filter(|tp| !unchunked.contains(tp))
             .collect();
-        self.handover_held.extend(unchunked);
+        self.handover.held.extend(unchunked);
         let now = Utc::now();
         let mut builds = Vec::new();
         for tp in &tps {
@@ -324,7 +384,7 @@ impl<V: Verifier> Audit<V> {
                 continue;
             };
             let whole = h.wants_base(&self.cfg.name, tp);
-            let pending = self.handover_pending.get(tp).cloned().unwrap_or_default();
+            let pending = self.handover.pending.get(tp).cloned().unwrap_or_default();
             // Ids are `audit:topic:partition:first`; neither name contains `:`.
             let prefix = format!("{}:{}:{}:", self.cfg.name, tp.topic, tp.partition);
             let (ledger, read, ids) = if whole {
@@ -340,7 +400,8 @@ impl<V: Verifier> Audit<V> {
                 // retired with the write after the acknowledgement; only those not marked
                 // yet are named here (none once that write is done).
                 ids.extend(
-                    self.acks
+                    self.persisting
+                        .acks
                         .unretired
                         .keys()
                         .filter(|id| id.starts_with(&prefix))
@@ -395,7 +456,7 @@ impl<V: Verifier> Audit<V> {
                     .iter()
                     .filter(|id| {
                         retired_now.contains(*id)
-                            || self.acks.ids.contains(*id)
+                            || self.persisting.acks.ids.contains(*id)
                             || id
                                 .rsplit(':')
                                 .next()
@@ -421,7 +482,7 @@ impl<V: Verifier> Audit<V> {
             };
             // A delta repeats the claims only when they changed since the last publish.
             let claims_hash = claims_hash(&key_claims);
-            let claims_kept = !whole && self.handover_claims.get(tp) == Some(&claims_hash);
+            let claims_kept = !whole && self.handover.claims.get(tp) == Some(&claims_hash);
             let key_claims = if claims_kept { Vec::new() } else { key_claims };
             builds.push(Build {
                 tp: tp.clone(),
@@ -457,7 +518,7 @@ impl<V: Verifier> Audit<V> {
                 ids,
             });
         }
-        let store = self.store.clone();
+        let store = self.io.store.clone();
         let read = blocking(move || {
             let mut out = Vec::new();
             for b in builds {
@@ -487,7 +548,7 @@ impl<V: Verifier> Audit<V> {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "cannot read gaps for the handover topic; the settled watermark stays uncommitted");
-                self.handover_held.extend(tps);
+                self.handover.held.extend(tps);
                 return;
             }
         };
@@ -518,19 +579,19 @@ impl<V: Verifier> Audit<V> {
         let result = h.publish_each(&states).await;
         let (done, held) = outcome(&tps, &published, &result.acked);
         for (p, ok) in published.iter().zip(&result.acked) {
-            remember_claims(&mut self.handover_claims, std::iter::once(p), *ok);
+            remember_claims(&mut self.handover.claims, std::iter::once(p), *ok);
         }
         for tp in &done {
-            self.handover_dirty.remove(tp);
+            self.handover.dirty.remove(tp);
         }
         for (tp, _) in published.iter().filter(|(tp, _)| done.contains(tp)) {
-            self.handover_pending.remove(tp);
+            self.handover.pending.remove(tp);
         }
         if let Some(e) = result.error {
             tracing::error!(audit = %self.cfg.name, error = %e, partitions = ?held,
                 "cannot publish partition state to the handover topic; the settled watermark of these partitions stays uncommitted until it succeeds (the others are committed)");
         }
-        self.handover_held.extend(held);
+        self.handover.held.extend(held);
         let acked: BTreeSet<TopicPartition> = published
             .iter()
             .map(|(tp, _)| tp.clone())
@@ -548,12 +609,12 @@ impl<V: Verifier> Audit<V> {
     /// against an unreachable broker): a round starts one and looks at its outcome in a
     /// later round, never waiting for it.
     pub(super) async fn read_unread(&mut self) {
-        let Some(h) = self.handover.clone() else {
+        let Some(h) = self.handover.link.clone() else {
             return;
         };
-        match self.handover_reading.take() {
+        match self.handover.reading.take() {
             Some(r) if !r.handle.is_finished() => {
-                self.handover_reading = Some(r);
+                self.handover.reading = Some(r);
                 return;
             }
             Some(r) => {
@@ -584,7 +645,7 @@ impl<V: Verifier> Audit<V> {
         }
         let audit = self.cfg.name.clone();
         let asked = tps.clone();
-        self.handover_reading = Some(Reading {
+        self.handover.reading = Some(Reading {
             tps,
             handle: tokio::task::spawn_blocking(move || h.read(&audit, &asked)),
         });
@@ -597,10 +658,10 @@ impl<V: Verifier> Audit<V> {
     /// ever deciding their flows and terms). Dropped for all, it runs to its end in the
     /// background; `Handover::read` leaves a newer read's findings in place.
     pub(super) fn drop_reading(&mut self, tps: &[TopicPartition]) {
-        if let Some(r) = &mut self.handover_reading {
+        if let Some(r) = &mut self.handover.reading {
             r.tps.retain(|tp| !tps.contains(tp));
             if r.tps.is_empty() {
-                self.handover_reading = None;
+                self.handover.reading = None;
             }
         }
     }
@@ -612,7 +673,8 @@ impl<V: Verifier> Audit<V> {
     pub(super) fn awaiting_read(&self, h: &handover::Handover, tp: &TopicPartition) -> bool {
         h.unread(&self.cfg.name, tp)
             || self
-                .handover_reading
+                .handover
+                .reading
                 .as_ref()
                 .is_some_and(|r| r.tps.contains(tp))
     }
@@ -627,6 +689,7 @@ impl<V: Verifier> Audit<V> {
             Ok(states) => {
                 let me = self
                     .handover
+                    .link
                     .as_ref()
                     .map(|h| h.owner().to_string())
                     .unwrap_or_default();
@@ -643,9 +706,9 @@ impl<V: Verifier> Audit<V> {
                     .collect();
                 self.abandon_imports(abandoned).await;
                 for tp in &tps {
-                    self.handover_pending.remove(tp);
-                    self.handover_claims.remove(tp);
-                    self.handover_dirty.insert(tp.clone());
+                    self.handover.pending.remove(tp);
+                    self.handover.claims.remove(tp);
+                    self.handover.dirty.insert(tp.clone());
                     // Its store's retired gaps go to the side topic before its first base,
                     // under the term the read gave it (past every term read). A format-3
                     // state found (another owner's, or this owner's own) keeps its chunks
@@ -663,7 +726,7 @@ impl<V: Verifier> Audit<V> {
                         if let Some(p) = self.parts.get_mut(tp) {
                             p.ledger.retired_handed_over(handed.merged(counted));
                         }
-                        self.retired_flows.insert(
+                        self.handover.retired_flows.insert(
                             tp.clone(),
                             super::retired_flow::Flow::Import(
                                 crate::handover::retired::ImportCursor::start(),
@@ -682,7 +745,8 @@ impl<V: Verifier> Audit<V> {
                         tracing::warn!(audit = %self.cfg.name, %tp, previous_owner = ?found.map(|f| f.1), me = %me,
                             "the handover topic, read after this partition resumed, holds a format-3 state: this partition keeps its own verdicts, and its given-up gaps go to the side topic under its own term before it publishes");
                     }
-                    self.retired_flows
+                    self.handover
+                        .retired_flows
                         .insert(tp.clone(), super::retired_flow::Flow::Sweep(Offset::MIN));
                 }
                 for (tp, st) in states {

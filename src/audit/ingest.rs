@@ -19,7 +19,7 @@ impl<V: Verifier> Audit<V> {
             &mut self.parts,
             self.checker.book_mut(),
             batch,
-            self.clock.now_ms(),
+            self.io.clock.now_ms(),
         );
     }
 
@@ -29,9 +29,9 @@ impl<V: Verifier> Audit<V> {
         let released = release_held(
             &self.metrics,
             &mut self.parts,
-            &self.decoder,
+            &self.io.decoder,
             self.checker.book_mut(),
-            self.clock.now_ms(),
+            self.io.clock.now_ms(),
         );
         if released > 0 {
             self.update_flow();

@@ -35,7 +35,7 @@ use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -66,12 +66,14 @@ pub(crate) mod transaction_hold;
 
 pub use shared_table::foreign_rows;
 
+use evidence::EvidenceSources;
 use gap_log::GapLog;
+use hand_over::HandoverState;
 pub use ingest::{Ledgers, ingest_batch};
 use kafka_view::{Cluster, KafkaView};
-use persist::{Acks, Writes};
-use pipeline::PipelineWatch;
-use report::{Health, RetentionWatch};
+use persist::Persisting;
+use report::Watches;
+use shared_table::SharedTableWatch;
 
 /// Most offset_columns records one round verifies on one partition: at most half as many new
 /// gaps (every second record lost), so a round's transient memory stays bounded however
@@ -136,97 +138,52 @@ struct Part {
 
 struct Audit<V> {
     cfg: AuditConfig,
-    kafka: KafkaConfig,
-    group: String,
-    sink: V,
-    store: Arc<Store>,
+    /// What the audit talks to: Kafka, the sink, the store, the clock.
+    io: Io<V>,
     /// The audit's series, one method per event.
     metrics: AuditMetrics,
-    status: StatusBoard,
-    /// Kafka lookups (the auditor group, watermarks, the pipeline group's commits).
-    kafka_view: Arc<dyn KafkaView>,
     /// The tailing thread's side: commands to it, what it learnt, its flow control.
     tail: TailLink,
     parts: BTreeMap<TopicPartition, Part>,
     /// The one verification dispatch, with the audit-wide key multiset (key_columns).
     checker: Checker,
-    /// What was decided and is not yet in the store, or in Kafka (persist.rs).
-    writes: Writes,
-    /// Gaps an operator acknowledged (persist.rs).
-    acks: Acks,
-    /// Topic retention, for gap deadlines (report.rs).
-    retention: RetentionWatch,
-    /// Whether the sink and Kafka answer (report.rs).
-    health: Health,
-    /// The pipeline group's readability (pipeline.rs).
-    pipeline: PipelineWatch,
-    /// Partitions per audited topic, from Kafka's metadata every round (pipeline.rs): the
-    /// completeness answer says how many there are, so that answers of several instances
-    /// can be checked for a partition none of them covers.
-    topic_partitions: BTreeMap<String, usize>,
+    /// What was decided and is not yet in the store, or in Kafka, and the operator's
+    /// acknowledgements (persist.rs).
+    persisting: Persisting,
+    /// Retention, health, the pipeline group and the topics' partitions (report.rs).
+    watch: Watches,
     /// offset_columns without a topic column: whether the sink table holds another
     /// topic's rows (shared_table.rs).
-    shared_table: shared_table::SharedTable,
-    /// A look at the sink table has found no other topic's rows since the start.
-    shared_table_cleared: bool,
-    /// Why the audit refuses to start (the first look found another topic's rows): the
-    /// run loop stops on it.
-    start_refused: Option<String>,
+    shared: SharedTableWatch,
+    /// Partition state handed to the next owner (several instances in one group;
+    /// hand_over.rs, retired_flow.rs).
+    handover: HandoverState,
+    /// The pipeline's own account of gap causes (evidence.rs).
+    evidence: EvidenceSources,
+    /// The last round left due records for the next (its per-partition limit was hit).
+    backlog: bool,
+}
+
+/// What an audit talks to, and the clock it measures ages on.
+struct Io<V> {
+    kafka: KafkaConfig,
+    group: String,
+    sink: V,
+    store: Arc<Store>,
+    status: StatusBoard,
+    /// Kafka lookups (the auditor group, watermarks, the pipeline group's commits).
+    kafka_view: Arc<dyn KafkaView>,
     /// Shutdown: a round in flight stops asking the sink (its open questions stay unknown,
     /// nothing is decided on them), so SIGTERM never waits for a long backlog round.
     cancel: CancellationToken,
-    /// Hands partition state to the next owner (several instances in one group).
-    handover: Option<Arc<Handover>>,
-    /// Partitions whose state changed since it was last handed over.
-    handover_dirty: BTreeSet<TopicPartition>,
-    /// What changed of each partition since its last handover publish (the next delta).
-    handover_pending: HashMap<TopicPartition, hand_over::Pending>,
-    /// A hash of the key claims each partition's last handover publish carried: a delta
-    /// repeats them only when they changed.
-    handover_claims: HashMap<TopicPartition, u64>,
-    /// Where the store's replay log was read up to for the handover (`None`: not yet).
-    handover_replays: Option<i64>,
-    /// Partitions whose assignment the consumer reports lost (revoked without this instance
-    /// leaving cleanly: another instance may own them already): never published again.
-    handover_lost: BTreeSet<TopicPartition>,
-    /// Partitions whose settled offsets the last persist may not commit: their handover
-    /// publish was not acknowledged, or their handover topic was not read since their
-    /// assignment (set by each handover publish; the others commit).
-    handover_held: BTreeSet<TopicPartition>,
-    /// Partitions whose retired gaps are still being published (a sweep) or imported from
-    /// the handover's side topic: held until done ([`retired_flow`]).
-    retired_flows: BTreeMap<TopicPartition, retired_flow::Flow>,
-    /// Side-topic keys of other terms than this owner's, per partition, seen by its import:
-    /// tombstoned once its own state is acknowledged ([`retired_flow::Garbage`]).
-    retired_garbage: HashMap<TopicPartition, retired_flow::Garbage>,
-    /// Where the next round's budget of changed chunks starts among the partitions that
-    /// have some: it turns, so no partition waits behind others' chunks for ever (review of
-    /// format 3, F7).
-    chunk_turn: usize,
-    /// A retry of the handover read of partitions whose read failed, running in the
-    /// background: a round never waits for it ([`Audit::read_unread`]).
-    handover_reading: Option<hand_over::Reading>,
-    /// The last round left due records for the next (its per-partition limit was hit).
-    backlog: bool,
-    /// The audit's decoder (the tail has a copy): held records are decoded again with it.
-    decoder: Decoder,
     /// Ages (grace, give-up) are measured on a clock that never steps ([`crate::clock`]);
     /// unit tests move theirs by hand.
     clock: Clock,
+    /// The audit's decoder (the tail has a copy): held records are decoded again with it.
+    decoder: Decoder,
     /// `[audits.pipeline] dead_letter_topic`: its reader's coordinates and catch-up time
     /// (dead_letters.rs).
     dead_letters: Option<Arc<DeadLetters>>,
-    /// `[audits.pipeline] flink_rest_url`: the Flink evidence for gap causes (flink.rs).
-    flink: Option<flink::FlinkWatch>,
-    /// `[audits.pipeline] connect_url`: the Kafka Connect evidence for gap causes
-    /// (connect.rs).
-    connect: Option<connect::ConnectWatch>,
-    /// `[audits.pipeline] doris_fe_url`: the Doris Stream Load evidence for gap causes
-    /// (stream_load.rs).
-    stream_load: Option<stream_load::StreamLoadWatch>,
-    /// New gaps whose evidence waits for a source's view to be read past their commit
-    /// step, and since when (the audit's clock; evidence.rs).
-    evidence_waiting: BTreeMap<(TopicPartition, Offset), i64>,
 }
 
 /// The audit task's end of the tailing thread.
@@ -265,7 +222,18 @@ impl<V: Verifier> Audit<V> {
         let metrics = AuditMetrics::new(deps.metrics, &config.name);
         Audit {
             checker: Checker::new(config.matching.strategy, config.batch_size, key_capacity),
-            kafka_view: w.kafka_view,
+            io: Io {
+                kafka: deps.kafka,
+                group: deps.group,
+                sink: deps.sink,
+                store: deps.store,
+                status: deps.status,
+                kafka_view: w.kafka_view,
+                cancel: w.cancel,
+                clock: w.clock,
+                decoder: w.decoder,
+                dead_letters: w.dead_letters,
+            },
             tail: TailLink {
                 commands: w.commands,
                 watermarks: w.watermarks,
@@ -274,42 +242,14 @@ impl<V: Verifier> Audit<V> {
                 repositions: 0,
             },
             parts: BTreeMap::new(),
-            writes: Writes::default(),
-            acks: Acks::default(),
-            retention: RetentionWatch::new(w.admin),
-            health: Health::default(),
-            pipeline: PipelineWatch::default(),
-            topic_partitions: BTreeMap::new(),
-            shared_table: shared_table::SharedTable::for_audit(&config),
-            shared_table_cleared: false,
-            start_refused: None,
-            cancel: w.cancel,
-            clock: w.clock,
-            handover: w.handover,
-            handover_dirty: BTreeSet::new(),
-            handover_pending: HashMap::new(),
-            handover_claims: HashMap::new(),
-            handover_replays: None,
-            handover_lost: BTreeSet::new(),
-            handover_held: BTreeSet::new(),
-            retired_flows: BTreeMap::new(),
-            retired_garbage: HashMap::new(),
-            chunk_turn: 0,
-            handover_reading: None,
+            persisting: Persisting::default(),
+            watch: Watches::new(w.admin),
+            shared: SharedTableWatch::for_audit(&config),
+            handover: HandoverState::new(w.handover),
+            evidence: EvidenceSources::default(),
             backlog: false,
-            decoder: w.decoder,
-            dead_letters: w.dead_letters,
-            flink: None,
-            connect: None,
-            stream_load: None,
-            evidence_waiting: BTreeMap::new(),
             cfg: config,
-            kafka: deps.kafka,
-            group: deps.group,
-            sink: deps.sink,
-            store: deps.store,
             metrics,
-            status: deps.status,
         }
     }
 }
@@ -442,10 +382,10 @@ pub async fn run<V: Verifier + 'static>(
         dead_letters,
     };
     let mut a = Audit::new(deps, wiring);
-    a.pipeline.job = job.map(pipeline::JobWatch::new);
-    a.flink = flink::FlinkWatch::start(&a.cfg, &a.clock, &cancel);
-    a.connect = connect::ConnectWatch::start(&a.cfg, &a.clock, &cancel);
-    a.stream_load = stream_load::StreamLoadWatch::start(&a.cfg, &a.clock, &cancel);
+    a.watch.pipeline.job = job.map(pipeline::JobWatch::new);
+    a.evidence.flink = flink::FlinkWatch::start(&a.cfg, &a.io.clock, &cancel);
+    a.evidence.connect = connect::ConnectWatch::start(&a.cfg, &a.io.clock, &cancel);
+    a.evidence.stream_load = stream_load::StreamLoadWatch::start(&a.cfg, &a.io.clock, &cancel);
     if let Some(book) = a.checker.book_mut() {
         book.set_semantics(semantics);
     }
@@ -453,12 +393,12 @@ pub async fn run<V: Verifier + 'static>(
     // The coverage guard's startup check: what do the newest records decode to?
     tokio::spawn(crate::coverage::startup_check(
         a.cfg.name.clone(),
-        a.kafka.clone(),
+        a.io.kafka.clone(),
         lookup,
         a.cfg.topics.clone(),
-        a.decoder.clone(),
+        a.io.decoder.clone(),
     ));
-    tracing::info!(audit = %a.cfg.name, group = %a.group, topics = ?a.cfg.topics, sink = a.sink.kind(), "audit started");
+    tracing::info!(audit = %a.cfg.name, group = %a.io.group, topics = ?a.cfg.topics, sink = a.io.sink.kind(), "audit started");
     a.publish();
     let mut tick = tokio::time::interval(a.cfg.verify_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -501,7 +441,7 @@ pub async fn run<V: Verifier + 'static>(
                 }
             }
         }
-        if a.start_refused.is_some() {
+        if a.shared.start_refused.is_some() {
             break;
         }
     }
@@ -514,8 +454,8 @@ pub async fn run<V: Verifier + 'static>(
         a.on_event(ev).await;
     }
     tokio::task::spawn_blocking(move || tail.join()).await.ok();
-    a.status.remove(&a.cfg.name);
-    if let Some(reason) = a.start_refused.take() {
+    a.io.status.remove(&a.cfg.name);
+    if let Some(reason) = a.shared.start_refused.take() {
         anyhow::bail!("audit {}: refusing to start: {reason}", a.cfg.name);
     }
     Ok(())
@@ -551,7 +491,7 @@ impl<V: Verifier> Audit<V> {
     /// [`DUE_WAIT_MAX`]), the round waits for it: one round, shifted, never an extra one.
     /// `grace` itself is never shortened.
     fn due_soon(&self) -> Option<Duration> {
-        let now = self.clock.now_ms();
+        let now = self.io.clock.now_ms();
         let grace = self.cfg.grace.as_millis() as i64;
         let window = (self.cfg.verify_interval / 10).min(DUE_WAIT_MAX);
         let next = self

@@ -25,7 +25,7 @@ impl<V: Verifier> Audit<V> {
     /// where its ledger stands (re-delivered records are ignored).
     pub(super) async fn out_of_range(&mut self) {
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
-        let view = self.kafka_view.clone();
+        let view = self.io.kafka_view.clone();
         let (marks, ids) = blocking(move || {
             let ids = topic_ids(&*view, &tps);
             let marks = tps
@@ -39,7 +39,7 @@ impl<V: Verifier> Audit<V> {
         })
         .await
         .unwrap_or_default();
-        let now = self.clock.now_ms();
+        let now = self.io.clock.now_ms();
         let mut positions = Vec::new();
         for (tp, w) in marks {
             // Taken out of the map while it is changed, so gaps can be reported through self.
@@ -182,7 +182,7 @@ impl<V: Verifier> Audit<V> {
         self.metrics.log_diverged(tp, d.kind());
         // Written at the next store write whatever its offsets and revision: the row must
         // carry the new log's topic id and lose the items cut.
-        self.writes.stored.remove(tp);
+        self.persisting.writes.stored.remove(tp);
         (ledger, note)
     }
 
@@ -215,7 +215,7 @@ impl<V: Verifier> Audit<V> {
         // says so (log, status) and resumes from what could be.
         let mut unreadable: HashMap<TopicPartition, Vec<String>> = HashMap::new();
         let mut progress: HashMap<TopicPartition, PartitionProgress> = {
-            let store = self.store.clone();
+            let store = self.io.store.clone();
             let audit = self.cfg.name.clone();
             match blocking(move || store.load_progress_checked(&audit)).await {
                 Ok(read) => {
@@ -238,8 +238,8 @@ impl<V: Verifier> Audit<V> {
             handed_retired,
             foreign,
         } = self.take_over(&partitions, &mut progress).await;
-        let view = self.kafka_view.clone();
-        let start = self.kafka.start;
+        let view = self.io.kafka_view.clone();
+        let start = self.io.kafka.start;
         let tps = partitions.clone();
         let stored: HashMap<TopicPartition, Offset> = progress
             .iter()
@@ -265,7 +265,7 @@ impl<V: Verifier> Audit<V> {
                 Default::default()
             }
         };
-        let now = self.clock.now_ms();
+        let now = self.io.clock.now_ms();
         let keyed = self.keyed();
         let mut out = Vec::new();
         // Restored records whose key has another arity than `match.key` (see below).
@@ -367,7 +367,7 @@ impl<V: Verifier> Audit<V> {
                     log,
                     state_problem,
                     stalled: false,
-                    held: Held::for_decoder(&self.decoder),
+                    held: Held::for_decoder(&self.io.decoder),
                     read_to: None,
                     repositioning: None,
                     topic_id,
@@ -386,9 +386,9 @@ impl<V: Verifier> Audit<V> {
         // aggregate at once and imports their rows in the background; any other sweeps its
         // store's retired gaps to the side topic (`retired_flow`) unless the store says they
         // are there already. Both hold it meanwhile.
-        if let Some(h) = self.handover.clone() {
+        if let Some(h) = self.handover.link.clone() {
             let (store, audit, topic) = (
-                self.store.clone(),
+                self.io.store.clone(),
                 self.cfg.name.clone(),
                 h.topic().to_string(),
             );
@@ -401,7 +401,7 @@ impl<V: Verifier> Audit<V> {
                 }
             };
             let (store, audit, topic) = (
-                self.store.clone(),
+                self.io.store.clone(),
                 self.cfg.name.clone(),
                 h.topic().to_string(),
             );
@@ -429,12 +429,13 @@ impl<V: Verifier> Audit<V> {
                     // before the stop: those chunks go before its next state (not a
                     // whole sweep again, review item 9).
                     if let Some(chunks) = unpublished.remove(&(tp.topic.clone(), tp.partition)) {
-                        self.handover_pending
+                        self.handover
+                            .pending
                             .entry(tp.clone())
                             .or_default()
                             .chunks
                             .extend(chunks);
-                        self.handover_dirty.insert(tp.clone());
+                        self.handover.dirty.insert(tp.clone());
                     }
                     continue;
                 }
@@ -456,7 +457,7 @@ impl<V: Verifier> Audit<V> {
                     }
                     None => super::retired_flow::Flow::Sweep(Offset::MIN),
                 };
-                self.retired_flows.insert(tp.clone(), flow);
+                self.handover.retired_flows.insert(tp.clone(), flow);
             }
         }
         // Restored ledgers hold no retired gap: their aggregate is counted in the store
@@ -464,16 +465,16 @@ impl<V: Verifier> Audit<V> {
         // Before the write: a diverged ledger's old retired gaps are let go while the store
         // still says the log diverged (a crash in between finds the divergence again).
         self.settle_retired().await;
-        if !self.writes.gaps.is_empty() {
+        if !self.persisting.writes.gaps.is_empty() {
             self.persist().await;
         }
-        if self.handover.is_some() {
+        if self.handover.link.is_some() {
             self.forget_not_owned().await;
         }
         // Restored ledgers may hold gaps acknowledged meanwhile (in the store, or by the
         // previous owner): the next refresh takes every acknowledgement out of them again.
-        self.acks.ids.clear();
-        self.acks.position = None;
+        self.persisting.acks.ids.clear();
+        self.persisting.acks.position = None;
         out
     }
 
@@ -485,7 +486,7 @@ impl<V: Verifier> Audit<V> {
     /// partition may come straight back (eager rebalances revoke everything), and a store
     /// stopped between revoke and assignment keeps what it followed.
     pub(super) async fn forget_not_owned(&self) {
-        let store = self.store.clone();
+        let store = self.io.store.clone();
         let audit = self.cfg.name.clone();
         let owned: BTreeSet<TopicPartition> = self.parts.keys().cloned().collect();
         let r = blocking(move || {
@@ -537,7 +538,7 @@ impl<V: Verifier> Audit<V> {
         progress: &mut HashMap<TopicPartition, PartitionProgress>,
     ) -> TakenOver {
         let mut out = TakenOver::default();
-        let Some(h) = self.handover.clone() else {
+        let Some(h) = self.handover.link.clone() else {
             return out;
         };
         // A background retry of an earlier read is of no use for these: this read is newer.
@@ -569,14 +570,14 @@ impl<V: Verifier> Audit<V> {
         // What this process noted for a handover before is stale: it starts from what it
         // takes now (or from its local store, then with a whole state as its next publish).
         for tp in partitions {
-            self.handover_pending.remove(tp);
-            self.handover_claims.remove(tp);
+            self.handover.pending.remove(tp);
+            self.handover.claims.remove(tp);
         }
         for (tp, st) in states {
             let local = progress.get(&tp).map(|p| p.settled);
             let theirs = !super::retired_flow::may_sweep(Some((st.version, &st.owner)), &me);
             if !handover::prefer_handover(local, &st) {
-                if let Some(h) = &self.handover {
+                if let Some(h) = &self.handover.link {
                     h.forget_chain(&self.cfg.name, &tp);
                 }
                 if let Some((counted, below, only_unknown)) = resumable.get(&tp) {
@@ -617,6 +618,7 @@ impl<V: Verifier> Audit<V> {
                     && proofs.swept.get(&tp) == Some(&st.term)
                     && self
                         .handover
+                        .link
                         .as_ref()
                         .is_some_and(|h| h.keep_term(&self.cfg.name, &tp, st.term))
                 {
@@ -659,6 +661,7 @@ impl<V: Verifier> Audit<V> {
                 && proofs.current(&tp, &st)
                 && self
                     .handover
+                    .link
                     .as_ref()
                     .is_some_and(|h| h.keep_term(&self.cfg.name, &tp, st.term));
             if st.version >= 3 && !theirs && !own {
@@ -703,10 +706,11 @@ impl<V: Verifier> Audit<V> {
         if imports.is_empty() {
             return out;
         }
-        let store = self.store.clone();
+        let store = self.io.store.clone();
         let audit = self.cfg.name.clone();
         let handover = self
             .handover
+            .link
             .as_ref()
             .map(|h| h.topic().to_string())
             .unwrap_or_default();
@@ -782,7 +786,8 @@ impl<V: Verifier> Audit<V> {
         match written {
             Ok(unretired) => {
                 for (tp, ids) in unretired {
-                    self.handover_pending
+                    self.handover
+                        .pending
                         .entry(tp)
                         .or_default()
                         .chunks
@@ -811,7 +816,7 @@ impl<V: Verifier> Audit<V> {
         &self,
         states: &HashMap<TopicPartition, handover::PartitionState>,
     ) -> HashMap<TopicPartition, (crate::ledger::RetiredGaps, Offset, bool)> {
-        let Some(h) = &self.handover else {
+        let Some(h) = &self.handover.link else {
             return HashMap::new();
         };
         let found: Vec<(TopicPartition, String, u64, u64, Offset)> = states
@@ -831,7 +836,7 @@ impl<V: Verifier> Audit<V> {
             return HashMap::new();
         }
         let (store, audit, topic) = (
-            self.store.clone(),
+            self.io.store.clone(),
             self.cfg.name.clone(),
             h.topic().to_string(),
         );
@@ -862,14 +867,14 @@ impl<V: Verifier> Audit<V> {
     /// partition resumed from its own store, as further than the handover). Unwritable: a
     /// warning (the mark is read again at the next assignment).
     pub(super) async fn abandon_imports(&self, tps: Vec<TopicPartition>) {
-        let Some(h) = &self.handover else {
+        let Some(h) = &self.handover.link else {
             return;
         };
         if tps.is_empty() {
             return;
         }
         let (store, audit, topic) = (
-            self.store.clone(),
+            self.io.store.clone(),
             self.cfg.name.clone(),
             h.topic().to_string(),
         );
@@ -895,7 +900,7 @@ impl<V: Verifier> Audit<V> {
         states: &HashMap<TopicPartition, handover::PartitionState>,
         me: &str,
     ) -> super::own_proof::OwnProofs {
-        let Some(h) = &self.handover else {
+        let Some(h) = &self.handover.link else {
             return super::own_proof::OwnProofs::default();
         };
         let own: Vec<TopicPartition> = states
@@ -909,7 +914,7 @@ impl<V: Verifier> Audit<V> {
             return super::own_proof::OwnProofs::default();
         }
         let (store, audit, topic) = (
-            self.store.clone(),
+            self.io.store.clone(),
             self.cfg.name.clone(),
             h.topic().to_string(),
         );
@@ -960,8 +965,8 @@ impl<V: Verifier> Audit<V> {
         if lost {
             tracing::warn!(audit = %self.cfg.name, partitions = ?partitions,
                 "assignment lost (session or poll interval expired): the state of these partitions is neither handed over nor committed");
-            self.handover_lost.extend(partitions.iter().cloned());
-        } else if self.handover.is_some() {
+            self.handover.lost.extend(partitions.iter().cloned());
+        } else if self.handover.link.is_some() {
             // The next owner gets the latest state of each, marks set from the CLI (replay)
             // included, even when the ledger did not change since the last handover.
             let owned: Vec<TopicPartition> = partitions
@@ -969,7 +974,7 @@ impl<V: Verifier> Audit<V> {
                 .filter(|tp| self.parts.contains_key(*tp))
                 .cloned()
                 .collect();
-            self.handover_dirty.extend(owned);
+            self.handover.dirty.extend(owned);
         }
         let ok = self.persist().await;
         // A background read of partitions whose read failed: of no use for these any more
@@ -987,28 +992,30 @@ impl<V: Verifier> Audit<V> {
                     book.release(&mut part.ledger, ok);
                     part.held.clear(Some(book));
                 }
-                if ok && !lost && !self.handover_held.contains(tp) {
+                if ok && !lost && !self.handover.held.contains(tp) {
                     out.push((tp.clone(), part.ledger.settled()));
                 }
                 // Counters stay: summed over the instances of the group they are the truth.
                 self.metrics.partition_revoked(tp);
-                self.writes.committed.remove(tp);
-                self.writes.stored.remove(tp);
-                self.handover_dirty.remove(tp);
-                self.handover_pending.remove(tp);
-                self.handover_claims.remove(tp);
-                self.retired_flows.remove(tp);
-                self.retired_garbage.remove(tp);
+                self.persisting.writes.committed.remove(tp);
+                self.persisting.writes.stored.remove(tp);
+                self.handover.dirty.remove(tp);
+                self.handover.pending.remove(tp);
+                self.handover.claims.remove(tp);
+                self.handover.retired_flows.remove(tp);
+                self.handover.retired_garbage.remove(tp);
                 tracing::info!(audit = %self.cfg.name, %tp, settled = part.ledger.settled(), "partition revoked");
             }
         }
         if !ok {
             // Not stored, so not counted: the next owner decides these records again and
             // counts them there.
-            self.writes
+            self.persisting
+                .writes
                 .verdicts
                 .retain(|(tp, ..)| !partitions.contains(tp));
-            self.writes
+            self.persisting
+                .writes
                 .causes
                 .retain(|(tp, _)| !partitions.contains(tp));
         }
@@ -1017,7 +1024,7 @@ impl<V: Verifier> Audit<V> {
             self.persist().await;
         }
         for tp in partitions {
-            self.handover_lost.remove(tp);
+            self.handover.lost.remove(tp);
         }
         self.publish();
         out
@@ -1027,7 +1034,7 @@ impl<V: Verifier> Audit<V> {
     /// confirmations of. Unreadable, the book starts without them and says so: a stand-in
     /// decided next is then missing with `shared_key`.
     async fn load_key_credits(&mut self) {
-        let store = self.store.clone();
+        let store = self.io.store.clone();
         let audit = self.cfg.name.clone();
         match blocking(move || store.load_key_credits(&audit)).await {
             Ok(stored) => {
@@ -1051,7 +1058,7 @@ impl<V: Verifier> Audit<V> {
         if self.checker.book().is_none() {
             return;
         }
-        let store = self.store.clone();
+        let store = self.io.store.clone();
         let audit = self.cfg.name.clone();
         match blocking(move || store.load_key_log(&audit)).await {
             Ok(stored) => {

@@ -40,6 +40,16 @@ impl Writes {
     }
 }
 
+/// What was decided and is not yet in the store, or in Kafka, and the gaps an operator
+/// acknowledged.
+#[derive(Default)]
+pub(super) struct Persisting {
+    /// The writes the next persist carries.
+    pub(super) writes: Writes,
+    /// Gaps an operator acknowledged.
+    pub(super) acks: Acks,
+}
+
 /// Gaps an operator acknowledged (`gap-auditor ack` writes the store from another process).
 #[derive(Default)]
 pub(super) struct Acks {
@@ -66,7 +76,7 @@ impl<V: Verifier> Audit<V> {
     /// When retention will delete the gap's first record (time-based; size-based deletion
     /// shows up as the log start passing the gap).
     pub(super) fn deadline_ms(&self, tp: &TopicPartition, g: &GapRecord) -> Option<i64> {
-        self.retention.deadline_ms(&tp.topic, g.min_ts)
+        self.watch.retention.deadline_ms(&tp.topic, g.min_ts)
     }
 
     /// Logs a changed gap and counts new ones by cause.
@@ -89,19 +99,25 @@ impl<V: Verifier> Audit<V> {
         let g = explained.as_ref().unwrap_or(g);
         let gap = self.to_gap(tp, g);
         if g.is_new {
-            self.writes.causes.push((tp.clone(), g.cause.as_str()));
+            self.persisting
+                .writes
+                .causes
+                .push((tp.clone(), g.cause.as_str()));
         }
-        self.writes.log.add(&gap);
-        self.writes.gaps.insert(gap.id.clone(), gap);
+        self.persisting.writes.log.add(&gap);
+        self.persisting.writes.gaps.insert(gap.id.clone(), gap);
     }
 
     /// Writes unsaved gaps and the progress of every partition that changed, in one
     /// transaction.
     pub(super) async fn persist(&mut self) -> bool {
-        self.writes.log.flush(self.cfg.pipeline_group.as_deref());
+        self.persisting
+            .writes
+            .log
+            .flush(self.cfg.pipeline_group.as_deref());
         // Moved, not copied (an incident round holds tens of thousands); put back if the
         // write fails.
-        let gaps: Vec<Gap> = std::mem::take(&mut self.writes.gaps)
+        let gaps: Vec<Gap> = std::mem::take(&mut self.persisting.writes.gaps)
             .into_values()
             .collect();
         let big_round = gaps.len() >= TRIM_AFTER_GAPS;
@@ -113,7 +129,8 @@ impl<V: Verifier> Audit<V> {
             // An unanchored ledger is stored too (its negative settled offset says "known,
             // no position yet"), so a restart does not take it for a partition added later.
             .filter(|(tp, p)| {
-                self.writes.stored.get(*tp) != Some(&(p.ledger.settled(), p.ledger.revision()))
+                self.persisting.writes.stored.get(*tp)
+                    != Some(&(p.ledger.settled(), p.ledger.revision()))
             })
             .map(|(tp, p)| {
                 marks.push((tp.clone(), (p.ledger.settled(), p.ledger.revision())));
@@ -153,15 +170,15 @@ impl<V: Verifier> Audit<V> {
                     .iter()
                     .map(|g| g.id(&self.cfg.name, tp))
             })
-            .chain(self.acks.unretired.keys().cloned())
+            .chain(self.persisting.acks.unretired.keys().cloned())
             .collect();
-        let acks_retired: Vec<String> = self.acks.unretired.keys().cloned().collect();
+        let acks_retired: Vec<String> = self.persisting.acks.unretired.keys().cloned().collect();
         // The chunks of the gaps this write retires (or whose acknowledgement it marks):
         // until they are published they are not on the handover's side topic as the store
         // holds them. Noted in the store first, so a crash in between republishes those
         // chunks at the next assignment (before, the whole partition was swept again:
         // review item 9).
-        let unpublished: (String, crate::store::PartitionChunks) = match &self.handover {
+        let unpublished: (String, crate::store::PartitionChunks) = match &self.handover.link {
             Some(h) => {
                 let mut by = crate::store::PartitionChunks::new();
                 for (tp, p) in &self.parts {
@@ -177,7 +194,7 @@ impl<V: Verifier> Audit<V> {
                             .extend(chunks);
                     }
                 }
-                for (tp, first) in self.acks.unretired.values() {
+                for (tp, first) in self.persisting.acks.unretired.values() {
                     if self.parts.contains_key(tp) {
                         by.entry((tp.topic.clone(), tp.partition))
                             .or_default()
@@ -201,7 +218,7 @@ impl<V: Verifier> Audit<V> {
             })
             .collect();
         // What the next handover delta must carry, applied once the store holds it.
-        let handed: Vec<super::hand_over::Change> = if self.handover.is_some() {
+        let handed: Vec<super::hand_over::Change> = if self.handover.link.is_some() {
             super::hand_over::changes(&self.cfg.name, &gaps, &progress, &self.parts)
         } else {
             Vec::new()
@@ -218,15 +235,16 @@ impl<V: Verifier> Audit<V> {
             self.hand_over().await;
             return true;
         }
-        if self.handover.is_some() {
-            self.handover_dirty
+        if self.handover.link.is_some() {
+            self.handover
+                .dirty
                 .extend(marks.iter().map(|(tp, _)| tp.clone()));
-            self.handover_dirty.extend(
+            self.handover.dirty.extend(
                 gaps.iter()
                     .map(|g| TopicPartition::new(g.topic.clone(), g.partition)),
             );
         }
-        let store = self.store.clone();
+        let store = self.io.store.clone();
         let audit = self.cfg.name.clone();
         // The gaps come back with the write's outcome (put back into `unsaved` should it fail).
         match blocking(move || {
@@ -261,10 +279,10 @@ impl<V: Verifier> Audit<V> {
                 if big_round {
                     crate::memory::release_free();
                 }
-                self.writes.stored.extend(marks);
+                self.persisting.writes.stored.extend(marks);
                 self.pend(handed);
                 for id in &acks_retired {
-                    self.acks.unretired.remove(id);
+                    self.persisting.acks.unretired.remove(id);
                 }
                 if let Some(book) = self.checker.book_mut() {
                     book.written(&keys);
@@ -281,13 +299,13 @@ impl<V: Verifier> Audit<V> {
             Ok((Err(crate::store::StoreError::FoldedAcknowledged { ids }), gaps)) => {
                 // Nothing was written. The acknowledged gaps keep their rows: the overflow
                 // gaps stop counting them, and the next write stores the corrected ones.
-                self.writes.put_back(gaps);
+                self.persisting.writes.put_back(gaps);
                 self.unfold_acknowledged(&ids);
                 false
             }
             Ok((Err(e), gaps)) => {
                 tracing::error!(audit = %self.cfg.name, error = %e, "gap store write failed; the settled watermark stays uncommitted until it succeeds");
-                self.writes.put_back(gaps);
+                self.persisting.writes.put_back(gaps);
                 false
             }
             Err(e) => {
@@ -329,7 +347,7 @@ impl<V: Verifier> Audit<V> {
                 self.report_gap(&tp, &g);
             }
         }
-        self.writes.folded = self.writes.folded.saturating_sub(unfolded);
+        self.persisting.writes.folded = self.persisting.writes.folded.saturating_sub(unfolded);
         tracing::warn!(audit = %self.cfg.name, acknowledged = ids.len(),
             "gaps folded by this round were acknowledged meanwhile: the overflow gap no longer counts them; written next round");
     }
@@ -349,7 +367,11 @@ impl<V: Verifier> Audit<V> {
             .collect();
         for (tp, g) in all {
             let gap = self.to_gap(&tp, &g);
-            self.writes.gaps.entry(gap.id.clone()).or_insert(gap);
+            self.persisting
+                .writes
+                .gaps
+                .entry(gap.id.clone())
+                .or_insert(gap);
         }
     }
 
@@ -368,7 +390,7 @@ impl<V: Verifier> Audit<V> {
             .filter_map(|(tp, p)| Some((tp.clone(), p.ledger.retired_work()?.ops.clone())))
             .collect();
         for (tp, ops) in work {
-            let store = self.store.clone();
+            let store = self.io.store.clone();
             let audit = self.cfg.name.clone();
             let t = tp.clone();
             let read = blocking(move || {
@@ -384,12 +406,13 @@ impl<V: Verifier> Audit<V> {
                         p.ledger.retired_recounted(done, agg);
                     }
                     // Rows only the store changed: the next handover delta carries them.
-                    if self.handover.is_some() && !changed.is_empty() {
-                        self.handover_pending
+                    if self.handover.link.is_some() && !changed.is_empty() {
+                        self.handover
+                            .pending
                             .entry(tp.clone())
                             .or_default()
                             .changed(changed);
-                        self.handover_dirty.insert(tp.clone());
+                        self.handover.dirty.insert(tp.clone());
                     }
                 }
                 Err(e) => {
@@ -403,9 +426,9 @@ impl<V: Verifier> Audit<V> {
     /// Reloads which gaps an operator acknowledged (`gap-auditor ack` writes the store from
     /// another process), so they stop counting as open.
     pub(super) async fn refresh_acknowledged(&mut self) {
-        let store = self.store.clone();
+        let store = self.io.store.clone();
         let audit = self.cfg.name.clone();
-        let since = self.acks.position;
+        let since = self.persisting.acks.position;
         // After a start or an assignment every acknowledged gap (restored ledgers may hold
         // any of them); then only those acknowledged since, from the store's ack log, so a
         // round does not read every acknowledgement ever given.
@@ -433,7 +456,10 @@ impl<V: Verifier> Audit<V> {
                 return;
             }
         };
-        for g in gaps.iter().filter(|g| !self.acks.ids.contains(&g.id)) {
+        for g in gaps
+            .iter()
+            .filter(|g| !self.persisting.acks.ids.contains(&g.id))
+        {
             let tp = TopicPartition::new(g.topic.clone(), g.partition);
             let Some(part) = self.parts.get_mut(&tp) else {
                 continue;
@@ -455,7 +481,8 @@ impl<V: Verifier> Audit<V> {
                 );
             if taken_out {
                 // Its row is marked retired with the next write (see `Acks::unretired`).
-                self.acks
+                self.persisting
+                    .acks
                     .unretired
                     .insert(g.id.clone(), (tp.clone(), g.first_offset));
             } else {
@@ -482,21 +509,24 @@ impl<V: Verifier> Audit<V> {
             // reload for a partition whose sweep or import runs: every given-up gap of it
             // goes to the side topic under this owner's term anyway (review of format 3,
             // F7: each acknowledged gap's chunk was queued again at every assignment).
-            if self.handover.is_some() && !(full && self.retired_flows.contains_key(&tp)) {
-                self.handover_pending
+            if self.handover.link.is_some()
+                && !(full && self.handover.retired_flows.contains_key(&tp))
+            {
+                self.handover
+                    .pending
                     .entry(tp.clone())
                     .or_default()
                     .changed([g.id.clone()]);
-                self.handover_dirty.insert(tp);
+                self.handover.dirty.insert(tp);
             }
         }
         let ids = gaps.into_iter().map(|g| g.id);
         if full {
-            self.acks.ids = ids.collect();
+            self.persisting.acks.ids = ids.collect();
         } else {
-            self.acks.ids.extend(ids);
+            self.persisting.acks.ids.extend(ids);
         }
-        self.acks.position = Some(position);
+        self.persisting.acks.position = Some(position);
     }
 
     pub(super) fn commit_settled(&mut self) {
@@ -505,10 +535,10 @@ impl<V: Verifier> Audit<V> {
             let s = p.ledger.settled();
             // A partition whose handover publish was not acknowledged (or whose handover
             // topic is unread) keeps its previous commit; the others go ahead.
-            if self.handover_held.contains(tp) {
+            if self.handover.held.contains(tp) {
                 continue;
             }
-            if p.ledger.is_anchored() && self.writes.committed.get(tp) != Some(&s) {
+            if p.ledger.is_anchored() && self.persisting.writes.committed.get(tp) != Some(&s) {
                 offsets.push((tp.clone(), s));
             }
         }
@@ -516,7 +546,7 @@ impl<V: Verifier> Audit<V> {
             return;
         }
         for (tp, s) in &offsets {
-            self.writes.committed.insert(tp.clone(), *s);
+            self.persisting.writes.committed.insert(tp.clone(), *s);
         }
         let _ = self.tail.commands.send(Command::Commit(offsets));
     }

@@ -134,7 +134,7 @@ impl<V: Verifier> Audit<V> {
             .iter()
             .filter_map(|(tp, p)| p.ledger.pipeline.vanished().map(|o| (tp.clone(), o)))
             .collect();
-        let job = self.pipeline.job.as_ref();
+        let job = self.watch.pipeline.job.as_ref();
         let reading = job.and_then(|j| j.last.as_ref());
         // The job's answer must name its topic: a progress not tied to the audit's topic
         // could drive verdicts on partitions of another (fail closed).
@@ -162,7 +162,7 @@ impl<V: Verifier> Audit<V> {
         let (reason, hold_all) = if self.parts.is_empty() {
             // Nothing assigned yet: nothing to hold, and nothing was read.
             (None, false)
-        } else if !self.pipeline.read_ok {
+        } else if !self.watch.pipeline.read_ok {
             let why = match job {
                 Some(j) => j.error.clone().unwrap_or_default(),
                 None => "no DESCRIBE permission on it, or its coordinator is unavailable".into(),
@@ -211,7 +211,7 @@ impl<V: Verifier> Audit<V> {
         // An instance that owns nothing holds nothing back (a standby must not page).
         let up = reason.is_none();
         self.metrics.pipeline_group_up(up);
-        match (&reason, &self.pipeline.hold) {
+        match (&reason, &self.watch.pipeline.hold) {
             (Some(r), old) if old.as_ref() != Some(r) => {
                 tracing::warn!(audit = %self.cfg.name, pipeline = %source,
                     "verdicts held back: {r}; nothing is declared missing until its commits are seen")
@@ -222,7 +222,7 @@ impl<V: Verifier> Audit<V> {
             }
             _ => {}
         }
-        self.pipeline.hold = reason;
+        self.watch.pipeline.hold = reason;
         hold_all
     }
 
@@ -231,7 +231,7 @@ impl<V: Verifier> Audit<V> {
         if tps.is_empty() {
             return;
         }
-        let view = self.kafka_view.clone();
+        let view = self.io.kafka_view.clone();
         let topics = self.cfg.topics.clone();
         let asked = tps.clone();
         let result = blocking(move || {
@@ -253,14 +253,14 @@ impl<V: Verifier> Audit<V> {
         })
         .await;
         let audit = self.cfg.name.clone();
-        let job = match self.pipeline.job.as_mut() {
+        let job = match self.watch.pipeline.job.as_mut() {
             Some(j) => Some(j.poll(&audit).await),
             None => None,
         };
         // Stamped when the answer came: a commit made while the request was in flight is
         // seen no earlier than it happened, so `grace` is never counted from before it.
-        let now = self.clock.now_ms();
-        self.pipeline.read_ok = match &job {
+        let now = self.io.clock.now_ms();
+        self.watch.pipeline.read_ok = match &job {
             Some(reading) => reading.is_some(),
             None => matches!(result, Ok((Some(_), _))),
         };
@@ -272,8 +272,8 @@ impl<V: Verifier> Audit<V> {
         }
         match result {
             Ok((commits, counts)) => {
-                self.topic_partitions.extend(counts);
-                self.health.last_kafka_ok = Some(Utc::now());
+                self.watch.topic_partitions.extend(counts);
+                self.watch.health.last_kafka_ok = Some(Utc::now());
                 if let Some(commits) = commits {
                     for (tp, c) in commits {
                         self.observe_pipeline(&tp, c, now, false);
@@ -284,7 +284,7 @@ impl<V: Verifier> Audit<V> {
                 tracing::warn!(audit = %self.cfg.name, error = %e, "cannot read from Kafka this round")
             }
         }
-        let up = self.health.last_kafka_ok.is_some_and(|t| {
+        let up = self.watch.health.last_kafka_ok.is_some_and(|t| {
             (Utc::now() - t).to_std().unwrap_or_default() <= self.cfg.verify_interval * 3
         });
         self.metrics.kafka_up(up);
@@ -347,7 +347,7 @@ impl<V: Verifier> Audit<V> {
     /// The pipeline's position source in words (`pipeline group "g"`, `Routine Load job
     /// "j"`), `None` without one (the time-only rule).
     pub(super) fn position_source(&self) -> Option<String> {
-        match (&self.pipeline.job, &self.cfg.pipeline_group) {
+        match (&self.watch.pipeline.job, &self.cfg.pipeline_group) {
             (Some(j), _) => Some(format!("Routine Load job {:?}", j.job())),
             (None, Some(g)) => Some(format!("pipeline group {g:?}")),
             (None, None) => None,

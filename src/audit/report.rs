@@ -1,6 +1,7 @@
 //! Report: counters once the store holds what they count, gauges, retention deadlines and
 //! the status board.
 
+use super::pipeline::PipelineWatch;
 use super::{Audit, RETENTION_REFRESH};
 use crate::kafka::retention;
 use crate::kafka::retention::Retention;
@@ -10,7 +11,34 @@ use crate::status::{AuditStatus, PartitionStatus, SinkState};
 use chrono::{DateTime, Utc};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+/// What the audit watches besides its partitions: topic retention (gap deadlines), whether
+/// the sink and Kafka answer, the pipeline group, and the audited topics' partitions.
+pub(super) struct Watches {
+    /// Topic retention, for gap deadlines.
+    pub(super) retention: RetentionWatch,
+    /// Whether the sink and Kafka answer.
+    pub(super) health: Health,
+    /// The pipeline group's readability (pipeline.rs).
+    pub(super) pipeline: PipelineWatch,
+    /// Partitions per audited topic, from Kafka's metadata every round (pipeline.rs): the
+    /// completeness answer says how many there are, so that answers of several instances
+    /// can be checked for a partition none of them covers.
+    pub(super) topic_partitions: BTreeMap<String, usize>,
+}
+
+impl Watches {
+    /// Nothing watched yet; `admin` reads topic retention (`None`: deadlines unknown).
+    pub(super) fn new(admin: Option<AdminClient<DefaultClientContext>>) -> Self {
+        Self {
+            retention: RetentionWatch::new(admin),
+            health: Health::default(),
+            pipeline: PipelineWatch::default(),
+            topic_partitions: BTreeMap::new(),
+        }
+    }
+}
 
 /// Whether the sink and Kafka answer, for the status board.
 #[derive(Default)]
@@ -102,13 +130,13 @@ impl RetentionWatch {
 impl<V: Verifier> Audit<V> {
     /// Adds the verdicts and gaps the store now holds to the counters (see `uncounted`).
     pub(super) fn count_persisted(&mut self) {
-        for (tp, applied, decided_at) in std::mem::take(&mut self.writes.verdicts) {
+        for (tp, applied, decided_at) in std::mem::take(&mut self.persisting.writes.verdicts) {
             self.metrics.partition(&tp).decided(&applied, decided_at);
         }
-        for (_, cause) in std::mem::take(&mut self.writes.causes) {
+        for (_, cause) in std::mem::take(&mut self.persisting.writes.causes) {
             self.metrics.gap_detected(cause);
         }
-        let folded = std::mem::take(&mut self.writes.folded);
+        let folded = std::mem::take(&mut self.persisting.writes.folded);
         if folded > 0 {
             self.metrics.gaps_folded(folded);
         }
@@ -117,7 +145,7 @@ impl<V: Verifier> Audit<V> {
     /// Gaps whose first record Kafka deleted (the log start passed them) become
     /// unrecoverable.
     pub(super) fn watch_log_start(&mut self) {
-        let now = self.clock.now_ms();
+        let now = self.io.clock.now_ms();
         let watermarks = self.watermarks();
         let mut changed = Vec::new();
         for (tp, part) in self.parts.iter_mut() {
@@ -140,14 +168,14 @@ impl<V: Verifier> Audit<V> {
 
     /// Refreshes gauges and the status board.
     pub(super) fn publish(&mut self) {
-        if let Some(r) = self.decoder.registry()
+        if let Some(r) = self.io.decoder.registry()
             && let Some(h) = r.health()
         {
             self.metrics.schema_registry_up(h.is_ok());
         }
         let watermarks = self.watermarks();
         let last_stable = self.last_stable();
-        let now_ms = self.clock.now_ms();
+        let now_ms = self.io.clock.now_ms();
         let audit = self.cfg.name.clone();
         let mut partitions = Vec::new();
         let mut completeness = Vec::with_capacity(self.parts.len());
@@ -190,12 +218,12 @@ impl<V: Verifier> Audit<V> {
                 gauges.deleted_ms,
                 gauges
                     .oldest_undeleted_ts
-                    .and_then(|ts| self.retention.deadline_ms(&tp.topic, Some(ts))),
+                    .and_then(|ts| self.watch.retention.deadline_ms(&tp.topic, Some(ts))),
             ];
             // Open gaps without a known deletion time (retention unknown, infinite, or a
             // compacted topic) export +Inf: never alerting, yet visible.
             let unrecoverable_seconds =
-                match retention::seconds_left(deadlines, self.clock.now_ms()) {
+                match retention::seconds_left(deadlines, self.io.clock.now_ms()) {
                     Some(secs) => Some(secs),
                     None if gauges.open > 0 => Some(f64::INFINITY),
                     None => None,
@@ -232,48 +260,54 @@ impl<V: Verifier> Audit<V> {
         let mut completeness = crate::completeness::evaluate(
             &audit,
             &completeness,
-            self.clock.now_ms(),
+            self.io.clock.now_ms(),
             self.completeness_horizon_ms(),
         );
-        completeness.topic_partitions = self.topic_partitions.clone();
+        completeness.topic_partitions = self.watch.topic_partitions.clone();
         // Unknown is not "complete up to 1970": no series, so a lag panel shows no data
         // rather than 55 years (GapAuditorCompletenessLag covers a lasting absence).
         self.metrics.complete_until(completeness.complete_until_ms);
-        self.status.update(AuditStatus {
+        self.io.status.update(AuditStatus {
             audit,
-            consumer_group: self.group.clone(),
+            consumer_group: self.io.group.clone(),
             pipeline_group: self.cfg.pipeline_group.clone(),
-            pipeline_group_hold: self.pipeline.hold.clone(),
-            pipeline_job: self.pipeline.job.as_ref().map(|j| j.job().to_owned()),
+            pipeline_group_hold: self.watch.pipeline.hold.clone(),
+            pipeline_job: self.watch.pipeline.job.as_ref().map(|j| j.job().to_owned()),
             pipeline_job_state: self
+                .watch
                 .pipeline
                 .job
                 .as_ref()
                 .and_then(|j| j.not_consuming().map(str::to_owned)),
             sink_table_hold: self.shared_table_hold(),
             dead_letters: self.dead_letter_status(),
-            flink: self.flink.as_ref().map(|f| f.status()),
-            connect: self.connect.as_ref().map(|c| c.status()),
-            stream_load: self.stream_load.as_ref().map(|s| s.status()),
-            sink_kind: self.sink.kind().to_string(),
-            sink_state: self.health.sink_state,
-            sink_error: self.health.sink_error.clone(),
-            last_sink_ok: self.health.last_sink_ok,
-            last_kafka_ok: self.health.last_kafka_ok,
+            flink: self.evidence.flink.as_ref().map(|f| f.status()),
+            connect: self.evidence.connect.as_ref().map(|c| c.status()),
+            stream_load: self.evidence.stream_load.as_ref().map(|s| s.status()),
+            sink_kind: self.io.sink.kind().to_string(),
+            sink_state: self.watch.health.sink_state,
+            sink_error: self.watch.health.sink_error.clone(),
+            last_sink_ok: self.watch.health.last_sink_ok,
+            last_kafka_ok: self.watch.health.last_kafka_ok,
             verify_interval_ms: self.cfg.verify_interval.as_millis() as u64,
             schema_registry_error: self
+                .io
                 .decoder
                 .registry()
                 .and_then(|r| r.health())
                 .and_then(Result::err),
-            sink_model: self.decoder.key_domain().map(|d| crate::status::SinkModel {
-                key_columns: d.clone(),
-                key_semantics: self
-                    .checker
-                    .book()
-                    .map(|b| b.semantics())
-                    .unwrap_or_default(),
-            }),
+            sink_model: self
+                .io
+                .decoder
+                .key_domain()
+                .map(|d| crate::status::SinkModel {
+                    key_columns: d.clone(),
+                    key_semantics: self
+                        .checker
+                        .book()
+                        .map(|b| b.semantics())
+                        .unwrap_or_default(),
+                }),
             partitions,
             completeness,
         });
@@ -282,7 +316,7 @@ impl<V: Verifier> Audit<V> {
     /// The dead-letter reader's state for `/api/status`.
     fn dead_letter_status(&self) -> Option<crate::status::DeadLetterStatus> {
         let topic = self.cfg.pipeline.dead_letter_topic.clone()?;
-        let d = self.dead_letters.as_ref()?;
+        let d = self.io.dead_letters.as_ref()?;
         let ms = d.caught_up_ms();
         Some(crate::status::DeadLetterStatus {
             topic,
@@ -298,7 +332,7 @@ impl<V: Verifier> Audit<V> {
     /// producer's delivery is assumed shorter), plus the age of the log end the auditor
     /// knows (librdkafka's statistics interval) and of the published round.
     pub(super) fn completeness_horizon_ms(&self) -> i64 {
-        let d = self.cfg.grace + self.kafka.statistics_interval() + self.cfg.verify_interval;
+        let d = self.cfg.grace + self.io.kafka.statistics_interval() + self.cfg.verify_interval;
         i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
     }
 }

@@ -233,14 +233,15 @@ pub(super) fn taking_turns(
 impl<V: Verifier> Audit<V> {
     /// Partitions held by their retired gaps' flow (see the module doc).
     pub(super) fn retired_held(&self) -> BTreeSet<TopicPartition> {
-        self.retired_flows.keys().cloned().collect()
+        self.handover.retired_flows.keys().cloned().collect()
     }
 
     /// Whether no gap of `tp` waits for its next handover publish (see
     /// [`Audit::advance_retired_flows`]: only then may a finished sweep or import say the
     /// side topic holds every retired gap of the store).
     fn nothing_pending(&self, tp: &TopicPartition) -> bool {
-        self.handover_pending
+        self.handover
+            .pending
             .get(tp)
             .is_none_or(|p| p.gaps.is_empty())
     }
@@ -248,19 +249,19 @@ impl<V: Verifier> Audit<V> {
     /// Whether `tp` imports a previous owner's retired gaps (its aggregate is the handed-over
     /// one: the store's recount waits).
     pub(super) fn importing(&self, tp: &TopicPartition) -> bool {
-        matches!(self.retired_flows.get(tp), Some(Flow::Import(..)))
+        matches!(self.handover.retired_flows.get(tp), Some(Flow::Import(..)))
     }
 
     /// One bounded step of every flow: an import read of the side topic (the partitions
     /// sharing the first cursor), then sweep steps up to [`retired::SWEEP_ROWS`] rows.
     pub(super) async fn advance_retired_flows(&mut self) {
-        let Some(h) = self.handover.clone() else {
+        let Some(h) = self.handover.link.clone() else {
             return;
         };
         // Import: the partitions on the first cursor, read together.
         let import: Option<(ImportCursor, Vec<TopicPartition>)> = {
             let mut by: BTreeMap<(Offset, Offset), Vec<TopicPartition>> = BTreeMap::new();
-            for (tp, f) in &self.retired_flows {
+            for (tp, f) in &self.handover.retired_flows {
                 if let Flow::Import(c, ..) = f {
                     by.entry((c.next, c.end)).or_default().push(tp.clone());
                 }
@@ -273,14 +274,14 @@ impl<V: Verifier> Audit<V> {
             let (hh, audit, store, asked) = (
                 h.clone(),
                 self.cfg.name.clone(),
-                self.store.clone(),
+                self.io.store.clone(),
                 tps.clone(),
             );
             // The term and owner of the chunks each partition imports (its state names them)
             // and the offset its import stops at.
             let want: BTreeMap<TopicPartition, Source> = tps
                 .iter()
-                .filter_map(|tp| match self.retired_flows.get(tp) {
+                .filter_map(|tp| match self.handover.retired_flows.get(tp) {
                     Some(Flow::Import(_, src)) => Some((tp.clone(), src.clone())),
                     _ => None,
                 })
@@ -295,7 +296,7 @@ impl<V: Verifier> Audit<V> {
                 .flat_map(|(tp, p)| p.ledger.gaps().map(|g| g.id(&self.cfg.name, tp)))
                 .chain(
                     tps.iter()
-                        .filter_map(|tp| self.handover_pending.get(tp))
+                        .filter_map(|tp| self.handover.pending.get(tp))
                         .flat_map(|p| p.gaps.iter().cloned()),
                 )
                 .collect();
@@ -517,7 +518,8 @@ impl<V: Verifier> Audit<V> {
             match step {
                 Ok((next, n, skipped, seen)) => {
                     for (tp, chunk, term, owner) in seen {
-                        self.retired_garbage
+                        self.handover
+                            .retired_garbage
                             .entry(tp)
                             .or_default()
                             .keys
@@ -533,11 +535,15 @@ impl<V: Verifier> Audit<V> {
                             if let Some(p) = self.parts.get_mut(tp) {
                                 p.ledger.retired_changed();
                             }
-                            self.retired_flows
+                            self.handover
+                                .retired_flows
                                 .insert(tp.clone(), Flow::Sweep(Offset::MIN));
-                        } else if let Some(Flow::Import(_, src)) = self.retired_flows.get(tp) {
+                        } else if let Some(Flow::Import(_, src)) =
+                            self.handover.retired_flows.get(tp)
+                        {
                             let src = src.clone();
-                            self.retired_flows
+                            self.handover
+                                .retired_flows
                                 .insert(tp.clone(), Flow::Import(next, src));
                         }
                     }
@@ -553,6 +559,7 @@ impl<V: Verifier> Audit<V> {
         }
         // Sweeps, up to the row budget.
         let sweeps: Vec<(TopicPartition, Offset)> = self
+            .handover
             .retired_flows
             .iter()
             // Not while its handover topic is unread: another owner's chunks may be newer.
@@ -570,7 +577,7 @@ impl<V: Verifier> Audit<V> {
             let (hh, audit, store, t) = (
                 h.clone(),
                 self.cfg.name.clone(),
-                self.store.clone(),
+                self.io.store.clone(),
                 tp.clone(),
             );
             let rows = blocking(move || {
@@ -601,7 +608,7 @@ impl<V: Verifier> Audit<V> {
             let published = match (published, next) {
                 (Ok(()), None) if self.nothing_pending(&tp) => {
                     let (store, audit, t, handover) = (
-                        self.store.clone(),
+                        self.io.store.clone(),
                         self.cfg.name.clone(),
                         tp.clone(),
                         hh.topic().to_string(),
@@ -623,11 +630,13 @@ impl<V: Verifier> Audit<V> {
             match published {
                 Ok(()) => match next {
                     Some(n) => {
-                        self.retired_flows.insert(tp.clone(), Flow::Sweep(n));
+                        self.handover
+                            .retired_flows
+                            .insert(tp.clone(), Flow::Sweep(n));
                     }
                     None => {
-                        self.retired_flows.remove(&tp);
-                        self.handover_dirty.insert(tp.clone());
+                        self.handover.retired_flows.remove(&tp);
+                        self.handover.dirty.insert(tp.clone());
                         tracing::debug!(audit = %self.cfg.name, %tp, "retired gaps on the handover side topic");
                     }
                 },
@@ -644,11 +653,11 @@ impl<V: Verifier> Audit<V> {
     /// stale: a later ownership must never write under them again; review of the terms,
     /// N1). Unreadable: the read's terms stand, with a warning.
     pub(super) async fn past_used_terms(&self, tps: &[TopicPartition]) {
-        let Some(h) = self.handover.clone() else {
+        let Some(h) = self.handover.link.clone() else {
             return;
         };
         let (store, audit, topic) = (
-            self.store.clone(),
+            self.io.store.clone(),
             self.cfg.name.clone(),
             h.topic().to_string(),
         );
@@ -670,7 +679,7 @@ impl<V: Verifier> Audit<V> {
     /// them: the sweeps and imports run in later rounds). Unrecorded (a store failure): a
     /// later ownership may reuse one, as before the record existed; said.
     pub(super) async fn record_used_terms(&self, tps: &[TopicPartition]) {
-        let Some(h) = self.handover.clone() else {
+        let Some(h) = self.handover.link.clone() else {
             return;
         };
         let terms: Vec<(TopicPartition, u64)> = tps
@@ -678,7 +687,7 @@ impl<V: Verifier> Audit<V> {
             .map(|tp| (tp.clone(), h.term(&self.cfg.name, tp)))
             .collect();
         let (store, audit, topic) = (
-            self.store.clone(),
+            self.io.store.clone(),
             self.cfg.name.clone(),
             h.topic().to_string(),
         );
@@ -699,26 +708,27 @@ impl<V: Verifier> Audit<V> {
     /// those are tombstoned, up to [`retired::GARBAGE_KEYS`] a round over all partitions
     /// (a failure keeps them for the next round).
     pub(super) async fn tombstone_older_terms(&mut self, acked: &BTreeSet<TopicPartition>) {
-        let Some(h) = self.handover.clone() else {
+        let Some(h) = self.handover.link.clone() else {
             return;
         };
         for tp in acked {
-            if let Some(g) = self.retired_garbage.get_mut(tp) {
+            if let Some(g) = self.handover.retired_garbage.get_mut(tp) {
                 g.named = true;
             }
         }
         let mut budget = retired::GARBAGE_KEYS;
         let ready: Vec<TopicPartition> = self
+            .handover
             .retired_garbage
             .iter()
-            .filter(|(tp, g)| g.named && !self.retired_flows.contains_key(*tp))
+            .filter(|(tp, g)| g.named && !self.handover.retired_flows.contains_key(*tp))
             .map(|(tp, _)| tp.clone())
             .collect();
         for tp in ready {
             if budget == 0 {
                 break;
             }
-            let Some(g) = self.retired_garbage.get_mut(&tp) else {
+            let Some(g) = self.handover.retired_garbage.get_mut(&tp) else {
                 continue;
             };
             let batch: Vec<(i64, u64, String)> = g.keys.iter().take(budget).cloned().collect();
@@ -738,7 +748,7 @@ impl<V: Verifier> Audit<V> {
                 }
             }
             if g.keys.is_empty() {
-                self.retired_garbage.remove(&tp);
+                self.handover.retired_garbage.remove(&tp);
             }
         }
     }
@@ -770,11 +780,11 @@ impl<V: Verifier> Audit<V> {
         &mut self,
         wanted: Vec<(TopicPartition, BTreeSet<i64>)>,
     ) -> BTreeSet<TopicPartition> {
-        let Some(h) = self.handover.clone() else {
+        let Some(h) = self.handover.link.clone() else {
             return BTreeSet::new();
         };
-        let wanted = taking_turns(wanted, self.chunk_turn);
-        self.chunk_turn = self.chunk_turn.wrapping_add(1);
+        let wanted = taking_turns(wanted, self.handover.chunk_turn);
+        self.handover.chunk_turn = self.handover.chunk_turn.wrapping_add(1);
         let (wanted, carried) = within_budget(wanted, retired::CHANGED_CHUNKS);
         if !carried.is_empty() {
             tracing::debug!(audit = %self.cfg.name, partitions = ?carried, "changed retired-gap chunks beyond this round's budget: published next round, these partitions held until then");
@@ -783,7 +793,7 @@ impl<V: Verifier> Audit<V> {
             return carried;
         }
         let (store, audit, owner) = (
-            self.store.clone(),
+            self.io.store.clone(),
             self.cfg.name.clone(),
             h.owner().to_string(),
         );
@@ -850,11 +860,11 @@ impl<V: Verifier> Audit<V> {
         let result = match result {
             Ok(()) => {
                 for (tp, chunks) in &taken {
-                    if let Some(p) = self.handover_pending.get_mut(tp) {
+                    if let Some(p) = self.handover.pending.get_mut(tp) {
                         p.chunks.retain(|c| !chunks.contains(c));
                     }
                 }
-                let (store, audit) = (self.store.clone(), self.cfg.name.clone());
+                let (store, audit) = (self.io.store.clone(), self.cfg.name.clone());
                 blocking(move || {
                     for (tp, chunks) in taken {
                         store.clear_unpublished_chunks(

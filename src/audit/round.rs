@@ -82,7 +82,7 @@ impl<V: Verifier> Audit<V> {
         // instead of growing the acknowledged one silently.
         self.refresh_acknowledged().await;
         self.poll_pipeline().await;
-        let now = self.clock.now_ms();
+        let now = self.io.clock.now_ms();
         let grace = self.cfg.grace.as_millis() as i64;
         let give_up = self.cfg.give_up_after.as_millis() as i64;
         let limit = match self.cfg.matching.strategy {
@@ -124,7 +124,7 @@ impl<V: Verifier> Audit<V> {
         // key_columns: keys of new records that hold claims from earlier ones are counted
         // before any of this round's decisions, so rows the sink deleted free their claims
         // while the new rows are (most likely) not written yet.
-        if !tripped && !self.cancel.is_cancelled() {
+        if !tripped && !self.io.cancel.is_cancelled() {
             match self.refresh_claims().await {
                 Ok(q) => queried |= q,
                 Err(e) => {
@@ -135,12 +135,13 @@ impl<V: Verifier> Audit<V> {
             }
         }
         let budget = self.checker.recheck_budget();
-        if let Some(d) = &self.dead_letters {
+        if let Some(d) = &self.io.dead_letters {
             // Before reading how far it caught up: a partition assigned since the last
             // round sets it back until the reader has read the topic again.
             d.set_owned(self.parts.keys().cloned());
         }
         let due_at = self
+            .io
             .dead_letters
             .as_ref()
             .map_or(now, |d| d.caught_up_ms().min(now));
@@ -159,7 +160,7 @@ impl<V: Verifier> Audit<V> {
         let overlapping = keyed_book && super::blocking::overlaps();
         let mut ahead: Option<Ahead> = None;
         for (i, tp) in tps.iter().enumerate() {
-            if self.cancel.is_cancelled() || tripped {
+            if self.io.cancel.is_cancelled() || tripped {
                 break;
             }
             // Whether this partition's due records hit the round's limit (a backlog).
@@ -184,9 +185,9 @@ impl<V: Verifier> Audit<V> {
                 };
                 match verdicts {
                     Ok(v) => {
-                        let decided_at = self.clock.now_ms();
+                        let decided_at = self.io.clock.now_ms();
                         if let Some(part) = self.parts.get_mut(tp) {
-                            applied = match &self.dead_letters {
+                            applied = match &self.io.dead_letters {
                                 Some(d) => {
                                     let index = d.lock();
                                     part.ledger.apply_with_dead_letters(&v, decided_at, &|run| {
@@ -233,7 +234,7 @@ impl<V: Verifier> Audit<V> {
                     }
                 }
             }
-            let decided_at = self.clock.now_ms();
+            let decided_at = self.io.clock.now_ms();
             let Some(part) = self.parts.get_mut(tp) else {
                 continue;
             };
@@ -243,7 +244,7 @@ impl<V: Verifier> Audit<V> {
             // Then the re-checks' keyed findings, while the coordinates are still held: a
             // named record found late leaves a stand-in credit, a lent credit turns its
             // record dead-lettered or goes back (key_columns).
-            if let Some(d) = &self.dead_letters {
+            if let Some(d) = &self.io.dead_letters {
                 let mut index = d.lock();
                 if part.ledger.missing() > 0 {
                     let named = index.named_on(tp);
@@ -264,7 +265,10 @@ impl<V: Verifier> Audit<V> {
             // Only rounds that decided something: while the store refuses writes this list
             // must grow with verdicts, not with partitions × rounds.
             if applied != Applied::default() {
-                self.writes.verdicts.push((tp.clone(), applied, decided_at));
+                self.persisting
+                    .writes
+                    .verdicts
+                    .push((tp.clone(), applied, decided_at));
             }
             for g in dirty {
                 self.report_gap(tp, &g);
@@ -272,7 +276,7 @@ impl<V: Verifier> Audit<V> {
         }
         // Ranges Kafka deleted unread, after every partition's due work: bounded pieces, and
         // a failure of theirs ends only their own work this round (`settle_deleted`).
-        if !tripped && !table_hold && !self.cancel.is_cancelled() {
+        if !tripped && !table_hold && !self.io.cancel.is_cancelled() {
             match self.settle_deleted(&tps).await {
                 Settled::Answered => queried = true,
                 Settled::Quiet => {}
@@ -289,14 +293,14 @@ impl<V: Verifier> Audit<V> {
         }
         self.cap_missing_keys();
         self.cap_open_gaps();
-        if self.cancel.is_cancelled() {
+        if self.io.cancel.is_cancelled() {
             // Shutting down: what was decided is persisted by the drain; the questions cut
             // short say nothing about the sink.
             return;
         }
         if !queried && failure.is_none() {
             let t = std::time::Instant::now();
-            let r = self.sink.ping().await;
+            let r = self.io.sink.ping().await;
             self.metrics.sink_query(t.elapsed(), r.is_ok());
             if let Err(e) = r {
                 failure = Some(e);
@@ -308,12 +312,16 @@ impl<V: Verifier> Audit<V> {
         if failure.is_some() && tripped {
             self.backlog = false;
         }
-        let up = self.health.sink_answered(&self.cfg.name, failure.as_ref());
+        let up = self
+            .watch
+            .health
+            .sink_answered(&self.cfg.name, failure.as_ref());
         self.metrics.sink_up(up);
         if !up {
             self.sink_was_down();
         }
-        self.retention
+        self.watch
+            .retention
             .refresh(&self.cfg.name, &self.cfg.topics)
             .await;
         self.watch_log_start();
@@ -403,7 +411,7 @@ impl<V: Verifier> Audit<V> {
         };
         // A small decision is not worth a thread; the next partition is asked in its turn.
         let next = match next {
-            Some(next) if ask.len() >= OVERLAP_MIN_KEYS && !self.cancel.is_cancelled() => next,
+            Some(next) if ask.len() >= OVERLAP_MIN_KEYS && !self.io.cancel.is_cancelled() => next,
             _ => return (Ok(self.decide_keys(&ask, &counts)), None),
         };
         let Some((next_segs, full)) = self.due_of(next, rule) else {
@@ -423,8 +431,8 @@ impl<V: Verifier> Audit<V> {
         let limits = self.checker.limits();
         let metrics = &self.metrics;
         let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        let cancel = self.cancel.clone();
-        let sink = &self.sink;
+        let cancel = self.io.cancel.clone();
+        let sink = &self.io.sink;
         let count_next = async {
             tokio::select! {
                 biased;
@@ -455,11 +463,11 @@ impl<V: Verifier> Audit<V> {
         let max = self.checker.refresh_budget();
         let metrics = &self.metrics;
         let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        let cancel = self.cancel.clone();
+        let cancel = self.io.cancel.clone();
         let freed = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = self.checker.refresh_claims(&self.sink, max, &obs) => r,
+            r = self.checker.refresh_claims(&self.io.sink, max, &obs) => r,
         }?;
         let Some(freed) = freed else {
             return Ok(false);
@@ -478,8 +486,8 @@ impl<V: Verifier> Audit<V> {
         let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
         tokio::select! {
             biased;
-            _ = self.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = ask.count(&self.sink, limits, &obs) => r,
+            _ = self.io.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = ask.count(&self.io.sink, limits, &obs) => r,
         }
     }
 
@@ -513,8 +521,8 @@ impl<V: Verifier> Audit<V> {
         let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
         let again = tokio::select! {
             biased;
-            _ = self.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = asked.ask.recount(counts, rechecked, &self.sink, limits, &obs) => r,
+            _ = self.io.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = asked.ask.recount(counts, rechecked, &self.io.sink, limits, &obs) => r,
         };
         if let Err(e) = again {
             asked.answer = Some(Err(e));
@@ -535,13 +543,13 @@ impl<V: Verifier> Audit<V> {
         };
         let metrics = &self.metrics;
         let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        let cancel = self.cancel.clone();
+        let cancel = self.io.cancel.clone();
         // Dropping it mid-way is safe: the ledger changes only once answers are applied.
         tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
             r = self.checker.recheck_ledger_noting(
-                &self.sink, tp, &mut part.ledger, budget, &obs, rechecked,
+                &self.io.sink, tp, &mut part.ledger, budget, &obs, rechecked,
             ) => r,
         }
     }
@@ -625,7 +633,7 @@ impl<V: Verifier> Audit<V> {
                 self.report_gap(&tp, &g);
             }
         }
-        self.writes.folded += folded;
+        self.persisting.writes.folded += folded;
         if folded > 0 {
             tracing::warn!(audit = %self.cfg.name, folded, max_open_gaps = cap,
                 "max_open_gaps reached: the oldest {folded} gaps were folded into their partition's overflow gap (cause `folded`: it spans them and counts their missing records; they are no longer re-checked)");
@@ -643,12 +651,12 @@ impl<V: Verifier> Audit<V> {
         }
         let metrics = &self.metrics;
         let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        let cancel = self.cancel.clone();
+        let cancel = self.io.cancel.clone();
         let ask = async {
             if recheck {
-                self.checker.recheck(&self.sink, tp, segs, &obs).await
+                self.checker.recheck(&self.io.sink, tp, segs, &obs).await
             } else {
-                self.checker.due(&self.sink, tp, segs, &obs).await
+                self.checker.due(&self.io.sink, tp, segs, &obs).await
             }
         };
         // Dropping the verification mid-way is safe: verdicts (and the key book) change
@@ -697,7 +705,7 @@ impl<V: Verifier> Audit<V> {
             let mut used = 0u64;
             for mut d in rests {
                 loop {
-                    if self.cancel.is_cancelled() {
+                    if self.io.cancel.is_cancelled() {
                         break 'parts;
                     }
                     let (piece, present) = match d.next(piece_len, max_checked) {
@@ -723,7 +731,7 @@ impl<V: Verifier> Audit<V> {
                                     answered = true;
                                     (piece, present)
                                 }
-                                Err(_) if self.cancel.is_cancelled() => break 'parts,
+                                Err(_) if self.io.cancel.is_cancelled() => break 'parts,
                                 Err(e) => {
                                     tracing::warn!(audit = %self.cfg.name, %tp, first = piece.first,
                                         last = piece.last, error = %e,
@@ -745,9 +753,11 @@ impl<V: Verifier> Audit<V> {
                     tracing::debug!(audit = %self.cfg.name, %tp, gap = d.gap, first = piece.first,
                         last = piece.last, in_sink = applied.confirmed,
                         unverifiable = applied.unverifiable, "a piece of a deleted range settled");
-                    self.writes
-                        .verdicts
-                        .push((tp.clone(), applied, self.clock.now_ms()));
+                    self.persisting.writes.verdicts.push((
+                        tp.clone(),
+                        applied,
+                        self.io.clock.now_ms(),
+                    ));
                     for g in dirty {
                         if g.first == d.gap && !g.unsettled {
                             let len = (g.last - g.first + 1) as u64;
@@ -794,8 +804,8 @@ impl<V: Verifier> Audit<V> {
         let limits = self.checker.limits();
         let verdicts = tokio::select! {
             biased;
-            _ = self.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = crate::verify::by_offsets(&self.sink, tp, std::slice::from_ref(&seg), limits, &obs) => r,
+            _ = self.io.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = crate::verify::by_offsets(&self.io.sink, tp, std::slice::from_ref(&seg), limits, &obs) => r,
         }?;
         let present = match verdicts.into_iter().next() {
             Some(Verdict::Known { present, .. }) => present,

@@ -33,6 +33,28 @@ pub(super) enum SharedTable {
     Foreign(String),
 }
 
+/// The look at the sink table for another topic's rows, and what came of it.
+pub(super) struct SharedTableWatch {
+    /// The look's state.
+    pub(super) table: SharedTable,
+    /// A look has found no other topic's rows since the start.
+    pub(super) cleared: bool,
+    /// Why the audit refuses to start (the first look found another topic's rows): the
+    /// run loop stops on it.
+    pub(super) start_refused: Option<String>,
+}
+
+impl SharedTableWatch {
+    /// The state an audit starts in.
+    pub(super) fn for_audit(cfg: &crate::config::AuditConfig) -> Self {
+        Self {
+            table: SharedTable::for_audit(cfg),
+            cleared: false,
+            start_refused: None,
+        }
+    }
+}
+
 impl SharedTable {
     /// The state an audit starts in.
     pub(super) fn for_audit(cfg: &crate::config::AuditConfig) -> Self {
@@ -87,7 +109,7 @@ impl<V: Verifier> Audit<V> {
     /// when it is pending. Called at the start of every round; a sink error of the look is
     /// the round's (it counts as the sink's answer: no second question that round).
     pub(super) async fn hold_for_shared_table(&mut self) -> (bool, Option<SinkError>) {
-        match &self.shared_table {
+        match &self.shared.table {
             SharedTable::NotNeeded | SharedTable::Clear => return (false, None),
             SharedTable::Foreign(_) => return (true, None),
             SharedTable::Pending => {}
@@ -95,7 +117,7 @@ impl<V: Verifier> Audit<V> {
         let Some(topic) = self.cfg.topics.first().cloned() else {
             return (false, None);
         };
-        let view = self.kafka_view.clone();
+        let view = self.io.kafka_view.clone();
         let t = topic.clone();
         let before = match blocking(move || view.partitions(&t)).await {
             Ok(p) => p,
@@ -105,7 +127,7 @@ impl<V: Verifier> Audit<V> {
             }
         };
         let t = std::time::Instant::now();
-        let extent = self.sink.offset_extent(&before).await;
+        let extent = self.io.sink.offset_extent(&before).await;
         // A sink that does not say asked nothing.
         if !matches!(extent, Ok(None)) {
             self.metrics.sink_query(t.elapsed(), extent.is_ok());
@@ -113,7 +135,7 @@ impl<V: Verifier> Audit<V> {
         let extent = match extent {
             Ok(Some(x)) => x,
             Ok(None) => {
-                self.shared_table = SharedTable::Clear;
+                self.shared.table = SharedTable::Clear;
                 return (false, None);
             }
             Err(e) => {
@@ -122,7 +144,7 @@ impl<V: Verifier> Audit<V> {
             }
         };
         // Kafka after the table: see `foreign_rows`.
-        let view = self.kafka_view.clone();
+        let view = self.io.kafka_view.clone();
         let t = topic.clone();
         let after = blocking(move || {
             let partitions = view.partitions(&t)?;
@@ -166,8 +188,8 @@ impl<V: Verifier> Audit<V> {
         match foreign_rows(&topic, &extent, &partitions, &ends) {
             None => {
                 tracing::info!(audit = %self.cfg.name, %topic, "the sink table holds no row topic's partitions and log ends rule out (no topic_column: another topic writing it stays unseen below them)");
-                self.shared_table = SharedTable::Clear;
-                self.shared_table_cleared = true;
+                self.shared.table = SharedTable::Clear;
+                self.shared.cleared = true;
                 (false, None)
             }
             Some(evidence) => {
@@ -183,10 +205,10 @@ impl<V: Verifier> Audit<V> {
                 // another topic's rows. Seen only after a look had cleared the table (a
                 // failover to another table, rows written since), verdicts are held
                 // instead: the audit keeps its state and says why in its status.
-                if !self.shared_table_cleared {
-                    self.start_refused = Some(reason.clone());
+                if !self.shared.cleared {
+                    self.shared.start_refused = Some(reason.clone());
                 }
-                self.shared_table = SharedTable::Foreign(reason);
+                self.shared.table = SharedTable::Foreign(reason);
                 (true, None)
             }
         }
@@ -195,14 +217,14 @@ impl<V: Verifier> Audit<V> {
     /// After a sink outage the table is looked at again before the next verdict: what
     /// answers now may be another table (a failover, a restored backup).
     pub(super) fn sink_was_down(&mut self) {
-        if self.shared_table == SharedTable::Clear {
-            self.shared_table = SharedTable::Pending;
+        if self.shared.table == SharedTable::Clear {
+            self.shared.table = SharedTable::Pending;
         }
     }
 
     /// The reason verdicts are held for the sink table, for the status.
     pub(super) fn shared_table_hold(&self) -> Option<String> {
-        match &self.shared_table {
+        match &self.shared.table {
             SharedTable::Foreign(r) => Some(r.clone()),
             _ => None,
         }

@@ -159,13 +159,13 @@ async fn evidence_waits_for_a_connector_read_past_the_window() {
             read_as_of_ms: Some(t0 + 1_200),
             ..view(&[], "none")
         };
-        h.audit.connect = Some(ConnectWatch::fixed(stale, POLL_MS));
+        h.audit.evidence.connect = Some(ConnectWatch::fixed(stale, POLL_MS));
     })
     .await;
     let (gap, stored, kept) = the_gap(&h);
     assert_eq!(gap, (2, 3, GapCause::SkippedByRestart));
     assert_eq!((stored, kept), (None, None), "reported, not explained yet");
-    h.audit.connect = Some(restart_seen(t0));
+    h.audit.evidence.connect = Some(restart_seen(t0));
     h.clock.advance(1_000);
     h.audit.round().await;
     let (_, stored, kept) = the_gap(&h);
@@ -183,7 +183,7 @@ async fn evidence_waits_for_a_connector_read_past_the_window() {
 #[tokio::test]
 async fn a_task_restart_between_the_commits_explains_the_gap() {
     let (t0, gap, stored, kept) = gap_with(&[0, 1, 4, 5], 2, |h, t0| {
-        h.audit.connect = Some(restart_seen(t0));
+        h.audit.evidence.connect = Some(restart_seen(t0));
     })
     .await;
     assert_eq!(gap, (2, 3, GapCause::SkippedByRestart));
@@ -205,7 +205,7 @@ async fn a_task_restart_between_the_commits_explains_the_gap() {
 #[tokio::test]
 async fn a_change_before_the_window_leaves_the_gap_without_evidence() {
     let (_, gap, stored, kept) = gap_with(&[0, 1, 4, 5], 2, |h, t0| {
-        h.audit.connect = Some(ConnectWatch::fixed(
+        h.audit.evidence.connect = Some(ConnectWatch::fixed(
             view(
                 &[
                     (t0 - 60_000, "FAILED", "connect-1:8083"),
@@ -237,7 +237,7 @@ async fn a_drop_in_flight_names_a_tolerance_without_dead_letter_queue() {
         ("none", None),
     ] {
         let (_, gap, stored, _) = gap_with(&[0, 1, 3, 4, 5], 1, |h, _| {
-            h.audit.connect = Some(ConnectWatch::fixed(view(&[], tolerance), POLL_MS));
+            h.audit.evidence.connect = Some(ConnectWatch::fixed(view(&[], tolerance), POLL_MS));
         })
         .await;
         assert_eq!(gap, (2, 2, GapCause::DroppedInFlight), "{tolerance}");
@@ -253,7 +253,7 @@ async fn a_drop_in_flight_names_a_tolerance_without_dead_letter_queue() {
 #[tokio::test]
 async fn a_jump_from_a_record_the_connector_skipped_names_its_tolerance() {
     let (_, gap, stored, _) = gap_with(&[0, 1, 3, 4, 5], 2, |h, _| {
-        h.audit.connect = Some(ConnectWatch::fixed(view(&[], "all"), POLL_MS));
+        h.audit.evidence.connect = Some(ConnectWatch::fixed(view(&[], "all"), POLL_MS));
     })
     .await;
     assert_eq!(gap, (2, 2, GapCause::SkippedByRestart));
@@ -265,7 +265,7 @@ async fn a_jump_from_a_record_the_connector_skipped_names_its_tolerance() {
         )
     );
     let (t0, _, stored, _) = gap_with(&[0, 1, 3, 4, 5], 2, |h, t0| {
-        h.audit.connect = Some(ConnectWatch::fixed(
+        h.audit.evidence.connect = Some(ConnectWatch::fixed(
             view(&[(t0 + 1_600, "FAILED", "connect-1:8083")], "all"),
             POLL_MS,
         ));
@@ -304,13 +304,13 @@ async fn flink_and_connect_words_are_joined() {
                 t0 + 1_800,
             );
         }
-        h.audit.flink = Some(FlinkWatch::fixed(FlinkView {
+        h.audit.evidence.flink = Some(FlinkWatch::fixed(FlinkView {
             history: runs,
             state: crate::flink_evidence::SourceState::Ok,
             read_as_of_ms: Some(i64::MAX),
             ..Default::default()
         }));
-        h.audit.connect = Some(ConnectWatch::fixed(
+        h.audit.evidence.connect = Some(ConnectWatch::fixed(
             view(&[(t0 + 1_600, "FAILED", "connect-1:8083")], "all"),
             POLL_MS,
         ));

@@ -10,8 +10,8 @@ use std::sync::Arc;
 async fn verdicts_wait_until_the_dead_letter_reader_has_read_past_the_due_moment() {
     let mut h = harness("");
     let d = Arc::new(DeadLetters::default());
-    h.audit.dead_letters = Some(d.clone());
-    let read_at = h.audit.clock.now_ms();
+    h.audit.io.dead_letters = Some(d.clone());
+    let read_at = h.audit.io.clock.now_ms();
     h.assign_and_read((0, 0), expected(0..10)).await;
     h.in_sink((0..10).filter(|o| !(4..=6).contains(o)));
     h.clock.advance(GRACE_MS + 1);
@@ -32,7 +32,7 @@ async fn verdicts_wait_until_the_dead_letter_reader_has_read_past_the_due_moment
         index.insert(TopicPartition::new(TOPIC, 0), 5);
         index.insert(TopicPartition::new("other", 0), 6);
     }
-    d.mark_caught_up(h.audit.clock.now_ms());
+    d.mark_caught_up(h.audit.io.clock.now_ms());
     h.audit.round().await;
     assert_eq!(h.counter(|m| &m.records_confirmed), 7);
     assert_eq!(h.counter(|m| &m.records_lost), 1, "only 6 is lost");
@@ -69,7 +69,7 @@ async fn verdicts_wait_until_the_dead_letter_reader_has_read_past_the_due_moment
 async fn the_dead_lettered_tail_is_stored_with_the_ledger() {
     let mut h = harness("");
     let d = Arc::new(DeadLetters::default());
-    h.audit.dead_letters = Some(d.clone());
+    h.audit.io.dead_letters = Some(d.clone());
     h.assign_and_read((0, 0), expected(0..10)).await;
     // A first round stores the whole ledger; the next one writes only its changes.
     h.audit.round().await;
@@ -80,7 +80,7 @@ async fn the_dead_lettered_tail_is_stored_with_the_ledger() {
         index.insert(TopicPartition::new(TOPIC, 0), 9);
     }
     h.clock.advance(GRACE_MS + 1);
-    d.mark_caught_up(h.audit.clock.now_ms());
+    d.mark_caught_up(h.audit.io.clock.now_ms());
     h.audit.round().await;
     assert_eq!(h.counter(|m| &m.records_dead_lettered), 2);
     let stored = h.store.load_progress(AUDIT).expect("progress");

@@ -53,7 +53,7 @@ fn divergences(h: &Harness, kind: &str) -> u64 {
 
 fn note(h: &mut Harness) -> Option<crate::status::DivergenceNote> {
     h.audit.publish();
-    h.audit.status.snapshot()[0].partitions[0]
+    h.audit.io.status.snapshot()[0].partitions[0]
         .divergence
         .clone()
 }
@@ -447,7 +447,7 @@ async fn a_truncated_partitions_own_rows_are_not_another_topics() {
     // A restart before the new log reaches the old position: looked at again.
     h.audit.persist().await;
     h.audit.revoke(&[tp(0)]).await;
-    h.audit.shared_table = super::super::shared_table::SharedTable::Pending;
+    h.audit.shared.table = super::super::shared_table::SharedTable::Pending;
     h.audit.assign(vec![tp(0)]).await;
     h.audit.round().await;
     assert_eq!(h.audit.shared_table_hold(), None, "after a restart");

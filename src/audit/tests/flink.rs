@@ -86,7 +86,7 @@ async fn seed_rounds(h: &mut Harness, view: impl Fn(i64) -> FlinkView) -> i64 {
     h.audit.round().await;
     h.clock.advance(1_000);
     h.audit.round().await;
-    h.audit.flink = Some(FlinkWatch::fixed(view(t0)));
+    h.audit.evidence.flink = Some(FlinkWatch::fixed(view(t0)));
     h.clock.advance(1_000);
     pipeline_commits(h, 4);
     h.audit.round().await;
@@ -131,7 +131,7 @@ async fn evidence_waits_for_a_view_read_past_the_jump() {
         (None, None),
         "reported, not explained yet"
     );
-    h.audit.flink = Some(FlinkWatch::fixed(view(&[t0 - 60_000, t0 + 1_900], 50)));
+    h.audit.evidence.flink = Some(FlinkWatch::fixed(view(&[t0 - 60_000, t0 + 1_900], 50)));
     h.clock.advance(1_000);
     h.audit.round().await;
     let words = format!(
@@ -155,11 +155,11 @@ async fn a_gap_waiting_for_evidence_waits_again_after_a_restart() {
     };
     let t0 = seed_rounds(&mut h, stale).await;
     assert_eq!(evidence_of_the_gap(&h), (None, None));
-    h.audit.evidence_waiting.clear();
+    h.audit.evidence.waiting.clear();
     h.audit.parts.clear();
     h.audit.assign(vec![tp(0)]).await;
-    assert_eq!(h.audit.evidence_waiting.len(), 1, "queued again");
-    h.audit.flink = Some(FlinkWatch::fixed(view(&[t0 - 60_000, t0 + 1_900], 50)));
+    assert_eq!(h.audit.evidence.waiting.len(), 1, "queued again");
+    h.audit.evidence.flink = Some(FlinkWatch::fixed(view(&[t0 - 60_000, t0 + 1_900], 50)));
     h.clock.advance(1_000);
     h.audit.round().await;
     let (stored, kept) = evidence_of_the_gap(&h);

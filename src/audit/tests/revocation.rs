@@ -46,7 +46,7 @@ async fn a_revoke_whose_store_write_fails_hands_back_nothing_and_counts_nothing(
     // The next owner resumes from what Kafka holds and decides these records again.
     assert!(out.is_empty(), "{out:?}");
     assert!(
-        h.audit.writes.verdicts.is_empty(),
+        h.audit.persisting.writes.verdicts.is_empty(),
         "its verdicts are the next owner's to count"
     );
     h.heal_store();
@@ -113,7 +113,7 @@ async fn a_lost_assignment_commits_nothing() {
     assert!(out.is_empty(), "{out:?}");
     assert!(h.audit.parts.is_empty());
     assert!(
-        h.audit.handover_lost.is_empty(),
+        h.audit.handover.lost.is_empty(),
         "forgotten with the partition"
     );
 }
@@ -126,7 +126,7 @@ async fn a_lost_assignment_commits_nothing() {
 async fn a_partition_whose_handover_read_failed_is_neither_committed_nor_handed_back() {
     let mut h = harness("");
     let client = unreachable_handover();
-    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.audit.handover.link = Some(std::sync::Arc::new(client));
     h.assign_and_read((0, 0), expected(0..6)).await;
     h.in_sink(0..6);
     h.clock.advance(GRACE_MS + 1);
@@ -137,7 +137,7 @@ async fn a_partition_whose_handover_read_failed_is_neither_committed_nor_handed_
         commits.iter().flatten().all(|(t, _)| *t != tp(0)),
         "{commits:?}"
     );
-    assert!(h.audit.handover_held.contains(&tp(0)));
+    assert!(h.audit.handover.held.contains(&tp(0)));
     let out = h.audit.revoke(&[tp(0)]).await;
     assert!(out.is_empty(), "{out:?}");
 }
@@ -150,7 +150,7 @@ async fn a_partition_whose_handover_read_failed_is_neither_committed_nor_handed_
 async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
     let mut h = harness("");
     let client = unreachable_handover();
-    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.audit.handover.link = Some(std::sync::Arc::new(client));
     h.assign_and_read((0, 0), expected(0..6)).await;
     h.in_sink(0..6);
     h.clock.advance(GRACE_MS + 1);
@@ -164,24 +164,24 @@ async fn a_failed_handover_read_is_retried_without_holding_up_the_rounds() {
         );
     }
     assert_eq!(h.counter(|m| &m.records_confirmed), 6, "verdicts go on");
-    assert!(h.audit.handover_held.contains(&tp(0)), "still held");
+    assert!(h.audit.handover.held.contains(&tp(0)), "still held");
     let commits = h.commits();
     assert!(
         commits.iter().flatten().all(|(t, _)| *t != tp(0)),
         "{commits:?}"
     );
-    assert!(h.audit.handover_reading.is_some(), "a read runs meanwhile");
+    assert!(h.audit.handover.reading.is_some(), "a read runs meanwhile");
     // Review 26, F1: a revoke of another partition keeps it (dropped, the read finished in
     // the background would clear the partition's `unread` without `read_done`), and the
     // partition is held while it is pending, whatever the client says.
     let out = h.audit.revoke(&[tp(1)]).await;
     assert!(out.is_empty(), "{out:?}");
-    assert!(h.audit.handover_reading.is_some(), "kept for partition 0");
-    let hh = h.audit.handover.clone().expect("a handover");
+    assert!(h.audit.handover.reading.is_some(), "kept for partition 0");
+    let hh = h.audit.handover.link.clone().expect("a handover");
     assert!(h.audit.awaiting_read(&hh, &tp(0)));
     let out = h.audit.revoke(&[tp(0)]).await;
     assert!(out.is_empty(), "{out:?}");
-    assert!(h.audit.handover_reading.is_none(), "dropped at the revoke");
+    assert!(h.audit.handover.reading.is_none(), "dropped at the revoke");
 }
 
 /// Review 26b, G3: a revoke whose partition has a background handover read that finished
@@ -194,13 +194,13 @@ async fn a_revoke_holds_a_partition_whose_finished_read_was_not_taken() {
     let mut h = harness("");
     h.assign_and_read((0, 0), Vec::new()).await;
     let client = unreachable_handover();
-    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.audit.handover.link = Some(std::sync::Arc::new(client));
     let reading =
         crate::audit::hand_over::Reading::finished(vec![tp(0)], std::collections::HashMap::new());
     while !reading.is_finished() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    h.audit.handover_reading = Some(reading);
+    h.audit.handover.reading = Some(reading);
     // Held, nothing is published: the revoke does not wait out a publish to the broker
     // that never answers (10 s; before, it tried, then held it only for the failure).
     let started = std::time::Instant::now();
@@ -211,7 +211,7 @@ async fn a_revoke_holds_a_partition_whose_finished_read_was_not_taken() {
         took < std::time::Duration::from_secs(5),
         "the revoke tried to publish the partition ({took:?})"
     );
-    assert!(h.audit.handover_reading.is_none(), "dropped with it");
+    assert!(h.audit.handover.reading.is_none(), "dropped with it");
 }
 
 /// Review of format 3, F3 and R2: a partition resumed from its store because the handover
@@ -224,7 +224,7 @@ async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
     use crate::audit::retired_flow::Flow;
     let mut h = harness("");
     let client = unreachable_handover().with_owner("me".into());
-    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.audit.handover.link = Some(std::sync::Arc::new(client));
     h.assign_and_read((0, 0), expected(0..6)).await;
     h.audit.drop_reading(&[tp(0)]);
     let state = |version: u32, owner: &str| -> crate::handover::PartitionState {
@@ -234,10 +234,10 @@ async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
         .expect("a state")
     };
     for (version, owner) in [(3, "other"), (3, "me"), (2, "other")] {
-        h.audit.retired_flows.clear();
+        h.audit.handover.retired_flows.clear();
         let states = std::collections::HashMap::from([(tp(0), state(version, owner))]);
         h.audit.read_done(vec![tp(0)], Ok(states)).await;
-        let flow = h.audit.retired_flows.get(&tp(0));
+        let flow = h.audit.handover.retired_flows.get(&tp(0));
         assert!(
             matches!(flow, Some(Flow::Sweep(o)) if *o == crate::types::Offset::MIN),
             "format {version} of {owner}: {flow:?}"
@@ -258,12 +258,12 @@ async fn a_background_read_finding_a_state_sweeps_under_its_own_term_first() {
         h.store
             .set_importing("unread", AUDIT, &tp(0).topic, 0, Some(&mark))
             .expect("mark");
-        h.audit.retired_flows.clear();
+        h.audit.handover.retired_flows.clear();
         let mut st = state(3, owner);
         st.term = term;
         let states = std::collections::HashMap::from([(tp(0), st)]);
         h.audit.read_done(vec![tp(0)], Ok(states)).await;
-        let flow = h.audit.retired_flows.get(&tp(0));
+        let flow = h.audit.handover.retired_flows.get(&tp(0));
         let want = crate::audit::retired_flow::Source {
             term,
             owner: owner.to_string(),
@@ -367,7 +367,7 @@ async fn a_partition_owned_elsewhere_loses_its_progress_with_its_gaps() {
         "kept at the revoke (the partition may come straight back)"
     );
     let client = unreachable_handover();
-    h.audit.handover = Some(std::sync::Arc::new(client));
+    h.audit.handover.link = Some(std::sync::Arc::new(client));
     h.kafka
         .watermarks
         .lock()

@@ -98,7 +98,7 @@ async fn commits_that_disappear_hold_verdicts_and_report_the_group_down() {
     pipeline_loses_commits(&h);
     h.audit.round().await;
     assert_eq!(up(), 0, "the vanished commits are reported");
-    let hold = h.audit.pipeline.hold.clone().expect("a reason");
+    let hold = h.audit.watch.pipeline.hold.clone().expect("a reason");
     assert!(
         hold.contains("disappeared") && hold.contains("last commit seen 6"),
         "{hold}"
@@ -113,7 +113,7 @@ async fn commits_that_disappear_hold_verdicts_and_report_the_group_down() {
     pipeline_commits(&h, 10);
     h.audit.round().await;
     assert_eq!(up(), 1);
-    assert_eq!(h.audit.pipeline.hold, None);
+    assert_eq!(h.audit.watch.pipeline.hold, None);
     h.clock.advance(GRACE_MS + 1);
     h.audit.round().await;
     assert_eq!(h.counter(|m| &m.records_confirmed), 8);

@@ -55,7 +55,7 @@ const WORDS: &str = "Doris Stream Load doris_sink_example_db_dns_logs_0_7 (check
 #[tokio::test]
 async fn a_drop_in_flight_names_the_load_that_filtered_a_row() {
     let (_, gap, stored, kept) = gap_with(&[0, 1, 3, 4, 5], 1, |h, t0| {
-        h.audit.stream_load = Some(StreamLoadWatch::fixed(view(t0 + 1_500, i64::MAX), 0));
+        h.audit.evidence.stream_load = Some(StreamLoadWatch::fixed(view(t0 + 1_500, i64::MAX), 0));
     })
     .await;
     assert_eq!(gap, (2, 2, GapCause::DroppedInFlight));
@@ -71,13 +71,13 @@ async fn a_drop_in_flight_names_the_load_that_filtered_a_row() {
 #[tokio::test]
 async fn a_load_outside_the_window_or_a_skip_names_nothing() {
     let (_, gap, stored, _) = gap_with(&[0, 1, 3, 4, 5], 1, |h, t0| {
-        h.audit.stream_load = Some(StreamLoadWatch::fixed(view(t0 - 60_000, i64::MAX), 0));
+        h.audit.evidence.stream_load = Some(StreamLoadWatch::fixed(view(t0 - 60_000, i64::MAX), 0));
     })
     .await;
     assert_eq!(gap, (2, 2, GapCause::DroppedInFlight));
     assert_eq!(stored, None);
     let (_, gap, stored, _) = gap_with(&[0, 1, 4, 5], 2, |h, t0| {
-        h.audit.stream_load = Some(StreamLoadWatch::fixed(view(t0 + 1_500, i64::MAX), 0));
+        h.audit.evidence.stream_load = Some(StreamLoadWatch::fixed(view(t0 + 1_500, i64::MAX), 0));
     })
     .await;
     assert_eq!(gap, (2, 3, GapCause::SkippedByRestart));
@@ -94,7 +94,7 @@ async fn evidence_waits_for_the_fes_record_delay() {
         // Read after the step, but before the FE could list its loads; none listed yet.
         let mut early = view(t0 + 1_500, t0 + 10_000);
         early.history = History::default();
-        h.audit.stream_load = Some(StreamLoadWatch::fixed(early, DELAY_MS));
+        h.audit.evidence.stream_load = Some(StreamLoadWatch::fixed(early, DELAY_MS));
     })
     .await;
     let (gap, stored, kept) = the_gap(&h);
@@ -104,7 +104,7 @@ async fn evidence_waits_for_the_fes_record_delay() {
     h.clock.advance(40_000);
     h.audit.round().await;
     assert_eq!(the_gap(&h).1, None);
-    h.audit.stream_load = Some(StreamLoadWatch::fixed(
+    h.audit.evidence.stream_load = Some(StreamLoadWatch::fixed(
         view(t0 + 1_500, t0 + 2_000 + DELAY_MS + 1),
         DELAY_MS,
     ));
