@@ -135,6 +135,8 @@ impl GapCause {
 
 /// A maximal run of missing expected records in one partition, with no confirmed expected
 /// record between them. Identity: (audit, topic, partition, first offset at detection).
+/// One field per field of a gap in `/api/gaps`, the store and the CLI (SPEC's gap
+/// contract).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gap {
     /// `audit:topic:partition:first_offset[@epoch]` — deterministic, so a crash and a re-detection

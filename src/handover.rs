@@ -187,6 +187,8 @@ pub enum HandoverError {
 }
 
 /// What one owner knew about one partition, as published to the handover topic.
+/// One field per field of the handover record (a wire format other owners read), so it is
+/// as wide as what a partition's next owner needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartitionState {
     /// Record format version ([`VERSION`]).

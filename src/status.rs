@@ -242,6 +242,7 @@ impl StreamLoadEventStatus {
 }
 
 /// Status of one audit, as published after each round.
+/// One field per key of an audit in `/api/status` (SPEC): the API's shape, not state.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditStatus {
     /// Audit name.
@@ -335,6 +336,7 @@ fn complete_until<S: serde::Serializer>(c: &AuditCompleteness, s: S) -> Result<S
 }
 
 /// Status of one partition of an audit.
+/// One field per key of a partition in `/api/status` (SPEC): the API's shape, not state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PartitionStatus {
     /// Topic.

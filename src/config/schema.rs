@@ -287,6 +287,8 @@ fn default_offset_column() -> String {
 }
 
 /// `[[audits]]`: one (topics → sink table/index) pair being checked.
+/// One field per key of `[[audits]]` (SPEC's config contract); the sections are their own
+/// structs.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuditConfig {
@@ -693,6 +695,7 @@ impl MatchConfig {
 }
 
 /// `[audits.sink]`: where the pipeline writes.
+/// One field per key of `[audits.sink]` (SPEC's config contract).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {

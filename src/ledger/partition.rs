@@ -146,6 +146,8 @@ impl MissingRun {
 }
 
 /// The ledger's view of one gap (the audit turns it into a [`crate::gap::Gap`]).
+/// Every field of a gap the ledger persists and reports (the store's ledger item and the
+/// handover carry it whole).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GapRecord {
     /// First offset at detection: the gap's identity.

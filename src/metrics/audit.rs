@@ -85,6 +85,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The metrics of one audit.
+/// One handle per audit-level metric family, resolved at its first use so that later
+/// events cost no label lookup.
 pub struct AuditMetrics {
     families: Arc<Metrics>,
     audit: String,
@@ -277,6 +279,8 @@ impl AuditMetrics {
 }
 
 /// The metrics of one partition of one audit.
+/// One handle per partition-level metric family, resolved at its first use so that later
+/// events cost no label lookup.
 pub struct PartitionMetrics {
     families: Arc<Metrics>,
     /// audit, topic, partition.

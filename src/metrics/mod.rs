@@ -39,6 +39,8 @@ const QUERY_BUCKETS: &[f64] = &[
 ];
 
 /// All metric families of the auditor, registered on [`Metrics::registry`].
+/// One field per metric family SPEC names (they are the contract dashboards and alerts
+/// read), so the struct is as wide as the list of families.
 #[derive(Clone)]
 pub struct Metrics {
     /// The registry every family below is registered on; [`Metrics::render`] encodes it.

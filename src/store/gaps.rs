@@ -14,6 +14,7 @@ pub(super) const GAP_COLUMN_COUNT: usize = 21;
 
 /// A gap row as SQLite returns it, before timestamps and state are decoded (decoding errors
 /// are reported as [`StoreError::Corrupt`] with the gap id, not as a bare SQLite error).
+/// One field per column of [`GAP_COLUMNS`], in its order: the row is as wide as the table.
 pub(super) struct RawGap {
     pub(super) id: String,
     audit: String,

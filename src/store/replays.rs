@@ -5,6 +5,7 @@
 use super::*;
 
 /// One replay as the store keeps it: what was asked and what came of it.
+/// One field per column of the store's replay log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReplayRecord {
     /// When the replay finished.

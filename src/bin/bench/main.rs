@@ -47,6 +47,7 @@ use clap::Parser;
 use std::fmt::Write as _;
 use util::Row;
 
+/// The benchmark's command line: one field per flag.
 #[derive(Parser, Debug)]
 #[command(about = "gap-auditor throughput and memory benchmark")]
 struct Args {
