@@ -14,11 +14,12 @@
 //! both clamped to what Kafka holds.
 
 use crate::config::{AuditConfig, Config, MatchStrategy, SinkSpec, Validated};
-use crate::gap::{Gap, Offset, TopicPartition};
+use crate::gap::Gap;
 use crate::kafka::{client, range};
 use crate::ledger::{Observed, PartitionLedger, Verdict};
 use crate::record::{Decoder, RecordMeta, Tag};
 use crate::sink::{self, AnySink, Verifier};
+use crate::types::{Offset, TopicPartition};
 use crate::verify::Checker;
 use anyhow::{Context, bail};
 use appended::Appended;

@@ -37,7 +37,8 @@
 //! separate from the Kafka I/O ([`Handover`]) and unit-tested below.
 
 use crate::config::KafkaConfig;
-use crate::gap::{Gap, Offset, TopicPartition};
+use crate::gap::Gap;
+use crate::types::{Offset, TopicPartition};
 use chrono::{DateTime, Utc};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};

@@ -23,7 +23,8 @@
 //! The schema version lives in `PRAGMA user_version`; [`Store::open`] migrates forward and
 //! refuses a file written by a newer binary instead of misreading it.
 
-use crate::gap::{Gap, GapCause, GapState, Offset};
+use crate::gap::{Gap, GapCause, GapState};
+use crate::types::Offset;
 use chrono::{DateTime, SecondsFormat, Utc};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};

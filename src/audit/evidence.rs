@@ -11,9 +11,9 @@
 
 use super::Audit;
 use crate::gap::GapCause;
-use crate::gap::{Offset, TopicPartition};
 use crate::ledger::{GapRecord, PartitionLedger};
 use crate::sink::Verifier;
+use crate::types::{Offset, TopicPartition};
 
 /// Longest a new gap's evidence waits for a source's view to be read past its commit step:
 /// a JobManager or Connect worker coming back after a failover answers within seconds; one

@@ -6,10 +6,11 @@
 
 use super::persist::{ledger_head, with_topic_id};
 use super::{Audit, Part, blocking::blocking};
-use crate::gap::{Gap, Offset, TopicPartition};
+use crate::gap::Gap;
 use crate::handover::{self, PartitionState};
 use crate::sink::Verifier;
 use crate::store::PartitionProgress;
+use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -409,7 +410,7 @@ impl<V: Verifier> Audit<V> {
             };
             let key_claims: Vec<(Vec<String>, u64)> = match self.checker.book() {
                 Some(book) => {
-                    let mut keys: Vec<&crate::record::Key> = p.ledger.missing_keys().collect();
+                    let mut keys: Vec<&crate::types::Key> = p.ledger.missing_keys().collect();
                     keys.sort_unstable();
                     keys.dedup();
                     keys.into_iter()

@@ -17,8 +17,8 @@
 
 use super::client;
 use crate::config::KafkaConfig;
-use crate::gap::{Offset, TopicPartition};
 use crate::record::{Decoder, Tag};
+use crate::types::{Offset, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, Timestamp};

@@ -54,10 +54,9 @@
 //! interpreted in ONE place, [`classify`].
 
 use super::{RangeCount, SinkError, Verifier};
-use crate::gap::{Offset, TopicPartition};
 use crate::key_domain::KeyDomain;
 use crate::ledger::OffsetRun;
-use crate::record::Key;
+use crate::types::{Key, Offset, TopicPartition};
 use elasticsearch::auth::Credentials;
 use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::request::JsonBody;

@@ -51,9 +51,8 @@
 use super::sql::{self, KeyCompare, KeyRows, OffsetQuery};
 use super::tls::{self, TlsSettings};
 use super::{OffsetExtent, RangeCount, SinkError, Verifier};
-use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
-use crate::record::Key;
+use crate::types::{Key, Offset, TopicPartition};
 use mysql_async::prelude::{FromValue, Queryable};
 use mysql_async::{Opts, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts, Row, Value};
 use std::collections::HashMap;

@@ -13,14 +13,13 @@
 
 use crate::util::{Row, row, unique};
 use anyhow::{Context, Result, bail};
-use gap_auditor::gap::TopicPartition;
 use gap_auditor::ledger::KeyBook;
 use gap_auditor::ledger::{OffsetRun, Segment, Verdict};
-use gap_auditor::record::Key;
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
 use gap_auditor::sink::sql::{self, KeyCompare, KeyRows, OffsetQuery};
 use gap_auditor::sink::tls::TlsSettings;
 use gap_auditor::sink::{RangeCount, SinkError, Verifier};
+use gap_auditor::types::{Key, TopicPartition};
 use gap_auditor::verify::{self, KeyRound, Limits};
 use mysql_async::prelude::Queryable;
 use std::collections::BTreeSet;
