@@ -19,29 +19,17 @@
 //! - the in-process table of `gap-auditor demo`, through [`run_with`], so the demo repairs
 //!   with this code and not a copy of it.
 
-use crate::config::{
-    AuditConfig, Config, MatchStrategy, RecordFormat, Secret, SinkSpec, SqlSinkSpec,
-    StreamLoadSpec, Validated,
-};
-use crate::kafka::{client, range};
-use crate::key_semantics::KeySemantics;
+use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkSpec, Validated};
+use crate::kafka::range;
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
-use crate::record::RecordMeta;
-use crate::record::{Decoder, Tag};
-use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
-use crate::sink::memory::MemorySink;
-use crate::sink::sql;
-use crate::sink::stream_load::{self, StreamLoad};
-use crate::sink::tls::TlsSettings;
+use crate::record::{RecordMeta, Tag};
 use crate::sink::{AnySink, Verifier};
 use crate::store::Store;
 use crate::types::{Offset, TopicPartition};
 use crate::verify::Checker;
 use anyhow::{Context, bail};
 use rdkafka::consumer::Consumer;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use serde_json::{Map, Value};
+use rdkafka::message::{Header, Headers, Message};
 use std::collections::HashMap;
 use std::time::Duration;
 

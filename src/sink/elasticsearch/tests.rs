@@ -3,6 +3,8 @@
 //! count, search_after paging and errors; 8.x shapes, `_type` dropped where 8.x drops it).
 
 use super::*;
+use crate::sink::RangeCount;
+use crate::sink::elasticsearch::responses::push_counts;
 
 fn target() -> EsTarget {
     EsTarget {

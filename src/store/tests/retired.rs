@@ -2,7 +2,7 @@
 //! aggregate of the same gaps, and its operations are the ledger's rules.
 
 use super::super::*;
-use crate::gap::GapCause;
+use crate::gap::{Gap, GapCause};
 use crate::ledger::{GapRecord, RetiredGaps, RetiredOp};
 use std::collections::BTreeMap;
 
