@@ -5,7 +5,7 @@
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use gap_auditor::ledger::{Observed, PartitionLedger, PipelineCommits, Verdict};
-use gap_auditor::record::Key;
+use gap_auditor::types::Key;
 use std::hint::black_box;
 
 const N: i64 = 10_000;

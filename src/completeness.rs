@@ -25,7 +25,8 @@
 //! at an unknown time (a record without a timestamp, a range Kafka deleted unread) makes it
 //! unknown: nothing is proven, and the gauge is not exported.
 
-use crate::gap::{GapState, Offset};
+use crate::gap::GapState;
+use crate::types::Offset;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::config::KafkaConfig;
-use crate::gap::TopicPartition;
 use crate::kafka::{Lookup, range};
 use crate::record::{Decoder, FilterReason, RecordMeta, Tag};
+use crate::types::TopicPartition;
 use rdkafka::message::Message;
 
 /// Records sampled per partition, and partitions sampled per topic.

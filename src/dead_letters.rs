@@ -24,8 +24,8 @@
 //! the reader stops reading the dead-letter topic until floors free room, and verdicts
 //! wait for it (lag, never a false loss).
 
-use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
+use crate::types::{Offset, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 
 /// Kafka Connect's header naming the source record's topic.

@@ -15,14 +15,14 @@
 
 use crate::app;
 use crate::config::Config;
-use crate::gap::{Gap, GapCause, GapState, Offset};
+use crate::gap::{Gap, GapCause, GapState};
 use crate::metrics::Metrics;
-use crate::record::Key;
 use crate::replay::{self, Destination, Outcome};
 use crate::sink::AnySink;
 use crate::sink::memory::MemorySink;
 use crate::status::StatusBoard;
 use crate::store::{GapFilter, StateFilter, Store};
+use crate::types::{Key, Offset};
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;

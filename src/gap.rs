@@ -4,8 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-// The shared vocabulary (src/types.rs), kept at its old path.
-pub use crate::types::{Offset, TopicPartition};
+use crate::types::Offset;
 
 /// Lifecycle of a gap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -37,20 +37,17 @@
 //! separate from the Kafka I/O ([`Handover`]) and unit-tested below.
 
 use crate::config::KafkaConfig;
-use crate::gap::{Gap, Offset, TopicPartition};
+use crate::gap::Gap;
+use crate::types::{Offset, TopicPartition};
 use chrono::{DateTime, Utc};
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureProducer;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod codec;
 pub mod delta;
@@ -61,7 +58,6 @@ pub mod retired;
 pub use codec::{
     ChunkHeader, Latest, Slots, chunk_key, decode, delta_key, encode, key, newer, prefer_handover,
 };
-use codec::{KeyKind, chunk_value, fnv1a, parse_chunk, parse_key};
 pub use delta::{Chain, DeltaId, Rebuild, apply};
 pub use publish::{Plan, Published, plan, policy_warning, record_limit, side_policy_problem};
 pub use read::{Reassembler, lookup};

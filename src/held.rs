@@ -29,7 +29,8 @@ use std::sync::Arc;
 
 use crate::kafka::Tagged;
 use crate::ledger::KeyBook;
-use crate::record::{Decoder, Key, RecordMeta, SchemaRegistry, Tag};
+use crate::record::{Decoder, RecordMeta, SchemaRegistry, Tag};
+use crate::types::Key;
 
 /// Bytes of held record values (and Kafka keys) that weigh as much as `max_pending`
 /// records in the tail's flow control: with the registry down, an audit holds about this

@@ -19,7 +19,7 @@
 //! ```
 //!
 //! Every step speaks the shared vocabulary of `types`: `Offset`, `TopicPartition`, `Key`
-//! (also at their older paths `gap::` and `record::`).
+//! (only there: `gap::` and `record::` no longer re-export them).
 //!
 //! Threads and channels of `run`, one set per audit (`app` starts them, `audit` owns the
 //! loop; `main.rs` is a thin CLI over it):

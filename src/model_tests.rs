@@ -34,10 +34,9 @@
 //! before its record's look keeps the old claim (the ambiguity docs/SEMANTICS.md states).
 
 use crate::config::MatchStrategy;
-use crate::gap::{Offset, TopicPartition};
 use crate::ledger::{Observed, PartitionLedger, RecheckBudget, Snapshot};
-use crate::record::Key;
 use crate::sink::memory::MemorySink;
+use crate::types::{Key, Offset, TopicPartition};
 use crate::verify::Checker;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};

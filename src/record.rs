@@ -48,14 +48,13 @@ use serde_json::Value;
 pub use logical::TimestampFormat;
 
 mod doc_id;
-mod key;
 mod spec;
 mod text;
 
 use crate::key_domain::KeyDomain;
 use crate::template::{Piece as TemplatePiece, parse as parse_template};
+use crate::types::Key;
 use doc_id::build_id;
-pub use key::Key;
 pub use spec::{DecodeFormat, DecoderSpec, SchemaRegistry, decoder_for, schema_registry};
 use text::{Decoded, ascii_byte, split_ascii, split_quoted, strip_line_end};
 

@@ -20,29 +20,17 @@
 //!   with this code and not a copy of it.
 
 use crate::closed_range::{ClosedRange, DueRule};
-use crate::config::{
-    AuditConfig, Config, MatchStrategy, RecordFormat, Secret, SinkSpec, SqlSinkSpec,
-    StreamLoadSpec, Validated,
-};
-use crate::gap::{Offset, TopicPartition};
-use crate::kafka::{client, range};
-use crate::key_semantics::KeySemantics;
+use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkSpec, Validated};
+use crate::kafka::range;
 use crate::ledger::{OffsetRun, PartitionLedger};
-use crate::record::RecordMeta;
-use crate::record::{Decoder, Tag};
-use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
-use crate::sink::memory::MemorySink;
-use crate::sink::sql;
-use crate::sink::stream_load::{self, StreamLoad};
-use crate::sink::tls::TlsSettings;
+use crate::record::{RecordMeta, Tag};
 use crate::sink::{AnySink, Verifier};
 use crate::store::Store;
+use crate::types::{Offset, TopicPartition};
 use crate::verify::Checker;
 use anyhow::{Context, bail};
 use rdkafka::consumer::Consumer;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use serde_json::{Map, Value};
+use rdkafka::message::{Header, Headers, Message};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -464,7 +452,7 @@ fn claims_outside(
     audit: &str,
     target: &Target,
     ledger: &PartitionLedger,
-) -> Result<Vec<(crate::record::Key, u64)>, crate::store::StoreError> {
+) -> Result<Vec<(crate::types::Key, u64)>, crate::store::StoreError> {
     use std::collections::BTreeMap;
     // Another partition's unreadable state is no reason to refuse this one's replay; this
     // partition's is (the daemon's claims on its keys would be guessed).
@@ -502,7 +490,7 @@ fn claims_outside(
         }
         None => (0, Vec::new()),
     };
-    let mut inside: BTreeMap<crate::record::Key, u64> = BTreeMap::new();
+    let mut inside: BTreeMap<crate::types::Key, u64> = BTreeMap::new();
     for seg in ledger.pending_segments() {
         for (i, k) in seg.keys.iter().enumerate() {
             let o = seg.run.first + i as Offset;
@@ -511,7 +499,7 @@ fn claims_outside(
             *n += u64::from(confirmed_by_daemon);
         }
     }
-    let keys: Vec<crate::record::Key> = inside.keys().cloned().collect();
+    let keys: Vec<crate::types::Key> = inside.keys().cloned().collect();
     let packed: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
     let stored = store.key_confirmed(audit, &packed)?;
     Ok(keys

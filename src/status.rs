@@ -7,8 +7,8 @@
 //! callers redact sink error texts before they get here.
 
 use crate::completeness::AuditCompleteness;
-use crate::gap::Offset;
 use crate::key_domain::KeyDomain;
+use crate::types::Offset;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -23,11 +23,11 @@
 //! The schema version lives in `PRAGMA user_version`; [`Store::open`] migrates forward and
 //! refuses a file written by a newer binary instead of misreading it.
 
-use crate::gap::{Gap, GapCause, GapState, Offset};
+use crate::gap::GapState;
+use crate::types::Offset;
 use chrono::{DateTime, SecondsFormat, Utc};
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -45,9 +45,6 @@ mod replays;
 mod retired;
 mod schema;
 
-use gaps::{GAP_COLUMNS, RawGap};
-use items::{ItemError, read_items, replace_items, write_items};
-use keys::write_key_claims;
 pub use keys::{KeyClaims, StoredKeys};
 pub use listing::{GapCursor, GapPage, GapReader, MAX_PAGE};
 pub use replays::ReplayRecord;

@@ -1,8 +1,8 @@
 //! The shared vocabulary: the few types every layer speaks (the tail thread, the decoder,
 //! the ledger, verification, the sinks, the store, the API) — a Kafka offset, a
 //! topic-partition and a record's match key. Plain data and their own methods, nothing
-//! else, so that any module can use them without depending on another one's logic. The old
-//! paths (`gap::Offset`, `gap::TopicPartition`, `record::Key`) re-export them.
+//! else, so that any module can use them without depending on another one's logic. This is
+//! their one path: the old ones (`gap::Offset`, `gap::TopicPartition`, `record::Key`) are gone.
 //!
 //! [`Key`]'s unit tests are the decoder's (src/record/tests/key.rs and the packed-form
 //! round trip in src/record/tests/csv.rs): keys are built there.

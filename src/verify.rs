@@ -18,12 +18,11 @@
 //! Any error makes the whole partition's answer Unknown for the round: unknown is not missing.
 
 use crate::config::MatchStrategy;
-use crate::gap::{Offset, TopicPartition};
 use crate::ledger::{
     Applied, KeyBook, OffsetRun, PartitionLedger, RecheckBudget, Segment, Verdict, runs,
 };
-use crate::record::Key;
 use crate::sink::{RangeCount, SinkError, Verifier};
+use crate::types::{Key, Offset, TopicPartition};
 use futures::stream::{self, StreamExt, TryStreamExt};
 // foldhash, seeded per map: keys are record contents (see `ledger::sharded`).
 use foldhash::HashMap;

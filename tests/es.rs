@@ -382,10 +382,10 @@ async fn duplicates_never_hide_a_missing_record() {
 /// with 4 copies).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn listing_pages_exactly_against_the_server() {
-    use gap_auditor::gap::TopicPartition;
     use gap_auditor::ledger::OffsetRun;
     use gap_auditor::sink::Verifier;
     use gap_auditor::sink::elasticsearch::{ElasticsearchSink, EsAuth, EsTarget};
+    use gap_auditor::types::TopicPartition;
     let index = unique("es_list").to_lowercase();
     create_index(&index).await;
     let mut docs = Vec::new();
@@ -468,10 +468,10 @@ fn rejection<T: std::fmt::Debug>(r: Result<T, gap_auditor::sink::SinkError>) -> 
 /// answers as Elasticsearch's does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unmapped_or_text_fields_are_rejected_not_zero_found() {
-    use gap_auditor::gap::TopicPartition;
     use gap_auditor::ledger::OffsetRun;
-    use gap_auditor::record::Key;
     use gap_auditor::sink::Verifier;
+    use gap_auditor::types::Key;
+    use gap_auditor::types::TopicPartition;
     // Upper case and punctuation: an analyzed `text` field cannot match it with `term`.
     let topic = "Dns.Logs-1";
     let tp = TopicPartition::new(topic, 0);
@@ -539,9 +539,9 @@ async fn unmapped_or_text_fields_are_rejected_not_zero_found() {
 /// the next question is refused for the mapping, not answered from a stale check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_mapping_is_checked_again_after_an_error() {
-    use gap_auditor::gap::TopicPartition;
     use gap_auditor::ledger::OffsetRun;
     use gap_auditor::sink::Verifier;
+    use gap_auditor::types::TopicPartition;
     let index = unique("es_recheck").to_lowercase();
     create_index(&index).await;
     let docs: Vec<_> = (0..5i64)
@@ -631,8 +631,8 @@ async fn misspelt_offset_column_is_a_sink_error_not_loss() {
 /// field (a 400 for the whole batch would leave every key unknown, round after round).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn empty_key_values_match_empty_or_absent_fields() {
-    use gap_auditor::record::Key;
     use gap_auditor::sink::Verifier;
+    use gap_auditor::types::Key;
     use serde_json::json;
     let index = unique("es_empty_keys");
     let r = es_client()
@@ -774,8 +774,8 @@ async fn keys_over_ignore_above_are_unverifiable_never_missing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn key_field_mapping_is_read_over_every_index_of_a_pattern() {
     use gap_auditor::key_domain::{ColumnType, Unconvertible};
-    use gap_auditor::record::Key;
     use gap_auditor::sink::Verifier;
+    use gap_auditor::types::Key;
     use serde_json::json;
     let prefix = unique("es_kmap");
     for (suffix, limit) in [("a", 20), ("b", 50)] {

@@ -7,10 +7,10 @@
 //! state every range count is ONE request; after a failed question the next one checks
 //! the mapping again.
 
-use gap_auditor::gap::TopicPartition;
 use gap_auditor::ledger::OffsetRun;
 use gap_auditor::sink::Verifier;
 use gap_auditor::sink::elasticsearch::{ElasticsearchSink, EsAuth, EsTarget};
+use gap_auditor::types::TopicPartition;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

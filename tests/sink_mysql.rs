@@ -24,12 +24,11 @@
 //! (`GAP_AUDITOR_TEST_MYSQL_TLS`): a connection that succeeds there was encrypted.
 
 use gap_auditor::config::SinkTls;
-use gap_auditor::gap::TopicPartition;
 use gap_auditor::ledger::OffsetRun;
-use gap_auditor::record::Key;
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
 use gap_auditor::sink::tls::TlsSettings;
 use gap_auditor::sink::{OffsetExtent, SinkError, Verifier};
+use gap_auditor::types::{Key, TopicPartition};
 use mysql_async::prelude::Queryable;
 use std::path::PathBuf;
 use std::process::Command;

@@ -21,8 +21,8 @@
 //! (losses invented). A recreated topic whose new log already reached the old position is not
 //! seen at all without ids: it reads as the same log.
 
-use crate::gap::Offset;
 pub use crate::status::DivergenceNote;
+use crate::types::Offset;
 
 /// How a partition's log diverged from the one the auditor's position was taken on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,9 +14,9 @@ use super::connect::ConnectWatch;
 use super::flink::FlinkWatch;
 use super::stream_load::StreamLoadWatch;
 use crate::gap::GapCause;
-use crate::gap::{Offset, TopicPartition};
 use crate::ledger::{GapRecord, PartitionLedger};
 use crate::sink::Verifier;
+use crate::types::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 
 /// Longest a new gap's evidence waits for a source's view to be read past its commit step:

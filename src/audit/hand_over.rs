@@ -7,10 +7,11 @@
 use super::persist::{ledger_head, with_topic_id};
 use super::retired_flow;
 use super::{Audit, Part, blocking::blocking};
-use crate::gap::{Gap, Offset, TopicPartition};
+use crate::gap::Gap;
 use crate::handover::{self, Handover, PartitionState};
 use crate::sink::Verifier;
 use crate::store::PartitionProgress;
+use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -470,7 +471,7 @@ impl<V: Verifier> Audit<V> {
             };
             let key_claims: Vec<(Vec<String>, u64)> = match self.checker.book() {
                 Some(book) => {
-                    let mut keys: Vec<&crate::record::Key> = p.ledger.missing_keys().collect();
+                    let mut keys: Vec<&crate::types::Key> = p.ledger.missing_keys().collect();
                     keys.sort_unstable();
                     keys.dedup();
                     keys.into_iter()

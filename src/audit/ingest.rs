@@ -2,13 +2,13 @@
 //! the partition ledgers, counted once per partition and reason.
 
 use super::{Audit, Part};
-use crate::gap::TopicPartition;
 use crate::held::Held;
 use crate::kafka::Tagged;
 use crate::ledger::{KeyBook, Observed, PartitionLedger};
 use crate::metrics::{AuditMetrics, Ingested};
 use crate::record::{Decoder, FilterReason, Tag};
 use crate::sink::Verifier;
+use crate::types::TopicPartition;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 

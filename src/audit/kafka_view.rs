@@ -1,8 +1,8 @@
 //! What the audit loop asks of Kafka besides the tail's stream of records: blocking
 //! lookups, behind a trait so the loop's unit tests run without a broker.
 
-use crate::gap::{Offset, TopicPartition};
 use crate::kafka::{Lookup, PipelineReader};
+use crate::types::{Offset, TopicPartition};
 use rdkafka::error::KafkaError;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -16,7 +16,6 @@
 
 use crate::clock::Clock;
 use crate::config::{AuditConfig, KafkaConfig, MatchStrategy};
-use crate::gap::{Offset, TopicPartition};
 use crate::handover::Handover;
 use crate::held::Held;
 use crate::kafka::dead_letters::DeadLetters;
@@ -30,6 +29,7 @@ use crate::record::Decoder;
 use crate::sink::Verifier;
 use crate::status::StatusBoard;
 use crate::store::Store;
+use crate::types::{Offset, TopicPartition};
 use crate::verify::Checker;
 use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};

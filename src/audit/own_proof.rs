@@ -4,9 +4,9 @@
 //! another instance owned the partition, a store copied or restored from a backup) it
 //! imports them from the side topic as another owner's would be.
 
-use crate::gap::TopicPartition;
 use crate::handover::PartitionState;
 use crate::ledger::RetiredGaps;
+use crate::types::TopicPartition;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What the store proves of this owner's own format-3 states (`Audit::own_proofs`).

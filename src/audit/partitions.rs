@@ -5,13 +5,13 @@ use super::divergence::{Divergence, DivergenceNote, diverged};
 use super::starts::{Resolved, TopicIds, resolve_starts};
 use super::{Audit, KafkaView, Part, blocking::blocking};
 use crate::config::MatchStrategy;
-use crate::gap::{Offset, TopicPartition};
 use crate::handover;
 use crate::held::Held;
 use crate::kafka::Command;
 use crate::ledger::{KeyBook, PartitionLedger, Snapshot};
 use crate::sink::Verifier;
 use crate::store::PartitionProgress;
+use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::convert::Infallible;
@@ -635,7 +635,7 @@ impl<V: Verifier> Audit<V> {
             // are held as it had confirmed (max, never a sum: the counts may overlap ours).
             if let Some(book) = self.checker.book_mut() {
                 for (values, n) in &st.key_claims {
-                    book.claim_at_least(&crate::record::Key::new(values), *n);
+                    book.claim_at_least(&crate::types::Key::new(values), *n);
                 }
             }
             let row = PartitionProgress {
@@ -1040,7 +1040,7 @@ impl<V: Verifier> Audit<V> {
             Ok(stored) => {
                 let credits = stored
                     .into_iter()
-                    .filter_map(|(k, n)| Some((crate::record::Key::from_bytes(&k)?, n)));
+                    .filter_map(|(k, n)| Some((crate::types::Key::from_bytes(&k)?, n)));
                 if let Some(book) = self.checker.book_mut() {
                     book.load_credits(credits);
                 }
@@ -1066,7 +1066,7 @@ impl<V: Verifier> Audit<V> {
                 let keys = stored
                     .claims
                     .into_iter()
-                    .filter_map(|(k, c)| Some((crate::record::Key::from_bytes(&k)?, c)));
+                    .filter_map(|(k, c)| Some((crate::types::Key::from_bytes(&k)?, c)));
                 if let Some(book) = self.checker.book_mut() {
                     book.load(keys);
                     book.set_log_rows(stored.rows);

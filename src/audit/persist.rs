@@ -2,11 +2,12 @@
 //! the settled offsets to Kafka (store → handover → commit).
 
 use super::{Audit, GapLog, TRIM_AFTER_GAPS, blocking::blocking, ms_to_time};
-use crate::gap::{Gap, GapState, Offset, TopicPartition};
+use crate::gap::{Gap, GapState};
 use crate::kafka::Command;
 use crate::ledger::{Applied, ClaimsWrite, GapRecord, KeyBook, PartitionLedger};
 use crate::sink::Verifier;
 use crate::store::{KeyClaims, PartitionProgress};
+use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
@@ -154,7 +155,7 @@ impl<V: Verifier> Audit<V> {
             .unwrap_or_default();
         // Stand-in credits, kept with the confirmations they belong to (a restart between a
         // dead letter's record and its stand-in would report the stand-in lost).
-        let credits: Vec<(crate::record::Key, u64)> = self
+        let credits: Vec<(crate::types::Key, u64)> = self
             .checker
             .book()
             .map(KeyBook::credits_to_write)
@@ -328,7 +329,7 @@ impl<V: Verifier> Audit<V> {
             let Some(part) = self.parts.get_mut(&tp) else {
                 continue;
             };
-            let firsts: Vec<crate::gap::Offset> = part
+            let firsts: Vec<crate::types::Offset> = part
                 .ledger
                 .folded_unstored()
                 .iter()

@@ -3,9 +3,9 @@
 //! and stalls are reported, and verdicts are held back while the position cannot be seen.
 
 use super::{Audit, blocking::blocking};
-use crate::gap::{Offset, TopicPartition};
 use crate::routine_load::{JobReader, JobTrack, Reading};
 use crate::sink::Verifier;
+use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
 
 /// Whether the pipeline's position can be seen.

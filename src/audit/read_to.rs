@@ -6,7 +6,7 @@
 //! marker, like any other partition.
 
 use super::Part;
-use crate::gap::{Offset, TopicPartition};
+use crate::types::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 
 impl Part {

@@ -37,9 +37,10 @@
 //! these gaps were decided by their first owner.
 
 use super::{Audit, blocking::blocking};
-use crate::gap::{Gap, Offset, TopicPartition};
+use crate::gap::Gap;
 use crate::handover::retired::{self, ImportCursor};
 use crate::sink::Verifier;
+use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 

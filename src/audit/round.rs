@@ -3,9 +3,9 @@
 
 use super::{Audit, OFFSET_ROUND_RECORDS};
 use crate::config::MatchStrategy;
-use crate::gap::TopicPartition;
 use crate::ledger::{Applied, NextPiece, OffsetRun, Segment, Verdict};
 use crate::sink::{SinkError, Verifier};
+use crate::types::TopicPartition;
 use crate::verify::{KeyAsk, KeyRound};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -512,7 +512,7 @@ impl<V: Verifier> Audit<V> {
     /// Asked again in a smaller batch, a key can find rows its first batch gave another:
     /// more rows, never fewer, so this leans to "confirmed" as every re-check does; it is
     /// the one place where the verdicts can differ from asking one partition after another.
-    async fn count_again(&self, asked: &mut Asked, rechecked: &[crate::record::Key]) {
+    async fn count_again(&self, asked: &mut Asked, rechecked: &[crate::types::Key]) {
         let Some(Ok(counts)) = asked.answer.as_mut() else {
             return;
         };
@@ -536,7 +536,7 @@ impl<V: Verifier> Audit<V> {
         &mut self,
         tp: &TopicPartition,
         budget: crate::ledger::RecheckBudget,
-        rechecked: &mut Vec<crate::record::Key>,
+        rechecked: &mut Vec<crate::types::Key>,
     ) -> Result<Option<Applied>, SinkError> {
         let Some(part) = self.parts.get_mut(tp) else {
             return Ok(None);

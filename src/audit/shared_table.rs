@@ -13,11 +13,11 @@
 //! the same partitions leaves no trace here. Only `topic_column` rules it out; the docs say
 //! so (SEMANTICS "Verification").
 
+use super::Audit;
 use super::blocking::blocking;
-use super::{Audit, TopicPartition};
 use crate::config::MatchStrategy;
-use crate::gap::Offset;
 use crate::sink::{OffsetExtent, SinkError, Verifier};
+use crate::types::{Offset, TopicPartition};
 
 /// Where the look at the table stands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use super::KafkaView;
 use super::divergence::{Divergence, diverged};
 use crate::config::StartPosition;
-use crate::gap::{Offset, TopicPartition};
+use crate::types::{Offset, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 

@@ -15,7 +15,7 @@
 //! DescribeProducers/DescribeTransactions (KIP-664), so the transaction's producer is not
 //! named.
 
-use crate::gap::Offset;
+use crate::types::Offset;
 use serde::Serialize;
 
 /// An LSO standing below the log end with the auditor read up to it.

@@ -40,7 +40,7 @@ pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
             match topic.or_else(|| (topics.len() == 1).then(|| topics[0].clone())) {
                 Some(topic) => Ok(Target {
                     audit,
-                    tp: gap_auditor::gap::TopicPartition::new(topic, partition),
+                    tp: gap_auditor::types::TopicPartition::new(topic, partition),
                     first,
                     last,
                     gap_id: None,

@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::config::MatchStrategy;
-use crate::record::{Key, Unresolved};
+use crate::record::Unresolved;
 use crate::sink::memory::MemorySink;
+use crate::types::Key;
 
 const T: &str = "t";
 const GRACE: i64 = 10_000;

@@ -1,7 +1,10 @@
 //! The record format: keys, single documents, chunk headers and the two chunk slots of a
 //! partition (docs/SCALING.md, "Record format").
 
-use super::*;
+use super::{CHUNK_VERSION, HandoverError, PartitionState, VERSION};
+use crate::handover::delta::DeltaId;
+use crate::types::{Offset, TopicPartition};
+use serde::{Deserialize, Serialize};
 
 /// The key of a partition's state as a single record: `{audit}\0{topic}\0{partition}`,
 /// also the prefix of its chunks' keys ([`chunk_key`]). NUL cannot occur in an audit or

@@ -21,8 +21,11 @@
 //! base, and the old chain's deltas are deleted (tombstones) once it is acknowledged: what
 //! a takeover reads stays within about twice the partition's state.
 
-use super::*;
-use std::collections::{BTreeMap, BTreeSet};
+use super::PartitionState;
+use crate::gap::Gap;
+use crate::handover::codec::Slots;
+use crate::types::Offset;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Deltas below this many bytes in all never make a new base (a base of a few gaps would
 /// otherwise be rewritten every few rounds).

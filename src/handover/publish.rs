@@ -1,7 +1,26 @@
 //! Publishing: the plan of which records a state needs (single or a chunk set in the free
 //! slot, tombstones for what an older set left), and the produce that waits for every ack.
 
-use super::*;
+use super::{
+    CHUNK_VERSION, DEFAULT_MESSAGE_MAX_BYTES, FRAMING, Handover, HandoverError, MAX_SHRINKS,
+    MIN_CHUNK, PARTITION, PartitionState,
+};
+use crate::config::KafkaConfig;
+use crate::handover::codec::{
+    ChunkHeader, KeyKind, Latest, Slots, chunk_key, chunk_value, delta_key, encode, fnv1a, key,
+    parse_key,
+};
+use crate::handover::delta::{Chain, DeltaId};
+use crate::handover::retired;
+use crate::types::TopicPartition;
+use chrono::Utc;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureRecord};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// The record size limit the handover producer must respect: `message.max.bytes` as
 /// configured in `kafka.properties` (librdkafka refuses a larger record at enqueue), else
@@ -390,6 +409,8 @@ impl Handover {
     /// acknowledgement, chunks older sets left behind are deleted (tombstones; their failure
     /// only leaves garbage the reader ignores). `Err`: some state was not acknowledged
     /// ([`Handover::publish_each`] tells which).
+    ///
+    /// [`delta`]: crate::handover::delta
     pub async fn publish(&self, states: &[PartitionState]) -> Result<(), HandoverError> {
         match self.publish_each(states).await.error {
             Some(e) => Err(e),

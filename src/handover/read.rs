@@ -1,8 +1,20 @@
 //! Reading: the handover topic read to its end, and the latest complete state of each
 //! partition reassembled from single records and chunk sets.
 
-use super::*;
-use std::collections::{BTreeMap, HashSet};
+use super::{Handover, HandoverError, PARTITION, PartitionState, READ_TIMEOUT, owner_id};
+use crate::config::KafkaConfig;
+use crate::handover::codec::{
+    KeyKind, Latest, Slots, decode, fnv1a, key, newer, parse_chunk, parse_key,
+};
+use crate::handover::delta::{Chain, DeltaId, Rebuild};
+use crate::types::{Offset, TopicPartition};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// The set a chunk belongs to: everything its header says about the whole, so a chunk
 /// whose header disagrees is of another set.
@@ -196,6 +208,8 @@ impl Reassembler {
     /// what its base keys in handover partition 0 hold (for [`plan`]; every wanted partition
     /// has an entry), its chain there (never live: the next owner starts its own), and the
     /// partitions whose records make no usable state (with the reason).
+    ///
+    /// [`plan`]: crate::handover::publish::plan
     pub fn finish(self) -> Found {
         let mut states: HashMap<TopicPartition, PartitionState> = HashMap::new();
         let mut unusable: HashMap<TopicPartition, String> = HashMap::new();

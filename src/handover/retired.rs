@@ -18,8 +18,18 @@
 //! The pure parts (layout, encoding, validation) live here; the Kafka I/O is in
 //! [`Handover::publish_retired`] and [`Handover::read_retired`].
 
-use super::*;
-use std::collections::BTreeMap;
+use super::{Handover, HandoverError, PARTITION, is_zero};
+use crate::gap::Gap;
+use crate::handover::codec::key;
+use crate::types::{Offset, TopicPartition};
+use chrono::{DateTime, Utc};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::FutureRecord;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 /// Offsets per chunk. 64: a chunk of one-record gaps at every second offset (the densest a
 /// loss can be) holds 32 gaps, about 30 kB of JSON: within a 1 MB record limit by far, and
@@ -81,6 +91,9 @@ pub fn chunk_range(chunk: i64) -> (Offset, Offset) {
 /// [`PartitionState::owner`]), so a version written by anyone else (a zombie, a newer owner
 /// before its first state landed, another owner that computed the same term) never
 /// replaces the chunk a state counts, whatever compaction keeps.
+///
+/// [`PartitionState::term`]: super::PartitionState::term
+/// [`PartitionState::owner`]: super::PartitionState::owner
 pub fn chunk_key(audit: &str, tp: &TopicPartition, chunk: i64, term: u64, owner: &str) -> Vec<u8> {
     let mut k = key(audit, tp);
     k.extend_from_slice(format!("\0r\0{chunk}\0{term}\0{owner}").as_bytes());
@@ -125,6 +138,8 @@ pub struct RetiredChunk {
     /// The writer's ownership term of the partition ([`PartitionState::term`], stamped by
     /// [`Handover::publish_retired`]), also in the key ([`chunk_key`]): an import applies
     /// only versions of the term the state it took names.
+    ///
+    /// [`PartitionState::term`]: super::PartitionState::term
     #[serde(default, skip_serializing_if = "is_zero")]
     pub term: u64,
     /// When the owner wrote it (for operators only).
@@ -656,6 +671,8 @@ impl Handover {
 mod tests {
     use super::*;
     use crate::gap::GapState;
+    use crate::handover::FRAMING;
+    use crate::handover::codec::{delta_key, parse_key};
     use proptest::prelude::*;
 
     fn gap(first: Offset) -> Gap {

@@ -1,5 +1,6 @@
 use super::*;
 use crate::gap::GapState;
+use crate::handover::codec::{KeyKind, parse_key};
 use chrono::TimeZone;
 
 fn state(settled: Offset, at_s: i64) -> PartitionState {

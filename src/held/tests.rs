@@ -142,10 +142,10 @@ fn held_bytes_weigh_in_the_flow_control() {
 mod with_the_ledger {
     use super::*;
     use crate::audit::{Ledgers, ingest_batch};
-    use crate::gap::TopicPartition;
     use crate::ledger::PartitionLedger;
     use crate::metrics::{AuditMetrics, Metrics};
     use crate::record::registry::{RawSchema, SchemaType};
+    use crate::types::TopicPartition;
     use std::collections::BTreeMap;
 
     const SCHEMA: &str = r#"{"type":"record","name":"R","fields":[{"name":"a","type":"string"}]}"#;

@@ -19,7 +19,7 @@
 
 use super::HttpState;
 use crate::config::{KafkaConfig, Secret};
-use crate::gap::TopicPartition;
+use crate::types::TopicPartition;
 use bytes::Bytes;
 use hyper::StatusCode;
 use std::time::Duration;

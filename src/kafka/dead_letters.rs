@@ -30,8 +30,8 @@ use crate::config::KafkaConfig;
 use crate::dead_letters::{
     DeadLetterIndex, Ignored, MAX_DEAD_LETTERS, Unplaced, parse_headers, written_by,
 };
-use crate::gap::{Offset, TopicPartition};
 use crate::metrics::Metrics;
+use crate::types::{Offset, TopicPartition};
 use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers};
@@ -300,7 +300,7 @@ impl Reader {
 
     fn take(
         &mut self,
-        named: Result<(crate::gap::TopicPartition, Offset), Ignored>,
+        named: Result<(crate::types::TopicPartition, Offset), Ignored>,
         partition: i32,
         at: Offset,
     ) {

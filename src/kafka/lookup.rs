@@ -7,7 +7,7 @@
 
 use super::client;
 use crate::config::KafkaConfig;
-use crate::gap::{Offset, TopicPartition};
+use crate::types::{Offset, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset as KOffset, TopicPartitionList};

@@ -4,8 +4,8 @@
 //! `group.id` only names it in the broker's logs.
 
 use crate::config::KafkaConfig;
-use crate::gap::{Offset, TopicPartition};
 use crate::kafka::client;
+use crate::types::{Offset, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message, Timestamp};
 use rdkafka::{Offset as KOffset, TopicPartitionList};

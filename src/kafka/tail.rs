@@ -17,15 +17,10 @@
 
 use super::client;
 use crate::config::KafkaConfig;
-use crate::gap::{Offset, TopicPartition};
 use crate::record::{Decoder, Tag};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Message, Timestamp};
-use rdkafka::statistics::Statistics;
-use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientContext, Offset as KOffset, TopicPartitionList};
-use std::collections::{HashMap, HashSet, VecDeque};
+use crate::types::{Offset, TopicPartition};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -40,9 +35,7 @@ mod rebalance;
 mod thread;
 
 pub use flow::Flow;
-use flow::{Pressure, plan};
-use positions::{commit, held, reposition, start_at};
-use queue::{MessageQueue, View};
+use queue::MessageQueue;
 use read_to::ReadTo;
 use rebalance::TailContext;
 use thread::{Backpressure, Tail};

@@ -12,7 +12,7 @@
 //! the audit holds every verdict back while the group cannot be read or has no commit at all
 //! (a misspelt name must never page "data loss"); see [`PipelineCommits::set_time_rule`].
 
-use crate::gap::Offset;
+use crate::types::Offset;
 use std::collections::VecDeque;
 
 /// Where the due boundary lies for one partition at one instant.

@@ -39,7 +39,7 @@
 use super::PartitionLedger;
 use super::sharded::ShardedMap;
 use crate::key_semantics::KeySemantics;
-use crate::record::Key;
+use crate::types::Key;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as Slot;
 use std::collections::VecDeque;

@@ -19,8 +19,8 @@
 
 use super::due::{CommitStep, PipelineCommits};
 use super::runs::OffsetRun;
-use crate::gap::{GapCause, Offset};
-use crate::record::Key;
+use crate::gap::GapCause;
+use crate::types::{Key, Offset};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -219,13 +219,13 @@ impl GapRecord {
     }
 
     /// The gap's id ([`crate::gap::Gap::make_id_in`]).
-    pub fn id(&self, audit: &str, tp: &crate::gap::TopicPartition) -> String {
+    pub fn id(&self, audit: &str, tp: &crate::types::TopicPartition) -> String {
         crate::gap::Gap::make_id_in(audit, &tp.topic, tp.partition, self.first, self.epoch)
     }
 
     /// The gap as reported (API, store, CLI). `unrecoverable_at` is when the log start was
     /// seen passing it; callers that know the topic's retention fill in the deadline.
-    pub fn to_gap(&self, audit: &str, tp: &crate::gap::TopicPartition) -> crate::gap::Gap {
+    pub fn to_gap(&self, audit: &str, tp: &crate::types::TopicPartition) -> crate::gap::Gap {
         use crate::gap::{Gap, GapState};
         use chrono::{TimeZone, Utc};
         let time = |ms: i64| Utc.timestamp_millis_opt(ms).single();

@@ -1,7 +1,7 @@
 //! Inclusive offset runs and sorted sets of them: the unit the ledger, the verifier and the
 //! SQL builder talk in, so that memory and query counts grow with runs, not with records.
 
-use crate::gap::Offset;
+use crate::types::Offset;
 use serde::{Deserialize, Serialize};
 
 /// An inclusive run of offsets `first..=last` (`first <= last`).

@@ -2,8 +2,7 @@
 //! compare the ledger with a brute-force model of SPEC's gap definition.
 
 use super::*;
-use crate::gap::Offset;
-use crate::record::Key;
+use crate::types::{Key, Offset};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 

@@ -8,9 +8,9 @@
 //! drop their handle with them.
 
 use super::Metrics;
-use crate::gap::TopicPartition;
 use crate::ledger::Applied;
 use crate::record::FilterReason;
+use crate::types::TopicPartition;
 use prometheus::{Gauge, Histogram, IntCounter, IntGauge};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

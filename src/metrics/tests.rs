@@ -530,7 +530,7 @@ fn the_reference_check_notices_a_missing_an_invented_and_a_wrong_row() {
 #[test]
 fn the_audit_facade_exports_again_what_it_removed() {
     use super::audit::{AuditMetrics, PartitionGauges};
-    use crate::gap::TopicPartition;
+    use crate::types::TopicPartition;
     let families = std::sync::Arc::new(Metrics::new());
     let m = AuditMetrics::new(families.clone(), "a");
     let tp = TopicPartition::new("t".to_string(), 0);
@@ -635,7 +635,7 @@ fn the_audit_facade_exports_again_what_it_removed() {
 fn every_confirmed_record_is_one_visibility_observation() {
     let m = std::sync::Arc::new(Metrics::new());
     let a = AuditMetrics::new(m.clone(), "a");
-    let p = a.partition(&crate::gap::TopicPartition::new("t", 0));
+    let p = a.partition(&crate::types::TopicPartition::new("t", 0));
     let applied = crate::ledger::Applied {
         confirmed: 5,
         confirmed_ts: vec![(Some(1_000), 3), (None, 1), (Some(3_500), 1)],

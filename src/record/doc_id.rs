@@ -1,7 +1,8 @@
 //! `doc_id` matching: the id of one record rendered from its parsed `{name}` template
 //! ([`crate::template`]).
 
-use super::*;
+use super::{FilterReason, IdPart, RecordMeta};
+use crate::record::text::Decoded;
 
 /// Renders a document id; a field or Kafka key that is absent or empty filters the record,
 /// a Kafka key that is not UTF-8 makes it undecodable.

@@ -28,10 +28,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
-use crate::config::{SchemaRegistryConfig, Secret};
-
 /// The first byte of a Confluent-framed value.
 pub const MAGIC: u8 = 0;
 /// Magic byte plus schema id.

@@ -1,7 +1,10 @@
 //! What to decode: the record format and fields of an audit, read from its config, and the
 //! decoder (with its schema registry) that `run`, `check` and `replay` all build from it.
 
-use super::*;
+use super::{Compiled, Decoder, RecordError};
+use crate::record::logical::TimestampFormat;
+use crate::record::{avro, protobuf, registry};
+use std::sync::Arc;
 
 /// The schema registry of an audit, caching compiled schemas by id.
 pub type SchemaRegistry = registry::Registry<Compiled>;

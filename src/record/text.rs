@@ -1,7 +1,9 @@
 //! The text formats: a record decoded as CSV fields, a JSON document or a raw value, and the
 //! field lookups the filters, keys and ids read from it.
 
-use super::*;
+use super::Locator;
+use serde_json::Value;
+use std::borrow::Cow;
 
 /// A record value after format decoding, before filtering.
 pub(super) enum Decoded<'a> {

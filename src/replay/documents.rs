@@ -1,7 +1,17 @@
 //! `--to-sink` for document sinks: Elasticsearch bulk creates and Doris Stream Load, with the
 //! document each record becomes.
 
-use super::*;
+use super::{Outcome, Record, Replayed, Target};
+use crate::config::{
+    AuditConfig, MatchStrategy, RecordFormat, Secret, SqlSinkSpec, StreamLoadSpec,
+};
+use crate::sink::elasticsearch::{BulkCreate, ElasticsearchSink};
+use crate::sink::stream_load::{self, StreamLoad};
+use crate::sink::tls::TlsSettings;
+use crate::types::Offset;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::time::Duration;
 
 /// Bulk requests carry at most this many documents.
 const BULK_DOCS: usize = 500;

@@ -2,9 +2,12 @@
 //! mark, the replay itself, and its row in the store's replay log. `gap-auditor replay` and
 //! `gap-auditor demo` both come through here, so they record a replay the same way.
 
-use super::guard::{check_again, check_audited_keys, check_destination};
-use super::*;
-use crate::store::ReplayRecord;
+use super::{Destination, Outcome, ReplayError, Replayed, Target, replay};
+use crate::config::{Config, MatchStrategy, SinkSpec};
+use crate::replay::guard::{check_again, check_audited_keys, check_destination};
+use crate::sink::AnySink;
+use crate::store::{ReplayRecord, Store};
+use anyhow::Context;
 
 /// One replay as asked: what, where, and how.
 #[derive(Debug, Clone)]

@@ -1,9 +1,16 @@
 //! `--to-sink`: the missing records written where the audit checks them, by sink kind (SQL
 //! insert, the in-memory table, or the document sinks of `documents`).
 
-use super::documents::{csv_columns, to_elasticsearch, to_stream_load};
-use super::topic::all_failed;
-use super::*;
+use super::{Outcome, Record, Replayed, Target};
+use crate::config::{AuditConfig, MatchStrategy, SinkSpec};
+use crate::key_semantics::KeySemantics;
+use crate::record::{Decoder, RecordMeta, Tag};
+use crate::replay::documents::{csv_columns, to_elasticsearch, to_stream_load};
+use crate::replay::topic::all_failed;
+use crate::sink::memory::MemorySink;
+use crate::sink::{AnySink, Verifier, sql};
+use crate::types::Offset;
+use std::collections::HashMap;
 
 /// Writes the records into the audit's sink (the client, and the spec it was built from):
 /// Elasticsearch `_bulk`, Doris Stream Load, or SQL `INSERT`s.

@@ -269,7 +269,7 @@ fn a_partition_item_of_the_wrong_shape_refuses_rather_than_guessing_claims() {
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let key = crate::record::Key::new(["1.2.3.4", "a.com"]);
+    let key = crate::types::Key::new(["1.2.3.4", "a.com"]);
     let gap = |o: i64| {
         json!({"first": o, "last": o, "missing": 1, "size_known": true,
                "min_ts": null, "max_ts": null, "detected_ms": 1})

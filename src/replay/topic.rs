@@ -1,6 +1,11 @@
 //! `--to-topic`: the missing records re-produced, bytes, key, headers and timestamp as read.
 
-use super::*;
+use super::{ORIGIN_HEADER, Outcome, Record, TIMEOUT, Target};
+use crate::config::Config;
+use crate::kafka::client;
+use anyhow::Context;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 
 /// Re-produces key, value, headers and timestamp, plus the origin header, with an
 /// idempotent producer.

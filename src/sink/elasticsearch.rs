@@ -52,12 +52,13 @@
 //! not exist is reported as such, never as "everything missing". Answers with failed shards
 //! or `timed_out: true` are incomplete, hence unknown. Every status and error body is
 //! interpreted in ONE place, [`classify`].
+//!
+//! [`Verifier::key_domain`]: super::Verifier::key_domain
 
-use super::{RangeCount, SinkError, Verifier};
-use crate::gap::{Offset, TopicPartition};
+use super::SinkError;
 use crate::key_domain::KeyDomain;
 use crate::ledger::OffsetRun;
-use crate::record::Key;
+use crate::types::{Key, Offset, TopicPartition};
 use elasticsearch::auth::Credentials;
 use elasticsearch::cert::{Certificate, CertificateValidation};
 use elasticsearch::http::request::JsonBody;
@@ -67,10 +68,10 @@ use elasticsearch::indices::IndicesGetFieldMappingParts;
 use elasticsearch::{
     BulkParts, CountParts, Elasticsearch, FieldCapsParts, MgetParts, MsearchParts, SearchParts,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 mod errors;
@@ -81,7 +82,7 @@ mod responses;
 mod verifier;
 
 pub use errors::{classify, classify_error};
-use errors::{describe, multi_index_refusal, prefix, snippet, transport_error};
+use errors::{multi_index_refusal, prefix, snippet, transport_error};
 pub use key_mapping::{
     DYNAMIC_IGNORE_ABOVE, FieldFacts, KeyFieldMapping, key_domain_of, parse_field_mappings,
 };
@@ -94,7 +95,7 @@ pub use responses::{
     BulkCreate, BulkItemError, Page, bulk_item_errors, next_page, parse_bulk_create, parse_count,
     parse_keys, parse_mget, parse_msearch, parse_page,
 };
-use responses::{check_complete, hits_of, push_counts, total_hits};
+use responses::{check_complete, hits_of, total_hits};
 
 /// Offsets covered by one histogram search: at most this many buckets per search, within the
 /// default `search.max_buckets` of Elasticsearch 7.x and OpenSearch (65,535).

@@ -2,9 +2,8 @@
 //! unit tests of the verification algorithms. Not for production use.
 
 use super::{RangeCount, SinkError, Verifier};
-use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
-use crate::record::Key;
+use crate::types::{Key, Offset, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

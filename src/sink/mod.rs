@@ -10,10 +10,9 @@ pub mod stream_load;
 pub mod tls;
 
 use crate::config::{EsAuthSpec, Secret, SecretSource, SinkSpec, SqlTls};
-use crate::gap::{Offset, TopicPartition};
 use crate::key_domain::KeyDomain;
 use crate::ledger::OffsetRun;
-use crate::record::Key;
+use crate::types::{Key, Offset, TopicPartition};
 use anyhow::Context;
 use elasticsearch::{ElasticsearchSink, EsAuth, EsTarget};
 use memory::MemorySink;

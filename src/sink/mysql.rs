@@ -49,12 +49,11 @@
 //! typed `query::<(i64, i64)>` panics on a value it cannot convert).
 
 use super::sql::{self, KeyCompare, KeyRows, OffsetQuery};
-use super::tls::{self, TlsSettings};
+use super::tls::TlsSettings;
 use super::{OffsetExtent, RangeCount, SinkError, Verifier};
-use crate::gap::{Offset, TopicPartition};
 use crate::ledger::OffsetRun;
-use crate::record::Key;
-use mysql_async::prelude::{FromValue, Queryable};
+use crate::types::{Key, Offset, TopicPartition};
+use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts, Row, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,11 @@
 //! The acknowledgement log: operator acks, and the ordered log the daemon reads a round at a
 //! time.
 
-use super::*;
+use super::{Store, StoreError, fmt_ts};
+use crate::gap::Gap;
+use crate::store::gaps::{GAP_COLUMNS, RawGap};
+use chrono::Utc;
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 impl Store {
     /// Marks a gap acknowledged with the operator's reason (stops its alert). A later

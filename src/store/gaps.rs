@@ -1,7 +1,12 @@
 //! Gap rows: listing, lookup and the state changes of the CLI commands (`replay`,
 //! `unrecoverable`, `forget`), with the row decoding that names the gap on corruption.
 
-use super::*;
+use super::{ALL_STATES, GapFilter, StateFilter, Store, StoreError, fmt_ts, parse_ts};
+use crate::gap::{Gap, GapCause, GapState};
+use crate::types::Offset;
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use std::path::Path;
 
 /// Column list shared by every gap query, in [`RawGap::from_row`] order.
 pub(super) const GAP_COLUMNS: &str = "id, audit, topic, partition, first_offset, last_offset, \

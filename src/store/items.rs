@@ -1,7 +1,9 @@
 //! Ledger items: the missing runs and gaps of a stored ledger, one row each in
 //! `ledger_items`, so a round rewrites only what changed instead of the whole ledger JSON.
 
-use super::*;
+use super::{LedgerItems, StoreError};
+use rusqlite::{Connection, params};
+use std::path::Path;
 
 /// `ledger_items.kind` of a missing run.
 const ITEM_MISSING: i64 = 0;

@@ -8,11 +8,13 @@
 //! still read, so a v8 file needs no data migration, and they go with the audit's first
 //! whole write.
 
-use super::key_chunk;
-use super::*;
+use super::{Store, StoreError};
+use crate::store::key_chunk;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 use rusqlite::types::ValueRef;
+use rusqlite::{Connection, Transaction, params};
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 
 /// Claims a `key_chunks` row holds at most. One row per claim cost ~1 µs a claim, nearly

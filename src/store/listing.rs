@@ -25,10 +25,13 @@
 //! client that reads a streamed listing slowly holds no SQLite snapshot while it stalls, so
 //! the WAL checkpoint is not held back by it.
 
-use super::gaps::decode_gap;
-use super::*;
-use rusqlite::OpenFlags;
+use super::{ALL_STATES, BUSY_TIMEOUT, GapFilter, StateFilter, StoreError, fmt_ts};
+use crate::gap::Gap;
+use crate::store::gaps::{GAP_COLUMNS, RawGap, decode_gap};
+use chrono::{DateTime, Utc};
 use rusqlite::types::Value;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::path::{Path, PathBuf};
 
 /// The largest page a reader may ask for (`limit`): ~500 B of JSON a gap, so a page's
 /// answer stays under ~5 MB however many gaps are stored.
@@ -155,6 +158,9 @@ pub(super) fn page_sql(
 impl GapReader {
     /// Opens `path` (the store file, [`Store::path`]) read-only. The file must exist and be
     /// at this binary's schema: open the [`Store`] first, which migrates it.
+    ///
+    /// [`Store`]: super::Store
+    /// [`Store::path`]: super::Store::path
     pub fn open(path: &Path) -> Result<GapReader, StoreError> {
         let sq = |context: &str| {
             let path = path.to_path_buf();

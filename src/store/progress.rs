@@ -1,7 +1,12 @@
 //! Rounds and progress: one transaction per verify round (gaps, partition progress, key
 //! counts), and the progress a restart resumes from.
 
-use super::*;
+use super::{PartitionProgress, ProgressProblem, Store, StoreError, StoredProgress, fmt_ts};
+use crate::gap::Gap;
+use crate::store::items::{ItemError, read_items, replace_items, write_items};
+use crate::store::keys::{KeyClaims, write_key_claims};
+use chrono::{DateTime, Utc};
+use rusqlite::{TransactionBehavior, params};
 
 impl Store {
     /// Writes one verify round in one transaction: upserts `gaps` by id and the per-partition

@@ -2,7 +2,11 @@
 //! when and where a gap was replayed and what came of it, and a second replay of a gap the
 //! daemon has not confirmed yet can say so when it refuses.
 
-use super::*;
+use super::{Store, StoreError, fmt_ts};
+use crate::types::Offset;
+use chrono::{DateTime, Utc};
+use rusqlite::{OptionalExtension, params};
+use serde::Serialize;
 
 /// One replay as the store keeps it: what was asked and what came of it.
 /// One field per column of the store's replay log.

@@ -2,10 +2,16 @@
 //! the store can make to them, and the aggregate the ledger keeps of them
 //! ([`crate::ledger::RetiredGaps`]), counted in one query, never by loading every row.
 
-use super::*;
+use super::{Store, StoreError, fmt_ts, parse_ts};
 use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
+use crate::gap::{Gap, GapState};
 use crate::ledger::{RetiredGaps, RetiredOp};
-use chrono::TimeZone;
+use crate::store::gaps::{GAP_COLUMNS, RawGap};
+use crate::store::keys::KeyClaims;
+use crate::types::Offset;
+use chrono::{TimeZone, Utc};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use std::path::Path;
 
 /// Which rows of a partition count: retired, with records missing or dead-lettered, not
 /// acknowledged (an acknowledged gap left the ledger's answers; late and repaired ones have

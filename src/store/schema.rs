@@ -1,7 +1,10 @@
 //! The schema and its migrations: one SQL batch per version, applied in order by
 //! [`Store::open`] inside one IMMEDIATE transaction.
 
-use super::*;
+use super::StoreError;
+use crate::store::items::{ItemError, replace_items};
+use rusqlite::{Connection, params};
+use std::path::Path;
 
 /// Schema version this binary writes (`PRAGMA user_version`).
 pub(super) const SCHEMA_VERSION: i32 = 17;

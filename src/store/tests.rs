@@ -1,5 +1,7 @@
 use super::*;
+use crate::gap::{Gap, GapCause};
 use chrono::TimeZone;
+use rusqlite::params;
 use serde_json::json;
 
 fn ts(secs: i64) -> DateTime<Utc> {

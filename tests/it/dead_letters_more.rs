@@ -328,7 +328,7 @@ async fn checks_dead_letter_reader_reads_each_record_once() {
     })
     .await
     .expect("task");
-    let tp = gap_auditor::gap::TopicPartition::new(topic.as_str(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(topic.as_str(), 0);
     assert_eq!(reader.records_read(), 5);
     assert_eq!(reader.index().len(), 4, "99 lies beyond the log end");
     for o in [5, 6] {

@@ -6,8 +6,9 @@
 use crate::support::*;
 use chrono::Utc;
 use gap_auditor::config::KafkaConfig;
-use gap_auditor::gap::{Gap, TopicPartition};
+use gap_auditor::gap::Gap;
 use gap_auditor::handover::{Handover, PartitionState, VERSION, apply, delta_key, key};
+use gap_auditor::types::TopicPartition;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

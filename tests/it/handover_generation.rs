@@ -6,8 +6,8 @@
 use crate::support::*;
 use chrono::{Duration as ChronoDuration, Utc};
 use gap_auditor::config::KafkaConfig;
-use gap_auditor::gap::TopicPartition;
 use gap_auditor::handover::{Handover, PartitionState, VERSION};
+use gap_auditor::types::TopicPartition;
 use std::sync::Arc;
 
 const AUDIT: &str = "gen";

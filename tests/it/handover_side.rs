@@ -5,9 +5,10 @@
 use crate::support::*;
 use chrono::Utc;
 use gap_auditor::config::KafkaConfig;
-use gap_auditor::gap::{Gap, TopicPartition};
+use gap_auditor::gap::Gap;
 use gap_auditor::handover::retired::{self, ImportCursor, chunk_key, side_topic};
 use gap_auditor::handover::{Handover, HandoverError};
+use gap_auditor::types::TopicPartition;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use std::sync::Arc;
 use std::time::Duration;

@@ -686,9 +686,9 @@ async fn select_round_trip(conn: &mut mysql_async::Conn, corpus: &[String], nbe:
 /// differ only in trailing spaces stay distinct.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escaper_round_trips_hostile_strings_through_mariadb() {
-    use gap_auditor::record::Key;
     use gap_auditor::sink::Verifier;
     use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
+    use gap_auditor::types::Key;
     use mysql_async::prelude::Queryable;
     const RANDOM: usize = 5_000;
     let corpus = escaper_corpus(RANDOM);

@@ -18,10 +18,10 @@
 
 use crate::faults::Rng;
 use crate::support::*;
-use gap_auditor::record::Key;
 use gap_auditor::sink::Verifier;
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
 use gap_auditor::sink::sql::{self, KeyCompare, KeyRows};
+use gap_auditor::types::Key;
 use mysql_async::prelude::Queryable;
 use std::time::Duration;
 

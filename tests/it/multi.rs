@@ -892,7 +892,7 @@ async fn two_thousand_gaps_hand_over_through_a_100_kb_record_limit() {
             ..Default::default()
         };
         let h = gap_auditor::handover::Handover::new(&k, &handover).expect("handover client");
-        let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+        let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
         let tps = vec![tp.clone()];
         tokio::task::spawn_blocking(move || h.read("dns_logs", &tps))
             .await

@@ -5,9 +5,9 @@
 
 use crate::faults::Rng;
 use crate::support::*;
-use gap_auditor::gap::TopicPartition;
 use gap_auditor::ledger::{OffsetRun, Segment, Verdict, runs};
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
+use gap_auditor::types::TopicPartition;
 use gap_auditor::verify::{self, Limits};
 use mysql_async::prelude::Queryable;
 use std::collections::BTreeSet;

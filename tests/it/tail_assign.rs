@@ -16,9 +16,9 @@
 
 use crate::support::*;
 use gap_auditor::config::KafkaConfig;
-use gap_auditor::gap::TopicPartition;
 use gap_auditor::kafka::tail::{self, Command, TailEvent, TailHandle};
 use gap_auditor::record::{DecodeFormat, Decoder, DecoderSpec};
+use gap_auditor::types::TopicPartition;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset as KOffset, TopicPartitionList};
 use std::sync::{Arc, Mutex};

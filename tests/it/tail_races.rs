@@ -19,8 +19,8 @@
 use crate::support::*;
 use crate::tail_assign::{decoder, kafka_config, wait_for};
 use gap_auditor::config::KafkaConfig;
-use gap_auditor::gap::TopicPartition;
 use gap_auditor::kafka::tail::{self, Command, TailEvent};
+use gap_auditor::types::TopicPartition;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -10,7 +10,8 @@ use crate::connect_evidence::{ConnectView, History};
 use crate::evidence_http::SourceState;
 use crate::flink_evidence::rest::{CheckpointStats, JobOverview};
 use crate::flink_evidence::{FlinkView, History as FlinkHistory};
-use crate::gap::{GapCause, Offset};
+use crate::gap::GapCause;
+use crate::types::Offset;
 
 /// Between two polls of the view, ms.
 pub(super) const POLL_MS: i64 = 1_000;

@@ -2,8 +2,9 @@
 //! records it names are dead-lettered, not lost.
 
 use super::harness::*;
-use crate::gap::{GapState, TopicPartition};
+use crate::gap::GapState;
 use crate::kafka::dead_letters::DeadLetters;
+use crate::types::TopicPartition;
 use std::sync::Arc;
 
 #[tokio::test]

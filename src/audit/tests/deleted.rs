@@ -3,9 +3,10 @@
 //! 8 and 12).
 
 use super::harness::*;
-use crate::gap::{GapState, Offset};
+use crate::gap::GapState;
 use crate::kafka::Tagged;
 use crate::record::Tag;
+use crate::types::Offset;
 
 /// Offsets Kafka deleted unread on partition 0 in the tests below: `0..DELETED`.
 const DELETED: Offset = 1_000_000;

@@ -5,9 +5,9 @@
 //! are in the sink), and says so (WARN, `gap_auditor_log_divergences_total`, `/api/status`).
 
 use super::harness::*;
-use crate::gap::Offset;
 use crate::kafka::{Tagged, TailEvent};
-use crate::record::{Key, Tag};
+use crate::record::Tag;
+use crate::types::{Key, Offset};
 use std::sync::Arc;
 
 fn key(k: &str) -> Key {

@@ -6,7 +6,8 @@ use crate::audit::flink::FlinkWatch;
 use crate::flink_evidence::history::rfc3339;
 use crate::flink_evidence::rest::{CheckpointStats, JobOverview};
 use crate::flink_evidence::{FlinkView, History, SourceState};
-use crate::gap::{GapCause, Offset};
+use crate::gap::GapCause;
+use crate::types::Offset;
 
 fn pipeline_commits(h: &Harness, to: Offset) {
     h.kafka

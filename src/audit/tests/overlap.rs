@@ -4,10 +4,10 @@
 //! taken in.
 
 use super::harness::*;
-use crate::gap::Offset;
 use crate::kafka::Tagged;
 use crate::metrics::Metrics;
-use crate::record::{Key, Tag};
+use crate::record::Tag;
+use crate::types::{Key, Offset};
 use proptest::prelude::*;
 use std::sync::Arc;
 

@@ -3,8 +3,8 @@
 
 use super::harness::*;
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict};
-use crate::record::Key;
 use crate::store::PartitionProgress;
+use crate::types::Key;
 
 /// A stored ledger of partition `p` with one missing record at offset 2 keyed `key`, settled
 /// at 4.

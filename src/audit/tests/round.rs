@@ -1,7 +1,7 @@
 //! The round: due → verify → verdicts, on the in-memory sink and a clock the test moves.
 
 use super::harness::*;
-use crate::gap::Offset;
+use crate::types::Offset;
 use std::time::Duration;
 
 #[tokio::test]

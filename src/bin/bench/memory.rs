@@ -3,7 +3,7 @@
 use crate::util::{Row, mib, now_ms, row, rss_bytes};
 use gap_auditor::ledger::PartitionLedger;
 use gap_auditor::ledger::partition::Observed;
-use gap_auditor::record::Key;
+use gap_auditor::types::Key;
 
 /// RSS growth of one unkeyed ledger holding `n` contiguous pending offsets.
 pub fn ledger_offsets_memory(n: u64) -> u64 {

@@ -11,12 +11,12 @@ use crate::util::{
 };
 use anyhow::{Context, Result, bail};
 use gap_auditor::config::KafkaConfig;
-use gap_auditor::gap::TopicPartition;
 use gap_auditor::kafka::client;
 use gap_auditor::kafka::tail::{self, TailEvent};
 use gap_auditor::ledger::PartitionLedger;
 use gap_auditor::metrics::{AuditMetrics, Metrics};
 use gap_auditor::record::DecodeFormat;
+use gap_auditor::types::TopicPartition;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};

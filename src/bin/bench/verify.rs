@@ -11,19 +11,11 @@
 //! index build is much faster than maintaining it row by row). Every table is dropped at
 //! the end.
 
-use crate::util::{Row, row, unique};
-use anyhow::{Context, Result, bail};
-use gap_auditor::gap::TopicPartition;
-use gap_auditor::ledger::KeyBook;
-use gap_auditor::ledger::{OffsetRun, Segment, Verdict};
-use gap_auditor::record::Key;
+use crate::util::{Row, unique};
+use anyhow::{Context, Result};
 use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
-use gap_auditor::sink::sql::{self, KeyCompare, KeyRows, OffsetQuery};
 use gap_auditor::sink::tls::TlsSettings;
-use gap_auditor::sink::{RangeCount, SinkError, Verifier};
-use gap_auditor::verify::{self, KeyRound, Limits};
 use mysql_async::prelude::Queryable;
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

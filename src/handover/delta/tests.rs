@@ -1,6 +1,11 @@
 use super::*;
 use crate::gap::GapState;
-use chrono::TimeZone;
+use crate::handover::VERSION;
+use crate::handover::codec::{delta_key, encode, key};
+use crate::handover::publish::{plan, policy_warning};
+use crate::handover::read::Reassembler;
+use crate::types::TopicPartition;
+use chrono::{TimeZone, Utc};
 
 const AUDIT: &str = "dns";
 

@@ -8,7 +8,7 @@
 use super::{REQUEST_TIMEOUT, Source, partitions_of};
 use crate::config::{IsolationLevel, KafkaConfig};
 use crate::dead_letters::{DeadLetterIndex, Unplaced, parse_headers, written_by};
-use crate::gap::{Offset, TopicPartition};
+use crate::types::{Offset, TopicPartition};
 use anyhow::Context;
 use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};

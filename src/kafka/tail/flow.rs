@@ -1,7 +1,10 @@
 //! Flow control: how many records each partition holds pending in the audit, and the plan
 //! of which partitions to pause and resume so the total stays under `max_pending`.
 
-use super::*;
+use crate::types::TopicPartition;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Backpressure between the audit task and the tailing thread, decided per partition.
 ///

@@ -1,7 +1,11 @@
 //! Offsets on the consumer: commits, the partitions it holds, and where new and revoked-then-
 //! kept partitions start reading.
 
-use super::*;
+use crate::kafka::tail::rebalance::TailContext;
+use crate::types::{Offset, TopicPartition};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, RebalanceProtocol};
+use rdkafka::{Offset as KOffset, TopicPartitionList};
+use std::collections::HashSet;
 
 pub(super) fn commit(consumer: &BaseConsumer<TailContext>, offsets: &[(TopicPartition, Offset)]) {
     let mut tpl = TopicPartitionList::new();

@@ -23,7 +23,7 @@
 //! come through both queues, out of order.
 
 use super::TailContext;
-use crate::gap::TopicPartition;
+use crate::types::TopicPartition;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};

@@ -30,7 +30,7 @@
 //! proves it again, as does a reset position. (`BaseConsumer::poll`, the consumer queue's
 //! read, moves positions only for records: rdkafka_op.c `rd_kafka_fetch_op_app_prepare`.)
 
-use crate::gap::{Offset, TopicPartition};
+use crate::types::{Offset, TopicPartition};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,19 @@
 //! The consumer context: librdkafka's callbacks (statistics, errors, rebalances), which do no
 //! work but flush, send one event and, on revoke, wait for the audit's answer.
 
-use super::*;
+use super::{BATCH, LastStable, Tagged, TailEvent, Watermarks};
+use crate::kafka::tail::flow::Flow;
+use crate::kafka::tail::positions::{commit, held};
+use crate::types::{Offset, TopicPartition};
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, TopicPartitionList};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
 
 pub(super) struct TailContext {
     pub(super) events: mpsc::Sender<TailEvent>,

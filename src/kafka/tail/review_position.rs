@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::queue::View;
 use super::read_to::{ReadTo, offset_of};
-use crate::gap::TopicPartition;
+use crate::types::TopicPartition;
 
 /// A fetch out of range (the auditor's position beyond a truncated or recreated log, here
 /// 10 on a log ending at 3) is handed over by `rd_kafka_consume_batch_queue` as an error

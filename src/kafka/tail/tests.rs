@@ -1,5 +1,7 @@
 use super::rebalance::per_partition;
 use super::*;
+use crate::kafka::tail::flow::{Pressure, plan};
+use std::collections::VecDeque;
 
 fn calm() -> Pressure {
     Pressure::default()

@@ -1,7 +1,23 @@
 //! The tail thread's loop: poll, tag, batch and send; serve commands and pending starts
 //! between polls; pause and resume partitions under backpressure.
 
-use super::*;
+use super::{BATCH, BATCH_AGE, Command, Tagged, TailEvent};
+use crate::kafka::tail::flow::{Flow, Pressure, plan};
+use crate::kafka::tail::positions::{commit, reposition, start_at};
+use crate::kafka::tail::queue::{self, MessageQueue, View};
+use crate::kafka::tail::read_to::{self, ReadTo};
+use crate::kafka::tail::rebalance::TailContext;
+use crate::record::Decoder;
+use crate::types::{Offset, TopicPartition};
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Message, Timestamp};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 /// The first entries of `items`, joined, with how many more there are.
 fn first_few(items: &[String]) -> String {

@@ -83,7 +83,7 @@ impl PartitionLedger {
             earliest.truncate(MAX_LISTED_GAPS);
         }
         // States as reported (the same rule as the API's), for the kept few only.
-        let nowhere = crate::gap::TopicPartition::new(String::new(), 0);
+        let nowhere = crate::types::TopicPartition::new(String::new(), 0);
         let mut listed = self.retirement.aggregate.clone();
         for (since, first) in earliest {
             if let Some(g) = self.gaps.by_first.get(&first) {

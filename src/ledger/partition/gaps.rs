@@ -2,7 +2,7 @@
 //! may be forgotten.
 
 use super::{GapGauges, GapRecord};
-use crate::gap::Offset;
+use crate::types::Offset;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The gaps by first offset, and their bookkeeping between reports.

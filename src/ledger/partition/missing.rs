@@ -1,7 +1,7 @@
 //! The missing runs: every missing record, as runs each inside exactly one gap.
 
 use super::MissingRun;
-use crate::gap::Offset;
+use crate::types::Offset;
 use std::collections::BTreeMap;
 
 /// The missing runs by first offset, and what they hold.

@@ -385,7 +385,7 @@ impl PartitionLedger {
 
 /// A gap as completeness lists it (as its store row says: `missing_records`, `state`).
 fn blocking_of(g: &GapRecord) -> BlockingGap {
-    let nowhere = crate::gap::TopicPartition::new(String::new(), 0);
+    let nowhere = crate::types::TopicPartition::new(String::new(), 0);
     let gap = g.to_gap("", &nowhere);
     BlockingGap {
         first: g.first,

@@ -1,7 +1,7 @@
 //! What the store does not hold yet: the changes the next write carries.
 
 use super::GapRecord;
-use crate::gap::Offset;
+use crate::types::Offset;
 use std::collections::BTreeSet;
 
 /// The ledger's changes since [`super::PartitionLedger::stored`].

@@ -44,7 +44,7 @@ fn dead_lettered_records_are_neither_lost_nor_missing_and_have_their_own_gaps() 
     let states: Vec<(Offset, Offset, GapState, u64)> = gaps
         .iter()
         .map(|g| {
-            let gap = g.to_gap("a", &crate::gap::TopicPartition::new("t", 0));
+            let gap = g.to_gap("a", &crate::types::TopicPartition::new("t", 0));
             (g.first, g.last, gap.state, gap.missing_records)
         })
         .collect();
@@ -86,12 +86,12 @@ fn a_dead_letter_read_after_the_verdict_turns_the_missing_record_dead_lettered()
     assert_eq!(l.missing(), 1);
     assert_eq!(l.missing_runs(), vec![r(5, 5)]);
     let g = &l.take_dirty_gaps()[0];
-    let gap = g.to_gap("a", &crate::gap::TopicPartition::new("t", 0));
+    let gap = g.to_gap("a", &crate::types::TopicPartition::new("t", 0));
     assert_eq!((gap.state, gap.missing_records), (GapState::Open, 1));
     // Then 5 too: the whole gap is dead-lettered.
     assert_eq!(l.dead_letter_missing(&[r(5, 5)]).dead_lettered, 1);
     let g = &l.take_dirty_gaps()[0];
-    let gap = g.to_gap("a", &crate::gap::TopicPartition::new("t", 0));
+    let gap = g.to_gap("a", &crate::types::TopicPartition::new("t", 0));
     assert_eq!(
         (gap.state, gap.missing_records),
         (GapState::DeadLettered, 3)

@@ -2,7 +2,8 @@
 //! and bounded by the most offsets one range is asked about.
 
 use super::*;
-use crate::gap::{GapState, TopicPartition};
+use crate::gap::GapState;
+use crate::types::TopicPartition;
 
 /// The state the API, the store and the CLI would show for gap `first`.
 fn state(l: &PartitionLedger, first: Offset) -> (GapState, u64) {

@@ -301,7 +301,8 @@ fn retention_skip_is_a_gap_of_unknown_size() {
 
 #[test]
 fn a_deleted_range_is_settled_by_the_sink_and_the_rest_is_unverifiable_not_lost() {
-    use crate::gap::{GapState, TopicPartition};
+    use crate::gap::GapState;
+    use crate::types::TopicPartition;
     let mut l = PartitionLedger::new(10, false);
     l.skipped_by_retention(10, 99, 0).expect("gap");
     let d = l.deleted_to_settle();

@@ -1,7 +1,10 @@
 //! The typed client of the two documented registry calls (`GET /schemas/ids/{id}`, `GET
 //! /subjects/{subject}/versions/{version}`), with basic auth and TLS like the sinks.
 
-use super::*;
+use super::{RawSchema, RegistryError, SchemaType};
+use crate::config::{SchemaRegistryConfig, Secret};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Deserialize)]
 struct SchemaResponse {

@@ -1,6 +1,9 @@
 //! Test doubles of the registry, shared by the tests of the modules that use it.
 
-use super::*;
+use super::NotFoundPolicy;
+use crate::config::SchemaRegistryConfig;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// A registry config for `url` with nothing else set (tests: `http://127.0.0.1:9/` is a
 /// registry nobody answers).

@@ -1,7 +1,9 @@
 //! Classification: the ONE place where Elasticsearch statuses and error bodies are
 //! interpreted. Every result means "unknown", never "missing".
 
-use super::*;
+use crate::sink::SinkError;
+use serde_json::Value;
+use std::time::Duration;
 
 // ------------------------------------------------------------------------ classification
 

@@ -1,7 +1,9 @@
 //! Field mappings: which fields a question names, and the `_field_caps` check that they
 //! exist with a type exact queries can use.
 
-use super::*;
+use super::{EsTarget, FieldRole, FieldSet};
+use crate::sink::SinkError;
+use serde_json::Value;
 
 // ------------------------------------------------------------------------ field mappings
 

@@ -1,6 +1,10 @@
 //! Request bodies: offset ranges, counts, listings and key filters.
 
-use super::*;
+use super::{COUNT_SPAN, EsTarget};
+use crate::ledger::OffsetRun;
+use crate::types::{Key, Offset, TopicPartition};
+use serde_json::{Map, Value, json};
+use std::collections::HashSet;
 
 // ------------------------------------------------------------------------ request bodies
 

@@ -1,7 +1,10 @@
 //! Answers: counts, pages, key buckets, `_mget`/`_msearch` and bulk results parsed, with
 //! incomplete answers (timed out, failed shards) refused as unknown.
 
-use super::*;
+use crate::sink::elasticsearch::errors::{classify_error, describe, prefix};
+use crate::sink::{RangeCount, SinkError};
+use crate::types::Offset;
+use serde_json::Value;
 
 // ------------------------------------------------------------------------ answers
 
@@ -58,6 +61,8 @@ pub(super) fn hits_of(v: &Value) -> Result<&Vec<Value>, SinkError> {
 }
 
 /// Rows and distinct offsets from a [`count_body`] answer.
+///
+/// [`count_body`]: crate::sink::elasticsearch::requests::count_body
 pub fn parse_count(v: &Value) -> Result<RangeCount, SinkError> {
     check_complete(v)?;
     let rows = total_hits(v)?;
@@ -137,6 +142,8 @@ pub(super) fn push_counts(out: &mut Vec<(Offset, u64)>, sorted: &[Offset]) {
 }
 
 /// Documents per key from a [`keys_body`] answer with `n` keys.
+///
+/// [`keys_body`]: crate::sink::elasticsearch::requests::keys_body
 pub fn parse_keys(v: &Value, n: usize) -> Result<Vec<u64>, SinkError> {
     check_complete(v)?;
     let buckets = v

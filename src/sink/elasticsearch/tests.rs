@@ -3,6 +3,8 @@
 //! count, search_after paging and errors; 8.x shapes, `_type` dropped where 8.x drops it).
 
 use super::*;
+use crate::sink::RangeCount;
+use crate::sink::elasticsearch::responses::push_counts;
 
 fn target() -> EsTarget {
     EsTarget {
@@ -726,12 +728,12 @@ fn key_field_mappings_take_the_smallest_ignore_above_and_say_so() {
     );
     // A 300-character domain is unverifiable; the rest pass.
     let long = "d".repeat(300);
-    let k = crate::record::Key::new(["x", "ABC", "1", "y", "z"]);
+    let k = crate::types::Key::new(["x", "ABC", "1", "y", "z"]);
     assert_eq!(
         d.key(&k).expect("fits"),
-        Some(crate::record::Key::new(["x", "abc", "1", "y", "z"]))
+        Some(crate::types::Key::new(["x", "abc", "1", "y", "z"]))
     );
-    let k = crate::record::Key::new([long.as_str(), "a", "1", "y", "z"]);
+    let k = crate::types::Key::new([long.as_str(), "a", "1", "y", "z"]);
     assert!(matches!(
         d.key(&k),
         Err(crate::key_domain::Unconvertible::Unindexable {
@@ -822,8 +824,8 @@ fn a_key_over_a_limit_lowered_since_start_is_an_error_not_zero_found() {
         Duration::from_secs(1),
     )
     .expect("sink");
-    let long = crate::record::Key::new(["d".repeat(300)]);
-    let short = crate::record::Key::new(["d".repeat(100)]);
+    let long = crate::types::Key::new(["d".repeat(300)]);
+    let short = crate::types::Key::new(["d".repeat(100)]);
     // Nothing learned (a verifier used without key_domain): no check.
     assert!(sink.check_key_limits(&[&long]).is_ok());
     *sink.learned_keys.lock().unwrap() = Some(keyword_domain(None));

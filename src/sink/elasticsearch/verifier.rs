@@ -1,7 +1,18 @@
 //! The [`Verifier`] questions, each answered with the requests and parsers of the sibling
 //! modules: ping, offset counts and listings, key counts and document ids.
 
-use super::*;
+use super::{ElasticsearchSink, FieldSet, KEYS_PER_SEARCH};
+use crate::key_domain::KeyDomain;
+use crate::ledger::OffsetRun;
+use crate::sink::elasticsearch::requests::{count_bodies, keys_body_typed, list_body};
+use crate::sink::elasticsearch::responses::{
+    Page, check_complete, next_page, parse_count, parse_keys, parse_page, push_counts,
+};
+use crate::sink::{RangeCount, SinkError, Verifier};
+use crate::types::{Key, Offset, TopicPartition};
+use elasticsearch::CountParts;
+use serde_json::{Value, json};
+use std::sync::atomic::Ordering;
 
 impl Verifier for ElasticsearchSink {
     fn kind(&self) -> &'static str {

@@ -2,8 +2,8 @@
 //! trusted (or the audit refused with the fix), and each key value written the way its
 //! column stores it ([`crate::key_domain`]).
 
-use super::*;
 use crate::key_domain::{ColumnType, Fraction, KeyColumn, KeyDomain};
+use crate::sink::sql::{self, KeyCompare};
 
 /// One column as `information_schema.COLUMNS` describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -1,7 +1,9 @@
 //! Reading result rows (a wrong type is a typed error naming the column) and classifying
 //! driver errors, with passwords kept out of the messages.
 
-use super::*;
+use crate::sink::{SinkError, tls};
+use mysql_async::prelude::FromValue;
+use mysql_async::{Row, Value};
 
 /// Column `i` of `row` as `T`, or a [`SinkError::Rejected`] naming the query (`what`), the
 /// column and the value: a value of another type, or a NULL where `T` has none, is an answer

@@ -4,6 +4,8 @@
 
 use super::super::*;
 use super::gap;
+use crate::gap::Gap;
+use rusqlite::params;
 
 /// A base reads the unresolved gaps of its partition only, with their marks.
 #[test]

@@ -5,6 +5,8 @@
 
 use super::*;
 use proptest::prelude::*;
+use rusqlite::params;
+use std::collections::HashMap;
 
 #[derive(Debug, Clone)]
 enum Op {

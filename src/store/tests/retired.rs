@@ -2,7 +2,7 @@
 //! aggregate of the same gaps, and its operations are the ledger's rules.
 
 use super::super::*;
-use crate::gap::GapCause;
+use crate::gap::{Gap, GapCause};
 use crate::ledger::{GapRecord, RetiredGaps, RetiredOp};
 use std::collections::BTreeMap;
 
@@ -51,7 +51,7 @@ fn records() -> Vec<GapRecord> {
 fn the_stores_count_is_the_ledgers_aggregate_and_ops_follow_the_ledgers_rules() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let tp = crate::gap::TopicPartition::new("t", 0);
+    let tp = crate::types::TopicPartition::new("t", 0);
     let recs = records();
     let gaps: Vec<Gap> = recs.iter().map(|g| g.to_gap("a", &tp)).collect();
     let ids: Vec<String> = gaps.iter().map(|g| g.id.clone()).collect();
@@ -121,7 +121,7 @@ fn the_stores_count_is_the_ledgers_aggregate_and_ops_follow_the_ledgers_rules() 
 #[test]
 fn the_v12_migration_retires_the_given_up_gaps_of_stored_ledgers() {
     let dir = tempfile::tempdir().unwrap();
-    let tp = crate::gap::TopicPartition::new("t", 0);
+    let tp = crate::types::TopicPartition::new("t", 0);
     // 1: given up (no run); 5: a run left; 9: the tail gap; 13: a deleted range unsettled.
     let recs = vec![
         record(1, 1, Some(1), None),
@@ -192,7 +192,7 @@ fn the_v12_migration_retires_the_given_up_gaps_of_stored_ledgers() {
 fn a_retired_dead_lettered_gap_counts_until_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let tp = crate::gap::TopicPartition::new("t", 0);
+    let tp = crate::types::TopicPartition::new("t", 0);
     let recs = [
         record(10, 2, Some(5_000), None),
         GapRecord {
@@ -236,7 +236,7 @@ fn a_retired_dead_lettered_gap_counts_until_acknowledged() {
 fn stale_retired_rows_of_every_counted_state_are_forgotten() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let tp = crate::gap::TopicPartition::new("t", 0);
+    let tp = crate::types::TopicPartition::new("t", 0);
     let unverifiable = GapRecord {
         size_known: false,
         cause: GapCause::DeletedUnread,
@@ -319,7 +319,7 @@ fn stale_retired_rows_of_every_counted_state_are_forgotten() {
 fn a_partition_with_only_retired_dead_letters_is_found_to_forget() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let tp = crate::gap::TopicPartition::new("t", 3);
+    let tp = crate::types::TopicPartition::new("t", 3);
     let dead = GapRecord {
         missing: 0,
         dead_lettered: 2,
@@ -350,7 +350,7 @@ fn a_partition_with_only_retired_dead_letters_is_found_to_forget() {
         cause: GapCause::DeadLettered,
         ..record(20, 0, Some(3_000), None)
     }
-    .to_gap("a", &crate::gap::TopicPartition::new("t", 4));
+    .to_gap("a", &crate::types::TopicPartition::new("t", 4));
     store.commit_round("a", &[other], &[]).unwrap();
     assert!(
         !store
@@ -369,7 +369,7 @@ fn a_partition_with_only_retired_dead_letters_is_found_to_forget() {
 fn a_resumed_import_takes_unknown_gaps_and_its_own_never_folded_ones() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let tp = crate::gap::TopicPartition::new("t", 0);
+    let tp = crate::types::TopicPartition::new("t", 0);
     let mark = ImportMark {
         owner: "b".into(),
         term: 3,
@@ -435,7 +435,7 @@ fn a_resumed_import_takes_unknown_gaps_and_its_own_never_folded_ones() {
 fn acknowledgements_found_by_an_import_are_taken_on_open_rows_only() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
-    let tp = crate::gap::TopicPartition::new("t", 0);
+    let tp = crate::types::TopicPartition::new("t", 0);
     let open = record(10, 1, Some(5_000), None).to_gap("a", &tp);
     let late = record(20, 0, Some(5_000), None).to_gap("a", &tp);
     assert_eq!(late.state, GapState::Late);

@@ -33,7 +33,7 @@ fn other_owner(handover: &str, owner: &str) -> std::sync::Arc<Handover> {
 /// of that state (its owner, term, settled offset and generation).
 async fn publish_as(
     handover: &str,
-    tp: &gap_auditor::gap::TopicPartition,
+    tp: &gap_auditor::types::TopicPartition,
     owner: &str,
     settled: i64,
 ) -> (std::sync::Arc<Handover>, ImportMark) {
@@ -71,7 +71,7 @@ async fn publish_as(
 /// Waits (up to a minute) for a state of a term above `than` and returns its term.
 async fn newer_term(
     handover: &str,
-    tp: &gap_auditor::gap::TopicPartition,
+    tp: &gap_auditor::types::TopicPartition,
     than: u64,
     a: &Instance,
 ) -> u64 {
@@ -113,7 +113,7 @@ fn cut_import(a: &Instance, handover: &str, topic: &str, mark: &ImportMark, impo
 async fn resumes_to_all_ten(
     a: &mut Instance,
     handover: &str,
-    tp: &gap_auditor::gap::TopicPartition,
+    tp: &gap_auditor::types::TopicPartition,
     than: u64,
     a_gaps: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
@@ -178,7 +178,7 @@ async fn stays_open(a: &Instance, want: i64) {
 async fn a_store_further_than_another_owners_state_keeps_its_verdicts_under_its_own_term() {
     let (s, handover, mut a, _b, a_gaps) = a_decided("handover_further_own_term").await;
     a.stop();
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     // B's state: less far than A's store, under the next term (its read made it B's).
     let (b, b_mark) = publish_as(&handover, &tp, "other-owner", HELD_END - 2).await;
     let b_term = b_mark.term;
@@ -297,7 +297,7 @@ async fn an_owner_whose_store_let_its_gaps_go_imports_its_own_state_back() {
 async fn an_import_cut_after_its_progress_went_past_the_state_resumes() {
     let (s, handover, mut a, _b, a_gaps) = a_decided("handover_import_resumes").await;
     a.stop();
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     let (b, b_mark) = publish_as(&handover, &tp, "other-owner", HELD_END - 2).await;
     b.publish_retired(&retired::chunks(
         AUDIT,
@@ -325,7 +325,7 @@ async fn an_import_cut_after_its_progress_went_past_the_state_resumes() {
 async fn a_cut_import_resumes_from_a_newer_state_below_where_it_began() {
     let (s, handover, mut a, _b, a_gaps) = a_decided("handover_import_newer").await;
     a.stop();
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     let (_b, b_mark) = publish_as(&handover, &tp, "other-owner", 20).await;
     let (c, c_mark) = publish_as(&handover, &tp, "third-owner", HELD_END - 2).await;
     let theirs = [
@@ -364,7 +364,7 @@ async fn a_cut_import_resumes_from_a_newer_state_below_where_it_began() {
 async fn an_instance_never_writes_under_a_term_it_used_before() {
     let (s, handover, mut a, _b, _a_gaps) = a_decided("handover_terms_used").await;
     a.stop();
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     let own = state_term(&handover, &tp).await;
     Store::open(&a.store)
         .expect("store")

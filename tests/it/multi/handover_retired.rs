@@ -442,7 +442,7 @@ async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
     let mut rows = held_retired_rows(&s.topic);
     rows.push(held.clone());
     assert!(rows.iter().all(|g| retired::chunk_of(g.first_offset) == 0));
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     let (term, owner) = state_writer(&handover, &tp).await;
     publish_raw_chunk(
         &handover,
@@ -476,7 +476,7 @@ async fn a_chunk_gap_the_taken_over_ledger_holds_is_not_counted_twice() {
 
 /// The term of partition `tp`'s newest state on `handover`, as a reader finds it: the term
 /// whose chunk keys that state names.
-pub(super) async fn state_term(handover: &str, tp: &gap_auditor::gap::TopicPartition) -> u64 {
+pub(super) async fn state_term(handover: &str, tp: &gap_auditor::types::TopicPartition) -> u64 {
     state_writer(handover, tp).await.0
 }
 
@@ -484,7 +484,7 @@ pub(super) async fn state_term(handover: &str, tp: &gap_auditor::gap::TopicParti
 /// names.
 pub(super) async fn state_writer(
     handover: &str,
-    tp: &gap_auditor::gap::TopicPartition,
+    tp: &gap_auditor::types::TopicPartition,
 ) -> (u64, String) {
     let st = newest_state(handover, tp).await;
     (st.term, st.owner)
@@ -493,7 +493,7 @@ pub(super) async fn state_writer(
 /// Partition `tp`'s newest state on `handover`.
 pub(super) async fn newest_state(
     handover: &str,
-    tp: &gap_auditor::gap::TopicPartition,
+    tp: &gap_auditor::types::TopicPartition,
 ) -> gap_auditor::handover::PartitionState {
     use gap_auditor::handover::Handover;
     let h = Handover::new(
@@ -550,7 +550,7 @@ fn publish_raw(handover: &str, k: &[u8], v: &[u8]) {
 async fn an_unreadable_chunk_leaves_an_unverifiable_stand_in() {
     use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, _) = a_decided("handover_unreadable_chunk").await;
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     let (term, owner) = state_writer(&handover, &tp).await;
     publish_raw(
         &handover,
@@ -588,7 +588,7 @@ async fn an_unreadable_chunk_leaves_an_unverifiable_stand_in() {
 async fn versions_of_another_term_than_the_states_are_not_imported() {
     use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, _) = a_decided("handover_zombie_chunk").await;
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     let (term, owner) = state_writer(&handover, &tp).await;
     let version = |rows: Vec<Gap>, term: u64, owner: &str| retired::RetiredChunk {
         term,
@@ -641,7 +641,7 @@ async fn versions_of_another_term_than_the_states_are_not_imported() {
 async fn a_takeover_tombstones_the_older_terms_keys_once_its_state_lands() {
     use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, _) = a_decided("handover_tombstones").await;
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     let a_term = state_term(&handover, &tp).await;
     let older = retired::RetiredChunk {
         term: a_term - 1,
@@ -699,7 +699,7 @@ async fn a_takeover_tombstones_the_older_terms_keys_once_its_state_lands() {
 async fn a_gap_the_newest_chunk_version_lacks_is_not_kept() {
     use gap_auditor::handover::retired;
     let (s, handover, mut a, mut b, _) = a_decided("handover_newest_chunk").await;
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     let mut rows = held_retired_rows(&s.topic);
     let dropped = rows.pop().expect("a given-up gap");
     let (term, owner) = state_writer(&handover, &tp).await;
@@ -776,7 +776,7 @@ async fn a_takeover_of_another_owners_state_does_not_sweep_over_its_chunks() {
     assert_eq!(committed, Some(END), "A's commit");
     // A's newer version of that chunk: another gap there, acknowledged (not counted, so
     // A's state carries no retired aggregate).
-    let tp = gap_auditor::gap::TopicPartition::new(s.topic.clone(), 0);
+    let tp = gap_auditor::types::TopicPartition::new(s.topic.clone(), 0);
     let mut newer = open_gap(super::handover_idle::AUDIT, &s.topic, AT + 2, AT + 2);
     newer.state = GapState::Acknowledged;
     newer.ack_reason = Some("A's".into());

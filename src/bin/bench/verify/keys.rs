@@ -1,7 +1,19 @@
 //! `key_columns` verification rates: key rounds through the key book, and one key
 //! question at a time for comparison.
 
-use super::*;
+use super::{
+    BATCH_SIZE, Counter, PARTITIONS, Report, ScratchTable, abbreviate, explain, load, secs, sink,
+};
+use crate::util::row;
+use anyhow::{Context, Result, bail};
+use gap_auditor::ledger::{KeyBook, OffsetRun, Segment, Verdict};
+use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
+use gap_auditor::sink::sql::{self, KeyCompare, KeyRows};
+use gap_auditor::sink::{RangeCount, SinkError, Verifier};
+use gap_auditor::types::{Key, TopicPartition};
+use gap_auditor::verify::{self, KeyRound, Limits};
+use mysql_async::prelude::Queryable;
+use std::time::{Duration, Instant};
 
 /// The key of sequence number `i`, exactly as the SQL load builds it: ~40 bytes over
 /// (client_ip, domain, time).

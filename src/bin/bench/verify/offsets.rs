@@ -1,6 +1,19 @@
 //! `offset_columns` verification rates: whole-partition rounds, range counts and listing.
 
-use super::*;
+use super::{
+    BATCH_SIZE, Counter, PARTITIONS, Report, Rng, ScratchTable, abbreviate, ceil_log2, explain,
+    load, secs, sink,
+};
+use crate::util::row;
+use anyhow::{Result, bail};
+use gap_auditor::ledger::{OffsetRun, Segment, Verdict};
+use gap_auditor::sink::mysql::{MysqlSink, MysqlTarget};
+use gap_auditor::sink::sql::{self, OffsetQuery};
+use gap_auditor::types::TopicPartition;
+use gap_auditor::verify::{self, Limits};
+use mysql_async::prelude::Queryable;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 /// One offset_columns round over `segments` (per partition), as the audit runs it: returns
 /// the missing offsets per partition.
