@@ -128,17 +128,6 @@ impl Checker {
         self.ask(sink, tp, segs, KeyRound::Due, obs).await
     }
 
-    /// key_columns: the question [`Self::due`] would ask about `segs`, for a caller that
-    /// asks the sink ([`KeyAsk::count`], with [`Self::limits`]) and decides
-    /// ([`KeyAsk::decide`], [`KeyRound::Due`], on [`Self::book_mut`]) at times of its own.
-    /// `None` for the other strategies.
-    pub fn key_ask(&self, segs: &[Segment]) -> Option<KeyAsk> {
-        match self.how {
-            How::Keys(_) => Some(KeyAsk::new(segs)),
-            _ => None,
-        }
-    }
-
     /// The verification knobs.
     pub fn limits(&self) -> Limits {
         self.limits
@@ -227,21 +216,6 @@ impl Checker {
         budget: RecheckBudget,
         obs: QueryObserver<'_>,
     ) -> Result<Option<Applied>, SinkError> {
-        self.recheck_ledger_noting(sink, tp, ledger, budget, obs, &mut Vec::new())
-            .await
-    }
-
-    /// [`Self::recheck_ledger`], also noting in `asked_keys` the keys whose rows it asked
-    /// the sink to count (key_columns; the records' keys, once per record).
-    pub async fn recheck_ledger_noting<V: Verifier>(
-        &mut self,
-        sink: &V,
-        tp: &TopicPartition,
-        ledger: &mut PartitionLedger,
-        budget: RecheckBudget,
-        obs: QueryObserver<'_>,
-        asked_keys: &mut Vec<Key>,
-    ) -> Result<Option<Applied>, SinkError> {
         let mut asked = false;
         if self.probes() && !ledger.look_in_progress() {
             let Some(probe) = ledger.probe() else {
@@ -258,9 +232,6 @@ impl Checker {
             Vec::new()
         } else {
             asked = true;
-            if matches!(self.how, How::Keys(_)) {
-                asked_keys.extend(checks.iter().flat_map(|s| s.keys.iter().cloned()));
-            }
             self.recheck(sink, tp, &checks, obs).await?
         };
         // Applied even when empty: it moves the rotation on (and may complete a look).
@@ -420,8 +391,7 @@ pub enum KeyRound {
 /// rows than due records, the LAST of them are declared missing (the sink cannot say which
 /// copy is absent; the verdict marks them `shared` when another record carries the key).
 ///
-/// The three steps of [`KeyAsk`] in a row; `run` spaces them out (it asks the sink about
-/// one partition while it decides the one before, see `audit::round`).
+/// The three steps of [`KeyAsk`] in a row.
 pub async fn by_keys<V: Verifier>(
     sink: &V,
     segments: &[Segment],
@@ -546,38 +516,6 @@ impl KeyAsk {
             counts[ki] = rows;
         }
         Ok(counts)
-    }
-
-    /// Counts again, into `counts` (from [`Self::count`]), the rows of those of its keys
-    /// that are among `keys`: their answers are then newer than any count of them applied
-    /// so far. Returns how many keys were counted again; on error `counts` is unchanged.
-    pub async fn recount<V: Verifier>(
-        &self,
-        counts: &mut [u64],
-        keys: &[Key],
-        sink: &V,
-        limits: Limits,
-        obs: QueryObserver<'_>,
-    ) -> Result<usize, SinkError> {
-        if keys.is_empty() || counts.len() != self.keys.len() {
-            return Ok(0);
-        }
-        let wanted: foldhash::HashSet<&Key> = keys.iter().collect();
-        let again: Vec<usize> = self
-            .order
-            .iter()
-            .copied()
-            .filter(|&ki| wanted.contains(&self.keys[ki]))
-            .collect();
-        if again.is_empty() {
-            return Ok(0);
-        }
-        let sorted: Vec<&Key> = again.iter().map(|&ki| &self.keys[ki]).collect();
-        let answers = count_sorted(sink, &sorted, limits, obs).await?;
-        for (&ki, rows) in again.iter().zip(answers) {
-            counts[ki] = rows;
-        }
-        Ok(again.len())
     }
 
     /// Decides every key with its row count (`counts`, from [`Self::count`]) in one call,

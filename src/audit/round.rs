@@ -6,16 +6,8 @@ use crate::config::MatchStrategy;
 use crate::ledger::{Applied, NextPiece, OffsetRun, Segment, Verdict};
 use crate::sink::{SinkError, Verifier};
 use crate::types::TopicPartition;
-use crate::verify::{KeyAsk, KeyRound};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-/// Due keys of a partition below which its decision runs inline rather than beside the
-/// next partition's queries: a thread costs tens of microseconds, about what deciding 256
-/// keys does. Low enough that the integration tests' rounds (hundreds of keys a partition,
-/// tests/it/keys_at_scale.rs) take the overlapped path against a real sink. (One in unit
-/// tests, so that their few keys do.)
-const OVERLAP_MIN_KEYS: usize = if cfg!(test) { 1 } else { 256 };
 
 /// A piece of a range Kafka deleted unread covers this many listing leaves
 /// (`verify::Limits::list_threshold`, `batch_size` up to 10,000 offsets): its bisection ends
@@ -42,6 +34,22 @@ pub(super) enum Settled {
     Unreachable(SinkError),
 }
 
+/// `$ask`, a question to the sink, unless shutdown (`$cancel`) comes first: then "shutting
+/// down", an unknown answer on which nothing is decided. Dropping a question mid-way is
+/// safe: verdicts (and the key book) change only once every query of it has answered. The
+/// one cancel-aware sink call of the round; a macro, not an `async fn`, so that the
+/// question's future is not moved into a second one (the round's future is deep enough
+/// that a debug build's test thread ran out of stack with that extra level).
+macro_rules! unless_shut_down {
+    ($cancel:expr, $ask:expr $(,)?) => {
+        tokio::select! {
+            biased;
+            _ = $cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
+            r = $ask => r,
+        }
+    };
+}
+
 /// What a round's partitions share when their due records are taken.
 struct DueRule {
     now: i64,
@@ -55,21 +63,6 @@ struct DueRule {
     hold: bool,
     time_rule: bool,
     keyed_book: bool,
-}
-
-/// A partition whose due records were taken during the one before it, with its key
-/// question and, when it was asked then, the answer.
-struct Ahead {
-    tp: TopicPartition,
-    segs: Vec<Segment>,
-    full: bool,
-    asked: Option<Asked>,
-}
-
-/// A key question, and its answer if the sink was asked already.
-struct Asked {
-    ask: KeyAsk,
-    answer: Option<Result<Vec<u64>, SinkError>>,
 }
 
 impl<V: Verifier> Audit<V> {
@@ -155,35 +148,19 @@ impl<V: Verifier> Audit<V> {
             time_rule,
             keyed_book,
         };
-        // key_columns: the sink is asked about the next partition's due keys while this
-        // one's are decided (see `due_keys`).
-        let overlapping = keyed_book && super::blocking::overlaps();
-        let mut ahead: Option<Ahead> = None;
-        for (i, tp) in tps.iter().enumerate() {
+        for tp in &tps {
             if self.io.cancel.is_cancelled() || tripped {
                 break;
             }
             // Whether this partition's due records hit the round's limit (a backlog).
-            let (segs, full, asked) = match ahead.take() {
-                Some(a) if &a.tp == tp => (a.segs, a.full, a.asked),
-                _ => match self.due_of(tp, &rule) {
-                    Some((segs, full)) => (segs, full, None),
-                    None => continue,
-                },
+            let Some((segs, full)) = self.due_of(tp, &rule) else {
+                continue;
             };
             let mut applied = Applied::default();
             let mut failed_here = false;
             if !segs.is_empty() {
                 queried = true;
-                let verdicts = if overlapping {
-                    let next = tps.get(i + 1);
-                    let (v, next) = self.due_keys(tp, &segs, asked, next, &rule).await;
-                    ahead = next;
-                    v
-                } else {
-                    self.verify(tp, &segs, false).await
-                };
-                match verdicts {
+                match self.verify(tp, &segs, false).await {
                     Ok(v) => {
                         let decided_at = self.io.clock.now_ms();
                         if let Some(part) = self.parts.get_mut(tp) {
@@ -211,17 +188,7 @@ impl<V: Verifier> Audit<V> {
             }
             // Late arrivals, after the due verdicts (which may have grown the missing span).
             if !failed_here && !table_hold {
-                let mut rechecked = Vec::new();
-                let r = self.recheck(tp, budget, &mut rechecked).await;
-                if let Some(asked) = ahead.as_mut().and_then(|a| a.asked.as_mut()) {
-                    match &r {
-                        Ok(None) => {}
-                        Ok(Some(_)) => self.count_again(asked, &rechecked).await,
-                        // Asked again in its turn.
-                        Err(_) => asked.answer = None,
-                    }
-                }
-                match r {
+                match self.recheck(tp, budget).await {
                     Ok(Some(a)) => {
                         queried = true;
                         applied = applied.merge(a);
@@ -369,106 +336,15 @@ impl<V: Verifier> Audit<V> {
         Some((due, n >= rule.limit))
     }
 
-    /// key_columns due verdicts of `tp`, decided while the sink is asked about the next
-    /// partition's due keys (`next`): returned for that partition's turn, with its answer.
-    /// `asked`: this partition's question, and its answer if it was asked ahead.
-    ///
-    /// Counts are applied in the order they were taken (this partition's, then the next's),
-    /// as one after the other would; only the rows the next partition's keys found are
-    /// older, by one decision, which the due rule allows (a record is due once `grace` has
-    /// passed; any count after that is a fair answer). When a re-check asks the sink in
-    /// between, the caller counts its keys again ([`Self::count_again`]).
-    ///
-    /// The next partition's preamble ([`Self::due_of`]) runs before this decision, not after
-    /// it: a record of the next partition given up this round stops holding its key's
-    /// claim before this partition's records with the key are decided. That can only change
-    /// whether a shortfall is marked shared or when a duplicate row is charged, never which
-    /// records are confirmed or missing (a due decision uses rows − confirmed alone); one
-    /// partition after another is just as order-dependent there.
-    async fn due_keys(
-        &mut self,
-        tp: &TopicPartition,
-        segs: &[Segment],
-        asked: Option<Asked>,
-        next: Option<&TopicPartition>,
-        rule: &DueRule,
-    ) -> (Result<Vec<Verdict>, SinkError>, Option<Ahead>) {
-        let (ask, answer) = match asked {
-            Some(a) => (a.ask, a.answer),
-            None => match self.checker.key_ask(segs) {
-                Some(ask) => (ask, None),
-                // Not key_columns: one question, decided at once.
-                None => return (self.verify(tp, segs, false).await, None),
-            },
-        };
-        let counts = match answer {
-            Some(counts) => counts,
-            None => self.count_keys(&ask).await,
-        };
-        let counts = match counts {
-            Ok(counts) => counts,
-            Err(e) => return (Err(e), None),
-        };
-        // A small decision is not worth a thread; the next partition is asked in its turn.
-        let next = match next {
-            Some(next) if ask.len() >= OVERLAP_MIN_KEYS && !self.io.cancel.is_cancelled() => next,
-            _ => return (Ok(self.decide_keys(&ask, &counts)), None),
-        };
-        let Some((next_segs, full)) = self.due_of(next, rule) else {
-            return (Ok(self.decide_keys(&ask, &counts)), None);
-        };
-        let next_ask = self.checker.key_ask(&next_segs).filter(|a| !a.is_empty());
-        let Some(next_ask) = next_ask else {
-            let verdicts = self.decide_keys(&ask, &counts);
-            let ahead = Ahead {
-                tp: next.clone(),
-                segs: next_segs,
-                full,
-                asked: None,
-            };
-            return (Ok(verdicts), Some(ahead));
-        };
-        let limits = self.checker.limits();
-        let metrics = &self.metrics;
-        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        let cancel = self.io.cancel.clone();
-        let sink = &self.io.sink;
-        let count_next = async {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-                r = next_ask.count(sink, limits, &obs) => r,
-            }
-        };
-        let Some(book) = self.checker.book_mut() else {
-            return (Ok(vec![Verdict::Unknown; segs.len()]), None);
-        };
-        let (verdicts, next_answer) =
-            super::blocking::overlap(|| ask.decide(book, KeyRound::Due, &counts), count_next).await;
-        let ahead = Ahead {
-            tp: next.clone(),
-            segs: next_segs,
-            full,
-            asked: Some(Asked {
-                ask: next_ask,
-                answer: Some(next_answer),
-            }),
-        };
-        (Ok(verdicts), Some(ahead))
-    }
-
     /// The round's claim refresh ([`crate::verify::Checker::refresh_claims`]); whether the
     /// sink was asked. Cut short by shutdown (the keys taken are then not looked at early).
     async fn refresh_claims(&mut self) -> Result<bool, SinkError> {
         let max = self.checker.refresh_budget();
-        let metrics = &self.metrics;
-        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        let cancel = self.io.cancel.clone();
-        let freed = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = self.checker.refresh_claims(&self.io.sink, max, &obs) => r,
-        }?;
+        let obs = self.metrics.query_observer();
+        let freed = unless_shut_down!(
+            self.io.cancel,
+            self.checker.refresh_claims(&self.io.sink, max, &obs),
+        )?;
         let Some(freed) = freed else {
             return Ok(false);
         };
@@ -479,79 +355,23 @@ impl<V: Verifier> Audit<V> {
         Ok(true)
     }
 
-    /// The sink's row count of each of `ask`'s keys; cut short by shutdown.
-    async fn count_keys(&self, ask: &KeyAsk) -> Result<Vec<u64>, SinkError> {
-        let limits = self.checker.limits();
-        let metrics = &self.metrics;
-        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        tokio::select! {
-            biased;
-            _ = self.io.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = ask.count(&self.io.sink, limits, &obs) => r,
-        }
-    }
-
-    /// `ask`'s due verdicts from `counts`, into the key book.
-    fn decide_keys(&mut self, ask: &KeyAsk, counts: &[u64]) -> Vec<Verdict> {
-        match self.checker.book_mut() {
-            Some(book) => ask.decide(book, KeyRound::Due, counts),
-            None => vec![Verdict::Unknown; ask.segments()],
-        }
-    }
-
-    /// After a re-check counted `rechecked` keys: the next partition's answer, counted
-    /// before it, holds older counts of those keys than the re-check applied. Applied after
-    /// it, an older count could take back the row a late arrival was given and declare the
-    /// next partition's record with the key missing: those keys are counted again (only
-    /// they: in an incident every partition re-checks, and counting every next question
-    /// twice would double the sink's load when it can least afford it). A failure stands
-    /// as the next partition's answer.
-    ///
-    /// Keys the sink equates though their bytes differ (two spellings of one DATETIME) share
-    /// rows, which a batch counts under its first key of them (`sql::count_keys_joined`).
-    /// Asked again in a smaller batch, a key can find rows its first batch gave another:
-    /// more rows, never fewer, so this leans to "confirmed" as every re-check does; it is
-    /// the one place where the verdicts can differ from asking one partition after another.
-    async fn count_again(&self, asked: &mut Asked, rechecked: &[crate::types::Key]) {
-        let Some(Ok(counts)) = asked.answer.as_mut() else {
-            return;
-        };
-        let limits = self.checker.limits();
-        let metrics = &self.metrics;
-        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        let again = tokio::select! {
-            biased;
-            _ = self.io.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = asked.ask.recount(counts, rechecked, &self.io.sink, limits, &obs) => r,
-        };
-        if let Err(e) = again {
-            asked.answer = Some(Err(e));
-        }
-    }
-
     /// Re-checks one partition's missing records within the round's budget
-    /// ([`Checker::recheck_ledger`]); the keys it counted go to `rechecked`. `None`: the
+    /// ([`Checker::recheck_ledger`]). `None`: the
     /// sink was not asked.
     pub(super) async fn recheck(
         &mut self,
         tp: &TopicPartition,
         budget: crate::ledger::RecheckBudget,
-        rechecked: &mut Vec<crate::types::Key>,
     ) -> Result<Option<Applied>, SinkError> {
         let Some(part) = self.parts.get_mut(tp) else {
             return Ok(None);
         };
-        let metrics = &self.metrics;
-        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        let cancel = self.io.cancel.clone();
-        // Dropping it mid-way is safe: the ledger changes only once answers are applied.
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = self.checker.recheck_ledger_noting(
-                &self.io.sink, tp, &mut part.ledger, budget, &obs, rechecked,
-            ) => r,
-        }
+        let obs = self.metrics.query_observer();
+        unless_shut_down!(
+            self.io.cancel,
+            self.checker
+                .recheck_ledger(&self.io.sink, tp, &mut part.ledger, budget, &obs),
+        )
     }
 
     /// key_columns / doc_id: keeps the keys held for missing records within
@@ -649,9 +469,7 @@ impl<V: Verifier> Audit<V> {
         if segs.is_empty() {
             return Ok(Vec::new());
         }
-        let metrics = &self.metrics;
-        let obs = move |d: Duration, ok: bool| metrics.sink_query(d, ok);
-        let cancel = self.io.cancel.clone();
+        let obs = self.metrics.query_observer();
         let ask = async {
             if recheck {
                 self.checker.recheck(&self.io.sink, tp, segs, &obs).await
@@ -659,13 +477,7 @@ impl<V: Verifier> Audit<V> {
                 self.checker.due(&self.io.sink, tp, segs, &obs).await
             }
         };
-        // Dropping the verification mid-way is safe: verdicts (and the key book) change
-        // only once every query of it has answered.
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = ask => r,
-        }
+        unless_shut_down!(self.io.cancel, ask)
     }
 
     /// Ranges Kafka deleted before the auditor read them (SPEC guarantee 8): with
@@ -802,11 +614,10 @@ impl<V: Verifier> Audit<V> {
             max_ts: None,
         };
         let limits = self.checker.limits();
-        let verdicts = tokio::select! {
-            biased;
-            _ = self.io.cancel.cancelled() => Err(SinkError::Unavailable("shutting down".to_string())),
-            r = crate::verify::by_offsets(&self.io.sink, tp, std::slice::from_ref(&seg), limits, &obs) => r,
-        }?;
+        let verdicts = unless_shut_down!(
+            self.io.cancel,
+            crate::verify::by_offsets(&self.io.sink, tp, std::slice::from_ref(&seg), limits, &obs),
+        )?;
         let present = match verdicts.into_iter().next() {
             Some(Verdict::Known { present, .. }) => present,
             // Nothing is decided without an answer.

@@ -161,6 +161,11 @@ impl AuditMetrics {
             .remove_partition_gauges(&self.audit, &tp.topic, tp.partition);
     }
 
+    /// [`Self::sink_query`] as the observer the verification calls after each query.
+    pub fn query_observer(&self) -> impl Fn(Duration, bool) + Send + Sync + '_ {
+        move |took, ok| self.sink_query(took, ok)
+    }
+
     /// One sink query answered (`ok`) or failed, after `took`.
     pub fn sink_query(&self, took: Duration, ok: bool) {
         let (cell, result) = if ok {
