@@ -15,7 +15,6 @@ use super::flink::FlinkWatch;
 use super::stream_load::StreamLoadWatch;
 use crate::gap::GapCause;
 use crate::ledger::{GapRecord, PartitionLedger};
-use crate::sink::Verifier;
 use crate::types::{Offset, TopicPartition};
 use std::collections::BTreeMap;
 
@@ -42,7 +41,7 @@ pub(super) struct EvidenceSources {
     pub(super) waiting: BTreeMap<(TopicPartition, Offset), i64>,
 }
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// The words of every source that explains `g` now, or `None`: no source, none tells
     /// anything of it, it already carries evidence, or a source's view is older than its
     /// commit step (then it waits: [`Audit::settle_waiting_evidence`]).

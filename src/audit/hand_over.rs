@@ -9,7 +9,6 @@ use super::retired_flow;
 use super::{Audit, Part, blocking::blocking};
 use crate::gap::Gap;
 use crate::handover::{self, Handover, PartitionState};
-use crate::sink::Verifier;
 use crate::store::PartitionProgress;
 use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
@@ -238,7 +237,7 @@ struct Build {
     ids: HashSet<String>,
 }
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// Records a store write's changes for the next handover delta.
     pub(super) fn pend(&mut self, changes: Vec<Change>) {
         for c in changes {

@@ -7,12 +7,11 @@ use crate::kafka::Tagged;
 use crate::ledger::{KeyBook, Observed, PartitionLedger};
 use crate::metrics::{AuditMetrics, Ingested};
 use crate::record::{Decoder, FilterReason, Tag};
-use crate::sink::Verifier;
 use crate::types::TopicPartition;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     pub(super) fn ingest(&mut self, batch: Vec<Tagged>) {
         ingest_batch(
             &self.metrics,

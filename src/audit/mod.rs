@@ -26,7 +26,7 @@ use crate::kafka::{
 use crate::ledger::PartitionLedger;
 use crate::metrics::{AuditMetrics, Metrics};
 use crate::record::Decoder;
-use crate::sink::Verifier;
+use crate::sink::{AnySink, Verifier};
 use crate::status::StatusBoard;
 use crate::store::Store;
 use crate::types::{Offset, TopicPartition};
@@ -88,7 +88,7 @@ const TRIM_AFTER_GAPS: usize = 10_000;
 const RETENTION_REFRESH: Duration = Duration::from_secs(600);
 
 /// Everything one audit needs.
-pub struct AuditDeps<V> {
+pub struct AuditDeps {
     /// The audit's configuration.
     pub config: AuditConfig,
     /// Kafka connection settings.
@@ -96,7 +96,7 @@ pub struct AuditDeps<V> {
     /// The auditor's own consumer group for this audit.
     pub group: String,
     /// The sink to verify against.
-    pub sink: V,
+    pub sink: AnySink,
     /// The gap store.
     pub store: Arc<Store>,
     /// Metric families.
@@ -136,10 +136,10 @@ struct Part {
     transaction: transaction_hold::TransactionHold,
 }
 
-struct Audit<V> {
+struct Audit {
     cfg: AuditConfig,
     /// What the audit talks to: Kafka, the sink, the store, the clock.
-    io: Io<V>,
+    io: Io,
     /// The audit's series, one method per event.
     metrics: AuditMetrics,
     /// The tailing thread's side: commands to it, what it learnt, its flow control.
@@ -165,10 +165,10 @@ struct Audit<V> {
 }
 
 /// What an audit talks to, and the clock it measures ages on.
-struct Io<V> {
+struct Io {
     kafka: KafkaConfig,
     group: String,
-    sink: V,
+    sink: AnySink,
     store: Arc<Store>,
     status: StatusBoard,
     /// Kafka lookups (the auditor group, watermarks, the pipeline group's commits).
@@ -214,9 +214,9 @@ struct Wiring {
     dead_letters: Option<Arc<DeadLetters>>,
 }
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// An audit owning no partition yet (`deps.handover_topic` is already in `w.handover`).
-    fn new(deps: AuditDeps<V>, w: Wiring) -> Self {
+    fn new(deps: AuditDeps, w: Wiring) -> Self {
         let config = deps.config;
         let key_capacity = config.max_pending.min(1_000_000);
         let metrics = AuditMetrics::new(deps.metrics, &config.name);
@@ -256,10 +256,7 @@ impl<V: Verifier> Audit<V> {
 
 /// Runs one audit until `cancel` fires, then drains: persists, commits the settled
 /// watermark (through the revocation that closing the consumer triggers) and returns.
-pub async fn run<V: Verifier + 'static>(
-    deps: AuditDeps<V>,
-    cancel: CancellationToken,
-) -> anyhow::Result<()> {
+pub async fn run(deps: AuditDeps, cancel: CancellationToken) -> anyhow::Result<()> {
     let (config, kafka, group) = (&deps.config, &deps.kafka, &deps.group);
     let decoder = crate::record::decoder_for(config)
         .with_context(|| format!("audit {}: record decoding", config.name))?;
@@ -469,7 +466,7 @@ fn ms_to_time(ms: i64) -> Option<DateTime<Utc>> {
 /// `verify_interval`, at most this.
 const DUE_WAIT_MAX: Duration = Duration::from_millis(250);
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// One round, then the next at once while a backlog remains.
     async fn run_round(&mut self, tick: &mut tokio::time::Interval) {
         self.release_held();

@@ -9,14 +9,13 @@ use crate::handover;
 use crate::held::Held;
 use crate::kafka::Command;
 use crate::ledger::{KeyBook, PartitionLedger, Snapshot};
-use crate::sink::Verifier;
 use crate::store::PartitionProgress;
 use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::convert::Infallible;
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// A fetch position left the log. For each partition: below the log start means Kafka
     /// deleted records the auditor never read — recorded as a gap of unknown size, then
     /// reading resumes at the log start; beyond the log end (or a changed topic id) means the

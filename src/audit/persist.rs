@@ -5,7 +5,6 @@ use super::{Audit, GapLog, TRIM_AFTER_GAPS, blocking::blocking, ms_to_time};
 use crate::gap::{Gap, GapState};
 use crate::kafka::Command;
 use crate::ledger::{Applied, ClaimsWrite, GapRecord, KeyBook, PartitionLedger};
-use crate::sink::Verifier;
 use crate::store::{KeyClaims, PartitionProgress};
 use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
@@ -65,7 +64,7 @@ pub(super) struct Acks {
     pub(super) unretired: BTreeMap<String, (TopicPartition, Offset)>,
 }
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     pub(super) fn to_gap(&self, tp: &TopicPartition, g: &GapRecord) -> Gap {
         let mut gap = g.to_gap(&self.cfg.name, tp);
         if gap.unrecoverable_at.is_none() {

@@ -4,7 +4,6 @@
 
 use super::{Audit, blocking::blocking};
 use crate::routine_load::{JobReader, JobTrack, Reading};
-use crate::sink::Verifier;
 use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
 
@@ -114,7 +113,7 @@ fn vanished_reason(source: &str, job: bool, vanished: &[(TopicPartition, Offset)
     )
 }
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// With a configured pipeline group, whether verdicts wait this round: the group could
     /// not be read, or it has no commit on any partition this audit owns (a misspelt name, a
     /// job before its first checkpoint). Lag is never loss, so nothing becomes due on time

@@ -127,7 +127,7 @@ impl RetentionWatch {
     }
 }
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// Adds the verdicts and gaps the store now holds to the counters (see `uncounted`).
     pub(super) fn count_persisted(&mut self) {
         for (tp, applied, decided_at) in std::mem::take(&mut self.persisting.writes.verdicts) {

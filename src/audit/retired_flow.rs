@@ -39,7 +39,6 @@
 use super::{Audit, blocking::blocking};
 use crate::gap::Gap;
 use crate::handover::retired::{self, ImportCursor};
-use crate::sink::Verifier;
 use crate::types::{Offset, TopicPartition};
 use chrono::Utc;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -231,7 +230,7 @@ pub(super) fn taking_turns(
     wanted
 }
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// Partitions held by their retired gaps' flow (see the module doc).
     pub(super) fn retired_held(&self) -> BTreeSet<TopicPartition> {
         self.handover.retired_flows.keys().cloned().collect()

@@ -65,7 +65,7 @@ struct DueRule {
     keyed_book: bool,
 }
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// One verify round.
     pub(super) async fn round(&mut self) {
         // Timed for the scale benchmark and for operators (debug level: once per round).

@@ -104,7 +104,7 @@ pub fn foreign_rows(
     None
 }
 
-impl<V: Verifier> Audit<V> {
+impl Audit {
     /// Whether verdicts wait for the look at the table (see the module): runs the look
     /// when it is pending. Called at the start of every round; a sink error of the look is
     /// the round's (it counts as the sink's answer: no second question that round).

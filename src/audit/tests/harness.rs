@@ -82,7 +82,7 @@ impl KafkaView for FakeKafka {
 /// One audit and the handles a test drives it with.
 pub struct Harness {
     /// The loop under test.
-    pub audit: Audit<AnySink>,
+    pub audit: Audit,
     /// Rows the "pipeline" wrote.
     pub sink: Arc<MemorySink>,
     /// The cluster's answers.
