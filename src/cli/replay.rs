@@ -1,28 +1,19 @@
 //! `replay`: re-read exactly the lost offsets from Kafka and write them again.
 
-use gap_auditor::config::Validated;
+use gap_auditor::config::{Config, Validated};
 use gap_auditor::replay::{self, Destination, ReplayError, Request, Target};
 use gap_auditor::store::Store;
+use gap_auditor::types::TopicPartition;
 
 use super::ReplayArgs;
 use super::commands::tokio_runtime;
 use crate::Outcome;
 
-/// Replays the target of `request`: exit 0 when every record is written or present, 1 when
+/// Replays what `args` asks for: exit 0 when every record is written or present, 1 when
 /// some failed or the read was partial, 2 on an error.
 pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
     let cfg = valid.config();
-    let ReplayArgs {
-        gap,
-        audit,
-        topic,
-        partition,
-        offsets,
-        to_topic,
-        to_sink,
-        dry_run,
-        force,
-    } = args;
+    let dry_run = args.dry_run;
     let store = match Store::open(&cfg.state.path) {
         Ok(s) => s,
         Err(e) => {
@@ -30,54 +21,16 @@ pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
             return Outcome::Error;
         }
     };
-    let target = match (gap, audit, partition, offsets) {
-        (Some(id), ..) => replay::target_of_gap(&store, &id),
-        (None, Some(audit), Some(partition), Some((first, last))) => {
-            let topics = cfg
-                .audit(&audit)
-                .map(|a| a.topics.clone())
-                .unwrap_or_default();
-            match topic.or_else(|| (topics.len() == 1).then(|| topics[0].clone())) {
-                Some(topic) => Ok(Target {
-                    audit,
-                    tp: gap_auditor::types::TopicPartition::new(topic, partition),
-                    first,
-                    last,
-                    gap_id: None,
-                }),
-                None => Err(anyhow::anyhow!(
-                    "--topic: audit {audit:?} reads several topics (or none); name one"
-                )),
-            }
-        }
-        _ => Err(anyhow::anyhow!(
-            "give --gap ID, or --audit NAME --partition P --offsets A-B"
-        )),
-    };
-    let target = match target {
-        Ok(t) => t,
+    let req = match request(cfg, &store, args) {
+        Ok(req) => req,
         Err(e) => {
             eprintln!("error: {e:#}");
-            return Outcome::Error;
-        }
-    };
-    let dest = match to_topic {
-        Some(t) => Destination::Topic(t),
-        None if to_sink => Destination::Sink,
-        None => {
-            eprintln!("error: give --to-topic T or --to-sink");
             return Outcome::Error;
         }
     };
     let rt = match tokio_runtime() {
         Ok(rt) => rt,
         Err(outcome) => return outcome,
-    };
-    let req = Request {
-        target,
-        dest,
-        dry_run,
-        force,
     };
     // The gap's mark, the refusals and the store's replay log are the library's
     // (`replay::run`), shared with the demo.
@@ -105,5 +58,157 @@ pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
         Outcome::Loss
     } else {
         Outcome::Success
+    }
+}
+
+/// The replay `args` ask for: `--gap ID`'s offsets (read from `store`), or `--audit
+/// --partition --offsets` on the audit's one topic unless `--topic` names it; written to
+/// `--to-topic T` or `--to-sink`.
+fn request(cfg: &Config, store: &Store, args: ReplayArgs) -> anyhow::Result<Request> {
+    let ReplayArgs {
+        gap,
+        audit,
+        topic,
+        partition,
+        offsets,
+        to_topic,
+        to_sink,
+        dry_run,
+        force,
+    } = args;
+    let target = match (gap, audit, partition, offsets) {
+        (Some(id), ..) => replay::target_of_gap(store, &id)?,
+        (None, Some(audit), Some(partition), Some((first, last))) => {
+            let topics = cfg
+                .audit(&audit)
+                .map(|a| a.topics.clone())
+                .unwrap_or_default();
+            let Some(topic) = topic.or_else(|| (topics.len() == 1).then(|| topics[0].clone()))
+            else {
+                anyhow::bail!("--topic: audit {audit:?} reads several topics (or none); name one");
+            };
+            Target {
+                audit,
+                tp: TopicPartition::new(topic, partition),
+                first,
+                last,
+                gap_id: None,
+            }
+        }
+        _ => anyhow::bail!("give --gap ID, or --audit NAME --partition P --offsets A-B"),
+    };
+    let dest = match to_topic {
+        Some(t) => Destination::Topic(t),
+        None if to_sink => Destination::Sink,
+        None => anyhow::bail!("give --to-topic T or --to-sink"),
+    };
+    Ok(Request {
+        target,
+        dest,
+        dry_run,
+        force,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(topics: &str) -> Config {
+        Config::from_toml_str(&format!(
+            r#"
+[kafka]
+brokers = "127.0.0.1:9"
+[[audits]]
+name = "a"
+topics = {topics}
+[audits.record]
+format = "csv"
+fields = ["x"]
+[audits.match]
+strategy = "key_columns"
+key = ["x"]
+[audits.sink]
+kind = "mysql"
+url = "mysql://u@h:3306/db"
+table = "t1"
+"#
+        ))
+        .expect("config")
+    }
+
+    fn args() -> ReplayArgs {
+        ReplayArgs {
+            gap: None,
+            audit: Some("a".into()),
+            topic: None,
+            partition: Some(0),
+            offsets: Some((2, 3)),
+            to_topic: None,
+            to_sink: true,
+            dry_run: false,
+            force: false,
+        }
+    }
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Store::open(dir.path()).expect("store");
+        (dir, store)
+    }
+
+    #[test]
+    fn offsets_on_a_one_topic_audit_name_its_topic() {
+        let (_dir, store) = store();
+        let req = request(&config(r#"["t"]"#), &store, args()).expect("request");
+        assert_eq!(req.target.tp, TopicPartition::new("t", 0));
+        assert_eq!((req.target.first, req.target.last), (2, 3));
+        assert_eq!(req.target.gap_id, None);
+        assert!(matches!(req.dest, Destination::Sink));
+    }
+
+    #[test]
+    fn offsets_on_a_several_topic_audit_need_the_topic() {
+        let (_dir, store) = store();
+        let cfg = config(r#"["t", "u"]"#);
+        let e = request(&cfg, &store, args()).expect_err("which topic?");
+        assert!(e.to_string().contains("--topic"), "{e}");
+        let named = ReplayArgs {
+            topic: Some("u".into()),
+            to_topic: Some("repair".into()),
+            ..args()
+        };
+        let req = request(&cfg, &store, named).expect("request");
+        assert_eq!(req.target.tp, TopicPartition::new("u", 0));
+        assert!(matches!(&req.dest, Destination::Topic(t) if t == "repair"));
+    }
+
+    #[test]
+    fn a_request_without_a_target_or_a_destination_is_refused() {
+        let (_dir, store) = store();
+        let cfg = config(r#"["t"]"#);
+        let no_offsets = ReplayArgs {
+            offsets: None,
+            ..args()
+        };
+        let e = request(&cfg, &store, no_offsets).expect_err("no target");
+        assert!(e.to_string().contains("give --gap ID"), "{e}");
+        let nowhere = ReplayArgs {
+            to_sink: false,
+            ..args()
+        };
+        let e = request(&cfg, &store, nowhere).expect_err("no destination");
+        assert!(e.to_string().contains("--to-topic T or --to-sink"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_gap_is_refused_with_where_to_look() {
+        let (_dir, store) = store();
+        let by_gap = ReplayArgs {
+            gap: Some("a:t:0:9".into()),
+            ..args()
+        };
+        let e = request(&config(r#"["t"]"#), &store, by_gap).expect_err("no such gap");
+        assert!(e.to_string().contains("gap-auditor gaps"), "{e}");
     }
 }
