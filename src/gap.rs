@@ -180,10 +180,10 @@ pub struct Gap {
     #[serde(default)]
     pub pipeline_commit_at: Option<DateTime<Utc>>,
     /// What the pipeline itself tells of the cause, when an evidence source was read
-    /// (`[audits.pipeline] flink_rest_url`, src/flink_evidence): for a `skipped_by_restart`
+    /// (`[audits.pipeline] flink_rest_url`, src/evidence/flink): for a `skipped_by_restart`
     /// gap, "restarted at 2026-12-06T02:14:00Z without restoring a checkpoint
     /// (latest-offset)" or "restarted at T, restored from chk-7 (path)". With `connect_url`
-    /// (src/connect_evidence), for `skipped_by_restart` and `dropped_in_flight`: "Kafka
+    /// (src/evidence/connect), for `skipped_by_restart` and `dropped_in_flight`: "Kafka
     /// Connect task 0 of es-sink FAILED at T (exception), RUNNING again at T2 on worker W",
     /// after Flink's words with "; " when both tell. Decided once, when the gap is found;
     /// `null` without evidence.

@@ -46,7 +46,7 @@ pub struct DeadLetterStatus {
     pub problem: Option<String>,
 }
 
-/// The Flink evidence source of an audit (src/flink_evidence), for `/api/status`.
+/// The Flink evidence source of an audit (src/evidence/flink), for `/api/status`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct FlinkStatus {
     /// The JobManager's REST URL, without credentials.
@@ -56,7 +56,7 @@ pub struct FlinkStatus {
     /// `pending` (not read yet), `ok`, or `error` with its `reason`: an error only means
     /// gaps carry no Flink evidence; no verdict waits for it.
     #[serde(flatten)]
-    pub source: crate::flink_evidence::SourceState,
+    pub source: crate::evidence::flink::SourceState,
     /// When the JobManager was last asked.
     pub checked_at: Option<DateTime<Utc>>,
     /// The JobManager's clock minus this auditor's, as last measured (ms; `null` before a
@@ -87,16 +87,16 @@ pub struct FlinkRunStatus {
     /// What it restored when it started: `{"kind": "none"}`, `{"kind": "unknown"}` or
     /// `{"kind": "checkpoint", "id": 7, "restore_timestamp": ..., "is_savepoint": false,
     /// "external_path": "..."}`.
-    pub restore: crate::flink_evidence::Restore,
+    pub restore: crate::evidence::flink::Restore,
     /// Its last completed checkpoint, when one was seen.
-    pub last_completed: Option<crate::flink_evidence::CompletedCheckpoint>,
+    pub last_completed: Option<crate::evidence::flink::CompletedCheckpoint>,
     /// The run in words: "started at 2026-12-06T02:14:00Z restored from chk-7 (path)".
     pub summary: String,
 }
 
 impl FlinkRunStatus {
     /// The status of `run`.
-    pub fn of(run: &crate::flink_evidence::JobRun) -> Self {
+    pub fn of(run: &crate::evidence::flink::JobRun) -> Self {
         Self {
             jid: run.jid.clone(),
             state: run.state.clone(),
@@ -109,7 +109,7 @@ impl FlinkRunStatus {
     }
 }
 
-/// The Kafka Connect evidence source of an audit (src/connect_evidence), for `/api/status`.
+/// The Kafka Connect evidence source of an audit (src/evidence/connect), for `/api/status`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ConnectStatus {
     /// The Connect REST URL, without credentials or query.
@@ -119,7 +119,7 @@ pub struct ConnectStatus {
     /// `pending` (not read yet), `ok`, or `error` with its `reason`: an error only means
     /// gaps carry no Kafka Connect evidence; no verdict waits for it.
     #[serde(flatten)]
-    pub source: crate::evidence_http::SourceState,
+    pub source: crate::evidence::http::SourceState,
     /// When the Connect REST API was last asked.
     pub checked_at: Option<DateTime<Utc>>,
     /// The connector's own state as last read (`RUNNING`, `FAILED`, `PAUSED`, ...); `null`
@@ -172,7 +172,7 @@ pub struct ConnectEventStatus {
 
 impl ConnectEventStatus {
     /// The status of `e`.
-    pub fn of(e: &crate::connect_evidence::StateEvent) -> Self {
+    pub fn of(e: &crate::evidence::connect::StateEvent) -> Self {
         Self {
             at: DateTime::<Utc>::from_timestamp_millis(e.at_ms),
             task: e.task,
@@ -185,7 +185,7 @@ impl ConnectEventStatus {
     }
 }
 
-/// The Doris Stream Load evidence source of an audit (src/stream_load_evidence), for
+/// The Doris Stream Load evidence source of an audit (src/evidence/stream_load), for
 /// `/api/status`.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct StreamLoadStatus {
@@ -196,7 +196,7 @@ pub struct StreamLoadStatus {
     /// `pending` (not read yet), `ok`, or `error` with its `reason`: an error only means
     /// gaps carry no Stream Load evidence; no verdict waits for it.
     #[serde(flatten)]
-    pub source: crate::evidence_http::SourceState,
+    pub source: crate::evidence::http::SourceState,
     /// When the FE was last asked.
     pub checked_at: Option<DateTime<Utc>>,
     /// The FE's clock minus this auditor's, as last measured (ms, to about a second).
@@ -229,7 +229,7 @@ pub struct StreamLoadEventStatus {
 
 impl StreamLoadEventStatus {
     /// The status of `l`.
-    pub fn of(l: &crate::stream_load_evidence::DroppedLoad) -> Self {
+    pub fn of(l: &crate::evidence::stream_load::DroppedLoad) -> Self {
         Self {
             label: crate::logging::printable(&l.record.label, 160),
             finished_at: DateTime::<Utc>::from_timestamp_millis(l.finished_ms),

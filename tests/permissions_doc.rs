@@ -255,14 +255,14 @@ fn the_page_is_linked_from_the_readme_and_the_operator_guide() {
 #[test]
 fn every_flink_rest_call_is_on_the_permissions_page() {
     let page = read("docs/PERMISSIONS.md");
-    let code = modules_code(&["src/flink_evidence.rs"]);
-    // The evidence sources' one HTTP client (src/evidence_http.rs) sends their requests.
-    let client = modules_code(&["src/evidence_http.rs"]);
+    let code = modules_code(&["src/evidence/flink.rs"]);
+    // The evidence sources' one HTTP client (src/evidence/http.rs) sends their requests.
+    let client = modules_code(&["src/evidence/http.rs"]);
     for method in [".post(", ".put(", ".patch(", ".delete(", ".request("] {
-        assert!(!code.contains(method), "src/flink_evidence uses {method}");
+        assert!(!code.contains(method), "src/evidence/flink uses {method}");
         assert!(
             !client.contains(method),
-            "src/evidence_http.rs uses {method}"
+            "src/evidence/http.rs uses {method}"
         );
     }
     let mut paths = Vec::new();
@@ -287,11 +287,11 @@ fn every_flink_rest_call_is_on_the_permissions_page() {
 }
 
 /// The Kafka Connect evidence reads the Connect REST API with `GET` only (through
-/// src/evidence_http.rs), and every path it asks for is on the page.
+/// src/evidence/http.rs), and every path it asks for is on the page.
 #[test]
 fn every_connect_rest_call_is_on_the_permissions_page() {
     let page = read("docs/PERMISSIONS.md");
-    let code = modules_code(&["src/connect_evidence.rs", "src/evidence_http.rs"]);
+    let code = modules_code(&["src/evidence/connect.rs", "src/evidence/http.rs"]);
     for method in [".post(", ".put(", ".patch(", ".delete(", ".request("] {
         assert!(!code.contains(method), "the Connect evidence uses {method}");
     }
@@ -325,7 +325,7 @@ fn every_connect_rest_call_is_on_the_permissions_page() {
 #[test]
 fn every_stream_load_statement_is_on_the_permissions_page() {
     let page = read("docs/PERMISSIONS.md");
-    let code = modules_code(&["src/stream_load_evidence.rs", "src/doris_fe.rs"]);
+    let code = modules_code(&["src/evidence/stream_load.rs", "src/doris_fe.rs"]);
     for write in [
         "INSERT",
         "UPDATE",

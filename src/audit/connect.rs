@@ -1,13 +1,13 @@
-//! The audit's side of the Kafka Connect evidence (src/connect_evidence): starts the
+//! The audit's side of the Kafka Connect evidence (src/evidence/connect): starts the
 //! poller, reads what it published when a gap is found and when the status is published.
 //! Evidence only: nothing here holds or decides a verdict.
 
 use crate::clock::Clock;
 use crate::config::AuditConfig;
 #[cfg(test)]
-use crate::connect_evidence::ConnectView;
-use crate::connect_evidence::{ConnectSource, SharedView};
-use crate::evidence_poll::{self, read as read_view};
+use crate::evidence::connect::ConnectView;
+use crate::evidence::connect::{ConnectSource, SharedView};
+use crate::evidence::poll::{self as evidence_poll, read as read_view};
 use crate::gap::GapCause;
 use crate::ledger::GapRecord;
 use crate::status::{ConnectEventStatus, ConnectStatus, ConnectTaskStatus};

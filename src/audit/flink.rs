@@ -1,13 +1,13 @@
-//! The audit's side of the Flink evidence (src/flink_evidence): starts the poller, reads
+//! The audit's side of the Flink evidence (src/evidence/flink): starts the poller, reads
 //! what it published when a gap is found and when the status is published. Evidence only:
 //! nothing here holds or decides a verdict.
 
 use crate::clock::Clock;
 use crate::config::AuditConfig;
-use crate::evidence_poll::{self, read as read_view};
 #[cfg(test)]
-use crate::flink_evidence::FlinkView;
-use crate::flink_evidence::{FlinkSource, Restore, SharedView};
+use crate::evidence::flink::FlinkView;
+use crate::evidence::flink::{FlinkSource, Restore, SharedView};
+use crate::evidence::poll::{self as evidence_poll, read as read_view};
 use crate::gap::GapCause;
 use crate::ledger::{CommitStep, GapRecord};
 use crate::status::{FlinkRunStatus, FlinkStatus};

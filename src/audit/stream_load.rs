@@ -1,17 +1,17 @@
-//! The audit's side of the Doris Stream Load evidence (src/stream_load_evidence): starts
+//! The audit's side of the Doris Stream Load evidence (src/evidence/stream_load): starts
 //! the poller, reads what it published when a gap is found and when the status is
 //! published. Evidence only: nothing here holds or decides a verdict.
 
 use crate::clock::Clock;
 use crate::config::AuditConfig;
-use crate::evidence_poll::{self, read as read_view};
+use crate::evidence::poll::{self as evidence_poll, read as read_view};
+#[cfg(test)]
+use crate::evidence::stream_load::StreamLoadView;
+use crate::evidence::stream_load::history::window;
+use crate::evidence::stream_load::{SharedView, StreamLoadSource};
 use crate::gap::GapCause;
 use crate::ledger::GapRecord;
 use crate::status::{StreamLoadEventStatus, StreamLoadStatus};
-#[cfg(test)]
-use crate::stream_load_evidence::StreamLoadView;
-use crate::stream_load_evidence::history::window;
-use crate::stream_load_evidence::{SharedView, StreamLoadSource};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 

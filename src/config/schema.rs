@@ -286,9 +286,9 @@ fn default_offset_column() -> String {
     "offset".to_owned()
 }
 
+// One field per key of `[[audits]]` (SPEC's config contract); the sections are their own
+// structs.
 /// `[[audits]]`: one (topics → sink table/index) pair being checked.
-/// One field per key of `[[audits]]` (SPEC's config contract); the sections are their own
-/// structs.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuditConfig {
@@ -413,7 +413,7 @@ pub struct PipelineConfig {
     /// may hold credentials for a proxy in front of it, sent as Basic auth, printed
     /// redacted). Read-only, polled every `verify_interval` (`/jobs/overview`,
     /// `/jobs/{jid}/checkpoints`): a `skipped_by_restart` gap then says when the job
-    /// restarted and which checkpoint it restored, or none (src/flink_evidence). Never holds
+    /// restarted and which checkpoint it restored, or none (src/evidence/flink). Never holds
     /// or changes a verdict; an unreadable JobManager is a warning and a state in
     /// `/api/status`. Blank is absent.
     #[serde(default, deserialize_with = "de_opt_secret_url")]
@@ -428,7 +428,7 @@ pub struct PipelineConfig {
     /// (`/connectors/{name}/status`, `/connectors/{name}/config`): a `skipped_by_restart` or
     /// `dropped_in_flight` gap then names the connector's task failures and restarts in its
     /// window, and whether the connector skips records it cannot convert without a
-    /// dead-letter queue (src/connect_evidence). Never holds or changes a verdict; an
+    /// dead-letter queue (src/evidence/connect). Never holds or changes a verdict; an
     /// unreadable Connect REST API is a warning and a state in `/api/status`.
     #[serde(default, deserialize_with = "de_opt_secret_url")]
     pub connect_url: Option<SecretUrl>,
@@ -449,7 +449,7 @@ pub struct PipelineConfig {
     /// (`mysql://auditor@fe:9030/example_db`; may hold credentials, printed redacted).
     /// Read-only, polled every `verify_interval` (`SHOW STREAM LOAD`, which needs the BE's
     /// `enable_stream_load_record = true`): a `dropped_in_flight` gap then names the loads in
-    /// its window that filtered rows (src/stream_load_evidence). Never holds or changes a
+    /// its window that filtered rows (src/evidence/stream_load). Never holds or changes a
     /// verdict; an unreadable FE is a warning and a state in `/api/status`. Blank is absent.
     #[serde(default, deserialize_with = "de_opt_secret_url")]
     pub doris_fe_url: Option<SecretUrl>,
@@ -694,8 +694,8 @@ impl MatchConfig {
     }
 }
 
+// One field per key of `[audits.sink]` (SPEC's config contract).
 /// `[audits.sink]`: where the pipeline writes.
-/// One field per key of `[audits.sink]` (SPEC's config contract).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {

@@ -13,7 +13,7 @@
 //! `/api/status`).
 //!
 //! `rest` reads Connect's documented JSON, `history` keeps the changes and explains a gap
-//! (both pure), `poller` talks to the Connect REST API (through src/evidence_http.rs).
+//! (both pure), `poller` talks to the Connect REST API (through src/evidence/http.rs).
 
 pub mod history;
 pub mod poller;

@@ -1,4 +1,4 @@
-//! The one HTTP client of the evidence sources (src/flink_evidence, src/connect_evidence):
+//! The one HTTP client of the evidence sources (src/evidence/flink, src/evidence/connect):
 //! a bounded, read-only GET against one configured base URL.
 //!
 //! What every source needs, and must not get wrong twice: each request bounded by a timeout;

@@ -1,4 +1,4 @@
-//! The one poll loop of the evidence sources (src/flink_evidence, src/connect_evidence):
+//! The one poll loop of the evidence sources (src/evidence/flink, src/evidence/connect):
 //! each source is read on a timer, in a task of its own, and what it learnt is published
 //! whole for the audit loop ([`View`]), so a slow or dead source never delays a round and
 //! a reader never sees half a poll.
@@ -10,7 +10,7 @@
 //! a view older than its window ([`View::read_as_of_ms`], review 27, G7 and F-5).
 
 use crate::clock::Clock;
-use crate::evidence_http::SourceState;
+use crate::evidence::http::SourceState;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use std::future::Future;
@@ -89,7 +89,7 @@ pub fn start<S: Source, E: std::fmt::Display>(
             tracing::warn!(audit = %audit, evidence = kind, error = %e,
                 "cannot read {kind} evidence; gaps carry none (verdicts are not affected)");
             fail(&view, e.to_string());
-            (view, crate::evidence_http::shown_url(configured))
+            (view, crate::evidence::http::shown_url(configured))
         }
     }
 }

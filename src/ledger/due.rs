@@ -43,7 +43,7 @@ pub struct CommitStep {
     pub altered: bool,
     /// The last poll before the one that first saw `from` (unix ms): `from` was committed
     /// after it, so a restart that made this step happened between it and `at_ms` (Flink
-    /// evidence, src/flink_evidence). `None` when `from` was the first commit seen: then
+    /// evidence, src/evidence/flink). `None` when `from` was the first commit seen: then
     /// the time `from` was first seen, a bound that can only narrow the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_ms: Option<i64>,

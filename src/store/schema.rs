@@ -323,7 +323,7 @@ fn add_import_mark_columns(tx: &Connection) -> rusqlite::Result<()> {
 }
 
 /// v17: what an evidence source told of a gap's cause (`gaps.evidence`, Flink's restore
-/// evidence: src/flink_evidence). Added by [`add_evidence_column`], which checks first, so
+/// evidence: src/evidence/flink). Added by [`add_evidence_column`], which checks first, so
 /// that the step is idempotent like the others (a file migrated by a build that crashed
 /// before writing `user_version` runs it again).
 const SCHEMA_V17: &str = "";

@@ -17,7 +17,7 @@
 //! statement is refused with an error, as an FE would refuse unknown syntax. Unlike a real
 //! FE it has no users or privileges (any login is accepted) and one job.
 //!
-//! It also answers what the Stream Load evidence asks (src/stream_load_evidence):
+//! It also answers what the Stream Load evidence asks (src/evidence/stream_load):
 //! `SELECT UNIX_TIMESTAMP(), NOW(), @@system_time_zone, @@time_zone` (its clock, in the
 //! zone Doris users mostly run, Asia/Shanghai, UTC+8; load times with milliseconds, as the
 //! FE prints them) and `SHOW STREAM LOAD FROM db WHERE Label LIKE "x" ORDER BY

@@ -4,12 +4,12 @@
 use super::harness::*;
 use crate::audit::connect::ConnectWatch;
 use crate::audit::flink::FlinkWatch;
-use crate::connect_evidence::history::rfc3339;
-use crate::connect_evidence::rest::{ConnectorConfig, ErrorHandling, parse_status};
-use crate::connect_evidence::{ConnectView, History};
-use crate::evidence_http::SourceState;
-use crate::flink_evidence::rest::{CheckpointStats, JobOverview};
-use crate::flink_evidence::{FlinkView, History as FlinkHistory};
+use crate::evidence::connect::history::rfc3339;
+use crate::evidence::connect::rest::{ConnectorConfig, ErrorHandling, parse_status};
+use crate::evidence::connect::{ConnectView, History};
+use crate::evidence::flink::rest::{CheckpointStats, JobOverview};
+use crate::evidence::flink::{FlinkView, History as FlinkHistory};
+use crate::evidence::http::SourceState;
 use crate::gap::GapCause;
 use crate::types::Offset;
 
@@ -29,7 +29,7 @@ fn pipeline_commits(h: &Harness, to: Offset) {
 }
 
 /// Connector `es-sink` with task 0 `state` on `worker`.
-fn status(state: &str, worker: &str) -> crate::connect_evidence::ConnectorStatus {
+fn status(state: &str, worker: &str) -> crate::evidence::connect::ConnectorStatus {
     let trace = if state == "FAILED" {
         format!(
             r#","trace":"{EXCEPTION}\n\tat org.apache.kafka.connect.runtime.WorkerSinkTask.execute(WorkerSinkTask.java:200)""#
@@ -307,7 +307,7 @@ async fn flink_and_connect_words_are_joined() {
         }
         h.audit.evidence.flink = Some(FlinkWatch::fixed(FlinkView {
             history: runs,
-            state: crate::flink_evidence::SourceState::Ok,
+            state: crate::evidence::flink::SourceState::Ok,
             read_as_of_ms: Some(i64::MAX),
             ..Default::default()
         }));

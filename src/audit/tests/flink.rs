@@ -3,9 +3,9 @@
 
 use super::harness::*;
 use crate::audit::flink::FlinkWatch;
-use crate::flink_evidence::history::rfc3339;
-use crate::flink_evidence::rest::{CheckpointStats, JobOverview};
-use crate::flink_evidence::{FlinkView, History, SourceState};
+use crate::evidence::flink::history::rfc3339;
+use crate::evidence::flink::rest::{CheckpointStats, JobOverview};
+use crate::evidence::flink::{FlinkView, History, SourceState};
 use crate::gap::GapCause;
 use crate::types::Offset;
 

@@ -3,9 +3,9 @@
 
 use super::connect::{gap_with, rounds_to_the_gap, the_gap};
 use crate::audit::stream_load::StreamLoadWatch;
-use crate::evidence_http::SourceState;
+use crate::evidence::http::SourceState;
+use crate::evidence::stream_load::{FeClock, History, LoadRecord, StreamLoadView};
 use crate::gap::GapCause;
-use crate::stream_load_evidence::{FeClock, History, LoadRecord, StreamLoadView};
 
 /// The FE on the auditor's clock (UTC, no skew).
 const SAME_CLOCK: FeClock = FeClock {

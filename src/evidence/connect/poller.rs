@@ -1,5 +1,5 @@
 //! Reads the Connect REST API, polled on a timer by the shared loop
-//! (src/evidence_poll.rs) into a [`ConnectView`]: a slow or dead Connect worker never
+//! (src/evidence/poll.rs) into a [`ConnectView`]: a slow or dead Connect worker never
 //! delays a round, and nothing is asked per record.
 //!
 //! Read-only: `GET /connectors/{name}/status` and `GET /connectors/{name}/config`, nothing
@@ -11,8 +11,8 @@ use super::history::History;
 use super::rest::{self, RestError};
 use crate::clock::Clock;
 use crate::config::SecretUrl;
-use crate::evidence_http::{EvidenceClient, HttpGetError};
-use crate::evidence_poll::{Shared, Source, View};
+use crate::evidence::http::{EvidenceClient, HttpGetError};
+use crate::evidence::poll::{Shared, Source, View};
 use crate::logging::printable;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ pub enum SourceError {
     /// The answer was not usable.
     #[error(transparent)]
     Rest(#[from] RestError),
-    /// The answer was larger than [`crate::evidence_http::MAX_BODY`]: not read further.
+    /// The answer was larger than [`crate::evidence::http::MAX_BODY`]: not read further.
     #[error("Kafka Connect at {url} answered {path} with more than {max} bytes: not read")]
     TooLarge {
         /// The URL without credentials.
@@ -80,7 +80,7 @@ impl ConnectSource {
     pub fn new(url: &SecretUrl, connector: &str, timeout: Duration) -> Result<Self, SourceError> {
         let http = EvidenceClient::new(url, timeout).map_err(|e| match e {
             HttpGetError::Http(why) => SourceError::Http {
-                url: crate::evidence_http::shown_url(&url.without_credentials()),
+                url: crate::evidence::http::shown_url(&url.without_credentials()),
                 why,
             },
             _ => SourceError::Url,
@@ -244,7 +244,7 @@ mod tests {
         quiet.observe_config(config(2), 3_010);
         assert_eq!(changes_since("s", &after, &quiet), None);
     }
-    use crate::evidence_http::tests::answer_once;
+    use crate::evidence::http::tests::answer_once;
 
     #[test]
     fn the_connector_is_one_path_segment_and_the_url_loses_its_credentials() {
@@ -308,7 +308,12 @@ mod tests {
             matches!(&e, SourceError::NoConnector { connector, .. } if connector == "es-sink"),
             "{e}"
         );
-        let port = answer_once("HTTP/1.1 200 OK", crate::evidence_http::MAX_BODY + 1, false).await;
+        let port = answer_once(
+            "HTTP/1.1 200 OK",
+            crate::evidence::http::MAX_BODY + 1,
+            false,
+        )
+        .await;
         let e = source(port)
             .read_once(&mut h, &clock)
             .await

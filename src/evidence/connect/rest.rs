@@ -24,7 +24,7 @@
 use crate::logging::printable;
 use serde::Deserialize;
 
-pub use crate::evidence_http::RestError;
+pub use crate::evidence::http::RestError;
 
 /// `what` is not the documented JSON.
 fn shape(what: &'static str, e: serde_json::Error) -> RestError {

@@ -1,5 +1,5 @@
 //! Reads the JobManager's REST API, polled on a timer by the shared loop
-//! (src/evidence_poll.rs) into a [`FlinkView`]: a slow or dead JobManager never delays a
+//! (src/evidence/poll.rs) into a [`FlinkView`]: a slow or dead JobManager never delays a
 //! round, and nothing is asked per record.
 //!
 //! Read-only: `GET /jobs/overview` and `GET /jobs/{jid}/checkpoints`, nothing else. The URL
@@ -11,8 +11,8 @@ use super::history::History;
 use super::rest::{self, RestError};
 use crate::clock::Clock;
 use crate::config::SecretUrl;
-use crate::evidence_http::{EvidenceClient, HttpGetError};
-use crate::evidence_poll::{Shared, Source, View};
+use crate::evidence::http::{EvidenceClient, HttpGetError};
+use crate::evidence::poll::{Shared, Source, View};
 use crate::logging::printable;
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ pub enum SourceError {
 }
 
 /// The state of the evidence source, for `/api/status` (one shape for every source).
-pub use crate::evidence_http::SourceState;
+pub use crate::evidence::http::SourceState;
 
 /// What the poller learnt, shared with the audit loop (the job's runs as seen so far, kept
 /// across failed polls: a JobManager that died with the job took its runs' REST answers
@@ -78,14 +78,14 @@ pub type SharedView = Shared<History>;
 
 /// One JobManager and the job's name.
 pub struct FlinkSource {
-    /// The JobManager's REST API (bounded reads, no redirects: src/evidence_http.rs).
+    /// The JobManager's REST API (bounded reads, no redirects: src/evidence/http.rs).
     http: EvidenceClient,
     job: String,
 }
 
 /// The largest answer read from the JobManager: a busy cluster's `/jobs/overview` or a
 /// job's checkpoint statistics are tens of kilobytes; more is not a JobManager's answer.
-pub use crate::evidence_http::MAX_BODY;
+pub use crate::evidence::http::MAX_BODY;
 
 /// Most runs whose checkpoints one poll reads (the live ones and those whose restore is not
 /// known yet; a restart loop must not make a poll ask for dozens).
@@ -97,7 +97,7 @@ impl FlinkSource {
     pub fn new(url: &SecretUrl, job: &str, timeout: Duration) -> Result<Self, SourceError> {
         let http = EvidenceClient::new(url, timeout).map_err(|e| match e {
             HttpGetError::Http(why) => SourceError::Http {
-                url: crate::evidence_http::shown_url(&url.without_credentials()),
+                url: crate::evidence::http::shown_url(&url.without_credentials()),
                 why,
             },
             _ => SourceError::Url,
@@ -245,7 +245,7 @@ mod tests {
         }
     }
 
-    use crate::evidence_http::tests::answer_once;
+    use crate::evidence::http::tests::answer_once;
 
     /// Review 37, F6 and F7: an answer larger than `MAX_BODY` is refused, whether it says
     /// its length or not (read whole before, into memory), and a redirect is not followed.

@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::evidence_http::RestError;
+pub use crate::evidence::http::RestError;
 
 /// `what` is not the documented JSON.
 fn shape(what: &'static str, e: serde_json::Error) -> RestError {

@@ -7,7 +7,7 @@
 //! FE's zone and clock (one cluster, one NTP: documented in OPERATOR.md).
 
 use super::record::LoadRecord;
-use crate::connect_evidence::history::rfc3339;
+use crate::evidence::connect::history::rfc3339;
 use crate::logging::{printable, redact};
 use chrono::NaiveDateTime;
 use std::collections::VecDeque;

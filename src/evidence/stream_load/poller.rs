@@ -1,5 +1,5 @@
 //! Reads the pipeline's Stream Loads from the Doris FE, polled on a timer by the shared
-//! loop (src/evidence_poll.rs) into a [`StreamLoadView`]: a slow or dead FE never delays a
+//! loop (src/evidence/poll.rs) into a [`StreamLoadView`]: a slow or dead FE never delays a
 //! round, and nothing is asked per record.
 //!
 //! Read-only, two statements a poll on one connection: `SELECT UNIX_TIMESTAMP(), NOW()`
@@ -14,7 +14,7 @@ use super::record::{LoadRecord, local_time};
 use crate::clock::Clock;
 use crate::config::SecretUrl;
 use crate::doris_fe::{self, Columns, columns};
-use crate::evidence_poll::{Shared, Source, View};
+use crate::evidence::poll::{Shared, Source, View};
 use crate::logging::printable;
 use crate::sink::sql::{ident, string_literal};
 use mysql_async::Pool;
@@ -69,7 +69,7 @@ impl StreamLoadSource {
         let pool = doris_fe::pool(url.expose()).ok_or(SourceError::Url)?;
         Ok(Self {
             pool,
-            shown_url: crate::evidence_http::shown_url(&url.without_credentials()),
+            shown_url: crate::evidence::http::shown_url(&url.without_credentials()),
             statement: statement(&db, prefix),
             prefix: prefix.to_owned(),
             db,

@@ -84,7 +84,7 @@ impl PartitionLedger {
         self.gaps.by_first.get(&first).map(|g| g.epoch)
     }
 
-    /// Attaches what an evidence source told of the gap at `first` (src/flink_evidence),
+    /// Attaches what an evidence source told of the gap at `first` (src/evidence/flink),
     /// unless it already carries some: decided once, stored with its item. Returns whether
     /// the ledger holds the gap.
     pub fn set_gap_evidence(&mut self, first: Offset, evidence: String) -> bool {
