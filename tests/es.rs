@@ -407,10 +407,12 @@ async fn listing_pages_exactly_against_the_server() {
         None,
         EsTarget {
             index: index.clone(),
-            partition_field: "partition".into(),
-            offset_field: "offset".into(),
-            topic_field: Some("topic".into()),
-            key_fields: Vec::new(),
+            columns: gap_auditor::config::SinkColumns {
+                partition: "partition".into(),
+                offset: "offset".into(),
+                topic: Some("topic".into()),
+                key: Vec::new(),
+            },
         },
         Duration::from_secs(5),
     )
@@ -444,10 +446,12 @@ fn field_sink(
         None,
         EsTarget {
             index: index.into(),
-            partition_field: partition.into(),
-            offset_field: offset.into(),
-            topic_field: topic.map(str::to_string),
-            key_fields: keys.iter().map(|k| k.to_string()).collect(),
+            columns: gap_auditor::config::SinkColumns {
+                partition: partition.into(),
+                offset: offset.into(),
+                topic: topic.map(str::to_string),
+                key: keys.iter().map(|k| k.to_string()).collect(),
+            },
         },
         Duration::from_secs(5),
     )

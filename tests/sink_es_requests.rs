@@ -140,10 +140,12 @@ async fn one_mapping_check_then_one_request_per_count_and_again_after_an_error()
         None,
         EsTarget {
             index: "dns".into(),
-            partition_field: "partition".into(),
-            offset_field: "offset".into(),
-            topic_field: Some("topic".into()),
-            key_fields: Vec::new(),
+            columns: gap_auditor::config::SinkColumns {
+                partition: "partition".into(),
+                offset: "offset".into(),
+                topic: Some("topic".into()),
+                key: Vec::new(),
+            },
         },
         Duration::from_secs(5),
     )

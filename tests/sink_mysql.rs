@@ -122,20 +122,24 @@ fn setup_pool() -> mysql_async::Pool {
 fn offsets_target(table: &str) -> MysqlTarget {
     MysqlTarget {
         table: table.into(),
-        partition_column: "partition".into(),
-        offset_column: "offset".into(),
-        topic_column: None,
-        key_columns: Vec::new(),
+        columns: gap_auditor::config::SinkColumns {
+            partition: "partition".into(),
+            offset: "offset".into(),
+            topic: None,
+            key: Vec::new(),
+        },
     }
 }
 
 fn keys_target(table: &str) -> MysqlTarget {
     MysqlTarget {
         table: table.into(),
-        partition_column: "partition".into(),
-        offset_column: "offset".into(),
-        topic_column: None,
-        key_columns: vec!["k".into()],
+        columns: gap_auditor::config::SinkColumns {
+            partition: "partition".into(),
+            offset: "offset".into(),
+            topic: None,
+            key: vec!["k".into()],
+        },
     }
 }
 
@@ -691,9 +695,10 @@ async fn typed_key_columns_are_compared_as_the_columns_store_them() {
         .map(|i| Key::new([time(i, 'T', ".5"), format!("+{i}.0050"), format!("{i}")]))
         .collect();
     let want: Vec<u64> = (0..KEYS).map(|i| u64::from(!absent(i))).collect();
-    let target = |table: &str| MysqlTarget {
-        key_columns: vec!["t".into(), "d".into(), "n".into()],
-        ..keys_target(table)
+    let target = |table: &str| {
+        let mut t = keys_target(table);
+        t.columns.key = vec!["t".into(), "d".into(), "n".into()];
+        t
     };
     let mariadb = sink_at(&mysql_url(), target(&table));
     let doris = MysqlSink::new(
@@ -808,7 +813,7 @@ async fn the_offset_extent_is_the_partition_range_and_each_partitions_largest_of
         })
     );
     let mut with_topic = offsets_target(&table);
-    with_topic.topic_column = Some("topic".into());
+    with_topic.columns.topic = Some("topic".into());
     let none = sink_at(&mysql_url(), with_topic).offset_extent(&[0]).await;
     assert_eq!(
         none.expect("not asked"),

@@ -56,6 +56,7 @@
 //! [`Verifier::key_domain`]: super::Verifier::key_domain
 
 use super::SinkError;
+use crate::config::SinkColumns;
 use crate::key_domain::KeyDomain;
 use crate::ledger::OffsetRun;
 use crate::types::{Key, Offset, TopicPartition};
@@ -113,14 +114,9 @@ pub const MAX_PAGE: usize = 10_000;
 pub struct EsTarget {
     /// Index, alias or pattern (`logs-*`).
     pub index: String,
-    /// offset_columns: numeric field holding the Kafka partition.
-    pub partition_field: String,
-    /// offset_columns: numeric field holding the Kafka offset.
-    pub offset_field: String,
-    /// offset_columns: optional keyword field holding the topic.
-    pub topic_field: Option<String>,
-    /// key_columns: keyword (or numeric/date) fields, in key order.
-    pub key_fields: Vec<String>,
+    /// The fields the audit's strategy queries: numeric partition and offset fields, an
+    /// optional keyword topic field, keyword (or numeric/date) key fields in key order.
+    pub columns: SinkColumns,
 }
 
 /// How the auditor authenticates.
@@ -308,7 +304,8 @@ impl ElasticsearchSink {
             if let Ok(mut g) = self.key_fields_are_strings.lock() {
                 *g = self
                     .target
-                    .key_fields
+                    .columns
+                    .key
                     .iter()
                     .map(|f| field_is_string(&v, f))
                     .collect();
@@ -330,7 +327,7 @@ impl ElasticsearchSink {
     /// an unreachable server is an error (retried).
     async fn read_key_mapping(&self) -> Result<(KeyDomain, Vec<String>), SinkError> {
         let index = self.index();
-        let fields: Vec<&str> = self.target.key_fields.iter().map(String::as_str).collect();
+        let fields: Vec<&str> = self.target.columns.key.iter().map(String::as_str).collect();
         let answer = self
             .call(
                 "key field mapping",
@@ -347,7 +344,8 @@ impl ElasticsearchSink {
             Err(SinkError::Rejected(m)) => (Value::Null, Some(m)),
             Err(e) => return Err(e),
         };
-        let (domain, mut notes) = key_domain_of(&parse_field_mappings(&v, &self.target.key_fields));
+        let (domain, mut notes) =
+            key_domain_of(&parse_field_mappings(&v, &self.target.columns.key));
         if let Some(m) = refused {
             notes.insert(
                 0,
@@ -397,7 +395,7 @@ impl ElasticsearchSink {
         };
         let at_start = key_mapping::limits_of(&learned);
         let now = key_mapping::limits_of(&current);
-        for (i, (field, limit)) in self.target.key_fields.iter().zip(&now).enumerate() {
+        for (i, (field, limit)) in self.target.columns.key.iter().zip(&now).enumerate() {
             let Some(limit) = *limit else { continue };
             if at_start
                 .get(i)

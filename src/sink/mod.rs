@@ -254,13 +254,9 @@ impl Verifier for AnySink {
 pub fn build_sink(audit: &str, spec: &SinkSpec) -> anyhow::Result<AnySink> {
     match spec {
         SinkSpec::Sql(s) => {
-            let c = &s.columns;
             let target = MysqlTarget {
                 table: s.table.clone(),
-                partition_column: c.partition.clone(),
-                offset_column: c.offset.clone(),
-                topic_column: c.topic.clone(),
-                key_columns: c.key.clone(),
+                columns: s.columns.clone(),
             };
             let password = s.password.as_ref().map(SecretSource::read).transpose()?;
             let sink = MysqlSink::new(
@@ -276,13 +272,9 @@ pub fn build_sink(audit: &str, spec: &SinkSpec) -> anyhow::Result<AnySink> {
             Ok(AnySink::Mysql(sink))
         }
         SinkSpec::Elasticsearch(s) => {
-            let c = &s.columns;
             let target = EsTarget {
                 index: s.index.clone(),
-                partition_field: c.partition.clone(),
-                offset_field: c.offset.clone(),
-                topic_field: c.topic.clone(),
-                key_fields: c.key.clone(),
+                columns: s.columns.clone(),
             };
             let auth = match &s.auth {
                 EsAuthSpec::None => EsAuth::None,

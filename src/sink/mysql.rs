@@ -51,6 +51,7 @@
 use super::sql::{self, KeyCompare, KeyRows, OffsetQuery};
 use super::tls::TlsSettings;
 use super::{OffsetExtent, RangeCount, SinkError, Verifier};
+use crate::config::SinkColumns;
 use crate::ledger::OffsetRun;
 use crate::types::{Key, Offset, TopicPartition};
 use mysql_async::prelude::Queryable;
@@ -94,14 +95,8 @@ pub const DORIS_MAX_KEY_ROWS: usize = 2_000;
 pub struct MysqlTarget {
     /// `table` or `db.table`.
     pub table: String,
-    /// offset_columns: column holding the Kafka partition.
-    pub partition_column: String,
-    /// offset_columns: column holding the Kafka offset.
-    pub offset_column: String,
-    /// offset_columns: optional column holding the topic.
-    pub topic_column: Option<String>,
-    /// key_columns: sink columns in key order.
-    pub key_columns: Vec<String>,
+    /// The columns the audit's strategy queries.
+    pub columns: SinkColumns,
 }
 
 /// What the session check found out about one connection.
@@ -326,7 +321,7 @@ impl MysqlSink {
             });
         };
         let domain = columns::key_domain(
-            &self.target.key_columns,
+            &self.target.columns.key,
             &info,
             Fraction::for_server(self.kind, &server.version, &server.sql_mode),
         );
@@ -346,7 +341,7 @@ impl MysqlSink {
         let rows = self
             .key_rows
             .unwrap_or_else(|| sql::key_rows_for(&server.version));
-        let check = check_key_columns(&self.target.key_columns, &info);
+        let check = check_key_columns(&self.target.columns.key, &info);
         // A column the prepared form would compare otherwise than the text: text.
         let rows = match rows {
             KeyRows::Prepared if !check.prepared => KeyRows::Values,
@@ -410,7 +405,7 @@ impl MysqlSink {
             Err(_) if doris => {}
             Err(e) => return Err(e),
         }
-        let keys = &self.target.key_columns;
+        let keys = &self.target.columns.key;
         if doris {
             let rows = self
                 .rows(c, sql::show_create_table(&self.target.table))
@@ -544,7 +539,7 @@ impl MysqlSink {
         if how.rows != KeyRows::Prepared || self.prepared_refused_now() {
             return None;
         }
-        sql::PreparedShape::of(values, self.target.key_columns.len())
+        sql::PreparedShape::of(values, self.target.columns.key.len())
     }
 
     /// One key count as a prepared statement (mysql_async prepares it once per connection
@@ -581,7 +576,7 @@ impl MysqlSink {
         }
         let text: Arc<str> = sql::count_keys_prepared(
             &self.target.table,
-            &self.target.key_columns,
+            &self.target.columns.key,
             &how.compare,
             shape,
         )
@@ -707,9 +702,9 @@ impl MysqlSink {
     fn offset_query<'a>(&'a self, tp: &'a TopicPartition) -> OffsetQuery<'a> {
         OffsetQuery {
             table: &self.target.table,
-            partition_column: &self.target.partition_column,
-            offset_column: &self.target.offset_column,
-            topic_column: self.target.topic_column.as_deref(),
+            partition_column: &self.target.columns.partition,
+            offset_column: &self.target.columns.offset,
+            topic_column: self.target.columns.topic.as_deref(),
             topic: &tp.topic,
             partition: tp.partition,
         }
@@ -759,7 +754,7 @@ impl Verifier for MysqlSink {
     }
 
     async fn key_domain(&self) -> Result<Option<KeyDomain>, SinkError> {
-        if self.target.key_columns.is_empty() {
+        if self.target.columns.key.is_empty() {
             return Ok(None);
         }
         let (mut c, nbe) = self.checked_conn().await?;
@@ -771,7 +766,7 @@ impl Verifier for MysqlSink {
     }
 
     async fn key_model(&self) -> Result<Option<Learned>, SinkError> {
-        if self.target.key_columns.is_empty() {
+        if self.target.columns.key.is_empty() {
             return Ok(None);
         }
         let (mut c, nbe) = self.checked_conn().await?;
@@ -823,14 +818,14 @@ impl Verifier for MysqlSink {
 
     async fn offset_extent(&self, partitions: &[i32]) -> Result<Option<OffsetExtent>, SinkError> {
         const WHAT: &str = "offset extent";
-        if self.target.topic_column.is_some() {
+        if self.target.columns.topic.is_some() {
             return Ok(None);
         }
         let (mut c, _) = self.checked_conn().await?;
         let q = sql::offset_extent(
             &self.target.table,
-            &self.target.partition_column,
-            &self.target.offset_column,
+            &self.target.columns.partition,
+            &self.target.columns.offset,
             partitions,
         );
         let mut out = OffsetExtent::default();
@@ -861,13 +856,13 @@ impl Verifier for MysqlSink {
         // A key that does not fit the key columns (one stored before `match.key` changed)
         // would turn the whole batch into a query that selects nothing: every key of it
         // counted 0. An error instead: the batch's verdicts stay unknown, never missing.
-        let columns = self.target.key_columns.len();
+        let columns = self.target.columns.key.len();
         if let Some(k) = keys.iter().find(|k| k.len() != columns) {
             return Err(SinkError::Rejected(format!(
                 "{WHAT}: a key of {} values does not fit the {columns} key columns {:?} \
                  (a key stored before match.key changed?)",
                 k.len(),
-                self.target.key_columns
+                self.target.columns.key
             )));
         }
         let (mut c, nbe) = self.checked_conn().await?;
@@ -893,7 +888,7 @@ impl Verifier for MysqlSink {
         let text = || {
             sql::count_keys_joined(
                 &self.target.table,
-                &self.target.key_columns,
+                &self.target.columns.key,
                 &how.compare,
                 how.rows,
                 &values,

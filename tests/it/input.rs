@@ -740,10 +740,12 @@ async fn escaper_round_trips_hostile_strings_through_mariadb() {
         None,
         MysqlTarget {
             table: table.clone(),
-            partition_column: "partition".into(),
-            offset_column: "offset".into(),
-            topic_column: None,
-            key_columns: vec!["k".into()],
+            columns: gap_auditor::config::SinkColumns {
+                partition: "partition".into(),
+                offset: "offset".into(),
+                topic: None,
+                key: vec!["k".into()],
+            },
         },
         Duration::from_secs(30),
         "mysql",

@@ -99,10 +99,12 @@ fn sink(table: &str, kind: &'static str) -> MysqlSink {
         None,
         MysqlTarget {
             table: table.to_string(),
-            partition_column: String::new(),
-            offset_column: String::new(),
-            topic_column: None,
-            key_columns: columns(),
+            columns: gap_auditor::config::SinkColumns {
+                partition: String::new(),
+                offset: String::new(),
+                topic: None,
+                key: columns(),
+            },
         },
         Duration::from_secs(30),
         kind,

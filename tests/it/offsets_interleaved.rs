@@ -70,10 +70,12 @@ async fn interleaved_filtered_records_cost_a_query_or_two_and_never_hide_a_loss(
         None,
         MysqlTarget {
             table: t.clone(),
-            partition_column: "partition".into(),
-            offset_column: "offset".into(),
-            topic_column: None,
-            key_columns: Vec::new(),
+            columns: gap_auditor::config::SinkColumns {
+                partition: "partition".into(),
+                offset: "offset".into(),
+                topic: None,
+                key: Vec::new(),
+            },
         },
         Duration::from_secs(30),
         "mysql",

@@ -12,16 +12,17 @@ pub fn field_requirements(t: &EsTarget, set: FieldSet) -> Vec<(FieldRole, &str)>
     match set {
         FieldSet::Offsets => {
             let mut v = vec![
-                (FieldRole::Partition, t.partition_field.as_str()),
-                (FieldRole::Offset, t.offset_field.as_str()),
+                (FieldRole::Partition, t.columns.partition.as_str()),
+                (FieldRole::Offset, t.columns.offset.as_str()),
             ];
-            if let Some(f) = &t.topic_field {
+            if let Some(f) = &t.columns.topic {
                 v.push((FieldRole::Topic, f.as_str()));
             }
             v
         }
         FieldSet::Keys => t
-            .key_fields
+            .columns
+            .key
             .iter()
             .map(|f| (FieldRole::Key, f.as_str()))
             .collect(),

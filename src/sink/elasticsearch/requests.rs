@@ -18,8 +18,8 @@ fn obj(k: &str, v: Value) -> Value {
 /// expected offsets are named, so a document at another offset can never stand in for a
 /// missing one.
 pub fn offsets_query(t: &EsTarget, tp: &TopicPartition, runs: &[OffsetRun]) -> Value {
-    let mut filter = vec![obj("term", obj(&t.partition_field, json!(tp.partition)))];
-    if let Some(f) = &t.topic_field {
+    let mut filter = vec![obj("term", obj(&t.columns.partition, json!(tp.partition)))];
+    if let Some(f) = &t.columns.topic {
         filter.push(obj("term", obj(f, json!(tp.topic))));
     }
     // Short gaps between runs (filtered records) are bridged and their offsets excluded by
@@ -31,7 +31,7 @@ pub fn offsets_query(t: &EsTarget, tp: &TopicPartition, runs: &[OffsetRun]) -> V
         .map(|r| {
             obj(
                 "range",
-                obj(&t.offset_field, json!({ "gte": r.first, "lte": r.last })),
+                obj(&t.columns.offset, json!({ "gte": r.first, "lte": r.last })),
             )
         })
         .collect();
@@ -46,7 +46,7 @@ pub fn offsets_query(t: &EsTarget, tp: &TopicPartition, runs: &[OffsetRun]) -> V
         .collect();
     json!({ "bool": {
         "filter": filter,
-        "must_not": [ obj("terms", obj(&t.offset_field, json!(excluded))) ],
+        "must_not": [ obj("terms", obj(&t.columns.offset, json!(excluded))) ],
     } })
 }
 
@@ -57,7 +57,7 @@ pub fn count_body(t: &EsTarget, tp: &TopicPartition, runs: &[OffsetRun]) -> Valu
         "track_total_hits": true,
         "query": offsets_query(t, tp, runs),
         "aggs": { "dups": { "histogram": {
-            "field": t.offset_field, "interval": 1, "min_doc_count": 2
+            "field": t.columns.offset, "interval": 1, "min_doc_count": 2
         } } },
     })
 }
@@ -84,7 +84,7 @@ pub fn list_body(
         "_source": false,
         "track_total_hits": false,
         "query": offsets_query(t, tp, runs),
-        "sort": [ obj(&t.offset_field, json!("asc")) ],
+        "sort": [ obj(&t.columns.offset, json!("asc")) ],
     });
     if let Some(a) = after {
         body["search_after"] = json!([a]);

@@ -3,16 +3,19 @@
 //! count, search_after paging and errors; 8.x shapes, `_type` dropped where 8.x drops it).
 
 use super::*;
+use crate::config::SinkColumns;
 use crate::sink::RangeCount;
 use crate::sink::elasticsearch::responses::push_counts;
 
 fn target() -> EsTarget {
     EsTarget {
         index: "dns_logs".into(),
-        partition_field: "partition".into(),
-        offset_field: "offset".into(),
-        topic_field: Some("topic".into()),
-        key_fields: vec!["client_ip".into(), "time".into()],
+        columns: SinkColumns {
+            partition: "partition".into(),
+            offset: "offset".into(),
+            topic: Some("topic".into()),
+            key: vec!["client_ip".into(), "time".into()],
+        },
     }
 }
 
@@ -183,7 +186,7 @@ fn paging_never_splits_an_offset_across_pages() {
 fn key_count_request_and_answer() {
     let k1 = Key::new(["10.0.0.1", "12:00"]);
     let k2 = Key::new(["10.0.0.1", "12:01\"; DROP"]);
-    let b = keys_body(&target().key_fields, &[&k1, &k2]);
+    let b = keys_body(&target().columns.key, &[&k1, &k2]);
     assert_eq!(
         b["query"],
         j(r#"{"bool":{"filter":[{"terms":{"client_ip":["10.0.0.1"]}}]}}"#)
@@ -815,7 +818,7 @@ fn keyword_domain(limit: Option<u32>) -> KeyDomain {
 #[test]
 fn a_key_over_a_limit_lowered_since_start_is_an_error_not_zero_found() {
     let mut t = target();
-    t.key_fields = vec!["domain.keyword".into()];
+    t.columns.key = vec!["domain.keyword".into()];
     let sink = ElasticsearchSink::new(
         "http://127.0.0.1:9",
         EsAuth::None,

@@ -37,7 +37,7 @@ impl Verifier for ElasticsearchSink {
     }
 
     async fn key_domain(&self) -> Result<Option<KeyDomain>, SinkError> {
-        if self.target.key_fields.is_empty() {
+        if self.target.columns.key.is_empty() {
             return Ok(None);
         }
         let (domain, notes) = self.read_key_mapping().await?;
@@ -105,12 +105,12 @@ impl Verifier for ElasticsearchSink {
         }
         if let Some(k) = keys
             .iter()
-            .find(|k| k.len() != self.target.key_fields.len())
+            .find(|k| k.len() != self.target.columns.key.len())
         {
             return Err(SinkError::Rejected(format!(
                 "a key has {} values for {} key fields",
                 k.len(),
-                self.target.key_fields.len()
+                self.target.columns.key.len()
             )));
         }
         self.checked(FieldSet::Keys, async {
@@ -122,7 +122,7 @@ impl Verifier for ElasticsearchSink {
                 .unwrap_or_default();
             let bodies: Vec<Value> = keys
                 .chunks(KEYS_PER_SEARCH)
-                .map(|c| keys_body_typed(&self.target.key_fields, c, &strings))
+                .map(|c| keys_body_typed(&self.target.columns.key, c, &strings))
                 .collect();
             let mut out = Vec::with_capacity(keys.len());
             let answers = self.searches("key count", bodies).await?;

@@ -73,10 +73,12 @@ async fn key_rows_on(
     let columns: Vec<String> = ["client_ip", "domain", "time"].map(String::from).into();
     let target = MysqlTarget {
         table: table.to_string(),
-        partition_column: String::new(),
-        offset_column: String::new(),
-        topic_column: None,
-        key_columns: columns.clone(),
+        columns: gap_auditor::config::SinkColumns {
+            partition: String::new(),
+            offset: String::new(),
+            topic: None,
+            key: columns.clone(),
+        },
     };
     let sink = sink(url, target.clone())?;
     // Keys spread over the whole table, one segment per partition as the ledger hands them.

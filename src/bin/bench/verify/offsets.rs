@@ -133,10 +133,12 @@ async fn offset_rows_on(
     let topic = "bench";
     let target = MysqlTarget {
         table: table.to_string(),
-        partition_column: "kafka_partition".into(),
-        offset_column: "kafka_offset".into(),
-        topic_column: None,
-        key_columns: Vec::new(),
+        columns: gap_auditor::config::SinkColumns {
+            partition: "kafka_partition".into(),
+            offset: "kafka_offset".into(),
+            topic: None,
+            key: Vec::new(),
+        },
     };
     let sink = sink(url, target)?;
     let counter = Counter::default();
