@@ -4,9 +4,10 @@
 //! `gap-auditor check` and `gap-auditor replay` (and through it the CLI and `demo`) both
 //! come through here, so "which records are due", "ask until nothing due is left" and
 //! "what a verdict makes of a record" have one implementation (SPEC guarantee 9: `check`
-//! never reports what `run` would not, and replay writes only what `run` would call
-//! absent). Reading Kafka stays with the caller: `check` streams a range and keeps nothing
-//! of it, `replay` keeps the records' bytes to write them again.
+//! never reports what `run` would not; replay writes what `run` would find absent, dead
+//! letters aside: it does not read the dead-letter topic). Reading Kafka stays with the
+//! caller: `check` streams a range and keeps nothing of it, `replay` keeps the records'
+//! bytes to write them again.
 
 use crate::gap::Gap;
 use crate::ledger::{Observed, OffsetRun, PartitionLedger, Verdict, runs};
@@ -16,7 +17,11 @@ use crate::types::{Offset, TopicPartition};
 use crate::verify::Checker;
 use std::time::Duration;
 
-/// Most due records asked about in one pass; a range holding more takes several.
+/// Most due records `check` asks about in one pass; a range holding more takes several,
+/// each decided as the daemon decides a round. Replay asks about everything it read in one
+/// pass: its sink is written from the answer, and answers of passes counted at different
+/// moments could make it write a record whose row only showed up late and skip a lost one
+/// of the same key (review of issue 39, finding 1).
 const PASS: u64 = 1_000_000;
 
 /// When the records of a closed range fall due.
@@ -177,13 +182,13 @@ impl ClosedRange {
         now_ms: i64,
         dead: Option<&DeadLetters<'_>>,
     ) -> Result<Decision, ClosedRangeError> {
-        let (at_ms, grace_ms) = match rule {
-            DueRule::At { now_ms, grace_ms } => (now_ms, grace_ms),
+        let (at_ms, grace_ms, pass) = match rule {
+            DueRule::At { now_ms, grace_ms } => (now_ms, grace_ms, PASS),
             DueRule::Everything => {
                 // Everything read is below a commit seen at the start of time.
                 let end = self.ledger.next_offset();
                 self.ledger.pipeline.observe(0, Some(end));
-                (i64::MAX / 2, 0)
+                (i64::MAX / 2, 0, u64::MAX)
             }
         };
         // With a dead-letter topic, only records due before its reading began are decided
@@ -191,7 +196,7 @@ impl ClosedRange {
         let at_ms = dead.map_or(at_ms, |d| at_ms.min(d.read_at_ms));
         let mut out = Decision::default();
         loop {
-            let segs = self.ledger.due(at_ms, grace_ms, PASS);
+            let segs = self.ledger.due(at_ms, grace_ms, pass);
             if segs.is_empty() {
                 break;
             }

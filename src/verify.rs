@@ -391,7 +391,7 @@ pub enum KeyRound {
 /// rows than due records, the LAST of them are declared missing (the sink cannot say which
 /// copy is absent; the verdict marks them `shared` when another record carries the key).
 ///
-/// The three steps of [`KeyAsk`] in a row.
+/// One [`KeyAsk`]: prepared, counted, decided.
 pub async fn by_keys<V: Verifier>(
     sink: &V,
     segments: &[Segment],
@@ -410,7 +410,7 @@ pub async fn by_keys<V: Verifier>(
 /// and the order the sink is asked in. Holds clones of the keys (one reference count each),
 /// so that it can outlive the segments.
 #[derive(Debug)]
-pub struct KeyAsk {
+struct KeyAsk {
     /// Distinct keys, first-seen order.
     keys: Vec<Key>,
     /// `slots[starts[ki]..starts[ki + 1]]` are key `ki`'s (one flat array, not a vector
@@ -483,21 +483,6 @@ impl KeyAsk {
             slots,
             segments: segments.len(),
         }
-    }
-
-    /// How many distinct keys it asks about.
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// How many segments its verdicts are for.
-    pub fn segments(&self) -> usize {
-        self.segments
-    }
-
-    /// Whether it asks about no key.
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
     }
 
     /// The sink's row count of every key, in first-seen order. Batches are counted

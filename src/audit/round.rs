@@ -356,8 +356,7 @@ impl Audit {
     }
 
     /// Re-checks one partition's missing records within the round's budget
-    /// ([`Checker::recheck_ledger`]). `None`: the
-    /// sink was not asked.
+    /// ([`Checker::recheck_ledger`]). `None`: the sink was not asked.
     pub(super) async fn recheck(
         &mut self,
         tp: &TopicPartition,
