@@ -181,10 +181,12 @@ pub fn start(
     let reader = Reader {
         consumer,
         watermarks,
-        topic: topic.to_owned(),
-        audit: audit.to_owned(),
-        audited: audited.iter().cloned().collect(),
-        connector: connector.map(str::to_owned),
+        source: OwnedSource {
+            topic: topic.to_owned(),
+            audit: audit.to_owned(),
+            audited: audited.iter().cloned().collect(),
+            connector: connector.map(str::to_owned),
+        },
         metrics,
         shared: shared.clone(),
         next: BTreeMap::new(),
@@ -201,15 +203,23 @@ pub fn start(
     Ok(shared)
 }
 
+/// The reader's [`Source`], owned, and the audit it reads for.
+struct OwnedSource {
+    /// The dead-letter topic.
+    topic: String,
+    audit: String,
+    /// The audit's topics.
+    audited: HashSet<String>,
+    /// `connect_connector`: only its dead letters count.
+    connector: Option<String>,
+}
+
 struct Reader {
     consumer: BaseConsumer,
     /// Asks for high watermarks ([`watermark_client`]).
     watermarks: BaseConsumer,
-    topic: String,
-    audit: String,
-    audited: HashSet<String>,
-    /// `connect_connector`: only its dead letters count.
-    connector: Option<String>,
+    /// What it reads, for which audit.
+    source: OwnedSource,
     metrics: Arc<Metrics>,
     shared: Arc<DeadLetters>,
     /// Assigned partitions and the next offset to be delivered on each (`None`: none yet).
@@ -236,7 +246,7 @@ impl Reader {
             if generation != self.generation {
                 // A partition was assigned: its coordinates were not kept, read it all again
                 // (`check` assigns every partition from its beginning once `next` is empty).
-                tracing::info!(audit = %self.audit, topic = %self.topic,
+                tracing::info!(audit = %self.source.audit, topic = %self.source.topic,
                     "a partition was assigned: reading the dead-letter topic again from its beginning");
                 self.generation = generation;
                 self.next.clear();
@@ -251,14 +261,14 @@ impl Reader {
                 || self.shared.lock().runs() + self.unplaced.len() >= MAX_DEAD_LETTERS;
             if full {
                 if !self.full_warned {
-                    tracing::warn!(audit = %self.audit, topic = %self.topic,
+                    tracing::warn!(audit = %self.source.audit, topic = %self.source.topic,
                         "the dead-letter index is full; reading waits for verdicts to free room (verdicts wait too)");
                     self.full_warned = true;
                 }
                 std::thread::sleep(Duration::from_millis(200));
             } else {
                 self.full_warned = false;
-                let connector = self.connector.as_deref();
+                let connector = self.source.connector.as_deref();
                 let polled = self.consumer.poll(Duration::from_millis(100)).map(|r| {
                     r.map(|m| {
                         let headers = m.headers();
@@ -313,7 +323,7 @@ impl Reader {
         let reason = match named {
             // Held until placed, owned or not: one beyond the log end is counted then
             // (placing keeps only the owned partitions' coordinates).
-            Ok((tp, offset)) if self.audited.contains(&tp.topic) => {
+            Ok((tp, offset)) if self.source.audited.contains(&tp.topic) => {
                 self.unplaced.push(tp, offset, counted);
                 return;
             }
@@ -323,11 +333,11 @@ impl Reader {
         if counted {
             return;
         }
-        tracing::debug!(audit = %self.audit, topic = %self.topic, offset = at, %reason,
+        tracing::debug!(audit = %self.source.audit, topic = %self.source.topic, offset = at, %reason,
             "dead-letter record ignored");
         self.metrics
             .dead_letters_ignored
-            .with_label_values(&[&self.audit, reason.as_str()])
+            .with_label_values(&[&self.source.audit, reason.as_str()])
             .inc();
     }
 
@@ -340,9 +350,9 @@ impl Reader {
         self.place()?;
         let md = self
             .consumer
-            .fetch_metadata(Some(&self.topic), REQUEST_TIMEOUT)
+            .fetch_metadata(Some(&self.source.topic), REQUEST_TIMEOUT)
             .map_err(|e| format!("metadata: {e}"))?;
-        let parts = partitions_of(&md, &self.topic)?;
+        let parts = partitions_of(&md, &self.source.topic)?;
         if parts.iter().any(|p| !self.next.contains_key(p)) {
             let mut tpl = TopicPartitionList::new();
             for &p in &parts {
@@ -350,7 +360,7 @@ impl Reader {
                     Some(o) => KOffset::Offset(o),
                     None => KOffset::Beginning,
                 };
-                tpl.add_partition_offset(&self.topic, p, at)
+                tpl.add_partition_offset(&self.source.topic, p, at)
                     .map_err(|e| format!("assignment: {e}"))?;
                 self.next.entry(p).or_insert(None);
             }
@@ -371,7 +381,7 @@ impl Reader {
         for &p in &parts {
             let (low, high) = self
                 .watermarks
-                .fetch_watermarks(&self.topic, p, REQUEST_TIMEOUT)
+                .fetch_watermarks(&self.source.topic, p, REQUEST_TIMEOUT)
                 .map_err(|e| format!("watermarks of partition {p}: {e}"))?;
             let read = self.next.get(&p).copied().flatten().unwrap_or(-1);
             let pos = read.max(positions.get(&p).copied().unwrap_or(-1));
@@ -394,9 +404,11 @@ impl Reader {
             return;
         }
         match &problem {
-            Some(p) => tracing::warn!(audit = %self.audit, topic = %self.topic, problem = %p,
-                "cannot read the dead-letter topic; verdicts wait until it can be read"),
-            None => tracing::info!(audit = %self.audit, topic = %self.topic,
+            Some(p) => {
+                tracing::warn!(audit = %self.source.audit, topic = %self.source.topic, problem = %p,
+                "cannot read the dead-letter topic; verdicts wait until it can be read")
+            }
+            None => tracing::info!(audit = %self.source.audit, topic = %self.source.topic,
                 "reading the dead-letter topic"),
         }
         *self

@@ -122,6 +122,31 @@ struct KeyQuery {
 /// [`MysqlSink::prepared_text`]).
 type PreparedText = (sql::PreparedShape, Vec<KeyCompare>, Arc<str>);
 
+/// Prepared key counts (kind `mysql`).
+struct Prepared {
+    /// When the server last refused a prepared key count: key counts go as text for
+    /// `retry` after it.
+    refused: Mutex<Option<Instant>>,
+    /// How long key counts go as text after a refused prepared one.
+    retry: Duration,
+    /// The last prepared key count's text, by the shape and comparisons it was written for:
+    /// batches of one round share a shape, and writing ~30 kB of placeholders and row
+    /// numbers for each of them showed in the key_columns profile.
+    text: Mutex<Option<PreparedText>>,
+}
+
+/// What the sink showed at start, so that a later read (after a reconnect) that differs is
+/// warned about.
+struct AtStart {
+    /// The inexact key columns last warned about: one WARN per audit (again only if they
+    /// change).
+    warned_inexact: Mutex<Option<Vec<String>>>,
+    /// The key columns' domain the audit took at start ([`Verifier::key_domain`]).
+    domain: Mutex<Option<KeyDomain>>,
+    /// The key semantics the table showed at start ([`Verifier::key_model`]).
+    model: Mutex<Option<KeySemantics>>,
+}
+
 /// A pooled MySQL-protocol connection to the sink.
 pub struct MysqlSink {
     pool: Pool,
@@ -138,24 +163,10 @@ pub struct MysqlSink {
     /// kind `mysql`: the derived-row form to use whatever `@@version` says (the bench's
     /// same-run comparison of the forms); `None` in the daemon.
     key_rows: Option<KeyRows>,
-    /// When the server last refused a prepared key count: key counts go as text for
-    /// `prepared_retry` after it.
-    prepared_refused: Mutex<Option<Instant>>,
-    /// How long key counts go as text after a refused prepared one.
-    prepared_retry: Duration,
-    /// The last prepared key count's text, by the shape and comparisons it was written for:
-    /// batches of one round share a shape, and writing ~30 kB of placeholders and row
-    /// numbers for each of them showed in the key_columns profile.
-    prepared_text: Mutex<Option<PreparedText>>,
-    /// The inexact key columns last warned about: one WARN per audit (again only if they
-    /// change).
-    warned_inexact: Mutex<Option<Vec<String>>>,
-    /// The key columns' domain the audit took at start ([`Verifier::key_domain`]): a later
-    /// read (after a reconnect) that differs is warned about.
-    learned_domain: Mutex<Option<KeyDomain>>,
-    /// The key semantics the table showed at start ([`Verifier::key_model`]): read again on
-    /// reconnect, a change is warned about.
-    learned_model: Mutex<Option<KeySemantics>>,
+    /// Prepared key counts: when the server last refused one, and the last one's text.
+    prepared: Prepared,
+    /// What the sink showed at start, warned about when a later read differs.
+    learned: AtStart,
 }
 
 impl MysqlSink {
@@ -213,28 +224,33 @@ impl MysqlSink {
             sessions: Mutex::new(HashMap::new()),
             key_query: Mutex::new(None),
             key_rows: None,
-            prepared_refused: Mutex::new(None),
-            prepared_retry: PREPARED_RETRY,
-            prepared_text: Mutex::new(None),
-            warned_inexact: Mutex::new(None),
-            learned_domain: Mutex::new(None),
-            learned_model: Mutex::new(None),
+            prepared: Prepared {
+                refused: Mutex::new(None),
+                retry: PREPARED_RETRY,
+                text: Mutex::new(None),
+            },
+            learned: AtStart {
+                warned_inexact: Mutex::new(None),
+                domain: Mutex::new(None),
+                model: Mutex::new(None),
+            },
         })
     }
 
     /// Tries prepared key counts again this long after the server refused one (default
     /// [`PREPARED_RETRY`]; tests shorten it).
     pub fn with_prepared_retry(mut self, after: Duration) -> Self {
-        self.prepared_retry = after;
+        self.prepared.retry = after;
         self
     }
 
     /// Whether key counts go as text now: the server refused a prepared one less than
     /// `prepared_retry` ago.
     fn prepared_refused_now(&self) -> bool {
-        self.prepared_refused
+        self.prepared
+            .refused
             .lock()
-            .map(|at| at.is_some_and(|at| at.elapsed() < self.prepared_retry))
+            .map(|at| at.is_some_and(|at| at.elapsed() < self.prepared.retry))
             .unwrap_or(true)
     }
 
@@ -360,7 +376,7 @@ impl MysqlSink {
             });
         }
         if !check.inexact.is_empty()
-            && let Ok(mut w) = self.warned_inexact.lock()
+            && let Ok(mut w) = self.learned.warned_inexact.lock()
             && w.as_ref() != Some(&check.inexact)
         {
             tracing::warn!(
@@ -446,7 +462,7 @@ impl MysqlSink {
     /// one the audit took at start (an ALTER since: the verdicts follow the start's model
     /// until the audit restarts, which re-reads it, or refuses a configured one).
     async fn check_learned_model(&self, c: &mut mysql_async::Conn, nbe: bool) {
-        let Some(old) = self.learned_model.lock().ok().and_then(|m| *m) else {
+        let Some(old) = self.learned.model.lock().ok().and_then(|m| *m) else {
             return;
         };
         match self.read_model(c, nbe).await {
@@ -512,7 +528,7 @@ impl MysqlSink {
     /// at start: the keys already read were written for the old types (the SQL converts
     /// with the new ones, but keys the old types split or joined stay so): one WARN.
     fn check_learned(&self, now: Option<&KeyDomain>) {
-        let Ok(learned) = self.learned_domain.lock() else {
+        let Ok(learned) = self.learned.domain.lock() else {
             return;
         };
         if let Some(old) = learned.as_ref()
@@ -565,7 +581,8 @@ impl MysqlSink {
     /// once per shape and comparisons in a row.
     fn prepared_text(&self, how: &KeyQuery, shape: &sql::PreparedShape) -> Arc<str> {
         let mut last = self
-            .prepared_text
+            .prepared
+            .text
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((s, c, text)) = last.as_ref()
@@ -591,17 +608,17 @@ impl MysqlSink {
     /// cost the server the text form's parsing for the daemon's life. One WARN per refusal
     /// that starts a text period.
     fn refuse_prepared(&self, why: &str) {
-        let Ok(mut at) = self.prepared_refused.lock() else {
+        let Ok(mut at) = self.prepared.refused.lock() else {
             return;
         };
-        let warn = !at.is_some_and(|t| t.elapsed() < self.prepared_retry);
+        let warn = !at.is_some_and(|t| t.elapsed() < self.prepared.retry);
         *at = Some(Instant::now());
         drop(at);
         if warn {
             tracing::warn!(
                 table = %self.target.table,
                 error = %why,
-                retry_after_s = self.prepared_retry.as_secs(),
+                retry_after_s = self.prepared.retry.as_secs(),
                 "the sink refused a prepared key count: key counts are sent as SQL text \
                  for a while, then prepared again (slower on the server, same answers)"
             );
@@ -759,7 +776,7 @@ impl Verifier for MysqlSink {
         }
         let (mut c, nbe) = self.checked_conn().await?;
         let domain = self.key_query(&mut c, nbe).await?.domain;
-        if let Ok(mut learned) = self.learned_domain.lock() {
+        if let Ok(mut learned) = self.learned.domain.lock() {
             learned.clone_from(&domain);
         }
         Ok(domain)
@@ -772,7 +789,7 @@ impl Verifier for MysqlSink {
         let (mut c, nbe) = self.checked_conn().await?;
         let learned = self.read_model(&mut c, nbe).await?;
         if let Learned::Known(t) = &learned
-            && let Ok(mut m) = self.learned_model.lock()
+            && let Ok(mut m) = self.learned.model.lock()
         {
             *m = Some(t.semantics);
         }

@@ -35,13 +35,13 @@ impl Reader {
             }
         }
         if placed.beyond > 0 {
-            tracing::debug!(audit = %self.audit, topic = %self.topic, beyond = placed.beyond,
+            tracing::debug!(audit = %self.source.audit, topic = %self.source.topic, beyond = placed.beyond,
                 reason = %Ignored::BeyondLogEnd, "dead-letter records ignored");
         }
         if placed.beyond_uncounted > 0 {
             self.metrics
                 .dead_letters_ignored
-                .with_label_values(&[&self.audit, Ignored::BeyondLogEnd.as_str()])
+                .with_label_values(&[&self.source.audit, Ignored::BeyondLogEnd.as_str()])
                 .inc_by(placed.beyond_uncounted);
         }
         Ok(())
