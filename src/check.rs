@@ -1,7 +1,8 @@
 //! `gap-auditor check`: audits a closed range of the past once, without the daemon.
 //!
 //! The daemon's due rule applies (SPEC guarantee 9: `check` never reports what `run` would
-//! not), through the daemon's own ledger ([`PartitionLedger::due`]): with a `pipeline_group`,
+//! not), through the daemon's own ledger ([`crate::closed_range`],
+//! [`crate::ledger::PartitionLedger::due`]): with a `pipeline_group`,
 //! only records below its committed offsets are checked, and only `grace` after those commits
 //! were read (check waits it out) — records beyond them are lag, listed as not checked — and a
 //! group that cannot be read or has no commit at all gives no verdict (exit 2). Without a

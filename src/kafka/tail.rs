@@ -92,7 +92,7 @@ pub enum TailEvent {
     Error(String),
     /// A fetch position fell outside the log (retention deleted unread records, or the
     /// topic was recreated). librdkafka does not say which partition: the audit checks all
-    /// of them against their watermarks and answers with [`Command::Seek`].
+    /// of them against their watermarks and answers with [`Command::Reposition`].
     OffsetOutOfRange,
     /// The thread has served this many [`Command::Reposition`]s since it started (commands
     /// are served in the order sent): every position it reports after this was asked for

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 /// The TLS settings of one doris/mysql sink, checked by config validation.
 #[derive(Clone, Default)]
 pub struct TlsSettings {
-    /// The mode in effect ([`SinkConfig::tls_mode`]).
+    /// The mode in effect ([`crate::config::SinkConfig::tls_mode`]).
     pub mode: SinkTls,
     /// PEM (or DER) CA certificates to trust instead of the system roots.
     pub ca_file: Option<PathBuf>,

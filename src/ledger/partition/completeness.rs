@@ -49,7 +49,7 @@ impl PartitionLedger {
 
     /// What this partition holds completeness back at: its oldest pending record, its
     /// earliest gaps with records the sink is not proven to hold, missing or dead-lettered
-    /// ([`GapRecord::unconfirmed`]; acknowledged gaps left the ledger; late and repaired ones
+    /// ([`super::GapRecord::unconfirmed`]; acknowledged gaps left the ledger; late and repaired ones
     /// have none). Recomputed only after a change, so an idle round
     /// costs O(1); a change costs one pass over the pending runs and the gaps, as
     /// [`Self::gauges`] does. Timestamps are bounds: a pending run split by the due frontier

@@ -116,7 +116,7 @@ impl PartitionLedger {
         std::mem::take(&mut self.key_changes.unstored_confirmations)
     }
 
-    /// Keys of missing records given up since the last call (see [`super::KeyBook`]).
+    /// Keys of missing records given up since the last call (see [`crate::ledger::KeyBook`]).
     pub fn take_released_keys(&mut self) -> Vec<Key> {
         std::mem::take(&mut self.key_changes.released)
     }
