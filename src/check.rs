@@ -342,7 +342,6 @@ impl Decide<'_> {
             read_at_ms: r.read_at(),
         });
         let rule = DueRule::At {
-            now_ms: now,
             grace_ms: self.grace_ms,
         };
         let decided = range

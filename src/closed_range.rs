@@ -27,11 +27,10 @@ const PASS: u64 = 1_000_000;
 /// When the records of a closed range fall due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DueRule {
-    /// The daemon's due rule at `now_ms` (`check`): below the pipeline's commits observed
-    /// `grace` before, or, with the time-only rule, appended `grace` before.
+    /// The daemon's due rule at the decision's instant (`check`): below the pipeline's
+    /// commits observed `grace` before, or, with the time-only rule, appended `grace`
+    /// before.
     At {
-        /// The instant (unix ms).
-        now_ms: i64,
         /// The audit's grace (ms).
         grace_ms: i64,
     },
@@ -170,7 +169,7 @@ impl ClosedRange {
         }
     }
 
-    /// Decides every record due under `rule`: asks the sink through `checker` until nothing
+    /// Decides every record due under `rule` at `now_ms` (unix ms): asks the sink through `checker` until nothing
     /// due is left, applies each answer to the ledger as the daemon does (the dead-letter
     /// topic's names, the key book's credits) and returns what was decided. A sink that
     /// refuses, or answers nothing, is an error: nothing is reported on a guess.
@@ -183,7 +182,7 @@ impl ClosedRange {
         dead: Option<&DeadLetters<'_>>,
     ) -> Result<Decision, ClosedRangeError> {
         let (at_ms, grace_ms, pass) = match rule {
-            DueRule::At { now_ms, grace_ms } => (now_ms, grace_ms, PASS),
+            DueRule::At { grace_ms } => (now_ms, grace_ms, PASS),
             DueRule::Everything => {
                 // Everything read is below a commit seen at the start of time.
                 let end = self.ledger.next_offset();

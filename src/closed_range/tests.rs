@@ -101,19 +101,16 @@ async fn under_the_due_rule_only_records_below_a_commit_seen_grace_ago_are_decid
     // The pipeline's commit, 6, seen at t = 1000; records 6.. are lag.
     r.due_input(false, Some((1_000, 6)));
     let sink = sink_with(0..10);
-    let at = |now_ms| DueRule::At {
-        now_ms,
-        grace_ms: GRACE,
-    };
+    let at = DueRule::At { grace_ms: GRACE };
     let early = 1_000 + GRACE - 1;
     let d = r
-        .decide(&mut offsets_checker(), &sink, at(early), early, None)
+        .decide(&mut offsets_checker(), &sink, at, early, None)
         .await
         .expect("nothing due");
     assert_eq!(d, Decision::default(), "not before grace has passed");
     let due = 1_000 + GRACE;
     let d = r
-        .decide(&mut offsets_checker(), &sink, at(due), due, None)
+        .decide(&mut offsets_checker(), &sink, at, due, None)
         .await
         .expect("decided");
     assert_eq!((d.confirmed, d.lost), (6, 0));
@@ -126,24 +123,15 @@ async fn without_a_position_source_grace_runs_from_the_append() {
     let mut r = read(3, 5_000);
     r.due_input(true, None);
     let sink = sink_with([]);
-    let at = |now_ms| DueRule::At {
-        now_ms,
-        grace_ms: GRACE,
-    };
+    let at = DueRule::At { grace_ms: GRACE };
     let d = r
-        .decide(
-            &mut offsets_checker(),
-            &sink,
-            at(5_000 + GRACE - 1),
-            0,
-            None,
-        )
+        .decide(&mut offsets_checker(), &sink, at, 5_000 + GRACE - 1, None)
         .await
         .expect("nothing due");
     assert_eq!(d.lost, 0);
     assert_eq!(r.not_due(GRACE).due_at_ms, Some(5_000 + GRACE));
     let d = r
-        .decide(&mut offsets_checker(), &sink, at(5_000 + GRACE), 0, None)
+        .decide(&mut offsets_checker(), &sink, at, 5_000 + GRACE, None)
         .await
         .expect("decided");
     assert_eq!(d.lost, 3);
