@@ -7,7 +7,6 @@ use super::harness::*;
 use crate::closed_range::{ClosedRange, DueRule};
 use crate::config::MatchStrategy;
 use crate::kafka::Tagged;
-use crate::metrics::Metrics;
 use crate::record::{FilterReason, Tag};
 use crate::types::Key;
 use crate::types::Offset;
@@ -117,27 +116,16 @@ fn by_run(rt: &tokio::runtime::Runtime, s: &Scenario) -> Outcome {
         }
         h.clock.advance(GRACE_MS + 1);
         h.audit.round().await;
-        let count = |p: i32, f: &dyn Fn(&Metrics) -> &prometheus::IntCounterVec| {
-            f(&h.families)
-                .with_label_values(&[AUDIT, TOPIC, &p.to_string()])
-                .get()
-        };
         let counters = (0..PARTITIONS)
             .map(|p| {
                 (
-                    count(p, &|m| &m.records_confirmed),
-                    count(p, &|m| &m.records_lost),
-                    count(p, &|m| &m.records_duplicated),
+                    h.counter_of(p, |m| &m.records_confirmed),
+                    h.counter_of(p, |m| &m.records_lost),
+                    h.counter_of(p, |m| &m.records_duplicated),
                 )
             })
             .collect();
-        let mut gaps: Vec<_> = h
-            .stored_gaps()
-            .iter()
-            .map(|g| (g.partition, g.first_offset, g.last_offset, g.shared_key))
-            .collect();
-        gaps.sort_unstable();
-        (counters, gaps)
+        (counters, h.gap_spans())
     })
 }
 
@@ -170,10 +158,7 @@ fn by_check(rt: &tokio::runtime::Runtime, s: &Scenario) -> Outcome {
             }
             ranges.push(r);
         }
-        let rule = DueRule::At {
-            now_ms: GRACE_MS + 1,
-            grace_ms: GRACE_MS,
-        };
+        let rule = DueRule::At { grace_ms: GRACE_MS };
         let mut counters = Vec::new();
         let mut gaps = Vec::new();
         for r in &mut ranges {
@@ -182,11 +167,7 @@ fn by_check(rt: &tokio::runtime::Runtime, s: &Scenario) -> Outcome {
                 .await
                 .expect("decided");
             counters.push((d.confirmed, d.lost, d.duplicates));
-            gaps.extend(
-                r.take_gaps(AUDIT, chrono::Utc::now())
-                    .iter()
-                    .map(|g| (g.partition, g.first_offset, g.last_offset, g.shared_key)),
-            );
+            gaps.extend(r.take_gaps(AUDIT, chrono::Utc::now()).iter().map(span));
         }
         gaps.sort_unstable();
         (counters, gaps)

@@ -180,6 +180,11 @@ table = "t1"
     }
 }
 
+/// A gap's (partition, first offset, last offset, shared key): what the tests compare.
+pub fn span(g: &crate::gap::Gap) -> (i32, Offset, Offset, bool) {
+    (g.partition, g.first_offset, g.last_offset, g.shared_key)
+}
+
 /// Partition `p` of the test topic.
 pub fn tp(p: i32) -> TopicPartition {
     TopicPartition::new(TOPIC, p)
@@ -231,9 +236,21 @@ impl Harness {
 
     /// One counter of partition 0 (`records_lost`, ...).
     pub fn counter(&self, f: impl Fn(&Metrics) -> &prometheus::IntCounterVec) -> u64 {
+        self.counter_of(0, f)
+    }
+
+    /// One counter of partition `p`.
+    pub fn counter_of(&self, p: i32, f: impl Fn(&Metrics) -> &prometheus::IntCounterVec) -> u64 {
         f(&self.families)
-            .with_label_values(&[AUDIT, TOPIC, "0"])
+            .with_label_values(&[AUDIT, TOPIC, &p.to_string()])
             .get()
+    }
+
+    /// The stored gaps as [`span`]s, sorted.
+    pub fn gap_spans(&self) -> Vec<(i32, Offset, Offset, bool)> {
+        let mut spans: Vec<_> = self.stored_gaps().iter().map(span).collect();
+        spans.sort_unstable();
+        spans
     }
 
     /// Every offset commit the loop asked for so far, in order.

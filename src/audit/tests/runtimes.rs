@@ -45,9 +45,7 @@ async fn assign(h: &mut Harness) {
 }
 
 fn count(h: &Harness, p: i32, f: impl Fn(&Metrics) -> &prometheus::IntCounterVec) -> u64 {
-    f(&h.families)
-        .with_label_values(&[AUDIT, TOPIC, &p.to_string()])
-        .get()
+    h.counter_of(p, f)
 }
 
 /// (confirmed, lost, late, duplicate rows) per partition, and the stored gaps'
@@ -65,13 +63,7 @@ fn outcome(h: &Harness) -> Outcome {
             )
         })
         .collect();
-    let mut gaps: Vec<_> = h
-        .stored_gaps()
-        .iter()
-        .map(|g| (g.partition, g.first_offset, g.last_offset, g.shared_key))
-        .collect();
-    gaps.sort_unstable();
-    (counters, gaps)
+    (counters, h.gap_spans())
 }
 
 /// Two rounds of `scenario` (per partition: keys read before round 1, keys read before
