@@ -314,30 +314,11 @@ pub struct Handover {
     /// The largest record (key + value + framing) sent: `message.max.bytes`, lowered for
     /// good when the broker refuses a record as too large.
     limit: AtomicUsize,
-    /// What each partition's keys hold (single-record key → [`Slots`]), from the read at
-    /// assignment and this process's publishes since.
-    slots: Mutex<HashMap<Vec<u8>, Slots>>,
+    /// What this process knows of each partition it owns or owned: one lock for the six
+    /// maps, because a read at assignment updates several of them together.
+    known: Mutex<Known>,
     /// Makes set ids unique within this process.
     sets: AtomicU64,
-    /// The handover generation of each partition's latest state (single-record key →
-    /// generation), from the read at assignment and this process's publishes since.
-    generations: Mutex<HashMap<Vec<u8>, u64>>,
-    /// Each partition's chain of base and deltas (single-record key → [`Chain`]), from the
-    /// read at assignment and this process's publishes since; none: the next publish of
-    /// the partition must be a base.
-    chains: Mutex<HashMap<Vec<u8>, Chain>>,
-    /// This process's ownership term of each partition (single-record key → term, see
-    /// [`PartitionState::term`]), set by the read at assignment.
-    terms: Mutex<HashMap<Vec<u8>, u64>>,
-    /// Partitions (single-record keys) whose last read did not succeed: this process does
-    /// not know the term or chain another owner may have written since, so it publishes
-    /// nothing of them (a lower-term base would overwrite a newer owner's) until a read
-    /// succeeds.
-    unread: Mutex<HashSet<Vec<u8>>>,
-    /// The latest read started for each partition (single-record key → its number): a read
-    /// that finishes after a newer one started (a retry in the background, then an
-    /// assignment) leaves what the newer one found in place.
-    reads: Mutex<HashMap<Vec<u8>, u64>>,
     /// Numbers the reads.
     read_seq: AtomicU64,
     /// Whether the topic's `cleanup.policy` deletes by retention (read by
@@ -346,6 +327,34 @@ pub struct Handover {
     timed_rebase: std::sync::atomic::AtomicBool,
     /// `server.advertised_url`, stamped into every state published ([`PartitionState::owner_url`]).
     advertised_url: Option<String>,
+}
+
+/// What a [`Handover`] knows of each partition, keyed by the partition's single-record key
+/// (see [`key`]): from the read at assignment and this process's publishes since.
+#[derive(Default)]
+struct Known {
+    /// What each partition's keys hold (single-record key → [`Slots`]), from the read at
+    /// assignment and this process's publishes since.
+    slots: HashMap<Vec<u8>, Slots>,
+    /// The handover generation of each partition's latest state (single-record key →
+    /// generation), from the read at assignment and this process's publishes since.
+    generations: HashMap<Vec<u8>, u64>,
+    /// Each partition's chain of base and deltas (single-record key → [`Chain`]), from the
+    /// read at assignment and this process's publishes since; none: the next publish of
+    /// the partition must be a base.
+    chains: HashMap<Vec<u8>, Chain>,
+    /// This process's ownership term of each partition (single-record key → term, see
+    /// [`PartitionState::term`]), set by the read at assignment.
+    terms: HashMap<Vec<u8>, u64>,
+    /// Partitions (single-record keys) whose last read did not succeed: this process does
+    /// not know the term or chain another owner may have written since, so it publishes
+    /// nothing of them (a lower-term base would overwrite a newer owner's) until a read
+    /// succeeds.
+    unread: HashSet<Vec<u8>>,
+    /// The latest read started for each partition (single-record key → its number): a read
+    /// that finishes after a newer one started (a retry in the background, then an
+    /// assignment) leaves what the newer one found in place.
+    reads: HashMap<Vec<u8>, u64>,
 }
 
 impl std::fmt::Debug for Handover {
@@ -358,6 +367,12 @@ impl std::fmt::Debug for Handover {
 }
 
 impl Handover {
+    /// What this process knows of its partitions (a poisoned lock still holds it: every
+    /// update leaves the maps consistent).
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A handover client for `topic`: an idempotent producer with `acks=all`, by default
     /// one record per batch (some brokers, tansu among them, report a wrong high watermark
     /// for multi-record batches, and the reader stops at the high watermark) and lz4
@@ -395,12 +410,7 @@ impl Handover {
             producer,
             owner: owner_id(),
             limit: AtomicUsize::new(record_limit(kafka)),
-            slots: Mutex::new(HashMap::new()),
-            generations: Mutex::new(HashMap::new()),
-            chains: Mutex::new(HashMap::new()),
-            terms: Mutex::new(HashMap::new()),
-            unread: Mutex::new(HashSet::new()),
-            reads: Mutex::new(HashMap::new()),
+            known: Mutex::new(Known::default()),
             read_seq: AtomicU64::new(0),
             timed_rebase: std::sync::atomic::AtomicBool::new(false),
             sets: AtomicU64::new(0),

@@ -218,8 +218,7 @@ enum Kind {
 #[derive(Debug, Clone)]
 pub struct Decoder {
     kind: Kind,
-    field_count: Option<usize>,
-    min_fields: Option<usize>,
+    widths: Widths,
     require: Vec<Locator>,
     key: Option<Vec<Locator>>,
     id: Option<Vec<IdPart>>,
@@ -238,6 +237,20 @@ pub struct Decoder {
     /// Whether `key_domain` converts any value: each key value is then written the way its
     /// column stores it.
     convert_keys: bool,
+}
+
+/// The field-count filters: how many fields a kept record has (`field_count`), or at
+/// least (`min_fields`).
+#[derive(Debug, Clone, Copy)]
+struct Widths {
+    exactly: Option<usize>,
+    at_least: Option<usize>,
+}
+
+impl Widths {
+    fn admit(self, count: usize) -> bool {
+        self.exactly.is_none_or(|n| count == n) && self.at_least.is_none_or(|n| count >= n)
+    }
 }
 
 /// The name a raw record's single field goes by when `fields` is empty.
@@ -349,8 +362,10 @@ impl Decoder {
             kind,
             width: spec.field_count.unwrap_or(spec.fields.len()).clamp(1, 64),
             reads_fields: !require.is_empty() || key.is_some() || id.is_some(),
-            field_count: spec.field_count,
-            min_fields: spec.min_fields,
+            widths: Widths {
+                exactly: spec.field_count,
+                at_least: spec.min_fields,
+            },
             require,
             key,
             id,
@@ -559,9 +574,7 @@ impl Decoder {
     /// Applies the field-count filters and `require`, and builds the key or document id.
     fn classify(&self, decoded: &Decoded<'_>, meta: &RecordMeta<'_>) -> Tag {
         let count = decoded.field_count();
-        if self.field_count.is_some_and(|n| count != n)
-            || self.min_fields.is_some_and(|n| count < n)
-        {
+        if !self.widths.admit(count) {
             return Tag::Filtered(FilterReason::Filter);
         }
         let present = |loc: &Locator| decoded.get(loc).filter(|v| !v.is_empty());

@@ -223,20 +223,18 @@ fn too_large(e: &KafkaError) -> bool {
 
 impl Handover {
     fn slots_of(&self, base: &[u8]) -> Slots {
-        let m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        m.get(base).copied().unwrap_or_default()
+        self.known().slots.get(base).copied().unwrap_or_default()
     }
 
     fn set_slots(&self, base: &[u8], s: Slots) {
-        let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        m.insert(base.to_vec(), s);
+        self.known().slots.insert(base.to_vec(), s);
     }
 
     /// The generation of the next state of the partition whose single-record key is `base`:
     /// one more than the last one read or published (see [`PartitionState::generation`]).
     fn next_generation(&self, base: &[u8]) -> u64 {
-        let mut m = self.generations.lock().unwrap_or_else(|p| p.into_inner());
-        let g = m.entry(base.to_vec()).or_insert(0);
+        let mut k = self.known();
+        let g = k.generations.entry(base.to_vec()).or_insert(0);
         *g = g.saturating_add(1);
         *g
     }
@@ -250,8 +248,7 @@ impl Handover {
     /// This process's ownership term of the partition keyed `base` (set by the read at
     /// assignment; 1 when nothing was read).
     pub(super) fn term_of(&self, base: &[u8]) -> u64 {
-        let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
-        *m.entry(base.to_vec()).or_insert(1)
+        *self.known().terms.entry(base.to_vec()).or_insert(1)
     }
 
     /// This process's ownership term of partition `tp` of `audit`: its states and the
@@ -260,17 +257,13 @@ impl Handover {
         self.term_of(&key(audit, tp))
     }
 
-    /// Keeps `term`, the term of this owner's own state of `tp` just taken back, as its
-    /// ownership term of the partition instead of the next one, when no higher term was
-    /// read (the state's chunks are under it, and the store proves it holds them: they are
-    /// not published again under a new term). Returns whether it is kept.
     /// Raises this process's ownership term of `tp` to at least `at_least`: past every term
     /// this instance used for the partition before (review of the terms, N1: an instance
     /// taking a partition twice with no state landing in between read the same highest term
     /// and wrote under its own old keys again, stale chunks among them).
     pub fn raise_term(&self, audit: &str, tp: &TopicPartition, at_least: u64) {
-        let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
-        let t = m.entry(key(audit, tp)).or_insert(1);
+        let mut k = self.known();
+        let t = k.terms.entry(key(audit, tp)).or_insert(1);
         *t = (*t).max(at_least);
     }
 
@@ -280,11 +273,11 @@ impl Handover {
     /// not published again under a new term). Returns whether it is kept.
     pub fn keep_term(&self, audit: &str, tp: &TopicPartition, term: u64) -> bool {
         let base = key(audit, tp);
-        let mut m = self.terms.lock().unwrap_or_else(|p| p.into_inner());
-        let next = *m.entry(base.clone()).or_insert(1);
+        let mut k = self.known();
+        let next = *k.terms.entry(base.clone()).or_insert(1);
         let kept = next == term.saturating_add(1) && term > 0;
         if kept {
-            m.insert(base, term);
+            k.terms.insert(base, term);
         }
         kept
     }
@@ -374,13 +367,11 @@ impl Handover {
     }
 
     fn chain_of(&self, base: &[u8]) -> Chain {
-        let m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
-        m.get(base).cloned().unwrap_or_default()
+        self.known().chains.get(base).cloned().unwrap_or_default()
     }
 
     fn update_chain(&self, base: &[u8], f: impl FnOnce(&mut Chain)) {
-        let mut m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
-        f(m.entry(base.to_vec()).or_default());
+        f(self.known().chains.entry(base.to_vec()).or_default());
     }
 
     /// Whether the next publish of `tp` of `audit` must be a whole state (a base): no base

@@ -405,8 +405,7 @@ impl Handover {
     /// Whether the partition keyed `base` was assigned and its read has not succeeded since
     /// (see [`HandoverError::NotRead`]).
     pub(super) fn is_unread(&self, base: &[u8]) -> bool {
-        let u = self.unread.lock().unwrap_or_else(|p| p.into_inner());
-        u.contains(base)
+        self.known().unread.contains(base)
     }
 
     /// Whether `tp` of `audit` was assigned and its handover read has not succeeded since:
@@ -426,53 +425,47 @@ impl Handover {
         // (this one a background retry) is the one whose findings stand.
         let seq = self.read_seq.fetch_add(1, Ordering::Relaxed);
         {
-            let mut r = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+            let mut k = self.known();
             for tp in tps {
-                r.insert(key(audit, tp), seq);
+                k.reads.insert(key(audit, tp), seq);
             }
         }
-        let current = |tp: &TopicPartition| {
-            let r = self.reads.lock().unwrap_or_else(|p| p.into_inner());
-            r.get(&key(audit, tp)) == Some(&seq)
-        };
         // Until this read succeeds, nothing is known about these partitions' keys: what this
         // process knew from an earlier ownership is stale (another owner wrote since).
         {
-            let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            let mut c = self.chains.lock().unwrap_or_else(|p| p.into_inner());
-            let mut u = self.unread.lock().unwrap_or_else(|p| p.into_inner());
+            let mut k = self.known();
             for tp in tps {
-                m.remove(&key(audit, tp));
-                c.remove(&key(audit, tp));
+                k.slots.remove(&key(audit, tp));
+                k.chains.remove(&key(audit, tp));
                 // Nothing of these is published until this read succeeds: a term kept from
                 // an earlier ownership (or 1) may be below a newer owner's, whose base a
                 // publish of it would overwrite.
-                u.insert(key(audit, tp));
+                k.unread.insert(key(audit, tp));
             }
         }
         let (mut states, mut slots, mut chains, unusable) =
             scan(&self.base, &self.topic, &self.owner, audit, tps)?;
-        // Partitions a newer read started on since: that one's findings stand.
-        let tps: Vec<TopicPartition> = tps.iter().filter(|tp| current(tp)).cloned().collect();
-        let tps = tps.as_slice();
-        let wanted: HashSet<Vec<u8>> = tps.iter().map(|tp| key(audit, tp)).collect();
-        states.retain(|tp, _| wanted.contains(&key(audit, tp)));
-        slots.retain(|k, _| wanted.contains(k));
         for (tp, why) in &unusable {
             tracing::warn!(topic = %self.topic, partition = %tp, reason = %why,
                 "the handover state of this partition is not usable: it resumes from the local store (or the group's commit)");
         }
-        {
-            let mut m = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            m.extend(slots);
-        }
+        // Partitions a newer read started on since: that one's findings stand. Decided under
+        // the lock the findings are written under, so no read can start in between.
+        let mut k = self.known();
+        let tps: Vec<TopicPartition> = tps
+            .iter()
+            .filter(|tp| k.reads.get(&key(audit, tp)) == Some(&seq))
+            .cloned()
+            .collect();
+        let tps = tps.as_slice();
+        let wanted: HashSet<Vec<u8>> = tps.iter().map(|tp| key(audit, tp)).collect();
+        states.retain(|tp, _| wanted.contains(&key(audit, tp)));
+        slots.retain(|k, _| wanted.contains(k));
+        k.slots.extend(slots);
         // This process's next publish of a partition continues after the generation it
         // took over (a partition never written starts at 1), and after every delta left on
         // the topic; it is a base of its own (a chain is never continued from another
         // owner's), under a term past every term read.
-        let mut g = self.generations.lock().unwrap_or_else(|p| p.into_inner());
-        let mut m = self.chains.lock().unwrap_or_else(|p| p.into_inner());
-        let mut t = self.terms.lock().unwrap_or_else(|p| p.into_inner());
         for tp in tps {
             let base = key(audit, tp);
             let chain = chains.remove(&base).unwrap_or_default();
@@ -483,11 +476,11 @@ impl Handover {
                 .max(left)
                 .max(Some(chain.base))
             {
-                Some(n) if n > 0 => g.insert(base.clone(), n),
-                _ => g.remove(&base),
+                Some(n) if n > 0 => k.generations.insert(base.clone(), n),
+                _ => k.generations.remove(&base),
             };
-            t.insert(base.clone(), chain.term.saturating_add(1));
-            m.insert(
+            k.terms.insert(base.clone(), chain.term.saturating_add(1));
+            k.chains.insert(
                 base,
                 Chain {
                     live: false,
@@ -495,12 +488,8 @@ impl Handover {
                 },
             );
         }
-        drop(t);
-        drop(m);
-        drop(g);
-        let mut u = self.unread.lock().unwrap_or_else(|p| p.into_inner());
         for tp in tps {
-            u.remove(&key(audit, tp));
+            k.unread.remove(&key(audit, tp));
         }
         Ok(states)
     }

@@ -49,17 +49,26 @@ pub(super) struct Tail {
     pub(super) commands: std::sync::mpsc::Receiver<Command>,
     pub(super) stopping: Arc<AtomicBool>,
     pub(super) flow: Arc<Flow>,
-    /// Topic names interned for the current batch: an audit reads a handful, so a scan
-    /// beats hashing every record.
-    pub(super) topics: Vec<Arc<str>>,
-    pub(super) batch_started: Option<Instant>,
-    /// Records pushed since the last flush.
-    pub(super) pushed: u32,
+    /// The batch being filled.
+    pub(super) filling: Filling,
     pub(super) bp: Backpressure,
     /// The positions reported to the audit task (see `read_to.rs`).
     pub(super) read_to: ReadTo,
     /// How many [`Command::Reposition`]s were served (see [`TailEvent::Repositioned`]).
     pub(super) repositions: u64,
+}
+
+/// What the thread keeps of the batch it is filling (the records sit in the consumer
+/// context's batch, which the rebalance callbacks flush too).
+#[derive(Debug, Default)]
+pub(super) struct Filling {
+    /// Topic names interned for the batch: an audit reads a handful, so a scan beats
+    /// hashing every record.
+    topics: Vec<Arc<str>>,
+    /// When its first record came.
+    started: Option<Instant>,
+    /// Records pushed since the last flush.
+    pushed: u32,
 }
 
 /// The thread's side of [`Flow`]: what it has paused, and when to look again.
@@ -370,7 +379,7 @@ impl Tail {
                         self.read_to.delivered(v.topic, v.partition);
                         last = Some((v.topic, v.partition));
                     }
-                    tagged.push(tag(&mut self.topics, &self.decoder, &v));
+                    tagged.push(tag(&mut self.filling.topics, &self.decoder, &v));
                 }
                 Err(f) => {
                     if let Some((topic, partition)) = f.at {
@@ -402,7 +411,7 @@ impl Tail {
     fn poll_consumer(&mut self, timeout: Duration) -> Option<Option<bool>> {
         let ok = match self.consumer.poll(timeout) {
             Some(Ok(m)) => {
-                let tagged = tag(&mut self.topics, &self.decoder, &view(&m));
+                let tagged = tag(&mut self.filling.topics, &self.decoder, &view(&m));
                 drop(m);
                 if self.read_to.any_unproven() {
                     self.read_to_delivered(std::slice::from_ref(&tagged));
@@ -444,7 +453,7 @@ impl Tail {
             }
             Err(_) => true,
         };
-        let started = *self.batch_started.get_or_insert_with(Instant::now);
+        let started = *self.filling.started.get_or_insert_with(Instant::now);
         if full || started.elapsed() >= BATCH_AGE {
             return self.flush();
         }
@@ -466,9 +475,9 @@ impl Tail {
         }
         // Reading the clock costs as much as the rest of this function: past the first
         // records of a batch (a slow topic, where age matters) look at it every 64th.
-        let len = self.pushed;
-        self.pushed += 1;
-        let started = *self.batch_started.get_or_insert_with(Instant::now);
+        let len = self.filling.pushed;
+        self.filling.pushed += 1;
+        let started = *self.filling.started.get_or_insert_with(Instant::now);
         if (len < 64 || len.is_multiple_of(64)) && started.elapsed() >= BATCH_AGE {
             return self.flush();
         }
@@ -476,12 +485,11 @@ impl Tail {
     }
 
     pub(super) fn flush(&mut self) -> bool {
-        self.batch_started = None;
-        self.pushed = 0;
-        // Fresh topic names for the next batch: every record clones its topic's Arc here and
-        // the audit task drops it on another core; sharing one Arc across batches would make
-        // both threads fight over its reference count's cache line for every record.
-        self.topics.clear();
+        // Fresh topic names for the next batch too: every record clones its topic's Arc
+        // here and the audit task drops it on another core; sharing one Arc across batches
+        // would make both threads fight over its reference count's cache line for every
+        // record.
+        self.filling = Filling::default();
         self.consumer.context().flush()
     }
 
