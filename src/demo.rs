@@ -11,7 +11,7 @@
 //!   table), with brokers, start, state path and timings overridden through
 //!   `GAP_AUDITOR__…` variables exactly as an operator would. It runs as a sidecar from
 //!   the start, so it sees the pipeline's commits move and can name the cause.
-//! - Repair: the real `replay` code ([`crate::replay::run_with`]) into the simulated table.
+//! - Repair: the real `replay` code ([`crate::replay::run`]) into the simulated table.
 
 use crate::app;
 use crate::config::Config;
@@ -61,6 +61,26 @@ const VERIFY_INTERVAL: &str = "250ms";
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Kafka calls of the simulated pipeline.
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The demo's repair: `gap-auditor replay --gap ID --to-sink` into `table`, as the CLI
+/// runs it (marked before the write, since a verify round between the write and the mark
+/// would settle the gap `late` for good, and logged in the store). The CLI's tests compare
+/// the two (src/cli/replay.rs).
+pub async fn replay_gap(
+    config: &Config,
+    store: &Store,
+    gap_id: &str,
+    table: &AnySink,
+) -> anyhow::Result<(replay::Target, replay::Replayed)> {
+    let req = replay::Request {
+        target: replay::target_of_gap(store, gap_id)?,
+        dest: Destination::Sink,
+        dry_run: false,
+        force: false,
+    };
+    let replayed = replay::run(config, store, &req, table).await?;
+    Ok((req.target, replayed))
+}
 
 /// The seed's records: pipe-delimited DNS log lines, 9 fields.
 fn dns_line(i: usize) -> String {
@@ -255,21 +275,12 @@ async fn tell(
     println!("{}", cause_lines(&gap));
     print_metrics(metrics);
 
-    let target = replay::target_of_gap(store, &gap.id)?;
     println!(
         "\nreplay   : gap-auditor replay --gap {} --to-sink   (the replay code, into the simulated table)",
         gap.id
     );
-    // The replay as the CLI runs it: marked before the write (a verify round between the
-    // write and the mark would settle the gap `late` for good) and logged in the store.
     let table = AnySink::Memory(sink.clone());
-    let req = replay::Request {
-        target: target.clone(),
-        dest: Destination::Sink,
-        dry_run: false,
-        force: false,
-    };
-    let replayed = replay::run_with(config, store, &req, &table).await?;
+    let (target, replayed) = replay_gap(config, store, &gap.id, &table).await?;
     let mut written = 0;
     for o in &replayed.outcomes {
         let line = match o {

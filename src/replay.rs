@@ -16,11 +16,11 @@
 //!   documents are the JSON record as it is, or an object of `record.fields` for csv, plus
 //!   the partition/offset(/topic) fields for `offset_columns`. Per-item errors name their
 //!   offset.
-//! - the in-process table of `gap-auditor demo`, through [`run_with`], so the demo repairs
-//!   with this code and not a copy of it.
+//! - the in-process table of `gap-auditor demo`, through the same [`run`], so the demo
+//!   repairs with this code and not a copy of it.
 
 use crate::closed_range::{ClosedRange, DueRule};
-use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkSpec, Validated};
+use crate::config::{AuditConfig, Config, MatchStrategy, RecordFormat, SinkSpec};
 use crate::kafka::range;
 use crate::ledger::{OffsetRun, PartitionLedger};
 use crate::record::{RecordMeta, Tag};
@@ -192,24 +192,12 @@ struct Record {
     headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
-/// Runs `req`: refuses what could never be confirmed (or a gap replayed and not confirmed
-/// yet, without `force`), replays the target, marks and records it in `store`
-/// ([`repair::repair`]). Returns one outcome per offset read.
+/// Runs `req` against `sink`: refuses what could never be confirmed (or a gap replayed and
+/// not confirmed yet, without `force`), replays the target, marks and records it in `store`
+/// ([`repair::repair`]). Returns one outcome per offset read. `sink` is the audit's own
+/// ([`crate::app::build_sink`]: `gap-auditor replay`, the gap page's dry run) or the demo's
+/// in-process table; every caller comes through here, so each records a replay the same way.
 pub async fn run(
-    config: &Validated,
-    store: &crate::store::Store,
-    req: &Request,
-) -> Result<Replayed, ReplayError> {
-    let (_, spec) = config
-        .audit(&req.target.audit)
-        .with_context(|| format!("no audit named {:?} in the configuration", req.target.audit))?;
-    let sink = crate::sink::build_sink(&req.target.audit, spec)?;
-    repair::repair(config.config(), spec, store, req, &sink).await
-}
-
-/// Like [`run`], against a sink the caller built (the demo's in-process table), for a
-/// caller holding only the configuration: the audit is validated here for its sink spec.
-pub async fn run_with(
     config: &Config,
     store: &crate::store::Store,
     req: &Request,
@@ -224,8 +212,8 @@ pub async fn run_with(
     repair::repair(config, &spec, store, req, sink).await
 }
 
-/// [`run`] once the audit's sink is built; `spec` is the audit's, `sink` built from it (or
-/// the caller's own, see [`run_with`]).
+/// [`run`] once the audit's sink spec is validated: `sink` is built from `spec`, or the
+/// demo's table.
 async fn replay(
     config: &Config,
     spec: &SinkSpec,

@@ -1,5 +1,6 @@
 //! `replay`: re-read exactly the lost offsets from Kafka and write them again.
 
+use anyhow::Context;
 use gap_auditor::config::{Config, Validated};
 use gap_auditor::replay::{self, Destination, ReplayError, Request, Target};
 use gap_auditor::store::Store;
@@ -32,9 +33,21 @@ pub(super) fn replay(valid: &Validated, args: ReplayArgs) -> Outcome {
         Ok(rt) => rt,
         Err(outcome) => return outcome,
     };
+    let sink = match valid
+        .config()
+        .audit(&req.target.audit)
+        .with_context(|| format!("no audit named {:?} in the configuration", req.target.audit))
+        .and_then(gap_auditor::app::build_sink)
+    {
+        Ok(sink) => sink,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Outcome::Error;
+        }
+    };
     // The gap's mark, the refusals and the store's replay log are the library's
-    // (`replay::run`), shared with the demo.
-    let replayed = match rt.block_on(replay::run(valid, &store, &req)) {
+    // (`replay::run`), shared with the demo and the gap page.
+    let replayed = match rt.block_on(replay::run(cfg, &store, &req, &sink)) {
         Ok(o) => o,
         Err(e @ (ReplayError::Deleted { .. } | ReplayError::Refused(_))) => {
             eprintln!("error: {e}");
@@ -210,5 +223,127 @@ table = "t1"
         };
         let e = request(&config(r#"["t"]"#), &store, by_gap).expect_err("no such gap");
         assert!(e.to_string().contains("gap-auditor gaps"), "{e}");
+    }
+
+    /// `gap-auditor replay --gap ID --to-sink` (this module's request, the library's run)
+    /// and the demo's repair ([`gap_auditor::demo::replay_gap`]) record one replay the same
+    /// way: the same outcomes, the same row in the store's replay log, the same replay mark
+    /// on the gap, the same rows written. Kafka is librdkafka's mock cluster; the table is
+    /// the in-memory one each side gets a copy of (the sink's own I/O is tested elsewhere).
+    #[tokio::test]
+    async fn the_cli_and_the_demo_record_a_replay_the_same_way() {
+        use gap_auditor::gap::{Gap, GapState};
+        use gap_auditor::sink::AnySink;
+        use gap_auditor::sink::memory::MemorySink;
+        use gap_auditor::types::Key;
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        use std::sync::Arc;
+
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("t", 1, 1).expect("topic");
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .create()
+            .expect("producer");
+        for i in 0..6 {
+            let line = format!("x{i}");
+            producer
+                .send(BaseRecord::<(), str>::to("t").partition(0).payload(&line))
+                .expect("send");
+        }
+        producer
+            .flush(std::time::Duration::from_secs(10))
+            .expect("flush");
+        let mut cfg = config(r#"["t"]"#);
+        cfg.kafka.brokers = cluster.bootstrap_servers();
+
+        // Offsets 2-4 never landed: one open gap, in two stores and two tables alike.
+        let at = chrono::Utc::now();
+        let gap = Gap {
+            id: Gap::make_id("a", "t", 0, 2),
+            audit: "a".into(),
+            topic: "t".into(),
+            partition: 0,
+            first_offset: 2,
+            last_offset: 4,
+            missing_records: 3,
+            size_known: true,
+            first_timestamp: Some(at),
+            last_timestamp: Some(at),
+            detected_at: at,
+            state: GapState::Open,
+            unrecoverable_at: None,
+            ack_reason: None,
+            cause: Default::default(),
+            pipeline_commit_from: None,
+            pipeline_commit_to: None,
+            pipeline_commit_at: None,
+            evidence: None,
+            shared_key: false,
+            replayed_at: None,
+        };
+        let side = || {
+            let (dir, store) = store();
+            store.commit_round("a", &[gap.clone()], &[]).expect("gap");
+            let table = Arc::new(MemorySink::new());
+            for i in [0, 1, 5] {
+                table.insert_key(&Key::new([format!("x{i}").as_str()]));
+            }
+            (dir, store, table)
+        };
+        let (_demo_dir, demo_store, demo_table) = side();
+        let (_cli_dir, cli_store, cli_table) = side();
+
+        let (_, demo) = gap_auditor::demo::replay_gap(
+            &cfg,
+            &demo_store,
+            &gap.id,
+            &AnySink::Memory(demo_table.clone()),
+        )
+        .await
+        .expect("the demo's replay");
+        let by_gap = ReplayArgs {
+            gap: Some(gap.id.clone()),
+            audit: None,
+            partition: None,
+            offsets: None,
+            ..args()
+        };
+        let req = request(&cfg, &cli_store, by_gap).expect("request");
+        let cli = replay::run(&cfg, &cli_store, &req, &AnySink::Memory(cli_table.clone()))
+            .await
+            .expect("the CLI's replay");
+
+        assert_eq!(demo.counts(), (3, 0, 0, 0), "{:?}", demo.outcomes);
+        assert_eq!(
+            format!("{:?}", demo.outcomes),
+            format!("{:?}", cli.outcomes)
+        );
+        assert_eq!((demo.partial, &demo.notes), (cli.partial, &cli.notes));
+        let logged = |store: &Store| {
+            let mut rows = store.replays_of_gap(&gap.id).expect("replay log");
+            for r in &mut rows {
+                r.at = at;
+            }
+            rows
+        };
+        assert_eq!(logged(&demo_store).len(), 1);
+        assert_eq!(logged(&demo_store), logged(&cli_store));
+        let marked = |store: &Store| {
+            store
+                .get_gap(&gap.id)
+                .expect("gap")
+                .map(|g| (g.state, g.replayed_at.is_some()))
+        };
+        assert_eq!(marked(&demo_store), Some((GapState::Open, true)));
+        assert_eq!(marked(&demo_store), marked(&cli_store));
+        let rows = |table: &MemorySink| {
+            (0..6)
+                .map(|i| table.rows_of_key(&Key::new([format!("x{i}").as_str()])))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(rows(&demo_table), vec![1; 6]);
+        assert_eq!(rows(&demo_table), rows(&cli_table));
     }
 }

@@ -1,7 +1,7 @@
 //! `POST /ui/gaps/{id}/replay`: the gap page's replay dry-run (form-encoded `token`, and
 //! `to_topic`, empty for the sink). It shows what `gap-auditor replay --gap ID --to-sink
 //! --dry-run` (or `--to-topic T --dry-run`) would do, by running exactly that:
-//! [`crate::replay::run_with`] with `dry_run` set (the CLI's own implementation; the lines
+//! [`crate::replay::run`] with `dry_run` set (the CLI's own implementation; the lines
 //! are [`crate::replay::Outcome::line`], the CLI's wording). No record is written, to a
 //! topic or to the sink; like the CLI's dry-run it adds a dry-run row to the store's
 //! replay log, and marks the gap unrecoverable when Kafka no longer holds its records (a
@@ -134,7 +134,7 @@ fn dry_run(
     let run = rt.block_on(async {
         tokio::time::timeout(
             DRY_RUN_TIMEOUT,
-            crate::replay::run_with(config, store, &req, &sink),
+            crate::replay::run(config, store, &req, &sink),
         )
         .await
     });

@@ -32,7 +32,7 @@ pub(super) async fn to_sink(
             Some(load) => to_stream_load(audit, (load, sql), target, records, report).await,
             None => to_sql(audit, sink, &sql.table, (target, semantics), records).await,
         },
-        // A caller's own sink of another kind than the audit's (see `run_with`).
+        // A caller's own sink of another kind than the audit's (the demo's table, see `run`).
         (AnySink::Mysql(_), SinkSpec::Elasticsearch(_)) => all_failed(
             records,
             "the sink is a SQL one but the audit's sink.kind is elasticsearch",

@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::Validated;
 use crate::ledger::Observed;
 
 /// A one-audit configuration (audit `a` on topic `t`) with these `record`, `match` and

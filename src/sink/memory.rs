@@ -87,6 +87,12 @@ impl MemorySink {
         t.offsets.values().sum()
     }
 
+    /// Rows carrying this match key.
+    pub fn rows_of_key(&self, key: &Key) -> u64 {
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.keys.get(key).copied().unwrap_or(0)
+    }
+
     /// Test hook: `rows` rows of `key` land just before the sink answers its query number
     /// `n` (counted from 1 over its life, [`Self::queries`] + 1 is the next): rows that
     /// arrive while a round is under way, between two of its questions.
