@@ -310,7 +310,7 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Body> {
     }
     // The page's ack form: checks the token typed into it, not the request's credentials
     // (ui_ack.rs says why).
-    if let Some(id) = ui_ack::route(&path) {
+    if let Some(id) = ui_ack::ROUTE.id_of(&path) {
         return if req.method() == Method::POST {
             ui_ack::form_ack(state, id, req).await
         } else {
@@ -318,7 +318,7 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Body> {
         };
     }
     // The page's replay dry-run: the same typed-token check (ui_replay.rs).
-    if let Some(id) = ui_replay::route(&path) {
+    if let Some(id) = ui_replay::ROUTE.id_of(&path) {
         return if req.method() == Method::POST {
             ui_replay::form_replay(state, id, req).await
         } else {
@@ -326,7 +326,7 @@ async fn handle(state: &HttpState, req: Request<Incoming>) -> Response<Body> {
         };
     }
     // The one write: `POST /api/gaps/{id}/ack` (ack.rs).
-    if let Some(id) = ack::route(&path) {
+    if let Some(id) = ack::ROUTE.id_of(&path) {
         return if req.method() == Method::POST {
             ack::api_ack(state, id, req).await
         } else {

@@ -24,35 +24,42 @@ use std::sync::Arc;
 /// The largest request body accepted: a reason is a sentence, not a document.
 pub(super) const MAX_BODY: usize = 64 * 1024;
 
-const PREFIX: &str = "/api/gaps/";
-const SUFFIX: &str = "/ack";
+/// The API's ack path, `/api/gaps/{id}/ack`.
+pub(super) const ROUTE: GapRoute = GapRoute::new("/api/gaps/", "/ack");
 
-/// The gap id of an ack path (`/api/gaps/{id}/ack`, the id percent-decoded), `None` for
-/// any other path.
-pub(super) fn route(path: &str) -> Option<String> {
-    gap_id_between(path, PREFIX, SUFFIX)
+/// A path naming one gap, `{prefix}{id}{suffix}` with the id percent-encoded: the API's
+/// ack and the page's forms.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct GapRoute {
+    prefix: &'static str,
+    suffix: &'static str,
 }
 
-/// The path of gap `id` between `prefix` and `suffix`, the id percent-encoded (the inverse
-/// of [`gap_id_between`]): the page's form actions.
-pub(super) fn gap_path(prefix: &str, id: &str, suffix: &str) -> String {
-    let encoded: String =
-        percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).collect();
-    format!("{prefix}{encoded}{suffix}")
-}
-
-/// The percent-decoded gap id between `prefix` and `suffix` of `path` (the API's and the
-/// page's ack paths). An empty id, or one that does not decode to UTF-8, is no id of ours:
-/// `None`.
-pub(super) fn gap_id_between(path: &str, prefix: &str, suffix: &str) -> Option<String> {
-    let raw = path.strip_prefix(prefix)?.strip_suffix(suffix)?;
-    if raw.is_empty() {
-        return None;
+impl GapRoute {
+    /// The paths between `prefix` and `suffix`.
+    pub(super) const fn new(prefix: &'static str, suffix: &'static str) -> GapRoute {
+        GapRoute { prefix, suffix }
     }
-    percent_encoding::percent_decode_str(raw)
-        .decode_utf8()
-        .ok()
-        .map(|id| id.into_owned())
+
+    /// The percent-decoded gap id of `path`, `None` for any other path. An empty id, or one
+    /// that does not decode to UTF-8, is no id of ours.
+    pub(super) fn id_of(self, path: &str) -> Option<String> {
+        let raw = path.strip_prefix(self.prefix)?.strip_suffix(self.suffix)?;
+        if raw.is_empty() {
+            return None;
+        }
+        percent_encoding::percent_decode_str(raw)
+            .decode_utf8()
+            .ok()
+            .map(|id| id.into_owned())
+    }
+
+    /// The path of gap `id` (the inverse of [`Self::id_of`]): the page's form actions.
+    pub(super) fn path(self, id: &str) -> String {
+        let encoded: String =
+            percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC).collect();
+        format!("{}{encoded}{}", self.prefix, self.suffix)
+    }
 }
 
 /// Why a request body is refused, before the store is touched.

@@ -15,7 +15,7 @@
 //! here saying what the owner answered, with a link to the owner's own page (a redirect
 //! there would be a cross-origin form redirect, which the page's CSP forbids).
 
-use super::ack::{BadBody, ack_and_read, gap_id_between, read_body};
+use super::ack::{BadBody, GapRoute, ack_and_read, read_body};
 use super::forward::{self, Outcome};
 use super::ui::{html, message_page};
 use super::{Body, HttpState};
@@ -26,18 +26,8 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use std::sync::Arc;
 
-const PREFIX: &str = "/ui/gaps/";
-const SUFFIX: &str = "/ack";
-
-/// The gap id of a form-ack path (`/ui/gaps/{id}/ack`, percent-decoded), `None` otherwise.
-pub(super) fn route(path: &str) -> Option<String> {
-    gap_id_between(path, PREFIX, SUFFIX)
-}
-
-/// The form's action for gap `id` (the inverse of [`route`]).
-pub(super) fn action(id: &str) -> String {
-    super::ack::gap_path(PREFIX, id, SUFFIX)
-}
+/// The page's ack form's path, `/ui/gaps/{id}/ack`.
+pub(super) const ROUTE: GapRoute = GapRoute::new("/ui/gaps/", "/ack");
 
 /// What a posted ack form holds.
 #[derive(Debug, PartialEq, Eq)]

@@ -239,7 +239,7 @@ fn gap_row(g: &Gap, now: DateTime<Utc>, ack_form: bool, steps: &[CommitStep]) ->
                 code { (replay_command(&g.id)) } br;
                 code { (ack_command(&g.id)) }
                 @if ack_form && ackable(g.state) {
-                    form.ack method="post" action=(super::ui_ack::action(&g.id)) {
+                    form.ack method="post" action=(super::ui_ack::ROUTE.path(&g.id)) {
                         input type="text" name="reason" required placeholder="reason" aria-label="reason";
                         " "
                         input type="password" name="token" required autocomplete="current-password"
@@ -249,7 +249,7 @@ fn gap_row(g: &Gap, now: DateTime<Utc>, ack_form: bool, steps: &[CommitStep]) ->
                     }
                 }
                 @if ack_form && replayable(g.state) {
-                    form.replay method="post" action=(super::ui_replay::action(&g.id)) {
+                    form.replay method="post" action=(super::ui_replay::ROUTE.path(&g.id)) {
                         input type="password" name="token" required autocomplete="current-password"
                             placeholder="server.api_token" aria-label="token";
                         " "

@@ -13,7 +13,7 @@
 //! (503 while one runs), each at most [`DRY_RUN_TIMEOUT`]. A gap this instance's store
 //! does not hold is 404 (its owner's page offers the button).
 
-use super::ack::{BadBody, gap_id_between, read_body};
+use super::ack::{BadBody, GapRoute, read_body};
 use super::ui::{html, message_page};
 use super::ui_ack::{form_encoded, token_matches};
 use super::ui_page::{replay_command, shell_quote};
@@ -26,8 +26,8 @@ use hyper::{Request as HttpRequest, Response, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
 
-const PREFIX: &str = "/ui/gaps/";
-const SUFFIX: &str = "/replay";
+/// The page's dry-run form's path, `/ui/gaps/{id}/replay`.
+pub(super) const ROUTE: GapRoute = GapRoute::new("/ui/gaps/", "/replay");
 
 /// The longest a dry-run may take: it reads the gap's records from Kafka and asks the sink
 /// about them, as the CLI does; a person is waiting.
@@ -37,16 +37,6 @@ pub(super) const DRY_RUN_TIMEOUT: Duration = Duration::from_secs(60);
 /// memory (the CLI does so in a process of its own), and an overflow gap can span millions.
 /// A larger gap is refused with the CLI command to run instead.
 pub(super) const MAX_DRY_RUN_OFFSETS: i64 = 10_000;
-
-/// The gap id of a dry-run path (`/ui/gaps/{id}/replay`, percent-decoded), `None` otherwise.
-pub(super) fn route(path: &str) -> Option<String> {
-    gap_id_between(path, PREFIX, SUFFIX)
-}
-
-/// The form's action for gap `id` (the inverse of [`route`]).
-pub(super) fn action(id: &str) -> String {
-    super::ack::gap_path(PREFIX, id, SUFFIX)
-}
 
 /// What a posted dry-run form holds.
 #[derive(Debug, PartialEq, Eq)]
@@ -356,8 +346,11 @@ mod tests {
         );
         let (dry, _) = commands("a:t:0:2", Some("it's"));
         assert!(dry.ends_with("--to-topic 'it'\\''s' --dry-run"), "{dry}");
-        assert_eq!(action("a:t:0:2"), "/ui/gaps/a%3At%3A0%3A2/replay");
-        assert_eq!(route(&action("a b:t:0:2")).as_deref(), Some("a b:t:0:2"));
+        assert_eq!(ROUTE.path("a:t:0:2"), "/ui/gaps/a%3At%3A0%3A2/replay");
+        assert_eq!(
+            ROUTE.id_of(&ROUTE.path("a b:t:0:2")).as_deref(),
+            Some("a b:t:0:2")
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `POST /api/gaps/{id}/ack` and `GET /ui`.
 
-use super::super::ack::{BadBody, MAX_BODY, parse_reason, read_body, route};
+use super::super::ack::{BadBody, MAX_BODY, ROUTE, parse_reason, read_body};
 use super::super::ui_page::{ack_command, cause_words, replay_command, shell_quote, time_left};
 use super::*;
 use crate::gap::GapCause;
@@ -28,15 +28,20 @@ fn ack_path(id: &str) -> String {
 
 #[test]
 fn ack_route_and_body() {
-    assert_eq!(route("/api/gaps/a:t:0:5/ack").as_deref(), Some("a:t:0:5"));
     assert_eq!(
-        route("/api/gaps/a%3At%2Fx%3A0%3A5%405/ack").as_deref(),
+        ROUTE.id_of("/api/gaps/a:t:0:5/ack").as_deref(),
+        Some("a:t:0:5")
+    );
+    assert_eq!(
+        ROUTE
+            .id_of("/api/gaps/a%3At%2Fx%3A0%3A5%405/ack")
+            .as_deref(),
         Some("a:t/x:0:5@5")
     );
-    assert_eq!(route("/api/gaps//ack"), None);
-    assert_eq!(route("/api/gaps/a:t:0:5"), None);
-    assert_eq!(route("/api/gaps"), None);
-    assert_eq!(route("/api/gaps/%FF/ack"), None, "not UTF-8");
+    assert_eq!(ROUTE.id_of("/api/gaps//ack"), None);
+    assert_eq!(ROUTE.id_of("/api/gaps/a:t:0:5"), None);
+    assert_eq!(ROUTE.id_of("/api/gaps"), None);
+    assert_eq!(ROUTE.id_of("/api/gaps/%FF/ack"), None, "not UTF-8");
 
     assert_eq!(
         parse_reason(br#"{"reason":"known outage"}"#).as_deref(),

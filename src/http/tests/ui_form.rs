@@ -1,7 +1,7 @@
 //! The gap page's ack form: `POST /ui/gaps/{id}/ack` and the form on `GET /ui`.
 
-use super::super::ui_ack::{AckForm, BadForm, action, back_to_page, parse_form, route};
-use super::super::ui_replay::action as replay_action;
+use super::super::ui_ack::{AckForm, BadForm, ROUTE, back_to_page, parse_form};
+use super::super::ui_replay::ROUTE as REPLAY;
 use super::*;
 use base64::Engine;
 
@@ -43,12 +43,12 @@ fn form_parsing_and_paths() {
     assert_eq!(parse_form(b"reason=r&token="), Err(BadForm::NoToken));
     // A hostile id survives the round trip through the form's action.
     let id = "a/u dit?:t#p:0:5";
-    let path = action(id);
+    let path = ROUTE.path(id);
     let segment = &path["/ui/gaps/".len()..path.len() - "/ack".len()];
     assert!(!segment.contains(['/', '?', '#', ' ']), "{path}");
-    assert_eq!(route(&path).as_deref(), Some(id));
-    assert_eq!(route("/ui/gaps//ack"), None);
-    assert_eq!(route("/ui/gaps/x"), None);
+    assert_eq!(ROUTE.id_of(&path).as_deref(), Some(id));
+    assert_eq!(ROUTE.id_of("/ui/gaps//ack"), None);
+    assert_eq!(ROUTE.id_of("/ui/gaps/x"), None);
     assert_eq!(back_to_page("a&b c"), "/ui?audit=a%26b+c&state=all");
 }
 
@@ -61,7 +61,7 @@ async fn the_form_acks_with_the_typed_token_only() {
         .store
         .commit_round("a", &[open.clone(), late.clone()], &[])
         .unwrap();
-    let path = action(&open.id);
+    let path = ROUTE.path(&open.id);
 
     // The page, read with Basic (what a browser sends): a form for the open gap only.
     let r = get_with(srv.addr, "/ui?state=all", &basic(TOKEN)).await;
@@ -72,11 +72,11 @@ async fn the_form_acks_with_the_typed_token_only() {
     assert_eq!(r.body.matches("class=\"replay\"").count(), 1, "{}", r.body);
     assert!(
         r.body
-            .contains(&format!("action=\"{}\"", replay_action(&open.id)))
+            .contains(&format!("action=\"{}\"", REPLAY.path(&open.id)))
     );
-    assert!(!r.body.contains(&replay_action(&late.id)));
+    assert!(!r.body.contains(&REPLAY.path(&late.id)));
     assert!(r.body.contains(&format!("action=\"{path}\"")), "{}", r.body);
-    assert!(!r.body.contains(&action(&late.id)));
+    assert!(!r.body.contains(&ROUTE.path(&late.id)));
     assert!(r.body.contains("type=\"password\""));
     assert!(!r.body.contains(TOKEN), "the page never carries the token");
     // A wrong password: 401 offering Basic, so a browser asks for it.
@@ -138,13 +138,13 @@ async fn the_form_acks_with_the_typed_token_only() {
     );
 
     // A gap whose records arrived: 409, kept late; an unknown gap: 404.
-    let r = post_form(srv.addr, &action(&late.id), "", &form("r", TOKEN)).await;
+    let r = post_form(srv.addr, &ROUTE.path(&late.id), "", &form("r", TOKEN)).await;
     assert_eq!(r.status, 409, "{}", r.body);
     assert_eq!(
         srv.state.store.get_gap(&late.id).unwrap().unwrap().state,
         GapState::Late
     );
-    let r = post_form(srv.addr, &action("a:test:0:999"), "", &form("r", TOKEN)).await;
+    let r = post_form(srv.addr, &ROUTE.path("a:test:0:999"), "", &form("r", TOKEN)).await;
     assert_eq!(r.status, 404, "{}", r.body);
     assert_eq!(srv.state.store.ack_position().unwrap(), 1);
     srv.shutdown.cancel();
@@ -162,10 +162,10 @@ async fn without_a_token_there_is_no_form_and_a_post_is_refused() {
     assert_eq!(r.status, 200);
     assert!(!r.body.contains("method=\"post\""), "{}", r.body);
     assert!(r.body.contains("needs server.api_token"), "{}", r.body);
-    let r = post_form(srv.addr, &action(&open.id), "", &form("r", "anything")).await;
+    let r = post_form(srv.addr, &ROUTE.path(&open.id), "", &form("r", "anything")).await;
     assert_eq!(r.status, 403, "{}", r.body);
     assert_eq!(srv.state.store.ack_position().unwrap(), 0);
-    let r = post_form(srv.addr, &replay_action(&open.id), "", "token=anything").await;
+    let r = post_form(srv.addr, &REPLAY.path(&open.id), "", "token=anything").await;
     assert_eq!(r.status, 403, "{}", r.body);
     srv.shutdown.cancel();
 }
@@ -181,7 +181,7 @@ async fn the_replay_dry_run_needs_the_typed_token() {
         .store
         .commit_round("a", std::slice::from_ref(&open), &[])
         .unwrap();
-    let path = replay_action(&open.id);
+    let path = REPLAY.path(&open.id);
     let r = post_form(srv.addr, &path, &basic(TOKEN), "to_topic=").await;
     assert_eq!(r.status, 400, "{}", r.body);
     let r = post_form(srv.addr, &path, &basic(TOKEN), "token=nope").await;
@@ -218,7 +218,7 @@ async fn a_dry_run_of_a_huge_gap_is_the_clis() {
         .unwrap();
     let r = post_form(
         srv.addr,
-        &replay_action(&huge.id),
+        &REPLAY.path(&huge.id),
         "",
         &format!("token={TOKEN}"),
     )
