@@ -72,7 +72,56 @@ impl RawGap {
     }
 }
 
+/// What a marked gap query selects after [`GAP_COLUMNS`]: whether `replay` marked the gap,
+/// and whether it is retired.
+const MARKS: &str = "replayed_at IS NOT NULL, retired = 1";
+
+/// Reads what [`MARKS`] selects.
+fn marks(row: &rusqlite::Row<'_>) -> rusqlite::Result<(bool, bool)> {
+    Ok((row.get(GAP_COLUMN_COUNT)?, row.get(GAP_COLUMN_COUNT + 1)?))
+}
+
+/// For a gap query that selects nothing after [`GAP_COLUMNS`].
+fn nothing(_: &rusqlite::Row<'_>) -> rusqlite::Result<()> {
+    Ok(())
+}
+
 impl Store {
+    /// The rows `sql` selects for `params`, in its order: the gap's columns
+    /// ([`GAP_COLUMNS`]) first, then what `rest` reads. Read under the lock, decoded after
+    /// it (a decoding error names the gap); `context` names the read in an error.
+    pub(super) fn query_gaps<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        context: String,
+        rest: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<(Gap, T)>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(sql).map_err(self.sq(context.clone()))?;
+        let raws: Vec<(RawGap, T)> = stmt
+            .query_map(params, |row| Ok((RawGap::from_row(row)?, rest(row)?)))
+            .map_err(self.sq(context.clone()))?
+            .collect::<Result<_, _>>()
+            .map_err(self.sq(context))?;
+        drop(stmt);
+        drop(conn);
+        raws.into_iter()
+            .map(|(raw, t)| Ok((self.decode_gap(raw)?, t)))
+            .collect()
+    }
+
+    /// [`Self::query_gaps`] of a query that selects only the gap's columns.
+    pub(super) fn query_plain_gaps(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        context: String,
+    ) -> Result<Vec<Gap>, StoreError> {
+        let gaps = self.query_gaps(sql, params, context, nothing)?;
+        Ok(gaps.into_iter().map(|(g, ())| g).collect())
+    }
+
     /// Gaps matching `filter`, newest detected first (ties by id, for a stable order).
     pub fn list_gaps(&self, filter: &GapFilter) -> Result<Vec<Gap>, StoreError> {
         let states: Option<Vec<&'static str>> = match filter.state {
@@ -100,20 +149,7 @@ impl Store {
             args.push(audit);
         }
         sql.push_str(" ORDER BY detected_at DESC, id ASC");
-
-        let conn = self.lock();
-        let mut stmt = conn
-            .prepare(&sql)
-            .map_err(self.sq("list gaps".to_string()))?;
-        let rows = stmt
-            .query_map(args.as_slice(), RawGap::from_row)
-            .map_err(self.sq("list gaps".to_string()))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let raw = row.map_err(self.sq("list gaps".to_string()))?;
-            out.push(self.decode_gap(raw)?);
-        }
-        Ok(out)
+        self.query_plain_gaps(&sql, args.as_slice(), "list gaps".to_string())
     }
 
     /// Every gap of one partition of `audit`, with whether `replay` marked it and whether
@@ -125,29 +161,16 @@ impl Store {
         topic: &str,
         partition: i32,
     ) -> Result<Vec<(Gap, bool, bool)>, StoreError> {
-        let conn = self.lock();
-        let ctx = || format!("list the gaps of {audit}/{topic}-{partition}");
-        let mut stmt = conn
-            .prepare_cached(&format!(
-                "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps
+        let gaps = self.query_gaps(
+            &format!(
+                "SELECT {GAP_COLUMNS}, {MARKS} FROM gaps
                  WHERE audit = ?1 AND topic = ?2 AND partition = ?3 ORDER BY first_offset"
-            ))
-            .map_err(self.sq(ctx()))?;
-        let rows = stmt
-            .query_map(params![audit, topic, partition], |row| {
-                Ok((
-                    RawGap::from_row(row)?,
-                    row.get::<_, bool>(GAP_COLUMN_COUNT)?,
-                    row.get::<_, bool>(GAP_COLUMN_COUNT + 1)?,
-                ))
-            })
-            .map_err(self.sq(ctx()))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (raw, replayed, retired) = row.map_err(self.sq(ctx()))?;
-            out.push((self.decode_gap(raw)?, replayed, retired));
-        }
-        Ok(out)
+            ),
+            params![audit, topic, partition],
+            format!("list the gaps of {audit}/{topic}-{partition}"),
+            marks,
+        )?;
+        Ok(gaps.into_iter().map(|(g, (r, t))| (g, r, t)).collect())
     }
 
     /// The unresolved gaps (open, unrecoverable, unverifiable) of one partition of `audit`
@@ -162,27 +185,13 @@ impl Store {
         topic: &str,
         partition: i32,
     ) -> Result<Vec<(Gap, bool, bool)>, StoreError> {
-        let conn = self.lock();
-        let ctx = || format!("list the unresolved gaps of {audit}/{topic}-{partition}");
-        let mut stmt = conn
-            .prepare_cached(&unresolved_of_partition_sql())
-            .map_err(self.sq(ctx()))?;
-        let rows: Vec<(RawGap, bool, bool)> = stmt
-            .query_map(params![audit, topic, partition], |row| {
-                Ok((
-                    RawGap::from_row(row)?,
-                    row.get::<_, bool>(GAP_COLUMN_COUNT)?,
-                    row.get::<_, bool>(GAP_COLUMN_COUNT + 1)?,
-                ))
-            })
-            .map_err(self.sq(ctx()))?
-            .collect::<Result<_, _>>()
-            .map_err(self.sq(ctx()))?;
-        drop(stmt);
-        drop(conn);
-        rows.into_iter()
-            .map(|(raw, replayed, retired)| Ok((self.decode_gap(raw)?, replayed, retired)))
-            .collect()
+        let gaps = self.query_gaps(
+            &unresolved_of_partition_sql(),
+            params![audit, topic, partition],
+            format!("list the unresolved gaps of {audit}/{topic}-{partition}"),
+            marks,
+        )?;
+        Ok(gaps.into_iter().map(|(g, (r, t))| (g, r, t)).collect())
     }
 
     /// The gaps of `ids` that exist, with whether `replay` marked them and whether they are
@@ -192,19 +201,13 @@ impl Store {
         let ctx = || format!("read {} gaps by id", ids.len());
         let mut stmt = conn
             .prepare_cached(&format!(
-                "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps WHERE id = ?1"
+                "SELECT {GAP_COLUMNS}, {MARKS} FROM gaps WHERE id = ?1"
             ))
             .map_err(self.sq(ctx()))?;
         let mut raws = Vec::new();
         for id in ids {
             let row = stmt
-                .query_row(params![id], |row| {
-                    Ok((
-                        RawGap::from_row(row)?,
-                        row.get::<_, bool>(GAP_COLUMN_COUNT)?,
-                        row.get::<_, bool>(GAP_COLUMN_COUNT + 1)?,
-                    ))
-                })
+                .query_row(params![id], |row| Ok((RawGap::from_row(row)?, marks(row)?)))
                 .optional()
                 .map_err(self.sq(ctx()))?;
             raws.extend(row);
@@ -212,7 +215,7 @@ impl Store {
         drop(stmt);
         drop(conn);
         raws.into_iter()
-            .map(|(raw, replayed, retired)| Ok((self.decode_gap(raw)?, replayed, retired)))
+            .map(|(raw, (replayed, retired))| Ok((self.decode_gap(raw)?, replayed, retired)))
             .collect()
     }
 
@@ -227,42 +230,26 @@ impl Store {
         first: Offset,
         last: Offset,
     ) -> Result<Vec<Gap>, StoreError> {
-        let conn = self.lock();
-        let ctx = || format!("list the open gaps of {audit}/{topic}-{partition} in {first}-{last}");
-        let mut stmt = conn
-            .prepare_cached(&format!(
+        self.query_plain_gaps(
+            &format!(
                 "SELECT {GAP_COLUMNS} FROM gaps
                  WHERE audit = ?1 AND state = 'open' AND topic = ?2 AND partition = ?3
                    AND first_offset <= ?5 AND last_offset >= ?4
                  ORDER BY first_offset"
-            ))
-            .map_err(self.sq(ctx()))?;
-        let raws: Vec<RawGap> = stmt
-            .query_map(
-                params![audit, topic, partition, first, last],
-                RawGap::from_row,
-            )
-            .map_err(self.sq(ctx()))?
-            .collect::<Result<_, _>>()
-            .map_err(self.sq(ctx()))?;
-        drop(stmt);
-        drop(conn);
-        raws.into_iter().map(|r| self.decode_gap(r)).collect()
+            ),
+            params![audit, topic, partition, first, last],
+            format!("list the open gaps of {audit}/{topic}-{partition} in {first}-{last}"),
+        )
     }
 
     /// One gap by id.
     pub fn get_gap(&self, id: &str) -> Result<Option<Gap>, StoreError> {
-        let conn = self.lock();
-        let raw = conn
-            .query_row(
-                &format!("SELECT {GAP_COLUMNS} FROM gaps WHERE id = ?1"),
-                params![id],
-                RawGap::from_row,
-            )
-            .optional()
-            .map_err(self.sq(format!("read gap {id}")))?;
-        drop(conn);
-        raw.map(|r| self.decode_gap(r)).transpose()
+        let gaps = self.query_plain_gaps(
+            &format!("SELECT {GAP_COLUMNS} FROM gaps WHERE id = ?1"),
+            params![id],
+            format!("read gap {id}"),
+        )?;
+        Ok(gaps.into_iter().next())
     }
 
     /// Records that `gap-auditor replay` wrote the gap's records again: once the daemon
@@ -441,7 +428,7 @@ pub(super) fn decode_gap(path: &Path, raw: RawGap) -> Result<Gap, StoreError> {
 /// index, so resolved rows are never visited.
 pub(super) fn unresolved_of_partition_sql() -> String {
     format!(
-        "SELECT {GAP_COLUMNS}, replayed_at IS NOT NULL, retired = 1 FROM gaps
+        "SELECT {GAP_COLUMNS}, {MARKS} FROM gaps
          WHERE audit = ?1 AND state IN ('open', 'unrecoverable', 'unverifiable')
            AND topic = ?2 AND partition = ?3 AND retired = 0 ORDER BY first_offset"
     )

@@ -6,7 +6,7 @@ use super::{Store, StoreError, fmt_ts, parse_ts};
 use crate::completeness::{BlockingGap, MAX_LISTED_GAPS, Since};
 use crate::gap::{Gap, GapState};
 use crate::ledger::{RetiredGaps, RetiredOp};
-use crate::store::gaps::{GAP_COLUMNS, RawGap};
+use crate::store::gaps::GAP_COLUMNS;
 use crate::store::keys::KeyClaims;
 use crate::types::Offset;
 use chrono::{TimeZone, Utc};
@@ -279,28 +279,17 @@ impl Store {
         hi: Offset,
         limit: usize,
     ) -> Result<Vec<Gap>, StoreError> {
-        let conn = self.lock();
-        let ctx = || format!("list the retired gaps of {audit}/{topic}-{partition} in {lo}..{hi}");
-        let mut stmt = conn
-            .prepare_cached(&format!(
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.query_plain_gaps(
+            &format!(
                 "SELECT {GAP_COLUMNS} FROM gaps
                  WHERE audit = ?1 AND topic = ?2 AND partition = ?3 AND retired = 1
                    AND first_offset >= ?4 AND first_offset < ?5
                  ORDER BY first_offset, id LIMIT ?6"
-            ))
-            .map_err(self.sq(ctx()))?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows: Vec<RawGap> = stmt
-            .query_map(
-                params![audit, topic, partition, lo, hi, limit],
-                RawGap::from_row,
-            )
-            .map_err(self.sq(ctx()))?
-            .collect::<Result<_, _>>()
-            .map_err(self.sq(ctx()))?;
-        drop(stmt);
-        drop(conn);
-        rows.into_iter().map(|raw| self.decode_gap(raw)).collect()
+            ),
+            params![audit, topic, partition, lo, hi, limit],
+            format!("list the retired gaps of {audit}/{topic}-{partition} in {lo}..{hi}"),
+        )
     }
 
     /// Deletes the retired rows of one partition of `audit` starting in `[lo, hi)` that are

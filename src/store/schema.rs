@@ -358,63 +358,44 @@ const MIGRATIONS: [(&str, &str); SCHEMA_VERSION as usize] = [
 /// Takes the file at `path` from schema `version` to [`SCHEMA_VERSION`] inside `tx` (the
 /// caller writes `user_version` and commits).
 pub(super) fn migrate(tx: &Connection, path: &Path, version: i32) -> Result<(), StoreError> {
+    // One step's SQLite error, under what the step was doing.
+    let failed = |context: &str| {
+        let context = context.to_string();
+        move |source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            context,
+            source,
+        }
+    };
     for (to, (sql, context)) in (1..).zip(MIGRATIONS) {
         if version >= to {
             continue;
         }
         if to == 17 {
-            add_evidence_column(tx).map_err(|source| StoreError::Sqlite {
-                path: path.to_path_buf(),
-                context: context.to_string(),
-                source,
-            })?;
+            add_evidence_column(tx).map_err(failed(context))?;
             // A file written by a build of the Flink branch before it was merged has
             // user_version 16 meaning "evidence", without the handover's v16: both steps
             // of v16 are idempotent, so they run here again (review 37, F12).
             tx.execute_batch(SCHEMA_V16)
                 .and_then(|()| add_import_mark_columns(tx))
-                .map_err(|source| StoreError::Sqlite {
-                    path: path.to_path_buf(),
-                    context: context.to_string(),
-                    source,
-                })?;
+                .map_err(failed(context))?;
         }
         if to == 12 {
-            add_retired_column(tx).map_err(|source| StoreError::Sqlite {
-                path: path.to_path_buf(),
-                context: context.to_string(),
-                source,
-            })?;
+            add_retired_column(tx).map_err(failed(context))?;
         }
-        tx.execute_batch(sql).map_err(|source| StoreError::Sqlite {
-            path: path.to_path_buf(),
-            context: context.to_string(),
-            source,
-        })?;
+        tx.execute_batch(sql).map_err(failed(context))?;
         if to == 15 {
             tx.execute_batch(SWEPT_WITH_TERMS)
-                .map_err(|source| StoreError::Sqlite {
-                    path: path.to_path_buf(),
-                    context: "give the swept marks their term (v15)".to_string(),
-                    source,
-                })?;
+                .map_err(failed("give the swept marks their term (v15)"))?;
         }
         if to == 16 {
-            add_import_mark_columns(tx).map_err(|source| StoreError::Sqlite {
-                path: path.to_path_buf(),
-                context: context.to_string(),
-                source,
-            })?;
+            add_import_mark_columns(tx).map_err(failed(context))?;
         }
         if to == 12 {
             // Ledgers stored before v12 hold every given-up gap: retired here, so the first
             // start of this version does not load them all back.
             tx.execute_batch(RETIRE_STORED_GAPS)
-                .map_err(|source| StoreError::Sqlite {
-                    path: path.to_path_buf(),
-                    context: "retire the given-up gaps of stored ledgers".to_string(),
-                    source,
-                })?;
+                .map_err(failed("retire the given-up gaps of stored ledgers"))?;
         }
         if to == 6 {
             // v6 also moves the items out of every stored ledger's JSON.
