@@ -93,8 +93,58 @@ pub(super) fn back_to_page(audit: &str) -> String {
     format!("/ui?audit={audit}&state=all")
 }
 
-fn refused(status: StatusCode, message: &str) -> Response<Body> {
+/// A page saying why a post was refused.
+pub(super) fn refused(status: StatusCode, message: &str) -> Response<Body> {
     html(status, &message_page(message))
+}
+
+/// How a page form is refused before its action runs: its own words.
+pub(super) struct FormWords {
+    /// 415: how the form is sent.
+    pub(super) encoding: &'static str,
+    /// 403, after the wrong token: what was not done.
+    pub(super) undone: &'static str,
+    /// The debug line logged for a wrong token.
+    pub(super) logged: &'static str,
+}
+
+/// What both page forms (ack, replay dry-run) check before their action, in order: the
+/// form encoding, the body's size, the fields (`parse`, or what is wrong with them), then
+/// the token typed into the form (`token` takes it from the fields), in constant time. A
+/// refusal is the page to answer with.
+pub(super) async fn posted_form<F>(
+    req: Request<Incoming>,
+    id: &str,
+    expected: &Secret,
+    words: &FormWords,
+    parse: impl FnOnce(&[u8]) -> Result<F, String>,
+    token: fn(&F) -> &str,
+) -> Result<F, Response<Body>> {
+    if !form_encoded(req.headers()) {
+        return Err(refused(StatusCode::UNSUPPORTED_MEDIA_TYPE, words.encoding));
+    }
+    let form = match read_body(req).await {
+        Ok(body) => parse(&body).map_err(|why| refused(StatusCode::BAD_REQUEST, &why))?,
+        Err(BadBody::TooLarge) => {
+            return Err(refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &BadBody::TooLarge.to_string(),
+            ));
+        }
+        Err(bad) => return Err(refused(StatusCode::BAD_REQUEST, &bad.to_string())),
+    };
+    if !token_matches(token(&form), expected) {
+        // The typed value is never logged: it may be a near miss of the real token.
+        tracing::debug!(gap = %id, "{}", words.logged);
+        return Err(refused(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "wrong token: the form needs this daemon's server.api_token; {}",
+                words.undone
+            ),
+        ));
+    }
+    Ok(form)
 }
 
 /// `POST /ui/gaps/{id}/ack`.
@@ -110,33 +160,18 @@ pub(super) async fn form_ack(
              it use `gap-auditor ack` on this host",
         );
     };
-    if !form_encoded(req.headers()) {
-        return refused(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "the ack form is sent as application/x-www-form-urlencoded (reason, token); \
-             programs use POST /api/gaps/{id}/ack with JSON",
-        );
-    }
     let hop = forward::hop_of(req.headers());
-    let form = match read_body(req).await.map(|b| parse_form(&b)) {
-        Ok(Ok(form)) => form,
-        Ok(Err(bad)) => return refused(StatusCode::BAD_REQUEST, &bad.to_string()),
-        Err(BadBody::TooLarge) => {
-            return refused(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &BadBody::TooLarge.to_string(),
-            );
-        }
-        Err(bad) => return refused(StatusCode::BAD_REQUEST, &bad.to_string()),
+    let words = FormWords {
+        encoding: "the ack form is sent as application/x-www-form-urlencoded (reason, token); \
+                   programs use POST /api/gaps/{id}/ack with JSON",
+        undone: "nothing was changed",
+        logged: "ui ack refused: wrong token",
     };
-    if !token_matches(&form.token, expected) {
-        // The typed value is never logged: it may be a near miss of the real token.
-        tracing::debug!(gap = %id, "ui ack refused: wrong token");
-        return refused(
-            StatusCode::FORBIDDEN,
-            "wrong token: the form needs this daemon's server.api_token; nothing was changed",
-        );
-    }
+    let parse = |body: &[u8]| parse_form(body).map_err(|bad| bad.to_string());
+    let form = match posted_form(req, &id, expected, &words, parse, |f| &f.token).await {
+        Ok(form) => form,
+        Err(refusal) => return refusal,
+    };
     if let Some(o) =
         forward::forward_first(state, &id, &form.reason, expected, hop.as_deref()).await
     {

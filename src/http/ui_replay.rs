@@ -13,9 +13,9 @@
 //! (503 while one runs), each at most [`DRY_RUN_TIMEOUT`]. A gap this instance's store
 //! does not hold is 404 (its owner's page offers the button).
 
-use super::ack::{BadBody, GapRoute, read_body};
-use super::ui::{html, message_page};
-use super::ui_ack::{form_encoded, token_matches};
+use super::ack::GapRoute;
+use super::ui::html;
+use super::ui_ack::{FormWords, posted_form, refused};
 use super::ui_page::{replay_command, shell_quote};
 use super::{Body, HttpState};
 use crate::config::Config;
@@ -76,10 +76,6 @@ pub(super) fn commands(id: &str, to_topic: Option<&str>) -> (String, String) {
     };
     let real = dry.trim_end_matches(" --dry-run").to_string();
     (dry, real)
-}
-
-fn refused(status: StatusCode, message: &str) -> Response<Body> {
-    html(status, &message_page(message))
 }
 
 /// Why a dry-run showed no plan.
@@ -155,37 +151,20 @@ pub(super) async fn form_replay(
              it run the dry-run command shown on the page",
         );
     };
-    if !form_encoded(req.headers()) {
-        return refused(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "the dry-run form is sent as application/x-www-form-urlencoded (token, to_topic)",
-        );
-    }
-    let form = match read_body(req).await {
-        Ok(body) => match parse_form(&body) {
-            Some(f) => f,
-            None => {
-                return refused(
-                    StatusCode::BAD_REQUEST,
-                    "the token (server.api_token) is required for a dry-run from the page",
-                );
-            }
-        },
-        Err(BadBody::TooLarge) => {
-            return refused(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &BadBody::TooLarge.to_string(),
-            );
-        }
-        Err(bad) => return refused(StatusCode::BAD_REQUEST, &bad.to_string()),
+    let words = FormWords {
+        encoding: "the dry-run form is sent as application/x-www-form-urlencoded (token, to_topic)",
+        undone: "nothing was run",
+        logged: "ui replay dry-run refused: wrong token",
     };
-    if !token_matches(&form.token, expected) {
-        tracing::debug!(gap = %id, "ui replay dry-run refused: wrong token");
-        return refused(
-            StatusCode::FORBIDDEN,
-            "wrong token: the form needs this daemon's server.api_token; nothing was run",
-        );
-    }
+    let parse = |body: &[u8]| {
+        parse_form(body).ok_or_else(|| {
+            "the token (server.api_token) is required for a dry-run from the page".to_string()
+        })
+    };
+    let form = match posted_form(req, &id, expected, &words, parse, |f| &f.token).await {
+        Ok(form) => form,
+        Err(refusal) => return refusal,
+    };
     if let Some(why) = form
         .to_topic
         .as_deref()
