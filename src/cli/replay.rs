@@ -285,7 +285,7 @@ table = "t1"
         };
         let side = || {
             let (dir, store) = store();
-            store.commit_round("a", &[gap.clone()], &[]).expect("gap");
+            store.commit_round("a", std::slice::from_ref(&gap), &[]).expect("gap");
             let table = Arc::new(MemorySink::new());
             for i in [0, 1, 5] {
                 table.insert_key(&Key::new([format!("x{i}").as_str()]));

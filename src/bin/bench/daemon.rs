@@ -366,19 +366,15 @@ pub async fn create_sink_table(conn: &mut mysql_async::Conn, table: &str) -> Res
 
 /// Creates the seed's table (its Doris DDL for MariaDB: `time` a DATETIME) with the key
 /// index docs/SINK-DDL.md recommends, in byte-exact `utf8mb4_nopad_bin`.
-pub async fn create_seed_table(conn: &mut mysql_async::Conn, table: &str) -> Result<()> {
-    use mysql_async::prelude::Queryable;
-    conn.query_drop(format!(
+pub fn seed_table_sql(table: &str) -> String {
+    format!(
         "CREATE TABLE {table} (\
            client_ip VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, \
            domain VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL, \
            time DATETIME NOT NULL, target_ip VARCHAR(64), rcode VARCHAR(16), \
            query_type VARCHAR(16), authority_record VARCHAR(512), add_msg VARCHAR(512), \
            dns_ip VARCHAR(64)) ENGINE=InnoDB"
-    ))
-    .await
-    .with_context(|| format!("creating {table}"))?;
-    Ok(())
+    )
 }
 
 /// Median and maximum of `xs` (0, 0 when empty).

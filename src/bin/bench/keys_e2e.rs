@@ -14,11 +14,10 @@
 //! daemon's "verify round finished" lines split each round into verifying and writing the
 //! store; `GAP_AUDITOR_BENCH_KEEP_LOG=FILE` keeps a copy of its log for a closer look.
 
-use crate::daemon;
-use crate::tail::{create_topic, produce};
-use crate::util::{Row, fmt_rate, per_sec, row, unique};
-use anyhow::{Context, Result, bail};
-use mysql_async::prelude::Queryable;
+use crate::daemon::{self, Daemon};
+use crate::e2e;
+use crate::util::{Row, fmt_rate, per_sec, row};
+use anyhow::{Result, bail};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -50,22 +49,7 @@ pub async fn rows(
     n: u64,
     out: &mut Vec<Row>,
 ) -> Result<()> {
-    let topic = unique("bench_keys_e2e");
-    create_topic(brokers, &topic).await?;
-    let (b, t) = (brokers.to_string(), topic.clone());
-    tokio::task::spawn_blocking(move || produce(&b, &t, n as usize)).await??;
-    let pool = mysql_async::Pool::new(mysql);
-    let mut conn = pool.get_conn().await.context("MariaDB connection")?;
-    let table = unique("bench_seed");
-    daemon::create_seed_table(&mut conn, &table).await?;
-    let result = measure(bin, brokers, mysql, &mut conn, &topic, &table, n).await;
-    let _ = conn
-        .query_drop(format!("DROP TABLE IF EXISTS {table}"))
-        .await;
-    drop(conn);
-    let _ = pool.disconnect().await;
-    daemon::delete_topics(brokers, std::slice::from_ref(&topic)).await;
-    let m = result?;
+    let m = measure(bin, brokers, mysql, n).await?;
     eprintln!(
         "keys e2e: daemon {} ({:.2} µs CPU/record, {:.0} sink queries), bare {} ({:.2} µs CPU/record)",
         fmt_rate(m.daemon_rate),
@@ -106,31 +90,20 @@ pub async fn rows(
     Ok(())
 }
 
-async fn measure(
-    bin: &Path,
-    brokers: &str,
-    mysql: &str,
-    conn: &mut mysql_async::Conn,
-    topic: &str,
-    table: &str,
-    n: u64,
-) -> Result<Measured> {
+/// The seed's table, every row in; the daemon's key_columns match.
+const SETUP: e2e::Setup = e2e::Setup {
+    name: "keys e2e",
+    create: daemon::seed_table_sql,
     // The rows of `util::dns_line(i)`, built by the server (the same formulas).
-    let took = daemon::load_table(
-        conn,
-        table,
-        n,
-        |from, to| format!("INSERT INTO {table} SELECT {SEED_ROW_SQL} FROM seq_{from}_to_{to}"),
-        "ADD INDEX idx_key (client_ip, domain, time)",
-    )
-    .await?;
-    eprintln!("keys e2e: loaded {n} rows in {:.1}s", took.as_secs_f64());
+    fill: |table, from, to| {
+        format!("INSERT INTO {table} SELECT {SEED_ROW_SQL} FROM seq_{from}_to_{to}")
+    },
+    index: "ADD INDEX idx_key (client_ip, domain, time)",
+    matching: daemon::KEY_MATCH,
+};
 
-    // The pipeline has written everything and committed past it; baseline, same topic.
-    let (d, bare_rate, bare_cpu) =
-        daemon::start_after_baseline(bin, brokers, mysql, topic, table, n, daemon::KEY_MATCH)
-            .await?;
-    let result = async {
+async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64) -> Result<Measured> {
+    let run = e2e::run(bin, (brokers, mysql), n, &SETUP, async |d: &Daemon| {
         let deadline = Instant::now() + Duration::from_secs(1800);
         let mut first: Option<Instant> = None;
         loop {
@@ -177,18 +150,14 @@ async fn measure(
         let stored: u64 = split.iter().map(|r| r.0.saturating_sub(r.1)).sum();
         let rounds = (split.len(), verified as f64 / 1e3, stored as f64 / 1e3);
         Ok((per_sec(n, window), cpu, queries, rounds))
-    }
-    .await;
-    if let Ok(keep) = std::env::var("GAP_AUDITOR_BENCH_KEEP_LOG") {
-        let _ = std::fs::copy(&d.log, keep);
-    }
-    d.stop().await;
-    let (daemon_rate, daemon_cpu, queries, rounds) = result?;
+    })
+    .await?;
+    let (daemon_rate, daemon_cpu, queries, rounds) = run.sampled;
     Ok(Measured {
         daemon_rate,
         daemon_cpu_us: daemon_cpu.as_secs_f64() * 1e6 / n as f64,
-        bare_rate,
-        bare_cpu_us: bare_cpu.as_secs_f64() * 1e6 / n as f64,
+        bare_rate: run.bare_rate,
+        bare_cpu_us: run.bare_cpu.as_secs_f64() * 1e6 / n as f64,
         queries,
         rounds,
     })

@@ -33,6 +33,7 @@ gap_auditor::daemon_allocator!();
 
 mod daemon;
 mod decode;
+mod e2e;
 mod keys_e2e;
 mod latency;
 mod memory;

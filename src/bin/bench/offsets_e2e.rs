@@ -20,11 +20,10 @@
 //! copy of the daemon's log, `GAP_AUDITOR_BENCH_SAMPLES=FILE` the scrapes as CSV.
 
 use crate::daemon::{self, Daemon};
+use crate::e2e;
 use crate::keys_e2e::SEED_ROW_SQL;
-use crate::tail::{create_topic, produce};
-use crate::util::{PARTITIONS, Row, fmt_rate, per_sec, row, unique};
+use crate::util::{PARTITIONS, Row, fmt_rate, per_sec, row};
 use anyhow::{Context, Result, bail};
-use mysql_async::prelude::Queryable;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -33,7 +32,7 @@ const VERIFY_INTERVAL_S: f64 = 1.0;
 /// Time between two scrapes of /metrics.
 const SCRAPE: Duration = Duration::from_millis(100);
 
-/// offset_columns over the table [`create_table`] makes (one topic: no topic column).
+/// offset_columns over the table of [`SETUP`] (one topic: no topic column).
 const MATCH: &str = r#"strategy = "offset_columns"
 partition_column = "kafka_partition"
 offset_column = "kafka_offset""#;
@@ -84,22 +83,7 @@ pub async fn rows(
     n: u64,
     out: &mut Vec<Row>,
 ) -> Result<()> {
-    let topic = unique("bench_offsets_e2e");
-    create_topic(brokers, &topic).await?;
-    let (b, t) = (brokers.to_string(), topic.clone());
-    tokio::task::spawn_blocking(move || produce(&b, &t, n as usize)).await??;
-    let pool = mysql_async::Pool::new(mysql);
-    let mut conn = pool.get_conn().await.context("MariaDB connection")?;
-    let table = unique("bench_offsets_e2e");
-    create_table(&mut conn, &table).await?;
-    let result = measure(bin, brokers, mysql, &mut conn, &topic, &table, n).await;
-    let _ = conn
-        .query_drop(format!("DROP TABLE IF EXISTS {table}"))
-        .await;
-    drop(conn);
-    let _ = pool.disconnect().await;
-    daemon::delete_topics(brokers, std::slice::from_ref(&topic)).await;
-    let m = result?;
+    let m = measure(bin, brokers, mysql, n).await?;
     let rounds = |s: f64| s / VERIFY_INTERVAL_S;
     eprintln!(
         "offsets e2e: daemon {} ({:.2} µs CPU/record, {:.0} sink queries), bare {} ({:.2} µs CPU/record); \
@@ -165,60 +149,41 @@ pub async fn rows(
 }
 
 /// The offset_columns table of docs/SINK-DDL.md (one topic): an auto-increment key, the
-/// coordinates, the record's line; the `(kafka_partition, kafka_offset)` index is added
-/// after the load.
-async fn create_table(conn: &mut mysql_async::Conn, table: &str) -> Result<()> {
-    conn.query_drop(format!(
-        "CREATE TABLE {table} (\
-           id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
-           kafka_partition INT NOT NULL, kafka_offset BIGINT NOT NULL, \
-           line VARCHAR(1024) NOT NULL) ENGINE=InnoDB"
-    ))
-    .await
-    .with_context(|| format!("creating {table}"))?;
-    Ok(())
-}
-
-async fn measure(
-    bin: &Path,
-    brokers: &str,
-    mysql: &str,
-    conn: &mut mysql_async::Conn,
-    topic: &str,
-    table: &str,
-    n: u64,
-) -> Result<Measured> {
+/// coordinates, the record's line, every row in; the `(kafka_partition, kafka_offset)`
+/// index is added after the load.
+const SETUP: e2e::Setup = e2e::Setup {
+    name: "offsets e2e",
+    create: |table| {
+        format!(
+            "CREATE TABLE {table} (\
+               id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+               kafka_partition INT NOT NULL, kafka_offset BIGINT NOT NULL, \
+               line VARCHAR(1024) NOT NULL) ENGINE=InnoDB"
+        )
+    },
     // Record i went to partition i % P at offset i / P (`tail::produce`, a fresh topic).
-    let took = daemon::load_table(
-        conn,
-        table,
-        n,
-        |from, to| {
-            format!(
-                "INSERT INTO {table} (kafka_partition, kafka_offset, line) \
-                 SELECT seq % {PARTITIONS}, seq DIV {PARTITIONS}, CONCAT_WS('|', {SEED_ROW_SQL}) \
-                 FROM seq_{from}_to_{to}"
-            )
-        },
-        "ADD INDEX idx_kafka (kafka_partition, kafka_offset)",
-    )
-    .await?;
-    eprintln!("offsets e2e: loaded {n} rows in {:.1}s", took.as_secs_f64());
+    fill: |table, from, to| {
+        format!(
+            "INSERT INTO {table} (kafka_partition, kafka_offset, line) \
+             SELECT seq % {PARTITIONS}, seq DIV {PARTITIONS}, CONCAT_WS('|', {SEED_ROW_SQL}) \
+             FROM seq_{from}_to_{to}"
+        )
+    },
+    index: "ADD INDEX idx_kafka (kafka_partition, kafka_offset)",
+    matching: MATCH,
+};
 
-    // The pipeline has written everything and committed past it; baseline, same topic.
-    let (d, bare_rate, bare_cpu) =
-        daemon::start_after_baseline(bin, brokers, mysql, topic, table, n, MATCH).await?;
-    let result = sample(&d, n).await;
-    if let Ok(keep) = std::env::var("GAP_AUDITOR_BENCH_KEEP_LOG") {
-        let _ = std::fs::copy(&d.log, keep);
-    }
-    d.stop().await;
-    let (daemon_rate, daemon_cpu, queries, lag, rounds) = result?;
+async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64) -> Result<Measured> {
+    let run = e2e::run(bin, (brokers, mysql), n, &SETUP, async |d: &Daemon| {
+        sample(d, n).await
+    })
+    .await?;
+    let (daemon_rate, daemon_cpu, queries, lag, rounds) = run.sampled;
     Ok(Measured {
         daemon_rate,
         daemon_cpu_us: daemon_cpu.as_secs_f64() * 1e6 / n as f64,
-        bare_rate,
-        bare_cpu_us: bare_cpu.as_secs_f64() * 1e6 / n as f64,
+        bare_rate: run.bare_rate,
+        bare_cpu_us: run.bare_cpu.as_secs_f64() * 1e6 / n as f64,
         queries,
         lag,
         rounds,
