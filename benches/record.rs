@@ -5,7 +5,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use gap_auditor::record::{DecodeFormat, Decoder, DecoderSpec, RecordMeta};
 use std::hint::black_box;
 
-use gap_auditor::demo::SEED_FIELDS as FIELDS;
+use gap_auditor::commands::demo::SEED_FIELDS as FIELDS;
 
 fn line(i: usize) -> String {
     format!(

@@ -139,10 +139,10 @@ pub enum Cmd {
         audit: Option<String>,
         /// Start: RFC 3339 time (e.g. 2024-05-01T12:00:00Z) or offset:N (inclusive).
         #[arg(long)]
-        from: gap_auditor::check::Bound,
+        from: gap_auditor::commands::check::Bound,
         /// End: RFC 3339 time or offset:N (exclusive).
         #[arg(long)]
-        to: gap_auditor::check::Bound,
+        to: gap_auditor::commands::check::Bound,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
@@ -257,7 +257,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub partition: Option<i32>,
     /// Inclusive offset range A-B.
-    #[arg(long, value_parser = gap_auditor::replay::parse_offsets)]
+    #[arg(long, value_parser = gap_auditor::commands::replay::parse_offsets)]
     pub offsets: Option<(i64, i64)>,
     /// Re-produce to this topic, a repair topic the pipeline also reads, each record with a
     /// `gap-auditor.origin` header (topic/partition/offset of the lost record). For

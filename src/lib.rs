@@ -60,39 +60,44 @@ pub const LONG_VERSION: &str = concat!(
     ")"
 );
 
+// The commands besides the daemon (check, replay, wait, demo).
+pub mod commands;
+
+// The daemon: `app` starts one audit loop per audit (`audit`, with its daemon-only steps:
+// held records, the coverage check), and what the loops share with the HTTP server.
 pub mod app;
 pub mod audit;
-pub mod check;
-pub mod clock;
-pub mod closed_range;
 pub mod completeness;
+pub mod handover;
+pub mod memory;
+pub mod status;
+
+// The outside world: configuration, Kafka, the sink, the store, what the pipeline itself
+// says (evidence, Doris's own position and loads), and what the daemon serves.
 pub mod config;
-pub mod coverage;
-pub mod dead_letters;
-pub mod demo;
 pub mod doris_fe;
 pub mod evidence;
-pub mod gap;
-pub mod handover;
-pub mod held;
 pub mod http;
 pub mod kafka;
+pub mod logging;
+pub mod metrics;
+pub mod routine_load;
+pub mod sink;
+pub mod store;
+
+// The core, no I/O: the vocabulary, decoding and tagging, the ledger and its due rule, the
+// checker's plan, a closed range decided once, and the values the sink's model needs.
+pub mod clock;
+pub mod closed_range;
+pub mod dead_letters;
+pub mod gap;
 pub mod key_domain;
 pub mod key_semantics;
 pub mod ledger;
-pub mod logging;
-pub mod memory;
-pub mod metrics;
 pub mod record;
-pub mod replay;
-pub mod routine_load;
-pub mod sink;
-pub mod status;
-pub mod store;
 pub mod template;
 pub mod types;
 pub mod verify;
-pub mod wait;
 
 #[cfg(test)]
 mod model_tests;

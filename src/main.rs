@@ -35,9 +35,9 @@ impl Outcome {
     }
 }
 
-impl From<gap_auditor::wait::Exit> for Outcome {
-    fn from(exit: gap_auditor::wait::Exit) -> Self {
-        use gap_auditor::wait::Exit;
+impl From<gap_auditor::commands::wait::Exit> for Outcome {
+    fn from(exit: gap_auditor::commands::wait::Exit) -> Self {
+        use gap_auditor::commands::wait::Exit;
         match exit {
             Exit::Complete => Outcome::Success,
             Exit::Blocked => Outcome::Loss,
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::Outcome;
-    use gap_auditor::wait::Exit;
+    use gap_auditor::commands::wait::Exit;
 
     /// SPEC's command table, as main.rs before the cli/ split returned it: 0 done, 1 loss
     /// (check, replay partial, wait blocked) or a failed run/demo, 2 error, 3 wait timed out.

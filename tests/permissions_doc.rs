@@ -106,8 +106,8 @@ const KAFKA_FILES: &[&str] = &[
     "src/kafka",
     "src/handover.rs",
     "src/audit",
-    "src/check.rs",
-    "src/replay.rs",
+    "src/commands/check.rs",
+    "src/commands/replay.rs",
 ];
 
 const ES_CALLS: &[(&str, &str)] = &[
@@ -196,7 +196,11 @@ fn every_elasticsearch_api_is_on_the_permissions_page() {
 #[test]
 fn every_sql_statement_kind_is_on_the_permissions_page() {
     let page = read("docs/PERMISSIONS.md");
-    let sql = modules_code(&["src/sink/sql.rs", "src/sink/mysql.rs", "src/replay.rs"]);
+    let sql = modules_code(&[
+        "src/sink/sql.rs",
+        "src/sink/mysql.rs",
+        "src/commands/replay.rs",
+    ]);
     for (needle, on_page) in [
         ("information_schema.COLUMNS", "information_schema.COLUMNS"),
         ("SET NAMES", "SET NAMES"),

@@ -2,7 +2,7 @@
 //! the partition ledgers, counted once per partition and reason.
 
 use super::{Audit, Part};
-use crate::held::Held;
+use crate::audit::held::Held;
 use crate::kafka::Tagged;
 use crate::ledger::{KeyBook, Observed, PartitionLedger};
 use crate::metrics::{AuditMetrics, Ingested};

@@ -14,10 +14,10 @@
 //! watermark is committed to Kafka; on restart the store's progress wins (it is never behind
 //! Kafka's commit), so nothing decided is decided twice and nothing unread is skipped.
 
+use crate::audit::held::Held;
 use crate::clock::Clock;
 use crate::config::{AuditConfig, KafkaConfig, MatchStrategy};
 use crate::handover::Handover;
-use crate::held::Held;
 use crate::kafka::dead_letters::DeadLetters;
 use crate::kafka::tail::Flow;
 use crate::kafka::{
@@ -42,11 +42,13 @@ use tokio_util::sync::CancellationToken;
 
 mod blocking;
 mod connect;
+mod coverage;
 pub(crate) mod divergence;
 mod evidence;
 mod flink;
 mod gap_log;
 mod hand_over;
+pub mod held;
 mod ingest;
 mod kafka_view;
 mod own_proof;
@@ -388,7 +390,7 @@ pub async fn run(deps: AuditDeps, cancel: CancellationToken) -> anyhow::Result<(
     }
     a.load_key_book().await;
     // The coverage guard's startup check: what do the newest records decode to?
-    tokio::spawn(crate::coverage::startup_check(
+    tokio::spawn(crate::audit::coverage::startup_check(
         a.cfg.name.clone(),
         a.io.kafka.clone(),
         lookup,

@@ -4,9 +4,9 @@
 use super::divergence::{Divergence, DivergenceNote, diverged};
 use super::starts::{Resolved, TopicIds, resolve_starts};
 use super::{Audit, KafkaView, Part, blocking::blocking};
+use crate::audit::held::Held;
 use crate::config::MatchStrategy;
 use crate::handover;
-use crate::held::Held;
 use crate::kafka::Command;
 use crate::ledger::{KeyBook, PartitionLedger, Snapshot};
 use crate::store::PartitionProgress;

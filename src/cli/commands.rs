@@ -50,16 +50,18 @@ pub fn dispatch(cli: Cli) -> Outcome {
             poll,
             urls,
             format,
-        } => Outcome::from(gap_auditor::wait::run(gap_auditor::wait::Args {
-            config,
-            audit,
-            until,
-            timeout,
-            poll,
-            urls,
-            json: format == Format::Json,
-        })),
-        Cmd::Demo { listen } => daemon(|cancel| gap_auditor::demo::run(listen, cancel)),
+        } => Outcome::from(gap_auditor::commands::wait::run(
+            gap_auditor::commands::wait::Args {
+                config,
+                audit,
+                until,
+                timeout,
+                poll,
+                urls,
+                json: format == Format::Json,
+            },
+        )),
+        Cmd::Demo { listen } => daemon(|cancel| gap_auditor::commands::demo::run(listen, cancel)),
     }
 }
 
@@ -144,8 +146,8 @@ fn ack(config: Option<PathBuf>, gap: &str, reason: &str) -> Outcome {
 fn check(
     config: Option<&Path>,
     audit: Option<&str>,
-    from: gap_auditor::check::Bound,
-    to: gap_auditor::check::Bound,
+    from: gap_auditor::commands::check::Bound,
+    to: gap_auditor::commands::check::Bound,
     format: Format,
 ) -> Outcome {
     let cfg = match load(config) {
@@ -157,7 +159,9 @@ fn check(
         Err(outcome) => return outcome,
     };
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    match rt.block_on(gap_auditor::check::run(&cfg, audit, from, to, tty)) {
+    match rt.block_on(gap_auditor::commands::check::run(
+        &cfg, audit, from, to, tty,
+    )) {
         Ok(report) => {
             print_check(&report, format);
             if report.lost > 0 {

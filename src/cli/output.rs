@@ -5,7 +5,7 @@ use gap_auditor::gap::Gap;
 use super::Format;
 
 /// Prints a `check` report: the ranges checked, the counts, then the gaps.
-pub(super) fn print_check(report: &gap_auditor::check::Report, format: Format) {
+pub(super) fn print_check(report: &gap_auditor::commands::check::Report, format: Format) {
     if format == Format::Json {
         match serde_json::to_string_pretty(report) {
             Ok(s) => println!("{s}"),

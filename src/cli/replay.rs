@@ -1,8 +1,8 @@
 //! `replay`: re-read exactly the lost offsets from Kafka and write them again.
 
 use anyhow::Context;
+use gap_auditor::commands::replay::{self, Destination, ReplayError, Request, Target};
 use gap_auditor::config::{Config, Validated};
-use gap_auditor::replay::{self, Destination, ReplayError, Request, Target};
 use gap_auditor::store::Store;
 use gap_auditor::types::TopicPartition;
 
@@ -226,7 +226,7 @@ table = "t1"
     }
 
     /// `gap-auditor replay --gap ID --to-sink` (this module's request, the library's run)
-    /// and the demo's repair ([`gap_auditor::demo::replay_gap`]) record one replay the same
+    /// and the demo's repair ([`gap_auditor::commands::demo::replay_gap`]) record one replay the same
     /// way: the same outcomes, the same row in the store's replay log, the same replay mark
     /// on the gap, the same rows written. Kafka is librdkafka's mock cluster; the table is
     /// the in-memory one each side gets a copy of (the sink's own I/O is tested elsewhere).
@@ -285,7 +285,9 @@ table = "t1"
         };
         let side = || {
             let (dir, store) = store();
-            store.commit_round("a", std::slice::from_ref(&gap), &[]).expect("gap");
+            store
+                .commit_round("a", std::slice::from_ref(&gap), &[])
+                .expect("gap");
             let table = Arc::new(MemorySink::new());
             for i in [0, 1, 5] {
                 table.insert_key(&Key::new([format!("x{i}").as_str()]));
@@ -295,7 +297,7 @@ table = "t1"
         let (_demo_dir, demo_store, demo_table) = side();
         let (_cli_dir, cli_store, cli_table) = side();
 
-        let (_, demo) = gap_auditor::demo::replay_gap(
+        let (_, demo) = gap_auditor::commands::demo::replay_gap(
             &cfg,
             &demo_store,
             &gap.id,

@@ -1,8 +1,8 @@
 //! `POST /ui/gaps/{id}/replay`: the gap page's replay dry-run (form-encoded `token`, and
 //! `to_topic`, empty for the sink). It shows what `gap-auditor replay --gap ID --to-sink
 //! --dry-run` (or `--to-topic T --dry-run`) would do, by running exactly that:
-//! [`crate::replay::run`] with `dry_run` set (the CLI's own implementation; the lines
-//! are [`crate::replay::Outcome::line`], the CLI's wording). No record is written, to a
+//! [`crate::commands::replay::run`] with `dry_run` set (the CLI's own implementation; the lines
+//! are [`crate::commands::replay::Outcome::line`], the CLI's wording). No record is written, to a
 //! topic or to the sink; like the CLI's dry-run it adds a dry-run row to the store's
 //! replay log, and marks the gap unrecoverable when Kafka no longer holds its records (a
 //! fact the dry-run found, as the CLI records it).
@@ -18,8 +18,8 @@ use super::ui::html;
 use super::ui_ack::{FormWords, posted_form, refused};
 use super::ui_page::{replay_command, shell_quote};
 use super::{Body, HttpState};
+use crate::commands::replay::{Destination, ReplayError, Replayed, Request, Target};
 use crate::config::Config;
-use crate::replay::{Destination, ReplayError, Replayed, Request, Target};
 use crate::store::Store;
 use hyper::body::Incoming;
 use hyper::{Request as HttpRequest, Response, StatusCode};
@@ -103,7 +103,7 @@ fn dry_run(
     if store.get_gap(id).map_err(|e| failed(e.into()))?.is_none() {
         return Err(DryRunError::NotHere);
     }
-    let target = crate::replay::target_of_gap(store, id).map_err(failed)?;
+    let target = crate::commands::replay::target_of_gap(store, id).map_err(failed)?;
     let audit = config.audit(&target.audit).ok_or_else(|| {
         DryRunError::Failed(format!(
             "no audit named {:?} in the configuration",
@@ -120,7 +120,7 @@ fn dry_run(
     let run = rt.block_on(async {
         tokio::time::timeout(
             DRY_RUN_TIMEOUT,
-            crate::replay::run(config, store, &req, &sink),
+            crate::commands::replay::run(config, store, &req, &sink),
         )
         .await
     });

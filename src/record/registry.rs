@@ -12,7 +12,7 @@
 //!
 //! The tailing thread never waits for the registry: [`Registry::lookup`] answers from the
 //! cache only; the audit asks [`Registry::run_fetcher`] (a task of the audit) for the id of
-//! the first record each partition holds back ([`Registry::want`], from [`crate::held`]),
+//! the first record each partition holds back ([`Registry::want`], from [`crate::audit::held`]),
 //! never for the ids behind it, so a stuck id cannot make the fetcher's maps grow with every
 //! id read after it. The record waits, unknown, until [`Registry::arrivals`] moves. `check`
 //! and `replay` are not on a hot path and await [`Registry::resolve`].

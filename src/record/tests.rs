@@ -24,7 +24,7 @@ impl TagValue for Decoder {
 const SEED_LINE: &str = "192.168.1.10|www.example.com|2024-01-01 10:00:00|93.184.216.34|NOERROR|A|ns1.example.com|-|8.8.8.8";
 
 fn seed_fields() -> Vec<String> {
-    crate::demo::SEED_FIELDS
+    crate::commands::demo::SEED_FIELDS
         .iter()
         .map(|s| s.to_string())
         .collect()

@@ -121,7 +121,7 @@ async fn replay_to_topic_reaches_the_sink_through_the_pipeline() {
             let h = m.headers().expect("headers");
             let origin = h
                 .iter()
-                .find(|h| h.key == gap_auditor::replay::ORIGIN_HEADER)
+                .find(|h| h.key == gap_auditor::commands::replay::ORIGIN_HEADER)
                 .and_then(|h| h.value)
                 .map(|v| String::from_utf8_lossy(v).into_owned());
             origins.push(origin.expect("origin header"));

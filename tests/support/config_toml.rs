@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 
 /// The seed record: the columns of the pipeline's `dns_logs` csv lines, in order.
-pub use gap_auditor::demo::SEED_FIELDS;
+pub use gap_auditor::commands::demo::SEED_FIELDS;
 
 /// The seed's delimiter.
 pub const SEED_DELIMITER: &str = "|";

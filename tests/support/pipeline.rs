@@ -424,7 +424,7 @@ fn origin_of(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<(i32, i64)> {
     let value = m
         .headers()?
         .iter()
-        .find(|h| h.key == gap_auditor::replay::ORIGIN_HEADER)?
+        .find(|h| h.key == gap_auditor::commands::replay::ORIGIN_HEADER)?
         .value?;
     let text = std::str::from_utf8(value).ok()?;
     let mut parts = text.rsplitn(3, '/');

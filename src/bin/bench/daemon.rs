@@ -159,7 +159,7 @@ topic_column = "kafka_topic"
 partition_column = "kafka_partition"
 offset_column = "kafka_offset""#;
 
-/// The seed's key_columns match (sink columns as [`create_seed_table`] makes them).
+/// The seed's key_columns match (sink columns as [`seed_table_sql`] creates them).
 pub const KEY_MATCH: &str = r#"strategy = "key_columns"
 key = ["client_ip","domain","time"]"#;
 
@@ -364,8 +364,9 @@ pub async fn create_sink_table(conn: &mut mysql_async::Conn, table: &str) -> Res
     Ok(())
 }
 
-/// Creates the seed's table (its Doris DDL for MariaDB: `time` a DATETIME) with the key
-/// index docs/SINK-DDL.md recommends, in byte-exact `utf8mb4_nopad_bin`.
+/// The `CREATE TABLE` of the seed's table (its Doris DDL for MariaDB: `time` a DATETIME),
+/// key columns in byte-exact `utf8mb4_nopad_bin`; the key index docs/SINK-DDL.md recommends
+/// is added after the load.
 pub fn seed_table_sql(table: &str) -> String {
     format!(
         "CREATE TABLE {table} (\

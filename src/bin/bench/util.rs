@@ -7,7 +7,7 @@ use std::time::Duration;
 /// Partitions of the tailing topic.
 pub const PARTITIONS: i32 = 4;
 /// Field names of the seed's DNS log lines.
-pub use gap_auditor::demo::SEED_FIELDS as FIELDS;
+pub use gap_auditor::commands::demo::SEED_FIELDS as FIELDS;
 /// The seed's key columns.
 pub const KEY: [&str; 3] = ["client_ip", "domain", "time"];
 

@@ -3,8 +3,8 @@
 //! `gap-auditor demo` both come through here, so they record a replay the same way.
 
 use super::{Destination, Outcome, ReplayError, Replayed, Target, replay};
+use crate::commands::replay::guard::{check_again, check_audited_keys, check_destination};
 use crate::config::{Config, MatchStrategy, SinkSpec};
-use crate::replay::guard::{check_again, check_audited_keys, check_destination};
 use crate::sink::AnySink;
 use crate::store::{ReplayRecord, Store};
 use anyhow::Context;

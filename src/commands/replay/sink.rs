@@ -2,11 +2,11 @@
 //! insert, the in-memory table, or the document sinks of `documents`).
 
 use super::{Outcome, Record, Replayed, Target};
+use crate::commands::replay::documents::{csv_columns, to_elasticsearch, to_stream_load};
+use crate::commands::replay::topic::all_failed;
 use crate::config::{AuditConfig, MatchStrategy, SinkSpec};
 use crate::key_semantics::KeySemantics;
 use crate::record::{Decoder, RecordMeta, Tag};
-use crate::replay::documents::{csv_columns, to_elasticsearch, to_stream_load};
-use crate::replay::topic::all_failed;
 use crate::sink::memory::MemorySink;
 use crate::sink::{AnySink, Verifier, sql};
 use crate::types::Offset;

@@ -11,13 +11,13 @@
 //!   table), with brokers, start, state path and timings overridden through
 //!   `GAP_AUDITOR__…` variables exactly as an operator would. It runs as a sidecar from
 //!   the start, so it sees the pipeline's commits move and can name the cause.
-//! - Repair: the real `replay` code ([`crate::replay::run`]) into the simulated table.
+//! - Repair: the real `replay` code ([`crate::commands::replay::run`]) into the simulated table.
 
 use crate::app;
+use crate::commands::replay::{self, Destination, Outcome};
 use crate::config::Config;
 use crate::gap::{Gap, GapCause, GapState};
 use crate::metrics::Metrics;
-use crate::replay::{self, Destination, Outcome};
 use crate::sink::AnySink;
 use crate::sink::memory::MemorySink;
 use crate::status::StatusBoard;
@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 const TOPIC: &str = "test";
 const AUDIT: &str = "dns_logs";
 /// `config/gap-auditor.toml`, built in so the demo needs no file.
-const EXAMPLE_CONFIG: &str = include_str!("../config/gap-auditor.toml");
+const EXAMPLE_CONFIG: &str = include_str!("../../config/gap-auditor.toml");
 const PIPELINE_GROUP: &str = "FlinkSQLFromKafka2Doris";
 /// The seed's csv columns (its `dns_logs` lines), in order: what `config/gap-auditor.toml`
 /// declares, and the one list the tests and benchmarks build seed records from.
