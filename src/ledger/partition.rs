@@ -692,7 +692,7 @@ impl PartitionLedger {
     pub fn note_truncated_from(&mut self, from: Offset) {
         if self.log.truncated_from.is_none_or(|t| t < from) {
             self.log.truncated_from = Some(from);
-            self.unstored.revision += 1;
+            self.unstored.changed();
         }
     }
 

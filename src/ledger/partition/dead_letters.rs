@@ -75,9 +75,9 @@ impl PartitionLedger {
             }
         };
         self.gaps.dead_tail = Some(first);
-        self.unstored.revision += 1;
+        self.unstored.changed();
         self.gaps.dirty.insert(first);
-        self.unstored.gaps.insert(first);
+        self.unstored.gap(first);
     }
 
     /// A record decided otherwise ends the dead_lettered gap being extended: it leaves
@@ -170,13 +170,13 @@ impl PartitionLedger {
             m.keys.clear();
             self.missing.count -= n;
             out.dead_lettered += n;
-            self.unstored.revision += 1;
+            self.unstored.changed();
             if let Some(g) = self.gaps.by_first.get_mut(&m.gap) {
                 g.missing = g.missing.saturating_sub(n);
                 g.dead_lettered += n;
                 g.shared_key |= stand_in;
                 self.gaps.dirty.insert(m.gap);
-                self.unstored.gaps.insert(m.gap);
+                self.unstored.gap(m.gap);
             }
         }
         if self.missing.runs.is_empty() {

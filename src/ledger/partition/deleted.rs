@@ -98,9 +98,9 @@ impl PartitionLedger {
         } else {
             g.settle_cursor = piece.last + 1;
         }
-        self.unstored.revision += 1;
+        self.unstored.changed();
         self.gaps.dirty.insert(gap);
-        self.unstored.gaps.insert(gap);
+        self.unstored.gap(gap);
         Applied {
             confirmed: found,
             unverifiable: piece.len() - found,

@@ -124,7 +124,7 @@ impl PartitionLedger {
         // Nor does a dead-lettered record of the new log extend the old log's gap.
         l.end_dead_tail();
         l.unstored.replace = true;
-        l.unstored.revision += 1;
+        l.unstored.changed();
         (l, removed)
     }
 
@@ -134,7 +134,7 @@ impl PartitionLedger {
         let mut l = Self::new(at, keyed);
         l.log.epoch = before.saturating_add(1);
         l.unstored.replace = true;
-        l.unstored.revision += 1;
+        l.unstored.changed();
         l
     }
 }

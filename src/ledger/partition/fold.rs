@@ -115,7 +115,7 @@ impl PartitionLedger {
             }
             self.fold.overflow = Some(at);
             self.gaps.dirty.insert(at);
-            self.unstored.gaps.insert(at);
+            self.unstored.gap(at);
         }
         true
     }
@@ -137,13 +137,13 @@ impl PartitionLedger {
             o.missing = o.missing.saturating_sub(g.missing);
             let o = o.first;
             self.gaps.dirty.insert(o);
-            self.unstored.gaps.insert(o);
+            self.unstored.gap(o);
         }
         if g.size_known {
             self.missing.count = self.missing.count.saturating_sub(g.missing);
         }
         self.fold.count = self.fold.count.saturating_sub(1);
-        self.unstored.revision += 1;
+        self.unstored.changed();
         true
     }
 
@@ -168,7 +168,7 @@ impl PartitionLedger {
             return;
         };
         self.fold.count += 1;
-        self.unstored.revision += 1;
+        self.unstored.changed();
         let merged = match self
             .fold
             .overflow
@@ -199,7 +199,7 @@ impl PartitionLedger {
                     is_new: false,
                     ..keep.clone()
                 };
-                self.unstored.gaps.insert(gone.first);
+                self.unstored.gap(gone.first);
                 self.gaps.dirty.remove(&gone.first);
                 self.unstored.folded.push(gone);
                 merged
@@ -207,7 +207,7 @@ impl PartitionLedger {
         };
         let at = merged.first;
         self.fold.overflow = Some(at);
-        self.unstored.gaps.insert(at);
+        self.unstored.gap(at);
         self.gaps.dirty.insert(at);
         self.gaps.by_first.insert(at, merged);
     }

@@ -135,9 +135,9 @@ impl PartitionLedger {
             self.gaps.untailed.push(t);
         }
         self.end_dead_tail();
-        self.unstored.revision += 1;
+        self.unstored.changed();
         self.gaps.dirty.insert(first);
-        self.unstored.gaps.insert(first);
+        self.unstored.gap(first);
         self.gaps.by_first.insert(first, g.clone());
         Some(g)
     }

@@ -61,7 +61,7 @@ impl PartitionLedger {
                 );
                 self.key_changes.released.extend(old.keys);
                 self.insert_missing(rest);
-                self.unstored.revision += 1;
+                self.unstored.changed();
                 dropped += excess;
                 break;
             }
@@ -97,11 +97,7 @@ impl PartitionLedger {
     /// The store now holds this ledger's verdicts (see [`Self::take_unstored_confirmations`]).
     pub fn stored(&mut self) {
         self.key_changes.unstored_confirmations.clear();
-        self.unstored.missing.clear();
-        self.unstored.gaps.clear();
-        self.unstored.replace = false;
-        self.unstored.retired.clear();
-        self.unstored.folded.clear();
+        self.unstored.all_stored();
     }
 
     /// A fresh ledger for a partition whose stored state could not be read: its writes

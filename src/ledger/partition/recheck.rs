@@ -205,7 +205,7 @@ impl PartitionLedger {
                 continue;
             };
             out.duplicates += duplicate_rows;
-            self.unstored.revision += 1;
+            self.unstored.changed();
             let found = runs::count(&present);
             for r in &present {
                 for o in r.first..=r.last {
@@ -225,7 +225,7 @@ impl PartitionLedger {
             if let Some(g) = self.gaps.by_first.get_mut(&m.gap) {
                 g.missing = g.missing.saturating_sub(found);
                 self.gaps.dirty.insert(m.gap);
-                self.unstored.gaps.insert(m.gap);
+                self.unstored.gap(m.gap);
             }
         }
         if self.missing.runs.is_empty() {
@@ -293,7 +293,7 @@ impl PartitionLedger {
             // The next fold starts another overflow gap.
             self.fold.overflow = None;
         }
-        self.unstored.gaps.insert(first);
+        self.unstored.gap(first);
         // A gap's runs lie inside it: not a walk over every run of the partition per
         // acknowledgement (an operator acknowledging an incident's gaps one by one).
         let runs: Vec<Offset> = self
@@ -371,7 +371,7 @@ impl PartitionLedger {
                 },
             );
             self.gaps.dirty.insert(rest);
-            self.unstored.gaps.insert(rest);
+            self.unstored.gap(rest);
         }
         if self.gaps.tail == Some(first) {
             self.gaps.tail = rest;
@@ -393,7 +393,7 @@ impl PartitionLedger {
             });
         }
         self.gaps.dirty.remove(&first);
-        self.unstored.revision += 1;
+        self.unstored.changed();
         true
     }
 }

@@ -93,8 +93,8 @@ impl PartitionLedger {
         };
         if g.evidence.is_none() {
             g.evidence = Some(evidence);
-            self.unstored.gaps.insert(first);
-            self.unstored.revision += 1;
+            self.unstored.gap(first);
+            self.unstored.changed();
         }
         true
     }
@@ -127,8 +127,8 @@ impl PartitionLedger {
                 && self.gaps.by_first.get(&f).is_some_and(|g| !g.unconfirmed())
             {
                 self.gaps.by_first.remove(&f);
-                self.unstored.gaps.insert(f);
-                self.unstored.revision += 1;
+                self.unstored.gap(f);
+                self.unstored.changed();
             }
         }
         // Gaps with nothing left to re-check leave memory (their final state is in `out`

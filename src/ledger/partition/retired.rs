@@ -237,7 +237,7 @@ impl PartitionLedger {
         self.retirement.work.recount = false;
         if agg != self.retirement.aggregate {
             self.retirement.aggregate = agg;
-            self.unstored.revision += 1;
+            self.unstored.changed();
         }
     }
 
@@ -270,7 +270,7 @@ impl PartitionLedger {
         }
         if agg != self.retirement.aggregate {
             self.retirement.aggregate = agg;
-            self.unstored.revision += 1;
+            self.unstored.changed();
         }
     }
 
@@ -303,9 +303,9 @@ impl PartitionLedger {
                 .aggregate
                 .add(&blocking_of(&g), g.size_known, g.deleted_ms);
             self.gaps.dirty.remove(&f);
-            self.unstored.gaps.insert(f);
+            self.unstored.gap(f);
             self.unstored.retired.push(g);
-            self.unstored.revision += 1;
+            self.unstored.changed();
         }
     }
 
@@ -339,7 +339,7 @@ impl PartitionLedger {
                     .is_none_or(|d| d > now_ms)
             {
                 self.retirement.aggregate.deleted_ms = Some(now_ms);
-                self.unstored.revision += 1;
+                self.unstored.changed();
             }
             self.retirement.work.ops.push(RetiredOp::Deleted {
                 below: log_start,
@@ -366,7 +366,7 @@ impl PartitionLedger {
                 .aggregate
                 .add(&blocking_of(&g), g.size_known, g.deleted_ms);
             self.unstored.retired.push(g);
-            self.unstored.revision += 1;
+            self.unstored.changed();
         }
         self.unstored.folded.append(&mut old.unstored.folded);
         gone

@@ -271,7 +271,7 @@ impl PartitionLedger {
                     }
                     if let Some(t) = self.gaps.tail.take() {
                         self.gaps.untailed.push(t);
-                        self.unstored.revision += 1;
+                        self.unstored.changed();
                     }
                 } else {
                     out.lost += r.len();
@@ -344,9 +344,9 @@ impl PartitionLedger {
             }
         };
         self.gaps.tail = Some(gap_first);
-        self.unstored.revision += 1;
+        self.unstored.changed();
         self.gaps.dirty.insert(gap_first);
-        self.unstored.gaps.insert(gap_first);
+        self.unstored.gap(gap_first);
         self.missing.count += r.len();
         // The probe's span grows over the records decided since its end: those confirmed
         // are present, so the baseline (and a look's count) grows by exactly them.
@@ -408,14 +408,14 @@ impl PartitionLedger {
     /// write and the key count follow it.
     pub(super) fn insert_missing(&mut self, m: MissingRun) {
         self.compaction.declared_since += 1;
-        self.unstored.missing.insert(m.run.first);
+        self.unstored.missing_run(m.run.first);
         self.missing.keys += m.keys.len() as u64;
         self.missing.runs.insert(m.run.first, m);
     }
 
     pub(super) fn remove_missing(&mut self, first: Offset) -> Option<MissingRun> {
         let m = self.missing.runs.remove(&first)?;
-        self.unstored.missing.insert(first);
+        self.unstored.missing_run(first);
         self.missing.keys -= m.keys.len() as u64;
         Some(m)
     }
@@ -454,14 +454,14 @@ impl PartitionLedger {
             if g.missing > 0 && g.deleted_ms.is_none() {
                 g.deleted_ms = Some(now_ms);
                 self.gaps.dirty.insert(g.first);
-                self.unstored.gaps.insert(g.first);
+                self.unstored.gap(g.first);
                 changed = true;
             }
         }
         changed |= self.retired_log_start(log_start, now_ms);
         self.log.start = log_start;
         if changed {
-            self.unstored.revision += 1;
+            self.unstored.changed();
         }
         changed
     }
@@ -488,7 +488,7 @@ impl PartitionLedger {
         let Some(mut m) = self.remove_missing(first) else {
             return 0;
         };
-        self.unstored.revision += 1;
+        self.unstored.changed();
         let keys = m.keys.len() as u64;
         self.key_changes.released.append(&mut m.keys);
         // Its gap may have no run left: it leaves memory at the next `take_dirty_gaps`.

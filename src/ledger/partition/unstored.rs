@@ -38,3 +38,30 @@ impl Default for Unstored {
         }
     }
 }
+
+impl Unstored {
+    /// Something [`super::PartitionLedger::snapshot`] shows changed.
+    pub(super) fn changed(&mut self) {
+        self.revision += 1;
+    }
+
+    /// Gap `first` changed: the next write carries it.
+    pub(super) fn gap(&mut self, first: Offset) {
+        self.gaps.insert(first);
+    }
+
+    /// Missing run `first` changed: the next write carries it.
+    pub(super) fn missing_run(&mut self, first: Offset) {
+        self.missing.insert(first);
+    }
+
+    /// The store holds every change: the next write carries only what changes from now on,
+    /// and never replaces the partition's rows whole.
+    pub(super) fn all_stored(&mut self) {
+        self.missing.clear();
+        self.gaps.clear();
+        self.replace = false;
+        self.retired.clear();
+        self.folded.clear();
+    }
+}
