@@ -180,7 +180,7 @@ impl PartitionLedger {
             }
         }
         if self.missing.runs.is_empty() {
-            self.rotation.probe = None;
+            self.rotation.nothing_missing();
         }
         out
     }

@@ -49,6 +49,45 @@ impl Default for Rotation {
     }
 }
 
+impl Rotation {
+    /// Records `run` decided present: beyond the probe's span they join its baseline once a
+    /// later missing run extends the span over them.
+    pub(super) fn confirmed(&mut self, run: OffsetRun) {
+        if self.probe.is_some_and(|p| run.first > p.span.last) {
+            self.confirmed_beyond_probe += run.len();
+        }
+    }
+
+    /// Records `run` declared missing (counted absent just now): the probe's span grows
+    /// over it and over the records decided since its end, and those confirmed are present,
+    /// so the baseline (and a look's count) grows by exactly them; without a probe, one
+    /// starts on `run`, none of whose offsets the sink holds.
+    pub(super) fn missing(&mut self, run: OffsetRun) {
+        match self.probe.as_mut() {
+            Some(p) => {
+                let grown = std::mem::take(&mut self.confirmed_beyond_probe);
+                p.span.last = p.span.last.max(run.last);
+                p.baseline = p.baseline.map(|b| b + grown);
+                p.look = p.look.map(|c| c + grown);
+            }
+            None => {
+                self.confirmed_beyond_probe = 0;
+                self.probe = Some(Probe {
+                    span: run,
+                    baseline: Some(0),
+                    look: None,
+                    unchanged: 0,
+                });
+            }
+        }
+    }
+
+    /// No missing run is left: nothing to probe.
+    pub(super) fn nothing_missing(&mut self) {
+        self.probe = None;
+    }
+}
+
 impl PartitionLedger {
     /// offset_columns: the range to count instead of re-checking every missing run, with
     /// what it held (see [`Probe`]). `None`: nothing to re-check.
@@ -229,7 +268,7 @@ impl PartitionLedger {
             }
         }
         if self.missing.runs.is_empty() {
-            self.rotation.probe = None;
+            self.rotation.nothing_missing();
         }
         out
     }

@@ -2,8 +2,8 @@
 //! and the runs retention or the give-up time settle without a verdict.
 
 use super::{
-    Applied, GapRecord, MERGED_KEYS_MAX, MissingRun, PartitionLedger, PendingRun, Probe, Segment,
-    Verdict, max_opt, min_opt,
+    Applied, GapRecord, MERGED_KEYS_MAX, MissingRun, PartitionLedger, PendingRun, Segment, Verdict,
+    max_opt, min_opt,
 };
 use crate::gap::GapCause;
 use crate::ledger::due::{CommitStep, Frontier};
@@ -266,9 +266,7 @@ impl PartitionLedger {
                     }
                     out.confirmed += r.len();
                     out.confirmed_ts.push((p.max_ts, r.len()));
-                    if self.rotation.probe.is_some_and(|pr| r.first > pr.span.last) {
-                        self.rotation.confirmed_beyond_probe += r.len();
-                    }
+                    self.rotation.confirmed(r);
                     if let Some(t) = self.gaps.tail.take() {
                         self.gaps.untailed.push(t);
                         self.unstored.changed();
@@ -348,26 +346,7 @@ impl PartitionLedger {
         self.gaps.dirty.insert(gap_first);
         self.unstored.gap(gap_first);
         self.missing.count += r.len();
-        // The probe's span grows over the records decided since its end: those confirmed
-        // are present, so the baseline (and a look's count) grows by exactly them.
-        match self.rotation.probe.as_mut() {
-            Some(p) => {
-                let grown = std::mem::take(&mut self.rotation.confirmed_beyond_probe);
-                p.span.last = p.span.last.max(r.last);
-                p.baseline = p.baseline.map(|b| b + grown);
-                p.look = p.look.map(|c| c + grown);
-            }
-            None => {
-                // Just counted absent: the sink holds none of these offsets.
-                self.rotation.confirmed_beyond_probe = 0;
-                self.rotation.probe = Some(Probe {
-                    span: r,
-                    baseline: Some(0),
-                    look: None,
-                    unchanged: 0,
-                });
-            }
-        }
+        self.rotation.missing(r);
         // Adjacent to the previous run of the same gap (one pending run decided in parts
         // over several rounds): one run, so that a total loss keeps one entry per gap.
         if let Some(mut prev) = self
@@ -494,7 +473,7 @@ impl PartitionLedger {
         // Its gap may have no run left: it leaves memory at the next `take_dirty_gaps`.
         self.gaps.retire_candidates.push(m.gap);
         if self.missing.runs.is_empty() {
-            self.rotation.probe = None;
+            self.rotation.nothing_missing();
         }
         keys
     }
