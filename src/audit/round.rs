@@ -3,7 +3,7 @@
 
 use super::{Audit, OFFSET_ROUND_RECORDS};
 use crate::config::MatchStrategy;
-use crate::ledger::{Applied, NextPiece, OffsetRun, Segment, Verdict};
+use crate::ledger::{Applied, NextPiece, OffsetRun, RecheckBudget, Segment, Verdict};
 use crate::sink::{SinkError, Verifier};
 use crate::types::TopicPartition;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,6 +65,31 @@ struct DueRule {
     keyed_book: bool,
 }
 
+/// How the sink answered a round's questions, for the round to judge it by (what the
+/// partitions decided goes to persist as each is decided).
+#[derive(Default)]
+struct Decided {
+    /// Whether the sink was asked anything.
+    queried: bool,
+    /// The sink could not be reached (a timeout, a refused connection): nothing more is
+    /// asked this round, so a black-holed sink costs one timeout per round, not one per
+    /// partition, and the tail's events keep being drained.
+    tripped: bool,
+    /// The round's last sink error.
+    failure: Option<SinkError>,
+}
+
+impl Decided {
+    /// A question failed. A refusal (a server error) may be about one partition's data (a
+    /// key value the sink's column type rejects): it ends that partition's work only, or
+    /// one poisoned record would stop every later partition's verdicts for good.
+    fn failed(&mut self, e: SinkError) {
+        self.queried = true;
+        self.tripped |= matches!(e, SinkError::Unavailable(_));
+        self.failure = Some(e);
+    }
+}
+
 impl Audit {
     /// One verify round.
     pub(super) async fn round(&mut self) {
@@ -87,8 +112,7 @@ impl Audit {
             _ => (self.cfg.max_pending as u64).min(OFFSET_ROUND_RECORDS),
         };
         self.backlog = false;
-        let mut queried = false;
-        let mut failure: Option<SinkError> = None;
+        let mut d = Decided::default();
         // Both asked every round: each keeps its own state and status. A sink table that
         // may hold another topic's rows holds every verdict, late arrivals and settled
         // deletions too: any of its rows may be the other topic's.
@@ -98,33 +122,19 @@ impl Audit {
         let time_rule = !self.cfg.has_position_source();
         let keyed_book = self.checker.book().is_some();
         let tps: Vec<TopicPartition> = self.parts.keys().cloned().collect();
-        // A sink that could not be reached once this round (a timeout, a refused
-        // connection) is not asked again until the next: a black-holed sink costs one
-        // timeout per round, not one per partition, and the tail's events keep being
-        // drained. A refusal (a server error) may be about one partition's data (a key
-        // value the sink's column type rejects): it ends that partition's work only, or one
-        // poisoned record would stop every later partition's verdicts for good.
-        let trips = |e: &SinkError| matches!(e, SinkError::Unavailable(_));
-        let mut tripped = false;
         if table_hold {
             // Nothing below is asked of the sink; the look's own error is the round's.
             if let Some(e) = table_error {
-                queried = true;
-                tripped = trips(&e);
-                failure = Some(e);
+                d.failed(e);
             }
         }
         // key_columns: keys of new records that hold claims from earlier ones are counted
         // before any of this round's decisions, so rows the sink deleted free their claims
         // while the new rows are (most likely) not written yet.
-        if !tripped && !self.io.cancel.is_cancelled() {
+        if !d.tripped && !self.io.cancel.is_cancelled() {
             match self.refresh_claims().await {
-                Ok(q) => queried |= q,
-                Err(e) => {
-                    queried = true;
-                    tripped = trips(&e);
-                    failure = Some(e);
-                }
+                Ok(q) => d.queried |= q,
+                Err(e) => d.failed(e),
             }
         }
         let budget = self.checker.recheck_budget();
@@ -149,111 +159,27 @@ impl Audit {
             keyed_book,
         };
         for tp in &tps {
-            if self.io.cancel.is_cancelled() || tripped {
+            if self.io.cancel.is_cancelled() || d.tripped {
                 break;
             }
-            // Whether this partition's due records hit the round's limit (a backlog).
-            let Some((segs, full)) = self.due_of(tp, &rule) else {
-                continue;
-            };
-            let mut applied = Applied::default();
-            let mut failed_here = false;
-            if !segs.is_empty() {
-                queried = true;
-                match self.verify(tp, &segs, false).await {
-                    Ok(v) => {
-                        let decided_at = self.io.clock.now_ms();
-                        if let Some(part) = self.parts.get_mut(tp) {
-                            applied = match &self.io.dead_letters {
-                                Some(d) => {
-                                    let index = d.lock();
-                                    part.ledger.apply_with_dead_letters(&v, decided_at, &|run| {
-                                        index.named_in(tp, run)
-                                    })
-                                }
-                                None => part.ledger.apply(&v, decided_at),
-                            };
-                            self.checker.take_credits(&mut part.ledger);
-                        }
-                        // Only a backlog that is being worked off calls for the next round
-                        // at once: one the sink refuses would spin rounds back to back.
-                        self.backlog |= full;
-                    }
-                    Err(e) => {
-                        failed_here = true;
-                        tripped |= trips(&e);
-                        failure = Some(e);
-                    }
-                }
-            }
-            // Late arrivals, after the due verdicts (which may have grown the missing span).
-            if !failed_here && !table_hold {
-                match self.recheck(tp, budget).await {
-                    Ok(Some(a)) => {
-                        queried = true;
-                        applied = applied.merge(a);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        queried = true;
-                        tripped |= trips(&e);
-                        failure = Some(e);
-                    }
-                }
-            }
-            let decided_at = self.io.clock.now_ms();
-            let Some(part) = self.parts.get_mut(tp) else {
-                continue;
-            };
-            // Dead letters read after their records were declared missing: those records
-            // turn dead-lettered (like late arrivals); then what can no longer change a
-            // verdict is forgotten.
-            // Then the re-checks' keyed findings, while the coordinates are still held: a
-            // named record found late leaves a stand-in credit, a lent credit turns its
-            // record dead-lettered or goes back (key_columns).
-            if let Some(d) = &self.io.dead_letters {
-                let mut index = d.lock();
-                if part.ledger.missing() > 0 {
-                    let named = index.named_on(tp);
-                    if !named.is_empty() {
-                        applied = applied.merge(part.ledger.dead_letter_missing(&named));
-                    }
-                }
-                applied = applied.merge(
-                    part.ledger
-                        .settle_recheck_marks(&|run| index.named_in(tp, run)),
-                );
-                index.forget_below(tp, part.ledger.dead_letter_floor());
-            } else {
-                applied = applied.merge(part.ledger.settle_recheck_marks(&|_| Vec::new()));
-            }
-            self.checker.take_credits(&mut part.ledger);
-            let dirty = part.ledger.take_dirty_gaps();
-            // Only rounds that decided something: while the store refuses writes this list
-            // must grow with verdicts, not with partitions × rounds.
-            if applied != Applied::default() {
-                self.persisting
-                    .writes
-                    .verdicts
-                    .push((tp.clone(), applied, decided_at));
-            }
-            for g in dirty {
-                self.report_gap(tp, &g);
+            // Persist takes what was decided at once, whatever comes next (a shutdown's drain
+            // writes it).
+            if let Some(decided) = self
+                .decide_partition(tp, &rule, budget, table_hold, &mut d)
+                .await
+            {
+                self.persisting.writes.verdicts.push(decided);
             }
         }
         // Ranges Kafka deleted unread, after every partition's due work: bounded pieces, and
         // a failure of theirs ends only their own work this round (`settle_deleted`).
-        if !tripped && !table_hold && !self.io.cancel.is_cancelled() {
+        if !d.tripped && !table_hold && !self.io.cancel.is_cancelled() {
             match self.settle_deleted(&tps).await {
-                Settled::Answered => queried = true,
+                Settled::Answered => d.queried = true,
                 Settled::Quiet => {}
                 // Nothing else asked the sink this round and it could not be reached: that
                 // is the round's answer (a ping would only wait for a second timeout).
-                Settled::Unreachable(e) if !queried => {
-                    queried = true;
-                    tripped = true;
-                    failure = Some(e);
-                }
+                Settled::Unreachable(e) if !d.queried => d.failed(e),
                 // The round's other questions tell whether the sink is up.
                 Settled::Unreachable(_) => {}
             }
@@ -265,24 +191,24 @@ impl Audit {
             // short say nothing about the sink.
             return;
         }
-        if !queried && failure.is_none() {
+        if !d.queried && d.failure.is_none() {
             let t = std::time::Instant::now();
             let r = self.io.sink.ping().await;
             self.metrics.sink_query(t.elapsed(), r.is_ok());
             if let Err(e) = r {
-                failure = Some(e);
+                d.failure = Some(e);
             }
         }
         // An unreachable sink: the next round waits verify_interval, backlog or not (an
         // instant refusal of the connection would otherwise spin rounds back to back, each
         // polling the pipeline group and the store).
-        if failure.is_some() && tripped {
+        if d.failure.is_some() && d.tripped {
             self.backlog = false;
         }
         let up = self
             .watch
             .health
-            .sink_answered(&self.cfg.name, failure.as_ref());
+            .sink_answered(&self.cfg.name, d.failure.as_ref());
         self.metrics.sink_up(up);
         if !up {
             self.sink_was_down();
@@ -308,6 +234,94 @@ impl Audit {
             verified_ms,
             "verify round finished"
         );
+    }
+
+    /// One partition's questions in a round: its due records, then its re-checks (late
+    /// arrivals), then what the dead-letter topic and the re-checks' keyed findings settle.
+    /// Returns what it decided and when (`None`: nothing, or not assigned); the sink's
+    /// errors go to `d`.
+    async fn decide_partition(
+        &mut self,
+        tp: &TopicPartition,
+        rule: &DueRule,
+        budget: RecheckBudget,
+        table_hold: bool,
+        d: &mut Decided,
+    ) -> Option<(TopicPartition, Applied, i64)> {
+        // Whether this partition's due records hit the round's limit (a backlog).
+        let (segs, full) = self.due_of(tp, rule)?;
+        let mut applied = Applied::default();
+        let mut failed_here = false;
+        if !segs.is_empty() {
+            d.queried = true;
+            match self.verify(tp, &segs, false).await {
+                Ok(v) => {
+                    let decided_at = self.io.clock.now_ms();
+                    if let Some(part) = self.parts.get_mut(tp) {
+                        applied = match &self.io.dead_letters {
+                            Some(letters) => {
+                                let index = letters.lock();
+                                part.ledger.apply_with_dead_letters(&v, decided_at, &|run| {
+                                    index.named_in(tp, run)
+                                })
+                            }
+                            None => part.ledger.apply(&v, decided_at),
+                        };
+                        self.checker.take_credits(&mut part.ledger);
+                    }
+                    // Only a backlog that is being worked off calls for the next round
+                    // at once: one the sink refuses would spin rounds back to back.
+                    self.backlog |= full;
+                }
+                Err(e) => {
+                    failed_here = true;
+                    d.failed(e);
+                }
+            }
+        }
+        // Late arrivals, after the due verdicts (which may have grown the missing span).
+        if !failed_here && !table_hold {
+            match self.recheck(tp, budget).await {
+                Ok(Some(a)) => {
+                    d.queried = true;
+                    applied = applied.merge(a);
+                }
+                Ok(None) => {}
+                Err(e) => d.failed(e),
+            }
+        }
+        let decided_at = self.io.clock.now_ms();
+        let part = self.parts.get_mut(tp)?;
+        // Dead letters read after their records were declared missing: those records
+        // turn dead-lettered (like late arrivals); then what can no longer change a
+        // verdict is forgotten.
+        // Then the re-checks' keyed findings, while the coordinates are still held: a
+        // named record found late leaves a stand-in credit, a lent credit turns its
+        // record dead-lettered or goes back (key_columns).
+        if let Some(letters) = &self.io.dead_letters {
+            let mut index = letters.lock();
+            if part.ledger.missing() > 0 {
+                let named = index.named_on(tp);
+                if !named.is_empty() {
+                    applied = applied.merge(part.ledger.dead_letter_missing(&named));
+                }
+            }
+            applied = applied.merge(
+                part.ledger
+                    .settle_recheck_marks(&|run| index.named_in(tp, run)),
+            );
+            index.forget_below(tp, part.ledger.dead_letter_floor());
+        } else {
+            applied = applied.merge(part.ledger.settle_recheck_marks(&|_| Vec::new()));
+        }
+        self.checker.take_credits(&mut part.ledger);
+        let dirty = part.ledger.take_dirty_gaps();
+        for g in dirty {
+            self.report_gap(tp, &g);
+        }
+        // Only rounds that decided something: while the store refuses writes the verdicts
+        // waiting for it must grow with verdicts, not with partitions × rounds.
+        (applied != Applied::default()).then(|| (tp.clone(), applied, decided_at))
     }
 
     /// One partition's round preamble and its due records (`None`: not assigned). Set
