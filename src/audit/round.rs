@@ -68,7 +68,7 @@ struct DueRule {
 /// How the sink answered a round's questions, for the round to judge it by (what the
 /// partitions decided goes to persist as each is decided).
 #[derive(Default)]
-struct Decided {
+struct Answers {
     /// Whether the sink was asked anything.
     queried: bool,
     /// The sink could not be reached (a timeout, a refused connection): nothing more is
@@ -79,7 +79,7 @@ struct Decided {
     failure: Option<SinkError>,
 }
 
-impl Decided {
+impl Answers {
     /// A question failed. A refusal (a server error) may be about one partition's data (a
     /// key value the sink's column type rejects): it ends that partition's work only, or
     /// one poisoned record would stop every later partition's verdicts for good.
@@ -112,7 +112,7 @@ impl Audit {
             _ => (self.cfg.max_pending as u64).min(OFFSET_ROUND_RECORDS),
         };
         self.backlog = false;
-        let mut d = Decided::default();
+        let mut answers = Answers::default();
         // Both asked every round: each keeps its own state and status. A sink table that
         // may hold another topic's rows holds every verdict, late arrivals and settled
         // deletions too: any of its rows may be the other topic's.
@@ -125,29 +125,29 @@ impl Audit {
         if table_hold {
             // Nothing below is asked of the sink; the look's own error is the round's.
             if let Some(e) = table_error {
-                d.failed(e);
+                answers.failed(e);
             }
         }
         // key_columns: keys of new records that hold claims from earlier ones are counted
         // before any of this round's decisions, so rows the sink deleted free their claims
         // while the new rows are (most likely) not written yet.
-        if !d.tripped && !self.io.cancel.is_cancelled() {
+        if !answers.tripped && !self.io.cancel.is_cancelled() {
             match self.refresh_claims().await {
-                Ok(q) => d.queried |= q,
-                Err(e) => d.failed(e),
+                Ok(q) => answers.queried |= q,
+                Err(e) => answers.failed(e),
             }
         }
         let budget = self.checker.recheck_budget();
-        if let Some(d) = &self.io.dead_letters {
+        if let Some(letters) = &self.io.dead_letters {
             // Before reading how far it caught up: a partition assigned since the last
             // round sets it back until the reader has read the topic again.
-            d.set_owned(self.parts.keys().cloned());
+            letters.set_owned(self.parts.keys().cloned());
         }
         let due_at = self
             .io
             .dead_letters
             .as_ref()
-            .map_or(now, |d| d.caught_up_ms().min(now));
+            .map_or(now, |letters| letters.caught_up_ms().min(now));
         let rule = DueRule {
             now,
             due_at,
@@ -159,13 +159,13 @@ impl Audit {
             keyed_book,
         };
         for tp in &tps {
-            if self.io.cancel.is_cancelled() || d.tripped {
+            if self.io.cancel.is_cancelled() || answers.tripped {
                 break;
             }
             // Persist takes what was decided at once, whatever comes next (a shutdown's drain
             // writes it).
             if let Some(decided) = self
-                .decide_partition(tp, &rule, budget, table_hold, &mut d)
+                .decide_partition(tp, &rule, budget, table_hold, &mut answers)
                 .await
             {
                 self.persisting.writes.verdicts.push(decided);
@@ -173,13 +173,13 @@ impl Audit {
         }
         // Ranges Kafka deleted unread, after every partition's due work: bounded pieces, and
         // a failure of theirs ends only their own work this round (`settle_deleted`).
-        if !d.tripped && !table_hold && !self.io.cancel.is_cancelled() {
+        if !answers.tripped && !table_hold && !self.io.cancel.is_cancelled() {
             match self.settle_deleted(&tps).await {
-                Settled::Answered => d.queried = true,
+                Settled::Answered => answers.queried = true,
                 Settled::Quiet => {}
                 // Nothing else asked the sink this round and it could not be reached: that
                 // is the round's answer (a ping would only wait for a second timeout).
-                Settled::Unreachable(e) if !d.queried => d.failed(e),
+                Settled::Unreachable(e) if !answers.queried => answers.failed(e),
                 // The round's other questions tell whether the sink is up.
                 Settled::Unreachable(_) => {}
             }
@@ -191,24 +191,24 @@ impl Audit {
             // short say nothing about the sink.
             return;
         }
-        if !d.queried && d.failure.is_none() {
+        if !answers.queried && answers.failure.is_none() {
             let t = std::time::Instant::now();
             let r = self.io.sink.ping().await;
             self.metrics.sink_query(t.elapsed(), r.is_ok());
             if let Err(e) = r {
-                d.failure = Some(e);
+                answers.failure = Some(e);
             }
         }
         // An unreachable sink: the next round waits verify_interval, backlog or not (an
         // instant refusal of the connection would otherwise spin rounds back to back, each
         // polling the pipeline group and the store).
-        if d.failure.is_some() && d.tripped {
+        if answers.failure.is_some() && answers.tripped {
             self.backlog = false;
         }
         let up = self
             .watch
             .health
-            .sink_answered(&self.cfg.name, d.failure.as_ref());
+            .sink_answered(&self.cfg.name, answers.failure.as_ref());
         self.metrics.sink_up(up);
         if !up {
             self.sink_was_down();
@@ -239,21 +239,21 @@ impl Audit {
     /// One partition's questions in a round: its due records, then its re-checks (late
     /// arrivals), then what the dead-letter topic and the re-checks' keyed findings settle.
     /// Returns what it decided and when (`None`: nothing, or not assigned); the sink's
-    /// errors go to `d`.
+    /// errors go to `answers`.
     async fn decide_partition(
         &mut self,
         tp: &TopicPartition,
         rule: &DueRule,
         budget: RecheckBudget,
         table_hold: bool,
-        d: &mut Decided,
+        answers: &mut Answers,
     ) -> Option<(TopicPartition, Applied, i64)> {
         // Whether this partition's due records hit the round's limit (a backlog).
         let (segs, full) = self.due_of(tp, rule)?;
         let mut applied = Applied::default();
         let mut failed_here = false;
         if !segs.is_empty() {
-            d.queried = true;
+            answers.queried = true;
             match self.verify(tp, &segs, false).await {
                 Ok(v) => {
                     let decided_at = self.io.clock.now_ms();
@@ -275,7 +275,7 @@ impl Audit {
                 }
                 Err(e) => {
                     failed_here = true;
-                    d.failed(e);
+                    answers.failed(e);
                 }
             }
         }
@@ -283,11 +283,11 @@ impl Audit {
         if !failed_here && !table_hold {
             match self.recheck(tp, budget).await {
                 Ok(Some(a)) => {
-                    d.queried = true;
+                    answers.queried = true;
                     applied = applied.merge(a);
                 }
                 Ok(None) => {}
-                Err(e) => d.failed(e),
+                Err(e) => answers.failed(e),
             }
         }
         let decided_at = self.io.clock.now_ms();

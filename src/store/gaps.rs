@@ -88,8 +88,9 @@ fn nothing(_: &rusqlite::Row<'_>) -> rusqlite::Result<()> {
 
 impl Store {
     /// The rows `sql` selects for `params`, in its order: the gap's columns
-    /// ([`GAP_COLUMNS`]) first, then what `rest` reads. Read under the lock, decoded after
-    /// it (a decoding error names the gap); `context` names the read in an error.
+    /// ([`GAP_COLUMNS`]) first, then what `rest` reads. Each row is decoded as it is read (a
+    /// decoding error names the gap), so a long list never sits in memory twice; `context`
+    /// names the read in an error.
     pub(super) fn query_gaps<T>(
         &self,
         sql: &str,
@@ -99,16 +100,15 @@ impl Store {
     ) -> Result<Vec<(Gap, T)>, StoreError> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(sql).map_err(self.sq(context.clone()))?;
-        let raws: Vec<(RawGap, T)> = stmt
+        let rows = stmt
             .query_map(params, |row| Ok((RawGap::from_row(row)?, rest(row)?)))
-            .map_err(self.sq(context.clone()))?
-            .collect::<Result<_, _>>()
-            .map_err(self.sq(context))?;
-        drop(stmt);
-        drop(conn);
-        raws.into_iter()
-            .map(|(raw, t)| Ok((self.decode_gap(raw)?, t)))
-            .collect()
+            .map_err(self.sq(context.clone()))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (raw, t) = row.map_err(self.sq(context.clone()))?;
+            out.push((self.decode_gap(raw)?, t));
+        }
+        Ok(out)
     }
 
     /// [`Self::query_gaps`] of a query that selects only the gap's columns.

@@ -11,6 +11,7 @@ use crate::store::keys::KeyClaims;
 use crate::types::Offset;
 use chrono::{TimeZone, Utc};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use std::collections::HashSet;
 use std::path::Path;
 
 /// Which rows of a partition count: retired, with records missing or dead-lettered, not
@@ -325,7 +326,7 @@ impl Store {
             .collect::<Result<_, _>>()
             .map_err(self.sq(ctx()))?
         };
-        let keep: std::collections::HashSet<&str> = keep.iter().map(String::as_str).collect();
+        let keep: HashSet<&str> = keep.iter().map(String::as_str).collect();
         let gone: Vec<String> = ids
             .into_iter()
             .filter(|id| !keep.contains(id.as_str()))
@@ -535,33 +536,27 @@ impl Store {
         topic: &str,
         partition: i32,
         ids: &[String],
-    ) -> Result<std::collections::HashSet<String>, StoreError> {
+    ) -> Result<HashSet<String>, StoreError> {
         let conn = self.lock();
-        let ctx = || format!("read the resumed import's gaps of {audit}/{topic}-{partition}");
-        let mut noted = conn
-            .prepare_cached(
+        let read = || -> rusqlite::Result<HashSet<String>> {
+            let mut noted = conn.prepare_cached(
                 "SELECT folded FROM handover_resumed WHERE handover_topic = ?1 AND audit = ?2
                    AND topic = ?3 AND partition = ?4 AND id = ?5",
-            )
-            .map_err(self.sq(ctx()))?;
-        let mut row = conn
-            .prepare_cached("SELECT 1 FROM gaps WHERE id = ?1")
-            .map_err(self.sq(ctx()))?;
-        let mut out = std::collections::HashSet::new();
-        for id in ids {
-            let folded: Option<bool> = noted
-                .query_row(params![handover, audit, topic, partition, id], |r| r.get(0))
-                .optional()
-                .map_err(self.sq(ctx()))?;
-            let take = match folded {
-                Some(folded) => !folded,
-                None => !row.exists(params![id]).map_err(self.sq(ctx()))?,
-            };
-            if take {
-                out.insert(id.clone());
-            }
-        }
-        Ok(out)
+            )?;
+            let mut row = conn.prepare_cached("SELECT 1 FROM gaps WHERE id = ?1")?;
+            ids_kept(ids, |id| {
+                let folded: Option<bool> = noted
+                    .query_row(params![handover, audit, topic, partition, id], |r| r.get(0))
+                    .optional()?;
+                Ok(match folded {
+                    Some(folded) => !folded,
+                    None => !row.exists(params![id])?,
+                })
+            })
+        };
+        read().map_err(self.sq(format!(
+            "read the resumed import's gaps of {audit}/{topic}-{partition}"
+        )))
     }
 
     /// Of gaps `ids` of one partition: those this store folded into an overflow gap under
@@ -573,25 +568,20 @@ impl Store {
         topic: &str,
         partition: i32,
         ids: &[String],
-    ) -> Result<std::collections::HashSet<String>, StoreError> {
+    ) -> Result<HashSet<String>, StoreError> {
         let conn = self.lock();
-        let ctx = || format!("read the folded gaps of {audit}/{topic}-{partition}");
-        let mut stmt = conn
-            .prepare_cached(
+        let read = || -> rusqlite::Result<HashSet<String>> {
+            let mut stmt = conn.prepare_cached(
                 "SELECT 1 FROM handover_resumed WHERE handover_topic = ?1 AND audit = ?2
                    AND topic = ?3 AND partition = ?4 AND id = ?5 AND folded = 1",
-            )
-            .map_err(self.sq(ctx()))?;
-        let mut out = std::collections::HashSet::new();
-        for id in ids {
-            if stmt
-                .exists(params![handover, audit, topic, partition, id])
-                .map_err(self.sq(ctx()))?
-            {
-                out.insert(id.clone());
-            }
-        }
-        Ok(out)
+            )?;
+            ids_kept(ids, |id| {
+                stmt.exists(params![handover, audit, topic, partition, id])
+            })
+        };
+        read().map_err(self.sq(format!(
+            "read the folded gaps of {audit}/{topic}-{partition}"
+        )))
     }
 
     /// Notes that an import resumed from a newer state wrote gaps `ids` of one partition.
@@ -900,4 +890,18 @@ impl Store {
             .map_err(self.sq(ctx()))?;
         Ok(rows)
     }
+}
+
+/// Of `ids`, those `keep` says yes to, each asked in turn.
+fn ids_kept(
+    ids: &[String],
+    mut keep: impl FnMut(&str) -> rusqlite::Result<bool>,
+) -> rusqlite::Result<HashSet<String>> {
+    let mut out = HashSet::new();
+    for id in ids {
+        if keep(id)? {
+            out.insert(id.clone());
+        }
+    }
+    Ok(out)
 }

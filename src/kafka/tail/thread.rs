@@ -71,6 +71,15 @@ pub(super) struct Filling {
     pushed: u32,
 }
 
+impl Filling {
+    /// Empty again for the next batch, keeping the topic list's capacity.
+    fn reset(&mut self) {
+        self.topics.clear();
+        self.started = None;
+        self.pushed = 0;
+    }
+}
+
 /// The thread's side of [`Flow`]: what it has paused, and when to look again.
 #[derive(Debug, Default)]
 pub(super) struct Backpressure {
@@ -489,7 +498,7 @@ impl Tail {
         // here and the audit task drops it on another core; sharing one Arc across batches
         // would make both threads fight over its reference count's cache line for every
         // record.
-        self.filling = Filling::default();
+        self.filling.reset();
         self.consumer.context().flush()
     }
 
