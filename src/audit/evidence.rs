@@ -10,13 +10,19 @@
 //! could not read). The gap itself is reported, stored and counted at once.
 
 use super::Audit;
-use super::connect::ConnectWatch;
-use super::flink::FlinkWatch;
-use super::stream_load::StreamLoadWatch;
 use crate::gap::GapCause;
 use crate::ledger::{GapRecord, PartitionLedger};
 use crate::types::{Offset, TopicPartition};
+use connect::ConnectWatch;
+use flink::FlinkWatch;
 use std::collections::BTreeMap;
+use stream_load::StreamLoadWatch;
+
+// Each source's watch: started with the audit, read when a gap is found and when the
+// status is published.
+pub(super) mod connect;
+pub(super) mod flink;
+pub(super) mod stream_load;
 
 /// Longest a new gap's evidence waits for a source's view to be read past its commit step:
 /// a JobManager or Connect worker coming back after a failover answers within seconds; one

@@ -41,11 +41,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 mod blocking;
-mod connect;
 mod coverage;
 pub(crate) mod divergence;
 mod evidence;
-mod flink;
 mod gap_log;
 mod hand_over;
 pub mod held;
@@ -63,7 +61,6 @@ mod schedule;
 mod shared_table;
 pub(crate) mod sink_model;
 mod starts;
-mod stream_load;
 pub(crate) mod transaction_hold;
 
 pub use shared_table::foreign_rows;
@@ -382,9 +379,10 @@ pub async fn run(deps: AuditDeps, cancel: CancellationToken) -> anyhow::Result<(
     };
     let mut a = Audit::new(deps, wiring);
     a.watch.pipeline.job = job.map(pipeline::JobWatch::new);
-    a.evidence.flink = flink::FlinkWatch::start(&a.cfg, &a.io.clock, &cancel);
-    a.evidence.connect = connect::ConnectWatch::start(&a.cfg, &a.io.clock, &cancel);
-    a.evidence.stream_load = stream_load::StreamLoadWatch::start(&a.cfg, &a.io.clock, &cancel);
+    a.evidence.flink = evidence::flink::FlinkWatch::start(&a.cfg, &a.io.clock, &cancel);
+    a.evidence.connect = evidence::connect::ConnectWatch::start(&a.cfg, &a.io.clock, &cancel);
+    a.evidence.stream_load =
+        evidence::stream_load::StreamLoadWatch::start(&a.cfg, &a.io.clock, &cancel);
     if let Some(book) = a.checker.book_mut() {
         book.set_semantics(semantics);
     }

@@ -1,9 +1,9 @@
-//! Kafka Connect's evidence on a new gap (src/audit/connect.rs): the seed incident and a
+//! Kafka Connect's evidence on a new gap (src/audit/evidence/connect.rs): the seed incident and a
 //! drop in flight on the test clock, with the poller's view filled by hand.
 
 use super::harness::*;
-use crate::audit::connect::ConnectWatch;
-use crate::audit::flink::FlinkWatch;
+use crate::audit::evidence::connect::ConnectWatch;
+use crate::audit::evidence::flink::FlinkWatch;
 use crate::evidence::connect::history::rfc3339;
 use crate::evidence::connect::rest::{ConnectorConfig, ErrorHandling, parse_status};
 use crate::evidence::connect::{ConnectView, History};

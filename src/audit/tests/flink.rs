@@ -1,8 +1,8 @@
-//! Flink's restore evidence on a new gap (src/audit/flink.rs): the seed incident on the
+//! Flink's restore evidence on a new gap (src/audit/evidence/flink.rs): the seed incident on the
 //! test clock, with the poller's view filled by hand.
 
 use super::harness::*;
-use crate::audit::flink::FlinkWatch;
+use crate::audit::evidence::flink::FlinkWatch;
 use crate::evidence::flink::history::rfc3339;
 use crate::evidence::flink::rest::{CheckpointStats, JobOverview};
 use crate::evidence::flink::{FlinkView, History, SourceState};

@@ -1,8 +1,8 @@
-//! Doris Stream Load evidence on a new gap (src/audit/stream_load.rs): a drop in flight on
+//! Doris Stream Load evidence on a new gap (src/audit/evidence/stream_load.rs): a drop in flight on
 //! the test clock, with the poller's view filled by hand.
 
 use super::connect::{gap_with, rounds_to_the_gap, the_gap};
-use crate::audit::stream_load::StreamLoadWatch;
+use crate::audit::evidence::stream_load::StreamLoadWatch;
 use crate::evidence::http::SourceState;
 use crate::evidence::stream_load::{FeClock, History, LoadRecord, StreamLoadView};
 use crate::gap::GapCause;

@@ -24,7 +24,7 @@ const MIN_POLL: Duration = Duration::from_secs(5);
 const STATUS_LOADS: usize = 10;
 
 /// The Doris Stream Load evidence of one audit.
-pub(super) struct StreamLoadWatch {
+pub(in crate::audit) struct StreamLoadWatch {
     view: SharedView,
     url: String,
     prefix: String,
@@ -37,7 +37,7 @@ impl StreamLoadWatch {
     /// the poller (every `verify_interval`, at least [`MIN_POLL`], each poll bounded by
     /// `sink.query_timeout`) until `cancel`. A URL the driver refuses is not fatal: the
     /// source shows the error and gaps carry no evidence, as without it.
-    pub(super) fn start(
+    pub(in crate::audit) fn start(
         cfg: &AuditConfig,
         clock: &Clock,
         cancel: &CancellationToken,
@@ -64,7 +64,7 @@ impl StreamLoadWatch {
 
     /// A watch over a view filled by hand (unit tests: no FE).
     #[cfg(test)]
-    pub(super) fn fixed(view: StreamLoadView, delay_ms: i64) -> Self {
+    pub(in crate::audit) fn fixed(view: StreamLoadView, delay_ms: i64) -> Self {
         Self {
             view: std::sync::Arc::new(std::sync::RwLock::new(view)),
             url: "mysql://fe:9030/example_db".into(),
@@ -77,7 +77,7 @@ impl StreamLoadWatch {
     /// rows out in its commit step's window. Records the sink filtered were read and
     /// committed past, so only that cause is explained (a skipped record never reached a
     /// load).
-    pub(super) fn explain(&self, g: &GapRecord) -> Option<String> {
+    pub(in crate::audit) fn explain(&self, g: &GapRecord) -> Option<String> {
         if g.cause != GapCause::DroppedInFlight {
             return None;
         }
@@ -88,7 +88,7 @@ impl StreamLoadWatch {
 
     /// Whether the loads may explain `g` but were last read before the FE could list the
     /// loads of its window (its step, plus `stream_load_record_delay`).
-    pub(super) fn behind(&self, g: &GapRecord) -> bool {
+    pub(in crate::audit) fn behind(&self, g: &GapRecord) -> bool {
         if g.cause != GapCause::DroppedInFlight {
             return false;
         }
@@ -100,12 +100,12 @@ impl StreamLoadWatch {
     }
 
     /// How long past the usual wait a gap's evidence may wait for this source.
-    pub(super) fn extra_wait_ms(&self) -> i64 {
+    pub(in crate::audit) fn extra_wait_ms(&self) -> i64 {
         self.delay_ms
     }
 
     /// The source for `/api/status`.
-    pub(super) fn status(&self) -> StreamLoadStatus {
+    pub(in crate::audit) fn status(&self) -> StreamLoadStatus {
         let view = read_view(&self.view);
         let h = &view.history;
         let mut loads: Vec<StreamLoadEventStatus> = h

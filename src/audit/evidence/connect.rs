@@ -22,7 +22,7 @@ const MIN_POLL: Duration = Duration::from_secs(1);
 const STATUS_EVENTS: usize = 10;
 
 /// The Kafka Connect evidence of one audit.
-pub(super) struct ConnectWatch {
+pub(in crate::audit) struct ConnectWatch {
     view: SharedView,
     url: String,
     connector: String,
@@ -35,7 +35,7 @@ impl ConnectWatch {
     /// `verify_interval`, each request bounded by `sink.query_timeout`, changes placed on
     /// the audit's `clock`) until `cancel`. A URL the client refuses is not fatal: the
     /// source shows the error and gaps carry no evidence, as without it.
-    pub(super) fn start(
+    pub(in crate::audit) fn start(
         cfg: &AuditConfig,
         clock: &Clock,
         cancel: &CancellationToken,
@@ -63,7 +63,7 @@ impl ConnectWatch {
 
     /// A watch over a view filled by hand (unit tests: no Connect worker).
     #[cfg(test)]
-    pub(super) fn fixed(view: ConnectView, poll_ms: i64) -> Self {
+    pub(in crate::audit) fn fixed(view: ConnectView, poll_ms: i64) -> Self {
         Self {
             view: std::sync::Arc::new(std::sync::RwLock::new(view)),
             url: "http://connect:8083/".into(),
@@ -77,7 +77,7 @@ impl ConnectWatch {
     /// connector was STOPPED between the commits (offsets set by an operator); for the
     /// latter, and for the former when nothing else explains it, whether the connector
     /// skips records silently.
-    pub(super) fn explain(&self, g: &GapRecord) -> Option<String> {
+    pub(in crate::audit) fn explain(&self, g: &GapRecord) -> Option<String> {
         let in_flight = match g.cause {
             GapCause::SkippedByRestart => false,
             GapCause::DroppedInFlight => true,
@@ -109,7 +109,7 @@ impl ConnectWatch {
     /// Whether the connector's history may explain `g` (as [`ConnectWatch::explain`] would
     /// read it) but was last read before its commit step was seen (a read sent after it
     /// saw every change that may have happened in its window), or, without a step, never.
-    pub(super) fn behind(&self, g: &GapRecord) -> bool {
+    pub(in crate::audit) fn behind(&self, g: &GapRecord) -> bool {
         if !matches!(
             g.cause,
             GapCause::SkippedByRestart | GapCause::DroppedInFlight
@@ -124,7 +124,7 @@ impl ConnectWatch {
     }
 
     /// The source for `/api/status`.
-    pub(super) fn status(&self) -> ConnectStatus {
+    pub(in crate::audit) fn status(&self) -> ConnectStatus {
         let view = read_view(&self.view);
         let h = &view.history;
         let errors = h.error_handling();

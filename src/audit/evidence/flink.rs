@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 const MIN_POLL: Duration = Duration::from_secs(1);
 
 /// The Flink evidence of one audit.
-pub(super) struct FlinkWatch {
+pub(in crate::audit) struct FlinkWatch {
     view: SharedView,
     url: String,
     job: String,
@@ -29,7 +29,7 @@ impl FlinkWatch {
     /// poller (every `verify_interval`, each request bounded by `sink.query_timeout`) until
     /// `cancel`. A URL the client refuses is not fatal: the source shows the error and gaps
     /// carry no evidence, as without it.
-    pub(super) fn start(
+    pub(in crate::audit) fn start(
         cfg: &AuditConfig,
         clock: &Clock,
         cancel: &CancellationToken,
@@ -55,7 +55,7 @@ impl FlinkWatch {
 
     /// A watch over a view filled by hand (unit tests: no JobManager).
     #[cfg(test)]
-    pub(super) fn fixed(view: FlinkView) -> Self {
+    pub(in crate::audit) fn fixed(view: FlinkView) -> Self {
         Self {
             view: std::sync::Arc::new(std::sync::RwLock::new(view)),
             url: "http://jobmanager:8081/".into(),
@@ -65,7 +65,7 @@ impl FlinkWatch {
 
     /// What the job's runs tell of a new gap: only for `skipped_by_restart`, whose commit
     /// step says in which window the pipeline restarted.
-    pub(super) fn explain(&self, g: &GapRecord) -> Option<String> {
+    pub(in crate::audit) fn explain(&self, g: &GapRecord) -> Option<String> {
         if g.cause != GapCause::SkippedByRestart || g.evidence.is_some() {
             return None;
         }
@@ -85,7 +85,7 @@ impl FlinkWatch {
     /// Whether the job's runs may explain `g` (as [`FlinkWatch::explain`] would read it) but
     /// were last read before its commit step was seen: the restart behind it may not be in
     /// them yet.
-    pub(super) fn behind(&self, g: &GapRecord) -> bool {
+    pub(in crate::audit) fn behind(&self, g: &GapRecord) -> bool {
         match g.commit {
             Some(c) if g.cause == GapCause::SkippedByRestart && g.evidence.is_none() => {
                 evidence_poll::with(&self.view, |view| {
@@ -104,7 +104,7 @@ impl FlinkWatch {
     }
 
     /// The source for `/api/status`.
-    pub(super) fn status(&self) -> FlinkStatus {
+    pub(in crate::audit) fn status(&self) -> FlinkStatus {
         let view = read_view(&self.view);
         FlinkStatus {
             url: self.url.clone(),
