@@ -96,6 +96,7 @@ pub mod key_semantics;
 pub mod ledger;
 pub mod record;
 pub mod template;
+pub mod time_scan;
 pub mod types;
 pub mod verify;
 

@@ -22,6 +22,7 @@ use crate::ledger::{
     Applied, KeyBook, OffsetRun, PartitionLedger, RecheckBudget, Segment, Verdict, runs,
 };
 use crate::sink::{RangeCount, SinkError, Verifier};
+use crate::time_scan::{self, Bucket, Plan, TimeColumn, TimeRange};
 use crate::types::{Key, Offset, TopicPartition};
 use futures::stream::{self, StreamExt, TryStreamExt};
 // foldhash, seeded per map: keys are record contents (see `ledger::sharded`).
@@ -401,7 +402,32 @@ pub async fn by_keys<V: Verifier>(
     obs: QueryObserver<'_>,
 ) -> Result<Vec<Verdict>, SinkError> {
     let ask = KeyAsk::new(segments);
-    let counts = ask.count(sink, limits, obs).await?;
+    // Due keys are read by time where the sink keeps its rows so (`time_scan`); re-checks
+    // ask after a few missing keys scattered over the past, which no read of seconds serves.
+    let by_time = match (round, book.time_mut()) {
+        (KeyRound::Due, Some((column, density))) => {
+            let buckets: Vec<Option<Bucket>> = ask.keys.iter().map(|k| column.bucket(k)).collect();
+            Some((column.clone(), time_scan::plan(&buckets, density)))
+        }
+        _ => None,
+    };
+    let (counts, read) = match by_time {
+        Some((column, plan)) => {
+            let (counts, read, crowded) =
+                ask.count_by_time(sink, &column, plan, limits, obs).await?;
+            if let Some((_, density)) = book.time_mut() {
+                for r in crowded {
+                    density.crowded(r);
+                }
+            }
+            (counts, read)
+        }
+        None => (ask.count(sink, limits, obs).await?, 0),
+    };
+    if round == KeyRound::Due {
+        let keys = ask.keys.len() as u64;
+        book.note_counted(read, keys - read);
+    }
     Ok(ask.decide(book, round, &counts))
 }
 
@@ -503,6 +529,80 @@ impl KeyAsk {
         Ok(counts)
     }
 
+    /// [`Self::count`], the keys of `plan`'s reads counted from the rows of their seconds
+    /// ([`Verifier::count_keys_in_time`], `parallelism` reads at a time) and the rest by
+    /// key, in the asking order. A read that found more rows than its limit gives its keys
+    /// to the key counts. Nothing is decided here. Returns the counts, how many keys the
+    /// reads counted, and the ranges of reads over their limit.
+    pub async fn count_by_time<V: Verifier>(
+        &self,
+        sink: &V,
+        column: &TimeColumn,
+        plan: Plan,
+        limits: Limits,
+        obs: QueryObserver<'_>,
+    ) -> Result<(Vec<u64>, u64, Vec<TimeRange>), SinkError> {
+        let mut counts: Vec<u64> = vec![0; self.keys.len()];
+        let mut by_key: Vec<bool> = vec![false; self.keys.len()];
+        for &i in &plan.by_key {
+            by_key[i] = true;
+        }
+        // The futures in a vector first, as `count_sorted` does: a lazy map over the scans
+        // made the round's future not `Send` for every lifetime (a rustc limitation).
+        let mut reads = Vec::with_capacity(plan.scans.len());
+        for scan in &plan.scans {
+            let keys: Vec<&Key> = scan.keys.iter().map(|&i| &self.keys[i]).collect();
+            reads.push(read_by_time(sink, column, scan, keys, obs));
+        }
+        let answers: Vec<Option<Vec<u64>>> = stream::iter(reads)
+            .buffered(sink.parallelism().max(1))
+            .try_collect()
+            .await?;
+        let (mut read, mut crowded) = (0usize, 0usize);
+        let mut over: Vec<TimeRange> = Vec::new();
+        for (scan, got) in plan.scans.iter().zip(answers) {
+            match got {
+                Some(c) if c.len() == scan.keys.len() => {
+                    read += c.len();
+                    for (&i, n) in scan.keys.iter().zip(c) {
+                        counts[i] = n;
+                    }
+                }
+                Some(c) => {
+                    return Err(SinkError::Rejected(format!(
+                        "sink answered {} counts for {} keys read by time",
+                        c.len(),
+                        scan.keys.len()
+                    )));
+                }
+                None => {
+                    crowded += scan.keys.len();
+                    over.extend(scan.ranges.iter().copied());
+                    for &i in &scan.keys {
+                        by_key[i] = true;
+                    }
+                }
+            }
+        }
+        let sorted: Vec<usize> = self.order.iter().copied().filter(|&i| by_key[i]).collect();
+        tracing::debug!(
+            keys = self.keys.len(),
+            read_by_time = read,
+            reads = plan.scans.len(),
+            over_limit = crowded,
+            by_key = sorted.len(),
+            "due keys counted"
+        );
+        if !sorted.is_empty() {
+            let keys: Vec<&Key> = sorted.iter().map(|&i| &self.keys[i]).collect();
+            let answers = count_sorted(sink, &keys, limits, obs).await?;
+            for (&i, n) in sorted.iter().zip(answers) {
+                counts[i] = n;
+            }
+        }
+        Ok((counts, read as u64, over))
+    }
+
     /// Decides every key with its row count (`counts`, from [`Self::count`]) in one call,
     /// in the book's own order (see [`KeyBook::decide_due_all`]), and updates the book.
     /// One verdict per segment.
@@ -598,6 +698,21 @@ async fn count_sorted<V: Verifier>(
         .try_collect()
         .await?;
     Ok(answers.into_iter().flatten().collect())
+}
+
+/// One read by time ([`Verifier::count_keys_in_time`]) of `scan`'s ranges for its `keys`.
+async fn read_by_time<V: Verifier>(
+    sink: &V,
+    column: &TimeColumn,
+    scan: &time_scan::Scan,
+    keys: Vec<&Key>,
+    obs: QueryObserver<'_>,
+) -> Result<Option<Vec<u64>>, SinkError> {
+    observed(
+        obs,
+        sink.count_keys_in_time(column, &scan.ranges, &keys, scan.limit()),
+    )
+    .await
 }
 
 /// Row counts of one key batch, checked to be one per key.

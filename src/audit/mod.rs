@@ -273,6 +273,7 @@ pub async fn run(deps: AuditDeps, cancel: CancellationToken) -> anyhow::Result<(
     if cancel.is_cancelled() {
         return Ok(());
     }
+    let time_column = sink_model::time_column(&deps.sink, config).await;
     // The only task that waits for the schema registry: the tail asks, this fetches.
     let mut arrivals = match decoder.registry() {
         Some(r) => {
@@ -385,6 +386,7 @@ pub async fn run(deps: AuditDeps, cancel: CancellationToken) -> anyhow::Result<(
         evidence::stream_load::StreamLoadWatch::start(&a.cfg, &a.io.clock, &cancel);
     if let Some(book) = a.checker.book_mut() {
         book.set_semantics(semantics);
+        book.set_time_column(time_column, crate::time_scan::TIME_BUCKETS);
     }
     a.load_key_book().await;
     // The coverage guard's startup check: what do the newest records decode to?

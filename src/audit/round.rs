@@ -186,6 +186,10 @@ impl Audit {
         }
         self.cap_missing_keys();
         self.cap_open_gaps();
+        if let Some(book) = self.checker.book_mut() {
+            let (by_time, by_key) = book.take_counted();
+            self.metrics.due_keys_counted(by_time, by_key);
+        }
         if self.io.cancel.is_cancelled() {
             // Shutting down: what was decided is persisted by the drain; the questions cut
             // short say nothing about the sink.

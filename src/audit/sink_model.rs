@@ -147,3 +147,40 @@ pub(super) async fn learn_key_semantics<V: Verifier>(
         }
     }
 }
+
+/// key_columns: the key column due keys are read by time on ([`crate::time_scan`]), or
+/// `None` (counted one by one), asked of the sink once; the decision and its reason are
+/// logged once (the one decision of `run` and `check`). A sink that does not answer leaves
+/// the keys to be counted one by one: the same verdicts, at the old cost.
+pub async fn time_column<V: Verifier>(
+    sink: &V,
+    config: &AuditConfig,
+) -> Option<crate::time_scan::TimeColumn> {
+    if config.matching.strategy != MatchStrategy::KeyColumns {
+        return None;
+    }
+    match sink.time_scan().await {
+        Ok(Ok(column)) => {
+            tracing::info!(
+                audit = %config.name,
+                column = %column.name,
+                "due keys are counted from one read of the rows of their seconds (the \
+                 table keeps its rows in the order of this column)"
+            );
+            Some(column)
+        }
+        Ok(Err(why)) => {
+            tracing::info!(audit = %config.name, reason = %why, "due keys are counted one by one");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(
+                audit = %config.name,
+                error = %e,
+                "cannot ask the sink whether its rows can be read by time: due keys are \
+                 counted one by one until the audit restarts"
+            );
+            None
+        }
+    }
+}

@@ -191,8 +191,11 @@ async fn check_audit(
     let semantics = crate::audit::sink_model::key_semantics(sink, audit)
         .await
         .with_context(|| format!("audits.{}", audit.name))?;
+    // Due keys read by time where `run` reads them so: the same counts, at its cost.
+    let time_column = crate::audit::sink_model::time_column(sink, audit).await;
     if let Some(book) = checker.book_mut() {
         book.set_semantics(semantics);
+        book.set_time_column(time_column, crate::time_scan::TIME_BUCKETS);
     }
     let mut waited = false;
     let mut decide = Decide {

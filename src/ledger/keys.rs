@@ -39,6 +39,7 @@
 use super::PartitionLedger;
 use super::sharded::ShardedMap;
 use crate::key_semantics::KeySemantics;
+use crate::time_scan::{Density, TimeColumn};
 use crate::types::Key;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as Slot;
@@ -145,6 +146,11 @@ pub struct KeyBook {
     /// count now (0: none left, the store's row goes). Credits are rare (dead letters for
     /// records the book confirmed), so this stays small.
     credits_dirty: std::collections::HashMap<Key, u64>,
+    /// The key column rows are read by time on, and the records read per bucket of it
+    /// ([`crate::time_scan`]): `None` while keys are counted one by one.
+    time: Option<(TimeColumn, Density)>,
+    /// Distinct due keys counted since [`Self::take_counted`]: from reads by time, by key.
+    counted: (u64, u64),
 }
 
 /// Dead rows the store's key log may hold beyond half its live ones (see
@@ -184,7 +190,32 @@ impl KeyBook {
             rewrite_slack: LOG_REWRITE_SLACK,
             refresh: Vec::new(),
             credits_dirty: std::collections::HashMap::new(),
+            time: None,
+            counted: (0, 0),
         }
+    }
+
+    /// Adds to the due keys counted (see [`Self::take_counted`]).
+    pub fn note_counted(&mut self, by_time: u64, by_key: u64) {
+        self.counted.0 += by_time;
+        self.counted.1 += by_key;
+    }
+
+    /// Distinct due keys counted from reads by time and key by key since the last call.
+    pub fn take_counted(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.counted)
+    }
+
+    /// Reads due keys by time on `column` from now on ([`crate::time_scan`]), remembering
+    /// the records read in up to `buckets` buckets of it; `None`: one by one.
+    pub fn set_time_column(&mut self, column: Option<TimeColumn>, buckets: usize) {
+        self.time = column.map(|c| (c, Density::new(buckets)));
+    }
+
+    /// The time column and the records read per bucket of it, when due keys are read by
+    /// time.
+    pub fn time_mut(&mut self) -> Option<(&TimeColumn, &mut Density)> {
+        self.time.as_mut().map(|(c, d)| (&*c, d))
     }
 
     /// How the sink table treats rows with equal keys (read from it at start, see
@@ -397,6 +428,11 @@ impl KeyBook {
     /// A record with key `k` was ingested and waits for its verdict.
     pub fn pend(&mut self, k: &Key) {
         // One hash and one probe: the daemon's hot path on key_columns.
+        if let Some((column, density)) = &mut self.time
+            && let Some(b) = column.bucket(k)
+        {
+            density.add(b);
+        }
         let e = self.entries.get_or_default(k);
         e.pending += 1;
         // Claims from earlier records: the key is looked at before this record is decided

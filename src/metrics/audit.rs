@@ -212,7 +212,19 @@ impl AuditMetrics {
             .set(i64::from(up));
     }
 
-    /// `n` missing records' keys dropped beyond `max_missing_keys`.
+    /// key_columns: distinct due keys counted from reads by time and key by key.
+    pub fn due_keys_counted(&self, by_time: u64, by_key: u64) {
+        for (how, n) in [("time", by_time), ("key", by_key)] {
+            if n > 0 {
+                self.families
+                    .due_keys_counted
+                    .with_label_values(&[&self.audit, how])
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// `n` keys of missing records dropped beyond `max_missing_keys`.
     pub fn missing_keys_dropped(&self, n: u64) {
         self.missing_keys_dropped
             .get_or_init(|| {

@@ -110,6 +110,10 @@ pub struct Metrics {
     /// `gap_auditor_missing_keys_dropped_total{audit}`: keys of missing records no longer
     /// kept for re-checks because `max_missing_keys` was reached (they stay missing).
     pub missing_keys_dropped: IntCounterVec,
+    /// `gap_auditor_due_keys_counted_total{audit,how}`: key_columns, distinct due keys
+    /// counted in the sink, `how` `time` (from one read of their seconds' rows) or `key`
+    /// (key by key).
+    pub due_keys_counted: IntCounterVec,
     /// `gap_auditor_gaps_folded_total{audit}`: gaps folded into their partition's overflow
     /// gap because the audit held more than `max_open_gaps` in memory (SPEC guarantee 12).
     pub gaps_folded: IntCounterVec,
@@ -363,6 +367,11 @@ impl Metrics {
                 "gap_auditor_missing_keys_dropped_total",
                 "Keys of missing records dropped beyond max_missing_keys: those records are no longer re-checked (they stay missing).",
                 &["audit"],
+            ),
+            due_keys_counted: f.int_counter(
+                "gap_auditor_due_keys_counted_total",
+                "key_columns: distinct due keys counted in the sink, by how: time (from one read of the rows of their seconds) or key (key by key).",
+                &["audit", "how"],
             ),
             gaps_folded: f.int_counter(
                 "gap_auditor_gaps_folded_total",

@@ -43,6 +43,7 @@ const EXTRA_FAMILIES: &[(&str, &str)] = &[
     ("gap_auditor_log_divergences_total", "counter"),
     ("gap_auditor_records_future_timestamp_total", "counter"),
     ("gap_auditor_missing_keys_dropped_total", "counter"),
+    ("gap_auditor_due_keys_counted_total", "counter"),
     ("gap_auditor_audit_info", "gauge"),
     ("gap_auditor_records_awaiting_schema", "gauge"),
     ("gap_auditor_schema_registry_up", "gauge"),
@@ -117,6 +118,7 @@ fn touch_all(m: &Metrics, audit: &str, topic: &str, partition: &str) {
         .with_label_values(&[audit])
         .set(1_714_564_800.5);
     m.missing_keys_dropped.with_label_values(&[audit]).inc();
+    m.due_keys_counted.with_label_values(&[audit, "time"]).inc();
     m.gaps_folded.with_label_values(&[audit]).inc();
     m.gaps_detected
         .with_label_values(&[audit, "skipped_by_restart"])

@@ -3,6 +3,7 @@
 
 use super::{RangeCount, SinkError, Verifier};
 use crate::ledger::OffsetRun;
+use crate::time_scan::{TimeColumn, TimeRange};
 use crate::types::{Key, Offset, TopicPartition};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -24,6 +25,11 @@ pub struct MemorySink {
     /// before the look at shared tables existed, so tests opt in).
     extent: AtomicBool,
     queries: AtomicU64,
+    /// The key column rows are read by time on ([`Verifier::time_scan`]); `None`: keys are
+    /// counted one by one, as before reads by time existed, so tests opt in.
+    time: Mutex<Option<TimeColumn>>,
+    /// Reads by time answered.
+    time_reads: AtomicU64,
     /// Rows to add just before the query of this number is answered (see
     /// [`MemorySink::land_before_query`]).
     #[cfg(test)]
@@ -69,6 +75,16 @@ impl MemorySink {
     /// Whether the table answers the look at its offset extent (see the `extent` field).
     pub fn report_extent(&self, on: bool) {
         self.extent.store(on, Ordering::SeqCst);
+    }
+
+    /// Reads rows by time on `column` from now on ([`Verifier::time_scan`]).
+    pub fn read_by_time(&self, column: TimeColumn) {
+        *self.time.lock().unwrap_or_else(|e| e.into_inner()) = Some(column);
+    }
+
+    /// Reads by time answered so far ([`Verifier::count_keys_in_time`]).
+    pub fn time_reads(&self) -> u64 {
+        self.time_reads.load(Ordering::Relaxed)
     }
 
     /// Simulates an outage: every query fails while set.
@@ -230,6 +246,45 @@ impl Verifier for MemorySink {
             .iter()
             .map(|k| t.keys.get(*k).copied().unwrap_or(0))
             .collect())
+    }
+
+    async fn time_scan(&self) -> Result<Result<TimeColumn, String>, SinkError> {
+        // Not a query: it reads the test's setting (and keeps query numbers as they were).
+        let t = self.time.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(t.clone()
+            .ok_or_else(|| "this memory table is not read by time".to_string()))
+    }
+
+    async fn count_keys_in_time(
+        &self,
+        column: &TimeColumn,
+        ranges: &[TimeRange],
+        keys: &[&Key],
+        limit: u64,
+    ) -> Result<Option<Vec<u64>>, SinkError> {
+        self.check()?;
+        self.time_reads.fetch_add(1, Ordering::Relaxed);
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        // Every row of the ranges, as a range read returns them; counted per key here.
+        let index: HashMap<&Key, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+        let mut out = vec![0u64; keys.len()];
+        let mut read = 0u64;
+        for (k, &n) in &t.keys {
+            let Some(b) = column.bucket(k) else {
+                continue;
+            };
+            if !ranges.iter().any(|r| r.contains(b)) {
+                continue;
+            }
+            read += n;
+            if read > limit {
+                return Ok(None);
+            }
+            if let Some(&i) = index.get(k) {
+                out[i] += n;
+            }
+        }
+        Ok(Some(out))
     }
 
     async fn find_ids(&self, ids: &[&str]) -> Result<Vec<bool>, SinkError> {

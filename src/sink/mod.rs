@@ -12,6 +12,7 @@ pub mod tls;
 use crate::config::{EsAuthSpec, Secret, SecretSource, SinkSpec, SqlTls};
 use crate::key_domain::KeyDomain;
 use crate::ledger::OffsetRun;
+use crate::time_scan::{TimeColumn, TimeRange};
 use crate::types::{Key, Offset, TopicPartition};
 use anyhow::Context;
 use elasticsearch::{ElasticsearchSink, EsAuth, EsTarget};
@@ -125,6 +126,33 @@ pub trait Verifier: Send + Sync {
         1
     }
 
+    /// key_columns: the key column whose rows the sink keeps in time order, read at start
+    /// ([`crate::time_scan`]): a round then counts its due keys from the rows of their
+    /// seconds ([`Self::count_keys_in_time`]). `Ok(Err(why))` when it cannot (no such
+    /// column, no index starting with it, a key column compared otherwise than by its
+    /// text): every key is counted by [`Self::count_keys`].
+    fn time_scan(
+        &self,
+    ) -> impl Future<Output = Result<Result<TimeColumn, String>, SinkError>> + Send {
+        let kind = self.kind();
+        async move { Ok(Err(format!("a {kind} sink is not read by time"))) }
+    }
+
+    /// Rows per key, aligned with `keys` and counted as [`Self::count_keys`] counts them,
+    /// read from every row whose `column` value lies in `ranges` (each key's own time lies
+    /// in one of them). `Ok(None)` when more than `limit` rows lie there: the keys are then
+    /// counted by key.
+    fn count_keys_in_time(
+        &self,
+        column: &TimeColumn,
+        ranges: &[TimeRange],
+        keys: &[&Key],
+        limit: u64,
+    ) -> impl Future<Output = Result<Option<Vec<u64>>, SinkError>> + Send {
+        let _ = (column, ranges, keys, limit);
+        async { Ok(None) }
+    }
+
     /// Whether a document exists with each id, aligned with `ids` (doc_id strategy). Ids are
     /// distinct. An id names at most one document of an index, so there are no duplicates
     /// to count. Sinks without document ids refuse the question.
@@ -187,6 +215,28 @@ impl Verifier for AnySink {
             AnySink::Mysql(s) => s.key_domain().await,
             AnySink::Memory(s) => s.key_domain().await,
             AnySink::Elasticsearch(s) => s.key_domain().await,
+        }
+    }
+
+    async fn time_scan(&self) -> Result<Result<TimeColumn, String>, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.time_scan().await,
+            AnySink::Memory(s) => s.time_scan().await,
+            AnySink::Elasticsearch(s) => s.time_scan().await,
+        }
+    }
+
+    async fn count_keys_in_time(
+        &self,
+        column: &TimeColumn,
+        ranges: &[TimeRange],
+        keys: &[&Key],
+        limit: u64,
+    ) -> Result<Option<Vec<u64>>, SinkError> {
+        match self {
+            AnySink::Mysql(s) => s.count_keys_in_time(column, ranges, keys, limit).await,
+            AnySink::Memory(s) => s.count_keys_in_time(column, ranges, keys, limit).await,
+            AnySink::Elasticsearch(s) => s.count_keys_in_time(column, ranges, keys, limit).await,
         }
     }
 

@@ -53,6 +53,7 @@ use super::tls::TlsSettings;
 use super::{OffsetExtent, RangeCount, SinkError, Verifier};
 use crate::config::SinkColumns;
 use crate::ledger::OffsetRun;
+use crate::time_scan::{self, TimeColumn, TimeRange};
 use crate::types::{Key, Offset, TopicPartition};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts, Row, Value};
@@ -948,6 +949,115 @@ impl Verifier for MysqlSink {
             }
         }
         Ok(out)
+    }
+
+    async fn time_scan(&self) -> Result<Result<TimeColumn, String>, SinkError> {
+        if self.kind != "mysql" {
+            // Doris keeps a table's rows in the order of its key columns, not in time
+            // order, and no Doris here could measure what reading one second costs it.
+            return Ok(Err(
+                "Doris tables are read key by key (reading seconds is measured on MySQL and \
+                 MariaDB only)"
+                    .into(),
+            ));
+        }
+        let (mut c, nbe) = self.checked_conn().await?;
+        let how = self.key_query(&mut c, nbe).await?;
+        let Some(domain) = how.domain.as_ref() else {
+            return Ok(Err(
+                "the key columns' types are not listed in information_schema".into(),
+            ));
+        };
+        let column = match time_scan::time_column(domain) {
+            Ok(column) => column,
+            Err(why) => return Ok(Err(why)),
+        };
+        let Some(q) = sql::leading_index_columns(&self.target.table, nbe) else {
+            return Ok(Err("the table name is not `name` or `db.name`".into()));
+        };
+        let mut leading = Vec::new();
+        for row in self.rows(&mut c, q).await? {
+            leading.extend(text(&row, 0, "index check")?);
+        }
+        if !leading.iter().any(|n| n.eq_ignore_ascii_case(&column.name)) {
+            return Ok(Err(format!(
+                "no index of the table starts with its time column `{}`, so a second's rows \
+                 are not one read (add one: ALTER TABLE … ADD INDEX (`{}`, …), \
+                 docs/SINK-DDL.md)",
+                column.name, column.name
+            )));
+        }
+        Ok(Ok(column))
+    }
+
+    async fn count_keys_in_time(
+        &self,
+        column: &TimeColumn,
+        ranges: &[TimeRange],
+        keys: &[&Key],
+        limit: u64,
+    ) -> Result<Option<Vec<u64>>, SinkError> {
+        if keys.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let columns = &self.target.columns.key;
+        let (mut c, nbe) = self.checked_conn().await?;
+        let how = self.key_query(&mut c, nbe).await?;
+        // Each key as its columns store it, as `count_keys` writes it; keys that read alike
+        // count the row under the first of them, as its join does.
+        let domain = how.domain.as_ref().filter(|d| !d.is_identity());
+        let stored: Vec<Option<Key>> = keys
+            .iter()
+            .map(|k| domain.and_then(|d| d.key(k).ok().flatten()))
+            .collect();
+        let mut index: std::collections::HashMap<&[u8], usize> =
+            std::collections::HashMap::with_capacity(keys.len());
+        for (i, (k, s)) in keys.iter().zip(&stored).enumerate() {
+            let packed = s.as_ref().unwrap_or(k).as_bytes();
+            index.entry(packed).or_insert(i);
+        }
+        let bounds: Vec<(String, String)> = ranges.iter().map(|r| r.bounds(column.unit)).collect();
+        let q = sql::keys_in_time(
+            &self.target.table,
+            columns,
+            &how.compare,
+            &column.name,
+            &bounds,
+            limit.saturating_add(1),
+            nbe,
+        );
+        let width = columns.len();
+        let read = async {
+            let mut result = c.query_iter(q).await?;
+            let mut out = vec![0u64; keys.len()];
+            let mut rows = 0u64;
+            let mut packed: Vec<u8> = Vec::with_capacity(256);
+            while let Some(row) = result.next().await? {
+                rows += 1;
+                if rows > limit {
+                    // The `LIMIT` sent one row more than wanted: this is the last one.
+                    continue;
+                }
+                packed.clear();
+                let mut fits = true;
+                for i in 0..width {
+                    match row.as_ref(i) {
+                        // NULL reads as `''`, as the key count's `''`-or-NULL rows do.
+                        Some(Value::NULL) => {}
+                        Some(Value::Bytes(b)) if !b.contains(&0xFF) => packed.extend_from_slice(b),
+                        // A 0xFF byte is never UTF-8: no key holds it. Other values are not
+                        // sent by the text protocol.
+                        _ => fits = false,
+                    }
+                    packed.push(0xFF);
+                }
+                if fits && let Some(&i) = index.get(packed.as_slice()) {
+                    out[i] += 1;
+                }
+            }
+            Ok::<_, mysql_async::Error>((rows <= limit).then_some(out))
+        };
+        self.with_timeout(read).await
     }
 
     fn max_key_rows(&self) -> usize {

@@ -317,6 +317,64 @@ pub fn unique_index_columns(table: &str, nbe: bool) -> Option<String> {
     ))
 }
 
+/// The columns some index of `table` starts with (information_schema.STATISTICS,
+/// `SEQ_IN_INDEX = 1`): a time column among them is one the server reads a range of in
+/// order ([`crate::time_scan`]). `None` for a name of more than two parts.
+pub fn leading_index_columns(table: &str, nbe: bool) -> Option<String> {
+    let parts: Vec<&str> = table.split('.').collect();
+    let (schema, name) = match parts.as_slice() {
+        [name] => ("DATABASE()".to_string(), *name),
+        [db, name] => (string_literal(db, nbe), *name),
+        _ => return None,
+    };
+    Some(format!(
+        "SELECT DISTINCT COLUMN_NAME FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {} AND SEQ_IN_INDEX = 1",
+        string_literal(name, nbe)
+    ))
+}
+
+/// The key columns of every row of `table` whose `time` column lies in one of `bounds`
+/// (inclusive, as text the column compares with), each column as the key count compares it
+/// (`compare`, see [`exact_column`]), at most `limit` rows: a read of a few seconds'
+/// rows whose keys the auditor counts itself ([`crate::time_scan`]).
+pub fn keys_in_time(
+    table: &str,
+    columns: &[String],
+    compare: &[KeyCompare],
+    time: &str,
+    bounds: &[(String, String)],
+    limit: u64,
+    nbe: bool,
+) -> String {
+    let select: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| exact_column(&ident(c), compare.get(i).copied().unwrap_or_default()))
+        .collect();
+    let t = ident(time);
+    let filter: Vec<String> = bounds
+        .iter()
+        .map(|(lo, hi)| {
+            format!(
+                "({t} >= {} AND {t} <= {})",
+                string_literal(lo, nbe),
+                string_literal(hi, nbe)
+            )
+        })
+        .collect();
+    format!(
+        "SELECT {} FROM {} WHERE {} LIMIT {limit}",
+        select.join(", "),
+        table_ident(table),
+        if filter.is_empty() {
+            "FALSE".to_string()
+        } else {
+            filter.join(" OR ")
+        }
+    )
+}
+
 /// `SHOW CREATE TABLE t` (Doris: its key model is in the text, see
 /// [`crate::key_semantics::from_doris_ddl`]).
 pub fn show_create_table(table: &str) -> String {

@@ -605,5 +605,6 @@ proptest! {
     }
 }
 
+mod by_time;
 mod slot_order;
 mod stand_ins;

@@ -43,6 +43,7 @@ mod stream_load_evidence;
 mod support;
 mod tail_assign;
 mod tail_races;
+mod time_scan;
 mod typed_keys;
 mod ui_ack;
 mod ui_forward;

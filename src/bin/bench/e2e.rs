@@ -15,6 +15,8 @@ use std::time::Duration;
 pub struct Setup<'a> {
     /// Names the section in progress lines, and its topic and table.
     pub name: &'a str,
+    /// Record `i`'s payload (the topic's records; [`crate::util::dns_line`] by default).
+    pub line: fn(usize) -> String,
     /// The `CREATE TABLE` statement of a table of this name.
     pub create: fn(&str) -> String,
     /// The `INSERT … SELECT` of the rows of records `from..=to` into the table
@@ -47,7 +49,8 @@ pub async fn run<T>(
     let topic = unique(&base);
     create_topic(brokers, &topic).await?;
     let (b, t) = (brokers.to_string(), topic.clone());
-    tokio::task::spawn_blocking(move || produce(&b, &t, n as usize)).await??;
+    let line = setup.line;
+    tokio::task::spawn_blocking(move || produce(&b, &t, n as usize, line)).await??;
     let pool = mysql_async::Pool::new(mysql);
     let mut conn = pool.get_conn().await.context("MariaDB connection")?;
     let table = unique(&base);

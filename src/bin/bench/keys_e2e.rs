@@ -93,6 +93,7 @@ pub async fn rows(
 /// The seed's table, every row in; the daemon's key_columns match.
 const SETUP: e2e::Setup = e2e::Setup {
     name: "keys e2e",
+    line: crate::util::dns_line,
     create: daemon::seed_table_sql,
     // The rows of `util::dns_line(i)`, built by the server (the same formulas).
     fill: |table, from, to| {

@@ -35,6 +35,7 @@ mod daemon;
 mod decode;
 mod e2e;
 mod keys_e2e;
+mod keys_ordered;
 mod latency;
 mod memory;
 mod offsets_e2e;
@@ -133,6 +134,9 @@ enum Section {
     Verify,
     /// key_columns end to end through the daemon binary, beside the bare consumer.
     KeysE2e,
+    /// key_columns end to end on a table read by time (in time order and out of it), with
+    /// losses and duplicates, beside the bare consumer.
+    KeysOrdered,
     /// offset_columns end to end through the daemon binary, beside the bare consumer.
     OffsetsE2e,
     /// Detection latency through the daemon binary.
@@ -323,6 +327,7 @@ async fn main() -> Result<()> {
     // The daemon binary end to end: key_columns, offset_columns, detection latency, scale.
     if [
         Section::KeysE2e,
+        Section::KeysOrdered,
         Section::OffsetsE2e,
         Section::Latency,
         Section::Scale,
@@ -337,6 +342,9 @@ async fn main() -> Result<()> {
             .context("no MariaDB: pass --mysql or set GAP_AUDITOR_TEST_MYSQL")?;
         if run(Section::KeysE2e) {
             keys_e2e::rows(&bin, &brokers, &url, args.key_records, &mut rows).await?;
+        }
+        if run(Section::KeysOrdered) {
+            keys_ordered::rows(&bin, &brokers, &url, args.key_records, &mut rows).await?;
         }
         if run(Section::OffsetsE2e) {
             offsets_e2e::rows(&bin, &brokers, &url, args.offset_records, &mut rows).await?;
@@ -372,6 +380,7 @@ async fn main() -> Result<()> {
              ## Verification\n\n{}\n\
              EXPLAIN of the queries the verifier sends, on the bench tables:\n\n{}\n\
              ## key_columns end to end\n\n{}\n\
+             ## key_columns read by time\n\n{}\n\
              ## offset_columns end to end\n\n{}\n\
              ## Detection latency\n\n{}\n\
              ## Scale\n\n{}\n\
@@ -391,6 +400,7 @@ async fn main() -> Result<()> {
             verify::NOTES,
             verified.explain,
             keys_e2e::NOTES,
+            keys_ordered::NOTES,
             offsets_e2e::NOTES,
             latency::NOTES,
             scale::NOTES,

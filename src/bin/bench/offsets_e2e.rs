@@ -153,6 +153,7 @@ pub async fn rows(
 /// index is added after the load.
 const SETUP: e2e::Setup = e2e::Setup {
     name: "offsets e2e",
+    line: crate::util::dns_line,
     create: |table| {
         format!(
             "CREATE TABLE {table} (\

@@ -44,7 +44,12 @@ pub async fn create_topic(brokers: &str, topic: &str) -> Result<()> {
 }
 
 /// Produces `n` lines round-robin over the partitions, in big batches.
-pub fn produce(brokers: &str, topic: &str, n: usize) -> Result<Duration> {
+pub fn produce(
+    brokers: &str,
+    topic: &str,
+    n: usize,
+    line: fn(usize) -> String,
+) -> Result<Duration> {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "50")
@@ -56,7 +61,7 @@ pub fn produce(brokers: &str, topic: &str, n: usize) -> Result<Duration> {
         .create()?;
     let start = Instant::now();
     for i in 0..n {
-        let line = dns_line(i);
+        let line = line(i);
         let mut rec = BaseRecord::<(), str>::to(topic)
             .partition(i as i32 % PARTITIONS)
             .payload(&line);
@@ -396,7 +401,8 @@ async fn measure(
     let topic = topic.to_string();
     let b = brokers.clone();
     let t = topic.clone();
-    let produced = tokio::task::spawn_blocking(move || produce(&b, &t, n as usize)).await??;
+    let produced =
+        tokio::task::spawn_blocking(move || produce(&b, &t, n as usize, dns_line)).await??;
     eprintln!(
         "produced {n} records (avg {avg} B) to {topic} in {:.1}s",
         produced.as_secs_f64()

@@ -1,0 +1,112 @@
+//! Due keys counted from reads by time (`time_scan`, issue 40): the verdicts are the key
+//! count's, and a second holding more rows than the audit read goes by key.
+
+use super::super::*;
+use crate::sink::memory::MemorySink;
+use crate::time_scan::{TimeColumn, TimeUnit};
+
+fn column() -> TimeColumn {
+    TimeColumn {
+        index: 1,
+        name: "time".into(),
+        unit: TimeUnit::Second,
+        typed: vec![1],
+    }
+}
+
+fn key(i: u32, second: u32) -> Key {
+    Key::new([format!("k{i}"), format!("2024-05-01 12:00:{second:02}")])
+}
+
+fn seg(first: Offset, keys: Vec<Key>) -> Segment {
+    Segment {
+        run: OffsetRun::new(first, first + keys.len() as Offset - 1),
+        keys,
+        max_ts: None,
+    }
+}
+
+fn present(v: &[Verdict]) -> Vec<Offset> {
+    v.iter()
+        .flat_map(|v| match v {
+            Verdict::Known { present, .. } => {
+                present.iter().flat_map(|r| r.first..=r.last).collect()
+            }
+            Verdict::Unknown => Vec::new(),
+        })
+        .collect()
+}
+
+fn checker(keys: &[Key]) -> Checker {
+    let mut c = Checker::new(MatchStrategy::KeyColumns, 100, 1_000);
+    let book = c.book_mut().expect("key book");
+    book.set_time_column(Some(column()), 1_000);
+    for k in keys {
+        book.pend(k);
+    }
+    c
+}
+
+#[tokio::test]
+async fn a_read_by_time_decides_as_the_key_count() {
+    // Seconds 0..5, four records each; record 6 lost, record 9 written twice.
+    let keys: Vec<Key> = (0..20).map(|i| key(i, i / 4)).collect();
+    let sink = MemorySink::new();
+    sink.read_by_time(column());
+    for (i, k) in keys.iter().enumerate() {
+        let copies = match i {
+            6 => 0,
+            9 => 2,
+            _ => 1,
+        };
+        for _ in 0..copies {
+            sink.insert_key(k);
+        }
+    }
+    let mut c = checker(&keys);
+    let v = c
+        .due(
+            &sink,
+            &TopicPartition::new("t", 0),
+            &[seg(0, keys.clone())],
+            &|_, _| {},
+        )
+        .await
+        .expect("answered");
+    let want: Vec<Offset> = (0..20).filter(|&o| o != 6).collect();
+    assert_eq!(present(&v), want);
+    assert!(sink.time_reads() > 0, "the keys were read by time");
+    let book = c.book_mut().expect("book");
+    assert_eq!(book.take_counted(), (20, 0));
+}
+
+#[tokio::test]
+async fn a_second_crowded_beyond_the_audits_records_goes_by_key() {
+    let keys: Vec<Key> = (0..4).map(|i| key(i, 0)).collect();
+    let sink = MemorySink::new();
+    sink.read_by_time(column());
+    for k in &keys[..3] {
+        sink.insert_key(k);
+    }
+    // Another writer's rows in the same second, beyond the read's limit.
+    for i in 100..1_200 {
+        sink.insert_key(&key(i, 0));
+    }
+    let mut c = checker(&keys);
+    let tp = TopicPartition::new("t", 0);
+    let v = c
+        .due(&sink, &tp, &[seg(0, keys[..2].to_vec())], &|_, _| {})
+        .await
+        .expect("answered");
+    assert_eq!(present(&v), vec![0, 1]);
+    assert_eq!(sink.time_reads(), 1, "one read, over its limit");
+    assert_eq!(c.book_mut().expect("book").take_counted(), (0, 2));
+    // The second is now known to be crowded: no read is tried again.
+    let v = c
+        .due(&sink, &tp, &[seg(2, keys[2..].to_vec())], &|_, _| {})
+        .await
+        .expect("answered");
+    assert_eq!(present(&v), vec![2]);
+    assert_eq!(sink.time_reads(), 1);
+    assert_eq!(c.book_mut().expect("book").take_counted(), (0, 2));
+}
