@@ -334,10 +334,14 @@ pub fn leading_index_columns(table: &str, nbe: bool) -> Option<String> {
     ))
 }
 
-/// The key columns of every row of `table` whose `time` column lies in one of `bounds`
-/// (inclusive, as text the column compares with), each column as the key count compares it
-/// (`compare`, see [`exact_column`]), at most `limit` rows: a read of a few seconds'
-/// rows whose keys the auditor counts itself ([`crate::time_scan`]).
+/// The key of every row of `table` whose `time` column lies in one of `bounds` (inclusive,
+/// as text the column compares with), at most `limit` rows: a read of a few seconds' rows
+/// whose keys the auditor counts itself ([`crate::time_scan`]). Each row is one value, its
+/// key columns packed as [`crate::types::Key::as_bytes`] packs a key (each value, then a
+/// `0xFF` byte; NULL as `''`), each column as the key count compares it (`compare`, see
+/// [`exact_column`]): one value per row instead of one per column costs the auditor a
+/// third of the decoding. A value holding a `0xFF` byte itself (never UTF-8) packs to more
+/// terminators than a key has, so it equals no key.
 pub fn keys_in_time(
     table: &str,
     columns: &[String],
@@ -347,10 +351,14 @@ pub fn keys_in_time(
     limit: u64,
     nbe: bool,
 ) -> String {
-    let select: Vec<String> = columns
+    let packed: Vec<String> = columns
         .iter()
         .enumerate()
-        .map(|(i, c)| exact_column(&ident(c), compare.get(i).copied().unwrap_or_default()))
+        .map(|(i, c)| {
+            let value = exact_column(&ident(c), compare.get(i).copied().unwrap_or_default());
+            // Binary throughout: MariaDB refuses a CONCAT of utf8mb4 text and X'FF'.
+            format!("CAST(COALESCE({value}, '') AS BINARY), X'FF'")
+        })
         .collect();
     let t = ident(time);
     let filter: Vec<String> = bounds
@@ -364,8 +372,8 @@ pub fn keys_in_time(
         })
         .collect();
     format!(
-        "SELECT {} FROM {} WHERE {} LIMIT {limit}",
-        select.join(", "),
+        "SELECT CONCAT({}) FROM {} WHERE {} LIMIT {limit}",
+        packed.join(", "),
         table_ident(table),
         if filter.is_empty() {
             "FALSE".to_string()
