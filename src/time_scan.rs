@@ -63,6 +63,11 @@ pub const SCAN_ROWS: u64 = 50_000;
 /// seconds, about 10 MB; older ones are counted by key.
 pub const TIME_BUCKETS: usize = 1 << 18;
 
+/// Most rows of one bucket the audit reads at once: a busier bucket (a `DATE` column's day,
+/// a second of a very busy topic) is counted by key, so that no single read outgrows the
+/// sink's `query_timeout`.
+pub const SCAN_BUCKET_ROWS: u64 = 500_000;
+
 /// Most time ranges OR-ed in one read.
 pub const SCAN_RANGES: usize = 256;
 
@@ -94,6 +99,15 @@ pub fn time_column(domain: &KeyDomain) -> Result<TimeColumn, String> {
     let mut typed = Vec::new();
     for (i, c) in domain.columns.iter().enumerate() {
         let declared = c.declared.trim().to_ascii_lowercase();
+        // A ZEROFILL number prints as `003` while the key (and the key count's numeric
+        // comparison) has `3`; a TIMESTAMP prints in the session's zone, where an hour
+        // that does not exist is stored as the next one: the printed text is not the key.
+        if declared.contains("zerofill") || declared.starts_with("timestamp") {
+            return Err(format!(
+                "key column `{}` ({}) prints otherwise than its key value",
+                c.name, c.declared
+            ));
+        }
         match c.ty {
             ColumnType::Text => {}
             ColumnType::Datetime { .. }
@@ -262,7 +276,8 @@ impl Density {
     }
 
     /// A read of `range` found more rows than the audit read there (another writer, a
-    /// partition another instance reads): its buckets are counted by key from now on.
+    /// partition another instance reads), or failed (a timeout): its buckets are counted
+    /// by key from now on.
     pub fn crowded(&mut self, range: TimeRange) {
         self.flush();
         for (_, n) in self.counts.range_mut(range.first..=range.last) {
@@ -313,7 +328,7 @@ pub struct Plan {
 
 /// Plans the reads for distinct `buckets` (one per key, `None`: the key has no bucket):
 /// a bucket is read when the audit's own rows there are at most [`SCAN_RATIO`] times its
-/// keys; neighbouring read buckets with no record of the audit between them share one
+/// keys and at most [`SCAN_BUCKET_ROWS`]; neighbouring read buckets with no record of the audit between them share one
 /// range; reads hold at most [`SCAN_ROWS`] expected rows (a bucket is never split) and
 /// [`SCAN_RANGES`] ranges. Every key is in exactly one scan or in `by_key`.
 pub fn plan(buckets: &[Option<Bucket>], density: &mut Density) -> Plan {
@@ -329,7 +344,9 @@ pub fn plan(buckets: &[Option<Bucket>], density: &mut Density) -> Plan {
     let mut current: Option<Scan> = None;
     for (b, keys) in by_bucket {
         let rows = density.counts.get(&b).copied();
-        let Some(rows) = rows.filter(|&r| r <= SCAN_RATIO.saturating_mul(keys.len() as u64)) else {
+        let Some(rows) = rows.filter(|&r| {
+            r <= SCAN_RATIO.saturating_mul(keys.len() as u64) && r <= SCAN_BUCKET_ROWS
+        }) else {
             out.by_key.extend(keys);
             continue;
         };

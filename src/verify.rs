@@ -22,7 +22,7 @@ use crate::ledger::{
     Applied, KeyBook, OffsetRun, PartitionLedger, RecheckBudget, Segment, Verdict, runs,
 };
 use crate::sink::{RangeCount, SinkError, Verifier};
-use crate::time_scan::{self, Bucket, Plan, TimeColumn, TimeRange};
+use crate::time_scan::{self, Bucket, Density, Plan, TimeColumn};
 use crate::types::{Key, Offset, TopicPartition};
 use futures::stream::{self, StreamExt, TryStreamExt};
 // foldhash, seeded per map: keys are record contents (see `ledger::sharded`).
@@ -404,25 +404,15 @@ pub async fn by_keys<V: Verifier>(
     let ask = KeyAsk::new(segments);
     // Due keys are read by time where the sink keeps its rows so (`time_scan`); re-checks
     // ask after a few missing keys scattered over the past, which no read of seconds serves.
-    let by_time = match (round, book.time_mut()) {
+    let (counts, read) = match (round, book.time_mut()) {
         (KeyRound::Due, Some((column, density))) => {
             let buckets: Vec<Option<Bucket>> = ask.keys.iter().map(|k| column.bucket(k)).collect();
-            Some((column.clone(), time_scan::plan(&buckets, density)))
+            let plan = time_scan::plan(&buckets, density);
+            let column = column.clone();
+            ask.count_by_time(sink, &column, plan, density, limits, obs)
+                .await?
         }
-        _ => None,
-    };
-    let (counts, read) = match by_time {
-        Some((column, plan)) => {
-            let (counts, read, crowded) =
-                ask.count_by_time(sink, &column, plan, limits, obs).await?;
-            if let Some((_, density)) = book.time_mut() {
-                for r in crowded {
-                    density.crowded(r);
-                }
-            }
-            (counts, read)
-        }
-        None => (ask.count(sink, limits, obs).await?, 0),
+        _ => (ask.count(sink, limits, obs).await?, 0),
     };
     if round == KeyRound::Due {
         let keys = ask.keys.len() as u64;
@@ -532,16 +522,18 @@ impl KeyAsk {
     /// [`Self::count`], the keys of `plan`'s reads counted from the rows of their seconds
     /// ([`Verifier::count_keys_in_time`], `parallelism` reads at a time) and the rest by
     /// key, in the asking order. A read that found more rows than its limit gives its keys
-    /// to the key counts. Nothing is decided here. Returns the counts, how many keys the
-    /// reads counted, and the ranges of reads over their limit.
+    /// to the key counts; its seconds, and those of a read that failed, are `density`'s
+    /// crowded ones from then on. Nothing is decided here. Returns the counts and how many
+    /// keys the reads counted.
     pub async fn count_by_time<V: Verifier>(
         &self,
         sink: &V,
         column: &TimeColumn,
         plan: Plan,
+        density: &mut Density,
         limits: Limits,
         obs: QueryObserver<'_>,
-    ) -> Result<(Vec<u64>, u64, Vec<TimeRange>), SinkError> {
+    ) -> Result<(Vec<u64>, u64), SinkError> {
         let mut counts: Vec<u64> = vec![0; self.keys.len()];
         let mut by_key: Vec<bool> = vec![false; self.keys.len()];
         for &i in &plan.by_key {
@@ -554,12 +546,30 @@ impl KeyAsk {
             let keys: Vec<&Key> = scan.keys.iter().map(|&i| &self.keys[i]).collect();
             reads.push(read_by_time(sink, column, scan, keys, obs));
         }
-        let answers: Vec<Option<Vec<u64>>> = stream::iter(reads)
+        let results: Vec<Result<Option<Vec<u64>>, SinkError>> = stream::iter(reads)
             .buffered(sink.parallelism().max(1))
-            .try_collect()
-            .await?;
+            .collect()
+            .await;
+        // A read that failed (a timeout: the seconds hold more than one read takes) fails
+        // the round, as a key count would; its seconds go by key from then on, so that the
+        // next round does not ask the same read again.
+        let mut failed = None;
+        let mut answers: Vec<Option<Vec<u64>>> = Vec::with_capacity(results.len());
+        for (scan, r) in plan.scans.iter().zip(results) {
+            match r {
+                Ok(a) => answers.push(a),
+                Err(e) => {
+                    for &range in &scan.ranges {
+                        density.crowded(range);
+                    }
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
         let (mut read, mut crowded) = (0usize, 0usize);
-        let mut over: Vec<TimeRange> = Vec::new();
         for (scan, got) in plan.scans.iter().zip(answers) {
             match got {
                 Some(c) if c.len() == scan.keys.len() => {
@@ -577,7 +587,9 @@ impl KeyAsk {
                 }
                 None => {
                     crowded += scan.keys.len();
-                    over.extend(scan.ranges.iter().copied());
+                    for &range in &scan.ranges {
+                        density.crowded(range);
+                    }
                     for &i in &scan.keys {
                         by_key[i] = true;
                     }
@@ -600,7 +612,7 @@ impl KeyAsk {
                 counts[i] = n;
             }
         }
-        Ok((counts, read as u64, over))
+        Ok((counts, read as u64))
     }
 
     /// Decides every key with its row count (`counts`, from [`Self::count`]) in one call,

@@ -30,6 +30,10 @@ pub struct MemorySink {
     time: Mutex<Option<TimeColumn>>,
     /// Reads by time answered.
     time_reads: AtomicU64,
+    /// Reads by time fail as a `query_timeout` does while set (see
+    /// [`MemorySink::fail_time_reads`]).
+    #[cfg(test)]
+    time_fails: AtomicBool,
     /// Rows to add just before the query of this number is answered (see
     /// [`MemorySink::land_before_query`]).
     #[cfg(test)]
@@ -80,6 +84,13 @@ impl MemorySink {
     /// Reads rows by time on `column` from now on ([`Verifier::time_scan`]).
     pub fn read_by_time(&self, column: TimeColumn) {
         *self.time.lock().unwrap_or_else(|e| e.into_inner()) = Some(column);
+    }
+
+    /// Test hook: reads by time fail as a `query_timeout` does while `on` (a second holding
+    /// more rows than one read takes).
+    #[cfg(test)]
+    pub fn fail_time_reads(&self, on: bool) {
+        self.time_fails.store(on, Ordering::SeqCst);
     }
 
     /// Reads by time answered so far ([`Verifier::count_keys_in_time`]).
@@ -263,6 +274,10 @@ impl Verifier for MemorySink {
         limit: u64,
     ) -> Result<Option<Vec<u64>>, SinkError> {
         self.check()?;
+        #[cfg(test)]
+        if self.time_fails.load(Ordering::SeqCst) {
+            return Err(SinkError::Unavailable("query timed out".into()));
+        }
         self.time_reads.fetch_add(1, Ordering::Relaxed);
         let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         // Every row of the ranges, as a range read returns them; counted per key here.

@@ -82,6 +82,10 @@ const IDLE_CONNECTION_TTL: Duration = Duration::from_secs(60);
 /// How long key counts go as text after the server refused a prepared one (then they are
 /// prepared again).
 pub const PREPARED_RETRY: Duration = Duration::from_secs(300);
+
+/// How long a look at whether the table can still be read by time holds
+/// ([`MysqlSink::still_readable`]).
+const TIME_RECHECK: Duration = Duration::from_secs(300);
 /// Prepared key counts kept per connection (one per shape, least recently used closed):
 /// a key column set takes a handful of shapes, from its batch sizes and value lengths.
 const PREPARED_SHAPES: usize = 16;
@@ -148,6 +152,9 @@ struct AtStart {
     model: Mutex<Option<KeySemantics>>,
 }
 
+/// One look at whether the table can be read by time, and when it was taken.
+type TimeLook = (Instant, Result<TimeColumn, String>);
+
 /// A pooled MySQL-protocol connection to the sink.
 pub struct MysqlSink {
     pool: Pool,
@@ -168,6 +175,11 @@ pub struct MysqlSink {
     prepared: Prepared,
     /// What the sink showed at start, warned about when a later read differs.
     learned: AtStart,
+    /// The last look at whether the table can be read by time, and when
+    /// ([`MysqlSink::still_readable`]).
+    time_checked: Mutex<Option<Arc<TimeLook>>>,
+    /// How long one look holds ([`TIME_RECHECK`] by default).
+    time_recheck: Duration,
 }
 
 impl MysqlSink {
@@ -235,6 +247,8 @@ impl MysqlSink {
                 domain: Mutex::new(None),
                 model: Mutex::new(None),
             },
+            time_checked: Mutex::new(None),
+            time_recheck: TIME_RECHECK,
         })
     }
 
@@ -253,6 +267,13 @@ impl MysqlSink {
             .lock()
             .map(|at| at.is_some_and(|at| at.elapsed() < self.prepared.retry))
             .unwrap_or(true)
+    }
+
+    /// Looks again whether the table can still be read by time this long after the last
+    /// look (default 5 minutes; tests shorten it).
+    pub fn with_time_recheck(mut self, after: Duration) -> Self {
+        self.time_recheck = after;
+        self
     }
 
     /// Writes the derived key rows of kind `mysql`'s key counts as `rows`, whatever the
@@ -626,6 +647,99 @@ impl MysqlSink {
         }
     }
 
+    /// Whether the table can be read by time ([`Verifier::time_scan`]), on `conn` with the
+    /// key columns as `how` read them: the time column ([`time_scan::time_column`]) and a
+    /// usable index starting with it (a B-tree one the optimizer may use: not a HASH one,
+    /// not MariaDB's `IGNORED`, not MySQL's invisible), else why not.
+    async fn time_readable(
+        &self,
+        conn: &mut mysql_async::Conn,
+        nbe: bool,
+        how: &KeyQuery,
+    ) -> Result<Result<TimeColumn, String>, SinkError> {
+        let Some(domain) = how.domain.as_ref() else {
+            return Ok(Err(
+                "the key columns' types are not listed in information_schema".into(),
+            ));
+        };
+        let column = match time_scan::time_column(domain) {
+            Ok(column) => column,
+            Err(why) => return Ok(Err(why)),
+        };
+        let Some(q) = sql::leading_index_columns(&self.target.table, nbe) else {
+            return Ok(Err("the table name is not `name` or `db.name`".into()));
+        };
+        // Columns by name: `IGNORED` (MariaDB 10.6+) and `IS_VISIBLE` (MySQL 8) are not on
+        // every server.
+        let field = |row: &Row, name: &str| -> Option<String> {
+            let i = row
+                .columns_ref()
+                .iter()
+                .position(|c| c.name_str().eq_ignore_ascii_case(name))?;
+            text(row, i, "index check").ok().flatten()
+        };
+        let usable = self.rows(conn, q).await?.iter().any(|row| {
+            let named =
+                field(row, "COLUMN_NAME").is_some_and(|n| n.eq_ignore_ascii_case(&column.name));
+            let btree = field(row, "INDEX_TYPE").is_none_or(|t| t.eq_ignore_ascii_case("BTREE"));
+            let ignored = field(row, "IGNORED").is_some_and(|v| v.eq_ignore_ascii_case("YES"));
+            let hidden = field(row, "IS_VISIBLE").is_some_and(|v| v.eq_ignore_ascii_case("NO"));
+            named && btree && !ignored && !hidden
+        });
+        if !usable {
+            return Ok(Err(format!(
+                "no usable index of the table starts with its time column `{}`, so a second's \
+                 rows are not one read (add a B-tree one: ALTER TABLE … ADD INDEX (`{}`, …), \
+                 docs/SINK-DDL.md)",
+                column.name, column.name
+            )));
+        }
+        Ok(Ok(column))
+    }
+
+    /// Whether `column` can still be read by time: the answer of [`Self::time_readable`],
+    /// read again every `time_recheck` (an index dropped or ignored since start would
+    /// make every read a scan of the table; a key column altered since would make its
+    /// text another than its keys'). One WARN when it no longer can.
+    async fn still_readable(
+        &self,
+        conn: &mut mysql_async::Conn,
+        nbe: bool,
+        how: &KeyQuery,
+        column: &TimeColumn,
+    ) -> Result<bool, SinkError> {
+        let fresh = self
+            .time_checked
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .filter(|look| look.0.elapsed() < self.time_recheck);
+        let look = match fresh {
+            Some(look) => look,
+            None => {
+                let answer = self.time_readable(conn, nbe, how).await?;
+                let look = Arc::new((Instant::now(), answer));
+                if let Ok(mut checked) = self.time_checked.lock() {
+                    let was = checked.replace(Arc::clone(&look));
+                    if let (Some(Ok(_)), Err(why)) = (was.as_ref().map(|w| &w.1), &look.1) {
+                        tracing::warn!(
+                            table = %self.target.table,
+                            reason = %why,
+                            "the sink table can no longer be read by time: due keys are \
+                             counted one by one until a later look (every 5 minutes) finds \
+                             it readable again"
+                        );
+                    }
+                }
+                look
+            }
+        };
+        let answer = &look.1;
+        // The key columns as read now (after a reconnect) must still give this column.
+        let now = how.domain.as_ref().map(time_scan::time_column);
+        Ok(answer.as_ref() == Ok(column) && now.as_ref() == Some(&Ok(column.clone())))
+    }
+
     /// Runs `q` on `conn` and returns its rows, untyped (see [`column`]).
     async fn rows(&self, conn: &mut mysql_async::Conn, q: String) -> Result<Vec<Row>, SinkError> {
         self.with_timeout(conn.query::<Row, _>(q)).await
@@ -963,31 +1077,11 @@ impl Verifier for MysqlSink {
         }
         let (mut c, nbe) = self.checked_conn().await?;
         let how = self.key_query(&mut c, nbe).await?;
-        let Some(domain) = how.domain.as_ref() else {
-            return Ok(Err(
-                "the key columns' types are not listed in information_schema".into(),
-            ));
-        };
-        let column = match time_scan::time_column(domain) {
-            Ok(column) => column,
-            Err(why) => return Ok(Err(why)),
-        };
-        let Some(q) = sql::leading_index_columns(&self.target.table, nbe) else {
-            return Ok(Err("the table name is not `name` or `db.name`".into()));
-        };
-        let mut leading = Vec::new();
-        for row in self.rows(&mut c, q).await? {
-            leading.extend(text(&row, 0, "index check")?);
+        let answer = self.time_readable(&mut c, nbe, &how).await?;
+        if let Ok(mut checked) = self.time_checked.lock() {
+            *checked = Some(Arc::new((Instant::now(), answer.clone())));
         }
-        if !leading.iter().any(|n| n.eq_ignore_ascii_case(&column.name)) {
-            return Ok(Err(format!(
-                "no index of the table starts with its time column `{}`, so a second's rows \
-                 are not one read (add one: ALTER TABLE … ADD INDEX (`{}`, …), \
-                 docs/SINK-DDL.md)",
-                column.name, column.name
-            )));
-        }
-        Ok(Ok(column))
+        Ok(answer)
     }
 
     async fn count_keys_in_time(
@@ -1003,19 +1097,43 @@ impl Verifier for MysqlSink {
         let columns = &self.target.columns.key;
         let (mut c, nbe) = self.checked_conn().await?;
         let how = self.key_query(&mut c, nbe).await?;
-        // Each key as its columns store it, as `count_keys` writes it; keys that read alike
-        // count the row under the first of them, as its join does.
+        if !self.still_readable(&mut c, nbe, &how, column).await? {
+            drop(c);
+            return self.count_keys(keys).await.map(Some);
+        }
+        // Each key as its column stores it, as `count_keys` writes it; keys that read alike
+        // count the row under the first of them, as its join does. A key its column would
+        // store otherwise (restored from state written before keys were converted, or a
+        // column altered since start) may then lie in another second than its bucket, or
+        // be one the column cannot hold: unless its stored form lies in the ranges read,
+        // it is counted by key, as `count_keys` counts it.
         let domain = how.domain.as_ref().filter(|d| !d.is_identity());
-        let stored: Vec<Option<Key>> = keys
+        let stored: Vec<Result<Option<Key>, ()>> = keys
             .iter()
-            .map(|k| domain.and_then(|d| d.key(k).ok().flatten()))
+            .map(|k| domain.map_or(Ok(None), |d| d.key(k).map_err(drop)))
             .collect();
+        let mut by_key: Vec<usize> = Vec::new();
         // foldhash, seeded per map: the rows are the sink's, their bytes anyone's.
         let mut index: foldhash::HashMap<&[u8], usize> =
             foldhash::HashMap::with_capacity_and_hasher(keys.len(), Default::default());
         for (i, (k, s)) in keys.iter().zip(&stored).enumerate() {
-            let packed = s.as_ref().unwrap_or(k).as_bytes();
-            index.entry(packed).or_insert(i);
+            let (packed, read) = match s {
+                Ok(None) => (k.as_bytes(), true),
+                Ok(Some(s)) => (
+                    s.as_bytes(),
+                    column
+                        .bucket(s)
+                        .is_some_and(|b| ranges.iter().any(|r| r.contains(b))),
+                ),
+                Err(()) => (k.as_bytes(), false),
+            };
+            if let std::collections::hash_map::Entry::Vacant(e) = index.entry(packed) {
+                // `usize::MAX`: the row is this key's, counted by key (not by the read).
+                e.insert(if read { i } else { usize::MAX });
+                if !read {
+                    by_key.push(i);
+                }
+            }
         }
         let bounds: Vec<(String, String)> = ranges.iter().map(|r| r.bounds(column.unit)).collect();
         let q = sql::keys_in_time(
@@ -1038,14 +1156,25 @@ impl Verifier for MysqlSink {
                 // there, as the key count's `''`-or-NULL rows do).
                 if rows <= limit
                     && let Some(Value::Bytes(b)) = row.as_ref(0)
-                    && let Some(&i) = index.get(b.as_slice())
+                    && let Some(slot) = index.get(b.as_slice()).and_then(|&i| out.get_mut(i))
                 {
-                    out[i] += 1;
+                    *slot += 1;
                 }
             }
             Ok::<_, mysql_async::Error>((rows <= limit).then_some(out))
         };
-        self.with_timeout(read).await
+        let Some(mut out) = self.with_timeout(read).await? else {
+            return Ok(None);
+        };
+        drop(c);
+        // Rare (keys of old state, a column altered): in batches of the default size.
+        for chunk in by_key.chunks(1_000) {
+            let asked: Vec<&Key> = chunk.iter().map(|&i| keys[i]).collect();
+            for (&i, n) in chunk.iter().zip(self.count_keys(&asked).await?) {
+                out[i] = n;
+            }
+        }
+        Ok(Some(out))
     }
 
     fn max_key_rows(&self) -> usize {

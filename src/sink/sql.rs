@@ -317,9 +317,11 @@ pub fn unique_index_columns(table: &str, nbe: bool) -> Option<String> {
     ))
 }
 
-/// The columns some index of `table` starts with (information_schema.STATISTICS,
-/// `SEQ_IN_INDEX = 1`): a time column among them is one the server reads a range of in
-/// order ([`crate::time_scan`]). `None` for a name of more than two parts.
+/// The first column of each index of `table` (information_schema.STATISTICS,
+/// `SEQ_IN_INDEX = 1`), every column of the view (`INDEX_TYPE`, and where the server has
+/// them MariaDB's `IGNORED` and MySQL's `IS_VISIBLE`): a time column leading a usable one
+/// is one the server reads a range of in order ([`crate::time_scan`]). `None` for a name of
+/// more than two parts.
 pub fn leading_index_columns(table: &str, nbe: bool) -> Option<String> {
     let parts: Vec<&str> = table.split('.').collect();
     let (schema, name) = match parts.as_slice() {
@@ -328,7 +330,7 @@ pub fn leading_index_columns(table: &str, nbe: bool) -> Option<String> {
         _ => return None,
     };
     Some(format!(
-        "SELECT DISTINCT COLUMN_NAME FROM information_schema.STATISTICS \
+        "SELECT * FROM information_schema.STATISTICS \
          WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {} AND SEQ_IN_INDEX = 1",
         string_literal(name, nbe)
     ))

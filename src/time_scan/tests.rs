@@ -222,7 +222,7 @@ fn the_time_column_is_the_first_datetime_or_date_of_a_readable_key() {
     let dt = ColumnType::Datetime { precision: 0 };
     let c = super::time_column(&domain(vec![
         col("ip", "varchar(64)", ColumnType::Text),
-        col("ts", "timestamp", dt),
+        col("n", "int(11)", ColumnType::Integer { min: -5, max: 5 }),
         col("time", "datetime", dt),
         col("day", "date", ColumnType::Date),
     ]))
@@ -250,7 +250,17 @@ fn the_time_column_is_the_first_datetime_or_date_of_a_readable_key() {
         ColumnType::Datetime { precision: 3 },
     )]))
     .expect_err("a TIMESTAMP prints in the session's zone");
-    assert!(why.contains("DATETIME or a DATE"), "{why}");
+    assert!(why.contains("`ts`"), "{why}");
+    let why = super::time_column(&domain(vec![
+        col("time", "datetime", dt),
+        col(
+            "rcode",
+            "smallint(3) unsigned zerofill",
+            ColumnType::Integer { min: 0, max: 65535 },
+        ),
+    ]))
+    .expect_err("a ZEROFILL number prints its zeros");
+    assert!(why.contains("`rcode`"), "{why}");
     let why = super::time_column(&domain(vec![
         col("time", "datetime", dt),
         col("f", "float", ColumnType::Other),
@@ -272,4 +282,17 @@ fn a_key_with_an_empty_typed_value_has_no_bucket() {
         col.bucket(&Key::new(["1.00", "2024-05-01 12:00:00"])),
         Some(20240501120000)
     );
+}
+
+#[test]
+fn a_bucket_busier_than_one_read_takes_is_counted_by_key() {
+    let mut d = Density::new(10);
+    for _ in 0..(super::SCAN_BUCKET_ROWS + 1) {
+        d.add(4);
+    }
+    // Even with as many keys due as rows: one read would be too large.
+    let due = vec![Some(4); super::SCAN_BUCKET_ROWS as usize + 1];
+    let p = plan(&due, &mut d);
+    assert!(p.scans.is_empty());
+    assert_eq!(p.by_key.len(), due.len());
 }

@@ -110,3 +110,28 @@ async fn a_second_crowded_beyond_the_audits_records_goes_by_key() {
     assert_eq!(sink.time_reads(), 1);
     assert_eq!(c.book_mut().expect("book").take_counted(), (0, 2));
 }
+
+#[tokio::test]
+async fn a_read_that_fails_is_unknown_and_its_seconds_go_by_key_next() {
+    let keys: Vec<Key> = (0..4).map(|i| key(i, 0)).collect();
+    let sink = MemorySink::new();
+    sink.read_by_time(column());
+    for k in &keys {
+        sink.insert_key(k);
+    }
+    let mut c = checker(&keys);
+    let tp = TopicPartition::new("t", 0);
+    sink.fail_time_reads(true);
+    let segs = [seg(0, keys.clone())];
+    assert!(
+        c.due(&sink, &tp, &segs, &|_, _| {}).await.is_err(),
+        "a failed read is an unknown round, never a verdict"
+    );
+    // The same question again: no read this time, the keys are counted by key.
+    let v = c
+        .due(&sink, &tp, &segs, &|_, _| {})
+        .await
+        .expect("answered");
+    assert_eq!(present(&v), vec![0, 1, 2, 3]);
+    assert_eq!(c.book_mut().expect("book").take_counted(), (0, 4));
+}
