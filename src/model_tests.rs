@@ -398,6 +398,19 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         // One verify round, `grace` after the commits: partition by partition, as the
         // daemon's round does.
         let at = now + GRACE;
+        // Read by time, the round first reads every partition's due seconds once (the
+        // partitions' questions take those counts), as the daemon's round does.
+        if s.by_time {
+            let mut all = Vec::new();
+            for l in ledgers.iter_mut() {
+                l.track_confirmations(true);
+                all.extend(l.due(at, GRACE, 1_000));
+            }
+            checker
+                .prefetch_due(&w.sink, &all, &|_, _| {})
+                .await
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
         for (p, tp) in tps.iter().enumerate() {
             // As the daemon's round does: a key book tracks confirmations until stored.
             ledgers[p].track_confirmations(true);
@@ -427,6 +440,7 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                 }
             }
         }
+        checker.end_round();
         // The round's first look at a key capped its claims at the rows it showed (later
         // looks in the round saw the same rows).
         for k in &looked {

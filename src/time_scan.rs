@@ -52,8 +52,10 @@ pub enum TimeUnit {
 pub type Bucket = i64;
 
 /// Rows of a due second, per distinct due key, the sink may be read for at most: a second
-/// holding more of them is counted key by key.
-pub const SCAN_RATIO: u64 = 4;
+/// holding more of them is counted key by key. On MariaDB a key counted by key cost the
+/// sink about 11 µs, a row read about 0.6 µs (docs/BENCHMARKS.md): reading up to 8 rows
+/// per key is still the cheaper question by half.
+pub const SCAN_RATIO: u64 = 8;
 
 /// Most rows one read is planned for (the audit's own count): a round's reads are split
 /// into queries of about this many rows, so that no answer holds a whole incident.
@@ -227,6 +229,29 @@ impl TimeRange {
     }
 }
 
+/// An audit's reads by time: its time column, the records read per bucket, and the counts
+/// the round's first read found for every key due this round (on any partition), which the
+/// partitions' own questions take instead of reading the same seconds once per partition.
+#[derive(Debug, Clone)]
+pub struct TimeReads {
+    pub column: TimeColumn,
+    pub density: Density,
+    /// This round's counts by key (see [`crate::verify::Checker::prefetch_due`]); emptied
+    /// when the round ends.
+    pub prefetched: foldhash::HashMap<Key, u64>,
+}
+
+impl TimeReads {
+    /// Reads on `column`, remembering records in up to `buckets` buckets.
+    pub fn new(column: TimeColumn, buckets: usize) -> Self {
+        Self {
+            column,
+            density: Density::new(buckets),
+            prefetched: foldhash::HashMap::default(),
+        }
+    }
+}
+
 /// How many records the audit read in each bucket of its time column: what reading a
 /// bucket's rows will cost the sink, at least. Bounded: beyond `cap` buckets the oldest
 /// are forgotten, and a forgotten bucket is counted key by key.
@@ -312,9 +337,14 @@ pub struct Scan {
 
 impl Scan {
     /// The most rows the read may return before it is given up (its keys then go by key):
-    /// twice what the audit read there, and some room.
+    /// [`SCAN_RATIO`] times what the audit read there, and some room. The sink may hold
+    /// more rows of a second than the audit read so far without another writer: a backlog
+    /// read out of time order (the pipeline wrote the second's records, the audit has read
+    /// some of them).
     pub fn limit(&self) -> u64 {
-        self.expected.saturating_mul(2).saturating_add(1_000)
+        self.expected
+            .saturating_mul(SCAN_RATIO)
+            .saturating_add(1_000)
     }
 }
 

@@ -22,7 +22,7 @@ use crate::ledger::{
     Applied, KeyBook, OffsetRun, PartitionLedger, RecheckBudget, Segment, Verdict, runs,
 };
 use crate::sink::{RangeCount, SinkError, Verifier};
-use crate::time_scan::{self, Bucket, Density, Plan, TimeColumn};
+use crate::time_scan::{self, Bucket, Density, Plan, TimeColumn, TimeReads};
 use crate::types::{Key, Offset, TopicPartition};
 use futures::stream::{self, StreamExt, TryStreamExt};
 // foldhash, seeded per map: keys are record contents (see `ledger::sharded`).
@@ -127,6 +127,54 @@ impl Checker {
         obs: QueryObserver<'_>,
     ) -> Result<Vec<Verdict>, SinkError> {
         self.ask(sink, tp, segs, KeyRound::Due, obs).await
+    }
+
+    /// key_columns read by time: reads the seconds of every key due this round, on every
+    /// partition (`segs`), once, and keeps the counts for the partitions' own questions
+    /// ([`Self::due`]), which then read nothing again: one partition's keys are a
+    /// partition-th of a second's rows, so reading per partition read each row once per
+    /// partition, and past [`time_scan::SCAN_RATIO`] partitions read nothing at all. The
+    /// counts are the sink's at this read, as one batch's are at its query. Keys the plan
+    /// leaves out are counted as before, by the partitions' questions. Nothing is decided.
+    pub async fn prefetch_due<V: Verifier>(
+        &mut self,
+        sink: &V,
+        segs: &[Segment],
+        obs: QueryObserver<'_>,
+    ) -> Result<(), SinkError> {
+        let How::Keys(book) = &mut self.how else {
+            return Ok(());
+        };
+        let Some(reads) = book.time_mut() else {
+            return Ok(());
+        };
+        reads.prefetched.clear();
+        let mut seen: foldhash::HashSet<&Key> = foldhash::HashSet::default();
+        let keys: Vec<&Key> = segs
+            .iter()
+            .flat_map(|s| s.keys.iter())
+            .filter(|k| seen.insert(*k))
+            .collect();
+        drop(seen);
+        let buckets: Vec<Option<Bucket>> = keys.iter().map(|k| reads.column.bucket(k)).collect();
+        let plan = time_scan::plan(&buckets, &mut reads.density);
+        if plan.scans.is_empty() {
+            return Ok(());
+        }
+        let column = reads.column.clone();
+        let counted = read_planned(sink, &column, &plan, &keys, &mut reads.density, obs).await?;
+        reads.prefetched.reserve(counted.len());
+        for (i, c) in counted {
+            reads.prefetched.insert(keys[i].clone(), c);
+        }
+        Ok(())
+    }
+
+    /// The round is over: the counts its prefetch kept go ([`Self::prefetch_due`]).
+    pub fn end_round(&mut self) {
+        if let Some(reads) = self.book_mut().and_then(KeyBook::time_mut) {
+            reads.prefetched = foldhash::HashMap::default();
+        }
     }
 
     /// The verification knobs.
@@ -405,13 +453,7 @@ pub async fn by_keys<V: Verifier>(
     // Due keys are read by time where the sink keeps its rows so (`time_scan`); re-checks
     // ask after a few missing keys scattered over the past, which no read of seconds serves.
     let (counts, read) = match (round, book.time_mut()) {
-        (KeyRound::Due, Some((column, density))) => {
-            let buckets: Vec<Option<Bucket>> = ask.keys.iter().map(|k| column.bucket(k)).collect();
-            let plan = time_scan::plan(&buckets, density);
-            let column = column.clone();
-            ask.count_by_time(sink, &column, plan, density, limits, obs)
-                .await?
-        }
+        (KeyRound::Due, Some(reads)) => ask.count_by_time(sink, reads, limits, obs).await?,
         _ => (ask.count(sink, limits, obs).await?, 0),
     };
     if round == KeyRound::Due {
@@ -519,100 +561,59 @@ impl KeyAsk {
         Ok(counts)
     }
 
-    /// [`Self::count`], the keys of `plan`'s reads counted from the rows of their seconds
-    /// ([`Verifier::count_keys_in_time`], `parallelism` reads at a time) and the rest by
-    /// key, in the asking order. A read that found more rows than its limit gives its keys
-    /// to the key counts; its seconds, and those of a read that failed, are `density`'s
-    /// crowded ones from then on. Nothing is decided here. Returns the counts and how many
-    /// keys the reads counted.
+    /// [`Self::count`] where the audit reads by time: keys this round's prefetch counted
+    /// ([`Checker::prefetch_due`]) take its counts, the keys of the plan's reads are counted
+    /// from the rows of their seconds ([`read_planned`]), and the rest by key, in the asking
+    /// order. Nothing is decided here. Returns the counts and how many keys were counted by
+    /// time.
     pub async fn count_by_time<V: Verifier>(
         &self,
         sink: &V,
-        column: &TimeColumn,
-        plan: Plan,
-        density: &mut Density,
+        reads: &mut TimeReads,
         limits: Limits,
         obs: QueryObserver<'_>,
     ) -> Result<(Vec<u64>, u64), SinkError> {
-        let mut counts: Vec<u64> = vec![0; self.keys.len()];
-        let mut by_key: Vec<bool> = vec![false; self.keys.len()];
-        for &i in &plan.by_key {
-            by_key[i] = true;
-        }
-        // The futures in a vector first, as `count_sorted` does: a lazy map over the scans
-        // made the round's future not `Send` for every lifetime (a rustc limitation).
-        let mut reads = Vec::with_capacity(plan.scans.len());
-        for scan in &plan.scans {
-            let keys: Vec<&Key> = scan.keys.iter().map(|&i| &self.keys[i]).collect();
-            reads.push(read_by_time(sink, column, scan, keys, obs));
-        }
-        let results: Vec<Result<Option<Vec<u64>>, SinkError>> = stream::iter(reads)
-            .buffered(sink.parallelism().max(1))
-            .collect()
-            .await;
-        // A read that failed (a timeout: the seconds hold more than one read takes) fails
-        // the round, as a key count would; its seconds go by key from then on, so that the
-        // next round does not ask the same read again.
-        let mut failed = None;
-        let mut answers: Vec<Option<Vec<u64>>> = Vec::with_capacity(results.len());
-        for (scan, r) in plan.scans.iter().zip(results) {
-            match r {
-                Ok(a) => answers.push(a),
-                Err(e) => {
-                    for &range in &scan.ranges {
-                        density.crowded(range);
-                    }
-                    failed.get_or_insert(e);
-                }
+        let n = self.keys.len();
+        let mut counts: Vec<u64> = vec![0; n];
+        let mut done: Vec<bool> = vec![false; n];
+        let mut by_time = 0u64;
+        for (i, k) in self.keys.iter().enumerate() {
+            if let Some(&c) = reads.prefetched.get(k) {
+                counts[i] = c;
+                done[i] = true;
+                by_time += 1;
             }
         }
-        if let Some(e) = failed {
-            return Err(e);
+        let open: Vec<usize> = (0..n).filter(|&i| !done[i]).collect();
+        let buckets: Vec<Option<Bucket>> = open
+            .iter()
+            .map(|&i| reads.column.bucket(&self.keys[i]))
+            .collect();
+        let plan = time_scan::plan(&buckets, &mut reads.density);
+        let keys: Vec<&Key> = open.iter().map(|&i| &self.keys[i]).collect();
+        let column = reads.column.clone();
+        let read = read_planned(sink, &column, &plan, &keys, &mut reads.density, obs).await?;
+        for (j, c) in read {
+            counts[open[j]] = c;
+            done[open[j]] = true;
+            by_time += 1;
         }
-        let (mut read, mut crowded) = (0usize, 0usize);
-        for (scan, got) in plan.scans.iter().zip(answers) {
-            match got {
-                Some(c) if c.len() == scan.keys.len() => {
-                    read += c.len();
-                    for (&i, n) in scan.keys.iter().zip(c) {
-                        counts[i] = n;
-                    }
-                }
-                Some(c) => {
-                    return Err(SinkError::Rejected(format!(
-                        "sink answered {} counts for {} keys read by time",
-                        c.len(),
-                        scan.keys.len()
-                    )));
-                }
-                None => {
-                    crowded += scan.keys.len();
-                    for &range in &scan.ranges {
-                        density.crowded(range);
-                    }
-                    for &i in &scan.keys {
-                        by_key[i] = true;
-                    }
-                }
-            }
-        }
-        let sorted: Vec<usize> = self.order.iter().copied().filter(|&i| by_key[i]).collect();
+        let sorted: Vec<usize> = self.order.iter().copied().filter(|&i| !done[i]).collect();
         tracing::debug!(
-            keys = self.keys.len(),
-            read_by_time = read,
+            keys = n,
+            by_time,
             reads = plan.scans.len(),
-            over_limit = crowded,
             by_key = sorted.len(),
             "due keys counted"
         );
         if !sorted.is_empty() {
             let keys: Vec<&Key> = sorted.iter().map(|&i| &self.keys[i]).collect();
             let answers = count_sorted(sink, &keys, limits, obs).await?;
-            for (&i, n) in sorted.iter().zip(answers) {
-                counts[i] = n;
+            for (&i, c) in sorted.iter().zip(answers) {
+                counts[i] = c;
             }
         }
-        Ok((counts, read as u64))
+        Ok((counts, by_time))
     }
 
     /// Decides every key with its row count (`counts`, from [`Self::count`]) in one call,
@@ -710,6 +711,61 @@ async fn count_sorted<V: Verifier>(
         .try_collect()
         .await?;
     Ok(answers.into_iter().flatten().collect())
+}
+
+/// The reads of `plan` (over `keys`, its indices), `parallelism` at a time: `(index,
+/// count)` of every key a read counted. A read over its limit counts none of its keys;
+/// its seconds, and those of a read that failed, are `density`'s crowded ones from then on
+/// (counted by key). Any failed read fails the question, as a key count would.
+async fn read_planned<V: Verifier>(
+    sink: &V,
+    column: &TimeColumn,
+    plan: &Plan,
+    keys: &[&Key],
+    density: &mut Density,
+    obs: QueryObserver<'_>,
+) -> Result<Vec<(usize, u64)>, SinkError> {
+    // The futures in a vector first, as `count_sorted` does: a lazy map over the scans
+    // made the round's future not `Send` for every lifetime (a rustc limitation).
+    let mut reads = Vec::with_capacity(plan.scans.len());
+    for scan in &plan.scans {
+        let asked: Vec<&Key> = scan.keys.iter().map(|&i| keys[i]).collect();
+        reads.push(read_by_time(sink, column, scan, asked, obs));
+    }
+    let results: Vec<Result<Option<Vec<u64>>, SinkError>> = stream::iter(reads)
+        .buffered(sink.parallelism().max(1))
+        .collect()
+        .await;
+    let mut failed = None;
+    let mut out = Vec::new();
+    for (scan, r) in plan.scans.iter().zip(results) {
+        match r {
+            Ok(Some(c)) if c.len() == scan.keys.len() => {
+                out.extend(scan.keys.iter().copied().zip(c));
+            }
+            Ok(Some(c)) => {
+                failed.get_or_insert(SinkError::Rejected(format!(
+                    "sink answered {} counts for {} keys read by time",
+                    c.len(),
+                    scan.keys.len()
+                )));
+            }
+            // Over its limit, or failed (a timeout: the seconds hold more than one read
+            // takes): not asked again.
+            Ok(None) | Err(_) => {
+                for &range in &scan.ranges {
+                    density.crowded(range);
+                }
+                if let Err(e) = r {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// One read by time ([`Verifier::count_keys_in_time`]) of `scan`'s ranges for its `keys`.

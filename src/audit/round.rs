@@ -158,6 +158,11 @@ impl Audit {
             time_rule,
             keyed_book,
         };
+        // key_columns read by time: every partition's due keys read once, before the
+        // partitions decide one after the other as always.
+        if !answers.tripped && !self.io.cancel.is_cancelled() {
+            self.prefetch_due(&tps, &rule).await;
+        }
         for tp in &tps {
             if self.io.cancel.is_cancelled() || answers.tripped {
                 break;
@@ -184,6 +189,7 @@ impl Audit {
                 Settled::Unreachable(_) => {}
             }
         }
+        self.checker.end_round();
         self.cap_missing_keys();
         self.cap_open_gaps();
         if let Some(book) = self.checker.book_mut() {
@@ -352,6 +358,43 @@ impl Audit {
         let due = p.ledger.due(rule.due_at, rule.grace, rule.limit);
         let n: u64 = due.iter().map(|s| s.run.len()).sum();
         Some((due, n >= rule.limit))
+    }
+
+    /// key_columns read by time: the seconds of the keys every partition has due this
+    /// round read once ([`crate::verify::Checker::prefetch_due`]). The due records are
+    /// taken as [`Self::due_of`] takes them (the same rule: `due` only splits runs, so
+    /// taking them again there gives the same ones), without its preamble, which stays in
+    /// partition order. A failure only logs: the partitions' own questions ask again and
+    /// are the round's answer.
+    async fn prefetch_due(&mut self, tps: &[TopicPartition], rule: &DueRule) {
+        // No count of an earlier round's outlives it, whatever ended that round early.
+        self.checker.end_round();
+        if rule.hold || self.checker.book().and_then(|b| b.time_column()).is_none() {
+            return;
+        }
+        let mut segs = Vec::new();
+        for tp in tps {
+            let Some(p) = self.parts.get_mut(tp) else {
+                continue;
+            };
+            p.ledger.pipeline.set_time_rule(rule.time_rule);
+            p.ledger.track_confirmations(rule.keyed_book);
+            if p.ledger.pipeline.vanished().is_none() {
+                segs.extend(p.ledger.due(rule.due_at, rule.grace, rule.limit));
+            }
+        }
+        if segs.is_empty() {
+            return;
+        }
+        let obs = self.metrics.query_observer();
+        let r = unless_shut_down!(
+            self.io.cancel,
+            self.checker.prefetch_due(&self.io.sink, &segs, &obs),
+        );
+        if let Err(e) = r {
+            tracing::debug!(audit = %self.cfg.name, error = %e,
+                "reading the round's due seconds failed: the partitions ask for themselves");
+        }
     }
 
     /// The round's claim refresh ([`crate::verify::Checker::refresh_claims`]); whether the

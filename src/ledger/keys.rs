@@ -39,7 +39,7 @@
 use super::PartitionLedger;
 use super::sharded::ShardedMap;
 use crate::key_semantics::KeySemantics;
-use crate::time_scan::{Density, TimeColumn};
+use crate::time_scan::{TimeColumn, TimeReads};
 use crate::types::Key;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as Slot;
@@ -148,7 +148,7 @@ pub struct KeyBook {
     credits_dirty: std::collections::HashMap<Key, u64>,
     /// The key column rows are read by time on, and the records read per bucket of it
     /// ([`crate::time_scan`]): `None` while keys are counted one by one.
-    time: Option<(TimeColumn, Density)>,
+    time: Option<TimeReads>,
     /// Distinct due keys counted since [`Self::take_counted`]: from reads by time, by key.
     counted: (u64, u64),
 }
@@ -209,13 +209,17 @@ impl KeyBook {
     /// Reads due keys by time on `column` from now on ([`crate::time_scan`]), remembering
     /// the records read in up to `buckets` buckets of it; `None`: one by one.
     pub fn set_time_column(&mut self, column: Option<TimeColumn>, buckets: usize) {
-        self.time = column.map(|c| (c, Density::new(buckets)));
+        self.time = column.map(|c| TimeReads::new(c, buckets));
     }
 
-    /// The time column and the records read per bucket of it, when due keys are read by
-    /// time.
-    pub fn time_mut(&mut self) -> Option<(&TimeColumn, &mut Density)> {
-        self.time.as_mut().map(|(c, d)| (&*c, d))
+    /// The audit's reads by time, when due keys are read so.
+    pub fn time_mut(&mut self) -> Option<&mut TimeReads> {
+        self.time.as_mut()
+    }
+
+    /// The key column due keys are read by time on, if they are.
+    pub fn time_column(&self) -> Option<&TimeColumn> {
+        self.time.as_ref().map(|t| &t.column)
     }
 
     /// How the sink table treats rows with equal keys (read from it at start, see
@@ -428,10 +432,10 @@ impl KeyBook {
     /// A record with key `k` was ingested and waits for its verdict.
     pub fn pend(&mut self, k: &Key) {
         // One hash and one probe: the daemon's hot path on key_columns.
-        if let Some((column, density)) = &mut self.time
-            && let Some(b) = column.bucket(k)
+        if let Some(t) = &mut self.time
+            && let Some(b) = t.column.bucket(k)
         {
-            density.add(b);
+            t.density.add(b);
         }
         let e = self.entries.get_or_default(k);
         e.pending += 1;
