@@ -25,6 +25,15 @@ struct Parsed<'a> {
 /// form) must cost no allocation (a `format!` per value was a fifth of the daemon's CPU
 /// under key_columns).
 pub(super) fn datetime(v: &str, precision: u8, rule: Fraction) -> Option<Cow<'_, str>> {
+    if is_stored_form(v.as_bytes(), usize::from(precision.min(6))) {
+        return Some(Cow::Borrowed(v));
+    }
+    convert(v, precision, rule)
+}
+
+/// [`datetime`] without the check for a value already in stored form (the tests compare
+/// the two).
+pub(super) fn convert(v: &str, precision: u8, rule: Fraction) -> Option<Cow<'_, str>> {
     let p = parse(v)?;
     let precision = usize::from(precision.min(6));
     // The kept digits, right-padded with zeros.
@@ -59,6 +68,43 @@ pub(super) fn datetime(v: &str, precision: u8, rule: Fraction) -> Option<Cow<'_,
         out.number(kept, precision);
     }
     Some(out.into_cow(v))
+}
+
+/// Whether `b` is already `YYYY-MM-DD HH:MM:SS` with exactly `precision` fraction digits,
+/// a date the calendar has and a time of day: what the general path would write back
+/// unchanged. The decoder's keys are written so, and the sink checks every key again
+/// before it asks; parsing them in full was a tenth of the daemon's CPU under key_columns.
+pub(super) fn is_stored_form(b: &[u8], precision: usize) -> bool {
+    let len = if precision == 0 { 19 } else { 20 + precision };
+    if b.len() != len || (precision > 0 && b[19] != b'.') {
+        return false;
+    }
+    let digits = |r: std::ops::Range<usize>| -> Option<u32> {
+        b[r].iter().try_fold(0u32, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    let seps = [(4, b'-'), (7, b'-'), (10, b' '), (13, b':'), (16, b':')];
+    if seps.iter().any(|&(at, c)| b[at] != c) || (precision > 0 && digits(20..len).is_none()) {
+        return false;
+    }
+    let (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(s)) = (
+        digits(0..4),
+        digits(5..7),
+        digits(8..10),
+        digits(11..13),
+        digits(14..16),
+        digits(17..19),
+    ) else {
+        return false;
+    };
+    h < 24
+        && mi < 60
+        && s < 60
+        && i32::try_from(y)
+            .ok()
+            .and_then(|y| NaiveDate::from_ymd_opt(y, mo, d))
+            .is_some()
 }
 
 /// `v` (trimmed) stored in a `DATE` column: its date. A time part is dropped, as MariaDB,

@@ -533,3 +533,32 @@ fn key_is_rebuilt_only_when_a_value_changes() {
     );
     assert!(first.key(&Key::new(["2024-13-01", "x"])).is_err());
 }
+
+proptest! {
+    /// A value the fast check takes as already stored is one the full conversion writes
+    /// back unchanged, under either fraction rule; and every value the conversion writes
+    /// is taken by the check.
+    #[test]
+    fn the_stored_form_check_agrees_with_the_conversion(
+        (y, mo, d) in (0u32..=9999, 0u32..=13, 0u32..=32),
+        (h, mi, s) in (0u32..=25, 0u32..=61, 0u32..=61),
+        frac in proptest::collection::vec(0u8..=9, 0..=7),
+        p in 0u8..=6,
+        round in any::<bool>(),
+    ) {
+        use super::temporal::{convert, is_stored_form};
+        let rule = if round { Fraction::Round } else { Fraction::Truncate };
+        let mut v = format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}");
+        if !frac.is_empty() {
+            v.push('.');
+            v.extend(frac.iter().map(|&f| char::from(b'0' + f)));
+        }
+        let slow = convert(&v, p, rule);
+        if is_stored_form(v.as_bytes(), usize::from(p)) {
+            prop_assert_eq!(slow.as_deref(), Some(v.as_str()));
+        }
+        if let Some(out) = slow {
+            prop_assert!(is_stored_form(out.as_bytes(), usize::from(p)), "{} from {}", out, v);
+        }
+    }
+}

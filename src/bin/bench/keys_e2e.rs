@@ -39,6 +39,9 @@ struct Measured {
     queries: f64,
     /// Rounds that verified something: count, seconds before the store write, seconds of it.
     rounds: (usize, f64, f64),
+    /// The server's (busy, CPU) seconds for the daemon's connections over the run
+    /// ([`crate::keys_ordered::server_time`]).
+    server: Option<(f64, f64)>,
 }
 
 /// Produces `n` records, loads their rows, measures the bare consumer and the daemon.
@@ -71,6 +74,20 @@ pub async fn rows(
         format!("{:.3}", m.daemon_rate / m.bare_rate.max(1e-9)),
         "≥ 0.10 (≥ 100 k rec/s)",
     ));
+    if let Some((busy, cpu)) = m.server {
+        let per_million = 1e6 / n as f64;
+        out.push(row(
+            "key_columns end to end (key by key): the server's work",
+            format!(
+                "{:.2} s busy, {:.2} s CPU per million records",
+                busy * per_million,
+                cpu * per_million
+            ),
+            "MariaDB USER_STATISTICS, the daemon's user, over the run",
+            "—".into(),
+            "— (the baseline of the read-by-time rows)",
+        ));
+    }
     let (r, verified, stored) = m.rounds;
     eprintln!("keys e2e: {r} rounds, {verified:.2} s verifying, {stored:.2} s writing the store");
     out.push(row(
@@ -105,6 +122,7 @@ const SETUP: e2e::Setup = e2e::Setup {
 
 async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64) -> Result<Measured> {
     let run = e2e::run(bin, (brokers, mysql), n, &SETUP, async |d: &Daemon| {
+        let server_before = crate::keys_ordered::server_time();
         let deadline = Instant::now() + Duration::from_secs(1800);
         let mut first: Option<Instant> = None;
         loop {
@@ -150,10 +168,13 @@ async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64) -> Result<Measu
         let verified: u64 = split.iter().map(|r| r.1).sum();
         let stored: u64 = split.iter().map(|r| r.0.saturating_sub(r.1)).sum();
         let rounds = (split.len(), verified as f64 / 1e3, stored as f64 / 1e3);
-        Ok((per_sec(n, window), cpu, queries, rounds))
+        let server = server_before
+            .zip(crate::keys_ordered::server_time())
+            .map(|((b0, c0), (b1, c1))| (b1 - b0, c1 - c0));
+        Ok((per_sec(n, window), cpu, queries, rounds, server))
     })
     .await?;
-    let (daemon_rate, daemon_cpu, queries, rounds) = run.sampled;
+    let (daemon_rate, daemon_cpu, queries, rounds, server) = run.sampled;
     Ok(Measured {
         daemon_rate,
         daemon_cpu_us: daemon_cpu.as_secs_f64() * 1e6 / n as f64,
@@ -161,6 +182,7 @@ async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64) -> Result<Measu
         bare_cpu_us: run.bare_cpu.as_secs_f64() * 1e6 / n as f64,
         queries,
         rounds,
+        server,
     })
 }
 

@@ -117,6 +117,29 @@ fn expected(n: u64) -> (u64, u64) {
     (count(7), count(500))
 }
 
+/// The server's own time for the test user (`gap`): seconds its connections were busy
+/// and of CPU, from MariaDB's `information_schema.USER_STATISTICS` (turned on with
+/// `userstat`), read over the root socket the test environment's MariaDB has
+/// (`GAP_AUDITOR_TEST_MYSQL_SOCKET`). `None` where it cannot be read: the row then says so.
+pub fn server_time() -> Option<(f64, f64)> {
+    let socket = std::env::var("GAP_AUDITOR_TEST_MYSQL_SOCKET").ok()?;
+    let out = std::process::Command::new("mariadb")
+        .args(["-uroot", "--socket", &socket, "-N", "-e"])
+        .arg(
+            "SET GLOBAL userstat = 1; SELECT COALESCE(SUM(BUSY_TIME), 0), \
+             COALESCE(SUM(CPU_TIME), 0) FROM information_schema.USER_STATISTICS \
+             WHERE USER = 'gap'",
+        )
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace().map(|v| v.parse::<f64>().ok());
+    Some((it.next()??, it.next()??))
+}
+
 /// What one run measured.
 struct Measured {
     daemon_rate: f64,
@@ -127,6 +150,8 @@ struct Measured {
     query_seconds: f64,
     lost: f64,
     duplicated: f64,
+    /// The server's (busy, CPU) seconds for the daemon's connections over the run.
+    server: Option<(f64, f64)>,
 }
 
 /// Both orders: rows of the document.
@@ -142,12 +167,13 @@ pub async fn rows(
         let m = measure(bin, brokers, mysql, n, order).await?;
         eprintln!(
             "keys by time, {}: daemon {} ({:.2} µs CPU/record, {:.0} queries, {:.2} s of sink \
-             queries), bare {}; lost {} duplicated {}",
+             queries, server (busy, CPU) {:?} s), bare {}; lost {} duplicated {}",
             order.name(),
             fmt_rate(m.daemon_rate),
             m.daemon_cpu_us,
             m.queries,
             m.query_seconds,
+            m.server,
             fmt_rate(m.bare_rate),
             m.lost,
             m.duplicated
@@ -181,10 +207,21 @@ pub async fn rows(
             format!("{:.3}", m.daemon_rate / m.bare_rate.max(1e-9)),
             rate_target,
         ));
+        let server = m.server.map_or_else(
+            || "server time not readable (USER_STATISTICS over the root socket)".to_string(),
+            |(busy, cpu)| {
+                format!(
+                    "server: {:.2} s busy, {:.2} s CPU per million records",
+                    busy * per_million,
+                    cpu * per_million
+                )
+            },
+        );
         out.push(row(
             &format!("key_columns read by time, sink work, {}", order.name()),
             format!(
-                "{:.2} s of sink queries per million records ({:.0} queries per million)",
+                "{server}; the daemon's query seconds {:.2} per million ({:.0} queries per \
+                 million)",
                 m.query_seconds * per_million,
                 m.queries * per_million
             ),
@@ -225,6 +262,7 @@ async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64, order: Order) -
         matching: daemon::KEY_MATCH,
     };
     let run = e2e::run(bin, (brokers, mysql), n, &setup, async |d: &Daemon| {
+        let server_before = server_time();
         let deadline = Instant::now() + Duration::from_secs(1800);
         let mut first: Option<Instant> = None;
         loop {
@@ -260,10 +298,13 @@ async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64, order: Order) -
                 "gap_auditor_records_duplicated_total",
             ])
             .await?;
-        Ok((per_sec(n, window), cpu, m))
+        let server = server_before
+            .zip(server_time())
+            .map(|((b0, c0), (b1, c1))| (b1 - b0, c1 - c0));
+        Ok((per_sec(n, window), cpu, m, server))
     })
     .await?;
-    let (daemon_rate, cpu, m) = run.sampled;
+    let (daemon_rate, cpu, m, server) = run.sampled;
     Ok(Measured {
         daemon_rate,
         daemon_cpu_us: cpu.as_secs_f64() * 1e6 / n as f64,
@@ -273,6 +314,7 @@ async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64, order: Order) -
         query_seconds: m[1],
         lost: m[2],
         duplicated: m[3],
+        server,
     })
 }
 
@@ -286,5 +328,7 @@ time order, one up to 10 minutes out of order. The table misses every record `i`
 `i % 1000 == 7` and holds every `i % 1000 == 500` twice (0.1 % each); the run fails \
 unless the daemon reports exactly those counts lost and duplicated. Rate: first record \
 consumed to last record decided (/metrics every 100 ms), beside the bare consumer on the \
-same topic in the same run (median of 3 passes). Sink work: the daemon's own query count \
-and query seconds. CPU per record: the daemon's user + system time over its whole run.\n";
+same topic in the same run (median of 3 passes). Sink work: the server's own busy and CPU \
+seconds for the daemon's user over the run (MariaDB `information_schema.USER_STATISTICS`, \
+`userstat` on), beside the daemon's query count and the seconds its queries took as it saw \
+them (4 at once, each holding the decoding of its rows). CPU per record: the daemon's user + system time over its whole run.\n";
