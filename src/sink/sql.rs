@@ -277,6 +277,17 @@ fn column_charset(collation: &str, charset: Option<&str>) -> String {
     }
 }
 
+/// `table`'s schema and name as SQL for an information_schema filter: `DATABASE()` (the
+/// session's) or `'db'`, and `'t'`, split as [`table_ident`] splits it; `None` for a name
+/// of more parts (which [`table_ident`] cannot write as a valid table either).
+fn schema_and_name(table: &str, nbe: bool) -> Option<(String, String)> {
+    match table.split('.').collect::<Vec<_>>().as_slice() {
+        [name] => Some(("DATABASE()".to_string(), string_literal(name, nbe))),
+        [db, name] => Some((string_literal(db, nbe), string_literal(name, nbe))),
+        _ => None,
+    }
+}
+
 /// `SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME, COLUMN_TYPE,
 /// DATETIME_PRECISION, NUMERIC_PRECISION, NUMERIC_SCALE FROM information_schema.COLUMNS
 /// WHERE TABLE_SCHEMA = … AND TABLE_NAME = …`: the types (with precision and scale) and
@@ -285,17 +296,12 @@ fn column_charset(collation: &str, charset: Option<&str>) -> String {
 /// `DATABASE()`) or `db.t`, split as [`table_ident`] splits it; `None` for a name of more
 /// parts (which [`table_ident`] cannot write as a valid table either).
 pub fn column_collations(table: &str, nbe: bool) -> Option<String> {
-    let parts: Vec<&str> = table.split('.').collect();
-    let (schema, name) = match parts.as_slice() {
-        [name] => ("DATABASE()".to_string(), *name),
-        [db, name] => (string_literal(db, nbe), *name),
-        _ => return None,
-    };
+    let (schema, name) = schema_and_name(table, nbe)?;
     Some(format!(
         "SELECT COLUMN_NAME, DATA_TYPE, COLLATION_NAME, CHARACTER_SET_NAME, COLUMN_TYPE, \
          DATETIME_PRECISION, NUMERIC_PRECISION, NUMERIC_SCALE \
          FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {}",
-        string_literal(name, nbe)
+        name
     ))
 }
 
@@ -303,17 +309,12 @@ pub fn column_collations(table: &str, nbe: bool) -> Option<String> {
 /// index order (see [`crate::key_semantics::from_unique_indexes`]); `None` where `table` is
 /// not `name` or `db.name`.
 pub fn unique_index_columns(table: &str, nbe: bool) -> Option<String> {
-    let parts: Vec<&str> = table.split('.').collect();
-    let (schema, name) = match parts.as_slice() {
-        [name] => ("DATABASE()".to_string(), *name),
-        [db, name] => (string_literal(db, nbe), *name),
-        _ => return None,
-    };
+    let (schema, name) = schema_and_name(table, nbe)?;
     Some(format!(
         "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS \
          WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {} AND NON_UNIQUE = 0 \
          ORDER BY INDEX_NAME, SEQ_IN_INDEX",
-        string_literal(name, nbe)
+        name
     ))
 }
 
@@ -323,16 +324,11 @@ pub fn unique_index_columns(table: &str, nbe: bool) -> Option<String> {
 /// is one the server reads a range of in order ([`crate::time_scan`]). `None` for a name of
 /// more than two parts.
 pub fn leading_index_columns(table: &str, nbe: bool) -> Option<String> {
-    let parts: Vec<&str> = table.split('.').collect();
-    let (schema, name) = match parts.as_slice() {
-        [name] => ("DATABASE()".to_string(), *name),
-        [db, name] => (string_literal(db, nbe), *name),
-        _ => return None,
-    };
+    let (schema, name) = schema_and_name(table, nbe)?;
     Some(format!(
         "SELECT * FROM information_schema.STATISTICS \
          WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = {} AND SEQ_IN_INDEX = 1",
-        string_literal(name, nbe)
+        name
     ))
 }
 
