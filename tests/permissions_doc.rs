@@ -203,6 +203,8 @@ fn every_sql_statement_kind_is_on_the_permissions_page() {
     ]);
     for (needle, on_page) in [
         ("information_schema.COLUMNS", "information_schema.COLUMNS"),
+        ("SEQ_IN_INDEX = 1", "SEQ_IN_INDEX = 1"),
+        ("SELECT CONCAT(", "SELECT CONCAT("),
         ("SET NAMES", "SET NAMES"),
         ("INSERT INTO", "INSERT"),
         ("COUNT(", "SELECT"),
