@@ -70,6 +70,10 @@ pub const TIME_BUCKETS: usize = 1 << 18;
 /// sink's `query_timeout`.
 pub const SCAN_BUCKET_ROWS: u64 = 500_000;
 
+/// Most distinct keys a round reads for all its partitions at once
+/// ([`crate::verify::Checker::prefetch_due`]); the partitions past them read for themselves.
+pub const PREFETCH_KEYS: usize = 250_000;
+
 /// Most time ranges OR-ed in one read.
 pub const SCAN_RANGES: usize = 256;
 
@@ -342,14 +346,16 @@ pub struct Scan {
 
 impl Scan {
     /// The most rows the read may return before it is given up (its keys then go by key):
-    /// [`SCAN_RATIO`] times what the audit read there, and some room. The sink may hold
-    /// more rows of a second than the audit read so far without another writer: a backlog
-    /// read out of time order (the pipeline wrote the second's records, the audit has read
-    /// some of them).
+    /// four times what the audit read there, and some room, and never more than twice
+    /// [`SCAN_BUCKET_ROWS`]. The sink may hold more rows of a second than the audit read
+    /// so far without another writer: a backlog read out of time order (the pipeline wrote
+    /// the second's records, the audit has read some of them). A read given up costs at
+    /// most `4 × SCAN_RATIO` rows per key, on top of the key counts that follow.
     pub fn limit(&self) -> u64 {
         self.expected
-            .saturating_mul(SCAN_RATIO)
+            .saturating_mul(4)
             .saturating_add(1_000)
+            .min(SCAN_BUCKET_ROWS * 2)
     }
 }
 

@@ -134,8 +134,11 @@ impl Checker {
     /// ([`Self::due`]), which then read nothing again: one partition's keys are a
     /// partition-th of a second's rows, so reading per partition read each row once per
     /// partition, and past [`time_scan::SCAN_RATIO`] partitions read nothing at all. The
-    /// counts are the sink's at this read, as one batch's are at its query. Keys the plan
-    /// leaves out are counted as before, by the partitions' questions. Nothing is decided.
+    /// counts are the sink's at this read, as one batch's are at its query; a re-check
+    /// later in the round counts afresh and its count replaces the read's, so that the looks
+    /// at a key in a round only ever see the sink later, as partition-by-partition counts
+    /// did. Keys the plan leaves out are counted as before, by the partitions' questions.
+    /// Nothing is decided.
     pub async fn prefetch_due<V: Verifier>(
         &mut self,
         sink: &V,
@@ -454,6 +457,19 @@ pub async fn by_keys<V: Verifier>(
     // ask after a few missing keys scattered over the past, which no read of seconds serves.
     let (counts, read) = match (round, book.time_mut()) {
         (KeyRound::Due, Some(reads)) => ask.count_by_time(sink, reads, limits, obs).await?,
+        (KeyRound::Recheck, Some(reads)) if !reads.prefetched.is_empty() => {
+            let counts = ask.count(sink, limits, obs).await?;
+            // A re-check counts afresh; a key the round's read counted takes the fresher
+            // count for the rest of the round. Deciding a due record on the read's older
+            // count after a re-check saw more rows would let the book give a row the read
+            // did not see to the missing record and call the due one lost.
+            for (k, &c) in ask.keys.iter().zip(&counts) {
+                if let Some(p) = reads.prefetched.get_mut(k) {
+                    *p = c;
+                }
+            }
+            (counts, 0)
+        }
         _ => (ask.count(sink, limits, obs).await?, 0),
     };
     if round == KeyRound::Due {
@@ -564,8 +580,8 @@ impl KeyAsk {
     /// [`Self::count`] where the audit reads by time: keys this round's prefetch counted
     /// ([`Checker::prefetch_due`]) take its counts, the keys of the plan's reads are counted
     /// from the rows of their seconds ([`read_planned`]), and the rest by key, in the asking
-    /// order. Nothing is decided here. Returns the counts and how many keys were counted by
-    /// time.
+    /// order. Nothing is decided here. Returns the counts and how many
+    /// keys were counted by time.
     pub async fn count_by_time<V: Verifier>(
         &self,
         sink: &V,

@@ -5,6 +5,7 @@ use super::{Audit, OFFSET_ROUND_RECORDS};
 use crate::config::MatchStrategy;
 use crate::ledger::{Applied, NextPiece, OffsetRun, RecheckBudget, Segment, Verdict};
 use crate::sink::{SinkError, Verifier};
+use crate::time_scan;
 use crate::types::TopicPartition;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -161,7 +162,7 @@ impl Audit {
         // key_columns read by time: every partition's due keys read once, before the
         // partitions decide one after the other as always.
         if !answers.tripped && !self.io.cancel.is_cancelled() {
-            self.prefetch_due(&tps, &rule).await;
+            self.prefetch_due(&tps, &rule, &mut answers).await;
         }
         for tp in &tps {
             if self.io.cancel.is_cancelled() || answers.tripped {
@@ -364,9 +365,15 @@ impl Audit {
     /// round read once ([`crate::verify::Checker::prefetch_due`]). The due records are
     /// taken as [`Self::due_of`] takes them (the same rule: `due` only splits runs, so
     /// taking them again there gives the same ones), without its preamble, which stays in
-    /// partition order. A failure only logs: the partitions' own questions ask again and
-    /// are the round's answer.
-    async fn prefetch_due(&mut self, tps: &[TopicPartition], rule: &DueRule) {
+    /// partition order. Up to [`time_scan::PREFETCH_KEYS`] keys: the partitions past them
+    /// read for themselves. A failure is the round's, as a partition's question's would
+    /// be (an unreachable sink ends the round's questions).
+    async fn prefetch_due(
+        &mut self,
+        tps: &[TopicPartition],
+        rule: &DueRule,
+        answers: &mut Answers,
+    ) {
         // No count of an earlier round's outlives it, whatever ended that round early.
         self.checker.end_round();
         if rule.hold || self.checker.book().and_then(|b| b.time_column()).is_none() {
@@ -382,6 +389,10 @@ impl Audit {
             if p.ledger.pipeline.vanished().is_none() {
                 segs.extend(p.ledger.due(rule.due_at, rule.grace, rule.limit));
             }
+            // Bounded: the keys of every partition held at once would be `max_pending`.
+            if segs.iter().map(|s| s.keys.len()).sum::<usize>() >= time_scan::PREFETCH_KEYS {
+                break;
+            }
         }
         if segs.is_empty() {
             return;
@@ -391,9 +402,9 @@ impl Audit {
             self.io.cancel,
             self.checker.prefetch_due(&self.io.sink, &segs, &obs),
         );
-        if let Err(e) = r {
-            tracing::debug!(audit = %self.cfg.name, error = %e,
-                "reading the round's due seconds failed: the partitions ask for themselves");
+        match r {
+            Ok(()) => answers.queried = true,
+            Err(e) => answers.failed(e),
         }
     }
 

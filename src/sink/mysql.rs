@@ -1101,37 +1101,22 @@ impl Verifier for MysqlSink {
             drop(c);
             return self.count_keys(keys).await.map(Some);
         }
-        // Each key as its column stores it, as `count_keys` writes it; keys that read alike
-        // count the row under the first of them, as its join does. A key its column would
-        // store otherwise (restored from state written before keys were converted, or a
-        // column altered since start) may then lie in another second than its bucket, or
-        // be one the column cannot hold: unless its stored form lies in the ranges read,
-        // it is counted by key, as `count_keys` counts it.
+        // A key its column would store otherwise (restored from state written before keys
+        // were converted, or a column altered since start) may lie in another second than
+        // its bucket, or be one the column cannot hold: it is counted by key, as
+        // `count_keys` counts it. The rest, each already in its stored form and so distinct
+        // from every other, are read.
         let domain = how.domain.as_ref().filter(|d| !d.is_identity());
-        let stored: Vec<Result<Option<Key>, ()>> = keys
-            .iter()
-            .map(|k| domain.map_or(Ok(None), |d| d.key(k).map_err(drop)))
-            .collect();
-        let mut by_key: Vec<usize> = Vec::new();
+        let mut by_key: Vec<(usize, Option<Key>)> = Vec::new();
         // foldhash, seeded per map: the rows are the sink's, their bytes anyone's.
         let mut index: foldhash::HashMap<&[u8], usize> =
             foldhash::HashMap::with_capacity_and_hasher(keys.len(), Default::default());
-        for (i, (k, s)) in keys.iter().zip(&stored).enumerate() {
-            let (packed, read) = match s {
-                Ok(None) => (k.as_bytes(), true),
-                Ok(Some(s)) => (
-                    s.as_bytes(),
-                    column
-                        .bucket(s)
-                        .is_some_and(|b| ranges.iter().any(|r| r.contains(b))),
-                ),
-                Err(()) => (k.as_bytes(), false),
-            };
-            if let std::collections::hash_map::Entry::Vacant(e) = index.entry(packed) {
-                // `usize::MAX`: the row is this key's, counted by key (not by the read).
-                e.insert(if read { i } else { usize::MAX });
-                if !read {
-                    by_key.push(i);
+        for (i, k) in keys.iter().enumerate() {
+            match domain.map(|d| d.key(k)) {
+                Some(Ok(Some(stored))) => by_key.push((i, Some(stored))),
+                Some(Err(_)) => by_key.push((i, None)),
+                _ => {
+                    index.insert(k.as_bytes(), i);
                 }
             }
         }
@@ -1167,11 +1152,36 @@ impl Verifier for MysqlSink {
             return Ok(None);
         };
         drop(c);
-        // Rare (keys of old state, a column altered): in batches of the default size.
-        for chunk in by_key.chunks(1_000) {
-            let asked: Vec<&Key> = chunk.iter().map(|&i| keys[i]).collect();
-            for (&i, n) in chunk.iter().zip(self.count_keys(&asked).await?) {
-                out[i] = n;
+        // Rare (keys of old state, a column altered): in batches of up to 1,000 in which no
+        // two keys store alike, so that each gets every row of its stored form, as it did
+        // when each partition asked for its own keys (a batch counts a row under the first
+        // of two keys that store alike: the other would read as lost).
+        let mut batch: Vec<usize> = Vec::new();
+        let mut stored_in_batch: std::collections::HashSet<Vec<u8>> =
+            std::collections::HashSet::new();
+        let mut pending = by_key.into_iter().peekable();
+        while pending.peek().is_some() || !batch.is_empty() {
+            let next = pending.next_if(|(_, stored)| {
+                batch.len() < 1_000
+                    && stored
+                        .as_ref()
+                        .is_none_or(|s| !stored_in_batch.contains(s.as_bytes()))
+            });
+            match next {
+                Some((i, stored)) => {
+                    if let Some(s) = stored {
+                        stored_in_batch.insert(s.as_bytes().to_vec());
+                    }
+                    batch.push(i);
+                }
+                None => {
+                    let asked: Vec<&Key> = batch.iter().map(|&i| keys[i]).collect();
+                    for (&i, n) in batch.iter().zip(self.count_keys(&asked).await?) {
+                        out[i] = n;
+                    }
+                    batch.clear();
+                    stored_in_batch.clear();
+                }
             }
         }
         Ok(Some(out))

@@ -193,7 +193,13 @@ async fn a_read_by_time_counts_every_key_as_the_key_count_does() {
         let keys = keys_of(&s, &column).await;
         assert!(keys.len() > 100, "{} keys", keys.len());
         let refs: Vec<&Key> = keys.iter().map(|(k, _)| k).collect();
-        let by_key = s.count_keys(&refs).await.expect("key count");
+        // Each key asked alone: it gets every row of its stored form. (In one batch, a
+        // raw key and its converted twin share the rows, counted under the first of them;
+        // a read never splits them so, see `count_keys_in_time`.)
+        let mut by_key = Vec::with_capacity(refs.len());
+        for k in &refs {
+            by_key.extend(s.count_keys(&[*k]).await.expect("key count"));
+        }
         let buckets: BTreeSet<i64> = keys.iter().map(|(_, b)| *b).collect();
         // Every bucket its own range, and all of them at once.
         let one_each: Vec<TimeRange> = buckets

@@ -135,3 +135,47 @@ async fn a_read_that_fails_is_unknown_and_its_seconds_go_by_key_next() {
     assert_eq!(present(&v), vec![0, 1, 2, 3]);
     assert_eq!(c.book_mut().expect("book").take_counted(), (0, 4));
 }
+
+/// Review 40b: a round reads its due seconds first; a re-check later in the round that sees
+/// more rows (a late row landed since the read) must be what the due decisions after it
+/// see, or the book gives the row the read did not see to the missing record and calls the
+/// due one lost.
+#[tokio::test]
+async fn a_recheck_that_sees_more_rows_than_the_rounds_read_is_what_later_decisions_see() {
+    let k = key(1, 0);
+    let sink = MemorySink::new();
+    sink.read_by_time(column());
+    // Two records of one key: r0 on t-0, r1 on t-1.
+    let mut c = checker(&[k.clone(), k.clone()]);
+    let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    let only = |first| [seg(first, vec![k.clone()])];
+    // Round 1: r0 is due and has no row: missing.
+    c.prefetch_due(&sink, &only(0), &|_, _| {})
+        .await
+        .expect("read");
+    let v = c
+        .due(&sink, &t0, &only(0), &|_, _| {})
+        .await
+        .expect("answered");
+    assert!(present(&v).is_empty());
+    c.end_round();
+    // r1's row lands; round 2 reads it (one row); then r0's row lands.
+    sink.insert_key(&k);
+    c.prefetch_due(&sink, &only(0), &|_, _| {})
+        .await
+        .expect("read");
+    sink.insert_key(&k);
+    // t-0's re-check counts afresh: two rows, r0 is late.
+    let v = c
+        .recheck(&sink, &t0, &only(0), &|_, _| {})
+        .await
+        .expect("answered");
+    assert_eq!(present(&v), vec![0]);
+    // t-1's due record sees the fresher count: confirmed, not lost.
+    let v = c
+        .due(&sink, &t1, &only(0), &|_, _| {})
+        .await
+        .expect("answered");
+    assert_eq!(present(&v), vec![0], "r1's row is in the sink");
+    c.end_round();
+}
