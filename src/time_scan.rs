@@ -70,9 +70,11 @@ pub const TIME_BUCKETS: usize = 1 << 18;
 /// sink's `query_timeout`.
 pub const SCAN_BUCKET_ROWS: u64 = 500_000;
 
-/// Most distinct keys a round reads for all its partitions at once
+/// Most keys a round reads for all its partitions at once
 /// ([`crate::verify::Checker::prefetch_due`]); the partitions past them read for themselves.
-pub const PREFETCH_KEYS: usize = 250_000;
+/// Four partitions' default round limit (100 k due records each) fit with room; a key held
+/// for the round costs about 60 bytes, so 30 MB at most.
+pub const PREFETCH_KEYS: usize = 500_000;
 
 /// Most time ranges OR-ed in one read.
 pub const SCAN_RANGES: usize = 256;
