@@ -593,11 +593,15 @@ impl KeyAsk {
         let mut counts: Vec<u64> = vec![0; n];
         let mut done: Vec<bool> = vec![false; n];
         let mut by_time = 0u64;
-        for (i, k) in self.keys.iter().enumerate() {
-            if let Some(&c) = reads.prefetched.get(k) {
-                counts[i] = c;
-                done[i] = true;
-                by_time += 1;
+        // Outside a round's read (`check`, a partition past the prefetch) nothing is kept:
+        // no key is hashed for it.
+        if !reads.prefetched.is_empty() {
+            for (i, k) in self.keys.iter().enumerate() {
+                if let Some(&c) = reads.prefetched.get(k) {
+                    counts[i] = c;
+                    done[i] = true;
+                    by_time += 1;
+                }
             }
         }
         let open: Vec<usize> = (0..n).filter(|&i| !done[i]).collect();

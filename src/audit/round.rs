@@ -379,7 +379,7 @@ impl Audit {
         if rule.hold || self.checker.book().and_then(|b| b.time_column()).is_none() {
             return;
         }
-        let mut segs = Vec::new();
+        let (mut segs, mut keys) = (Vec::new(), 0usize);
         for tp in tps {
             let Some(p) = self.parts.get_mut(tp) else {
                 continue;
@@ -387,10 +387,12 @@ impl Audit {
             p.ledger.pipeline.set_time_rule(rule.time_rule);
             p.ledger.track_confirmations(rule.keyed_book);
             if p.ledger.pipeline.vanished().is_none() {
-                segs.extend(p.ledger.due(rule.due_at, rule.grace, rule.limit));
+                let due = p.ledger.due(rule.due_at, rule.grace, rule.limit);
+                keys += due.iter().map(|s| s.keys.len()).sum::<usize>();
+                segs.extend(due);
             }
             // Bounded: the keys of every partition held at once would be `max_pending`.
-            if segs.iter().map(|s| s.keys.len()).sum::<usize>() >= time_scan::PREFETCH_KEYS {
+            if keys >= time_scan::PREFETCH_KEYS {
                 break;
             }
         }

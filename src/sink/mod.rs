@@ -140,8 +140,9 @@ pub trait Verifier: Send + Sync {
 
     /// Rows per key, aligned with `keys` and counted as [`Self::count_keys`] counts them,
     /// read from every row whose `column` value lies in `ranges` (each key's own time lies
-    /// in one of them). `Ok(None)` when more than `limit` rows lie there: the keys are then
-    /// counted by key.
+    /// in one of them). `Ok(None)` when the keys were not counted: more than `limit` rows
+    /// lie there, or the table can no longer be read by time (an index dropped since):
+    /// they are then counted by key.
     fn count_keys_in_time(
         &self,
         column: &TimeColumn,

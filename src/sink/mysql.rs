@@ -1097,9 +1097,9 @@ impl Verifier for MysqlSink {
         let columns = &self.target.columns.key;
         let (mut c, nbe) = self.checked_conn().await?;
         let how = self.key_query(&mut c, nbe).await?;
+        // No longer readable: the keys go back to be counted by key, in batches.
         if !self.still_readable(&mut c, nbe, &how, column).await? {
-            drop(c);
-            return self.count_keys(keys).await.map(Some);
+            return Ok(None);
         }
         // A key its column would store otherwise (restored from state written before keys
         // were converted, or a column altered since start) may lie in another second than
@@ -1152,37 +1152,29 @@ impl Verifier for MysqlSink {
             return Ok(None);
         };
         drop(c);
-        // Rare (keys of old state, a column altered): in batches of up to 1,000 in which no
-        // two keys store alike, so that each gets every row of its stored form, as it did
-        // when each partition asked for its own keys (a batch counts a row under the first
-        // of two keys that store alike: the other would read as lost).
-        let mut batch: Vec<usize> = Vec::new();
-        let mut stored_in_batch: std::collections::HashSet<Vec<u8>> =
-            std::collections::HashSet::new();
-        let mut pending = by_key.into_iter().peekable();
-        while pending.peek().is_some() || !batch.is_empty() {
-            let next = pending.next_if(|(_, stored)| {
-                batch.len() < 1_000
-                    && stored
-                        .as_ref()
-                        .is_none_or(|s| !stored_in_batch.contains(s.as_bytes()))
-            });
-            match next {
-                Some((i, stored)) => {
-                    if let Some(s) = stored {
-                        stored_in_batch.insert(s.as_bytes().to_vec());
-                    }
-                    batch.push(i);
-                }
-                None => {
-                    let asked: Vec<&Key> = batch.iter().map(|&i| keys[i]).collect();
-                    for (&i, n) in batch.iter().zip(self.count_keys(&asked).await?) {
-                        out[i] = n;
-                    }
-                    batch.clear();
-                    stored_in_batch.clear();
-                }
-            }
+        // Rare (keys of old state, a column altered): each stored form counted once, in
+        // batches of 1,000, and its count given to every key that stores so, as when each
+        // partition asked for its own keys (within one batch the row goes to the first of
+        // two keys that store alike: the other would read as lost).
+        let mut forms: foldhash::HashMap<Vec<u8>, usize> = foldhash::HashMap::default();
+        let mut asked: Vec<&Key> = Vec::new();
+        let form_of: Vec<(usize, usize)> = by_key
+            .iter()
+            .map(|(i, stored)| {
+                let form = stored.as_ref().unwrap_or(keys[*i]).as_bytes().to_vec();
+                let f = *forms.entry(form).or_insert_with(|| {
+                    asked.push(keys[*i]);
+                    asked.len() - 1
+                });
+                (*i, f)
+            })
+            .collect();
+        let mut counts: Vec<u64> = Vec::with_capacity(asked.len());
+        for batch in asked.chunks(1_000) {
+            counts.extend(self.count_keys(batch).await?);
+        }
+        for (i, f) in form_of {
+            out[i] = counts.get(f).copied().unwrap_or(0);
         }
         Ok(Some(out))
     }

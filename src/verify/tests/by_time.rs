@@ -2,6 +2,7 @@
 //! count's, and a second holding more rows than the audit read goes by key.
 
 use super::super::*;
+use super::present_of as present;
 use crate::sink::memory::MemorySink;
 use crate::time_scan::{TimeColumn, TimeUnit};
 
@@ -24,17 +25,6 @@ fn seg(first: Offset, keys: Vec<Key>) -> Segment {
         keys,
         max_ts: None,
     }
-}
-
-fn present(v: &[Verdict]) -> Vec<Offset> {
-    v.iter()
-        .flat_map(|v| match v {
-            Verdict::Known { present, .. } => {
-                present.iter().flat_map(|r| r.first..=r.last).collect()
-            }
-            Verdict::Unknown => Vec::new(),
-        })
-        .collect()
 }
 
 fn checker(keys: &[Key]) -> Checker {
