@@ -44,30 +44,52 @@ impl fmt::Display for TopicPartition {
 ///
 /// Packed in ONE allocation, because the ledger holds a key per pending record (millions):
 /// each value's UTF-8 bytes followed by a `0xFF` terminator, a byte UTF-8 never contains.
-/// That is 16 bytes plus the key's bytes and one byte per value, instead of a `Vec` of
-/// `String`s (24 + 24 per value, and an allocation each). It also means one free per key
-/// when the audit task drops it, not four, on memory the tailing thread allocated.
+/// That is 16 bytes plus 8 of hash, the key's bytes and one byte per value, instead of a
+/// `Vec` of `String`s (24 + 24 per value, and an allocation each). It also means one free
+/// per key when the audit task drops it, not four, on memory the tailing thread allocated.
 /// Shared (`Arc`), because the ledger, the key book and each round's due list all hold
 /// the same key: a clone is a count, not a copy (a copy each was 3-5 allocations per
 /// record, and the churn of those small blocks grew the heap over a long total loss).
 /// Serialized as a list of strings, as before (stored ledger snapshots stay readable).
-#[derive(Clone, Eq, PartialOrd, Ord)]
+///
+/// The allocation starts with the packed form's hash ([`Key::hash_packed`]), computed once
+/// where the key is built: between the tail and its verdict a key is looked up in about
+/// eight tables (the book, the round's key sets, the read's index, the round's counts), and
+/// hashing its ~80 bytes each time was 7 % of the daemon's CPU on key_columns. [`Hash`]
+/// writes that number; each table still mixes it with its own seed.
+#[derive(Clone, Eq)]
 pub struct Key(Arc<[u8]>);
+
+/// Bytes of the hash before the packed form in a [`Key`]'s allocation.
+const HASH_LEN: usize = 8;
 
 /// Two handles on one allocation are equal without reading it: the key book and the
 /// ledgers hold clones of the key decoded once, and a round compares each due key with the
 /// book's copy of it (comparing the bytes was a fifth of deciding a round's keys, one
-/// cache miss each).
+/// cache miss each). Unequal keys nearly always differ in their first bytes, the hash.
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.0, &other.0) || self.0[..] == other.0[..]
     }
 }
 
-/// The bytes' hash, as equal keys need (the same as a derived one).
+/// The packed form's order (the hash in front is not part of it).
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The hash carried with the key (equal keys carry equal ones).
 impl std::hash::Hash for Key {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
+        state.write_u64(self.hash64());
     }
 }
 
@@ -88,12 +110,40 @@ impl Key {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut buf = Vec::new();
+        let mut buf = vec![0u8; HASH_LEN];
         for v in values {
             buf.extend_from_slice(v.as_ref().as_bytes());
             buf.push(KEY_END);
         }
-        Self(Arc::from(buf))
+        Self::sealed(&mut buf)
+    }
+
+    /// The key whose allocation is `buf`: `HASH_LEN` bytes, filled in here with the hash
+    /// of the packed form behind them.
+    fn sealed(buf: &mut [u8]) -> Self {
+        let (head, packed) = buf.split_at_mut(HASH_LEN);
+        head.copy_from_slice(&Self::hash_packed(packed).to_le_bytes());
+        Key(Arc::from(&*buf))
+    }
+
+    /// The hash a key of packed form `packed` carries ([`Self::as_bytes`]): one seed per
+    /// process, random, because the keys are record contents (hostile) and an attacker who
+    /// cannot see the seed cannot choose colliding keys (see `ledger::sharded`). A sink
+    /// reading packed keys back files them under it, to find the asked keys without
+    /// hashing those again.
+    pub fn hash_packed(packed: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        static STATE: std::sync::OnceLock<foldhash::fast::RandomState> =
+            std::sync::OnceLock::new();
+        STATE.get_or_init(Default::default).hash_one(packed)
+    }
+
+    /// The hash the key carries ([`Self::hash_packed`] of its packed form).
+    pub fn hash64(&self) -> u64 {
+        self.0
+            .get(..HASH_LEN)
+            .and_then(|b| <[u8; HASH_LEN]>::try_from(b).ok())
+            .map_or(0, u64::from_le_bytes)
     }
 
     /// A key of the values `values` yields, or `None` as soon as one is `None` (a field
@@ -108,11 +158,12 @@ impl Key {
             values: impl Iterator<Item = Option<Cow<'a, str>>>,
         ) -> Option<Key> {
             buf.clear();
+            buf.extend_from_slice(&[0u8; HASH_LEN]);
             for v in values {
                 buf.extend_from_slice(v?.as_bytes());
                 buf.push(KEY_END);
             }
-            Some(Key(Arc::from(&buf[..])))
+            Some(Key::sealed(buf))
         }
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut buf) => {
@@ -129,7 +180,7 @@ impl Key {
 
     /// The packed form (each value's UTF-8 bytes, then `0xFF`): how the store keeps keys.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        self.0.get(HASH_LEN..).unwrap_or_default()
     }
 
     /// A key from its packed form ([`Self::as_bytes`]); `None` unless every value is UTF-8
@@ -146,13 +197,16 @@ impl Key {
         {
             return None;
         }
-        Some(Key(Arc::from(b)))
+        let mut buf = Vec::with_capacity(HASH_LEN + b.len());
+        buf.extend_from_slice(&[0u8; HASH_LEN]);
+        buf.extend_from_slice(b);
+        Some(Self::sealed(&mut buf))
     }
 
     /// The values, in key order.
     pub fn values(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
         KeyValues {
-            rest: &self.0,
+            rest: self.as_bytes(),
             left: self.len(),
         }
     }
@@ -164,12 +218,12 @@ impl Key {
 
     /// How many values the key has.
     pub fn len(&self) -> usize {
-        self.0.iter().filter(|&&b| b == KEY_END).count()
+        self.as_bytes().iter().filter(|&&b| b == KEY_END).count()
     }
 
     /// Whether the key has no value at all.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.as_bytes().is_empty()
     }
 
     /// The values as owned strings.
@@ -179,7 +233,7 @@ impl Key {
 
     /// Bytes of key text (without the terminators): what the key costs beyond its header.
     pub fn text_len(&self) -> usize {
-        self.0.len() - self.len()
+        self.as_bytes().len() - self.len()
     }
 
     /// The first 16 bytes of the packed form, zero-padded, as a big-endian number: keys
@@ -188,8 +242,9 @@ impl Key {
     /// array for most comparisons instead of two keys scattered over the heap.
     pub fn sort_prefix(&self) -> u128 {
         let mut b = [0u8; 16];
-        let n = self.0.len().min(16);
-        b[..n].copy_from_slice(&self.0[..n]);
+        let packed = self.as_bytes();
+        let n = packed.len().min(16);
+        b[..n].copy_from_slice(&packed[..n]);
         u128::from_be_bytes(b)
     }
 
@@ -199,7 +254,7 @@ impl Key {
     pub fn value_counts(&self) -> (usize, usize) {
         let (mut values, mut empty) = (0, 0);
         let mut prev_end = true;
-        for &b in self.0.iter() {
+        for &b in self.as_bytes() {
             if b == KEY_END {
                 values += 1;
                 empty += usize::from(prev_end);

@@ -63,7 +63,10 @@ fn in_shard(h: u64) -> u64 {
 /// the auditor gets slower, its verdicts stay the same.
 #[derive(Clone)]
 pub struct ShardedMap<K, V> {
-    shards: Vec<HashTable<(K, V)>>,
+    /// Each entry keeps the hash its table files it under: a table that grows moves its
+    /// entries without reading a key (each one a cache miss on a million keys), and a probe
+    /// whose 7-bit tag matches by chance is told apart without reading one either.
+    shards: Vec<HashTable<(K, V, u64)>>,
     hasher: RandomState,
     len: usize,
 }
@@ -111,21 +114,25 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         self.hasher.hash_one(k)
     }
 
-    /// The table hash of a key already stored (for moving entries when a table resizes).
-    fn rehash(hasher: &RandomState) -> impl Fn(&(K, V)) -> u64 + '_ {
-        move |(k, _)| in_shard(hasher.hash_one(k))
+    /// The table hash of an entry already stored (for moving entries when a table resizes).
+    fn rehash(e: &(K, V, u64)) -> u64 {
+        e.2
     }
 
     /// The value of `k`.
     pub fn get(&self, k: &K) -> Option<&V> {
         let (s, h) = self.locate(k);
-        self.shards[s].find(h, |(x, _)| x == k).map(|(_, v)| v)
+        self.shards[s]
+            .find(h, |(x, _, xh)| *xh == h && x == k)
+            .map(|(_, v, _)| v)
     }
 
     /// The value of `k`, to change.
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         let (s, h) = self.locate(k);
-        self.shards[s].find_mut(h, |(x, _)| x == k).map(|(_, v)| v)
+        self.shards[s]
+            .find_mut(h, |(x, _, xh)| *xh == h && x == k)
+            .map(|(_, v, _)| v)
     }
 
     /// Whether `k` is in the map.
@@ -136,13 +143,12 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     /// Sets `k` to `v`; the old value, if any.
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
         let (s, h) = self.locate(&k);
-        let hasher = &self.hasher;
-        match self.shards[s].entry(h, |(x, _)| *x == k, Self::rehash(hasher)) {
+        match self.shards[s].entry(h, |(x, _, xh)| *xh == h && *x == k, Self::rehash) {
             hashbrown::hash_table::Entry::Occupied(mut e) => {
                 Some(std::mem::replace(&mut e.get_mut().1, v))
             }
             hashbrown::hash_table::Entry::Vacant(e) => {
-                e.insert((k, v));
+                e.insert((k, v, h));
                 self.len += 1;
                 None
             }
@@ -166,12 +172,32 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     {
         debug_assert_eq!(h, self.hash(k), "a hash from another map or key");
         let (s, h) = Self::locate_hash(h);
-        let hasher = &self.hasher;
-        match self.shards[s].entry(h, |(x, _)| x == k, Self::rehash(hasher)) {
+        match self.shards[s].entry(h, |(x, _, xh)| *xh == h && x == k, Self::rehash) {
             hashbrown::hash_table::Entry::Occupied(e) => &mut e.into_mut().1,
             hashbrown::hash_table::Entry::Vacant(e) => {
                 self.len += 1;
-                &mut e.insert((k.clone(), V::default())).into_mut().1
+                &mut e.insert((k.clone(), V::default(), h)).into_mut().1
+            }
+        }
+    }
+
+    /// The entry of `k` (moved in as `V::default()` when absent, else dropped), whose hash
+    /// [`Self::hash`] is `h`: the key stored and its value.
+    pub fn get_or_insert_hashed(&mut self, k: K, h: u64) -> (&K, &mut V)
+    where
+        V: Default,
+    {
+        debug_assert_eq!(h, self.hash(&k), "a hash from another map or key");
+        let (s, h) = Self::locate_hash(h);
+        match self.shards[s].entry(h, |(x, _, xh)| *xh == h && *x == k, Self::rehash) {
+            hashbrown::hash_table::Entry::Occupied(e) => {
+                let (k, v, _) = e.into_mut();
+                (&*k, v)
+            }
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                self.len += 1;
+                let (k, v, _) = e.insert((k, V::default(), h)).into_mut();
+                (&*k, v)
             }
         }
     }
@@ -180,7 +206,10 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     pub fn remove(&mut self, k: &K) -> Option<V> {
         let (s, h) = self.locate(k);
         let shard = &mut self.shards[s];
-        let ((_, v), _) = shard.find_entry(h, |(x, _)| x == k).ok()?.remove();
+        let ((_, v, _), _) = shard
+            .find_entry(h, |(x, _, xh)| *xh == h && x == k)
+            .ok()?
+            .remove();
         self.len -= 1;
         // A table never shrinks by itself, so each shard would keep the largest size it
         // ever reached, and over a long incident the sum of 1,024 separate peaks creeps
@@ -190,7 +219,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         // again, or double them, before its table moves again, so no key count makes
         // it resize back and forth.
         if shard.capacity() > SHRINK_ABOVE && shard.len() * 4 < shard.capacity() {
-            shard.shrink_to(shard.len() * 2, Self::rehash(&self.hasher));
+            shard.shrink_to(shard.len() * 2, Self::rehash);
         }
         Some(v)
     }
@@ -209,7 +238,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.shards
             .iter()
-            .flat_map(|t| t.iter().map(|(k, v)| (k, v)))
+            .flat_map(|t| t.iter().map(|(k, v, _)| (k, v)))
     }
 
     /// Every value, in no particular order.
