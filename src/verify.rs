@@ -480,8 +480,8 @@ pub async fn by_keys<V: Verifier>(
 }
 
 /// One key question, prepared from its segments before the sink is asked: the distinct
-/// keys in first-seen order, the (segment, offset) slots carrying each in the order given,
-/// and the order the sink is asked in. Holds clones of the keys (one reference count each),
+/// keys in first-seen order and the (segment, offset) slots carrying each in the order
+/// given. Holds clones of the keys (one reference count each),
 /// so that it can outlive the segments.
 #[derive(Debug)]
 struct KeyAsk {
@@ -491,8 +491,6 @@ struct KeyAsk {
     /// per key: a round decides up to hundreds of thousands of keys).
     starts: Vec<usize>,
     slots: Vec<(usize, Offset)>,
-    /// Key indices in the order they are asked (see [`Self::new`]).
-    order: Vec<usize>,
     /// How many segments the verdicts are for.
     segments: usize,
 }
@@ -538,25 +536,30 @@ impl KeyAsk {
             }
         }
         drop((key_of, fill));
-        // Keys are asked in sorted order: a batch of keys that lie near each other in the
-        // sink's key index costs the sink fewer page visits (+16–24 % on MariaDB against the
-        // same keys in arrival order, which for a DNS log is time order, scattered over an
-        // index that starts with client_ip). Each key's count is its own, so the order
-        // changes no verdict. (On each key's `sort_prefix` first: the same order, fewer
-        // visits to the keys.)
-        let mut order: Vec<(u128, usize)> = keys
-            .iter()
-            .enumerate()
-            .map(|(ki, k)| (k.sort_prefix(), ki))
-            .collect();
-        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| keys[a.1].cmp(&keys[b.1])));
         Self {
-            order: order.into_iter().map(|(_, ki)| ki).collect(),
             keys,
             starts,
             slots,
             segments: segments.len(),
         }
+    }
+
+    /// Key indices `which` in the order the sink is asked about them. Keys are asked in
+    /// sorted order: a batch of keys that lie near each other in the sink's key index costs
+    /// the sink fewer page visits (+16–24 % on MariaDB against the same keys in arrival
+    /// order, which for a DNS log is time order, scattered over an index that starts with
+    /// client_ip). Each key's count is its own, so the order changes no verdict. (On each
+    /// key's `sort_prefix` first: the same order, fewer visits to the keys.) Sorted only
+    /// for the keys asked by key: a round that reads its keys by time sorts none.
+    fn asking_order(&self, which: impl Iterator<Item = usize>) -> Vec<usize> {
+        let mut order: Vec<(u128, usize)> = which
+            .map(|ki| (self.keys[ki].sort_prefix(), ki))
+            .collect();
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| self.keys[a.1].cmp(&self.keys[b.1]))
+        });
+        order.into_iter().map(|(_, ki)| ki).collect()
     }
 
     /// The sink's row count of every key, in first-seen order. Batches are counted
@@ -568,10 +571,11 @@ impl KeyAsk {
         limits: Limits,
         obs: QueryObserver<'_>,
     ) -> Result<Vec<u64>, SinkError> {
-        let sorted: Vec<&Key> = self.order.iter().map(|&ki| &self.keys[ki]).collect();
+        let order = self.asking_order(0..self.keys.len());
+        let sorted: Vec<&Key> = order.iter().map(|&ki| &self.keys[ki]).collect();
         let answers = count_sorted(sink, &sorted, limits, obs).await?;
         let mut counts: Vec<u64> = vec![0; self.keys.len()];
-        for (&ki, rows) in self.order.iter().zip(answers) {
+        for (&ki, rows) in order.iter().zip(answers) {
             counts[ki] = rows;
         }
         Ok(counts)
@@ -618,7 +622,7 @@ impl KeyAsk {
             done[open[j]] = true;
             by_time += 1;
         }
-        let sorted: Vec<usize> = self.order.iter().copied().filter(|&i| !done[i]).collect();
+        let sorted: Vec<usize> = self.asking_order((0..n).filter(|&i| !done[i]));
         tracing::debug!(
             keys = n,
             by_time,
