@@ -151,7 +151,15 @@ pub struct KeyBook {
     time: Option<TimeReads>,
     /// Distinct due keys counted since [`Self::take_counted`]: from reads by time, by key.
     counted: (u64, u64),
+    /// Keys of records pended since the book last settled, with the table's hash of each
+    /// ([`Self::pend`], [`Self::settle`]). Bounded by the records ingested between two
+    /// calls of the audit task on the book (`max_pending`).
+    /// And the order pended, for the claim-refresh queue.
+    unbooked: Vec<(u64, usize, Key)>,
 }
+
+/// Capacity of the pend buffer kept between settles (32 bytes an entry).
+const UNBOOKED_KEPT: usize = 1 << 16;
 
 /// Dead rows the store's key log may hold beyond half its live ones (see
 /// [`KeyBook::claims_to_write`]): small books are never rewritten for a handful of rows.
@@ -192,6 +200,7 @@ impl KeyBook {
             credits_dirty: std::collections::HashMap::new(),
             time: None,
             counted: (0, 0),
+            unbooked: Vec::new(),
         }
     }
 
@@ -209,11 +218,13 @@ impl KeyBook {
     /// Reads due keys by time on `column` from now on ([`crate::time_scan`]), remembering
     /// the records read in up to `buckets` buckets of it; `None`: one by one.
     pub fn set_time_column(&mut self, column: Option<TimeColumn>, buckets: usize) {
+        self.settle();
         self.time = column.map(|c| TimeReads::new(c, buckets));
     }
 
     /// The audit's reads by time, when due keys are read so.
     pub fn time_mut(&mut self) -> Option<&mut TimeReads> {
+        self.settle();
         self.time.as_mut()
     }
 
@@ -225,6 +236,7 @@ impl KeyBook {
     /// How the sink table treats rows with equal keys (read from it at start, see
     /// [`crate::key_semantics`]).
     pub fn set_semantics(&mut self, semantics: KeySemantics) {
+        self.settle();
         self.semantics = semantics;
     }
 
@@ -235,6 +247,7 @@ impl KeyBook {
 
     /// How many rows the store's key log holds (read with the book at start).
     pub fn set_log_rows(&mut self, rows: u64) {
+        self.settle();
         self.log_rows = rows;
     }
 
@@ -242,6 +255,7 @@ impl KeyBook {
     /// `u64::MAX` never rewrites: the store's claims could not be read, and a whole write
     /// would delete the ones this process never loaded).
     pub fn set_rewrite_slack(&mut self, rows: u64) {
+        self.settle();
         self.rewrite_slack = rows;
     }
 
@@ -278,6 +292,7 @@ impl KeyBook {
 
     /// The store now holds `w` (from [`Self::claims_to_write`]).
     pub fn written(&mut self, w: &ClaimsWrite) {
+        self.settle();
         let rows = w.claims.len() as u64;
         self.log_rows = if w.whole {
             rows
@@ -290,6 +305,7 @@ impl KeyBook {
     /// Loads confirmed counts persisted with the settled offsets (a restart): the rows those
     /// records hold stay theirs, so a later record with the key needs a row of its own.
     pub fn load(&mut self, confirmed: impl IntoIterator<Item = (Key, u64)>) {
+        self.settle();
         let before = std::mem::take(&mut self.dirty);
         for (k, n) in confirmed {
             if n == 0 {
@@ -315,12 +331,14 @@ impl KeyBook {
     /// At least `n` rows of `k` are held by confirmed records (another owner's claims, handed
     /// over with a partition).
     pub fn claim_at_least(&mut self, k: &Key, n: u64) {
+        self.settle();
         self.change(k, |e| e.confirmed = e.confirmed.max(n));
     }
 
     /// A confirmation taken back: the record will be decided again (its partition left
     /// before the verdict could be stored, and resumes below it).
     pub fn unconfirm(&mut self, k: &Key) {
+        self.settle();
         self.change(k, |e| {
             e.confirmed = e.confirmed.saturating_sub(1);
             cap_stand_ins(e);
@@ -339,6 +357,7 @@ impl KeyBook {
     /// cannot be the row's owner; the credits go when the key has none left
     /// (`change_hashed`).
     pub fn credit(&mut self, k: &Key) {
+        self.settle();
         if self.semantics == KeySemantics::Presence {
             return;
         }
@@ -369,6 +388,7 @@ impl KeyBook {
     /// The store now holds `written` (from [`Self::credits_to_write`]); a key changed again
     /// since stays to be written.
     pub fn credits_written(&mut self, written: &[(Key, u64)]) {
+        self.settle();
         for (k, n) in written {
             if self.credits_dirty.get(k) == Some(n) {
                 self.credits_dirty.remove(k);
@@ -379,6 +399,7 @@ impl KeyBook {
     /// Loads stand-in credits the store kept (a restart), after [`Self::load`]: each capped
     /// at the key's confirmed count like any credit.
     pub fn load_credits(&mut self, credits: impl IntoIterator<Item = (Key, u64)>) {
+        self.settle();
         if self.semantics == KeySemantics::Presence {
             return;
         }
@@ -408,6 +429,7 @@ impl KeyBook {
 
     /// The store now holds [`Self::changes`].
     pub fn persisted(&mut self) {
+        self.settle();
         self.dirty.clear();
     }
 
@@ -430,19 +452,48 @@ impl KeyBook {
     }
 
     /// A record with key `k` was ingested and waits for its verdict.
+    ///
+    /// Entered in the table by the next other call on the book ([`Self::settle`]), all
+    /// such keys at once: the daemon's hot path on key_columns, where one insert per
+    /// ingested record into a table of a million keys missed the cache two or three times
+    /// (a third of the audit task's samples).
     pub fn pend(&mut self, k: &Key) {
-        // One hash and one probe: the daemon's hot path on key_columns.
         if let Some(t) = &mut self.time
             && let Some(b) = t.column.bucket(k)
         {
             t.density.add(b);
         }
-        let e = self.entries.get_or_default(k);
-        e.pending += 1;
-        // Claims from earlier records: the key is looked at before this record is decided
-        // (see the module docs). Under presence claims decide nothing: no look is needed.
-        if e.confirmed > 0 && self.semantics == KeySemantics::Multiset {
-            self.refresh.push(k.clone());
+        let seq = self.unbooked.len();
+        self.unbooked.push((self.entries.hash(k), seq, k.clone()));
+    }
+
+    /// Enters the keys [`Self::pend`] queued, in the table's hash order: they go through
+    /// it shard by shard, each small table visited once from the cache, and a new key is
+    /// moved in without its bytes being read. Every other call on the book settles first,
+    /// so nothing can tell a settled book from one pended record by record: distinct keys'
+    /// pends commute, and the claim-refresh queue takes its keys in the order pended.
+    fn settle(&mut self) {
+        if self.unbooked.is_empty() {
+            return;
+        }
+        let mut pends = std::mem::take(&mut self.unbooked);
+        pends.sort_unstable_by_key(|p| p.0);
+        let multiset = self.semantics == KeySemantics::Multiset;
+        let mut refresh: Vec<(usize, Key)> = Vec::new();
+        for (h, seq, k) in pends.drain(..) {
+            let (k, e) = self.entries.get_or_insert_hashed(k, h);
+            e.pending += 1;
+            // Claims from earlier records: the key is looked at before this record is
+            // decided (see the module docs). Under presence claims decide nothing.
+            if e.confirmed > 0 && multiset {
+                refresh.push((seq, k.clone()));
+            }
+        }
+        refresh.sort_unstable_by_key(|r| r.0);
+        self.refresh.extend(refresh.into_iter().map(|(_, k)| k));
+        // The buffer is kept for the next records unless an incident made it large.
+        if pends.capacity() <= UNBOOKED_KEPT {
+            self.unbooked = pends;
         }
     }
 
@@ -450,6 +501,7 @@ impl KeyBook {
     /// first; the rest wait for the next round. Keys that hold no claim any more, or whose
     /// new records were decided meanwhile (their decision counted them), are dropped.
     pub fn take_refresh(&mut self, max: usize) -> Vec<Key> {
+        self.settle();
         if self.refresh.is_empty() {
             return Vec::new();
         }
@@ -475,12 +527,14 @@ impl KeyBook {
 
     /// Queues keys taken by [`Self::take_refresh`] again (the sink could not be asked).
     pub fn requeue_refresh(&mut self, keys: Vec<Key>) {
+        self.settle();
         let later = std::mem::replace(&mut self.refresh, keys);
         self.refresh.extend(later);
     }
 
     /// Keys waiting for a claim refresh (repeats included; tests, bounds).
-    pub fn refresh_queued(&self) -> usize {
+    pub fn refresh_queued(&mut self) -> usize {
+        self.settle();
         self.refresh.len()
     }
 
@@ -488,6 +542,7 @@ impl KeyBook {
     /// what a claim refresh found. Decides no record. Returns the claims freed per key, in
     /// the order given.
     pub fn cap_all(&mut self, asks: &[(&Key, u64)]) -> Vec<u64> {
+        self.settle();
         let asks: Vec<(&Key, u64, u64)> = asks.iter().map(|&(k, rows)| (k, 0, rows)).collect();
         self.decide_all(&asks, Self::cap_hashed)
     }
@@ -503,23 +558,27 @@ impl KeyBook {
 
     /// A pending record left without a verdict (its partition was revoked or reset).
     pub fn unpend(&mut self, k: &Key) {
+        self.settle();
         self.change(k, |e| e.pending = e.pending.saturating_sub(1));
     }
 
     /// A missing record restored from the store or a handover: it is missing again here.
     pub fn restore_missing(&mut self, k: &Key) {
+        self.settle();
         self.entries.get_or_default(k).missing += 1;
     }
 
     /// A missing record is no longer followed (given up, or its partition left): it stays in
     /// its gap but holds no claim any more.
     pub fn forget_missing(&mut self, k: &Key) {
+        self.settle();
         self.change(k, |e| e.missing = e.missing.saturating_sub(1));
     }
 
     /// Decides `due` pending records with key `k`, the sink holding `rows` rows for it. The
     /// first `confirmed` of them are present, the rest missing.
     pub fn decide_due(&mut self, k: &Key, due: u64, rows: u64) -> DueOutcome {
+        self.settle();
         let (out, idle) = self.decide_due_hashed(k, self.entries.hash(k), due, rows);
         self.queue_idle(k, idle);
         out
@@ -528,12 +587,14 @@ impl KeyBook {
     /// [`Self::decide_due`] for many distinct keys, `(key, due, rows)` each; the outcomes in
     /// the order given (see [`Self::decide_all`]).
     pub fn decide_due_all(&mut self, asks: &[(&Key, u64, u64)]) -> Vec<DueOutcome> {
+        self.settle();
         self.decide_all(asks, Self::decide_due_hashed)
     }
 
     /// [`Self::recheck`] for many distinct keys, `(key, missing, rows)` each; the outcomes in
     /// the order given (see [`Self::decide_all`]).
     pub fn recheck_all(&mut self, asks: &[(&Key, u64, u64)]) -> Vec<RecheckOutcome> {
+        self.settle();
         self.decide_all(asks, Self::recheck_hashed)
     }
 
@@ -612,6 +673,7 @@ impl KeyBook {
 
     /// Re-checks `missing` missing records with key `k`, the sink now holding `rows` rows.
     pub fn recheck(&mut self, k: &Key, missing: u64, rows: u64) -> RecheckOutcome {
+        self.settle();
         let (out, idle) = self.recheck_hashed(k, self.entries.hash(k), missing, rows);
         self.queue_idle(k, idle);
         out
@@ -736,6 +798,7 @@ impl KeyBook {
     /// Takes a ledger's records into the book (a partition assigned or restored): its
     /// pending keys and the missing keys it still re-checks.
     pub fn adopt(&mut self, l: &PartitionLedger) {
+        self.settle();
         for k in l.pending_keys() {
             self.pend(k);
         }
@@ -749,6 +812,7 @@ impl KeyBook {
     /// since the last successful store write were not kept and will be decided again from
     /// the stored state: their confirmations are taken back too.
     pub fn release(&mut self, l: &mut PartitionLedger, stored: bool) {
+        self.settle();
         for k in l.pending_keys() {
             self.unpend(k);
         }
@@ -766,27 +830,34 @@ impl KeyBook {
         }
     }
 
-    /// Keys known (busy or remembered idle).
+    /// Keys known (busy or remembered idle), pended ones not yet settled included.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        let mut new: foldhash::HashSet<&Key> = foldhash::HashSet::default();
+        for (_, _, k) in &self.unbooked {
+            if !self.entries.contains_key(k) {
+                new.insert(k);
+            }
+        }
+        self.entries.len() + new.len()
     }
 
     /// Whether the book knows no key.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.unbooked.is_empty()
     }
 
     /// Records with key `k` pending, confirmed and missing, as the book counts them (tests,
     /// status).
     pub fn counts(&self, k: &Key) -> (u64, u64, u64) {
-        self.entries
-            .get(k)
-            .map_or((0, 0, 0), |e| (e.pending, e.confirmed, e.missing))
+        let unbooked = self.unbooked.iter().filter(|(_, _, x)| x == k).count() as u64;
+        self.entries.get(k).map_or((unbooked, 0, 0), |e| {
+            (e.pending + unbooked, e.confirmed, e.missing)
+        })
     }
 
     /// Sum of pending records over all keys (tests: must equal the ledgers' pending keys).
     pub fn total_pending(&self) -> u64 {
-        self.entries.values().map(|e| e.pending).sum()
+        self.entries.values().map(|e| e.pending).sum::<u64>() + self.unbooked.len() as u64
     }
 
     /// Sum of missing records over all keys (tests: must equal the ledgers' followed
