@@ -240,9 +240,16 @@ impl KeyDomain {
             return Ok(None);
         }
         // The values are collected only from the first one that changes: the decoder runs
-        // this for every record, and nearly every key is already written as stored.
+        // this for every record (and a read by time for every due key), and nearly every
+        // key is already written as stored. Only the values of columns that convert are
+        // read as text: checking every value's UTF-8 was most of this call's cost.
         let mut values: Option<Vec<Cow<'_, str>>> = None;
-        for (i, v) in key.values().enumerate() {
+        for (i, raw) in key.raw_values().enumerate() {
+            let converts = self.columns.get(i).is_some_and(|c| c.ty.converts());
+            if !converts && values.is_none() {
+                continue;
+            }
+            let v = std::str::from_utf8(raw).unwrap_or_default();
             let n = self.value(i, v)?;
             match (&mut values, n) {
                 (Some(vs), n) => vs.push(n),

@@ -133,8 +133,7 @@ impl Key {
     /// hashing those again.
     pub fn hash_packed(packed: &[u8]) -> u64 {
         use std::hash::BuildHasher;
-        static STATE: std::sync::OnceLock<foldhash::fast::RandomState> =
-            std::sync::OnceLock::new();
+        static STATE: std::sync::OnceLock<foldhash::fast::RandomState> = std::sync::OnceLock::new();
         STATE.get_or_init(Default::default).hash_one(packed)
     }
 
@@ -209,6 +208,16 @@ impl Key {
             rest: self.as_bytes(),
             left: self.len(),
         }
+    }
+
+    /// The values' bytes, in key order, each valid UTF-8 ([`Self::values`] without the
+    /// check: for callers that read only some of them).
+    pub fn raw_values(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let packed = self.as_bytes();
+        let body = packed.strip_suffix(&[KEY_END]).unwrap_or(packed);
+        // An empty key has no value at all (not one empty value).
+        let mut parts = (!packed.is_empty()).then(|| body.split(|&b| b == KEY_END));
+        std::iter::from_fn(move || parts.as_mut()?.next())
     }
 
     /// The first value (the document id for `doc_id`).

@@ -65,3 +65,32 @@ proptest::proptest! {
         proptest::prop_assert_eq!(by_prefix, a.cmp(&b));
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(crate::test_seed::config())]
+    /// The hash a key carries, its order and its raw values are its packed form's, however
+    /// it was built (values, packed bytes, the decoder's scratch buffer): a key hashed or
+    /// ordered by anything else would be two keys in one table, or none.
+    #[test]
+    fn a_key_carries_its_packed_forms_hash_order_and_values(
+        a in proptest::collection::vec("[\\x00ab\\u{e9}]{0,10}", 0..4),
+        b in proptest::collection::vec("[\\x00ab\\u{e9}]{0,10}", 0..4),
+    ) {
+        let ka = Key::new(&a);
+        let kb = Key::new(&b);
+        let packed = Key::from_bytes(ka.as_bytes()).expect("a key's packed form");
+        let collected = Key::try_collect(values_of(&a.iter().map(String::as_str).collect::<Vec<_>>()))
+            .expect("every value given");
+        for k in [&packed, &collected] {
+            proptest::prop_assert_eq!(k, &ka);
+            proptest::prop_assert_eq!(k.hash64(), ka.hash64());
+            proptest::prop_assert_eq!(k.as_bytes(), ka.as_bytes());
+        }
+        proptest::prop_assert_eq!(ka.hash64(), Key::hash_packed(ka.as_bytes()));
+        proptest::prop_assert_eq!(ka.cmp(&kb), ka.as_bytes().cmp(kb.as_bytes()));
+        proptest::prop_assert_eq!(ka == kb, a == b);
+        let raw: Vec<&[u8]> = ka.raw_values().collect();
+        let text: Vec<&[u8]> = ka.values().map(str::as_bytes).collect();
+        proptest::prop_assert_eq!(raw, text);
+    }
+}
