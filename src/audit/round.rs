@@ -161,9 +161,12 @@ impl Audit {
         };
         // key_columns read by time: every partition's due keys read once, before the
         // partitions decide one after the other as always.
+        let prefetch_started = std::time::Instant::now();
         if !answers.tripped && !self.io.cancel.is_cancelled() {
             self.prefetch_due(&tps, &rule, &mut answers).await;
         }
+        let prefetch_ms = prefetch_started.elapsed().as_millis() as u64;
+        let decide_started = std::time::Instant::now();
         for tp in &tps {
             if self.io.cancel.is_cancelled() || answers.tripped {
                 break;
@@ -177,6 +180,7 @@ impl Audit {
                 self.persisting.writes.verdicts.push(decided);
             }
         }
+        let decide_ms = decide_started.elapsed().as_millis() as u64;
         // Ranges Kafka deleted unread, after every partition's due work: bounded pieces, and
         // a failure of theirs ends only their own work this round (`settle_deleted`).
         if !answers.tripped && !table_hold && !self.io.cancel.is_cancelled() {
@@ -243,6 +247,10 @@ impl Audit {
             took_ms = started.elapsed().as_millis() as u64,
             // Before the store write: the rest of `took_ms` is persisting the round.
             verified_ms,
+            // Of it: reading every partition's due keys by time (key_columns), then the
+            // partitions' questions and verdicts.
+            prefetch_ms,
+            decide_ms,
             "verify round finished"
         );
     }
