@@ -552,9 +552,8 @@ impl KeyAsk {
     /// key's `sort_prefix` first: the same order, fewer visits to the keys.) Sorted only
     /// for the keys asked by key: a round that reads its keys by time sorts none.
     fn asking_order(&self, which: impl Iterator<Item = usize>) -> Vec<usize> {
-        let mut order: Vec<(u128, usize)> = which
-            .map(|ki| (self.keys[ki].sort_prefix(), ki))
-            .collect();
+        let mut order: Vec<(u128, usize)> =
+            which.map(|ki| (self.keys[ki].sort_prefix(), ki)).collect();
         order.sort_unstable_by(|a, b| {
             a.0.cmp(&b.0)
                 .then_with(|| self.keys[a.1].cmp(&self.keys[b.1]))
