@@ -474,7 +474,7 @@ impl Audit {
                     keys.sort_unstable();
                     keys.dedup();
                     keys.into_iter()
-                        .map(|k| (k.to_vec(), book.counts(k).1))
+                        .map(|k| (k.to_vec(), book.confirmed(k)))
                         .filter(|(_, n)| *n > 0)
                         .collect()
                 }

@@ -211,7 +211,10 @@ impl KeyBook {
     }
 
     /// Distinct due keys counted from reads by time and key by key since the last call.
+    /// Called at every round's end, it also settles the records pended since (whatever the
+    /// round asked of the book), so that they never wait longer than a round.
     pub fn take_counted(&mut self) -> (u64, u64) {
+        self.settle();
         std::mem::take(&mut self.counted)
     }
 
@@ -846,8 +849,13 @@ impl KeyBook {
         self.entries.is_empty() && self.unbooked.is_empty()
     }
 
-    /// Records with key `k` pending, confirmed and missing, as the book counts them (tests,
-    /// status).
+    /// Records with key `k` confirmed (what a handover hands on; pends change nothing of it).
+    pub fn confirmed(&self, k: &Key) -> u64 {
+        self.entries.get(k).map_or(0, |e| e.confirmed)
+    }
+
+    /// Records with key `k` pending, confirmed and missing, as the book counts them (tests:
+    /// it reads every pend not settled yet).
     pub fn counts(&self, k: &Key) -> (u64, u64, u64) {
         let unbooked = self.unbooked.iter().filter(|(_, _, x)| x == k).count() as u64;
         self.entries.get(k).map_or((unbooked, 0, 0), |e| {

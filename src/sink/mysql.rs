@@ -1218,10 +1218,15 @@ async fn count_read_rows(
     // rows are the sink's, their bytes anyone's): a row's packed bytes are hashed once to
     // be found, and no asked key is hashed again.
     let mut index: hashbrown::HashTable<usize> = hashbrown::HashTable::with_capacity(keys.len());
+    // A key asked twice (the callers ask distinct keys) takes the first one's count.
+    let mut repeats: Vec<(usize, usize)> = Vec::new();
     for (j, (_, k)) in keys.iter().enumerate() {
         let (h, b) = (k.hash64(), k.as_bytes());
-        if index.find(h, |&x| keys[x].1.as_bytes() == b).is_none() {
-            index.insert_unique(h, j, |&x| keys[x].1.hash64());
+        match index.find(h, |&x| keys[x].1.as_bytes() == b) {
+            Some(&first) => repeats.push((j, first)),
+            None => {
+                index.insert_unique(h, j, |&x| keys[x].1.hash64());
+            }
         }
     }
     let mut result = c.query_iter(q).await?;
@@ -1240,6 +1245,9 @@ async fn count_read_rows(
         {
             *slot += 1;
         }
+    }
+    for (j, first) in repeats {
+        out[j] = out[first];
     }
     Ok((rows <= limit).then_some(out))
 }
