@@ -344,3 +344,25 @@ fn stand_in_credits_are_confirmations_lent_once() {
         "presence: no record of a key with a row is absent"
     );
 }
+
+/// Pends wait for the book's next use, and no longer: every round's end (`take_counted`)
+/// enters them, and a buffer an incident made large is given back, so the queue holds at
+/// most the records ingested between two rounds (bounded by `max_pending`).
+#[test]
+fn pends_are_entered_by_the_rounds_end_and_a_large_buffer_is_given_back() {
+    let mut b = KeyBook::new(10);
+    let n = UNBOOKED_KEPT + 1;
+    for i in 0..n {
+        b.pend(&Key::new([i.to_string()]));
+    }
+    assert_eq!(b.entries.len(), 0, "pends wait for the book's next use");
+    assert_eq!(b.total_pending(), n as u64, "but count at once");
+    b.take_counted();
+    assert_eq!(b.entries.len(), n, "the round's end entered every pend");
+    assert!(b.unbooked.is_empty());
+    assert_eq!(b.unbooked.capacity(), 0, "a buffer over the kept size goes");
+    b.pend(&k("x"));
+    b.take_counted();
+    assert!(b.unbooked.capacity() > 0 && b.unbooked.capacity() <= UNBOOKED_KEPT);
+    assert_eq!(b.counts(&k("x")), (1, 0, 0));
+}
