@@ -481,8 +481,8 @@ pub async fn by_keys<V: Verifier>(
 
 /// One key question, prepared from its segments before the sink is asked: the distinct
 /// keys in first-seen order and the (segment, offset) slots carrying each in the order
-/// given. Holds clones of the keys (one reference count each),
-/// so that it can outlive the segments.
+/// given. Holds clones of the keys (one reference count each), so that it can outlive the
+/// segments.
 #[derive(Debug)]
 struct KeyAsk {
     /// Distinct keys, first-seen order.

@@ -151,10 +151,10 @@ pub struct KeyBook {
     time: Option<TimeReads>,
     /// Distinct due keys counted since [`Self::take_counted`]: from reads by time, by key.
     counted: (u64, u64),
-    /// Keys of records pended since the book last settled, with the table's hash of each
-    /// ([`Self::pend`], [`Self::settle`]). Bounded by the records ingested between two
-    /// calls of the audit task on the book (`max_pending`).
-    /// And the order pended, for the claim-refresh queue.
+    /// Keys of records pended since the book last settled ([`Self::pend`],
+    /// [`Self::settle`]), as `(the table's hash, the order pended, key)`; the order is the
+    /// claim-refresh queue's. At most the records ingested between two rounds (every
+    /// round's end settles), which `max_pending` bounds.
     unbooked: Vec<(u64, usize, Key)>,
 }
 
