@@ -1,10 +1,11 @@
-//! Criterion benches of the pure ledger: ingest, the due rule, and a whole
-//! ingest → due → apply cycle (what one verify round does per partition).
+//! Criterion benches of the pure ledger: ingest, the due rule, a whole
+//! ingest → due → apply cycle (what one verify round does per partition), and the key
+//! book's share of a key_columns round (pends entered, then every due key decided).
 //!
 //! `cargo bench --bench ledger`. Built (not timed) by `cargo test --all-targets`.
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use gap_auditor::ledger::{Observed, PartitionLedger, PipelineCommits, Verdict};
+use gap_auditor::ledger::{KeyBook, Observed, PartitionLedger, PipelineCommits, Verdict};
 use gap_auditor::types::Key;
 use std::hint::black_box;
 
@@ -103,5 +104,49 @@ fn round(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, ingest, due_rule, round);
+/// Keys a key_columns round decides (4 partitions of 100,000: the daemon's round limit at
+/// the default `batch_size`).
+const ROUND_KEYS: i64 = 400_000;
+
+/// A round of the key book on key_columns: [`ROUND_KEYS`] new records pended, then every
+/// one decided found (its key's row counted once), in a book that already holds a million
+/// decided keys (its idle capacity), as in the daemon's steady state. The daemon settles
+/// the pends at the round's first call on the book and decides partition by partition.
+fn key_book_round(c: &mut Criterion) {
+    let mut g = c.benchmark_group("key_book");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(ROUND_KEYS as u64));
+    let warm = {
+        let mut book = KeyBook::new(1_000_000);
+        let keys: Vec<Key> = (0..1_000_000).map(|i| key(-1 - i)).collect();
+        for k in &keys {
+            book.pend(k);
+        }
+        let asks: Vec<(&Key, u64, u64)> = keys.iter().map(|k| (k, 1, 1)).collect();
+        book.decide_due_all(&asks);
+        // Written to the store, as every round's end does.
+        book.persisted();
+        book
+    };
+    let fresh: Vec<Key> = (0..ROUND_KEYS).map(key).collect();
+    g.bench_function("pend_and_decide_400k_in_a_1m_book", |b| {
+        b.iter_batched(
+            || warm.clone(),
+            |mut book| {
+                for k in &fresh {
+                    book.pend(k);
+                }
+                for part in fresh.chunks(ROUND_KEYS as usize / 4) {
+                    let asks: Vec<(&Key, u64, u64)> = part.iter().map(|k| (k, 1, 1)).collect();
+                    black_box(book.decide_due_all(&asks));
+                }
+                book
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, ingest, due_rule, round, key_book_round);
 criterion_main!(benches);

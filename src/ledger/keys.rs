@@ -37,7 +37,7 @@
 //! states the limits.
 
 use super::PartitionLedger;
-use super::sharded::ShardedMap;
+use super::sharded::{ShardedMap, in_map_order};
 use crate::key_semantics::KeySemantics;
 use crate::time_scan::{TimeColumn, TimeReads};
 use crate::types::Key;
@@ -470,17 +470,16 @@ impl KeyBook {
         self.unbooked.push((self.entries.hash(k), seq, k.clone()));
     }
 
-    /// Enters the keys [`Self::pend`] queued, in the table's hash order: they go through
-    /// it shard by shard, each small table visited once from the cache, and a new key is
-    /// moved in without its bytes being read. Every other call on the book settles first,
+    /// Enters the keys [`Self::pend`] queued, in the table's order ([`in_map_order`]):
+    /// they go through it shard by shard, each small table visited once from the cache,
+    /// and a new key is moved in without its bytes being read. Every other call on the book settles first,
     /// so nothing can tell a settled book from one pended record by record: distinct keys'
     /// pends commute, and the claim-refresh queue takes its keys in the order pended.
     fn settle(&mut self) {
         if self.unbooked.is_empty() {
             return;
         }
-        let mut pends = std::mem::take(&mut self.unbooked);
-        pends.sort_unstable_by_key(|p| p.0);
+        let mut pends = in_map_order(std::mem::take(&mut self.unbooked), |p| p.0);
         let multiset = self.semantics == KeySemantics::Multiset;
         let mut refresh: Vec<(usize, Key)> = Vec::new();
         for (h, seq, k) in pends.drain(..) {
@@ -604,8 +603,8 @@ impl KeyBook {
     /// One `decide(book, key, hash, n, rows)` per distinct key of `asks`, outcomes in the
     /// order given: the same decisions, outcomes and book as one after another in that
     /// order, reached in the order that is cheapest for the book. A round decides up to
-    /// hundreds of thousands of keys while the sink waits; visited by the book's hash
-    /// ([`ShardedMap::hash`]) they go through its table shard by shard instead of missing
+    /// hundreds of thousands of keys while the sink waits; visited in the book's order
+    /// ([`in_map_order`]) they go through its table shard by shard instead of missing
     /// the cache on nearly every key. Decisions on distinct keys touch distinct entries, so
     /// only the idle queue (which key is forgotten first) could tell their order: the keys
     /// that went idle are queued in the order given, then the book forgets beyond capacity.
@@ -616,12 +615,13 @@ impl KeyBook {
         asks: &[(&Key, u64, u64)],
         decide: impl Fn(&mut Self, &Key, u64, u64, u64) -> (O, Option<u64>),
     ) -> Vec<O> {
-        let mut order: Vec<(u64, usize)> = asks
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (self.entries.hash(a.0), i))
-            .collect();
-        order.sort_unstable();
+        let order: Vec<(u64, usize)> = in_map_order(
+            asks.iter()
+                .enumerate()
+                .map(|(i, a)| (self.entries.hash(a.0), i))
+                .collect(),
+            |o| o.0,
+        );
         let mut out = vec![O::default(); asks.len()];
         let mut idle = Vec::new();
         for (h, i) in order {
@@ -772,30 +772,37 @@ impl KeyBook {
     }
 
     fn evict(&mut self) {
-        while self.idle.len() > self.capacity {
-            let Some((k, stamp)) = self.idle.pop_front() else {
-                break;
-            };
-            let forget = self
+        let excess = self.idle.len().saturating_sub(self.capacity);
+        if excess == 0 {
+            return;
+        }
+        // All at once and in the table's order ([`in_map_order`]): a round that decides
+        // hundreds of thousands of keys forgets as many, oldest first, all over the table;
+        // one by one in queue order each missed the cache (three lookups of it were the
+        // larger part of a round of the book at capacity). Forgetting one key changes
+        // nothing another's forgetting looks at, so the order changes nothing else.
+        let oldest: Vec<(u64, Key, u64)> = self
+            .idle
+            .drain(..excess)
+            .map(|(k, stamp)| (self.entries.hash(&k), k, stamp))
+            .collect();
+        for (h, k, stamp) in in_map_order(oldest, |o| o.0) {
+            // Stale slots (entries busy again since, or idle again later) forget nothing.
+            let Some(e) = self
                 .entries
-                .get(&k)
-                .is_some_and(|e| !e.busy() && e.idle_since == stamp);
-            if forget
-                && let Some(e) = self.entries.get(&k)
-                && e.stand_ins > 0
-            {
+                .remove_hashed_if(&k, h, |e| !e.busy() && e.idle_since == stamp)
+            else {
+                continue;
+            };
+            if e.stand_ins > 0 {
                 self.credits_dirty.insert(k.clone(), 0);
             }
-            if forget
-                && let Some(e) = self.entries.remove(&k)
-                && e.confirmed > 0
-            {
+            if e.confirmed > 0 {
                 self.live -= 1;
-                self.mark_dirty(&k, self.entries.hash(&k), 0);
+                self.mark_dirty(&k, h, 0);
             }
         }
-        // Stale slots (entries busy again since) are dropped as they reach the front; the
-        // queue never holds more than `capacity` plus the keys that became busy again.
+        // The queue never holds more than `capacity` plus the keys that became busy again.
     }
 
     /// Takes a ledger's records into the book (a partition assigned or restored): its
