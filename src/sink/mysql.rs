@@ -1108,13 +1108,14 @@ impl Verifier for MysqlSink {
         // from every other, are read.
         let domain = how.domain.as_ref().filter(|d| !d.is_identity());
         let mut by_key: Vec<(usize, Option<Key>)> = Vec::new();
-        // The keys read (indices in `keys`), each in its stored form.
-        let mut read: Vec<usize> = Vec::with_capacity(keys.len());
+        // The keys read, each in its stored form: filed as each is checked, in the same
+        // pass (a key's bytes read once from memory, not once per pass).
+        let mut read = ReadIndex::with_capacity(keys.len());
         for (i, k) in keys.iter().enumerate() {
             match domain.map(|d| d.key(k)) {
                 Some(Ok(Some(stored))) => by_key.push((i, Some(stored))),
                 Some(Err(_)) => by_key.push((i, None)),
-                _ => read.push(i),
+                _ => read.file(keys, i),
             }
         }
         let bounds: Vec<(String, String)> = ranges.iter().map(|r| r.bounds(column.unit)).collect();
@@ -1130,7 +1131,7 @@ impl Verifier for MysqlSink {
         // Counted on the round's task: read on tasks of their own, four reads streamed at
         // once on this 2-core VM and kept the server busy longer per million rows (3.2-3.5 s
         // against 2.0-2.7 s, same runs) for no gain end to end.
-        let counted = count_read_rows(&mut c, q, keys, &read, limit);
+        let counted = count_read_rows(&mut c, q, keys, read, limit);
         let Some(mut out) = self.with_timeout(counted).await? else {
             return Ok(None);
         };
@@ -1184,32 +1185,49 @@ impl Verifier for MysqlSink {
     }
 }
 
+/// The keys a read by time counts (indices in its `keys`), filed under the hash each
+/// carries (`Key::hash_packed`, seeded per process: the rows are the sink's, their bytes
+/// anyone's): a row's packed bytes are hashed once to be found, and no asked key is
+/// hashed again.
+struct ReadIndex {
+    index: hashbrown::HashTable<usize>,
+    /// A key asked twice (the callers ask distinct keys) takes the first one's count:
+    /// `(index, first's index)`.
+    repeats: Vec<(usize, usize)>,
+}
+
+impl ReadIndex {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            index: hashbrown::HashTable::with_capacity(n),
+            repeats: Vec::new(),
+        }
+    }
+
+    /// Files `keys[i]`.
+    fn file(&mut self, keys: &[&Key], i: usize) {
+        let (h, b) = (keys[i].hash64(), keys[i].as_bytes());
+        match self.index.find(h, |&x| keys[x].as_bytes() == b) {
+            Some(&first) => self.repeats.push((i, first)),
+            None => {
+                self.index.insert_unique(h, i, |&x| keys[x].hash64());
+            }
+        }
+    }
+}
+
 /// Runs a read by time (`sql::keys_in_time`) on `c` and counts the rows of each key of
-/// `keys` that `read` names (the others count 0), or `None` when more than `limit` rows
+/// `keys` that `read` files (the others count 0), or `None` when more than `limit` rows
 /// came (the query asks for one more). A row is one packed key; NULL columns read as `''`
 /// there, as the key count's `''`-or-NULL rows do.
 async fn count_read_rows(
     c: &mut mysql_async::Conn,
     q: String,
     keys: &[&Key],
-    read: &[usize],
+    read: ReadIndex,
     limit: u64,
 ) -> Result<Option<Vec<u64>>, mysql_async::Error> {
-    // Filed under the hash each key carries (`Key::hash_packed`, seeded per process: the
-    // rows are the sink's, their bytes anyone's): a row's packed bytes are hashed once to
-    // be found, and no asked key is hashed again.
-    let mut index: hashbrown::HashTable<usize> = hashbrown::HashTable::with_capacity(read.len());
-    // A key asked twice (the callers ask distinct keys) takes the first one's count.
-    let mut repeats: Vec<(usize, usize)> = Vec::new();
-    for &i in read {
-        let (h, b) = (keys[i].hash64(), keys[i].as_bytes());
-        match index.find(h, |&x| keys[x].as_bytes() == b) {
-            Some(&first) => repeats.push((i, first)),
-            None => {
-                index.insert_unique(h, i, |&x| keys[x].hash64());
-            }
-        }
-    }
+    let ReadIndex { index, repeats } = read;
     let mut result = c.query_iter(q).await?;
     let mut out = vec![0u64; keys.len()];
     let mut rows = 0u64;
