@@ -402,9 +402,9 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         // partitions' questions take those counts), as the daemon's round does.
         if s.by_time {
             let mut all = Vec::new();
-            for l in ledgers.iter_mut() {
+            for (l, tp) in ledgers.iter_mut().zip(&tps) {
                 l.track_confirmations(true);
-                all.extend(l.due(at, GRACE, 1_000));
+                all.push((tp.clone(), l.due(at, GRACE, 1_000)));
             }
             checker
                 .prefetch_due(&w.sink, &all, &|_, _| {})

@@ -240,16 +240,12 @@ impl TimeRange {
     }
 }
 
-/// An audit's reads by time: its time column, the records read per bucket, and the counts
-/// the round's first read found for every key due this round (on any partition), which the
-/// partitions' own questions take instead of reading the same seconds once per partition.
+/// An audit's reads by time: its time column and the records read per bucket (the counts
+/// a round's first read found are the round's: [`crate::verify::Checker::prefetch_due`]).
 #[derive(Debug, Clone)]
 pub struct TimeReads {
     pub column: TimeColumn,
     pub density: Density,
-    /// This round's counts by key (see [`crate::verify::Checker::prefetch_due`]); emptied
-    /// when the round ends.
-    pub prefetched: foldhash::HashMap<Key, u64>,
 }
 
 impl TimeReads {
@@ -258,7 +254,6 @@ impl TimeReads {
         Self {
             column,
             density: Density::new(buckets),
-            prefetched: foldhash::HashMap::default(),
         }
     }
 }

@@ -62,6 +62,31 @@ impl Limits {
 pub struct Checker {
     how: How,
     limits: Limits,
+    /// key_columns read by time: what this round's first read counted
+    /// ([`Self::prefetch_due`]).
+    round: RoundReads,
+}
+
+/// What a round's first read by time counted, for the partitions' own due questions to
+/// take ([`Checker::prefetch_due`]); emptied when the round ends.
+#[derive(Debug, Default)]
+struct RoundReads {
+    /// Each partition's due question as the read asked it, until that partition asks it.
+    asks: Vec<Prefetched>,
+    /// Counts the round's re-checks took after the read: fresher than its own.
+    refreshed: foldhash::HashMap<Key, u64>,
+}
+
+/// One partition's due question, prepared and counted by the round's first read.
+#[derive(Debug)]
+struct Prefetched {
+    tp: TopicPartition,
+    /// The runs of the segments it was prepared from: only a question about the same
+    /// records takes it.
+    runs: Vec<OffsetRun>,
+    ask: KeyAsk,
+    /// Per key of `ask`, the read's count; `None` where the plan left the key out.
+    counts: Vec<Option<u64>>,
 }
 
 /// The strategy, carrying the state it needs: only key matching has any.
@@ -85,6 +110,7 @@ impl Checker {
         Self {
             how,
             limits: Limits::from_batch_size(batch_size),
+            round: RoundReads::default(),
         }
     }
 
@@ -130,58 +156,71 @@ impl Checker {
     }
 
     /// key_columns read by time: reads the seconds of every key due this round, on every
-    /// partition (`segs`), once, and keeps the counts for the partitions' own questions
-    /// ([`Self::due`]), which then read nothing again: one partition's keys are a
-    /// partition-th of a second's rows, so reading per partition read each row once per
-    /// partition, and past [`time_scan::SCAN_RATIO`] partitions read nothing at all. The
-    /// counts are the sink's at this read, as one batch's are at its query; a re-check
-    /// later in the round counts afresh and its count replaces the read's, so that the looks
-    /// at a key in a round only ever see the sink later, as partition-by-partition counts
-    /// did. Keys the plan leaves out are counted as before, by the partitions' questions.
-    /// Nothing is decided.
+    /// partition (`parts`, each partition's due segments), once, and keeps each partition's
+    /// question with the read's counts for the partition's own question ([`Self::due`]),
+    /// which then reads nothing again: one partition's keys are a partition-th of a
+    /// second's rows, so reading per partition read each row once per partition, and past
+    /// [`time_scan::SCAN_RATIO`] partitions read nothing at all. The counts are the sink's
+    /// at this read, as one batch's are at its query; a re-check later in the round counts
+    /// afresh and its count replaces the read's, so that the looks at a key in a round only
+    /// ever see the sink later, as partition-by-partition counts did. Keys the plan leaves
+    /// out are counted as before, by the partitions' questions. Nothing is decided.
+    ///
+    /// The questions are prepared here, once ([`KeyAsk::new`]): the partition's question
+    /// takes its prepared one when it asks about the same records, where before it prepared
+    /// its own and looked each key's count up in a map of the read's (three hash tables of
+    /// every due key, 5 % of the daemon's samples on key_columns).
     pub async fn prefetch_due<V: Verifier>(
         &mut self,
         sink: &V,
-        segs: &[Segment],
+        parts: &[(TopicPartition, Vec<Segment>)],
         obs: QueryObserver<'_>,
     ) -> Result<(), SinkError> {
+        self.round = RoundReads::default();
         let How::Keys(book) = &mut self.how else {
             return Ok(());
         };
         let Some(reads) = book.time_mut() else {
             return Ok(());
         };
-        reads.prefetched.clear();
-        // Sized up front: grown from empty it rehashed its keys over and over (1.4 % of the
-        // daemon's samples on key_columns).
-        let records: usize = segs.iter().map(|s| s.keys.len()).sum();
-        let mut seen: foldhash::HashSet<&Key> =
-            foldhash::HashSet::with_capacity_and_hasher(records, Default::default());
-        let keys: Vec<&Key> = segs
+        let asks: Vec<(&TopicPartition, &[Segment], KeyAsk)> = parts
             .iter()
-            .flat_map(|s| s.keys.iter())
-            .filter(|k| seen.insert(*k))
+            .filter(|(_, segs)| !segs.is_empty())
+            .map(|(tp, segs)| (tp, segs.as_slice(), KeyAsk::new(segs)))
             .collect();
-        drop(seen);
+        // Every partition's distinct keys in one list. A key due on two partitions is
+        // listed twice: a read counts a key's rows for each of its places (the plan puts
+        // both in one read, as it never splits a second), and each partition's question
+        // takes its own.
+        let keys: Vec<&Key> = asks.iter().flat_map(|(_, _, a)| a.keys.iter()).collect();
         let buckets: Vec<Option<Bucket>> = keys.iter().map(|k| reads.column.bucket(k)).collect();
         let plan = time_scan::plan(&buckets, &mut reads.density);
-        if plan.scans.is_empty() {
-            return Ok(());
+        let mut counts: Vec<Option<u64>> = vec![None; keys.len()];
+        if !plan.scans.is_empty() {
+            let column = reads.column.clone();
+            let counted =
+                read_planned(sink, &column, &plan, &keys, &mut reads.density, obs).await?;
+            for (i, c) in counted {
+                counts[i] = Some(c);
+            }
         }
-        let column = reads.column.clone();
-        let counted = read_planned(sink, &column, &plan, &keys, &mut reads.density, obs).await?;
-        reads.prefetched.reserve(counted.len());
-        for (i, c) in counted {
-            reads.prefetched.insert(keys[i].clone(), c);
+        drop(keys);
+        let mut counts = counts.into_iter();
+        for (tp, segs, ask) in asks {
+            let mine: Vec<Option<u64>> = counts.by_ref().take(ask.keys.len()).collect();
+            self.round.asks.push(Prefetched {
+                tp: tp.clone(),
+                runs: segs.iter().map(|s| s.run).collect(),
+                ask,
+                counts: mine,
+            });
         }
         Ok(())
     }
 
-    /// The round is over: the counts its prefetch kept go ([`Self::prefetch_due`]).
+    /// The round is over: what its first read counted goes ([`Self::prefetch_due`]).
     pub fn end_round(&mut self) {
-        if let Some(reads) = self.book_mut().and_then(KeyBook::time_mut) {
-            reads.prefetched = foldhash::HashMap::default();
-        }
+        self.round = RoundReads::default();
     }
 
     /// The verification knobs.
@@ -324,7 +363,15 @@ impl Checker {
             return Ok(Vec::new());
         }
         match &mut self.how {
-            How::Keys(book) => by_keys(sink, segs, book, round, self.limits, obs).await,
+            How::Keys(book) => {
+                let q = KeyQuestion {
+                    round,
+                    limits: self.limits,
+                    reads: &mut self.round,
+                    tp,
+                };
+                by_keys_in_round(sink, segs, book, q, obs).await
+            }
             How::Ids => by_ids(sink, segs, self.limits, obs).await,
             How::Offsets => by_offsets(sink, tp, segs, self.limits, obs).await,
         }
@@ -456,21 +503,66 @@ pub async fn by_keys<V: Verifier>(
     limits: Limits,
     obs: QueryObserver<'_>,
 ) -> Result<Vec<Verdict>, SinkError> {
-    let ask = KeyAsk::new(segments);
+    let mut reads = RoundReads::default();
+    let tp = TopicPartition::new(String::new(), 0);
+    let q = KeyQuestion {
+        round,
+        limits,
+        reads: &mut reads,
+        tp: &tp,
+    };
+    by_keys_in_round(sink, segments, book, q, obs).await
+}
+
+/// A key question's place in its round.
+struct KeyQuestion<'a> {
+    round: KeyRound,
+    limits: Limits,
+    /// What the round's first read counted ([`Checker::prefetch_due`]).
+    reads: &'a mut RoundReads,
+    /// The partition asking: a due question takes the one the round's read prepared for it.
+    tp: &'a TopicPartition,
+}
+
+/// [`by_keys`] within a round: a due question about the records the round's first read
+/// prepared it for takes that question and its counts; a re-check's counts replace the
+/// read's for the rest of the round.
+async fn by_keys_in_round<V: Verifier>(
+    sink: &V,
+    segments: &[Segment],
+    book: &mut KeyBook,
+    q: KeyQuestion<'_>,
+    obs: QueryObserver<'_>,
+) -> Result<Vec<Verdict>, SinkError> {
+    let KeyQuestion {
+        round,
+        limits,
+        reads: prefetched,
+        tp,
+    } = q;
+    let taken = match round {
+        KeyRound::Due => prefetched.take(tp, segments),
+        KeyRound::Recheck => None,
+    };
+    let (ask, counted) = match taken {
+        Some(p) => (p.ask, Some(p.counts)),
+        None => (KeyAsk::new(segments), None),
+    };
     // Due keys are read by time where the sink keeps its rows so (`time_scan`); re-checks
     // ask after a few missing keys scattered over the past, which no read of seconds serves.
     let (counts, read) = match (round, book.time_mut()) {
-        (KeyRound::Due, Some(reads)) => ask.count_by_time(sink, reads, limits, obs).await?,
-        (KeyRound::Recheck, Some(reads)) if !reads.prefetched.is_empty() => {
+        (KeyRound::Due, Some(reads)) => {
+            ask.count_by_time(sink, reads, counted, &prefetched.refreshed, limits, obs)
+                .await?
+        }
+        (KeyRound::Recheck, Some(_)) if !prefetched.asks.is_empty() => {
             let counts = ask.count(sink, limits, obs).await?;
             // A re-check counts afresh; a key the round's read counted takes the fresher
             // count for the rest of the round. Deciding a due record on the read's older
             // count after a re-check saw more rows would let the book give a row the read
             // did not see to the missing record and call the due one lost.
             for (k, &c) in ask.keys.iter().zip(&counts) {
-                if let Some(p) = reads.prefetched.get_mut(k) {
-                    *p = c;
-                }
+                prefetched.refreshed.insert(k.clone(), c);
             }
             (counts, 0)
         }
@@ -481,6 +573,19 @@ pub async fn by_keys<V: Verifier>(
         book.note_counted(read, keys - read);
     }
     Ok(ask.decide(book, round, &counts))
+}
+
+impl RoundReads {
+    /// The question the round's read prepared for `tp`, if it was about `segments`' records
+    /// (the same runs): taken, so that it is used once. One prepared about other records (a
+    /// partition that gave records up in between) is dropped; its partition asks afresh.
+    fn take(&mut self, tp: &TopicPartition, segments: &[Segment]) -> Option<Prefetched> {
+        let i = self.asks.iter().position(|p| &p.tp == tp)?;
+        let p = self.asks.swap_remove(i);
+        let same =
+            p.runs.len() == segments.len() && p.runs.iter().zip(segments).all(|(r, s)| *r == s.run);
+        same.then_some(p)
+    }
 }
 
 /// One key question, prepared from its segments before the sink is asked: the distinct
@@ -584,15 +689,17 @@ impl KeyAsk {
         Ok(counts)
     }
 
-    /// [`Self::count`] where the audit reads by time: keys this round's prefetch counted
-    /// ([`Checker::prefetch_due`]) take its counts, the keys of the plan's reads are counted
-    /// from the rows of their seconds ([`read_planned`]), and the rest by key, in the asking
-    /// order. Nothing is decided here. Returns the counts and how many
-    /// keys were counted by time.
+    /// [`Self::count`] where the audit reads by time: keys this round's first read counted
+    /// (`counted`, per key, from [`Checker::prefetch_due`]) take its counts, or a re-check's
+    /// fresher one (`refreshed`); the keys of the plan's reads are counted from the rows of
+    /// their seconds ([`read_planned`]), and the rest by key, in the asking order. Nothing
+    /// is decided here. Returns the counts and how many keys were counted by time.
     pub async fn count_by_time<V: Verifier>(
         &self,
         sink: &V,
         reads: &mut TimeReads,
+        counted: Option<Vec<Option<u64>>>,
+        refreshed: &foldhash::HashMap<Key, u64>,
         limits: Limits,
         obs: QueryObserver<'_>,
     ) -> Result<(Vec<u64>, u64), SinkError> {
@@ -600,16 +707,15 @@ impl KeyAsk {
         let mut counts: Vec<u64> = vec![0; n];
         let mut done: Vec<bool> = vec![false; n];
         let mut by_time = 0u64;
-        // Outside a round's read (`check`, a partition past the prefetch) nothing is kept:
-        // no key is hashed for it.
-        if !reads.prefetched.is_empty() {
-            for (i, k) in self.keys.iter().enumerate() {
-                if let Some(&c) = reads.prefetched.get(k) {
-                    counts[i] = c;
-                    done[i] = true;
-                    by_time += 1;
-                }
-            }
+        for (i, c) in counted.into_iter().flatten().enumerate().take(n) {
+            let Some(c) = c else { continue };
+            counts[i] = if refreshed.is_empty() {
+                c
+            } else {
+                refreshed.get(&self.keys[i]).copied().unwrap_or(c)
+            };
+            done[i] = true;
+            by_time += 1;
         }
         let open: Vec<usize> = (0..n).filter(|&i| !done[i]).collect();
         let buckets: Vec<Option<Bucket>> = open

@@ -387,7 +387,7 @@ impl Audit {
         if rule.hold || self.checker.book().and_then(|b| b.time_column()).is_none() {
             return;
         }
-        let (mut segs, mut keys) = (Vec::new(), 0usize);
+        let (mut parts, mut keys) = (Vec::new(), 0usize);
         for tp in tps {
             let Some(p) = self.parts.get_mut(tp) else {
                 continue;
@@ -397,20 +397,20 @@ impl Audit {
             if p.ledger.pipeline.vanished().is_none() {
                 let due = p.ledger.due(rule.due_at, rule.grace, rule.limit);
                 keys += due.iter().map(|s| s.keys.len()).sum::<usize>();
-                segs.extend(due);
+                parts.push((tp.clone(), due));
             }
             // Bounded: the keys of every partition held at once would be `max_pending`.
             if keys >= time_scan::PREFETCH_KEYS {
                 break;
             }
         }
-        if segs.is_empty() {
+        if parts.iter().all(|(_, due)| due.is_empty()) {
             return;
         }
         let obs = self.metrics.query_observer();
         let r = unless_shut_down!(
             self.io.cancel,
-            self.checker.prefetch_due(&self.io.sink, &segs, &obs),
+            self.checker.prefetch_due(&self.io.sink, &parts, &obs),
         );
         match r {
             Ok(()) => answers.queried = true,

@@ -280,9 +280,9 @@ impl Verifier for MemorySink {
         }
         self.time_reads.fetch_add(1, Ordering::Relaxed);
         let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        // Every row of the ranges, as a range read returns them; counted per key here.
-        let index: HashMap<&Key, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
-        let mut out = vec![0u64; keys.len()];
+        // Every row of the ranges, as a range read returns them; counted per key here, and
+        // each place of a key listed twice given its count.
+        let mut index: HashMap<&Key, u64> = keys.iter().map(|k| (*k, 0)).collect();
         let mut read = 0u64;
         for (k, &n) in &t.keys {
             let Some(b) = column.bucket(k) else {
@@ -295,11 +295,15 @@ impl Verifier for MemorySink {
             if read > limit {
                 return Ok(None);
             }
-            if let Some(&i) = index.get(k) {
-                out[i] += n;
+            if let Some(c) = index.get_mut(k) {
+                *c += n;
             }
         }
-        Ok(Some(out))
+        Ok(Some(
+            keys.iter()
+                .map(|k| index.get(*k).copied().unwrap_or(0))
+                .collect(),
+        ))
     }
 
     async fn find_ids(&self, ids: &[&str]) -> Result<Vec<bool>, SinkError> {

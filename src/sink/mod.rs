@@ -140,7 +140,8 @@ pub trait Verifier: Send + Sync {
 
     /// Rows per key, aligned with `keys` and counted as [`Self::count_keys`] counts them,
     /// read from every row whose `column` value lies in `ranges` (each key's own time lies
-    /// in one of them). `Ok(None)` when the keys were not counted: more than `limit` rows
+    /// in one of them). A key listed twice (due on two partitions) gets its count at each
+    /// place. `Ok(None)` when the keys were not counted: more than `limit` rows
     /// lie there, or the table can no longer be read by time (an index dropped since):
     /// they are then counted by key.
     fn count_keys_in_time(

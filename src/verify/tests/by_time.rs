@@ -140,7 +140,7 @@ async fn a_recheck_that_sees_more_rows_than_the_rounds_read_is_what_later_decisi
     let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
     let only = |first| [seg(first, vec![k.clone()])];
     // Round 1: r0 is due and has no row: missing.
-    c.prefetch_due(&sink, &only(0), &|_, _| {})
+    c.prefetch_due(&sink, &[(t0.clone(), only(0).to_vec())], &|_, _| {})
         .await
         .expect("read");
     let v = c
@@ -151,7 +151,7 @@ async fn a_recheck_that_sees_more_rows_than_the_rounds_read_is_what_later_decisi
     c.end_round();
     // r1's row lands; round 2 reads it (one row); then r0's row lands.
     sink.insert_key(&k);
-    c.prefetch_due(&sink, &only(0), &|_, _| {})
+    c.prefetch_due(&sink, &[(t1.clone(), only(0).to_vec())], &|_, _| {})
         .await
         .expect("read");
     sink.insert_key(&k);
@@ -167,5 +167,75 @@ async fn a_recheck_that_sees_more_rows_than_the_rounds_read_is_what_later_decisi
         .await
         .expect("answered");
     assert_eq!(present(&v), vec![0], "r1's row is in the sink");
+    c.end_round();
+}
+
+/// A round's first read prepares each partition's question: a key due on two partitions
+/// is asked at both places of one read, and each place gets the key's rows. With two rows
+/// both records are found, from that one read, and no partition reads or counts again.
+/// (A sink that gave a repeated key's rows to its first place only left the second
+/// partition's record lost.)
+#[tokio::test]
+async fn a_key_due_on_two_partitions_is_counted_for_both_by_the_rounds_read() {
+    let k = key(1, 0);
+    let other = key(2, 0);
+    let sink = MemorySink::new();
+    sink.read_by_time(column());
+    sink.insert_key(&k);
+    sink.insert_key(&k);
+    sink.insert_key(&other);
+    // r0 (k) and r1 (other) on t-0, r2 (k) on t-1.
+    let mut c = checker(&[k.clone(), other.clone(), k.clone()]);
+    let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    let s0 = [seg(0, vec![k.clone(), other.clone()])];
+    let s1 = [seg(0, vec![k.clone()])];
+    c.prefetch_due(
+        &sink,
+        &[(t0.clone(), s0.to_vec()), (t1.clone(), s1.to_vec())],
+        &|_, _| {},
+    )
+    .await
+    .expect("read");
+    assert_eq!(sink.time_reads(), 1, "one read for both partitions");
+    let v0 = c.due(&sink, &t0, &s0, &|_, _| {}).await.expect("answered");
+    let v1 = c.due(&sink, &t1, &s1, &|_, _| {}).await.expect("answered");
+    assert_eq!(present(&v0), vec![0, 1]);
+    assert_eq!(
+        present(&v1),
+        vec![0],
+        "the second place of k has its rows too"
+    );
+    assert_eq!(sink.time_reads(), 1, "the partitions read nothing again");
+    assert_eq!(c.book_mut().expect("book").take_counted(), (3, 0));
+    c.end_round();
+}
+
+/// A partition whose due records changed after the round's first read (records given up
+/// in between) does not take the question prepared for the old ones: it asks its own, and
+/// its verdict is about the records it asks about.
+#[tokio::test]
+async fn a_question_about_other_records_than_the_reads_asks_afresh() {
+    let keys: Vec<Key> = (0..3).map(|i| key(i, 0)).collect();
+    let sink = MemorySink::new();
+    sink.read_by_time(column());
+    for k in &keys[1..] {
+        sink.insert_key(k);
+    }
+    let mut c = checker(&keys);
+    let tp = TopicPartition::new("t", 0);
+    c.prefetch_due(
+        &sink,
+        &[(tp.clone(), vec![seg(0, keys.clone())])],
+        &|_, _| {},
+    )
+    .await
+    .expect("read");
+    // Record 0 was given up: the partition asks about 1..=2 only.
+    let v = c
+        .due(&sink, &tp, &[seg(1, keys[1..].to_vec())], &|_, _| {})
+        .await
+        .expect("answered");
+    assert_eq!(present(&v), vec![1, 2]);
+    assert_eq!(sink.time_reads(), 2, "the partition read its own seconds");
     c.end_round();
 }
