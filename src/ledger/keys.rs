@@ -114,7 +114,10 @@ pub struct KeyBook {
     /// too, but at ~800 ns a key for a million keys it halved the tailing rate.
     entries: ShardedMap<Key, Entry>,
     /// Idle keys in the order they became idle; the oldest are forgotten beyond `capacity`.
-    idle: VecDeque<(Key, u64)>,
+    /// Each as its hash in `entries` and the stamp it went idle with, which together find
+    /// its entry again (a stamp is given once): the queue holds no key, whose clone was
+    /// one more cache miss for every key a round decided.
+    idle: VecDeque<(u64, u64)>,
     capacity: usize,
     clock: u64,
     /// Keys whose confirmed count changed (or that were forgotten) since the last
@@ -628,11 +631,11 @@ impl KeyBook {
             let (k, n, rows) = asks[i];
             let (o, stamp) = decide(self, k, h, n, rows);
             out[i] = o;
-            idle.extend(stamp.map(|s| (i, s)));
+            idle.extend(stamp.map(|s| (i, s, h)));
         }
         idle.sort_unstable();
-        for (i, stamp) in idle {
-            self.idle.push_back((asks[i].0.clone(), stamp));
+        for (_, stamp, h) in idle {
+            self.idle.push_back((h, stamp));
         }
         self.evict();
         out
@@ -641,7 +644,7 @@ impl KeyBook {
     /// Queues `k` when a change made it idle (`stamp`), then forgets beyond capacity.
     fn queue_idle(&mut self, k: &Key, stamp: Option<u64>) {
         if let Some(stamp) = stamp {
-            self.idle.push_back((k.clone(), stamp));
+            self.idle.push_back((self.entries.hash(k), stamp));
             self.evict();
         }
     }
@@ -781,16 +784,12 @@ impl KeyBook {
         // one by one in queue order each missed the cache (three lookups of it were the
         // larger part of a round of the book at capacity). Forgetting one key changes
         // nothing another's forgetting looks at, so the order changes nothing else.
-        let oldest: Vec<(u64, Key, u64)> = self
-            .idle
-            .drain(..excess)
-            .map(|(k, stamp)| (self.entries.hash(&k), k, stamp))
-            .collect();
-        for (h, k, stamp) in in_map_order(oldest, |o| o.0) {
+        let oldest: Vec<(u64, u64)> = self.idle.drain(..excess).collect();
+        for (h, stamp) in in_map_order(oldest, |o| o.0) {
             // Stale slots (entries busy again since, or idle again later) forget nothing.
-            let Some(e) = self
+            let Some((k, e)) = self
                 .entries
-                .remove_hashed_if(&k, h, |e| !e.busy() && e.idle_since == stamp)
+                .remove_by_hash_if(h, |e| !e.busy() && e.idle_since == stamp)
             else {
                 continue;
             };

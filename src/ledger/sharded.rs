@@ -240,20 +240,26 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
 
     /// Takes `k` out.
     pub fn remove(&mut self, k: &K) -> Option<V> {
-        self.remove_hashed_if(k, self.hash(k), |_| true)
+        let h = self.hash(k);
+        self.remove_where(h, |(x, _)| x == k).map(|(_, v)| v)
     }
 
-    /// Removes `k` (whose [`Self::hash`] is `h`) if `when` holds for its value: the value
-    /// removed. One probe where a look and then a removal took two.
-    pub fn remove_hashed_if(&mut self, k: &K, h: u64, when: impl FnOnce(&V) -> bool) -> Option<V> {
-        debug_assert_eq!(h, self.hash(k), "a hash from another map or key");
+    /// Removes the entry filed under hash `h` ([`Self::hash`] of its key) whose value
+    /// `when` holds for, with one probe and without reading a key: the caller's `when`
+    /// must single one entry out (the key book's idle stamps do: each is given once).
+    /// The key and value removed.
+    pub fn remove_by_hash_if(&mut self, h: u64, when: impl Fn(&V) -> bool) -> Option<(K, V)> {
+        self.remove_where(h, |(_, v)| when(v))
+    }
+
+    /// Removes the entry filed under hash `h` for which `is` holds.
+    fn remove_where(&mut self, h: u64, is: impl Fn((&K, &V)) -> bool) -> Option<(K, V)> {
         let (s, h) = Self::locate_hash(h);
         let shard = &mut self.shards[s];
-        let entry = shard.find_entry(h, |(x, _, xh)| *xh == h && x == k).ok()?;
-        if !when(&entry.get().1) {
-            return None;
-        }
-        let ((_, v, _), _) = entry.remove();
+        let ((k, v, _), _) = shard
+            .find_entry(h, |(x, v, xh)| *xh == h && is((x, v)))
+            .ok()?
+            .remove();
         self.len -= 1;
         // A table never shrinks by itself, so each shard would keep the largest size it
         // ever reached, and over a long incident the sum of 1,024 separate peaks creeps
@@ -265,7 +271,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
         if shard.capacity() > SHRINK_ABOVE && shard.len() * 4 < shard.capacity() {
             shard.shrink_to(shard.len() * 2, Self::rehash);
         }
-        Some(v)
+        Some((k, v))
     }
 
     /// Keys held.
@@ -449,5 +455,23 @@ mod tests {
                 "n {n}: items lost or repeated"
             );
         }
+    }
+
+    /// [`ShardedMap::remove_by_hash_if`] removes the one entry under the hash whose value
+    /// passes, leaves it when none does, and keeps the count right.
+    #[test]
+    fn removes_by_hash_and_value_without_the_key() {
+        let mut m: ShardedMap<u64, u64> = ShardedMap::new();
+        for k in 0..1_000 {
+            m.insert(k, k * 10);
+        }
+        let h = m.hash(&7);
+        assert_eq!(m.remove_by_hash_if(h, |v| *v == 71), None, "no value passes");
+        assert_eq!(m.len(), 1_000);
+        assert_eq!(m.remove_by_hash_if(h, |v| *v == 70), Some((7, 70)));
+        assert_eq!(m.len(), 999);
+        assert_eq!(m.get(&7), None);
+        assert_eq!(m.remove_by_hash_if(h, |_| true), None, "gone");
+        assert_eq!(m.get(&8), Some(&80));
     }
 }
