@@ -183,17 +183,21 @@ impl Checker {
         let Some(reads) = book.time_mut() else {
             return Ok(());
         };
+        let mut buckets: Vec<Option<Bucket>> = Vec::new();
         let asks: Vec<(&TopicPartition, &[Segment], KeyAsk)> = parts
             .iter()
             .filter(|(_, segs)| !segs.is_empty())
-            .map(|(tp, segs)| (tp, segs.as_slice(), KeyAsk::new(segs)))
+            .map(|(tp, segs)| {
+                let (ask, b) = KeyAsk::new_with(segs, |k| reads.column.bucket(k));
+                buckets.extend(b);
+                (tp, segs.as_slice(), ask)
+            })
             .collect();
         // Every partition's distinct keys in one list. A key due on two partitions is
         // listed twice: a read counts a key's rows for each of its places (the plan puts
         // both in one read, as it never splits a second), and each partition's question
         // takes its own.
         let keys: Vec<&Key> = asks.iter().flat_map(|(_, _, a)| a.keys.iter()).collect();
-        let buckets: Vec<Option<Bucket>> = keys.iter().map(|k| reads.column.bucket(k)).collect();
         let plan = time_scan::plan(&buckets, &mut reads.density);
         let mut counts: Vec<Option<u64>> = vec![None; keys.len()];
         if !plan.scans.is_empty() {
@@ -607,6 +611,13 @@ struct KeyAsk {
 impl KeyAsk {
     /// The question for `segments`' keys.
     pub fn new(segments: &[Segment]) -> Self {
+        Self::new_with(segments, |_| ()).0
+    }
+
+    /// [`Self::new`], with `per_key` of each distinct key, in the question's key order:
+    /// taken as the key is first seen, while its bytes are in the cache (a pass of its
+    /// own over a round's keys missed it on each).
+    pub fn new_with<T>(segments: &[Segment], mut per_key: impl FnMut(&Key) -> T) -> (Self, Vec<T>) {
         let records: usize = segments.iter().map(|s| s.keys.len()).sum();
         // Sized for every record up front: growing it rehashed every key seen so far, each
         // a read of bytes no longer in the cache (1.8 % of the daemon's samples on a
@@ -614,11 +625,13 @@ impl KeyAsk {
         let mut index: HashMap<&Key, usize> =
             HashMap::with_capacity_and_hasher(records, Default::default());
         let mut keys: Vec<Key> = Vec::new();
+        let mut taken: Vec<T> = Vec::new();
         let mut key_of: Vec<usize> = Vec::with_capacity(records);
         for s in segments {
             for k in &s.keys {
                 let ki = *index.entry(k).or_insert_with(|| {
                     keys.push(k.clone());
+                    taken.push(per_key(k));
                     keys.len() - 1
                 });
                 key_of.push(ki);
@@ -645,12 +658,13 @@ impl KeyAsk {
             }
         }
         drop((key_of, fill));
-        Self {
+        let ask = Self {
             keys,
             starts,
             slots,
             segments: segments.len(),
-        }
+        };
+        (ask, taken)
     }
 
     /// Key indices `which` in the order the sink is asked about them. Keys are asked in

@@ -466,7 +466,11 @@ mod tests {
             m.insert(k, k * 10);
         }
         let h = m.hash(&7);
-        assert_eq!(m.remove_by_hash_if(h, |v| *v == 71), None, "no value passes");
+        assert_eq!(
+            m.remove_by_hash_if(h, |v| *v == 71),
+            None,
+            "no value passes"
+        );
         assert_eq!(m.len(), 1_000);
         assert_eq!(m.remove_by_hash_if(h, |v| *v == 70), Some((7, 70)));
         assert_eq!(m.len(), 999);
