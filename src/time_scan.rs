@@ -72,8 +72,10 @@ pub const SCAN_BUCKET_ROWS: u64 = 500_000;
 
 /// Most keys a round reads for all its partitions at once
 /// ([`crate::verify::Checker::prefetch_due`]); the partitions past them read for themselves.
-/// Four partitions' default round limit (100 k due records each) fit with room; a key held
-/// for the round costs about 60 bytes, so 30 MB at most.
+/// Four partitions' default round limit (100 k due records each) fit with room. The
+/// partition that reaches them is read too, so a round holds at most this plus one
+/// partition's round limit of prepared keys, about 100 bytes each (the key's place, its
+/// records' slots and offsets, its count): 60 MB at the default `batch_size`.
 pub const PREFETCH_KEYS: usize = 500_000;
 
 /// Most time ranges OR-ed in one read.
@@ -364,7 +366,8 @@ pub struct Plan {
     pub by_key: Vec<usize>,
 }
 
-/// Plans the reads for distinct `buckets` (one per key, `None`: the key has no bucket):
+/// Plans the reads for `buckets` (one per key, `None`: the key has no bucket; a key due on
+/// several partitions is there once for each, which counts it as many times below):
 /// a bucket is read when the audit's own rows there are at most [`SCAN_RATIO`] times its
 /// keys and at most [`SCAN_BUCKET_ROWS`]; neighbouring read buckets with no record of the audit between them share one
 /// range; reads hold at most [`SCAN_ROWS`] expected rows (a bucket is never split) and

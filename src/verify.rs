@@ -548,6 +548,7 @@ async fn by_keys_in_round<V: Verifier>(
         KeyRound::Due => prefetched.take(tp, segments),
         KeyRound::Recheck => None,
     };
+    let fresh = taken.is_none();
     let (ask, counted) = match taken {
         Some(p) => (p.ask, Some(p.counts)),
         None => (KeyAsk::new(segments), None),
@@ -556,8 +557,18 @@ async fn by_keys_in_round<V: Verifier>(
     // ask after a few missing keys scattered over the past, which no read of seconds serves.
     let (counts, read) = match (round, book.time_mut()) {
         (KeyRound::Due, Some(reads)) => {
-            ask.count_by_time(sink, reads, counted, &prefetched.refreshed, limits, obs)
-                .await?
+            let (counts, read) = ask
+                .count_by_time(sink, reads, counted, &prefetched.refreshed, limits, obs)
+                .await?;
+            // Counted afresh while prepared questions wait (a question about other records
+            // than the read prepared for): later partitions defer to these counts as to a
+            // re-check's, so no key is decided on an older count than one already seen.
+            if fresh && !prefetched.asks.is_empty() {
+                for (k, &c) in ask.keys.iter().zip(&counts) {
+                    prefetched.refreshed.insert(k.clone(), c);
+                }
+            }
+            (counts, read)
         }
         (KeyRound::Recheck, Some(_)) if !prefetched.asks.is_empty() => {
             let counts = ask.count(sink, limits, obs).await?;

@@ -482,7 +482,8 @@ impl KeyBook {
         if self.unbooked.is_empty() {
             return;
         }
-        let mut pends = in_map_order(std::mem::take(&mut self.unbooked), |p| p.0);
+        let mut pends = std::mem::take(&mut self.unbooked);
+        in_map_order(&mut pends, |p| p.0);
         let multiset = self.semantics == KeySemantics::Multiset;
         let mut refresh: Vec<(usize, Key)> = Vec::new();
         for (h, seq, k) in pends.drain(..) {
@@ -618,13 +619,12 @@ impl KeyBook {
         asks: &[(&Key, u64, u64)],
         decide: impl Fn(&mut Self, &Key, u64, u64, u64) -> (O, Option<u64>),
     ) -> Vec<O> {
-        let order: Vec<(u64, usize)> = in_map_order(
-            asks.iter()
-                .enumerate()
-                .map(|(i, a)| (self.entries.hash(a.0), i))
-                .collect(),
-            |o| o.0,
-        );
+        let mut order: Vec<(u64, usize)> = asks
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (self.entries.hash(a.0), i))
+            .collect();
+        in_map_order(&mut order, |o| o.0);
         let mut out = vec![O::default(); asks.len()];
         let mut idle = Vec::new();
         for (h, i) in order {
@@ -784,8 +784,9 @@ impl KeyBook {
         // one by one in queue order each missed the cache (three lookups of it were the
         // larger part of a round of the book at capacity). Forgetting one key changes
         // nothing another's forgetting looks at, so the order changes nothing else.
-        let oldest: Vec<(u64, u64)> = self.idle.drain(..excess).collect();
-        for (h, stamp) in in_map_order(oldest, |o| o.0) {
+        let mut oldest: Vec<(u64, u64)> = self.idle.drain(..excess).collect();
+        in_map_order(&mut oldest, |o| o.0);
+        for (h, stamp) in oldest {
             // Stale slots (entries busy again since, or idle again later) forget nothing.
             let Some((k, e)) = self
                 .entries

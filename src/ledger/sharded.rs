@@ -60,33 +60,47 @@ const ORDER_BITS: u32 = 10;
 /// Below this many items [`in_map_order`] sorts: its groups cost more than the sort.
 const ORDER_SORT_BELOW: usize = 4096;
 
-/// `items` in an order that walks a [`ShardedMap`] shard by shard: grouped by the top bits
-/// of `hash(item)` (the item's [`ShardedMap::hash`]), groups ascending, the order given kept
-/// within a group. That is all the cache needs of an order by hash (each shard's small
-/// table is visited once), at two passes instead of a sort: sorting a round's keys by
-/// hash was 4 % of the daemon's samples on key_columns.
-pub fn in_map_order<T>(mut items: Vec<T>, hash: impl Fn(&T) -> u64) -> Vec<T> {
-    if items.len() < ORDER_SORT_BELOW {
-        items.sort_by_key(|t| hash(t) >> (64 - ORDER_BITS));
-        return items;
-    }
+/// Puts `items` in an order that walks a [`ShardedMap`] shard by shard: grouped by the
+/// top bits of `hash(item)` (the item's [`ShardedMap::hash`]), groups ascending, in no
+/// particular order within a group. That is all the cache needs of an order by hash (each
+/// shard's small table is visited once), at two passes instead of a sort: sorting a
+/// round's keys by hash was 4 % of the daemon's samples on key_columns. In place (an
+/// American flag sort): the key book's queue of pends can hold `max_pending` entries, and
+/// a copy of it would be that much memory more at once.
+pub fn in_map_order<T>(items: &mut [T], hash: impl Fn(&T) -> u64) {
     let group = |t: &T| (hash(t) >> (64 - ORDER_BITS)) as usize;
-    let mut starts = vec![0usize; (1 << ORDER_BITS) + 1];
-    for t in &items {
-        starts[group(t) + 1] += 1;
+    if items.len() < ORDER_SORT_BELOW {
+        items.sort_unstable_by_key(|t| group(t));
+        return;
     }
-    for g in 1..starts.len() {
-        starts[g] += starts[g - 1];
+    let mut next = vec![0usize; 1 << ORDER_BITS];
+    for t in items.iter() {
+        next[group(t)] += 1;
     }
-    let mut slots: Vec<Option<T>> = std::iter::repeat_with(|| None).take(items.len()).collect();
-    for t in items {
-        let g = group(&t);
-        slots[starts[g]] = Some(t);
-        starts[g] += 1;
+    // `next[g]`: the first place of group `g` not yet known to hold one of its items;
+    // `end[g]`: where the group ends.
+    let mut end = vec![0usize; 1 << ORDER_BITS];
+    let mut at = 0;
+    for g in 0..next.len() {
+        let n = next[g];
+        next[g] = at;
+        at += n;
+        end[g] = at;
     }
-    let mut out = Vec::with_capacity(slots.len());
-    out.extend(slots.into_iter().flatten());
-    out
+    for g in 0..next.len() {
+        while next[g] < end[g] {
+            let i = next[g];
+            let d = group(&items[i]);
+            if d == g {
+                next[g] += 1;
+            } else {
+                // The item goes to its group's next free place; what was there comes here
+                // and is looked at next.
+                items.swap(i, next[d]);
+                next[d] += 1;
+            }
+        }
+    }
 }
 
 /// A hash map in [`SHARDS`] parts (see the module docs).
@@ -411,10 +425,10 @@ mod tests {
         }
     }
 
-    /// [`in_map_order`] groups by the hash's top bits, ascending, keeps the order given
-    /// within a group, and loses or repeats nothing, above and below the size it sorts at.
+    /// [`in_map_order`] groups by the hash's top bits, ascending, and loses or repeats
+    /// nothing, above and below the size it sorts at.
     #[test]
-    fn map_order_groups_by_the_top_bits_and_keeps_the_rest() {
+    fn map_order_groups_by_the_top_bits_and_keeps_every_item() {
         for n in [
             0usize,
             1,
@@ -438,22 +452,15 @@ mod tests {
                     (h, i)
                 })
                 .collect();
-            let out = in_map_order(items.clone(), |t| t.0);
+            let mut out = items.clone();
+            in_map_order(&mut out, |t| t.0);
             let group = |t: &(u64, usize)| t.0 >> (64 - ORDER_BITS);
-            assert_eq!(out.len(), n);
             for w in out.windows(2) {
-                assert!(
-                    group(&w[0]) < group(&w[1])
-                        || (group(&w[0]) == group(&w[1]) && w[0].1 < w[1].1),
-                    "n {n}: {w:?} out of order"
-                );
+                assert!(group(&w[0]) <= group(&w[1]), "n {n}: {w:?} out of order");
             }
-            let mut seen: Vec<usize> = out.iter().map(|t| t.1).collect();
-            seen.sort_unstable();
-            assert!(
-                seen.iter().copied().eq(0..n),
-                "n {n}: items lost or repeated"
-            );
+            let mut seen: Vec<(u64, usize)> = out.clone();
+            seen.sort_unstable_by_key(|t| t.1);
+            assert_eq!(seen, items, "n {n}: items lost, repeated or changed");
         }
     }
 

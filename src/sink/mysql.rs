@@ -1191,7 +1191,7 @@ impl Verifier for MysqlSink {
 /// hashed again.
 struct ReadIndex {
     index: hashbrown::HashTable<usize>,
-    /// A key asked twice (the callers ask distinct keys) takes the first one's count:
+    /// A key asked twice (due on two partitions) takes the first place's count:
     /// `(index, first's index)`.
     repeats: Vec<(usize, usize)>,
 }

@@ -95,6 +95,28 @@ fn idle_keys_are_forgotten_oldest_first_busy_ones_never() {
     assert_eq!(b.counts(&k("m")), (0, 0, 1));
 }
 
+/// A key that went idle, busy and idle again has two slots in the idle queue: the stale
+/// one (its first stamp) forgets nothing when it reaches the front; only the slot of its
+/// last idle spell does. (The queue finds a key by its hash and stamp, not by the key.)
+#[test]
+fn a_stale_idle_slot_forgets_nothing_and_the_keys_current_one_does() {
+    let mut b = KeyBook::new(1);
+    b.pend(&k("a"));
+    b.decide_due(&k("a"), 1, 1);
+    // Busy again, and idle again: [a (stale), a].
+    b.pend(&k("a"));
+    b.decide_due(&k("a"), 1, 2);
+    assert_eq!(b.counts(&k("a")), (0, 2, 0), "the stale slot forgot nothing");
+    // b goes idle: a's current slot is the oldest past capacity.
+    b.pend(&k("b"));
+    b.decide_due(&k("b"), 1, 1);
+    assert_eq!(b.counts(&k("a")), (0, 0, 0), "a's current slot forgot it");
+    assert_eq!(b.counts(&k("b")), (0, 1, 0));
+    assert_eq!(b.len(), 1);
+    // Forgetting a confirmed key writes it as gone.
+    assert!(b.changes().contains(&(k("a"), 0)));
+}
+
 #[test]
 fn keys_forgotten_while_loading_are_deleted_from_the_store() {
     let mut b = KeyBook::new(2);
