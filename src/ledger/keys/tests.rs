@@ -106,7 +106,11 @@ fn a_stale_idle_slot_forgets_nothing_and_the_keys_current_one_does() {
     // Busy again, and idle again: [a (stale), a].
     b.pend(&k("a"));
     b.decide_due(&k("a"), 1, 2);
-    assert_eq!(b.counts(&k("a")), (0, 2, 0), "the stale slot forgot nothing");
+    assert_eq!(
+        b.counts(&k("a")),
+        (0, 2, 0),
+        "the stale slot forgot nothing"
+    );
     // b goes idle: a's current slot is the oldest past capacity.
     b.pend(&k("b"));
     b.decide_due(&k("b"), 1, 1);
