@@ -563,22 +563,18 @@ async fn by_keys_in_round<V: Verifier>(
             // Counted afresh while prepared questions wait (a question about other records
             // than the read prepared for): later partitions defer to these counts as to a
             // re-check's, so no key is decided on an older count than one already seen.
-            if fresh && !prefetched.asks.is_empty() {
-                for (k, &c) in ask.keys.iter().zip(&counts) {
-                    prefetched.refreshed.insert(k.clone(), c);
-                }
+            if fresh {
+                prefetched.saw(&ask.keys, &counts);
             }
             (counts, read)
         }
-        (KeyRound::Recheck, Some(_)) if !prefetched.asks.is_empty() => {
+        (KeyRound::Recheck, Some(_)) => {
             let counts = ask.count(sink, limits, obs).await?;
             // A re-check counts afresh; a key the round's read counted takes the fresher
             // count for the rest of the round. Deciding a due record on the read's older
             // count after a re-check saw more rows would let the book give a row the read
             // did not see to the missing record and call the due one lost.
-            for (k, &c) in ask.keys.iter().zip(&counts) {
-                prefetched.refreshed.insert(k.clone(), c);
-            }
+            prefetched.saw(&ask.keys, &counts);
             (counts, 0)
         }
         _ => (ask.count(sink, limits, obs).await?, 0),
@@ -591,6 +587,17 @@ async fn by_keys_in_round<V: Verifier>(
 }
 
 impl RoundReads {
+    /// The sink was counted afresh for `keys` (`counts`) after the round's read: while
+    /// prepared questions wait, their counts of these keys give way to these.
+    fn saw(&mut self, keys: &[Key], counts: &[u64]) {
+        if self.asks.is_empty() {
+            return;
+        }
+        for (k, &c) in keys.iter().zip(counts) {
+            self.refreshed.insert(k.clone(), c);
+        }
+    }
+
     /// The question the round's read prepared for `tp`, if it was about `segments`' records
     /// (the same runs): taken, so that it is used once. One prepared about other records (a
     /// partition that gave records up in between) is dropped; its partition asks afresh.
