@@ -167,7 +167,8 @@ struct Audit {
 struct Io {
     kafka: KafkaConfig,
     group: String,
-    sink: AnySink,
+    /// Shared with a round's read of its second half, on a task of its own.
+    sink: Arc<AnySink>,
     store: Arc<Store>,
     status: StatusBoard,
     /// Kafka lookups (the auditor group, watermarks, the pipeline group's commits).
@@ -224,7 +225,7 @@ impl Audit {
             io: Io {
                 kafka: deps.kafka,
                 group: deps.group,
-                sink: deps.sink,
+                sink: Arc::new(deps.sink),
                 store: deps.store,
                 status: deps.status,
                 kafka_view: w.kafka_view,

@@ -239,3 +239,71 @@ async fn a_question_about_other_records_than_the_reads_asks_afresh() {
     assert_eq!(sink.time_reads(), 2, "the partition read its own seconds");
     c.end_round();
 }
+
+/// A round reads its second half's seconds while its first half decides: a count the
+/// first half takes afresh meanwhile may be newer than that read's. The second half's
+/// questions then see it, not the read's, or the book gives the row the read did not see
+/// to the first half's record and calls the second half's lost.
+#[tokio::test]
+async fn a_count_taken_while_the_next_read_is_under_way_is_what_its_questions_see() {
+    let k = key(1, 0);
+    let sink = MemorySink::new();
+    sink.read_by_time(column());
+    // r0 on t-0 (first half, asked afresh), r1 on t-1 (second half); one row of k so far.
+    let mut c = checker(&[k.clone(), k.clone()]);
+    let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    let only = |first| [seg(first, vec![k.clone()])];
+    sink.insert_key(&k);
+    let mut next = c
+        .prepare_due(&[(t1.clone(), only(0).to_vec())])
+        .expect("a due key");
+    c.plan_due(&mut next);
+    c.expect_due();
+    // The second half's read looks first: one row.
+    let counted = next.read(&sink, &|_, _| {}).await;
+    // r0's row lands; the first half's question counts two rows and confirms r0.
+    sink.insert_key(&k);
+    let v = c
+        .due(&sink, &t0, &only(0), &|_, _| {})
+        .await
+        .expect("answered");
+    assert_eq!(present(&v), vec![0]);
+    c.keep_due(counted).expect("kept");
+    // r1 is decided on the two rows seen, not the read's one.
+    let v = c
+        .due(&sink, &t1, &only(0), &|_, _| {})
+        .await
+        .expect("answered");
+    assert_eq!(present(&v), vec![0], "r1's row is in the sink");
+    assert_eq!(sink.time_reads(), 2, "r1 took the read's question");
+    c.end_round();
+}
+
+/// The halves of a round in time order share only the second where one ends and the
+/// next begins: read apart. Out of time order their seconds interleave: read at once.
+#[tokio::test]
+async fn halves_are_read_apart_only_when_their_seconds_follow_each_other() {
+    let mut c = checker(&[]);
+    let tp = TopicPartition::new("t", 0);
+    let half = |keys: Vec<Key>| vec![(tp.clone(), vec![seg(0, keys)])];
+    let ordered: Vec<Key> = (0..40).map(|i| key(i, i / 4)).collect();
+    let first = c.prepare_due(&half(ordered[..20].to_vec())).expect("keys");
+    let next = c.prepare_due(&half(ordered[20..].to_vec())).expect("keys");
+    assert_eq!(first.shared_seconds(&next), 0);
+    let ordered: Vec<Key> = (0..40).map(|i| key(i, (i + 2) / 4)).collect();
+    let first = c.prepare_due(&half(ordered[..19].to_vec())).expect("keys");
+    let next = c.prepare_due(&half(ordered[19..].to_vec())).expect("keys");
+    assert_eq!(
+        first.shared_seconds(&next),
+        4,
+        "one second in both: its 4 keys"
+    );
+    let disordered: Vec<Key> = (0..40).map(|i| key(i, (i * 7) % 10)).collect();
+    let first = c
+        .prepare_due(&half(disordered[..20].to_vec()))
+        .expect("keys");
+    let next = c
+        .prepare_due(&half(disordered[20..].to_vec()))
+        .expect("keys");
+    assert_eq!(first.shared_seconds(&next), 40);
+}
