@@ -432,7 +432,7 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
             }
             if let Some(mut read) = checker.prepare_due(&second) {
                 checker.plan_due(&mut read);
-                checker.expect_due();
+                checker.expect_due(read.key_hashes());
                 next_counts = Some(read.read(&w.sink, &|_, _| {}).await);
             }
         } else if s.by_time {

@@ -75,8 +75,9 @@ struct RoundReads {
     asks: Vec<Prefetched>,
     /// Counts the round's re-checks took after the read: fresher than its own.
     refreshed: foldhash::HashMap<Key, u64>,
-    /// A read of prepared questions is under way ([`Checker::expect_due`]).
-    pending: bool,
+    /// A read of prepared questions is under way ([`Checker::expect_due`]): the hashes of
+    /// its keys.
+    pending: Option<foldhash::HashSet<u64>>,
 }
 
 /// A round's due questions prepared for one read by time ([`Checker::prepare_due`]), the
@@ -108,22 +109,31 @@ impl DueRead {
     }
 
     /// How many of the keys of `self` and `later` lie in seconds the other also has keys
-    /// in, taken as the span between its first and last second: a read of each would read
-    /// those seconds' rows twice. Keys without a second count for neither.
+    /// in: a read of each would read those seconds' rows twice. Keys without a second
+    /// count for neither.
     pub fn shared_seconds(&self, later: &DueRead) -> usize {
-        let span = |b: &[Option<Bucket>]| {
-            let mut it = b.iter().flatten().copied();
-            let first = it.next()?;
-            Some(it.fold((first, first), |(lo, hi), x| (lo.min(x), hi.max(x))))
+        let seconds = |b: &[Option<Bucket>]| {
+            let mut v: Vec<Bucket> = b.iter().flatten().copied().collect();
+            v.sort_unstable();
+            v.dedup();
+            v
         };
-        let (Some((lo1, hi1)), Some((lo2, hi2))) = (span(&self.buckets), span(&later.buckets))
-        else {
-            return 0;
+        let (mine, theirs) = (seconds(&self.buckets), seconds(&later.buckets));
+        let inside = |b: &[Option<Bucket>], set: &[Bucket]| {
+            b.iter()
+                .flatten()
+                .filter(|x| set.binary_search(x).is_ok())
+                .count()
         };
-        let inside = |b: &[Option<Bucket>], lo: Bucket, hi: Bucket| {
-            b.iter().flatten().filter(|&&x| x >= lo && x <= hi).count()
-        };
-        inside(&self.buckets, lo2, hi2) + inside(&later.buckets, lo1, hi1)
+        inside(&self.buckets, &theirs) + inside(&later.buckets, &mine)
+    }
+
+    /// The hashes of the prepared keys ([`Checker::expect_due`]).
+    pub fn key_hashes(&self) -> foldhash::HashSet<u64> {
+        self.asks
+            .iter()
+            .flat_map(|p| p.ask.keys.iter().map(Key::hash64))
+            .collect()
     }
 
     /// `later`'s questions after these, for one read.
@@ -339,7 +349,7 @@ impl Checker {
                 reads.density.crowded(range);
             }
         }
-        self.round.pending = false;
+        self.round.pending = None;
         if let Some(e) = failure {
             return Err(e);
         }
@@ -347,12 +357,12 @@ impl Checker {
         Ok(())
     }
 
-    /// A read of prepared questions is under way ([`DueRead::read`]): until it is kept
-    /// ([`Self::keep_due`]), every count the partitions take afresh is remembered for its
-    /// questions to defer to, as a re-check's is (the read may have looked at the sink
-    /// before them).
-    pub fn expect_due(&mut self) {
-        self.round.pending = true;
+    /// A read of prepared questions is under way ([`DueRead::read`]; `keys`, its keys'
+    /// [`DueRead::key_hashes`]): until it is kept ([`Self::keep_due`]), every count of
+    /// those keys the partitions take afresh is remembered for its questions to defer to,
+    /// as a re-check's is (the read may have looked at the sink before them).
+    pub fn expect_due(&mut self, keys: foldhash::HashSet<u64>) {
+        self.round.pending = Some(keys);
     }
 
     /// The round is over: what its first read counted goes ([`Self::prefetch_due`]).
@@ -729,11 +739,20 @@ impl RoundReads {
     /// round's read: while prepared questions wait, or a read of more is under way, their
     /// counts of these keys give way to these.
     fn saw_where(&mut self, keys: &[Key], counts: &[u64], afresh: &[bool]) {
-        if self.asks.is_empty() && !self.pending {
+        if self.asks.is_empty() && self.pending.is_none() {
             return;
         }
         for ((k, &c), _) in keys.iter().zip(counts).zip(afresh).filter(|(_, a)| **a) {
-            self.refreshed.insert(k.clone(), c);
+            // Only keys a question still to come may take a count of (a prepared one, or
+            // one of the read under way): the rest would only grow the map.
+            let waiting = !self.asks.is_empty()
+                || self
+                    .pending
+                    .as_ref()
+                    .is_some_and(|p| p.contains(&k.hash64()));
+            if waiting {
+                self.refreshed.insert(k.clone(), c);
+            }
         }
     }
 
@@ -742,7 +761,9 @@ impl RoundReads {
     /// partition that gave records up in between) is dropped; its partition asks afresh.
     fn take(&mut self, tp: &TopicPartition, segments: &[Segment]) -> Option<Prefetched> {
         let i = self.asks.iter().position(|p| &p.tp == tp)?;
-        let p = self.asks.swap_remove(i);
+        // In order: a partition may have two (the halves of a round's read at once), and
+        // its first question is about the first.
+        let p = self.asks.remove(i);
         let same =
             p.runs.len() == segments.len() && p.runs.iter().zip(segments).all(|(r, s)| *r == s.run);
         same.then_some(p)

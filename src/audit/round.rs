@@ -117,6 +117,8 @@ struct Answers {
     tripped: bool,
     /// The round's last sink error.
     failure: Option<SinkError>,
+    /// Partitions whose due question failed this round (their work ends for the round).
+    refused: Vec<TopicPartition>,
 }
 
 impl Answers {
@@ -221,7 +223,10 @@ impl Audit {
             prefetch_ms = prefetch_started.elapsed().as_millis() as u64;
             self.decide_partitions(&tps, &half, Pass::First, budget, table_hold, &mut answers)
                 .await;
-            if let Some(next) = next {
+            // A sink that stopped answering in the first pass ends the round's questions:
+            // the read is stopped, not waited for (each of its reads would wait out its
+            // timeout).
+            if let Some(next) = next.filter(|_| !answers.tripped) {
                 next_read = self.keep_next_read(next, &mut answers).await;
                 prefetch_ms += next_read.waited_ms;
             }
@@ -327,6 +332,10 @@ impl Audit {
             if self.io.cancel.is_cancelled() || answers.tripped {
                 break;
             }
+            // A partition the sink refused in the first pass is not asked the same again.
+            if pass == Pass::Last && answers.refused.contains(tp) {
+                continue;
+            }
             // Persist takes what was decided at once, whatever comes next (a shutdown's drain
             // writes it).
             if let Some(decided) = self
@@ -381,6 +390,7 @@ impl Audit {
                 Err(e) => {
                     failed_here = true;
                     answers.failed(e);
+                    answers.refused.push(tp.clone());
                 }
             }
         }
@@ -551,6 +561,8 @@ impl Audit {
         let queries: Arc<std::sync::Mutex<Vec<(Duration, bool)>>> = Arc::default();
         let sink = Arc::clone(&self.io.sink);
         let seen = Arc::clone(&queries);
+        self.checker.expect_due(read.key_hashes());
+        let spawned = Instant::now();
         let task = tokio::spawn(async move {
             let started = Instant::now();
             let obs = move |took, ok| {
@@ -561,11 +573,10 @@ impl Audit {
             let counted = read.read(&*sink, &obs).await;
             (counted, started, Instant::now())
         });
-        self.checker.expect_due();
         NextRead {
             task: tokio_util::task::AbortOnDropHandle::new(task),
             queries,
-            spawned: Instant::now(),
+            spawned,
         }
     }
 
@@ -579,8 +590,14 @@ impl Audit {
         } = next;
         let waiting = Instant::now();
         let joined = unless_shut_down!(self.io.cancel, async {
-            task.await
-                .map_err(|e| SinkError::Unavailable(format!("the read by time stopped: {e}")))
+            match task.await {
+                Ok(r) => Ok(r),
+                // A bug, not the sink's answer: as it would had the read run on this task.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => Err(SinkError::Unavailable(format!(
+                    "the read by time stopped: {e}"
+                ))),
+            }
         });
         if let Ok(q) = queries.lock() {
             for &(took, ok) in q.iter() {

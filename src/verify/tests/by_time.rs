@@ -258,7 +258,7 @@ async fn a_count_taken_while_the_next_read_is_under_way_is_what_its_questions_se
         .prepare_due(&[(t1.clone(), only(0).to_vec())])
         .expect("a due key");
     c.plan_due(&mut next);
-    c.expect_due();
+    c.expect_due(next.key_hashes());
     // The second half's read looks first: one row.
     let counted = next.read(&sink, &|_, _| {}).await;
     // r0's row lands; the first half's question counts two rows and confirms r0.
@@ -306,4 +306,43 @@ async fn halves_are_read_apart_only_when_their_seconds_follow_each_other() {
         .prepare_due(&half(disordered[20..].to_vec()))
         .expect("keys");
     assert_eq!(first.shared_seconds(&next), 40);
+}
+
+/// Halves read at once: each partition has two prepared questions, and takes them in its
+/// passes' order, both from the one read (a question taken out of order is dropped and
+/// asked afresh).
+#[tokio::test]
+async fn halves_read_at_once_are_taken_in_order_by_each_partition() {
+    let keys: Vec<Key> = (0..8).map(|i| key(i, i % 2)).collect();
+    let sink = MemorySink::new();
+    sink.read_by_time(column());
+    for k in &keys {
+        sink.insert_key(k);
+    }
+    let mut c = checker(&keys);
+    let (t0, t1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+    let half = |first: Offset, ks: &[Key]| vec![seg(first, ks.to_vec())];
+    let first = [
+        (t0.clone(), half(0, &keys[0..2])),
+        (t1.clone(), half(0, &keys[4..6])),
+    ];
+    let second = [
+        (t0.clone(), half(2, &keys[2..4])),
+        (t1.clone(), half(2, &keys[6..8])),
+    ];
+    let mut read = c.prepare_due(&first).expect("keys");
+    read.join(c.prepare_due(&second).expect("keys"));
+    c.plan_due(&mut read);
+    let counted = read.read(&sink, &|_, _| {}).await;
+    c.keep_due(counted).expect("kept");
+    for (tp, segs) in first.iter().chain(&second) {
+        let v = c.due(&sink, tp, segs, &|_, _| {}).await.expect("answered");
+        assert_eq!(present(&v).len(), 2, "{tp:?} {segs:?}");
+    }
+    assert_eq!(
+        sink.time_reads(),
+        1,
+        "every question took the one read's counts"
+    );
+    c.end_round();
 }
