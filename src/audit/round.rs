@@ -475,8 +475,8 @@ impl Audit {
     /// stays in partition order. Where the halves' keys share many seconds (records out of
     /// time order) both are read at once: two reads would read those seconds' rows twice.
     /// Up to [`time_scan::PREFETCH_KEYS`] keys: the partitions past them read for
-    /// themselves. A failure is the round's, as a partition's question's would be (an
-    /// unreachable sink ends the round's questions).
+    /// themselves, and the halves are then read at once. A failure is the round's, as a
+    /// partition's question's would be (an unreachable sink ends the round's questions).
     async fn prefetch_due(
         &mut self,
         tps: &[TopicPartition],
@@ -484,7 +484,10 @@ impl Audit {
         answers: &mut Answers,
     ) -> Option<NextRead> {
         let (mut first, mut second, mut keys) = (Vec::new(), Vec::new(), 0usize);
-        for tp in tps {
+        // Partitions past the bound ask for themselves in the first pass: a read under way
+        // beside them would compete for the sink's connections.
+        let mut cut = false;
+        for (i, tp) in tps.iter().enumerate() {
             let Some(p) = self.parts.get_mut(tp) else {
                 continue;
             };
@@ -506,6 +509,7 @@ impl Audit {
             }
             // Bounded: the keys of every partition held at once would be `max_pending`.
             if keys >= time_scan::PREFETCH_KEYS {
+                cut = i + 1 < tps.len();
                 break;
             }
         }
@@ -516,14 +520,17 @@ impl Audit {
             (Some(mut now), Some(next)) => {
                 // Apart enough (the seconds where one half ends and the next begins,
                 // mostly): read apart, the second half while the first decides.
-                if now.shared_seconds(&next) * SHARED_SECONDS_PART <= now.keys() + next.keys() {
+                let apart =
+                    now.shared_seconds(&next) * SHARED_SECONDS_PART <= now.keys() + next.keys();
+                if apart && !cut {
                     self.checker.plan_due(&mut now);
-                    let mut next = next;
-                    self.checker.plan_due(&mut next);
                     self.keep_read(now, answers).await;
                     if answers.tripped {
                         return None;
                     }
+                    // Planned after the first read: seconds it found crowded go by key.
+                    let mut next = next;
+                    self.checker.plan_due(&mut next);
                     let next = self.start_read(next);
                     // A task spawned from a worker waits in that worker's own slot, which
                     // no other worker takes, until this task yields: the first half's
