@@ -43,9 +43,6 @@ use std::collections::{BTreeMap, HashMap};
 
 const GRACE: i64 = 1_000;
 const ROUND: i64 = 1_000;
-/// The half of a round's due records per partition when the round reads by time in two
-/// halves (the daemon's is 50,000: small here, so that rounds split).
-const HALF: u64 = 3;
 
 /// One Kafka record as the pipeline treats it.
 #[derive(Debug, Clone)]
@@ -91,9 +88,6 @@ struct Scenario {
     /// Due keys are counted from reads of their seconds' rows where the plan says so
     /// ([`crate::time_scan`], issue 40), else one by one: the verdicts must not differ.
     by_time: bool,
-    /// Read by time, the round decides its due records in two halves, the second half's
-    /// seconds read before the first half decides, as the daemon's round does.
-    halves: bool,
 }
 
 /// What befalls the auditor in a round.
@@ -130,10 +124,9 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         ),
         prop_oneof![3 => Just(false), 1 => Just(true)],
         any::<bool>(),
-        any::<bool>(),
     )
         .prop_map(
-            |(pool, partitions, steps, events, wipes, presence, by_time, halves)| Scenario {
+            |(pool, partitions, steps, events, wipes, presence, by_time)| Scenario {
                 pool,
                 presence,
                 partitions,
@@ -141,7 +134,6 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 events,
                 wipes: if presence { Vec::new() } else { wipes },
                 by_time,
-                halves,
             },
         )
 }
@@ -407,35 +399,8 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
         // daemon's round does.
         let at = now + GRACE;
         // Read by time, the round first reads every partition's due seconds once (the
-        // partitions' questions take those counts), as the daemon's round does; in halves,
-        // the second half's seconds read before the first half decides (the daemon reads
-        // them while it decides) and its counts kept for the last pass.
-        let mut next_counts = None;
-        if s.by_time && s.halves {
-            let (mut first, mut second) = (Vec::new(), Vec::new());
-            for (l, tp) in ledgers.iter_mut().zip(&tps) {
-                l.track_confirmations(true);
-                let mut due = l.due(at, GRACE, HALF);
-                let n = due.len();
-                let rest = l.due(at, GRACE, 2 * HALF);
-                due.truncate(n);
-                first.push((tp.clone(), due));
-                second.push((tp.clone(), rest.into_iter().skip(n).collect()));
-            }
-            checker.end_round();
-            if let Some(mut read) = checker.prepare_due(&first) {
-                checker.plan_due(&mut read);
-                let counted = read.read(&w.sink, &|_, _| {}).await;
-                checker
-                    .keep_due(counted)
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            }
-            if let Some(mut read) = checker.prepare_due(&second) {
-                checker.plan_due(&mut read);
-                checker.expect_due(read.key_hashes());
-                next_counts = Some(read.read(&w.sink, &|_, _| {}).await);
-            }
-        } else if s.by_time {
+        // partitions' questions take those counts), as the daemon's round does.
+        if s.by_time {
             let mut all = Vec::new();
             for (l, tp) in ledgers.iter_mut().zip(&tps) {
                 l.track_confirmations(true);
@@ -446,50 +411,32 @@ async fn simulate(s: Scenario) -> Result<(), TestCaseError> {
                 .await
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
-        // (limit, whether re-checks follow): one pass, or the daemon's two halves.
-        let passes: &[(u64, bool)] = if s.by_time && s.halves {
-            &[(HALF, false), (HALF, true)]
-        } else {
-            &[(1_000, true)]
-        };
-        for (pass, &(limit, last)) in passes.iter().enumerate() {
-            if pass > 0
-                && let Some(counted) = next_counts.take()
-            {
-                checker
-                    .keep_due(counted)
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            }
-            for (p, tp) in tps.iter().enumerate() {
-                // As the daemon's round does: a key book tracks confirmations until stored.
-                ledgers[p].track_confirmations(true);
-                let segs = ledgers[p].due(at, GRACE, limit);
-                looked.extend(segs.iter().flat_map(|s| s.keys.iter().cloned()));
-                let v = checker
-                    .due(&w.sink, tp, &segs, &|_, _| {})
-                    .await
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                let before = key_counts(&s, &ledgers, &w);
-                uncounted_lost += ledgers[p].apply(&v, at).lost;
-                check_verdicts(&before, &key_counts(&s, &ledgers, &w), &w, round)?;
-                if !last {
-                    continue;
-                }
-                let rechecked = checker
-                    .recheck_ledger(
-                        &w.sink,
-                        tp,
-                        &mut ledgers[p],
-                        RecheckBudget::UNLIMITED,
-                        &|_, _| {},
-                    )
-                    .await
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                uncounted_late += rechecked.map_or(0, |a| a.late);
-                if let Some(book) = checker.book_mut() {
-                    for k in ledgers[p].take_released_keys() {
-                        book.forget_missing(&k);
-                    }
+        for (p, tp) in tps.iter().enumerate() {
+            // As the daemon's round does: a key book tracks confirmations until stored.
+            ledgers[p].track_confirmations(true);
+            let segs = ledgers[p].due(at, GRACE, 1_000);
+            looked.extend(segs.iter().flat_map(|s| s.keys.iter().cloned()));
+            let v = checker
+                .due(&w.sink, tp, &segs, &|_, _| {})
+                .await
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let before = key_counts(&s, &ledgers, &w);
+            uncounted_lost += ledgers[p].apply(&v, at).lost;
+            check_verdicts(&before, &key_counts(&s, &ledgers, &w), &w, round)?;
+            let rechecked = checker
+                .recheck_ledger(
+                    &w.sink,
+                    tp,
+                    &mut ledgers[p],
+                    RecheckBudget::UNLIMITED,
+                    &|_, _| {},
+                )
+                .await
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            uncounted_late += rechecked.map_or(0, |a| a.late);
+            if let Some(book) = checker.book_mut() {
+                for k in ledgers[p].take_released_keys() {
+                    book.forget_missing(&k);
                 }
             }
         }

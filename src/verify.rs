@@ -22,7 +22,7 @@ use crate::ledger::{
     Applied, KeyBook, OffsetRun, PartitionLedger, RecheckBudget, Segment, Verdict, runs,
 };
 use crate::sink::{RangeCount, SinkError, Verifier};
-use crate::time_scan::{self, Bucket, Plan, TimeColumn, TimeReads};
+use crate::time_scan::{self, Bucket, Density, Plan, TimeColumn, TimeReads};
 use crate::types::{Key, Offset, TopicPartition};
 use futures::stream::{self, StreamExt, TryStreamExt};
 // foldhash, seeded per map: keys are record contents (see `ledger::sharded`).
@@ -75,110 +75,6 @@ struct RoundReads {
     asks: Vec<Prefetched>,
     /// Counts the round's re-checks took after the read: fresher than its own.
     refreshed: foldhash::HashMap<Key, u64>,
-    /// A read of prepared questions is under way ([`Checker::expect_due`]): the hashes of
-    /// its keys.
-    pending: Option<foldhash::HashSet<u64>>,
-}
-
-/// A round's due questions prepared for one read by time ([`Checker::prepare_due`]), the
-/// sink not yet asked: owned, so that the read can run on a task of its own while the
-/// round decides other records.
-#[derive(Debug)]
-pub struct DueRead {
-    asks: Vec<Prefetched>,
-    /// Per key of every ask, in order: its second (`None`: it has none, counted by key).
-    buckets: Vec<Option<Bucket>>,
-    column: TimeColumn,
-    /// Set by [`Checker::plan_due`]; empty, the read asks nothing.
-    plan: Plan,
-}
-
-/// What a [`DueRead`] counted: its questions with their counts, the seconds found crowded
-/// and the read's failure, for [`Checker::keep_due`].
-#[derive(Debug)]
-pub struct DueCounts {
-    asks: Vec<Prefetched>,
-    crowded: Vec<time_scan::TimeRange>,
-    failure: Option<SinkError>,
-}
-
-impl DueRead {
-    /// Prepared keys, every partition's (a key due on two partitions counted twice).
-    pub fn keys(&self) -> usize {
-        self.buckets.len()
-    }
-
-    /// How many of the keys of `self` and `later` lie in seconds the other also has keys
-    /// in: a read of each would read those seconds' rows twice. Keys without a second
-    /// count for neither.
-    pub fn shared_seconds(&self, later: &DueRead) -> usize {
-        let seconds = |b: &[Option<Bucket>]| {
-            let mut v: Vec<Bucket> = b.iter().flatten().copied().collect();
-            v.sort_unstable();
-            v.dedup();
-            v
-        };
-        let (mine, theirs) = (seconds(&self.buckets), seconds(&later.buckets));
-        let inside = |b: &[Option<Bucket>], set: &[Bucket]| {
-            b.iter()
-                .flatten()
-                .filter(|x| set.binary_search(x).is_ok())
-                .count()
-        };
-        inside(&self.buckets, &theirs) + inside(&later.buckets, &mine)
-    }
-
-    /// The hashes of the prepared keys ([`Checker::expect_due`]).
-    pub fn key_hashes(&self) -> foldhash::HashSet<u64> {
-        self.asks
-            .iter()
-            .flat_map(|p| p.ask.keys.iter().map(Key::hash64))
-            .collect()
-    }
-
-    /// `later`'s questions after these, for one read.
-    pub fn join(&mut self, later: DueRead) {
-        self.asks.extend(later.asks);
-        self.buckets.extend(later.buckets);
-        self.plan = Plan::default();
-    }
-
-    /// Reads the planned seconds once for every prepared key ([`Checker::plan_due`]). Every
-    /// partition's keys are in one list: a key due on two partitions is listed twice (a
-    /// read counts a key's rows for each of its places; the plan puts both in one read, as
-    /// it never splits a second), and each partition's question takes its own.
-    pub async fn read<V: Verifier>(self, sink: &V, obs: QueryObserver<'_>) -> DueCounts {
-        let DueRead {
-            mut asks,
-            buckets,
-            column,
-            plan,
-        } = self;
-        let mut counts: Vec<Option<u64>> = vec![None; buckets.len()];
-        drop(buckets);
-        let mut crowded = Vec::new();
-        let mut failure = None;
-        if !plan.scans.is_empty() {
-            let keys: Vec<&Key> = asks.iter().flat_map(|p| p.ask.keys.iter()).collect();
-            match read_planned(sink, &column, &plan, &keys, &mut crowded, obs).await {
-                Ok(counted) => {
-                    for (i, c) in counted {
-                        counts[i] = Some(c);
-                    }
-                }
-                Err(e) => failure = Some(e),
-            }
-        }
-        let mut counts = counts.into_iter();
-        for p in &mut asks {
-            p.counts = counts.by_ref().take(p.ask.keys.len()).collect();
-        }
-        DueCounts {
-            asks,
-            crowded,
-            failure,
-        }
-    }
 }
 
 /// One partition's due question, prepared and counted by the round's first read.
@@ -270,9 +166,10 @@ impl Checker {
     /// ever see the sink later, as partition-by-partition counts did. Keys the plan leaves
     /// out are counted as before, by the partitions' questions. Nothing is decided.
     ///
-    /// [`Self::prepare_due`], [`Self::plan_due`], [`DueRead::read`] and [`Self::keep_due`]
-    /// in one; a round that reads its second half while the first half decides takes them
-    /// one by one.
+    /// The questions are prepared here, once ([`KeyAsk::new`]): the partition's question
+    /// takes its prepared one when it asks about the same records, where before it prepared
+    /// its own and looked each key's count up in a map of the read's (three hash tables of
+    /// every due key, 5 % of the daemon's samples on key_columns).
     pub async fn prefetch_due<V: Verifier>(
         &mut self,
         sink: &V,
@@ -280,89 +177,49 @@ impl Checker {
         obs: QueryObserver<'_>,
     ) -> Result<(), SinkError> {
         self.round = RoundReads::default();
-        let Some(mut read) = self.prepare_due(parts) else {
+        let How::Keys(book) = &mut self.how else {
             return Ok(());
         };
-        self.plan_due(&mut read);
-        let counted = read.read(sink, obs).await;
-        self.keep_due(counted)
-    }
-
-    /// key_columns read by time: each partition's due question about `parts` (its due
-    /// segments) prepared once ([`KeyAsk::new_with`]), for one read of their seconds;
-    /// `None` without reads by time or without a due record. The partition's question
-    /// takes its prepared one when it asks about the same records, where before it prepared
-    /// its own and looked each key's count up in a map of the read's (three hash tables of
-    /// every due key, 5 % of the daemon's samples on key_columns). A partition may be in
-    /// `parts` twice (two halves of its due records): its questions take them in order.
-    pub fn prepare_due(&mut self, parts: &[(TopicPartition, Vec<Segment>)]) -> Option<DueRead> {
-        let How::Keys(book) = &mut self.how else {
-            return None;
+        let Some(reads) = book.time_mut() else {
+            return Ok(());
         };
-        let reads = book.time_mut()?;
         let mut buckets: Vec<Option<Bucket>> = Vec::new();
-        let asks: Vec<Prefetched> = parts
+        let asks: Vec<(&TopicPartition, &[Segment], KeyAsk)> = parts
             .iter()
             .filter(|(_, segs)| !segs.is_empty())
             .map(|(tp, segs)| {
                 let (ask, b) = KeyAsk::new_with(segs, |k| reads.column.bucket(k));
                 buckets.extend(b);
-                Prefetched {
-                    tp: tp.clone(),
-                    runs: segs.iter().map(|s| s.run).collect(),
-                    ask,
-                    counts: Vec::new(),
-                }
+                (tp, segs.as_slice(), ask)
             })
             .collect();
-        (!asks.is_empty()).then(|| DueRead {
-            asks,
-            buckets,
-            column: reads.column.clone(),
-            plan: Plan::default(),
-        })
-    }
-
-    /// Plans `read`'s scans on what the audit read in each second (`time_scan::plan`).
-    pub fn plan_due(&mut self, read: &mut DueRead) {
-        let How::Keys(book) = &mut self.how else {
-            return;
-        };
-        if let Some(reads) = book.time_mut() {
-            read.plan = time_scan::plan(&read.buckets, &mut reads.density);
-        }
-    }
-
-    /// Keeps what a read of prepared questions counted ([`DueRead::read`]) for the
-    /// partitions' questions to take, after those the round already holds; seconds it found
-    /// crowded are counted by key from now on. Its failure is the caller's.
-    pub fn keep_due(&mut self, counted: DueCounts) -> Result<(), SinkError> {
-        let DueCounts {
-            asks,
-            crowded,
-            failure,
-        } = counted;
-        if let How::Keys(book) = &mut self.how
-            && let Some(reads) = book.time_mut()
-        {
-            for range in crowded {
-                reads.density.crowded(range);
+        // Every partition's distinct keys in one list. A key due on two partitions is
+        // listed twice: a read counts a key's rows for each of its places (the plan puts
+        // both in one read, as it never splits a second), and each partition's question
+        // takes its own.
+        let keys: Vec<&Key> = asks.iter().flat_map(|(_, _, a)| a.keys.iter()).collect();
+        let plan = time_scan::plan(&buckets, &mut reads.density);
+        let mut counts: Vec<Option<u64>> = vec![None; keys.len()];
+        if !plan.scans.is_empty() {
+            let column = reads.column.clone();
+            let counted =
+                read_planned(sink, &column, &plan, &keys, &mut reads.density, obs).await?;
+            for (i, c) in counted {
+                counts[i] = Some(c);
             }
         }
-        self.round.pending = None;
-        if let Some(e) = failure {
-            return Err(e);
+        drop(keys);
+        let mut counts = counts.into_iter();
+        for (tp, segs, ask) in asks {
+            let mine: Vec<Option<u64>> = counts.by_ref().take(ask.keys.len()).collect();
+            self.round.asks.push(Prefetched {
+                tp: tp.clone(),
+                runs: segs.iter().map(|s| s.run).collect(),
+                ask,
+                counts: mine,
+            });
         }
-        self.round.asks.extend(asks);
         Ok(())
-    }
-
-    /// A read of prepared questions is under way ([`DueRead::read`]; `keys`, its keys'
-    /// [`DueRead::key_hashes`]): until it is kept ([`Self::keep_due`]), every count of
-    /// those keys the partitions take afresh is remembered for its questions to defer to,
-    /// as a re-check's is (the read may have looked at the sink before them).
-    pub fn expect_due(&mut self, keys: foldhash::HashSet<u64>) {
-        self.round.pending = Some(keys);
     }
 
     /// The round is over: what its first read counted goes ([`Self::prefetch_due`]).
@@ -691,16 +548,10 @@ async fn by_keys_in_round<V: Verifier>(
         KeyRound::Due => prefetched.take(tp, segments),
         KeyRound::Recheck => None,
     };
+    let fresh = taken.is_none();
     let (ask, counted) = match taken {
         Some(p) => (p.ask, Some(p.counts)),
         None => (KeyAsk::new(segments), None),
-    };
-    // Which keys' counts are taken now, not prepared by the round's read.
-    let afresh: Vec<bool> = match &counted {
-        Some(c) => (0..ask.keys.len())
-            .map(|i| c.get(i).is_none_or(Option::is_none))
-            .collect(),
-        None => vec![true; ask.keys.len()],
     };
     // Due keys are read by time where the sink keeps its rows so (`time_scan`); re-checks
     // ask after a few missing keys scattered over the past, which no read of seconds serves.
@@ -710,10 +561,11 @@ async fn by_keys_in_round<V: Verifier>(
                 .count_by_time(sink, reads, counted, &prefetched.refreshed, limits, obs)
                 .await?;
             // Counted afresh while prepared questions wait (a question about other records
-            // than the read prepared for, keys its plan left out): later partitions defer to
-            // these counts as to a re-check's, so no key is decided on an older count than
-            // one already seen.
-            prefetched.saw_where(&ask.keys, &counts, &afresh);
+            // than the read prepared for): later partitions defer to these counts as to a
+            // re-check's, so no key is decided on an older count than one already seen.
+            if fresh {
+                prefetched.saw(&ask.keys, &counts);
+            }
             (counts, read)
         }
         (KeyRound::Recheck, Some(_)) => {
@@ -722,7 +574,7 @@ async fn by_keys_in_round<V: Verifier>(
             // count for the rest of the round. Deciding a due record on the read's older
             // count after a re-check saw more rows would let the book give a row the read
             // did not see to the missing record and call the due one lost.
-            prefetched.saw_where(&ask.keys, &counts, &afresh);
+            prefetched.saw(&ask.keys, &counts);
             (counts, 0)
         }
         _ => (ask.count(sink, limits, obs).await?, 0),
@@ -735,24 +587,14 @@ async fn by_keys_in_round<V: Verifier>(
 }
 
 impl RoundReads {
-    /// The sink was counted afresh for `keys` (`counts`, those where `afresh`) after the
-    /// round's read: while prepared questions wait, or a read of more is under way, their
-    /// counts of these keys give way to these.
-    fn saw_where(&mut self, keys: &[Key], counts: &[u64], afresh: &[bool]) {
-        if self.asks.is_empty() && self.pending.is_none() {
+    /// The sink was counted afresh for `keys` (`counts`) after the round's read: while
+    /// prepared questions wait, their counts of these keys give way to these.
+    fn saw(&mut self, keys: &[Key], counts: &[u64]) {
+        if self.asks.is_empty() {
             return;
         }
-        for ((k, &c), _) in keys.iter().zip(counts).zip(afresh).filter(|(_, a)| **a) {
-            // Only keys a question still to come may take a count of (a prepared one, or
-            // one of the read under way): the rest would only grow the map.
-            let waiting = !self.asks.is_empty()
-                || self
-                    .pending
-                    .as_ref()
-                    .is_some_and(|p| p.contains(&k.hash64()));
-            if waiting {
-                self.refreshed.insert(k.clone(), c);
-            }
+        for (k, &c) in keys.iter().zip(counts) {
+            self.refreshed.insert(k.clone(), c);
         }
     }
 
@@ -761,9 +603,7 @@ impl RoundReads {
     /// partition that gave records up in between) is dropped; its partition asks afresh.
     fn take(&mut self, tp: &TopicPartition, segments: &[Segment]) -> Option<Prefetched> {
         let i = self.asks.iter().position(|p| &p.tp == tp)?;
-        // In order: a partition may have two (the halves of a round's read at once), and
-        // its first question is about the first.
-        let p = self.asks.remove(i);
+        let p = self.asks.swap_remove(i);
         let same =
             p.runs.len() == segments.len() && p.runs.iter().zip(segments).all(|(r, s)| *r == s.run);
         same.then_some(p)
@@ -917,12 +757,7 @@ impl KeyAsk {
         let plan = time_scan::plan(&buckets, &mut reads.density);
         let keys: Vec<&Key> = open.iter().map(|&i| &self.keys[i]).collect();
         let column = reads.column.clone();
-        let mut crowded = Vec::new();
-        let read = read_planned(sink, &column, &plan, &keys, &mut crowded, obs).await;
-        for range in crowded {
-            reads.density.crowded(range);
-        }
-        let read = read?;
+        let read = read_planned(sink, &column, &plan, &keys, &mut reads.density, obs).await?;
         for (j, c) in read {
             counts[open[j]] = c;
             done[open[j]] = true;
@@ -1052,7 +887,7 @@ async fn read_planned<V: Verifier>(
     column: &TimeColumn,
     plan: &Plan,
     keys: &[&Key],
-    crowded: &mut Vec<time_scan::TimeRange>,
+    density: &mut Density,
     obs: QueryObserver<'_>,
 ) -> Result<Vec<(usize, u64)>, SinkError> {
     // The futures in a vector first, as `count_sorted` does: a lazy map over the scans
@@ -1083,7 +918,9 @@ async fn read_planned<V: Verifier>(
             // Over its limit, or failed (a timeout: the seconds hold more than one read
             // takes): not asked again.
             Ok(None) | Err(_) => {
-                crowded.extend(scan.ranges.iter().copied());
+                for &range in &scan.ranges {
+                    density.crowded(range);
+                }
                 if let Err(e) = r {
                     failed.get_or_insert(e);
                 }

@@ -12,31 +12,13 @@ pub(super) struct GapLog {
     opened_records: u64,
     changed: Vec<Gap>,
     changed_count: u64,
-    /// Each gap's last report this round (whether open, its missing records): a gap
-    /// reported again (opened by a round's first pass, grown by its last) replaces its
-    /// earlier report, it is not a second gap.
-    reported: std::collections::HashMap<String, (bool, u64)>,
 }
 
 impl GapLog {
     const SHOWN: usize = 5;
 
     pub(super) fn add(&mut self, g: &Gap) {
-        let open = g.state == GapState::Open;
-        if let Some((was_open, records)) = self
-            .reported
-            .insert(g.id.clone(), (open, g.missing_records))
-        {
-            if was_open {
-                self.opened_count -= 1;
-                self.opened_records -= records;
-                self.opened.retain(|x| x.id != g.id);
-            } else {
-                self.changed_count -= 1;
-                self.changed.retain(|x| x.id != g.id);
-            }
-        }
-        if open {
+        if g.state == GapState::Open {
             self.opened_count += 1;
             self.opened_records += g.missing_records;
             if self.opened.len() < Self::SHOWN {
@@ -115,55 +97,5 @@ fn log_gap(g: &Gap, pipeline_group: Option<&str>) {
             last_offset = g.last_offset, missing_records = g.missing_records, state = %g.state, gap = %g.id,
             "gap {} is now {}", g.id, g.state
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gap::GapCause;
-    use chrono::Utc;
-
-    fn gap(first: i64, missing: u64, state: GapState) -> Gap {
-        Gap {
-            id: Gap::make_id("a", "t", 0, first),
-            audit: "a".into(),
-            topic: "t".into(),
-            partition: 0,
-            first_offset: first,
-            last_offset: first + missing as i64 - 1,
-            missing_records: missing,
-            size_known: true,
-            first_timestamp: None,
-            last_timestamp: None,
-            detected_at: Utc::now(),
-            state,
-            unrecoverable_at: None,
-            cause: GapCause::default(),
-            pipeline_commit_from: None,
-            pipeline_commit_to: None,
-            pipeline_commit_at: None,
-            evidence: None,
-            ack_reason: None,
-            shared_key: false,
-            replayed_at: None,
-        }
-    }
-
-    /// A round decides in two passes: a gap the first opens and the last grows is one gap
-    /// of the round's summary, with its last size.
-    #[test]
-    fn a_gap_reported_twice_in_a_round_is_summed_once_at_its_last_size() {
-        let mut log = GapLog::default();
-        log.add(&gap(10, 3, GapState::Open));
-        log.add(&gap(50, 1, GapState::Open));
-        log.add(&gap(10, 7, GapState::Open));
-        assert_eq!((log.opened_count, log.opened_records), (2, 8));
-        assert_eq!(log.opened.len(), 2);
-        assert!(log.opened.iter().any(|g| g.missing_records == 7));
-        // Turned late in the same round: one changed gap, no open one.
-        log.add(&gap(50, 1, GapState::Late));
-        assert_eq!((log.opened_count, log.opened_records), (1, 7));
-        assert_eq!(log.changed_count, 1);
     }
 }

@@ -167,8 +167,7 @@ struct Audit {
 struct Io {
     kafka: KafkaConfig,
     group: String,
-    /// Shared with a round's read of its second half, on a task of its own.
-    sink: Arc<AnySink>,
+    sink: AnySink,
     store: Arc<Store>,
     status: StatusBoard,
     /// Kafka lookups (the auditor group, watermarks, the pipeline group's commits).
@@ -225,7 +224,7 @@ impl Audit {
             io: Io {
                 kafka: deps.kafka,
                 group: deps.group,
-                sink: Arc::new(deps.sink),
+                sink: deps.sink,
                 store: deps.store,
                 status: deps.status,
                 kafka_view: w.kafka_view,

@@ -7,9 +7,8 @@ use crate::ledger::{Applied, NextPiece, OffsetRun, RecheckBudget, Segment, Verdi
 use crate::sink::{SinkError, Verifier};
 use crate::time_scan;
 use crate::types::TopicPartition;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A piece of a range Kafka deleted unread covers this many listing leaves
 /// (`verify::Limits::list_threshold`, `batch_size` up to 10,000 offsets): its bisection ends
@@ -52,12 +51,7 @@ macro_rules! unless_shut_down {
     };
 }
 
-/// The two halves of a round's due records are read apart unless more than one key in
-/// this many lies in seconds both halves have keys in ([`Audit::prefetch_due`]).
-const SHARED_SECONDS_PART: usize = 20;
-
 /// What a round's partitions share when their due records are taken.
-#[derive(Clone, Copy)]
 struct DueRule {
     now: i64,
     /// The moment records must have been due at to be decided: `now`, or, with a
@@ -72,39 +66,6 @@ struct DueRule {
     keyed_book: bool,
 }
 
-/// Which of a round's passes over its partitions decides ([`Audit::decide_partition`]).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Pass {
-    /// The only one: due records, re-checks.
-    Whole,
-    /// The first half of the due records, read by time (re-checks wait for the last).
-    First,
-    /// The rest of the due records, then re-checks.
-    Last,
-}
-
-/// The read of a round's second half under way on a task of its own
-/// ([`Audit::prefetch_due`]): what it counted and the sink queries it made (the metrics
-/// take them when it is kept). Aborted when dropped.
-struct NextRead {
-    /// What it counted, when it started and when it ended.
-    task: tokio_util::task::AbortOnDropHandle<(crate::verify::DueCounts, Instant, Instant)>,
-    queries: Arc<std::sync::Mutex<Vec<(Duration, bool)>>>,
-    spawned: Instant,
-}
-
-/// When a round's second half was read ([`NextRead`]), in milliseconds after it was
-/// started: for the round's debug line.
-#[derive(Default)]
-struct NextReadTimes {
-    /// Its first step (a task spawned on a busy worker waits for it).
-    started_ms: u64,
-    /// Its end.
-    read_ms: u64,
-    /// The round's wait for it after the first half decided.
-    waited_ms: u64,
-}
-
 /// How the sink answered a round's questions, for the round to judge it by (what the
 /// partitions decided goes to persist as each is decided).
 #[derive(Default)]
@@ -117,8 +78,6 @@ struct Answers {
     tripped: bool,
     /// The round's last sink error.
     failure: Option<SinkError>,
-    /// Partitions whose due question failed this round (their work ends for the round).
-    refused: Vec<TopicPartition>,
 }
 
 impl Answers {
@@ -201,43 +160,27 @@ impl Audit {
             keyed_book,
         };
         // key_columns read by time: every partition's due keys read once, before the
-        // partitions decide one after the other as always; in two halves, the second
-        // half's seconds read while the first half decides (the decisions use one core of
-        // the machine, the read the sink and another).
+        // partitions decide one after the other as always.
         let prefetch_started = std::time::Instant::now();
-        // No count of an earlier round's outlives it, whatever ended that round early.
-        self.checker.end_round();
-        let halves = !rule.hold && self.checker.book().and_then(|b| b.time_column()).is_some();
-        let mut prefetch_ms = 0;
-        let mut next_read = NextReadTimes::default();
-        if halves {
-            let half = DueRule {
-                limit: rule.limit.div_ceil(2),
-                ..rule
-            };
-            let next = if !answers.tripped && !self.io.cancel.is_cancelled() {
-                self.prefetch_due(&tps, &half, &mut answers).await
-            } else {
-                None
-            };
-            prefetch_ms = prefetch_started.elapsed().as_millis() as u64;
-            self.decide_partitions(&tps, &half, Pass::First, budget, table_hold, &mut answers)
-                .await;
-            // A sink that stopped answering in the first pass ends the round's questions:
-            // the read is stopped, not waited for (each of its reads would wait out its
-            // timeout).
-            if let Some(next) = next.filter(|_| !answers.tripped) {
-                next_read = self.keep_next_read(next, &mut answers).await;
-                prefetch_ms += next_read.waited_ms;
-            }
-            self.decide_partitions(&tps, &half, Pass::Last, budget, table_hold, &mut answers)
-                .await;
-        } else {
-            self.decide_partitions(&tps, &rule, Pass::Whole, budget, table_hold, &mut answers)
-                .await;
+        if !answers.tripped && !self.io.cancel.is_cancelled() {
+            self.prefetch_due(&tps, &rule, &mut answers).await;
         }
-        let decide_started = prefetch_started;
-        let decide_ms = (decide_started.elapsed().as_millis() as u64).saturating_sub(prefetch_ms);
+        let prefetch_ms = prefetch_started.elapsed().as_millis() as u64;
+        let decide_started = std::time::Instant::now();
+        for tp in &tps {
+            if self.io.cancel.is_cancelled() || answers.tripped {
+                break;
+            }
+            // Persist takes what was decided at once, whatever comes next (a shutdown's drain
+            // writes it).
+            if let Some(decided) = self
+                .decide_partition(tp, &rule, budget, table_hold, &mut answers)
+                .await
+            {
+                self.persisting.writes.verdicts.push(decided);
+            }
+        }
+        let decide_ms = decide_started.elapsed().as_millis() as u64;
         // Ranges Kafka deleted unread, after every partition's due work: bounded pieces, and
         // a failure of theirs ends only their own work this round (`settle_deleted`).
         if !answers.tripped && !table_hold && !self.io.cancel.is_cancelled() {
@@ -308,62 +251,24 @@ impl Audit {
             // partitions' questions and verdicts.
             prefetch_ms,
             decide_ms,
-            // Of the read of the second half, while the first decided: when it started and
-            // ended after it was started, and the wait for it (in `prefetch_ms`).
-            next_read_started_ms = next_read.started_ms,
-            next_read_ms = next_read.read_ms,
-            next_read_waited_ms = next_read.waited_ms,
             "verify round finished"
         );
-    }
-
-    /// Every partition's questions of one pass of the round ([`Self::decide_partition`]),
-    /// one partition after the other, until the sink fails or shutdown.
-    async fn decide_partitions(
-        &mut self,
-        tps: &[TopicPartition],
-        rule: &DueRule,
-        pass: Pass,
-        budget: RecheckBudget,
-        table_hold: bool,
-        answers: &mut Answers,
-    ) {
-        for tp in tps {
-            if self.io.cancel.is_cancelled() || answers.tripped {
-                break;
-            }
-            // A partition the sink refused in the first pass is not asked the same again.
-            if pass == Pass::Last && answers.refused.contains(tp) {
-                continue;
-            }
-            // Persist takes what was decided at once, whatever comes next (a shutdown's drain
-            // writes it).
-            if let Some(decided) = self
-                .decide_partition(tp, rule, pass, budget, table_hold, answers)
-                .await
-            {
-                self.persisting.writes.verdicts.push(decided);
-            }
-        }
     }
 
     /// One partition's questions in a round: its due records, then its re-checks (late
     /// arrivals), then what the dead-letter topic and the re-checks' keyed findings settle.
     /// Returns what it decided and when (`None`: nothing, or not assigned); the sink's
-    /// errors go to `answers`. A round's first pass of two decides due records only.
+    /// errors go to `answers`.
     async fn decide_partition(
         &mut self,
         tp: &TopicPartition,
         rule: &DueRule,
-        pass: Pass,
         budget: RecheckBudget,
         table_hold: bool,
         answers: &mut Answers,
     ) -> Option<(TopicPartition, Applied, i64)> {
-        // Whether this partition's due records hit the round's limit (a backlog): the
-        // first pass's half says nothing, the last pass's half is the rest of it.
+        // Whether this partition's due records hit the round's limit (a backlog).
         let (segs, full) = self.due_of(tp, rule)?;
-        let full = full && pass != Pass::First;
         let mut applied = Applied::default();
         let mut failed_here = false;
         if !segs.is_empty() {
@@ -390,12 +295,11 @@ impl Audit {
                 Err(e) => {
                     failed_here = true;
                     answers.failed(e);
-                    answers.refused.push(tp.clone());
                 }
             }
         }
         // Late arrivals, after the due verdicts (which may have grown the missing span).
-        if !failed_here && !table_hold && pass != Pass::First {
+        if !failed_here && !table_hold {
             match self.recheck(tp, budget).await {
                 Ok(Some(a)) => {
                     answers.queried = true;
@@ -466,166 +370,52 @@ impl Audit {
     }
 
     /// key_columns read by time: the seconds of the keys every partition has due this
-    /// round read ([`crate::verify::Checker::prefetch_due`]), in two halves of each
-    /// partition's due records (`half`'s limit each): the first half's read now, the
-    /// second's returned under way ([`NextRead`]) so that it runs while the first half
-    /// decides. The due records are taken as [`Self::due_of`] takes them (the same rule:
-    /// `due` only splits runs, so taking them again there gives the same ones; the first
-    /// half decided, the second is the front of what is due), without its preamble, which
-    /// stays in partition order. Where the halves' keys share many seconds (records out of
-    /// time order) both are read at once: two reads would read those seconds' rows twice.
-    /// Up to [`time_scan::PREFETCH_KEYS`] keys: the partitions past them read for
-    /// themselves, and the halves are then read at once. A failure is the round's, as a
-    /// partition's question's would be (an unreachable sink ends the round's questions).
+    /// round read once ([`crate::verify::Checker::prefetch_due`]). The due records are
+    /// taken as [`Self::due_of`] takes them (the same rule: `due` only splits runs, so
+    /// taking them again there gives the same ones), without its preamble, which stays in
+    /// partition order. Up to [`time_scan::PREFETCH_KEYS`] keys: the partitions past them
+    /// read for themselves. A failure is the round's, as a partition's question's would
+    /// be (an unreachable sink ends the round's questions).
     async fn prefetch_due(
         &mut self,
         tps: &[TopicPartition],
-        half: &DueRule,
+        rule: &DueRule,
         answers: &mut Answers,
-    ) -> Option<NextRead> {
-        let (mut first, mut second, mut keys) = (Vec::new(), Vec::new(), 0usize);
-        // Partitions past the bound ask for themselves in the first pass: a read under way
-        // beside them would compete for the sink's connections.
-        let mut cut = false;
-        for (i, tp) in tps.iter().enumerate() {
+    ) {
+        // No count of an earlier round's outlives it, whatever ended that round early.
+        self.checker.end_round();
+        if rule.hold || self.checker.book().and_then(|b| b.time_column()).is_none() {
+            return;
+        }
+        let (mut parts, mut keys) = (Vec::new(), 0usize);
+        for tp in tps {
             let Some(p) = self.parts.get_mut(tp) else {
                 continue;
             };
-            p.ledger.pipeline.set_time_rule(half.time_rule);
-            p.ledger.track_confirmations(half.keyed_book);
+            p.ledger.pipeline.set_time_rule(rule.time_rule);
+            p.ledger.track_confirmations(rule.keyed_book);
             if p.ledger.pipeline.vanished().is_none() {
-                let mut due = p.ledger.due(half.due_at, half.grace, half.limit);
-                let n = due.len();
-                // Every run of the first half is whole in the second call (the first split
-                // the queue at its end), so the rest is the second half.
-                let rest = p
-                    .ledger
-                    .due(half.due_at, half.grace, half.limit.saturating_mul(2));
-                due.truncate(n);
-                let rest: Vec<_> = rest.into_iter().skip(n).collect();
-                keys += due.iter().chain(&rest).map(|s| s.keys.len()).sum::<usize>();
-                first.push((tp.clone(), due));
-                second.push((tp.clone(), rest));
+                let due = p.ledger.due(rule.due_at, rule.grace, rule.limit);
+                keys += due.iter().map(|s| s.keys.len()).sum::<usize>();
+                parts.push((tp.clone(), due));
             }
             // Bounded: the keys of every partition held at once would be `max_pending`.
             if keys >= time_scan::PREFETCH_KEYS {
-                cut = i + 1 < tps.len();
                 break;
             }
         }
-        let mut read = match (
-            self.checker.prepare_due(&first),
-            self.checker.prepare_due(&second),
-        ) {
-            (Some(mut now), Some(next)) => {
-                // Apart enough (the seconds where one half ends and the next begins,
-                // mostly): read apart, the second half while the first decides.
-                let apart =
-                    now.shared_seconds(&next) * SHARED_SECONDS_PART <= now.keys() + next.keys();
-                if apart && !cut {
-                    self.checker.plan_due(&mut now);
-                    self.keep_read(now, answers).await;
-                    if answers.tripped {
-                        return None;
-                    }
-                    // Planned after the first read: seconds it found crowded go by key.
-                    let mut next = next;
-                    self.checker.plan_due(&mut next);
-                    let next = self.start_read(next);
-                    // A task spawned from a worker waits in that worker's own slot, which
-                    // no other worker takes, until this task yields: the first half's
-                    // decisions would run first and the read after them. Yielded once, it
-                    // sends its queries, and its rows wake it on the worker that is free.
-                    tokio::task::yield_now().await;
-                    return Some(next);
-                }
-                now.join(next);
-                now
-            }
-            (Some(read), None) | (None, Some(read)) => read,
-            (None, None) => return None,
-        };
-        self.checker.plan_due(&mut read);
-        self.keep_read(read, answers).await;
-        None
-    }
-
-    /// Reads `read` on the round's task and keeps its counts.
-    async fn keep_read(&mut self, read: crate::verify::DueRead, answers: &mut Answers) {
+        if parts.iter().all(|(_, due)| due.is_empty()) {
+            return;
+        }
         let obs = self.metrics.query_observer();
-        let counted = unless_shut_down!(self.io.cancel, async {
-            Ok(read.read(&*self.io.sink, &obs).await)
-        });
-        let kept = counted.and_then(|c| self.checker.keep_due(c));
-        match kept {
+        let r = unless_shut_down!(
+            self.io.cancel,
+            self.checker.prefetch_due(&self.io.sink, &parts, &obs),
+        );
+        match r {
             Ok(()) => answers.queried = true,
             Err(e) => answers.failed(e),
         }
-    }
-
-    /// Starts reading `read` on a task of its own ([`Self::keep_next_read`] takes it).
-    fn start_read(&mut self, read: crate::verify::DueRead) -> NextRead {
-        let queries: Arc<std::sync::Mutex<Vec<(Duration, bool)>>> = Arc::default();
-        let sink = Arc::clone(&self.io.sink);
-        let seen = Arc::clone(&queries);
-        self.checker.expect_due(read.key_hashes());
-        let spawned = Instant::now();
-        let task = tokio::spawn(async move {
-            let started = Instant::now();
-            let obs = move |took, ok| {
-                if let Ok(mut q) = seen.lock() {
-                    q.push((took, ok));
-                }
-            };
-            let counted = read.read(&*sink, &obs).await;
-            (counted, started, Instant::now())
-        });
-        NextRead {
-            task: tokio_util::task::AbortOnDropHandle::new(task),
-            queries,
-            spawned,
-        }
-    }
-
-    /// Waits for the second half's read ([`Self::prefetch_due`]) and keeps its counts for
-    /// the last pass; shutdown stops it.
-    async fn keep_next_read(&mut self, next: NextRead, answers: &mut Answers) -> NextReadTimes {
-        let NextRead {
-            task,
-            queries,
-            spawned,
-        } = next;
-        let waiting = Instant::now();
-        let joined = unless_shut_down!(self.io.cancel, async {
-            match task.await {
-                Ok(r) => Ok(r),
-                // A bug, not the sink's answer: as it would had the read run on this task.
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(e) => Err(SinkError::Unavailable(format!(
-                    "the read by time stopped: {e}"
-                ))),
-            }
-        });
-        if let Ok(q) = queries.lock() {
-            for &(took, ok) in q.iter() {
-                self.metrics.sink_query(took, ok);
-            }
-        }
-        let ms = |d: Duration| d.as_millis() as u64;
-        let mut times = NextReadTimes {
-            waited_ms: ms(waiting.elapsed()),
-            ..NextReadTimes::default()
-        };
-        let kept = joined.and_then(|(counted, started, ended)| {
-            times.started_ms = ms(started.duration_since(spawned));
-            times.read_ms = ms(ended.duration_since(spawned));
-            self.checker.keep_due(counted)
-        });
-        match kept {
-            Ok(()) => answers.queried = true,
-            Err(e) => answers.failed(e),
-        }
-        times
     }
 
     /// The round's claim refresh ([`crate::verify::Checker::refresh_claims`]); whether the
@@ -635,7 +425,7 @@ impl Audit {
         let obs = self.metrics.query_observer();
         let freed = unless_shut_down!(
             self.io.cancel,
-            self.checker.refresh_claims(&*self.io.sink, max, &obs),
+            self.checker.refresh_claims(&self.io.sink, max, &obs),
         )?;
         let Some(freed) = freed else {
             return Ok(false);
@@ -661,7 +451,7 @@ impl Audit {
         unless_shut_down!(
             self.io.cancel,
             self.checker
-                .recheck_ledger(&*self.io.sink, tp, &mut part.ledger, budget, &obs),
+                .recheck_ledger(&self.io.sink, tp, &mut part.ledger, budget, &obs),
         )
     }
 
@@ -763,9 +553,9 @@ impl Audit {
         let obs = self.metrics.query_observer();
         let ask = async {
             if recheck {
-                self.checker.recheck(&*self.io.sink, tp, segs, &obs).await
+                self.checker.recheck(&self.io.sink, tp, segs, &obs).await
             } else {
-                self.checker.due(&*self.io.sink, tp, segs, &obs).await
+                self.checker.due(&self.io.sink, tp, segs, &obs).await
             }
         };
         unless_shut_down!(self.io.cancel, ask)
@@ -907,7 +697,7 @@ impl Audit {
         let limits = self.checker.limits();
         let verdicts = unless_shut_down!(
             self.io.cancel,
-            crate::verify::by_offsets(&*self.io.sink, tp, std::slice::from_ref(&seg), limits, &obs),
+            crate::verify::by_offsets(&self.io.sink, tp, std::slice::from_ref(&seg), limits, &obs),
         )?;
         let present = match verdicts.into_iter().next() {
             Some(Verdict::Known { present, .. }) => present,
