@@ -444,6 +444,25 @@ pub async fn bare_baseline(brokers: &str, topic: &str, n: u64) -> Result<(f64, D
     Ok((rate, Duration::from_secs_f64(cpu)))
 }
 
+/// kcat on `topic`, [`BARE_PASSES`] times as the bare consumer's baseline is taken: the
+/// median pass's rate and that pass's CPU in µs per record (see `tail::kcat_consume`).
+/// Issue 40's end-to-end targets are stated against kcat, which reads a topic faster than
+/// the bare consumer here (same librdkafka, a consumer loop in C).
+pub fn kcat_baseline(
+    kcat: &crate::tail::Kcat,
+    brokers: &str,
+    topic: &str,
+    n: u64,
+) -> Result<(f64, f64)> {
+    let mut passes = Vec::with_capacity(BARE_PASSES);
+    for _ in 0..BARE_PASSES {
+        passes.push(crate::tail::kcat_consume(&kcat.bin, brokers, topic, n)?);
+    }
+    let rates: Vec<String> = passes.iter().map(|p| crate::util::fmt_rate(p.0)).collect();
+    eprintln!("kcat passes: {}", rates.join(", "));
+    Ok(crate::util::median_pair(&passes, |p| p.0))
+}
+
 /// An end-to-end run after its table is loaded: the pipeline group committed past all `n`
 /// records of `topic`, the bare consumer's baseline on it (rate, CPU), then the daemon
 /// started on it with `matching` (grace and verify_interval 1 s). Shared by the key and

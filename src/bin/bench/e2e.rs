@@ -26,6 +26,8 @@ pub struct Setup<'a> {
     pub index: &'a str,
     /// The daemon's `match` section.
     pub matching: &'a str,
+    /// kcat, for a second same-run baseline beside the bare consumer (`None`: none taken).
+    pub kcat: Option<&'a crate::tail::Kcat>,
 }
 
 /// What a run measured: the sampler's figures and the bare consumer's baseline.
@@ -34,6 +36,9 @@ pub struct Run<T> {
     /// Records per second.
     pub bare_rate: f64,
     pub bare_cpu: Duration,
+    /// kcat's median pass: records per second and CPU µs per record (when the setup
+    /// named kcat).
+    pub kcat: Option<(f64, f64)>,
 }
 
 /// Runs `setup` on `n` records: `sample` watches the daemon until it is done (its log is
@@ -71,6 +76,17 @@ pub async fn run<T>(
             setup.name,
             took.as_secs_f64()
         );
+        // Before the daemon starts, so that nothing else reads the topic meanwhile.
+        let kcat = match setup.kcat {
+            Some(k) => {
+                let (k, b, t) = (k.clone(), brokers.to_string(), topic.clone());
+                Some(
+                    tokio::task::spawn_blocking(move || daemon::kcat_baseline(&k, &b, &t, n))
+                        .await??,
+                )
+            }
+            None => None,
+        };
         // The pipeline has written everything and committed past it; baseline, same topic.
         let (d, bare_rate, bare_cpu) =
             daemon::start_after_baseline(bin, brokers, mysql, &topic, &table, n, setup.matching)
@@ -84,6 +100,7 @@ pub async fn run<T>(
             sampled: sampled?,
             bare_rate,
             bare_cpu,
+            kcat,
         })
     }
     .await;

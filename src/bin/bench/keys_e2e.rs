@@ -118,6 +118,7 @@ const SETUP: e2e::Setup = e2e::Setup {
     },
     index: "ADD INDEX idx_key (client_ip, domain, time)",
     matching: daemon::KEY_MATCH,
+    kcat: None,
 };
 
 async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64) -> Result<Measured> {

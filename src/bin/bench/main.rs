@@ -344,7 +344,15 @@ async fn main() -> Result<()> {
             keys_e2e::rows(&bin, &brokers, &url, args.key_records, &mut rows).await?;
         }
         if run(Section::KeysOrdered) {
-            keys_ordered::rows(&bin, &brokers, &url, args.key_records, &mut rows).await?;
+            keys_ordered::rows(
+                &bin,
+                &brokers,
+                &url,
+                args.key_records,
+                kcat.as_ref(),
+                &mut rows,
+            )
+            .await?;
         }
         if run(Section::OffsetsE2e) {
             offsets_e2e::rows(&bin, &brokers, &url, args.offset_records, &mut rows).await?;

@@ -172,6 +172,7 @@ const SETUP: e2e::Setup = e2e::Setup {
     },
     index: "ADD INDEX idx_kafka (kafka_partition, kafka_offset)",
     matching: MATCH,
+    kcat: None,
 };
 
 async fn measure(bin: &Path, brokers: &str, mysql: &str, n: u64) -> Result<Measured> {

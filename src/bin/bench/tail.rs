@@ -365,6 +365,7 @@ pub async fn auditor_consume(brokers: &str, topic: &str, n: u64, keyed: bool) ->
 }
 
 /// kcat as the bench found it: the binary to run and how it names itself.
+#[derive(Debug, Clone)]
 pub struct Kcat {
     pub bin: String,
     pub version: String,
