@@ -121,6 +121,11 @@ struct KeyQuery {
     /// How each key value is written for its column ([`crate::key_domain`]); `None`: as
     /// sent (the columns are not all listed, or a Doris without information_schema).
     domain: Option<KeyDomain>,
+    /// Key columns compared by their own collation because the table merges rows that
+    /// collation equates (`presence`, see [`MysqlSink::key_query`]): `column (type,
+    /// collation)`. A row then keeps one spelling of several keys, so its bytes cannot be
+    /// matched to a key: such a table is not read by time.
+    merged_by_collation: Vec<String>,
 }
 
 /// A prepared key count's statement text and what it was written for (see
@@ -379,7 +384,39 @@ impl MysqlSink {
         let rows = self
             .key_rows
             .unwrap_or_else(|| sql::key_rows_for(&server.version));
-        let check = check_key_columns(&self.target.columns.key, &info);
+        let mut check = check_key_columns(&self.target.columns.key, &info);
+        // A table that merges rows with equal keys (a PRIMARY/UNIQUE index within the key
+        // columns) merges them by each column's collation: `Example.COM` and `example.com`
+        // in a `_ci` column, `a` and `a ` under PAD SPACE, are one row, which keeps one of
+        // the spellings. Both records landed (SPEC: two spellings the sink equates are one
+        // key), so a key is counted by the sink's own comparison, not byte-exactly: the
+        // spelling the table did not keep would read as lost. A table that keeps every row
+        // keeps every spelling, and stays compared exactly. (A column of another character
+        // set stays compared as its UTF-8 bytes: which collation a UTF-8 literal meets it
+        // with depends on the server's coercion rules.)
+        let presence = self
+            .learned
+            .model
+            .lock()
+            .ok()
+            .and_then(|m| *m)
+            .is_some_and(|m| m == KeySemantics::Presence);
+        let mut merged_by_collation = Vec::new();
+        if presence {
+            for (i, c) in check.compare.iter_mut().enumerate() {
+                if *c == KeyCompare::Binary {
+                    *c = KeyCompare::Collation;
+                    if let Some(name) = self.target.columns.key.get(i) {
+                        merged_by_collation.push(name.clone());
+                    }
+                }
+            }
+            check.inexact.retain(|col| {
+                !merged_by_collation
+                    .iter()
+                    .any(|m| col.starts_with(&format!("{m} (")))
+            });
+        }
         // A column the prepared form would compare otherwise than the text: text.
         let rows = match rows {
             KeyRows::Prepared if !check.prepared => KeyRows::Values,
@@ -395,6 +432,7 @@ impl MysqlSink {
                 compare: check.compare,
                 rows,
                 domain,
+                merged_by_collation,
             });
         }
         if !check.inexact.is_empty()
@@ -413,10 +451,21 @@ impl MysqlSink {
             );
             *w = Some(check.inexact.clone());
         }
+        if !merged_by_collation.is_empty() {
+            tracing::info!(
+                table = %self.target.table,
+                columns = %merged_by_collation.join(", "),
+                "the table merges rows whose keys these columns' collations equate (a \
+                 PRIMARY/UNIQUE key, key semantics presence): keys are counted by the \
+                 table's own comparison, so two spellings it equates are one key, and one \
+                 by one (a row keeps one spelling: it cannot be read by time)"
+            );
+        }
         let query = KeyQuery {
             compare: check.compare,
             rows,
             domain,
+            merged_by_collation,
         };
         if let Ok(mut k) = self.key_query.lock() {
             *k = Some(query.clone());
@@ -666,6 +715,13 @@ impl MysqlSink {
             Ok(column) => column,
             Err(why) => return Ok(Err(why)),
         };
+        if !how.merged_by_collation.is_empty() {
+            return Ok(Err(format!(
+                "the table merges keys that the collation of {} equates, and a row keeps one \
+                 of their spellings: its bytes cannot be matched to a key",
+                how.merged_by_collation.join(", ")
+            )));
+        }
         let Some(q) = sql::leading_index_columns(&self.target.table, nbe) else {
             return Ok(Err("the table name is not `name` or `db.name`".into()));
         };
@@ -906,7 +962,18 @@ impl Verifier for MysqlSink {
         if let Learned::Known(t) = &learned
             && let Ok(mut m) = self.learned.model.lock()
         {
+            let changed = *m != Some(t.semantics);
             *m = Some(t.semantics);
+            // The key comparison and the read by time depend on the model
+            // ([`Self::key_query`]): taken again with it.
+            if changed {
+                if let Ok(mut k) = self.key_query.lock() {
+                    *k = None;
+                }
+                if let Ok(mut t) = self.time_checked.lock() {
+                    *t = None;
+                }
+            }
         }
         Ok(Some(learned))
     }

@@ -214,6 +214,19 @@ pub enum KeyCompare {
     /// `CAST(CONVERT(c USING utf8mb4) AS BINARY) = 'v'`: the same for a string column in
     /// another character set (`latin1`), compared as its UTF-8 bytes.
     Utf8Binary,
+    /// `c = 'v'` in a table that merges rows this column's collation equates (a PRIMARY or
+    /// UNIQUE key within the key columns, key semantics `presence`): the row kept one of
+    /// several spellings, and every key it equals is present. Compared as [`Self::Plain`],
+    /// but a row counts for every key of the batch it equals, not the first one only
+    /// ([`count_keys_joined`]).
+    Collation,
+}
+
+impl KeyCompare {
+    /// Whether the auditor compares this column itself (bytes), not the sink's equality.
+    fn is_exact(self) -> bool {
+        matches!(self, Self::Binary | Self::Utf8Binary)
+    }
 }
 
 /// How a MySQL/MariaDB key column must be compared, from its `information_schema.COLUMNS`
@@ -412,7 +425,7 @@ fn key_condition(
         .map(|(i, (c, v))| {
             let value = string_literal(v.as_ref(), nbe);
             let test = match compare.get(i).copied().unwrap_or_default() {
-                KeyCompare::Plain => format!("{} = {value}", ident(c)),
+                KeyCompare::Plain | KeyCompare::Collation => format!("{} = {value}", ident(c)),
                 KeyCompare::Binary => format!("CAST({} AS BINARY) = {value}", ident(c)),
                 KeyCompare::Utf8Binary => {
                     format!(
@@ -480,7 +493,7 @@ where
     K: AsRef<[S]>,
     S: AsRef<str>,
 {
-    let exact = compare.iter().any(|c| *c != KeyCompare::Plain);
+    let exact = compare.iter().any(|c| c.is_exact());
     let conditions: Vec<String> = keys
         .iter()
         .map(|key| key_condition(columns, &[], key.as_ref(), nbe))
@@ -514,7 +527,7 @@ where
 /// or its UTF-8 bytes. The join form groups rows by these, and compares them with the keys.
 fn exact_column(column: &str, compare: KeyCompare) -> String {
     match compare {
-        KeyCompare::Plain => column.to_string(),
+        KeyCompare::Plain | KeyCompare::Collation => column.to_string(),
         KeyCompare::Binary => format!("CAST({column} AS BINARY)"),
         KeyCompare::Utf8Binary => format!("CAST(CONVERT({column} USING utf8mb4) AS BINARY)"),
     }
@@ -706,14 +719,21 @@ fn join_keys(
             }
             _ => on.push(format!("{column} {eq} k.c{c}")),
         }
-        if exact != KeyCompare::Plain {
+        if exact.is_exact() {
             on.push(format!("{} {eq} k.c{c}", exact_column(&column, exact)));
         }
         group.push(exact_column(&column, exact));
     }
+    // A table that merges by collation: each key gets the rows of every group it equals
+    // (grouped by key too), where elsewhere a group goes to the first key it equals.
+    let (key, by_key) = if compare.contains(&KeyCompare::Collation) {
+        ("k.i", "k.i, ")
+    } else {
+        ("MIN(k.i)", "")
+    };
     format!(
-        "SELECT MIN(k.i), COUNT(*), COUNT(DISTINCT k.j) FROM ({}) k JOIN {table} t ON {} \
-         GROUP BY {}",
+        "SELECT {key}, COUNT(*), COUNT(DISTINCT k.j) FROM ({}) k JOIN {table} t ON {} \
+         GROUP BY {by_key}{}",
         derived,
         on.join(" AND "),
         group.join(", ")

@@ -7,6 +7,7 @@ mod broker_auth;
 mod check;
 mod completeness;
 mod completeness_cover;
+mod collation_merges;
 mod completeness_txn;
 mod connect_evidence;
 mod crash;

@@ -452,6 +452,36 @@ fn count_keys_joined_sql() {
     );
 }
 
+/// A table that merges rows its collation equates (`presence`): the columns are compared
+/// by the sink, and a group of rows counts for every key of the batch it equals (grouped by
+/// key too), so `Example.COM` and `example.com`, one row in a `_ci` upsert table, are both
+/// present; elsewhere a group counts for the first key it equals only.
+#[test]
+fn count_keys_joined_by_collation_counts_a_row_for_every_key_it_equals() {
+    let columns = strings(&["client_ip", "domain"]);
+    let k0 = strings(&["10.0.0.1", "Example.COM"]);
+    let k1 = strings(&["10.0.0.1", "example.com"]);
+    let compare = [KeyCompare::Plain, KeyCompare::Collation];
+    assert_eq!(
+        count_keys_joined(
+            "t",
+            &columns,
+            &compare,
+            KeyRows::UnionSelect,
+            &[&k0, &k1],
+            true
+        ),
+        "SELECT k.i, COUNT(*), COUNT(DISTINCT k.j) FROM (\
+             SELECT 0 AS i, 0 AS j, '10.0.0.1' AS c0, 'Example.COM' AS c1 \
+             UNION ALL SELECT 1, 1, '10.0.0.1', 'example.com') k \
+             JOIN `t` t ON t.`client_ip` = k.c0 AND t.`domain` = k.c1 \
+             GROUP BY k.i, t.`client_ip`, t.`domain`"
+    );
+    // The CASE form compares such a column as the sink does too.
+    let case = count_keys_compared("t", &columns, &compare, &[&k0], true);
+    assert!(!case.contains("BINARY"), "{case}");
+}
+
 #[test]
 fn an_empty_value_is_asked_as_empty_and_as_null() {
     let columns = strings(&["a", "b", "c"]);
