@@ -52,7 +52,7 @@ pub(super) fn convert(v: &str, precision: u8, rule: Fraction) -> Option<Cow<'_, 
             at = at.checked_add_signed(Duration::seconds(1))?;
         }
     }
-    if at.year() > 9999 {
+    if at.year() > 9999 || !in_sink_calendar(at.date()) {
         return None;
     }
     let mut out = Written::default();
@@ -104,7 +104,15 @@ pub(super) fn is_stored_form(b: &[u8], precision: usize) -> bool {
         && i32::try_from(y)
             .ok()
             .and_then(|y| NaiveDate::from_ymd_opt(y, mo, d))
-            .is_some()
+            .is_some_and(in_sink_calendar)
+}
+
+/// Whether the sinks' calendar has `date`. chrono's proleptic Gregorian calendar makes the
+/// year 0 a leap year; MariaDB, MySQL and Doris count it a common one (their day count
+/// tests `year % 400 == 0 && year != 0`): `0000-02-29` is refused there (MariaDB: ERROR
+/// 1292), so a key holding it is one the column cannot store, not a lost record.
+fn in_sink_calendar(date: NaiveDate) -> bool {
+    !(date.year() == 0 && date.month() == 2 && date.day() == 29)
 }
 
 /// `v` (trimmed) stored in a `DATE` column: its date. A time part is dropped, as MariaDB,
@@ -169,7 +177,8 @@ fn parse(v: &str) -> Option<Parsed<'_>> {
     let month = number(b, &mut pos, 1, 2)?;
     expect(b, &mut pos, b'-')?;
     let day = number(b, &mut pos, 1, 2)?;
-    let date = NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)?;
+    let date = NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)
+        .filter(|&d| in_sink_calendar(d))?;
     if pos == b.len() {
         return Some(Parsed {
             at: date.and_time(NaiveTime::MIN),

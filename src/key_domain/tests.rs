@@ -102,6 +102,9 @@ fn what_no_datetime_column_stores_alike_is_unconvertible() {
         "24-01-01 10:00:00",
         "2024/01/01 10:00:00",
         "1704103205185",
+        // The sinks count the year 0 a common year (chrono a leap one): MariaDB refuses it.
+        "0000-02-29 00:00:00",
+        "0000-02-29",
     ] {
         let err = domain(DT0, Fraction::Truncate).value(0, v);
         assert!(
@@ -111,6 +114,18 @@ fn what_no_datetime_column_stores_alike_is_unconvertible() {
     }
     // An empty value is empty (it matches '' or NULL), never unconvertible.
     assert_eq!(one(DT0, Fraction::Truncate, "").as_deref(), Some(""));
+    // Rounding into the year 0's 29 February is a day the sinks do not have either (they
+    // would carry into 1 March): unconvertible, not a key of chrono's calendar.
+    let err = domain(DT0, Fraction::Round).value(0, "0000-02-28 23:59:59.9");
+    assert!(
+        matches!(err, Err(Unconvertible::Datetime { .. })),
+        "{err:?}"
+    );
+    // Every other day of the year 0 is one they store.
+    assert_eq!(
+        one(DT0, Fraction::Truncate, "0000-03-01 00:00:00").as_deref(),
+        Some("0000-03-01 00:00:00")
+    );
 }
 
 #[test]
