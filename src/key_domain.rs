@@ -232,6 +232,29 @@ impl KeyDomain {
         })
     }
 
+    /// Whether a row the sink printed (`packed`: each column's bytes ended by `0xFF`, as
+    /// a read by time selects them) is what these column types store: every converting
+    /// column's value already in its stored form. `false` says the sink stores these
+    /// columns otherwise now (an `ALTER TABLE` since the types were read: `DATETIME` made
+    /// `DATETIME(3)` prints `… 10:00:05.000`, which no key written for the old type
+    /// equals). A value that is not UTF-8, or a row of another arity, says nothing: `true`.
+    pub fn stores_as_printed(&self, packed: &[u8]) -> bool {
+        let body = packed.strip_suffix(&[0xFF]).unwrap_or(packed);
+        let values = body.split(|&b| b == 0xFF);
+        if values.clone().count() != self.columns.len() {
+            return true;
+        }
+        values.enumerate().all(|(i, raw)| {
+            if !self.columns.get(i).is_some_and(|c| c.ty.converts()) {
+                return true;
+            }
+            match std::str::from_utf8(raw) {
+                Ok(v) => matches!(self.value(i, v), Ok(Cow::Borrowed(_))),
+                Err(_) => true,
+            }
+        })
+    }
+
     /// `key` as the sink stores it: `Ok(None)` when no value changes (the common case,
     /// no allocation), `Ok(Some(stored))` otherwise. A key of another arity than the
     /// columns is returned unchanged (config validation ties them; the query reports it).

@@ -577,3 +577,30 @@ proptest! {
         }
     }
 }
+
+/// A row printed by a table whose time column was widened since its types were read
+/// (`DATETIME` → `DATETIME(3)`) is not what the old types store; rows printed as they
+/// store are; a column that converts nothing, a non-UTF-8 value and a row of another arity
+/// say nothing.
+#[test]
+fn a_row_printed_otherwise_than_the_types_store_is_told() {
+    let two = KeyDomain {
+        columns: vec![
+            column("domain", "varchar(64)", ColumnType::Text),
+            column("time", "datetime", DT0),
+        ],
+        fraction: Fraction::Truncate,
+    };
+    assert!(two.stores_as_printed(b"a.example\xff2024-01-01 10:00:05\xff"));
+    assert!(!two.stores_as_printed(b"a.example\xff2024-01-01 10:00:05.000\xff"));
+    assert!(!two.stores_as_printed(b"a.example\xff2024-01-01T10:00:05\xff"));
+    // The text column's bytes are not looked at.
+    assert!(two.stores_as_printed(b"\xfe\xff2024-01-01 10:00:05\xff"));
+    // A time value that is not UTF-8, a row of another arity: nothing to tell.
+    assert!(two.stores_as_printed(b"a\xff\xfe\xff"));
+    assert!(two.stores_as_printed(b"a\xffb\xffc\xff"));
+    // The widened type stores the printed form.
+    let three = domain(DT3, Fraction::Truncate);
+    assert!(three.stores_as_printed(b"2024-01-01 10:00:05.000\xff"));
+    assert!(!three.stores_as_printed(b"2024-01-01 10:00:05\xff"));
+}

@@ -3,11 +3,12 @@
 //! test binary; tests that stop a shared service live in their own binaries (tests/*.rs),
 //! which cargo runs one after another.
 
+mod altered_keys;
 mod broker_auth;
 mod check;
+mod collation_merges;
 mod completeness;
 mod completeness_cover;
-mod collation_merges;
 mod completeness_txn;
 mod connect_evidence;
 mod crash;
