@@ -179,6 +179,15 @@ pub enum Unconvertible {
     Unnormalizable { column: String, declared: String },
 }
 
+/// What one printed row says of the key columns' types ([`KeyDomain::printed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Printed {
+    /// A converting column's value is printed otherwise than its type stores.
+    pub changed: bool,
+    /// The converting columns (bits) whose value is printed as its type stores.
+    pub vouched: u64,
+}
+
 impl KeyDomain {
     /// Whether no key value changes (every column text or other): the decoder skips it.
     pub fn is_identity(&self) -> bool {
@@ -232,27 +241,42 @@ impl KeyDomain {
         })
     }
 
-    /// Whether a row the sink printed (`packed`: each column's bytes ended by `0xFF`, as
-    /// a read by time selects them) is what these column types store: every converting
-    /// column's value already in its stored form. `false` says the sink stores these
-    /// columns otherwise now (an `ALTER TABLE` since the types were read: `DATETIME` made
-    /// `DATETIME(3)` prints `… 10:00:05.000`, which no key written for the old type
-    /// equals). A value that is not UTF-8, or a row of another arity, says nothing: `true`.
-    pub fn stores_as_printed(&self, packed: &[u8]) -> bool {
+    /// The converting columns ([`Self::printed`]'s subjects) as a bit mask, the first 64.
+    pub fn converting(&self) -> u64 {
+        self.columns
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, c)| c.ty.converts())
+            .fold(0, |m, (i, _)| m | (1 << i))
+    }
+
+    /// What a row the sink printed (`packed`: each column's bytes ended by `0xFF`, as a
+    /// read by time selects them) says of these column types. `changed`: a converting
+    /// column's value is not in the form its type stores (an `ALTER TABLE` since the types
+    /// were read: `DATETIME` made `DATETIME(3)` prints `… 10:00:05.000`, which no key
+    /// written for the old type equals). `vouched`: the converting columns (bits, as
+    /// [`Self::converting`]) whose value is in stored form. An empty value (NULL), a value
+    /// that is not UTF-8 or one the type refuses (a zero date the server's `sql_mode`
+    /// allows), and every value of a row of another arity, say nothing either way.
+    pub fn printed(&self, packed: &[u8]) -> Printed {
+        let mut out = Printed::default();
         let body = packed.strip_suffix(&[0xFF]).unwrap_or(packed);
         let values = body.split(|&b| b == 0xFF);
         if values.clone().count() != self.columns.len() {
-            return true;
+            return out;
         }
-        values.enumerate().all(|(i, raw)| {
-            if !self.columns.get(i).is_some_and(|c| c.ty.converts()) {
-                return true;
+        for (i, raw) in values.enumerate().take(64) {
+            if raw.is_empty() || !self.columns.get(i).is_some_and(|c| c.ty.converts()) {
+                continue;
             }
-            match std::str::from_utf8(raw) {
-                Ok(v) => matches!(self.value(i, v), Ok(Cow::Borrowed(_))),
-                Err(_) => true,
+            match std::str::from_utf8(raw).map(|v| self.value(i, v)) {
+                Ok(Ok(Cow::Borrowed(_))) => out.vouched |= 1 << i,
+                Ok(Ok(Cow::Owned(_))) => out.changed = true,
+                Ok(Err(_)) | Err(_) => {}
             }
-        })
+        }
+        out
     }
 
     /// `key` as the sink stores it: `Ok(None)` when no value changes (the common case,

@@ -90,6 +90,7 @@ pub async fn key_semantics<V: Verifier>(
         None => key_semantics::resolve(configured, &Learned::NoTable)?,
         Some(l) => key_semantics::resolve(configured, l)?,
     };
+    sink.audit_semantics(semantics);
     match &learned {
         Some(Learned::Known(t)) => tracing::info!(
             audit = %config.name,

@@ -580,8 +580,9 @@ proptest! {
 
 /// A row printed by a table whose time column was widened since its types were read
 /// (`DATETIME` → `DATETIME(3)`) is not what the old types store; rows printed as they
-/// store are; a column that converts nothing, a non-UTF-8 value and a row of another arity
-/// say nothing.
+/// store vouch for their columns; an empty (NULL) value, a value the type refuses (a zero
+/// date a lenient `sql_mode` keeps), a non-UTF-8 value and a row of another arity say
+/// nothing; a column that converts nothing is not looked at.
 #[test]
 fn a_row_printed_otherwise_than_the_types_store_is_told() {
     let two = KeyDomain {
@@ -591,16 +592,43 @@ fn a_row_printed_otherwise_than_the_types_store_is_told() {
         ],
         fraction: Fraction::Truncate,
     };
-    assert!(two.stores_as_printed(b"a.example\xff2024-01-01 10:00:05\xff"));
-    assert!(!two.stores_as_printed(b"a.example\xff2024-01-01 10:00:05.000\xff"));
-    assert!(!two.stores_as_printed(b"a.example\xff2024-01-01T10:00:05\xff"));
+    assert_eq!(two.converting(), 0b10);
+    let vouched = |v: u64| Printed {
+        changed: false,
+        vouched: v,
+    };
+    let changed = Printed {
+        changed: true,
+        vouched: 0,
+    };
+    assert_eq!(
+        two.printed(b"a.example\xff2024-01-01 10:00:05\xff"),
+        vouched(0b10)
+    );
+    assert_eq!(
+        two.printed(b"a.example\xff2024-01-01 10:00:05.000\xff"),
+        changed
+    );
+    assert_eq!(
+        two.printed(b"a.example\xff2024-01-01T10:00:05\xff"),
+        changed
+    );
     // The text column's bytes are not looked at.
-    assert!(two.stores_as_printed(b"\xfe\xff2024-01-01 10:00:05\xff"));
-    // A time value that is not UTF-8, a row of another arity: nothing to tell.
-    assert!(two.stores_as_printed(b"a\xff\xfe\xff"));
-    assert!(two.stores_as_printed(b"a\xffb\xffc\xff"));
+    assert_eq!(
+        two.printed(b"\xfe\xff2024-01-01 10:00:05\xff"),
+        vouched(0b10)
+    );
+    // Nothing to tell: an empty time, a zero date, a time that is not UTF-8, another arity.
+    for row in [
+        &b"a\xff\xff"[..],
+        b"a\xff0000-00-00 00:00:00\xff",
+        b"a\xff\xfe\xff",
+        b"a\xffb\xffc\xff",
+    ] {
+        assert_eq!(two.printed(row), vouched(0), "{row:?}");
+    }
     // The widened type stores the printed form.
     let three = domain(DT3, Fraction::Truncate);
-    assert!(three.stores_as_printed(b"2024-01-01 10:00:05.000\xff"));
-    assert!(!three.stores_as_printed(b"2024-01-01 10:00:05\xff"));
+    assert_eq!(three.printed(b"2024-01-01 10:00:05.000\xff"), vouched(1));
+    assert_eq!(three.printed(b"2024-01-01 10:00:05\xff"), changed);
 }

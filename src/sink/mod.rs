@@ -82,6 +82,11 @@ pub trait Verifier: Send + Sync {
         async { Ok(None) }
     }
 
+    /// key_columns: the key semantics the audit decided on ([`Self::key_model`] reconciled
+    /// with the configuration), which the key counts follow from then on: a table that
+    /// merges rows compares keys as it merges them. A no-op where the sink compares as sent.
+    fn audit_semantics(&self, _semantics: crate::key_semantics::KeySemantics) {}
+
     /// Rows and distinct offsets whose (topic,) partition and offset fall in `runs`
     /// (offset_columns strategy).
     fn count_offsets(
@@ -201,6 +206,14 @@ impl Verifier for AnySink {
             AnySink::Mysql(s) => s.key_model().await,
             AnySink::Memory(s) => s.key_model().await,
             AnySink::Elasticsearch(s) => s.key_model().await,
+        }
+    }
+
+    fn audit_semantics(&self, semantics: crate::key_semantics::KeySemantics) {
+        match self {
+            AnySink::Mysql(s) => s.audit_semantics(semantics),
+            AnySink::Memory(s) => s.audit_semantics(semantics),
+            AnySink::Elasticsearch(s) => s.audit_semantics(semantics),
         }
     }
 

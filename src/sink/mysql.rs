@@ -121,10 +121,10 @@ struct KeyQuery {
     /// How each key value is written for its column ([`crate::key_domain`]); `None`: as
     /// sent (the columns are not all listed, or a Doris without information_schema).
     domain: Option<KeyDomain>,
-    /// Key columns compared by their own collation because the table merges rows that
-    /// collation equates (`presence`, see [`MysqlSink::key_query`]): `column (type,
-    /// collation)`. A row then keeps one spelling of several keys, so its bytes cannot be
-    /// matched to a key: such a table is not read by time.
+    /// The names of the key columns compared by their own collation because the table
+    /// merges rows that collation equates (`presence`, see [`MysqlSink::key_query`]). A row
+    /// then keeps one spelling of several keys, so its bytes cannot be matched to a key:
+    /// such a table is not read by time.
     merged_by_collation: Vec<String>,
 }
 
@@ -155,6 +155,10 @@ struct AtStart {
     domain: Mutex<Option<KeyDomain>>,
     /// The key semantics the table showed at start ([`Verifier::key_model`]).
     model: Mutex<Option<KeySemantics>>,
+    /// The key semantics the audit decided on ([`Verifier::audit_semantics`]): the table's,
+    /// or the configured one where the table did not say (not there yet). The key
+    /// comparison follows it ([`MysqlSink::key_query`]).
+    audited: Mutex<Option<KeySemantics>>,
 }
 
 /// One look at whether the table can be read by time, and when it was taken.
@@ -251,6 +255,7 @@ impl MysqlSink {
                 warned_inexact: Mutex::new(None),
                 domain: Mutex::new(None),
                 model: Mutex::new(None),
+                audited: Mutex::new(None),
             },
             time_checked: Mutex::new(None),
             time_recheck: TIME_RECHECK,
@@ -396,13 +401,20 @@ impl MysqlSink {
         // with depends on the server's coercion rules.)
         let presence = self
             .learned
-            .model
+            .audited
             .lock()
             .ok()
             .and_then(|m| *m)
             .is_some_and(|m| m == KeySemantics::Presence);
         let mut merged_by_collation = Vec::new();
         if presence {
+            // A prepared statement's derived values take the connection's collation, which
+            // can outrank the column's (a `_bin` `collation_connection` against a `_ci`
+            // column compares case-sensitively): such keys go as text, whose literals
+            // yield to the column's collation.
+            if check.compare.contains(&KeyCompare::Binary) {
+                check.prepared = false;
+            }
             for (i, c) in check.compare.iter_mut().enumerate() {
                 if *c == KeyCompare::Binary {
                     *c = KeyCompare::Collation;
@@ -962,20 +974,28 @@ impl Verifier for MysqlSink {
         if let Learned::Known(t) = &learned
             && let Ok(mut m) = self.learned.model.lock()
         {
-            let changed = *m != Some(t.semantics);
             *m = Some(t.semantics);
-            // The key comparison and the read by time depend on the model
-            // ([`Self::key_query`]): taken again with it.
-            if changed {
-                if let Ok(mut k) = self.key_query.lock() {
-                    *k = None;
-                }
-                if let Ok(mut t) = self.time_checked.lock() {
-                    *t = None;
-                }
-            }
         }
         Ok(Some(learned))
+    }
+
+    fn audit_semantics(&self, semantics: KeySemantics) {
+        let changed = self
+            .learned
+            .audited
+            .lock()
+            .map(|mut a| a.replace(semantics) != Some(semantics))
+            .unwrap_or(false);
+        // The key comparison and the read by time depend on it ([`Self::key_query`]):
+        // taken again with it.
+        if changed {
+            if let Ok(mut k) = self.key_query.lock() {
+                *k = None;
+            }
+            if let Ok(mut t) = self.time_checked.lock() {
+                *t = None;
+            }
+        }
     }
 
     async fn count_offsets(
@@ -1198,7 +1218,16 @@ impl Verifier for MysqlSink {
         // Counted on the round's task: read on tasks of their own, four reads streamed at
         // once on this 2-core VM and kept the server busy longer per million rows (3.2-3.5 s
         // against 2.0-2.7 s, same runs) for no gain end to end.
-        let counted = count_read_rows(&mut c, q, keys, read, limit, domain);
+        // No key to read (every one goes by key, as after the types changed under the
+        // audit): no read.
+        let read_nothing = read.index.is_empty();
+        let counted = async {
+            if read_nothing {
+                Ok(Read::Counted(vec![0u64; keys.len()]))
+            } else {
+                count_read_rows(&mut c, q, keys, read, limit, domain).await
+            }
+        };
         let mut out = match self.with_timeout(counted).await? {
             Read::Counted(out) => out,
             Read::OverLimit => return Ok(None),
@@ -1303,10 +1332,6 @@ impl ReadIndex {
     }
 }
 
-/// Runs a read by time (`sql::keys_in_time`) on `c` and counts the rows of each key of
-/// `keys` that `read` files (the others count 0), or `None` when more than `limit` rows
-/// came (the query asks for one more). A row is one packed key; NULL columns read as `''`
-/// there, as the key count's `''`-or-NULL rows do.
 /// What one read by time gave ([`count_read_rows`]).
 enum Read {
     /// Each asked key's rows.
@@ -1318,11 +1343,18 @@ enum Read {
     Restated,
 }
 
-/// Rows matching no asked key that are checked against the key columns' types: a type
-/// change prints every row otherwise, so the first few show it, and a read then checks a
-/// handful of rows, not every row of seconds it shares with other records.
-const UNMATCHED_CHECKED: u32 = 8;
+/// Values of each converting key column, in rows matching no asked key, checked against
+/// the column's type before that column is taken as unchanged: a type change prints every
+/// non-empty value otherwise, so the first few show it, and a read checks a handful of
+/// rows, not every row of seconds it shares with other records. Empty values (NULL) say
+/// nothing and do not count.
+const UNMATCHED_CHECKED: u8 = 8;
 
+/// Runs a read by time (`sql::keys_in_time`) on `c` and counts the rows of each key of
+/// `keys` that `read` files (the others count 0): [`Read::OverLimit`] when more than
+/// `limit` rows came (the query asks for one more), [`Read::Restated`] when a row no key
+/// matched is printed otherwise than `domain`'s types store. A row is one packed key; NULL
+/// columns read as `''` there, as the key count's `''`-or-NULL rows do.
 async fn count_read_rows(
     c: &mut mysql_async::Conn,
     q: String,
@@ -1335,7 +1367,10 @@ async fn count_read_rows(
     let mut result = c.query_iter(q).await?;
     let mut out = vec![0u64; keys.len()];
     let mut rows = 0u64;
-    let mut unmatched_checked = 0u32;
+    // Per converting column, its values vouched for; `watching`: the columns below
+    // UNMATCHED_CHECKED.
+    let mut vouched = [0u8; 64];
+    let mut watching = domain.map_or(0, KeyDomain::converting);
     let mut restated = false;
     while let Some(row) = result.next().await? {
         rows += 1;
@@ -1353,9 +1388,18 @@ async fn count_read_rows(
                     *slot += 1;
                 }
             }
-            None if unmatched_checked < UNMATCHED_CHECKED => {
-                unmatched_checked += 1;
-                restated = domain.is_some_and(|d| !d.stores_as_printed(b));
+            None if watching != 0 => {
+                let Some(d) = domain else { continue };
+                let printed = d.printed(b);
+                restated = printed.changed;
+                for (i, n) in vouched.iter_mut().enumerate() {
+                    if printed.vouched & watching & (1 << i) != 0 {
+                        *n += 1;
+                        if *n >= UNMATCHED_CHECKED {
+                            watching &= !(1 << i);
+                        }
+                    }
+                }
             }
             None => {}
         }

@@ -601,7 +601,10 @@ pub fn derived_rows_for(empty: usize) -> usize {
 /// every row of a group matches the same keys: `MIN(k.i)` is the FIRST key of the batch it
 /// matches, which is where [`count_keys_compared`] (the CASE form) counts it, and
 /// `COUNT(*) / COUNT(DISTINCT k.j)` is the number of rows in the group (each row joins once
-/// per derived row it matches). So both forms give the same count for every key, including
+/// per derived row it matches). With a [`KeyCompare::Collation`] column (a table that
+/// merges rows by it) the groups are per key too (`GROUP BY k.i, ...`, selecting `k.i`): a
+/// group counts for every key it equals, where the CASE form still gives it to the first.
+/// Otherwise both forms give the same count for every key, including
 /// keys the sink equates (a `DATETIME` column equals `'2024-05-01 12:00:00'` and
 /// `'2024-05-01T12:00:00'`: the row is counted under the first of them, not under both).
 ///

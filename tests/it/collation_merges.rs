@@ -145,3 +145,53 @@ async fn spellings_a_multiset_table_keeps_are_still_compared_exactly() {
     );
     assert!(by_time > 0.0, "a multiset table is still read by time");
 }
+
+/// `match.key_semantics = "presence"` while the table does not exist yet (the pipeline
+/// creates it later): the audit takes the configured semantics, and the key counts follow
+/// them once the table is there, comparing as it merges (found by session 36's review of
+/// the fix: the sink followed only a model read from the table, so it stayed byte-exact).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn configured_presence_on_a_table_created_later_compares_as_it_merges() {
+    let s = Scenario::with_upsert_table("collater", 1).await;
+    let topic = s.topic.clone();
+    {
+        let mut c = s.db.pool.get_conn().await.expect("conn");
+        c.query_drop(format!("DROP TABLE `{}`", s.table))
+            .await
+            .expect("drop");
+    }
+    let toml = config_toml(&s.spec("key_columns", "1s", "300ms"));
+    let strategy = "strategy = \"key_columns\"";
+    assert!(toml.contains(strategy), "{toml}");
+    let toml = toml.replacen(
+        strategy,
+        &format!("{strategy}\nkey_semantics = \"presence\""),
+        1,
+    );
+    let auditor = Auditor::start(&toml).await;
+    s.db.create_upsert_table(&s.table).await;
+    let lines = vec![
+        seed_line("10.0.8.1", "Example.COM", "2024-01-01 12:00:00"),
+        seed_line("10.0.8.1", "example.com", "2024-01-01 12:00:00"),
+        seed_line("10.0.8.3", "c.example", "2024-01-01 12:00:02"),
+    ];
+    assert_eq!(s.send(&lines).await, (0..3).collect::<Vec<i64>>());
+    s.pipeline()
+        .records(3)
+        .commit_every(3, Duration::ZERO)
+        .run()
+        .await;
+    assert_eq!(s.rows().await, 2, "the table merged the pair");
+    auditor
+        .wait_decided(60, "all 3 records decided", |a| {
+            a.confirmed(&topic, 0) + a.lost(&topic, 0) >= 3
+        })
+        .await;
+    let verdict = (auditor.confirmed(&topic, 0), auditor.lost(&topic, 0));
+    auditor.stop().await;
+    assert_eq!(
+        verdict,
+        (3, 0),
+        "both spellings landed in the row the table kept"
+    );
+}
