@@ -3,30 +3,7 @@
 //! read as lost for it.
 
 use crate::support::*;
-use mysql_async::prelude::Queryable;
 use std::time::Duration;
-
-fn seed_line(ip: &str, domain: &str, time: &str) -> String {
-    format!("{ip}|{domain}|{time}|1.1.1.1|NOERROR|A|-|-|8.8.8.8")
-}
-
-/// Due keys counted by time (`gap_auditor_due_keys_counted_total{how="time"}`), summed.
-async fn keys_read_by_time(a: &Auditor) -> f64 {
-    let (code, metrics) = a.get("/metrics").await;
-    assert_eq!(code, 200);
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("gap_auditor_due_keys_counted_total") && l.contains("how=\"time\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-async fn sql(s: &Scenario, q: String) {
-    let mut c = s.db.pool.get_conn().await.expect("conn");
-    c.query_drop(q).await.expect("sql");
-}
 
 /// Widening the time column's precision while the daemon runs (`DATETIME` →
 /// `DATETIME(3)`, an online migration to keep milliseconds) is harmless to the sink: every
@@ -40,14 +17,8 @@ async fn widen_time_precision_while_running(read_by_time: bool) {
     let s = Scenario::with_seed_ddl("altertime", 1).await;
     let topic = s.topic.clone();
     if read_by_time {
-        sql(
-            &s,
-            format!(
-                "ALTER TABLE `{}` ADD INDEX tk (time, client_ip, domain)",
-                s.table
-            ),
-        )
-        .await;
+        s.exec("ALTER TABLE {table} ADD INDEX tk (time, client_ip, domain)")
+            .await;
     }
     let auditor = s.start_auditor("key_columns", "1s", "300ms").await;
     let lines: Vec<String> = (0..20)
@@ -71,11 +42,7 @@ async fn widen_time_precision_while_running(read_by_time: bool) {
         (10, 0),
         "before the ALTER"
     );
-    sql(
-        &s,
-        format!("ALTER TABLE `{}` MODIFY time DATETIME(3)", s.table),
-    )
-    .await;
+    s.exec("ALTER TABLE {table} MODIFY time DATETIME(3)").await;
     assert_eq!(s.send(&lines[10..]).await, (10..20).collect::<Vec<i64>>());
     s.pipeline().start_at(10).records(10).run().await;
     assert_eq!(s.rows().await, 20, "the pipeline wrote every record");
@@ -85,7 +52,7 @@ async fn widen_time_precision_while_running(read_by_time: bool) {
         })
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let by_time = keys_read_by_time(&auditor).await;
+    let by_time = auditor.due_keys_counted_by_time().await;
     let gaps = gap_tuples(&api_gaps(&auditor).await);
     let verdict = (auditor.confirmed(&topic, 0), auditor.lost(&topic, 0));
     auditor.stop().await;

@@ -8,25 +8,7 @@
 //! read by time either: a row's bytes cannot be matched to a key.
 
 use crate::support::*;
-use mysql_async::prelude::Queryable;
 use std::time::Duration;
-
-fn seed_line(ip: &str, domain: &str, time: &str) -> String {
-    format!("{ip}|{domain}|{time}|1.1.1.1|NOERROR|A|-|-|8.8.8.8")
-}
-
-/// Due keys counted by time (`gap_auditor_due_keys_counted_total{how="time"}`), summed.
-async fn keys_read_by_time(a: &Auditor) -> f64 {
-    let (code, metrics) = a.get("/metrics").await;
-    assert_eq!(code, 200);
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("gap_auditor_due_keys_counted_total") && l.contains("how=\"time\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 /// With an index starting with `time`, which would have the table read by time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -44,13 +26,8 @@ async fn spellings_an_upsert_table_merges(time_index: bool) {
     let s = Scenario::with_upsert_table("collmerge", 1).await;
     let topic = s.topic.clone();
     if time_index {
-        let mut c = s.db.pool.get_conn().await.expect("conn");
-        c.query_drop(format!(
-            "ALTER TABLE `{}` ADD INDEX tk (time, client_ip, domain)",
-            s.table
-        ))
-        .await
-        .expect("index");
+        s.exec("ALTER TABLE {table} ADD INDEX tk (time, client_ip, domain)")
+            .await;
     }
     let auditor = s.start_auditor("key_columns", "1s", "300ms").await;
     let lines = vec![
@@ -75,7 +52,7 @@ async fn spellings_an_upsert_table_merges(time_index: bool) {
         })
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let by_time = keys_read_by_time(&auditor).await;
+    let by_time = auditor.due_keys_counted_by_time().await;
     let gaps = gap_tuples(&api_gaps(&auditor).await);
     let verdict = (auditor.confirmed(&topic, 0), auditor.lost(&topic, 0));
     auditor.stop().await;
@@ -97,24 +74,15 @@ async fn spellings_an_upsert_table_merges(time_index: bool) {
 async fn spellings_a_multiset_table_keeps_are_still_compared_exactly() {
     let s = Scenario::with_seed_ddl("collkeep", 1).await;
     let topic = s.topic.clone();
-    {
-        let mut c = s.db.pool.get_conn().await.expect("conn");
-        // The seed DDL's key columns are utf8mb4_nopad_bin: give `domain` a collation that
-        // ignores case and trailing spaces, as a table created with the server's default.
-        c.query_drop(format!(
-            "ALTER TABLE `{}` MODIFY domain VARCHAR(512) CHARACTER SET utf8mb4 \
-             COLLATE utf8mb4_general_ci NOT NULL",
-            s.table
-        ))
-        .await
-        .expect("collation");
-        c.query_drop(format!(
-            "ALTER TABLE `{}` ADD INDEX tk (time, client_ip, domain)",
-            s.table
-        ))
-        .await
-        .expect("index");
-    }
+    // The seed DDL's key columns are utf8mb4_nopad_bin: give `domain` a collation that
+    // ignores case and trailing spaces, as a table created with the server's default.
+    s.exec(
+        "ALTER TABLE {table} MODIFY domain VARCHAR(512) CHARACTER SET utf8mb4 \
+         COLLATE utf8mb4_general_ci NOT NULL",
+    )
+    .await;
+    s.exec("ALTER TABLE {table} ADD INDEX tk (time, client_ip, domain)")
+        .await;
     let auditor = s.start_auditor("key_columns", "1s", "300ms").await;
     let lines = vec![
         seed_line("10.0.8.1", "Example.COM", "2024-01-01 12:00:00"),
@@ -135,7 +103,7 @@ async fn spellings_a_multiset_table_keeps_are_still_compared_exactly() {
             a.confirmed(&topic, 0) + a.lost(&topic, 0) >= 4
         })
         .await;
-    let by_time = keys_read_by_time(&auditor).await;
+    let by_time = auditor.due_keys_counted_by_time().await;
     let verdict = (auditor.confirmed(&topic, 0), auditor.lost(&topic, 0));
     auditor.stop().await;
     assert_eq!(
@@ -154,19 +122,10 @@ async fn spellings_a_multiset_table_keeps_are_still_compared_exactly() {
 async fn configured_presence_on_a_table_created_later_compares_as_it_merges() {
     let s = Scenario::with_upsert_table("collater", 1).await;
     let topic = s.topic.clone();
-    {
-        let mut c = s.db.pool.get_conn().await.expect("conn");
-        c.query_drop(format!("DROP TABLE `{}`", s.table))
-            .await
-            .expect("drop");
-    }
-    let toml = config_toml(&s.spec("key_columns", "1s", "300ms"));
-    let strategy = "strategy = \"key_columns\"";
-    assert!(toml.contains(strategy), "{toml}");
-    let toml = toml.replacen(
-        strategy,
-        &format!("{strategy}\nkey_semantics = \"presence\""),
-        1,
+    s.exec("DROP TABLE {table}").await;
+    let toml = with_key_semantics(
+        &config_toml(&s.spec("key_columns", "1s", "300ms")),
+        "presence",
     );
     let auditor = Auditor::start(&toml).await;
     s.db.create_upsert_table(&s.table).await;

@@ -119,13 +119,9 @@ async fn records_sharing_a_key_in_an_upsert_table_are_not_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn presence_on_a_table_that_keeps_every_row_is_refused() {
     let s = Scenario::with_seed_ddl("presence_refused", 1).await;
-    let toml = config_toml(&s.spec("key_columns", "1s", "300ms"));
-    let strategy = "strategy = \"key_columns\"";
-    assert!(toml.contains(strategy), "{toml}");
-    let toml = toml.replacen(
-        strategy,
-        &format!("{strategy}\nkey_semantics = \"presence\""),
-        1,
+    let toml = with_key_semantics(
+        &config_toml(&s.spec("key_columns", "1s", "300ms")),
+        "presence",
     );
     let auditor = Auditor::start(&toml).await;
     let result = tokio::time::timeout(Duration::from_secs(30), auditor.handle)

@@ -66,6 +66,17 @@ pub fn unreachable_sink_audit() -> AuditToml {
         .sql_sink("mysql", "mysql://u@127.0.0.1:1/db", "x")
 }
 
+/// `toml` (a [`config_toml`] of a key_columns audit) with `match.key_semantics` set.
+pub fn with_key_semantics(toml: &str, semantics: &str) -> String {
+    let strategy = "strategy = \"key_columns\"";
+    assert!(toml.contains(strategy), "{toml}");
+    toml.replacen(
+        strategy,
+        &format!("{strategy}\nkey_semantics = \"{semantics}\""),
+        1,
+    )
+}
+
 /// The auditor configuration for a test, as TOML (also written to files for the binary).
 pub fn config_toml(s: &AuditSpec) -> String {
     config_builder(s).render()
@@ -84,6 +95,20 @@ pub struct Auditor {
 }
 
 impl Auditor {
+    /// Due keys counted from reads by time (`gap_auditor_due_keys_counted_total{how="time"}`),
+    /// summed over the labels.
+    pub async fn due_keys_counted_by_time(&self) -> f64 {
+        let (code, metrics) = self.get("/metrics").await;
+        assert_eq!(code, 200);
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("gap_auditor_due_keys_counted_total") && l.contains("how=\"time\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// Runs a TOML config whose first audit has a MySQL-protocol sink, built as the daemon
     /// builds it.
     pub async fn start(toml: &str) -> Auditor {

@@ -15,6 +15,11 @@ pub fn dns_line(i: usize) -> String {
     )
 }
 
+/// A seed-shaped line with the given key values (`client_ip|domain|time|...`).
+pub fn seed_line(ip: &str, domain: &str, time: &str) -> String {
+    format!("{ip}|{domain}|{time}|1.1.1.1|NOERROR|A|-|-|8.8.8.8")
+}
+
 /// [`dns_line`] for each of `range`.
 pub fn dns_lines(range: std::ops::Range<usize>) -> Vec<String> {
     range.map(dns_line).collect()

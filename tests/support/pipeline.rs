@@ -129,6 +129,16 @@ impl Scenario {
         self.db.count(&self.table).await
     }
 
+    /// Runs `statement` on the test database (`{table}` in it names this scenario's table).
+    pub async fn exec(&self, statement: &str) {
+        use mysql_async::prelude::Queryable;
+        let q = statement.replace("{table}", &format!("`{}`", self.table));
+        let mut c = self.db.pool.get_conn().await.expect("conn");
+        c.query_drop(&q)
+            .await
+            .unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+
     /// The audit of this scenario, with the pipeline group set, state in the state dir and
     /// the HTTP server on a free port.
     pub fn spec<'a>(&'a self, strategy: &'a str, grace: &'a str, verify: &'a str) -> AuditSpec<'a> {
