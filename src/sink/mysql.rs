@@ -389,16 +389,6 @@ impl MysqlSink {
         let rows = self
             .key_rows
             .unwrap_or_else(|| sql::key_rows_for(&server.version));
-        let mut check = check_key_columns(&self.target.columns.key, &info);
-        // A table that merges rows with equal keys (a PRIMARY/UNIQUE index within the key
-        // columns) merges them by each column's collation: `Example.COM` and `example.com`
-        // in a `_ci` column, `a` and `a ` under PAD SPACE, are one row, which keeps one of
-        // the spellings. Both records landed (SPEC: two spellings the sink equates are one
-        // key), so a key is counted by the sink's own comparison, not byte-exactly: the
-        // spelling the table did not keep would read as lost. A table that keeps every row
-        // keeps every spelling, and stays compared exactly. (A column of another character
-        // set stays compared as its UTF-8 bytes: which collation a UTF-8 literal meets it
-        // with depends on the server's coercion rules.)
         let presence = self
             .learned
             .audited
@@ -406,29 +396,8 @@ impl MysqlSink {
             .ok()
             .and_then(|m| *m)
             .is_some_and(|m| m == KeySemantics::Presence);
-        let mut merged_by_collation = Vec::new();
-        if presence {
-            // A prepared statement's derived values take the connection's collation, which
-            // can outrank the column's (a `_bin` `collation_connection` against a `_ci`
-            // column compares case-sensitively): such keys go as text, whose literals
-            // yield to the column's collation.
-            if check.compare.contains(&KeyCompare::Binary) {
-                check.prepared = false;
-            }
-            for (i, c) in check.compare.iter_mut().enumerate() {
-                if *c == KeyCompare::Binary {
-                    *c = KeyCompare::Collation;
-                    if let Some(name) = self.target.columns.key.get(i) {
-                        merged_by_collation.push(name.clone());
-                    }
-                }
-            }
-            check.inexact.retain(|col| {
-                !merged_by_collation
-                    .iter()
-                    .any(|m| col.starts_with(&format!("{m} (")))
-            });
-        }
+        let check = check_key_columns(&self.target.columns.key, &info, presence);
+        let merged_by_collation = check.merged.clone();
         // A column the prepared form would compare otherwise than the text: text.
         let rows = match rows {
             KeyRows::Prepared if !check.prepared => KeyRows::Values,
@@ -1388,16 +1357,17 @@ async fn count_read_rows(
                     *slot += 1;
                 }
             }
+            // `watching` is 0 without a domain.
             None if watching != 0 => {
-                let Some(d) = domain else { continue };
-                let printed = d.printed(b);
+                let printed = domain.map(|d| d.printed(b)).unwrap_or_default();
                 restated = printed.changed;
-                for (i, n) in vouched.iter_mut().enumerate() {
-                    if printed.vouched & watching & (1 << i) != 0 {
-                        *n += 1;
-                        if *n >= UNMATCHED_CHECKED {
-                            watching &= !(1 << i);
-                        }
+                let mut bits = printed.vouched & watching;
+                while bits != 0 {
+                    let i = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    vouched[i] += 1;
+                    if vouched[i] >= UNMATCHED_CHECKED {
+                        watching &= !(1 << i);
                     }
                 }
             }

@@ -143,16 +143,37 @@ pub(super) struct KeyColumnCheck {
     /// Every key column is listed and compared by the prepared key count as by the text
     /// form ([`sql::prepared_compares_alike`]): full batches may go prepared.
     pub(super) prepared: bool,
+    /// Names of the columns compared by their own collation ([`KeyCompare::Collation`]):
+    /// the table merges rows that collation equates.
+    pub(super) merged: Vec<String>,
 }
 
 /// Matches the key columns to information_schema's rows (column names are
 /// case-insensitive in MySQL and MariaDB) and decides each one's comparison.
-pub(super) fn check_key_columns(key_columns: &[String], info: &[ColumnInfo]) -> KeyColumnCheck {
+///
+/// `presence`: the table merges rows with equal keys (a PRIMARY/UNIQUE index within the key
+/// columns), and merges them by each column's collation: `Example.COM` and `example.com`
+/// in a `_ci` column, `a` and `a ` under PAD SPACE, are one row, which keeps one of the
+/// spellings. Both records landed (SPEC: two spellings the sink equates are one key), so
+/// such a UTF-8 column is compared as the table compares it ([`KeyCompare::Collation`]),
+/// not byte-exactly: the spelling the table did not keep would read as lost. Never
+/// prepared: a prepared statement's derived values take the connection's collation, which
+/// can outrank the column's (a `_bin` `collation_connection` against a `_ci` column
+/// compares case-sensitively), where text literals yield to it. A column of another
+/// character set stays compared as its UTF-8 bytes (which collation a UTF-8 literal meets
+/// it with depends on the server's coercion rules). A table that keeps every row keeps
+/// every spelling, and is compared exactly.
+pub(super) fn check_key_columns(
+    key_columns: &[String],
+    info: &[ColumnInfo],
+    presence: bool,
+) -> KeyColumnCheck {
     let mut out = KeyColumnCheck {
         compare: Vec::with_capacity(key_columns.len()),
         inexact: Vec::new(),
         missing: Vec::new(),
         prepared: true,
+        merged: Vec::new(),
     };
     for column in key_columns {
         let Some(c) = find(info, column) else {
@@ -162,7 +183,15 @@ pub(super) fn check_key_columns(key_columns: &[String], info: &[ColumnInfo]) -> 
             continue;
         };
         out.prepared &= sql::prepared_compares_alike(c.collation.as_deref(), c.charset.as_deref());
-        let compare = sql::key_compare_for(c.collation.as_deref(), c.charset.as_deref());
+        let compare = match sql::key_compare_for(c.collation.as_deref(), c.charset.as_deref()) {
+            KeyCompare::Binary if presence => {
+                out.merged.push(column.clone());
+                out.prepared = false;
+                out.compare.push(KeyCompare::Collation);
+                continue;
+            }
+            compare => compare,
+        };
         if compare != KeyCompare::Plain {
             out.inexact.push(format!(
                 "{} ({}, {})",

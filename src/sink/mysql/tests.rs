@@ -34,6 +34,7 @@ fn key_columns_by_collation() {
     let got = check_key_columns(
         &columns(&["client_ip", "domain", "time", "host", "legacy", "raw"]),
         &table,
+        false,
     );
     assert_eq!(
         got.compare,
@@ -55,13 +56,36 @@ fn key_columns_by_collation() {
         ]
     );
     assert!(got.missing.is_empty());
+    assert!(got.merged.is_empty());
+
+    // A table that merges rows with equal keys compares its UTF-8 columns as it merges
+    // them, never prepared; another character set stays compared as its UTF-8 bytes.
+    let got = check_key_columns(
+        &columns(&["client_ip", "domain", "time", "host", "legacy", "raw"]),
+        &table,
+        true,
+    );
+    assert_eq!(
+        got.compare,
+        vec![
+            KeyCompare::Plain,
+            KeyCompare::Collation,
+            KeyCompare::Plain,
+            KeyCompare::Collation,
+            KeyCompare::Utf8Binary,
+            KeyCompare::Plain,
+        ]
+    );
+    assert_eq!(got.merged, vec!["domain", "host"]);
+    assert_eq!(got.inexact, vec!["legacy (varchar, latin1_swedish_ci)"]);
+    assert!(!got.prepared);
 }
 
 #[test]
 fn only_columns_compared_alike_let_key_counts_go_prepared() {
     let check = |cols: &[ColumnInfo]| {
         let names: Vec<String> = cols.iter().map(|c| c.name.clone()).collect();
-        check_key_columns(&names, cols).prepared
+        check_key_columns(&names, cols, false).prepared
     };
     // The seed's table: utf8mb4_nopad_bin strings and a DATETIME.
     assert!(check(&[
@@ -94,6 +118,7 @@ fn only_columns_compared_alike_let_key_counts_go_prepared() {
     let got = check_key_columns(
         &columns(&["client_ip", "domain"]),
         &[info("domain", "varchar", None)],
+        false,
     );
     assert!(!got.prepared);
     // The charset decides where the name alone would mislead.
@@ -110,11 +135,11 @@ fn only_columns_compared_alike_let_key_counts_go_prepared() {
 #[test]
 fn a_key_column_information_schema_does_not_list_stays_plain() {
     let table = [info("domain", "varchar", Some("utf8mb4_bin"))];
-    let got = check_key_columns(&columns(&["client_ip", "domain"]), &table);
+    let got = check_key_columns(&columns(&["client_ip", "domain"]), &table, false);
     assert_eq!(got.compare, vec![KeyCompare::Plain, KeyCompare::Binary]);
     assert_eq!(got.missing, vec!["client_ip"]);
     // No table at all: everything plain, everything missing.
-    let got = check_key_columns(&columns(&["a"]), &[]);
+    let got = check_key_columns(&columns(&["a"]), &[], false);
     assert_eq!(
         (got.compare, got.missing),
         (vec![KeyCompare::Plain], columns(&["a"]))
